@@ -1,0 +1,3 @@
+module github.com/floodgate/floodgate
+
+go 1.26

@@ -1,0 +1,216 @@
+// Package limit owns what a rate limit means: the six algorithms, their
+// parameters (Spec), the request to evaluate them (Hit), their answer
+// (Decision), and an in-memory implementation (Memory) that is both the
+// server's store when no Redis is configured and the oracle the Redis Lua
+// scripts are tested against.
+//
+// It imports nothing of floodgate's: rules produce Specs, limiters consume
+// them, and the gRPC layer turns Decisions into answers.
+//
+// # Time
+//
+// Every algorithm works on integer microseconds since the Unix epoch ("now")
+// and on window lengths in microseconds. Fractions (tokens, theoretical
+// arrival times) are float64 computed in exactly the order documented on each
+// algorithm, so that Lua (whose numbers are C doubles) and Go produce
+// bit-identical results. Stored fractions are written with 17 significant
+// digits so they survive a round trip through a string.
+//
+// # Semantics shared by all algorithms
+//
+//   - A hit has a cost c >= 0. Cost 0 looks at the state without changing it
+//     and is allowed when a hit of cost 0 would be (so it reports whether the
+//     limit is already exceeded, as envoyproxy/ratelimit does for hits_addend 0).
+//   - A denied hit changes nothing: no state is written.
+//   - A cost larger than the capacity (Limit for window algorithms, Burst for
+//     bucket algorithms) can never pass: it is denied at once with
+//     Decision.Never set and RetryAfter 0.
+//   - A refund (Hit.Refund, envoy's is_negative_hits) gives c back, never
+//     beyond the capacity, and is always allowed.
+//   - Hits of one Evaluate call decide together: if any hit with cost > 0 is
+//     denied, no hit of the call changes any state. Two hits of one call on
+//     the same key see each other's consumption.
+package limit
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm names one of the six rate-limit algorithms. The zero value is
+// FixedWindow, the behaviour of envoyproxy/ratelimit.
+type Algorithm uint8
+
+// The algorithms. Their exact semantics are documented on the step functions
+// in algorithms.go; the Lua scripts of package redislimit mirror them.
+const (
+	// FixedWindow counts hits in [k·W, (k+1)·W) (or a calendar window) and
+	// allows a hit when count + cost <= Limit.
+	FixedWindow Algorithm = iota
+	// SlidingWindow estimates the hits of the last W from Precision
+	// sub-window counters, weighting the oldest partial sub-window linearly.
+	// Precision 1 is the classic two-window estimate.
+	SlidingWindow
+	// SlidingLog keeps the time of every admitted hit of the last W: exact,
+	// and O(Limit) memory per counter.
+	SlidingLog
+	// TokenBucket refills continuously at Limit per W up to Burst tokens and
+	// starts full; a hit takes cost tokens.
+	TokenBucket
+	// LeakyBucket is a meter that drains continuously at Limit per W; a hit
+	// adds cost and passes while the level stays <= Burst.
+	LeakyBucket
+	// GCRA stores one theoretical arrival time: the token bucket's decisions
+	// in a single number.
+	GCRA
+
+	numAlgorithms
+)
+
+var algorithmNames = [numAlgorithms]string{
+	FixedWindow:   "fixed_window",
+	SlidingWindow: "sliding_window",
+	SlidingLog:    "sliding_log",
+	TokenBucket:   "token_bucket",
+	LeakyBucket:   "leaky_bucket",
+	GCRA:          "gcra",
+}
+
+// String returns the algorithm's name as written in rule files, such as
+// "token_bucket".
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// HasBurst reports whether the algorithm takes a Burst (a bucket capacity).
+func (a Algorithm) HasBurst() bool {
+	return a == TokenBucket || a == LeakyBucket || a == GCRA
+}
+
+// Algorithms returns every algorithm, in the order of their constants.
+func Algorithms() []Algorithm {
+	out := make([]Algorithm, numAlgorithms)
+	for i := range out {
+		out[i] = Algorithm(i)
+	}
+	return out
+}
+
+// ParseAlgorithm returns the algorithm with the given rule-file name. It
+// returns an error naming the valid names when there is none.
+func ParseAlgorithm(name string) (Algorithm, error) {
+	for i, n := range algorithmNames {
+		if n == name {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra)", name)
+}
+
+// Spec is one limit's parameters. Specs are compared by value; the zero value
+// is a fixed window of length 0 and is not valid (see Validate).
+type Spec struct {
+	// Algorithm decides how hits are counted.
+	Algorithm Algorithm
+	// Limit is the number of hits allowed per Window (the rule's
+	// requests_per_unit). For bucket algorithms it is the refill or drain
+	// rate: Limit per Window. Zero blocks every hit of cost > 0.
+	Limit int64
+	// Window is the window length, or the period of the refill rate. It is
+	// used at microsecond resolution. For calendar windows it is the nominal
+	// length (e.g. 30 days for a month) and Calendar decides the boundaries.
+	Window time.Duration
+	// Burst is the bucket capacity for TokenBucket, LeakyBucket and GCRA:
+	// the most hits that may pass at once. Zero means Limit. Ignored by the
+	// other algorithms.
+	Burst int64
+	// Precision is the number of sub-windows of a SlidingWindow. Zero means 1.
+	// Ignored by the other algorithms.
+	Precision int
+	// Calendar, when set, makes FixedWindow windows follow the calendar in a
+	// time zone instead of starting at multiples of Window since the epoch.
+	Calendar Calendar
+}
+
+// Capacity returns the most a single hit may cost and still pass: Burst (or
+// Limit when Burst is zero) for bucket algorithms, Limit otherwise.
+func (s Spec) Capacity() int64 {
+	if s.Algorithm.HasBurst() && s.Burst > 0 {
+		return s.Burst
+	}
+	return s.Limit
+}
+
+// WindowMicros returns the window length in whole microseconds.
+func (s Spec) WindowMicros() int64 { return s.Window.Microseconds() }
+
+// SubWindows returns the number of sub-windows, treating zero as 1.
+func (s Spec) SubWindows() int64 {
+	if s.Precision < 1 {
+		return 1
+	}
+	return int64(s.Precision)
+}
+
+// Validate reports whether the spec can be evaluated: a positive window of at
+// least one millisecond, a non-negative limit, and sub-windows no shorter
+// than a millisecond.
+func (s Spec) Validate() error {
+	switch {
+	case s.Algorithm >= numAlgorithms:
+		return fmt.Errorf("unknown algorithm %d", s.Algorithm)
+	case s.Window < time.Millisecond:
+		return fmt.Errorf("window %v is shorter than 1ms", s.Window)
+	case s.Limit < 0:
+		return fmt.Errorf("negative limit %d", s.Limit)
+	case s.Burst < 0:
+		return fmt.Errorf("negative burst %d", s.Burst)
+	case s.Algorithm == SlidingWindow && s.SubWindows() > s.Window.Milliseconds():
+		return fmt.Errorf("precision %d is finer than 1ms for a window of %v", s.Precision, s.Window)
+	case !s.Calendar.IsZero() && s.Algorithm != FixedWindow:
+		return fmt.Errorf("calendar windows need the fixed_window algorithm, not %v", s.Algorithm)
+	}
+	return nil
+}
+
+// Hit asks a limit to admit one request of a given cost against one counter.
+type Hit struct {
+	// Key identifies the counter. Hits with equal Keys share state; callers
+	// make Keys injective over everything that must not share a counter.
+	Key string
+	// Spec is the limit to apply. Changing a counter's algorithm or window
+	// must come with a new Key: state is read as the Spec says it was written.
+	Spec Spec
+	// Cost is the number of hits this request counts for (envoy's
+	// hits_addend). Zero looks without consuming.
+	Cost int64
+	// Refund gives Cost back instead of taking it (envoy's is_negative_hits),
+	// never beyond the limit's capacity. A refund is always allowed.
+	Refund bool
+}
+
+// Decision is a limit's answer to one Hit. For example, if a fixed window
+// allows 10 hits per minute, has counted 6 this minute and the window ends in
+// 20 s, a hit of cost 1 gets Allowed, Remaining 3, ResetAfter 20 s.
+type Decision struct {
+	// Allowed reports whether this limit admits the hit. When another hit of
+	// the same Evaluate call is denied, nothing is consumed even though
+	// Allowed may be true here.
+	Allowed bool
+	// Remaining is how many more hits of cost 1 this limit would admit right
+	// now, after this hit if it was allowed and consumed. Never negative.
+	Remaining int64
+	// ResetAfter is the time until the counter is whole again: the end of the
+	// current window for window algorithms, the time until the bucket is full
+	// for bucket algorithms, until the newest logged hit leaves a sliding log.
+	ResetAfter time.Duration
+	// RetryAfter is, for a denied hit, the time until the same hit could pass
+	// if nothing else happened. Zero when allowed, and zero when Never.
+	RetryAfter time.Duration
+	// Never reports that the cost exceeds what this limit can ever admit
+	// (Spec.Capacity), so retrying cannot help.
+	Never bool
+}
