@@ -1,0 +1,115 @@
+package rules
+
+import "time"
+
+// Options tune how rule files are combined.
+type Options struct {
+	// MergeDomains lets several files declare the same domain, whose
+	// descriptors are then merged (the reference server's
+	// MERGE_DOMAIN_CONFIG). Without it a repeated domain is an error.
+	MergeDomains bool
+}
+
+// Set is an immutable compiled rule set. It is safe for concurrent use.
+type Set struct {
+	domains  map[string]*node
+	names    []string // domain names, sorted
+	rules    []*Rule  // every rule, in file order
+	warnings []Warning
+	version  uint64
+	loadedAt time.Time
+}
+
+// node is one descriptor of the compiled tree (or a domain's root).
+type node struct {
+	rule     *Rule
+	children map[string]*keyGroup // by entry key
+}
+
+// keyGroup holds a node's children for one key, in matching order.
+type keyGroup struct {
+	exact     map[string]*node
+	wildcards []wildcard // file order
+	keyOnly   *node
+}
+
+// wildcard is a value pattern with `*`, split at the stars.
+type wildcard struct {
+	segs []string // literal runs; len >= 2 (a leading and trailing run, maybe empty)
+	node *node
+}
+
+// Match returns the rule that applies to a request descriptor of domain:
+// the descriptor whose path matches every entry, level by level (an exact
+// value first, then wildcards in file order, then the key-only descriptor),
+// and whose depth equals len(entries). It returns nil for an unknown domain,
+// no match, or a depth mismatch. It does not allocate.
+func (s *Set) Match(domain string, entries []Entry) *Rule {
+	n := s.find(domain, entries, nil)
+	if n == nil {
+		return nil
+	}
+	return n.rule
+}
+
+// find walks the tree; visit, when not nil, sees each level's choice.
+func (s *Set) find(domain string, entries []Entry, visit func(i int, n *node, kind matchKind)) *node {
+	if s == nil || len(entries) == 0 {
+		return nil
+	}
+	n := s.domains[domain]
+	for i := range entries {
+		if n == nil {
+			return nil
+		}
+		g := n.children[entries[i].Key]
+		if g == nil {
+			return nil
+		}
+		next, kind := g.lookup(entries[i].Value)
+		if visit != nil {
+			visit(i, next, kind)
+		}
+		n = next
+	}
+	return n
+}
+
+// lookup picks the child for value: exact, else the first matching
+// wildcard, else key-only.
+func (g *keyGroup) lookup(value string) (*node, matchKind) {
+	if n := g.exact[value]; n != nil {
+		return n, matchExact
+	}
+	for i := range g.wildcards {
+		if globMatch(g.wildcards[i].segs, value) {
+			return g.wildcards[i].node, matchWildcard
+		}
+	}
+	return g.keyOnly, matchKeyOnly
+}
+
+// HasDomain reports whether some rule file declares domain.
+func (s *Set) HasDomain(domain string) bool {
+	_, ok := s.domains[domain]
+	return ok
+}
+
+// Domains returns the declared domains, sorted. The caller may modify the
+// slice.
+func (s *Set) Domains() []string { return append([]string(nil), s.names...) }
+
+// Rules returns every rule (every descriptor of every file), in domain and
+// file order, for listings such as /rlconfig. The Rules are shared and
+// read-only; the slice is the caller's.
+func (s *Set) Rules() []*Rule { return append([]*Rule(nil), s.rules...) }
+
+// Version is the Watcher's count of good loads when it swapped this set in
+// (the first load is 1); 0 for a Set not loaded by a Watcher.
+func (s *Set) Version() uint64 { return s.version }
+
+// LoadedAt is when the set was compiled.
+func (s *Set) LoadedAt() time.Time { return s.loadedAt }
+
+// Warnings returns the warnings of the load, in file order.
+func (s *Set) Warnings() []Warning { return append([]Warning(nil), s.warnings...) }
