@@ -1,0 +1,54 @@
+package redislimit
+
+import "strings"
+
+// Key returns the Redis key of the counter identified by counter (a
+// limit.Hit.Key): prefix, then a Cluster hash tag of 16 hex digits of the
+// counter's 64-bit FNV-1a hash in braces, then the counter itself.
+//
+// For a fixed prefix without '{' or '}' the encoding is injective: the
+// counter is everything after the first len(prefix)+18 bytes, whatever bytes
+// it holds. The hash tag is the first braced part of the key, so Redis
+// Cluster places all of a counter's keys in one slot while different
+// counters spread over all slots.
+func Key(prefix, counter string) string {
+	return string(AppendKey(make([]byte, 0, len(prefix)+18+len(counter)), prefix, counter))
+}
+
+// AppendKey appends Key(prefix, counter) to dst and returns the result.
+func AppendKey(dst []byte, prefix, counter string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, '{')
+	dst = appendHex64(dst, fnv1a64(counter))
+	dst = append(dst, '}')
+	return append(dst, counter...)
+}
+
+// validPrefix reports whether a key prefix keeps Key injective and the hash
+// tag where Key puts it.
+func validPrefix(prefix string) bool {
+	return !strings.ContainsAny(prefix, "{}")
+}
+
+// fnv1a64 is the 64-bit FNV-1a hash: deterministic across processes and
+// releases, unlike hash/maphash, so every instance computes the same tag.
+func fnv1a64(s string) uint64 {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= prime
+	}
+	return h
+}
+
+func appendHex64(dst []byte, v uint64) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, digits[(v>>uint(shift))&0xf])
+	}
+	return dst
+}
