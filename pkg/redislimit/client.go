@@ -1,43 +1,209 @@
 package redislimit
 
 import (
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // ClientConfig describes how to reach Redis, in the terms of the reference
-// server's settings (REDIS_URL, REDIS_TYPE, REDIS_AUTH, ...).
+// server's settings (REDIS_URL, REDIS_TYPE, REDIS_AUTH, REDIS_TLS,
+// REDIS_POOL_SIZE, REDIS_TIMEOUT).
 type ClientConfig struct {
 	// URL is where Redis is. For Type "single": redis://[user:pass@]host:port[/db],
-	// rediss://... (TLS), unix:///path/to/socket, or plain host:port. For
-	// "sentinel": "master,host:port,host:port" (the master name first, then
-	// the sentinels), or only the sentinels when SentinelMaster is set. For
-	// "cluster": a comma-separated list of host:port seed nodes.
+	// rediss://... (TLS), unix:///path/to/socket, a plain host:port, or a
+	// socket path starting with '/'. For "sentinel": "master,host:port,..."
+	// (the master name, then the sentinels), or only the sentinels when
+	// SentinelMaster is set. For "cluster": a comma-separated list of
+	// host:port seed nodes.
 	URL string
 	// Type is "single" (the default when empty), "sentinel" or "cluster".
 	Type string
 	// SentinelMaster is the master name for Type "sentinel" when URL lists
 	// only the sentinels.
 	SentinelMaster string
-	// Username and Password authenticate (Redis ACL; Username empty means
-	// the default user). They override credentials in URL when set.
+	// Username and Password authenticate to the Redis servers (ACL; an empty
+	// Username means the default user). When set they override credentials
+	// in URL. Sentinels themselves are contacted without credentials.
 	Username, Password string
-	// TLS connects with TLS (as a rediss:// URL does).
+	// TLS connects with TLS, verifying the server's certificate against the
+	// system roots (a rediss:// URL implies it).
 	TLS bool
 	// PoolSize is the number of connections per node; 0 means go-redis's
 	// default (10 per CPU).
 	PoolSize int
 	// DialTimeout, ReadTimeout and WriteTimeout bound connecting, reading and
-	// writing; 0 means go-redis's defaults (5 s, 3 s, 3 s).
+	// writing one command; 0 means go-redis's defaults (5 s, 3 s, 3 s). The
+	// Limiter's per-call deadline (Options.Timeout) applies in any case,
+	// because the client honours context deadlines.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	// DB is the database index for "single" and "sentinel"; 0 keeps the one
-	// in URL (itself 0 by default). Cluster has only database 0.
+	// in URL (itself 0 by default). A Cluster has database 0 only.
 	DB int
 }
 
-// NewClient returns a client for cfg. It does not contact Redis.
+// NewClient returns a go-redis client for cfg: a *redis.Client, a
+// *redis.Client in failover mode for Sentinel, or a *redis.ClusterClient.
+// It does not contact Redis; a wrong address shows at the first call. Errors
+// name the offending field.
 func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
-	return nil, errors.New("redislimit: NewClient not implemented yet")
+	if cfg.PoolSize < 0 {
+		return nil, fmt.Errorf("redis pool size %d is negative", cfg.PoolSize)
+	}
+	if cfg.DB < 0 {
+		return nil, fmt.Errorf("redis database index %d is negative", cfg.DB)
+	}
+	if strings.TrimSpace(cfg.URL) == "" {
+		return nil, errors.New("redis URL is empty")
+	}
+	switch cfg.Type {
+	case "", "single":
+		o, err := singleOptions(cfg.URL)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Username != "" {
+			o.Username = cfg.Username
+		}
+		if cfg.Password != "" {
+			o.Password = cfg.Password
+		}
+		if cfg.DB != 0 {
+			o.DB = cfg.DB
+		}
+		if cfg.TLS && o.TLSConfig == nil && o.Network == "tcp" {
+			o.TLSConfig = tlsConfig(o.Addr)
+		}
+		if cfg.PoolSize > 0 {
+			o.PoolSize = cfg.PoolSize
+		}
+		setDuration(&o.DialTimeout, cfg.DialTimeout)
+		setDuration(&o.ReadTimeout, cfg.ReadTimeout)
+		setDuration(&o.WriteTimeout, cfg.WriteTimeout)
+		o.ContextTimeoutEnabled = true
+		return redis.NewClient(o), nil
+
+	case "sentinel":
+		addrs := splitList(cfg.URL)
+		master := cfg.SentinelMaster
+		if master == "" {
+			master, addrs = addrs[0], addrs[1:]
+		}
+		if master == "" {
+			return nil, fmt.Errorf("redis sentinel URL %q: no master name (want \"master,host:port,...\")", cfg.URL)
+		}
+		if err := checkAddrs("redis sentinel", addrs); err != nil {
+			return nil, err
+		}
+		o := &redis.FailoverOptions{
+			MasterName:            master,
+			SentinelAddrs:         addrs,
+			Username:              cfg.Username,
+			Password:              cfg.Password,
+			DB:                    cfg.DB,
+			PoolSize:              cfg.PoolSize,
+			DialTimeout:           cfg.DialTimeout,
+			ReadTimeout:           cfg.ReadTimeout,
+			WriteTimeout:          cfg.WriteTimeout,
+			ContextTimeoutEnabled: true,
+		}
+		if cfg.TLS {
+			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		return redis.NewFailoverClient(o), nil
+
+	case "cluster":
+		if cfg.DB != 0 {
+			return nil, fmt.Errorf("redis database index %d: a cluster has database 0 only", cfg.DB)
+		}
+		addrs := splitList(cfg.URL)
+		if err := checkAddrs("redis cluster", addrs); err != nil {
+			return nil, err
+		}
+		o := &redis.ClusterOptions{
+			Addrs:                 addrs,
+			Username:              cfg.Username,
+			Password:              cfg.Password,
+			PoolSize:              cfg.PoolSize,
+			DialTimeout:           cfg.DialTimeout,
+			ReadTimeout:           cfg.ReadTimeout,
+			WriteTimeout:          cfg.WriteTimeout,
+			ContextTimeoutEnabled: true,
+		}
+		if cfg.TLS {
+			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		return redis.NewClusterClient(o), nil
+	}
+	return nil, fmt.Errorf("redis type %q: want single, sentinel or cluster", cfg.Type)
+}
+
+// singleOptions parses the URL of a single node.
+func singleOptions(raw string) (*redis.Options, error) {
+	switch {
+	case strings.Contains(raw, "://"):
+		o, err := redis.ParseURL(raw)
+		if err != nil {
+			return nil, fmt.Errorf("redis URL %q: %w", redactURL(raw), err)
+		}
+		return o, nil
+	case strings.HasPrefix(raw, "/"):
+		return &redis.Options{Network: "unix", Addr: raw}, nil
+	default:
+		if err := checkAddrs("redis URL", []string{raw}); err != nil {
+			return nil, err
+		}
+		return &redis.Options{Network: "tcp", Addr: raw}, nil
+	}
+}
+
+// redactURL hides the password of a URL so that errors can quote it.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+func tlsConfig(addr string) *tls.Config {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	return &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+}
+
+func setDuration(dst *time.Duration, d time.Duration) {
+	if d != 0 {
+		*dst = d
+	}
+}
+
+// splitList splits a comma-separated list, trimming blanks around items.
+func splitList(s string) []string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		parts[i] = strings.TrimSpace(p)
+	}
+	return parts
+}
+
+func checkAddrs(what string, addrs []string) error {
+	if len(addrs) == 0 {
+		return fmt.Errorf("%s: no host:port given", what)
+	}
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" {
+			return fmt.Errorf("%s: %q is not host:port", what, a)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,196 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clusterBusOffset is the distance Redis puts between a node's client port
+// and its cluster bus port (Redis 6.2 cannot choose the bus port).
+const clusterBusOffset = 10000
+
+// Cluster is a running Redis Cluster owned by a test: masters with slots
+// spread evenly, each with its replicas.
+type Cluster struct {
+	// Addrs is the host:port of every node, masters and replicas, in start
+	// order; any of them works as a seed for a cluster client.
+	Addrs []string
+	// Nodes are the servers, in the order of Addrs. A test may Stop or
+	// Restart one (a restarted node keeps its nodes.conf and rejoins).
+	Nodes []*Server
+}
+
+// StartCluster starts masters*(1+replicasPerMaster) redis-server nodes with
+// cluster mode on, joins them with `redis-cli --cluster create`, and returns
+// once every node reports cluster_state:ok, knows every other node and, for
+// replicas, has its link to its master up. Everything is stopped when the
+// test ends. Redis Cluster needs at least 3 masters.
+func StartCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
+	t.Helper()
+	if masters < 3 || replicasPerMaster < 0 {
+		t.Fatalf("redistest: StartCluster(%d masters, %d replicas each): a cluster needs at least 3 masters", masters, replicasPerMaster)
+	}
+	bin := LookPath(t, "redis-server")
+	cli := LookPath(t, "redis-cli")
+	n := masters * (1 + replicasPerMaster)
+	c := &Cluster{}
+	for range n {
+		port := clusterPort(t)
+		s := &Server{t: t, Dir: t.TempDir()}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.args = []string{
+			"--port", strconv.Itoa(port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--dir", s.Dir,
+			"--logfile", filepath.Join(s.Dir, "redis.log"),
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.Dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000",
+		}
+		s.start(bin)
+		t.Cleanup(s.Stop)
+		c.Nodes = append(c.Nodes, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if err := c.WaitOK(30 * time.Second); err != nil {
+		t.Fatalf("redistest: cluster of %d nodes: %v", n, err)
+	}
+	return c
+}
+
+// WaitOK polls every running node until each reports cluster_state:ok with
+// all 16384 slots assigned and knows as many nodes as there are, and every
+// replica's link to its master is up, or timeout passes. Stopped nodes are
+// skipped, so a test can wait for the cluster to settle after a failover.
+func (c *Cluster) WaitOK(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		if last = c.check(); last == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v: %v", timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) check() error {
+	for _, s := range c.Nodes {
+		if !s.running() {
+			continue
+		}
+		info, err := s.Do("CLUSTER", "INFO")
+		if err != nil {
+			return fmt.Errorf("%s: CLUSTER INFO: %v", s.Addr, err)
+		}
+		fields := infoFields(info)
+		if fields["cluster_state"] != "ok" || fields["cluster_slots_assigned"] != "16384" {
+			return fmt.Errorf("%s: cluster_state %s, %s slots assigned", s.Addr, fields["cluster_state"], fields["cluster_slots_assigned"])
+		}
+		if known := fields["cluster_known_nodes"]; known != strconv.Itoa(len(c.Nodes)) {
+			return fmt.Errorf("%s knows %s nodes of %d", s.Addr, known, len(c.Nodes))
+		}
+		repl, err := s.Do("INFO", "replication")
+		if err != nil {
+			return fmt.Errorf("%s: INFO replication: %v", s.Addr, err)
+		}
+		if r := infoFields(repl); r["role"] == "slave" && r["master_link_status"] != "up" {
+			return fmt.Errorf("%s: replica link to its master is %s", s.Addr, r["master_link_status"])
+		}
+	}
+	return nil
+}
+
+// Masters returns the addresses of the nodes that currently serve slots, as
+// the first running node sees them.
+func (c *Cluster) Masters() ([]string, error) {
+	for _, s := range c.Nodes {
+		if !s.running() {
+			continue
+		}
+		out, err := s.Do("CLUSTER", "NODES")
+		if err != nil {
+			return nil, err
+		}
+		var masters []string
+		for _, line := range strings.Split(out, "\n") {
+			// <id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch> <link> <slot>...
+			f := strings.Fields(line)
+			if len(f) < 9 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
+				continue
+			}
+			masters = append(masters, strings.SplitN(f[1], "@", 2)[0])
+		}
+		return masters, nil
+	}
+	return nil, fmt.Errorf("no running node")
+}
+
+// Stop stops every node.
+func (c *Cluster) Stop() {
+	for _, s := range c.Nodes {
+		s.Stop()
+	}
+}
+
+func (s *Server) running() bool {
+	if s.cmd == nil || s.done == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// clusterPort returns a free port whose cluster bus port (port+10000) is
+// valid and was free too.
+func clusterPort(t testing.TB) int {
+	t.Helper()
+	for range 200 {
+		p := FreePort(t)
+		if p+clusterBusOffset > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+clusterBusOffset)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p
+	}
+	t.Fatalf("redistest: no free port pair (p, p+%d) for a cluster node", clusterBusOffset)
+	return 0
+}
+
+// infoFields parses the "name:value" lines of INFO and CLUSTER INFO.
+func infoFields(info string) map[string]string {
+	m := make(map[string]string)
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
