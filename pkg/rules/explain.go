@@ -1,5 +1,12 @@
 package rules
 
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
 // Explanation says which rule applies to a request descriptor and why,
 // level by level. It is for people (a -explain flag, debugging), not for the
 // request path.
@@ -9,11 +16,11 @@ type Explanation struct {
 	// DomainFound reports whether the domain is declared.
 	DomainFound bool
 	// Steps has one element per entry that was looked up, in order; it
-	// stops at the first entry that matched nothing.
+	// stops after the first entry that matched nothing.
 	Steps []ExplainStep
 	// Rule is what Match returns: nil when nothing applies.
 	Rule *Rule
-	// Reason says in words why Rule is nil, or why it limits nothing.
+	// Reason says in words why Rule is nil, or what it does.
 	Reason string
 }
 
@@ -22,17 +29,191 @@ type ExplainStep struct {
 	Entry Entry
 	// How is "exact", "wildcard", "key-only", or "none" when nothing matched.
 	How string
-	// Pattern is the rule value that matched ("" for key-only or none).
+	// Pattern is the rule value that matched: the value for exact, the
+	// pattern for wildcard, "" for key-only and none.
 	Pattern string
 	// Rule is the descriptor matched at this level (nil when none).
 	Rule *Rule
+	// Note adds what else was considered or what the match means for the
+	// counter.
+	Note string
 }
 
 // Explain looks up a request descriptor as Match does and reports each
-// level's choice.
+// level's choice. Its Rule is always the one Match returns.
 func (s *Set) Explain(domain string, entries []Entry) Explanation {
-	return Explanation{Domain: domain, Entries: entries}
+	e := Explanation{Domain: domain, Entries: entries}
+	n, ok := s.domains[domain]
+	e.DomainFound = ok
+	switch {
+	case !ok:
+		e.Reason = fmt.Sprintf("no rule file declares domain %q, so nothing is limited", domain)
+		return e
+	case len(entries) == 0:
+		e.Reason = "the descriptor has no entries, so nothing is limited"
+		return e
+	}
+	for i, ent := range entries {
+		st := ExplainStep{Entry: ent, How: "none"}
+		var g *keyGroup
+		if n.children != nil {
+			g = n.children[ent.Key]
+		}
+		if g == nil {
+			st.Note = explainNoKey(n, ent.Key, i)
+			e.Steps = append(e.Steps, st)
+			e.Reason = fmt.Sprintf("entry %d (%s) matches no rule, so nothing is limited", i+1, ent.Key)
+			return e
+		}
+		next, kind := g.lookup(ent.Value)
+		if next == nil {
+			st.Note = fmt.Sprintf("key %q has no rule for value %q (%s)", ent.Key, ent.Value, g.summary())
+			e.Steps = append(e.Steps, st)
+			e.Reason = fmt.Sprintf("entry %d (%s=%s) matches no rule, so nothing is limited", i+1, ent.Key, ent.Value)
+			return e
+		}
+		lv := next.rule.levels[len(next.rule.levels)-1]
+		st.How, st.Rule = kind.String(), next.rule
+		switch kind {
+		case matchExact:
+			st.Pattern = lv.value
+			st.Note = "exact value"
+		case matchWildcard:
+			st.Pattern = lv.value
+			if lv.dynamic {
+				st.Note = "wildcard; each distinct value has its own counter"
+			} else {
+				st.Note = "wildcard with share_threshold; all matching values share one counter"
+			}
+		default:
+			st.Note = "key-only rule: no exact value or wildcard matched; each distinct value has its own counter"
+		}
+		e.Steps = append(e.Steps, st)
+		n = next
+	}
+	e.Rule = n.rule
+	switch {
+	case len(n.rule.Limits) == 0:
+		e.Reason = fmt.Sprintf("rule %s matches but holds no limit, so the request is not limited", n.rule.Path)
+	default:
+		var parts []string
+		for _, l := range n.rule.Limits {
+			parts = append(parts, l.Describe())
+		}
+		e.Reason = fmt.Sprintf("rule %s applies: %s", n.rule.Path, strings.Join(parts, "; "))
+		if n.rule.ShadowMode {
+			e.Reason += " (shadow mode: counted, never denied)"
+		}
+	}
+	return e
+}
+
+// explainNoKey says why key found no rule below n at level i.
+func explainNoKey(n *node, key string, i int) string {
+	if len(n.children) == 0 {
+		if i == 0 {
+			return "the domain has no descriptors"
+		}
+		return fmt.Sprintf("rule %s has no nested descriptors: a descriptor with more entries than a rule's depth matches nothing", n.rule.Path)
+	}
+	keys := make([]string, 0, len(n.children))
+	for k := range n.children {
+		keys = append(keys, strconv.Quote(k))
+	}
+	sort.Strings(keys)
+	return fmt.Sprintf("no rule for key %q at level %d (keys there: %s)", key, i+1, strings.Join(keys, ", "))
+}
+
+// summary lists a key group's rule values for messages.
+func (g *keyGroup) summary() string {
+	var parts []string
+	if len(g.exact) > 0 {
+		vals := make([]string, 0, len(g.exact))
+		for v := range g.exact {
+			vals = append(vals, strconv.Quote(v))
+		}
+		sort.Strings(vals)
+		if len(vals) > 10 {
+			vals = append(vals[:10], "...")
+		}
+		parts = append(parts, "exact values "+strings.Join(vals, ", "))
+	}
+	if len(g.wildcards) > 0 {
+		pats := make([]string, len(g.wildcards))
+		for i, w := range g.wildcards {
+			pats[i] = strconv.Quote(strings.Join(w.segs, "*"))
+		}
+		parts = append(parts, "wildcards "+strings.Join(pats, ", "))
+	}
+	parts = append(parts, "no key-only rule")
+	return strings.Join(parts, "; ")
 }
 
 // String prints the explanation, one line per level and a conclusion.
-func (e Explanation) String() string { return "" }
+func (e Explanation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "domain %q, descriptor [", e.Domain)
+	for i, ent := range e.Entries {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s=%s", ent.Key, ent.Value)
+	}
+	b.WriteString("]\n")
+	for i, st := range e.Steps {
+		fmt.Fprintf(&b, "  %d. %s=%s: ", i+1, st.Entry.Key, st.Entry.Value)
+		switch st.How {
+		case "none":
+			b.WriteString("no match: ")
+		case "key-only":
+			fmt.Fprintf(&b, "key-only %s (%v): ", st.Rule.Path, st.Rule.Pos)
+		default:
+			fmt.Fprintf(&b, "%s %q %s (%v): ", st.How, st.Pattern, st.Rule.Path, st.Rule.Pos)
+		}
+		b.WriteString(st.Note)
+		b.WriteByte('\n')
+	}
+	b.WriteString("  => ")
+	b.WriteString(e.Reason)
+	b.WriteByte('\n')
+	if e.Rule != nil {
+		for _, l := range e.Rule.Limits {
+			fmt.Fprintf(&b, "     limit %s (%v) id %s\n", l.Describe(), l.Pos, l.ID)
+		}
+	}
+	return b.String()
+}
+
+// Describe says what a limit allows in words, such as "10 per second
+// (token_bucket, burst 20)" or "100000 per calendar month in
+// America/New_York (fixed_window)".
+func (l *Limit) Describe() string {
+	if l.Unlimited {
+		return "unlimited"
+	}
+	var b strings.Builder
+	if l.Name != "" {
+		fmt.Fprintf(&b, "%s: ", l.Name)
+	}
+	fmt.Fprintf(&b, "%d per ", l.RequestsPerUnit)
+	switch {
+	case !l.Spec.Calendar.IsZero():
+		fmt.Fprintf(&b, "calendar %s in %v", l.Unit, l.Spec.Calendar.Location)
+	case l.UnitMultiplier > 1:
+		fmt.Fprintf(&b, "%d %ss", l.UnitMultiplier, l.Unit)
+	default:
+		b.WriteString(l.Unit.String())
+	}
+	fmt.Fprintf(&b, " (%s", l.Spec.Algorithm)
+	if l.Spec.Algorithm.HasBurst() {
+		fmt.Fprintf(&b, ", burst %d", l.Spec.Capacity())
+	}
+	if l.Spec.Precision > 1 {
+		fmt.Fprintf(&b, ", precision %d", l.Spec.Precision)
+	}
+	b.WriteByte(')')
+	if len(l.Replaces) > 0 {
+		fmt.Fprintf(&b, ", replaces %s", strings.Join(l.Replaces, ", "))
+	}
+	return b.String()
+}

@@ -1,5 +1,18 @@
 package rules
 
+import (
+	"crypto/sha256"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// maxDirDepth bounds the directory tree Load descends, which also stops
+// symbolic-link loops.
+const maxDirDepth = 16
+
 // Load reads a rule file, or every *.yaml and *.yml file of a directory
 // tree, validates and compiles them. Names starting with "." are ignored,
 // with their subtrees, so Kubernetes' ..data and ..2026_... entries are
@@ -7,12 +20,163 @@ package rules
 // errors are path joined with the file's name inside it, as given. The
 // error, if any, is a *LoadError holding every problem found.
 func Load(path string, opts Options) (*Set, error) {
-	return nil, &LoadError{}
+	files, probs := readRules(path)
+	return build(files, opts, probs)
 }
 
 // Parse validates and compiles in-memory rule files (name -> content), in
 // the order of their sorted names. The error, if any, is a *LoadError
 // holding every problem found.
 func Parse(files map[string][]byte, opts Options) (*Set, error) {
-	return nil, &LoadError{}
+	list := make([]ruleFile, 0, len(files))
+	for name, data := range files {
+		list = append(list, ruleFile{name: name, data: data})
+	}
+	return build(list, opts, &problems{})
+}
+
+// ruleFile is one file's name and content.
+type ruleFile struct {
+	name string
+	data []byte
+}
+
+// build parses and compiles files after the problems of reading them.
+func build(files []ruleFile, opts Options, probs *problems) (*Set, error) {
+	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+	docs := make([]*fileDoc, 0, len(files))
+	for _, f := range files {
+		if d := parseFile(f.name, f.data, probs); d != nil {
+			docs = append(docs, d)
+		}
+	}
+	set := compile(docs, opts, probs)
+	if len(probs.errs) > 0 {
+		sortByPos(probs.errs)
+		return nil, &LoadError{Errors: probs.errs}
+	}
+	set.warnings = probs.warns
+	sortByPos(set.warnings)
+	set.digest = digest(files)
+	set.files = len(files)
+	return set, nil
+}
+
+// sortByPos orders problems by file, line and column, keeping the order of
+// problems at the same place.
+func sortByPos[T FieldError | Warning](list []T) {
+	sort.SliceStable(list, func(i, j int) bool {
+		a, b := FieldError(list[i]).Pos, FieldError(list[j]).Pos
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Column < b.Column
+	})
+}
+
+// digest identifies the content of a set of (sorted) files, so a reload
+// that changes nothing is recognised.
+func digest(files []ruleFile) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, f := range files {
+		for _, part := range [][]byte{[]byte(f.name), f.data} {
+			l := uint64(len(part))
+			for i := range n {
+				n[i] = byte(l >> (8 * i))
+			}
+			h.Write(n[:])
+			h.Write(part)
+		}
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// readRules reads the rule files at path.
+func readRules(path string) ([]ruleFile, *problems) {
+	probs := &problems{}
+	fi, err := os.Stat(path)
+	if err != nil {
+		probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
+		return nil, probs
+	}
+	if !fi.IsDir() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
+			return nil, probs
+		}
+		return []ruleFile{{name: path, data: data}}, probs
+	}
+	var files []ruleFile
+	readDir(path, 0, &files, probs)
+	if len(files) == 0 && len(probs.errs) == 0 {
+		probs.warnf(Position{File: path}, "", "no *.yaml or *.yml rule files: every request is allowed")
+	}
+	return files, probs
+}
+
+// readDir appends the rule files of dir and its subdirectories, following
+// symbolic links and skipping names that start with ".".
+func readDir(dir string, depth int, files *[]ruleFile, probs *problems) {
+	if depth > maxDirDepth {
+		probs.errorf(Position{File: dir}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
+		return
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		probs.errorf(Position{File: dir}, "", "%v", unwrapPathError(err))
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		full := filepath.Join(dir, name)
+		fi, err := os.Stat(full) // follows symbolic links
+		if err != nil {
+			if e.Type()&fs.ModeSymlink != 0 && os.IsNotExist(err) {
+				continue // a dangling link, such as one caught mid-swap
+			}
+			probs.errorf(Position{File: full}, "", "%v", unwrapPathError(err))
+			continue
+		}
+		if fi.IsDir() {
+			readDir(full, depth+1, files, probs)
+			continue
+		}
+		if !isRuleFile(name) || !fi.Mode().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(full)
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // removed since listed: the next reload sees the result
+			}
+			probs.errorf(Position{File: full}, "", "%v", unwrapPathError(err))
+			continue
+		}
+		*files = append(*files, ruleFile{name: full, data: data})
+	}
+}
+
+// isRuleFile reports whether a file name has a YAML extension.
+func isRuleFile(name string) bool {
+	ext := strings.ToLower(filepath.Ext(name))
+	return ext == ".yaml" || ext == ".yml"
+}
+
+// unwrapPathError drops the path from an *fs.PathError, which messages
+// already name.
+func unwrapPathError(err error) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		return pe.Err
+	}
+	return err
 }

@@ -18,6 +18,8 @@ type Set struct {
 	warnings []Warning
 	version  uint64
 	loadedAt time.Time
+	digest   [32]byte // of the files' names and contents
+	files    int      // number of rule files read
 }
 
 // node is one descriptor of the compiled tree (or a domain's root).

@@ -1,0 +1,255 @@
+package rules
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// compiler builds a Set from parsed files.
+type compiler struct {
+	*problems
+	opts     Options
+	set      *Set
+	domainAt map[string]Position // where each domain was first declared
+	names    map[string][]*Limit // named limits per domain, for replaces
+	fields   map[*Limit]string   // each limit's field path, for messages
+}
+
+// compile builds the matching tree of every file, in order.
+func compile(files []*fileDoc, opts Options, probs *problems) *Set {
+	c := &compiler{
+		problems: probs,
+		opts:     opts,
+		set:      &Set{domains: map[string]*node{}, loadedAt: time.Now()},
+		domainAt: map[string]Position{},
+		names:    map[string][]*Limit{},
+		fields:   map[*Limit]string{},
+	}
+	for _, f := range files {
+		if f.domain == "" {
+			continue
+		}
+		root, ok := c.set.domains[f.domain]
+		if ok && !opts.MergeDomains {
+			c.errorf(f.pos, "domain", "duplicate domain %q, first declared at %v (one file per domain, or turn on merging of domains)",
+				f.domain, c.domainAt[f.domain])
+			continue
+		}
+		if !ok {
+			root = &node{}
+			c.set.domains[f.domain] = root
+			c.domainAt[f.domain] = f.pos
+			c.set.names = append(c.set.names, f.domain)
+		}
+		c.level(f.domain, root, nil, f.descs)
+	}
+	sort.Strings(c.set.names)
+	c.checkReplaces()
+	return c.set
+}
+
+// level adds descriptors as children of parent, whose path is levels.
+func (c *compiler) level(domain string, parent *node, levels []level, descs []*descDoc) {
+	for _, d := range descs {
+		if d.key == "" {
+			continue // already reported
+		}
+		if parent.children == nil {
+			parent.children = map[string]*keyGroup{}
+		}
+		g := parent.children[d.key]
+		if g == nil {
+			g = &keyGroup{}
+			parent.children[d.key] = g
+		}
+		lv := level{key: d.key, value: d.value}
+		switch {
+		case d.value == "":
+			lv.kind = matchKeyOnly
+			lv.dynamic = true
+		case strings.Contains(d.value, "*"):
+			lv.kind = matchWildcard
+			lv.dynamic = !d.share
+		default:
+			lv.kind = matchExact
+		}
+		if first := g.existing(lv); first != nil {
+			c.errorf(d.pos, d.field, "duplicate descriptor %s at this level, first at %v (merge the two)",
+				describeLevel(lv), first.rule.Pos)
+			continue
+		}
+		path := append(levels[:len(levels):len(levels)], lv)
+		n := &node{rule: c.rule(domain, path, d)}
+		switch lv.kind {
+		case matchKeyOnly:
+			g.keyOnly = n
+		case matchWildcard:
+			g.wildcards = append(g.wildcards, wildcard{segs: strings.Split(d.value, "*"), node: n})
+		default:
+			if g.exact == nil {
+				g.exact = map[string]*node{}
+			}
+			g.exact[d.value] = n
+		}
+		c.level(domain, n, path, d.children)
+	}
+}
+
+// existing returns the node already holding lv's key and value, if any.
+func (g *keyGroup) existing(lv level) *node {
+	switch lv.kind {
+	case matchKeyOnly:
+		return g.keyOnly
+	case matchWildcard:
+		for _, w := range g.wildcards {
+			if w.node.rule.levels[len(w.node.rule.levels)-1].value == lv.value {
+				return w.node
+			}
+		}
+		return nil
+	}
+	return g.exact[lv.value]
+}
+
+func describeLevel(lv level) string {
+	if lv.kind == matchKeyOnly {
+		return fmt.Sprintf("key %q (no value)", lv.key)
+	}
+	return fmt.Sprintf("key %q value %q", lv.key, lv.value)
+}
+
+// rule compiles one descriptor's rule, giving its limits their IDs.
+func (c *compiler) rule(domain string, levels []level, d *descDoc) *Rule {
+	r := &Rule{
+		Domain:         domain,
+		Path:           rulePath(domain, levels),
+		ShadowMode:     d.shadowMode,
+		DetailedMetric: d.detailed,
+		QuotaMode:      d.quotaMode,
+		ValueToMetric:  d.valueToMetric,
+		FailureMode:    d.failureMode,
+		Metadata:       d.metadata,
+		Pos:            d.pos,
+		levels:         levels,
+	}
+	seen := map[string]limitDoc{}
+	for _, ld := range d.limits {
+		l := ld.lim
+		l.ID = limitID(domain, levels, l)
+		if first, dup := seen[l.ID]; dup {
+			c.errorf(l.Pos, ld.field, "same algorithm and window as %s (their counters would be one; merge them or change the window)", first.field)
+			continue
+		}
+		seen[l.ID] = ld
+		c.fields[l] = ld.field
+		r.Limits = append(r.Limits, l)
+		if l.Name != "" {
+			c.names[domain] = append(c.names[domain], l)
+		}
+	}
+	c.set.rules = append(c.set.rules, r)
+	return r
+}
+
+// checkReplaces warns about replaces that name no limit of the domain.
+func (c *compiler) checkReplaces() {
+	for _, r := range c.set.rules {
+		for _, l := range r.Limits {
+			for _, name := range l.Replaces {
+				found := false
+				for _, other := range c.names[r.Domain] {
+					if other.Name == name {
+						found = true
+						break
+					}
+				}
+				if !found {
+					c.warnf(l.Pos, join(c.fields[l], "replaces"), "no limit of domain %q is named %q, so this replaces nothing", r.Domain, name)
+				}
+			}
+		}
+	}
+}
+
+// rulePath names a rule in the reference server's style: the domain, then
+// each level's key or key_value, joined by ".".
+func rulePath(domain string, levels []level) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, lv := range levels {
+		b.WriteByte('.')
+		b.WriteString(lv.key)
+		if lv.value != "" {
+			b.WriteByte('_')
+			b.WriteString(lv.value)
+		}
+	}
+	return b.String()
+}
+
+// limitID encodes a limit's identity: the domain and each level's key and
+// rule value, length-prefixed ("4:demo/7:api_key=0:"), then the counting
+// parameters: "|a=" algorithm, "|w=" window (a Go duration, or "cal:" unit
+// "@" zone for calendar windows), and "|p=" precision for sliding windows.
+// Unlimited limits end in "|unlimited". The length prefixes make the path
+// unambiguous and each "|x=" part starts with its own letter, so the
+// encoding is injective; counter keys extend it with "|v" and "|h" parts.
+func limitID(domain string, levels []level, l *Limit) string {
+	var b []byte
+	b = appendLP(b, domain)
+	for _, lv := range levels {
+		b = append(b, '/')
+		b = appendLP(b, lv.key)
+		b = append(b, '=')
+		b = appendLP(b, lv.value)
+	}
+	if l.Unlimited {
+		return string(append(b, "|unlimited"...))
+	}
+	s := l.Spec
+	b = append(b, "|a="...)
+	b = append(b, s.Algorithm.String()...)
+	b = append(b, "|w="...)
+	if s.Calendar.IsZero() {
+		b = append(b, s.Window.String()...)
+	} else {
+		loc := s.Calendar.Location
+		if loc == nil {
+			loc = time.UTC
+		}
+		b = append(b, "cal:"...)
+		b = append(b, calendarUnitName(s.Calendar.Unit)...)
+		b = append(b, '@')
+		b = append(b, loc.String()...)
+	}
+	if s.Algorithm == limit.SlidingWindow {
+		b = append(b, "|p="...)
+		b = strconv.AppendInt(b, s.SubWindows(), 10)
+	}
+	return string(b)
+}
+
+func appendLP(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}
+
+func calendarUnitName(u limit.CalendarUnit) string {
+	switch u {
+	case limit.CalendarDay:
+		return "day"
+	case limit.CalendarWeek:
+		return "week"
+	case limit.CalendarMonth:
+		return "month"
+	case limit.CalendarYear:
+		return "year"
+	}
+	return "none"
+}

@@ -1,0 +1,871 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// The fields of each level of a rule file, in the order error messages list
+// them. Unknown fields are errors, as in the reference server.
+var (
+	rootFields       = []string{"domain", "descriptors"}
+	descriptorFields = []string{
+		"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
+		"detailed_metric", "quota_mode", "share_threshold", "value_to_metric",
+		"metadata", "failure_mode",
+	}
+	rateLimitFields = []string{
+		"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
+		"burst", "precision", "unit_multiplier", "calendar", "timezone",
+	}
+	replacesFields = []string{"name"}
+)
+
+// slidingLogWarnAbove is the limit per window above which a sliding_log is
+// legal but warned about: it stores one entry per admitted hit.
+const slidingLogWarnAbove = 1000
+
+// precisionWarnAbove is the precision above which a sliding_window is warned
+// about: each counter keeps that many sub-window counters.
+const precisionWarnAbove = 100
+
+// fileDoc is one parsed rule file.
+type fileDoc struct {
+	name   string
+	domain string
+	pos    Position // of the domain value, or the document
+	descs  []*descDoc
+}
+
+// descDoc is one parsed descriptor, before compilation.
+type descDoc struct {
+	key, value    string
+	field         string   // e.g. "descriptors[2].descriptors[0]"
+	pos           Position // of the descriptor's mapping
+	limits        []limitDoc
+	children      []*descDoc
+	shadowMode    bool
+	detailed      bool
+	quotaMode     bool
+	share         bool
+	sharePos      Position
+	valueToMetric bool
+	failureMode   FailureMode
+	metadata      map[string]string
+}
+
+// limitDoc is one parsed rate limit with where it was written.
+type limitDoc struct {
+	lim   *Limit
+	field string
+}
+
+// problems collects the errors and warnings of one load.
+type problems struct {
+	errs  []FieldError
+	warns []Warning
+}
+
+func (p *problems) errorf(pos Position, field, format string, args ...any) {
+	p.errs = append(p.errs, FieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (p *problems) warnf(pos Position, field, format string, args ...any) {
+	p.warns = append(p.warns, Warning{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// parser walks the YAML tree of one file.
+type parser struct {
+	*problems
+	file string
+	// budget bounds the nodes visited, so aliases that expand a small file
+	// into a huge tree are refused instead of exhausting memory and time.
+	budget int
+}
+
+func (p *parser) pos(n *yaml.Node) Position {
+	return Position{File: p.file, Line: n.Line, Column: n.Column}
+}
+
+// parseFile parses one rule file. It returns nil when the file is unusable
+// (its errors are recorded).
+func parseFile(name string, data []byte, probs *problems) *fileDoc {
+	p := &parser{problems: probs, file: name, budget: 100_000 + 20*len(data)}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.errorf(Position{File: name, Line: 1, Column: 1}, "domain", "missing: the file is empty (want a domain and descriptors)")
+			return nil
+		}
+		p.syntaxError(data, err)
+		return nil
+	}
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		p.syntaxError(data, err)
+		return nil
+	case !isNull(&extra):
+		p.errorf(p.pos(&extra), "", "a rule file holds one YAML document, this is a second one (move it to a file of its own)")
+		return nil
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			p.errorf(p.pos(root), "domain", "missing: the file is empty (want a domain and descriptors)")
+			return nil
+		}
+		root = root.Content[0]
+	}
+	return p.root(root)
+}
+
+// yamlLine finds the line number in a yaml.v3 error message.
+func yamlLine(msg string) (line int, rest string, ok bool) {
+	const marker = "line "
+	i := strings.Index(msg, marker)
+	if i < 0 {
+		return 0, msg, false
+	}
+	j := i + len(marker)
+	k := j
+	for k < len(msg) && msg[k] >= '0' && msg[k] <= '9' {
+		k++
+	}
+	n, err := strconv.Atoi(msg[j:k])
+	if err != nil {
+		return 0, msg, false
+	}
+	return n, strings.TrimPrefix(strings.TrimSpace(msg[k:]), ": "), true
+}
+
+// syntaxError records a YAML syntax error with the best position known:
+// the parser's line, or the first byte YAML cannot hold.
+func (p *parser) syntaxError(data []byte, err error) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line, rest, ok := yamlLine(msg)
+	if ok {
+		p.errorf(Position{File: p.file, Line: line, Column: 1}, "", "YAML syntax: %s", rest)
+		return
+	}
+	p.errorf(badBytePos(p.file, data), "", "YAML syntax: %s", msg)
+}
+
+// badBytePos returns the position of the first invalid UTF-8 sequence or
+// control character of data, or 1:1 when there is none.
+func badBytePos(file string, data []byte) Position {
+	line, col := 1, 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if (r == utf8.RuneError && size <= 1) || (r < 0x20 && r != '\n' && r != '\r' && r != '\t') || r == 0x7f {
+			return Position{File: file, Line: line, Column: col}
+		}
+		if r == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+		i += size
+	}
+	return Position{File: file, Line: 1, Column: 1}
+}
+
+func isNull(n *yaml.Node) bool {
+	if n.Kind == yaml.DocumentNode {
+		return len(n.Content) == 0 || isNull(n.Content[0])
+	}
+	return n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
+}
+
+// deref follows aliases to the anchored node, charging the budget. It
+// returns nil when the budget is spent.
+func (p *parser) deref(n *yaml.Node) *yaml.Node {
+	at := n
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	p.budget--
+	if p.budget == 0 {
+		p.errorf(p.pos(at), "", "the file expands to too many YAML nodes (aliases referring to aliases?)")
+	}
+	if p.budget <= 0 {
+		return nil
+	}
+	return n
+}
+
+// field is one key: value pair of a mapping.
+type field struct {
+	name     string
+	key, val *yaml.Node
+}
+
+// mapping returns the fields of a mapping node, resolving aliases and merge
+// keys (<<), and records unknown, repeated or non-string keys. ok is false
+// when n is not a mapping.
+func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fields []field, ok bool) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(p.pos(n), path, "want %s (a mapping), not %s", what, describe(n))
+		return nil, false
+	}
+	seen := map[string]*yaml.Node{}
+	var merged []field
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := p.deref(n.Content[i]), p.deref(n.Content[i+1])
+		if k == nil || v == nil {
+			return fields, true
+		}
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(p.pos(k), path, "a field name must be a string, not %s", describe(k))
+			continue
+		}
+		name := k.Value
+		if name == "<<" && k.ShortTag() == "!!merge" {
+			merged = append(merged, p.mergeFields(v, path, what, allowed)...)
+			continue
+		}
+		if first, dup := seen[name]; dup {
+			p.errorf(p.pos(k), join(path, name), "given twice (first at line %d)", first.Line)
+			continue
+		}
+		seen[name] = k
+		if !contains(allowed, name) {
+			p.unknownField(k, path, name, allowed)
+			continue
+		}
+		fields = append(fields, field{name: name, key: k, val: v})
+	}
+	for _, f := range merged {
+		if _, dup := seen[f.name]; !dup {
+			seen[f.name] = f.key
+			fields = append(fields, f)
+		}
+	}
+	return fields, true
+}
+
+// mergeFields returns the fields a merge key brings in: a mapping, or a
+// sequence of mappings where earlier ones win.
+func (p *parser) mergeFields(v *yaml.Node, path, what string, allowed []string) []field {
+	switch v.Kind {
+	case yaml.MappingNode:
+		fs, _ := p.mapping(v, path, what, allowed)
+		return fs
+	case yaml.SequenceNode:
+		var out []field
+		for _, item := range v.Content {
+			if item = p.deref(item); item == nil {
+				break
+			}
+			out = append(out, p.mergeFields(item, path, what, allowed)...)
+		}
+		return out
+	}
+	p.errorf(p.pos(v), path, "a merge key (<<) wants a mapping or a list of mappings, not %s", describe(v))
+	return nil
+}
+
+func (p *parser) unknownField(k *yaml.Node, path, name string, allowed []string) {
+	if s := suggest(name, allowed); s != "" {
+		p.errorf(p.pos(k), join(path, name), "unknown field (did you mean %q?)", s)
+		return
+	}
+	p.errorf(p.pos(k), join(path, name), "unknown field (want %s)", orList(allowed))
+}
+
+// root parses the top-level mapping.
+func (p *parser) root(n *yaml.Node) *fileDoc {
+	if n = p.deref(n); n == nil {
+		return nil
+	}
+	fields, ok := p.mapping(n, "", "a rule file", rootFields)
+	if !ok {
+		return nil
+	}
+	f := &fileDoc{name: p.file, pos: p.pos(n)}
+	hasDomain := false
+	for _, fl := range fields {
+		switch fl.name {
+		case "domain":
+			hasDomain = true
+			f.domain, _ = p.str(fl.val, "domain")
+			f.pos = p.pos(fl.val)
+			if f.domain == "" && fl.val.Kind == yaml.ScalarNode {
+				p.errorf(p.pos(fl.val), "domain", "empty (want the domain name Envoy sends)")
+			}
+		case "descriptors":
+			f.descs = p.descriptors(fl.val, "descriptors", 1)
+		}
+	}
+	if !hasDomain {
+		p.errorf(p.pos(n), "domain", "missing (want the domain name Envoy sends)")
+	}
+	return f
+}
+
+// descriptors parses a list of descriptors at depth (1 for the top level).
+func (p *parser) descriptors(n *yaml.Node, path string, depth int) []*descDoc {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(p.pos(n), path, "want a list of descriptors, not %s", describe(n))
+		return nil
+	}
+	out := make([]*descDoc, 0, len(n.Content))
+	for i, item := range n.Content {
+		if item = p.deref(item); item == nil {
+			break
+		}
+		if d := p.descriptor(item, fmt.Sprintf("%s[%d]", path, i), depth); d != nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (p *parser) descriptor(n *yaml.Node, path string, depth int) *descDoc {
+	fields, ok := p.mapping(n, path, "a descriptor", descriptorFields)
+	if !ok {
+		return nil
+	}
+	d := &descDoc{field: path, pos: p.pos(n)}
+	var hasKey bool
+	var rateLimit, rateLimits *field
+	for i := range fields {
+		fl := &fields[i]
+		fp := join(path, fl.name)
+		switch fl.name {
+		case "key":
+			hasKey = true
+			d.key, _ = p.str(fl.val, fp)
+			if d.key == "" && fl.val.Kind == yaml.ScalarNode {
+				p.errorf(p.pos(fl.val), fp, "empty (want the descriptor key Envoy sends, such as remote_address)")
+			}
+		case "value":
+			d.value, _ = p.str(fl.val, fp)
+		case "rate_limit":
+			rateLimit = fl
+		case "rate_limits":
+			rateLimits = fl
+		case "descriptors":
+			d.children = p.descriptors(fl.val, fp, depth+1)
+		case "shadow_mode":
+			d.shadowMode = p.boolean(fl.val, fp)
+		case "detailed_metric":
+			d.detailed = p.boolean(fl.val, fp)
+		case "quota_mode":
+			d.quotaMode = p.boolean(fl.val, fp)
+		case "share_threshold":
+			d.share = p.boolean(fl.val, fp)
+			d.sharePos = p.pos(fl.val)
+		case "value_to_metric":
+			d.valueToMetric = p.boolean(fl.val, fp)
+		case "metadata":
+			d.metadata = p.metadata(fl.val, fp)
+		case "failure_mode":
+			d.failureMode = p.failureMode(fl.val, fp)
+		}
+	}
+	if !hasKey {
+		p.errorf(p.pos(n), join(path, "key"), "missing (want the descriptor key Envoy sends, such as remote_address)")
+	}
+	if d.share && !strings.Contains(d.value, "*") {
+		what := fmt.Sprintf("value %q has none", d.value)
+		if d.value == "" {
+			what = "this descriptor has no value"
+		}
+		p.errorf(d.sharePos, join(path, "share_threshold"), "needs a wildcard value containing * (%s)", what)
+	}
+	switch {
+	case rateLimit != nil && rateLimits != nil:
+		p.errorf(p.pos(rateLimits.key), join(path, "rate_limits"), "given together with rate_limit (want one of them: rate_limit for one limit, rate_limits for several)")
+	case rateLimit != nil:
+		if isNull(rateLimit.val) {
+			break
+		}
+		if l := p.rateLimit(rateLimit.val, join(path, "rate_limit")); l != nil {
+			d.limits = []limitDoc{{lim: l, field: join(path, "rate_limit")}}
+		}
+	case rateLimits != nil:
+		d.limits = p.rateLimits(rateLimits.val, join(path, "rate_limits"))
+	}
+	return d
+}
+
+func (p *parser) rateLimits(n *yaml.Node, path string) []limitDoc {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(p.pos(n), path, "want a list of rate limits, not %s", describe(n))
+		return nil
+	}
+	if len(n.Content) == 0 {
+		p.errorf(p.pos(n), path, "empty (want at least one rate limit, or remove the field)")
+		return nil
+	}
+	var out []limitDoc
+	unlimited := false
+	for i, item := range n.Content {
+		if item = p.deref(item); item == nil {
+			break
+		}
+		fp := fmt.Sprintf("%s[%d]", path, i)
+		if l := p.rateLimit(item, fp); l != nil {
+			out = append(out, limitDoc{lim: l, field: fp})
+			unlimited = unlimited || l.Unlimited
+		}
+	}
+	if unlimited && len(n.Content) > 1 {
+		p.errorf(p.pos(n), path, "unlimited: true together with other limits (an unlimited descriptor wants a single rate_limit)")
+	}
+	return out
+}
+
+// rateLimit parses one rate limit and checks its fields against each other.
+// It returns nil when the limit cannot be built.
+func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
+	fields, ok := p.mapping(n, path, "a rate limit", rateLimitFields)
+	if !ok {
+		return nil
+	}
+	nerr := len(p.errs)
+	l := &Limit{Pos: p.pos(n), UnitMultiplier: 1}
+	vals := map[string]*yaml.Node{}
+	var unitNode, rpuNode *yaml.Node
+	algorithm := limit.FixedWindow
+	var burst, precision int64
+	var calendar bool
+	var tz string
+	for _, fl := range fields {
+		fp := join(path, fl.name)
+		vals[fl.name] = fl.key
+		switch fl.name {
+		case "unit":
+			unitNode = fl.val
+			s, ok := p.str(fl.val, fp)
+			if !ok || s == "" && isNull(fl.val) {
+				break
+			}
+			u, ok := parseUnit(s)
+			if !ok {
+				p.errorf(p.pos(fl.val), fp, "unknown unit %q (want second, minute, hour, day, week, month or year)", s)
+			}
+			l.Unit = u
+		case "requests_per_unit":
+			rpuNode = fl.val
+			v, _ := p.integer(fl.val, fp, 0, math.MaxUint32)
+			l.RequestsPerUnit = uint32(v)
+		case "unlimited":
+			l.Unlimited = p.boolean(fl.val, fp)
+		case "name":
+			l.Name, _ = p.str(fl.val, fp)
+		case "replaces":
+			l.Replaces = p.replaces(fl.val, fp)
+		case "algorithm":
+			s, ok := p.str(fl.val, fp)
+			if !ok {
+				break
+			}
+			a, err := limit.ParseAlgorithm(s)
+			if err != nil {
+				p.errorf(p.pos(fl.val), fp, "%v", err)
+				break
+			}
+			algorithm = a
+		case "burst":
+			burst, _ = p.integer(fl.val, fp, 1, math.MaxUint32)
+		case "precision":
+			precision, _ = p.integer(fl.val, fp, 1, math.MaxUint32)
+		case "unit_multiplier":
+			v, _ := p.integer(fl.val, fp, 1, math.MaxUint32)
+			if v >= 1 {
+				l.UnitMultiplier = uint32(v)
+			}
+		case "calendar":
+			calendar = p.boolean(fl.val, fp)
+		case "timezone":
+			tz, _ = p.str(fl.val, fp)
+		}
+	}
+	at := func(name string) Position { return p.pos(vals[name]) }
+	for _, r := range l.Replaces {
+		if r != "" && r == l.Name {
+			p.errorf(at("replaces"), join(path, "replaces"), "replaces its own name %q (a limit cannot replace itself)", r)
+		}
+	}
+	if l.Unlimited {
+		if unitNode != nil && unitNode.Kind == yaml.ScalarNode && !isNull(unitNode) && unitNode.Value != "" {
+			p.errorf(p.pos(unitNode), join(path, "unit"), "given with unlimited: true (an unlimited limit has no unit; remove one of them)")
+		}
+		for _, name := range []string{"algorithm", "burst", "precision", "unit_multiplier", "calendar", "timezone"} {
+			if vals[name] != nil {
+				p.errorf(at(name), join(path, name), "given with unlimited: true (an unlimited limit is never counted; remove one of them)")
+			}
+		}
+		if rpuNode != nil {
+			p.warnf(p.pos(rpuNode), join(path, "requests_per_unit"), "ignored: the limit is unlimited")
+		}
+		if len(p.errs) > nerr {
+			return nil
+		}
+		return l
+	}
+	if l.Unit == 0 {
+		if unitNode == nil || isNull(unitNode) {
+			p.errorf(p.pos(n), join(path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
+		}
+		return nil
+	}
+	if rpuNode == nil {
+		p.warnf(p.pos(n), join(path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
+	}
+	if burst > 0 && !algorithm.HasBurst() {
+		p.errorf(at("burst"), join(path, "burst"), "%s has no burst (burst applies to token_bucket, leaky_bucket and gcra)", algorithm)
+	}
+	if precision > 0 && algorithm != limit.SlidingWindow {
+		p.errorf(at("precision"), join(path, "precision"), "%s has no precision (precision applies to sliding_window)", algorithm)
+	}
+	if longest := int64(math.MaxInt64 / l.Unit.Duration()); int64(l.UnitMultiplier) > longest {
+		p.errorf(at("unit_multiplier"), join(path, "unit_multiplier"), "%d %ss is too long a window (want at most %d)", l.UnitMultiplier, l.Unit, longest)
+		return nil
+	}
+	spec := limit.Spec{
+		Algorithm: algorithm,
+		Limit:     int64(l.RequestsPerUnit),
+		Window:    l.Unit.Duration() * time.Duration(l.UnitMultiplier),
+		Burst:     burst,
+		Precision: int(precision),
+	}
+	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
+		spec.Precision = 1
+	}
+	if spec.Algorithm == limit.SlidingWindow && int64(spec.Precision) > spec.Window.Milliseconds() {
+		p.errorf(at("precision"), join(path, "precision"), "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
+			spec.Precision, spec.Window, spec.Window.Milliseconds())
+	}
+	if tz != "" && !calendar {
+		p.errorf(at("timezone"), join(path, "timezone"), "given without calendar: true (a time zone only places calendar windows)")
+	}
+	if calendar {
+		p.calendar(l, &spec, tz, path, at)
+	}
+	if len(p.errs) > nerr {
+		return nil
+	}
+	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogWarnAbove {
+		p.warnf(p.pos(n), path, "sliding_log keeps one entry per admitted hit: %d per window per counter is costly (sliding_window with a precision is cheaper)", spec.Limit)
+	}
+	if spec.Algorithm == limit.SlidingWindow && spec.Precision > precisionWarnAbove {
+		p.warnf(at("precision"), join(path, "precision"), "%d sub-window counters per counter is costly (precision above %d rarely helps)", spec.Precision, precisionWarnAbove)
+	}
+	if err := spec.Validate(); err != nil {
+		p.errorf(p.pos(n), path, "%v", err)
+		return nil
+	}
+	l.Spec = spec
+	return l
+}
+
+// calendar checks and fills a calendar window.
+func (p *parser) calendar(l *Limit, spec *limit.Spec, tz, path string, at func(string) Position) {
+	fp := join(path, "calendar")
+	switch {
+	case spec.Algorithm != limit.FixedWindow:
+		p.errorf(at("calendar"), fp, "needs algorithm fixed_window, not %s (calendar windows are fixed windows)", spec.Algorithm)
+		return
+	case l.UnitMultiplier != 1:
+		p.errorf(at("calendar"), fp, "needs unit_multiplier 1, not %d (a calendar window is one day, week, month or year)", l.UnitMultiplier)
+		return
+	}
+	var cu limit.CalendarUnit
+	switch l.Unit {
+	case Day:
+		cu = limit.CalendarDay
+	case Week:
+		cu = limit.CalendarWeek
+	case Month:
+		cu = limit.CalendarMonth
+	case Year:
+		cu = limit.CalendarYear
+	default:
+		p.errorf(at("calendar"), fp, "needs unit day, week, month or year, not %s", l.Unit)
+		return
+	}
+	loc := time.UTC
+	if tz != "" {
+		var err error
+		loc, err = loadLocation(tz)
+		if err != nil {
+			p.errorf(at("timezone"), join(path, "timezone"), "unknown time zone %q (want an IANA name such as America/New_York, or UTC)", tz)
+			return
+		}
+	}
+	spec.Calendar = limit.Calendar{Unit: cu, Location: loc}
+}
+
+// loadLocation loads an IANA time zone, refusing "Local", whose meaning
+// depends on the machine.
+func loadLocation(name string) (*time.Location, error) {
+	if name == "Local" {
+		return nil, errors.New("machine-dependent zone")
+	}
+	return time.LoadLocation(name)
+}
+
+func (p *parser) replaces(n *yaml.Node, path string) []string {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(p.pos(n), path, "want a list such as [{name: other_limit}], not %s", describe(n))
+		return nil
+	}
+	if len(n.Content) == 0 {
+		p.warnf(p.pos(n), path, "empty: replaces nothing")
+	}
+	var out []string
+	for i, item := range n.Content {
+		if item = p.deref(item); item == nil {
+			break
+		}
+		fp := fmt.Sprintf("%s[%d]", path, i)
+		fields, ok := p.mapping(item, fp, "a replaced limit such as {name: other_limit}", replacesFields)
+		if !ok {
+			continue
+		}
+		name := ""
+		for _, fl := range fields {
+			name, _ = p.str(fl.val, join(fp, "name"))
+		}
+		if name == "" {
+			p.errorf(p.pos(item), join(fp, "name"), "empty (want the name of the limit to replace)")
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+func (p *parser) metadata(n *yaml.Node, path string) map[string]string {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(p.pos(n), path, "want a mapping of names to values, not %s", describe(n))
+		return nil
+	}
+	out := make(map[string]string, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := p.deref(n.Content[i]), p.deref(n.Content[i+1])
+		if k == nil || v == nil {
+			break
+		}
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(p.pos(k), path, "a metadata name must be a string, not %s", describe(k))
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			p.errorf(p.pos(k), join(path, k.Value), "given twice")
+			continue
+		}
+		s, ok := p.str(v, join(path, k.Value))
+		if ok {
+			out[k.Value] = s
+		}
+	}
+	return out
+}
+
+func (p *parser) failureMode(n *yaml.Node, path string) FailureMode {
+	s, ok := p.str(n, path)
+	if !ok || s == "" {
+		return FailureDefault
+	}
+	for i, name := range failureModeNames[1:] {
+		if name == s {
+			return FailureMode(i + 1)
+		}
+	}
+	p.errorf(p.pos(n), path, "unknown failure mode %q (want allow, deny or unavailable)", s)
+	return FailureDefault
+}
+
+// str reads a scalar as text. Numbers and booleans are taken as written, as
+// the reference server does (value: 200 is the string "200"); null is "".
+func (p *parser) str(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode {
+		p.errorf(p.pos(n), path, "want a string, not %s", describe(n))
+		return "", false
+	}
+	if n.ShortTag() == "!!null" {
+		return "", true
+	}
+	return n.Value, true
+}
+
+// yaml11Bools are the plain scalars YAML 1.1 (and so the reference server's
+// parser) reads as booleans.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true,
+	"true": true, "True": true, "TRUE": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false,
+	"false": false, "False": false, "FALSE": false, "off": false, "Off": false, "OFF": false,
+}
+
+func (p *parser) boolean(n *yaml.Node, path string) bool {
+	if n.Kind == yaml.ScalarNode {
+		if n.ShortTag() == "!!null" {
+			return false
+		}
+		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+			if b, ok := yaml11Bools[n.Value]; ok {
+				return b
+			}
+		}
+	}
+	p.errorf(p.pos(n), path, "want true or false, not %s", describe(n))
+	return false
+}
+
+// integer reads a whole number in [min, max]. Null is 0 and not checked
+// against min (the field counts as not given).
+func (p *parser) integer(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return 0, false
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && isDigits(n.Value) {
+			p.errorf(p.pos(n), path, "%s is too large (want at most %d)", n.Value, hi)
+			return 0, false
+		}
+		p.errorf(p.pos(n), path, "want a whole number, not %s", describe(n))
+		return 0, false
+	}
+	s := strings.ReplaceAll(n.Value, "_", "")
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimLeft(s, "+-")
+	u, err := strconv.ParseUint(s, 0, 64)
+	switch {
+	case neg && (err != nil || u > 0):
+		p.errorf(p.pos(n), path, "%s is negative (want %d to %d)", n.Value, lo, hi)
+	case err != nil || u > uint64(hi):
+		p.errorf(p.pos(n), path, "%s is too large (want at most %d)", n.Value, hi)
+	case int64(u) < lo:
+		p.errorf(p.pos(n), path, "%s is too small (want at least %d)", n.Value, lo)
+	default:
+		return int64(u), true
+	}
+	return 0, false
+}
+
+func isDigits(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// describe names a node's type and, for scalars, its text, for messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		v := n.Value
+		if len(v) > 40 {
+			v = v[:40] + "..."
+		}
+		switch n.ShortTag() {
+		case "!!null":
+			return "null"
+		case "!!int":
+			return "the number " + v
+		case "!!float":
+			return "the number " + v
+		case "!!bool":
+			return "the boolean " + v
+		}
+		return strconv.Quote(v)
+	}
+	return "nothing"
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// orList writes "a, b or c".
+func orList(list []string) string {
+	if len(list) == 1 {
+		return list[0]
+	}
+	return strings.Join(list[:len(list)-1], ", ") + " or " + list[len(list)-1]
+}
+
+// suggest returns the allowed name closest to a misspelt one, or "" when
+// none is close (at most a third of the letters differ).
+func suggest(name string, allowed []string) string {
+	best, bestD := "", len(name)/3+1
+	for _, a := range allowed {
+		if d := editDistance(strings.ToLower(name), a); d < bestD {
+			best, bestD = a, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
