@@ -1,0 +1,180 @@
+package envoy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// HeaderStyle chooses the rate-limit headers a Service adds to answers
+// (response_headers_to_add, which Envoy puts on the downstream response).
+type HeaderStyle uint8
+
+const (
+	// HeadersOff, the zero value, adds no header.
+	HeadersOff HeaderStyle = iota
+	// HeadersReference adds the reference server's three headers,
+	// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (seconds),
+	// under configurable names, plus Retry-After on OVER_LIMIT answers.
+	HeadersReference
+	// HeadersIETF adds the structured fields of the IETF draft
+	// (draft-ietf-httpapi-ratelimit-headers): RateLimit-Policy
+	// (`"name";q=<limit>;w=<window seconds>`) and RateLimit
+	// (`"name";r=<remaining>;t=<seconds to reset>`), plus Retry-After on
+	// OVER_LIMIT answers.
+	HeadersIETF
+)
+
+var headerStyleNames = [...]string{"off", "reference", "ietf"}
+
+// String returns the style's name: "off", "reference" or "ietf".
+func (h HeaderStyle) String() string {
+	if int(h) < len(headerStyleNames) {
+		return headerStyleNames[h]
+	}
+	return fmt.Sprintf("HeaderStyle(%d)", uint8(h))
+}
+
+// ParseHeaderStyle returns the style named s ("off", "reference", "ietf").
+func ParseHeaderStyle(s string) (HeaderStyle, error) {
+	for i, n := range headerStyleNames {
+		if strings.EqualFold(s, n) {
+			return HeaderStyle(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown response header style %q (want off, reference or ietf)", s)
+}
+
+// The reference server's default header names.
+const (
+	DefaultLimitHeader     = "RateLimit-Limit"
+	DefaultRemainingHeader = "RateLimit-Remaining"
+	DefaultResetHeader     = "RateLimit-Reset"
+)
+
+// Headers configures response headers. The zero value adds none.
+type Headers struct {
+	Style HeaderStyle
+	// LimitName, RemainingName and ResetName name the HeadersReference
+	// headers (the reference server's LIMIT_LIMIT_HEADER,
+	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty means the default.
+	LimitName, RemainingName, ResetName string
+}
+
+// normalize fills defaults and checks the names are HTTP tokens.
+func (h Headers) normalize() (Headers, error) {
+	if h.Style > HeadersIETF {
+		return h, fmt.Errorf("envoy: unknown header style %v", h.Style)
+	}
+	defaults := [...]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader}
+	for i, p := range [...]*string{&h.LimitName, &h.RemainingName, &h.ResetName} {
+		if *p == "" {
+			*p = defaults[i]
+		}
+		if !isToken(*p) {
+			return h, fmt.Errorf("envoy: header name %q is not an HTTP token", *p)
+		}
+	}
+	return h, nil
+}
+
+// build returns the headers for an answer with these statuses, nil when
+// headers are off. Values come from the most restrictive status that has a
+// current_limit: an over-limit one first, then the least remaining.
+func (h Headers) build(statuses []*pb.RateLimitResponse_DescriptorStatus, over bool) []*corev3.HeaderValue {
+	if h.Style == HeadersOff {
+		return nil
+	}
+	var out []*corev3.HeaderValue
+	if st := mostRestrictive(statuses); st != nil {
+		lim := st.CurrentLimit
+		reset := strconv.FormatInt(ceilSeconds(st.GetDurationUntilReset().AsDuration()), 10)
+		if h.Style == HeadersReference {
+			out = append(out,
+				&corev3.HeaderValue{Key: h.LimitName, Value: strconv.FormatUint(uint64(lim.RequestsPerUnit), 10)},
+				&corev3.HeaderValue{Key: h.RemainingName, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+				&corev3.HeaderValue{Key: h.ResetName, Value: reset},
+			)
+		} else {
+			name := sfString(lim.Name)
+			windowSeconds := ceilSeconds(responseWindow(lim))
+			out = append(out,
+				&corev3.HeaderValue{Key: "RateLimit-Policy", Value: name + ";q=" + strconv.FormatUint(uint64(lim.RequestsPerUnit), 10) + ";w=" + strconv.FormatInt(windowSeconds, 10)},
+				&corev3.HeaderValue{Key: "RateLimit", Value: name + ";r=" + strconv.FormatUint(uint64(st.LimitRemaining), 10) + ";t=" + reset},
+			)
+		}
+	}
+	if over {
+		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(ceilSeconds(retryAfter(statuses)), 1), 10)})
+	}
+	return out
+}
+
+func mostRestrictive(statuses []*pb.RateLimitResponse_DescriptorStatus) *pb.RateLimitResponse_DescriptorStatus {
+	var best *pb.RateLimitResponse_DescriptorStatus
+	for _, st := range statuses {
+		if st.CurrentLimit == nil {
+			continue
+		}
+		if best == nil {
+			best = st
+			continue
+		}
+		stOver, bestOver := st.Code == pb.RateLimitResponse_OVER_LIMIT, best.Code == pb.RateLimitResponse_OVER_LIMIT
+		if stOver != bestOver {
+			if stOver {
+				best = st
+			}
+			continue
+		}
+		if st.LimitRemaining < best.LimitRemaining {
+			best = st
+		}
+	}
+	return best
+}
+
+// sfString quotes a policy name as a structured-field string (RFC 8941):
+// printable ASCII with '"' and '\' escaped; other bytes become '_'. An empty
+// name becomes "default".
+func sfString(name string) string {
+	if name == "" {
+		name = "default"
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('_')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// isToken reports whether s is an HTTP field name (RFC 9110 token).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

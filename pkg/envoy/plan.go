@@ -1,0 +1,304 @@
+package envoy
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// scratch is the working state of one request, pooled so that a request
+// reuses the slices of an earlier one.
+type scratch struct {
+	entries   []rules.Entry // every descriptor's entries, back to back
+	descs     []descState
+	items     []item
+	replaced  []string // names listed in `replaces` by any matched limit
+	hits      []limit.Hit
+	decisions []limit.Decision
+	key       []byte
+
+	// The second pass of recharge.
+	hits2      []limit.Hit
+	decisions2 []limit.Decision
+	index2     []int
+}
+
+// descState is one request descriptor.
+type descState struct {
+	rule       *rules.Rule // nil when no rule matched
+	from, to   int         // its entries: scratch.entries[from:to]
+	cost       int64
+	refund     bool
+	override   bool
+	shadow     bool // per-rule shadow mode (never for overrides)
+	quota      bool // quota mode (never for overrides)
+	itemsFrom  int  // its limits: scratch.items[itemsFrom:itemsTo]
+	itemsTo    int
+	ruleMetric string // metric label; "" when no limit applies
+}
+
+// item is one limit applying to a descriptor.
+type item struct {
+	desc       int
+	lim        *rules.Limit // nil for an override
+	spec       limit.Spec
+	name       string
+	rpu        uint32
+	unit       rules.Unit
+	multiplier uint32
+	unlimited  bool
+	dropped    bool              // replaced by another matched limit
+	hit        int               // index in scratch.hits; -1 when not evaluated
+	failure    rules.FailureMode // resolved: never FailureDefault
+	failed     bool              // the store failed and the policy let it pass
+}
+
+func (sc *scratch) reset() {
+	clear(sc.entries)
+	clear(sc.descs)
+	clear(sc.items)
+	clear(sc.replaced)
+	clear(sc.hits)
+	clear(sc.hits2)
+	sc.entries, sc.descs, sc.items, sc.replaced = sc.entries[:0], sc.descs[:0], sc.items[:0], sc.replaced[:0]
+	sc.hits, sc.decisions, sc.key = sc.hits[:0], sc.decisions[:0], sc.key[:0]
+	sc.hits2, sc.decisions2, sc.index2 = sc.hits2[:0], sc.decisions2[:0], sc.index2[:0]
+}
+
+// plan matches every descriptor, drops replaced limits and builds the hits.
+// The only error is an invalid limit override, naming its field.
+func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.FailureMode) error {
+	domain := req.GetDomain()
+	requestCost := int64(req.GetHitsAddend())
+	if requestCost == 0 {
+		requestCost = 1
+	}
+	for i, d := range req.GetDescriptors() {
+		from := len(sc.entries)
+		for _, e := range d.GetEntries() {
+			sc.entries = append(sc.entries, rules.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		ds := descState{from: from, to: len(sc.entries), cost: requestCost, refund: d.GetIsNegativeHits()}
+		if h := d.GetHitsAddend(); h != nil {
+			ds.cost = int64(min(h.GetValue(), math.MaxInt64))
+		}
+		ds.rule = set.Match(domain, sc.entries[ds.from:ds.to])
+		failure := global
+		if ds.rule != nil && ds.rule.FailureMode != rules.FailureDefault {
+			failure = ds.rule.FailureMode
+		}
+		ds.itemsFrom = len(sc.items)
+		switch {
+		case d.GetLimit() != nil:
+			// Envoy's override replaces whatever the rules say, shadow and
+			// quota mode included, as in the reference server; only the
+			// matched rule's algorithm and failure mode carry over.
+			it, err := overrideItem(d.GetLimit(), ds.rule, i)
+			if err != nil {
+				return err
+			}
+			it.desc, it.failure = i, failure
+			sc.items = append(sc.items, it)
+			ds.override = true
+			ds.ruleMetric = overrideMetric
+			if ds.rule != nil {
+				ds.ruleMetric = ds.rule.Path
+			}
+		case ds.rule != nil:
+			for _, l := range ds.rule.Limits {
+				sc.items = append(sc.items, item{
+					desc: i, lim: l, spec: l.Spec, name: l.Name, rpu: l.RequestsPerUnit,
+					unit: l.Unit, multiplier: max(l.UnitMultiplier, 1), unlimited: l.Unlimited,
+					hit: -1, failure: failure,
+				})
+				sc.replaced = append(sc.replaced, l.Replaces...)
+			}
+			ds.shadow, ds.quota = ds.rule.ShadowMode, ds.rule.QuotaMode
+			if len(ds.rule.Limits) > 0 {
+				ds.ruleMetric = ds.rule.Path
+			}
+		}
+		ds.itemsTo = len(sc.items)
+		sc.descs = append(sc.descs, ds)
+	}
+
+	// `replaces` works across the whole request, as in the reference
+	// server: a limit is dropped when any matched limit names it.
+	if len(sc.replaced) > 0 {
+		for i := range sc.items {
+			it := &sc.items[i]
+			if it.lim != nil && it.name != "" && slices.Contains(sc.replaced, it.name) {
+				it.dropped = true
+			}
+		}
+	}
+
+	for i := range sc.items {
+		it := &sc.items[i]
+		if it.unlimited || it.dropped {
+			continue
+		}
+		ds := &sc.descs[it.desc]
+		entries := sc.entries[ds.from:ds.to]
+		sc.key = sc.key[:0]
+		if it.lim != nil {
+			sc.key = appendRuleKey(sc.key, ds.rule, it.lim, entries)
+		} else {
+			sc.key = appendOverrideKey(sc.key, domain, ds.rule, entries, it.spec)
+		}
+		it.hit = len(sc.hits)
+		sc.hits = append(sc.hits, limit.Hit{Key: string(sc.key), Spec: it.spec, Cost: ds.cost, Refund: ds.refund})
+	}
+	sc.decisions = grow(sc.decisions, len(sc.hits))
+	return nil
+}
+
+// overrideMetric is the metric label of an override that matched no rule.
+const overrideMetric = "(override)"
+
+// overrideItem builds the limit of a descriptor's override. A matched rule
+// lends its first limit's algorithm and sub-window precision, so an
+// override of a sliding-window rule still slides; windows follow the epoch
+// (no calendar), as override units are fixed lengths.
+func overrideItem(o *rlv3.RateLimitDescriptor_RateLimitOverride, r *rules.Rule, index int) (item, error) {
+	field := fmt.Sprintf("descriptors[%d].limit", index)
+	unit, err := overrideUnit(o.GetUnit(), field)
+	if err != nil {
+		return item{}, err
+	}
+	mult := uint32(1)
+	if m := o.GetUnitMultiplier(); m != nil {
+		if m.GetValue() == 0 {
+			return item{}, fmt.Errorf("%s.unit_multiplier: must be at least 1 when set", field)
+		}
+		mult = m.GetValue()
+	}
+	spec := limit.Spec{Limit: int64(o.GetRequestsPerUnit()), Window: window(unit, mult)}
+	if r != nil && len(r.Limits) > 0 && !r.Limits[0].Unlimited {
+		base := r.Limits[0].Spec
+		spec.Algorithm = base.Algorithm
+		spec.Precision = base.Precision
+		if spec.Validate() != nil {
+			spec.Precision = 0 // too fine for the override's window
+		}
+	}
+	return item{spec: spec, rpu: o.GetRequestsPerUnit(), unit: unit, multiplier: mult, hit: -1}, nil
+}
+
+// verdict is the outcome of a request, from the decisions.
+type verdict struct {
+	over  bool          // the request is rejected (before global shadow mode)
+	codes []descOutcome // per descriptor
+	quota []int         // indices of quota descriptors over their limit
+}
+
+// descOutcome is one descriptor's outcome.
+type descOutcome struct {
+	code      pb.RateLimitResponse_Code
+	best      int  // item reported as current_limit; -1 for none
+	unlimited bool // only unlimited limits apply
+	wouldDeny bool // a limit denied (even if shadow mode turned it OK)
+	near      bool
+}
+
+// judge computes each descriptor's status and the overall code from the
+// decisions: a descriptor is over when one of its limits denied; its
+// reported limit is the most restrictive one (a denial first, then the
+// least remaining).
+func (sc *scratch) judge(nearRatio float64) verdict {
+	v := verdict{codes: make([]descOutcome, len(sc.descs))}
+	quotas := 0
+	enforcedOver := false
+	for di := range sc.descs {
+		ds := &sc.descs[di]
+		out := descOutcome{code: pb.RateLimitResponse_OK, best: -1}
+		anyLimited := false
+		for ii := ds.itemsFrom; ii < ds.itemsTo; ii++ {
+			it := &sc.items[ii]
+			if it.dropped {
+				continue
+			}
+			if it.unlimited {
+				out.unlimited = true
+				continue
+			}
+			anyLimited = true
+			if it.hit < 0 || it.failed {
+				continue
+			}
+			d := &sc.decisions[it.hit]
+			if !d.Allowed {
+				out.wouldDeny = true
+			} else if capacity := it.spec.Capacity(); capacity > 0 && float64(capacity-d.Remaining) >= nearRatio*float64(capacity) {
+				out.near = true
+			}
+			if out.best < 0 || restrictive(d, &sc.decisions[sc.items[out.best].hit]) {
+				out.best = ii
+			}
+		}
+		if anyLimited {
+			out.unlimited = false
+		}
+		if out.wouldDeny && !ds.shadow {
+			out.code = pb.RateLimitResponse_OVER_LIMIT
+		}
+		if ds.quota && anyLimited {
+			quotas++
+			if out.code == pb.RateLimitResponse_OVER_LIMIT {
+				v.quota = append(v.quota, di)
+			}
+		} else if out.code == pb.RateLimitResponse_OVER_LIMIT {
+			enforcedOver = true
+		}
+		v.codes[di] = out
+	}
+	v.over = enforcedOver || (quotas > 0 && len(v.quota) == quotas)
+	return v
+}
+
+// restrictive reports whether a is more restrictive than b.
+func restrictive(a, b *limit.Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	return a.Remaining < b.Remaining
+}
+
+// consumedNothing reports whether the Limiter denied a hit that consumes,
+// which, all or nothing, means that no hit of the call consumed.
+func (sc *scratch) consumedNothing() bool {
+	for i := range sc.hits {
+		if !sc.decisions[i].Allowed && sc.hits[i].Cost > 0 && !sc.hits[i].Refund {
+			return true
+		}
+	}
+	return false
+}
+
+// applyFailure turns every evaluated limit into its failure policy's
+// answer: a denial for FailureDeny, nothing known (no current_limit) for
+// the others. It reports whether a limit asks for FailureUnavailable.
+func (sc *scratch) applyFailure() (unavailable bool) {
+	for i := range sc.items {
+		it := &sc.items[i]
+		if it.hit < 0 {
+			continue
+		}
+		switch it.failure {
+		case rules.FailureDeny:
+			sc.decisions[it.hit] = limit.Decision{}
+		case rules.FailureUnavailable:
+			unavailable = true
+			it.failed = true
+		default:
+			it.failed = true
+		}
+	}
+	return unavailable
+}

@@ -1,0 +1,124 @@
+package envoy
+
+import (
+	"encoding/json"
+	"math"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// respond builds the answer from a verdict.
+func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.RateLimitResponse {
+	resp := &pb.RateLimitResponse{
+		OverallCode: pb.RateLimitResponse_OK,
+		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(sc.descs)),
+	}
+	for di := range sc.descs {
+		resp.Statuses[di] = sc.status(v.codes[di])
+	}
+	if v.over {
+		if s.opts.ShadowMode {
+			s.opts.Metrics.globalShadow()
+		} else {
+			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	over := resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT
+	resp.ResponseHeadersToAdd = s.opts.Headers.build(resp.Statuses, over)
+	if over && s.opts.OverLimitBody {
+		resp.RawBody = overLimitBody(req.GetDomain(), retryAfter(resp.Statuses))
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: "content-type", Value: "application/json"})
+	}
+	if md := quotaMetadata(sc, req.GetDomain(), v); md != nil {
+		resp.DynamicMetadata = md
+	}
+	return resp
+}
+
+// status is the DescriptorStatus of one descriptor. A descriptor with only
+// unlimited limits gets the reference server's answer: OK, no
+// current_limit, the largest limit_remaining.
+func (sc *scratch) status(o descOutcome) *pb.RateLimitResponse_DescriptorStatus {
+	st := &pb.RateLimitResponse_DescriptorStatus{Code: o.code}
+	if o.best < 0 {
+		if o.unlimited {
+			st.LimitRemaining = math.MaxUint32
+		}
+		return st
+	}
+	it := &sc.items[o.best]
+	d := &sc.decisions[it.hit]
+	st.CurrentLimit = &pb.RateLimitResponse_RateLimit{
+		Name:            it.name,
+		RequestsPerUnit: it.rpu,
+		Unit:            responseUnit(it.unit),
+		UnitMultiplier:  wrapperspb.UInt32(it.multiplier),
+	}
+	st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+	// For a denial, the useful time is when the same request could pass
+	// (for a bucket, long before it is full again).
+	reset := d.ResetAfter
+	if !d.Allowed && d.RetryAfter > 0 {
+		reset = d.RetryAfter
+	}
+	st.DurationUntilReset = durationpb.New(reset)
+	return st
+}
+
+// retryAfter is the time until every over-limit descriptor could pass: the
+// largest duration_until_reset among them, as Envoy's own Retry-After.
+func retryAfter(statuses []*pb.RateLimitResponse_DescriptorStatus) time.Duration {
+	var d time.Duration
+	for _, st := range statuses {
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT && st.DurationUntilReset != nil {
+			d = max(d, st.DurationUntilReset.AsDuration())
+		}
+	}
+	return d
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// overLimitBody is the JSON body of a 429.
+func overLimitBody(domain string, retry time.Duration) []byte {
+	b, _ := json.Marshal(struct {
+		Code              string `json:"code"`
+		Domain            string `json:"domain"`
+		RetryAfterSeconds int64  `json:"retry_after_seconds"`
+	}{"OVER_LIMIT", domain, max(ceilSeconds(retry), 1)})
+	return b
+}
+
+// quotaMetadata tells Envoy, in dynamic metadata, which quota descriptors
+// are over (by request index), as the reference server does for quota
+// mode; nil when no quota rule applied.
+func quotaMetadata(sc *scratch, domain string, v verdict) *structpb.Struct {
+	any := false
+	for i := range sc.descs {
+		if sc.descs[i].quota {
+			any = true
+			break
+		}
+	}
+	if !any {
+		return nil
+	}
+	violations := make([]*structpb.Value, len(v.quota))
+	for i, di := range v.quota {
+		violations[i] = structpb.NewNumberValue(float64(di))
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		"domain":              structpb.NewStringValue(domain),
+		"quotaModeEnabled":    structpb.NewBoolValue(true),
+		"quotaModeViolations": structpb.NewListValue(&structpb.ListValue{Values: violations}),
+	}}
+}

@@ -1,0 +1,254 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// Limiter decides the hits of one request together and writes decisions[i]
+// for hits[i]. If any hit of cost > 0 that is not a refund is denied, no hit
+// changes any counter. An error means nothing was decided; errors caused by
+// the store should wrap a sentinel the caller can log (redislimit.ErrStore).
+// limit.Memory and redislimit.Limiter satisfy it.
+type Limiter interface {
+	Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error
+}
+
+// RuleSource returns the rules in force; rules.Watcher satisfies it. Current
+// must be cheap (it is called once per request) and may return a different
+// Set on each call.
+type RuleSource interface {
+	Current() *rules.Set
+}
+
+// DefaultStoreTimeout is Options.StoreTimeout when it is zero: long enough
+// for a Redis round trip in the same region, short enough to stay inside
+// Envoy's own 20 ms default filter timeout plus a margin.
+const DefaultStoreTimeout = 50 * time.Millisecond
+
+// DefaultNearLimitRatio is Options.NearLimitRatio when it is zero, the
+// reference server's NEAR_LIMIT_RATIO default.
+const DefaultNearLimitRatio = 0.8
+
+// Options tune a Service. The zero value is usable: no global shadow mode,
+// near-limit at 80 %, a 50 ms store deadline, failing open, no headers.
+type Options struct {
+	// ShadowMode makes every answer's overall code OK while descriptors
+	// keep their real statuses and counters count as when enforcing (the
+	// reference server's SHADOW_MODE).
+	ShadowMode bool
+	// NearLimitRatio is the share of a limit's capacity above which an
+	// admitted hit counts as near the limit in the metrics; 0 means
+	// DefaultNearLimitRatio. It must be in [0, 1].
+	NearLimitRatio float64
+	// StoreTimeout bounds the Limiter call of a request (one deadline for
+	// the whole request, whatever the number of limits); 0 means
+	// DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// FailureMode is what to do when the Limiter fails, for rules that do
+	// not say (rules.Rule.FailureMode); rules.FailureDefault means
+	// rules.FailureAllow (fail open).
+	FailureMode rules.FailureMode
+	// Headers chooses the rate-limit headers added to responses.
+	Headers Headers
+	// OverLimitBody adds a JSON body (raw_body) to OVER_LIMIT answers, which
+	// Envoy sends as the 429 body.
+	OverLimitBody bool
+	// Logger receives failure logs (at most one line per second); nil
+	// discards them.
+	Logger *slog.Logger
+	// Metrics records the request path; nil records nothing.
+	Metrics *Metrics
+}
+
+// Service answers ShouldRateLimit. It is safe for concurrent use.
+type Service struct {
+	pb.UnimplementedRateLimitServiceServer
+
+	rules    RuleSource
+	limiter  Limiter
+	opts     Options
+	failures *failureLog
+	scratch  sync.Pool // *scratch
+}
+
+// New returns a Service that matches requests against rs and evaluates the
+// matched limits with l. It returns an error for invalid options.
+func New(rs RuleSource, l Limiter, opts Options) (*Service, error) {
+	if rs == nil || l == nil {
+		return nil, errors.New("envoy: nil rule source or limiter")
+	}
+	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 || math.IsNaN(opts.NearLimitRatio) {
+		return nil, fmt.Errorf("envoy: near-limit ratio %v is not in [0, 1]", opts.NearLimitRatio)
+	}
+	if opts.NearLimitRatio == 0 {
+		opts.NearLimitRatio = DefaultNearLimitRatio
+	}
+	if opts.StoreTimeout < 0 {
+		return nil, fmt.Errorf("envoy: negative store timeout %v", opts.StoreTimeout)
+	}
+	if opts.StoreTimeout == 0 {
+		opts.StoreTimeout = DefaultStoreTimeout
+	}
+	if opts.FailureMode == rules.FailureDefault {
+		opts.FailureMode = rules.FailureAllow
+	}
+	if opts.FailureMode > rules.FailureUnavailable {
+		return nil, fmt.Errorf("envoy: unknown failure mode %v", opts.FailureMode)
+	}
+	h, err := opts.Headers.normalize()
+	if err != nil {
+		return nil, err
+	}
+	opts.Headers = h
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{rules: rs, limiter: l, opts: opts, failures: newFailureLog(opts.Logger, time.Second)}
+	s.scratch.New = func() any { return new(scratch) }
+	return s, nil
+}
+
+// ShouldRateLimit decides a request: one status per descriptor, in request
+// order, and the overall code, OVER_LIMIT when a descriptor that is neither
+// in shadow mode nor a quota is over its limit, or when every quota
+// descriptor is. It returns InvalidArgument for an empty domain, no
+// descriptors or an invalid limit override, and Unavailable when the store
+// failed and the failure policy says so. An unknown domain gets OK.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.decide(ctx, req)
+	s.opts.Metrics.observeDecision(time.Since(start), resp, err)
+	return resp, err
+}
+
+func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	domain := req.GetDomain()
+	if domain == "" {
+		return nil, status.Error(codes.InvalidArgument, "domain: must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "descriptors: must not be empty (send at least one descriptor)")
+	}
+	set := s.rules.Current()
+	if set == nil || !set.HasDomain(domain) {
+		s.opts.Metrics.domainNotFound()
+		return allOK(len(req.Descriptors)), nil
+	}
+
+	sc := s.scratch.Get().(*scratch)
+	defer func() {
+		sc.reset()
+		s.scratch.Put(sc)
+	}()
+	if err := sc.plan(set, req, s.opts.FailureMode); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	if err := s.evaluate(ctx, sc, sc.hits, sc.decisions); err != nil {
+		return s.failed(ctx, sc, req, err)
+	}
+	v := sc.judge(s.opts.NearLimitRatio)
+	if !v.over && sc.consumedNothing() {
+		// The request passes although a shadow or quota limit denied its
+		// hit, so the Limiter consumed nothing: charge the admitted request
+		// against the limits that allowed it.
+		if err := s.recharge(ctx, sc); err != nil {
+			s.failures.record(err)
+		} else {
+			v = sc.judge(s.opts.NearLimitRatio)
+		}
+	}
+	sc.countMetrics(s.opts.Metrics, domain, v)
+	return s.respond(sc, req, v), nil
+}
+
+// evaluate calls the Limiter under the store deadline.
+func (s *Service) evaluate(ctx context.Context, sc *scratch, hits []limit.Hit, decisions []limit.Decision) error {
+	if len(hits) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	defer cancel()
+	start := time.Now()
+	err := s.limiter.Evaluate(ctx, hits, decisions)
+	s.opts.Metrics.observeStore(time.Since(start), err)
+	return err
+}
+
+// recharge evaluates again only the hits the first pass allowed and copies
+// their new decisions back.
+func (s *Service) recharge(ctx context.Context, sc *scratch) error {
+	sc.hits2, sc.index2 = sc.hits2[:0], sc.index2[:0]
+	for i := range sc.hits {
+		if sc.decisions[i].Allowed {
+			sc.hits2 = append(sc.hits2, sc.hits[i])
+			sc.index2 = append(sc.index2, i)
+		}
+	}
+	sc.decisions2 = grow(sc.decisions2, len(sc.hits2))
+	if err := s.evaluate(ctx, sc, sc.hits2, sc.decisions2); err != nil {
+		return err
+	}
+	for j, i := range sc.index2 {
+		sc.decisions[i] = sc.decisions2[j]
+	}
+	return nil
+}
+
+// failed applies the failure policy after the Limiter returned err: limits
+// that deny make their descriptors OVER_LIMIT; otherwise, if a limit asks
+// for it, the call fails with Unavailable so that Envoy's
+// failure_mode_deny decides; otherwise the request passes.
+func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequest, err error) (*pb.RateLimitResponse, error) {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// The caller went away; nobody reads the answer.
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	s.failures.record(err)
+	unavailable := sc.applyFailure()
+	v := sc.judge(s.opts.NearLimitRatio)
+	switch {
+	case v.over:
+		s.opts.Metrics.failureAnswer(rules.FailureDeny)
+	case unavailable:
+		s.opts.Metrics.failureAnswer(rules.FailureUnavailable)
+		return nil, status.Errorf(codes.Unavailable, "rate-limit store failed: %v", err)
+	default:
+		s.opts.Metrics.failureAnswer(rules.FailureAllow)
+	}
+	return s.respond(sc, req, v), nil
+}
+
+// allOK answers n descriptors that no limit applies to.
+func allOK(n int) *pb.RateLimitResponse {
+	resp := &pb.RateLimitResponse{
+		OverallCode: pb.RateLimitResponse_OK,
+		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, n),
+	}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+	}
+	return resp
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
