@@ -152,16 +152,54 @@ func yamlLine(msg string) (line int, rest string, ok bool) {
 	return n, strings.TrimPrefix(strings.TrimSpace(msg[k:]), ": "), true
 }
 
-// syntaxError records a YAML syntax error with the best position known:
-// the parser's line, or the first byte YAML cannot hold.
+// syntaxError records a YAML syntax error. yaml.v3 reports the line where
+// the enclosing block starts; the first line at which a prefix of the file
+// stops parsing is where the problem is, and is reported instead.
 func (p *parser) syntaxError(data []byte, err error) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line, rest, ok := yamlLine(msg)
-	if ok {
-		p.errorf(Position{File: p.file, Line: line, Column: 1}, "", "YAML syntax: %s", rest)
+	if !ok {
+		p.errorf(badBytePos(p.file, data), "", "YAML syntax: %s", msg)
 		return
 	}
-	p.errorf(badBytePos(p.file, data), "", "YAML syntax: %s", msg)
+	if at := firstFailingLine(data, line); at > line {
+		rest += fmt.Sprintf(" (in the block from line %d)", line)
+		line = at
+	}
+	p.errorf(Position{File: p.file, Line: line, Column: indentOf(data, line) + 1}, "", "YAML syntax: %s", rest)
+}
+
+// firstFailingLine returns the smallest n >= from such that the first n
+// lines of data do not parse, by bisection, or from when none is found.
+func firstFailingLine(data []byte, from int) int {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	fails := func(n int) bool {
+		var v yaml.Node
+		return yaml.Unmarshal(bytes.Join(lines[:n], nil), &v) != nil
+	}
+	lo, hi := from, len(lines)
+	if lo < 1 || lo > hi || !fails(hi) {
+		return from
+	}
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// indentOf returns the number of leading spaces of line n (from 1) of data.
+func indentOf(data []byte, n int) int {
+	lines := bytes.Split(data, []byte("\n"))
+	if n < 1 || n > len(lines) {
+		return 0
+	}
+	l := lines[n-1]
+	return len(l) - len(bytes.TrimLeft(l, " "))
 }
 
 // badBytePos returns the position of the first invalid UTF-8 sequence or
@@ -442,7 +480,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 	}
 	nerr := len(p.errs)
 	l := &Limit{Pos: p.pos(n), UnitMultiplier: 1}
-	vals := map[string]*yaml.Node{}
+	keys, vals := map[string]*yaml.Node{}, map[string]*yaml.Node{}
 	var unitNode, rpuNode *yaml.Node
 	algorithm := limit.FixedWindow
 	var burst, precision int64
@@ -450,7 +488,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 	var tz string
 	for _, fl := range fields {
 		fp := join(path, fl.name)
-		vals[fl.name] = fl.key
+		keys[fl.name], vals[fl.name] = fl.key, fl.val
 		switch fl.name {
 		case "unit":
 			unitNode = fl.val
@@ -499,7 +537,10 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 			tz, _ = p.str(fl.val, fp)
 		}
 	}
-	at := func(name string) Position { return p.pos(vals[name]) }
+	// Problems of a value point at it; problems of a field's presence, at
+	// its name.
+	at := func(name string) Position { return p.pos(keys[name]) }
+	valAt := func(name string) Position { return p.pos(vals[name]) }
 	for _, r := range l.Replaces {
 		if r != "" && r == l.Name {
 			p.errorf(at("replaces"), join(path, "replaces"), "replaces its own name %q (a limit cannot replace itself)", r)
@@ -532,10 +573,10 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 		p.warnf(p.pos(n), join(path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
 	}
 	if burst > 0 && !algorithm.HasBurst() {
-		p.errorf(at("burst"), join(path, "burst"), "%s has no burst (burst applies to token_bucket, leaky_bucket and gcra)", algorithm)
+		p.errorf(valAt("burst"), join(path, "burst"), "%s has no burst (burst applies to token_bucket, leaky_bucket and gcra)", algorithm)
 	}
 	if precision > 0 && algorithm != limit.SlidingWindow {
-		p.errorf(at("precision"), join(path, "precision"), "%s has no precision (precision applies to sliding_window)", algorithm)
+		p.errorf(valAt("precision"), join(path, "precision"), "%s has no precision (precision applies to sliding_window)", algorithm)
 	}
 	if longest := int64(math.MaxInt64 / l.Unit.Duration()); int64(l.UnitMultiplier) > longest {
 		p.errorf(at("unit_multiplier"), join(path, "unit_multiplier"), "%d %ss is too long a window (want at most %d)", l.UnitMultiplier, l.Unit, longest)
@@ -552,14 +593,14 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 		spec.Precision = 1
 	}
 	if spec.Algorithm == limit.SlidingWindow && int64(spec.Precision) > spec.Window.Milliseconds() {
-		p.errorf(at("precision"), join(path, "precision"), "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
+		p.errorf(valAt("precision"), join(path, "precision"), "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
 			spec.Precision, spec.Window, spec.Window.Milliseconds())
 	}
 	if tz != "" && !calendar {
 		p.errorf(at("timezone"), join(path, "timezone"), "given without calendar: true (a time zone only places calendar windows)")
 	}
 	if calendar {
-		p.calendar(l, &spec, tz, path, at)
+		p.calendar(l, &spec, tz, path, at, valAt)
 	}
 	if len(p.errs) > nerr {
 		return nil
@@ -568,7 +609,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 		p.warnf(p.pos(n), path, "sliding_log keeps one entry per admitted hit: %d per window per counter is costly (sliding_window with a precision is cheaper)", spec.Limit)
 	}
 	if spec.Algorithm == limit.SlidingWindow && spec.Precision > precisionWarnAbove {
-		p.warnf(at("precision"), join(path, "precision"), "%d sub-window counters per counter is costly (precision above %d rarely helps)", spec.Precision, precisionWarnAbove)
+		p.warnf(valAt("precision"), join(path, "precision"), "%d sub-window counters per counter is costly (precision above %d rarely helps)", spec.Precision, precisionWarnAbove)
 	}
 	if err := spec.Validate(); err != nil {
 		p.errorf(p.pos(n), path, "%v", err)
@@ -579,7 +620,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 }
 
 // calendar checks and fills a calendar window.
-func (p *parser) calendar(l *Limit, spec *limit.Spec, tz, path string, at func(string) Position) {
+func (p *parser) calendar(l *Limit, spec *limit.Spec, tz, path string, at, valAt func(string) Position) {
 	fp := join(path, "calendar")
 	switch {
 	case spec.Algorithm != limit.FixedWindow:
@@ -608,7 +649,7 @@ func (p *parser) calendar(l *Limit, spec *limit.Spec, tz, path string, at func(s
 		var err error
 		loc, err = loadLocation(tz)
 		if err != nil {
-			p.errorf(at("timezone"), join(path, "timezone"), "unknown time zone %q (want an IANA name such as America/New_York, or UTC)", tz)
+			p.errorf(valAt("timezone"), join(path, "timezone"), "unknown time zone %q (want an IANA name such as America/New_York, or UTC)", tz)
 			return
 		}
 	}
