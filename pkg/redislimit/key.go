@@ -52,3 +52,36 @@ func appendHex64(dst []byte, v uint64) []byte {
 	}
 	return dst
 }
+
+// Slot returns the Redis Cluster hash slot of Key(prefix, counter): CRC16
+// of the hash tag, modulo 16384.
+func Slot(prefix, counter string) uint16 {
+	var tag [16]byte
+	appendHex64(tag[:0], fnv1a64(counter))
+	return crc16(tag[:]) % 16384
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the checksum
+// Redis Cluster maps keys to slots with.
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^c]
+	}
+	return crc
+}
+
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -13,7 +14,7 @@ import (
 // ErrStore reports that Redis could not decide: unreachable, too slow, or
 // answering with an error. Every error Evaluate returns because of Redis
 // wraps it, so the caller can apply its failure policy with errors.Is.
-var ErrStore = errors.New("redislimit: redis failed")
+var ErrStore = errors.New("redis failed")
 
 // DefaultTimeout is the deadline of each Redis call when Options.Timeout is 0.
 const DefaultTimeout = 50 * time.Millisecond
@@ -24,17 +25,24 @@ type Options struct {
 	// CACHE_KEY_PREFIX). It must not contain '{' or '}'.
 	KeyPrefix string
 	// Timeout is the deadline of each Redis call; 0 means DefaultTimeout.
+	// It bounds socket reads only if the client honours context deadlines,
+	// as clients from NewClient do (go-redis's ContextTimeoutEnabled).
 	Timeout time.Duration
 }
 
 // Limiter evaluates limits in Redis. It is safe for concurrent use.
 type Limiter struct {
-	client redis.UniversalClient
-	opts   Options
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // non-nil when client is a Cluster client
+	opts    Options
+	// now, set only by tests, replaces Redis TIME with an explicit instant
+	// so that boundaries can be reached exactly.
+	now func() time.Time
 }
 
-// New returns a Limiter that keeps its counters in client. It does not
-// contact Redis.
+// New returns a Limiter that keeps its counters in client: one script call
+// per Evaluate on a single node or Sentinel, one per hash slot involved on a
+// *redis.ClusterClient. It does not contact Redis.
 func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redislimit: nil client")
@@ -48,18 +56,115 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Limiter{client: client, opts: opts}, nil
+	l := &Limiter{client: client, opts: opts}
+	l.cluster, _ = client.(*redis.ClusterClient)
+	return l, nil
 }
 
 // Evaluate decides hits together, with the same contract as
 // limit.Memory.Evaluate: decisions[i] answers hits[i] (len(decisions) must
-// equal len(hits)), and if any hit of cost > 0 that is not a refund is
-// denied, no hit changes any counter. On error, decisions are undefined and
-// nothing was consumed (on Redis Cluster, see the package documentation for
-// the window in which a consumption may be visible before it is given back).
+// equal len(hits)); hits on one Key see each other's consumption in order;
+// and if any hit of cost > 0 that is not a refund is denied, no hit changes
+// any counter. An invalid Spec or a negative cost is an error wrapping
+// limit.ErrInvalidSpec; a failure of Redis is an error wrapping ErrStore,
+// and then nothing was consumed, except on Cluster as the package
+// documentation describes.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
 	if len(decisions) != len(hits) {
 		return fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
 	}
-	return fmt.Errorf("redislimit: not implemented yet: %w", ErrStore)
+	if len(hits) == 0 {
+		return nil
+	}
+	for i := range hits {
+		if err := hits[i].Spec.Validate(); err != nil {
+			return fmt.Errorf("redislimit: hit %d (key %q): %w: %w", i, hits[i].Key, limit.ErrInvalidSpec, err)
+		}
+		if hits[i].Cost < 0 {
+			return fmt.Errorf("redislimit: hit %d (key %q): %w: negative cost %d", i, hits[i].Key, limit.ErrInvalidSpec, hits[i].Cost)
+		}
+	}
+	var clock time.Time
+	if l.now != nil {
+		clock = l.now()
+	} else {
+		clock = time.Now()
+	}
+	if l.cluster != nil {
+		return l.evaluateCluster(ctx, clock, hits, decisions)
+	}
+	keys, args := l.request(clock, hits, nil)
+	return l.run(ctx, hits, keys, args, decisions)
+}
+
+// request returns the script's KEYS and ARGV for hits; refund, when set,
+// overrides every hit's Refund flag (compensations give back what was taken).
+func (l *Limiter) request(clock time.Time, hits []limit.Hit, refund *bool) ([]string, []any) {
+	keys := make([]string, len(hits))
+	args := make([]any, 1, 1+argsPerHit*len(hits))
+	args[0] = ""
+	if l.now != nil {
+		args[0] = strconv.FormatInt(clock.UnixMicro(), 10)
+	}
+	for i := range hits {
+		h := &hits[i]
+		keys[i] = Key(l.opts.KeyPrefix, h.Key)
+		sp := &h.Spec
+		isRefund := h.Refund
+		if refund != nil {
+			isRefund = *refund
+		}
+		args = append(args,
+			int64(sp.Algorithm), h.Cost, boolArg(isRefund), sp.Limit, sp.WindowMicros(),
+			sp.Capacity(), sp.SubWindows())
+		if sp.Calendar.IsZero() {
+			args = append(args, "", "", "", "")
+			continue
+		}
+		// Four boundaries around the server's clock: Redis's clock picks
+		// among the previous, current and next window, so a skew of up to a
+		// window between the two clocks is harmless.
+		start, end := sp.Calendar.Window(clock)
+		prev, _ := sp.Calendar.Window(start.Add(-time.Nanosecond))
+		_, after := sp.Calendar.Window(end)
+		args = append(args, prev.UnixMicro(), start.UnixMicro(), end.UnixMicro(), after.UnixMicro())
+	}
+	return keys, args
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// run sends one script call and fills decisions from its reply.
+func (l *Limiter) run(ctx context.Context, hits []limit.Hit, keys []string, args []any, decisions []limit.Decision) error {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
+	defer cancel()
+	reply, err := evaluateScript.Run(ctx, l.client, keys, args...).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(hits), ErrStore, err)
+	}
+	if len(reply) != fieldsPerHit*len(hits) {
+		return fmt.Errorf("redislimit: evaluate %d hits: %w: %d integers in reply, want %d", len(hits), ErrStore, len(reply), fieldsPerHit*len(hits))
+	}
+	for i := range decisions {
+		r := reply[fieldsPerHit*i:]
+		decisions[i] = limit.Decision{
+			Allowed:    r[0] == 1,
+			Remaining:  r[1],
+			ResetAfter: time.Duration(r[2]) * time.Microsecond,
+			RetryAfter: time.Duration(r[3]) * time.Microsecond,
+			Never:      r[4] == 1,
+		}
+	}
+	return nil
+}
+
+// denied reports whether a decision blocks the whole request: a hit of
+// cost > 0, not a refund, was not allowed.
+func denied(h *limit.Hit, d *limit.Decision) bool {
+	return !d.Allowed && h.Cost > 0 && !h.Refund
 }

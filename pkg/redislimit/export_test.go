@@ -1,0 +1,10 @@
+package redislimit
+
+import "time"
+
+// SetNow makes l pass now() to the script instead of letting it read Redis
+// TIME, so tests reach exact boundaries. Production never sets it.
+func (l *Limiter) SetNow(now func() time.Time) { l.now = now }
+
+// ScriptSource is the assembled script, for tests that load it themselves.
+var ScriptSource = scriptSource

@@ -1,0 +1,50 @@
+-- Helpers shared by the algorithm files and the driver (evaluate.lua). The
+-- script is common.lua, then each algorithm file wrapped in a function that
+-- returns its table into `algorithms`, then evaluate.lua: one script, one SHA.
+--
+-- Numbers: Lua numbers are C doubles, like Go's float64. Times are integer
+-- microseconds (exact below 2^53), fractions are doubles, and every float
+-- expression is written in the order package limit's step functions evaluate
+-- it, so both give the same bits. Numbers sent to Redis go through num(),
+-- never tostring() (which keeps only 14 digits).
+
+local algorithms = {}
+
+-- num formats x with 17 significant digits: integers below 1e17 print as
+-- plain integers, and any double survives the round trip through tonumber.
+local function num(x)
+  return string.format('%.17g', x)
+end
+
+-- outcome returns a hit's outcome; the fields mirror limit's outcome type.
+local function outcome(allowed, remaining, reset, retry, write, ttl)
+  return {allowed = allowed, never = false, remaining = remaining,
+          reset = reset, retry = retry, write = write, ttl = ttl}
+end
+
+-- expire gives key the lifetime ttl (µs) as a PEXPIRE in whole milliseconds,
+-- rounded up; a state already equivalent to none (ttl <= 0) is deleted.
+local function expire(key, ttl)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('PEXPIRE', key, num(math.ceil(ttl / 1000)))
+  end
+end
+
+-- load_bucket and store_bucket keep a token bucket's tokens or a leaky
+-- bucket's level: a hash {v = value (17 digits), t = as of, µs}.
+local function load_bucket(key)
+  local v = redis.call('HMGET', key, 'v', 't')
+  if not v[1] then
+    return {ok = false, value = 0, ts = 0}
+  end
+  return {ok = true, value = tonumber(v[1]), ts = tonumber(v[2])}
+end
+
+local function store_bucket(key, st, h, now, ttl)
+  if ttl > 0 then
+    redis.call('HSET', key, 'v', num(st.value), 't', num(st.ts))
+  end
+  expire(key, ttl)
+end

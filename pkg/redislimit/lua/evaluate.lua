@@ -1,0 +1,122 @@
+-- evaluate: decides all hits of one request together, atomically, on the
+-- clock of this Redis node.
+--
+-- KEYS[i]: the key of hit i (a key may repeat: hits on one counter).
+-- ARGV[1]: "" in production, the time is then Redis TIME (seconds and
+--   microseconds); tests pass an explicit now in µs to reach exact
+--   boundaries.
+-- ARGV[2 + 11*(i-1) ...]: hit i's group of 11 arguments:
+--   1 algorithm code (limit.Algorithm: 0 fixed_window, 1 sliding_window,
+--     2 sliding_log, 3 token_bucket, 4 leaky_bucket, 5 gcra)
+--   2 cost (>= 0)   3 refund ("1" or "0")   4 limit L   5 window W in µs
+--   6 capacity B (limit.Spec.Capacity)   7 precision N (sub-windows, >= 1)
+--   8..11 calendar window boundaries in µs for a calendar fixed window
+--     (four ascending instants around the server's clock), or "" each.
+-- Returns a flat array of 5 integers per hit, in order: allowed (0/1),
+--   remaining, reset (µs), retry (µs), never (0/1).
+--
+-- Semantics (limit.step and limit.Memory.Evaluate): hits are applied in
+-- order to a working copy of each key's state, so a later hit on a key sees
+-- an earlier one's consumption. Before the algorithm: Limit 0 denies a hit
+-- of cost > 0 (never, all else 0) and allows a peek or refund (all 0),
+-- without reading state; a cost above the capacity (not a refund) is denied
+-- with never set and retry 0, remaining and reset being those of a peek.
+-- If any hit of cost > 0 that is not a refund is denied, nothing is written;
+-- otherwise each changed key is written once, with its TTL. Every hit gets
+-- its decision either way.
+
+local NARGS = 11
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  -- Effects replication (the default since Redis 5, the only mode in 7)
+  -- makes reading TIME before writing safe.
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function hit_at(i)
+  local a = 1 + (i - 1) * NARGS
+  local h = {
+    code = tonumber(ARGV[a + 1]),
+    cost = tonumber(ARGV[a + 2]),
+    refund = ARGV[a + 3] == '1',
+    limit = tonumber(ARGV[a + 4]),
+    window = tonumber(ARGV[a + 5]),
+    cap = tonumber(ARGV[a + 6]),
+    precision = tonumber(ARGV[a + 7]),
+  }
+  if ARGV[a + 8] ~= '' then
+    h.cal = {tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11])}
+  end
+  return h
+end
+
+local function step(algo, st, h, cost, refund)
+  if h.limit == 0 then
+    local o = outcome(cost == 0 or refund, 0, 0, 0, false, 0)
+    o.never = cost > 0 and not refund
+    return st, o
+  end
+  if cost > h.cap and not refund then
+    local _, o = step(algo, st, h, 0, false)
+    o.allowed, o.never, o.retry = false, true, 0
+    return st, o
+  end
+  return algo.step(st, h, now, cost, refund)
+end
+
+if #ARGV ~= 1 + NARGS * #KEYS then
+  return redis.error_reply('floodgate: ' .. #ARGV .. ' arguments for ' .. #KEYS .. ' keys')
+end
+
+local work, order = {}, {}
+local out = {}
+local denied = false
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local h = hit_at(i)
+  local algo = algorithms[h.code]
+  if not algo then
+    return redis.error_reply('floodgate: unknown algorithm code ' .. ARGV[2 + (i - 1) * NARGS])
+  end
+  local w = work[key]
+  if w == nil then
+    w = {algo = algo, code = h.code}
+    work[key] = w
+    order[#order + 1] = key
+  elseif w.code ~= h.code then
+    return redis.error_reply('floodgate: key ' .. key .. ' used by two algorithms in one call')
+  end
+  if w.st == nil and h.limit ~= 0 then
+    w.st = algo.load(key, h, now)
+  end
+  local st, o = step(algo, w.st, h, h.cost, h.refund)
+  if o.write then
+    w.st, w.h, w.ttl, w.dirty = st, h, o.ttl, true
+    if o.ttl <= 0 then
+      -- The state is now equivalent to none: later hits see none.
+      w.st.ok = false
+    end
+  end
+  if not o.allowed and h.cost > 0 and not h.refund then
+    denied = true
+  end
+  out[#out + 1] = o.allowed and 1 or 0
+  out[#out + 1] = o.remaining
+  out[#out + 1] = o.reset
+  out[#out + 1] = o.retry
+  out[#out + 1] = o.never and 1 or 0
+end
+
+if not denied then
+  for _, key in ipairs(order) do
+    local w = work[key]
+    if w.dirty then
+      w.algo.store(key, w.st, w.h, now, w.ttl)
+    end
+  end
+end
+return out

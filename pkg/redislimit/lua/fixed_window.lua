@@ -1,0 +1,73 @@
+-- fixed_window: counts hits in the window [start, end) that holds now.
+--
+-- Per hit: KEYS: the counter's key, a hash {s = window start µs, n = count}.
+-- ARGV group (see evaluate.lua): limit L, window W µs, and, for calendar
+-- windows, four boundaries b1 < b2 < b3 < b4 (µs) computed in Go around its
+-- own clock; the window is the one of [b1,b2), [b2,b3), [b3,b4) holding
+-- Redis's now, and it is an error if none does. Without a calendar,
+-- start = floor(now/W)*W and end = start + W.
+--
+-- Semantics (limit.stepFixedWindow): n is the stored count if the stored
+-- window is this one, else 0. Allowed iff n + cost <= L; a consuming hit
+-- sets n = n + cost and writes (start, n) with TTL end - now.
+-- Remaining = max(0, L - n) after the hit; reset = end - now; retry
+-- (denied) = end - now. A refund sets n = max(0, n - cost), writing only if
+-- the stored window is this one and n > 0.
+
+local function window(h, now)
+  if h.cal then
+    for i = 1, 3 do
+      if h.cal[i] <= now and now < h.cal[i + 1] then
+        return h.cal[i], h.cal[i + 1]
+      end
+    end
+    return error('floodgate: Redis time ' .. num(now) .. ' is outside the calendar windows ' ..
+      num(h.cal[1]) .. '..' .. num(h.cal[4]) .. ' computed by the server: their clocks disagree')
+  end
+  local start = math.floor(now / h.window) * h.window
+  return start, start + h.window
+end
+
+local function load(key, h, now)
+  local v = redis.call('HMGET', key, 's', 'n')
+  if not v[1] then
+    return {ok = false, start = 0, count = 0}
+  end
+  return {ok = true, start = tonumber(v[1]), count = tonumber(v[2]) or 0}
+end
+
+local function step(st, h, now, cost, refund)
+  local start, stop = window(h, now)
+  local limit = h.limit
+  local n = 0
+  if st.ok and st.start == start then
+    n = st.count
+  end
+  local o = outcome(false, 0, stop - now, 0, false, stop - now)
+  if refund then
+    o.allowed = true
+    if n > 0 and cost > 0 then
+      n = math.max(0, n - cost)
+      o.write = true
+    end
+  elseif n + cost <= limit then
+    o.allowed = true
+    if cost > 0 then
+      n = n + cost
+      o.write = true
+    end
+  else
+    o.retry = stop - now
+  end
+  o.remaining = math.max(0, limit - n)
+  return {ok = true, start = start, count = n}, o
+end
+
+local function store(key, st, h, now, ttl)
+  if ttl > 0 then
+    redis.call('HSET', key, 's', num(st.start), 'n', num(st.count))
+  end
+  expire(key, ttl)
+end
+
+return {load = load, step = step, store = store}

@@ -1,0 +1,49 @@
+-- leaky_bucket: a meter that drains L per W continuously; a hit adds cost
+-- and passes while the level stays <= the burst B (the RLS API can only
+-- allow or deny, so nothing queues).
+--
+-- Per hit: KEYS: the counter's key, a hash {v = level (17 digits),
+-- t = as of, µs}. ARGV group (see evaluate.lua): limit L, window W µs,
+-- capacity B.
+--
+-- Semantics (limit.stepLeakyBucket): r = L/W per µs; level, ts = stored, or
+-- 0 and now; l0 = max(0, level - (now - ts)*r). Allowed iff l0 + cost <= B;
+-- a consuming hit writes (l0 + cost, now). With la the level after the hit
+-- (max(0, l0 - cost) for a refund): Remaining = max(0, floor(B - la)),
+-- reset = ceil(la/r), TTL the same; retry (denied) = ceil(((l0 + cost) - B)/r).
+-- A refund writes only a stored state that changes.
+
+local function load(key, h, now)
+  return load_bucket(key)
+end
+
+local function step(st, h, now, cost, refund)
+  local r = h.limit / h.window
+  local b = h.cap
+  local value, ts = st.value, st.ts
+  if not st.ok then
+    value, ts = 0, now
+  end
+  local l0 = math.max(0, value - (now - ts) * r)
+  local la = l0
+  local o = outcome(false, 0, 0, 0, false, 0)
+  if refund then
+    o.allowed = true
+    la = math.max(0, l0 - cost)
+    o.write = st.ok and (la ~= value or now ~= ts)
+  elseif l0 + cost <= b then
+    o.allowed = true
+    if cost > 0 then
+      la = l0 + cost
+      o.write = true
+    end
+  else
+    o.retry = math.ceil((l0 + cost - b) / r)
+  end
+  o.remaining = math.max(0, math.floor(b - la))
+  o.reset = math.ceil(la / r)
+  o.ttl = o.reset
+  return {ok = true, value = la, ts = now}, o
+end
+
+return {load = load, step = step, store = store_bucket}

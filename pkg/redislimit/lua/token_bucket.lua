@@ -1,0 +1,48 @@
+-- token_bucket: refills L tokens per W continuously, up to the burst B, and
+-- starts full; a hit takes cost tokens.
+--
+-- Per hit: KEYS: the counter's key, a hash {v = tokens (17 digits),
+-- t = as of, µs}. ARGV group (see evaluate.lua): limit L, window W µs,
+-- capacity B.
+--
+-- Semantics (limit.stepTokenBucket): r = L/W tokens per µs; tokens, ts =
+-- stored, or B and now; t0 = min(B, tokens + (now - ts)*r). Allowed iff
+-- t0 >= cost; a consuming hit writes (t0 - cost, now). With ta the tokens
+-- after the hit (min(B, t0 + cost) for a refund): Remaining =
+-- max(0, floor(ta)), reset = ceil((B - ta)/r), TTL the same; retry (denied)
+-- = ceil((cost - t0)/r). A refund writes only a stored state that changes.
+
+local function load(key, h, now)
+  return load_bucket(key)
+end
+
+local function step(st, h, now, cost, refund)
+  local r = h.limit / h.window
+  local b = h.cap
+  local value, ts = st.value, st.ts
+  if not st.ok then
+    value, ts = b, now
+  end
+  local t0 = math.min(b, value + (now - ts) * r)
+  local ta = t0
+  local o = outcome(false, 0, 0, 0, false, 0)
+  if refund then
+    o.allowed = true
+    ta = math.min(b, t0 + cost)
+    o.write = st.ok and (ta ~= value or now ~= ts)
+  elseif t0 >= cost then
+    o.allowed = true
+    if cost > 0 then
+      ta = t0 - cost
+      o.write = true
+    end
+  else
+    o.retry = math.ceil((cost - t0) / r)
+  end
+  o.remaining = math.max(0, math.floor(ta))
+  o.reset = math.ceil((b - ta) / r)
+  o.ttl = o.reset
+  return {ok = true, value = ta, ts = now}, o
+end
+
+return {load = load, step = step, store = store_bucket}

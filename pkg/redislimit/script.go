@@ -1,0 +1,47 @@
+package redislimit
+
+import (
+	"embed"
+	"fmt"
+	"strings"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua sources: common.lua (helpers), one file per algorithm named after
+// it (fixed_window.lua, ...), and evaluate.lua, the driver.
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// argsPerHit is the width of a hit's argument group; see evaluate.lua.
+const argsPerHit = 11
+
+// fieldsPerHit is the number of integers the script returns per hit.
+const fieldsPerHit = 5
+
+// evaluateScript is the one script that decides a request: its SHA is what
+// EVALSHA sends.
+var evaluateScript = redis.NewScript(scriptSource())
+
+// scriptSource assembles the script: the helpers, each algorithm's file as a
+// function whose table is registered under the algorithm's code, then the
+// driver.
+func scriptSource() string {
+	var b strings.Builder
+	b.WriteString(mustRead("common.lua"))
+	for _, a := range limit.Algorithms() {
+		fmt.Fprintf(&b, "\n-- %s\nalgorithms[%d] = (function()\n%s\nend)()\n", a, uint8(a), mustRead(a.String()+".lua"))
+	}
+	b.WriteString(mustRead("evaluate.lua"))
+	return b.String()
+}
+
+func mustRead(name string) string {
+	src, err := luaFiles.ReadFile("lua/" + name)
+	if err != nil {
+		panic("redislimit: missing embedded script " + name)
+	}
+	return string(src)
+}
