@@ -33,6 +33,7 @@
 package limit
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -191,6 +192,27 @@ type Hit struct {
 	// never beyond the limit's capacity. A refund is always allowed.
 	Refund bool
 }
+
+// Validate reports whether the hit can be evaluated: its Spec is valid and its
+// Cost is not negative. The error wraps ErrInvalidSpec or ErrNegativeCost.
+func (h Hit) Validate() error {
+	if err := h.Spec.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+	if h.Cost < 0 {
+		return fmt.Errorf("%w: %d", ErrNegativeCost, h.Cost)
+	}
+	return nil
+}
+
+// Errors wrapped by Hit.Validate, so callers can tell bad input
+// (errors.Is) from a store failure.
+var (
+	// ErrInvalidSpec reports a Spec that Spec.Validate rejects.
+	ErrInvalidSpec = errors.New("invalid limit spec")
+	// ErrNegativeCost reports a Hit with Cost < 0.
+	ErrNegativeCost = errors.New("negative cost")
+)
 
 // Decision is a limit's answer to one Hit. For example, if a fixed window
 // allows 10 hits per minute, has counted 6 this minute and the window ends in

@@ -2,43 +2,390 @@ package limit
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"math/bits"
+	"sync"
 	"time"
+	"unsafe"
 )
 
-// ErrInvalidSpec is wrapped by the error Evaluate returns for a Hit whose
-// Spec does not pass Spec.Validate. The error names the hit's index.
-var ErrInvalidSpec = errors.New("invalid limit spec")
+// DefaultMaxEntries is the number of counters a Memory holds when
+// MemoryOptions.MaxEntries is 0.
+const DefaultMaxEntries = 1 << 20
 
 // MemoryOptions configures a Memory. The zero value is usable.
 type MemoryOptions struct {
-	// MaxEntries bounds the number of counters held; 0 means 1<<20.
+	// MaxEntries bounds the number of counters held; 0 means
+	// DefaultMaxEntries. See Memory for what happens when it is reached.
 	MaxEntries int
-	// Now is the clock; nil means time.Now. Tests inject a fake clock.
+	// Now is the clock; nil means time.Now. It is read once per Evaluate, at
+	// microsecond resolution. Tests inject a fake clock.
 	Now func() time.Time
 }
 
-// Memory evaluates limits in process memory: the store of a server without
-// Redis, and the oracle the Redis scripts are tested against. It is safe for
-// concurrent use.
+// maxShards is the number of independently locked parts of a Memory (fewer
+// when MaxEntries is smaller). At most 64, so that the shards of one call fit
+// in a uint64 mask.
+const maxShards = 64
+
+// Memory evaluates limits in process memory, with exactly the arithmetic of
+// the Redis scripts (see the step functions in algorithms.go): the store of
+// a server without Redis, and the oracle those scripts are tested against.
+//
+// Each counter expires at the instant its state becomes equivalent to no
+// state (the end of a fixed window, a full bucket, ...), so expiry never
+// changes a decision; expired counters are dropped whenever their shard is
+// used, and by Len.
+//
+// Memory holds at most MaxEntries counters. They are spread over 64 shards
+// (fewer if MaxEntries < 64) by a hash of the key, each holding at most its
+// share of MaxEntries, so eviction may start before MaxEntries counters are
+// held when keys hash unevenly. A shard that is full when a new counter is stored evicts the
+// counter that would expire soonest: the one closest to being forgotten
+// anyway. An evicted counter starts again from no state, which admits more
+// than its limit; size MaxEntries so that this does not happen in practice.
+//
+// Memory is safe for concurrent use. Each Evaluate locks only the shards of
+// its hits, in ascending order, so calls on different keys rarely wait for
+// each other, and the hits of one call decide atomically.
 type Memory struct {
-	opts MemoryOptions
+	now       func() time.Time
+	shards    []shard
+	shardBits int       // len(shards) == 1 << shardBits
+	pool      sync.Pool // of *scratch
+}
+
+// shard is one locked part of a Memory, alone on its cache lines so that
+// locking it does not slow the cores working on its neighbours.
+type shard struct {
+	shardState
+	_ [128 - unsafe.Sizeof(shardState{})%128]byte
+}
+
+type shardState struct {
+	mu       sync.Mutex
+	entries  map[string]*entry
+	byExpiry []*entry // min-heap on entry.expires
+	capacity int
+}
+
+// entry is one stored counter.
+type entry struct {
+	key     string
+	expires int64 // µs since the Unix epoch; the entry is gone from then on
+	index   int   // position in shard.byExpiry; -1 once removed
+	st      state
 }
 
 // NewMemory returns an empty Memory.
 func NewMemory(opts MemoryOptions) *Memory {
-	return &Memory{opts: opts}
+	m := &Memory{now: opts.Now}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	maxEntries := opts.MaxEntries
+	if maxEntries <= 0 {
+		maxEntries = DefaultMaxEntries
+	}
+	// As many shards as possible, but every shard holds at least one
+	// counter: a shard of capacity 0 would not limit its keys at all.
+	m.shardBits = bits.Len(uint(min(maxEntries, maxShards))) - 1
+	m.shards = make([]shard, 1<<m.shardBits)
+	for i := range m.shards {
+		// Spread MaxEntries exactly.
+		m.shards[i].capacity = maxEntries / len(m.shards)
+		if i < maxEntries%len(m.shards) {
+			m.shards[i].capacity++
+		}
+		m.shards[i].entries = make(map[string]*entry)
+	}
+	m.pool.New = func() any { return new(scratch) }
+	return m
 }
 
-// Evaluate decides hits together at one instant and writes decisions[i] for
-// hits[i]. len(decisions) must equal len(hits).
+// scratch is the working memory of one Evaluate call, reused across calls.
+type scratch struct {
+	// slots holds one working copy of state per distinct key of the call.
+	slots []slot
+	// slotOf[i] is the index in slots of hits[i]'s key.
+	slotOf []int
+}
+
+// slot is the working copy of one counter during a call.
+type slot struct {
+	key   string
+	shard *shard
+	entry *entry // the stored counter, nil if none
+	ok    bool   // whether the working state exists
+	st    state
+	dirty bool  // whether a hit wrote the working state
+	ttl   int64 // of the last write
+}
+
+// Evaluate decides hits together at one instant of the clock and sets
+// decisions[i] to the decision for hits[i]. len(decisions) must equal
+// len(hits).
+//
+// Hits are processed in order against working copies of their counters, so
+// a later hit on the same key sees an earlier one's consumption. If any hit
+// of cost > 0 that is not a refund is denied, no counter changes; otherwise
+// every allowed hit is consumed and every refund given back. Either way
+// every decision is set.
+//
+// It returns an error, deciding nothing, if len(decisions) != len(hits), if
+// a hit is invalid (the error names the hit's index and wraps
+// ErrInvalidSpec or ErrNegativeCost, see Hit.Validate), or if ctx is done.
 func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision) error {
 	if len(decisions) != len(hits) {
 		return fmt.Errorf("limit: %d decisions for %d hits", len(decisions), len(hits))
 	}
-	return errors.New("limit: Memory.Evaluate is being implemented")
+	for i := range hits {
+		if err := hits[i].Validate(); err != nil {
+			return fmt.Errorf("limit: hit %d: %w", i, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sc := m.pool.Get().(*scratch)
+	defer m.pool.Put(sc)
+	sc.slots = sc.slots[:0]
+	sc.slotOf = sc.slotOf[:0]
+
+	// Find each hit's counter, locking every shard involved in ascending
+	// order, so that concurrent calls never wait for each other in a cycle.
+	var locked uint64
+	for i := range hits {
+		s := sc.slotFor(hits[:i], hits[i].Key)
+		if s < 0 {
+			s = len(sc.slots)
+			idx := shardIndex(hits[i].Key, m.shardBits)
+			locked |= 1 << idx
+			sc.slots = growSlot(sc.slots)
+			sc.slots[s].key, sc.slots[s].shard = hits[i].Key, &m.shards[idx]
+		}
+		sc.slotOf = append(sc.slotOf, s)
+	}
+	for set := locked; set != 0; set &= set - 1 {
+		m.shards[bits.TrailingZeros64(set)].mu.Lock()
+	}
+	defer func() {
+		for set := locked; set != 0; set &= set - 1 {
+			m.shards[bits.TrailingZeros64(set)].mu.Unlock()
+		}
+	}()
+
+	now := m.now().UnixMicro()
+	for set := locked; set != 0; set &= set - 1 {
+		m.shards[bits.TrailingZeros64(set)].expire(now)
+	}
+	for i := range sc.slots {
+		sc.slots[i].load()
+	}
+
+	denied := false
+	for i := range hits {
+		h := &hits[i]
+		sl := &sc.slots[sc.slotOf[i]]
+		o := step(&sl.st, sl.ok, &h.Spec, now, h.Cost, h.Refund)
+		if o.write {
+			sl.dirty, sl.ok, sl.ttl = true, o.ttl > 0, o.ttl
+		}
+		if !o.allowed && h.Cost > 0 && !h.Refund {
+			denied = true
+		}
+		decisions[i] = Decision{
+			Allowed:    o.allowed,
+			Remaining:  o.remaining,
+			ResetAfter: time.Duration(o.resetAfter) * time.Microsecond,
+			RetryAfter: time.Duration(o.retryAfter) * time.Microsecond,
+			Never:      o.never,
+		}
+	}
+	if !denied {
+		for i := range sc.slots {
+			if sc.slots[i].dirty {
+				sc.slots[i].store(now)
+			}
+		}
+	}
+	for i := range sc.slots {
+		// Let the pooled scratch pin neither entries nor keys.
+		sc.slots[i].entry, sc.slots[i].key = nil, ""
+	}
+	return nil
 }
 
-// Len returns the number of counters held.
-func (m *Memory) Len() int { return 0 }
+// slotFor returns the slot of an earlier hit with the given key, or -1.
+// Calls have few hits, so a scan beats a map.
+func (sc *scratch) slotFor(earlier []Hit, key string) int {
+	for i := range earlier {
+		if earlier[i].Key == key {
+			return sc.slotOf[i]
+		}
+	}
+	return -1
+}
+
+// growSlot appends a slot to slots, reusing the runs buffer a previous call
+// left in that position.
+func growSlot(slots []slot) []slot {
+	if len(slots) < cap(slots) {
+		slots = slots[:len(slots)+1]
+		buf := slots[len(slots)-1].st.runs[:0]
+		slots[len(slots)-1] = slot{st: state{runs: buf}}
+		return slots
+	}
+	return append(slots, slot{})
+}
+
+// load copies the stored state into the working one. The shard is locked.
+func (sl *slot) load() {
+	buf := sl.st.runs[:0]
+	e := sl.shard.entries[sl.key]
+	sl.entry, sl.ok = e, e != nil
+	if e == nil {
+		sl.st = state{runs: buf}
+		return
+	}
+	sl.st = e.st
+	sl.st.runs = append(buf, e.st.runs...)
+}
+
+// store makes the working state the stored one, or deletes the counter when
+// the working state is equivalent to none. The shard is locked.
+func (sl *slot) store(now int64) {
+	s := sl.shard
+	e := sl.entry
+	if e != nil && e.index < 0 {
+		e = nil // evicted by an earlier store of this call
+	}
+	if !sl.ok {
+		if e != nil {
+			s.remove(e)
+		}
+		return
+	}
+	if e == nil {
+		for len(s.entries) >= s.capacity {
+			s.remove(s.byExpiry[0])
+		}
+		e = &entry{key: sl.key, index: -1}
+	}
+	runs := append(e.st.runs[:0], sl.st.runs...)
+	e.st = sl.st
+	e.st.runs = runs
+	e.expires = now + sl.ttl
+	if e.index < 0 {
+		s.entries[e.key] = e
+		s.push(e)
+	} else {
+		s.fix(e.index)
+	}
+}
+
+// shardIndex returns the shard of a key among 1<<shardBits: the top bits of
+// its 64-bit FNV-1a hash (the top ones, because FNV-1a's low bits mix only
+// the low bits of each byte).
+func shardIndex(key string, shardBits int) int {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= prime
+	}
+	return int(h >> (64 - shardBits)) // a shift by 64 gives 0
+}
+
+// Len returns the number of counters held, after dropping expired ones.
+func (m *Memory) Len() int {
+	now := m.now().UnixMicro()
+	n := 0
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		s.expire(now)
+		n += len(s.entries)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// expire removes the entries that expire at or before now.
+func (s *shard) expire(now int64) {
+	for len(s.byExpiry) > 0 && s.byExpiry[0].expires <= now {
+		s.remove(s.byExpiry[0])
+	}
+}
+
+// remove deletes e from the shard.
+func (s *shard) remove(e *entry) {
+	delete(s.entries, e.key)
+	i, last := e.index, len(s.byExpiry)-1
+	if i != last {
+		s.swap(i, last)
+	}
+	s.byExpiry[last] = nil
+	s.byExpiry = s.byExpiry[:last]
+	if i != last {
+		s.fix(i)
+	}
+	e.index = -1
+}
+
+// The expiry heap: byExpiry[0] expires first. Written out rather than
+// through container/heap, whose interface boxing would allocate per call.
+
+func (s *shard) push(e *entry) {
+	e.index = len(s.byExpiry)
+	s.byExpiry = append(s.byExpiry, e)
+	s.up(e.index)
+}
+
+func (s *shard) fix(i int) {
+	if !s.down(i) {
+		s.up(i)
+	}
+}
+
+func (s *shard) up(i int) {
+	h := s.byExpiry
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].expires <= h[i].expires {
+			return
+		}
+		s.swap(i, p)
+		i = p
+	}
+}
+
+// down moves entry i towards the leaves and reports whether it moved.
+func (s *shard) down(i int) bool {
+	h := s.byExpiry
+	start := i
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			break
+		}
+		if r := c + 1; r < len(h) && h[r].expires < h[c].expires {
+			c = r
+		}
+		if h[i].expires <= h[c].expires {
+			break
+		}
+		s.swap(i, c)
+		i = c
+	}
+	return i > start
+}
+
+func (s *shard) swap(i, j int) {
+	h := s.byExpiry
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}

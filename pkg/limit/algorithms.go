@@ -1,0 +1,578 @@
+package limit
+
+import (
+	"math"
+	"time"
+)
+
+// This file holds the six algorithms as pure step functions: one hit against
+// one counter's state at one instant. Memory runs them over its maps; the Lua
+// scripts of package redislimit are line-by-line translations of them, so
+// every float expression below is written in the order the scripts evaluate
+// it, and every product that is then added to or subtracted from goes through
+// mul (see there).
+//
+// Shared conventions of the step functions:
+//   - now is integer microseconds since the Unix epoch; windows are whole µs.
+//   - A step gets the stored state and ok (whether there is any). It returns
+//     the state after the hit and an outcome. The caller stores the returned
+//     state only when outcome.write is set, with outcome.ttl as its lifetime.
+//   - The cases handled once for every algorithm, before any step function
+//     runs (Limit 0, cost above the capacity) live in step, below.
+
+// GCRAEpoch is the instant GCRA's theoretical arrival times are measured from,
+// in microseconds since the Unix epoch: 2024-01-01T00:00:00Z. Storing
+// now − GCRAEpoch instead of now keeps µs fractions exact in a float64 for
+// centuries; the Redis script subtracts the same constant.
+const GCRAEpoch int64 = 1704067200000000
+
+// outcome is what one step decided and what it did to the state, in the
+// units the Lua scripts return: µs and whole hits.
+type outcome struct {
+	allowed    bool
+	never      bool
+	remaining  int64
+	resetAfter int64 // µs
+	retryAfter int64 // µs
+	// write reports that the state changed and the returned state must be
+	// stored. Denials and peeks never write.
+	write bool
+	// ttl is, when write is set, the µs until the returned state becomes
+	// equivalent to no state; <= 0 means it already is, and the counter is
+	// deleted instead of stored.
+	ttl int64
+}
+
+// state is one counter's stored state; each algorithm uses its own field.
+type state struct {
+	fixed  fixedState
+	bucket bucketState // TokenBucket and LeakyBucket
+	tat    float64     // GCRA: theoretical arrival time, µs since GCRAEpoch
+	runs   runs        // SlidingWindow and SlidingLog
+}
+
+// step applies one hit to st, the state of hit.Key (ok reports whether there
+// is any), at now. It returns the hit's outcome; st holds the state after the
+// hit when outcome.write is set, and is unchanged otherwise except that a
+// sliding log or window may have dropped entries that no longer count.
+//
+// Before the algorithm runs:
+//   - Limit 0: a hit of cost > 0 that is not a refund is denied with Never
+//     set and every other field zero; a peek or a refund is allowed with
+//     every other field zero. The state is neither read nor written.
+//   - Cost above Spec.Capacity (not a refund): denied with Never set and
+//     RetryAfter 0; Remaining and ResetAfter are those of a peek (cost 0).
+func step(st *state, ok bool, sp *Spec, now, cost int64, refund bool) outcome {
+	if sp.Limit == 0 {
+		return outcome{allowed: cost == 0 || refund, never: cost > 0 && !refund}
+	}
+	if cost > sp.Capacity() && !refund {
+		o := step(st, ok, sp, now, 0, false)
+		o.allowed, o.never, o.retryAfter = false, true, 0
+		return o
+	}
+	w := sp.WindowMicros()
+	var o outcome
+	switch sp.Algorithm {
+	case FixedWindow:
+		start, end := sp.fixedWindowAt(now)
+		var fixed fixedState
+		if fixed, o = stepFixedWindow(st.fixed, ok, start, end, sp.Limit, now, cost, refund); o.write {
+			st.fixed = fixed
+		}
+	case SlidingWindow:
+		// Runs are modified in place; without a write only entries that
+		// no longer count were dropped.
+		st.runs, o = stepSlidingWindow(st.runs, sp.Limit, w, sp.SubWindows(), now, cost, refund)
+	case SlidingLog:
+		st.runs, o = stepSlidingLog(st.runs, sp.Limit, w, now, cost, refund)
+	case TokenBucket:
+		var b bucketState
+		if b, o = stepTokenBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund); o.write {
+			st.bucket = b
+		}
+	case LeakyBucket:
+		var b bucketState
+		if b, o = stepLeakyBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund); o.write {
+			st.bucket = b
+		}
+	case GCRA:
+		var tat float64
+		if tat, o = stepGCRA(st.tat, ok, sp.Limit, w, sp.Capacity(), now, cost, refund); o.write {
+			st.tat = tat
+		}
+	}
+	return o
+}
+
+// fixedWindowAt returns the fixed window [start, end) holding now, in µs:
+// Calendar.Window when the spec has a calendar, otherwise
+// start = floor(now/W)·W and end = start + W.
+func (s *Spec) fixedWindowAt(now int64) (start, end int64) {
+	if !s.Calendar.IsZero() {
+		from, to := s.Calendar.Window(time.UnixMicro(now))
+		return from.UnixMicro(), to.UnixMicro()
+	}
+	w := s.WindowMicros()
+	start = floorDiv(now, w) * w
+	return start, start + w
+}
+
+// fixedState is a fixed window counter: count hits in the window that starts
+// at start (µs).
+type fixedState struct{ start, count int64 }
+
+// stepFixedWindow counts hits in the window [start, end) that holds now.
+//
+// n is the stored count if the stored window is this one (st.start == start),
+// else 0. A hit is allowed iff n + cost <= limit; if allowed with cost > 0,
+// n += cost and (start, n) is written with ttl end − now.
+// Remaining = max(0, limit − n) with n after the hit; ResetAfter = end − now;
+// RetryAfter (denied) = end − now.
+// A refund sets n = max(0, n − cost) and writes (ttl end − now) only if the
+// stored window is this one and n changes.
+func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64, refund bool) (fixedState, outcome) {
+	n := int64(0)
+	if ok && st.start == start {
+		n = st.count
+	}
+	o := outcome{resetAfter: end - now, ttl: end - now}
+	switch {
+	case refund:
+		o.allowed = true
+		if n > 0 && cost > 0 {
+			n = max(0, n-cost)
+			o.write = true
+		}
+	case n+cost <= limit:
+		o.allowed = true
+		if cost > 0 {
+			n += cost
+			o.write = true
+		}
+	default:
+		o.retryAfter = end - now
+	}
+	o.remaining = max(0, limit-n)
+	return fixedState{start: start, count: n}, o
+}
+
+// stepSlidingWindow estimates the hits of the last window from n sub-window
+// counters (n = Spec.SubWindows()); rs holds (sub-window index, count) runs,
+// ascending, counts > 0. It modifies rs in place and returns it.
+//
+// With g = floor(w/n) (sub-window length), k = floor(now/g) (current index)
+// and x = now − k·g:
+//   - indices < k − n are dropped (they no longer count);
+//   - full = Σ cnt[i] for k − n < i <= k (indices above k, left by a clock
+//     that went back, are kept but not counted), old = cnt[k − n];
+//   - est = float(full) + float(old)·float(g − x)/float(g), evaluated as
+//     full + ((old·(g−x)) / g).
+//
+// A hit is allowed iff est + cost <= limit (float). If allowed with
+// cost > 0, cnt[k] += cost and the runs are written.
+// Remaining = max(0, floor(limit − (est + cost))) when allowed, else
+// max(0, floor(limit − est)); for a refund, est is recomputed on the state
+// after the refund and Remaining = max(0, floor(limit − est)).
+// ResetAfter = (m + n + 1)·g − now for the newest index m with a count (all
+// of them expired then), 0 when there is none; ttl is the same.
+// RetryAfter (denied): see slidingWindowRetryAfter.
+// A refund takes cost from cnt[k], then from the older counted sub-windows
+// (down to k − n) newest first, never below 0; it writes only if it took any.
+func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund bool) (runs, outcome) {
+	g := w / n
+	k := floorDiv(now, g)
+	rs = rs.dropBefore(k - n)
+	est := slidingEstimate(rs, k, n, g, now)
+	var o outcome
+	switch {
+	case refund:
+		o.allowed = true
+		var taken int64
+		rs, taken = rs.takeNewest(cost, k)
+		o.write = taken > 0
+		est = slidingEstimate(rs, k, n, g, now)
+		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
+	case est+float64(cost) <= float64(limit):
+		o.allowed = true
+		if cost > 0 {
+			rs = rs.add(k, cost)
+			o.write = true
+		}
+		o.remaining = max(0, int64(math.Floor(float64(limit)-(est+float64(cost)))))
+	default:
+		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
+		o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
+	}
+	if len(rs) > 0 {
+		o.resetAfter = (rs.newest()+n+1)*g - now
+	}
+	o.ttl = o.resetAfter
+	return rs, o
+}
+
+// slidingEstimate returns full + old·(g − x)/g as stepSlidingWindow defines
+// it; rs holds no index below k − n.
+func slidingEstimate(rs runs, k, n, g, now int64) float64 {
+	var full, old int64
+	for _, r := range rs {
+		switch {
+		case r.at == k-n:
+			old = r.n
+		case r.at <= k:
+			full += r.n
+		}
+	}
+	x := now - k*g
+	return float64(full) + float64(old)*float64(g-x)/float64(g)
+}
+
+// slidingWindowRetryAfter returns the smallest d >= 1 µs such that, with no
+// further hits, the estimate at now + d plus cost is <= limit, for a hit that
+// is denied now with cost <= limit. rs holds no index below k − n.
+//
+// For sub-windows j >= k, full_j = Σ cnt[i] for j − n < i <= k and
+// old_j = cnt[j − n]. Going through j in increasing order: if
+// full_j + cost > limit, j cannot admit the hit; otherwise, if old_j == 0 or
+// full_j + old_j + cost <= limit, the answer is t = max(now + 1, j·g);
+// otherwise the estimate falls to limit − cost within sub-window j, at
+// t = j·g + ceil(g − (limit − cost − full_j)·g/old_j), evaluated as
+// ceil(g − (((limit − cost) − full_j)·g)/old_j). d = max(1, t − now).
+//
+// full_j and old_j change only when j − n reaches a stored index, so only
+// j = k and j = i + n for stored indices i > k − n are visited: O(len(rs))
+// whatever n is. The last stored index m gives full = 0 at j = m + n, so the
+// walk ends there at the latest.
+func slidingWindowRetryAfter(rs runs, k, n, g, limit, cost, now int64) int64 {
+	// Only indices up to k count (see stepSlidingWindow).
+	counted := rs[:rs.upTo(k)]
+	total := counted.total()
+	var gone int64 // Σ cnt[i] for i < j − n
+	next := 0      // counted[next:] are the runs with index >= j − n
+	for j := k; ; {
+		for next < len(counted) && counted[next].at < j-n {
+			gone += counted[next].n
+			next++
+		}
+		var old int64
+		if next < len(counted) && counted[next].at == j-n {
+			old = counted[next].n
+		}
+		full := total - gone - old
+		if full+cost <= limit {
+			if old == 0 || full+old+cost <= limit {
+				return max(now+1, j*g) - now
+			}
+			t := j*g + int64(math.Ceil(float64(g)-float64(limit-cost-full)*float64(g)/float64(old)))
+			return max(1, t-now)
+		}
+		// Advance to the next j at which a stored sub-window becomes old.
+		if old != 0 {
+			next++
+			gone += old
+		}
+		j = counted[next].at + n
+	}
+}
+
+// stepSlidingLog keeps the time of every admitted hit of the last window;
+// rs holds (time µs, hits at that time) runs, ascending, counts > 0. It
+// modifies rs in place and returns it.
+//
+// Entries with time <= now − w are dropped first; n is the number of
+// entries left. A hit is allowed iff n + cost <= limit; if allowed with
+// cost > 0, cost entries with time now are added and written.
+// Remaining = max(0, limit − n) with n after the hit.
+// ResetAfter = newest + w − now (newest: the latest entry's time), 0 when
+// the log is empty; ttl is the same.
+// RetryAfter (denied) = e + w − now where e is the time of the
+// (n + cost − limit)-th oldest entry: when it leaves, the hit fits.
+// A refund removes the min(cost, n) newest entries; it writes only if it
+// removed any.
+func stepSlidingLog(rs runs, limit, w, now, cost int64, refund bool) (runs, outcome) {
+	rs = rs.dropBefore(now - w + 1)
+	n := rs.total()
+	var o outcome
+	switch {
+	case refund:
+		o.allowed = true
+		var taken int64
+		rs, taken = rs.takeNewest(cost, math.MaxInt64)
+		n -= taken
+		o.write = taken > 0
+	case n+cost <= limit:
+		o.allowed = true
+		if cost > 0 {
+			rs = rs.add(now, cost)
+			n += cost
+			o.write = true
+		}
+	default:
+		o.retryAfter = rs.nthOldest(n+cost-limit) + w - now
+	}
+	o.remaining = max(0, limit-n)
+	if len(rs) > 0 {
+		o.resetAfter = rs.newest() + w - now
+	}
+	o.ttl = o.resetAfter
+	return rs, o
+}
+
+// bucketState is a token bucket's tokens or a leaky bucket's level (value),
+// as of ts (µs).
+type bucketState struct {
+	value float64
+	ts    int64
+}
+
+// settleMicros returns ceil(gap/r): the µs a bucket drifting at r per µs
+// needs to cross gap, to fill up (token bucket) or to drain (leaky bucket).
+// It is the bucket's ResetAfter and TTL, and a stored bucket is read as
+// settled (full, or empty) once that long has passed since ts, whatever the
+// float sum would give: otherwise rounding can leave it one ulp short of
+// settled at the instant its key expires, and expiry would change a decision.
+func settleMicros(gap, r float64) int64 { return ceilMicros(gap / r) }
+
+// stepTokenBucket refills limit tokens per w continuously, up to b, and
+// takes cost tokens per hit. With r = float(limit)/float(w) (tokens per µs):
+//
+//	tokens, ts = stored, or b and now when there is no state
+//	t0 = b                                if now − ts >= ceil((b − tokens)/r)
+//	t0 = min(b, tokens + (now − ts)·r)    otherwise
+//
+// A hit is allowed iff t0 >= cost; if allowed with cost > 0, the state
+// becomes (t0 − cost, now) and is written. With ta the tokens after the hit
+// (t0 − cost if so consumed, else t0; min(b, t0 + cost) for a refund):
+// Remaining = max(0, floor(ta)), ResetAfter = ceil((b − ta)/r), ttl the same.
+// RetryAfter (denied) = ceil((cost − t0)/r).
+// A refund sets (min(b, t0 + cost), now) and writes only if there is a
+// stored state and the new one differs from it.
+func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund bool) (bucketState, outcome) {
+	r := float64(limit) / float64(w)
+	fb, fc := float64(b), float64(cost)
+	if !ok {
+		st = bucketState{value: fb, ts: now}
+	}
+	t0 := fb
+	if elapsed := now - st.ts; elapsed < settleMicros(fb-st.value, r) {
+		t0 = math.Min(fb, st.value+mul(float64(elapsed), r))
+	}
+	ta := t0
+	var o outcome
+	switch {
+	case refund:
+		o.allowed = true
+		ta = math.Min(fb, t0+fc)
+		o.write = ok && (ta != st.value || now != st.ts)
+	case t0 >= fc:
+		o.allowed = true
+		if cost > 0 {
+			ta = t0 - fc
+			o.write = true
+		}
+	default:
+		o.retryAfter = ceilMicros((fc - t0) / r)
+	}
+	o.remaining = max(0, int64(math.Floor(ta)))
+	o.resetAfter = settleMicros(fb-ta, r)
+	o.ttl = o.resetAfter
+	return bucketState{value: ta, ts: now}, o
+}
+
+// stepLeakyBucket is a meter draining limit per w continuously; a hit adds
+// cost and passes while the level stays <= b. With r = float(limit)/float(w):
+//
+//	level, ts = stored, or 0 and now when there is no state
+//	l0 = 0                                if now − ts >= ceil(level/r)
+//	l0 = max(0, level − (now − ts)·r)     otherwise
+//
+// A hit is allowed iff l0 + cost <= b; if allowed with cost > 0, the state
+// becomes (l0 + cost, now) and is written. With la the level after the hit
+// (l0 + cost if so consumed, else l0; max(0, l0 − cost) for a refund):
+// Remaining = max(0, floor(b − la)), ResetAfter = ceil(la/r), ttl the same.
+// RetryAfter (denied) = ceil((l0 + cost − b)/r), evaluated as
+// ceil(((l0 + cost) − b)/r).
+// A refund sets (max(0, l0 − cost), now) and writes only if there is a
+// stored state and the new one differs from it.
+func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund bool) (bucketState, outcome) {
+	r := float64(limit) / float64(w)
+	fb, fc := float64(b), float64(cost)
+	if !ok {
+		st = bucketState{value: 0, ts: now}
+	}
+	l0 := 0.0
+	if elapsed := now - st.ts; elapsed < settleMicros(st.value, r) {
+		l0 = math.Max(0, st.value-mul(float64(elapsed), r))
+	}
+	la := l0
+	var o outcome
+	switch {
+	case refund:
+		o.allowed = true
+		la = math.Max(0, l0-fc)
+		o.write = ok && (la != st.value || now != st.ts)
+	case l0+fc <= fb:
+		o.allowed = true
+		if cost > 0 {
+			la = l0 + fc
+			o.write = true
+		}
+	default:
+		o.retryAfter = ceilMicros((l0 + fc - fb) / r)
+	}
+	o.remaining = max(0, int64(math.Floor(fb-la)))
+	o.resetAfter = settleMicros(la, r)
+	o.ttl = o.resetAfter
+	return bucketState{value: la, ts: now}, o
+}
+
+// stepGCRA keeps one theoretical arrival time tat, in µs since GCRAEpoch.
+// With n = now − GCRAEpoch (exact integer), T = float(w)/float(limit) (µs
+// per hit) and tau = T·float(b):
+//
+//	tat = stored, or n when there is no state
+//	t0 = max(tat, n); nt = t0 + cost·T; allowAt = nt − tau
+//
+// A hit is allowed iff allowAt <= n; if allowed with cost > 0, tat = nt is
+// written. With after the tat after the hit (nt if so consumed, else t0;
+// max(n, t0 − cost·T) for a refund):
+// Remaining = max(0, floor((tau − (after − n))/T)),
+// ResetAfter = ceil(after − n), ttl the same.
+// RetryAfter (denied) = ceil(allowAt − n).
+// A refund sets tat = max(n, t0 − cost·T) and writes only if there is a
+// stored tat and the new one differs from it.
+func stepGCRA(tat float64, ok bool, limit, w, b, now, cost int64, refund bool) (float64, outcome) {
+	n := float64(now - GCRAEpoch)
+	period := float64(w) / float64(limit)
+	tau := period * float64(b)
+	if !ok {
+		tat = n
+	}
+	t0 := math.Max(tat, n)
+	nt := t0 + mul(float64(cost), period)
+	allowAt := nt - tau
+	after := t0
+	var o outcome
+	switch {
+	case refund:
+		o.allowed = true
+		after = math.Max(n, t0-mul(float64(cost), period))
+		o.write = ok && after != tat
+	case allowAt <= n:
+		o.allowed = true
+		if cost > 0 {
+			after = nt
+			o.write = true
+		}
+	default:
+		o.retryAfter = ceilMicros(allowAt - n)
+	}
+	o.remaining = max(0, int64(math.Floor((tau-(after-n))/period)))
+	o.resetAfter = ceilMicros(after - n)
+	o.ttl = o.resetAfter
+	return after, o
+}
+
+// mul returns a·b rounded to float64 before it is used. Go may fuse x*y + z
+// into one fused multiply-add (it does on arm64, and on amd64 with
+// GOAMD64=v3), which rounds once instead of twice; Lua evaluates every
+// operation separately. The explicit conversion forbids the fusion.
+func mul(a, b float64) float64 { return float64(a * b) }
+
+// ceilMicros returns ceil(x) as whole µs.
+func ceilMicros(x float64) int64 { return int64(math.Ceil(x)) }
+
+// floorDiv returns floor(a/b) for b > 0, as Lua's math.floor(a / b) does
+// for the integers (exact in a double) this package divides.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// run is n hits recorded at one position: a sub-window index for
+// SlidingWindow, a time in µs for SlidingLog.
+type run struct{ at, n int64 }
+
+// runs is a list of runs in ascending position with n > 0. Its methods
+// modify the list in place.
+type runs []run
+
+// dropBefore removes the runs positioned before from.
+func (rs runs) dropBefore(from int64) runs {
+	i := 0
+	for i < len(rs) && rs[i].at < from {
+		i++
+	}
+	if i == 0 {
+		return rs
+	}
+	return rs[:copy(rs, rs[i:])]
+}
+
+// upTo returns the number of runs positioned at or before at.
+func (rs runs) upTo(at int64) int {
+	i := len(rs)
+	for i > 0 && rs[i-1].at > at {
+		i--
+	}
+	return i
+}
+
+// add records n more hits at position at.
+func (rs runs) add(at, n int64) runs {
+	i := rs.upTo(at)
+	if i > 0 && rs[i-1].at == at {
+		rs[i-1].n += n
+		return rs
+	}
+	rs = append(rs, run{})
+	copy(rs[i+1:], rs[i:])
+	rs[i] = run{at: at, n: n}
+	return rs
+}
+
+// takeNewest removes up to n hits positioned at or before upTo, newest
+// first, and returns how many it removed.
+func (rs runs) takeNewest(n, upTo int64) (runs, int64) {
+	end := rs.upTo(upTo)
+	i := end
+	var taken int64
+	for i > 0 && taken < n {
+		take := min(n-taken, rs[i-1].n)
+		rs[i-1].n -= take
+		taken += take
+		if rs[i-1].n > 0 {
+			break
+		}
+		i--
+	}
+	// rs[i:end] are now empty.
+	return append(rs[:i], rs[end:]...), taken
+}
+
+// total returns the number of hits in rs.
+func (rs runs) total() int64 {
+	var t int64
+	for _, r := range rs {
+		t += r.n
+	}
+	return t
+}
+
+// newest returns the position of the last run; rs must not be empty.
+func (rs runs) newest() int64 { return rs[len(rs)-1].at }
+
+// nthOldest returns the position of the i-th oldest hit (1-based); rs must
+// hold at least i hits.
+func (rs runs) nthOldest(i int64) int64 {
+	for _, r := range rs {
+		if i <= r.n {
+			return r.at
+		}
+		i -= r.n
+	}
+	panic("limit: nthOldest beyond the log")
+}
