@@ -1,0 +1,219 @@
+// Command floodgate is an Envoy rate-limit service (RLS v3) that can replace
+// envoyproxy/ratelimit: it reads the same rule files and honours the same
+// environment variables.
+//
+//	floodgate                      serve ./config on the in-memory store
+//	floodgate -redis host:6379     serve with counters in Redis
+//	floodgate -check               validate the rules and exit 0 or 1
+//	floodgate -explain rl k=v      show which rule a descriptor matches
+//
+// Flags win over environment variables; see the README for the table. This
+// file only assembles the parts: rules (pkg/rules), a limiter (pkg/limit or
+// pkg/redislimit), the service (pkg/envoy) and the listeners (pkg/server).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/redislimit"
+	"github.com/floodgate/floodgate/pkg/rules"
+	"github.com/floodgate/floodgate/pkg/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole program; it returns the exit code. ctx ends the server
+// (SIGTERM, SIGINT).
+func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.Writer) int {
+	cfg, err := parseConfig(args, env, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate: %v\n", err)
+		return 2
+	}
+	logger := newLogger(cfg, stderr)
+	ruleOpts := rules.Options{MergeDomains: cfg.mergeDomains}
+
+	switch {
+	case cfg.check:
+		if rules.Check(stdout, cfg.rulesPath, ruleOpts) != nil {
+			return 1
+		}
+		return 0
+	case cfg.explain:
+		return explain(stdout, stderr, cfg, ruleOpts)
+	}
+
+	for _, n := range cfg.notes {
+		logger.Warn(n)
+	}
+	watcher, err := rules.NewWatcher(cfg.rulesPath, ruleOpts, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate: refusing to start, the rules in %s are invalid:\n%v\n", cfg.rulesPath, err)
+		return 1
+	}
+
+	limiter, store, closeStore, err := newLimiter(ctx, cfg, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate: %v\n", err)
+		return 2
+	}
+	defer closeStore()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := envoy.NewMetrics(reg, store)
+	if err == nil {
+		err = server.RegisterRuleMetrics(reg, watcher)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate: metrics: %v\n", err)
+		return 1
+	}
+
+	svc, err := envoy.New(watcher, limiter, envoy.Options{
+		ShadowMode:     cfg.shadowMode,
+		NearLimitRatio: cfg.nearLimitRatio,
+		StoreTimeout:   cfg.redisDeadline,
+		FailureMode:    cfg.failureMode,
+		Headers:        cfg.headers,
+		OverLimitBody:  cfg.overLimitBody,
+		Logger:         logger,
+		Metrics:        metrics,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate: %v\n", err)
+		return 2
+	}
+	srv, err := server.New(svc, watcher, reg, server.Options{
+		GRPCAddr:        cfg.grpcAddr,
+		HTTPAddr:        cfg.httpAddr,
+		DebugAddr:       cfg.debugAddr,
+		DrainDelay:      cfg.drainDelay,
+		ShutdownTimeout: cfg.shutdownTimeout,
+		Logger:          logger,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate: %v\n", err)
+		return 2
+	}
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := watcher.Run(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
+			logger.Error("rules: watching stopped; the loaded rules stay in force", "err", err)
+		}
+	}()
+
+	if err := srv.Run(ctx); err != nil {
+		logger.Error("server failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// newLimiter returns the store: Redis when configured, else the in-memory
+// twin, with the name used in metrics and a function releasing it.
+func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Limiter, string, func(), error) {
+	if cfg.redisURL == "" {
+		logger.Warn("no Redis configured (-redis, REDIS_URL): counters are kept in this process's memory, not shared with other instances and lost on restart")
+		return limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries}), "memory", func() {}, nil
+	}
+	user, pass := cfg.redisCredentials()
+	client, err := redislimit.NewClient(redislimit.ClientConfig{
+		URL:            cfg.redisURL,
+		Type:           cfg.redisType,
+		SentinelMaster: cfg.redisSentinelMaster,
+		Username:       user,
+		Password:       pass,
+		TLS:            cfg.redisTLS,
+		PoolSize:       cfg.redisPoolSize,
+		DialTimeout:    cfg.redisDialTimeout,
+	})
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("redis: %w", err)
+	}
+	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline})
+	if err != nil {
+		client.Close()
+		return nil, "", nil, fmt.Errorf("redis: %w", err)
+	}
+	logger.Info("counters are kept in Redis", "type", cfg.redisType, "addr", redactedAddr(cfg.redisURL), "deadline", cfg.redisDeadline)
+	pingRedis(ctx, client, logger)
+	return lim, "redis", func() { client.Close() }, nil
+}
+
+// pingRedis warns at start when Redis does not answer; the server starts
+// anyway and the failure policy answers until Redis is back.
+func pingRedis(ctx context.Context, client redis.UniversalClient, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		logger.Warn("Redis does not answer yet; requests get the failure policy's answer until it does", "err", err)
+	}
+}
+
+// redactedAddr drops credentials from a Redis URL for logs.
+func redactedAddr(u string) string {
+	if i := strings.LastIndex(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "***@" + u[i+1:]
+		}
+		return "***@" + u[i+1:]
+	}
+	return u
+}
+
+// explain prints which rule -explain's descriptor matches.
+func explain(stdout, stderr io.Writer, cfg *config, opts rules.Options) int {
+	set, err := rules.Load(cfg.rulesPath, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate: the rules in %s are invalid:\n%v\n", cfg.rulesPath, err)
+		return 1
+	}
+	domain := cfg.args[0]
+	var entries []rules.Entry
+	for _, a := range cfg.args[1:] {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			fmt.Fprintf(stderr, "floodgate: -explain entry %q: want key=value\n", a)
+			return 2
+		}
+		entries = append(entries, rules.Entry{Key: k, Value: v})
+	}
+	fmt.Fprint(stdout, set.Explain(domain, entries).String())
+	return 0
+}
+
+// newLogger builds the process logger from -log-level and -log-format.
+func newLogger(cfg *config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.logLevel}
+	if cfg.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,250 @@
+// Package server runs floodgate's listeners around a rate-limit service:
+// the gRPC server Envoy calls (with grpc.health.v1 and server reflection),
+// the HTTP server (/healthcheck, /json, /rlconfig, /metrics) and the debug
+// server (/debug/pprof/, /rlconfig). It owns their lifecycle: health goes
+// SERVING once every listener is open and NOT_SERVING when shutdown begins,
+// after which in-flight requests finish before Run returns.
+//
+// It decides nothing about rate limits: it serves any
+// RateLimitServiceServer (package envoy's Service) and reads the rules only
+// to describe them. Configuration comes from cmd/server in small Options.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// Rules is what the server needs of the rules: the current set, to list it,
+// and the state of the loads. rules.Watcher satisfies it.
+type Rules interface {
+	Current() *rules.Set
+	Status() rules.Status
+}
+
+// HealthServices are the gRPC health service names the server reports: ""
+// (the whole server), "ratelimit" (what the reference server reports) and
+// the RLS service's full name.
+var HealthServices = []string{"", "ratelimit", pb.RateLimitService_ServiceDesc.ServiceName}
+
+// DefaultShutdownTimeout is Options.ShutdownTimeout when it is zero.
+const DefaultShutdownTimeout = 15 * time.Second
+
+// Options configures a Server.
+type Options struct {
+	// GRPCAddr, HTTPAddr and DebugAddr are the listen addresses
+	// (host:port; ":0" picks a free port). An empty DebugAddr disables the
+	// debug server; the other two are required.
+	GRPCAddr, HTTPAddr, DebugAddr string
+	// DrainDelay is how long the server keeps answering after health turns
+	// NOT_SERVING, so load balancers stop sending before listeners close;
+	// 0 closes them at once.
+	DrainDelay time.Duration
+	// ShutdownTimeout bounds the wait for in-flight requests once listeners
+	// close; requests still running then are cut. 0 means
+	// DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// Logger receives lifecycle logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is floodgate's set of listeners. Create it with New and start it
+// with Run, once.
+type Server struct {
+	svc     pb.RateLimitServiceServer
+	rules   Rules
+	opts    Options
+	grpc    *grpc.Server
+	health  *health.Server
+	serving atomic.Bool
+	http    *http.Server
+	debug   *http.Server
+
+	mu    sync.Mutex
+	addrs Addrs
+	ready chan struct{}
+}
+
+// Addrs are the addresses a running Server listens on.
+type Addrs struct {
+	GRPC, HTTP, Debug net.Addr
+}
+
+// New returns a Server for svc. gatherer supplies /metrics (a
+// *prometheus.Registry); nil serves no metrics.
+func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, opts Options) (*Server, error) {
+	if svc == nil || rs == nil {
+		return nil, errors.New("server: nil service or rules")
+	}
+	if opts.GRPCAddr == "" || opts.HTTPAddr == "" {
+		return nil, errors.New("server: the gRPC and HTTP addresses are required")
+	}
+	if opts.ShutdownTimeout == 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{svc: svc, rules: rs, opts: opts, ready: make(chan struct{})}
+
+	s.grpc = grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(s.grpc, svc)
+	s.health = health.NewServer()
+	for _, name := range HealthServices {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	s.http = &http.Server{Handler: s.httpHandler(gatherer), ReadHeaderTimeout: 10 * time.Second}
+	if opts.DebugAddr != "" {
+		s.debug = &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: 10 * time.Second}
+	}
+	return s, nil
+}
+
+// Ready is closed once every listener is open and health is SERVING.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Addrs returns the listening addresses; valid once Ready is closed.
+func (s *Server) Addrs() Addrs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addrs
+}
+
+// Serving reports whether health is SERVING.
+func (s *Server) Serving() bool { return s.serving.Load() }
+
+// Run opens the listeners, serves until ctx is done or a server fails,
+// then shuts down: health turns NOT_SERVING, the server keeps answering for
+// DrainDelay, listeners close, and in-flight requests get up to
+// ShutdownTimeout to finish. It returns nil after a shutdown asked by ctx,
+// or the error that stopped a server.
+func (s *Server) Run(ctx context.Context) error {
+	grpcL, err := net.Listen("tcp", s.opts.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("server: gRPC listener: %w", err)
+	}
+	httpL, err := net.Listen("tcp", s.opts.HTTPAddr)
+	if err != nil {
+		grpcL.Close()
+		return fmt.Errorf("server: HTTP listener: %w", err)
+	}
+	var debugL net.Listener
+	if s.debug != nil {
+		if debugL, err = net.Listen("tcp", s.opts.DebugAddr); err != nil {
+			grpcL.Close()
+			httpL.Close()
+			return fmt.Errorf("server: debug listener: %w", err)
+		}
+	}
+
+	errc := make(chan error, 3)
+	go func() { errc <- s.grpc.Serve(grpcL) }()
+	go func() { errc <- serveHTTP(s.http, httpL) }()
+	if s.debug != nil {
+		go func() { errc <- serveHTTP(s.debug, debugL) }()
+	}
+
+	s.mu.Lock()
+	s.addrs = Addrs{GRPC: grpcL.Addr(), HTTP: httpL.Addr()}
+	if debugL != nil {
+		s.addrs.Debug = debugL.Addr()
+	}
+	s.mu.Unlock()
+	s.setServing(true)
+	close(s.ready)
+	attrs := []any{"grpc", grpcL.Addr().String(), "http", httpL.Addr().String()}
+	if debugL != nil {
+		attrs = append(attrs, "debug", debugL.Addr().String())
+	}
+	s.opts.Logger.Info("serving", attrs...)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		if runErr != nil {
+			runErr = fmt.Errorf("server: %w", runErr)
+		}
+	}
+	s.shutdown()
+	return runErr
+}
+
+func serveHTTP(srv *http.Server, l net.Listener) error {
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (s *Server) setServing(on bool) {
+	s.serving.Store(on)
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if on {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range HealthServices {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// shutdown turns health NOT_SERVING, waits DrainDelay, then stops the
+// servers gracefully within ShutdownTimeout.
+func (s *Server) shutdown() {
+	s.setServing(false)
+	s.opts.Logger.Info("shutting down: health is NOT_SERVING, finishing in-flight requests",
+		"drain_delay", s.opts.DrainDelay, "timeout", s.opts.ShutdownTimeout)
+	if s.opts.DrainDelay > 0 {
+		time.Sleep(s.opts.DrainDelay)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		done := make(chan struct{})
+		go func() {
+			s.grpc.GracefulStop()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.opts.Logger.Warn("shutdown timeout: cutting the remaining gRPC requests")
+			s.grpc.Stop()
+			<-done
+		}
+	})
+	for _, srv := range []*http.Server{s.http, s.debug} {
+		if srv == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				s.opts.Logger.Warn("shutdown timeout: cutting the remaining HTTP requests", "err", err)
+				srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	s.opts.Logger.Info("stopped")
+}
