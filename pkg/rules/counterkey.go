@@ -3,7 +3,9 @@ package rules
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"strconv"
+	"sync"
 )
 
 // maxKeyValue is the longest request value written verbatim into a counter
@@ -27,9 +29,8 @@ func (r *Rule) AppendCounterKey(dst []byte, l *Limit, entries []Entry) []byte {
 		}
 		v := entries[i].Value
 		if len(v) > maxKeyValue {
-			sum := sha256.Sum256([]byte(v))
 			dst = append(dst, "|h"...)
-			dst = hex.AppendEncode(dst, sum[:])
+			dst = appendSHA256Hex(dst, v)
 			continue
 		}
 		dst = append(dst, "|v"...)
@@ -37,5 +38,29 @@ func (r *Rule) AppendCounterKey(dst []byte, l *Limit, entries []Entry) []byte {
 		dst = append(dst, ':')
 		dst = append(dst, v...)
 	}
+	return dst
+}
+
+// hasher is a reusable SHA-256 state with room to copy a string into,
+// since hashing a string directly would convert (allocate) it.
+type hasher struct {
+	h     hash.Hash
+	chunk [512]byte
+	sum   [sha256.Size]byte
+}
+
+var hashers = sync.Pool{New: func() any { return &hasher{h: sha256.New()} }}
+
+// appendSHA256Hex appends the hex SHA-256 of s to dst.
+func appendSHA256Hex(dst []byte, s string) []byte {
+	x := hashers.Get().(*hasher)
+	x.h.Reset()
+	for len(s) > 0 {
+		n := copy(x.chunk[:], s)
+		x.h.Write(x.chunk[:n])
+		s = s[n:]
+	}
+	dst = hex.AppendEncode(dst, x.h.Sum(x.sum[:0]))
+	hashers.Put(x)
 	return dst
 }
