@@ -22,13 +22,23 @@ local function outcome(allowed, remaining, reset, retry, write, ttl)
           reset = reset, retry = retry, write = write, ttl = ttl}
 end
 
--- expire gives key the lifetime ttl (µs) as a PEXPIRE in whole milliseconds,
--- rounded up; a state already equivalent to none (ttl <= 0) is deleted.
-local function expire(key, ttl)
+-- expire_at returns the instant, in whole milliseconds rounded up, at which
+-- a state written at now with lifetime ttl (µs) becomes equivalent to none.
+-- Keys expire at an absolute instant of the script's timeline: in
+-- production that is Redis's own clock, so it means PEXPIRE ttl; with a
+-- test's explicit now (in the future) keys outlive the test, and their
+-- expiry instant can be checked exactly.
+local function expire_at(now, ttl)
+  return num(math.ceil((now + ttl) / 1000))
+end
+
+-- expire sets key's expiry for a state written at now with lifetime ttl
+-- (µs); a state already equivalent to none (ttl <= 0) is deleted.
+local function expire(key, now, ttl)
   if ttl <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('PEXPIRE', key, num(math.ceil(ttl / 1000)))
+    redis.call('PEXPIREAT', key, expire_at(now, ttl))
   end
 end
 
@@ -37,14 +47,14 @@ end
 local function load_bucket(key)
   local v = redis.call('HMGET', key, 'v', 't')
   if not v[1] then
-    return {ok = false, value = 0, ts = 0}
+    return {value = 0, ts = 0}, false
   end
-  return {ok = true, value = tonumber(v[1]), ts = tonumber(v[2])}
+  return {value = tonumber(v[1]), ts = tonumber(v[2])}, true
 end
 
 local function store_bucket(key, st, h, now, ttl)
   if ttl > 0 then
     redis.call('HSET', key, 'v', num(st.value), 't', num(st.ts))
   end
-  expire(key, ttl)
+  expire(key, now, ttl)
 end

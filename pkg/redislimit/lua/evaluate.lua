@@ -54,18 +54,22 @@ local function hit_at(i)
   return h
 end
 
-local function step(algo, st, h, cost, refund)
+-- step mirrors limit.step: it returns the working state after the hit
+-- (the caller keeps it whether or not the hit writes: a peek may bring a
+-- bucket's refill up to now, or drop expired sub-windows, equivalently) and
+-- the hit's outcome.
+local function step(algo, st, ok, h, cost, refund)
   if h.limit == 0 then
     local o = outcome(cost == 0 or refund, 0, 0, 0, false, 0)
     o.never = cost > 0 and not refund
     return st, o
   end
   if cost > h.cap and not refund then
-    local _, o = step(algo, st, h, 0, false)
+    local nst, o = step(algo, st, ok, h, 0, false)
     o.allowed, o.never, o.retry = false, true, 0
-    return st, o
+    return nst, o
   end
-  return algo.step(st, h, now, cost, refund)
+  return algo.step(st, ok, h, now, cost, refund)
 end
 
 if #ARGV ~= 1 + NARGS * #KEYS then
@@ -91,15 +95,14 @@ for i = 1, #KEYS do
     return redis.error_reply('floodgate: key ' .. key .. ' used by two algorithms in one call')
   end
   if w.st == nil and h.limit ~= 0 then
-    w.st = algo.load(key, h, now)
+    w.st, w.ok = algo.load(key, h, now)
   end
-  local st, o = step(algo, w.st, h, h.cost, h.refund)
+  local o
+  w.st, o = step(algo, w.st, w.ok, h, h.cost, h.refund)
   if o.write then
-    w.st, w.h, w.ttl, w.dirty = st, h, o.ttl, true
-    if o.ttl <= 0 then
-      -- The state is now equivalent to none: later hits see none.
-      w.st.ok = false
-    end
+    -- A state written with no lifetime left is equivalent to none: later
+    -- hits of the call see none, and the key is deleted.
+    w.ok, w.h, w.ttl, w.dirty = o.ttl > 0, h, o.ttl, true
   end
   if not o.allowed and h.cost > 0 and not h.refund then
     denied = true

@@ -31,16 +31,16 @@ end
 local function load(key, h, now)
   local v = redis.call('HMGET', key, 's', 'n')
   if not v[1] then
-    return {ok = false, start = 0, count = 0}
+    return {start = 0, count = 0}, false
   end
-  return {ok = true, start = tonumber(v[1]), count = tonumber(v[2]) or 0}
+  return {start = tonumber(v[1]), count = tonumber(v[2]) or 0}, true
 end
 
-local function step(st, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund)
   local start, stop = window(h, now)
   local limit = h.limit
   local n = 0
-  if st.ok and st.start == start then
+  if ok and st.start == start then
     n = st.count
   end
   local o = outcome(false, 0, stop - now, 0, false, stop - now)
@@ -60,14 +60,14 @@ local function step(st, h, now, cost, refund)
     o.retry = stop - now
   end
   o.remaining = math.max(0, limit - n)
-  return {ok = true, start = start, count = n}, o
+  return {start = start, count = n}, o
 end
 
 local function store(key, st, h, now, ttl)
   if ttl > 0 then
     redis.call('HSET', key, 's', num(st.start), 'n', num(st.count))
   end
-  expire(key, ttl)
+  expire(key, now, ttl)
 end
 
 return {load = load, step = step, store = store}

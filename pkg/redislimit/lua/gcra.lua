@@ -19,17 +19,17 @@ local epoch = 1704067200000000
 local function load(key, h, now)
   local v = redis.call('GET', key)
   if not v then
-    return {ok = false, tat = 0}
+    return {tat = 0}, false
   end
-  return {ok = true, tat = tonumber(v)}
+  return {tat = tonumber(v)}, true
 end
 
-local function step(st, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund)
   local n = now - epoch
   local period = h.window / h.limit
   local tau = period * h.cap
   local tat = st.tat
-  if not st.ok then
+  if not ok then
     tat = n
   end
   local t0 = math.max(tat, n)
@@ -40,7 +40,7 @@ local function step(st, h, now, cost, refund)
   if refund then
     o.allowed = true
     after = math.max(n, t0 - cost * period)
-    o.write = st.ok and after ~= tat
+    o.write = ok and after ~= tat
   elseif allow_at <= n then
     o.allowed = true
     if cost > 0 then
@@ -53,14 +53,14 @@ local function step(st, h, now, cost, refund)
   o.remaining = math.max(0, math.floor((tau - (after - n)) / period))
   o.reset = math.ceil(after - n)
   o.ttl = o.reset
-  return {ok = true, tat = after}, o
+  return {tat = after}, o
 end
 
 local function store(key, st, h, now, ttl)
   if ttl <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, num(st.tat), 'PX', num(math.ceil(ttl / 1000)))
+    redis.call('SET', key, num(st.tat), 'PXAT', expire_at(now, ttl))
   end
 end
 

@@ -13,15 +13,23 @@
 -- reset = ceil(la/r), TTL the same; retry (denied) = ceil(((l0 + cost) - B)/r).
 -- A refund writes only a stored state that changes.
 
+-- load reads the meter, and treats it as missing from the instant it was
+-- due to expire, ts + ceil(level/r): the same µs at which limit.Memory drops
+-- it (draining to exactly 0 at that instant is not guaranteed in floating
+-- point).
 local function load(key, h, now)
-  return load_bucket(key)
+  local st, ok = load_bucket(key)
+  if ok and now >= st.ts + math.ceil(st.value / (h.limit / h.window)) then
+    ok = false
+  end
+  return st, ok
 end
 
-local function step(st, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund)
   local r = h.limit / h.window
   local b = h.cap
   local value, ts = st.value, st.ts
-  if not st.ok then
+  if not ok then
     value, ts = 0, now
   end
   local l0 = math.max(0, value - (now - ts) * r)
@@ -30,7 +38,7 @@ local function step(st, h, now, cost, refund)
   if refund then
     o.allowed = true
     la = math.max(0, l0 - cost)
-    o.write = st.ok and (la ~= value or now ~= ts)
+    o.write = ok and (la ~= value or now ~= ts)
   elseif l0 + cost <= b then
     o.allowed = true
     if cost > 0 then
@@ -43,7 +51,7 @@ local function step(st, h, now, cost, refund)
   o.remaining = math.max(0, math.floor(b - la))
   o.reset = math.ceil(la / r)
   o.ttl = o.reset
-  return {ok = true, value = la, ts = now}, o
+  return {value = la, ts = now}, o
 end
 
 return {load = load, step = step, store = store_bucket}

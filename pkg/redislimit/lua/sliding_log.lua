@@ -26,7 +26,7 @@ local function load(key, h, now)
   local expired = redis.call('ZCOUNT', key, '-inf', num(lo))
   local a = redis.call('ZCOUNT', key, '(' .. num(lo), num(now))
   local z = redis.call('ZCOUNT', key, '(' .. num(now), '+inf')
-  return {ok = true, key = key, expired = expired, a0 = a, z0 = z, a = a, m = 0, z = z}
+  return {key = key, expired = expired, a0 = a, z0 = z, a = a, m = 0, z = z}, true
 end
 
 local function score_at(key, rank)
@@ -53,9 +53,9 @@ local function newest(key, st, now)
   return score_at(key, st.expired + st.a - 1)
 end
 
-local function step(st, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund)
   local limit, w = h.limit, h.window
-  local nst = {ok = true, key = st.key, expired = st.expired, a0 = st.a0, z0 = st.z0, a = st.a, m = st.m, z = st.z}
+  local nst = {key = st.key, expired = st.expired, a0 = st.a0, z0 = st.z0, a = st.a, m = st.m, z = st.z}
   local n = nst.a + nst.m + nst.z
   local o = outcome(false, 0, 0, 0, false, 0)
   if refund then
@@ -127,7 +127,7 @@ local function store(key, st, h, now, ttl)
       end
     end
   end
-  expire(key, ttl)
+  expire(key, now, ttl)
 end
 
 return {load = load, step = step, store = store}

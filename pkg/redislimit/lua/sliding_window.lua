@@ -23,7 +23,7 @@ local function load(key, h, now)
   for i = 1, #flat, 2 do
     cnt[tonumber(flat[i])] = tonumber(flat[i + 1])
   end
-  return {ok = true, cnt = cnt, stored = cnt}
+  return {cnt = cnt, stored = cnt}, true
 end
 
 -- sorted returns the indices of cnt with a count > 0, ascending.
@@ -91,7 +91,7 @@ local function retry_after(cnt, k, n, g, limit, cost, now)
   end
 end
 
-local function step(st, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund)
   local limit, n = h.limit, h.precision
   local g = math.floor(h.window / n)
   local k = math.floor(now / g)
@@ -145,7 +145,7 @@ local function step(st, h, now, cost, refund)
     o.reset = (newest + n + 1) * g - now
   end
   o.ttl = o.reset
-  return {ok = true, cnt = cnt, stored = st.stored}, o
+  return {cnt = cnt, stored = st.stored}, o
 end
 
 -- store writes only the differences from the hash as loaded: dropped and
@@ -174,7 +174,7 @@ local function store(key, st, h, now, ttl)
   for p = 1, #set, 2000 do
     redis.call('HSET', key, unpack(set, p, math.min(p + 1999, #set)))
   end
-  expire(key, ttl)
+  expire(key, now, ttl)
 end
 
 return {load = load, step = step, store = store}

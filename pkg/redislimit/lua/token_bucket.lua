@@ -12,15 +12,24 @@
 -- max(0, floor(ta)), reset = ceil((B - ta)/r), TTL the same; retry (denied)
 -- = ceil((cost - t0)/r). A refund writes only a stored state that changes.
 
+-- load reads the bucket, and treats it as missing from the instant it was
+-- due to expire, ts + ceil((B - tokens)/r): the same µs at which
+-- limit.Memory drops it. Refilling to exactly B at that instant is not
+-- guaranteed in floating point, so the instant itself decides, not the
+-- arithmetic nor Redis's millisecond expiry.
 local function load(key, h, now)
-  return load_bucket(key)
+  local st, ok = load_bucket(key)
+  if ok and now >= st.ts + math.ceil((h.cap - st.value) / (h.limit / h.window)) then
+    ok = false
+  end
+  return st, ok
 end
 
-local function step(st, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund)
   local r = h.limit / h.window
   local b = h.cap
   local value, ts = st.value, st.ts
-  if not st.ok then
+  if not ok then
     value, ts = b, now
   end
   local t0 = math.min(b, value + (now - ts) * r)
@@ -29,7 +38,7 @@ local function step(st, h, now, cost, refund)
   if refund then
     o.allowed = true
     ta = math.min(b, t0 + cost)
-    o.write = st.ok and (ta ~= value or now ~= ts)
+    o.write = ok and (ta ~= value or now ~= ts)
   elseif t0 >= cost then
     o.allowed = true
     if cost > 0 then
@@ -42,7 +51,7 @@ local function step(st, h, now, cost, refund)
   o.remaining = math.max(0, math.floor(ta))
   o.reset = math.ceil((b - ta) / r)
   o.ttl = o.reset
-  return {ok = true, value = ta, ts = now}, o
+  return {value = ta, ts = now}, o
 end
 
 return {load = load, step = step, store = store_bucket}
