@@ -154,10 +154,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			schedule()
 		case <-timer.C:
 			pending = false
-			w.reload()
+			// Watch new directories before reading them, so that a write
+			// after the read is seen as an event.
 			if err := sc.sync(fw, w.logger); err != nil {
 				w.logger.Warn("rules: cannot watch rule path", "path", w.path, "error", err)
 			}
+			w.reload()
 		}
 	}
 }
