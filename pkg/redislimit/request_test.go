@@ -1,0 +1,255 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/redislimit"
+	"github.com/redis/go-redis/v9"
+)
+
+// allOrNothing checks, for every algorithm, that a request whose last
+// descriptor is exhausted consumes nothing from the others, and that the
+// same request passes and consumes everywhere once the exhausted counter is
+// whole. keyOf names the counter of descriptor i so that callers can spread
+// them over Cluster slots.
+func allOrNothing(t *testing.T, e evaluator, clk *clock, keyOf func(a limit.Algorithm, i int) string) {
+	t.Helper()
+	for _, a := range limit.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			roomy := limit.Spec{Algorithm: a, Limit: 10, Window: time.Hour}
+			tight := limit.Spec{Algorithm: a, Limit: 1, Window: time.Hour}
+			request := []limit.Hit{
+				{Key: keyOf(a, 0), Spec: roomy, Cost: 1},
+				{Key: keyOf(a, 1), Spec: roomy, Cost: 2},
+				// Two limits on one descriptor: a per-hour and a per-day one.
+				{Key: keyOf(a, 2), Spec: roomy, Cost: 1},
+				{Key: keyOf(a, 3), Spec: limit.Spec{Algorithm: a, Limit: 20, Window: 24 * time.Hour}, Cost: 1},
+				{Key: keyOf(a, 4), Spec: tight, Cost: 1},
+			}
+			peek := func() []int64 {
+				hits := append([]limit.Hit(nil), request...)
+				for i := range hits {
+					hits[i].Cost = 0
+				}
+				var rem []int64
+				for _, d := range decide(t, e, hits...) {
+					rem = append(rem, d.Remaining)
+				}
+				return rem
+			}
+			decide(t, e, request[4]) // exhaust the tight counter
+			before := peek()
+			if fmt.Sprint(before) != "[10 10 10 20 0]" {
+				t.Fatalf("remaining before = %v, want [10 10 10 20 0]", before)
+			}
+			for range 3 {
+				d := decide(t, e, request...)
+				if d[4].Allowed || !d[0].Allowed || !d[1].Allowed || !d[3].Allowed {
+					t.Fatalf("decisions %+v: want the last denied, the others allowed", d)
+				}
+				// Each decision still reports its own counter as if the
+				// request had passed.
+				if d[1].Remaining != 8 {
+					t.Fatalf("descriptor 1 remaining %d in the denied request, want 8", d[1].Remaining)
+				}
+			}
+			if after := peek(); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Fatalf("a denied request consumed: remaining %v, was %v", after, before)
+			}
+			clk.add(2 * time.Hour) // the tight counter is whole again
+			d := decide(t, e, request...)
+			for i := range d {
+				if !d[i].Allowed {
+					t.Fatalf("hit %d denied after the reset: %+v", i, d)
+				}
+			}
+			if got := fmt.Sprint(peek()); got != "[9 8 9 19 0]" {
+				t.Fatalf("remaining after an allowed request = %s, want [9 8 9 19 0]", got)
+			}
+		})
+	}
+}
+
+func TestAllOrNothingSingleNode(t *testing.T) {
+	n := startNode(t)
+	clk := newClock(future)
+	l := newLimiter(t, n.client, clk, "aon:")
+	allOrNothing(t, l, clk, func(a limit.Algorithm, i int) string { return fmt.Sprintf("%v/%d", a, i) })
+}
+
+// TestOneRoundTrip checks that a request of several descriptors, whatever
+// their algorithms, costs one Redis call on a single node.
+func TestOneRoundTrip(t *testing.T) {
+	n := startNode(t)
+	l := newLimiter(t, n.client, nil, "rt:")
+	var hits []limit.Hit
+	for _, a := range limit.Algorithms() {
+		hits = append(hits, limit.Hit{Key: a.String(), Spec: limit.Spec{Algorithm: a, Limit: 100, Window: time.Minute}, Cost: 1})
+	}
+	decide(t, l, hits...) // loads the script
+	before := n.commands.Load()
+	const requests = 20
+	for range requests {
+		decide(t, l, hits...)
+	}
+	if got := n.commands.Load() - before; got != requests {
+		t.Fatalf("%d requests of %d hits sent %d commands, want %d", requests, len(hits), got, requests)
+	}
+}
+
+// TestSameKeyTwice: two hits of one request on one counter see each other.
+func TestSameKeyTwice(t *testing.T) {
+	n := startNode(t)
+	clk := newClock(future)
+	l := newLimiter(t, n.client, clk, "twice:")
+	for _, a := range limit.Algorithms() {
+		sp := limit.Spec{Algorithm: a, Limit: 3, Window: time.Hour}
+		d := decide(t, l, limit.Hit{Key: a.String(), Spec: sp, Cost: 2}, limit.Hit{Key: a.String(), Spec: sp, Cost: 2})
+		if !d[0].Allowed || d[1].Allowed {
+			t.Errorf("%v: %+v; want the second hit denied by the first's consumption", a, d)
+		}
+		// Denied together: nothing consumed.
+		if p := decide(t, l, limit.Hit{Key: a.String(), Spec: sp})[0]; p.Remaining != 3 {
+			t.Errorf("%v: remaining %d after a denied request, want 3", a, p.Remaining)
+		}
+	}
+}
+
+// TestConcurrentExactLimit hammers one counter from 8 goroutines over 2
+// clients (separate connection pools) on Redis's own clock: exactly the
+// limit is admitted. Bucket rates are so slow that no refill happens
+// during the test.
+func TestConcurrentExactLimit(t *testing.T) {
+	n := startNode(t)
+	clients := []*redis.Client{n.client, newCountingClient(t, n.srv.Addr, n.commands)}
+	// A window so long (about 417 days, aligned to the epoch) that the test
+	// cannot straddle two of them, unless it starts in its last minute.
+	window := 10000 * time.Hour
+	if time.Until(time.Now().Truncate(window).Add(window)) < time.Minute {
+		window += time.Hour
+	}
+	const limitN, workers, perWorker = 100, 8, 40
+	tests := []limit.Spec{
+		{Algorithm: limit.FixedWindow, Limit: limitN, Window: window},
+		{Algorithm: limit.SlidingLog, Limit: limitN, Window: window},
+		{Algorithm: limit.SlidingWindow, Limit: limitN, Window: window},
+		{Algorithm: limit.TokenBucket, Limit: 1, Window: window, Burst: limitN},
+		{Algorithm: limit.LeakyBucket, Limit: 1, Window: window, Burst: limitN},
+		{Algorithm: limit.GCRA, Limit: 1, Window: window, Burst: limitN},
+	}
+	for _, sp := range tests {
+		t.Run(sp.Algorithm.String(), func(t *testing.T) {
+			limiters := []*redislimit.Limiter{
+				newLimiter(t, clients[0], nil, "conc:"),
+				newLimiter(t, clients[1], nil, "conc:"),
+			}
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			total := 0
+			for w := range workers {
+				wg.Go(func() {
+					l := limiters[w%2]
+					ok := 0
+					for range perWorker {
+						d := make([]limit.Decision, 1)
+						err := l.Evaluate(context.Background(), []limit.Hit{{Key: sp.Algorithm.String(), Spec: sp, Cost: 1}}, d)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d[0].Allowed {
+							ok++
+						}
+					}
+					mu.Lock()
+					total += ok
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if total != limitN {
+				t.Fatalf("%d of %d hits admitted, want exactly %d", total, workers*perWorker, limitN)
+			}
+		})
+	}
+}
+
+// TestNoScriptRecovery flushes the script cache: the next call reloads the
+// script once (one EVAL) and later calls use EVALSHA again.
+func TestNoScriptRecovery(t *testing.T) {
+	n := startNode(t)
+	l := newLimiter(t, n.client, nil, "noscript:")
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Hour}, Cost: 1}
+	decide(t, l, hit)
+	if _, err := n.srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if d := decide(t, l, hit)[0]; !d.Allowed || d.Remaining != int64(100-2-i) {
+			t.Fatalf("call %d after SCRIPT FLUSH: %+v, want allowed with %d remaining", i, d, 100-2-i)
+		}
+	}
+	if got := commandCalls(t, n.srv, "eval"); got != "1" {
+		t.Errorf("EVAL ran %s times after the flush, want 1", got)
+	}
+	if got := commandCalls(t, n.srv, "evalsha"); got != "5" {
+		t.Errorf("EVALSHA ran %s times, want 5 (one NOSCRIPT, then 4)", got)
+	}
+}
+
+// TestStoreErrors checks that Redis failures wrap ErrStore and respect the
+// deadline, and bad input wraps limit.ErrInvalidSpec without calling Redis.
+func TestStoreErrors(t *testing.T) {
+	n := startNode(t)
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.GCRA, Limit: 1, Window: time.Second}, Cost: 1}
+
+	l, err := redislimit.New(n.client, redislimit.Options{Timeout: 30 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := hit
+	bad.Spec.Window = 0
+	if err := l.Evaluate(context.Background(), []limit.Hit{bad}, make([]limit.Decision, 1)); !errors.Is(err, limit.ErrInvalidSpec) || errors.Is(err, redislimit.ErrStore) {
+		t.Errorf("invalid spec: err = %v, want ErrInvalidSpec and not ErrStore", err)
+	}
+	neg := hit
+	neg.Cost = -1
+	if err := l.Evaluate(context.Background(), []limit.Hit{neg}, make([]limit.Decision, 1)); err == nil || errors.Is(err, redislimit.ErrStore) {
+		t.Errorf("negative cost: err = %v, want an input error", err)
+	}
+	if err := l.Evaluate(context.Background(), []limit.Hit{hit}, nil); err == nil {
+		t.Error("no room for decisions: no error")
+	}
+
+	// A Redis busy in a script cannot answer: the call gives up at its
+	// deadline with ErrStore, instead of hanging.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = n.srv.Do("EVAL", "local t = redis.call('TIME')[1] + 1 while tonumber(redis.call('TIME')[1]) < t do end return 1", "0")
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	err = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+	if !errors.Is(err, redislimit.ErrStore) {
+		t.Errorf("busy Redis: err = %v, want ErrStore", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("busy Redis: gave up after %v, want about the 30ms deadline", took)
+	}
+	<-done
+
+	n.srv.Stop()
+	if err := l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1)); !errors.Is(err, redislimit.ErrStore) {
+		t.Errorf("stopped Redis: err = %v, want ErrStore", err)
+	}
+}
