@@ -46,7 +46,7 @@ func TestBoundaries(t *testing.T) {
 		{"fixed_window", limit.Spec{Algorithm: limit.FixedWindow, Limit: 3, Window: sec}, []boundaryStep{
 			{0, 1, allow(2, sec)},
 			{0, 1, allow(1, sec)},
-			{100 * time.Millisecond, 1, allow(0, 900 * time.Millisecond)},
+			{100 * time.Millisecond, 1, allow(0, 900*time.Millisecond)},
 			{100 * time.Millisecond, 1, deny(0, 900*time.Millisecond, 900*time.Millisecond)},
 			{sec - us, 1, deny(0, us, us)},
 			{sec - us, 0, allow(0, us)},
@@ -60,8 +60,8 @@ func TestBoundaries(t *testing.T) {
 			{0, 2, allow(0, sec)},
 		}},
 		{"sliding_window precision 1", limit.Spec{Algorithm: limit.SlidingWindow, Limit: 4, Window: sec}, []boundaryStep{
-			{0, 3, allow(1, 2 * sec)},
-			{0, 1, allow(0, 2 * sec)},
+			{0, 3, allow(1, 2*sec)},
+			{0, 1, allow(0, 2*sec)},
 			// The previous window's 4 weigh 4·(1 − x/W); a hit fits when
 			// that is <= 3, at x = 250 ms.
 			{0, 1, deny(0, 2*sec, 1250*time.Millisecond)},
@@ -72,8 +72,8 @@ func TestBoundaries(t *testing.T) {
 		}},
 		{"sliding_window precision 4", limit.Spec{Algorithm: limit.SlidingWindow, Limit: 4, Window: sec, Precision: 4}, []boundaryStep{
 			// g = 250 ms; 2 hits in each of sub-windows 0 and 1.
-			{0, 2, allow(2, 1250 * time.Millisecond)},
-			{250 * time.Millisecond, 2, allow(0, 1250 * time.Millisecond)},
+			{0, 2, allow(2, 1250*time.Millisecond)},
+			{250 * time.Millisecond, 2, allow(0, 1250*time.Millisecond)},
 			// Sub-window 0 becomes the weighted one at 1 s: 2 + 2·(1 − x/g)
 			// fits a hit of 1 from x = 125 ms.
 			{500 * time.Millisecond, 1, deny(0, sec, 625*time.Millisecond)},
@@ -95,35 +95,35 @@ func TestBoundaries(t *testing.T) {
 		{"token_bucket", limit.Spec{Algorithm: limit.TokenBucket, Limit: 3, Window: 3 * u}, []boundaryStep{
 			// One token per u, starts full with 3.
 			{0, 1, allow(2, u)},
-			{0, 2, allow(0, 3 * u)},
+			{0, 2, allow(0, 3*u)},
 			{0, 1, deny(0, 3*u, u)},
 			{u - us, 1, deny(0, 2*u+us, us)},
-			{u, 1, allow(0, 3 * u)},
+			{u, 1, allow(0, 3*u)},
 			{4 * u, 0, allow(3, 0)}, // whole again at the reset
-			{4 * u, 3, allow(0, 3 * u)},
+			{4 * u, 3, allow(0, 3*u)},
 		}},
 		{"token_bucket burst", limit.Spec{Algorithm: limit.TokenBucket, Limit: 1, Window: sec, Burst: 5}, []boundaryStep{
-			{0, 5, allow(0, 5 * sec)},
+			{0, 5, allow(0, 5*sec)},
 			{0, 2, deny(0, 5*sec, 2*sec)},
 			{0, 6, limit.Decision{Remaining: 0, ResetAfter: 5 * sec, Never: true}},
-			{2 * sec, 2, allow(0, 5 * sec)},
+			{2 * sec, 2, allow(0, 5*sec)},
 		}},
 		{"leaky_bucket", limit.Spec{Algorithm: limit.LeakyBucket, Limit: 3, Window: 3 * u}, []boundaryStep{
 			// Drains one per u, holds 3.
 			{0, 1, allow(2, u)},
-			{0, 2, allow(0, 3 * u)},
+			{0, 2, allow(0, 3*u)},
 			{0, 1, deny(0, 3*u, u)},
 			{u - us, 1, deny(0, 2*u+us, us)},
-			{u, 1, allow(0, 3 * u)},
+			{u, 1, allow(0, 3*u)},
 			{4 * u, 0, allow(3, 0)}, // whole again at the reset
 		}},
 		{"gcra", limit.Spec{Algorithm: limit.GCRA, Limit: 3, Window: 3 * u}, []boundaryStep{
 			// Emission interval u, tolerance 3u.
 			{0, 1, allow(2, u)},
-			{0, 2, allow(0, 3 * u)},
+			{0, 2, allow(0, 3*u)},
 			{0, 1, deny(0, 3*u, u)},
 			{u - us, 1, deny(0, 2*u+us, us)},
-			{u, 1, allow(0, 3 * u)},
+			{u, 1, allow(0, 3*u)},
 			{4 * u, 0, allow(3, 0)}, // whole again at the reset
 		}},
 		{"limit 0", limit.Spec{Algorithm: limit.TokenBucket, Limit: 0, Window: sec}, []boundaryStep{
@@ -173,12 +173,12 @@ func TestCalendarBoundaries(t *testing.T) {
 	}{
 		{"month: fill", month, endOfJanuary.Add(-time.Hour), 2, allow(0, time.Hour)},
 		{"month: last µs of January", month, endOfJanuary.Add(-us), 1, deny(0, us, us)},
-		{"month: February starts at local midnight", month, endOfJanuary, 1, allow(1, 28 * 24 * time.Hour)},
+		{"month: February starts at local midnight", month, endOfJanuary, 1, allow(1, 28*24*time.Hour)},
 		// 2031-03-09 is the day New York moves to summer time: 01:00 EST
 		// to midnight is 22 hours.
-		{"dst day: 23 hours", day, time.Date(2031, time.March, 9, 1, 0, 0, 0, ny), 1, allow(0, 22 * time.Hour)},
+		{"dst day: 23 hours", day, time.Date(2031, time.March, 9, 1, 0, 0, 0, ny), 1, allow(0, 22*time.Hour)},
 		{"dst day: full", day, time.Date(2031, time.March, 9, 23, 59, 59, 999999000, ny), 1, deny(0, us, us)},
-		{"dst day: next day", day, time.Date(2031, time.March, 10, 0, 0, 0, 0, ny), 1, allow(0, 24 * time.Hour)},
+		{"dst day: next day", day, time.Date(2031, time.March, 10, 0, 0, 0, 0, ny), 1, allow(0, 24*time.Hour)},
 	}
 	n := startNode(t)
 	clk := newClock(future)
