@@ -285,18 +285,22 @@ func (sl *slot) store(now int64) {
 }
 
 // shardIndex returns the shard of a key among 1<<shardBits: the top bits of
-// its 64-bit FNV-1a hash (the top ones, because FNV-1a's low bits mix only
-// the low bits of each byte).
+// its 64-bit FNV-1a hash after a multiplicative mix. FNV-1a alone spreads
+// the last bytes of a key only into the low and middle bits, so keys that
+// differ only at the end (descriptor values, counters) would share shards.
 func shardIndex(key string, shardBits int) int {
 	const (
 		offset = 14695981039346656037
 		prime  = 1099511628211
+		golden = 0x9e3779b97f4a7c15 // 2^64 / φ
 	)
 	h := uint64(offset)
 	for i := 0; i < len(key); i++ {
 		h ^= uint64(key[i])
 		h *= prime
 	}
+	h ^= h >> 32
+	h *= golden
 	return int(h >> (64 - shardBits)) // a shift by 64 gives 0
 }
 

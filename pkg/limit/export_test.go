@@ -1,0 +1,4 @@
+package limit
+
+// ShardOf returns the index of the shard of m that holds key.
+func ShardOf(m *Memory, key string) int { return shardIndex(key, m.shardBits) }
