@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	// Time zones resolve even on minimal images without /usr/share/zoneinfo.
+	_ "time/tzdata"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
