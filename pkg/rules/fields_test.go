@@ -267,3 +267,41 @@ func TestSetAccessors(t *testing.T) {
 		t.Errorf("LoadedAt = %v", set.LoadedAt())
 	}
 }
+
+// TestAnchorsAndMergeKeys: YAML anchors, aliases and merge keys work as in
+// the reference server's parser; explicit fields win over merged ones.
+func TestAnchorsAndMergeKeys(t *testing.T) {
+	src := `domain: d
+descriptors:
+  - key: a
+    rate_limit: &base {unit: minute, requests_per_unit: 10, algorithm: gcra}
+  - key: b
+    rate_limit:
+      <<: *base
+      requests_per_unit: 20
+  - key: c
+    rate_limit: *base
+  - key: e
+    rate_limit:
+      <<: [{unit: hour}, *base]
+`
+	set := parseOne(t, src)
+	tests := []struct {
+		key  string
+		want string
+	}{
+		{"a", "10 per minute (gcra, burst 10)"},
+		{"b", "20 per minute (gcra, burst 20)"},
+		{"c", "10 per minute (gcra, burst 10)"},
+		{"e", "10 per hour (gcra, burst 10)"},
+	}
+	for _, tt := range tests {
+		r := set.Match("d", []Entry{{tt.key, "x"}})
+		if r == nil || len(r.Limits) != 1 || r.Limits[0].Describe() != tt.want {
+			t.Errorf("%s: %s, want %s", tt.key, summary(r), tt.want)
+		}
+	}
+	if a, c := set.Match("d", []Entry{{"a", "x"}}), set.Match("d", []Entry{{"c", "x"}}); a.Limits[0].ID == c.Limits[0].ID {
+		t.Errorf("aliased limits of different descriptors share an ID")
+	}
+}

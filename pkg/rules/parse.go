@@ -318,7 +318,23 @@ func (p *parser) mergeFields(v *yaml.Node, path, what string, allowed []string) 
 	return nil
 }
 
+// fieldHomes says, for fields misplaced at another level, where they belong.
+var fieldHomes = []struct {
+	fields []string
+	home   string
+}{
+	{rootFields, "the top level of the file"},
+	{descriptorFields, "a descriptor"},
+	{rateLimitFields, "a rate_limit"},
+}
+
 func (p *parser) unknownField(k *yaml.Node, path, name string, allowed []string) {
+	for _, h := range fieldHomes {
+		if contains(h.fields, name) {
+			p.errorf(p.pos(k), join(path, name), "unknown field here (%s belongs to %s)", name, h.home)
+			return
+		}
+	}
 	if s := suggest(name, allowed); s != "" {
 		p.errorf(p.pos(k), join(path, name), "unknown field (did you mean %q?)", s)
 		return

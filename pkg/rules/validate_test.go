@@ -92,6 +92,15 @@ func TestValidationErrors(t *testing.T) {
 		{"unknown nested descriptor key", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        shadow: true\n", []wantErr{
 			{"6:9", "descriptors[0].descriptors[0].shadow", "unknown field"},
 		}},
+		{"field at the wrong level", limitFile("unit: second", "shadow_mode: true"), []wantErr{
+			{"6:7", "descriptors[0].rate_limit.shadow_mode", "unknown field here (shadow_mode belongs to a descriptor)"},
+		}},
+		{"rate_limit field on a descriptor", "domain: d\ndescriptors:\n  - key: k\n    unit: second\n", []wantErr{
+			{"4:5", "descriptors[0].unit", "unknown field here (unit belongs to a rate_limit)"},
+		}},
+		{"descriptor field at the top", "domain: d\nkey: k\n", []wantErr{
+			{"2:1", "key", "unknown field here (key belongs to a descriptor)"},
+		}},
 		{"field given twice", "domain: d\ndomain: e\n", []wantErr{
 			{"2:1", "domain", "given twice (first at line 1)"},
 		}},
