@@ -53,8 +53,10 @@ type state struct {
 
 // step applies one hit to st, the state of hit.Key (ok reports whether there
 // is any), at now. It returns the hit's outcome; st holds the state after the
-// hit when outcome.write is set, and is unchanged otherwise except that a
-// sliding log or window may have dropped entries that no longer count.
+// hit when outcome.write is set. Otherwise st is equivalent to what it was:
+// only st.runs may have been resliced past entries that no longer count, and
+// the memory it shares with the stored state is left untouched, so that a
+// call of a single hit may step on the stored state itself.
 //
 // Before the algorithm runs:
 //   - Limit 0: a hit of cost > 0 that is not a refund is denied with Never
@@ -81,8 +83,6 @@ func step(st *state, ok bool, sp *Spec, now, cost int64, refund bool) outcome {
 			st.fixed = fixed
 		}
 	case SlidingWindow:
-		// Runs are modified in place; without a write only entries that
-		// no longer count were dropped.
 		st.runs, o = stepSlidingWindow(st.runs, sp.Limit, w, sp.SubWindows(), now, cost, refund)
 	case SlidingLog:
 		st.runs, o = stepSlidingLog(st.runs, sp.Limit, w, now, cost, refund)
@@ -159,7 +159,8 @@ func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64,
 
 // stepSlidingWindow estimates the hits of the last window from n sub-window
 // counters (n = Spec.SubWindows()); rs holds (sub-window index, count) runs,
-// ascending, counts > 0. It modifies rs in place and returns it.
+// ascending, counts > 0. It returns the runs after the hit, having changed
+// rs's elements only if it writes.
 //
 // With g = floor(w/n) (sub-window length), k = floor(now/g) (current index)
 // and x = now − k·g:
@@ -277,7 +278,8 @@ func slidingWindowRetryAfter(rs runs, k, n, g, limit, cost, now int64) int64 {
 
 // stepSlidingLog keeps the time of every admitted hit of the last window;
 // rs holds (time µs, hits at that time) runs, ascending, counts > 0. It
-// modifies rs in place and returns it.
+// returns the runs after the hit, having changed rs's elements only if it
+// writes.
 //
 // Entries with time <= now − w are dropped first; n is the number of
 // entries left. A hit is allowed iff n + cost <= limit; if allowed with
@@ -496,20 +498,18 @@ func floorDiv(a, b int64) int64 {
 // SlidingWindow, a time in µs for SlidingLog.
 type run struct{ at, n int64 }
 
-// runs is a list of runs in ascending position with n > 0. Its methods
-// modify the list in place.
+// runs is a list of runs in ascending position with n > 0. add and
+// takeNewest modify the list in place.
 type runs []run
 
-// dropBefore removes the runs positioned before from.
+// dropBefore returns the runs positioned at or after from: a subslice of rs,
+// which it does not modify.
 func (rs runs) dropBefore(from int64) runs {
 	i := 0
 	for i < len(rs) && rs[i].at < from {
 		i++
 	}
-	if i == 0 {
-		return rs
-	}
-	return rs[:copy(rs, rs[i:])]
+	return rs[i:]
 }
 
 // upTo returns the number of runs positioned at or before at.

@@ -245,3 +245,101 @@ func TestShardSpread(t *testing.T) {
 		}
 	}
 }
+
+// model is Memory without shards, pools, heaps or shared state: maps and
+// copies, as plainly as the contract reads. TestMemoryMatchesModel holds
+// Memory to it.
+type model map[string]modelEntry
+
+type modelEntry struct {
+	st      state
+	expires int64
+}
+
+func (m model) evaluate(hits []Hit, now int64) []Decision {
+	type work struct {
+		st     state
+		ok     bool
+		dirty  bool
+		expire int64
+	}
+	working := map[string]*work{}
+	out := make([]Decision, len(hits))
+	denied := false
+	for i, h := range hits {
+		w := working[h.Key]
+		if w == nil {
+			w = &work{}
+			if e, found := m[h.Key]; found && e.expires > now {
+				w.st, w.ok = e.st, true
+				w.st.runs = append(runs(nil), e.st.runs...)
+			}
+			working[h.Key] = w
+		}
+		o := step(&w.st, w.ok, &h.Spec, now, h.Cost, h.Refund)
+		if o.write {
+			w.dirty, w.ok, w.expire = true, o.ttl > 0, now+o.ttl
+		}
+		denied = denied || !o.allowed && h.Cost > 0 && !h.Refund
+		out[i] = Decision{o.allowed, o.remaining, time.Duration(o.resetAfter) * time.Microsecond,
+			time.Duration(o.retryAfter) * time.Microsecond, o.never}
+	}
+	if !denied {
+		for key, w := range working {
+			switch {
+			case !w.dirty:
+			case w.ok:
+				m[key] = modelEntry{st: w.st, expires: w.expire}
+			default:
+				delete(m, key)
+			}
+		}
+	}
+	return out
+}
+
+// TestMemoryMatchesModel plays random calls of one to four hits, on a few
+// keys of every algorithm (a key may repeat within a call), on Memory and
+// on the model, and requires identical decisions.
+func TestMemoryMatchesModel(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	for round := 0; round < 40; round++ {
+		specs := map[string]Spec{}
+		var keys []string
+		for i := 0; i < 8; i++ {
+			key := "k" + strconv.Itoa(i)
+			spec := randomSpec(rng, Algorithm(rng.Intn(int(numAlgorithms))))
+			if spec.Algorithm == SlidingLog && rng.Intn(2) == 0 {
+				spec.Limit = 3000 // long logs: many entries shared or copied
+			}
+			specs[key] = spec
+			keys = append(keys, key)
+		}
+		now := int64(1767225600000000) + rng.Int63n(1e12)
+		mem := NewMemory(MemoryOptions{Now: func() time.Time { return time.UnixMicro(now) }})
+		ref := model{}
+		for call := 0; call < 300; call++ {
+			now += rng.Int63n(200000)
+			hits := make([]Hit, rng.Intn(4)+1)
+			for i := range hits {
+				key := keys[rng.Intn(len(keys))]
+				spec := specs[key]
+				cost := rng.Int63n(spec.Capacity()/2 + 2)
+				if rng.Intn(4) == 0 {
+					cost = 0
+				}
+				hits[i] = Hit{Key: key, Spec: spec, Cost: cost, Refund: rng.Intn(8) == 0}
+			}
+			got := make([]Decision, len(hits))
+			if err := mem.Evaluate(t.Context(), hits, got); err != nil {
+				t.Fatal(err)
+			}
+			want := ref.evaluate(hits, now)
+			for i := range hits {
+				if got[i] != want[i] {
+					t.Fatalf("round %d call %d hit %d %+v:\nmemory %+v\nmodel  %+v", round, call, i, hits[i], got[i], want[i])
+				}
+			}
+		}
+	}
+}

@@ -118,8 +118,10 @@ type slot struct {
 	entry *entry // the stored counter, nil if none
 	ok    bool   // whether the working state exists
 	st    state
-	dirty bool  // whether a hit wrote the working state
-	ttl   int64 // of the last write
+	// shared reports that st.runs is the entry's own, not a copy.
+	shared bool
+	dirty  bool  // whether a hit wrote the working state
+	ttl    int64 // of the last write
 }
 
 // Evaluate decides hits together at one instant of the clock and sets
@@ -179,8 +181,12 @@ func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision)
 	for set := locked; set != 0; set &= set - 1 {
 		m.shards[bits.TrailingZeros64(set)].expire(now)
 	}
+	// A call of one hit needs no working copy: a denied or peeking step
+	// leaves the stored state as it was (see step), and an allowed one is
+	// committed. This spares copying a long sliding log twice per call.
+	single := len(hits) == 1
 	for i := range sc.slots {
-		sc.slots[i].load()
+		sc.slots[i].load(single)
 	}
 
 	denied := false
@@ -210,8 +216,13 @@ func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision)
 		}
 	}
 	for i := range sc.slots {
-		// Let the pooled scratch pin neither entries nor keys.
-		sc.slots[i].entry, sc.slots[i].key = nil, ""
+		// Let the pooled scratch pin neither entries, keys, nor an
+		// entry's runs.
+		sl := &sc.slots[i]
+		sl.entry, sl.key = nil, ""
+		if sl.shared {
+			sl.st.runs = nil
+		}
 	}
 	return nil
 }
@@ -239,17 +250,21 @@ func growSlot(slots []slot) []slot {
 	return append(slots, slot{})
 }
 
-// load copies the stored state into the working one. The shard is locked.
-func (sl *slot) load() {
+// load makes the stored state the working one: a copy, or, if shared, the
+// stored state itself. The shard is locked.
+func (sl *slot) load(shared bool) {
 	buf := sl.st.runs[:0]
 	e := sl.shard.entries[sl.key]
-	sl.entry, sl.ok = e, e != nil
-	if e == nil {
+	sl.entry, sl.ok, sl.shared = e, e != nil, shared && e != nil
+	switch {
+	case e == nil:
 		sl.st = state{runs: buf}
-		return
+	case shared:
+		sl.st = e.st
+	default:
+		sl.st = e.st
+		sl.st.runs = append(buf, e.st.runs...)
 	}
-	sl.st = e.st
-	sl.st.runs = append(buf, e.st.runs...)
 }
 
 // store makes the working state the stored one, or deletes the counter when
@@ -272,9 +287,13 @@ func (sl *slot) store(now int64) {
 		}
 		e = &entry{key: sl.key, index: -1}
 	}
-	runs := append(e.st.runs[:0], sl.st.runs...)
-	e.st = sl.st
-	e.st.runs = runs
+	if sl.shared {
+		e.st = sl.st
+	} else {
+		runs := append(e.st.runs[:0], sl.st.runs...)
+		e.st = sl.st
+		e.st.runs = runs
+	}
 	e.expires = now + sl.ttl
 	if e.index < 0 {
 		s.entries[e.key] = e
