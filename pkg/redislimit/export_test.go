@@ -8,3 +8,6 @@ func (l *Limiter) SetNow(now func() time.Time) { l.now = now }
 
 // ScriptSource is the assembled script, for tests that load it themselves.
 var ScriptSource = scriptSource
+
+// CRC16 is the Cluster slot checksum, for its test vectors.
+var CRC16 = crc16

@@ -21,7 +21,11 @@ local function load(key, h, now)
   local flat = redis.call('HGETALL', key)
   local cnt = {}
   for i = 1, #flat, 2 do
-    cnt[tonumber(flat[i])] = tonumber(flat[i + 1])
+    local idx = tonumber(flat[i])
+    if idx == nil then
+      return error('floodgate: key ' .. key .. ' holds no sliding window (field ' .. flat[i] .. ')')
+    end
+    cnt[idx] = tonumber(flat[i + 1])
   end
   return {cnt = cnt, stored = cnt}, true
 end
