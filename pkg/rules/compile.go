@@ -59,13 +59,10 @@ func (c *compiler) level(domain string, parent *node, levels []level, descs []*d
 		if d.key == "" {
 			continue // already reported
 		}
-		if parent.children == nil {
-			parent.children = map[string]*keyGroup{}
-		}
-		g := parent.children[d.key]
+		g, _ := parent.children.get(d.key)
 		if g == nil {
 			g = &keyGroup{}
-			parent.children[d.key] = g
+			parent.children.put(d.key, g)
 		}
 		lv := level{key: d.key, value: d.value}
 		switch {
@@ -91,10 +88,7 @@ func (c *compiler) level(domain string, parent *node, levels []level, descs []*d
 		case matchWildcard:
 			g.wildcards = append(g.wildcards, wildcard{segs: strings.Split(d.value, "*"), node: n})
 		default:
-			if g.exact == nil {
-				g.exact = map[string]*node{}
-			}
-			g.exact[d.value] = n
+			g.exact.put(d.value, n)
 		}
 		c.level(domain, n, path, d.children)
 	}
@@ -113,7 +107,8 @@ func (g *keyGroup) existing(lv level) *node {
 		}
 		return nil
 	}
-	return g.exact[lv.value]
+	n, _ := g.exact.get(lv.value)
+	return n
 }
 
 func describeLevel(lv level) string {

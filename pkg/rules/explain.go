@@ -55,10 +55,7 @@ func (s *Set) Explain(domain string, entries []Entry) Explanation {
 	}
 	for i, ent := range entries {
 		st := ExplainStep{Entry: ent, How: "none"}
-		var g *keyGroup
-		if n.children != nil {
-			g = n.children[ent.Key]
-		}
+		g, _ := n.children.get(ent.Key)
 		if g == nil {
 			st.Note = explainNoKey(n, ent.Key, i)
 			e.Steps = append(e.Steps, st)
@@ -110,15 +107,15 @@ func (s *Set) Explain(domain string, entries []Entry) Explanation {
 
 // explainNoKey says why key found no rule below n at level i.
 func explainNoKey(n *node, key string, i int) string {
-	if len(n.children) == 0 {
+	if n.children.size() == 0 {
 		if i == 0 {
 			return "the domain has no descriptors"
 		}
 		return fmt.Sprintf("rule %s has no nested descriptors: a descriptor with more entries than a rule's depth matches nothing", n.rule.Path)
 	}
-	keys := make([]string, 0, len(n.children))
-	for k := range n.children {
-		keys = append(keys, strconv.Quote(k))
+	keys := n.children.keys()
+	for i, k := range keys {
+		keys[i] = strconv.Quote(k)
 	}
 	sort.Strings(keys)
 	return fmt.Sprintf("no rule for key %q at level %d (keys there: %s)", key, i+1, strings.Join(keys, ", "))
@@ -127,10 +124,10 @@ func explainNoKey(n *node, key string, i int) string {
 // summary lists a key group's rule values for messages.
 func (g *keyGroup) summary() string {
 	var parts []string
-	if len(g.exact) > 0 {
-		vals := make([]string, 0, len(g.exact))
-		for v := range g.exact {
-			vals = append(vals, strconv.Quote(v))
+	if g.exact.size() > 0 {
+		vals := g.exact.keys()
+		for i, v := range vals {
+			vals[i] = strconv.Quote(v)
 		}
 		sort.Strings(vals)
 		if len(vals) > 10 {

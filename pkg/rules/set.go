@@ -25,12 +25,12 @@ type Set struct {
 // node is one descriptor of the compiled tree (or a domain's root).
 type node struct {
 	rule     *Rule
-	children map[string]*keyGroup // by entry key
+	children table[*keyGroup] // by entry key
 }
 
 // keyGroup holds a node's children for one key, in matching order.
 type keyGroup struct {
-	exact     map[string]*node
+	exact     table[*node]
 	wildcards []wildcard // file order
 	keyOnly   *node
 }
@@ -64,7 +64,7 @@ func (s *Set) find(domain string, entries []Entry, visit func(i int, n *node, ki
 		if n == nil {
 			return nil
 		}
-		g := n.children[entries[i].Key]
+		g, _ := n.children.get(entries[i].Key)
 		if g == nil {
 			return nil
 		}
@@ -80,7 +80,7 @@ func (s *Set) find(domain string, entries []Entry, visit func(i int, n *node, ki
 // lookup picks the child for value: exact, else the first matching
 // wildcard, else key-only.
 func (g *keyGroup) lookup(value string) (*node, matchKind) {
-	if n := g.exact[value]; n != nil {
+	if n, _ := g.exact.get(value); n != nil {
 		return n, matchExact
 	}
 	for i := range g.wildcards {
