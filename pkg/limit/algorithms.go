@@ -21,9 +21,10 @@ import (
 //     runs (Limit 0, cost above the capacity) live in step, below.
 
 // GCRAEpoch is the instant GCRA's theoretical arrival times are measured from,
-// in microseconds since the Unix epoch: 2024-01-01T00:00:00Z. Storing
-// now − GCRAEpoch instead of now keeps µs fractions exact in a float64 for
-// centuries; the Redis script subtracts the same constant.
+// in microseconds since the Unix epoch: 2024-01-01T00:00:00Z. The Redis
+// script subtracts the same constant. Small times keep fractions fine: a
+// float64 resolves 1/64 µs until 2028 and 1/16 µs until 2041 this way, but
+// only 1/4 µs counting from the Unix epoch.
 const GCRAEpoch int64 = 1704067200000000
 
 // outcome is what one step decided and what it did to the state, in the
@@ -443,6 +444,12 @@ func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 // RetryAfter (denied) = ceil(allowAt − n).
 // A refund sets tat = max(n, t0 − cost·T) and writes only if there is a
 // stored tat and the new one differs from it.
+//
+// T is rarely exact in binary (W/L = 333333.33… µs for 3 per second), and
+// each tat is rounded to the float64 grid near n, so hits that exactly fill
+// the burst may find allowAt an ulp above n: a burst of B hits at one
+// instant then admits B − 1. The token bucket has no such edge. When W is a
+// multiple of L, T is a whole number of µs and all of this is exact.
 func stepGCRA(tat float64, ok bool, limit, w, b, now, cost int64, refund bool) (float64, outcome) {
 	n := float64(now - GCRAEpoch)
 	period := float64(w) / float64(limit)

@@ -15,7 +15,7 @@ const DefaultMaxEntries = 1 << 20
 
 // MemoryOptions configures a Memory. The zero value is usable.
 type MemoryOptions struct {
-	// MaxEntries bounds the number of counters held; 0 means
+	// MaxEntries bounds the number of counters held; 0 or less means
 	// DefaultMaxEntries. See Memory for what happens when it is reached.
 	MaxEntries int
 	// Now is the clock; nil means time.Now. It is read once per Evaluate, at
@@ -40,10 +40,15 @@ const maxShards = 64
 // Memory holds at most MaxEntries counters. They are spread over 64 shards
 // (fewer if MaxEntries < 64) by a hash of the key, each holding at most its
 // share of MaxEntries, so eviction may start before MaxEntries counters are
-// held when keys hash unevenly. A shard that is full when a new counter is stored evicts the
-// counter that would expire soonest: the one closest to being forgotten
-// anyway. An evicted counter starts again from no state, which admits more
+// held when keys hash unevenly. A shard that is full when a new counter is
+// stored evicts the counter that would expire soonest: the one closest to
+// being forgotten anyway. Each shard keeps its counters in a heap by expiry,
+// so finding that counter, and dropping expired ones, costs O(log n) per
+// write. An evicted counter starts again from no state, which admits more
 // than its limit; size MaxEntries so that this does not happen in practice.
+//
+// A sliding log's counter holds one entry per distinct µs of its admitted
+// hits in the window, and a call on it takes time proportional to that.
 //
 // Memory is safe for concurrent use. Each Evaluate locks only the shards of
 // its hits, in ascending order, so calls on different keys rarely wait for
