@@ -272,13 +272,35 @@ func restrictive(a, b *limit.Decision) bool {
 
 // consumedNothing reports whether the Limiter denied a hit that consumes,
 // which, all or nothing, means that no hit of the call consumed.
-func (sc *scratch) consumedNothing() bool {
-	for i := range sc.hits {
-		if !sc.decisions[i].Allowed && sc.hits[i].Cost > 0 && !sc.hits[i].Refund {
+func (sc *scratch) consumedNothing(hits []limit.Hit, decisions []limit.Decision) bool {
+	for i := range hits {
+		if !decisions[i].Allowed && hits[i].Cost > 0 && !hits[i].Refund {
 			return true
 		}
 	}
 	return false
+}
+
+// unconsume corrects the Remaining of allowed hits (those at indices, or
+// all when indices is nil) of a call that consumed nothing: a Decision
+// counts its own hit as taken, but the request was rejected, so its cost is
+// still available.
+func (sc *scratch) unconsume(indices []int) {
+	fix := func(i int) {
+		h, d := &sc.hits[i], &sc.decisions[i]
+		if d.Allowed && h.Cost > 0 && !h.Refund {
+			d.Remaining = min(d.Remaining+h.Cost, h.Spec.Capacity())
+		}
+	}
+	if indices == nil {
+		for i := range sc.hits {
+			fix(i)
+		}
+		return
+	}
+	for _, i := range indices {
+		fix(i)
+	}
 }
 
 // applyFailure turns every evaluated limit into its failure policy's

@@ -161,15 +161,17 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 		return s.failed(ctx, sc, req, err)
 	}
 	v := sc.judge(s.opts.NearLimitRatio)
-	if !v.over && sc.consumedNothing() {
-		// The request passes although a shadow or quota limit denied its
-		// hit, so the Limiter consumed nothing: charge the admitted request
-		// against the limits that allowed it.
-		if err := s.recharge(ctx, sc); err != nil {
+	if sc.consumedNothing(sc.hits, sc.decisions) {
+		if v.over {
+			sc.unconsume(nil)
+		} else if err := s.recharge(ctx, sc); err != nil {
+			// The request passes although a shadow or quota limit denied
+			// its hit, so the Limiter consumed nothing; recharge tried to
+			// charge the admitted request and could not.
 			s.failures.record(err)
-		} else {
-			v = sc.judge(s.opts.NearLimitRatio)
+			sc.unconsume(nil)
 		}
+		v = sc.judge(s.opts.NearLimitRatio)
 	}
 	sc.countMetrics(s.opts.Metrics, domain, v)
 	return s.respond(sc, req, v), nil
@@ -188,8 +190,9 @@ func (s *Service) evaluate(ctx context.Context, sc *scratch, hits []limit.Hit, d
 	return err
 }
 
-// recharge evaluates again only the hits the first pass allowed and copies
-// their new decisions back.
+// recharge charges a request that passes although the Limiter consumed
+// nothing (a shadow or quota limit denied its hit): it evaluates again only
+// the hits that were allowed and copies their decisions back.
 func (s *Service) recharge(ctx context.Context, sc *scratch) error {
 	sc.hits2, sc.index2 = sc.hits2[:0], sc.index2[:0]
 	for i := range sc.hits {
@@ -204,6 +207,12 @@ func (s *Service) recharge(ctx context.Context, sc *scratch) error {
 	}
 	for j, i := range sc.index2 {
 		sc.decisions[i] = sc.decisions2[j]
+	}
+	if sc.consumedNothing(sc.hits2, sc.decisions2) {
+		// Another request took the budget in between: this one is now
+		// rejected by the limits it was charged to, and again consumed
+		// nothing.
+		sc.unconsume(sc.index2)
 	}
 	return nil
 }

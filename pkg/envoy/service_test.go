@@ -1,0 +1,531 @@
+package envoy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// testRules covers every feature the service handles; each case uses the
+// keys it needs.
+const testRules = `
+domain: test
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: open
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: tenant
+    rate_limits:
+      - {unit: second, requests_per_unit: 5, name: burst}
+      - {unit: day, requests_per_unit: 2, name: daily}
+  - key: premium
+    rate_limit: {unit: minute, requests_per_unit: 10, name: premium, replaces: [{name: standard}]}
+  - key: standard
+    rate_limit: {unit: minute, requests_per_unit: 1, name: standard}
+  - key: slide
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window, precision: 6}
+  - key: strict
+    failure_mode: deny
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: ask
+    failure_mode: unavailable
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: zero
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+
+// t0 is 10 s into a minute, so minute windows reset in 50 s.
+var t0 = time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+
+// fixedRules is a RuleSource that always returns one Set.
+type fixedRules struct{ set *rules.Set }
+
+func (f fixedRules) Current() *rules.Set { return f.set }
+
+type harness struct {
+	svc *Service
+	mem *limit.Memory
+	reg *prometheus.Registry
+	now time.Time
+}
+
+func newHarness(t *testing.T, opts Options) *harness {
+	t.Helper()
+	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	if err != nil {
+		t.Fatalf("rules: %v", err)
+	}
+	h := &harness{now: t0, reg: prometheus.NewRegistry()}
+	h.mem = limit.NewMemory(limit.MemoryOptions{Now: func() time.Time { return h.now }})
+	if opts.Metrics == nil {
+		if opts.Metrics, err = NewMetrics(h.reg, "memory"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.svc, err = New(fixedRules{set}, h.mem, opts); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// desc builds a descriptor from key, value pairs.
+func desc(kv ...string) *rlv3.RateLimitDescriptor {
+	d := &rlv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func request(domain string, ds ...*rlv3.RateLimitDescriptor) *pb.RateLimitRequest {
+	return &pb.RateLimitRequest{Domain: domain, Descriptors: ds}
+}
+
+func withAddend(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+func withOverride(d *rlv3.RateLimitDescriptor, rpu uint32, unit typev3.RateLimitUnit, mult uint32) *rlv3.RateLimitDescriptor {
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+	if mult > 0 {
+		d.Limit.UnitMultiplier = wrapperspb.UInt32(mult)
+	}
+	return d
+}
+
+func refund(d *rlv3.RateLimitDescriptor) *rlv3.RateLimitDescriptor {
+	d.IsNegativeHits = true
+	return d
+}
+
+// summary writes a status as CODE:remaining, with "-" for no current_limit
+// and "max" for an unlimited descriptor.
+func summary(st *pb.RateLimitResponse_DescriptorStatus) string {
+	code := strings.TrimSuffix(st.Code.String(), "_LIMIT")
+	switch {
+	case st.CurrentLimit == nil && st.LimitRemaining == math.MaxUint32:
+		return code + ":max"
+	case st.CurrentLimit == nil:
+		return code + ":-"
+	}
+	return fmt.Sprintf("%s:%d", code, st.LimitRemaining)
+}
+
+func summaries(resp *pb.RateLimitResponse) string {
+	var s []string
+	for _, st := range resp.Statuses {
+		s = append(s, summary(st))
+	}
+	return strings.Join(s, " ")
+}
+
+// step is one call and what it must answer: the overall code ("OK",
+// "OVER") then the statuses.
+type step struct {
+	req   *pb.RateLimitRequest
+	want  string
+	check func(t *testing.T, resp *pb.RateLimitResponse)
+	// advance moves the clock before the call.
+	advance time.Duration
+}
+
+func TestShouldRateLimit(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  Options
+		steps []step
+	}{
+		{name: "a fixed window counts per key-only value and rejects past its limit", steps: []step{
+			{req: request("test", desc("user", "alice")), want: "OK OK:2"},
+			{req: request("test", desc("user", "alice")), want: "OK OK:1"},
+			{req: request("test", desc("user", "alice")), want: "OK OK:0"},
+			{req: request("test", desc("user", "alice")), want: "OVER OVER:0"},
+			{req: request("test", desc("user", "bob")), want: "OK OK:2"},
+			{req: request("test", desc("user", "alice")), advance: 50 * time.Second, want: "OK OK:2"},
+		}},
+		{name: "one status per descriptor in request order; no limit, whitelist and unlimited", steps: []step{
+			{req: request("test", desc("user", "a"), desc("nomatch", "x"), desc("open", "x"), desc("free", "x"), desc("user", "a", "extra", "y")),
+				want: "OK OK:2 OK:- OK:- OK:max OK:-"},
+		}},
+		{name: "current_limit and duration_until_reset", steps: []step{
+			{req: request("test", desc("user", "a")), want: "OK OK:2", check: func(t *testing.T, resp *pb.RateLimitResponse) {
+				st := resp.Statuses[0]
+				if got := st.CurrentLimit; got.RequestsPerUnit != 3 || got.Unit != pb.RateLimitResponse_RateLimit_MINUTE || got.GetUnitMultiplier().GetValue() != 1 || got.Name != "" {
+					t.Errorf("current_limit = %v", got)
+				}
+				if got := st.DurationUntilReset.AsDuration(); got != 50*time.Second {
+					t.Errorf("duration_until_reset = %v, want 50s", got)
+				}
+			}},
+		}},
+		{name: "request hits_addend: 0 means 1, n counts n, and a rejected request consumes nothing", steps: []step{
+			{req: &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "c")}, HitsAddend: 0}, want: "OK OK:2"},
+			{req: &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "c")}, HitsAddend: 3}, want: "OVER OVER:2"},
+			{req: &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "c")}, HitsAddend: 2}, want: "OK OK:0"},
+		}},
+		{name: "descriptor hits_addend wins over the request's; 0 looks without counting", steps: []step{
+			{req: &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{withAddend(desc("user", "d"), 2)}, HitsAddend: 1}, want: "OK OK:1"},
+			{req: request("test", withAddend(desc("user", "d"), 0)), want: "OK OK:1"},
+			{req: request("test", withAddend(desc("user", "d"), 0)), want: "OK OK:1"},
+			{req: request("test", desc("user", "d")), want: "OK OK:0"},
+			{req: request("test", withAddend(desc("user", "d"), 0)), want: "OK OK:0"},
+		}},
+		{name: "is_negative_hits gives budget back", steps: []step{
+			{req: request("test", withAddend(desc("user", "e"), 3)), want: "OK OK:0"},
+			{req: request("test", refund(withAddend(desc("user", "e"), 2))), want: "OK OK:2"},
+			{req: request("test", desc("user", "e")), want: "OK OK:1"},
+		}},
+		{name: "a limit override replaces the rule's limit and counts apart", steps: []step{
+			{req: request("test", withOverride(desc("user", "f"), 1, typev3.RateLimitUnit_HOUR, 0)), want: "OK OK:0", check: func(t *testing.T, resp *pb.RateLimitResponse) {
+				if got := resp.Statuses[0].CurrentLimit; got.RequestsPerUnit != 1 || got.Unit != pb.RateLimitResponse_RateLimit_HOUR {
+					t.Errorf("current_limit = %v, want 1 per hour", got)
+				}
+			}},
+			{req: request("test", withOverride(desc("user", "f"), 1, typev3.RateLimitUnit_HOUR, 0)), want: "OVER OVER:0"},
+			// The rule's own counter is untouched, and another override
+			// window is another counter.
+			{req: request("test", desc("user", "f")), want: "OK OK:2"},
+			{req: request("test", withOverride(desc("user", "f"), 1, typev3.RateLimitUnit_MINUTE, 0)), want: "OK OK:0"},
+		}},
+		{name: "an override's unit_multiplier sets its window", steps: []step{
+			{req: request("test", withOverride(desc("user", "g"), 5, typev3.RateLimitUnit_MINUTE, 2)), want: "OK OK:4", check: func(t *testing.T, resp *pb.RateLimitResponse) {
+				st := resp.Statuses[0]
+				if got := st.CurrentLimit.GetUnitMultiplier().GetValue(); got != 2 {
+					t.Errorf("unit_multiplier = %d, want 2", got)
+				}
+				// Two-minute windows start at even minutes: 00:00:10 ends at 00:02:00.
+				if got := st.DurationUntilReset.AsDuration(); got != 110*time.Second {
+					t.Errorf("duration_until_reset = %v, want 1m50s", got)
+				}
+			}},
+		}},
+		{name: "an override applies in a known domain without a matching rule", steps: []step{
+			{req: request("test", withOverride(desc("nomatch", "x"), 1, typev3.RateLimitUnit_MINUTE, 0)), want: "OK OK:0"},
+			{req: request("test", withOverride(desc("nomatch", "x"), 1, typev3.RateLimitUnit_MINUTE, 0)), want: "OVER OVER:0"},
+			{req: request("test", withOverride(desc("nomatch", "y"), 1, typev3.RateLimitUnit_MINUTE, 0)), want: "OK OK:0"},
+		}},
+		{name: "unknown domain: OK for every descriptor, overrides included", steps: []step{
+			{req: request("other", desc("user", "a"), withOverride(desc("user", "a"), 0, typev3.RateLimitUnit_MINUTE, 0)), want: "OK OK:- OK:-"},
+		}},
+		{name: "all or nothing: a descriptor over its limit consumes nothing elsewhere", steps: []step{
+			{req: request("test", desc("user", "h"), desc("zero", "x")), want: "OVER OK:3 OVER:0"},
+			{req: request("test", desc("user", "h"), desc("zero", "x")), want: "OVER OK:3 OVER:0"},
+			{req: request("test", desc("user", "h")), want: "OK OK:2"},
+		}},
+		{name: "replaces drops the named limit across the request", steps: []step{
+			{req: request("test", desc("premium", "x"), desc("standard", "x")), want: "OK OK:9 OK:-"},
+			{req: request("test", desc("premium", "x"), desc("standard", "x")), want: "OK OK:8 OK:-"},
+			{req: request("test", desc("standard", "x")), want: "OK OK:0"},
+			{req: request("test", desc("standard", "x")), want: "OVER OVER:0"},
+		}},
+		{name: "several limits on a descriptor report the most restrictive", steps: []step{
+			{req: request("test", desc("tenant", "t")), want: "OK OK:1", check: wantLimitName("daily")},
+			{req: request("test", desc("tenant", "t")), want: "OK OK:0", check: wantLimitName("daily")},
+			{req: request("test", desc("tenant", "t")), want: "OVER OVER:0", check: wantLimitName("daily")},
+		}},
+		{name: "per-rule shadow mode answers OK and lets the other limits count", steps: []step{
+			{req: request("test", desc("shadow", "s")), want: "OK OK:0"},
+			{req: request("test", desc("shadow", "s"), desc("user", "i")), want: "OK OK:0 OK:2"},
+			{req: request("test", desc("shadow", "s"), desc("user", "i")), want: "OK OK:0 OK:1"},
+		}},
+		{name: "global shadow mode answers OK overall, keeps statuses, and counts as when enforcing", opts: Options{ShadowMode: true}, steps: []step{
+			{req: request("test", withAddend(desc("user", "j"), 3)), want: "OK OK:0"},
+			{req: request("test", desc("user", "j"), desc("ip", "1")), want: "OK OVER:0 OK:1"},
+			{req: request("test", desc("ip", "1")), want: "OK OK:0"},
+		}},
+		{name: "quota mode: OVER_LIMIT only when every quota descriptor is over", steps: []step{
+			{req: request("test", desc("quota_a", "x")), want: "OK OK:0", check: wantQuotaViolations()},
+			// quota_a is over but quota_b is not: the request passes and is
+			// charged to the limits that allowed it.
+			{req: request("test", desc("quota_a", "x"), desc("quota_b", "y"), desc("user", "k")), want: "OK OVER:0 OK:0 OK:2", check: wantQuotaViolations(0)},
+			{req: request("test", desc("user", "k")), want: "OK OK:1"},
+			{req: request("test", desc("quota_a", "x"), desc("quota_b", "y")), want: "OVER OVER:0 OVER:0", check: wantQuotaViolations(0, 1)},
+			{req: request("test", desc("quota_a", "x"), desc("user", "k")), want: "OVER OVER:0 OK:1", check: wantQuotaViolations(0)},
+		}},
+		{name: "requests_per_unit 0 blocks", steps: []step{
+			{req: request("test", desc("zero", "x")), want: "OVER OVER:0"},
+		}},
+		{name: "sliding window keeps the rule's algorithm", steps: []step{
+			{req: request("test", desc("slide", "x")), want: "OK OK:1"},
+			{req: request("test", desc("slide", "x")), want: "OK OK:0"},
+			// A fixed window would have reset at the minute; a sliding one
+			// still counts most of the last minute.
+			{req: request("test", desc("slide", "x")), advance: 55 * time.Second, want: "OVER OVER:0"},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.opts)
+			for i, s := range tc.steps {
+				h.now = h.now.Add(s.advance)
+				resp, err := h.svc.ShouldRateLimit(context.Background(), s.req)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				got := strings.TrimSuffix(resp.OverallCode.String(), "_LIMIT") + " " + summaries(resp)
+				if got != s.want {
+					t.Fatalf("step %d: got %q, want %q", i, got, s.want)
+				}
+				if s.check != nil {
+					s.check(t, resp)
+				}
+			}
+		})
+	}
+}
+
+func wantLimitName(name string) func(t *testing.T, resp *pb.RateLimitResponse) {
+	return func(t *testing.T, resp *pb.RateLimitResponse) {
+		t.Helper()
+		if got := resp.Statuses[0].GetCurrentLimit().GetName(); got != name {
+			t.Errorf("current_limit.name = %q, want %q", got, name)
+		}
+	}
+}
+
+func wantQuotaViolations(idx ...int) func(t *testing.T, resp *pb.RateLimitResponse) {
+	return func(t *testing.T, resp *pb.RateLimitResponse) {
+		t.Helper()
+		md := resp.GetDynamicMetadata().AsMap()
+		if md["quotaModeEnabled"] != true || md["domain"] != "test" {
+			t.Fatalf("dynamic_metadata = %v", md)
+		}
+		got := fmt.Sprint(md["quotaModeViolations"])
+		want := fmt.Sprint(toAny(idx))
+		if got != want {
+			t.Errorf("quotaModeViolations = %s, want %s", got, want)
+		}
+	}
+}
+
+func toAny(idx []int) []any {
+	out := []any{}
+	for _, i := range idx {
+		out = append(out, float64(i))
+	}
+	return out
+}
+
+func TestInvalidRequests(t *testing.T) {
+	h := newHarness(t, Options{})
+	tests := []struct {
+		name string
+		req  *pb.RateLimitRequest
+		want string
+	}{
+		{"empty domain", request("", desc("user", "a")), "domain: must not be empty"},
+		{"no descriptors", request("test"), "descriptors: must not be empty"},
+		{"unknown override unit", request("test", desc("user", "a"), withOverride(desc("user", "a"), 1, typev3.RateLimitUnit_UNKNOWN, 0)), "descriptors[1].limit: unit UNKNOWN"},
+		{"zero unit_multiplier", request("test", withOverride(desc("user", "a"), 1, typev3.RateLimitUnit_SECOND, 0)), ""},
+	}
+	tests[3].req.Descriptors[0].Limit.UnitMultiplier = wrapperspb.UInt32(0)
+	tests[3].want = "descriptors[0].limit.unit_multiplier: must be at least 1"
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.svc.ShouldRateLimit(context.Background(), tc.req)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
+				t.Fatalf("err = %v, want InvalidArgument containing %q", err, tc.want)
+			}
+		})
+	}
+	if n := h.mem.Len(); n != 0 {
+		t.Errorf("invalid requests left %d counters", n)
+	}
+}
+
+func TestUnlimitedNeverReachesTheStore(t *testing.T) {
+	h := newHarness(t, Options{})
+	for range 3 {
+		resp, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc("free", "x"), desc("open", "y")))
+		if err != nil || summaries(resp) != "OK:max OK:-" {
+			t.Fatalf("resp %v, err %v", resp, err)
+		}
+	}
+	if n := h.mem.Len(); n != 0 {
+		t.Errorf("the store holds %d counters, want 0", n)
+	}
+}
+
+func headerMap(resp *pb.RateLimitResponse) map[string]string {
+	m := map[string]string{}
+	for _, h := range resp.ResponseHeadersToAdd {
+		m[h.Key] = h.Value
+	}
+	return m
+}
+
+func TestResponseHeaders(t *testing.T) {
+	tests := []struct {
+		name    string
+		headers Headers
+		body    bool
+		reqs    []*pb.RateLimitRequest
+		want    map[string]string // headers of the last answer
+	}{
+		{name: "off by default", reqs: []*pb.RateLimitRequest{request("test", desc("user", "a"))}, want: map[string]string{}},
+		{name: "reference names", headers: Headers{Style: HeadersReference},
+			reqs: []*pb.RateLimitRequest{request("test", desc("user", "a"))},
+			want: map[string]string{"RateLimit-Limit": "3", "RateLimit-Remaining": "2", "RateLimit-Reset": "50"}},
+		{name: "custom names", headers: Headers{Style: HeadersReference, LimitName: "X-Limit", RemainingName: "X-Left", ResetName: "X-Reset"},
+			reqs: []*pb.RateLimitRequest{request("test", desc("user", "a"))},
+			want: map[string]string{"X-Limit": "3", "X-Left": "2", "X-Reset": "50"}},
+		{name: "the most restrictive descriptor", headers: Headers{Style: HeadersReference},
+			reqs: []*pb.RateLimitRequest{request("test", desc("user", "a"), desc("ip", "1"), desc("open", "x"))},
+			want: map[string]string{"RateLimit-Limit": "1", "RateLimit-Remaining": "0", "RateLimit-Reset": "1"}},
+		{name: "Retry-After when over", headers: Headers{Style: HeadersReference},
+			reqs: []*pb.RateLimitRequest{request("test", withAddend(desc("user", "a"), 3)), request("test", desc("user", "a"), desc("ip", "1"))},
+			want: map[string]string{"RateLimit-Limit": "3", "RateLimit-Remaining": "0", "RateLimit-Reset": "50", "Retry-After": "50"}},
+		{name: "IETF fields", headers: Headers{Style: HeadersIETF},
+			reqs: []*pb.RateLimitRequest{request("test", desc("tenant", "t"))},
+			want: map[string]string{"RateLimit-Policy": `"daily";q=2;w=86400`, "RateLimit": `"daily";r=1;t=86390`}},
+		{name: "IETF fields when over, unnamed limit", headers: Headers{Style: HeadersIETF},
+			reqs: []*pb.RateLimitRequest{request("test", withAddend(desc("user", "a"), 3)), request("test", desc("user", "a"))},
+			want: map[string]string{"RateLimit-Policy": `"default";q=3;w=60`, "RateLimit": `"default";r=0;t=50`, "Retry-After": "50"}},
+		{name: "a limit that can never pass still gets a Retry-After of at least 1", headers: Headers{Style: HeadersReference},
+			reqs: []*pb.RateLimitRequest{request("test", desc("zero", "x"))},
+			want: map[string]string{"RateLimit-Limit": "0", "RateLimit-Remaining": "0", "RateLimit-Reset": "0", "Retry-After": "1"}},
+		{name: "JSON body with a 429", body: true,
+			reqs: []*pb.RateLimitRequest{request("test", withAddend(desc("user", "a"), 3)), request("test", desc("user", "a"))},
+			want: map[string]string{"content-type": "application/json"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Options{Headers: tc.headers, OverLimitBody: tc.body})
+			var resp *pb.RateLimitResponse
+			for _, r := range tc.reqs {
+				var err error
+				if resp, err = h.svc.ShouldRateLimit(context.Background(), r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := headerMap(resp); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("headers = %v, want %v", got, tc.want)
+			}
+			if tc.body {
+				if got, want := string(resp.RawBody), `{"code":"OVER_LIMIT","domain":"test","retry_after_seconds":50}`; got != want {
+					t.Errorf("raw_body = %s, want %s", got, want)
+				}
+			} else if resp.RawBody != nil {
+				t.Errorf("raw_body = %s without OverLimitBody", resp.RawBody)
+			}
+		})
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := newHarness(t, Options{NearLimitRatio: 0.6})
+	call := func(r *pb.RateLimitRequest) {
+		t.Helper()
+		if _, err := h.svc.ShouldRateLimit(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		call(request("test", desc("user", "alice")))
+	}
+	call(request("test", desc("shadow", "s")))
+	call(request("test", desc("shadow", "s")))
+	call(request("test", desc("detailed", "v1")))
+	call(request("nowhere", desc("user", "a")))
+
+	tests := []struct {
+		name   string
+		metric string
+		labels map[string]string
+		want   float64
+	}{
+		{"hits", "floodgate_hits_total", map[string]string{"domain": "test", "rule": "test.user"}, 4},
+		{"within", "floodgate_within_limit_total", map[string]string{"domain": "test", "rule": "test.user"}, 3},
+		{"near (used >= 60% of 3: the 2nd and 3rd hits)", "floodgate_near_limit_total", map[string]string{"domain": "test", "rule": "test.user"}, 2},
+		{"over", "floodgate_over_limit_total", map[string]string{"domain": "test", "rule": "test.user"}, 1},
+		{"shadow over counts as over", "floodgate_over_limit_total", map[string]string{"domain": "test", "rule": "test.shadow"}, 1},
+		{"shadow", "floodgate_shadow_mode_total", map[string]string{"domain": "test", "rule": "test.shadow"}, 1},
+		{"detailed_metric labels with the values", "floodgate_hits_total", map[string]string{"domain": "test", "rule": "test.detailed_v1"}, 1},
+		{"unknown domain", "floodgate_domain_not_found_total", nil, 1},
+		{"decisions observed", "floodgate_decision_duration_seconds", nil, 8},
+		{"all hits", "floodgate_hits_total", nil, 7},
+	}
+	for _, tc := range tests {
+		if got := metricValue(t, h.reg, tc.metric, tc.labels); got != tc.want {
+			t.Errorf("%s: %s%v = %v, want %v", tc.name, tc.metric, tc.labels, got, tc.want)
+		}
+	}
+	if n := seriesCount(t, h.reg, "floodgate_hits_total"); n != 3 {
+		t.Errorf("floodgate_hits_total has %d series, want 3 (user, shadow, detailed)", n)
+	}
+}
+
+// metricValue sums the series of a metric whose labels include labels: a
+// counter's value, a histogram's observation count.
+func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.Metric {
+			have := map[string]string{}
+			for _, lp := range m.Label {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, want := range labels {
+				if have[k] != want {
+					continue series
+				}
+			}
+			v += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return v
+}
+
+func seriesCount(t *testing.T, g prometheus.Gatherer, name string) int {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.Metric)
+		}
+	}
+	return 0
+}
