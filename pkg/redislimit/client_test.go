@@ -1,0 +1,269 @@
+package redislimit_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/pkg/redislimit"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestNewClientOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  redislimit.ClientConfig
+		// want, for a single node
+		network, addr, user, pass string
+		db, pool                  int
+		tls                       bool
+		read                      time.Duration
+	}{
+		{name: "host:port", cfg: redislimit.ClientConfig{URL: "localhost:6380"},
+			network: "tcp", addr: "localhost:6380"},
+		{name: "redis URL with ACL user and db", cfg: redislimit.ClientConfig{URL: "redis://app:s3cret@10.0.0.1:6390/4"},
+			network: "tcp", addr: "10.0.0.1:6390", user: "app", pass: "s3cret", db: 4},
+		{name: "rediss URL", cfg: redislimit.ClientConfig{URL: "rediss://cache.example:6380", Type: "single"},
+			network: "tcp", addr: "cache.example:6380", tls: true},
+		{name: "TLS flag", cfg: redislimit.ClientConfig{URL: "cache.example:6380", TLS: true},
+			network: "tcp", addr: "cache.example:6380", tls: true},
+		{name: "unix URL", cfg: redislimit.ClientConfig{URL: "unix:///run/redis.sock"},
+			network: "unix", addr: "/run/redis.sock"},
+		{name: "socket path", cfg: redislimit.ClientConfig{URL: "/run/redis.sock", Password: "pw"},
+			network: "unix", addr: "/run/redis.sock", pass: "pw"},
+		{name: "settings override the URL", cfg: redislimit.ClientConfig{URL: "redis://u:p@h:1/2", Username: "v", Password: "q", DB: 3, PoolSize: 7, ReadTimeout: 40 * time.Millisecond},
+			network: "tcp", addr: "h:1", user: "v", pass: "q", db: 3, pool: 7, read: 40 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := redislimit.NewClient(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			o := c.(*redis.Client).Options()
+			if o.Network != tc.network || o.Addr != tc.addr || o.Username != tc.user || o.Password != tc.pass || o.DB != tc.db || (o.TLSConfig != nil) != tc.tls {
+				t.Errorf("options %s %s user %q pass %q db %d tls %v; want %s %s user %q pass %q db %d tls %v",
+					o.Network, o.Addr, o.Username, o.Password, o.DB, o.TLSConfig != nil, tc.network, tc.addr, tc.user, tc.pass, tc.db, tc.tls)
+			}
+			if tc.pool != 0 && o.PoolSize != tc.pool {
+				t.Errorf("pool size %d, want %d", o.PoolSize, tc.pool)
+			}
+			if tc.read != 0 && o.ReadTimeout != tc.read {
+				t.Errorf("read timeout %v, want %v", o.ReadTimeout, tc.read)
+			}
+			if !o.ContextTimeoutEnabled {
+				t.Error("context deadlines not honoured")
+			}
+		})
+	}
+
+	c, err := redislimit.NewClient(redislimit.ClientConfig{Type: "cluster", URL: "a:1, b:2,c:3", PoolSize: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if o := c.(*redis.ClusterClient).Options(); strings.Join(o.Addrs, " ") != "a:1 b:2 c:3" || o.PoolSize != 5 {
+		t.Errorf("cluster options: addrs %q pool %d", o.Addrs, o.PoolSize)
+	}
+}
+
+func TestNewClientErrors(t *testing.T) {
+	tests := []struct {
+		cfg  redislimit.ClientConfig
+		want string // in the error
+	}{
+		{redislimit.ClientConfig{URL: ""}, "empty"},
+		{redislimit.ClientConfig{URL: "h:1", Type: "ring"}, `type "ring"`},
+		{redislimit.ClientConfig{URL: "http://h:1"}, "scheme"},
+		{redislimit.ClientConfig{URL: "redis://u:hunter2@h:1/x"}, "database"},
+		{redislimit.ClientConfig{URL: "localhost"}, `"localhost" is not host:port`},
+		{redislimit.ClientConfig{URL: "h:1", PoolSize: -1}, "pool size"},
+		{redislimit.ClientConfig{URL: "h:1", DB: -1}, "database index"},
+		{redislimit.ClientConfig{URL: "mymaster", Type: "sentinel"}, "no host:port"},
+		{redislimit.ClientConfig{URL: ",h:1", Type: "sentinel"}, "no master name"},
+		{redislimit.ClientConfig{URL: "mymaster,h", Type: "sentinel"}, `"h" is not host:port`},
+		{redislimit.ClientConfig{URL: "a:1,b:2", Type: "cluster", DB: 1}, "database 0 only"},
+		{redislimit.ClientConfig{URL: "a:1,,b:2", Type: "cluster"}, `"" is not host:port`},
+	}
+	for _, tc := range tests {
+		c, err := redislimit.NewClient(tc.cfg)
+		if err == nil {
+			c.Close()
+			t.Errorf("NewClient(%+v): no error, want one containing %q", tc.cfg, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewClient(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("error %q shows the password", err)
+		}
+	}
+}
+
+// ping connects with cfg and returns the error of PING.
+func ping(t *testing.T, cfg redislimit.ClientConfig) error {
+	t.Helper()
+	c, err := redislimit.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// TestNewClientConnects reaches real servers over every kind of address,
+// with ACL credentials and a database index.
+func TestNewClientConnects(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	srv := redistest.Start(t, "--unixsocket", sock, "--unixsocketperm", "700")
+	if _, err := srv.Do("ACL", "SETUSER", "floodgate", "on", ">s3cret", "~*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	ok := []redislimit.ClientConfig{
+		{URL: srv.Addr},
+		{URL: "redis://" + srv.Addr},
+		{URL: "unix://" + sock},
+		{URL: sock},
+		{URL: "redis://floodgate:s3cret@" + srv.Addr + "/2"},
+		{URL: srv.Addr, Username: "floodgate", Password: "s3cret", DB: 5, PoolSize: 2, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
+	}
+	for _, cfg := range ok {
+		if err := ping(t, cfg); err != nil {
+			t.Errorf("%+v: %v", cfg, err)
+		}
+	}
+	if err := ping(t, redislimit.ClientConfig{URL: srv.Addr, Username: "floodgate", Password: "wrong"}); err == nil {
+		t.Error("wrong password accepted")
+	}
+
+	// The database index is the one written to.
+	c, err := redislimit.NewClient(redislimit.ClientConfig{URL: "redis://floodgate:s3cret@" + srv.Addr + "/3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "where", "db3", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	db3 := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 3})
+	defer db3.Close()
+	if got := db3.Get(ctx, "where").Val(); got != "db3" {
+		t.Errorf("GET in database 3 = %q, want db3", got)
+	}
+}
+
+// TestNewClientTLS talks to a TLS-only port: rediss:// works (here without
+// verifying the test's self-signed certificate), and the TLS flag verifies
+// the certificate against the system roots, so it refuses this one.
+func TestNewClientTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	tlsPort := redistest.FreePort(t)
+	redistest.Start(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", cert, "--tls-key-file", key,
+		"--tls-ca-cert-file", cert, "--tls-auth-clients", "no")
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	if err := ping(t, redislimit.ClientConfig{URL: "rediss://" + addr + "?skip_verify=true"}); err != nil {
+		t.Errorf("rediss: %v", err)
+	}
+	if err := ping(t, redislimit.ClientConfig{URL: addr, ReadTimeout: 100 * time.Millisecond}); err == nil {
+		t.Error("plain connection to a TLS port answered")
+	}
+	if err := ping(t, redislimit.ClientConfig{URL: addr, TLS: true}); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("TLS with an untrusted certificate: %v, want a certificate error", err)
+	}
+}
+
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestNewClientSentinel finds the master through a sentinel, with the URL
+// written as the reference server writes it: "master,host:port".
+func TestNewClientSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	_, port, _ := net.SplitHostPort(master.Addr)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	sentinelPort := redistest.FreePort(t)
+	body := "port " + strconv.Itoa(sentinelPort) + "\nbind 127.0.0.1\ndir " + dir +
+		"\nsentinel monitor floodmaster 127.0.0.1 " + port + " 1\n"
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(redistest.LookPath(t, "redis-server"), conf, "--sentinel")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sentinelAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sentinelPort))
+	if err := redistest.WaitReady(sentinelAddr, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []redislimit.ClientConfig{
+		{Type: "sentinel", URL: "floodmaster," + sentinelAddr},
+		{Type: "sentinel", URL: sentinelAddr, SentinelMaster: "floodmaster"},
+	} {
+		c, err := redislimit.NewClient(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if err := c.Set(ctx, "via", cfg.URL, 0).Err(); err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+		c.Close()
+		if got, err := master.Do("GET", "via"); err != nil || got != cfg.URL {
+			t.Errorf("%+v: the master holds %q, %v; want %q", cfg, got, err, cfg.URL)
+		}
+	}
+}
