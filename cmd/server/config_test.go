@@ -1,0 +1,193 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+func envOf(kv ...string) lookupFunc {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		env   lookupFunc
+		check func(t *testing.T, c *config)
+	}{
+		{"defaults", nil, envOf(), func(t *testing.T, c *config) {
+			want := config{rulesPath: "config", redisType: "single", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: ":6070",
+				logLevel: slog.LevelInfo, logFormat: "text", nearLimitRatio: 0.8, failureMode: rules.FailureAllow,
+				redisDeadline: envoy.DefaultStoreTimeout, shutdownTimeout: 15 * time.Second}
+			got := *c
+			got.headers, got.args = envoy.Headers{}, nil
+			if !equalConfig(got, want) {
+				t.Errorf("got %+v\nwant %+v", got, want)
+			}
+			if c.headers.Style != envoy.HeadersOff || c.headers.LimitName != "RateLimit-Limit" {
+				t.Errorf("headers = %+v", c.headers)
+			}
+		}},
+		{"the reference server's variables", nil, envOf(
+			"RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit",
+			"REDIS_URL", "redis.svc:6379", "REDIS_SOCKET_TYPE", "tcp", "REDIS_TYPE", "cluster", "REDIS_AUTH", "me:secret",
+			"REDIS_TLS", "true", "REDIS_POOL_SIZE", "7", "REDIS_TIMEOUT", "2s", "CACHE_KEY_PREFIX", "rl_",
+			"PORT", "9080", "GRPC_HOST", "127.0.0.1", "GRPC_PORT", "9081", "DEBUG_HOST", "127.0.0.1",
+			"LOG_LEVEL", "WARNING", "LOG_FORMAT", "json", "SHADOW_MODE", "true", "NEAR_LIMIT_RATIO", "0.5",
+			"MERGE_DOMAIN_CONFIG", "true", "LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_REMAINING_HEADER", "X-Left",
+			"USE_PROMETHEUS", "true", "RUNTIME_WATCH_ROOT", "false",
+		), func(t *testing.T, c *config) {
+			checks := []struct {
+				name      string
+				got, want any
+			}{
+				{"rules path", c.rulesPath, filepath.Join("/srv/rt", "ratelimit", "config")},
+				{"redis", c.redisURL, "redis.svc:6379"},
+				{"redis type", c.redisType, "cluster"},
+				{"redis auth", c.redisAuth, "me:secret"},
+				{"redis tls", c.redisTLS, true},
+				{"pool", c.redisPoolSize, 7},
+				{"dial timeout", c.redisDialTimeout, 2 * time.Second},
+				{"deadline stays short", c.redisDeadline, envoy.DefaultStoreTimeout},
+				{"prefix", c.keyPrefix, "rl_"},
+				{"http", c.httpAddr, ":9080"},
+				{"grpc", c.grpcAddr, "127.0.0.1:9081"},
+				{"debug", c.debugAddr, "127.0.0.1:6070"},
+				{"level", c.logLevel, slog.LevelWarn},
+				{"format", c.logFormat, "json"},
+				{"shadow", c.shadowMode, true},
+				{"ratio", c.nearLimitRatio, 0.5},
+				{"merge", c.mergeDomains, true},
+				{"header style", c.headers.Style, envoy.HeadersReference},
+				{"remaining header", c.headers.RemainingName, "X-Left"},
+				{"limit header default", c.headers.LimitName, "RateLimit-Limit"},
+			}
+			for _, ch := range checks {
+				if ch.got != ch.want {
+					t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
+				}
+			}
+			if u, p := c.redisCredentials(); u != "me" || p != "secret" {
+				t.Errorf("credentials = %q, %q", u, p)
+			}
+		}},
+		{"flags win over variables, FLOODGATE_ variables over the reference's",
+			[]string{"-config", "rules.yaml", "-grpc-addr", "127.0.0.1:1"},
+			envOf("FLOODGATE_CONFIG", "x", "RUNTIME_ROOT", "/y", "GRPC_PORT", "2", "FLOODGATE_HTTP_ADDR", ":3", "PORT", "4",
+				"FLOODGATE_REDIS", "redis://a:1", "REDIS_URL", "b:2"),
+			func(t *testing.T, c *config) {
+				if c.rulesPath != "rules.yaml" || c.grpcAddr != "127.0.0.1:1" || c.httpAddr != ":3" || c.redisURL != "redis://a:1" {
+					t.Errorf("got config %s, grpc %s, http %s, redis %s", c.rulesPath, c.grpcAddr, c.httpAddr, c.redisURL)
+				}
+			}},
+		{"a unix socket", nil, envOf("REDIS_SOCKET_TYPE", "unix", "REDIS_URL", "/var/run/redis.sock", "REDIS_AUTH", "pw"),
+			func(t *testing.T, c *config) {
+				if c.redisURL != "unix:///var/run/redis.sock" {
+					t.Errorf("redis = %q", c.redisURL)
+				}
+				if u, p := c.redisCredentials(); u != "" || p != "pw" {
+					t.Errorf("credentials = %q, %q", u, p)
+				}
+			}},
+		{"RUNTIME_APPDIRECTORY alone keeps the reference root", nil, envOf("RUNTIME_APPDIRECTORY", "rules"),
+			func(t *testing.T, c *config) {
+				if want := filepath.Join("/srv/runtime_data/current", "rules"); c.rulesPath != want {
+					t.Errorf("rules path = %q, want %q", c.rulesPath, want)
+				}
+			}},
+		{"LIMIT_RESPONSE_HEADERS_ENABLED=false and -response-headers", []string{"-response-headers", "ietf"}, envOf("LIMIT_RESPONSE_HEADERS_ENABLED", "false"),
+			func(t *testing.T, c *config) {
+				if c.headers.Style != envoy.HeadersIETF {
+					t.Errorf("style = %v", c.headers.Style)
+				}
+			}},
+		{"logrus level names", nil, envOf("LOG_LEVEL", "trace"), func(t *testing.T, c *config) {
+			if c.logLevel != slog.LevelDebug {
+				t.Errorf("level = %v", c.logLevel)
+			}
+		}},
+		{"variables without effect are noted", nil, envOf("LOCAL_CACHE_SIZE_IN_BYTES", "1000", "RUNTIME_IGNOREDOTFILES", "false"),
+			func(t *testing.T, c *config) {
+				if len(c.notes) != 2 || !strings.Contains(c.notes[0], "LOCAL_CACHE_SIZE_IN_BYTES") {
+					t.Errorf("notes = %q", c.notes)
+				}
+			}},
+		{"-explain takes a descriptor", []string{"-explain", "rl", "k=v"}, envOf(), func(t *testing.T, c *config) {
+			if !c.explain || len(c.args) != 2 {
+				t.Errorf("explain %v args %q", c.explain, c.args)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(tc.args, tc.env, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func equalConfig(a, b config) bool {
+	a.notes, b.notes = nil, nil
+	return a.rulesPath == b.rulesPath && a.redisType == b.redisType && a.grpcAddr == b.grpcAddr &&
+		a.httpAddr == b.httpAddr && a.debugAddr == b.debugAddr && a.logLevel == b.logLevel &&
+		a.logFormat == b.logFormat && a.nearLimitRatio == b.nearLimitRatio && a.failureMode == b.failureMode &&
+		a.redisDeadline == b.redisDeadline && a.shutdownTimeout == b.shutdownTimeout && a.redisURL == b.redisURL &&
+		a.shadowMode == b.shadowMode && a.mergeDomains == b.mergeDomains
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  lookupFunc
+		want string
+	}{
+		{"a bad variable names itself and the flag", nil, envOf("REDIS_POOL_SIZE", "many"), `REDIS_POOL_SIZE="many" (for -redis-pool-size)`},
+		{"a bad boolean", nil, envOf("SHADOW_MODE", "maybe"), `SHADOW_MODE="maybe"`},
+		{"a bad header switch", nil, envOf("LIMIT_RESPONSE_HEADERS_ENABLED", "yes please"), "LIMIT_RESPONSE_HEADERS_ENABLED (want true or false)"},
+		{"TLS on the gRPC server is refused", nil, envOf("GRPC_SERVER_USE_TLS", "true"), "GRPC_SERVER_USE_TLS=true is not supported"},
+		{"memcache is refused", nil, envOf("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache is not supported"},
+		{"unknown redis type", []string{"-redis-type", "ring"}, envOf(), `-redis-type "ring"`},
+		{"unknown log format", nil, envOf("LOG_FORMAT", "xml"), `-log-format "xml"`},
+		{"unknown log level", nil, envOf("LOG_LEVEL", "loud"), `unknown log level "loud"`},
+		{"ratio out of range", []string{"-near-limit-ratio", "1.5"}, envOf(), "-near-limit-ratio 1.5"},
+		{"unknown failure mode", []string{"-failure-mode", "maybe"}, envOf(), `unknown failure mode "maybe"`},
+		{"stray arguments", []string{"config"}, envOf(), "unexpected arguments"},
+		{"-explain without entries", []string{"-explain", "rl"}, envOf(), "-explain needs a domain"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig(tc.args, tc.env, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRedactedAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://user:pw@host:6379/0": "redis://***@host:6379/0",
+		"host:6379":                   "host:6379",
+		"master,s1:26379":             "master,s1:26379",
+	} {
+		if got := redactedAddr(in); got != want {
+			t.Errorf("redactedAddr(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
