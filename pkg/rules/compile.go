@@ -18,6 +18,7 @@ type compiler struct {
 	domainAt map[string]Position // where each domain was first declared
 	names    map[string][]*Limit // named limits per domain, for replaces
 	fields   map[*Limit]string   // each limit's field path, for messages
+	paths    map[*Rule]string    // each rule's field path, for messages
 }
 
 // compile builds the matching tree of every file, in order.
@@ -29,6 +30,7 @@ func compile(files []*fileDoc, opts Options, probs *problems) *Set {
 		domainAt: map[string]Position{},
 		names:    map[string][]*Limit{},
 		fields:   map[*Limit]string{},
+		paths:    map[*Rule]string{},
 	}
 	for _, f := range files {
 		if f.domain == "" {
@@ -50,7 +52,47 @@ func compile(files []*fileDoc, opts Options, probs *problems) *Set {
 	}
 	sort.Strings(c.set.names)
 	c.checkReplaces()
+	for _, d := range c.set.names {
+		c.checkReachable(c.set.domains[d])
+	}
 	return c.set
+}
+
+// checkReachable warns about descriptors that can never match because a
+// wildcard of only stars, earlier at the same level, matches every value.
+func (c *compiler) checkReachable(n *node) {
+	for _, e := range n.children.small {
+		c.checkGroup(e.val)
+	}
+	for _, g := range n.children.large {
+		c.checkGroup(g)
+	}
+}
+
+func (c *compiler) checkGroup(g *keyGroup) {
+	var all *Rule
+	for _, w := range g.wildcards {
+		if all != nil {
+			c.warnf(w.node.rule.Pos, c.paths[w.node.rule], "never matched: the wildcard %q at %v matches every value first",
+				all.levels[len(all.levels)-1].value, all.Pos)
+		} else if strings.Join(w.segs, "") == "" {
+			all = w.node.rule
+		}
+		c.checkReachable(w.node)
+	}
+	if g.keyOnly != nil {
+		if all != nil {
+			c.warnf(g.keyOnly.rule.Pos, c.paths[g.keyOnly.rule], "never matched: the wildcard %q at %v matches every value first",
+				all.levels[len(all.levels)-1].value, all.Pos)
+		}
+		c.checkReachable(g.keyOnly)
+	}
+	for _, e := range g.exact.small {
+		c.checkReachable(e.val)
+	}
+	for _, n := range g.exact.large {
+		c.checkReachable(n)
+	}
 }
 
 // level adds descriptors as children of parent, whose path is levels.
@@ -132,6 +174,7 @@ func (c *compiler) rule(domain string, levels []level, d *descDoc) *Rule {
 		Pos:            d.pos,
 		levels:         levels,
 	}
+	c.paths[r] = d.field
 	seen := map[string]limitDoc{}
 	for _, ld := range d.limits {
 		l := ld.lim

@@ -422,6 +422,10 @@ func TestWarnings(t *testing.T) {
 			wantErr{"6:26", "descriptors[0].rate_limit.requests_per_unit", "ignored"}},
 		{"replaces an unknown name", limitFile("unit: minute", "requests_per_unit: 5", "replaces: [{name: nobody}]"),
 			wantErr{"5:7", "descriptors[0].rate_limit.replaces", `no limit of domain "d" is named "nobody"`}},
+		{"rules after a catch-all wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: \"*\"\n  - key: k\n    value: a*\n  - key: k\n",
+			wantErr{"5:5", "descriptors[1]", `never matched: the wildcard "*" at w.yaml:3:5 matches every value first`}},
+		{"key-only after a catch-all wildcard, nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: k\n        value: \"**\"\n      - key: k\n",
+			wantErr{"7:9", "descriptors[0].descriptors[1]", `never matched: the wildcard "**" at w.yaml:5:9`}},
 		{"empty replaces", limitFile("unit: minute", "requests_per_unit: 5", "replaces: []"),
 			wantErr{"7:17", "descriptors[0].rate_limit.replaces", "empty: replaces nothing"}},
 	}
