@@ -363,7 +363,7 @@ func (p *parser) root(n *yaml.Node) *fileDoc {
 				p.errorf(p.pos(fl.val), "domain", "empty (want the domain name Envoy sends)")
 			}
 		case "descriptors":
-			f.descs = p.descriptors(fl.val, "descriptors", 1)
+			f.descs = p.descriptors(fl.val, "descriptors")
 		}
 	}
 	if !hasDomain {
@@ -372,8 +372,8 @@ func (p *parser) root(n *yaml.Node) *fileDoc {
 	return f
 }
 
-// descriptors parses a list of descriptors at depth (1 for the top level).
-func (p *parser) descriptors(n *yaml.Node, path string, depth int) []*descDoc {
+// descriptors parses a list of descriptors.
+func (p *parser) descriptors(n *yaml.Node, path string) []*descDoc {
 	if isNull(n) {
 		return nil
 	}
@@ -386,14 +386,14 @@ func (p *parser) descriptors(n *yaml.Node, path string, depth int) []*descDoc {
 		if item = p.deref(item); item == nil {
 			break
 		}
-		if d := p.descriptor(item, fmt.Sprintf("%s[%d]", path, i), depth); d != nil {
+		if d := p.descriptor(item, fmt.Sprintf("%s[%d]", path, i)); d != nil {
 			out = append(out, d)
 		}
 	}
 	return out
 }
 
-func (p *parser) descriptor(n *yaml.Node, path string, depth int) *descDoc {
+func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 	fields, ok := p.mapping(n, path, "a descriptor", descriptorFields)
 	if !ok {
 		return nil
@@ -418,7 +418,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) *descDoc {
 		case "rate_limits":
 			rateLimits = fl
 		case "descriptors":
-			d.children = p.descriptors(fl.val, fp, depth+1)
+			d.children = p.descriptors(fl.val, fp)
 		case "shadow_mode":
 			d.shadowMode = p.boolean(fl.val, fp)
 		case "detailed_metric":
@@ -798,24 +798,29 @@ func (p *parser) boolean(n *yaml.Node, path string) bool {
 	return false
 }
 
-// integer reads a whole number in [min, max]. Null is 0 and not checked
-// against min (the field counts as not given).
+// integer reads a whole number in [lo, hi]. Null is 0 and not checked
+// against lo (the field counts as not given).
 func (p *parser) integer(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
 		return 0, false
 	}
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && isDigits(n.Value) {
-			p.errorf(p.pos(n), path, "%s is too large (want at most %d)", n.Value, hi)
-			return 0, false
-		}
+	var u uint64
+	var err error
+	neg := false
+	switch {
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int":
+		s := strings.ReplaceAll(n.Value, "_", "")
+		neg = strings.HasPrefix(s, "-")
+		u, err = strconv.ParseUint(strings.TrimLeft(s, "+-"), 0, 64)
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && isDigits(n.Value):
+		// Digits that YAML took for a float: too long for an int64, or a
+		// leading zero that is not octal ("08").
+		neg = strings.HasPrefix(n.Value, "-")
+		u, err = strconv.ParseUint(strings.TrimPrefix(n.Value, "-"), 10, 64)
+	default:
 		p.errorf(p.pos(n), path, "want a whole number, not %s", describe(n))
 		return 0, false
 	}
-	s := strings.ReplaceAll(n.Value, "_", "")
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimLeft(s, "+-")
-	u, err := strconv.ParseUint(s, 0, 64)
 	switch {
 	case neg && (err != nil || u > 0):
 		p.errorf(p.pos(n), path, "%s is negative (want %d to %d)", n.Value, lo, hi)
