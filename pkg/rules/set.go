@@ -101,13 +101,15 @@ func (s *Set) HasDomain(domain string) bool {
 // slice.
 func (s *Set) Domains() []string { return append([]string(nil), s.names...) }
 
-// Rules returns every rule (every descriptor of every file), in domain and
-// file order, for listings such as /rlconfig. The Rules are shared and
-// read-only; the slice is the caller's.
+// Rules returns every rule (every descriptor of every file) for listings
+// such as /rlconfig: files in the order of their names, descriptors in file
+// order, each before its nested ones. The Rules are shared and read-only;
+// the slice is the caller's.
 func (s *Set) Rules() []*Rule { return append([]*Rule(nil), s.rules...) }
 
-// Version is the Watcher's count of good loads when it swapped this set in
-// (the first load is 1); 0 for a Set not loaded by a Watcher.
+// Version is the set's number in its Watcher's sequence of rule sets (the
+// first load is 1, each good reload that changes the rules adds 1); 0 for a
+// Set not loaded by a Watcher.
 func (s *Set) Version() uint64 { return s.version }
 
 // LoadedAt is when the set was compiled.
