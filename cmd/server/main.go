@@ -143,6 +143,9 @@ func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Li
 		logger.Warn("no Redis configured (-redis, REDIS_URL): counters are kept in this process's memory, not shared with other instances and lost on restart")
 		return limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries}), "memory", func() {}, nil
 	}
+	// go-redis logs each failed dial; floodgate already reports store
+	// failures once a second with a count, so its lines go to debug.
+	redis.SetLogger(redisLog{logger})
 	user, pass := cfg.redisCredentials()
 	client, err := redislimit.NewClient(redislimit.ClientConfig{
 		URL:            cfg.redisURL,
@@ -175,6 +178,13 @@ func pingRedis(ctx context.Context, client redis.UniversalClient, logger *slog.L
 	if err := client.Ping(ctx).Err(); err != nil {
 		logger.Warn("Redis does not answer yet; requests get the failure policy's answer until it does", "err", err)
 	}
+}
+
+// redisLog sends go-redis's internal logs to slog at debug level.
+type redisLog struct{ logger *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.logger.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
 
 // redactedAddr drops credentials from a Redis URL for logs.
