@@ -280,9 +280,9 @@ func TestRedisFailure(t *testing.T) {
 			req  *pb.RateLimitRequest
 			want string
 		}{
-			{request("e2e", desc("user", "x")), "OK OK:-"},                          // fail open (default)
-			{request("e2e", desc("strict", "x")), "OVER OVER:0"},                    // failure_mode: deny
-			{request("e2e", desc("ask", "x")), "Unavailable"},                       // failure_mode: unavailable
+			{request("e2e", desc("user", "x")), "OK OK:-"},                           // fail open (default)
+			{request("e2e", desc("strict", "x")), "OVER OVER:0"},                     // failure_mode: deny
+			{request("e2e", desc("ask", "x")), "Unavailable"},                        // failure_mode: unavailable
 			{request("e2e", desc("free", "x"), desc("open", "y")), "OK OK:max OK:-"}, // no store call
 		} {
 			start := time.Now()
@@ -387,7 +387,9 @@ descriptors:
 				"USE_STATSD=false", "USE_PROMETHEUS=true", "LOG_LEVEL=debug", "LOG_FORMAT=json",
 				"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-RateLimit-Limit", "NEAR_LIMIT_RATIO=0.8",
 			}
-			var redis interface{ Do(...string) (string, error) }
+			var redis interface {
+				Do(...string) (string, error)
+			}
 			if b.name == "redis" {
 				_, srv := b.args(t)
 				redis = srv
