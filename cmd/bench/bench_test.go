@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// TestSmoke runs the tool's whole path briefly: build and start floodgate
+// against a private Redis, load, readings, CPU profile and ceiling. It
+// keeps the tool from rotting; it asserts no performance figure.
+func TestSmoke(t *testing.T) {
+	rd := redistest.Start(t)
+	profile := filepath.Join(t.TempDir(), "cpu.pprof")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{
+		"-redis-addr", rd.Addr, "-descriptors", "3", "-concurrency", "4", "-conns", "2",
+		"-warmup", "500ms", "-duration", "2s", "-cpuprofile", profile, "-json",
+	}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
+	}
+	var r result
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("output is not a result: %v\n%s", err, stdout.String())
+	}
+
+	if r.Decisions <= 0 || r.DecisionsPerSec <= 0 {
+		t.Errorf("decisions %d (%v/s), want > 0", r.Decisions, r.DecisionsPerSec)
+	}
+	if r.OverLimitShare != 0 {
+		t.Errorf("over-limit share %v under a limit never reached, want 0", r.OverLimitShare)
+	}
+	l := r.Latency
+	if !(0 < l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+		t.Errorf("latency percentiles not positive and ascending: %+v", l)
+	}
+	if l.Mean <= 0 || l.Mean > l.Max {
+		t.Errorf("mean latency %v outside (0, max %v]", l.Mean, l.Max)
+	}
+	if r.Server == nil || r.Server.CPUMicrosPerDecision <= 0 || r.Server.RSSEndMiB <= 0 {
+		t.Errorf("server figures %+v, want CPU and RSS > 0", r.Server)
+	}
+	if r.Redis == nil {
+		t.Fatalf("no Redis figures")
+	}
+	// Every answered decision took at least one round trip; a failed call
+	// may have taken none.
+	if trips := r.Redis.RoundTripsPerRequest * float64(r.Decisions+r.Errors); trips < float64(r.Decisions) {
+		t.Errorf("%v round trips/request over %d requests: fewer script calls than %d decisions", r.Redis.RoundTripsPerRequest, r.Decisions+r.Errors, r.Decisions)
+	}
+	if r.Redis.CPUMicrosPerDecision <= 0 || r.Redis.CommandsPerRequest <= r.Redis.RoundTripsPerRequest {
+		t.Errorf("Redis figures %+v: want CPU > 0 and the scripts' own commands counted", r.Redis)
+	}
+	if r.Redis.CallsPerRequest["info"] != 0 {
+		t.Errorf("the tool's INFO calls were counted: %v", r.Redis.CallsPerRequest)
+	}
+	if r.Ceiling == nil || r.Ceiling.RequestsPerSec <= 0 || r.CeilingShare <= 0 {
+		t.Errorf("ceiling %+v (share %v), want > 0; notes %q", r.Ceiling, r.CeilingShare, r.Notes)
+	} else if !strings.Contains(r.Ceiling.Command, " 3 floodgate-bench-ceiling:1:__rand_int__ floodgate-bench-ceiling:2:__rand_int__ floodgate-bench-ceiling:3:__rand_int__ ") {
+		t.Errorf("ceiling command %q does not replay 3 keys", r.Ceiling.Command)
+	}
+	b, err := os.ReadFile(profile)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("cpu profile: want a gzip-compressed pprof file, got %d bytes, err %v", len(b), err)
+	}
+}
+
+// TestGeneratedRules loads the generated rule files with the server's own
+// parser: each regime's domain limits each descriptor key on its own counter
+// at the intended rate.
+func TestGeneratedRules(t *testing.T) {
+	o := &options{scenario: scenario{Limit: limitUnder, Descriptors: 1, Keys: 1, Concurrency: 1}, matrix: true, matrixConcurrency: []int{1}, algorithm: "token_bucket"}
+	dir, err := writeRuleFiles(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Load(dir, rules.Options{})
+	if err != nil {
+		t.Fatalf("generated rules do not load: %v", err)
+	}
+	for _, tc := range []struct {
+		limit string
+		rpu   uint32
+	}{{limitUnder, underLimitPerSecond}, {limitOver, 1}} {
+		domain := scenario{Limit: tc.limit}.domain()
+		for i := range 3 {
+			entries := []rules.Entry{{Key: descriptorKey(i), Value: "v42"}}
+			rule := set.Match(domain, entries)
+			if rule == nil || len(rule.Limits) != 1 {
+				t.Fatalf("%s %v: matched %+v, want one rule with one limit", domain, entries, rule)
+			}
+			l := rule.Limits[0]
+			if l.Unit != rules.Second || l.RequestsPerUnit != tc.rpu || l.Spec.Algorithm != limit.TokenBucket {
+				t.Errorf("%s %s: %d per %s with %s, want %d per second with token_bucket", domain, descriptorKey(i), l.RequestsPerUnit, l.Unit, l.Spec.Algorithm, tc.rpu)
+			}
+		}
+		if rule := set.Match(domain, []rules.Entry{{Key: descriptorKey(3), Value: "v"}}); rule != nil {
+			t.Errorf("%s: key %s matched %s; the matrix needs at most 3 keys", domain, descriptorKey(3), rule.Path)
+		}
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       time.Duration
+		wantErr    bool
+	}{
+		{"plain", "9621 (cat) R 9617 9617 30608 0 -1 4194304 123 0 0 0 250 31 0 0 20 0 1 0", 2810 * time.Millisecond, false},
+		{"name with spaces and parentheses", "77 (a) b (c)) S 1 77 77 0 -1 0 0 0 0 0 7 3 0 0 20 0 9 0", 100 * time.Millisecond, false},
+		{"no name", "77 S 1", 0, true},
+		{"truncated", "77 (x) S 1 2 3", 0, true},
+		{"not a number", "77 (x) S 1 77 77 0 -1 0 0 0 0 0 a 3 0 0", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseProcStat(tc.line)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("parseProcStat = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseVmRSS(t *testing.T) {
+	for _, tc := range []struct {
+		name, status string
+		want         int64
+		wantErr      bool
+	}{
+		{"present", "Name:\tfloodgate\nVmPeak:\t  9000 kB\nVmRSS:\t   29184 kB\nRssAnon:\t1 kB\n", 29184 << 10, false},
+		{"missing", "Name:\tfloodgate\n", 0, true},
+		{"other unit", "VmRSS:\t 12 MB\n", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseVmRSS(strings.NewReader(tc.status))
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("parseVmRSS = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestRedisInfoDelta(t *testing.T) {
+	before, err := parseRedisInfo("# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\nused_cpu_sys_children:9.0\r\n" +
+		"# Commandstats\r\ncmdstat_evalsha:calls=10,usec=50,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=4,usec=8\r\ncmdstat_hset:calls=7,usec=7\r\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseRedisInfo("used_cpu_sys:1.600000\nused_cpu_user:2.400000\n" +
+		"cmdstat_evalsha:calls=110,usec=550\ncmdstat_info:calls=6,usec=12\ncmdstat_hset:calls=107,usec=107\n" +
+		"cmdstat_time:calls=100,usec=100\ncmdstat_EVAL:calls=1,usec=1\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.delta(before)
+	if d.CPU != 250*time.Millisecond {
+		t.Errorf("CPU delta %v, want 250ms (user + sys, children excluded)", d.CPU)
+	}
+	want := map[string]int64{"evalsha": 100, "hset": 100, "time": 100, "eval": 1}
+	if len(d.Calls) != len(want) {
+		t.Errorf("calls %v, want %v", d.Calls, want)
+	}
+	for cmd, n := range want {
+		if d.Calls[cmd] != n {
+			t.Errorf("calls of %s: %d, want %d", cmd, d.Calls[cmd], n)
+		}
+	}
+	if d.total() != 301 || d.scripts() != 101 {
+		t.Errorf("total %d, scripts %d; want 301, 101", d.total(), d.scripts())
+	}
+
+	for _, bad := range []string{"used_cpu_sys:1\n", "used_cpu_sys:x\nused_cpu_user:1\n", "used_cpu_sys:1\nused_cpu_user:1\ncmdstat_get:usec=1\n"} {
+		if _, err := parseRedisInfo(bad); err == nil {
+			t.Errorf("parseRedisInfo(%q): no error", bad)
+		}
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	seq := func(n int) []int64 {
+		s := make([]int64, n)
+		for i := range s {
+			s[i] = int64(n - i) // descending: percentiles must sort
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name    string
+		samples []int64
+		want    latencies
+	}{
+		{"1..1000", seq(1000), latencies{P50: 500, P90: 900, P99: 990, P999: 999, Max: 1000, Mean: 500}},
+		{"1..10", seq(10), latencies{P50: 5, P90: 9, P99: 10, P999: 10, Max: 10, Mean: 5}},
+		{"one sample", []int64{7}, latencies{P50: 7, P90: 7, P99: 7, P999: 7, Max: 7, Mean: 7}},
+		{"none", nil, latencies{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := percentiles(tc.samples); got != tc.want {
+				t.Errorf("percentiles = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseMonitorLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       scriptCall
+		wantErr    bool
+	}{
+		{"ok reply", "+OK", nil, false},
+		{"client command", `+1700000000.123456 [0 127.0.0.1:53422] "EVALSHA" "ab12" "1" "{00ff}k\x00v" "" "0"`,
+			scriptCall{"evalsha", "ab12", "1", "{00ff}k\x00v", "", "0"}, false},
+		{"escapes", `+1.5 [0 unix:/tmp/r.sock] "set" "a\"b\\c" "\n\r\t\a\b\x7f"`, scriptCall{"set", `a"b\c`, "\n\r\t\a\b\x7f"}, false},
+		{"command run by a script", `+1.5 [0 lua] "hset" "k" "f" "1"`, nil, false},
+		{"unquoted", `+1.5 [0 127.0.0.1:1] get`, nil, true},
+		{"unterminated", `+1.5 [0 127.0.0.1:1] "get`, nil, true},
+		{"bad hex", `+1.5 [0 127.0.0.1:1] "\xzz"`, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseMonitorLine(tc.line)
+			if (err != nil) != tc.wantErr || strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+				t.Errorf("parseMonitorLine = %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestBenchmarkArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		call    scriptCall
+		want    string
+		wantErr bool
+	}{
+		{"two keys", scriptCall{"evalsha", "old", "2", "k1", "k2", "", "0", ""},
+			"evalsha|new|2|floodgate-bench-ceiling:1:__rand_int__|floodgate-bench-ceiling:2:__rand_int__||0|", false},
+		{"no keys", scriptCall{"eval", "src", "0", "a"}, "evalsha|new|0|a", false},
+		{"key count past the end", scriptCall{"evalsha", "x", "3", "k"}, "", true},
+		{"key count not a number", scriptCall{"evalsha", "x", "n"}, "", true},
+		{"too short", scriptCall{"evalsha", "x"}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := benchmarkArgs(tc.call, "new")
+			if (err != nil) != tc.wantErr || strings.Join(got, "|") != tc.want {
+				t.Errorf("benchmarkArgs = %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseBenchmarkCSV(t *testing.T) {
+	for _, tc := range []struct {
+		name, out string
+		want      float64
+		wantErr   bool
+	}{
+		{"result", "\"test\",\"rps\",\"avg_latency_ms\"\n\"evalsha abc 1 k:__rand_int__ \"\"\"\" x\",\"35714.29\",\"0.081\"\n", 35714.29, false},
+		{"no result", "\"test\",\"rps\"\n", 0, true},
+		{"other header", "\"a\",\"b\"\n\"x\",\"1\"\n", 0, true},
+		{"rps not a number", "\"test\",\"rps\"\n\"x\",\"fast\"\n", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseBenchmarkCSV(tc.out)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("parseBenchmarkCSV = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string // "" for success
+	}{
+		{nil, ""},
+		{[]string{"-matrix", "-matrix-concurrency", "1, 2"}, ""},
+		{[]string{"-limit", "sideways"}, "-limit"},
+		{[]string{"-descriptors", "0"}, "-descriptors"},
+		{[]string{"-keys", "0"}, "-keys"},
+		{[]string{"-concurrency", "0"}, "-concurrency"},
+		{[]string{"-rate", "-1"}, "-rate"},
+		{[]string{"-matrix-concurrency", "16,x"}, "-matrix-concurrency"},
+		{[]string{"-algorithm", "lottery"}, "-algorithm"},
+		{[]string{"-conns", "0"}, "-conns"},
+		{[]string{"-duration", "0s"}, "-duration"},
+		{[]string{"-warmup", "-1s"}, "-warmup"},
+		{[]string{"-server-pid", "1"}, "-server-addr"},
+		{[]string{"-server-addr", "h:1", "-config", "x"}, "-config"},
+		{[]string{"-server-addr", "h:1", "-cpuprofile", "x"}, "-server-debug-addr"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, err := parseFlags(tc.args, &bytes.Buffer{})
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("error %v, want none", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("error %v, want one naming %s", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestScenariosAndProfilePaths(t *testing.T) {
+	o, err := parseFlags([]string{"-matrix", "-matrix-concurrency", "16,64", "-keys", "5", "-cpuprofile", "out/cpu.pprof"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, sc := range o.scenarios() {
+		if sc.Keys != 5 {
+			t.Errorf("%s: keys %d, want -keys 5", sc, sc.Keys)
+		}
+		got = append(got, profilePath(o, sc))
+	}
+	want := []string{
+		"out/cpu-under-d1-c16.pprof", "out/cpu-under-d1-c64.pprof", "out/cpu-under-d3-c16.pprof", "out/cpu-under-d3-c64.pprof",
+		"out/cpu-over-d1-c16.pprof", "out/cpu-over-d1-c64.pprof", "out/cpu-over-d3-c16.pprof", "out/cpu-over-d3-c64.pprof",
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("matrix profiles\n got %q\nwant %q", got, want)
+	}
+	o.matrix = false
+	if sc := o.scenarios(); len(sc) != 1 || profilePath(o, sc[0]) != "out/cpu.pprof" {
+		t.Errorf("single run: %v scenarios, profile %q; want 1, out/cpu.pprof", len(sc), profilePath(o, sc[0]))
+	}
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The ceiling is the rate at which this machine's Redis runs floodgate's
+// own script call when nothing else stands between them: redis-benchmark
+// replays the EVALSHA floodgate sent (same script, same arguments, the
+// scenario's number of keys and distinct values) with the scenario's
+// concurrency, one command per round trip. No Redis-Lua limiter can decide
+// faster on the same box, so decisions/s divided by the ceiling is a figure
+// that holds on a noisy machine.
+
+// scriptCall is one script command as floodgate sent it: the command name
+// in lower case, then its arguments.
+type scriptCall []string
+
+// captureScriptCall watches addr with MONITOR until floodgate sends a
+// script call (EVALSHA or EVAL) or ctx ends. Commands that scripts run are
+// skipped. MONITOR costs Redis some CPU, so the tool uses it during the
+// warm-up only.
+func captureScriptCall(ctx context.Context, addr string) (scriptCall, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("MONITOR: %w", err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := conn.Write([]byte("*1\r\n$7\r\nMONITOR\r\n")); err != nil {
+		return nil, fmt.Errorf("MONITOR: %w", err)
+	}
+	r := bufio.NewReader(conn)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, errors.New("MONITOR: saw no script call during the warm-up: do the requests reach Redis?")
+			}
+			return nil, fmt.Errorf("MONITOR: %w", err)
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if strings.HasPrefix(line, "-") {
+			return nil, fmt.Errorf("MONITOR: %s", line[1:])
+		}
+		call, err := parseMonitorLine(line)
+		if err != nil {
+			return nil, err
+		}
+		if len(call) >= 3 && (call[0] == "evalsha" || call[0] == "eval") {
+			return call, nil
+		}
+	}
+}
+
+// parseMonitorLine reads a MONITOR line such as
+//
+//	+1700000000.123456 [0 127.0.0.1:53422] "evalsha" "ab12..." "1" "k"
+//
+// and returns the command in lower case and its arguments, unquoted. It
+// returns nil for the "+OK" reply, and for commands run by a script
+// ("[0 lua]").
+func parseMonitorLine(line string) (scriptCall, error) {
+	open := strings.IndexByte(line, '[')
+	end := strings.IndexByte(line, ']')
+	if open < 0 || end < open {
+		return nil, nil
+	}
+	if strings.HasSuffix(line[open:end], " lua") {
+		return nil, nil
+	}
+	var call scriptCall
+	s := line[end+1:]
+	for {
+		s = strings.TrimLeft(s, " ")
+		if s == "" {
+			break
+		}
+		if s[0] != '"' {
+			return nil, fmt.Errorf("MONITOR line %q: argument not quoted", line)
+		}
+		arg, rest, err := unquoteRepr(s[1:])
+		if err != nil {
+			return nil, fmt.Errorf("MONITOR line %q: %w", line, err)
+		}
+		call, s = append(call, arg), rest
+	}
+	if len(call) > 0 {
+		call[0] = strings.ToLower(call[0])
+	}
+	return call, nil
+}
+
+// unquoteRepr reads one argument quoted the way Redis quotes them
+// (sdscatrepr: \\ \" \n \r \t \a \b and \xHH) up to its closing quote, and
+// returns it with the text after the quote.
+func unquoteRepr(s string) (string, string, error) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"':
+			return b.String(), s[i+1:], nil
+		case '\\':
+			if i+1 >= len(s) {
+				return "", "", errors.New("unterminated escape")
+			}
+			i++
+			switch e := s[i]; e {
+			case '\\', '"':
+				b.WriteByte(e)
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'a':
+				b.WriteByte('\a')
+			case 'b':
+				b.WriteByte('\b')
+			case 'x':
+				if i+2 >= len(s) {
+					return "", "", errors.New("short \\x escape")
+				}
+				v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+				if err != nil {
+					return "", "", fmt.Errorf("bad \\x escape %q", s[i-1:i+3])
+				}
+				b.WriteByte(byte(v))
+				i += 2
+			default:
+				return "", "", fmt.Errorf("unknown escape \\%c", e)
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", "", errors.New("unterminated quote")
+}
+
+// benchmarkArgs turns a captured call into redis-benchmark's command: the
+// script by SHA, and each key replaced by one in a namespace of its own
+// with keys distinct values (__rand_int__ under -r), so the ceiling neither
+// touches floodgate's counters nor differs from the scenario in key count.
+func benchmarkArgs(call scriptCall, sha string) ([]string, error) {
+	if len(call) < 3 {
+		return nil, fmt.Errorf("script call %q: too short", call)
+	}
+	numKeys, err := strconv.Atoi(call[2])
+	if err != nil || numKeys < 0 || 3+numKeys > len(call) {
+		return nil, fmt.Errorf("script call: bad key count %q", call[2])
+	}
+	args := []string{"evalsha", sha, call[2]}
+	for i := range numKeys {
+		args = append(args, fmt.Sprintf("floodgate-bench-ceiling:%d:__rand_int__", i+1))
+	}
+	return append(args, call[3+numKeys:]...), nil
+}
+
+// ceiling is the result of the redis-benchmark run.
+type ceiling struct {
+	// RequestsPerSec is redis-benchmark's rate of script calls.
+	RequestsPerSec float64 `json:"requests_per_sec"`
+	// RedisCPUMicrosPerCall is Redis's CPU per script call during it.
+	RedisCPUMicrosPerCall float64 `json:"redis_cpu_us_per_call"`
+	// Command is the redis-benchmark command line.
+	Command string `json:"command"`
+}
+
+// ceilingSeconds is about how long the measured redis-benchmark run lasts.
+const ceilingSeconds = 2.5
+
+// measureCeiling runs redis-benchmark against addr with call's script,
+// concurrency connections and keys distinct values per key: a short
+// probe to size the run, then a run of about ceilingSeconds.
+func measureCeiling(ctx context.Context, client *redis.Client, addr string, call scriptCall, concurrency, keys int) (*ceiling, error) {
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		return nil, errors.New("redis-benchmark not found in PATH (apt-get install -y redis-tools)")
+	}
+	sha, err := scriptSHA(ctx, client, call)
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := benchmarkArgs(call, sha)
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("redis address %q: %w", addr, err)
+	}
+	run := func(n int) (float64, string, error) {
+		args := append([]string{"-h", host, "-p", port, "-c", strconv.Itoa(concurrency), "-n", strconv.Itoa(n),
+			"-r", strconv.Itoa(keys), "-P", "1", "--csv"}, cmd...)
+		out, err := exec.CommandContext(ctx, bin, args...).Output()
+		line := bin + " " + shellJoin(args)
+		if err != nil {
+			return 0, line, fmt.Errorf("%s: %w", line, err)
+		}
+		rps, err := parseBenchmarkCSV(string(out))
+		return rps, line, err
+	}
+	probe, _, err := run(max(2000, 20*concurrency))
+	if err != nil {
+		return nil, err
+	}
+	before, err := readRedisStats(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	n := max(2000, 20*concurrency, int(probe*ceilingSeconds))
+	rps, line, err := run(n)
+	if err != nil {
+		return nil, err
+	}
+	after, err := readRedisStats(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	c := &ceiling{RequestsPerSec: rps, Command: line}
+	if d := after.delta(before); d.scripts() > 0 {
+		c.RedisCPUMicrosPerCall = micros(d.CPU) / float64(d.scripts())
+	}
+	return c, nil
+}
+
+// scriptSHA returns the SHA to replay: the captured one, which floodgate
+// loaded, or, for an EVAL, the SHA of its script loaded now.
+func scriptSHA(ctx context.Context, client *redis.Client, call scriptCall) (string, error) {
+	if call[0] == "eval" {
+		sha, err := client.ScriptLoad(ctx, call[1]).Result()
+		if err != nil {
+			return "", fmt.Errorf("SCRIPT LOAD: %w", err)
+		}
+		return sha, nil
+	}
+	exists, err := client.ScriptExists(ctx, call[1]).Result()
+	if err != nil {
+		return "", fmt.Errorf("SCRIPT EXISTS: %w", err)
+	}
+	if len(exists) != 1 || !exists[0] {
+		return "", fmt.Errorf("script %s is no longer loaded in Redis", call[1])
+	}
+	return call[1], nil
+}
+
+// parseBenchmarkCSV returns the rps column of redis-benchmark --csv output:
+// a header line, then one line per test.
+func parseBenchmarkCSV(out string) (float64, error) {
+	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("redis-benchmark output: %w", err)
+	}
+	if len(rows) != 2 || len(rows[0]) < 2 || rows[0][1] != "rps" || len(rows[1]) < 2 {
+		return 0, fmt.Errorf("redis-benchmark output %q: want a header with rps and one result", out)
+	}
+	rps, err := strconv.ParseFloat(rows[1][1], 64)
+	if err != nil {
+		return 0, fmt.Errorf("redis-benchmark rps %q: %w", rows[1][1], err)
+	}
+	return rps, nil
+}
+
+// shellJoin quotes args for a shell, for commands printed in reports.
+func shellJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == ':' || r == '/' || r == ',' ||
+				'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+		}) < 0 {
+			q[i] = a
+		} else {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}

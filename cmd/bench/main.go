@@ -1,0 +1,505 @@
+// Command bench measures what a floodgate decision costs: it drives
+// ShouldRateLimit over gRPC and reports decisions per second, exact latency
+// percentiles, the CPU the server and Redis spend per decision, the Redis
+// commands and round trips per request, and, beside them, the ceiling of
+// the machine: redis-benchmark replaying floodgate's own script call.
+//
+//	go run ./cmd/bench                          1 descriptor, under limit, 64 callers, 10 s
+//	go run ./cmd/bench -descriptors 3 -limit over -concurrency 16
+//	go run ./cmd/bench -matrix                  the table of docs/benchmarks.md
+//
+// By default it builds floodgate (go build; or -server-bin), starts a
+// private redis-server on a free port (or uses -redis-addr), writes a rule
+// file for the scenarios (or reads -config), starts floodgate on free
+// ports, waits for /healthcheck, warms up, measures for -duration, and
+// stops what it started. With -server-addr it drives a running server
+// instead and starts nothing. The figures are Linux ones: server CPU and RSS
+// come from /proc.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// options is the command line.
+type options struct {
+	scenario          scenario
+	matrix            bool
+	matrixConcurrency []int
+	algorithm         string
+
+	serverBin, config, redisAddr string
+	serverAddr, serverDebugAddr  string
+	serverPID                    int
+
+	conns            int
+	warmup, duration time.Duration
+	ceiling          bool
+	cpuProfile       string
+	json             bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: go run ./cmd/bench [flags]\n\nMeasures floodgate's decisions/s, latency and CPU per decision against Redis; see docs/benchmarks.md.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&o.scenario.Descriptors, "descriptors", 1, "descriptors per request; each has one entry and matches one limit")
+	fs.IntVar(&o.scenario.Keys, "keys", 1000, "distinct values per descriptor key, picked uniformly at random per request")
+	fs.StringVar(&o.scenario.Limit, "limit", limitUnder, "under: a limit never reached (every decision writes); over: 1 per second per key (almost every request is denied)")
+	fs.IntVar(&o.scenario.Concurrency, "concurrency", 64, "concurrent callers")
+	fs.Float64Var(&o.scenario.Rate, "rate", 0, "fixed arrival rate in requests/s (open loop; latency counts from the scheduled send); 0: closed loop")
+	fs.BoolVar(&o.matrix, "matrix", false, "run under/over limit x 1/3 descriptors x -matrix-concurrency and print one Markdown table (ignores -limit, -descriptors, -concurrency)")
+	concurrency := fs.String("matrix-concurrency", "16,64,256", "comma-separated concurrencies of -matrix")
+	fs.StringVar(&o.algorithm, "algorithm", limit.FixedWindow.String(), "algorithm of the generated rules")
+	fs.StringVar(&o.serverBin, "server-bin", "", "floodgate binary to start; empty: go build "+serverPackage)
+	fs.StringVar(&o.config, "config", "", "rule file or directory for the started server; it must define domains bench-under and bench-over with keys key1..keyN. Empty: generated")
+	fs.StringVar(&o.redisAddr, "redis-addr", "", "host:port of an existing Redis for the started server, the Redis figures and the ceiling; empty: a private redis-server on a free port")
+	fs.StringVar(&o.serverAddr, "server-addr", "", "gRPC host:port of a running floodgate to drive instead of starting one")
+	fs.IntVar(&o.serverPID, "server-pid", 0, "pid of the -server-addr server, for its CPU and RSS")
+	fs.StringVar(&o.serverDebugAddr, "server-debug-addr", "", "debug host:port of the -server-addr server, for -cpuprofile")
+	fs.IntVar(&o.conns, "conns", 4, "gRPC connections the callers share")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load before each measurement, not measured")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured load per scenario")
+	fs.BoolVar(&o.ceiling, "ceiling", true, "measure the ceiling with redis-benchmark after each scenario")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server's CPU profile of the measured run to this file (with -matrix, one file per scenario, the scenario in the name)")
+	fs.BoolVar(&o.json, "json", false, "print JSON (one object, or an array with -matrix) instead of text")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for c := range strings.SplitSeq(*concurrency, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-matrix-concurrency %q: want positive integers separated by commas", *concurrency)
+		}
+		o.matrixConcurrency = append(o.matrixConcurrency, n)
+	}
+	for _, sc := range o.scenarios() {
+		if err := sc.validate(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := limit.ParseAlgorithm(o.algorithm); err != nil {
+		return nil, fmt.Errorf("-algorithm: %w", err)
+	}
+	switch {
+	case o.conns < 1:
+		return nil, fmt.Errorf("-conns %d: want at least 1", o.conns)
+	case o.duration <= 0:
+		return nil, fmt.Errorf("-duration %v: must be positive", o.duration)
+	case o.warmup < 0:
+		return nil, fmt.Errorf("-warmup %v: must not be negative", o.warmup)
+	case o.serverAddr == "" && (o.serverPID != 0 || o.serverDebugAddr != ""):
+		return nil, errors.New("-server-pid and -server-debug-addr describe a running server: pass -server-addr too")
+	case o.serverAddr != "" && (o.serverBin != "" || o.config != ""):
+		return nil, errors.New("-server-bin and -config configure a server the tool starts: drop them with -server-addr")
+	case o.cpuProfile != "" && o.serverAddr != "" && o.serverDebugAddr == "":
+		return nil, errors.New("-cpuprofile with -server-addr needs -server-debug-addr")
+	}
+	return o, nil
+}
+
+// scenarios lists what to measure, in report order.
+func (o *options) scenarios() []scenario {
+	if !o.matrix {
+		return []scenario{o.scenario}
+	}
+	var list []scenario
+	for _, lim := range []string{limitUnder, limitOver} {
+		for _, desc := range []int{1, 3} {
+			for _, c := range o.matrixConcurrency {
+				sc := o.scenario
+				sc.Limit, sc.Descriptors, sc.Concurrency = lim, desc, c
+				list = append(list, sc)
+			}
+		}
+	}
+	return list
+}
+
+// run is the whole program; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	results, err := bench(ctx, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	switch {
+	case o.json && o.matrix:
+		err = writeJSON(stdout, results)
+	case o.json:
+		err = writeJSON(stdout, results[0])
+	case o.matrix:
+		writeTable(stdout, results)
+	default:
+		writeText(stdout, results[0])
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// target is what the scenarios run against.
+type target struct {
+	srv       server
+	proc      *process      // the started floodgate; nil with -server-addr
+	redisAddr string        // "" when unknown
+	redis     *redis.Client // nil when redisAddr is ""
+	conns     []*grpc.ClientConn
+}
+
+// bench sets up the target, measures every scenario and tears down what it
+// started. Progress goes to log.
+func bench(ctx context.Context, o *options, log io.Writer) (results []result, err error) {
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	t := &target{redisAddr: o.redisAddr}
+	if o.serverAddr != "" {
+		t.srv = server{grpcAddr: o.serverAddr, debugAddr: o.serverDebugAddr, pid: o.serverPID}
+	} else {
+		dir, err := os.MkdirTemp("", "floodgate-bench-")
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, func() { os.RemoveAll(dir) })
+		if t.redisAddr == "" {
+			p, addr, err := startRedis(ctx, dir)
+			if err != nil {
+				return nil, err
+			}
+			stops = append(stops, func() { p.stop(5 * time.Second) })
+			t.redisAddr = addr
+			fmt.Fprintf(log, "bench: redis-server on %s\n", addr)
+		}
+		bin := o.serverBin
+		if bin == "" {
+			fmt.Fprintf(log, "bench: go build %s\n", serverPackage)
+			if bin, err = buildServer(ctx, dir); err != nil {
+				return nil, err
+			}
+		}
+		config := o.config
+		if config == "" {
+			if config, err = writeRuleFiles(dir, o); err != nil {
+				return nil, err
+			}
+		}
+		p, srv, err := startServer(ctx, bin, config, t.redisAddr, dir)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, func() { p.stop(10 * time.Second) })
+		t.srv, t.proc = srv, p
+		fmt.Fprintf(log, "bench: floodgate pid %d, gRPC on %s\n", srv.pid, srv.grpcAddr)
+	}
+	if t.redisAddr != "" {
+		t.redis = redis.NewClient(&redis.Options{Addr: t.redisAddr, PoolSize: 2})
+		stops = append(stops, func() { t.redis.Close() })
+	}
+	if t.conns, err = dial(t.srv.grpcAddr, o.conns); err != nil {
+		return nil, err
+	}
+	stops = append(stops, func() { closeAll(t.conns) })
+
+	scenarios := o.scenarios()
+	for i, sc := range scenarios {
+		fmt.Fprintf(log, "bench: [%d/%d] %s: warm-up %v, measuring %v\n", i+1, len(scenarios), sc, o.warmup, o.duration)
+		r, err := measure(ctx, o, t, sc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sc, err)
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// writeRuleFiles writes the generated rules into a directory of dir, one
+// file per domain, and returns the directory.
+func writeRuleFiles(dir string, o *options) (string, error) {
+	maxDesc := 0
+	for _, sc := range o.scenarios() {
+		maxDesc = max(maxDesc, sc.Descriptors)
+	}
+	rulesDir := filepath.Join(dir, "rules")
+	if err := os.Mkdir(rulesDir, 0o755); err != nil {
+		return "", err
+	}
+	for _, lim := range []string{limitUnder, limitOver} {
+		f, err := os.Create(filepath.Join(rulesDir, scenario{Limit: lim}.domain()+".yaml"))
+		if err != nil {
+			return "", err
+		}
+		err = writeRules(f, lim, maxDesc, o.algorithm)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return rulesDir, nil
+}
+
+// measure runs one scenario: warm-up (during which it captures the script
+// call for the ceiling), the measured load with readings before and after,
+// then the ceiling.
+func measure(ctx context.Context, o *options, t *target, sc scenario) (result, error) {
+	r := result{Scenario: sc}
+	if o.config == "" && o.serverAddr == "" {
+		r.Algorithm = o.algorithm
+	}
+	values := sc.values()
+
+	var call scriptCall
+	var captureErr error
+	wantCeiling := o.ceiling && t.redis != nil
+	{
+		warmCtx, cancel := context.WithTimeout(ctx, o.warmup)
+		var wg sync.WaitGroup
+		if wantCeiling {
+			wg.Go(func() { call, captureErr = captureScriptCall(warmCtx, t.redisAddr) })
+		}
+		runLoad(ctx, t.conns, sc, values, o.warmup)
+		cancel()
+		wg.Wait()
+	}
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+
+	var cpu0 time.Duration
+	var rss0 int64
+	if t.srv.pid != 0 {
+		var err error
+		if cpu0, err = procCPU(t.srv.pid); err != nil {
+			return r, fmt.Errorf("server CPU: %w", err)
+		}
+		if rss0, err = procRSS(t.srv.pid); err != nil {
+			return r, fmt.Errorf("server RSS: %w", err)
+		}
+	}
+	var redis0 redisStats
+	if t.redis != nil {
+		var err error
+		if redis0, err = readRedisStats(ctx, t.redis); err != nil {
+			return r, err
+		}
+	}
+	self0 := selfCPU()
+
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	var wg sync.WaitGroup
+	rssMax := rss0
+	if t.srv.pid != 0 {
+		wg.Go(func() {
+			tick := time.NewTicker(250 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-sampleCtx.Done():
+					return
+				case <-tick.C:
+					if rss, err := procRSS(t.srv.pid); err == nil {
+						rssMax = max(rssMax, rss)
+					}
+				}
+			}
+		})
+	}
+	var profileErr error
+	if o.cpuProfile != "" {
+		r.CPUProfile = profilePath(o, sc)
+		wg.Go(func() { profileErr = fetchProfile(ctx, t.srv.debugAddr, o.duration, r.CPUProfile) })
+	}
+
+	load := runLoad(ctx, t.conns, sc, values, o.duration)
+
+	self1 := selfCPU()
+	var redis1 redisStats
+	if t.redis != nil {
+		var err error
+		if redis1, err = readRedisStats(ctx, t.redis); err != nil {
+			return r, err
+		}
+	}
+	var cpu1 time.Duration
+	var rss1 int64
+	if t.srv.pid != 0 {
+		var err error
+		if cpu1, err = procCPU(t.srv.pid); err != nil {
+			return r, fmt.Errorf("server CPU: %w", err)
+		}
+		if rss1, err = procRSS(t.srv.pid); err != nil {
+			return r, fmt.Errorf("server RSS: %w", err)
+		}
+	}
+	stopSampling()
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+	if t.proc != nil && t.proc.exited() {
+		return r, fmt.Errorf("floodgate exited during the run:\n%s", t.proc.logTail())
+	}
+	if profileErr != nil {
+		return r, fmt.Errorf("cpu profile: %w", profileErr)
+	}
+
+	decisions := load.Requests()
+	if decisions == 0 {
+		msg := "no decision"
+		if load.FirstError != nil {
+			msg += fmt.Sprintf(": %d calls failed, e.g. %v", load.Errors, load.FirstError)
+		}
+		return r, errors.New(msg)
+	}
+	perDecision := func(d time.Duration) float64 { return micros(d) / float64(decisions) }
+	r.DurationSec = load.Elapsed.Seconds()
+	r.Decisions = decisions
+	r.DecisionsPerSec = float64(decisions) / load.Elapsed.Seconds()
+	r.OverLimitShare = float64(load.OverLimit) / float64(decisions)
+	r.Errors = load.Errors
+	if load.FirstError != nil {
+		r.FirstError = load.FirstError.Error()
+		r.Notes = append(r.Notes, fmt.Sprintf("%d calls failed, e.g. %v", load.Errors, load.FirstError))
+	}
+	r.Latency = toLatencyMicros(percentiles(load.Samples))
+	r.LoadCPUMicrosPerDecision = perDecision(self1 - self0)
+	if t.srv.pid != 0 {
+		r.Server = &serverResult{
+			CPUMicrosPerDecision: perDecision(cpu1 - cpu0),
+			RSSStartMiB:          float64(rss0) / mib,
+			RSSEndMiB:            float64(rss1) / mib,
+			RSSMaxMiB:            float64(max(rssMax, rss1)) / mib,
+		}
+	}
+	if t.redis != nil {
+		d := redis1.delta(redis0)
+		requests := float64(decisions + load.Errors)
+		rd := &redisResult{
+			CPUMicrosPerDecision: perDecision(d.CPU),
+			CommandsPerRequest:   float64(d.total()) / requests,
+			RoundTripsPerRequest: float64(d.scripts()) / requests,
+			CallsPerRequest:      map[string]float64{},
+		}
+		for cmd, n := range d.Calls {
+			rd.CallsPerRequest[cmd] = float64(n) / requests
+		}
+		r.Redis = rd
+		if rd.RoundTripsPerRequest < 0.5 {
+			r.Notes = append(r.Notes, fmt.Sprintf("%.2f script calls per request: most requests did not reach this Redis (does the rule file define domain %s with keys %s..?)", rd.RoundTripsPerRequest, sc.domain(), descriptorKey(0)))
+		}
+	}
+
+	switch {
+	case !o.ceiling:
+	case t.redis == nil:
+		r.Notes = append(r.Notes, "no ceiling: the Redis address is unknown (pass -redis-addr)")
+	case captureErr != nil:
+		r.Notes = append(r.Notes, "no ceiling: "+captureErr.Error())
+	default:
+		c, err := measureCeiling(ctx, t.redis, t.redisAddr, call, sc.Concurrency, sc.Keys)
+		if err != nil {
+			if ctx.Err() != nil {
+				return r, ctx.Err()
+			}
+			r.Notes = append(r.Notes, "no ceiling: "+err.Error())
+			break
+		}
+		r.Ceiling = c
+		r.CeilingShare = r.DecisionsPerSec / c.RequestsPerSec
+	}
+	return r, nil
+}
+
+// profilePath names the CPU profile of sc: -cpuprofile itself, or with
+// -matrix the scenario inserted before the extension.
+func profilePath(o *options, sc scenario) string {
+	if !o.matrix {
+		return o.cpuProfile
+	}
+	ext := filepath.Ext(o.cpuProfile)
+	return fmt.Sprintf("%s-%s-d%d-c%d%s", strings.TrimSuffix(o.cpuProfile, ext), sc.Limit, sc.Descriptors, sc.Concurrency, ext)
+}
+
+// fetchProfile saves the server's CPU profile over d (rounded up to whole
+// seconds, pprof's unit) from its debug listener.
+func fetchProfile(ctx context.Context, debugAddr string, d time.Duration, path string) error {
+	seconds := int((d + time.Second - 1) / time.Second)
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, seconds)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
