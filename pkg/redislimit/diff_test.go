@@ -108,7 +108,7 @@ func runDiff(t *testing.T, n *node, name string, si int, sp limit.Spec, specs []
 	counters := []counter{{"c0", sp}, {"c1", sp}, {"c2", specs[rng.IntN(len(specs))]}}
 	w := sp.Window.Microseconds()
 	var last []limit.Decision
-	const steps = 300
+	const steps = 600
 	for step := range steps {
 		switch r := rng.IntN(12); {
 		case r == 0:

@@ -65,8 +65,9 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 // limit.Memory.Evaluate: decisions[i] answers hits[i] (len(decisions) must
 // equal len(hits)); hits on one Key see each other's consumption in order;
 // and if any hit of cost > 0 that is not a refund is denied, no hit changes
-// any counter. An invalid Spec or a negative cost is an error wrapping
-// limit.ErrInvalidSpec; a failure of Redis is an error wrapping ErrStore,
+// any counter. An invalid hit is an error wrapping limit.ErrInvalidSpec or
+// limit.ErrNegativeCost (see limit.Hit.Validate), naming the hit's index,
+// and Redis is not called; a failure of Redis is an error wrapping ErrStore,
 // and then nothing was consumed, except on Cluster as the package
 // documentation describes.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
@@ -77,11 +78,8 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 		return nil
 	}
 	for i := range hits {
-		if err := hits[i].Spec.Validate(); err != nil {
-			return fmt.Errorf("redislimit: hit %d (key %q): %w: %w", i, hits[i].Key, limit.ErrInvalidSpec, err)
-		}
-		if hits[i].Cost < 0 {
-			return fmt.Errorf("redislimit: hit %d (key %q): %w: negative cost %d", i, hits[i].Key, limit.ErrInvalidSpec, hits[i].Cost)
+		if err := hits[i].Validate(); err != nil {
+			return fmt.Errorf("redislimit: hit %d: %w", i, err)
 		}
 	}
 	var clock time.Time

@@ -223,8 +223,8 @@ func TestStoreErrors(t *testing.T) {
 	}
 	neg := hit
 	neg.Cost = -1
-	if err := l.Evaluate(context.Background(), []limit.Hit{neg}, make([]limit.Decision, 1)); err == nil || errors.Is(err, redislimit.ErrStore) {
-		t.Errorf("negative cost: err = %v, want an input error", err)
+	if err := l.Evaluate(context.Background(), []limit.Hit{neg}, make([]limit.Decision, 1)); !errors.Is(err, limit.ErrNegativeCost) || errors.Is(err, redislimit.ErrStore) {
+		t.Errorf("negative cost: err = %v, want ErrNegativeCost and not ErrStore", err)
 	}
 	if err := l.Evaluate(context.Background(), []limit.Hit{hit}, nil); err == nil {
 		t.Error("no room for decisions: no error")

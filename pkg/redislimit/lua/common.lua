@@ -42,6 +42,16 @@ local function expire(key, now, ttl)
   end
 end
 
+-- settle returns ceil(gap/r): the µs a bucket moving at r per µs needs to
+-- cross gap, to fill up (token bucket) or drain (leaky bucket). It is the
+-- bucket's reset and TTL, and a bucket is read as settled (full, or empty)
+-- once that long has passed since it was written, whatever the float sum
+-- gives: rounding may leave it an ulp short at the instant its key expires,
+-- and expiry must not change a decision (limit.settleMicros).
+local function settle(gap, r)
+  return math.ceil(gap / r)
+end
+
 -- load_bucket and store_bucket keep a token bucket's tokens or a leaky
 -- bucket's level: a hash {v = value (17 digits), t = as of, µs}.
 local function load_bucket(key)

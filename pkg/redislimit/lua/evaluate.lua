@@ -55,9 +55,9 @@ local function hit_at(i)
 end
 
 -- step mirrors limit.step: it returns the working state after the hit
--- (the caller keeps it whether or not the hit writes: a peek may bring a
--- bucket's refill up to now, or drop expired sub-windows, equivalently) and
--- the hit's outcome.
+-- and the hit's outcome. The caller keeps the state only when the hit
+-- writes (the sliding algorithms' states may also drop what no longer
+-- counts, which changes nothing).
 local function step(algo, st, ok, h, cost, refund)
   if h.limit == 0 then
     local o = outcome(cost == 0 or refund, 0, 0, 0, false, 0)
@@ -97,12 +97,11 @@ for i = 1, #KEYS do
   if w.st == nil and h.limit ~= 0 then
     w.st, w.ok = algo.load(key, h, now)
   end
-  local o
-  w.st, o = step(algo, w.st, w.ok, h, h.cost, h.refund)
+  local st, o = step(algo, w.st, w.ok, h, h.cost, h.refund)
   if o.write then
     -- A state written with no lifetime left is equivalent to none: later
     -- hits of the call see none, and the key is deleted.
-    w.ok, w.h, w.ttl, w.dirty = o.ttl > 0, h, o.ttl, true
+    w.st, w.ok, w.h, w.ttl, w.dirty = st, o.ttl > 0, h, o.ttl, true
   end
   if not o.allowed and h.cost > 0 and not h.refund then
     denied = true

@@ -7,23 +7,12 @@
 -- capacity B.
 --
 -- Semantics (limit.stepLeakyBucket): r = L/W per µs; level, ts = stored, or
--- 0 and now; l0 = max(0, level - (now - ts)*r). Allowed iff l0 + cost <= B;
+-- 0 and now; l0 = 0 if now - ts >= ceil(level/r) (see settle), else
+-- max(0, level - (now - ts)*r). Allowed iff l0 + cost <= B;
 -- a consuming hit writes (l0 + cost, now). With la the level after the hit
 -- (max(0, l0 - cost) for a refund): Remaining = max(0, floor(B - la)),
 -- reset = ceil(la/r), TTL the same; retry (denied) = ceil(((l0 + cost) - B)/r).
 -- A refund writes only a stored state that changes.
-
--- load reads the meter, and treats it as missing from the instant it was
--- due to expire, ts + ceil(level/r): the same µs at which limit.Memory drops
--- it (draining to exactly 0 at that instant is not guaranteed in floating
--- point).
-local function load(key, h, now)
-  local st, ok = load_bucket(key)
-  if ok and now >= st.ts + math.ceil(st.value / (h.limit / h.window)) then
-    ok = false
-  end
-  return st, ok
-end
 
 local function step(st, ok, h, now, cost, refund)
   local r = h.limit / h.window
@@ -32,7 +21,10 @@ local function step(st, ok, h, now, cost, refund)
   if not ok then
     value, ts = 0, now
   end
-  local l0 = math.max(0, value - (now - ts) * r)
+  local l0 = 0
+  if now - ts < settle(value, r) then
+    l0 = math.max(0, value - (now - ts) * r)
+  end
   local la = l0
   local o = outcome(false, 0, 0, 0, false, 0)
   if refund then
@@ -49,9 +41,9 @@ local function step(st, ok, h, now, cost, refund)
     o.retry = math.ceil((l0 + cost - b) / r)
   end
   o.remaining = math.max(0, math.floor(b - la))
-  o.reset = math.ceil(la / r)
+  o.reset = settle(la, r)
   o.ttl = o.reset
   return {value = la, ts = now}, o
 end
 
-return {load = load, step = step, store = store_bucket}
+return {load = load_bucket, step = step, store = store_bucket}

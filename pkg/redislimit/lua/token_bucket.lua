@@ -6,24 +6,12 @@
 -- capacity B.
 --
 -- Semantics (limit.stepTokenBucket): r = L/W tokens per µs; tokens, ts =
--- stored, or B and now; t0 = min(B, tokens + (now - ts)*r). Allowed iff
+-- stored, or B and now; t0 = B if now - ts >= ceil((B - tokens)/r) (see
+-- settle), else min(B, tokens + (now - ts)*r). Allowed iff
 -- t0 >= cost; a consuming hit writes (t0 - cost, now). With ta the tokens
 -- after the hit (min(B, t0 + cost) for a refund): Remaining =
 -- max(0, floor(ta)), reset = ceil((B - ta)/r), TTL the same; retry (denied)
 -- = ceil((cost - t0)/r). A refund writes only a stored state that changes.
-
--- load reads the bucket, and treats it as missing from the instant it was
--- due to expire, ts + ceil((B - tokens)/r): the same µs at which
--- limit.Memory drops it. Refilling to exactly B at that instant is not
--- guaranteed in floating point, so the instant itself decides, not the
--- arithmetic nor Redis's millisecond expiry.
-local function load(key, h, now)
-  local st, ok = load_bucket(key)
-  if ok and now >= st.ts + math.ceil((h.cap - st.value) / (h.limit / h.window)) then
-    ok = false
-  end
-  return st, ok
-end
 
 local function step(st, ok, h, now, cost, refund)
   local r = h.limit / h.window
@@ -32,7 +20,10 @@ local function step(st, ok, h, now, cost, refund)
   if not ok then
     value, ts = b, now
   end
-  local t0 = math.min(b, value + (now - ts) * r)
+  local t0 = b
+  if now - ts < settle(b - value, r) then
+    t0 = math.min(b, value + (now - ts) * r)
+  end
   local ta = t0
   local o = outcome(false, 0, 0, 0, false, 0)
   if refund then
@@ -49,9 +40,9 @@ local function step(st, ok, h, now, cost, refund)
     o.retry = math.ceil((cost - t0) / r)
   end
   o.remaining = math.max(0, math.floor(ta))
-  o.reset = math.ceil((b - ta) / r)
+  o.reset = settle(b - ta, r)
   o.ttl = o.reset
   return {value = ta, ts = now}, o
 end
 
-return {load = load, step = step, store = store_bucket}
+return {load = load_bucket, step = step, store = store_bucket}
