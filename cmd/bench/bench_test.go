@@ -79,36 +79,48 @@ func TestSmoke(t *testing.T) {
 
 // TestGeneratedRules loads the generated rule files with the server's own
 // parser: each regime's domain limits each descriptor key on its own counter
-// at the intended rate.
+// at the intended rate, and the default algorithm goes unnamed so that the
+// reference server reads the files too.
 func TestGeneratedRules(t *testing.T) {
-	o := &options{scenario: scenario{Limit: limitUnder, Descriptors: 1, Keys: 1, Concurrency: 1}, matrix: true, matrixConcurrency: []int{1}, algorithm: "token_bucket"}
-	dir, err := writeRuleFiles(t.TempDir(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := rules.Load(dir, rules.Options{})
-	if err != nil {
-		t.Fatalf("generated rules do not load: %v", err)
-	}
-	for _, tc := range []struct {
-		limit string
-		rpu   uint32
-	}{{limitUnder, underLimitPerSecond}, {limitOver, 1}} {
-		domain := scenario{Limit: tc.limit}.domain()
-		for i := range 3 {
-			entries := []rules.Entry{{Key: descriptorKey(i), Value: "v42"}}
-			rule := set.Match(domain, entries)
-			if rule == nil || len(rule.Limits) != 1 {
-				t.Fatalf("%s %v: matched %+v, want one rule with one limit", domain, entries, rule)
+	for _, algo := range []limit.Algorithm{limit.FixedWindow, limit.TokenBucket} {
+		t.Run(algo.String(), func(t *testing.T) {
+			o := &options{matrix: true, matrixConcurrency: []int{1}, algorithm: algo.String()}
+			dir := filepath.Join(t.TempDir(), "rules")
+			if err := writeRuleFiles(dir, o); err != nil {
+				t.Fatal(err)
 			}
-			l := rule.Limits[0]
-			if l.Unit != rules.Second || l.RequestsPerUnit != tc.rpu || l.Spec.Algorithm != limit.TokenBucket {
-				t.Errorf("%s %s: %d per %s with %s, want %d per second with token_bucket", domain, descriptorKey(i), l.RequestsPerUnit, l.Unit, l.Spec.Algorithm, tc.rpu)
+			set, err := rules.Load(dir, rules.Options{})
+			if err != nil {
+				t.Fatalf("generated rules do not load: %v", err)
 			}
-		}
-		if rule := set.Match(domain, []rules.Entry{{Key: descriptorKey(3), Value: "v"}}); rule != nil {
-			t.Errorf("%s: key %s matched %s; the matrix needs at most 3 keys", domain, descriptorKey(3), rule.Path)
-		}
+			for _, tc := range []struct {
+				limit string
+				rpu   uint32
+			}{{limitUnder, underLimitPerSecond}, {limitOver, 1}} {
+				domain := scenario{Limit: tc.limit}.domain()
+				for i := range 3 {
+					entries := []rules.Entry{{Key: descriptorKey(i), Value: "v42"}}
+					rule := set.Match(domain, entries)
+					if rule == nil || len(rule.Limits) != 1 {
+						t.Fatalf("%s %v: matched %+v, want one rule with one limit", domain, entries, rule)
+					}
+					l := rule.Limits[0]
+					if l.Unit != rules.Second || l.RequestsPerUnit != tc.rpu || l.Spec.Algorithm != algo {
+						t.Errorf("%s %s: %d per %s with %s, want %d per second with %s", domain, descriptorKey(i), l.RequestsPerUnit, l.Unit, l.Spec.Algorithm, tc.rpu, algo)
+					}
+				}
+				if rule := set.Match(domain, []rules.Entry{{Key: descriptorKey(3), Value: "v"}}); rule != nil {
+					t.Errorf("%s: key %s matched %s; the matrix needs at most 3 keys", domain, descriptorKey(3), rule.Path)
+				}
+				b, err := os.ReadFile(filepath.Join(dir, domain+".yaml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if named := strings.Contains(string(b), "algorithm:"); named != (algo != limit.FixedWindow) {
+					t.Errorf("%s: algorithm named %v, want it named only when not fixed_window:\n%s", domain, named, b)
+				}
+			}
+		})
 	}
 }
 
@@ -338,5 +350,28 @@ func TestScenariosAndProfilePaths(t *testing.T) {
 	o.matrix = false
 	if sc := o.scenarios(); len(sc) != 1 || profilePath(o, sc[0]) != "out/cpu.pprof" {
 		t.Errorf("single run: %v scenarios, profile %q; want 1, out/cpu.pprof", len(sc), profilePath(o, sc[0]))
+	}
+}
+
+func TestWriteRulesFlag(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rules")
+	args := []string{"-write-rules", dir, "-descriptors", "2"}
+	var stderr bytes.Buffer
+	if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 0 {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	set, err := rules.Load(dir, rules.Options{})
+	if err != nil {
+		t.Fatalf("written rules do not load: %v", err)
+	}
+	if got := strings.Join(set.Domains(), " "); got != "bench-over bench-under" {
+		t.Errorf("domains %q, want bench-over bench-under", got)
+	}
+	if set.Match("bench-under", []rules.Entry{{Key: "key2", Value: "v"}}) == nil || set.Match("bench-under", []rules.Entry{{Key: "key3", Value: "v"}}) != nil {
+		t.Errorf("-descriptors 2 should limit key1 and key2 only")
+	}
+	stderr.Reset()
+	if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 1 || !strings.Contains(stderr.String(), "exists") {
+		t.Errorf("writing into an existing directory: exit code %d, stderr %q; want 1 and an error saying it exists", code, stderr.String())
 	}
 }

@@ -63,6 +63,7 @@ type options struct {
 	ceiling          bool
 	cpuProfile       string
 	json             bool
+	writeRules       string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -92,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured load per scenario")
 	fs.BoolVar(&o.ceiling, "ceiling", true, "measure the ceiling with redis-benchmark after each scenario")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server's CPU profile of the measured run to this file (with -matrix, one file per scenario, the scenario in the name)")
+	fs.StringVar(&o.writeRules, "write-rules", "", "write the generated rule files into this new directory and exit (to serve the same rules from another server, e.g. envoyproxy/ratelimit)")
 	fs.BoolVar(&o.json, "json", false, "print JSON (one object, or an array with -matrix) instead of text")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -158,6 +160,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
+	}
+	if o.writeRules != "" {
+		if err := writeRuleFiles(o.writeRules, o); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	results, err := bench(ctx, o, stderr)
 	if err != nil {
@@ -232,7 +241,8 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 		}
 		config := o.config
 		if config == "" {
-			if config, err = writeRuleFiles(dir, o); err != nil {
+			config = filepath.Join(dir, "rules")
+			if err := writeRuleFiles(config, o); err != nil {
 				return nil, err
 			}
 		}
@@ -265,31 +275,30 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 	return results, nil
 }
 
-// writeRuleFiles writes the generated rules into a directory of dir, one
-// file per domain, and returns the directory.
-func writeRuleFiles(dir string, o *options) (string, error) {
+// writeRuleFiles writes the generated rules into dir, which must not exist,
+// one file per domain.
+func writeRuleFiles(dir string, o *options) error {
 	maxDesc := 0
 	for _, sc := range o.scenarios() {
 		maxDesc = max(maxDesc, sc.Descriptors)
 	}
-	rulesDir := filepath.Join(dir, "rules")
-	if err := os.Mkdir(rulesDir, 0o755); err != nil {
-		return "", err
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
 	}
 	for _, lim := range []string{limitUnder, limitOver} {
-		f, err := os.Create(filepath.Join(rulesDir, scenario{Limit: lim}.domain()+".yaml"))
+		f, err := os.Create(filepath.Join(dir, scenario{Limit: lim}.domain()+".yaml"))
 		if err != nil {
-			return "", err
+			return err
 		}
 		err = writeRules(f, lim, maxDesc, o.algorithm)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return "", err
+			return err
 		}
 	}
-	return rulesDir, nil
+	return nil
 }
 
 // measure runs one scenario: warm-up (during which it captures the script

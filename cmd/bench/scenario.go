@@ -7,6 +7,8 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // Limit regimes. Under: the limit is never reached, so every decision
@@ -84,9 +86,15 @@ func writeRules(w io.Writer, lim string, maxDescriptors int, algorithm string) e
 	if _, err := fmt.Fprintf(w, "domain: %s\ndescriptors:\n", scenario{Limit: lim}.domain()); err != nil {
 		return err
 	}
+	// The default algorithm goes unnamed so that the files stay in the
+	// reference server's format, for measuring it with the same rules.
+	algo := ""
+	if algorithm != limit.FixedWindow.String() {
+		algo = "      algorithm: " + algorithm + "\n"
+	}
 	for i := range maxDescriptors {
-		if _, err := fmt.Fprintf(w, "  - key: %s\n    rate_limit:\n      algorithm: %s\n      unit: second\n      requests_per_unit: %d\n",
-			descriptorKey(i), algorithm, rpu); err != nil {
+		if _, err := fmt.Fprintf(w, "  - key: %s\n    rate_limit:\n%s      unit: second\n      requests_per_unit: %d\n",
+			descriptorKey(i), algo, rpu); err != nil {
 			return err
 		}
 	}
