@@ -17,8 +17,7 @@ import (
 func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) error {
 	groups := groupBySlot(l.opts.KeyPrefix, hits)
 	if len(groups) == 1 {
-		keys, args := l.request(clock, hits, nil)
-		return l.run(ctx, hits, keys, args, decisions)
+		return l.run(ctx, clock, hits, decisions)
 	}
 	type result struct {
 		hits      []limit.Hit
@@ -34,10 +33,7 @@ func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []l
 			r.hits[j] = hits[i]
 		}
 		r.decisions = make([]limit.Decision, len(idx))
-		wg.Go(func() {
-			keys, args := l.request(clock, r.hits, nil)
-			r.err = l.run(ctx, r.hits, keys, args, r.decisions)
-		})
+		wg.Go(func() { r.err = l.run(ctx, clock, r.hits, r.decisions) })
 	}
 	wg.Wait()
 
@@ -97,15 +93,14 @@ func (l *Limiter) refund(ctx context.Context, clock time.Time, hits []limit.Hit)
 	groups := groupBySlot(l.opts.KeyPrefix, hits)
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
-	refund := true
 	for g, idx := range groups {
 		wg.Go(func() {
 			part := make([]limit.Hit, len(idx))
 			for j, i := range idx {
 				part[j] = hits[i]
+				part[j].Refund = true
 			}
-			keys, args := l.request(clock, part, &refund)
-			errs[g] = l.run(ctx, part, keys, args, make([]limit.Decision, len(part)))
+			errs[g] = l.run(ctx, clock, part, make([]limit.Decision, len(part)))
 		})
 	}
 	wg.Wait()

@@ -91,13 +91,13 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	if l.cluster != nil {
 		return l.evaluateCluster(ctx, clock, hits, decisions)
 	}
-	keys, args := l.request(clock, hits, nil)
-	return l.run(ctx, hits, keys, args, decisions)
+	return l.run(ctx, clock, hits, decisions)
 }
 
-// request returns the script's KEYS and ARGV for hits; refund, when set,
-// overrides every hit's Refund flag (compensations give back what was taken).
-func (l *Limiter) request(clock time.Time, hits []limit.Hit, refund *bool) ([]string, []any) {
+// request returns the script's KEYS and ARGV for hits; clock is the
+// server's time, used only for calendar boundaries (and, in tests, as the
+// script's now).
+func (l *Limiter) request(clock time.Time, hits []limit.Hit) ([]string, []any) {
 	keys := make([]string, len(hits))
 	args := make([]any, 1, 1+argsPerHit*len(hits))
 	args[0] = ""
@@ -108,12 +108,8 @@ func (l *Limiter) request(clock time.Time, hits []limit.Hit, refund *bool) ([]st
 		h := &hits[i]
 		keys[i] = Key(l.opts.KeyPrefix, h.Key)
 		sp := &h.Spec
-		isRefund := h.Refund
-		if refund != nil {
-			isRefund = *refund
-		}
 		args = append(args,
-			int64(sp.Algorithm), h.Cost, boolArg(isRefund), sp.Limit, sp.WindowMicros(),
+			int64(sp.Algorithm), h.Cost, boolArg(h.Refund), sp.Limit, sp.WindowMicros(),
 			sp.Capacity(), sp.SubWindows())
 		if sp.Calendar.IsZero() {
 			args = append(args, "", "", "", "")
@@ -137,8 +133,10 @@ func boolArg(b bool) string {
 	return "0"
 }
 
-// run sends one script call and fills decisions from its reply.
-func (l *Limiter) run(ctx context.Context, hits []limit.Hit, keys []string, args []any, decisions []limit.Decision) error {
+// run decides hits, all in one slot, with one script call and fills
+// decisions from its reply.
+func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) error {
+	keys, args := l.request(clock, hits)
 	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	reply, err := evaluateScript.Run(ctx, l.client, keys, args...).Int64Slice()

@@ -22,8 +22,14 @@
 -- without reading state; a cost above the capacity (not a refund) is denied
 -- with never set and retry 0, remaining and reset being those of a peek.
 -- If any hit of cost > 0 that is not a refund is denied, nothing is written;
--- otherwise each changed key is written once, with its TTL. Every hit gets
--- its decision either way.
+-- otherwise each changed key is written once and set to expire at the
+-- instant its state becomes equivalent to none (now + the TTL of its last
+-- write, in ms rounded up; see expire_at). Every hit gets its decision
+-- either way.
+--
+-- Redis 6.2 and 7: TIME before writes needs effects replication, the
+-- default since Redis 5 and the only mode of 7, so the script does not call
+-- redis.replicate_commands(). Keys are only those in KEYS (Cluster).
 
 local NARGS = 11
 
