@@ -157,14 +157,18 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	if err := s.evaluate(ctx, sc, sc.hits, sc.decisions); err != nil {
+	// One deadline for every store call of the request, the rare second
+	// one (recharge) included: a request never waits longer than that.
+	storeCtx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	defer cancel()
+	if err := s.evaluate(storeCtx, sc.hits, sc.decisions); err != nil {
 		return s.failed(ctx, sc, req, err)
 	}
 	v := sc.judge(s.opts.NearLimitRatio)
 	if sc.consumedNothing(sc.hits, sc.decisions) {
 		if v.over {
 			sc.unconsume(nil)
-		} else if err := s.recharge(ctx, sc); err != nil {
+		} else if err := s.recharge(storeCtx, sc); err != nil {
 			// The request passes although a shadow or quota limit denied
 			// its hit, so the Limiter consumed nothing; recharge tried to
 			// charge the admitted request and could not.
@@ -177,13 +181,11 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 	return s.respond(sc, req, v), nil
 }
 
-// evaluate calls the Limiter under the store deadline.
-func (s *Service) evaluate(ctx context.Context, sc *scratch, hits []limit.Hit, decisions []limit.Decision) error {
+// evaluate calls the Limiter; ctx carries the store deadline.
+func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
 	if len(hits) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
-	defer cancel()
 	start := time.Now()
 	err := s.limiter.Evaluate(ctx, hits, decisions)
 	s.opts.Metrics.observeStore(time.Since(start), err)
@@ -202,7 +204,7 @@ func (s *Service) recharge(ctx context.Context, sc *scratch) error {
 		}
 	}
 	sc.decisions2 = grow(sc.decisions2, len(sc.hits2))
-	if err := s.evaluate(ctx, sc, sc.hits2, sc.decisions2); err != nil {
+	if err := s.evaluate(ctx, sc.hits2, sc.decisions2); err != nil {
 		return err
 	}
 	for j, i := range sc.index2 {
