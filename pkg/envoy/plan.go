@@ -3,7 +3,6 @@ package envoy
 import (
 	"fmt"
 	"math"
-	"slices"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -18,7 +17,7 @@ type scratch struct {
 	entries   []rules.Entry // every descriptor's entries, back to back
 	descs     []descState
 	items     []item
-	replaced  []string // names listed in `replaces` by any matched limit
+	matched   []*rules.Rule // per descriptor, the rule whose limits apply (nil for none or an override)
 	hits      []limit.Hit
 	decisions []limit.Decision
 	key       []byte
@@ -63,10 +62,10 @@ func (sc *scratch) reset() {
 	clear(sc.entries)
 	clear(sc.descs)
 	clear(sc.items)
-	clear(sc.replaced)
+	clear(sc.matched)
 	clear(sc.hits)
 	clear(sc.hits2)
-	sc.entries, sc.descs, sc.items, sc.replaced = sc.entries[:0], sc.descs[:0], sc.items[:0], sc.replaced[:0]
+	sc.entries, sc.descs, sc.items, sc.matched = sc.entries[:0], sc.descs[:0], sc.items[:0], sc.matched[:0]
 	sc.hits, sc.decisions, sc.key = sc.hits[:0], sc.decisions[:0], sc.key[:0]
 	sc.hits2, sc.decisions2, sc.index2 = sc.hits2[:0], sc.decisions2[:0], sc.index2[:0]
 }
@@ -94,6 +93,7 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 			failure = ds.rule.FailureMode
 		}
 		ds.itemsFrom = len(sc.items)
+		var matched *rules.Rule
 		switch {
 		case d.GetLimit() != nil:
 			// Envoy's override replaces whatever the rules say, shadow and
@@ -117,8 +117,8 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 					unit: l.Unit, multiplier: max(l.UnitMultiplier, 1), unlimited: l.Unlimited,
 					hit: -1, failure: failure,
 				})
-				sc.replaced = append(sc.replaced, l.Replaces...)
 			}
+			matched = ds.rule
 			ds.shadow, ds.quota = ds.rule.ShadowMode, ds.rule.QuotaMode
 			if len(ds.rule.Limits) > 0 {
 				ds.ruleMetric = ds.rule.Path
@@ -126,16 +126,15 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 		}
 		ds.itemsTo = len(sc.items)
 		sc.descs = append(sc.descs, ds)
+		sc.matched = append(sc.matched, matched)
 	}
 
 	// `replaces` works across the whole request, as in the reference
-	// server: a limit is dropped when any matched limit names it.
-	if len(sc.replaced) > 0 {
-		for i := range sc.items {
-			it := &sc.items[i]
-			if it.lim != nil && it.name != "" && slices.Contains(sc.replaced, it.name) {
-				it.dropped = true
-			}
+	// server: a limit is dropped when any matched limit names it. An
+	// override neither replaces nor is replaced.
+	for i := range sc.items {
+		if it := &sc.items[i]; it.lim != nil {
+			it.dropped = rules.Replaced(it.lim, sc.matched)
 		}
 	}
 
