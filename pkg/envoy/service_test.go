@@ -529,3 +529,25 @@ func seriesCount(t *testing.T, g prometheus.Gatherer, name string) int {
 	}
 	return 0
 }
+
+// BenchmarkShouldRateLimit measures the request path on the in-memory
+// store: three descriptors (a key-only limit, two limits on one descriptor,
+// a whitelist), as Envoy sends them.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := request("test", desc("user", "alice"), desc("tenant", "t"), desc("open", "x"))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
