@@ -178,6 +178,9 @@ func overrideItem(o *rlv3.RateLimitDescriptor_RateLimitOverride, r *rules.Rule, 
 		}
 		mult = m.GetValue()
 	}
+	if int64(mult) > math.MaxInt64/int64(unit.Duration()) {
+		return item{}, fmt.Errorf("%s.unit_multiplier: %d %ss is longer than a window can be", field, mult, unit)
+	}
 	spec := limit.Spec{Limit: int64(o.GetRequestsPerUnit()), Window: window(unit, mult)}
 	if r != nil && len(r.Limits) > 0 && !r.Limits[0].Unlimited {
 		base := r.Limits[0].Spec

@@ -228,6 +228,12 @@ func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequ
 		// The caller went away; nobody reads the answer.
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+	if errors.Is(err, limit.ErrInvalidSpec) || errors.Is(err, limit.ErrNegativeCost) {
+		// Not the store: floodgate built a hit the limiter refuses. Say so
+		// rather than dress it up as an outage.
+		s.opts.Logger.Error("the limiter refused a hit", "err", err, "domain", req.GetDomain())
+		return nil, status.Errorf(codes.Internal, "invalid limit: %v", err)
+	}
 	s.failures.record(err)
 	unavailable := sc.applyFailure()
 	v := sc.judge(s.opts.NearLimitRatio)

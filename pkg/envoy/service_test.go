@@ -348,6 +348,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"no descriptors", request("test"), "descriptors: must not be empty"},
 		{"unknown override unit", request("test", desc("user", "a"), withOverride(desc("user", "a"), 1, typev3.RateLimitUnit_UNKNOWN, 0)), "descriptors[1].limit: unit UNKNOWN"},
 		{"zero unit_multiplier", request("test", withOverride(desc("user", "a"), 1, typev3.RateLimitUnit_SECOND, 0)), ""},
+		{"a window too long for a duration", request("test", withOverride(desc("user", "a"), 1, typev3.RateLimitUnit_YEAR, 1000)), "descriptors[0].limit.unit_multiplier: 1000 years is longer"},
 	}
 	tests[3].req.Descriptors[0].Limit.UnitMultiplier = wrapperspb.UInt32(0)
 	tests[3].want = "descriptors[0].limit.unit_multiplier: must be at least 1"
