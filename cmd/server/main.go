@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	}
 	watcher, err := rules.NewWatcher(cfg.rulesPath, ruleOpts, logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "floodgate: refusing to start, the rules in %s are invalid:\n%v\n", cfg.rulesPath, err)
+		fmt.Fprintf(stderr, "floodgate: refusing to start, cannot load the rules in %s:\n%v\n", cfg.rulesPath, err)
 		return 1
 	}
 
@@ -202,7 +202,7 @@ func redactedAddr(u string) string {
 func explain(stdout, stderr io.Writer, cfg *config, opts rules.Options) int {
 	set, err := rules.Load(cfg.rulesPath, opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "floodgate: the rules in %s are invalid:\n%v\n", cfg.rulesPath, err)
+		fmt.Fprintf(stderr, "floodgate: cannot load the rules in %s:\n%v\n", cfg.rulesPath, err)
 		return 1
 	}
 	domain := cfg.args[0]
