@@ -26,7 +26,7 @@ func TestSmoke(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, []string{
 		"-redis-addr", rd.Addr, "-descriptors", "3", "-concurrency", "4", "-conns", "2",
-		"-warmup", "500ms", "-duration", "2s", "-cpuprofile", profile, "-json",
+		"-warmup", "500ms", "-duration", "2s", "-ceiling-duration", "500ms", "-cpuprofile", profile, "-json",
 	}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
@@ -66,7 +66,7 @@ func TestSmoke(t *testing.T) {
 	if r.Redis.CallsPerRequest["info"] != 0 {
 		t.Errorf("the tool's INFO calls were counted: %v", r.Redis.CallsPerRequest)
 	}
-	if r.Ceiling == nil || r.Ceiling.RequestsPerSec <= 0 || r.CeilingShare <= 0 {
+	if r.Ceiling == nil || r.Ceiling.BeforePerSec <= 0 || r.Ceiling.AfterPerSec <= 0 || r.Ceiling.RequestsPerSec != (r.Ceiling.BeforePerSec+r.Ceiling.AfterPerSec)/2 || r.CeilingShare <= 0 {
 		t.Errorf("ceiling %+v (share %v), want > 0; notes %q", r.Ceiling, r.CeilingShare, r.Notes)
 	} else if !strings.Contains(r.Ceiling.Command, " 3 floodgate-bench-ceiling:1:__rand_int__ floodgate-bench-ceiling:2:__rand_int__ floodgate-bench-ceiling:3:__rand_int__ ") {
 		t.Errorf("ceiling command %q does not replay 3 keys", r.Ceiling.Command)
@@ -311,8 +311,11 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-conns", "0"}, "-conns"},
 		{[]string{"-duration", "0s"}, "-duration"},
 		{[]string{"-warmup", "-1s"}, "-warmup"},
+		{[]string{"-ceiling-duration", "0s"}, "-ceiling-duration"},
 		{[]string{"-server-pid", "1"}, "-server-addr"},
 		{[]string{"-server-addr", "h:1", "-config", "x"}, "-config"},
+		{[]string{"-server-addr", "h:1", "-server-args", "-redis-pool-size 4"}, "-server-args"},
+		{[]string{"-server-args", "-redis-pool-size 4"}, ""},
 		{[]string{"-server-addr", "h:1", "-cpuprofile", "x"}, "-server-debug-addr"},
 		{[]string{"extra"}, "unexpected arguments"},
 	} {

@@ -170,23 +170,34 @@ func benchmarkArgs(call scriptCall, sha string) ([]string, error) {
 	return append(args, call[3+numKeys:]...), nil
 }
 
-// ceiling is the result of the redis-benchmark run.
+// ceiling is the result of the redis-benchmark runs bracketing a
+// scenario's measurement.
 type ceiling struct {
-	// RequestsPerSec is redis-benchmark's rate of script calls.
+	// RequestsPerSec is the mean rate of script calls of the run before
+	// the measurement and the run after it, so that a machine getting
+	// busier or quieter during the scenario biases the ratio less.
 	RequestsPerSec float64 `json:"requests_per_sec"`
-	// RedisCPUMicrosPerCall is Redis's CPU per script call during it.
+	// BeforePerSec and AfterPerSec are the two runs' rates; far apart,
+	// they say the machine's load changed during the scenario.
+	BeforePerSec float64 `json:"before_per_sec"`
+	AfterPerSec  float64 `json:"after_per_sec"`
+	// RedisCPUMicrosPerCall is Redis's CPU per script call over both runs.
 	RedisCPUMicrosPerCall float64 `json:"redis_cpu_us_per_call"`
 	// Command is the redis-benchmark command line.
 	Command string `json:"command"`
 }
 
-// ceilingSeconds is about how long the measured redis-benchmark run lasts.
-const ceilingSeconds = 2.5
+// ceilingRunner replays one scenario's script call with redis-benchmark.
+type ceilingRunner struct {
+	client *redis.Client
+	bin    string
+	args   []string // redis-benchmark's arguments, -n included
+}
 
-// measureCeiling runs redis-benchmark against addr with call's script,
-// concurrency connections and keys distinct values per key: a short
-// probe to size the run, then a run of about ceilingSeconds.
-func measureCeiling(ctx context.Context, client *redis.Client, addr string, call scriptCall, concurrency, keys int) (*ceiling, error) {
+// newCeilingRunner prepares replaying call against addr with concurrency
+// connections and keys distinct values per key, one command per round
+// trip, sized by a short probe so that a run lasts about d.
+func newCeilingRunner(ctx context.Context, client *redis.Client, addr string, call scriptCall, concurrency, keys int, d time.Duration) (*ceilingRunner, error) {
 	bin, err := exec.LookPath("redis-benchmark")
 	if err != nil {
 		return nil, errors.New("redis-benchmark not found in PATH (apt-get install -y redis-tools)")
@@ -203,39 +214,57 @@ func measureCeiling(ctx context.Context, client *redis.Client, addr string, call
 	if err != nil {
 		return nil, fmt.Errorf("redis address %q: %w", addr, err)
 	}
-	run := func(n int) (float64, string, error) {
-		args := append([]string{"-h", host, "-p", port, "-c", strconv.Itoa(concurrency), "-n", strconv.Itoa(n),
+	c := &ceilingRunner{client: client, bin: bin}
+	args := func(n int) []string {
+		return append([]string{"-h", host, "-p", port, "-c", strconv.Itoa(concurrency), "-n", strconv.Itoa(n),
 			"-r", strconv.Itoa(keys), "-P", "1", "--csv"}, cmd...)
-		out, err := exec.CommandContext(ctx, bin, args...).Output()
-		line := bin + " " + shellJoin(args)
-		if err != nil {
-			return 0, line, fmt.Errorf("%s: %w", line, err)
-		}
-		rps, err := parseBenchmarkCSV(string(out))
-		return rps, line, err
 	}
-	probe, _, err := run(max(2000, 20*concurrency))
+	minN := max(1000, 20*concurrency)
+	c.args = args(minN)
+	probe, err := c.benchmark(ctx)
 	if err != nil {
 		return nil, err
 	}
-	before, err := readRedisStats(ctx, client)
-	if err != nil {
-		return nil, err
-	}
-	n := max(2000, 20*concurrency, int(probe*ceilingSeconds))
-	rps, line, err := run(n)
-	if err != nil {
-		return nil, err
-	}
-	after, err := readRedisStats(ctx, client)
-	if err != nil {
-		return nil, err
-	}
-	c := &ceiling{RequestsPerSec: rps, Command: line}
-	if d := after.delta(before); d.scripts() > 0 {
-		c.RedisCPUMicrosPerCall = micros(d.CPU) / float64(d.scripts())
-	}
+	c.args = args(max(minN, int(probe*d.Seconds())))
 	return c, nil
+}
+
+// command is the redis-benchmark command line, for reports.
+func (c *ceilingRunner) command() string { return c.bin + " " + shellJoin(c.args) }
+
+// benchmark runs redis-benchmark once and returns its rate.
+func (c *ceilingRunner) benchmark(ctx context.Context) (float64, error) {
+	out, err := exec.CommandContext(ctx, c.bin, c.args...).Output()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", c.command(), err)
+	}
+	return parseBenchmarkCSV(string(out))
+}
+
+// run measures once: the rate, and Redis's CPU and script calls during it.
+func (c *ceilingRunner) run(ctx context.Context) (float64, redisDelta, error) {
+	before, err := readRedisStats(ctx, c.client)
+	if err != nil {
+		return 0, redisDelta{}, err
+	}
+	rps, err := c.benchmark(ctx)
+	if err != nil {
+		return 0, redisDelta{}, err
+	}
+	after, err := readRedisStats(ctx, c.client)
+	if err != nil {
+		return 0, redisDelta{}, err
+	}
+	return rps, after.delta(before), nil
+}
+
+// combine makes the ceiling of the runs before and after a measurement.
+func (c *ceilingRunner) combine(before float64, dBefore redisDelta, after float64, dAfter redisDelta) *ceiling {
+	res := &ceiling{RequestsPerSec: (before + after) / 2, BeforePerSec: before, AfterPerSec: after, Command: c.command()}
+	if calls := dBefore.scripts() + dAfter.scripts(); calls > 0 {
+		res.RedisCPUMicrosPerCall = micros(dBefore.CPU+dAfter.CPU) / float64(calls)
+	}
+	return res
 }
 
 // scriptSHA returns the SHA to replay: the captured one, which floodgate

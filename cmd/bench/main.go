@@ -55,12 +55,14 @@ type options struct {
 	algorithm         string
 
 	serverBin, config, redisAddr string
+	serverArgs                   []string
 	serverAddr, serverDebugAddr  string
 	serverPID                    int
 
 	conns            int
 	warmup, duration time.Duration
 	ceiling          bool
+	ceilingDuration  time.Duration
 	cpuProfile       string
 	json             bool
 	writeRules       string
@@ -83,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	concurrency := fs.String("matrix-concurrency", "16,64,256", "comma-separated concurrencies of -matrix")
 	fs.StringVar(&o.algorithm, "algorithm", limit.FixedWindow.String(), "algorithm of the generated rules")
 	fs.StringVar(&o.serverBin, "server-bin", "", "floodgate binary to start; empty: go build "+serverPackage)
+	serverArgs := fs.String("server-args", "", "extra flags for the started server, space-separated, after the tool's own ("+strings.Join(serverDefaults, " ")+"), e.g. '-redis-pool-size 64'")
 	fs.StringVar(&o.config, "config", "", "rule file or directory for the started server; it must define domains bench-under and bench-over with keys key1..keyN. Empty: generated")
 	fs.StringVar(&o.redisAddr, "redis-addr", "", "host:port of an existing Redis for the started server, the Redis figures and the ceiling; empty: a private redis-server on a free port")
 	fs.StringVar(&o.serverAddr, "server-addr", "", "gRPC host:port of a running floodgate to drive instead of starting one")
@@ -91,7 +94,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.conns, "conns", 4, "gRPC connections the callers share")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load before each measurement, not measured")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured load per scenario")
-	fs.BoolVar(&o.ceiling, "ceiling", true, "measure the ceiling with redis-benchmark after each scenario")
+	fs.BoolVar(&o.ceiling, "ceiling", true, "measure the ceiling with redis-benchmark before and after each scenario")
+	fs.DurationVar(&o.ceilingDuration, "ceiling-duration", 2500*time.Millisecond, "about how long each of the two ceiling runs lasts")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server's CPU profile of the measured run to this file (with -matrix, one file per scenario, the scenario in the name)")
 	fs.StringVar(&o.writeRules, "write-rules", "", "write the generated rule files into this new directory and exit (to serve the same rules from another server, e.g. envoyproxy/ratelimit)")
 	fs.BoolVar(&o.json, "json", false, "print JSON (one object, or an array with -matrix) instead of text")
@@ -101,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	o.serverArgs = strings.Fields(*serverArgs)
 	for c := range strings.SplitSeq(*concurrency, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n < 1 {
@@ -123,10 +128,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-duration %v: must be positive", o.duration)
 	case o.warmup < 0:
 		return nil, fmt.Errorf("-warmup %v: must not be negative", o.warmup)
+	case o.ceilingDuration <= 0:
+		return nil, fmt.Errorf("-ceiling-duration %v: must be positive", o.ceilingDuration)
 	case o.serverAddr == "" && (o.serverPID != 0 || o.serverDebugAddr != ""):
 		return nil, errors.New("-server-pid and -server-debug-addr describe a running server: pass -server-addr too")
-	case o.serverAddr != "" && (o.serverBin != "" || o.config != ""):
-		return nil, errors.New("-server-bin and -config configure a server the tool starts: drop them with -server-addr")
+	case o.serverAddr != "" && (o.serverBin != "" || o.config != "" || len(o.serverArgs) > 0):
+		return nil, errors.New("-server-bin, -server-args and -config configure a server the tool starts: drop them with -server-addr")
 	case o.cpuProfile != "" && o.serverAddr != "" && o.serverDebugAddr == "":
 		return nil, errors.New("-cpuprofile with -server-addr needs -server-debug-addr")
 	}
@@ -246,7 +253,7 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 				return nil, err
 			}
 		}
-		p, srv, err := startServer(ctx, bin, config, t.redisAddr, dir)
+		p, srv, err := startServer(ctx, bin, config, t.redisAddr, dir, o.serverArgs)
 		if err != nil {
 			return nil, err
 		}
@@ -301,9 +308,9 @@ func writeRuleFiles(dir string, o *options) error {
 	return nil
 }
 
-// measure runs one scenario: warm-up (during which it captures the script
-// call for the ceiling), the measured load with readings before and after,
-// then the ceiling.
+// measure runs one scenario: the warm-up (during which it captures the
+// script call for the ceiling), a ceiling run, the measured load with
+// readings before and after, and a second ceiling run.
 func measure(ctx context.Context, o *options, t *target, sc scenario) (result, error) {
 	r := result{Scenario: sc}
 	if o.config == "" && o.serverAddr == "" {
@@ -311,47 +318,41 @@ func measure(ctx context.Context, o *options, t *target, sc scenario) (result, e
 	}
 	values := sc.values()
 
-	var call scriptCall
-	var captureErr error
-	wantCeiling := o.ceiling && t.redis != nil
-	{
-		warmCtx, cancel := context.WithTimeout(ctx, o.warmup)
-		var wg sync.WaitGroup
-		if wantCeiling {
-			wg.Go(func() { call, captureErr = captureScriptCall(warmCtx, t.redisAddr) })
-		}
-		runLoad(ctx, t.conns, sc, values, o.warmup)
-		cancel()
-		wg.Wait()
+	call, err := warmUp(ctx, o, t, sc, values)
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return r, ctxErr
 	}
-	if err := ctx.Err(); err != nil {
+	var runner *ceilingRunner
+	var ceilBefore float64
+	var ceilBeforeDelta redisDelta
+	switch {
+	case !o.ceiling:
+	case t.redis == nil:
+		r.Notes = append(r.Notes, "no ceiling: the Redis address is unknown (pass -redis-addr)")
+	case err != nil:
+		r.Notes = append(r.Notes, "no ceiling: "+err.Error())
+	default:
+		runner, err = newCeilingRunner(ctx, t.redis, t.redisAddr, call, sc.Concurrency, sc.Keys, o.ceilingDuration)
+		if err == nil {
+			ceilBefore, ceilBeforeDelta, err = runner.run(ctx)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return r, ctx.Err()
+			}
+			r.Notes = append(r.Notes, "no ceiling: "+err.Error())
+			runner = nil
+		}
+	}
+
+	before, err := t.snapshot(ctx)
+	if err != nil {
 		return r, err
 	}
-
-	var cpu0 time.Duration
-	var rss0 int64
-	if t.srv.pid != 0 {
-		var err error
-		if cpu0, err = procCPU(t.srv.pid); err != nil {
-			return r, fmt.Errorf("server CPU: %w", err)
-		}
-		if rss0, err = procRSS(t.srv.pid); err != nil {
-			return r, fmt.Errorf("server RSS: %w", err)
-		}
-	}
-	var redis0 redisStats
-	if t.redis != nil {
-		var err error
-		if redis0, err = readRedisStats(ctx, t.redis); err != nil {
-			return r, err
-		}
-	}
-	self0 := selfCPU()
-
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
 	var wg sync.WaitGroup
-	rssMax := rss0
+	rssMax := before.serverRSS
 	if t.srv.pid != 0 {
 		wg.Go(func() {
 			tick := time.NewTicker(250 * time.Millisecond)
@@ -376,27 +377,12 @@ func measure(ctx context.Context, o *options, t *target, sc scenario) (result, e
 
 	load := runLoad(ctx, t.conns, sc, values, o.duration)
 
-	self1 := selfCPU()
-	var redis1 redisStats
-	if t.redis != nil {
-		var err error
-		if redis1, err = readRedisStats(ctx, t.redis); err != nil {
-			return r, err
-		}
-	}
-	var cpu1 time.Duration
-	var rss1 int64
-	if t.srv.pid != 0 {
-		var err error
-		if cpu1, err = procCPU(t.srv.pid); err != nil {
-			return r, fmt.Errorf("server CPU: %w", err)
-		}
-		if rss1, err = procRSS(t.srv.pid); err != nil {
-			return r, fmt.Errorf("server RSS: %w", err)
-		}
-	}
+	after, err := t.snapshot(ctx)
 	stopSampling()
 	wg.Wait()
+	if err != nil {
+		return r, err
+	}
 	if err := ctx.Err(); err != nil {
 		return r, err
 	}
@@ -406,14 +392,83 @@ func measure(ctx context.Context, o *options, t *target, sc scenario) (result, e
 	if profileErr != nil {
 		return r, fmt.Errorf("cpu profile: %w", profileErr)
 	}
+	if err := r.fill(load, before, after, t); err != nil {
+		return r, err
+	}
+	r.Server.maybeMax(rssMax)
 
+	if runner != nil {
+		ceilAfter, ceilAfterDelta, err := runner.run(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return r, ctx.Err()
+			}
+			r.Notes = append(r.Notes, "no ceiling: "+err.Error())
+		} else {
+			r.Ceiling = runner.combine(ceilBefore, ceilBeforeDelta, ceilAfter, ceilAfterDelta)
+			r.CeilingShare = r.DecisionsPerSec / r.Ceiling.RequestsPerSec
+			if lo, hi := min(ceilBefore, ceilAfter), max(ceilBefore, ceilAfter); hi > 1.25*lo {
+				r.Notes = append(r.Notes, fmt.Sprintf("the machine's load changed during the scenario: the ceiling was %.0f/s before and %.0f/s after", ceilBefore, ceilAfter))
+			}
+		}
+	}
+	return r, nil
+}
+
+// warmUp loads the server for -warmup without measuring and, when a ceiling
+// is wanted, captures the script call the server sends meanwhile.
+func warmUp(ctx context.Context, o *options, t *target, sc scenario, values []string) (scriptCall, error) {
+	warmCtx, cancel := context.WithTimeout(ctx, o.warmup)
+	defer cancel()
+	var call scriptCall
+	var err error
+	var wg sync.WaitGroup
+	if o.ceiling && t.redis != nil {
+		wg.Go(func() { call, err = captureScriptCall(warmCtx, t.redisAddr) })
+	}
+	runLoad(ctx, t.conns, sc, values, o.warmup)
+	cancel()
+	wg.Wait()
+	return call, err
+}
+
+// snapshot is the readings taken before and after a measured run.
+type snapshot struct {
+	serverCPU time.Duration // 0 when the pid is unknown
+	serverRSS int64
+	redis     redisStats // zero when Redis is unknown
+	self      time.Duration
+}
+
+func (t *target) snapshot(ctx context.Context) (snapshot, error) {
+	s := snapshot{self: selfCPU()}
+	var err error
+	if t.redis != nil {
+		if s.redis, err = readRedisStats(ctx, t.redis); err != nil {
+			return s, err
+		}
+	}
+	if t.srv.pid != 0 {
+		if s.serverCPU, err = procCPU(t.srv.pid); err != nil {
+			return s, fmt.Errorf("server CPU: %w", err)
+		}
+		if s.serverRSS, err = procRSS(t.srv.pid); err != nil {
+			return s, fmt.Errorf("server RSS: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// fill sets the figures of a measured run from what the callers saw and
+// the readings around it.
+func (r *result) fill(load loadResult, before, after snapshot, t *target) error {
 	decisions := load.Requests()
 	if decisions == 0 {
 		msg := "no decision"
 		if load.FirstError != nil {
 			msg += fmt.Sprintf(": %d calls failed, e.g. %v", load.Errors, load.FirstError)
 		}
-		return r, errors.New(msg)
+		return errors.New(msg)
 	}
 	perDecision := func(d time.Duration) float64 { return micros(d) / float64(decisions) }
 	r.DurationSec = load.Elapsed.Seconds()
@@ -426,17 +481,18 @@ func measure(ctx context.Context, o *options, t *target, sc scenario) (result, e
 		r.Notes = append(r.Notes, fmt.Sprintf("%d calls failed, e.g. %v", load.Errors, load.FirstError))
 	}
 	r.Latency = toLatencyMicros(percentiles(load.Samples))
-	r.LoadCPUMicrosPerDecision = perDecision(self1 - self0)
+	r.LoadCPUMicrosPerDecision = perDecision(after.self - before.self)
 	if t.srv.pid != 0 {
 		r.Server = &serverResult{
-			CPUMicrosPerDecision: perDecision(cpu1 - cpu0),
-			RSSStartMiB:          float64(rss0) / mib,
-			RSSEndMiB:            float64(rss1) / mib,
-			RSSMaxMiB:            float64(max(rssMax, rss1)) / mib,
+			CPUMicrosPerDecision: perDecision(after.serverCPU - before.serverCPU),
+			RSSStartMiB:          float64(before.serverRSS) / mib,
+			RSSEndMiB:            float64(after.serverRSS) / mib,
+			RSSMaxMiB:            float64(max(before.serverRSS, after.serverRSS)) / mib,
 		}
 	}
 	if t.redis != nil {
-		d := redis1.delta(redis0)
+		d := after.redis.delta(before.redis)
+		// Failed calls count as requests here: most reached Redis.
 		requests := float64(decisions + load.Errors)
 		rd := &redisResult{
 			CPUMicrosPerDecision: perDecision(d.CPU),
@@ -449,29 +505,18 @@ func measure(ctx context.Context, o *options, t *target, sc scenario) (result, e
 		}
 		r.Redis = rd
 		if rd.RoundTripsPerRequest < 0.5 {
-			r.Notes = append(r.Notes, fmt.Sprintf("%.2f script calls per request: most requests did not reach this Redis (does the rule file define domain %s with keys %s..?)", rd.RoundTripsPerRequest, sc.domain(), descriptorKey(0)))
+			r.Notes = append(r.Notes, fmt.Sprintf("%.2f script calls per request: most requests did not reach this Redis (does the rule file define domain %s with keys %s..?)",
+				rd.RoundTripsPerRequest, r.Scenario.domain(), descriptorKey(0)))
 		}
 	}
+	return nil
+}
 
-	switch {
-	case !o.ceiling:
-	case t.redis == nil:
-		r.Notes = append(r.Notes, "no ceiling: the Redis address is unknown (pass -redis-addr)")
-	case captureErr != nil:
-		r.Notes = append(r.Notes, "no ceiling: "+captureErr.Error())
-	default:
-		c, err := measureCeiling(ctx, t.redis, t.redisAddr, call, sc.Concurrency, sc.Keys)
-		if err != nil {
-			if ctx.Err() != nil {
-				return r, ctx.Err()
-			}
-			r.Notes = append(r.Notes, "no ceiling: "+err.Error())
-			break
-		}
-		r.Ceiling = c
-		r.CeilingShare = r.DecisionsPerSec / c.RequestsPerSec
+// maybeMax raises the highest RSS to a sample taken during the run.
+func (s *serverResult) maybeMax(rss int64) {
+	if s != nil {
+		s.RSSMaxMiB = max(s.RSSMaxMiB, float64(rss)/mib)
 	}
-	return r, nil
 }
 
 // profilePath names the CPU profile of sc: -cpuprofile itself, or with

@@ -144,12 +144,17 @@ type server struct {
 	pid       int    // 0 when unknown: no CPU or RSS figures
 }
 
+// serverDefaults are the flags the tool starts floodgate with, before
+// -server-args. Store failures answer UNAVAILABLE, so that the tool counts
+// them as errors instead of mistaking fail-open answers for decisions; the
+// store deadline is long, so that a saturated server shows its queues as
+// latency instead of failing the requests that wait in them.
+var serverDefaults = []string{"-failure-mode", "unavailable", "-redis-deadline", "1s", "-log-level", "warn"}
+
 // startServer starts floodgate with the rules at config and counters in
-// the Redis at redisAddr, on free loopback ports, and returns when its
-// /healthcheck answers 200. Store failures answer UNAVAILABLE
-// (-failure-mode unavailable) so that the tool counts them as errors
-// instead of mistaking fail-open answers for decisions.
-func startServer(ctx context.Context, bin, config, redisAddr, dir string) (*process, server, error) {
+// the Redis at redisAddr, on free loopback ports, with serverDefaults and
+// then extra flags, and returns when its /healthcheck answers 200.
+func startServer(ctx context.Context, bin, config, redisAddr, dir string, extra []string) (*process, server, error) {
 	var addrs [3]string
 	for i := range addrs {
 		a, err := freeAddr()
@@ -159,11 +164,11 @@ func startServer(ctx context.Context, bin, config, redisAddr, dir string) (*proc
 		addrs[i] = a
 	}
 	grpcAddr, httpAddr, debugAddr := addrs[0], addrs[1], addrs[2]
-	p, err := startProcess("floodgate", bin, []string{
+	args := append([]string{
 		"-config", config, "-redis", redisAddr,
 		"-grpc-addr", grpcAddr, "-http-addr", httpAddr, "-debug-addr", debugAddr,
-		"-failure-mode", "unavailable", "-log-level", "warn",
-	}, filepath.Join(dir, "floodgate.log"))
+	}, serverDefaults...)
+	p, err := startProcess("floodgate", bin, append(args, extra...), filepath.Join(dir, "floodgate.log"))
 	if err != nil {
 		return nil, server{}, err
 	}

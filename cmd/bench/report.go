@@ -113,8 +113,8 @@ func writeText(w io.Writer, r result) {
 	}
 	fmt.Fprintf(w, "  load generator   CPU %.1f µs/decision\n", r.LoadCPUMicrosPerDecision)
 	if c := r.Ceiling; c != nil {
-		fmt.Fprintf(w, "  ceiling          %.0f script calls/s (Redis CPU %.1f µs/call); floodgate reached %.0f%% of it\n",
-			c.RequestsPerSec, c.RedisCPUMicrosPerCall, 100*r.CeilingShare)
+		fmt.Fprintf(w, "  ceiling          %.0f script calls/s (%.0f before, %.0f after; Redis CPU %.1f µs/call); floodgate reached %.0f%% of it\n",
+			c.RequestsPerSec, c.BeforePerSec, c.AfterPerSec, c.RedisCPUMicrosPerCall, 100*r.CeilingShare)
 		fmt.Fprintf(w, "                   %s\n", c.Command)
 	}
 	if r.CPUProfile != "" {
