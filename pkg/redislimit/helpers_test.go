@@ -2,6 +2,7 @@ package redislimit_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,15 +107,31 @@ func decide(t testing.TB, e evaluator, hits ...limit.Hit) []limit.Decision {
 // INFO commandstats.
 func commandCalls(t testing.TB, srv *redistest.Server, cmd string) string {
 	t.Helper()
+	return strconv.FormatFloat(commandStat(t, srv, cmd, "calls"), 'f', -1, 64)
+}
+
+// commandStat returns a field of cmd's line in INFO commandstats, such as
+// calls or usec_per_call; 0 when the command never ran.
+func commandStat(t testing.TB, srv *redistest.Server, cmd, field string) float64 {
+	t.Helper()
 	out, err := srv.Do("INFO", "commandstats")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(out, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			calls, _, _ := strings.Cut(rest, ",")
-			return calls
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if k, v, _ := strings.Cut(kv, "="); k == field {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("INFO commandstats %s %s=%q: %v", cmd, field, v, err)
+				}
+				return f
+			}
 		}
 	}
-	return "0"
+	return 0
 }

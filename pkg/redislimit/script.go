@@ -25,14 +25,14 @@ const fieldsPerHit = 5
 // EVALSHA sends.
 var evaluateScript = redis.NewScript(scriptSource())
 
-// scriptSource assembles the script: the helpers, each algorithm's file as a
-// function whose table is registered under the algorithm's code, then the
-// driver.
+// scriptSource assembles the script: the helpers, each algorithm's file as
+// the body of a loader function registered under the algorithm's code (the
+// file ends by returning its table of functions), then the driver.
 func scriptSource() string {
 	var b strings.Builder
 	b.WriteString(mustRead("common.lua"))
 	for _, a := range limit.Algorithms() {
-		fmt.Fprintf(&b, "\n-- %s\nalgorithms[%d] = (function()\n%s\nend)()\n", a, uint8(a), mustRead(a.String()+".lua"))
+		fmt.Fprintf(&b, "\n-- %s\nloaders[%d] = function()\n%s\nend\n", a, uint8(a), mustRead(a.String()+".lua"))
 	}
 	b.WriteString(mustRead("evaluate.lua"))
 	return b.String()

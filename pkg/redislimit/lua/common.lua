@@ -1,19 +1,27 @@
 -- Helpers shared by the algorithm files and the driver (evaluate.lua). The
--- script is common.lua, then each algorithm file wrapped in a function that
--- returns its table into `algorithms`, then evaluate.lua: one script, one SHA.
+-- script is common.lua, then each algorithm file as the body of a function
+-- registered in `loaders` under the algorithm's code, then evaluate.lua:
+-- one script, one SHA. Redis runs the whole script on every call, so an
+-- algorithm's functions are only created when a hit needs them.
 --
 -- Numbers: Lua numbers are C doubles, like Go's float64. Times are integer
 -- microseconds (exact below 2^53), fractions are doubles, and every float
 -- expression is written in the order package limit's step functions evaluate
--- it, so both give the same bits. Numbers sent to Redis go through num(),
--- never tostring() (which keeps only 14 digits).
+-- it, so both give the same bits. Numbers sent to Redis go through num() or
+-- int(), never tostring() (which keeps only 14 digits).
 
-local algorithms = {}
+local loaders = {}
 
--- num formats x with 17 significant digits: integers below 1e17 print as
--- plain integers, and any double survives the round trip through tonumber.
+-- num formats x with 17 significant digits: any double survives the round
+-- trip through tonumber. For fractions (tokens, levels, arrival times).
 local function num(x)
   return string.format('%.17g', x)
+end
+
+-- int formats an integer-valued x (µs, counts, indices): exact, and faster
+-- than num.
+local function int(x)
+  return string.format('%d', x)
 end
 
 -- outcome returns a hit's outcome; the fields mirror limit's outcome type.
@@ -29,7 +37,7 @@ end
 -- test's explicit now (in the future) keys outlive the test, and their
 -- expiry instant can be checked exactly.
 local function expire_at(now, ttl)
-  return num(math.ceil((now + ttl) / 1000))
+  return int(math.ceil((now + ttl) / 1000))
 end
 
 -- expire sets key's expiry for a state written at now with lifetime ttl
@@ -64,7 +72,7 @@ end
 
 local function store_bucket(key, st, h, now, ttl)
   if ttl > 0 then
-    redis.call('HSET', key, 'v', num(st.value), 't', num(st.ts))
+    redis.call('HSET', key, 'v', num(st.value), 't', int(st.ts))
   end
   expire(key, now, ttl)
 end

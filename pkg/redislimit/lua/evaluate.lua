@@ -82,13 +82,25 @@ if #ARGV ~= 1 + NARGS * #KEYS then
   return redis.error_reply('floodgate: ' .. #ARGV .. ' arguments for ' .. #KEYS .. ' keys')
 end
 
+-- algorithm returns the functions of the algorithm with the given code,
+-- creating them on first use.
+local algorithms = {}
+local function algorithm(code)
+  local a = algorithms[code]
+  if a == nil and loaders[code] ~= nil then
+    a = loaders[code]()
+    algorithms[code] = a
+  end
+  return a
+end
+
 local work, order = {}, {}
 local out = {}
 local denied = false
 for i = 1, #KEYS do
   local key = KEYS[i]
   local h = hit_at(i)
-  local algo = algorithms[h.code]
+  local algo = algorithm(h.code)
   if not algo then
     return redis.error_reply('floodgate: unknown algorithm code ' .. ARGV[2 + (i - 1) * NARGS])
   end

@@ -21,8 +21,8 @@ local function window(h, now)
         return h.cal[i], h.cal[i + 1]
       end
     end
-    return error('floodgate: Redis time ' .. num(now) .. ' is outside the calendar windows ' ..
-      num(h.cal[1]) .. '..' .. num(h.cal[4]) .. ' computed by the server: their clocks disagree')
+    return error('floodgate: Redis time ' .. int(now) .. ' is outside the calendar windows ' ..
+      int(h.cal[1]) .. '..' .. int(h.cal[4]) .. ' computed by the server: their clocks disagree')
   end
   local start = math.floor(now / h.window) * h.window
   return start, start + h.window
@@ -65,7 +65,7 @@ end
 
 local function store(key, st, h, now, ttl)
   if ttl > 0 then
-    redis.call('HSET', key, 's', num(st.start), 'n', num(st.count))
+    redis.call('HSET', key, 's', int(st.start), 'n', int(st.count))
   end
   expire(key, now, ttl)
 end

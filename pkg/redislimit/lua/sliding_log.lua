@@ -23,9 +23,9 @@
 
 local function load(key, h, now)
   local lo = now - h.window
-  local expired = redis.call('ZCOUNT', key, '-inf', num(lo))
-  local a = redis.call('ZCOUNT', key, '(' .. num(lo), num(now))
-  local z = redis.call('ZCOUNT', key, '(' .. num(now), '+inf')
+  local expired = redis.call('ZCOUNT', key, '-inf', int(lo))
+  local a = redis.call('ZCOUNT', key, '(' .. int(lo), int(now))
+  local z = redis.call('ZCOUNT', key, '(' .. int(now), '+inf')
   return {key = key, expired = expired, a0 = a, z0 = z, a = a, m = 0, z = z}, true
 end
 
@@ -102,14 +102,14 @@ local function store(key, st, h, now, ttl)
     return
   end
   if st.expired > 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - h.window))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - h.window))
   end
   local removed = (st.a0 - st.a) + (st.z0 - st.z)
   if removed > 0 then
     redis.call('ZREMRANGEBYRANK', key, -removed, -1)
   end
   if st.m > 0 then
-    local at = num(now)
+    local at = int(now)
     local seq = 0
     local top = redis.call('ZREVRANGEBYSCORE', key, at, at, 'LIMIT', 0, 1)
     if top[1] then

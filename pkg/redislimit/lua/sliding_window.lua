@@ -162,13 +162,13 @@ local function store(key, st, h, now, ttl)
   local del, set = {}, {}
   for i in pairs(st.stored) do
     if st.cnt[i] == nil then
-      del[#del + 1] = num(i)
+      del[#del + 1] = int(i)
     end
   end
   for i, c in pairs(st.cnt) do
     if st.stored[i] ~= c then
-      set[#set + 1] = num(i)
-      set[#set + 1] = num(c)
+      set[#set + 1] = int(i)
+      set[#set + 1] = int(c)
     end
   end
   -- Several thousand fields at once would exceed Lua's C stack in unpack.
