@@ -1,10 +1,14 @@
 package redislimit_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/redislimit"
+	"github.com/redis/go-redis/v9"
 )
 
 // A boundary step: at offset from the test's start, a hit of cost on the
@@ -193,6 +197,39 @@ func TestCalendarBoundaries(t *testing.T) {
 		}
 		if twin := decide(t, mem, hit)[0]; twin != got {
 			t.Errorf("%s: Memory decided %+v, Redis %+v", tc.name, twin, got)
+		}
+	}
+}
+
+// TestCalendarClockDisagreement: the server computes calendar boundaries
+// around its own clock and Redis's clock picks the window; when the two
+// disagree by more than a window, the script refuses with a clear error
+// instead of counting in a wrong window.
+func TestCalendarClockDisagreement(t *testing.T) {
+	n := startNode(t)
+	script := redis.NewScript(redislimit.ScriptSource())
+	day := int64(24 * time.Hour / time.Microsecond)
+	start := future.UnixMicro()
+	boundaries := []any{start - day, start, start + day, start + 2*day}
+	tests := []struct {
+		name    string
+		now     int64
+		wantErr bool
+	}{
+		{"previous window", start - 1, false},
+		{"current window", start, false},
+		{"next window", start + day + 1, false},
+		{"before", start - day - 1, true},
+		{"after", start + 2*day, true},
+	}
+	for _, tc := range tests {
+		args := append([]any{tc.now, int64(limit.FixedWindow), 1, "0", 10, day, 10, 1}, boundaries...)
+		err := script.Run(context.Background(), n.client, []string{"{cal}k"}, args...).Err()
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s: err = %v, want error %v", tc.name, err, tc.wantErr)
+		}
+		if err != nil && !strings.Contains(err.Error(), "clocks disagree") {
+			t.Errorf("%s: err = %v, want it to say the clocks disagree", tc.name, err)
 		}
 	}
 }
