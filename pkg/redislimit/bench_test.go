@@ -71,7 +71,7 @@ func TestMemoryUsage(t *testing.T) {
 			sp.Precision = 1
 		}
 		usage := func() int64 {
-			v, err := n.client.MemoryUsage(ctx, redislimit.Key("mem:", a.String()+"-counter")).Result()
+			v, err := n.client.MemoryUsage(ctx, redislimit.Key("mem:", a.String()+"-counter"), 0).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,13 +90,22 @@ func TestMemoryUsage(t *testing.T) {
 			t.Errorf("%v: %d B after 1 hit, %d B after 100", a, one, hundred)
 		}
 	}
+	// Past 128 entries a sorted set leaves its compact encoding.
+	logSpec := limit.Spec{Algorithm: limit.SlidingLog, Limit: 1000, Window: time.Hour}
+	decide(t, l, limit.Hit{Key: "log1000", Spec: logSpec, Cost: 1000})
+	v, err := n.client.MemoryUsage(ctx, redislimit.Key("mem:", "log1000"), 0).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sliding_log with 1000 entries: %d B (%d B per entry)", v, v/1000)
+
 	// A sliding window with 60 sub-windows keeps up to 61 counters.
 	sp := limit.Spec{Algorithm: limit.SlidingWindow, Limit: 1000, Window: time.Minute, Precision: 60}
 	for range 120 {
 		clk.add(time.Second)
 		decide(t, l, limit.Hit{Key: "sw60", Spec: sp, Cost: 1})
 	}
-	v, err := n.client.MemoryUsage(ctx, redislimit.Key("mem:", "sw60")).Result()
+	v, err = n.client.MemoryUsage(ctx, redislimit.Key("mem:", "sw60"), 0).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
