@@ -105,6 +105,25 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("NOSCRIPT on every master", func(t *testing.T) {
+		l := newLimiter(t, client, nil, "flush:")
+		var hits []limit.Hit
+		for i := range 6 {
+			hits = append(hits, limit.Hit{Key: fmt.Sprint(i), Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}, Cost: 1})
+		}
+		decide(t, l, hits...)
+		if err := client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.ScriptFlush(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range decide(t, l, hits...) {
+			if !d.Allowed || d.Remaining != 8 {
+				t.Fatalf("hit %d after SCRIPT FLUSH: %+v, want allowed with 8 remaining", i, d)
+			}
+		}
+	})
+
 	t.Run("round trips", func(t *testing.T) {
 		l := newLimiter(t, client, nil, "rt:")
 		var hits []limit.Hit
