@@ -71,6 +71,11 @@ func TestSmoke(t *testing.T) {
 	} else if !strings.Contains(r.Ceiling.Command, " 3 floodgate-bench-ceiling:1:__rand_int__ floodgate-bench-ceiling:2:__rand_int__ floodgate-bench-ceiling:3:__rand_int__ ") {
 		t.Errorf("ceiling command %q does not replay 3 keys", r.Ceiling.Command)
 	}
+	for _, n := range r.Notes {
+		if strings.Contains(n, "limits per request") {
+			t.Errorf("note: %s", n)
+		}
+	}
 	b, err := os.ReadFile(profile)
 	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 		t.Errorf("cpu profile: want a gzip-compressed pprof file, got %d bytes, err %v", len(b), err)
@@ -358,7 +363,7 @@ func TestScenariosAndProfilePaths(t *testing.T) {
 
 func TestWriteRulesFlag(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "rules")
-	args := []string{"-write-rules", dir, "-descriptors", "2"}
+	args := []string{"-write-rules", dir, "-descriptors", "5"}
 	var stderr bytes.Buffer
 	if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 0 {
 		t.Fatalf("exit code %d: %s", code, stderr.String())
@@ -370,8 +375,10 @@ func TestWriteRulesFlag(t *testing.T) {
 	if got := strings.Join(set.Domains(), " "); got != "bench-over bench-under" {
 		t.Errorf("domains %q, want bench-over bench-under", got)
 	}
-	if set.Match("bench-under", []rules.Entry{{Key: "key2", Value: "v"}}) == nil || set.Match("bench-under", []rules.Entry{{Key: "key3", Value: "v"}}) != nil {
-		t.Errorf("-descriptors 2 should limit key1 and key2 only")
+	for i, want := range []bool{true, true, true, true, true, false} {
+		if got := set.Match("bench-under", []rules.Entry{{Key: descriptorKey(i), Value: "v"}}) != nil; got != want {
+			t.Errorf("%s limited: %v, want %v (-descriptors 5 limits key1..key5)", descriptorKey(i), got, want)
+		}
 	}
 	stderr.Reset()
 	if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 1 || !strings.Contains(stderr.String(), "exists") {

@@ -27,6 +27,18 @@ import (
 // in lower case, then its arguments.
 type scriptCall []string
 
+// keys returns the call's number of keys, or -1 if it has none.
+func (c scriptCall) keys() int {
+	if len(c) < 3 {
+		return -1
+	}
+	n, err := strconv.Atoi(c[2])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
 // captureScriptCall watches addr with MONITOR until floodgate sends a
 // script call (EVALSHA or EVAL) or ctx ends. Commands that scripts run are
 // skipped. MONITOR costs Redis some CPU, so the tool uses it during the
@@ -159,8 +171,8 @@ func benchmarkArgs(call scriptCall, sha string) ([]string, error) {
 	if len(call) < 3 {
 		return nil, fmt.Errorf("script call %q: too short", call)
 	}
-	numKeys, err := strconv.Atoi(call[2])
-	if err != nil || numKeys < 0 || 3+numKeys > len(call) {
+	numKeys := call.keys()
+	if numKeys < 0 || 3+numKeys > len(call) {
 		return nil, fmt.Errorf("script call: bad key count %q", call[2])
 	}
 	args := []string{"evalsha", sha, call[2]}

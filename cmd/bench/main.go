@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	fs.IntVar(&o.scenario.Descriptors, "descriptors", 1, "descriptors per request; each has one entry and matches one limit")
 	fs.IntVar(&o.scenario.Keys, "keys", 1000, "distinct values per descriptor key, picked uniformly at random per request")
-	fs.StringVar(&o.scenario.Limit, "limit", limitUnder, "under: a limit never reached (every decision writes); over: 1 per second per key (almost every request is denied)")
+	fs.StringVar(&o.scenario.Limit, "limit", limitUnder, "under: a limit never reached (every decision writes); over: 1 per second per key (all but -keys requests a second are denied)")
 	fs.IntVar(&o.scenario.Concurrency, "concurrency", 64, "concurrent callers")
 	fs.Float64Var(&o.scenario.Rate, "rate", 0, "fixed arrival rate in requests/s (open loop; latency counts from the scheduled send); 0: closed loop")
 	fs.BoolVar(&o.matrix, "matrix", false, "run under/over limit x 1/3 descriptors x -matrix-concurrency and print one Markdown table (ignores -limit, -descriptors, -concurrency)")
@@ -147,7 +148,7 @@ func (o *options) scenarios() []scenario {
 	}
 	var list []scenario
 	for _, lim := range []string{limitUnder, limitOver} {
-		for _, desc := range []int{1, 3} {
+		for _, desc := range matrixDescriptors {
 			for _, c := range o.matrixConcurrency {
 				sc := o.scenario
 				sc.Limit, sc.Descriptors, sc.Concurrency = lim, desc, c
@@ -282,10 +283,14 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 	return results, nil
 }
 
+// matrixDescriptors are the descriptor counts -matrix measures.
+var matrixDescriptors = []int{1, 3}
+
 // writeRuleFiles writes the generated rules into dir, which must not exist,
-// one file per domain.
+// one file per domain. They cover the matrix as well as -descriptors, so
+// that files written once serve every scenario.
 func writeRuleFiles(dir string, o *options) error {
-	maxDesc := 0
+	maxDesc := slices.Max(matrixDescriptors)
 	for _, sc := range o.scenarios() {
 		maxDesc = max(maxDesc, sc.Descriptors)
 	}
@@ -321,6 +326,10 @@ func measure(ctx context.Context, o *options, t *target, sc scenario) (result, e
 	call, err := warmUp(ctx, o, t, sc, values)
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return r, ctxErr
+	}
+	if err == nil && call != nil && call.keys() != sc.Descriptors {
+		r.Notes = append(r.Notes, fmt.Sprintf("the server decided %d limits per request, not %d: does the rule file limit each of keys %s..%s?",
+			call.keys(), sc.Descriptors, descriptorKey(0), descriptorKey(sc.Descriptors-1)))
 	}
 	var runner *ceilingRunner
 	var ceilBefore float64
@@ -504,9 +513,12 @@ func (r *result) fill(load loadResult, before, after snapshot, t *target) error 
 			rd.CallsPerRequest[cmd] = float64(n) / requests
 		}
 		r.Redis = rd
-		if rd.RoundTripsPerRequest < 0.5 {
-			r.Notes = append(r.Notes, fmt.Sprintf("%.2f script calls per request: most requests did not reach this Redis (does the rule file define domain %s with keys %s..?)",
-				rd.RoundTripsPerRequest, r.Scenario.domain(), descriptorKey(0)))
+		switch {
+		case rd.CommandsPerRequest < 0.5:
+			r.Notes = append(r.Notes, fmt.Sprintf("%.2f Redis commands per request: most requests did not reach this Redis (does the rule file define domain %s with keys %s..?)",
+				rd.CommandsPerRequest, r.Scenario.domain(), descriptorKey(0)))
+		case d.scripts() == 0:
+			r.Notes = append(r.Notes, "the server sent no script call: its round trips cannot be told from INFO (pipelined commands look like separate ones); commands/request still counts them")
 		}
 	}
 	return nil

@@ -91,7 +91,7 @@ const mib = 1 << 20
 func writeText(w io.Writer, r result) {
 	mode := "closed loop"
 	if r.Scenario.Rate > 0 {
-		mode = fmt.Sprintf("open loop at %g/s", r.Scenario.Rate)
+		mode = "open loop"
 	}
 	fmt.Fprintf(w, "floodgate bench: %s, %s, %.1fs measured\n", r.Scenario, mode, r.DurationSec)
 	fmt.Fprintf(w, "  decisions        %d (%.0f/s), %.1f%% over limit, %d errors\n",

@@ -12,8 +12,8 @@ import (
 )
 
 // Limit regimes. Under: the limit is never reached, so every decision
-// writes its counters. Over: 1 request per second per key, so almost every
-// decision is a denial that writes nothing.
+// writes its counters. Over: 1 request per second per key, so all but
+// Keys requests a second are denials, which write nothing.
 const (
 	limitUnder = "under"
 	limitOver  = "over"
