@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -56,6 +58,8 @@ func diffSpecs(a limit.Algorithm) []limit.Spec {
 // Requests hold one to three hits over a few counters, costs include 0,
 // the capacity and more, and some hits are refunds; time moves by random
 // steps and lands exactly on the last decision's retry-after and reset.
+//
+// Longer or other runs: FLOODGATE_DIFF_STEPS=5000 FLOODGATE_DIFF_SEED=7.
 func TestMatchesMemory(t *testing.T) {
 	n := startNode(t)
 	for _, a := range append(limit.Algorithms(), 255) {
@@ -73,7 +77,7 @@ func TestMatchesMemory(t *testing.T) {
 				specs = diffSpecs(a)
 			}
 			for si, sp := range specs {
-				seed := uint64(si)*1000 + uint64(a)
+				seed := uint64(si)*1000 + uint64(a) + envUint(t, "FLOODGATE_DIFF_SEED", 0)
 				runDiff(t, n, name, si, sp, specs, seed)
 			}
 		})
@@ -108,7 +112,7 @@ func runDiff(t *testing.T, n *node, name string, si int, sp limit.Spec, specs []
 	counters := []counter{{"c0", sp}, {"c1", sp}, {"c2", specs[rng.IntN(len(specs))]}}
 	w := sp.Window.Microseconds()
 	var last []limit.Decision
-	const steps = 600
+	steps := int(envUint(t, "FLOODGATE_DIFF_STEPS", 600))
 	for step := range steps {
 		switch r := rng.IntN(12); {
 		case r == 0:
@@ -157,4 +161,17 @@ func runDiff(t *testing.T, n *node, name string, si int, sp limit.Spec, specs []
 		}
 		last = got
 	}
+}
+
+// envUint returns the environment variable name as a number, or def.
+func envUint(t *testing.T, name string, def uint64) uint64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
 }
