@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -251,5 +252,29 @@ func TestStoreErrors(t *testing.T) {
 	n.srv.Stop()
 	if err := l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1)); !errors.Is(err, redislimit.ErrStore) {
 		t.Errorf("stopped Redis: err = %v, want ErrStore", err)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	tests := []struct {
+		name   string
+		client redis.UniversalClient
+		opts   redislimit.Options
+		want   string
+	}{
+		{"nil client", nil, redislimit.Options{}, "nil client"},
+		{"brace in prefix", client, redislimit.Options{KeyPrefix: "rl_{x}"}, "'{' or '}'"},
+		{"closing brace in prefix", client, redislimit.Options{KeyPrefix: "}"}, "'{' or '}'"},
+		{"negative timeout", client, redislimit.Options{Timeout: -time.Second}, "negative timeout"},
+	}
+	for _, tc := range tests {
+		if _, err := redislimit.New(tc.client, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := redislimit.New(client, redislimit.Options{KeyPrefix: "ratelimit_"}); err != nil {
+		t.Errorf("valid options: %v", err)
 	}
 }
