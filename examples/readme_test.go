@@ -1,0 +1,530 @@
+package examples_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+)
+
+// The README's commands are in fenced blocks:
+//
+//   - ```sh blocks hold commands whose output is not shown;
+//   - ```console blocks hold "$ command" lines, each followed by what it
+//     prints.
+//
+// TestReadmeCommands runs them in order against the real binary, with Envoy
+// replaced by stand-ins serving examples/envoy*.yaml (envoymodel_test.go),
+// and compares what they print. Commands that need Docker or Kubernetes are
+// checked against the files they use.
+
+// readmeCommand is one command of the README and what it prints.
+type readmeCommand struct {
+	line int
+	text string
+	// want is the expected output, one element per line; nil in sh blocks.
+	want []string
+}
+
+type readmeBlock struct {
+	line    int
+	lang    string
+	section string
+	cmds    []readmeCommand
+}
+
+// parseReadme reads the sh and console blocks of a Markdown file.
+func parseReadme(t testing.TB, path string) []readmeBlock {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []readmeBlock
+	var cur *readmeBlock
+	section := ""
+	lines := strings.Split(string(data), "\n")
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		switch {
+		case cur == nil && strings.HasPrefix(l, "```"):
+			lang := strings.TrimSpace(strings.TrimPrefix(l, "```"))
+			if lang == "sh" || lang == "console" {
+				cur = &readmeBlock{line: i + 1, lang: lang, section: section}
+			} else {
+				// Skip other blocks whole.
+				for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
+				}
+			}
+		case cur == nil && strings.HasPrefix(l, "#"):
+			section = strings.TrimSpace(strings.TrimLeft(l, "#"))
+		case cur != nil && strings.HasPrefix(l, "```"):
+			blocks = append(blocks, *cur)
+			cur = nil
+		case cur != nil && cur.lang == "sh":
+			if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "#") {
+				continue
+			}
+			c := readmeCommand{line: i + 1}
+			c.text, i = joinContinued(lines, i)
+			c.text = stripComment(c.text)
+			cur.cmds = append(cur.cmds, c)
+		case cur != nil && strings.HasPrefix(l, "$ "):
+			c := readmeCommand{line: i + 1, want: []string{}}
+			lines[i] = strings.TrimPrefix(l, "$ ")
+			c.text, i = joinContinued(lines, i)
+			cur.cmds = append(cur.cmds, c)
+		case cur != nil:
+			if len(cur.cmds) == 0 {
+				t.Fatalf("%s:%d: output before any $ command", path, i+1)
+			}
+			last := &cur.cmds[len(cur.cmds)-1]
+			last.want = append(last.want, l)
+		}
+	}
+	if cur != nil {
+		t.Fatalf("%s:%d: unterminated code block", path, cur.line)
+	}
+	return blocks
+}
+
+// stripComment drops a trailing shell comment (a # after a blank, outside
+// quotes).
+func stripComment(cmd string) string {
+	var quote rune
+	for i, r := range cmd {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			}
+		case r == '\'' || r == '"':
+			quote = r
+		case r == '#' && i > 0 && (cmd[i-1] == ' ' || cmd[i-1] == '\t'):
+			return strings.TrimRight(cmd[:i], " \t")
+		}
+	}
+	return cmd
+}
+
+// joinContinued joins a command continued with trailing backslashes.
+func joinContinued(lines []string, i int) (string, int) {
+	var b strings.Builder
+	for {
+		l := lines[i]
+		if !strings.HasSuffix(l, "\\") {
+			b.WriteString(l)
+			return b.String(), i
+		}
+		b.WriteString(strings.TrimSuffix(l, "\\"))
+		b.WriteString(" ")
+		i++
+	}
+}
+
+// goRunServer is how the README runs the server; the tests run the binary
+// the Dockerfile builds instead.
+const goRunServer = "go run ./cmd/server"
+
+// The README's addresses and what serves them in the tests.
+const (
+	readmeHTTP     = "localhost:8080"
+	readmeEnvoy    = "localhost:10000"
+	readmeEnvoyTCP = "localhost:10001"
+)
+
+var localAddrRE = regexp.MustCompile(`(localhost|127\.0\.0\.1):\d+`)
+
+// commandKind says how a README command is checked.
+type commandKind int
+
+const (
+	// kindShell runs in bash against the test's server and stand-ins.
+	kindShell commandKind = iota
+	// kindServer starts the server: the test starts it instead.
+	kindServer
+	// kindStructural needs Docker, Kubernetes or a long test run: it is
+	// checked against the files it uses.
+	kindStructural
+)
+
+func classify(cmd string) commandKind {
+	fields := strings.Fields(cmd)
+	switch {
+	case strings.HasPrefix(cmd, goRunServer) && !strings.Contains(cmd, "-check") && !strings.Contains(cmd, "-explain"):
+		return kindServer
+	case len(fields) > 0 && (fields[0] == "docker" || fields[0] == "kubectl" || fields[0] == "kind" || fields[0] == "make"):
+		return kindStructural
+	}
+	return kindShell
+}
+
+// needsEnvoy reports whether a block talks to Envoy.
+func (b readmeBlock) needsEnvoy() bool {
+	for _, c := range b.cmds {
+		if strings.Contains(c.text, readmeEnvoy) || strings.Contains(c.text, readmeEnvoyTCP) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestReadmeCommands(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("the README's commands use curl: install it (apt-get install -y curl)")
+	}
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Fatal("the README's commands are run with bash: install it")
+	}
+	blocks := parseReadme(t, filepath.Join(repoRoot, "README.md"))
+	var n int
+	for _, b := range blocks {
+		n += len(b.cmds)
+	}
+	if n == 0 {
+		t.Fatal("README.md has no sh or console block")
+	}
+
+	t.Run("quick start", func(t *testing.T) {
+		var cmds []string
+		for _, b := range blocks {
+			if b.section == "Quick start" {
+				for _, c := range b.cmds {
+					cmds = append(cmds, c.text)
+				}
+			}
+		}
+		if want := []string{goRunServer, "make test"}; !slices.Equal(cmds, want) {
+			t.Errorf("the Quick start commands are %q, want %q", cmds, want)
+		}
+	})
+
+	t.Run("commands checked against files", func(t *testing.T) {
+		c := loadCompose(t)
+		for _, b := range blocks {
+			for _, cmd := range b.cmds {
+				switch classify(cmd.text) {
+				case kindStructural:
+					if err := checkStructural(t, c, cmd.text); err != nil {
+						t.Errorf("README.md:%d: %s: %v", cmd.line, cmd.text, err)
+					}
+				case kindServer:
+					// Only flags, which the binary knows.
+					args := strings.Fields(strings.TrimPrefix(cmd.text, goRunServer))
+					floodgateFlags(t, args)
+				}
+			}
+		}
+	})
+
+	// As docker-compose.yml runs it: counters in Redis, Envoy in front.
+	t.Run("with docker compose", func(t *testing.T) {
+		redis := redistest.Start(t)
+		runReadme(t, blocks, true, "-redis", redis.Addr)
+	})
+
+	// As the quick start runs it: go run ./cmd/server, counters in memory,
+	// no Envoy.
+	t.Run("without docker", func(t *testing.T) {
+		runReadme(t, blocks, false)
+	})
+}
+
+// runReadme runs the blocks in order against a fresh server started with
+// the README's own server flags plus extra; withEnvoy adds the Envoy
+// stand-ins, else blocks that need Envoy are left out.
+func runReadme(t *testing.T, blocks []readmeBlock, withEnvoy bool, extra ...string) {
+	// The server as the quick start runs it.
+	var serverArgs []string
+	for _, b := range blocks {
+		for _, c := range b.cmds {
+			if b.section == "Quick start" && classify(c.text) == kindServer {
+				serverArgs = strings.Fields(strings.TrimPrefix(c.text, goRunServer))
+			}
+		}
+	}
+	p := startFloodgate(t, append(serverArgs, extra...)...)
+	addrs := map[string]string{readmeHTTP: p.HTTP}
+	var standIns []*envoyStandIn
+	if withEnvoy {
+		rls := dialRLS(t, p.GRPC)
+		b, err := loadBootstrap(envoyHTTPFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hm, err := newHTTPModel(b, envoyHTTPPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := loadBootstrap(envoyTCPFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tm, err := newTCPModel(tb, envoyTCPPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, tc := startHTTPStandIn(t, hm, rls), startTCPStandIn(t, tm, rls)
+		standIns = append(standIns, h, tc)
+		addrs[readmeEnvoy], addrs[readmeEnvoyTCP] = h.Addr, tc.Addr
+	}
+	env := &shellEnv{t: t, dir: p.Dir, bin: floodgateBinary(t), addrs: addrs}
+	ran := 0
+	for _, b := range blocks {
+		if b.needsEnvoy() && !withEnvoy {
+			continue
+		}
+		ran += env.runBlock(b)
+	}
+	for _, s := range standIns {
+		s.check(t)
+	}
+	if ran == 0 {
+		t.Error("no README command ran")
+	}
+	if t.Failed() {
+		t.Logf("floodgate's log:\n%s", p.logs)
+	}
+}
+
+// shellEnv runs README commands with the test's addresses.
+type shellEnv struct {
+	t     *testing.T
+	dir   string
+	bin   string
+	addrs map[string]string
+}
+
+// runBlock runs the shell commands of a block and compares their output;
+// it returns the number of commands run. A block whose output is only HTTP
+// status codes depends on how fast its requests go: when it does not match,
+// it is run again once the per-second limits it touched have refilled.
+func (e *shellEnv) runBlock(b readmeBlock) int {
+	e.t.Helper()
+	ran := 0
+	for try := 0; ; try++ {
+		var problems []string
+		ran = 0
+		for _, c := range b.cmds {
+			if classify(c.text) != kindShell {
+				continue
+			}
+			ran++
+			out, err := e.run(c.text)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("README.md:%d: %s: %v\n%s", c.line, c.text, err, out))
+				continue
+			}
+			if c.want == nil {
+				continue
+			}
+			if got, want := normalizeOutput(out), normalizeOutput(strings.Join(c.want, "\n")); !slices.Equal(got, want) {
+				problems = append(problems, fmt.Sprintf("README.md:%d: %s\nprints:\n%s\nthe README says:\n%s",
+					c.line, c.text, compactJSONLines(out), strings.Join(c.want, "\n")))
+			}
+		}
+		if len(problems) == 0 {
+			return ran
+		}
+		if try < 2 && b.onlyStatusCodes() {
+			e.t.Logf("README.md:%d: output differs, running the block again after its limits refill:\n%s", b.line, strings.Join(problems, "\n"))
+			time.Sleep(2 * time.Second)
+			continue
+		}
+		for _, p := range problems {
+			e.t.Error(p)
+		}
+		return ran
+	}
+}
+
+var statusCodesRE = regexp.MustCompile(`^(\d{3} ?)+$`)
+
+// onlyStatusCodes reports whether every output line of the block is a list
+// of HTTP status codes.
+func (b readmeBlock) onlyStatusCodes() bool {
+	any := false
+	for _, c := range b.cmds {
+		for _, l := range c.want {
+			if !statusCodesRE.MatchString(strings.TrimSpace(l)) {
+				return false
+			}
+			any = true
+		}
+	}
+	return any
+}
+
+// run runs one command in bash, in the server's directory, with the
+// README's addresses replaced by the test's and go run by the binary.
+func (e *shellEnv) run(cmd string) (string, error) {
+	var unknown []string
+	script := localAddrRE.ReplaceAllStringFunc(cmd, func(a string) string {
+		a = strings.Replace(a, "127.0.0.1", "localhost", 1)
+		if r, ok := e.addrs[a]; ok {
+			return r
+		}
+		unknown = append(unknown, a)
+		return a
+	})
+	if len(unknown) > 0 {
+		return "", fmt.Errorf("uses %v, which no part of the demo serves in the tests", unknown)
+	}
+	script = strings.ReplaceAll(script, goRunServer, e.bin)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", script)
+	c.Dir = e.dir
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	err := c.Run()
+	return strings.ReplaceAll(out.String(), e.bin, goRunServer), err
+}
+
+// durationRE and timeRE find the values that change from run to run.
+var (
+	timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
+)
+
+// normalizeOutput splits output into lines without trailing blanks, with
+// JSON objects re-encoded canonically (protojson varies its spacing) and
+// the values that change from run to run (durations until reset,
+// timestamps) replaced by placeholders.
+func normalizeOutput(s string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(strings.TrimRight(s, "\n")))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		l := strings.TrimRight(sc.Text(), " \t")
+		if strings.HasPrefix(l, "{") {
+			dec := json.NewDecoder(strings.NewReader(l))
+			var v any
+			if err := dec.Decode(&v); err == nil {
+				var b bytes.Buffer
+				enc := json.NewEncoder(&b)
+				enc.SetEscapeHTML(false)
+				enc.Encode(scrub(v))
+				l = strings.TrimSuffix(b.String(), "\n") + l[dec.InputOffset():]
+			}
+		}
+		out = append(out, timeRE.ReplaceAllString(l, "<time>"))
+	}
+	return out
+}
+
+// compactJSONLines removes the spacing protojson varies from the JSON
+// objects of output, keeping their key order, so that the output can be
+// pasted into the README.
+func compactJSONLines(out string) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		dec := json.NewDecoder(strings.NewReader(l))
+		var raw json.RawMessage
+		if dec.Decode(&raw) != nil {
+			continue
+		}
+		var b bytes.Buffer
+		if json.Compact(&b, raw) == nil {
+			lines[i] = b.String() + l[dec.InputOffset():]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// scrub replaces durationUntilReset values, which depend on when a
+// command runs.
+func scrub(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if k == "durationUntilReset" {
+				x[k] = "<duration>"
+				continue
+			}
+			x[k] = scrub(e)
+		}
+	case []any:
+		for i := range x {
+			x[i] = scrub(x[i])
+		}
+	}
+	return v
+}
+
+// checkStructural checks a command that cannot run here against the files
+// it names.
+func checkStructural(t *testing.T, c *compose, cmd string) error {
+	f := strings.Fields(cmd)
+	switch f[0] {
+	case "make":
+		data, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+		if err != nil {
+			return err
+		}
+		for _, target := range f[1:] {
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(target) + `:`).Match(data) {
+				return fmt.Errorf("the Makefile has no target %q", target)
+			}
+		}
+		return nil
+	case "docker":
+		if len(f) > 1 && f[1] == "compose" {
+			return composeCommand(c, f)
+		}
+		if len(f) > 1 && f[1] == "build" {
+			tag := flagValue(f, "-t")
+			if tag != c.Services["floodgate"].Image {
+				return fmt.Errorf("builds %q; docker-compose.yml's floodgate image is %q", tag, c.Services["floodgate"].Image)
+			}
+			if _, err := os.Stat(filepath.Join(repoRoot, f[len(f)-1], "Dockerfile")); err != nil {
+				return err
+			}
+			return nil
+		}
+	case "kind":
+		if len(f) == 4 && f[1] == "load" && f[2] == "docker-image" {
+			if img := kubernetesImage(t); f[3] != img {
+				return fmt.Errorf("loads %q, the Deployment runs %q", f[3], img)
+			}
+			return nil
+		}
+	case "kubectl":
+		if len(f) >= 4 && f[1] == "apply" && (f[2] == "-k" || f[2] == "-f") {
+			dir := filepath.Join(repoRoot, f[3])
+			want := "kustomization.yaml"
+			if f[2] == "-f" {
+				want = ""
+			}
+			if _, err := os.Stat(filepath.Join(dir, want)); err != nil {
+				return err
+			}
+			return nil
+		}
+		if len(f) >= 2 && (f[1] == "get" || f[1] == "logs" || f[1] == "port-forward" || f[1] == "rollout" || f[1] == "-n") {
+			return checkKubectlNames(t, f)
+		}
+	}
+	return fmt.Errorf("no check for this command: run it in a test or .ci/run")
+}
+
+// flagValue returns the value after name in args.
+func flagValue(args []string, name string) string {
+	if i := slices.Index(args, name); i >= 0 && i+1 < len(args) {
+		return args[i+1]
+	}
+	return ""
+}
