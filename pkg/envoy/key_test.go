@@ -26,16 +26,16 @@ func TestCounterKeysAreDistinct(t *testing.T) {
 	keys := map[string]string{
 		"rule":                        string(appendRuleKey(nil, r, r.Limits[0], user)),
 		"rule other value":            string(appendRuleKey(nil, r, r.Limits[0], []rules.Entry{{Key: "user", Value: "bob"}})),
-		"override of the rule":        string(appendOverrideKey(nil, "test", r, user, minute)),
-		"override, other window":      string(appendOverrideKey(nil, "test", r, user, hour)),
-		"override, other algorithm":   string(appendOverrideKey(nil, "test", r, user, gcra)),
-		"override without rule":       string(appendOverrideKey(nil, "test", nil, user, minute)),
-		"domain/key boundary":         string(appendOverrideKey(nil, "testuser", nil, []rules.Entry{{Key: "", Value: "alice"}}, minute)),
-		"key/value boundary":          string(appendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "usera", Value: "lice"}}, minute)),
-		"entries split":               string(appendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: ""}, {Key: "alice", Value: ""}}, minute)),
-		"value mimics the suffix":     string(appendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: "alice|w60000000|a0"}}, minute)),
-		"long value":                  string(appendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: long}}, minute)),
-		"long value, one byte longer": string(appendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: long + "x"}}, minute)),
+		"override of the rule":        string(rules.AppendOverrideKey(nil, "test", r, user, minute)),
+		"override, other window":      string(rules.AppendOverrideKey(nil, "test", r, user, hour)),
+		"override, other algorithm":   string(rules.AppendOverrideKey(nil, "test", r, user, gcra)),
+		"override without rule":       string(rules.AppendOverrideKey(nil, "test", nil, user, minute)),
+		"domain/key boundary":         string(rules.AppendOverrideKey(nil, "testuser", nil, []rules.Entry{{Key: "", Value: "alice"}}, minute)),
+		"key/value boundary":          string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "usera", Value: "lice"}}, minute)),
+		"entries split":               string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: ""}, {Key: "alice", Value: ""}}, minute)),
+		"value mimics the suffix":     string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: "alice|w60000000|a0"}}, minute)),
+		"long value":                  string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: long}}, minute)),
+		"long value, one byte longer": string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: long + "x"}}, minute)),
 	}
 	seen := map[string]string{}
 	for name, k := range keys {
@@ -49,20 +49,52 @@ func TestCounterKeysAreDistinct(t *testing.T) {
 	}
 }
 
-// FuzzOverrideKey checks that two different domain-override counters never
-// share a key.
+// FuzzOverrideKey checks that two different override counters never share
+// a key, and that no override key is a configured limit's key
+// (rules.AppendOverrideKey is disjoint from Rule.AppendCounterKey).
 func FuzzOverrideKey(f *testing.F) {
-	f.Add("d", "k", "v", int64(60), "d", "k", "v", int64(3600))
-	f.Add("ab", "", "c", int64(1), "a", "b", "c", int64(1))
-	f.Add("a", "b|w1|a0", "", int64(1), "a", "b", "", int64(1))
-	f.Fuzz(func(t *testing.T, d1, k1, v1 string, w1 int64, d2, k2, v2 string, w2 int64) {
-		s1 := limit.Spec{Limit: 1, Window: time.Duration(w1) * time.Millisecond}
-		s2 := limit.Spec{Limit: 1, Window: time.Duration(w2) * time.Millisecond}
-		a := appendOverrideKey(nil, d1, nil, []rules.Entry{{Key: k1, Value: v1}}, s1)
-		b := appendOverrideKey(nil, d2, nil, []rules.Entry{{Key: k2, Value: v2}}, s2)
-		same := d1 == d2 && k1 == k2 && v1 == v2 && s1.WindowMicros() == s2.WindowMicros()
-		if (string(a) == string(b)) != same {
-			t.Fatalf("keys %q and %q: equal=%v, inputs equal=%v", a, b, string(a) == string(b), same)
+	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("d", "k", "v", int64(60), false, "d", "k", "v", int64(3600), false)
+	f.Add("ab", "", "c", int64(1), false, "a", "b", "c", int64(1), false)
+	f.Add("a", "b|w1|a0", "", int64(1), false, "a", "b", "", int64(1), false)
+	f.Add("test", "user", "alice", int64(60000), true, "test", "user", "alice", int64(60000), false)
+	f.Fuzz(func(t *testing.T, d1, k1, v1 string, w1 int64, rule1 bool, d2, k2, v2 string, w2 int64, rule2 bool) {
+		key := func(d, k, v string, w int64, withRule bool) (override, counter string, r *rules.Rule, micros int64) {
+			entries := []rules.Entry{{Key: k, Value: v}}
+			if withRule {
+				r = set.Match(d, entries)
+			}
+			spec := limit.Spec{Limit: 1, Window: time.Duration(w) * time.Millisecond}
+			override = string(rules.AppendOverrideKey(nil, d, r, entries, spec))
+			if r != nil && len(r.Limits) > 0 {
+				counter = string(r.AppendCounterKey(nil, r.Limits[0], entries))
+				if override == counter || override == string(appendRuleKey(nil, r, r.Limits[0], entries)) {
+					t.Fatalf("override key %q is also a counter key", override)
+				}
+			}
+			return override, counter, r, spec.WindowMicros()
+		}
+		a, ca, r1, m1 := key(d1, k1, v1, w1, rule1)
+		b, cb, r2, m2 := key(d2, k2, v2, w2, rule2)
+		if a == cb || b == ca {
+			t.Fatalf("an override key is another descriptor's counter key: %q %q %q %q", a, b, ca, cb)
+		}
+		hasRule := func(r *rules.Rule) bool { return r != nil && len(r.Limits) > 0 }
+		var same bool
+		switch {
+		case hasRule(r1) != hasRule(r2):
+			same = false
+		case hasRule(r1):
+			// The rule's counter decides which values matter.
+			same = ca == cb && m1 == m2
+		default:
+			same = d1 == d2 && k1 == k2 && v1 == v2 && m1 == m2
+		}
+		if (a == b) != same {
+			t.Fatalf("keys %q and %q: equal=%v, inputs equal=%v", a, b, a == b, same)
 		}
 	})
 }

@@ -149,7 +149,7 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 		if it.lim != nil {
 			sc.key = appendRuleKey(sc.key, ds.rule, it.lim, entries)
 		} else {
-			sc.key = appendOverrideKey(sc.key, domain, ds.rule, entries, it.spec)
+			sc.key = rules.AppendOverrideKey(sc.key, domain, ds.rule, entries, it.spec)
 		}
 		it.hit = len(sc.hits)
 		sc.hits = append(sc.hits, limit.Hit{Key: string(sc.key), Spec: it.spec, Cost: ds.cost, Refund: ds.refund})
