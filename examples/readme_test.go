@@ -309,7 +309,8 @@ type shellEnv struct {
 // runBlock runs the shell commands of a block and compares their output;
 // it returns the number of commands run. A block whose output is only HTTP
 // status codes depends on how fast its requests go: when it does not match,
-// it is run again once the per-second limits it touched have refilled.
+// it is run again once the per-second limits it touched have refilled (a
+// bucket of 20 refilling 10 per second is full again after 2 s).
 func (e *shellEnv) runBlock(b readmeBlock) int {
 	e.t.Helper()
 	ran := 0
@@ -339,7 +340,7 @@ func (e *shellEnv) runBlock(b readmeBlock) int {
 		}
 		if try < 2 && b.onlyStatusCodes() {
 			e.t.Logf("README.md:%d: output differs, running the block again after its limits refill:\n%s", b.line, strings.Join(problems, "\n"))
-			time.Sleep(2 * time.Second)
+			time.Sleep(3 * time.Second)
 			continue
 		}
 		for _, p := range problems {
