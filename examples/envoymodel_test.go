@@ -234,10 +234,10 @@ func (m *httpModel) route(r request) (*routev3.VirtualHost, *routev3.Route, erro
 	}
 	for _, vh := range m.hcm.GetRouteConfig().GetVirtualHosts() {
 		ok, err := domainMatches(vh.GetDomains(), host)
-		if err != nil || !ok {
-			if err != nil {
-				return nil, nil, err
-			}
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
 			continue
 		}
 		for _, rt := range vh.GetRoutes() {
