@@ -811,3 +811,100 @@ func BenchmarkMemoryEvaluateParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestBurstAtOneInstant: a bucket of capacity B admits exactly B hits at
+// one instant, whatever the rate, even when W/L is no whole number of µs
+// (GCRA's arrival time once drifted on the float grid and admitted B − 1).
+func TestBurstAtOneInstant(t *testing.T) {
+	instants := []time.Time{
+		base.Add(123456789 * us),
+		time.Date(2041, 7, 3, 11, 22, 33, 444555000, time.UTC),
+	}
+	windows := []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour}
+	for _, a := range []limit.Algorithm{limit.GCRA, limit.TokenBucket, limit.LeakyBucket} {
+		for _, w := range windows {
+			for l := int64(1); l <= 100; l++ {
+				for _, burst := range []int64{0, l/3 + 1} {
+					spec := limit.Spec{Algorithm: a, Limit: l, Window: w, Burst: burst}
+					b := spec.Capacity()
+					for _, at := range instants {
+						m := limit.NewMemory(limit.MemoryOptions{Now: newClock(at).Now})
+						for i := int64(0); i < b; i++ {
+							if d := eval(t, m, limit.Hit{Key: "k", Spec: spec, Cost: 1})[0]; !d.Allowed || d.Remaining != b-1-i {
+								t.Fatalf("%v %d/%v burst %d at %v: hit %d of %d: %+v, want allowed with %d remaining", a, l, w, b, at, i+1, b, d, b-1-i)
+							}
+						}
+						if d := eval(t, m, limit.Hit{Key: "k", Spec: spec, Cost: 1})[0]; d.Allowed {
+							t.Fatalf("%v %d/%v burst %d at %v: hit %d allowed: %+v", a, l, w, b, at, b+1, d)
+						}
+						// The whole burst as one hit passes too.
+						m = limit.NewMemory(limit.MemoryOptions{Now: newClock(at).Now})
+						if d := eval(t, m, limit.Hit{Key: "k", Spec: spec, Cost: b})[0]; !d.Allowed || d.Remaining != 0 {
+							t.Fatalf("%v %d/%v at %v: one hit of cost %d: %+v", a, l, w, at, b, d)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestLimitChangeKeepsState: a counter keeps its key when a reload changes
+// its Limit or Burst, so its stored state must keep its meaning. GCRA
+// stores its arrival time in units of the old rate; they are carried over
+// in time, so the time the counter is ahead of now is kept, not rescaled.
+func TestLimitChangeKeepsState(t *testing.T) {
+	perSecond := func(a limit.Algorithm, l int64) limit.Spec {
+		return limit.Spec{Algorithm: a, Limit: l, Window: time.Second}
+	}
+	cases := []struct {
+		name        string
+		before      limit.Spec
+		used        int64 // hits of cost 1 at one instant under before
+		after       limit.Spec
+		want        limit.Decision // a hit of cost 1 at the same instant under after
+		thenAt      time.Duration  // later instant
+		thenAllowed int64          // hits of cost 1 that pass there under after
+	}{
+		// One second of debt is 10 intervals at 10/s: full, next in 100 ms.
+		{"gcra 100/s to 10/s", perSecond(limit.GCRA, 100), 100, perSecond(limit.GCRA, 10),
+			deny(0, time.Second, 100*time.Millisecond), time.Second, 10},
+		// One second of debt is 100 intervals at 100/s: full, next in 10 ms.
+		{"gcra 10/s to 100/s", perSecond(limit.GCRA, 10), 10, perSecond(limit.GCRA, 100),
+			deny(0, time.Second, 10*time.Millisecond), 500 * time.Millisecond, 50},
+		// Half a second of debt: 5 of 10 left.
+		{"gcra 100/s half used to 10/s", perSecond(limit.GCRA, 100), 50, perSecond(limit.GCRA, 10),
+			allow(4, 600*time.Millisecond), 0, 0},
+		// A new burst changes the tolerance, not the arrival time.
+		{"gcra burst 100 to 10", limit.Spec{Algorithm: limit.GCRA, Limit: 10, Window: time.Second, Burst: 100}, 15,
+			limit.Spec{Algorithm: limit.GCRA, Limit: 10, Window: time.Second},
+			deny(0, 1500*time.Millisecond, 600*time.Millisecond), 1500 * time.Millisecond, 10},
+		{"token bucket 100/s to 10/s", perSecond(limit.TokenBucket, 100), 100, perSecond(limit.TokenBucket, 10),
+			deny(0, time.Second, 100*time.Millisecond), time.Second, 10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := newClock(base.Add(777777 * us))
+			m := limit.NewMemory(limit.MemoryOptions{Now: clk.Now})
+			for i := int64(0); i < c.used; i++ {
+				if d := eval(t, m, limit.Hit{Key: "k", Spec: c.before, Cost: 1})[0]; !d.Allowed {
+					t.Fatalf("setup hit %d denied: %+v", i, d)
+				}
+			}
+			if got := eval(t, m, limit.Hit{Key: "k", Spec: c.after, Cost: 1})[0]; got != c.want {
+				t.Fatalf("after the change: %+v, want %+v", got, c.want)
+			}
+			clk.Add(c.thenAt)
+			for i := int64(0); i < c.thenAllowed; i++ {
+				if d := eval(t, m, limit.Hit{Key: "k", Spec: c.after, Cost: 1})[0]; !d.Allowed {
+					t.Fatalf("+%v: hit %d denied: %+v", c.thenAt, i, d)
+				}
+			}
+			if c.thenAllowed > 0 {
+				if d := eval(t, m, limit.Hit{Key: "k", Spec: c.after, Cost: 1})[0]; d.Allowed {
+					t.Fatalf("+%v: hit %d allowed: %+v", c.thenAt, c.thenAllowed+1, d)
+				}
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package redislimit_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -231,5 +232,50 @@ func TestCalendarClockDisagreement(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), "clocks disagree") {
 			t.Errorf("%s: err = %v, want it to say the clocks disagree", tc.name, err)
 		}
+	}
+}
+
+// TestGCRABurst: B hits at one instant (one request of B hits on one
+// counter, so one instant of Redis's clock) all pass and the next is
+// denied, for every limit 1..100 and windows of a second to a day.
+func TestGCRABurst(t *testing.T) {
+	n := startNode(t)
+	clk := newClock(future.Add(123456789 * us))
+	l := newLimiter(t, n.client, clk, "gcraburst:")
+	for _, w := range []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour} {
+		for lim := int64(1); lim <= 100; lim++ {
+			sp := limit.Spec{Algorithm: limit.GCRA, Limit: lim, Window: w}
+			key := fmt.Sprint(lim, "/", w)
+			hits := make([]limit.Hit, lim+1)
+			for i := range hits {
+				hits[i] = limit.Hit{Key: key, Spec: sp, Cost: 1}
+			}
+			d := decide(t, l, hits[:lim]...)
+			for i := range d {
+				if !d[i].Allowed || d[i].Remaining != lim-1-int64(i) {
+					t.Fatalf("%d/%v: hit %d of the burst: %+v", lim, w, i+1, d[i])
+				}
+			}
+			if d := decide(t, l, hits[0])[0]; d.Allowed {
+				t.Fatalf("%d/%v: hit beyond the burst allowed: %+v", lim, w, d)
+			}
+		}
+	}
+}
+
+// TestGCRALegacyState: a counter written before arrival times had units
+// (a plain TAT in µs) keeps its meaning.
+func TestGCRALegacyState(t *testing.T) {
+	n := startNode(t)
+	clk := newClock(future.Add(777777 * us))
+	l := newLimiter(t, n.client, clk, "gcralegacy:")
+	sp := limit.Spec{Algorithm: limit.GCRA, Limit: 10, Window: time.Second}
+	// Half a second ahead of now: 5 of 10 intervals used.
+	tat := clk.micros() - limit.GCRAEpoch + 500000
+	if err := n.client.Set(context.Background(), redislimit.Key("gcralegacy:", "k"), tat, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := decide(t, l, limit.Hit{Key: "k", Spec: sp, Cost: 1})[0], allow(4, 600*time.Millisecond); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }

@@ -63,7 +63,13 @@
 //	sliding_log                         136 B           3672 B   (O(limit): 1000 entries 119456 B)
 //	token_bucket                        120 B            136 B
 //	leaky_bucket                        120 B            136 B
-//	gcra                                 88 B             88 B
+//	gcra                                120 B            120 B
+//
+// A GCRA counter is a string "<arrival time>:<limit>" (about 20 bytes).
+// Its arrival time is a whole number of grid units, and it keeps the limit
+// it was written with so that a reload changing the limit carries the
+// counter over instead of misreading it; 120 B is also what a fractional
+// arrival time in µs took before (88 B only when it happened to be whole).
 //
 // # Performance
 //

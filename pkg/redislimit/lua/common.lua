@@ -60,6 +60,50 @@ local function settle(gap, r)
   return math.ceil(gap / r)
 end
 
+-- first_pass mirrors limit.firstPass: the smallest d >= 1 for which
+-- pass(d) holds, pass being monotone and pass(0) false, from an estimate:
+-- about two calls of pass when the estimate is right or 1 off.
+local function first_pass(guess, pass)
+  guess = math.max(guess, 1)
+  local lo, hi
+  if pass(guess) then
+    hi = guess
+    local step = 1
+    while true do
+      lo = guess - step
+      if lo < 1 then
+        lo = 0
+        break
+      end
+      if not pass(lo) then
+        break
+      end
+      hi = lo
+      step = step * 2
+    end
+  else
+    lo = guess
+    local step = 1
+    while true do
+      hi = guess + step
+      if pass(hi) then
+        break
+      end
+      lo = hi
+      step = step * 2
+    end
+  end
+  while hi - lo > 1 do
+    local mid = lo + math.floor((hi - lo) / 2)
+    if pass(mid) then
+      hi = mid
+    else
+      lo = mid
+    end
+  end
+  return hi
+end
+
 -- load_bucket and store_bucket keep a token bucket's tokens or a leaky
 -- bucket's level: a hash {v = value (17 digits), t = as of, µs}.
 local function load_bucket(key)

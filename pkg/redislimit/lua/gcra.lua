@@ -1,66 +1,111 @@
 -- gcra: the generic cell rate algorithm; one theoretical arrival time (TAT)
 -- gives the token bucket's decisions in a single number.
 --
--- Per hit: KEYS: the counter's key, a string holding TAT in µs since
--- 2024-01-01T00:00:00Z (limit.GCRAEpoch), 17 digits; the offset keeps µs
--- fractions exact. ARGV group (see evaluate.lua): limit L, window W µs,
--- capacity B.
+-- Per hit: KEYS: the counter's key, a string "<tat>:<L>": TAT as a whole
+-- number of grid units since 2024-01-01T00:00:00Z (limit.GCRAEpoch), and
+-- the limit L it was written with, which fixes the unit. A plain number
+-- (written before units existed) is a TAT in µs. ARGV group (see
+-- evaluate.lua): limit L, window W µs, capacity B.
 --
--- Semantics (limit.stepGCRA): n = now - epoch; T = W/L µs per hit;
--- tau = T*B; tat = stored, or n; t0 = max(tat, n); nt = t0 + cost*T;
--- allowAt = nt - tau. Allowed iff allowAt <= n; a consuming hit writes
--- tat = nt. With after the TAT after the hit (max(n, t0 - cost*T) for a
--- refund): Remaining = max(0, floor((tau - (after - n))/T)),
--- reset = ceil(after - n), TTL the same; retry (denied) = ceil(allowAt - n).
--- A refund writes only a stored TAT that changes.
+-- Semantics (limit.stepGCRA): T = W/L µs per hit; with T = f*2^e, f in
+-- [1/2, 1) (frexp), a grid unit is T/s µs where s = 2^max(e, 0), so T is
+-- exactly s units and a unit is at most 1 µs (see grid). n = now - epoch,
+-- u(m) = floor(m*s/T), nu = u(n). tat = stored (carried over from another
+-- L by its time ahead of now, rounded up to a unit; see carry), or nu;
+-- t0 = max(tat, nu); nt = t0 + cost*s; tau = B*s, all exact integers.
+-- Allowed iff nt - tau <= nu; a consuming hit writes tat = nt. With after
+-- the TAT after the hit (max(nu, t0 - cost*s) for a refund):
+-- Remaining = max(0, floor((tau - (after - nu))/s)); reset = the smallest
+-- d >= 0 with u(n + d) >= after, TTL the same; retry (denied) = the
+-- smallest d >= 1 with u(n + d) >= nt - tau. A refund writes only a stored
+-- state that changes.
 
 local epoch = 1704067200000000
+
+-- grid returns T and s for a limit; limit 0 stands for a TAT in µs.
+local function grid(limit, window)
+  if limit == 0 then
+    return 1, 1
+  end
+  local period = window / limit
+  local _, e = math.frexp(period)
+  return period, 2 ^ math.max(e, 0)
+end
+
+local function units(m, period, s)
+  return math.floor(m * s / period)
+end
 
 local function load(key, h, now)
   local v = redis.call('GET', key)
   if not v then
-    return {tat = 0}, false
+    return {tat = 0, limit = 0}, false
   end
-  return {tat = tonumber(v)}, true
+  local sep = string.find(v, ':', 1, true)
+  if not sep then
+    return {tat = tonumber(v), limit = 0}, true
+  end
+  return {tat = tonumber(string.sub(v, 1, sep - 1)), limit = tonumber(string.sub(v, sep + 1))}, true
+end
+
+local function carry(st, window, n, nu, period, s)
+  local op, os = grid(st.limit, window)
+  local debt = st.tat - units(n, op, os)
+  if debt <= 0 then
+    return nu
+  end
+  return nu + math.ceil(debt * op / os * s / period)
+end
+
+-- reach returns the smallest d >= 1 with u(n + d) >= target.
+local function reach(target, n, period, s)
+  local guess = math.ceil(target * period / s - n)
+  return first_pass(guess, function(d) return units(n + d, period, s) >= target end)
 end
 
 local function step(st, ok, h, now, cost, refund)
+  local period, s = grid(h.limit, h.window)
   local n = now - epoch
-  local period = h.window / h.limit
-  local tau = period * h.cap
-  local tat = st.tat
-  if not ok then
-    tat = n
+  local nu = units(n, period, s)
+  local tat = nu
+  if ok then
+    tat = st.tat
+    if st.limit ~= h.limit then
+      tat = carry(st, h.window, n, nu, period, s)
+    end
   end
-  local t0 = math.max(tat, n)
-  local nt = t0 + cost * period
-  local allow_at = nt - tau
+  local t0 = math.max(tat, nu)
+  local inc = cost * s
+  local tau = h.cap * s
+  local nt = t0 + inc
   local after = t0
   local o = outcome(false, 0, 0, 0, false, 0)
   if refund then
     o.allowed = true
-    after = math.max(n, t0 - cost * period)
-    o.write = ok and after ~= tat
-  elseif allow_at <= n then
+    after = math.max(nu, t0 - inc)
+    o.write = ok and (after ~= st.tat or h.limit ~= st.limit)
+  elseif nt - tau <= nu then
     o.allowed = true
     if cost > 0 then
       after = nt
       o.write = true
     end
   else
-    o.retry = math.ceil(allow_at - n)
+    o.retry = reach(nt - tau, n, period, s)
   end
-  o.remaining = math.max(0, math.floor((tau - (after - n)) / period))
-  o.reset = math.ceil(after - n)
+  o.remaining = math.max(0, math.floor((tau - (after - nu)) / s))
+  if after > nu then
+    o.reset = reach(after, n, period, s)
+  end
   o.ttl = o.reset
-  return {tat = after}, o
+  return {tat = after, limit = h.limit}, o
 end
 
 local function store(key, st, h, now, ttl)
   if ttl <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, num(st.tat), 'PXAT', expire_at(now, ttl))
+    redis.call('SET', key, num(st.tat) .. ':' .. int(st.limit), 'PXAT', expire_at(now, ttl))
   end
 end
 
