@@ -336,6 +336,26 @@ type bucketState struct {
 // settled at the instant its key expires, and expiry would change a decision.
 func settleMicros(gap, r float64) int64 { return ceilMicros(gap / r) }
 
+// tokensAt returns a token bucket's tokens at now: b if the bucket has
+// settled (full) since st.ts, else min(b, tokens + (now − ts)·r). It is
+// monotone in now.
+func tokensAt(st bucketState, now int64, r, fb float64) float64 {
+	if elapsed := now - st.ts; elapsed < settleMicros(fb-st.value, r) {
+		return math.Min(fb, st.value+mul(float64(elapsed), r))
+	}
+	return fb
+}
+
+// levelAt returns a leaky bucket's level at now: 0 if the bucket has
+// settled (empty) since st.ts, else max(0, level − (now − ts)·r). It is
+// monotone in now.
+func levelAt(st bucketState, now int64, r float64) float64 {
+	if elapsed := now - st.ts; elapsed < settleMicros(st.value, r) {
+		return math.Max(0, st.value-mul(float64(elapsed), r))
+	}
+	return 0
+}
+
 // stepTokenBucket refills limit tokens per w continuously, up to b, and
 // takes cost tokens per hit. With r = float(limit)/float(w) (tokens per µs):
 //
@@ -347,7 +367,10 @@ func settleMicros(gap, r float64) int64 { return ceilMicros(gap / r) }
 // becomes (t0 − cost, now) and is written. With ta the tokens after the hit
 // (t0 − cost if so consumed, else t0; min(b, t0 + cost) for a refund):
 // Remaining = max(0, floor(ta)), ResetAfter = ceil((b − ta)/r), ttl the same.
-// RetryAfter (denied) = ceil((cost − t0)/r).
+// RetryAfter (denied) = the smallest d >= 1 µs at which t0, as computed
+// above for now + d on the same state, is >= cost: ceil((cost − t0)/r)
+// corrected by asking that very predicate (see firstPass), since the float
+// quotient can miss the first passing µs by one.
 // A refund sets (min(b, t0 + cost), now) and writes only if there is a
 // stored state and the new one differs from it.
 func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund bool) (bucketState, outcome) {
@@ -356,10 +379,7 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 	if !ok {
 		st = bucketState{value: fb, ts: now}
 	}
-	t0 := fb
-	if elapsed := now - st.ts; elapsed < settleMicros(fb-st.value, r) {
-		t0 = math.Min(fb, st.value+mul(float64(elapsed), r))
-	}
+	t0 := tokensAt(st, now, r, fb)
 	ta := t0
 	var o outcome
 	switch {
@@ -374,7 +394,7 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 			o.write = true
 		}
 	default:
-		o.retryAfter = ceilMicros((fc - t0) / r)
+		o.retryAfter = firstPass(ceilMicros((fc-t0)/r), func(d int64) bool { return tokensAt(st, now+d, r, fb) >= fc })
 	}
 	o.remaining = max(0, int64(math.Floor(ta)))
 	o.resetAfter = settleMicros(fb-ta, r)
@@ -393,8 +413,9 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 // becomes (l0 + cost, now) and is written. With la the level after the hit
 // (l0 + cost if so consumed, else l0; max(0, l0 − cost) for a refund):
 // Remaining = max(0, floor(b − la)), ResetAfter = ceil(la/r), ttl the same.
-// RetryAfter (denied) = ceil((l0 + cost − b)/r), evaluated as
-// ceil(((l0 + cost) − b)/r).
+// RetryAfter (denied) = the smallest d >= 1 µs at which l0, as computed
+// above for now + d on the same state, satisfies l0 + cost <= b: found from
+// ceil(((l0 + cost) − b)/r) by asking that very predicate (see firstPass).
 // A refund sets (max(0, l0 − cost), now) and writes only if there is a
 // stored state and the new one differs from it.
 func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund bool) (bucketState, outcome) {
@@ -403,10 +424,7 @@ func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 	if !ok {
 		st = bucketState{value: 0, ts: now}
 	}
-	l0 := 0.0
-	if elapsed := now - st.ts; elapsed < settleMicros(st.value, r) {
-		l0 = math.Max(0, st.value-mul(float64(elapsed), r))
-	}
+	l0 := levelAt(st, now, r)
 	la := l0
 	var o outcome
 	switch {
@@ -421,7 +439,7 @@ func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 			o.write = true
 		}
 	default:
-		o.retryAfter = ceilMicros((l0 + fc - fb) / r)
+		o.retryAfter = firstPass(ceilMicros((l0+fc-fb)/r), func(d int64) bool { return levelAt(st, now+d, r)+fc <= fb })
 	}
 	o.remaining = max(0, int64(math.Floor(fb-la)))
 	o.resetAfter = settleMicros(la, r)

@@ -11,7 +11,9 @@
 -- max(0, level - (now - ts)*r). Allowed iff l0 + cost <= B;
 -- a consuming hit writes (l0 + cost, now). With la the level after the hit
 -- (max(0, l0 - cost) for a refund): Remaining = max(0, floor(B - la)),
--- reset = ceil(la/r), TTL the same; retry (denied) = ceil(((l0 + cost) - B)/r).
+-- reset = ceil(la/r), TTL the same; retry (denied) = the smallest d >= 1 at
+-- which l0 computed for now + d gives l0 + cost <= B, found from
+-- ceil(((l0 + cost) - B)/r) by asking that predicate (first_pass).
 -- A refund writes only a stored state that changes.
 
 local function step(st, ok, h, now, cost, refund)
@@ -21,10 +23,13 @@ local function step(st, ok, h, now, cost, refund)
   if not ok then
     value, ts = 0, now
   end
-  local l0 = 0
-  if now - ts < settle(value, r) then
-    l0 = math.max(0, value - (now - ts) * r)
+  local function level_at(at)
+    if at - ts < settle(value, r) then
+      return math.max(0, value - (at - ts) * r)
+    end
+    return 0
   end
+  local l0 = level_at(now)
   local la = l0
   local o = outcome(false, 0, 0, 0, false, 0)
   if refund then
@@ -38,7 +43,7 @@ local function step(st, ok, h, now, cost, refund)
       o.write = true
     end
   else
-    o.retry = math.ceil((l0 + cost - b) / r)
+    o.retry = first_pass(math.ceil((l0 + cost - b) / r), function(d) return level_at(now + d) + cost <= b end)
   end
   o.remaining = math.max(0, math.floor(b - la))
   o.reset = settle(la, r)

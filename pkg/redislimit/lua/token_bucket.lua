@@ -11,7 +11,9 @@
 -- t0 >= cost; a consuming hit writes (t0 - cost, now). With ta the tokens
 -- after the hit (min(B, t0 + cost) for a refund): Remaining =
 -- max(0, floor(ta)), reset = ceil((B - ta)/r), TTL the same; retry (denied)
--- = ceil((cost - t0)/r). A refund writes only a stored state that changes.
+-- = the smallest d >= 1 at which t0 computed for now + d is >= cost, found
+-- from ceil((cost - t0)/r) by asking that predicate (first_pass). A refund
+-- writes only a stored state that changes.
 
 local function step(st, ok, h, now, cost, refund)
   local r = h.limit / h.window
@@ -20,10 +22,13 @@ local function step(st, ok, h, now, cost, refund)
   if not ok then
     value, ts = b, now
   end
-  local t0 = b
-  if now - ts < settle(b - value, r) then
-    t0 = math.min(b, value + (now - ts) * r)
+  local function tokens_at(at)
+    if at - ts < settle(b - value, r) then
+      return math.min(b, value + (at - ts) * r)
+    end
+    return b
   end
+  local t0 = tokens_at(now)
   local ta = t0
   local o = outcome(false, 0, 0, 0, false, 0)
   if refund then
@@ -37,7 +42,7 @@ local function step(st, ok, h, now, cost, refund)
       o.write = true
     end
   else
-    o.retry = math.ceil((cost - t0) / r)
+    o.retry = first_pass(math.ceil((cost - t0) / r), function(d) return tokens_at(now + d) >= cost end)
   end
   o.remaining = math.max(0, math.floor(ta))
   o.reset = settle(b - ta, r)
