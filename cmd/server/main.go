@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := envoy.NewMetrics(reg, store)
+	metrics, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: store})
 	if err == nil {
 		err = server.RegisterRuleMetrics(reg, watcher)
 	}

@@ -60,7 +60,7 @@ func TestStoreFailurePolicy(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			m, err := NewMetrics(reg, "redis")
+			m, err := NewMetrics(reg, MetricsOptions{Store: "redis"})
 			if err != nil {
 				t.Fatal(err)
 			}

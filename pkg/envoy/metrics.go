@@ -2,7 +2,10 @@ package envoy
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,29 +14,81 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
+// DefaultMaxValueSeries is MetricsOptions.MaxValueSeries when it is zero.
+const DefaultMaxValueSeries = 100
+
+// otherValues is the rule label of the hits of a detailed_metric or
+// value_to_metric rule beyond its MaxValueSeries distinct descriptors,
+// after the rule's path: "test.detailed._other_".
+const otherValues = "._other_"
+
+// MetricsOptions configures Metrics. The zero value is usable.
+type MetricsOptions struct {
+	// Store names the Limiter in the store metrics' "store" label
+	// ("redis", "memory").
+	Store string
+	// MaxValueSeries bounds the distinct rule labels that one
+	// detailed_metric or value_to_metric rule creates from request values:
+	// past it, hits of new values count under the rule's path followed by
+	// "._other_", so clients cannot grow the metrics without bound. 0
+	// means DefaultMaxValueSeries; negative means no value labels at all
+	// (everything goes to "._other_").
+	MaxValueSeries int
+}
+
 // Metrics records the request path in Prometheus metrics. Hit counters are
 // labelled by domain and rule (the rule's path in its file, a bounded set),
 // never by a request's values unless the rule asks for detailed_metric or
-// value_to_metric. A nil *Metrics records nothing. It is safe for concurrent
-// use.
+// value_to_metric, and then for at most MaxValueSeries distinct values per
+// rule. A nil *Metrics records nothing. It is safe for concurrent use.
 type Metrics struct {
 	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
 	globalShadowMode                                    prometheus.Counter
 	domainsNotFound                                     prometheus.Counter
 	decisions                                           *prometheus.HistogramVec
+	decisionOK, decisionOver                            prometheus.Observer
 	storeSeconds                                        prometheus.Histogram
 	storeErrors                                         prometheus.Counter
 	failureAnswers                                      *prometheus.CounterVec
+	maxValues                                           int
+
+	// The counters of each rule label, looked up once per rule rather
+	// than hashed from label strings on every request: cache maps the
+	// *rules.Rule of the set in force (swapped with the set, so old rules
+	// are released), byLabel keeps each (domain, rule path) for good, so
+	// that a reload does not reset a rule's value budget.
+	cache   atomic.Pointer[seriesCache]
+	mu      sync.Mutex
+	byLabel map[[2]string]*ruleSeries
+}
+
+// seriesCache maps the rules of one Set to their series.
+type seriesCache struct {
+	set   *rules.Set
+	rules sync.Map // *rules.Rule, or the domain string for overrides without a rule -> *ruleSeries
+}
+
+// counters are the hit counters of one (domain, rule) label pair.
+type counters struct {
+	hits, over, near, within, shadow prometheus.Counter
+}
+
+// ruleSeries are the counters of one rule, and of its request values.
+type ruleSeries struct {
+	counters
+	domain, path string
+
+	mu     sync.Mutex
+	values map[string]*counters // detailed labels; at most maxValues
+	other  *counters
 }
 
 // NewMetrics creates the request-path metrics and registers them on reg.
-// store names the Limiter in the store metrics' "store" label ("redis",
-// "memory").
-func NewMetrics(reg prometheus.Registerer, store string) (*Metrics, error) {
+func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error) {
 	counter := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: name, Help: help}, []string{"domain", "rule"})
 	}
-	storeLabel := prometheus.Labels{"store": store}
+	storeLabel := prometheus.Labels{"store": opts.Store}
 	m := &Metrics{
 		hits:        counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit."),
 		overLimit:   counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included)."),
@@ -55,7 +110,14 @@ func NewMetrics(reg prometheus.Registerer, store string) (*Metrics, error) {
 			Help: "Calls to the limit store that failed (timeouts, connection errors, error replies).", ConstLabels: storeLabel}),
 		failureAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_failure_answers_total",
 			Help: "Requests answered by the failure policy after a store failure, by policy: allow, deny, unavailable."}, []string{"mode"}),
+		maxValues: opts.MaxValueSeries,
+		byLabel:   map[[2]string]*ruleSeries{},
 	}
+	if m.maxValues == 0 {
+		m.maxValues = DefaultMaxValueSeries
+	}
+	m.decisionOK = m.decisions.WithLabelValues("ok")
+	m.decisionOver = m.decisions.WithLabelValues("over_limit")
 	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
 		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers} {
 		if err := reg.Register(c); err != nil {
@@ -69,14 +131,14 @@ func (m *Metrics) observeDecision(d time.Duration, resp *pb.RateLimitResponse, e
 	if m == nil {
 		return
 	}
-	code := "ok"
 	switch {
 	case err != nil:
-		code = strings.ToLower(status.Code(err).String())
+		m.decisions.WithLabelValues(strings.ToLower(status.Code(err).String())).Observe(d.Seconds())
 	case resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT:
-		code = "over_limit"
+		m.decisionOver.Observe(d.Seconds())
+	default:
+		m.decisionOK.Observe(d.Seconds())
 	}
-	m.decisions.WithLabelValues(code).Observe(d.Seconds())
 }
 
 func (m *Metrics) observeStore(d time.Duration, err error) {
@@ -107,8 +169,82 @@ func (m *Metrics) failureAnswer(mode rules.FailureMode) {
 	}
 }
 
+// counters returns the counters of one (domain, rule) label pair.
+func (m *Metrics) counters(domain, rule string) counters {
+	return counters{
+		hits:   m.hits.WithLabelValues(domain, rule),
+		over:   m.overLimit.WithLabelValues(domain, rule),
+		near:   m.nearLimit.WithLabelValues(domain, rule),
+		within: m.withinLimit.WithLabelValues(domain, rule),
+		shadow: m.shadowMode.WithLabelValues(domain, rule),
+	}
+}
+
+// series returns the series of a descriptor's rule r (nil for an override
+// without a rule, then labelled overrideMetric) in set.
+func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label string) *ruleSeries {
+	c := m.cache.Load()
+	if c == nil || c.set != set {
+		fresh := &seriesCache{set: set}
+		if m.cache.CompareAndSwap(c, fresh) {
+			c = fresh
+		} else if c = m.cache.Load(); c.set != set {
+			c = fresh // a concurrent request has another set; don't fight over the cache
+		}
+	}
+	var key any
+	if r != nil {
+		key = r
+	} else {
+		key = domain
+	}
+	if s, ok := c.rules.Load(key); ok {
+		return s.(*ruleSeries)
+	}
+	m.mu.Lock()
+	s := m.byLabel[[2]string{domain, label}]
+	if s == nil {
+		s = &ruleSeries{domain: domain, path: label}
+		if r == nil || !(r.DetailedMetric || r.ValueToMetric) {
+			// A rule labelled by values never uses its own series;
+			// creating it would show a zero series for nothing.
+			s.counters = m.counters(domain, label)
+		}
+		m.byLabel[[2]string{domain, label}] = s
+	}
+	m.mu.Unlock()
+	c.rules.Store(key, s)
+	return s
+}
+
+// valueCounters returns the counters of a descriptor's values (the
+// detailed label in buf) in rule series s, or its "_other_" counters once
+// s has max distinct values.
+func (s *ruleSeries) valueCounters(m *Metrics, buf []byte) *counters {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.values[string(buf)]; c != nil {
+		return c
+	}
+	// Prometheus refuses label values that are not UTF-8.
+	if len(s.values) < m.maxValues && utf8.Valid(buf) {
+		label := string(buf)
+		c := m.counters(s.domain, label)
+		if s.values == nil {
+			s.values = map[string]*counters{}
+		}
+		s.values[label] = &c
+		return &c
+	}
+	if s.other == nil {
+		c := m.counters(s.domain, s.path+otherValues)
+		s.other = &c
+	}
+	return s.other
+}
+
 // countMetrics adds each limited descriptor's hits to its counters.
-func (sc *scratch) countMetrics(m *Metrics, domain string, v verdict) {
+func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v verdict) {
 	if m == nil {
 		return
 	}
@@ -118,39 +254,40 @@ func (sc *scratch) countMetrics(m *Metrics, domain string, v verdict) {
 		if ds.ruleMetric == "" || out.best < 0 || ds.refund {
 			continue
 		}
-		rule := ds.ruleMetric
+		s := m.series(set, domain, ds.rule, ds.ruleMetric)
+		c := &s.counters
 		if ds.rule != nil && (ds.rule.DetailedMetric || ds.rule.ValueToMetric) {
-			rule = detailedLabel(domain, sc.entries[ds.from:ds.to])
+			sc.label = appendDetailedLabel(sc.label[:0], domain, sc.entries[ds.from:ds.to])
+			c = s.valueCounters(m, sc.label)
 		}
 		n := float64(ds.cost)
-		m.hits.WithLabelValues(domain, rule).Add(n)
+		c.hits.Add(n)
 		switch {
 		case out.wouldDeny:
-			m.overLimit.WithLabelValues(domain, rule).Add(n)
+			c.over.Add(n)
 			if ds.shadow {
-				m.shadowMode.WithLabelValues(domain, rule).Add(n)
+				c.shadow.Add(n)
 			}
 		default:
-			m.withinLimit.WithLabelValues(domain, rule).Add(n)
+			c.within.Add(n)
 			if out.near {
-				m.nearLimit.WithLabelValues(domain, rule).Add(n)
+				c.near.Add(n)
 			}
 		}
 	}
 }
 
-// detailedLabel names a descriptor with its values, in the reference
+// appendDetailedLabel names a descriptor with its values, in the reference
 // server's detailed_metric form: domain.key_value.key_value.
-func detailedLabel(domain string, entries []rules.Entry) string {
-	var b strings.Builder
-	b.WriteString(domain)
+func appendDetailedLabel(dst []byte, domain string, entries []rules.Entry) []byte {
+	dst = append(dst, domain...)
 	for _, e := range entries {
-		b.WriteByte('.')
-		b.WriteString(e.Key)
+		dst = append(dst, '.')
+		dst = append(dst, e.Key...)
 		if e.Value != "" {
-			b.WriteByte('_')
-			b.WriteString(e.Value)
+			dst = append(dst, '_')
+			dst = append(dst, e.Value...)
 		}
 	}
-	return b.String()
+	return dst
 }

@@ -21,6 +21,9 @@ type scratch struct {
 	hits      []limit.Hit
 	decisions []limit.Decision
 	key       []byte
+	label     []byte // a detailed metric label
+	outcomes  []descOutcome
+	quota     []int
 
 	// The second pass of recharge.
 	hits2      []limit.Hit
@@ -66,7 +69,7 @@ func (sc *scratch) reset() {
 	clear(sc.hits)
 	clear(sc.hits2)
 	sc.entries, sc.descs, sc.items, sc.matched = sc.entries[:0], sc.descs[:0], sc.items[:0], sc.matched[:0]
-	sc.hits, sc.decisions, sc.key = sc.hits[:0], sc.decisions[:0], sc.key[:0]
+	sc.hits, sc.decisions, sc.key, sc.label = sc.hits[:0], sc.decisions[:0], sc.key[:0], sc.label[:0]
 	sc.hits2, sc.decisions2, sc.index2 = sc.hits2[:0], sc.decisions2[:0], sc.index2[:0]
 }
 
@@ -214,7 +217,8 @@ type descOutcome struct {
 // reported limit is the most restrictive one (a denial first, then the
 // least remaining).
 func (sc *scratch) judge(nearRatio float64) verdict {
-	v := verdict{codes: make([]descOutcome, len(sc.descs))}
+	sc.outcomes = grow(sc.outcomes, len(sc.descs))
+	v := verdict{codes: sc.outcomes, quota: sc.quota[:0]}
 	quotas := 0
 	enforcedOver := false
 	for di := range sc.descs {
@@ -254,6 +258,7 @@ func (sc *scratch) judge(nearRatio float64) verdict {
 			quotas++
 			if out.code == pb.RateLimitResponse_OVER_LIMIT {
 				v.quota = append(v.quota, di)
+				sc.quota = v.quota
 			}
 		} else if out.code == pb.RateLimitResponse_OVER_LIMIT {
 			enforcedOver = true

@@ -18,8 +18,11 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 		OverallCode: pb.RateLimitResponse_OK,
 		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(sc.descs)),
 	}
+	// One allocation for every status's messages: they live as long as
+	// the response, which gRPC owns once it is returned.
+	parts := make([]statusParts, len(sc.descs))
 	for di := range sc.descs {
-		resp.Statuses[di] = sc.status(v.codes[di])
+		resp.Statuses[di] = sc.status(v.codes[di], &parts[di])
 	}
 	if v.over {
 		if s.opts.ShadowMode {
@@ -41,11 +44,13 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 	return resp
 }
 
-// status is the DescriptorStatus of one descriptor. A descriptor with only
+// status fills p with the DescriptorStatus of one descriptor and returns
+// it. A descriptor with only
 // unlimited limits gets the reference server's answer: OK, no
 // current_limit, the largest limit_remaining.
-func (sc *scratch) status(o descOutcome) *pb.RateLimitResponse_DescriptorStatus {
-	st := &pb.RateLimitResponse_DescriptorStatus{Code: o.code}
+func (sc *scratch) status(o descOutcome, p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
+	st := &p.status
+	st.Code = o.code
 	if o.best < 0 {
 		if o.unlimited {
 			st.LimitRemaining = math.MaxUint32
@@ -54,12 +59,12 @@ func (sc *scratch) status(o descOutcome) *pb.RateLimitResponse_DescriptorStatus 
 	}
 	it := &sc.items[o.best]
 	d := &sc.decisions[it.hit]
-	st.CurrentLimit = &pb.RateLimitResponse_RateLimit{
-		Name:            it.name,
-		RequestsPerUnit: it.rpu,
-		Unit:            responseUnit(it.unit),
-		UnitMultiplier:  wrapperspb.UInt32(it.multiplier),
-	}
+	p.multiplier.Value = it.multiplier
+	p.limit.Name = it.name
+	p.limit.RequestsPerUnit = it.rpu
+	p.limit.Unit = responseUnit(it.unit)
+	p.limit.UnitMultiplier = &p.multiplier
+	st.CurrentLimit = &p.limit
 	st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 	// For a denial, the useful time is when the same request could pass
 	// (for a bucket, long before it is full again).
@@ -67,8 +72,18 @@ func (sc *scratch) status(o descOutcome) *pb.RateLimitResponse_DescriptorStatus 
 	if !d.Allowed && d.RetryAfter > 0 {
 		reset = d.RetryAfter
 	}
-	st.DurationUntilReset = durationpb.New(reset)
+	p.reset.Seconds = int64(reset / time.Second)
+	p.reset.Nanos = int32(reset % time.Second)
+	st.DurationUntilReset = &p.reset
 	return st
+}
+
+// statusParts are the messages of one DescriptorStatus, allocated together.
+type statusParts struct {
+	status     pb.RateLimitResponse_DescriptorStatus
+	limit      pb.RateLimitResponse_RateLimit
+	multiplier wrapperspb.UInt32Value
+	reset      durationpb.Duration
 }
 
 // retryAfter is the time until every over-limit descriptor could pass: the

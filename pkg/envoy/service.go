@@ -159,8 +159,14 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 
 	// One deadline for every store call of the request, the rare second
 	// one (recharge) included: a request never waits longer than that.
-	storeCtx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
-	defer cancel()
+	// Envoy sends its own deadline (grpc-timeout, 20 ms by default); when
+	// it comes first, a timer of our own would never fire.
+	storeCtx := ctx
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.opts.StoreTimeout {
+		var cancel context.CancelFunc
+		storeCtx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
+		defer cancel()
+	}
 	if err := s.evaluate(storeCtx, sc.hits, sc.decisions); err != nil {
 		return s.failed(ctx, sc, req, err)
 	}
@@ -177,7 +183,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 		}
 		v = sc.judge(s.opts.NearLimitRatio)
 	}
-	sc.countMetrics(s.opts.Metrics, domain, v)
+	sc.countMetrics(s.opts.Metrics, set, domain, v)
 	return s.respond(sc, req, v), nil
 }
 

@@ -88,7 +88,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 	h := &harness{now: t0, reg: prometheus.NewRegistry()}
 	h.mem = limit.NewMemory(limit.MemoryOptions{Now: func() time.Time { return h.now }})
 	if opts.Metrics == nil {
-		if opts.Metrics, err = NewMetrics(h.reg, "memory"); err != nil {
+		if opts.Metrics, err = NewMetrics(h.reg, MetricsOptions{Store: "memory"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,7 +104,7 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	}
 	s := &Server{svc: svc, rules: rs, opts: opts, ready: make(chan struct{})}
 
-	s.grpc = grpc.NewServer()
+	s.grpc = grpc.NewServer(s.grpcOptions()...)
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	s.health = health.NewServer()
 	for _, name := range HealthServices {
@@ -117,6 +118,17 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 		s.debug = &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil
+}
+
+// grpcOptions tune the gRPC server for many small unary calls on a few
+// long-lived connections (Envoy's): a fixed set of workers runs the
+// streams instead of a new goroutine per call, and connections share write
+// buffers instead of each holding its own.
+func (s *Server) grpcOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.SharedWriteBuffer(true),
+	}
 }
 
 // Ready is closed once every listener is open and health is SERVING.

@@ -1,0 +1,71 @@
+package envoy
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// benchRules are cmd/bench's generated rules: keys that match any value,
+// one limit each, never reached.
+const benchRules = `
+domain: bench
+descriptors:
+  - key: key1
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: key2
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: key3
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`
+
+// BenchmarkHandler measures the handler's CPU and allocations per request
+// on the in-memory twin with metrics on, for cmd/bench's under-limit
+// scenarios: 1 and 3 descriptors, 1,000 values per key. The store's own
+// cost is included (limit.Memory's benchmark gives it alone).
+func BenchmarkHandler(b *testing.B) {
+	for _, n := range []int{1, 3} {
+		b.Run(strconv.Itoa(n)+"desc", func(b *testing.B) {
+			set, err := rules.Parse(map[string][]byte{"bench.yaml": []byte(benchRules)}, rules.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{Store: "memory"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m})
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Requests are built beforehand, as gRPC hands the handler a
+			// decoded message.
+			const values = 1000
+			all := make([]*pb.RateLimitRequest, values)
+			for v := range all {
+				var ds []*rlv3.RateLimitDescriptor
+				for k := 1; k <= n; k++ {
+					ds = append(ds, desc("key"+strconv.Itoa(k), "v"+strconv.Itoa(v)))
+				}
+				all[v] = request("bench", ds...)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				resp, err := svc.ShouldRateLimit(ctx, all[i%values])
+				if err != nil || resp.OverallCode != pb.RateLimitResponse_OK {
+					b.Fatal(resp, err)
+				}
+				i++
+			}
+		})
+	}
+}
