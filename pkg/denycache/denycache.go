@@ -1,0 +1,311 @@
+// Package denycache answers, without the store, the calls a store would
+// reject anyway: a counter known to deny a cost until an instant T (the
+// RetryAfter the store returned) denies it, and any larger cost, until T.
+// Under an over-limit flood most calls are such repeats, so most are
+// answered in memory.
+//
+// It owns only that knowledge. A Cache wraps any limiter with limit.Memory's
+// Evaluate contract (redislimit.Limiter in the server) and is one itself;
+// it imports limit for the Hit and Decision types and nothing else of
+// floodgate's.
+//
+// # Why a cached denial is safe
+//
+// A denial of (Key, Spec, Cost c) with RetryAfter r at instant t0 says that
+// the counter, as the store holds it, admits no hit of cost >= c before
+// t0+r if nothing else happens. Other callers can only consume more, which
+// delays that instant; so until it, the store would deny again, and a call
+// it would deny consumes nothing. The only things that give budget back
+// are a refund (is_negative_hits) and a change of the limit: a refund
+// through this Cache drops the key's entry, and a Spec that differs from
+// the cached one (a reload that raised the limit) never matches; the
+// server also flushes the Cache on every reload. A refund sent to another
+// server instance is not seen here: this instance may keep denying until T
+// although the store would admit, never the reverse.
+//
+// The instant t0 is read before the store is called, so the cached T is
+// never later than the store's own.
+package denycache
+
+import (
+	"context"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// Limiter is what a Cache wraps: Evaluate with limit.Memory's contract
+// (decisions[i] answers hits[i]; if any hit of cost > 0 that is not a
+// refund is denied, nothing is consumed).
+type Limiter interface {
+	Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error
+}
+
+// DefaultMaxEntries is Options.MaxEntries when it is zero.
+const DefaultMaxEntries = 1 << 16
+
+// maxShards is the number of independently locked parts of a Cache (fewer
+// when MaxEntries is smaller, so that the bound is exact).
+const maxShards = 64
+
+// Options configure a Cache. The zero value is usable.
+type Options struct {
+	// MaxEntries bounds the number of denials held (about 150 bytes each
+	// plus the key); 0 means DefaultMaxEntries. When a part of the cache
+	// is full, expired denials go first, then arbitrary ones: forgetting
+	// a denial only sends the next call to the store.
+	MaxEntries int
+	// Now is the clock; nil means time.Now. Tests inject a fake one.
+	Now func() time.Time
+}
+
+// Cache is a Limiter that answers calls the wrapped Limiter would reject
+// from the denials it has seen. It is safe for concurrent use; calls on
+// different keys rarely share a lock, and a call answered from the cache
+// does not allocate.
+type Cache struct {
+	inner  Limiter
+	now    func() time.Time
+	seed   maphash.Seed
+	gen    atomic.Uint64 // bumped by Flush; denials learnt before it are dropped
+	shards []shard // a power of two of them, at most maxShards
+
+	answered, evaluated atomic.Uint64
+}
+
+type shard struct {
+	shardState
+	_ [128 - unsafe.Sizeof(shardState{})%128]byte // own cache lines
+}
+
+type shardState struct {
+	mu        sync.Mutex
+	entries   map[string]denial
+	capacity  int
+	lastSweep int64 // ns since the epoch
+}
+
+// denial says that a hit of Cost or more on the counter Key under spec is
+// denied until until.
+type denial struct {
+	spec    limit.Spec
+	cost    int64
+	until   int64 // ns since the Unix epoch; the denial holds while now < until
+	resetAt int64 // ns since the Unix epoch: the denied Decision's ResetAfter, made absolute
+}
+
+// New returns a Cache in front of inner.
+func New(inner Limiter, opts Options) *Cache {
+	c := &Cache{inner: inner, now: opts.Now, seed: maphash.MakeSeed()}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	maxEntries := opts.MaxEntries
+	if maxEntries <= 0 {
+		maxEntries = DefaultMaxEntries
+	}
+	c.shards = make([]shard, 1<<(bits.Len(uint(min(maxEntries, maxShards)))-1))
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.capacity = maxEntries / len(c.shards)
+		if i < maxEntries%len(c.shards) {
+			s.capacity++
+		}
+		s.entries = make(map[string]denial)
+	}
+	return c
+}
+
+func (c *Cache) shardOf(key string) *shard {
+	return &c.shards[maphash.String(c.seed, key)&uint64(len(c.shards)-1)]
+}
+
+// Evaluate decides hits with the contract of the wrapped Limiter. When a
+// hit of cost > 0 that is neither a refund nor advisory has a cached
+// denial for its Key and Spec at a cost no greater than its own, the call
+// is answered without the wrapped Limiter: that hit, and any other with a
+// cached denial, gets Allowed false, Remaining 0, RetryAfter the time left
+// until the cached instant and ResetAfter the cached one minus the time
+// elapsed; every other hit gets what a rejected call can say without
+// knowing its counter: Allowed true (it was not the reason for the
+// rejection), Remaining 0 and ResetAfter 0. A hit costing more than its
+// limit's capacity gets Never and RetryAfter 0, as from the store. Nothing
+// is consumed, as the wrapped Limiter would consume nothing.
+//
+// Otherwise the wrapped Limiter decides; its denials are remembered, and a
+// refund, or an allowed hit, drops its key's cached denial.
+func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+	now := c.now().UnixNano()
+	if c.answer(now, hits, decisions) {
+		c.answered.Add(1)
+		return nil
+	}
+	gen := c.gen.Load()
+	c.evaluated.Add(1)
+	if err := c.inner.Evaluate(ctx, hits, decisions); err != nil {
+		return err
+	}
+	c.learn(gen, now, hits, decisions)
+	return nil
+}
+
+// answer fills decisions and reports true when a cached denial rejects the
+// call.
+func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) bool {
+	if len(decisions) != len(hits) {
+		return false // the wrapped Limiter says what is wrong
+	}
+	blocked := false
+	for i := range hits {
+		h := &hits[i]
+		if h.Refund {
+			return false // a refund must reach the store
+		}
+		if h.Cost > 0 && !advisory(h) && c.denied(now, h, nil) {
+			blocked = true
+		}
+	}
+	if !blocked {
+		return false
+	}
+	for i := range hits {
+		var d denial
+		if hits[i].Cost > 0 && c.denied(now, &hits[i], &d) {
+			decisions[i] = limit.Decision{
+				RetryAfter: time.Duration(d.until - now),
+				ResetAfter: time.Duration(max(d.resetAt-now, d.until-now)),
+			}
+			if hits[i].Cost > d.spec.Capacity() {
+				decisions[i].Never, decisions[i].RetryAfter = true, 0
+			}
+			continue
+		}
+		decisions[i] = limit.Decision{Allowed: true}
+	}
+	return true
+}
+
+// denied reports whether h has a cached denial still in force, and copies
+// it to out when out is not nil.
+func (c *Cache) denied(now int64, h *limit.Hit, out *denial) bool {
+	s := c.shardOf(h.Key)
+	s.mu.Lock()
+	d, ok := s.entries[h.Key]
+	s.mu.Unlock()
+	if !ok || now >= d.until || h.Cost < d.cost || d.spec != h.Spec {
+		return false
+	}
+	if out != nil {
+		*out = d
+	}
+	return true
+}
+
+// learn remembers the denials of a call the wrapped Limiter decided at
+// instant now (read before the call), and forgets the denials of keys it
+// allowed or refunded. Nothing is learnt across a Flush.
+func (c *Cache) learn(gen uint64, now int64, hits []limit.Hit, decisions []limit.Decision) {
+	for i := range hits {
+		h, d := &hits[i], &decisions[i]
+		s := c.shardOf(h.Key)
+		switch {
+		case h.Refund || d.Allowed && h.Cost > 0:
+			s.mu.Lock()
+			delete(s.entries, h.Key)
+			s.mu.Unlock()
+		case !d.Allowed && h.Cost > 0 && !d.Never && d.RetryAfter > 0 && once(hits, i):
+			// A key hit twice in one call: the later hit's denial counts
+			// the earlier one's consumption, which the call did not keep.
+			s.store(c, gen, now, h.Key, denial{
+				spec:    h.Spec,
+				cost:    h.Cost,
+				until:   now + int64(d.RetryAfter),
+				resetAt: now + int64(d.ResetAfter),
+			})
+		}
+	}
+}
+
+// sweepInterval is how often a full shard looks for expired denials; in
+// between, it makes room by dropping arbitrary ones.
+const sweepInterval = int64(100 * time.Millisecond)
+
+func (s *shard) store(c *Cache, gen uint64, now int64, key string, d denial) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.gen.Load() != gen {
+		return // flushed while the store decided
+	}
+	if _, ok := s.entries[key]; !ok && len(s.entries) >= s.capacity {
+		if now-s.lastSweep >= sweepInterval {
+			s.lastSweep = now
+			for k, e := range s.entries {
+				if now >= e.until {
+					delete(s.entries, k)
+				}
+			}
+		}
+		for k := range s.entries {
+			if len(s.entries) < s.capacity {
+				break
+			}
+			delete(s.entries, k)
+		}
+	}
+	s.entries[key] = d
+}
+
+// Flush forgets every denial, those being learnt by calls in flight
+// included. The server calls it when the rules change.
+func (c *Cache) Flush() {
+	c.gen.Add(1)
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		clear(s.entries)
+		s.mu.Unlock()
+	}
+}
+
+// Len returns the number of denials held, expired ones included until
+// they are swept.
+func (c *Cache) Len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += len(s.entries)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Stats counts calls since New: Answered from cached denials, Evaluated by
+// the wrapped Limiter.
+type Stats struct {
+	Answered, Evaluated uint64
+}
+
+// Stats returns the call counts.
+func (c *Cache) Stats() Stats {
+	return Stats{Answered: c.answered.Load(), Evaluated: c.evaluated.Load()}
+}
+
+// advisory reports whether a hit's denial leaves the call's other hits
+// alone (shadow-mode and quota limits), so it cannot reject a call.
+func advisory(h *limit.Hit) bool { return false }
+
+// once reports whether hits[i]'s key appears nowhere else in hits.
+func once(hits []limit.Hit, i int) bool {
+	for j := range hits {
+		if j != i && hits[j].Key == hits[i].Key {
+			return false
+		}
+	}
+	return true
+}

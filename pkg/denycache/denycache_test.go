@@ -1,0 +1,372 @@
+package denycache
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// counting passes calls to a limit.Memory and counts them.
+type counting struct {
+	inner *limit.Memory
+	calls atomic.Int64
+}
+
+func (c *counting) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+	c.calls.Add(1)
+	return c.inner.Evaluate(ctx, hits, decisions)
+}
+
+// clock is a settable fake clock.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newCache(t testing.TB, opts Options) (*Cache, *counting, *clock) {
+	t.Helper()
+	clk := &clock{t: t0}
+	inner := &counting{inner: limit.NewMemory(limit.MemoryOptions{Now: clk.now})}
+	opts.Now = clk.now
+	return New(inner, opts), inner, clk
+}
+
+func rejected(hits []limit.Hit, ds []limit.Decision) bool {
+	for i := range hits {
+		if !ds[i].Allowed && hits[i].Cost > 0 && !hits[i].Refund {
+			return true
+		}
+	}
+	return false
+}
+
+var perSecond = limit.Spec{Limit: 1, Window: time.Second}
+
+func eval(t *testing.T, c *Cache, hits ...limit.Hit) []limit.Decision {
+	t.Helper()
+	ds := make([]limit.Decision, len(hits))
+	if err := c.Evaluate(context.Background(), hits, ds); err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// TestNeverDeniesWhatTheStoreAdmits drives a cached and an uncached
+// limit.Memory with the same random calls on one fake clock, across every
+// algorithm, refunds, looks (cost 0), keys repeated in a call and a limit
+// that changes under a key: the two must reject exactly the same calls;
+// calls the cache did not answer get exactly the store's decisions, and a
+// cached denial never claims to end after the store's.
+func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
+	specs := []limit.Spec{
+		{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Second},
+		{Algorithm: limit.SlidingWindow, Limit: 4, Window: time.Second, Precision: 4},
+		{Algorithm: limit.SlidingLog, Limit: 3, Window: time.Second},
+		{Algorithm: limit.TokenBucket, Limit: 2, Window: time.Second, Burst: 3},
+		{Algorithm: limit.LeakyBucket, Limit: 2, Window: time.Second, Burst: 3},
+		{Algorithm: limit.GCRA, Limit: 5, Window: time.Second, Burst: 2},
+	}
+	seed := uint64(time.Now().UnixNano())
+	for _, sp := range specs {
+		t.Run(sp.Algorithm.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, uint64(sp.Algorithm)))
+			c, inner, clk := newCache(t, Options{MaxEntries: 4})
+			ref := limit.NewMemory(limit.MemoryOptions{Now: clk.now})
+			keys := []string{"a", "b", "c", "d", "e", "f"}
+			specOf := map[string]limit.Spec{}
+			for _, k := range keys {
+				specOf[k] = sp
+			}
+			answered := 0
+			for step := range 4000 {
+				clk.t = clk.t.Add(time.Duration(rng.IntN(150_000)) * time.Microsecond)
+				if sp.Algorithm == limit.FixedWindow && rng.IntN(200) == 0 {
+					// A reload that changes the limit keeps the key.
+					k := keys[rng.IntN(len(keys))]
+					s := specOf[k]
+					s.Limit = int64(1 + rng.IntN(4))
+					specOf[k] = s
+				}
+				hits := make([]limit.Hit, 1+rng.IntN(3))
+				for i := range hits {
+					k := keys[rng.IntN(len(keys))]
+					hits[i] = limit.Hit{Key: k, Spec: specOf[k], Cost: int64(rng.IntN(4)), Refund: rng.IntN(12) == 0}
+				}
+				got := make([]limit.Decision, len(hits))
+				want := make([]limit.Decision, len(hits))
+				before := inner.calls.Load()
+				if err := c.Evaluate(context.Background(), hits, got); err != nil {
+					t.Fatal(err)
+				}
+				if err := ref.Evaluate(context.Background(), hits, want); err != nil {
+					t.Fatal(err)
+				}
+				call := fmt.Sprintf("step %d (seed %d) at %v: %+v", step, seed, clk.t.Sub(t0), hits)
+				if rejected(hits, got) != rejected(hits, want) {
+					t.Fatalf("%s: cache rejected=%v, store rejected=%v\ncache %+v\nstore %+v", call, rejected(hits, got), rejected(hits, want), got, want)
+				}
+				if inner.calls.Load() != before {
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%s: forwarded call, decision %d = %+v, store %+v", call, i, got[i], want[i])
+						}
+					}
+					continue
+				}
+				answered++
+				for i := range got {
+					if !got[i].Allowed && (want[i].Allowed || got[i].Never != want[i].Never || got[i].RetryAfter > want[i].RetryAfter) {
+						t.Fatalf("%s: cached denial %d = %+v, store %+v", call, i, got[i], want[i])
+					}
+				}
+			}
+			if answered == 0 {
+				t.Fatal("the cache answered no call: the test exercises nothing")
+			}
+			if n := c.Len(); n > 4 {
+				t.Errorf("Len = %d with MaxEntries 4", n)
+			}
+		})
+	}
+}
+
+func TestExpiresAtRetryAfterExactly(t *testing.T) {
+	c, inner, clk := newCache(t, Options{})
+	clk.t = t0.Add(200 * time.Millisecond)
+	hit := limit.Hit{Key: "k", Spec: perSecond, Cost: 1}
+	if d := eval(t, c, hit); !d[0].Allowed {
+		t.Fatalf("first hit denied: %+v", d[0])
+	}
+	clk.t = t0.Add(500 * time.Millisecond)
+	if d := eval(t, c, hit); d[0].Allowed || d[0].RetryAfter != 500*time.Millisecond {
+		t.Fatalf("second hit: %+v, want denied for 500ms", d[0])
+	}
+	calls := inner.calls.Load()
+	tests := []struct {
+		at      time.Duration
+		cost    int64
+		cached  bool
+		allowed bool
+		retry   time.Duration
+		never   bool
+		comment string
+	}{
+		{at: 500 * time.Millisecond, cost: 1, cached: true, retry: 500 * time.Millisecond, comment: "the same hit again"},
+		{at: 999_999 * time.Microsecond, cost: 1, cached: true, retry: time.Microsecond, comment: "1µs before T"},
+		{at: 999_999 * time.Microsecond, cost: 2, cached: true, never: true, comment: "a larger cost, beyond the capacity"},
+		{at: 999_999 * time.Microsecond, cost: 0, cached: false, allowed: true, comment: "a look goes to the store"},
+		{at: time.Second, cost: 1, cached: false, allowed: true, comment: "at T the store decides"},
+	}
+	for _, tc := range tests {
+		clk.t = t0.Add(tc.at)
+		d := eval(t, c, limit.Hit{Key: "k", Spec: perSecond, Cost: tc.cost})
+		cached := inner.calls.Load() == calls
+		calls = inner.calls.Load()
+		if cached != tc.cached {
+			t.Errorf("%s: answered from the cache = %v, want %v", tc.comment, cached, tc.cached)
+		}
+		if tc.cached && (d[0].Allowed || d[0].Remaining != 0 || d[0].RetryAfter != tc.retry || d[0].ResetAfter != max(tc.retry, time.Microsecond) || d[0].Never != tc.never) {
+			t.Errorf("%s: %+v, want denied, retry %v, reset %v, never %v", tc.comment, d[0], tc.retry, max(tc.retry, time.Microsecond), tc.never)
+		}
+		if !tc.cached && d[0].Allowed != tc.allowed {
+			t.Errorf("%s: %+v, want allowed=%v", tc.comment, d[0], tc.allowed)
+		}
+	}
+}
+
+func TestOtherHitsOfAnAnsweredCall(t *testing.T) {
+	c, inner, clk := newCache(t, Options{})
+	blocked := limit.Hit{Key: "blocked", Spec: perSecond, Cost: 1}
+	eval(t, c, blocked)
+	clk.t = clk.t.Add(100 * time.Millisecond)
+	eval(t, c, blocked) // learnt
+	calls := inner.calls.Load()
+	other := limit.Hit{Key: "other", Spec: perSecond, Cost: 1}
+	look := limit.Hit{Key: "blocked", Spec: perSecond, Cost: 0}
+	d := eval(t, c, other, blocked, look)
+	if inner.calls.Load() != calls {
+		t.Fatal("the store was called for a call with a cached denial")
+	}
+	want := []limit.Decision{{Allowed: true}, {RetryAfter: 900 * time.Millisecond, ResetAfter: 900 * time.Millisecond}, {Allowed: true}}
+	for i := range want {
+		if d[i] != want[i] {
+			t.Errorf("decision %d = %+v, want %+v", i, d[i], want[i])
+		}
+	}
+	// Nothing was consumed: "other" still has its whole budget.
+	if d := eval(t, c, other); !d[0].Allowed {
+		t.Errorf("other was charged by the rejected call: %+v", d[0])
+	}
+}
+
+func TestRefundDropsTheDenial(t *testing.T) {
+	c, inner, _ := newCache(t, Options{})
+	hit := limit.Hit{Key: "k", Spec: perSecond, Cost: 1}
+	eval(t, c, hit)
+	if d := eval(t, c, hit); d[0].Allowed {
+		t.Fatal("second hit allowed")
+	}
+	refund := hit
+	refund.Refund = true
+	calls := inner.calls.Load()
+	eval(t, c, refund)
+	if inner.calls.Load() != calls+1 {
+		t.Fatal("a refund was not sent to the store")
+	}
+	if d := eval(t, c, hit); !d[0].Allowed {
+		t.Errorf("after a refund the hit is still denied: %+v", d[0])
+	}
+}
+
+func TestKeyTwiceInACallIsNotLearnt(t *testing.T) {
+	c, _, _ := newCache(t, Options{})
+	two := limit.Spec{Limit: 2, Window: time.Second}
+	hit := limit.Hit{Key: "k", Spec: two, Cost: 1}
+	eval(t, c, hit)
+	if d := eval(t, c, hit, hit); d[1].Allowed {
+		t.Fatal("second hit of the call allowed past the limit")
+	}
+	// One hit of cost 1 still fits: the call above consumed nothing.
+	if d := eval(t, c, hit); !d[0].Allowed {
+		t.Errorf("a denial caused by the call's own first hit was cached: %+v", d[0])
+	}
+}
+
+func TestFlush(t *testing.T) {
+	c, inner, _ := newCache(t, Options{})
+	hit := limit.Hit{Key: "k", Spec: perSecond, Cost: 1}
+	eval(t, c, hit)
+	eval(t, c, hit)
+	if c.Len() != 1 {
+		t.Fatalf("Len = %d, want 1", c.Len())
+	}
+	c.Flush()
+	if c.Len() != 0 {
+		t.Fatalf("Len after Flush = %d", c.Len())
+	}
+	calls := inner.calls.Load()
+	eval(t, c, hit)
+	if inner.calls.Load() != calls+1 {
+		t.Error("after Flush the store was not asked")
+	}
+}
+
+// flushing is a Limiter that flushes its Cache while it decides, as a
+// reload during a store call would.
+type flushing struct {
+	*counting
+	cache *Cache
+}
+
+func (f *flushing) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) error {
+	err := f.counting.Evaluate(ctx, hits, ds)
+	f.cache.Flush()
+	return err
+}
+
+func TestFlushDuringACallForgetsItsDenials(t *testing.T) {
+	clk := &clock{t: t0}
+	f := &flushing{counting: &counting{inner: limit.NewMemory(limit.MemoryOptions{Now: clk.now})}}
+	f.cache = New(f, Options{Now: clk.now})
+	hit := limit.Hit{Key: "k", Spec: perSecond, Cost: 1}
+	eval(t, f.cache, hit)
+	eval(t, f.cache, hit)
+	if n := f.cache.Len(); n != 0 {
+		t.Errorf("a denial learnt across a Flush was kept (Len %d)", n)
+	}
+}
+
+func TestBoundedSize(t *testing.T) {
+	const max = 256
+	c, _, _ := newCache(t, Options{MaxEntries: max})
+	for i := range 10 * max {
+		hit := limit.Hit{Key: "k" + strconv.Itoa(i), Spec: limit.Spec{Limit: 1, Window: time.Hour}, Cost: 1}
+		eval(t, c, hit)
+		if d := eval(t, c, hit); d[0].Allowed {
+			t.Fatal("a second hit on a limit of 1 was allowed")
+		}
+	}
+	if n := c.Len(); n > max || n < max/2 {
+		t.Errorf("Len = %d after %d denials, want at most %d (and not far below)", n, 10*max, max)
+	}
+}
+
+func TestAnsweredCallDoesNotAllocate(t *testing.T) {
+	c, _, _ := newCache(t, Options{})
+	hits := []limit.Hit{{Key: "k", Spec: perSecond, Cost: 1}, {Key: "other", Spec: perSecond, Cost: 1}}
+	ds := make([]limit.Decision, len(hits))
+	ctx := context.Background()
+	c.Evaluate(ctx, hits[:1], ds[:1])
+	c.Evaluate(ctx, hits[:1], ds[:1])
+	if n := testing.AllocsPerRun(100, func() {
+		if err := c.Evaluate(ctx, hits, ds); err != nil || ds[0].Allowed {
+			t.Fatal("not answered from the cache")
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per answered call", n)
+	}
+}
+
+// BenchmarkAnswered measures a call answered from the cache, from
+// concurrent callers on 1,000 keys (the over-limit flood).
+func BenchmarkAnswered(b *testing.B) {
+	c := New(limit.NewMemory(limit.MemoryOptions{}), Options{})
+	spec := limit.Spec{Limit: 1, Window: time.Hour}
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "key" + strconv.Itoa(i)
+		for range 2 {
+			c.Evaluate(context.Background(), []limit.Hit{{Key: keys[i], Spec: spec, Cost: 1}}, make([]limit.Decision, 1))
+		}
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		hits := []limit.Hit{{Spec: spec, Cost: 1}}
+		ds := make([]limit.Decision, 1)
+		i := rand.IntN(len(keys))
+		for pb.Next() {
+			hits[0].Key = keys[i%len(keys)]
+			i++
+			c.Evaluate(context.Background(), hits, ds)
+		}
+	})
+}
+
+// TestConcurrentUse runs calls, flushes and Len from several goroutines;
+// run with -race.
+func TestConcurrentUse(t *testing.T) {
+	c := New(limit.NewMemory(limit.MemoryOptions{}), Options{MaxEntries: 64})
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			hits := []limit.Hit{{Spec: perSecond, Cost: 1}}
+			ds := make([]limit.Decision, 1)
+			for i := range 2000 {
+				hits[0].Key = strconv.Itoa((i * (g + 1)) % 100)
+				hits[0].Refund = i%97 == 0
+				if err := c.Evaluate(context.Background(), hits, ds); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%500 == 0 {
+					c.Flush()
+					c.Len()
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	if st := c.Stats(); st.Answered == 0 || st.Evaluated == 0 {
+		t.Errorf("stats %+v: want calls both answered and evaluated", st)
+	}
+}
