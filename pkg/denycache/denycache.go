@@ -73,7 +73,7 @@ type Cache struct {
 	now    func() time.Time
 	seed   maphash.Seed
 	gen    atomic.Uint64 // bumped by Flush; denials learnt before it are dropped
-	shards []shard // a power of two of them, at most maxShards
+	shards []shard       // a power of two of them, at most maxShards
 
 	answered, evaluated atomic.Uint64
 }
