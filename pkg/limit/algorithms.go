@@ -44,6 +44,17 @@ type outcome struct {
 	ttl int64
 }
 
+// decision returns the Decision the outcome stands for.
+func (o *outcome) decision() Decision {
+	return Decision{
+		Allowed:    o.allowed,
+		Remaining:  o.remaining,
+		ResetAfter: time.Duration(o.resetAfter) * time.Microsecond,
+		RetryAfter: time.Duration(o.retryAfter) * time.Microsecond,
+		Never:      o.never,
+	}
+}
+
 // state is one counter's stored state; each algorithm uses its own field.
 type state struct {
 	fixed  fixedState

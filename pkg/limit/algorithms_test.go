@@ -276,7 +276,7 @@ func (m model) evaluate(hits []Hit, now int64) []Decision {
 		if o.write {
 			w.dirty, w.ok, w.expire = true, o.ttl > 0, now+o.ttl
 		}
-		denied = denied || !o.allowed && h.Cost > 0 && !h.Refund
+		denied = denied || !o.allowed && h.Cost > 0 && !h.Refund && !h.Advisory
 		out[i] = Decision{o.allowed, o.remaining, time.Duration(o.resetAfter) * time.Microsecond,
 			time.Duration(o.retryAfter) * time.Microsecond, o.never}
 	}
@@ -324,7 +324,7 @@ func TestMemoryMatchesModel(t *testing.T) {
 				if rng.Intn(4) == 0 {
 					cost = 0
 				}
-				hits[i] = Hit{Key: key, Spec: spec, Cost: cost, Refund: rng.Intn(8) == 0}
+				hits[i] = Hit{Key: key, Spec: spec, Cost: cost, Refund: rng.Intn(8) == 0, Advisory: rng.Intn(5) == 0}
 			}
 			got := make([]Decision, len(hits))
 			if err := mem.Evaluate(t.Context(), hits, got); err != nil {

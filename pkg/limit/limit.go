@@ -27,9 +27,10 @@
 //     Decision.Never set and RetryAfter 0.
 //   - A refund (Hit.Refund, envoy's is_negative_hits) gives c back, never
 //     beyond the capacity, and is always allowed.
-//   - Hits of one Evaluate call decide together: if any hit with cost > 0 is
-//     denied, no hit of the call changes any state. Two hits of one call on
-//     the same key see each other's consumption.
+//   - Hits of one Evaluate call decide together: if any hit with cost > 0,
+//     not a refund and not advisory, is denied, no hit of the call changes
+//     any state. Two hits of one call on the same key see each other's
+//     consumption.
 package limit
 
 import (
@@ -191,6 +192,19 @@ type Hit struct {
 	// Refund gives Cost back instead of taking it (envoy's is_negative_hits),
 	// never beyond the limit's capacity. A refund is always allowed.
 	Refund bool
+	// Advisory makes the hit's denial not block the rest of its Evaluate
+	// call: the hit is decided like any other, and consumes when allowed
+	// and the call consumes, but when it is denied the other hits still
+	// consume (it writes nothing for itself, as any denied hit). For limits
+	// that are counted and reported but never reject (shadow mode).
+	Advisory bool
+}
+
+// Blocks reports whether d, the decision for h, makes h's Evaluate call
+// consume nothing: h has a cost, is neither a refund nor advisory, and d
+// denies it.
+func (h *Hit) Blocks(d *Decision) bool {
+	return !d.Allowed && h.Cost > 0 && !h.Refund && !h.Advisory
 }
 
 // Validate reports whether the hit can be evaluated: its Spec is valid and its

@@ -135,9 +135,9 @@ type slot struct {
 //
 // Hits are processed in order against working copies of their counters, so
 // a later hit on the same key sees an earlier one's consumption. If any hit
-// of cost > 0 that is not a refund is denied, no counter changes; otherwise
-// every allowed hit is consumed and every refund given back. Either way
-// every decision is set.
+// blocks (see Hit.Blocks: of cost > 0, neither a refund nor advisory, and
+// denied), no counter changes; otherwise every allowed hit is consumed and
+// every refund given back. Either way every decision is set.
 //
 // It returns an error, deciding nothing, if len(decisions) != len(hits), if
 // a hit is invalid (the error names the hit's index and wraps
@@ -202,15 +202,9 @@ func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision)
 		if o.write {
 			sl.dirty, sl.ok, sl.ttl = true, o.ttl > 0, o.ttl
 		}
-		if !o.allowed && h.Cost > 0 && !h.Refund {
+		decisions[i] = o.decision()
+		if h.Blocks(&decisions[i]) {
 			denied = true
-		}
-		decisions[i] = Decision{
-			Allowed:    o.allowed,
-			Remaining:  o.remaining,
-			ResetAfter: time.Duration(o.resetAfter) * time.Microsecond,
-			RetryAfter: time.Duration(o.retryAfter) * time.Microsecond,
-			Never:      o.never,
 		}
 	}
 	if !denied {

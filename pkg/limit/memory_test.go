@@ -454,6 +454,9 @@ func TestAllOrNothing(t *testing.T) {
 	h := func(key string, spec limit.Spec, cost int64) limit.Hit {
 		return limit.Hit{Key: key, Spec: spec, Cost: cost}
 	}
+	adv := func(key string, spec limit.Spec, cost int64) limit.Hit {
+		return limit.Hit{Key: key, Spec: spec, Cost: cost, Advisory: true}
+	}
 	cases := []struct {
 		name    string
 		setup   []limit.Hit // evaluated one per call first
@@ -518,6 +521,44 @@ func TestAllOrNothing(t *testing.T) {
 			want:    []limit.Decision{allow(2, time.Minute), allow(0, time.Minute)},
 			after:   []limit.Hit{h("a", fixed, 0)},
 			wantRem: []int64{2},
+		},
+		{
+			name:    "advisory hit denied: the others still consume",
+			setup:   []limit.Hit{h("b", fixed, 3)},
+			call:    []limit.Hit{h("a", fixed, 1), adv("b", fixed, 1), h("c", bucket, 1)},
+			want:    []limit.Decision{allow(2, time.Minute), deny(0, time.Minute, time.Minute), allow(3, 262144*us)},
+			after:   []limit.Hit{h("a", fixed, 0), h("b", fixed, 0), h("c", bucket, 0)},
+			wantRem: []int64{2, 0, 3},
+		},
+		{
+			name:    "advisory hit allowed: charged like any other",
+			call:    []limit.Hit{adv("a", fixed, 2), h("b", fixed, 1)},
+			want:    []limit.Decision{allow(1, time.Minute), allow(2, time.Minute)},
+			after:   []limit.Hit{h("a", fixed, 0), h("b", fixed, 0)},
+			wantRem: []int64{1, 2},
+		},
+		{
+			name:    "advisory hit allowed, another denied: nothing consumed",
+			setup:   []limit.Hit{h("b", fixed, 3)},
+			call:    []limit.Hit{adv("a", fixed, 2), h("b", fixed, 1)},
+			want:    []limit.Decision{allow(1, time.Minute), deny(0, time.Minute, time.Minute)},
+			after:   []limit.Hit{h("a", fixed, 0)},
+			wantRem: []int64{3},
+		},
+		{
+			name:    "advisory hit above capacity: Never, and the call consumes",
+			call:    []limit.Hit{adv("a", fixed, 4), h("b", fixed, 1)},
+			want:    []limit.Decision{never(3, time.Minute), allow(2, time.Minute)},
+			after:   []limit.Hit{h("a", fixed, 0), h("b", fixed, 0)},
+			wantRem: []int64{3, 2},
+		},
+		{
+			name:    "advisory hit denied by an earlier hit on its key: that hit consumes",
+			setup:   []limit.Hit{h("a", fixed, 1)},
+			call:    []limit.Hit{h("a", fixed, 1), adv("a", fixed, 2)},
+			want:    []limit.Decision{allow(1, time.Minute), deny(1, time.Minute, time.Minute)},
+			after:   []limit.Hit{h("a", fixed, 0)},
+			wantRem: []int64{1},
 		},
 		{
 			name:    "three algorithms on one call",

@@ -87,6 +87,7 @@ func TestCluster(t *testing.T) {
 			}
 		}
 		allOrNothing(t, l, clk, keyOf)
+		advisoryDoesNotBlock(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("adv/%v/%d", a, i) })
 	})
 
 	t.Run("same key twice", func(t *testing.T) {

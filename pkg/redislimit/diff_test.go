@@ -157,7 +157,7 @@ func runDiff(t *testing.T, n *node, name string, si int, sp limit.Spec, specs []
 			}
 			capacity := c.spec.Capacity()
 			costs := []int64{0, 1, 1, 1, 1, 2, 3, capacity, capacity + 1}
-			hits[i] = limit.Hit{Key: c.key, Spec: c.spec, Cost: costs[rng.IntN(len(costs))], Refund: rng.IntN(10) == 0}
+			hits[i] = limit.Hit{Key: c.key, Spec: c.spec, Cost: costs[rng.IntN(len(costs))], Refund: rng.IntN(10) == 0, Advisory: rng.IntN(6) == 0}
 		}
 		want := make([]limit.Decision, len(hits))
 		got := make([]limit.Decision, len(hits))

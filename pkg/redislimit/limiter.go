@@ -109,7 +109,7 @@ func (l *Limiter) request(clock time.Time, hits []limit.Hit) ([]string, []any) {
 		keys[i] = Key(l.opts.KeyPrefix, h.Key)
 		sp := &h.Spec
 		args = append(args,
-			int64(sp.Algorithm), h.Cost, boolArg(h.Refund), sp.Limit, sp.WindowMicros(),
+			int64(sp.Algorithm), h.Cost, flagsArg(h), sp.Limit, sp.WindowMicros(),
 			sp.Capacity(), sp.SubWindows())
 		if sp.Calendar.IsZero() {
 			args = append(args, "", "", "", "")
@@ -126,11 +126,17 @@ func (l *Limiter) request(clock time.Time, hits []limit.Hit) ([]string, []any) {
 	return keys, args
 }
 
-func boolArg(b bool) string {
+// flagsArg returns a hit's flags argument: 1 for a refund plus 2 for an
+// advisory hit.
+func flagsArg(h *limit.Hit) string {
+	return [4]string{"0", "1", "2", "3"}[b2i(h.Refund)+2*b2i(h.Advisory)]
+}
+
+func b2i(b bool) int {
 	if b {
-		return "1"
+		return 1
 	}
-	return "0"
+	return 0
 }
 
 // run decides hits, all in one slot, with one script call and fills
@@ -159,8 +165,6 @@ func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, de
 	return nil
 }
 
-// denied reports whether a decision blocks the whole request: a hit of
-// cost > 0, not a refund, was not allowed.
-func denied(h *limit.Hit, d *limit.Decision) bool {
-	return !d.Allowed && h.Cost > 0 && !h.Refund
-}
+// denied reports whether a decision blocks the whole request (see
+// limit.Hit.Blocks).
+func denied(h *limit.Hit, d *limit.Decision) bool { return h.Blocks(d) }

@@ -8,7 +8,8 @@
 -- ARGV[2 + 11*(i-1) ...]: hit i's group of 11 arguments:
 --   1 algorithm code (limit.Algorithm: 0 fixed_window, 1 sliding_window,
 --     2 sliding_log, 3 token_bucket, 4 leaky_bucket, 5 gcra)
---   2 cost (>= 0)   3 refund ("1" or "0")   4 limit L   5 window W in µs
+--   2 cost (>= 0)   3 flags: 1 refund + 2 advisory (0 to 3)
+--   4 limit L   5 window W in µs
 --   6 capacity B (limit.Spec.Capacity)   7 precision N (sub-windows, >= 1)
 --   8..11 calendar window boundaries in µs for a calendar fixed window
 --     (four ascending instants around the server's clock), or "" each.
@@ -21,7 +22,8 @@
 -- of cost > 0 (never, all else 0) and allows a peek or refund (all 0),
 -- without reading state; a cost above the capacity (not a refund) is denied
 -- with never set and retry 0, remaining and reset being those of a peek.
--- If any hit of cost > 0 that is not a refund is denied, nothing is written;
+-- If any hit of cost > 0, neither a refund nor advisory, is denied (it
+-- blocks), nothing is written;
 -- otherwise each changed key is written once and set to expire at the
 -- instant its state becomes equivalent to none (now + the TTL of its last
 -- write, in ms rounded up; see expire_at). Every hit gets its decision
@@ -48,7 +50,8 @@ local function hit_at(i)
   local h = {
     code = tonumber(ARGV[a + 1]),
     cost = tonumber(ARGV[a + 2]),
-    refund = ARGV[a + 3] == '1',
+    refund = ARGV[a + 3] == '1' or ARGV[a + 3] == '3',
+    advisory = ARGV[a + 3] == '2' or ARGV[a + 3] == '3',
     limit = tonumber(ARGV[a + 4]),
     window = tonumber(ARGV[a + 5]),
     cap = tonumber(ARGV[a + 6]),
@@ -121,7 +124,7 @@ for i = 1, #KEYS do
     -- hits of the call see none, and the key is deleted.
     w.st, w.ok, w.h, w.ttl, w.dirty = st, o.ttl > 0, h, o.ttl, true
   end
-  if not o.allowed and h.cost > 0 and not h.refund then
+  if not o.allowed and h.cost > 0 and not h.refund and not h.advisory then
     denied = true
   end
   out[#out + 1] = o.allowed and 1 or 0
