@@ -369,6 +369,65 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
+	t.Run("a ConfigMap update reaches the server through the ..data swap", func(t *testing.T) {
+		// The directory as the kubelet lays out a ConfigMap volume: the
+		// files in a timestamped directory, ..data linking to it, and one
+		// link per key through ..data. An update writes a new directory
+		// and renames a new ..data link over the old one.
+		cm := find(t, ms, "ConfigMap", rulesMapName)
+		data := map[string]string{}
+		for k, v := range cm.obj["data"].(map[string]any) {
+			data[k] = fmt.Sprint(v)
+		}
+		dir := filepath.Join(t.TempDir(), "rules")
+		version := func(name string, files map[string]string) {
+			if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range files {
+				if err := os.WriteFile(filepath.Join(dir, name, k), []byte(v), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		version("..2026_01_01_00_00_00.000000001", data)
+		for k := range data {
+			if err := os.Symlink(filepath.Join("..data", k), filepath.Join(dir, k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := startFloodgate(t, "-config", dir)
+		ask := func() int {
+			code, body, err := p.postJSON(t.Context(), []byte(`{"domain":"demo","descriptors":[{"entries":[{"key":"remote_address","value":"192.0.2.66"}]}]}`))
+			if err != nil {
+				t.Fatalf("/json: %v %s", err, body)
+			}
+			return code
+		}
+		if code := ask(); code != 429 {
+			t.Fatalf("192.0.2.66 before the update: HTTP %d, want 429", code)
+		}
+		edited := map[string]string{}
+		for k, v := range data {
+			edited[k] = strings.Replace(v, "requests_per_unit: 0\n", "requests_per_unit: 100\n", 1)
+		}
+		version("..2026_01_01_00_01_00.000000002", edited)
+		os.RemoveAll(filepath.Join(dir, "..2026_01_01_00_00_00.000000001"))
+		swapped := time.Now()
+		for ask() != 200 {
+			if time.Since(swapped) > time.Second {
+				t.Fatalf("192.0.2.66 still refused 1s after the ..data swap:\n%s", p.logs)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+
 	t.Run("service", func(t *testing.T) {
 		svc := find(t, ms, "Service", "floodgate")
 		if !selects(labels(svc.obj, "spec", "selector"), podLabels) {
