@@ -31,6 +31,8 @@ type config struct {
 	redisDeadline                            time.Duration
 	keyPrefix                                string
 	memoryMaxEntries                         int
+	denyCache                                bool
+	denyCacheSize                            int
 
 	grpcAddr, httpAddr, debugAddr string
 	drainDelay, shutdownTimeout   time.Duration
@@ -148,6 +150,8 @@ var flagEnv = map[string][]envSource{
 	"redis-deadline":     {envVar("FLOODGATE_REDIS_DEADLINE")},
 	"key-prefix":         {envVar("FLOODGATE_KEY_PREFIX"), envVar("CACHE_KEY_PREFIX")},
 	"memory-max-entries": {envVar("FLOODGATE_MEMORY_MAX_ENTRIES")},
+	"deny-cache":         {envVar("FLOODGATE_DENY_CACHE")},
+	"deny-cache-size":    {envVar("FLOODGATE_DENY_CACHE_SIZE")},
 	"grpc-addr":          {envVar("FLOODGATE_GRPC_ADDR"), hostPort("GRPC_HOST", "GRPC_PORT", "8081")},
 	"http-addr":          {envVar("FLOODGATE_HTTP_ADDR"), hostPort("HOST", "PORT", "8080")},
 	"debug-addr":         {envVar("FLOODGATE_DEBUG_ADDR"), hostPort("DEBUG_HOST", "DEBUG_PORT", "6070")},
@@ -205,6 +209,8 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	fs.DurationVar(&c.redisDeadline, "redis-deadline", envoy.DefaultStoreTimeout, "deadline of the store call of each request; past it the failure policy answers")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of every Redis key")
 	fs.IntVar(&c.memoryMaxEntries, "memory-max-entries", 0, "most counters kept without Redis (0: 1<<20)")
+	fs.BoolVar(&c.denyCache, "deny-cache", true, "with Redis, answer requests a counter is known to deny (until the retry-after Redis returned) without calling Redis")
+	fs.IntVar(&c.denyCacheSize, "deny-cache-size", 0, "most denials the deny cache holds (0: 65536)")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /rlconfig, /metrics)")
 	fs.StringVar(&c.debugAddr, "debug-addr", ":6070", "debug listen address (/debug/pprof/, /rlconfig); empty disables it")
@@ -287,8 +293,8 @@ func (c *config) validate() error {
 	if c.redisDeadline <= 0 {
 		return fmt.Errorf("-redis-deadline %v: must be positive", c.redisDeadline)
 	}
-	if c.redisPoolSize < 0 || c.memoryMaxEntries < 0 {
-		return errors.New("-redis-pool-size and -memory-max-entries must not be negative")
+	if c.redisPoolSize < 0 || c.memoryMaxEntries < 0 || c.denyCacheSize < 0 {
+		return errors.New("-redis-pool-size, -memory-max-entries and -deny-cache-size must not be negative")
 	}
 	if c.explain && len(c.args) < 2 {
 		return errors.New("-explain needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice")

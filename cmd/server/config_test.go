@@ -124,6 +124,16 @@ func TestParseConfig(t *testing.T) {
 					t.Errorf("notes = %q", c.notes)
 				}
 			}},
+		{"the deny cache is on by default", nil, envOf(), func(t *testing.T, c *config) {
+			if !c.denyCache || c.denyCacheSize != 0 {
+				t.Errorf("deny cache %v size %d", c.denyCache, c.denyCacheSize)
+			}
+		}},
+		{"the deny cache from the environment", nil, envOf("FLOODGATE_DENY_CACHE", "false", "FLOODGATE_DENY_CACHE_SIZE", "1000"), func(t *testing.T, c *config) {
+			if c.denyCache || c.denyCacheSize != 1000 {
+				t.Errorf("deny cache %v size %d", c.denyCache, c.denyCacheSize)
+			}
+		}},
 		{"-explain takes a descriptor", []string{"-explain", "rl", "k=v"}, envOf(), func(t *testing.T, c *config) {
 			if !c.explain || len(c.args) != 2 {
 				t.Errorf("explain %v args %q", c.explain, c.args)

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
@@ -85,6 +86,12 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if store == "redis" && cfg.denyCache {
+		cache := denycache.New(limiter, denycache.Options{MaxEntries: cfg.denyCacheSize})
+		registerDenyCacheMetrics(reg, cache)
+		go flushOnReload(ctx, watcher, cache)
+		limiter = cache
+	}
 	metrics, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: store})
 	if err == nil {
 		err = server.RegisterRuleMetrics(reg, watcher)
@@ -168,6 +175,36 @@ func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Li
 	logger.Info("counters are kept in Redis", "type", cfg.redisType, "addr", redactedAddr(cfg.redisURL), "deadline", cfg.redisDeadline)
 	pingRedis(ctx, client, logger)
 	return lim, "redis", func() { client.Close() }, nil
+}
+
+// flushOnReload flushes the deny cache each time the rules change, until
+// ctx ends. A denial is a fact about a counter under one spec, which a spec
+// change never matches anyway; flushing also covers what a reload changes
+// around the spec.
+func flushOnReload(ctx context.Context, w *rules.Watcher, cache *denycache.Cache) {
+	for {
+		select {
+		case <-w.Changed():
+			cache.Flush()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// registerDenyCacheMetrics exposes the deny cache's counts.
+func registerDenyCacheMetrics(reg prometheus.Registerer, cache *denycache.Cache) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "floodgate", Name: "deny_cache_answers_total",
+			Help: "Store calls answered from the deny cache, without Redis."},
+			func() float64 { return float64(cache.Stats().Answered) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "floodgate", Name: "deny_cache_misses_total",
+			Help: "Store calls the deny cache passed to Redis."},
+			func() float64 { return float64(cache.Stats().Evaluated) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "deny_cache_entries",
+			Help: "Denials held by the deny cache, expired ones included until swept."},
+			func() float64 { return float64(cache.Len()) }),
+	)
 }
 
 // pingRedis warns at start when Redis does not answer; the server starts
