@@ -166,7 +166,7 @@ func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) 
 		if h.Refund {
 			return false // a refund must reach the store
 		}
-		if h.Cost > 0 && !advisory(h) && c.denied(now, h, nil) {
+		if h.Cost > 0 && !h.Advisory && c.denied(now, h, nil) {
 			blocked = true
 		}
 	}
@@ -295,10 +295,6 @@ type Stats struct {
 func (c *Cache) Stats() Stats {
 	return Stats{Answered: c.answered.Load(), Evaluated: c.evaluated.Load()}
 }
-
-// advisory reports whether a hit's denial leaves the call's other hits
-// alone (shadow-mode and quota limits), so it cannot reject a call.
-func advisory(h *limit.Hit) bool { return false }
 
 // once reports whether hits[i]'s key appears nowhere else in hits.
 func once(hits []limit.Hit, i int) bool {

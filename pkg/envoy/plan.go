@@ -155,7 +155,11 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 			sc.key = rules.AppendOverrideKey(sc.key, domain, ds.rule, entries, it.spec)
 		}
 		it.hit = len(sc.hits)
-		sc.hits = append(sc.hits, limit.Hit{Key: string(sc.key), Spec: it.spec, Cost: ds.cost, Refund: ds.refund})
+		// A shadow-mode limit is charged with the others but never stops
+		// them. Quota limits do block: when every quota of the request is
+		// over, the request is rejected and must consume nothing; when only
+		// some are, decide recharges the rest.
+		sc.hits = append(sc.hits, limit.Hit{Key: string(sc.key), Spec: it.spec, Cost: ds.cost, Refund: ds.refund, Advisory: ds.shadow})
 	}
 	sc.decisions = grow(sc.decisions, len(sc.hits))
 	return nil
@@ -277,11 +281,11 @@ func restrictive(a, b *limit.Decision) bool {
 	return a.Remaining < b.Remaining
 }
 
-// consumedNothing reports whether the Limiter denied a hit that consumes,
-// which, all or nothing, means that no hit of the call consumed.
+// consumedNothing reports whether the Limiter denied a hit that blocks its
+// call, which, all or nothing, means that no hit of the call consumed.
 func (sc *scratch) consumedNothing(hits []limit.Hit, decisions []limit.Decision) bool {
 	for i := range hits {
-		if !decisions[i].Allowed && hits[i].Cost > 0 && !hits[i].Refund {
+		if hits[i].Blocks(&decisions[i]) {
 			return true
 		}
 	}

@@ -175,9 +175,10 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 		if v.over {
 			sc.unconsume(nil)
 		} else if err := s.recharge(storeCtx, sc); err != nil {
-			// The request passes although a shadow or quota limit denied
-			// its hit, so the Limiter consumed nothing; recharge tried to
-			// charge the admitted request and could not.
+			// The request passes although a quota limit denied its hit
+			// (another quota of the request is not over), so the Limiter
+			// consumed nothing; recharge tried to charge the admitted
+			// request and could not.
 			s.failures.record(err)
 			sc.unconsume(nil)
 		}
@@ -199,8 +200,9 @@ func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 }
 
 // recharge charges a request that passes although the Limiter consumed
-// nothing (a shadow or quota limit denied its hit): it evaluates again only
-// the hits that were allowed and copies their decisions back.
+// nothing (a quota limit denied its hit while another quota of the request
+// is not over): it evaluates again only the hits that were allowed and
+// copies their decisions back.
 func (s *Service) recharge(ctx context.Context, sc *scratch) error {
 	sc.hits2, sc.index2 = sc.hits2[:0], sc.index2[:0]
 	for i := range sc.hits {

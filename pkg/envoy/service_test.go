@@ -552,3 +552,34 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		}
 	}
 }
+
+// countingLimiter counts the calls to a Limiter.
+type countingLimiter struct {
+	Limiter
+	calls int
+}
+
+func (c *countingLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) error {
+	c.calls++
+	return c.Limiter.Evaluate(ctx, hits, ds)
+}
+
+// A shadow-mode limit over its limit is charged with the request's other
+// limits in one store call (its hit is advisory), not in a second one.
+func TestShadowModeTakesOneStoreCall(t *testing.T) {
+	h := newHarness(t, Options{})
+	cl := &countingLimiter{Limiter: h.mem}
+	h.svc.limiter = cl
+	for i, want := range []string{"OK OK:0 OK:2", "OK OK:0 OK:1"} {
+		resp, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc("shadow", "s"), desc("user", "one")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSuffix(resp.OverallCode.String(), "_LIMIT") + " " + summaries(resp); got != want {
+			t.Errorf("call %d: %q, want %q", i, got, want)
+		}
+	}
+	if cl.calls != 2 {
+		t.Errorf("%d store calls for 2 requests, want 2", cl.calls)
+	}
+}
