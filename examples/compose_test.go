@@ -104,17 +104,15 @@ func (s composeService) dependsOn() []string {
 // server would use.
 func floodgateFlags(t testing.TB, args []string) map[string]string {
 	t.Helper()
-	defaults := flagDefaults(t)
 	fs := flag.NewFlagSet("floodgate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	vals := map[string]*string{}
-	for name, def := range defaults {
-		if name == "check" || name == "explain" || name == "merge-domains" || name == "redis-tls" ||
-			name == "shadow-mode" || name == "over-limit-body" {
-			fs.Bool(name, false, "")
+	for name, f := range binaryFlags(t) {
+		if f.boolean {
+			fs.Bool(name, f.def == "true", "")
 			continue
 		}
-		vals[name] = fs.String(name, def, "")
+		vals[name] = fs.String(name, f.def, "")
 	}
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("floodgate %s: %v", strings.Join(args, " "), err)

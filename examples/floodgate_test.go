@@ -77,26 +77,44 @@ func floodgateBinary(t testing.TB) string {
 	return buildPath
 }
 
-// flagDefaults returns the default value of every flag of the binary, as
-// its -h prints them.
-func flagDefaults(t testing.TB) map[string]string {
+// binaryFlag is one flag of the binary as its -h prints it.
+type binaryFlag struct {
+	def     string
+	boolean bool // printed without a value type
+}
+
+// binaryFlags returns every flag of the binary, as its -h prints them.
+func binaryFlags(t testing.TB) map[string]binaryFlag {
 	t.Helper()
 	out, _ := exec.Command(floodgateBinary(t), "-h").CombinedOutput()
-	defaults := map[string]string{}
+	flags := map[string]binaryFlag{}
 	var name string
-	nameRE := regexp.MustCompile(`^  -([a-z-]+)`)
+	nameRE := regexp.MustCompile(`^  -([a-z-]+)( [a-z]+)?$`)
 	defRE := regexp.MustCompile(`\(default "?([^")]*)"?\)$`)
 	for _, line := range strings.Split(string(out), "\n") {
 		if m := nameRE.FindStringSubmatch(line); m != nil {
 			name = m[1]
-			defaults[name] = ""
+			flags[name] = binaryFlag{boolean: m[2] == ""}
+			continue
 		}
 		if m := defRE.FindStringSubmatch(line); m != nil && name != "" {
-			defaults[name] = m[1]
+			f := flags[name]
+			f.def = m[1]
+			flags[name] = f
 		}
 	}
-	if len(defaults) < 10 {
+	if len(flags) < 10 {
 		t.Fatalf("could not read the flags from floodgate -h:\n%s", out)
+	}
+	return flags
+}
+
+// flagDefaults returns the default value of every flag of the binary.
+func flagDefaults(t testing.TB) map[string]string {
+	t.Helper()
+	defaults := map[string]string{}
+	for name, f := range binaryFlags(t) {
+		defaults[name] = f.def
 	}
 	return defaults
 }
