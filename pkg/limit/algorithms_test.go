@@ -280,7 +280,21 @@ func (m model) evaluate(hits []Hit, now int64) []Decision {
 		out[i] = Decision{o.allowed, o.remaining, time.Duration(o.resetAfter) * time.Microsecond,
 			time.Duration(o.retryAfter) * time.Microsecond, o.never}
 	}
-	if !denied {
+	if denied {
+		for i, h := range hits {
+			if out[i].Allowed {
+				var st state
+				e, found := m[h.Key]
+				found = found && e.expires > now
+				if found {
+					st = e.st
+					st.runs = append(runs(nil), e.st.runs...)
+				}
+				o := step(&st, found, &h.Spec, now, 0, false)
+				out[i] = Decision{Allowed: true, Remaining: o.remaining, ResetAfter: time.Duration(o.resetAfter) * time.Microsecond}
+			}
+		}
+	} else {
 		for key, w := range working {
 			switch {
 			case !w.dirty:

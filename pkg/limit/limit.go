@@ -231,10 +231,15 @@ var (
 // Decision is a limit's answer to one Hit. For example, if a fixed window
 // allows 10 hits per minute, has counted 6 this minute and the window ends in
 // 20 s, a hit of cost 1 gets Allowed, Remaining 3, ResetAfter 20 s.
+//
+// When another hit of the same Evaluate call blocks it (Hit.Blocks), the
+// call consumes nothing, and an allowed hit's Decision says so: Allowed,
+// with Remaining and ResetAfter those of a hit of cost 0 against the state
+// as stored (in the example, Remaining 4). A denied hit's Decision is its
+// own verdict at its turn in the call, which may count earlier hits of the
+// call on its counter.
 type Decision struct {
-	// Allowed reports whether this limit admits the hit. When another hit of
-	// the same Evaluate call is denied, nothing is consumed even though
-	// Allowed may be true here.
+	// Allowed reports whether this limit admits the hit.
 	Allowed bool
 	// Remaining is how many more hits of cost 1 this limit would admit right
 	// now, after this hit if it was allowed and consumed. Never negative.

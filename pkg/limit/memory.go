@@ -136,8 +136,10 @@ type slot struct {
 // Hits are processed in order against working copies of their counters, so
 // a later hit on the same key sees an earlier one's consumption. If any hit
 // blocks (see Hit.Blocks: of cost > 0, neither a refund nor advisory, and
-// denied), no counter changes; otherwise every allowed hit is consumed and
-// every refund given back. Either way every decision is set.
+// denied), no counter changes, and the decisions of the allowed hits
+// describe the stored state, as a hit of cost 0 would see it (see
+// Decision); otherwise every allowed hit is consumed and every refund given
+// back. Either way every decision is set.
 //
 // It returns an error, deciding nothing, if len(decisions) != len(hits), if
 // a hit is invalid (the error names the hit's index and wraps
@@ -207,7 +209,14 @@ func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision)
 			denied = true
 		}
 	}
-	if !denied {
+	if denied {
+		// Nothing is consumed: the allowed hits report the stored state.
+		for i := range hits {
+			if decisions[i].Allowed {
+				decisions[i] = sc.slots[sc.slotOf[i]].peek(&hits[i].Spec, now)
+			}
+		}
+	} else {
 		for i := range sc.slots {
 			if sc.slots[i].dirty {
 				sc.slots[i].store(now)
@@ -264,6 +273,19 @@ func (sl *slot) load(shared bool) {
 		sl.st = e.st
 		sl.st.runs = append(buf, e.st.runs...)
 	}
+}
+
+// peek returns the decision of an allowed hit in a call that consumed
+// nothing: a hit of cost 0 against the stored state, allowed. The shard is
+// locked; the stored state is left as it is (see step).
+func (sl *slot) peek(sp *Spec, now int64) Decision {
+	var st state
+	if sl.entry != nil {
+		st = sl.entry.st
+	}
+	o := step(&st, sl.entry != nil, sp, now, 0, false)
+	o.allowed, o.retryAfter, o.never = true, 0, false
+	return o.decision()
 }
 
 // store makes the working state the stored one, or deletes the counter when

@@ -55,21 +55,42 @@ func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []l
 	}
 
 	// Give back what the groups that committed consumed: every group that
-	// answered without a denial wrote its hits.
-	var back []limit.Hit
-	for g := range groups {
+	// answered without a denial wrote its hits. Then peek (cost 0) at every
+	// allowed hit of those groups, so that their decisions, like those of
+	// the denied groups, describe the counters without the request.
+	var comp []limit.Hit
+	var peeked []int // indices in hits of the peeks, in comp's order
+	for g, idx := range groups {
 		r := &results[g]
 		if r.err != nil || groupDenied(r.hits, r.decisions) {
 			continue
 		}
 		for j := range r.hits {
 			if r.hits[j].Cost > 0 && !r.hits[j].Refund && r.decisions[j].Allowed {
-				back = append(back, r.hits[j])
+				back := r.hits[j]
+				back.Refund = true
+				comp = append(comp, back)
+			}
+		}
+		for j, i := range idx {
+			if r.decisions[j].Allowed {
+				peeked = append(peeked, i)
 			}
 		}
 	}
-	if err := l.refund(context.WithoutCancel(ctx), clock, back); err != nil {
+	refunds := len(comp)
+	for _, i := range peeked {
+		comp = append(comp, limit.Hit{Key: hits[i].Key, Spec: hits[i].Spec})
+	}
+	compDecisions := make([]limit.Decision, len(comp))
+	if err := l.compensate(context.WithoutCancel(ctx), clock, comp, compDecisions); err != nil {
 		errs = append(errs, err)
+	} else {
+		for p, i := range peeked {
+			d := compDecisions[refunds+p]
+			d.Allowed, d.RetryAfter, d.Never = true, 0, false
+			decisions[i] = d
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -83,10 +104,11 @@ func groupDenied(hits []limit.Hit, decisions []limit.Decision) bool {
 	return false
 }
 
-// refund gives back the cost of hits, slot by slot. Its caller detaches ctx
-// from cancellation: a compensation is worth finishing once the request is
+// compensate evaluates hits (refunds, then peeks) slot by slot, in order
+// within each slot, and sets decisions. Its caller detaches ctx from
+// cancellation: a compensation is worth finishing once the request is
 // decided.
-func (l *Limiter) refund(ctx context.Context, clock time.Time, hits []limit.Hit) error {
+func (l *Limiter) compensate(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) error {
 	if len(hits) == 0 {
 		return nil
 	}
@@ -98,9 +120,13 @@ func (l *Limiter) refund(ctx context.Context, clock time.Time, hits []limit.Hit)
 			part := make([]limit.Hit, len(idx))
 			for j, i := range idx {
 				part[j] = hits[i]
-				part[j].Refund = true
 			}
-			errs[g] = l.run(ctx, clock, part, make([]limit.Decision, len(part)))
+			out := make([]limit.Decision, len(part))
+			if errs[g] = l.run(ctx, clock, part, out); errs[g] == nil {
+				for j, i := range idx {
+					decisions[i] = out[j]
+				}
+			}
 		})
 	}
 	wg.Wait()

@@ -54,10 +54,10 @@ func allOrNothing(t *testing.T, e evaluator, clk *clock, keyOf func(a limit.Algo
 				if d[4].Allowed || !d[0].Allowed || !d[1].Allowed || !d[3].Allowed {
 					t.Fatalf("decisions %+v: want the last denied, the others allowed", d)
 				}
-				// Each decision still reports its own counter as if the
-				// request had passed.
-				if d[1].Remaining != 8 {
-					t.Fatalf("descriptor 1 remaining %d in the denied request, want 8", d[1].Remaining)
+				// The request consumed nothing, and the allowed decisions
+				// say so: their counters as stored.
+				if d[1].Remaining != 10 || d[3].Remaining != 20 || d[2].Remaining != 10 {
+					t.Fatalf("remaining %d, %d, %d in the denied request, want 10, 10, 20 (nothing consumed)", d[1].Remaining, d[2].Remaining, d[3].Remaining)
 				}
 			}
 			if after := peek(); fmt.Sprint(after) != fmt.Sprint(before) {

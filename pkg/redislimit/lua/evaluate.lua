@@ -23,7 +23,8 @@
 -- without reading state; a cost above the capacity (not a refund) is denied
 -- with never set and retry 0, remaining and reset being those of a peek.
 -- If any hit of cost > 0, neither a refund nor advisory, is denied (it
--- blocks), nothing is written;
+-- blocks), nothing is written, and each allowed hit's decision is that of
+-- a hit of cost 0 against the stored state, allowed;
 -- otherwise each changed key is written once and set to expire at the
 -- instant its state becomes equivalent to none (now + the TTL of its last
 -- write, in ms rounded up; see expire_at). Every hit gets its decision
@@ -97,7 +98,7 @@ local function algorithm(code)
   return a
 end
 
-local work, order = {}, {}
+local work, order, hits = {}, {}, {}
 local out = {}
 local denied = false
 for i = 1, #KEYS do
@@ -117,6 +118,7 @@ for i = 1, #KEYS do
   end
   if w.st == nil and h.limit ~= 0 then
     w.st, w.ok = algo.load(key, h, now)
+    w.st0, w.ok0 = w.st, w.ok
   end
   local st, o = step(algo, w.st, w.ok, h, h.cost, h.refund)
   if o.write then
@@ -127,6 +129,7 @@ for i = 1, #KEYS do
   if not o.allowed and h.cost > 0 and not h.refund and not h.advisory then
     denied = true
   end
+  hits[i] = h
   out[#out + 1] = o.allowed and 1 or 0
   out[#out + 1] = o.remaining
   out[#out + 1] = o.reset
@@ -134,7 +137,18 @@ for i = 1, #KEYS do
   out[#out + 1] = o.never and 1 or 0
 end
 
-if not denied then
+if denied then
+  -- Nothing is consumed: the allowed hits report the stored state, as a
+  -- hit of cost 0 sees it (step leaves the loaded state as it was).
+  for i = 1, #KEYS do
+    local p = 5 * (i - 1)
+    if out[p + 1] == 1 then
+      local w = work[KEYS[i]]
+      local _, o = step(w.algo, w.st0, w.ok0, hits[i], 0, false)
+      out[p + 2], out[p + 3], out[p + 4], out[p + 5] = o.remaining, o.reset, 0, 0
+    end
+  end
+else
   for _, key in ipairs(order) do
     local w = work[key]
     if w.dirty then
