@@ -25,6 +25,11 @@ const fieldsPerHit = 5
 // EVALSHA sends.
 var evaluateScript = redis.NewScript(scriptSource())
 
+// ScriptSHA returns the SHA-1, in hex, of the script this build sends to
+// Redis (what EVALSHA names and SCRIPT EXISTS checks), so tools replaying
+// captured calls can tell whether they replay this build's script.
+func ScriptSHA() string { return evaluateScript.Hash() }
+
 // scriptSource assembles the script: the helpers, each algorithm's file as
 // the body of a loader function registered under the algorithm's code (the
 // file ends by returning its table of functions), then the driver.
