@@ -88,7 +88,7 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 		}
 		ds := descState{from: from, to: len(sc.entries), cost: requestCost, refund: d.GetIsNegativeHits()}
 		if h := d.GetHitsAddend(); h != nil {
-			ds.cost = int64(min(h.GetValue(), math.MaxInt64))
+			ds.cost = int64(min(h.GetValue(), maxCost))
 		}
 		ds.rule = set.Match(domain, sc.entries[ds.from:ds.to])
 		failure := global

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -71,6 +72,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics records the request path; nil records nothing.
 	Metrics *Metrics
+	// Bounds limit what one request may carry.
+	Bounds RequestBounds
 }
 
 // Service answers ShouldRateLimit. It is safe for concurrent use.
@@ -113,6 +116,9 @@ func New(rs RuleSource, l Limiter, opts Options) (*Service, error) {
 		return nil, err
 	}
 	opts.Headers = h
+	if opts.Bounds, err = opts.Bounds.normalize(); err != nil {
+		return nil, err
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -124,24 +130,28 @@ func New(rs RuleSource, l Limiter, opts Options) (*Service, error) {
 // ShouldRateLimit decides a request: one status per descriptor, in request
 // order, and the overall code, OVER_LIMIT when a descriptor that is neither
 // in shadow mode nor a quota is over its limit, or when every quota
-// descriptor is. It returns InvalidArgument for an empty domain, no
-// descriptors or an invalid limit override, and Unavailable when the store
-// failed and the failure policy says so. An unknown domain gets OK.
-func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+// descriptor is. It returns InvalidArgument, naming the field, for an empty
+// domain or key, no descriptors, a string that is not UTF-8, a request
+// beyond Options.Bounds or an invalid limit override; Unavailable when the
+// store failed and the failure policy says so; and Internal, logged with
+// its stack, if answering panicked. An unknown domain gets OK.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (resp *pb.RateLimitResponse, err error) {
 	start := time.Now()
-	resp, err := s.decide(ctx, req)
-	s.opts.Metrics.observeDecision(time.Since(start), resp, err)
-	return resp, err
+	defer func() {
+		if p := recover(); p != nil {
+			s.opts.Logger.Error("answering a request panicked; it gets Internal", "panic", p, "domain", req.GetDomain(), "stack", string(debug.Stack()))
+			resp, err = nil, status.Error(codes.Internal, "internal error")
+		}
+		s.opts.Metrics.observeDecision(time.Since(start), resp, err)
+	}()
+	return s.decide(ctx, req)
 }
 
 func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if err := s.opts.Bounds.check(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	domain := req.GetDomain()
-	if domain == "" {
-		return nil, status.Error(codes.InvalidArgument, "domain: must not be empty")
-	}
-	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "descriptors: must not be empty (send at least one descriptor)")
-	}
 	set := s.rules.Current()
 	if set == nil || !set.HasDomain(domain) {
 		s.opts.Metrics.domainNotFound()

@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -352,6 +353,34 @@ func TestInvalidRequests(t *testing.T) {
 	}
 	tests[3].req.Descriptors[0].Limit.UnitMultiplier = wrapperspb.UInt32(0)
 	tests[3].want = "descriptors[0].limit.unit_multiplier: must be at least 1"
+	many := func(n int, make func(i int) *rlv3.RateLimitDescriptor) []*rlv3.RateLimitDescriptor {
+		var ds []*rlv3.RateLimitDescriptor
+		for i := range n {
+			ds = append(ds, make(i))
+		}
+		return ds
+	}
+	long := func(n int) string { return strings.Repeat("x", n) }
+	wide := desc()
+	for range DefaultMaxEntries + 1 {
+		wide.Entries = append(wide.Entries, &rlv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+	}
+	tests = append(tests, []struct {
+		name string
+		req  *pb.RateLimitRequest
+		want string
+	}{
+		{"too many descriptors", request("test", many(DefaultMaxDescriptors+1, func(int) *rlv3.RateLimitDescriptor { return desc("user", "a") })...),
+			"descriptors: 65 descriptors, more than the bound of 64 (max descriptors)"},
+		{"too many entries", request("test", desc("user", "a"), wide), "descriptors[1].entries: 17 entries, more than the bound of 16 (max entries)"},
+		{"empty key", request("test", desc("user", "a", "", "b")), "descriptors[0].entries[1].key: must not be empty"},
+		{"long key", request("test", desc(long(DefaultMaxKeyBytes+1), "a")), "descriptors[0].entries[0].key: 1025 bytes, more than the bound of 1024 (max key bytes)"},
+		{"long value", request("test", desc("user", long(DefaultMaxValueBytes+1))), "descriptors[0].entries[0].value: 4097 bytes, more than the bound of 4096 (max value bytes)"},
+		{"long domain", request(long(DefaultMaxKeyBytes+1), desc("user", "a")), "domain: 1025 bytes"},
+		{"invalid UTF-8 value", request("test", desc("user", "a\xffb")), "descriptors[0].entries[0].value: not valid UTF-8"},
+		{"invalid UTF-8 key", request("test", desc("us\xc3er", "a")), "descriptors[0].entries[0].key: not valid UTF-8"},
+		{"invalid UTF-8 domain", request("te\xe2st", desc("user", "a")), "domain: not valid UTF-8"},
+	}...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := h.svc.ShouldRateLimit(context.Background(), tc.req)
@@ -581,5 +610,80 @@ func TestShadowModeTakesOneStoreCall(t *testing.T) {
 	}
 	if cl.calls != 2 {
 		t.Errorf("%d store calls for 2 requests, want 2", cl.calls)
+	}
+}
+
+// A descriptor's hits_addend can be up to 2^64-1: such a hit is denied as
+// beyond the limit, never wraps into a negative or small cost, and refunds
+// of any size never raise a counter above its limit.
+func TestHugeAddendsAndRefunds(t *testing.T) {
+	h := newHarness(t, Options{})
+	call := func(d *rlv3.RateLimitDescriptor) string {
+		t.Helper()
+		resp, err := h.svc.ShouldRateLimit(context.Background(), request("test", d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(resp.OverallCode.String(), "_LIMIT") + " " + summaries(resp)
+	}
+	steps := []struct {
+		d    *rlv3.RateLimitDescriptor
+		want string
+	}{
+		{withAddend(desc("user", "h"), math.MaxUint64), "OVER OVER:3"},
+		{withAddend(desc("user", "h"), math.MaxInt64+1), "OVER OVER:3"},
+		{withAddend(desc("user", "h"), 1<<53+1), "OVER OVER:3"},
+		{desc("user", "h"), "OK OK:2"},
+		{refund(withAddend(desc("user", "h"), math.MaxUint64)), "OK OK:3"},
+		{refund(withAddend(desc("user", "h"), 1000)), "OK OK:3"},
+		{desc("user", "h"), "OK OK:2"},
+		{desc("user", "h"), "OK OK:1"},
+		{desc("user", "h"), "OK OK:0"},
+		{desc("user", "h"), "OVER OVER:0"},
+	}
+	for i, s := range steps {
+		if got := call(s.d); got != s.want {
+			t.Fatalf("step %d: %q, want %q", i, got, s.want)
+		}
+	}
+}
+
+// panicking is a Limiter that panics.
+type panicking struct{}
+
+func (panicking) Evaluate(context.Context, []limit.Hit, []limit.Decision) error {
+	panic("limiter bug")
+}
+
+func TestPanicIsRecoveredAsInternal(t *testing.T) {
+	var logs strings.Builder
+	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg, MetricsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(fixedRules{set}, panicking{}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the pooled scratch survives the panic
+		_, err = svc.ShouldRateLimit(context.Background(), request("test", desc("user", "a")))
+		if status.Code(err) != codes.Internal {
+			t.Fatalf("err = %v, want Internal", err)
+		}
+	}
+	if !strings.Contains(logs.String(), "limiter bug") || !strings.Contains(logs.String(), "panicked") {
+		t.Errorf("the panic was not logged: %s", logs.String())
+	}
+	if got := metricValue(t, reg, "floodgate_decision_duration_seconds", map[string]string{"code": "internal"}); got != 2 {
+		t.Errorf("internal answers observed = %v, want 2", got)
+	}
+	// A request that needs no limiter still works.
+	if resp, err := svc.ShouldRateLimit(context.Background(), request("test", desc("open", "a"))); err != nil || resp.OverallCode != pb.RateLimitResponse_OK {
+		t.Errorf("after the panics: %v, %v", resp, err)
 	}
 }

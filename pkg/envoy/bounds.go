@@ -1,0 +1,104 @@
+package envoy
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// Defaults of RequestBounds' fields.
+const (
+	DefaultMaxDescriptors = 64
+	DefaultMaxEntries     = 16
+	DefaultMaxKeyBytes    = 1 << 10
+	DefaultMaxValueBytes  = 4 << 10
+)
+
+// maxCost bounds a hit's cost. A descriptor's hits_addend may be up to
+// 2^64-1; any cost above every limit's capacity (at most 2^32-1 from rule
+// files and overrides) is denied, or refunds up to the capacity, whatever
+// its value, so clamping it changes no decision while keeping every cost
+// exact in the float64 arithmetic of the Lua scripts and far from int64
+// overflow in any sum.
+const maxCost = 1 << 53
+
+// RequestBounds limit what one request may carry, so that no client can
+// make the server spend unbounded memory or time on one call. A request
+// beyond a bound gets InvalidArgument naming the field and the bound. Zero
+// fields mean their Default.
+type RequestBounds struct {
+	// MaxDescriptors bounds the descriptors of a request.
+	MaxDescriptors int
+	// MaxEntries bounds the entries of one descriptor.
+	MaxEntries int
+	// MaxKeyBytes bounds the length in bytes of an entry's key and of the
+	// domain.
+	MaxKeyBytes int
+	// MaxValueBytes bounds the length in bytes of an entry's value.
+	MaxValueBytes int
+}
+
+func (b RequestBounds) normalize() (RequestBounds, error) {
+	for _, f := range []struct {
+		p   *int
+		def int
+		n   string
+	}{
+		{&b.MaxDescriptors, DefaultMaxDescriptors, "descriptors"},
+		{&b.MaxEntries, DefaultMaxEntries, "entries"},
+		{&b.MaxKeyBytes, DefaultMaxKeyBytes, "key bytes"},
+		{&b.MaxValueBytes, DefaultMaxValueBytes, "value bytes"},
+	} {
+		if *f.p < 0 {
+			return b, fmt.Errorf("envoy: negative bound on %s: %d", f.n, *f.p)
+		}
+		if *f.p == 0 {
+			*f.p = f.def
+		}
+	}
+	return b, nil
+}
+
+// check returns the first way req breaks the bounds or is malformed (an
+// empty domain, key or descriptor list; a string that is not UTF-8),
+// naming the field, or nil. It does not allocate for a valid request.
+func (b *RequestBounds) check(req *pb.RateLimitRequest) error {
+	switch domain := req.GetDomain(); {
+	case domain == "":
+		return fmt.Errorf("domain: must not be empty")
+	case len(domain) > b.MaxKeyBytes:
+		return fmt.Errorf("domain: %d bytes, more than the bound of %d (max key bytes)", len(domain), b.MaxKeyBytes)
+	case !utf8.ValidString(domain):
+		return fmt.Errorf("domain: not valid UTF-8")
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return fmt.Errorf("descriptors: must not be empty (send at least one descriptor)")
+	}
+	if len(descs) > b.MaxDescriptors {
+		return fmt.Errorf("descriptors: %d descriptors, more than the bound of %d (max descriptors)", len(descs), b.MaxDescriptors)
+	}
+	for i, d := range descs {
+		entries := d.GetEntries()
+		if len(entries) > b.MaxEntries {
+			return fmt.Errorf("descriptors[%d].entries: %d entries, more than the bound of %d (max entries)", i, len(entries), b.MaxEntries)
+		}
+		for j, e := range entries {
+			key, value := e.GetKey(), e.GetValue()
+			switch {
+			case key == "":
+				return fmt.Errorf("descriptors[%d].entries[%d].key: must not be empty", i, j)
+			case len(key) > b.MaxKeyBytes:
+				return fmt.Errorf("descriptors[%d].entries[%d].key: %d bytes, more than the bound of %d (max key bytes)", i, j, len(key), b.MaxKeyBytes)
+			case len(value) > b.MaxValueBytes:
+				return fmt.Errorf("descriptors[%d].entries[%d].value: %d bytes, more than the bound of %d (max value bytes)", i, j, len(value), b.MaxValueBytes)
+			case !utf8.ValidString(key):
+				return fmt.Errorf("descriptors[%d].entries[%d].key: not valid UTF-8", i, j)
+			case !utf8.ValidString(value):
+				return fmt.Errorf("descriptors[%d].entries[%d].value: not valid UTF-8", i, j)
+			}
+		}
+	}
+	return nil
+}
