@@ -87,4 +87,3 @@ func FuzzShouldRateLimit(f *testing.F) {
 		}
 	})
 }
-
