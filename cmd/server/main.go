@@ -152,7 +152,7 @@ func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Li
 	}
 	// go-redis logs each failed dial; floodgate already reports store
 	// failures once a second with a count, so its lines go to debug.
-	redis.SetLogger(redisLog{logger})
+	redislimit.QuietLogs(logger)
 	user, pass := cfg.redisCredentials()
 	client, err := redislimit.NewClient(redislimit.ClientConfig{
 		URL:            cfg.redisURL,
@@ -172,7 +172,8 @@ func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Li
 		client.Close()
 		return nil, "", nil, fmt.Errorf("redis: %w", err)
 	}
-	logger.Info("counters are kept in Redis", "type", cfg.redisType, "addr", redactedAddr(cfg.redisURL), "deadline", cfg.redisDeadline)
+	logger.Info("counters are kept in Redis", "type", cfg.redisType, "addr", redactedAddr(cfg.redisURL), "deadline", cfg.redisDeadline,
+		"script_sha", redislimit.ScriptSHA())
 	pingRedis(ctx, client, logger)
 	return lim, "redis", func() { client.Close() }, nil
 }
@@ -215,13 +216,6 @@ func pingRedis(ctx context.Context, client redis.UniversalClient, logger *slog.L
 	if err := client.Ping(ctx).Err(); err != nil {
 		logger.Warn("Redis does not answer yet; requests get the failure policy's answer until it does", "err", err)
 	}
-}
-
-// redisLog sends go-redis's internal logs to slog at debug level.
-type redisLog struct{ logger *slog.Logger }
-
-func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.logger.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
 
 // redactedAddr drops credentials from a Redis URL for logs.
