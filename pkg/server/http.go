@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,9 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
-
-// maxJSONBody bounds a /json request body; RLS requests are small.
-const maxJSONBody = 1 << 20
 
 func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
@@ -62,9 +60,13 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST a RateLimitRequest as JSON", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessageBytes)))
 	if err != nil {
-		http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
+		code := http.StatusBadRequest
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			code = http.StatusRequestEntityTooLarge
+		}
+		http.Error(w, "reading the body: "+err.Error(), code)
 		return
 	}
 	var req pb.RateLimitRequest

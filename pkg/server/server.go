@@ -12,6 +12,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -63,7 +65,18 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Logger receives lifecycle logs; nil discards them.
 	Logger *slog.Logger
+	// MaxMessageBytes bounds a request message, over gRPC and as /json's
+	// body; larger ones are refused (ResourceExhausted, 413). 0 means
+	// DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// TLS, when not nil, makes the gRPC listener speak TLS only (see
+	// NewTLSConfig). The HTTP and debug listeners stay plain.
+	TLS *tls.Config
 }
+
+// DefaultMaxMessageBytes is Options.MaxMessageBytes when it is zero. RLS
+// requests are a few hundred bytes.
+const DefaultMaxMessageBytes = 1 << 20
 
 // Server is floodgate's set of listeners. Create it with New and start it
 // with Run, once.
@@ -99,6 +112,12 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if opts.MaxMessageBytes < 0 {
+		return nil, fmt.Errorf("server: negative maximum message size %d", opts.MaxMessageBytes)
+	}
+	if opts.MaxMessageBytes == 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -123,12 +142,21 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 // grpcOptions tune the gRPC server for many small unary calls on a few
 // long-lived connections (Envoy's): a fixed set of workers runs the
 // streams instead of a new goroutine per call, and connections share write
-// buffers instead of each holding its own.
+// buffers instead of each holding its own. They also bound messages, set
+// TLS, and make a request with invalid UTF-8 InvalidArgument.
 func (s *Server) grpcOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	codec := newRequestCodec()
+	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.SharedWriteBuffer(true),
+		grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes),
+		grpc.ForceServerCodecV2(codec),
+		grpc.UnaryInterceptor(codec.intercept),
 	}
+	if s.opts.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
+	}
+	return opts
 }
 
 // Ready is closed once every listener is open and health is SERVING.

@@ -1,0 +1,124 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	// Registers the "proto" codec this one wraps.
+	_ "google.golang.org/grpc/encoding/proto"
+)
+
+// requestCodec is gRPC's proto codec, except for a RateLimitRequest with a
+// string that is not UTF-8. gRPC answers a message its codec cannot decode
+// with Internal, which tells Envoy that floodgate failed rather than that
+// the request is bad. For such a request this codec reports success and
+// records the field at fault; the interceptor then answers InvalidArgument
+// naming it, before the service sees the request.
+type requestCodec struct {
+	proto encoding.CodecV2
+	bad   sync.Map // *pb.RateLimitRequest -> string (the InvalidArgument message)
+}
+
+func newRequestCodec() *requestCodec {
+	return &requestCodec{proto: encoding.GetCodecV2("proto")}
+}
+
+func (c *requestCodec) Name() string { return c.proto.Name() }
+
+func (c *requestCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.proto.Unmarshal(data, v)
+	req, ok := v.(*pb.RateLimitRequest)
+	if err == nil || !ok || !strings.Contains(err.Error(), "UTF-8") {
+		return err
+	}
+	c.bad.Store(req, invalidUTF8Field(data.Materialize())+": not valid UTF-8")
+	return nil
+}
+
+// intercept answers InvalidArgument for a request the codec found bad.
+func (c *requestCodec) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if r, ok := req.(*pb.RateLimitRequest); ok {
+		if msg, bad := c.bad.LoadAndDelete(r); bad {
+			return nil, status.Error(codes.InvalidArgument, msg.(string))
+		}
+	}
+	return next(ctx, req)
+}
+
+// invalidUTF8Field names the first string of an encoded RateLimitRequest
+// that is not UTF-8, as envoy names fields: "domain",
+// "descriptors[1].entries[0].value".
+func invalidUTF8Field(b []byte) string {
+	field := "a string field"
+	walkStrings(b, func(path []int) bool {
+		switch {
+		case len(path) == 1 && path[0] == 1:
+			field = "domain"
+		case len(path) == 5 && path[0] == 2 && path[2] == 1:
+			name := "key"
+			if path[4] == 2 {
+				name = "value"
+			}
+			field = fmt.Sprintf("descriptors[%d].entries[%d].%s", path[1], path[3], name)
+		default:
+			return false
+		}
+		return true
+	}, nil)
+	return field
+}
+
+// walkStrings calls found with the path of each length-delimited field of
+// the request's string fields that is not UTF-8 (field numbers, with the
+// index of repeated messages after theirs: [2, i, 1, j, 2] is
+// descriptors[i].entries[j].value) until found returns true.
+func walkStrings(b []byte, found func(path []int) bool, path []int) bool {
+	counts := map[protowire.Number]int{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		here := append(path[:len(path):len(path)], int(num))
+		switch {
+		case len(path) == 0 && num == 2, len(path) == 2 && num == 1:
+			// descriptors, entries: repeated messages
+			i := counts[num]
+			counts[num]++
+			if walkStrings(v, found, append(here, i)) {
+				return true
+			}
+		case !utf8.Valid(v) && found(here):
+			return true
+		}
+	}
+	return false
+}
+

@@ -1,0 +1,146 @@
+package server
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TLSFiles names the files of the gRPC listener's TLS (the reference
+// server's GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY and
+// GRPC_CLIENT_TLS_CACERT).
+type TLSFiles struct {
+	// CertFile and KeyFile are the PEM certificate chain and private key
+	// the server presents. Both are required. They are read again when
+	// either file's modification time or size changes (checked at most once
+	// a second, at a handshake), so a rotated certificate is served without
+	// a restart; a pair that fails to load keeps the previous one in use
+	// and is logged.
+	CertFile, KeyFile string
+	// ClientCAFile, when set, turns on mutual TLS: clients must present a
+	// certificate signed by one of the PEM certificates in it, or the
+	// handshake fails. It is read once, at start.
+	ClientCAFile string
+}
+
+// certCheckInterval is the most often a certReloader looks at its files.
+const certCheckInterval = time.Second
+
+// certReloader serves a certificate pair and reloads it when its files
+// change.
+type certReloader struct {
+	files  TLSFiles
+	logger *slog.Logger
+	cert   atomic.Pointer[tls.Certificate]
+
+	mu        sync.Mutex // serializes checks
+	lastCheck time.Time
+	stamp     [2]fileStamp
+}
+
+// fileStamp identifies a version of a file.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func stampOf(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{fi.ModTime(), fi.Size()}, nil
+}
+
+// NewTLSConfig returns the gRPC listener's TLS configuration for files: TLS
+// 1.2 or later, the certificate reloaded when its files change, and, with
+// a client CA, client certificates required and verified. It fails when
+// the files cannot be read or do not hold a matching pair.
+func NewTLSConfig(files TLSFiles, logger *slog.Logger) (*tls.Config, error) {
+	if files.CertFile == "" || files.KeyFile == "" {
+		return nil, errors.New("server: TLS needs both a certificate and a key file")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &certReloader{files: files, logger: logger}
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	r.lastCheck = time.Now()
+	cfg := &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: r.getCertificate,
+		NextProtos:     []string{"h2"},
+	}
+	if files.ClientCAFile != "" {
+		pem, err := os.ReadFile(files.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("server: client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("server: client CA %s: no PEM certificate in it", files.ClientCAFile)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// load reads the pair and records the files' stamps.
+func (r *certReloader) load() error {
+	var stamp [2]fileStamp
+	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
+		st, err := stampOf(p)
+		if err != nil {
+			return fmt.Errorf("server: TLS: %w", err)
+		}
+		stamp[i] = st
+	}
+	cert, err := tls.LoadX509KeyPair(r.files.CertFile, r.files.KeyFile)
+	if err != nil {
+		return fmt.Errorf("server: TLS certificate %s and key %s: %w", r.files.CertFile, r.files.KeyFile, err)
+	}
+	r.cert.Store(&cert)
+	r.stamp = stamp
+	return nil
+}
+
+func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.maybeReload(time.Now())
+	return r.cert.Load(), nil
+}
+
+// maybeReload reloads the pair when a file changed, at most once per
+// certCheckInterval. Handshakes meanwhile keep the current pair.
+func (r *certReloader) maybeReload(now time.Time) {
+	if !r.mu.TryLock() {
+		return
+	}
+	defer r.mu.Unlock()
+	if now.Sub(r.lastCheck) < certCheckInterval {
+		return
+	}
+	r.lastCheck = now
+	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
+		st, err := stampOf(p)
+		if err != nil || st != r.stamp[i] {
+			break
+		}
+		if i == 1 {
+			return // unchanged
+		}
+	}
+	if err := r.load(); err != nil {
+		r.logger.Error("TLS certificate changed but cannot be loaded; serving the previous one", "err", err)
+		return
+	}
+	r.logger.Info("TLS certificate reloaded", "cert", r.files.CertFile)
+}
