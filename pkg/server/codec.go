@@ -121,4 +121,3 @@ func walkStrings(b []byte, found func(path []int) bool, path []int) bool {
 	}
 	return false
 }
-
