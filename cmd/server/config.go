@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
+	"github.com/floodgate/floodgate/pkg/server"
 )
 
 // config is the whole configuration of the binary, assembled from flags,
@@ -35,7 +36,14 @@ type config struct {
 	denyCacheSize                            int
 
 	grpcAddr, httpAddr, debugAddr string
-	drainDelay, shutdownTimeout   time.Duration
+	grpcTLS                       bool
+	grpcTLSCert, grpcTLSKey       string
+	grpcClientCA                  string
+
+	maxMessageBytes             int
+	bounds                      envoy.RequestBounds
+	metricValueSeries           int
+	drainDelay, shutdownTimeout time.Duration
 
 	logLevel  slog.Level
 	logFormat string
@@ -73,11 +81,19 @@ func envVar(name string) envSource {
 // hostPort joins the reference server's HOST/PORT style pair; an unset
 // port keeps defPort, an unset host listens on every interface.
 func hostPort(hostVar, portVar, defPort string) envSource {
+	return hostPortOn(hostVar, portVar, "", defPort)
+}
+
+// hostPortOn is hostPort with defHost for an unset host.
+func hostPortOn(hostVar, portVar, defHost, defPort string) envSource {
 	return func(env lookupFunc) (string, string, bool) {
 		host, hok := env(hostVar)
 		port, pok := env(portVar)
 		if !hok && !pok {
 			return "", "", false
+		}
+		if !hok {
+			host = defHost
 		}
 		if port == "" {
 			port = defPort
@@ -138,35 +154,45 @@ func headersEnabled(env lookupFunc) (string, string, bool) {
 // flagEnv lists, per flag, where the environment may set it, in order of
 // precedence. The README's configuration table mirrors it.
 var flagEnv = map[string][]envSource{
-	"config":             {envVar("FLOODGATE_CONFIG"), runtimePath},
-	"merge-domains":      {envVar("FLOODGATE_MERGE_DOMAINS"), envVar("MERGE_DOMAIN_CONFIG")},
-	"redis":              {envVar("FLOODGATE_REDIS"), redisURL},
-	"redis-type":         {envVar("FLOODGATE_REDIS_TYPE"), envVar("REDIS_TYPE")},
-	"redis-master":       {envVar("FLOODGATE_REDIS_MASTER")},
-	"redis-auth":         {envVar("FLOODGATE_REDIS_AUTH"), envVar("REDIS_AUTH")},
-	"redis-tls":          {envVar("FLOODGATE_REDIS_TLS"), envVar("REDIS_TLS")},
-	"redis-pool-size":    {envVar("FLOODGATE_REDIS_POOL_SIZE"), envVar("REDIS_POOL_SIZE")},
-	"redis-dial-timeout": {envVar("FLOODGATE_REDIS_DIAL_TIMEOUT"), envVar("REDIS_TIMEOUT")},
-	"redis-deadline":     {envVar("FLOODGATE_REDIS_DEADLINE")},
-	"key-prefix":         {envVar("FLOODGATE_KEY_PREFIX"), envVar("CACHE_KEY_PREFIX")},
-	"memory-max-entries": {envVar("FLOODGATE_MEMORY_MAX_ENTRIES")},
-	"deny-cache":         {envVar("FLOODGATE_DENY_CACHE")},
-	"deny-cache-size":    {envVar("FLOODGATE_DENY_CACHE_SIZE")},
-	"grpc-addr":          {envVar("FLOODGATE_GRPC_ADDR"), hostPort("GRPC_HOST", "GRPC_PORT", "8081")},
-	"http-addr":          {envVar("FLOODGATE_HTTP_ADDR"), hostPort("HOST", "PORT", "8080")},
-	"debug-addr":         {envVar("FLOODGATE_DEBUG_ADDR"), hostPort("DEBUG_HOST", "DEBUG_PORT", "6070")},
-	"drain-delay":        {envVar("FLOODGATE_DRAIN_DELAY")},
-	"shutdown-timeout":   {envVar("FLOODGATE_SHUTDOWN_TIMEOUT")},
-	"log-level":          {envVar("FLOODGATE_LOG_LEVEL"), envVar("LOG_LEVEL")},
-	"log-format":         {envVar("FLOODGATE_LOG_FORMAT"), envVar("LOG_FORMAT")},
-	"shadow-mode":        {envVar("FLOODGATE_SHADOW_MODE"), envVar("SHADOW_MODE")},
-	"near-limit-ratio":   {envVar("FLOODGATE_NEAR_LIMIT_RATIO"), envVar("NEAR_LIMIT_RATIO")},
-	"failure-mode":       {envVar("FLOODGATE_FAILURE_MODE")},
-	"response-headers":   {envVar("FLOODGATE_RESPONSE_HEADERS"), headersEnabled},
-	"limit-header":       {envVar("FLOODGATE_LIMIT_HEADER"), envVar("LIMIT_LIMIT_HEADER")},
-	"remaining-header":   {envVar("FLOODGATE_REMAINING_HEADER"), envVar("LIMIT_REMAINING_HEADER")},
-	"reset-header":       {envVar("FLOODGATE_RESET_HEADER"), envVar("LIMIT_RESET_HEADER")},
-	"over-limit-body":    {envVar("FLOODGATE_OVER_LIMIT_BODY")},
+	"config":              {envVar("FLOODGATE_CONFIG"), runtimePath},
+	"merge-domains":       {envVar("FLOODGATE_MERGE_DOMAINS"), envVar("MERGE_DOMAIN_CONFIG")},
+	"redis":               {envVar("FLOODGATE_REDIS"), redisURL},
+	"redis-type":          {envVar("FLOODGATE_REDIS_TYPE"), envVar("REDIS_TYPE")},
+	"redis-master":        {envVar("FLOODGATE_REDIS_MASTER")},
+	"redis-auth":          {envVar("FLOODGATE_REDIS_AUTH"), envVar("REDIS_AUTH")},
+	"redis-tls":           {envVar("FLOODGATE_REDIS_TLS"), envVar("REDIS_TLS")},
+	"redis-pool-size":     {envVar("FLOODGATE_REDIS_POOL_SIZE"), envVar("REDIS_POOL_SIZE")},
+	"redis-dial-timeout":  {envVar("FLOODGATE_REDIS_DIAL_TIMEOUT"), envVar("REDIS_TIMEOUT")},
+	"redis-deadline":      {envVar("FLOODGATE_REDIS_DEADLINE")},
+	"key-prefix":          {envVar("FLOODGATE_KEY_PREFIX"), envVar("CACHE_KEY_PREFIX")},
+	"memory-max-entries":  {envVar("FLOODGATE_MEMORY_MAX_ENTRIES")},
+	"deny-cache":          {envVar("FLOODGATE_DENY_CACHE")},
+	"deny-cache-size":     {envVar("FLOODGATE_DENY_CACHE_SIZE")},
+	"grpc-addr":           {envVar("FLOODGATE_GRPC_ADDR"), hostPort("GRPC_HOST", "GRPC_PORT", "8081")},
+	"http-addr":           {envVar("FLOODGATE_HTTP_ADDR"), hostPort("HOST", "PORT", "8080")},
+	"debug-addr":          {envVar("FLOODGATE_DEBUG_ADDR"), hostPortOn("DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070")},
+	"grpc-tls":            {envVar("FLOODGATE_GRPC_TLS"), envVar("GRPC_SERVER_USE_TLS")},
+	"grpc-tls-cert":       {envVar("FLOODGATE_GRPC_TLS_CERT"), envVar("GRPC_SERVER_TLS_CERT")},
+	"grpc-tls-key":        {envVar("FLOODGATE_GRPC_TLS_KEY"), envVar("GRPC_SERVER_TLS_KEY")},
+	"grpc-client-ca":      {envVar("FLOODGATE_GRPC_CLIENT_CA"), envVar("GRPC_CLIENT_TLS_CACERT")},
+	"max-message-bytes":   {envVar("FLOODGATE_MAX_MESSAGE_BYTES")},
+	"max-descriptors":     {envVar("FLOODGATE_MAX_DESCRIPTORS")},
+	"max-entries":         {envVar("FLOODGATE_MAX_ENTRIES")},
+	"max-key-bytes":       {envVar("FLOODGATE_MAX_KEY_BYTES")},
+	"max-value-bytes":     {envVar("FLOODGATE_MAX_VALUE_BYTES")},
+	"metric-value-series": {envVar("FLOODGATE_METRIC_VALUE_SERIES")},
+	"drain-delay":         {envVar("FLOODGATE_DRAIN_DELAY")},
+	"shutdown-timeout":    {envVar("FLOODGATE_SHUTDOWN_TIMEOUT")},
+	"log-level":           {envVar("FLOODGATE_LOG_LEVEL"), envVar("LOG_LEVEL")},
+	"log-format":          {envVar("FLOODGATE_LOG_FORMAT"), envVar("LOG_FORMAT")},
+	"shadow-mode":         {envVar("FLOODGATE_SHADOW_MODE"), envVar("SHADOW_MODE")},
+	"near-limit-ratio":    {envVar("FLOODGATE_NEAR_LIMIT_RATIO"), envVar("NEAR_LIMIT_RATIO")},
+	"failure-mode":        {envVar("FLOODGATE_FAILURE_MODE")},
+	"response-headers":    {envVar("FLOODGATE_RESPONSE_HEADERS"), headersEnabled},
+	"limit-header":        {envVar("FLOODGATE_LIMIT_HEADER"), envVar("LIMIT_LIMIT_HEADER")},
+	"remaining-header":    {envVar("FLOODGATE_REMAINING_HEADER"), envVar("LIMIT_REMAINING_HEADER")},
+	"reset-header":        {envVar("FLOODGATE_RESET_HEADER"), envVar("LIMIT_RESET_HEADER")},
+	"over-limit-body":     {envVar("FLOODGATE_OVER_LIMIT_BODY")},
 }
 
 // ignoredVars are reference-server variables floodgate does not implement;
@@ -180,8 +206,7 @@ var ignoredVars = []string{
 // refusedVars would change security or storage in ways floodgate cannot
 // honour; starting anyway would silently do something else.
 var refusedVars = map[string]func(string) bool{
-	"GRPC_SERVER_USE_TLS": isTrue,
-	"BACKEND_TYPE":        func(v string) bool { return v != "" && !strings.EqualFold(v, "redis") },
+	"BACKEND_TYPE": func(v string) bool { return v != "" && !strings.EqualFold(v, "redis") },
 }
 
 func isTrue(v string) bool { b, _ := strconv.ParseBool(v); return b }
@@ -213,7 +238,17 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	fs.IntVar(&c.denyCacheSize, "deny-cache-size", 0, "most denials the deny cache holds (0: 65536)")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /rlconfig, /metrics)")
-	fs.StringVar(&c.debugAddr, "debug-addr", ":6070", "debug listen address (/debug/pprof/, /rlconfig); empty disables it")
+	fs.StringVar(&c.debugAddr, "debug-addr", "127.0.0.1:6070", "debug listen address (/debug/pprof/, /rlconfig); loopback only unless set; empty disables it")
+	fs.BoolVar(&c.grpcTLS, "grpc-tls", false, "serve gRPC over TLS only (needs -grpc-tls-cert and -grpc-tls-key)")
+	fs.StringVar(&c.grpcTLSCert, "grpc-tls-cert", "", "PEM certificate chain of the gRPC listener; reloaded when the file changes")
+	fs.StringVar(&c.grpcTLSKey, "grpc-tls-key", "", "PEM private key of the gRPC listener; reloaded when the file changes")
+	fs.StringVar(&c.grpcClientCA, "grpc-client-ca", "", "PEM CA certificates: require gRPC clients to present a certificate they signed (mutual TLS)")
+	fs.IntVar(&c.maxMessageBytes, "max-message-bytes", server.DefaultMaxMessageBytes, "largest request message, over gRPC and /json")
+	fs.IntVar(&c.bounds.MaxDescriptors, "max-descriptors", envoy.DefaultMaxDescriptors, "most descriptors in a request")
+	fs.IntVar(&c.bounds.MaxEntries, "max-entries", envoy.DefaultMaxEntries, "most entries in a descriptor")
+	fs.IntVar(&c.bounds.MaxKeyBytes, "max-key-bytes", envoy.DefaultMaxKeyBytes, "longest entry key, and domain, in bytes")
+	fs.IntVar(&c.bounds.MaxValueBytes, "max-value-bytes", envoy.DefaultMaxValueBytes, "longest entry value, in bytes")
+	fs.IntVar(&c.metricValueSeries, "metric-value-series", envoy.DefaultMaxValueSeries, "most distinct value labels per detailed_metric or value_to_metric rule; the rest count under <rule>._other_")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "time to keep answering after health turns NOT_SERVING on SIGTERM")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "time in-flight requests get to finish on SIGTERM")
 	fs.Var((*levelValue)(&c.logLevel), "log-level", "log level: debug, info, warn or error")
@@ -295,6 +330,23 @@ func (c *config) validate() error {
 	}
 	if c.redisPoolSize < 0 || c.memoryMaxEntries < 0 || c.denyCacheSize < 0 {
 		return errors.New("-redis-pool-size, -memory-max-entries and -deny-cache-size must not be negative")
+	}
+	for _, b := range []struct {
+		name string
+		v    int
+	}{{"max-message-bytes", c.maxMessageBytes}, {"max-descriptors", c.bounds.MaxDescriptors}, {"max-entries", c.bounds.MaxEntries},
+		{"max-key-bytes", c.bounds.MaxKeyBytes}, {"max-value-bytes", c.bounds.MaxValueBytes}, {"metric-value-series", c.metricValueSeries}} {
+		if b.v < 1 {
+			return fmt.Errorf("-%s %d: must be at least 1", b.name, b.v)
+		}
+	}
+	switch {
+	case c.grpcTLS && (c.grpcTLSCert == "" || c.grpcTLSKey == ""):
+		return errors.New("-grpc-tls needs -grpc-tls-cert and -grpc-tls-key (GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY)")
+	case !c.grpcTLS && c.grpcClientCA != "":
+		return errors.New("-grpc-client-ca (GRPC_CLIENT_TLS_CACERT) needs -grpc-tls (GRPC_SERVER_USE_TLS=true)")
+	case !c.grpcTLS && (c.grpcTLSCert != "" || c.grpcTLSKey != ""):
+		c.notes = append(c.notes, "a gRPC TLS certificate or key is set but -grpc-tls (GRPC_SERVER_USE_TLS) is off: gRPC is served without TLS")
 	}
 	if c.explain && len(c.args) < 2 {
 		return errors.New("-explain needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice")

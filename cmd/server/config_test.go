@@ -28,7 +28,7 @@ func TestParseConfig(t *testing.T) {
 		check func(t *testing.T, c *config)
 	}{
 		{"defaults", nil, envOf(), func(t *testing.T, c *config) {
-			want := config{rulesPath: "config", redisType: "single", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: ":6070",
+			want := config{rulesPath: "config", redisType: "single", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: "127.0.0.1:6070",
 				logLevel: slog.LevelInfo, logFormat: "text", nearLimitRatio: 0.8, failureMode: rules.FailureAllow,
 				redisDeadline: envoy.DefaultStoreTimeout, shutdownTimeout: 15 * time.Second}
 			got := *c
@@ -124,6 +124,29 @@ func TestParseConfig(t *testing.T) {
 					t.Errorf("notes = %q", c.notes)
 				}
 			}},
+		{"the reference server's TLS variables", nil, envOf("GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "/tls/cert.pem",
+			"GRPC_SERVER_TLS_KEY", "/tls/key.pem", "GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"), func(t *testing.T, c *config) {
+			if !c.grpcTLS || c.grpcTLSCert != "/tls/cert.pem" || c.grpcTLSKey != "/tls/key.pem" || c.grpcClientCA != "/tls/ca.pem" {
+				t.Errorf("tls %v cert %q key %q ca %q", c.grpcTLS, c.grpcTLSCert, c.grpcTLSKey, c.grpcClientCA)
+			}
+		}},
+		{"a DEBUG_PORT alone stays on loopback", nil, envOf("DEBUG_PORT", "7070"), func(t *testing.T, c *config) {
+			if c.debugAddr != "127.0.0.1:7070" {
+				t.Errorf("debug addr %q", c.debugAddr)
+			}
+		}},
+		{"an empty DEBUG_HOST listens everywhere, as asked", nil, envOf("DEBUG_HOST", "", "DEBUG_PORT", "7070"), func(t *testing.T, c *config) {
+			if c.debugAddr != ":7070" {
+				t.Errorf("debug addr %q", c.debugAddr)
+			}
+		}},
+		{"request bounds", []string{"-max-entries", "8"}, envOf("FLOODGATE_MAX_DESCRIPTORS", "10", "FLOODGATE_MAX_KEY_BYTES", "64",
+			"FLOODGATE_MAX_VALUE_BYTES", "128", "FLOODGATE_MAX_MESSAGE_BYTES", "65536", "FLOODGATE_METRIC_VALUE_SERIES", "5"), func(t *testing.T, c *config) {
+			want := envoy.RequestBounds{MaxDescriptors: 10, MaxEntries: 8, MaxKeyBytes: 64, MaxValueBytes: 128}
+			if c.bounds != want || c.maxMessageBytes != 65536 || c.metricValueSeries != 5 {
+				t.Errorf("bounds %+v message %d series %d", c.bounds, c.maxMessageBytes, c.metricValueSeries)
+			}
+		}},
 		{"the deny cache is on by default", nil, envOf(), func(t *testing.T, c *config) {
 			if !c.denyCache || c.denyCacheSize != 0 {
 				t.Errorf("deny cache %v size %d", c.denyCache, c.denyCacheSize)
@@ -170,7 +193,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"a bad variable names itself and the flag", nil, envOf("REDIS_POOL_SIZE", "many"), `REDIS_POOL_SIZE="many" (for -redis-pool-size)`},
 		{"a bad boolean", nil, envOf("SHADOW_MODE", "maybe"), `SHADOW_MODE="maybe"`},
 		{"a bad header switch", nil, envOf("LIMIT_RESPONSE_HEADERS_ENABLED", "yes please"), "LIMIT_RESPONSE_HEADERS_ENABLED (want true or false)"},
-		{"TLS on the gRPC server is refused", nil, envOf("GRPC_SERVER_USE_TLS", "true"), "GRPC_SERVER_USE_TLS=true is not supported"},
+		{"gRPC TLS without a certificate", nil, envOf("GRPC_SERVER_USE_TLS", "true"), "-grpc-tls needs -grpc-tls-cert and -grpc-tls-key"},
+		{"a client CA without TLS", []string{"-grpc-client-ca", "ca.pem"}, envOf(), "-grpc-client-ca (GRPC_CLIENT_TLS_CACERT) needs -grpc-tls"},
+		{"a zero bound", nil, envOf("FLOODGATE_MAX_DESCRIPTORS", "0"), "-max-descriptors 0: must be at least 1"},
+		{"a negative message size", []string{"-max-message-bytes", "-1"}, envOf(), "-max-message-bytes -1: must be at least 1"},
 		{"memcache is refused", nil, envOf("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache is not supported"},
 		{"unknown redis type", []string{"-redis-type", "ring"}, envOf(), `-redis-type "ring"`},
 		{"unknown log format", nil, envOf("LOG_FORMAT", "xml"), `-log-format "xml"`},

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		go flushOnReload(ctx, watcher, cache)
 		limiter = cache
 	}
-	metrics, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: store})
+	metrics, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: store, MaxValueSeries: cfg.metricValueSeries})
 	if err == nil {
 		err = server.RegisterRuleMetrics(reg, watcher)
 	}
@@ -110,10 +111,19 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		OverLimitBody:  cfg.overLimitBody,
 		Logger:         logger,
 		Metrics:        metrics,
+		Bounds:         cfg.bounds,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)
 		return 2
+	}
+	var tlsConfig *tls.Config
+	if cfg.grpcTLS {
+		tlsConfig, err = server.NewTLSConfig(server.TLSFiles{CertFile: cfg.grpcTLSCert, KeyFile: cfg.grpcTLSKey, ClientCAFile: cfg.grpcClientCA}, logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate: %v\n", err)
+			return 2
+		}
 	}
 	srv, err := server.New(svc, watcher, reg, server.Options{
 		GRPCAddr:        cfg.grpcAddr,
@@ -122,6 +132,8 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		DrainDelay:      cfg.drainDelay,
 		ShutdownTimeout: cfg.shutdownTimeout,
 		Logger:          logger,
+		MaxMessageBytes: cfg.maxMessageBytes,
+		TLS:             tlsConfig,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)
