@@ -28,6 +28,9 @@ type Options struct {
 	// It bounds socket reads only if the client honours context deadlines,
 	// as clients from NewClient do (go-redis's ContextTimeoutEnabled).
 	Timeout time.Duration
+	// Breaker configures the circuit breaker that fails calls at once
+	// while Redis is down; the zero value enables it with its defaults.
+	Breaker BreakerOptions
 }
 
 // Limiter evaluates limits in Redis. It is safe for concurrent use.
@@ -35,6 +38,7 @@ type Limiter struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // non-nil when client is a Cluster client
 	opts    Options
+	breaker *breaker // nil when disabled
 	// now, set only by tests, replaces Redis TIME with an explicit instant
 	// so that boundaries can be reached exactly.
 	now func() time.Time
@@ -56,10 +60,23 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	l := &Limiter{client: client, opts: opts}
+	b, err := newBreaker(opts.Breaker)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{client: client, opts: opts, breaker: b}
 	l.cluster, _ = client.(*redis.ClusterClient)
 	return l, nil
 }
+
+// Healthy reports whether the circuit breaker is closed: calls go to Redis.
+// It is false while the breaker is open or probing (calls fail at once
+// with ErrCircuitOpen), for health checks and metrics.
+func (l *Limiter) Healthy() bool { return l.breaker.stateOf() == BreakerClosed }
+
+// BreakerState returns the circuit breaker's state; BreakerClosed when it
+// is disabled.
+func (l *Limiter) BreakerState() BreakerState { return l.breaker.stateOf() }
 
 // Evaluate decides hits together, with the same contract as
 // limit.Memory.Evaluate: decisions[i] answers hits[i] (len(decisions) must
@@ -69,7 +86,8 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 // limit.ErrNegativeCost (see limit.Hit.Validate), naming the hit's index,
 // and Redis is not called; a failure of Redis is an error wrapping ErrStore,
 // and then nothing was consumed, except on Cluster as the package
-// documentation describes.
+// documentation describes. While the circuit breaker is open (see
+// BreakerOptions) it returns at once an error wrapping ErrCircuitOpen.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
 	if len(decisions) != len(hits) {
 		return fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
@@ -82,16 +100,24 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 			return fmt.Errorf("redislimit: hit %d: %w", i, err)
 		}
 	}
+	ok, probe := l.breaker.admit()
+	if !ok {
+		return fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), ErrCircuitOpen)
+	}
 	var clock time.Time
 	if l.now != nil {
 		clock = l.now()
 	} else {
 		clock = time.Now()
 	}
+	var err error
 	if l.cluster != nil {
-		return l.evaluateCluster(ctx, clock, hits, decisions)
+		err = l.evaluateCluster(ctx, clock, hits, decisions)
+	} else {
+		err = l.run(ctx, clock, hits, decisions)
 	}
-	return l.run(ctx, clock, hits, decisions)
+	l.breaker.done(probe, outcomeOf(ctx, err))
+	return err
 }
 
 // request returns the script's KEYS and ARGV for hits; clock is the

@@ -302,6 +302,8 @@ func TestNewRejects(t *testing.T) {
 		{"brace in prefix", client, redislimit.Options{KeyPrefix: "rl_{x}"}, "'{' or '}'"},
 		{"closing brace in prefix", client, redislimit.Options{KeyPrefix: "}"}, "'{' or '}'"},
 		{"negative timeout", client, redislimit.Options{Timeout: -time.Second}, "negative timeout"},
+		{"negative backoff", client, redislimit.Options{Breaker: redislimit.BreakerOptions{MinBackoff: -time.Second}}, "negative breaker backoff"},
+		{"backoffs reversed", client, redislimit.Options{Breaker: redislimit.BreakerOptions{MinBackoff: time.Second, MaxBackoff: time.Millisecond}}, "below MinBackoff"},
 	}
 	for _, tc := range tests {
 		if _, err := redislimit.New(tc.client, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {

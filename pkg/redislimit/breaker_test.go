@@ -1,0 +1,114 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/redislimit"
+)
+
+// TestBreaker kills a real redis-server under a Limiter: the breaker opens
+// after exactly Failures failed calls, calls then fail at once with
+// ErrCircuitOpen without touching Redis, and once Redis is back a probe
+// closes the breaker and calls decide again.
+func TestBreaker(t *testing.T) {
+	n := startNode(t)
+	const failures = 3
+	l, err := redislimit.New(n.client, redislimit.Options{
+		KeyPrefix: "breaker:",
+		Timeout:   100 * time.Millisecond,
+		Breaker:   redislimit.BreakerOptions{Failures: failures, MinBackoff: 300 * time.Millisecond, MaxBackoff: 600 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Hour}, Cost: 1}
+	call := func() error {
+		return l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+	}
+	if err := call(); err != nil || !l.Healthy() {
+		t.Fatalf("Redis up: err %v, healthy %v", err, l.Healthy())
+	}
+
+	n.srv.Stop()
+	for i := 1; i <= failures; i++ {
+		err := call()
+		if !errors.Is(err, redislimit.ErrStore) || errors.Is(err, redislimit.ErrCircuitOpen) {
+			t.Fatalf("failed call %d: err = %v, want a store error, not the breaker's", i, err)
+		}
+		if open := !l.Healthy(); open != (i == failures) {
+			t.Fatalf("after %d failed calls: open %v (state %v)", i, open, l.BreakerState())
+		}
+	}
+	before := n.commands.Load()
+	start := time.Now()
+	const fast = 200
+	for i := range fast {
+		if err := call(); !errors.Is(err, redislimit.ErrCircuitOpen) || !errors.Is(err, redislimit.ErrStore) {
+			t.Fatalf("call %d with the breaker open: err = %v, want ErrCircuitOpen wrapping ErrStore", i, err)
+		}
+	}
+	took := time.Since(start)
+	// A probe may have gone out if the machine was slow enough for the
+	// backoff to pass.
+	if sent, probes := n.commands.Load()-before, int64(took/(300*time.Millisecond)); sent > probes {
+		t.Errorf("%d calls with the breaker open sent %d commands in %v", fast, sent, took)
+	}
+	if took > 100*time.Millisecond {
+		t.Errorf("%d calls with the breaker open took %v: want them to fail at once", fast, took)
+	}
+	t.Logf("%d calls with the breaker open: %v each", fast, took/fast)
+
+	// A failed probe keeps it open, for a doubled backoff.
+	time.Sleep(350 * time.Millisecond)
+	if err := call(); errors.Is(err, redislimit.ErrCircuitOpen) || !errors.Is(err, redislimit.ErrStore) {
+		t.Fatalf("probe: err = %v, want a store error from Redis itself", err)
+	}
+	if got := l.BreakerState(); got != redislimit.BreakerOpen {
+		t.Fatalf("after a failed probe: %v, want open", got)
+	}
+	time.Sleep(350 * time.Millisecond) // less than the doubled 600ms
+	if err := call(); !errors.Is(err, redislimit.ErrCircuitOpen) {
+		t.Fatalf("350ms into a 600ms backoff: err = %v, want ErrCircuitOpen", err)
+	}
+
+	n.srv.Restart()
+	deadline := time.Now().Add(3 * time.Second)
+	for call() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("3s after Redis came back the breaker is %v", l.BreakerState())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !l.Healthy() {
+		t.Fatalf("a call passed but the breaker is %v", l.BreakerState())
+	}
+	for i := range 5 {
+		if err := call(); err != nil {
+			t.Fatalf("call %d after recovery: %v", i, err)
+		}
+	}
+}
+
+// TestBreakerDisabled: with a negative Failures every call tries Redis.
+func TestBreakerDisabled(t *testing.T) {
+	n := startNode(t)
+	l, err := redislimit.New(n.client, redislimit.Options{Timeout: 50 * time.Millisecond, Breaker: redislimit.BreakerOptions{Failures: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.srv.Stop()
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Limit: 1, Window: time.Second}, Cost: 1}
+	for i := range 10 {
+		err := l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+		if !errors.Is(err, redislimit.ErrStore) || errors.Is(err, redislimit.ErrCircuitOpen) {
+			t.Fatalf("call %d: err = %v, want a store error, not the breaker's", i, err)
+		}
+	}
+	if !l.Healthy() {
+		t.Fatal("a disabled breaker reports unhealthy")
+	}
+}
