@@ -687,3 +687,33 @@ func TestPanicIsRecoveredAsInternal(t *testing.T) {
 		t.Errorf("after the panics: %v, %v", resp, err)
 	}
 }
+
+// Clients choose the values of detailed_metric descriptors; whatever they
+// send, a rule makes at most MaxValueSeries value series, then counts the
+// rest under "<rule>._other_", and every hit is still counted.
+func TestValueSeriesAreCapped(t *testing.T) {
+	const max, values = 50, 10_000
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg, MetricsOptions{MaxValueSeries: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, Options{Metrics: m})
+	h.reg = reg
+	for i := range values {
+		if _, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc("detailed", fmt.Sprintf("v%d", i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"floodgate_hits_total", "floodgate_within_limit_total"} {
+		if n := seriesCount(t, reg, name); n != max+1 {
+			t.Errorf("%s has %d series after %d distinct values, want %d", name, n, values, max+1)
+		}
+	}
+	if got := metricValue(t, reg, "floodgate_hits_total", nil); got != values {
+		t.Errorf("hits counted = %v, want %d", got, values)
+	}
+	if got := metricValue(t, reg, "floodgate_hits_total", map[string]string{"rule": "test.detailed._other_"}); got != values-max {
+		t.Errorf("hits under _other_ = %v, want %d", got, values-max)
+	}
+}

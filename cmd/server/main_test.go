@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func get(t *testing.T, method, url, body string) string {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// Redis passwords, in REDIS_AUTH or in the URL, appear in no log line (at
+// debug level, with Redis down so that failures are logged) and in no
+// page of the HTTP and debug listeners.
+func TestSecretsAreNeverShown(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rl.yaml"), []byte("domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{"urlsecret", "authsecret"}
+	env := envOf(
+		"REDIS_URL", "redis://admin:urlsecret@"+deadAddr(t)+"/0",
+		"REDIS_AUTH", "acluser:authsecret",
+		"LOG_LEVEL", "debug",
+		"FLOODGATE_CONFIG", dir,
+	)
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-debug-addr", "127.0.0.1:0", "-redis-deadline", "20ms"}, env, io.Discard, logs)
+	}()
+	serving := regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+) debug=(\S+)`)
+	var m []string
+	for deadline := time.Now().Add(10 * time.Second); m == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("the server did not start:\n%s", logs)
+		}
+		m = serving.FindStringSubmatch(logs.String())
+	}
+	var pages []string
+	for _, u := range []string{"http://" + m[2] + "/rlconfig", "http://" + m[3] + "/rlconfig", "http://" + m[2] + "/metrics", "http://" + m[2] + "/healthcheck"} {
+		pages = append(pages, get(t, "GET", u, ""))
+	}
+	// A decision while Redis is down logs the store failure.
+	get(t, "POST", "http://"+m[2]+"/json", `{"domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "store failed") || !strings.Contains(out, "admin:***@") && !strings.Contains(out, "***@") {
+		t.Errorf("the logs do not show the failure and the redacted address, so the test proves little:\n%s", out)
+	}
+	for _, s := range secrets {
+		if strings.Contains(out, s) {
+			t.Errorf("the logs contain %q:\n%s", s, out)
+		}
+		for i, p := range pages {
+			if strings.Contains(p, s) {
+				t.Errorf("page %d contains %q", i, s)
+			}
+		}
+	}
+}
