@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		return 1
 	}
 
-	limiter, store, closeStore, err := newLimiter(ctx, cfg, logger)
+	limiter, store, storeHealth, closeStore, err := newLimiter(ctx, cfg, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)
 		return 2
@@ -87,6 +87,9 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if storeHealth != nil {
+		registerStoreHealthMetrics(reg, storeHealth)
+	}
 	if store == "redis" && cfg.denyCache {
 		cache := denycache.New(limiter, denycache.Options{MaxEntries: cfg.denyCacheSize})
 		registerDenyCacheMetrics(reg, cache)
@@ -134,6 +137,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		Logger:          logger,
 		MaxMessageBytes: cfg.maxMessageBytes,
 		TLS:             tlsConfig,
+		Store:           storeHealth,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)
@@ -156,11 +160,12 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 }
 
 // newLimiter returns the store: Redis when configured, else the in-memory
-// twin, with the name used in metrics and a function releasing it.
-func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Limiter, string, func(), error) {
+// twin, with the name used in metrics, its health (nil for memory, always
+// there) and a function releasing it.
+func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Limiter, string, func() server.StoreHealth, func(), error) {
 	if cfg.redisURL == "" {
 		logger.Warn("no Redis configured (-redis, REDIS_URL): counters are kept in this process's memory, not shared with other instances and lost on restart")
-		return limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries}), "memory", func() {}, nil
+		return limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries}), "memory", nil, func() {}, nil
 	}
 	// go-redis logs each failed dial; floodgate already reports store
 	// failures once a second with a count, so its lines go to debug.
@@ -177,17 +182,34 @@ func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Li
 		DialTimeout:    cfg.redisDialTimeout,
 	})
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("redis: %w", err)
+		return nil, "", nil, nil, fmt.Errorf("redis: %w", err)
 	}
 	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline})
 	if err != nil {
 		client.Close()
-		return nil, "", nil, fmt.Errorf("redis: %w", err)
+		return nil, "", nil, nil, fmt.Errorf("redis: %w", err)
 	}
 	logger.Info("counters are kept in Redis", "type", cfg.redisType, "addr", redactedAddr(cfg.redisURL), "deadline", cfg.redisDeadline,
 		"script_sha", redislimit.ScriptSHA())
 	pingRedis(ctx, client, logger)
-	return lim, "redis", func() { client.Close() }, nil
+	health := func() server.StoreHealth {
+		st := lim.BreakerState()
+		return server.StoreHealth{Name: "redis", Healthy: st == redislimit.BreakerClosed, Detail: "breaker " + st.String()}
+	}
+	return lim, "redis", health, func() { client.Close() }, nil
+}
+
+// registerStoreHealthMetrics exposes the store's health: 1 while calls
+// reach it, 0 while its circuit breaker fails them at once.
+func registerStoreHealthMetrics(reg prometheus.Registerer, health func() server.StoreHealth) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "store_healthy",
+		Help: "1 while calls reach the limit store, 0 while its circuit breaker is open or probing (answers then come from the failure policy)."},
+		func() float64 {
+			if health().Healthy {
+				return 1
+			}
+			return 0
+		}))
 }
 
 // flushOnReload flushes the deny cache each time the rules change, until

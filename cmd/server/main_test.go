@@ -93,6 +93,9 @@ func TestSecretsAreNeverShown(t *testing.T) {
 	for _, u := range []string{"http://" + m[2] + "/rlconfig", "http://" + m[3] + "/rlconfig", "http://" + m[2] + "/metrics", "http://" + m[2] + "/healthcheck"} {
 		pages = append(pages, get(t, "GET", u, ""))
 	}
+	if !strings.Contains(pages[0], "store: redis") {
+		t.Errorf("/rlconfig does not describe the store:\n%s", pages[0])
+	}
 	// A decision while Redis is down logs the store failure.
 	get(t, "POST", "http://"+m[2]+"/json", `{"domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`)
 	cancel()

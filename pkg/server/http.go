@@ -117,6 +117,14 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 	} else {
 		b.WriteString("last_error: none\n")
 	}
+	if s.opts.Store != nil {
+		h := s.opts.Store()
+		state := "unhealthy"
+		if h.Healthy {
+			state = "healthy"
+		}
+		fmt.Fprintf(&b, "store: %s %s (%s)\n", h.Name, state, h.Detail)
+	}
 	for _, wn := range set.Warnings() {
 		fmt.Fprintf(&b, "warning: %s\n", wn)
 	}

@@ -72,6 +72,23 @@ type Options struct {
 	// TLS, when not nil, makes the gRPC listener speak TLS only (see
 	// NewTLSConfig). The HTTP and debug listeners stay plain.
 	TLS *tls.Config
+	// Store, when not nil, describes the limit store's health for
+	// /rlconfig ("redis: healthy (breaker closed)"). It never changes
+	// /healthcheck or gRPC health: they say whether this process can
+	// answer, which it does during a store outage (by the failure policy),
+	// and failing them would make Kubernetes restart or unroute every
+	// replica at once.
+	Store func() StoreHealth
+}
+
+// StoreHealth is the state of the limit store, for humans.
+type StoreHealth struct {
+	// Name is the store, e.g. "redis".
+	Name string
+	// Healthy reports whether calls reach the store.
+	Healthy bool
+	// Detail says more, e.g. "breaker closed".
+	Detail string
 }
 
 // DefaultMaxMessageBytes is Options.MaxMessageBytes when it is zero. RLS

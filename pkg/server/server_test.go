@@ -182,3 +182,27 @@ func writeTemp(t *testing.T) string {
 	}
 	return p
 }
+
+// An unhealthy store shows on /rlconfig but leaves /healthcheck and gRPC
+// health SERVING: the server still answers, by the failure policy.
+func TestStoreHealthIsReportedNotEnforced(t *testing.T) {
+	s, _ := running(t, Options{Store: func() StoreHealth {
+		return StoreHealth{Name: "redis", Healthy: false, Detail: "breaker open"}
+	}})
+	base := "http://" + s.Addrs().HTTP.String()
+	if code, body := do(t, "GET", base+"/rlconfig", ""); code != 200 || !strings.Contains(body, "store: redis unhealthy (breaker open)") {
+		t.Errorf("/rlconfig: %d %q", code, body)
+	}
+	if code, body := do(t, "GET", base+"/healthcheck", ""); code != 200 || body != "OK" {
+		t.Errorf("/healthcheck: %d %q, want 200 OK", code, body)
+	}
+	conn, err := grpc.NewClient(s.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health: %v %v", resp, err)
+	}
+}
