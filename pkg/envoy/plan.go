@@ -292,28 +292,6 @@ func (sc *scratch) consumedNothing(hits []limit.Hit, decisions []limit.Decision)
 	return false
 }
 
-// unconsume corrects the Remaining of allowed hits (those at indices, or
-// all when indices is nil) of a call that consumed nothing: a Decision
-// counts its own hit as taken, but the request was rejected, so its cost is
-// still available.
-func (sc *scratch) unconsume(indices []int) {
-	fix := func(i int) {
-		h, d := &sc.hits[i], &sc.decisions[i]
-		if d.Allowed && h.Cost > 0 && !h.Refund {
-			d.Remaining = min(d.Remaining+h.Cost, h.Spec.Capacity())
-		}
-	}
-	if indices == nil {
-		for i := range sc.hits {
-			fix(i)
-		}
-		return
-	}
-	for _, i := range indices {
-		fix(i)
-	}
-}
-
 // applyFailure turns every evaluated limit into its failure policy's
 // answer: a denial for FailureDeny, nothing known (no current_limit) for
 // the others. It reports whether a limit asks for FailureUnavailable.

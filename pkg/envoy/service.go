@@ -181,16 +181,13 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 		return s.failed(ctx, sc, req, err)
 	}
 	v := sc.judge(s.opts.NearLimitRatio)
-	if sc.consumedNothing(sc.hits, sc.decisions) {
-		if v.over {
-			sc.unconsume(nil)
-		} else if err := s.recharge(storeCtx, sc); err != nil {
-			// The request passes although a quota limit denied its hit
-			// (another quota of the request is not over), so the Limiter
-			// consumed nothing; recharge tried to charge the admitted
-			// request and could not.
+	if !v.over && sc.consumedNothing(sc.hits, sc.decisions) {
+		// The request passes although a quota limit denied its hit
+		// (another quota of the request is not over), so the Limiter
+		// consumed nothing: charge it now. If that fails, the request
+		// still passes, uncharged, as under the failure policy.
+		if err := s.recharge(storeCtx, sc); err != nil {
 			s.failures.record(err)
-			sc.unconsume(nil)
 		}
 		v = sc.judge(s.opts.NearLimitRatio)
 	}
@@ -225,14 +222,11 @@ func (s *Service) recharge(ctx context.Context, sc *scratch) error {
 	if err := s.evaluate(ctx, sc.hits2, sc.decisions2); err != nil {
 		return err
 	}
+	// If another request took the budget in between, this one is now
+	// rejected by the limits it was charged to and consumed nothing; the
+	// decisions say so.
 	for j, i := range sc.index2 {
 		sc.decisions[i] = sc.decisions2[j]
-	}
-	if sc.consumedNothing(sc.hits2, sc.decisions2) {
-		// Another request took the budget in between: this one is now
-		// rejected by the limits it was charged to, and again consumed
-		// nothing.
-		sc.unconsume(sc.index2)
 	}
 	return nil
 }
