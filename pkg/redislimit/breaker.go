@@ -34,8 +34,9 @@ const (
 // The zero value enables it with the defaults.
 //
 // Failures are errors of Redis or of the connection to it, timeouts
-// included; a call whose own context ended first, and an error the script
-// reports about its input, are not. On Cluster the breaker counts requests,
+// included, also when the deadline is the caller's context's; a call whose
+// context was canceled, and an error the script reports about its input,
+// are not. On Cluster the breaker counts requests,
 // whatever nodes they touch.
 type BreakerOptions struct {
 	// Failures is the number of consecutive failed calls that open the
@@ -190,7 +191,10 @@ func outcomeOf(ctx context.Context, err error) int {
 	switch {
 	case err == nil:
 		return callOK
-	case ctx.Err() != nil:
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The caller went away. A caller's deadline, by contrast, is
+		// often the store deadline itself (the gRPC layer sets one per
+		// request): Redis missing it is a failure.
 		return callUnknown
 	case scriptError(err):
 		// Redis answered; the request was at fault.

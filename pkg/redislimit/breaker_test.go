@@ -112,3 +112,42 @@ func TestBreakerDisabled(t *testing.T) {
 		t.Fatal("a disabled breaker reports unhealthy")
 	}
 }
+
+// TestBreakerCallerDeadline: a Redis that misses the caller's own deadline
+// (the gRPC layer passes the store deadline in the context) counts as a
+// failure; a canceled caller does not.
+func TestBreakerCallerDeadline(t *testing.T) {
+	n := startNode(t)
+	l, err := redislimit.New(n.client, redislimit.Options{Timeout: time.Second, Breaker: redislimit.BreakerOptions{Failures: 2, MinBackoff: time.Minute, MaxBackoff: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Limit: 1000, Window: time.Hour}, Cost: 1}
+	stop := make(chan struct{})
+	go func() { // keep Redis busy: every call misses its deadline
+		defer close(stop)
+		_, _ = n.srv.Do("EVAL", "local t = redis.call('TIME')[1] + 2 while tonumber(redis.call('TIME')[1]) < t do end return 1", "0")
+	}()
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		_ = l.Evaluate(canceled, []limit.Hit{hit}, make([]limit.Decision, 1))
+	}
+	if !l.Healthy() {
+		t.Fatal("canceled calls opened the breaker")
+	}
+	for i := 0; l.Healthy(); i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		err := l.Evaluate(ctx, []limit.Hit{hit}, make([]limit.Decision, 1))
+		cancel()
+		if err == nil {
+			// The busy script has not started yet.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if i > 20 {
+			t.Fatalf("breaker still closed after %d calls missing their deadline (last err %v)", i, err)
+		}
+	}
+	<-stop
+}
