@@ -114,7 +114,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 				r.Freeze()
 				return r.Thaw
 			},
-			failFast: false,
+			failFast: true,
 		},
 		{
 			name: "client pause",
@@ -174,6 +174,9 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			heal := tc.inject(t, r)
 			waitUntil(injected.Add(faultFor / 2))
 			checkServing(t, p, "during the outage")
+			if tc.failFast {
+				checkStoreHealth(t, p, false, "during the outage")
+			}
 			waitUntil(injected.Add(faultFor))
 			healing := time.Now()
 			heal()
@@ -275,6 +278,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 				t.Errorf("store errors = %v, want %d (one per failure answer)", got, total)
 			}
 			checkServing(t, p, "after the outage")
+			checkStoreHealth(t, p, true, "after the outage")
 			checkNoCrash(t, p)
 		})
 	}
@@ -320,6 +324,23 @@ func checkServing(t *testing.T, p *proc, when string) {
 	resp, err := healthpb.NewHealthClient(p.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
 	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("gRPC health %s: %v %v", when, resp, err)
+	}
+}
+
+// checkStoreHealth asserts what the process says of its store: the
+// floodgate_store_healthy gauge (0 while the circuit breaker fails calls at
+// once) and the store line of /rlconfig.
+func checkStoreHealth(t *testing.T, p *proc, healthy bool, when string) {
+	t.Helper()
+	want, line := 0.0, "store: redis unhealthy"
+	if healthy {
+		want, line = 1, "store: redis healthy"
+	}
+	if got := p.metric("floodgate_store_healthy"); got != want {
+		t.Errorf("floodgate_store_healthy %s = %v, want %v", when, got, want)
+	}
+	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, line) {
+		t.Errorf("/rlconfig %s lacks %q:\n%s", when, line, body)
 	}
 }
 
