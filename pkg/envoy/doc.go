@@ -2,14 +2,16 @@
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit).
 //
 // It owns the request path, and only that: Service.ShouldRateLimit
-// validates a request, asks the current rules.Set which limits each
-// descriptor matches (Set.Match), drops the limits another matched limit
-// replaces, turns the rest into one []limit.Hit for the whole request, asks
-// the Limiter once (all or nothing: a rejected request consumes nothing),
-// applies shadow mode, quota mode and the failure policy, and builds the
-// response: one status per descriptor, the overall code, and the optional
-// response headers and body. It also owns the counter keys of limits that
-// Envoy overrides per request (key.go) and the request-path metrics.
+// validates a request against its bounds (bounds.go), asks the current
+// rules.Set which limits each descriptor matches (Set.Match), drops the
+// limits another matched limit replaces, turns the rest into one
+// []limit.Hit for the whole request (shadow-mode limits as advisory hits,
+// with counter keys from package rules), asks the Limiter once (all or
+// nothing: a rejected request consumes nothing), applies quota mode and
+// the failure policy, and builds the response: one status per descriptor,
+// the overall code, and the optional response headers and body. It also
+// owns the request-path metrics, whose series stay bounded whatever values
+// clients send.
 //
 // It imports rules (which limits apply) and limit (the Hit and Decision
 // types), never a store: the Limiter is an interface satisfied by

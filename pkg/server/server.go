@@ -1,9 +1,12 @@
 // Package server runs floodgate's listeners around a rate-limit service:
-// the gRPC server Envoy calls (with grpc.health.v1 and server reflection),
+// the gRPC server Envoy calls (with grpc.health.v1 and server reflection,
+// optionally TLS or mutual TLS with certificates reloaded from their files),
 // the HTTP server (/healthcheck, /json, /rlconfig, /metrics) and the debug
 // server (/debug/pprof/, /rlconfig). It owns their lifecycle: health goes
 // SERVING once every listener is open and NOT_SERVING when shutdown begins,
-// after which in-flight requests finish before Run returns.
+// after which in-flight requests finish before Run returns. It also owns
+// what happens to a request before the service sees it: the message size
+// bound, and InvalidArgument for strings that are not UTF-8 (codec.go).
 //
 // It decides nothing about rate limits: it serves any
 // RateLimitServiceServer (package envoy's Service) and reads the rules only
