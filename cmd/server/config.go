@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
@@ -34,6 +35,7 @@ type config struct {
 	memoryMaxEntries                         int
 	denyCache                                bool
 	denyCacheSize                            int
+	denyCacheMaxAge                          time.Duration
 
 	grpcAddr, httpAddr, debugAddr string
 	grpcTLS                       bool
@@ -168,6 +170,7 @@ var flagEnv = map[string][]envSource{
 	"memory-max-entries":  {envVar("FLOODGATE_MEMORY_MAX_ENTRIES")},
 	"deny-cache":          {envVar("FLOODGATE_DENY_CACHE")},
 	"deny-cache-size":     {envVar("FLOODGATE_DENY_CACHE_SIZE")},
+	"deny-cache-max-age":  {envVar("FLOODGATE_DENY_CACHE_MAX_AGE")},
 	"grpc-addr":           {envVar("FLOODGATE_GRPC_ADDR"), hostPort("GRPC_HOST", "GRPC_PORT", "8081")},
 	"http-addr":           {envVar("FLOODGATE_HTTP_ADDR"), hostPort("HOST", "PORT", "8080")},
 	"debug-addr":          {envVar("FLOODGATE_DEBUG_ADDR"), hostPortOn("DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070")},
@@ -236,6 +239,7 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	fs.IntVar(&c.memoryMaxEntries, "memory-max-entries", 0, "most counters kept without Redis (0: 1<<20)")
 	fs.BoolVar(&c.denyCache, "deny-cache", true, "with Redis, answer requests a counter is known to deny (until the retry-after Redis returned) without calling Redis")
 	fs.IntVar(&c.denyCacheSize, "deny-cache-size", 0, "most denials the deny cache holds (0: 65536)")
+	fs.DurationVar(&c.denyCacheMaxAge, "deny-cache-max-age", denycache.DefaultMaxAge, "longest a denial is reused (bounds stale denials after Redis lost its data or another instance refunded)")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /rlconfig, /metrics)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "127.0.0.1:6070", "debug listen address (/debug/pprof/, /rlconfig); loopback only unless set; empty disables it")
@@ -330,6 +334,9 @@ func (c *config) validate() error {
 	}
 	if c.redisPoolSize < 0 || c.memoryMaxEntries < 0 || c.denyCacheSize < 0 {
 		return errors.New("-redis-pool-size, -memory-max-entries and -deny-cache-size must not be negative")
+	}
+	if c.denyCacheMaxAge <= 0 {
+		return fmt.Errorf("-deny-cache-max-age %v: must be positive", c.denyCacheMaxAge)
 	}
 	for _, b := range []struct {
 		name string

@@ -148,12 +148,12 @@ func TestParseConfig(t *testing.T) {
 			}
 		}},
 		{"the deny cache is on by default", nil, envOf(), func(t *testing.T, c *config) {
-			if !c.denyCache || c.denyCacheSize != 0 {
+			if !c.denyCache || c.denyCacheSize != 0 || c.denyCacheMaxAge != time.Second {
 				t.Errorf("deny cache %v size %d", c.denyCache, c.denyCacheSize)
 			}
 		}},
-		{"the deny cache from the environment", nil, envOf("FLOODGATE_DENY_CACHE", "false", "FLOODGATE_DENY_CACHE_SIZE", "1000"), func(t *testing.T, c *config) {
-			if c.denyCache || c.denyCacheSize != 1000 {
+		{"the deny cache from the environment", nil, envOf("FLOODGATE_DENY_CACHE", "false", "FLOODGATE_DENY_CACHE_SIZE", "1000", "FLOODGATE_DENY_CACHE_MAX_AGE", "250ms"), func(t *testing.T, c *config) {
+			if c.denyCache || c.denyCacheSize != 1000 || c.denyCacheMaxAge != 250*time.Millisecond {
 				t.Errorf("deny cache %v size %d", c.denyCache, c.denyCacheSize)
 			}
 		}},

@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		registerStoreHealthMetrics(reg, storeHealth)
 	}
 	if store == "redis" && cfg.denyCache {
-		cache := denycache.New(limiter, denycache.Options{MaxEntries: cfg.denyCacheSize})
+		cache := denycache.New(limiter, denycache.Options{MaxEntries: cfg.denyCacheSize, MaxAge: cfg.denyCacheMaxAge})
 		registerDenyCacheMetrics(reg, cache)
 		go flushOnReload(ctx, watcher, cache)
 		limiter = cache

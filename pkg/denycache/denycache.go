@@ -19,9 +19,12 @@
 // are a refund (is_negative_hits) and a change of the limit: a refund
 // through this Cache drops the key's entry, and a Spec that differs from
 // the cached one (a reload that raised the limit) never matches; the
-// server also flushes the Cache on every reload. A refund sent to another
-// server instance is not seen here: this instance may keep denying until T
-// although the store would admit, never the reverse.
+// server also flushes the Cache on every reload. What this instance cannot
+// see, a refund sent to another instance or a store that lost its data (a
+// Redis restarted empty), makes it deny although the store would admit,
+// never the reverse; Options.MaxAge bounds how long: a denial is used for
+// at most MaxAge after the store returned it, even when its T is a day
+// away.
 //
 // The instant t0 is read before the store is called, so the cached T is
 // never later than the store's own.
@@ -49,6 +52,11 @@ type Limiter interface {
 // DefaultMaxEntries is Options.MaxEntries when it is zero.
 const DefaultMaxEntries = 1 << 16
 
+// DefaultMaxAge is Options.MaxAge when it is zero: under a flood, one
+// store call per second per denied key, and at most a second of stale
+// denials after the store lost its data.
+const DefaultMaxAge = time.Second
+
 // maxShards is the number of independently locked parts of a Cache (fewer
 // when MaxEntries is smaller, so that the bound is exact).
 const maxShards = 64
@@ -60,6 +68,10 @@ type Options struct {
 	// is full, expired denials go first, then arbitrary ones: forgetting
 	// a denial only sends the next call to the store.
 	MaxEntries int
+	// MaxAge bounds how long a denial is used after the store returned
+	// it (it is never used past its RetryAfter either); 0 means
+	// DefaultMaxAge.
+	MaxAge time.Duration
 	// Now is the clock; nil means time.Now. Tests inject a fake one.
 	Now func() time.Time
 }
@@ -71,6 +83,7 @@ type Options struct {
 type Cache struct {
 	inner  Limiter
 	now    func() time.Time
+	maxAge int64 // ns
 	seed   maphash.Seed
 	gen    atomic.Uint64 // bumped by Flush; denials learnt before it are dropped
 	shards []shard       // a power of two of them, at most maxShards
@@ -95,15 +108,19 @@ type shardState struct {
 type denial struct {
 	spec    limit.Spec
 	cost    int64
-	until   int64 // ns since the Unix epoch; the denial holds while now < until
+	until   int64 // ns since the Unix epoch: the denied Decision's RetryAfter, made absolute
 	resetAt int64 // ns since the Unix epoch: the denied Decision's ResetAfter, made absolute
+	expires int64 // ns since the Unix epoch; the denial is used while now < expires (<= until)
 }
 
 // New returns a Cache in front of inner.
 func New(inner Limiter, opts Options) *Cache {
-	c := &Cache{inner: inner, now: opts.Now, seed: maphash.MakeSeed()}
+	c := &Cache{inner: inner, now: opts.Now, seed: maphash.MakeSeed(), maxAge: int64(opts.MaxAge)}
 	if c.now == nil {
 		c.now = time.Now
+	}
+	if c.maxAge <= 0 {
+		c.maxAge = int64(DefaultMaxAge)
 	}
 	maxEntries := opts.MaxEntries
 	if maxEntries <= 0 {
@@ -197,7 +214,7 @@ func (c *Cache) denied(now int64, h *limit.Hit, out *denial) bool {
 	s.mu.Lock()
 	d, ok := s.entries[h.Key]
 	s.mu.Unlock()
-	if !ok || now >= d.until || h.Cost < d.cost || d.spec != h.Spec {
+	if !ok || now >= d.expires || h.Cost < d.cost || d.spec != h.Spec {
 		return false
 	}
 	if out != nil {
@@ -221,11 +238,13 @@ func (c *Cache) learn(gen uint64, now int64, hits []limit.Hit, decisions []limit
 		case !d.Allowed && h.Cost > 0 && !d.Never && d.RetryAfter > 0 && once(hits, i):
 			// A key hit twice in one call: the later hit's denial counts
 			// the earlier one's consumption, which the call did not keep.
+			until := now + int64(d.RetryAfter)
 			s.store(c, gen, now, h.Key, denial{
 				spec:    h.Spec,
 				cost:    h.Cost,
-				until:   now + int64(d.RetryAfter),
+				until:   until,
 				resetAt: now + int64(d.ResetAfter),
+				expires: min(until, now+c.maxAge),
 			})
 		}
 	}
@@ -245,7 +264,7 @@ func (s *shard) store(c *Cache, gen uint64, now int64, key string, d denial) {
 		if now-s.lastSweep >= sweepInterval {
 			s.lastSweep = now
 			for k, e := range s.entries {
-				if now >= e.until {
+				if now >= e.expires {
 					delete(s.entries, k)
 				}
 			}

@@ -370,3 +370,23 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("stats %+v: want calls both answered and evaluated", st)
 	}
 }
+
+// A denial far from its RetryAfter (a daily limit) is used for MaxAge at
+// most, so a store that lost its data is asked again soon; meanwhile
+// answers carry the real RetryAfter.
+func TestMaxAge(t *testing.T) {
+	c, inner, clk := newCache(t, Options{MaxAge: 2 * time.Second})
+	daily := limit.Hit{Key: "k", Spec: limit.Spec{Limit: 1, Window: 24 * time.Hour}, Cost: 1}
+	eval(t, c, daily)
+	eval(t, c, daily)
+	calls := inner.calls.Load()
+	clk.t = clk.t.Add(2*time.Second - time.Microsecond)
+	if d := eval(t, c, daily); inner.calls.Load() != calls || d[0].Allowed || d[0].RetryAfter != 24*time.Hour-2*time.Second+time.Microsecond {
+		t.Errorf("within MaxAge: %+v, store called %v; want a cached denial with the real RetryAfter", d[0], inner.calls.Load() != calls)
+	}
+	clk.t = clk.t.Add(time.Microsecond)
+	eval(t, c, daily)
+	if inner.calls.Load() != calls+1 {
+		t.Error("past MaxAge the store was not asked")
+	}
+}
