@@ -161,14 +161,16 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 
 // grpcOptions tune the gRPC server for many small unary calls on a few
 // long-lived connections (Envoy's): a fixed set of workers runs the
-// streams instead of a new goroutine per call, and connections share write
-// buffers instead of each holding its own. They also bound messages, set
-// TLS, and make a request with invalid UTF-8 InvalidArgument.
+// streams instead of a new goroutine per call (when all are busy, gRPC
+// still starts one, so no call waits for a worker). Write buffers stay per
+// connection: with few connections they cost little memory, and sharing
+// them would take and return a buffer at every flush. The options also
+// bound messages, set TLS, and make a request with invalid UTF-8
+// InvalidArgument.
 func (s *Server) grpcOptions() []grpc.ServerOption {
 	codec := newRequestCodec()
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.SharedWriteBuffer(true),
 		grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes),
 		grpc.ForceServerCodecV2(codec),
 		grpc.UnaryInterceptor(codec.intercept),
