@@ -25,8 +25,10 @@ const (
 	// errorsStopBound is how long after the new master is in place (the
 	// Sentinels agree on it, or every Cluster node reports the cluster ok)
 	// errors may go on: clients learn of the change by a notification or
-	// by a failed call and a topology reload.
-	errorsStopBound = 3 * time.Second
+	// by a failed call and a topology reload, and the circuit breaker,
+	// opened by the failover, lets a probe through within its longest
+	// backoff (2 s).
+	errorsStopBound = recoveryBound
 )
 
 // failoverRequest spreads requests over 64 counters, which a Cluster puts
