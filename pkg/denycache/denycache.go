@@ -142,20 +142,20 @@ func (c *Cache) shardOf(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)&uint64(len(c.shards)-1)]
 }
 
-// Evaluate decides hits with the contract of the wrapped Limiter. When a
-// hit of cost > 0 that is neither a refund nor advisory has a cached
-// denial for its Key and Spec at a cost no greater than its own, the call
-// is answered without the wrapped Limiter: that hit, and any other with a
-// cached denial, gets Allowed false, Remaining 0, RetryAfter the time left
-// until the cached instant and ResetAfter the cached one minus the time
-// elapsed; every other hit gets what a rejected call can say without
-// knowing its counter: Allowed true (it was not the reason for the
-// rejection), Remaining 0 and ResetAfter 0. A hit costing more than its
-// limit's capacity gets Never and RetryAfter 0, as from the store. Nothing
-// is consumed, as the wrapped Limiter would consume nothing.
+// Evaluate decides hits with the contract of the wrapped Limiter. When
+// every hit of the call has a cached denial for its Key and Spec at a cost
+// no greater than its own, and one of them is neither a refund nor
+// advisory, the wrapped Limiter would reject the call: it is answered
+// without it, each hit with Allowed false, Remaining 0, RetryAfter the time
+// left until the instant the store gave, and ResetAfter the store's minus
+// the time elapsed (a hit costing more than its limit's capacity gets Never
+// and RetryAfter 0, as from the store), and nothing is consumed, as the
+// wrapped Limiter would consume nothing. A call with any other hit (a look
+// of cost 0, a refund, a key without a denial) goes to the wrapped Limiter,
+// so that every answer's other statuses are the store's.
 //
-// Otherwise the wrapped Limiter decides; its denials are remembered, and a
-// refund, or an allowed hit, drops its key's cached denial.
+// The wrapped Limiter's denials are remembered; a refund, or an allowed
+// hit, drops its key's cached denial.
 func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
 	now := c.now().UnixNano()
 	if c.answer(now, hits, decisions) {
@@ -171,8 +171,8 @@ func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 	return nil
 }
 
-// answer fills decisions and reports true when a cached denial rejects the
-// call.
+// answer fills decisions and reports true when the cache knows every hit
+// of the call, and a cached denial rejects it.
 func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) bool {
 	if len(decisions) != len(hits) {
 		return false // the wrapped Limiter says what is wrong
@@ -180,31 +180,24 @@ func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) 
 	blocked := false
 	for i := range hits {
 		h := &hits[i]
-		if h.Refund {
-			return false // a refund must reach the store
+		var d denial
+		if h.Refund || h.Cost == 0 || !c.denied(now, h, &d) {
+			// A refund must reach the store; a look, or a hit the cache
+			// knows nothing of, gets its real state from it.
+			return false
 		}
-		if h.Cost > 0 && !h.Advisory && c.denied(now, h, nil) {
+		decisions[i] = limit.Decision{
+			RetryAfter: time.Duration(d.until - now),
+			ResetAfter: time.Duration(max(d.resetAt-now, d.until-now)),
+		}
+		if h.Cost > d.spec.Capacity() {
+			decisions[i].Never, decisions[i].RetryAfter = true, 0
+		}
+		if !h.Advisory {
 			blocked = true
 		}
 	}
-	if !blocked {
-		return false
-	}
-	for i := range hits {
-		var d denial
-		if hits[i].Cost > 0 && c.denied(now, &hits[i], &d) {
-			decisions[i] = limit.Decision{
-				RetryAfter: time.Duration(d.until - now),
-				ResetAfter: time.Duration(max(d.resetAt-now, d.until-now)),
-			}
-			if hits[i].Cost > d.spec.Capacity() {
-				decisions[i].Never, decisions[i].RetryAfter = true, 0
-			}
-			continue
-		}
-		decisions[i] = limit.Decision{Allowed: true}
-	}
-	return true
+	return blocked
 }
 
 // denied reports whether h has a cached denial still in force, and copies

@@ -181,28 +181,47 @@ func TestExpiresAtRetryAfterExactly(t *testing.T) {
 	}
 }
 
-func TestOtherHitsOfAnAnsweredCall(t *testing.T) {
+func TestOnlyCallsKnownWholeAreAnswered(t *testing.T) {
 	c, inner, clk := newCache(t, Options{})
-	blocked := limit.Hit{Key: "blocked", Spec: perSecond, Cost: 1}
-	eval(t, c, blocked)
+	a := limit.Hit{Key: "a", Spec: perSecond, Cost: 1}
+	b := limit.Hit{Key: "b", Spec: perSecond, Cost: 1}
+	shadow := limit.Hit{Key: "s", Spec: perSecond, Cost: 1, Advisory: true}
+	eval(t, c, a, b, shadow)
 	clk.t = clk.t.Add(100 * time.Millisecond)
-	eval(t, c, blocked) // learnt
-	calls := inner.calls.Load()
+	eval(t, c, a) // learnt
+	eval(t, c, b)
+	eval(t, c, shadow)
+	denied := limit.Decision{RetryAfter: 900 * time.Millisecond, ResetAfter: 900 * time.Millisecond}
 	other := limit.Hit{Key: "other", Spec: perSecond, Cost: 1}
-	look := limit.Hit{Key: "blocked", Spec: perSecond, Cost: 0}
-	d := eval(t, c, other, blocked, look)
-	if inner.calls.Load() != calls {
-		t.Fatal("the store was called for a call with a cached denial")
+	look := limit.Hit{Key: "a", Spec: perSecond, Cost: 0}
+	tests := []struct {
+		name     string
+		hits     []limit.Hit
+		answered bool
+	}{
+		{"every hit denied", []limit.Hit{a, b}, true},
+		{"a denial and an advisory denial", []limit.Hit{shadow, a}, true},
+		{"only an advisory denial: the call passes", []limit.Hit{shadow}, false},
+		{"a hit the cache knows nothing of", []limit.Hit{other, a}, false},
+		{"a look", []limit.Hit{a, look}, false},
+		{"a refund", []limit.Hit{a, {Key: "b", Spec: perSecond, Cost: 1, Refund: true}}, false},
 	}
-	want := []limit.Decision{{Allowed: true}, {RetryAfter: 900 * time.Millisecond, ResetAfter: 900 * time.Millisecond}, {Allowed: true}}
-	for i := range want {
-		if d[i] != want[i] {
-			t.Errorf("decision %d = %+v, want %+v", i, d[i], want[i])
+	for _, tc := range tests {
+		calls := inner.calls.Load()
+		d := eval(t, c, tc.hits...)
+		if answered := inner.calls.Load() == calls; answered != tc.answered {
+			t.Errorf("%s: answered from the cache = %v, want %v", tc.name, answered, tc.answered)
+			continue
+		}
+		for i := range d {
+			if tc.answered && d[i] != denied {
+				t.Errorf("%s: decision %d = %+v, want %+v", tc.name, i, d[i], denied)
+			}
 		}
 	}
 	// Nothing was consumed: "other" still has its whole budget.
 	if d := eval(t, c, other); !d[0].Allowed {
-		t.Errorf("other was charged by the rejected call: %+v", d[0])
+		t.Errorf("other was charged by a rejected call: %+v", d[0])
 	}
 }
 
@@ -303,8 +322,10 @@ func TestAnsweredCallDoesNotAllocate(t *testing.T) {
 	hits := []limit.Hit{{Key: "k", Spec: perSecond, Cost: 1}, {Key: "other", Spec: perSecond, Cost: 1}}
 	ds := make([]limit.Decision, len(hits))
 	ctx := context.Background()
-	c.Evaluate(ctx, hits[:1], ds[:1])
-	c.Evaluate(ctx, hits[:1], ds[:1])
+	for i := range hits {
+		c.Evaluate(ctx, hits[i:i+1], ds[i:i+1])
+		c.Evaluate(ctx, hits[i:i+1], ds[i:i+1])
+	}
 	if n := testing.AllocsPerRun(100, func() {
 		if err := c.Evaluate(ctx, hits, ds); err != nil || ds[0].Allowed {
 			t.Fatal("not answered from the cache")
