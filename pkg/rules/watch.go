@@ -75,6 +75,12 @@ func NewWatcher(path string, opts Options, logger *slog.Logger) (*Watcher, error
 	return w, nil
 }
 
+// ErrNoRules is the reload error for a rule path that no longer holds any
+// rule file while the current set has rules. The Watcher keeps the current
+// set; to remove every limit on purpose, deploy a file with the domain and
+// no descriptors.
+var ErrNoRules = errors.New("no rule files left; keeping the last good rules")
+
 // Current returns the last good set. It is never nil. A request should call
 // it once and use that set throughout, so that it sees either the old rules
 // or the new ones, never a mix.
@@ -168,6 +174,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 // different from the current set.
 func (w *Watcher) reload() {
 	set, err := Load(w.path, w.opts)
+	if err == nil && len(set.Domains()) == 0 && len(w.current.Load().Domains()) > 0 {
+		// A directory that lost every rule file is a broken deployment (a
+		// bad ConfigMap, a half-finished copy), not an order to stop
+		// limiting: refuse it like a broken file.
+		err = fmt.Errorf("%s: %w", w.path, ErrNoRules)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.status.Reloads++

@@ -229,6 +229,30 @@ func TestWatcherReloads(t *testing.T) {
 		waitFor(t, w, start, "subdirectory removed", func(s *Set) bool { return !s.HasDomain("c") })
 	})
 
+	t.Run("every file removed keeps the last good rules", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		writeFile(t, dir+"/a.yaml", rulesWith("a", 1))
+		w, _ := startWatcher(t, dir)
+		if err := os.Remove(dir + "/a.yaml"); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Second)
+		for w.Status().LastError == nil && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		st := w.Status()
+		if !errors.Is(st.LastError, ErrNoRules) {
+			t.Fatalf("after removing every file: LastError = %v, want ErrNoRules", st.LastError)
+		}
+		if !w.Current().HasDomain("a") || st.Version != 1 {
+			t.Fatalf("after removing every file: domain a kept = %v, version %d; want the last good set (version 1)", w.Current().HasDomain("a"), st.Version)
+		}
+		start := time.Now()
+		writeFile(t, dir+"/a.yaml", rulesWith("a", 3))
+		waitFor(t, w, start, "a good file after the empty directory", limitIs("a", 3))
+	})
+
 	t.Run("the rule directory replaced", func(t *testing.T) {
 		t.Parallel()
 		parent := t.TempDir()
