@@ -48,6 +48,10 @@ type ClientConfig struct {
 	DB int
 }
 
+// clusterStateReloadInterval bounds how long a Cluster client keeps routing
+// to a master that failed over.
+const clusterStateReloadInterval = time.Second
+
 // NewClient returns a go-redis client for cfg: a *redis.Client, a
 // *redis.Client in failover mode for Sentinel, or a *redis.ClusterClient.
 // It does not contact Redis; a wrong address shows at the first call. Errors
@@ -135,6 +139,11 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			ReadTimeout:           cfg.ReadTimeout,
 			WriteTimeout:          cfg.WriteTimeout,
 			ContextTimeoutEnabled: true,
+			// go-redis refreshes the slot map on MOVED replies, but a dead
+			// master answers nothing: without a periodic refresh its slots
+			// keep going to the dead address for a minute after a replica
+			// took over. A lazy refresh at most once a second bounds that.
+			ClusterStateReloadInterval: clusterStateReloadInterval,
 		}
 		if cfg.TLS {
 			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
