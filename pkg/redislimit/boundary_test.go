@@ -224,8 +224,13 @@ func TestCalendarClockDisagreement(t *testing.T) {
 		{"after", start + 2*day, true},
 	}
 	for _, tc := range tests {
-		args := append([]any{tc.now, int64(limit.FixedWindow), 1, "0", 10, day, 10, 1}, boundaries...)
-		err := script.Run(context.Background(), n.client, []string{"{cal}k"}, args...).Err()
+		// One request (now, 1 hit) of one calendar hit (flags 4).
+		args := append([]any{tc.now, 1, int64(limit.FixedWindow), 1, 4, 10, day, 10, 1}, boundaries...)
+		reply, err := script.Run(context.Background(), n.client, []string{"{cal}k"}, args...).Slice()
+		if err == nil {
+			// The error of a request is its element of the reply.
+			err, _ = reply[0].(error)
+		}
 		if (err != nil) != tc.wantErr {
 			t.Errorf("%s: err = %v, want error %v", tc.name, err, tc.wantErr)
 		}

@@ -35,8 +35,10 @@ const (
 //
 // Failures are errors of Redis or of the connection to it, timeouts
 // included, also when the deadline is the caller's context's; a call whose
-// context was canceled, and an error the script reports about its input,
-// are not. On Cluster the breaker counts requests,
+// context was canceled, an error the script reports about its input, and
+// a request finding a key of another type (WRONGTYPE) are not. With
+// batching (BatchOptions) the breaker counts round trips: a batch that
+// fails is one failure, however many calls it carried. On Cluster the breaker counts requests,
 // whatever nodes they touch.
 type BreakerOptions struct {
 	// Failures is the number of consecutive failed calls that open the
@@ -204,8 +206,13 @@ func outcomeOf(ctx context.Context, err error) int {
 }
 
 // scriptError reports whether err is an error the script raised about its
-// input (they all start with "floodgate:").
+// input (they all start with "floodgate:") or a command of the script
+// found a key holding another type: Redis answered, about one request.
 func scriptError(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re) && strings.Contains(re.Error(), "floodgate:")
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.Contains(msg, "floodgate:") || strings.HasPrefix(msg, "WRONGTYPE")
 }

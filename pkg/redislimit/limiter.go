@@ -31,6 +31,9 @@ type Options struct {
 	// Breaker configures the circuit breaker that fails calls at once
 	// while Redis is down; the zero value enables it with its defaults.
 	Breaker BreakerOptions
+	// Batch configures how concurrent calls share round trips on a single
+	// node or Sentinel; the zero value enables batching with its defaults.
+	Batch BatchOptions
 }
 
 // Limiter evaluates limits in Redis. It is safe for concurrent use.
@@ -39,6 +42,7 @@ type Limiter struct {
 	cluster *redis.ClusterClient // non-nil when client is a Cluster client
 	opts    Options
 	breaker *breaker // nil when disabled
+	batcher *batcher // nil when disabled or on Cluster
 	// now, set only by tests, replaces Redis TIME with an explicit instant
 	// so that boundaries can be reached exactly.
 	now func() time.Time
@@ -66,6 +70,13 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	l := &Limiter{client: client, opts: opts, breaker: b}
 	l.cluster, _ = client.(*redis.ClusterClient)
+	bt, err := newBatcher(l, opts.Batch)
+	if err != nil {
+		return nil, err
+	}
+	if l.cluster == nil {
+		l.batcher = bt
+	}
 	return l, nil
 }
 
@@ -110,6 +121,10 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	} else {
 		clock = time.Now()
 	}
+	if l.batcher != nil {
+		// The batcher reports to the breaker once per round trip.
+		return l.batcher.evaluate(ctx, clock, probe, hits, decisions)
+	}
 	var err error
 	if l.cluster != nil {
 		err = l.evaluateCluster(ctx, clock, hits, decisions)
@@ -120,25 +135,27 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	return err
 }
 
-// request returns the script's KEYS and ARGV for hits; clock is the
-// server's time, used only for calendar boundaries (and, in tests, as the
-// script's now).
-func (l *Limiter) request(clock time.Time, hits []limit.Hit) ([]string, []any) {
-	keys := make([]string, len(hits))
-	args := make([]any, 1, 1+argsPerHit*len(hits))
-	args[0] = ""
+// appendRequest appends a request's KEYS and ARGV for hits to keys and
+// args (see evaluate.lua); clock is the server's time, used only for
+// calendar boundaries (and, in tests, as the script's now).
+func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits []limit.Hit) ([]string, []any) {
+	now := ""
 	if l.now != nil {
-		args[0] = strconv.FormatInt(clock.UnixMicro(), 10)
+		now = strconv.FormatInt(clock.UnixMicro(), 10)
 	}
+	args = append(args, now, int64(len(hits)))
 	for i := range hits {
 		h := &hits[i]
-		keys[i] = Key(l.opts.KeyPrefix, h.Key)
+		keys = append(keys, Key(l.opts.KeyPrefix, h.Key))
 		sp := &h.Spec
+		flags := b2i(h.Refund)*flagRefund + b2i(h.Advisory)*flagAdvisory
+		if !sp.Calendar.IsZero() {
+			flags += flagCalendar
+		}
 		args = append(args,
-			int64(sp.Algorithm), h.Cost, flagsArg(h), sp.Limit, sp.WindowMicros(),
+			int64(sp.Algorithm), h.Cost, int64(flags), sp.Limit, sp.WindowMicros(),
 			sp.Capacity(), sp.SubWindows())
 		if sp.Calendar.IsZero() {
-			args = append(args, "", "", "", "")
 			continue
 		}
 		// Four boundaries around the server's clock: Redis's clock picks
@@ -152,10 +169,15 @@ func (l *Limiter) request(clock time.Time, hits []limit.Hit) ([]string, []any) {
 	return keys, args
 }
 
-// flagsArg returns a hit's flags argument: 1 for a refund plus 2 for an
-// advisory hit.
-func flagsArg(h *limit.Hit) string {
-	return [4]string{"0", "1", "2", "3"}[b2i(h.Refund)+2*b2i(h.Advisory)]
+// argsFor returns the capacity of a request's arguments for hits.
+func argsFor(hits []limit.Hit) int {
+	n := argsPerRequest + argsPerHit*len(hits)
+	for i := range hits {
+		if !hits[i].Spec.Calendar.IsZero() {
+			n += argsPerCalendar
+		}
+	}
+	return n
 }
 
 func b2i(b bool) int {
@@ -165,27 +187,65 @@ func b2i(b bool) int {
 	return 0
 }
 
-// run decides hits, all in one slot, with one script call and fills
-// decisions from its reply.
+// run decides hits, all in one slot, with a script call of its own and
+// fills decisions from its reply.
 func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) error {
-	keys, args := l.request(clock, hits)
+	keys, args := l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
+	return l.runArgs(ctx, keys, args, decisions)
+}
+
+// runArgs sends one request's KEYS and ARGV alone and fills decisions.
+func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisions []limit.Decision) error {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
-	reply, err := evaluateScript.Run(ctx, l.client, keys, args...).Int64Slice()
+	replies, err := l.send(ctx, keys, args, 1)
 	if err != nil {
-		return fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(hits), ErrStore, err)
+		return fmt.Errorf("redislimit: evaluate %d hits: %w", len(decisions), err)
 	}
-	if len(reply) != fieldsPerHit*len(hits) {
-		return fmt.Errorf("redislimit: evaluate %d hits: %w: %d integers in reply, want %d", len(hits), ErrStore, len(reply), fieldsPerHit*len(hits))
+	return decode(replies[0], decisions)
+}
+
+// send runs the script for requests requests and returns its reply, one
+// element per request. The error wraps ErrStore.
+func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests int) ([]any, error) {
+	reply, err := evaluateScript.Run(ctx, l.client, keys, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
+	if len(reply) != requests {
+		return nil, fmt.Errorf("%w: %d replies for %d requests", ErrStore, len(reply), requests)
+	}
+	return reply, nil
+}
+
+// decode fills decisions from the script's reply to one request: 5
+// integers per hit, or the error that request met.
+func decode(reply any, decisions []limit.Decision) error {
+	var r []any
+	switch v := reply.(type) {
+	case error:
+		return fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(decisions), ErrStore, v)
+	case []any:
+		r = v
+	}
+	if len(r) != fieldsPerHit*len(decisions) {
+		return fmt.Errorf("redislimit: evaluate %d hits: %w: %d values in reply, want %d", len(decisions), ErrStore, len(r), fieldsPerHit*len(decisions))
+	}
+	var f [fieldsPerHit]int64
 	for i := range decisions {
-		r := reply[fieldsPerHit*i:]
+		for j := range f {
+			n, ok := r[fieldsPerHit*i+j].(int64)
+			if !ok {
+				return fmt.Errorf("redislimit: evaluate %d hits: %w: reply value %T, want an integer", len(decisions), ErrStore, r[fieldsPerHit*i+j])
+			}
+			f[j] = n
+		}
 		decisions[i] = limit.Decision{
-			Allowed:    r[0] == 1,
-			Remaining:  r[1],
-			ResetAfter: time.Duration(r[2]) * time.Microsecond,
-			RetryAfter: time.Duration(r[3]) * time.Microsecond,
-			Never:      r[4] == 1,
+			Allowed:    f[0] == 1,
+			Remaining:  f[1],
+			ResetAfter: time.Duration(f[2]) * time.Microsecond,
+			RetryAfter: time.Duration(f[3]) * time.Microsecond,
+			Never:      f[4] == 1,
 		}
 	}
 	return nil

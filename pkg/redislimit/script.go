@@ -15,8 +15,21 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// argsPerHit is the width of a hit's argument group; see evaluate.lua.
-const argsPerHit = 11
+// Argument layout of evaluate.lua: a request is a header of
+// argsPerRequest arguments, then argsPerHit per hit, plus argsPerCalendar
+// for a hit with calendar boundaries (flagCalendar).
+const (
+	argsPerRequest  = 2
+	argsPerHit      = 7
+	argsPerCalendar = 4
+)
+
+// Flags of a hit (its third argument).
+const (
+	flagRefund   = 1
+	flagAdvisory = 2
+	flagCalendar = 4
+)
 
 // fieldsPerHit is the number of integers the script returns per hit.
 const fieldsPerHit = 5

@@ -104,19 +104,53 @@ local function first_pass(guess, pass)
   return hi
 end
 
+-- load_pair reads a state kept as the string "<a>:<b>" (one GET, one SET
+-- with PXAT: two commands where a hash took three). A key written before
+-- strings holds a hash with fields fa and fb instead: GET fails on it with
+-- WRONGTYPE, and only then is the hash read, so counters survive an
+-- upgrade; the next write replaces the hash with a string. Returns a, b as
+-- numbers, or nil when the key is missing.
+local function load_pair(key, fa, fb)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    local f = redis.call('HMGET', key, fa, fb)
+    if not f[1] then
+      return nil
+    end
+    return tonumber(f[1]), tonumber(f[2]) or 0
+  end
+  if not v then
+    return nil
+  end
+  local sep = string.find(v, ':', 1, true)
+  if not sep then
+    return error('floodgate: key ' .. key .. ' holds ' .. v .. ', not a counter of this algorithm')
+  end
+  return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+end
+
+-- store_pair writes the string a .. ':' .. b (formatted by the caller) to
+-- expire at the instant a state written at now with lifetime ttl (µs)
+-- becomes equivalent to none; a state already equivalent to none is deleted.
+local function store_pair(key, v, now, ttl)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, v, 'PXAT', expire_at(now, ttl))
+  end
+end
+
 -- load_bucket and store_bucket keep a token bucket's tokens or a leaky
--- bucket's level: a hash {v = value (17 digits), t = as of, µs}.
+-- bucket's level: the string "<value, 17 digits>:<as of, µs>" (before:
+-- a hash {v = value, t = as of}).
 local function load_bucket(key)
-  local v = redis.call('HMGET', key, 'v', 't')
-  if not v[1] then
+  local v, t = load_pair(key, 'v', 't')
+  if not v then
     return {value = 0, ts = 0}, false
   end
-  return {value = tonumber(v[1]), ts = tonumber(v[2])}, true
+  return {value = v, ts = t}, true
 end
 
 local function store_bucket(key, st, h, now, ttl)
-  if ttl > 0 then
-    redis.call('HSET', key, 'v', num(st.value), 't', int(st.ts))
-  end
-  expire(key, now, ttl)
+  store_pair(key, string.format('%.17g:%d', st.value, st.ts), now, ttl)
 end

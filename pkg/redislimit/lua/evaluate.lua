@@ -1,89 +1,81 @@
--- evaluate: decides all hits of one request together, atomically, on the
--- clock of this Redis node.
+-- evaluate: decides a batch of independent requests, one after the other,
+-- atomically, on the clock of this Redis node. Each request is decided
+-- all-or-nothing on its own, exactly as if it were the only one in the call;
+-- the batch only shares the round trip and the reading of TIME.
 --
--- KEYS[i]: the key of hit i (a key may repeat: hits on one counter).
--- ARGV[1]: "" in production, the time is then Redis TIME (seconds and
---   microseconds); tests pass an explicit now in µs to reach exact
---   boundaries.
--- ARGV[2 + 11*(i-1) ...]: hit i's group of 11 arguments:
+-- KEYS: the keys of the hits of every request, request after request, hit
+--   after hit (a key may repeat: hits on one counter).
+-- ARGV: the requests in the same order, each a header of 2 arguments
+--   followed by its hits:
+--   now: "" in production, the time is then Redis TIME (seconds and
+--     microseconds, read once per call); tests pass an explicit now in µs
+--     to reach exact boundaries.
+--   n: the number of hits (>= 1); the request's keys are the next n KEYS.
+-- Each hit is a group of 7 arguments, 11 for a calendar window:
 --   1 algorithm code (limit.Algorithm: 0 fixed_window, 1 sliding_window,
 --     2 sliding_log, 3 token_bucket, 4 leaky_bucket, 5 gcra)
---   2 cost (>= 0)   3 flags: 1 refund + 2 advisory (0 to 3)
+--   2 cost (>= 0)
+--   3 flags: 1 refund + 2 advisory + 4 calendar (0 to 7)
 --   4 limit L   5 window W in µs
 --   6 capacity B (limit.Spec.Capacity)   7 precision N (sub-windows, >= 1)
---   8..11 calendar window boundaries in µs for a calendar fixed window
---     (four ascending instants around the server's clock), or "" each.
--- Returns a flat array of 5 integers per hit, in order: allowed (0/1),
---   remaining, reset (µs), retry (µs), never (0/1).
+--   8..11 only with flag 4: calendar window boundaries in µs for a
+--     calendar fixed window (four ascending instants around the server's
+--     clock).
+-- Returns an array with one element per request: an array of 5 integers
+--   per hit, in order: allowed (0/1), remaining, reset (µs), retry (µs),
+--   never (0/1); or an error reply, when the request could not be decided
+--   (its clocks disagree with a calendar's, a key holds something else, ...):
+--   such a request writes nothing, and the other requests are decided as
+--   if it were not there. Malformed arguments fail the whole call.
 --
--- Semantics (limit.step and limit.Memory.Evaluate): hits are applied in
--- order to a working copy of each key's state, so a later hit on a key sees
--- an earlier one's consumption. Before the algorithm: Limit 0 denies a hit
--- of cost > 0 (never, all else 0) and allows a peek or refund (all 0),
--- without reading state; a cost above the capacity (not a refund) is denied
--- with never set and retry 0, remaining and reset being those of a peek.
--- If any hit of cost > 0, neither a refund nor advisory, is denied (it
--- blocks), nothing is written, and each allowed hit's decision is that of
--- a hit of cost 0 against the stored state, allowed;
--- otherwise each changed key is written once and set to expire at the
--- instant its state becomes equivalent to none (now + the TTL of its last
--- write, in ms rounded up; see expire_at). Every hit gets its decision
--- either way.
+-- Semantics of a request (limit.step and limit.Memory.Evaluate): hits are
+-- applied in order to a working copy of each key's state, so a later hit on
+-- a key sees an earlier one's consumption. Before the algorithm: Limit 0
+-- denies a hit of cost > 0 (never, all else 0) and allows a peek or refund
+-- (all 0), without reading state; a cost above the capacity (not a refund)
+-- is denied with never set and retry 0, remaining and reset being those of
+-- a peek. If any hit of cost > 0, neither a refund nor advisory, is denied
+-- (it blocks), nothing is written, and each allowed hit's decision is that
+-- of a hit of cost 0 against the stored state, allowed; otherwise each
+-- changed key is written once and set to expire at the instant its state
+-- becomes equivalent to none (now + the TTL of its last write, in ms
+-- rounded up; see expire_at). Every hit gets its decision either way. A
+-- later request of the batch sees what an earlier one wrote.
 --
 -- Redis 6.2 and 7: TIME before writes needs effects replication, the
 -- default since Redis 5 and the only mode of 7, so the script does not call
 -- redis.replicate_commands(). Keys are only those in KEYS (Cluster).
 
-local NARGS = 11
+local NFIXED, NCAL = 7, 4
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  -- Effects replication (the default since Redis 5, the only mode in 7)
-  -- makes reading TIME before writing safe.
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local function hit_at(i)
-  local a = 1 + (i - 1) * NARGS
-  local h = {
-    code = tonumber(ARGV[a + 1]),
-    cost = tonumber(ARGV[a + 2]),
-    refund = ARGV[a + 3] == '1' or ARGV[a + 3] == '3',
-    advisory = ARGV[a + 3] == '2' or ARGV[a + 3] == '3',
-    limit = tonumber(ARGV[a + 4]),
-    window = tonumber(ARGV[a + 5]),
-    cap = tonumber(ARGV[a + 6]),
-    precision = tonumber(ARGV[a + 7]),
-  }
-  if ARGV[a + 8] ~= '' then
-    h.cal = {tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11])}
+local clock
+-- redis_now returns Redis TIME in µs, read once per call. Effects
+-- replication (the default since Redis 5, the only mode in 7) makes
+-- reading TIME before writing safe.
+local function redis_now()
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  return h
+  return clock
 end
 
 -- step mirrors limit.step: it returns the working state after the hit
 -- and the hit's outcome. The caller keeps the state only when the hit
 -- writes (the sliding algorithms' states may also drop what no longer
 -- counts, which changes nothing).
-local function step(algo, st, ok, h, cost, refund)
+local function step(algo, st, ok, h, cost, refund, now)
   if h.limit == 0 then
     local o = outcome(cost == 0 or refund, 0, 0, 0, false, 0)
     o.never = cost > 0 and not refund
     return st, o
   end
   if cost > h.cap and not refund then
-    local nst, o = step(algo, st, ok, h, 0, false)
+    local nst, o = step(algo, st, ok, h, 0, false, now)
     o.allowed, o.never, o.retry = false, true, 0
     return nst, o
   end
   return algo.step(st, ok, h, now, cost, refund)
-end
-
-if #ARGV ~= 1 + NARGS * #KEYS then
-  return redis.error_reply('floodgate: ' .. #ARGV .. ' arguments for ' .. #KEYS .. ' keys')
 end
 
 -- algorithm returns the functions of the algorithm with the given code,
@@ -98,62 +90,128 @@ local function algorithm(code)
   return a
 end
 
-local work, order, hits = {}, {}, {}
-local out = {}
-local denied = false
-for i = 1, #KEYS do
-  local key = KEYS[i]
-  local h = hit_at(i)
-  local algo = algorithm(h.code)
-  if not algo then
-    return redis.error_reply('floodgate: unknown algorithm code ' .. ARGV[2 + (i - 1) * NARGS])
+-- decide evaluates one request: hits[i] on KEYS[k0 + i]. It raises an
+-- error before writing anything if the request cannot be decided.
+local function decide(now, k0, hits)
+  local work, order, out = {}, {}, {}
+  local denied = false
+  for i = 1, #hits do
+    local key = KEYS[k0 + i]
+    local h = hits[i]
+    local algo = algorithm(h.code)
+    if not algo then
+      return error('floodgate: unknown algorithm code ' .. tostring(h.code))
+    end
+    local w = work[key]
+    if w == nil then
+      w = {algo = algo, code = h.code}
+      work[key] = w
+      order[#order + 1] = key
+    elseif w.code ~= h.code then
+      return error('floodgate: key ' .. key .. ' used by two algorithms in one call')
+    end
+    if w.st == nil and h.limit ~= 0 then
+      w.st, w.ok = algo.load(key, h, now)
+      w.st0, w.ok0 = w.st, w.ok
+    end
+    local st, o = step(algo, w.st, w.ok, h, h.cost, h.refund, now)
+    if o.write then
+      -- A state written with no lifetime left is equivalent to none: later
+      -- hits of the call see none, and the key is deleted.
+      w.st, w.ok, w.h, w.ttl, w.dirty = st, o.ttl > 0, h, o.ttl, true
+    end
+    if not o.allowed and h.cost > 0 and not h.refund and not h.advisory then
+      denied = true
+    end
+    local p = 5 * (i - 1)
+    out[p + 1] = o.allowed and 1 or 0
+    out[p + 2] = o.remaining
+    out[p + 3] = o.reset
+    out[p + 4] = o.retry
+    out[p + 5] = o.never and 1 or 0
   end
-  local w = work[key]
-  if w == nil then
-    w = {algo = algo, code = h.code}
-    work[key] = w
-    order[#order + 1] = key
-  elseif w.code ~= h.code then
-    return redis.error_reply('floodgate: key ' .. key .. ' used by two algorithms in one call')
+
+  if denied then
+    -- Nothing is consumed: the allowed hits report the stored state, as a
+    -- hit of cost 0 sees it (step leaves the loaded state as it was).
+    for i = 1, #hits do
+      local p = 5 * (i - 1)
+      if out[p + 1] == 1 then
+        local w = work[KEYS[k0 + i]]
+        local _, o = step(w.algo, w.st0, w.ok0, hits[i], 0, false, now)
+        out[p + 2], out[p + 3], out[p + 4], out[p + 5] = o.remaining, o.reset, 0, 0
+      end
+    end
+  else
+    for _, key in ipairs(order) do
+      local w = work[key]
+      if w.dirty then
+        w.algo.store(key, w.st, w.h, now, w.ttl)
+      end
+    end
   end
-  if w.st == nil and h.limit ~= 0 then
-    w.st, w.ok = algo.load(key, h, now)
-    w.st0, w.ok0 = w.st, w.ok
-  end
-  local st, o = step(algo, w.st, w.ok, h, h.cost, h.refund)
-  if o.write then
-    -- A state written with no lifetime left is equivalent to none: later
-    -- hits of the call see none, and the key is deleted.
-    w.st, w.ok, w.h, w.ttl, w.dirty = st, o.ttl > 0, h, o.ttl, true
-  end
-  if not o.allowed and h.cost > 0 and not h.refund and not h.advisory then
-    denied = true
-  end
-  hits[i] = h
-  out[#out + 1] = o.allowed and 1 or 0
-  out[#out + 1] = o.remaining
-  out[#out + 1] = o.reset
-  out[#out + 1] = o.retry
-  out[#out + 1] = o.never and 1 or 0
+  return out
 end
 
-if denied then
-  -- Nothing is consumed: the allowed hits report the stored state, as a
-  -- hit of cost 0 sees it (step leaves the loaded state as it was).
-  for i = 1, #KEYS do
-    local p = 5 * (i - 1)
-    if out[p + 1] == 1 then
-      local w = work[KEYS[i]]
-      local _, o = step(w.algo, w.st0, w.ok0, hits[i], 0, false)
-      out[p + 2], out[p + 3], out[p + 4], out[p + 5] = o.remaining, o.reset, 0, 0
-    end
+-- Walk the requests: parse each one's hits, then decide it under pcall so
+-- that its error is its own.
+local results = {}
+local a, k = 1, 0
+while a <= #ARGV do
+  local now = ARGV[a]
+  local n = tonumber(ARGV[a + 1])
+  if not n or n < 1 or k + n > #KEYS then
+    return redis.error_reply('floodgate: request ' .. (#results + 1) .. ' at argument ' .. a ..
+      ': bad hit count ' .. tostring(ARGV[a + 1]) .. ' for ' .. (#KEYS - k) .. ' keys left')
   end
-else
-  for _, key in ipairs(order) do
-    local w = work[key]
-    if w.dirty then
-      w.algo.store(key, w.st, w.h, now, w.ttl)
-    end
+  if now == '' then
+    now = redis_now()
+  else
+    now = tonumber(now)
   end
+  a = a + 2
+  local hits = {}
+  for i = 1, n do
+    local flags = tonumber(ARGV[a + 2]) or 0
+    local h = {
+      code = tonumber(ARGV[a]),
+      cost = tonumber(ARGV[a + 1]),
+      refund = flags % 2 == 1,
+      advisory = flags % 4 >= 2,
+      limit = tonumber(ARGV[a + 3]),
+      window = tonumber(ARGV[a + 4]),
+      cap = tonumber(ARGV[a + 5]),
+      precision = tonumber(ARGV[a + 6]),
+    }
+    a = a + NFIXED
+    if flags >= 4 then
+      h.cal = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])}
+      a = a + NCAL
+    end
+    hits[i] = h
+  end
+  if a > #ARGV + 1 then
+    return redis.error_reply('floodgate: request ' .. (#results + 1) .. ' needs ' .. (a - 1) ..
+      ' arguments, the call has ' .. #ARGV)
+  end
+  local ok, out = pcall(decide, now, k, hits)
+  if not ok then
+    -- A Redis error (a table on 6.2, a string on 7) keeps its code, such
+    -- as WRONGTYPE; the script's own get ERR.
+    local msg = out
+    if type(out) == 'table' then
+      msg = out.err
+    end
+    msg = tostring(msg)
+    if not string.find(msg, '^%u[%u%d]* ') then
+      msg = 'ERR ' .. msg
+    end
+    out = {err = msg}
+  end
+  results[#results + 1] = out
+  k = k + n
 end
-return out
+if k ~= #KEYS then
+  return redis.error_reply('floodgate: ' .. #KEYS .. ' keys for ' .. k .. ' hits')
+end
+return results

@@ -1,6 +1,7 @@
 -- fixed_window: counts hits in the window [start, end) that holds now.
 --
--- Per hit: KEYS: the counter's key, a hash {s = window start µs, n = count}.
+-- Per hit: KEYS: the counter's key, the string "<window start µs>:<count>"
+-- (before: a hash {s = window start, n = count}, still read; see load_pair).
 -- ARGV group (see evaluate.lua): limit L, window W µs, and, for calendar
 -- windows, four boundaries b1 < b2 < b3 < b4 (µs) computed in Go around its
 -- own clock; the window is the one of [b1,b2), [b2,b3), [b3,b4) holding
@@ -29,11 +30,11 @@ local function window(h, now)
 end
 
 local function load(key, h, now)
-  local v = redis.call('HMGET', key, 's', 'n')
-  if not v[1] then
+  local start, n = load_pair(key, 's', 'n')
+  if not start then
     return {start = 0, count = 0}, false
   end
-  return {start = tonumber(v[1]), count = tonumber(v[2]) or 0}, true
+  return {start = start, count = n}, true
 end
 
 local function step(st, ok, h, now, cost, refund)
@@ -64,10 +65,7 @@ local function step(st, ok, h, now, cost, refund)
 end
 
 local function store(key, st, h, now, ttl)
-  if ttl > 0 then
-    redis.call('HSET', key, 's', int(st.start), 'n', int(st.count))
-  end
-  expire(key, now, ttl)
+  store_pair(key, string.format('%d:%d', st.start, st.count), now, ttl)
 end
 
 return {load = load, step = step, store = store}

@@ -2,8 +2,9 @@
 -- and passes while the level stays <= the burst B (the RLS API can only
 -- allow or deny, so nothing queues).
 --
--- Per hit: KEYS: the counter's key, a hash {v = level (17 digits),
--- t = as of, µs}. ARGV group (see evaluate.lua): limit L, window W µs,
+-- Per hit: KEYS: the counter's key, the string "<level, 17 digits>:<as of,
+-- µs>" (before: a hash {v = level, t = as of}, still read; see load_pair).
+-- ARGV group (see evaluate.lua): limit L, window W µs,
 -- capacity B.
 --
 -- Semantics (limit.stepLeakyBucket): r = L/W per µs; level, ts = stored, or

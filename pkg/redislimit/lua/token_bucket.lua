@@ -1,8 +1,9 @@
 -- token_bucket: refills L tokens per W continuously, up to the burst B, and
 -- starts full; a hit takes cost tokens.
 --
--- Per hit: KEYS: the counter's key, a hash {v = tokens (17 digits),
--- t = as of, µs}. ARGV group (see evaluate.lua): limit L, window W µs,
+-- Per hit: KEYS: the counter's key, the string "<tokens, 17 digits>:<as of,
+-- µs>" (before: a hash {v = tokens, t = as of}, still read; see load_pair).
+-- ARGV group (see evaluate.lua): limit L, window W µs,
 -- capacity B.
 --
 -- Semantics (limit.stepTokenBucket): r = L/W tokens per µs; tokens, ts =

@@ -1,0 +1,267 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// Defaults of BatchOptions.
+const (
+	DefaultBatchRequests = 64
+	DefaultBatchInFlight = 4
+)
+
+// maxBatchArgs bounds the arguments of one batched script call (about 100
+// hits), so that one call keeps Redis, which runs scripts one at a time,
+// busy for well under a millisecond. A single call bigger than that is
+// still sent, alone.
+const maxBatchArgs = 800
+
+// BatchOptions configures how a Limiter shares Redis round trips among
+// concurrent Evaluate calls on a single node or Sentinel (Cluster calls are
+// not batched). A call is sent at once, alone, while fewer than
+// MaxInFlight round trips are outstanding; otherwise it waits for one of
+// them to end and leaves with up to MaxRequests-1 other waiting calls in
+// one script call. Each call in a batch is decided all-or-nothing on its
+// own, exactly as if it were sent alone: one call's denial or error never
+// affects another's. The zero value enables batching with the defaults.
+//
+// A batch's round trip has the deadline Options.Timeout from its sending,
+// or the latest of its callers' context deadlines if that is sooner; each
+// caller still returns as soon as its own context ends. Context values of
+// the callers do not reach go-redis hooks for a batch of several calls.
+type BatchOptions struct {
+	// Disabled sends every call in a round trip of its own, at once.
+	Disabled bool
+	// MaxRequests bounds the calls in one round trip; 0 means
+	// DefaultBatchRequests.
+	MaxRequests int
+	// MaxInFlight bounds the round trips a Limiter has outstanding at
+	// once; 0 means DefaultBatchInFlight. While they are all outstanding,
+	// calls wait for one to end.
+	MaxInFlight int
+}
+
+// States of a batched call.
+const (
+	callQueued    int32 = iota // waiting in the queue
+	callSent                   // in a batch on its way to Redis
+	callDone                   // answered: err and decisions set, done closed
+	callAbandoned              // the caller left (its context ended)
+)
+
+// call is an Evaluate call waiting for, or in, a batch. Its keys and args
+// are built by the caller before it is queued, so a batch never reads the
+// caller's hits, which the caller owns again once it returns.
+type call struct {
+	ctx       context.Context
+	keys      []string
+	args      []any
+	decisions []limit.Decision
+	probe     bool // the breaker's probe
+	state     atomic.Int32
+	sent      bool  // set before done is closed: the call went to Redis
+	err       error // set before done is closed
+	done      chan struct{}
+}
+
+// batcher queues calls while MaxInFlight round trips are outstanding.
+type batcher struct {
+	l           *Limiter
+	maxRequests int
+	maxInFlight int
+
+	mu       sync.Mutex
+	inFlight int
+	queue    []*call
+}
+
+func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
+	if o.Disabled {
+		return nil, nil
+	}
+	if o.MaxRequests < 0 || o.MaxInFlight < 0 {
+		return nil, fmt.Errorf("redislimit: negative batch MaxRequests %d or MaxInFlight %d", o.MaxRequests, o.MaxInFlight)
+	}
+	b := &batcher{l: l, maxRequests: o.MaxRequests, maxInFlight: o.MaxInFlight}
+	if b.maxRequests == 0 {
+		b.maxRequests = DefaultBatchRequests
+	}
+	if b.maxInFlight == 0 {
+		b.maxInFlight = DefaultBatchInFlight
+	}
+	return b, nil
+}
+
+// evaluate decides hits, alone at once if a round trip is free, else in a
+// batch.
+func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) error {
+	b.mu.Lock()
+	if b.inFlight < b.maxInFlight {
+		b.inFlight++
+		b.mu.Unlock()
+		err := b.l.run(ctx, clock, hits, decisions)
+		b.l.breaker.done(probe, outcomeOf(ctx, err))
+		b.next()
+		return err
+	}
+	c := &call{ctx: ctx, decisions: decisions, probe: probe, done: make(chan struct{})}
+	b.mu.Unlock()
+	// Build the arguments outside the lock, then queue.
+	c.keys, c.args = b.l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
+	b.mu.Lock()
+	if b.inFlight < b.maxInFlight {
+		// A round trip ended meanwhile, with nothing queued.
+		b.inFlight++
+		b.mu.Unlock()
+		err := b.l.runArgs(ctx, c.keys, c.args, decisions)
+		b.l.breaker.done(probe, outcomeOf(ctx, err))
+		b.next()
+		return err
+	}
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callQueued, callAbandoned) {
+			if c.probe {
+				// Never sent, the probe told nothing: let the next call
+				// probe.
+				b.l.breaker.done(true, callUnknown)
+			}
+			return b.abandoned(c)
+		}
+		if c.state.CompareAndSwap(callSent, callAbandoned) {
+			return b.abandoned(c) // its batch reports to the breaker
+		}
+		<-c.done
+	}
+	return b.finish(c)
+}
+
+// abandoned returns the error of a call whose context ended before Redis
+// answered it.
+func (b *batcher) abandoned(c *call) error {
+	return fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(c.decisions), ErrStore, c.ctx.Err())
+}
+
+// finish returns an answered call's error. A probe dropped before it was
+// sent told nothing about Redis: the breaker lets the next call probe.
+func (b *batcher) finish(c *call) error {
+	if c.probe && !c.sent {
+		b.l.breaker.done(true, callUnknown)
+	}
+	return c.err
+}
+
+// next starts a batch of the queued calls, if any, in the round trip that
+// just ended, or frees it.
+func (b *batcher) next() {
+	if batch := b.take(); batch != nil {
+		go b.loop(batch)
+	}
+}
+
+// loop sends batches until the queue is empty.
+func (b *batcher) loop(batch []*call) {
+	for batch != nil {
+		b.flush(batch)
+		batch = b.take()
+	}
+}
+
+// take removes from the queue the calls of the next batch and returns
+// them, marked sent; it answers the calls whose context already ended. With
+// nothing left to send it frees the round trip and returns nil.
+func (b *batcher) take() []*call {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var batch []*call
+	args, i := 0, 0
+	for ; i < len(b.queue) && len(batch) < b.maxRequests; i++ {
+		c := b.queue[i]
+		if c.ctx.Err() != nil {
+			if c.state.CompareAndSwap(callQueued, callDone) {
+				c.err = b.abandoned(c)
+				close(c.done)
+			}
+			continue
+		}
+		if len(batch) > 0 && args+len(c.args) > maxBatchArgs {
+			break
+		}
+		if !c.state.CompareAndSwap(callQueued, callSent) {
+			continue // abandoned
+		}
+		c.sent = true
+		args += len(c.args)
+		batch = append(batch, c)
+	}
+	n := copy(b.queue, b.queue[i:])
+	clear(b.queue[n:])
+	b.queue = b.queue[:n]
+	if batch == nil {
+		b.inFlight--
+	}
+	return batch
+}
+
+// flush sends one batch and answers its calls.
+func (b *batcher) flush(batch []*call) {
+	deadline := time.Now().Add(b.l.opts.Timeout)
+	var latest time.Time
+	nKeys, nArgs := 0, 0
+	probe := false
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			latest = deadline
+		} else if d.After(latest) {
+			latest = d
+		}
+		nKeys += len(c.keys)
+		nArgs += len(c.args)
+		probe = probe || c.probe
+	}
+	if latest.Before(deadline) {
+		deadline = latest
+	}
+	var keys []string
+	var args []any
+	if len(batch) == 1 {
+		keys, args = batch[0].keys, batch[0].args
+	} else {
+		keys, args = make([]string, 0, nKeys), make([]any, 0, nArgs)
+		for _, c := range batch {
+			keys = append(keys, c.keys...)
+			args = append(args, c.args...)
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	replies, err := b.l.send(ctx, keys, args, len(batch))
+	outcome := outcomeOf(ctx, err)
+	cancel()
+	for i, c := range batch {
+		if !c.state.CompareAndSwap(callSent, callDone) {
+			continue // the caller left
+		}
+		if err != nil {
+			c.err = fmt.Errorf("redislimit: evaluate %d hits: %w", len(c.decisions), err)
+		} else {
+			c.err = decode(replies[i], c.decisions)
+			if outcomeOf(context.Background(), c.err) == callFailed {
+				outcome = callFailed
+			}
+		}
+		close(c.done)
+	}
+	// One round trip, one outcome, however many calls it carried.
+	b.l.breaker.done(probe, outcome)
+}

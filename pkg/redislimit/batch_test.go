@@ -1,0 +1,192 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/redislimit"
+)
+
+// newBatchLimiter returns a Limiter over n with one round trip in flight at
+// most, so that concurrent calls queue and share round trips.
+func newBatchLimiter(t *testing.T, n *node, clk *clock, prefix string, timeout time.Duration) *redislimit.Limiter {
+	t.Helper()
+	l, err := redislimit.New(n.client, redislimit.Options{KeyPrefix: prefix, Timeout: timeout,
+		Batch: redislimit.BatchOptions{MaxInFlight: 1, MaxRequests: 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clk != nil {
+		l.SetNow(clk.now)
+	}
+	return l
+}
+
+// TestBatchIndependent: calls batched together are decided each on its
+// own, exactly as the twin decides them one by one. 32 callers each drive
+// their own counters with requests that pass, requests blocked by a
+// descriptor that can never pass, and requests that fail in Redis (a key
+// holding a list); none changes another's decisions, in the same batch or
+// not, and a failed request consumes nothing.
+func TestBatchIndependent(t *testing.T) {
+	n := startNode(t)
+	clk := newClock(future)
+	l := newBatchLimiter(t, n, clk, "batch:", 5*time.Second)
+	ctx := context.Background()
+	if err := n.client.LPush(ctx, redislimit.Key("batch:", "poison"), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const callers, requests = 32, 30
+	before := n.commands.Load()
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			a := limit.Algorithms()[g%len(limit.Algorithms())]
+			own := limit.Hit{Key: fmt.Sprint("own/", g), Spec: limit.Spec{Algorithm: a, Limit: 12, Window: time.Hour}, Cost: 1}
+			other := limit.Hit{Key: fmt.Sprint("other/", g), Spec: limit.Spec{Algorithm: a, Limit: 5, Window: time.Hour}, Cost: 1}
+			never := limit.Hit{Key: "never", Spec: limit.Spec{Algorithm: a, Limit: 0, Window: time.Hour}, Cost: 1}
+			poison := limit.Hit{Key: "poison", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1}
+			twin := limit.NewMemory(limit.MemoryOptions{Now: clk.now})
+			for i := range requests {
+				var hits []limit.Hit
+				switch i % 4 {
+				case 0:
+					hits = []limit.Hit{own}
+				case 1:
+					hits = []limit.Hit{own, other}
+				case 2:
+					hits = []limit.Hit{own, never}
+				case 3:
+					hits = []limit.Hit{own, poison}
+				}
+				got := make([]limit.Decision, len(hits))
+				err := l.Evaluate(ctx, hits, got)
+				if i%4 == 3 {
+					if !errors.Is(err, redislimit.ErrStore) {
+						t.Errorf("caller %d request %d on a list: err = %v, want ErrStore", g, i, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("caller %d request %d: %v", g, i, err)
+					return
+				}
+				want := make([]limit.Decision, len(hits))
+				if err := twin.Evaluate(ctx, hits, want); err != nil {
+					t.Error(err)
+					return
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("caller %d (%v) request %d %+v:\nredis  %+v\nmemory %+v", g, a, i, hits, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	calls := int64(callers * requests)
+	sent := n.commands.Load() - before
+	t.Logf("%d calls in %d round trips", calls, sent)
+	if sent > calls/2 {
+		t.Errorf("%d calls from %d concurrent callers took %d round trips: want them shared", calls, callers, sent)
+	}
+	if !l.Healthy() {
+		t.Errorf("requests failing on their own data opened the breaker: %v", l.BreakerState())
+	}
+}
+
+// TestBatchCallerLeaves: a call queued behind a round trip that Redis does
+// not answer returns when its own context ends, and the calls that stay
+// are answered once Redis is back, in one round trip.
+func TestBatchCallerLeaves(t *testing.T) {
+	n := startNode(t)
+	l := newBatchLimiter(t, n, nil, "leave:", 5*time.Second)
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Hour}, Cost: 1}
+	decide(t, l, hit) // loads the script
+	if _, err := n.srv.Do("CLIENT", "PAUSE", "700", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	// The first call is in flight and waits for the pause to end; the
+	// others queue behind it.
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+		})
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := l.Evaluate(ctx, []limit.Hit{hit}, make([]limit.Decision, 1))
+	if took := time.Since(start); took > 400*time.Millisecond {
+		t.Errorf("a queued call with a 50ms deadline returned after %v", took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, redislimit.ErrStore) {
+		t.Errorf("queued call past its deadline: err = %v, want ErrStore and DeadlineExceeded", err)
+	}
+	before := n.commands.Load()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	// The call that left consumed nothing: 1 + 4 hits counted.
+	if d := decide(t, l, limit.Hit{Key: "k", Spec: hit.Spec})[0]; d.Remaining != 1000-5 {
+		t.Errorf("remaining %d, want %d", d.Remaining, 1000-5)
+	}
+	if sent := n.commands.Load() - before; sent > 2 {
+		t.Errorf("the 3 queued calls took %d round trips after the pause with the peek, want 2", sent)
+	}
+	if !l.Healthy() {
+		t.Errorf("breaker %v", l.BreakerState())
+	}
+}
+
+// TestHashLayoutRead: counters written as hashes (the layout before fixed
+// windows and buckets became strings) keep counting after an upgrade, and
+// their next write turns them into strings.
+func TestHashLayoutRead(t *testing.T) {
+	n := startNode(t)
+	clk := newClock(future)
+	l := newLimiter(t, n.client, clk, "hash:")
+	ctx := context.Background()
+	now := clk.micros()
+	hour := time.Hour.Microseconds()
+	tests := []struct {
+		spec   limit.Spec
+		fields []any
+		want   int64 // remaining after one hit of cost 1
+	}{
+		{limit.Spec{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}, []any{"s", now / hour * hour, "n", 3}, 6},
+		{limit.Spec{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}, []any{"s", now/hour*hour - hour, "n", 3}, 9},
+		{limit.Spec{Algorithm: limit.TokenBucket, Limit: 10, Window: time.Hour}, []any{"v", "2.5", "t", now}, 1},
+		{limit.Spec{Algorithm: limit.LeakyBucket, Limit: 10, Window: time.Hour}, []any{"v", "7.5", "t", now}, 1},
+	}
+	for i, tc := range tests {
+		key := fmt.Sprint("k", i)
+		full := redislimit.Key("hash:", key)
+		if err := n.client.HSet(ctx, full, tc.fields...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		n.client.Expire(ctx, full, time.Hour)
+		d := decide(t, l, limit.Hit{Key: key, Spec: tc.spec, Cost: 1})[0]
+		if !d.Allowed || d.Remaining != tc.want {
+			t.Errorf("%v over hash %v: %+v, want allowed with %d remaining", tc.spec.Algorithm, tc.fields, d, tc.want)
+		}
+		if typ := n.client.Type(ctx, full).Val(); typ != "string" {
+			t.Errorf("%v: key is a %s after a write, want a string", tc.spec.Algorithm, typ)
+		}
+		if p := decide(t, l, limit.Hit{Key: key, Spec: tc.spec})[0]; p.Remaining != tc.want {
+			t.Errorf("%v: remaining %d read back from the string, want %d", tc.spec.Algorithm, p.Remaining, tc.want)
+		}
+	}
+}
