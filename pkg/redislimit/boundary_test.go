@@ -225,7 +225,8 @@ func TestCalendarClockDisagreement(t *testing.T) {
 	}
 	for _, tc := range tests {
 		// One request (now, 1 hit) of one calendar hit (flags 4).
-		args := append([]any{tc.now, 1, int64(limit.FixedWindow), 1, 4, 10, day, 10, 1}, boundaries...)
+		spec := fmt.Sprintf("%d:10:%d:10:1", limit.FixedWindow, day)
+		args := append([]any{tc.now, 1, spec, 1, 4}, boundaries...)
 		reply, err := script.Run(context.Background(), n.client, []string{"{cal}k"}, args...).Slice()
 		if err == nil {
 			// The error of a request is its element of the reply.

@@ -152,9 +152,7 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		if !sp.Calendar.IsZero() {
 			flags += flagCalendar
 		}
-		args = append(args,
-			int64(sp.Algorithm), h.Cost, int64(flags), sp.Limit, sp.WindowMicros(),
-			sp.Capacity(), sp.SubWindows())
+		args = append(args, specArg(sp), h.Cost, int64(flags))
 		if sp.Calendar.IsZero() {
 			continue
 		}
@@ -167,6 +165,19 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		args = append(args, prev.UnixMicro(), start.UnixMicro(), end.UnixMicro(), after.UnixMicro())
 	}
 	return keys, args
+}
+
+// specArg returns a hit's spec argument, "code:L:W:B:N" (see
+// evaluate.lua): one argument where five took five, parsed once per call
+// by the script however many hits share it.
+func specArg(sp *limit.Spec) string {
+	var buf [5 * 21]byte
+	b := strconv.AppendUint(buf[:0], uint64(sp.Algorithm), 10)
+	for _, v := range [...]int64{sp.Limit, sp.WindowMicros(), sp.Capacity(), sp.SubWindows()} {
+		b = append(b, ':')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(b)
 }
 
 // argsFor returns the capacity of a request's arguments for hits.

@@ -20,7 +20,7 @@ var luaFiles embed.FS
 // for a hit with calendar boundaries (flagCalendar).
 const (
 	argsPerRequest  = 2
-	argsPerHit      = 7
+	argsPerHit      = 3
 	argsPerCalendar = 4
 )
 

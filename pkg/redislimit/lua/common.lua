@@ -109,7 +109,7 @@ end
 -- strings holds a hash with fields fa and fb instead: GET fails on it with
 -- WRONGTYPE, and only then is the hash read, so counters survive an
 -- upgrade; the next write replaces the hash with a string. Returns a, b as
--- numbers, or nil when the key is missing.
+-- numbers and whether they were a string, or nil when the key is missing.
 local function load_pair(key, fa, fb)
   local v = redis.pcall('GET', key)
   if type(v) == 'table' then
@@ -126,7 +126,7 @@ local function load_pair(key, fa, fb)
   if not sep then
     return error('floodgate: key ' .. key .. ' holds ' .. v .. ', not a counter of this algorithm')
   end
-  return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+  return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1)), true
 end
 
 -- store_pair writes the string a .. ':' .. b (formatted by the caller) to

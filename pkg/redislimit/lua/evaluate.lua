@@ -11,14 +11,15 @@
 --     microseconds, read once per call); tests pass an explicit now in µs
 --     to reach exact boundaries.
 --   n: the number of hits (>= 1); the request's keys are the next n KEYS.
--- Each hit is a group of 7 arguments, 11 for a calendar window:
---   1 algorithm code (limit.Algorithm: 0 fixed_window, 1 sliding_window,
---     2 sliding_log, 3 token_bucket, 4 leaky_bucket, 5 gcra)
+-- Each hit is a group of 3 arguments, 7 for a calendar window:
+--   1 spec: "code:L:W:B:N", parsed once per call however many hits share
+--     it: the algorithm code (limit.Algorithm: 0 fixed_window,
+--     1 sliding_window, 2 sliding_log, 3 token_bucket, 4 leaky_bucket,
+--     5 gcra), limit L, window W in µs, capacity B (limit.Spec.Capacity),
+--     precision N (sub-windows, >= 1)
 --   2 cost (>= 0)
 --   3 flags: 1 refund + 2 advisory + 4 calendar (0 to 7)
---   4 limit L   5 window W in µs
---   6 capacity B (limit.Spec.Capacity)   7 precision N (sub-windows, >= 1)
---   8..11 only with flag 4: calendar window boundaries in µs for a
+--   4..7 only with flag 4: calendar window boundaries in µs for a
 --     calendar fixed window (four ascending instants around the server's
 --     clock).
 -- Returns an array with one element per request: an array of 5 integers
@@ -46,7 +47,7 @@
 -- default since Redis 5 and the only mode of 7, so the script does not call
 -- redis.replicate_commands(). Keys are only those in KEYS (Cluster).
 
-local NFIXED, NCAL = 7, 4
+local NFIXED, NCAL = 3, 4
 
 local clock
 -- redis_now returns Redis TIME in µs, read once per call. Effects
@@ -90,14 +91,21 @@ local function algorithm(code)
   return a
 end
 
--- decide evaluates one request: hits[i] on KEYS[k0 + i]. It raises an
--- error before writing anything if the request cannot be decided.
-local function decide(now, k0, hits)
+-- The hits of every request, by their index in KEYS: the parsed spec
+-- (shared by the hits that send the same one; a calendar hit has its own
+-- copy with its boundaries in cal), cost, refund and advisory.
+local specs, costs, refunds, advisories = {}, {}, {}, {}
+
+-- decide evaluates one request: hits k0 + 1 .. k0 + n on KEYS[k0 + i]. It
+-- raises an error before writing anything if the request cannot be
+-- decided.
+local function decide(now, k0, n)
   local work, order, out = {}, {}, {}
   local denied = false
-  for i = 1, #hits do
+  for i = 1, n do
     local key = KEYS[k0 + i]
-    local h = hits[i]
+    local h = specs[k0 + i]
+    local cost, refund = costs[k0 + i], refunds[k0 + i]
     local algo = algorithm(h.code)
     if not algo then
       return error('floodgate: unknown algorithm code ' .. tostring(h.code))
@@ -114,13 +122,13 @@ local function decide(now, k0, hits)
       w.st, w.ok = algo.load(key, h, now)
       w.st0, w.ok0 = w.st, w.ok
     end
-    local st, o = step(algo, w.st, w.ok, h, h.cost, h.refund, now)
+    local st, o = step(algo, w.st, w.ok, h, cost, refund, now)
     if o.write then
       -- A state written with no lifetime left is equivalent to none: later
       -- hits of the call see none, and the key is deleted.
       w.st, w.ok, w.h, w.ttl, w.dirty = st, o.ttl > 0, h, o.ttl, true
     end
-    if not o.allowed and h.cost > 0 and not h.refund and not h.advisory then
+    if not o.allowed and cost > 0 and not refund and not advisories[k0 + i] then
       denied = true
     end
     local p = 5 * (i - 1)
@@ -134,11 +142,11 @@ local function decide(now, k0, hits)
   if denied then
     -- Nothing is consumed: the allowed hits report the stored state, as a
     -- hit of cost 0 sees it (step leaves the loaded state as it was).
-    for i = 1, #hits do
+    for i = 1, n do
       local p = 5 * (i - 1)
       if out[p + 1] == 1 then
         local w = work[KEYS[k0 + i]]
-        local _, o = step(w.algo, w.st0, w.ok0, hits[i], 0, false, now)
+        local _, o = step(w.algo, w.st0, w.ok0, specs[k0 + i], 0, false, now)
         out[p + 2], out[p + 3], out[p + 4], out[p + 5] = o.remaining, o.reset, 0, 0
       end
     end
@@ -153,15 +161,32 @@ local function decide(now, k0, hits)
   return out
 end
 
--- Walk the requests: parse each one's hits, then decide it under pcall so
--- that its error is its own.
-local results = {}
+-- parse_spec returns the spec table of a spec argument, parsing each
+-- distinct one once per call.
+local parsed = {}
+local function parse_spec(arg)
+  local h = parsed[arg]
+  if h == nil then
+    local code, limit, window, cap, precision = string.match(arg, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    if not code then
+      return nil
+    end
+    h = {code = tonumber(code), limit = tonumber(limit), window = tonumber(window),
+         cap = tonumber(cap), precision = tonumber(precision)}
+    parsed[arg] = h
+  end
+  return h
+end
+
+-- Parse every request: its now, its first key and its number of hits.
+local nows, firsts, counts = {}, {}, {}
 local a, k = 1, 0
 while a <= #ARGV do
+  local r = #nows + 1
   local now = ARGV[a]
   local n = tonumber(ARGV[a + 1])
   if not n or n < 1 or k + n > #KEYS then
-    return redis.error_reply('floodgate: request ' .. (#results + 1) .. ' at argument ' .. a ..
+    return redis.error_reply('floodgate: request ' .. r .. ' at argument ' .. a ..
       ': bad hit count ' .. tostring(ARGV[a + 1]) .. ' for ' .. (#KEYS - k) .. ' keys left')
   end
   if now == '' then
@@ -169,49 +194,58 @@ while a <= #ARGV do
   else
     now = tonumber(now)
   end
+  nows[r], firsts[r], counts[r] = now, k, n
   a = a + 2
-  local hits = {}
-  for i = 1, n do
-    local flags = tonumber(ARGV[a + 2]) or 0
-    local h = {
-      code = tonumber(ARGV[a]),
-      cost = tonumber(ARGV[a + 1]),
-      refund = flags % 2 == 1,
-      advisory = flags % 4 >= 2,
-      limit = tonumber(ARGV[a + 3]),
-      window = tonumber(ARGV[a + 4]),
-      cap = tonumber(ARGV[a + 5]),
-      precision = tonumber(ARGV[a + 6]),
-    }
-    a = a + NFIXED
-    if flags >= 4 then
-      h.cal = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])}
-      a = a + NCAL
+  for i = k + 1, k + n do
+    local h = parse_spec(ARGV[a])
+    if not h then
+      return redis.error_reply('floodgate: request ' .. r .. ': bad spec ' .. tostring(ARGV[a]))
     end
-    hits[i] = h
+    costs[i] = tonumber(ARGV[a + 1])
+    local flags = ARGV[a + 2]
+    a = a + NFIXED
+    if flags == '0' then
+      refunds[i], advisories[i] = false, false
+    else
+      flags = tonumber(flags) or 0
+      refunds[i], advisories[i] = flags % 2 == 1, flags % 4 >= 2
+      if flags >= 4 then
+        h = {code = h.code, limit = h.limit, window = h.window, cap = h.cap, precision = h.precision,
+             cal = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])}}
+        a = a + NCAL
+      end
+    end
+    specs[i] = h
   end
-  if a > #ARGV + 1 then
-    return redis.error_reply('floodgate: request ' .. (#results + 1) .. ' needs ' .. (a - 1) ..
-      ' arguments, the call has ' .. #ARGV)
+  k = k + n
+end
+if a ~= #ARGV + 1 or k ~= #KEYS then
+  return redis.error_reply('floodgate: ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys for ' ..
+    #nows .. ' requests of ' .. k .. ' hits')
+end
+
+-- Decide the requests in order, under pcall so that a request's error is
+-- its own; one pcall covers the requests up to the first error, and the
+-- next one resumes after it.
+local results = {}
+local function decide_from(r0)
+  for r = r0, #nows do
+    results[r] = decide(nows[r], firsts[r], counts[r])
   end
-  local ok, out = pcall(decide, now, k, hits)
+end
+while #results < #nows do
+  local ok, err = pcall(decide_from, #results + 1)
   if not ok then
     -- A Redis error (a table on 6.2, a string on 7) keeps its code, such
     -- as WRONGTYPE; the script's own get ERR.
-    local msg = out
-    if type(out) == 'table' then
-      msg = out.err
+    if type(err) == 'table' then
+      err = err.err
     end
-    msg = tostring(msg)
-    if not string.find(msg, '^%u[%u%d]* ') then
-      msg = 'ERR ' .. msg
+    err = tostring(err)
+    if not string.find(err, '^%u[%u%d]* ') then
+      err = 'ERR ' .. err
     end
-    out = {err = msg}
+    results[#results + 1] = {err = err}
   end
-  results[#results + 1] = out
-  k = k + n
-end
-if k ~= #KEYS then
-  return redis.error_reply('floodgate: ' .. #KEYS .. ' keys for ' .. k .. ' hits')
 end
 return results

@@ -29,12 +29,16 @@ local function window(h, now)
   return start, start + h.window
 end
 
+-- A state's expires flag says that its key is a string already set to
+-- expire at the end of the state's window: every write in a window sets
+-- the same instant (ceil(end/1000) ms, see expire_at), so a later write in
+-- it keeps the key's TTL (KEEPTTL) instead of setting it again.
 local function load(key, h, now)
-  local start, n = load_pair(key, 's', 'n')
+  local start, n, str = load_pair(key, 's', 'n')
   if not start then
     return {start = 0, count = 0}, false
   end
-  return {start = start, count = n}, true
+  return {start = start, count = n, expires = str}, true
 end
 
 local function step(st, ok, h, now, cost, refund)
@@ -61,11 +65,15 @@ local function step(st, ok, h, now, cost, refund)
     o.retry = stop - now
   end
   o.remaining = math.max(0, limit - n)
-  return {start = start, count = n}, o
+  return {start = start, count = n, expires = ok and st.start == start and st.expires}, o
 end
 
 local function store(key, st, h, now, ttl)
-  store_pair(key, string.format('%d:%d', st.start, st.count), now, ttl)
+  if st.expires then
+    redis.call('SET', key, string.format('%d:%d', st.start, st.count), 'KEEPTTL')
+  else
+    store_pair(key, string.format('%d:%d', st.start, st.count), now, ttl)
+  end
 end
 
 return {load = load, step = step, store = store}
