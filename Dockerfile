@@ -25,7 +25,10 @@ COPY config /etc/floodgate/config
 USER 65532:65532
 # 8080: HTTP (/healthcheck, /json, /rlconfig, /metrics)
 # 8081: gRPC (Envoy's RateLimitService, grpc.health.v1)
-# 6070: debug (/debug/pprof/, /rlconfig)
-EXPOSE 8080 8081 6070
+# The debug listener (/debug/pprof/, /rlconfig) is not exposed: it listens
+# on the container's loopback, 127.0.0.1:6070, since profiles are not for
+# the network. Reach it with kubectl port-forward, or run the image with
+# -debug-addr :6070 and publish that port to a trusted address.
+EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/floodgate"]
 CMD ["-config", "/etc/floodgate/config"]

@@ -211,6 +211,27 @@ func TestCompose(t *testing.T) {
 				t.Errorf("floodgate publishes %v, not its port %s", pub, p)
 			}
 		}
+		// A published port must be one floodgate listens on beyond the
+		// container's loopback (the debug listener's default), or Docker
+		// forwards connections to nothing.
+		reachable := map[string]bool{}
+		for _, f := range []string{"http-addr", "grpc-addr", "debug-addr"} {
+			if fgFlags[f] == "" {
+				continue
+			}
+			host, p, err := net.SplitHostPort(fgFlags[f])
+			if err != nil {
+				t.Fatalf("-%s %q: %v", f, fgFlags[f], err)
+			}
+			if !isLoopback(host) {
+				reachable[p] = true
+			}
+		}
+		for _, p := range pub {
+			if !reachable[p] {
+				t.Errorf("floodgate publishes port %s, on which it listens only on the container's loopback or not at all", p)
+			}
+		}
 		host, rport, err := net.SplitHostPort(fgFlags["redis"])
 		if err != nil {
 			t.Fatalf("-redis %q: want host:port: %v", fgFlags["redis"], err)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -295,6 +296,21 @@ func TestKubernetes(t *testing.T) {
 		for _, p := range []struct{ name, want string }{{"http", httpPort}, {"grpc", grpcPort}} {
 			if got, ok := containerPort(ctr, p.name); !ok || got != p.want {
 				t.Errorf("container port %s is %q, floodgate listens on %s", p.name, got, p.want)
+			}
+		}
+		// Declared ports are what a Service or a scraper may target: each
+		// must be one floodgate listens on beyond the pod's loopback (the
+		// debug listener's default is loopback; port-forward reaches it).
+		for _, cp := range list(ctr, "ports") {
+			p := str(cp, "containerPort")
+			reachable := false
+			for _, f := range []string{"http-addr", "grpc-addr", "debug-addr"} {
+				if host, fp, err := net.SplitHostPort(flags[f]); err == nil && fp == p && !isLoopback(host) {
+					reachable = true
+				}
+			}
+			if !reachable {
+				t.Errorf("container port %s (%s): floodgate listens on it only on loopback or not at all", p, str(cp, "name"))
 			}
 		}
 		ready := dig(ctr, "readinessProbe", "httpGet")
