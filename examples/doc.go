@@ -10,6 +10,7 @@
 //     depends on (route choice, rate_limits actions, client address, the
 //     answer) and serves it as a stand-in for Envoy.
 //   - floodgate_test.go builds the binary as the Dockerfile does and runs it.
-//   - the other files check one example each, and readme_test.go runs the
-//     README's commands.
+//   - the other files check one example each, readme_test.go runs the
+//     README's commands, and docs_test.go checks the docs' rule examples,
+//     links, and that every test docs/reliability.md cites exists.
 package examples
