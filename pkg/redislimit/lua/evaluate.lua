@@ -100,6 +100,25 @@ local specs, costs, refunds, advisories = {}, {}, {}, {}
 -- raises an error before writing anything if the request cannot be
 -- decided.
 local function decide(now, k0, n)
+  if n == 1 then
+    -- A request of one hit, the most common, without working copies: its
+    -- only hit writes if it consumes, and when it is denied there is no
+    -- other hit to report as a peek.
+    local key, h = KEYS[k0 + 1], specs[k0 + 1]
+    local algo = algorithm(h.code)
+    if not algo then
+      return error('floodgate: unknown algorithm code ' .. tostring(h.code))
+    end
+    local st, ok
+    if h.limit ~= 0 then
+      st, ok = algo.load(key, h, now)
+    end
+    local nst, o = step(algo, st, ok, h, costs[k0 + 1], refunds[k0 + 1], now)
+    if o.write then
+      algo.store(key, nst, h, now, o.ttl)
+    end
+    return {o.allowed and 1 or 0, o.remaining, o.reset, o.retry, o.never and 1 or 0}
+  end
   local work, order, out = {}, {}, {}
   local denied = false
   for i = 1, n do
