@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/floodgate/floodgate/internal/testlog"
 	"io"
 	"net/http"
 	"os"
@@ -149,7 +150,7 @@ type floodgateProc struct {
 	Dir        string
 	GRPC, HTTP string // listening addresses
 	cmd        *exec.Cmd
-	logs       *syncBuffer
+	logs       *testlog.Buffer
 }
 
 // startFloodgate runs the binary in a fresh directory holding a copy of
@@ -158,7 +159,7 @@ type floodgateProc struct {
 // ends.
 func startFloodgate(t testing.TB, extra ...string) *floodgateProc {
 	t.Helper()
-	p := &floodgateProc{Dir: t.TempDir(), logs: &syncBuffer{}}
+	p := &floodgateProc{Dir: t.TempDir(), logs: &testlog.Buffer{}}
 	copyDir(t, filepath.Join(repoRoot, "config"), filepath.Join(p.Dir, "config"))
 	args := append([]string{"-config", "config",
 		"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-debug-addr", "",
@@ -269,22 +270,4 @@ func runFloodgate(t testing.TB, dir string, args ...string) (string, int) {
 		t.Fatalf("floodgate %s: %v", strings.Join(args, " "), err)
 	}
 	return string(out), 0
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -5,9 +5,9 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/floodgate/floodgate/internal/testlog"
 	"io"
 	"net/http"
 	"os"
@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -83,27 +82,10 @@ type proc struct {
 	t                           *testing.T
 	cmd                         *exec.Cmd
 	grpcAddr, httpAddr, dbgAddr string
-	logs                        *syncBuffer
+	logs                        *testlog.Buffer
 	done                        chan struct{}
 	conn                        *grpc.ClientConn
 	rls                         pb.RateLimitServiceClient
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // options of a process.
@@ -120,7 +102,7 @@ type options struct {
 // The process is stopped when the test ends.
 func start(t *testing.T, o options) *proc {
 	t.Helper()
-	p := &proc{t: t, logs: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, logs: &testlog.Buffer{}, done: make(chan struct{})}
 	gp, hp, dp := redistest.FreePort(t), redistest.FreePort(t), redistest.FreePort(t)
 	p.grpcAddr = "127.0.0.1:" + strconv.Itoa(gp)
 	p.httpAddr = "127.0.0.1:" + strconv.Itoa(hp)

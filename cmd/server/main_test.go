@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/floodgate/floodgate/internal/testlog"
 	"io"
 	"net"
 	"net/http"
@@ -9,28 +10,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // deadAddr is a loopback address nothing listens on.
 func deadAddr(t *testing.T) string {
@@ -74,7 +56,7 @@ func TestSecretsAreNeverShown(t *testing.T) {
 		"LOG_LEVEL", "debug",
 		"FLOODGATE_CONFIG", dir,
 	)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

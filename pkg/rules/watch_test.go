@@ -1,9 +1,9 @@
 package rules
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/floodgate/floodgate/internal/testlog"
 	"log/slog"
 	"os"
 	"strconv"
@@ -16,29 +16,11 @@ import (
 // maxReloadDelay is the longest a valid change may take to be seen.
 const maxReloadDelay = time.Second
 
-// syncBuffer is a bytes.Buffer safe for the watcher's logger.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startWatcher runs a Watcher on path until the test ends and returns it
 // once it watches.
-func startWatcher(t *testing.T, path string) (*Watcher, *syncBuffer) {
+func startWatcher(t *testing.T, path string) (*Watcher, *testlog.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	w, err := NewWatcher(path, Options{}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatalf("NewWatcher: %v", err)
