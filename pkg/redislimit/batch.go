@@ -13,7 +13,7 @@ import (
 // Defaults of BatchOptions.
 const (
 	DefaultBatchRequests = 64
-	DefaultBatchInFlight = 4
+	DefaultBatchInFlight = 2
 )
 
 // maxBatchArgs bounds the arguments of one batched script call (about 100
