@@ -303,6 +303,8 @@ func TestNewRejects(t *testing.T) {
 		{"closing brace in prefix", client, redislimit.Options{KeyPrefix: "}"}, "'{' or '}'"},
 		{"negative timeout", client, redislimit.Options{Timeout: -time.Second}, "negative timeout"},
 		{"negative backoff", client, redislimit.Options{Breaker: redislimit.BreakerOptions{MinBackoff: -time.Second}}, "negative breaker backoff"},
+		{"negative batch size", client, redislimit.Options{Batch: redislimit.BatchOptions{MaxRequests: -1}}, "negative batch"},
+		{"negative batches in flight", client, redislimit.Options{Batch: redislimit.BatchOptions{MaxInFlight: -2}}, "negative batch"},
 		{"backoffs reversed", client, redislimit.Options{Breaker: redislimit.BreakerOptions{MinBackoff: time.Second, MaxBackoff: time.Millisecond}}, "below MinBackoff"},
 	}
 	for _, tc := range tests {
