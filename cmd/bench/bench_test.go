@@ -55,10 +55,10 @@ func TestSmoke(t *testing.T) {
 	if r.Redis == nil {
 		t.Fatalf("no Redis figures")
 	}
-	// Every answered decision took at least one round trip; a failed call
-	// may have taken none.
-	if trips := r.Redis.RoundTripsPerRequest * float64(r.Decisions+r.Errors); trips < float64(r.Decisions) {
-		t.Errorf("%v round trips/request over %d requests: fewer script calls than %d decisions", r.Redis.RoundTripsPerRequest, r.Decisions+r.Errors, r.Decisions)
+	// Under the limit every decision reaches Redis, in at most one round
+	// trip of its own; concurrent requests may share one (batching).
+	if rt := r.Redis.RoundTripsPerRequest; rt <= 0 || rt > 1 {
+		t.Errorf("%v round trips/request over %d requests, want in (0, 1]", rt, r.Decisions+r.Errors)
 	}
 	if r.Redis.CPUMicrosPerDecision <= 0 || r.Redis.CommandsPerRequest <= r.Redis.RoundTripsPerRequest {
 		t.Errorf("Redis figures %+v: want CPU > 0 and the scripts' own commands counted", r.Redis)

@@ -514,7 +514,9 @@ func (r *result) fill(load loadResult, before, after snapshot, t *target) error 
 		}
 		r.Redis = rd
 		switch {
-		case rd.CommandsPerRequest < 0.5:
+		case rd.CommandsPerRequest < 0.5 && r.Scenario.Limit == limitUnder:
+			// Over the limit, the deny cache answers most requests without
+			// Redis; under it, every decision writes its counters.
 			r.Notes = append(r.Notes, fmt.Sprintf("%.2f Redis commands per request: most requests did not reach this Redis (does the rule file define domain %s with keys %s..?)",
 				rd.CommandsPerRequest, r.Scenario.domain(), descriptorKey(0)))
 		case d.scripts() == 0:
