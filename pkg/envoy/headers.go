@@ -57,6 +57,7 @@ const (
 
 // Headers configures response headers. The zero value adds none.
 type Headers struct {
+	// Style picks the header set; the zero value, HeadersOff, adds none.
 	Style HeaderStyle
 	// LimitName, RemainingName and ResetName name the HeadersReference
 	// headers (the reference server's LIMIT_LIMIT_HEADER,

@@ -165,6 +165,12 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 	return nil
 }
 
+// overrideField names descriptor index's override in error messages; it is
+// built only on the error path, never for a valid override.
+func overrideField(index int) string {
+	return fmt.Sprintf("descriptors[%d].limit", index)
+}
+
 // overrideMetric is the metric label of an override that matched no rule.
 const overrideMetric = "(override)"
 
@@ -173,20 +179,19 @@ const overrideMetric = "(override)"
 // override of a sliding-window rule still slides; windows follow the epoch
 // (no calendar), as override units are fixed lengths.
 func overrideItem(o *rlv3.RateLimitDescriptor_RateLimitOverride, r *rules.Rule, index int) (item, error) {
-	field := fmt.Sprintf("descriptors[%d].limit", index)
-	unit, err := overrideUnit(o.GetUnit(), field)
+	unit, err := overrideUnit(o.GetUnit(), index)
 	if err != nil {
 		return item{}, err
 	}
 	mult := uint32(1)
 	if m := o.GetUnitMultiplier(); m != nil {
 		if m.GetValue() == 0 {
-			return item{}, fmt.Errorf("%s.unit_multiplier: must be at least 1 when set", field)
+			return item{}, fmt.Errorf("%s.unit_multiplier: must be at least 1 when set", overrideField(index))
 		}
 		mult = m.GetValue()
 	}
 	if int64(mult) > math.MaxInt64/int64(unit.Duration()) {
-		return item{}, fmt.Errorf("%s.unit_multiplier: %d %ss is longer than a window can be", field, mult, unit)
+		return item{}, fmt.Errorf("%s.unit_multiplier: %d %ss is longer than a window can be", overrideField(index), mult, unit)
 	}
 	spec := limit.Spec{Limit: int64(o.GetRequestsPerUnit()), Window: window(unit, mult)}
 	if r != nil && len(r.Limits) > 0 && !r.Limits[0].Unlimited {

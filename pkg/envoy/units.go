@@ -35,7 +35,7 @@ func responseUnit(u rules.Unit) pb.RateLimitResponse_RateLimit_Unit {
 // overrideUnit returns the rule unit and its length for the unit of a
 // descriptor's limit override (envoy.type.v3.RateLimitUnit, which has no
 // week), or an error naming the field for UNKNOWN and unknown numbers.
-func overrideUnit(u typev3.RateLimitUnit, field string) (rules.Unit, error) {
+func overrideUnit(u typev3.RateLimitUnit, index int) (rules.Unit, error) {
 	var ru rules.Unit
 	switch u {
 	case typev3.RateLimitUnit_SECOND:
@@ -51,7 +51,7 @@ func overrideUnit(u typev3.RateLimitUnit, field string) (rules.Unit, error) {
 	case typev3.RateLimitUnit_YEAR:
 		ru = rules.Year
 	default:
-		return 0, fmt.Errorf("%s: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", field, u)
+		return 0, fmt.Errorf("%s: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", overrideField(index), u)
 	}
 	return ru, nil
 }

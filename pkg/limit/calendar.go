@@ -20,6 +20,8 @@ const (
 // monthly one on the 1st, a yearly one on January 1st. The zero value means
 // no calendar.
 type Calendar struct {
+	// Unit is the calendar period; NoCalendar (zero) means epoch-aligned
+	// windows.
 	Unit CalendarUnit
 	// Location is the time zone; nil means UTC.
 	Location *time.Location
