@@ -207,8 +207,13 @@ func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, de
 
 // runArgs sends one request's KEYS and ARGV alone and fills decisions.
 func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisions []limit.Decision) error {
-	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
-	defer cancel()
+	// The caller's deadline (pkg/envoy sets one per request) usually comes
+	// first; a timer of our own would then never fire.
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.opts.Timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
+		defer cancel()
+	}
 	replies, err := l.send(ctx, keys, args, 1)
 	if err != nil {
 		return fmt.Errorf("redislimit: evaluate %d hits: %w", len(decisions), err)

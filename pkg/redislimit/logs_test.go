@@ -1,16 +1,15 @@
 package redislimit_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/redis/go-redis/v9"
@@ -21,7 +20,7 @@ import (
 func TestQuietLogs(t *testing.T) {
 	var took time.Duration // until the debug line came
 	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo} {
-		buf := new(syncBuffer)
+		buf := new(testlog.Buffer)
 		redislimit.QuietLogs(slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level})))
 		start := time.Now()
 		client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
@@ -52,25 +51,6 @@ func TestQuietLogs(t *testing.T) {
 		}
 	}
 	redislimit.QuietLogs(nil)
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use: go-redis logs from
-// its own goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestScriptSHA(t *testing.T) {
