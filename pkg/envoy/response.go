@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // respond builds the answer from a verdict.
@@ -22,7 +24,7 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 	// the response, which gRPC owns once it is returned.
 	parts := make([]statusParts, len(sc.descs))
 	for di := range sc.descs {
-		resp.Statuses[di] = sc.status(v.codes[di], &parts[di])
+		resp.Statuses[di] = sc.status(v.codes[di], &parts[di], s.opts.Now)
 	}
 	if v.over {
 		if s.opts.ShadowMode {
@@ -48,7 +50,7 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 // it. A descriptor with only
 // unlimited limits gets the reference server's answer: OK, no
 // current_limit, the largest limit_remaining.
-func (sc *scratch) status(o descOutcome, p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
+func (sc *scratch) status(o descOutcome, p *statusParts, now func() time.Time) *pb.RateLimitResponse_DescriptorStatus {
 	st := &p.status
 	st.Code = o.code
 	if o.best < 0 {
@@ -59,23 +61,50 @@ func (sc *scratch) status(o descOutcome, p *statusParts) *pb.RateLimitResponse_D
 	}
 	it := &sc.items[o.best]
 	d := &sc.decisions[it.hit]
-	p.multiplier.Value = it.multiplier
 	p.limit.Name = it.name
 	p.limit.RequestsPerUnit = it.rpu
 	p.limit.Unit = responseUnit(it.unit)
-	p.limit.UnitMultiplier = &p.multiplier
-	st.CurrentLimit = &p.limit
-	st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
-	// For a denial, the useful time is when the same request could pass
-	// (for a bucket, long before it is full again).
-	reset := d.ResetAfter
-	if !d.Allowed && d.RetryAfter > 0 {
-		reset = d.RetryAfter
+	// The reference server never sets unit_multiplier (new in Envoy 1.40),
+	// and an absent one means 1.
+	if it.multiplier > 1 {
+		p.multiplier.Value = it.multiplier
+		p.limit.UnitMultiplier = &p.multiplier
 	}
-	p.reset.Seconds = int64(reset / time.Second)
-	p.reset.Nanos = int32(reset % time.Second)
+	st.CurrentLimit = &p.limit
+	if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+		// As the reference server: a refused request has nothing left, even
+		// when a smaller hits_addend would still pass. Envoy's
+		// X-RateLimit-Remaining then says 0 for it too, since Envoy takes
+		// the status with the least remaining.
+		st.LimitRemaining = 0
+	} else {
+		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+	}
+	p.reset.Seconds = resetSeconds(it, d, now)
 	st.DurationUntilReset = &p.reset
 	return st
+}
+
+// resetSeconds is a status's duration_until_reset in whole seconds, rounded
+// up. Envoy keeps only the seconds of it for X-RateLimit-Reset, so 0.4 s
+// left would tell a client "0" while a retry is still refused; rounding up
+// never tells a client to come back too early.
+//
+// For a denial it is when the same request could pass (for a bucket, long
+// before it is full again). A limit that admits nothing (requests_per_unit
+// 0) reports, as the reference server does, the time left in its window on
+// this server's clock (Options.Now): no store keeps a counter for it.
+func resetSeconds(it *item, d *limit.Decision, now func() time.Time) int64 {
+	reset := d.ResetAfter
+	switch {
+	case !d.Allowed && d.RetryAfter > 0:
+		reset = d.RetryAfter
+	case d.Never && it.spec.Limit == 0 && it.spec.Window > 0:
+		t := now()
+		_, end := it.spec.WindowAt(t)
+		reset = end.Sub(t)
+	}
+	return ceilSeconds(reset)
 }
 
 // statusParts are the messages of one DescriptorStatus, allocated together.

@@ -74,6 +74,10 @@ type Options struct {
 	Metrics *Metrics
 	// Bounds limit what one request may carry.
 	Bounds RequestBounds
+	// Now is the clock for the one answer no store decides: the reset of a
+	// limit of requests_per_unit 0, the time left in its window. nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // Service answers ShouldRateLimit. It is safe for concurrent use.
@@ -104,6 +108,9 @@ func New(rs RuleSource, l Limiter, opts Options) (*Service, error) {
 	}
 	if opts.StoreTimeout == 0 {
 		opts.StoreTimeout = DefaultStoreTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.FailureMode == rules.FailureDefault {
 		opts.FailureMode = rules.FailureAllow

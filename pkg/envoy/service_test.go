@@ -63,6 +63,10 @@ descriptors:
   - key: detailed
     detailed_metric: true
     rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 4, algorithm: token_bucket, burst: 1}
+  - key: multi
+    rate_limit: {unit: second, requests_per_unit: 2, unit_multiplier: 30}
 `
 
 // t0 is 10 s into a minute, so minute windows reset in 50 s.
@@ -92,6 +96,9 @@ func newHarness(t *testing.T, opts Options) *harness {
 		if opts.Metrics, err = NewMetrics(h.reg, MetricsOptions{Store: "memory"}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return h.now }
 	}
 	if h.svc, err = New(fixedRules{set}, h.mem, opts); err != nil {
 		t.Fatal(err)
@@ -182,7 +189,7 @@ func TestShouldRateLimit(t *testing.T) {
 		{name: "current_limit and duration_until_reset", steps: []step{
 			{req: request("test", desc("user", "a")), want: "OK OK:2", check: func(t *testing.T, resp *pb.RateLimitResponse) {
 				st := resp.Statuses[0]
-				if got := st.CurrentLimit; got.RequestsPerUnit != 3 || got.Unit != pb.RateLimitResponse_RateLimit_MINUTE || got.GetUnitMultiplier().GetValue() != 1 || got.Name != "" {
+				if got := st.CurrentLimit; got.RequestsPerUnit != 3 || got.Unit != pb.RateLimitResponse_RateLimit_MINUTE || got.GetUnitMultiplier() != nil || got.Name != "" {
 					t.Errorf("current_limit = %v", got)
 				}
 				if got := st.DurationUntilReset.AsDuration(); got != 50*time.Second {
@@ -192,7 +199,7 @@ func TestShouldRateLimit(t *testing.T) {
 		}},
 		{name: "request hits_addend: 0 means 1, n counts n, and a rejected request consumes nothing", steps: []step{
 			{req: &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "c")}, HitsAddend: 0}, want: "OK OK:2"},
-			{req: &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "c")}, HitsAddend: 3}, want: "OVER OVER:2"},
+			{req: &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "c")}, HitsAddend: 3}, want: "OVER OVER:0"},
 			{req: &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "c")}, HitsAddend: 2}, want: "OK OK:0"},
 		}},
 		{name: "descriptor hits_addend wins over the request's; 0 looks without counting", steps: []step{
@@ -442,9 +449,9 @@ func TestResponseHeaders(t *testing.T) {
 		{name: "IETF fields when over, unnamed limit", headers: Headers{Style: HeadersIETF},
 			reqs: []*pb.RateLimitRequest{request("test", withAddend(desc("user", "a"), 3)), request("test", desc("user", "a"))},
 			want: map[string]string{"RateLimit-Policy": `"default";q=3;w=60`, "RateLimit": `"default";r=0;t=50`, "Retry-After": "50"}},
-		{name: "a limit that can never pass still gets a Retry-After of at least 1", headers: Headers{Style: HeadersReference},
+		{name: "a limit that can never pass resets with its window", headers: Headers{Style: HeadersReference},
 			reqs: []*pb.RateLimitRequest{request("test", desc("zero", "x"))},
-			want: map[string]string{"RateLimit-Limit": "0", "RateLimit-Remaining": "0", "RateLimit-Reset": "0", "Retry-After": "1"}},
+			want: map[string]string{"RateLimit-Limit": "0", "RateLimit-Remaining": "0", "RateLimit-Reset": "50", "Retry-After": "50"}},
 		{name: "JSON body with a 429", body: true,
 			reqs: []*pb.RateLimitRequest{request("test", withAddend(desc("user", "a"), 3)), request("test", desc("user", "a"))},
 			want: map[string]string{"content-type": "application/json"}},
@@ -630,9 +637,9 @@ func TestHugeAddendsAndRefunds(t *testing.T) {
 		d    *rlv3.RateLimitDescriptor
 		want string
 	}{
-		{withAddend(desc("user", "h"), math.MaxUint64), "OVER OVER:3"},
-		{withAddend(desc("user", "h"), math.MaxInt64+1), "OVER OVER:3"},
-		{withAddend(desc("user", "h"), 1<<53+1), "OVER OVER:3"},
+		{withAddend(desc("user", "h"), math.MaxUint64), "OVER OVER:0"},
+		{withAddend(desc("user", "h"), math.MaxInt64+1), "OVER OVER:0"},
+		{withAddend(desc("user", "h"), 1<<53+1), "OVER OVER:0"},
 		{desc("user", "h"), "OK OK:2"},
 		{refund(withAddend(desc("user", "h"), math.MaxUint64)), "OK OK:3"},
 		{refund(withAddend(desc("user", "h"), 1000)), "OK OK:3"},
@@ -715,5 +722,55 @@ func TestValueSeriesAreCapped(t *testing.T) {
 	}
 	if got := metricValue(t, reg, "floodgate_hits_total", map[string]string{"rule": "test.detailed._other_"}); got != values-max {
 		t.Errorf("hits under _other_ = %v, want %d", got, values-max)
+	}
+}
+
+// TestDurationUntilResetWholeSeconds: Envoy keeps only the seconds of
+// duration_until_reset for X-RateLimit-Reset, so every reset is rounded up
+// and a client is never told 0 while a retry would be refused.
+func TestDurationUntilResetWholeSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		d       *rlv3.RateLimitDescriptor
+		advance time.Duration // before the last of two requests
+		want    string        // the last answer's summary
+		reset   time.Duration
+	}{
+		// 49.7 s left in the minute.
+		{"fixed window, fraction left", desc("user", "a"), 300 * time.Millisecond, "OK OK:1", 50 * time.Second},
+		// The bucket of 1 refills in 250 ms: 150 ms left is 1 s, not 0.
+		{"token bucket denial, 150 ms to go", desc("bucket", "a"), 100 * time.Millisecond, "OVER OVER:0", time.Second},
+		// 30 s windows: t0 is 10 s into one, 20 s left.
+		{"unit_multiplier window", desc("multi", "a"), 0, "OK OK:0", 20 * time.Second},
+		// requests_per_unit 0: the time left in its window, as the reference.
+		{"zero limit, fraction left", desc("zero", "a"), 1500 * time.Millisecond, "OVER OVER:0", 49 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Options{})
+			var resp *pb.RateLimitResponse
+			for i := range 2 {
+				if i == 1 {
+					h.now = h.now.Add(tc.advance)
+				}
+				var err error
+				if resp, err = h.svc.ShouldRateLimit(context.Background(), request("test", tc.d)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := strings.TrimSuffix(resp.OverallCode.String(), "_LIMIT") + " " + summaries(resp); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+			st := resp.Statuses[0]
+			if got := st.DurationUntilReset.AsDuration(); got != tc.reset {
+				t.Errorf("duration_until_reset = %v, want %v", got, tc.reset)
+			}
+			if tc.d.Entries[0].Key == "multi" {
+				if m := st.CurrentLimit.GetUnitMultiplier(); m.GetValue() != 30 {
+					t.Errorf("unit_multiplier = %v, want 30", m)
+				}
+			} else if m := st.CurrentLimit.GetUnitMultiplier(); m != nil {
+				t.Errorf("unit_multiplier = %v for a rule without one, want none (as the reference server)", m)
+			}
+		})
 	}
 }

@@ -130,6 +130,16 @@ func (s *Spec) fixedWindowAt(now int64) (start, end int64) {
 	return start, start + w
 }
 
+// WindowAt returns the fixed window [start, end) that holds t: the calendar
+// window when the spec has a calendar, otherwise the window of length Window
+// that starts at a whole multiple of Window since the Unix epoch. It is what
+// a fixed window counts in, and what a limit that admits nothing (Limit 0)
+// reports as its reset.
+func (s *Spec) WindowAt(t time.Time) (start, end time.Time) {
+	from, to := s.fixedWindowAt(t.UnixMicro())
+	return time.UnixMicro(from), time.UnixMicro(to)
+}
+
 // fixedState is a fixed window counter: count hits in the window that starts
 // at start (µs).
 type fixedState struct{ start, count int64 }
