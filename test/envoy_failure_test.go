@@ -411,3 +411,110 @@ func shipped(t *testing.T, settings ...string) {
 		}
 	}
 }
+
+// hcMargin is how late after its interval a health check's verdict may
+// show in Envoy's /clusters on a loaded machine.
+const hcMargin = 1500 * time.Millisecond
+
+// drainDelay is the -drain-delay of TestEnvoyDrain: longer than Envoy's
+// health check interval and its margin, so that a check sees NOT_SERVING
+// while floodgate still answers.
+const drainDelay = hcInterval + hcMargin + 500*time.Millisecond
+
+// TestEnvoyDrain: Envoy health-checks two floodgates on one Redis while a
+// client sends requests through it. One gets SIGTERM: Envoy's health check
+// marks it failed within an interval, while it still answers (the drain
+// delay), so Envoy sends the traffic to the other and no request meets a
+// closed port. A new floodgate on the same address is marked healthy within
+// an interval and gets traffic again. Every answer throughout is a decision,
+// and Envoy counts no ratelimit error. (Redis only: several instances
+// behind one Envoy need a shared store.)
+func TestEnvoyDrain(t *testing.T) {
+	shipped(t, "interval: 5s", "unhealthy_threshold: 2", "healthy_threshold: 1")
+	r := redistest.Start(t)
+	dir := t.TempDir()
+	writeRules(t, dir, map[string]string{"failure.yaml": failureRules})
+	o := options{args: []string{"-redis", r.Addr, "-config", dir, "-drain-delay", drainDelay.String()}}
+	leaving, staying := start(t, o), start(t, o)
+	f := startEnvoy(t, nil, leaving.grpcAddr, staying.grpcAddr)
+	f.waitHealthy(t, 2, 2*hcInterval)
+	before := f.rateLimitStats(t)
+
+	var (
+		mu   sync.Mutex
+		out  []outcome
+		stop = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			o := f.ask(allowClient)
+			mu.Lock()
+			out = append(out, o)
+			mu.Unlock()
+		}
+	})
+
+	leaving.signal(syscall.SIGTERM)
+	termed := time.Now()
+	waitHost(t, f, leaving.grpcAddr, "failed", hcInterval+hcMargin, func(flags string) bool {
+		return strings.Contains(flags, "failed_active_hc")
+	})
+	left := time.Since(termed)
+	select {
+	case <-leaving.done:
+		t.Fatalf("floodgate exited %v after SIGTERM, before Envoy marked it failed: the drain delay did not cover the health check", left)
+	default:
+	}
+	t.Logf("Envoy marked the draining floodgate failed %v after SIGTERM", left.Round(time.Millisecond))
+	if code := leaving.wait(drainDelay + 10*time.Second); code != 0 {
+		t.Errorf("drained floodgate exited %d:\n%s", code, leaving.logs)
+	}
+
+	back := restartAt(t, leaving.grpcAddr, o)
+	restarted := time.Now()
+	waitHost(t, f, back.grpcAddr, "healthy", hcInterval+hcMargin, func(flags string) bool { return flags == "healthy" })
+	t.Logf("Envoy marked the new floodgate healthy %v after it started", time.Since(restarted).Round(time.Millisecond))
+	eventually(t, 2*time.Second, func() string {
+		if n := decisionCounts(t, back)["ok"]; n == 0 {
+			return "Envoy sends nothing to the new floodgate it marked healthy"
+		}
+		return ""
+	})
+	close(stop)
+	wg.Wait()
+
+	for _, o := range out {
+		if o.answer != decided {
+			t.Errorf("at %v after SIGTERM the client got %q, want a decision %q (%s)",
+				o.start.Sub(termed).Round(time.Millisecond), o.answer, decided, answerCounts(out))
+			break
+		}
+	}
+	after := f.rateLimitStats(t)
+	if n := after["error"] - before["error"]; n != 0 {
+		t.Errorf("Envoy counted %d ratelimit errors during the drain, want none", n)
+	}
+	t.Logf("%d requests through Envoy during the drain and return: %s", len(out), latencySummary(out))
+}
+
+// waitHost waits until Envoy's /clusters flags for addr in the floodgate
+// cluster satisfy ok, and fails after timeout.
+func waitHost(t *testing.T, f *envoyFront, addr, what string, timeout time.Duration, ok func(flags string) bool) {
+	t.Helper()
+	eventually(t, timeout, func() string {
+		h, err := f.HostHealth("floodgate")
+		if err != nil {
+			return err.Error()
+		}
+		if !ok(h[addr]) {
+			return fmt.Sprintf("Envoy has not marked %s %s: %v", addr, what, h)
+		}
+		return ""
+	})
+}
