@@ -430,6 +430,10 @@ const drainDelay = hcInterval + hcMargin + 500*time.Millisecond
 // and Envoy counts no ratelimit error. (Redis only: several instances
 // behind one Envoy need a shared store.)
 func TestEnvoyDrain(t *testing.T) {
+	// Parallel: it mostly waits for health checks, and its bounds are
+	// seconds, so it can share the machine; TestEnvoyFailures measures
+	// milliseconds and runs alone with the other sequential tests.
+	t.Parallel()
 	shipped(t, "interval: 5s", "unhealthy_threshold: 2", "healthy_threshold: 1")
 	r := redistest.Start(t)
 	dir := t.TempDir()

@@ -35,6 +35,7 @@ func liveRule(unit string, n int) string {
 // within liveEditBound of the write; a broken edit changes no answer, is
 // counted as a refused reload, and leaves the rules version alone.
 func TestEnvoyLiveEdit(t *testing.T) {
+	t.Parallel() // a bound of a second against about 0.1 s tolerates company
 	// Edits in order, each on the state the previous one left. A want of
 	// "" marks a broken edit: the answer must stay what it was. A file
 	// content of "" deletes the file.
