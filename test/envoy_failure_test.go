@@ -20,14 +20,14 @@ import (
 	"github.com/floodgate/floodgate/internal/redistest"
 )
 
-// What examples/envoy.yaml sets and these tests rely on; shipped checks
+// What examples/envoy.yaml sets and these tests rely on; requireShipped checks
 // that the file still says so.
 const (
-	// filterTimeout is the ratelimit filter's timeout: how long Envoy
+	// envoyFilterTimeout is the ratelimit filter's timeout: how long Envoy
 	// waits for floodgate before its failure_mode_deny decides.
-	filterTimeout = 100 * time.Millisecond
-	// hcInterval is the interval of Envoy's health check of floodgate.
-	hcInterval = 5 * time.Second
+	envoyFilterTimeout = 100 * time.Millisecond
+	// envoyHCInterval is the interval of Envoy's health check of floodgate.
+	envoyHCInterval = 5 * time.Second
 )
 
 // Clients of failureRules, by the address Envoy sends as remote_address.
@@ -61,13 +61,13 @@ descriptors:
 
 // Answers a client sees through Envoy (see envoyFront.ask).
 const (
-	decided = "200 1000000000, 1000000000;w=86400" // floodgate decided in its store
-	blocked = "429 0, 0;w=1"                       // floodgate decided: over the limit
+	answerDecided = "200 1000000000, 1000000000;w=86400" // floodgate decided in its store
+	answerBlocked = "429 0, 0;w=1"                       // floodgate decided: over the limit
 	// policyAllow is floodgate's allow policy: OK, no limit to report.
-	policyAllow = "200 -"
+	answerAllowPolicy = "200 -"
 	// policyDeny is floodgate's deny policy: over the limit, reported as
 	// the rule's limit with nothing remaining.
-	policyDeny = "429 1000000000, 1000000000;w=86400"
+	answerDenyPolicy = "429 1000000000, 1000000000;w=86400"
 )
 
 // envoyFailed is what Envoy answers when it has no answer from floodgate
@@ -134,9 +134,9 @@ var (
 // decisionOf is the answer of a floodgate that decides in its store.
 func decisionOf(_ *failureScene, client string) string {
 	if client == blockedClient {
-		return blocked
+		return answerBlocked
 	}
-	return decided
+	return answerDecided
 }
 
 // envoyPhases are the steps of TestEnvoyFailures, in order: Redis freezes
@@ -152,9 +152,9 @@ var envoyPhases = []envoyPhase{
 		want: func(s *failureScene, client string) string {
 			switch client {
 			case allowClient:
-				return policyAllow
+				return answerAllowPolicy
 			case denyClient:
-				return policyDeny
+				return answerDenyPolicy
 			}
 			return envoyFailed(s.deny)
 		},
@@ -168,7 +168,7 @@ var envoyPhases = []envoyPhase{
 		// Envoy's timeout ends each.
 		// Envoy's timer may fire a few milliseconds before the client's
 		// clock says the timeout passed (98.7 ms measured), hence 90%.
-		name: "floodgate hung", clients: everyClient, unseen: true, minMedian: filterTimeout * 9 / 10,
+		name: "floodgate hung", clients: everyClient, unseen: true, minMedian: envoyFilterTimeout * 9 / 10,
 		want: func(s *failureScene, _ string) string { return envoyFailed(s.deny) },
 		inject: func(s *failureScene) {
 			s.retire()
@@ -177,7 +177,7 @@ var envoyPhases = []envoyPhase{
 		},
 	},
 	{
-		name: "floodgate dead", clients: everyClient, unseen: true, maxMedian: filterTimeout / 2,
+		name: "floodgate dead", clients: everyClient, unseen: true, maxMedian: envoyFilterTimeout / 2,
 		want:   func(s *failureScene, _ string) string { return envoyFailed(s.deny) },
 		inject: func(s *failureScene) { s.fg.kill() }, // SIGKILL ends a stopped process too
 	},
@@ -201,7 +201,7 @@ const phaseRounds = 5
 // with floodgate's unavailable answers plus the requests floodgate never
 // saw, and failure_mode_allowed with error when Envoy fails open.
 func TestEnvoyFailures(t *testing.T) {
-	shipped(t, "timeout: 0.1s", "failure_mode_deny: false")
+	requireShipped(t, "timeout: 0.1s", "failure_mode_deny: false")
 	for _, deny := range []bool{false, true} {
 		for _, b := range backends {
 			t.Run(fmt.Sprintf("%s/failure_mode_deny=%v", b.name, deny), func(t *testing.T) {
@@ -257,7 +257,7 @@ func (s *failureScene) run(ph envoyPhase) {
 		t.Errorf("%s\nanswers:\n%s", msg, answerCounts(out))
 	}
 	t.Logf("%s: %s", ph.name, latencySummary(out))
-	checkLatency(t, ph.name, out, filterTimeout)
+	checkLatency(t, ph.name, out, envoyFilterTimeout)
 	med := quantile(latencies(out), .5)
 	if ph.minMedian > 0 && med < ph.minMedian {
 		t.Errorf("%s: median latency %v, want at least %v (%s)", ph.name, med, ph.minMedian, latencySummary(out))
@@ -397,29 +397,35 @@ func waitStopped(t *testing.T, pid int) {
 	})
 }
 
-// shipped fails the test unless examples/envoy.yaml contains each of
-// settings: the constants of these tests describe that file.
-func shipped(t *testing.T, settings ...string) {
+// requireShipped fails the test unless each of settings is a whole line of
+// examples/envoy.yaml (leading spaces aside): the constants of these tests
+// describe that file. Whole lines, so that "interval: 5s" is not found in
+// "no_traffic_interval: 5s".
+func requireShipped(t *testing.T, settings ...string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, "examples", "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	lines := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		lines[strings.TrimSpace(l)] = true
+	}
 	for _, s := range settings {
-		if !strings.Contains(string(b), s) {
+		if !lines[s] {
 			t.Fatalf("examples/envoy.yaml no longer says %q: update the constants of this test", s)
 		}
 	}
 }
 
-// hcMargin is how late after its interval a health check's verdict may
+// envoyHCMargin is how late after its interval a health check's verdict may
 // show in Envoy's /clusters on a loaded machine.
-const hcMargin = 1500 * time.Millisecond
+const envoyHCMargin = 1500 * time.Millisecond
 
-// drainDelay is the -drain-delay of TestEnvoyDrain: longer than Envoy's
+// envoyDrainDelay is the -drain-delay of TestEnvoyDrain: longer than Envoy's
 // health check interval and its margin, so that a check sees NOT_SERVING
 // while floodgate still answers.
-const drainDelay = hcInterval + hcMargin + 500*time.Millisecond
+const envoyDrainDelay = envoyHCInterval + envoyHCMargin + 500*time.Millisecond
 
 // TestEnvoyDrain: Envoy health-checks two floodgates on one Redis while a
 // client sends requests through it. One gets SIGTERM: Envoy's health check
@@ -434,14 +440,14 @@ func TestEnvoyDrain(t *testing.T) {
 	// seconds, so it can share the machine; TestEnvoyFailures measures
 	// milliseconds and runs alone with the other sequential tests.
 	t.Parallel()
-	shipped(t, "interval: 5s", "unhealthy_threshold: 2", "healthy_threshold: 1")
+	requireShipped(t, "interval: 5s", "unhealthy_threshold: 2", "healthy_threshold: 1")
 	r := redistest.Start(t)
 	dir := t.TempDir()
 	writeRules(t, dir, map[string]string{"failure.yaml": failureRules})
-	o := options{args: []string{"-redis", r.Addr, "-config", dir, "-drain-delay", drainDelay.String()}}
+	o := options{args: []string{"-redis", r.Addr, "-config", dir, "-drain-delay", envoyDrainDelay.String()}}
 	leaving, staying := start(t, o), start(t, o)
 	f := startEnvoy(t, nil, leaving.grpcAddr, staying.grpcAddr)
-	f.waitHealthy(t, 2, 2*hcInterval)
+	f.waitHealthy(t, 2, 2*envoyHCInterval)
 	before := f.rateLimitStats(t)
 
 	var (
@@ -466,7 +472,7 @@ func TestEnvoyDrain(t *testing.T) {
 
 	leaving.signal(syscall.SIGTERM)
 	termed := time.Now()
-	waitHost(t, f, leaving.grpcAddr, "failed", hcInterval+hcMargin, func(flags string) bool {
+	waitHost(t, f, leaving.grpcAddr, "failed", envoyHCInterval+envoyHCMargin, func(flags string) bool {
 		return strings.Contains(flags, "failed_active_hc")
 	})
 	left := time.Since(termed)
@@ -476,13 +482,13 @@ func TestEnvoyDrain(t *testing.T) {
 	default:
 	}
 	t.Logf("Envoy marked the draining floodgate failed %v after SIGTERM", left.Round(time.Millisecond))
-	if code := leaving.wait(drainDelay + 10*time.Second); code != 0 {
+	if code := leaving.wait(envoyDrainDelay + 10*time.Second); code != 0 {
 		t.Errorf("drained floodgate exited %d:\n%s", code, leaving.logs)
 	}
 
 	back := restartAt(t, leaving.grpcAddr, o)
 	restarted := time.Now()
-	waitHost(t, f, back.grpcAddr, "healthy", hcInterval+hcMargin, func(flags string) bool { return flags == "healthy" })
+	waitHost(t, f, back.grpcAddr, "healthy", envoyHCInterval+envoyHCMargin, func(flags string) bool { return flags == "healthy" })
 	t.Logf("Envoy marked the new floodgate healthy %v after it started", time.Since(restarted).Round(time.Millisecond))
 	eventually(t, 2*time.Second, func() string {
 		if n := decisionCounts(t, back)["ok"]; n == 0 {
@@ -494,9 +500,9 @@ func TestEnvoyDrain(t *testing.T) {
 	wg.Wait()
 
 	for _, o := range out {
-		if o.answer != decided {
+		if o.answer != answerDecided {
 			t.Errorf("at %v after SIGTERM the client got %q, want a decision %q (%s)",
-				o.start.Sub(termed).Round(time.Millisecond), o.answer, decided, answerCounts(out))
+				o.start.Sub(termed).Round(time.Millisecond), o.answer, answerDecided, answerCounts(out))
 			break
 		}
 	}
