@@ -63,9 +63,9 @@ descriptors:
 const (
 	answerDecided = "200 1000000000, 1000000000;w=86400" // floodgate decided in its store
 	answerBlocked = "429 0, 0;w=1"                       // floodgate decided: over the limit
-	// policyAllow is floodgate's allow policy: OK, no limit to report.
+	// answerAllowPolicy is floodgate's allow policy: OK, no limit to report.
 	answerAllowPolicy = "200 -"
-	// policyDeny is floodgate's deny policy: over the limit, reported as
+	// answerDenyPolicy is floodgate's deny policy: over the limit, reported as
 	// the rule's limit with nothing remaining.
 	answerDenyPolicy = "429 1000000000, 1000000000;w=86400"
 )
@@ -127,7 +127,7 @@ var (
 	everyClient = []string{allowClient, denyClient, unavailableClient, blockedClient}
 	// policyClients leaves out blockedClient, whose 429s may come from the
 	// deny cache for up to a second of a Redis outage, then from the allow
-	// policy: either is right, so neither shows anything.
+	// policy: either is right, so it would check nothing there.
 	policyClients = []string{allowClient, denyClient, unavailableClient}
 )
 
@@ -165,9 +165,12 @@ var envoyPhases = []envoyPhase{
 	},
 	{
 		// The connection stays open and the requests go unanswered:
-		// Envoy's timeout ends each.
-		// Envoy's timer may fire a few milliseconds before the client's
-		// clock says the timeout passed (98.7 ms measured), hence 90%.
+		// Envoy's timeout ends each. Its timer may fire a few
+		// milliseconds before the client's clock says the timeout passed
+		// (98.7 ms measured), hence 90%. The process's metrics are read
+		// before it stops, and it is killed still stopped, so it never
+		// decides the requests queued meanwhile: Envoy counts each as an
+		// error and floodgate none, exactly.
 		name: "floodgate hung", clients: everyClient, unseen: true, minMedian: envoyFilterTimeout * 9 / 10,
 		want: func(s *failureScene, _ string) string { return envoyFailed(s.deny) },
 		inject: func(s *failureScene) {
