@@ -122,3 +122,46 @@ func TestEnvoyFront(t *testing.T) {
 		t.Fatalf("GET / through envoy: %d %q %v", resp.StatusCode, body, resp.Header)
 	}
 }
+
+// ask sends one GET / through Envoy as client (an address Envoy takes from
+// X-Forwarded-For for the remote_address descriptor) and returns what the
+// client saw: the status and Envoy's X-RateLimit-Limit, "-" when Envoy wrote
+// none (a status without a limit, or no answer from floodgate at all), e.g.
+// "200 10, 10;w=1" or "500 -". A transport error is an answer too
+// ("error: ..."), so that concurrent senders need not fail the test.
+func (f *envoyFront) ask(client string) outcome {
+	start := time.Now()
+	req, err := http.NewRequest(http.MethodGet, f.URL+"/", nil)
+	var resp *http.Response
+	if err == nil {
+		req.Header.Set("x-forwarded-for", client)
+		resp, err = httpClient.Do(req)
+	}
+	if err != nil {
+		return outcome{tag: client, start: start, took: time.Since(start), answer: "error: " + err.Error()}
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	limit := resp.Header.Get("X-RateLimit-Limit")
+	if limit == "" {
+		limit = "-"
+	}
+	return outcome{tag: client, start: start, took: time.Since(start), answer: fmt.Sprintf("%d %s", resp.StatusCode, limit)}
+}
+
+// rateLimitStats returns Envoy's counters of the ratelimit filter on the
+// backend cluster (ok, over_limit, error, failure_mode_allowed), with 0 for
+// those Envoy has not created yet.
+func (f *envoyFront) rateLimitStats(t *testing.T) map[string]int64 {
+	t.Helper()
+	const prefix = "cluster.backend.ratelimit."
+	c, err := f.Counters(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, name := range []string{"ok", "over_limit", "error", "failure_mode_allowed"} {
+		out[name] = c[prefix+name]
+	}
+	return out
+}
