@@ -85,7 +85,8 @@ type Config struct {
 	Upstreams map[string][]string
 	// Concurrency is Envoy's worker thread count; zero means 1.
 	Concurrency int
-	// LogLevel is Envoy's log level; empty means "info".
+	// LogLevel is Envoy's log level; empty means "warning", which keeps the
+	// log printed for a failed test to what went wrong.
 	LogLevel string
 }
 
@@ -220,7 +221,7 @@ func Start(t testing.TB, cfg Config) *Envoy {
 		concurrency = 1
 	}
 	if level == "" {
-		level = "info"
+		level = "warning"
 	}
 	logFile, err := os.Create(e.logPath())
 	if err != nil {
