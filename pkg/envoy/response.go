@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 // respond builds the answer from a verdict.
@@ -42,6 +43,9 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 	}
 	if md := quotaMetadata(sc, req.GetDomain(), v); md != nil {
 		resp.DynamicMetadata = md
+	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = requestMetadata(sc, req, v, resp.DynamicMetadata)
 	}
 	return resp
 }
@@ -165,4 +169,93 @@ func quotaMetadata(sc *scratch, domain string, v verdict) *structpb.Struct {
 		"quotaModeEnabled":    structpb.NewBoolValue(true),
 		"quotaModeViolations": structpb.NewListValue(&structpb.ListValue{Values: violations}),
 	}}
+}
+
+// requestMetadata adds to md (a new Struct when nil) what the reference
+// server puts in dynamic_metadata with RESPONSE_DYNAMIC_METADATA:
+//
+//	domain       the request's domain
+//	descriptors  per descriptor: entries as "key=value" strings, limit (the
+//	             override in protobuf text form) and hitsAddend when set
+//	hitsAddend   the request's, when not 0
+//	metadata     the `metadata` of the rules of every descriptor that was not
+//	             over its limit and had a limit to count (not unlimited, not
+//	             an override), merged in request order: the first value of a
+//	             name wins, mappings under one name merge
+func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *structpb.Struct) *structpb.Struct {
+	if md == nil {
+		md = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	}
+	md.Fields["domain"] = structpb.NewStringValue(req.GetDomain())
+	descs := make([]*structpb.Value, len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		entries := make([]*structpb.Value, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			entries[j] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
+		}
+		fields := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if l := d.GetLimit(); l != nil {
+			fields["limit"] = structpb.NewStringValue(l.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			fields["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descs[i] = structpb.NewStructValue(&structpb.Struct{Fields: fields})
+	}
+	md.Fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: descs})
+	if h := req.GetHitsAddend(); h != 0 {
+		md.Fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	var merged map[string]any
+	for di := range sc.descs {
+		r := sc.descs[di].rule
+		if r == nil || r.Metadata == nil || sc.descs[di].override || v.codes[di].code == pb.RateLimitResponse_OVER_LIMIT || !counts(r) {
+			continue
+		}
+		merged = mergeMetadata(merged, r.Metadata)
+	}
+	if len(merged) > 0 {
+		// The rules' values are JSON's kinds (rules.Rule.Metadata), which
+		// NewStruct always takes.
+		if s, err := structpb.NewStruct(merged); err == nil {
+			md.Fields["metadata"] = structpb.NewStructValue(s)
+		}
+	}
+	return md
+}
+
+// mergeMetadata adds src's names that dst lacks, merging mappings found
+// under the same name in both, and returns dst. It copies what it changes,
+// never writing to src or to the mappings dst shares with a rule.
+func mergeMetadata(dst, src map[string]any) map[string]any {
+	if dst == nil {
+		return src
+	}
+	out := make(map[string]any, len(dst)+len(src))
+	for k, v := range dst {
+		out[k] = v
+	}
+	for k, v := range src {
+		have, ok := out[k]
+		if !ok {
+			out[k] = v
+			continue
+		}
+		hm, hok := have.(map[string]any)
+		vm, vok := v.(map[string]any)
+		if hok && vok {
+			out[k] = mergeMetadata(hm, vm)
+		}
+	}
+	return out
+}
+
+// counts reports whether a rule has a limit that counts hits.
+func counts(r *rules.Rule) bool {
+	for _, l := range r.Limits {
+		if !l.Unlimited {
+			return true
+		}
+	}
+	return false
 }

@@ -74,6 +74,11 @@ type Options struct {
 	Metrics *Metrics
 	// Bounds limit what one request may carry.
 	Bounds RequestBounds
+	// DynamicMetadata puts the request and the metadata of the rules it met
+	// into every answer's dynamic_metadata, as the reference server does with
+	// RESPONSE_DYNAMIC_METADATA (see requestMetadata). Envoy stores it under
+	// envoy.filters.http.ratelimit for later filters and access logs.
+	DynamicMetadata bool
 	// Now is the clock for the one answer no store decides: the reset of a
 	// limit of requests_per_unit 0, the time left in its window. nil means
 	// time.Now.

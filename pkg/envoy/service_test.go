@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -67,6 +68,17 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 4, algorithm: token_bucket, burst: 1}
   - key: multi
     rate_limit: {unit: second, requests_per_unit: 2, unit_multiplier: 30}
+  - key: meta_a
+    metadata: {team: a, nested: {x: 1}}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: meta_b
+    metadata: {team: b, nested: {y: [2, true]}, extra: null}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: meta_nolimit
+    metadata: {nolimit: true}
+  - key: meta_over
+    metadata: {over: true}
+    rate_limit: {unit: minute, requests_per_unit: 0}
 `
 
 // t0 is 10 s into a minute, so minute windows reset in 50 s.
@@ -772,5 +784,38 @@ func TestDurationUntilResetWholeSeconds(t *testing.T) {
 				t.Errorf("unit_multiplier = %v for a rule without one, want none (as the reference server)", m)
 			}
 		})
+	}
+}
+
+// TestDynamicMetadata: with DynamicMetadata the answer carries the request
+// and the merged metadata of the rules that passed, as the reference server
+// does with RESPONSE_DYNAMIC_METADATA; without it, none.
+func TestDynamicMetadata(t *testing.T) {
+	req := request("test", desc("meta_a", "1"), withAddend(desc("meta_b", "2"), 0), desc("meta_over", "3"), desc("meta_nolimit", "4"))
+	req.HitsAddend = 1
+	for _, tc := range []struct {
+		on   bool
+		want string
+	}{
+		{false, `null`},
+		{true, `{"descriptors":[{"entries":["meta_a=1"]},{"entries":["meta_b=2"],"hitsAddend":0},{"entries":["meta_over=3"]},{"entries":["meta_nolimit=4"]}],` +
+			`"domain":"test","hitsAddend":1,"metadata":{"extra":null,"nested":{"x":1,"y":[2,true]},"team":"a"}}`},
+	} {
+		h := newHarness(t, Options{DynamicMetadata: tc.on})
+		resp, err := h.svc.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("overall %v, want OVER_LIMIT from meta_over", resp.OverallCode)
+		}
+		got := "null"
+		if md := resp.GetDynamicMetadata(); md != nil {
+			b, _ := json.Marshal(md.AsMap())
+			got = string(b)
+		}
+		if got != tc.want {
+			t.Errorf("DynamicMetadata %v: dynamic_metadata\n got %s\nwant %s", tc.on, got, tc.want)
+		}
 	}
 }

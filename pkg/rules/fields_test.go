@@ -142,7 +142,7 @@ descriptors:
     quota_mode: True
     value_to_metric: on
     failure_mode: allow
-    metadata: {team: payments, tier: 2}
+    metadata: {team: payments, tier: 2, owners: [ann, {name: bo, on_call: true}], limits: {burst: 1.5, note: null}}
   - key: b
     failure_mode: deny
     shadow_mode: false
@@ -171,7 +171,9 @@ descriptors:
 			if r.FailureMode != FailureAllow {
 				t.Errorf("FailureMode = %v", r.FailureMode)
 			}
-			if !reflect.DeepEqual(r.Metadata, map[string]string{"team": "payments", "tier": "2"}) {
+			if !reflect.DeepEqual(r.Metadata, map[string]any{"team": "payments", "tier": 2.0,
+				"owners": []any{"ann", map[string]any{"name": "bo", "on_call": true}},
+				"limits": map[string]any{"burst": 1.5, "note": nil}}) {
 				t.Errorf("Metadata = %v", r.Metadata)
 			}
 			if r.Path != "shop.a_1" || r.Domain != "shop" {

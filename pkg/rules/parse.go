@@ -64,7 +64,7 @@ type descDoc struct {
 	sharePos      Position
 	valueToMetric bool
 	failureMode   FailureMode
-	metadata      map[string]string
+	metadata      map[string]any
 }
 
 // limitDoc is one parsed rate limit with where it was written.
@@ -717,7 +717,7 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 	return out
 }
 
-func (p *parser) metadata(n *yaml.Node, path string) map[string]string {
+func (p *parser) metadata(n *yaml.Node, path string) map[string]any {
 	if isNull(n) {
 		return nil
 	}
@@ -725,26 +725,67 @@ func (p *parser) metadata(n *yaml.Node, path string) map[string]string {
 		p.errorf(p.pos(n), path, "want a mapping of names to values, not %s", describe(n))
 		return nil
 	}
-	out := make(map[string]string, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := p.deref(n.Content[i]), p.deref(n.Content[i+1])
-		if k == nil || v == nil {
-			break
+	m, _ := p.metadataValue(n, path, 0).(map[string]any)
+	return m
+}
+
+// maxMetadataDepth bounds how deep metadata nests, so that a hostile file
+// cannot make the answer's dynamic metadata, or this walk, unbounded.
+const maxMetadataDepth = 32
+
+// metadataValue turns a YAML value into what JSON and protobuf's Struct can
+// carry, as the reference server's YAML decoding does: mappings with string
+// keys, lists, strings, numbers (float64), booleans and null.
+func (p *parser) metadataValue(n *yaml.Node, path string, depth int) any {
+	n = p.deref(n)
+	if n == nil {
+		return nil
+	}
+	if depth > maxMetadataDepth {
+		p.errorf(p.pos(n), path, "nested deeper than %d levels", maxMetadataDepth)
+		return nil
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		out := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := p.deref(n.Content[i])
+			if k == nil {
+				break
+			}
+			if k.Kind != yaml.ScalarNode {
+				p.errorf(p.pos(k), path, "a metadata name must be a string, not %s", describe(k))
+				continue
+			}
+			if _, dup := out[k.Value]; dup {
+				p.errorf(p.pos(k), join(path, k.Value), "given twice")
+				continue
+			}
+			out[k.Value] = p.metadataValue(n.Content[i+1], join(path, k.Value), depth+1)
 		}
-		if k.Kind != yaml.ScalarNode {
-			p.errorf(p.pos(k), path, "a metadata name must be a string, not %s", describe(k))
-			continue
+		return out
+	case yaml.SequenceNode:
+		out := make([]any, len(n.Content))
+		for i, c := range n.Content {
+			out[i] = p.metadataValue(c, fmt.Sprintf("%s[%d]", path, i), depth+1)
 		}
-		if _, dup := out[k.Value]; dup {
-			p.errorf(p.pos(k), join(path, k.Value), "given twice")
-			continue
+		return out
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return nil
+	case "!!bool":
+		var b bool
+		if n.Decode(&b) == nil {
+			return b
 		}
-		s, ok := p.str(v, join(path, k.Value))
-		if ok {
-			out[k.Value] = s
+	case "!!int", "!!float":
+		var f float64
+		if n.Decode(&f) == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+			return f
 		}
 	}
-	return out
+	return n.Value
 }
 
 func (p *parser) failureMode(n *yaml.Node, path string) FailureMode {

@@ -142,8 +142,10 @@ type Rule struct {
 	// FailureMode says what to do when the store fails for these limits.
 	FailureMode FailureMode
 	// Metadata is the descriptor's `metadata` mapping, read-only; nil when
-	// absent. Values are the YAML scalars as written.
-	Metadata map[string]string
+	// absent. Values are what JSON carries, as the reference server reads
+	// them: map[string]any, []any, string, float64 (every number), bool and
+	// nil.
+	Metadata map[string]any
 	// Pos is where the descriptor was written.
 	Pos Position
 

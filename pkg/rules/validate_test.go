@@ -136,8 +136,8 @@ func TestValidationErrors(t *testing.T) {
 		{"metadata not a mapping", "domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n", []wantErr{
 			{"4:15", "descriptors[0].metadata", "want a mapping of names to values, not a list"},
 		}},
-		{"metadata value not a string", "domain: d\ndescriptors:\n  - key: k\n    metadata: {team: [a]}\n", []wantErr{
-			{"4:22", "descriptors[0].metadata.team", "want a string, not a list"},
+		{"metadata name not a string", "domain: d\ndescriptors:\n  - key: k\n    metadata: {team: {? [a] : 1}}\n", []wantErr{
+			{"4:25", "descriptors[0].metadata.team", "a metadata name must be a string, not a list"},
 		}},
 		{"replaces not a list", limitFile("unit: second", "replaces: x"), []wantErr{
 			{"6:17", "descriptors[0].rate_limit.replaces", `want a list such as [{name: other_limit}], not "x"`},
