@@ -184,4 +184,3 @@ func checkResetCase(t *testing.T, f *envoyFront, value string) []envoyAnswer {
 	t.Fatalf("%s: no 429 after %d requests to a limit of 2: %v", value, len(answers), answers)
 	return nil
 }
-
