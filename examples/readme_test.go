@@ -263,13 +263,13 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 	// Envoy's health check found floodgate, and every call got floodgate's
 	// answer in time: none failed open, which would have let through what
 	// the README shows refused.
-	if h, err := httpEnvoy.HostHealth("floodgate"); err != nil || len(h) != 1 || h[p.GRPC] != "healthy" {
-		t.Errorf("Envoy's view of the floodgate cluster: %v %v, want %s healthy", h, err, p.GRPC)
-	}
 	for _, e := range []struct {
 		envoy  *envoytest.Envoy
 		prefix string
 	}{{httpEnvoy, "cluster.backend.ratelimit."}, {tcpEnvoy, "ratelimit.tcp_demo."}} {
+		if h, err := e.envoy.HostHealth("floodgate"); err != nil || len(h) != 1 || h[p.GRPC] != "healthy" {
+			t.Errorf("Envoy's view of the floodgate cluster: %v %v, want %s healthy", h, err, p.GRPC)
+		}
 		stats, err := e.envoy.Counters(e.prefix)
 		if err != nil {
 			t.Fatal(err)
