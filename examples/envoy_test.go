@@ -127,8 +127,7 @@ type shippedEnvoyConfig struct {
 	// bootstrap turns the file's text into an Envoy bootstrap.
 	bootstrap func(t *testing.T, text string) []byte
 	// breakOld is replaced by breakNew in the file's text for the broken
-	// copy: an error of the kind Envoy finds and a schema reader without
-	// Envoy would not.
+	// copy: a mistake Envoy must refuse.
 	breakOld, breakNew string
 }
 
@@ -288,6 +287,8 @@ type rlsTap struct {
 	calls []*rlsv3.RateLimitRequest
 }
 
+// startTap serves a tap in front of floodgate's gRPC address until the test
+// ends.
 func startTap(t testing.TB, floodgateGRPC string) *rlsTap {
 	t.Helper()
 	conn, err := grpc.NewClient(floodgateGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
