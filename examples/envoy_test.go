@@ -561,10 +561,12 @@ func checkEnvoyAnswers(t *testing.T, addr string) {
 				}
 				return
 			}
-			// The body and the headers tell the same wait, which depends
-			// on how long the requests took: Retry-After and
-			// RateLimit-Reset are floodgate's rounded up, Envoy's
-			// X-RateLimit-Reset is rounded down.
+			// The body and the headers tell the same wait, whose value
+			// depends on how long the requests took. Retry-After and
+			// RateLimit-Reset are floodgate's, in whole seconds rounded
+			// up; Envoy's X-RateLimit-Reset keeps the whole seconds of
+			// duration_until_reset, so it is a second less when floodgate
+			// sends a fraction.
 			var b struct {
 				Code              string `json:"code"`
 				Domain            string `json:"domain"`
