@@ -4,15 +4,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	"gopkg.in/yaml.v3"
 )
 
@@ -133,18 +132,6 @@ func port(t testing.TB, addr string) string {
 	return p
 }
 
-// clusterAddrs lists a cluster's endpoints as host:port.
-func clusterAddrs(b *bootstrapv3.Bootstrap, name string) []string {
-	var out []string
-	for _, le := range cluster(b, name).GetLoadAssignment().GetEndpoints() {
-		for _, ep := range le.GetLbEndpoints() {
-			sa := ep.GetEndpoint().GetAddress().GetSocketAddress()
-			out = append(out, net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue()))))
-		}
-	}
-	return out
-}
-
 // envoyConfigPath is where the official Envoy image reads its config
 // (its default command is envoy -c /etc/envoy/envoy.yaml).
 const envoyConfigPath = "/etc/envoy/envoy.yaml"
@@ -252,6 +239,7 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
+	envoyMinor := envoyRelease(t)
 	for _, e := range []struct{ service, file string }{
 		{"envoy", envoyHTTPFile},
 		{"envoy-tcp", envoyTCPFile},
@@ -264,40 +252,38 @@ func TestCompose(t *testing.T) {
 			if got, want := filepath.Clean(s.mounted(envoyConfigPath)), filepath.Join("examples", e.file); got != want {
 				t.Fatalf("%s mounts %s at %s, want %s", e.service, got, envoyConfigPath, want)
 			}
-			b, err := loadBootstrap(e.file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ports []string
-			for _, l := range b.GetStaticResources().GetListeners() {
-				ports = append(ports, strconv.Itoa(int(l.GetAddress().GetSocketAddress().GetPortValue())))
-			}
-			ports = append(ports, strconv.Itoa(int(b.GetAdmin().GetAddress().GetSocketAddress().GetPortValue())))
+			_, doc := readEnvoyConfig(t, e.file)
+			ports := envoyListenerPorts(doc)
 			pub := s.published()
 			for _, p := range pub {
-				if !slices.Contains(ports, p) {
+				if p != socketPort(doc["admin"]) && !slices.Contains(slices.Collect(maps.Values(ports)), p) {
 					t.Errorf("%s publishes port %s, on which %s listens to nothing", e.service, p, e.file)
 				}
 			}
-			for _, l := range b.GetStaticResources().GetListeners() {
-				p := strconv.Itoa(int(l.GetAddress().GetSocketAddress().GetPortValue()))
+			for name, p := range ports {
 				if !slices.Contains(pub, p) {
-					t.Errorf("%s does not publish listener %s's port %s", e.service, l.GetName(), p)
+					t.Errorf("%s does not publish listener %s's port %s", e.service, name, p)
 				}
 			}
-			for _, cl := range b.GetStaticResources().GetClusters() {
-				for _, addr := range clusterAddrs(b, cl.GetName()) {
+			for name, addrs := range envoyClusters(doc) {
+				for _, addr := range addrs {
 					host, p, _ := net.SplitHostPort(addr)
 					if _, ok := c.Services[host]; !ok {
-						t.Errorf("cluster %s sends to %s: no service %q", cl.GetName(), addr, host)
+						t.Errorf("cluster %s sends to %s: no service %q", name, addr, host)
 					}
 					if host == "floodgate" && p != fgGRPC {
-						t.Errorf("cluster %s sends to %s, floodgate's gRPC port is %s", cl.GetName(), addr, fgGRPC)
+						t.Errorf("cluster %s sends to %s, floodgate's gRPC port is %s", name, addr, fgGRPC)
 					}
 					if !slices.Contains(s.dependsOn(), host) {
 						t.Errorf("%s does not depend on %s", e.service, host)
 					}
 				}
+			}
+			// The image is the Envoy release the tests validate and run
+			// the file with.
+			tag, _ := strings.CutPrefix(s.Image, "envoyproxy/envoy:v")
+			if tag != envoyMinor && !strings.HasPrefix(tag, envoyMinor+".") && !strings.HasPrefix(tag, envoyMinor+"-") {
+				t.Errorf("%s runs %s; the tests run Envoy %s: want envoyproxy/envoy:v%s-latest", e.service, s.Image, envoyMinor, envoyMinor)
 			}
 		})
 	}
@@ -334,13 +320,8 @@ func TestCompose(t *testing.T) {
 		if scraped[want] != "/metrics" {
 			t.Errorf("%s scrapes %v; want %s/metrics (floodgate's HTTP port)", host, scraped, want)
 		}
-		envoyAdmin := func() string {
-			b, err := loadBootstrap(envoyHTTPFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return strconv.Itoa(int(b.GetAdmin().GetAddress().GetSocketAddress().GetPortValue()))
-		}()
+		_, doc := readEnvoyConfig(t, envoyHTTPFile)
+		envoyAdmin := socketPort(doc["admin"])
 		for target := range scraped {
 			h, p, _ := net.SplitHostPort(target)
 			switch {

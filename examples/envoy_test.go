@@ -1,35 +1,670 @@
 package examples_test
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
-	"net/netip"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	ratelimitconfv3 "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
-	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
-	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
-	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"gopkg.in/yaml.v3"
 
+	"github.com/floodgate/floodgate/internal/envoytest"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/server"
 )
 
-// The listeners of the examples, which docker-compose.yml publishes.
+// The Envoy configurations of examples/ are checked by the real Envoy
+// (internal/envoytest): `envoy --mode validate` loads each one whole, and
+// the tests run each one on the loopback, in front of floodgate and a test
+// backend, and send requests through it. Only their listen addresses and
+// cluster endpoints are rewritten for that.
+
 const (
 	envoyHTTPFile = "envoy.yaml"
 	envoyTCPFile  = "envoy-tcp.yaml"
-	envoyHTTPPort = 10000
-	envoyTCPPort  = 10001
 )
+
+// envoyRelease returns the release of the Envoy the tests run, e.g.
+// "1.40" for 1.40.0.
+func envoyRelease(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command(envoytest.Binary(t), "--version").Output()
+	m := regexp.MustCompile(`/(\d+\.\d+)\.\d+/`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("envoy --version: %v: %q", err, out)
+	}
+	return string(m[1])
+}
+
+// readEnvoyConfig returns an Envoy configuration of examples/ as shipped
+// and as generic YAML.
+func readEnvoyConfig(t testing.TB, file string) ([]byte, map[string]any) {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return raw, doc
+}
+
+// socketPort is the port_value of an address.socket_address.
+func socketPort(v any) string { return str(v, "address", "socket_address", "port_value") }
+
+// envoyListenerPorts returns the port of each static listener, by name.
+func envoyListenerPorts(doc map[string]any) map[string]string {
+	out := map[string]string{}
+	for _, l := range list(doc, "static_resources", "listeners") {
+		out[str(l, "name")] = socketPort(l)
+	}
+	return out
+}
+
+// envoyClusters returns the endpoints (host:port) of each static cluster,
+// by name.
+func envoyClusters(doc map[string]any) map[string][]string {
+	out := map[string][]string{}
+	for _, c := range list(doc, "static_resources", "clusters") {
+		name := str(c, "name")
+		out[name] = []string{}
+		for _, le := range list(c, "load_assignment", "endpoints") {
+			for _, ep := range list(le, "lb_endpoints") {
+				sa := dig(ep, "endpoint", "address", "socket_address")
+				out[name] = append(out[name], net.JoinHostPort(str(sa, "address"), str(sa, "port_value")))
+			}
+		}
+	}
+	return out
+}
+
+// rateLimitFilters returns the typed_config of every ratelimit filter,
+// HTTP or network, anywhere in v.
+func rateLimitFilters(v any) []map[string]any {
+	var out []map[string]any
+	switch x := v.(type) {
+	case map[string]any:
+		if typ, _ := x["@type"].(string); strings.HasSuffix(typ, ".ratelimit.v3.RateLimit") {
+			out = append(out, x)
+		}
+		for _, e := range x {
+			out = append(out, rateLimitFilters(e)...)
+		}
+	case []any:
+		for _, e := range x {
+			out = append(out, rateLimitFilters(e)...)
+		}
+	}
+	return out
+}
+
+// shippedEnvoyConfig is one Envoy configuration the repository ships, as a
+// bootstrap Envoy loads, and a deliberately broken copy of it.
+type shippedEnvoyConfig struct {
+	name string
+	// file is the file the configuration comes from, under examples/.
+	file string
+	// bootstrap turns the file's text into an Envoy bootstrap.
+	bootstrap func(t *testing.T, text string) []byte
+	// breakOld is replaced by breakNew in the file's text for the broken
+	// copy: a mistake Envoy must refuse.
+	breakOld, breakNew string
+}
+
+// shippedEnvoyConfigs lists every Envoy configuration of the repository:
+// the two Envoy examples, which docker-compose.yml mounts, and the
+// gateway's configuration with the patches of each Istio EnvoyFilter.
+func shippedEnvoyConfigs(t *testing.T) []shippedEnvoyConfig {
+	asIs := func(_ *testing.T, text string) []byte { return []byte(text) }
+	configs := []shippedEnvoyConfig{
+		{"HTTP example", envoyHTTPFile, asIs,
+			// An enum value Envoy does not know, inside the ratelimit
+			// filter's typed_config.
+			"enable_x_ratelimit_headers: DRAFT_VERSION_03", "enable_x_ratelimit_headers: DRAFT_VERSION_3"},
+		{"TCP example", envoyTCPFile, asIs,
+			// A substitution operator Envoy does not know.
+			"%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%", "%DOWNSTREAM_REMOTE_ADDR%"},
+	}
+	breaks := map[string][2]string{
+		// An empty domain, which the filter's own constraints refuse.
+		"floodgate-ratelimit-filter": {"domain: demo", `domain: ""`},
+		// A per-route option Envoy does not know.
+		"floodgate-ratelimit-actions": {"vh_rate_limits: INCLUDE", "vh_rate_limits: INCLUDES"},
+	}
+	for _, m := range loadManifests(t, istioDir) {
+		if m.kind != "EnvoyFilter" {
+			continue
+		}
+		b, ok := breaks[m.name]
+		if !ok {
+			t.Errorf("EnvoyFilter %s: no broken copy for it in shippedEnvoyConfigs", m.name)
+			continue
+		}
+		configs = append(configs, shippedEnvoyConfig{"Istio EnvoyFilter " + m.name, filepath.Join(istioDir, m.file),
+			istioBootstrap(m.file, m.name), b[0], b[1]})
+	}
+	return configs
+}
+
+// TestEnvoyValidates runs `envoy --mode validate` on every Envoy
+// configuration the repository ships, and on a broken copy of each, which
+// it must refuse: proof that the check can fail. It also checks what Envoy
+// cannot know: each ratelimit filter's timeout leaves floodgate's store
+// deadline room to answer.
+func TestEnvoyValidates(t *testing.T) {
+	deadline, err := time.ParseDuration(flagDefaults(t)["redis-deadline"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	configs := shippedEnvoyConfigs(t)
+	for _, c := range configs {
+		t.Run(c.name, func(t *testing.T) {
+			raw, err := os.ReadFile(c.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(raw)
+			good := c.bootstrap(t, text)
+			if out, err := validate(t, good); err != nil {
+				t.Errorf("Envoy refuses %s: %v\n%s", c.file, err, out)
+			}
+			if !strings.Contains(text, c.breakOld) {
+				t.Fatalf("%s has no %q to break", c.file, c.breakOld)
+			}
+			broken := c.bootstrap(t, strings.Replace(text, c.breakOld, c.breakNew, 1))
+			if bytes.Equal(broken, good) {
+				t.Fatalf("replacing %q in %s does not change the configuration", c.breakOld, c.file)
+			}
+			out, err := validate(t, broken)
+			if err == nil {
+				t.Errorf("Envoy accepts %s with %q replaced by %q", c.file, c.breakOld, c.breakNew)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			t.Logf("with %q, Envoy says: %s", c.breakNew, lines[len(lines)-1])
+
+			var doc map[string]any
+			if err := yaml.Unmarshal(good, &doc); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range rateLimitFilters(doc) {
+				// Longer than floodgate's -redis-deadline, so that its
+				// failure policy answers when Redis is slow; short enough
+				// to bound what an unreachable floodgate adds.
+				timeout, err := time.ParseDuration(str(f, "timeout"))
+				if err != nil || timeout <= deadline || timeout > time.Second {
+					t.Errorf("ratelimit filter timeout %q: want more than floodgate's -redis-deadline (%v) and at most 1s", str(f, "timeout"), deadline)
+				}
+			}
+		})
+	}
+
+	t.Run("docker-compose.yml mounts only configurations validated here", func(t *testing.T) {
+		var files []string
+		for _, c := range configs {
+			files = append(files, filepath.Join("examples", c.file))
+		}
+		n := 0
+		for name, s := range loadCompose(t).Services {
+			if !strings.HasPrefix(s.Image, "envoyproxy/envoy:") {
+				continue
+			}
+			n++
+			if m := filepath.Clean(s.mounted(envoyConfigPath)); !slices.Contains(files, m) {
+				t.Errorf("service %s runs %s, which this test does not validate", name, m)
+			}
+		}
+		if n == 0 {
+			t.Error("docker-compose.yml runs no Envoy")
+		}
+	})
+}
+
+// validate writes a bootstrap to a file and runs `envoy --mode validate` on it.
+func validate(t *testing.T, bootstrap []byte) (string, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return envoytest.Validate(t, path)
+}
+
+// startBackend runs the backend the examples' Envoys send to: an HTTP
+// server answering every request 200 "ok". It returns its address.
+func startBackend(t testing.TB) string {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(s.Close)
+	return s.Listener.Addr().String()
+}
+
+// startExample runs an Envoy configuration of examples/ as shipped, its
+// floodgate cluster sending to rls and its backend cluster to backend.
+func startExample(t testing.TB, file, rls, backend string) *envoytest.Envoy {
+	t.Helper()
+	raw, _ := readEnvoyConfig(t, file)
+	return envoytest.Start(t, envoytest.Config{
+		Bootstrap: raw,
+		Upstreams: map[string][]string{"floodgate": {rls}, "backend": {backend}},
+		LogLevel:  "warning",
+	})
+}
+
+// rlsTap sits between Envoy and floodgate: it records every
+// RateLimitRequest Envoy sends and forwards it to floodgate, whose answer
+// Envoy gets unchanged. It lets a test see exactly which descriptors the
+// real Envoy builds for a request. It reports itself SERVING to Envoy's
+// health check.
+type rlsTap struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	// Addr is the gRPC address to give Envoy.
+	Addr string
+
+	next  rlsv3.RateLimitServiceClient
+	mu    sync.Mutex
+	calls []*rlsv3.RateLimitRequest
+}
+
+// startTap serves a tap in front of floodgate's gRPC address until the test
+// ends.
+func startTap(t testing.TB, floodgateGRPC string) *rlsTap {
+	t.Helper()
+	conn, err := grpc.NewClient(floodgateGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap := &rlsTap{next: rlsv3.NewRateLimitServiceClient(conn)}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(srv, tap)
+	hs := health.NewServer()
+	hs.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	go srv.Serve(l)
+	t.Cleanup(func() {
+		srv.Stop()
+		conn.Close()
+	})
+	tap.Addr = l.Addr().String()
+	return tap
+}
+
+// ShouldRateLimit records req and forwards it to floodgate.
+func (tap *rlsTap) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	tap.mu.Lock()
+	tap.calls = append(tap.calls, req)
+	tap.mu.Unlock()
+	return tap.next.ShouldRateLimit(ctx, req)
+}
+
+// take returns the requests recorded since the last take.
+func (tap *rlsTap) take() []*rlsv3.RateLimitRequest {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	calls := tap.calls
+	tap.calls = nil
+	return calls
+}
+
+// describeCalls prints each descriptor of the calls with the rule of set
+// it meets, e.g. "api_key=bob, path=/export/a -> demo.api_key.path_/export/*",
+// and "limit=5/MINUTE" for an override.
+func describeCalls(set *rules.Set, calls []*rlsv3.RateLimitRequest) []string {
+	var out []string
+	for _, c := range calls {
+		for _, d := range c.GetDescriptors() {
+			var parts []string
+			var entries []rules.Entry
+			for _, e := range d.GetEntries() {
+				parts = append(parts, e.GetKey()+"="+e.GetValue())
+				entries = append(entries, rules.Entry{Key: e.GetKey(), Value: e.GetValue()})
+			}
+			s := strings.Join(parts, ", ")
+			if l := d.GetLimit(); l != nil {
+				s += fmt.Sprintf(" limit=%d/%s", l.GetRequestsPerUnit(), l.GetUnit())
+			}
+			if r := set.Match(c.GetDomain(), entries); r != nil {
+				s += " -> " + r.Path
+			} else {
+				s += " -> no rule in domain " + strconv.Quote(c.GetDomain())
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// envoyRequest is a request sent through an Envoy and what it must do.
+type envoyRequest struct {
+	name         string
+	method, path string
+	// headers are "name: value" lines. Without a user-agent line, none is
+	// sent.
+	headers []string
+	// want is what describeCalls prints for the calls Envoy makes to
+	// floodgate; nil: no call.
+	want []string
+}
+
+// send sends r to the Envoy listener at addr and returns the response and
+// its body.
+func (r envoyRequest) send(t *testing.T, addr string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(r.method, "http://"+addr+r.path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range r.headers {
+		name, value, _ := strings.Cut(h, ":")
+		req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "") // Go's client sends none then
+	}
+	resp, err := envoyClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s through Envoy: %v", r.method, r.path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(body)
+}
+
+var envoyClient = &http.Client{Timeout: 10 * time.Second}
+
+// envoyHTTPRequests are the requests envoy.yaml's comments are about, each
+// with the descriptors its routes promise and the rule each is meant for.
+// The demo trusts one X-Forwarded-For hop, which names the client.
+var envoyHTTPRequests = []envoyRequest{
+	{"any request is limited per client address", "GET", "/", []string{"x-forwarded-for: 203.0.113.7", "user-agent: curl/8.5.0"}, []string{
+		"remote_address=203.0.113.7 -> demo.remote_address",
+		`user_agent=curl/8.5.0 -> no rule in domain "demo"`,
+	}},
+	{"the monitoring host", "GET", "/", []string{"x-forwarded-for: 10.0.0.10"}, []string{
+		"remote_address=10.0.0.10 -> demo.remote_address_10.0.0.10",
+	}},
+	{"an API key", "GET", "/orders", []string{"x-forwarded-for: 203.0.113.8", "x-api-key: alice"}, []string{
+		"remote_address=203.0.113.8 -> demo.remote_address",
+		"api_key=alice -> demo.api_key",
+	}},
+	{"writes share one limit", "POST", "/orders", []string{"x-forwarded-for: 203.0.113.9"}, []string{
+		"remote_address=203.0.113.9 -> demo.remote_address",
+		"generic_key=writes -> demo.generic_key_writes",
+	}},
+	{"DELETE is a write", "DELETE", "/orders/1", []string{"x-forwarded-for: 203.0.113.9"}, []string{
+		"remote_address=203.0.113.9 -> demo.remote_address",
+		"generic_key=writes -> demo.generic_key_writes",
+	}},
+	{"HEAD is not", "HEAD", "/orders", []string{"x-forwarded-for: 203.0.113.9"}, []string{
+		"remote_address=203.0.113.9 -> demo.remote_address",
+	}},
+	{"an export with a key: the nested (api_key, path) first", "GET", "/export/report.csv", []string{"x-forwarded-for: 203.0.113.10", "x-api-key: bob"}, []string{
+		"api_key=bob, path=/export/report.csv -> demo.api_key.path_/export/*",
+		"remote_address=203.0.113.10 -> demo.remote_address",
+		"api_key=bob -> demo.api_key",
+	}},
+	{"an export without a key drops the nested descriptor", "GET", "/export/report.csv", []string{"x-forwarded-for: 203.0.113.10"}, []string{
+		"remote_address=203.0.113.10 -> demo.remote_address",
+	}},
+	{"static files share one counter", "GET", "/static/app.js", []string{"x-forwarded-for: 203.0.113.11"}, []string{
+		"path=/static/ -> demo.path_/static/*",
+		"remote_address=203.0.113.11 -> demo.remote_address",
+	}},
+	{"searches carry the override from dynamic metadata", "GET", "/api/v2/search?q=envoy", []string{"x-forwarded-for: 203.0.113.12"}, []string{
+		"path=/api/v2/search?q=envoy limit=5/MINUTE -> demo.path_/api/*/search*",
+		"remote_address=203.0.113.12 -> demo.remote_address",
+	}},
+	{"a non-search API path is not a search", "GET", "/api/v2/searches", []string{"x-forwarded-for: 203.0.113.12"}, []string{
+		"remote_address=203.0.113.12 -> demo.remote_address",
+	}},
+	{"health checks call nothing", "GET", "/health", []string{"x-forwarded-for: 10.0.0.10"}, nil},
+	{"crawlers", "GET", "/", []string{"x-forwarded-for: 203.0.113.13", "user-agent: Googlebot/2.1"}, []string{
+		"remote_address=203.0.113.13 -> demo.remote_address",
+		"user_agent=Googlebot/2.1 -> demo.user_agent_*bot*",
+	}},
+	{"a tenant on the free plan", "GET", "/", []string{"x-forwarded-for: 203.0.113.14", "x-tenant: acme", "x-plan: free"}, []string{
+		"remote_address=203.0.113.14 -> demo.remote_address",
+		"tenant=acme, plan=free -> demo.tenant.plan_free",
+	}},
+	{"a pro tenant with an API key", "GET", "/", []string{"x-forwarded-for: 203.0.113.14", "x-tenant: initech", "x-plan: pro", "x-api-key: carol"}, []string{
+		"remote_address=203.0.113.14 -> demo.remote_address",
+		"api_key=carol -> demo.api_key",
+		"tenant=initech, plan=pro -> demo.tenant.plan_pro",
+	}},
+	{"a tenant without a plan sends no tenant descriptor", "GET", "/", []string{"x-forwarded-for: 203.0.113.14", "x-tenant: acme"}, []string{
+		"remote_address=203.0.113.14 -> demo.remote_address",
+	}},
+}
+
+// TestEnvoyExamples runs the Envoy examples and the Istio gateway's
+// configuration in the real Envoy, in front of floodgate (in memory, with
+// its own rate-limit headers and JSON 429 body on), and checks what reaches
+// floodgate and what comes back to the client.
+func TestEnvoyExamples(t *testing.T) {
+	p := startFloodgate(t, "-response-headers", "reference", "-over-limit-body")
+	tap := startTap(t, p.GRPC)
+	backend := startBackend(t)
+	set := loadRules(t)
+	httpEnvoy := startExample(t, envoyHTTPFile, tap.Addr, backend)
+	httpAddr := httpEnvoy.Listener("http")
+
+	t.Run("descriptors", func(t *testing.T) {
+		istio := startIstioGateway(t, tap.Addr, backend)
+		for _, front := range []struct {
+			name, addr string
+			requests   []envoyRequest
+		}{
+			{envoyHTTPFile, httpAddr, envoyHTTPRequests},
+			{"Istio gateway", istio, istioRequests},
+		} {
+			for _, r := range front.requests {
+				tap.take()
+				resp, body := r.send(t, front.addr)
+				got := describeCalls(set, tap.take())
+				if !slices.Equal(got, r.want) {
+					t.Errorf("%s: %s: %s %s sends\n\t%s\nwant\n\t%s", front.name, r.name, r.method, r.path,
+						strings.Join(got, "\n\t"), strings.Join(r.want, "\n\t"))
+				}
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("%s: %s: %s %s: %d %q, want 200 from the backend", front.name, r.name, r.method, r.path, resp.StatusCode, body)
+				}
+			}
+		}
+	})
+
+	t.Run("headers and body", func(t *testing.T) {
+		checkEnvoyAnswers(t, httpAddr)
+	})
+
+	t.Run("TCP connections", func(t *testing.T) {
+		tcp := startExample(t, envoyTCPFile, tap.Addr, backend)
+		checkTCPLimit(t, tcp, tap, set)
+	})
+}
+
+// checkEnvoyAnswers checks the headers and bodies clients get through
+// envoy.yaml: Envoy's X-RateLimit-* (enable_x_ratelimit_headers), and what
+// floodgate adds with -response-headers reference and -over-limit-body
+// (RateLimit-*, Retry-After, a JSON 429 body), which Envoy passes on.
+func checkEnvoyAnswers(t *testing.T, addr string) {
+	for _, tc := range []struct {
+		name string
+		req  envoyRequest
+		// before is how many times req is sent first.
+		before int
+		status int
+		// headers are compared exactly; "" means absent.
+		headers map[string]string
+	}{
+		{"an unlimited client gets no rate-limit header",
+			envoyRequest{method: "GET", path: "/", headers: []string{"x-forwarded-for: 10.0.0.10"}}, 0, 200,
+			map[string]string{"X-Ratelimit-Limit": "", "Ratelimit-Limit": "", "Retry-After": ""}},
+		{"an allowed search: both header sets from the least remaining status",
+			envoyRequest{method: "GET", path: "/api/v1/search?q=headers", headers: []string{"x-forwarded-for: 203.0.113.60"}}, 0, 200,
+			map[string]string{
+				"X-Ratelimit-Limit": "5, 5;w=60, 10;w=1", "X-Ratelimit-Remaining": "4", "X-Ratelimit-Reset": "60",
+				"Ratelimit-Limit": "5", "Ratelimit-Remaining": "4", "Ratelimit-Reset": "60",
+				"Retry-After": "", "X-Envoy-Ratelimited": "",
+			}},
+		{"a refused export: 429 with Retry-After and floodgate's JSON body",
+			envoyRequest{method: "GET", path: "/export/headers.csv", headers: []string{"x-forwarded-for: 203.0.113.61", "x-api-key: dora"}}, 2, 429,
+			map[string]string{
+				"X-Ratelimit-Limit": "3, 3;w=300, 10;w=1, 5;w=1", "X-Ratelimit-Remaining": "0",
+				"Ratelimit-Limit": "3", "Ratelimit-Remaining": "0",
+				"X-Envoy-Ratelimited": "true", "Content-Type": "application/json",
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range tc.before {
+				tc.req.send(t, addr)
+			}
+			resp, body := tc.req.send(t, addr)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("%d %q, want %d; headers %v", resp.StatusCode, body, tc.status, resp.Header)
+			}
+			for name, want := range tc.headers {
+				if got := strings.Join(resp.Header.Values(name), ", "); got != want {
+					t.Errorf("%s: %q, want %q", name, got, want)
+				}
+			}
+			if resp.StatusCode == http.StatusOK {
+				if body != "ok" {
+					t.Errorf("body %q, want the backend's", body)
+				}
+				return
+			}
+			// The body and the headers tell the same wait, whose value
+			// depends on how long the requests took. Retry-After and
+			// RateLimit-Reset are floodgate's, in whole seconds rounded
+			// up; Envoy's X-RateLimit-Reset keeps the whole seconds of
+			// duration_until_reset, so it is a second less when floodgate
+			// sends a fraction.
+			var b struct {
+				Code              string `json:"code"`
+				Domain            string `json:"domain"`
+				RetryAfterSeconds int    `json:"retry_after_seconds"`
+			}
+			if err := json.Unmarshal([]byte(body), &b); err != nil || b.Code != "OVER_LIMIT" || b.Domain != "demo" {
+				t.Fatalf("body %q (%v): want floodgate's JSON for domain demo", body, err)
+			}
+			retry := strconv.Itoa(b.RetryAfterSeconds)
+			if resp.Header.Get("Retry-After") != retry || resp.Header.Get("Ratelimit-Reset") != retry {
+				t.Errorf("Retry-After %q, RateLimit-Reset %q: want the body's %s", resp.Header.Get("Retry-After"), resp.Header.Get("Ratelimit-Reset"), retry)
+			}
+			reset, err := strconv.Atoi(resp.Header.Get("X-Ratelimit-Reset"))
+			if err != nil || reset > b.RetryAfterSeconds || reset < b.RetryAfterSeconds-1 {
+				t.Errorf("X-RateLimit-Reset %q: want %s or a second less", resp.Header.Get("X-Ratelimit-Reset"), retry)
+			}
+		})
+	}
+}
+
+// checkTCPLimit checks envoy-tcp.yaml as the README describes it: one call
+// per new connection with the client's address; an address's first 20
+// connections pass, then the ones it refuses are closed before any byte
+// reaches them, while other addresses still pass. Clients take distinct
+// loopback addresses (127.0.0.0/8 is all local on Linux), fresh ones for
+// each attempt: a burst slower than the bucket's refill decides nothing,
+// and is tried again.
+func checkTCPLimit(t *testing.T, e *envoytest.Envoy, tap *rlsTap, set *rules.Set) {
+	addr := e.Listener("tcp")
+	// connect opens a connection from a local address, sends an HTTP
+	// request for the backend and returns the first line of the answer
+	// ("" when Envoy closed the connection).
+	connect := func(from string) string {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connecting from %s: %v", from, err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: backend\r\nConnection: close\r\n\r\n")
+		b, _ := io.ReadAll(c)
+		first, _, _ := bytes.Cut(b, []byte("\r\n"))
+		return string(first)
+	}
+	const n, burst, rate, ok = 25, 20, 10, "HTTP/1.1 200 OK"
+	for try := range 3 {
+		client, other := fmt.Sprintf("127.0.0.%d", 10+2*try), fmt.Sprintf("127.0.0.%d", 11+2*try)
+		tap.take()
+		before, err := e.Counters("ratelimit.tcp_demo.")
+		if err != nil {
+			t.Fatal(err)
+		}
+		passed, refused := 0, 0
+		start := time.Now()
+		for i := range n {
+			switch got := connect(client); got {
+			case ok:
+				passed++
+			case "":
+				refused++
+				if i < burst {
+					t.Fatalf("connection %d from %s was closed; the first %d pass", i+1, client, burst)
+				}
+			default:
+				t.Fatalf("connection %d from %s: %q", i+1, client, got)
+			}
+		}
+		elapsed := time.Since(start)
+		if refused == 0 && elapsed > n*time.Second/rate/5 {
+			t.Logf("%d connections took %v, in which the bucket refilled: trying again", n, elapsed)
+			continue
+		}
+		if most := burst + int(rate*elapsed.Seconds()) + 1; refused == 0 || passed > most {
+			t.Errorf("%d of %d connections passed in %v: want %d, plus at most what refilled at %d per second", passed, n, elapsed, burst, rate)
+		}
+		if got := connect(other); got != ok {
+			t.Errorf("a connection from another address: %q, want %q", got, ok)
+		}
+		calls := describeCalls(set, tap.take())
+		want := "remote_address=" + client + " -> demo.remote_address"
+		if len(calls) != n+1 || calls[0] != want {
+			t.Errorf("the calls for %d connections: %q; want one per connection, the first %q", n+1, calls, want)
+		}
+		after, err := e.Counters("ratelimit.tcp_demo.")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]int{"ok": passed + 1, "over_limit": refused, "cx_closed": refused, "error": 0} {
+			name = "ratelimit.tcp_demo." + name
+			if got := after[name] - before[name]; got != int64(want) {
+				t.Errorf("Envoy's %s went up by %d, want %d", name, got, want)
+			}
+		}
+		return
+	}
+	t.Fatal("three bursts of connections were too slow to decide")
+}
 
 // loadRules loads the repository's rules, as the demo serves them.
 func loadRules(t testing.TB) *rules.Set {
@@ -39,288 +674,4 @@ func loadRules(t testing.TB) *rules.Set {
 		t.Fatalf("config/: %v", err)
 	}
 	return set
-}
-
-// describe prints a descriptor and the rule it matches, e.g.
-// "api_key=alice, path=/export/a -> demo.api_key.path_/export/*".
-func describe(set *rules.Set, domain string, d *rlcommonv3.RateLimitDescriptor) string {
-	var parts []string
-	var entries []rules.Entry
-	for _, e := range d.GetEntries() {
-		parts = append(parts, e.GetKey()+"="+e.GetValue())
-		entries = append(entries, rules.Entry{Key: e.GetKey(), Value: e.GetValue()})
-	}
-	s := strings.Join(parts, ", ")
-	if l := d.GetLimit(); l != nil {
-		s += fmt.Sprintf(" limit=%d/%s", l.GetRequestsPerUnit(), l.GetUnit())
-	}
-	if r := set.Match(domain, entries); r != nil {
-		return s + " -> " + r.Path
-	}
-	return s + " -> no rule"
-}
-
-// checkRateLimitService checks what validation cannot: the service speaks
-// the v3 API over an HTTP/2 cluster that exists, on floodgate's gRPC port,
-// health-checked with a service name floodgate reports.
-func checkRateLimitService(t *testing.T, b *bootstrapv3.Bootstrap, svc *ratelimitconfv3.RateLimitServiceConfig) {
-	t.Helper()
-	if svc.GetTransportApiVersion() != corev3.ApiVersion_V3 {
-		t.Errorf("rate_limit_service.transport_api_version is %v: floodgate serves only V3", svc.GetTransportApiVersion())
-	}
-	name := svc.GetGrpcService().GetEnvoyGrpc().GetClusterName()
-	c := cluster(b, name)
-	if c == nil {
-		t.Fatalf("rate_limit_service names cluster %q; the clusters are %s", name, clusterNames(b))
-	}
-	opts := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
-	if opts == nil {
-		t.Fatalf("cluster %q has no HttpProtocolOptions: Envoy would speak HTTP/1.1 to a gRPC server", name)
-	}
-	po, err := unpack[*upstreamhttpv3.HttpProtocolOptions](opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if po.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
-		t.Errorf("cluster %q: want explicit_http_config.http2_protocol_options, have %v", name, po.GetUpstreamProtocolOptions())
-	}
-	_, grpcPort, _ := net.SplitHostPort(flagDefaults(t)["grpc-addr"])
-	for _, le := range c.GetLoadAssignment().GetEndpoints() {
-		for _, ep := range le.GetLbEndpoints() {
-			sa := ep.GetEndpoint().GetAddress().GetSocketAddress()
-			if strconv.Itoa(int(sa.GetPortValue())) != grpcPort {
-				t.Errorf("cluster %q sends to %s:%d, but floodgate's gRPC port is %s", name, sa.GetAddress(), sa.GetPortValue(), grpcPort)
-			}
-		}
-	}
-	hcs := c.GetHealthChecks()
-	if len(hcs) == 0 {
-		t.Errorf("cluster %q has no health check", name)
-	}
-	for _, hc := range hcs {
-		g := hc.GetGrpcHealthCheck()
-		if g == nil {
-			t.Errorf("cluster %q: want a gRPC health check, have %T", name, hc.GetHealthChecker())
-			continue
-		}
-		if !slices.Contains(server.HealthServices, g.GetServiceName()) {
-			t.Errorf("cluster %q checks gRPC health service %q; floodgate reports %q", name, g.GetServiceName(), server.HealthServices)
-		}
-	}
-}
-
-// checkFilterTimeout wants a timeout short enough to bound the latency
-// Envoy adds, and longer than floodgate's store deadline so that
-// floodgate's own failure policy answers when Redis is slow.
-func checkFilterTimeout(t *testing.T, got time.Duration) {
-	t.Helper()
-	deadline, err := time.ParseDuration(flagDefaults(t)["redis-deadline"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got <= deadline || got > time.Second {
-		t.Errorf("filter timeout %v: want more than floodgate's -redis-deadline (%v) and at most 1s", got, deadline)
-	}
-}
-
-// httpIntent is a request and what its descriptors must match, each as
-// describe prints it.
-type httpIntent struct {
-	name string
-	req  request
-	want []string
-}
-
-// envoyHTTPIntents are the requests the demo is about. Every descriptor the
-// routes produce appears here with the rule it is meant for.
-var envoyHTTPIntents = []httpIntent{
-	{"any request is limited per client IP", newRequest("GET", "/", "203.0.113.7", "user-agent: curl/8.5.0"), []string{
-		"remote_address=203.0.113.7 -> demo.remote_address",
-		"user_agent=curl/8.5.0 -> no rule",
-	}},
-	{"X-Forwarded-For names the client (one trusted hop)", newRequest("GET", "/", "172.18.0.1", "x-forwarded-for: 192.0.2.66"), []string{
-		"remote_address=192.0.2.66 -> demo.remote_address_192.0.2.66",
-	}},
-	{"the monitoring host", newRequest("GET", "/", "10.0.0.10"), []string{
-		"remote_address=10.0.0.10 -> demo.remote_address_10.0.0.10",
-	}},
-	{"an API key", newRequest("GET", "/orders", "203.0.113.8", "x-api-key: alice"), []string{
-		"remote_address=203.0.113.8 -> demo.remote_address",
-		"api_key=alice -> demo.api_key",
-	}},
-	{"writes share one limit", newRequest("POST", "/orders", "203.0.113.9"), []string{
-		"remote_address=203.0.113.9 -> demo.remote_address",
-		"generic_key=writes -> demo.generic_key_writes",
-	}},
-	{"DELETE is a write", newRequest("DELETE", "/orders/1", "203.0.113.9"), []string{
-		"remote_address=203.0.113.9 -> demo.remote_address",
-		"generic_key=writes -> demo.generic_key_writes",
-	}},
-	{"HEAD is not", newRequest("HEAD", "/orders", "203.0.113.9"), []string{
-		"remote_address=203.0.113.9 -> demo.remote_address",
-	}},
-	{"an export with a key: the nested (api_key, path) shape first", newRequest("GET", "/export/report.csv", "203.0.113.10", "x-api-key: bob"), []string{
-		"api_key=bob, path=/export/report.csv -> demo.api_key.path_/export/*",
-		"remote_address=203.0.113.10 -> demo.remote_address",
-		"api_key=bob -> demo.api_key",
-	}},
-	{"an export without a key drops the nested shape", newRequest("GET", "/export/report.csv", "203.0.113.10"), []string{
-		"remote_address=203.0.113.10 -> demo.remote_address",
-	}},
-	{"static files share one counter", newRequest("GET", "/static/app.js", "203.0.113.11"), []string{
-		"path=/static/ -> demo.path_/static/*",
-		"remote_address=203.0.113.11 -> demo.remote_address",
-	}},
-	{"searches carry the override", newRequest("GET", "/api/v2/search?q=envoy", "203.0.113.12"), []string{
-		"path=/api/v2/search?q=envoy limit=5/MINUTE -> demo.path_/api/*/search*",
-		"remote_address=203.0.113.12 -> demo.remote_address",
-	}},
-	{"a non-search API path is not a search", newRequest("GET", "/api/v2/searches", "203.0.113.12"), []string{
-		"remote_address=203.0.113.12 -> demo.remote_address",
-	}},
-	{"health checks call nothing", newRequest("GET", "/health", "10.0.0.10"), nil},
-	{"crawlers", newRequest("GET", "/", "203.0.113.13", "user-agent: Googlebot/2.1"), []string{
-		"remote_address=203.0.113.13 -> demo.remote_address",
-		"user_agent=Googlebot/2.1 -> demo.user_agent_*bot*",
-	}},
-	{"a tenant on the free plan", newRequest("GET", "/", "203.0.113.14", "x-tenant: acme", "x-plan: free"), []string{
-		"remote_address=203.0.113.14 -> demo.remote_address",
-		"tenant=acme, plan=free -> demo.tenant.plan_free",
-	}},
-	{"a pro tenant with an API key", newRequest("GET", "/", "203.0.113.14", "x-tenant: initech", "x-plan: pro", "x-api-key: carol"), []string{
-		"remote_address=203.0.113.14 -> demo.remote_address",
-		"api_key=carol -> demo.api_key",
-		"tenant=initech, plan=pro -> demo.tenant.plan_pro",
-	}},
-	{"a tenant without a plan sends no tenant descriptor", newRequest("GET", "/", "203.0.113.14", "x-tenant: acme"), []string{
-		"remote_address=203.0.113.14 -> demo.remote_address",
-	}},
-}
-
-func TestEnvoyHTTPExample(t *testing.T) {
-	b, err := loadBootstrap(envoyHTTPFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := newHTTPModel(b, envoyHTTPPort)
-	if err != nil {
-		t.Fatalf("%s: %v", envoyHTTPFile, err)
-	}
-	set := loadRules(t)
-	f := m.filter
-
-	t.Run("ratelimit filter", func(t *testing.T) {
-		if !set.HasDomain(f.GetDomain()) {
-			t.Errorf("filter domain %q is not declared in config/ (domains: %v)", f.GetDomain(), set.Domains())
-		}
-		checkFilterTimeout(t, f.GetTimeout().AsDuration())
-		if f.GetFailureModeDeny() {
-			t.Error("failure_mode_deny is true: the demo fails open")
-		}
-		if f.GetEnableXRatelimitHeaders() != ratelimitv3.RateLimit_DRAFT_VERSION_03 {
-			t.Errorf("enable_x_ratelimit_headers is %v", f.GetEnableXRatelimitHeaders())
-		}
-		if !f.GetRateLimitedAsResourceExhausted() {
-			t.Error("rate_limited_as_resource_exhausted is off")
-		}
-		checkRateLimitService(t, b, f.GetRateLimitService())
-	})
-
-	t.Run("routes and per-route configs name what exists", func(t *testing.T) {
-		filters := map[string]bool{}
-		for _, hf := range m.hcm.GetHttpFilters() {
-			filters[hf.GetName()] = true
-		}
-		for _, vh := range m.hcm.GetRouteConfig().GetVirtualHosts() {
-			for name := range vh.GetTypedPerFilterConfig() {
-				if !filters[name] {
-					t.Errorf("virtual host %q configures filter %q, which is not in the chain", vh.GetName(), name)
-				}
-			}
-			for i, rt := range vh.GetRoutes() {
-				if c := rt.GetRoute().GetCluster(); c != "" && cluster(b, c) == nil {
-					t.Errorf("routes[%d] sends to cluster %q; the clusters are %s", i, c, clusterNames(b))
-				}
-				for name := range rt.GetTypedPerFilterConfig() {
-					if !filters[name] {
-						t.Errorf("routes[%d] configures filter %q, which is not in the chain", i, name)
-					}
-				}
-			}
-		}
-	})
-
-	t.Run("every descriptor matches its intended rule", func(t *testing.T) {
-		used := map[any]bool{}
-		for _, in := range envoyHTTPIntents {
-			_, descs, err := m.descriptors(in.req)
-			if err != nil {
-				t.Fatalf("%s: %v", in.name, err)
-			}
-			var got []string
-			for _, p := range descs {
-				got = append(got, describe(set, f.GetDomain(), p.desc))
-				used[p.policy] = true
-			}
-			if !slices.Equal(got, in.want) {
-				t.Errorf("%s: %s %s sends\n\t%s\nwant\n\t%s", in.name, in.req.method, in.req.path,
-					strings.Join(got, "\n\t"), strings.Join(in.want, "\n\t"))
-			}
-		}
-		for p, where := range m.allPolicies() {
-			if !used[p] {
-				t.Errorf("%s produced no descriptor for any request of the table: add the requests it is for", where)
-			}
-		}
-	})
-}
-
-func TestEnvoyTCPExample(t *testing.T) {
-	b, err := loadBootstrap(envoyTCPFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := newTCPModel(b, envoyTCPPort)
-	if err != nil {
-		t.Fatalf("%s: %v", envoyTCPFile, err)
-	}
-	set := loadRules(t)
-	f := m.filter
-	if !set.HasDomain(f.GetDomain()) {
-		t.Errorf("filter domain %q is not declared in config/ (domains: %v)", f.GetDomain(), set.Domains())
-	}
-	checkFilterTimeout(t, f.GetTimeout().AsDuration())
-	if f.GetFailureModeDeny() {
-		t.Error("failure_mode_deny is true: the demo fails open")
-	}
-	checkRateLimitService(t, b, f.GetRateLimitService())
-
-	l, _ := listenerOnPort(b, envoyTCPPort)
-	var order []string
-	for _, nf := range l.GetFilterChains()[0].GetFilters() {
-		order = append(order, nf.GetName())
-	}
-	if !slices.Equal(order, []string{networkRateLimitFilter, tcpProxyFilter}) {
-		t.Errorf("network filters %v: want the ratelimit filter, then tcp_proxy", order)
-	}
-	proxy, err := networkFilter[*tcpproxyv3.TcpProxy](l, tcpProxyFilter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cluster(b, proxy.GetCluster()) == nil {
-		t.Errorf("tcp_proxy sends to cluster %q; the clusters are %s", proxy.GetCluster(), clusterNames(b))
-	}
-
-	descs, err := m.descriptors(netip.MustParseAddr("172.18.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, d := range descs {
-		got = append(got, describe(set, f.GetDomain(), d))
-	}
-	want := []string{"remote_address=172.18.0.1 -> demo.remote_address"}
-	if !slices.Equal(got, want) {
-		t.Errorf("a connection from 172.18.0.1 sends %q, want %q", got, want)
-	}
 }

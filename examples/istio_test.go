@@ -1,33 +1,31 @@
 package examples_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate/floodgate/internal/envoytest"
 )
 
+// Istio cannot run here, so its manifests are checked in two ways: the
+// names, ports and labels they share with each other and with
+// examples/kubernetes/ are compared, and the gateway's Envoy configuration
+// is built as Istio would build it for the Gateway and VirtualService, with
+// each EnvoyFilter's patches applied as written; the real Envoy validates
+// it and runs it.
+
+// istioDir holds the Istio manifests, under examples/.
 const istioDir = "istio"
 
-// patchValue decodes an EnvoyFilter patch value into a proto message.
-func patchValue(t *testing.T, v any, m proto.Message) {
-	t.Helper()
-	js, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := protojson.Unmarshal(js, m); err != nil {
-		t.Fatalf("patch value as %s: %v", m.ProtoReflect().Descriptor().FullName(), err)
-	}
-}
+const (
+	hcmFilter        = "envoy.filters.network.http_connection_manager"
+	httpRouterFilter = "envoy.filters.http.router"
+)
 
 // configPatch is one EnvoyFilter configPatches entry.
 type configPatch struct {
@@ -52,33 +50,205 @@ func configPatches(ms []manifest) []configPatch {
 	return out
 }
 
-// istioCluster splits Istio's outbound|<port>|<subset>|<host> cluster name.
-func istioCluster(name string) (port, service, namespace string, err error) {
+// istioCluster splits Istio's outbound|<port>|<subset>|<host> cluster name,
+// whose host is <service>.<namespace>.svc...
+func istioCluster(name string) (port, host, service, namespace string, err error) {
 	parts := strings.Split(name, "|")
 	if len(parts) != 4 || parts[0] != "outbound" {
-		return "", "", "", fmt.Errorf("cluster %q is not outbound|<port>|<subset>|<host>", name)
+		return "", "", "", "", fmt.Errorf("cluster %q is not outbound|<port>|<subset>|<host>", name)
 	}
-	host := strings.Split(parts[3], ".")
-	if len(host) < 3 || host[2] != "svc" {
-		return "", "", "", fmt.Errorf("cluster %q: host %q is not <service>.<namespace>.svc...", name, parts[3])
+	labels := strings.Split(parts[3], ".")
+	if len(labels) < 3 || labels[2] != "svc" {
+		return "", "", "", "", fmt.Errorf("cluster %q: host %q is not <service>.<namespace>.svc...", name, parts[3])
 	}
-	return parts[1], host[0], host[1], nil
+	return parts[1], parts[3], labels[0], labels[1], nil
 }
 
+// istioBootstrap builds the gateway's configuration with the patches of the
+// EnvoyFilter named filter, read from text (the contents of file).
+func istioBootstrap(file, filter string) func(t *testing.T, text string) []byte {
+	return func(t *testing.T, text string) []byte {
+		patched := find(t, parseManifests(t, file, []byte(text)), "EnvoyFilter", filter)
+		return gatewayBootstrap(t, find(t, loadManifests(t, istioDir), "VirtualService", "demo"), []manifest{patched})
+	}
+}
+
+// gatewayBootstrap returns an Envoy bootstrap of the ingress gateway as
+// Istio configures it for the VirtualService vs, reduced to what the
+// patches touch: a listener whose connection manager trusts the peer's
+// address, a virtual host "*:80" with one route per http entry of vs, named
+// after it, the router filter, and Istio's outbound|<port>||<host> clusters
+// (HTTP/2 for a cluster a ratelimit filter calls, as Istio does for a
+// Service port named grpc). Then the EnvoyFilters' patches are applied as
+// Istio applies them: INSERT_BEFORE an HTTP filter, MERGE into a virtual
+// host or a named route (maps merged, lists appended, as proto merging).
+func gatewayBootstrap(t testing.TB, vs manifest, filters []manifest) []byte {
+	t.Helper()
+	clusters := map[string]bool{} // name -> speaks HTTP/2
+	var routes []any
+	for _, h := range list(vs.obj, "spec", "http") {
+		prefix := "/"
+		if p := str(h, "match", 0, "uri", "prefix"); p != "" {
+			prefix = p
+		}
+		cluster := "outbound|" + str(h, "route", 0, "destination", "port", "number") + "||" + str(h, "route", 0, "destination", "host")
+		clusters[cluster] = false
+		routes = append(routes, map[string]any{"name": str(h, "name"),
+			"match": map[string]any{"prefix": prefix}, "route": map[string]any{"cluster": cluster}})
+	}
+	vhost := map[string]any{"name": "*:80", "domains": []any{"*"}, "routes": routes}
+	hcm := map[string]any{
+		"@type":              "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+		"stat_prefix":        "outbound_0.0.0.0_8080",
+		"use_remote_address": true,
+		"route_config":       map[string]any{"name": "http.8080", "virtual_hosts": []any{vhost}},
+		"http_filters": []any{map[string]any{"name": httpRouterFilter, "typed_config": map[string]any{
+			"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}},
+	}
+	for _, p := range configPatches(filters) {
+		switch {
+		case p.applyTo == "HTTP_FILTER" && p.op == "INSERT_BEFORE":
+			before := str(p.match, "listener", "filterChain", "filter", "subFilter", "name")
+			fs := list(hcm, "http_filters")
+			i := slices.IndexFunc(fs, func(f any) bool { return str(f, "name") == before })
+			if i < 0 {
+				t.Fatalf("%s: no HTTP filter %q to insert before", p.filter.name, before)
+			}
+			hcm["http_filters"] = slices.Insert(fs, i, p.value)
+		case p.applyTo == "VIRTUAL_HOST" && p.op == "MERGE":
+			if name := str(p.match, "routeConfiguration", "vhost", "name"); name != "" && name != vhost["name"] {
+				t.Fatalf("%s: a patch for virtual host %q; the gateway's is %q", p.filter.name, name, vhost["name"])
+			}
+			mergeYAML(vhost, p.value.(map[string]any))
+		case p.applyTo == "HTTP_ROUTE" && p.op == "MERGE":
+			name := str(p.match, "routeConfiguration", "vhost", "route", "name")
+			i := slices.IndexFunc(routes, func(r any) bool { return str(r, "name") == name })
+			if i < 0 {
+				t.Fatalf("%s: a patch for route %q; the VirtualService's routes are %v", p.filter.name, name, routes)
+			}
+			mergeYAML(routes[i].(map[string]any), p.value.(map[string]any))
+		default:
+			t.Fatalf("%s: %s %s is not applied by this test", p.filter.name, p.op, p.applyTo)
+		}
+	}
+	for _, f := range rateLimitFilters(hcm) {
+		clusters[str(f, "rate_limit_service", "grpc_service", "envoy_grpc", "cluster_name")] = true
+	}
+	var cs []any
+	for name, h2 := range clusters {
+		port, host, _, _, err := istioCluster(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := map[string]any{"name": name, "type": "STRICT_DNS", "connect_timeout": "1s",
+			"load_assignment": map[string]any{"cluster_name": name, "endpoints": []any{map[string]any{"lb_endpoints": []any{
+				map[string]any{"endpoint": map[string]any{"address": map[string]any{"socket_address": map[string]any{
+					"address": host, "port_value": port}}}}}}}}}
+		if h2 {
+			c["typed_extension_protocol_options"] = map[string]any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
+				"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+				"explicit_http_config": map[string]any{"http2_protocol_options": map[string]any{}}}}
+		}
+		cs = append(cs, c)
+	}
+	sort.Slice(cs, func(i, j int) bool { return str(cs[i], "name") < str(cs[j], "name") })
+	b, err := yaml.Marshal(map[string]any{
+		"admin": map[string]any{"address": map[string]any{"socket_address": map[string]any{"address": "0.0.0.0", "port_value": 15000}}},
+		"static_resources": map[string]any{
+			"listeners": []any{map[string]any{"name": "http",
+				"address":       map[string]any{"socket_address": map[string]any{"address": "0.0.0.0", "port_value": 8080}},
+				"filter_chains": []any{map[string]any{"filters": []any{map[string]any{"name": hcmFilter, "typed_config": hcm}}}}}},
+			"clusters": cs,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// mergeYAML merges src into dst as protobuf merges messages: maps key by
+// key, lists appended, anything else replaced.
+func mergeYAML(dst, src map[string]any) {
+	for k, v := range src {
+		switch sv := v.(type) {
+		case map[string]any:
+			if dv, ok := dst[k].(map[string]any); ok {
+				mergeYAML(dv, sv)
+				continue
+			}
+		case []any:
+			if dv, ok := dst[k].([]any); ok {
+				dst[k] = append(dv, sv...)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+// startIstioGateway runs the gateway's configuration with every EnvoyFilter
+// of examples/istio/ applied, in the real Envoy, its floodgate cluster
+// sending to rls and the backend's to backend. It returns the listener's
+// address.
+func startIstioGateway(t testing.TB, rls, backend string) string {
+	t.Helper()
+	ms := loadManifests(t, istioDir)
+	var filters []manifest
+	for _, m := range ms {
+		if m.kind == "EnvoyFilter" {
+			filters = append(filters, m)
+		}
+	}
+	bootstrap := gatewayBootstrap(t, find(t, ms, "VirtualService", "demo"), filters)
+	var doc map[string]any
+	if err := yaml.Unmarshal(bootstrap, &doc); err != nil {
+		t.Fatal(err)
+	}
+	upstreams := map[string][]string{}
+	for name := range envoyClusters(doc) {
+		upstreams[name] = []string{backend}
+		if strings.Contains(name, "|floodgate.") {
+			upstreams[name] = []string{rls}
+		}
+	}
+	return envoytest.Start(t, envoytest.Config{Bootstrap: bootstrap, Upstreams: upstreams, LogLevel: "warning"}).Listener("http")
+}
+
+// istioRequests are sent through the gateway from 127.0.0.1, which it takes
+// as the client's address (no proxy in front is trusted).
+var istioRequests = []envoyRequest{
+	{"any request is limited per client address", "GET", "/", nil, []string{
+		"remote_address=127.0.0.1 -> demo.remote_address",
+	}},
+	{"an API key", "GET", "/orders", []string{"x-api-key: alice"}, []string{
+		"remote_address=127.0.0.1 -> demo.remote_address",
+		"api_key=alice -> demo.api_key",
+	}},
+	{"a write", "PUT", "/orders/1", nil, []string{
+		"remote_address=127.0.0.1 -> demo.remote_address",
+		"generic_key=writes -> demo.generic_key_writes",
+	}},
+	{"an export: the route's nested descriptor, then the virtual host's", "GET", "/export/report.csv", []string{"x-api-key: bob"}, []string{
+		"api_key=bob, path=/export/report.csv -> demo.api_key.path_/export/*",
+		"remote_address=127.0.0.1 -> demo.remote_address",
+		"api_key=bob -> demo.api_key",
+	}},
+}
+
+// TestIstio checks what the manifests of examples/istio/ share with each
+// other and with examples/kubernetes/: names, ports, labels and the patches'
+// places in the gateway.
 func TestIstio(t *testing.T) {
 	ms := loadManifests(t, istioDir)
 	kube := loadManifests(t, kubeDir)
-	set := loadRules(t)
-	patches := configPatches(ms)
 	gw := find(t, ms, "Gateway", "demo")
 	vs := find(t, ms, "VirtualService", "demo")
+	routePatches := map[string]bool{}
+	var clusterName, authority string
 
-	var filter *hcmv3.HttpFilter
-	var vhost routev3.VirtualHost
-	routePatches := map[string]*routev3.Route{}
-
-	t.Run("patches validate and follow Istio's pattern", func(t *testing.T) {
-		for _, p := range patches {
+	t.Run("patches follow Istio's pattern", func(t *testing.T) {
+		for _, p := range configPatches(ms) {
 			if str(p.match, "context") != "GATEWAY" {
 				t.Errorf("%s: patch %s applies to context %q, want GATEWAY", p.filter.name, p.applyTo, str(p.match, "context"))
 			}
@@ -91,77 +261,32 @@ func TestIstio(t *testing.T) {
 					str(p.match, "listener", "filterChain", "filter", "subFilter", "name") != httpRouterFilter {
 					t.Errorf("%s: the filter is not inserted before %s in %s", p.filter.name, httpRouterFilter, hcmFilter)
 				}
-				filter = &hcmv3.HttpFilter{}
-				patchValue(t, p.value, filter)
-				if err := validateDeep(filter); err != nil {
-					t.Error(err)
-				}
-			case "VIRTUAL_HOST":
+				eg := dig(p.value, "typed_config", "rate_limit_service", "grpc_service", "envoy_grpc")
+				clusterName, authority = str(eg, "cluster_name"), str(eg, "authority")
+			case "VIRTUAL_HOST", "HTTP_ROUTE":
 				if p.op != "MERGE" {
-					t.Errorf("%s: VIRTUAL_HOST patch operation %s, want MERGE", p.filter.name, p.op)
+					t.Errorf("%s: %s patch operation %s, want MERGE", p.filter.name, p.applyTo, p.op)
 				}
-				patchValue(t, p.value, &vhost)
-				for _, rl := range vhost.GetRateLimits() {
-					if err := validateDeep(rl); err != nil {
-						t.Error(err)
-					}
+				if p.applyTo == "HTTP_ROUTE" {
+					routePatches[str(p.match, "routeConfiguration", "vhost", "route", "name")] = true
 				}
-			case "HTTP_ROUTE":
-				if p.op != "MERGE" {
-					t.Errorf("%s: HTTP_ROUTE patch operation %s, want MERGE", p.filter.name, p.op)
-				}
-				rt := &routev3.Route{}
-				patchValue(t, p.value, rt)
-				for _, rl := range rt.GetRoute().GetRateLimits() {
-					if err := validateDeep(rl); err != nil {
-						t.Error(err)
-					}
-				}
-				for name, a := range rt.GetTypedPerFilterConfig() {
-					inner, err := unpack[proto.Message](a)
-					if err == nil {
-						err = validateDeep(inner)
-					}
-					if err != nil {
-						t.Errorf("typed_per_filter_config[%q]: %v", name, err)
-					}
-				}
-				routePatches[str(p.match, "routeConfiguration", "vhost", "route", "name")] = rt
 			default:
 				t.Errorf("%s: unexpected patch %s", p.filter.name, p.applyTo)
 			}
 		}
-		if filter == nil {
-			t.Fatal("no HTTP_FILTER patch inserts the ratelimit filter")
+		if clusterName == "" {
+			t.Fatal("no HTTP_FILTER patch inserts a filter calling a gRPC cluster")
 		}
 	})
-	if filter == nil {
-		t.FailNow()
-	}
-	rl, err := unpack[*ratelimitv3.RateLimit](filter.GetTypedConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	t.Run("the filter calls floodgate's gRPC Service", func(t *testing.T) {
-		if filter.GetName() != httpRateLimitFilter {
-			t.Errorf("filter name %q, want %s", filter.GetName(), httpRateLimitFilter)
-		}
-		if !set.HasDomain(rl.GetDomain()) {
-			t.Errorf("domain %q is not declared in config/", rl.GetDomain())
-		}
-		checkFilterTimeout(t, rl.GetTimeout().AsDuration())
-		if rl.GetRateLimitService().GetTransportApiVersion().String() != "V3" {
-			t.Error("transport_api_version is not V3")
-		}
-		eg := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc()
-		p, svcName, ns, err := istioCluster(eg.GetClusterName())
+		p, _, svcName, ns, err := istioCluster(clusterName)
 		if err != nil {
 			t.Fatal(err)
 		}
 		svc := find(t, kube, "Service", svcName)
 		if svc.namespace != ns {
-			t.Errorf("cluster %s: Service %s is in namespace %q", eg.GetClusterName(), svcName, svc.namespace)
+			t.Errorf("cluster %s: Service %s is in namespace %q", clusterName, svcName, svc.namespace)
 		}
 		found := false
 		for _, sp := range list(svc.obj, "spec", "ports") {
@@ -173,10 +298,10 @@ func TestIstio(t *testing.T) {
 			}
 		}
 		if !found {
-			t.Errorf("cluster %s: Service %s has no port %s", eg.GetClusterName(), svcName, p)
+			t.Errorf("cluster %s: Service %s has no port %s", clusterName, svcName, p)
 		}
-		if a := eg.GetAuthority(); a != "" && !strings.HasPrefix(a, svcName+"."+ns+".") {
-			t.Errorf("authority %q does not name Service %s.%s", a, svcName, ns)
+		if authority != "" && !strings.HasPrefix(authority, svcName+"."+ns+".") {
+			t.Errorf("authority %q does not name Service %s.%s", authority, svcName, ns)
 		}
 	})
 
@@ -213,78 +338,6 @@ func TestIstio(t *testing.T) {
 		dep := find(t, ms, "Deployment", "backend")
 		if !selects(labels(find(t, ms, "Service", "backend").obj, "spec", "selector"), labels(dep.obj, "spec", "template", "metadata", "labels")) {
 			t.Error("Service backend does not select the backend pods")
-		}
-	})
-
-	t.Run("every descriptor matches its intended rule", func(t *testing.T) {
-		// The gateway's route table as Istio builds it from the
-		// VirtualService, with the patches merged.
-		vh := proto.Clone(&vhost).(*routev3.VirtualHost)
-		vh.Name, vh.Domains = "*:80", []string{"*"}
-		for _, h := range list(vs.obj, "spec", "http") {
-			prefix := "/"
-			if p := str(h, "match", 0, "uri", "prefix"); p != "" {
-				prefix = p
-			}
-			rt := &routev3.Route{
-				Name:  str(h, "name"),
-				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}},
-				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{
-					Cluster: "outbound|" + str(h, "route", 0, "destination", "port", "number") + "||" + str(h, "route", 0, "destination", "host")}}},
-			}
-			if p := routePatches[rt.Name]; p != nil {
-				proto.Merge(rt, p)
-			}
-			vh.Routes = append(vh.Routes, rt)
-		}
-		hcm := &hcmv3.HttpConnectionManager{
-			StatPrefix:       "outbound_0.0.0.0_80",
-			UseRemoteAddress: wrapperspb.Bool(true),
-			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
-				VirtualHosts: []*routev3.VirtualHost{vh}}},
-			HttpFilters: []*hcmv3.HttpFilter{filter, {Name: httpRouterFilter}},
-		}
-		m, err := newHTTPModelFromHCM(hcm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		intents := []httpIntent{
-			{"any request is limited per client IP", newRequest("GET", "/", "203.0.113.7"), []string{
-				"remote_address=203.0.113.7 -> demo.remote_address",
-			}},
-			{"an API key", newRequest("GET", "/orders", "203.0.113.8", "x-api-key: alice"), []string{
-				"remote_address=203.0.113.8 -> demo.remote_address",
-				"api_key=alice -> demo.api_key",
-			}},
-			{"a write", newRequest("PUT", "/orders/1", "203.0.113.9"), []string{
-				"remote_address=203.0.113.9 -> demo.remote_address",
-				"generic_key=writes -> demo.generic_key_writes",
-			}},
-			{"an export", newRequest("GET", "/export/report.csv", "203.0.113.10", "x-api-key: bob"), []string{
-				"api_key=bob, path=/export/report.csv -> demo.api_key.path_/export/*",
-				"remote_address=203.0.113.10 -> demo.remote_address",
-				"api_key=bob -> demo.api_key",
-			}},
-		}
-		used := map[any]bool{}
-		for _, in := range intents {
-			_, descs, err := m.descriptors(in.req)
-			if err != nil {
-				t.Fatalf("%s: %v", in.name, err)
-			}
-			var got []string
-			for _, p := range descs {
-				got = append(got, describe(set, rl.GetDomain(), p.desc))
-				used[p.policy] = true
-			}
-			if !slices.Equal(got, in.want) {
-				t.Errorf("%s: sends\n\t%s\nwant\n\t%s", in.name, strings.Join(got, "\n\t"), strings.Join(in.want, "\n\t"))
-			}
-		}
-		for p, where := range m.allPolicies() {
-			if !used[p] {
-				t.Errorf("%s produced no descriptor for any request of the table", where)
-			}
 		}
 	})
 }

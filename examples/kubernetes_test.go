@@ -56,30 +56,37 @@ func loadManifests(t testing.TB, dir string) []manifest {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		for {
-			var obj map[string]any
-			err := dec.Decode(&obj)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if obj == nil {
-				continue
-			}
-			m := manifest{file: filepath.Base(f), obj: obj}
-			m.kind, _ = obj["kind"].(string)
-			m.name = str(obj, "metadata", "name")
-			m.namespace = str(obj, "metadata", "namespace")
-			if m.kind == "" || m.name == "" || obj["apiVersion"] == nil {
-				t.Fatalf("%s: a document without apiVersion, kind or metadata.name", f)
-			}
-			out = append(out, m)
-		}
+		out = append(out, parseManifests(t, filepath.Base(f), data)...)
 	}
 	return out
+}
+
+// parseManifests reads every document of one file's contents.
+func parseManifests(t testing.TB, file string, data []byte) []manifest {
+	t.Helper()
+	var out []manifest
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if obj == nil {
+			continue
+		}
+		m := manifest{file: file, obj: obj}
+		m.kind, _ = obj["kind"].(string)
+		m.name = str(obj, "metadata", "name")
+		m.namespace = str(obj, "metadata", "namespace")
+		if m.kind == "" || m.name == "" || obj["apiVersion"] == nil {
+			t.Fatalf("%s: a document without apiVersion, kind or metadata.name", file)
+		}
+		out = append(out, m)
+	}
 }
 
 // find returns the manifest of a kind and name.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/envoytest"
 	"github.com/floodgate/floodgate/internal/redistest"
 )
 
@@ -24,10 +25,10 @@ import (
 //   - ```console blocks hold "$ command" lines, each followed by what it
 //     prints.
 //
-// TestReadmeCommands runs them in order against the real binary, with Envoy
-// replaced by stand-ins serving examples/envoy*.yaml (envoymodel_test.go),
-// and compares what they print. Commands that need Docker or Kubernetes are
-// checked against the files they use.
+// TestReadmeCommands runs them in order against the real binary, with the
+// real Envoy in front running examples/envoy*.yaml, and compares what they
+// print. Commands that need Docker or Kubernetes are checked against the
+// files they use.
 
 // readmeCommand is one command of the README and what it prints.
 type readmeCommand struct {
@@ -150,7 +151,7 @@ var localAddrRE = regexp.MustCompile(`(localhost|127\.0\.0\.1):\d+`)
 type commandKind int
 
 const (
-	// kindShell runs in bash against the test's server and stand-ins.
+	// kindShell runs in bash against the test's server and Envoys.
 	kindShell commandKind = iota
 	// kindServer starts the server: the test starts it instead.
 	kindServer
@@ -168,16 +169,6 @@ func classify(cmd string) commandKind {
 		return kindStructural
 	}
 	return kindShell
-}
-
-// needsEnvoy reports whether a block talks to Envoy.
-func (b readmeBlock) needsEnvoy() bool {
-	for _, c := range b.cmds {
-		if strings.Contains(c.text, readmeEnvoy) || strings.Contains(c.text, readmeEnvoyTCP) {
-			return true
-		}
-	}
-	return false
 }
 
 func TestReadmeCommands(t *testing.T) {
@@ -228,23 +219,22 @@ func TestReadmeCommands(t *testing.T) {
 		}
 	})
 
-	// As docker-compose.yml runs it: counters in Redis, Envoy in front.
+	// As docker-compose.yml runs it: counters in Redis.
 	t.Run("with docker compose", func(t *testing.T) {
 		redis := redistest.Start(t)
-		runReadme(t, blocks, true, "-redis", redis.Addr)
+		runReadme(t, blocks, "-redis", redis.Addr)
 	})
 
-	// As the quick start runs it: go run ./cmd/server, counters in memory,
-	// no Envoy.
+	// As the quick start runs it: go run ./cmd/server, counters in memory.
 	t.Run("without docker", func(t *testing.T) {
-		runReadme(t, blocks, false)
+		runReadme(t, blocks)
 	})
 }
 
 // runReadme runs the blocks in order against a fresh server started with
-// the README's own server flags plus extra; withEnvoy adds the Envoy
-// stand-ins, else blocks that need Envoy are left out.
-func runReadme(t *testing.T, blocks []readmeBlock, withEnvoy bool, extra ...string) {
+// the README's own server flags plus extra, with the real Envoy in front
+// running examples/envoy.yaml and examples/envoy-tcp.yaml as shipped.
+func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 	// The server as the quick start runs it.
 	var serverArgs []string
 	for _, b := range blocks {
@@ -255,43 +245,38 @@ func runReadme(t *testing.T, blocks []readmeBlock, withEnvoy bool, extra ...stri
 		}
 	}
 	p := startFloodgate(t, append(serverArgs, extra...)...)
-	addrs := map[string]string{readmeHTTP: p.HTTP}
-	var standIns []*envoyStandIn
-	if withEnvoy {
-		rls := dialRLS(t, p.GRPC)
-		b, err := loadBootstrap(envoyHTTPFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hm, err := newHTTPModel(b, envoyHTTPPort)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tb, err := loadBootstrap(envoyTCPFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tm, err := newTCPModel(tb, envoyTCPPort)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, tc := startHTTPStandIn(t, hm, rls), startTCPStandIn(t, tm, rls)
-		standIns = append(standIns, h, tc)
-		addrs[readmeEnvoy], addrs[readmeEnvoyTCP] = h.Addr, tc.Addr
-	}
-	env := &shellEnv{t: t, dir: p.Dir, bin: floodgateBinary(t), addrs: addrs}
+	backend := startBackend(t)
+	httpEnvoy := startExample(t, envoyHTTPFile, p.GRPC, backend)
+	tcpEnvoy := startExample(t, envoyTCPFile, p.GRPC, backend)
+	env := &shellEnv{t: t, dir: p.Dir, bin: floodgateBinary(t), addrs: map[string]string{
+		readmeHTTP:     p.HTTP,
+		readmeEnvoy:    httpEnvoy.Listener("http"),
+		readmeEnvoyTCP: tcpEnvoy.Listener("tcp"),
+	}}
 	ran := 0
 	for _, b := range blocks {
-		if b.needsEnvoy() && !withEnvoy {
-			continue
-		}
 		ran += env.runBlock(b)
-	}
-	for _, s := range standIns {
-		s.check(t)
 	}
 	if ran == 0 {
 		t.Error("no README command ran")
+	}
+	// Envoy's health check found floodgate, and every call got floodgate's
+	// answer in time: none failed open, which would have let through what
+	// the README shows refused.
+	for _, e := range []struct {
+		envoy  *envoytest.Envoy
+		prefix string
+	}{{httpEnvoy, "cluster.backend.ratelimit."}, {tcpEnvoy, "ratelimit.tcp_demo."}} {
+		if h, err := e.envoy.HostHealth("floodgate"); err != nil || len(h) != 1 || h[p.GRPC] != "healthy" {
+			t.Errorf("Envoy's view of the floodgate cluster: %v %v, want %s healthy", h, err, p.GRPC)
+		}
+		stats, err := e.envoy.Counters(e.prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stats[e.prefix+"error"] != 0 || stats[e.prefix+"over_limit"] == 0 {
+			t.Errorf("Envoy's %s* counters: %v: want over_limit answers and no error", e.prefix, stats)
+		}
 	}
 	if t.Failed() {
 		t.Logf("floodgate's log:\n%s", p.logs)
@@ -407,7 +392,8 @@ func normalizeOutput(s string) []string {
 	sc := bufio.NewScanner(strings.NewReader(strings.TrimRight(s, "\n")))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		l := strings.TrimRight(sc.Text(), " \t")
+		// curl -D prints headers with CRLF.
+		l := strings.TrimRight(sc.Text(), " \t\r")
 		if strings.HasPrefix(l, "{") {
 			dec := json.NewDecoder(strings.NewReader(l))
 			var v any
