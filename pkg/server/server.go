@@ -33,8 +33,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
-	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -133,8 +133,8 @@ type Server struct {
 	// stale poll never overwrites the shutdown's NOT_SERVING.
 	healthMu  sync.Mutex
 	grpcState healthpb.HealthCheckResponse_ServingStatus
-	http    *http.Server
-	debug   *http.Server
+	http      *http.Server
+	debug     *http.Server
 
 	mu    sync.Mutex
 	addrs Addrs
