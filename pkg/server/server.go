@@ -99,11 +99,16 @@ type Options struct {
 	// have no answer than the failure policy's (the reference server's
 	// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION). It needs Store.
 	HealthRequiresStore bool
+	// HealthRequiresRules makes health NOT_SERVING while the rules in
+	// force declare no domain (an empty rule directory, until a file
+	// appears), as the reference server's
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED does.
+	HealthRequiresRules bool
 }
 
 // HealthPollInterval is how often gRPC health follows the store's health
-// when Options.HealthRequiresStore is set (/healthcheck asks at each
-// request).
+// or the rules when Options.HealthRequiresStore or HealthRequiresRules is
+// set (/healthcheck asks at each request).
 const HealthPollInterval = 250 * time.Millisecond
 
 // StoreHealth is the state of the limit store, for humans.
@@ -229,10 +234,12 @@ func (s *Server) Addrs() Addrs {
 }
 
 // Serving reports whether health is SERVING: the server runs and is not
-// shutting down, and, with Options.HealthRequiresStore, the store is
-// healthy.
+// shutting down, and, as Options ask, the store is healthy and the rules
+// declare a domain.
 func (s *Server) Serving() bool {
-	return s.serving.Load() && (!s.opts.HealthRequiresStore || s.opts.Store().Healthy)
+	return s.serving.Load() &&
+		(!s.opts.HealthRequiresStore || s.opts.Store().Healthy) &&
+		(!s.opts.HealthRequiresRules || len(s.rules.Current().Domains()) > 0)
 }
 
 // Run opens the listeners, serves until ctx is done or a server fails,
@@ -274,8 +281,8 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	s.setServing(true)
 	close(s.ready)
-	if s.opts.HealthRequiresStore {
-		go s.followStore(ctx)
+	if s.opts.HealthRequiresStore || s.opts.HealthRequiresRules {
+		go s.followHealth(ctx)
 	}
 	attrs := []any{"grpc", grpcL.Addr().String(), "http", httpL.Addr().String()}
 	if debugL != nil {
@@ -335,13 +342,14 @@ func (s *Server) updateHealth() {
 	for _, name := range HealthServices {
 		s.health.SetServingStatus(name, st)
 	}
-	if s.opts.HealthRequiresStore && s.serving.Load() {
-		s.opts.Logger.Info("health follows the store", "status", st.String())
+	if (s.opts.HealthRequiresStore || s.opts.HealthRequiresRules) && s.serving.Load() {
+		s.opts.Logger.Info("health changed", "status", st.String())
 	}
 }
 
-// followStore updates gRPC health from the store's until ctx ends.
-func (s *Server) followStore(ctx context.Context) {
+// followHealth updates gRPC health from the store's and the rules' until
+// ctx ends.
+func (s *Server) followHealth(ctx context.Context) {
 	tick := time.NewTicker(HealthPollInterval)
 	defer tick.Stop()
 	for {

@@ -265,3 +265,40 @@ func TestGRPCOnUnixSocket(t *testing.T) {
 		t.Errorf("health over the socket: %v %v", resp, err)
 	}
 }
+
+// With HealthRequiresRules (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), an
+// empty rule directory is NOT_SERVING until a rule file appears.
+func TestHealthRequiresRules(t *testing.T) {
+	dir := t.TempDir()
+	w, err := rules.NewWatcher(dir, rules.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	svc, err := envoy.New(w, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(svc, w, nil, Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", HealthRequiresRules: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Run(ctx)
+	<-s.Ready()
+	url := "http://" + s.Addrs().HTTP.String() + "/healthcheck"
+	if code, _ := do(t, "GET", url, ""); code != 500 {
+		t.Errorf("no rules: /healthcheck %d, want 500", code)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "srv.yaml"), []byte(testRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for code, _ := do(t, "GET", url, ""); code != 200; code, _ = do(t, "GET", url, "") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a rule file appeared but /healthcheck is still %d", code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
