@@ -14,20 +14,25 @@ import (
 
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
 )
 
 // config is the whole configuration of the binary, assembled from flags,
-// then floodgate's FLOODGATE_* variables, then the reference server's
-// variables, then defaults. Each package gets only its part.
+// then floodgate's FLOODGATE_* variables (floodgateVar), then the
+// reference server's variables (referenceVars), then defaults. Each
+// package gets only its part.
 type config struct {
 	rulesPath    string
 	mergeDomains bool
 
 	redisURL, redisType, redisSentinelMaster string
-	redisAuth                                string
+	redisAuth, redisSentinelAuth             string
 	redisTLS                                 bool
+	redisTLSFiles                            redislimit.TLSFiles
+	healthRequiresStore                      bool
+	healthRequiresRules                      bool
 	redisPoolSize                            int
 	redisDialTimeout                         time.Duration
 	redisDeadline                            time.Duration
@@ -40,7 +45,9 @@ type config struct {
 	grpcAddr, httpAddr, debugAddr string
 	grpcTLS                       bool
 	grpcTLSCert, grpcTLSKey       string
-	grpcClientCA                  string
+	grpcClientCA, grpcClientSAN   string
+	grpcMaxConnAge                time.Duration
+	grpcMaxConnAgeGrace           time.Duration
 
 	maxMessageBytes             int
 	bounds                      envoy.RequestBounds
@@ -60,7 +67,7 @@ type config struct {
 	args           []string // positional arguments (-explain's descriptor)
 
 	// notes are remarks about the environment to log once logging is set
-	// up (variables accepted but without effect).
+	// up (variables accepted with a difference worth knowing).
 	notes []string
 }
 
@@ -153,66 +160,17 @@ func headersEnabled(env lookupFunc) (string, string, bool) {
 	return "off", "LIMIT_RESPONSE_HEADERS_ENABLED", true
 }
 
-// flagEnv lists, per flag, where the environment may set it, in order of
-// precedence. The README's configuration table mirrors it.
-var flagEnv = map[string][]envSource{
-	"config":              {envVar("FLOODGATE_CONFIG"), runtimePath},
-	"merge-domains":       {envVar("FLOODGATE_MERGE_DOMAINS"), envVar("MERGE_DOMAIN_CONFIG")},
-	"redis":               {envVar("FLOODGATE_REDIS"), redisURL},
-	"redis-type":          {envVar("FLOODGATE_REDIS_TYPE"), envVar("REDIS_TYPE")},
-	"redis-master":        {envVar("FLOODGATE_REDIS_MASTER")},
-	"redis-auth":          {envVar("FLOODGATE_REDIS_AUTH"), envVar("REDIS_AUTH")},
-	"redis-tls":           {envVar("FLOODGATE_REDIS_TLS"), envVar("REDIS_TLS")},
-	"redis-pool-size":     {envVar("FLOODGATE_REDIS_POOL_SIZE"), envVar("REDIS_POOL_SIZE")},
-	"redis-dial-timeout":  {envVar("FLOODGATE_REDIS_DIAL_TIMEOUT"), envVar("REDIS_TIMEOUT")},
-	"redis-deadline":      {envVar("FLOODGATE_REDIS_DEADLINE")},
-	"key-prefix":          {envVar("FLOODGATE_KEY_PREFIX"), envVar("CACHE_KEY_PREFIX")},
-	"memory-max-entries":  {envVar("FLOODGATE_MEMORY_MAX_ENTRIES")},
-	"deny-cache":          {envVar("FLOODGATE_DENY_CACHE")},
-	"deny-cache-size":     {envVar("FLOODGATE_DENY_CACHE_SIZE")},
-	"deny-cache-max-age":  {envVar("FLOODGATE_DENY_CACHE_MAX_AGE")},
-	"grpc-addr":           {envVar("FLOODGATE_GRPC_ADDR"), hostPort("GRPC_HOST", "GRPC_PORT", "8081")},
-	"http-addr":           {envVar("FLOODGATE_HTTP_ADDR"), hostPort("HOST", "PORT", "8080")},
-	"debug-addr":          {envVar("FLOODGATE_DEBUG_ADDR"), hostPortOn("DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070")},
-	"grpc-tls":            {envVar("FLOODGATE_GRPC_TLS"), envVar("GRPC_SERVER_USE_TLS")},
-	"grpc-tls-cert":       {envVar("FLOODGATE_GRPC_TLS_CERT"), envVar("GRPC_SERVER_TLS_CERT")},
-	"grpc-tls-key":        {envVar("FLOODGATE_GRPC_TLS_KEY"), envVar("GRPC_SERVER_TLS_KEY")},
-	"grpc-client-ca":      {envVar("FLOODGATE_GRPC_CLIENT_CA"), envVar("GRPC_CLIENT_TLS_CACERT")},
-	"max-message-bytes":   {envVar("FLOODGATE_MAX_MESSAGE_BYTES")},
-	"max-descriptors":     {envVar("FLOODGATE_MAX_DESCRIPTORS")},
-	"max-entries":         {envVar("FLOODGATE_MAX_ENTRIES")},
-	"max-key-bytes":       {envVar("FLOODGATE_MAX_KEY_BYTES")},
-	"max-value-bytes":     {envVar("FLOODGATE_MAX_VALUE_BYTES")},
-	"metric-value-series": {envVar("FLOODGATE_METRIC_VALUE_SERIES")},
-	"drain-delay":         {envVar("FLOODGATE_DRAIN_DELAY")},
-	"shutdown-timeout":    {envVar("FLOODGATE_SHUTDOWN_TIMEOUT")},
-	"log-level":           {envVar("FLOODGATE_LOG_LEVEL"), envVar("LOG_LEVEL")},
-	"log-format":          {envVar("FLOODGATE_LOG_FORMAT"), envVar("LOG_FORMAT")},
-	"shadow-mode":         {envVar("FLOODGATE_SHADOW_MODE"), envVar("SHADOW_MODE")},
-	"near-limit-ratio":    {envVar("FLOODGATE_NEAR_LIMIT_RATIO"), envVar("NEAR_LIMIT_RATIO")},
-	"failure-mode":        {envVar("FLOODGATE_FAILURE_MODE")},
-	"response-headers":    {envVar("FLOODGATE_RESPONSE_HEADERS"), headersEnabled},
-	"limit-header":        {envVar("FLOODGATE_LIMIT_HEADER"), envVar("LIMIT_LIMIT_HEADER")},
-	"remaining-header":    {envVar("FLOODGATE_REMAINING_HEADER"), envVar("LIMIT_REMAINING_HEADER")},
-	"reset-header":        {envVar("FLOODGATE_RESET_HEADER"), envVar("LIMIT_RESET_HEADER")},
-	"over-limit-body":     {envVar("FLOODGATE_OVER_LIMIT_BODY")},
+// floodgateVar is the variable of floodgate's own that sets a flag:
+// FLOODGATE_ and the flag's name in upper case, '-' as '_'
+// (FLOODGATE_REDIS_DEADLINE for -redis-deadline). It wins over the
+// reference server's variables (referenceVars).
+func floodgateVar(flag string) string {
+	return "FLOODGATE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// ignoredVars are reference-server variables floodgate does not implement;
-// a note is logged when they are set.
-var ignoredVars = []string{
-	"LOCAL_CACHE_SIZE_IN_BYTES", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "STATSD_HOST", "STATSD_PORT",
-	"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_PERSECOND", "REDIS_PERSECOND_URL",
-	"EXPIRATION_JITTER_MAX_SECONDS", "RESPONSE_DYNAMIC_METADATA", "GRPC_MAX_CONNECTION_AGE",
-}
-
-// refusedVars would change security or storage in ways floodgate cannot
-// honour; starting anyway would silently do something else.
-var refusedVars = map[string]func(string) bool{
-	"BACKEND_TYPE": func(v string) bool { return v != "" && !strings.EqualFold(v, "redis") },
-}
-
-func isTrue(v string) bool { b, _ := strconv.ParseBool(v); return b }
+// commandOnly are the flags no variable sets: they choose what the binary
+// does, not how it serves.
+var commandOnly = map[string]bool{"check": true, "explain": true}
 
 // parseConfig reads the command line and the environment. It returns
 // flag.ErrHelp after printing usage for -h.
@@ -231,7 +189,14 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	fs.StringVar(&c.redisType, "redis-type", "single", "Redis deployment: single, sentinel or cluster")
 	fs.StringVar(&c.redisSentinelMaster, "redis-master", "", "Sentinel master name, when -redis lists only the sentinels")
 	fs.StringVar(&c.redisAuth, "redis-auth", "", "Redis credentials: password or user:password (prefer the environment)")
-	fs.BoolVar(&c.redisTLS, "redis-tls", false, "connect to Redis with TLS")
+	fs.StringVar(&c.redisSentinelAuth, "redis-sentinel-auth", "", "password of the Sentinels themselves, with -redis-type sentinel (prefer the environment)")
+	fs.BoolVar(&c.redisTLS, "redis-tls", false, "connect to Redis with TLS (every node, and the Sentinels)")
+	fs.StringVar(&c.redisTLSFiles.CAFile, "redis-tls-ca", "", "PEM CA certificates that may sign Redis's certificate, besides the system's roots")
+	fs.StringVar(&c.redisTLSFiles.CertFile, "redis-tls-cert", "", "PEM client certificate to present to Redis (tls-auth-clients), with -redis-tls-key")
+	fs.StringVar(&c.redisTLSFiles.KeyFile, "redis-tls-key", "", "PEM key of -redis-tls-cert")
+	fs.BoolVar(&c.redisTLSFiles.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "verify Redis's certificate chain but not the name it is issued for")
+	fs.BoolVar(&c.healthRequiresStore, "health-requires-store", false, "report NOT_SERVING (/healthcheck, gRPC health) while Redis is unhealthy, instead of answering by the failure policy")
+	fs.BoolVar(&c.healthRequiresRules, "health-requires-rules", false, "report NOT_SERVING while the rules declare no domain")
 	fs.IntVar(&c.redisPoolSize, "redis-pool-size", 0, "connections per Redis node (0: 10 per CPU)")
 	fs.DurationVar(&c.redisDialTimeout, "redis-dial-timeout", 0, "bound on connecting to Redis (0: 5s); requests never wait longer than -redis-deadline")
 	fs.DurationVar(&c.redisDeadline, "redis-deadline", envoy.DefaultStoreTimeout, "deadline of the store call of each request; past it the failure policy answers")
@@ -240,13 +205,16 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	fs.BoolVar(&c.denyCache, "deny-cache", true, "with Redis, answer requests a counter is known to deny (until the retry-after Redis returned) without calling Redis")
 	fs.IntVar(&c.denyCacheSize, "deny-cache-size", 0, "most denials the deny cache holds (0: 65536)")
 	fs.DurationVar(&c.denyCacheMaxAge, "deny-cache-max-age", denycache.DefaultMaxAge, "longest a denial is reused (bounds stale denials after Redis lost its data or another instance refunded)")
-	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection), or unix:/path for a socket")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /rlconfig, /metrics)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "127.0.0.1:6070", "debug listen address (/debug/pprof/, /rlconfig); loopback only unless set; empty disables it")
 	fs.BoolVar(&c.grpcTLS, "grpc-tls", false, "serve gRPC over TLS only (needs -grpc-tls-cert and -grpc-tls-key)")
 	fs.StringVar(&c.grpcTLSCert, "grpc-tls-cert", "", "PEM certificate chain of the gRPC listener; reloaded when the file changes")
 	fs.StringVar(&c.grpcTLSKey, "grpc-tls-key", "", "PEM private key of the gRPC listener; reloaded when the file changes")
 	fs.StringVar(&c.grpcClientCA, "grpc-client-ca", "", "PEM CA certificates: require gRPC clients to present a certificate they signed (mutual TLS)")
+	fs.StringVar(&c.grpcClientSAN, "grpc-client-san", "", "with -grpc-client-ca: require the client certificate to be valid for this DNS name or IP address")
+	fs.DurationVar(&c.grpcMaxConnAge, "grpc-max-connection-age", 0, "close gRPC connections gracefully after about this long (0: never), so clients spread over new replicas")
+	fs.DurationVar(&c.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", 0, "time calls on a connection closed by -grpc-max-connection-age get to finish (0: no bound)")
 	fs.IntVar(&c.maxMessageBytes, "max-message-bytes", server.DefaultMaxMessageBytes, "largest request message, over gRPC and /json")
 	fs.IntVar(&c.bounds.MaxDescriptors, "max-descriptors", envoy.DefaultMaxDescriptors, "most descriptors in a request")
 	fs.IntVar(&c.bounds.MaxEntries, "max-entries", envoy.DefaultMaxEntries, "most entries in a descriptor")
@@ -273,49 +241,51 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 		return nil, err
 	}
 	c.args = fs.Args()
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for name, sources := range flagEnv {
-		if set[name] {
-			continue
+	if err := setFromEnv(fs, env); err != nil {
+		return nil, err
+	}
+	notes, err := checkReference(env, c.redisURL != "")
+	if err != nil {
+		return nil, err
+	}
+	c.notes = append(c.notes, notes...)
+	return c, c.validate()
+}
+
+// setFromEnv sets each flag not given on the command line from its
+// FLOODGATE_ variable, else from the first reference variable of
+// referenceVars that sets it.
+func setFromEnv(fs *flag.FlagSet, env lookupFunc) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || given[f.Name] || commandOnly[f.Name] {
+			return
+		}
+		sources := []envSource{envVar(floodgateVar(f.Name))}
+		for i := range referenceVars {
+			if referenceVars[i].flag == f.Name {
+				sources = append(sources, referenceVars[i].source())
+			}
 		}
 		for _, src := range sources {
 			v, from, ok := src(env)
 			if !ok {
 				continue
 			}
-			if err := fs.Set(name, v); err != nil {
-				return nil, fmt.Errorf("%s=%q (for -%s): %v", from, v, name, err)
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q (for -%s): %w", from, v, f.Name, e)
 			}
-			break
+			return
 		}
-	}
-	if err := c.checkEnv(env); err != nil {
-		return nil, err
-	}
-	return c, c.validate()
-}
-
-// checkEnv refuses variables floodgate cannot honour and notes the ones it
-// ignores.
-func (c *config) checkEnv(env lookupFunc) error {
-	for name, refuse := range refusedVars {
-		if v, ok := env(name); ok && refuse(v) {
-			return fmt.Errorf("%s=%s is not supported by floodgate; unset it (see the README's configuration table)", name, v)
-		}
-	}
-	for _, name := range ignoredVars {
-		if v, ok := env(name); ok && v != "" {
-			c.notes = append(c.notes, fmt.Sprintf("%s is set but has no effect in floodgate", name))
-		}
-	}
-	if v, ok := env("RUNTIME_IGNOREDOTFILES"); ok && !isTrue(v) && v != "" {
-		c.notes = append(c.notes, "RUNTIME_IGNOREDOTFILES=false has no effect: names starting with '.' are always ignored")
-	}
-	return nil
+	})
+	return err
 }
 
 func (c *config) validate() error {
+	// The reference server writes SINGLE, SENTINEL, CLUSTER.
+	c.redisType = strings.ToLower(c.redisType)
 	switch c.redisType {
 	case "single", "sentinel", "cluster":
 	default:
@@ -353,7 +323,26 @@ func (c *config) validate() error {
 	case !c.grpcTLS && c.grpcClientCA != "":
 		return errors.New("-grpc-client-ca (GRPC_CLIENT_TLS_CACERT) needs -grpc-tls (GRPC_SERVER_USE_TLS=true)")
 	case !c.grpcTLS && (c.grpcTLSCert != "" || c.grpcTLSKey != ""):
+		// A certificate without TLS on is the reference server's own
+		// default layout (it reads them only with TLS on), so it stays a
+		// note; a client CA or SAN without TLS would be security lost.
 		c.notes = append(c.notes, "a gRPC TLS certificate or key is set but -grpc-tls (GRPC_SERVER_USE_TLS) is off: gRPC is served without TLS")
+	case c.grpcClientSAN != "" && c.grpcClientCA == "":
+		return errors.New("-grpc-client-san (GRPC_CLIENT_TLS_SAN) needs -grpc-client-ca (GRPC_CLIENT_TLS_CACERT): without mutual TLS no client certificate is checked")
+	}
+	if c.grpcMaxConnAge < 0 || c.grpcMaxConnAgeGrace < 0 {
+		return errors.New("-grpc-max-connection-age and -grpc-max-connection-age-grace must not be negative")
+	}
+	if c.redisURL == "" && (c.redisTLS || c.redisTLSFiles != (redislimit.TLSFiles{}) || c.healthRequiresStore || c.redisSentinelAuth != "") {
+		return errors.New("-redis-tls*, -redis-sentinel-auth and -health-requires-store need Redis (-redis, REDIS_URL)")
+	}
+	if c.redisSentinelAuth != "" && c.redisType != "sentinel" {
+		return errors.New("-redis-sentinel-auth (REDIS_SENTINEL_AUTH) needs -redis-type sentinel (REDIS_TYPE=sentinel)")
+	}
+	if !c.redisTLS && c.redisTLSFiles != (redislimit.TLSFiles{}) && !strings.HasPrefix(c.redisURL, "rediss://") {
+		// The reference server reads them only with REDIS_TLS=true; a user
+		// who set them meant TLS, and would silently get none.
+		return errors.New("-redis-tls-ca, -redis-tls-cert, -redis-tls-key and -redis-tls-skip-hostname-verification (REDIS_TLS_*) need -redis-tls (REDIS_TLS=true)")
 	}
 	if c.explain && len(c.args) < 2 {
 		return errors.New("-explain needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice")

@@ -120,7 +120,7 @@ func TestParseConfig(t *testing.T) {
 		}},
 		{"variables without effect are noted", nil, envOf("LOCAL_CACHE_SIZE_IN_BYTES", "1000", "RUNTIME_IGNOREDOTFILES", "false"),
 			func(t *testing.T, c *config) {
-				if len(c.notes) != 2 || !strings.Contains(c.notes[0], "LOCAL_CACHE_SIZE_IN_BYTES") {
+				if len(c.notes) != 2 || !strings.Contains(c.notes[1], "LOCAL_CACHE_SIZE_IN_BYTES") {
 					t.Errorf("notes = %q", c.notes)
 				}
 			}},
@@ -197,7 +197,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"a client CA without TLS", []string{"-grpc-client-ca", "ca.pem"}, envOf(), "-grpc-client-ca (GRPC_CLIENT_TLS_CACERT) needs -grpc-tls"},
 		{"a zero bound", nil, envOf("FLOODGATE_MAX_DESCRIPTORS", "0"), "-max-descriptors 0: must be at least 1"},
 		{"a negative message size", []string{"-max-message-bytes", "-1"}, envOf(), "-max-message-bytes -1: must be at least 1"},
-		{"memcache is refused", nil, envOf("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache is not supported"},
+		{"memcache is refused", nil, envOf("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache: Memcached is not supported yet"},
+		{"every refusal at once", nil, envOf("USE_STATSD", "true", "TRACING_ENABLED", "true"), "USE_STATSD=true: floodgate serves Prometheus metrics"},
+		{"a Redis setting without Redis", nil, envOf("REDIS_TLS", "true"), "REDIS_TLS is set but REDIS_URL is not"},
+		{"Redis TLS files without TLS", nil, envOf("REDIS_URL", "h:1", "REDIS_TLS_CACERT", "/ca.pem"), "need -redis-tls (REDIS_TLS=true)"},
+		{"a client SAN without mutual TLS", nil, envOf("GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "c", "GRPC_SERVER_TLS_KEY", "k", "GRPC_CLIENT_TLS_SAN", "envoy"), "GRPC_CLIENT_TLS_SAN) needs -grpc-client-ca"},
+		{"a sentinel password without Sentinel", nil, envOf("REDIS_URL", "h:1", "REDIS_SENTINEL_AUTH", "pw"), "needs -redis-type sentinel"},
 		{"unknown redis type", []string{"-redis-type", "ring"}, envOf(), `-redis-type "ring"`},
 		{"unknown log format", nil, envOf("LOG_FORMAT", "xml"), `-log-format "xml"`},
 		{"unknown log level", nil, envOf("LOG_LEVEL", "loud"), `unknown log level "loud"`},

@@ -28,7 +28,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
@@ -122,22 +121,26 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	}
 	var tlsConfig *tls.Config
 	if cfg.grpcTLS {
-		tlsConfig, err = server.NewTLSConfig(server.TLSFiles{CertFile: cfg.grpcTLSCert, KeyFile: cfg.grpcTLSKey, ClientCAFile: cfg.grpcClientCA}, logger)
+		tlsConfig, err = server.NewTLSConfig(server.TLSFiles{CertFile: cfg.grpcTLSCert, KeyFile: cfg.grpcTLSKey, ClientCAFile: cfg.grpcClientCA, ClientSAN: cfg.grpcClientSAN}, logger)
 		if err != nil {
 			fmt.Fprintf(stderr, "floodgate: %v\n", err)
 			return 2
 		}
 	}
 	srv, err := server.New(svc, watcher, reg, server.Options{
-		GRPCAddr:        cfg.grpcAddr,
-		HTTPAddr:        cfg.httpAddr,
-		DebugAddr:       cfg.debugAddr,
-		DrainDelay:      cfg.drainDelay,
-		ShutdownTimeout: cfg.shutdownTimeout,
-		Logger:          logger,
-		MaxMessageBytes: cfg.maxMessageBytes,
-		TLS:             tlsConfig,
-		Store:           storeHealth,
+		GRPCAddr:              cfg.grpcAddr,
+		HTTPAddr:              cfg.httpAddr,
+		DebugAddr:             cfg.debugAddr,
+		MaxConnectionAge:      cfg.grpcMaxConnAge,
+		MaxConnectionAgeGrace: cfg.grpcMaxConnAgeGrace,
+		DrainDelay:            cfg.drainDelay,
+		ShutdownTimeout:       cfg.shutdownTimeout,
+		Logger:                logger,
+		MaxMessageBytes:       cfg.maxMessageBytes,
+		TLS:                   tlsConfig,
+		Store:                 storeHealth,
+		HealthRequiresStore:   cfg.healthRequiresStore,
+		HealthRequiresRules:   cfg.healthRequiresRules,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)
@@ -172,14 +175,16 @@ func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Li
 	redislimit.QuietLogs(logger)
 	user, pass := cfg.redisCredentials()
 	client, err := redislimit.NewClient(redislimit.ClientConfig{
-		URL:            cfg.redisURL,
-		Type:           cfg.redisType,
-		SentinelMaster: cfg.redisSentinelMaster,
-		Username:       user,
-		Password:       pass,
-		TLS:            cfg.redisTLS,
-		PoolSize:       cfg.redisPoolSize,
-		DialTimeout:    cfg.redisDialTimeout,
+		URL:              cfg.redisURL,
+		Type:             cfg.redisType,
+		SentinelMaster:   cfg.redisSentinelMaster,
+		Username:         user,
+		Password:         pass,
+		SentinelPassword: cfg.redisSentinelAuth,
+		TLS:              cfg.redisTLS,
+		TLSFiles:         cfg.redisTLSFiles,
+		PoolSize:         cfg.redisPoolSize,
+		DialTimeout:      cfg.redisDialTimeout,
 	})
 	if err != nil {
 		return nil, "", nil, nil, fmt.Errorf("redis: %w", err)
@@ -189,14 +194,70 @@ func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Li
 		client.Close()
 		return nil, "", nil, nil, fmt.Errorf("redis: %w", err)
 	}
-	logger.Info("counters are kept in Redis", "type", cfg.redisType, "addr", redactedAddr(cfg.redisURL), "deadline", cfg.redisDeadline,
+	addr := redactedAddr(cfg.redisURL)
+	logger.Info("counters are kept in Redis", "type", cfg.redisType, "addr", addr, "tls", cfg.redisTLS, "deadline", cfg.redisDeadline,
 		"script_sha", redislimit.ScriptSHA())
-	pingRedis(ctx, client, logger)
+	probeCtx, cancel := context.WithTimeout(ctx, startProbeTimeout)
+	err = lim.Probe(probeCtx)
+	cancel()
+	if err != nil {
+		logger.Error("Redis cannot be used: until it can, requests are answered by the failure policy (each rule's failure_mode, else -failure-mode), the store is reported unhealthy (/rlconfig, floodgate_store_healthy 0), and Redis is probed every second",
+			"addr", addr, "err", err)
+	}
+	go watchStore(ctx, lim, logger, addr, storeProbeInterval)
 	health := func() server.StoreHealth {
-		st := lim.BreakerState()
-		return server.StoreHealth{Name: "redis", Healthy: st == redislimit.BreakerClosed, Detail: "breaker " + st.String()}
+		return server.StoreHealth{Name: "redis", Healthy: lim.Healthy(), Detail: storeDetail(lim, time.Now())}
 	}
 	return lim, "redis", health, func() { client.Close() }, nil
+}
+
+// startProbeTimeout bounds the probe of Redis at start; storeProbeInterval
+// is how often Redis is probed while unhealthy.
+const (
+	startProbeTimeout  = 2 * time.Second
+	storeProbeInterval = time.Second
+)
+
+// storeDetail describes the limiter's health for /rlconfig: the breaker's
+// state and, if Redis ever failed, the latest failure.
+func storeDetail(lim *redislimit.Limiter, now time.Time) string {
+	d := "breaker " + lim.BreakerState().String()
+	if at, err := lim.LastFailure(); err != nil {
+		d += fmt.Sprintf("; last failure %v ago: %v", now.Sub(at).Round(time.Second), err)
+	}
+	return d
+}
+
+// watchStore probes Redis every interval while the limiter is unhealthy,
+// so that health follows Redis without waiting for requests (with no
+// traffic the circuit breaker would never probe), and logs each change:
+// at error level with the cause when Redis starts failing, at info level
+// when it answers again. It returns when ctx ends.
+func watchStore(ctx context.Context, lim *redislimit.Limiter, logger *slog.Logger, addr string, interval time.Duration) {
+	healthy := lim.Healthy()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !lim.Healthy() {
+			probeCtx, cancel := context.WithTimeout(ctx, interval)
+			_ = lim.Probe(probeCtx) // the outcome is read from lim
+			cancel()
+		}
+		now := lim.Healthy()
+		switch {
+		case now && !healthy:
+			logger.Info("Redis answers again: requests are decided by their limits", "addr", addr)
+		case !now && healthy:
+			_, err := lim.LastFailure()
+			logger.Error("Redis fails: requests are answered by the failure policy until it answers again", "addr", addr, "err", err)
+		}
+		healthy = now
+	}
 }
 
 // registerStoreHealthMetrics exposes the store's health: 1 while calls
@@ -240,16 +301,6 @@ func registerDenyCacheMetrics(reg prometheus.Registerer, cache *denycache.Cache)
 			Help: "Denials held by the deny cache, expired ones included until swept."},
 			func() float64 { return float64(cache.Len()) }),
 	)
-}
-
-// pingRedis warns at start when Redis does not answer; the server starts
-// anyway and the failure policy answers until Redis is back.
-func pingRedis(ctx context.Context, client redis.UniversalClient, logger *slog.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
-		logger.Warn("Redis does not answer yet; requests get the failure policy's answer until it does", "err", err)
-	}
 }
 
 // redactedAddr drops credentials from a Redis URL for logs.

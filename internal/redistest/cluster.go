@@ -22,6 +22,9 @@ type Cluster struct {
 	// Addrs is the host:port of every node, masters and replicas, in start
 	// order; any of them works as a seed for a cluster client.
 	Addrs []string
+	// TLSAddrs are the nodes' TLS ports, in the order of Addrs, for a
+	// cluster started with StartClusterTLS; nil otherwise.
+	TLSAddrs []string
 	// Nodes are the servers, in the order of Addrs. A test may Stop or
 	// Restart one (a restarted node keeps its nodes.conf and rejoins).
 	Nodes []*Server
@@ -34,32 +37,38 @@ type Cluster struct {
 // test ends. Redis Cluster needs at least 3 masters.
 func StartCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
 	t.Helper()
+	return startCluster(t, masters, replicasPerMaster, nil)
+}
+
+// StartClusterTLS is StartCluster for nodes that also serve TLS as tls
+// says (the cluster bus and replication too), on TLSAddrs. A TLS client
+// is told the nodes' TLS ports (CLUSTER SLOTS, MOVED), a plain one their
+// plain ports.
+func StartClusterTLS(t testing.TB, masters, replicasPerMaster int, tls *TLS) *Cluster {
+	t.Helper()
+	return startCluster(t, masters, replicasPerMaster, tls)
+}
+
+func startCluster(t testing.TB, masters, replicasPerMaster int, tls *TLS) *Cluster {
+	t.Helper()
 	if masters < 3 || replicasPerMaster < 0 {
 		t.Fatalf("redistest: StartCluster(%d masters, %d replicas each): a cluster needs at least 3 masters", masters, replicasPerMaster)
 	}
-	bin := LookPath(t, "redis-server")
 	cli := LookPath(t, "redis-cli")
 	n := masters * (1 + replicasPerMaster)
 	c := &Cluster{}
 	for range n {
-		port := clusterPort(t)
-		s := &Server{t: t, Dir: t.TempDir()}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.args = []string{
-			"--port", strconv.Itoa(port),
-			"--bind", "127.0.0.1",
-			"--save", "",
-			"--appendonly", "no",
-			"--dir", s.Dir,
-			"--logfile", filepath.Join(s.Dir, "redis.log"),
+		dir := t.TempDir()
+		s := startNode(t, tls, clusterPort(t), []string{
 			"--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(s.Dir, "nodes.conf"),
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000",
-		}
-		s.start(bin)
-		t.Cleanup(s.Stop)
+		})
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
+		if tls != nil {
+			c.TLSAddrs = append(c.TLSAddrs, s.TLSAddr)
+		}
 	}
 
 	args := append([]string{"--cluster", "create"}, c.Addrs...)

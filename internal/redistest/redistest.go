@@ -28,6 +28,10 @@ type Server struct {
 	Addr string
 	// Dir is the server's private working directory.
 	Dir string
+	// TLSAddr is host:port of the server's TLS port, for servers started
+	// with TLS (see StartTLS); empty otherwise. Addr stays plain, for the
+	// test's own commands (Do).
+	TLSAddr string
 
 	t    testing.TB
 	args []string
@@ -40,18 +44,37 @@ type Server struct {
 // answers PING. It is stopped when the test ends.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	return startNode(t, nil, FreePort(t), extra)
+}
+
+// StartTLS is Start for a server that also serves TLS as tls says, on
+// TLSAddr.
+func StartTLS(t testing.TB, tls *TLS, extra ...string) *Server {
+	t.Helper()
+	return startNode(t, tls, FreePort(t), extra)
+}
+
+// startNode starts a redis-server on port, with TLS when tls is not nil,
+// stopped when the test ends.
+func startNode(t testing.TB, tls *TLS, port int, extra []string) *Server {
+	t.Helper()
 	bin := LookPath(t, "redis-server")
 	s := &Server{t: t, Dir: t.TempDir()}
-	port := FreePort(t)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	s.args = append([]string{
+	s.args = []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", s.Dir,
 		"--logfile", filepath.Join(s.Dir, "redis.log"),
-	}, extra...)
+	}
+	if tls != nil {
+		tlsPort := FreePort(t)
+		s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+		s.args = append(s.args, tls.args(t, tlsPort)...)
+	}
+	s.args = append(s.args, extra...)
 	s.start(bin)
 	t.Cleanup(s.Stop)
 	return s

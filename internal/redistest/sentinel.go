@@ -36,15 +36,34 @@ type Sentinel struct {
 // Everything is stopped when the test ends.
 func StartSentinel(t testing.TB, replicas, sentinels int, downAfter time.Duration) *Sentinel {
 	t.Helper()
+	return startSentinel(t, replicas, sentinels, downAfter, nil)
+}
+
+// StartSentinelTLS is StartSentinel for a group that also serves TLS as
+// tls says: the data nodes and the Sentinels on their TLS ports
+// (TLSURL), replication and the Sentinels' own links over TLS, and the
+// master known to the Sentinels by its TLS address, so that a client that
+// asks them is sent there.
+func StartSentinelTLS(t testing.TB, replicas, sentinels int, downAfter time.Duration, tls *TLS) *Sentinel {
+	t.Helper()
+	return startSentinel(t, replicas, sentinels, downAfter, tls)
+}
+
+func startSentinel(t testing.TB, replicas, sentinels int, downAfter time.Duration, tls *TLS) *Sentinel {
+	t.Helper()
 	if replicas < 1 || sentinels < 1 || downAfter < time.Millisecond {
 		t.Fatalf("redistest: StartSentinel(%d replicas, %d sentinels, %v): a failover needs a replica, a sentinel and a positive down-after", replicas, sentinels, downAfter)
 	}
 	// A full sync starts at once instead of waiting 5 s for more replicas.
-	g := &Sentinel{Data: []*Server{Start(t, "--repl-diskless-sync-delay", "0")}}
+	g := &Sentinel{Data: []*Server{startNode(t, tls, FreePort(t), []string{"--repl-diskless-sync-delay", "0"})}}
 	master := g.Data[0]
-	_, masterPort, _ := net.SplitHostPort(master.Addr)
+	masterAddr := master.Addr
+	if tls != nil {
+		masterAddr = master.TLSAddr
+	}
+	_, masterPort, _ := net.SplitHostPort(masterAddr)
 	for range replicas {
-		g.Data = append(g.Data, Start(t, "--replicaof", "127.0.0.1", masterPort, "--repl-diskless-sync-delay", "0"))
+		g.Data = append(g.Data, startNode(t, tls, FreePort(t), []string{"--replicaof", "127.0.0.1", masterPort, "--repl-diskless-sync-delay", "0"}))
 	}
 
 	bin := LookPath(t, "redis-server")
@@ -65,6 +84,11 @@ func StartSentinel(t testing.TB, replicas, sentinels int, downAfter time.Duratio
 			fmt.Sprintf("sentinel down-after-milliseconds %s %d", SentinelMasterName, downAfter.Milliseconds()),
 			fmt.Sprintf("sentinel failover-timeout %s %d", SentinelMasterName, max(2*downAfter, time.Second).Milliseconds()),
 			fmt.Sprintf("sentinel parallel-syncs %s 1", SentinelMasterName),
+		}
+		if tls != nil {
+			tlsPort := FreePort(t)
+			s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+			lines = append(lines, tls.sentinelLines(t, tlsPort)...)
 		}
 		if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			t.Fatalf("redistest: %v", err)
@@ -90,6 +114,16 @@ func (g *Sentinel) URL() string {
 	return strings.Join(parts, ",")
 }
 
+// TLSURL is URL with the Sentinels' TLS addresses, for a group started
+// with StartSentinelTLS.
+func (g *Sentinel) TLSURL() string {
+	parts := []string{SentinelMasterName}
+	for _, s := range g.Sentinels {
+		parts = append(parts, s.TLSAddr)
+	}
+	return strings.Join(parts, ",")
+}
+
 // Master returns the address of the master as the first running Sentinel
 // reports it.
 func (g *Sentinel) Master() (string, error) {
@@ -110,10 +144,11 @@ func (g *Sentinel) Master() (string, error) {
 	return "", fmt.Errorf("no running sentinel")
 }
 
-// Node returns the data node listening on addr, or nil.
+// Node returns the data node listening on addr (its plain or its TLS
+// address), or nil.
 func (g *Sentinel) Node(addr string) *Server {
 	for _, s := range g.Data {
-		if s.Addr == addr {
+		if s.Addr == addr || s.TLSAddr == addr {
 			return s
 		}
 	}

@@ -174,6 +174,23 @@ func (b *breaker) done(probe bool, outcome int) {
 	}
 }
 
+// force opens the breaker (failed) or closes it, whatever the count of
+// failures: a probe's verdict. An open breaker stays open with its backoff.
+func (b *breaker) force(failed bool) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !failed:
+		b.state.Store(int32(BreakerClosed))
+		b.failures, b.backoff = 0, 0
+	case BreakerState(b.state.Load()) == BreakerClosed:
+		b.open(b.minBackoff)
+	}
+}
+
 func (b *breaker) open(backoff time.Duration) {
 	b.backoff = backoff
 	b.retryAt = b.now().Add(backoff)

@@ -13,8 +13,8 @@ import (
 )
 
 // ClientConfig describes how to reach Redis, in the terms of the reference
-// server's settings (REDIS_URL, REDIS_TYPE, REDIS_AUTH, REDIS_TLS,
-// REDIS_POOL_SIZE, REDIS_TIMEOUT).
+// server's settings (REDIS_URL, REDIS_TYPE, REDIS_AUTH, REDIS_SENTINEL_AUTH,
+// REDIS_TLS and its files, REDIS_POOL_SIZE, REDIS_TIMEOUT).
 type ClientConfig struct {
 	// URL is where Redis is. For Type "single": redis://[user:pass@]host:port[/db],
 	// rediss://... (TLS), unix:///path/to/socket, a plain host:port, or a
@@ -30,11 +30,17 @@ type ClientConfig struct {
 	SentinelMaster string
 	// Username and Password authenticate to the Redis servers (ACL; an empty
 	// Username means the default user). When set they override credentials
-	// in URL. Sentinels themselves are contacted without credentials.
+	// in URL.
 	Username, Password string
-	// TLS connects with TLS, verifying the server's certificate against the
-	// system roots (a rediss:// URL implies it).
+	// SentinelPassword authenticates to the Sentinels themselves (the
+	// reference server's REDIS_SENTINEL_AUTH); empty contacts them without
+	// credentials. Only for Type "sentinel".
+	SentinelPassword string
+	// TLS connects with TLS: to every node, and for Type "sentinel" to the
+	// Sentinels too (a rediss:// URL implies it). TLSFiles says how
+	// certificates are verified and which one the client presents.
 	TLS bool
+	TLSFiles
 	// PoolSize is the number of connections per node; 0 means go-redis's
 	// default (10 per CPU).
 	PoolSize int
@@ -66,6 +72,21 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	if strings.TrimSpace(cfg.URL) == "" {
 		return nil, errors.New("redis URL is empty")
 	}
+	if !cfg.TLS && cfg.TLSFiles != (TLSFiles{}) && !strings.HasPrefix(cfg.URL, "rediss://") {
+		// The reference server ignores them then; a user who set them
+		// meant TLS, and would get a plain connection.
+		return nil, errors.New("redis TLS files or settings are given but TLS is off")
+	}
+	if cfg.SentinelPassword != "" && cfg.Type != "sentinel" {
+		return nil, fmt.Errorf("a sentinel password is given but the redis type is %q", cfg.Type)
+	}
+	var tc *tls.Config
+	if cfg.TLS || strings.HasPrefix(cfg.URL, "rediss://") {
+		var err error
+		if tc, err = cfg.TLSFiles.config(); err != nil {
+			return nil, err
+		}
+	}
 	switch cfg.Type {
 	case "", "single":
 		o, err := singleOptions(cfg.URL)
@@ -81,8 +102,15 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		if cfg.DB != 0 {
 			o.DB = cfg.DB
 		}
-		if cfg.TLS && o.TLSConfig == nil && o.Network == "tcp" {
-			o.TLSConfig = tlsConfig(o.Addr)
+		if tc != nil {
+			if o.Network == "unix" {
+				return nil, errors.New("redis TLS over a unix socket: connect to a TCP address for TLS, or turn TLS off")
+			}
+			if o.TLSConfig != nil {
+				// A rediss:// URL's ?skip_verify=true means what it says.
+				tc.InsecureSkipVerify = tc.InsecureSkipVerify || o.TLSConfig.InsecureSkipVerify
+			}
+			o.TLSConfig = tc
 		}
 		if cfg.PoolSize > 0 {
 			o.PoolSize = cfg.PoolSize
@@ -108,6 +136,8 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		o := &redis.FailoverOptions{
 			MasterName:            master,
 			SentinelAddrs:         addrs,
+			SentinelPassword:      cfg.SentinelPassword,
+			TLSConfig:             tc,
 			Username:              cfg.Username,
 			Password:              cfg.Password,
 			DB:                    cfg.DB,
@@ -116,9 +146,6 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			ReadTimeout:           cfg.ReadTimeout,
 			WriteTimeout:          cfg.WriteTimeout,
 			ContextTimeoutEnabled: true,
-		}
-		if cfg.TLS {
-			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		return redis.NewFailoverClient(o), nil
 
@@ -139,14 +166,12 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			ReadTimeout:           cfg.ReadTimeout,
 			WriteTimeout:          cfg.WriteTimeout,
 			ContextTimeoutEnabled: true,
+			TLSConfig:             tc,
 			// go-redis refreshes the slot map on MOVED replies, but a dead
 			// master answers nothing: without a periodic refresh its slots
 			// keep going to the dead address for a minute after a replica
 			// took over. A lazy refresh at most once a second bounds that.
 			ClusterStateReloadInterval: clusterStateReloadInterval,
-		}
-		if cfg.TLS {
-			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		return redis.NewClusterClient(o), nil
 	}
@@ -179,14 +204,6 @@ func redactURL(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
-}
-
-func tlsConfig(addr string) *tls.Config {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	return &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
 }
 
 func setDuration(dst *time.Duration, d time.Duration) {

@@ -2,13 +2,6 @@ package redislimit_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -169,62 +162,6 @@ func TestNewClientConnects(t *testing.T) {
 	if got := db3.Get(ctx, "where").Val(); got != "db3" {
 		t.Errorf("GET in database 3 = %q, want db3", got)
 	}
-}
-
-// TestNewClientTLS talks to a TLS-only port: rediss:// works (here without
-// verifying the test's self-signed certificate), and the TLS flag verifies
-// the certificate against the system roots, so it refuses this one.
-func TestNewClientTLS(t *testing.T) {
-	dir := t.TempDir()
-	cert, key := selfSigned(t, dir)
-	tlsPort := redistest.FreePort(t)
-	redistest.Start(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", cert, "--tls-key-file", key,
-		"--tls-ca-cert-file", cert, "--tls-auth-clients", "no")
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
-	if err := ping(t, redislimit.ClientConfig{URL: "rediss://" + addr + "?skip_verify=true"}); err != nil {
-		t.Errorf("rediss: %v", err)
-	}
-	if err := ping(t, redislimit.ClientConfig{URL: addr, ReadTimeout: 100 * time.Millisecond}); err == nil {
-		t.Error("plain connection to a TLS port answered")
-	}
-	if err := ping(t, redislimit.ClientConfig{URL: addr, TLS: true}); err == nil || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("TLS with an untrusted certificate: %v, want a certificate error", err)
-	}
-}
-
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }
 
 // TestNewClientSentinel finds the master through a sentinel, with the URL

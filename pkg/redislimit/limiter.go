@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -43,6 +44,8 @@ type Limiter struct {
 	opts    Options
 	breaker *breaker // nil when disabled
 	batcher *batcher // nil when disabled or on Cluster
+	// lastFailure is the latest failure of Redis, for Health.
+	lastFailure atomic.Pointer[failure]
 	// now, set only by tests, replaces Redis TIME with an explicit instant
 	// so that boundaries can be reached exactly.
 	now func() time.Time
@@ -79,15 +82,6 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	return l, nil
 }
-
-// Healthy reports whether the circuit breaker is closed: calls go to Redis.
-// It is false while the breaker is open or probing (calls fail at once
-// with ErrCircuitOpen), for health checks and metrics.
-func (l *Limiter) Healthy() bool { return l.breaker.stateOf() == BreakerClosed }
-
-// BreakerState returns the circuit breaker's state; BreakerClosed when it
-// is disabled.
-func (l *Limiter) BreakerState() BreakerState { return l.breaker.stateOf() }
 
 // Evaluate decides hits together, with the same contract as
 // limit.Memory.Evaluate: decisions[i] answers hits[i] (len(decisions) must

@@ -40,10 +40,11 @@ func (s *Server) debugHandler() http.Handler {
 	return mux
 }
 
-// healthcheck answers 200 "OK" while serving, 500 once shutdown began.
+// healthcheck answers 200 "OK" while serving, 500 once shutdown began (or,
+// with Options.HealthRequiresStore, while the store is unhealthy).
 func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if !s.serving.Load() {
+	if !s.Serving() {
 		w.WriteHeader(http.StatusInternalServerError)
 		io.WriteString(w, "NOT_SERVING\n")
 		return

@@ -3,8 +3,9 @@
 // optionally TLS or mutual TLS with certificates reloaded from their files),
 // the HTTP server (/healthcheck, /json, /rlconfig, /metrics) and the debug
 // server (/debug/pprof/, /rlconfig). It owns their lifecycle: health goes
-// SERVING once every listener is open and NOT_SERVING when shutdown begins,
-// after which in-flight requests finish before Run returns. It also owns
+// SERVING once every listener is open and NOT_SERVING when shutdown begins
+// (and, if asked, while the store is unhealthy), after which in-flight
+// requests finish before Run returns. It also owns
 // what happens to a request before the service sees it: the message size
 // bound, and InvalidArgument for strings that are not UTF-8 (codec.go).
 //
@@ -22,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -55,9 +58,17 @@ const DefaultShutdownTimeout = 15 * time.Second
 // Options configures a Server.
 type Options struct {
 	// GRPCAddr, HTTPAddr and DebugAddr are the listen addresses
-	// (host:port; ":0" picks a free port). An empty DebugAddr disables the
-	// debug server; the other two are required.
+	// (host:port; ":0" picks a free port). GRPCAddr may also be a unix
+	// socket, "unix:/path" (the reference server's GRPC_UDS). An empty
+	// DebugAddr disables the debug server; the other two are required.
 	GRPCAddr, HTTPAddr, DebugAddr string
+	// MaxConnectionAge, when positive, closes a gRPC connection gracefully
+	// (GOAWAY) after about that long (gRPC adds ±10% jitter), so that
+	// clients reconnect and spread over replicas added since;
+	// MaxConnectionAgeGrace then bounds how long its calls may finish (0:
+	// no bound). The reference server's GRPC_MAX_CONNECTION_AGE and
+	// GRPC_MAX_CONNECTION_AGE_GRACE.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// DrainDelay is how long the server keeps answering after health turns
 	// NOT_SERVING, so load balancers stop sending before listeners close;
 	// 0 closes them at once.
@@ -76,13 +87,29 @@ type Options struct {
 	// NewTLSConfig). The HTTP and debug listeners stay plain.
 	TLS *tls.Config
 	// Store, when not nil, describes the limit store's health for
-	// /rlconfig ("redis: healthy (breaker closed)"). It never changes
-	// /healthcheck or gRPC health: they say whether this process can
+	// /rlconfig ("redis: healthy (breaker closed)"). By default it does not
+	// change /healthcheck or gRPC health: they say whether this process can
 	// answer, which it does during a store outage (by the failure policy),
 	// and failing them would make Kubernetes restart or unroute every
 	// replica at once.
 	Store func() StoreHealth
+	// HealthRequiresStore makes /healthcheck and gRPC health NOT_SERVING
+	// while Store reports the store unhealthy, and SERVING again within
+	// HealthPollInterval of its recovery: for deployments that would rather
+	// have no answer than the failure policy's (the reference server's
+	// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION). It needs Store.
+	HealthRequiresStore bool
+	// HealthRequiresRules makes health NOT_SERVING while the rules in
+	// force declare no domain (an empty rule directory, until a file
+	// appears), as the reference server's
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED does.
+	HealthRequiresRules bool
 }
+
+// HealthPollInterval is how often gRPC health follows the store's health
+// or the rules when Options.HealthRequiresStore or HealthRequiresRules is
+// set (/healthcheck asks at each request).
+const HealthPollInterval = 250 * time.Millisecond
 
 // StoreHealth is the state of the limit store, for humans.
 type StoreHealth struct {
@@ -107,8 +134,12 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	serving atomic.Bool
-	http    *http.Server
-	debug   *http.Server
+	// healthMu serializes updates of the gRPC health statuses, so that a
+	// stale poll never overwrites the shutdown's NOT_SERVING.
+	healthMu  sync.Mutex
+	grpcState healthpb.HealthCheckResponse_ServingStatus
+	http      *http.Server
+	debug     *http.Server
 
 	mu    sync.Mutex
 	addrs Addrs
@@ -141,13 +172,20 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.HealthRequiresStore && opts.Store == nil {
+		return nil, errors.New("server: health cannot require the store without Options.Store")
+	}
+	if opts.MaxConnectionAge < 0 || opts.MaxConnectionAgeGrace < 0 {
+		return nil, fmt.Errorf("server: negative maximum connection age %v or grace %v", opts.MaxConnectionAge, opts.MaxConnectionAgeGrace)
+	}
 	s := &Server{svc: svc, rules: rs, opts: opts, ready: make(chan struct{})}
 
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	s.health = health.NewServer()
+	s.grpcState = healthpb.HealthCheckResponse_NOT_SERVING
 	for _, name := range HealthServices {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+		s.health.SetServingStatus(name, s.grpcState)
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -178,6 +216,10 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 	if s.opts.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
 	}
+	if s.opts.MaxConnectionAge > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge: s.opts.MaxConnectionAge, MaxConnectionAgeGrace: s.opts.MaxConnectionAgeGrace}))
+	}
 	return opts
 }
 
@@ -191,8 +233,14 @@ func (s *Server) Addrs() Addrs {
 	return s.addrs
 }
 
-// Serving reports whether health is SERVING.
-func (s *Server) Serving() bool { return s.serving.Load() }
+// Serving reports whether health is SERVING: the server runs and is not
+// shutting down, and, as Options ask, the store is healthy and the rules
+// declare a domain.
+func (s *Server) Serving() bool {
+	return s.serving.Load() &&
+		(!s.opts.HealthRequiresStore || s.opts.Store().Healthy) &&
+		(!s.opts.HealthRequiresRules || len(s.rules.Current().Domains()) > 0)
+}
 
 // Run opens the listeners, serves until ctx is done or a server fails,
 // then shuts down: health turns NOT_SERVING, the server keeps answering for
@@ -200,7 +248,7 @@ func (s *Server) Serving() bool { return s.serving.Load() }
 // ShutdownTimeout to finish. It returns nil after a shutdown asked by ctx,
 // or the error that stopped a server.
 func (s *Server) Run(ctx context.Context) error {
-	grpcL, err := net.Listen("tcp", s.opts.GRPCAddr)
+	grpcL, err := listenGRPC(s.opts.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("server: gRPC listener: %w", err)
 	}
@@ -233,6 +281,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	s.setServing(true)
 	close(s.ready)
+	if s.opts.HealthRequiresStore || s.opts.HealthRequiresRules {
+		go s.followHealth(ctx)
+	}
 	attrs := []any{"grpc", grpcL.Addr().String(), "http", httpL.Addr().String()}
 	if debugL != nil {
 		attrs = append(attrs, "debug", debugL.Addr().String())
@@ -258,14 +309,56 @@ func serveHTTP(srv *http.Server, l net.Listener) error {
 	return nil
 }
 
+// listenGRPC listens on a TCP address, or on a unix socket for
+// "unix:/path" (also "unix:///path").
+func listenGRPC(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if p, ok := strings.CutPrefix(path, "//"); ok {
+			path = p
+		}
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
 func (s *Server) setServing(on bool) {
 	s.serving.Store(on)
+	s.updateHealth()
+}
+
+// updateHealth sets the gRPC health statuses from Serving, when they
+// change.
+func (s *Server) updateHealth() {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
 	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if on {
+	if s.Serving() {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
+	if st == s.grpcState {
+		return
+	}
+	s.grpcState = st
 	for _, name := range HealthServices {
 		s.health.SetServingStatus(name, st)
+	}
+	if (s.opts.HealthRequiresStore || s.opts.HealthRequiresRules) && s.serving.Load() {
+		s.opts.Logger.Info("health changed", "status", st.String())
+	}
+}
+
+// followHealth updates gRPC health from the store's and the rules' until
+// ctx ends.
+func (s *Server) followHealth(ctx context.Context) {
+	tick := time.NewTicker(HealthPollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.updateHealth()
+		}
 	}
 }
 

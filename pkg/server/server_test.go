@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,5 +205,100 @@ func TestStoreHealthIsReportedNotEnforced(t *testing.T) {
 	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
 	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("gRPC health: %v %v", resp, err)
+	}
+}
+
+// With HealthRequiresStore (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION),
+// /healthcheck and gRPC health follow the store's health both ways.
+func TestHealthRequiresStore(t *testing.T) {
+	var healthy atomic.Bool
+	s, _ := running(t, Options{HealthRequiresStore: true, Store: func() StoreHealth {
+		return StoreHealth{Name: "redis", Healthy: healthy.Load(), Detail: "test"}
+	}})
+	base := "http://" + s.Addrs().HTTP.String()
+	conn, err := grpc.NewClient(s.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	for _, want := range []bool{false, true, false} {
+		healthy.Store(want)
+		code, wantCode, wantStatus := 0, 500, healthpb.HealthCheckResponse_NOT_SERVING
+		if want {
+			wantCode, wantStatus = 200, healthpb.HealthCheckResponse_SERVING
+		}
+		if code, _ = do(t, "GET", base+"/healthcheck", ""); code != wantCode {
+			t.Errorf("store healthy %v: /healthcheck %d, want %d", want, code, wantCode)
+		}
+		deadline := time.Now().Add(10 * HealthPollInterval)
+		for {
+			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+			if err == nil && resp.Status == wantStatus {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("store healthy %v: gRPC health %v %v, want %v", want, resp, err, wantStatus)
+			}
+			time.Sleep(HealthPollInterval / 5)
+		}
+	}
+	if _, err := New(s.svc, s.rules, nil, Options{GRPCAddr: ":0", HTTPAddr: ":0", HealthRequiresStore: true}); err == nil {
+		t.Error("HealthRequiresStore without a Store was accepted")
+	}
+}
+
+// The gRPC port can be a unix socket (the reference server's GRPC_UDS).
+func TestGRPCOnUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "ratelimit.sock")
+	s, _ := running(t, Options{GRPCAddr: "unix:" + sock, HTTPAddr: "127.0.0.1:0"})
+	if got := s.Addrs().GRPC.String(); got != sock {
+		t.Errorf("gRPC address %q, want %q", got, sock)
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health over the socket: %v %v", resp, err)
+	}
+}
+
+// With HealthRequiresRules (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), an
+// empty rule directory is NOT_SERVING until a rule file appears.
+func TestHealthRequiresRules(t *testing.T) {
+	dir := t.TempDir()
+	w, err := rules.NewWatcher(dir, rules.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	svc, err := envoy.New(w, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(svc, w, nil, Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", HealthRequiresRules: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Run(ctx)
+	<-s.Ready()
+	url := "http://" + s.Addrs().HTTP.String() + "/healthcheck"
+	if code, _ := do(t, "GET", url, ""); code != 500 {
+		t.Errorf("no rules: /healthcheck %d, want 500", code)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "srv.yaml"), []byte(testRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for code, _ := do(t, "GET", url, ""); code != 200; code, _ = do(t, "GET", url, "") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a rule file appeared but /healthcheck is still %d", code)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

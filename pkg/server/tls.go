@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +15,8 @@ import (
 
 // TLSFiles names the files of the gRPC listener's TLS (the reference
 // server's GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY and
-// GRPC_CLIENT_TLS_CACERT).
+// GRPC_CLIENT_TLS_CACERT), and the name client certificates must hold
+// (GRPC_CLIENT_TLS_SAN).
 type TLSFiles struct {
 	// CertFile and KeyFile are the PEM certificate chain and private key
 	// the server presents. Both are required. They are read again when
@@ -27,6 +29,13 @@ type TLSFiles struct {
 	// certificate signed by one of the PEM certificates in it, or the
 	// handshake fails. It is read once, at start.
 	ClientCAFile string
+	// ClientSAN, when set, also requires the client certificate to be
+	// valid for that name, as the reference server's GRPC_CLIENT_TLS_SAN
+	// does: a DNS name among its DNS subject alternative names (wildcards
+	// as in hostname verification), or an IP address among its IP ones. A
+	// certificate from a trusted CA that lacks it fails the handshake.
+	// It needs ClientCAFile.
+	ClientSAN string
 }
 
 // certCheckInterval is the most often a certReloader looks at its files.
@@ -66,6 +75,14 @@ func NewTLSConfig(files TLSFiles, logger *slog.Logger) (*tls.Config, error) {
 	if files.CertFile == "" || files.KeyFile == "" {
 		return nil, errors.New("server: TLS needs both a certificate and a key file")
 	}
+	if files.ClientSAN != "" && files.ClientCAFile == "" {
+		return nil, errors.New("server: a required client certificate name needs a client CA (mutual TLS)")
+	}
+	if strings.Contains(files.ClientSAN, "/") {
+		// A URI (spiffe://...) never matches as a hostname: every client
+		// would be refused.
+		return nil, fmt.Errorf("server: required client certificate name %q: want a DNS name or an IP address", files.ClientSAN)
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -90,8 +107,26 @@ func NewTLSConfig(files TLSFiles, logger *slog.Logger) (*tls.Config, error) {
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if files.ClientSAN != "" {
+			cfg.VerifyConnection = requireSAN(files.ClientSAN)
+		}
 	}
 	return cfg, nil
+}
+
+// requireSAN returns a tls.Config.VerifyConnection that refuses a client
+// certificate not valid for name. It runs after the chain was verified,
+// and on resumed sessions too (VerifyPeerCertificate does not).
+func requireSAN(name string) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("server: no client certificate")
+		}
+		if err := cs.PeerCertificates[0].VerifyHostname(name); err != nil {
+			return fmt.Errorf("server: client certificate lacks the required subject alternative name %q: %w", name, err)
+		}
+		return nil
+	}
 }
 
 // load reads the pair and records the files' stamps.

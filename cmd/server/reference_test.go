@@ -1,0 +1,208 @@
+package main
+
+import (
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// honouredSamples give, for each honoured variable, a value that differs
+// from the flag's default, and the variables it needs beside it.
+var honouredSamples = map[string][]string{
+	"HOST":                           {"HOST", "127.0.0.2"},
+	"PORT":                           {"PORT", "9080"},
+	"DEBUG_HOST":                     {"DEBUG_HOST", "0.0.0.0"},
+	"DEBUG_PORT":                     {"DEBUG_PORT", "7070"},
+	"GRPC_UDS":                       {"GRPC_UDS", "/run/ratelimit.sock"},
+	"GRPC_HOST":                      {"GRPC_HOST", "127.0.0.2"},
+	"GRPC_PORT":                      {"GRPC_PORT", "9081"},
+	"GRPC_MAX_CONNECTION_AGE":        {"GRPC_MAX_CONNECTION_AGE", "24h"},
+	"GRPC_MAX_CONNECTION_AGE_GRACE":  {"GRPC_MAX_CONNECTION_AGE_GRACE", "1h"},
+	"GRPC_SERVER_USE_TLS":            {"GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "c.pem", "GRPC_SERVER_TLS_KEY", "k.pem"},
+	"GRPC_SERVER_TLS_CERT":           {"GRPC_SERVER_TLS_CERT", "c.pem"},
+	"GRPC_SERVER_TLS_KEY":            {"GRPC_SERVER_TLS_KEY", "k.pem"},
+	"GRPC_CLIENT_TLS_CACERT":         {"GRPC_CLIENT_TLS_CACERT", "ca.pem", "GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "c.pem", "GRPC_SERVER_TLS_KEY", "k.pem"},
+	"GRPC_CLIENT_TLS_SAN":            {"GRPC_CLIENT_TLS_SAN", "envoy.svc", "GRPC_CLIENT_TLS_CACERT", "ca.pem", "GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "c.pem", "GRPC_SERVER_TLS_KEY", "k.pem"},
+	"LOG_LEVEL":                      {"LOG_LEVEL", "WARN"},
+	"LOG_FORMAT":                     {"LOG_FORMAT", "json"},
+	"RUNTIME_ROOT":                   {"RUNTIME_ROOT", "/srv/rt"},
+	"RUNTIME_SUBDIRECTORY":           {"RUNTIME_SUBDIRECTORY", "ratelimit"},
+	"RUNTIME_APPDIRECTORY":           {"RUNTIME_APPDIRECTORY", "rules"},
+	"NEAR_LIMIT_RATIO":               {"NEAR_LIMIT_RATIO", "0.9"},
+	"CACHE_KEY_PREFIX":               {"CACHE_KEY_PREFIX", "rl_", "REDIS_URL", "h:1"},
+	"LIMIT_RESPONSE_HEADERS_ENABLED": {"LIMIT_RESPONSE_HEADERS_ENABLED", "true"},
+	"LIMIT_LIMIT_HEADER":             {"LIMIT_LIMIT_HEADER", "X-Limit"},
+	"LIMIT_REMAINING_HEADER":         {"LIMIT_REMAINING_HEADER", "X-Left"},
+	"LIMIT_RESET_HEADER":             {"LIMIT_RESET_HEADER", "X-Reset"},
+	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"},
+	"REDIS_TYPE":                           {"REDIS_TYPE", "CLUSTER", "REDIS_URL", "h:1,h:2"},
+	"REDIS_URL":                            {"REDIS_URL", "h:1"},
+	"REDIS_POOL_SIZE":                      {"REDIS_POOL_SIZE", "3", "REDIS_URL", "h:1"},
+	"REDIS_AUTH":                           {"REDIS_AUTH", "pw", "REDIS_URL", "h:1"},
+	"REDIS_SENTINEL_AUTH":                  {"REDIS_SENTINEL_AUTH", "spw", "REDIS_TYPE", "SENTINEL", "REDIS_URL", "m,h:1"},
+	"REDIS_TLS":                            {"REDIS_TLS", "true", "REDIS_URL", "h:1"},
+	"REDIS_TLS_CLIENT_CERT":                {"REDIS_TLS_CLIENT_CERT", "c.pem", "REDIS_TLS", "true", "REDIS_URL", "h:1"},
+	"REDIS_TLS_CLIENT_KEY":                 {"REDIS_TLS_CLIENT_KEY", "k.pem", "REDIS_TLS", "true", "REDIS_URL", "h:1"},
+	"REDIS_TLS_CACERT":                     {"REDIS_TLS_CACERT", "ca.pem", "REDIS_TLS", "true", "REDIS_URL", "h:1"},
+	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "REDIS_TLS", "true", "REDIS_URL", "h:1"},
+	"REDIS_TIMEOUT":                        {"REDIS_TIMEOUT", "2s", "REDIS_URL", "h:1"},
+	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": {"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true", "REDIS_URL", "h:1"},
+	"SHADOW_MODE":                          {"SHADOW_MODE", "true"},
+	"MERGE_DOMAIN_CONFIG":                  {"MERGE_DOMAIN_CONFIG", "true"},
+}
+
+// refusedSamples give, for each variable with values floodgate refuses, one
+// such value and, where there is one, a value it accepts (the variables
+// after them are set in both cases).
+var refusedSamples = map[string]struct {
+	bad, good string
+	with      []string
+}{
+	"CONFIG_TYPE":                  {"GRPC_XDS_SOTW", "FILE", nil},
+	"USE_DOG_STATSD":               {"true", "false", nil},
+	"USE_DOG_STATSD_MOGRIFIERS":    {"m", "", nil},
+	"USE_STATSD":                   {"true", "false", nil},
+	"STATSD_HOST":                  {"statsd.svc", "", nil},
+	"STATSD_PORT":                  {"8125", "", nil},
+	"EXTRA_TAGS":                   {"team:core", "", nil},
+	"PROMETHEUS_ADDR":              {":9090", "", []string{"USE_PROMETHEUS", "true"}},
+	"PROMETHEUS_PATH":              {"/metrics", "", []string{"USE_PROMETHEUS", "true"}},
+	"PROMETHEUS_MAPPER_YAML":       {"/m.yaml", "", []string{"USE_PROMETHEUS", "true"}},
+	"BACKEND_TYPE":                 {"memcache", "redis", nil},
+	"REDIS_SOCKET_TYPE":            {"udp", "tcp", []string{"REDIS_URL", "h:1"}},
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR": {"CREATE", "WAIT", []string{"REDIS_URL", "h:1"}},
+	"REDIS_PERSECOND":              {"true", "false", nil},
+	"RESPONSE_DYNAMIC_METADATA":    {"true", "false", nil},
+	"TRACING_ENABLED":              {"true", "false", nil},
+}
+
+// TestReferenceTable walks every variable of the reference server and
+// shows it honoured (it changes the configuration), refused at start with
+// an error naming it, or accepted without changing anything floodgate
+// does, as the table says, so that no variable is ignored in silence.
+func TestReferenceTable(t *testing.T) {
+	parse := func(t *testing.T, kv ...string) (*config, error) {
+		t.Helper()
+		return parseConfig(nil, envOf(kv...), io.Discard)
+	}
+	defaults, err := parse(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(a, b *config) bool {
+		x, y := *a, *b
+		x.notes, y.notes = nil, nil
+		return reflect.DeepEqual(x, y)
+	}
+	seen := map[string]bool{}
+	honoured, refused, accepted := 0, 0, 0
+	for _, r := range referenceVars {
+		if seen[r.name] {
+			t.Errorf("%s is in the table twice", r.name)
+		}
+		seen[r.name] = true
+		t.Run(r.name, func(t *testing.T) {
+			switch {
+			case r.flag != "":
+				honoured++
+				kv, ok := honouredSamples[r.name]
+				if !ok {
+					t.Fatalf("honoured, but no sample value: add one to honouredSamples")
+				}
+				c, err := parse(t, kv...)
+				if err != nil {
+					t.Fatalf("%v", err)
+				}
+				// The companions alone must leave the change to the
+				// variable itself.
+				base, err := parse(t, kv[2:]...)
+				if err != nil {
+					t.Fatalf("the companions alone: %v", err)
+				}
+				if same(c, base) {
+					t.Errorf("%s=%s changed nothing", kv[0], kv[1])
+				}
+			case r.refuse != nil:
+				refused++
+				s, ok := refusedSamples[r.name]
+				if !ok {
+					t.Fatalf("refusable, but no sample: add one to refusedSamples")
+				}
+				_, err := parse(t, append([]string{r.name, s.bad}, s.with...)...)
+				if err == nil || !strings.Contains(err.Error(), r.name+"="+s.bad+": ") {
+					t.Errorf("%s=%s: %v, want a refusal naming it", r.name, s.bad, err)
+				}
+				if s.good != "" {
+					if _, err := parse(t, append([]string{r.name, s.good}, s.with...)...); err != nil {
+						t.Errorf("%s=%s refused: %v", r.name, s.good, err)
+					}
+				}
+			default:
+				accepted++
+				for _, v := range []string{"true", "x"} {
+					kv := []string{r.name, v}
+					if r.redis {
+						kv = append(kv, "REDIS_URL", "h:1")
+					}
+					c, err := parse(t, kv...)
+					if err != nil {
+						t.Fatalf("%s=%s: %v", r.name, v, err)
+					}
+					base := defaults
+					if r.redis {
+						base, _ = parse(t, "REDIS_URL", "h:1")
+					}
+					if !same(c, base) {
+						t.Errorf("%s=%s, accepted as without effect, changed the configuration", r.name, v)
+					}
+				}
+			}
+		})
+	}
+	for name := range honouredSamples {
+		if !seen[name] {
+			t.Errorf("honouredSamples has %s, which the table lacks", name)
+		}
+	}
+	for name := range refusedSamples {
+		if !seen[name] {
+			t.Errorf("refusedSamples has %s, which the table lacks", name)
+		}
+	}
+	t.Logf("%d variables: %d honoured, %d with refused values, %d accepted", len(referenceVars), honoured, refused, accepted)
+}
+
+// TestReferenceTableIsDocumented: docs/migrating.md lists every variable
+// of the table and no other, with its flag when honoured and "refused"
+// when some values are.
+func TestReferenceTableIsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/migrating.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	row := regexp.MustCompile("(?m)^\\| `([A-Z][A-Z0-9_]+)` \\|(.*)$")
+	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		rows[m[1]] = m[2]
+	}
+	for _, r := range referenceVars {
+		doc, ok := rows[r.name]
+		if !ok {
+			t.Errorf("docs/migrating.md has no row for %s", r.name)
+			continue
+		}
+		delete(rows, r.name)
+		if r.flag != "" && !strings.Contains(doc, "`-"+r.flag+"`") {
+			t.Errorf("docs/migrating.md: %s sets -%s, which its row does not name", r.name, r.flag)
+		}
+		if r.refuse != nil && !strings.Contains(doc, "refused") {
+			t.Errorf("docs/migrating.md: %s has refused values, which its row does not say", r.name)
+		}
+	}
+	for name := range rows {
+		t.Errorf("docs/migrating.md has a row for %s, which is not in referenceVars", name)
+	}
+}
