@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -372,6 +373,8 @@ func TestReferenceEnvironment(t *testing.T) {
 descriptors:
   - key: database
     value: users
+    metadata:
+      owner: {team: identity, pager: [alice, bob]}
     rate_limit:
       unit: second
       requests_per_unit: 500
@@ -386,6 +389,7 @@ descriptors:
 				"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
 				"USE_STATSD=false", "USE_PROMETHEUS=true", "LOG_LEVEL=debug", "LOG_FORMAT=json",
 				"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-RateLimit-Limit", "NEAR_LIMIT_RATIO=0.8",
+				"RESPONSE_DYNAMIC_METADATA=true",
 			}
 			var redis interface {
 				Do(...string) (string, error)
@@ -400,6 +404,9 @@ descriptors:
 			resp := p.mustCall(request("mongo_cps", desc("database", "users")))
 			if got := summary(resp); got != "OK OK:499" {
 				t.Fatalf("users: %q", got)
+			}
+			if md, _ := json.Marshal(resp.GetDynamicMetadata().AsMap()); string(md) != `{"descriptors":[{"entries":["database=users"]}],"domain":"mongo_cps","metadata":{"owner":{"pager":["alice","bob"],"team":"identity"}}}` {
+				t.Errorf("RESPONSE_DYNAMIC_METADATA=true: dynamic_metadata %s", md)
 			}
 			if h := headers(resp); h["X-RateLimit-Limit"] != "500" || h["RateLimit-Remaining"] != "499" {
 				t.Errorf("headers %v", h)

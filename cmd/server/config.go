@@ -58,6 +58,7 @@ type config struct {
 	logFormat string
 
 	shadowMode     bool
+	dynMetadata    bool
 	nearLimitRatio float64
 	failureMode    rules.FailureMode
 	headers        envoy.Headers
@@ -226,6 +227,7 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	fs.Var((*levelValue)(&c.logLevel), "log-level", "log level: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK overall whatever the limits say (statuses and metrics stay real)")
+	fs.BoolVar(&c.dynMetadata, "response-dynamic-metadata", false, "put the request and the matched rules' metadata into each answer's dynamic_metadata, as the reference server")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", envoy.DefaultNearLimitRatio, "share of a limit above which hits count as near_limit")
 	fs.Var((*failureValue)(&c.failureMode), "failure-mode", "when Redis fails, for rules without failure_mode: allow, deny or unavailable")
 	fs.Var((*styleValue)(&c.headers.Style), "response-headers", "rate-limit response headers: off, reference (RateLimit-Limit/-Remaining/-Reset) or ietf (RateLimit, RateLimit-Policy)")

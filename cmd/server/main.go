@@ -105,15 +105,16 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	}
 
 	svc, err := envoy.New(watcher, limiter, envoy.Options{
-		ShadowMode:     cfg.shadowMode,
-		NearLimitRatio: cfg.nearLimitRatio,
-		StoreTimeout:   cfg.redisDeadline,
-		FailureMode:    cfg.failureMode,
-		Headers:        cfg.headers,
-		OverLimitBody:  cfg.overLimitBody,
-		Logger:         logger,
-		Metrics:        metrics,
-		Bounds:         cfg.bounds,
+		ShadowMode:      cfg.shadowMode,
+		DynamicMetadata: cfg.dynMetadata,
+		NearLimitRatio:  cfg.nearLimitRatio,
+		StoreTimeout:    cfg.redisDeadline,
+		FailureMode:     cfg.failureMode,
+		Headers:         cfg.headers,
+		OverLimitBody:   cfg.overLimitBody,
+		Logger:          logger,
+		Metrics:         metrics,
+		Bounds:          cfg.bounds,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)

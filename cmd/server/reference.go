@@ -192,7 +192,7 @@ var referenceVars = []refVar{
 	{name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"},
 
 	{name: "SHADOW_MODE", flag: "shadow-mode"},
-	{name: "RESPONSE_DYNAMIC_METADATA", refuse: whenTrue("the descriptors are not returned as dynamic metadata yet (quota mode's metadata is): unset RESPONSE_DYNAMIC_METADATA")},
+	{name: "RESPONSE_DYNAMIC_METADATA", flag: "response-dynamic-metadata"},
 	{name: "MERGE_DOMAIN_CONFIG", flag: "merge-domains"},
 
 	{name: "TRACING_ENABLED", refuse: whenTrue(noTracing)},

@@ -51,6 +51,7 @@ var honouredSamples = map[string][]string{
 	"REDIS_TIMEOUT":                        {"REDIS_TIMEOUT", "2s", "REDIS_URL", "h:1"},
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": {"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true", "REDIS_URL", "h:1"},
 	"SHADOW_MODE":                          {"SHADOW_MODE", "true"},
+	"RESPONSE_DYNAMIC_METADATA":            {"RESPONSE_DYNAMIC_METADATA", "true"},
 	"MERGE_DOMAIN_CONFIG":                  {"MERGE_DOMAIN_CONFIG", "true"},
 }
 
