@@ -385,3 +385,19 @@ func TestWriteRulesFlag(t *testing.T) {
 		t.Errorf("writing into an existing directory: exit code %d, stderr %q; want 1 and an error saying it exists", code, stderr.String())
 	}
 }
+
+func TestScriptCallOneRequest(t *testing.T) {
+	for _, tc := range []struct {
+		call scriptCall
+		want bool
+	}{
+		{scriptCall{"evalsha", "sha", "2", "k1", "k2", "", "2", "s", "1", "0", "s", "1", "0"}, true},
+		{scriptCall{"evalsha", "sha", "2", "k1", "k2", "", "1", "s", "1", "0", "", "1", "s", "1", "0"}, false},
+		{scriptCall{"evalsha", "sha", "x"}, false},
+		{scriptCall{"evalsha", "sha", "1", "k1"}, false},
+	} {
+		if got := tc.call.oneRequest(); got != tc.want {
+			t.Errorf("%q.oneRequest() = %v, want %v", tc.call, got, tc.want)
+		}
+	}
+}

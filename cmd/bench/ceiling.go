@@ -39,6 +39,19 @@ func (c scriptCall) keys() int {
 	return n
 }
 
+// oneRequest reports whether the call decides a single request: the first
+// request's hit count (the second argument of its header, after the keys;
+// see pkg/redislimit's evaluate.lua) covers every key.
+func (c scriptCall) oneRequest() bool {
+	k := c.keys()
+	at := 3 + k + 1
+	if k < 0 || at >= len(c) {
+		return false
+	}
+	n, err := strconv.Atoi(c[at])
+	return err == nil && n == k
+}
+
 // captureScriptCall watches addr with MONITOR until floodgate sends a
 // script call (EVALSHA or EVAL) or ctx ends. Commands that scripts run are
 // skipped. MONITOR costs Redis some CPU, so the tool uses it during the
@@ -72,7 +85,9 @@ func captureScriptCall(ctx context.Context, addr string) (scriptCall, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(call) >= 3 && (call[0] == "evalsha" || call[0] == "eval") {
+		// A batch of several requests would replay as several decisions
+		// per command: wait for a call that carries one request.
+		if len(call) >= 3 && (call[0] == "evalsha" || call[0] == "eval") && call.oneRequest() {
 			return call, nil
 		}
 	}
