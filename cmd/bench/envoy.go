@@ -453,22 +453,9 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 	}
 	stops = append(stops, func() { os.RemoveAll(dir) })
 
-	redisAddr := o.redisAddr
-	if redisAddr == "" && slices.Contains(o.envoyStores, storeRedis) {
-		p, addr, err := startRedis(ctx, dir)
-		if err != nil {
-			return nil, err
-		}
-		stops = append(stops, func() { p.stop(5 * time.Second) })
-		redisAddr = addr
-		fmt.Fprintf(log, "bench: redis-server on %s\n", addr)
-	}
-	serverBin := o.serverBin
-	if serverBin == "" {
-		fmt.Fprintf(log, "bench: go build %s\n", serverPackage)
-		if serverBin, err = buildServer(ctx, dir); err != nil {
-			return nil, err
-		}
+	redisAddr, serverBin, err := setUp(ctx, o, dir, slices.Contains(o.envoyStores, storeRedis), log, &stops)
+	if err != nil {
+		return nil, err
 	}
 	backend, stopBackend, err := startBackend()
 	if err != nil {
@@ -558,15 +545,7 @@ func (s *envoyStack) measure(ctx context.Context, load *httpLoad, withFilter boo
 	if warmup > 0 {
 		load.run(ctx, addr, warmup)
 	}
-	rlBefore, err := s.envoy.rateLimitStats(ctx)
-	if err != nil {
-		return err
-	}
-	envoyBefore, err := procCPU(s.envoy.pid())
-	if err != nil {
-		return err
-	}
-	fgBefore, err := procCPU(s.floodgate.pid())
+	before, err := s.read(ctx)
 	if err != nil {
 		return err
 	}
@@ -579,25 +558,36 @@ func (s *envoyStack) measure(ctx context.Context, load *httpLoad, withFilter boo
 			return fmt.Errorf("%s exited during the run:\n%s", p.name, p.logTail())
 		}
 	}
-	envoyAfter, err := procCPU(s.envoy.pid())
-	if err != nil {
-		return err
-	}
-	fgAfter, err := procCPU(s.floodgate.pid())
-	if err != nil {
-		return err
-	}
-	rlAfter, err := s.envoy.rateLimitStats(ctx)
+	after, err := s.read(ctx)
 	if err != nil {
 		return err
 	}
 	runs.runs = append(runs.runs, r)
-	runs.envoyCPU += envoyAfter - envoyBefore
+	runs.envoyCPU += after.envoyCPU - before.envoyCPU
 	if withFilter {
-		s.floodgateCPU += fgAfter - fgBefore
-		for name, v := range rlAfter {
-			s.rateLimit[name] += v - rlBefore[name]
+		s.floodgateCPU += after.floodgateCPU - before.floodgateCPU
+		for name, v := range after.rateLimit {
+			s.rateLimit[name] += v - before.rateLimit[name]
 		}
 	}
 	return nil
+}
+
+// stackReadings are the figures read before and after a run.
+type stackReadings struct {
+	envoyCPU, floodgateCPU time.Duration
+	rateLimit              map[string]int64
+}
+
+func (s *envoyStack) read(ctx context.Context) (stackReadings, error) {
+	var r stackReadings
+	var err error
+	if r.envoyCPU, err = procCPU(s.envoy.pid()); err != nil {
+		return r, fmt.Errorf("envoy CPU: %w", err)
+	}
+	if r.floodgateCPU, err = procCPU(s.floodgate.pid()); err != nil {
+		return r, fmt.Errorf("floodgate CPU: %w", err)
+	}
+	r.rateLimit, err = s.envoy.rateLimitStats(ctx)
+	return r, err
 }

@@ -300,21 +300,9 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 			return nil, err
 		}
 		stops = append(stops, func() { os.RemoveAll(dir) })
-		if t.redisAddr == "" {
-			p, addr, err := startRedis(ctx, dir)
-			if err != nil {
-				return nil, err
-			}
-			stops = append(stops, func() { p.stop(5 * time.Second) })
-			t.redisAddr = addr
-			fmt.Fprintf(log, "bench: redis-server on %s\n", addr)
-		}
-		bin := o.serverBin
-		if bin == "" {
-			fmt.Fprintf(log, "bench: go build %s\n", serverPackage)
-			if bin, err = buildServer(ctx, dir); err != nil {
-				return nil, err
-			}
+		var bin string
+		if t.redisAddr, bin, err = setUp(ctx, o, dir, true, log, &stops); err != nil {
+			return nil, err
 		}
 		config := o.config
 		if config == "" {
@@ -350,6 +338,30 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+// setUp provides what both modes need and the options may leave out: a
+// private redis-server in dir when needRedis and -redis-addr is empty, and
+// a floodgate binary built into dir when -server-bin is empty. What it
+// starts, it adds a stop for to stops.
+func setUp(ctx context.Context, o *options, dir string, needRedis bool, log io.Writer, stops *[]func()) (redisAddr, serverBin string, err error) {
+	redisAddr, serverBin = o.redisAddr, o.serverBin
+	if redisAddr == "" && needRedis {
+		p, addr, err := startRedis(ctx, dir)
+		if err != nil {
+			return "", "", err
+		}
+		*stops = append(*stops, func() { p.stop(5 * time.Second) })
+		redisAddr = addr
+		fmt.Fprintf(log, "bench: redis-server on %s\n", addr)
+	}
+	if serverBin == "" {
+		fmt.Fprintf(log, "bench: go build %s\n", serverPackage)
+		if serverBin, err = buildServer(ctx, dir); err != nil {
+			return "", "", err
+		}
+	}
+	return redisAddr, serverBin, nil
 }
 
 // matrixDescriptors are the descriptor counts -matrix measures.
