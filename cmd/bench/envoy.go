@@ -365,18 +365,38 @@ func newHTTPClient(concurrency int) *http.Client {
 	}
 }
 
+// httpRun is what the callers saw during one run through Envoy.
+type httpRun struct {
+	loadResult
+	// SendLags holds, for every request, how late it left after its
+	// scheduled time (ns, unsorted).
+	SendLags []int64
+}
+
 // run sends GET / to addr for d on the open-loop schedule (see drive).
 // 200 counts as OK and 429 as over the limit; any other status or a failed
-// request is an error. Latency runs until the body has been read.
-func (h *httpLoad) run(ctx context.Context, addr string, d time.Duration) loadResult {
+// request is an error.
+//
+// Latency runs from the moment a request leaves to the end of its body,
+// not from its scheduled time as in the gRPC mode: Go's timers wake a
+// sleeping caller up to a millisecond late (about 0.5 ms at the median on
+// the machine of docs/benchmarks.md), which would add the same noise to
+// both sides of the comparison. The lateness is kept apart, in SendLags,
+// so that a run whose callers all waited on slow answers, and so sent
+// late, still shows.
+func (h *httpLoad) run(ctx context.Context, addr string, d time.Duration) httpRun {
 	target := "http://" + addr + "/"
 	var next atomic.Uint64
 	tallies := make([]*tally, h.concurrency)
+	lags := make([][]int64, h.concurrency)
 	for i := range tallies {
 		tallies[i] = &tally{samples: make([]int64, 0, 1024)}
+		lags[i] = make([]int64, 0, 1024)
 	}
-	elapsed := drive(ctx, h.concurrency, h.rate, d, func(i int, since time.Time) {
+	elapsed := drive(ctx, h.concurrency, h.rate, d, func(i int, at time.Time) {
 		t := tallies[i]
+		since := time.Now()
+		lags[i] = append(lags[i], int64(since.Sub(at)))
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
 			t.record(since, failed, err)
@@ -402,7 +422,7 @@ func (h *httpLoad) run(ctx context.Context, addr string, d time.Duration) loadRe
 			t.record(since, failed, fmt.Errorf("GET %s: %s", target, resp.Status))
 		}
 	})
-	return collect(tallies, elapsed)
+	return httpRun{loadResult: collect(tallies, elapsed), SendLags: slices.Concat(lags...)}
 }
 
 // envoyStack is one store's floodgate and the Envoy in front of it.
@@ -421,7 +441,7 @@ type envoyStack struct {
 // caseRuns gathers the runs of one case (a store, with or without the
 // filter) over the rounds.
 type caseRuns struct {
-	runs     []loadResult
+	runs     []httpRun
 	envoyCPU time.Duration
 }
 

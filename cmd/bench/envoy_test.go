@@ -54,6 +54,9 @@ func TestEnvoySmoke(t *testing.T) {
 			if !(0 < l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
 				t.Errorf("%s, %s the filter: percentiles not positive and ascending: %+v", s.Store, name, l)
 			}
+			if lag := c.SendLag; lag.P50 < 0 || lag.P50 > lag.P99 || lag.P99 > lag.Max || lag.Max <= 0 {
+				t.Errorf("%s, %s the filter: send lag %+v, want percentiles ascending and a positive max", s.Store, name, lag)
+			}
 		}
 		if s.RateLimit["ok"] != want {
 			t.Errorf("%s: Envoy's ratelimit counters %v, want ok %d: every request through the filter decided", s.Store, s.RateLimit, want)
@@ -288,7 +291,7 @@ func TestEnvoyNotes(t *testing.T) {
 // added row computed from the two cases.
 func TestWriteEnvoyText(t *testing.T) {
 	c := func(p50, p99 float64) envoyCaseResult {
-		return envoyCaseResult{Requests: 10, OK: 10, Latency: latencyMicros{P50: p50, P90: p50, P99: p99, P999: p99, Max: p99}, EnvoyCPUMicrosPerRequest: 100}
+		return envoyCaseResult{Requests: 10, OK: 10, Latency: latencyMicros{P50: p50, P90: p50, P99: p99, P999: p99, Max: p99}, SendLag: latencyMicros{P99: 700}, EnvoyCPUMicrosPerRequest: 100}
 	}
 	s := envoyStoreResult{Store: storeRedis, With: c(1500, 3000), Without: c(1000, 2000), RateLimit: map[string]int64{"ok": 10}}
 	s.Added = s.With.Latency.minus(s.Without.Latency)
@@ -297,8 +300,8 @@ func TestWriteEnvoyText(t *testing.T) {
 	writeEnvoyText(&out, &envoyReport{Envoy: "abc/1.40.0/Clean/RELEASE/BoringSSL", RatePerSec: 500, Rounds: 1, DurationSec: 20, EnvoyConcurrency: 1, Stores: []envoyStoreResult{s}})
 	for _, want := range []string{
 		"Envoy 1.40.0, 1 worker(s); GET / at 500/s",
-		"| redis | without | 10 | 1.000 | 1.000 | 2.000 |",
-		"| redis | with | 10 | 1.500 | 1.500 | 3.000 |",
+		"| redis | without | 10 | 1.000 | 1.000 | 2.000 | 2.000 | 2.000 | 0 | 0.700 | 100.0 | - |",
+		"| redis | with | 10 | 1.500 | 1.500 | 3.000 | 3.000 | 3.000 | 0 | 0.700 | 100.0 | 0.0 |",
 		"| redis | **added** | | **+0.500** | +0.500 | **+1.000** |",
 		"redis: added p50 / p99 ms by round: +0.500 / +1.000; Envoy's ratelimit counters: ok 10",
 	} {

@@ -67,9 +67,13 @@ type envoyCaseResult struct {
 	FirstError string `json:"first_error,omitempty"`
 	// PerSec is Requests over the summed run time.
 	PerSec float64 `json:"requests_per_sec"`
-	// Latency covers every request, from its scheduled send to the end of
+	// Latency covers every request, from the moment it left to the end of
 	// its body, in µs.
 	Latency latencyMicros `json:"latency_us"`
+	// SendLag is how late requests left after their scheduled time, in µs:
+	// the load generator's timer wake-ups, up to about 1 ms, and more when
+	// every caller was waiting for an answer.
+	SendLag latencyMicros `json:"send_lag_us"`
 	// EnvoyCPUMicrosPerRequest is Envoy's CPU (/proc, every thread) per
 	// request.
 	EnvoyCPUMicrosPerRequest float64 `json:"envoy_cpu_us_per_request"`
@@ -87,7 +91,7 @@ func (l latencyMicros) minus(b latencyMicros) latencyMicros {
 func (c caseRuns) result() envoyCaseResult {
 	var r envoyCaseResult
 	var elapsed time.Duration
-	var samples []int64
+	var samples, lags []int64
 	for _, run := range c.runs {
 		r.OK += run.OK
 		r.TooMany += run.OverLimit
@@ -97,6 +101,7 @@ func (c caseRuns) result() envoyCaseResult {
 		}
 		elapsed += run.Elapsed
 		samples = append(samples, run.Samples...)
+		lags = append(lags, run.SendLags...)
 	}
 	r.Requests = int64(len(samples))
 	if r.Requests == 0 {
@@ -104,6 +109,7 @@ func (c caseRuns) result() envoyCaseResult {
 	}
 	r.PerSec = float64(r.Requests) / elapsed.Seconds()
 	r.Latency = toLatencyMicros(percentiles(samples))
+	r.SendLag = toLatencyMicros(percentiles(lags))
 	r.EnvoyCPUMicrosPerRequest = micros(c.envoyCPU) / float64(r.Requests)
 	return r
 }
@@ -181,8 +187,8 @@ func countersText(c map[string]int64) string {
 func writeEnvoyText(w io.Writer, rep *envoyReport) {
 	fmt.Fprintf(w, "floodgate bench -envoy: Envoy %s, %d worker(s); GET / at %g/s (open loop, at most %d in flight) from %d client addresses; %d round(s) of %gs per case, with and without the filter alternating\n\n",
 		envoyRelease(rep.Envoy), rep.EnvoyConcurrency, rep.RatePerSec, rep.Callers, rep.ClientAddresses, rep.Rounds, rep.DurationSec)
-	fmt.Fprintln(w, "| store | ratelimit filter | requests | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-200 | Envoy CPU µs/req | floodgate CPU µs/req |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| store | ratelimit filter | requests | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-200 | send lag p99 ms | Envoy CPU µs/req | floodgate CPU µs/req |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range rep.Stores {
 		for _, c := range []struct {
 			name, floodgateCPU string
@@ -192,12 +198,12 @@ func writeEnvoyText(w io.Writer, rep *envoyReport) {
 			{"with", fmt.Sprintf("%.1f", s.FloodgateCPUMicrosPerRequest), s.With},
 		} {
 			l := c.res.Latency
-			fmt.Fprintf(w, "| %s | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %d | %.1f | %s |\n",
+			fmt.Fprintf(w, "| %s | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %d | %.3f | %.1f | %s |\n",
 				s.Store, c.name, c.res.Requests, l.P50/1000, l.P90/1000, l.P99/1000, l.P999/1000, l.Max/1000,
-				c.res.TooMany+c.res.Errors, c.res.EnvoyCPUMicrosPerRequest, c.floodgateCPU)
+				c.res.TooMany+c.res.Errors, c.res.SendLag.P99/1000, c.res.EnvoyCPUMicrosPerRequest, c.floodgateCPU)
 		}
 		a := s.Added
-		fmt.Fprintf(w, "| %s | **added** | | **%+.3f** | %+.3f | **%+.3f** | %+.3f | %+.3f | | %+.1f | |\n",
+		fmt.Fprintf(w, "| %s | **added** | | **%+.3f** | %+.3f | **%+.3f** | %+.3f | %+.3f | | | %+.1f | |\n",
 			s.Store, a.P50/1000, a.P90/1000, a.P99/1000, a.P999/1000, a.Max/1000,
 			s.With.EnvoyCPUMicrosPerRequest-s.Without.EnvoyCPUMicrosPerRequest)
 	}
