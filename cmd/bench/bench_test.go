@@ -323,6 +323,16 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-server-args", "-redis-pool-size 4"}, ""},
 		{[]string{"-server-addr", "h:1", "-cpuprofile", "x"}, "-server-debug-addr"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"-envoy"}, ""},
+		{[]string{"-envoy", "-envoy-stores", " memory"}, ""},
+		{[]string{"-envoy", "-matrix"}, "-envoy"},
+		{[]string{"-envoy", "-server-addr", "h:1"}, "-envoy"},
+		{[]string{"-envoy", "-cpuprofile", "x"}, "-envoy"},
+		{[]string{"-envoy", "-rounds", "0"}, "-rounds"},
+		{[]string{"-envoy", "-envoy-concurrency", "0"}, "-envoy-concurrency"},
+		{[]string{"-envoy", "-envoy-stores", "redis,redis"}, "-envoy-stores"},
+		{[]string{"-envoy", "-envoy-stores", "disk"}, "-envoy-stores"},
+		{[]string{"-envoy", "-keys", "200000"}, "-keys"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := parseFlags(tc.args, &bytes.Buffer{})

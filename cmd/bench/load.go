@@ -41,8 +41,9 @@ func closeAll(conns []*grpc.ClientConn) {
 type loadResult struct {
 	// Elapsed runs from the first send to the last answer.
 	Elapsed time.Duration
-	// OK and OverLimit count answers by overall code; Errors counts failed
-	// calls (including UNAVAILABLE when the server's store failed).
+	// OK and OverLimit count answers by overall code (through Envoy: HTTP
+	// 200 and 429); Errors counts failed calls (including UNAVAILABLE when
+	// the server's store failed, and any other HTTP status).
 	OK, OverLimit, Errors int64
 	// FirstError is one of the errors, for the report.
 	FirstError error
@@ -56,18 +57,106 @@ type loadResult struct {
 // Requests is the number of answered calls: the decisions.
 func (r loadResult) Requests() int64 { return r.OK + r.OverLimit }
 
-// caller is one of the scenario's concurrent callers. It owns its request
-// and response messages and reuses them for every call.
-type caller struct {
-	conn    *grpc.ClientConn
-	req     *pb.RateLimitRequest
-	resp    pb.RateLimitResponse
-	rng     *rand.Rand
-	values  []string
-	samples []int64
-
+// tally is what one caller saw. Each caller owns its tally, so recording
+// takes no lock; collect merges them once the run is over.
+type tally struct {
+	samples        []int64
 	ok, over, errs int64
 	firstErr       error
+}
+
+// outcome classifies one answer for a tally.
+type outcome int
+
+const (
+	answeredOK outcome = iota
+	answeredOverLimit
+	failed
+)
+
+// record counts one call that took from since until now.
+func (t *tally) record(since time.Time, o outcome, err error) {
+	t.samples = append(t.samples, int64(time.Since(since)))
+	switch o {
+	case answeredOK:
+		t.ok++
+	case answeredOverLimit:
+		t.over++
+	default:
+		t.errs++
+		if t.firstErr == nil {
+			t.firstErr = err
+		}
+	}
+}
+
+// collect merges the callers' tallies into the result of a run that
+// lasted elapsed.
+func collect(tallies []*tally, elapsed time.Duration) loadResult {
+	res := loadResult{Elapsed: elapsed}
+	n := 0
+	for _, t := range tallies {
+		n += len(t.samples)
+	}
+	res.Samples = make([]int64, 0, n)
+	for _, t := range tallies {
+		res.Samples = append(res.Samples, t.samples...)
+		res.OK += t.ok
+		res.OverLimit += t.over
+		res.Errors += t.errs
+		if res.FirstError == nil {
+			res.FirstError = t.firstErr
+		}
+	}
+	return res
+}
+
+// drive runs n callers for d and returns how long they ran, from the
+// start to the last answer. With rate 0 each caller sends as soon as it
+// has its previous answer (closed loop); otherwise the callers share one
+// fixed schedule of rate sends per second (open loop) and send gets the
+// scheduled time, from which latency counts. Sends stop at d; calls in
+// flight are awaited. send(i, since) makes caller i's call.
+func drive(ctx context.Context, n int, rate float64, d time.Duration, send func(i int, since time.Time)) time.Duration {
+	var slot atomic.Int64 // open loop: the next scheduled send
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for i := range n {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if rate == 0 {
+					now := time.Now()
+					if !now.Before(deadline) {
+						return
+					}
+					send(i, now)
+					continue
+				}
+				at := start.Add(time.Duration(float64(slot.Add(1)-1) * float64(time.Second) / rate))
+				if !at.Before(deadline) {
+					return
+				}
+				if wait := time.Until(at); wait > 0 {
+					time.Sleep(wait)
+				}
+				send(i, at)
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// caller is one of the scenario's concurrent gRPC callers. It owns its
+// request and response messages and reuses them for every call.
+type caller struct {
+	tally
+	conn   *grpc.ClientConn
+	req    *pb.RateLimitRequest
+	resp   pb.RateLimitResponse
+	rng    *rand.Rand
+	values []string
 }
 
 // next sets a fresh random value on every descriptor.
@@ -81,79 +170,36 @@ func (c *caller) next() {
 // from since.
 func (c *caller) call(ctx context.Context, since time.Time) {
 	err := c.conn.Invoke(ctx, shouldRateLimit, c.req, &c.resp)
-	c.samples = append(c.samples, int64(time.Since(since)))
 	switch {
 	case err != nil:
-		c.errs++
-		if c.firstErr == nil {
-			c.firstErr = err
-		}
+		c.record(since, failed, err)
 	case c.resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT:
-		c.over++
+		c.record(since, answeredOverLimit, nil)
 	default:
-		c.ok++
+		c.record(since, answeredOK, nil)
 	}
 }
 
-// runLoad drives the scenario for d: closed loop (each caller sends as soon
-// as it has its answer) or, with sc.Rate, open loop on a fixed schedule
-// shared by the callers. Sends stop at d; calls in flight are awaited.
+// runLoad drives the scenario over gRPC for d, closed or open loop (see
+// drive).
 func runLoad(ctx context.Context, conns []*grpc.ClientConn, sc scenario, values []string, d time.Duration) loadResult {
 	callers := make([]*caller, sc.Concurrency)
+	tallies := make([]*tally, len(callers))
 	seed := rand.Uint64()
 	for i := range callers {
 		callers[i] = &caller{
-			conn:    conns[i%len(conns)],
-			req:     sc.requestTemplate(),
-			rng:     rand.New(rand.NewPCG(seed, uint64(i))),
-			values:  values,
-			samples: make([]int64, 0, 1024),
+			tally:  tally{samples: make([]int64, 0, 1024)},
+			conn:   conns[i%len(conns)],
+			req:    sc.requestTemplate(),
+			rng:    rand.New(rand.NewPCG(seed, uint64(i))),
+			values: values,
 		}
+		tallies[i] = &callers[i].tally
 	}
-
-	var slot atomic.Int64 // open loop: the next scheduled send
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for _, c := range callers {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				c.next()
-				if sc.Rate == 0 {
-					now := time.Now()
-					if !now.Before(deadline) {
-						return
-					}
-					c.call(ctx, now)
-					continue
-				}
-				at := start.Add(time.Duration(float64(slot.Add(1)-1) * float64(time.Second) / sc.Rate))
-				if !at.Before(deadline) {
-					return
-				}
-				if wait := time.Until(at); wait > 0 {
-					time.Sleep(wait)
-				}
-				c.call(ctx, at)
-			}
-		})
-	}
-	wg.Wait()
-
-	res := loadResult{Elapsed: time.Since(start)}
-	n := 0
-	for _, c := range callers {
-		n += len(c.samples)
-	}
-	res.Samples = make([]int64, 0, n)
-	for _, c := range callers {
-		res.Samples = append(res.Samples, c.samples...)
-		res.OK += c.ok
-		res.OverLimit += c.over
-		res.Errors += c.errs
-		if res.FirstError == nil {
-			res.FirstError = c.firstErr
-		}
-	}
-	return res
+	elapsed := drive(ctx, len(callers), sc.Rate, d, func(i int, since time.Time) {
+		c := callers[i]
+		c.next()
+		c.call(ctx, since)
+	})
+	return collect(tallies, elapsed)
 }

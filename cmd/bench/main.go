@@ -3,10 +3,13 @@
 // percentiles, the CPU the server and Redis spend per decision, the Redis
 // commands and round trips per request, and, beside them, the ceiling of
 // the machine: redis-benchmark replaying floodgate's own script call.
+// With -envoy it measures instead the latency floodgate adds to HTTP
+// requests through a real Envoy (envoy.go).
 //
 //	go run ./cmd/bench                          1 descriptor, under limit, 64 callers, 10 s
 //	go run ./cmd/bench -descriptors 3 -limit over -concurrency 16
 //	go run ./cmd/bench -matrix                  the table of docs/benchmarks.md
+//	go run ./cmd/bench -envoy                   p50/p99 through Envoy with and without the filter
 //
 // By default it builds floodgate (go build; or -server-bin), starts a
 // private redis-server on a free port (or uses -redis-addr), writes a rule
@@ -67,6 +70,23 @@ type options struct {
 	cpuProfile       string
 	json             bool
 	writeRules       string
+
+	// The -envoy mode (envoy.go).
+	envoy            bool
+	envoyConfig      string
+	envoyStores      []string
+	envoyConcurrency int
+	rounds           int
+}
+
+// envoyRate is the arrival rate of the -envoy mode: -rate, or
+// envoyDefaultRate when -rate is 0, since closed loop through Envoy would
+// measure saturation, not added latency.
+func (o *options) envoyRate() float64 {
+	if o.scenario.Rate == 0 {
+		return envoyDefaultRate
+	}
+	return o.scenario.Rate
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -74,20 +94,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: go run ./cmd/bench [flags]\n\nMeasures floodgate's decisions/s, latency and CPU per decision against Redis; see docs/benchmarks.md.\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: go run ./cmd/bench [flags]\n\nMeasures floodgate's decisions/s, latency and CPU per decision against Redis, or with -envoy the latency it adds through Envoy; see docs/benchmarks.md.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.IntVar(&o.scenario.Descriptors, "descriptors", 1, "descriptors per request; each has one entry and matches one limit")
-	fs.IntVar(&o.scenario.Keys, "keys", 1000, "distinct values per descriptor key, picked uniformly at random per request")
+	fs.IntVar(&o.scenario.Keys, "keys", 1000, "distinct values per descriptor key, picked uniformly at random per request (with -envoy: client addresses sent in turn as X-Forwarded-For, each its own token bucket)")
 	fs.StringVar(&o.scenario.Limit, "limit", limitUnder, "under: a limit never reached (every decision writes); over: 1 per second per key (all but -keys requests a second are denied)")
 	fs.IntVar(&o.scenario.Concurrency, "concurrency", 64, "concurrent callers")
-	fs.Float64Var(&o.scenario.Rate, "rate", 0, "fixed arrival rate in requests/s (open loop; latency counts from the scheduled send); 0: closed loop")
+	fs.Float64Var(&o.scenario.Rate, "rate", 0, fmt.Sprintf("fixed arrival rate in requests/s (open loop; latency counts from the scheduled send); 0: closed loop, or %d/s with -envoy", envoyDefaultRate))
 	fs.BoolVar(&o.matrix, "matrix", false, "run under/over limit x 1/3 descriptors x -matrix-concurrency and print one Markdown table (ignores -limit, -descriptors, -concurrency)")
 	concurrency := fs.String("matrix-concurrency", "16,64,256", "comma-separated concurrencies of -matrix")
 	fs.StringVar(&o.algorithm, "algorithm", limit.FixedWindow.String(), "algorithm of the generated rules")
 	fs.StringVar(&o.serverBin, "server-bin", "", "floodgate binary to start; empty: go build "+serverPackage)
 	serverArgs := fs.String("server-args", "", "extra flags for the started server, space-separated, after the tool's own ("+strings.Join(serverDefaults, " ")+"), e.g. '-redis-pool-size 64'")
-	fs.StringVar(&o.config, "config", "", "rule file or directory for the started server; it must define domains bench-under and bench-over with keys key1..keyN. Empty: generated")
+	fs.StringVar(&o.config, "config", "", "rule file or directory for the started server; it must define domains bench-under and bench-over with keys key1..keyN. Empty: generated (with -envoy: "+envoyDefaultConfig+", the rules of -envoy-config)")
 	fs.StringVar(&o.redisAddr, "redis-addr", "", "host:port of an existing Redis for the started server, the Redis figures and the ceiling; empty: a private redis-server on a free port")
 	fs.StringVar(&o.serverAddr, "server-addr", "", "gRPC host:port of a running floodgate to drive instead of starting one")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "pid of the -server-addr server, for its CPU and RSS")
@@ -100,6 +120,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server's CPU profile of the measured run to this file (with -matrix, one file per scenario, the scenario in the name)")
 	fs.StringVar(&o.writeRules, "write-rules", "", "write the generated rule files into this new directory and exit (to serve the same rules from another server, e.g. envoyproxy/ratelimit)")
 	fs.BoolVar(&o.json, "json", false, "print JSON (one object, or an array with -matrix) instead of text")
+	fs.BoolVar(&o.envoy, "envoy", false, "measure the latency floodgate adds to HTTP requests through Envoy: -envoy-config with and without its ratelimit filter, alternating, at -rate, for each of -envoy-stores; needs envoy ($ENVOY_BIN or the PATH)")
+	fs.StringVar(&o.envoyConfig, "envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter")
+	stores := fs.String("envoy-stores", storeRedis+","+storeMemory, "with -envoy: comma-separated stores of floodgate to measure: "+storeRedis+" (-redis-addr, or a private redis-server), "+storeMemory)
+	fs.IntVar(&o.envoyConcurrency, "envoy-concurrency", 1, "with -envoy: Envoy's worker threads (--concurrency)")
+	fs.IntVar(&o.rounds, "rounds", 3, "with -envoy: how many times each case is measured for -duration, cases alternating")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -107,6 +132,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o.serverArgs = strings.Fields(*serverArgs)
+	if o.envoy {
+		if err := o.checkEnvoy(*stores); err != nil {
+			return nil, err
+		}
+	}
 	for c := range strings.SplitSeq(*concurrency, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n < 1 {
@@ -141,6 +171,32 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
+// checkEnvoy validates and completes the options of the -envoy mode; stores
+// is -envoy-stores.
+func (o *options) checkEnvoy(stores string) error {
+	switch {
+	case o.matrix, o.serverAddr != "", o.cpuProfile != "", o.writeRules != "":
+		return errors.New("-envoy starts its own servers and reports latency only: drop -matrix, -server-addr, -cpuprofile and -write-rules")
+	case o.rounds < 1:
+		return fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	case o.envoyConcurrency < 1:
+		return fmt.Errorf("-envoy-concurrency %d: want at least 1", o.envoyConcurrency)
+	case o.scenario.Keys > maxBenchClients:
+		return fmt.Errorf("-keys %d: -envoy has %d client addresses (%s/15)", o.scenario.Keys, maxBenchClients, benchClientNet)
+	}
+	for st := range strings.SplitSeq(stores, ",") {
+		st = strings.TrimSpace(st)
+		if st != storeRedis && st != storeMemory || slices.Contains(o.envoyStores, st) {
+			return fmt.Errorf("-envoy-stores %q: want %s and/or %s, each once, separated by commas", stores, storeRedis, storeMemory)
+		}
+		o.envoyStores = append(o.envoyStores, st)
+	}
+	if o.config == "" {
+		o.config = envoyDefaultConfig
+	}
+	return nil
+}
+
 // scenarios lists what to measure, in report order.
 func (o *options) scenarios() []scenario {
 	if !o.matrix {
@@ -171,6 +227,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if o.writeRules != "" {
 		if err := writeRuleFiles(o.writeRules, o); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if o.envoy {
+		rep, err := benchEnvoy(ctx, o, stderr)
+		if err == nil && o.json {
+			err = writeJSON(stdout, rep)
+		} else if err == nil {
+			writeEnvoyText(stdout, rep)
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
 			return 1
 		}
@@ -231,21 +300,9 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 			return nil, err
 		}
 		stops = append(stops, func() { os.RemoveAll(dir) })
-		if t.redisAddr == "" {
-			p, addr, err := startRedis(ctx, dir)
-			if err != nil {
-				return nil, err
-			}
-			stops = append(stops, func() { p.stop(5 * time.Second) })
-			t.redisAddr = addr
-			fmt.Fprintf(log, "bench: redis-server on %s\n", addr)
-		}
-		bin := o.serverBin
-		if bin == "" {
-			fmt.Fprintf(log, "bench: go build %s\n", serverPackage)
-			if bin, err = buildServer(ctx, dir); err != nil {
-				return nil, err
-			}
+		var bin string
+		if t.redisAddr, bin, err = setUp(ctx, o, dir, true, log, &stops); err != nil {
+			return nil, err
 		}
 		config := o.config
 		if config == "" {
@@ -281,6 +338,30 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+// setUp provides what both modes need and the options may leave out: a
+// private redis-server in dir when needRedis and -redis-addr is empty, and
+// a floodgate binary built into dir when -server-bin is empty. What it
+// starts, it adds a stop for to stops.
+func setUp(ctx context.Context, o *options, dir string, needRedis bool, log io.Writer, stops *[]func()) (redisAddr, serverBin string, err error) {
+	redisAddr, serverBin = o.redisAddr, o.serverBin
+	if redisAddr == "" && needRedis {
+		p, addr, err := startRedis(ctx, dir)
+		if err != nil {
+			return "", "", err
+		}
+		*stops = append(*stops, func() { p.stop(5 * time.Second) })
+		redisAddr = addr
+		fmt.Fprintf(log, "bench: redis-server on %s\n", addr)
+	}
+	if serverBin == "" {
+		fmt.Fprintf(log, "bench: go build %s\n", serverPackage)
+		if serverBin, err = buildServer(ctx, dir); err != nil {
+			return "", "", err
+		}
+	}
+	return redisAddr, serverBin, nil
 }
 
 // matrixDescriptors are the descriptor counts -matrix measures.

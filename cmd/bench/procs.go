@@ -152,8 +152,10 @@ type server struct {
 var serverDefaults = []string{"-failure-mode", "unavailable", "-redis-deadline", "1s", "-log-level", "warn"}
 
 // startServer starts floodgate with the rules at config and counters in
-// the Redis at redisAddr, on free loopback ports, with serverDefaults and
-// then extra flags, and returns when its /healthcheck answers 200.
+// the Redis at redisAddr (in memory when redisAddr is ""), on free loopback
+// ports, with serverDefaults and then extra flags, and returns when its
+// /healthcheck answers 200. Its output goes to floodgate.log in dir, so
+// that each server the tool starts needs its own dir.
 func startServer(ctx context.Context, bin, config, redisAddr, dir string, extra []string) (*process, server, error) {
 	var addrs [3]string
 	for i := range addrs {
@@ -164,17 +166,27 @@ func startServer(ctx context.Context, bin, config, redisAddr, dir string, extra 
 		addrs[i] = a
 	}
 	grpcAddr, httpAddr, debugAddr := addrs[0], addrs[1], addrs[2]
-	args := append([]string{
-		"-config", config, "-redis", redisAddr,
-		"-grpc-addr", grpcAddr, "-http-addr", httpAddr, "-debug-addr", debugAddr,
-	}, serverDefaults...)
+	args := []string{"-config", config, "-grpc-addr", grpcAddr, "-http-addr", httpAddr, "-debug-addr", debugAddr}
+	if redisAddr != "" {
+		args = append(args, "-redis", redisAddr)
+	}
+	args = append(args, serverDefaults...)
 	p, err := startProcess("floodgate", bin, append(args, extra...), filepath.Join(dir, "floodgate.log"))
 	if err != nil {
 		return nil, server{}, err
 	}
-	health := "http://" + httpAddr + "/healthcheck"
-	err = waitFor(ctx, p, 30*time.Second, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, health, nil)
+	err = waitFor(ctx, p, 30*time.Second, answers200("http://"+httpAddr+"/healthcheck"))
+	if err != nil {
+		p.stop(5 * time.Second)
+		return nil, server{}, fmt.Errorf("floodgate: %w\n%s", err, p.logTail())
+	}
+	return p, server{grpcAddr: grpcAddr, debugAddr: debugAddr, pid: p.pid()}, nil
+}
+
+// answers200 is a readiness check for waitFor: a GET of url answers 200.
+func answers200(url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
@@ -184,15 +196,10 @@ func startServer(ctx context.Context, bin, config, redisAddr, dir string, extra 
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", health, resp.Status)
+			return fmt.Errorf("%s: %s", url, resp.Status)
 		}
 		return nil
-	})
-	if err != nil {
-		p.stop(5 * time.Second)
-		return nil, server{}, fmt.Errorf("floodgate: %w\n%s", err, p.logTail())
 	}
-	return p, server{grpcAddr: grpcAddr, debugAddr: debugAddr, pid: p.pid()}, nil
 }
 
 // waitFor polls ready until it succeeds, p exits, ctx ends or timeout

@@ -1,0 +1,613 @@
+package main
+
+// The -envoy mode: the latency floodgate adds to a request through Envoy.
+//
+// For each store it starts a floodgate and an Envoy running the shipped
+// bootstrap (examples/envoy.yaml) in front of a backend in this process.
+// That Envoy has two listeners: the shipped one, whose ratelimit filter asks
+// floodgate before every request, and a copy of it without that filter, the
+// baseline. Both route to the same backend over the same Envoy workers, so
+// the filter and the call to floodgate are the only difference. Rounds
+// alternate the two (and the order within a round), so that the rest of the
+// machine's load falls on both alike.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate/floodgate/internal/envoytest"
+)
+
+// Names in the shipped bootstrap that the bench relies on.
+const (
+	// envoyListener is the listener whose ratelimit filter asks floodgate.
+	envoyListener = "http"
+	// baselineListener is the copy of envoyListener without the filter.
+	baselineListener = "http-nofilter"
+	rateLimitFilter  = "envoy.filters.http.ratelimit"
+	hcmFilter        = "envoy.filters.network.http_connection_manager"
+	// backendCluster and floodgateCluster are the clusters pointed at the
+	// bench's backend and at the floodgate it starts.
+	backendCluster   = "backend"
+	floodgateCluster = "floodgate"
+)
+
+// The stores -envoy compares.
+const (
+	storeRedis  = "redis"
+	storeMemory = "memory"
+)
+
+// Defaults of the -envoy mode where the gRPC mode's do not fit.
+const (
+	// envoyDefaultRate is -rate when it is 0: the question is latency at a
+	// load the machine carries easily, not throughput.
+	envoyDefaultRate = 500
+	// envoyDefaultConfig is -config: the rules examples/envoy.yaml is
+	// written for (domain demo).
+	envoyDefaultConfig = "config"
+)
+
+// benchClientNet is where the client addresses come from: 198.18.0.0/15,
+// reserved for benchmarks (RFC 2544), so that no address is one the demo
+// rules single out (10.0.0.10 is unlimited, 192.0.2.66 blocked).
+const (
+	benchClientNet  = "198.18.0.0"
+	maxBenchClients = 1<<17 - 1
+)
+
+// clientAddrs returns n distinct addresses of benchClientNet, one per
+// client the load plays through X-Forwarded-For.
+func clientAddrs(n int) []string {
+	base := net.ParseIP(benchClientNet).To4()
+	out := make([]string, n)
+	for i := range out {
+		v := uint32(base[0])<<24 | uint32(base[1])<<16 + uint32(i+1)
+		out[i] = net.IPv4(byte(v>>24), byte(v>>16), byte(v>>8), byte(v)).String()
+	}
+	return out
+}
+
+// envoyBinary returns the Envoy to run: $ENVOY_BIN when set, else envoy on
+// the PATH, as the tests find it (internal/envoytest).
+func envoyBinary() (string, error) {
+	if p := os.Getenv("ENVOY_BIN"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("ENVOY_BIN=%s: %w; %s", p, err, envoytest.InstallHint)
+		}
+		return p, nil
+	}
+	p, err := exec.LookPath("envoy")
+	if err != nil {
+		return "", errors.New(envoytest.InstallHint)
+	}
+	return p, nil
+}
+
+// envoyVersion returns what `envoy --version` says after "version: ", e.g.
+// 9e55…/1.40.0/Clean/RELEASE/BoringSSL.
+func envoyVersion(ctx context.Context, bin string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w\n%s", bin, err, out)
+	}
+	s := strings.TrimSpace(string(out))
+	if _, v, ok := strings.Cut(s, "version: "); ok {
+		return v, nil
+	}
+	return s, nil
+}
+
+// envoyPorts are the loopback host:port addresses an Envoy listens on.
+type envoyPorts struct {
+	admin, with, without string
+}
+
+// envoyBootstrap turns the shipped bootstrap into the one the bench runs.
+// envoytest.Rewrite puts the admin and the listeners on the loopback and
+// points the backend and floodgate clusters at the given addresses; then
+// the listener envoyListener gets a twin, baselineListener, the same but
+// for the ratelimit filter and its stat prefix, and the admin and the two
+// listeners get the given ports (Rewrite leaves port 0, which the bench
+// would have to ask the admin about). Nothing else changes.
+func envoyBootstrap(shipped []byte, backend, floodgate string, ports envoyPorts) ([]byte, error) {
+	conf, err := envoytest.Rewrite(shipped, map[string][]string{
+		backendCluster:   {backend},
+		floodgateCluster: {floodgate},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var root map[string]any
+	if err := yaml.Unmarshal(conf, &root); err != nil {
+		return nil, err
+	}
+	admin, _ := root["admin"].(map[string]any)
+	if err := setPort(admin, ports.admin); err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	static, _ := root["static_resources"].(map[string]any)
+	listeners, _ := static["listeners"].([]any)
+	var with map[string]any
+	for _, l := range listeners {
+		if lm, _ := l.(map[string]any); lm["name"] == envoyListener {
+			with = lm
+		}
+	}
+	if with == nil {
+		return nil, fmt.Errorf("bootstrap: no listener %q", envoyListener)
+	}
+	// A deep copy, through YAML: the maps of the two listeners must not be
+	// shared when one loses its filter.
+	b, err := yaml.Marshal(with)
+	if err != nil {
+		return nil, err
+	}
+	var without map[string]any
+	if err := yaml.Unmarshal(b, &without); err != nil {
+		return nil, err
+	}
+	if n := withoutRateLimit(without); n == 0 {
+		return nil, fmt.Errorf("bootstrap: listener %q has no %s filter: there is nothing to compare", envoyListener, rateLimitFilter)
+	}
+	without["name"] = baselineListener
+	if err := setPort(with, ports.with); err != nil {
+		return nil, fmt.Errorf("listener %q: %w", envoyListener, err)
+	}
+	if err := setPort(without, ports.without); err != nil {
+		return nil, fmt.Errorf("listener %q: %w", baselineListener, err)
+	}
+	static["listeners"] = append(listeners, without)
+	return yaml.Marshal(root)
+}
+
+// withoutRateLimit removes the ratelimit filter from every HTTP connection
+// manager of a listener, and gives each a stat prefix of its own so that
+// the two listeners' statistics stay apart. It returns how many filters it
+// removed.
+func withoutRateLimit(listener map[string]any) int {
+	removed := 0
+	chains, _ := listener["filter_chains"].([]any)
+	for _, c := range chains {
+		cm, _ := c.(map[string]any)
+		filters, _ := cm["filters"].([]any)
+		for _, f := range filters {
+			fm, _ := f.(map[string]any)
+			hcm, _ := fm["typed_config"].(map[string]any)
+			if fm["name"] != hcmFilter || hcm == nil {
+				continue
+			}
+			httpFilters, _ := hcm["http_filters"].([]any)
+			kept := httpFilters[:0:0]
+			for _, hf := range httpFilters {
+				if hm, _ := hf.(map[string]any); hm["name"] == rateLimitFilter {
+					removed++
+					continue
+				}
+				kept = append(kept, hf)
+			}
+			hcm["http_filters"] = kept
+			if p, ok := hcm["stat_prefix"].(string); ok {
+				hcm["stat_prefix"] = p + "_nofilter"
+			}
+		}
+	}
+	return removed
+}
+
+// setPort sets m's address.socket_address to addr (host:port).
+func setPort(m map[string]any, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("port %q: %w", port, err)
+	}
+	a, _ := m["address"].(map[string]any)
+	sa, _ := a["socket_address"].(map[string]any)
+	if sa == nil {
+		return errors.New("no address.socket_address")
+	}
+	sa["address"], sa["port_value"] = host, p
+	return nil
+}
+
+// envoyProcess is an Envoy the bench started.
+type envoyProcess struct {
+	*process
+	ports envoyPorts
+}
+
+// startEnvoy writes the bench's bootstrap for the shipped one into dir and
+// starts Envoy on it with concurrency workers, and returns once its admin
+// /ready answers 200 (Envoy has initialized its clusters, including the
+// first health check of floodgate, and opened its listeners).
+func startEnvoy(ctx context.Context, bin string, shipped []byte, backend, floodgate, dir string, concurrency int) (*envoyProcess, error) {
+	var addrs [3]string
+	for i := range addrs {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
+	ports := envoyPorts{admin: addrs[0], with: addrs[1], without: addrs[2]}
+	conf, err := envoyBootstrap(shipped, backend, floodgate, ports)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(path, conf, 0o644); err != nil {
+		return nil, err
+	}
+	// --use-dynamic-base-id: Envoys of the tests may run beside this one.
+	p, err := startProcess("envoy", bin, []string{
+		"-c", path, "--disable-hot-restart", "--use-dynamic-base-id",
+		"--concurrency", strconv.Itoa(concurrency), "-l", "warn",
+	}, filepath.Join(dir, "envoy.log"))
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, p, 30*time.Second, answers200("http://"+ports.admin+"/ready")); err != nil {
+		p.stop(5 * time.Second)
+		return nil, fmt.Errorf("envoy: %w\n%s", err, p.logTail())
+	}
+	return &envoyProcess{process: p, ports: ports}, nil
+}
+
+// rateLimitStats reads the ratelimit filter's counters from the admin
+// (cluster.backend.ratelimit.ok, over_limit, error, failure_mode_allowed),
+// by their last name part.
+func (e *envoyProcess) rateLimitStats(ctx context.Context) (map[string]int64, error) {
+	prefix := "cluster." + backendCluster + ".ratelimit."
+	u := "http://" + e.ports.admin + "/stats?format=json&filter=" + url.QueryEscape("^"+strings.ReplaceAll(prefix, ".", `\.`))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("envoy admin /stats: %s: %s", resp.Status, body)
+	}
+	return parseStatsJSON(body, prefix)
+}
+
+// parseStatsJSON reads the counters and gauges of the admin's /stats JSON
+// whose names start with prefix, by the rest of their names. Histograms
+// have no single value and are left out.
+func parseStatsJSON(body []byte, prefix string) (map[string]int64, error) {
+	var st struct {
+		Stats []struct {
+			Name  string          `json:"name"`
+			Value json.RawMessage `json:"value"`
+		} `json:"stats"`
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, fmt.Errorf("envoy admin /stats: %w", err)
+	}
+	out := map[string]int64{}
+	for _, s := range st.Stats {
+		name, ok := strings.CutPrefix(s.Name, prefix)
+		if !ok || s.Value == nil {
+			continue
+		}
+		var v int64
+		if err := json.Unmarshal(s.Value, &v); err != nil {
+			return nil, fmt.Errorf("envoy admin /stats: %s: %w", s.Name, err)
+		}
+		out[name] = v
+	}
+	return out, nil
+}
+
+// startBackend serves the upstream Envoy routes to: a 200 with a short
+// body for every request, as cheap as a backend gets, so that the figures
+// are Envoy's and floodgate's.
+func startBackend() (addr string, stop func(), err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "ok\n")
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go srv.Serve(l)
+	return l.Addr().String(), func() { srv.Close() }, nil
+}
+
+// httpLoad sends GET requests to one Envoy listener.
+type httpLoad struct {
+	client      *http.Client
+	clients     []string // X-Forwarded-For values, taken in turn
+	concurrency int
+	rate        float64
+}
+
+// newHTTPClient returns a client keeping one connection per caller alive,
+// so that the runs measure requests, not connection set-ups.
+func newHTTPClient(concurrency int) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			MaxIdleConnsPerHost: concurrency,
+			DisableCompression:  true,
+			IdleConnTimeout:     time.Minute,
+		},
+		Timeout: 10 * time.Second,
+	}
+}
+
+// httpRun is what the callers saw during one run through Envoy.
+type httpRun struct {
+	loadResult
+	// SendLags holds, for every request, how late it left after its
+	// scheduled time (ns, unsorted).
+	SendLags []int64
+}
+
+// run sends GET / to addr for d on the open-loop schedule (see drive).
+// 200 counts as OK and 429 as over the limit; any other status or a failed
+// request is an error.
+//
+// Latency runs from the moment a request leaves to the end of its body,
+// not from its scheduled time as in the gRPC mode: Go's timers wake a
+// sleeping caller up to a millisecond late (about 0.5 ms at the median on
+// the machine of docs/benchmarks.md), which would add the same noise to
+// both sides of the comparison. The lateness is kept apart, in SendLags,
+// so that a run whose callers all waited on slow answers, and so sent
+// late, still shows.
+func (h *httpLoad) run(ctx context.Context, addr string, d time.Duration) httpRun {
+	target := "http://" + addr + "/"
+	var next atomic.Uint64
+	tallies := make([]*tally, h.concurrency)
+	lags := make([][]int64, h.concurrency)
+	for i := range tallies {
+		tallies[i] = &tally{samples: make([]int64, 0, 1024)}
+		lags[i] = make([]int64, 0, 1024)
+	}
+	elapsed := drive(ctx, h.concurrency, h.rate, d, func(i int, at time.Time) {
+		t := tallies[i]
+		since := time.Now()
+		lags[i] = append(lags[i], int64(since.Sub(at)))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			t.record(since, failed, err)
+			return
+		}
+		req.Header.Set("X-Forwarded-For", h.clients[(next.Add(1)-1)%uint64(len(h.clients))])
+		req.Header.Set("User-Agent", "floodgate-bench")
+		resp, err := h.client.Do(req)
+		if err != nil {
+			t.record(since, failed, err)
+			return
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			t.record(since, failed, err)
+		case resp.StatusCode == http.StatusOK:
+			t.record(since, answeredOK, nil)
+		case resp.StatusCode == http.StatusTooManyRequests:
+			t.record(since, answeredOverLimit, nil)
+		default:
+			t.record(since, failed, fmt.Errorf("GET %s: %s", target, resp.Status))
+		}
+	})
+	return httpRun{loadResult: collect(tallies, elapsed), SendLags: slices.Concat(lags...)}
+}
+
+// envoyStack is one store's floodgate and the Envoy in front of it.
+type envoyStack struct {
+	store     string
+	floodgate *process
+	envoy     *envoyProcess
+	// with and without gather the store's runs over the rounds.
+	with, without caseRuns
+	// rateLimit sums the filter's counters over the with-filter runs.
+	rateLimit map[string]int64
+	// floodgateCPU is floodgate's CPU over the with-filter runs.
+	floodgateCPU time.Duration
+}
+
+// caseRuns gathers the runs of one case (a store, with or without the
+// filter) over the rounds.
+type caseRuns struct {
+	runs     []httpRun
+	envoyCPU time.Duration
+}
+
+// benchEnvoy runs the -envoy mode: it starts the backend, Redis if needed,
+// and a floodgate and an Envoy per store, then measures o.rounds rounds
+// and tears down what it started. Progress goes to log.
+func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, error) {
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	bin, err := envoyBinary()
+	if err != nil {
+		return nil, err
+	}
+	version, err := envoyVersion(ctx, bin)
+	if err != nil {
+		return nil, err
+	}
+	shipped, err := os.ReadFile(o.envoyConfig)
+	if err != nil {
+		return nil, fmt.Errorf("-envoy-config: %w (run from the repository's root, or pass its path)", err)
+	}
+	dir, err := os.MkdirTemp("", "floodgate-bench-envoy-")
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, func() { os.RemoveAll(dir) })
+
+	redisAddr, serverBin, err := setUp(ctx, o, dir, slices.Contains(o.envoyStores, storeRedis), log, &stops)
+	if err != nil {
+		return nil, err
+	}
+	backend, stopBackend, err := startBackend()
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, stopBackend)
+
+	var stacks []*envoyStack
+	for _, store := range o.envoyStores {
+		sdir := filepath.Join(dir, store)
+		if err := os.Mkdir(sdir, 0o755); err != nil {
+			return nil, err
+		}
+		addr := ""
+		if store == storeRedis {
+			addr = redisAddr
+		}
+		fp, srv, err := startServer(ctx, serverBin, o.config, addr, sdir, o.serverArgs)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", store, err)
+		}
+		stops = append(stops, func() { fp.stop(10 * time.Second) })
+		ep, err := startEnvoy(ctx, bin, shipped, backend, srv.grpcAddr, sdir, o.envoyConcurrency)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", store, err)
+		}
+		stops = append(stops, func() { ep.stop(10 * time.Second) })
+		fmt.Fprintf(log, "bench: %s: floodgate pid %d on %s; envoy pid %d, with the filter on %s, without on %s\n",
+			store, srv.pid, srv.grpcAddr, ep.pid(), ep.ports.with, ep.ports.without)
+		stacks = append(stacks, &envoyStack{store: store, floodgate: fp, envoy: ep, rateLimit: map[string]int64{}})
+	}
+
+	load := &httpLoad{
+		client:      newHTTPClient(o.scenario.Concurrency),
+		clients:     clientAddrs(o.scenario.Keys),
+		concurrency: o.scenario.Concurrency,
+		rate:        o.envoyRate(),
+	}
+	defer load.client.CloseIdleConnections()
+	for round := range o.rounds {
+		for _, s := range stacks {
+			// Swap the order every round, so that neither case always
+			// runs first after the other store's runs.
+			order := []bool{true, false}
+			if round%2 == 1 {
+				order = []bool{false, true}
+			}
+			for _, withFilter := range order {
+				fmt.Fprintf(log, "bench: round %d/%d: %s, %s: warm-up %v, measuring %v\n",
+					round+1, o.rounds, s.store, filterName(withFilter), o.warmup, o.duration)
+				if err := s.measure(ctx, load, withFilter, o.warmup, o.duration); err != nil {
+					return nil, fmt.Errorf("round %d, %s, %s: %w", round+1, s.store, filterName(withFilter), err)
+				}
+			}
+		}
+	}
+
+	rep := &envoyReport{
+		Envoy:            version,
+		RatePerSec:       load.rate,
+		Callers:          load.concurrency,
+		EnvoyConcurrency: o.envoyConcurrency,
+		ClientAddresses:  len(load.clients),
+		Rounds:           o.rounds,
+		DurationSec:      o.duration.Seconds(),
+	}
+	for _, s := range stacks {
+		rep.Stores = append(rep.Stores, s.result())
+	}
+	return rep, nil
+}
+
+func filterName(withFilter bool) string {
+	if withFilter {
+		return "with the filter"
+	}
+	return "without the filter"
+}
+
+// measure runs one case: a warm-up, then the measured load with Envoy's
+// and floodgate's CPU and the filter's counters read around it.
+func (s *envoyStack) measure(ctx context.Context, load *httpLoad, withFilter bool, warmup, d time.Duration) error {
+	addr, runs := s.envoy.ports.without, &s.without
+	if withFilter {
+		addr, runs = s.envoy.ports.with, &s.with
+	}
+	if warmup > 0 {
+		load.run(ctx, addr, warmup)
+	}
+	before, err := s.read(ctx)
+	if err != nil {
+		return err
+	}
+	r := load.run(ctx, addr, d)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, p := range []*process{s.envoy.process, s.floodgate} {
+		if p.exited() {
+			return fmt.Errorf("%s exited during the run:\n%s", p.name, p.logTail())
+		}
+	}
+	after, err := s.read(ctx)
+	if err != nil {
+		return err
+	}
+	runs.runs = append(runs.runs, r)
+	runs.envoyCPU += after.envoyCPU - before.envoyCPU
+	if withFilter {
+		s.floodgateCPU += after.floodgateCPU - before.floodgateCPU
+		for name, v := range after.rateLimit {
+			s.rateLimit[name] += v - before.rateLimit[name]
+		}
+	}
+	return nil
+}
+
+// stackReadings are the figures read before and after a run.
+type stackReadings struct {
+	envoyCPU, floodgateCPU time.Duration
+	rateLimit              map[string]int64
+}
+
+func (s *envoyStack) read(ctx context.Context) (stackReadings, error) {
+	var r stackReadings
+	var err error
+	if r.envoyCPU, err = procCPU(s.envoy.pid()); err != nil {
+		return r, fmt.Errorf("envoy CPU: %w", err)
+	}
+	if r.floodgateCPU, err = procCPU(s.floodgate.pid()); err != nil {
+		return r, fmt.Errorf("floodgate CPU: %w", err)
+	}
+	r.rateLimit, err = s.envoy.rateLimitStats(ctx)
+	return r, err
+}
