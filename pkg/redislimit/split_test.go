@@ -264,6 +264,7 @@ func TestSplitOneDown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := remaining(tc.up)
 			tc.down.srv.Stop()
+			stopped := time.Now()
 			// 3 failed calls each: the breaker opens on the way.
 			const calls = 2*redislimit.DefaultBreakerFailures/3 + 1
 			for i := range calls {
@@ -286,6 +287,14 @@ func TestSplitOneDown(t *testing.T) {
 			}
 			if !tc.upLim.Healthy() || tc.downLim.Healthy() {
 				t.Errorf("healthy: answering %v, down %v; want true, false", tc.upLim.Healthy(), tc.downLim.Healthy())
+			}
+			// The calls, not only probes, tell why (refused, or timed out
+			// while the client redials).
+			if _, err := tc.downLim.LastFailure(); err == nil {
+				t.Error("no last failure recorded for the Redis that is down")
+			}
+			if at, err := tc.upLim.LastFailure(); err != nil && at.After(stopped) {
+				t.Errorf("the Redis that answers failed meanwhile: %v", err)
 			}
 			// Back, empty: a probe closes the breaker (once the client
 			// dials again, within a second) and calls go on.
