@@ -222,16 +222,11 @@ var perSecondURL = whilePerSecond(socketURL("REDIS_PERSECOND_URL", "REDIS_PERSEC
 // REDIS_PERSECOND_URL, and what is not a boolean: the reference would use
 // its default socket, and floodgate would have nowhere to keep those limits.
 func perSecondNeedsURL(v string, env lookupFunc) string {
-	b, err := strconv.ParseBool(v)
-	switch {
-	case err != nil:
-		return "want true or false"
-	case b:
-		if u, _ := env("REDIS_PERSECOND_URL"); u == "" {
-			return "REDIS_PERSECOND_URL is not set: set it to the per-second Redis (host:port, redis://..., as REDIS_URL), or unset REDIS_PERSECOND to keep every counter in REDIS_URL's Redis"
-		}
+	why := "REDIS_PERSECOND_URL is not set: set it to the per-second Redis (host:port, redis://..., as REDIS_URL), or unset REDIS_PERSECOND to keep every counter in REDIS_URL's Redis"
+	if u, _ := env("REDIS_PERSECOND_URL"); u != "" {
+		why = "" // true is honoured
 	}
-	return ""
+	return whenTrue(why)(v, env)
 }
 
 // whenPerSecond applies f (a refusal or a note) only while
