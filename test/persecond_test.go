@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testcert"
 )
 
 // perSecondRules have limits of both kinds: second (and 50 s, a window of
@@ -133,6 +134,39 @@ func TestPerSecondRedis(t *testing.T) {
 			return ""
 		})
 	})
+}
+
+// TestPerSecondRedisTLS: the per-second Redis over TLS, verified with the
+// main Redis's TLS files (REDIS_TLS_CACERT and the client certificate, as
+// the reference shares them), while the main Redis stays plain.
+func TestPerSecondRedisTLS(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, map[string]string{"ps.yaml": perSecondRules})
+	ca, clientCA := testcert.NewCA(t, "redis CA"), testcert.NewCA(t, "clients CA")
+	certFile, keyFile := clientCA.Issue(t, "floodgate", testcert.Client).Write(t, dir, "client")
+	main, ps := redistest.Start(t), redistest.StartTLS(t, &redistest.TLS{CA: ca, ClientCA: clientCA})
+	p := start(t, options{env: []string{
+		"FLOODGATE_CONFIG=" + dir,
+		"REDIS_URL=" + main.Addr,
+		"REDIS_PERSECOND=true",
+		"REDIS_PERSECOND_URL=" + ps.TLSAddr,
+		"REDIS_PERSECOND_TLS=true",
+		"REDIS_TLS_CACERT=" + ca.WriteCA(t, dir, "ca"),
+		"REDIS_TLS_CLIENT_CERT=" + certFile,
+		"REDIS_TLS_CLIENT_KEY=" + keyFile,
+	}})
+	eventually(t, 5*time.Second, func() string {
+		if s := summary(p.mustCall(request("ps", desc("second", "tls"), desc("minute", "tls")))); !decided.MatchString(s) {
+			return "answer " + s
+		}
+		if !hasCounter(redisKeys(t, ps), "second") || !hasCounter(redisKeys(t, main), "minute") {
+			return fmt.Sprintf("main Redis holds %q, per-second %q", redisKeys(t, main), redisKeys(t, ps))
+		}
+		return ""
+	})
+	if v := p.metric("floodgate_store_healthy"); v != 1 || strings.Contains(p.logs.String(), "level=ERROR") {
+		t.Errorf("floodgate_store_healthy = %v; logs:\n%s", v, p.logs)
+	}
 }
 
 // decided matches the summary of an allowed request whose every status
