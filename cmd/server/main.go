@@ -230,24 +230,25 @@ func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Li
 	for _, st := range stores {
 		go watchStore(ctx, st, logger, storeProbeInterval)
 	}
-	health := func() server.StoreHealth {
-		h := server.StoreHealth{Name: "redis", Healthy: true}
-		now := time.Now()
-		if len(stores) == 1 {
-			h.Healthy, h.Detail = stores[0].lim.Healthy(), storeDetail(stores[0].lim, now, "; ")
-			return h
-		}
-		// Each Redis, named, so that /rlconfig says which one fails: the
-		// store is unhealthy when either is, since a call may need either.
-		parts := make([]string, len(stores))
-		for i, st := range stores {
-			h.Healthy = h.Healthy && st.lim.Healthy()
-			parts[i] = st.role + " " + st.addr + ": " + storeDetail(st.lim, now, ", ")
-		}
-		h.Detail = strings.Join(parts, "; ")
-		return h
+	return lim, "redis", func() server.StoreHealth { return storesHealth(stores, time.Now()) }, closeAll, nil
+}
+
+// storesHealth is the health of the Redis deployments holding the
+// counters: healthy while every one is, since a call may need any; with
+// several, the detail names each by its role and address, so that
+// /rlconfig says which one fails.
+func storesHealth(stores []*redisStore, now time.Time) server.StoreHealth {
+	if len(stores) == 1 {
+		return server.StoreHealth{Name: "redis", Healthy: stores[0].lim.Healthy(), Detail: storeDetail(stores[0].lim, now, "; ")}
 	}
-	return lim, "redis", health, closeAll, nil
+	h := server.StoreHealth{Name: "redis", Healthy: true}
+	parts := make([]string, len(stores))
+	for i, st := range stores {
+		h.Healthy = h.Healthy && st.lim.Healthy()
+		parts[i] = st.role + " " + st.addr + ": " + storeDetail(st.lim, now, ", ")
+	}
+	h.Detail = strings.Join(parts, "; ")
+	return h
 }
 
 // redisStore is one Redis deployment the counters are kept in.
