@@ -356,6 +356,7 @@ func TestSplitConcurrentExact(t *testing.T) {
 			if got := alone.Load() + spanning.Load(); got != tightN {
 				t.Fatalf("%d calls admitted (%d alone, %d spanning) of %d, want exactly %d", got, alone.Load(), spanning.Load(), workers*perWorker, tightN)
 			}
+			t.Logf("%d calls: %d admitted alone, %d spanning", workers*perWorker, alone.Load(), spanning.Load())
 			peek := decide(t, s, limit.Hit{Key: tight.Key, Spec: tight.Spec}, limit.Hit{Key: roomy.Key, Spec: roomy.Spec})
 			if peek[0].Remaining != 0 || peek[1].Remaining != roomyN-spanning.Load() {
 				t.Fatalf("remaining %d and %d, want 0 and %d: the denied spanning calls were not all given back", peek[0].Remaining, peek[1].Remaining, roomyN-spanning.Load())
