@@ -97,7 +97,8 @@ func TestStartMisconfigured(t *testing.T) {
 		{"a client certificate without its key", []string{"REDIS_URL=127.0.0.1:1", "REDIS_TLS=true", "REDIS_TLS_CLIENT_CERT=/c.pem"}, "both or neither"},
 		{"Redis TLS files without TLS", []string{"REDIS_URL=127.0.0.1:1", "REDIS_TLS_CACERT=/ca.pem"}, "REDIS_TLS=true"},
 		{"statsd", []string{"USE_STATSD=true"}, "USE_STATSD=true: "},
-		{"the per-second Redis", []string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=127.0.0.1:2"}, "REDIS_PERSECOND=true: "},
+		{"the per-second Redis without its URL", []string{"REDIS_URL=127.0.0.1:1", "REDIS_PERSECOND=true"}, "REDIS_PERSECOND=true: REDIS_PERSECOND_URL is not set"},
+		{"the per-second Redis without the main one", []string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=127.0.0.1:2"}, "needs -redis (REDIS_URL)"},
 		{"a Redis setting without REDIS_URL", []string{"REDIS_TLS=true"}, "REDIS_TLS is set but REDIS_URL is not"},
 	}
 	for _, tc := range tests {

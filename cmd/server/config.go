@@ -27,20 +27,20 @@ type config struct {
 	rulesPath    string
 	mergeDomains bool
 
-	redisURL, redisType, redisSentinelMaster string
-	redisAuth, redisSentinelAuth             string
-	redisTLS                                 bool
-	redisTLSFiles                            redislimit.TLSFiles
-	healthRequiresStore                      bool
-	healthRequiresRules                      bool
-	redisPoolSize                            int
-	redisDialTimeout                         time.Duration
-	redisDeadline                            time.Duration
-	keyPrefix                                string
-	memoryMaxEntries                         int
-	denyCache                                bool
-	denyCacheSize                            int
-	denyCacheMaxAge                          time.Duration
+	// redis is the main Redis; perSecond, when its url is set, the one
+	// for the limits whose window is shorter than a minute (the reference
+	// server's REDIS_PERSECOND). Both use redisTLSFiles when their TLS is
+	// on, as the reference shares REDIS_TLS_CACERT and the client files.
+	redis, perSecond    redisSettings
+	redisTLSFiles       redislimit.TLSFiles
+	healthRequiresStore bool
+	healthRequiresRules bool
+	redisDeadline       time.Duration
+	keyPrefix           string
+	memoryMaxEntries    int
+	denyCache           bool
+	denyCacheSize       int
+	denyCacheMaxAge     time.Duration
 
 	grpcAddr, httpAddr, debugAddr string
 	grpcTLS                       bool
@@ -70,6 +70,55 @@ type config struct {
 	// notes are remarks about the environment to log once logging is set
 	// up (variables accepted with a difference worth knowing).
 	notes []string
+}
+
+// redisSettings are the flags of one Redis deployment.
+type redisSettings struct {
+	url, typ, sentinelMaster string
+	auth, sentinelAuth       string
+	tls                      bool
+	poolSize                 int
+	dialTimeout              time.Duration
+}
+
+// flags registers the flags of one Redis deployment: name (the address,
+// described by urlUsage), then name-type, name-auth,
+// name-sentinel-auth, name-tls, name-pool-size and name-dial-timeout,
+// what naming the deployment in their usage.
+func (r *redisSettings) flags(fs *flag.FlagSet, name, what, urlUsage string) {
+	fs.StringVar(&r.url, name, "", urlUsage)
+	fs.StringVar(&r.typ, name+"-type", "single", what+" deployment: single, sentinel or cluster")
+	fs.StringVar(&r.auth, name+"-auth", "", what+" credentials: password or user:password (prefer the environment)")
+	fs.StringVar(&r.sentinelAuth, name+"-sentinel-auth", "", "password of the Sentinels themselves, with -"+name+"-type sentinel (prefer the environment)")
+	fs.BoolVar(&r.tls, name+"-tls", false, "connect to "+what+" with TLS (every node, and the Sentinels), verified as the -redis-tls-* flags say")
+	fs.IntVar(&r.poolSize, name+"-pool-size", 0, "connections per "+what+" node (0: 10 per CPU)")
+	fs.DurationVar(&r.dialTimeout, name+"-dial-timeout", 0, "bound on connecting to "+what+" (0: 5s); requests never wait longer than -redis-deadline")
+}
+
+// validate checks one deployment's settings; name is its address flag.
+func (r *redisSettings) validate(name string) error {
+	// The reference server writes SINGLE, SENTINEL, CLUSTER.
+	r.typ = strings.ToLower(r.typ)
+	switch r.typ {
+	case "single", "sentinel", "cluster":
+	default:
+		return fmt.Errorf("-%s-type %q: want single, sentinel or cluster", name, r.typ)
+	}
+	if r.poolSize < 0 {
+		return fmt.Errorf("-%s-pool-size %d: must not be negative", name, r.poolSize)
+	}
+	return nil
+}
+
+// tlsOn reports whether the deployment is reached with TLS.
+func (r *redisSettings) tlsOn() bool { return r.tls || strings.HasPrefix(r.url, "rediss://") }
+
+// credentials splits REDIS_AUTH's "pass" or "user:pass".
+func (r *redisSettings) credentials() (user, pass string) {
+	if u, p, ok := strings.Cut(r.auth, ":"); ok {
+		return u, p
+	}
+	return "", r.auth
 }
 
 // lookupFunc is os.LookupEnv, injected for tests.
@@ -132,17 +181,33 @@ func runtimePath(env lookupFunc) (string, string, bool) {
 	return filepath.Join(root, sub, app), "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY", true
 }
 
-// redisURL is REDIS_URL read with REDIS_SOCKET_TYPE: "unix" makes it a
-// socket path.
-func redisURL(env lookupFunc) (string, string, bool) {
-	u, ok := env("REDIS_URL")
-	if !ok || u == "" {
-		return "", "", false
+// socketURL reads a Redis URL variable with its socket type variable
+// (REDIS_URL and REDIS_SOCKET_TYPE): "unix" makes it a socket path.
+func socketURL(urlVar, socketVar string) envSource {
+	return func(env lookupFunc) (string, string, bool) {
+		u, ok := env(urlVar)
+		if !ok || u == "" {
+			return "", "", false
+		}
+		if st, _ := env(socketVar); strings.EqualFold(st, "unix") && !strings.Contains(u, "://") {
+			return "unix://" + u, urlVar + " (" + socketVar + "=unix)", true
+		}
+		return u, urlVar, true
 	}
-	if st, _ := env("REDIS_SOCKET_TYPE"); strings.EqualFold(st, "unix") && !strings.Contains(u, "://") {
-		return "unix://" + u, "REDIS_URL (REDIS_SOCKET_TYPE=unix)", true
+}
+
+// perSecondOn reports whether REDIS_PERSECOND=true: the reference server
+// reads the other REDIS_PERSECOND_* variables only then.
+func perSecondOn(env lookupFunc) bool { return isSetTrue(env, "REDIS_PERSECOND") }
+
+// whilePerSecond is src while REDIS_PERSECOND=true, and unset otherwise.
+func whilePerSecond(src envSource) envSource {
+	return func(env lookupFunc) (string, string, bool) {
+		if !perSecondOn(env) {
+			return "", "", false
+		}
+		return src(env)
 	}
-	return u, "REDIS_URL", true
 }
 
 // headersEnabled maps LIMIT_RESPONSE_HEADERS_ENABLED to a header style.
@@ -186,20 +251,15 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 
 	fs.StringVar(&c.rulesPath, "config", "config", "rule file or directory")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "merge a domain declared in several files instead of refusing it")
-	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (redis://, rediss://, unix://, host:port; sentinel: master,host:port,...; cluster: host:port,...); empty keeps counters in memory")
-	fs.StringVar(&c.redisType, "redis-type", "single", "Redis deployment: single, sentinel or cluster")
-	fs.StringVar(&c.redisSentinelMaster, "redis-master", "", "Sentinel master name, when -redis lists only the sentinels")
-	fs.StringVar(&c.redisAuth, "redis-auth", "", "Redis credentials: password or user:password (prefer the environment)")
-	fs.StringVar(&c.redisSentinelAuth, "redis-sentinel-auth", "", "password of the Sentinels themselves, with -redis-type sentinel (prefer the environment)")
-	fs.BoolVar(&c.redisTLS, "redis-tls", false, "connect to Redis with TLS (every node, and the Sentinels)")
+	c.redis.flags(fs, "redis", "Redis", "Redis URL (redis://, rediss://, unix://, host:port; sentinel: master,host:port,...; cluster: host:port,...); empty keeps counters in memory")
+	fs.StringVar(&c.redis.sentinelMaster, "redis-master", "", "Sentinel master name, when -redis lists only the sentinels")
+	c.perSecond.flags(fs, "redis-persecond", "the per-second Redis", "URL of a second Redis, as -redis, for the limits whose window is shorter than a minute (the reference's REDIS_PERSECOND); empty keeps them in -redis")
 	fs.StringVar(&c.redisTLSFiles.CAFile, "redis-tls-ca", "", "PEM CA certificates that may sign Redis's certificate, besides the system's roots")
 	fs.StringVar(&c.redisTLSFiles.CertFile, "redis-tls-cert", "", "PEM client certificate to present to Redis (tls-auth-clients), with -redis-tls-key")
 	fs.StringVar(&c.redisTLSFiles.KeyFile, "redis-tls-key", "", "PEM key of -redis-tls-cert")
 	fs.BoolVar(&c.redisTLSFiles.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "verify Redis's certificate chain but not the name it is issued for")
 	fs.BoolVar(&c.healthRequiresStore, "health-requires-store", false, "report NOT_SERVING (/healthcheck, gRPC health) while Redis is unhealthy, instead of answering by the failure policy")
 	fs.BoolVar(&c.healthRequiresRules, "health-requires-rules", false, "report NOT_SERVING while the rules declare no domain")
-	fs.IntVar(&c.redisPoolSize, "redis-pool-size", 0, "connections per Redis node (0: 10 per CPU)")
-	fs.DurationVar(&c.redisDialTimeout, "redis-dial-timeout", 0, "bound on connecting to Redis (0: 5s); requests never wait longer than -redis-deadline")
 	fs.DurationVar(&c.redisDeadline, "redis-deadline", envoy.DefaultStoreTimeout, "deadline of the store call of each request; past it the failure policy answers")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of every Redis key")
 	fs.IntVar(&c.memoryMaxEntries, "memory-max-entries", 0, "most counters kept without Redis (0: 1<<20)")
@@ -246,7 +306,7 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	if err := setFromEnv(fs, env); err != nil {
 		return nil, err
 	}
-	notes, err := checkReference(env, c.redisURL != "")
+	notes, err := checkReference(env, c.redis.url != "")
 	if err != nil {
 		return nil, err
 	}
@@ -286,12 +346,11 @@ func setFromEnv(fs *flag.FlagSet, env lookupFunc) error {
 }
 
 func (c *config) validate() error {
-	// The reference server writes SINGLE, SENTINEL, CLUSTER.
-	c.redisType = strings.ToLower(c.redisType)
-	switch c.redisType {
-	case "single", "sentinel", "cluster":
-	default:
-		return fmt.Errorf("-redis-type %q: want single, sentinel or cluster", c.redisType)
+	if err := c.redis.validate("redis"); err != nil {
+		return err
+	}
+	if err := c.perSecond.validate("redis-persecond"); err != nil {
+		return err
 	}
 	switch c.logFormat {
 	case "text", "json":
@@ -304,8 +363,8 @@ func (c *config) validate() error {
 	if c.redisDeadline <= 0 {
 		return fmt.Errorf("-redis-deadline %v: must be positive", c.redisDeadline)
 	}
-	if c.redisPoolSize < 0 || c.memoryMaxEntries < 0 || c.denyCacheSize < 0 {
-		return errors.New("-redis-pool-size, -memory-max-entries and -deny-cache-size must not be negative")
+	if c.memoryMaxEntries < 0 || c.denyCacheSize < 0 {
+		return errors.New("-memory-max-entries and -deny-cache-size must not be negative")
 	}
 	if c.denyCacheMaxAge <= 0 {
 		return fmt.Errorf("-deny-cache-max-age %v: must be positive", c.denyCacheMaxAge)
@@ -335,16 +394,28 @@ func (c *config) validate() error {
 	if c.grpcMaxConnAge < 0 || c.grpcMaxConnAgeGrace < 0 {
 		return errors.New("-grpc-max-connection-age and -grpc-max-connection-age-grace must not be negative")
 	}
-	if c.redisURL == "" && (c.redisTLS || c.redisTLSFiles != (redislimit.TLSFiles{}) || c.healthRequiresStore || c.redisSentinelAuth != "") {
+	if c.redis.url == "" && (c.redis.tls || c.redisTLSFiles != (redislimit.TLSFiles{}) || c.healthRequiresStore || c.redis.sentinelAuth != "") {
 		return errors.New("-redis-tls*, -redis-sentinel-auth and -health-requires-store need Redis (-redis, REDIS_URL)")
 	}
-	if c.redisSentinelAuth != "" && c.redisType != "sentinel" {
+	if c.redis.sentinelAuth != "" && c.redis.typ != "sentinel" {
 		return errors.New("-redis-sentinel-auth (REDIS_SENTINEL_AUTH) needs -redis-type sentinel (REDIS_TYPE=sentinel)")
 	}
-	if !c.redisTLS && c.redisTLSFiles != (redislimit.TLSFiles{}) && !strings.HasPrefix(c.redisURL, "rediss://") {
-		// The reference server reads them only with REDIS_TLS=true; a user
-		// who set them meant TLS, and would silently get none.
-		return errors.New("-redis-tls-ca, -redis-tls-cert, -redis-tls-key and -redis-tls-skip-hostname-verification (REDIS_TLS_*) need -redis-tls (REDIS_TLS=true)")
+	if c.perSecond.url == "" && c.perSecond != (redisSettings{typ: "single"}) {
+		// The REDIS_PERSECOND_* variables set these only with
+		// REDIS_PERSECOND=true; set by flags alone they would do nothing.
+		return errors.New("-redis-persecond-* need -redis-persecond (REDIS_PERSECOND=true and REDIS_PERSECOND_URL)")
+	}
+	if c.perSecond.url != "" && c.redis.url == "" {
+		return errors.New("-redis-persecond (REDIS_PERSECOND_URL) needs -redis (REDIS_URL): the per-second Redis holds only the limits whose window is shorter than a minute")
+	}
+	if c.perSecond.sentinelAuth != "" && c.perSecond.typ != "sentinel" {
+		return errors.New("-redis-persecond-sentinel-auth (REDIS_PERSECOND_SENTINEL_AUTH) needs -redis-persecond-type sentinel (REDIS_PERSECOND_TYPE=sentinel)")
+	}
+	if !c.redis.tlsOn() && !c.perSecond.tlsOn() && c.redisTLSFiles != (redislimit.TLSFiles{}) {
+		// The reference server reads them only with REDIS_TLS=true (or
+		// REDIS_PERSECOND_TLS=true); a user who set them meant TLS, and
+		// would silently get none.
+		return errors.New("-redis-tls-ca, -redis-tls-cert, -redis-tls-key and -redis-tls-skip-hostname-verification (REDIS_TLS_*) need -redis-tls (REDIS_TLS=true) or -redis-persecond-tls (REDIS_PERSECOND_TLS=true)")
 	}
 	if c.explain && len(c.args) < 2 {
 		return errors.New("-explain needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice")
@@ -353,14 +424,6 @@ func (c *config) validate() error {
 		return fmt.Errorf("unexpected arguments %q (only -explain takes arguments)", c.args)
 	}
 	return nil
-}
-
-// redisCredentials splits REDIS_AUTH's "pass" or "user:pass".
-func (c *config) redisCredentials() (user, pass string) {
-	if u, p, ok := strings.Cut(c.redisAuth, ":"); ok {
-		return u, p
-	}
-	return "", c.redisAuth
 }
 
 // levelValue is a flag.Value for slog levels, with the reference server's

@@ -28,7 +28,7 @@ func TestParseConfig(t *testing.T) {
 		check func(t *testing.T, c *config)
 	}{
 		{"defaults", nil, envOf(), func(t *testing.T, c *config) {
-			want := config{rulesPath: "config", redisType: "single", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: "127.0.0.1:6070",
+			want := config{rulesPath: "config", redis: redisSettings{typ: "single"}, perSecond: redisSettings{typ: "single"}, grpcAddr: ":8081", httpAddr: ":8080", debugAddr: "127.0.0.1:6070",
 				logLevel: slog.LevelInfo, logFormat: "text", nearLimitRatio: 0.8, failureMode: rules.FailureAllow,
 				redisDeadline: envoy.DefaultStoreTimeout, shutdownTimeout: 15 * time.Second}
 			got := *c
@@ -54,12 +54,12 @@ func TestParseConfig(t *testing.T) {
 				got, want any
 			}{
 				{"rules path", c.rulesPath, filepath.Join("/srv/rt", "ratelimit", "config")},
-				{"redis", c.redisURL, "redis.svc:6379"},
-				{"redis type", c.redisType, "cluster"},
-				{"redis auth", c.redisAuth, "me:secret"},
-				{"redis tls", c.redisTLS, true},
-				{"pool", c.redisPoolSize, 7},
-				{"dial timeout", c.redisDialTimeout, 2 * time.Second},
+				{"redis", c.redis.url, "redis.svc:6379"},
+				{"redis type", c.redis.typ, "cluster"},
+				{"redis auth", c.redis.auth, "me:secret"},
+				{"redis tls", c.redis.tls, true},
+				{"pool", c.redis.poolSize, 7},
+				{"dial timeout", c.redis.dialTimeout, 2 * time.Second},
 				{"deadline stays short", c.redisDeadline, envoy.DefaultStoreTimeout},
 				{"prefix", c.keyPrefix, "rl_"},
 				{"http", c.httpAddr, ":9080"},
@@ -79,7 +79,7 @@ func TestParseConfig(t *testing.T) {
 					t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
 				}
 			}
-			if u, p := c.redisCredentials(); u != "me" || p != "secret" {
+			if u, p := c.redis.credentials(); u != "me" || p != "secret" {
 				t.Errorf("credentials = %q, %q", u, p)
 			}
 		}},
@@ -88,16 +88,16 @@ func TestParseConfig(t *testing.T) {
 			envOf("FLOODGATE_CONFIG", "x", "RUNTIME_ROOT", "/y", "GRPC_PORT", "2", "FLOODGATE_HTTP_ADDR", ":3", "PORT", "4",
 				"FLOODGATE_REDIS", "redis://a:1", "REDIS_URL", "b:2"),
 			func(t *testing.T, c *config) {
-				if c.rulesPath != "rules.yaml" || c.grpcAddr != "127.0.0.1:1" || c.httpAddr != ":3" || c.redisURL != "redis://a:1" {
-					t.Errorf("got config %s, grpc %s, http %s, redis %s", c.rulesPath, c.grpcAddr, c.httpAddr, c.redisURL)
+				if c.rulesPath != "rules.yaml" || c.grpcAddr != "127.0.0.1:1" || c.httpAddr != ":3" || c.redis.url != "redis://a:1" {
+					t.Errorf("got config %s, grpc %s, http %s, redis %s", c.rulesPath, c.grpcAddr, c.httpAddr, c.redis.url)
 				}
 			}},
 		{"a unix socket", nil, envOf("REDIS_SOCKET_TYPE", "unix", "REDIS_URL", "/var/run/redis.sock", "REDIS_AUTH", "pw"),
 			func(t *testing.T, c *config) {
-				if c.redisURL != "unix:///var/run/redis.sock" {
-					t.Errorf("redis = %q", c.redisURL)
+				if c.redis.url != "unix:///var/run/redis.sock" {
+					t.Errorf("redis = %q", c.redis.url)
 				}
-				if u, p := c.redisCredentials(); u != "" || p != "pw" {
+				if u, p := c.redis.credentials(); u != "" || p != "pw" {
 					t.Errorf("credentials = %q, %q", u, p)
 				}
 			}},
@@ -157,6 +157,37 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("deny cache %v size %d", c.denyCache, c.denyCacheSize)
 			}
 		}},
+		{"the per-second Redis from the reference's variables", nil, envOf(
+			"REDIS_URL", "main:6379", "REDIS_PERSECOND", "True", "REDIS_PERSECOND_URL", "/run/ps.sock", "REDIS_PERSECOND_SOCKET_TYPE", "unix",
+			"REDIS_PERSECOND_TYPE", "SINGLE", "REDIS_PERSECOND_AUTH", "u:p", "REDIS_PERSECOND_TLS", "false",
+			"REDIS_PERSECOND_POOL_SIZE", "4", "REDIS_PERSECOND_TIMEOUT", "3s", "REDIS_TLS", "true", "REDIS_TLS_CACERT", "/ca.pem",
+		), func(t *testing.T, c *config) {
+			want := redisSettings{url: "unix:///run/ps.sock", typ: "single", auth: "u:p", poolSize: 4, dialTimeout: 3 * time.Second}
+			if c.perSecond != want {
+				t.Errorf("per-second %+v\nwant %+v", c.perSecond, want)
+			}
+			if c.redis.url != "main:6379" || !c.redis.tls || c.redisTLSFiles.CAFile != "/ca.pem" {
+				t.Errorf("main %+v, TLS files %+v", c.redis, c.redisTLSFiles)
+			}
+		}},
+		{"REDIS_PERSECOND_* are read only with REDIS_PERSECOND=true, as in the reference", nil, envOf(
+			"REDIS_URL", "main:6379", "REDIS_PERSECOND", "false", "REDIS_PERSECOND_URL", "ps:6379", "REDIS_PERSECOND_TYPE", "cluster",
+			"REDIS_PERSECOND_AUTH", "pw", "REDIS_PERSECOND_TLS", "true", "REDIS_PERSECOND_POOL_SIZE", "4", "REDIS_PERSECOND_SOCKET_TYPE", "udp",
+			"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "ERROR", "REDIS_PERSECOND_PIPELINE_WINDOW", "1ms",
+		), func(t *testing.T, c *config) {
+			if c.perSecond != (redisSettings{typ: "single"}) || len(c.notes) != 0 {
+				t.Errorf("per-second %+v, notes %q: want none", c.perSecond, c.notes)
+			}
+		}},
+		{"FLOODGATE_REDIS_PERSECOND* follow the flags' names", nil, envOf(
+			"FLOODGATE_REDIS", "main:6379", "FLOODGATE_REDIS_PERSECOND", "rediss://ps:6380", "FLOODGATE_REDIS_PERSECOND_TYPE", "Sentinel",
+			"FLOODGATE_REDIS_PERSECOND_SENTINEL_AUTH", "spw", "FLOODGATE_REDIS_PERSECOND_DIAL_TIMEOUT", "1s", "FLOODGATE_REDIS_TLS_CA", "/ca.pem",
+		), func(t *testing.T, c *config) {
+			want := redisSettings{url: "rediss://ps:6380", typ: "sentinel", sentinelAuth: "spw", dialTimeout: time.Second}
+			if c.perSecond != want || !c.perSecond.tlsOn() || c.redis.tlsOn() {
+				t.Errorf("per-second %+v\nwant %+v, with TLS and the main Redis without", c.perSecond, want)
+			}
+		}},
 		{"-explain takes a descriptor", []string{"-explain", "rl", "k=v"}, envOf(), func(t *testing.T, c *config) {
 			if !c.explain || len(c.args) != 2 {
 				t.Errorf("explain %v args %q", c.explain, c.args)
@@ -176,10 +207,10 @@ func TestParseConfig(t *testing.T) {
 
 func equalConfig(a, b config) bool {
 	a.notes, b.notes = nil, nil
-	return a.rulesPath == b.rulesPath && a.redisType == b.redisType && a.grpcAddr == b.grpcAddr &&
+	return a.rulesPath == b.rulesPath && a.redis == b.redis && a.perSecond == b.perSecond && a.grpcAddr == b.grpcAddr &&
 		a.httpAddr == b.httpAddr && a.debugAddr == b.debugAddr && a.logLevel == b.logLevel &&
 		a.logFormat == b.logFormat && a.nearLimitRatio == b.nearLimitRatio && a.failureMode == b.failureMode &&
-		a.redisDeadline == b.redisDeadline && a.shutdownTimeout == b.shutdownTimeout && a.redisURL == b.redisURL &&
+		a.redisDeadline == b.redisDeadline && a.shutdownTimeout == b.shutdownTimeout && a.redisTLSFiles == b.redisTLSFiles &&
 		a.shadowMode == b.shadowMode && a.mergeDomains == b.mergeDomains
 }
 
@@ -200,10 +231,17 @@ func TestParseConfigErrors(t *testing.T) {
 		{"memcache is refused", nil, envOf("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache: Memcached is not supported yet"},
 		{"every refusal at once", nil, envOf("USE_STATSD", "true", "TRACING_ENABLED", "true"), "USE_STATSD=true: floodgate serves Prometheus metrics"},
 		{"a Redis setting without Redis", nil, envOf("REDIS_TLS", "true"), "REDIS_TLS is set but REDIS_URL is not"},
-		{"Redis TLS files without TLS", nil, envOf("REDIS_URL", "h:1", "REDIS_TLS_CACERT", "/ca.pem"), "need -redis-tls (REDIS_TLS=true)"},
+		{"Redis TLS files without TLS", nil, envOf("REDIS_URL", "h:1", "REDIS_TLS_CACERT", "/ca.pem"), "need -redis-tls (REDIS_TLS=true) or -redis-persecond-tls"},
 		{"a client SAN without mutual TLS", nil, envOf("GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "c", "GRPC_SERVER_TLS_KEY", "k", "GRPC_CLIENT_TLS_SAN", "envoy"), "GRPC_CLIENT_TLS_SAN) needs -grpc-client-ca"},
 		{"a sentinel password without Sentinel", nil, envOf("REDIS_URL", "h:1", "REDIS_SENTINEL_AUTH", "pw"), "needs -redis-type sentinel"},
 		{"unknown redis type", []string{"-redis-type", "ring"}, envOf(), `-redis-type "ring"`},
+		{"REDIS_PERSECOND=true without its URL", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true"), "REDIS_PERSECOND=true: REDIS_PERSECOND_URL is not set"},
+		{"REDIS_PERSECOND not a boolean", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "yes", "REDIS_PERSECOND_URL", "h:2"), "REDIS_PERSECOND=yes: want true or false"},
+		{"a per-second Redis without the main one", nil, envOf("REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2"), "-redis-persecond (REDIS_PERSECOND_URL) needs -redis (REDIS_URL)"},
+		{"per-second settings without the per-second Redis", []string{"-redis", "h:1", "-redis-persecond-pool-size", "5"}, envOf(), "-redis-persecond-* need -redis-persecond"},
+		{"unknown per-second redis type", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_PERSECOND_TYPE", "ring"), `-redis-persecond-type "ring"`},
+		{"a per-second sentinel password without Sentinel", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_PERSECOND_SENTINEL_AUTH", "pw"), "needs -redis-persecond-type sentinel"},
+		{"a bad per-second socket type", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_PERSECOND_SOCKET_TYPE", "udp"), "REDIS_PERSECOND_SOCKET_TYPE=udp: want tcp or unix"},
 		{"unknown log format", nil, envOf("LOG_FORMAT", "xml"), `-log-format "xml"`},
 		{"unknown log level", nil, envOf("LOG_LEVEL", "loud"), `unknown log level "loud"`},
 		{"ratio out of range", []string{"-near-limit-ratio", "1.5"}, envOf(), "-near-limit-ratio 1.5"},

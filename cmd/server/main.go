@@ -23,11 +23,13 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
@@ -163,53 +165,140 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	return 0
 }
 
-// newLimiter returns the store: Redis when configured, else the in-memory
-// twin, with the name used in metrics, its health (nil for memory, always
-// there) and a function releasing it.
+// newLimiter returns the store: Redis when configured (with a second
+// Redis for the per-second limits when -redis-persecond is set), else the
+// in-memory twin, with the name used in metrics, its health (nil for
+// memory, always there) and a function releasing it.
 func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Limiter, string, func() server.StoreHealth, func(), error) {
-	if cfg.redisURL == "" {
+	if cfg.redis.url == "" {
 		logger.Warn("no Redis configured (-redis, REDIS_URL): counters are kept in this process's memory, not shared with other instances and lost on restart")
 		return limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries}), "memory", nil, func() {}, nil
 	}
 	// go-redis logs each failed dial; floodgate already reports store
 	// failures once a second with a count, so its lines go to debug.
 	redislimit.QuietLogs(logger)
-	user, pass := cfg.redisCredentials()
+	var stores []*redisStore
+	closeAll := func() {
+		for _, st := range stores {
+			st.client.Close()
+		}
+	}
+	for _, part := range []struct {
+		role string
+		rs   *redisSettings
+	}{{"main", &cfg.redis}, {"per-second", &cfg.perSecond}} {
+		if part.rs.url == "" {
+			continue
+		}
+		st, err := openRedis(cfg, part.role, part.rs)
+		if err != nil {
+			closeAll()
+			return nil, "", nil, nil, err
+		}
+		stores = append(stores, st)
+		msg := "counters are kept in Redis"
+		if part.role != "main" {
+			msg = "the counters of windows shorter than a minute are kept in the per-second Redis"
+		}
+		logger.Info(msg, st.logAttrs("type", part.rs.typ, "tls", part.rs.tlsOn(), "deadline", cfg.redisDeadline,
+			"script_sha", redislimit.ScriptSHA())...)
+	}
+	var lim envoy.Limiter = stores[0].lim
+	if len(stores) == 2 {
+		split, err := redislimit.NewSplit(stores[0].lim, stores[1].lim, redislimit.PerSecond)
+		if err != nil {
+			closeAll()
+			return nil, "", nil, nil, fmt.Errorf("redis: %w", err)
+		}
+		lim = split
+	}
+	// Probed together, so that two Redis that do not answer delay the
+	// start by one probe's timeout, not two.
+	var wg sync.WaitGroup
+	for _, st := range stores {
+		wg.Go(func() {
+			probeCtx, cancel := context.WithTimeout(ctx, startProbeTimeout)
+			err := st.lim.Probe(probeCtx)
+			cancel()
+			if err != nil {
+				logger.Error("Redis cannot be used: until it can, requests that need it are answered by the failure policy (each rule's failure_mode, else -failure-mode), the store is reported unhealthy (/rlconfig, floodgate_store_healthy 0), and Redis is probed every second",
+					st.logAttrs("err", err)...)
+			}
+		})
+	}
+	wg.Wait()
+	for _, st := range stores {
+		go watchStore(ctx, st, logger, storeProbeInterval)
+	}
+	return lim, "redis", func() server.StoreHealth { return storesHealth(stores, time.Now()) }, closeAll, nil
+}
+
+// storesHealth is the health of the Redis deployments holding the
+// counters: healthy while every one is, since a call may need any; with
+// several, the detail names each by its role and address, so that
+// /rlconfig says which one fails.
+func storesHealth(stores []*redisStore, now time.Time) server.StoreHealth {
+	if len(stores) == 1 {
+		return server.StoreHealth{Name: "redis", Healthy: stores[0].lim.Healthy(), Detail: storeDetail(stores[0].lim, now, "; ")}
+	}
+	h := server.StoreHealth{Name: "redis", Healthy: true}
+	parts := make([]string, len(stores))
+	for i, st := range stores {
+		h.Healthy = h.Healthy && st.lim.Healthy()
+		parts[i] = st.role + " " + st.addr + ": " + storeDetail(st.lim, now, ", ")
+	}
+	h.Detail = strings.Join(parts, "; ")
+	return h
+}
+
+// redisStore is one Redis deployment the counters are kept in.
+type redisStore struct {
+	role   string // "main" or "per-second", in logs and /rlconfig
+	addr   string // its address, credentials redacted
+	client redis.UniversalClient
+	lim    *redislimit.Limiter
+}
+
+// openRedis returns the client and Limiter of one Redis deployment,
+// without contacting it; its errors name the role of the deployment.
+func openRedis(cfg *config, role string, rs *redisSettings) (*redisStore, error) {
+	what := "redis"
+	if role != "main" {
+		what = role + " redis"
+	}
+	files := cfg.redisTLSFiles
+	if !rs.tlsOn() {
+		// Shared with the other Redis, which may be the one with TLS.
+		files = redislimit.TLSFiles{}
+	}
+	user, pass := rs.credentials()
 	client, err := redislimit.NewClient(redislimit.ClientConfig{
-		URL:              cfg.redisURL,
-		Type:             cfg.redisType,
-		SentinelMaster:   cfg.redisSentinelMaster,
+		URL:              rs.url,
+		Type:             rs.typ,
+		SentinelMaster:   rs.sentinelMaster,
 		Username:         user,
 		Password:         pass,
-		SentinelPassword: cfg.redisSentinelAuth,
-		TLS:              cfg.redisTLS,
-		TLSFiles:         cfg.redisTLSFiles,
-		PoolSize:         cfg.redisPoolSize,
-		DialTimeout:      cfg.redisDialTimeout,
+		SentinelPassword: rs.sentinelAuth,
+		TLS:              rs.tls,
+		TLSFiles:         files,
+		PoolSize:         rs.poolSize,
+		DialTimeout:      rs.dialTimeout,
 	})
 	if err != nil {
-		return nil, "", nil, nil, fmt.Errorf("redis: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline})
 	if err != nil {
 		client.Close()
-		return nil, "", nil, nil, fmt.Errorf("redis: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	addr := redactedAddr(cfg.redisURL)
-	logger.Info("counters are kept in Redis", "type", cfg.redisType, "addr", addr, "tls", cfg.redisTLS, "deadline", cfg.redisDeadline,
-		"script_sha", redislimit.ScriptSHA())
-	probeCtx, cancel := context.WithTimeout(ctx, startProbeTimeout)
-	err = lim.Probe(probeCtx)
-	cancel()
-	if err != nil {
-		logger.Error("Redis cannot be used: until it can, requests are answered by the failure policy (each rule's failure_mode, else -failure-mode), the store is reported unhealthy (/rlconfig, floodgate_store_healthy 0), and Redis is probed every second",
-			"addr", addr, "err", err)
-	}
-	go watchStore(ctx, lim, logger, addr, storeProbeInterval)
-	health := func() server.StoreHealth {
-		return server.StoreHealth{Name: "redis", Healthy: lim.Healthy(), Detail: storeDetail(lim, time.Now())}
-	}
-	return lim, "redis", health, func() { client.Close() }, nil
+	return &redisStore{role: role, addr: redactedAddr(rs.url), client: client, lim: lim}, nil
+}
+
+// logAttrs returns the attributes that name the store in a log line,
+// followed by more.
+func (st *redisStore) logAttrs(more ...any) []any {
+	return append([]any{"redis", st.role, "addr", st.addr}, more...)
 }
 
 // startProbeTimeout bounds the probe of Redis at start; storeProbeInterval
@@ -219,22 +308,23 @@ const (
 	storeProbeInterval = time.Second
 )
 
-// storeDetail describes the limiter's health for /rlconfig: the breaker's
-// state and, if Redis ever failed, the latest failure.
-func storeDetail(lim *redislimit.Limiter, now time.Time) string {
+// storeDetail describes a limiter's health for /rlconfig: the breaker's
+// state and, if Redis ever failed, sep and the latest failure.
+func storeDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
 	d := "breaker " + lim.BreakerState().String()
 	if at, err := lim.LastFailure(); err != nil {
-		d += fmt.Sprintf("; last failure %v ago: %v", now.Sub(at).Round(time.Second), err)
+		d += fmt.Sprintf("%slast failure %v ago: %v", sep, now.Sub(at).Round(time.Second), err)
 	}
 	return d
 }
 
-// watchStore probes Redis every interval while the limiter is unhealthy,
-// so that health follows Redis without waiting for requests (with no
-// traffic the circuit breaker would never probe), and logs each change:
-// at error level with the cause when Redis starts failing, at info level
-// when it answers again. It returns when ctx ends.
-func watchStore(ctx context.Context, lim *redislimit.Limiter, logger *slog.Logger, addr string, interval time.Duration) {
+// watchStore probes st's Redis every interval while it is unhealthy, so
+// that health follows Redis without waiting for requests (with no traffic
+// the circuit breaker would never probe), and logs each change: at error
+// level with the cause when Redis starts failing, at info level when it
+// answers again. It returns when ctx ends.
+func watchStore(ctx context.Context, st *redisStore, logger *slog.Logger, interval time.Duration) {
+	lim := st.lim
 	healthy := lim.Healthy()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -252,10 +342,10 @@ func watchStore(ctx context.Context, lim *redislimit.Limiter, logger *slog.Logge
 		now := lim.Healthy()
 		switch {
 		case now && !healthy:
-			logger.Info("Redis answers again: requests are decided by their limits", "addr", addr)
+			logger.Info("Redis answers again: requests are decided by their limits", st.logAttrs()...)
 		case !now && healthy:
 			_, err := lim.LastFailure()
-			logger.Error("Redis fails: requests are answered by the failure policy until it answers again", "addr", addr, "err", err)
+			logger.Error("Redis fails: requests that need it are answered by the failure policy until it answers again", st.logAttrs("err", err)...)
 		}
 		healthy = now
 	}

@@ -47,7 +47,6 @@ const (
 	useMetrics   = "floodgate serves Prometheus metrics on the HTTP port's /metrics (-http-addr, PORT) and does not support statsd yet; scrape /metrics"
 	noXDS        = "configuration over xDS is not supported: mount the rule files where RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY say"
 	noMemcache   = "Memcached is not supported yet: keep the counters in Redis (REDIS_URL)"
-	noPerSecond  = "a second Redis for per-second limits is not supported yet: every counter is kept in REDIS_URL's Redis, which floodgate reaches in one round trip per request whatever the units; unset REDIS_PERSECOND"
 	noTracing    = "tracing is not supported: unset TRACING_ENABLED"
 	noPipelining = "no effect: concurrent requests share Redis round trips (batching) without a setting"
 )
@@ -148,7 +147,7 @@ var referenceVars = []refVar{
 
 	{name: "REDIS_SOCKET_TYPE", refuse: unlessIn("want tcp or unix", "tcp", "unix"), redis: true},
 	{name: "REDIS_TYPE", flag: "redis-type", redis: true},
-	{name: "REDIS_URL", flag: "redis", value: redisURL},
+	{name: "REDIS_URL", flag: "redis", value: socketURL("REDIS_URL", "REDIS_SOCKET_TYPE")},
 	{name: "REDIS_POOL_SIZE", flag: "redis-pool-size", redis: true},
 	{name: "REDIS_AUTH", flag: "redis-auth", redis: true},
 	{name: "REDIS_SENTINEL_AUTH", flag: "redis-sentinel-auth", redis: true},
@@ -163,21 +162,23 @@ var referenceVars = []refVar{
 	{name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", flag: "health-requires-store", redis: true},
 	{name: "REDIS_POOL_ON_EMPTY_BEHAVIOR", redis: true, refuse: unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_POOL_SIZE, and unset REDIS_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT")},
 	{name: "REDIS_POOL_ON_EMPTY_WAIT_DURATION", redis: true, note: noteAlways("REDIS_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)")},
-	{name: "REDIS_PERSECOND", refuse: whenTrue(noPerSecond)},
-	// The per-second Redis's settings: without REDIS_PERSECOND=true,
-	// refused above, the reference ignores them too.
-	{name: "REDIS_PERSECOND_SOCKET_TYPE"},
-	{name: "REDIS_PERSECOND_TYPE"},
-	{name: "REDIS_PERSECOND_URL"},
-	{name: "REDIS_PERSECOND_POOL_SIZE"},
-	{name: "REDIS_PERSECOND_AUTH"},
-	{name: "REDIS_PERSECOND_SENTINEL_AUTH"},
-	{name: "REDIS_PERSECOND_TLS"},
-	{name: "REDIS_PERSECOND_PIPELINE_WINDOW"},
-	{name: "REDIS_PERSECOND_PIPELINE_LIMIT"},
-	{name: "REDIS_PERSECOND_TIMEOUT"},
-	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"},
-	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION"},
+	// The per-second Redis: with REDIS_PERSECOND=true, the limits whose
+	// window is shorter than a minute (redislimit.PerSecond) are kept in
+	// REDIS_PERSECOND_URL's Redis. Its other variables are read only then,
+	// as in the reference; its TLS files are REDIS_TLS_*'s.
+	{name: "REDIS_PERSECOND", flag: "redis-persecond", value: perSecondURL, refuse: perSecondNeedsURL},
+	{name: "REDIS_PERSECOND_SOCKET_TYPE", refuse: whenPerSecond(unlessIn("want tcp or unix", "tcp", "unix"))},
+	{name: "REDIS_PERSECOND_TYPE", flag: "redis-persecond-type", value: whilePerSecond(envVar("REDIS_PERSECOND_TYPE"))},
+	{name: "REDIS_PERSECOND_URL", flag: "redis-persecond", value: perSecondURL},
+	{name: "REDIS_PERSECOND_POOL_SIZE", flag: "redis-persecond-pool-size", value: whilePerSecond(envVar("REDIS_PERSECOND_POOL_SIZE"))},
+	{name: "REDIS_PERSECOND_AUTH", flag: "redis-persecond-auth", value: whilePerSecond(envVar("REDIS_PERSECOND_AUTH"))},
+	{name: "REDIS_PERSECOND_SENTINEL_AUTH", flag: "redis-persecond-sentinel-auth", value: whilePerSecond(envVar("REDIS_PERSECOND_SENTINEL_AUTH"))},
+	{name: "REDIS_PERSECOND_TLS", flag: "redis-persecond-tls", value: whilePerSecond(envVar("REDIS_PERSECOND_TLS"))},
+	{name: "REDIS_PERSECOND_PIPELINE_WINDOW", note: whenPerSecond(noteAlways("REDIS_PERSECOND_PIPELINE_WINDOW has " + noPipelining))},
+	{name: "REDIS_PERSECOND_PIPELINE_LIMIT", note: whenPerSecond(noteAlways("REDIS_PERSECOND_PIPELINE_LIMIT has " + noPipelining))},
+	{name: "REDIS_PERSECOND_TIMEOUT", flag: "redis-persecond-dial-timeout", value: whilePerSecond(envVar("REDIS_PERSECOND_TIMEOUT"))},
+	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", refuse: whenPerSecond(unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_PERSECOND_POOL_SIZE, and unset REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT"))},
+	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION", note: whenPerSecond(noteAlways("REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)"))},
 
 	// Memcached's settings: without BACKEND_TYPE=memcache, refused above,
 	// the reference ignores them too.
@@ -210,6 +211,33 @@ func prefixed(name, prefix string) envSource {
 	return func(env lookupFunc) (string, string, bool) {
 		v, ok := env(name)
 		return prefix + v, name, ok && v != ""
+	}
+}
+
+// perSecondURL is REDIS_PERSECOND_URL, with REDIS_PERSECOND_SOCKET_TYPE,
+// while REDIS_PERSECOND=true.
+var perSecondURL = whilePerSecond(socketURL("REDIS_PERSECOND_URL", "REDIS_PERSECOND_SOCKET_TYPE"))
+
+// perSecondNeedsURL refuses REDIS_PERSECOND=true without
+// REDIS_PERSECOND_URL, and what is not a boolean: the reference would use
+// its default socket, and floodgate would have nowhere to keep those limits.
+func perSecondNeedsURL(v string, env lookupFunc) string {
+	why := "REDIS_PERSECOND_URL is not set: set it to the per-second Redis (host:port, redis://..., as REDIS_URL), or unset REDIS_PERSECOND to keep every counter in REDIS_URL's Redis"
+	if u, _ := env("REDIS_PERSECOND_URL"); u != "" {
+		why = "" // true is honoured
+	}
+	return whenTrue(why)(v, env)
+}
+
+// whenPerSecond applies f (a refusal or a note) only while
+// REDIS_PERSECOND=true: the reference ignores the per-second Redis's
+// variables otherwise.
+func whenPerSecond(f func(string, lookupFunc) string) func(string, lookupFunc) string {
+	return func(v string, env lookupFunc) string {
+		if !perSecondOn(env) {
+			return ""
+		}
+		return f(v, env)
 	}
 }
 

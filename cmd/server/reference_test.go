@@ -50,9 +50,18 @@ var honouredSamples = map[string][]string{
 	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "REDIS_TLS", "true", "REDIS_URL", "h:1"},
 	"REDIS_TIMEOUT":                        {"REDIS_TIMEOUT", "2s", "REDIS_URL", "h:1"},
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": {"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true", "REDIS_URL", "h:1"},
-	"SHADOW_MODE":                          {"SHADOW_MODE", "true"},
-	"RESPONSE_DYNAMIC_METADATA":            {"RESPONSE_DYNAMIC_METADATA", "true"},
-	"MERGE_DOMAIN_CONFIG":                  {"MERGE_DOMAIN_CONFIG", "true"},
+	"REDIS_PERSECOND":                      {"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
+	// Without it, REDIS_PERSECOND=true is refused, naming it.
+	"REDIS_PERSECOND_URL":           {"REDIS_PERSECOND_URL", "h:2", "REDIS_PERSECOND", "true", "REDIS_URL", "h:1"},
+	"REDIS_PERSECOND_TYPE":          {"REDIS_PERSECOND_TYPE", "CLUSTER", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2,h:3", "REDIS_URL", "h:1"},
+	"REDIS_PERSECOND_POOL_SIZE":     {"REDIS_PERSECOND_POOL_SIZE", "3", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
+	"REDIS_PERSECOND_AUTH":          {"REDIS_PERSECOND_AUTH", "pw", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
+	"REDIS_PERSECOND_SENTINEL_AUTH": {"REDIS_PERSECOND_SENTINEL_AUTH", "spw", "REDIS_PERSECOND_TYPE", "SENTINEL", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "m,h:2", "REDIS_URL", "h:1"},
+	"REDIS_PERSECOND_TLS":           {"REDIS_PERSECOND_TLS", "true", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
+	"REDIS_PERSECOND_TIMEOUT":       {"REDIS_PERSECOND_TIMEOUT", "2s", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
+	"SHADOW_MODE":                   {"SHADOW_MODE", "true"},
+	"RESPONSE_DYNAMIC_METADATA":     {"RESPONSE_DYNAMIC_METADATA", "true"},
+	"MERGE_DOMAIN_CONFIG":           {"MERGE_DOMAIN_CONFIG", "true"},
 }
 
 // refusedSamples give, for each variable with values floodgate refuses, one
@@ -62,22 +71,23 @@ var refusedSamples = map[string]struct {
 	bad, good string
 	with      []string
 }{
-	"CONFIG_TYPE":                  {"GRPC_XDS_SOTW", "FILE", nil},
-	"USE_DOG_STATSD":               {"true", "false", nil},
-	"USE_DOG_STATSD_MOGRIFIERS":    {"m", "", nil},
-	"USE_STATSD":                   {"true", "false", nil},
-	"STATSD_HOST":                  {"statsd.svc", "", nil},
-	"STATSD_PORT":                  {"8125", "", nil},
-	"EXTRA_TAGS":                   {"team:core", "", nil},
-	"PROMETHEUS_ADDR":              {":9090", "", []string{"USE_PROMETHEUS", "true"}},
-	"PROMETHEUS_PATH":              {"/metrics", "", []string{"USE_PROMETHEUS", "true"}},
-	"PROMETHEUS_MAPPER_YAML":       {"/m.yaml", "", []string{"USE_PROMETHEUS", "true"}},
-	"BACKEND_TYPE":                 {"memcache", "redis", nil},
-	"REDIS_SOCKET_TYPE":            {"udp", "tcp", []string{"REDIS_URL", "h:1"}},
-	"REDIS_POOL_ON_EMPTY_BEHAVIOR": {"CREATE", "WAIT", []string{"REDIS_URL", "h:1"}},
-	"REDIS_PERSECOND":              {"true", "false", nil},
-	"RESPONSE_DYNAMIC_METADATA":    {"true", "false", nil},
-	"TRACING_ENABLED":              {"true", "false", nil},
+	"CONFIG_TYPE":                            {"GRPC_XDS_SOTW", "FILE", nil},
+	"USE_DOG_STATSD":                         {"true", "false", nil},
+	"USE_DOG_STATSD_MOGRIFIERS":              {"m", "", nil},
+	"USE_STATSD":                             {"true", "false", nil},
+	"STATSD_HOST":                            {"statsd.svc", "", nil},
+	"STATSD_PORT":                            {"8125", "", nil},
+	"EXTRA_TAGS":                             {"team:core", "", nil},
+	"PROMETHEUS_ADDR":                        {":9090", "", []string{"USE_PROMETHEUS", "true"}},
+	"PROMETHEUS_PATH":                        {"/metrics", "", []string{"USE_PROMETHEUS", "true"}},
+	"PROMETHEUS_MAPPER_YAML":                 {"/m.yaml", "", []string{"USE_PROMETHEUS", "true"}},
+	"BACKEND_TYPE":                           {"memcache", "redis", nil},
+	"REDIS_SOCKET_TYPE":                      {"udp", "tcp", []string{"REDIS_URL", "h:1"}},
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR":           {"CREATE", "WAIT", []string{"REDIS_URL", "h:1"}},
+	"REDIS_PERSECOND_SOCKET_TYPE":            {"udp", "unix", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "/run/redis.sock", "REDIS_URL", "h:1"}},
+	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": {"ERROR", "WAIT", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"}},
+	"RESPONSE_DYNAMIC_METADATA":              {"true", "false", nil},
+	"TRACING_ENABLED":                        {"true", "false", nil},
 }
 
 // TestReferenceTable walks every variable of the reference server and
@@ -118,10 +128,13 @@ func TestReferenceTable(t *testing.T) {
 					t.Fatalf("%v", err)
 				}
 				// The companions alone must leave the change to the
-				// variable itself.
+				// variable itself, or be refused for want of it.
 				base, err := parse(t, kv[2:]...)
 				if err != nil {
-					t.Fatalf("the companions alone: %v", err)
+					if !strings.Contains(err.Error(), kv[0]) {
+						t.Fatalf("the companions alone: %v", err)
+					}
+					return
 				}
 				if same(c, base) {
 					t.Errorf("%s=%s changed nothing", kv[0], kv[1])

@@ -107,7 +107,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		b.inFlight++
 		b.mu.Unlock()
 		err := b.l.run(ctx, clock, hits, decisions)
-		b.l.breaker.done(probe, outcomeOf(ctx, err))
+		b.l.report(ctx, probe, err)
 		b.next()
 		return err
 	}
@@ -121,7 +121,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		b.inFlight++
 		b.mu.Unlock()
 		err := b.l.runArgs(ctx, c.keys, c.args, decisions)
-		b.l.breaker.done(probe, outcomeOf(ctx, err))
+		b.l.report(ctx, probe, err)
 		b.next()
 		return err
 	}
@@ -248,6 +248,7 @@ func (b *batcher) flush(batch []*call) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	replies, err := b.l.send(ctx, keys, args, len(batch))
 	outcome := outcomeOf(ctx, err)
+	b.l.noteFailure(ctx, err)
 	cancel()
 	for i, c := range batch {
 		if !c.state.CompareAndSwap(callSent, callDone) {

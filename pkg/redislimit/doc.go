@@ -77,6 +77,18 @@
 // not have consumed. Single nodes and Sentinel have none of this: one
 // script call per request, shared with concurrent requests (see Batching).
 //
+// # Per-second Redis
+//
+// A Split keeps the counters of short windows (PerSecond: shorter than a
+// minute, the reference server's REDIS_PERSECOND limits) in a Redis of
+// their own and the others in the main one, each a Limiter of its own
+// (single node, Sentinel or Cluster, with its breaker and batching). A
+// request whose hits all go to one of them is that Limiter's call,
+// unchanged. A request with hits on both is decided as the slots of a
+// Cluster are, by the same code: both calls at once, and when one denies
+// or fails, the other's consumption refunded by a second call, with the
+// same window of about one round trip.
+//
 // # Memory per counter
 //
 // MEMORY USAGE (SAMPLES 0) of one counter on Redis 7.0 (64-bit, jemalloc),

@@ -125,8 +125,14 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	} else {
 		err = l.run(ctx, clock, hits, decisions)
 	}
-	l.breaker.done(probe, outcomeOf(ctx, err))
+	l.report(ctx, probe, err)
 	return err
+}
+
+// report tells the breaker and Health how a call to Redis under ctx ended.
+func (l *Limiter) report(ctx context.Context, probe bool, err error) {
+	l.noteFailure(ctx, err)
+	l.breaker.done(probe, outcomeOf(ctx, err))
 }
 
 // appendRequest appends a request's KEYS and ARGV for hits to keys and
