@@ -40,7 +40,7 @@ func flush(t *testing.T, c *statsd.Client) {
 // DogStatsD, with and without tags, over two flushes: counters send what
 // they gained, timers what they observed, gauges their value.
 func TestLines(t *testing.T) {
-	tags := []statsd.Tag{{"zone", "eu-1.a"}, {"env", "prod"}, {"empty", ""}}
+	tags := []statsd.Tag{{Key: "zone", Value: "eu-1.a"}, {Key: "env", Value: "prod"}, {Key: "empty", Value: ""}}
 	for _, tc := range []struct {
 		name         string
 		opts         statsd.Options
@@ -341,9 +341,9 @@ func TestParseTags(t *testing.T) {
 		err  string
 	}{
 		{"", nil, ""},
-		{"env:prod", []statsd.Tag{{"env", "prod"}}, ""},
-		{"env:prod,zone:eu-1", []statsd.Tag{{"env", "prod"}, {"zone", "eu-1"}}, ""},
-		{"env:", []statsd.Tag{{"env", ""}}, ""},
+		{"env:prod", []statsd.Tag{{Key: "env", Value: "prod"}}, ""},
+		{"env:prod,zone:eu-1", []statsd.Tag{{Key: "env", Value: "prod"}, {Key: "zone", Value: "eu-1"}}, ""},
+		{"env:", []statsd.Tag{{Key: "env", Value: ""}}, ""},
 		{"env", nil, `tag "env": want key:value`},
 		{"env:prod,", nil, `tag "": want key:value`},
 		{"url:http://x", nil, `tag "url:http://x": want key:value`},
@@ -370,8 +370,8 @@ func TestNewRefuses(t *testing.T) {
 		{"unknown network", statsd.Options{Network: "unix"}, `network "unix": want udp or tcp`},
 		{"address without a port", statsd.Options{Addr: "statsd"}, `address "statsd"`},
 		{"negative packet size", statsd.Options{MaxPacketSize: -1}, "negative packet size"},
-		{"tag key with a colon", statsd.Options{Tags: []statsd.Tag{{"a:b", "c"}}}, `tag key "a:b": ":" would corrupt`},
-		{"tag key with a newline", statsd.Options{Tags: []statsd.Tag{{"a\nb", "c"}}}, `would corrupt`},
+		{"tag key with a colon", statsd.Options{Tags: []statsd.Tag{{Key: "a:b", Value: "c"}}}, `tag key "a:b": ":" would corrupt`},
+		{"tag key with a newline", statsd.Options{Tags: []statsd.Tag{{Key: "a\nb", Value: "c"}}}, `would corrupt`},
 	} {
 		c, err := statsd.New(tc.opts)
 		if err == nil {
