@@ -41,23 +41,22 @@ func flush(t *testing.T, c *statsd.Client) {
 // they gained, timers what they observed, gauges their value.
 func TestLines(t *testing.T) {
 	tags := []statsd.Tag{{Key: "zone", Value: "eu-1.a"}, {Key: "env", Value: "prod"}, {Key: "empty", Value: ""}}
+	untagged := []string{
+		"hits:3|c",
+		"a_b_c:1|c",
+		"rt:0|ms",
+		"rt:2|ms",
+		"rt:2|ms|@0.25",
+		"rt:1500|ms",
+		"loads:4|c",
+	}
+	untaggedAgain := []string{"hits:2|c", "loads:1|c"}
 	for _, tc := range []struct {
 		name         string
 		opts         statsd.Options
 		first, again []string
 	}{
-		{"plain", statsd.Options{}, []string{
-			"hits:3|c",
-			"a_b_c:1|c",
-			"rt:0|ms",
-			"rt:2|ms",
-			"rt:2|ms|@0.25",
-			"rt:1500|ms",
-			"loads:4|c",
-		}, []string{
-			"hits:2|c",
-			"loads:1|c",
-		}},
+		{"plain", statsd.Options{}, untagged, untaggedAgain},
 		{"plain with tags in the names, sorted, values cleaned", statsd.Options{Tags: tags}, []string{
 			"hits.__env=prod.__zone=eu-1_a:3|c",
 			"a_b_c.__env=prod.__zone=eu-1_a:1|c",
@@ -70,18 +69,7 @@ func TestLines(t *testing.T) {
 			"hits.__env=prod.__zone=eu-1_a:2|c",
 			"loads.__env=prod.__zone=eu-1_a:1|c",
 		}},
-		{"DogStatsD without tags", statsd.Options{DogStatsD: true}, []string{
-			"hits:3|c",
-			"a_b_c:1|c",
-			"rt:0|ms",
-			"rt:2|ms",
-			"rt:2|ms|@0.25",
-			"rt:1500|ms",
-			"loads:4|c",
-		}, []string{
-			"hits:2|c",
-			"loads:1|c",
-		}},
+		{"DogStatsD without tags: as plain", statsd.Options{DogStatsD: true}, untagged, untaggedAgain},
 		{"DogStatsD tags", statsd.Options{DogStatsD: true, Tags: tags}, []string{
 			"hits:3|c|#env:prod,zone:eu-1_a",
 			"a_b_c:1|c|#env:prod,zone:eu-1_a",
