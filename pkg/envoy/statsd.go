@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
@@ -20,12 +21,27 @@ import (
 const (
 	statRateLimit    = "ratelimit.service.rate_limit."
 	statNotFound     = ".domain_not_found"
+	statLoadSuccess  = "ratelimit.service.config_load_success"
+	statLoadError    = "ratelimit.service.config_load_error"
 	statGlobalShadow = "ratelimit.service.global_shadow_mode"
 	statRedisError   = "ratelimit.service.call.should_rate_limit.redis_error"
 	statServiceError = "ratelimit.service.call.should_rate_limit.service_error"
 	statRequests     = "ratelimit_server.ShouldRateLimit.total_requests"
 	statResponseTime = "ratelimit_server.ShouldRateLimit.response_time"
 )
+
+// StatsdRuleLoads sends the rule loads that status reports
+// (rules.Watcher.Status) as the reference server's config load counters:
+// ratelimit.service.config_load_success counts the first load and every
+// good reload, config_load_error every refused one. They are not the
+// request path's, but their names belong with the others.
+func StatsdRuleLoads(c *statsd.Client, status func() rules.Status) {
+	c.CounterFunc(statLoadSuccess, func() uint64 {
+		st := status()
+		return 1 + st.Reloads - st.Failures
+	})
+	c.CounterFunc(statLoadError, func() uint64 { return status().Failures })
+}
 
 // statCounters are the statsd hit counters of one name.
 type statCounters = hitCounters[*statsd.Counter, uint64]
