@@ -15,7 +15,8 @@
 // stay bounded whatever values clients send.
 //
 // It imports rules (which limits apply), limit (the Hit and Decision
-// types) and statsd (the transport of its statsd stats), never a store: the Limiter is an interface satisfied by
-// limit.Memory and redislimit.Limiter, chosen by the caller. Servers,
-// listeners and configuration belong to package server and cmd/server.
+// types) and statsd (the transport of its statsd stats), never a store:
+// the Limiter is an interface satisfied by limit.Memory and
+// redislimit.Limiter, chosen by the caller. Servers, listeners and
+// configuration belong to package server and cmd/server.
 package envoy
