@@ -15,8 +15,8 @@ import (
 // nothing. It is safe for concurrent use, and adding is one atomic
 // operation: the network is the flush's business.
 type Counter struct {
-	v    atomic.Uint64
-	head string
+	v atomic.Uint64
+	wire
 	sent uint64 // v at the last flush; Client.flushMu guards it
 }
 
@@ -33,7 +33,7 @@ func (c *Counter) Inc() { c.Add(1) }
 func (c *Counter) appendTo(w *writer) {
 	v := c.v.Load()
 	if d := v - c.sent; d != 0 {
-		w.line(c.head, d, "c", 0)
+		w.line(c.wire, d, "c", 0)
 		c.sent = v
 	}
 }
@@ -55,7 +55,7 @@ const timerFastMillis = 1024
 // honour sample rates (statsd, statsd_exporter, the Datadog agent) count
 // exactly n, and the rates, powers of two, are exact in binary and decimal.
 type Timer struct {
-	head string
+	wire
 	fast [timerFastMillis]atomic.Uint64
 
 	mu   sync.Mutex
@@ -83,7 +83,7 @@ func (t *Timer) Observe(d time.Duration) {
 func (t *Timer) appendTo(w *writer) {
 	for ms := range t.fast {
 		if n := t.fast[ms].Swap(0); n != 0 {
-			w.samples(t.head, uint64(ms), n)
+			w.samples(t.wire, uint64(ms), n)
 		}
 	}
 	t.mu.Lock()
@@ -91,13 +91,13 @@ func (t *Timer) appendTo(w *writer) {
 	t.slow = nil
 	t.mu.Unlock()
 	for _, ms := range slices.Sorted(maps.Keys(slow)) {
-		w.samples(t.head, ms, slow[ms])
+		w.samples(t.wire, ms, slow[ms])
 	}
 }
 
 // funcStat is a counter or gauge read from a function at each flush.
 type funcStat struct {
-	head  string
+	wire
 	read  func() uint64
 	gauge bool
 	last  uint64 // counters: the total at the last flush
@@ -106,7 +106,7 @@ type funcStat struct {
 func (f *funcStat) appendTo(w *writer) {
 	v := f.read()
 	if f.gauge {
-		w.line(f.head, v, "g", 0)
+		w.line(f.wire, v, "g", 0)
 		return
 	}
 	d := v - f.last
@@ -114,7 +114,7 @@ func (f *funcStat) appendTo(w *writer) {
 		d = v // the source started again
 	}
 	if d != 0 {
-		w.line(f.head, d, "c", 0)
+		w.line(f.wire, d, "c", 0)
 	}
 	f.last = v
 }
@@ -138,19 +138,25 @@ type writer struct {
 	err     error  // the first send error of this flush
 }
 
+// wire is how the lines of a stat start and end.
+type wire struct {
+	head string // the name, in plain statsd its tags, and ':'
+	tail string // with DogStatsD its tags: "|#env:prod"
+}
+
 // samples writes n observations of value ms, one line per bit of n.
-func (w *writer) samples(head string, ms, n uint64) {
+func (w *writer) samples(s wire, ms, n uint64) {
 	for j := 0; n != 0; j, n = j+1, n>>1 {
 		if n&1 != 0 {
-			w.line(head, ms, "ms", j)
+			w.line(s, ms, "ms", j)
 		}
 	}
 }
 
-// line writes head, the value, "|" and typ, the sample rate 2^-rateExp
-// unless it is 0, and the DogStatsD tags.
-func (w *writer) line(head string, value uint64, typ string, rateExp int) {
-	l := append(w.scratch[:0], head...)
+// line writes a line of s: its head, the value, "|" and typ, the sample
+// rate 2^-rateExp unless it is 0, and its tail.
+func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
+	l := append(w.scratch[:0], s.head...)
 	l = strconv.AppendUint(l, value, 10)
 	l = append(l, '|')
 	l = append(l, typ...)
@@ -158,7 +164,7 @@ func (w *writer) line(head string, value uint64, typ string, rateExp int) {
 		l = append(l, "|@"...)
 		l = append(l, sampleRates[rateExp]...)
 	}
-	l = append(l, w.client.lineTags...)
+	l = append(l, s.tail...)
 	l = append(l, '\n')
 	w.scratch = l
 	if len(w.buf) > 0 && len(w.buf)+len(l) > w.client.maxPacket {

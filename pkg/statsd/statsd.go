@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,6 +70,10 @@ type Options struct {
 	// DogStatsD writes tags the DogStatsD way ("|#key:value") instead of
 	// into the names.
 	DogStatsD bool
+	// Mogrifiers rename DogStatsD stats and tag them, as the reference
+	// server's USE_DOG_STATSD_MOGRIFIERS do: the first whose pattern
+	// matches a name applies. They need DogStatsD.
+	Mogrifiers []Mogrifier
 	// MaxPacketSize bounds the bytes of one packet (one write over TCP);
 	// lines are never split, so a longer line goes alone. 0 means
 	// DefaultUDPPacketSize or DefaultTCPPacketSize.
@@ -85,8 +90,9 @@ type Client struct {
 	network, addr string
 	maxPacket     int
 	logger        *slog.Logger
-	nameTags      string // plain statsd: appended to every name
-	lineTags      string // DogStatsD: appended to every line
+	tags          []Tag // Options.Tags, normalized
+	dog           bool
+	mogrifiers    []Mogrifier
 
 	mu    sync.Mutex // guards byKey, stats and hooks
 	byKey map[statKey]stat
@@ -149,10 +155,14 @@ func New(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.DogStatsD {
-		c.lineTags = dogTags(tags)
-	} else {
-		c.nameTags = nameTags(tags)
+	c.tags, c.dog, c.mogrifiers = tags, opts.DogStatsD, opts.Mogrifiers
+	if len(c.mogrifiers) > 0 && !c.dog {
+		return nil, errors.New("statsd: mogrifiers rename DogStatsD stats; they need DogStatsD")
+	}
+	for _, m := range c.mogrifiers {
+		if err := checkKeys(m.Tags); err != nil {
+			return nil, err
+		}
 	}
 	interval := opts.FlushInterval
 	if interval == 0 {
@@ -170,14 +180,14 @@ func New(opts Options) (*Client, error) {
 // nothing when it gained nothing. ':', '|' and line breaks in name become
 // '_', as the reference server does for the ':' and '|' of its names.
 func (c *Client) Counter(name string) *Counter {
-	return register(c, 'c', name, func(head string) *Counter { return &Counter{head: head} })
+	return register(c, 'c', name, func(w wire) *Counter { return &Counter{wire: w} })
 }
 
 // Timer returns the timer of name, creating it at the first call. Each
 // flush sends the durations observed since the previous one, in whole
 // milliseconds ("name:3|ms"); see Timer for how many lines that makes.
 func (c *Client) Timer(name string) *Timer {
-	return register(c, 't', name, func(head string) *Timer { return &Timer{head: head} })
+	return register(c, 't', name, func(w wire) *Timer { return &Timer{wire: w} })
 }
 
 // CounterFunc makes name a counter whose running total f returns: each
@@ -194,12 +204,12 @@ func (c *Client) CounterFunc(name string, f func() uint64) {
 // of f's value sent at every flush ("name:7|g"), as lyft/gostats sends its
 // gauges.
 func (c *Client) funcStat(name string, f func() uint64, gauge bool) {
-	register(c, 'f', name, func(head string) *funcStat { return &funcStat{head: head, read: f, gauge: gauge} })
+	register(c, 'f', name, func(w wire) *funcStat { return &funcStat{wire: w, read: f, gauge: gauge} })
 }
 
-// register returns the stat of kind and name, made by create from its line
-// head if it is new.
-func register[S stat](c *Client, kind byte, name string, create func(head string) S) S {
+// register returns the stat of kind and name, made by create from its
+// wire form if it is new.
+func register[S stat](c *Client, kind byte, name string, create func(wire) S) S {
 	key := statKey{kind, name}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -208,7 +218,7 @@ func register[S stat](c *Client, kind byte, name string, create func(head string
 			return typed
 		}
 	}
-	s := create(c.head(name))
+	s := create(c.wire(name))
 	c.byKey[key] = s
 	c.stats = append(c.stats, s)
 	return s
@@ -222,11 +232,18 @@ func (c *Client) beforeFlush(f func()) {
 	c.mu.Unlock()
 }
 
-// head is the start of every line of name, up to the value.
 var nameReplacer = strings.NewReplacer(":", "_", "|", "_", "\n", "_", "\r", "_")
 
-func (c *Client) head(name string) string {
-	return nameReplacer.Replace(name) + c.nameTags + ":"
+// wire returns how the lines of name start and end: in plain statsd the
+// tags go into the name, with DogStatsD after the type, the extra tags
+// before those of the mogrifier that renames it.
+func (c *Client) wire(name string) wire {
+	name = nameReplacer.Replace(name)
+	if !c.dog {
+		return wire{head: name + nameTags(c.tags) + ":"}
+	}
+	name, tags := mogrify(c.mogrifiers, name)
+	return wire{head: nameReplacer.Replace(name) + ":", tail: dogTags(append(slices.Clip(c.tags), tags...))}
 }
 
 // Flush sends what the stats gathered since the last flush now. It returns

@@ -35,11 +35,11 @@ func ParseTags(s string) ([]Tag, error) {
 // keys or values, one per key (the last), sorted by key, values with '.',
 // ':' and '|' replaced by '_'.
 func normalizeTags(tags []Tag) ([]Tag, error) {
+	if err := checkKeys(tags); err != nil {
+		return nil, err
+	}
 	byKey := map[string]string{}
 	for _, t := range tags {
-		if i := strings.IndexFunc(t.Key, badKeyRune); i >= 0 {
-			return nil, fmt.Errorf("statsd: tag key %q: %q would corrupt the stat lines", t.Key, t.Key[i:i+1])
-		}
 		if t.Key != "" && t.Value != "" {
 			byKey[t.Key] = tagValueReplacer.Replace(t.Value)
 		}
@@ -50,6 +50,17 @@ func normalizeTags(tags []Tag) ([]Tag, error) {
 	}
 	slices.SortFunc(out, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
 	return out, nil
+}
+
+// checkKeys refuses a tag key with a character that would corrupt the
+// lines.
+func checkKeys(tags []Tag) error {
+	for _, t := range tags {
+		if i := strings.IndexFunc(t.Key, badKeyRune); i >= 0 {
+			return fmt.Errorf("statsd: tag key %q: %q would corrupt the stat lines", t.Key, t.Key[i:i+1])
+		}
+	}
+	return nil
 }
 
 var tagValueReplacer = strings.NewReplacer(".", "_", ":", "_", "|", "_", "\n", "_", "\r", "_", ",", "_", "#", "_")
