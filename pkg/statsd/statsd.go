@@ -248,8 +248,9 @@ func (c *Client) wire(name string) wire {
 
 // Flush sends what the stats gathered since the last flush now. It returns
 // an error if it could not connect, in which case the counts are kept for
-// the next flush, or if a write failed, in which case that packet's counts
-// are lost, as with any statsd client; ErrClosed after Close.
+// the next flush, or if a write failed, in which case the counts of the
+// lines not sent are lost, as with any statsd client; ErrClosed after
+// Close.
 func (c *Client) Flush() error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
