@@ -9,8 +9,10 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/statsdtest"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
+	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
 // benchRules are cmd/bench's generated rules: keys that match any value,
@@ -29,43 +31,62 @@ descriptors:
 // BenchmarkHandler measures the handler's CPU and allocations per request
 // on the in-memory twin with metrics on, for cmd/bench's under-limit
 // scenarios: 1 and 3 descriptors, 1,000 values per key. The store's own
-// cost is included (limit.Memory's benchmark gives it alone).
+// cost is included (limit.Memory's benchmark gives it alone). The _statsd
+// runs also count in statsd (never flushed during the run: counting is
+// what a request pays).
 func BenchmarkHandler(b *testing.B) {
 	for _, n := range []int{1, 3} {
-		b.Run(strconv.Itoa(n)+"desc", func(b *testing.B) {
-			set, err := rules.Parse(map[string][]byte{"bench.yaml": []byte(benchRules)}, rules.Options{})
-			if err != nil {
-				b.Fatal(err)
+		for _, withStatsd := range []bool{false, true} {
+			name := strconv.Itoa(n) + "desc"
+			if withStatsd {
+				name += "_statsd"
 			}
-			m, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{Store: "memory"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m})
-			if err != nil {
-				b.Fatal(err)
-			}
-			// Requests are built beforehand, as gRPC hands the handler a
-			// decoded message.
-			const values = 1000
-			all := make([]*pb.RateLimitRequest, values)
-			for v := range all {
-				var ds []*rlv3.RateLimitDescriptor
-				for k := 1; k <= n; k++ {
-					ds = append(ds, desc("key"+strconv.Itoa(k), "v"+strconv.Itoa(v)))
-				}
-				all[v] = request("bench", ds...)
-			}
-			ctx := context.Background()
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				resp, err := svc.ShouldRateLimit(ctx, all[i%values])
-				if err != nil || resp.OverallCode != pb.RateLimitResponse_OK {
-					b.Fatal(resp, err)
-				}
-				i++
-			}
-		})
+			b.Run(name, func(b *testing.B) { benchmarkHandler(b, n, withStatsd) })
+		}
+	}
+}
+
+func benchmarkHandler(b *testing.B, n int, withStatsd bool) {
+	set, err := rules.Parse(map[string][]byte{"bench.yaml": []byte(benchRules)}, rules.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := MetricsOptions{Store: "memory"}
+	if withStatsd {
+		client, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(b).Addr(), FlushInterval: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { client.Close() })
+		opts.Statsd = client
+	}
+	m, err := NewMetrics(prometheus.NewRegistry(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Requests are built beforehand, as gRPC hands the handler a
+	// decoded message.
+	const values = 1000
+	all := make([]*pb.RateLimitRequest, values)
+	for v := range all {
+		var ds []*rlv3.RateLimitDescriptor
+		for k := 1; k <= n; k++ {
+			ds = append(ds, desc("key"+strconv.Itoa(k), "v"+strconv.Itoa(v)))
+		}
+		all[v] = request("bench", ds...)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		resp, err := svc.ShouldRateLimit(ctx, all[i%values])
+		if err != nil || resp.OverallCode != pb.RateLimitResponse_OK {
+			b.Fatal(resp, err)
+		}
+		i++
 	}
 }

@@ -10,11 +10,13 @@
 // nothing: a rejected request consumes nothing), applies quota mode and
 // the failure policy, and builds the response: one status per descriptor,
 // the overall code, and the optional response headers and body. It also
-// owns the request-path metrics, whose series stay bounded whatever values
-// clients send.
+// owns the request-path metrics, in Prometheus and, when asked, in statsd
+// under the reference server's names (statsd.go), whose series and names
+// stay bounded whatever values clients send.
 //
-// It imports rules (which limits apply) and limit (the Hit and Decision
-// types), never a store: the Limiter is an interface satisfied by
-// limit.Memory and redislimit.Limiter, chosen by the caller. Servers,
-// listeners and configuration belong to package server and cmd/server.
+// It imports rules (which limits apply), limit (the Hit and Decision
+// types) and statsd (the transport of its statsd stats), never a store:
+// the Limiter is an interface satisfied by limit.Memory and
+// redislimit.Limiter, chosen by the caller. Servers, listeners and
+// configuration belong to package server and cmd/server.
 package envoy

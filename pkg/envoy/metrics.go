@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/pkg/rules"
+	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
 // DefaultMaxValueSeries is MetricsOptions.MaxValueSeries when it is zero.
@@ -32,13 +33,19 @@ type MetricsOptions struct {
 	// past it, hits of new values count under the rule's path followed by
 	// "._other_", so clients cannot grow the metrics without bound. 0
 	// means DefaultMaxValueSeries; negative means no value labels at all
-	// (everything goes to "._other_").
+	// (everything goes to "._other_"). It bounds the statsd names the
+	// same way, and the unknown domains named in statsd.
 	MaxValueSeries int
+	// Statsd, when set, also sends the request path's counts to statsd
+	// under the reference server's names (statsd.go); nil sends none.
+	// The Prometheus metrics are kept either way.
+	Statsd *statsd.Client
 }
 
-// Metrics records the request path in Prometheus metrics. Hit counters are
-// labelled by domain and rule (the rule's path in its file, a bounded set),
-// never by a request's values unless the rule asks for detailed_metric or
+// Metrics records the request path in Prometheus metrics and, when
+// MetricsOptions.Statsd is set, in statsd. Hit counters are labelled by
+// domain and rule (the rule's path in its file, a bounded set), never by a
+// request's values unless the rule asks for detailed_metric or
 // value_to_metric, and then for at most MaxValueSeries distinct values per
 // rule. A nil *Metrics records nothing. It is safe for concurrent use.
 type Metrics struct {
@@ -51,6 +58,7 @@ type Metrics struct {
 	storeErrors                                         prometheus.Counter
 	failureAnswers                                      *prometheus.CounterVec
 	maxValues                                           int
+	sd                                                  *statsdStats // nil without statsd
 
 	// The counters of each rule label, looked up once per rule rather
 	// than hashed from label strings on every request: cache maps the
@@ -68,19 +76,52 @@ type seriesCache struct {
 	rules sync.Map // *rules.Rule, or the domain string for overrides without a rule -> *ruleSeries
 }
 
-// counters are the hit counters of one (domain, rule) label pair.
-type counters struct {
-	hits, over, near, within, shadow prometheus.Counter
+// adder is a counter of one sink: prometheus.Counter, *statsd.Counter.
+type adder[N any] interface{ Add(N) }
+
+// hitCounters are the five hit counters of one name in one sink.
+type hitCounters[C adder[N], N any] struct {
+	hits, over, near, within, shadow C
+}
+
+// add counts n hits of a descriptor: all of them, then as over the limit
+// (and as shadow mode when its rule let them pass) or within it (and near
+// it).
+func (c *hitCounters[C, N]) add(n N, over, near, shadow bool) {
+	c.hits.Add(n)
+	switch {
+	case over:
+		c.over.Add(n)
+		if shadow {
+			c.shadow.Add(n)
+		}
+	default:
+		c.within.Add(n)
+		if near {
+			c.near.Add(n)
+		}
+	}
+}
+
+// counters are the Prometheus hit counters of one (domain, rule) label
+// pair.
+type counters = hitCounters[prometheus.Counter, float64]
+
+// series are the counters of one name: Prometheus ones (nil when only
+// statsd uses the name) and statsd ones (nil without statsd).
+type series struct {
+	prom counters
+	stat *statCounters
 }
 
 // ruleSeries are the counters of one rule, and of its request values.
 type ruleSeries struct {
-	counters
+	series
 	domain, path string
 
 	mu     sync.Mutex
-	values map[string]*counters // detailed labels; at most maxValues
-	other  *counters
+	values map[string]*series // detailed labels; at most maxValues
+	other  *series
 }
 
 // NewMetrics creates the request-path metrics and registers them on reg.
@@ -116,6 +157,9 @@ func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error
 	if m.maxValues == 0 {
 		m.maxValues = DefaultMaxValueSeries
 	}
+	if opts.Statsd != nil {
+		m.sd = newStatsdStats(opts.Statsd, m.maxValues)
+	}
 	m.decisionOK = m.decisions.WithLabelValues("ok")
 	m.decisionOver = m.decisions.WithLabelValues("over_limit")
 	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
@@ -131,6 +175,7 @@ func (m *Metrics) observeDecision(d time.Duration, resp *pb.RateLimitResponse, e
 	if m == nil {
 		return
 	}
+	m.sd.decision(d, err)
 	switch {
 	case err != nil:
 		m.decisions.WithLabelValues(strings.ToLower(status.Code(err).String())).Observe(d.Seconds())
@@ -151,21 +196,24 @@ func (m *Metrics) observeStore(d time.Duration, err error) {
 	}
 }
 
-func (m *Metrics) domainNotFound() {
+func (m *Metrics) domainNotFound(domain string) {
 	if m != nil {
 		m.domainsNotFound.Inc()
+		m.sd.domainNotFound(domain)
 	}
 }
 
 func (m *Metrics) globalShadow() {
 	if m != nil {
 		m.globalShadowMode.Inc()
+		m.sd.globalShadowAnswer()
 	}
 }
 
 func (m *Metrics) failureAnswer(mode rules.FailureMode) {
 	if m != nil {
 		m.failureAnswers.WithLabelValues(mode.String()).Inc()
+		m.sd.storeFailure()
 	}
 }
 
@@ -205,42 +253,83 @@ func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label str
 	s := m.byLabel[[2]string{domain, label}]
 	if s == nil {
 		s = &ruleSeries{domain: domain, path: label}
-		if r == nil || !(r.DetailedMetric || r.ValueToMetric) {
-			// A rule labelled by values never uses its own series;
-			// creating it would show a zero series for nothing.
-			s.counters = m.counters(domain, label)
-		}
 		m.byLabel[[2]string{domain, label}] = s
+	}
+	// A rule labelled by values never uses its own series; creating it
+	// would show a zero series for nothing. A reload can turn
+	// detailed_metric off on a path, so this is checked for every new rule,
+	// not only for a new label. In statsd an override is always named by
+	// its values, so an override without a rule has no name of its own.
+	if !byValue(r) {
+		statName := ""
+		if r != nil {
+			statName = label
+		}
+		m.fill(&s.series, domain, label, statName)
 	}
 	m.mu.Unlock()
 	c.rules.Store(key, s)
 	return s
 }
 
-// valueCounters returns the counters of a descriptor's values (the
-// detailed label in buf) in rule series s, or its "_other_" counters once
-// s has max distinct values.
-func (s *ruleSeries) valueCounters(m *Metrics, buf []byte) *counters {
+// byValue reports whether rule r's metrics are named by the request's
+// values.
+func byValue(r *rules.Rule) bool {
+	return r != nil && (r.DetailedMetric || r.ValueToMetric)
+}
+
+// fill creates the counters of v that are missing: Prometheus ones
+// labelled promLabel unless it is empty, statsd ones named statName unless
+// it is empty or statsd is off. Counters are only created, never replaced,
+// so that requests reading them race with nothing.
+func (m *Metrics) fill(v *series, domain, promLabel, statName string) {
+	if promLabel != "" && v.prom.hits == nil {
+		v.prom = m.counters(domain, promLabel)
+	}
+	if statName != "" && m.sd != nil && v.stat == nil {
+		v.stat = m.sd.hits(statName)
+	}
+}
+
+// valueSeries returns the series of a descriptor's values (the detailed
+// label in buf) in rule series s, or its "_other_" series once s has max
+// distinct values, with Prometheus counters if prom and statsd ones if
+// statsd is on.
+func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.values[string(buf)]; c != nil {
-		return c
-	}
+	v := s.values[string(buf)]
 	// Prometheus refuses label values that are not UTF-8.
-	if len(s.values) < m.maxValues && utf8.Valid(buf) {
-		label := string(buf)
-		c := m.counters(s.domain, label)
-		if s.values == nil {
-			s.values = map[string]*counters{}
+	if v == nil && (len(s.values) >= m.maxValues || !utf8.Valid(buf)) {
+		if s.other == nil {
+			s.other = &series{}
 		}
-		s.values[label] = &c
-		return &c
+		v = s.other
 	}
-	if s.other == nil {
-		c := m.counters(s.domain, s.path+otherValues)
-		s.other = &c
+	if v != nil && (v.prom.hits != nil || !prom) && (v.stat != nil || m.sd == nil) {
+		return v // the usual case, without building a name
 	}
-	return s.other
+	label, statName := string(buf), string(buf)
+	switch {
+	case v == nil:
+		v = &series{}
+		if s.values == nil {
+			s.values = map[string]*series{}
+		}
+		s.values[label] = v
+	case v == s.other:
+		label, statName = s.path+otherValues, s.path+otherValues
+		// An override without a rule has no path to put first; its
+		// statsd name starts with the domain, as every other one does.
+		if s.path == overrideMetric {
+			statName = s.domain + otherValues
+		}
+	}
+	if !prom {
+		label = ""
+	}
+	m.fill(v, s.domain, label, statName)
+	return v
 }
 
 // countMetrics adds each limited descriptor's hits to its counters.
@@ -255,24 +344,26 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 			continue
 		}
 		s := m.series(set, domain, ds.rule, ds.ruleMetric)
-		c := &s.counters
-		if ds.rule != nil && (ds.rule.DetailedMetric || ds.rule.ValueToMetric) {
-			sc.label = appendDetailedLabel(sc.label[:0], domain, sc.entries[ds.from:ds.to])
-			c = s.valueCounters(m, sc.label)
+		bv := byValue(ds.rule)
+		var prom *counters
+		var stat *statCounters
+		if !bv {
+			prom, stat = &s.prom, s.stat
 		}
-		n := float64(ds.cost)
-		c.hits.Add(n)
-		switch {
-		case out.wouldDeny:
-			c.over.Add(n)
-			if ds.shadow {
-				c.shadow.Add(n)
+		// The reference server names an override's stats by the
+		// request's values, whatever rule it met.
+		if bv || (ds.override && m.sd != nil) {
+			sc.label = appendDetailedLabel(sc.label[:0], domain, sc.entries[ds.from:ds.to])
+			v := s.valueSeries(m, sc.label, bv)
+			if bv {
+				prom = &v.prom
 			}
-		default:
-			c.within.Add(n)
-			if out.near {
-				c.near.Add(n)
-			}
+			stat = v.stat
+		}
+		over, near := out.wouldDeny, out.near
+		prom.add(float64(ds.cost), over, near, ds.shadow)
+		if stat != nil {
+			stat.add(uint64(ds.cost), over, near, ds.shadow)
 		}
 	}
 }

@@ -166,7 +166,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 	domain := req.GetDomain()
 	set := s.rules.Current()
 	if set == nil || !set.HasDomain(domain) {
-		s.opts.Metrics.domainNotFound()
+		s.opts.Metrics.domainNotFound(domain)
 		return allOK(len(req.Descriptors)), nil
 	}
 

@@ -1,0 +1,42 @@
+package statsd
+
+import (
+	"runtime"
+)
+
+// RuntimeStats adds the Go runtime's stats under prefix, with the names and
+// kinds lyft/gostats gives them, which the reference server sends under
+// "ratelimit.go": gauges alloc, sys, heapAlloc, heapSys, heapIdle,
+// heapInuse, heapReleased, heapObjects, nextGC, lastGC, gcCPUPercent and
+// numGoroutine, sent at every flush; counters totalAlloc, mallocs, frees,
+// pauseTotalNs and numGC. They are read once per flush
+// (runtime.ReadMemStats stops the world for microseconds). Call it once.
+func (c *Client) RuntimeStats(prefix string) {
+	var ms runtime.MemStats
+	c.beforeFlush(func() { runtime.ReadMemStats(&ms) })
+	for _, s := range []struct {
+		name  string
+		gauge bool
+		read  func() uint64
+	}{
+		{"alloc", true, func() uint64 { return ms.Alloc }},
+		{"sys", true, func() uint64 { return ms.Sys }},
+		{"heapAlloc", true, func() uint64 { return ms.HeapAlloc }},
+		{"heapSys", true, func() uint64 { return ms.HeapSys }},
+		{"heapIdle", true, func() uint64 { return ms.HeapIdle }},
+		{"heapInuse", true, func() uint64 { return ms.HeapInuse }},
+		{"heapReleased", true, func() uint64 { return ms.HeapReleased }},
+		{"heapObjects", true, func() uint64 { return ms.HeapObjects }},
+		{"nextGC", true, func() uint64 { return ms.NextGC }},
+		{"lastGC", true, func() uint64 { return ms.LastGC }},
+		{"gcCPUPercent", true, func() uint64 { return uint64(ms.GCCPUFraction * 100) }},
+		{"numGoroutine", true, func() uint64 { return uint64(runtime.NumGoroutine()) }},
+		{"totalAlloc", false, func() uint64 { return ms.TotalAlloc }},
+		{"mallocs", false, func() uint64 { return ms.Mallocs }},
+		{"frees", false, func() uint64 { return ms.Frees }},
+		{"pauseTotalNs", false, func() uint64 { return ms.PauseTotalNs }},
+		{"numGC", false, func() uint64 { return uint64(ms.NumGC) }},
+	} {
+		c.funcStat(prefix+"."+s.name, s.read, s.gauge)
+	}
+}

@@ -1,0 +1,198 @@
+package statsd
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Counter counts events. Client.Counter makes one; a nil *Counter counts
+// nothing. It is safe for concurrent use, and adding is one atomic
+// operation: the network is the flush's business.
+type Counter struct {
+	v atomic.Uint64
+	wire
+	sent uint64 // v at the last flush; Client.flushMu guards it
+}
+
+// Add counts n events.
+func (c *Counter) Add(n uint64) {
+	if c != nil {
+		c.v.Add(n)
+	}
+}
+
+// Inc counts one event.
+func (c *Counter) Inc() { c.Add(1) }
+
+func (c *Counter) appendTo(w *writer) {
+	v := c.v.Load()
+	if d := v - c.sent; d != 0 {
+		w.line(c.wire, d, "c", 0)
+		c.sent = v
+	}
+}
+
+// timerFastMillis is how many whole-millisecond values a Timer counts
+// without a lock: answers slower than a second are rare enough for a map.
+const timerFastMillis = 1024
+
+// Timer records durations in whole milliseconds, truncated, as the
+// reference server's response-time timer does. Client.Timer makes one; a
+// nil *Timer records nothing. It is safe for concurrent use, and an
+// observation under a second is one atomic operation.
+//
+// statsd wants one line per observation, which at thousands of requests a
+// second would be megabytes at each flush. A flush therefore writes, for
+// each millisecond value observed n times, one line per bit of n, each with
+// the sample rate that makes it count for that bit's power of two: 5
+// observations of 2 ms are "name:2|ms" and "name:2|ms|@0.25". Servers that
+// honour sample rates (statsd, statsd_exporter, the Datadog agent) count
+// exactly n, and the rates, powers of two, are exact in binary and decimal.
+type Timer struct {
+	wire
+	fast [timerFastMillis]atomic.Uint64
+
+	mu   sync.Mutex
+	slow map[uint64]uint64 // observations of timerFastMillis ms or more
+}
+
+// Observe records one duration; a negative one counts as 0 ms.
+func (t *Timer) Observe(d time.Duration) {
+	if t == nil {
+		return
+	}
+	ms := uint64(max(d.Milliseconds(), 0))
+	if ms < timerFastMillis {
+		t.fast[ms].Add(1)
+		return
+	}
+	t.mu.Lock()
+	if t.slow == nil {
+		t.slow = map[uint64]uint64{}
+	}
+	t.slow[ms]++
+	t.mu.Unlock()
+}
+
+func (t *Timer) appendTo(w *writer) {
+	for ms := range t.fast {
+		if n := t.fast[ms].Swap(0); n != 0 {
+			w.samples(t.wire, uint64(ms), n)
+		}
+	}
+	t.mu.Lock()
+	slow := t.slow
+	t.slow = nil
+	t.mu.Unlock()
+	for _, ms := range slices.Sorted(maps.Keys(slow)) {
+		w.samples(t.wire, ms, slow[ms])
+	}
+}
+
+// funcStat is a counter or gauge read from a function at each flush.
+type funcStat struct {
+	wire
+	read  func() uint64
+	gauge bool
+	last  uint64 // counters: the total at the last flush
+}
+
+func (f *funcStat) appendTo(w *writer) {
+	v := f.read()
+	if f.gauge {
+		w.line(f.wire, v, "g", 0)
+		return
+	}
+	d := v - f.last
+	if v < f.last {
+		d = v // the source started again
+	}
+	if d != 0 {
+		w.line(f.wire, d, "c", 0)
+	}
+	f.last = v
+}
+
+// sampleRates[j] is the sample rate of a timer line that stands for 2^j
+// observations, written in full: "0.5", "0.25", … Exponent notation would
+// be shorter but the Etsy statsd daemon reads only digits and dots.
+var sampleRates = func() [64]string {
+	var r [64]string
+	for j := 1; j < len(r); j++ {
+		r[j] = strconv.FormatFloat(math.Ldexp(1, -j), 'f', -1, 64)
+	}
+	return r
+}()
+
+// writer batches lines into packets of at most Client.maxPacket bytes.
+type writer struct {
+	client  *Client
+	buf     []byte // the packet being filled
+	scratch []byte // the line being built
+	err     error  // the first send error of this flush
+}
+
+// wire is how the lines of a stat start and end.
+type wire struct {
+	head string // the name, in plain statsd its tags, and ':'
+	tail string // with DogStatsD its tags: "|#env:prod"
+}
+
+// samples writes n observations of value ms, one line per bit of n.
+func (w *writer) samples(s wire, ms, n uint64) {
+	for j := 0; n != 0; j, n = j+1, n>>1 {
+		if n&1 != 0 {
+			w.line(s, ms, "ms", j)
+		}
+	}
+}
+
+// line writes a line of s: its head, the value, "|" and typ, the sample
+// rate 2^-rateExp unless it is 0, and its tail.
+func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
+	l := append(w.scratch[:0], s.head...)
+	l = strconv.AppendUint(l, value, 10)
+	l = append(l, '|')
+	l = append(l, typ...)
+	if rateExp > 0 {
+		l = append(l, "|@"...)
+		l = append(l, sampleRates[rateExp]...)
+	}
+	l = append(l, s.tail...)
+	l = append(l, '\n')
+	w.scratch = l
+	if len(w.buf) > 0 && len(w.buf)+len(l) > w.client.maxPacket {
+		w.send()
+	}
+	w.buf = append(w.buf, l...)
+}
+
+// send writes the packet. After a failed write the connection is closed,
+// to be dialled again, and the name resolved again, at the next flush; the
+// rest of this flush's lines are dropped.
+func (w *writer) send() {
+	c := w.client
+	packet := w.buf
+	w.buf = w.buf[:0]
+	if len(packet) == 0 || c.conn == nil {
+		return
+	}
+	err := c.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
+	if err == nil {
+		_, err = c.conn.Write(packet)
+	}
+	if err == nil {
+		return
+	}
+	if w.err == nil {
+		w.err = fmt.Errorf("statsd: send to %s over %s: %w", c.addr, c.network, err)
+	}
+	c.conn.Close()
+	c.conn = nil
+}

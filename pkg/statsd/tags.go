@@ -1,0 +1,101 @@
+package statsd
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Tag is a key and value added to every stat (Options.Tags).
+type Tag struct {
+	Key, Value string
+}
+
+// ParseTags reads tags written as the reference server's EXTRA_TAGS:
+// "key:value" items separated by commas, such as "env:prod,zone:a". An
+// empty string has no tags; an item without exactly one ':' is an error
+// naming it.
+func ParseTags(s string) ([]Tag, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var tags []Tag
+	for _, item := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(item, ":")
+		if !ok || strings.Contains(v, ":") {
+			return nil, fmt.Errorf("statsd: tag %q: want key:value", item)
+		}
+		tags = append(tags, Tag{Key: k, Value: v})
+	}
+	return tags, nil
+}
+
+// normalizeTags returns tags as lyft/gostats serializes them: without empty
+// keys or values, one per key (the last), sorted by key, values with '.',
+// ':' and '|' replaced by '_'.
+func normalizeTags(tags []Tag) ([]Tag, error) {
+	if err := checkKeys(tags); err != nil {
+		return nil, err
+	}
+	byKey := map[string]string{}
+	for _, t := range tags {
+		if t.Key != "" && t.Value != "" {
+			byKey[t.Key] = tagValueReplacer.Replace(t.Value)
+		}
+	}
+	out := make([]Tag, 0, len(byKey))
+	for k, v := range byKey {
+		out = append(out, Tag{k, v})
+	}
+	slices.SortFunc(out, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// checkKeys refuses a tag key with a character that would corrupt the
+// lines.
+func checkKeys(tags []Tag) error {
+	for _, t := range tags {
+		if i := strings.IndexFunc(t.Key, badKeyRune); i >= 0 {
+			return fmt.Errorf("statsd: tag key %q: %q would corrupt the stat lines", t.Key, t.Key[i:i+1])
+		}
+	}
+	return nil
+}
+
+var tagValueReplacer = strings.NewReplacer(".", "_", ":", "_", "|", "_", "\n", "_", "\r", "_", ",", "_", "#", "_")
+
+func badKeyRune(r rune) bool {
+	return strings.ContainsRune(":|,=#", r) || r < ' ' || r == 0x7f
+}
+
+// nameTags writes tags into a plain statsd name, as lyft/gostats does:
+// ".__env=prod.__zone=a".
+func nameTags(tags []Tag) string {
+	var b strings.Builder
+	for _, t := range tags {
+		b.WriteString(".__")
+		b.WriteString(t.Key)
+		b.WriteByte('=')
+		b.WriteString(t.Value)
+	}
+	return b.String()
+}
+
+// dogTags writes tags at the end of a DogStatsD line: "|#env:prod,zone:a".
+func dogTags(tags []Tag) string {
+	if len(tags) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("|#")
+	for i, t := range tags {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(t.Key)
+		b.WriteByte(':')
+		b.WriteString(t.Value)
+	}
+	return b.String()
+}
