@@ -52,6 +52,7 @@ type config struct {
 	maxMessageBytes             int
 	bounds                      envoy.RequestBounds
 	metricValueSeries           int
+	statsd                      statsdConfig
 	drainDelay, shutdownTimeout time.Duration
 
 	logLevel  slog.Level
@@ -210,6 +211,37 @@ func whilePerSecond(src envSource) envSource {
 	}
 }
 
+// statsdConfig is where and how the reference's statsd stats are sent.
+type statsdConfig struct {
+	on, dog              bool
+	addr, protocol, tags string
+	mogrifiers           string
+	flush                time.Duration
+}
+
+// statsdOn says whether the reference would send statsd: DISABLE_STATS=true
+// turns it off; USE_STATSD or USE_DOG_STATSD set say; otherwise a
+// deployment that sets STATSD_HOST or STATSD_PORT relies on the reference's
+// default (USE_STATSD true). With nothing set, floodgate keeps to
+// Prometheus, its default.
+func statsdOn(env lookupFunc) (string, string, bool) {
+	switch {
+	case isSetTrue(env, "DISABLE_STATS"):
+		return "false", "DISABLE_STATS", true
+	case isSetTrue(env, "USE_DOG_STATSD"):
+		return "true", "USE_DOG_STATSD", true
+	}
+	if v, ok := env("USE_STATSD"); ok && v != "" {
+		return v, "USE_STATSD", true
+	}
+	for _, name := range []string{"STATSD_HOST", "STATSD_PORT"} {
+		if v, ok := env(name); ok && v != "" {
+			return "true", name + " (USE_STATSD defaults to true in the reference)", true
+		}
+	}
+	return "", "", false
+}
+
 // headersEnabled maps LIMIT_RESPONSE_HEADERS_ENABLED to a header style.
 func headersEnabled(env lookupFunc) (string, string, bool) {
 	v, ok := env("LIMIT_RESPONSE_HEADERS_ENABLED")
@@ -286,6 +318,13 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "time in-flight requests get to finish on SIGTERM")
 	fs.Var((*levelValue)(&c.logLevel), "log-level", "log level: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&c.statsd.on, "statsd", false, "also send the reference server's statsd stats (ratelimit.service.*); Prometheus /metrics stays on")
+	fs.StringVar(&c.statsd.addr, "statsd-addr", "localhost:8125", "statsd server, host:port (-statsd)")
+	fs.StringVar(&c.statsd.protocol, "statsd-protocol", "", "tcp or udp; empty: tcp for statsd, udp for DogStatsD, as the reference")
+	fs.DurationVar(&c.statsd.flush, "statsd-flush-interval", 10*time.Second, "how often statsd counts are sent")
+	fs.StringVar(&c.statsd.tags, "statsd-tags", "", "tags on every statsd stat, k1:v1,k2:v2 (the reference's EXTRA_TAGS)")
+	fs.BoolVar(&c.statsd.dog, "dogstatsd", false, "send DogStatsD (tags as |#k:v) over UDP; implies -statsd")
+	fs.StringVar(&c.statsd.mogrifiers, "dogstatsd-mogrifiers", "", "the reference's USE_DOG_STATSD_MOGRIFIERS: names whose DOG_STATSD_MOGRIFIER_<NAME>_* variables rename and tag stats")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK overall whatever the limits say (statuses and metrics stay real)")
 	fs.BoolVar(&c.dynMetadata, "response-dynamic-metadata", false, "put the request and the matched rules' metadata into each answer's dynamic_metadata, as the reference server")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", envoy.DefaultNearLimitRatio, "share of a limit above which hits count as near_limit")

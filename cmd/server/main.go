@@ -37,6 +37,7 @@ import (
 	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
+	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
 func main() {
@@ -97,7 +98,18 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		go flushOnReload(ctx, watcher, cache)
 		limiter = cache
 	}
-	metrics, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: store, MaxValueSeries: cfg.metricValueSeries})
+	sd, err := newStatsd(cfg.statsd, env, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate: %v\n", err)
+		return 2
+	}
+	if sd != nil {
+		// Closed after the server has stopped, so the last counts go out.
+		defer sd.Close()
+		sd.RuntimeStats("ratelimit.go")
+		envoy.StatsdRuleLoads(sd, watcher.Status)
+	}
+	metrics, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: store, MaxValueSeries: cfg.metricValueSeries, Statsd: sd})
 	if err == nil {
 		err = server.RegisterRuleMetrics(reg, watcher)
 	}
@@ -433,4 +445,45 @@ func newLogger(cfg *config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// newStatsd returns the statsd client the configuration asks for, or nil
+// when statsd is off. Mogrifiers read their DOG_STATSD_MOGRIFIER_* variables
+// from env, as the reference does.
+func newStatsd(c statsdConfig, env lookupFunc, logger *slog.Logger) (*statsd.Client, error) {
+	if !c.on && !c.dog {
+		return nil, nil
+	}
+	tags, err := statsd.ParseTags(c.tags)
+	if err != nil {
+		return nil, fmt.Errorf("-statsd-tags (EXTRA_TAGS): %w", err)
+	}
+	var mogs []statsd.Mogrifier
+	if c.mogrifiers != "" {
+		if !c.dog {
+			return nil, errors.New("-dogstatsd-mogrifiers (USE_DOG_STATSD_MOGRIFIERS) needs -dogstatsd (USE_DOG_STATSD=true)")
+		}
+		if mogs, err = statsd.MogrifiersFromEnv(c.mogrifiers, env); err != nil {
+			return nil, fmt.Errorf("-dogstatsd-mogrifiers (USE_DOG_STATSD_MOGRIFIERS): %w", err)
+		}
+	}
+	network := c.protocol
+	if network == "" {
+		network = "tcp"
+		if c.dog {
+			network = "udp"
+		}
+	}
+	if c.flush <= 0 {
+		return nil, fmt.Errorf("-statsd-flush-interval (STATS_FLUSH_INTERVAL) %v: must be positive", c.flush)
+	}
+	sd, err := statsd.New(statsd.Options{
+		Addr: c.addr, Network: network, FlushInterval: c.flush, Tags: tags,
+		DogStatsD: c.dog, Mogrifiers: mogs, Logger: logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("statsd: %w", err)
+	}
+	logger.Info("sending statsd", "addr", c.addr, "protocol", network, "dogstatsd", c.dog, "flush_interval", c.flush.String())
+	return sd, nil
 }

@@ -44,7 +44,6 @@ func (r *refVar) source() envSource {
 
 // Reasons shared by several variables.
 const (
-	useMetrics   = "floodgate serves Prometheus metrics on the HTTP port's /metrics (-http-addr, PORT) and does not support statsd yet; scrape /metrics"
 	noXDS        = "configuration over xDS is not supported: mount the rule files where RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY say"
 	noMemcache   = "Memcached is not supported yet: keep the counters in Redis (REDIS_URL)"
 	noTracing    = "tracing is not supported: unset TRACING_ENABLED"
@@ -91,17 +90,20 @@ var referenceVars = []refVar{
 	{name: "XDS_CLIENT_BACKOFF_JITTER"},
 	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"},
 
-	{name: "USE_DOG_STATSD", refuse: whenTrue(useMetrics + ", and unset USE_DOG_STATSD")},
-	{name: "USE_DOG_STATSD_MOGRIFIERS", refuse: whenStatsd(useMetrics + ", and unset USE_DOG_STATSD_MOGRIFIERS or set USE_STATSD=false")},
-	// USE_STATSD defaults to true in the reference; only an explicit true
-	// asks for statsd. Unset, the other statsd variables say whether the
-	// deployment relies on it.
-	{name: "USE_STATSD", refuse: whenTrue(useMetrics + ", and set USE_STATSD=false")},
-	{name: "STATSD_HOST", refuse: whenStatsd(useMetrics + ", and unset STATSD_HOST or set USE_STATSD=false")},
-	{name: "STATSD_PORT", refuse: whenStatsd(useMetrics + ", and unset STATSD_PORT or set USE_STATSD=false")},
-	{name: "EXTRA_TAGS", refuse: always("floodgate's metrics carry no extra tags: add them as target labels in the Prometheus scrape configuration, and unset EXTRA_TAGS")},
-	{name: "STATS_FLUSH_INTERVAL"}, // metrics are read live at each scrape
-	{name: "DISABLE_STATS"},        // nothing is sent; /metrics costs nothing unless scraped
+	{name: "USE_DOG_STATSD", flag: "dogstatsd", refuse: func(v string, env lookupFunc) string {
+		if isSetTrue(env, "USE_STATSD") && isSetTrue(env, "USE_DOG_STATSD") {
+			return "USE_STATSD and USE_DOG_STATSD are both true, which the reference refuses too: keep one"
+		}
+		return ""
+	}},
+	{name: "USE_DOG_STATSD_MOGRIFIERS", flag: "dogstatsd-mogrifiers"},
+	{name: "USE_STATSD", flag: "statsd", value: statsdOn},
+	{name: "STATSD_HOST", flag: "statsd-addr", value: hostPortOn("STATSD_HOST", "STATSD_PORT", "localhost", "8125")},
+	{name: "STATSD_PORT", flag: "statsd-addr", value: hostPortOn("STATSD_HOST", "STATSD_PORT", "localhost", "8125")},
+	{name: "STATSD_PROTOCOL", flag: "statsd-protocol"},
+	{name: "EXTRA_TAGS", flag: "statsd-tags"},
+	{name: "STATS_FLUSH_INTERVAL", flag: "statsd-flush-interval"},
+	{name: "DISABLE_STATS", flag: "statsd", value: statsdOn},
 	{name: "USE_PROMETHEUS", note: noteWhenTrue("USE_PROMETHEUS=true: metrics are served on the HTTP port's /metrics (-http-addr, PORT), not on PROMETHEUS_ADDR; their names are floodgate_* (see docs/operations.md)")},
 	{name: "PROMETHEUS_ADDR", refuse: whenPrometheus("metrics are served on the HTTP port's /metrics (-http-addr, PORT): scrape that port, and unset PROMETHEUS_ADDR")},
 	{name: "PROMETHEUS_PATH", refuse: whenPrometheus("metrics are served on the HTTP port's /metrics: scrape that path, and unset PROMETHEUS_PATH")},
@@ -267,17 +269,6 @@ func unlessIn(why string, ok ...string) func(string, lookupFunc) string {
 			if strings.EqualFold(v, o) {
 				return ""
 			}
-		}
-		return why
-	}
-}
-
-// whenStatsd refuses a value while the reference would send statsd: unless
-// USE_STATSD=false or DISABLE_STATS=true.
-func whenStatsd(why string) func(string, lookupFunc) string {
-	return func(_ string, env lookupFunc) string {
-		if isFalse(env, "USE_STATSD") || isSetTrue(env, "DISABLE_STATS") {
-			return ""
 		}
 		return why
 	}

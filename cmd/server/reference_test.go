@@ -62,6 +62,15 @@ var honouredSamples = map[string][]string{
 	"SHADOW_MODE":                   {"SHADOW_MODE", "true"},
 	"RESPONSE_DYNAMIC_METADATA":     {"RESPONSE_DYNAMIC_METADATA", "true"},
 	"MERGE_DOMAIN_CONFIG":           {"MERGE_DOMAIN_CONFIG", "true"},
+	"USE_STATSD":                    {"USE_STATSD", "true"},
+	"USE_DOG_STATSD":                {"USE_DOG_STATSD", "true"},
+	"USE_DOG_STATSD_MOGRIFIERS":     {"USE_DOG_STATSD_MOGRIFIERS", "m"},
+	"STATSD_HOST":                   {"STATSD_HOST", "statsd.svc"},
+	"STATSD_PORT":                   {"STATSD_PORT", "9125"},
+	"STATSD_PROTOCOL":               {"STATSD_PROTOCOL", "udp"},
+	"EXTRA_TAGS":                    {"EXTRA_TAGS", "team:core"},
+	"STATS_FLUSH_INTERVAL":          {"STATS_FLUSH_INTERVAL", "3s"},
+	"DISABLE_STATS":                 {"DISABLE_STATS", "true", "USE_STATSD", "true"},
 }
 
 // refusedSamples give, for each variable with values floodgate refuses, one
@@ -72,12 +81,7 @@ var refusedSamples = map[string]struct {
 	with      []string
 }{
 	"CONFIG_TYPE":                            {"GRPC_XDS_SOTW", "FILE", nil},
-	"USE_DOG_STATSD":                         {"true", "false", nil},
-	"USE_DOG_STATSD_MOGRIFIERS":              {"m", "", nil},
-	"USE_STATSD":                             {"true", "false", nil},
-	"STATSD_HOST":                            {"statsd.svc", "", nil},
-	"STATSD_PORT":                            {"8125", "", nil},
-	"EXTRA_TAGS":                             {"team:core", "", nil},
+	"USE_DOG_STATSD":                         {"true", "false", []string{"USE_STATSD", "true"}},
 	"PROMETHEUS_ADDR":                        {":9090", "", []string{"USE_PROMETHEUS", "true"}},
 	"PROMETHEUS_PATH":                        {"/metrics", "", []string{"USE_PROMETHEUS", "true"}},
 	"PROMETHEUS_MAPPER_YAML":                 {"/m.yaml", "", []string{"USE_PROMETHEUS", "true"}},
@@ -86,7 +90,6 @@ var refusedSamples = map[string]struct {
 	"REDIS_POOL_ON_EMPTY_BEHAVIOR":           {"CREATE", "WAIT", []string{"REDIS_URL", "h:1"}},
 	"REDIS_PERSECOND_SOCKET_TYPE":            {"udp", "unix", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "/run/redis.sock", "REDIS_URL", "h:1"}},
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": {"ERROR", "WAIT", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"}},
-	"RESPONSE_DYNAMIC_METADATA":              {"true", "false", nil},
 	"TRACING_ENABLED":                        {"true", "false", nil},
 }
 
