@@ -2,6 +2,7 @@ package memcachelimit_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,19 +62,22 @@ func evaluate(t testing.TB, l *memcachelimit.Limiter, hits ...limit.Hit) []limit
 }
 
 // counterOn returns the value of the counter of hit's window at now, read
-// from whichever of servers holds it, and how many servers hold it.
-func counterOn(t *testing.T, servers []*memcachedtest.Server, prefix string, h limit.Hit, now time.Time) (value string, holders int) {
+// from whichever of servers holds it (at index holder, -1 when none), and
+// how many servers hold it.
+func counterOn(t *testing.T, servers []*memcachedtest.Server, prefix string, h limit.Hit, now time.Time) (value string, holder, holders int) {
 	t.Helper()
 	start, _ := h.Spec.WindowAt(now)
 	key := string(memcachelimit.AppendKey(nil, prefix, start.UnixMicro(), h.Key))
-	for _, s := range servers {
+	holder = -1
+	for i, s := range servers {
 		v, ok, err := s.Get(key)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if ok {
-			value, holders = v, holders+1
+			// A decr that shortens a number leaves it space-padded.
+			value, holder, holders = strings.TrimRight(v, " "), i, holders+1
 		}
 	}
-	return value, holders
+	return value, holder, holders
 }

@@ -323,13 +323,15 @@ func (l *Limiter) failed(ctx context.Context, err error) {
 // expiry returns the expiry of a counter whose window ends at end, from
 // now: in whole seconds, rounded up, plus one, because Memcached's clock
 // ticks in whole seconds and may be up to a second behind; as a Unix time
-// beyond 30 days, with a minute more for the two clocks' disagreement. A
-// counter may outlive its window a little, never the reverse: its key
-// names its window, so a late expiry only holds memory.
+// beyond 30 days, with a minute more for the two clocks' disagreement, and
+// at most 2^31-1 (January 2038), the largest Memcached reads. A counter
+// may outlive its window a little, never the reverse (but for windows
+// ending after 2038): its key names its window, so a late expiry only
+// holds memory.
 func expiry(now, end time.Time) int64 {
 	secs := int64(math.Ceil(end.Sub(now).Seconds())) + 1
 	if secs <= maxRelativeExpiry {
 		return max(secs, 1)
 	}
-	return int64(math.Ceil(float64(end.UnixMicro())/1e6)) + 60
+	return min(end.Unix()+61, math.MaxInt32)
 }
