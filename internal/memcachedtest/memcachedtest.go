@@ -10,6 +10,7 @@ package memcachedtest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,8 +40,7 @@ type Server struct {
 	t    testing.TB
 	args []string
 	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
+	stop func() // kills the process and waits for it, once
 }
 
 // TLSFiles are the PEM files a server started with StartTLS serves TLS
@@ -90,29 +91,39 @@ func start(t testing.TB, files *TLSFiles, extra []string) *Server {
 		}
 		s.args = append(s.args, "-Z", "-o", opts, "-l", "notls:"+s.Addr, "-l", s.TLSAddr)
 	}
-	s.args = append(s.args, extra...)
-	s.start(bin)
+	s.start(bin, extra)
 	t.Cleanup(s.Stop)
 	return s
 }
 
-func (s *Server) start(bin string) {
+// start runs bin with the server's arguments and extra, and waits until it
+// answers.
+func (s *Server) start(bin string, extra []string) {
 	s.t.Helper()
+	s.args = append(s.args, extra...)
 	logf, err := os.Create(s.log)
 	if err != nil {
 		s.t.Fatalf("memcachedtest: %v", err)
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(bin, s.args...)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
+	// Canceling the command's context kills the process; stop does that
+	// once and waits for the process to be gone.
+	ctx, kill := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, s.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		kill()
 		s.t.Fatalf("memcachedtest: start %s: %v", bin, err)
 	}
-	s.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) {
+	exited := make(chan struct{})
+	go func() {
 		_ = cmd.Wait()
-		close(done)
-	}(s.cmd, s.done)
+		close(exited)
+	}()
+	s.stop = sync.OnceFunc(func() {
+		kill()
+		<-exited
+	})
 	if err := WaitReady(s.Addr, 10*time.Second); err != nil {
 		s.Stop()
 		s.t.Fatalf("memcachedtest: memcached on %s: %v\nlog:\n%s", s.Addr, err, s.Log())
@@ -121,23 +132,13 @@ func (s *Server) start(bin string) {
 
 // Stop kills the server and waits for it to exit. It is safe to call more
 // than once.
-func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	select {
-	case <-s.done:
-	default:
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-}
+func (s *Server) Stop() { s.stop() }
 
 // Restart stops the server and starts it again, empty, on the same ports.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	s.start(LookPath(s.t))
+	s.start(LookPath(s.t), nil)
 }
 
 // Log returns what the server wrote, for failure messages.
@@ -179,16 +180,21 @@ func LookPath(t testing.TB) string {
 
 // WaitReady polls addr with "version" until it answers or timeout passes.
 func WaitReady(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		var reply string
-		if reply, err = Do(addr, "version"); err == nil && strings.HasPrefix(reply, "VERSION ") {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		reply, err := Do(addr, "version")
+		if err == nil && strings.HasPrefix(reply, "VERSION ") {
 			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after %v: %v", timeout, err)
+		case <-tick.C:
+		}
 	}
-	return fmt.Errorf("not ready after %v: %v", timeout, err)
 }
 
 // Do sends one command to addr as Server.Do does.
