@@ -314,6 +314,10 @@ func (c *conn) readReply(cmd *command) error {
 		if !strings.HasPrefix(line, "VERSION ") {
 			return unexpected("version", line)
 		}
+	case line == "NOT_FOUND" && cmd.kind == cmdAddIncr:
+		// Evicted or flushed between the add and the incr: nothing was
+		// charged, so the hit cannot be decided.
+		return &replyError{line: "NOT_FOUND right after add"}
 	case line == "NOT_FOUND":
 	default:
 		v, err := strconv.ParseUint(line, 10, 64)

@@ -425,6 +425,29 @@ func TestServerSilent(t *testing.T) {
 	held.Wait()
 }
 
+// A counter holding what incr cannot count fails its call with ErrStore,
+// leaves the server healthy (it answered) and the connection in use.
+func TestForeignValue(t *testing.T) {
+	servers, addrs := start(t, 1)
+	clk := newClock(t0)
+	l := newLimiter(t, addrs, memcachelimit.Options{Now: clk.now, MaxIdleConns: 1})
+	h := limit.Hit{Key: "k", Spec: fixed(5, time.Minute), Cost: 1}
+	start, _ := h.Spec.WindowAt(clk.t)
+	if _, err := servers[0].Do("set " + string(memcachelimit.AppendKey(nil, "", start.UnixMicro(), h.Key)) + " 0 60 3\r\nabc"); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Evaluate(context.Background(), []limit.Hit{h}, make([]limit.Decision, 1))
+	if !errors.Is(err, memcachelimit.ErrStore) || !strings.Contains(err.Error(), "non-numeric") {
+		t.Fatalf("Evaluate = %v, want ErrStore with memcached's answer", err)
+	}
+	if !l.Healthy() {
+		t.Fatal("unhealthy after the server answered")
+	}
+	if d := evaluate(t, l, limit.Hit{Key: "other", Spec: h.Spec, Cost: 1})[0]; !d.Allowed {
+		t.Fatalf("%+v", d)
+	}
+}
+
 // A caller that has gone away gets its context's error, and says nothing
 // of the servers' health.
 func TestCanceled(t *testing.T) {
