@@ -134,4 +134,16 @@
 // Probe asks every server. Unlike the Redis store there is no circuit
 // breaker: a call to a server that refuses connections fails at once, and
 // one to a server that does not answer waits for its deadline.
+//
+// # Performance
+//
+// BenchmarkEvaluate, 16 callers on one memcached (-t 2) over loopback, on
+// the shared 2-core machine that runs the tests (memcached, the benchmark
+// and the race-free test binary share it), calls per second:
+//
+//	1 hit, allowed (one round trip)       51000
+//	3 hits, allowed (one round trip)      32000
+//	1 hit, refused (two round trips)      31000
+//
+// Run it with: go test -run '^$' -bench . ./pkg/memcachelimit
 package memcachelimit
