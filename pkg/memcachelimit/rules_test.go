@@ -1,6 +1,8 @@
 package memcachelimit_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
@@ -55,5 +57,30 @@ descriptors:
 				t.Fatalf("CheckRules returned %T, want *rules.LoadError", err)
 			}
 		})
+	}
+}
+
+// As the rule loader's Check, CheckRules refuses the load and its problems
+// come with the load's own, in file order.
+func TestCheckRulesAtLoad(t *testing.T) {
+	_, err := rules.Parse(map[string][]byte{"a.yaml": []byte(`domain: a
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: gcra}
+`), "b.yaml": []byte(`domain: b
+descriptors:
+  - key: k
+    rate_limit: {unit: fortnight, requests_per_unit: 5}
+`)}, rules.Options{Check: memcachelimit.CheckRules})
+	var le *rules.LoadError
+	if !errors.As(err, &le) || len(le.Errors) != 2 {
+		t.Fatalf("Parse: %v, want two problems", err)
+	}
+	if !strings.HasPrefix(le.Errors[0].Error(), "a.yaml:4:17: rule a.k: algorithm gcra cannot be served by Memcached") ||
+		!strings.HasPrefix(le.Errors[1].Error(), "b.yaml:4:24: descriptors[0].rate_limit.unit: unknown unit") {
+		t.Fatalf("Parse:\n%v", err)
+	}
+	if _, err := rules.Parse(map[string][]byte{"a.yaml": []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")}, rules.Options{Check: memcachelimit.CheckRules}); err != nil {
+		t.Fatalf("Parse of fixed windows: %v", err)
 	}
 }
