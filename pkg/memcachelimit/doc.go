@@ -138,8 +138,8 @@
 // # Performance
 //
 // BenchmarkEvaluate, 16 callers on one memcached (-t 2) over loopback, on
-// the shared 2-core machine that runs the tests (memcached, the benchmark
-// and the race-free test binary share it), calls per second:
+// the shared 2-core machine that runs the tests (memcached and the
+// benchmark share its cores), calls per second:
 //
 //	1 hit, allowed (one round trip)       51000
 //	3 hits, allowed (one round trip)      32000
