@@ -2,10 +2,8 @@ package redislimit
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
-	"os"
+
+	"github.com/floodgate/floodgate/internal/tlsclient"
 )
 
 // TLSFiles says how a TLS connection to Redis is verified and which
@@ -30,61 +28,7 @@ type TLSFiles struct {
 	SkipHostnameVerification bool
 }
 
-// config returns the tls.Config for f. Its ServerName is left empty: the
-// dialer takes each node's host from the address it dials, which is what a
-// Cluster or Sentinel client needs, every node having its own.
-func (f TLSFiles) config() (*tls.Config, error) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f.CAFile != "" {
-		pem, err := os.ReadFile(f.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis TLS CA file: %w", err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis TLS CA file %s: no PEM certificate in it", f.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	switch {
-	case f.CertFile != "" && f.KeyFile != "":
-		pair, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis TLS client certificate %s and key %s: %w", f.CertFile, f.KeyFile, err)
-		}
-		c.Certificates = []tls.Certificate{pair}
-	case f.CertFile != "" || f.KeyFile != "":
-		return nil, errors.New("redis TLS client certificate and key: give both or neither")
-	}
-	if f.SkipHostnameVerification {
-		// crypto/tls verifies the chain and the name together; turning
-		// both off and verifying the chain here keeps the half that
-		// matters. VerifyConnection, unlike VerifyPeerCertificate, also
-		// runs on resumed sessions.
-		c.InsecureSkipVerify = true
-		c.VerifyConnection = verifyChain(c.RootCAs)
-	}
-	return c, nil
-}
-
-// verifyChain returns a tls.Config.VerifyConnection that verifies the
-// server's certificate chain against roots (nil: the system's), whatever
-// names it holds.
-func verifyChain(roots *x509.CertPool) func(tls.ConnectionState) error {
-	return func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
-			return errors.New("redis TLS: the server presented no certificate")
-		}
-		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
-		for _, c := range cs.PeerCertificates[1:] {
-			opts.Intermediates.AddCert(c)
-		}
-		if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
-			return fmt.Errorf("redis TLS: %w", err)
-		}
-		return nil
-	}
-}
+// config returns the tls.Config for f (see tlsclient.Files.Config): every
+// node's host comes from the address dialed, which a Cluster or Sentinel
+// client needs, every node having its own.
+func (f TLSFiles) config() (*tls.Config, error) { return tlsclient.Files(f).Config("redis") }

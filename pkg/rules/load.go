@@ -2,6 +2,7 @@ package rules
 
 import (
 	"crypto/sha256"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -51,6 +52,16 @@ func build(files []ruleFile, opts Options, probs *problems) (*Set, error) {
 		}
 	}
 	set := compile(docs, opts, probs)
+	if opts.Check != nil {
+		// Also when there are other problems: every problem is told at once.
+		var le *LoadError
+		switch err := opts.Check(set); {
+		case errors.As(err, &le):
+			probs.errs = append(probs.errs, le.Errors...)
+		case err != nil:
+			probs.errs = append(probs.errs, FieldError{Msg: err.Error()})
+		}
+	}
 	if len(probs.errs) > 0 {
 		sortByPos(probs.errs)
 		return nil, &LoadError{Errors: probs.errs}

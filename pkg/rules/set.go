@@ -8,6 +8,13 @@ type Options struct {
 	// descriptors are then merged (the reference server's
 	// MERGE_DOMAIN_CONFIG). Without it a repeated domain is an error.
 	MergeDomains bool
+	// Check, when not nil, vets every compiled set before it is accepted,
+	// so that rules the store cannot serve are refused when they are
+	// loaded, and a reload bringing one keeps the rules in force: the
+	// problems of a *LoadError it returns join the load's, and any other
+	// error is one problem of the whole load. memcachelimit.CheckRules is
+	// one.
+	Check func(*Set) error
 }
 
 // Set is an immutable compiled rule set. It is safe for concurrent use.

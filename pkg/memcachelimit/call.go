@@ -1,0 +1,261 @@
+package memcachelimit
+
+import (
+	"math"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// call is the working memory of one Evaluate, reused across calls.
+//
+// A call runs in two steps. First, one command per hit that touches the
+// store, all in one round trip per server: a consuming hit creates its
+// counter if missing and increments it by its cost (cmdAddIncr), any other
+// hit reads its counter (incr by 0). decide then turns the replies into
+// decisions. Second, when needed, one more round trip gives back what the
+// call must not keep (decr): every increment of a call that blocks, the
+// increment of each denied advisory hit of a call that does not, and the
+// refunds.
+//
+// When a hit blocks before anything is asked (cost > 0, neither a refund
+// nor advisory, and Limit 0 or a cost above the limit), the call cannot
+// consume: every hit only reads, the consuming ones counting their cost
+// on top of what they read (virtual), and there is no second step.
+type call struct {
+	hits  []hitState
+	slots []slot
+	cmds  []command // the first step's commands
+	cmds2 []command // the second step's
+	ptrs  []*command
+	buf   []byte
+	// static reports that the call blocks whatever the store holds.
+	static bool
+}
+
+// hitState is what a call knows of one hit.
+type hitState struct {
+	slot int   // index in call.slots; -1 for a limit of 0, which needs no store
+	end  int64 // end of the hit's window, µs
+	cmd  int   // index of its command in call.cmds; -1 when none
+	// consume reports a hit that takes its cost from the counter (cost >
+	// 0, not a refund, not above the limit); write, that the first step
+	// really incremented the counter for it (not static).
+	consume, write bool
+	// stored is the count before the call as seen at the hit's turn: what
+	// a hit of cost 0 sees when the call consumes nothing.
+	stored int64
+	refund int // index of its refund in call.cmds2; -1 when none
+}
+
+// slot is one counter window that hits of the call share.
+type slot struct {
+	key string
+	srv *server
+	// Sums over the hits of the call so far, in order: costs counted
+	// without being sent (static), costs of consuming hits, costs of
+	// denied consuming hits, and costs the first step really added.
+	virtual, consumed, denied, charged int64
+}
+
+func (c *call) reset() {
+	clear(c.slots) // drop keys and servers
+	clear(c.cmds)
+	clear(c.cmds2)
+	clear(c.ptrs)
+	c.hits, c.slots, c.cmds, c.cmds2, c.ptrs = c.hits[:0], c.slots[:0], c.cmds[:0], c.cmds2[:0], c.ptrs[:0]
+}
+
+// plan builds the first step's commands for hits at now.
+func (c *call) plan(l *Limiter, hits []limit.Hit, now time.Time) {
+	servers := l.pool.list()
+	c.static = false
+	for i := range hits {
+		h := &hits[i]
+		if h.Cost > 0 && !h.Refund && !h.Advisory && (h.Spec.Limit == 0 || h.Cost > h.Spec.Limit) {
+			c.static = true
+		}
+	}
+	for i := range hits {
+		h := &hits[i]
+		hs := hitState{slot: -1, cmd: -1, refund: -1}
+		if h.Spec.Limit > 0 {
+			start, end := h.Spec.WindowAt(now)
+			hs.end = end.UnixMicro()
+			c.buf = AppendKey(c.buf[:0], l.opts.KeyPrefix, start.UnixMicro(), h.Key)
+			hs.slot = c.slotFor(c.buf, servers)
+			sl := &c.slots[hs.slot]
+			cmd := command{kind: cmdIncr, key: sl.key, srv: sl.srv}
+			hs.consume = h.Cost > 0 && !h.Refund && h.Cost <= h.Spec.Limit
+			if hs.consume && !c.static {
+				cmd.kind, cmd.delta, cmd.exp = cmdAddIncr, uint64(h.Cost), expiry(now, end)
+				hs.write = true
+			}
+			hs.cmd = len(c.cmds)
+			c.cmds = append(c.cmds, cmd)
+		}
+		c.hits = append(c.hits, hs)
+	}
+	c.ptrs = pointers(c.ptrs[:0], c.cmds)
+}
+
+// slotFor returns the slot of the counter window key, adding it if new.
+// Calls have few hits, so a scan beats a map.
+func (c *call) slotFor(key []byte, servers []*server) int {
+	for i := range c.slots {
+		if c.slots[i].key == string(key) {
+			return i
+		}
+	}
+	k := string(key)
+	c.slots = append(c.slots, slot{key: k, srv: pick(servers, k)})
+	return len(c.slots) - 1
+}
+
+func pointers(dst []*command, cmds []command) []*command {
+	for i := range cmds {
+		dst = append(dst, &cmds[i])
+	}
+	return dst
+}
+
+// decide sets decisions from the first step's replies, with the
+// arithmetic of limit's fixed window, and reports whether the call blocks.
+//
+// A consuming hit's reply n is the count after every increment of the
+// call so far on its counter, its own included, and after whatever other
+// calls did. The hit sees w = n - cost - (costs of the call's earlier
+// denied hits on the counter, which the in-process twin would not have
+// added) and is allowed when w + cost <= Limit. A read sees w = n -
+// (those denied costs). A static call adds its consuming hits' costs to
+// what it reads, as if it had sent them.
+func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (blocked bool) {
+	for i := range hits {
+		h, hs := &hits[i], &c.hits[i]
+		if hs.slot < 0 {
+			// Limit 0: decided without the store, as limit's step does.
+			allowed := h.Cost == 0 || h.Refund
+			decisions[i] = limit.Decision{Allowed: allowed, Never: !allowed}
+			blocked = blocked || h.Blocks(&decisions[i])
+			continue
+		}
+		sl := &c.slots[hs.slot]
+		n := count(&c.cmds[hs.cmd])
+		if hs.consume {
+			sl.consumed += h.Cost
+			if hs.write {
+				sl.charged += h.Cost
+			} else {
+				sl.virtual += h.Cost
+			}
+		}
+		n += sl.virtual
+		hs.stored = max(0, n-sl.consumed)
+		lim, reset := h.Spec.Limit, micros(hs.end-now)
+		d := limit.Decision{ResetAfter: reset}
+		switch w := max(0, n-sl.denied); {
+		case h.Refund:
+			d.Allowed, d.Remaining = true, max(0, lim-hs.stored) // a call that consumes sets it again (refunded)
+		case hs.consume:
+			w = max(0, w-h.Cost)
+			if w+h.Cost <= lim {
+				d.Allowed, d.Remaining = true, lim-w-h.Cost
+			} else {
+				sl.denied += h.Cost
+				d.Remaining, d.RetryAfter = max(0, lim-w), reset
+			}
+		case h.Cost > 0:
+			// Above what the limit can ever admit: a peek's answer, never.
+			d.Never, d.Remaining = true, max(0, lim-w)
+		case w <= lim:
+			d.Allowed, d.Remaining = true, lim-w
+		default:
+			d.RetryAfter = reset
+		}
+		decisions[i] = d
+		blocked = blocked || h.Blocks(&d)
+	}
+	if blocked {
+		// Nothing is consumed: the allowed hits report the stored state.
+		for i := range hits {
+			if hs := &c.hits[i]; hs.slot >= 0 && decisions[i].Allowed {
+				decisions[i] = limit.Decision{Allowed: true, Remaining: max(0, hits[i].Spec.Limit-hs.stored), ResetAfter: decisions[i].ResetAfter}
+			}
+		}
+	}
+	return blocked
+}
+
+// settle returns the second step's commands: give back every increment of
+// a call that blocks; otherwise the increments of denied (advisory) hits,
+// then the refunds, in the order of the hits.
+func (c *call) settle(hits []limit.Hit, blocked bool) []*command {
+	c.cmds2 = c.cmds2[:0]
+	for i := range c.slots {
+		sl := &c.slots[i]
+		undo := sl.denied
+		if blocked {
+			undo = sl.charged
+		}
+		if undo > 0 {
+			c.cmds2 = append(c.cmds2, command{kind: cmdDecr, key: sl.key, srv: sl.srv, delta: uint64(undo)})
+		}
+	}
+	if !blocked {
+		for i := range hits {
+			if hs := &c.hits[i]; hs.slot >= 0 && hits[i].Refund {
+				sl := &c.slots[hs.slot]
+				hs.refund = len(c.cmds2)
+				c.cmds2 = append(c.cmds2, command{kind: cmdDecr, key: sl.key, srv: sl.srv, delta: uint64(hits[i].Cost)})
+			}
+		}
+	}
+	c.ptrs = pointers(c.ptrs[:0], c.cmds2)
+	return c.ptrs
+}
+
+// refunded sets the refunds' Remaining from the count their decr left.
+func (c *call) refunded(hits []limit.Hit, decisions []limit.Decision) {
+	for i := range hits {
+		if hs := &c.hits[i]; hs.refund >= 0 {
+			decisions[i].Remaining = max(0, hits[i].Spec.Limit-count(&c.cmds2[hs.refund]))
+		}
+	}
+}
+
+// undoPartial returns, after a first step that failed, the commands that
+// give back what the servers that answered every command took.
+func (c *call) undoPartial() []*command {
+	c.cmds2 = c.cmds2[:0]
+	for i := range c.slots {
+		sl := &c.slots[i]
+		var taken int64
+		answered := true
+		for j := range c.cmds {
+			cmd := &c.cmds[j]
+			if cmd.srv != sl.srv {
+				continue
+			}
+			answered = answered && cmd.done
+			if cmd.key == sl.key && cmd.kind == cmdAddIncr && cmd.done {
+				taken += int64(cmd.delta)
+			}
+		}
+		if answered && taken > 0 {
+			c.cmds2 = append(c.cmds2, command{kind: cmdDecr, key: sl.key, srv: sl.srv, delta: uint64(taken)})
+		}
+	}
+	c.ptrs = pointers(c.ptrs[:0], c.cmds2)
+	return c.ptrs
+}
+
+// count returns a reply's count: 0 when the counter does not exist, and at
+// most 2^62 so that sums of counts and costs cannot overflow.
+func count(cmd *command) int64 {
+	if !cmd.found {
+		return 0
+	}
+	return int64(min(cmd.value, math.MaxInt64>>1))
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

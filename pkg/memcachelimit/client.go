@@ -1,0 +1,397 @@
+package memcachelimit
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// This file is a small client of Memcached's text protocol: the four
+// commands the limiter needs (incr, decr, add, version), pipelined, over a
+// pool of connections per server, with the server of each key chosen by
+// rendezvous hashing.
+
+// Kinds of command.
+const (
+	// cmdIncr is "incr key delta": the value after, or not found. With
+	// delta 0 it reads a counter atomically, in order with the other
+	// commands on the connection.
+	cmdIncr = iota
+	// cmdDecr is "decr key delta": the value after (never below 0), or
+	// not found.
+	cmdDecr
+	// cmdAddIncr is "add key 0 exp 1 / 0" then "incr key delta": the
+	// counter is created at 0 with its expiry when missing (add does
+	// nothing to an existing key), then incremented. Two commands in one
+	// write, so a counter is created and charged in one round trip, where
+	// incr, add on a miss, and incr again when a concurrent add won take
+	// up to three.
+	cmdAddIncr
+	// cmdVersion is "version", a probe.
+	cmdVersion
+)
+
+// command is one command and, once run, its reply.
+type command struct {
+	kind  uint8
+	key   string
+	delta uint64
+	exp   int64 // add's expiry (cmdAddIncr): seconds from now, or a Unix time beyond 30 days
+	srv   *server
+
+	// The reply: done once the server answered, value and found for
+	// incr and decr.
+	done  bool
+	found bool
+	value uint64
+}
+
+// replyError is an error Memcached answered a command with (ERROR,
+// CLIENT_ERROR ..., SERVER_ERROR ...): the server is up and the
+// connection still usable.
+type replyError struct{ line string }
+
+func (e *replyError) Error() string { return "memcached answered " + e.line }
+
+// server is one Memcached server and its idle connections.
+type server struct {
+	addr    string
+	hash    uint32 // of addr, for rendezvous hashing
+	idle    chan *conn
+	removed atomic.Bool // no longer in the server list: connections are closed, not kept
+	// failing is set by a failure of the server and cleared by its next
+	// answer, for Limiter.Healthy.
+	failing atomic.Bool
+}
+
+// conn is one connection to a server.
+type conn struct {
+	nc net.Conn
+	r  *bufio.Reader
+	w  *bufio.Writer
+}
+
+// pool holds the servers and dials them.
+type pool struct {
+	servers atomic.Pointer[[]*server] // sorted by address; never empty once set
+	dialer  net.Dialer
+	tls     *tls.Config
+	maxIdle int
+}
+
+// setServers makes addrs the server list, keeping the idle connections of
+// servers that stay and closing those of servers that leave.
+func (p *pool) setServers(addrs []string) {
+	addrs = slices.Compact(slices.Sorted(slices.Values(addrs)))
+	var old []*server
+	if cur := p.servers.Load(); cur != nil {
+		old = *cur
+	}
+	next := make([]*server, 0, len(addrs))
+	for _, a := range addrs {
+		i := slices.IndexFunc(old, func(s *server) bool { return s.addr == a })
+		if i >= 0 {
+			next = append(next, old[i])
+			continue
+		}
+		next = append(next, &server{addr: a, hash: crc32.ChecksumIEEE([]byte(a)), idle: make(chan *conn, p.maxIdle)})
+	}
+	p.servers.Store(&next)
+	for _, s := range old {
+		if !slices.Contains(next, s) {
+			s.removed.Store(true)
+			s.drain()
+		}
+	}
+}
+
+// list returns the servers in force.
+func (p *pool) list() []*server { return *p.servers.Load() }
+
+// pick returns the server of key by rendezvous hashing: the one whose
+// score for the key is highest. Every process with the same server list
+// picks the same server, whatever the list's order, and a server joining
+// or leaving moves only the keys it wins or held.
+func pick(servers []*server, key string) *server {
+	kh := uint64(crc32.ChecksumIEEE([]byte(key))) << 32
+	var best *server
+	var bestScore uint64
+	for _, s := range servers {
+		score := mix64(kh | uint64(s.hash))
+		if best == nil || score > bestScore || score == bestScore && s.addr < best.addr {
+			best, bestScore = s, score
+		}
+	}
+	return best
+}
+
+// mix64 is the finalizer of SplitMix64: a bijection that spreads every
+// input bit over the output, so that scores of one key on different
+// servers are independent.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// dial opens a connection to s, with TLS when configured.
+func (p *pool) dial(ctx context.Context, s *server) (*conn, error) {
+	var nc net.Conn
+	var err error
+	if p.tls != nil {
+		// The dialer names the server after the host it dials when the
+		// config has no ServerName, so each server is verified for its own
+		// name.
+		d := tls.Dialer{NetDialer: &p.dialer, Config: p.tls}
+		nc, err = d.DialContext(ctx, "tcp", s.addr)
+	} else {
+		nc, err = p.dialer.DialContext(ctx, "tcp", s.addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &conn{nc: nc, r: bufio.NewReader(nc), w: bufio.NewWriter(nc)}, nil
+}
+
+// run sends cmds, all for server s, in one write and reads their replies.
+// It returns an error when the server could not be reached or did not
+// answer every command in time (some may have been applied), or the first
+// error the server answered (the others were run). The deadline is ctx's.
+func (p *pool) run(ctx context.Context, s *server, cmds []*command) error {
+	err := p.roundTrip(ctx, s, cmds)
+	var re *replyError
+	switch {
+	case err == nil || errors.As(err, &re):
+		s.failing.Store(false)
+	case ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// A caller that went away says nothing of the server; a deadline
+		// missed does.
+		s.failing.Store(true)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.addr, err)
+	}
+	return nil
+}
+
+func (p *pool) roundTrip(ctx context.Context, s *server, cmds []*command) error {
+	var c *conn
+	select {
+	case c = <-s.idle:
+	default:
+		var err error
+		if c, err = p.dial(ctx, s); err != nil {
+			return withContext(ctx, err)
+		}
+	}
+	dl, _ := ctx.Deadline() // the zero time, no deadline, when there is none
+	_ = c.nc.SetDeadline(dl)
+	// A caller that goes away ends the round trip at once.
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+	err := c.exchange(cmds)
+	fired := !stop()
+	if !fired && (err == nil || isReplyError(err)) {
+		s.put(c)
+		return err
+	}
+	// The connection's deadline may be in the past, or its stream broken:
+	// it is not used again.
+	c.nc.Close()
+	if err != nil && ctx.Err() == nil {
+		// The server went away or broke the stream: its other idle
+		// connections are most likely dead too.
+		s.drain()
+	}
+	return withContext(ctx, err)
+}
+
+// withContext makes err, met under ctx, wrap ctx's error when ctx is done,
+// so that callers tell a caller that gave up (context.Canceled) from a
+// server that failed.
+func withContext(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); err != nil && cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w", cerr, err)
+	}
+	return err
+}
+
+func isReplyError(err error) bool {
+	var re *replyError
+	return errors.As(err, &re)
+}
+
+// put keeps c for later use, or closes it when enough are kept.
+func (s *server) put(c *conn) {
+	if s.removed.Load() {
+		c.nc.Close()
+		return
+	}
+	select {
+	case s.idle <- c:
+	default:
+		c.nc.Close()
+	}
+}
+
+// drain closes the idle connections.
+func (s *server) drain() {
+	for {
+		select {
+		case c := <-s.idle:
+			c.nc.Close()
+		default:
+			return
+		}
+	}
+}
+
+// exchange writes cmds and reads their replies. A *replyError is the first
+// error answered; any other error leaves the stream unusable.
+func (c *conn) exchange(cmds []*command) error {
+	for _, cmd := range cmds {
+		var err error
+		switch cmd.kind {
+		case cmdIncr, cmdDecr:
+			_, err = fmt.Fprintf(c.w, "%s %s %d\r\n", [...]string{cmdIncr: "incr", cmdDecr: "decr"}[cmd.kind], cmd.key, cmd.delta)
+		case cmdAddIncr:
+			_, err = fmt.Fprintf(c.w, "add %s 0 %d 1\r\n0\r\nincr %s %d\r\n", cmd.key, cmd.exp, cmd.key, cmd.delta)
+		case cmdVersion:
+			_, err = c.w.WriteString("version\r\n")
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := c.w.Flush(); err != nil {
+		return err
+	}
+	var answered error
+	for _, cmd := range cmds {
+		err := c.readReply(cmd)
+		if err != nil && !isReplyError(err) {
+			return err
+		}
+		if answered == nil {
+			answered = err
+		}
+	}
+	return answered
+}
+
+// readReply reads the reply to cmd.
+func (c *conn) readReply(cmd *command) error {
+	if cmd.kind == cmdAddIncr {
+		line, err := c.line()
+		if err != nil {
+			return err
+		}
+		if line != "STORED" && line != "NOT_STORED" {
+			// The incr's reply follows all the same.
+			if err := c.readReply(&command{kind: cmdIncr}); err != nil && !isReplyError(err) {
+				return err
+			}
+			return unexpected("add", line)
+		}
+	}
+	line, err := c.line()
+	if err != nil {
+		return err
+	}
+	switch {
+	case cmd.kind == cmdVersion:
+		if !strings.HasPrefix(line, "VERSION ") {
+			return unexpected("version", line)
+		}
+	case line == "NOT_FOUND" && cmd.kind == cmdAddIncr:
+		// Evicted or flushed between the add and the incr: nothing was
+		// charged, so the hit cannot be decided.
+		return &replyError{line: "NOT_FOUND right after add"}
+	case line == "NOT_FOUND":
+	default:
+		v, err := strconv.ParseUint(line, 10, 64)
+		if err != nil {
+			return unexpected("incr or decr", line)
+		}
+		cmd.found, cmd.value = true, v
+	}
+	cmd.done = true
+	return nil
+}
+
+// unexpected turns an error reply into a *replyError, and anything else
+// into an error that breaks the stream.
+func unexpected(what, line string) error {
+	if line == "ERROR" || strings.HasPrefix(line, "CLIENT_ERROR ") || strings.HasPrefix(line, "SERVER_ERROR ") {
+		return &replyError{line: line}
+	}
+	return fmt.Errorf("unexpected reply to %s: %q", what, line)
+}
+
+// line reads one reply line without its "\r\n".
+func (c *conn) line() (string, error) {
+	b, err := c.r.ReadSlice('\n')
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(string(b), "\r\n"), nil
+}
+
+// runAll runs cmds, grouped by server, one round trip per server, the
+// servers concurrently. The error names every server that failed.
+func (p *pool) runAll(ctx context.Context, cmds []*command) error {
+	switch len(cmds) {
+	case 0:
+		return nil
+	case 1:
+		return p.run(ctx, cmds[0].srv, cmds)
+	}
+	var groups [][]*command
+	for _, cmd := range cmds {
+		i := slices.IndexFunc(groups, func(g []*command) bool { return g[0].srv == cmd.srv })
+		if i < 0 {
+			groups = append(groups, nil)
+			i = len(groups) - 1
+		}
+		groups[i] = append(groups[i], cmd)
+	}
+	if len(groups) == 1 {
+		return p.run(ctx, cmds[0].srv, cmds)
+	}
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups[1:] {
+		wg.Go(func() { errs[i+1] = p.run(ctx, g[0].srv, g) })
+	}
+	errs[0] = p.run(ctx, groups[0][0].srv, groups[0])
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// resolveSRV returns the servers name's SRV records list, as host:port,
+// sorted. An answer without records is an error.
+func resolveSRV(ctx context.Context, r *net.Resolver, name string) ([]string, error) {
+	_, records, err := r.LookupSRV(ctx, "", "", name)
+	if err != nil {
+		return nil, fmt.Errorf("SRV %s: %w", name, err)
+	}
+	if len(records) == 0 {
+		return nil, fmt.Errorf("SRV %s: no records", name)
+	}
+	addrs := make([]string, len(records))
+	for i, rec := range records {
+		addrs[i] = net.JoinHostPort(strings.TrimSuffix(rec.Target, "."), strconv.Itoa(int(rec.Port)))
+	}
+	return addrs, nil
+}

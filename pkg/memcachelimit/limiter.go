@@ -1,0 +1,337 @@
+package memcachelimit
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// ErrStore reports that Memcached could not decide: a server unreachable,
+// too slow, or answering with an error. Every error Evaluate returns
+// because of Memcached wraps it, so the caller can apply its failure policy
+// with errors.Is.
+var ErrStore = errors.New("memcached failed")
+
+// ErrUnsupported reports a hit whose algorithm Memcached cannot decide
+// atomically: every algorithm but limit.FixedWindow. It wraps
+// limit.ErrInvalidSpec, since rules that need one are refused when they
+// are loaded (CheckRules) and such a hit is floodgate's mistake, not a
+// failure of the store.
+var ErrUnsupported = fmt.Errorf("algorithm not supported by Memcached: %w", limit.ErrInvalidSpec)
+
+// DefaultTimeout is the deadline of each Evaluate when Options.Timeout is 0
+// and the caller's context has none sooner.
+const DefaultTimeout = 50 * time.Millisecond
+
+// DefaultMaxIdleConns is Options.MaxIdleConns when it is 0 or less.
+const DefaultMaxIdleConns = 16
+
+// maxRelativeExpiry is the longest expiry Memcached takes as a number of
+// seconds from now; a larger number is a Unix time.
+const maxRelativeExpiry = 30 * 24 * 60 * 60
+
+// Options configures a Limiter.
+type Options struct {
+	// Servers are the Memcached servers as host:port (the reference
+	// server's MEMCACHE_HOST_PORT, split at commas). Each counter's
+	// window lives on one of them, chosen by hashing its key.
+	Servers []string
+	// SRV is a DNS SRV name whose records list the servers (the reference
+	// server's MEMCACHE_SRV), resolved by New; give Servers or SRV, not
+	// both.
+	SRV string
+	// SRVRefresh, when positive, resolves SRV again at this interval and
+	// follows the new list (MEMCACHE_SRV_REFRESH). A failed refresh keeps
+	// the servers in force.
+	SRVRefresh time.Duration
+	// Resolver resolves SRV; nil means net.DefaultResolver.
+	Resolver *net.Resolver
+	// MaxIdleConns is the number of idle connections kept per server
+	// (MEMCACHE_MAX_IDLE_CONNS); 0 or less means DefaultMaxIdleConns.
+	MaxIdleConns int
+	// TLS, when not nil, connects to every server with TLS under this
+	// configuration (MEMCACHE_TLS and its files, see internal/tlsclient).
+	// An empty ServerName verifies each server for the host it is dialed
+	// by.
+	TLS *tls.Config
+	// KeyPrefix starts every key (CACHE_KEY_PREFIX): at most MaxPrefixLen
+	// bytes of printable ASCII without spaces.
+	KeyPrefix string
+	// Timeout bounds each Evaluate when the caller's context has no sooner
+	// deadline, and each compensation (see the package documentation); 0
+	// means DefaultTimeout.
+	Timeout time.Duration
+	// Now is the clock that places hits in windows; nil means time.Now.
+	// Every instance sharing the servers should have the same time.
+	Now func() time.Time
+}
+
+// Limiter decides fixed-window limits in Memcached. It is safe for
+// concurrent use.
+type Limiter struct {
+	pool    pool
+	opts    Options
+	scratch sync.Pool // *call
+	// lastFailure is the latest failure of a server, for LastFailure.
+	lastFailure atomic.Pointer[failure]
+	stop        context.CancelFunc
+	refreshed   chan struct{} // closed when the SRV refresh loop ends
+}
+
+// failure is a failure of Memcached and when it happened.
+type failure struct {
+	err error
+	at  time.Time
+}
+
+// New returns a Limiter that keeps its counters in the servers opts lists,
+// resolving opts.SRV under ctx. It does not contact the servers (see
+// Probe). Close releases it.
+func New(ctx context.Context, opts Options) (*Limiter, error) {
+	switch {
+	case len(opts.Servers) > 0 && opts.SRV != "":
+		return nil, errors.New("memcachelimit: give servers or an SRV name, not both")
+	case len(opts.Servers) == 0 && opts.SRV == "":
+		return nil, errors.New("memcachelimit: no servers and no SRV name")
+	case opts.Timeout < 0:
+		return nil, fmt.Errorf("memcachelimit: negative timeout %v", opts.Timeout)
+	case opts.SRVRefresh < 0:
+		return nil, fmt.Errorf("memcachelimit: negative SRV refresh interval %v", opts.SRVRefresh)
+	}
+	if err := validPrefix(opts.KeyPrefix); err != nil {
+		return nil, fmt.Errorf("memcachelimit: %w", err)
+	}
+	for _, a := range opts.Servers {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("memcachelimit: server %q: want host:port: %w", a, err)
+		}
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxIdleConns <= 0 {
+		opts.MaxIdleConns = DefaultMaxIdleConns
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = net.DefaultResolver
+	}
+	l := &Limiter{opts: opts, pool: pool{tls: opts.TLS, maxIdle: opts.MaxIdleConns}}
+	l.scratch.New = func() any { return new(call) }
+	servers := opts.Servers
+	if opts.SRV != "" {
+		var err error
+		if servers, err = resolveSRV(ctx, opts.Resolver, opts.SRV); err != nil {
+			return nil, fmt.Errorf("memcachelimit: %w", err)
+		}
+	}
+	l.pool.setServers(servers)
+	if opts.SRV != "" && opts.SRVRefresh > 0 {
+		var loopCtx context.Context
+		loopCtx, l.stop = context.WithCancel(context.Background())
+		l.refreshed = make(chan struct{})
+		go l.refreshLoop(loopCtx)
+	}
+	return l, nil
+}
+
+// Servers returns the servers in force, as host:port, sorted.
+func (l *Limiter) Servers() []string {
+	list := l.pool.list()
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = s.addr
+	}
+	return out
+}
+
+// Close stops following the SRV records and closes idle connections.
+// Calls in flight finish; the Limiter must not be used afterwards.
+func (l *Limiter) Close() error {
+	if l.stop != nil {
+		l.stop()
+		<-l.refreshed
+	}
+	for _, s := range l.pool.list() {
+		s.removed.Store(true)
+		s.drain()
+	}
+	return nil
+}
+
+// refreshLoop resolves the SRV name every SRVRefresh until ctx ends.
+func (l *Limiter) refreshLoop(ctx context.Context) {
+	defer close(l.refreshed)
+	tick := time.NewTicker(l.opts.SRVRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, max(l.opts.SRVRefresh, time.Second))
+		addrs, err := resolveSRV(rctx, l.opts.Resolver, l.opts.SRV)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				l.noteFailure(fmt.Errorf("%w: refresh: %w", ErrStore, err))
+			}
+			continue
+		}
+		l.pool.setServers(addrs)
+	}
+}
+
+// Healthy reports whether the latest exchange with every server (a call's
+// or a Probe's) got an answer, for health checks and metrics.
+func (l *Limiter) Healthy() bool {
+	for _, s := range l.pool.list() {
+		if s.failing.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// LastFailure returns the latest failure of Memcached seen by a call, a
+// Probe or an SRV refresh, and when it happened; nil if none ever did. It
+// stays after the servers recover (Healthy says whether it is current).
+func (l *Limiter) LastFailure() (at time.Time, err error) {
+	f := l.lastFailure.Load()
+	if f == nil {
+		return time.Time{}, nil
+	}
+	return f.at, f.err
+}
+
+func (l *Limiter) noteFailure(err error) {
+	l.lastFailure.Store(&failure{err: err, at: time.Now()})
+}
+
+// Probe asks every server its version, concurrently, which needs the
+// address, the connection and TLS to be right. A failure is an error
+// wrapping ErrStore that names each server that failed; Healthy follows
+// the outcome.
+func (l *Limiter) Probe(ctx context.Context) error {
+	servers := l.pool.list()
+	cmds := make([]*command, len(servers))
+	for i, s := range servers {
+		cmds[i] = &command{kind: cmdVersion, srv: s}
+	}
+	if err := l.pool.runAll(ctx, cmds); err != nil {
+		err = fmt.Errorf("memcachelimit: probe: %w: %w", ErrStore, err)
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			l.noteFailure(err)
+		}
+		return err
+	}
+	return nil
+}
+
+// Evaluate decides hits together, with the contract of
+// limit.Memory.Evaluate except where the package documentation says
+// otherwise: decisions[i] answers hits[i] (len(decisions) must equal
+// len(hits)); hits on one Key see each other's consumption in order; and
+// if any hit of cost > 0 that is neither a refund nor advisory is denied,
+// the call consumes nothing. Every hit must be a fixed window: another
+// algorithm is an error wrapping ErrUnsupported, and an invalid hit one
+// wrapping limit.ErrInvalidSpec or limit.ErrNegativeCost (see
+// limit.Hit.Validate); both name the hit's index, and Memcached is not
+// called. A failure of Memcached is an error wrapping ErrStore; then
+// nothing was consumed, except as the package documentation describes.
+func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+	if len(decisions) != len(hits) {
+		return fmt.Errorf("memcachelimit: %d decisions for %d hits", len(decisions), len(hits))
+	}
+	for i := range hits {
+		if err := hits[i].Validate(); err != nil {
+			return fmt.Errorf("memcachelimit: hit %d: %w", i, err)
+		}
+		if a := hits[i].Spec.Algorithm; a != limit.FixedWindow {
+			return fmt.Errorf("memcachelimit: hit %d: %w: %v", i, ErrUnsupported, a)
+		}
+	}
+	if len(hits) == 0 {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.opts.Timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
+		defer cancel()
+	}
+	c := l.scratch.Get().(*call)
+	defer func() {
+		c.reset()
+		l.scratch.Put(c)
+	}()
+	now := l.opts.Now()
+	c.plan(l, hits, now)
+	if err := l.pool.runAll(ctx, c.ptrs); err != nil {
+		err = fmt.Errorf("memcachelimit: evaluate %d hits: %w: %w", len(hits), ErrStore, err)
+		// Give back what the servers that answered took.
+		if cerr := l.settle(ctx, c.undoPartial()); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		l.failed(ctx, err)
+		return err
+	}
+	blocked := c.decide(hits, decisions, now.UnixMicro())
+	if err := l.settle(ctx, c.settle(hits, blocked)); err != nil {
+		return err
+	}
+	c.refunded(hits, decisions)
+	return nil
+}
+
+// settle runs the commands that follow a call's decision (compensations
+// and refunds). They run even when the caller has given up, under a
+// deadline of their own (Options.Timeout), because a counter left charged
+// for a call that consumed nothing would deny others until its window
+// ends.
+func (l *Limiter) settle(ctx context.Context, cmds []*command) error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.Timeout)
+	defer cancel()
+	if err := l.pool.runAll(sctx, cmds); err != nil {
+		err = fmt.Errorf("memcachelimit: settle %d counters: %w: %w", len(cmds), ErrStore, err)
+		l.failed(sctx, err)
+		return err
+	}
+	return nil
+}
+
+// failed records err, met under ctx, unless the caller gave up.
+func (l *Limiter) failed(ctx context.Context, err error) {
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		l.noteFailure(err)
+	}
+}
+
+// expiry returns the expiry of a counter whose window ends at end, from
+// now: in whole seconds, rounded up, plus one, because Memcached's clock
+// ticks in whole seconds and may be up to a second behind; as a Unix time
+// beyond 30 days, with a minute more for the two clocks' disagreement, and
+// at most 2^31-1 (January 2038), the largest Memcached reads. A counter
+// may outlive its window a little, never the reverse (but for windows
+// ending after 2038): its key names its window, so a late expiry only
+// holds memory.
+func expiry(now, end time.Time) int64 {
+	secs := int64(math.Ceil(end.Sub(now).Seconds())) + 1
+	if secs <= maxRelativeExpiry {
+		return max(secs, 1)
+	}
+	return min(end.Unix()+61, math.MaxInt32)
+}
