@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/redislimit"
@@ -53,6 +54,7 @@ type config struct {
 	bounds                      envoy.RequestBounds
 	metricValueSeries           int
 	statsd                      statsdConfig
+	memcache                    memcacheConfig
 	drainDelay, shutdownTimeout time.Duration
 
 	logLevel  slog.Level
@@ -211,6 +213,65 @@ func whilePerSecond(src envSource) envSource {
 	}
 }
 
+// memcacheConfig says where the counters are kept when Memcached is the
+// store (-memcache or -memcache-srv).
+type memcacheConfig struct {
+	servers, srv string
+	srvRefresh   time.Duration
+	maxIdle      int
+	tls          bool
+	files        tlsclient.Files
+}
+
+// on reports whether Memcached is the store.
+func (m *memcacheConfig) on() bool { return m.servers != "" || m.srv != "" }
+
+// serverList returns -memcache split at commas, blanks dropped.
+func (m *memcacheConfig) serverList() []string {
+	var out []string
+	for _, s := range strings.Split(m.servers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (m *memcacheConfig) validate(c *config) error {
+	switch {
+	case !m.on():
+		if m.tls || m.files != (tlsclient.Files{}) || m.srvRefresh != 0 {
+			return errors.New("-memcache-* settings need -memcache or -memcache-srv (MEMCACHE_HOST_PORT or MEMCACHE_SRV with BACKEND_TYPE=memcache)")
+		}
+	case m.servers != "" && m.srv != "":
+		return errors.New("-memcache (MEMCACHE_HOST_PORT) and -memcache-srv (MEMCACHE_SRV): give one")
+	case c.redis.url != "":
+		return errors.New("-memcache and -redis (BACKEND_TYPE=memcache and REDIS_URL): counters are kept in one store; unset one")
+	case m.files != (tlsclient.Files{}) && !m.tls:
+		return errors.New("-memcache-tls-* files need -memcache-tls (MEMCACHE_TLS=true)")
+	case m.srvRefresh != 0 && m.srv == "":
+		return errors.New("-memcache-srv-refresh (MEMCACHE_SRV_REFRESH) needs -memcache-srv (MEMCACHE_SRV)")
+	}
+	return nil
+}
+
+// memcacheOn reports whether BACKEND_TYPE=memcache: the reference reads the
+// MEMCACHE_* variables only then.
+func memcacheOn(env lookupFunc) bool {
+	v, _ := env("BACKEND_TYPE")
+	return strings.EqualFold(v, "memcache")
+}
+
+// whileMemcache is src while BACKEND_TYPE=memcache, and unset otherwise.
+func whileMemcache(src envSource) envSource {
+	return func(env lookupFunc) (string, string, bool) {
+		if !memcacheOn(env) {
+			return "", "", false
+		}
+		return src(env)
+	}
+}
+
 // statsdConfig is where and how the reference's statsd stats are sent.
 type statsdConfig struct {
 	on, dog              bool
@@ -318,6 +379,15 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "time in-flight requests get to finish on SIGTERM")
 	fs.Var((*levelValue)(&c.logLevel), "log-level", "log level: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.memcache.servers, "memcache", "", "keep the counters in Memcached: host:port[,host:port...] (fixed windows only; see docs/migrating.md)")
+	fs.StringVar(&c.memcache.srv, "memcache-srv", "", "DNS SRV name listing the Memcached servers, instead of -memcache")
+	fs.DurationVar(&c.memcache.srvRefresh, "memcache-srv-refresh", 0, "resolve -memcache-srv again at this interval; 0: only at start")
+	fs.IntVar(&c.memcache.maxIdle, "memcache-max-idle-conns", 0, "idle connections kept per Memcached server; 0 or less: 16")
+	fs.BoolVar(&c.memcache.tls, "memcache-tls", false, "connect to Memcached with TLS")
+	fs.StringVar(&c.memcache.files.CAFile, "memcache-tls-ca", "", "PEM CA certificates for Memcached's TLS, besides the system's")
+	fs.StringVar(&c.memcache.files.CertFile, "memcache-tls-cert", "", "PEM client certificate for Memcached's TLS")
+	fs.StringVar(&c.memcache.files.KeyFile, "memcache-tls-key", "", "PEM client key for Memcached's TLS")
+	fs.BoolVar(&c.memcache.files.SkipHostnameVerification, "memcache-tls-skip-hostname-verification", false, "verify Memcached's certificate chain but not its name")
 	fs.BoolVar(&c.statsd.on, "statsd", false, "also send the reference server's statsd stats (ratelimit.service.*); Prometheus /metrics stays on")
 	fs.StringVar(&c.statsd.addr, "statsd-addr", "localhost:8125", "statsd server, host:port (-statsd)")
 	fs.StringVar(&c.statsd.protocol, "statsd-protocol", "", "tcp or udp; empty: tcp for statsd, udp for DogStatsD, as the reference")
@@ -389,6 +459,9 @@ func (c *config) validate() error {
 		return err
 	}
 	if err := c.perSecond.validate("redis-persecond"); err != nil {
+		return err
+	}
+	if err := c.memcache.validate(c); err != nil {
 		return err
 	}
 	switch c.logFormat {

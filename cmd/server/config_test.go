@@ -228,7 +228,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"a client CA without TLS", []string{"-grpc-client-ca", "ca.pem"}, envOf(), "-grpc-client-ca (GRPC_CLIENT_TLS_CACERT) needs -grpc-tls"},
 		{"a zero bound", nil, envOf("FLOODGATE_MAX_DESCRIPTORS", "0"), "-max-descriptors 0: must be at least 1"},
 		{"a negative message size", []string{"-max-message-bytes", "-1"}, envOf(), "-max-message-bytes -1: must be at least 1"},
-		{"memcache is refused", nil, envOf("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache: Memcached is not supported yet"},
+		{"memcache is refused", nil, envOf("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache: MEMCACHE_HOST_PORT or MEMCACHE_SRV is not set"},
 		{"every refusal at once", nil, envOf("USE_STATSD", "true", "USE_DOG_STATSD", "true", "TRACING_ENABLED", "true"), "USE_DOG_STATSD=true: USE_STATSD and USE_DOG_STATSD are both true"},
 		{"a Redis setting without Redis", nil, envOf("REDIS_TLS", "true"), "REDIS_TLS is set but REDIS_URL is not"},
 		{"Redis TLS files without TLS", nil, envOf("REDIS_URL", "h:1", "REDIS_TLS_CACERT", "/ca.pem"), "need -redis-tls (REDIS_TLS=true) or -redis-persecond-tls"},

@@ -34,6 +34,7 @@ import (
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/memcachelimit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
@@ -60,6 +61,10 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	}
 	logger := newLogger(cfg, stderr)
 	ruleOpts := rules.Options{MergeDomains: cfg.mergeDomains}
+	if cfg.memcache.on() {
+		// Memcached counts fixed windows only: refuse other rules at load.
+		ruleOpts.Check = memcachelimit.CheckRules
+	}
 
 	switch {
 	case cfg.check:
@@ -182,6 +187,9 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 // in-memory twin, with the name used in metrics, its health (nil for
 // memory, always there) and a function releasing it.
 func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Limiter, string, func() server.StoreHealth, func(), error) {
+	if cfg.memcache.on() {
+		return newMemcache(ctx, cfg, logger)
+	}
 	if cfg.redis.url == "" {
 		logger.Warn("no Redis configured (-redis, REDIS_URL): counters are kept in this process's memory, not shared with other instances and lost on restart")
 		return limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries}), "memory", nil, func() {}, nil
@@ -486,4 +494,66 @@ func newStatsd(c statsdConfig, env lookupFunc, logger *slog.Logger) (*statsd.Cli
 	}
 	logger.Info("sending statsd", "addr", c.addr, "protocol", network, "dogstatsd", c.dog, "flush_interval", c.flush.String())
 	return sd, nil
+}
+
+// newMemcache returns the Memcached store, probed once at start (a failure
+// is logged and reported unhealthy, and requests get the failure policy)
+// and again every storeProbeInterval while unhealthy.
+func newMemcache(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Limiter, string, func() server.StoreHealth, func(), error) {
+	m := &cfg.memcache
+	var tc *tls.Config
+	if m.tls {
+		var err error
+		if tc, err = m.files.Config("memcached"); err != nil {
+			return nil, "", nil, nil, fmt.Errorf("memcache: %w", err)
+		}
+	}
+	lim, err := memcachelimit.New(ctx, memcachelimit.Options{
+		Servers: m.serverList(), SRV: m.srv, SRVRefresh: m.srvRefresh, MaxIdleConns: m.maxIdle,
+		TLS: tc, KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline,
+	})
+	if err != nil {
+		return nil, "", nil, nil, fmt.Errorf("memcache: %w", err)
+	}
+	logger.Info("counters are kept in Memcached (fixed windows only)", "servers", lim.Servers(), "srv", m.srv, "tls", m.tls, "deadline", cfg.redisDeadline)
+	probe := func() error {
+		probeCtx, cancel := context.WithTimeout(ctx, startProbeTimeout)
+		defer cancel()
+		return lim.Probe(probeCtx)
+	}
+	if err := probe(); err != nil {
+		logger.Error("Memcached cannot be used: until it can, requests are answered by the failure policy and the store is reported unhealthy", "err", err)
+	}
+	go func() {
+		t := time.NewTicker(storeProbeInterval)
+		defer t.Stop()
+		healthy := lim.Healthy()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if !lim.Healthy() {
+				_ = probe() // the outcome is read from lim
+			}
+			if now := lim.Healthy(); now != healthy {
+				healthy = now
+				if now {
+					logger.Info("Memcached is healthy again")
+				} else {
+					_, err := lim.LastFailure()
+					logger.Error("Memcached is unhealthy", "err", err)
+				}
+			}
+		}
+	}()
+	health := func() server.StoreHealth {
+		h := server.StoreHealth{Name: "memcache", Healthy: lim.Healthy(), Detail: "servers " + strings.Join(lim.Servers(), ",")}
+		if at, err := lim.LastFailure(); err != nil {
+			h.Detail += fmt.Sprintf("; last failure %v ago: %v", time.Since(at).Round(time.Second), err)
+		}
+		return h
+	}
+	return lim, "memcache", health, func() { lim.Close() }, nil
 }

@@ -45,7 +45,6 @@ func (r *refVar) source() envSource {
 // Reasons shared by several variables.
 const (
 	noXDS        = "configuration over xDS is not supported: mount the rule files where RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY say"
-	noMemcache   = "Memcached is not supported yet: keep the counters in Redis (REDIS_URL)"
 	noTracing    = "tracing is not supported: unset TRACING_ENABLED"
 	noPipelining = "no effect: concurrent requests share Redis round trips (batching) without a setting"
 )
@@ -128,15 +127,26 @@ var referenceVars = []refVar{
 		return ""
 	}},
 	{name: "NEAR_LIMIT_RATIO", flag: "near-limit-ratio"},
-	{name: "CACHE_KEY_PREFIX", flag: "key-prefix", redis: true},
-	{name: "BACKEND_TYPE", refuse: func(v string, _ lookupFunc) string {
+	{name: "CACHE_KEY_PREFIX", flag: "key-prefix", refuse: func(_ string, env lookupFunc) string {
+		if u, _ := env("REDIS_URL"); u != "" || memcacheOn(env) {
+			return ""
+		}
+		return "set but neither REDIS_URL nor BACKEND_TYPE=memcache is: counters kept in memory have no key prefix"
+	}},
+	{name: "BACKEND_TYPE", refuse: func(v string, env lookupFunc) string {
 		switch strings.ToLower(v) {
 		case "redis":
 			return ""
 		case "memcache":
-			return noMemcache
+			if a, _ := env("MEMCACHE_HOST_PORT"); a != "" {
+				return ""
+			}
+			if a, _ := env("MEMCACHE_SRV"); a != "" {
+				return ""
+			}
+			return "MEMCACHE_HOST_PORT or MEMCACHE_SRV is not set"
 		}
-		return "unknown backend: want redis"
+		return "unknown backend: want redis or memcache"
 	}},
 	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, // a rejected request never charges a counter
 
@@ -182,17 +192,17 @@ var referenceVars = []refVar{
 	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", refuse: whenPerSecond(unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_PERSECOND_POOL_SIZE, and unset REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT"))},
 	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION", note: whenPerSecond(noteAlways("REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)"))},
 
-	// Memcached's settings: without BACKEND_TYPE=memcache, refused above,
-	// the reference ignores them too.
-	{name: "MEMCACHE_HOST_PORT"},
-	{name: "MEMCACHE_MAX_IDLE_CONNS"},
-	{name: "MEMCACHE_SRV"},
-	{name: "MEMCACHE_SRV_REFRESH"},
-	{name: "MEMCACHE_TLS"},
-	{name: "MEMCACHE_TLS_CLIENT_CERT"},
-	{name: "MEMCACHE_TLS_CLIENT_KEY"},
-	{name: "MEMCACHE_TLS_CACERT"},
-	{name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"},
+	// Memcached's settings, read only with BACKEND_TYPE=memcache as in the
+	// reference.
+	{name: "MEMCACHE_HOST_PORT", flag: "memcache", value: whileMemcache(envVar("MEMCACHE_HOST_PORT"))},
+	{name: "MEMCACHE_MAX_IDLE_CONNS", flag: "memcache-max-idle-conns", value: whileMemcache(envVar("MEMCACHE_MAX_IDLE_CONNS"))},
+	{name: "MEMCACHE_SRV", flag: "memcache-srv", value: whileMemcache(envVar("MEMCACHE_SRV"))},
+	{name: "MEMCACHE_SRV_REFRESH", flag: "memcache-srv-refresh", value: whileMemcache(envVar("MEMCACHE_SRV_REFRESH"))},
+	{name: "MEMCACHE_TLS", flag: "memcache-tls", value: whileMemcache(envVar("MEMCACHE_TLS"))},
+	{name: "MEMCACHE_TLS_CLIENT_CERT", flag: "memcache-tls-cert", value: whileMemcache(envVar("MEMCACHE_TLS_CLIENT_CERT"))},
+	{name: "MEMCACHE_TLS_CLIENT_KEY", flag: "memcache-tls-key", value: whileMemcache(envVar("MEMCACHE_TLS_CLIENT_KEY"))},
+	{name: "MEMCACHE_TLS_CACERT", flag: "memcache-tls-ca", value: whileMemcache(envVar("MEMCACHE_TLS_CACERT"))},
+	{name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", flag: "memcache-tls-skip-hostname-verification", value: whileMemcache(envVar("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"))},
 
 	{name: "SHADOW_MODE", flag: "shadow-mode"},
 	{name: "RESPONSE_DYNAMIC_METADATA", flag: "response-dynamic-metadata"},
