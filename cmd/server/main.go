@@ -248,7 +248,7 @@ func newLimiter(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.Li
 	}
 	wg.Wait()
 	for _, st := range stores {
-		go watchStore(ctx, st, logger, storeProbeInterval)
+		go watchStore(ctx, st.lim, "Redis", st.logAttrs(), logger, storeProbeInterval)
 	}
 	return lim, "redis", func() server.StoreHealth { return storesHealth(stores, time.Now()) }, closeAll, nil
 }
@@ -338,13 +338,20 @@ func storeDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
 	return d
 }
 
-// watchStore probes st's Redis every interval while it is unhealthy, so
-// that health follows Redis without waiting for requests (with no traffic
-// the circuit breaker would never probe), and logs each change: at error
-// level with the cause when Redis starts failing, at info level when it
-// answers again. It returns when ctx ends.
-func watchStore(ctx context.Context, st *redisStore, logger *slog.Logger, interval time.Duration) {
-	lim := st.lim
+// probedStore is a counter store whose health watchStore follows:
+// *redislimit.Limiter and *memcachelimit.Limiter.
+type probedStore interface {
+	Healthy() bool
+	Probe(ctx context.Context) error
+	LastFailure() (time.Time, error)
+}
+
+// watchStore probes a store every interval while it is unhealthy, so that
+// health follows it without waiting for requests (with no traffic the
+// circuit breaker would never probe), and logs each change, with attrs
+// naming the store: at error level with the cause when it starts failing,
+// at info level when it answers again. It returns when ctx ends.
+func watchStore(ctx context.Context, lim probedStore, name string, attrs []any, logger *slog.Logger, interval time.Duration) {
 	healthy := lim.Healthy()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -362,10 +369,10 @@ func watchStore(ctx context.Context, st *redisStore, logger *slog.Logger, interv
 		now := lim.Healthy()
 		switch {
 		case now && !healthy:
-			logger.Info("Redis answers again: requests are decided by their limits", st.logAttrs()...)
+			logger.Info(name+" answers again: requests are decided by their limits", attrs...)
 		case !now && healthy:
 			_, err := lim.LastFailure()
-			logger.Error("Redis fails: requests that need it are answered by the failure policy until it answers again", st.logAttrs("err", err)...)
+			logger.Error(name+" fails: requests that need it are answered by the failure policy until it answers again", append(attrs, "err", err)...)
 		}
 		healthy = now
 	}
@@ -524,30 +531,7 @@ func newMemcache(ctx context.Context, cfg *config, logger *slog.Logger) (envoy.L
 	if err := probe(); err != nil {
 		logger.Error("Memcached cannot be used: until it can, requests are answered by the failure policy and the store is reported unhealthy", "err", err)
 	}
-	go func() {
-		t := time.NewTicker(storeProbeInterval)
-		defer t.Stop()
-		healthy := lim.Healthy()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if !lim.Healthy() {
-				_ = probe() // the outcome is read from lim
-			}
-			if now := lim.Healthy(); now != healthy {
-				healthy = now
-				if now {
-					logger.Info("Memcached is healthy again")
-				} else {
-					_, err := lim.LastFailure()
-					logger.Error("Memcached is unhealthy", "err", err)
-				}
-			}
-		}
-	}()
+	go watchStore(ctx, lim, "Memcached", []any{"servers", lim.Servers()}, logger, storeProbeInterval)
 	health := func() server.StoreHealth {
 		h := server.StoreHealth{Name: "memcache", Healthy: lim.Healthy(), Detail: "servers " + strings.Join(lim.Servers(), ",")}
 		if at, err := lim.LastFailure(); err != nil {
