@@ -96,7 +96,7 @@ func TestStartMisconfigured(t *testing.T) {
 		{"an unreadable Redis CA", []string{"REDIS_URL=127.0.0.1:1", "REDIS_TLS=true", "REDIS_TLS_CACERT=/nonexistent/ca.pem"}, "/nonexistent/ca.pem"},
 		{"a client certificate without its key", []string{"REDIS_URL=127.0.0.1:1", "REDIS_TLS=true", "REDIS_TLS_CLIENT_CERT=/c.pem"}, "both or neither"},
 		{"Redis TLS files without TLS", []string{"REDIS_URL=127.0.0.1:1", "REDIS_TLS_CACERT=/ca.pem"}, "REDIS_TLS=true"},
-		{"statsd", []string{"USE_STATSD=true"}, "USE_STATSD=true: "},
+		{"statsd and DogStatsD at once", []string{"USE_STATSD=true", "USE_DOG_STATSD=true"}, "USE_DOG_STATSD=true: USE_STATSD and USE_DOG_STATSD are both true"},
 		{"the per-second Redis without its URL", []string{"REDIS_URL=127.0.0.1:1", "REDIS_PERSECOND=true"}, "REDIS_PERSECOND=true: REDIS_PERSECOND_URL is not set"},
 		{"the per-second Redis without the main one", []string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=127.0.0.1:2"}, "needs -redis (REDIS_URL)"},
 		{"a Redis setting without REDIS_URL", []string{"REDIS_TLS=true"}, "REDIS_TLS is set but REDIS_URL is not"},
