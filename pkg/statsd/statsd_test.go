@@ -258,7 +258,7 @@ func TestTCP(t *testing.T) {
 
 	ln, err = net.Listen("tcp", addr)
 	if err != nil {
-		t.Skipf("port %s taken again: %v", addr, err)
+		t.Fatalf("listen again on %s, free a moment ago: %v", addr, err)
 	}
 	defer ln.Close()
 	lines := make(chan string, 10)
