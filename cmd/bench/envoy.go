@@ -14,7 +14,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -82,22 +81,6 @@ func clientAddrs(n int) []string {
 		out[i] = net.IPv4(byte(v>>24), byte(v>>16), byte(v>>8), byte(v)).String()
 	}
 	return out
-}
-
-// envoyBinary returns the Envoy to run: $ENVOY_BIN when set, else envoy on
-// the PATH, as the tests find it (internal/envoytest).
-func envoyBinary() (string, error) {
-	if p := os.Getenv("ENVOY_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("ENVOY_BIN=%s: %w; %s", p, err, envoytest.InstallHint)
-		}
-		return p, nil
-	}
-	p, err := exec.LookPath("envoy")
-	if err != nil {
-		return "", errors.New(envoytest.InstallHint)
-	}
-	return p, nil
 }
 
 // envoyVersion returns what `envoy --version` says after "version: ", e.g.
@@ -221,13 +204,7 @@ func setPort(m map[string]any, addr string) error {
 	if err != nil {
 		return fmt.Errorf("port %q: %w", port, err)
 	}
-	a, _ := m["address"].(map[string]any)
-	sa, _ := a["socket_address"].(map[string]any)
-	if sa == nil {
-		return errors.New("no address.socket_address")
-	}
-	sa["address"], sa["port_value"] = host, p
-	return nil
+	return envoytest.SetAddress(m, host, p)
 }
 
 // envoyProcess is an Envoy the bench started.
@@ -455,7 +432,7 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 			stops[i]()
 		}
 	}()
-	bin, err := envoyBinary()
+	bin, err := envoytest.Find()
 	if err != nil {
 		return nil, err
 	}

