@@ -141,6 +141,7 @@ const goRunServer = "go run ./cmd/server"
 // The README's addresses and what serves them in the tests.
 const (
 	readmeHTTP     = "localhost:8080"
+	readmeGRPC     = "localhost:8081"
 	readmeEnvoy    = "localhost:10000"
 	readmeEnvoyTCP = "localhost:10001"
 )
@@ -158,6 +159,9 @@ const (
 	// kindStructural needs Docker, Kubernetes or a long test run: it is
 	// checked against the files it uses.
 	kindStructural
+	// kindGrpcurl is a grpcurl command, made by the test as grpcurl makes
+	// it (see shellEnv.grpcurl).
+	kindGrpcurl
 )
 
 func classify(cmd string) commandKind {
@@ -165,7 +169,9 @@ func classify(cmd string) commandKind {
 	switch {
 	case strings.HasPrefix(cmd, goRunServer) && !strings.Contains(cmd, "-check") && !strings.Contains(cmd, "-explain"):
 		return kindServer
-	case len(fields) > 0 && (fields[0] == "docker" || fields[0] == "kubectl" || fields[0] == "kind" || fields[0] == "make"):
+	case len(fields) > 0 && fields[0] == "grpcurl":
+		return kindGrpcurl
+	case len(fields) > 0 && (fields[0] == "docker" || fields[0] == "kubectl" || fields[0] == "kind" || fields[0] == "make" || fields[0] == "helm"):
 		return kindStructural
 	}
 	return kindShell
@@ -187,17 +193,34 @@ func TestReadmeCommands(t *testing.T) {
 		t.Fatal("README.md has no sh or console block")
 	}
 
+	// The first five minutes: the server, then what to ask it, all without
+	// Docker; the tests in a section of their own.
 	t.Run("quick start", func(t *testing.T) {
-		var cmds []string
+		var cmds, dev []string
 		for _, b := range blocks {
-			if b.section == "Quick start" {
-				for _, c := range b.cmds {
+			for _, c := range b.cmds {
+				switch b.section {
+				case "Quick start":
 					cmds = append(cmds, c.text)
+					if classify(c.text) == kindStructural {
+						t.Errorf("README.md:%d: %s: the quick start needs no Docker, Kubernetes or make", c.line, c.text)
+					}
+				case "Developing":
+					dev = append(dev, c.text)
 				}
 			}
 		}
-		if want := []string{goRunServer, "make test"}; !slices.Equal(cmds, want) {
-			t.Errorf("the Quick start commands are %q, want %q", cmds, want)
+		if len(cmds) == 0 || cmds[0] != goRunServer {
+			t.Fatalf("the Quick start commands are %q: want %q first", cmds, goRunServer)
+		}
+		quick := strings.Join(cmds, "\n")
+		for _, want := range []string{readmeHTTP + "/json", readmeHTTP + "/rlconfig", readmeHTTP + "/metrics", "grpcurl -plaintext localhost:8081 list", "/ShouldRateLimit"} {
+			if !strings.Contains(quick, want) {
+				t.Errorf("the Quick start has no command with %s", want)
+			}
+		}
+		if !slices.Contains(dev, "make test") {
+			t.Errorf("the Developing commands are %q: want make test", dev)
 		}
 	})
 
@@ -250,6 +273,7 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 	tcpEnvoy := startExample(t, envoyTCPFile, p.GRPC, backend)
 	env := &shellEnv{t: t, dir: p.Dir, bin: floodgateBinary(t), addrs: map[string]string{
 		readmeHTTP:     p.HTTP,
+		readmeGRPC:     p.GRPC,
 		readmeEnvoy:    httpEnvoy.Listener("http"),
 		readmeEnvoyTCP: tcpEnvoy.Listener("tcp"),
 	}}
@@ -303,11 +327,16 @@ func (e *shellEnv) runBlock(b readmeBlock) int {
 		var problems []string
 		ran = 0
 		for _, c := range b.cmds {
-			if classify(c.text) != kindShell {
+			kind := classify(c.text)
+			if kind != kindShell && kind != kindGrpcurl {
 				continue
 			}
 			ran++
-			out, err := e.run(c.text)
+			run := e.run
+			if kind == kindGrpcurl {
+				run = e.grpcurl
+			}
+			out, err := run(c.text)
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("README.md:%d: %s: %v\n%s", c.line, c.text, err, out))
 				continue
@@ -315,7 +344,7 @@ func (e *shellEnv) runBlock(b readmeBlock) int {
 			if c.want == nil {
 				continue
 			}
-			if got, want := normalizeOutput(out), normalizeOutput(strings.Join(c.want, "\n")); !slices.Equal(got, want) {
+			if !sameOutput(out, c.want) {
 				problems = append(problems, fmt.Sprintf("README.md:%d: %s\nprints:\n%s\nthe README says:\n%s",
 					c.line, c.text, compactJSONLines(out), strings.Join(c.want, "\n")))
 			}
@@ -463,6 +492,12 @@ func checkStructural(t *testing.T, c *compose, cmd string) error {
 			return err
 		}
 		for _, target := range f[1:] {
+			if v, _, ok := strings.Cut(target, "="); ok {
+				if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(v) + ` *[?:]?=`).Match(data) {
+					return fmt.Errorf("the Makefile sets no variable %q", v)
+				}
+				continue
+			}
 			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(target) + `:`).Match(data) {
 				return fmt.Errorf("the Makefile has no target %q", target)
 			}
@@ -478,6 +513,14 @@ func checkStructural(t *testing.T, c *compose, cmd string) error {
 				return fmt.Errorf("builds %q; docker-compose.yml's floodgate image is %q", tag, c.Services["floodgate"].Image)
 			}
 			if _, err := os.Stat(filepath.Join(repoRoot, f[len(f)-1], "Dockerfile")); err != nil {
+				return err
+			}
+			return nil
+		}
+	case "helm":
+		// TestHelm renders the chart; here, that the command names it.
+		if len(f) >= 4 && f[1] == "install" {
+			if _, err := os.Stat(filepath.Join(repoRoot, f[3], "Chart.yaml")); err != nil {
 				return err
 			}
 			return nil
