@@ -17,4 +17,9 @@
 //     compose_test.go and kubernetes_test.go check those files against each
 //     other and against the binary. docs_test.go checks the docs' rule
 //     examples, links, and that every test docs/reliability.md cites exists.
+//   - grafana_test.go checks every query of examples/grafana/floodgate.json
+//     against a scrape of the running binary; helm_test.go renders
+//     examples/helm/floodgate with a subset of Helm's functions and compares
+//     it with examples/kubernetes; grpcurl_test.go makes the README's
+//     grpcurl calls through the server's reflection.
 package examples

@@ -21,7 +21,7 @@ import (
 	"github.com/floodgate/floodgate/pkg/server"
 )
 
-var update = flag.Bool("update", false, "rewrite examples/kubernetes/rules.yaml from config/")
+var update = flag.Bool("update", false, "rewrite the rules generated from config/ (examples/kubernetes/rules.yaml, examples/helm/floodgate/values.yaml)")
 
 const (
 	kubeDir       = "kubernetes"
