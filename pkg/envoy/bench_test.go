@@ -2,6 +2,8 @@ package envoy
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strconv"
 	"testing"
 
@@ -33,7 +35,9 @@ descriptors:
 // scenarios: 1 and 3 descriptors, 1,000 values per key. The store's own
 // cost is included (limit.Memory's benchmark gives it alone). The _statsd
 // runs also count in statsd (never flushed during the run: counting is
-// what a request pays).
+// what a request pays). Logs go through a text handler at info level, as
+// in production, so that the runs include what the debug line costs when
+// debug is off; the _debug runs turn it on (to io.Discard).
 func BenchmarkHandler(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		for _, withStatsd := range []bool{false, true} {
@@ -41,12 +45,13 @@ func BenchmarkHandler(b *testing.B) {
 			if withStatsd {
 				name += "_statsd"
 			}
-			b.Run(name, func(b *testing.B) { benchmarkHandler(b, n, withStatsd) })
+			b.Run(name, func(b *testing.B) { benchmarkHandler(b, n, withStatsd, slog.LevelInfo) })
 		}
+		b.Run(strconv.Itoa(n)+"desc_debug", func(b *testing.B) { benchmarkHandler(b, n, false, slog.LevelDebug) })
 	}
 }
 
-func benchmarkHandler(b *testing.B, n int, withStatsd bool) {
+func benchmarkHandler(b *testing.B, n int, withStatsd bool, level slog.Level) {
 	set, err := rules.Parse(map[string][]byte{"bench.yaml": []byte(benchRules)}, rules.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -64,7 +69,8 @@ func benchmarkHandler(b *testing.B, n int, withStatsd bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m})
+	logger := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: level}))
+	svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m, Logger: logger})
 	if err != nil {
 		b.Fatal(err)
 	}

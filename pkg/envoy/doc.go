@@ -9,7 +9,9 @@
 // with counter keys from package rules), asks the Limiter once (all or
 // nothing: a rejected request consumes nothing), applies quota mode and
 // the failure policy, and builds the response: one status per descriptor,
-// the overall code, and the optional response headers and body. It also
+// the overall code, and the optional response headers and body; an answer
+// of the failure policy says so, with the cause, in its dynamic metadata
+// (failure.go). It logs each answer at debug level (debuglog.go). It also
 // owns the request-path metrics, in Prometheus and, when asked, in statsd
 // under the reference server's names (statsd.go), whose series and names
 // stay bounded whatever values clients send.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -124,5 +125,163 @@ func TestFailureLogIsRateLimited(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "failures=1") || !strings.Contains(lines[1], "failures=100") {
 		t.Fatalf("want a first line with failures=1 and a second counting the 99 unlogged and the new one:\n%s", buf.String())
+	}
+}
+
+// blockingStore blocks until the call's deadline, then fails as a store
+// does: wrapping the context's error, or (unwrapped) with its socket's
+// own timeout.
+type blockingStore struct{ wrap bool }
+
+func (b blockingStore) Evaluate(ctx context.Context, _ []limit.Hit, _ []limit.Decision) error {
+	<-ctx.Done()
+	if b.wrap {
+		return fmt.Errorf("store: %w", ctx.Err())
+	}
+	return errors.New("read tcp 127.0.0.1:1234: i/o timeout")
+}
+
+// openBreakerStore fails at once as a store whose circuit breaker is open.
+type openBreakerStore struct{}
+
+func (openBreakerStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) error {
+	return fmt.Errorf("store: %w after repeated failures", limit.ErrCircuitOpen)
+}
+
+// storeFailure returns the storeFailure struct of resp's dynamic_metadata
+// as "cause/policy", or "" without one.
+func storeFailure(resp *pb.RateLimitResponse) string {
+	f := resp.GetDynamicMetadata().GetFields()[storeFailureKey].GetStructValue().GetFields()
+	if f == nil {
+		return ""
+	}
+	return f["cause"].GetStringValue() + "/" + f["policy"].GetStringValue()
+}
+
+// TestFailureAnswersSayWhy: an answer given by the failure policy says so
+// in its dynamic_metadata (with -response-dynamic-metadata off), and in a
+// header when asked, with the cause and the policy; Unavailable names the
+// cause; store_failure_answers_total counts it by mode and cause. Answers
+// the store decided, and answers of unknown domains, carry none of it.
+func TestFailureAnswersSayWhy(t *testing.T) {
+	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		store  Limiter
+		global rules.FailureMode
+		header string
+		want   string // cause/policy, or the error's code and cause
+	}{
+		{"deadline, allowed", blockingStore{wrap: true}, rules.FailureAllow, "", "deadline/allow"},
+		{"deadline the store does not wrap, denied", blockingStore{}, rules.FailureDeny, "", "deadline/deny"},
+		{"deadline, unavailable", blockingStore{wrap: true}, rules.FailureUnavailable, "", "Unavailable (deadline)"},
+		{"circuit open, allowed, with the header", openBreakerStore{}, rules.FailureAllow, "x-ratelimit-store-failure", "circuit_open/allow"},
+		{"circuit open, unavailable", openBreakerStore{}, rules.FailureUnavailable, "", "Unavailable (circuit_open)"},
+		{"other error, denied, with the header", failingStore{}, rules.FailureDeny, "x-ratelimit-store-failure", "error/deny"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m, err := NewMetrics(reg, MetricsOptions{Store: "test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc, err := New(fixedRules{set}, tc.store, Options{FailureMode: tc.global, Metrics: m,
+				StoreTimeout: 5 * time.Millisecond, StoreFailureHeader: tc.header})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := svc.ShouldRateLimit(context.Background(), request("test", desc("user", "a")))
+			var got, cause string
+			if err != nil {
+				_, c, _ := strings.Cut(status.Convert(err).Message(), "(")
+				cause, _, _ = strings.Cut(c, ")")
+				got = status.Code(err).String() + " (" + cause + ")"
+			} else {
+				got = storeFailure(resp)
+				cause, _, _ = strings.Cut(got, "/")
+				hdr := headerMap(resp)[tc.header]
+				if tc.header != "" && hdr != cause {
+					t.Errorf("header %s = %q, want %q", tc.header, hdr, cause)
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+			mode := tc.global.String()
+			if n := metricValue(t, reg, "floodgate_store_failure_answers_total", map[string]string{"mode": mode, "cause": cause}); n != 1 {
+				t.Errorf("store_failure_answers_total{mode=%q,cause=%q} = %v, want 1", mode, cause, n)
+			}
+			if n := metricValue(t, reg, "floodgate_store_failure_answers_total", nil); n != 1 {
+				t.Errorf("store_failure_answers_total = %v in all, want 1", n)
+			}
+		})
+	}
+
+	// Neither a decision nor an unknown domain says anything of the kind.
+	h := newHarness(t, Options{StoreFailureHeader: "x-ratelimit-store-failure"})
+	for _, req := range []*pb.RateLimitRequest{request("test", desc("user", "a")), request("nowhere", desc("user", "a"))} {
+		resp, err := h.svc.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := storeFailure(resp); got != "" || headerMap(resp)["x-ratelimit-store-failure"] != "" {
+			t.Errorf("%s: a decided answer says the store failed: %q %v", req.Domain, got, headerMap(resp))
+		}
+	}
+	if _, err := New(fixedRules{set}, failingStore{}, Options{StoreFailureHeader: "bad header"}); err == nil || !strings.Contains(err.Error(), `"bad header"`) {
+		t.Errorf("a header name with a space: err = %v, want one naming it", err)
+	}
+}
+
+// TestFrozenRedisAnswerSaysDeadline: with a real Redis that stops
+// answering (SIGSTOP), the answer the failure policy gives carries the
+// deadline as its cause, and the metric counts it.
+func TestFrozenRedisAnswerSaysDeadline(t *testing.T) {
+	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.Start(t)
+	client, err := redislimit.NewClient(redislimit.ClientConfig{URL: srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	store, err := redislimit.New(client, redislimit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg, MetricsOptions{Store: "redis"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(fixedRules{set}, store, Options{Metrics: m, StoreTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func() *pb.RateLimitResponse {
+		t.Helper()
+		resp, err := svc.ShouldRateLimit(context.Background(), request("test", desc("user", "a")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := ask(); storeFailure(resp) != "" || resp.Statuses[0].GetCurrentLimit() == nil {
+		t.Fatalf("Redis up: %v, want a decision", resp)
+	}
+	srv.Freeze()
+	defer srv.Thaw()
+	resp := ask()
+	if got := storeFailure(resp); got != "deadline/allow" {
+		t.Errorf("Redis frozen: storeFailure %q, want deadline/allow (%v)", got, resp)
+	}
+	if n := metricValue(t, reg, "floodgate_store_failure_answers_total", map[string]string{"mode": "allow", "cause": "deadline"}); n != 1 {
+		t.Errorf("store_failure_answers_total{mode=allow,cause=deadline} = %v, want 1", n)
 	}
 }

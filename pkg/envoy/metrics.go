@@ -50,6 +50,7 @@ type MetricsOptions struct {
 // rule. A nil *Metrics records nothing. It is safe for concurrent use.
 type Metrics struct {
 	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+	notCharged                                          *prometheus.CounterVec
 	globalShadowMode                                    prometheus.Counter
 	domainsNotFound                                     prometheus.Counter
 	decisions                                           *prometheus.HistogramVec
@@ -79,27 +80,40 @@ type seriesCache struct {
 // adder is a counter of one sink: prometheus.Counter, *statsd.Counter.
 type adder[N any] interface{ Add(N) }
 
-// hitCounters are the five hit counters of one name in one sink.
+// hitCounters are the six hit counters of one name in one sink.
 type hitCounters[C adder[N], N any] struct {
-	hits, over, near, within, shadow C
+	hits, over, near, within, shadow, notCharged C
 }
 
-// add counts n hits of a descriptor: all of them, then as over the limit
-// (and as shadow mode when its rule let them pass) or within it (and near
-// it).
-func (c *hitCounters[C, N]) add(n N, over, near, shadow bool) {
+// hitOutcome is what happened to one descriptor's hits.
+type hitOutcome struct {
+	over    bool // a limit denied them
+	shadow  bool // and the rule's shadow mode let them pass
+	charged bool // admitted and counted against every limit of the descriptor
+	near    bool // charged, and a limit is now at or above the near-limit ratio
+}
+
+// add counts n hits of a descriptor: all of them, then exactly one of: over
+// the limit (and shadow mode when its rule let them pass), within it (and
+// near it), or not charged. Hits that a limit admitted but that were not
+// charged, because another descriptor of the request was over its limit
+// and a request is charged all or nothing, are not within the limit: they
+// changed no counter, and the request may have been refused.
+func (c *hitCounters[C, N]) add(n N, o hitOutcome) {
 	c.hits.Add(n)
 	switch {
-	case over:
+	case o.over:
 		c.over.Add(n)
-		if shadow {
+		if o.shadow {
 			c.shadow.Add(n)
 		}
-	default:
+	case o.charged:
 		c.within.Add(n)
-		if near {
+		if o.near {
 			c.near.Add(n)
 		}
+	default:
+		c.notCharged.Add(n)
 	}
 }
 
@@ -131,11 +145,16 @@ func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error
 	}
 	storeLabel := prometheus.Labels{"store": opts.Store}
 	m := &Metrics{
-		hits:        counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit."),
-		overLimit:   counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included)."),
-		nearLimit:   counter("near_limit_total", "Admitted hits that left a limit at or above the near-limit ratio of its capacity."),
-		withinLimit: counter("within_limit_total", "Hits on descriptors within their limit."),
-		shadowMode:  counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted."),
+		hits: counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit, at most one more than "+
+			"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged."),
+		overLimit: counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included), "+
+			"at most one more than the largest limit per request."),
+		nearLimit: counter("near_limit_total", "Charged hits that left a limit at or above the near-limit ratio of its capacity."),
+		withinLimit: counter("within_limit_total", "Hits on descriptors within their limit, charged: "+
+			"never those of a request refused by another descriptor."),
+		shadowMode: counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted."),
+		notCharged: counter("not_charged_total", "Hits on descriptors within their limit that were not charged, "+
+			"because another descriptor of the request was over its limit (a request is charged all or nothing)."),
 		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "global_shadow_mode_total",
 			Help: "Requests answered OK only because of the global shadow mode."}),
 		domainsNotFound: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "domain_not_found_total",
@@ -150,7 +169,9 @@ func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_errors_total",
 			Help: "Calls to the limit store that failed (timeouts, connection errors, error replies).", ConstLabels: storeLabel}),
 		failureAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_failure_answers_total",
-			Help: "Requests answered by the failure policy after a store failure, by policy: allow, deny, unavailable."}, []string{"mode"}),
+			Help: "Requests answered by the failure policy after a store failure, by policy (mode: allow, deny, unavailable) " +
+				"and cause (deadline: the store deadline passed; circuit_open: the breaker did not try the store; error: any other failure)."},
+			[]string{"mode", "cause"}),
 		maxValues: opts.MaxValueSeries,
 		byLabel:   map[[2]string]*ruleSeries{},
 	}
@@ -162,7 +183,7 @@ func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error
 	}
 	m.decisionOK = m.decisions.WithLabelValues("ok")
 	m.decisionOver = m.decisions.WithLabelValues("over_limit")
-	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
+	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged,
 		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -210,9 +231,9 @@ func (m *Metrics) globalShadow() {
 	}
 }
 
-func (m *Metrics) failureAnswer(mode rules.FailureMode) {
+func (m *Metrics) failureAnswer(mode rules.FailureMode, cause failureCause) {
 	if m != nil {
-		m.failureAnswers.WithLabelValues(mode.String()).Inc()
+		m.failureAnswers.WithLabelValues(mode.String(), cause.String()).Inc()
 		m.sd.storeFailure()
 	}
 }
@@ -225,6 +246,8 @@ func (m *Metrics) counters(domain, rule string) counters {
 		near:   m.nearLimit.WithLabelValues(domain, rule),
 		within: m.withinLimit.WithLabelValues(domain, rule),
 		shadow: m.shadowMode.WithLabelValues(domain, rule),
+
+		notCharged: m.notCharged.WithLabelValues(domain, rule),
 	}
 }
 
@@ -332,8 +355,9 @@ func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 	return v
 }
 
-// countMetrics adds each limited descriptor's hits to its counters.
-func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v verdict) {
+// countMetrics adds each limited descriptor's hits to its counters;
+// charged reports whether the store charged the hits its limits admitted.
+func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v verdict, charged bool) {
 	if m == nil {
 		return
 	}
@@ -360,12 +384,32 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 			}
 			stat = v.stat
 		}
-		over, near := out.wouldDeny, out.near
-		prom.add(float64(ds.cost), over, near, ds.shadow)
+		o := hitOutcome{over: out.wouldDeny, shadow: ds.shadow, charged: charged, near: charged && out.near}
+		n := sc.countedHits(ds)
+		prom.add(float64(n), o)
 		if stat != nil {
-			stat.add(uint64(ds.cost), over, near, ds.shadow)
+			stat.add(uint64(n), o)
 		}
 	}
+}
+
+// countedHits is how many of a descriptor's hits the metrics count: its
+// cost, but at most one more than the largest capacity among its limits.
+// A cost above that is refused by every limit whatever its size, and one
+// request with a hits_addend of 2^64-1 must not put 10^16 into counters
+// that dashboards sum. Admitted hits are never cut: they fit in every
+// limit.
+func (sc *scratch) countedHits(ds *descState) int64 {
+	var capacity int64
+	for ii := ds.itemsFrom; ii < ds.itemsTo; ii++ {
+		if it := &sc.items[ii]; it.hit >= 0 {
+			capacity = max(capacity, it.spec.Capacity())
+		}
+	}
+	if ds.cost > capacity {
+		return capacity + 1 // cost <= maxCost, so this cannot overflow
+	}
+	return ds.cost
 }
 
 // appendDetailedLabel names a descriptor with its values, in the reference

@@ -25,6 +25,8 @@ type scratch struct {
 	outcomes  []descOutcome
 	quota     []int
 
+	failure failureAnswer // set when the failure policy answered
+
 	// The second pass of recharge.
 	hits2      []limit.Hit
 	decisions2 []limit.Decision
@@ -71,6 +73,7 @@ func (sc *scratch) reset() {
 	sc.entries, sc.descs, sc.items, sc.matched = sc.entries[:0], sc.descs[:0], sc.items[:0], sc.matched[:0]
 	sc.hits, sc.decisions, sc.key, sc.label = sc.hits[:0], sc.decisions[:0], sc.key[:0], sc.label[:0]
 	sc.hits2, sc.decisions2, sc.index2 = sc.hits2[:0], sc.decisions2[:0], sc.index2[:0]
+	sc.failure = failureAnswer{}
 }
 
 // plan matches every descriptor, drops replaced limits and builds the hits.

@@ -67,8 +67,14 @@ type Options struct {
 	// OverLimitBody adds a JSON body (raw_body) to OVER_LIMIT answers, which
 	// Envoy sends as the 429 body.
 	OverLimitBody bool
-	// Logger receives failure logs (at most one line per second); nil
-	// discards them.
+	// StoreFailureHeader, when not empty, names a response header added to
+	// every answer the failure policy gave (allow or deny) with the cause
+	// as its value: deadline, circuit_open or error. The answer's
+	// dynamic_metadata says so too, header or not (markFailure). It must
+	// be an HTTP token.
+	StoreFailureHeader string
+	// Logger receives failure logs (at most one line per second) and, at
+	// debug level, one line per answer (logDecision); nil discards them.
 	Logger *slog.Logger
 	// Metrics records the request path; nil records nothing.
 	Metrics *Metrics
@@ -128,6 +134,9 @@ func New(rs RuleSource, l Limiter, opts Options) (*Service, error) {
 		return nil, err
 	}
 	opts.Headers = h
+	if opts.StoreFailureHeader != "" && !isToken(opts.StoreFailureHeader) {
+		return nil, fmt.Errorf("envoy: store failure header name %q is not an HTTP token", opts.StoreFailureHeader)
+	}
 	if opts.Bounds, err = opts.Bounds.normalize(); err != nil {
 		return nil, err
 	}
@@ -149,17 +158,27 @@ func New(rs RuleSource, l Limiter, opts Options) (*Service, error) {
 // its stack, if answering panicked. An unknown domain gets OK.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (resp *pb.RateLimitResponse, err error) {
 	start := time.Now()
+	sc := s.scratch.Get().(*scratch)
 	defer func() {
 		if p := recover(); p != nil {
 			s.opts.Logger.Error("answering a request panicked; it gets Internal", "panic", p, "domain", req.GetDomain(), "stack", string(debug.Stack()))
 			resp, err = nil, status.Error(codes.Internal, "internal error")
 		}
-		s.opts.Metrics.observeDecision(time.Since(start), resp, err)
+		d := time.Since(start)
+		s.opts.Metrics.observeDecision(d, resp, err)
+		// Checked first, so that with debug off a request pays for no
+		// attribute.
+		if s.opts.Logger.Enabled(ctx, slog.LevelDebug) {
+			s.logDecision(ctx, d, req, sc, resp, err)
+		}
+		// Reused after a panic too: reset clears whatever it holds.
+		sc.reset()
+		s.scratch.Put(sc)
 	}()
-	return s.decide(ctx, req)
+	return s.decide(ctx, req, sc)
 }
 
-func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scratch) (*pb.RateLimitResponse, error) {
 	if err := s.opts.Bounds.check(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -170,11 +189,6 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 		return allOK(len(req.Descriptors)), nil
 	}
 
-	sc := s.scratch.Get().(*scratch)
-	defer func() {
-		sc.reset()
-		s.scratch.Put(sc)
-	}()
 	if err := sc.plan(set, req, s.opts.FailureMode); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -190,20 +204,26 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 		defer cancel()
 	}
 	if err := s.evaluate(storeCtx, sc.hits, sc.decisions); err != nil {
-		return s.failed(ctx, sc, req, err)
+		return s.failed(ctx, storeCtx, sc, req, err)
 	}
 	v := sc.judge(s.opts.NearLimitRatio)
-	if !v.over && sc.consumedNothing(sc.hits, sc.decisions) {
+	// All or nothing: a hit that blocks means no hit of the call was
+	// charged, and the metrics must not count the admitted ones as within
+	// their limit.
+	charged := !sc.consumedNothing(sc.hits, sc.decisions)
+	if !v.over && !charged {
 		// The request passes although a quota limit denied its hit
 		// (another quota of the request is not over), so the Limiter
 		// consumed nothing: charge it now. If that fails, the request
 		// still passes, uncharged, as under the failure policy.
 		if err := s.recharge(storeCtx, sc); err != nil {
 			s.failures.record(err)
+		} else {
+			charged = !sc.consumedNothing(sc.hits2, sc.decisions2)
 		}
 		v = sc.judge(s.opts.NearLimitRatio)
 	}
-	sc.countMetrics(s.opts.Metrics, set, domain, v)
+	sc.countMetrics(s.opts.Metrics, set, domain, v, charged)
 	return s.respond(sc, req, v), nil
 }
 
@@ -243,11 +263,13 @@ func (s *Service) recharge(ctx context.Context, sc *scratch) error {
 	return nil
 }
 
-// failed applies the failure policy after the Limiter returned err: limits
-// that deny make their descriptors OVER_LIMIT; otherwise, if a limit asks
-// for it, the call fails with Unavailable so that Envoy's
-// failure_mode_deny decides; otherwise the request passes.
-func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequest, err error) (*pb.RateLimitResponse, error) {
+// failed applies the failure policy after the Limiter, called with
+// storeCtx, returned err: limits that deny make their descriptors
+// OVER_LIMIT; otherwise, if a limit asks for it, the call fails with
+// Unavailable so that Envoy's failure_mode_deny decides; otherwise the
+// request passes. An answer says it comes from the policy, and why
+// (markFailure); the error of Unavailable names the cause.
+func (s *Service) failed(ctx, storeCtx context.Context, sc *scratch, req *pb.RateLimitRequest, err error) (*pb.RateLimitResponse, error) {
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The caller went away; nobody reads the answer.
 		return nil, status.FromContextError(ctx.Err()).Err()
@@ -261,16 +283,21 @@ func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequ
 	s.failures.record(err)
 	unavailable := sc.applyFailure()
 	v := sc.judge(s.opts.NearLimitRatio)
+	f := failureAnswer{set: true, cause: failureCauseOf(storeCtx, err), policy: rules.FailureAllow}
 	switch {
 	case v.over:
-		s.opts.Metrics.failureAnswer(rules.FailureDeny)
+		f.policy = rules.FailureDeny
 	case unavailable:
-		s.opts.Metrics.failureAnswer(rules.FailureUnavailable)
-		return nil, status.Errorf(codes.Unavailable, "rate-limit store failed: %v", err)
-	default:
-		s.opts.Metrics.failureAnswer(rules.FailureAllow)
+		f.policy = rules.FailureUnavailable
 	}
-	return s.respond(sc, req, v), nil
+	sc.failure = f
+	s.opts.Metrics.failureAnswer(f.policy, f.cause)
+	if f.policy == rules.FailureUnavailable {
+		return nil, status.Errorf(codes.Unavailable, "rate-limit store failed (%s): %v", f.cause, err)
+	}
+	resp := s.respond(sc, req, v)
+	markFailure(resp, f, s.opts.StoreFailureHeader)
+	return resp, nil
 }
 
 // allOK answers n descriptors that no limit applies to.

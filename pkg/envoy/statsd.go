@@ -86,6 +86,9 @@ func (sd *statsdStats) hits(name string) *statCounters {
 		near:   sd.client.Counter(base + "near_limit"),
 		within: sd.client.Counter(base + "within_limit"),
 		shadow: sd.client.Counter(base + "shadow_mode"),
+		// Not a reference name: the reference charges every descriptor
+		// of a refused request and counts them within_limit.
+		notCharged: sd.client.Counter(base + "not_charged"),
 	}
 }
 

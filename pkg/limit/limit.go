@@ -228,6 +228,13 @@ var (
 	ErrNegativeCost = errors.New("negative cost")
 )
 
+// ErrCircuitOpen is wrapped by the error of an Evaluate call that did not
+// try its store because a circuit breaker is open (recent calls failed),
+// so that a caller can tell a fast failure from a store that was asked
+// and failed. Its text reads well before a store's own wrapping: "circuit
+// open after repeated failures: redis failed".
+var ErrCircuitOpen = errors.New("circuit open")
+
 // Decision is a limit's answer to one Hit. For example, if a fixed window
 // allows 10 hits per minute, has counted 6 this minute and the window ends in
 // 20 s, a hit of cost 1 gets Allowed, Remaining 3, ResetAfter 20 s.

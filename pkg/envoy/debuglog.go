@@ -1,0 +1,102 @@
+package envoy
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/status"
+)
+
+// hiddenValue stands for a descriptor value in debug lines.
+const hiddenValue = "(hidden)"
+
+// logDecision writes one debug line for an answer: the domain, the overall
+// code (or the gRPC error), the failure policy's cause when it answered,
+// each descriptor and the time taken. A descriptor reads
+//
+//	user=(hidden) OVER_LIMIT rule=shop.user remaining=0 limit=per_user
+//
+// Request values are hidden unless the descriptor's rule has
+// detailed_metric or value_to_metric: values are often API keys, user ids
+// or addresses, and those rules are where the operator already chose to
+// show them (in metric labels). The reference server logs everything at
+// debug level; this does not. The caller checks that debug is enabled, so
+// that a request pays nothing for it otherwise.
+func (s *Service) logDecision(ctx context.Context, d time.Duration, req *pb.RateLimitRequest, sc *scratch, resp *pb.RateLimitResponse, err error) {
+	attrs := make([]slog.Attr, 0, 7)
+	attrs = append(attrs, slog.String("domain", req.GetDomain()))
+	if err != nil {
+		st := status.Convert(err)
+		attrs = append(attrs, slog.String("code", st.Code().String()), slog.String("err", st.Message()))
+	} else {
+		attrs = append(attrs, slog.String("code", resp.GetOverallCode().String()))
+		if len(sc.descs) == 0 && len(req.GetDescriptors()) > 0 {
+			attrs = append(attrs, slog.Bool("domain_known", false))
+		}
+	}
+	if sc.failure.set {
+		attrs = append(attrs, slog.String("store_failure", sc.failure.cause.String()), slog.String("policy", sc.failure.policy.String()))
+	}
+	// An invalid request's descriptors are what made it invalid, maybe
+	// thousands of them: the error names the field.
+	if err == nil || sc.failure.set {
+		attrs = append(attrs, slog.Any("descriptors", sc.describe(req, resp)))
+	}
+	attrs = append(attrs, slog.Duration("duration", d))
+	s.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "decision", attrs...)
+}
+
+// describe summarizes each descriptor of req for logDecision; resp may be
+// nil (the failure policy answered Unavailable).
+func (sc *scratch) describe(req *pb.RateLimitRequest, resp *pb.RateLimitResponse) []string {
+	out := make([]string, len(req.GetDescriptors()))
+	var b strings.Builder
+	for i, d := range req.GetDescriptors() {
+		b.Reset()
+		var ds *descState
+		if i < len(sc.descs) {
+			ds = &sc.descs[i]
+		}
+		show := ds != nil && byValue(ds.rule)
+		for j, e := range d.GetEntries() {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(e.GetKey())
+			b.WriteByte('=')
+			if show {
+				b.WriteString(e.GetValue())
+			} else {
+				b.WriteString(hiddenValue)
+			}
+		}
+		if sts := resp.GetStatuses(); i < len(sts) {
+			b.WriteByte(' ')
+			b.WriteString(sts[i].GetCode().String())
+		}
+		switch {
+		case ds == nil:
+		case ds.override && ds.rule == nil:
+			b.WriteString(" rule=" + overrideMetric)
+		case ds.rule != nil:
+			b.WriteString(" rule=" + ds.rule.Path)
+			if ds.override {
+				b.WriteString(" override")
+			}
+		default:
+			b.WriteString(" no rule")
+		}
+		if sts := resp.GetStatuses(); i < len(sts) && sts[i].GetCurrentLimit() != nil {
+			b.WriteString(" remaining=" + strconv.FormatUint(uint64(sts[i].GetLimitRemaining()), 10))
+			if name := sts[i].GetCurrentLimit().GetName(); name != "" {
+				b.WriteString(" limit=" + name)
+			}
+		}
+		out[i] = b.String()
+	}
+	return out
+}
