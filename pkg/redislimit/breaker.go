@@ -10,13 +10,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // ErrCircuitOpen reports that Evaluate did not try Redis because its
 // circuit breaker is open: recent calls failed, and Redis is left alone
 // until a probe succeeds. It wraps ErrStore, so a caller's failure policy
-// applies to it as to any store failure.
-var ErrCircuitOpen = fmt.Errorf("circuit open after repeated failures: %w", ErrStore)
+// applies to it as to any store failure; and limit.ErrCircuitOpen, so that
+// the service names the cause without knowing the store.
+var ErrCircuitOpen = fmt.Errorf("%w after repeated failures: %w", limit.ErrCircuitOpen, ErrStore)
 
 // Defaults of BreakerOptions.
 const (
