@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -142,37 +141,45 @@ func TestSlidingLogBoundedWork(t *testing.T) {
 	ctx := context.Background()
 	decide(t, l, limit.Hit{Key: "warm", Spec: capped, Cost: 1}) // loads the script
 	for i, tc := range tests {
-		counter := strconv.Itoa(i)
-		key := redislimit.Key("bound:", counter)
-		t0 := future.Add(time.Duration(i) * 10 * w)
-		fillLog(t, n, key, tc.spec, t0.UnixMicro(), tc.fill)
-		if tc.fill == logCap {
-			t.Logf("%s: a log of %d single hits takes %d B", tc.name, logCap, n.client.MemoryUsage(ctx, key, 0).Val())
-		}
-		clk.set(t0.Add(tc.at))
-		hit := limit.Hit{Key: counter, Spec: tc.spec, Cost: tc.cost, Refund: tc.refund}
-		if _, err := n.srv.Do("CONFIG", "RESETSTAT"); err != nil {
-			t.Fatal(err)
-		}
-		var got limit.Decision
-		ping := pingWhile(t, n.srv.Addr, func() { got = decide(t, l, hit)[0] })
-		inRedis := time.Duration(scriptMicros(t, n)) * us
-		t.Logf("%s: the script ran %v in Redis, longest PING %v", tc.name, inRedis, ping)
-		if got != tc.want {
-			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
-		}
-		if ping > maxPing {
-			t.Errorf("%s: a PING waited %v (want under %v)", tc.name, ping, maxPing)
-		}
-		size, err := n.client.MemoryUsage(ctx, key, 0).Result()
-		if err == redis.Nil {
-			size, err = 0, nil
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if (size == 0) != (tc.bytes == 0) || size > tc.bytes {
-			t.Errorf("%s: the key takes %d B (want at most %d, 0 for none)", tc.name, size, tc.bytes)
+		// The timing is of a shared machine: a case whose PING waited too
+		// long is run again on a fresh counter, up to 3 times; a call that
+		// really holds Redis up fails every time.
+		for attempt := range 3 {
+			counter := fmt.Sprint(i, "/", attempt)
+			key := redislimit.Key("bound:", counter)
+			t0 := future.Add(time.Duration(3*i+attempt) * 10 * w)
+			fillLog(t, n, key, tc.spec, t0.UnixMicro(), tc.fill)
+			if tc.fill == logCap && attempt == 0 {
+				t.Logf("%s: a log of %d single hits takes %d B", tc.name, logCap, n.client.MemoryUsage(ctx, key, 0).Val())
+			}
+			clk.set(t0.Add(tc.at))
+			hit := limit.Hit{Key: counter, Spec: tc.spec, Cost: tc.cost, Refund: tc.refund}
+			if _, err := n.srv.Do("CONFIG", "RESETSTAT"); err != nil {
+				t.Fatal(err)
+			}
+			var got limit.Decision
+			ping := pingWhile(t, n.srv.Addr, func() { got = decide(t, l, hit)[0] })
+			inRedis := time.Duration(scriptMicros(t, n)) * us
+			t.Logf("%s: the script ran %v in Redis, longest PING %v", tc.name, inRedis, ping)
+			if got != tc.want {
+				t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+			}
+			size, err := n.client.MemoryUsage(ctx, key, 0).Result()
+			if err == redis.Nil {
+				size, err = 0, nil
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (size == 0) != (tc.bytes == 0) || size > tc.bytes {
+				t.Errorf("%s: the key takes %d B (want at most %d, 0 for none)", tc.name, size, tc.bytes)
+			}
+			if ping <= maxPing && inRedis <= maxPing {
+				break
+			}
+			if attempt == 2 {
+				t.Errorf("%s: the script ran %v in Redis and a PING waited %v (want both under %v)", tc.name, inRedis, ping, maxPing)
+			}
 		}
 	}
 }

@@ -40,8 +40,8 @@ const slidingLogWarnAbove = 1000
 
 // slidingLogMax is the largest sliding_log limit per window: a counter
 // holds at most that many entries in Redis (hits of one instant share one),
-// about 260 KB at 2,000, and a call on it walks at most half of them, well
-// under a millisecond of Redis's time (pkg/redislimit/lua/sliding_log.lua
+// about 236 KB at 2,000, and a call on it walks at most half of them, about
+// a millisecond of Redis's time (pkg/redislimit/lua/sliding_log.lua
 // has the figures). Above, one counter could hold Redis up for everyone.
 const slidingLogMax = 2000
 

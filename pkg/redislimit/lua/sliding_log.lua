@@ -27,11 +27,13 @@
 -- about what expired since the last write, and never more than half the
 -- entries. Finding the i-th oldest hit (retry, reset after a refund, the
 -- entry a refund cuts) walks the entries from the nearer end, so at most
--- half of them. At the cap (2,000 entries of one hit), the worst calls —
--- every entry expiring at once, a retry or refund at the middle of the log
--- — run for about 0.3 to 0.5 ms inside Redis 7 on a 2-core machine
--- (BenchmarkSlidingLogWorstCase); a counter at the cap takes about 190 KB
--- (MEMORY USAGE; TestSlidingLogBoundedWork logs it).
+-- half of them. At the cap (2,000 entries of one hit, ~118 B each: 236 KB
+-- per counter, MEMORY USAGE), the worst calls, every entry expiring at
+-- once, a retry or a refund at the middle of the log, ran for 0.2 to 1.2
+-- ms inside Redis 7 on a 2-core machine busy with other work (load 6 to
+-- 10; BenchmarkSlidingLogWorstCase, TestSlidingLogBoundedWork logs them).
+-- Prefix sums in the members would make the walks O(log n), at the cost of
+-- rewriting the entries later than now when the clock goes back.
 --
 -- The working state counts hits in three runs in time order, a (stored,
 -- time <= now), m (added by this call, at now) and z (stored, time > now,
@@ -39,8 +41,14 @@
 -- entries when it needs their times. Removals take the newest first (z,
 -- then m, then a), so the stored hits removed are always the newest ones.
 
--- count_of returns the hits of an entry.
+-- count_of returns the hits of an entry; a count of one digit, the
+-- common case, without making strings.
+local byte = string.byte
 local function count_of(member)
+  local d, at = byte(member, 1, 2)
+  if at == 64 then -- "<digit>@"
+    return d - 48
+  end
   local p = string.find(member, '@', 1, true)
   if p then
     return tonumber(string.sub(member, 1, p - 1))
