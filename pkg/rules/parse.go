@@ -35,8 +35,15 @@ var (
 )
 
 // slidingLogWarnAbove is the limit per window above which a sliding_log is
-// legal but warned about: it stores one entry per admitted hit.
+// legal but warned about: it stores up to one entry per admitted hit.
 const slidingLogWarnAbove = 1000
+
+// slidingLogMax is the largest sliding_log limit per window: a counter
+// holds at most that many entries in Redis (hits of one instant share one),
+// about 236 KB at 2,000, and a call on it walks at most half of them, about
+// a millisecond of Redis's time (pkg/redislimit/lua/sliding_log.lua
+// has the figures). Above, one counter could hold Redis up for everyone.
+const slidingLogMax = 2000
 
 // precisionWarnAbove is the precision above which a sliding_window is warned
 // about: each counter keeps that many sub-window counters.
@@ -621,6 +628,12 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 		p.calendar(l, &spec, tz, path, at, valAt)
 	}
 	if len(p.errs) > nerr {
+		return nil
+	}
+	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogMax {
+		p.errorf(valAt("requests_per_unit"), join(path, "requests_per_unit"),
+			"sliding_log of %d per window: a sliding log keeps up to one entry per admitted hit, and above %d per window a counter's entries (about 130 B each) and the Redis time to walk them stall Redis for every request (use sliding_window with a precision: a few counters per counter, whatever the limit)",
+			spec.Limit, slidingLogMax)
 		return nil
 	}
 	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogWarnAbove {
