@@ -98,7 +98,7 @@
 //	fixed_window                        120 B            120 B
 //	sliding_window (precision 1)        104 B            104 B
 //	sliding_window (precision 60)           up to 584 B, all used
-//	sliding_log                         136 B           3672 B   (O(limit): 1000 entries 118032 B)
+//	sliding_log                         136 B           3672 B   (one entry per instant that admitted hits: 2000 single-hit entries 236 KB; one hit of any cost: one entry)
 //	token_bucket                        120 B            136 B
 //	leaky_bucket                        120 B            136 B
 //	gcra                                120 B            120 B
