@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -196,7 +195,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig(tc.args, tc.env, io.Discard)
+			c, err := parseConfig(tc.args, tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +250,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConfig(tc.args, tc.env, io.Discard)
+			_, err := parseConfig(tc.args, tc.env)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.want)
 			}
