@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		ruleOpts.Check = memcachelimit.CheckRules
 	}
 
+	logNotes(logger, cfg)
 	switch {
 	case cfg.check:
 		if rules.Check(stdout, cfg.rulesPath, ruleOpts) != nil {
@@ -81,7 +82,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		return explain(stdout, out, cfg, ruleOpts)
 	}
 
-	logNotes(logger, cfg)
+	logRulesOrigin(logger, cfg)
 	watcher, err := rules.NewWatcher(cfg.rulesPath, ruleOpts, logger)
 	if err != nil {
 		out.fatal(fmt.Errorf("refusing to start, cannot load the rules in %s:\n%w", cfg.rulesPath, err), "")
@@ -186,8 +187,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	return 0
 }
 
-// logNotes logs, once each, the remarks about the configuration, and where
-// the rules come from when a default chose them.
+// logNotes logs, once each, the remarks about the configuration.
 func logNotes(logger *slog.Logger, cfg *config) {
 	seen := map[string]bool{}
 	for _, n := range cfg.notes {
@@ -196,6 +196,11 @@ func logNotes(logger *slog.Logger, cfg *config) {
 			logger.Warn(n)
 		}
 	}
+}
+
+// logRulesOrigin says where the rules come from when a default chose them,
+// so that an operator who meant RUNTIME_ROOT sees it was not set.
+func logRulesOrigin(logger *slog.Logger, cfg *config) {
 	switch cfg.rulesFrom {
 	case defaultConfigVar:
 		logger.Info("rules from "+defaultConfigVar+", the image's default: set RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY (or -config) for your own", "path", cfg.rulesPath)
