@@ -430,16 +430,18 @@ func parseConfig(args []string, env lookupFunc) (*config, error) {
 		return nil, err
 	}
 	c.args = fs.Args()
-	from, overrides, err := setFromEnv(fs, env)
-	if err != nil {
-		return nil, err
-	}
-	c.rulesFrom = from["config"]
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "config" {
 			c.rulesFrom = "-config"
 		}
 	})
+	from, overrides, err := setFromEnv(fs, env)
+	if err != nil {
+		return nil, err
+	}
+	if c.rulesFrom == "" {
+		c.rulesFrom = from["config"]
+	}
 	c.notes = append(c.notes, overrides...)
 	notes, err := checkReference(env, c.redis.url != "")
 	if err != nil {
