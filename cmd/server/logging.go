@@ -154,18 +154,20 @@ func newRedactor(args []string, env lookupFunc) *redactor {
 	}
 	addURLs := func(v string) {
 		for _, part := range strings.Split(v, ",") {
-			i := strings.Index(part, "://")
-			if i < 0 {
-				continue
+			// With or without a scheme: user:password@host.
+			rest := part
+			if i := strings.Index(part, "://"); i >= 0 {
+				rest = part[i+3:]
 			}
-			rest := part[i+3:]
 			if at := strings.LastIndex(rest, "@"); at >= 0 {
 				addAuth(rest[:at])
 			}
 		}
 	}
 	for i, a := range args {
-		addURLs(a)
+		if strings.Contains(a, "://") {
+			addURLs(a)
+		}
 		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if !secretFlags[name] || !strings.HasPrefix(a, "-") {
 			continue
