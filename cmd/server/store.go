@@ -222,7 +222,16 @@ type storeWatch struct {
 	name    string // "Redis" or "Memcached"
 	attrs   []any
 	logger  *slog.Logger
+	// timeout bounds each probe of run; 0 is sickProbeInterval.
+	timeout time.Duration
 	reached atomic.Bool
+}
+
+func (w *storeWatch) probeTimeout() time.Duration {
+	if w.timeout > 0 {
+		return w.timeout
+	}
+	return sickProbeInterval
 }
 
 // Reached reports whether a probe of the store has succeeded since start.
@@ -256,8 +265,7 @@ func (w *storeWatch) run(ctx context.Context, sick, idle time.Duration) {
 		sinceProbe += sick
 		if !w.store.Healthy() || sinceProbe >= idle {
 			sinceProbe = 0
-			timeout := sick
-			if err := w.probe(ctx, timeout); err != nil && ctx.Err() != nil {
+			if err := w.probe(ctx, w.probeTimeout()); err != nil && ctx.Err() != nil {
 				return
 			}
 		}
