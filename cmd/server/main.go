@@ -2,14 +2,25 @@
 // envoyproxy/ratelimit: it reads the same rule files and honours the same
 // environment variables.
 //
-//	floodgate                      serve ./config on the in-memory store
-//	floodgate -redis host:6379     serve with counters in Redis
-//	floodgate -check               validate the rules and exit 0 or 1
-//	floodgate -explain rl k=v      show which rule a descriptor matches
+//	floodgate [serve]                  serve ./config on the in-memory store
+//	floodgate -redis host:6379         serve with counters in Redis
+//	floodgate check                    validate the rules and exit 0 or 1 (also -check)
+//	floodgate explain rl k=v           show which rule a descriptor matches (also -explain)
+//	floodgate version                  print the version and commit (also -version)
+//	floodgate -h                       every flag by section, with its default and variables
 //
-// Flags win over environment variables; see the README for the table. This
-// file only assembles the parts: rules (pkg/rules), a limiter (pkg/limit or
-// pkg/redislimit), the service (pkg/envoy) and the listeners (pkg/server).
+// A flag wins over its FLOODGATE_* variable, which wins over the reference
+// server's; an override of a variable that is set is logged. The rule path
+// falls back last to FLOODGATE_DEFAULT_CONFIG, which the image sets to its
+// demo rules. A bad flag or variable is one error line, exit code 2. All
+// output to stderr is in the log format asked for, credentials hidden (see
+// docs/operations.md).
+//
+// This package only assembles the parts: rules (pkg/rules), a limiter
+// (pkg/limit, pkg/redislimit or pkg/memcachelimit, store.go), the service
+// (pkg/envoy) and the listeners (pkg/server); the command line is in
+// config.go, reference.go, flagvalues.go and usage.go, the logs in
+// logging.go.
 package main
 
 import (

@@ -218,10 +218,10 @@ type probedStore interface {
 // attrs naming the store: at error level with the cause when it starts
 // failing, at info level when it answers again; one line per change.
 type storeWatch struct {
-	store   probedStore
-	name    string // "Redis" or "Memcached"
-	attrs   []any
-	logger  *slog.Logger
+	store  probedStore
+	name   string // "Redis" or "Memcached"
+	attrs  []any
+	logger *slog.Logger
 	// timeout bounds each probe of run; 0 is sickProbeInterval.
 	timeout time.Duration
 	reached atomic.Bool
