@@ -19,9 +19,17 @@ RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags=
 # entry for the nonroot user (uid 65532).
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/floodgate /usr/local/bin/floodgate
-# The demo rules, so that the image runs on its own; mount your own
-# directory over /etc/floodgate/config (docker-compose.yml does).
+# Manifests written for envoyproxy/ratelimit run /bin/ratelimit. A copy
+# rather than a link: the final stage has no shell to make one, and a copied
+# link would be followed or not depending on the builder.
+COPY --from=build /out/floodgate /bin/ratelimit
+# The demo rules, so that the image runs on its own. They are the default
+# of last resort: -config, FLOODGATE_CONFIG and the reference server's
+# RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY each win over
+# FLOODGATE_DEFAULT_CONFIG, so that a deployment written for the reference
+# server reads its own rules. Or mount yours over /etc/floodgate/config.
 COPY config /etc/floodgate/config
+ENV FLOODGATE_DEFAULT_CONFIG=/etc/floodgate/config
 USER 65532:65532
 # 8080: HTTP (/healthcheck, /json, /rlconfig, /metrics)
 # 8081: gRPC (Envoy's RateLimitService, grpc.health.v1)
@@ -30,5 +38,5 @@ USER 65532:65532
 # the network. Reach it with kubectl port-forward, or run the image with
 # -debug-addr :6070 and publish that port to a trusted address.
 EXPOSE 8080 8081
+# No CMD: a flag would win over the reference server's variables.
 ENTRYPOINT ["/usr/local/bin/floodgate"]
-CMD ["-config", "/etc/floodgate/config"]

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -231,43 +232,113 @@ func TestDockerfile(t *testing.T) {
 		}
 	})
 
-	t.Run("entrypoint runs the built binary with valid rules", func(t *testing.T) {
-		_, out, _ := df.goBuild()
-		var binDest string
-		copies := map[string]string{} // destination -> source in the context
-		for _, in := range final.all("COPY") {
-			f := strings.Fields(in.args)
-			src, dst := f[len(f)-2], f[len(f)-1]
-			if strings.HasPrefix(f[0], "--from=") {
-				if src == out {
-					binDest = dst
-				}
-				continue
+	// The binary's paths in the image, the context's copies by
+	// destination, and the image's environment.
+	_, out, _ := df.goBuild()
+	var binDests []string
+	copies := map[string]string{} // destination -> source in the context
+	for _, in := range final.all("COPY") {
+		f := strings.Fields(in.args)
+		src, dst := f[len(f)-2], f[len(f)-1]
+		if strings.HasPrefix(f[0], "--from=") {
+			if src == out {
+				binDests = append(binDests, dst)
 			}
-			copies[dst] = src
+			continue
 		}
-		if binDest == "" {
+		copies[dst] = src
+	}
+	context, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imageEnv := map[string]string{}
+	for _, in := range final.all("ENV") {
+		k, v, ok := strings.Cut(in.args, "=")
+		if !ok || strings.ContainsAny(k, " \t") {
+			t.Fatalf("Dockerfile:%d: ENV %s: want the KEY=value form", in.line, in.args)
+		}
+		imageEnv[k] = strings.Trim(v, `"`)
+	}
+	// imageRun runs the image's command line (its ENTRYPOINT, CMD and
+	// ENV, the image's paths mapped back to the build context) with more
+	// arguments and variables, and returns what it prints and its exit code.
+	imageRun := func(t *testing.T, more []string, env ...string) (string, int) {
+		t.Helper()
+		ep, ok := final.last("ENTRYPOINT")
+		if !ok {
+			t.Fatal("no ENTRYPOINT")
+		}
+		args := execForm(t, ep)[1:]
+		if cmd, ok := final.last("CMD"); ok {
+			args = append(args, execForm(t, cmd)...)
+		}
+		args = append(mapPaths(args, copies, context), more...)
+		c := exec.Command(floodgateBinary(t), args...)
+		c.Dir = t.TempDir()
+		c.Env = []string{"PATH=" + os.Getenv("PATH")}
+		for k, v := range imageEnv {
+			c.Env = append(c.Env, k+"="+mapPaths([]string{v}, copies, context)[0])
+		}
+		c.Env = append(c.Env, env...)
+		b, err := c.CombinedOutput()
+		code := 0
+		if err != nil {
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("floodgate %s: %v", strings.Join(args, " "), err)
+			}
+			code = exit.ExitCode()
+		}
+		return string(b), code
+	}
+
+	t.Run("entrypoint runs the built binary with valid rules", func(t *testing.T) {
+		if len(binDests) == 0 {
 			t.Fatalf("the final stage does not copy the build's %s", out)
 		}
 		ep, ok := final.last("ENTRYPOINT")
 		if !ok {
 			t.Fatal("no ENTRYPOINT")
 		}
-		entry := execForm(t, ep)
-		if entry[0] != binDest {
-			t.Errorf("ENTRYPOINT %v does not run the binary copied to %s", entry, binDest)
+		if entry := execForm(t, ep); !slices.Contains(binDests, entry[0]) {
+			t.Errorf("ENTRYPOINT %v does not run the binary copied to %v", entry, binDests)
 		}
-		cmd, ok := final.last("CMD")
-		if !ok {
-			t.Fatal("no CMD")
+		// The image alone serves its demo rules.
+		text, code := imageRun(t, []string{"-check"})
+		if code != 0 || !strings.Contains(text, "domain demo") {
+			t.Errorf("the image's command line with -check exits %d, want 0 and the demo rules:\n%s", code, text)
 		}
-		args := append(entry[1:], execForm(t, cmd)...)
-		// Map the image's paths back to the build context and ask the
-		// binary to check the rules the image would serve.
-		mapped := mapPaths(args, copies, repoRoot)
-		outText, code := runFloodgate(t, ".", append(mapped, "-check")...)
-		if code != 0 {
-			t.Errorf("floodgate %s -check (the image's command line) exits %d:\n%s", strings.Join(mapped, " "), code, outText)
+	})
+
+	t.Run("a drop-in for the reference server's image", func(t *testing.T) {
+		// Manifests written for envoyproxy/ratelimit run /bin/ratelimit.
+		if !slices.Contains(binDests, "/bin/ratelimit") {
+			t.Errorf("/bin/ratelimit is not the built binary (copies of %s: %v)", out, binDests)
+		}
+		// A flag in CMD would win over RUNTIME_ROOT and the like: the
+		// reference's variables must decide.
+		if cmd, ok := final.last("CMD"); ok {
+			for _, a := range execForm(t, cmd) {
+				if strings.HasPrefix(a, "-") {
+					t.Errorf("Dockerfile:%d: CMD passes %s, which would win over the reference server's variables", cmd.line, a)
+				}
+			}
+		}
+		// With the reference's variables, their rules are served, not the
+		// demo's.
+		root := t.TempDir()
+		dir := filepath.Join(root, "ratelimit", "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rule := "domain: migrated\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+		if err := os.WriteFile(filepath.Join(dir, "r.yaml"), []byte(rule), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		text, code := imageRun(t, []string{"-check"}, "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit")
+		if code != 0 || !strings.Contains(text, "domain migrated") || strings.Contains(text, "domain demo") {
+			t.Errorf("with RUNTIME_ROOT and RUNTIME_SUBDIRECTORY, the image's -check exits %d, want 0 and domain migrated only:\n%s", code, text)
 		}
 	})
 

@@ -25,7 +25,10 @@ import (
 // reference server's variables (referenceVars), then defaults. Each
 // package gets only its part.
 type config struct {
-	rulesPath    string
+	rulesPath string
+	// rulesFrom says what set rulesPath: "-config", the variable(s), or ""
+	// for the flag's default.
+	rulesFrom    string
 	mergeDomains bool
 
 	// redis is the main Redis; perSecond, when its url is set, the one
@@ -67,8 +70,8 @@ type config struct {
 	headers        envoy.Headers
 	overLimitBody  bool
 
-	check, explain bool
-	args           []string // positional arguments (-explain's descriptor)
+	check, explain, version bool
+	args                    []string // positional arguments (-explain's descriptor)
 
 	// notes are remarks about the environment to log once logging is set
 	// up (variables accepted with a difference worth knowing).
@@ -329,19 +332,24 @@ func floodgateVar(flag string) string {
 
 // commandOnly are the flags no variable sets: they choose what the binary
 // does, not how it serves.
-var commandOnly = map[string]bool{"check": true, "explain": true}
+var commandOnly = map[string]bool{"check": true, "explain": true, "version": true}
 
-// parseConfig reads the command line and the environment. It returns
-// flag.ErrHelp after printing usage for -h.
-func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, error) {
-	c := &config{}
+// defaultConfigVar sets the rule path when nothing else does: below -config,
+// FLOODGATE_CONFIG and RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+// The image sets it to its demo rules, so that a deployment written for the
+// reference server, which sets RUNTIME_*, gets its own rules.
+const defaultConfigVar = "FLOODGATE_DEFAULT_CONFIG"
+
+// fallbacks are the variables read for a flag when neither floodgateVar nor
+// a reference variable sets it.
+var fallbacks = map[string]envSource{"config": envVar(defaultConfigVar)}
+
+// newFlagSet registers every flag on a set writing into c. It prints
+// nothing: run prints the usage and errors in the chosen log format.
+func newFlagSet(c *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("floodgate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: floodgate [flags]\n       floodgate -check [-config path]\n       floodgate -explain [-config path] domain key=value [key=value...]\n\nFlags (each also set by the environment variables listed in the README):\n")
-		fs.PrintDefaults()
-	}
-
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.StringVar(&c.rulesPath, "config", "config", "rule file or directory")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "merge a domain declared in several files instead of refusing it")
 	c.redis.flags(fs, "redis", "Redis", "Redis URL (redis://, rediss://, unix://, host:port; sentinel: master,host:port,...; cluster: host:port,...); empty keeps counters in memory")
@@ -406,15 +414,35 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 	fs.BoolVar(&c.overLimitBody, "over-limit-body", false, "send a JSON body with OVER_LIMIT answers (Envoy's 429 body)")
 	fs.BoolVar(&c.check, "check", false, "validate the rules, print a summary or every error (file:line), and exit 0 or 1")
 	fs.BoolVar(&c.explain, "explain", false, "print which rule a descriptor (arguments: domain key=value...) matches, and exit")
+	fs.BoolVar(&c.version, "version", false, "print the version and the commit it was built from, and exit")
 	c.failureMode = rules.FailureAllow
+	explainValues(fs)
+	return fs
+}
+
+// parseConfig reads the command line and the environment. It returns
+// flag.ErrHelp for -h and -help.
+func parseConfig(args []string, env lookupFunc) (*config, error) {
+	c := &config{}
+	fs := newFlagSet(c)
 
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	c.args = fs.Args()
-	if err := setFromEnv(fs, env); err != nil {
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "config" {
+			c.rulesFrom = "-config"
+		}
+	})
+	from, overrides, err := setFromEnv(fs, env)
+	if err != nil {
 		return nil, err
 	}
+	if c.rulesFrom == "" {
+		c.rulesFrom = from["config"]
+	}
+	c.notes = append(c.notes, overrides...)
 	notes, err := checkReference(env, c.redis.url != "")
 	if err != nil {
 		return nil, err
@@ -425,13 +453,16 @@ func parseConfig(args []string, env lookupFunc, stderr io.Writer) (*config, erro
 
 // setFromEnv sets each flag not given on the command line from its
 // FLOODGATE_ variable, else from the first reference variable of
-// referenceVars that sets it.
-func setFromEnv(fs *flag.FlagSet, env lookupFunc) error {
+// referenceVars that sets it, else from its fallback. It returns, for each
+// flag it set, the variable(s) it was set from, and a warning for each
+// variable set but overridden by a flag or a FLOODGATE_ variable, so that
+// an operator who set RUNTIME_ROOT and sees other rules is told why.
+func setFromEnv(fs *flag.FlagSet, env lookupFunc) (from map[string]string, warnings []string, err error) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
+	from = map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || given[f.Name] || commandOnly[f.Name] {
+		if err != nil || commandOnly[f.Name] {
 			return
 		}
 		sources := []envSource{envVar(floodgateVar(f.Name))}
@@ -440,18 +471,50 @@ func setFromEnv(fs *flag.FlagSet, env lookupFunc) error {
 				sources = append(sources, referenceVars[i].source())
 			}
 		}
+		winner := ""
+		if given[f.Name] {
+			winner = "-" + f.Name
+		}
+		seen := map[string]bool{}
 		for _, src := range sources {
-			v, from, ok := src(env)
-			if !ok {
+			v, name, ok := src(env)
+			if !ok || seen[name] {
+				continue
+			}
+			seen[name] = true
+			if winner != "" {
+				warnings = append(warnings, fmt.Sprintf("%s overrides %s=%s", winner, name, shownValue(f.Name, v)))
 				continue
 			}
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q (for -%s): %w", from, v, f.Name, e)
+				err = fmt.Errorf("%s=%q (for -%s): %w", name, shownValue(f.Name, v), f.Name, e)
+				return
 			}
-			return
+			winner, from[f.Name] = name, name
+		}
+		if fb, ok := fallbacks[f.Name]; ok && winner == "" {
+			if v, name, ok := fb(env); ok {
+				if e := fs.Set(f.Name, v); e != nil {
+					err = fmt.Errorf("%s=%q (for -%s): %w", name, v, f.Name, e)
+					return
+				}
+				from[f.Name] = name
+			}
 		}
 	})
-	return err
+	return from, warnings, err
+}
+
+// secretFlags hold credentials: their values are never shown.
+var secretFlags = map[string]bool{"redis-auth": true, "redis-sentinel-auth": true, "redis-persecond-auth": true, "redis-persecond-sentinel-auth": true}
+
+// shownValue is v as a message may quote it: a credential hidden, a URL's
+// password redacted.
+func shownValue(flag, v string) string {
+	if secretFlags[flag] {
+		return "***"
+	}
+	return redactedAddr(v)
 }
 
 func (c *config) validate() error {
@@ -464,6 +527,8 @@ func (c *config) validate() error {
 	if err := c.memcache.validate(c); err != nil {
 		return err
 	}
+	// The reference reads LOG_FORMAT without regard to case.
+	c.logFormat = strings.ToLower(c.logFormat)
 	switch c.logFormat {
 	case "text", "json":
 	default:
@@ -536,59 +601,4 @@ func (c *config) validate() error {
 		return fmt.Errorf("unexpected arguments %q (only -explain takes arguments)", c.args)
 	}
 	return nil
-}
-
-// levelValue is a flag.Value for slog levels, with the reference server's
-// logrus names (trace, warning, fatal, panic) mapped to the nearest.
-type levelValue slog.Level
-
-func (l *levelValue) String() string { return slog.Level(*l).String() }
-
-func (l *levelValue) Set(s string) error {
-	switch strings.ToLower(s) {
-	case "trace", "debug":
-		*l = levelValue(slog.LevelDebug)
-	case "info":
-		*l = levelValue(slog.LevelInfo)
-	case "warn", "warning":
-		*l = levelValue(slog.LevelWarn)
-	case "error", "fatal", "panic":
-		*l = levelValue(slog.LevelError)
-	default:
-		return fmt.Errorf("unknown log level %q (want debug, info, warn or error)", s)
-	}
-	return nil
-}
-
-// failureValue is a flag.Value for the global failure mode.
-type failureValue rules.FailureMode
-
-func (f *failureValue) String() string {
-	if f == nil || rules.FailureMode(*f) == rules.FailureDefault {
-		return rules.FailureAllow.String()
-	}
-	return rules.FailureMode(*f).String()
-}
-
-func (f *failureValue) Set(s string) error {
-	for _, m := range []rules.FailureMode{rules.FailureAllow, rules.FailureDeny, rules.FailureUnavailable} {
-		if strings.EqualFold(s, m.String()) {
-			*f = failureValue(m)
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown failure mode %q (want allow, deny or unavailable)", s)
-}
-
-// styleValue is a flag.Value for the response header style.
-type styleValue envoy.HeaderStyle
-
-func (s *styleValue) String() string { return envoy.HeaderStyle(*s).String() }
-
-func (s *styleValue) Set(v string) error {
-	st, err := envoy.ParseHeaderStyle(v)
-	if err == nil {
-		*s = styleValue(st)
-	}
-	return err
 }

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,7 +196,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig(tc.args, tc.env, io.Discard)
+			c, err := parseConfig(tc.args, tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +251,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConfig(tc.args, tc.env, io.Discard)
+			_, err := parseConfig(tc.args, tc.env)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.want)
 			}
@@ -267,6 +267,85 @@ func TestRedactedAddr(t *testing.T) {
 	} {
 		if got := redactedAddr(in); got != want {
 			t.Errorf("redactedAddr(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The rule path: -config, then FLOODGATE_CONFIG, then the reference's
+// RUNTIME_* variables, then FLOODGATE_DEFAULT_CONFIG (the image's demo
+// rules), then ./config; each override of a variable that is set is
+// noted, naming the winner and the variable, credentials hidden.
+func TestEnvironmentPrecedence(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		env       lookupFunc
+		rules     string
+		from      string
+		notes     []string
+		forbidden string // in no note
+	}{
+		{"the image alone", nil, envOf("FLOODGATE_DEFAULT_CONFIG", "/etc/floodgate/config"),
+			"/etc/floodgate/config", "FLOODGATE_DEFAULT_CONFIG", nil, ""},
+		{"the reference's variables over the image's default", nil, envOf("FLOODGATE_DEFAULT_CONFIG", "/etc/floodgate/config", "RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit"),
+			filepath.Join("/srv/rt", "ratelimit", "config"), "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY", nil, ""},
+		{"a flag over them, noted", []string{"-config", "mine"}, envOf("RUNTIME_ROOT", "/srv/rt", "FLOODGATE_CONFIG", "/x"),
+			"mine", "-config", []string{"-config overrides FLOODGATE_CONFIG=/x", "-config overrides RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY=/srv/rt/config"}, ""},
+		{"FLOODGATE_ over the reference's, noted", nil, envOf("FLOODGATE_CONFIG", "/x", "RUNTIME_APPDIRECTORY", "rules", "FLOODGATE_DEFAULT_CONFIG", "/etc/floodgate/config"),
+			"/x", "FLOODGATE_CONFIG", []string{"FLOODGATE_CONFIG overrides RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY=/srv/runtime_data/current/rules"}, ""},
+		{"nothing set", nil, envOf(), "config", "", nil, ""},
+		{"a credential overridden is not shown", []string{"-redis", "h:1", "-redis-auth", "flagpass"}, envOf("REDIS_AUTH", "envS3cret", "REDIS_URL", "redis://u:urlS3cret@h:2"),
+			"config", "", []string{"-redis overrides REDIS_URL=redis://***@h:2", "-redis-auth overrides REDIS_AUTH=***"}, "S3cret"},
+		{"ports: one note for the pair", []string{"-http-addr", ":1"}, envOf("HOST", "0.0.0.0", "PORT", "9"),
+			"config", "", []string{"-http-addr overrides HOST/PORT=0.0.0.0:9"}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(tc.args, tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.rulesPath != tc.rules || c.rulesFrom != tc.from {
+				t.Errorf("rules %q from %q, want %q from %q", c.rulesPath, c.rulesFrom, tc.rules, tc.from)
+			}
+			if !slices.Equal(c.notes, tc.notes) {
+				t.Errorf("notes %q\nwant %q", c.notes, tc.notes)
+			}
+			for _, n := range c.notes {
+				if tc.forbidden != "" && strings.Contains(n, tc.forbidden) {
+					t.Errorf("note %q shows %q", n, tc.forbidden)
+				}
+			}
+		})
+	}
+}
+
+// Enumerated values are read as the reference reads them: without regard
+// to case (LOG_FORMAT, LOG_LEVEL, REDIS_TYPE, BACKEND_TYPE, CONFIG_TYPE,
+// REDIS_SOCKET_TYPE); other values are refused, naming what is accepted.
+func TestReferenceSpellings(t *testing.T) {
+	for _, kv := range [][]string{
+		{"LOG_FORMAT", "JSON"}, {"LOG_FORMAT", "Text"}, {"LOG_LEVEL", "Warning"}, {"LOG_LEVEL", "TRACE"},
+		{"REDIS_TYPE", "SINGLE", "REDIS_URL", "h:1"}, {"REDIS_TYPE", "Cluster", "REDIS_URL", "h:1,h:2"},
+		{"REDIS_TYPE", "SENTINEL", "REDIS_URL", "m,h:1"}, {"BACKEND_TYPE", "Redis"}, {"CONFIG_TYPE", "file"},
+		{"REDIS_SOCKET_TYPE", "TCP", "REDIS_URL", "h:1"}, {"REDIS_SOCKET_TYPE", "unix", "REDIS_URL", "/run/r.sock"},
+	} {
+		if _, err := parseConfig(nil, envOf(kv...)); err != nil {
+			t.Errorf("%v: %v", kv, err)
+		}
+	}
+	for _, tc := range []struct {
+		kv   []string
+		want string
+	}{
+		{[]string{"REDIS_SOCKET_TYPE", "udp", "REDIS_URL", "h:1"}, "want tcp or unix"},
+		{[]string{"REDIS_TYPE", "ring", "REDIS_URL", "h:1"}, "want single, sentinel or cluster"},
+		{[]string{"LOG_FORMAT", "logfmt"}, "want text or json"},
+		{[]string{"BACKEND_TYPE", "etcd"}, "want redis or memcache"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW"}, "xDS is not supported"},
+	} {
+		if _, err := parseConfig(nil, envOf(tc.kv...)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error saying %q", tc.kv, err, tc.want)
 		}
 	}
 }

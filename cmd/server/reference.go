@@ -349,6 +349,9 @@ func checkReference(env lookupFunc, withRedis bool) (notes []string, err error) 
 			}
 		}
 	}
+	if len(refused) == 1 {
+		return nil, fmt.Errorf("this envoyproxy/ratelimit setting cannot be honoured (see docs/migrating.md): %s", refused[0])
+	}
 	if len(refused) > 0 {
 		return nil, fmt.Errorf("refusing to start: these envoyproxy/ratelimit settings cannot be honoured (see docs/migrating.md):\n  %s", strings.Join(refused, "\n  "))
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"os"
 	"reflect"
 	"regexp"
@@ -110,7 +109,7 @@ var refusedSamples = map[string]struct {
 func TestReferenceTable(t *testing.T) {
 	parse := func(t *testing.T, kv ...string) (*config, error) {
 		t.Helper()
-		return parseConfig(nil, envOf(kv...), io.Discard)
+		return parseConfig(nil, envOf(kv...))
 	}
 	defaults, err := parse(t)
 	if err != nil {

@@ -184,6 +184,12 @@ func singleOptions(raw string) (*redis.Options, error) {
 	case strings.Contains(raw, "://"):
 		o, err := redis.ParseURL(raw)
 		if err != nil {
+			// A *url.Error quotes the whole URL, password included: keep
+			// only its reason.
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
 			return nil, fmt.Errorf("redis URL %q: %w", redactURL(raw), err)
 		}
 		return o, nil
@@ -197,13 +203,22 @@ func singleOptions(raw string) (*redis.Options, error) {
 	}
 }
 
-// redactURL hides the password of a URL so that errors can quote it.
+// redactURL hides the password of a URL so that errors can quote it, even
+// a URL that does not parse (the password is what precedes the last '@').
 func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
 	}
-	return u.Redacted()
+	scheme, rest, ok := strings.Cut(raw, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
+		return raw
+	}
+	if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
+		return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
+	}
+	// A lone user information is a password to go-redis.
+	return scheme + "://xxxxx@" + rest[at+1:]
 }
 
 func setDuration(dst *time.Duration, d time.Duration) {

@@ -92,6 +92,10 @@ func TestNewClientErrors(t *testing.T) {
 		{redislimit.ClientConfig{URL: "mymaster,h", Type: "sentinel"}, `"h" is not host:port`},
 		{redislimit.ClientConfig{URL: "a:1,b:2", Type: "cluster", DB: 1}, "database 0 only"},
 		{redislimit.ClientConfig{URL: "a:1,,b:2", Type: "cluster"}, `"" is not host:port`},
+		// URLs that do not parse are quoted without their password.
+		{redislimit.ClientConfig{URL: "redis://admin:hunter2@h:notaport"}, `"redis://admin:xxxxx@h:notaport": invalid port`},
+		{redislimit.ClientConfig{URL: "redis://hunter2@h:notaport"}, `"redis://xxxxx@h:notaport"`},
+		{redislimit.ClientConfig{URL: "rediss://u:hunter2@[::1"}, `"rediss://u:xxxxx@[::1"`},
 	}
 	for _, tc := range tests {
 		c, err := redislimit.NewClient(tc.cfg)

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/redislimit"
+	"github.com/floodgate/floodgate/pkg/server"
+)
+
+// counterStore is where the counters are kept, as the rest of the program
+// needs it.
+type counterStore struct {
+	limiter envoy.Limiter
+	name    string // "memory", "redis" or "memcache", in metrics
+	// health is nil for memory, which is always there.
+	health func() server.StoreHealth
+	// reached reports whether the store has answered at least once since
+	// start (a probe succeeded); nil for memory. A store never reached is
+	// most likely a wrong address or password rather than an outage.
+	reached func() bool
+	close   func()
+}
+
+// Probe intervals: the first probe at start is bounded by startProbeTimeout;
+// then the store is probed every sickProbeInterval while unhealthy, so that
+// health follows it without waiting for requests (with no traffic the
+// circuit breaker would never probe), and every idleProbeInterval while
+// healthy, so that a store that dies under a quiet instance is reported.
+const (
+	startProbeTimeout = 2 * time.Second
+	sickProbeInterval = time.Second
+	idleProbeInterval = 5 * time.Second
+)
+
+// newStore returns the store: Memcached or Redis when configured (with a
+// second Redis for the per-second limits when -redis-persecond is set),
+// else the in-memory twin. The Redis and Memcached stores are probed
+// before it returns and watched until ctx ends.
+func newStore(ctx context.Context, cfg *config, logger *slog.Logger) (*counterStore, error) {
+	if cfg.memcache.on() {
+		return newMemcache(ctx, cfg, logger)
+	}
+	if cfg.redis.url == "" {
+		logger.Warn("no Redis configured (-redis, REDIS_URL): counters are kept in this process's memory, not shared with other instances and lost on restart")
+		return &counterStore{limiter: limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries}), name: "memory", close: func() {}}, nil
+	}
+	// go-redis logs each failed dial; floodgate already reports store
+	// failures once a second with a count, so its lines go to debug.
+	redislimit.QuietLogs(logger)
+	var stores []*redisStore
+	closeAll := func() {
+		for _, st := range stores {
+			st.client.Close()
+		}
+	}
+	for _, part := range []struct {
+		role string
+		rs   *redisSettings
+	}{{"main", &cfg.redis}, {"per-second", &cfg.perSecond}} {
+		if part.rs.url == "" {
+			continue
+		}
+		st, err := openRedis(cfg, part.role, part.rs, logger)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		stores = append(stores, st)
+		msg := "counters are kept in Redis"
+		if part.role != "main" {
+			msg = "the counters of windows shorter than a minute are kept in the per-second Redis"
+		}
+		logger.Info(msg, st.logAttrs("type", part.rs.typ, "tls", part.rs.tlsOn(), "deadline", cfg.redisDeadline,
+			"script_sha", redislimit.ScriptSHA())...)
+	}
+	var lim envoy.Limiter = stores[0].lim
+	if len(stores) == 2 {
+		split, err := redislimit.NewSplit(stores[0].lim, stores[1].lim, redislimit.PerSecond)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		lim = split
+	}
+	// Probed together, so that two Redis that do not answer delay the
+	// start by one probe's timeout, not two.
+	var wg sync.WaitGroup
+	for _, st := range stores {
+		wg.Go(func() {
+			if err := st.watch.probe(ctx, startProbeTimeout); err != nil {
+				logger.Error("Redis cannot be used: until it can, requests that need it are answered by the failure policy (each rule's failure_mode, else -failure-mode), the store is reported unhealthy (/rlconfig, floodgate_store_healthy 0), and Redis is probed every second",
+					st.logAttrs("err", err)...)
+			}
+		})
+	}
+	wg.Wait()
+	for _, st := range stores {
+		go st.watch.run(ctx, sickProbeInterval, idleProbeInterval)
+	}
+	return &counterStore{
+		limiter: lim, name: "redis", close: closeAll,
+		health: func() server.StoreHealth { return storesHealth(stores, time.Now()) },
+		reached: func() bool {
+			for _, st := range stores {
+				if !st.watch.Reached() {
+					return false
+				}
+			}
+			return true
+		},
+	}, nil
+}
+
+// storesHealth is the health of the Redis deployments holding the
+// counters: healthy while every one is, since a call may need any; with
+// several, the detail names each by its role and address, so that
+// /rlconfig says which one fails.
+func storesHealth(stores []*redisStore, now time.Time) server.StoreHealth {
+	if len(stores) == 1 {
+		return server.StoreHealth{Name: "redis", Healthy: stores[0].lim.Healthy(), Detail: storeDetail(stores[0].lim, now, "; ")}
+	}
+	h := server.StoreHealth{Name: "redis", Healthy: true}
+	parts := make([]string, len(stores))
+	for i, st := range stores {
+		h.Healthy = h.Healthy && st.lim.Healthy()
+		parts[i] = st.role + " " + st.addr + ": " + storeDetail(st.lim, now, ", ")
+	}
+	h.Detail = strings.Join(parts, "; ")
+	return h
+}
+
+// redisStore is one Redis deployment the counters are kept in.
+type redisStore struct {
+	role   string // "main" or "per-second", in logs and /rlconfig
+	addr   string // its address, credentials redacted
+	client redis.UniversalClient
+	lim    *redislimit.Limiter
+	watch  *storeWatch
+}
+
+// openRedis returns the client and Limiter of one Redis deployment,
+// without contacting it; its errors name the role of the deployment.
+func openRedis(cfg *config, role string, rs *redisSettings, logger *slog.Logger) (*redisStore, error) {
+	what := "redis"
+	if role != "main" {
+		what = role + " redis"
+	}
+	files := cfg.redisTLSFiles
+	if !rs.tlsOn() {
+		// Shared with the other Redis, which may be the one with TLS.
+		files = redislimit.TLSFiles{}
+	}
+	user, pass := rs.credentials()
+	client, err := redislimit.NewClient(redislimit.ClientConfig{
+		URL:              rs.url,
+		Type:             rs.typ,
+		SentinelMaster:   rs.sentinelMaster,
+		Username:         user,
+		Password:         pass,
+		SentinelPassword: rs.sentinelAuth,
+		TLS:              rs.tls,
+		TLSFiles:         files,
+		PoolSize:         rs.poolSize,
+		DialTimeout:      rs.dialTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline})
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	st := &redisStore{role: role, addr: redactedAddr(rs.url), client: client, lim: lim}
+	st.watch = &storeWatch{store: lim, name: "Redis", attrs: st.logAttrs(), logger: logger}
+	return st, nil
+}
+
+// logAttrs returns the attributes that name the store in a log line,
+// followed by more.
+func (st *redisStore) logAttrs(more ...any) []any {
+	return append([]any{"redis", st.role, "addr", st.addr}, more...)
+}
+
+// storeDetail describes a limiter's health for /rlconfig: the breaker's
+// state and, if Redis ever failed, sep and the latest failure.
+func storeDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
+	d := "breaker " + lim.BreakerState().String()
+	if at, err := lim.LastFailure(); err != nil {
+		d += fmt.Sprintf("%slast failure %v ago: %v", sep, now.Sub(at).Round(time.Second), err)
+	}
+	return d
+}
+
+// probedStore is a counter store whose health storeWatch follows:
+// *redislimit.Limiter and *memcachelimit.Limiter. A failed Probe makes it
+// unhealthy at once, a successful one healthy.
+type probedStore interface {
+	Healthy() bool
+	Probe(ctx context.Context) error
+	LastFailure() (time.Time, error)
+}
+
+// storeWatch follows the health of one store and logs each change, with
+// attrs naming the store: at error level with the cause when it starts
+// failing, at info level when it answers again; one line per change.
+type storeWatch struct {
+	store  probedStore
+	name   string // "Redis" or "Memcached"
+	attrs  []any
+	logger *slog.Logger
+	// timeout bounds each probe of run; 0 is sickProbeInterval.
+	timeout time.Duration
+	reached atomic.Bool
+}
+
+func (w *storeWatch) probeTimeout() time.Duration {
+	if w.timeout > 0 {
+		return w.timeout
+	}
+	return sickProbeInterval
+}
+
+// Reached reports whether a probe of the store has succeeded since start.
+func (w *storeWatch) Reached() bool { return w.reached.Load() }
+
+// probe probes the store once, within timeout.
+func (w *storeWatch) probe(ctx context.Context, timeout time.Duration) error {
+	probeCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := w.store.Probe(probeCtx)
+	if err == nil {
+		w.reached.Store(true)
+	}
+	return err
+}
+
+// run probes the store every sick while it is unhealthy and every idle
+// while it is healthy, and logs each change of its health, whether a probe
+// or a request saw it. It returns when ctx ends.
+func (w *storeWatch) run(ctx context.Context, sick, idle time.Duration) {
+	healthy := w.store.Healthy()
+	tick := time.NewTicker(sick)
+	defer tick.Stop()
+	sinceProbe := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		sinceProbe += sick
+		if !w.store.Healthy() || sinceProbe >= idle {
+			sinceProbe = 0
+			if err := w.probe(ctx, w.probeTimeout()); err != nil && ctx.Err() != nil {
+				return
+			}
+		}
+		now := w.store.Healthy()
+		switch {
+		case now && !healthy:
+			w.logger.Info(w.name+" answers again: requests are decided by their limits", w.attrs...)
+		case !now && healthy:
+			_, err := w.store.LastFailure()
+			w.logger.Error(w.name+" fails: requests that need it are answered by the failure policy until it answers again", append(w.attrs[:len(w.attrs):len(w.attrs)], "err", err)...)
+		}
+		healthy = now
+	}
+}
+
+// registerStoreHealthMetrics exposes the store's health: 1 while calls
+// reach it, 0 while its circuit breaker fails them at once.
+func registerStoreHealthMetrics(reg prometheus.Registerer, health func() server.StoreHealth) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "store_healthy",
+		Help: "1 while calls reach the limit store, 0 while its circuit breaker is open or probing (answers then come from the failure policy)."},
+		func() float64 {
+			if health().Healthy {
+				return 1
+			}
+			return 0
+		}))
+}
+
+// redactedAddr drops credentials from a Redis URL for logs.
+func redactedAddr(u string) string {
+	if i := strings.LastIndex(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "***@" + u[i+1:]
+		}
+		return "***@" + u[i+1:]
+	}
+	return u
+}
+
+// newMemcache returns the Memcached store, probed once at start (a failure
+// is logged and reported unhealthy, and requests get the failure policy)
+// and watched as Redis is.
+func newMemcache(ctx context.Context, cfg *config, logger *slog.Logger) (*counterStore, error) {
+	m := &cfg.memcache
+	var tc *tls.Config
+	if m.tls {
+		var err error
+		if tc, err = m.files.Config("memcached"); err != nil {
+			return nil, fmt.Errorf("memcache: %w", err)
+		}
+	}
+	lim, err := memcachelimit.New(ctx, memcachelimit.Options{
+		Servers: m.serverList(), SRV: m.srv, SRVRefresh: m.srvRefresh, MaxIdleConns: m.maxIdle,
+		TLS: tc, KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("memcache: %w", err)
+	}
+	logger.Info("counters are kept in Memcached (fixed windows only)", "servers", lim.Servers(), "srv", m.srv, "tls", m.tls, "deadline", cfg.redisDeadline)
+	w := &storeWatch{store: lim, name: "Memcached", attrs: []any{"servers", lim.Servers()}, logger: logger}
+	if err := w.probe(ctx, startProbeTimeout); err != nil {
+		logger.Error("Memcached cannot be used: until it can, requests are answered by the failure policy and the store is reported unhealthy", "err", err)
+	}
+	go w.run(ctx, sickProbeInterval, idleProbeInterval)
+	health := func() server.StoreHealth {
+		h := server.StoreHealth{Name: "memcache", Healthy: lim.Healthy(), Detail: "servers " + strings.Join(lim.Servers(), ",")}
+		if at, err := lim.LastFailure(); err != nil {
+			h.Detail += fmt.Sprintf("; last failure %v ago: %v", time.Since(at).Round(time.Second), err)
+		}
+		return h
+	}
+	return &counterStore{limiter: lim, name: "memcache", health: health, reached: w.Reached, close: func() { lim.Close() }}, nil
+}
