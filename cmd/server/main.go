@@ -159,7 +159,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		MaxMessageBytes:       cfg.maxMessageBytes,
 		TLS:                   tlsConfig,
 		Store:                 storeHealth,
-		HealthRequiresStore:   cfg.healthRequiresStore,
+		StoreReadiness:        map[bool]server.StoreReadiness{true: server.StoreAlways}[cfg.healthRequiresStore],
 		HealthRequiresRules:   cfg.healthRequiresRules,
 	})
 	if err != nil {
