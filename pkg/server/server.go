@@ -145,6 +145,17 @@ func (r StoreReadiness) String() string {
 	return fmt.Sprintf("StoreReadiness(%d)", int(r))
 }
 
+// ParseStoreReadiness returns the mode named s, as String names it
+// ("reached-once", "always", "ignored"), regardless of case.
+func ParseStoreReadiness(s string) (StoreReadiness, error) {
+	for r := StoreReachedOnce; r <= StoreIgnored; r++ {
+		if strings.EqualFold(s, r.String()) {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown store readiness %q (want reached-once, always or ignored)", s)
+}
+
 // StoreHealth is the state of the limit store, for /rlconfig and
 // readiness.
 type StoreHealth struct {
