@@ -58,7 +58,7 @@ func TestRedisTLS(t *testing.T) {
 
 	t.Run("a wrong CA", func(t *testing.T) {
 		env := append(append([]string{"REDIS_TLS_CACERT=" + other.WriteCA(t, t.TempDir(), "other")}, base...), "REDIS_URL="+single.TLSAddr)
-		p := start(t, options{env: env})
+		p := start(t, options{unready: true, env: env})
 		checkUnhealthy(t, p, "certificate signed by unknown authority")
 		// The failure policy answers, and health stays unhealthy with
 		// requests coming: they never reach Redis.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -64,17 +65,13 @@ func testRuleBreak(t *testing.T, tc ruleBreak) {
 	dir := filepath.Join(t.TempDir(), "rules")
 	writeRules(t, dir, map[string]string{"rules.yaml": goodRules})
 	p := start(t, options{args: []string{"-config", dir}})
-	// The watcher reloads once when it starts; wait for it so that the
-	// counts below are the break's.
+	// A fresh start is no reload: the counts below are the break's.
 	reloads := func() float64 {
 		return p.metric(`floodgate_rules_reloads_total{result="success"}`) + p.metric(`floodgate_rules_reloads_total{result="failure"}`)
 	}
-	eventually(t, 5*time.Second, func() string {
-		if reloads() < 1 {
-			return "the watcher has not started"
-		}
-		return ""
-	})
+	if got := reloads(); got != 0 {
+		t.Errorf("floodgate_rules_reloads_total on a fresh start: %v, want 0", got)
+	}
 	if got := summary(p.mustCall(request("rules", desc("user", "u")))); got != "OK OK:2" {
 		t.Fatalf("good rules: %q", got)
 	}
@@ -118,6 +115,9 @@ func testRuleBreak(t *testing.T, tc ruleBreak) {
 	})
 	if got := summary(p.mustCall(request("rules", desc("user", "u")))); got != "OK OK:7" {
 		t.Errorf("after a good set came back: %q, want OK OK:7 (10 per day, 3 hits)", got)
+	}
+	if !regexp.MustCompile(`level=INFO msg="rules: loaded again after refused reloads" path=\S+ refused=[1-9]\d* version=2 changed=true`).MatchString(p.logs.String()) {
+		t.Errorf("no line says the rules are back in force:\n%s", p.logs.String()[logged:])
 	}
 	checkNoCrash(t, p)
 }

@@ -24,15 +24,17 @@ func deadRedis(t *testing.T) *redistest.Server {
 // reference server does not (it exits, and Kubernetes restarts it until
 // Redis answers). Without a single request, the failure is logged at error
 // level with its cause, /rlconfig says the store is unhealthy and why,
-// and floodgate_store_healthy is 0; requests get the failure policy's
+// floodgate_store_healthy is 0, and readiness is NOT_SERVING (a wrong
+// address stalls a rolling deploy); requests get the failure policy's
 // answer; once Redis is up, health follows within seconds, still without
-// a request, and requests are decided by their limits again.
+// a request, readiness turns SERVING, and requests are decided by their
+// limits again.
 func TestStartWithRedisDown(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	writeRules(t, dir, map[string]string{"e2e.yaml": e2eRules})
 	redis := deadRedis(t)
-	p := start(t, options{args: []string{"-config", dir, "-redis", redis.Addr}})
+	p := start(t, options{unready: true, args: []string{"-config", dir, "-redis", redis.Addr}})
 
 	checkUnhealthy(t, p, "connection refused")
 	if got := summary(p.mustCall(request("e2e", desc("user", "down")))); got != "OK OK:-" {
@@ -52,6 +54,12 @@ func TestStartWithRedisDown(t *testing.T) {
 	if !strings.Contains(p.logs.String(), "Redis answers again") {
 		t.Errorf("no log line says Redis is back:\n%s", p.logs)
 	}
+	eventually(t, 2*time.Second, func() string {
+		if code, body := p.httpGet("/healthcheck"); code != http.StatusOK {
+			return fmt.Sprintf("/healthcheck %d %q after Redis came up", code, body)
+		}
+		return ""
+	})
 	if got := summary(p.mustCall(request("e2e", desc("user", "up")))); got != "OK OK:2" {
 		t.Errorf("a request after recovery: %q, want a decision by the limit", got)
 	}
@@ -112,7 +120,8 @@ func TestStartMisconfigured(t *testing.T) {
 }
 
 // checkUnhealthy checks that p reports its store unhealthy for cause
-// right after start: an error line in the log, /rlconfig, the metric.
+// right after start: an error line in the log, /rlconfig, the metric, and
+// health NOT_SERVING because the store has not answered since start.
 func checkUnhealthy(t *testing.T, p *proc, cause string) {
 	t.Helper()
 	errLine := regexp.MustCompile(`level=ERROR msg="Redis cannot be used[^\n]*` + regexp.QuoteMeta(cause))
@@ -120,8 +129,14 @@ func checkUnhealthy(t *testing.T, p *proc, cause string) {
 		t.Errorf("no error-level line at start naming %q:\n%s", cause, p.logs)
 	}
 	_, body := p.httpGet("/rlconfig")
-	if line := grepLines(body, "store:"); !strings.Contains(line, "store: redis unhealthy (breaker open; last failure") || !strings.Contains(line, cause) {
+	if line := grepLines(body, "store:"); !strings.Contains(line, "store: redis unhealthy, not reached since start (breaker open; last failure") || !strings.Contains(line, cause) {
 		t.Errorf("/rlconfig does not show the store unhealthy because of %q:\n%s", cause, line)
+	}
+	if line := grepLines(body, "health:"); line != "health: NOT_SERVING: store redis has not answered since start; readiness waits until it has" {
+		t.Errorf("/rlconfig does not say why health is NOT_SERVING:\n%s", line)
+	}
+	if code, body := p.httpGet("/healthcheck"); code != http.StatusInternalServerError {
+		t.Errorf("/healthcheck before Redis ever answered: %d %q, want 500", code, body)
 	}
 	if v := p.metric("floodgate_store_healthy"); v != 0 {
 		t.Errorf("floodgate_store_healthy = %v before any request, want 0", v)

@@ -38,6 +38,7 @@ type config struct {
 	redis, perSecond    redisSettings
 	redisTLSFiles       redislimit.TLSFiles
 	healthRequiresStore bool
+	readiness           server.StoreReadiness
 	healthRequiresRules bool
 	redisDeadline       time.Duration
 	keyPrefix           string
@@ -99,6 +100,14 @@ func (r *redisSettings) flags(fs *flag.FlagSet, name, what, urlUsage string) {
 	fs.BoolVar(&r.tls, name+"-tls", false, "connect to "+what+" with TLS (every node, and the Sentinels), verified as the -redis-tls-* flags say")
 	fs.IntVar(&r.poolSize, name+"-pool-size", 0, "connections per "+what+" node (0: 10 per CPU)")
 	fs.DurationVar(&r.dialTimeout, name+"-dial-timeout", 0, "bound on connecting to "+what+" (0: 5s); requests never wait longer than -redis-deadline")
+}
+
+// storeReadiness is -store-readiness, made always by -health-requires-store.
+func (c *config) storeReadiness() server.StoreReadiness {
+	if c.healthRequiresStore {
+		return server.StoreAlways
+	}
+	return c.readiness
 }
 
 // validate checks one deployment's settings; name is its address flag.
@@ -359,7 +368,8 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.redisTLSFiles.CertFile, "redis-tls-cert", "", "PEM client certificate to present to Redis (tls-auth-clients), with -redis-tls-key")
 	fs.StringVar(&c.redisTLSFiles.KeyFile, "redis-tls-key", "", "PEM key of -redis-tls-cert")
 	fs.BoolVar(&c.redisTLSFiles.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "verify Redis's certificate chain but not the name it is issued for")
-	fs.BoolVar(&c.healthRequiresStore, "health-requires-store", false, "report NOT_SERVING (/healthcheck, gRPC health) while Redis is unhealthy, instead of answering by the failure policy")
+	fs.BoolVar(&c.healthRequiresStore, "health-requires-store", false, "report NOT_SERVING (/healthcheck, gRPC health) whenever the store is unhealthy, not only until it first answers: -store-readiness always")
+	fs.Var((*readinessValue)(&c.readiness), "store-readiness", "how Redis or Memcached decides health: reached-once (NOT_SERVING until it first answers), always (also during outages) or ignored")
 	fs.BoolVar(&c.healthRequiresRules, "health-requires-rules", false, "report NOT_SERVING while the rules declare no domain")
 	fs.DurationVar(&c.redisDeadline, "redis-deadline", envoy.DefaultStoreTimeout, "deadline of the store call of each request; past it the failure policy answers")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of every Redis key")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
+	"github.com/floodgate/floodgate/pkg/server"
 )
 
 // explained wraps a flag's value so that a value it cannot parse is
@@ -131,6 +132,19 @@ func (l *levelValue) Set(s string) error {
 		return fmt.Errorf("unknown log level %q (want debug, info, warn or error)", s)
 	}
 	return nil
+}
+
+// readinessValue is a flag.Value for server.StoreReadiness.
+type readinessValue server.StoreReadiness
+
+func (r *readinessValue) String() string { return server.StoreReadiness(*r).String() }
+
+func (r *readinessValue) Set(s string) error {
+	m, err := server.ParseStoreReadiness(s)
+	if err == nil {
+		*r = readinessValue(m)
+	}
+	return err
 }
 
 // failureValue is a flag.Value for the global failure mode.

@@ -174,8 +174,8 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		Logger:                logger,
 		MaxMessageBytes:       cfg.maxMessageBytes,
 		TLS:                   tlsConfig,
-		Store:                 store.health,
-		HealthRequiresStore:   cfg.healthRequiresStore,
+		Store:                 store.readiness(cfg),
+		StoreReadiness:        cfg.storeReadiness(),
 		HealthRequiresRules:   cfg.healthRequiresRules,
 	})
 	if err != nil {

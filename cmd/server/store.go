@@ -34,6 +34,28 @@ type counterStore struct {
 	close   func()
 }
 
+// readiness returns the store's health as the listeners read it
+// (server.Options.Store): for Redis and Memcached, their health and whether
+// they have answered since start; for memory, the count of counters held.
+func (s *counterStore) readiness(cfg *config) func() server.StoreHealth {
+	if s.health == nil {
+		var counters server.Counters
+		if mem, ok := s.limiter.(*limit.Memory); ok {
+			counters = mem
+		}
+		maxEntries := cfg.memoryMaxEntries
+		if maxEntries <= 0 {
+			maxEntries = limit.DefaultMaxEntries
+		}
+		return server.MemoryStore(counters, maxEntries)
+	}
+	return func() server.StoreHealth {
+		h := s.health()
+		h.Reached = s.reached()
+		return h
+	}
+}
+
 // Probe intervals: the first probe at start is bounded by startProbeTimeout;
 // then the store is probed every sickProbeInterval while unhealthy, so that
 // health follows it without waiting for requests (with no traffic the

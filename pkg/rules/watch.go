@@ -38,7 +38,9 @@ type Status struct {
 	LastErrorAt time.Time
 	// Reloads counts reload attempts after the first load, good or not,
 	// including those that found nothing changed; Failures counts the
-	// refused ones.
+	// refused ones. Run's look at the files when it starts watching counts
+	// only when it finds them changed since NewWatcher (or broken), so a
+	// fresh start shows no reload.
 	Reloads, Failures uint64
 }
 
@@ -51,8 +53,12 @@ type Watcher struct {
 	current atomic.Pointer[Set]
 	running atomic.Bool
 
+	// watching is set once Run watches the files and has looked at them.
+	watching atomic.Bool
+
 	mu      sync.Mutex
 	status  Status
+	refused int           // reloads refused since the last good one
 	changed chan struct{} // closed when current is replaced
 }
 
@@ -127,7 +133,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("rules: watching %s: %w", w.path, err)
 	}
 	// Changes made between NewWatcher and now produced no events.
-	w.reload()
+	w.reload(true)
+	w.watching.Store(true)
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -165,14 +172,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if err := sc.sync(fw, w.logger); err != nil {
 				w.logger.Warn("rules: cannot watch rule path", "path", w.path, "error", err)
 			}
-			w.reload()
+			w.reload(false)
 		}
 	}
 }
 
 // reload loads the files and swaps the result in when it is good and
-// different from the current set.
-func (w *Watcher) reload() {
+// different from the current set. atStart is Run's first look, which is
+// not counted as a reload when it finds the rules as NewWatcher loaded them.
+func (w *Watcher) reload(atStart bool) {
 	set, err := Load(w.path, w.opts)
 	if err == nil && len(set.Domains()) == 0 && len(w.current.Load().Domains()) > 0 {
 		// A directory that lost every rule file is a broken deployment (a
@@ -182,9 +190,13 @@ func (w *Watcher) reload() {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if atStart && err == nil && set.digest == w.current.Load().digest {
+		return
+	}
 	w.status.Reloads++
 	if err != nil {
 		w.status.Failures++
+		w.refused++
 		w.status.LastError, w.status.LastErrorAt = err, time.Now()
 		n := 1
 		var le *LoadError
@@ -196,7 +208,19 @@ func (w *Watcher) reload() {
 		return
 	}
 	w.status.LastError, w.status.LastErrorAt = nil, time.Time{}
-	if set.digest == w.current.Load().digest {
+	unchanged := set.digest == w.current.Load().digest
+	if w.refused > 0 {
+		// Once, when the files are good again: the refusals logged at
+		// error level are over, whether by a fix or a restored copy.
+		version := w.status.Version
+		if !unchanged {
+			version++
+		}
+		w.logger.Info("rules: loaded again after refused reloads",
+			"path", w.path, "refused", w.refused, "version", version, "changed", !unchanged)
+		w.refused = 0
+	}
+	if unchanged {
 		return
 	}
 	w.status.Version++
@@ -210,7 +234,11 @@ func (w *Watcher) reload() {
 
 func (w *Watcher) logLoaded(s *Set) {
 	for _, wn := range s.warnings {
-		w.logger.Warn("rules: "+wn.Msg, "at", wn.Pos.String(), "field", wn.Field)
+		attrs := []any{"at", wn.Pos.String()}
+		if wn.Field != "" {
+			attrs = append(attrs, "field", wn.Field)
+		}
+		w.logger.Warn("rules: "+wn.Msg, attrs...)
 	}
 	w.logger.Info("rules: loaded", "path", w.path, "version", s.version,
 		"files", s.files, "domains", len(s.names), "rules", len(s.rules))

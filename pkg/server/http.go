@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
@@ -40,8 +43,9 @@ func (s *Server) debugHandler() http.Handler {
 	return mux
 }
 
-// healthcheck answers 200 "OK" while serving, 500 once shutdown began (or,
-// with Options.HealthRequiresStore, while the store is unhealthy).
+// healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not
+// (before the store has answered, once shutdown began, or as Options ask);
+// /rlconfig says why.
 func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if !s.Serving() {
@@ -72,7 +76,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	}
 	var req pb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
-		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+		http.Error(w, "invalid RateLimitRequest: "+protoErrorText(err), http.StatusBadRequest)
 		return
 	}
 	resp, err := s.svc.ShouldRateLimit(r.Context(), &req)
@@ -87,9 +91,9 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, status.Convert(err).Message(), code)
 		return
 	}
-	out, err := protojson.Marshal(resp)
+	out, err := marshalJSON(resp)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		http.Error(w, "encoding the response: "+protoErrorText(err), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -99,8 +103,38 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
-// rlconfig lists the loaded rules, one line per limit, after the state of
-// the loads (version, load time, last refused reload).
+// marshalJSON encodes m as protojson does (lowerCamelCase field names,
+// enums as strings), compacted: protojson varies its spacing from build to
+// build on purpose, and scripts compare /json's answers byte for byte.
+func marshalJSON(m proto.Message) ([]byte, error) {
+	out, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, out); err != nil {
+		return nil, fmt.Errorf("compacting protojson: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// protoErrorText is a protobuf error's message without its "proto: "
+// prefix, whose space the protobuf module makes a no-break space in some
+// builds (to keep callers from comparing messages), so that answers are
+// the same from every build.
+func protoErrorText(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"proto: ", "proto:\u00a0"} {
+		if m, ok := strings.CutPrefix(msg, p); ok {
+			return m
+		}
+	}
+	return msg
+}
+
+// rlconfig describes the server: the state of the rule loads (version,
+// load time, last refused reload), health with the reason when it is
+// NOT_SERVING, the store, the rules' warnings, then one line per limit.
 func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 	st := s.rules.Status()
 	set := s.rules.Current()
@@ -118,43 +152,57 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 	} else {
 		b.WriteString("last_error: none\n")
 	}
-	if s.opts.Store != nil {
-		h := s.opts.Store()
-		state := "unhealthy"
-		if h.Healthy {
-			state = "healthy"
-		}
-		fmt.Fprintf(&b, "store: %s %s (%s)\n", h.Name, state, h.Detail)
+	if why := s.notServing(); why != "" {
+		fmt.Fprintf(&b, "health: NOT_SERVING: %s\n", why)
+	} else {
+		b.WriteString("health: SERVING\n")
 	}
+	b.WriteString(describeStore(s.opts.Store()) + "\n")
 	for _, wn := range set.Warnings() {
 		fmt.Fprintf(&b, "warning: %s\n", wn)
 	}
 	b.WriteByte('\n')
-	for _, r := range set.Rules() {
+	rs := set.Rules()
+	if len(rs) == 0 {
+		b.WriteString("no rules: every request is allowed\n")
+	}
+	for _, r := range rs {
 		flags := ""
 		for _, f := range []struct {
 			on   bool
 			name string
 		}{{r.ShadowMode, "shadow_mode"}, {r.QuotaMode, "quota_mode"}, {r.DetailedMetric, "detailed_metric"}} {
 			if f.on {
-				flags += " " + f.name
+				flags += ", " + f.name
 			}
 		}
 		if r.FailureMode != 0 {
-			flags += " failure_mode=" + r.FailureMode.String()
+			flags += ", failure_mode " + r.FailureMode.String()
 		}
 		if len(r.Limits) == 0 {
 			fmt.Fprintf(&b, "%s: no limit%s (%v)\n", r.Path, flags, r.Pos)
 			continue
 		}
 		for _, l := range r.Limits {
-			repl := ""
-			if len(l.Replaces) > 0 {
-				repl = " replaces=" + strings.Join(l.Replaces, ",")
-			}
-			fmt.Fprintf(&b, "%s: %s%s%s (%v)\n", r.Path, l.Describe(), repl, flags, l.Pos)
+			fmt.Fprintf(&b, "%s: %s%s (%v)\n", r.Path, l.Describe(), flags, l.Pos)
 		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, b.String())
+}
+
+// describeStore is /rlconfig's store line: "store: redis healthy (breaker
+// closed)", "store: redis unhealthy, not reached since start (...)".
+func describeStore(h StoreHealth) string {
+	line := "store: " + h.Name + " healthy"
+	if !h.Healthy {
+		line = "store: " + h.Name + " unhealthy"
+	}
+	if !h.Reached {
+		line += ", not reached since start"
+	}
+	if h.Detail != "" {
+		line += " (" + h.Detail + ")"
+	}
+	return line
 }

@@ -3,9 +3,10 @@
 // optionally TLS or mutual TLS with certificates reloaded from their files),
 // the HTTP server (/healthcheck, /json, /rlconfig, /metrics) and the debug
 // server (/debug/pprof/, /rlconfig). It owns their lifecycle: health goes
-// SERVING once every listener is open and NOT_SERVING when shutdown begins
-// (and, if asked, while the store is unhealthy), after which in-flight
-// requests finish before Run returns. It also owns
+// SERVING once every listener is open and the store has answered once
+// (Options.StoreReadiness says how the store counts), and NOT_SERVING when
+// shutdown begins, after which in-flight requests finish before Run
+// returns. It also owns
 // what happens to a request before the service sees it: the message size
 // bound, and InvalidArgument for strings that are not UTF-8 (codec.go).
 //
@@ -86,19 +87,15 @@ type Options struct {
 	// TLS, when not nil, makes the gRPC listener speak TLS only (see
 	// NewTLSConfig). The HTTP and debug listeners stay plain.
 	TLS *tls.Config
-	// Store, when not nil, describes the limit store's health for
-	// /rlconfig ("redis: healthy (breaker closed)"). By default it does not
-	// change /healthcheck or gRPC health: they say whether this process can
-	// answer, which it does during a store outage (by the failure policy),
-	// and failing them would make Kubernetes restart or unroute every
-	// replica at once.
+	// Store describes the limit store's health, for /rlconfig ("store:
+	// redis healthy (breaker closed)") and for readiness as StoreReadiness
+	// says. Nil means the counters are kept in this process's memory (see
+	// MemoryStore, which also counts them).
 	Store func() StoreHealth
-	// HealthRequiresStore makes /healthcheck and gRPC health NOT_SERVING
-	// while Store reports the store unhealthy, and SERVING again within
-	// HealthPollInterval of its recovery: for deployments that would rather
-	// have no answer than the failure policy's (the reference server's
-	// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION). It needs Store.
-	HealthRequiresStore bool
+	// StoreReadiness says how the store's health decides readiness
+	// (/healthcheck and gRPC health). The zero value,
+	// StoreReachedOnce, holds readiness until the store has answered once.
+	StoreReadiness StoreReadiness
 	// HealthRequiresRules makes health NOT_SERVING while the rules in
 	// force declare no domain (an empty rule directory, until a file
 	// appears), as the reference server's
@@ -107,18 +104,95 @@ type Options struct {
 }
 
 // HealthPollInterval is how often gRPC health follows the store's health
-// or the rules when Options.HealthRequiresStore or HealthRequiresRules is
-// set (/healthcheck asks at each request).
+// or the rules when they can change readiness (/healthcheck asks at each
+// request).
 const HealthPollInterval = 250 * time.Millisecond
 
-// StoreHealth is the state of the limit store, for humans.
+// StoreReadiness says how the store's health decides readiness: whether
+// /healthcheck and gRPC health report NOT_SERVING because of the store.
+// Whatever it says, a request that the store cannot serve is answered by
+// the failure policy.
+type StoreReadiness int
+
+const (
+	// StoreReachedOnce reports NOT_SERVING until the store has answered
+	// once since start (StoreHealth.Reached), then ignores it. A wrong
+	// store address thus stalls a rolling deploy instead of replacing good
+	// pods with pods that answer every request by the failure policy (the
+	// reference server refuses to start), while an outage of a store that
+	// worked does not unroute or restart every replica at once.
+	StoreReachedOnce StoreReadiness = iota
+	// StoreAlways reports NOT_SERVING whenever the store is unhealthy, and
+	// SERVING again within HealthPollInterval of its recovery: for
+	// deployments that would rather have no answer than the failure
+	// policy's (the reference server's
+	// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+	StoreAlways
+	// StoreIgnored never lets the store change readiness.
+	StoreIgnored
+)
+
+// String returns the mode's name: "reached-once", "always" or "ignored".
+func (r StoreReadiness) String() string {
+	switch r {
+	case StoreReachedOnce:
+		return "reached-once"
+	case StoreAlways:
+		return "always"
+	case StoreIgnored:
+		return "ignored"
+	}
+	return fmt.Sprintf("StoreReadiness(%d)", int(r))
+}
+
+// ParseStoreReadiness returns the mode named s, as String names it
+// ("reached-once", "always", "ignored"), regardless of case.
+func ParseStoreReadiness(s string) (StoreReadiness, error) {
+	for r := StoreReachedOnce; r <= StoreIgnored; r++ {
+		if strings.EqualFold(s, r.String()) {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown store readiness %q (want reached-once, always or ignored)", s)
+}
+
+// StoreHealth is the state of the limit store, for /rlconfig and
+// readiness.
 type StoreHealth struct {
 	// Name is the store, e.g. "redis".
 	Name string
 	// Healthy reports whether calls reach the store.
 	Healthy bool
+	// Reached reports whether the store has answered at least once since
+	// start (a probe or a call). Once true it stays true.
+	Reached bool
 	// Detail says more, e.g. "breaker closed".
 	Detail string
+}
+
+// Counters is an in-memory store as /rlconfig describes it;
+// *limit.Memory satisfies it.
+type Counters interface {
+	// Len returns the number of counters held.
+	Len() int
+}
+
+// MemoryStore returns an Options.Store for counters kept in this
+// process's memory: always healthy and reached. Its detail says what that
+// means and, when m is not nil, how many counters it holds out of
+// maxEntries (left out when maxEntries is not positive).
+func MemoryStore(m Counters, maxEntries int) func() StoreHealth {
+	return func() StoreHealth {
+		h := StoreHealth{Name: "memory", Healthy: true, Reached: true,
+			Detail: "counters in this process only: not shared with other instances, lost on restart"}
+		switch {
+		case m != nil && maxEntries > 0:
+			h.Detail += fmt.Sprintf("; %d of at most %d counters", m.Len(), maxEntries)
+		case m != nil:
+			h.Detail += fmt.Sprintf("; %d counters", m.Len())
+		}
+		return h
+	}
 }
 
 // DefaultMaxMessageBytes is Options.MaxMessageBytes when it is zero. RLS
@@ -134,6 +208,10 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	serving atomic.Bool
+	// reached latches the store's StoreHealth.Reached.
+	reached atomic.Bool
+	// metrics says whether /metrics is served.
+	metrics bool
 	// healthMu serializes updates of the gRPC health statuses, so that a
 	// stale poll never overwrites the shutdown's NOT_SERVING.
 	healthMu  sync.Mutex
@@ -172,13 +250,19 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.HealthRequiresStore && opts.Store == nil {
-		return nil, errors.New("server: health cannot require the store without Options.Store")
+	if opts.StoreReadiness < StoreReachedOnce || opts.StoreReadiness > StoreIgnored {
+		return nil, fmt.Errorf("server: unknown store readiness %v", opts.StoreReadiness)
+	}
+	if opts.Store == nil {
+		if opts.StoreReadiness == StoreAlways {
+			return nil, errors.New("server: health cannot always require the store without Options.Store")
+		}
+		opts.Store = MemoryStore(nil, 0)
 	}
 	if opts.MaxConnectionAge < 0 || opts.MaxConnectionAgeGrace < 0 {
 		return nil, fmt.Errorf("server: negative maximum connection age %v or grace %v", opts.MaxConnectionAge, opts.MaxConnectionAgeGrace)
 	}
-	s := &Server{svc: svc, rules: rs, opts: opts, ready: make(chan struct{})}
+	s := &Server{svc: svc, rules: rs, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
 
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
@@ -223,7 +307,8 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 	return opts
 }
 
-// Ready is closed once every listener is open and health is SERVING.
+// Ready is closed once every listener is open. Health is then SERVING,
+// unless Options make it wait for the store or the rules.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // Addrs returns the listening addresses; valid once Ready is closed.
@@ -234,12 +319,40 @@ func (s *Server) Addrs() Addrs {
 }
 
 // Serving reports whether health is SERVING: the server runs and is not
-// shutting down, and, as Options ask, the store is healthy and the rules
-// declare a domain.
-func (s *Server) Serving() bool {
-	return s.serving.Load() &&
-		(!s.opts.HealthRequiresStore || s.opts.Store().Healthy) &&
-		(!s.opts.HealthRequiresRules || len(s.rules.Current().Domains()) > 0)
+// shutting down, the store is ready as Options.StoreReadiness asks, and,
+// with Options.HealthRequiresRules, the rules declare a domain.
+func (s *Server) Serving() bool { return s.notServing() == "" }
+
+// notServing says why health is NOT_SERVING; "" when it is SERVING.
+func (s *Server) notServing() string {
+	if !s.serving.Load() {
+		return "the server is not running or is shutting down"
+	}
+	if mode := s.opts.StoreReadiness; mode != StoreIgnored && (mode == StoreAlways || !s.reached.Load()) {
+		h := s.opts.Store()
+		if h.Reached {
+			// Latched: a store that answered once stays reached, whatever
+			// it says later.
+			s.reached.Store(true)
+		}
+		switch {
+		case !s.reached.Load():
+			return fmt.Sprintf("store %s has not answered since start; readiness waits until it has", h.Name)
+		case mode == StoreAlways && !h.Healthy:
+			return fmt.Sprintf("store %s is unhealthy; readiness requires it always", h.Name)
+		}
+	}
+	if s.opts.HealthRequiresRules && len(s.rules.Current().Domains()) == 0 {
+		return "the rules declare no domain; readiness requires one"
+	}
+	return ""
+}
+
+// followsHealth reports whether health can still change while the server
+// runs, so that gRPC health must be polled.
+func (s *Server) followsHealth() bool {
+	mode := s.opts.StoreReadiness
+	return mode == StoreAlways || mode == StoreReachedOnce && !s.reached.Load() || s.opts.HealthRequiresRules
 }
 
 // Run opens the listeners, serves until ctx is done or a server fails,
@@ -280,15 +393,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.setServing(true)
+	// Logged before Ready, so that whoever waits for it finds the line.
+	s.opts.Logger.Info("serving", s.servingAttrs()...)
+	if why := s.notServing(); why != "" {
+		s.opts.Logger.Warn("not ready yet: health is NOT_SERVING", "reason", why)
+	}
 	close(s.ready)
-	if s.opts.HealthRequiresStore || s.opts.HealthRequiresRules {
+	if s.followsHealth() {
 		go s.followHealth(ctx)
 	}
-	attrs := []any{"grpc", grpcL.Addr().String(), "http", httpL.Addr().String()}
-	if debugL != nil {
-		attrs = append(attrs, "debug", debugL.Addr().String())
-	}
-	s.opts.Logger.Info("serving", attrs...)
 
 	var runErr error
 	select {
@@ -300,6 +413,38 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.shutdown()
 	return runErr
+}
+
+// servingAttrs are the start-up log's attributes: the listening
+// addresses, then the URLs to try.
+func (s *Server) servingAttrs() []any {
+	a := s.Addrs()
+	attrs := []any{"grpc", a.GRPC.String(), "http", a.HTTP.String()}
+	if a.Debug != nil {
+		attrs = append(attrs, "debug", a.Debug.String())
+	}
+	base := "http://" + urlHost(a.HTTP)
+	paths := []string{"/healthcheck", "/rlconfig", "/json"}
+	if s.metrics {
+		paths = append(paths, "/metrics")
+	}
+	for _, p := range paths {
+		attrs = append(attrs, p[1:], base+p)
+	}
+	return attrs
+}
+
+// urlHost is the host:port of a URL reaching a listener: localhost for
+// one on every address.
+func urlHost(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 func serveHTTP(srv *http.Server, l net.Listener) error {
@@ -321,19 +466,21 @@ func listenGRPC(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
+// setServing starts or stops serving; the start-up and shutdown lines
+// tell the change of health.
 func (s *Server) setServing(on bool) {
 	s.serving.Store(on)
-	s.updateHealth()
+	s.updateHealth(false)
 }
 
 // updateHealth sets the gRPC health statuses from Serving, when they
-// change.
-func (s *Server) updateHealth() {
+// change, logging the change with its reason if asked.
+func (s *Server) updateHealth(logChange bool) {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if s.Serving() {
-		st = healthpb.HealthCheckResponse_SERVING
+	st, why := healthpb.HealthCheckResponse_SERVING, s.notServing()
+	if why != "" {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	if st == s.grpcState {
 		return
@@ -342,13 +489,18 @@ func (s *Server) updateHealth() {
 	for _, name := range HealthServices {
 		s.health.SetServingStatus(name, st)
 	}
-	if (s.opts.HealthRequiresStore || s.opts.HealthRequiresRules) && s.serving.Load() {
+	switch {
+	case !logChange || !s.serving.Load():
+		// Start and shutdown have their own lines.
+	case why != "":
+		s.opts.Logger.Warn("health changed", "status", st.String(), "reason", why)
+	default:
 		s.opts.Logger.Info("health changed", "status", st.String())
 	}
 }
 
 // followHealth updates gRPC health from the store's and the rules' until
-// ctx ends.
+// ctx ends or they can no longer change it.
 func (s *Server) followHealth(ctx context.Context) {
 	tick := time.NewTicker(HealthPollInterval)
 	defer tick.Stop()
@@ -357,7 +509,10 @@ func (s *Server) followHealth(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			s.updateHealth()
+			s.updateHealth(true)
+			if !s.followsHealth() {
+				return // the store was reached and nothing else can change
+			}
 		}
 	}
 }

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -29,15 +32,21 @@ const testRules = "domain: srv\ndescriptors:\n  - key: user\n    rate_limit: {un
 // store and the envoy service, and stops it when the test ends.
 func running(t *testing.T, opts Options) (*Server, func() error) {
 	t.Helper()
+	return runningWith(t, opts, envoy.Options{}, testRules)
+}
+
+// runningWith is running with the service's options and rule file.
+func runningWith(t *testing.T, opts Options, svcOpts envoy.Options, ruleFile string) (*Server, func() error) {
+	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "srv.yaml"), []byte(testRules), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "srv.yaml"), []byte(ruleFile), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	w, err := rules.NewWatcher(dir, rules.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := envoy.New(w, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{})
+	svc, err := envoy.New(w, limit.NewMemory(limit.MemoryOptions{Now: svcOpts.Now}), svcOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,67 +193,135 @@ func writeTemp(t *testing.T) string {
 	return p
 }
 
-// An unhealthy store shows on /rlconfig but leaves /healthcheck and gRPC
-// health SERVING: the server still answers, by the failure policy.
-func TestStoreHealthIsReportedNotEnforced(t *testing.T) {
-	s, _ := running(t, Options{Store: func() StoreHealth {
-		return StoreHealth{Name: "redis", Healthy: false, Detail: "breaker open"}
-	}})
-	base := "http://" + s.Addrs().HTTP.String()
-	if code, body := do(t, "GET", base+"/rlconfig", ""); code != 200 || !strings.Contains(body, "store: redis unhealthy (breaker open)") {
-		t.Errorf("/rlconfig: %d %q", code, body)
+// Readiness (/healthcheck, gRPC health, /rlconfig's health line) in each
+// StoreReadiness mode, for a store in each state.
+func TestStoreReadiness(t *testing.T) {
+	const (
+		notReached = "NOT_SERVING: store redis has not answered since start; readiness waits until it has"
+		unhealthy  = "NOT_SERVING: store redis is unhealthy; readiness requires it always"
+	)
+	tests := []struct {
+		mode             StoreReadiness
+		reached, healthy bool
+		want             string // /rlconfig's "health: " line
+	}{
+		{StoreReachedOnce, false, false, notReached},
+		{StoreReachedOnce, false, true, notReached},
+		{StoreReachedOnce, true, false, "SERVING"},
+		{StoreReachedOnce, true, true, "SERVING"},
+		{StoreAlways, false, true, notReached},
+		{StoreAlways, true, false, unhealthy},
+		{StoreAlways, true, true, "SERVING"},
+		{StoreIgnored, false, false, "SERVING"},
 	}
-	if code, body := do(t, "GET", base+"/healthcheck", ""); code != 200 || body != "OK" {
-		t.Errorf("/healthcheck: %d %q, want 200 OK", code, body)
-	}
-	conn, err := grpc.NewClient(s.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
-	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("gRPC health: %v %v", resp, err)
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%v reached=%v healthy=%v", tc.mode, tc.reached, tc.healthy), func(t *testing.T) {
+			s, _ := running(t, Options{StoreReadiness: tc.mode, Store: func() StoreHealth {
+				return StoreHealth{Name: "redis", Healthy: tc.healthy, Reached: tc.reached, Detail: "breaker open"}
+			}})
+			checkHealth(t, s, tc.want == "SERVING")
+			_, body := do(t, "GET", "http://"+s.Addrs().HTTP.String()+"/rlconfig", "")
+			if !strings.Contains(body, "\nhealth: "+tc.want+"\n") {
+				t.Errorf("/rlconfig lacks \"health: %s\":\n%s", tc.want, body)
+			}
+		})
 	}
 }
 
-// With HealthRequiresStore (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION),
-// /healthcheck and gRPC health follow the store's health both ways.
-func TestHealthRequiresStore(t *testing.T) {
-	var healthy atomic.Bool
-	s, _ := running(t, Options{HealthRequiresStore: true, Store: func() StoreHealth {
-		return StoreHealth{Name: "redis", Healthy: healthy.Load(), Detail: "test"}
-	}})
-	base := "http://" + s.Addrs().HTTP.String()
+// checkHealth asserts /healthcheck and, within a few polls, gRPC health.
+func checkHealth(t *testing.T, s *Server, serving bool) {
+	t.Helper()
+	wantCode, wantBody, wantStatus := 500, "NOT_SERVING\n", healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		wantCode, wantBody, wantStatus = 200, "OK", healthpb.HealthCheckResponse_SERVING
+	}
+	if code, body := do(t, "GET", "http://"+s.Addrs().HTTP.String()+"/healthcheck", ""); code != wantCode || body != wantBody {
+		t.Errorf("/healthcheck: %d %q, want %d %q", code, body, wantCode, wantBody)
+	}
 	conn, err := grpc.NewClient(s.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
-	for _, want := range []bool{false, true, false} {
+	deadline := time.Now().Add(10 * HealthPollInterval)
+	for {
+		resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		if err == nil && resp.Status == wantStatus {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gRPC health %v %v, want %v", resp, err, wantStatus)
+		}
+		time.Sleep(HealthPollInterval / 5)
+	}
+}
+
+// In the default mode, a store that has never answered holds readiness
+// (a wrong address stalls a rolling deploy); once it has, its outages do
+// not, even if it later claims it never answered. The transitions are
+// logged with their reason.
+func TestReadinessWaitsForTheStoreOnce(t *testing.T) {
+	var reached, healthy atomic.Bool
+	logs := &testlog.Buffer{}
+	s, _ := running(t, Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Store: func() StoreHealth {
+		return StoreHealth{Name: "redis", Healthy: healthy.Load(), Reached: reached.Load()}
+	}})
+	checkHealth(t, s, false)
+	if !strings.Contains(logs.String(), `msg="not ready yet: health is NOT_SERVING" reason="store redis has not answered since start; readiness waits until it has"`) {
+		t.Errorf("no start-up line says why health is NOT_SERVING:\n%s", logs)
+	}
+	reached.Store(true)
+	healthy.Store(true)
+	checkHealth(t, s, true)
+	healthy.Store(false)
+	reached.Store(false)
+	checkHealth(t, s, true)
+	time.Sleep(2 * HealthPollInterval) // gRPC health polls; it must not flip back
+	checkHealth(t, s, true)
+	if n := strings.Count(logs.String(), `msg="health changed" status=SERVING`); n != 1 {
+		t.Errorf("%d lines say health became SERVING, want 1:\n%s", n, logs)
+	}
+}
+
+// With StoreAlways (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION), /healthcheck
+// and gRPC health follow the store's health both ways.
+func TestReadinessAlwaysRequiresTheStore(t *testing.T) {
+	var healthy atomic.Bool
+	s, _ := running(t, Options{StoreReadiness: StoreAlways, Store: func() StoreHealth {
+		return StoreHealth{Name: "redis", Healthy: healthy.Load(), Reached: true, Detail: "test"}
+	}})
+	for _, want := range []bool{false, true, false, true} {
 		healthy.Store(want)
-		code, wantCode, wantStatus := 0, 500, healthpb.HealthCheckResponse_NOT_SERVING
-		if want {
-			wantCode, wantStatus = 200, healthpb.HealthCheckResponse_SERVING
-		}
-		if code, _ = do(t, "GET", base+"/healthcheck", ""); code != wantCode {
-			t.Errorf("store healthy %v: /healthcheck %d, want %d", want, code, wantCode)
-		}
-		deadline := time.Now().Add(10 * HealthPollInterval)
-		for {
-			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
-			if err == nil && resp.Status == wantStatus {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("store healthy %v: gRPC health %v %v, want %v", want, resp, err, wantStatus)
-			}
-			time.Sleep(HealthPollInterval / 5)
+		checkHealth(t, s, want)
+	}
+}
+
+func TestStoreReadinessOptions(t *testing.T) {
+	s, _ := running(t, Options{})
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{StoreReadiness: StoreAlways}, "without Options.Store"},
+		{Options{StoreReadiness: StoreIgnored + 1}, "unknown store readiness StoreReadiness(3)"},
+		{Options{StoreReadiness: -1}, "unknown store readiness"},
+	} {
+		tc.opts.GRPCAddr, tc.opts.HTTPAddr = ":0", ":0"
+		if _, err := New(s.svc, s.rules, nil, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error containing %q", tc.opts, err, tc.want)
 		}
 	}
-	if _, err := New(s.svc, s.rules, nil, Options{GRPCAddr: ":0", HTTPAddr: ":0", HealthRequiresStore: true}); err == nil {
-		t.Error("HealthRequiresStore without a Store was accepted")
+	for mode, name := range map[StoreReadiness]string{StoreReachedOnce: "reached-once", StoreAlways: "always", StoreIgnored: "ignored"} {
+		if mode.String() != name {
+			t.Errorf("%d.String() = %q, want %q", int(mode), mode.String(), name)
+		}
+		if got, err := ParseStoreReadiness(strings.ToUpper(name)); got != mode || err != nil {
+			t.Errorf("ParseStoreReadiness(%q) = %v, %v; want %v", strings.ToUpper(name), got, err, mode)
+		}
+	}
+	if _, err := ParseStoreReadiness("sometimes"); err == nil || !strings.Contains(err.Error(), `"sometimes" (want reached-once, always or ignored)`) {
+		t.Errorf("ParseStoreReadiness(sometimes) = %v", err)
 	}
 }
 
