@@ -254,6 +254,35 @@ func (p *proc) metric(series string) float64 {
 	return -1
 }
 
+// metricSum sums the series of the metric name whose labels include each
+// of want (`mode="deny"`); with no want, all of them. 0 when there is none.
+func (p *proc) metricSum(name string, want ...string) float64 {
+	p.t.Helper()
+	code, body := p.httpGet("/metrics")
+	if code != http.StatusOK {
+		p.t.Fatalf("/metrics: %d %s", code, body)
+	}
+	sum := 0.0
+lines:
+	for _, line := range strings.Split(body, "\n") {
+		series, value, ok := strings.Cut(line, " ")
+		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(series[len(name):], w) {
+				continue lines
+			}
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			p.t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
 // writeRules writes files (name -> YAML) into dir, atomically each (write
 // then rename), as editors and ConfigMap updates do.
 func writeRules(t *testing.T, dir string, files map[string]string) {
