@@ -70,6 +70,9 @@ type config struct {
 	failureMode    rules.FailureMode
 	headers        envoy.Headers
 	overLimitBody  bool
+	// storeFailureHeader names the header saying an answer came from the
+	// failure policy; empty: none.
+	storeFailureHeader string
 
 	check, explain, version bool
 	args                    []string // positional arguments (-explain's descriptor)
@@ -421,6 +424,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.headers.LimitName, "limit-header", envoy.DefaultLimitHeader, "name of the limit header (-response-headers=reference)")
 	fs.StringVar(&c.headers.RemainingName, "remaining-header", envoy.DefaultRemainingHeader, "name of the remaining header (-response-headers=reference)")
 	fs.StringVar(&c.headers.ResetName, "reset-header", envoy.DefaultResetHeader, "name of the reset header (-response-headers=reference)")
+	fs.StringVar(&c.storeFailureHeader, "store-failure-header", "", "response header carrying the cause (deadline, circuit_open, error) on answers the failure policy gave; empty: none (the cause is always in the dynamic metadata)")
 	fs.BoolVar(&c.overLimitBody, "over-limit-body", false, "send a JSON body with OVER_LIMIT answers (Envoy's 429 body)")
 	fs.BoolVar(&c.check, "check", false, "validate the rules, print a summary or every error (file:line), and exit 0 or 1")
 	fs.BoolVar(&c.explain, "explain", false, "print which rule a descriptor (arguments: domain key=value...) matches, and exit")

@@ -140,16 +140,17 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	}
 
 	svc, err := envoy.New(watcher, limiter, envoy.Options{
-		ShadowMode:      cfg.shadowMode,
-		DynamicMetadata: cfg.dynMetadata,
-		NearLimitRatio:  cfg.nearLimitRatio,
-		StoreTimeout:    cfg.redisDeadline,
-		FailureMode:     cfg.failureMode,
-		Headers:         cfg.headers,
-		OverLimitBody:   cfg.overLimitBody,
-		Logger:          logger,
-		Metrics:         metrics,
-		Bounds:          cfg.bounds,
+		ShadowMode:         cfg.shadowMode,
+		DynamicMetadata:    cfg.dynMetadata,
+		NearLimitRatio:     cfg.nearLimitRatio,
+		StoreTimeout:       cfg.redisDeadline,
+		FailureMode:        cfg.failureMode,
+		Headers:            cfg.headers,
+		OverLimitBody:      cfg.overLimitBody,
+		StoreFailureHeader: cfg.storeFailureHeader,
+		Logger:             logger,
+		Metrics:            metrics,
+		Bounds:             cfg.bounds,
 	})
 	if err != nil {
 		out.fatal(err, "")

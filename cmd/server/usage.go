@@ -31,7 +31,7 @@ var flagGroups = []flagGroup{
 	{"TLS on the gRPC port", []string{"grpc-tls", "grpc-tls-cert", "grpc-tls-key", "grpc-client-ca", "grpc-client-san"}},
 	{"Limits of requests", []string{"max-message-bytes", "max-descriptors", "max-entries", "max-key-bytes", "max-value-bytes"}},
 	{"Answers and headers", []string{"shadow-mode", "response-dynamic-metadata", "near-limit-ratio", "response-headers",
-		"limit-header", "remaining-header", "reset-header", "over-limit-body"}},
+		"limit-header", "remaining-header", "reset-header", "over-limit-body", "store-failure-header"}},
 	{"Observability: logs, metrics, statsd", []string{"log-level", "log-format", "metric-value-series", "statsd", "statsd-addr",
 		"statsd-protocol", "statsd-flush-interval", "statsd-tags", "dogstatsd", "dogstatsd-mogrifiers"}},
 	{"Commands", []string{"check", "explain", "version"}},
