@@ -715,17 +715,29 @@ func TestConcurrentMultiKey(t *testing.T) {
 	}
 }
 
+// TestMaxEntries: whatever MaxEntries, a Memory never holds more, refuses
+// new counters only when full (not far below MaxEntries, though keys hash
+// unevenly over shards), and a refused call leaves no counter.
 func TestMaxEntries(t *testing.T) {
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour}
 	for _, max := range []int{1, 10, 100, 1000} {
 		t.Run(fmt.Sprint(max), func(t *testing.T) {
 			m := limit.NewMemory(limit.MemoryOptions{MaxEntries: max, Now: newClock(base).Now})
+			refused := 0
 			for i := 0; i < 20*max; i++ {
 				key := fmt.Sprint("key-", i)
-				eval(t, m, limit.Hit{Key: key, Spec: spec, Cost: 1})
-				// The counter just written is held, even in a full shard.
-				if d := eval(t, m, limit.Hit{Key: key, Spec: spec})[0]; d.Remaining != 4 {
-					t.Fatalf("%s forgotten right after its hit: %+v", key, d)
+				d := make([]limit.Decision, 1)
+				err := m.Evaluate(context.Background(), []limit.Hit{{Key: key, Spec: spec, Cost: 1}}, d)
+				want := int64(4) // held, with its hit counted
+				switch {
+				case errors.Is(err, limit.ErrFull):
+					refused++
+					want = 5 // no counter
+				case err != nil:
+					t.Fatal(err)
+				}
+				if d := eval(t, m, limit.Hit{Key: key, Spec: spec})[0]; d.Remaining != want {
+					t.Fatalf("%s (refused: %v): then Remaining %d, want %d", key, err != nil, d.Remaining, want)
 				}
 				if i%50 == 0 {
 					if n := m.Len(); n > max {
@@ -733,40 +745,14 @@ func TestMaxEntries(t *testing.T) {
 					}
 				}
 			}
-			// Keys spread unevenly, but most shards are full by now.
-			if n := m.Len(); n > max || n < max/2 {
-				t.Fatalf("Len %d: eviction started far below MaxEntries %d", n, max)
+			st := m.Stats()
+			if st.Entries > max || st.Entries < max/2 || st.Entries+refused != 20*max {
+				t.Fatalf("Stats %+v, %d refused: want at most %d held, refusals starting not far below", st, refused, max)
+			}
+			if st.Refused != int64(refused) || st.Capacity != max || st.Expired != 0 {
+				t.Fatalf("Stats %+v, want Refused %d, Capacity %d, Expired 0", st, refused, max)
 			}
 		})
-	}
-}
-
-// TestEvictsSoonestExpiry fills one shard and checks which counter goes.
-func TestEvictsSoonestExpiry(t *testing.T) {
-	// 128 entries over 64 shards: 2 per shard.
-	clk := newClock(base)
-	m := limit.NewMemory(limit.MemoryOptions{MaxEntries: 128, Now: clk.Now})
-	var keys []string
-	for i := 0; len(keys) < 3; i++ {
-		if k := fmt.Sprint("k", i); limit.ShardOf(m, k) == 0 {
-			keys = append(keys, k)
-		}
-	}
-	window := func(d time.Duration) limit.Spec {
-		return limit.Spec{Algorithm: limit.FixedWindow, Limit: 5, Window: d}
-	}
-	long, soon, mid := keys[0], keys[1], keys[2]
-	eval(t, m, limit.Hit{Key: long, Spec: window(30 * time.Second), Cost: 1})
-	eval(t, m, limit.Hit{Key: soon, Spec: window(10 * time.Second), Cost: 1})
-	eval(t, m, limit.Hit{Key: mid, Spec: window(20 * time.Second), Cost: 1})
-	for _, c := range []struct {
-		key       string
-		window    time.Duration
-		remaining int64
-	}{{long, 30 * time.Second, 4}, {soon, 10 * time.Second, 5}, {mid, 20 * time.Second, 4}} {
-		if d := eval(t, m, limit.Hit{Key: c.key, Spec: window(c.window)})[0]; d.Remaining != c.remaining {
-			t.Errorf("%s (window %v): Remaining %d, want %d", c.key, c.window, d.Remaining, c.remaining)
-		}
 	}
 }
 
