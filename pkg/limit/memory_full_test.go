@@ -25,7 +25,11 @@ func try(m *limit.Memory, hits ...limit.Hit) ([]limit.Decision, error) {
 }
 
 // keysIn returns n keys with the given prefix that fall in shard i of m.
-func keysIn(m *limit.Memory, i, n int, prefix string) []string {
+func keysIn(t *testing.T, m *limit.Memory, i, n int, prefix string) []string {
+	t.Helper()
+	if i >= limit.Shards(m) {
+		t.Fatalf("no shard %d among %d", i, limit.Shards(m))
+	}
 	var keys []string
 	for j := 0; len(keys) < n; j++ {
 		if k := fmt.Sprint(prefix, j); limit.ShardOf(m, k) == i {
@@ -35,6 +39,18 @@ func keysIn(m *limit.Memory, i, n int, prefix string) []string {
 	return keys
 }
 
+// fill creates n counters of an hour in shard i of m.
+func fill(t *testing.T, m *limit.Memory, i, n int) {
+	t.Helper()
+	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour}
+	for _, k := range keysIn(t, m, i, n, fmt.Sprint("filler-", i, "-")) {
+		eval(t, m, limit.Hit{Key: k, Spec: spec, Cost: 1})
+	}
+}
+
+// MaxEntries of 2048 makes two shards of 1024 counters.
+const twoShards, shardSize = 2048, 1024
+
 // TestFullStoreKeepsBlockedUser is the case of a user over a limit of 10
 // per hour, 32 minutes before the reset, while a flood of new descriptor
 // values fills the store: the user must stay denied with the same answer
@@ -42,7 +58,7 @@ func keysIn(m *limit.Memory, i, n int, prefix string) []string {
 // store has no room for are refused with ErrFull, and once their windows
 // are over, new values are admitted again.
 func TestFullStoreKeepsBlockedUser(t *testing.T) {
-	const maxEntries = 1000
+	const maxEntries = 4096 // 4 shards
 	for _, alg := range limit.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
 			spec := limit.Spec{Algorithm: alg, Limit: 10, Window: time.Hour}
@@ -64,7 +80,7 @@ func TestFullStoreKeepsBlockedUser(t *testing.T) {
 			}
 
 			admitted, refused := 0, 0
-			for i := range 20 * maxEntries {
+			for i := range 5 * maxEntries {
 				clk.Set(start.Add(time.Duration(i) * time.Microsecond))
 				flood := limit.Hit{Key: fmt.Sprint("rule_user_", i), Spec: spec, Cost: 1}
 				switch d, err := try(m, flood); {
@@ -80,10 +96,10 @@ func TestFullStoreKeepsBlockedUser(t *testing.T) {
 			}
 			clk.Set(start)
 			if after := eval(t, m, user)[0]; after != before {
-				t.Fatalf("user after a flood of %d new values:\n got %+v\nwant %+v (as before it)", 20*maxEntries, after, before)
+				t.Fatalf("user after a flood of %d new values:\n got %+v\nwant %+v (as before it)", 5*maxEntries, after, before)
 			}
 			st := m.Stats()
-			if admitted+refused != 20*maxEntries || refused == 0 || admitted+1 > maxEntries || admitted+1 < maxEntries/2 {
+			if admitted+refused != 5*maxEntries || refused == 0 || admitted+1 > maxEntries || admitted+1 < maxEntries/2 {
 				t.Fatalf("flood: %d admitted, %d refused; want at most %d held in all, and refusals", admitted, refused, maxEntries)
 			}
 			want := limit.MemoryStats{Entries: admitted + 1, Capacity: maxEntries, Refused: int64(refused)}
@@ -113,11 +129,12 @@ func TestFullStoreKeepsBlockedUser(t *testing.T) {
 
 // TestFullAllOrNothing: a call that needs a counter there is no room for
 // changes none of its counters; a call that needs none is decided.
-// MaxEntries 128 gives 64 shards of 2 counters.
 func TestFullAllOrNothing(t *testing.T) {
-	probe := limit.NewMemory(limit.MemoryOptions{MaxEntries: 128})
-	s0 := keysIn(probe, 0, 4, "zero-") // a0, a1 fill shard 0; a2, a3 are new
-	s1 := keysIn(probe, 1, 3, "one-")  // b0 is held in shard 1; b1, b2 are new
+	probe := limit.NewMemory(limit.MemoryOptions{MaxEntries: twoShards})
+	// Shard 0 is full with a0, a1 and fillers; a2, a3 are new. Shard 1
+	// has room for one more with b0 and fillers; b1, b2 are new.
+	s0 := keysIn(t, probe, 0, 4, "zero-")
+	s1 := keysIn(t, probe, 1, 3, "one-")
 	a0, a1, a2, a3, b0, b1, b2 := s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2]
 	// a0 is a bucket, whose counter is gone once full again; the others
 	// are fixed windows, whose counters last to the end of the window.
@@ -199,7 +216,9 @@ func TestFullAllOrNothing(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			m := limit.NewMemory(limit.MemoryOptions{MaxEntries: 128, Now: newClock(base).Now})
+			m := limit.NewMemory(limit.MemoryOptions{MaxEntries: twoShards, Now: newClock(base).Now})
+			fill(t, m, 0, shardSize-2)
+			fill(t, m, 1, shardSize-2)
 			for _, s := range setup {
 				eval(t, m, s)
 			}
@@ -234,13 +253,11 @@ func TestFullAllOrNothing(t *testing.T) {
 
 // TestFullErrorNamesTheShard: the error says where and how full.
 func TestFullErrorNamesTheShard(t *testing.T) {
-	m := limit.NewMemory(limit.MemoryOptions{MaxEntries: 128, Now: newClock(base).Now})
+	m := limit.NewMemory(limit.MemoryOptions{MaxEntries: twoShards + 1, Now: newClock(base).Now})
+	fill(t, m, 1, shardSize)
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute}
-	keys := keysIn(m, 5, 3, "k")
-	eval(t, m, limit.Hit{Key: keys[0], Spec: spec, Cost: 1})
-	eval(t, m, limit.Hit{Key: keys[1], Spec: spec, Cost: 1})
-	_, err := try(m, limit.Hit{Key: keys[2], Spec: spec, Cost: 1})
-	want := "limit: memory store full: no room for a new counter in shard 5 of 64: its share of the 128 max entries is 2 counters, none expired"
+	_, err := try(m, limit.Hit{Key: keysIn(t, m, 1, 1, "k")[0], Spec: spec, Cost: 1})
+	want := "limit: memory store full: no room for a new counter in shard 1 of 2: its share of the 2049 max entries is 1024 counters, none expired"
 	if !errors.Is(err, limit.ErrFull) || err.Error() != want {
 		t.Fatalf("got %v\nwant %s", err, want)
 	}
@@ -250,11 +267,12 @@ func TestFullErrorNamesTheShard(t *testing.T) {
 // are kept whatever their expiry.
 func TestFullShardDropsExpiredFirst(t *testing.T) {
 	clk := newClock(base)
-	m := limit.NewMemory(limit.MemoryOptions{MaxEntries: 128, Now: clk.Now})
+	m := limit.NewMemory(limit.MemoryOptions{MaxEntries: twoShards, Now: clk.Now})
+	fill(t, m, 0, shardSize-2)
 	window := func(d time.Duration) limit.Spec {
 		return limit.Spec{Algorithm: limit.FixedWindow, Limit: 5, Window: d}
 	}
-	keys := keysIn(m, 0, 3, "k")
+	keys := keysIn(t, m, 0, 3, "k")
 	long, soon, late := keys[0], keys[1], keys[2]
 	eval(t, m, limit.Hit{Key: long, Spec: window(30 * time.Second), Cost: 1})
 	eval(t, m, limit.Hit{Key: soon, Spec: window(10 * time.Second), Cost: 1})
@@ -276,8 +294,9 @@ func TestFullShardDropsExpiredFirst(t *testing.T) {
 			t.Errorf("%s (window %v): Remaining %d, want %d", c.key, c.window, d.Remaining, c.remaining)
 		}
 	}
-	if st := m.Stats(); st.Expired != 1 || st.Refused != 1 || st.Entries != 2 {
-		t.Errorf("Stats = %+v, want 2 entries, 1 expired, 1 refused", st)
+	want := limit.MemoryStats{Entries: shardSize, Capacity: twoShards, Refused: 1, Expired: 1}
+	if st := m.Stats(); st != want {
+		t.Errorf("Stats = %+v, want %+v", st, want)
 	}
 }
 
@@ -347,7 +366,7 @@ func TestRefusalLog(t *testing.T) {
 // admitted, the held counter never forgotten, and Stats counts every
 // refusal returned. Run with -race.
 func TestFullConcurrent(t *testing.T) {
-	const maxEntries, perWorker, workers = 256, 2000, 4
+	const maxEntries, perWorker, workers = 4096, 2000, 4
 	clk := newClock(base)
 	m := limit.NewMemory(limit.MemoryOptions{MaxEntries: maxEntries, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(new(testlog.Buffer), nil))})
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}

@@ -715,16 +715,15 @@ func TestConcurrentMultiKey(t *testing.T) {
 	}
 }
 
-// TestMaxEntries: whatever MaxEntries, a Memory never holds more, refuses
-// new counters only when full (not far below MaxEntries, though keys hash
-// unevenly over shards), and a refused call leaves no counter.
+// TestMaxEntries: whatever MaxEntries, a Memory never holds more, a
+// refused call leaves no counter, and a flood fills every shard.
 func TestMaxEntries(t *testing.T) {
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour}
-	for _, max := range []int{1, 10, 100, 1000} {
+	for _, max := range []int{1, 10, 1000, 4096} {
 		t.Run(fmt.Sprint(max), func(t *testing.T) {
 			m := limit.NewMemory(limit.MemoryOptions{MaxEntries: max, Now: newClock(base).Now})
 			refused := 0
-			for i := 0; i < 20*max; i++ {
+			for i := 0; i < 4*max; i++ {
 				key := fmt.Sprint("key-", i)
 				d := make([]limit.Decision, 1)
 				err := m.Evaluate(context.Background(), []limit.Hit{{Key: key, Spec: spec, Cost: 1}}, d)
@@ -745,12 +744,36 @@ func TestMaxEntries(t *testing.T) {
 					}
 				}
 			}
-			st := m.Stats()
-			if st.Entries > max || st.Entries < max/2 || st.Entries+refused != 20*max {
-				t.Fatalf("Stats %+v, %d refused: want at most %d held, refusals starting not far below", st, refused, max)
+			want := limit.MemoryStats{Entries: max, Capacity: max, Refused: int64(refused)}
+			if st := m.Stats(); st != want || refused != 3*max {
+				t.Fatalf("Stats %+v after %d new keys, %d refused: want %+v", st, 4*max, refused, want)
 			}
-			if st.Refused != int64(refused) || st.Capacity != max || st.Expired != 0 {
-				t.Fatalf("Stats %+v, want Refused %d, Capacity %d, Expired 0", st, refused, max)
+		})
+	}
+}
+
+// TestFirstRefusalNearMaxEntries: shards fill unevenly, but the first
+// refusal comes near MaxEntries (at it with one shard, below 2048).
+func TestFirstRefusalNearMaxEntries(t *testing.T) {
+	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour}
+	for _, c := range []struct {
+		max     int
+		atLeast float64 // of max
+	}{{1, 1}, {1000, 1}, {2047, 1}, {2048, 0.9}, {10000, 0.9}, {65536, 0.9}} {
+		t.Run(fmt.Sprint(c.max), func(t *testing.T) {
+			m := limit.NewMemory(limit.MemoryOptions{MaxEntries: c.max, Now: newClock(base).Now})
+			d := make([]limit.Decision, 1)
+			for i := 0; ; i++ {
+				err := m.Evaluate(context.Background(), []limit.Hit{{Key: fmt.Sprint("api_key_", i), Spec: spec, Cost: 1}}, d)
+				if errors.Is(err, limit.ErrFull) {
+					if float64(i) < c.atLeast*float64(c.max) {
+						t.Fatalf("first refusal with %d counters held, below %.0f%% of MaxEntries %d", i, 100*c.atLeast, c.max)
+					}
+					return
+				}
+				if err != nil || i > c.max {
+					t.Fatalf("new key %d: %v", i, err)
+				}
 			}
 		})
 	}
