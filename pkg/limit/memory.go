@@ -327,7 +327,7 @@ func (sc *scratch) overflow() *slot {
 		if !sl.creates() {
 			continue
 		}
-		// Rare: count what the call's stores would do to this shard.
+		// Count what the call's stores would do to this shard.
 		s := sl.shard
 		n := len(s.entries)
 		for j := range sc.slots {
