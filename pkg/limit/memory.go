@@ -2,9 +2,13 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -12,6 +16,17 @@ import (
 // DefaultMaxEntries is the number of counters a Memory holds when
 // MemoryOptions.MaxEntries is 0.
 const DefaultMaxEntries = 1 << 20
+
+// ErrFull reports that a Memory refused a call because a counter it needed
+// to create would not fit: the shard of its key holds its share of
+// MaxEntries in counters that have not expired. The call changed nothing.
+// Callers answer it as they answer a failed store (by the failure policy);
+// errors.Is tells it apart.
+var ErrFull = errors.New("memory store full")
+
+// RefusalLogInterval is the least time between two warnings a Memory logs
+// about refused calls (see MemoryOptions.Logger), on its clock.
+const RefusalLogInterval = 10 * time.Second
 
 // MemoryOptions configures a Memory. The zero value is usable.
 type MemoryOptions struct {
@@ -21,12 +36,40 @@ type MemoryOptions struct {
 	// Now is the clock; nil means time.Now. It is read once per Evaluate, at
 	// microsecond resolution. Tests inject a fake clock.
 	Now func() time.Time
+	// Logger, if not nil, gets a warning when a call is refused with
+	// ErrFull: at the first refusal, then at the first refusal at least
+	// RefusalLogInterval after the previous warning, with the number of
+	// calls refused since it. Nothing is logged while no call is refused.
+	Logger *slog.Logger
+}
+
+// MemoryStats describes a Memory's use, for metrics and logs.
+type MemoryStats struct {
+	// Entries is the number of counters held, expired ones dropped.
+	Entries int
+	// Capacity is MaxEntries: the most counters held.
+	Capacity int
+	// Refused counts the calls refused with ErrFull since NewMemory.
+	Refused int64
+	// Expired counts the counters dropped since NewMemory because their
+	// state had become equivalent to none. Dropping them changes no
+	// decision; it is what makes room for new counters.
+	Expired int64
 }
 
 // maxShards is the number of independently locked parts of a Memory (fewer
 // when MaxEntries is smaller). At most 64, so that the shards of one call fit
 // in a uint64 mask.
 const maxShards = 64
+
+// minShardEntries is the least share of MaxEntries per shard when there are
+// several. A shard refuses new counters when its share is live, even if
+// others have room; keys spread by a hash fill shards of a thousand or more
+// nearly evenly (measured: the first refusal comes at 93% of MaxEntries or
+// more with 64 shards of 1024, at 98% with the 16384 of DefaultMaxEntries),
+// tiny shards not (at 10 to 20% with 64 shards of 1). Smaller stores get
+// fewer shards; one below 2048 entries, which is then an exact bound.
+const minShardEntries = 1024
 
 // Memory evaluates limits in process memory, with exactly the arithmetic of
 // the Redis scripts (see the step functions in algorithms.go): the store of
@@ -37,15 +80,19 @@ const maxShards = 64
 // changes a decision; expired counters are dropped whenever their shard is
 // used, and by Len.
 //
-// Memory holds at most MaxEntries counters. They are spread over 64 shards
-// (fewer if MaxEntries < 64) by a hash of the key, each holding at most its
-// share of MaxEntries, so eviction may start before MaxEntries counters are
-// held when keys hash unevenly. A shard that is full when a new counter is
-// stored evicts the counter that would expire soonest: the one closest to
-// being forgotten anyway. Each shard keeps its counters in a heap by expiry,
-// so finding that counter, and dropping expired ones, costs O(log n) per
-// write. An evicted counter starts again from no state, which admits more
-// than its limit; size MaxEntries so that this does not happen in practice.
+// Memory holds at most MaxEntries counters, and never forgets one that has
+// not expired: forgetting a counter would start it again from no state and
+// admit more than its limit (a flood of new keys would free a blocked
+// user). The counters are spread over 64 shards by a hash of the key (fewer
+// if MaxEntries < 65536, so that each has at least 1024), each holding at
+// most its share of MaxEntries. A call that would create a counter in a
+// shard whose share is all live counters is refused with an error wrapping
+// ErrFull and changes nothing; calls on the counters held go on being
+// decided exactly. Since keys hash unevenly, a shard may refuse while the
+// Memory holds somewhat fewer than MaxEntries counters (from about 93% of
+// it). Each shard keeps its counters in a heap by expiry, so dropping
+// expired ones costs O(log n) each. Stats counts refusals and expired
+// counters.
 //
 // A sliding log's counter holds one entry per distinct µs of its admitted
 // hits in the window, and a call on it takes time proportional to that.
@@ -58,6 +105,17 @@ type Memory struct {
 	shards    []shard
 	shardBits int       // len(shards) == 1 << shardBits
 	pool      sync.Pool // of *scratch
+	capacity  int       // MaxEntries
+	refused   atomic.Int64
+	log       refusalLog
+}
+
+// refusalLog rate-limits the warnings about refused calls.
+type refusalLog struct {
+	logger *slog.Logger
+	next   atomic.Int64 // µs: no warning before then
+	mu     sync.Mutex
+	logged int64 // refusals counted by the warnings so far
 }
 
 // shard is one locked part of a Memory, alone on its cache lines so that
@@ -72,6 +130,7 @@ type shardState struct {
 	entries  map[string]*entry
 	byExpiry []*entry // min-heap on entry.expires
 	capacity int
+	expired  int64 // counters dropped by expire
 }
 
 // entry is one stored counter.
@@ -88,13 +147,16 @@ func NewMemory(opts MemoryOptions) *Memory {
 	if m.now == nil {
 		m.now = time.Now
 	}
+	m.log.logger = opts.Logger
+	m.log.next.Store(math.MinInt64) // the first refusal is logged
 	maxEntries := opts.MaxEntries
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxEntries
 	}
-	// As many shards as possible, but every shard holds at least one
-	// counter: a shard of capacity 0 would not limit its keys at all.
-	m.shardBits = bits.Len(uint(min(maxEntries, maxShards))) - 1
+	m.capacity = maxEntries
+	// As many shards as possible (a power of 2), each holding at least
+	// minShardEntries counters.
+	m.shardBits = bits.Len(uint(max(1, min(maxEntries/minShardEntries, maxShards)))) - 1
 	m.shards = make([]shard, 1<<m.shardBits)
 	for i := range m.shards {
 		// Spread MaxEntries exactly.
@@ -143,7 +205,10 @@ type slot struct {
 //
 // It returns an error, deciding nothing, if len(decisions) != len(hits), if
 // a hit is invalid (the error names the hit's index and wraps
-// ErrInvalidSpec or ErrNegativeCost, see Hit.Validate), or if ctx is done.
+// ErrInvalidSpec or ErrNegativeCost, see Hit.Validate), or if ctx is done;
+// and an error wrapping ErrFull, changing nothing, if a counter the call
+// would create does not fit (see Memory). A call that consumes nothing
+// (a hit blocks) creates no counter, so it is decided even when full.
 func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision) error {
 	if len(decisions) != len(hits) {
 		return fmt.Errorf("limit: %d decisions for %d hits", len(decisions), len(hits))
@@ -158,6 +223,17 @@ func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision)
 	}
 	sc := m.pool.Get().(*scratch)
 	defer m.pool.Put(sc)
+	now, full := m.decide(sc, hits, decisions)
+	if full >= 0 {
+		return m.refuse(now, full)
+	}
+	return nil
+}
+
+// decide is Evaluate on valid hits. It returns the instant of the call and
+// -1, or, if the call is refused for lack of room, the index of a shard
+// that is full.
+func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int64, full int) {
 	sc.slots = sc.slots[:0]
 	sc.slotOf = sc.slotOf[:0]
 
@@ -179,18 +255,31 @@ func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision)
 		m.shards[bits.TrailingZeros64(set)].mu.Lock()
 	}
 	defer func() {
+		for i := range sc.slots {
+			// Let the pooled scratch pin neither entries, keys, nor an
+			// entry's runs.
+			sl := &sc.slots[i]
+			sl.entry, sl.key = nil, ""
+			if sl.shared {
+				sl.st.runs = nil
+			}
+		}
 		for set := locked; set != 0; set &= set - 1 {
 			m.shards[bits.TrailingZeros64(set)].mu.Unlock()
 		}
 	}()
 
-	now := m.now().UnixMicro()
+	// Expired counters go first, so that a shard is full only of live
+	// ones.
+	now = m.now().UnixMicro()
 	for set := locked; set != 0; set &= set - 1 {
 		m.shards[bits.TrailingZeros64(set)].expire(now)
 	}
 	// A call of one hit needs no working copy: a denied or peeking step
 	// leaves the stored state as it was (see step), and an allowed one is
 	// committed. This spares copying a long sliding log twice per call.
+	// Such a shared state is an existing counter's, which never lacks room,
+	// so a refused call leaves it as it was too.
 	single := len(hits) == 1
 	for i := range sc.slots {
 		sc.slots[i].load(single)
@@ -216,23 +305,71 @@ func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision)
 				decisions[i] = sc.slots[sc.slotOf[i]].peek(&hits[i].Spec, now)
 			}
 		}
-	} else {
-		for i := range sc.slots {
-			if sc.slots[i].dirty {
-				sc.slots[i].store(now)
-			}
-		}
+		return now, -1
+	}
+	if s := sc.overflow(); s != nil {
+		return now, shardIndex(s.key, m.shardBits)
 	}
 	for i := range sc.slots {
-		// Let the pooled scratch pin neither entries, keys, nor an
-		// entry's runs.
+		if sc.slots[i].dirty {
+			sc.slots[i].store(now)
+		}
+	}
+	return now, -1
+}
+
+// overflow returns the slot of a counter to create in a shard that would
+// then hold more than its capacity, or nil if the call's counters fit. The
+// shards are locked and rid of expired counters.
+func (sc *scratch) overflow() *slot {
+	for i := range sc.slots {
 		sl := &sc.slots[i]
-		sl.entry, sl.key = nil, ""
-		if sl.shared {
-			sl.st.runs = nil
+		if !sl.creates() {
+			continue
+		}
+		// Count what the call's stores would do to this shard.
+		s := sl.shard
+		n := len(s.entries)
+		for j := range sc.slots {
+			switch o := &sc.slots[j]; {
+			case o.shard != s:
+			case o.creates():
+				n++
+			case o.dirty && !o.ok && o.entry != nil:
+				n-- // deleted: its state became equivalent to none
+			}
+		}
+		if n > s.capacity {
+			return sl
 		}
 	}
 	return nil
+}
+
+// creates reports whether storing the slot creates a counter.
+func (sl *slot) creates() bool { return sl.dirty && sl.ok && sl.entry == nil }
+
+// refuse counts a call refused for lack of room in shard i, logs it if the
+// rate limit allows, and returns the error wrapping ErrFull.
+func (m *Memory) refuse(now int64, i int) error {
+	total := m.refused.Add(1)
+	capacity := m.shards[i].capacity // constant: readable without the lock
+	if l := &m.log; l.logger != nil && now >= l.next.Load() {
+		l.mu.Lock()
+		since := int64(0)
+		if now >= l.next.Load() {
+			l.next.Store(now + RefusalLogInterval.Microseconds())
+			since, l.logged = max(total, l.logged)-l.logged, max(total, l.logged)
+		}
+		l.mu.Unlock()
+		if since > 0 {
+			l.logger.Warn("in-memory store full: refusing calls that need a new counter; the failure policy answers them",
+				"refused", since, "refused_total", total, "shard", i, "shard_capacity", capacity,
+				"max_entries", m.capacity)
+		}
+	}
+	return fmt.Errorf("limit: %w: no room for a new counter in shard %d of %d: its share of the %d max entries is %d counters, none expired",
+		ErrFull, i, len(m.shards), m.capacity, capacity)
 }
 
 // slotFor returns the slot of an earlier hit with the given key, or -1.
@@ -293,9 +430,6 @@ func (sl *slot) peek(sp *Spec, now int64) Decision {
 func (sl *slot) store(now int64) {
 	s := sl.shard
 	e := sl.entry
-	if e != nil && e.index < 0 {
-		e = nil // evicted by an earlier store of this call
-	}
 	if !sl.ok {
 		if e != nil {
 			s.remove(e)
@@ -303,9 +437,7 @@ func (sl *slot) store(now int64) {
 		return
 	}
 	if e == nil {
-		for len(s.entries) >= s.capacity {
-			s.remove(s.byExpiry[0])
-		}
+		// overflow made sure it fits.
 		e = &entry{key: sl.key, index: -1}
 	}
 	if sl.shared {
@@ -345,23 +477,30 @@ func shardIndex(key string, shardBits int) int {
 }
 
 // Len returns the number of counters held, after dropping expired ones.
-func (m *Memory) Len() int {
+func (m *Memory) Len() int { return m.Stats().Entries }
+
+// Stats returns counts of m's use, after dropping expired counters. It
+// locks one shard at a time, so under concurrent calls the counts are not
+// of one instant.
+func (m *Memory) Stats() MemoryStats {
 	now := m.now().UnixMicro()
-	n := 0
+	st := MemoryStats{Capacity: m.capacity, Refused: m.refused.Load()}
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
 		s.expire(now)
-		n += len(s.entries)
+		st.Entries += len(s.entries)
+		st.Expired += s.expired
 		s.mu.Unlock()
 	}
-	return n
+	return st
 }
 
 // expire removes the entries that expire at or before now.
 func (s *shard) expire(now int64) {
 	for len(s.byExpiry) > 0 && s.byExpiry[0].expires <= now {
 		s.remove(s.byExpiry[0])
+		s.expired++
 	}
 }
 

@@ -715,17 +715,28 @@ func TestConcurrentMultiKey(t *testing.T) {
 	}
 }
 
+// TestMaxEntries: whatever MaxEntries, a Memory never holds more, a
+// refused call leaves no counter, and a flood fills every shard.
 func TestMaxEntries(t *testing.T) {
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour}
-	for _, max := range []int{1, 10, 100, 1000} {
+	for _, max := range []int{1, 10, 1000, 4096} {
 		t.Run(fmt.Sprint(max), func(t *testing.T) {
 			m := limit.NewMemory(limit.MemoryOptions{MaxEntries: max, Now: newClock(base).Now})
-			for i := 0; i < 20*max; i++ {
+			refused := 0
+			for i := 0; i < 4*max; i++ {
 				key := fmt.Sprint("key-", i)
-				eval(t, m, limit.Hit{Key: key, Spec: spec, Cost: 1})
-				// The counter just written is held, even in a full shard.
-				if d := eval(t, m, limit.Hit{Key: key, Spec: spec})[0]; d.Remaining != 4 {
-					t.Fatalf("%s forgotten right after its hit: %+v", key, d)
+				d := make([]limit.Decision, 1)
+				err := m.Evaluate(context.Background(), []limit.Hit{{Key: key, Spec: spec, Cost: 1}}, d)
+				want := int64(4) // held, with its hit counted
+				switch {
+				case errors.Is(err, limit.ErrFull):
+					refused++
+					want = 5 // no counter
+				case err != nil:
+					t.Fatal(err)
+				}
+				if d := eval(t, m, limit.Hit{Key: key, Spec: spec})[0]; d.Remaining != want {
+					t.Fatalf("%s (refused: %v): then Remaining %d, want %d", key, err != nil, d.Remaining, want)
 				}
 				if i%50 == 0 {
 					if n := m.Len(); n > max {
@@ -733,40 +744,38 @@ func TestMaxEntries(t *testing.T) {
 					}
 				}
 			}
-			// Keys spread unevenly, but most shards are full by now.
-			if n := m.Len(); n > max || n < max/2 {
-				t.Fatalf("Len %d: eviction started far below MaxEntries %d", n, max)
+			want := limit.MemoryStats{Entries: max, Capacity: max, Refused: int64(refused)}
+			if st := m.Stats(); st != want || refused != 3*max {
+				t.Fatalf("Stats %+v after %d new keys, %d refused: want %+v", st, 4*max, refused, want)
 			}
 		})
 	}
 }
 
-// TestEvictsSoonestExpiry fills one shard and checks which counter goes.
-func TestEvictsSoonestExpiry(t *testing.T) {
-	// 128 entries over 64 shards: 2 per shard.
-	clk := newClock(base)
-	m := limit.NewMemory(limit.MemoryOptions{MaxEntries: 128, Now: clk.Now})
-	var keys []string
-	for i := 0; len(keys) < 3; i++ {
-		if k := fmt.Sprint("k", i); limit.ShardOf(m, k) == 0 {
-			keys = append(keys, k)
-		}
-	}
-	window := func(d time.Duration) limit.Spec {
-		return limit.Spec{Algorithm: limit.FixedWindow, Limit: 5, Window: d}
-	}
-	long, soon, mid := keys[0], keys[1], keys[2]
-	eval(t, m, limit.Hit{Key: long, Spec: window(30 * time.Second), Cost: 1})
-	eval(t, m, limit.Hit{Key: soon, Spec: window(10 * time.Second), Cost: 1})
-	eval(t, m, limit.Hit{Key: mid, Spec: window(20 * time.Second), Cost: 1})
+// TestFirstRefusalNearMaxEntries: shards fill unevenly, but the first
+// refusal comes near MaxEntries (at it with one shard, below 2048).
+func TestFirstRefusalNearMaxEntries(t *testing.T) {
+	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour}
 	for _, c := range []struct {
-		key       string
-		window    time.Duration
-		remaining int64
-	}{{long, 30 * time.Second, 4}, {soon, 10 * time.Second, 5}, {mid, 20 * time.Second, 4}} {
-		if d := eval(t, m, limit.Hit{Key: c.key, Spec: window(c.window)})[0]; d.Remaining != c.remaining {
-			t.Errorf("%s (window %v): Remaining %d, want %d", c.key, c.window, d.Remaining, c.remaining)
-		}
+		max     int
+		atLeast float64 // of max
+	}{{1, 1}, {1000, 1}, {2047, 1}, {2048, 0.9}, {10000, 0.9}, {65536, 0.9}} {
+		t.Run(fmt.Sprint(c.max), func(t *testing.T) {
+			m := limit.NewMemory(limit.MemoryOptions{MaxEntries: c.max, Now: newClock(base).Now})
+			d := make([]limit.Decision, 1)
+			for i := 0; ; i++ {
+				err := m.Evaluate(context.Background(), []limit.Hit{{Key: fmt.Sprint("api_key_", i), Spec: spec, Cost: 1}}, d)
+				if errors.Is(err, limit.ErrFull) {
+					if float64(i) < c.atLeast*float64(c.max) {
+						t.Fatalf("first refusal with %d counters held, below %.0f%% of MaxEntries %d", i, 100*c.atLeast, c.max)
+					}
+					return
+				}
+				if err != nil || i > c.max {
+					t.Fatalf("new key %d: %v", i, err)
+				}
+			}
+		})
 	}
 }
 
