@@ -19,7 +19,7 @@ type flagGroup struct {
 var flagGroups = []flagGroup{
 	{"Rules", []string{"config", "merge-domains", "health-requires-rules"}},
 	{"Store: Redis", []string{"redis", "redis-type", "redis-master", "redis-auth", "redis-sentinel-auth", "redis-pool-size",
-		"redis-dial-timeout", "redis-deadline", "key-prefix", "health-requires-store", "deny-cache", "deny-cache-size",
+		"redis-dial-timeout", "redis-deadline", "key-prefix", "health-requires-store", "store-readiness", "deny-cache", "deny-cache-size",
 		"deny-cache-max-age", "memory-max-entries", "failure-mode"}},
 	{"Store: per-second Redis", []string{"redis-persecond", "redis-persecond-type", "redis-persecond-auth",
 		"redis-persecond-sentinel-auth", "redis-persecond-pool-size", "redis-persecond-dial-timeout", "redis-persecond-tls"}},
