@@ -110,9 +110,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if store.health != nil {
-		registerStoreHealthMetrics(reg, store.health)
-	}
+	store.registerMetrics(reg)
 	if store.name == "redis" && cfg.denyCache {
 		cache := denycache.New(limiter, denycache.Options{MaxEntries: cfg.denyCacheSize, MaxAge: cfg.denyCacheMaxAge})
 		registerDenyCacheMetrics(reg, cache)

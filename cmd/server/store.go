@@ -77,7 +77,8 @@ func newStore(ctx context.Context, cfg *config, logger *slog.Logger) (*counterSt
 	}
 	if cfg.redis.url == "" {
 		logger.Warn("no Redis configured (-redis, REDIS_URL): counters are kept in this process's memory, not shared with other instances and lost on restart")
-		return &counterStore{limiter: limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries}), name: "memory", close: func() {}}, nil
+		mem := limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries, Logger: logger})
+		return &counterStore{limiter: mem, name: "memory", close: func() {}}, nil
 	}
 	// go-redis logs each failed dial; floodgate already reports store
 	// failures once a second with a count, so its lines go to debug.
@@ -301,6 +302,30 @@ func (w *storeWatch) run(ctx context.Context, sick, idle time.Duration) {
 		}
 		healthy = now
 	}
+}
+
+// registerMetrics exposes the store's own metrics: health for Redis and
+// Memcached, fill and refusals for memory.
+func (s *counterStore) registerMetrics(reg prometheus.Registerer) {
+	if s.health != nil {
+		registerStoreHealthMetrics(reg, s.health)
+	}
+	if mem, ok := s.limiter.(*limit.Memory); ok {
+		registerMemoryMetrics(reg, mem)
+	}
+}
+
+// registerMemoryMetrics exposes the in-memory store's fill and the requests
+// it refused for lack of room, which the failure policy answered.
+func registerMemoryMetrics(reg prometheus.Registerer, mem *limit.Memory) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "memory_entries",
+			Help: "Counters held by the in-memory store (expired ones dropped), at most -memory-max-entries."},
+			func() float64 { return float64(mem.Stats().Entries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "floodgate", Name: "memory_refused_total",
+			Help: "Requests refused because a shard of the in-memory store was full of live counters; answered by the failure policy."},
+			func() float64 { return float64(mem.Stats().Refused) }),
+	)
 }
 
 // registerStoreHealthMetrics exposes the store's health: 1 while calls

@@ -28,11 +28,15 @@ const (
 	// causeCircuitOpen: the store was not tried, its circuit breaker being
 	// open (limit.ErrCircuitOpen).
 	causeCircuitOpen
+	// causeFull: the in-memory store had no room for a new counter
+	// (limit.ErrFull).
+	causeFull
 )
 
-var failureCauseNames = [...]string{"error", "deadline", "circuit_open"}
+var failureCauseNames = [...]string{"error", "deadline", "circuit_open", "store_full"}
 
-// String returns the cause's name: "error", "deadline" or "circuit_open".
+// String returns the cause's name: "error", "deadline", "circuit_open" or
+// "store_full".
 func (c failureCause) String() string {
 	if int(c) < len(failureCauseNames) {
 		return failureCauseNames[c]
@@ -48,6 +52,8 @@ func failureCauseOf(storeCtx context.Context, err error) failureCause {
 	switch {
 	case errors.Is(err, limit.ErrCircuitOpen):
 		return causeCircuitOpen
+	case errors.Is(err, limit.ErrFull):
+		return causeFull
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return causeDeadline
 	}

@@ -142,6 +142,13 @@ func (b blockingStore) Evaluate(ctx context.Context, _ []limit.Hit, _ []limit.De
 }
 
 // openBreakerStore fails at once as a store whose circuit breaker is open.
+// fullStore fails as a full in-memory store does.
+type fullStore struct{}
+
+func (fullStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) error {
+	return fmt.Errorf("no room in shard 0: %w", limit.ErrFull)
+}
+
 type openBreakerStore struct{}
 
 func (openBreakerStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) error {
@@ -181,6 +188,7 @@ func TestFailureAnswersSayWhy(t *testing.T) {
 		{"circuit open, allowed, with the header", openBreakerStore{}, rules.FailureAllow, "x-ratelimit-store-failure", "circuit_open/allow"},
 		{"circuit open, unavailable", openBreakerStore{}, rules.FailureUnavailable, "", "Unavailable (circuit_open)"},
 		{"other error, denied, with the header", failingStore{}, rules.FailureDeny, "x-ratelimit-store-failure", "error/deny"},
+		{"memory store full, allowed", fullStore{}, rules.FailureAllow, "", "store_full/allow"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
