@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -219,9 +220,18 @@ func (p *pool) roundTrip(ctx context.Context, s *server, cmds []*command) error 
 
 // withContext makes err, met under ctx, wrap ctx's error when ctx is done,
 // so that callers tell a caller that gave up (context.Canceled) from a
-// server that failed.
+// server that failed. A socket timeout at ctx's deadline is the deadline
+// too, even when ctx's own timer has not fired yet: the socket's deadline
+// is ctx's, and either may go off first.
 func withContext(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); err != nil && cerr != nil && !errors.Is(err, cerr) {
+	if err == nil {
+		return nil
+	}
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w: %w", cerr, err)
 	}
 	return err
