@@ -3,7 +3,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -11,10 +10,6 @@ import (
 	"testing"
 	"time"
 )
-
-// clusterBusOffset is the distance Redis puts between a node's client port
-// and its cluster bus port (Redis 6.2 cannot choose the bus port).
-const clusterBusOffset = 10000
 
 // Cluster is a running Redis Cluster owned by a test: masters with slots
 // spread evenly, each with its replicas.
@@ -59,8 +54,12 @@ func startCluster(t testing.TB, masters, replicasPerMaster int, tls *TLS) *Clust
 	c := &Cluster{}
 	for range n {
 		dir := t.TempDir()
-		s := startNode(t, tls, clusterPort(t), []string{
+		// The bus port is given, not left at port+10000: with TLS the
+		// bus would sit at the TLS port+10000, which nothing checked was
+		// free, and one node's bus could take another's TLS port.
+		s := startNode(t, tls, FreePort(t), []string{
 			"--cluster-enabled", "yes",
+			"--cluster-port", strconv.Itoa(FreePort(t)),
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000",
 		})
@@ -171,26 +170,6 @@ func (s *Server) running() bool {
 	default:
 		return true
 	}
-}
-
-// clusterPort returns a free port whose cluster bus port (port+10000) is
-// valid and was free too.
-func clusterPort(t testing.TB) int {
-	t.Helper()
-	for range 200 {
-		p := FreePort(t)
-		if p+clusterBusOffset > 65535 {
-			continue
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+clusterBusOffset)))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return p
-	}
-	t.Fatalf("redistest: no free port pair (p, p+%d) for a cluster node", clusterBusOffset)
-	return 0
 }
 
 // infoFields parses the "name:value" lines of INFO and CLUSTER INFO.
