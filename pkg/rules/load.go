@@ -124,8 +124,16 @@ func readRules(path string) ([]ruleFile, *problems) {
 		}
 		return []ruleFile{{name: path, data: data}}, probs
 	}
+	// Resolve the links above the tree once, so that a swap of one (a
+	// release's "current", a directory that is a link) during the read
+	// cannot mix the old target's files with the new one's.
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
+		return nil, probs
+	}
 	var files []ruleFile
-	readDir(path, 0, &files, probs)
+	readDir(real, path, 0, &files, probs)
 	if len(files) == 0 && len(probs.errs) == 0 {
 		probs.warnf(Position{File: path}, "", "no *.yaml or *.yml rule files: every request is allowed")
 	}
@@ -133,15 +141,16 @@ func readRules(path string) ([]ruleFile, *problems) {
 }
 
 // readDir appends the rule files of dir and its subdirectories, following
-// symbolic links and skipping names that start with ".".
-func readDir(dir string, depth int, files *[]ruleFile, probs *problems) {
+// symbolic links and skipping names that start with ".". Files are named
+// under shown, the path dir was given as.
+func readDir(dir, shown string, depth int, files *[]ruleFile, probs *problems) {
 	if depth > maxDirDepth {
-		probs.errorf(Position{File: dir}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
+		probs.errorf(Position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
 		return
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		probs.errorf(Position{File: dir}, "", "%v", unwrapPathError(err))
+		probs.errorf(Position{File: shown}, "", "%v", unwrapPathError(err))
 		return
 	}
 	for _, e := range entries {
@@ -149,17 +158,17 @@ func readDir(dir string, depth int, files *[]ruleFile, probs *problems) {
 		if strings.HasPrefix(name, ".") {
 			continue
 		}
-		full := filepath.Join(dir, name)
+		full, named := filepath.Join(dir, name), filepath.Join(shown, name)
 		fi, err := os.Stat(full) // follows symbolic links
 		if err != nil {
 			if e.Type()&fs.ModeSymlink != 0 && os.IsNotExist(err) {
 				continue // a dangling link, such as one caught mid-swap
 			}
-			probs.errorf(Position{File: full}, "", "%v", unwrapPathError(err))
+			probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
 			continue
 		}
 		if fi.IsDir() {
-			readDir(full, depth+1, files, probs)
+			readDir(full, named, depth+1, files, probs)
 			continue
 		}
 		if !isRuleFile(name) || !fi.Mode().IsRegular() {
@@ -170,10 +179,10 @@ func readDir(dir string, depth int, files *[]ruleFile, probs *problems) {
 			if os.IsNotExist(err) {
 				continue // removed since listed: the next reload sees the result
 			}
-			probs.errorf(Position{File: full}, "", "%v", unwrapPathError(err))
+			probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
 			continue
 		}
-		*files = append(*files, ruleFile{name: full, data: data})
+		*files = append(*files, ruleFile{name: named, data: data})
 	}
 }
 

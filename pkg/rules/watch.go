@@ -2,11 +2,14 @@ package rules
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +25,9 @@ import (
 const (
 	settleDelay = 100 * time.Millisecond
 	maxDelay    = 400 * time.Millisecond
+	// recheckEvery is how often Run resolves the rule path again to catch
+	// a change no event told of. It costs a stat of each rule file.
+	recheckEvery = 2 * time.Second
 )
 
 // Status describes a Watcher's loads, for a status endpoint.
@@ -52,6 +58,7 @@ type Watcher struct {
 	logger  *slog.Logger
 	current atomic.Pointer[Set]
 	running atomic.Bool
+	recheck time.Duration // recheckEvery; shorter in tests
 
 	// watching is set once Run watches the files and has looked at them.
 	watching atomic.Bool
@@ -74,7 +81,7 @@ func NewWatcher(path string, opts Options, logger *slog.Logger) (*Watcher, error
 		return nil, err
 	}
 	s.version = 1
-	w := &Watcher{path: path, opts: opts, logger: logger, changed: make(chan struct{})}
+	w := &Watcher{path: path, opts: opts, logger: logger, recheck: recheckEvery, changed: make(chan struct{})}
 	w.status = Status{Version: 1, LoadedAt: s.loadedAt}
 	w.current.Store(s)
 	w.logLoaded(s)
@@ -110,11 +117,16 @@ func (w *Watcher) Changed() <-chan struct{} {
 // Run watches the files until ctx is done, reloading after changes settle
 // (about 100 ms after the last event of a burst, at most 400 ms after its
 // first). It follows in-place writes, write-rename swaps, deletions, new
-// subdirectories and Kubernetes' swap of a ConfigMap's ..data link. A valid
-// new set replaces the current one atomically; an invalid one is refused,
-// logged and kept in Status while the current set stays. Run returns ctx's
-// error, or an error when watching cannot start. It may be called once at a
-// time.
+// subdirectories, and symbolic links at any depth: the rule path or any
+// directory above it being a link that is swapped (a release's "current"
+// link, Kubernetes' ..data), files and directories in the tree that are
+// links. After a swap it watches the new target only, so edits there are
+// seen and edits of the old target are not. Every few seconds it also
+// resolves the path again and reloads when the resolved tree changed
+// without an event. A valid new set replaces the current one atomically; an
+// invalid or missing one is refused, logged and kept in Status while the
+// current set stays. Run returns ctx's error, or an error when watching
+// cannot start. It may be called once at a time.
 func (w *Watcher) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("rules: Watcher.Run is already running")
@@ -125,17 +137,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("rules: watching %s: %w", w.path, err)
 	}
 	defer fw.Close()
-	sc, err := newScope(w.path)
-	if err != nil {
-		return fmt.Errorf("rules: watching %s: %w", w.path, err)
-	}
-	if err := sc.sync(fw, w.logger); err != nil {
-		return fmt.Errorf("rules: watching %s: %w", w.path, err)
+	ws := &watchSet{fw: fw, watched: map[string]os.FileInfo{}}
+	sc := newScope(w.path)
+	if ws.sync(sc, w.logger) == 0 {
+		return fmt.Errorf("rules: watching %s: no directory of it can be watched", w.path)
 	}
 	// Changes made between NewWatcher and now produced no events.
 	w.reload(true)
 	w.watching.Store(true)
 
+	recheck := time.NewTicker(w.recheck)
+	defer recheck.Stop()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	pending := false
@@ -146,6 +158,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 			pending, first = true, now
 		}
 		timer.Reset(min(settleDelay, max(0, first.Add(maxDelay).Sub(now))))
+	}
+	// resync resolves the path again and watches what it resolves to now
+	// before reading the files, so that a write after the read is an event.
+	resync := func(next *scope) {
+		sc = next
+		if ws.sync(sc, w.logger) == 0 {
+			w.logger.Warn("rules: no directory of the rule path can be watched; looking again every "+w.recheck.String(), "path", w.path)
+		}
+		w.reload(false)
 	}
 	for {
 		select {
@@ -167,12 +188,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 			schedule()
 		case <-timer.C:
 			pending = false
-			// Watch new directories before reading them, so that a write
-			// after the read is seen as an event.
-			if err := sc.sync(fw, w.logger); err != nil {
-				w.logger.Warn("rules: cannot watch rule path", "path", w.path, "error", err)
+			resync(newScope(w.path))
+		case <-recheck.C:
+			// Events can be missed (a file system without them, a plain
+			// ancestor directory renamed, a watch the kernel could not
+			// place): a changed fingerprint of the resolved tree is a
+			// change all the same.
+			if next := newScope(w.path); next.fingerprint != sc.fingerprint && !pending {
+				w.logger.Debug("rules: change seen without an event", "path", w.path)
+				resync(next)
 			}
-			w.reload(false)
 		}
 	}
 }
@@ -244,23 +269,169 @@ func (w *Watcher) logLoaded(s *Set) {
 		"files", s.files, "domains", len(s.names), "rules", len(s.rules))
 }
 
-// scope decides which directories to watch and which events matter.
+// maxLinkHops bounds the symbolic links followed to resolve one path, as
+// the kernel does (ELOOP), so a link loop ends.
+const maxLinkHops = 40
+
+// scope is what to watch for a rule path, as the path resolves at one
+// moment: every directory the rule files are in (the rule tree, where every
+// entry matters), and the directory holding each symbolic link met on the
+// way to them, each missing component, and the rule path's own entry (where
+// only those names matter). A swap of a link anywhere along the path (the
+// rule directory itself, a parent such as RUNTIME_ROOT's current, a
+// ConfigMap's ..data, a file that is a link) is then an event in a watched
+// directory, and the directories of an old target are no longer watched.
 type scope struct {
-	root   string // absolute rule path
-	parent string // its directory, watched to see root itself replaced
-	isDir  bool
+	dirs map[string]*watchDir // real (link-free) directory path -> what matters in it
+	// fingerprint identifies the resolved tree: the links and their
+	// targets, the directories, and each rule file's real path, size and
+	// modification time. A periodic look compares it, to catch what no
+	// event told.
+	fingerprint [sha256.Size]byte
 }
 
-func newScope(path string) (*scope, error) {
+// watchDir is one directory to watch.
+type watchDir struct {
+	all   bool            // every entry matters: a directory of the rule tree
+	names map[string]bool // else only these entries
+	info  os.FileInfo     // the directory when resolved, to see it replaced
+}
+
+// newScope resolves path now. It never fails: what is missing is watched
+// for in the nearest existing directory, and Load reports it.
+func newScope(path string) *scope {
+	r := &resolver{sc: &scope{dirs: map[string]*watchDir{}}, h: sha256.New()}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, err
+		abs = filepath.Clean(path)
 	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return nil, err
+	if parent, ok := r.follow(filepath.Dir(abs)); ok {
+		// The rule path's own entry: a rename over it replaces the rules.
+		base := filepath.Base(abs)
+		r.entry(parent, base)
+		if real, ok := r.follow(filepath.Join(parent, base)); ok {
+			r.target(real, 0)
+		}
 	}
-	return &scope{root: abs, parent: filepath.Dir(abs), isDir: fi.IsDir()}, nil
+	r.h.Sum(r.sc.fingerprint[:0])
+	return r.sc
+}
+
+// resolver builds a scope.
+type resolver struct {
+	sc *scope
+	h  hash.Hash
+}
+
+// note adds a fact about the resolved tree to the fingerprint.
+func (r *resolver) note(parts ...string) {
+	for _, p := range parts {
+		r.h.Write([]byte(p))
+		r.h.Write([]byte{0})
+	}
+	r.h.Write([]byte{'\n'})
+}
+
+// dir returns dir's entry in the scope, adding it.
+func (r *resolver) dir(dir string) *watchDir {
+	d := r.sc.dirs[dir]
+	if d == nil {
+		d = &watchDir{names: map[string]bool{}}
+		d.info, _ = os.Stat(dir)
+		r.sc.dirs[dir] = d
+	}
+	return d
+}
+
+// entry marks name in the real directory dir as mattering.
+func (r *resolver) entry(dir, name string) { r.dir(dir).names[name] = true }
+
+// follow resolves the absolute path p component by component, as opening
+// it does, marking each symbolic link met and the first missing component
+// in their directories. It returns the real path, and false when p does not
+// resolve (missing, a loop, unreadable).
+func (r *resolver) follow(p string) (string, bool) {
+	real := string(filepath.Separator)
+	rest := strings.Split(p, string(filepath.Separator))
+	for hops := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			real = filepath.Dir(real) // real has no links: its parent is the kernel's ".."
+			continue
+		}
+		next := filepath.Join(real, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			r.entry(real, c) // its creation is a change
+			r.note("missing", next)
+			return "", false
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			real = next
+			continue
+		}
+		r.entry(real, c) // its swap is a change
+		target, err := os.Readlink(next)
+		if hops++; err != nil || hops > maxLinkHops {
+			r.note("unresolved", next)
+			return "", false
+		}
+		r.note("link", next, target)
+		if filepath.IsAbs(target) {
+			real = string(filepath.Separator)
+		}
+		rest = append(strings.Split(target, string(filepath.Separator)), rest...)
+	}
+	return real, true
+}
+
+// target adds what the real path real holds: a rule file, or a tree of
+// directories whose every entry matters, following the links in it.
+func (r *resolver) target(real string, depth int) {
+	fi, err := os.Stat(real)
+	switch {
+	case err != nil:
+		r.note("unreadable", real)
+	case fi.IsDir():
+		if depth > maxDirDepth {
+			return // a link loop: Load reports it
+		}
+		r.dir(real).all = true
+		r.note("dir", real)
+		entries, err := os.ReadDir(real)
+		if err != nil {
+			r.note("unreadable", real)
+			return
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".") {
+				continue // skipped by Load; ..data is reached through the links into it
+			}
+			full := filepath.Join(real, e.Name())
+			switch {
+			case e.Type()&os.ModeSymlink != 0:
+				if t, ok := r.follow(full); ok && (isRuleFile(e.Name()) || isDir(t)) {
+					r.target(t, depth+1)
+				}
+			case e.IsDir():
+				r.target(full, depth+1)
+			case isRuleFile(e.Name()):
+				r.target(full, depth+1)
+			}
+		}
+	default:
+		r.entry(filepath.Dir(real), filepath.Base(real))
+		r.note("file", real, strconv.FormatInt(fi.Size(), 10), strconv.FormatInt(fi.ModTime().UnixNano(), 10))
+	}
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // relevant reports whether an event may change the rules.
@@ -269,87 +440,42 @@ func (sc *scope) relevant(ev fsnotify.Event) bool {
 		return false
 	}
 	name := filepath.Clean(ev.Name)
-	if filepath.Dir(name) != sc.parent {
-		return true
+	if _, ok := sc.dirs[name]; ok {
+		return true // a watched directory itself removed or moved
 	}
-	if sc.isDir {
-		return name == sc.root // a sibling of the rule directory is not
-	}
-	// A single file: itself, or a ConfigMap's ..data swap beside it.
-	return name == sc.root || strings.HasPrefix(filepath.Base(name), "..")
+	d, ok := sc.dirs[filepath.Dir(name)]
+	return ok && (d.all || d.names[filepath.Base(name)])
 }
 
-// dirs lists the directories to watch: the rule path's directory, the rule
-// directory and its subdirectories (not those starting with "."), and the
-// directories where symbolic links to rule files point.
-func (sc *scope) dirs() []string {
-	want := map[string]bool{sc.parent: true}
-	add := func(file string) {
-		if real, err := filepath.EvalSymlinks(file); err == nil {
-			want[filepath.Dir(real)] = true
-		}
-	}
-	if !sc.isDir {
-		add(sc.root)
-	} else {
-		var walk func(dir string, depth int)
-		walk = func(dir string, depth int) {
-			want[dir] = true
-			if depth >= maxDirDepth {
-				return
-			}
-			entries, err := os.ReadDir(dir)
-			if err != nil {
-				return
-			}
-			for _, e := range entries {
-				if strings.HasPrefix(e.Name(), ".") {
-					continue
-				}
-				full := filepath.Join(dir, e.Name())
-				fi, err := os.Stat(full)
-				switch {
-				case err != nil:
-				case fi.IsDir():
-					walk(full, depth+1)
-				case e.Type()&os.ModeSymlink != 0 && isRuleFile(e.Name()):
-					add(full)
-				}
-			}
-		}
-		walk(sc.root, 0)
-	}
-	out := make([]string, 0, len(want))
-	for d := range want {
-		out = append(out, d)
-	}
-	return out
+// watchSet is the directories an fsnotify.Watcher watches, with the
+// directory each watch was placed on.
+type watchSet struct {
+	fw      *fsnotify.Watcher
+	watched map[string]os.FileInfo
 }
 
-// sync makes fw watch exactly dirs(). It fails only when the rule path's
-// own directory cannot be watched.
-func (sc *scope) sync(fw *fsnotify.Watcher, logger *slog.Logger) error {
-	want := map[string]bool{}
-	for _, d := range sc.dirs() {
-		want[d] = true
-	}
-	have := map[string]bool{}
-	for _, d := range fw.WatchList() {
-		have[d] = true
-		if !want[d] {
-			_ = fw.Remove(d) // gone or no longer needed; an error means already unwatched
-		}
-	}
-	for d := range want {
-		if have[d] {
+// sync makes the watches exactly sc's directories: it removes those no
+// longer needed (an old link target is never watched again) and watches
+// anew a directory replaced at the same path. It returns how many of sc's
+// directories are watched.
+func (ws *watchSet) sync(sc *scope, logger *slog.Logger) int {
+	for dir, info := range ws.watched {
+		d, ok := sc.dirs[dir]
+		if ok && d.info != nil && info != nil && os.SameFile(d.info, info) {
 			continue
 		}
-		if err := fw.Add(d); err != nil {
-			if d == sc.parent {
-				return err
-			}
-			logger.Debug("rules: cannot watch directory", "dir", d, "error", err)
-		}
+		_ = ws.fw.Remove(dir) // an error means the kernel dropped it already
+		delete(ws.watched, dir)
 	}
-	return nil
+	for dir, d := range sc.dirs {
+		if _, ok := ws.watched[dir]; ok || d.info == nil {
+			continue
+		}
+		if err := ws.fw.Add(dir); err != nil {
+			logger.Debug("rules: cannot watch directory", "dir", dir, "error", err)
+			continue
+		}
+		ws.watched[dir] = d.info
+	}
+	return len(ws.watched)
 }
