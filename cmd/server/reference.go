@@ -117,7 +117,12 @@ var referenceVars = []refVar{
 		}
 		return ""
 	}},
-	{name: "RUNTIME_WATCH_ROOT"}, // the rule path is always watched, ConfigMap swaps included
+	// Both values are honoured without a flag: the reference watches
+	// RUNTIME_ROOT's directory for the swap of the current link (true) or
+	// the rule directory for edits (false); floodgate watches every link
+	// along the rule path and the directories of its tree, so it reloads on
+	// either, and on ConfigMap swaps (pkg/rules Watcher.Run).
+	{name: "RUNTIME_WATCH_ROOT"},
 
 	{name: "EXPIRATION_JITTER_MAX_SECONDS", note: noteAlways("EXPIRATION_JITTER_MAX_SECONDS has no effect: each counter expires when its state no longer matters")},
 	{name: "LOCAL_CACHE_SIZE_IN_BYTES", note: func(v string, _ lookupFunc) string {
