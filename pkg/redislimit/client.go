@@ -119,6 +119,8 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		setDuration(&o.ReadTimeout, cfg.ReadTimeout)
 		setDuration(&o.WriteTimeout, cfg.WriteTimeout)
 		o.ContextTimeoutEnabled = true
+		o.DialerRetries = dialAttempts
+		o.MaxRetries = noRetries
 		return redis.NewClient(o), nil
 
 	case "sentinel":
@@ -146,6 +148,8 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			ReadTimeout:           cfg.ReadTimeout,
 			WriteTimeout:          cfg.WriteTimeout,
 			ContextTimeoutEnabled: true,
+			DialerRetries:         dialAttempts,
+			MaxRetries:            noRetries,
 		}
 		return redis.NewFailoverClient(o), nil
 
@@ -166,6 +170,8 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			ReadTimeout:           cfg.ReadTimeout,
 			WriteTimeout:          cfg.WriteTimeout,
 			ContextTimeoutEnabled: true,
+			DialerRetries:         dialAttempts,
+			MaxRetries:            noRetries,
 			TLSConfig:             tc,
 			// go-redis refreshes the slot map on MOVED replies, but a dead
 			// master answers nothing: without a periodic refresh its slots
@@ -177,6 +183,17 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	}
 	return nil, fmt.Errorf("redis type %q: want single, sentinel or cluster", cfg.Type)
 }
+
+// dialAttempts is how many times go-redis dials before a call fails: once.
+// Its default, 5 attempts 100 ms apart, outlasts the store deadline, so a
+// refused connection would be reported as a deadline, and a request would
+// wait for nothing; the circuit breaker and the probes do the retrying.
+const dialAttempts = 1
+
+// noRetries turns off go-redis's retries of a failed command (3 by default,
+// with backoff): they too outlast the store deadline, and a script retried
+// after a lost reply may have run already, charging its hits twice.
+const noRetries = -1
 
 // singleOptions parses the URL of a single node.
 func singleOptions(raw string) (*redis.Options, error) {

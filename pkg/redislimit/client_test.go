@@ -208,3 +208,34 @@ func TestNewClientSentinel(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedConnectionFailsAtOnce checks that a Redis refusing connections
+// fails a call at once with the refusal, for every deployment type, rather
+// than after dial retries that outlast the store deadline and turn the cause
+// into a deadline.
+func TestRefusedConnectionFailsAtOnce(t *testing.T) {
+	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
+	for _, cfg := range []redislimit.ClientConfig{
+		{URL: dead},
+		{URL: "master," + dead, Type: "sentinel"},
+		{URL: dead, Type: "cluster"},
+	} {
+		t.Run(cfg.Type, func(t *testing.T) {
+			c, err := redislimit.NewClient(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			begin := time.Now()
+			err = c.Ping(ctx).Err()
+			if took := time.Since(begin); took > 300*time.Millisecond {
+				t.Errorf("PING took %v, want the refusal at once (no dial retries)", took)
+			}
+			if err == nil || !strings.Contains(err.Error(), "refused") {
+				t.Errorf("PING = %v, want the connection refused", err)
+			}
+		})
+	}
+}
