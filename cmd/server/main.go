@@ -179,6 +179,9 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		Conns:                 cfg.conns,
 		Refused:               metrics.Refused,
 	})
+	if err == nil {
+		err = srv.RegisterMetrics(reg)
+	}
 	if err != nil {
 		out.fatal(err, "")
 		return 2

@@ -60,8 +60,6 @@ func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 // response when OK, 429 when OVER_LIMIT, 400 with the reason for a bad
 // request, 503 when the store failed and the policy says unavailable.
 func (s *Server) json(w http.ResponseWriter, r *http.Request) {
-	s.inflight.Add(1)
-	defer s.inflight.Add(-1)
 	if r.Method != http.MethodPost {
 		s.opts.Refused(RefusedUnknownMethod)
 		w.Header().Set("Allow", http.MethodPost)
@@ -80,6 +78,10 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading the body: "+err.Error(), code)
 		return
 	}
+	// In flight from here: a body still coming is no request yet, and a
+	// shutdown that cuts it loses no answer.
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
 	var req pb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		s.opts.Refused(RefusedMalformed)

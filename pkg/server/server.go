@@ -243,12 +243,13 @@ type Server struct {
 	// gRPC, /json), to tell whether a shutdown cut any.
 	inflight atomic.Int64
 
-	// listeners are the open listeners, in Run.
-	listeners struct{ grpc, http, debug *connListener }
 
+	// mu guards addrs and listeners.
 	mu    sync.Mutex
 	addrs Addrs
-	ready chan struct{}
+	// listeners are the listeners, once Run opened them.
+	listeners struct{ grpc, http, debug *connListener }
+	ready     chan struct{}
 }
 
 // Addrs are the addresses a running Server listens on.
@@ -422,15 +423,19 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("server: debug listener: %w", err)
 		}
 	}
+	s.mu.Lock()
 	ls := &s.listeners
 	ls.grpc = newConnListener(grpcL, "grpc", s.opts.Conns.GRPCMaxConns, s.opts.Logger)
 	ls.http = newConnListener(httpL, "http", s.opts.Conns.HTTPMaxConns, s.opts.Logger)
+	if s.debug != nil {
+		ls.debug = newConnListener(debugL, "debug", s.opts.Conns.HTTPMaxConns, s.opts.Logger)
+	}
+	s.mu.Unlock()
 
 	errc := make(chan error, 3)
 	go func() { errc <- s.grpc.Serve(ls.grpc) }()
 	go func() { errc <- serveHTTP(s.http, ls.http) }()
 	if s.debug != nil {
-		ls.debug = newConnListener(debugL, "debug", s.opts.Conns.HTTPMaxConns, s.opts.Logger)
 		go func() { errc <- serveHTTP(s.debug, ls.debug) }()
 	}
 
