@@ -243,7 +243,6 @@ type Server struct {
 	// gRPC, /json), to tell whether a shutdown cut any.
 	inflight atomic.Int64
 
-
 	// mu guards addrs and listeners.
 	mu    sync.Mutex
 	addrs Addrs
