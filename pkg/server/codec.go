@@ -63,33 +63,36 @@ func (c *requestCodec) refusal(req any) (string, bool) {
 	return msg.(string), true
 }
 
-// rlsDesc is the RateLimitService as generated, except that its method's
-// handler answers InvalidArgument for a request the codec could not
-// decode, counts the requests refused before the service (malformed, too
-// large) and those in flight. gRPC decodes a request before any
-// interceptor runs and turns decoding failures into Internal or
-// ResourceExhausted on its own; only the handler sees both.
+// rlsDesc is the RateLimitService as generated, except that its
+// ShouldRateLimit handler answers InvalidArgument for a request the codec
+// could not decode, counts the requests refused before the service
+// (malformed, too large) and those in flight. gRPC decodes a request
+// before any interceptor runs and turns decoding failures into Internal or
+// ResourceExhausted on its own; only the handler sees both. It decodes as
+// the generated handler does, without a closure per call; the server sets
+// no interceptor.
 func (s *Server) rlsDesc(codec *requestCodec) *grpc.ServiceDesc {
 	desc := pb.RateLimitService_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)
 	for i, m := range desc.Methods {
-		next := m.Handler
-		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+		if m.MethodName != "ShouldRateLimit" {
+			continue
+		}
+		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 			s.inflight.Add(1)
 			defer s.inflight.Add(-1)
-			return next(srv, ctx, func(v any) error {
-				if err := dec(v); err != nil {
-					if status.Code(err) == codes.ResourceExhausted {
-						s.opts.Refused(RefusedTooLarge)
-					}
-					return err
+			in := new(pb.RateLimitRequest)
+			if err := dec(in); err != nil {
+				if status.Code(err) == codes.ResourceExhausted {
+					s.opts.Refused(RefusedTooLarge)
 				}
-				if msg, bad := codec.refusal(v); bad {
-					s.opts.Refused(RefusedMalformed)
-					return status.Error(codes.InvalidArgument, msg)
-				}
-				return nil
-			}, icpt)
+				return nil, err
+			}
+			if msg, bad := codec.refusal(in); bad {
+				s.opts.Refused(RefusedMalformed)
+				return nil, status.Error(codes.InvalidArgument, msg)
+			}
+			return srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, in)
 		}
 	}
 	return &desc

@@ -30,13 +30,13 @@ const testRules = "domain: srv\ndescriptors:\n  - key: user\n    rate_limit: {un
 
 // running starts a Server on loopback ports with real rules, the in-memory
 // store and the envoy service, and stops it when the test ends.
-func running(t *testing.T, opts Options) (*Server, func() error) {
+func running(t testing.TB, opts Options) (*Server, func() error) {
 	t.Helper()
 	return runningWith(t, opts, envoy.Options{}, testRules)
 }
 
 // runningWith is running with the service's options and rule file.
-func runningWith(t *testing.T, opts Options, svcOpts envoy.Options, ruleFile string) (*Server, func() error) {
+func runningWith(t testing.TB, opts Options, svcOpts envoy.Options, ruleFile string) (*Server, func() error) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "srv.yaml"), []byte(ruleFile), 0o644); err != nil {
