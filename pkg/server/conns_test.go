@@ -107,6 +107,10 @@ func TestConnListenerBoundsAndCloses(t *testing.T) {
 		t.Errorf("refused %d, want 1", n)
 	}
 
+	if n := l.closeConns(true); n != 0 {
+		t.Errorf("closeConns(silent only) closed %d within the grace of new connections, want 0", n)
+	}
+	time.Sleep(silentGrace)
 	if n := l.closeConns(true); n != 1 {
 		t.Errorf("closeConns(silent only) closed %d, want 1", n)
 	}
@@ -134,25 +138,41 @@ func waitFor(t *testing.T, ok func() bool) {
 }
 
 // TestShutdownIgnoresSilentConnections: Run returns within the shutdown
-// timeout whatever state the open gRPC connections are in; gRPC's Stop
-// alone would wait for each handshake's own timeout.
+// timeout whatever state the open gRPC connections are in (gRPC's Stop
+// alone would wait for each handshake's own timeout, here a minute), and
+// at once when they are only silent ones, past the grace of new
+// connections.
 func TestShutdownIgnoresSilentConnections(t *testing.T) {
-	const timeout = 300 * time.Millisecond
-	s, stop := running(t, Options{ShutdownTimeout: timeout, Conns: ConnOptions{GRPCConnectionTimeout: time.Minute}})
-	for _, first := range []string{"", "", "PRI * HTTP/2.0\r\n", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"} {
-		c, err := net.Dial("tcp", s.Addrs().GRPC.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		io.WriteString(c, first)
-	}
-	waitFor(t, func() bool { return s.listeners.grpc.open() == 4 })
-	start := time.Now()
-	if err := stop(); err != nil {
-		t.Errorf("Run: %v, want nil (no request was in flight)", err)
-	}
-	if took := time.Since(start); took > timeout+500*time.Millisecond {
-		t.Errorf("Run returned %v after cancel, want within %v", took, timeout+500*time.Millisecond)
+	const preface = "PRI * HTTP/2.0\r\n"
+	const handshake = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		sends   []string // what each connection sends
+		within  time.Duration
+	}{
+		{"silent, mid-preface and after the handshake", 300 * time.Millisecond, []string{"", "", preface, handshake}, 800 * time.Millisecond},
+		{"only silent ones", 5 * time.Second, []string{"", "", ""}, 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, stop := running(t, Options{ShutdownTimeout: tc.timeout, Conns: ConnOptions{GRPCConnectionTimeout: time.Minute}})
+			for _, first := range tc.sends {
+				c, err := net.Dial("tcp", s.Addrs().GRPC.String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				io.WriteString(c, first)
+			}
+			waitFor(t, func() bool { return s.listeners.grpc.open() == len(tc.sends) })
+			time.Sleep(silentGrace)
+			start := time.Now()
+			if err := stop(); err != nil {
+				t.Errorf("Run: %v, want nil (no request was in flight)", err)
+			}
+			if took := time.Since(start); took > tc.within {
+				t.Errorf("Run returned %v after cancel, want within %v", took, tc.within)
+			}
+		})
 	}
 }

@@ -60,7 +60,7 @@ func (l *connListener) Accept() (net.Conn, error) {
 			}
 			continue
 		}
-		tc := &trackedConn{Conn: c, l: l}
+		tc := &trackedConn{Conn: c, l: l, accepted: time.Now()}
 		l.conns[tc] = struct{}{}
 		l.mu.Unlock()
 		return tc, nil
@@ -74,15 +74,23 @@ func (l *connListener) open() int {
 	return len(l.conns)
 }
 
-// closeConns closes the open connections, or only those that never sent
-// a byte when silentOnly: such a connection cannot carry a request, and a
-// server waiting for its handshake would wait as long as its client stays
-// quiet. It returns how many it closed.
+// silentGrace is how long a connection must have been open without
+// sending a byte for closeConns to take it for silent: a real client
+// sends at once, but its first bytes may be in flight, or unread, when a
+// shutdown begins.
+const silentGrace = time.Second
+
+// closeConns closes the open connections, or only the silent ones (open
+// for silentGrace without sending a byte) when silentOnly: such a
+// connection carries no request, and a server waiting for its handshake
+// would wait as long as its client stays quiet. It returns how many it
+// closed.
 func (l *connListener) closeConns(silentOnly bool) int {
 	l.mu.Lock()
 	var victims []*trackedConn
+	quietSince := time.Now().Add(-silentGrace)
 	for c := range l.conns {
-		if !silentOnly || !c.spoke.Load() {
+		if !silentOnly || !c.spoke.Load() && c.accepted.Before(quietSince) {
 			victims = append(victims, c)
 		}
 	}
@@ -98,9 +106,10 @@ func (l *connListener) closeConns(silentOnly bool) int {
 // anything.
 type trackedConn struct {
 	net.Conn
-	l     *connListener
-	spoke atomic.Bool
-	once  sync.Once
+	l        *connListener
+	accepted time.Time
+	spoke    atomic.Bool
+	once     sync.Once
 }
 
 func (c *trackedConn) Read(b []byte) (int, error) {

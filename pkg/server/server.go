@@ -611,7 +611,7 @@ func (s *Server) shutdown() error {
 			close(done)
 		}()
 		// GracefulStop has closed the listener, or soon will: no new
-		// connection. Those that never sent a byte carry no request.
+		// connection. Those silent since accepted carry no request.
 		s.listeners.grpc.closeConns(true)
 		select {
 		case <-done:
