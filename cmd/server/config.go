@@ -408,7 +408,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.bounds.MaxValueBytes, "max-value-bytes", envoy.DefaultMaxValueBytes, "longest entry value, in bytes")
 	fs.IntVar(&c.metricValueSeries, "metric-value-series", envoy.DefaultMaxValueSeries, "most distinct value labels per detailed_metric or value_to_metric rule; the rest count under <rule>._other_")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "time to keep answering after health turns NOT_SERVING on SIGTERM")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "time in-flight requests get to finish on SIGTERM")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "time in-flight requests get to finish on SIGTERM; then every connection left is closed and the process exits (1 if requests were cut)")
 	fs.Var((*levelValue)(&c.logLevel), "log-level", "log level: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.memcache.servers, "memcache", "", "keep the counters in Memcached: host:port[,host:port...] (fixed windows only; see docs/migrating.md)")

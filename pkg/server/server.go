@@ -6,9 +6,12 @@
 // SERVING once every listener is open and the store has answered once
 // (Options.StoreReadiness says how the store counts), and NOT_SERVING when
 // shutdown begins, after which in-flight requests finish before Run
-// returns. It also owns
-// what happens to a request before the service sees it: the message size
-// bound, and InvalidArgument for strings that are not UTF-8 (codec.go).
+// returns, within ShutdownTimeout whatever connections are open. It bounds
+// the listeners' connections and reaps slow and silent clients
+// (ConnOptions, listener.go). It also owns what happens to a request
+// before the service sees it: the message size bound, InvalidArgument for
+// a message that does not decode or holds a string that is not UTF-8
+// (codec.go), and the count of the requests it refuses (Options.Refused).
 //
 // It decides nothing about rate limits: it serves any
 // RateLimitServiceServer (package envoy's Service) and reads the rules only
