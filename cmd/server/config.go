@@ -53,6 +53,7 @@ type config struct {
 	grpcClientCA, grpcClientSAN   string
 	grpcMaxConnAge                time.Duration
 	grpcMaxConnAgeGrace           time.Duration
+	conns                         server.ConnOptions
 
 	maxMessageBytes             int
 	bounds                      envoy.RequestBounds
@@ -390,6 +391,16 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.grpcClientSAN, "grpc-client-san", "", "with -grpc-client-ca: require the client certificate to be valid for this DNS name or IP address")
 	fs.DurationVar(&c.grpcMaxConnAge, "grpc-max-connection-age", 0, "close gRPC connections gracefully after about this long (0: never), so clients spread over new replicas")
 	fs.DurationVar(&c.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", 0, "time calls on a connection closed by -grpc-max-connection-age get to finish (0: no bound)")
+	fs.IntVar(&c.conns.GRPCMaxConns, "grpc-max-connections", 0, "most open gRPC connections; one over it is closed at once (0: half the open-file limit; -1: no bound)")
+	fs.IntVar(&c.conns.HTTPMaxConns, "http-max-connections", 0, "most open connections on the HTTP listener, and apart on the debug one; more are closed at once (0: an eighth of the open-file limit; -1: no bound)")
+	fs.DurationVar(&c.conns.GRPCConnectionTimeout, "grpc-connection-timeout", server.DefaultGRPCConnectionTimeout, "longest a new gRPC connection may take to finish its handshake (TLS, HTTP/2 preface)")
+	fs.DurationVar(&c.conns.GRPCKeepaliveTime, "grpc-keepalive-time", server.DefaultGRPCKeepaliveTime, "ping a gRPC client after this long without traffic")
+	fs.DurationVar(&c.conns.GRPCKeepaliveTimeout, "grpc-keepalive-timeout", server.DefaultGRPCKeepaliveTimeout, "close a gRPC connection whose client does not answer a ping within this")
+	fs.DurationVar(&c.conns.GRPCMaxConnectionIdle, "grpc-max-connection-idle", 0, "close gracefully a gRPC connection without calls for this long (0: never)")
+	fs.DurationVar(&c.conns.GRPCMinPingInterval, "grpc-min-ping-interval", server.DefaultGRPCMinPingInterval, "shortest interval of client pings accepted, with or without calls; a client pinging more often is closed (too_many_pings)")
+	fs.DurationVar(&c.conns.HTTPReadTimeout, "http-read-timeout", server.DefaultHTTPReadTimeout, "longest the reading of an HTTP request, headers and body, may take (HTTP and debug listeners)")
+	fs.DurationVar(&c.conns.HTTPWriteTimeout, "http-write-timeout", server.DefaultHTTPWriteTimeout, "longest an HTTP answer may take from the end of the request's headers (HTTP listener)")
+	fs.DurationVar(&c.conns.HTTPIdleTimeout, "http-idle-timeout", server.DefaultHTTPIdleTimeout, "close a kept-alive HTTP connection without a new request for this long")
 	fs.IntVar(&c.maxMessageBytes, "max-message-bytes", server.DefaultMaxMessageBytes, "largest request message, over gRPC and /json")
 	fs.IntVar(&c.bounds.MaxDescriptors, "max-descriptors", envoy.DefaultMaxDescriptors, "most descriptors in a request")
 	fs.IntVar(&c.bounds.MaxEntries, "max-entries", envoy.DefaultMaxEntries, "most entries in a descriptor")
@@ -397,7 +408,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.bounds.MaxValueBytes, "max-value-bytes", envoy.DefaultMaxValueBytes, "longest entry value, in bytes")
 	fs.IntVar(&c.metricValueSeries, "metric-value-series", envoy.DefaultMaxValueSeries, "most distinct value labels per detailed_metric or value_to_metric rule; the rest count under <rule>._other_")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "time to keep answering after health turns NOT_SERVING on SIGTERM")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "time in-flight requests get to finish on SIGTERM")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "time in-flight requests get to finish on SIGTERM; then every connection left is closed and the process exits (1 if requests were cut)")
 	fs.Var((*levelValue)(&c.logLevel), "log-level", "log level: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.memcache.servers, "memcache", "", "keep the counters in Memcached: host:port[,host:port...] (fixed windows only; see docs/migrating.md)")
@@ -584,6 +595,18 @@ func (c *config) validate() error {
 	}
 	if c.grpcMaxConnAge < 0 || c.grpcMaxConnAgeGrace < 0 {
 		return errors.New("-grpc-max-connection-age and -grpc-max-connection-age-grace must not be negative")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"grpc-connection-timeout", c.conns.GRPCConnectionTimeout}, {"grpc-keepalive-time", c.conns.GRPCKeepaliveTime},
+		{"grpc-keepalive-timeout", c.conns.GRPCKeepaliveTimeout}, {"grpc-max-connection-idle", c.conns.GRPCMaxConnectionIdle},
+		{"grpc-min-ping-interval", c.conns.GRPCMinPingInterval}, {"http-read-timeout", c.conns.HTTPReadTimeout},
+		{"http-write-timeout", c.conns.HTTPWriteTimeout}, {"http-idle-timeout", c.conns.HTTPIdleTimeout},
+		{"shutdown-timeout", c.shutdownTimeout}, {"drain-delay", c.drainDelay}} {
+		if d.v < 0 {
+			return fmt.Errorf("-%s %v: must not be negative", d.name, d.v)
+		}
 	}
 	if c.redis.url == "" && (c.redis.tls || c.redisTLSFiles != (redislimit.TLSFiles{}) || c.healthRequiresStore || c.redis.sentinelAuth != "") {
 		return errors.New("-redis-tls*, -redis-sentinel-auth and -health-requires-store need Redis (-redis, REDIS_URL)")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
+	"github.com/floodgate/floodgate/pkg/server"
 )
 
 func envOf(kv ...string) lookupFunc {
@@ -147,6 +148,26 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("bounds %+v message %d series %d", c.bounds, c.maxMessageBytes, c.metricValueSeries)
 			}
 		}},
+		{"connection bounds and timeouts default", nil, envOf(), func(t *testing.T, c *config) {
+			want := server.ConnOptions{GRPCConnectionTimeout: server.DefaultGRPCConnectionTimeout,
+				GRPCKeepaliveTime: server.DefaultGRPCKeepaliveTime, GRPCKeepaliveTimeout: server.DefaultGRPCKeepaliveTimeout,
+				GRPCMinPingInterval: server.DefaultGRPCMinPingInterval, HTTPReadTimeout: server.DefaultHTTPReadTimeout,
+				HTTPWriteTimeout: server.DefaultHTTPWriteTimeout, HTTPIdleTimeout: server.DefaultHTTPIdleTimeout}
+			if c.conns != want {
+				t.Errorf("got %+v\nwant %+v", c.conns, want)
+			}
+		}},
+		{"connection bounds and timeouts from flags and the environment", []string{"-grpc-max-connections", "500", "-http-read-timeout", "2s"},
+			envOf("FLOODGATE_HTTP_MAX_CONNECTIONS", "-1", "FLOODGATE_GRPC_CONNECTION_TIMEOUT", "3s", "FLOODGATE_GRPC_KEEPALIVE_TIME", "4s",
+				"FLOODGATE_GRPC_KEEPALIVE_TIMEOUT", "5s", "FLOODGATE_GRPC_MAX_CONNECTION_IDLE", "6s", "FLOODGATE_GRPC_MIN_PING_INTERVAL", "7s",
+				"FLOODGATE_HTTP_WRITE_TIMEOUT", "8s", "FLOODGATE_HTTP_IDLE_TIMEOUT", "9s", "GRPC_MAX_CONNECTION_AGE", "1h"), func(t *testing.T, c *config) {
+				want := server.ConnOptions{GRPCMaxConns: 500, HTTPMaxConns: -1, GRPCConnectionTimeout: 3 * time.Second,
+					GRPCKeepaliveTime: 4 * time.Second, GRPCKeepaliveTimeout: 5 * time.Second, GRPCMaxConnectionIdle: 6 * time.Second,
+					GRPCMinPingInterval: 7 * time.Second, HTTPReadTimeout: 2 * time.Second, HTTPWriteTimeout: 8 * time.Second, HTTPIdleTimeout: 9 * time.Second}
+				if c.conns != want || c.grpcMaxConnAge != time.Hour {
+					t.Errorf("got %+v, age %v\nwant %+v, 1h", c.conns, c.grpcMaxConnAge, want)
+				}
+			}},
 		{"the deny cache is on by default", nil, envOf(), func(t *testing.T, c *config) {
 			if !c.denyCache || c.denyCacheSize != 0 || c.denyCacheMaxAge != time.Second {
 				t.Errorf("deny cache %v size %d", c.denyCache, c.denyCacheSize)
@@ -245,6 +266,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"unknown log format", nil, envOf("LOG_FORMAT", "xml"), `-log-format "xml"`},
 		{"unknown log level", nil, envOf("LOG_LEVEL", "loud"), `unknown log level "loud"`},
 		{"ratio out of range", []string{"-near-limit-ratio", "1.5"}, envOf(), "-near-limit-ratio 1.5"},
+		{"a negative connection timeout", []string{"-grpc-connection-timeout", "-1s"}, envOf(), "-grpc-connection-timeout -1s: must not be negative"},
+		{"a negative HTTP timeout", nil, envOf("FLOODGATE_HTTP_READ_TIMEOUT", "-2s"), "-http-read-timeout -2s: must not be negative"},
 		{"unknown failure mode", []string{"-failure-mode", "maybe"}, envOf(), `unknown failure mode "maybe"`},
 		{"stray arguments", []string{"config"}, envOf(), "unexpected arguments"},
 		{"-explain without entries", []string{"-explain", "rl"}, envOf(), "-explain needs a domain"},

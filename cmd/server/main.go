@@ -176,7 +176,12 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		Store:                 store.readiness(cfg),
 		StoreReadiness:        cfg.storeReadiness(),
 		HealthRequiresRules:   cfg.healthRequiresRules,
+		Conns:                 cfg.conns,
+		Refused:               metrics.Refused,
 	})
+	if err == nil {
+		err = srv.RegisterMetrics(reg)
+	}
 	if err != nil {
 		out.fatal(err, "")
 		return 2
@@ -191,6 +196,11 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	}()
 
 	if err := srv.Run(ctx); err != nil {
+		if errors.Is(err, server.ErrRequestsCut) {
+			// Logged by the server with the count; the exit code tells
+			// the supervisor that answers were lost.
+			return 1
+		}
 		logger.Error("server failed", "err", err)
 		return 1
 	}

@@ -27,6 +27,8 @@ var flagGroups = []flagGroup{
 	{"Store: Memcached", []string{"memcache", "memcache-srv", "memcache-srv-refresh", "memcache-max-idle-conns", "memcache-tls",
 		"memcache-tls-ca", "memcache-tls-cert", "memcache-tls-key", "memcache-tls-skip-hostname-verification"}},
 	{"Listeners", []string{"grpc-addr", "http-addr", "debug-addr", "grpc-max-connection-age", "grpc-max-connection-age-grace",
+		"grpc-max-connections", "http-max-connections", "grpc-connection-timeout", "grpc-keepalive-time", "grpc-keepalive-timeout",
+		"grpc-max-connection-idle", "grpc-min-ping-interval", "http-read-timeout", "http-write-timeout", "http-idle-timeout",
 		"drain-delay", "shutdown-timeout"}},
 	{"TLS on the gRPC port", []string{"grpc-tls", "grpc-tls-cert", "grpc-tls-key", "grpc-client-ca", "grpc-client-san"}},
 	{"Limits of requests", []string{"max-message-bytes", "max-descriptors", "max-entries", "max-key-bytes", "max-value-bytes"}},

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,7 @@ type Metrics struct {
 	storeSeconds                                        prometheus.Histogram
 	storeErrors                                         prometheus.Counter
 	failureAnswers                                      *prometheus.CounterVec
+	refused                                             *prometheus.CounterVec
 	maxValues                                           int
 	sd                                                  *statsdStats // nil without statsd
 
@@ -172,8 +174,14 @@ func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error
 			Help: "Requests answered by the failure policy after a store failure, by policy (mode: allow, deny, unavailable) " +
 				"and cause (deadline: the store deadline passed; circuit_open: the breaker did not try the store; error: any other failure)."},
 			[]string{"mode", "cause"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "requests_refused_total",
+			Help: "Requests refused (InvalidArgument, ResourceExhausted, Unimplemented; 400, 405, 413 on /json) before any " +
+				"decision, by reason: " + strings.Join(RefusalReasons, ", ") + "."}, []string{"reason"}),
 		maxValues: opts.MaxValueSeries,
 		byLabel:   map[[2]string]*ruleSeries{},
+	}
+	for _, r := range RefusalReasons {
+		m.refused.WithLabelValues(r) // present at 0 from the start
 	}
 	if m.maxValues == 0 {
 		m.maxValues = DefaultMaxValueSeries
@@ -184,7 +192,7 @@ func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error
 	m.decisionOK = m.decisions.WithLabelValues("ok")
 	m.decisionOver = m.decisions.WithLabelValues("over_limit")
 	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged,
-		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers} {
+		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -205,6 +213,40 @@ func (m *Metrics) observeDecision(d time.Duration, resp *pb.RateLimitResponse, e
 	default:
 		m.decisionOK.Observe(d.Seconds())
 	}
+}
+
+// Reasons of floodgate_requests_refused_total. The listeners (package
+// server) refuse malformed, too large and unknown-method requests before
+// the service sees them, and report them with Refused; the service
+// itself refuses requests beyond its RequestBounds, malformed ones (an
+// empty domain, key or descriptor list, a string that is not UTF-8) and
+// invalid ones (a bad limit override).
+const (
+	RefusedMalformed     = "malformed"
+	RefusedTooLarge      = "too_large"
+	RefusedUnknownMethod = "unknown_method"
+	RefusedBounds        = "bounds"
+	RefusedInvalid       = "invalid"
+	// RefusedOther is what Refused counts a reason it does not know
+	// under, so that the label's values stay these.
+	RefusedOther = "other"
+)
+
+// RefusalReasons are the values of floodgate_requests_refused_total's
+// reason label.
+var RefusalReasons = []string{RefusedMalformed, RefusedTooLarge, RefusedUnknownMethod, RefusedBounds, RefusedInvalid, RefusedOther}
+
+// Refused counts a request refused for reason, one of RefusalReasons
+// (RefusedOther for any other). Package server calls it through
+// server.Options.Refused.
+func (m *Metrics) Refused(reason string) {
+	if m == nil {
+		return
+	}
+	if !slices.Contains(RefusalReasons, reason) {
+		reason = RefusedOther
+	}
+	m.refused.WithLabelValues(reason).Inc()
 }
 
 func (m *Metrics) observeStore(d time.Duration, err error) {

@@ -179,7 +179,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 }
 
 func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scratch) (*pb.RateLimitResponse, error) {
-	if err := s.opts.Bounds.check(req); err != nil {
+	if reason, err := s.opts.Bounds.check(req); err != nil {
+		s.opts.Metrics.Refused(reason)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	domain := req.GetDomain()
@@ -190,6 +191,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	}
 
 	if err := sc.plan(set, req, s.opts.FailureMode); err != nil {
+		s.opts.Metrics.Refused(RefusedInvalid)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -19,12 +20,12 @@ import (
 	_ "google.golang.org/grpc/encoding/proto"
 )
 
-// requestCodec is gRPC's proto codec, except for a RateLimitRequest with a
-// string that is not UTF-8. gRPC answers a message its codec cannot decode
-// with Internal, which tells Envoy that floodgate failed rather than that
-// the request is bad. For such a request this codec reports success and
-// records the field at fault; the interceptor then answers InvalidArgument
-// naming it, before the service sees the request.
+// requestCodec is gRPC's proto codec, except for a RateLimitRequest that
+// does not decode. gRPC answers a message its codec cannot decode with
+// Internal, which tells Envoy that floodgate failed rather than that the
+// request is bad. For such a request this codec reports success and
+// records what is wrong; the handler rlsDesc wraps then answers
+// InvalidArgument naming it, before the service sees the request.
 type requestCodec struct {
 	proto encoding.CodecV2
 	bad   sync.Map // *pb.RateLimitRequest -> string (the InvalidArgument message)
@@ -41,21 +42,60 @@ func (c *requestCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.
 func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.proto.Unmarshal(data, v)
 	req, ok := v.(*pb.RateLimitRequest)
-	if err == nil || !ok || !strings.Contains(err.Error(), "UTF-8") {
+	if err == nil || !ok {
 		return err
 	}
-	c.bad.Store(req, invalidUTF8Field(data.Materialize())+": not valid UTF-8")
+	msg := "invalid RateLimitRequest: " + protoErrorText(err)
+	if strings.Contains(err.Error(), "UTF-8") {
+		msg = invalidUTF8Field(data.Materialize()) + ": not valid UTF-8"
+	}
+	c.bad.Store(req, msg)
 	return nil
 }
 
-// intercept answers InvalidArgument for a request the codec found bad.
-func (c *requestCodec) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	if r, ok := req.(*pb.RateLimitRequest); ok {
-		if msg, bad := c.bad.LoadAndDelete(r); bad {
-			return nil, status.Error(codes.InvalidArgument, msg.(string))
+// refusal returns the InvalidArgument message recorded for req, if any,
+// forgetting it.
+func (c *requestCodec) refusal(req any) (string, bool) {
+	msg, bad := c.bad.LoadAndDelete(req)
+	if !bad {
+		return "", false
+	}
+	return msg.(string), true
+}
+
+// rlsDesc is the RateLimitService as generated, except that its
+// ShouldRateLimit handler answers InvalidArgument for a request the codec
+// could not decode, counts the requests refused before the service
+// (malformed, too large) and those in flight. gRPC decodes a request
+// before any interceptor runs and turns decoding failures into Internal or
+// ResourceExhausted on its own; only the handler sees both. It decodes as
+// the generated handler does, without a closure per call; the server sets
+// no interceptor.
+func (s *Server) rlsDesc(codec *requestCodec) *grpc.ServiceDesc {
+	desc := pb.RateLimitService_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i, m := range desc.Methods {
+		if m.MethodName != "ShouldRateLimit" {
+			continue
+		}
+		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			s.inflight.Add(1)
+			defer s.inflight.Add(-1)
+			in := new(pb.RateLimitRequest)
+			if err := dec(in); err != nil {
+				if status.Code(err) == codes.ResourceExhausted {
+					s.opts.Refused(RefusedTooLarge)
+				}
+				return nil, err
+			}
+			if msg, bad := codec.refusal(in); bad {
+				s.opts.Refused(RefusedMalformed)
+				return nil, status.Error(codes.InvalidArgument, msg)
+			}
+			return srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, in)
 		}
 	}
-	return next(ctx, req)
+	return &desc
 }
 
 // invalidUTF8Field names the first string of an encoded RateLimitRequest

@@ -61,21 +61,30 @@ func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 // request, 503 when the store failed and the policy says unavailable.
 func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
+		s.opts.Refused(RefusedUnknownMethod)
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "POST a RateLimitRequest as JSON", http.StatusMethodNotAllowed)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessageBytes)))
 	if err != nil {
+		// A body cut short (the client left, or the read timeout passed)
+		// is no request to count: nobody reads the answer.
 		code := http.StatusBadRequest
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			code = http.StatusRequestEntityTooLarge
+			s.opts.Refused(RefusedTooLarge)
 		}
 		http.Error(w, "reading the body: "+err.Error(), code)
 		return
 	}
+	// In flight from here: a body still coming is no request yet, and a
+	// shutdown that cuts it loses no answer.
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
 	var req pb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
+		s.opts.Refused(RefusedMalformed)
 		http.Error(w, "invalid RateLimitRequest: "+protoErrorText(err), http.StatusBadRequest)
 		return
 	}

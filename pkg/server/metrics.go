@@ -41,3 +41,40 @@ func (c *reloadCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Reloads-st.Failures), "success")
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Failures), "failure")
 }
+
+// RegisterMetrics registers on reg the metrics of the listeners,
+// labelled by listener (grpc, http, debug) once Run has opened them:
+// floodgate_connections_open, and floodgate_connections_refused_total
+// for those closed at once for being over the listener's bound
+// (Options.Conns).
+func (s *Server) RegisterMetrics(reg prometheus.Registerer) error {
+	return reg.Register(&connCollector{s: s,
+		open: prometheus.NewDesc("floodgate_connections_open",
+			"Connections open on a listener.", []string{"listener"}, nil),
+		refused: prometheus.NewDesc("floodgate_connections_refused_total",
+			"Connections closed as soon as accepted because the listener had its maximum open.", []string{"listener"}, nil),
+	})
+}
+
+type connCollector struct {
+	s             *Server
+	open, refused *prometheus.Desc
+}
+
+func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.open
+	ch <- c.refused
+}
+
+func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.mu.Lock()
+	ls := c.s.listeners
+	c.s.mu.Unlock()
+	for _, l := range []*connListener{ls.grpc, ls.http, ls.debug} {
+		if l == nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(l.open()), l.name)
+		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(l.refused.Load()), l.name)
+	}
+}

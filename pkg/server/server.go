@@ -6,9 +6,12 @@
 // SERVING once every listener is open and the store has answered once
 // (Options.StoreReadiness says how the store counts), and NOT_SERVING when
 // shutdown begins, after which in-flight requests finish before Run
-// returns. It also owns
-// what happens to a request before the service sees it: the message size
-// bound, and InvalidArgument for strings that are not UTF-8 (codec.go).
+// returns, within ShutdownTimeout whatever connections are open. It bounds
+// the listeners' connections and reaps slow and silent clients
+// (ConnOptions, listener.go). It also owns what happens to a request
+// before the service sees it: the message size bound, InvalidArgument for
+// a message that does not decode or holds a string that is not UTF-8
+// (codec.go), and the count of the requests it refuses (Options.Refused).
 //
 // It decides nothing about rate limits: it serves any
 // RateLimitServiceServer (package envoy's Service) and reads the rules only
@@ -32,11 +35,12 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -101,7 +105,27 @@ type Options struct {
 	// appears), as the reference server's
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED does.
 	HealthRequiresRules bool
+	// Conns bounds the listeners' connections and reaps slow and silent
+	// clients.
+	Conns ConnOptions
+	// Refused, when not nil, is called once for each request the server
+	// refuses before the service sees it, with the reason: "malformed"
+	// (not a RateLimitRequest: bad protobuf or JSON, a string that is not
+	// UTF-8), "too_large" (over MaxMessageBytes) or "unknown_method" (a
+	// gRPC method not served, or /json without POST).
+	Refused func(reason string)
 }
+
+// Reasons given to Options.Refused.
+const (
+	RefusedMalformed     = "malformed"
+	RefusedTooLarge      = "too_large"
+	RefusedUnknownMethod = "unknown_method"
+)
+
+// ErrRequestsCut is returned by Run when the shutdown timeout passed with
+// requests still in flight, which were cut without an answer.
+var ErrRequestsCut = errors.New("server: the shutdown timeout cut in-flight requests")
 
 // HealthPollInterval is how often gRPC health follows the store's health
 // or the rules when they can change readiness (/healthcheck asks at each
@@ -218,10 +242,16 @@ type Server struct {
 	grpcState healthpb.HealthCheckResponse_ServingStatus
 	http      *http.Server
 	debug     *http.Server
+	// inflight counts the requests being answered (ShouldRateLimit over
+	// gRPC, /json), to tell whether a shutdown cut any.
+	inflight atomic.Int64
 
+	// mu guards addrs and listeners.
 	mu    sync.Mutex
 	addrs Addrs
-	ready chan struct{}
+	// listeners are the listeners, once Run opened them.
+	listeners struct{ grpc, http, debug *connListener }
+	ready     chan struct{}
 }
 
 // Addrs are the addresses a running Server listens on.
@@ -262,10 +292,21 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	if opts.MaxConnectionAge < 0 || opts.MaxConnectionAgeGrace < 0 {
 		return nil, fmt.Errorf("server: negative maximum connection age %v or grace %v", opts.MaxConnectionAge, opts.MaxConnectionAgeGrace)
 	}
+	if opts.ShutdownTimeout < 0 || opts.DrainDelay < 0 {
+		return nil, fmt.Errorf("server: negative shutdown timeout %v or drain delay %v", opts.ShutdownTimeout, opts.DrainDelay)
+	}
+	var err error
+	if opts.Conns, err = opts.Conns.normalize(fileLimit()); err != nil {
+		return nil, err
+	}
+	if opts.Refused == nil {
+		opts.Refused = func(string) {}
+	}
 	s := &Server{svc: svc, rules: rs, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
 
-	s.grpc = grpc.NewServer(s.grpcOptions()...)
-	pb.RegisterRateLimitServiceServer(s.grpc, svc)
+	codec := newRequestCodec()
+	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
+	s.grpc.RegisterService(s.rlsDesc(codec), svc)
 	s.health = health.NewServer()
 	s.grpcState = healthpb.HealthCheckResponse_NOT_SERVING
 	for _, name := range HealthServices {
@@ -274,9 +315,12 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 
-	s.http = &http.Server{Handler: s.httpHandler(gatherer), ReadHeaderTimeout: 10 * time.Second}
+	c := opts.Conns
+	s.http = &http.Server{Handler: s.httpHandler(gatherer), ReadHeaderTimeout: min(c.HTTPReadTimeout, 10*time.Second),
+		ReadTimeout: c.HTTPReadTimeout, WriteTimeout: c.HTTPWriteTimeout, IdleTimeout: c.HTTPIdleTimeout}
 	if opts.DebugAddr != "" {
-		s.debug = &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.debug = &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: min(c.HTTPReadTimeout, 10*time.Second),
+			ReadTimeout: c.HTTPReadTimeout, IdleTimeout: c.HTTPIdleTimeout}
 	}
 	return s, nil
 }
@@ -287,24 +331,27 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 // still starts one, so no call waits for a worker). Write buffers stay per
 // connection: with few connections they cost little memory, and sharing
 // them would take and return a buffer at every flush. The options also
-// bound messages, set TLS, and make a request with invalid UTF-8
-// InvalidArgument.
-func (s *Server) grpcOptions() []grpc.ServerOption {
-	codec := newRequestCodec()
+// bound messages and connections, set TLS, and count the calls of unknown
+// methods.
+func (s *Server) grpcOptions(codec *requestCodec) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes),
 		grpc.ForceServerCodecV2(codec),
-		grpc.UnaryInterceptor(codec.intercept),
+		grpc.UnknownServiceHandler(s.unknownMethod),
 	}
 	if s.opts.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
 	}
-	if s.opts.MaxConnectionAge > 0 {
-		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionAge: s.opts.MaxConnectionAge, MaxConnectionAgeGrace: s.opts.MaxConnectionAgeGrace}))
-	}
-	return opts
+	return append(opts, s.opts.Conns.grpcConnOptions(s.opts.MaxConnectionAge, s.opts.MaxConnectionAgeGrace)...)
+}
+
+// unknownMethod answers a call of a method the server does not serve, as
+// gRPC would (Unimplemented), and counts it.
+func (s *Server) unknownMethod(_ any, stream grpc.ServerStream) error {
+	s.opts.Refused(RefusedUnknownMethod)
+	method, _ := grpc.MethodFromServerStream(stream)
+	return status.Errorf(codes.Unimplemented, "unknown method %s", method)
 }
 
 // Ready is closed once every listener is open. Health is then SERVING,
@@ -378,12 +425,20 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("server: debug listener: %w", err)
 		}
 	}
+	s.mu.Lock()
+	ls := &s.listeners
+	ls.grpc = newConnListener(grpcL, "grpc", s.opts.Conns.GRPCMaxConns, s.opts.Logger)
+	ls.http = newConnListener(httpL, "http", s.opts.Conns.HTTPMaxConns, s.opts.Logger)
+	if s.debug != nil {
+		ls.debug = newConnListener(debugL, "debug", s.opts.Conns.HTTPMaxConns, s.opts.Logger)
+	}
+	s.mu.Unlock()
 
 	errc := make(chan error, 3)
-	go func() { errc <- s.grpc.Serve(grpcL) }()
-	go func() { errc <- serveHTTP(s.http, httpL) }()
+	go func() { errc <- s.grpc.Serve(ls.grpc) }()
+	go func() { errc <- serveHTTP(s.http, ls.http) }()
 	if s.debug != nil {
-		go func() { errc <- serveHTTP(s.debug, debugL) }()
+		go func() { errc <- serveHTTP(s.debug, ls.debug) }()
 	}
 
 	s.mu.Lock()
@@ -411,7 +466,9 @@ func (s *Server) Run(ctx context.Context) error {
 			runErr = fmt.Errorf("server: %w", runErr)
 		}
 	}
-	s.shutdown()
+	if err := s.shutdown(); runErr == nil {
+		runErr = err
+	}
 	return runErr
 }
 
@@ -518,8 +575,19 @@ func (s *Server) followHealth(ctx context.Context) {
 }
 
 // shutdown turns health NOT_SERVING, waits DrainDelay, then stops the
-// servers gracefully within ShutdownTimeout.
-func (s *Server) shutdown() {
+// servers gracefully within ShutdownTimeout, after which it closes every
+// connection left, whatever its state, so that the process can exit: a
+// client that opened a connection and went silent must not hold a
+// deployment. It returns ErrRequestsCut (wrapped) when requests were in
+// flight at the timeout.
+//
+// gRPC's own Stop cannot do that alone: a connection accepted but still in
+// its handshake (TLS, HTTP/2 preface) is not yet among the connections it
+// closes, and Stop, like GracefulStop, waits for every handshake to end,
+// which a silent client makes last the whole connection timeout (120 s by
+// gRPC's default). Closing the socket from the listener's side ends the
+// handshake at once.
+func (s *Server) shutdown() error {
 	s.setServing(false)
 	s.opts.Logger.Info("shutting down: health is NOT_SERVING, finishing in-flight requests",
 		"drain_delay", s.opts.DrainDelay, "timeout", s.opts.ShutdownTimeout)
@@ -528,7 +596,16 @@ func (s *Server) shutdown() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
+	ls := []*connListener{s.listeners.grpc, s.listeners.http, s.listeners.debug}
 
+	// cut is the most requests in flight when the timeout passed.
+	var cut atomic.Int64
+	noteCut := func() int64 {
+		n := s.inflight.Load()
+		for c := cut.Load(); n > c && !cut.CompareAndSwap(c, n); c = cut.Load() {
+		}
+		return n
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		done := make(chan struct{})
@@ -536,25 +613,50 @@ func (s *Server) shutdown() {
 			s.grpc.GracefulStop()
 			close(done)
 		}()
+		// GracefulStop has closed the listener, or soon will: no new
+		// connection. Those silent since accepted carry no request.
+		s.listeners.grpc.closeConns(true)
 		select {
 		case <-done:
+			return
 		case <-ctx.Done():
-			s.opts.Logger.Warn("shutdown timeout: cutting the remaining gRPC requests")
-			s.grpc.Stop()
-			<-done
+		}
+		s.opts.Logger.Warn("shutdown timeout: cutting the remaining gRPC requests and connections",
+			"in_flight", noteCut(), "connections", s.listeners.grpc.open())
+		s.listeners.grpc.closeConns(false)
+		s.grpc.Stop()
+		// Stop no longer waits for handshakes; GracefulStop still waits
+		// for the handlers, whose contexts Stop cancelled. A handler that
+		// ignores its context must not hold the exit.
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			s.opts.Logger.Warn("shutdown: gRPC handlers still running after their connections closed; exiting anyway")
 		}
 	})
-	for _, srv := range []*http.Server{s.http, s.debug} {
+	for i, srv := range []*http.Server{s.http, s.debug} {
 		if srv == nil {
 			continue
 		}
+		l := ls[i+1]
 		wg.Go(func() {
+			l.closeConns(true)
 			if err := srv.Shutdown(ctx); err != nil {
-				s.opts.Logger.Warn("shutdown timeout: cutting the remaining HTTP requests", "err", err)
+				noteCut()
+				s.opts.Logger.Warn("shutdown timeout: cutting the remaining HTTP requests and connections",
+					"listener", l.name, "connections", l.open(), "err", err)
 				srv.Close()
+				// Connections http.Server does not track yet (accepted,
+				// not yet served) close with the listener's.
+				l.closeConns(false)
 			}
 		})
 	}
 	wg.Wait()
+	if n := cut.Load(); n > 0 {
+		s.opts.Logger.Warn("stopped, cutting in-flight requests", "cut", n)
+		return fmt.Errorf("%w: %d", ErrRequestsCut, n)
+	}
 	s.opts.Logger.Info("stopped")
+	return nil
 }

@@ -30,13 +30,13 @@ const testRules = "domain: srv\ndescriptors:\n  - key: user\n    rate_limit: {un
 
 // running starts a Server on loopback ports with real rules, the in-memory
 // store and the envoy service, and stops it when the test ends.
-func running(t *testing.T, opts Options) (*Server, func() error) {
+func running(t testing.TB, opts Options) (*Server, func() error) {
 	t.Helper()
 	return runningWith(t, opts, envoy.Options{}, testRules)
 }
 
 // runningWith is running with the service's options and rule file.
-func runningWith(t *testing.T, opts Options, svcOpts envoy.Options, ruleFile string) (*Server, func() error) {
+func runningWith(t testing.TB, opts Options, svcOpts envoy.Options, ruleFile string) (*Server, func() error) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "srv.yaml"), []byte(ruleFile), 0o644); err != nil {
@@ -46,11 +46,19 @@ func runningWith(t *testing.T, opts Options, svcOpts envoy.Options, ruleFile str
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg := prometheus.NewRegistry()
+	if svcOpts.Metrics == nil {
+		if svcOpts.Metrics, err = envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if opts.Refused == nil {
+		opts.Refused = svcOpts.Metrics.Refused
+	}
 	svc, err := envoy.New(w, limit.NewMemory(limit.MemoryOptions{Now: svcOpts.Now}), svcOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
 	if err := RegisterRuleMetrics(reg, w); err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +67,9 @@ func runningWith(t *testing.T, opts Options, svcOpts envoy.Options, ruleFile str
 	}
 	s, err := New(svc, w, reg, opts)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RegisterMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -86,6 +97,23 @@ func runningWith(t *testing.T, opts Options, svcOpts envoy.Options, ruleFile str
 		t.Fatal("not ready")
 	}
 	return s, stop
+}
+
+// metricValue returns the value of series (name and labels as exposed)
+// on s's /metrics, or -1 when absent.
+func metricValue(t *testing.T, s *Server, series string) float64 {
+	t.Helper()
+	_, body := do(t, "GET", "http://"+s.Addrs().HTTP.String()+"/metrics", "")
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest, &v); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return v
+		}
+	}
+	return -1
 }
 
 func do(t *testing.T, method, url, body string) (int, string) {

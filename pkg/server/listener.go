@@ -1,0 +1,130 @@
+package server
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// connListener is a listener that knows its open connections, so that a
+// shutdown can close them whatever state their protocol is in, and that
+// bounds how many are open at once.
+//
+// Over the bound, a new connection is accepted and closed at once rather
+// than left in the kernel's backlog: its client sees the refusal right
+// away and can try another replica (Envoy retries another host), while a
+// queued one would wait, holding a socket and the client's deadline, for a
+// slot that silent clients may never free.
+type connListener struct {
+	net.Listener
+	name   string
+	max    int // 0: no bound
+	logger *slog.Logger
+
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+	// refused counts the connections closed at accept for being over max.
+	refused atomic.Uint64
+	// lastLog is when a refusal was last logged (unix nanoseconds), to log
+	// at most one line per refusalLogInterval.
+	lastLog atomic.Int64
+}
+
+// refusalLogInterval is the least time between two logs of refused
+// connections on one listener, so that a flood does not flood the logs.
+const refusalLogInterval = 10 * time.Second
+
+func newConnListener(l net.Listener, name string, max int, logger *slog.Logger) *connListener {
+	return &connListener{Listener: l, name: name, max: max, logger: logger, conns: map[*trackedConn]struct{}{}}
+}
+
+// Accept returns the next connection within the bound, closing those over
+// it.
+func (l *connListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		if l.max > 0 && len(l.conns) >= l.max {
+			l.mu.Unlock()
+			c.Close()
+			n := l.refused.Add(1)
+			now := time.Now().UnixNano()
+			if last := l.lastLog.Load(); now-last >= int64(refusalLogInterval) && l.lastLog.CompareAndSwap(last, now) {
+				l.logger.Warn("connection refused: the listener has its maximum of open connections",
+					"listener", l.name, "max", l.max, "refused_total", n, "remote", c.RemoteAddr().String())
+			}
+			continue
+		}
+		tc := &trackedConn{Conn: c, l: l, accepted: time.Now()}
+		l.conns[tc] = struct{}{}
+		l.mu.Unlock()
+		return tc, nil
+	}
+}
+
+// open returns the number of open connections.
+func (l *connListener) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
+// silentGrace is how long a connection must have been open without
+// sending a byte for closeConns to take it for silent: a real client
+// sends at once, but its first bytes may be in flight, or unread, when a
+// shutdown begins.
+const silentGrace = time.Second
+
+// closeConns closes the open connections, or only the silent ones (open
+// for silentGrace without sending a byte) when silentOnly: such a
+// connection carries no request, and a server waiting for its handshake
+// would wait as long as its client stays quiet. It returns how many it
+// closed.
+func (l *connListener) closeConns(silentOnly bool) int {
+	l.mu.Lock()
+	var victims []*trackedConn
+	quietSince := time.Now().Add(-silentGrace)
+	for c := range l.conns {
+		if !silentOnly || !c.spoke.Load() && c.accepted.Before(quietSince) {
+			victims = append(victims, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range victims {
+		c.Close()
+	}
+	return len(victims)
+}
+
+// trackedConn is a connection of a connListener: it leaves the
+// listener's set when closed, and records whether its client sent
+// anything.
+type trackedConn struct {
+	net.Conn
+	l        *connListener
+	accepted time.Time
+	spoke    atomic.Bool
+	once     sync.Once
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.spoke.Load() {
+		c.spoke.Store(true)
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
