@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -353,9 +354,33 @@ var commandOnly = map[string]bool{"check": true, "explain": true, "version": tru
 // reference server, which sets RUNTIME_*, gets its own rules.
 const defaultConfigVar = "FLOODGATE_DEFAULT_CONFIG"
 
+// referenceDefaultDir is where the reference server reads its rules when no
+// RUNTIME_* variable is set.
+const referenceDefaultDir = "/srv/runtime_data/current/config"
+
+// referenceDefaultFrom names referenceDefaultDir as the origin of the rules.
+const referenceDefaultFrom = "the reference server's default directory"
+
+// imageDefault reads FLOODGATE_DEFAULT_CONFIG, unless refDir (the reference
+// server's default directory) exists: a manifest written for the reference
+// that mounts its rules there and sets no RUNTIME_* variable must get them,
+// not the image's demo rules.
+func imageDefault(refDir string) envSource {
+	return func(env lookupFunc) (string, string, bool) {
+		v, ok := env(defaultConfigVar)
+		if !ok || v == "" {
+			return "", "", false
+		}
+		if fi, err := os.Stat(refDir); err == nil && fi.IsDir() {
+			return refDir, referenceDefaultFrom, true
+		}
+		return v, defaultConfigVar, true
+	}
+}
+
 // fallbacks are the variables read for a flag when neither floodgateVar nor
 // a reference variable sets it.
-var fallbacks = map[string]envSource{"config": envVar(defaultConfigVar)}
+var fallbacks = map[string]envSource{"config": imageDefault(referenceDefaultDir)}
 
 // newFlagSet registers every flag on a set writing into c. It prints
 // nothing: run prints the usage and errors in the chosen log format.

@@ -372,3 +372,33 @@ func TestReferenceSpellings(t *testing.T) {
 		}
 	}
 }
+
+// TestImageDefault checks the image's fallback rule path: the reference
+// server's default directory when it exists (a reference manifest that
+// mounts its rules there and sets no RUNTIME_*), else the demo rules.
+func TestImageDefault(t *testing.T) {
+	refDir := t.TempDir()
+	missing := refDir + "/missing"
+	for _, tc := range []struct {
+		name, refDir, env string
+		want, wantFrom    string
+		wantOK            bool
+	}{
+		{"outside the image", refDir, "", "", "", false},
+		{"image, reference directory mounted", refDir, "/etc/floodgate/config", refDir, referenceDefaultFrom, true},
+		{"image, nothing mounted", missing, "/etc/floodgate/config", "/etc/floodgate/config", defaultConfigVar, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := func(k string) (string, bool) {
+				if k == defaultConfigVar && tc.env != "" {
+					return tc.env, true
+				}
+				return "", false
+			}
+			got, from, ok := imageDefault(tc.refDir)(env)
+			if got != tc.want || from != tc.wantFrom || ok != tc.wantOK {
+				t.Errorf("imageDefault = %q, %q, %v; want %q, %q, %v", got, from, ok, tc.want, tc.wantFrom, tc.wantOK)
+			}
+		})
+	}
+}

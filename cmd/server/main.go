@@ -223,9 +223,11 @@ func logNotes(logger *slog.Logger, cfg *config) {
 func logRulesOrigin(logger *slog.Logger, cfg *config) {
 	switch cfg.rulesFrom {
 	case defaultConfigVar:
-		logger.Info("rules from "+defaultConfigVar+", the image's default: set RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY (or -config) for your own", "path", cfg.rulesPath)
+		logger.Info("rules from "+defaultConfigVar+", the image's demo rules: mount yours at "+referenceDefaultDir+", or set RUNTIME_ROOT (with RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY as needed) or -config", "path", cfg.rulesPath)
+	case referenceDefaultFrom:
+		logger.Info("rules from "+referenceDefaultFrom+" (no RUNTIME_* variable set), as the reference server reads them", "path", cfg.rulesPath)
 	case "":
-		logger.Info("rules from -config's default: set RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY (or -config) for others", "path", cfg.rulesPath)
+		logger.Info("rules from -config's default: set RUNTIME_ROOT (with RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY as needed) or -config for others", "path", cfg.rulesPath)
 	}
 }
 
