@@ -117,9 +117,15 @@ func commandArgs(args []string) []string {
 	return append([]string{f}, args[1:]...)
 }
 
+// stampedVersion and stampedCommit are set at link time by builds without
+// the repository's history, as the image's:
+// -ldflags "-X main.stampedVersion=v1.2.3 -X main.stampedCommit=abc123".
+// They win over what the toolchain recorded.
+var stampedVersion, stampedCommit string
+
 // version describes the build: the module's version ("(devel)" for a
 // build from a work tree) and the commit, with "+dirty" when the tree had
-// changes, as the Go toolchain recorded them.
+// changes, as the Go toolchain recorded them or the link stamped them.
 func version() string {
 	v, commit, dirty, goVersion := "(devel)", "", false, ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -135,6 +141,12 @@ func version() string {
 				dirty = s.Value == "true"
 			}
 		}
+	}
+	if stampedVersion != "" {
+		v = stampedVersion
+	}
+	if stampedCommit != "" {
+		commit, dirty = stampedCommit, false
 	}
 	if commit == "" {
 		commit = "unknown"
