@@ -122,7 +122,7 @@ var referenceVars = []refVar{
 	// the rule directory for edits (false); floodgate watches every link
 	// along the rule path and the directories of its tree, so it reloads on
 	// either, and on ConfigMap swaps (pkg/rules Watcher.Run).
-	{name: "RUNTIME_WATCH_ROOT"},
+	{name: "RUNTIME_WATCH_ROOT", refuse: unlessBool},
 
 	{name: "EXPIRATION_JITTER_MAX_SECONDS", note: noteAlways("EXPIRATION_JITTER_MAX_SECONDS has no effect: each counter expires when its state no longer matters")},
 	{name: "LOCAL_CACHE_SIZE_IN_BYTES", note: func(v string, _ lookupFunc) string {
@@ -275,6 +275,14 @@ func whenTrue(why string) func(string, lookupFunc) string {
 		}
 		return ""
 	}
+}
+
+// unlessBool refuses what is not a boolean, as the reference does at start.
+func unlessBool(v string, _ lookupFunc) string {
+	if _, err := strconv.ParseBool(v); err != nil {
+		return "want true or false"
+	}
+	return ""
 }
 
 // unlessIn refuses values other than those listed (in any case).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
@@ -89,6 +90,7 @@ var refusedSamples = map[string]struct {
 	with      []string
 }{
 	"CONFIG_TYPE":                            {"GRPC_XDS_SOTW", "FILE", nil},
+	"RUNTIME_WATCH_ROOT":                     {"sometimes", "false", nil},
 	"USE_DOG_STATSD":                         {"true", "false", []string{"USE_STATSD", "true"}},
 	"PROMETHEUS_ADDR":                        {":9090", "", []string{"USE_PROMETHEUS", "true"}},
 	"PROMETHEUS_PATH":                        {"/metrics", "", []string{"USE_PROMETHEUS", "true"}},
@@ -199,6 +201,14 @@ func TestReferenceTable(t *testing.T) {
 		}
 	}
 	t.Logf("%d variables: %d honoured, %d with refused values, %d accepted", len(referenceVars), honoured, refused, accepted)
+	doc, err := os.ReadFile("../../docs/migrating.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("In numbers: %d honoured, %d with refused values,\n%d accepted.", honoured, refused, accepted)
+	if !strings.Contains(string(doc), want) {
+		t.Errorf("docs/migrating.md does not say %q", want)
+	}
 }
 
 // TestReferenceTableIsDocumented: docs/migrating.md lists every variable
