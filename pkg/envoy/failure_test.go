@@ -110,21 +110,65 @@ func TestCanceledRequestIsNotAStoreFailure(t *testing.T) {
 	}
 }
 
+// TestFailureLogIsRateLimited: a burst of failures within the interval
+// (the last one a nanosecond before it ends) writes one line; the first
+// failure at the interval writes the next, counting the unlogged ones.
 func TestFailureLogIsRateLimited(t *testing.T) {
 	var buf bytes.Buffer
-	f := newFailureLog(slog.New(slog.NewTextHandler(&buf, nil)), 50*time.Millisecond)
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	f := newFailureLog(slog.New(slog.NewTextHandler(&buf, nil)), time.Second, func() time.Time { return now })
 	boom := errors.New("boom")
-	for range 100 {
+	for i := range 100 {
+		if i == 99 {
+			now = t0.Add(time.Second - time.Nanosecond)
+		}
 		f.record(boom)
 	}
 	if n := strings.Count(buf.String(), "\n"); n != 1 {
 		t.Fatalf("%d lines for a burst of 100 failures, want 1:\n%s", n, buf.String())
 	}
-	time.Sleep(60 * time.Millisecond)
+	now = t0.Add(time.Second)
 	f.record(boom)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "failures=1") || !strings.Contains(lines[1], "failures=100") {
 		t.Fatalf("want a first line with failures=1 and a second counting the 99 unlogged and the new one:\n%s", buf.String())
+	}
+}
+
+// TestServiceFailureLogClock: the Service paces its failure log with
+// Options.Now, so a clock that stands still keeps it to one line however
+// many requests fail, and moving it a second lets the next line out.
+func TestServiceFailureLogClock(t *testing.T) {
+	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	now := time.Unix(1_700_000_000, 0)
+	svc, err := New(fixedRules{set}, deadRedis(t), Options{
+		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+		Now:    func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := func(n int) {
+		for range n {
+			if _, err := svc.ShouldRateLimit(context.Background(), request("test", desc("user", "a"))); err != nil {
+				t.Fatal(err) // fails open: an answer, not an error
+			}
+		}
+	}
+	fail(3)
+	if n := strings.Count(buf.String(), "\n"); n != 1 {
+		t.Fatalf("%d lines for 3 failures at one instant, want 1:\n%s", n, buf.String())
+	}
+	now = now.Add(time.Second)
+	fail(1)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "failures=3") {
+		t.Fatalf("want a second line a second later counting the 2 unlogged and the new one:\n%s", buf.String())
 	}
 }
 

@@ -13,19 +13,25 @@ import (
 type failureLog struct {
 	logger   *slog.Logger
 	interval time.Duration
+	now      func() time.Time
 
 	mu     sync.Mutex
 	last   time.Time
 	unseen int // failures since the last line
 }
 
-func newFailureLog(logger *slog.Logger, interval time.Duration) *failureLog {
-	return &failureLog{logger: logger, interval: interval}
+// newFailureLog returns a failureLog writing to logger at most once per
+// interval as measured by now; a nil now means time.Now.
+func newFailureLog(logger *slog.Logger, interval time.Duration, now func() time.Time) *failureLog {
+	if now == nil {
+		now = time.Now
+	}
+	return &failureLog{logger: logger, interval: interval, now: now}
 }
 
 // record counts a failure and logs it if the last line is old enough.
 func (f *failureLog) record(err error) {
-	now := time.Now()
+	now := f.now()
 	f.mu.Lock()
 	f.unseen++
 	if !f.last.IsZero() && now.Sub(f.last) < f.interval {

@@ -86,7 +86,8 @@ type Options struct {
 	// envoy.filters.http.ratelimit for later filters and access logs.
 	DynamicMetadata bool
 	// Now is the clock for the one answer no store decides: the reset of a
-	// limit of requests_per_unit 0, the time left in its window. nil means
+	// limit of requests_per_unit 0, the time left in its window; it also
+	// paces the log of store failures (a line a second). nil means
 	// time.Now.
 	Now func() time.Time
 }
@@ -143,7 +144,7 @@ func New(rs RuleSource, l Limiter, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{rules: rs, limiter: l, opts: opts, failures: newFailureLog(opts.Logger, time.Second)}
+	s := &Service{rules: rs, limiter: l, opts: opts, failures: newFailureLog(opts.Logger, time.Second, opts.Now)}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }

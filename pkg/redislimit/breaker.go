@@ -54,6 +54,10 @@ type BreakerOptions struct {
 	// MaxBackoff bounds the doubling of the backoff after failed probes; 0
 	// means DefaultBreakerMaxBackoff.
 	MaxBackoff time.Duration
+	// Now is the clock that times the backoff; nil means time.Now. It is
+	// not the clock of the limits (Redis keeps that one): tests move it to
+	// reach a probe without waiting for the backoff.
+	Now func() time.Time
 }
 
 // BreakerState is the state of a Limiter's circuit breaker.
@@ -103,7 +107,10 @@ func newBreaker(o BreakerOptions) (*breaker, error) {
 	if o.MinBackoff < 0 || o.MaxBackoff < 0 {
 		return nil, fmt.Errorf("redislimit: negative breaker backoff %v or %v", o.MinBackoff, o.MaxBackoff)
 	}
-	b := &breaker{threshold: o.Failures, minBackoff: o.MinBackoff, maxBack: o.MaxBackoff, now: time.Now}
+	b := &breaker{threshold: o.Failures, minBackoff: o.MinBackoff, maxBack: o.MaxBackoff, now: o.Now}
+	if b.now == nil {
+		b.now = time.Now
+	}
 	if b.threshold == 0 {
 		b.threshold = DefaultBreakerFailures
 	}

@@ -12,15 +12,22 @@ import (
 
 // TestBreaker kills a real redis-server under a Limiter: the breaker opens
 // after exactly Failures failed calls, calls then fail at once with
-// ErrCircuitOpen without touching Redis, and once Redis is back a probe
-// closes the breaker and calls decide again.
+// ErrCircuitOpen without touching Redis, a probe goes out when the backoff
+// has passed, and not a microsecond before, a failed probe doubles the
+// backoff, and once Redis is back a probe closes the breaker and calls
+// decide again. The breaker's clock is a fake one the test moves.
 func TestBreaker(t *testing.T) {
 	n := startNode(t)
-	const failures = 3
+	const (
+		failures   = 3
+		minBackoff = 300 * time.Millisecond
+		maxBackoff = 600 * time.Millisecond
+	)
+	clk := newClock(time.Unix(1_700_000_000, 0))
 	l, err := redislimit.New(n.client, redislimit.Options{
 		KeyPrefix: "breaker:",
 		Timeout:   100 * time.Millisecond,
-		Breaker:   redislimit.BreakerOptions{Failures: failures, MinBackoff: 300 * time.Millisecond, MaxBackoff: 600 * time.Millisecond},
+		Breaker:   redislimit.BreakerOptions{Failures: failures, MinBackoff: minBackoff, MaxBackoff: maxBackoff, Now: clk.now},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +50,7 @@ func TestBreaker(t *testing.T) {
 			t.Fatalf("after %d failed calls: open %v (state %v)", i, open, l.BreakerState())
 		}
 	}
+	opened := clk.now()
 	before := n.commands.Load()
 	start := time.Now()
 	const fast = 200
@@ -52,9 +60,8 @@ func TestBreaker(t *testing.T) {
 		}
 	}
 	took := time.Since(start)
-	// A probe may have gone out if the machine was slow enough for the
-	// backoff to pass.
-	if sent, probes := n.commands.Load()-before, int64(took/(300*time.Millisecond)); sent > probes {
+	// The breaker's clock stands still: no probe may have gone out.
+	if sent := n.commands.Load() - before; sent != 0 {
 		t.Errorf("%d calls with the breaker open sent %d commands in %v", fast, sent, took)
 	}
 	if took > 100*time.Millisecond {
@@ -63,25 +70,38 @@ func TestBreaker(t *testing.T) {
 	t.Logf("%d calls with the breaker open: %v each", fast, took/fast)
 
 	// A failed probe keeps it open, for a doubled backoff.
-	time.Sleep(350 * time.Millisecond)
+	clk.set(opened.Add(minBackoff - time.Microsecond))
+	if err := call(); !errors.Is(err, redislimit.ErrCircuitOpen) {
+		t.Fatalf("1µs before the backoff ends: err = %v, want ErrCircuitOpen", err)
+	}
+	clk.set(opened.Add(minBackoff))
 	if err := call(); errors.Is(err, redislimit.ErrCircuitOpen) || !errors.Is(err, redislimit.ErrStore) {
 		t.Fatalf("probe: err = %v, want a store error from Redis itself", err)
 	}
 	if got := l.BreakerState(); got != redislimit.BreakerOpen {
 		t.Fatalf("after a failed probe: %v, want open", got)
 	}
-	time.Sleep(350 * time.Millisecond) // less than the doubled 600ms
+	probed := clk.now()
+	clk.add(350 * time.Millisecond) // less than the doubled 600ms
 	if err := call(); !errors.Is(err, redislimit.ErrCircuitOpen) {
 		t.Fatalf("350ms into a 600ms backoff: err = %v, want ErrCircuitOpen", err)
 	}
+	clk.set(probed.Add(2*minBackoff - time.Microsecond))
+	if err := call(); !errors.Is(err, redislimit.ErrCircuitOpen) {
+		t.Fatalf("1µs before the doubled backoff ends: err = %v, want ErrCircuitOpen", err)
+	}
 
 	n.srv.Restart()
+	clk.set(probed.Add(2 * minBackoff))
+	// The client may need a moment to dial the new server; each failed
+	// probe backs off for at most maxBackoff, which the clock skips.
 	deadline := time.Now().Add(3 * time.Second)
 	for call() != nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("3s after Redis came back the breaker is %v", l.BreakerState())
 		}
-		time.Sleep(20 * time.Millisecond)
+		clk.add(maxBackoff)
+		time.Sleep(5 * time.Millisecond)
 	}
 	if !l.Healthy() {
 		t.Fatalf("a call passed but the breaker is %v", l.BreakerState())
