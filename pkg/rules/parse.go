@@ -19,7 +19,8 @@ import (
 )
 
 // The fields of each level of a rule file, in the order error messages list
-// them. Unknown fields are errors, as in the reference server.
+// them (a rate_limit's are in rateLimitTable). Unknown fields are errors, as
+// in the reference server.
 var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{
@@ -27,23 +28,12 @@ var (
 		"detailed_metric", "quota_mode", "share_threshold", "value_to_metric",
 		"metadata", "failure_mode",
 	}
-	rateLimitFields = []string{
-		"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-		"burst", "precision", "unit_multiplier", "calendar", "timezone",
-	}
 	replacesFields = []string{"name"}
 )
 
 // slidingLogWarnAbove is the limit per window above which a sliding_log is
 // legal but warned about: it stores up to one entry per admitted hit.
 const slidingLogWarnAbove = 1000
-
-// slidingLogMax is the largest sliding_log limit per window: a counter
-// holds at most that many entries in Redis (hits of one instant share one),
-// about 236 KB at 2,000, and a call on it walks at most half of them, about
-// a millisecond of Redis's time (pkg/redislimit/lua/sliding_log.lua
-// has the figures). Above, one counter could hold Redis up for everyone.
-const slidingLogMax = 2000
 
 // precisionWarnAbove is the precision above which a sliding_window is warned
 // about: each counter keeps that many sub-window counters.
@@ -504,196 +494,91 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 		return nil
 	}
 	nerr := len(p.errs)
-	l := &Limit{Pos: p.pos(n), UnitMultiplier: 1}
-	keys, vals := map[string]*yaml.Node{}, map[string]*yaml.Node{}
-	var unitNode, rpuNode *yaml.Node
-	algorithm := limit.FixedWindow
-	var burst, precision int64
-	var calendar bool
-	var tz string
-	for _, fl := range fields {
-		fp := join(path, fl.name)
-		keys[fl.name], vals[fl.name] = fl.key, fl.val
-		switch fl.name {
-		case "unit":
-			unitNode = fl.val
-			s, ok := p.str(fl.val, fp)
-			if !ok || s == "" && isNull(fl.val) {
-				break
-			}
-			u, ok := parseUnit(s)
-			if !ok {
-				p.errorf(p.pos(fl.val), fp, "unknown unit %q (want second, minute, hour, day, week, month or year)", s)
-			}
-			l.Unit = u
-		case "requests_per_unit":
-			rpuNode = fl.val
-			v, _ := p.integer(fl.val, fp, 0, math.MaxUint32)
-			l.RequestsPerUnit = uint32(v)
-		case "unlimited":
-			l.Unlimited = p.boolean(fl.val, fp)
-		case "name":
-			l.Name, _ = p.str(fl.val, fp)
-		case "replaces":
-			l.Replaces = p.replaces(fl.val, fp)
-		case "algorithm":
-			s, ok := p.str(fl.val, fp)
-			if !ok {
-				break
-			}
-			a, err := limit.ParseAlgorithm(s)
-			if err != nil {
-				p.errorf(p.pos(fl.val), fp, "%v", err)
-				break
-			}
-			algorithm = a
-		case "burst":
-			burst, _ = p.integer(fl.val, fp, 1, math.MaxUint32)
-		case "precision":
-			precision, _ = p.integer(fl.val, fp, 1, math.MaxUint32)
-		case "unit_multiplier":
-			v, _ := p.integer(fl.val, fp, 1, math.MaxUint32)
-			if v >= 1 {
-				l.UnitMultiplier = uint32(v)
-			}
-		case "calendar":
-			calendar = p.boolean(fl.val, fp)
-		case "timezone":
-			tz, _ = p.str(fl.val, fp)
-		}
-	}
-	// Problems of a value point at it; problems of a field's presence, at
-	// its name.
-	at := func(name string) Position { return p.pos(keys[name]) }
-	valAt := func(name string) Position { return p.pos(vals[name]) }
-	for _, r := range l.Replaces {
-		if r != "" && r == l.Name {
-			p.errorf(at("replaces"), join(path, "replaces"), "replaces its own name %q (a limit cannot replace itself)", r)
-		}
-	}
-	if l.Unlimited {
-		if unitNode != nil && unitNode.Kind == yaml.ScalarNode && !isNull(unitNode) && unitNode.Value != "" {
-			p.errorf(p.pos(unitNode), join(path, "unit"), "given with unlimited: true (an unlimited limit has no unit; remove one of them)")
-		}
-		for _, name := range []string{"algorithm", "burst", "precision", "unit_multiplier", "calendar", "timezone"} {
-			if vals[name] != nil {
-				p.errorf(at(name), join(path, name), "given with unlimited: true (an unlimited limit is never counted; remove one of them)")
-			}
-		}
-		if rpuNode != nil {
-			p.warnf(p.pos(rpuNode), join(path, "requests_per_unit"), "ignored: the limit is unlimited")
-		}
-		if len(p.errs) > nerr {
-			return nil
-		}
-		return l
-	}
-	if l.Unit == 0 {
-		if unitNode == nil || isNull(unitNode) {
-			p.errorf(p.pos(n), join(path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
-		}
+	d := p.decodeRateLimit(n, path, fields)
+	p.checkReplaces(d)
+	if d.lim.Unlimited {
+		p.checkUnlimited(d)
+	} else if spec, ok := p.limitedSpec(d); ok {
+		p.reportSpec(d, spec.Validate())
+		d.lim.Spec = spec
+	} else {
 		return nil
-	}
-	if rpuNode == nil {
-		p.warnf(p.pos(n), join(path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
-	}
-	if burst > 0 && !algorithm.HasBurst() {
-		p.errorf(valAt("burst"), join(path, "burst"), "%s has no burst (burst applies to token_bucket, leaky_bucket and gcra)", algorithm)
-	}
-	if precision > 0 && algorithm != limit.SlidingWindow {
-		p.errorf(valAt("precision"), join(path, "precision"), "%s has no precision (precision applies to sliding_window)", algorithm)
-	}
-	if longest := int64(math.MaxInt64 / l.Unit.Duration()); int64(l.UnitMultiplier) > longest {
-		p.errorf(at("unit_multiplier"), join(path, "unit_multiplier"), "%d %ss is too long a window (want at most %d)", l.UnitMultiplier, l.Unit, longest)
-		return nil
-	}
-	spec := limit.Spec{
-		Algorithm: algorithm,
-		Limit:     int64(l.RequestsPerUnit),
-		Window:    l.Unit.Duration() * time.Duration(l.UnitMultiplier),
-		Burst:     burst,
-		Precision: int(precision),
-	}
-	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
-		spec.Precision = 1
-	}
-	if spec.Algorithm == limit.SlidingWindow && int64(spec.Precision) > spec.Window.Milliseconds() {
-		p.errorf(valAt("precision"), join(path, "precision"), "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
-			spec.Precision, spec.Window, spec.Window.Milliseconds())
-	}
-	if tz != "" && !calendar {
-		p.errorf(at("timezone"), join(path, "timezone"), "given without calendar: true (a time zone only places calendar windows)")
-	}
-	if calendar {
-		p.calendar(l, &spec, tz, path, at, valAt)
 	}
 	if len(p.errs) > nerr {
 		return nil
 	}
-	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogMax {
-		p.errorf(valAt("requests_per_unit"), join(path, "requests_per_unit"),
-			"sliding_log of %d per window: a sliding log keeps up to one entry per admitted hit, and above %d per window a counter's entries (about 130 B each) and the Redis time to walk them stall Redis for every request (use sliding_window with a precision: a few counters per counter, whatever the limit)",
-			spec.Limit, slidingLogMax)
-		return nil
+	if !d.lim.Unlimited {
+		p.costWarnings(d)
 	}
-	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogWarnAbove {
-		p.warnf(p.pos(n), path, "sliding_log keeps one entry per admitted hit: %d per window per counter is costly (sliding_window with a precision is cheaper)", spec.Limit)
-	}
-	if spec.Algorithm == limit.SlidingWindow && spec.Precision > precisionWarnAbove {
-		p.warnf(valAt("precision"), join(path, "precision"), "%d sub-window counters per counter is costly (precision above %d rarely helps)", spec.Precision, precisionWarnAbove)
-	}
-	if err := spec.Validate(); err != nil {
-		p.errorf(p.pos(n), path, "%v", err)
-		return nil
-	}
-	l.Spec = spec
-	return l
+	return d.lim
 }
 
-// calendar checks and fills a calendar window.
-func (p *parser) calendar(l *Limit, spec *limit.Spec, tz, path string, at, valAt func(string) Position) {
-	fp := join(path, "calendar")
-	switch {
-	case spec.Algorithm != limit.FixedWindow:
-		p.errorf(at("calendar"), fp, "needs algorithm fixed_window, not %s (calendar windows are fixed windows)", spec.Algorithm)
-		return
-	case l.UnitMultiplier != 1:
-		p.errorf(at("calendar"), fp, "needs unit_multiplier 1, not %d (a calendar window is one day, week, month or year)", l.UnitMultiplier)
-		return
+// limitedSpec builds the spec of a counted limit from its draft. ok is
+// false, with the problem recorded (or already recorded), when there is no
+// window to build it on.
+func (p *parser) limitedSpec(d *draft) (spec limit.Spec, ok bool) {
+	l := d.lim
+	if l.Unit == 0 {
+		if f, ok := d.given["unit"]; !ok || isNull(f.val) {
+			p.errorf(p.pos(d.node), join(d.path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
+		}
+		return spec, false
 	}
-	var cu limit.CalendarUnit
-	switch l.Unit {
-	case Day:
-		cu = limit.CalendarDay
-	case Week:
-		cu = limit.CalendarWeek
-	case Month:
-		cu = limit.CalendarMonth
-	case Year:
-		cu = limit.CalendarYear
-	default:
-		p.errorf(at("calendar"), fp, "needs unit day, week, month or year, not %s", l.Unit)
-		return
+	if _, ok := d.given["requests_per_unit"]; !ok {
+		p.warnf(p.pos(d.node), join(d.path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
+	}
+	if longest := int64(math.MaxInt64 / l.Unit.Duration()); int64(l.UnitMultiplier) > longest {
+		p.errorf(p.at(d, "unit_multiplier", atName), join(d.path, "unit_multiplier"), "%d %ss is too long a window (want at most %d)", l.UnitMultiplier, l.Unit, longest)
+		return spec, false
+	}
+	spec = d.spec
+	spec.Limit = int64(l.RequestsPerUnit)
+	spec.Window = l.Unit.Duration() * time.Duration(l.UnitMultiplier)
+	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
+		spec.Precision = 1
+	}
+	p.checkNeeds(d)
+	if d.values["calendar"].b {
+		spec.Calendar = p.calendar(d)
+	}
+	return spec, true
+}
+
+// calendarUnits are the units a calendar window can have.
+var calendarUnits = map[Unit]limit.CalendarUnit{
+	Day: limit.CalendarDay, Week: limit.CalendarWeek, Month: limit.CalendarMonth, Year: limit.CalendarYear,
+}
+
+// calendar returns the calendar of a limit with calendar: true, or the
+// zero Calendar with the problem recorded. Its algorithm is checked with
+// the spec.
+func (p *parser) calendar(d *draft) limit.Calendar {
+	at, fp := p.at(d, "calendar", atName), join(d.path, "calendar")
+	if m := d.lim.UnitMultiplier; m != 1 {
+		p.errorf(at, fp, "needs unit_multiplier 1, not %d (a calendar window is one day, week, month or year)", m)
+		return limit.Calendar{}
+	}
+	cu, ok := calendarUnits[d.lim.Unit]
+	if !ok {
+		p.errorf(at, fp, "needs unit day, week, month or year, not %s", d.lim.Unit)
+		return limit.Calendar{}
 	}
 	loc := time.UTC
-	if tz != "" {
-		var err error
-		loc, err = loadLocation(tz)
-		if err != nil {
-			p.errorf(valAt("timezone"), join(path, "timezone"), "unknown time zone %q (want an IANA name such as America/New_York, or UTC)", tz)
-			return
-		}
+	if d.location != nil {
+		loc = d.location
 	}
-	spec.Calendar = limit.Calendar{Unit: cu, Location: loc}
+	return limit.Calendar{Unit: cu, Location: loc}
 }
 
-// loadLocation loads an IANA time zone, refusing "Local", whose meaning
-// depends on the machine.
-func loadLocation(name string) (*time.Location, error) {
-	if name == "Local" {
-		return nil, errors.New("machine-dependent zone")
+// costWarnings records the legal but costly choices of a limit.
+func (p *parser) costWarnings(d *draft) {
+	spec := d.lim.Spec
+	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogWarnAbove {
+		p.warnf(p.pos(d.node), d.path, "sliding_log keeps one entry per admitted hit: %d per window per counter is costly (sliding_window with a precision is cheaper)", spec.Limit)
 	}
-	return time.LoadLocation(name)
+	if spec.Algorithm == limit.SlidingWindow && spec.Precision > precisionWarnAbove {
+		p.warnf(p.at(d, "precision", atValue), join(d.path, "precision"), "%d sub-window counters per counter is costly (precision above %d rarely helps)", spec.Precision, precisionWarnAbove)
+	}
 }
 
 func (p *parser) replaces(n *yaml.Node, path string) []string {
