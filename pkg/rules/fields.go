@@ -154,6 +154,23 @@ func setTimezone(d *draft, v value) error {
 	return nil
 }
 
+// Window returns the length of mult units, the window of a limit of unit u
+// and unit_multiplier mult, or an error when u is the zero Unit or mult is
+// 0, or when the window would overflow a time.Duration (the error names the
+// largest multiplier).
+func (u Unit) Window(mult uint32) (time.Duration, error) {
+	d := u.Duration()
+	switch {
+	case d == 0:
+		return 0, fmt.Errorf("no unit")
+	case mult == 0:
+		return 0, fmt.Errorf("0 %ss is no window (want at least 1)", u)
+	case int64(mult) > math.MaxInt64/int64(d):
+		return 0, fmt.Errorf("%d %ss is too long a window (want at most %d)", mult, u, math.MaxInt64/int64(d))
+	}
+	return d * time.Duration(mult), nil
+}
+
 // loadLocation loads an IANA time zone, refusing "Local", whose meaning
 // depends on the machine.
 func loadLocation(name string) (*time.Location, error) {

@@ -390,50 +390,21 @@ func (p *parser) descriptors(n *yaml.Node, path string) []*descDoc {
 	return out
 }
 
+// descriptor parses one descriptor and its children. It returns nil when
+// n is not a mapping.
 func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 	fields, ok := p.mapping(n, path, "a descriptor", descriptorFields)
 	if !ok {
 		return nil
 	}
 	d := &descDoc{field: path, pos: p.pos(n)}
-	var hasKey bool
-	var rateLimit, rateLimits *field
+	given := map[string]*field{}
 	for i := range fields {
 		fl := &fields[i]
-		fp := join(path, fl.name)
-		switch fl.name {
-		case "key":
-			hasKey = true
-			d.key, _ = p.str(fl.val, fp)
-			if d.key == "" && fl.val.Kind == yaml.ScalarNode {
-				p.errorf(p.pos(fl.val), fp, "empty (want the descriptor key Envoy sends, such as remote_address)")
-			}
-		case "value":
-			d.value, _ = p.str(fl.val, fp)
-		case "rate_limit":
-			rateLimit = fl
-		case "rate_limits":
-			rateLimits = fl
-		case "descriptors":
-			d.children = p.descriptors(fl.val, fp)
-		case "shadow_mode":
-			d.shadowMode = p.boolean(fl.val, fp)
-		case "detailed_metric":
-			d.detailed = p.boolean(fl.val, fp)
-		case "quota_mode":
-			d.quotaMode = p.boolean(fl.val, fp)
-		case "share_threshold":
-			d.share = p.boolean(fl.val, fp)
-			d.sharePos = p.pos(fl.val)
-		case "value_to_metric":
-			d.valueToMetric = p.boolean(fl.val, fp)
-		case "metadata":
-			d.metadata = p.metadata(fl.val, fp)
-		case "failure_mode":
-			d.failureMode = p.failureMode(fl.val, fp)
-		}
+		given[fl.name] = fl
+		p.descriptorField(d, fl, join(path, fl.name))
 	}
-	if !hasKey {
+	if given["key"] == nil {
 		p.errorf(p.pos(n), join(path, "key"), "missing (want the descriptor key Envoy sends, such as remote_address)")
 	}
 	if d.share && !strings.Contains(d.value, "*") {
@@ -443,20 +414,55 @@ func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 		}
 		p.errorf(d.sharePos, join(path, "share_threshold"), "needs a wildcard value containing * (%s)", what)
 	}
+	d.limits = p.descriptorLimits(given["rate_limit"], given["rate_limits"], path)
+	return d
+}
+
+// descriptorField reads one field of a descriptor into d; rate_limit and
+// rate_limits are read by descriptorLimits.
+func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
+	switch fl.name {
+	case "key":
+		d.key, _ = p.str(fl.val, fp)
+		if d.key == "" && fl.val.Kind == yaml.ScalarNode {
+			p.errorf(p.pos(fl.val), fp, "empty (want the descriptor key Envoy sends, such as remote_address)")
+		}
+	case "value":
+		d.value, _ = p.str(fl.val, fp)
+	case "descriptors":
+		d.children = p.descriptors(fl.val, fp)
+	case "shadow_mode":
+		d.shadowMode = p.boolean(fl.val, fp)
+	case "detailed_metric":
+		d.detailed = p.boolean(fl.val, fp)
+	case "quota_mode":
+		d.quotaMode = p.boolean(fl.val, fp)
+	case "share_threshold":
+		d.share, d.sharePos = p.boolean(fl.val, fp), p.pos(fl.val)
+	case "value_to_metric":
+		d.valueToMetric = p.boolean(fl.val, fp)
+	case "metadata":
+		d.metadata = p.metadata(fl.val, fp)
+	case "failure_mode":
+		d.failureMode = p.failureMode(fl.val, fp)
+	}
+}
+
+// descriptorLimits parses a descriptor's rate_limit or rate_limits (nil
+// when not given), refusing both at once.
+func (p *parser) descriptorLimits(rateLimit, rateLimits *field, path string) []limitDoc {
 	switch {
 	case rateLimit != nil && rateLimits != nil:
 		p.errorf(p.pos(rateLimits.key), join(path, "rate_limits"), "given together with rate_limit (want one of them: rate_limit for one limit, rate_limits for several)")
-	case rateLimit != nil:
-		if isNull(rateLimit.val) {
-			break
-		}
-		if l := p.rateLimit(rateLimit.val, join(path, "rate_limit")); l != nil {
-			d.limits = []limitDoc{{lim: l, field: join(path, "rate_limit")}}
+	case rateLimit != nil && !isNull(rateLimit.val):
+		fp := join(path, "rate_limit")
+		if l := p.rateLimit(rateLimit.val, fp); l != nil {
+			return []limitDoc{{lim: l, field: fp}}
 		}
 	case rateLimits != nil:
-		d.limits = p.rateLimits(rateLimits.val, join(path, "rate_limits"))
+		return p.rateLimits(rateLimits.val, join(path, "rate_limits"))
 	}
-	return d
+	return nil
 }
 
 func (p *parser) rateLimits(n *yaml.Node, path string) []limitDoc {
@@ -527,13 +533,13 @@ func (p *parser) limitedSpec(d *draft) (spec limit.Spec, ok bool) {
 	if _, ok := d.given["requests_per_unit"]; !ok {
 		p.warnf(p.pos(d.node), join(d.path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
 	}
-	if longest := int64(math.MaxInt64 / l.Unit.Duration()); int64(l.UnitMultiplier) > longest {
-		p.errorf(p.at(d, "unit_multiplier", atName), join(d.path, "unit_multiplier"), "%d %ss is too long a window (want at most %d)", l.UnitMultiplier, l.Unit, longest)
+	w, err := l.Unit.Window(l.UnitMultiplier)
+	if err != nil {
+		p.errorf(p.at(d, "unit_multiplier", atName), join(d.path, "unit_multiplier"), "%v", err)
 		return spec, false
 	}
 	spec = d.spec
-	spec.Limit = int64(l.RequestsPerUnit)
-	spec.Window = l.Unit.Duration() * time.Duration(l.UnitMultiplier)
+	spec.Limit, spec.Window = int64(l.RequestsPerUnit), w
 	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
 		spec.Precision = 1
 	}
