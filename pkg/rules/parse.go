@@ -8,14 +8,9 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
-	// Time zones resolve even on minimal images without /usr/share/zoneinfo.
-	_ "time/tzdata"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // The fields of each level of a rule file, in the order error messages list
@@ -30,14 +25,6 @@ var (
 	}
 	replacesFields = []string{"name"}
 )
-
-// slidingLogWarnAbove is the limit per window above which a sliding_log is
-// legal but warned about: it stores up to one entry per admitted hit.
-const slidingLogWarnAbove = 1000
-
-// precisionWarnAbove is the precision above which a sliding_window is warned
-// about: each counter keeps that many sub-window counters.
-const precisionWarnAbove = 100
 
 // fileDoc is one parsed rule file.
 type fileDoc struct {
@@ -490,101 +477,6 @@ func (p *parser) rateLimits(n *yaml.Node, path string) []limitDoc {
 		p.errorf(p.pos(n), path, "unlimited: true together with other limits (an unlimited descriptor wants a single rate_limit)")
 	}
 	return out
-}
-
-// rateLimit parses one rate limit and checks its fields against each other.
-// It returns nil when the limit cannot be built.
-func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
-	fields, ok := p.mapping(n, path, "a rate limit", rateLimitFields)
-	if !ok {
-		return nil
-	}
-	nerr := len(p.errs)
-	d := p.decodeRateLimit(n, path, fields)
-	p.checkReplaces(d)
-	if d.lim.Unlimited {
-		p.checkUnlimited(d)
-	} else if spec, ok := p.limitedSpec(d); ok {
-		p.reportSpec(d, spec.Validate())
-		d.lim.Spec = spec
-	} else {
-		return nil
-	}
-	if len(p.errs) > nerr {
-		return nil
-	}
-	if !d.lim.Unlimited {
-		p.costWarnings(d)
-	}
-	return d.lim
-}
-
-// limitedSpec builds the spec of a counted limit from its draft. ok is
-// false, with the problem recorded (or already recorded), when there is no
-// window to build it on.
-func (p *parser) limitedSpec(d *draft) (spec limit.Spec, ok bool) {
-	l := d.lim
-	if l.Unit == 0 {
-		if f, ok := d.given["unit"]; !ok || isNull(f.val) {
-			p.errorf(p.pos(d.node), join(d.path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
-		}
-		return spec, false
-	}
-	if _, ok := d.given["requests_per_unit"]; !ok {
-		p.warnf(p.pos(d.node), join(d.path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
-	}
-	w, err := l.Unit.Window(l.UnitMultiplier)
-	if err != nil {
-		p.errorf(p.at(d, "unit_multiplier", atName), join(d.path, "unit_multiplier"), "%v", err)
-		return spec, false
-	}
-	spec = d.spec
-	spec.Limit, spec.Window = int64(l.RequestsPerUnit), w
-	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
-		spec.Precision = 1
-	}
-	p.checkNeeds(d)
-	if d.values["calendar"].b {
-		spec.Calendar = p.calendar(d)
-	}
-	return spec, true
-}
-
-// calendarUnits are the units a calendar window can have.
-var calendarUnits = map[Unit]limit.CalendarUnit{
-	Day: limit.CalendarDay, Week: limit.CalendarWeek, Month: limit.CalendarMonth, Year: limit.CalendarYear,
-}
-
-// calendar returns the calendar of a limit with calendar: true, or the
-// zero Calendar with the problem recorded. Its algorithm is checked with
-// the spec.
-func (p *parser) calendar(d *draft) limit.Calendar {
-	at, fp := p.at(d, "calendar", atName), join(d.path, "calendar")
-	if m := d.lim.UnitMultiplier; m != 1 {
-		p.errorf(at, fp, "needs unit_multiplier 1, not %d (a calendar window is one day, week, month or year)", m)
-		return limit.Calendar{}
-	}
-	cu, ok := calendarUnits[d.lim.Unit]
-	if !ok {
-		p.errorf(at, fp, "needs unit day, week, month or year, not %s", d.lim.Unit)
-		return limit.Calendar{}
-	}
-	loc := time.UTC
-	if d.location != nil {
-		loc = d.location
-	}
-	return limit.Calendar{Unit: cu, Location: loc}
-}
-
-// costWarnings records the legal but costly choices of a limit.
-func (p *parser) costWarnings(d *draft) {
-	spec := d.lim.Spec
-	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogWarnAbove {
-		p.warnf(p.pos(d.node), d.path, "sliding_log keeps one entry per admitted hit: %d per window per counter is costly (sliding_window with a precision is cheaper)", spec.Limit)
-	}
-	if spec.Algorithm == limit.SlidingWindow && spec.Precision > precisionWarnAbove {
-		p.warnf(p.at(d, "precision", atValue), join(d.path, "precision"), "%d sub-window counters per counter is costly (precision above %d rarely helps)", spec.Precision, precisionWarnAbove)
-	}
 }
 
 func (p *parser) replaces(n *yaml.Node, path string) []string {

@@ -1,10 +1,16 @@
 package rules
 
+// This file reads a rate_limit: its fields are declared once, in
+// rateLimitTable, and the parser reads them through it; the checks of the
+// resulting limit.Spec are limit.Spec.Validate's.
+
 import (
 	"errors"
 	"fmt"
 	"math"
 	"time"
+	// Time zones resolve even on minimal images without /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"gopkg.in/yaml.v3"
 
@@ -29,6 +35,14 @@ const (
 	atValue where = iota
 	atName
 )
+
+// slidingLogWarnAbove is the limit per window above which a sliding_log is
+// legal but warned about: it stores up to one entry per admitted hit.
+const slidingLogWarnAbove = 1000
+
+// precisionWarnAbove is the precision above which a sliding_window is warned
+// about: each counter keeps that many sub-window counters.
+const precisionWarnAbove = 100
 
 // neverCounted is why most fields of a counted limit are refused with
 // unlimited: true.
@@ -102,11 +116,9 @@ var rateLimitTable = []rateLimitField{
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 or more", def: "1",
 		set: func(d *draft, v value) error { d.lim.UnitMultiplier = uint32(v.n); return nil }},
 	{name: "calendar", kind: kindBool, param: limit.ParamCalendar, hasParam: true, paramAt: atName,
-		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "bool", def: "false",
-		set: func(d *draft, v value) error { return nil }},
+		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "bool", def: "false"},
 	{name: "timezone", kind: kindText, unlimitedWhy: neverCounted, unlimitedAt: atName,
-		needs: "calendar", needsWhy: "a time zone only places calendar windows",
-		typ: "IANA name", def: "`UTC`",
+		needs: "calendar", needsWhy: "a time zone only places calendar windows", typ: "IANA name", def: "`UTC`",
 		set: setTimezone},
 }
 
@@ -178,6 +190,97 @@ func loadLocation(name string) (*time.Location, error) {
 		return nil, errors.New("machine-dependent zone")
 	}
 	return time.LoadLocation(name)
+}
+
+// rateLimit parses one rate limit and checks its fields against each other.
+// It returns nil when the limit cannot be built.
+func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
+	fields, ok := p.mapping(n, path, "a rate limit", rateLimitFields)
+	if !ok {
+		return nil
+	}
+	nerr := len(p.errs)
+	d := p.decodeRateLimit(n, path, fields)
+	p.checkReplaces(d)
+	if d.lim.Unlimited {
+		p.checkUnlimited(d)
+	} else {
+		d.lim.Spec = p.countedSpec(d)
+	}
+	if len(p.errs) > nerr {
+		return nil
+	}
+	p.costWarnings(d)
+	return d.lim
+}
+
+// countedSpec builds the spec of a counted limit from its draft and checks
+// it, recording its problems; without a window to build it on, it returns
+// the zero Spec (the problem is recorded).
+func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
+	l := d.lim
+	if l.Unit == 0 {
+		if f, ok := d.given["unit"]; !ok || isNull(f.val) {
+			p.errorf(p.pos(d.node), join(d.path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
+		}
+		return spec
+	}
+	if _, ok := d.given["requests_per_unit"]; !ok {
+		p.warnf(p.pos(d.node), join(d.path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
+	}
+	w, err := l.Unit.Window(l.UnitMultiplier)
+	if err != nil {
+		p.errorf(p.at(d, "unit_multiplier", atName), join(d.path, "unit_multiplier"), "%v", err)
+		return spec
+	}
+	spec = d.spec
+	spec.Limit, spec.Window = int64(l.RequestsPerUnit), w
+	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
+		spec.Precision = 1
+	}
+	p.checkNeeds(d)
+	if d.values["calendar"].b {
+		spec.Calendar = p.calendar(d)
+	}
+	p.reportSpec(d, spec.Validate())
+	return spec
+}
+
+// calendarUnits are the units a calendar window can have.
+var calendarUnits = map[Unit]limit.CalendarUnit{
+	Day: limit.CalendarDay, Week: limit.CalendarWeek, Month: limit.CalendarMonth, Year: limit.CalendarYear,
+}
+
+// calendar returns the calendar of a limit with calendar: true, or the
+// zero Calendar with the problem recorded. Its algorithm is checked with
+// the spec.
+func (p *parser) calendar(d *draft) limit.Calendar {
+	at, fp := p.at(d, "calendar", atName), join(d.path, "calendar")
+	if m := d.lim.UnitMultiplier; m != 1 {
+		p.errorf(at, fp, "needs unit_multiplier 1, not %d (a calendar window is one day, week, month or year)", m)
+		return limit.Calendar{}
+	}
+	cu, ok := calendarUnits[d.lim.Unit]
+	if !ok {
+		p.errorf(at, fp, "needs unit day, week, month or year, not %s", d.lim.Unit)
+		return limit.Calendar{}
+	}
+	loc := time.UTC
+	if d.location != nil {
+		loc = d.location
+	}
+	return limit.Calendar{Unit: cu, Location: loc}
+}
+
+// costWarnings records the legal but costly choices of a limit.
+func (p *parser) costWarnings(d *draft) {
+	spec := d.lim.Spec
+	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogWarnAbove {
+		p.warnf(p.pos(d.node), d.path, "sliding_log keeps one entry per admitted hit: %d per window per counter is costly (sliding_window with a precision is cheaper)", spec.Limit)
+	}
+	if spec.Algorithm == limit.SlidingWindow && spec.Precision > precisionWarnAbove {
+		p.warnf(p.at(d, "precision", atValue), join(d.path, "precision"), "%d sub-window counters per counter is costly (precision above %d rarely helps)", spec.Precision, precisionWarnAbove)
+	}
 }
 
 // draft is a rate_limit being parsed: where it was written, its fields as
