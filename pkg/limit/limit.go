@@ -88,9 +88,7 @@ func (a Algorithm) String() string {
 }
 
 // HasBurst reports whether the algorithm takes a Burst (a bucket capacity).
-func (a Algorithm) HasBurst() bool {
-	return a == TokenBucket || a == LeakyBucket || a == GCRA
-}
+func (a Algorithm) HasBurst() bool { return a.Takes(ParamBurst) }
 
 // Algorithms returns every algorithm, in the order of their constants.
 func Algorithms() []Algorithm {
@@ -157,27 +155,6 @@ func (s Spec) SubWindows() int64 {
 	return int64(s.Precision)
 }
 
-// Validate reports whether the spec can be evaluated: a positive window of at
-// least one millisecond, a non-negative limit, and sub-windows no shorter
-// than a millisecond.
-func (s Spec) Validate() error {
-	switch {
-	case s.Algorithm >= numAlgorithms:
-		return fmt.Errorf("unknown algorithm %d", s.Algorithm)
-	case s.Window < time.Millisecond:
-		return fmt.Errorf("window %v is shorter than 1ms", s.Window)
-	case s.Limit < 0:
-		return fmt.Errorf("negative limit %d", s.Limit)
-	case s.Burst < 0:
-		return fmt.Errorf("negative burst %d", s.Burst)
-	case s.Algorithm == SlidingWindow && s.SubWindows() > s.Window.Milliseconds():
-		return fmt.Errorf("precision %d is finer than 1ms for a window of %v", s.Precision, s.Window)
-	case !s.Calendar.IsZero() && s.Algorithm != FixedWindow:
-		return fmt.Errorf("calendar windows need the fixed_window algorithm, not %v", s.Algorithm)
-	}
-	return nil
-}
-
 // Hit asks a limit to admit one request of a given cost against one counter.
 type Hit struct {
 	// Key identifies the counter. Hits with equal Keys share state; callers
@@ -207,10 +184,12 @@ func (h *Hit) Blocks(d *Decision) bool {
 	return !d.Allowed && h.Cost > 0 && !h.Refund && !h.Advisory
 }
 
-// Validate reports whether the hit can be evaluated: its Spec is valid and its
-// Cost is not negative. The error wraps ErrInvalidSpec or ErrNegativeCost.
+// Validate reports whether the hit can be evaluated: its Spec passes
+// Spec.Validate's checks, except the ones a store can do without (a
+// parameter the algorithm ignores, a costly sliding log), and its Cost is
+// not negative. The error wraps ErrInvalidSpec or ErrNegativeCost.
 func (h Hit) Validate() error {
-	if err := h.Spec.Validate(); err != nil {
+	if err := h.Spec.check(evaluating).err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	if h.Cost < 0 {
@@ -222,7 +201,7 @@ func (h Hit) Validate() error {
 // Errors wrapped by Hit.Validate, so callers can tell bad input
 // (errors.Is) from a store failure.
 var (
-	// ErrInvalidSpec reports a Spec that Spec.Validate rejects.
+	// ErrInvalidSpec reports a Spec that Hit.Validate rejects.
 	ErrInvalidSpec = errors.New("invalid limit spec")
 	// ErrNegativeCost reports a Hit with Cost < 0.
 	ErrNegativeCost = errors.New("negative cost")

@@ -8,18 +8,14 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
-	// Time zones resolve even on minimal images without /usr/share/zoneinfo.
-	_ "time/tzdata"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // The fields of each level of a rule file, in the order error messages list
-// them. Unknown fields are errors, as in the reference server.
+// them (a rate_limit's are in rateLimitTable). Unknown fields are errors, as
+// in the reference server.
 var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{
@@ -27,27 +23,8 @@ var (
 		"detailed_metric", "quota_mode", "share_threshold", "value_to_metric",
 		"metadata", "failure_mode",
 	}
-	rateLimitFields = []string{
-		"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-		"burst", "precision", "unit_multiplier", "calendar", "timezone",
-	}
 	replacesFields = []string{"name"}
 )
-
-// slidingLogWarnAbove is the limit per window above which a sliding_log is
-// legal but warned about: it stores up to one entry per admitted hit.
-const slidingLogWarnAbove = 1000
-
-// slidingLogMax is the largest sliding_log limit per window: a counter
-// holds at most that many entries in Redis (hits of one instant share one),
-// about 236 KB at 2,000, and a call on it walks at most half of them, about
-// a millisecond of Redis's time (pkg/redislimit/lua/sliding_log.lua
-// has the figures). Above, one counter could hold Redis up for everyone.
-const slidingLogMax = 2000
-
-// precisionWarnAbove is the precision above which a sliding_window is warned
-// about: each counter keeps that many sub-window counters.
-const precisionWarnAbove = 100
 
 // fileDoc is one parsed rule file.
 type fileDoc struct {
@@ -400,50 +377,21 @@ func (p *parser) descriptors(n *yaml.Node, path string) []*descDoc {
 	return out
 }
 
+// descriptor parses one descriptor and its children. It returns nil when
+// n is not a mapping.
 func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 	fields, ok := p.mapping(n, path, "a descriptor", descriptorFields)
 	if !ok {
 		return nil
 	}
 	d := &descDoc{field: path, pos: p.pos(n)}
-	var hasKey bool
-	var rateLimit, rateLimits *field
+	given := map[string]*field{}
 	for i := range fields {
 		fl := &fields[i]
-		fp := join(path, fl.name)
-		switch fl.name {
-		case "key":
-			hasKey = true
-			d.key, _ = p.str(fl.val, fp)
-			if d.key == "" && fl.val.Kind == yaml.ScalarNode {
-				p.errorf(p.pos(fl.val), fp, "empty (want the descriptor key Envoy sends, such as remote_address)")
-			}
-		case "value":
-			d.value, _ = p.str(fl.val, fp)
-		case "rate_limit":
-			rateLimit = fl
-		case "rate_limits":
-			rateLimits = fl
-		case "descriptors":
-			d.children = p.descriptors(fl.val, fp)
-		case "shadow_mode":
-			d.shadowMode = p.boolean(fl.val, fp)
-		case "detailed_metric":
-			d.detailed = p.boolean(fl.val, fp)
-		case "quota_mode":
-			d.quotaMode = p.boolean(fl.val, fp)
-		case "share_threshold":
-			d.share = p.boolean(fl.val, fp)
-			d.sharePos = p.pos(fl.val)
-		case "value_to_metric":
-			d.valueToMetric = p.boolean(fl.val, fp)
-		case "metadata":
-			d.metadata = p.metadata(fl.val, fp)
-		case "failure_mode":
-			d.failureMode = p.failureMode(fl.val, fp)
-		}
+		given[fl.name] = fl
+		p.descriptorField(d, fl, join(path, fl.name))
 	}
-	if !hasKey {
+	if given["key"] == nil {
 		p.errorf(p.pos(n), join(path, "key"), "missing (want the descriptor key Envoy sends, such as remote_address)")
 	}
 	if d.share && !strings.Contains(d.value, "*") {
@@ -453,20 +401,55 @@ func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 		}
 		p.errorf(d.sharePos, join(path, "share_threshold"), "needs a wildcard value containing * (%s)", what)
 	}
+	d.limits = p.descriptorLimits(given["rate_limit"], given["rate_limits"], path)
+	return d
+}
+
+// descriptorField reads one field of a descriptor into d; rate_limit and
+// rate_limits are read by descriptorLimits.
+func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
+	switch fl.name {
+	case "key":
+		d.key, _ = p.str(fl.val, fp)
+		if d.key == "" && fl.val.Kind == yaml.ScalarNode {
+			p.errorf(p.pos(fl.val), fp, "empty (want the descriptor key Envoy sends, such as remote_address)")
+		}
+	case "value":
+		d.value, _ = p.str(fl.val, fp)
+	case "descriptors":
+		d.children = p.descriptors(fl.val, fp)
+	case "shadow_mode":
+		d.shadowMode = p.boolean(fl.val, fp)
+	case "detailed_metric":
+		d.detailed = p.boolean(fl.val, fp)
+	case "quota_mode":
+		d.quotaMode = p.boolean(fl.val, fp)
+	case "share_threshold":
+		d.share, d.sharePos = p.boolean(fl.val, fp), p.pos(fl.val)
+	case "value_to_metric":
+		d.valueToMetric = p.boolean(fl.val, fp)
+	case "metadata":
+		d.metadata = p.metadata(fl.val, fp)
+	case "failure_mode":
+		d.failureMode = p.failureMode(fl.val, fp)
+	}
+}
+
+// descriptorLimits parses a descriptor's rate_limit or rate_limits (nil
+// when not given), refusing both at once.
+func (p *parser) descriptorLimits(rateLimit, rateLimits *field, path string) []limitDoc {
 	switch {
 	case rateLimit != nil && rateLimits != nil:
 		p.errorf(p.pos(rateLimits.key), join(path, "rate_limits"), "given together with rate_limit (want one of them: rate_limit for one limit, rate_limits for several)")
-	case rateLimit != nil:
-		if isNull(rateLimit.val) {
-			break
-		}
-		if l := p.rateLimit(rateLimit.val, join(path, "rate_limit")); l != nil {
-			d.limits = []limitDoc{{lim: l, field: join(path, "rate_limit")}}
+	case rateLimit != nil && !isNull(rateLimit.val):
+		fp := join(path, "rate_limit")
+		if l := p.rateLimit(rateLimit.val, fp); l != nil {
+			return []limitDoc{{lim: l, field: fp}}
 		}
 	case rateLimits != nil:
-		d.limits = p.rateLimits(rateLimits.val, join(path, "rate_limits"))
+		return p.rateLimits(rateLimits.val, join(path, "rate_limits"))
 	}
-	return d
+	return nil
 }
 
 func (p *parser) rateLimits(n *yaml.Node, path string) []limitDoc {
@@ -494,206 +477,6 @@ func (p *parser) rateLimits(n *yaml.Node, path string) []limitDoc {
 		p.errorf(p.pos(n), path, "unlimited: true together with other limits (an unlimited descriptor wants a single rate_limit)")
 	}
 	return out
-}
-
-// rateLimit parses one rate limit and checks its fields against each other.
-// It returns nil when the limit cannot be built.
-func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
-	fields, ok := p.mapping(n, path, "a rate limit", rateLimitFields)
-	if !ok {
-		return nil
-	}
-	nerr := len(p.errs)
-	l := &Limit{Pos: p.pos(n), UnitMultiplier: 1}
-	keys, vals := map[string]*yaml.Node{}, map[string]*yaml.Node{}
-	var unitNode, rpuNode *yaml.Node
-	algorithm := limit.FixedWindow
-	var burst, precision int64
-	var calendar bool
-	var tz string
-	for _, fl := range fields {
-		fp := join(path, fl.name)
-		keys[fl.name], vals[fl.name] = fl.key, fl.val
-		switch fl.name {
-		case "unit":
-			unitNode = fl.val
-			s, ok := p.str(fl.val, fp)
-			if !ok || s == "" && isNull(fl.val) {
-				break
-			}
-			u, ok := parseUnit(s)
-			if !ok {
-				p.errorf(p.pos(fl.val), fp, "unknown unit %q (want second, minute, hour, day, week, month or year)", s)
-			}
-			l.Unit = u
-		case "requests_per_unit":
-			rpuNode = fl.val
-			v, _ := p.integer(fl.val, fp, 0, math.MaxUint32)
-			l.RequestsPerUnit = uint32(v)
-		case "unlimited":
-			l.Unlimited = p.boolean(fl.val, fp)
-		case "name":
-			l.Name, _ = p.str(fl.val, fp)
-		case "replaces":
-			l.Replaces = p.replaces(fl.val, fp)
-		case "algorithm":
-			s, ok := p.str(fl.val, fp)
-			if !ok {
-				break
-			}
-			a, err := limit.ParseAlgorithm(s)
-			if err != nil {
-				p.errorf(p.pos(fl.val), fp, "%v", err)
-				break
-			}
-			algorithm = a
-		case "burst":
-			burst, _ = p.integer(fl.val, fp, 1, math.MaxUint32)
-		case "precision":
-			precision, _ = p.integer(fl.val, fp, 1, math.MaxUint32)
-		case "unit_multiplier":
-			v, _ := p.integer(fl.val, fp, 1, math.MaxUint32)
-			if v >= 1 {
-				l.UnitMultiplier = uint32(v)
-			}
-		case "calendar":
-			calendar = p.boolean(fl.val, fp)
-		case "timezone":
-			tz, _ = p.str(fl.val, fp)
-		}
-	}
-	// Problems of a value point at it; problems of a field's presence, at
-	// its name.
-	at := func(name string) Position { return p.pos(keys[name]) }
-	valAt := func(name string) Position { return p.pos(vals[name]) }
-	for _, r := range l.Replaces {
-		if r != "" && r == l.Name {
-			p.errorf(at("replaces"), join(path, "replaces"), "replaces its own name %q (a limit cannot replace itself)", r)
-		}
-	}
-	if l.Unlimited {
-		if unitNode != nil && unitNode.Kind == yaml.ScalarNode && !isNull(unitNode) && unitNode.Value != "" {
-			p.errorf(p.pos(unitNode), join(path, "unit"), "given with unlimited: true (an unlimited limit has no unit; remove one of them)")
-		}
-		for _, name := range []string{"algorithm", "burst", "precision", "unit_multiplier", "calendar", "timezone"} {
-			if vals[name] != nil {
-				p.errorf(at(name), join(path, name), "given with unlimited: true (an unlimited limit is never counted; remove one of them)")
-			}
-		}
-		if rpuNode != nil {
-			p.warnf(p.pos(rpuNode), join(path, "requests_per_unit"), "ignored: the limit is unlimited")
-		}
-		if len(p.errs) > nerr {
-			return nil
-		}
-		return l
-	}
-	if l.Unit == 0 {
-		if unitNode == nil || isNull(unitNode) {
-			p.errorf(p.pos(n), join(path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
-		}
-		return nil
-	}
-	if rpuNode == nil {
-		p.warnf(p.pos(n), join(path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
-	}
-	if burst > 0 && !algorithm.HasBurst() {
-		p.errorf(valAt("burst"), join(path, "burst"), "%s has no burst (burst applies to token_bucket, leaky_bucket and gcra)", algorithm)
-	}
-	if precision > 0 && algorithm != limit.SlidingWindow {
-		p.errorf(valAt("precision"), join(path, "precision"), "%s has no precision (precision applies to sliding_window)", algorithm)
-	}
-	if longest := int64(math.MaxInt64 / l.Unit.Duration()); int64(l.UnitMultiplier) > longest {
-		p.errorf(at("unit_multiplier"), join(path, "unit_multiplier"), "%d %ss is too long a window (want at most %d)", l.UnitMultiplier, l.Unit, longest)
-		return nil
-	}
-	spec := limit.Spec{
-		Algorithm: algorithm,
-		Limit:     int64(l.RequestsPerUnit),
-		Window:    l.Unit.Duration() * time.Duration(l.UnitMultiplier),
-		Burst:     burst,
-		Precision: int(precision),
-	}
-	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
-		spec.Precision = 1
-	}
-	if spec.Algorithm == limit.SlidingWindow && int64(spec.Precision) > spec.Window.Milliseconds() {
-		p.errorf(valAt("precision"), join(path, "precision"), "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
-			spec.Precision, spec.Window, spec.Window.Milliseconds())
-	}
-	if tz != "" && !calendar {
-		p.errorf(at("timezone"), join(path, "timezone"), "given without calendar: true (a time zone only places calendar windows)")
-	}
-	if calendar {
-		p.calendar(l, &spec, tz, path, at, valAt)
-	}
-	if len(p.errs) > nerr {
-		return nil
-	}
-	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogMax {
-		p.errorf(valAt("requests_per_unit"), join(path, "requests_per_unit"),
-			"sliding_log of %d per window: a sliding log keeps up to one entry per admitted hit, and above %d per window a counter's entries (about 130 B each) and the Redis time to walk them stall Redis for every request (use sliding_window with a precision: a few counters per counter, whatever the limit)",
-			spec.Limit, slidingLogMax)
-		return nil
-	}
-	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogWarnAbove {
-		p.warnf(p.pos(n), path, "sliding_log keeps one entry per admitted hit: %d per window per counter is costly (sliding_window with a precision is cheaper)", spec.Limit)
-	}
-	if spec.Algorithm == limit.SlidingWindow && spec.Precision > precisionWarnAbove {
-		p.warnf(valAt("precision"), join(path, "precision"), "%d sub-window counters per counter is costly (precision above %d rarely helps)", spec.Precision, precisionWarnAbove)
-	}
-	if err := spec.Validate(); err != nil {
-		p.errorf(p.pos(n), path, "%v", err)
-		return nil
-	}
-	l.Spec = spec
-	return l
-}
-
-// calendar checks and fills a calendar window.
-func (p *parser) calendar(l *Limit, spec *limit.Spec, tz, path string, at, valAt func(string) Position) {
-	fp := join(path, "calendar")
-	switch {
-	case spec.Algorithm != limit.FixedWindow:
-		p.errorf(at("calendar"), fp, "needs algorithm fixed_window, not %s (calendar windows are fixed windows)", spec.Algorithm)
-		return
-	case l.UnitMultiplier != 1:
-		p.errorf(at("calendar"), fp, "needs unit_multiplier 1, not %d (a calendar window is one day, week, month or year)", l.UnitMultiplier)
-		return
-	}
-	var cu limit.CalendarUnit
-	switch l.Unit {
-	case Day:
-		cu = limit.CalendarDay
-	case Week:
-		cu = limit.CalendarWeek
-	case Month:
-		cu = limit.CalendarMonth
-	case Year:
-		cu = limit.CalendarYear
-	default:
-		p.errorf(at("calendar"), fp, "needs unit day, week, month or year, not %s", l.Unit)
-		return
-	}
-	loc := time.UTC
-	if tz != "" {
-		var err error
-		loc, err = loadLocation(tz)
-		if err != nil {
-			p.errorf(valAt("timezone"), join(path, "timezone"), "unknown time zone %q (want an IANA name such as America/New_York, or UTC)", tz)
-			return
-		}
-	}
-	spec.Calendar = limit.Calendar{Unit: cu, Location: loc}
-}
-
-// loadLocation loads an IANA time zone, refusing "Local", whose meaning
-// depends on the machine.
-func loadLocation(name string) (*time.Location, error) {
-	if name == "Local" {
-		return nil, errors.New("machine-dependent zone")
-	}
-	return time.LoadLocation(name)
 }
 
 func (p *parser) replaces(n *yaml.Node, path string) []string {

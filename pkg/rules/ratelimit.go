@@ -1,0 +1,422 @@
+package rules
+
+// This file reads a rate_limit: its fields are declared once, in
+// rateLimitTable, and the parser reads them through it; the checks of the
+// resulting limit.Spec are limit.Spec.Validate's.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+	// Time zones resolve even on minimal images without /usr/share/zoneinfo.
+	_ "time/tzdata"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// kind is the YAML shape a field's value must have.
+type kind uint8
+
+const (
+	kindText     kind = iota // a scalar, read as written; null is ""
+	kindBool                 // true or false, YAML 1.1 spellings included
+	kindWhole                // a whole number in [min, max]; null is not given
+	kindReplaces             // a list of {name: …}
+)
+
+// where says which node of a field a problem points at: problems of a
+// value point at it, problems of a field's presence at its name.
+type where uint8
+
+const (
+	atValue where = iota
+	atName
+)
+
+// slidingLogWarnAbove is the limit per window above which a sliding_log is
+// legal but warned about: it stores up to one entry per admitted hit.
+const slidingLogWarnAbove = 1000
+
+// precisionWarnAbove is the precision above which a sliding_window is warned
+// about: each counter keeps that many sub-window counters.
+const precisionWarnAbove = 100
+
+// neverCounted is why most fields of a counted limit are refused with
+// unlimited: true.
+const neverCounted = "an unlimited limit is never counted"
+
+// value is a field's decoded value; which member is set follows its kind.
+type value struct {
+	text string
+	null bool // the YAML value is null
+	n    int64
+	b    bool
+	list []string
+}
+
+// rateLimitField declares one field of a rate_limit: its YAML kind and
+// range, the limit.Spec parameter it sets (whose algorithms, and the
+// checks of its values, pkg/limit declares), how it goes with unlimited,
+// which field it needs, and how its value is stored. Problems of the
+// parameter (limit.SpecError) point at the field.
+type rateLimitField struct {
+	name     string
+	kind     kind
+	min, max int64 // kindWhole's range
+	param    limit.Param
+	hasParam bool
+	paramAt  where // where a limit.SpecError of param points
+
+	// unlimitedWhy, when set, refuses the field with unlimited: true,
+	// pointing unlimitedAt; unlimitedIgnored warns that it is ignored then.
+	unlimitedWhy     string
+	unlimitedAt      where
+	unlimitedIgnored bool
+	// needs is the boolean field it is meaningless without unless true,
+	// and needsWhy why.
+	needs, needsWhy string
+
+	// typ and def are its type and default as docs/rules.md lists them.
+	typ, def string
+
+	// set stores the value in the draft; nil for a field only read
+	// from draft.values.
+	set func(*draft, value) error
+}
+
+// rateLimitTable declares the fields of a rate_limit, in the order error
+// messages list them. The parser reads a rate_limit through it.
+var rateLimitTable = []rateLimitField{
+	{name: "unit", kind: kindText, param: limit.ParamWindow, hasParam: true,
+		unlimitedWhy: "an unlimited limit has no unit", unlimitedAt: atValue,
+		typ: "`second` `minute` `hour` `day` `week` `month` `year` (any case)", def: "required, unless `unlimited`",
+		set: setUnit},
+	{name: "requests_per_unit", kind: kindWhole, min: 0, max: math.MaxUint32, param: limit.ParamLimit, hasParam: true,
+		unlimitedIgnored: true, typ: "0 to 4294967295", def: "0 (with a warning)",
+		set: func(d *draft, v value) error { d.lim.RequestsPerUnit = uint32(v.n); return nil }},
+	{name: "unlimited", kind: kindBool, typ: "bool", def: "false",
+		set: func(d *draft, v value) error { d.lim.Unlimited = v.b; return nil }},
+	{name: "name", kind: kindText, typ: "string", def: "none",
+		set: func(d *draft, v value) error { d.lim.Name = v.text; return nil }},
+	{name: "replaces", kind: kindReplaces, typ: "list of `{name: …}`", def: "none",
+		set: func(d *draft, v value) error { d.lim.Replaces = v.list; return nil }},
+	{name: "algorithm", kind: kindText, param: limit.ParamAlgorithm, hasParam: true,
+		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "see below", def: "`fixed_window`",
+		set: setAlgorithm},
+	{name: "burst", kind: kindWhole, min: 1, max: math.MaxUint32, param: limit.ParamBurst, hasParam: true,
+		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to 4294967295", def: "`requests_per_unit`",
+		set: func(d *draft, v value) error { d.spec.Burst = v.n; return nil }},
+	{name: "precision", kind: kindWhole, min: 1, max: math.MaxUint32, param: limit.ParamPrecision, hasParam: true,
+		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to the window in ms", def: "1",
+		set: func(d *draft, v value) error { d.spec.Precision = int(v.n); return nil }},
+	{name: "unit_multiplier", kind: kindWhole, min: 1, max: math.MaxUint32, param: limit.ParamWindow, hasParam: true,
+		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 or more", def: "1",
+		set: func(d *draft, v value) error { d.lim.UnitMultiplier = uint32(v.n); return nil }},
+	{name: "calendar", kind: kindBool, param: limit.ParamCalendar, hasParam: true, paramAt: atName,
+		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "bool", def: "false"},
+	{name: "timezone", kind: kindText, unlimitedWhy: neverCounted, unlimitedAt: atName,
+		needs: "calendar", needsWhy: "a time zone only places calendar windows", typ: "IANA name", def: "`UTC`",
+		set: setTimezone},
+}
+
+// rateLimitFields names the fields of a rate_limit, in the table's order.
+var rateLimitFields = fieldNames(rateLimitTable)
+
+func fieldNames(table []rateLimitField) []string {
+	out := make([]string, len(table))
+	for i, f := range table {
+		out[i] = f.name
+	}
+	return out
+}
+
+func setUnit(d *draft, v value) error {
+	if v.null {
+		return nil
+	}
+	u, ok := parseUnit(v.text)
+	if !ok {
+		return fmt.Errorf("unknown unit %q (want second, minute, hour, day, week, month or year)", v.text)
+	}
+	d.lim.Unit = u
+	return nil
+}
+
+func setAlgorithm(d *draft, v value) error {
+	a, err := limit.ParseAlgorithm(v.text)
+	if err != nil {
+		return err
+	}
+	d.spec.Algorithm = a
+	return nil
+}
+
+func setTimezone(d *draft, v value) error {
+	if v.text == "" {
+		return nil
+	}
+	loc, err := loadLocation(v.text)
+	if err != nil {
+		return fmt.Errorf("unknown time zone %q (want an IANA name such as America/New_York, or UTC)", v.text)
+	}
+	d.location = loc
+	return nil
+}
+
+// Window returns the length of mult units, the window of a limit of unit u
+// and unit_multiplier mult, or an error when u is the zero Unit or mult is
+// 0, or when the window would overflow a time.Duration (the error names the
+// largest multiplier).
+func (u Unit) Window(mult uint32) (time.Duration, error) {
+	d := u.Duration()
+	switch {
+	case d == 0:
+		return 0, fmt.Errorf("no unit")
+	case mult == 0:
+		return 0, fmt.Errorf("0 %ss is no window (want at least 1)", u)
+	case int64(mult) > math.MaxInt64/int64(d):
+		return 0, fmt.Errorf("%d %ss is too long a window (want at most %d)", mult, u, math.MaxInt64/int64(d))
+	}
+	return d * time.Duration(mult), nil
+}
+
+// loadLocation loads an IANA time zone, refusing "Local", whose meaning
+// depends on the machine.
+func loadLocation(name string) (*time.Location, error) {
+	if name == "Local" {
+		return nil, errors.New("machine-dependent zone")
+	}
+	return time.LoadLocation(name)
+}
+
+// rateLimit parses one rate limit and checks its fields against each other.
+// It returns nil when the limit cannot be built.
+func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
+	fields, ok := p.mapping(n, path, "a rate limit", rateLimitFields)
+	if !ok {
+		return nil
+	}
+	nerr := len(p.errs)
+	d := p.decodeRateLimit(n, path, fields)
+	p.checkReplaces(d)
+	if d.lim.Unlimited {
+		p.checkUnlimited(d)
+	} else {
+		d.lim.Spec = p.countedSpec(d)
+	}
+	if len(p.errs) > nerr {
+		return nil
+	}
+	p.costWarnings(d)
+	return d.lim
+}
+
+// countedSpec builds the spec of a counted limit from its draft and checks
+// it, recording its problems; without a window to build it on, it returns
+// the zero Spec (the problem is recorded).
+func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
+	l := d.lim
+	if l.Unit == 0 {
+		if f, ok := d.given["unit"]; !ok || isNull(f.val) {
+			p.errorf(p.pos(d.node), join(d.path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
+		}
+		return spec
+	}
+	if _, ok := d.given["requests_per_unit"]; !ok {
+		p.warnf(p.pos(d.node), join(d.path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
+	}
+	w, err := l.Unit.Window(l.UnitMultiplier)
+	if err != nil {
+		p.errorf(p.at(d, "unit_multiplier", atName), join(d.path, "unit_multiplier"), "%v", err)
+		return spec
+	}
+	spec = d.spec
+	spec.Limit, spec.Window = int64(l.RequestsPerUnit), w
+	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
+		spec.Precision = 1
+	}
+	p.checkNeeds(d)
+	if d.values["calendar"].b {
+		spec.Calendar = p.calendar(d)
+	}
+	p.reportSpec(d, spec.Validate())
+	return spec
+}
+
+// calendarUnits are the units a calendar window can have.
+var calendarUnits = map[Unit]limit.CalendarUnit{
+	Day: limit.CalendarDay, Week: limit.CalendarWeek, Month: limit.CalendarMonth, Year: limit.CalendarYear,
+}
+
+// calendar returns the calendar of a limit with calendar: true, or the
+// zero Calendar with the problem recorded. Its algorithm is checked with
+// the spec.
+func (p *parser) calendar(d *draft) limit.Calendar {
+	at, fp := p.at(d, "calendar", atName), join(d.path, "calendar")
+	if m := d.lim.UnitMultiplier; m != 1 {
+		p.errorf(at, fp, "needs unit_multiplier 1, not %d (a calendar window is one day, week, month or year)", m)
+		return limit.Calendar{}
+	}
+	cu, ok := calendarUnits[d.lim.Unit]
+	if !ok {
+		p.errorf(at, fp, "needs unit day, week, month or year, not %s", d.lim.Unit)
+		return limit.Calendar{}
+	}
+	loc := time.UTC
+	if d.location != nil {
+		loc = d.location
+	}
+	return limit.Calendar{Unit: cu, Location: loc}
+}
+
+// costWarnings records the legal but costly choices of a limit.
+func (p *parser) costWarnings(d *draft) {
+	spec := d.lim.Spec
+	if spec.Algorithm == limit.SlidingLog && spec.Limit > slidingLogWarnAbove {
+		p.warnf(p.pos(d.node), d.path, "sliding_log keeps one entry per admitted hit: %d per window per counter is costly (sliding_window with a precision is cheaper)", spec.Limit)
+	}
+	if spec.Algorithm == limit.SlidingWindow && spec.Precision > precisionWarnAbove {
+		p.warnf(p.at(d, "precision", atValue), join(d.path, "precision"), "%d sub-window counters per counter is costly (precision above %d rarely helps)", spec.Precision, precisionWarnAbove)
+	}
+}
+
+// draft is a rate_limit being parsed: where it was written, its fields as
+// given, and what they set.
+type draft struct {
+	node     *yaml.Node
+	path     string
+	given    map[string]field // by name
+	lim      *Limit
+	values   map[string]value // by name, when decoded
+	spec     limit.Spec       // Algorithm, Burst and Precision, as given
+	location *time.Location   // nil without a timezone
+}
+
+// isGiven reports whether the field is in the mapping with a value other
+// than null or "".
+func (d *draft) isGiven(name string) bool {
+	f, ok := d.given[name]
+	return ok && !isNull(f.val) && !(f.val.Kind == yaml.ScalarNode && f.val.Value == "")
+}
+
+// decodeRateLimit reads each field of a rate_limit through its entry of
+// rateLimitTable.
+func (p *parser) decodeRateLimit(n *yaml.Node, path string, fields []field) *draft {
+	d := &draft{node: n, path: path, given: map[string]field{}, values: map[string]value{}, lim: &Limit{Pos: p.pos(n), UnitMultiplier: 1}}
+	for _, fl := range fields {
+		d.given[fl.name] = fl
+		def := lookupField(fl.name)
+		fp := join(path, fl.name)
+		v, ok := p.decode(def, fl.val, fp)
+		if !ok {
+			continue
+		}
+		d.values[fl.name] = v
+		if def.set == nil {
+			continue
+		}
+		if err := def.set(d, v); err != nil {
+			p.errorf(p.pos(fl.val), fp, "%v", err)
+		}
+	}
+	return d
+}
+
+func lookupField(name string) *rateLimitField {
+	for i := range rateLimitTable {
+		if rateLimitTable[i].name == name {
+			return &rateLimitTable[i]
+		}
+	}
+	panic("rules: no rate_limit field " + name) // mapping admits only the table's names
+}
+
+// decode reads a value of the field's kind, recording a wrong kind or range.
+// ok is false when there is nothing to set.
+func (p *parser) decode(def *rateLimitField, n *yaml.Node, path string) (v value, ok bool) {
+	switch def.kind {
+	case kindText:
+		v.text, ok = p.str(n, path)
+		v.null = isNull(n)
+	case kindBool:
+		v.b, ok = p.boolean(n, path), true
+	case kindWhole:
+		v.n, ok = p.integer(n, path, def.min, def.max)
+	case kindReplaces:
+		v.list, ok = p.replaces(n, path), true
+	}
+	return v, ok
+}
+
+// at returns where a problem of the named field points, or the rate_limit
+// itself when the field is not in it.
+func (p *parser) at(d *draft, name string, w where) Position {
+	f, ok := d.given[name]
+	switch {
+	case !ok:
+		return p.pos(d.node)
+	case w == atName:
+		return p.pos(f.key)
+	}
+	return p.pos(f.val)
+}
+
+// checkReplaces records a limit that replaces itself.
+func (p *parser) checkReplaces(d *draft) {
+	for _, r := range d.lim.Replaces {
+		if r != "" && r == d.lim.Name {
+			p.errorf(p.at(d, "replaces", atName), join(d.path, "replaces"), "replaces its own name %q (a limit cannot replace itself)", r)
+		}
+	}
+}
+
+// checkUnlimited records the fields given with unlimited: true that it
+// refuses or ignores.
+func (p *parser) checkUnlimited(d *draft) {
+	for i := range rateLimitTable {
+		def := &rateLimitTable[i]
+		switch {
+		case def.unlimitedWhy != "" && d.isGiven(def.name):
+			p.errorf(p.at(d, def.name, def.unlimitedAt), join(d.path, def.name), "given with unlimited: true (%s; remove one of them)", def.unlimitedWhy)
+		case def.unlimitedIgnored && d.given[def.name].val != nil:
+			p.warnf(p.at(d, def.name, atValue), join(d.path, def.name), "ignored: the limit is unlimited")
+		}
+	}
+}
+
+// checkNeeds records the fields given without the field they need.
+func (p *parser) checkNeeds(d *draft) {
+	for i := range rateLimitTable {
+		def := &rateLimitTable[i]
+		if def.needs != "" && d.isGiven(def.name) && !d.values[def.needs].b {
+			p.errorf(p.at(d, def.name, atName), join(d.path, def.name), "given without %s: true (%s)", def.needs, def.needsWhy)
+		}
+	}
+}
+
+// reportSpec records the problems of a spec at the field that set the
+// parameter at fault: the first of the table's fields for it that is
+// given, or the rate_limit itself.
+func (p *parser) reportSpec(d *draft, err error) {
+	var errs limit.SpecErrors
+	if !errors.As(err, &errs) {
+		if err != nil {
+			p.errorf(p.pos(d.node), d.path, "%v", err)
+		}
+		return
+	}
+	for _, e := range errs {
+		pos, path := p.pos(d.node), d.path
+		for i := range rateLimitTable {
+			def := &rateLimitTable[i]
+			if _, ok := d.given[def.name]; ok && def.hasParam && def.param == e.Param {
+				pos, path = p.at(d, def.name, def.paramAt), join(d.path, def.name)
+				break
+			}
+		}
+		p.errorf(pos, path, "%s", e.Msg)
+	}
+}
