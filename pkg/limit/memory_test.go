@@ -667,6 +667,8 @@ func TestEvaluateErrors(t *testing.T) {
 	badSpec.Spec.Window = 0
 	negative := ok
 	negative.Cost = -1
+	badMode := ok
+	badMode.Mode = 7
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	cases := []struct {
@@ -680,6 +682,7 @@ func TestEvaluateErrors(t *testing.T) {
 		{"fewer decisions than hits", context.Background(), []limit.Hit{ok, ok}, 1, nil, "1 decisions for 2 hits"},
 		{"invalid spec", context.Background(), []limit.Hit{ok, badSpec}, 2, limit.ErrInvalidSpec, "hit 1: invalid limit spec: window 0s"},
 		{"negative cost", context.Background(), []limit.Hit{negative}, 1, limit.ErrNegativeCost, "hit 0: negative cost: -1"},
+		{"unknown mode", context.Background(), []limit.Hit{ok, badMode}, 2, limit.ErrInvalidMode, "hit 1: unknown hit mode: Mode(7)"},
 		{"canceled", canceled, []limit.Hit{ok}, 1, context.Canceled, "canceled"},
 	}
 	for _, c := range cases {
