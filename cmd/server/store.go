@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
@@ -23,7 +22,7 @@ import (
 // counterStore is where the counters are kept, as the rest of the program
 // needs it.
 type counterStore struct {
-	limiter envoy.Limiter
+	limiter limit.Limiter
 	name    string // "memory", "redis" or "memcache", in metrics
 	// health is nil for memory, which is always there.
 	health func() server.StoreHealth
@@ -109,7 +108,7 @@ func newStore(ctx context.Context, cfg *config, logger *slog.Logger) (*counterSt
 		logger.Info(msg, st.logAttrs("type", part.rs.typ, "tls", part.rs.tlsOn(), "deadline", cfg.redisDeadline,
 			"script_sha", redislimit.ScriptSHA())...)
 	}
-	var lim envoy.Limiter = stores[0].lim
+	var lim limit.Limiter = stores[0].lim
 	if len(stores) == 2 {
 		split, err := redislimit.NewSplit(stores[0].lim, stores[1].lim, redislimit.PerSecond)
 		if err != nil {

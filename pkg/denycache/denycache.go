@@ -4,10 +4,9 @@
 // Under an over-limit flood most calls are such repeats, so most are
 // answered in memory.
 //
-// It owns only that knowledge. A Cache wraps any limiter with limit.Memory's
-// Evaluate contract (redislimit.Limiter in the server) and is one itself;
-// it imports limit for the Hit and Decision types and nothing else of
-// floodgate's.
+// It owns only that knowledge. A Cache wraps any limit.Limiter
+// (redislimit.Limiter in the server) and is one itself; it imports limit
+// for that contract and nothing else of floodgate's.
 //
 // # Why a cached denial is safe
 //
@@ -42,13 +41,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// Limiter is what a Cache wraps: Evaluate with limit.Memory's contract
-// (decisions[i] answers hits[i]; if any hit of cost > 0 that is not a
-// refund is denied, nothing is consumed).
-type Limiter interface {
-	Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error
-}
-
 // DefaultMaxEntries is Options.MaxEntries when it is zero.
 const DefaultMaxEntries = 1 << 16
 
@@ -76,12 +68,12 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Cache is a Limiter that answers calls the wrapped Limiter would reject
+// Cache is a limit.Limiter that answers calls the wrapped one would reject
 // from the denials it has seen. It is safe for concurrent use; calls on
 // different keys rarely share a lock, and a call answered from the cache
 // does not allocate.
 type Cache struct {
-	inner  Limiter
+	inner  limit.Limiter
 	now    func() time.Time
 	maxAge int64 // ns
 	seed   maphash.Seed
@@ -114,7 +106,7 @@ type denial struct {
 }
 
 // New returns a Cache in front of inner.
-func New(inner Limiter, opts Options) *Cache {
+func New(inner limit.Limiter, opts Options) *Cache {
 	c := &Cache{inner: inner, now: opts.Now, seed: maphash.MakeSeed(), maxAge: int64(opts.MaxAge)}
 	if c.now == nil {
 		c.now = time.Now
@@ -142,10 +134,11 @@ func (c *Cache) shardOf(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)&uint64(len(c.shards)-1)]
 }
 
-// Evaluate decides hits with the contract of the wrapped Limiter. When
-// every hit of the call has a cached denial for its Key and Spec at a cost
-// no greater than its own, and one of them is neither a refund nor
-// advisory, the wrapped Limiter would reject the call: it is answered
+// Evaluate implements limit.Limiter. When every hit of the call has a
+// cached denial for its Key and Spec at a cost no greater than its own,
+// and those denials block the call (limit.Blocked: one is enforced, or
+// every quota is over), the wrapped Limiter would reject the call: it is
+// answered
 // without it, each hit with Allowed false, Remaining 0, RetryAfter the time
 // left until the instant the store gave, and ResetAfter the store's minus
 // the time elapsed (a hit costing more than its limit's capacity gets Never
@@ -177,7 +170,6 @@ func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) 
 	if len(decisions) != len(hits) {
 		return false // the wrapped Limiter says what is wrong
 	}
-	blocked := false
 	for i := range hits {
 		h := &hits[i]
 		var d denial
@@ -193,11 +185,8 @@ func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) 
 		if h.Cost > d.spec.Capacity() {
 			decisions[i].Never, decisions[i].RetryAfter = true, 0
 		}
-		if !h.Advisory {
-			blocked = true
-		}
 	}
-	return blocked
+	return limit.Blocked(hits, decisions)
 }
 
 // denied reports whether h has a cached denial still in force, and copies

@@ -185,12 +185,16 @@ func TestOnlyCallsKnownWholeAreAnswered(t *testing.T) {
 	c, inner, clk := newCache(t, Options{})
 	a := limit.Hit{Key: "a", Spec: perSecond, Cost: 1}
 	b := limit.Hit{Key: "b", Spec: perSecond, Cost: 1}
-	shadow := limit.Hit{Key: "s", Spec: perSecond, Cost: 1, Advisory: true}
-	eval(t, c, a, b, shadow)
+	shadow := limit.Hit{Key: "s", Spec: perSecond, Cost: 1, Mode: limit.Advisory}
+	q1 := limit.Hit{Key: "q1", Spec: perSecond, Cost: 1, Mode: limit.Quota, Group: 1}
+	q2 := limit.Hit{Key: "q2", Spec: perSecond, Cost: 1, Mode: limit.Quota, Group: 2}
+	eval(t, c, a, b, shadow, q1, q2)
 	clk.t = clk.t.Add(100 * time.Millisecond)
 	eval(t, c, a) // learnt
 	eval(t, c, b)
 	eval(t, c, shadow)
+	eval(t, c, q1)
+	eval(t, c, q2)
 	denied := limit.Decision{RetryAfter: 900 * time.Millisecond, ResetAfter: 900 * time.Millisecond}
 	other := limit.Hit{Key: "other", Spec: perSecond, Cost: 1}
 	look := limit.Hit{Key: "a", Spec: perSecond, Cost: 0}
@@ -202,6 +206,8 @@ func TestOnlyCallsKnownWholeAreAnswered(t *testing.T) {
 		{"every hit denied", []limit.Hit{a, b}, true},
 		{"a denial and an advisory denial", []limit.Hit{shadow, a}, true},
 		{"only an advisory denial: the call passes", []limit.Hit{shadow}, false},
+		{"every quota denied: the call is blocked", []limit.Hit{q1, q2}, true},
+		{"a quota denied with an enforced denial", []limit.Hit{q1, a}, true},
 		{"a hit the cache knows nothing of", []limit.Hit{other, a}, false},
 		{"a look", []limit.Hit{a, look}, false},
 		{"a refund", []limit.Hit{a, {Key: "b", Spec: perSecond, Cost: 1, Refund: true}}, false},

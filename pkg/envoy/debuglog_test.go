@@ -11,6 +11,8 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // TestDebugLogsEachDecision: at debug level each answer is one line with
@@ -22,7 +24,7 @@ func TestDebugLogsEachDecision(t *testing.T) {
 	const secret = "s3cret-api-key"
 	tests := []struct {
 		name  string
-		store Limiter // nil: the harness's in-memory store
+		store limit.Limiter // nil: the harness's in-memory store
 		req   *pb.RateLimitRequest
 		want  map[string]any // fields of the line, besides msg, level, time and duration
 	}{

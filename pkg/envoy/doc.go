@@ -5,10 +5,12 @@
 // validates a request against its bounds (bounds.go), asks the current
 // rules.Set which limits each descriptor matches (Set.Match), drops the
 // limits another matched limit replaces, turns the rest into one
-// []limit.Hit for the whole request (shadow-mode limits as advisory hits,
-// with counter keys from package rules), asks the Limiter once (all or
-// nothing: a rejected request consumes nothing), applies quota mode and
-// the failure policy, and builds the response: one status per descriptor,
+// []limit.Hit for the whole request (shadow-mode limits as limit.Advisory
+// hits, quota-mode ones as limit.Quota hits, one quota per descriptor,
+// with counter keys from package rules), asks the Limiter once, which
+// decides the request in that one call, quota rule included (all or
+// nothing: a rejected request consumes nothing), applies the failure
+// policy, and builds the response: one status per descriptor,
 // the overall code, and the optional response headers and body; an answer
 // of the failure policy says so, with the cause, in its dynamic metadata
 // (failure.go). It logs each answer at debug level (debuglog.go). It also
@@ -16,9 +18,9 @@
 // under the reference server's names (statsd.go), whose series and names
 // stay bounded whatever values clients send.
 //
-// It imports rules (which limits apply), limit (the Hit and Decision
-// types) and statsd (the transport of its statsd stats), never a store:
-// the Limiter is an interface satisfied by limit.Memory and
-// redislimit.Limiter, chosen by the caller. Servers, listeners and
+// It imports rules (which limits apply), limit (the Limiter contract and
+// its Hit and Decision types) and statsd (the transport of its statsd
+// stats), never a store: the limit.Limiter (limit.Memory,
+// redislimit.Limiter, ...) is chosen by the caller. Servers, listeners and
 // configuration belong to package server and cmd/server.
 package envoy

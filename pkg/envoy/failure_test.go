@@ -221,7 +221,7 @@ func TestFailureAnswersSayWhy(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		store  Limiter
+		store  limit.Limiter
 		global rules.FailureMode
 		header string
 		want   string // cause/policy, or the error's code and cause

@@ -100,7 +100,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 			want:    want{"test.shadow": {1, 0, 0, 1, 1, 0}, "test.user": {1, 1, 0, 0, 0, 0}},
 		},
 		{
-			name:    "one quota over: the other is charged (recharged) and within",
+			name:    "one quota over: the other is charged, in the same store call, and within",
 			before:  []*pb.RateLimitRequest{request("test", desc("quota_a", "x"))},
 			req:     request("test", desc("quota_a", "x"), desc("quota_b", "y")),
 			overall: pb.RateLimitResponse_OK,

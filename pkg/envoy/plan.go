@@ -26,11 +26,6 @@ type scratch struct {
 	quota     []int
 
 	failure failureAnswer // set when the failure policy answered
-
-	// The second pass of recharge.
-	hits2      []limit.Hit
-	decisions2 []limit.Decision
-	index2     []int
 }
 
 // descState is one request descriptor.
@@ -69,10 +64,8 @@ func (sc *scratch) reset() {
 	clear(sc.items)
 	clear(sc.matched)
 	clear(sc.hits)
-	clear(sc.hits2)
 	sc.entries, sc.descs, sc.items, sc.matched = sc.entries[:0], sc.descs[:0], sc.items[:0], sc.matched[:0]
 	sc.hits, sc.decisions, sc.key, sc.label = sc.hits[:0], sc.decisions[:0], sc.key[:0], sc.label[:0]
-	sc.hits2, sc.decisions2, sc.index2 = sc.hits2[:0], sc.decisions2[:0], sc.index2[:0]
 	sc.failure = failureAnswer{}
 }
 
@@ -158,14 +151,27 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 			sc.key = rules.AppendOverrideKey(sc.key, domain, ds.rule, entries, it.spec)
 		}
 		it.hit = len(sc.hits)
-		// A shadow-mode limit is charged with the others but never stops
-		// them. Quota limits do block: when every quota of the request is
-		// over, the request is rejected and must consume nothing; when only
-		// some are, decide recharges the rest.
-		sc.hits = append(sc.hits, limit.Hit{Key: string(sc.key), Spec: it.spec, Cost: ds.cost, Refund: ds.refund, Advisory: ds.shadow})
+		sc.hits = append(sc.hits, limit.Hit{Key: string(sc.key), Spec: it.spec, Cost: ds.cost, Refund: ds.refund, Mode: ds.mode(), Group: uint32(it.desc)})
 	}
 	sc.decisions = grow(sc.decisions, len(sc.hits))
 	return nil
+}
+
+// mode returns the mode of the descriptor's hits, which the Limiter
+// applies in the same pass as it decides them (limit.Blocked), so that it
+// agrees with judge: a shadow-mode limit is charged with the others but
+// never stops them (shadow mode wins over quota mode, so that a rule in
+// shadow mode changes no outcome); the limits of a quota descriptor are one
+// quota, the request being rejected, and charged nothing, only when every
+// quota of it is over.
+func (ds *descState) mode() limit.Mode {
+	switch {
+	case ds.shadow:
+		return limit.Advisory
+	case ds.quota:
+		return limit.Quota
+	}
+	return limit.Enforce
 }
 
 // overrideField names descriptor index's override in error messages; it is
@@ -266,7 +272,7 @@ func (sc *scratch) judge(nearRatio float64) verdict {
 		if out.wouldDeny && !ds.shadow {
 			out.code = pb.RateLimitResponse_OVER_LIMIT
 		}
-		if ds.quota && anyLimited {
+		if ds.quota && !ds.shadow && anyLimited {
 			quotas++
 			if out.code == pb.RateLimitResponse_OVER_LIMIT {
 				v.quota = append(v.quota, di)
@@ -287,17 +293,6 @@ func restrictive(a, b *limit.Decision) bool {
 		return !a.Allowed
 	}
 	return a.Remaining < b.Remaining
-}
-
-// consumedNothing reports whether the Limiter denied a hit that blocks its
-// call, which, all or nothing, means that no hit of the call consumed.
-func (sc *scratch) consumedNothing(hits []limit.Hit, decisions []limit.Decision) bool {
-	for i := range hits {
-		if hits[i].Blocks(&decisions[i]) {
-			return true
-		}
-	}
-	return false
 }
 
 // applyFailure turns every evaluated limit into its failure policy's

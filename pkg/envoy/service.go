@@ -18,15 +18,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Limiter decides the hits of one request together and writes decisions[i]
-// for hits[i]. If any hit of cost > 0 that is not a refund is denied, no hit
-// changes any counter. An error means nothing was decided; errors caused by
-// the store should wrap a sentinel the caller can log (redislimit.ErrStore).
-// limit.Memory and redislimit.Limiter satisfy it.
-type Limiter interface {
-	Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error
-}
-
 // RuleSource returns the rules in force; rules.Watcher satisfies it. Current
 // must be cheap (it is called once per request) and may return a different
 // Set on each call.
@@ -97,15 +88,17 @@ type Service struct {
 	pb.UnimplementedRateLimitServiceServer
 
 	rules    RuleSource
-	limiter  Limiter
+	limiter  limit.Limiter
 	opts     Options
 	failures *failureLog
 	scratch  sync.Pool // *scratch
 }
 
 // New returns a Service that matches requests against rs and evaluates the
-// matched limits with l. It returns an error for invalid options.
-func New(rs RuleSource, l Limiter, opts Options) (*Service, error) {
+// matched limits with l, one Evaluate call per request (shadow-mode limits
+// as limit.Advisory hits, quota-mode ones as limit.Quota hits, one quota
+// per descriptor). It returns an error for invalid options.
+func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	if rs == nil || l == nil {
 		return nil, errors.New("envoy: nil rule source or limiter")
 	}
@@ -196,10 +189,9 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	// One deadline for every store call of the request, the rare second
-	// one (recharge) included: a request never waits longer than that.
-	// Envoy sends its own deadline (grpc-timeout, 20 ms by default); when
-	// it comes first, a timer of our own would never fire.
+	// One deadline for the store call of the request. Envoy sends its own
+	// deadline (grpc-timeout, 20 ms by default); when it comes first, a
+	// timer of our own would never fire.
 	storeCtx := ctx
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.opts.StoreTimeout {
 		var cancel context.CancelFunc
@@ -210,22 +202,11 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		return s.failed(ctx, storeCtx, sc, req, err)
 	}
 	v := sc.judge(s.opts.NearLimitRatio)
-	// All or nothing: a hit that blocks means no hit of the call was
-	// charged, and the metrics must not count the admitted ones as within
-	// their limit.
-	charged := !sc.consumedNothing(sc.hits, sc.decisions)
-	if !v.over && !charged {
-		// The request passes although a quota limit denied its hit
-		// (another quota of the request is not over), so the Limiter
-		// consumed nothing: charge it now. If that fails, the request
-		// still passes, uncharged, as under the failure policy.
-		if err := s.recharge(storeCtx, sc); err != nil {
-			s.failures.record(err)
-		} else {
-			charged = !sc.consumedNothing(sc.hits2, sc.decisions2)
-		}
-		v = sc.judge(s.opts.NearLimitRatio)
-	}
+	// The Limiter decided the request with the quota rule in the same
+	// pass (limit.Blocked); all or nothing, a blocked call charged no hit,
+	// and the metrics must not count the admitted ones as within their
+	// limit.
+	charged := !limit.Blocked(sc.hits, sc.decisions)
 	sc.countMetrics(s.opts.Metrics, set, domain, v, charged)
 	return s.respond(sc, req, v), nil
 }
@@ -241,31 +222,6 @@ func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	return err
 }
 
-// recharge charges a request that passes although the Limiter consumed
-// nothing (a quota limit denied its hit while another quota of the request
-// is not over): it evaluates again only the hits that were allowed and
-// copies their decisions back.
-func (s *Service) recharge(ctx context.Context, sc *scratch) error {
-	sc.hits2, sc.index2 = sc.hits2[:0], sc.index2[:0]
-	for i := range sc.hits {
-		if sc.decisions[i].Allowed {
-			sc.hits2 = append(sc.hits2, sc.hits[i])
-			sc.index2 = append(sc.index2, i)
-		}
-	}
-	sc.decisions2 = grow(sc.decisions2, len(sc.hits2))
-	if err := s.evaluate(ctx, sc.hits2, sc.decisions2); err != nil {
-		return err
-	}
-	// If another request took the budget in between, this one is now
-	// rejected by the limits it was charged to and consumed nothing; the
-	// decisions say so.
-	for j, i := range sc.index2 {
-		sc.decisions[i] = sc.decisions2[j]
-	}
-	return nil
-}
-
 // failed applies the failure policy after the Limiter, called with
 // storeCtx, returned err: limits that deny make their descriptors
 // OVER_LIMIT; otherwise, if a limit asks for it, the call fails with
@@ -277,7 +233,7 @@ func (s *Service) failed(ctx, storeCtx context.Context, sc *scratch, req *pb.Rat
 		// The caller went away; nobody reads the answer.
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	if errors.Is(err, limit.ErrInvalidSpec) || errors.Is(err, limit.ErrNegativeCost) {
+	if errors.Is(err, limit.ErrInvalidSpec) || errors.Is(err, limit.ErrNegativeCost) || errors.Is(err, limit.ErrInvalidMode) {
 		// Not the store: floodgate built a hit the limiter refuses. Say so
 		// rather than dress it up as an outage.
 		s.opts.Logger.Error("the limiter refused a hit", "err", err, "domain", req.GetDomain())

@@ -603,7 +603,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 
 // countingLimiter counts the calls to a Limiter.
 type countingLimiter struct {
-	Limiter
+	limit.Limiter
 	calls int
 }
 

@@ -230,7 +230,7 @@ func checkStatsdLines(t *testing.T, got []string, want []statsdLine, requests in
 	}
 }
 
-func newTestService(t *testing.T, set *rules.Set, l Limiter, opts Options) *Service {
+func newTestService(t *testing.T, set *rules.Set, l limit.Limiter, opts Options) *Service {
 	t.Helper()
 	svc, err := New(fixedRules{set}, l, opts)
 	if err != nil {

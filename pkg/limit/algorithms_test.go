@@ -261,7 +261,6 @@ func (m model) evaluate(hits []Hit, now int64) []Decision {
 	}
 	working := map[string]*work{}
 	out := make([]Decision, len(hits))
-	denied := false
 	for i, h := range hits {
 		w := working[h.Key]
 		if w == nil {
@@ -276,11 +275,10 @@ func (m model) evaluate(hits []Hit, now int64) []Decision {
 		if o.write {
 			w.dirty, w.ok, w.expire = true, o.ttl > 0, now+o.ttl
 		}
-		denied = denied || !o.allowed && h.Cost > 0 && !h.Refund && !h.Advisory
 		out[i] = Decision{o.allowed, o.remaining, time.Duration(o.resetAfter) * time.Microsecond,
 			time.Duration(o.retryAfter) * time.Microsecond, o.never}
 	}
-	if denied {
+	if Blocked(hits, out) {
 		for i, h := range hits {
 			if out[i].Allowed {
 				var st state
@@ -338,7 +336,7 @@ func TestMemoryMatchesModel(t *testing.T) {
 				if rng.Intn(4) == 0 {
 					cost = 0
 				}
-				hits[i] = Hit{Key: key, Spec: spec, Cost: cost, Refund: rng.Intn(8) == 0, Advisory: rng.Intn(5) == 0}
+				hits[i] = Hit{Key: key, Spec: spec, Cost: cost, Refund: rng.Intn(8) == 0, Mode: Mode(rng.Intn(3)), Group: uint32(rng.Intn(2))}
 			}
 			got := make([]Decision, len(hits))
 			if err := mem.Evaluate(t.Context(), hits, got); err != nil {

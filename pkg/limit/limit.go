@@ -27,13 +27,14 @@
 //     Decision.Never set and RetryAfter 0.
 //   - A refund (Hit.Refund, envoy's is_negative_hits) gives c back, never
 //     beyond the capacity, and is always allowed.
-//   - Hits of one Evaluate call decide together: if any hit with cost > 0,
-//     not a refund and not advisory, is denied, no hit of the call changes
-//     any state. Two hits of one call on the same key see each other's
-//     consumption.
+//   - Hits of one Evaluate call decide together, all or nothing: the call
+//     is blocked (see Blocked and Mode) or every allowed hit consumes; a
+//     blocked call changes no state. Two hits of one call on the same key
+//     see each other's consumption.
 package limit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -169,31 +170,137 @@ type Hit struct {
 	// Refund gives Cost back instead of taking it (envoy's is_negative_hits),
 	// never beyond the limit's capacity. A refund is always allowed.
 	Refund bool
-	// Advisory makes the hit's denial not block the rest of its Evaluate
-	// call: the hit is decided like any other, and consumes when allowed
-	// and the call consumes, but when it is denied the other hits still
-	// consume (it writes nothing for itself, as any denied hit). For limits
-	// that are counted and reported but never reject (shadow mode).
-	Advisory bool
+	// Mode says what the hit's denial does to its call: block it
+	// (Enforce), nothing (Advisory), or block it together with every
+	// other quota of the call (Quota). See Blocked.
+	Mode Mode
+	// Group names the quota a Quota hit belongs to: the Quota hits of one
+	// call with equal Group are one quota (say, the limits of one
+	// descriptor), over when any of them is denied. Ignored for the other
+	// modes.
+	Group uint32
 }
 
-// Blocks reports whether d, the decision for h, makes h's Evaluate call
-// consume nothing: h has a cost, is neither a refund nor advisory, and d
-// denies it.
-func (h *Hit) Blocks(d *Decision) bool {
-	return !d.Allowed && h.Cost > 0 && !h.Refund && !h.Advisory
+// Mode says how a hit's denial bears on the rest of its Evaluate call.
+// The zero value is Enforce.
+type Mode uint8
+
+const (
+	// Enforce: the call is blocked when the hit is refused (denied, of
+	// cost > 0, not a refund).
+	Enforce Mode = iota
+	// Advisory: the hit is decided like any other, and consumes when
+	// allowed and the call consumes, but its denial blocks nothing (it
+	// writes nothing for itself, as any denied hit). For limits that are
+	// counted and reported but never reject (shadow mode).
+	Advisory
+	// Quota: the hit belongs to a quota (Hit.Group), over when any of its
+	// hits is denied (a hit of cost 0 is denied when its limit is already
+	// exceeded); the call is blocked when every quota of the call is over.
+	// A quota that is over while another is not blocks nothing: the call
+	// consumes its other allowed hits, and the denied ones write nothing.
+	Quota
+
+	numModes
+)
+
+var modeNames = [numModes]string{Enforce: "enforce", Advisory: "advisory", Quota: "quota"}
+
+// String returns the mode's name, such as "quota".
+func (m Mode) String() string {
+	if m < numModes {
+		return modeNames[m]
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Blocked reports whether decisions, the decisions for hits, block their
+// Evaluate call, which then consumes nothing: an Enforce hit of cost > 0,
+// not a refund, is denied; or the call has Quota hits and every quota
+// (Quota hits of one Group) has a denied hit. It is the one rule every
+// Limiter applies, in one pass, before anything is written; the Lua script
+// of package redislimit mirrors it. len(decisions) must be at least
+// len(hits).
+func Blocked(hits []Hit, decisions []Decision) bool {
+	quota := false
+	for i := range hits {
+		h, d := &hits[i], &decisions[i]
+		switch h.Mode {
+		case Enforce:
+			if !d.Allowed && h.Cost > 0 && !h.Refund {
+				return true
+			}
+		case Quota:
+			quota = true
+		}
+	}
+	if !quota {
+		return false
+	}
+	// Every quota is over when each allowed Quota hit has a denied one in
+	// its group. Calls have few hits: a scan beats a map.
+	for i := range hits {
+		if hits[i].Mode != Quota || !decisions[i].Allowed {
+			continue
+		}
+		over := false
+		for j := range hits {
+			if hits[j].Mode == Quota && hits[j].Group == hits[i].Group && !decisions[j].Allowed {
+				over = true
+				break
+			}
+		}
+		if !over {
+			return false
+		}
+	}
+	return true
+}
+
+// Limiter decides the hits of one request together. It is the one
+// contract of every store (Memory, package redislimit's Limiter and Split,
+// package memcachelimit's Limiter) and of every wrapper (package
+// denycache's Cache); they document only where they differ from it.
+//
+// Evaluate sets decisions[i] to the decision for hits[i], deciding every
+// hit at one instant of the store's clock:
+//
+//   - Hits are applied in order to working copies of their counters, so a
+//     later hit on a Key sees an earlier one's consumption.
+//   - All or nothing: if the decisions block the call (Blocked, which
+//     applies each hit's Mode), no counter changes, and every allowed hit's
+//     Decision describes the stored state as a hit of cost 0 sees it (see
+//     Decision); otherwise every allowed hit consumes and every refund
+//     gives back. The store decides this in the same pass, atomically:
+//     no other call sees a counter in between.
+//   - An error means nothing was decided and nothing consumed (a store
+//     that cannot guarantee that, such as one spread over several
+//     servers, says so). len(decisions) != len(hits) and an invalid hit
+//     are errors, the latter naming the hit's index and wrapping
+//     ErrInvalidSpec or ErrNegativeCost (Hit.Validate); a failure of the
+//     store wraps a sentinel of the store's package (such as
+//     redislimit.ErrStore), and ErrCircuitOpen when the store was not
+//     asked because it failed recently.
+//
+// Implementations are safe for concurrent use.
+type Limiter interface {
+	Evaluate(ctx context.Context, hits []Hit, decisions []Decision) error
 }
 
 // Validate reports whether the hit can be evaluated: its Spec passes
 // Spec.Validate's checks, except the ones a store can do without (a
-// parameter the algorithm ignores, a costly sliding log), and its Cost is
-// not negative. The error wraps ErrInvalidSpec or ErrNegativeCost.
+// parameter the algorithm ignores, a costly sliding log), its Cost is not
+// negative and its Mode is known. The error wraps ErrInvalidSpec,
+// ErrNegativeCost or ErrInvalidMode.
 func (h Hit) Validate() error {
 	if err := h.Spec.check(evaluating).err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	if h.Cost < 0 {
 		return fmt.Errorf("%w: %d", ErrNegativeCost, h.Cost)
+	}
+	if h.Mode >= numModes {
+		return fmt.Errorf("%w: %v", ErrInvalidMode, h.Mode)
 	}
 	return nil
 }
@@ -205,6 +312,8 @@ var (
 	ErrInvalidSpec = errors.New("invalid limit spec")
 	// ErrNegativeCost reports a Hit with Cost < 0.
 	ErrNegativeCost = errors.New("negative cost")
+	// ErrInvalidMode reports a Hit whose Mode is none of the constants.
+	ErrInvalidMode = errors.New("unknown hit mode")
 )
 
 // ErrCircuitOpen is wrapped by the error of an Evaluate call that did not
@@ -218,10 +327,9 @@ var ErrCircuitOpen = errors.New("circuit open")
 // allows 10 hits per minute, has counted 6 this minute and the window ends in
 // 20 s, a hit of cost 1 gets Allowed, Remaining 3, ResetAfter 20 s.
 //
-// When another hit of the same Evaluate call blocks it (Hit.Blocks), the
-// call consumes nothing, and an allowed hit's Decision says so: Allowed,
-// with Remaining and ResetAfter those of a hit of cost 0 against the state
-// as stored (in the example, Remaining 4). A denied hit's Decision is its
+// When the Evaluate call is blocked (Blocked), it consumes nothing, and an
+// allowed hit's Decision says so: Allowed, with Remaining and ResetAfter
+// those of a hit of cost 0 against the state as stored (in the example, Remaining 4). A denied hit's Decision is its
 // own verdict at its turn in the call, which may count earlier hits of the
 // call on its counter.
 type Decision struct {

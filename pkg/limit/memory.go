@@ -97,7 +97,7 @@ const minShardEntries = 1024
 // A sliding log's counter holds one entry per distinct µs of its admitted
 // hits in the window, and a call on it takes time proportional to that.
 //
-// Memory is safe for concurrent use. Each Evaluate locks only the shards of
+// Memory implements Limiter and is safe for concurrent use. Each Evaluate locks only the shards of
 // its hits, in ascending order, so calls on different keys rarely wait for
 // each other, and the hits of one call decide atomically.
 type Memory struct {
@@ -191,24 +191,11 @@ type slot struct {
 	ttl    int64 // of the last write
 }
 
-// Evaluate decides hits together at one instant of the clock and sets
-// decisions[i] to the decision for hits[i]. len(decisions) must equal
-// len(hits).
-//
-// Hits are processed in order against working copies of their counters, so
-// a later hit on the same key sees an earlier one's consumption. If any hit
-// blocks (see Hit.Blocks: of cost > 0, neither a refund nor advisory, and
-// denied), no counter changes, and the decisions of the allowed hits
-// describe the stored state, as a hit of cost 0 would see it (see
-// Decision); otherwise every allowed hit is consumed and every refund given
-// back. Either way every decision is set.
-//
-// It returns an error, deciding nothing, if len(decisions) != len(hits), if
-// a hit is invalid (the error names the hit's index and wraps
-// ErrInvalidSpec or ErrNegativeCost, see Hit.Validate), or if ctx is done;
-// and an error wrapping ErrFull, changing nothing, if a counter the call
-// would create does not fit (see Memory). A call that consumes nothing
-// (a hit blocks) creates no counter, so it is decided even when full.
+// Evaluate implements Limiter, deciding every hit at one reading of the
+// clock. Beyond Limiter's errors, it returns ctx's error, deciding
+// nothing, if ctx is done; and an error wrapping ErrFull, changing
+// nothing, if a counter the call would create does not fit (see Memory).
+// A blocked call creates no counter, so it is decided even when full.
 func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision) error {
 	if len(decisions) != len(hits) {
 		return fmt.Errorf("limit: %d decisions for %d hits", len(decisions), len(hits))
@@ -285,7 +272,6 @@ func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int6
 		sc.slots[i].load(single)
 	}
 
-	denied := false
 	for i := range hits {
 		h := &hits[i]
 		sl := &sc.slots[sc.slotOf[i]]
@@ -294,11 +280,8 @@ func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int6
 			sl.dirty, sl.ok, sl.ttl = true, o.ttl > 0, o.ttl
 		}
 		decisions[i] = o.decision()
-		if h.Blocks(&decisions[i]) {
-			denied = true
-		}
 	}
-	if denied {
+	if Blocked(hits, decisions) {
 		// Nothing is consumed: the allowed hits report the stored state.
 		for i := range hits {
 			if decisions[i].Allowed {

@@ -450,12 +450,17 @@ func TestCommonRules(t *testing.T) {
 // TestAllOrNothing checks that the hits of one call decide together.
 func TestAllOrNothing(t *testing.T) {
 	fixed := limit.Spec{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute}
+	fixed2 := limit.Spec{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute}
 	bucket := limit.Spec{Algorithm: limit.TokenBucket, Limit: 4, Window: dyadic}
 	h := func(key string, spec limit.Spec, cost int64) limit.Hit {
 		return limit.Hit{Key: key, Spec: spec, Cost: cost}
 	}
 	adv := func(key string, spec limit.Spec, cost int64) limit.Hit {
-		return limit.Hit{Key: key, Spec: spec, Cost: cost, Advisory: true}
+		return limit.Hit{Key: key, Spec: spec, Cost: cost, Mode: limit.Advisory}
+	}
+	// quota returns a Quota hit of quota g.
+	quota := func(g uint32, key string, spec limit.Spec, cost int64) limit.Hit {
+		return limit.Hit{Key: key, Spec: spec, Cost: cost, Mode: limit.Quota, Group: g}
 	}
 	cases := []struct {
 		name    string
@@ -570,6 +575,64 @@ func TestAllOrNothing(t *testing.T) {
 			wantRem: []int64{1},
 		},
 		{
+			name:    "one quota over, another not: the others consume, the denied one writes nothing",
+			setup:   []limit.Hit{h("q1", fixed, 3)},
+			call:    []limit.Hit{quota(1, "q1", fixed, 1), quota(2, "q2", fixed, 1), h("e", fixed, 1)},
+			want:    []limit.Decision{deny(0, time.Minute, time.Minute), allow(2, time.Minute), allow(2, time.Minute)},
+			after:   []limit.Hit{h("q1", fixed, 0), h("q2", fixed, 0), h("e", fixed, 0)},
+			wantRem: []int64{0, 2, 2},
+		},
+		{
+			name:    "every quota over: nothing consumed",
+			setup:   []limit.Hit{h("q1", fixed, 3), h("q2", bucket, 4)},
+			call:    []limit.Hit{quota(1, "q1", fixed, 1), quota(2, "q2", bucket, 1), h("e", fixed, 1)},
+			want:    []limit.Decision{deny(0, time.Minute, time.Minute), deny(0, 1048576*us, 262144*us), allow(3, time.Minute)},
+			after:   []limit.Hit{h("e", fixed, 0)},
+			wantRem: []int64{3},
+		},
+		{
+			name:    "a quota is over when any of its hits is denied",
+			setup:   []limit.Hit{h("q1b", fixed, 3), h("q2", fixed, 3)},
+			call:    []limit.Hit{quota(1, "q1a", fixed, 1), quota(1, "q1b", fixed, 1), quota(2, "q2", fixed, 1)},
+			want:    []limit.Decision{allow(3, time.Minute), deny(0, time.Minute, time.Minute), deny(0, time.Minute, time.Minute)},
+			after:   []limit.Hit{h("q1a", fixed, 0)},
+			wantRem: []int64{3},
+		},
+		{
+			name:    "a lone quota over blocks like an enforced limit",
+			setup:   []limit.Hit{h("q1", fixed, 3)},
+			call:    []limit.Hit{quota(7, "q1", fixed, 1), h("e", fixed, 1)},
+			want:    []limit.Decision{deny(0, time.Minute, time.Minute), allow(3, time.Minute)},
+			after:   []limit.Hit{h("e", fixed, 0)},
+			wantRem: []int64{3},
+		},
+		{
+			name:    "an enforced denial blocks whatever the quotas say",
+			setup:   []limit.Hit{h("e", fixed, 3)},
+			call:    []limit.Hit{quota(1, "q1", fixed, 1), h("e", fixed, 1)},
+			want:    []limit.Decision{allow(3, time.Minute), deny(0, time.Minute, time.Minute)},
+			after:   []limit.Hit{h("q1", fixed, 0)},
+			wantRem: []int64{3},
+		},
+		{
+			// A look is denied when the count is above the limit (lowered
+			// by a reload, say); at the limit it is allowed.
+			name:    "a quota over at cost 0 counts as over",
+			setup:   []limit.Hit{h("q1", fixed, 3), h("q2", fixed, 3)},
+			call:    []limit.Hit{quota(1, "q1", fixed2, 0), quota(2, "q2", fixed, 1), h("e", fixed, 1)},
+			want:    []limit.Decision{deny(0, time.Minute, time.Minute), deny(0, time.Minute, time.Minute), allow(3, time.Minute)},
+			after:   []limit.Hit{h("e", fixed, 0)},
+			wantRem: []int64{3},
+		},
+		{
+			name:    "a quota at its limit at cost 0 is not over",
+			setup:   []limit.Hit{h("q1", fixed, 3), h("q2", fixed, 3)},
+			call:    []limit.Hit{quota(1, "q1", fixed, 0), quota(2, "q2", fixed, 1), h("e", fixed, 1)},
+			want:    []limit.Decision{allow(0, time.Minute), deny(0, time.Minute, time.Minute), allow(2, time.Minute)},
+			after:   []limit.Hit{h("e", fixed, 0)},
+			wantRem: []int64{2},
+		},
+		{
 			name:    "three algorithms on one call",
 			call:    []limit.Hit{h("a", fixed, 3), h("b", bucket, 4), h("a", fixed, 0), h("b", bucket, 0)},
 			want:    []limit.Decision{allow(0, time.Minute), allow(0, 1048576*us), allow(0, time.Minute), allow(0, 1048576*us)},
@@ -604,6 +667,8 @@ func TestEvaluateErrors(t *testing.T) {
 	badSpec.Spec.Window = 0
 	negative := ok
 	negative.Cost = -1
+	badMode := ok
+	badMode.Mode = 7
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	cases := []struct {
@@ -617,6 +682,7 @@ func TestEvaluateErrors(t *testing.T) {
 		{"fewer decisions than hits", context.Background(), []limit.Hit{ok, ok}, 1, nil, "1 decisions for 2 hits"},
 		{"invalid spec", context.Background(), []limit.Hit{ok, badSpec}, 2, limit.ErrInvalidSpec, "hit 1: invalid limit spec: window 0s"},
 		{"negative cost", context.Background(), []limit.Hit{negative}, 1, limit.ErrNegativeCost, "hit 0: negative cost: -1"},
+		{"unknown mode", context.Background(), []limit.Hit{ok, badMode}, 2, limit.ErrInvalidMode, "hit 1: unknown hit mode: Mode(7)"},
 		{"canceled", canceled, []limit.Hit{ok}, 1, context.Canceled, "canceled"},
 	}
 	for _, c := range cases {

@@ -15,11 +15,12 @@ import (
 // hit reads its counter (incr by 0). decide then turns the replies into
 // decisions. Second, when needed, one more round trip gives back what the
 // call must not keep (decr): every increment of a call that blocks, the
-// increment of each denied advisory hit of a call that does not, and the
-// refunds.
+// increment of each denied hit (advisory or a quota's) of a call that does
+// not, and the refunds. Whether the call blocks is limit.Blocked, quotas
+// included, decided from the first step's replies alone.
 //
-// When a hit blocks before anything is asked (cost > 0, neither a refund
-// nor advisory, and Limit 0 or a cost above the limit), the call cannot
+// When a hit blocks before anything is asked (cost > 0, enforced, not a
+// refund, and Limit 0 or a cost above the limit), the call cannot
 // consume: every hit only reads, the consuming ones counting their cost
 // on top of what they read (virtual), and there is no second step.
 type call struct {
@@ -72,7 +73,7 @@ func (c *call) plan(l *Limiter, hits []limit.Hit, now time.Time) {
 	c.static = false
 	for i := range hits {
 		h := &hits[i]
-		if h.Cost > 0 && !h.Refund && !h.Advisory && (h.Spec.Limit == 0 || h.Cost > h.Spec.Limit) {
+		if h.Cost > 0 && !h.Refund && h.Mode == limit.Enforce && (h.Spec.Limit == 0 || h.Cost > h.Spec.Limit) {
 			c.static = true
 		}
 	}
@@ -136,7 +137,6 @@ func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (
 			// Limit 0: decided without the store, as limit's step does.
 			allowed := h.Cost == 0 || h.Refund
 			decisions[i] = limit.Decision{Allowed: allowed, Never: !allowed}
-			blocked = blocked || h.Blocks(&decisions[i])
 			continue
 		}
 		sl := &c.slots[hs.slot]
@@ -173,8 +173,8 @@ func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (
 			d.RetryAfter = reset
 		}
 		decisions[i] = d
-		blocked = blocked || h.Blocks(&d)
 	}
+	blocked = limit.Blocked(hits, decisions)
 	if blocked {
 		// Nothing is consumed: the allowed hits report the stored state.
 		for i := range hits {
@@ -187,7 +187,8 @@ func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (
 }
 
 // settle returns the second step's commands: give back every increment of
-// a call that blocks; otherwise the increments of denied (advisory) hits,
+// a call that blocks; otherwise the increments of denied (advisory or
+// quota) hits,
 // then the refunds, in the order of the hits.
 func (c *call) settle(hits []limit.Hit, blocked bool) []*command {
 	c.cmds2 = c.cmds2[:0]

@@ -46,7 +46,7 @@ func TestMatchesMemory(t *testing.T) {
 				for range 1 + rng.IntN(3) {
 					c := counters[rng.IntN(len(counters))]
 					h := limit.Hit{Key: c.key, Spec: c.spec, Cost: []int64{0, 1, 1, 1, 2, 3, c.spec.Limit + 1}[rng.IntN(7)]}
-					h.Advisory = rng.IntN(10) == 0
+					h.Mode, h.Group = limit.Mode(rng.IntN(3)), uint32(rng.IntN(2))
 					if h.Refund = rng.IntN(10) == 0; h.Refund {
 						refunds = append(refunds, h)
 						continue

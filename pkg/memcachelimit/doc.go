@@ -27,14 +27,17 @@
 // and for any other hit an "incr" by 0, which reads the counter in order
 // with the rest. The replies decide with limit's arithmetic: a hit is
 // allowed when the count before it plus its cost is at most the limit.
-// When a hit blocks the call (limit.Hit.Blocks), a second round trip
-// "decr"s what the call added, so the call consumes nothing; when it does
-// not, the second round trip gives back only the increments of denied
-// advisory hits, and applies the refunds (limit.Hit.Refund, envoy's
-// is_negative_hits) with "decr", which stops at 0. Most calls, allowed and
-// without refunds, take one round trip; a denied one takes two. A hit that
-// blocks whatever the counters hold (cost above the limit, or a limit of
-// 0) makes the call read only, in one round trip.
+// When the replies block the call (limit.Blocked: an enforced hit denied,
+// or every quota over), a second round trip "decr"s what the call added,
+// so the call consumes nothing; when they do not, the second round trip
+// gives back only the increments of denied hits (advisory ones, and those
+// of a quota that is over while another is not), and applies the refunds
+// (limit.Hit.Refund, envoy's is_negative_hits) with "decr", which stops
+// at 0. Most calls, allowed and without refunds, take one round trip; a
+// denied one takes two (a quota that is over too: its increment is given
+// back, visible meanwhile as below). An enforced hit that blocks whatever
+// the counters hold (cost above the limit, or a limit of 0) makes the call
+// read only, in one round trip.
 //
 // # What is exact, and what is not
 //

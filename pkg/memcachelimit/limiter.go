@@ -239,17 +239,12 @@ func (l *Limiter) Probe(ctx context.Context) error {
 	return nil
 }
 
-// Evaluate decides hits together, with the contract of
-// limit.Memory.Evaluate except where the package documentation says
-// otherwise: decisions[i] answers hits[i] (len(decisions) must equal
-// len(hits)); hits on one Key see each other's consumption in order; and
-// if any hit of cost > 0 that is neither a refund nor advisory is denied,
-// the call consumes nothing. Every hit must be a fixed window: another
-// algorithm is an error wrapping ErrUnsupported, and an invalid hit one
-// wrapping limit.ErrInvalidSpec or limit.ErrNegativeCost (see
-// limit.Hit.Validate); both name the hit's index, and Memcached is not
-// called. A failure of Memcached is an error wrapping ErrStore; then
-// nothing was consumed, except as the package documentation describes.
+// Evaluate implements limit.Limiter, except where the package
+// documentation says otherwise (it is not atomic: see there). Every hit
+// must be a fixed window: another algorithm is an error wrapping
+// ErrUnsupported, naming the hit's index, and Memcached is not called. A
+// failure of Memcached is an error wrapping ErrStore; then nothing was
+// consumed, except as the package documentation describes.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
 	if len(decisions) != len(hits) {
 		return fmt.Errorf("memcachelimit: %d decisions for %d hits", len(decisions), len(hits))

@@ -231,7 +231,7 @@ func TestAllOrNothingAcrossServers(t *testing.T) {
 	// An advisory hit's denial blocks nothing: the call consumes the
 	// others, and the advisory counter is left as it was.
 	shadow := narrow
-	shadow.Advisory = true
+	shadow.Mode = limit.Advisory
 	ds := evaluate(t, l, wide, shadow)
 	if !ds[0].Allowed || ds[1].Allowed {
 		t.Fatalf("%+v", ds)
@@ -241,6 +241,28 @@ func TestAllOrNothingAcrossServers(t *testing.T) {
 	}
 	if v, _, _ := counterOn(t, servers, "", narrow, clk.t); v != "2" {
 		t.Fatalf("narrow counter %q, want 2", v)
+	}
+	// Quotas, decided in the first round trip's replies: one over while
+	// another is not blocks nothing, and the denied one's increment is
+	// given back; every quota over blocks the call.
+	q1, q2 := narrow, wide
+	q1.Mode, q1.Group = limit.Quota, 1
+	q2.Mode, q2.Group = limit.Quota, 2
+	if ds := evaluate(t, l, q1, q2); ds[0].Allowed || !ds[1].Allowed {
+		t.Fatalf("one quota over: %+v", ds)
+	}
+	if v, _, _ := counterOn(t, servers, "", wide, clk.t); v != "4" {
+		t.Fatalf("wide counter %q after one quota over, want 4 (charged)", v)
+	}
+	if v, _, _ := counterOn(t, servers, "", narrow, clk.t); v != "2" {
+		t.Fatalf("narrow counter %q after one quota over, want 2 (given back)", v)
+	}
+	q2.Spec.Limit = 4 // now over too
+	if ds := evaluate(t, l, q1, q2, wide); ds[0].Allowed || ds[1].Allowed || !ds[2].Allowed {
+		t.Fatalf("every quota over: %+v", ds)
+	}
+	if v, _, _ := counterOn(t, servers, "", wide, clk.t); v != "4" {
+		t.Fatalf("wide counter %q after every quota over, want 4 (nothing consumed)", v)
 	}
 }
 

@@ -157,7 +157,14 @@ func runDiff(t *testing.T, n *node, name string, si int, sp limit.Spec, specs []
 			}
 			capacity := c.spec.Capacity()
 			costs := []int64{0, 1, 1, 1, 1, 2, 3, capacity, capacity + 1}
-			hits[i] = limit.Hit{Key: c.key, Spec: c.spec, Cost: costs[rng.IntN(len(costs))], Refund: rng.IntN(10) == 0, Advisory: rng.IntN(6) == 0}
+			hits[i] = limit.Hit{Key: c.key, Spec: c.spec, Cost: costs[rng.IntN(len(costs))], Refund: rng.IntN(10) == 0}
+			// Every mode: a sixth advisory, a third in one of two quotas.
+			switch m := rng.IntN(6); {
+			case m == 0:
+				hits[i].Mode = limit.Advisory
+			case m <= 2:
+				hits[i].Mode, hits[i].Group = limit.Quota, uint32(m)
+			}
 		}
 		want := make([]limit.Decision, len(hits))
 		got := make([]limit.Decision, len(hits))

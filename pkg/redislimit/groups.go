@@ -17,8 +17,11 @@ type runGroup func(ctx context.Context, g int, hits []limit.Hit, decisions []lim
 // atomic call can hold them all: the slots of a Redis Cluster, or the two
 // Redis of a Split. groups partitions the indices of hits (each in exactly
 // one group, ascending within it); run decides one group, and the groups
-// run concurrently. If any group denies or fails, every group that
-// consumed gets its consumption back by a second call to run that refunds
+// run concurrently. A group sees only some of the request's quotas, so
+// its Quota hits go to it as Advisory ones (consuming when allowed, never
+// blocking it), and the quota rule is applied to the whole request once
+// every group answered (limit.Blocked). If the request is blocked or a
+// group fails, every group that consumed gets its consumption back by a second call to run that refunds
 // it, and peeks (cost 0) at its allowed hits so that their decisions, like
 // those of the denied groups, describe the counters without the request.
 //
@@ -40,6 +43,9 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 		r.hits = make([]limit.Hit, len(idx))
 		for j, i := range idx {
 			r.hits[j] = hits[i]
+			if r.hits[j].Mode == limit.Quota {
+				r.hits[j].Mode = limit.Advisory
+			}
 		}
 		r.decisions = make([]limit.Decision, len(idx))
 		wg.Go(func() { r.err = run(ctx, g, r.hits, r.decisions) })
@@ -47,7 +53,6 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 	wg.Wait()
 
 	var errs []error
-	anyDenied := false
 	for g, idx := range groups {
 		r := &results[g]
 		if r.err != nil {
@@ -56,10 +61,9 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 		}
 		for j, i := range idx {
 			decisions[i] = r.decisions[j]
-			anyDenied = anyDenied || denied(&r.hits[j], &r.decisions[j])
 		}
 	}
-	if len(errs) == 0 && !anyDenied {
+	if len(errs) == 0 && !limit.Blocked(hits, decisions) {
 		return nil
 	}
 
@@ -72,7 +76,7 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 	compErrs := make([]error, len(groups))
 	for g, idx := range groups {
 		r := &results[g]
-		if r.err != nil || groupDenied(r.hits, r.decisions) {
+		if r.err != nil || limit.Blocked(r.hits, r.decisions) {
 			continue
 		}
 		var comp []limit.Hit
@@ -108,13 +112,4 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 	}
 	wg.Wait()
 	return errors.Join(append(errs, compErrs...)...)
-}
-
-func groupDenied(hits []limit.Hit, decisions []limit.Decision) bool {
-	for j := range hits {
-		if denied(&hits[j], &decisions[j]) {
-			return true
-		}
-	}
-	return false
 }

@@ -37,7 +37,8 @@ type Options struct {
 	Batch BatchOptions
 }
 
-// Limiter evaluates limits in Redis. It is safe for concurrent use.
+// Limiter evaluates limits in Redis: a limit.Limiter. It is safe for
+// concurrent use.
 type Limiter struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // non-nil when client is a Cluster client
@@ -83,16 +84,12 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// Evaluate decides hits together, with the same contract as
-// limit.Memory.Evaluate: decisions[i] answers hits[i] (len(decisions) must
-// equal len(hits)); hits on one Key see each other's consumption in order;
-// and if any hit of cost > 0 that is not a refund is denied, no hit changes
-// any counter. An invalid hit is an error wrapping limit.ErrInvalidSpec or
-// limit.ErrNegativeCost (see limit.Hit.Validate), naming the hit's index,
-// and Redis is not called; a failure of Redis is an error wrapping ErrStore,
-// and then nothing was consumed, except on Cluster as the package
-// documentation describes. While the circuit breaker is open (see
-// BreakerOptions) it returns at once an error wrapping ErrCircuitOpen.
+// Evaluate implements limit.Limiter: one script call decides the request,
+// quotas included, atomically on a single node or Sentinel; on a Cluster,
+// one per hash slot involved, with the compensation the package
+// documentation describes. A failure of Redis is an error wrapping
+// ErrStore (and ErrCircuitOpen while the circuit breaker is open, see
+// BreakerOptions); Redis is not called for an invalid hit.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
 	if len(decisions) != len(hits) {
 		return fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
@@ -148,11 +145,17 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		h := &hits[i]
 		keys = append(keys, Key(l.opts.KeyPrefix, h.Key))
 		sp := &h.Spec
-		flags := b2i(h.Refund)*flagRefund + b2i(h.Advisory)*flagAdvisory
+		flags := int64(b2i(h.Refund) * flagRefund)
+		switch h.Mode {
+		case limit.Advisory:
+			flags += flagAdvisory
+		case limit.Quota:
+			flags += flagQuota * (int64(h.Group) + 1)
+		}
 		if !sp.Calendar.IsZero() {
 			flags += flagCalendar
 		}
-		args = append(args, specArg(sp), h.Cost, int64(flags))
+		args = append(args, specArg(sp), h.Cost, flags)
 		if sp.Calendar.IsZero() {
 			continue
 		}
@@ -266,7 +269,3 @@ func decode(reply any, decisions []limit.Decision) error {
 	}
 	return nil
 }
-
-// denied reports whether a decision blocks the whole request (see
-// limit.Hit.Blocks).
-func denied(h *limit.Hit, d *limit.Decision) bool { return h.Blocks(d) }

@@ -87,7 +87,7 @@ func advisoryDoesNotBlock(t *testing.T, e evaluator, keyOf func(a limit.Algorith
 		decide(t, e, limit.Hit{Key: keyOf(a, 1), Spec: tight, Cost: 1})
 		d := decide(t, e,
 			limit.Hit{Key: keyOf(a, 0), Spec: roomy, Cost: 1},
-			limit.Hit{Key: keyOf(a, 1), Spec: tight, Cost: 2, Advisory: true})
+			limit.Hit{Key: keyOf(a, 1), Spec: tight, Cost: 2, Mode: limit.Advisory})
 		if !d[0].Allowed || d[1].Allowed {
 			t.Fatalf("%v: %+v, want the first allowed and the advisory one denied", a, d)
 		}

@@ -24,11 +24,13 @@ const (
 	argsPerCalendar = 4
 )
 
-// Flags of a hit (its third argument).
+// Flags of a hit (its third argument): the sum of the flags that apply,
+// plus flagQuota times (Group + 1) for a limit.Quota hit.
 const (
 	flagRefund   = 1
 	flagAdvisory = 2
 	flagCalendar = 4
+	flagQuota    = 8
 )
 
 // fieldsPerHit is the number of integers the script returns per hit.

@@ -266,7 +266,7 @@ func TestSlidingLogMatchesModel(t *testing.T) {
 				hsp := limits[key]
 				costs := []int64{0, 1, 1, 2, 3, hsp.Limit / 3, hsp.Limit, hsp.Limit + 1, 1 + rng.Int64N(hsp.Limit)}
 				hits[i] = limit.Hit{Key: key, Spec: hsp, Cost: costs[rng.IntN(len(costs))],
-					Refund: rng.IntN(5) == 0, Advisory: rng.IntN(8) == 0}
+					Refund: rng.IntN(5) == 0, Mode: limit.Mode(rng.IntN(3))}
 			}
 			// The request as evaluate.lua decides it: hits in order on
 			// working copies; a blocking denial writes nothing, and the
@@ -276,18 +276,14 @@ func TestSlidingLogMatchesModel(t *testing.T) {
 				work[k] = v
 			}
 			want := make([]limit.Decision, len(hits))
-			blocked := false
 			for i, h := range hits {
 				next, d, write := work[h.Key].step(h.Spec, now, h.Cost, h.Refund)
 				if write {
 					work[h.Key] = next
 				}
 				want[i] = d
-				if !d.Allowed && h.Cost > 0 && !h.Refund && !h.Advisory {
-					blocked = true
-				}
 			}
-			if blocked {
+			if limit.Blocked(hits, want) {
 				for i, h := range hits {
 					if want[i].Allowed {
 						_, d, _ := logs[h.Key].step(h.Spec, now, 0, false)

@@ -22,7 +22,7 @@ import (
 // reference keeps it.
 func PerSecond(sp *limit.Spec) bool { return sp.Window < time.Minute }
 
-// Split decides limits over two Redis deployments: the hits whose Spec its
+// Split decides limits over two Redis deployments, a limit.Limiter: the hits whose Spec its
 // route selects in the per-second one, the others in the main one, as the
 // reference server's REDIS_PERSECOND does to keep its short, busy counters
 // off the Redis that holds the long ones. It is safe for concurrent use.
@@ -60,14 +60,11 @@ func NewSplit(main, perSecond *Limiter, route func(*limit.Spec) bool) (*Split, e
 	return &Split{limiters: [2]*Limiter{main, perSecond}, route: route}, nil
 }
 
-// Evaluate decides hits together, with the contract of Limiter.Evaluate:
-// decisions[i] answers hits[i] (len(decisions) must equal len(hits)); if
-// any hit of cost > 0 that is neither a refund nor advisory is denied, no
-// hit changes any counter, except for the compensation window described on
-// Split. An invalid hit is an error wrapping limit.ErrInvalidSpec or
-// limit.ErrNegativeCost and no Redis is called; a failure of either Redis
-// is an error wrapping ErrStore (ErrCircuitOpen while its breaker is open)
-// that names it, and then what the other consumed is given back.
+// Evaluate implements limit.Limiter, with the compensation window
+// described on Split for calls with hits on both Redis. A failure of
+// either Redis is an error wrapping ErrStore (ErrCircuitOpen while its
+// breaker is open) that names it, and then what the other consumed is
+// given back.
 func (s *Split) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
 	if len(decisions) != len(hits) {
 		return fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))

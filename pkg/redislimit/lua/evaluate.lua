@@ -18,7 +18,8 @@
 --     5 gcra), limit L, window W in µs, capacity B (limit.Spec.Capacity),
 --     precision N (sub-windows, >= 1)
 --   2 cost (>= 0)
---   3 flags: 1 refund + 2 advisory + 4 calendar (0 to 7)
+--   3 flags: 1 refund + 2 advisory + 4 calendar + 8 * (quota + 1) for a
+--     hit of a quota (limit.Quota; quota is its limit.Hit.Group)
 --   4..7 only with flag 4: calendar window boundaries in µs for a
 --     calendar fixed window (four ascending instants around the server's
 --     clock).
@@ -35,13 +36,15 @@
 -- denies a hit of cost > 0 (never, all else 0) and allows a peek or refund
 -- (all 0), without reading state; a cost above the capacity (not a refund)
 -- is denied with never set and retry 0, remaining and reset being those of
--- a peek. If any hit of cost > 0, neither a refund nor advisory, is denied
--- (it blocks), nothing is written, and each allowed hit's decision is that
--- of a hit of cost 0 against the stored state, allowed; otherwise each
--- changed key is written once and set to expire at the instant its state
--- becomes equivalent to none (now + the TTL of its last write, in ms
--- rounded up; see expire_at). Every hit gets its decision either way. A
--- later request of the batch sees what an earlier one wrote.
+-- a peek. The request is blocked (limit.Blocked) when a hit of cost > 0,
+-- neither a refund, advisory nor a quota's, is denied, or when it has
+-- quota hits and every quota has a denied hit. A blocked request writes
+-- nothing, and each allowed hit's decision is that of a hit of cost 0
+-- against the stored state, allowed; otherwise each changed key is written
+-- once and set to expire at the instant its state becomes equivalent to
+-- none (now + the TTL of its last write, in ms rounded up; see expire_at).
+-- Every hit gets its decision either way. A later request of the batch
+-- sees what an earlier one wrote.
 --
 -- Redis 6.2 and 7: TIME before writes needs effects replication, the
 -- default since Redis 5 and the only mode of 7, so the script does not call
@@ -93,8 +96,9 @@ end
 
 -- The hits of every request, by their index in KEYS: the parsed spec
 -- (shared by the hits that send the same one; a calendar hit has its own
--- copy with its boundaries in cal), cost, refund and advisory.
-local specs, costs, refunds, advisories = {}, {}, {}, {}
+-- copy with its boundaries in cal), cost, refund, advisory, and the quota
+-- (limit.Hit.Group + 1) of a quota hit, 0 for the others.
+local specs, costs, refunds, advisories, quotas = {}, {}, {}, {}, {}
 
 -- decide evaluates one request: hits k0 + 1 .. k0 + n on KEYS[k0 + i]. It
 -- raises an error before writing anything if the request cannot be
@@ -121,6 +125,9 @@ local function decide(now, k0, n)
   end
   local work, order, out = {}, {}, {}
   local denied = false
+  -- over[q] tells, for each quota q of the request, whether a hit of it
+  -- is denied.
+  local over, anyquota = {}, false
   for i = 1, n do
     local key = KEYS[k0 + i]
     local h = specs[k0 + i]
@@ -147,7 +154,11 @@ local function decide(now, k0, n)
       -- hits of the call see none, and the key is deleted.
       w.st, w.ok, w.h, w.ttl, w.dirty = st, o.ttl > 0, h, o.ttl, true
     end
-    if not o.allowed and cost > 0 and not refund and not advisories[k0 + i] then
+    local q = quotas[k0 + i]
+    if q > 0 then
+      anyquota = true
+      over[q] = over[q] or not o.allowed
+    elseif not o.allowed and cost > 0 and not refund and not advisories[k0 + i] then
       denied = true
     end
     local p = 5 * (i - 1)
@@ -156,6 +167,14 @@ local function decide(now, k0, n)
     out[p + 3] = o.reset
     out[p + 4] = o.retry
     out[p + 5] = o.never and 1 or 0
+  end
+
+  if not denied and anyquota then
+    -- Blocked too when every quota is over.
+    denied = true
+    for _, o in pairs(over) do
+      denied = denied and o
+    end
   end
 
   if denied then
@@ -224,11 +243,11 @@ while a <= #ARGV do
     local flags = ARGV[a + 2]
     a = a + NFIXED
     if flags == '0' then
-      refunds[i], advisories[i] = false, false
+      refunds[i], advisories[i], quotas[i] = false, false, 0
     else
       flags = tonumber(flags) or 0
-      refunds[i], advisories[i] = flags % 2 == 1, flags % 4 >= 2
-      if flags >= 4 then
+      refunds[i], advisories[i], quotas[i] = flags % 2 == 1, flags % 4 >= 2, math.floor(flags / 8)
+      if flags % 8 >= 4 then
         h = {code = h.code, limit = h.limit, window = h.window, cap = h.cap, precision = h.precision,
              cal = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])}}
         a = a + NCAL
