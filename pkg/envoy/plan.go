@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"fmt"
-	"math"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -199,17 +198,23 @@ func overrideItem(o *rlv3.RateLimitDescriptor_RateLimitOverride, r *rules.Rule, 
 		}
 		mult = m.GetValue()
 	}
-	if int64(mult) > math.MaxInt64/int64(unit.Duration()) {
+	w, err := unit.Window(mult)
+	if err != nil {
 		return item{}, fmt.Errorf("%s.unit_multiplier: %d %ss is longer than a window can be", overrideField(index), mult, unit)
 	}
-	spec := limit.Spec{Limit: int64(o.GetRequestsPerUnit()), Window: window(unit, mult)}
+	spec := limit.Spec{Limit: int64(o.GetRequestsPerUnit()), Window: w}
 	if r != nil && len(r.Limits) > 0 && !r.Limits[0].Unlimited {
 		base := r.Limits[0].Spec
 		spec.Algorithm = base.Algorithm
-		spec.Precision = base.Precision
-		if spec.Validate() != nil {
-			spec.Precision = 0 // too fine for the override's window
+		if int64(base.Precision) <= w.Milliseconds() {
+			spec.Precision = base.Precision // else too fine for the override's window: 0 is one sub-window
 		}
+	}
+	// The checks of a rule's spec, the same as the rule files get: with a
+	// valid unit and multiplier and a valid rule's algorithm, what is left
+	// to refuse is a sliding_log above limit.MaxSlidingLog.
+	if err := spec.Validate(); err != nil {
+		return item{}, fmt.Errorf("%s.requests_per_unit: %w", overrideField(index), err)
 	}
 	return item{spec: spec, rpu: o.GetRequestsPerUnit(), unit: unit, multiplier: mult, hit: -1}, nil
 }

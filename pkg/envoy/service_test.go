@@ -68,6 +68,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 4, algorithm: token_bucket, burst: 1}
   - key: multi
     rate_limit: {unit: second, requests_per_unit: 2, unit_multiplier: 30}
+  - key: slidelog
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_log}
   - key: meta_a
     metadata: {team: a, nested: {x: 1}}
     rate_limit: {unit: minute, requests_per_unit: 5}
@@ -369,6 +371,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"unknown override unit", request("test", desc("user", "a"), withOverride(desc("user", "a"), 1, typev3.RateLimitUnit_UNKNOWN, 0)), "descriptors[1].limit: unit UNKNOWN"},
 		{"zero unit_multiplier", request("test", withOverride(desc("user", "a"), 1, typev3.RateLimitUnit_SECOND, 0)), ""},
 		{"a window too long for a duration", request("test", withOverride(desc("user", "a"), 1, typev3.RateLimitUnit_YEAR, 1000)), "descriptors[0].limit.unit_multiplier: 1000 years is longer"},
+		{"an override past a rule's bounds", request("test", withOverride(desc("slidelog", "a"), 5000, typev3.RateLimitUnit_MINUTE, 1)), "descriptors[0].limit.requests_per_unit: sliding_log of 5000 per window"},
 	}
 	tests[3].req.Descriptors[0].Limit.UnitMultiplier = wrapperspb.UInt32(0)
 	tests[3].want = "descriptors[0].limit.unit_multiplier: must be at least 1"
