@@ -140,13 +140,7 @@
 //
 // # Performance
 //
-// BenchmarkEvaluate, 16 callers on one memcached (-t 2) over loopback, on
-// the shared 2-core machine that runs the tests (memcached and the
-// benchmark share its cores), calls per second:
-//
-//	1 hit, allowed (one round trip)       51000
-//	3 hits, allowed (one round trip)      32000
-//	1 hit, refused (two round trips)      31000
+// Measured figures are in docs/benchmarks.md.
 //
 // Run it with: go test -run '^$' -bench . ./pkg/memcachelimit
 package memcachelimit

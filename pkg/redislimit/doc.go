@@ -134,37 +134,9 @@
 // commands (GET, SET), so a one-descriptor request costs Redis 2.1
 // commands instead of 5 (EVALSHA, TIME, HMGET, HSET, PEXPIREAT).
 //
-// Figures from one session on a shared 2-core machine, before (the
-// previous version: no batching, hashes) and after, runs interleaved;
-// Redis 7.0 over loopback. BenchmarkBatch, 64 callers, one fixed-window
-// descriptor, "Redis CPU" from INFO cpu (parsing and replies included),
-// "script" from INFO commandstats, per decision:
-//
-//	                      decisions/s   round trips/decision   Redis CPU µs   script µs
-//	batching off             26000-30000        1                  28-33        19-22
-//	2 in flight (default)    76000-90000        0.05                9-11         8-9
-//
-// (three interleaved runs at load average 1; batching off already has this
-// version's script.) BenchmarkEvaluate
-// (16 callers, means of 2 interleaved runs, script µs per decision; the
-// previous version sent one call per request):
-//
-//	algorithm      descriptors   before: decisions/s  script µs   after: decisions/s  script µs  round trips/decision
-//	fixed_window        1                 24000         20.1              38000          13.3         0.21
-//	fixed_window        3                 46000         14.9              63000          11.0         0.07
-//	token_bucket        1                 22000         24.0              33000          17.8         0.20
-//	token_bucket        3                 48000         15.0              66000          11.4         0.07
-//	sliding_log         1                 19000         32.5              27000          26.2         0.20
-//	sliding_log         3                 27000         25.4              37000          22.4         0.06
-//
-// The whole server, cmd/bench -descriptors 1 -concurrency 64 -duration
-// 5s, before and after interleaved (two runs each, load average about 1):
-// decisions/s 10800-10900 -> 15000-15800 (x1.4), Redis CPU 42 -> 19 µs per
-// decision (x0.44), Redis round trips 1.00 -> 0.10 per request, server CPU
-// 77-78 -> 52-57 µs per decision (x0.7), p50 latency 5.5 -> 3.7 ms. With 3
-// descriptors: Redis CPU 75 -> 46 µs per request, server CPU 105 -> 80.
-// There, Redis shares the 2 cores with the server and the load generator,
-// which inflates its CPU per decision compared with the Go benchmark.
+// Measured figures (batching, script time per algorithm, the whole
+// server before and after) and how to reproduce them are in
+// docs/benchmarks.md.
 //
 // Run them with: go test -run '^$' -bench . ./pkg/redislimit
 package redislimit
