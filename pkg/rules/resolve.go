@@ -94,9 +94,9 @@ func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
 // limit replaces, and builds the counter keys.
 //
 // The only error is an invalid override, naming its field as
-// "descriptors[i].limit...": a multiplier of 0, a window too long for a
-// duration, or a spec limit.Spec.Validate refuses (a sliding_log above
-// limit.MaxSlidingLog). It allocates only each counter key's string when
+// "descriptors[i].limit...": a unit past Year, a multiplier of 0, a window
+// too long for a duration, or a spec limit.Spec.Validate refuses (a
+// sliding_log above limit.MaxSlidingLog). It allocates only each counter key's string when
 // dst has room from earlier requests.
 func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error {
 	dst.reset(len(descs))
