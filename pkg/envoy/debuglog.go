@@ -9,6 +9,8 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/status"
+
+	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 // hiddenValue stands for a descriptor value in debug lines.
@@ -57,11 +59,11 @@ func (sc *scratch) describe(req *pb.RateLimitRequest, resp *pb.RateLimitResponse
 	var b strings.Builder
 	for i, d := range req.GetDescriptors() {
 		b.Reset()
-		var ds *descState
-		if i < len(sc.descs) {
-			ds = &sc.descs[i]
+		var rd *rules.Resolved
+		if i < len(sc.res.Descriptors) {
+			rd = &sc.res.Descriptors[i]
 		}
-		show := ds != nil && byValue(ds.rule)
+		show := rd != nil && byValue(rd.Rule)
 		for j, e := range d.GetEntries() {
 			if j > 0 {
 				b.WriteByte(',')
@@ -79,12 +81,12 @@ func (sc *scratch) describe(req *pb.RateLimitRequest, resp *pb.RateLimitResponse
 			b.WriteString(sts[i].GetCode().String())
 		}
 		switch {
-		case ds == nil:
-		case ds.override && ds.rule == nil:
+		case rd == nil:
+		case rd.Override && rd.Rule == nil:
 			b.WriteString(" rule=" + overrideMetric)
-		case ds.rule != nil:
-			b.WriteString(" rule=" + ds.rule.Path)
-			if ds.override {
+		case rd.Rule != nil:
+			b.WriteString(" rule=" + rd.Rule.Path)
+			if rd.Override {
 				b.WriteString(" override")
 			}
 		default:

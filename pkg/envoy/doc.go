@@ -3,15 +3,15 @@
 //
 // It owns the request path, and only that: Service.ShouldRateLimit
 // validates a request against its bounds (bounds.go), asks the current
-// rules.Set which limits each descriptor matches (Set.Match), drops the
-// limits another matched limit replaces, turns the rest into one
-// []limit.Hit for the whole request (shadow-mode limits as limit.Advisory
-// hits, quota-mode ones as limit.Quota hits, one quota per descriptor,
-// with counter keys from package rules), asks the Limiter once, which
+// rules.Set what applies to it in one call (Set.Resolve: matching,
+// replaces, Envoy's limit overrides, counter keys and each descriptor's
+// mode), turns the counted limits into one []limit.Hit for the whole
+// request, asks the Limiter once, which
 // decides the request in that one call, quota rule included (all or
 // nothing: a rejected request consumes nothing), applies the failure
-// policy, and builds the response: one status per descriptor,
-// the overall code, and the optional response headers and body; an answer
+// policy, and builds the response from the resolved limits: one status per
+// descriptor, the overall code, and the optional response headers and
+// body; an answer
 // of the failure policy says so, with the cause, in its dynamic metadata
 // (failure.go). It logs each answer at debug level (debuglog.go). It also
 // owns the request-path metrics, in Prometheus and, when asked, in statsd

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // HeaderStyle chooses the rate-limit headers a Service adds to answers
@@ -82,60 +81,38 @@ func (h Headers) normalize() (Headers, error) {
 	return h, nil
 }
 
-// build returns the headers for an answer with these statuses, nil when
-// headers are off. Values come from the most restrictive status that has a
-// current_limit: an over-limit one first, then the least remaining.
-func (h Headers) build(statuses []*pb.RateLimitResponse_DescriptorStatus, over bool) []*corev3.HeaderValue {
+// build returns the headers for an answer, nil when headers are off. Values
+// come from top, the most restrictive status that has a current_limit (an
+// over-limit one first, then the least remaining; none when its limit is
+// nil); Retry-After, on an over-limit answer, is retry seconds, at least 1.
+func (h Headers) build(top *report, over bool, retry int64) []*corev3.HeaderValue {
 	if h.Style == HeadersOff {
 		return nil
 	}
 	var out []*corev3.HeaderValue
-	if st := mostRestrictive(statuses); st != nil {
-		lim := st.CurrentLimit
-		reset := strconv.FormatInt(ceilSeconds(st.GetDurationUntilReset().AsDuration()), 10)
+	if lim := top.limit; lim != nil {
+		rpu := strconv.FormatUint(uint64(lim.RequestsPerUnit), 10)
+		remaining := strconv.FormatUint(uint64(top.remaining), 10)
+		reset := strconv.FormatInt(top.reset, 10)
 		if h.Style == HeadersReference {
 			out = append(out,
-				&corev3.HeaderValue{Key: h.LimitName, Value: strconv.FormatUint(uint64(lim.RequestsPerUnit), 10)},
-				&corev3.HeaderValue{Key: h.RemainingName, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+				&corev3.HeaderValue{Key: h.LimitName, Value: rpu},
+				&corev3.HeaderValue{Key: h.RemainingName, Value: remaining},
 				&corev3.HeaderValue{Key: h.ResetName, Value: reset},
 			)
 		} else {
 			name := sfString(lim.Name)
-			windowSeconds := ceilSeconds(responseWindow(lim))
+			window := strconv.FormatInt(ceilSeconds(lim.Spec.Window), 10)
 			out = append(out,
-				&corev3.HeaderValue{Key: "RateLimit-Policy", Value: name + ";q=" + strconv.FormatUint(uint64(lim.RequestsPerUnit), 10) + ";w=" + strconv.FormatInt(windowSeconds, 10)},
-				&corev3.HeaderValue{Key: "RateLimit", Value: name + ";r=" + strconv.FormatUint(uint64(st.LimitRemaining), 10) + ";t=" + reset},
+				&corev3.HeaderValue{Key: "RateLimit-Policy", Value: name + ";q=" + rpu + ";w=" + window},
+				&corev3.HeaderValue{Key: "RateLimit", Value: name + ";r=" + remaining + ";t=" + reset},
 			)
 		}
 	}
 	if over {
-		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(ceilSeconds(retryAfter(statuses)), 1), 10)})
+		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(retry, 1), 10)})
 	}
 	return out
-}
-
-func mostRestrictive(statuses []*pb.RateLimitResponse_DescriptorStatus) *pb.RateLimitResponse_DescriptorStatus {
-	var best *pb.RateLimitResponse_DescriptorStatus
-	for _, st := range statuses {
-		if st.CurrentLimit == nil {
-			continue
-		}
-		if best == nil {
-			best = st
-			continue
-		}
-		stOver, bestOver := st.Code == pb.RateLimitResponse_OVER_LIMIT, best.Code == pb.RateLimitResponse_OVER_LIMIT
-		if stOver != bestOver {
-			if stOver {
-				best = st
-			}
-			continue
-		}
-		if st.LimitRemaining < best.LimitRemaining {
-			best = st
-		}
-	}
-	return best
 }
 
 // sfString quotes a policy name as a structured-field string (RFC 8941):

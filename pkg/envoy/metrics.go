@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/statsd"
 )
@@ -404,13 +405,13 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 		return
 	}
 	for di := range sc.descs {
-		ds := &sc.descs[di]
+		ds, rd := &sc.descs[di], &sc.res.Descriptors[di]
 		out := &v.codes[di]
-		if ds.ruleMetric == "" || out.best < 0 || ds.refund {
+		if ds.metric == "" || out.limit == nil || ds.refund {
 			continue
 		}
-		s := m.series(set, domain, ds.rule, ds.ruleMetric)
-		bv := byValue(ds.rule)
+		s := m.series(set, domain, rd.Rule, ds.metric)
+		bv := byValue(rd.Rule)
 		var prom *counters
 		var stat *statCounters
 		if !bv {
@@ -418,16 +419,16 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 		}
 		// The reference server names an override's stats by the
 		// request's values, whatever rule it met.
-		if bv || (ds.override && m.sd != nil) {
-			sc.label = appendDetailedLabel(sc.label[:0], domain, sc.entries[ds.from:ds.to])
+		if bv || (rd.Override && m.sd != nil) {
+			sc.label = appendDetailedLabel(sc.label[:0], domain, rd.Entries)
 			v := s.valueSeries(m, sc.label, bv)
 			if bv {
 				prom = &v.prom
 			}
 			stat = v.stat
 		}
-		o := hitOutcome{over: out.wouldDeny, shadow: ds.shadow, charged: charged, near: charged && out.near}
-		n := sc.countedHits(ds)
+		o := hitOutcome{over: out.wouldDeny, shadow: rd.Mode == limit.Advisory, charged: charged, near: charged && out.near}
+		n := countedHits(ds.cost, rd)
 		prom.add(float64(n), o)
 		if stat != nil {
 			stat.add(uint64(n), o)
@@ -441,17 +442,17 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 // request with a hits_addend of 2^64-1 must not put 10^16 into counters
 // that dashboards sum. Admitted hits are never cut: they fit in every
 // limit.
-func (sc *scratch) countedHits(ds *descState) int64 {
+func countedHits(cost int64, rd *rules.Resolved) int64 {
 	var capacity int64
-	for ii := ds.itemsFrom; ii < ds.itemsTo; ii++ {
-		if it := &sc.items[ii]; it.hit >= 0 {
-			capacity = max(capacity, it.spec.Capacity())
+	for i := range rd.Limits {
+		if l := &rd.Limits[i]; l.Counted() {
+			capacity = max(capacity, l.Limit.Spec.Capacity())
 		}
 	}
-	if ds.cost > capacity {
+	if cost > capacity {
 		return capacity + 1 // cost <= maxCost, so this cannot overflow
 	}
-	return ds.cost
+	return cost
 }
 
 // appendDetailedLabel names a descriptor with its values, in the reference

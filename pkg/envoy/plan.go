@@ -1,8 +1,6 @@
 package envoy
 
 import (
-	"fmt"
-
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -13,210 +11,121 @@ import (
 // scratch is the working state of one request, pooled so that a request
 // reuses the slices of an earlier one.
 type scratch struct {
-	entries   []rules.Entry // every descriptor's entries, back to back
-	descs     []descState
-	items     []item
-	matched   []*rules.Rule // per descriptor, the rule whose limits apply (nil for none or an override)
-	hits      []limit.Hit
-	decisions []limit.Decision
-	key       []byte
-	label     []byte // a detailed metric label
+	in        []rules.Descriptor // the request's descriptors, as Resolve reads them
+	entries   []rules.Entry      // their entries, back to back
+	res       rules.Resolution   // what applies to each descriptor
+	descs     []descPlan         // per descriptor, what the request adds to the rules
+	hits      []limit.Hit        // the counted limits, in resolution order
+	decisions []limit.Decision   // the store's answer, one per hit
 	outcomes  []descOutcome
 	quota     []int
+	label     []byte // a detailed metric label
 
 	failure failureAnswer // set when the failure policy answered
 }
 
-// descState is one request descriptor.
-type descState struct {
-	rule       *rules.Rule // nil when no rule matched
-	from, to   int         // its entries: scratch.entries[from:to]
-	cost       int64
-	refund     bool
-	override   bool
-	shadow     bool // per-rule shadow mode (never for overrides)
-	quota      bool // quota mode (never for overrides)
-	itemsFrom  int  // its limits: scratch.items[itemsFrom:itemsTo]
-	itemsTo    int
-	ruleMetric string // metric label; "" when no limit applies
-}
-
-// item is one limit applying to a descriptor.
-type item struct {
-	desc       int
-	lim        *rules.Limit // nil for an override
-	spec       limit.Spec
-	name       string
-	rpu        uint32
-	unit       rules.Unit
-	multiplier uint32
-	unlimited  bool
-	dropped    bool              // replaced by another matched limit
-	hit        int               // index in scratch.hits; -1 when not evaluated
-	failure    rules.FailureMode // resolved: never FailureDefault
-	failed     bool              // the store failed and the policy let it pass
+// descPlan is what a request descriptor adds to its resolved limits.
+type descPlan struct {
+	cost    int64
+	refund  bool
+	failure rules.FailureMode // resolved: never FailureDefault
+	metric  string            // metric label; "" when no limit applies
 }
 
 func (sc *scratch) reset() {
+	clear(sc.in)
 	clear(sc.entries)
 	clear(sc.descs)
-	clear(sc.items)
-	clear(sc.matched)
 	clear(sc.hits)
-	sc.entries, sc.descs, sc.items, sc.matched = sc.entries[:0], sc.descs[:0], sc.items[:0], sc.matched[:0]
-	sc.hits, sc.decisions, sc.key, sc.label = sc.hits[:0], sc.decisions[:0], sc.key[:0], sc.label[:0]
+	clear(sc.outcomes)
+	sc.res.Reset()
+	sc.in, sc.entries, sc.descs, sc.hits, sc.decisions = sc.in[:0], sc.entries[:0], sc.descs[:0], sc.hits[:0], sc.decisions[:0]
+	sc.label = sc.label[:0]
 	sc.failure = failureAnswer{}
 }
 
-// plan matches every descriptor, drops replaced limits and builds the hits.
-// The only error is an invalid limit override, naming its field.
+// plan resolves the request's descriptors (rules.Set.Resolve) and builds
+// one hit per counted limit. The only error is an invalid limit override,
+// naming its field.
 func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.FailureMode) error {
-	domain := req.GetDomain()
 	requestCost := int64(req.GetHitsAddend())
 	if requestCost == 0 {
 		requestCost = 1
+	}
+	// Entries are sliced as they are appended: room for all of them first
+	// keeps the slices valid.
+	n := 0
+	for _, d := range req.GetDescriptors() {
+		n += len(d.GetEntries())
+	}
+	if cap(sc.entries) < n {
+		sc.entries = make([]rules.Entry, 0, n)
 	}
 	for i, d := range req.GetDescriptors() {
 		from := len(sc.entries)
 		for _, e := range d.GetEntries() {
 			sc.entries = append(sc.entries, rules.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		ds := descState{from: from, to: len(sc.entries), cost: requestCost, refund: d.GetIsNegativeHits()}
+		in := rules.Descriptor{Entries: sc.entries[from:len(sc.entries):len(sc.entries)]}
+		if o := d.GetLimit(); o != nil {
+			var err error
+			if in.Override, err = override(o, i); err != nil {
+				return err
+			}
+		}
+		sc.in = append(sc.in, in)
+		ds := descPlan{cost: requestCost, refund: d.GetIsNegativeHits(), failure: global}
 		if h := d.GetHitsAddend(); h != nil {
 			ds.cost = int64(min(h.GetValue(), maxCost))
 		}
-		ds.rule = set.Match(domain, sc.entries[ds.from:ds.to])
-		failure := global
-		if ds.rule != nil && ds.rule.FailureMode != rules.FailureDefault {
-			failure = ds.rule.FailureMode
-		}
-		ds.itemsFrom = len(sc.items)
-		var matched *rules.Rule
-		switch {
-		case d.GetLimit() != nil:
-			// Envoy's override replaces whatever the rules say, shadow and
-			// quota mode included, as in the reference server; only the
-			// matched rule's algorithm and failure mode carry over.
-			it, err := overrideItem(d.GetLimit(), ds.rule, i)
-			if err != nil {
-				return err
-			}
-			it.desc, it.failure = i, failure
-			sc.items = append(sc.items, it)
-			ds.override = true
-			ds.ruleMetric = overrideMetric
-			if ds.rule != nil {
-				ds.ruleMetric = ds.rule.Path
-			}
-		case ds.rule != nil:
-			for _, l := range ds.rule.Limits {
-				sc.items = append(sc.items, item{
-					desc: i, lim: l, spec: l.Spec, name: l.Name, rpu: l.RequestsPerUnit,
-					unit: l.Unit, multiplier: max(l.UnitMultiplier, 1), unlimited: l.Unlimited,
-					hit: -1, failure: failure,
-				})
-			}
-			matched = ds.rule
-			ds.shadow, ds.quota = ds.rule.ShadowMode, ds.rule.QuotaMode
-			if len(ds.rule.Limits) > 0 {
-				ds.ruleMetric = ds.rule.Path
-			}
-		}
-		ds.itemsTo = len(sc.items)
 		sc.descs = append(sc.descs, ds)
-		sc.matched = append(sc.matched, matched)
 	}
-
-	// `replaces` works across the whole request, as in the reference
-	// server: a limit is dropped when any matched limit names it. An
-	// override neither replaces nor is replaced.
-	for i := range sc.items {
-		if it := &sc.items[i]; it.lim != nil {
-			it.dropped = rules.Replaced(it.lim, sc.matched)
-		}
+	if err := set.Resolve(&sc.res, req.GetDomain(), sc.in); err != nil {
+		return err
 	}
-
-	for i := range sc.items {
-		it := &sc.items[i]
-		if it.unlimited || it.dropped {
-			continue
+	for i := range sc.res.Descriptors {
+		rd, ds := &sc.res.Descriptors[i], &sc.descs[i]
+		if rd.Rule != nil && rd.Rule.FailureMode != rules.FailureDefault {
+			ds.failure = rd.Rule.FailureMode
 		}
-		ds := &sc.descs[it.desc]
-		entries := sc.entries[ds.from:ds.to]
-		sc.key = sc.key[:0]
-		if it.lim != nil {
-			sc.key = appendRuleKey(sc.key, ds.rule, it.lim, entries)
-		} else {
-			sc.key = rules.AppendOverrideKey(sc.key, domain, ds.rule, entries, it.spec)
+		ds.metric = metricLabel(rd)
+		for j := range rd.Limits {
+			if l := &rd.Limits[j]; l.Counted() {
+				sc.hits = append(sc.hits, limit.Hit{Key: l.Key, Spec: l.Limit.Spec, Cost: ds.cost, Refund: ds.refund, Mode: rd.Mode, Group: uint32(i)})
+			}
 		}
-		it.hit = len(sc.hits)
-		sc.hits = append(sc.hits, limit.Hit{Key: string(sc.key), Spec: it.spec, Cost: ds.cost, Refund: ds.refund, Mode: ds.mode(), Group: uint32(it.desc)})
 	}
 	sc.decisions = grow(sc.decisions, len(sc.hits))
 	return nil
 }
 
-// mode returns the mode of the descriptor's hits, which the Limiter
-// applies in the same pass as it decides them (limit.Blocked), so that it
-// agrees with judge: a shadow-mode limit is charged with the others but
-// never stops them (shadow mode wins over quota mode, so that a rule in
-// shadow mode changes no outcome); the limits of a quota descriptor are one
-// quota, the request being rejected, and charged nothing, only when every
-// quota of it is over.
-func (ds *descState) mode() limit.Mode {
-	switch {
-	case ds.shadow:
-		return limit.Advisory
-	case ds.quota:
-		return limit.Quota
+// override returns the rules.Override of descriptor index's limit
+// override, or an error naming the field for a unit that is not one.
+func override(o *rlv3.RateLimitDescriptor_RateLimitOverride, index int) (rules.Override, error) {
+	unit, err := overrideUnit(o.GetUnit(), index)
+	if err != nil {
+		return rules.Override{}, err
 	}
-	return limit.Enforce
-}
-
-// overrideField names descriptor index's override in error messages; it is
-// built only on the error path, never for a valid override.
-func overrideField(index int) string {
-	return fmt.Sprintf("descriptors[%d].limit", index)
+	mult := uint32(1)
+	if m := o.GetUnitMultiplier(); m != nil {
+		mult = m.GetValue() // 0 is refused by Resolve, naming the field
+	}
+	return rules.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult}, nil
 }
 
 // overrideMetric is the metric label of an override that matched no rule.
 const overrideMetric = "(override)"
 
-// overrideItem builds the limit of a descriptor's override. A matched rule
-// lends its first limit's algorithm and sub-window precision, so an
-// override of a sliding-window rule still slides; windows follow the epoch
-// (no calendar), as override units are fixed lengths.
-func overrideItem(o *rlv3.RateLimitDescriptor_RateLimitOverride, r *rules.Rule, index int) (item, error) {
-	unit, err := overrideUnit(o.GetUnit(), index)
-	if err != nil {
-		return item{}, err
+// metricLabel is a resolved descriptor's metric label: its rule's path, an
+// override's "(override)" without a rule, "" when no limit applies.
+func metricLabel(rd *rules.Resolved) string {
+	switch {
+	case rd.Override && rd.Rule == nil:
+		return overrideMetric
+	case rd.Override || (rd.Rule != nil && len(rd.Rule.Limits) > 0):
+		return rd.Rule.Path
 	}
-	mult := uint32(1)
-	if m := o.GetUnitMultiplier(); m != nil {
-		if m.GetValue() == 0 {
-			return item{}, fmt.Errorf("%s.unit_multiplier: must be at least 1 when set", overrideField(index))
-		}
-		mult = m.GetValue()
-	}
-	w, err := unit.Window(mult)
-	if err != nil {
-		return item{}, fmt.Errorf("%s.unit_multiplier: %d %ss is longer than a window can be", overrideField(index), mult, unit)
-	}
-	spec := limit.Spec{Limit: int64(o.GetRequestsPerUnit()), Window: w}
-	if r != nil && len(r.Limits) > 0 && !r.Limits[0].Unlimited {
-		base := r.Limits[0].Spec
-		spec.Algorithm = base.Algorithm
-		if int64(base.Precision) <= w.Milliseconds() {
-			spec.Precision = base.Precision // else too fine for the override's window: 0 is one sub-window
-		}
-	}
-	// The checks of a rule's spec, the same as the rule files get: with a
-	// valid unit and multiplier and a valid rule's algorithm, what is left
-	// to refuse is a sliding_log above limit.MaxSlidingLog.
-	if err := spec.Validate(); err != nil {
-		return item{}, fmt.Errorf("%s.requests_per_unit: %w", overrideField(index), err)
-	}
-	return item{spec: spec, rpu: o.GetRequestsPerUnit(), unit: unit, multiplier: mult, hit: -1}, nil
+	return ""
 }
 
 // verdict is the outcome of a request, from the decisions.
@@ -229,55 +138,59 @@ type verdict struct {
 // descOutcome is one descriptor's outcome.
 type descOutcome struct {
 	code      pb.RateLimitResponse_Code
-	best      int  // item reported as current_limit; -1 for none
-	unlimited bool // only unlimited limits apply
-	wouldDeny bool // a limit denied (even if shadow mode turned it OK)
+	limit     *rules.Limit    // reported as current_limit; nil for none
+	decision  *limit.Decision // limit's
+	unlimited bool            // only unlimited limits apply
+	wouldDeny bool            // a limit denied (even if shadow mode turned it OK)
 	near      bool
 }
 
 // judge computes each descriptor's status and the overall code from the
 // decisions: a descriptor is over when one of its limits denied; its
-// reported limit is the most restrictive one (a denial first, then the
-// least remaining).
-func (sc *scratch) judge(nearRatio float64) verdict {
+// reported limit is the most restrictive one. After a store failure
+// (storeFailed), only the limits whose failure policy denies count, their
+// decisions being denials (applyFailure); the others are not known.
+func (sc *scratch) judge(nearRatio float64, storeFailed bool) verdict {
 	sc.outcomes = grow(sc.outcomes, len(sc.descs))
 	v := verdict{codes: sc.outcomes, quota: sc.quota[:0]}
 	quotas := 0
 	enforcedOver := false
-	for di := range sc.descs {
-		ds := &sc.descs[di]
-		out := descOutcome{code: pb.RateLimitResponse_OK, best: -1}
+	hit := 0 // the hit of the next counted limit: hits follow the resolution's order
+	for di := range sc.res.Descriptors {
+		rd := &sc.res.Descriptors[di]
+		out := descOutcome{code: pb.RateLimitResponse_OK}
 		anyLimited := false
-		for ii := ds.itemsFrom; ii < ds.itemsTo; ii++ {
-			it := &sc.items[ii]
-			if it.dropped {
+		for j := range rd.Limits {
+			l := &rd.Limits[j]
+			if l.Replaced {
 				continue
 			}
-			if it.unlimited {
+			if l.Limit.Unlimited {
 				out.unlimited = true
 				continue
 			}
 			anyLimited = true
-			if it.hit < 0 || it.failed {
+			d := &sc.decisions[hit]
+			hit++
+			if storeFailed && sc.descs[di].failure != rules.FailureDeny {
 				continue
 			}
-			d := &sc.decisions[it.hit]
 			if !d.Allowed {
 				out.wouldDeny = true
-			} else if capacity := it.spec.Capacity(); capacity > 0 && float64(capacity-d.Remaining) >= nearRatio*float64(capacity) {
+			} else if capacity := l.Limit.Spec.Capacity(); capacity > 0 && float64(capacity-d.Remaining) >= nearRatio*float64(capacity) {
 				out.near = true
 			}
-			if out.best < 0 || restrictive(d, &sc.decisions[sc.items[out.best].hit]) {
-				out.best = ii
+			if out.limit == nil || restrictive(!d.Allowed, d.Remaining, !out.decision.Allowed, out.decision.Remaining) {
+				out.limit, out.decision = l.Limit, d
 			}
 		}
 		if anyLimited {
 			out.unlimited = false
 		}
-		if out.wouldDeny && !ds.shadow {
+		if out.wouldDeny && rd.Mode != limit.Advisory {
 			out.code = pb.RateLimitResponse_OVER_LIMIT
 		}
-		if ds.quota && !ds.shadow && anyLimited {
+		if rd.Mode == limit.Quota && anyLimited {
 			quotas++
 			if out.code == pb.RateLimitResponse_OVER_LIMIT {
 				v.quota = append(v.quota, di)
@@ -292,31 +205,28 @@ func (sc *scratch) judge(nearRatio float64) verdict {
 	return v
 }
 
-// restrictive reports whether a is more restrictive than b.
-func restrictive(a, b *limit.Decision) bool {
-	if a.Allowed != b.Allowed {
-		return !a.Allowed
+// restrictive reports whether a limit in state a (over: denied; remaining:
+// what it has left) is more restrictive than one in state b: a denial
+// first, then the least remaining. It picks a descriptor's reported limit
+// and the status the headers report.
+func restrictive(aOver bool, aRemaining int64, bOver bool, bRemaining int64) bool {
+	if aOver != bOver {
+		return aOver
 	}
-	return a.Remaining < b.Remaining
+	return aRemaining < bRemaining
 }
 
 // applyFailure turns every evaluated limit into its failure policy's
 // answer: a denial for FailureDeny, nothing known (no current_limit) for
-// the others. It reports whether a limit asks for FailureUnavailable.
+// the others (judge with storeFailed). It reports whether a limit asks for
+// FailureUnavailable.
 func (sc *scratch) applyFailure() (unavailable bool) {
-	for i := range sc.items {
-		it := &sc.items[i]
-		if it.hit < 0 {
-			continue
-		}
-		switch it.failure {
+	for i := range sc.hits {
+		switch sc.descs[sc.hits[i].Group].failure {
 		case rules.FailureDeny:
-			sc.decisions[it.hit] = limit.Decision{}
+			sc.decisions[i] = limit.Decision{}
 		case rules.FailureUnavailable:
 			unavailable = true
-			it.failed = true
-		default:
-			it.failed = true
 		}
 	}
 	return unavailable

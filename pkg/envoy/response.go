@@ -15,7 +15,8 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// respond builds the answer from a verdict.
+// respond builds the answer from a verdict: statuses, headers and body
+// all come from the limits judge reported.
 func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.RateLimitResponse {
 	resp := &pb.RateLimitResponse{
 		OverallCode: pb.RateLimitResponse_OK,
@@ -24,8 +25,17 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 	// One allocation for every status's messages: they live as long as
 	// the response, which gRPC owns once it is returned.
 	parts := make([]statusParts, len(sc.descs))
+	var top report  // the most restrictive reported limit, for the headers
+	var retry int64 // seconds until every over-limit descriptor could pass
 	for di := range sc.descs {
-		resp.Statuses[di] = sc.status(v.codes[di], &parts[di], s.opts.Now)
+		r := newReport(&v.codes[di], s.opts.Now)
+		resp.Statuses[di] = r.status(&parts[di])
+		if r.limit != nil && (top.limit == nil || restrictive(r.over, int64(r.remaining), top.over, int64(top.remaining))) {
+			top = r
+		}
+		if r.over {
+			retry = max(retry, r.reset)
+		}
 	}
 	if v.over {
 		if s.opts.ShadowMode {
@@ -35,9 +45,9 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 		}
 	}
 	over := resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT
-	resp.ResponseHeadersToAdd = s.opts.Headers.build(resp.Statuses, over)
+	resp.ResponseHeadersToAdd = s.opts.Headers.build(&top, over, retry)
 	if over && s.opts.OverLimitBody {
-		resp.RawBody = overLimitBody(req.GetDomain(), retryAfter(resp.Statuses))
+		resp.RawBody = overLimitBody(req.GetDomain(), retry)
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 			&corev3.HeaderValue{Key: "content-type", Value: "application/json"})
 	}
@@ -50,41 +60,58 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 	return resp
 }
 
-// status fills p with the DescriptorStatus of one descriptor and returns
-// it. A descriptor with only
+// report is what an answer says of one descriptor.
+type report struct {
+	code      pb.RateLimitResponse_Code
+	over      bool         // code is OVER_LIMIT
+	limit     *rules.Limit // current_limit; nil for none
+	remaining uint32       // limit_remaining
+	reset     int64        // duration_until_reset, in seconds; with limit only
+}
+
+// newReport is the report of a descriptor's outcome. A descriptor with only
 // unlimited limits gets the reference server's answer: OK, no
 // current_limit, the largest limit_remaining.
-func (sc *scratch) status(o descOutcome, p *statusParts, now func() time.Time) *pb.RateLimitResponse_DescriptorStatus {
-	st := &p.status
-	st.Code = o.code
-	if o.best < 0 {
+func newReport(o *descOutcome, now func() time.Time) report {
+	r := report{code: o.code, over: o.code == pb.RateLimitResponse_OVER_LIMIT, limit: o.limit}
+	switch {
+	case o.limit == nil:
 		if o.unlimited {
-			st.LimitRemaining = math.MaxUint32
+			r.remaining = math.MaxUint32
 		}
-		return st
-	}
-	it := &sc.items[o.best]
-	d := &sc.decisions[it.hit]
-	p.limit.Name = it.name
-	p.limit.RequestsPerUnit = it.rpu
-	p.limit.Unit = responseUnit(it.unit)
-	// The reference server never sets unit_multiplier (new in Envoy 1.40),
-	// and an absent one means 1.
-	if it.multiplier > 1 {
-		p.multiplier.Value = it.multiplier
-		p.limit.UnitMultiplier = &p.multiplier
-	}
-	st.CurrentLimit = &p.limit
-	if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+	case r.over:
 		// As the reference server: a refused request has nothing left, even
 		// when a smaller hits_addend would still pass. Envoy's
 		// X-RateLimit-Remaining then says 0 for it too, since Envoy takes
 		// the status with the least remaining.
-		st.LimitRemaining = 0
-	} else {
-		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+		r.remaining = 0
+		r.reset = resetSeconds(&o.limit.Spec, o.decision, now)
+	default:
+		r.remaining = uint32(min(max(o.decision.Remaining, 0), math.MaxUint32))
+		r.reset = resetSeconds(&o.limit.Spec, o.decision, now)
 	}
-	p.reset.Seconds = resetSeconds(it, d, now)
+	return r
+}
+
+// status fills p with the DescriptorStatus of r and returns it.
+func (r *report) status(p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
+	st := &p.status
+	st.Code = r.code
+	st.LimitRemaining = r.remaining
+	if r.limit == nil {
+		return st
+	}
+	p.limit.Name = r.limit.Name
+	p.limit.RequestsPerUnit = r.limit.RequestsPerUnit
+	p.limit.Unit = responseUnit(r.limit.Unit)
+	// The reference server never sets unit_multiplier (new in Envoy 1.40),
+	// and an absent one means 1.
+	if r.limit.UnitMultiplier > 1 {
+		p.multiplier.Value = r.limit.UnitMultiplier
+		p.limit.UnitMultiplier = &p.multiplier
+	}
+	st.CurrentLimit = &p.limit
+	p.reset.Seconds = r.reset
 	st.DurationUntilReset = &p.reset
 	return st
 }
@@ -98,14 +125,14 @@ func (sc *scratch) status(o descOutcome, p *statusParts, now func() time.Time) *
 // before it is full again). A limit that admits nothing (requests_per_unit
 // 0) reports, as the reference server does, the time left in its window on
 // this server's clock (Options.Now): no store keeps a counter for it.
-func resetSeconds(it *item, d *limit.Decision, now func() time.Time) int64 {
+func resetSeconds(spec *limit.Spec, d *limit.Decision, now func() time.Time) int64 {
 	reset := d.ResetAfter
 	switch {
 	case !d.Allowed && d.RetryAfter > 0:
 		reset = d.RetryAfter
-	case d.Never && it.spec.Limit == 0 && it.spec.Window > 0:
+	case d.Never && spec.Limit == 0 && spec.Window > 0:
 		t := now()
-		_, end := it.spec.WindowAt(t)
+		_, end := spec.WindowAt(t)
 		reset = end.Sub(t)
 	}
 	return ceilSeconds(reset)
@@ -119,30 +146,18 @@ type statusParts struct {
 	reset      durationpb.Duration
 }
 
-// retryAfter is the time until every over-limit descriptor could pass: the
-// largest duration_until_reset among them, as Envoy's own Retry-After.
-func retryAfter(statuses []*pb.RateLimitResponse_DescriptorStatus) time.Duration {
-	var d time.Duration
-	for _, st := range statuses {
-		if st.Code == pb.RateLimitResponse_OVER_LIMIT && st.DurationUntilReset != nil {
-			d = max(d, st.DurationUntilReset.AsDuration())
-		}
-	}
-	return d
-}
-
 // ceilSeconds rounds d up to whole seconds.
 func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// overLimitBody is the JSON body of a 429.
-func overLimitBody(domain string, retry time.Duration) []byte {
+// overLimitBody is the JSON body of a 429; retry is in seconds.
+func overLimitBody(domain string, retry int64) []byte {
 	b, _ := json.Marshal(struct {
 		Code              string `json:"code"`
 		Domain            string `json:"domain"`
 		RetryAfterSeconds int64  `json:"retry_after_seconds"`
-	}{"OVER_LIMIT", domain, max(ceilSeconds(retry), 1)})
+	}{"OVER_LIMIT", domain, max(retry, 1)})
 	return b
 }
 
@@ -151,8 +166,9 @@ func overLimitBody(domain string, retry time.Duration) []byte {
 // mode; nil when no quota rule applied.
 func quotaMetadata(sc *scratch, domain string, v verdict) *structpb.Struct {
 	any := false
-	for i := range sc.descs {
-		if sc.descs[i].quota {
+	for i := range sc.res.Descriptors {
+		rd := &sc.res.Descriptors[i]
+		if !rd.Override && rd.Rule != nil && rd.Rule.QuotaMode {
 			any = true
 			break
 		}
@@ -207,9 +223,10 @@ func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *struc
 		md.Fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
 	}
 	var merged map[string]any
-	for di := range sc.descs {
-		r := sc.descs[di].rule
-		if r == nil || r.Metadata == nil || sc.descs[di].override || v.codes[di].code == pb.RateLimitResponse_OVER_LIMIT || !counts(r) {
+	for di := range sc.res.Descriptors {
+		rd := &sc.res.Descriptors[di]
+		r := rd.Rule
+		if r == nil || r.Metadata == nil || rd.Override || v.codes[di].code == pb.RateLimitResponse_OVER_LIMIT || !counts(r) {
 			continue
 		}
 		merged = mergeMetadata(merged, r.Metadata)

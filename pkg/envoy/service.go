@@ -201,7 +201,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	if err := s.evaluate(storeCtx, sc.hits, sc.decisions); err != nil {
 		return s.failed(ctx, storeCtx, sc, req, err)
 	}
-	v := sc.judge(s.opts.NearLimitRatio)
+	v := sc.judge(s.opts.NearLimitRatio, false)
 	// The Limiter decided the request with the quota rule in the same
 	// pass (limit.Blocked); all or nothing, a blocked call charged no hit,
 	// and the metrics must not count the admitted ones as within their
@@ -241,7 +241,7 @@ func (s *Service) failed(ctx, storeCtx context.Context, sc *scratch, req *pb.Rat
 	}
 	s.failures.record(err)
 	unavailable := sc.applyFailure()
-	v := sc.judge(s.opts.NearLimitRatio)
+	v := sc.judge(s.opts.NearLimitRatio, true)
 	f := failureAnswer{set: true, cause: failureCauseOf(storeCtx, err), policy: rules.FailureAllow}
 	switch {
 	case v.over:

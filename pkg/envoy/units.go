@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"fmt"
-	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -51,29 +50,7 @@ func overrideUnit(u typev3.RateLimitUnit, index int) (rules.Unit, error) {
 	case typev3.RateLimitUnit_YEAR:
 		ru = rules.Year
 	default:
-		return 0, fmt.Errorf("%s: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", overrideField(index), u)
+		return 0, fmt.Errorf("descriptors[%d].limit: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", index, u)
 	}
 	return ru, nil
-}
-
-// window is the length of multiplier units.
-func window(u rules.Unit, multiplier uint32) time.Duration {
-	if multiplier == 0 {
-		multiplier = 1
-	}
-	return u.Duration() * time.Duration(multiplier)
-}
-
-// responseWindow is the window length of a current_limit.
-func responseWindow(l *pb.RateLimitResponse_RateLimit) time.Duration {
-	mult := uint32(1)
-	if m := l.GetUnitMultiplier(); m != nil {
-		mult = m.GetValue()
-	}
-	for u := rules.Second; u <= rules.Year; u++ {
-		if responseUnit(u) == l.GetUnit() {
-			return window(u, mult)
-		}
-	}
-	return 0
 }

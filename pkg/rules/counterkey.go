@@ -14,16 +14,53 @@ import (
 // key; longer ones are replaced by their SHA-256.
 const maxKeyValue = 64
 
-// AppendCounterKey appends to dst the identity of the counter that l (one
-// of r.Limits) uses for a request with these entries (those given to Match)
-// and returns the extended slice. The key is l.ID followed, for each level
-// where the counter depends on the request's value (a key-only descriptor,
-// or a wildcard without share_threshold), by "|v" and the value
+// Counter keys (limit.Hit.Key, ResolvedLimit.Key) are built here and
+// nowhere else. There are three kinds, told apart by their first byte:
+//
+//	'r' a rule's limit: 'r' then the limit's identity (appendIdentity)
+//	'o' an override of a descriptor that matched a rule with limits: 'o'
+//	    then the identity of the rule's first limit, then the window and
+//	    algorithm
+//	'd' an override of any other descriptor: 'd' then the domain and every
+//	    entry, then the window and algorithm
+//
+// Each kind's encoding is injective, so no two counters share a key. A
+// store may add its own namespace (redislimit's prefix and hash tag), but
+// which requests share a counter is decided here. The keys are part of the
+// stored state: changing them resets every counter on upgrade, which
+// envoy's TestCounterKeysArePinned guards.
+const (
+	keyRule          = 'r'
+	overrideOfRule   = 'o'
+	overrideOfDomain = 'd'
+)
+
+// appendCounterKey appends the counter key of l, one of rd's limits, for a
+// request of domain.
+func appendCounterKey(dst []byte, domain string, rd *Resolved, l *Limit) []byte {
+	if rd.Override {
+		return appendOverrideKey(dst, domain, rd.Rule, rd.Entries, l.Spec)
+	}
+	return appendRuleKey(dst, rd.Rule, l, rd.Entries)
+}
+
+// appendRuleKey appends the counter key of limit l of rule r for a request
+// descriptor with these entries: keyRule, then r.appendIdentity.
+func appendRuleKey(dst []byte, r *Rule, l *Limit, entries []Entry) []byte {
+	dst = append(dst, keyRule)
+	return r.appendIdentity(dst, l, entries)
+}
+
+// appendIdentity appends to dst the identity of the counter that l (one of
+// r.Limits) uses for a request with these entries (those given to Match)
+// and returns the extended slice. The identity is l.ID followed, for each
+// level where the counter depends on the request's value (a key-only
+// descriptor, or a wildcard without share_threshold), by "|v" and the value
 // length-prefixed ("|v5:alice"), or, for values longer than 64 bytes, by
 // "|h" and the hex SHA-256 of the value. The encoding is injective: two
-// different (limit, relevant values) never give equal keys. It does not
-// allocate when dst has the capacity.
-func (r *Rule) AppendCounterKey(dst []byte, l *Limit, entries []Entry) []byte {
+// different (limit, relevant values) never give equal identities. It does
+// not allocate when dst has the capacity.
+func (r *Rule) appendIdentity(dst []byte, l *Limit, entries []Entry) []byte {
 	dst = append(dst, l.ID...)
 	for i := range r.levels {
 		if !r.levels[i].dynamic || i >= len(entries) {
@@ -35,21 +72,13 @@ func (r *Rule) AppendCounterKey(dst []byte, l *Limit, entries []Entry) []byte {
 	return dst
 }
 
-// Markers of AppendOverrideKey's two forms. Limit IDs, hence
-// AppendCounterKey's keys, start with a digit (the domain's length), so
-// keys starting with these letters are never counter keys.
-const (
-	overrideOfRule   = 'o'
-	overrideOfDomain = 'd'
-)
-
-// AppendOverrideKey appends to dst the identity of the counter of a limit
-// that Envoy sent with a request descriptor (the descriptor's `limit`
-// override), counted with spec, and returns the extended slice. r is the
-// rule the descriptor matched, or nil; a rule without limits counts as nil,
-// since it has no limit identity to extend.
+// appendOverrideKey appends to dst the counter key of a limit that a
+// request sent with a descriptor (an Override), counted with spec, and
+// returns the extended slice. r is the rule the descriptor matched, or nil;
+// a rule without limits counts as nil, since it has no limit identity to
+// extend.
 //
-// With a rule, the key is 'o' then AppendCounterKey of the rule's first
+// With a rule, the key is 'o' then appendIdentity of the rule's first
 // limit: an override counts apart from the rule's own counters and per
 // request value where the rule's counter is. Without one, it is 'd' then
 // the domain and every entry's key and value, each written as 'v', its
@@ -59,13 +88,12 @@ const (
 // algorithm number, which parse unambiguously from the end (two maximal
 // digit runs after fixed markers).
 //
-// The encoding is injective over (domain, r, entries, window, algorithm),
-// and disjoint from AppendCounterKey's keys, which start with a digit. It
-// does not allocate when dst has the capacity.
-func AppendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec limit.Spec) []byte {
+// The encoding is injective over (domain, r, entries, window, algorithm).
+// It does not allocate when dst has the capacity.
+func appendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec limit.Spec) []byte {
 	if r != nil && len(r.Limits) > 0 {
 		dst = append(dst, overrideOfRule)
-		dst = r.AppendCounterKey(dst, r.Limits[0], entries)
+		dst = r.appendIdentity(dst, r.Limits[0], entries)
 	} else {
 		dst = append(dst, overrideOfDomain)
 		dst = appendKeyField(dst, domain)

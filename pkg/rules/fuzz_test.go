@@ -56,7 +56,7 @@ func FuzzParse(f *testing.F) {
 			if exact && set.Match(r.Domain, e) != r {
 				t.Fatalf("rule %s is not reached by its own descriptor", r.Path)
 			}
-			_ = r.AppendCounterKey(nil, firstLimit(r), e)
+			_ = r.appendIdentity(nil, firstLimit(r), e)
 		}
 	})
 }
@@ -195,7 +195,7 @@ func FuzzMatch(f *testing.F) {
 			return
 		}
 		for _, l := range r.Limits {
-			k := r.AppendCounterKey(nil, l, e)
+			k := r.appendIdentity(nil, l, e)
 			if !strings.HasPrefix(string(k), l.ID) {
 				t.Fatalf("counter key %q does not start with the ID %q", k, l.ID)
 			}

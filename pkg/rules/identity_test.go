@@ -148,7 +148,7 @@ descriptors:
 		if r == nil {
 			t.Fatalf("no rule for %v", e)
 		}
-		return string(r.AppendCounterKey(nil, r.Limits[0], e))
+		return string(r.appendIdentity(nil, r.Limits[0], e))
 	}
 	long := strings.Repeat("x", 65)
 	tests := []struct {
@@ -184,18 +184,18 @@ descriptors:
 	r := set.Match("d", e)
 	buf := make([]byte, 0, 256)
 	allocs := testing.AllocsPerRun(100, func() {
-		buf = r.AppendCounterKey(buf[:0], r.Limits[0], e)
+		buf = r.appendIdentity(buf[:0], r.Limits[0], e)
 	})
 	if allocs != 0 {
-		t.Errorf("AppendCounterKey allocates %v times", allocs)
+		t.Errorf("appendIdentity allocates %v times", allocs)
 	}
 	long2 := entries("user=" + long)
 	r2 := set.Match("d", long2)
 	allocs = testing.AllocsPerRun(100, func() {
-		buf = r2.AppendCounterKey(buf[:0], r2.Limits[0], long2)
+		buf = r2.appendIdentity(buf[:0], r2.Limits[0], long2)
 	})
 	if allocs != 0 && !raceEnabled {
-		t.Errorf("AppendCounterKey of a long value allocates %v times", allocs)
+		t.Errorf("appendIdentity of a long value allocates %v times", allocs)
 	}
 }
 
@@ -210,7 +210,7 @@ func TestCounterKeysAreInjective(t *testing.T) {
 		for _, b := range values {
 			e := []Entry{{"a", a}, {"b", b}}
 			r := set.Match("d", e)
-			k := string(r.AppendCounterKey(nil, r.Limits[0], e))
+			k := string(r.appendIdentity(nil, r.Limits[0], e))
 			if prev, dup := seen[k]; dup {
 				t.Errorf("(%q, %q) and (%q, %q) share key %q", a, b, prev[0], prev[1], k)
 			}

@@ -122,25 +122,35 @@ func TestReplaces(t *testing.T) {
 	if specific == nil || general == nil {
 		t.Fatalf("rules not matched: %v %v", specific, general)
 	}
+	// resolved is what Resolve found for descriptors matching these rules
+	// without an override.
+	resolved := func(rs ...*Rule) []Resolved {
+		out := make([]Resolved, len(rs))
+		for i, r := range rs {
+			out[i].Rule = r
+		}
+		return out
+	}
 	tests := []struct {
 		name    string
 		l       *Limit
-		matched []*Rule
+		matched []Resolved
 		want    bool
 	}{
-		{"both match: the named limit is dropped", specific.Limits[0], []*Rule{specific, general}, true},
-		{"order does not matter", specific.Limits[0], []*Rule{general, nil, specific}, true},
-		{"the replacing limit stays", general.Limits[0], []*Rule{specific, general}, false},
-		{"alone it applies", specific.Limits[0], []*Rule{specific}, false},
+		{"both match: the named limit is dropped", specific.Limits[0], resolved(specific, general), true},
+		{"order does not matter", specific.Limits[0], resolved(general, nil, specific), true},
+		{"the replacing limit stays", general.Limits[0], resolved(specific, general), false},
+		{"alone it applies", specific.Limits[0], resolved(specific), false},
 		{"nothing matched", specific.Limits[0], nil, false},
+		{"an override does not replace", specific.Limits[0], []Resolved{{Rule: specific}, {Rule: general, Override: true}}, false},
 	}
 	for _, tt := range tests {
-		if got := Replaced(tt.l, tt.matched); got != tt.want {
-			t.Errorf("%s: Replaced = %v, want %v", tt.name, got, tt.want)
+		if got := replaced(tt.l, tt.matched); got != tt.want {
+			t.Errorf("%s: replaced = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 	unnamed := &Limit{}
-	if Replaced(unnamed, []*Rule{{Limits: []*Limit{{Replaces: []string{""}}}}}) {
+	if replaced(unnamed, resolved(&Rule{Limits: []*Limit{{Replaces: []string{""}}}})) {
 		t.Errorf("an unnamed limit was replaced")
 	}
 }

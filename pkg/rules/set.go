@@ -124,26 +124,3 @@ func (s *Set) LoadedAt() time.Time { return s.loadedAt }
 
 // Warnings returns the warnings of the load, in file order.
 func (s *Set) Warnings() []Warning { return append([]Warning(nil), s.warnings...) }
-
-// Replaced reports whether l is dropped for a request because a limit of
-// one of matched (the rules Match returned for the request's descriptors;
-// nil entries are skipped) lists l's name in its replaces, as the reference
-// server does. Unnamed limits are never replaced. It does not allocate.
-func Replaced(l *Limit, matched []*Rule) bool {
-	if l.Name == "" {
-		return false
-	}
-	for _, r := range matched {
-		if r == nil {
-			continue
-		}
-		for _, other := range r.Limits {
-			for _, name := range other.Replaces {
-				if name == l.Name {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}

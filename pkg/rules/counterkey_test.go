@@ -1,4 +1,4 @@
-package envoy
+package rules
 
 import (
 	"strings"
@@ -6,15 +6,22 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/rules"
 )
 
+// keyTestRules has one rule whose counter depends on the request's value.
+const keyTestRules = `
+domain: test
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
 func TestCounterKeysAreDistinct(t *testing.T) {
-	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	set, err := Parse(map[string][]byte{"test.yaml": []byte(keyTestRules)}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	user := []rules.Entry{{Key: "user", Value: "alice"}}
+	user := []Entry{{Key: "user", Value: "alice"}}
 	r := set.Match("test", user)
 	if r == nil {
 		t.Fatal("no rule for user")
@@ -25,17 +32,17 @@ func TestCounterKeysAreDistinct(t *testing.T) {
 	long := strings.Repeat("x", 100)
 	keys := map[string]string{
 		"rule":                        string(appendRuleKey(nil, r, r.Limits[0], user)),
-		"rule other value":            string(appendRuleKey(nil, r, r.Limits[0], []rules.Entry{{Key: "user", Value: "bob"}})),
-		"override of the rule":        string(rules.AppendOverrideKey(nil, "test", r, user, minute)),
-		"override, other window":      string(rules.AppendOverrideKey(nil, "test", r, user, hour)),
-		"override, other algorithm":   string(rules.AppendOverrideKey(nil, "test", r, user, gcra)),
-		"override without rule":       string(rules.AppendOverrideKey(nil, "test", nil, user, minute)),
-		"domain/key boundary":         string(rules.AppendOverrideKey(nil, "testuser", nil, []rules.Entry{{Key: "", Value: "alice"}}, minute)),
-		"key/value boundary":          string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "usera", Value: "lice"}}, minute)),
-		"entries split":               string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: ""}, {Key: "alice", Value: ""}}, minute)),
-		"value mimics the suffix":     string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: "alice|w60000000|a0"}}, minute)),
-		"long value":                  string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: long}}, minute)),
-		"long value, one byte longer": string(rules.AppendOverrideKey(nil, "test", nil, []rules.Entry{{Key: "user", Value: long + "x"}}, minute)),
+		"rule other value":            string(appendRuleKey(nil, r, r.Limits[0], []Entry{{Key: "user", Value: "bob"}})),
+		"override of the rule":        string(appendOverrideKey(nil, "test", r, user, minute)),
+		"override, other window":      string(appendOverrideKey(nil, "test", r, user, hour)),
+		"override, other algorithm":   string(appendOverrideKey(nil, "test", r, user, gcra)),
+		"override without rule":       string(appendOverrideKey(nil, "test", nil, user, minute)),
+		"domain/key boundary":         string(appendOverrideKey(nil, "testuser", nil, []Entry{{Key: "", Value: "alice"}}, minute)),
+		"key/value boundary":          string(appendOverrideKey(nil, "test", nil, []Entry{{Key: "usera", Value: "lice"}}, minute)),
+		"entries split":               string(appendOverrideKey(nil, "test", nil, []Entry{{Key: "user", Value: ""}, {Key: "alice", Value: ""}}, minute)),
+		"value mimics the suffix":     string(appendOverrideKey(nil, "test", nil, []Entry{{Key: "user", Value: "alice|w60000000|a0"}}, minute)),
+		"long value":                  string(appendOverrideKey(nil, "test", nil, []Entry{{Key: "user", Value: long}}, minute)),
+		"long value, one byte longer": string(appendOverrideKey(nil, "test", nil, []Entry{{Key: "user", Value: long + "x"}}, minute)),
 	}
 	seen := map[string]string{}
 	for name, k := range keys {
@@ -51,9 +58,9 @@ func TestCounterKeysAreDistinct(t *testing.T) {
 
 // FuzzOverrideKey checks that two different override counters never share
 // a key, and that no override key is a configured limit's key
-// (rules.AppendOverrideKey is disjoint from Rule.AppendCounterKey).
+// (appendOverrideKey is disjoint from Rule.AppendCounterKey).
 func FuzzOverrideKey(f *testing.F) {
-	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	set, err := Parse(map[string][]byte{"test.yaml": []byte(keyTestRules)}, Options{})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -62,15 +69,15 @@ func FuzzOverrideKey(f *testing.F) {
 	f.Add("a", "b|w1|a0", "", int64(1), false, "a", "b", "", int64(1), false)
 	f.Add("test", "user", "alice", int64(60000), true, "test", "user", "alice", int64(60000), false)
 	f.Fuzz(func(t *testing.T, d1, k1, v1 string, w1 int64, rule1 bool, d2, k2, v2 string, w2 int64, rule2 bool) {
-		key := func(d, k, v string, w int64, withRule bool) (override, counter string, r *rules.Rule, micros int64) {
-			entries := []rules.Entry{{Key: k, Value: v}}
+		key := func(d, k, v string, w int64, withRule bool) (override, counter string, r *Rule, micros int64) {
+			entries := []Entry{{Key: k, Value: v}}
 			if withRule {
 				r = set.Match(d, entries)
 			}
 			spec := limit.Spec{Limit: 1, Window: time.Duration(w) * time.Millisecond}
-			override = string(rules.AppendOverrideKey(nil, d, r, entries, spec))
+			override = string(appendOverrideKey(nil, d, r, entries, spec))
 			if r != nil && len(r.Limits) > 0 {
-				counter = string(r.AppendCounterKey(nil, r.Limits[0], entries))
+				counter = string(r.appendIdentity(nil, r.Limits[0], entries))
 				if override == counter || override == string(appendRuleKey(nil, r, r.Limits[0], entries)) {
 					t.Fatalf("override key %q is also a counter key", override)
 				}
@@ -82,7 +89,7 @@ func FuzzOverrideKey(f *testing.F) {
 		if a == cb || b == ca {
 			t.Fatalf("an override key is another descriptor's counter key: %q %q %q %q", a, b, ca, cb)
 		}
-		hasRule := func(r *rules.Rule) bool { return r != nil && len(r.Limits) > 0 }
+		hasRule := func(r *Rule) bool { return r != nil && len(r.Limits) > 0 }
 		var same bool
 		switch {
 		case hasRule(r1) != hasRule(r2):

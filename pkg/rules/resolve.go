@@ -1,0 +1,241 @@
+package rules
+
+import (
+	"fmt"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// Descriptor is one descriptor of a request, as Resolve reads it.
+type Descriptor struct {
+	// Entries are the descriptor's key/value pairs, in request order.
+	Entries []Entry
+	// Override, when its Unit is not zero, is the limit the request sent
+	// with the descriptor (Envoy's RateLimitDescriptor.limit); it replaces
+	// whatever the rules say.
+	Override Override
+}
+
+// Override is a limit a request carries for one of its descriptors. An
+// Override whose Unit is zero, like the zero Override, is none.
+type Override struct {
+	// RequestsPerUnit is the number of hits allowed per window.
+	RequestsPerUnit uint32
+	// Unit is the window's unit; zero means no override.
+	Unit Unit
+	// UnitMultiplier is the number of units in a window. Resolve refuses
+	// 0: a sender that leaves it out means 1 and must say so.
+	UnitMultiplier uint32
+}
+
+// Resolution is what applies to a request, descriptor by descriptor, as
+// Resolve found it. Its zero value is ready for use; one Resolution reused
+// for request after request lets Resolve run without allocating beyond the
+// counter keys. It is not safe for concurrent use.
+type Resolution struct {
+	// Descriptors has one element per request descriptor, in request order.
+	Descriptors []Resolved
+
+	limits    []ResolvedLimit // every descriptor's, back to back
+	overrides []Limit         // the overrides' limits, which limits point into
+	key       []byte          // a counter key being built
+}
+
+// Resolved is what applies to one request descriptor.
+type Resolved struct {
+	// Entries are the descriptor's, as given to Resolve.
+	Entries []Entry
+	// Rule is the rule the descriptor matched (Set.Match), nil for none.
+	// With an override it still lends its failure mode, and its first
+	// limit's algorithm and precision, to the override.
+	Rule *Rule
+	// Override reports whether the request sent its own limit, which is
+	// then the descriptor's one limit, in Enforce mode: an override
+	// replaces whatever the rules say, shadow and quota mode included, as
+	// in the reference server.
+	Override bool
+	// Mode is the limit.Hit.Mode of the descriptor's counted limits:
+	// Advisory for a rule in shadow mode (which wins over quota mode, so
+	// that a rule in shadow mode changes no outcome), Quota for a rule in
+	// quota mode (the descriptor's limits are one quota), else Enforce.
+	Mode limit.Mode
+	// Limits are the limits that apply, in the rule's order: none when
+	// the descriptor matched no rule or a rule without limits.
+	Limits []ResolvedLimit
+}
+
+// ResolvedLimit is one limit applying to a request descriptor.
+type ResolvedLimit struct {
+	// Limit is the rule's limit, or the override's, whose only fields are
+	// RequestsPerUnit, Unit, UnitMultiplier (>= 1) and Spec. It carries what
+	// a response reports: Name, RequestsPerUnit, Unit, UnitMultiplier. It
+	// is shared and read-only, valid until the Resolution is used again.
+	Limit *Limit
+	// Key is the counter's key (limit.Hit.Key), "" when the limit is not
+	// counted: when it is unlimited or replaced. A store may put it in its
+	// own namespace (a prefix, a hash tag), but the key is otherwise
+	// complete: package rules alone decides which requests share a
+	// counter.
+	Key string
+	// Replaced reports that another limit matched by the same request
+	// lists this one's name in its replaces (as the reference server does,
+	// across the whole request): it is neither counted nor reported.
+	Replaced bool
+}
+
+// Counted reports whether the limit is evaluated by a store, which it is
+// unless unlimited or replaced.
+func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
+
+// Resolve finds, for each of a request's descriptors, the limits that apply
+// and everything a store and an answer need of them, into dst, whose
+// earlier contents it replaces. It matches each descriptor (Set.Match),
+// turns an override into its limit, drops the limits that another matched
+// limit replaces, and builds the counter keys.
+//
+// The only error is an invalid override, naming its field as
+// "descriptors[i].limit...": a unit past Year, a multiplier of 0, a window
+// too long for a duration, or a spec limit.Spec.Validate refuses (a
+// sliding_log above limit.MaxSlidingLog). It allocates only each counter key's string when
+// dst has room from earlier requests.
+func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error {
+	dst.reset(len(descs))
+	for i := range descs {
+		d := &descs[i]
+		rd := Resolved{Entries: d.Entries, Rule: s.Match(domain, d.Entries)}
+		from := len(dst.limits)
+		switch {
+		case d.Override.Unit != 0:
+			l, err := overrideLimit(d.Override, rd.Rule, i)
+			if err != nil {
+				return err
+			}
+			dst.overrides = append(dst.overrides, l)
+			dst.limits = append(dst.limits, ResolvedLimit{Limit: &dst.overrides[len(dst.overrides)-1]})
+			rd.Override = true
+		case rd.Rule != nil:
+			for _, l := range rd.Rule.Limits {
+				dst.limits = append(dst.limits, ResolvedLimit{Limit: l})
+			}
+			rd.Mode = ruleMode(rd.Rule)
+		}
+		// Only the length counts for now: the backing array may still
+		// move, so Limits is pointed at it below.
+		rd.Limits = dst.limits[from:]
+		dst.Descriptors = append(dst.Descriptors, rd)
+	}
+	at := 0
+	for i := range dst.Descriptors {
+		rd := &dst.Descriptors[i]
+		n := len(rd.Limits)
+		rd.Limits = dst.limits[at : at+n : at+n]
+		at += n
+	}
+	// `replaces` needs every descriptor's rule, so it and the keys come
+	// second.
+	for i := range dst.Descriptors {
+		rd := &dst.Descriptors[i]
+		for j := range rd.Limits {
+			rl := &rd.Limits[j]
+			rl.Replaced = !rd.Override && replaced(rl.Limit, dst.Descriptors)
+			if rl.Limit.Unlimited || rl.Replaced {
+				continue
+			}
+			dst.key = appendCounterKey(dst.key[:0], domain, rd, rl.Limit)
+			rl.Key = string(dst.key)
+		}
+	}
+	return nil
+}
+
+// replaced reports whether l is dropped because a limit of a rule one of
+// descs matched without an override lists l's name in its replaces, as the
+// reference server does. Unnamed limits are never replaced; an override
+// neither replaces nor is replaced. It does not allocate.
+func replaced(l *Limit, descs []Resolved) bool {
+	if l.Name == "" {
+		return false
+	}
+	for i := range descs {
+		if descs[i].Rule == nil || descs[i].Override {
+			continue
+		}
+		for _, other := range descs[i].Rule.Limits {
+			for _, name := range other.Replaces {
+				if name == l.Name {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// overrideField names descriptor index's override in error messages; it is
+// built only on the error path, never for a valid override.
+func overrideField(index int) string {
+	return fmt.Sprintf("descriptors[%d].limit", index)
+}
+
+// overrideLimit builds the limit of descriptor index's override. A matched
+// rule lends its first limit's algorithm and sub-window precision, so an
+// override of a sliding-window rule still slides; windows follow the epoch
+// (no calendar), as override units are fixed lengths.
+func overrideLimit(o Override, r *Rule, index int) (Limit, error) {
+	if o.Unit > Year {
+		return Limit{}, fmt.Errorf("%s.unit: %v is not a unit", overrideField(index), o.Unit)
+	}
+	if o.UnitMultiplier == 0 {
+		return Limit{}, fmt.Errorf("%s.unit_multiplier: must be at least 1 when set", overrideField(index))
+	}
+	w, err := o.Unit.Window(o.UnitMultiplier)
+	if err != nil {
+		return Limit{}, fmt.Errorf("%s.unit_multiplier: %d %ss is longer than a window can be", overrideField(index), o.UnitMultiplier, o.Unit)
+	}
+	spec := limit.Spec{Limit: int64(o.RequestsPerUnit), Window: w}
+	if r != nil && len(r.Limits) > 0 && !r.Limits[0].Unlimited {
+		base := r.Limits[0].Spec
+		spec.Algorithm = base.Algorithm
+		if int64(base.Precision) <= w.Milliseconds() {
+			spec.Precision = base.Precision // else too fine for the override's window: 0 is one sub-window
+		}
+	}
+	// The checks of a rule's spec, the same as the rule files get: with a
+	// valid unit and multiplier and a valid rule's algorithm, what is left
+	// to refuse is a sliding_log above limit.MaxSlidingLog.
+	if err := spec.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("%s.requests_per_unit: %w", overrideField(index), err)
+	}
+	return Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, UnitMultiplier: o.UnitMultiplier, Spec: spec}, nil
+}
+
+// ruleMode is the limit.Mode of a rule's hits (Resolved.Mode).
+func ruleMode(r *Rule) limit.Mode {
+	switch {
+	case r.ShadowMode:
+		return limit.Advisory
+	case r.QuotaMode:
+		return limit.Quota
+	}
+	return limit.Enforce
+}
+
+// Reset empties r, keeping its room, and drops its references to rules, so
+// that a Resolution kept for later requests does not keep a replaced Set
+// alive.
+func (r *Resolution) Reset() {
+	clear(r.Descriptors)
+	clear(r.limits)
+	clear(r.overrides)
+	r.Descriptors, r.limits, r.overrides, r.key = r.Descriptors[:0], r.limits[:0], r.overrides[:0], r.key[:0]
+}
+
+// reset empties r for a request of n descriptors.
+func (r *Resolution) reset(n int) {
+	r.Reset()
+	// Limits point into overrides: it must never grow while they are
+	// built, and a request has at most one override per descriptor.
+	if cap(r.overrides) < n {
+		r.overrides = make([]Limit, 0, n)
+	}
+}
