@@ -260,11 +260,11 @@ func decode(reply any, decisions []limit.Decision) error {
 			f[j] = n
 		}
 		decisions[i] = limit.Decision{
-			Allowed:    f[0] == 1,
-			Remaining:  f[1],
-			ResetAfter: time.Duration(f[2]) * time.Microsecond,
-			RetryAfter: time.Duration(f[3]) * time.Microsecond,
-			Never:      f[4] == 1,
+			Allowed:    f[fieldAllowed] == 1,
+			Remaining:  f[fieldRemaining],
+			ResetAfter: time.Duration(f[fieldReset]) * time.Microsecond,
+			RetryAfter: time.Duration(f[fieldRetry]) * time.Microsecond,
+			Never:      f[fieldNever] == 1,
 		}
 	}
 	return nil

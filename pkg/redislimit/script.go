@@ -35,9 +35,16 @@ const (
 	flagQuotaBase = 8
 )
 
-// fieldsPerDecision is the number of integers the script returns per hit:
-// allowed, remaining, reset, retry, never.
-const fieldsPerDecision = 5
+// The script returns fieldsPerDecision integers per hit, at these offsets:
+// allowed (0/1), remaining, reset (µs), retry (µs), never (0/1).
+const (
+	fieldAllowed = iota
+	fieldRemaining
+	fieldReset
+	fieldRetry
+	fieldNever
+	fieldsPerDecision
+)
 
 // luaConstant is one constant of the contract between Go and the script,
 // under its Lua name.
@@ -64,6 +71,11 @@ func luaConstants() []luaConstant {
 		luaConstant{"FLAG_ADVISORY", flagAdvisory},
 		luaConstant{"FLAG_CALENDAR", flagCalendar},
 		luaConstant{"FLAG_QUOTA_BASE", flagQuotaBase},
+		luaConstant{"FIELD_ALLOWED", fieldAllowed},
+		luaConstant{"FIELD_REMAINING", fieldRemaining},
+		luaConstant{"FIELD_RESET", fieldReset},
+		luaConstant{"FIELD_RETRY", fieldRetry},
+		luaConstant{"FIELD_NEVER", fieldNever},
 		luaConstant{"FIELDS_PER_DECISION", fieldsPerDecision},
 		luaConstant{"GCRA_EPOCH", limit.GCRAEpoch},
 	)

@@ -26,8 +26,9 @@
 --     calendar fixed window (four ascending instants around the server's
 --     clock).
 -- Returns an array with one element per request: an array of
---   FIELDS_PER_DECISION (5) integers per hit, in order: allowed (0/1), remaining, reset (µs), retry (µs),
---   never (0/1); or an error reply, when the request could not be decided
+--   FIELDS_PER_DECISION (5) integers per hit, at offsets FIELD_ALLOWED
+--   (0/1), FIELD_REMAINING, FIELD_RESET (µs), FIELD_RETRY (µs) and
+--   FIELD_NEVER (0/1), 0 to 4 in this order; or an error reply, when the request could not be decided
 --   (its clocks disagree with a calendar's, a key holds something else, ...):
 --   such a request writes nothing, and the other requests are decided as
 --   if it were not there. Malformed arguments fail the whole call.
@@ -101,6 +102,16 @@ local function algorithm(code)
   return a
 end
 
+-- put writes a decision from outcome o to out[p ..], its fields at their
+-- FIELD_ offsets.
+local function put(out, p, o)
+  out[p + FIELD_ALLOWED] = o.allowed and 1 or 0
+  out[p + FIELD_REMAINING] = o.remaining
+  out[p + FIELD_RESET] = o.reset
+  out[p + FIELD_RETRY] = o.retry
+  out[p + FIELD_NEVER] = o.never and 1 or 0
+end
+
 -- The hits of every request, by their index in KEYS: the parsed spec
 -- (shared by the hits that send the same one; a calendar hit has its own
 -- copy with its boundaries in cal), cost, refund, advisory, and the quota
@@ -128,7 +139,9 @@ local function decide(now, k0, n)
     if o.write then
       algo.store(key, nst, h, now, o.ttl)
     end
-    return {o.allowed and 1 or 0, o.remaining, o.reset, o.retry, o.never and 1 or 0}
+    local out = {}
+    put(out, 1, o)
+    return out
   end
   local work, order, out = {}, {}, {}
   local denied = false
@@ -168,12 +181,7 @@ local function decide(now, k0, n)
     elseif not o.allowed and cost > 0 and not refund and not advisories[k0 + i] then
       denied = true
     end
-    local p = FIELDS_PER_DECISION * (i - 1)
-    out[p + 1] = o.allowed and 1 or 0
-    out[p + 2] = o.remaining
-    out[p + 3] = o.reset
-    out[p + 4] = o.retry
-    out[p + 5] = o.never and 1 or 0
+    put(out, FIELDS_PER_DECISION * (i - 1) + 1, o)
   end
 
   if not denied and anyquota then
@@ -188,11 +196,12 @@ local function decide(now, k0, n)
     -- Nothing is consumed: the allowed hits report the stored state, as a
     -- hit of cost 0 sees it (step leaves the loaded state as it was).
     for i = 1, n do
-      local p = FIELDS_PER_DECISION * (i - 1)
-      if out[p + 1] == 1 then
+      local p = FIELDS_PER_DECISION * (i - 1) + 1
+      if out[p + FIELD_ALLOWED] == 1 then
         local w = work[KEYS[k0 + i]]
         local _, o = step(w.algo, w.st0, w.ok0, specs[k0 + i], 0, false, now)
-        out[p + 2], out[p + 3], out[p + 4], out[p + 5] = o.remaining, o.reset, 0, 0
+        out[p + FIELD_REMAINING], out[p + FIELD_RESET] = o.remaining, o.reset
+        out[p + FIELD_RETRY], out[p + FIELD_NEVER] = 0, 0
       end
     end
   else
