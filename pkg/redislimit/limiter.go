@@ -150,7 +150,7 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		case limit.Advisory:
 			flags += flagAdvisory
 		case limit.Quota:
-			flags += flagQuota * (int64(h.Group) + 1)
+			flags += flagQuotaBase * (int64(h.Group) + 1)
 		}
 		if !sp.Calendar.IsZero() {
 			flags += flagCalendar
@@ -237,8 +237,8 @@ func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests 
 	return reply, nil
 }
 
-// decode fills decisions from the script's reply to one request: 5
-// integers per hit, or the error that request met.
+// decode fills decisions from the script's reply to one request:
+// fieldsPerDecision integers per hit, or the error that request met.
 func decode(reply any, decisions []limit.Decision) error {
 	var r []any
 	switch v := reply.(type) {
@@ -247,24 +247,24 @@ func decode(reply any, decisions []limit.Decision) error {
 	case []any:
 		r = v
 	}
-	if len(r) != fieldsPerHit*len(decisions) {
-		return fmt.Errorf("redislimit: evaluate %d hits: %w: %d values in reply, want %d", len(decisions), ErrStore, len(r), fieldsPerHit*len(decisions))
+	if len(r) != fieldsPerDecision*len(decisions) {
+		return fmt.Errorf("redislimit: evaluate %d hits: %w: %d values in reply, want %d", len(decisions), ErrStore, len(r), fieldsPerDecision*len(decisions))
 	}
-	var f [fieldsPerHit]int64
+	var f [fieldsPerDecision]int64
 	for i := range decisions {
 		for j := range f {
-			n, ok := r[fieldsPerHit*i+j].(int64)
+			n, ok := r[fieldsPerDecision*i+j].(int64)
 			if !ok {
-				return fmt.Errorf("redislimit: evaluate %d hits: %w: reply value %T, want an integer", len(decisions), ErrStore, r[fieldsPerHit*i+j])
+				return fmt.Errorf("redislimit: evaluate %d hits: %w: reply value %T, want an integer", len(decisions), ErrStore, r[fieldsPerDecision*i+j])
 			}
 			f[j] = n
 		}
 		decisions[i] = limit.Decision{
-			Allowed:    f[0] == 1,
-			Remaining:  f[1],
-			ResetAfter: time.Duration(f[2]) * time.Microsecond,
-			RetryAfter: time.Duration(f[3]) * time.Microsecond,
-			Never:      f[4] == 1,
+			Allowed:    f[fieldAllowed] == 1,
+			Remaining:  f[fieldRemaining],
+			ResetAfter: time.Duration(f[fieldReset]) * time.Microsecond,
+			RetryAfter: time.Duration(f[fieldRetry]) * time.Microsecond,
+			Never:      f[fieldNever] == 1,
 		}
 	}
 	return nil

@@ -25,16 +25,61 @@ const (
 )
 
 // Flags of a hit (its third argument): the sum of the flags that apply,
-// plus flagQuota times (Group + 1) for a limit.Quota hit.
+// plus flagQuotaBase times (Group + 1) for a limit.Quota hit. The flags are
+// bits below flagQuotaBase, so that the script reads the quota as
+// floor(flags / flagQuotaBase).
 const (
-	flagRefund   = 1
-	flagAdvisory = 2
-	flagCalendar = 4
-	flagQuota    = 8
+	flagRefund    = 1
+	flagAdvisory  = 2
+	flagCalendar  = 4
+	flagQuotaBase = 8
 )
 
-// fieldsPerHit is the number of integers the script returns per hit.
-const fieldsPerHit = 5
+// The script returns fieldsPerDecision integers per hit, at these offsets:
+// allowed (0/1), remaining, reset (µs), retry (µs), never (0/1).
+const (
+	fieldAllowed = iota
+	fieldRemaining
+	fieldReset
+	fieldRetry
+	fieldNever
+	fieldsPerDecision
+)
+
+// luaConstant is one constant of the contract between Go and the script,
+// under its Lua name.
+type luaConstant struct {
+	name  string
+	value int64
+}
+
+// luaConstants returns the constants the script is written against, taken
+// from the Go constants themselves: the algorithm codes (ALG_ and the
+// algorithm's name in capitals), the argument layout, the flags, the
+// fields per decision and GCRA's epoch. They are the one source of the
+// numbers both sides share; the Lua files spell none of them out.
+func luaConstants() []luaConstant {
+	var cs []luaConstant
+	for _, a := range limit.Algorithms() {
+		cs = append(cs, luaConstant{"ALG_" + strings.ToUpper(a.String()), int64(a)})
+	}
+	return append(cs,
+		luaConstant{"ARGS_PER_REQUEST", argsPerRequest},
+		luaConstant{"ARGS_PER_HIT", argsPerHit},
+		luaConstant{"ARGS_PER_CALENDAR", argsPerCalendar},
+		luaConstant{"FLAG_REFUND", flagRefund},
+		luaConstant{"FLAG_ADVISORY", flagAdvisory},
+		luaConstant{"FLAG_CALENDAR", flagCalendar},
+		luaConstant{"FLAG_QUOTA_BASE", flagQuotaBase},
+		luaConstant{"FIELD_ALLOWED", fieldAllowed},
+		luaConstant{"FIELD_REMAINING", fieldRemaining},
+		luaConstant{"FIELD_RESET", fieldReset},
+		luaConstant{"FIELD_RETRY", fieldRetry},
+		luaConstant{"FIELD_NEVER", fieldNever},
+		luaConstant{"FIELDS_PER_DECISION", fieldsPerDecision},
+		luaConstant{"GCRA_EPOCH", limit.GCRAEpoch},
+	)
+}
 
 // evaluateScript is the one script that decides a request: its SHA is what
 // EVALSHA sends.
@@ -45,15 +90,38 @@ var evaluateScript = redis.NewScript(scriptSource())
 // captured calls can tell whether they replay this build's script.
 func ScriptSHA() string { return evaluateScript.Hash() }
 
-// scriptSource assembles the script: the helpers, each algorithm's file as
-// the body of a loader function registered under the algorithm's code (the
-// file ends by returning its table of functions), then the driver.
+// scriptSource assembles the script. Each file gets what it uses
+// explicitly, and uses no other name than its own, Lua's and Redis's:
+//
+//   - the constants block, generated from luaConstants: one local per
+//     constant, then K, a table of them all;
+//   - common.lua, the body of a function of no arguments returning its
+//     helpers: C;
+//   - each algorithm's file, the body of a loader function(C, K)
+//     registered in loaders under the algorithm's code; the file returns
+//     its table of functions, and its loader runs only when a hit needs it;
+//   - evaluate.lua, the driver, which uses the constants, C and loaders.
 func scriptSource() string {
 	var b strings.Builder
-	b.WriteString(mustRead("common.lua"))
-	for _, a := range limit.Algorithms() {
-		fmt.Fprintf(&b, "\n-- %s\nloaders[%d] = function()\n%s\nend\n", a, uint8(a), mustRead(a.String()+".lua"))
+	b.WriteString("-- The Go/Lua contract, generated from the Go constants (pkg/redislimit/script.go).\n")
+	cs := luaConstants()
+	for _, c := range cs {
+		fmt.Fprintf(&b, "local %s = %d\n", c.name, c.value)
 	}
+	b.WriteString("local K = {")
+	for i, c := range cs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s = %s", c.name, c.name)
+	}
+	b.WriteString("}\n\n-- common.lua\nlocal C = (function()\n")
+	b.WriteString(mustRead("common.lua"))
+	b.WriteString("end)()\n\nlocal loaders = {}\n")
+	for _, a := range limit.Algorithms() {
+		fmt.Fprintf(&b, "\n-- %s.lua\nloaders[ALG_%s] = function(C, K)\n%s\nend\n", a, strings.ToUpper(a.String()), mustRead(a.String()+".lua"))
+	}
+	b.WriteString("\n-- evaluate.lua\n")
 	b.WriteString(mustRead("evaluate.lua"))
 	return b.String()
 }

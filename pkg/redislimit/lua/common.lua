@@ -1,16 +1,19 @@
--- Helpers shared by the algorithm files and the driver (evaluate.lua). The
--- script is common.lua, then each algorithm file as the body of a function
--- registered in `loaders` under the algorithm's code, then evaluate.lua:
--- one script, one SHA. Redis runs the whole script on every call, so an
--- algorithm's functions are only created when a hit needs them.
+-- Helpers shared by the algorithm files and the driver (evaluate.lua).
+--
+-- Receives: nothing. This file is the body of a function of no arguments
+-- (see scriptSource in script.go); it returns its helpers in one table, C,
+-- that the algorithm files and the driver receive and read from. The
+-- script is the generated constants block, then this file, then each
+-- algorithm file as the body of a loader function(C, K) registered under
+-- the algorithm's code, then evaluate.lua: one script, one SHA. Redis runs
+-- the whole script on every call, so an algorithm's functions are only
+-- created when a hit needs them.
 --
 -- Numbers: Lua numbers are C doubles, like Go's float64. Times are integer
 -- microseconds (exact below 2^53), fractions are doubles, and every float
 -- expression is written in the order package limit's step functions evaluate
 -- it, so both give the same bits. Numbers sent to Redis go through num() or
 -- int(), never tostring() (which keeps only 14 digits).
-
-local loaders = {}
 
 -- num formats x with 17 significant digits: any double survives the round
 -- trip through tonumber. For fractions (tokens, levels, arrival times).
@@ -154,3 +157,7 @@ end
 local function store_bucket(key, st, h, now, ttl)
   store_pair(key, string.format('%.17g:%d', st.value, st.ts), now, ttl)
 end
+
+return {num = num, int = int, outcome = outcome, expire_at = expire_at, expire = expire,
+        settle = settle, first_pass = first_pass, load_pair = load_pair, store_pair = store_pair,
+        load_bucket = load_bucket, store_bucket = store_bucket}

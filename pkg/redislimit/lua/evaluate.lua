@@ -5,27 +5,30 @@
 --
 -- KEYS: the keys of the hits of every request, request after request, hit
 --   after hit (a key may repeat: hits on one counter).
--- ARGV: the requests in the same order, each a header of 2 arguments
---   followed by its hits:
+-- ARGV: the requests in the same order, each a header of ARGS_PER_REQUEST
+--   (2) arguments followed by its hits:
 --   now: "" in production, the time is then Redis TIME (seconds and
 --     microseconds, read once per call); tests pass an explicit now in µs
 --     to reach exact boundaries.
 --   n: the number of hits (>= 1); the request's keys are the next n KEYS.
--- Each hit is a group of 3 arguments, 7 for a calendar window:
+-- Each hit is a group of ARGS_PER_HIT (3) arguments, ARGS_PER_CALENDAR (4)
+-- more for a calendar window:
 --   1 spec: "code:L:W:B:N", parsed once per call however many hits share
 --     it: the algorithm code (limit.Algorithm: 0 fixed_window,
 --     1 sliding_window, 2 sliding_log, 3 token_bucket, 4 leaky_bucket,
 --     5 gcra), limit L, window W in µs, capacity B (limit.Spec.Capacity),
---     precision N (sub-windows, >= 1)
+--     precision N (sub-windows, >= 1); the codes are the ALG_ constants
 --   2 cost (>= 0)
---   3 flags: 1 refund + 2 advisory + 4 calendar + 8 * (quota + 1) for a
---     hit of a quota (limit.Quota; quota is its limit.Hit.Group)
---   4..7 only with flag 4: calendar window boundaries in µs for a
+--   3 flags: the sum of FLAG_REFUND (1), FLAG_ADVISORY (2), FLAG_CALENDAR
+--     (4) as they apply, plus FLAG_QUOTA_BASE (8) * (quota + 1) for a hit
+--     of a quota (limit.Quota; quota is its limit.Hit.Group)
+--   4..7 only with FLAG_CALENDAR: calendar window boundaries in µs for a
 --     calendar fixed window (four ascending instants around the server's
 --     clock).
--- Returns an array with one element per request: an array of 5 integers
---   per hit, in order: allowed (0/1), remaining, reset (µs), retry (µs),
---   never (0/1); or an error reply, when the request could not be decided
+-- Returns an array with one element per request: an array of
+--   FIELDS_PER_DECISION (5) integers per hit, at offsets FIELD_ALLOWED
+--   (0/1), FIELD_REMAINING, FIELD_RESET (µs), FIELD_RETRY (µs) and
+--   FIELD_NEVER (0/1), 0 to 4 in this order; or an error reply, when the request could not be decided
 --   (its clocks disagree with a calendar's, a key holds something else, ...):
 --   such a request writes nothing, and the other requests are decided as
 --   if it were not there. Malformed arguments fail the whole call.
@@ -46,11 +49,16 @@
 -- Every hit gets its decision either way. A later request of the batch
 -- sees what an earlier one wrote.
 --
+-- Receives (see scriptSource in script.go): the generated constants
+-- (ARGS_PER_REQUEST, ARGS_PER_HIT, FLAG_REFUND, ... as locals, numbers given
+-- above only to read this header), C (common.lua's helpers) and loaders
+-- (each algorithm's loader, by code, to call with C and K).
+--
 -- Redis 6.2 and 7: TIME before writes needs effects replication, the
 -- default since Redis 5 and the only mode of 7, so the script does not call
 -- redis.replicate_commands(). Keys are only those in KEYS (Cluster).
 
-local NFIXED, NCAL = 3, 4
+local outcome = C.outcome
 
 local clock
 -- redis_now returns Redis TIME in µs, read once per call. Effects
@@ -88,10 +96,20 @@ local algorithms = {}
 local function algorithm(code)
   local a = algorithms[code]
   if a == nil and loaders[code] ~= nil then
-    a = loaders[code]()
+    a = loaders[code](C, K)
     algorithms[code] = a
   end
   return a
+end
+
+-- put writes a decision from outcome o to out[p ..], its fields at their
+-- FIELD_ offsets.
+local function put(out, p, o)
+  out[p + FIELD_ALLOWED] = o.allowed and 1 or 0
+  out[p + FIELD_REMAINING] = o.remaining
+  out[p + FIELD_RESET] = o.reset
+  out[p + FIELD_RETRY] = o.retry
+  out[p + FIELD_NEVER] = o.never and 1 or 0
 end
 
 -- The hits of every request, by their index in KEYS: the parsed spec
@@ -121,7 +139,9 @@ local function decide(now, k0, n)
     if o.write then
       algo.store(key, nst, h, now, o.ttl)
     end
-    return {o.allowed and 1 or 0, o.remaining, o.reset, o.retry, o.never and 1 or 0}
+    local out = {}
+    put(out, 1, o)
+    return out
   end
   local work, order, out = {}, {}, {}
   local denied = false
@@ -161,12 +181,7 @@ local function decide(now, k0, n)
     elseif not o.allowed and cost > 0 and not refund and not advisories[k0 + i] then
       denied = true
     end
-    local p = 5 * (i - 1)
-    out[p + 1] = o.allowed and 1 or 0
-    out[p + 2] = o.remaining
-    out[p + 3] = o.reset
-    out[p + 4] = o.retry
-    out[p + 5] = o.never and 1 or 0
+    put(out, FIELDS_PER_DECISION * (i - 1) + 1, o)
   end
 
   if not denied and anyquota then
@@ -181,11 +196,12 @@ local function decide(now, k0, n)
     -- Nothing is consumed: the allowed hits report the stored state, as a
     -- hit of cost 0 sees it (step leaves the loaded state as it was).
     for i = 1, n do
-      local p = 5 * (i - 1)
-      if out[p + 1] == 1 then
+      local p = FIELDS_PER_DECISION * (i - 1) + 1
+      if out[p + FIELD_ALLOWED] == 1 then
         local w = work[KEYS[k0 + i]]
         local _, o = step(w.algo, w.st0, w.ok0, specs[k0 + i], 0, false, now)
-        out[p + 2], out[p + 3], out[p + 4], out[p + 5] = o.remaining, o.reset, 0, 0
+        out[p + FIELD_REMAINING], out[p + FIELD_RESET] = o.remaining, o.reset
+        out[p + FIELD_RETRY], out[p + FIELD_NEVER] = 0, 0
       end
     end
   else
@@ -216,6 +232,11 @@ local function parse_spec(arg)
   return h
 end
 
+-- has reports whether flags (a sum of distinct powers of two) holds flag.
+local function has(flags, flag)
+  return math.floor(flags / flag) % 2 == 1
+end
+
 -- Parse every request: its now, its first key and its number of hits.
 local nows, firsts, counts = {}, {}, {}
 local a, k = 1, 0
@@ -233,7 +254,7 @@ while a <= #ARGV do
     now = tonumber(now)
   end
   nows[r], firsts[r], counts[r] = now, k, n
-  a = a + 2
+  a = a + ARGS_PER_REQUEST
   for i = k + 1, k + n do
     local h = parse_spec(ARGV[a])
     if not h then
@@ -241,16 +262,20 @@ while a <= #ARGV do
     end
     costs[i] = tonumber(ARGV[a + 1])
     local flags = ARGV[a + 2]
-    a = a + NFIXED
+    a = a + ARGS_PER_HIT
     if flags == '0' then
       refunds[i], advisories[i], quotas[i] = false, false, 0
     else
       flags = tonumber(flags) or 0
-      refunds[i], advisories[i], quotas[i] = flags % 2 == 1, flags % 4 >= 2, math.floor(flags / 8)
-      if flags % 8 >= 4 then
-        h = {code = h.code, limit = h.limit, window = h.window, cap = h.cap, precision = h.precision,
-             cal = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])}}
-        a = a + NCAL
+      refunds[i], advisories[i], quotas[i] = has(flags, FLAG_REFUND), has(flags, FLAG_ADVISORY),
+        math.floor(flags / FLAG_QUOTA_BASE)
+      if has(flags, FLAG_CALENDAR) then
+        local cal = {}
+        for j = 1, ARGS_PER_CALENDAR do
+          cal[j] = tonumber(ARGV[a + j - 1])
+        end
+        h = {code = h.code, limit = h.limit, window = h.window, cap = h.cap, precision = h.precision, cal = cal}
+        a = a + ARGS_PER_CALENDAR
       end
     end
     specs[i] = h

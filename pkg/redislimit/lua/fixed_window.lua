@@ -14,16 +14,22 @@
 -- Remaining = max(0, L - n) after the hit; reset = end - now; retry
 -- (denied) = end - now. A refund sets n = max(0, n - cost), writing only if
 -- the stored window is this one and n > 0.
+--
+-- Receives (see scriptSource in script.go): C, common.lua's helpers; it
+-- uses no constant. Returns {load, step, store}.
+
+local int, outcome, load_pair, store_pair =
+  C.int, C.outcome, C.load_pair, C.store_pair
 
 local function window(h, now)
   if h.cal then
-    for i = 1, 3 do
+    for i = 1, #h.cal - 1 do
       if h.cal[i] <= now and now < h.cal[i + 1] then
         return h.cal[i], h.cal[i + 1]
       end
     end
     return error('floodgate: Redis time ' .. int(now) .. ' is outside the calendar windows ' ..
-      int(h.cal[1]) .. '..' .. int(h.cal[4]) .. ' computed by the server: their clocks disagree')
+      int(h.cal[1]) .. '..' .. int(h.cal[#h.cal]) .. ' computed by the server: their clocks disagree')
   end
   local start = math.floor(now / h.window) * h.window
   return start, start + h.window

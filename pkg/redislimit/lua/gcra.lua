@@ -19,8 +19,13 @@
 -- d >= 0 with u(n + d) >= after, TTL the same; retry (denied) = the
 -- smallest d >= 1 with u(n + d) >= nt - tau. A refund writes only a stored
 -- state that changes.
+--
+-- Receives (see scriptSource in script.go): C, common.lua's helpers, and K,
+-- the generated constants; it reads GCRA_EPOCH. Returns {load, step, store}.
 
-local epoch = 1704067200000000
+local num, int, outcome, expire_at, first_pass =
+  C.num, C.int, C.outcome, C.expire_at, C.first_pass
+local epoch = K.GCRA_EPOCH
 
 -- grid returns T and s for a limit; limit 0 stands for a TAT in µs.
 local function grid(limit, window)

@@ -16,6 +16,12 @@
 -- which l0 computed for now + d gives l0 + cost <= B, found from
 -- ceil(((l0 + cost) - B)/r) by asking that predicate (first_pass).
 -- A refund writes only a stored state that changes.
+--
+-- Receives (see scriptSource in script.go): C, common.lua's helpers; it
+-- uses no constant. Returns {load, step, store}.
+
+local outcome, settle, first_pass, load_bucket, store_bucket =
+  C.outcome, C.settle, C.first_pass, C.load_bucket, C.store_bucket
 
 local function step(st, ok, h, now, cost, refund)
   local r = h.limit / h.window

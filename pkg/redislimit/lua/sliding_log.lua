@@ -40,6 +40,12 @@
 -- left by a clock that went back), and finds single hits by walking the
 -- entries when it needs their times. Removals take the newest first (z,
 -- then m, then a), so the stored hits removed are always the newest ones.
+--
+-- Receives (see scriptSource in script.go): C, common.lua's helpers; it
+-- uses no constant. Returns {load, step, store}.
+
+local int, outcome, expire =
+  C.int, C.outcome, C.expire
 
 -- count_of returns the hits of an entry; a count of one digit, the
 -- common case, without making strings.

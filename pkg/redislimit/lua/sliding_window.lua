@@ -16,6 +16,12 @@
 -- instant the estimate plus cost fits, found by walking only the stored
 -- sub-windows (see retry_after). A refund takes cost from cnt[k], then from
 -- older counted sub-windows (down to k - N) newest first, never below 0.
+--
+-- Receives (see scriptSource in script.go): C, common.lua's helpers; it
+-- uses no constant. Returns {load, step, store}.
+
+local int, outcome, expire =
+  C.int, C.outcome, C.expire
 
 local function load(key, h, now)
   local flat = redis.call('HGETALL', key)
