@@ -192,3 +192,31 @@ func TestReliabilityCitesRealTests(t *testing.T) {
 		t.Errorf("found %d citations in reliability.md; the pattern no longer reads it", cited)
 	}
 }
+
+// TestArchitectureNamesRealFunctions checks that every function
+// docs/architecture.md names as file:Name or file:Type.Method is declared
+// in that file, so the request's path there stays true as code moves.
+func TestArchitectureNamesRealFunctions(t *testing.T) {
+	doc, err := os.ReadFile("../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cites := regexp.MustCompile("`((?:pkg|cmd)/[a-z/]+\\.go):(?:([A-Za-z]+)\\.)?([A-Za-z]+)`").FindAllStringSubmatch(string(doc), -1)
+	if len(cites) < 10 {
+		t.Fatalf("docs/architecture.md names %d functions, want the request's path (at least 10)", len(cites))
+	}
+	for _, c := range cites {
+		src, err := os.ReadFile(filepath.Join("..", c[1]))
+		if err != nil {
+			t.Errorf("docs/architecture.md names %s: %v", c[0], err)
+			continue
+		}
+		decl := `func ` + regexp.QuoteMeta(c[3]) + `\b|\n\t` + regexp.QuoteMeta(c[3]) + `\(`
+		if c[2] != "" {
+			decl = `func \(\w+ \*?` + regexp.QuoteMeta(c[2]) + `\) ` + regexp.QuoteMeta(c[3]) + `\(|type ` + regexp.QuoteMeta(c[2]) + ` interface[^}]*\n\t` + regexp.QuoteMeta(c[3]) + `\(`
+		}
+		if !regexp.MustCompile(decl).Match(src) {
+			t.Errorf("docs/architecture.md names %s, which %s does not declare", c[0], c[1])
+		}
+	}
+}
