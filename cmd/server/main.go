@@ -48,6 +48,7 @@ import (
 )
 
 func main() {
+	applyGCDefault(os.LookupEnv)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
@@ -94,6 +95,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	}
 
 	logRulesOrigin(logger, cfg)
+	logGC(logger, env)
 	watcher, err := rules.NewWatcher(cfg.rulesPath, ruleOpts, logger)
 	if err != nil {
 		out.fatal(fmt.Errorf("refusing to start, cannot load the rules in %s:\n%w", cfg.rulesPath, err), "")
