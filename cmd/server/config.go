@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -498,7 +500,29 @@ func parseConfig(args []string, env lookupFunc) (*config, error) {
 		return nil, err
 	}
 	c.notes = append(c.notes, notes...)
-	return c, c.validate()
+	return c, namingSources(c.validate(), from)
+}
+
+// flagInError finds the flags an error of validate names ("-near-limit-ratio").
+var flagInError = regexp.MustCompile(`(?:^|[\s(])-([a-z][a-z0-9-]*)`)
+
+// namingSources adds to err, from validate, the variables that set the
+// flags it names, so that an operator who never typed the flag sees which
+// variable to fix: "-near-limit-ratio 2: ... (set by NEAR_LIMIT_RATIO)".
+func namingSources(err error, from map[string]string) error {
+	if err == nil {
+		return nil
+	}
+	var vars []string
+	for _, m := range flagInError.FindAllStringSubmatch(err.Error(), -1) {
+		if v, ok := from[m[1]]; ok && !slices.Contains(vars, v) {
+			vars = append(vars, v)
+		}
+	}
+	if len(vars) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (set by %s)", err, strings.Join(vars, ", "))
 }
 
 // setFromEnv sets each flag not given on the command line from its

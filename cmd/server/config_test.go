@@ -402,3 +402,24 @@ func TestImageDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestValidationNamesTheVariable checks that a value refused after parsing
+// names the variable that set it, and nothing when a flag did.
+func TestValidationNamesTheVariable(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  []string
+		want string // the error's suffix
+	}{
+		{nil, []string{"NEAR_LIMIT_RATIO", "2"}, "want a number between 0 and 1 (set by NEAR_LIMIT_RATIO)"},
+		{nil, []string{"REDIS_URL", "h:1", "REDIS_TYPE", "bogus"}, "want single, sentinel or cluster (set by REDIS_TYPE)"},
+		{nil, []string{"REDIS_URL", "h:1", "FLOODGATE_REDIS_POOL_SIZE", "-3"}, "must not be negative (set by FLOODGATE_REDIS_POOL_SIZE)"},
+		{[]string{"-near-limit-ratio", "3"}, nil, "want a number between 0 and 1"},
+	}
+	for _, tc := range tests {
+		_, err := parseConfig(tc.args, envOf(tc.env...))
+		if err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("args %q env %q: err = %v, want it to end with %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}
