@@ -14,7 +14,6 @@ import (
 	"github.com/floodgate/floodgate/internal/statsdtest"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
 // hitCounts are a rule's six hit counters, in the order of hitCounterNames.
@@ -153,11 +152,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 // bounded per request, and nothing within_limit for a refused request.
 func TestStatsdCountsWhatHappened(t *testing.T) {
 	srv := statsdtest.Listen(t)
-	client, err := statsd.New(statsd.Options{Addr: srv.Addr(), FlushInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := newStatsdClient(t, srv.Addr())
 	m, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{Store: "memory", Statsd: client})
 	if err != nil {
 		t.Fatal(err)

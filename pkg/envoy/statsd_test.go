@@ -246,11 +246,7 @@ func newTestService(t *testing.T, set *rules.Set, l limit.Limiter, opts Options)
 func TestStatsdNamesAreBounded(t *testing.T) {
 	const max, n = 3, 50
 	srv := statsdtest.Listen(t)
-	client, err := statsd.New(statsd.Options{Addr: srv.Addr(), FlushInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := newStatsdClient(t, srv.Addr())
 	m, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{MaxValueSeries: max, Statsd: client})
 	if err != nil {
 		t.Fatal(err)
@@ -327,11 +323,7 @@ func TestDetailedMetricTurnedOff(t *testing.T) {
 		return set
 	}
 	srv := statsdtest.Listen(t)
-	client, err := statsd.New(statsd.Options{Addr: srv.Addr(), FlushInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := newStatsdClient(t, srv.Addr())
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg, MetricsOptions{Statsd: client})
 	if err != nil {
@@ -369,11 +361,7 @@ func TestDetailedMetricTurnedOff(t *testing.T) {
 // what changed since the last flush.
 func TestStatsdRuleLoads(t *testing.T) {
 	srv := statsdtest.Listen(t)
-	client, err := statsd.New(statsd.Options{Addr: srv.Addr(), FlushInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := newStatsdClient(t, srv.Addr())
 	var st rules.Status
 	StatsdRuleLoads(client, func() rules.Status { return st })
 	for _, step := range []struct {
@@ -394,4 +382,16 @@ func TestStatsdRuleLoads(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", step.name, got, step.want)
 		}
 	}
+}
+
+// newStatsdClient returns a statsd client sending to addr, flushed only when
+// the test asks, closed when the test ends.
+func newStatsdClient(t *testing.T, addr string) *statsd.Client {
+	t.Helper()
+	client, err := statsd.New(statsd.Options{Addr: addr, FlushInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
 }
