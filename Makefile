@@ -13,14 +13,18 @@ ifeq ($(ENVOY_FOUND),)
 export ENVOY_BIN := $(ENVOY_DIR)/envoy/_bin/envoy
 endif
 
-.PHONY: test unit fuzz build lint run soak envoy
+.PHONY: test unit allocs fuzz build lint run soak envoy
 
 # The whole suite, as CI runs it: lint, unit and end-to-end tests with the
-# race detector, then a short run of every fuzz target.
-test: lint unit fuzz
+# race detector, the allocation counts without it (the race detector's
+# pools drop items at random), then a short run of every fuzz target.
+test: lint unit allocs fuzz
 
 unit: envoy
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+allocs:
+	$(GO) test -count=1 -run 'Allocations|Allocs' ./pkg/...
 
 # Runs every Fuzz* target for FUZZTIME (go test -fuzz takes one target at a time).
 fuzz:

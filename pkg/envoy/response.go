@@ -18,13 +18,21 @@ import (
 // respond builds the answer from a verdict: statuses, headers and body
 // all come from the limits judge reported.
 func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.RateLimitResponse {
-	resp := &pb.RateLimitResponse{
-		OverallCode: pb.RateLimitResponse_OK,
-		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(sc.descs)),
+	// One allocation for the response and its statuses' messages when
+	// there are few (Envoy's usual request), else one for each of the
+	// three: they live as long as the response, which gRPC owns once it
+	// is returned.
+	var resp *pb.RateLimitResponse
+	var parts []statusParts
+	if n := len(sc.descs); n <= inlineStatuses {
+		a := new(inlineAnswer)
+		resp, parts = &a.resp, a.parts[:n]
+		resp.Statuses = a.statuses[:n:n]
+	} else {
+		resp = &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)}
+		parts = make([]statusParts, n)
 	}
-	// One allocation for every status's messages: they live as long as
-	// the response, which gRPC owns once it is returned.
-	parts := make([]statusParts, len(sc.descs))
+	resp.OverallCode = pb.RateLimitResponse_OK
 	var top report  // the most restrictive reported limit, for the headers
 	var retry int64 // seconds until every over-limit descriptor could pass
 	for di := range sc.descs {
@@ -139,6 +147,19 @@ func resetSeconds(spec *limit.Spec, d *limit.Decision, now func() time.Time) int
 }
 
 // statusParts are the messages of one DescriptorStatus, allocated together.
+// inlineAnswer is a response with room for the statuses of up to
+// inlineStatuses descriptors, allocated at once.
+type inlineAnswer struct {
+	resp     pb.RateLimitResponse
+	statuses [inlineStatuses]*pb.RateLimitResponse_DescriptorStatus
+	parts    [inlineStatuses]statusParts
+}
+
+// inlineStatuses is how many descriptors an answer holds inline: enough
+// for the requests Envoy usually sends, few enough that a one-descriptor
+// answer does not clear much unused memory.
+const inlineStatuses = 3
+
 type statusParts struct {
 	status     pb.RateLimitResponse_DescriptorStatus
 	limit      pb.RateLimitResponse_RateLimit

@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"github.com/floodgate/floodgate/internal/racebuild"
+
 	"strings"
 	"testing"
 )
@@ -194,7 +196,7 @@ descriptors:
 	allocs = testing.AllocsPerRun(100, func() {
 		buf = r2.appendIdentity(buf[:0], r2.Limits[0], long2)
 	})
-	if allocs != 0 && !raceEnabled {
+	if allocs != 0 && !racebuild.Enabled {
 		t.Errorf("appendIdentity of a long value allocates %v times", allocs)
 	}
 }

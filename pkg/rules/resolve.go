@@ -38,7 +38,8 @@ type Resolution struct {
 
 	limits    []ResolvedLimit // every descriptor's, back to back
 	overrides []Limit         // the overrides' limits, which limits point into
-	key       []byte          // a counter key being built
+	key       []byte          // the request's counter keys, back to back
+	keyEnds   []int           // where each key ends in key
 }
 
 // Resolved is what applies to one request descriptor.
@@ -96,8 +97,8 @@ func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
 // The only error is an invalid override, naming its field as
 // "descriptors[i].limit...": a unit past Year, a multiplier of 0, a window
 // too long for a duration, or a spec limit.Spec.Validate refuses (a
-// sliding_log above limit.MaxSlidingLog). It allocates only each counter key's string when
-// dst has room from earlier requests.
+// sliding_log above limit.MaxSlidingLog). It allocates only one string
+// holding every counter key when dst has room from earlier requests.
 func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error {
 	dst.reset(len(descs))
 	for i := range descs {
@@ -132,7 +133,10 @@ func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error 
 		at += n
 	}
 	// `replaces` needs every descriptor's rule, so it and the keys come
-	// second.
+	// second. The keys are written one after the other into dst.key and
+	// become substrings of one string: one allocation per request.
+	dst.key = dst.key[:0]
+	dst.keyEnds = dst.keyEnds[:0]
 	for i := range dst.Descriptors {
 		rd := &dst.Descriptors[i]
 		for j := range rd.Limits {
@@ -141,8 +145,24 @@ func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error 
 			if rl.Limit.Unlimited || rl.Replaced {
 				continue
 			}
-			dst.key = appendCounterKey(dst.key[:0], domain, rd, rl.Limit)
-			rl.Key = string(dst.key)
+			dst.key = appendCounterKey(dst.key, domain, rd, rl.Limit)
+			dst.keyEnds = append(dst.keyEnds, len(dst.key))
+		}
+	}
+	if len(dst.keyEnds) == 0 {
+		return nil
+	}
+	keys, k, start := string(dst.key), 0, 0
+	for i := range dst.Descriptors {
+		rd := &dst.Descriptors[i]
+		for j := range rd.Limits {
+			rl := &rd.Limits[j]
+			if rl.Limit.Unlimited || rl.Replaced {
+				continue
+			}
+			rl.Key = keys[start:dst.keyEnds[k]]
+			start = dst.keyEnds[k]
+			k++
 		}
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -15,20 +14,23 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	// Registers the "proto" codec this one wraps.
 	_ "google.golang.org/grpc/encoding/proto"
 )
 
-// requestCodec is gRPC's proto codec, except for a RateLimitRequest that
-// does not decode. gRPC answers a message its codec cannot decode with
-// Internal, which tells Envoy that floodgate failed rather than that the
-// request is bad. For such a request this codec reports success and
-// records what is wrong; the handler rlsDesc wraps then answers
-// InvalidArgument naming it, before the service sees the request.
+// requestCodec is gRPC's proto codec, except for the RateLimitRequest of
+// a ShouldRateLimit call, which the handler rlsDesc wraps hands it as a
+// *wireRequest: it decodes that without reflection into reused storage
+// when it can (wireRequest.decode), and with proto otherwise. gRPC answers
+// a message its codec cannot decode with Internal, which tells Envoy that
+// floodgate failed rather than that the request is bad; for such a request
+// this codec reports success and records what is wrong in the
+// wireRequest, and the handler answers InvalidArgument naming it, before
+// the service sees the request.
 type requestCodec struct {
 	proto encoding.CodecV2
-	bad   sync.Map // *pb.RateLimitRequest -> string (the InvalidArgument message)
 }
 
 func newRequestCodec() *requestCodec {
@@ -40,27 +42,29 @@ func (c *requestCodec) Name() string { return c.proto.Name() }
 func (c *requestCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
 
 func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	err := c.proto.Unmarshal(data, v)
-	req, ok := v.(*pb.RateLimitRequest)
-	if err == nil || !ok {
-		return err
+	w, ok := v.(*wireRequest)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
 	}
-	msg := "invalid RateLimitRequest: " + protoErrorText(err)
+	var b []byte
+	if len(data) == 1 {
+		b = data[0].ReadOnlyData()
+	} else {
+		b = data.Materialize()
+	}
+	if w.decode(b) {
+		return nil
+	}
+	w.reset()
+	err := proto.Unmarshal(b, &w.req)
+	if err == nil {
+		return nil
+	}
+	w.refusal = "invalid RateLimitRequest: " + protoErrorText(err)
 	if strings.Contains(err.Error(), "UTF-8") {
-		msg = invalidUTF8Field(data.Materialize()) + ": not valid UTF-8"
+		w.refusal = invalidUTF8Field(b) + ": not valid UTF-8"
 	}
-	c.bad.Store(req, msg)
 	return nil
-}
-
-// refusal returns the InvalidArgument message recorded for req, if any,
-// forgetting it.
-func (c *requestCodec) refusal(req any) (string, bool) {
-	msg, bad := c.bad.LoadAndDelete(req)
-	if !bad {
-		return "", false
-	}
-	return msg.(string), true
 }
 
 // rlsDesc is the RateLimitService as generated, except that its
@@ -69,8 +73,8 @@ func (c *requestCodec) refusal(req any) (string, bool) {
 // (malformed, too large) and those in flight. gRPC decodes a request
 // before any interceptor runs and turns decoding failures into Internal or
 // ResourceExhausted on its own; only the handler sees both. It decodes as
-// the generated handler does, without a closure per call; the server sets
-// no interceptor.
+// the generated handler does, without a closure per call, into a pooled
+// wireRequest; the server sets no interceptor.
 func (s *Server) rlsDesc(codec *requestCodec) *grpc.ServiceDesc {
 	desc := pb.RateLimitService_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)
@@ -81,18 +85,22 @@ func (s *Server) rlsDesc(codec *requestCodec) *grpc.ServiceDesc {
 		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 			s.inflight.Add(1)
 			defer s.inflight.Add(-1)
-			in := new(pb.RateLimitRequest)
+			in := getWireRequest()
+			// The service keeps no pointer into the request once it has
+			// answered (the contract of wireRequest), so its storage
+			// serves the next call.
+			defer in.release()
 			if err := dec(in); err != nil {
 				if status.Code(err) == codes.ResourceExhausted {
 					s.opts.Refused(RefusedTooLarge)
 				}
 				return nil, err
 			}
-			if msg, bad := codec.refusal(in); bad {
+			if in.refusal != "" {
 				s.opts.Refused(RefusedMalformed)
-				return nil, status.Error(codes.InvalidArgument, msg)
+				return nil, status.Error(codes.InvalidArgument, in.refusal)
 			}
-			return srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, in)
+			return srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, &in.req)
 		}
 	}
 	return &desc
