@@ -20,7 +20,8 @@ import (
 	_ "google.golang.org/grpc/encoding/proto"
 )
 
-// requestCodec is gRPC's proto codec, except for the RateLimitRequest of
+// requestCodec is gRPC's proto codec, except for answers (Marshal) and
+// for the RateLimitRequest of
 // a ShouldRateLimit call, which the handler rlsDesc wraps hands it as a
 // *wireRequest: it decodes that without reflection into reused storage
 // when it can (wireRequest.decode), and with proto otherwise. gRPC answers
@@ -39,7 +40,21 @@ func newRequestCodec() *requestCodec {
 
 func (c *requestCodec) Name() string { return c.proto.Name() }
 
-func (c *requestCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+// Marshal encodes a RateLimitResponse without reflection
+// (appendResponse); anything else as proto. An answer is far below the
+// size from which gRPC pools buffers (mem.IsBelowBufferPoolingThreshold),
+// so it gets a buffer of its own, as from gRPC's proto codec.
+func (c *requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+	resp, ok := v.(*pb.RateLimitResponse)
+	if !ok {
+		return c.proto.Marshal(v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(appendResponse(make([]byte, 0, answerBufferSize), resp))}, nil
+}
+
+// answerBufferSize is the room taken for an answer: most are under a
+// hundred bytes; a larger one grows its buffer.
+const answerBufferSize = 128
 
 func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	w, ok := v.(*wireRequest)
