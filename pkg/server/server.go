@@ -326,7 +326,7 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 }
 
 // grpcOptions tune the gRPC server for many small unary calls on a few
-// long-lived connections (Envoy's): a fixed set of workers runs the
+// long-lived connections (Envoy's): a fixed set of streamWorkers runs the
 // streams instead of a new goroutine per call (when all are busy, gRPC
 // still starts one, so no call waits for a worker). Write buffers stay per
 // connection: with few connections they cost little memory, and sharing
@@ -336,9 +336,19 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 // hundred bytes. The options also
 // bound messages and connections, set TLS, and count the calls of unknown
 // methods.
+// streamWorkers is how many goroutines run calls. A call waits on the
+// store for most of its time, so the workers must cover the calls in
+// flight, not the CPUs: a call that finds every worker busy runs on a new
+// goroutine, whose stack then grows twice on the way down to the store
+// (a copy of the stack each time). With one worker per CPU that was 13%
+// of the server's CPU at 64 callers; workers cost 8 to 32 KiB of stack
+// each, and many more than the calls in flight touch more memory for
+// nothing (docs/benchmarks.md).
+const streamWorkers = 64
+
 func (s *Server) grpcOptions(codec *requestCodec) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.NumStreamWorkers(max(streamWorkers, uint32(runtime.GOMAXPROCS(0)))),
 		grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes),
 		grpc.ForceServerCodecV2(codec),
 		grpc.UnknownServiceHandler(s.unknownMethod),
