@@ -156,6 +156,9 @@ func parseLine(b []byte) (Request, bool, error) {
 	}
 	ts, body := l.Time, &l.request
 	if l.Domain == "" {
+		if len(l.RateLimit) == 0 && l.StartTime == "" {
+			return Request{}, false, errors.New(`neither a request ("domain", "descriptors") nor an access-log line ("start_time", "ratelimit")`)
+		}
 		// An access-log line: the request is the filter's metadata.
 		ts = l.StartTime
 		if ts == "" {
