@@ -219,92 +219,129 @@ func Run(ctx context.Context, old, new *rules.Set, traffic *Reader, opts Options
 	counters := map[string]*counterPeak{}
 	var last time.Time
 	var key strings.Builder
-	for n := 0; ; n++ {
-		if n%4096 == 0 && ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		r, err := traffic.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("replay: traffic %w", err)
-		}
-		rep.Requests++
-		if rep.From.IsZero() || r.Time.Before(rep.From) {
-			rep.From = r.Time
-		}
-		if r.Time.Before(last) {
-			rep.OutOfOrder++
-		} else {
-			last = r.Time
-		}
-		oa := a.decide(callCtx, r.Time, r.Req)
-		ob := b.decide(callCtx, r.Time, r.Req)
+	batches, errc := readAhead(ctx, traffic)
+	for batch := range batches {
+		for _, r := range batch {
+			rep.Requests++
+			if rep.From.IsZero() || r.Time.Before(rep.From) {
+				rep.From = r.Time
+			}
+			if r.Time.Before(last) {
+				rep.OutOfOrder++
+			} else {
+				last = r.Time
+			}
+			oa := a.decide(callCtx, r.Time, r.Req)
+			ob := b.decide(callCtx, r.Time, r.Req)
 
-		d := domains[r.Req.Domain]
-		if d == nil {
-			d = &DomainCount{Domain: r.Req.Domain}
-			domains[r.Req.Domain] = d
-		}
-		d.Old.add(oa.code)
-		d.New.add(ob.code)
-		if oa.code == denied || ob.code == denied {
-			m := floorDiv(r.Time.Unix(), 60)
-			mc := minutes[m]
-			if mc == nil {
-				mc = &MinuteCount{Minute: time.Unix(m*60, 0).UTC()}
-				minutes[m] = mc
+			d := domains[r.Req.Domain]
+			if d == nil {
+				d = &DomainCount{Domain: r.Req.Domain}
+				domains[r.Req.Domain] = d
 			}
-			if oa.code == denied {
-				mc.OldDenied++
-			}
-			if ob.code == denied {
-				mc.NewDenied++
-			}
-		}
-		if oa.code != ob.code {
-			rep.Changed.add(oa, ob)
-			if len(rep.Changed.Examples) < opts.Examples {
-				rep.Changed.Examples = append(rep.Changed.Examples, Example{
-					Time: r.Time, Domain: r.Req.Domain, Descriptors: describe(r.Req),
-					Old: oa.code.String(), New: ob.code.String(),
-					OldRule: oa.overBy, NewRule: ob.overBy, Error: oa.errText + ob.errText,
-				})
-			}
-		}
-		for _, desc := range r.Req.Descriptors {
-			key.Reset()
-			key.WriteString(r.Req.Domain)
-			for _, e := range desc.GetEntries() {
-				key.WriteString(" ")
-				key.WriteString(e.GetKey())
-				key.WriteString("=")
-				key.WriteString(e.GetValue())
-			}
-			p := counters[key.String()]
-			if p == nil {
-				if len(counters) >= maxCounters {
-					rep.UntrackedCounters++
-					continue
+			d.Old.add(oa.code)
+			d.New.add(ob.code)
+			if oa.code == denied || ob.code == denied {
+				m := floorDiv(r.Time.Unix(), 60)
+				mc := minutes[m]
+				if mc == nil {
+					mc = &MinuteCount{Minute: time.Unix(m*60, 0).UTC()}
+					minutes[m] = mc
 				}
-				entries := entriesOf(desc.GetEntries())
-				p = &counterPeak{c: &CounterPeak{Domain: r.Req.Domain, Descriptor: key.String()[len(r.Req.Domain)+1:]}, sec: math.MinInt64, min: math.MinInt64}
-				if rr := old.Match(r.Req.Domain, entries); rr != nil {
-					p.c.OldRule = rr.Path
+				if oa.code == denied {
+					mc.OldDenied++
 				}
-				if rr := new.Match(r.Req.Domain, entries); rr != nil {
-					p.c.NewRule = rr.Path
+				if ob.code == denied {
+					mc.NewDenied++
 				}
-				counters[key.String()] = p
 			}
-			p.add(r.Time)
+			if oa.code != ob.code {
+				rep.Changed.add(oa, ob)
+				if len(rep.Changed.Examples) < opts.Examples {
+					rep.Changed.Examples = append(rep.Changed.Examples, Example{
+						Time: r.Time, Domain: r.Req.Domain, Descriptors: describe(r.Req),
+						Old: oa.code.String(), New: ob.code.String(),
+						OldRule: oa.overBy, NewRule: ob.overBy, Error: oa.errText + ob.errText,
+					})
+				}
+			}
+			for _, desc := range r.Req.Descriptors {
+				key.Reset()
+				key.WriteString(r.Req.Domain)
+				for _, e := range desc.GetEntries() {
+					key.WriteString(" ")
+					key.WriteString(e.GetKey())
+					key.WriteString("=")
+					key.WriteString(e.GetValue())
+				}
+				p := counters[key.String()]
+				if p == nil {
+					if len(counters) >= maxCounters {
+						rep.UntrackedCounters++
+						continue
+					}
+					entries := entriesOf(desc.GetEntries())
+					p = &counterPeak{c: &CounterPeak{Domain: r.Req.Domain, Descriptor: key.String()[len(r.Req.Domain)+1:]}, sec: math.MinInt64, min: math.MinInt64}
+					if rr := old.Match(r.Req.Domain, entries); rr != nil {
+						p.c.OldRule = rr.Path
+					}
+					if rr := new.Match(r.Req.Domain, entries); rr != nil {
+						p.c.NewRule = rr.Path
+					}
+					counters[key.String()] = p
+				}
+				p.add(r.Time)
+			}
 		}
+	}
+	if err := <-errc; err != nil {
+		return nil, err
 	}
 	rep.To = last
 	rep.Skipped = traffic.Skipped()
 	rep.fill(a, b, domains, minutes, counters, opts.TopCounters)
 	return rep, nil
+}
+
+// readAhead parses traffic in a goroutine of its own, in batches, so that
+// parsing and deciding use two cores. The error channel gets one value once
+// batches is closed: nil at the end of the traffic, the Reader's error, or
+// ctx's.
+func readAhead(ctx context.Context, traffic *Reader) (<-chan []Request, <-chan error) {
+	const size = 512
+	batches := make(chan []Request, 4)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(batches)
+		batch := make([]Request, 0, size)
+		for {
+			r, err := traffic.Next()
+			if err == nil {
+				batch = append(batch, r)
+				if len(batch) < size {
+					continue
+				}
+			}
+			if len(batch) > 0 {
+				select {
+				case batches <- batch:
+				case <-ctx.Done():
+					errc <- ctx.Err()
+					return
+				}
+				batch = make([]Request, 0, size)
+			}
+			if errors.Is(err, io.EOF) {
+				errc <- nil
+				return
+			}
+			if err != nil {
+				errc <- fmt.Errorf("replay: traffic %w", err)
+				return
+			}
+		}
+	}()
+	return batches, errc
 }
 
 // fill sorts what Run gathered into the report.

@@ -94,52 +94,51 @@ func (r *Reader) Next() (Request, error) {
 	return Request{}, io.EOF
 }
 
-// line is one line of traffic in either shape.
+// line is one line of traffic in either shape: floodgate's (Domain set) or
+// an access log's (RateLimit, decoded again as metadata).
 type line struct {
 	Time      string          `json:"time"`
 	StartTime string          `json:"start_time"`
 	RateLimit json.RawMessage `json:"ratelimit"`
-	request
+	request[entry]
 }
 
-// request is a RateLimitRequest as /json reads it, or as floodgate's
-// dynamic metadata writes it.
-type request struct {
-	Domain          string       `json:"domain"`
-	Descriptors     []descriptor `json:"descriptors"`
-	HitsAddend      uint32       `json:"hits_addend"`
-	HitsAddendCamel uint32       `json:"hitsAddend"`
+// request is a RateLimitRequest as /json reads it (E is entry) or as
+// floodgate's dynamic metadata writes it (E is string, "key=value").
+type request[E entry | string] struct {
+	Domain          string          `json:"domain"`
+	Descriptors     []descriptor[E] `json:"descriptors"`
+	HitsAddend      uint32          `json:"hits_addend"`
+	HitsAddendCamel uint32          `json:"hitsAddend"`
 }
 
-type descriptor struct {
-	Entries         []entry         `json:"entries"`
+type descriptor[E entry | string] struct {
+	Entries         []E             `json:"entries"`
 	Limit           json.RawMessage `json:"limit"`
 	HitsAddend      *uint64         `json:"hits_addend"`
 	HitsAddendCamel *uint64         `json:"hitsAddend"`
 }
 
-// entry is {"key": k, "value": v} (/json) or "k=v" (dynamic metadata).
-type entry struct{ Key, Value string }
+// entry is an entry as /json reads it.
+type entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
 
-func (e *entry) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		k, v, ok := strings.Cut(s, "=")
+// split returns an entry's key and value: a "key=value" string is cut at
+// its first '='.
+func split[E entry | string](e E) (string, string, error) {
+	switch e := any(e).(type) {
+	case entry:
+		return e.Key, e.Value, nil
+	case string:
+		k, v, ok := strings.Cut(e, "=")
 		if !ok {
-			return fmt.Errorf("entry %q: want key=value", s)
+			return "", "", fmt.Errorf("entry %q: want key=value", e)
 		}
-		e.Key, e.Value = k, v
-		return nil
+		return k, v, nil
 	}
-	var kv struct{ Key, Value string }
-	if err := json.Unmarshal(b, &kv); err != nil {
-		return err
-	}
-	e.Key, e.Value = kv.Key, kv.Value
-	return nil
+	panic("unreachable") // E is one of the two
 }
 
 // override is a descriptor's limit as /json reads it.
@@ -154,33 +153,38 @@ func parseLine(b []byte) (Request, bool, error) {
 	if err := json.Unmarshal(b, &l); err != nil {
 		return Request{}, false, fmt.Errorf("not a JSON object of traffic: %w", err)
 	}
-	ts, body := l.Time, &l.request
-	if l.Domain == "" {
-		if len(l.RateLimit) == 0 && l.StartTime == "" {
-			return Request{}, false, errors.New(`neither a request ("domain", "descriptors") nor an access-log line ("start_time", "ratelimit")`)
-		}
-		// An access-log line: the request is the filter's metadata.
-		ts = l.StartTime
-		if ts == "" {
-			ts = l.Time
-		}
-		raw := bytes.TrimSpace(l.RateLimit)
-		if len(raw) == 0 || string(raw) == "null" || string(raw) == `"-"` || string(raw) == `""` {
-			if len(l.Descriptors) > 0 {
-				return Request{}, false, errors.New(`descriptors without a "domain"`)
-			}
-			return Request{}, false, nil
-		}
-		body = &request{}
-		if err := json.Unmarshal(raw, body); err != nil {
-			return Request{}, false, fmt.Errorf("ratelimit: %w", err)
-		}
-		if body.Domain == "" {
-			// Metadata of an answer that is not floodgate's request
-			// (say, only quota-mode fields): nothing to replay.
-			return Request{}, false, nil
-		}
+	if l.Domain != "" {
+		return build(l.Time, &l.request)
 	}
+	if len(l.RateLimit) == 0 && l.StartTime == "" {
+		return Request{}, false, errors.New(`neither a request ("domain", "descriptors") nor an access-log line ("start_time", "ratelimit")`)
+	}
+	// An access-log line: the request is the filter's metadata.
+	ts := l.StartTime
+	if ts == "" {
+		ts = l.Time
+	}
+	raw := bytes.TrimSpace(l.RateLimit)
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == `"-"` || string(raw) == `""` {
+		if len(l.Descriptors) > 0 {
+			return Request{}, false, errors.New(`descriptors without a "domain"`)
+		}
+		return Request{}, false, nil
+	}
+	var md request[string]
+	if err := json.Unmarshal(raw, &md); err != nil {
+		return Request{}, false, fmt.Errorf("ratelimit: %w", err)
+	}
+	if md.Domain == "" {
+		// Metadata of an answer that is not floodgate's request
+		// (say, only quota-mode fields): nothing to replay.
+		return Request{}, false, nil
+	}
+	return build(ts, &md)
+}
+
+// build converts a decoded line.
+func build[E entry | string](ts string, body *request[E]) (Request, bool, error) {
 	if ts == "" {
 		return Request{}, false, errors.New(`no "time" (or "start_time" in an access log)`)
 	}
@@ -197,7 +201,7 @@ func parseLine(b []byte) (Request, bool, error) {
 
 // proto converts a decoded body. It checks only what the conversion
 // needs: the service judges the rest as it would in production.
-func (r *request) proto() (*pb.RateLimitRequest, error) {
+func (r *request[E]) proto() (*pb.RateLimitRequest, error) {
 	if len(r.Descriptors) == 0 {
 		return nil, errors.New("no descriptors")
 	}
@@ -207,7 +211,11 @@ func (r *request) proto() (*pb.RateLimitRequest, error) {
 		d := &r.Descriptors[i]
 		pd := &rlv3.RateLimitDescriptor{Entries: make([]*rlv3.RateLimitDescriptor_Entry, len(d.Entries))}
 		for j, e := range d.Entries {
-			pd.Entries[j] = &rlv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value}
+			k, v, err := split(e)
+			if err != nil {
+				return nil, fmt.Errorf("descriptors[%d]: %w", i, err)
+			}
+			pd.Entries[j] = &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v}
 		}
 		if h := d.HitsAddend; h != nil {
 			pd.HitsAddend = wrapperspb.UInt64(*h)
