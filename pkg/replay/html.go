@@ -100,9 +100,9 @@ old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
 {{end}}<tr><th>(all)</th><th>{{.Old.Allowed}}</th><th>{{.Old.Denied}}</th><th>{{.New.Allowed}}</th><th>{{.New.Denied}}</th><th>{{delta (sub .New.Denied .Old.Denied)}}</th></tr></table>
 
 <h2>Per rule</h2>
-<p>Descriptors that matched the rule, within or over its limits.</p>
+<p>Descriptors that matched the rule, within or over its limits{{if .Idle}}; {{.Idle}} rules without traffic not shown{{end}}.</p>
 <table><tr><th>rule</th><th>old allowed</th><th>old denied</th><th>new allowed</th><th>new denied</th><th>change</th></tr>
-{{range .Rules}}<tr><td>{{.Rule}}{{if shadow .}} (shadow){{end}}</td><td>{{field .Old false}}</td><td>{{field .Old true}}</td><td>{{field .New false}}</td><td>{{field .New true}}</td><td>{{change .}}</td></tr>
+{{range .Active}}<tr><td>{{.Rule}}{{if shadow .}} (shadow){{end}}</td><td>{{field .Old false}}</td><td>{{field .Old true}}</td><td>{{field .New false}}</td><td>{{field .New true}}</td><td>{{change .}}</td></tr>
 {{end}}</table>
 
 <h2>Decisions changed: {{.Changed.Total}}</h2>
@@ -123,8 +123,11 @@ old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
 // the tables of WriteText and a chart (inline SVG) of the denials per
 // minute under each set.
 func (rep *Report) WriteHTML(w io.Writer) error {
+	active, idle := rep.activeRules()
 	return htmlReport.Execute(w, struct {
 		*Report
-		Chart chart
-	}{rep, newChart(rep)})
+		Chart  chart
+		Active []RuleDiff
+		Idle   int
+	}{rep, newChart(rep), active, idle})
 }

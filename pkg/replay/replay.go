@@ -58,16 +58,76 @@ type side struct {
 	set   *rules.Set
 	clock clock
 	svc   *envoy.Service
+	store *recorder
 	stats *SetStats
 	rules map[*rules.Rule]*RuleCount
+}
+
+// recorder is the store of a side: limit.Memory, remembering the hits of
+// the last call (overOf).
+type recorder struct {
+	limit.Limiter
+	last []hitSeen
+}
+
+type hitSeen struct {
+	key     string
+	allowed bool
+	mode    limit.Mode
+}
+
+func (r *recorder) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+	err := r.Limiter.Evaluate(ctx, hits, decisions)
+	r.last = r.last[:0]
+	if err == nil {
+		for i := range hits {
+			r.last = append(r.last, hitSeen{hits[i].Key, decisions[i].Allowed, hits[i].Mode})
+		}
+	}
+	return err
+}
+
+// overOf reads the hits of a descriptor that met rule r (nil for none) in
+// the last call and reports whether one was denied. Hits come in
+// descriptor order: those from *next on are this descriptor's and later
+// ones'; *next moves past this one's. A descriptor with a limit override
+// has exactly one hit.
+func (r *recorder) overOf(rule *rules.Rule, override bool, next *int) bool {
+	over := false
+	for ; *next < len(r.last); *next++ {
+		h := &r.last[*next]
+		if !override && (rule == nil || !ofRule(h.key, rule)) {
+			break
+		}
+		over = over || !h.allowed
+		if override {
+			*next++
+			break
+		}
+	}
+	return over
+}
+
+// ofRule reports whether key is the counter of one of r's limits: 'r'
+// then the limit's ID (see package rules' counter keys).
+func ofRule(key string, r *rules.Rule) bool {
+	if len(key) == 0 || key[0] != 'r' {
+		return false
+	}
+	for _, l := range r.Limits {
+		if l.ID != "" && strings.HasPrefix(key[1:], l.ID) {
+			return true
+		}
+	}
+	return false
 }
 
 func newSide(set *rules.Set, name string) (*side, error) {
 	s := &side{set: set, stats: &SetStats{Name: name}, rules: map[*rules.Rule]*RuleCount{}}
 	// Big enough never to refuse a counter: a replay judges the rules,
 	// not the production store's size.
-	mem := limit.NewMemory(limit.MemoryOptions{Now: s.clock.Now, MaxEntries: math.MaxInt32})
-	svc, err := envoy.New(fixedSource{set}, mem, envoy.Options{
+	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: s.clock.Now, MaxEntries: math.MaxInt32})}
+	svc, err := envoy.New(fixedSource{set}, s.store, envoy.Options{
 		Now: s.clock.Now,
 		// The store is memory on a virtual clock: no deadline may cut it
 		// (run passes a context whose deadline is farther than this).
@@ -107,18 +167,25 @@ func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest
 	if t.After(s.clock.t) {
 		s.clock.t = t
 	}
+	s.store.last = s.store.last[:0]
 	resp, err := s.svc.ShouldRateLimit(ctx, req)
 	if err != nil {
 		s.stats.Invalid++
 		return outcome{code: invalid, errText: status.Convert(err).Message()}
 	}
 	var o outcome
+	next := 0
 	for i, st := range resp.GetStatuses() {
 		if i >= len(req.Descriptors) {
 			break
 		}
 		r := s.set.Match(req.Domain, entriesOf(req.Descriptors[i].GetEntries()))
 		over := st.GetCode() == pb.RateLimitResponse_OVER_LIMIT
+		// The answer says OK for a rule in shadow mode; its hits say
+		// whether it was over.
+		if s.store.overOf(r, req.Descriptors[i].GetLimit() != nil, &next) && r != nil && r.ShadowMode {
+			over = true
+		}
 		if r != nil {
 			rc := s.rules[r]
 			if over {

@@ -287,3 +287,46 @@ func TestReportFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayShadowRule: a rule in shadow mode refuses nothing, and the
+// report still counts its descriptors over their limit (the answer says OK
+// for them; the store's decision says they were over), with the request's
+// other descriptors before and after it.
+func TestReplayShadowRule(t *testing.T) {
+	set, err := rules.Parse(map[string][]byte{"s.yaml": []byte(`domain: s
+descriptors:
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: bot
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 100}
+`)}, rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var traffic strings.Builder
+	// Three requests in one second: the third is over the shadow limit of
+	// 2, and passes.
+	for i := range 3 {
+		fmt.Fprintf(&traffic, `{"time":%q,"domain":"s","descriptors":[{"entries":[{"key":"ip","value":"a"}]},{"entries":[{"key":"bot","value":"x"}]},{"entries":[{"key":"path","value":"/"}]}]}`+"\n",
+			t0.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano))
+	}
+	rep, err := Run(context.Background(), set, set, NewReader(strings.NewReader(traffic.String())), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Old.Allowed != 3 || rep.Old.Denied != 0 {
+		t.Errorf("requests: %+v; want 3 allowed", rep.Old)
+	}
+	for _, r := range rep.Rules {
+		want := RuleCount{Allowed: 3}
+		if r.Rule == "s.bot" {
+			want = RuleCount{Allowed: 2, Denied: 1}
+		}
+		if r.Old.Allowed != want.Allowed || r.Old.Denied != want.Denied {
+			t.Errorf("%s: %d within, %d over; want %d, %d", r.Rule, r.Old.Allowed, r.Old.Denied, want.Allowed, want.Denied)
+		}
+	}
+}

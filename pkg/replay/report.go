@@ -187,10 +187,11 @@ func (rep *Report) WriteText(w io.Writer) error {
 		ew.printf("refused as invalid: %d old, %d new\n", rep.Old.Invalid, rep.New.Invalid)
 	}
 
-	ew.printf("\nPer rule (descriptors within / over their limits):\n")
+	active, idle := rep.activeRules()
+	ew.printf("\nPer rule (descriptors within / over their limits; %d rules without traffic not shown):\n", idle)
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "RULE\tOLD ALLOWED\tOLD DENIED\tNEW ALLOWED\tNEW DENIED\tCHANGE\t\n")
-	for _, r := range rep.Rules {
+	for _, r := range active {
 		name := r.Rule
 		if r.Old != nil && r.Old.Shadow || r.New != nil && r.New.Shadow {
 			name += " (shadow)"
@@ -221,6 +222,18 @@ func (rep *Report) WriteText(w io.Writer) error {
 		ew.printf("(%d descriptors beyond the first %d counters not tracked)\n", rep.UntrackedCounters, maxCounters)
 	}
 	return ew.err
+}
+
+// activeRules returns the rules some descriptor matched under either set,
+// and the number of the others.
+func (rep *Report) activeRules() ([]RuleDiff, int) {
+	var active []RuleDiff
+	for _, r := range rep.Rules {
+		if r.Old != nil && r.Old.Allowed+r.Old.Denied > 0 || r.New != nil && r.New.Allowed+r.New.Denied > 0 {
+			active = append(active, r)
+		}
+	}
+	return active, len(rep.Rules) - len(active)
 }
 
 func exampleWhy(e Example) string {
