@@ -3,6 +3,7 @@ package examples_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -159,5 +160,66 @@ func TestReplayEnvoyAccessLog(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the export rule is not 2/4 old and 4/2 new: %+v", rep.Rules)
+	}
+}
+
+// TestReadmeReplayExample runs the README's replay example (a text block,
+// which TestReadmeCommands does not run, since it reads files of the
+// repository rather than the demo's) from the repository's root and
+// compares the report with the one shown.
+func TestReadmeReplayExample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	var want []string
+	in := false
+	for _, l := range strings.Split(string(data), "\n") {
+		switch {
+		case !in && l == "```text":
+			in, cmds, want = true, nil, nil
+		case in && l == "```":
+			in = false
+			if len(cmds) == 2 && strings.Contains(cmds[1], goRunServer+" replay ") {
+				break
+			}
+			cmds = nil
+		case in && strings.HasPrefix(l, "$ "):
+			cmds = append(cmds, strings.TrimPrefix(l, "$ "))
+		case in:
+			want = append(want, l)
+		}
+		if !in && len(cmds) == 2 {
+			break
+		}
+	}
+	if len(cmds) != 2 {
+		t.Fatal("README.md has no text block with the edit and a `go run ./cmd/server replay` command")
+	}
+	const shown = "/tmp/edited"
+	edited := filepath.Join(t.TempDir(), "edited")
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(cmd string) string {
+		t.Helper()
+		cmd = strings.ReplaceAll(cmd, shown, edited)
+		cmd = strings.Replace(cmd, goRunServer, floodgateBinary(t), 1)
+		c := exec.Command("bash", "-c", cmd)
+		c.Dir = root
+		var stderr strings.Builder
+		c.Stderr = &stderr
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, stderr.String())
+		}
+		return strings.ReplaceAll(string(out), edited, shown)
+	}
+	run(cmds[0])
+	got := strings.Split(strings.TrimSuffix(run(cmds[1]), "\n"), "\n")
+	if !slices.Equal(got, want) {
+		t.Errorf("README.md's replay example prints\n%s\nnot\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
