@@ -86,6 +86,9 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		defer f.Close()
 		in = f
 	}
+	if *examples == 0 {
+		*examples = -1 // none; 0 would be the package's default
+	}
 	start := time.Now()
 	rep, err := replay.Run(ctx, oldSet, newSet, replay.NewReader(in), replay.Options{
 		Examples: *examples, TopCounters: *top, OldName: *oldDir, NewName: *newDir,

@@ -75,7 +75,8 @@ var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{
 <style>
 body{font:14px system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}
+th{text-align:left}
 th:first-child,td:first-child,td.l{text-align:left}
 .old{stroke:#888}.new{stroke:#c22}
 svg{border:1px solid #ccc;background:#fafafa}

@@ -33,7 +33,8 @@ const maxCounters = 1 << 20
 // Options tune Run. The zero value is usable.
 type Options struct {
 	// Examples is the number of changed requests kept as examples, the
-	// first ones in traffic order; 0 means DefaultExamples.
+	// first ones in traffic order; 0 means DefaultExamples, a negative
+	// number none.
 	Examples int
 	// TopCounters is the number of counters listed by peak rate; 0 means
 	// DefaultTopCounters.
@@ -259,6 +260,7 @@ func Run(ctx context.Context, old, new *rules.Set, traffic *Reader, opts Options
 	if opts.Examples == 0 {
 		opts.Examples = DefaultExamples
 	}
+	opts.Examples = max(opts.Examples, 0)
 	if opts.TopCounters == 0 {
 		opts.TopCounters = DefaultTopCounters
 	}
