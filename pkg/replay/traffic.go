@@ -63,9 +63,6 @@ func NewReader(r io.Reader) *Reader {
 // read so far.
 func (r *Reader) Skipped() int { return r.skipped }
 
-// Line is the number of the line last read (1 for the first).
-func (r *Reader) Line() int { return r.line }
-
 // Next returns the next request, or io.EOF after the last one. An error
 // names the line and what is wrong with it.
 func (r *Reader) Next() (Request, error) {
@@ -138,7 +135,7 @@ func split[E entry | string](e E) (string, string, error) {
 		}
 		return k, v, nil
 	}
-	panic("unreachable") // E is one of the two
+	return "", "", fmt.Errorf("entry of type %T", e) // E is one of the two: never
 }
 
 // override is a descriptor's limit as /json reads it.
