@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/redislimit"
+	"github.com/floodgate/floodgate/pkg/replay"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
 )
@@ -77,6 +78,12 @@ type config struct {
 	// storeFailureHeader names the header saying an answer came from the
 	// failure policy; empty: none.
 	storeFailureHeader string
+
+	// capture, when not empty, is the file the served requests are
+	// recorded to for `floodgate replay` (pkg/replay.Capture).
+	capture         string
+	captureSample   float64
+	captureMaxBytes int64
 
 	check, explain, version bool
 	args                    []string // positional arguments (-explain's descriptor)
@@ -464,6 +471,9 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.headers.ResetName, "reset-header", envoy.DefaultResetHeader, "name of the reset header (-response-headers=reference)")
 	fs.StringVar(&c.storeFailureHeader, "store-failure-header", "", "response header carrying the cause (deadline, circuit_open, error) on answers the failure policy gave; empty: none (the cause is always in the dynamic metadata)")
 	fs.BoolVar(&c.overLimitBody, "over-limit-body", false, "send a JSON body with OVER_LIMIT answers (Envoy's 429 body)")
+	fs.StringVar(&c.capture, "capture", "", "record the requests served to this file (JSON lines, appended) for floodgate replay; empty: off")
+	fs.Float64Var(&c.captureSample, "capture-sample", 1, "with -capture, the share of requests recorded, in (0, 1], chosen by descriptor: a kept descriptor keeps all its requests")
+	fs.Int64Var(&c.captureMaxBytes, "capture-max-bytes", replay.DefaultCaptureMaxBytes, "with -capture, the largest the file may grow, in bytes; then recording stops")
 	fs.BoolVar(&c.check, "check", false, "validate the rules, print a summary or every error (file:line), and exit 0 or 1")
 	fs.BoolVar(&c.explain, "explain", false, "print which rule a descriptor (arguments: domain key=value...) matches, and exit")
 	fs.BoolVar(&c.version, "version", false, "print the version and the commit it was built from, and exit")
@@ -680,11 +690,31 @@ func (c *config) validate() error {
 		// would silently get none.
 		return errors.New("-redis-tls-ca, -redis-tls-cert, -redis-tls-key and -redis-tls-skip-hostname-verification (REDIS_TLS_*) need -redis-tls (REDIS_TLS=true) or -redis-persecond-tls (REDIS_PERSECOND_TLS=true)")
 	}
+	if err := c.validateCapture(); err != nil {
+		return err
+	}
 	if c.explain && len(c.args) < 2 {
 		return errors.New("-explain needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice")
 	}
 	if !c.explain && len(c.args) > 0 {
 		return fmt.Errorf("unexpected arguments %q (only -explain takes arguments)", c.args)
+	}
+	return nil
+}
+
+// validateCapture checks the -capture flags.
+func (c *config) validateCapture() error {
+	if c.capture == "" {
+		if c.captureSample != 1 || c.captureMaxBytes != replay.DefaultCaptureMaxBytes {
+			return errors.New("-capture-sample and -capture-max-bytes need -capture")
+		}
+		return nil
+	}
+	if !(c.captureSample > 0 && c.captureSample <= 1) {
+		return fmt.Errorf("-capture-sample %v: want a share in (0, 1]", c.captureSample)
+	}
+	if c.captureMaxBytes < 1 {
+		return fmt.Errorf("-capture-max-bytes %d: must be at least 1", c.captureMaxBytes)
 	}
 	return nil
 }

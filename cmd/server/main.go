@@ -7,6 +7,7 @@
 //	floodgate check                    validate the rules and exit 0 or 1 (also -check)
 //	floodgate explain rl k=v           show which rule a descriptor matches (also -explain)
 //	floodgate version                  print the version and commit (also -version)
+//	floodgate replay -old D -new D -traffic F   rehearse a rule edit on recorded traffic (replay.go)
 //	floodgate -h                       every flag by section, with its default and variables
 //
 // A flag wins over its FLOODGATE_* variable, which wins over the reference
@@ -60,6 +61,10 @@ func main() {
 // asked for, with credentials hidden; stdout gets only what a command
 // prints (-h, -version, -check, -explain).
 func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "replay" {
+		// Its own flags: it serves nothing and reads no environment.
+		return replayCommand(ctx, args[1:], stdout, stderr)
+	}
 	args = commandArgs(args)
 	hide := newRedactor(args, env)
 	cfg, err := parseConfig(args, env)
@@ -164,7 +169,14 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 			return 2
 		}
 	}
-	srv, err := server.New(svc, watcher, reg, server.Options{
+	rls, stopCapture, err := withCapture(svc, cfg, reg, logger)
+	if err != nil {
+		out.fatal(err, "")
+		return 2
+	}
+	// After the server has stopped, so the last requests are recorded.
+	defer stopCapture()
+	srv, err := server.New(rls, watcher, reg, server.Options{
 		GRPCAddr:              cfg.grpcAddr,
 		HTTPAddr:              cfg.httpAddr,
 		DebugAddr:             cfg.debugAddr,

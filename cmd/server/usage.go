@@ -36,6 +36,7 @@ var flagGroups = []flagGroup{
 		"limit-header", "remaining-header", "reset-header", "over-limit-body", "store-failure-header"}},
 	{"Observability: logs, metrics, statsd", []string{"log-level", "log-format", "metric-value-series", "statsd", "statsd-addr",
 		"statsd-protocol", "statsd-flush-interval", "statsd-tags", "dogstatsd", "dogstatsd-mogrifiers"}},
+	{"Traffic capture (for floodgate replay)", []string{"capture", "capture-sample", "capture-max-bytes"}},
 	{"Commands", []string{"check", "explain", "version"}},
 }
 
@@ -45,6 +46,9 @@ const usageHead = `Usage: floodgate [serve] [flags]          serve the rules (th
        floodgate explain [flags] domain key=value [key=value...]
                                           show which rule a descriptor matches
        floodgate version                  print the version and exit
+       floodgate replay -old DIR -new DIR -traffic FILE [-format text|json|html]
+                                          rehearse an edit of the rules on recorded
+                                          traffic (floodgate replay -h)
 The -check, -explain and -version flags do the same as the commands.
 
 Each flag is also set by the environment variables listed under it: FLOODGATE_*

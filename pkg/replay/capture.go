@@ -1,0 +1,274 @@
+package replay
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// DefaultCaptureMaxBytes is CaptureOptions.MaxBytes when it is 0: 100 MiB.
+const DefaultCaptureMaxBytes = 100 << 20
+
+// DefaultCaptureQueue is CaptureOptions.Queue when it is 0.
+const DefaultCaptureQueue = 4096
+
+// CaptureOptions configure a Capture. The zero value keeps every request,
+// up to DefaultCaptureMaxBytes.
+type CaptureOptions struct {
+	// Sample is the share of requests kept, in (0, 1]; 0 means 1. A
+	// request is kept or not by a hash of its domain and descriptors, so
+	// the requests of one descriptor are all kept or all left out: a
+	// per-client limit sees the whole of a kept client's traffic in a
+	// replay, while a limit shared by every client (a global one) sees
+	// only the sample.
+	Sample float64
+	// MaxBytes bounds the file, counting what it held before; 0 means
+	// DefaultCaptureMaxBytes. Once a line would pass it, capturing stops
+	// (a warning says so), and the lines not written are counted.
+	MaxBytes int64
+	// Queue is the number of lines waiting for the writer; 0 means
+	// DefaultCaptureQueue. A request finding it full is not captured and
+	// is counted: capturing never makes a request wait.
+	Queue int
+	// Now is the clock of the lines' times; nil means time.Now.
+	Now func() time.Time
+	// Logger gets a warning when the file reaches MaxBytes or a write
+	// fails; nil discards it.
+	Logger *slog.Logger
+}
+
+// CaptureStats count a Capture's lines.
+type CaptureStats struct {
+	// Written lines are in the file (once Close returned).
+	Written int64
+	// Dropped lines found the queue full.
+	Dropped int64
+	// OverSize lines were not written because the file reached MaxBytes
+	// (or after a write failed).
+	OverSize int64
+}
+
+// Capture is a pb.RateLimitServiceServer that records the requests it
+// passes to another one, as lines of the traffic format Reader reads. It
+// answers exactly as the server it wraps; a line is written by a goroutine
+// of its own, so recording adds only the encoding of a sampled request to
+// the request path. It is safe for concurrent use.
+type Capture struct {
+	pb.UnimplementedRateLimitServiceServer
+
+	next      pb.RateLimitServiceServer
+	threshold uint64 // keep a request whose hash is below; MaxUint64 keeps all
+	seed      maphash.Seed
+	now       func() time.Time
+	lines     chan []byte
+	stop      chan struct{} // closed by Close
+	done      chan struct{} // closed by the writer when it is done
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	written, dropped, overSize atomic.Int64
+}
+
+// NewCapture returns a Capture passing requests to next and appending
+// lines to the file at path, created if needed (mode 0644). Close stops
+// it. It returns an error for a Sample outside [0, 1], a negative size or
+// a file it cannot open.
+func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions) (*Capture, error) {
+	if next == nil {
+		return nil, errors.New("capture: nil server")
+	}
+	if opts.Sample < 0 || opts.Sample > 1 || math.IsNaN(opts.Sample) {
+		return nil, fmt.Errorf("capture: sample %v is not in (0, 1]", opts.Sample)
+	}
+	if opts.MaxBytes < 0 || opts.Queue < 0 {
+		return nil, errors.New("capture: negative size or queue")
+	}
+	if opts.Sample == 0 {
+		opts.Sample = 1
+	}
+	if opts.MaxBytes == 0 {
+		opts.MaxBytes = DefaultCaptureMaxBytes
+	}
+	if opts.Queue == 0 {
+		opts.Queue = DefaultCaptureQueue
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	c := &Capture{
+		next: next, seed: maphash.MakeSeed(), now: opts.Now,
+		threshold: math.MaxUint64,
+		lines:     make(chan []byte, opts.Queue), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if opts.Sample < 1 {
+		c.threshold = uint64(opts.Sample * (1 << 64))
+	}
+	go c.write(f, fi.Size(), opts.MaxBytes, path, opts.Logger)
+	return c, nil
+}
+
+// ShouldRateLimit records req when sampled and returns next's answer.
+func (c *Capture) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if !c.closed.Load() && c.kept(req) {
+		line := encodeLine(c.now(), req)
+		select {
+		case c.lines <- line:
+		default:
+			c.dropped.Add(1)
+		}
+	}
+	return c.next.ShouldRateLimit(ctx, req)
+}
+
+// kept reports whether req is in the sample.
+func (c *Capture) kept(req *pb.RateLimitRequest) bool {
+	if c.threshold == math.MaxUint64 {
+		return true
+	}
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(req.GetDomain())
+	for _, d := range req.GetDescriptors() {
+		h.WriteByte(0)
+		for _, e := range d.GetEntries() {
+			h.WriteString(e.GetKey())
+			h.WriteByte(1)
+			h.WriteString(e.GetValue())
+			h.WriteByte(2)
+		}
+	}
+	return h.Sum64() < c.threshold
+}
+
+// write appends lines to f until Close, within max bytes in all.
+func (c *Capture) write(f *os.File, size, limit int64, path string, logger *slog.Logger) {
+	defer close(c.done)
+	w := bufio.NewWriterSize(f, 64<<10)
+	full := false
+	flush := func() {
+		if err := w.Flush(); err != nil && !full {
+			full = true
+			logger.Warn("capture: writing failed; capturing stopped", "path", path, "err", err)
+		}
+	}
+	put := func(line []byte) {
+		if full || size+int64(len(line)) > limit {
+			if !full {
+				full = true
+				logger.Warn("capture: the file reached its size bound; capturing stopped", "path", path, "max_bytes", limit)
+			}
+			c.overSize.Add(1)
+			return
+		}
+		w.Write(line) // an error stays in w; flush reports it
+		size += int64(len(line))
+		c.written.Add(1)
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case line := <-c.lines:
+			put(line)
+		case <-c.stop:
+			for {
+				select {
+				case line := <-c.lines:
+					put(line)
+				default:
+					flush()
+					c.closeErr = f.Close()
+					return
+				}
+			}
+		case <-tick.C:
+			// A line is on disk within a second, for whoever reads the
+			// file while the server runs.
+			flush()
+		}
+	}
+}
+
+// Close stops capturing: lines in the queue are written, the file is
+// closed. Requests after Close are passed on and not recorded (one racing
+// with Close may be lost). It returns
+// the error of closing the file.
+func (c *Capture) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		close(c.stop)
+	})
+	<-c.done
+	return c.closeErr
+}
+
+// Stats returns the counts so far.
+func (c *Capture) Stats() CaptureStats {
+	return CaptureStats{Written: c.written.Load(), Dropped: c.dropped.Load(), OverSize: c.overSize.Load()}
+}
+
+// encodeLine renders one line of the traffic format, newline included.
+func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
+	type entryOut struct {
+		Key   string `json:"key"`
+		Value string `json:"value"`
+	}
+	type limitOut struct {
+		RequestsPerUnit uint32 `json:"requests_per_unit"`
+		Unit            string `json:"unit"`
+	}
+	type descOut struct {
+		Entries    []entryOut `json:"entries"`
+		Limit      *limitOut  `json:"limit,omitempty"`
+		HitsAddend *uint64    `json:"hits_addend,omitempty"`
+	}
+	out := struct {
+		Time        string    `json:"time"`
+		Domain      string    `json:"domain"`
+		Descriptors []descOut `json:"descriptors"`
+		HitsAddend  uint32    `json:"hits_addend,omitempty"`
+	}{Time: t.UTC().Format(time.RFC3339Nano), Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
+	out.Descriptors = make([]descOut, len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		do := &out.Descriptors[i]
+		do.Entries = make([]entryOut, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			do.Entries[j] = entryOut{e.GetKey(), e.GetValue()}
+		}
+		if l := d.GetLimit(); l != nil {
+			do.Limit = &limitOut{l.GetRequestsPerUnit(), strings.ToUpper(l.GetUnit().String())}
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			v := h.GetValue()
+			do.HitsAddend = &v
+		}
+	}
+	// Strings and numbers always encode (invalid UTF-8 is replaced).
+	b, _ := json.Marshal(out)
+	return append(b, '\n')
+}

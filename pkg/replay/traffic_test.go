@@ -1,0 +1,93 @@
+package replay
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReaderShapes(t *testing.T) {
+	tests := []struct {
+		name, line string
+		want       string // describe() of the request, or "skip"
+		at         string
+		hits       uint32
+	}{
+		{"floodgate's format", `{"time":"2026-01-01T00:00:01.5Z","domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"},{"key":"b","value":"x=y"}]}]}`,
+			"(a=1, b=x=y)", "2026-01-01T00:00:01.5Z", 0},
+		{"hits_addend in both spellings", `{"time":"2026-01-01T00:00:00Z","domain":"d","hitsAddend":3,"descriptors":[{"entries":[{"key":"a","value":"1"}],"hits_addend":2}]}`,
+			"(a=1)", "2026-01-01T00:00:00Z", 3},
+		{"Envoy access log", `{"start_time":"2026-01-01T00:00:02.250Z","status":429,"ratelimit":{"domain":"demo","descriptors":[{"entries":["remote_address=10.0.0.1"]},{"entries":["api_key=k","path=/a=b"]}]}}`,
+			"(remote_address=10.0.0.1) (api_key=k, path=/a=b)", "2026-01-01T00:00:02.25Z", 0},
+		{"access log without metadata (null)", `{"start_time":"2026-01-01T00:00:00Z","ratelimit":null}`, "skip", "", 0},
+		{"access log without metadata (-)", `{"start_time":"2026-01-01T00:00:00Z","ratelimit":"-"}`, "skip", "", 0},
+		{"access log without the field", `{"start_time":"2026-01-01T00:00:00Z","status":200}`, "skip", "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewReader(strings.NewReader("\n" + tt.line + "\n"))
+			req, err := r.Next()
+			if tt.want == "skip" {
+				if !errors.Is(err, io.EOF) || r.Skipped() != 1 {
+					t.Fatalf("got %v, %v, %d skipped; want EOF after one skipped line", req, err, r.Skipped())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			at, _ := time.Parse(time.RFC3339Nano, tt.at)
+			if got := describe(req.Req); got != tt.want || !req.Time.Equal(at) || req.Req.HitsAddend != tt.hits {
+				t.Errorf("got %s at %v (hits %d); want %s at %v (hits %d)", got, req.Time, req.Req.HitsAddend, tt.want, at, tt.hits)
+			}
+			if _, err := r.Next(); !errors.Is(err, io.EOF) {
+				t.Errorf("second Next: %v, want EOF", err)
+			}
+		})
+	}
+}
+
+func TestReaderOverrides(t *testing.T) {
+	for _, line := range []string{
+		`{"time":"2026-01-01T00:00:00Z","domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"}],"limit":{"requests_per_unit":7,"unit":"minute"}}]}`,
+		`{"start_time":"2026-01-01T00:00:00Z","ratelimit":{"domain":"d","descriptors":[{"entries":["a=1"],"limit":"requests_per_unit:7 unit:MINUTE"}]}}`,
+	} {
+		req, err := NewReader(strings.NewReader(line)).Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := req.Req.Descriptors[0].GetLimit()
+		if l.GetRequestsPerUnit() != 7 || l.GetUnit().String() != "MINUTE" {
+			t.Errorf("%s: override %v, want 7 per MINUTE", line, l)
+		}
+	}
+}
+
+func TestReaderErrors(t *testing.T) {
+	good := `{"time":"2026-01-01T00:00:00Z","domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"}]}]}`
+	tests := []struct{ name, line, want string }{
+		{"not JSON", `time=now`, "line 2: not a JSON object of traffic"},
+		{"bad time", `{"time":"yesterday","domain":"d","descriptors":[{"entries":[]}]}`, `line 2: time "yesterday": want RFC 3339`},
+		{"no time", `{"domain":"d","descriptors":[{"entries":[]}]}`, `line 2: no "time"`},
+		{"neither shape", `{"time":"2026-01-01T00:00:00Z","domian":"d"}`, `line 2: neither a request`},
+		{"no descriptors", `{"time":"2026-01-01T00:00:00Z","domain":"d"}`, "line 2: no descriptors"},
+		{"descriptors without domain", `{"start_time":"2026-01-01T00:00:00Z","descriptors":[{"entries":[]}]}`, `line 2: descriptors without a "domain"`},
+		{"entry without =", `{"start_time":"2026-01-01T00:00:00Z","ratelimit":{"domain":"d","descriptors":[{"entries":["a"]}]}}`, `line 2: descriptors[0]: entry "a": want key=value`},
+		{"bad unit", `{"time":"2026-01-01T00:00:00Z","domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"}],"limit":{"requests_per_unit":1,"unit":"fortnight"}}]}`, `line 2: descriptors[0].limit: unit "fortnight"`},
+		{"too long", `{"time":"` + strings.Repeat("x", MaxLineBytes) + `"}`, "line 2: longer than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewReader(strings.NewReader(good + "\n" + tt.line + "\n"))
+			if _, err := r.Next(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := r.Next()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
