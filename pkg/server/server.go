@@ -114,6 +114,9 @@ type Options struct {
 	// UTF-8), "too_large" (over MaxMessageBytes) or "unknown_method" (a
 	// gRPC method not served, or /json without POST).
 	Refused func(reason string)
+	// UI and DebugUI, when set, serve /ui and /ui/ on the HTTP and the
+	// debug listener (package ui's page).
+	UI, DebugUI http.Handler
 }
 
 // Reasons given to Options.Refused.
@@ -488,8 +491,11 @@ func (s *Server) servingAttrs() []any {
 	if s.metrics {
 		paths = append(paths, "/metrics")
 	}
+	if s.opts.UI != nil {
+		paths = append(paths, "/ui/")
+	}
 	for _, p := range paths {
-		attrs = append(attrs, p[1:], base+p)
+		attrs = append(attrs, strings.Trim(p, "/"), base+p)
 	}
 	return attrs
 }
