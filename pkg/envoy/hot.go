@@ -28,15 +28,16 @@ type HotCounter struct {
 	// "demo.remote_address #3fa9c2e1", which tells counters apart without
 	// saying what they hold (the key of the fingerprint is random per
 	// process, so it cannot be brute-forced from guessed values).
-	Key string
+	Key string `json:"key"`
 	// Hidden reports whether Key hides the values.
-	Hidden bool
+	Hidden bool `json:"hidden"`
 	// Hits is an upper bound of the hits counted on the counter since it
-	// started being tracked, and Hits-Error a lower bound: with 10 hits
-	// seen and Error 4, the counter had between 6 and 10.
-	Hits, Error uint64
+	// started being tracked, and Hits-Error a lower bound: with Hits 10
+	// and Error 4, the counter had between 6 and 10.
+	Hits  uint64 `json:"hits"`
+	Error uint64 `json:"error"`
 	// Over is how many of those hits were over a limit.
-	Over uint64
+	Over uint64 `json:"over"`
 }
 
 // RuleHot is what Metrics knows of one rule label's counters.
