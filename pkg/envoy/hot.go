@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -52,6 +53,10 @@ type RuleHot struct {
 	ValueLabels []string
 	// Hot are the most hit counters, most hit first.
 	Hot []HotCounter
+	// Skipped counts the hits the sketch did not see because another
+	// request was updating it at the same moment: the request path never
+	// waits for the hot counters, so under contention they are a sample.
+	Skipped uint64
 }
 
 // Hot returns, for every rule label that has counted hits since the start,
@@ -71,7 +76,7 @@ func (m *Metrics) Hot(n int, showValues bool) []RuleHot {
 	m.mu.Unlock()
 	out := make([]RuleHot, 0, len(all))
 	for _, s := range all {
-		rh := RuleHot{Domain: s.domain, Rule: s.path, Hot: s.hot.top(n, s.path, showValues)}
+		rh := RuleHot{Domain: s.domain, Rule: s.path, Hot: s.hot.top(n, s.path, showValues), Skipped: s.hot.skipped.Load()}
 		s.mu.Lock()
 		for l, v := range s.values {
 			if v.prom.hits != nil {
@@ -96,6 +101,10 @@ func (m *Metrics) Hot(n int, showValues bool) []RuleHot {
 // their entries; only the values of rules that name metrics by values are
 // kept, so the others' values never stay in memory.
 type hotSketch struct {
+	// skipped counts the hits not counted because another request held
+	// mu: the request path never waits for the sketch.
+	skipped atomic.Uint64
+
 	mu    sync.Mutex
 	seed  maphash.Seed
 	index map[uint64]int // hash -> slot
@@ -112,7 +121,10 @@ type hotSlot struct {
 // label is the detailed label, which it copies only when keep is set and
 // the counter is new to the sketch.
 func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64, over bool) {
-	h.mu.Lock()
+	if !h.mu.TryLock() {
+		h.skipped.Add(n)
+		return
+	}
 	defer h.mu.Unlock()
 	if h.index == nil {
 		h.seed = maphash.MakeSeed()

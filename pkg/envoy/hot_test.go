@@ -132,3 +132,21 @@ func BenchmarkHotSketchAdd(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHotSketchAddParallel is BenchmarkHotSketchAdd's distinct case
+// with every core adding to one rule's sketch, as a hot rule does.
+func BenchmarkHotSketchAddParallel(b *testing.B) {
+	entries := make([][]rules.Entry, 4096)
+	for i := range entries {
+		entries[i] = []rules.Entry{{Key: "remote_address", Value: fmt.Sprintf("192.0.2.%d", i)}}
+	}
+	var s hotSketch
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			s.add(entries[i%len(entries)], false, nil, 1, false)
+			i++
+		}
+	})
+	b.ReportMetric(float64(s.skipped.Load())/float64(b.N), "skipped/op")
+}

@@ -88,8 +88,10 @@ type Rule struct {
 	// Totals are the rule's hit counters, summed over its value series
 	// when it names them by values.
 	Totals Totals `json:"totals"`
-	// Hot are its most hit counters.
-	Hot []envoy.HotCounter `json:"hot,omitempty"`
+	// Hot are its most hit counters; HotSkipped counts the hits they did
+	// not see (envoy.RuleHot.Skipped).
+	Hot        []envoy.HotCounter `json:"hot,omitempty"`
+	HotSkipped uint64             `json:"hot_skipped,omitempty"`
 }
 
 // Limit is one limit of a rule.
@@ -186,7 +188,7 @@ func (h *Handler) Snapshot() (*Snapshot, error) {
 			hot[[2]string{rh.Domain, rh.Rule}] = rh
 		}
 	}
-	snap.Domains = tree(h.opts.Rules.Current().Rules(), func(r *rules.Rule) (Totals, []envoy.HotCounter) {
+	snap.Domains = tree(h.opts.Rules.Current().Rules(), func(r *rules.Rule) (Totals, envoy.RuleHot) {
 		k := [2]string{r.Domain, r.Path}
 		var t Totals
 		// A rule's own series, and those of its values: a reload can
@@ -199,7 +201,7 @@ func (h *Handler) Snapshot() (*Snapshot, error) {
 				}
 			}
 		}
-		return t, hot[k].Hot
+		return t, hot[k]
 	})
 	if gatherErr != nil {
 		return snap, gatherErr
@@ -241,7 +243,7 @@ func ruleStatus(st rules.Status, set *rules.Set) RuleStatus {
 // tree sorts the rules by domain and path so that each rule follows its
 // parent (the longest other rule path that is a prefix of its own at a
 // "."), and gives each its depth and name under that parent.
-func tree(rs []*rules.Rule, figures func(*rules.Rule) (Totals, []envoy.HotCounter)) []Domain {
+func tree(rs []*rules.Rule, figures func(*rules.Rule) (Totals, envoy.RuleHot)) []Domain {
 	// "." sorts first so that "a.b" comes right after "a", before "a-c".
 	sortKey := func(p string) string { return strings.ReplaceAll(p, ".", "\x00") }
 	slices.SortFunc(rs, func(a, b *rules.Rule) int {
@@ -279,7 +281,9 @@ func tree(rs []*rules.Rule, figures func(*rules.Rule) (Totals, []envoy.HotCounte
 			}
 			rule.Limits = append(rule.Limits, lim)
 		}
-		rule.Totals, rule.Hot = figures(r)
+		var hot envoy.RuleHot
+		rule.Totals, hot = figures(r)
+		rule.Hot, rule.HotSkipped = hot.Hot, hot.Skipped
 		d := &out[len(out)-1]
 		d.Rules = append(d.Rules, rule)
 		stack = append(stack, r.Path)

@@ -212,6 +212,9 @@ function updateRules(snap) {
         li.appendChild(el("span", "n", n));
         c.hot.appendChild(li);
       }
+      if (r.hot_skipped) {
+        c.hot.appendChild(el("li", "n", r.hot_skipped + " hits not sampled (counted while another request updated these counters)"));
+      }
       c.hotRow.hidden = !(r.hot && r.hot.length);
     }
   }
