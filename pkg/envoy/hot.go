@@ -105,10 +105,11 @@ type hotSketch struct {
 	// mu: the request path never waits for the sketch.
 	skipped atomic.Uint64
 
-	mu    sync.Mutex
-	seed  maphash.Seed
-	index map[uint64]int // hash -> slot
-	slots []hotSlot
+	mu       sync.Mutex
+	labelled bool // some slot holds a label
+	seed     maphash.Seed
+	index    map[uint64]int // hash -> slot
+	slots    []hotSlot
 }
 
 type hotSlot struct {
@@ -126,6 +127,13 @@ func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64
 		return
 	}
 	defer h.mu.Unlock()
+	if !keep && h.labelled {
+		// A reload turned the rule's values off: forget those kept.
+		for i := range h.slots {
+			h.slots[i].label = ""
+		}
+		h.labelled = false
+	}
 	if h.index == nil {
 		h.seed = maphash.MakeSeed()
 		h.index = make(map[uint64]int, HotCapacity)
@@ -158,6 +166,7 @@ func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64
 		h.slots[i].hash = sum
 		if keep {
 			h.slots[i].label = string(label)
+			h.labelled = true
 		}
 		h.index[sum] = i
 	}

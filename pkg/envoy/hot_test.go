@@ -108,6 +108,13 @@ func TestHotSketchKeepsHeavyHitters(t *testing.T) {
 	if len(s.slots) != HotCapacity || len(s.index) != HotCapacity {
 		t.Errorf("sketch holds %d slots, %d index entries; want %d", len(s.slots), len(s.index), HotCapacity)
 	}
+	// A reload that turns the rule's values off hides those kept.
+	s.add(heavy, false, nil, 1, false)
+	for _, c := range s.top(HotCapacity, "p", true) {
+		if !c.Hidden || !strings.HasPrefix(c.Key, "p #") {
+			t.Errorf("after values were turned off, counter %+v still shows its value", c)
+		}
+	}
 }
 
 // BenchmarkHotSketchAdd measures what the request path pays per limited

@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -123,10 +124,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p == "/ui" || p == "/ui/index.html":
 		// FileServer redirects index.html to ./, and /ui/ must not loop.
 		http.ServeFileFS(w, r, assets, "assets/index.html")
-	case len(p) > len("/ui/") && p[:len("/ui/")] == "/ui/":
+	case strings.HasPrefix(p, "/ui/"):
 		r2 := *r
 		u := *r.URL
-		u.Path = p[len("/ui"):]
+		u.Path = strings.TrimPrefix(p, "/ui")
 		r2.URL = &u
 		h.static.ServeHTTP(w, &r2)
 	default:
