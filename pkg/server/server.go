@@ -2,7 +2,8 @@
 // the gRPC server Envoy calls (with grpc.health.v1 and server reflection,
 // optionally TLS or mutual TLS with certificates reloaded from their files),
 // the HTTP server (/healthcheck, /json, /rlconfig, /metrics) and the debug
-// server (/debug/pprof/, /rlconfig). It owns their lifecycle: health goes
+// server (/debug/pprof/, /rlconfig), each with the live page /ui/ when
+// Options give one (package ui). It owns their lifecycle: health goes
 // SERVING once every listener is open and the store has answered once
 // (Options.StoreReadiness says how the store counts), and NOT_SERVING when
 // shutdown begins, after which in-flight requests finish before Run
