@@ -161,6 +161,11 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		out.fatal(err, "")
 		return 2
 	}
+	pages, err := newUI(cfg, watcher, reg, metrics, store.readiness(cfg))
+	if err != nil {
+		out.fatal(err, "")
+		return 1
+	}
 	var tlsConfig *tls.Config
 	if cfg.grpcTLS {
 		tlsConfig, err = server.NewTLSConfig(server.TLSFiles{CertFile: cfg.grpcTLSCert, KeyFile: cfg.grpcTLSKey, ClientCAFile: cfg.grpcClientCA, ClientSAN: cfg.grpcClientSAN}, logger)
@@ -192,6 +197,8 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		HealthRequiresRules:   cfg.healthRequiresRules,
 		Conns:                 cfg.conns,
 		Refused:               metrics.Refused,
+		UI:                    pages.http,
+		DebugUI:               pages.debug,
 	})
 	if err == nil {
 		err = srv.RegisterMetrics(reg)

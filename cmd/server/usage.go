@@ -26,7 +26,7 @@ var flagGroups = []flagGroup{
 	{"Store: Redis TLS", []string{"redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-skip-hostname-verification"}},
 	{"Store: Memcached", []string{"memcache", "memcache-srv", "memcache-srv-refresh", "memcache-max-idle-conns", "memcache-tls",
 		"memcache-tls-ca", "memcache-tls-cert", "memcache-tls-key", "memcache-tls-skip-hostname-verification"}},
-	{"Listeners", []string{"grpc-addr", "http-addr", "debug-addr", "grpc-max-connection-age", "grpc-max-connection-age-grace",
+	{"Listeners", []string{"grpc-addr", "http-addr", "debug-addr", "ui", "grpc-max-connection-age", "grpc-max-connection-age-grace",
 		"grpc-max-connections", "http-max-connections", "grpc-connection-timeout", "grpc-keepalive-time", "grpc-keepalive-timeout",
 		"grpc-max-connection-idle", "grpc-min-ping-interval", "http-read-timeout", "http-write-timeout", "http-idle-timeout",
 		"drain-delay", "shutdown-timeout"}},

@@ -139,6 +139,7 @@ type ruleSeries struct {
 	mu     sync.Mutex
 	values map[string]*series // detailed labels; at most maxValues
 	other  *series
+	hot    hotSketch // the most hit counters (hot.go)
 }
 
 // NewMetrics creates the request-path metrics and registers them on reg.
@@ -429,6 +430,7 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 		}
 		o := hitOutcome{over: out.wouldDeny, shadow: rd.Mode == limit.Advisory, charged: charged, near: charged && out.near}
 		n := countedHits(ds.cost, rd)
+		s.hot.add(rd.Entries, bv, sc.label, uint64(n), o.over)
 		prom.add(float64(n), o)
 		if stat != nil {
 			stat.add(uint64(n), o)

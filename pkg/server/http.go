@@ -28,6 +28,7 @@ func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
 	if gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	}
+	mountUI(mux, s.opts.UI)
 	return mux
 }
 
@@ -40,7 +41,16 @@ func (s *Server) debugHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	// The reference server lists its rules on the debug port.
 	mux.HandleFunc("/rlconfig", s.rlconfig)
+	mountUI(mux, s.opts.DebugUI)
 	return mux
+}
+
+// mountUI serves the live page h, if any, at /ui and under /ui/.
+func mountUI(mux *http.ServeMux, h http.Handler) {
+	if h != nil {
+		mux.Handle("/ui", h)
+		mux.Handle("/ui/", h)
+	}
 }
 
 // healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not

@@ -2,7 +2,8 @@
 // the gRPC server Envoy calls (with grpc.health.v1 and server reflection,
 // optionally TLS or mutual TLS with certificates reloaded from their files),
 // the HTTP server (/healthcheck, /json, /rlconfig, /metrics) and the debug
-// server (/debug/pprof/, /rlconfig). It owns their lifecycle: health goes
+// server (/debug/pprof/, /rlconfig), each with the live page /ui/ when
+// Options give one (package ui). It owns their lifecycle: health goes
 // SERVING once every listener is open and the store has answered once
 // (Options.StoreReadiness says how the store counts), and NOT_SERVING when
 // shutdown begins, after which in-flight requests finish before Run
@@ -114,6 +115,9 @@ type Options struct {
 	// UTF-8), "too_large" (over MaxMessageBytes) or "unknown_method" (a
 	// gRPC method not served, or /json without POST).
 	Refused func(reason string)
+	// UI and DebugUI, when set, serve /ui and /ui/ on the HTTP and the
+	// debug listener (package ui's page).
+	UI, DebugUI http.Handler
 }
 
 // Reasons given to Options.Refused.
@@ -498,8 +502,11 @@ func (s *Server) servingAttrs() []any {
 	if s.metrics {
 		paths = append(paths, "/metrics")
 	}
+	if s.opts.UI != nil {
+		paths = append(paths, "/ui/")
+	}
 	for _, p := range paths {
-		attrs = append(attrs, p[1:], base+p)
+		attrs = append(attrs, strings.Trim(p, "/"), base+p)
 	}
 	return attrs
 }

@@ -1,0 +1,199 @@
+package envoy
+
+import (
+	"cmp"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// HotCapacity is how many counters each rule's hot-counter sketch tracks.
+// Memory per rule is bounded by it whatever the traffic: a counter that is
+// not tracked replaces the least hit one (the space-saving algorithm of
+// Metwally, Agrawal and El Abbadi), so a counter whose share of the rule's
+// hits is above 1/HotCapacity is always among those tracked.
+const HotCapacity = 32
+
+// HotCounter is one of a rule's most hit counters, as Metrics.Hot reports
+// it.
+type HotCounter struct {
+	// Key names the counter. When the rule has detailed_metric or
+	// value_to_metric and values are asked for, it is the request's values
+	// in the detailed_metric form "domain.key_value.key_value"; otherwise
+	// it is the rule's path and a keyed fingerprint of the values,
+	// "demo.remote_address #3fa9c2e1", which tells counters apart without
+	// saying what they hold (the key of the fingerprint is random per
+	// process, so it cannot be brute-forced from guessed values).
+	Key string `json:"key"`
+	// Hidden reports whether Key hides the values.
+	Hidden bool `json:"hidden"`
+	// Hits is an upper bound of the hits counted on the counter since it
+	// started being tracked, and Hits-Error a lower bound: with Hits 10
+	// and Error 4, the counter had between 6 and 10.
+	Hits  uint64 `json:"hits"`
+	Error uint64 `json:"error"`
+	// Over is how many of those hits were over a limit.
+	Over uint64 `json:"over"`
+}
+
+// RuleHot is what Metrics knows of one rule label's counters.
+type RuleHot struct {
+	// Domain and Rule are the labels of the rule's Prometheus series: the
+	// rule's path, "(override)" for overrides that matched no rule.
+	Domain, Rule string
+	// ValueLabels are the rule labels of the series the rule's hits are
+	// counted under when it names them by values (detailed_metric,
+	// value_to_metric), "<rule>._other_" included once used; nil when the
+	// rule counts under Rule. Summing them gives the rule's totals.
+	ValueLabels []string
+	// Hot are the most hit counters, most hit first.
+	Hot []HotCounter
+	// Skipped counts the hits the sketch did not see because another
+	// request was updating it at the same moment: the request path never
+	// waits for the hot counters, so under contention they are a sample.
+	Skipped uint64
+}
+
+// Hot returns, for every rule label that has counted hits since the start,
+// its value labels and its n most hit counters (at most HotCapacity).
+// showValues lets the values of rules with detailed_metric or
+// value_to_metric through; the values of other rules are never kept. The
+// result is sorted by domain and rule.
+func (m *Metrics) Hot(n int, showValues bool) []RuleHot {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	all := make([]*ruleSeries, 0, len(m.byLabel))
+	for _, s := range m.byLabel {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	out := make([]RuleHot, 0, len(all))
+	for _, s := range all {
+		rh := RuleHot{Domain: s.domain, Rule: s.path, Hot: s.hot.top(n, s.path, showValues), Skipped: s.hot.skipped.Load()}
+		s.mu.Lock()
+		for l, v := range s.values {
+			if v.prom.hits != nil {
+				rh.ValueLabels = append(rh.ValueLabels, l)
+			}
+		}
+		if s.other != nil && s.other.prom.hits != nil {
+			rh.ValueLabels = append(rh.ValueLabels, s.path+otherValues)
+		}
+		s.mu.Unlock()
+		slices.Sort(rh.ValueLabels)
+		out = append(out, rh)
+	}
+	slices.SortFunc(out, func(a, b RuleHot) int {
+		return cmp.Or(cmp.Compare(a.Domain, b.Domain), cmp.Compare(a.Rule, b.Rule))
+	})
+	return out
+}
+
+// hotSketch is the space-saving sketch of one rule's counters. The zero
+// value is empty and ready. Counters are identified by a keyed hash of
+// their entries; only the values of rules that name metrics by values are
+// kept, so the others' values never stay in memory.
+type hotSketch struct {
+	// skipped counts the hits not counted because another request held
+	// mu: the request path never waits for the sketch.
+	skipped atomic.Uint64
+
+	mu       sync.Mutex
+	labelled bool // some slot holds a label
+	seed     maphash.Seed
+	index    map[uint64]int // hash -> slot
+	slots    []hotSlot
+}
+
+type hotSlot struct {
+	hash               uint64
+	label              string // detailed label; "" unless the rule names metrics by values
+	hits, errors, over uint64
+}
+
+// add counts n hits of the counter of entries, over of them over a limit.
+// label is the detailed label, which it copies only when keep is set and
+// the counter is new to the sketch.
+func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64, over bool) {
+	if !h.mu.TryLock() {
+		h.skipped.Add(n)
+		return
+	}
+	defer h.mu.Unlock()
+	if !keep && h.labelled {
+		// A reload turned the rule's values off: forget those kept.
+		for i := range h.slots {
+			h.slots[i].label = ""
+		}
+		h.labelled = false
+	}
+	if h.index == nil {
+		h.seed = maphash.MakeSeed()
+		h.index = make(map[uint64]int, HotCapacity)
+	}
+	sum := uint64(len(entries))
+	for _, e := range entries {
+		// Each part hashed apart, mixed in order by an invertible step,
+		// so that ("ab", "c") and ("a", "bc") differ.
+		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Key)) * 0x9e3779b97f4a7c15
+		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Value)) * 0x9e3779b97f4a7c15
+	}
+	i, ok := h.index[sum]
+	if !ok {
+		if len(h.slots) < HotCapacity {
+			h.slots = append(h.slots, hotSlot{})
+			i = len(h.slots) - 1
+		} else {
+			// Replace the least hit counter; the newcomer inherits its
+			// count as its possible overestimate.
+			i = 0
+			for j := range h.slots {
+				if h.slots[j].hits < h.slots[i].hits {
+					i = j
+				}
+			}
+			delete(h.index, h.slots[i].hash)
+			min := h.slots[i].hits
+			h.slots[i] = hotSlot{hits: min, errors: min}
+		}
+		h.slots[i].hash = sum
+		if keep {
+			h.slots[i].label = string(label)
+			h.labelled = true
+		}
+		h.index[sum] = i
+	}
+	s := &h.slots[i]
+	s.hits += n
+	if over {
+		s.over += n
+	}
+}
+
+// top returns the n most hit counters, named as HotCounter.Key says.
+func (h *hotSketch) top(n int, path string, showValues bool) []HotCounter {
+	h.mu.Lock()
+	slots := slices.Clone(h.slots)
+	h.mu.Unlock()
+	slices.SortFunc(slots, func(a, b hotSlot) int {
+		return cmp.Or(cmp.Compare(b.hits, a.hits), cmp.Compare(a.hash, b.hash))
+	})
+	n = min(max(n, 0), len(slots))
+	out := make([]HotCounter, n)
+	for i, s := range slots[:n] {
+		c := HotCounter{Key: s.label, Hits: s.hits, Error: s.errors, Over: s.over}
+		if s.label == "" || !showValues {
+			c.Key = fmt.Sprintf("%s #%08x", path, s.hash>>32)
+			c.Hidden = true
+		}
+		out[i] = c
+	}
+	return out
+}

@@ -1,0 +1,159 @@
+package envoy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// TestHotCounters sends one heavy counter among many distinct light ones
+// and checks what Hot reports: the heavy one first with its exact count
+// (it was tracked from its first hit), at most HotCapacity counters kept,
+// values only for detailed_metric rules and only when asked, and the
+// labels a detailed rule's series are under.
+func TestHotCounters(t *testing.T) {
+	const heavy, light = 500, 1000
+	h := newHarness(t, Options{})
+	send := func(key, value string) {
+		t.Helper()
+		if _, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc(key, value))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range light {
+		for _, key := range []string{"user", "detailed"} {
+			if i%3 == 0 {
+				send(key, "heavy")
+			}
+			send(key, fmt.Sprintf("light%d", i))
+		}
+	}
+	for _, key := range []string{"user", "detailed"} {
+		for range heavy - (light+2)/3 {
+			send(key, "heavy")
+		}
+	}
+	byRule := func(hot []RuleHot) map[string]RuleHot {
+		m := map[string]RuleHot{}
+		for _, r := range hot {
+			m[r.Rule] = r
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		rule, wantKey string
+		show, hidden  bool
+	}{
+		{"test.user", "test.user #", true, true},
+		{"test.detailed", "test.detailed_heavy", true, false},
+		{"test.detailed", "test.detailed #", false, true},
+	} {
+		r, ok := byRule(h.svc.opts.Metrics.Hot(5, tc.show))[tc.rule]
+		if !ok {
+			t.Fatalf("Hot(show %v) has no %s", tc.show, tc.rule)
+		}
+		if len(r.Hot) != 5 {
+			t.Fatalf("%s: %d hot counters, want 5", tc.rule, len(r.Hot))
+		}
+		top := r.Hot[0]
+		if !strings.HasPrefix(top.Key, tc.wantKey) || top.Hidden != tc.hidden {
+			t.Errorf("%s (show %v): top key %q hidden %v, want prefix %q hidden %v", tc.rule, tc.show, top.Key, top.Hidden, tc.wantKey, tc.hidden)
+		}
+		if top.Hits != heavy || top.Error != 0 {
+			t.Errorf("%s: heavy counter hits %d error %d, want %d and 0", tc.rule, top.Hits, top.Error, heavy)
+		}
+		if tc.hidden && strings.Contains(top.Key, "heavy") {
+			t.Errorf("%s: hidden key %q shows the value", tc.rule, top.Key)
+		}
+		for _, c := range r.Hot[1:] {
+			if c.Hits < c.Error || c.Hits > top.Hits {
+				t.Errorf("%s: counter %+v out of bounds", tc.rule, c)
+			}
+		}
+	}
+	all := byRule(h.svc.opts.Metrics.Hot(HotCapacity+10, true))
+	if n := len(all["test.user"].Hot); n != HotCapacity {
+		t.Errorf("%d counters kept, want HotCapacity %d", n, HotCapacity)
+	}
+	if all["test.user"].ValueLabels != nil {
+		t.Errorf("test.user has value labels %v", all["test.user"].ValueLabels)
+	}
+	// 1001 distinct values, DefaultMaxValueSeries labelled, the rest under _other_.
+	if l := all["test.detailed"].ValueLabels; len(l) != DefaultMaxValueSeries+1 || !strings.Contains(strings.Join(l, " "), "test.detailed._other_") {
+		t.Errorf("test.detailed has %d value labels (want %d, _other_ included)", len(l), DefaultMaxValueSeries+1)
+	}
+}
+
+// TestHotSketchKeepsHeavyHitters: a counter with more than 1/HotCapacity
+// of the hits is reported whatever order the hits come in, with a count
+// within its error bound.
+func TestHotSketchKeepsHeavyHitters(t *testing.T) {
+	var s hotSketch
+	const rounds = 50
+	heavy := []rules.Entry{{Key: "k", Value: "heavy"}}
+	for i := range rounds * HotCapacity * 4 {
+		if i%(HotCapacity/2) == 0 {
+			s.add(heavy, true, []byte("heavy"), 1, true)
+		}
+		s.add([]rules.Entry{{Key: "k", Value: fmt.Sprint(i)}}, true, []byte(fmt.Sprint(i)), 1, false)
+	}
+	want := uint64(rounds * 4 * 2)
+	top := s.top(1, "p", true)[0]
+	if top.Key != "heavy" || top.Hits-top.Error > want || top.Hits < want || top.Over != top.Hits-top.Error {
+		t.Errorf("top counter %+v, want heavy with %d hits within its bounds", top, want)
+	}
+	if len(s.slots) != HotCapacity || len(s.index) != HotCapacity {
+		t.Errorf("sketch holds %d slots, %d index entries; want %d", len(s.slots), len(s.index), HotCapacity)
+	}
+	// A reload that turns the rule's values off hides those kept.
+	s.add(heavy, false, nil, 1, false)
+	for _, c := range s.top(HotCapacity, "p", true) {
+		if !c.Hidden || !strings.HasPrefix(c.Key, "p #") {
+			t.Errorf("after values were turned off, counter %+v still shows its value", c)
+		}
+	}
+}
+
+// BenchmarkHotSketchAdd measures what the request path pays per limited
+// descriptor for the hot counters: a repeated counter, and a new counter
+// at every hit (which replaces the least hit one).
+func BenchmarkHotSketchAdd(b *testing.B) {
+	entries := make([][]rules.Entry, 4096)
+	for i := range entries {
+		entries[i] = []rules.Entry{{Key: "remote_address", Value: fmt.Sprintf("192.0.2.%d", i)}, {Key: "path", Value: "/api"}}
+	}
+	for _, bc := range []struct {
+		name     string
+		distinct int
+	}{{"same", 1}, {"distinct", len(entries)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var s hotSketch
+			i := 0
+			for b.Loop() {
+				s.add(entries[i%bc.distinct], false, nil, 1, false)
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkHotSketchAddParallel is BenchmarkHotSketchAdd's distinct case
+// with every core adding to one rule's sketch, as a hot rule does.
+func BenchmarkHotSketchAddParallel(b *testing.B) {
+	entries := make([][]rules.Entry, 4096)
+	for i := range entries {
+		entries[i] = []rules.Entry{{Key: "remote_address", Value: fmt.Sprintf("192.0.2.%d", i)}}
+	}
+	var s hotSketch
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			s.add(entries[i%len(entries)], false, nil, 1, false)
+			i++
+		}
+	})
+	b.ReportMetric(float64(s.skipped.Load())/float64(b.N), "skipped/op")
+}

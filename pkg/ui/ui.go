@@ -1,0 +1,136 @@
+// Package ui serves floodgate's live page: the rules in force as a tree per
+// domain, the last reload and any refused edit with its file:line errors,
+// and, live, per rule, the decisions per second (within the limit, over it,
+// in shadow mode), the near-limit share and the most hit counters, with the
+// store's health and round-trip latency.
+//
+// The page is plain HTML, JavaScript and CSS embedded in the binary (no
+// build step, no external asset), read-only, polling one JSON document
+// (api/snapshot) that this package builds from the Prometheus registry
+// that /metrics serves, so that the page's figures are /metrics' figures,
+// and from the rules, the store's health and the request path's hot
+// counters (envoy.Metrics.Hot).
+//
+// It imports envoy (the hot counters), rules and server (the rule and
+// store status types) and decides nothing; package server mounts the
+// handler and cmd/server decides whether it is served and where values
+// may be shown.
+package ui
+
+import (
+	"embed"
+	"errors"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/server"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// DefaultInterval is Options.Interval when it is zero.
+const DefaultInterval = time.Second
+
+// DefaultHotCounters is Options.HotCounters when it is zero.
+const DefaultHotCounters = 5
+
+// Options configures the page.
+type Options struct {
+	// Rules are the rules in force and the state of their loads.
+	Rules server.Rules
+	// Gatherer is the registry /metrics serves; the page's figures are
+	// read from it.
+	Gatherer prometheus.Gatherer
+	// Metrics supplies the hot counters and the series of rules named by
+	// values; nil shows no hot counters.
+	Metrics *envoy.Metrics
+	// Store describes the limit store's health; nil shows none.
+	Store func() server.StoreHealth
+	// ShowValues lets the page show the request values of the hot
+	// counters of rules with detailed_metric or value_to_metric. Values of
+	// other rules are never kept. Set it only where the page is not
+	// exposed beyond who may see request values (cmd/server sets it on the
+	// debug listener, on loopback unless told otherwise).
+	ShowValues bool
+	// Interval is how often the page asks for a new snapshot. 0 means
+	// DefaultInterval.
+	Interval time.Duration
+	// HotCounters is how many hot counters the page shows per rule (at
+	// most envoy.HotCapacity). 0 means DefaultHotCounters.
+	HotCounters int
+}
+
+// Handler serves the page under /ui/: /ui/ (the page), its assets, and
+// /ui/api/snapshot (the figures as JSON). /ui redirects to /ui/. It
+// answers GET and HEAD only.
+type Handler struct {
+	opts   Options
+	static http.Handler
+}
+
+// New returns the page's handler, or an error naming a missing option.
+func New(opts Options) (*Handler, error) {
+	if opts.Rules == nil || opts.Gatherer == nil {
+		return nil, errors.New("ui: Rules and Gatherer are required")
+	}
+	if opts.Interval < 0 || opts.HotCounters < 0 {
+		return nil, errors.New("ui: negative interval or hot counter count")
+	}
+	if opts.Interval == 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.HotCounters == 0 {
+		opts.HotCounters = DefaultHotCounters
+	}
+	opts.HotCounters = min(opts.HotCounters, envoy.HotCapacity)
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{opts: opts, static: http.FileServerFS(sub)}, nil
+}
+
+// contentPolicy lets the page load only its own files and talk only to its
+// own server: values from requests are shown as text, and even a mistake
+// that put one in markup could neither run nor send anything.
+const contentPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +
+	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// ServeHTTP serves the page, its assets and the snapshot.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "the page is read-only: GET or HEAD", http.StatusMethodNotAllowed)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", contentPolicy)
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Cache-Control", "no-store")
+	p := path.Clean(r.URL.Path)
+	switch {
+	case r.URL.Path == "/ui":
+		http.Redirect(w, r, "ui/", http.StatusMovedPermanently)
+	case p == "/ui/api/snapshot":
+		h.serveSnapshot(w, r)
+	case p == "/ui" || p == "/ui/index.html":
+		// FileServer redirects index.html to ./, and /ui/ must not loop.
+		http.ServeFileFS(w, r, assets, "assets/index.html")
+	case strings.HasPrefix(p, "/ui/"):
+		r2 := *r
+		u := *r.URL
+		u.Path = strings.TrimPrefix(p, "/ui")
+		r2.URL = &u
+		h.static.ServeHTTP(w, &r2)
+	default:
+		http.NotFound(w, r)
+	}
+}

@@ -1,0 +1,241 @@
+package ui
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+const unitRules = `domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: tenant
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: gcra, burst: 2}
+    descriptors:
+      - key: path
+        value: /x
+        rate_limit: {unit: hour, requests_per_unit: 7}
+  - key: tenant-b
+`
+
+// fixedRules are rules in force with a given load status.
+type fixedRules struct {
+	set *rules.Set
+	st  rules.Status
+}
+
+func (f fixedRules) Current() *rules.Set  { return f.set }
+func (f fixedRules) Status() rules.Status { return f.st }
+
+type unitPage struct {
+	h   *Handler
+	svc *envoy.Service
+	reg *prometheus.Registry
+}
+
+func newUnitPage(t *testing.T, st rules.Status, showValues bool) *unitPage {
+	t.Helper()
+	set, err := rules.Parse(map[string][]byte{"d.yaml": []byte(unitRules)}, rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := fixedRules{set: set, st: st}
+	reg := prometheus.NewRegistry()
+	// Two value series per rule: the rest of the tenants count under
+	// d.tenant._other_, which the page must add too.
+	m, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory", MaxValueSeries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := envoy.New(rs, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Options{Rules: rs, Gatherer: reg, Metrics: m, ShowValues: showValues})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unitPage{h: h, svc: svc, reg: reg}
+}
+
+func (p *unitPage) send(t *testing.T, key, value string) {
+	t.Helper()
+	req := &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}}
+	if _, err := p.svc.ShouldRateLimit(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *unitPage) get(t *testing.T, method, path string) *http.Response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	p.h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	return rec.Result()
+}
+
+// The page's routes: read-only, its own files only, a redirect to the
+// page's directory so that its relative links work behind a prefix.
+func TestRoutes(t *testing.T) {
+	p := newUnitPage(t, rules.Status{Version: 1}, false)
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		want         string // in the body, or the Location
+	}{
+		{"GET", "/ui", http.StatusMovedPermanently, "ui/"},
+		{"GET", "/ui/", http.StatusOK, `<script src="app.js"`},
+		{"HEAD", "/ui/", http.StatusOK, ""},
+		{"GET", "/ui/index.html", http.StatusMovedPermanently, "./"},
+		{"GET", "/ui/app.js", http.StatusOK, "api/snapshot"},
+		{"GET", "/ui/style.css", http.StatusOK, "--ok"},
+		{"GET", "/ui/api/snapshot", http.StatusOK, `"domains"`},
+		{"GET", "/ui/nothing.js", http.StatusNotFound, ""},
+		{"GET", "/ui/../ui.go", http.StatusNotFound, ""},
+		{"GET", "/ui/assets/app.js", http.StatusNotFound, ""},
+		{"POST", "/ui/api/snapshot", http.StatusMethodNotAllowed, "read-only"},
+		{"DELETE", "/ui/", http.StatusMethodNotAllowed, "read-only"},
+		{"GET", "/elsewhere", http.StatusNotFound, ""},
+	} {
+		resp := p.get(t, tc.method, tc.path)
+		body, _ := io.ReadAll(resp.Body)
+		got := string(body) + resp.Header.Get("Location")
+		if resp.StatusCode != tc.code || !strings.Contains(got, tc.want) {
+			t.Errorf("%s %s: %d %q, want %d with %q", tc.method, tc.path, resp.StatusCode, got, tc.code, tc.want)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); resp.StatusCode != http.StatusMethodNotAllowed && !strings.Contains(csp, "default-src 'none'") {
+			t.Errorf("%s %s: Content-Security-Policy %q", tc.method, tc.path, csp)
+		}
+	}
+}
+
+// The snapshot's totals are the sums of the rule's series in the registry
+// /metrics serves, value series and _other_ included; the rules form a
+// tree with their limits; a refused reload lists its problems one per
+// line.
+func TestSnapshot(t *testing.T) {
+	refusedAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	st := rules.Status{Version: 4, Reloads: 5, Failures: 1, LastErrorAt: refusedAt, LastError: &rules.LoadError{Errors: []rules.FieldError{
+		{Pos: rules.Position{File: "d.yaml", Line: 4, Column: 19}, Field: "descriptors[0].rate_limit.unit", Msg: "unknown unit"},
+		{Pos: rules.Position{File: "e.yaml", Line: 1, Column: 1}, Msg: "no domain"},
+	}}}
+	p := newUnitPage(t, st, false)
+	for i := range 9 {
+		p.send(t, "tenant", fmt.Sprintf("t%d", i%5))
+		p.send(t, "user", "u")
+	}
+	snap, err := p.h.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string]Rule{}
+	for _, d := range snap.Domains {
+		for _, r := range d.Rules {
+			byPath[r.Path] = r
+		}
+	}
+	for _, tc := range []struct {
+		path, name string
+		depth      int
+		limits     string
+		hits       float64
+	}{
+		{"d.tenant", "tenant", 0, "gcra 2/60", 9},
+		{"d.tenant.path_/x", "path_/x", 1, "fixed_window 7/3600", 0},
+		{"d.tenant-b", "tenant-b", 0, "", 0},
+		{"d.user", "user", 0, "fixed_window 3/60", 9},
+	} {
+		r, ok := byPath[tc.path]
+		if !ok {
+			t.Errorf("no rule %s in %+v", tc.path, snap.Domains)
+			continue
+		}
+		var lims []string
+		for _, l := range r.Limits {
+			lims = append(lims, fmt.Sprintf("%s %d/%v", l.Algorithm, l.Limit, l.Window))
+		}
+		if r.Name != tc.name || r.Depth != tc.depth || strings.Join(lims, ",") != tc.limits {
+			t.Errorf("%s: name %q depth %d limits %q, want %q %d %q", tc.path, r.Name, r.Depth, lims, tc.name, tc.depth, tc.limits)
+		}
+		if r.Totals.Hits != tc.hits || r.Totals.Hits != sumSeries(t, p.reg, "floodgate_hits_total", tc.path) ||
+			r.Totals.Over != sumSeries(t, p.reg, "floodgate_over_limit_total", tc.path) ||
+			r.Totals.Within != sumSeries(t, p.reg, "floodgate_within_limit_total", tc.path) {
+			t.Errorf("%s: totals %+v, want %v hits and the registry's sums", tc.path, r.Totals, tc.hits)
+		}
+	}
+	if got := len(byPath["d.tenant"].Hot); got != DefaultHotCounters {
+		t.Errorf("d.tenant has %d hot counters, want %d", got, DefaultHotCounters)
+	}
+	for _, h := range byPath["d.tenant"].Hot {
+		if !h.Hidden || strings.Contains(h.Key, "_t") {
+			t.Errorf("hot counter %+v shows a value without ShowValues", h)
+		}
+	}
+	want := RuleStatus{Version: 4, Reloads: 5, Failures: 1, LastErrorAt: &refusedAt, Errors: []string{
+		"d.yaml:4:19: descriptors[0].rate_limit.unit: unknown unit", "e.yaml:1:1: no domain"}}
+	gotJSON, _ := json.Marshal(snap.Rules)
+	wantJSON, _ := json.Marshal(want)
+	if string(gotJSON) != string(wantJSON) {
+		t.Errorf("rule status\n got %s\nwant %s", gotJSON, wantJSON)
+	}
+}
+
+// ShowValues lets a detailed_metric rule's values through, never another
+// rule's.
+func TestShowValues(t *testing.T) {
+	p := newUnitPage(t, rules.Status{Version: 1}, true)
+	p.send(t, "tenant", "acme")
+	p.send(t, "user", "alice")
+	snap, err := p.h.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for _, r := range snap.Domains[0].Rules {
+		for _, h := range r.Hot {
+			keys[r.Path] += h.Key
+		}
+	}
+	if keys["d.tenant"] != "d.tenant_acme" || !strings.HasPrefix(keys["d.user"], "d.user #") || strings.Contains(keys["d.user"], "alice") {
+		t.Errorf("hot keys %q: want d.tenant's value and d.user's hidden", keys)
+	}
+}
+
+// sumSeries sums the series of name whose rule label is rule or one of its
+// value labels ("rule_", "rule._other_").
+func sumSeries(t *testing.T, g prometheus.Gatherer, name, rule string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := label(m, "rule")
+			if l == rule || strings.HasPrefix(l, rule+"_") || l == rule+"._other_" {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
