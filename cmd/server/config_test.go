@@ -350,7 +350,7 @@ func TestReferenceSpellings(t *testing.T) {
 	for _, kv := range [][]string{
 		{"LOG_FORMAT", "JSON"}, {"LOG_FORMAT", "Text"}, {"LOG_LEVEL", "Warning"}, {"LOG_LEVEL", "TRACE"},
 		{"REDIS_TYPE", "SINGLE", "REDIS_URL", "h:1"}, {"REDIS_TYPE", "Cluster", "REDIS_URL", "h:1,h:2"},
-		{"REDIS_TYPE", "SENTINEL", "REDIS_URL", "m,h:1"}, {"BACKEND_TYPE", "Redis"}, {"CONFIG_TYPE", "file"},
+		{"REDIS_TYPE", "SENTINEL", "REDIS_URL", "m,h:1"}, {"BACKEND_TYPE", "Redis"}, {"CONFIG_TYPE", "file"}, {"CONFIG_TYPE", "grpc_xds_sotw"},
 		{"REDIS_SOCKET_TYPE", "TCP", "REDIS_URL", "h:1"}, {"REDIS_SOCKET_TYPE", "unix", "REDIS_URL", "/run/r.sock"},
 	} {
 		if _, err := parseConfig(nil, envOf(kv...)); err != nil {
@@ -365,7 +365,7 @@ func TestReferenceSpellings(t *testing.T) {
 		{[]string{"REDIS_TYPE", "ring", "REDIS_URL", "h:1"}, "want single, sentinel or cluster"},
 		{[]string{"LOG_FORMAT", "logfmt"}, "want text or json"},
 		{[]string{"BACKEND_TYPE", "etcd"}, "want redis or memcache"},
-		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW"}, "xDS is not supported"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_DELTA"}, `CONFIG_TYPE="GRPC_XDS_DELTA" (for -config-type): want file or grpc_xds_sotw`},
 	} {
 		if _, err := parseConfig(nil, envOf(tc.kv...)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error saying %q", tc.kv, err, tc.want)
