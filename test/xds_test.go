@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"strings"
 	"testing"
@@ -14,24 +15,38 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testcert"
 	"github.com/floodgate/floodgate/pkg/xds"
 )
 
 // TestXDS runs the binary as Envoy Gateway runs the reference server, with
-// CONFIG_TYPE=GRPC_XDS_SOTW and no rule file, against a real management
-// server (go-control-plane's, with its snapshot cache): /json answers by
-// the pushed rules, a changed limit takes effect, a broken push is refused
-// while the rules in force serve, and /rlconfig and the reload metrics
-// show the pushes as they show file reloads. A floodgate rule file pushed
-// in a resource brings its extensions.
+// the environment its rate-limit Deployment sets (CONFIG_TYPE=GRPC_XDS_SOTW,
+// mutual TLS to the management server from /certs, forced start, Redis,
+// RUNTIME_* left over), against a real management server (go-control-plane's,
+// with its snapshot cache): /json answers by the pushed rules, a changed
+// limit takes effect, a broken push is refused while the rules in force
+// serve, and /rlconfig and the reload metrics show the pushes as they show
+// file reloads. A floodgate rule file pushed in a resource brings its
+// extensions.
 func TestXDS(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Envoy Gateway's secret envoy-rate-limit, mounted at /certs: one
+	// certificate for both ends, signed by the CA beside it.
+	certs := t.TempDir()
+	ca := testcert.NewCA(t, "envoy-gateway CA")
+	pair := ca.Issue(t, "envoy-gateway", testcert.ServerAndClient, "envoy-gateway", "127.0.0.1")
+	certFile, keyFile := pair.Write(t, certs, "tls")
+	caFile := ca.WriteCA(t, certs, "ca")
 	cache := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{pair.TLS(t)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
+	})))
 	discovery.RegisterAggregatedDiscoveryServiceServer(srv, serverv3.NewServer(context.Background(), cache, nil))
 	go srv.Serve(l)
 	t.Cleanup(srv.Stop)
@@ -52,11 +67,28 @@ func TestXDS(t *testing.T) {
 	}
 	push("1", limit(2))
 
+	redis := redistest.Start(t)
 	p := start(t, options{envAddrs: true, env: []string{
-		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + l.Addr().String(),
-		"CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=100ms",
-		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=100ms",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr,
+		"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+		"LOG_LEVEL=info", "USE_STATSD=false",
+		// Its name for the client CA, which neither server reads.
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + certFile, "GRPC_SERVER_TLS_KEY=" + keyFile, "GRPC_SERVER_TLS_CA_CERT=" + caFile,
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + l.Addr().String(), "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + certFile,
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + keyFile, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + caFile,
+		"FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=100ms", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=100ms",
 	}})
+	eventually(t, 5*time.Second, func() string {
+		if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "version: 1\n") {
+			return "the first push is not in force:\n" + body
+		}
+		return ""
+	})
+	if !strings.Contains(p.logs.String(), "the rules come from the xDS server") {
+		t.Errorf("no note that RUNTIME_* is not read with xDS:\n%s", p.logs)
+	}
 	ask := func(user string) string {
 		_, body := p.postJSON(`{"domain":"default/eg/http","descriptors":[{"entries":[{"key":"user","value":"` + user + `"}]}]}`)
 		return body
