@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate/floodgate/pkg/replay"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
+	"github.com/floodgate/floodgate/pkg/xds"
 )
 
 // config is the whole configuration of the binary, assembled from flags,
@@ -34,6 +35,8 @@ type config struct {
 	// for the flag's default.
 	rulesFrom    string
 	mergeDomains bool
+	// xds, when on, is where the rules come from instead of rulesPath.
+	xds xdsConfig
 
 	// redis is the main Redis; perSecond, when its url is set, the one
 	// for the limits whose window is shorter than a minute (the reference
@@ -400,6 +403,23 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.Usage = func() {}
 	fs.StringVar(&c.rulesPath, "config", "config", "rule file or directory")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "merge a domain declared in several files instead of refusing it")
+	fs.Var((*configTypeValue)(&c.xds.on), "config-type", "where the rules come from: file (-config) or grpc_xds_sotw (an xDS management server, -xds-server; see docs/xds.md)")
+	fs.StringVar(&c.xds.server, "xds-server", "localhost:18000", "xDS management server, host:port, with -config-type grpc_xds_sotw")
+	fs.StringVar(&c.xds.nodeID, "xds-node-id", "default", "node id sent to the xDS server, which picks the rules by it")
+	fs.StringVar(&c.xds.nodeMetadata, "xds-node-metadata", "", "node metadata sent to the xDS server: k1=v1,k2=v2")
+	fs.StringVar(&c.xds.headers, "xds-headers", "", "gRPC metadata sent on the xDS stream: k1:v1,k2:v2 (prefer the environment for tokens)")
+	fs.BoolVar(&c.xds.tls, "xds-tls", false, "connect to the xDS server with TLS")
+	fs.StringVar(&c.xds.files.CAFile, "xds-tls-ca", "", "PEM CA certificates that may sign the xDS server's certificate, besides the system's roots")
+	fs.StringVar(&c.xds.files.CertFile, "xds-tls-cert", "", "PEM client certificate presented to the xDS server (mutual TLS), with -xds-tls-key")
+	fs.StringVar(&c.xds.files.KeyFile, "xds-tls-key", "", "PEM key of -xds-tls-cert")
+	fs.StringVar(&c.xds.san, "xds-tls-san", "", "name the xDS server's certificate must hold; empty: the host of -xds-server")
+	fs.DurationVar(&c.xds.retry, "xds-retry-interval", xds.DefaultRetryInterval, "pause before subscribing again after the xDS stream ended, ±50%")
+	fs.DurationVar(&c.xds.backoffInitial, "xds-backoff-initial", xds.DefaultBackoffInitial, "first wait between attempts to reach the xDS server; each next is 1.6 times longer")
+	fs.DurationVar(&c.xds.backoffMax, "xds-backoff-max", xds.DefaultBackoffMax, "longest wait between attempts to reach the xDS server")
+	fs.Float64Var(&c.xds.backoffRandomFactor, "xds-backoff-random-factor", xds.DefaultBackoffRandomFactor, "each wait is randomised by this share, with -xds-backoff-jitter")
+	fs.BoolVar(&c.xds.backoffJitter, "xds-backoff-jitter", true, "randomise the waits between attempts to reach the xDS server")
+	fs.IntVar(&c.xds.maxMessageBytes, "xds-max-message-bytes", 0, "largest xDS response accepted (0: 4 MiB)")
+	fs.BoolVar(&c.xds.forceStart, "xds-force-start", false, "serve before the first rules arrive from the xDS server (every request allowed until then) instead of waiting for them")
 	c.redis.flags(fs, "redis", "Redis", "Redis URL (redis://, rediss://, unix://, host:port; sentinel: master,host:port,...; cluster: host:port,...); empty keeps counters in memory")
 	fs.StringVar(&c.redis.sentinelMaster, "redis-master", "", "Sentinel master name, when -redis lists only the sentinels")
 	c.perSecond.flags(fs, "redis-persecond", "the per-second Redis", "URL of a second Redis, as -redis, for the limits whose window is shorter than a minute (the reference's REDIS_PERSECOND); empty keeps them in -redis")
@@ -611,6 +631,9 @@ func (c *config) validate() error {
 		return err
 	}
 	if err := c.memcache.validate(c); err != nil {
+		return err
+	}
+	if err := c.xds.validate(c); err != nil {
 		return err
 	}
 	// The reference reads LOG_FORMAT without regard to case.

@@ -256,6 +256,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"a client SAN without mutual TLS", nil, envOf("GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "c", "GRPC_SERVER_TLS_KEY", "k", "GRPC_CLIENT_TLS_SAN", "envoy"), "GRPC_CLIENT_TLS_SAN) needs -grpc-client-ca"},
 		{"a sentinel password without Sentinel", nil, envOf("REDIS_URL", "h:1", "REDIS_SENTINEL_AUTH", "pw"), "needs -redis-type sentinel"},
 		{"unknown redis type", []string{"-redis-type", "ring"}, envOf(), `-redis-type "ring"`},
+		{"an xDS flag without xDS", []string{"-xds-server", "eg:18001"}, envOf(), "-xds-* settings need -config-type grpc_xds_sotw"},
+		{"node metadata without '='", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA", "zone:a"), `-xds-node-metadata: entry "zone:a": want key=value (set by CONFIG_GRPC_XDS_NODE_METADATA)`},
+		{"a header without ':'", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "token"), `-xds-headers: entry "token": want key:value`},
+		{"xDS TLS files without TLS", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "ca.pem"), "need -xds-tls (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)"},
+		{"an xDS backoff upside down", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2m"), "-xds-backoff-initial 2m0s and -xds-backoff-max 1m0s: want 0 < initial <= max"},
 		{"REDIS_PERSECOND=true without its URL", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true"), "REDIS_PERSECOND=true: REDIS_PERSECOND_URL is not set"},
 		{"REDIS_PERSECOND not a boolean", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "yes", "REDIS_PERSECOND_URL", "h:2"), "REDIS_PERSECOND=yes: want true or false"},
 		{"a per-second Redis without the main one", nil, envOf("REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2"), "-redis-persecond (REDIS_PERSECOND_URL) needs -redis (REDIS_URL)"},
@@ -350,7 +355,7 @@ func TestReferenceSpellings(t *testing.T) {
 	for _, kv := range [][]string{
 		{"LOG_FORMAT", "JSON"}, {"LOG_FORMAT", "Text"}, {"LOG_LEVEL", "Warning"}, {"LOG_LEVEL", "TRACE"},
 		{"REDIS_TYPE", "SINGLE", "REDIS_URL", "h:1"}, {"REDIS_TYPE", "Cluster", "REDIS_URL", "h:1,h:2"},
-		{"REDIS_TYPE", "SENTINEL", "REDIS_URL", "m,h:1"}, {"BACKEND_TYPE", "Redis"}, {"CONFIG_TYPE", "file"},
+		{"REDIS_TYPE", "SENTINEL", "REDIS_URL", "m,h:1"}, {"BACKEND_TYPE", "Redis"}, {"CONFIG_TYPE", "file"}, {"CONFIG_TYPE", "grpc_xds_sotw"},
 		{"REDIS_SOCKET_TYPE", "TCP", "REDIS_URL", "h:1"}, {"REDIS_SOCKET_TYPE", "unix", "REDIS_URL", "/run/r.sock"},
 	} {
 		if _, err := parseConfig(nil, envOf(kv...)); err != nil {
@@ -365,7 +370,7 @@ func TestReferenceSpellings(t *testing.T) {
 		{[]string{"REDIS_TYPE", "ring", "REDIS_URL", "h:1"}, "want single, sentinel or cluster"},
 		{[]string{"LOG_FORMAT", "logfmt"}, "want text or json"},
 		{[]string{"BACKEND_TYPE", "etcd"}, "want redis or memcache"},
-		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW"}, "xDS is not supported"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_DELTA"}, `CONFIG_TYPE="GRPC_XDS_DELTA" (for -config-type): want file or grpc_xds_sotw`},
 	} {
 		if _, err := parseConfig(nil, envOf(tc.kv...)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error saying %q", tc.kv, err, tc.want)

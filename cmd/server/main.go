@@ -101,9 +101,9 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 
 	logRulesOrigin(logger, cfg)
 	logGC(logger, env)
-	watcher, err := rules.NewWatcher(cfg.rulesPath, ruleOpts, logger)
+	watcher, followRules, err := openRules(ctx, cfg, ruleOpts, logger)
 	if err != nil {
-		out.fatal(fmt.Errorf("refusing to start, cannot load the rules in %s:\n%w", cfg.rulesPath, err), "")
+		out.fatal(err, "")
 		return 1
 	}
 
@@ -211,7 +211,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go func() {
-		if err := watcher.Run(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
+		if err := followRules(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
 			logger.Error("rules: watching stopped; the loaded rules stay in force", "err", err)
 		}
 	}()
@@ -242,6 +242,9 @@ func logNotes(logger *slog.Logger, cfg *config) {
 // logRulesOrigin says where the rules come from when a default chose them,
 // so that an operator who meant RUNTIME_ROOT sees it was not set.
 func logRulesOrigin(logger *slog.Logger, cfg *config) {
+	if cfg.xds.on {
+		return // openRules says where they come from
+	}
 	switch cfg.rulesFrom {
 	case defaultConfigVar:
 		logger.Info("rules from "+defaultConfigVar+", the image's demo rules: mount yours at "+referenceDefaultDir+", or set RUNTIME_ROOT (with RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY as needed) or -config", "path", cfg.rulesPath)
@@ -256,7 +259,7 @@ func logRulesOrigin(logger *slog.Logger, cfg *config) {
 // ctx ends. A denial is a fact about a counter under one spec, which a spec
 // change never matches anyway; flushing also covers what a reload changes
 // around the spec.
-func flushOnReload(ctx context.Context, w *rules.Watcher, cache *denycache.Cache) {
+func flushOnReload(ctx context.Context, w ruleSource, cache *denycache.Cache) {
 	for {
 		select {
 		case <-w.Changed():

@@ -44,7 +44,6 @@ func (r *refVar) source() envSource {
 
 // Reasons shared by several variables.
 const (
-	noXDS        = "configuration over xDS is not supported: mount the rule files where RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY say"
 	noTracing    = "tracing is not supported: unset TRACING_ENABLED"
 	noPipelining = "no effect: concurrent requests share Redis round trips (batching) without a setting"
 )
@@ -69,25 +68,26 @@ var referenceVars = []refVar{
 	{name: "LOG_LEVEL", flag: "log-level"},
 	{name: "LOG_FORMAT", flag: "log-format"},
 
-	{name: "CONFIG_TYPE", refuse: unlessIn(noXDS, "FILE")},
-	// The xDS settings: without CONFIG_TYPE=GRPC_XDS_SOTW, refused above,
-	// the reference ignores them too.
-	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG"},
-	{name: "CONFIG_GRPC_XDS_NODE_ID"},
-	{name: "CONFIG_GRPC_XDS_NODE_METADATA"},
-	{name: "CONFIG_GRPC_XDS_SERVER_URL"},
-	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"},
-	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN"},
-	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
-	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL"},
-	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
-	{name: "XDS_CLIENT_BACKOFF_JITTER"},
-	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"},
+	// FILE or GRPC_XDS_SOTW, in any case; -config-type refuses others.
+	{name: "CONFIG_TYPE", flag: "config-type"},
+	// The xDS settings, read only with CONFIG_TYPE=GRPC_XDS_SOTW, as in
+	// the reference.
+	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", flag: "xds-force-start", value: whileXDS(envVar("FORCE_START_WITHOUT_INITIAL_CONFIG"))},
+	{name: "CONFIG_GRPC_XDS_NODE_ID", flag: "xds-node-id", value: whileXDS(envVar("CONFIG_GRPC_XDS_NODE_ID"))},
+	{name: "CONFIG_GRPC_XDS_NODE_METADATA", flag: "xds-node-metadata", value: whileXDS(envVar("CONFIG_GRPC_XDS_NODE_METADATA"))},
+	{name: "CONFIG_GRPC_XDS_SERVER_URL", flag: "xds-server", value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_URL"))},
+	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", flag: "xds-retry-interval", value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"))},
+	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", flag: "xds-headers", value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"))},
+	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", flag: "xds-tls", value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_USE_TLS"))},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", flag: "xds-tls-cert", value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"))},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", flag: "xds-tls-key", value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"))},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", flag: "xds-tls-ca", value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"))},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", flag: "xds-tls-san", value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_TLS_SAN"))},
+	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", flag: "xds-backoff-initial", value: whileXDS(envVar("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"))},
+	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", flag: "xds-backoff-max", value: whileXDS(envVar("XDS_CLIENT_BACKOFF_MAX_INTERVAL"))},
+	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", flag: "xds-backoff-random-factor", value: whileXDS(envVar("XDS_CLIENT_BACKOFF_RANDOM_FACTOR"))},
+	{name: "XDS_CLIENT_BACKOFF_JITTER", flag: "xds-backoff-jitter", value: whileXDS(envVar("XDS_CLIENT_BACKOFF_JITTER"))},
+	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", flag: "xds-max-message-bytes", value: whileXDS(envVar("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"))},
 
 	{name: "USE_DOG_STATSD", flag: "dogstatsd", refuse: func(v string, env lookupFunc) string {
 		if isSetTrue(env, "USE_STATSD") && isSetTrue(env, "USE_DOG_STATSD") {

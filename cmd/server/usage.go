@@ -17,7 +17,10 @@ type flagGroup struct {
 // flagGroups sorts every flag into one section of the usage;
 // TestUsageGroupsEveryFlag keeps it complete.
 var flagGroups = []flagGroup{
-	{"Rules", []string{"config", "merge-domains", "health-requires-rules"}},
+	{"Rules", []string{"config", "config-type", "merge-domains", "health-requires-rules"}},
+	{"Rules from an xDS server (-config-type grpc_xds_sotw)", []string{"xds-server", "xds-node-id", "xds-node-metadata", "xds-headers",
+		"xds-tls", "xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-san", "xds-retry-interval", "xds-backoff-initial",
+		"xds-backoff-max", "xds-backoff-random-factor", "xds-backoff-jitter", "xds-max-message-bytes", "xds-force-start"}},
 	{"Store: Redis", []string{"redis", "redis-type", "redis-master", "redis-auth", "redis-sentinel-auth", "redis-pool-size",
 		"redis-dial-timeout", "redis-deadline", "key-prefix", "health-requires-store", "store-readiness", "deny-cache", "deny-cache-size",
 		"deny-cache-max-age", "memory-max-entries", "failure-mode"}},

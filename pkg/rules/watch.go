@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +41,10 @@ type Status struct {
 	LastError error
 	// LastErrorAt is when LastError happened; zero when LastError is nil.
 	LastErrorAt time.Time
+	// Origin is the source's own name for the rules in force, such as the
+	// version_info of the xDS response they came in (Feed); "" for rule
+	// files, whose Version says it all.
+	Origin string
 	// Reloads counts reload attempts after the first load, good or not,
 	// including those that found nothing changed; Failures counts the
 	// refused ones. Run's look at the files when it starts watching counts
@@ -53,38 +56,27 @@ type Status struct {
 // Watcher keeps the current Set of a rule file or directory, reloading it
 // when the files change. Its methods are safe for concurrent use.
 type Watcher struct {
+	history
 	path    string
 	opts    Options
-	logger  *slog.Logger
-	current atomic.Pointer[Set]
 	running atomic.Bool
 	recheck time.Duration // recheckEvery; shorter in tests
 
 	// watching is set once Run watches the files and has looked at them.
 	watching atomic.Bool
-
-	mu      sync.Mutex
-	status  Status
-	refused int           // reloads refused since the last good one
-	changed chan struct{} // closed when current is replaced
 }
 
 // NewWatcher loads path (as Load does) and returns a Watcher holding the
 // result as version 1. The initial load's error is returned, with a nil
 // Watcher. A nil logger discards logs. Call Run to follow changes.
 func NewWatcher(path string, opts Options, logger *slog.Logger) (*Watcher, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	s, err := Load(path, opts)
 	if err != nil {
 		return nil, err
 	}
-	s.version = 1
-	w := &Watcher{path: path, opts: opts, logger: logger, recheck: recheckEvery, changed: make(chan struct{})}
-	w.status = Status{Version: 1, LoadedAt: s.loadedAt}
-	w.current.Store(s)
-	w.logLoaded(s)
+	w := &Watcher{path: path, opts: opts, recheck: recheckEvery}
+	w.init(s, 1, logger, "path", path)
+	w.logLoaded(s, w.attrs)
 	return w, nil
 }
 
@@ -93,26 +85,6 @@ func NewWatcher(path string, opts Options, logger *slog.Logger) (*Watcher, error
 // set; to remove every limit on purpose, deploy a file with the domain and
 // no descriptors.
 var ErrNoRules = errors.New("no rule files left; keeping the last good rules")
-
-// Current returns the last good set. It is never nil. A request should call
-// it once and use that set throughout, so that it sees either the old rules
-// or the new ones, never a mix.
-func (w *Watcher) Current() *Set { return w.current.Load() }
-
-// Status returns the state of the loads.
-func (w *Watcher) Status() Status {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.status
-}
-
-// Changed returns a channel that is closed when the current set is
-// replaced by a newer one. Take it before Current to miss no change.
-func (w *Watcher) Changed() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.changed
-}
 
 // Run watches the files until ctx is done, reloading after changes settle
 // (about 100 ms after the last event of a burst, at most 400 ms after its
@@ -213,60 +185,7 @@ func (w *Watcher) reload(atStart bool) {
 		// limiting: refuse it like a broken file.
 		err = fmt.Errorf("%s: %w", w.path, ErrNoRules)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if atStart && err == nil && set.digest == w.current.Load().digest {
-		return
-	}
-	w.status.Reloads++
-	if err != nil {
-		w.status.Failures++
-		w.refused++
-		w.status.LastError, w.status.LastErrorAt = err, time.Now()
-		n := 1
-		var le *LoadError
-		if errors.As(err, &le) {
-			n = len(le.Errors)
-		}
-		w.logger.Error("rules: reload refused, the current rules stay",
-			"path", w.path, "version", w.status.Version, "errors", n, "error", err.Error())
-		return
-	}
-	w.status.LastError, w.status.LastErrorAt = nil, time.Time{}
-	unchanged := set.digest == w.current.Load().digest
-	if w.refused > 0 {
-		// Once, when the files are good again: the refusals logged at
-		// error level are over, whether by a fix or a restored copy.
-		version := w.status.Version
-		if !unchanged {
-			version++
-		}
-		w.logger.Info("rules: loaded again after refused reloads",
-			"path", w.path, "refused", w.refused, "version", version, "changed", !unchanged)
-		w.refused = 0
-	}
-	if unchanged {
-		return
-	}
-	w.status.Version++
-	set.version = w.status.Version
-	w.status.LoadedAt = set.loadedAt
-	w.current.Store(set)
-	close(w.changed)
-	w.changed = make(chan struct{})
-	w.logLoaded(set)
-}
-
-func (w *Watcher) logLoaded(s *Set) {
-	for _, wn := range s.warnings {
-		attrs := []any{"at", wn.Pos.String()}
-		if wn.Field != "" {
-			attrs = append(attrs, "field", wn.Field)
-		}
-		w.logger.Warn("rules: "+wn.Msg, attrs...)
-	}
-	w.logger.Info("rules: loaded", "path", w.path, "version", s.version,
-		"files", s.files, "domains", len(s.names), "rules", len(s.rules))
+	w.offer(set, err, atStart, "")
 }
 
 // maxLinkHops bounds the symbolic links followed to resolve one path, as

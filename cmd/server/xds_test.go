@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/testlog"
+)
+
+// With xDS and no management server, the server waits for the first rules
+// and serves nothing meanwhile, as the reference does; stopped then, it
+// says why and exits 1. With FORCE_START_WITHOUT_INITIAL_CONFIG it serves
+// at once, every request allowed.
+func TestXDSStart(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		force    string
+		serving  bool
+		wantCode int
+		wantLog  string
+	}{
+		{"waits for the first rules", "false", false, 1, "stopped before the first rules arrived from the xDS server"},
+		{"forced to start", "true", true, 0, "serving before the first rules arrive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", deadAddr(t),
+				"FORCE_START_WITHOUT_INITIAL_CONFIG", tc.force, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "50ms")
+			logs := &testlog.Buffer{}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan int, 1)
+			go func() {
+				done <- run(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-debug-addr", ""}, env, io.Discard, logs)
+			}()
+			serving := regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
+			var m []string
+			wait := 300 * time.Millisecond // long enough to see it serve by mistake
+			if tc.serving {
+				wait = 5 * time.Second
+			}
+			for deadline := time.Now().Add(wait); m == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				m = serving.FindStringSubmatch(logs.String())
+			}
+			if (m != nil) != tc.serving {
+				t.Fatalf("serving %v, want %v:\n%s", m != nil, tc.serving, logs)
+			}
+			if m != nil {
+				body := get(t, "POST", "http://"+m[2]+"/json", `{"domain":"any","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`)
+				if !strings.Contains(body, `"overallCode":"OK"`) {
+					t.Errorf("/json before any rules: %s, want OK", body)
+				}
+			}
+			cancel()
+			if code := <-done; code != tc.wantCode {
+				t.Errorf("exit code %d, want %d:\n%s", code, tc.wantCode, logs)
+			}
+			if !strings.Contains(logs.String(), tc.wantLog) {
+				t.Errorf("logs lack %q:\n%s", tc.wantLog, logs)
+			}
+		})
+	}
+}

@@ -1,0 +1,329 @@
+package xds
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+
+	"github.com/floodgate/floodgate/internal/testcert"
+	"github.com/floodgate/floodgate/internal/testlog"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// fastOptions reconnect within milliseconds, so that tests are quick.
+func fastOptions(addr string, logs *testlog.Buffer) Options {
+	return Options{ServerURL: addr, NodeID: "test-node", RetryInterval: 20 * time.Millisecond,
+		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+}
+
+// runClient starts a Client feeding a new Feed, stopped when the test ends.
+func runClient(t *testing.T, opts Options) *rules.Feed {
+	t.Helper()
+	feed := rules.NewFeed(rules.Options{}, opts.Logger, "source", "xds")
+	c, err := New(feed, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	})
+	return feed
+}
+
+// limitOf returns the requests_per_unit of the first limit of the rule
+// that domain and the entries match in the feed's rules, or -1 for none.
+func limitOf(feed *rules.Feed, domain string, kv ...string) int {
+	var entries []rules.Entry
+	for i := 0; i+1 < len(kv); i += 2 {
+		entries = append(entries, rules.Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	r := feed.Current().Match(domain, entries)
+	if r == nil || len(r.Limits) == 0 {
+		return -1
+	}
+	return int(r.Limits[0].RequestsPerUnit)
+}
+
+// perMinute is a RateLimitConfig of one descriptor limited to n a minute.
+func perMinute(name, domain, key string, n uint32) *rlsconf.RateLimitConfig {
+	return &rlsconf.RateLimitConfig{Name: name, Domain: domain, Descriptors: []*rlsconf.RateLimitDescriptor{{
+		Key: key, RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: n},
+	}}}
+}
+
+// nackOf finds the NACK of version's response.
+func nackOf(m *mgmt, version string) *discovery.DiscoveryRequest {
+	return m.waitRequest("NACK of "+version, func(r *discovery.DiscoveryRequest) bool {
+		return r.GetErrorDetail() != nil && r.GetResponseNonce() != "" && strings.Contains(r.GetErrorDetail().GetMessage(), "xds/")
+	})
+}
+
+// TestPushes follows one subscription through the versions of the issue:
+// a good set, a changed limit, a broken set, two domains, and a fix.
+func TestPushes(t *testing.T) {
+	var logs testlog.Buffer
+	m := startMgmt(t, "127.0.0.1:0", nil)
+	m.set("test-node", "v1", perMinute("api", "api", "user", 10))
+	feed := runClient(t, fastOptions(m.addr, &logs))
+
+	// A good set: in force, version 1, ACKed with its version.
+	waitFor(t, "v1 in force", func() bool { return limitOf(feed, "api", "user", "u1") == 10 })
+	if st := feed.Status(); st.Version != 1 || st.Origin != "v1" || st.Failures != 0 || st.LastError != nil {
+		t.Errorf("after v1: status %+v, want version 1 from v1, no failure", st)
+	}
+	m.waitRequest("ACK of v1", func(r *discovery.DiscoveryRequest) bool {
+		return r.GetVersionInfo() == "v1" && r.GetErrorDetail() == nil && r.GetNode().GetId() == "test-node"
+	})
+
+	// A changed limit is in effect within a second.
+	changed := feed.Changed()
+	m.set("test-node", "v2", perMinute("api", "api", "user", 20))
+	took := waitFor(t, "v2 in force", func() bool { return limitOf(feed, "api", "user", "u1") == 20 })
+	if took > time.Second {
+		t.Errorf("a changed limit took %v to be in force, want under a second", took)
+	}
+	t.Logf("a changed limit was in force %v after the snapshot was set", took)
+	select {
+	case <-changed:
+	default:
+		t.Error("Changed was not closed by a new version")
+	}
+	if st := feed.Status(); st.Version != 2 || st.Reloads != 1 || st.Origin != "v2" {
+		t.Errorf("after v2: status %+v, want version 2 after 1 reload", st)
+	}
+
+	// A broken set is NACKed with the validation errors; the old rules
+	// serve on and the NACK keeps the last good version.
+	broken := perMinute("api", "api", "user", 30)
+	broken.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
+	m.set("test-node", "v3", broken, perMinute("api-2", "api", "other", 5))
+	nack := nackOf(m, "v3")
+	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "xds/api") || !strings.Contains(msg, "unit") {
+		t.Errorf("NACK error_detail = %q, want the validation errors naming resource api and its unit", msg)
+	}
+	if nack.GetVersionInfo() != "v2" {
+		t.Errorf("NACK version_info = %q, want the last good v2", nack.GetVersionInfo())
+	}
+	if got := limitOf(feed, "api", "user", "u1"); got != 20 {
+		t.Errorf("after the broken v3 the limit is %d, want v2's 20 still", got)
+	}
+	st := feed.Status()
+	if st.Version != 2 || st.Failures != 1 || st.LastError == nil || !strings.Contains(st.LastError.Error(), "unit") || st.LastErrorAt.IsZero() {
+		t.Errorf("after v3: status %+v, want version 2, 1 failure with the unit error", st)
+	}
+	if !strings.Contains(logs.String(), "reload refused") || !strings.Contains(logs.String(), "origin=v3") {
+		t.Errorf("the refusal of v3 was not logged with its version:\n%s", logs.String())
+	}
+
+	// Two domains, one resource each, as Envoy Gateway sends them.
+	m.set("test-node", "v4", perMinute("api", "api", "user", 40), perMinute("admin", "admin", "path", 4))
+	waitFor(t, "v4 in force", func() bool {
+		return limitOf(feed, "api", "user", "u") == 40 && limitOf(feed, "admin", "path", "/x") == 4
+	})
+	if st := feed.Status(); st.Version != 3 || st.LastError != nil || st.Failures != 1 || st.Reloads != 3 {
+		t.Errorf("after v4: status %+v, want version 3, error cleared, 3 reloads of which 1 failed", st)
+	}
+	if got := feed.Current().Domains(); len(got) != 2 {
+		t.Errorf("domains %v, want api and admin", got)
+	}
+
+	// A domain removed from the snapshot is gone: the snapshot is the
+	// whole state.
+	m.set("test-node", "v5", perMinute("admin", "admin", "path", 4))
+	waitFor(t, "v5 in force", func() bool { return !feed.Current().HasDomain("api") })
+}
+
+// TestEnvoyGatewayShape pushes resources as Envoy Gateway builds them: one
+// RateLimitConfig per listener, named and with a domain after it, route
+// descriptors whose key and value are the route's name, nested rule and
+// header-match descriptors, a shared limit, and a version counter.
+func TestEnvoyGatewayShape(t *testing.T) {
+	var logs testlog.Buffer
+	m := startMgmt(t, "127.0.0.1:0", nil)
+	route := "httproute/default/backend/rule/0/match/0/www_example_com"
+	listener := "default/eg/http"
+	rl := func(n uint32, u rlsconf.RateLimitUnit) *rlsconf.RateLimitPolicy {
+		return &rlsconf.RateLimitPolicy{RequestsPerUnit: n, Unit: u}
+	}
+	m.set("envoy-ratelimit", "1", &rlsconf.RateLimitConfig{
+		Name: listener, Domain: listener,
+		Descriptors: []*rlsconf.RateLimitDescriptor{{
+			Key: route, Value: route,
+			Descriptors: []*rlsconf.RateLimitDescriptor{
+				{Key: "rule-0-match-0", Value: "x-user-id", Descriptors: []*rlsconf.RateLimitDescriptor{
+					{Key: "rule-0-match-1", RateLimit: rl(3, rlsconf.RateLimitUnit_HOUR)},
+				}},
+				{Key: "rule-1-match--1", Value: "rule-1-match--1", RateLimit: rl(100, rlsconf.RateLimitUnit_SECOND)},
+			},
+		}},
+	})
+	opts := fastOptions(m.addr, &logs)
+	opts.NodeID = "envoy-ratelimit"
+	feed := runClient(t, opts)
+	waitFor(t, "Envoy Gateway's rules in force", func() bool {
+		return limitOf(feed, listener, route, route, "rule-0-match-0", "x-user-id", "rule-0-match-1", "alice") == 3
+	})
+	if got := limitOf(feed, listener, route, route, "rule-1-match--1", "rule-1-match--1"); got != 100 {
+		t.Errorf("shared rule limit = %d, want 100", got)
+	}
+	if got := feed.Status().Origin; got != "1" {
+		t.Errorf("origin %q, want Envoy Gateway's version 1", got)
+	}
+}
+
+// TestExtensions pushes a floodgate rule file in RuleFileField: every
+// extension compiles as from a file, and a rule file whose domain is not
+// its resource's is NACKed.
+func TestExtensions(t *testing.T) {
+	var logs testlog.Buffer
+	m := startMgmt(t, "127.0.0.1:0", nil)
+	shop := []byte(`domain: shop
+descriptors:
+  - key: api_key
+    rate_limits:
+      - unit: second
+        requests_per_unit: 10
+        algorithm: token_bucket
+        burst: 50
+      - unit: day
+        requests_per_unit: 100000
+        algorithm: sliding_window
+        precision: 24
+  - key: plan
+    value: free
+    rate_limit:
+      unit: month
+      requests_per_unit: 10000
+      calendar: true
+      timezone: America/New_York
+`)
+	withDomain := RuleFile("shop", shop)
+	withDomain.Domain = "shop" // as a resource that also serves envoyproxy/ratelimit would
+	m.set("test-node", "e1", withDomain, perMinute("plain", "plain", "k", 7))
+	feed := runClient(t, fastOptions(m.addr, &logs))
+	waitFor(t, "the rule file in force", func() bool { return limitOf(feed, "plain", "k", "v") == 7 })
+	r := feed.Current().Match("shop", []rules.Entry{{Key: "api_key", Value: "k1"}})
+	if r == nil || len(r.Limits) != 2 || r.Limits[0].Spec.Burst != 50 {
+		t.Fatalf("api_key rule = %+v, want two limits, the first a token bucket of burst 50", r)
+	}
+	if got := r.Limits[1].Describe(); !strings.Contains(got, "sliding_window") {
+		t.Errorf("second limit %q, want a sliding window", got)
+	}
+	if r := feed.Current().Match("shop", []rules.Entry{{Key: "plan", Value: "free"}}); r == nil || !strings.Contains(r.Limits[0].Describe(), "America/New_York") {
+		t.Errorf("plan rule = %v, want a calendar month in New York", r)
+	}
+
+	// Positions in errors are the rule file's own lines.
+	bad := RuleFile("shop", []byte("domain: shop\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n"))
+	m.set("test-node", "e2", bad)
+	if msg := nackOf(m, "e2").GetErrorDetail().GetMessage(); !strings.Contains(msg, "xds/shop:5:") || !strings.Contains(msg, "fortnight") {
+		t.Errorf("NACK of a bad rule file = %q, want its line 5 and the bad unit", msg)
+	}
+
+	other := RuleFile("shop", shop)
+	other.Domain = "not-shop"
+	m.set("test-node", "e3", other)
+	m.waitRequest("NACK of e3", func(r *discovery.DiscoveryRequest) bool {
+		return strings.Contains(r.GetErrorDetail().GetMessage(), `domain "shop" differs from the resource's "not-shop"`)
+	})
+	if feed.Status().Version != 1 || limitOf(feed, "plain", "k", "v") != 7 {
+		t.Errorf("after two bad pushes: version %d, want e1's rules still", feed.Status().Version)
+	}
+}
+
+// TestServerRestarted stops the management server: the rules keep serving
+// while it is away; a new server on the same port with a new snapshot is
+// reconnected to, subscribed to again with the version last ACKed, and its
+// rules put in force.
+func TestServerRestarted(t *testing.T) {
+	var logs testlog.Buffer
+	m := startMgmt(t, "127.0.0.1:0", nil)
+	m.set("test-node", "r1", perMinute("api", "api", "user", 10))
+	feed := runClient(t, fastOptions(m.addr, &logs))
+	waitFor(t, "r1 in force", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
+	m.waitRequest("ACK of r1", func(r *discovery.DiscoveryRequest) bool { return r.GetVersionInfo() == "r1" })
+
+	m.srv.Stop()
+	waitFor(t, "the lost stream logged", func() bool { return strings.Contains(logs.String(), "stream to the management server ended") })
+	// Away for several reconnection attempts: the rules serve on.
+	time.Sleep(150 * time.Millisecond)
+	if got := limitOf(feed, "api", "user", "u"); got != 10 || feed.Status().Failures != 0 {
+		t.Fatalf("while the server is away: limit %d, status %+v; want r1's 10, no failure", got, feed.Status())
+	}
+
+	m2 := startMgmt(t, m.addr, nil)
+	m2.set("test-node", "r2", perMinute("api", "api", "user", 25))
+	first := m2.waitRequest("a new subscription", func(*discovery.DiscoveryRequest) bool { return true })
+	if first.GetVersionInfo() != "r1" || first.GetTypeUrl() != TypeURL || first.GetResponseNonce() != "" {
+		t.Errorf("first request to the new server: version %q type %q nonce %q; want r1, %s, no nonce",
+			first.GetVersionInfo(), first.GetTypeUrl(), first.GetResponseNonce(), TypeURL)
+	}
+	waitFor(t, "r2 in force", func() bool { return limitOf(feed, "api", "user", "u") == 25 })
+	if st := feed.Status(); st.Version != 2 || st.Origin != "r2" {
+		t.Errorf("after the restart: status %+v, want version 2 from r2", st)
+	}
+}
+
+// TestTLS subscribes over mutual TLS, the server's name checked against
+// the SAN option, as Envoy Gateway's rate-limit deployment connects.
+func TestTLS(t *testing.T) {
+	var logs testlog.Buffer
+	ca := testcert.NewCA(t, "xds CA")
+	srvPair := ca.Issue(t, "envoy-gateway", testcert.Server, "envoy-gateway.envoy-gateway-system.svc")
+	cliPair := ca.Issue(t, "envoy-ratelimit", testcert.Client)
+	m := startMgmt(t, "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{srvPair.TLS(t)},
+		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
+	})
+	m.set("test-node", "t1", perMinute("api", "api", "user", 10))
+	opts := fastOptions(m.addr, &logs)
+	opts.TLS = &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cliPair.TLS(t)},
+		ServerName: "envoy-gateway.envoy-gateway-system.svc"}
+	feed := runClient(t, opts)
+	waitFor(t, "rules over mTLS", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
+
+	// A server whose certificate does not hold the name is not trusted:
+	// nothing is loaded.
+	opts.TLS = &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cliPair.TLS(t)}, ServerName: "other.example"}
+	var logs2 testlog.Buffer
+	opts.Logger = slog.New(slog.NewTextHandler(&logs2, nil))
+	wrong := runClient(t, opts)
+	time.Sleep(200 * time.Millisecond)
+	if wrong.Status().Version != 0 {
+		t.Errorf("a server not matching the SAN fed version %d, want none", wrong.Status().Version)
+	}
+}
+
+// TestNewRefuses checks that options that cannot work are refused by New.
+func TestNewRefuses(t *testing.T) {
+	feed := rules.NewFeed(rules.Options{}, nil)
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"no server", Options{}, "no management server"},
+		{"backoff max below initial", Options{ServerURL: "x:1", BackoffInitial: time.Minute, BackoffMax: time.Second}, "initial <= max"},
+		{"random factor", Options{ServerURL: "x:1", BackoffRandomFactor: 2}, "random factor"},
+		{"negative retry", Options{ServerURL: "x:1", RetryInterval: -time.Second}, "retry interval"},
+		{"negative size", Options{ServerURL: "x:1", MaxMessageBytes: -1}, "max message size"},
+	} {
+		if _, err := New(feed, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"gopkg.in/yaml.v3"
+)
+
+// TypeURL is the xDS type of the resources the client subscribes to, the
+// one envoyproxy/ratelimit and Envoy Gateway use.
+const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+
+// RuleFileField is the field number of RateLimitConfig that carries a whole
+// floodgate rule file (YAML, as bytes) with every extension: algorithms,
+// rate_limits, calendars and the rest the proto has no fields for. The
+// proto does not declare it, so every protobuf library keeps it as an
+// unknown field through decoding and encoding, and go-control-plane's
+// snapshot cache passes it on; envoyproxy/ratelimit ignores it and reads
+// the resource's domain and descriptors instead, so one resource can serve
+// both servers.
+const RuleFileField protowire.Number = 15001
+
+// RuleFile returns a RateLimitConfig resource named name that carries the
+// floodgate rule file yaml in RuleFileField. A management server puts it in
+// its snapshot like any RateLimitConfig. Setting the result's Domain (and,
+// for envoyproxy/ratelimit, Descriptors) is allowed; floodgate then
+// requires the rule file to declare the same domain.
+func RuleFile(name string, yaml []byte) *rlsconf.RateLimitConfig {
+	c := &rlsconf.RateLimitConfig{Name: name}
+	b := protowire.AppendTag(nil, RuleFileField, protowire.BytesType)
+	b = protowire.AppendBytes(b, yaml)
+	c.ProtoReflect().SetUnknown(b)
+	return c
+}
+
+// Files turns the resources of one xDS response into rule files that
+// rules.Parse compiles, one per resource, named "xds/" and the resource's
+// name. A resource carrying RuleFileField becomes that rule file as it is;
+// any other becomes the YAML of its domain and descriptors, every field the
+// proto has (detailed_metric included) with the reference server's
+// meaning. It fails, naming the resource, on a resource of another type,
+// one that does not decode, two resources of one name, or a rule file
+// whose domain differs from its resource's.
+func Files(resources []*anypb.Any) (map[string][]byte, error) {
+	files := make(map[string][]byte, len(resources))
+	var errs []error
+	for i, res := range resources {
+		name, data, err := file(res)
+		if name == "" {
+			name = "resource[" + strconv.Itoa(i) + "]"
+		}
+		name = "xds/" + name
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		case files[name] != nil:
+			errs = append(errs, fmt.Errorf("%s: two resources have this name", name))
+		default:
+			files[name] = data
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return files, nil
+}
+
+// file decodes one resource into its name and rule file.
+func file(res *anypb.Any) (string, []byte, error) {
+	if res.GetTypeUrl() != TypeURL {
+		return "", nil, fmt.Errorf("resource of type %q, want %s", res.GetTypeUrl(), TypeURL)
+	}
+	var c rlsconf.RateLimitConfig
+	if err := proto.Unmarshal(res.GetValue(), &c); err != nil {
+		return "", nil, fmt.Errorf("does not decode as a RateLimitConfig: %w", err)
+	}
+	data, found, err := ruleFile(c.ProtoReflect().GetUnknown())
+	switch {
+	case err != nil:
+		return c.GetName(), nil, err
+	case !found:
+		data, err = yaml.Marshal(configYAML(&c))
+		return c.GetName(), data, err
+	}
+	if c.GetDomain() != "" {
+		var doc struct {
+			Domain string `yaml:"domain"`
+		}
+		// A rule file that does not parse is reported by the compiler,
+		// with its position.
+		if yaml.Unmarshal(data, &doc) == nil && doc.Domain != c.GetDomain() {
+			return c.GetName(), nil, fmt.Errorf("the rule file's domain %q differs from the resource's %q", doc.Domain, c.GetDomain())
+		}
+	}
+	return c.GetName(), data, nil
+}
+
+// ruleFile finds RuleFileField among a message's unknown fields; the last
+// occurrence wins, as for any protobuf field that is not repeated.
+func ruleFile(unknown []byte) (data []byte, found bool, err error) {
+	for len(unknown) > 0 {
+		num, typ, n := protowire.ConsumeTag(unknown)
+		if n < 0 {
+			return nil, false, fmt.Errorf("unknown fields: %w", protowire.ParseError(n))
+		}
+		unknown = unknown[n:]
+		if num == RuleFileField && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(unknown)
+			if m < 0 {
+				return nil, false, fmt.Errorf("field %d: %w", RuleFileField, protowire.ParseError(m))
+			}
+			data, found = v, true
+			unknown = unknown[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, unknown)
+		if m < 0 {
+			return nil, false, fmt.Errorf("unknown field %d: %w", num, protowire.ParseError(m))
+		}
+		unknown = unknown[m:]
+	}
+	return data, found, nil
+}
+
+// The YAML shape of a rule file, for what RateLimitConfig holds. Fields
+// left at their zero value are omitted where the rule file's own default
+// means the same.
+type (
+	yamlConfig struct {
+		Domain      string           `yaml:"domain"`
+		Descriptors []yamlDescriptor `yaml:"descriptors,omitempty"`
+	}
+	yamlDescriptor struct {
+		Key            string           `yaml:"key"`
+		Value          string           `yaml:"value,omitempty"`
+		RateLimit      *yamlPolicy      `yaml:"rate_limit,omitempty"`
+		Descriptors    []yamlDescriptor `yaml:"descriptors,omitempty"`
+		ShadowMode     bool             `yaml:"shadow_mode,omitempty"`
+		DetailedMetric bool             `yaml:"detailed_metric,omitempty"`
+	}
+	yamlPolicy struct {
+		Unit            string        `yaml:"unit,omitempty"`
+		RequestsPerUnit *uint32       `yaml:"requests_per_unit,omitempty"`
+		Unlimited       bool          `yaml:"unlimited,omitempty"`
+		Name            string        `yaml:"name,omitempty"`
+		Replaces        []yamlReplace `yaml:"replaces,omitempty"`
+	}
+	yamlReplace struct {
+		Name string `yaml:"name"`
+	}
+)
+
+func configYAML(c *rlsconf.RateLimitConfig) yamlConfig {
+	return yamlConfig{Domain: c.GetDomain(), Descriptors: descriptorsYAML(c.GetDescriptors())}
+}
+
+func descriptorsYAML(ds []*rlsconf.RateLimitDescriptor) []yamlDescriptor {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]yamlDescriptor, len(ds))
+	for i, d := range ds {
+		out[i] = yamlDescriptor{
+			Key:            d.GetKey(),
+			Value:          d.GetValue(),
+			RateLimit:      policyYAML(d.GetRateLimit()),
+			Descriptors:    descriptorsYAML(d.GetDescriptors()),
+			ShadowMode:     d.GetShadowMode(),
+			DetailedMetric: d.GetDetailedMetric(),
+		}
+	}
+	return out
+}
+
+func policyYAML(p *rlsconf.RateLimitPolicy) *yamlPolicy {
+	if p == nil {
+		return nil
+	}
+	y := &yamlPolicy{Unlimited: p.GetUnlimited(), Name: p.GetName()}
+	if u := p.GetUnit(); u != rlsconf.RateLimitUnit_UNKNOWN {
+		// An unlimited policy has no unit, as in the reference; an
+		// out-of-range number shows as itself and is refused as a unit.
+		y.Unit = u.String()
+	}
+	if n := p.GetRequestsPerUnit(); n != 0 || !y.Unlimited {
+		y.RequestsPerUnit = &n
+	}
+	for _, r := range p.GetReplaces() {
+		y.Replaces = append(y.Replaces, yamlReplace{Name: r.GetName()})
+	}
+	return y
+}
