@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
 	"github.com/floodgate/floodgate/pkg/ui"
 )
@@ -21,7 +20,7 @@ type uiPages struct{ http, debug http.Handler }
 // values of detailed_metric and value_to_metric rules, as it is on
 // loopback unless -debug-addr (DEBUG_HOST) says otherwise, the same choice
 // that guards pprof.
-func newUI(cfg *config, w *rules.Watcher, reg *prometheus.Registry, m *envoy.Metrics, store func() server.StoreHealth) (uiPages, error) {
+func newUI(cfg *config, w ruleSource, reg *prometheus.Registry, m *envoy.Metrics, store func() server.StoreHealth) (uiPages, error) {
 	if !cfg.ui {
 		return uiPages{}, nil
 	}
