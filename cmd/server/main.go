@@ -139,7 +139,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		return 1
 	}
 
-	tracer, err := newTracer(ctx, cfg.tracing, store.name, logger, env)
+	tracer, err := newTracer(ctx, cfg.tracing, store.name, logger)
 	if err != nil {
 		out.fatal(err, "")
 		return 2

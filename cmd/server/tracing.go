@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"strings"
 	"time"
 
@@ -50,8 +51,9 @@ func (t *tracingConfig) validate() error {
 // newTracer returns the tracer the configuration asks for, or nil with
 // tracing off. Export failures (a collector down) are logged as warnings
 // by the SDK's error handler, which is process-wide: it is set here, in
-// main's package, once.
-func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.Logger, env lookupFunc) (*tracing.Tracer, error) {
+// main's package, once. The endpoint logged is read as the exporter reads
+// it, from the process environment (not run's env, which tests replace).
+func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.Logger) (*tracing.Tracer, error) {
 	if !c.on {
 		return nil, nil
 	}
@@ -72,9 +74,9 @@ func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		logger.Warn("tracing: exporting spans failed", "err", err)
 	}))
-	endpoint, _ := env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	endpoint := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	if endpoint == "" {
-		endpoint, _ = env("OTEL_EXPORTER_OTLP_ENDPOINT")
+		endpoint = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 	}
 	if endpoint == "" {
 		endpoint = "(default) http://localhost:4318"
