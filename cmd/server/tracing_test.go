@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/floodgate/floodgate/internal/envoytest"
 	"github.com/floodgate/floodgate/internal/otlptest"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/tracing"
@@ -184,5 +186,148 @@ func TestTracingRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error saying %q", tc.env, err, tc.want)
 		}
+	}
+}
+
+// envoyTracing is Envoy with OpenTelemetry tracing, every request sampled
+// and its spans sent over OTLP/gRPC to the cluster otlp, asking the
+// cluster ratelimit about (generic_key, traced) before passing the
+// request to the cluster backend (a direct_response route would skip the
+// rate-limit filter). The runtime keys make it export each span at once.
+const envoyTracing = `
+admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+layered_runtime:
+  layers:
+    - name: static
+      static_layer:
+        tracing.opentelemetry.min_flush_spans: 1
+        tracing.opentelemetry.flush_interval_ms: 50
+static_resources:
+  listeners:
+    - name: http
+      address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: traced
+                generate_request_id: true
+                tracing:
+                  random_sampling: {value: 100}
+                  provider:
+                    name: envoy.tracers.opentelemetry
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig
+                      service_name: envoy
+                      grpc_service:
+                        envoy_grpc: {cluster_name: otlp}
+                        timeout: 1s
+                route_config:
+                  virtual_hosts:
+                    - name: all
+                      domains: ["*"]
+                      rate_limits:
+                        - actions:
+                            - generic_key: {descriptor_value: traced}
+                      routes:
+                        - match: {prefix: "/"}
+                          route: {cluster: backend}
+                http_filters:
+                  - name: envoy.filters.http.ratelimit
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+                      domain: rl
+                      failure_mode_deny: true
+                      timeout: 1s
+                      rate_limit_service:
+                        transport_api_version: V3
+                        grpc_service:
+                          envoy_grpc: {cluster_name: ratelimit}
+                  - name: envoy.filters.http.router
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+    - name: ratelimit
+      type: STATIC
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config: {http2_protocol_options: {}}
+      load_assignment:
+        cluster_name: ratelimit
+        endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 1}}}}]}]
+    - name: backend
+      type: STATIC
+      load_assignment:
+        cluster_name: backend
+        endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 1}}}}]}]
+    - name: otlp
+      type: STATIC
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config: {http2_protocol_options: {}}
+      load_assignment:
+        cluster_name: otlp
+        endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 1}}}}]}]
+`
+
+// TestTracingBehindEnvoy puts the real Envoy, tracing with OpenTelemetry,
+// in front of the program, both exporting to one OTLP receiver: the
+// request span of floodgate is in Envoy's trace, the child of the span
+// Envoy made for its call to the rate-limit service, which Envoy
+// propagated as a traceparent on the gRPC call.
+func TestTracingBehindEnvoy(t *testing.T) {
+	rcv := otlptest.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.GRPCEndpoint())
+	r := startRun(t, "domain: rl\ndescriptors:\n  - key: generic_key\n    value: traced\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",
+		"TRACING_ENABLED", "true", "TRACING_EXPORTER_PROTOCOL", "grpc")
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	defer backend.Close()
+	e := envoytest.Start(t, envoytest.Config{
+		Bootstrap: []byte(envoyTracing),
+		Upstreams: map[string][]string{"ratelimit": {r.grpcAddr}, "otlp": {rcv.GRPCAddr()}, "backend": {backend.Listener.Addr().String()}},
+	})
+	if body := get(t, "GET", "http://"+e.Listener("http")+"/", ""); body != "ok" {
+		t.Fatalf("Envoy answered %q, want ok", body)
+	}
+	if code := r.stop(); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	// Envoy's spans come on their own, within its flush interval.
+	var ours otlptest.Span
+	var envoys map[string]otlptest.Span
+	if !waitFor(10*time.Second, func() bool {
+		envoys = map[string]otlptest.Span{}
+		for _, s := range rcv.Spans() {
+			switch s.Resource["service.name"] {
+			case "envoy":
+				envoys[s.SpanID] = s
+			case tracing.DefaultServiceName:
+				if s.Name == tracing.RequestSpan {
+					ours = s
+				}
+			}
+		}
+		_, ok := envoys[ours.Parent]
+		return ours.Name != "" && ok
+	}) {
+		t.Fatalf("floodgate's span %+v has no parent among Envoy's spans %+v", ours, envoys)
+	}
+	parent := envoys[ours.Parent]
+	t.Logf("Envoy's %q (%s) -> floodgate's %q (%s), trace %s", parent.Name, parent.SpanID, ours.Name, ours.SpanID, ours.TraceID)
+	if parent.TraceID != ours.TraceID {
+		t.Errorf("floodgate's span is in trace %s, Envoy's call in %s", ours.TraceID, parent.TraceID)
+	}
+	if !strings.Contains(parent.Name, "ShouldRateLimit") {
+		t.Errorf("the parent is Envoy's %q, want its span of the ShouldRateLimit call", parent.Name)
+	}
+	if ours.Start.Before(parent.Start) || ours.End.After(parent.End) {
+		t.Errorf("floodgate's span %v..%v is not within Envoy's call %v..%v", ours.Start, ours.End, parent.Start, parent.End)
+	}
+	if ours.Attrs["ratelimit.overall_code"] != "OK" || ours.Attrs["ratelimit.domain"] != "rl" {
+		t.Errorf("attributes %v", ours.Attrs)
 	}
 }
