@@ -91,7 +91,25 @@ func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.
 		}
 	}
 	logger.Info("exporting OpenTelemetry traces", attrs...)
+	warnOtherProtocol(logger, c.protocol)
 	return t, nil
+}
+
+// warnOtherProtocol warns when the standard protocol variable asks for
+// another protocol than the one in force: the exporter is chosen by
+// -tracing-protocol (TRACING_EXPORTER_PROTOCOL), as in the reference, and
+// does not read it.
+func warnOtherProtocol(logger *slog.Logger, protocol string) {
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		v := strings.ToLower(os.Getenv(name))
+		if v == "" {
+			continue
+		}
+		if want := strings.ToLower(protocol); v != want && !(strings.HasPrefix(v, "http/") && want == tracing.ProtocolHTTP) {
+			logger.Warn(name+" is not read: the OTLP protocol is -tracing-protocol's (TRACING_EXPORTER_PROTOCOL)", name, v, "protocol", want)
+		}
+		return
+	}
 }
 
 // tracerShutdownTimeout bounds the flush of the last spans at exit.

@@ -171,6 +171,28 @@ func TestTracingOff(t *testing.T) {
 	}
 }
 
+// TestOtherProtocolWarned: OTEL_EXPORTER_OTLP_PROTOCOL, which the
+// exporter does not read, is named in a warning when it disagrees.
+func TestOtherProtocolWarned(t *testing.T) {
+	for _, tc := range []struct {
+		otel, protocol string
+		warned         bool
+	}{
+		{"grpc", "http", true},
+		{"http/protobuf", "http", false},
+		{"http/json", "grpc", true},
+		{"grpc", "GRPC", false},
+		{"", "grpc", false},
+	} {
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", tc.otel)
+		var logs testlog.Buffer
+		warnOtherProtocol(newLogOutput(&logs, "text", nil, &redactor{}).logger, tc.protocol)
+		if got := strings.Contains(logs.String(), "OTEL_EXPORTER_OTLP_PROTOCOL is not read"); got != tc.warned {
+			t.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s with %s: warned %v, want %v:\n%s", tc.otel, tc.protocol, got, tc.warned, logs.String())
+		}
+	}
+}
+
 // TestTracingRefusals: bad values stop the start, naming the variable.
 func TestTracingRefusals(t *testing.T) {
 	for _, tc := range []struct {

@@ -172,3 +172,43 @@ func serveGRPC(t *testing.T, svc *Service) pb.RateLimitServiceClient {
 	t.Cleanup(func() { conn.Close() })
 	return pb.NewRateLimitServiceClient(conn)
 }
+
+// BenchmarkHandlerTraced is BenchmarkHandler's 1desc run (without metrics)
+// with tracing on, exporting to a real OTLP receiver: what a sampled
+// request costs, and one whose caller's traceparent says not sampled.
+// BenchmarkHandler itself is the cost with tracing off.
+func BenchmarkHandlerTraced(b *testing.B) {
+	for _, tc := range []struct {
+		name        string
+		traceparent string
+	}{
+		{"sampled", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"unsampled", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rcv := otlptest.Start(b)
+			b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.GRPCEndpoint())
+			tr, err := tracing.New(context.Background(), tracing.Options{Protocol: tracing.ProtocolGRPC, SamplingRate: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Shutdown(context.Background())
+			set, err := rules.Parse(map[string][]byte{"bench.yaml": []byte(benchRules)}, rules.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{Tracer: tr})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := request("bench", desc("key1", "v"))
+			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", tc.traceparent))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
