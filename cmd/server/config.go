@@ -67,6 +67,7 @@ type config struct {
 	bounds                      envoy.RequestBounds
 	metricValueSeries           int
 	statsd                      statsdConfig
+	tracing                     tracingConfig
 	memcache                    memcacheConfig
 	drainDelay, shutdownTimeout time.Duration
 
@@ -483,6 +484,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.statsd.tags, "statsd-tags", "", "tags on every statsd stat, k1:v1,k2:v2 (the reference's EXTRA_TAGS)")
 	fs.BoolVar(&c.statsd.dog, "dogstatsd", false, "send DogStatsD (tags as |#k:v) over UDP; implies -statsd")
 	fs.StringVar(&c.statsd.mogrifiers, "dogstatsd-mogrifiers", "", "the reference's USE_DOG_STATSD_MOGRIFIERS: names whose DOG_STATSD_MOGRIFIER_<NAME>_* variables rename and tag stats")
+	c.tracing.flags(fs)
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK overall whatever the limits say (statuses and metrics stay real)")
 	fs.BoolVar(&c.dynMetadata, "response-dynamic-metadata", false, "put the request and the matched rules' metadata into each answer's dynamic_metadata, as the reference server")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", envoy.DefaultNearLimitRatio, "share of a limit above which hits count as near_limit")
@@ -642,6 +644,9 @@ func (c *config) validate() error {
 	case "text", "json":
 	default:
 		return fmt.Errorf("-log-format %q: want text or json", c.logFormat)
+	}
+	if err := c.tracing.validate(); err != nil {
+		return err
 	}
 	if c.nearLimitRatio < 0 || c.nearLimitRatio > 1 {
 		return fmt.Errorf("-near-limit-ratio %v: want a number between 0 and 1", c.nearLimitRatio)

@@ -144,6 +144,15 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		return 1
 	}
 
+	tracer, err := newTracer(ctx, cfg.tracing, store.name, logger)
+	if err != nil {
+		out.fatal(err, "")
+		return 2
+	}
+	// Deferred after the store's close, so run first: the last spans go
+	// out once the server has stopped answering.
+	defer shutdownTracer(tracer, logger)
+
 	svc, err := envoy.New(watcher, limiter, envoy.Options{
 		ShadowMode:         cfg.shadowMode,
 		DynamicMetadata:    cfg.dynMetadata,
@@ -155,6 +164,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		StoreFailureHeader: cfg.storeFailureHeader,
 		Logger:             logger,
 		Metrics:            metrics,
+		Tracer:             tracer,
 		Bounds:             cfg.bounds,
 	})
 	if err != nil {

@@ -44,7 +44,6 @@ func (r *refVar) source() envSource {
 
 // Reasons shared by several variables.
 const (
-	noTracing    = "tracing is not supported: unset TRACING_ENABLED"
 	noPipelining = "no effect: concurrent requests share Redis round trips (batching) without a setting"
 )
 
@@ -213,14 +212,15 @@ var referenceVars = []refVar{
 	{name: "RESPONSE_DYNAMIC_METADATA", flag: "response-dynamic-metadata"},
 	{name: "MERGE_DOMAIN_CONFIG", flag: "merge-domains"},
 
-	{name: "TRACING_ENABLED", refuse: whenTrue(noTracing)},
-	// Without TRACING_ENABLED=true, refused above, the reference ignores
-	// these too.
-	{name: "TRACING_SERVICE_NAME"},
-	{name: "TRACING_SERVICE_NAMESPACE"},
-	{name: "TRACING_SERVICE_INSTANCE_ID"},
-	{name: "TRACING_EXPORTER_PROTOCOL"},
-	{name: "TRACING_SAMPLING_RATE"},
+	// The reference reads the TRACING_SERVICE_* and other settings only
+	// with TRACING_ENABLED=true; floodgate sets its flags from them all
+	// the same, and uses them only with -tracing too.
+	{name: "TRACING_ENABLED", flag: "tracing"},
+	{name: "TRACING_SERVICE_NAME", flag: "tracing-service-name"},
+	{name: "TRACING_SERVICE_NAMESPACE", flag: "tracing-service-namespace"},
+	{name: "TRACING_SERVICE_INSTANCE_ID", flag: "tracing-service-instance-id"},
+	{name: "TRACING_EXPORTER_PROTOCOL", flag: "tracing-protocol"},
+	{name: "TRACING_SAMPLING_RATE", flag: "tracing-sampling-rate"},
 }
 
 // prefixed reads a variable and prepends prefix to its value.

@@ -98,6 +98,12 @@ var honouredSamples = map[string][]string{
 	"EXTRA_TAGS":                              {"EXTRA_TAGS", "team:core"},
 	"STATS_FLUSH_INTERVAL":                    {"STATS_FLUSH_INTERVAL", "3s"},
 	"DISABLE_STATS":                           {"DISABLE_STATS", "true", "USE_STATSD", "true"},
+	"TRACING_ENABLED":                         {"TRACING_ENABLED", "true"},
+	"TRACING_SERVICE_NAME":                    {"TRACING_SERVICE_NAME", "rl-edge"},
+	"TRACING_SERVICE_NAMESPACE":               {"TRACING_SERVICE_NAMESPACE", "edge"},
+	"TRACING_SERVICE_INSTANCE_ID":             {"TRACING_SERVICE_INSTANCE_ID", "rl-0"},
+	"TRACING_EXPORTER_PROTOCOL":               {"TRACING_EXPORTER_PROTOCOL", "grpc"},
+	"TRACING_SAMPLING_RATE":                   {"TRACING_SAMPLING_RATE", "0.25"},
 }
 
 // refusedSamples give, for each variable with values floodgate refuses, one
@@ -118,7 +124,6 @@ var refusedSamples = map[string]struct {
 	"REDIS_POOL_ON_EMPTY_BEHAVIOR":           {"CREATE", "WAIT", []string{"REDIS_URL", "h:1"}},
 	"REDIS_PERSECOND_SOCKET_TYPE":            {"udp", "unix", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "/run/redis.sock", "REDIS_URL", "h:1"}},
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": {"ERROR", "WAIT", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"}},
-	"TRACING_ENABLED":                        {"true", "false", nil},
 }
 
 // TestReferenceTable walks every variable of the reference server and

@@ -39,6 +39,8 @@ var flagGroups = []flagGroup{
 		"limit-header", "remaining-header", "reset-header", "over-limit-body", "store-failure-header"}},
 	{"Observability: logs, metrics, statsd", []string{"log-level", "log-format", "metric-value-series", "statsd", "statsd-addr",
 		"statsd-protocol", "statsd-flush-interval", "statsd-tags", "dogstatsd", "dogstatsd-mogrifiers"}},
+	{"Observability: tracing (OpenTelemetry)", []string{"tracing", "tracing-protocol", "tracing-service-name",
+		"tracing-service-namespace", "tracing-service-instance-id", "tracing-sampling-rate"}},
 	{"Traffic capture (for floodgate replay)", []string{"capture", "capture-sample", "capture-max-bytes"}},
 	{"Commands", []string{"check", "explain", "version"}},
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
+	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
 // RuleSource returns the rules in force; rules.Watcher satisfies it. Current
@@ -69,6 +70,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics records the request path; nil records nothing.
 	Metrics *Metrics
+	// Tracer starts a span per request, continuing the caller's
+	// traceparent, and a child span per store call; nil traces nothing and
+	// costs nothing.
+	Tracer *tracing.Tracer
 	// Bounds limit what one request may carry.
 	Bounds RequestBounds
 	// DynamicMetadata puts the request and the metadata of the rules it met
@@ -153,6 +158,10 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (resp *pb.RateLimitResponse, err error) {
 	start := time.Now()
 	sc := s.scratch.Get().(*scratch)
+	var span tracing.Request
+	if s.opts.Tracer != nil {
+		ctx, span = s.opts.Tracer.Start(ctx, req.GetDomain(), len(req.GetDescriptors()))
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			s.opts.Logger.Error("answering a request panicked; it gets Internal", "panic", p, "domain", req.GetDomain(), "stack", string(debug.Stack()))
@@ -164,6 +173,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		// attribute.
 		if s.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 			s.logDecision(ctx, d, req, sc, resp, err)
+		}
+		if s.opts.Tracer != nil {
+			endTrace(span, sc, resp, err)
 		}
 		// Reused after a panic too: reset clears whatever it holds.
 		sc.reset()
@@ -216,9 +228,14 @@ func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	if len(hits) == 0 {
 		return nil
 	}
+	var span tracing.Store
+	if s.opts.Tracer != nil {
+		ctx, span = s.opts.Tracer.StartStore(ctx, len(hits))
+	}
 	start := time.Now()
 	err := s.limiter.Evaluate(ctx, hits, decisions)
 	s.opts.Metrics.observeStore(time.Since(start), err)
+	span.End(err)
 	return err
 }
 

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
 func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
@@ -98,7 +100,9 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "invalid RateLimitRequest: "+protoErrorText(err), http.StatusBadRequest)
 		return
 	}
-	resp, err := s.svc.ShouldRateLimit(r.Context(), &req)
+	// A traceparent header makes the request's span (with tracing on) a
+	// child of the caller's, as gRPC metadata does.
+	resp, err := s.svc.ShouldRateLimit(tracing.WithHTTPHeader(r.Context(), r.Header), &req)
 	if err != nil {
 		code := http.StatusInternalServerError
 		switch status.Code(err) {

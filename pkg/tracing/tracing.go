@@ -1,0 +1,178 @@
+// Package tracing exports OpenTelemetry traces of the rate-limit service
+// over OTLP, as envoyproxy/ratelimit does with TRACING_ENABLED: a server
+// span per ShouldRateLimit that continues the caller's W3C traceparent, and
+// a child span for the store round trip.
+//
+// A nil *Tracer is valid and does nothing, allocating nothing: the service
+// holds one whether tracing is on or not.
+//
+// The exporter's endpoint, headers, TLS files, timeout and compression come
+// from the standard OTEL_EXPORTER_OTLP_* (and OTEL_EXPORTER_OTLP_TRACES_*)
+// variables, which the OTLP exporters read from the process environment.
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Protocols of the OTLP exporter, TRACING_EXPORTER_PROTOCOL's values.
+const (
+	ProtocolHTTP = "http" // OTLP/HTTP with protobuf bodies, port 4318
+	ProtocolGRPC = "grpc" // OTLP/gRPC, port 4317
+)
+
+// DefaultServiceName is Options.ServiceName when it is empty, the
+// reference server's TRACING_SERVICE_NAME default.
+const DefaultServiceName = "RateLimit"
+
+// instrumentation is the tracer's name, which backends show as the
+// instrumentation scope of the spans.
+const instrumentation = "github.com/floodgate/floodgate"
+
+// Options configure a Tracer. The zero value exports over OTLP/HTTP to the
+// endpoint the OTEL_EXPORTER_OTLP_* variables give (http://localhost:4318
+// when none), as service "RateLimit" with a random instance id, sampling
+// no request (SamplingRate 0): set SamplingRate to 1 to trace all.
+type Options struct {
+	// Protocol is ProtocolHTTP or ProtocolGRPC; "" means ProtocolHTTP.
+	// "http/protobuf", the OTEL_EXPORTER_OTLP_PROTOCOL spelling, is
+	// ProtocolHTTP.
+	Protocol string
+	// ServiceName, ServiceNamespace and ServiceInstanceID are the
+	// resource's service.name, service.namespace and service.instance.id;
+	// an empty name is DefaultServiceName, an empty namespace is left out
+	// and an empty instance id is a random UUID, as in the reference.
+	ServiceName, ServiceNamespace, ServiceInstanceID string
+	// SamplingRate is the share of traces started here that are sampled,
+	// in [0, 1]. A caller's traceparent decides for its own trace (its
+	// sampled flag), so that a trace Envoy keeps is kept whole.
+	SamplingRate float64
+	// Store names the counter store in the store spans' db.system.name:
+	// "redis", "memcached", "memory"; "" leaves it out.
+	Store string
+}
+
+// Tracer starts the spans of the service and exports them. It is safe for
+// concurrent use. Its methods on a nil *Tracer do nothing.
+type Tracer struct {
+	provider *sdktrace.TracerProvider
+	tracer   trace.Tracer
+	store    attribute.KeyValue // db.system.name, or the zero value
+	resource *resource.Resource
+}
+
+// New returns a Tracer exporting in batches over OTLP as opts say. It does
+// not connect: an unreachable collector shows in the exports, which fail
+// (the SDK reports them through otel.Handle) without slowing requests. It
+// returns an error naming the option for an unknown protocol or a sampling
+// rate outside [0, 1].
+func New(ctx context.Context, opts Options) (*Tracer, error) {
+	if math.IsNaN(opts.SamplingRate) || opts.SamplingRate < 0 || opts.SamplingRate > 1 {
+		return nil, fmt.Errorf("tracing: sampling rate %v is not in [0, 1]", opts.SamplingRate)
+	}
+	var client otlptrace.Client
+	switch strings.ToLower(opts.Protocol) {
+	case "", ProtocolHTTP, "http/protobuf":
+		client = otlptracehttp.NewClient()
+	case ProtocolGRPC:
+		client = otlptracegrpc.NewClient()
+	default:
+		return nil, fmt.Errorf("tracing: unknown exporter protocol %q: want http or grpc", opts.Protocol)
+	}
+	exporter, err := otlptrace.New(ctx, client)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: creating the OTLP exporter: %w", err)
+	}
+	res, err := newResource(opts)
+	if err != nil {
+		return nil, err
+	}
+	var sampler sdktrace.Sampler
+	switch opts.SamplingRate {
+	case 1:
+		sampler = sdktrace.AlwaysSample()
+	case 0:
+		sampler = sdktrace.NeverSample()
+	default:
+		sampler = sdktrace.TraceIDRatioBased(opts.SamplingRate)
+	}
+	provider := sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exporter),
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sampler)),
+	)
+	t := &Tracer{provider: provider, tracer: provider.Tracer(instrumentation), resource: res}
+	if opts.Store != "" {
+		t.store = semconv.DBSystemNameKey.String(opts.Store)
+	}
+	return t, nil
+}
+
+// newResource describes the process as opts say, after the SDK's own
+// attributes and OTEL_RESOURCE_ATTRIBUTES, which the TRACING_SERVICE_*
+// values override.
+func newResource(opts Options) (*resource.Resource, error) {
+	name := opts.ServiceName
+	if name == "" {
+		name = DefaultServiceName
+	}
+	id := opts.ServiceInstanceID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	attrs := []attribute.KeyValue{semconv.ServiceName(name), semconv.ServiceInstanceID(id)}
+	if opts.ServiceNamespace != "" {
+		attrs = append(attrs, semconv.ServiceNamespace(opts.ServiceNamespace))
+	}
+	own := resource.NewWithAttributes(semconv.SchemaURL, attrs...)
+	env, err := resource.New(context.Background(), resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	res, err := resource.Merge(env, own)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	return res, nil
+}
+
+// Resource returns the attributes every span is exported with
+// (service.name and the others), for logging them at start.
+func (t *Tracer) Resource() *resource.Resource {
+	if t == nil {
+		return nil
+	}
+	return t.resource
+}
+
+// Shutdown exports the spans still buffered and stops the exporter; ctx
+// bounds the wait. Spans started afterwards are dropped.
+func (t *Tracer) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	if err := t.provider.Shutdown(ctx); err != nil {
+		return fmt.Errorf("tracing: flushing spans: %w", err)
+	}
+	return nil
+}
+
+// propagator reads the W3C traceparent, tracestate and baggage headers,
+// what Envoy's OpenTelemetry tracer sends and what the reference server
+// reads.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
