@@ -98,8 +98,9 @@ func TestXDS(t *testing.T) {
 			t.Fatalf("request %d by the pushed limit of 2: %s, want %s", i+1, body, want)
 		}
 	}
-	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "version: 1\n") || !strings.Contains(body, "(xds/default/eg/http:") {
-		t.Errorf("/rlconfig after the first push lacks version 1 and the pushed rule:\n%s", body)
+	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "version: 1\n") || !strings.Contains(body, "origin: 1\n") ||
+		!strings.Contains(body, "(xds/default/eg/http:") {
+		t.Errorf("/rlconfig after the first push lacks version 1, the pushed version_info and the pushed rule:\n%s", body)
 	}
 
 	// A broken push: refused, shown, counted; the rules in force serve.

@@ -156,7 +156,8 @@ func protoErrorText(err error) string {
 }
 
 // rlconfig describes the server: the state of the rule loads (version,
-// load time, last refused reload), health with the reason when it is
+// load time, last refused reload; origin, for rules pushed over xDS, is
+// the management server's version_info of the rules in force), health with the reason when it is
 // NOT_SERVING, the store, the rules' warnings, then one line per limit.
 func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 	st := s.rules.Status()
@@ -165,6 +166,9 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(&b, "version: %d\n", st.Version)
 	fmt.Fprintf(&b, "loaded_at: %s\n", st.LoadedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(&b, "reloads: %d\nfailures: %d\n", st.Reloads, st.Failures)
+	if st.Origin != "" {
+		fmt.Fprintf(&b, "origin: %s\n", st.Origin)
+	}
 	if st.LastError != nil {
 		fmt.Fprintf(&b, "last_error_at: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339Nano))
 		var lines []string
