@@ -86,11 +86,12 @@ func pingWhile(t testing.TB, addr string, f func()) time.Duration {
 	return worst
 }
 
-// scriptMicros returns the µs Redis spent in scripts since the last CONFIG
-// RESETSTAT.
+// scriptMicros returns the µs Redis spent in scripts and functions since
+// the last CONFIG RESETSTAT.
 func scriptMicros(t testing.TB, n *node) float64 {
 	t.Helper()
-	return commandStat(t, n.srv, "evalsha", "usec") + commandStat(t, n.srv, "eval", "usec")
+	return commandStat(t, n.srv, "evalsha", "usec") + commandStat(t, n.srv, "eval", "usec") +
+		commandStat(t, n.srv, "fcall", "usec")
 }
 
 // TestSlidingLogBoundedWork: no call on a sliding_log keeps Redis busy for
