@@ -190,3 +190,63 @@ func TestHashLayoutRead(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchSecondRoundTrip: while a round trip is outstanding, waiting
+// calls open a second one only once MaxRequests/2 of them wait, and go
+// together in it; below that they wait for the first to end.
+func TestBatchSecondRoundTrip(t *testing.T) {
+	n := startNode(t)
+	l, err := redislimit.New(n.client, redislimit.Options{KeyPrefix: "second:", Timeout: 5 * time.Second,
+		Batch: redislimit.BatchOptions{MaxInFlight: 2, MaxRequests: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Hour}, Cost: 1}
+	decide(t, l, hit) // loads the library
+	for _, cmd := range [][]string{{"CONFIG", "RESETSTAT"}, {"CLIENT", "PAUSE", "500", "ALL"}} {
+		if _, err := n.srv.Do(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Commands the client sent, as its hook counts them (a new
+	// connection's handshake may count too).
+	before := n.commands.Load()
+	sent := func() int64 { return n.commands.Load() - before }
+	waitSent := func(want int64) {
+		t.Helper()
+		for deadline := time.Now().Add(300 * time.Millisecond); sent() < want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d round trips sent, want %d", sent(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	start := func(i int) {
+		wg.Go(func() { errs[i] = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1)) })
+	}
+	start(0)
+	waitSent(1) // alone, at once, held by the pause
+	for i := 1; i <= 3; i++ {
+		start(i)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := sent(); got != 1 {
+		t.Fatalf("3 waiting calls (fewer than MaxRequests/2) opened another round trip: %d sent", got)
+	}
+	start(4)
+	waitSent(2) // the fourth waiting call opens the second, for all four
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	if got := commandCalls(t, n.srv, "fcall"); got != "2" {
+		t.Errorf("%s round trips (FCALL) for 5 calls, want 2", got)
+	}
+	if d := decide(t, l, limit.Hit{Key: "k", Spec: hit.Spec})[0]; d.Remaining != 1000-6 {
+		t.Errorf("remaining %d, want %d", d.Remaining, 1000-6)
+	}
+}
