@@ -25,20 +25,12 @@ const maxBatchArgs = 400
 
 // BatchOptions configures how a Limiter shares Redis round trips among
 // concurrent Evaluate calls on a single node or Sentinel (Cluster calls are
-// not batched). A call is sent at once, alone, while no round trip is
-// outstanding; otherwise it waits and leaves with up to MaxRequests-1
-// other waiting calls in one script call: when a round trip ends, or, while
-// fewer than MaxInFlight are outstanding, as soon as MaxRequests/2 calls
-// wait. Each call in a batch is decided all-or-nothing on its own, exactly
-// as if it were sent alone: one call's denial or error never affects
-// another's. The zero value enables batching with the defaults.
-//
-// A second round trip in flight lets Redis work on one batch while the
-// other travels, which only pays when Redis is far or the queue is long:
-// near Redis, two half batches cost it about a fifth more CPU per decision
-// than one whole (per call, Redis reads, wakes and replies once). Waiting
-// for half a batch keeps one round trip at moderate load and opens the
-// second when calls pile up.
+// not batched). A call is sent at once, alone, while fewer than
+// MaxInFlight round trips are outstanding; otherwise it waits for one of
+// them to end and leaves with up to MaxRequests-1 other waiting calls in
+// one script call. Each call in a batch is decided all-or-nothing on its
+// own, exactly as if it were sent alone: one call's denial or error never
+// affects another's. The zero value enables batching with the defaults.
 //
 // A batch's round trip has the deadline Options.Timeout from its sending,
 // or the latest of its callers' context deadlines if that is sooner; each
@@ -51,9 +43,8 @@ type BatchOptions struct {
 	// DefaultBatchRequests.
 	MaxRequests int
 	// MaxInFlight bounds the round trips a Limiter has outstanding at
-	// once; 0 means DefaultBatchInFlight. Past the first, a round trip
-	// starts only for a queue of MaxRequests/2 calls; while they are all
-	// outstanding, calls wait for one to end.
+	// once; 0 means DefaultBatchInFlight. While they are all outstanding,
+	// calls wait for one to end.
 	MaxInFlight int
 }
 
@@ -80,12 +71,11 @@ type call struct {
 	done      chan struct{}
 }
 
-// batcher queues calls while a round trip is outstanding.
+// batcher queues calls while MaxInFlight round trips are outstanding.
 type batcher struct {
 	l           *Limiter
 	maxRequests int
 	maxInFlight int
-	spare       int // queued calls that open another round trip
 
 	mu       sync.Mutex
 	inFlight int
@@ -106,15 +96,14 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 	if b.maxInFlight == 0 {
 		b.maxInFlight = DefaultBatchInFlight
 	}
-	b.spare = max(1, b.maxRequests/2)
 	return b, nil
 }
 
-// evaluate decides hits, alone at once if no round trip is outstanding,
-// else in a batch.
+// evaluate decides hits, alone at once if a round trip is free, else in a
+// batch.
 func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) error {
 	b.mu.Lock()
-	if b.inFlight == 0 {
+	if b.inFlight < b.maxInFlight {
 		b.inFlight++
 		b.mu.Unlock()
 		err := b.l.run(ctx, clock, hits, decisions)
@@ -122,13 +111,13 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		b.next()
 		return err
 	}
+	c := &call{ctx: ctx, decisions: decisions, probe: probe, done: make(chan struct{})}
 	b.mu.Unlock()
 	// Build the arguments outside the lock, then queue.
-	c := &call{ctx: ctx, decisions: decisions, probe: probe, done: make(chan struct{})}
 	c.keys, c.args = b.l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
 	b.mu.Lock()
-	if b.inFlight == 0 {
-		// The round trip ended meanwhile, with nothing queued.
+	if b.inFlight < b.maxInFlight {
+		// A round trip ended meanwhile, with nothing queued.
 		b.inFlight++
 		b.mu.Unlock()
 		err := b.l.runArgs(ctx, c.keys, c.args, decisions)
@@ -137,19 +126,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		return err
 	}
 	b.queue = append(b.queue, c)
-	if b.inFlight < b.maxInFlight && len(b.queue) >= b.spare {
-		// Enough calls wait for another round trip. It goes from a
-		// goroutine of its own, as when a round trip ends, so that this
-		// caller still leaves when its context ends.
-		b.inFlight++
-		batch := b.takeLocked()
-		b.mu.Unlock()
-		if batch != nil {
-			go b.loop(batch)
-		}
-	} else {
-		b.mu.Unlock()
-	}
+	b.mu.Unlock()
 
 	select {
 	case <-c.done:
@@ -207,11 +184,6 @@ func (b *batcher) loop(batch []*call) {
 func (b *batcher) take() []*call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.takeLocked()
-}
-
-// takeLocked is take with b.mu held.
-func (b *batcher) takeLocked() []*call {
 	var batch []*call
 	args, i := 0, 0
 	for ; i < len(b.queue) && len(batch) < b.maxRequests; i++ {

@@ -29,10 +29,9 @@
 //
 // Concurrent Evaluate calls share round trips (BatchOptions; on by
 // default on a single node or Sentinel, not on Cluster). A call is sent at
-// once, alone, while no round trip is outstanding; otherwise it waits and
-// goes with up to 63 other waiting calls in one script call, when the
-// round trip ends or, for a second round trip in flight, as soon as 32
-// calls wait. The script decides the requests one after the other,
+// once, alone, while fewer than 2 round trips are outstanding; otherwise
+// it waits for one to end and goes with up to 63 other waiting calls in
+// one script call. The script decides the requests one after the other,
 // each all-or-nothing on its own, exactly as separate calls in that order
 // would (a later request sees what an earlier one wrote), and reads Redis
 // TIME once; one request's denial or error (a key holding another type,
