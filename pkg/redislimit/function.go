@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -56,8 +57,14 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 			return reply, err
 		}
 	case modeUndecided:
-		if l.fn.deciding.TryLock() {
+		if time.Now().UnixNano() >= l.fn.retryAt.Load() && l.fn.deciding.TryLock() {
 			err := l.decide(ctx)
+			if err != nil {
+				// Redis is unreachable, or a Cluster master is: calls
+				// meanwhile use EVALSHA rather than each sending the
+				// library to every node.
+				l.fn.retryAt.Store(time.Now().Add(decideRetry).UnixNano())
+			}
 			l.fn.deciding.Unlock()
 			if err == nil && l.fn.mode.Load() == modeFunction {
 				return l.call(ctx, keys, args)
@@ -67,10 +74,15 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 	return evaluateScript.Run(ctx, l.client, keys, args...).Result()
 }
 
+// decideRetry is how long calls wait, after loading the library failed for
+// want of Redis, before one of them tries again.
+const decideRetry = time.Second
+
 // functions is a Limiter's state of Redis Functions.
 type functions struct {
 	mode     atomic.Int32
-	deciding sync.Mutex // held by the one call deciding the mode
+	deciding sync.Mutex   // held by the one call deciding the mode
+	retryAt  atomic.Int64 // Unix ns before which calls do not try to decide
 	log      *slog.Logger
 }
 

@@ -2,6 +2,7 @@ package redislimit_test
 
 import (
 	"bytes"
+	"errors"
 	"context"
 	"fmt"
 	"log/slog"
@@ -197,4 +198,42 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestFunctionModeRedisDownAtStart: a Limiter whose Redis is down when its
+// first calls come decides once Redis is back: the calls fail meanwhile,
+// then succeed (with EVALSHA until the next attempt to load the library,
+// at most a second later), and then use FCALL; a Redis restarted empty
+// (no library) is handled the same way.
+func TestFunctionModeRedisDownAtStart(t *testing.T) {
+	n := startNode(t)
+	n.srv.Stop()
+	l, err := redislimit.New(n.client, redislimit.Options{KeyPrefix: "down:", Timeout: 200 * time.Millisecond,
+		Breaker: redislimit.BreakerOptions{Failures: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Hour}, Cost: 1}
+	d := make([]limit.Decision, 1)
+	if err := l.Evaluate(context.Background(), []limit.Hit{hit}, d); !errors.Is(err, redislimit.ErrStore) {
+		t.Fatalf("Redis down: err = %v, want ErrStore", err)
+	}
+	n.srv.Restart()
+	remaining := int64(100)
+	for deadline := time.Now().Add(3 * time.Second); commandCalls(t, n.srv, "fcall") == "0"; {
+		if time.Now().After(deadline) {
+			t.Fatal("no FCALL 3 s after Redis came back")
+		}
+		remaining--
+		if d := decide(t, l, hit)[0]; d.Remaining != remaining {
+			t.Fatalf("remaining %d, want %d", d.Remaining, remaining)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := hasLibrary(context.Background(), n.client); err != nil {
+		t.Error(err)
+	}
+	if got := commandCalls(t, n.srv, "function|load"); got != "1" {
+		t.Errorf("FUNCTION LOAD ran %s times, want 1", got)
+	}
 }
