@@ -94,7 +94,7 @@ func ScriptSHA() string { return evaluateScript.Hash() }
 // Functions library holding it, that this build calls with FCALL:
 // "floodgate_" and ScriptSHA. The name changes with any change of the Lua
 // code, so two floodgate versions sharing a Redis never call each other's
-// code; FUNCTION LIST LIBRARYNAME floodgate_ lists the versions loaded.
+// code; FUNCTION LIST LIBRARYNAME 'floodgate_*' lists the versions loaded.
 func FunctionName() string { return functionName }
 
 var functionName = "floodgate_" + evaluateScript.Hash()
