@@ -266,6 +266,8 @@ func TestBenchmarkArgs(t *testing.T) {
 		{"two keys", scriptCall{"evalsha", "old", "2", "k1", "k2", "", "0", ""},
 			"evalsha|new|2|floodgate-bench-ceiling:1:__rand_int__|floodgate-bench-ceiling:2:__rand_int__||0|", false},
 		{"no keys", scriptCall{"eval", "src", "0", "a"}, "evalsha|new|0|a", false},
+		{"function", scriptCall{"fcall", "floodgate_ab12", "1", "k", "", "1"},
+			"fcall|new|1|floodgate-bench-ceiling:1:__rand_int__||1", false},
 		{"key count past the end", scriptCall{"evalsha", "x", "3", "k"}, "", true},
 		{"key count not a number", scriptCall{"evalsha", "x", "n"}, "", true},
 		{"too short", scriptCall{"evalsha", "x"}, "", true},

@@ -17,9 +17,9 @@ import (
 
 // The ceiling is the rate at which this machine's Redis runs floodgate's
 // own script call when nothing else stands between them: redis-benchmark
-// replays the EVALSHA floodgate sent (same script, same arguments, the
-// scenario's number of keys and distinct values) with the scenario's
-// concurrency, one command per round trip. No Redis-Lua limiter can decide
+// replays the script call floodgate sent (FCALL, or EVALSHA; same code,
+// same arguments, the scenario's number of keys and distinct values) with
+// the scenario's concurrency, one command per round trip. No Redis-Lua limiter can decide
 // faster on the same box, so decisions/s divided by the ceiling is a figure
 // that holds on a noisy machine.
 
@@ -53,7 +53,7 @@ func (c scriptCall) oneRequest() bool {
 }
 
 // captureScriptCall watches addr with MONITOR until floodgate sends a
-// script call (EVALSHA or EVAL) or ctx ends. Commands that scripts run are
+// script call (FCALL, EVALSHA or EVAL) or ctx ends. Commands that scripts run are
 // skipped. MONITOR costs Redis some CPU, so the tool uses it during the
 // warm-up only.
 func captureScriptCall(ctx context.Context, addr string) (scriptCall, error) {
@@ -87,7 +87,7 @@ func captureScriptCall(ctx context.Context, addr string) (scriptCall, error) {
 		}
 		// A batch of several requests would replay as several decisions
 		// per command: wait for a call that carries one request.
-		if len(call) >= 3 && (call[0] == "evalsha" || call[0] == "eval") && call.oneRequest() {
+		if len(call) >= 3 && (call[0] == "fcall" || call[0] == "evalsha" || call[0] == "eval") && call.oneRequest() {
 			return call, nil
 		}
 	}
@@ -190,7 +190,11 @@ func benchmarkArgs(call scriptCall, sha string) ([]string, error) {
 	if numKeys < 0 || 3+numKeys > len(call) {
 		return nil, fmt.Errorf("script call: bad key count %q", call[2])
 	}
-	args := []string{"evalsha", sha, call[2]}
+	command := "evalsha"
+	if call[0] == "fcall" {
+		command = "fcall" // sha is the function's name
+	}
+	args := []string{command, sha, call[2]}
 	for i := range numKeys {
 		args = append(args, fmt.Sprintf("floodgate-bench-ceiling:%d:__rand_int__", i+1))
 	}
@@ -295,8 +299,12 @@ func (c *ceilingRunner) combine(before float64, dBefore redisDelta, after float6
 }
 
 // scriptSHA returns the SHA to replay: the captured one, which floodgate
-// loaded, or, for an EVAL, the SHA of its script loaded now.
+// loaded, or, for an EVAL, the SHA of its script loaded now; for an FCALL,
+// the function's name.
 func scriptSHA(ctx context.Context, client *redis.Client, call scriptCall) (string, error) {
+	if call[0] == "fcall" {
+		return call[1], nil // the function's name; FUNCTION LOAD made it stay
+	}
 	if call[0] == "eval" {
 		sha, err := client.ScriptLoad(ctx, call[1]).Result()
 		if err != nil {

@@ -106,22 +106,52 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("NOSCRIPT on every master", func(t *testing.T) {
-		l := newLimiter(t, client, nil, "flush:")
-		var hits []limit.Hit
-		for i := range 6 {
-			hits = append(hits, limit.Hit{Key: fmt.Sprint(i), Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}, Cost: 1})
-		}
-		decide(t, l, hits...)
+	// The Lua code lost on every master, as after restarts without
+	// persistence: each node gets it again at its first call.
+	for _, flush := range []struct {
+		name string
+		run  func(ctx context.Context, m *redis.Client) error
+	}{
+		{"SCRIPT FLUSH", func(ctx context.Context, m *redis.Client) error { return m.ScriptFlush(ctx).Err() }},
+		{"FUNCTION FLUSH", func(ctx context.Context, m *redis.Client) error { return m.FunctionFlush(ctx).Err() }},
+	} {
+		t.Run(flush.name+" on every master", func(t *testing.T) {
+			l := newLimiter(t, client, nil, "flush:"+flush.name+":")
+			var hits []limit.Hit
+			for i := range 6 {
+				hits = append(hits, limit.Hit{Key: fmt.Sprint(i), Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}, Cost: 1})
+			}
+			decide(t, l, hits...)
+			if err := client.ForEachMaster(ctx, flush.run); err != nil {
+				t.Fatal(err)
+			}
+			for i, d := range decide(t, l, hits...) {
+				if !d.Allowed || d.Remaining != 8 {
+					t.Fatalf("hit %d after %s: %+v, want allowed with 8 remaining", i, flush.name, d)
+				}
+			}
+			if err := client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				return hasLibrary(ctx, m)
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+
+	t.Run("Probe loads the library on every master", func(t *testing.T) {
 		if err := client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			return m.ScriptFlush(ctx).Err()
+			return m.FunctionFlush(ctx).Err()
 		}); err != nil {
 			t.Fatal(err)
 		}
-		for i, d := range decide(t, l, hits...) {
-			if !d.Allowed || d.Remaining != 8 {
-				t.Fatalf("hit %d after SCRIPT FLUSH: %+v, want allowed with 8 remaining", i, d)
-			}
+		l := newLimiter(t, client, nil, "probe:")
+		if err := l.Probe(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return hasLibrary(ctx, m)
+		}); err != nil {
+			t.Error(err)
 		}
 	})
 

@@ -20,10 +20,22 @@
 // the driver that decides a batch of requests, each on its own: it applies
 // a request's hits in order to working copies of their counters and writes
 // them only if none of its hits is denied. They are embedded and joined
-// into one script, sent with EVALSHA; when Redis has lost it (a restart, a
-// failover, SCRIPT FLUSH) the NOSCRIPT reply is answered by sending the
-// script once with EVAL, which also caches it again, invisibly to the
-// caller. The script works on Redis 6.2 and 7.
+// into one Redis Functions library, loaded once per node (FUNCTION LOAD;
+// every master of a Cluster) and called with FCALL, so that Redis defines
+// the functions of the Lua files once, not at every call. Its name,
+// floodgate_ and the SHA-1 of the code (FunctionName), changes with the
+// code, so two floodgate versions sharing a Redis each call their own.
+// When a node has lost it (a restart without persistence, FUNCTION FLUSH,
+// a failover to a node that never had it, a Cluster node added later) the
+// "Function not found" reply is answered by loading it there and sending
+// the call again, once, invisibly to the caller.
+//
+// A Redis without functions (before 7) or whose ACL denies FUNCTION LOAD or
+// FCALL gets the same code as one script, sent with EVALSHA, which runs
+// every definition again at each call; the first call (or Probe) decides
+// which, once per Limiter, and Options.Logger says so. A lost script (the
+// NOSCRIPT reply) is sent once with EVAL, which caches it again. The code
+// works on Redis 6.2 (as a script) and 7.
 //
 // # Batching
 //
@@ -132,7 +144,8 @@
 // per slot involved (two when a denial must be compensated). The script
 // reads TIME once per call, and a fixed window or bucket hit runs two
 // commands (GET, SET), so a one-descriptor request costs Redis 2.1
-// commands instead of 5 (EVALSHA, TIME, HMGET, HSET, PEXPIREAT).
+// commands instead of 5 (EVALSHA, TIME, HMGET, HSET, PEXPIREAT). An FCALL
+// saves Redis about 10 µs of CPU per call over EVALSHA of the same code.
 //
 // Measured figures (batching, script time per algorithm, the whole
 // server before and after) and how to reproduce them are in

@@ -11,3 +11,7 @@ var ScriptSource = scriptSource
 
 // CRC16 is the Cluster slot checksum, for its test vectors.
 var CRC16 = crc16
+
+// LibrarySource is the assembled Redis Functions library, for tests that
+// load it themselves.
+var LibrarySource = func() string { return evaluateLibrary }

@@ -39,16 +39,25 @@ func (l *Limiter) LastFailure() (at time.Time, err error) {
 	return f.at, f.err
 }
 
-// Probe checks that Redis can run the script: it loads it (SCRIPT LOAD, on
-// every node of a Cluster), which needs the connection, TLS, credentials
-// and the permission to run scripts to be right. The outcome goes to the
+// Probe checks that Redis can run the Lua code: it loads it on every node
+// (every master of a Cluster) as a function library (FUNCTION LOAD), or as
+// a script (SCRIPT LOAD) if Redis runs no functions for floodgate, which
+// needs the connection, TLS, credentials and the permission to run scripts
+// to be right. It decides how calls run the code if no call has yet (see
+// Options.Logger), and loads the library on Cluster nodes added since. The outcome goes to the
 // circuit breaker as a call's would, except that a failure opens the
 // breaker at once, however few failures came before, and a success closes
 // it. A failure is an error wrapping ErrStore. Callers probe at start, and
 // while the breaker is open, so that health follows Redis without waiting
 // for requests.
 func (l *Limiter) Probe(ctx context.Context) error {
-	err := evaluateScript.Load(ctx, l.client).Err()
+	var err error
+	if l.fn.mode.Load() != modeScript {
+		err = l.decide(ctx)
+	}
+	if err == nil && l.fn.mode.Load() == modeScript {
+		err = evaluateScript.Load(ctx, l.client).Err()
+	}
 	if err != nil {
 		l.noteFailure(ctx, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,11 @@ type Options struct {
 	// Batch configures how concurrent calls share round trips on a single
 	// node or Sentinel; the zero value enables batching with its defaults.
 	Batch BatchOptions
+	// Logger receives the line saying how the Lua code runs, once the first
+	// call or Probe has found out: as a Redis function (FCALL), or with
+	// EVALSHA because Redis has no functions or an ACL denies them. nil
+	// discards it.
+	Logger *slog.Logger
 }
 
 // Limiter evaluates limits in Redis: a limit.Limiter. It is safe for
@@ -47,6 +53,8 @@ type Limiter struct {
 	batcher *batcher // nil when disabled or on Cluster
 	// lastFailure is the latest failure of Redis, for Health.
 	lastFailure atomic.Pointer[failure]
+	// fn is how the Lua code runs: FCALL or EVALSHA (see call).
+	fn functions
 	// now, set only by tests, replaces Redis TIME with an explicit instant
 	// so that boundaries can be reached exactly.
 	now func() time.Time
@@ -73,6 +81,10 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{client: client, opts: opts, breaker: b}
+	l.fn.log = opts.Logger
+	if l.fn.log == nil {
+		l.fn.log = slog.New(slog.DiscardHandler)
+	}
 	l.cluster, _ = client.(*redis.ClusterClient)
 	bt, err := newBatcher(l, opts.Batch)
 	if err != nil {
@@ -227,9 +239,13 @@ func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisi
 // send runs the script for requests requests and returns its reply, one
 // element per request. The error wraps ErrStore.
 func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests int) ([]any, error) {
-	reply, err := evaluateScript.Run(ctx, l.client, keys, args...).Slice()
+	r, err := l.call(ctx, keys, args)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	reply, ok := r.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: reply %T, want an array", ErrStore, r)
 	}
 	if len(reply) != requests {
 		return nil, fmt.Errorf("%w: %d replies for %d requests", ErrStore, len(reply), requests)

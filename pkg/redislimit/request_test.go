@@ -203,32 +203,6 @@ func TestConcurrentExactLimit(t *testing.T) {
 	}
 }
 
-// TestNoScriptRecovery flushes the script cache: the next call reloads the
-// script once (one EVAL) and later calls use EVALSHA again.
-func TestNoScriptRecovery(t *testing.T) {
-	n := startNode(t)
-	l := newLimiter(t, n.client, nil, "noscript:")
-	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Hour}, Cost: 1}
-	decide(t, l, hit)
-	if _, err := n.srv.Do("SCRIPT", "FLUSH"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.srv.Do("CONFIG", "RESETSTAT"); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 5 {
-		if d := decide(t, l, hit)[0]; !d.Allowed || d.Remaining != int64(100-2-i) {
-			t.Fatalf("call %d after SCRIPT FLUSH: %+v, want allowed with %d remaining", i, d, 100-2-i)
-		}
-	}
-	if got := commandCalls(t, n.srv, "eval"); got != "1" {
-		t.Errorf("EVAL ran %s times after the flush, want 1", got)
-	}
-	if got := commandCalls(t, n.srv, "evalsha"); got != "5" {
-		t.Errorf("EVALSHA ran %s times, want 5 (one NOSCRIPT, then 4)", got)
-	}
-}
-
 // TestStoreErrors checks that Redis failures wrap ErrStore and respect the
 // deadline, and bad input wraps limit.ErrInvalidSpec without calling Redis.
 func TestStoreErrors(t *testing.T) {

@@ -90,8 +90,38 @@ var evaluateScript = redis.NewScript(scriptSource())
 // captured calls can tell whether they replay this build's script.
 func ScriptSHA() string { return evaluateScript.Hash() }
 
-// scriptSource assembles the script. Each file gets what it uses
-// explicitly, and uses no other name than its own, Lua's and Redis's:
+// FunctionName returns the name of the Redis function, and of the Redis
+// Functions library holding it, that this build calls with FCALL:
+// "floodgate_" and ScriptSHA. The name changes with any change of the Lua
+// code, so two floodgate versions sharing a Redis never call each other's
+// code; FUNCTION LIST LIBRARYNAME 'floodgate_*' lists the versions loaded.
+func FunctionName() string { return functionName }
+
+var functionName = "floodgate_" + evaluateScript.Hash()
+
+// evaluateLibrary is the FUNCTION LOAD payload: the same code as
+// evaluateScript, as a library registering evaluate under functionName.
+var evaluateLibrary = librarySource(functionName)
+
+// scriptSource assembles the script sent by EVALSHA: the definitions (see
+// definitions), then the call of evaluate with KEYS and ARGV. Redis runs
+// the definitions again at every call.
+func scriptSource() string {
+	return definitions() + "\nreturn evaluate(KEYS, ARGV)\n"
+}
+
+// librarySource assembles the Redis Functions library named name: the
+// definitions (see definitions), run once when the library is loaded, and
+// evaluate registered as the function name, which FCALL runs with the same
+// keys and arguments as the script's KEYS and ARGV.
+func librarySource(name string) string {
+	return "#!lua name=" + name + "\n" + definitions() +
+		"\nredis.register_function('" + name + "', evaluate)\n"
+}
+
+// definitions assembles the code common to the script and the library.
+// Each file gets what it uses explicitly, and uses no other name than its
+// own, Lua's and Redis's:
 //
 //   - the constants block, generated from luaConstants: one local per
 //     constant, then K, a table of them all;
@@ -100,8 +130,9 @@ func ScriptSHA() string { return evaluateScript.Hash() }
 //   - each algorithm's file, the body of a loader function(C, K)
 //     registered in loaders under the algorithm's code; the file returns
 //     its table of functions, and its loader runs only when a hit needs it;
-//   - evaluate.lua, the driver, which uses the constants, C and loaders.
-func scriptSource() string {
+//   - evaluate.lua, the driver, which uses the constants, C and loaders,
+//     and defines evaluate(keys, args).
+func definitions() string {
 	var b strings.Builder
 	b.WriteString("-- The Go/Lua contract, generated from the Go constants (pkg/redislimit/script.go).\n")
 	cs := luaConstants()

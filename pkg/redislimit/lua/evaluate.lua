@@ -3,14 +3,14 @@
 -- all-or-nothing on its own, exactly as if it were the only one in the call;
 -- the batch only shares the round trip and the reading of TIME.
 --
--- KEYS: the keys of the hits of every request, request after request, hit
+-- keys (KEYS): the keys of the hits of every request, request after request, hit
 --   after hit (a key may repeat: hits on one counter).
--- ARGV: the requests in the same order, each a header of ARGS_PER_REQUEST
+-- args (ARGV): the requests in the same order, each a header of ARGS_PER_REQUEST
 --   (2) arguments followed by its hits:
 --   now: "" in production, the time is then Redis TIME (seconds and
 --     microseconds, read once per call); tests pass an explicit now in µs
 --     to reach exact boundaries.
---   n: the number of hits (>= 1); the request's keys are the next n KEYS.
+--   n: the number of hits (>= 1); the request's keys are the next n keys.
 -- Each hit is a group of ARGS_PER_HIT (3) arguments, ARGS_PER_CALENDAR (4)
 -- more for a calendar window:
 --   1 spec: "code:L:W:B:N", parsed once per call however many hits share
@@ -52,25 +52,19 @@
 -- Receives (see scriptSource in script.go): the generated constants
 -- (ARGS_PER_REQUEST, ARGS_PER_HIT, FLAG_REFUND, ... as locals, numbers given
 -- above only to read this header), C (common.lua's helpers) and loaders
--- (each algorithm's loader, by code, to call with C and K).
+-- (each algorithm's loader, by code, to call with C and K). Defines
+-- evaluate(keys, args), which the assembly calls: with KEYS and ARGV in the
+-- script sent by EVALSHA, or registers as the function of a Redis Functions
+-- library (FCALL). In a library, what this file defines outside evaluate is
+-- made once, when the library is loaded, and lives as long as it: the
+-- algorithms' functions and the parsed specs are then shared by every call,
+-- so nothing outside evaluate may hold the state of one call.
 --
 -- Redis 6.2 and 7: TIME before writes needs effects replication, the
 -- default since Redis 5 and the only mode of 7, so the script does not call
--- redis.replicate_commands(). Keys are only those in KEYS (Cluster).
+-- redis.replicate_commands(). Keys are only those in keys (Cluster).
 
 local outcome = C.outcome
-
-local clock
--- redis_now returns Redis TIME in µs, read once per call. Effects
--- replication (the default since Redis 5, the only mode in 7) makes
--- reading TIME before writing safe.
-local function redis_now()
-  if not clock then
-    local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return clock
-end
 
 -- step mirrors limit.step: it returns the working state after the hit
 -- and the hit's outcome. The caller keeps the state only when the hit
@@ -112,21 +106,22 @@ local function put(out, p, o)
   out[p + FIELD_NEVER] = o.never and 1 or 0
 end
 
--- The hits of every request, by their index in KEYS: the parsed spec
--- (shared by the hits that send the same one; a calendar hit has its own
--- copy with its boundaries in cal), cost, refund, advisory, and the quota
--- (limit.Hit.Group + 1) of a quota hit, 0 for the others.
-local specs, costs, refunds, advisories, quotas = {}, {}, {}, {}, {}
-
--- decide evaluates one request: hits k0 + 1 .. k0 + n on KEYS[k0 + i]. It
+-- A call's hits, by their index in keys: the parsed spec (shared by the
+-- hits that send the same one; a calendar hit has its own copy with its
+-- boundaries in cal), cost, refund, advisory, and the quota
+-- (limit.Hit.Group + 1) of a quota hit, 0 for the others. One table of
+-- arrays per call, made by evaluate.
+--
+-- decide evaluates one request: hits k0 + 1 .. k0 + n on keys[k0 + i]. It
 -- raises an error before writing anything if the request cannot be
 -- decided.
-local function decide(now, k0, n)
+local function decide(keys, hits, now, k0, n)
+  local specs, costs, refunds = hits.specs, hits.costs, hits.refunds
   if n == 1 then
     -- A request of one hit, the most common, without working copies: its
     -- only hit writes if it consumes, and when it is denied there is no
     -- other hit to report as a peek.
-    local key, h = KEYS[k0 + 1], specs[k0 + 1]
+    local key, h = keys[k0 + 1], specs[k0 + 1]
     local algo = algorithm(h.code)
     if not algo then
       return error('floodgate: unknown algorithm code ' .. tostring(h.code))
@@ -143,13 +138,14 @@ local function decide(now, k0, n)
     put(out, 1, o)
     return out
   end
+  local advisories, quotas = hits.advisories, hits.quotas
   local work, order, out = {}, {}, {}
   local denied = false
   -- over[q] tells, for each quota q of the request, whether a hit of it
   -- is denied.
   local over, anyquota = {}, false
   for i = 1, n do
-    local key = KEYS[k0 + i]
+    local key = keys[k0 + i]
     local h = specs[k0 + i]
     local cost, refund = costs[k0 + i], refunds[k0 + i]
     local algo = algorithm(h.code)
@@ -198,7 +194,7 @@ local function decide(now, k0, n)
     for i = 1, n do
       local p = FIELDS_PER_DECISION * (i - 1) + 1
       if out[p + FIELD_ALLOWED] == 1 then
-        local w = work[KEYS[k0 + i]]
+        local w = work[keys[k0 + i]]
         local _, o = step(w.algo, w.st0, w.ok0, specs[k0 + i], 0, false, now)
         out[p + FIELD_REMAINING], out[p + FIELD_RESET] = o.remaining, o.reset
         out[p + FIELD_RETRY], out[p + FIELD_NEVER] = 0, 0
@@ -216,8 +212,10 @@ local function decide(now, k0, n)
 end
 
 -- parse_spec returns the spec table of a spec argument, parsing each
--- distinct one once per call.
-local parsed = {}
+-- distinct one once. In a library the tables outlive the call (specs are
+-- few: one per limit of the rules); past max_parsed, as after many
+-- reloads, the cache starts over so that it stays bounded.
+local parsed, nparsed, max_parsed = {}, 0, 1000
 local function parse_spec(arg)
   local h = parsed[arg]
   if h == nil then
@@ -227,7 +225,10 @@ local function parse_spec(arg)
     end
     h = {code = tonumber(code), limit = tonumber(limit), window = tonumber(window),
          cap = tonumber(cap), precision = tonumber(precision)}
-    parsed[arg] = h
+    if nparsed >= max_parsed then
+      parsed, nparsed = {}, 0
+    end
+    parsed[arg], nparsed = h, nparsed + 1
   end
   return h
 end
@@ -237,78 +238,98 @@ local function has(flags, flag)
   return math.floor(flags / flag) % 2 == 1
 end
 
--- Parse every request: its now, its first key and its number of hits.
-local nows, firsts, counts = {}, {}, {}
-local a, k = 1, 0
-while a <= #ARGV do
-  local r = #nows + 1
-  local now = ARGV[a]
-  local n = tonumber(ARGV[a + 1])
-  if not n or n < 1 or k + n > #KEYS then
-    return redis.error_reply('floodgate: request ' .. r .. ' at argument ' .. a ..
-      ': bad hit count ' .. tostring(ARGV[a + 1]) .. ' for ' .. (#KEYS - k) .. ' keys left')
+-- decide_from decides requests r0 .. of a call into results, in order; it
+-- stops at the first error, which its pcall catches.
+local function decide_from(keys, hits, reqs, results, r0)
+  local nows, firsts, counts = reqs.nows, reqs.firsts, reqs.counts
+  for r = r0, #nows do
+    results[r] = decide(keys, hits, nows[r], firsts[r], counts[r])
   end
-  if now == '' then
-    now = redis_now()
-  else
-    now = tonumber(now)
-  end
-  nows[r], firsts[r], counts[r] = now, k, n
-  a = a + ARGS_PER_REQUEST
-  for i = k + 1, k + n do
-    local h = parse_spec(ARGV[a])
-    if not h then
-      return redis.error_reply('floodgate: request ' .. r .. ': bad spec ' .. tostring(ARGV[a]))
-    end
-    costs[i] = tonumber(ARGV[a + 1])
-    local flags = ARGV[a + 2]
-    a = a + ARGS_PER_HIT
-    if flags == '0' then
-      refunds[i], advisories[i], quotas[i] = false, false, 0
-    else
-      flags = tonumber(flags) or 0
-      refunds[i], advisories[i], quotas[i] = has(flags, FLAG_REFUND), has(flags, FLAG_ADVISORY),
-        math.floor(flags / FLAG_QUOTA_BASE)
-      if has(flags, FLAG_CALENDAR) then
-        local cal = {}
-        for j = 1, ARGS_PER_CALENDAR do
-          cal[j] = tonumber(ARGV[a + j - 1])
-        end
-        h = {code = h.code, limit = h.limit, window = h.window, cap = h.cap, precision = h.precision, cal = cal}
-        a = a + ARGS_PER_CALENDAR
-      end
-    end
-    specs[i] = h
-  end
-  k = k + n
-end
-if a ~= #ARGV + 1 or k ~= #KEYS then
-  return redis.error_reply('floodgate: ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys for ' ..
-    #nows .. ' requests of ' .. k .. ' hits')
 end
 
--- Decide the requests in order, under pcall so that a request's error is
--- its own; one pcall covers the requests up to the first error, and the
--- next one resumes after it.
-local results = {}
-local function decide_from(r0)
-  for r = r0, #nows do
-    results[r] = decide(nows[r], firsts[r], counts[r])
-  end
-end
-while #results < #nows do
-  local ok, err = pcall(decide_from, #results + 1)
-  if not ok then
-    -- A Redis error (a table on 6.2, a string on 7) keeps its code, such
-    -- as WRONGTYPE; the script's own get ERR.
-    if type(err) == 'table' then
-      err = err.err
+-- evaluate decides the call: it parses every request, then decides them
+-- in order.
+local function evaluate(keys, args)
+  local specs, costs, refunds, advisories, quotas = {}, {}, {}, {}, {}
+  -- Each request's now, its first key and its number of hits.
+  local nows, firsts, counts = {}, {}, {}
+  -- Redis TIME in µs, read once per call, when a request needs it.
+  -- Effects replication (the default since Redis 5, the only mode in 7)
+  -- makes reading TIME before writing safe.
+  local clock
+  local nargs, nkeys = #args, #keys
+  local a, k = 1, 0
+  while a <= nargs do
+    local r = #nows + 1
+    local now = args[a]
+    local n = tonumber(args[a + 1])
+    if not n or n < 1 or k + n > nkeys then
+      return redis.error_reply('floodgate: request ' .. r .. ' at argument ' .. a ..
+        ': bad hit count ' .. tostring(args[a + 1]) .. ' for ' .. (nkeys - k) .. ' keys left')
     end
-    err = tostring(err)
-    if not string.find(err, '^%u[%u%d]* ') then
-      err = 'ERR ' .. err
+    if now == '' then
+      if not clock then
+        local t = redis.call('TIME')
+        clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      end
+      now = clock
+    else
+      now = tonumber(now)
     end
-    results[#results + 1] = {err = err}
+    nows[r], firsts[r], counts[r] = now, k, n
+    a = a + ARGS_PER_REQUEST
+    for i = k + 1, k + n do
+      local h = parse_spec(args[a])
+      if not h then
+        return redis.error_reply('floodgate: request ' .. r .. ': bad spec ' .. tostring(args[a]))
+      end
+      costs[i] = tonumber(args[a + 1])
+      local flags = args[a + 2]
+      a = a + ARGS_PER_HIT
+      if flags == '0' then
+        refunds[i], advisories[i], quotas[i] = false, false, 0
+      else
+        flags = tonumber(flags) or 0
+        refunds[i], advisories[i], quotas[i] = has(flags, FLAG_REFUND), has(flags, FLAG_ADVISORY),
+          math.floor(flags / FLAG_QUOTA_BASE)
+        if has(flags, FLAG_CALENDAR) then
+          local cal = {}
+          for j = 1, ARGS_PER_CALENDAR do
+            cal[j] = tonumber(args[a + j - 1])
+          end
+          h = {code = h.code, limit = h.limit, window = h.window, cap = h.cap, precision = h.precision, cal = cal}
+          a = a + ARGS_PER_CALENDAR
+        end
+      end
+      specs[i] = h
+    end
+    k = k + n
   end
+  if a ~= nargs + 1 or k ~= nkeys then
+    return redis.error_reply('floodgate: ' .. nargs .. ' arguments and ' .. nkeys .. ' keys for ' ..
+      #nows .. ' requests of ' .. k .. ' hits')
+  end
+
+  -- Decide the requests in order, under pcall so that a request's error is
+  -- its own; one pcall covers the requests up to the first error, and the
+  -- next one resumes after it.
+  local hits = {specs = specs, costs = costs, refunds = refunds, advisories = advisories, quotas = quotas}
+  local reqs = {nows = nows, firsts = firsts, counts = counts}
+  local results = {}
+  while #results < #nows do
+    local ok, err = pcall(decide_from, keys, hits, reqs, results, #results + 1)
+    if not ok then
+      -- A Redis error (a table on 6.2, a string on 7) keeps its code, such
+      -- as WRONGTYPE; the script's own get ERR.
+      if type(err) == 'table' then
+        err = err.err
+      end
+      err = tostring(err)
+      if not string.find(err, '^%u[%u%d]* ') then
+        err = 'ERR ' .. err
+      end
+      results[#results + 1] = {err = err}
+    end
+  end
+  return results
 end
-return results

@@ -1,0 +1,179 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// How a Limiter runs the Lua code, decided once per Limiter (see
+// Limiter.call).
+const (
+	modeUndecided int32 = iota // no FUNCTION LOAD has answered yet
+	modeFunction               // FCALL of the library evaluateLibrary
+	modeScript                 // EVALSHA: Redis has no FUNCTION, or the user may not use it
+)
+
+// call runs evaluate with keys and args and returns its reply, an error
+// for a Redis error or a failure.
+//
+// With Redis Functions (Redis 7) the library is loaded once per node and
+// each call is an FCALL, which runs only evaluate: the script sent by
+// EVALSHA instead runs all the definitions of the Lua files again at every
+// call, about 10 µs of Redis CPU (a quarter of a call of one request; see
+// docs/benchmarks.md). The first
+// call decides, by loading the library, whether Redis offers functions;
+// until one has, calls use EVALSHA, which runs the same code. A Redis
+// without the FUNCTION command (before 7) or whose ACL denies FUNCTION
+// LOAD or FCALL keeps EVALSHA for the Limiter's life, and the logger says
+// so once. A node that lost the library (a restart without persistence,
+// FUNCTION FLUSH, a failover to a node that never had it, a Cluster node
+// added later) answers "Function not found": the library is loaded there
+// and the call sent again, once, as EVALSHA's NOSCRIPT is answered. Such a
+// call ran nothing, so sending it again cannot count a hit twice.
+func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, error) {
+	switch l.fn.mode.Load() {
+	case modeFunction:
+		reply, err := l.client.FCall(ctx, functionName, keys, args...).Result()
+		switch {
+		case err == nil || !isRedisError(err):
+			return reply, err
+		case strings.HasPrefix(err.Error(), "ERR Function not found"):
+			if err := l.loadOn(ctx, keys); err != nil {
+				if !l.fallBack(err) {
+					return nil, err
+				}
+				break
+			}
+			return l.client.FCall(ctx, functionName, keys, args...).Result()
+		case l.fallBack(err):
+			// FCALL refused (ACL): EVALSHA from now on, this call first.
+		default:
+			return reply, err
+		}
+	case modeUndecided:
+		if time.Now().UnixNano() >= l.fn.retryAt.Load() && l.fn.deciding.TryLock() {
+			err := l.decide(ctx)
+			if err != nil {
+				// Redis is unreachable, or a Cluster master is: calls
+				// meanwhile use EVALSHA rather than each sending the
+				// library to every node.
+				l.fn.retryAt.Store(time.Now().Add(decideRetry).UnixNano())
+			}
+			l.fn.deciding.Unlock()
+			if err == nil && l.fn.mode.Load() == modeFunction {
+				return l.call(ctx, keys, args)
+			}
+		}
+	}
+	return evaluateScript.Run(ctx, l.client, keys, args...).Result()
+}
+
+// decideRetry is how long calls wait, after loading the library failed for
+// want of Redis, before one of them tries again.
+const decideRetry = time.Second
+
+// functions is a Limiter's state of Redis Functions.
+type functions struct {
+	mode     atomic.Int32
+	deciding sync.Mutex   // held by the one call deciding the mode
+	retryAt  atomic.Int64 // Unix ns before which calls do not try to decide
+	log      *slog.Logger
+}
+
+// decide loads the library on every node (every master of a Cluster) and
+// sets the mode from the outcome: functions when every node has it,
+// EVALSHA when Redis refuses FUNCTION. Any other error leaves the mode
+// undecided, for the next call to try again, and is returned.
+func (l *Limiter) decide(ctx context.Context) error {
+	err := l.loadAll(ctx)
+	if err == nil {
+		if l.fn.mode.CompareAndSwap(modeUndecided, modeFunction) {
+			l.fn.log.Info("the Lua code runs as a Redis function (FCALL), loaded once per node",
+				"function", functionName)
+		}
+		return nil
+	}
+	if l.fallBack(err) {
+		return nil
+	}
+	return err
+}
+
+// fallBack switches the Limiter to EVALSHA for good if err says that
+// Redis refuses functions, and reports whether it did (or had already).
+func (l *Limiter) fallBack(err error) bool {
+	if !refusesFunctions(err) {
+		return false
+	}
+	if l.fn.mode.Swap(modeScript) != modeScript {
+		l.fn.log.Warn("Redis does not run functions for floodgate (before Redis 7, or an ACL denying FUNCTION or FCALL): the Lua code is sent with EVALSHA, which costs Redis more CPU per call",
+			"err", err, "script_sha", ScriptSHA())
+	}
+	return true
+}
+
+// loadAll loads the library on every node: the client's node, or every
+// master of a Cluster. A node already holding it counts as loaded.
+func (l *Limiter) loadAll(ctx context.Context) error {
+	if l.cluster != nil {
+		return l.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return loadLibrary(ctx, c)
+		})
+	}
+	return loadLibrary(ctx, l.client)
+}
+
+// loadOn loads the library on the node that holds keys: the client's, or
+// the master of their slot on a Cluster.
+func (l *Limiter) loadOn(ctx context.Context, keys []string) error {
+	if l.cluster == nil || len(keys) == 0 {
+		return loadLibrary(ctx, l.client)
+	}
+	c, err := l.cluster.MasterForKey(ctx, keys[0])
+	if err != nil {
+		return fmt.Errorf("find the master of %q: %w", keys[0], err)
+	}
+	return loadLibrary(ctx, c)
+}
+
+// loadLibrary runs FUNCTION LOAD of the library on c. The library's name
+// holds the hash of its code, so a library of that name already loaded is
+// this one: Redis refuses to load it again ("already exists") before
+// compiling anything, which makes loading it again cheap.
+func loadLibrary(ctx context.Context, c redis.Cmdable) error {
+	err := c.FunctionLoad(ctx, evaluateLibrary).Err()
+	if err != nil && isRedisError(err) && strings.Contains(err.Error(), "already exists") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("FUNCTION LOAD %s: %w", functionName, err)
+	}
+	return nil
+}
+
+// refusesFunctions reports whether err is Redis refusing FUNCTION or
+// FCALL: an unknown command (Redis before 7) or a permission denied by
+// ACL.
+func refusesFunctions(err error) bool {
+	if !isRedisError(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown subcommand") ||
+		strings.Contains(msg, "NOPERM")
+}
+
+// isRedisError reports whether err is an error reply of Redis, rather than
+// a failure to reach it.
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
