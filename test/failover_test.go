@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,8 +61,10 @@ func failover(t *testing.T, p *proc, failOver func() string, masters func() []st
 	waitUntil(promoted.Add(errorsStopBound + time.Second))
 	flushed := time.Now()
 	for _, m := range masters() {
-		if _, err := redistest.Do(m, "SCRIPT", "FLUSH"); err != nil {
-			t.Errorf("SCRIPT FLUSH on %s: %v", m, err)
+		for _, c := range [][]string{{"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
+			if _, err := redistest.Do(m, c...); err != nil {
+				t.Errorf("%s on %s: %v", strings.Join(c, " "), m, err)
+			}
 		}
 	}
 	time.Sleep(time.Second)
@@ -90,7 +93,7 @@ func failover(t *testing.T, p *proc, failOver func() string, masters func() []st
 		t.Errorf("from %v after the promotion only %.1f%% of answers were decisions: errors did not stop\n%s", errorsStopBound, 100*share, details())
 	}
 	if share := decidedShare(between(out, flushed, time.Now())); share < minDecidedShare {
-		t.Errorf("after SCRIPT FLUSH only %.1f%% of answers were decisions: NOSCRIPT is not handled\n%s", 100*share, details())
+		t.Errorf("after SCRIPT FLUSH and FUNCTION FLUSH only %.1f%% of answers were decisions: NOSCRIPT or a missing function is not handled\n%s", 100*share, details())
 	}
 	checkNoCrash(t, p)
 }

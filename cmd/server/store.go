@@ -106,7 +106,7 @@ func newStore(ctx context.Context, cfg *config, logger *slog.Logger) (*counterSt
 			msg = "the counters of windows shorter than a minute are kept in the per-second Redis"
 		}
 		logger.Info(msg, st.logAttrs("type", part.rs.typ, "tls", part.rs.tlsOn(), "deadline", cfg.redisDeadline,
-			"script_sha", redislimit.ScriptSHA())...)
+			"script_sha", redislimit.ScriptSHA(), "function", redislimit.FunctionName())...)
 	}
 	var lim limit.Limiter = stores[0].lim
 	if len(stores) == 2 {
@@ -201,7 +201,7 @@ func openRedis(cfg *config, role string, rs *redisSettings, logger *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline})
+	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline, Logger: logger})
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("%s: %w", what, err)

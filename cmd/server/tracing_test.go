@@ -20,6 +20,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/envoytest"
 	"github.com/floodgate/floodgate/internal/otlptest"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
@@ -352,4 +353,28 @@ func TestTracingBehindEnvoy(t *testing.T) {
 	if ours.Attrs["ratelimit.overall_code"] != "OK" || ours.Attrs["ratelimit.domain"] != "rl" {
 		t.Errorf("attributes %v", ours.Attrs)
 	}
+}
+
+// TestTracingStoreSpanOverRedis: with Redis, the store span says how many
+// calls shared the round trip (one here: a single caller).
+func TestTracingStoreSpanOverRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	rcv := otlptest.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.HTTPEndpoint())
+	r := startRun(t, tracedRules, "TRACING_ENABLED", "true", "REDIS_URL", srv.Addr)
+	get(t, "POST", "http://"+r.httpAddr+"/json", `{"domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`)
+	if code := r.stop(); code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, r.logs)
+	}
+	spans := rcv.Wait(t, tracing.StoreSpan, 1, 5*time.Second)
+	for _, s := range spans {
+		if s.Name != tracing.StoreSpan {
+			continue
+		}
+		if s.Attrs["ratelimit.store.batch_calls"] != int64(1) || s.Attrs["ratelimit.store.batched"] != false {
+			t.Errorf("store span attributes %v: want batch_calls 1, batched false", s.Attrs)
+		}
+		return
+	}
+	t.Errorf("no store span in %+v", spans)
 }

@@ -145,7 +145,7 @@ func TestQuotaIsOneRedisCall(t *testing.T) {
 		}
 		n := 0
 		for _, line := range strings.Split(info, "\n") {
-			if !strings.HasPrefix(line, "cmdstat_eval") { // eval, evalsha, eval_ro, evalsha_ro
+			if !strings.HasPrefix(line, "cmdstat_eval") && !strings.HasPrefix(line, "cmdstat_fcall") { // eval, evalsha, eval_ro, evalsha_ro, fcall, fcall_ro
 				continue
 			}
 			_, rest, _ := strings.Cut(line, "calls=")

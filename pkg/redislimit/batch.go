@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate/floodgate/pkg/tracing"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,6 +231,9 @@ func (b *batcher) flush(batch []*call) {
 		nKeys += len(c.keys)
 		nArgs += len(c.args)
 		probe = probe || c.probe
+		// The caller's store span, if it records, says how many calls
+		// shared this round trip.
+		tracing.RecordBatch(c.ctx, len(batch))
 	}
 	if latest.Before(deadline) {
 		deadline = latest

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/floodgate/floodgate/pkg/tracing"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
@@ -222,6 +223,7 @@ func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, de
 
 // runArgs sends one request's KEYS and ARGV alone and fills decisions.
 func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisions []limit.Decision) error {
+	tracing.RecordBatch(ctx, 1)
 	// The caller's deadline (pkg/envoy sets one per request) usually comes
 	// first; a timer of our own would then never fire.
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.opts.Timeout {
