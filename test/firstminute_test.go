@@ -22,7 +22,7 @@ func TestFirstMinute(t *testing.T) {
 	base := "http://" + p.httpAddr
 	serving := regexp.MustCompile(`level=INFO msg=serving grpc=` + regexp.QuoteMeta(p.grpcAddr) + ` http=` + regexp.QuoteMeta(p.httpAddr) +
 		` debug=\S+ healthcheck=` + regexp.QuoteMeta(base) + `/healthcheck rlconfig=` + regexp.QuoteMeta(base) + `/rlconfig json=` +
-		regexp.QuoteMeta(base) + `/json metrics=` + regexp.QuoteMeta(base) + `/metrics\n`)
+		regexp.QuoteMeta(base) + `/json metrics=` + regexp.QuoteMeta(base) + `/metrics ui=` + regexp.QuoteMeta(base) + `/ui/\n`)
 	if !serving.MatchString(p.logs.String()) {
 		t.Errorf("no start-up line names the endpoints (%s):\n%s", serving, p.logs)
 	}
