@@ -648,6 +648,11 @@ func (c *config) validate() error {
 	if err := c.tracing.validate(); err != nil {
 		return err
 	}
+	for _, l := range []struct{ flag, addr string }{{"grpc-addr", c.grpcAddr}, {"http-addr", c.httpAddr}, {"debug-addr", c.debugAddr}} {
+		if err := checkListenAddr(l.addr); err != nil {
+			return fmt.Errorf("-%s %q: %w", l.flag, l.addr, err)
+		}
+	}
 	if c.nearLimitRatio < 0 || c.nearLimitRatio > 1 {
 		return fmt.Errorf("-near-limit-ratio %v: want a number between 0 and 1", c.nearLimitRatio)
 	}
@@ -745,6 +750,24 @@ func (c *config) validateCapture() error {
 	}
 	if c.captureMaxBytes < 1 {
 		return fmt.Errorf("-capture-max-bytes %d: must be at least 1", c.captureMaxBytes)
+	}
+	return nil
+}
+
+// checkListenAddr refuses at start a listen address that would fail only
+// when the listener opens, where the error names neither the flag nor the
+// variable that set it (PORT=abc). Empty (a listener switched off) and
+// unix:/path sockets pass; a port must be a number or a service name.
+func checkListenAddr(addr string) error {
+	if addr == "" || strings.HasPrefix(addr, "unix:") {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
 	}
 	return nil
 }

@@ -420,6 +420,9 @@ func TestValidationNamesTheVariable(t *testing.T) {
 		{nil, []string{"REDIS_URL", "h:1", "REDIS_TYPE", "bogus"}, "want single, sentinel or cluster (set by REDIS_TYPE)"},
 		{nil, []string{"REDIS_URL", "h:1", "FLOODGATE_REDIS_POOL_SIZE", "-3"}, "must not be negative (set by FLOODGATE_REDIS_POOL_SIZE)"},
 		{[]string{"-near-limit-ratio", "3"}, nil, "want a number between 0 and 1"},
+		{nil, []string{"PORT", "abc"}, `-http-addr ":abc": port "abc": want a number from 0 to 65535 (set by HOST/PORT)`},
+		{nil, []string{"GRPC_PORT", "99999"}, `port "99999": want a number from 0 to 65535 (set by GRPC_HOST/GRPC_PORT)`},
+		{[]string{"-debug-addr", "localhost"}, nil, `-debug-addr "localhost": want host:port`},
 	}
 	for _, tc := range tests {
 		_, err := parseConfig(tc.args, envOf(tc.env...))
