@@ -2,7 +2,7 @@
 --
 -- Per hit: KEYS: the counter's key, the string "<window start µs>:<count>"
 -- (before: a hash {s = window start, n = count}, still read; see load_pair).
--- ARGV group (see evaluate.lua): limit L, window W µs, and, for calendar
+-- ARGV group (see evaluate.lua), whose spec "code:L:W:B:N" gives limit L, window W µs, and, for calendar
 -- windows, four boundaries b1 < b2 < b3 < b4 (µs) computed in Go around its
 -- own clock; the window is the one of [b1,b2), [b2,b3), [b3,b4) holding
 -- Redis's now, and it is an error if none does. Without a calendar,

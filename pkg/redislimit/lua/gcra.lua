@@ -5,7 +5,8 @@
 -- number of grid units since 2024-01-01T00:00:00Z (limit.GCRAEpoch), and
 -- the limit L it was written with, which fixes the unit. A plain number
 -- (written before units existed) is a TAT in µs. ARGV group (see
--- evaluate.lua): limit L, window W µs, capacity B.
+-- evaluate.lua), whose spec "code:L:W:B:N" gives limit L, window W µs,
+-- capacity B.
 --
 -- Semantics (limit.stepGCRA): T = W/L µs per hit; with T = f*2^e, f in
 -- [1/2, 1) (frexp), a grid unit is T/s µs where s = 2^max(e, 0), so T is

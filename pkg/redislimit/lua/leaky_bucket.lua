@@ -4,7 +4,7 @@
 --
 -- Per hit: KEYS: the counter's key, the string "<level, 17 digits>:<as of,
 -- µs>" (before: a hash {v = level, t = as of}, still read; see load_pair).
--- ARGV group (see evaluate.lua): limit L, window W µs,
+-- ARGV group (see evaluate.lua), whose spec "code:L:W:B:N" gives limit L, window W µs,
 -- capacity B.
 --
 -- Semantics (limit.stepLeakyBucket): r = L/W per µs; level, ts = stored, or

@@ -1,6 +1,6 @@
 -- sliding_log: keeps the time of every admitted hit of the last window.
 --
--- Per hit: KEYS: the counter's key. ARGV group (see evaluate.lua): limit L,
+-- Per hit: KEYS: the counter's key. ARGV group (see evaluate.lua), whose spec "code:L:W:B:N" gives limit L,
 -- window W µs.
 --
 -- Semantics (limit.stepSlidingLog): entries with time <= now - W no longer

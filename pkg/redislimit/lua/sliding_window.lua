@@ -2,7 +2,7 @@
 -- counters (N = precision; 1 is the classic two-window estimate).
 --
 -- Per hit: KEYS: the counter's key, a hash {sub-window index -> count} with
--- counts > 0. ARGV group (see evaluate.lua): limit L, window W µs,
+-- counts > 0. ARGV group (see evaluate.lua), whose spec "code:L:W:B:N" gives limit L, window W µs,
 -- precision N.
 --
 -- Semantics (limit.stepSlidingWindow): g = floor(W/N) µs, k = floor(now/g),

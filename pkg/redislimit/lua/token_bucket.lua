@@ -3,7 +3,7 @@
 --
 -- Per hit: KEYS: the counter's key, the string "<tokens, 17 digits>:<as of,
 -- µs>" (before: a hash {v = tokens, t = as of}, still read; see load_pair).
--- ARGV group (see evaluate.lua): limit L, window W µs,
+-- ARGV group (see evaluate.lua), whose spec "code:L:W:B:N" gives limit L, window W µs,
 -- capacity B.
 --
 -- Semantics (limit.stepTokenBucket): r = L/W tokens per µs; tokens, ts =
