@@ -10,7 +10,9 @@ package xds
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,12 +89,16 @@ type Client struct {
 	conn   *grpc.ClientConn
 	acked  string // version_info of the last response ACKed, sent when subscribing again
 
-	// The last version refused and why. go-control-plane's snapshot cache
+	// The last response refused on the current stream, by a hash of its
+	// version and resources, and why. go-control-plane's snapshot cache
 	// answers a NACK, which carries the last good version, by sending the
 	// refused snapshot again at once; its repeats are NACKed again without
 	// compiling, counting or logging them anew, after nackRepeatDelay so
-	// that the two ends do not spin.
-	refused    string
+	// that the two ends do not spin. Keyed on the content, not the version
+	// alone, and forgotten with the stream: a management server that
+	// restarts may reuse a refused version_info (Envoy Gateway's is a
+	// counter from 1) for good rules, which must then be compiled.
+	refused    [sha256.Size]byte
 	refusedErr string
 }
 
@@ -201,6 +207,7 @@ func (c *Client) Run(ctx context.Context) error {
 func (c *Client) subscribe(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, metadata.New(c.opts.Headers)))
 	defer cancel()
+	c.refusedErr = "" // a refusal holds for its stream only
 	// WaitForReady: while the server cannot be reached the stream waits
 	// for grpc's connection backoff instead of failing at once.
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
@@ -225,7 +232,8 @@ func (c *Client) subscribe(ctx context.Context) error {
 // naming every problem.
 func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *discovery.DiscoveryRequest {
 	version := resp.GetVersionInfo()
-	if c.refusedErr != "" && version == c.refused {
+	key := contentKey(resp)
+	if c.refusedErr != "" && key == c.refused {
 		t := time.NewTimer(nackRepeatDelay)
 		select {
 		case <-ctx.Done():
@@ -245,13 +253,32 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *
 		err = c.feed.Push(version, files)
 	}
 	if err != nil {
-		c.refused, c.refusedErr = version, err.Error()
+		c.refused, c.refusedErr = key, err.Error()
 		c.logger.Warn("xds: NACK", "version", version, "kept", c.acked)
 		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()})
 	}
-	c.acked, c.refused, c.refusedErr = version, "", ""
+	c.acked, c.refusedErr = version, ""
 	c.logger.Debug("xds: ACK", "version", version, "resources", len(resp.GetResources()))
 	return c.request(resp.GetNonce(), nil)
+}
+
+// contentKey identifies a response by its version, type and resources, so
+// that a repeat of a refused response is known without compiling it.
+func contentKey(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
+	h := sha256.New()
+	field := func(b []byte) {
+		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	field([]byte(resp.GetVersionInfo()))
+	field([]byte(resp.GetTypeUrl()))
+	for _, r := range resp.GetResources() {
+		field([]byte(r.GetTypeUrl()))
+		field(r.GetValue())
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
 }
 
 // request is a DiscoveryRequest for every resource of TypeURL, carrying the

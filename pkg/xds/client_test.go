@@ -327,3 +327,46 @@ func TestNewRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedVersionReused pushes a broken version "5", then restarts the
+// management server with good rules also versioned "5", as Envoy Gateway's
+// counter does after a restart: the new stream compiles them and puts them
+// in force, while on the first stream the repeats of the refused content
+// were refused without compiling them again.
+func TestRefusedVersionReused(t *testing.T) {
+	var logs testlog.Buffer
+	m := startMgmt(t, "127.0.0.1:0", nil)
+	m.set("test-node", "4", perMinute("api", "api", "user", 10))
+	feed := runClient(t, fastOptions(m.addr, &logs))
+	waitFor(t, "4 in force", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
+
+	broken := perMinute("api", "api", "user", 30)
+	broken.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
+	m.set("test-node", "5", broken)
+	nackOf(m, "5")
+	// The cache sends the refused snapshot again after each NACK: wait
+	// for a repeat's NACK, which must not count as a new failure.
+	waitFor(t, "a repeated NACK", func() bool {
+		n := 0
+		for _, r := range m.requests() {
+			if r.GetErrorDetail() != nil {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	if st := feed.Status(); st.Failures != 1 {
+		t.Errorf("after repeats of the refused 5: %d failures, want 1 (repeats are not compiled again)", st.Failures)
+	}
+
+	m.srv.Stop()
+	m2 := startMgmt(t, m.addr, nil)
+	m2.set("test-node", "5", perMinute("api", "api", "user", 50))
+	waitFor(t, "the good 5 from the restarted server in force", func() bool { return limitOf(feed, "api", "user", "u") == 50 })
+	if st := feed.Status(); st.Origin != "5" || st.LastError != nil {
+		t.Errorf("after the good 5: status %+v, want origin 5 and no error", st)
+	}
+	m2.waitRequest("ACK of the good 5", func(r *discovery.DiscoveryRequest) bool {
+		return r.GetVersionInfo() == "5" && r.GetErrorDetail() == nil && r.GetResponseNonce() != ""
+	})
+}
