@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -75,17 +76,30 @@ func whileXDS(src envSource) envSource {
 	}
 }
 
-// defaultXDS is the -xds-* flags' defaults, to tell them set.
-var defaultXDS = func() xdsConfig {
-	var c config
-	newFlagSet(&c)
-	return c.xds
-}()
+// setFlags returns the -xds-* flags whose values differ from their
+// defaults, so that an error can name the settings at fault.
+func (x *xdsConfig) setFlags() []string {
+	// The flags of a new set point into scratch, reset to the defaults;
+	// given x's values, each flag's String is x's and its DefValue the
+	// default.
+	var scratch config
+	fs := newFlagSet(&scratch)
+	scratch.xds = *x
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "xds-") && f.Value.String() != f.DefValue {
+			names = append(names, "-"+f.Name)
+		}
+	})
+	return names
+}
 
 func (x *xdsConfig) validate(c *config) error {
 	if !x.on {
-		if *x != defaultXDS {
-			return errors.New("-xds-* settings need -config-type grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW)")
+		if set := x.setFlags(); len(set) > 0 {
+			// The flags first: namingSources then names their
+			// variables (FLOODGATE_XDS_SERVER) before CONFIG_TYPE's.
+			return fmt.Errorf("%s set, but the rules come from files: xDS settings need -config-type grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW)", strings.Join(set, ", "))
 		}
 		return nil
 	}
