@@ -102,6 +102,9 @@ func TestXDS(t *testing.T) {
 		!strings.Contains(body, "(xds/default/eg/http:") {
 		t.Errorf("/rlconfig after the first push lacks version 1, the pushed version_info and the pushed rule:\n%s", body)
 	}
+	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "source: xds "+l.Addr().String()+` node envoy-ratelimit: receiving rules; last ACK "1" at `) {
+		t.Errorf("/rlconfig lacks the state of the xDS connection:\n%s", body)
+	}
 
 	// A broken push: refused, shown, counted; the rules in force serve.
 	broken := limit(9)

@@ -106,6 +106,9 @@ func (x *xdsConfig) validate(c *config) error {
 	if x.server == "" {
 		return errors.New("-xds-server (CONFIG_GRPC_XDS_SERVER_URL) is empty: give the management server's host:port")
 	}
+	if err := xds.CheckTarget(x.server); err != nil {
+		return fmt.Errorf("-xds-server %w", err)
+	}
 	if _, err := splitPairs(x.nodeMetadata, "=", "-xds-node-metadata"); err != nil {
 		return err
 	}

@@ -17,6 +17,9 @@ type Feed struct {
 	opts   Options
 	once   sync.Once
 	loaded chan struct{}
+
+	mu     sync.Mutex
+	source string
 }
 
 // NewFeed returns a Feed holding no rules yet: until the first good push,
@@ -58,3 +61,21 @@ func (f *Feed) Refuse(origin string, err error) {
 
 // Loaded returns a channel closed once a first push has been put in force.
 func (f *Feed) Loaded() <-chan struct{} { return f.loaded }
+
+// SetSource records the state of the source's connection, shown as
+// Status().Source: the client that pushes tells there whether its server is
+// reached and why not, so that operators see it beside the rules.
+func (f *Feed) SetSource(state string) {
+	f.mu.Lock()
+	f.source = state
+	f.mu.Unlock()
+}
+
+// Status returns the state of the pushes and of the source's connection.
+func (f *Feed) Status() Status {
+	st := f.history.Status()
+	f.mu.Lock()
+	st.Source = f.source
+	f.mu.Unlock()
+	return st
+}
