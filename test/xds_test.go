@@ -120,6 +120,17 @@ func TestXDS(t *testing.T) {
 		!strings.Contains(body, "rate_limit.unit") {
 		t.Errorf("/rlconfig after a broken push lacks version 1, 1 failure and the error:\n%s", body)
 	}
+	// The refused files, which the error's positions point into, are on
+	// the debug listener, and only there.
+	if code, body := get("http://" + p.dbgAddr + "/ui/xds/"); code != 200 || body != "version_info: 2\n/ui/xds/default/eg/http\n" {
+		t.Errorf("debug /ui/xds/: %d %q, want the pushed version and its one file", code, body)
+	}
+	if code, body := get("http://" + p.dbgAddr + "/ui/xds/default/eg/http"); code != 200 || !strings.Contains(body, "requests_per_unit: 9") {
+		t.Errorf("debug /ui/xds/default/eg/http: %d %q, want the refused push's YAML", code, body)
+	}
+	if code, _ := get("http://" + p.httpAddr + "/ui/xds/default/eg/http"); code == 200 {
+		t.Error("the pushed files are served on the HTTP listener too, want the debug listener only")
+	}
 	if body := ask("alice"); !strings.Contains(body, `"overallCode":"OVER_LIMIT"`) {
 		t.Errorf("after a broken push: %s, want the limit of 2 still in force", body)
 	}
