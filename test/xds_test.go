@@ -105,6 +105,9 @@ func TestXDS(t *testing.T) {
 	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "source: xds "+l.Addr().String()+` node envoy-ratelimit: receiving rules; last ACK "1" at `) {
 		t.Errorf("/rlconfig lacks the state of the xDS connection:\n%s", body)
 	}
+	if _, body := p.httpGet("/ui/api/snapshot"); !strings.Contains(body, `"origin":"1"`) || !strings.Contains(body, `"source":"xds `) {
+		t.Errorf("the live page's snapshot lacks the xDS origin and source:\n%.600s", body)
+	}
 
 	// A broken push: refused, shown, counted; the rules in force serve.
 	broken := limit(9)
