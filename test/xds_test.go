@@ -102,6 +102,12 @@ func TestXDS(t *testing.T) {
 		!strings.Contains(body, "(xds/default/eg/http:") {
 		t.Errorf("/rlconfig after the first push lacks version 1, the pushed version_info and the pushed rule:\n%s", body)
 	}
+	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "source: xds "+l.Addr().String()+` node envoy-ratelimit: receiving rules; last ACK "1" at `) {
+		t.Errorf("/rlconfig lacks the state of the xDS connection:\n%s", body)
+	}
+	if _, body := p.httpGet("/ui/api/snapshot"); !strings.Contains(body, `"origin":"1"`) || !strings.Contains(body, `"source":"xds `) {
+		t.Errorf("the live page's snapshot lacks the xDS origin and source:\n%.600s", body)
+	}
 
 	// A broken push: refused, shown, counted; the rules in force serve.
 	broken := limit(9)
@@ -116,6 +122,17 @@ func TestXDS(t *testing.T) {
 	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "version: 1\n") || !strings.Contains(body, "failures: 1\n") ||
 		!strings.Contains(body, "rate_limit.unit") {
 		t.Errorf("/rlconfig after a broken push lacks version 1, 1 failure and the error:\n%s", body)
+	}
+	// The refused files, which the error's positions point into, are on
+	// the debug listener, and only there.
+	if code, body := get("http://" + p.dbgAddr + "/ui/xds/"); code != 200 || body != "version_info: 2\n/ui/xds/default/eg/http\n" {
+		t.Errorf("debug /ui/xds/: %d %q, want the pushed version and its one file", code, body)
+	}
+	if code, body := get("http://" + p.dbgAddr + "/ui/xds/default/eg/http"); code != 200 || !strings.Contains(body, "requests_per_unit: 9") {
+		t.Errorf("debug /ui/xds/default/eg/http: %d %q, want the refused push's YAML", code, body)
+	}
+	if code, _ := get("http://" + p.httpAddr + "/ui/xds/default/eg/http"); code == 200 {
+		t.Error("the pushed files are served on the HTTP listener too, want the debug listener only")
 	}
 	if body := ask("alice"); !strings.Contains(body, `"overallCode":"OVER_LIMIT"`) {
 		t.Errorf("after a broken push: %s, want the limit of 2 still in force", body)

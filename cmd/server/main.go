@@ -89,6 +89,12 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	}
 
 	logNotes(logger, cfg)
+	if cfg.check || cfg.explain {
+		if err := offlineRules(cfg); err != nil {
+			out.fatal(err, "")
+			return 1
+		}
+	}
 	switch {
 	case cfg.check:
 		if rules.Check(stdout, cfg.rulesPath, ruleOpts) != nil {
@@ -208,7 +214,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		Conns:                 cfg.conns,
 		Refused:               metrics.Refused,
 		UI:                    pages.http,
-		DebugUI:               pages.debug,
+		DebugUI:               withPushedFiles(pages.debug, watcher),
 	})
 	if err == nil {
 		err = srv.RegisterMetrics(reg)

@@ -3,8 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,22 +80,38 @@ func whileXDS(src envSource) envSource {
 	}
 }
 
-// defaultXDS is the -xds-* flags' defaults, to tell them set.
-var defaultXDS = func() xdsConfig {
-	var c config
-	newFlagSet(&c)
-	return c.xds
-}()
+// setFlags returns the -xds-* flags whose values differ from their
+// defaults, so that an error can name the settings at fault.
+func (x *xdsConfig) setFlags() []string {
+	// The flags of a new set point into scratch, reset to the defaults;
+	// given x's values, each flag's String is x's and its DefValue the
+	// default.
+	var scratch config
+	fs := newFlagSet(&scratch)
+	scratch.xds = *x
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "xds-") && f.Value.String() != f.DefValue {
+			names = append(names, "-"+f.Name)
+		}
+	})
+	return names
+}
 
 func (x *xdsConfig) validate(c *config) error {
 	if !x.on {
-		if *x != defaultXDS {
-			return errors.New("-xds-* settings need -config-type grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW)")
+		if set := x.setFlags(); len(set) > 0 {
+			// The flags first: namingSources then names their
+			// variables (FLOODGATE_XDS_SERVER) before CONFIG_TYPE's.
+			return fmt.Errorf("%s set, but the rules come from files: xDS settings need -config-type grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW)", strings.Join(set, ", "))
 		}
 		return nil
 	}
 	if x.server == "" {
 		return errors.New("-xds-server (CONFIG_GRPC_XDS_SERVER_URL) is empty: give the management server's host:port")
+	}
+	if err := xds.CheckTarget(x.server); err != nil {
+		return fmt.Errorf("-xds-server %w", err)
 	}
 	if _, err := splitPairs(x.nodeMetadata, "=", "-xds-node-metadata"); err != nil {
 		return err
@@ -215,4 +236,57 @@ func openRules(ctx context.Context, cfg *config, opts rules.Options, logger *slo
 		<-done
 		return nil, nil, fmt.Errorf("stopped before the first rules arrived from the xDS server %s", cfg.xds.server)
 	}
+}
+
+// offlineRules is the error of check and explain when the server takes its
+// rules from an xDS server: they read rule files only, and with none at
+// -config they would say "no such file" without saying why none is there.
+func offlineRules(cfg *config) error {
+	if !cfg.xds.on {
+		return nil
+	}
+	if _, err := os.Stat(cfg.rulesPath); err != nil {
+		return fmt.Errorf("with -config-type grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW) the rules come from the xDS server %s, "+
+			"which check and explain do not ask: they read rule files, and -config %s cannot be read (%w); "+
+			"point -config at a copy of the pushed rules (a running server's debug listener serves them under /ui/xds/)",
+			cfg.xds.server, cfg.rulesPath, err)
+	}
+	return nil
+}
+
+// withPushedFiles adds to the debug listener's live page, page (nil when
+// -ui=false), the rule files last pushed over xDS when src is a rules.Feed:
+// /ui/xds/ lists them with the push's version_info, /ui/xds/<name> is the
+// YAML of the file that errors name xds/<name>:line:col, which exists
+// nowhere else. Read-only, and on the debug listener only, like pprof:
+// the rules hold request values.
+func withPushedFiles(page http.Handler, src ruleSource) http.Handler {
+	feed, ok := src.(*rules.Feed)
+	if !ok {
+		return page
+	}
+	mux := http.NewServeMux()
+	if page != nil {
+		mux.Handle("/ui", page)
+		mux.Handle("/ui/", page)
+	}
+	mux.HandleFunc("GET /ui/xds/{name...}", func(w http.ResponseWriter, r *http.Request) {
+		origin, files := feed.Pushed()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		name := r.PathValue("name")
+		if name == "" {
+			fmt.Fprintf(w, "version_info: %s\n", origin)
+			for _, n := range slices.Sorted(maps.Keys(files)) {
+				fmt.Fprintf(w, "/ui/%s\n", n)
+			}
+			return
+		}
+		data, ok := files["xds/"+name]
+		if !ok {
+			http.Error(w, fmt.Sprintf("no resource %q in the last push (version_info %q); /ui/xds/ lists them", name, origin), http.StatusNotFound)
+			return
+		}
+		w.Write(data)
+	})
+	return mux
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -60,6 +62,37 @@ func TestXDSStart(t *testing.T) {
 			}
 			if !strings.Contains(logs.String(), tc.wantLog) {
 				t.Errorf("logs lack %q:\n%s", tc.wantLog, logs)
+			}
+		})
+	}
+}
+
+// With xDS, check and explain, which read rule files, say that the rules
+// come from the xDS server and how to check them when -config is missing,
+// instead of only "no such file"; given a copy, they read it.
+func TestXDSOffline(t *testing.T) {
+	copyDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(copyDir, "api.yaml"), []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "none")
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"check without files", []string{"-config", missing, "-check"}, 1,
+			"the rules come from the xDS server eg:18000, which check and explain do not ask: they read rule files, and -config " + missing + " cannot be read"},
+		{"explain without files", []string{"-config", missing, "-explain", "api", "user=u"}, 1, "point -config at a copy of the pushed rules"},
+		{"check of a copy", []string{"-config", copyDir, "-check"}, 0, "1 domain"},
+		{"explain of a copy", []string{"-config", copyDir, "-explain", "api", "user=u"}, 0, "3 per minute"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out testlog.Buffer
+			env := envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "eg:18000")
+			if code := run(context.Background(), tc.args, env, &out, &out); code != tc.wantCode || !strings.Contains(out.String(), tc.want) {
+				t.Errorf("exit %d, want %d, output lacking %q:\n%s", code, tc.wantCode, tc.want, out.String())
 			}
 		})
 	}

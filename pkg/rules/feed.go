@@ -17,6 +17,11 @@ type Feed struct {
 	opts   Options
 	once   sync.Once
 	loaded chan struct{}
+
+	mu     sync.Mutex
+	source string
+	pushed map[string][]byte // the files of the last Push, good or refused
+	origin string            // and its origin
 }
 
 // NewFeed returns a Feed holding no rules yet: until the first good push,
@@ -41,6 +46,9 @@ func NewFeed(opts Options, logger *slog.Logger, attrs ...any) *Feed {
 // error, a *LoadError holding every problem found, is the refusal to report
 // back; the current set then stays.
 func (f *Feed) Push(origin string, files map[string][]byte) error {
+	f.mu.Lock()
+	f.pushed, f.origin = files, origin
+	f.mu.Unlock()
 	set, err := Parse(files, f.opts)
 	f.offer(set, err, false, origin)
 	if err == nil {
@@ -56,5 +64,33 @@ func (f *Feed) Refuse(origin string, err error) {
 	f.offer(nil, err, false, origin)
 }
 
+// Pushed returns the files of the last Push and its origin, whether they
+// were put in force or refused: the positions of Status().LastError, and
+// of the rules in force when it is nil, are in these files, which exist
+// nowhere else. The map must not be modified; Push keeps files as given.
+func (f *Feed) Pushed() (origin string, files map[string][]byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.origin, f.pushed
+}
+
 // Loaded returns a channel closed once a first push has been put in force.
 func (f *Feed) Loaded() <-chan struct{} { return f.loaded }
+
+// SetSource records the state of the source's connection, shown as
+// Status().Source: the client that pushes tells there whether its server is
+// reached and why not, so that operators see it beside the rules.
+func (f *Feed) SetSource(state string) {
+	f.mu.Lock()
+	f.source = state
+	f.mu.Unlock()
+}
+
+// Status returns the state of the pushes and of the source's connection.
+func (f *Feed) Status() Status {
+	st := f.history.Status()
+	f.mu.Lock()
+	st.Source = f.source
+	f.mu.Unlock()
+	return st
+}

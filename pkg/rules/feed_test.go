@@ -55,3 +55,36 @@ func TestFeed(t *testing.T) {
 		t.Error("Loaded not closed after a good push")
 	}
 }
+
+// TestFeedPushedAndSource checks that a Feed keeps the files of its last
+// push, good or refused, which the positions of its errors point into, and
+// the state its source reports.
+func TestFeedPushedAndSource(t *testing.T) {
+	f := NewFeed(Options{}, nil)
+	if origin, files := f.Pushed(); origin != "" || files != nil || f.Status().Source != "" {
+		t.Fatalf("new feed: pushed %q %v, source %q; want nothing", origin, files, f.Status().Source)
+	}
+	good := map[string][]byte{"xds/a": []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}
+	bad := map[string][]byte{"xds/a": []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")}
+	for _, push := range []struct {
+		origin string
+		files  map[string][]byte
+		ok     bool
+	}{{"1", good, true}, {"2", bad, false}} {
+		err := f.Push(push.origin, push.files)
+		if (err == nil) != push.ok {
+			t.Fatalf("push %s: %v", push.origin, err)
+		}
+		origin, files := f.Pushed()
+		if origin != push.origin || string(files["xds/a"]) != string(push.files["xds/a"]) {
+			t.Errorf("after push %s: Pushed = %q %q", push.origin, origin, files["xds/a"])
+		}
+	}
+	if err := f.Status().LastError; err == nil || !strings.Contains(err.Error(), "xds/a:4:") {
+		t.Errorf("last error %v, want a position in xds/a, which Pushed serves", err)
+	}
+	f.SetSource("connected")
+	if got := f.Status().Source; got != "connected" {
+		t.Errorf("Source = %q, want connected", got)
+	}
+}

@@ -45,6 +45,10 @@ type Status struct {
 	// version_info of the xDS response they came in (Feed); "" for rule
 	// files, whose Version says it all.
 	Origin string
+	// Source is the state of the connection of a remote source (a Feed's,
+	// as its client reports it with SetSource), such as whether the xDS
+	// server is reached and the last error; "" for rule files.
+	Source string
 	// Reloads counts reload attempts after the first load, good or not,
 	// including those that found nothing changed; Failures counts the
 	// refused ones. Run's look at the files when it starts watching counts

@@ -169,6 +169,9 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 	if st.Origin != "" {
 		fmt.Fprintf(&b, "origin: %s\n", st.Origin)
 	}
+	if st.Source != "" {
+		fmt.Fprintf(&b, "source: %s\n", st.Source)
+	}
 	if st.LastError != nil {
 		fmt.Fprintf(&b, "last_error_at: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339Nano))
 		var lines []string

@@ -10,7 +10,7 @@ import (
 // floodgate_rules_last_success_timestamp_seconds.
 func RegisterRuleMetrics(reg prometheus.Registerer, rs Rules) error {
 	reloads := prometheus.NewDesc("floodgate_rules_reloads_total",
-		"Reloads of the rule files after the first load, by result.", []string{"result"}, nil)
+		"Reloads of the rules (rule files, or xDS pushes) after the first load, by result.", []string{"result"}, nil)
 	cs := []prometheus.Collector{
 		&reloadCollector{rs: rs, desc: reloads},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_rules_version",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -385,4 +386,38 @@ func saveScreenshot(t *testing.T, png []byte) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot of the live page: %s (%d bytes)", path, len(png))
+}
+
+// TestPageShowsXDSOrigin opens the page over rules pushed as an xDS
+// management server pushes them: the header names the version_info in
+// force and the state of the connection, as /rlconfig's origin: and
+// source: lines do.
+func TestPageShowsXDSOrigin(t *testing.T) {
+	feed := rules.NewFeed(rules.Options{}, nil)
+	if err := feed.Push("42", map[string][]byte{"xds/api": []byte(unitRules)}); err != nil {
+		t.Fatal(err)
+	}
+	feed.SetSource(`xds eg:18001 node envoy-ratelimit: receiving rules; last ACK "42"`)
+	reg := prometheus.NewRegistry()
+	m, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Options{Rules: feed, Gatherer: reg, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	b := newBrowser(t)
+	b.open(srv.URL + "/ui/")
+	p := b.waitPage("the rules", func(p pageState) bool { return len(p.Rules) > 0 })
+	if p.Version != "version 1 (xDS version_info 42)" {
+		t.Errorf("page header %q, want the version and the xDS version_info 42", p.Version)
+	}
+	var detail string
+	b.eval(&detail, `return document.getElementById("rules-detail").textContent;`)
+	if !strings.Contains(detail, `xds eg:18001 node envoy-ratelimit: receiving rules; last ACK "42"`) {
+		t.Errorf("page detail %q, want the xDS connection's state", detail)
+	}
 }

@@ -43,6 +43,11 @@ type RuleStatus struct {
 	LoadedAt time.Time `json:"loaded_at"`
 	Reloads  uint64    `json:"reloads"`
 	Failures uint64    `json:"failures"`
+	// Origin is the source's name of the rules in force (the xDS
+	// version_info), and Source the state of its connection, as /rlconfig's
+	// origin: and source: lines; empty for rule files.
+	Origin string `json:"origin,omitempty"`
+	Source string `json:"source,omitempty"`
 	// LastErrorAt and Errors describe the last refused reload: one
 	// "file:line:col: field: message" per problem. Empty when the latest
 	// attempt was good.
@@ -222,7 +227,8 @@ func label(m *dto.Metric, name string) string {
 // ruleStatus is the loads' state, with a refused reload's problems one per
 // line.
 func ruleStatus(st rules.Status, set *rules.Set) RuleStatus {
-	rs := RuleStatus{Version: st.Version, LoadedAt: st.LoadedAt, Reloads: st.Reloads, Failures: st.Failures}
+	rs := RuleStatus{Version: st.Version, LoadedAt: st.LoadedAt, Reloads: st.Reloads, Failures: st.Failures,
+		Origin: st.Origin, Source: st.Source}
 	if st.LastError != nil {
 		at := st.LastErrorAt
 		rs.LastErrorAt = &at

@@ -131,7 +131,7 @@ func TestRoutes(t *testing.T) {
 // line.
 func TestSnapshot(t *testing.T) {
 	refusedAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	st := rules.Status{Version: 4, Reloads: 5, Failures: 1, LastErrorAt: refusedAt, LastError: &rules.LoadError{Errors: []rules.FieldError{
+	st := rules.Status{Version: 4, Reloads: 5, Failures: 1, Origin: "7", Source: "xds eg:18001 node n: receiving rules", LastErrorAt: refusedAt, LastError: &rules.LoadError{Errors: []rules.FieldError{
 		{Pos: rules.Position{File: "d.yaml", Line: 4, Column: 19}, Field: "descriptors[0].rate_limit.unit", Msg: "unknown unit"},
 		{Pos: rules.Position{File: "e.yaml", Line: 1, Column: 1}, Msg: "no domain"},
 	}}}
@@ -187,7 +187,7 @@ func TestSnapshot(t *testing.T) {
 			t.Errorf("hot counter %+v shows a value without ShowValues", h)
 		}
 	}
-	want := RuleStatus{Version: 4, Reloads: 5, Failures: 1, LastErrorAt: &refusedAt, Errors: []string{
+	want := RuleStatus{Version: 4, Reloads: 5, Failures: 1, Origin: "7", Source: "xds eg:18001 node n: receiving rules", LastErrorAt: &refusedAt, Errors: []string{
 		"d.yaml:4:19: descriptors[0].rate_limit.unit: unknown unit", "e.yaml:1:1: no domain"}}
 	gotJSON, _ := json.Marshal(snap.Rules)
 	wantJSON, _ := json.Marshal(want)

@@ -9,12 +9,21 @@
 package xds
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -23,9 +32,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -38,6 +50,7 @@ const (
 	DefaultBackoffInitial      = 10 * time.Second
 	DefaultBackoffMax          = 60 * time.Second
 	DefaultBackoffRandomFactor = 0.5
+	DefaultStallWarning        = 10 * time.Second
 )
 
 // Options configure a Client. The zero value of a field means its default.
@@ -76,6 +89,10 @@ type Options struct {
 	MaxMessageBytes int
 	// Logger receives the connection's events; nil discards them.
 	Logger *slog.Logger
+	// StallWarning is how often a warning is logged while no stream
+	// delivers rules: the server cannot be reached, or answers nothing
+	// (a node id it holds no snapshot for). Zero means 10 s.
+	StallWarning time.Duration
 }
 
 // Client keeps a rules.Feed up to date from a management server.
@@ -87,24 +104,75 @@ type Client struct {
 	conn   *grpc.ClientConn
 	acked  string // version_info of the last response ACKed, sent when subscribing again
 
-	// The last version refused and why. go-control-plane's snapshot cache
+	// The last response refused on the current stream, by a hash of its
+	// version and resources, and why. go-control-plane's snapshot cache
 	// answers a NACK, which carries the last good version, by sending the
 	// refused snapshot again at once; its repeats are NACKed again without
 	// compiling, counting or logging them anew, after nackRepeatDelay so
-	// that the two ends do not spin.
-	refused    string
+	// that the two ends do not spin. Keyed on the content, not the version
+	// alone, and forgotten with the stream: a management server that
+	// restarts may reuse a refused version_info (Envoy Gateway's is a
+	// counter from 1) for good rules, which must then be compiled.
+	refused    [sha256.Size]byte
 	refusedErr string
+
+	// The connection's state, for the stall warnings and the feed's
+	// Status().Source; written by Run's goroutines.
+	mu        sync.Mutex
+	state     connectivity.State
+	receiving bool      // the current stream has delivered a response
+	since     time.Time // when receiving last became false
+	lastErr   string    // why the last stream ended or the connection failed
+	lastACK   string
+	lastACKAt time.Time
 }
 
 // nackRepeatDelay spaces the NACKs of a version sent again. A good version
 // pushed meanwhile waits at most this long.
 const nackRepeatDelay = 500 * time.Millisecond
 
+// CheckTarget reports whether target is a gRPC target that names a
+// management server to dial: host:port, or with a resolver's scheme
+// (dns:///host:port, passthrough:///host:port, unix:path). grpc would
+// accept more and fail only when dialing, silently behind the retries:
+// an http:// URL resolves as a host named "http", and a host without a
+// port dials port 443.
+func CheckTarget(target string) error {
+	endpoint := target
+	if scheme, rest, ok := strings.Cut(target, ":"); ok && resolver.Get(scheme) != nil {
+		if scheme == "unix" || scheme == "unix-abstract" {
+			return nil
+		}
+		// scheme://authority/endpoint or scheme:endpoint
+		if after, ok := strings.CutPrefix(rest, "//"); ok {
+			_, endpoint, _ = strings.Cut(after, "/")
+		} else {
+			endpoint = rest
+		}
+	} else if ok && strings.HasPrefix(rest, "//") {
+		return fmt.Errorf("%q: %s:// is not a gRPC target; give host:port (or dns:///host:port)", target, scheme)
+	}
+	host, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port (or dns:///host:port): %w", target, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port %q: want a number from 1 to 65535", target, port)
+	}
+	if host == "" {
+		return fmt.Errorf("%q: no host; give host:port", target)
+	}
+	return nil
+}
+
 // New checks opts and returns a Client that feeds feed once Run runs. It
 // does not connect: a management server that is down is waited for.
 func New(feed *rules.Feed, opts Options) (*Client, error) {
 	if opts.ServerURL == "" {
 		return nil, errors.New("xds: no management server address")
+	}
+	if err := CheckTarget(opts.ServerURL); err != nil {
+		return nil, fmt.Errorf("xds: management server %w", err)
 	}
 	if opts.NodeID == "" {
 		opts.NodeID = DefaultNodeID
@@ -121,6 +189,9 @@ func New(feed *rules.Feed, opts Options) (*Client, error) {
 	if opts.BackoffRandomFactor == 0 {
 		opts.BackoffRandomFactor = DefaultBackoffRandomFactor
 	}
+	if opts.StallWarning == 0 {
+		opts.StallWarning = DefaultStallWarning
+	}
 	switch {
 	case opts.RetryInterval < 0:
 		return nil, fmt.Errorf("xds: retry interval %v: must be positive", opts.RetryInterval)
@@ -128,6 +199,8 @@ func New(feed *rules.Feed, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("xds: backoff from %v to %v: want 0 < initial <= max", opts.BackoffInitial, opts.BackoffMax)
 	case opts.BackoffRandomFactor < 0 || opts.BackoffRandomFactor > 1:
 		return nil, fmt.Errorf("xds: backoff random factor %v: want 0 to 1", opts.BackoffRandomFactor)
+	case opts.StallWarning < 0:
+		return nil, fmt.Errorf("xds: stall warning interval %v: must be positive", opts.StallWarning)
 	case opts.MaxMessageBytes < 0:
 		return nil, fmt.Errorf("xds: max message size %d: must not be negative", opts.MaxMessageBytes)
 	}
@@ -175,13 +248,29 @@ func New(feed *rules.Feed, opts Options) (*Client, error) {
 // again, telling the server the last version it ACKed. Run may be called
 // once.
 func (c *Client) Run(ctx context.Context) error {
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var wg sync.WaitGroup
 	defer c.conn.Close()
+	defer wg.Wait()
+	defer stopWatch()
+	c.mu.Lock()
+	c.since = time.Now()
+	c.mu.Unlock()
+	wg.Add(2)
+	go func() { defer wg.Done(); c.followState(watchCtx) }()
+	go func() { defer wg.Done(); c.warnStalls(watchCtx) }()
 	c.logger.Info("xds: subscribing to rate-limit rules", "server", c.opts.ServerURL, "node", c.opts.NodeID, "type", TypeURL)
 	for {
 		err := c.subscribe(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		c.note(func() {
+			if c.receiving {
+				c.since = time.Now()
+			}
+			c.receiving, c.lastErr = false, err.Error()
+		})
 		// ±50 %, so that many servers cut off together do not come back
 		// together, as the reference's linear backoff with jitter.
 		wait := time.Duration(float64(c.opts.RetryInterval) * (0.5 + rand.Float64()))
@@ -201,6 +290,7 @@ func (c *Client) Run(ctx context.Context) error {
 func (c *Client) subscribe(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, metadata.New(c.opts.Headers)))
 	defer cancel()
+	c.refusedErr = "" // a refusal holds for its stream only
 	// WaitForReady: while the server cannot be reached the stream waits
 	// for grpc's connection backoff instead of failing at once.
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
@@ -215,6 +305,7 @@ func (c *Client) subscribe(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		c.note(func() { c.receiving = true })
 		if err := stream.Send(c.apply(ctx, resp)); err != nil {
 			return err
 		}
@@ -225,7 +316,8 @@ func (c *Client) subscribe(ctx context.Context) error {
 // naming every problem.
 func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *discovery.DiscoveryRequest {
 	version := resp.GetVersionInfo()
-	if c.refusedErr != "" && version == c.refused {
+	key := contentKey(resp)
+	if c.refusedErr != "" && key == c.refused {
 		t := time.NewTimer(nackRepeatDelay)
 		select {
 		case <-ctx.Done():
@@ -245,13 +337,146 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *
 		err = c.feed.Push(version, files)
 	}
 	if err != nil {
-		c.refused, c.refusedErr = version, err.Error()
+		c.refused, c.refusedErr = key, err.Error()
 		c.logger.Warn("xds: NACK", "version", version, "kept", c.acked)
 		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()})
 	}
-	c.acked, c.refused, c.refusedErr = version, "", ""
+	c.acked, c.refusedErr = version, ""
+	c.note(func() { c.lastACK, c.lastACKAt = version, time.Now() })
 	c.logger.Debug("xds: ACK", "version", version, "resources", len(resp.GetResources()))
 	return c.request(resp.GetNonce(), nil)
+}
+
+// note runs change under the lock of the connection's state, then shows
+// the new state in the feed's Status.
+func (c *Client) note(change func()) {
+	c.mu.Lock()
+	change()
+	s := c.describe()
+	c.mu.Unlock()
+	c.feed.SetSource(s)
+}
+
+// describe is the state for Status().Source; c.mu is held. It holds
+// times, not durations, as it is computed at each change only.
+func (c *Client) describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "xds %s node %s: ", c.opts.ServerURL, c.opts.NodeID)
+	switch {
+	case c.receiving:
+		b.WriteString("receiving rules")
+	case c.state == connectivity.Ready:
+		fmt.Fprintf(&b, "connected, but no rules received since %s", c.since.UTC().Format(time.RFC3339))
+	default:
+		fmt.Fprintf(&b, "not connected (%s) since %s", c.state, c.since.UTC().Format(time.RFC3339))
+	}
+	if !c.receiving && c.lastErr != "" {
+		fmt.Fprintf(&b, ": %s", c.lastErr)
+	}
+	if c.lastACK != "" || !c.lastACKAt.IsZero() {
+		fmt.Fprintf(&b, "; last ACK %q at %s", c.lastACK, c.lastACKAt.UTC().Format(time.RFC3339))
+	} else {
+		b.WriteString("; nothing ACKed yet")
+	}
+	return b.String()
+}
+
+// followState records the connection's state changes until ctx is done.
+// grpc hides why a connection fails behind WaitForReady; when it fails, a
+// probe that does not wait, which the channel refuses at once with the
+// dial error, learns why.
+func (c *Client) followState(ctx context.Context) {
+	for {
+		state := c.conn.GetState()
+		why := ""
+		if state == connectivity.TransientFailure {
+			why = c.probe(ctx)
+		}
+		c.note(func() {
+			c.state = state
+			if why != "" {
+				c.lastErr = why
+			}
+		})
+		if !c.conn.WaitForStateChange(ctx, state) {
+			return
+		}
+	}
+}
+
+// probe returns the error of a stream opened without waiting for the
+// connection, "" when one opened (it is closed at once, unused).
+func (c *Client) probe(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
+	if err == nil {
+		return ""
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code().String() + ": " + s.Message()
+	}
+	return err.Error()
+}
+
+// warnStalls logs a warning every StallWarning while no stream delivers
+// rules, until ctx is done, rather than one per attempt to connect, which
+// are seconds apart at first and grpc's alone.
+func (c *Client) warnStalls(ctx context.Context) {
+	t := time.NewTicker(c.opts.StallWarning)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		receiving, state, since, lastErr, acked := c.receiving, c.state, c.since, c.lastErr, c.lastACK
+		c.mu.Unlock()
+		if receiving {
+			continue
+		}
+		kept := "none received yet"
+		if acked != "" || c.feed.Status().Version > 0 {
+			kept = "version " + strconv.Quote(acked) + " stays in force"
+		}
+		waited := time.Since(since).Round(100 * time.Millisecond).String()
+		if state == connectivity.Ready {
+			c.logger.Warn("xds: connected to the management server, but it sends no rules: does it hold a snapshot for this node id?",
+				"server", c.opts.ServerURL, "node", c.opts.NodeID, "waited", waited, "rules", kept)
+			continue
+		}
+		c.logger.Warn("xds: cannot reach the management server", "server", c.opts.ServerURL, "state", state.String(),
+			"error", lastErr, "waited", waited, "rules", kept)
+	}
+}
+
+// contentKey identifies a response by its version, type and resources, in
+// any order (the snapshot cache sends them in map order), so that a repeat
+// of a refused response is known without compiling it.
+func contentKey(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
+	field := func(h hash.Hash, b []byte) {
+		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	sums := make([][]byte, 0, len(resp.GetResources()))
+	for _, r := range resp.GetResources() {
+		h := sha256.New()
+		field(h, []byte(r.GetTypeUrl()))
+		field(h, r.GetValue())
+		sums = append(sums, h.Sum(nil))
+	}
+	slices.SortFunc(sums, bytes.Compare)
+	h := sha256.New()
+	field(h, []byte(resp.GetVersionInfo()))
+	field(h, []byte(resp.GetTypeUrl()))
+	for _, sum := range sums {
+		h.Write(sum)
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
 }
 
 // request is a DiscoveryRequest for every resource of TypeURL, carrying the

@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/floodgate/floodgate/internal/testcert"
 	"github.com/floodgate/floodgate/internal/testlog"
@@ -308,6 +310,16 @@ func TestTLS(t *testing.T) {
 	}
 }
 
+// TestCheckTarget accepts the targets grpc dials as meant.
+func TestCheckTarget(t *testing.T) {
+	for _, target := range []string{"eg:18000", "10.0.0.1:18000", "[::1]:18000", "dns:///eg.svc:18000",
+		"dns://10.0.0.10/eg.svc:18000", "passthrough:///eg:1", "unix:/run/xds.sock", "unix:///run/xds.sock"} {
+		if err := CheckTarget(target); err != nil {
+			t.Errorf("CheckTarget(%q) = %v, want nil", target, err)
+		}
+	}
+}
+
 // TestNewRefuses checks that options that cannot work are refused by New.
 func TestNewRefuses(t *testing.T) {
 	feed := rules.NewFeed(rules.Options{}, nil)
@@ -321,9 +333,144 @@ func TestNewRefuses(t *testing.T) {
 		{"random factor", Options{ServerURL: "x:1", BackoffRandomFactor: 2}, "random factor"},
 		{"negative retry", Options{ServerURL: "x:1", RetryInterval: -time.Second}, "retry interval"},
 		{"negative size", Options{ServerURL: "x:1", MaxMessageBytes: -1}, "max message size"},
+		{"an http URL", Options{ServerURL: "http://eg:18000"}, "http:// is not a gRPC target"},
+		{"no port", Options{ServerURL: "eg"}, "missing port"},
+		{"no host", Options{ServerURL: ":18000"}, "no host"},
+		{"a port not a number", Options{ServerURL: "dns:///eg:xds"}, `port "xds"`},
 	} {
 		if _, err := New(feed, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: New = %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestRefusedVersionReused pushes a broken version "5", then restarts the
+// management server with good rules also versioned "5", as Envoy Gateway's
+// counter does after a restart: the new stream compiles them and puts them
+// in force, while on the first stream the repeats of the refused content
+// were refused without compiling them again.
+func TestRefusedVersionReused(t *testing.T) {
+	var logs testlog.Buffer
+	m := startMgmt(t, "127.0.0.1:0", nil)
+	m.set("test-node", "4", perMinute("api", "api", "user", 10))
+	feed := runClient(t, fastOptions(m.addr, &logs))
+	waitFor(t, "4 in force", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
+
+	broken := perMinute("api", "api", "user", 30)
+	broken.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
+	m.set("test-node", "5", broken)
+	nackOf(m, "5")
+	// The cache sends the refused snapshot again after each NACK: wait
+	// for a repeat's NACK, which must not count as a new failure.
+	waitFor(t, "a repeated NACK", func() bool {
+		n := 0
+		for _, r := range m.requests() {
+			if r.GetErrorDetail() != nil {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	if st := feed.Status(); st.Failures != 1 {
+		t.Errorf("after repeats of the refused 5: %d failures, want 1 (repeats are not compiled again)", st.Failures)
+	}
+
+	m.srv.Stop()
+	m2 := startMgmt(t, m.addr, nil)
+	m2.set("test-node", "5", perMinute("api", "api", "user", 50))
+	waitFor(t, "the good 5 from the restarted server in force", func() bool { return limitOf(feed, "api", "user", "u") == 50 })
+	if st := feed.Status(); st.Origin != "5" || st.LastError != nil {
+		t.Errorf("after the good 5: status %+v, want origin 5 and no error", st)
+	}
+	m2.waitRequest("ACK of the good 5", func(r *discovery.DiscoveryRequest) bool {
+		return r.GetVersionInfo() == "5" && r.GetErrorDetail() == nil && r.GetResponseNonce() != ""
+	})
+}
+
+// TestStallsReported runs clients that get no rules: one whose server
+// refuses connections, one whose server holds no snapshot for its node id.
+// Each logs a periodic warning naming the connection's state, the error
+// and how long it has waited, and shows that state in Status().Source; the
+// warnings are spaced by StallWarning, not one per attempt to connect.
+func TestStallsReported(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	m := startMgmt(t, "127.0.0.1:0", nil)
+	m.set("test-node", "1", perMinute("api", "api", "user", 10))
+
+	for _, tc := range []struct {
+		name, addr, node string
+		log, source      []string
+	}{
+		{"refused", dead, "test-node",
+			[]string{"cannot reach the management server", "state=TRANSIENT_FAILURE", "connection refused", "waited=", `rules="none received yet"`},
+			[]string{"xds " + dead + " node test-node: not connected (TRANSIENT_FAILURE) since", "connection refused", "nothing ACKed yet"}},
+		{"wrong node id", m.addr, "no-such-node",
+			[]string{"connected to the management server, but it sends no rules", "node=no-such-node", "waited="},
+			[]string{"connected, but no rules received since", "nothing ACKed yet"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs testlog.Buffer
+			opts := fastOptions(tc.addr, &logs)
+			opts.NodeID = tc.node
+			opts.StallWarning = 100 * time.Millisecond
+			feed := runClient(t, opts)
+			waitFor(t, "a stall warning", func() bool { return strings.Count(logs.String(), "level=WARN msg=\"xds: c") >= 2 })
+			for _, want := range tc.log {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("the warnings do not say %q:\n%s", want, logs.String())
+				}
+			}
+			waitFor(t, "the state in Status().Source", func() bool { return strings.Contains(feed.Status().Source, tc.source[0]) })
+			for _, want := range tc.source[1:] {
+				if got := feed.Status().Source; !strings.Contains(got, want) {
+					t.Errorf("Status().Source = %q, want it to say %q", got, want)
+				}
+			}
+		})
+	}
+
+	// Once rules arrive the warnings stop and Source says so.
+	var logs testlog.Buffer
+	opts := fastOptions(m.addr, &logs)
+	opts.StallWarning = 50 * time.Millisecond
+	feed := runClient(t, opts)
+	waitFor(t, "rules", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
+	waitFor(t, "receiving in Source", func() bool {
+		return strings.Contains(feed.Status().Source, `receiving rules; last ACK "1" at`)
+	})
+	n := strings.Count(logs.String(), "level=WARN")
+	time.Sleep(200 * time.Millisecond)
+	if got := strings.Count(logs.String(), "level=WARN"); got != n {
+		t.Errorf("%d warnings while receiving rules, want none:\n%s", got-n, logs.String())
+	}
+}
+
+// TestContentKey checks that a response's key ignores the order of its
+// resources, which the snapshot cache sends in map order, and changes with
+// the version or any resource.
+func TestContentKey(t *testing.T) {
+	a := &anypb.Any{TypeUrl: TypeURL, Value: []byte("a")}
+	b := &anypb.Any{TypeUrl: TypeURL, Value: []byte("b")}
+	resp := func(version string, rs ...*anypb.Any) *discovery.DiscoveryResponse {
+		return &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: TypeURL, Resources: rs}
+	}
+	base := contentKey(resp("5", a, b))
+	if contentKey(resp("5", b, a)) != base {
+		t.Error("the order of the resources changed the key")
+	}
+	for name, r := range map[string]*discovery.DiscoveryResponse{
+		"another version":   resp("6", a, b),
+		"another resource":  resp("5", a, &anypb.Any{TypeUrl: TypeURL, Value: []byte("c")}),
+		"one resource less": resp("5", a),
+		"split differently": resp("5", &anypb.Any{TypeUrl: TypeURL, Value: []byte("ab")}),
+	} {
+		if contentKey(r) == base {
+			t.Errorf("%s: same key", name)
 		}
 	}
 }

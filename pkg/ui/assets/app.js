@@ -222,8 +222,11 @@ function updateRules(snap) {
 
 function updateHeader(snap) {
   const rs = snap.rules;
-  byId("rules-version").textContent = "version " + rs.version;
-  byId("rules-detail").textContent = "loaded " + fmtTime(rs.loaded_at) + " · " + rs.reloads + " reloads, " + rs.failures + " refused";
+  // origin is the xDS version_info of the rules in force, source the state
+  // of the connection to the xDS server; both absent for rule files.
+  byId("rules-version").textContent = "version " + rs.version + (rs.origin ? " (xDS version_info " + rs.origin + ")" : "");
+  byId("rules-detail").textContent = "loaded " + fmtTime(rs.loaded_at) + " · " + rs.reloads + " reloads, " + rs.failures + " refused" +
+    (rs.source ? " · " + rs.source : "");
   const refused = byId("refused");
   refused.hidden = !(rs.errors && rs.errors.length);
   if (!refused.hidden) {
