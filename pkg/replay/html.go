@@ -5,7 +5,6 @@ import (
 	"html/template"
 	"io"
 	"strings"
-	"time"
 )
 
 // maxChartPoints bounds the points of the chart: longer traffic is drawn
@@ -68,8 +67,8 @@ var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{
 	"stamp": stamp, "delta": delta, "orNone": orNone, "why": exampleWhy,
 	"field": ruleField, "change": func(r RuleDiff) string { return delta(denials(r.New) - denials(r.Old)) },
 	"shadow": func(r RuleDiff) bool { return r.Old != nil && r.Old.Shadow || r.New != nil && r.New.Shadow },
-	"dur":    func(a, b time.Time) string { return b.Sub(a).Round(time.Second).String() },
 	"sub":    func(a, b int) int { return a - b },
+	"plural": plural,
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>floodgate replay</title>
 <style>
@@ -83,7 +82,7 @@ svg{border:1px solid #ccc;background:#fafafa}
 code{font-size:13px}
 </style></head><body>
 <h1>floodgate replay</h1>
-<p>{{.Requests}} requests from {{stamp .From}} to {{stamp .To}} ({{dur .From .To}} of traffic){{if .Skipped}}; {{.Skipped}} access-log lines without rate-limit metadata skipped{{end}}{{if .OutOfOrder}}; {{.OutOfOrder}} out of time order{{end}}.<br>
+<p>{{.Summary}}.<br>
 old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
 
 <h2>Denials per {{if eq .Chart.BinMinutes 1}}minute{{else}}{{.Chart.BinMinutes}} minutes{{end}}</h2>
@@ -101,7 +100,7 @@ old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
 {{end}}<tr><th>(all)</th><th>{{.Old.Allowed}}</th><th>{{.Old.Denied}}</th><th>{{.New.Allowed}}</th><th>{{.New.Denied}}</th><th>{{delta (sub .New.Denied .Old.Denied)}}</th></tr></table>
 
 <h2>Per rule</h2>
-<p>Descriptors that matched the rule, within or over its limits{{if .Idle}}; {{.Idle}} rules without traffic not shown{{end}}.</p>
+<p>Descriptors that matched the rule, within or over its limits{{if .Idle}}; {{plural .Idle "rule"}} without traffic not shown{{end}}.</p>
 <table><tr><th>rule</th><th>old allowed</th><th>old denied</th><th>new allowed</th><th>new denied</th><th>change</th></tr>
 {{range .Active}}<tr><td>{{.Rule}}{{if shadow .}} (shadow){{end}}</td><td>{{field .Old false}}</td><td>{{field .Old true}}</td><td>{{field .New false}}</td><td>{{field .New true}}</td><td>{{change .}}</td></tr>
 {{end}}</table>
@@ -113,7 +112,7 @@ old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
 {{end}}</table>{{end}}
 
 <h2>Busiest counters</h2>
-<p>{{.Counters}} counters seen; requests offered, whatever was decided.</p>
+<p>{{plural .Counters "counter"}} seen; requests offered, whatever was decided.</p>
 <table><tr><th>domain</th><th>descriptor</th><th>requests</th><th>peak/s</th><th>at</th><th>peak/min</th><th>old rule</th><th>new rule</th></tr>
 {{range .Peaks}}<tr><td>{{.Domain}}</td><td class="l"><code>{{.Descriptor}}</code></td><td>{{.Requests}}</td><td>{{.PeakPerSecond}}</td><td>{{stamp .PeakSecond}}</td><td>{{.PeakPerMinute}}</td><td class="l">{{orNone .OldRule}}</td><td class="l">{{orNone .NewRule}}</td></tr>
 {{end}}</table>
@@ -127,8 +126,9 @@ func (rep *Report) WriteHTML(w io.Writer) error {
 	active, idle := rep.activeRules()
 	return htmlReport.Execute(w, struct {
 		*Report
-		Chart  chart
-		Active []RuleDiff
-		Idle   int
-	}{rep, newChart(rep), active, idle})
+		Chart   chart
+		Active  []RuleDiff
+		Idle    int
+		Summary string
+	}{rep, newChart(rep), active, idle, rep.summary()})
 }
