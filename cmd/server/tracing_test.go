@@ -140,6 +140,17 @@ func TestTracingEndToEnd(t *testing.T) {
 					if s.TraceID != trace || s.Via != protocol || s.Attrs["ratelimit.overall_code"] != want.code {
 						t.Errorf("span under %s: trace %s via %s, code %v", want.parent, s.TraceID, s.Via, s.Attrs["ratelimit.overall_code"])
 					}
+					// The reference's span name and attribute, and the
+					// semantics of the transport: gRPC, or HTTP for /json.
+					if s.Name != "ShouldRateLimit Execution" || s.Attrs["domain"] != "rl" {
+						t.Errorf("span %q with domain %v, want the reference's \"ShouldRateLimit Execution\" with domain rl", s.Name, s.Attrs["domain"])
+					}
+					if want.parent == grpcSpan && s.Attrs["rpc.system.name"] != "grpc" {
+						t.Errorf("the gRPC call's span: %v", s.Attrs)
+					}
+					if _, rpc := s.Attrs["rpc.system.name"]; want.parent == httpSpan && (rpc || s.Attrs["http.request.method"] != "POST" || s.Attrs["url.path"] != "/json") {
+						t.Errorf("the /json request's span is not an HTTP request's: %v", s.Attrs)
+					}
 					for k, v := range map[string]string{"service.name": "rl-test", "service.namespace": "edge", "service.instance.id": "rl-0"} {
 						if s.Resource[k] != v {
 							t.Errorf("resource %s = %v, want %s", k, s.Resource[k], v)
