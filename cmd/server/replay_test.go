@@ -155,7 +155,7 @@ func TestReplayCommandNothingOrTruncated(t *testing.T) {
 		{"only skipped lines", `{"start_time":"2026-01-01T00:00:00Z","ratelimit":null}` + "\n", 3,
 			[]string{"No request replayed", "1 access-log line without rate-limit metadata skipped"}, []string{"no request replayed"}},
 		{"truncated last line", line + "\n" + line[:30], 0,
-			[]string{"Replayed 1 request from 2026-01-01T00:00:00Z to 2026-01-01T00:00:00Z", "an incomplete last line skipped", "(1 counter seen;"},
+			[]string{"Replayed 1 request from 2026-01-01T00:00:00Z to 2026-01-01T00:00:00Z", "an incomplete last line skipped", "Busiest counters (1 seen;"},
 			[]string{"has no newline and is not JSON", "requests=1"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

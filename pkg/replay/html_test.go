@@ -45,6 +45,9 @@ func TestHTMLChartBars(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := b.String()
+	if !strings.Contains(h, "Replayed 500 requests") || !strings.Contains(h, "<p>1 counter seen;") {
+		t.Errorf("the HTML summary's counts are not worded by number")
+	}
 	if strings.Contains(h, "<polyline") || strings.Contains(h, "<path") {
 		t.Errorf("the chart joins the minutes with a line")
 	}

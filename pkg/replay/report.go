@@ -211,7 +211,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 		ew.printf("  %s %s %s: %s -> %s%s\n", stamp(e.Time), e.Domain, e.Descriptors, e.Old, e.New, exampleWhy(e))
 	}
 
-	ew.printf("\nBusiest counters (%s seen; requests offered):\n", plural(rep.Counters, "counter"))
+	ew.printf("\nBusiest counters (%d seen; requests offered):\n", rep.Counters)
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "DOMAIN\tDESCRIPTOR\tREQUESTS\tPEAK/S\tAT\tPEAK/MIN\tOLD RULE\tNEW RULE\n")
 	for _, p := range rep.Peaks {
