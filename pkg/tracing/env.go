@@ -145,28 +145,41 @@ func checkFile(variable, path string) error {
 // endpoint returns where the exporter of protocol sends spans, with the
 // variable that said so ("" for the default): the URL posted to for
 // OTLP/HTTP (the generic variable's URL gets /v1/traces appended, the
-// per-signal one is used as is), the URL dialled for OTLP/gRPC. It
-// assumes checkEnv passed.
+// per-signal one is used as is), the URL dialled for OTLP/gRPC. Its
+// scheme is what the exporter does: https (TLS) by default and for an
+// https URL, http (plaintext) for an http URL, and either as
+// OTEL_EXPORTER_OTLP_INSECURE (or its _TRACES_ form), read after the URL,
+// says. It assumes checkEnv passed.
 func endpoint(protocol string, getenv func(string) string) (string, string) {
-	value, variable := exportEnv{getenv}.lookup("ENDPOINT")
-	if value == "" {
-		if protocol == ProtocolGRPC {
-			return "http://localhost:4317", ""
+	e := exportEnv{getenv}
+	value, variable := e.lookup("ENDPOINT")
+	u := &url.URL{Scheme: "https", Host: "localhost:4318", Path: "/v1/traces"}
+	if protocol == ProtocolGRPC {
+		u = &url.URL{Scheme: "https", Host: "localhost:4317"}
+	}
+	if value != "" {
+		var err error
+		if u, err = url.Parse(value); err != nil {
+			return value, variable
 		}
-		return "http://localhost:4318/v1/traces", ""
+		switch {
+		case protocol == ProtocolGRPC && u.Scheme != "unix":
+			u.Path, u.RawPath, u.RawQuery = "", "", ""
+		case protocol == ProtocolGRPC:
+		case variable == "OTEL_EXPORTER_OTLP_ENDPOINT":
+			u = u.JoinPath("v1/traces")
+		case u.Path == "":
+			u.Path = "/"
+		}
 	}
-	u, err := url.Parse(value)
-	if err != nil {
-		return value, variable
+	if u.Scheme == "unix" {
+		return u.String(), variable
 	}
-	switch {
-	case protocol == ProtocolGRPC && u.Scheme != "unix":
-		u.Path, u.RawPath, u.RawQuery = "", "", ""
-	case protocol == ProtocolGRPC:
-	case variable == "OTEL_EXPORTER_OTLP_ENDPOINT":
-		u = u.JoinPath("v1/traces")
-	case u.Path == "":
-		u.Path = "/"
+	insecure := strings.EqualFold(u.Scheme, "http")
+	_ = e.each("INSECURE", func(_, s string) error { insecure = strings.EqualFold(s, "true"); return nil })
+	u.Scheme = "https"
+	if insecure {
+		u.Scheme = "http"
 	}
 	return u.String(), variable
 }

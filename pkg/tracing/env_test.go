@@ -65,17 +65,26 @@ func TestEndpoint(t *testing.T) {
 	for _, tc := range []struct {
 		protocol, generic, traces string
 		want, from                string
+		insecure                  []string // OTEL_EXPORTER_OTLP_INSECURE, then _TRACES_
 	}{
-		{ProtocolHTTP, "", "", "http://localhost:4318/v1/traces", ""},
-		{ProtocolGRPC, "", "", "http://localhost:4317", ""},
-		{ProtocolHTTP, "http://c:4318", "", "http://c:4318/v1/traces", "OTEL_EXPORTER_OTLP_ENDPOINT"},
-		{ProtocolHTTP, "https://c/otlp/", "", "https://c/otlp/v1/traces", "OTEL_EXPORTER_OTLP_ENDPOINT"},
-		{ProtocolHTTP, "http://c:4318", "http://t:4318", "http://t:4318/", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
-		{ProtocolHTTP, "", "http://t:4318/custom", "http://t:4318/custom", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
-		{ProtocolGRPC, "https://c:4317/ignored", "", "https://c:4317", "OTEL_EXPORTER_OTLP_ENDPOINT"},
-		{ProtocolGRPC, "", "unix:///run/otel.sock", "unix:///run/otel.sock", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
+		// The exporters' default is TLS.
+		{ProtocolHTTP, "", "", "https://localhost:4318/v1/traces", "", nil},
+		{ProtocolGRPC, "", "", "https://localhost:4317", "", nil},
+		{ProtocolGRPC, "", "", "http://localhost:4317", "", []string{"true", ""}},
+		// INSECURE is read after the URL, and _TRACES_ after it.
+		{ProtocolHTTP, "https://c:4318", "", "http://c:4318/v1/traces", "OTEL_EXPORTER_OTLP_ENDPOINT", []string{"true", ""}},
+		{ProtocolGRPC, "http://c:4317", "", "https://c:4317", "OTEL_EXPORTER_OTLP_ENDPOINT", []string{"true", "false"}},
+		{ProtocolHTTP, "http://c:4318", "", "http://c:4318/v1/traces", "OTEL_EXPORTER_OTLP_ENDPOINT", nil},
+		{ProtocolHTTP, "https://c/otlp/", "", "https://c/otlp/v1/traces", "OTEL_EXPORTER_OTLP_ENDPOINT", nil},
+		{ProtocolHTTP, "http://c:4318", "http://t:4318", "http://t:4318/", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", nil},
+		{ProtocolHTTP, "", "http://t:4318/custom", "http://t:4318/custom", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", nil},
+		{ProtocolGRPC, "https://c:4317/ignored", "", "https://c:4317", "OTEL_EXPORTER_OTLP_ENDPOINT", nil},
+		{ProtocolGRPC, "", "unix:///run/otel.sock", "unix:///run/otel.sock", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", nil},
 	} {
 		env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": tc.generic, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": tc.traces}
+		if tc.insecure != nil {
+			env["OTEL_EXPORTER_OTLP_INSECURE"], env["OTEL_EXPORTER_OTLP_TRACES_INSECURE"] = tc.insecure[0], tc.insecure[1]
+		}
 		got, from := endpoint(tc.protocol, func(k string) string { return env[k] })
 		if got != tc.want || from != tc.from {
 			t.Errorf("%s %q %q: %s from %q, want %s from %q", tc.protocol, tc.generic, tc.traces, got, from, tc.want, tc.from)
