@@ -30,13 +30,22 @@ Traffic is JSON lines: floodgate's format, as -capture writes it,
   {"time": "2026-01-02T15:04:05Z", "domain": "demo",
    "descriptors": [{"entries": [{"key": "api_key", "value": "alice"}]}]}
 or Envoy's JSON access log in the format of examples/envoy-access-log.yaml.
+An incomplete last line (no newline: a file copied while being written) is
+skipped with a warning; a bad line elsewhere stops the replay.
+
+Exit codes: 0 the report was written; 1 the rules or the traffic cannot be
+read; 2 a bad command line; 3 the report was written but no request was
+replayed (an empty traffic file, or one with only skipped lines), so its
+"no change" means nothing.
 
 Flags:
 `
 
 // replayCommand runs `floodgate replay args...` and returns the exit code:
 // 0 when the report was written, 1 when the rules or the traffic cannot be
-// read, 2 for a bad command line.
+// read, 2 for a bad command line, 3 when the report was written but no
+// request was replayed: a CI gate reading "no change" from an empty
+// traffic file would pass an edit it never tested.
 func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := newLogOutput(stderr, "text", slog.LevelInfo, &redactor{})
 	fs := flag.NewFlagSet("floodgate replay", flag.ContinueOnError)
@@ -119,9 +128,20 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		out.fatal(fmt.Errorf("replay: writing the report: %w", err), "")
 		return 1
 	}
+	if rep.Truncated > 0 {
+		out.logger.Warn("the last line of the traffic has no newline and is not JSON (a file copied while being written?): skipped", "traffic", *traffic)
+	}
+	if rep.Requests == 0 {
+		out.logger.Warn("no request replayed: the traffic holds none, so the report compares nothing", "traffic", *traffic,
+			"skipped", rep.Skipped, "exit_code", exitNothingReplayed)
+		return exitNothingReplayed
+	}
 	out.logger.Info("replayed", "requests", rep.Requests, "took", time.Since(start).Round(time.Millisecond).String())
 	return 0
 }
+
+// exitNothingReplayed is the exit code of a replay that read no request.
+const exitNothingReplayed = 3
 
 // checkReplayFlags refuses a replay command line that cannot work.
 func checkReplayFlags(fs *flag.FlagSet, oldDir, newDir, traffic, format string, examples, top int) error {

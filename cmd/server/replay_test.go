@@ -137,3 +137,47 @@ func TestCaptureFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayCommandNothingOrTruncated: traffic with no request is a
+// warning and exit code 3 (the report still written, saying so), never a
+// silent "no change"; an incomplete last line is skipped with a warning
+// and the rest replayed.
+func TestReplayCommandNothingOrTruncated(t *testing.T) {
+	rules := writeRules(t, userRules3)
+	const line = `{"time":"2026-01-01T00:00:00Z","domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`
+	for _, tt := range []struct {
+		name, traffic string
+		code          int
+		stdout        []string
+		stderr        []string
+	}{
+		{"empty", "", 3, []string{"No request replayed: the traffic holds none"}, []string{"no request replayed", "exit_code=3"}},
+		{"only skipped lines", `{"start_time":"2026-01-01T00:00:00Z","ratelimit":null}` + "\n", 3,
+			[]string{"No request replayed", "1 access-log line without rate-limit metadata skipped"}, []string{"no request replayed"}},
+		{"truncated last line", line + "\n" + line[:30], 0,
+			[]string{"Replayed 1 request from 2026-01-01T00:00:00Z to 2026-01-01T00:00:00Z", "an incomplete last line skipped", "Busiest counters (1 seen;"},
+			[]string{"has no newline and is not JSON", "requests=1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			traffic := filepath.Join(t.TempDir(), "t.jsonl")
+			if err := os.WriteFile(traffic, []byte(tt.traffic), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), []string{"replay", "-old", rules, "-new", rules, "-traffic", traffic}, envOf(), &stdout, &stderr)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.code, stderr.String())
+			}
+			for _, w := range tt.stdout {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("report lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tt.stderr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 
 	"github.com/floodgate/floodgate/pkg/tracing"
@@ -49,10 +50,11 @@ func (t *tracingConfig) validate() error {
 }
 
 // newTracer returns the tracer the configuration asks for, or nil with
-// tracing off. Export failures (a collector down) are logged as warnings
-// by the SDK's error handler, which is process-wide: it is set here, in
-// main's package, once. The endpoint logged is read as the exporter reads
-// it, from the process environment (not run's env, which tests replace).
+// tracing off. OpenTelemetry's internal logger (the exporters' complaints
+// about their variables, the SDK's warnings) and its error handler (export
+// failures, a collector down) are process-wide: both are set here, in
+// main's package, once, so that what they say goes out as the server's
+// log lines, in its LOG_FORMAT.
 func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.Logger) (*tracing.Tracer, error) {
 	if !c.on {
 		return nil, nil
@@ -60,6 +62,10 @@ func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.
 	if store == "memcache" {
 		store = "memcached" // db.system.name's spelling
 	}
+	otel.SetLogger(logr.FromSlogHandler(otelLogLevels{logger.Handler()}))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		logger.Warn("tracing: exporting spans failed", "err", err)
+	}))
 	t, err := tracing.New(ctx, tracing.Options{
 		Protocol:          c.protocol,
 		ServiceName:       c.serviceName,
@@ -71,20 +77,11 @@ func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.
 	if err != nil {
 		return nil, err
 	}
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		logger.Warn("tracing: exporting spans failed", "err", err)
-	}))
-	endpoint := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if endpoint == "" {
-		endpoint = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	endpoint, from := t.Endpoint()
+	if from == "" {
+		from = "default"
 	}
-	if endpoint == "" {
-		endpoint = "(default) http://localhost:4318"
-		if strings.EqualFold(c.protocol, tracing.ProtocolGRPC) {
-			endpoint = "(default) http://localhost:4317"
-		}
-	}
-	attrs := []any{"protocol", strings.ToLower(c.protocol), "endpoint", redactedAddr(endpoint), "sampling_rate", c.samplingRate}
+	attrs := []any{"protocol", strings.ToLower(c.protocol), "endpoint", redactedAddr(endpoint), "endpoint_from", from, "sampling_rate", c.samplingRate}
 	for _, kv := range t.Resource().Attributes() {
 		if strings.HasPrefix(string(kv.Key), "service.") {
 			attrs = append(attrs, string(kv.Key), kv.Value.Emit())
@@ -93,6 +90,48 @@ func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.
 	logger.Info("exporting OpenTelemetry traces", attrs...)
 	warnOtherProtocol(logger, c.protocol)
 	return t, nil
+}
+
+// otelLogLevels is the slog handler under OpenTelemetry's logr logger.
+// The logr bridge turns verbosity V(n) into slog level -n, and
+// OpenTelemetry logs its warnings at V(1), its news at V(4) and its
+// chatter at V(8): this maps them to Warn, Debug and nothing, so that a
+// warning shows at the default level and the chatter never does.
+type otelLogLevels struct{ slog.Handler }
+
+func (h otelLogLevels) level(l slog.Level) (slog.Level, bool) {
+	switch {
+	case l >= slog.LevelInfo:
+		return l, true
+	case l >= slog.LevelInfo-1:
+		return slog.LevelWarn, true
+	case l >= slog.LevelInfo-4:
+		return slog.LevelDebug, true
+	}
+	return l, false
+}
+
+func (h otelLogLevels) Enabled(ctx context.Context, l slog.Level) bool {
+	l, ok := h.level(l)
+	return ok && h.Handler.Enabled(ctx, l)
+}
+
+func (h otelLogLevels) Handle(ctx context.Context, r slog.Record) error {
+	l, ok := h.level(r.Level)
+	if !ok {
+		return nil
+	}
+	r.Level = l
+	r.Message = "tracing: " + r.Message
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h otelLogLevels) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return otelLogLevels{h.Handler.WithAttrs(attrs)}
+}
+
+func (h otelLogLevels) WithGroup(name string) slog.Handler {
+	return otelLogLevels{h.Handler.WithGroup(name)}
 }
 
 // warnOtherProtocol warns when the standard protocol variable asks for

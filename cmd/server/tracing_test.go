@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -32,7 +33,9 @@ type running struct {
 	stop               func() int // ends the program and returns its exit code
 }
 
-var servingAddrs = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
+// servingAddrs reads the addresses from the "serving" line, in either
+// LOG_FORMAT.
+var servingAddrs = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)|"msg":"serving","grpc":"([^"]+)","http":"([^"]+)"`)
 
 // startRun runs the program with env and the rules given, on free
 // loopback ports, until stop.
@@ -62,7 +65,7 @@ func startRun(t *testing.T, rules string, env ...string) *running {
 	if !waitFor(10*time.Second, func() bool {
 		m := servingAddrs.FindStringSubmatch(r.logs.String())
 		if m != nil {
-			r.grpcAddr, r.httpAddr = m[1], m[2]
+			r.grpcAddr, r.httpAddr = m[1]+m[3], m[2]+m[4]
 		}
 		return m != nil
 	}) {
@@ -136,6 +139,17 @@ func TestTracingEndToEnd(t *testing.T) {
 					found = true
 					if s.TraceID != trace || s.Via != protocol || s.Attrs["ratelimit.overall_code"] != want.code {
 						t.Errorf("span under %s: trace %s via %s, code %v", want.parent, s.TraceID, s.Via, s.Attrs["ratelimit.overall_code"])
+					}
+					// The reference's span name and attribute, and the
+					// semantics of the transport: gRPC, or HTTP for /json.
+					if s.Name != "ShouldRateLimit Execution" || s.Attrs["domain"] != "rl" {
+						t.Errorf("span %q with domain %v, want the reference's \"ShouldRateLimit Execution\" with domain rl", s.Name, s.Attrs["domain"])
+					}
+					if want.parent == grpcSpan && s.Attrs["rpc.system.name"] != "grpc" {
+						t.Errorf("the gRPC call's span: %v", s.Attrs)
+					}
+					if _, rpc := s.Attrs["rpc.system.name"]; want.parent == httpSpan && (rpc || s.Attrs["http.request.method"] != "POST" || s.Attrs["url.path"] != "/json") {
+						t.Errorf("the /json request's span is not an HTTP request's: %v", s.Attrs)
 					}
 					for k, v := range map[string]string{"service.name": "rl-test", "service.namespace": "edge", "service.instance.id": "rl-0"} {
 						if s.Resource[k] != v {
@@ -377,4 +391,107 @@ func TestTracingStoreSpanOverRedis(t *testing.T) {
 		return
 	}
 	t.Errorf("no store span in %+v", spans)
+}
+
+// TestTracingRefusesExporterEnv: an OTEL_* value the exporter would log
+// and replace by its default stops the start, as one JSON line under
+// LOG_FORMAT=json that names the variable; the server never serves.
+func TestTracingRefusesExporterEnv(t *testing.T) {
+	for _, tc := range []struct{ name, value, want string }{
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "127.0.0.1:4318", "want an absolute URL, http://host:port or https://host:port"},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector.example:4318", "is not an absolute URL"},
+		{"OTEL_EXPORTER_OTLP_HEADERS", "noequals", "is not key=value"},
+		{"OTEL_EXPORTER_OTLP_TIMEOUT", "abc", "want a whole number of milliseconds"},
+		{"OTEL_RESOURCE_ATTRIBUTES", "bad", "want comma-separated key=value pairs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.name, tc.value)
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "rl.yaml"), []byte(tracedRules), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var logs testlog.Buffer
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan int, 1)
+			go func() {
+				done <- run(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-debug-addr", ""},
+					envOf("FLOODGATE_CONFIG", dir, "TRACING_ENABLED", "true", "LOG_FORMAT", "json"), io.Discard, &logs)
+			}()
+			// A start that goes through serves until cancelled.
+			var code int
+			waitFor(10*time.Second, func() bool {
+				select {
+				case code = <-done:
+					return true
+				default:
+				}
+				if servingAddrs.MatchString(logs.String()) {
+					cancel()
+					code = <-done
+					return true
+				}
+				return false
+			})
+			if code == 0 {
+				t.Fatalf("started with %s=%s:\n%s", tc.name, tc.value, logs.String())
+			}
+			var refused bool
+			for line := range strings.Lines(logs.String()) {
+				var rec map[string]any
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					t.Errorf("not a JSON line: %q", line)
+					continue
+				}
+				if rec["msg"] == "refusing to start" {
+					err, _ := rec["err"].(string)
+					refused = strings.Contains(err, tc.name) && strings.Contains(err, tc.want)
+				}
+				if rec["msg"] == "serving" {
+					t.Errorf("served: %s", line)
+				}
+			}
+			if !refused {
+				t.Errorf("no refusal naming %s and saying %q:\n%s", tc.name, tc.want, logs.String())
+			}
+		})
+	}
+}
+
+// TestTracingSDKLogsAsJSON: what OpenTelemetry's SDK says itself (here
+// its warning that a span has more attributes than
+// OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT allows) comes out as the server's JSON
+// log line at warn level, not on stderr in another format; and the start
+// names the per-signal endpoint in use.
+func TestTracingSDKLogsAsJSON(t *testing.T) {
+	rcv := otlptest.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", rcv.HTTPEndpoint()+"/v1/traces")
+	t.Setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "1")
+	r := startRun(t, tracedRules, "TRACING_ENABLED", "true", "LOG_FORMAT", "json")
+	get(t, "POST", "http://"+r.httpAddr+"/json", `{"domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`)
+	if code := r.stop(); code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, r.logs)
+	}
+	var warned, started bool
+	for line := range strings.Lines(r.logs.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("not a JSON line: %q", line)
+			continue
+		}
+		msg, _ := rec["msg"].(string)
+		if strings.HasPrefix(msg, "tracing: limit reached") && rec["level"] == "WARN" {
+			warned = true
+		}
+		if msg == "exporting OpenTelemetry traces" {
+			started = rec["endpoint"] == rcv.HTTPEndpoint()+"/v1/traces" && rec["endpoint_from"] == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+		}
+	}
+	if !warned {
+		t.Errorf("the SDK's warning is not a JSON warn line:\n%s", r.logs)
+	}
+	if !started {
+		t.Errorf("the start does not name the per-signal endpoint:\n%s", r.logs)
+	}
 }

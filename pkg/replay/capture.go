@@ -83,7 +83,10 @@ type Capture struct {
 }
 
 // NewCapture returns a Capture passing requests to next and appending
-// lines to the file at path, created if needed (mode 0644). Close stops
+// lines to the file at path, created if needed with mode 0600: the lines
+// hold the descriptors' values (API keys, addresses, user ids), as
+// sensitive as an access log. A file that exists keeps its mode, with a
+// warning when others than its owner may read it. Close stops
 // it. It returns an error for a Sample outside [0, 1], a negative size or
 // a file it cannot open.
 func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions) (*Capture, error) {
@@ -111,7 +114,7 @@ func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
@@ -119,6 +122,10 @@ func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("capture: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		opts.Logger.Warn("capture: the file may be read by others than its owner, and it holds the requests' descriptor values (API keys, addresses, user ids)",
+			"capture", path, "mode", fmt.Sprintf("%04o", perm))
 	}
 	c := &Capture{
 		next: next, seed: maphash.MakeSeed(), now: opts.Now,

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,5 +168,52 @@ func TestCaptureRefusesBadOptions(t *testing.T) {
 		if _, err := NewCapture(svc, tt.path, tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: got %v, want %q", tt.opts, err, tt.want)
 		}
+	}
+}
+
+// TestCaptureFileMode: the file Capture creates is its owner's alone, as
+// it holds descriptor values (API keys, addresses); one that exists keeps
+// its mode, with a warning when others may read it.
+func TestCaptureFileMode(t *testing.T) {
+	now := t0
+	svc := liveService(t, handRules(t, false), &now)
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name     string
+		existing os.FileMode // 0: none
+		want     os.FileMode
+		warned   bool
+	}{
+		{"new", 0, 0o600, false},
+		{"existing 0644", 0o644, 0o644, true},
+		{"existing 0600", 0o600, 0o600, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-"))
+			if tt.existing != 0 {
+				if err := os.WriteFile(path, nil, tt.existing); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(path, tt.existing); err != nil { // past the umask
+					t.Fatal(err)
+				}
+			}
+			var logs strings.Builder
+			c, err := NewCapture(svc, path, CaptureOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != tt.want {
+				t.Errorf("mode %04o, want %04o", fi.Mode().Perm(), tt.want)
+			}
+			if got := strings.Contains(logs.String(), "may be read by others"); got != tt.warned {
+				t.Errorf("warned %v, want %v:\n%s", got, tt.warned, logs.String())
+			}
+		})
 	}
 }

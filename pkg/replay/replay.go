@@ -368,6 +368,7 @@ func Run(ctx context.Context, old, new *rules.Set, traffic *Reader, opts Options
 	}
 	rep.To = last
 	rep.Skipped = traffic.Skipped()
+	rep.Truncated = traffic.Truncated()
 	rep.fill(a, b, domains, minutes, counters, opts.TopCounters)
 	return rep, nil
 }

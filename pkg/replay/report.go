@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -16,6 +17,9 @@ type Report struct {
 	// Skipped counts access-log lines without rate-limit metadata (requests
 	// Envoy did not ask floodgate about).
 	Skipped int `json:"skipped"`
+	// Truncated counts incomplete last lines skipped (0 or 1): the
+	// traffic file was copied while it was being written.
+	Truncated int `json:"truncated"`
 	// OutOfOrder counts requests older than one replayed before them,
 	// decided at that later time.
 	OutOfOrder int `json:"out_of_order"`
@@ -167,12 +171,9 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 // WriteText writes the report as tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
-	ew.printf("Replayed %d requests from %s to %s (%s of traffic)", rep.Requests, stamp(rep.From), stamp(rep.To), rep.To.Sub(rep.From).Round(time.Second))
-	if rep.Skipped > 0 {
-		ew.printf("; %d access-log lines without rate-limit metadata skipped", rep.Skipped)
-	}
+	ew.printf("%s", rep.summary())
 	if rep.OutOfOrder > 0 {
-		ew.printf("; %d requests out of time order, decided at the latest time seen", rep.OutOfOrder)
+		ew.printf(", decided at the latest time seen")
 	}
 	ew.printf("\nold: %s\nnew: %s\n\n", rep.Old.Name, rep.New.Name)
 
@@ -188,7 +189,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 
 	active, idle := rep.activeRules()
-	ew.printf("\nPer rule (descriptors within / over their limits; %d rules without traffic not shown):\n", idle)
+	ew.printf("\nPer rule (descriptors within / over their limits; %s without traffic not shown):\n", plural(idle, "rule"))
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "RULE\tOLD ALLOWED\tOLD DENIED\tNEW ALLOWED\tNEW DENIED\tCHANGE\t\n")
 	for _, r := range active {
@@ -222,6 +223,35 @@ func (rep *Report) WriteText(w io.Writer) error {
 		ew.printf("(%d descriptors beyond the first %d counters not tracked)\n", rep.UntrackedCounters, maxCounters)
 	}
 	return ew.err
+}
+
+// summary is the report's first line: how much traffic was replayed.
+func (rep *Report) summary() string {
+	var b strings.Builder
+	if rep.Requests == 0 {
+		b.WriteString("No request replayed: the traffic holds none")
+	} else {
+		fmt.Fprintf(&b, "Replayed %s from %s to %s (%s of traffic)", plural(rep.Requests, "request"),
+			stamp(rep.From), stamp(rep.To), rep.To.Sub(rep.From).Round(time.Second))
+	}
+	if rep.Skipped > 0 {
+		fmt.Fprintf(&b, "; %s without rate-limit metadata skipped", plural(rep.Skipped, "access-log line"))
+	}
+	if rep.Truncated > 0 {
+		b.WriteString("; an incomplete last line skipped")
+	}
+	if rep.OutOfOrder > 0 {
+		fmt.Fprintf(&b, "; %s out of time order", plural(rep.OutOfOrder, "request"))
+	}
+	return b.String()
+}
+
+// plural returns n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // activeRules returns the rules some descriptor matched under either set,

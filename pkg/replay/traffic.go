@@ -45,23 +45,40 @@ type Request struct {
 //     is a request Envoy did not ask floodgate about (or that got no
 //     answer): it is skipped and counted (Skipped).
 //
-// Blank lines are ignored. Any other line is an error naming its number.
+// Blank lines are ignored. Any other line is an error naming its number,
+// except a last line that is not JSON and has no newline after it: a file
+// copied while it was being written ends so, and that line is skipped and
+// counted (Truncated).
 type Reader struct {
-	sc      *bufio.Scanner
-	line    int
-	skipped int
+	sc        *bufio.Scanner
+	line      int
+	skipped   int
+	truncated int
+	// unended is set when the scanner returned a last line with no
+	// newline after it.
+	unended bool
 }
 
 // NewReader returns a Reader of r.
 func NewReader(r io.Reader) *Reader {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
-	return &Reader{sc: sc}
+	rd := &Reader{sc: bufio.NewScanner(r)}
+	rd.sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	rd.sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		advance, token, err := bufio.ScanLines(data, atEOF)
+		if atEOF && token != nil && advance == len(data) && !bytes.HasSuffix(data, []byte("\n")) {
+			rd.unended = true
+		}
+		return advance, token, err
+	})
+	return rd
 }
 
 // Skipped is the number of access-log lines without rate-limit metadata
 // read so far.
 func (r *Reader) Skipped() int { return r.skipped }
+
+// Truncated is the number of incomplete last lines skipped: 0 or 1.
+func (r *Reader) Truncated() int { return r.truncated }
 
 // Next returns the next request, or io.EOF after the last one. An error
 // names the line and what is wrong with it.
@@ -73,6 +90,10 @@ func (r *Reader) Next() (Request, error) {
 			continue
 		}
 		req, ok, err := parseLine(b)
+		if err != nil && r.unended && !json.Valid(b) {
+			r.truncated++
+			break
+		}
 		if err != nil {
 			return Request{}, fmt.Errorf("line %d: %w", r.line, err)
 		}

@@ -91,3 +91,41 @@ func TestReaderErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestReaderIncompleteLastLine: a file copied while it was being written
+// ends in part of a line with no newline; that line is skipped and
+// counted, the ones before it read. A bad line anywhere else, or a bad
+// but complete JSON last line, stays an error.
+func TestReaderIncompleteLastLine(t *testing.T) {
+	const good = `{"time":"2026-01-01T00:00:00Z","domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"}]}]}`
+	for _, tc := range []struct {
+		name, text      string
+		requests, trunc int
+		err             string
+	}{
+		{"cut last line", good + "\n" + good + "\n" + good[:40], 2, 1, ""},
+		{"last line whole without newline", good + "\n" + good, 2, 0, ""},
+		{"cut line then newline", good + "\n" + good[:40] + "\n" + good + "\n", 1, 0, "line 2: not a JSON object of traffic"},
+		{"cut line in the middle", good + "\n" + good[:40] + "\n" + good, 1, 0, "line 2: not a JSON object of traffic"},
+		{"complete bad JSON last", good + "\n" + `{"time":"x"}`, 1, 0, "line 2: neither a request"},
+		{"only a cut line", good[:10], 0, 1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewReader(strings.NewReader(tc.text))
+			n := 0
+			var err error
+			for {
+				if _, err = r.Next(); err != nil {
+					break
+				}
+				n++
+			}
+			if tc.err == "" && !errors.Is(err, io.EOF) || tc.err != "" && !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("error %v, want %q", err, tc.err)
+			}
+			if n != tc.requests || r.Truncated() != tc.trunc {
+				t.Errorf("%d requests, %d truncated; want %d, %d", n, r.Truncated(), tc.requests, tc.trunc)
+			}
+		})
+	}
+}

@@ -15,8 +15,9 @@ import (
 // Span names.
 const (
 	// RequestSpan is the server span of one ShouldRateLimit, over gRPC or
-	// /json.
-	RequestSpan = "ShouldRateLimit"
+	// /json. It has the reference server's name, so that the trace
+	// queries and dashboards written for it find floodgate's spans.
+	RequestSpan = "ShouldRateLimit Execution"
 	// StoreSpan is its child around the store call: one round trip for
 	// all the request's counters.
 	StoreSpan = "ratelimit.store"
@@ -26,6 +27,7 @@ const (
 const (
 	// On RequestSpan.
 	KeyDomain      = attribute.Key("ratelimit.domain")           // the request's domain
+	KeyRefDomain   = attribute.Key("domain")                     // the same, under the reference server's name
 	KeyDescriptors = attribute.Key("ratelimit.descriptors")      // how many descriptors it has
 	KeyCode        = attribute.Key("ratelimit.overall_code")     // OK or OVER_LIMIT; absent on an error
 	KeyRule        = attribute.Key("ratelimit.rule")             // the rule that decided, or "none"
@@ -49,6 +51,7 @@ const rpcMethod = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 // starts, does nothing.
 type Request struct {
 	span trace.Span
+	http bool // over HTTP: no gRPC status code
 }
 
 // Start starts the span of a request to domain with n descriptors, as a
@@ -63,15 +66,18 @@ func (t *Tracer) Start(ctx context.Context, domain string, n int) (context.Conte
 	if metadata.ValueFromIncomingContext(ctx, "traceparent") != nil {
 		ctx = propagator.Extract(ctx, mdCarrier{ctx})
 	}
-	ctx, span := t.tracer.Start(ctx, RequestSpan,
-		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(
-			semconv.RPCSystemNameGRPC,
-			semconv.RPCMethod(rpcMethod),
-			KeyDomain.String(domain),
-			KeyDescriptors.Int(n),
-		))
-	return ctx, Request{span: span}
+	// A request over HTTP (/json) is described as one; any other is the
+	// gRPC call.
+	hr, isHTTP := ctx.Value(httpRequestKey{}).(httpRequest)
+	var attrs [5]attribute.KeyValue
+	if isHTTP {
+		attrs[0], attrs[1] = semconv.HTTPRequestMethodKey.String(hr.method), semconv.URLPath(hr.path)
+	} else {
+		attrs[0], attrs[1] = semconv.RPCSystemNameGRPC, semconv.RPCMethod(rpcMethod)
+	}
+	attrs[2], attrs[3], attrs[4] = KeyDomain.String(domain), KeyRefDomain.String(domain), KeyDescriptors.Int(n)
+	ctx, span := t.tracer.Start(ctx, RequestSpan, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs[:]...))
+	return ctx, Request{span: span, http: isHTTP}
 }
 
 // Recording reports whether the span records what End is given; callers
@@ -105,7 +111,9 @@ func (r Request) End(o Outcome) {
 	}
 	if r.span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 6)
-		attrs = append(attrs, semconv.RPCResponseStatusCodeKey.Int(o.GRPCCode))
+		if !r.http {
+			attrs = append(attrs, semconv.RPCResponseStatusCodeKey.Int(o.GRPCCode))
+		}
 		if o.Code != "" {
 			attrs = append(attrs, KeyCode.String(o.Code))
 		}
@@ -169,16 +177,34 @@ func RecordBatch(ctx context.Context, calls int) {
 	span.SetAttributes(KeyBatched.Bool(calls > 1), KeyBatchCalls.Int(calls))
 }
 
-// WithHTTPHeader returns ctx with the caller's span context read from h's
-// W3C traceparent (and tracestate, baggage), for Start to continue: what an
-// HTTP handler calls before the service. Without a valid traceparent it
-// returns ctx unchanged.
+// WithHTTPRequest returns ctx marked as serving r, for Start to describe
+// the span as an HTTP request (http.request.method, url.path) rather than
+// the gRPC call, and holding the caller's span context read from r's W3C
+// traceparent (and tracestate, baggage), for Start to continue: what an
+// HTTP handler calls before the service.
+func WithHTTPRequest(ctx context.Context, r *http.Request) context.Context {
+	return withHTTP(ctx, r.Method, r.URL.Path, r.Header)
+}
+
+// WithHTTPHeader is WithHTTPRequest for a POST to /json, the service's
+// HTTP endpoint, for a handler that passes only the headers. Prefer
+// WithHTTPRequest, which reads the method and path.
 func WithHTTPHeader(ctx context.Context, h http.Header) context.Context {
+	return withHTTP(ctx, http.MethodPost, "/json", h)
+}
+
+func withHTTP(ctx context.Context, method, path string, h http.Header) context.Context {
+	ctx = context.WithValue(ctx, httpRequestKey{}, httpRequest{method, path})
 	if h.Get("traceparent") == "" {
 		return ctx
 	}
 	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
 }
+
+// httpRequestKey is the context key of the httpRequest being served.
+type httpRequestKey struct{}
+
+type httpRequest struct{ method, path string }
 
 // mdCarrier reads the propagation headers from incoming gRPC metadata
 // without copying it whole.

@@ -13,9 +13,9 @@ package tracing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 
 	"github.com/google/uuid"
@@ -74,25 +74,41 @@ type Tracer struct {
 	tracer   trace.Tracer
 	store    attribute.KeyValue // db.system.name, or the zero value
 	resource *resource.Resource
+	// endpoint is where the spans go, endpointVar the variable that
+	// said so.
+	endpoint, endpointVar string
 }
 
 // New returns a Tracer exporting in batches over OTLP as opts say. It does
 // not connect: an unreachable collector shows in the exports, which fail
 // (the SDK reports them through otel.Handle) without slowing requests. It
 // returns an error naming the option for an unknown protocol or a sampling
-// rate outside [0, 1].
+// rate outside [0, 1], and naming the variable for an OTEL_EXPORTER_OTLP_*
+// value the exporter could not use (an endpoint without http:// or
+// https://, headers without '=', a timeout not in milliseconds, an
+// unreadable TLS file) or a malformed OTEL_RESOURCE_ATTRIBUTES: the
+// exporter would log those and fall back to its defaults.
 func New(ctx context.Context, opts Options) (*Tracer, error) {
 	if math.IsNaN(opts.SamplingRate) || opts.SamplingRate < 0 || opts.SamplingRate > 1 {
 		return nil, fmt.Errorf("tracing: sampling rate %v is not in [0, 1]", opts.SamplingRate)
 	}
-	var client otlptrace.Client
+	var protocol string
 	switch strings.ToLower(opts.Protocol) {
 	case "", ProtocolHTTP, "http/protobuf":
-		client = otlptracehttp.NewClient()
+		protocol = ProtocolHTTP
 	case ProtocolGRPC:
-		client = otlptracegrpc.NewClient()
+		protocol = ProtocolGRPC
 	default:
 		return nil, fmt.Errorf("tracing: unknown exporter protocol %q: want http or grpc", opts.Protocol)
+	}
+	if err := checkEnv(protocol, os.Getenv); err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	var client otlptrace.Client
+	if protocol == ProtocolGRPC {
+		client = otlptracegrpc.NewClient()
+	} else {
+		client = otlptracehttp.NewClient()
 	}
 	exporter, err := otlptrace.New(ctx, client)
 	if err != nil {
@@ -117,6 +133,7 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 		sdktrace.WithSampler(sdktrace.ParentBased(sampler)),
 	)
 	t := &Tracer{provider: provider, tracer: provider.Tracer(instrumentation), resource: res}
+	t.endpoint, t.endpointVar = endpoint(protocol, os.Getenv)
 	if opts.Store != "" {
 		t.store = semconv.DBSystemNameKey.String(opts.Store)
 	}
@@ -140,9 +157,12 @@ func newResource(opts Options) (*resource.Resource, error) {
 		attrs = append(attrs, semconv.ServiceNamespace(opts.ServiceNamespace))
 	}
 	own := resource.NewWithAttributes(semconv.SchemaURL, attrs...)
+	// A malformed OTEL_RESOURCE_ATTRIBUTES is a partial resource to the
+	// SDK, which keeps the pairs it could read: refused here, as the
+	// attributes left out are the ones a trace query would look for.
 	env, err := resource.New(context.Background(), resource.WithFromEnv(), resource.WithTelemetrySDK())
-	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
-		return nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES or OTEL_SERVICE_NAME: %w; want comma-separated key=value pairs, values percent-encoded", err)
 	}
 	res, err := resource.Merge(env, own)
 	if err != nil {
@@ -158,6 +178,18 @@ func (t *Tracer) Resource() *resource.Resource {
 		return nil
 	}
 	return t.resource
+}
+
+// Endpoint returns where the spans are exported: the URL posted to over
+// OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT with /v1/traces appended, or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is), the URL dialled over
+// OTLP/gRPC; and the variable it came from, "" for the exporter's
+// default. The URL may hold credentials.
+func (t *Tracer) Endpoint() (url, variable string) {
+	if t == nil {
+		return "", ""
+	}
+	return t.endpoint, t.endpointVar
 }
 
 // Shutdown exports the spans still buffered and stops the exporter; ctx

@@ -92,8 +92,11 @@ func TestExport(t *testing.T) {
 			if d := ss.End.Sub(ss.Start); d < 2*time.Millisecond {
 				t.Errorf("store span lasted %v, want at least the 2ms it took", d)
 			}
+			if rs.Name != "ShouldRateLimit Execution" {
+				t.Errorf("request span %q, want the reference server's name", rs.Name)
+			}
 			wantAttrs(t, rs.Attrs, map[string]any{
-				"ratelimit.domain": "shop", "ratelimit.descriptors": int64(2),
+				"ratelimit.domain": "shop", "domain": "shop", "ratelimit.descriptors": int64(2),
 				"ratelimit.overall_code": "OVER_LIMIT", "ratelimit.rule": "shop.user", "ratelimit.descriptor_index": int64(1),
 				"rpc.method": rpcMethod, "rpc.system.name": "grpc", "rpc.response.status_code": int64(0),
 			})
@@ -170,6 +173,39 @@ func TestParents(t *testing.T) {
 			}
 			if spans[0].Attrs["ratelimit.rule"] != NoRule {
 				t.Errorf("rule %v, want %q", spans[0].Attrs["ratelimit.rule"], NoRule)
+			}
+		})
+	}
+}
+
+// TestHTTPSemantics: a request over HTTP is described as one
+// (http.request.method, url.path), without the gRPC call's rpc.*
+// attributes, whether the handler passes the request or only its headers.
+func TestHTTPSemantics(t *testing.T) {
+	r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/json?x=1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ctx := range map[string]context.Context{
+		"WithHTTPRequest": WithHTTPRequest(context.Background(), r),
+		"WithHTTPHeader":  WithHTTPHeader(context.Background(), http.Header{}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr, rcv := newTracer(t, ProtocolHTTP, Options{SamplingRate: 1})
+			_, req := tr.Start(ctx, "d", 1)
+			req.End(Outcome{Code: "OK"})
+			if err := tr.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			rs, ok := otlptest.Find(rcv.Wait(t, RequestSpan, 1, 5*time.Second), RequestSpan)
+			if !ok {
+				t.Fatal("no request span")
+			}
+			wantAttrs(t, rs.Attrs, map[string]any{"http.request.method": "POST", "url.path": "/json", "domain": "d"})
+			for _, k := range []string{"rpc.system.name", "rpc.method", "rpc.response.status_code"} {
+				if v, ok := rs.Attrs[k]; ok {
+					t.Errorf("an HTTP request has %s=%v", k, v)
+				}
 			}
 		})
 	}
