@@ -102,7 +102,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	}
 	// A traceparent header makes the request's span (with tracing on) a
 	// child of the caller's, as gRPC metadata does.
-	resp, err := s.svc.ShouldRateLimit(tracing.WithHTTPHeader(r.Context(), r.Header), &req)
+	resp, err := s.svc.ShouldRateLimit(tracing.WithHTTPRequest(r.Context(), r), &req)
 	if err != nil {
 		code := http.StatusInternalServerError
 		switch status.Code(err) {
