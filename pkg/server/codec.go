@@ -21,10 +21,10 @@ import (
 )
 
 // requestCodec is gRPC's proto codec, except for answers (Marshal) and
-// for the RateLimitRequest of
-// a ShouldRateLimit call, which the handler rlsDesc wraps hands it as a
-// *wireRequest: it decodes that without reflection into reused storage
-// when it can (wireRequest.decode), and with proto otherwise. gRPC answers
+// for the RateLimitRequest of a ShouldRateLimit call, which the handler
+// rlsDesc wraps hands it as a *wireRequest: it decodes that without
+// reflection into reused storage when it can (wireRequest.decode), and
+// with proto otherwise. gRPC answers
 // a message its codec cannot decode with Internal, which tells Envoy that
 // floodgate failed rather than that the request is bad; for such a request
 // this codec reports success and records what is wrong in the
