@@ -440,7 +440,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection), or unix:/path for a socket")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /rlconfig, /metrics)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "127.0.0.1:6070", "debug listen address (/debug/pprof/, /rlconfig); loopback only unless set; empty disables it")
-	fs.BoolVar(&c.ui, "ui", true, "serve the live page /ui/ on the HTTP listener (request values hidden) and on the debug one (values of detailed_metric rules shown)")
+	fs.BoolVar(&c.ui, "ui", true, "serve the live page /ui/ on the HTTP listener (request values hidden) and on the debug one (values of detailed_metric and value_to_metric rules shown)")
 	fs.BoolVar(&c.grpcTLS, "grpc-tls", false, "serve gRPC over TLS only (needs -grpc-tls-cert and -grpc-tls-key)")
 	fs.StringVar(&c.grpcTLSCert, "grpc-tls-cert", "", "PEM certificate chain of the gRPC listener; reloaded when the file changes")
 	fs.StringVar(&c.grpcTLSKey, "grpc-tls-key", "", "PEM private key of the gRPC listener; reloaded when the file changes")
