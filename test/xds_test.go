@@ -1,24 +1,17 @@
 package test
 
 import (
-	"context"
 	"crypto/tls"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/testcert"
+	"github.com/floodgate/floodgate/internal/xdstest"
 	"github.com/floodgate/floodgate/pkg/xds"
 )
 
@@ -32,10 +25,6 @@ import (
 // file reloads. A floodgate rule file pushed in a resource brings its
 // extensions.
 func TestXDS(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Envoy Gateway's secret envoy-rate-limit, mounted at /certs: one
 	// certificate for both ends, signed by the CA beside it.
 	certs := t.TempDir()
@@ -43,22 +32,12 @@ func TestXDS(t *testing.T) {
 	pair := ca.Issue(t, "envoy-gateway", testcert.ServerAndClient, "envoy-gateway", "127.0.0.1")
 	certFile, keyFile := pair.Write(t, certs, "tls")
 	caFile := ca.WriteCA(t, certs, "ca")
-	cache := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+	mgmt := xdstest.Start(t, "127.0.0.1:0", &tls.Config{
 		Certificates: []tls.Certificate{pair.TLS(t)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
-	})))
-	discovery.RegisterAggregatedDiscoveryServiceServer(srv, serverv3.NewServer(context.Background(), cache, nil))
-	go srv.Serve(l)
-	t.Cleanup(srv.Stop)
+	})
 	push := func(version string, res ...types.Resource) {
 		t.Helper()
-		snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
-		if err == nil {
-			err = cache.SetSnapshot(context.Background(), "envoy-ratelimit", snap)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		mgmt.Set("envoy-ratelimit", version, res...)
 	}
 	limit := func(n uint32) *rlsconf.RateLimitConfig {
 		return &rlsconf.RateLimitConfig{Name: "default/eg/http", Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{{
@@ -74,7 +53,7 @@ func TestXDS(t *testing.T) {
 		"LOG_LEVEL=info", "USE_STATSD=false",
 		// Its name for the client CA, which neither server reads.
 		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + certFile, "GRPC_SERVER_TLS_KEY=" + keyFile, "GRPC_SERVER_TLS_CA_CERT=" + caFile,
-		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + l.Addr().String(), "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + mgmt.Addr, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + certFile,
 		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + keyFile, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + caFile,
 		"FORCE_START_WITHOUT_INITIAL_CONFIG=true",
@@ -102,7 +81,7 @@ func TestXDS(t *testing.T) {
 		!strings.Contains(body, "(xds/default/eg/http:") {
 		t.Errorf("/rlconfig after the first push lacks version 1, the pushed version_info and the pushed rule:\n%s", body)
 	}
-	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "source: xds "+l.Addr().String()+` node envoy-ratelimit: receiving rules; last ACK "1" at `) {
+	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "source: xds "+mgmt.Addr+` node envoy-ratelimit: receiving rules; last ACK "1" at `) {
 		t.Errorf("/rlconfig lacks the state of the xDS connection:\n%s", body)
 	}
 	if _, body := p.httpGet("/ui/api/snapshot"); !strings.Contains(body, `"origin":"1"`) || !strings.Contains(body, `"source":"xds `) {

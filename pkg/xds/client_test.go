@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/testcert"
 	"github.com/floodgate/floodgate/internal/testlog"
+	"github.com/floodgate/floodgate/internal/xdstest"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -68,8 +69,8 @@ func perMinute(name, domain, key string, n uint32) *rlsconf.RateLimitConfig {
 }
 
 // nackOf finds the NACK of version's response.
-func nackOf(m *mgmt, version string) *discovery.DiscoveryRequest {
-	return m.waitRequest("NACK of "+version, func(r *discovery.DiscoveryRequest) bool {
+func nackOf(m *xdstest.Server, version string) *discovery.DiscoveryRequest {
+	return m.WaitRequest("NACK of "+version, func(r *discovery.DiscoveryRequest) bool {
 		return r.GetErrorDetail() != nil && r.GetResponseNonce() != "" && strings.Contains(r.GetErrorDetail().GetMessage(), "xds/")
 	})
 }
@@ -78,22 +79,22 @@ func nackOf(m *mgmt, version string) *discovery.DiscoveryRequest {
 // a good set, a changed limit, a broken set, two domains, and a fix.
 func TestPushes(t *testing.T) {
 	var logs testlog.Buffer
-	m := startMgmt(t, "127.0.0.1:0", nil)
-	m.set("test-node", "v1", perMinute("api", "api", "user", 10))
-	feed := runClient(t, fastOptions(m.addr, &logs))
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
+	m.Set("test-node", "v1", perMinute("api", "api", "user", 10))
+	feed := runClient(t, fastOptions(m.Addr, &logs))
 
 	// A good set: in force, version 1, ACKed with its version.
 	waitFor(t, "v1 in force", func() bool { return limitOf(feed, "api", "user", "u1") == 10 })
 	if st := feed.Status(); st.Version != 1 || st.Origin != "v1" || st.Failures != 0 || st.LastError != nil {
 		t.Errorf("after v1: status %+v, want version 1 from v1, no failure", st)
 	}
-	m.waitRequest("ACK of v1", func(r *discovery.DiscoveryRequest) bool {
+	m.WaitRequest("ACK of v1", func(r *discovery.DiscoveryRequest) bool {
 		return r.GetVersionInfo() == "v1" && r.GetErrorDetail() == nil && r.GetNode().GetId() == "test-node"
 	})
 
 	// A changed limit is in effect within a second.
 	changed := feed.Changed()
-	m.set("test-node", "v2", perMinute("api", "api", "user", 20))
+	m.Set("test-node", "v2", perMinute("api", "api", "user", 20))
 	took := waitFor(t, "v2 in force", func() bool { return limitOf(feed, "api", "user", "u1") == 20 })
 	if took > time.Second {
 		t.Errorf("a changed limit took %v to be in force, want under a second", took)
@@ -112,7 +113,7 @@ func TestPushes(t *testing.T) {
 	// serve on and the NACK keeps the last good version.
 	broken := perMinute("api", "api", "user", 30)
 	broken.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
-	m.set("test-node", "v3", broken, perMinute("api-2", "api", "other", 5))
+	m.Set("test-node", "v3", broken, perMinute("api-2", "api", "other", 5))
 	nack := nackOf(m, "v3")
 	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "xds/api") || !strings.Contains(msg, "unit") {
 		t.Errorf("NACK error_detail = %q, want the validation errors naming resource api and its unit", msg)
@@ -132,7 +133,7 @@ func TestPushes(t *testing.T) {
 	}
 
 	// Two domains, one resource each, as Envoy Gateway sends them.
-	m.set("test-node", "v4", perMinute("api", "api", "user", 40), perMinute("admin", "admin", "path", 4))
+	m.Set("test-node", "v4", perMinute("api", "api", "user", 40), perMinute("admin", "admin", "path", 4))
 	waitFor(t, "v4 in force", func() bool {
 		return limitOf(feed, "api", "user", "u") == 40 && limitOf(feed, "admin", "path", "/x") == 4
 	})
@@ -145,7 +146,7 @@ func TestPushes(t *testing.T) {
 
 	// A domain removed from the snapshot is gone: the snapshot is the
 	// whole state.
-	m.set("test-node", "v5", perMinute("admin", "admin", "path", 4))
+	m.Set("test-node", "v5", perMinute("admin", "admin", "path", 4))
 	waitFor(t, "v5 in force", func() bool { return !feed.Current().HasDomain("api") })
 }
 
@@ -155,13 +156,13 @@ func TestPushes(t *testing.T) {
 // header-match descriptors, a shared limit, and a version counter.
 func TestEnvoyGatewayShape(t *testing.T) {
 	var logs testlog.Buffer
-	m := startMgmt(t, "127.0.0.1:0", nil)
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
 	route := "httproute/default/backend/rule/0/match/0/www_example_com"
 	listener := "default/eg/http"
 	rl := func(n uint32, u rlsconf.RateLimitUnit) *rlsconf.RateLimitPolicy {
 		return &rlsconf.RateLimitPolicy{RequestsPerUnit: n, Unit: u}
 	}
-	m.set("envoy-ratelimit", "1", &rlsconf.RateLimitConfig{
+	m.Set("envoy-ratelimit", "1", &rlsconf.RateLimitConfig{
 		Name: listener, Domain: listener,
 		Descriptors: []*rlsconf.RateLimitDescriptor{{
 			Key: route, Value: route,
@@ -173,7 +174,7 @@ func TestEnvoyGatewayShape(t *testing.T) {
 			},
 		}},
 	})
-	opts := fastOptions(m.addr, &logs)
+	opts := fastOptions(m.Addr, &logs)
 	opts.NodeID = "envoy-ratelimit"
 	feed := runClient(t, opts)
 	waitFor(t, "Envoy Gateway's rules in force", func() bool {
@@ -192,7 +193,7 @@ func TestEnvoyGatewayShape(t *testing.T) {
 // its resource's is NACKed.
 func TestExtensions(t *testing.T) {
 	var logs testlog.Buffer
-	m := startMgmt(t, "127.0.0.1:0", nil)
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
 	shop := []byte(`domain: shop
 descriptors:
   - key: api_key
@@ -215,8 +216,8 @@ descriptors:
 `)
 	withDomain := RuleFile("shop", shop)
 	withDomain.Domain = "shop" // as a resource that also serves envoyproxy/ratelimit would
-	m.set("test-node", "e1", withDomain, perMinute("plain", "plain", "k", 7))
-	feed := runClient(t, fastOptions(m.addr, &logs))
+	m.Set("test-node", "e1", withDomain, perMinute("plain", "plain", "k", 7))
+	feed := runClient(t, fastOptions(m.Addr, &logs))
 	waitFor(t, "the rule file in force", func() bool { return limitOf(feed, "plain", "k", "v") == 7 })
 	r := feed.Current().Match("shop", []rules.Entry{{Key: "api_key", Value: "k1"}})
 	if r == nil || len(r.Limits) != 2 || r.Limits[0].Spec.Burst != 50 {
@@ -231,15 +232,15 @@ descriptors:
 
 	// Positions in errors are the rule file's own lines.
 	bad := RuleFile("shop", []byte("domain: shop\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n"))
-	m.set("test-node", "e2", bad)
+	m.Set("test-node", "e2", bad)
 	if msg := nackOf(m, "e2").GetErrorDetail().GetMessage(); !strings.Contains(msg, "xds/shop:5:") || !strings.Contains(msg, "fortnight") {
 		t.Errorf("NACK of a bad rule file = %q, want its line 5 and the bad unit", msg)
 	}
 
 	other := RuleFile("shop", shop)
 	other.Domain = "not-shop"
-	m.set("test-node", "e3", other)
-	m.waitRequest("NACK of e3", func(r *discovery.DiscoveryRequest) bool {
+	m.Set("test-node", "e3", other)
+	m.WaitRequest("NACK of e3", func(r *discovery.DiscoveryRequest) bool {
 		return strings.Contains(r.GetErrorDetail().GetMessage(), `domain "shop" differs from the resource's "not-shop"`)
 	})
 	if feed.Status().Version != 1 || limitOf(feed, "plain", "k", "v") != 7 {
@@ -253,13 +254,13 @@ descriptors:
 // rules put in force.
 func TestServerRestarted(t *testing.T) {
 	var logs testlog.Buffer
-	m := startMgmt(t, "127.0.0.1:0", nil)
-	m.set("test-node", "r1", perMinute("api", "api", "user", 10))
-	feed := runClient(t, fastOptions(m.addr, &logs))
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
+	m.Set("test-node", "r1", perMinute("api", "api", "user", 10))
+	feed := runClient(t, fastOptions(m.Addr, &logs))
 	waitFor(t, "r1 in force", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
-	m.waitRequest("ACK of r1", func(r *discovery.DiscoveryRequest) bool { return r.GetVersionInfo() == "r1" })
+	m.WaitRequest("ACK of r1", func(r *discovery.DiscoveryRequest) bool { return r.GetVersionInfo() == "r1" })
 
-	m.srv.Stop()
+	m.Stop()
 	waitFor(t, "the lost stream logged", func() bool { return strings.Contains(logs.String(), "stream to the management server ended") })
 	// Away for several reconnection attempts: the rules serve on.
 	time.Sleep(150 * time.Millisecond)
@@ -267,9 +268,9 @@ func TestServerRestarted(t *testing.T) {
 		t.Fatalf("while the server is away: limit %d, status %+v; want r1's 10, no failure", got, feed.Status())
 	}
 
-	m2 := startMgmt(t, m.addr, nil)
-	m2.set("test-node", "r2", perMinute("api", "api", "user", 25))
-	first := m2.waitRequest("a new subscription", func(*discovery.DiscoveryRequest) bool { return true })
+	m2 := xdstest.Start(t, m.Addr, nil)
+	m2.Set("test-node", "r2", perMinute("api", "api", "user", 25))
+	first := m2.WaitRequest("a new subscription", func(*discovery.DiscoveryRequest) bool { return true })
 	if first.GetVersionInfo() != "r1" || first.GetTypeUrl() != TypeURL || first.GetResponseNonce() != "" {
 		t.Errorf("first request to the new server: version %q type %q nonce %q; want r1, %s, no nonce",
 			first.GetVersionInfo(), first.GetTypeUrl(), first.GetResponseNonce(), TypeURL)
@@ -287,12 +288,12 @@ func TestTLS(t *testing.T) {
 	ca := testcert.NewCA(t, "xds CA")
 	srvPair := ca.Issue(t, "envoy-gateway", testcert.Server, "envoy-gateway.envoy-gateway-system.svc")
 	cliPair := ca.Issue(t, "envoy-ratelimit", testcert.Client)
-	m := startMgmt(t, "127.0.0.1:0", &tls.Config{
+	m := xdstest.Start(t, "127.0.0.1:0", &tls.Config{
 		Certificates: []tls.Certificate{srvPair.TLS(t)},
 		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
 	})
-	m.set("test-node", "t1", perMinute("api", "api", "user", 10))
-	opts := fastOptions(m.addr, &logs)
+	m.Set("test-node", "t1", perMinute("api", "api", "user", 10))
+	opts := fastOptions(m.Addr, &logs)
 	opts.TLS = &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cliPair.TLS(t)},
 		ServerName: "envoy-gateway.envoy-gateway-system.svc"}
 	feed := runClient(t, opts)
@@ -351,20 +352,20 @@ func TestNewRefuses(t *testing.T) {
 // were refused without compiling them again.
 func TestRefusedVersionReused(t *testing.T) {
 	var logs testlog.Buffer
-	m := startMgmt(t, "127.0.0.1:0", nil)
-	m.set("test-node", "4", perMinute("api", "api", "user", 10))
-	feed := runClient(t, fastOptions(m.addr, &logs))
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
+	m.Set("test-node", "4", perMinute("api", "api", "user", 10))
+	feed := runClient(t, fastOptions(m.Addr, &logs))
 	waitFor(t, "4 in force", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
 
 	broken := perMinute("api", "api", "user", 30)
 	broken.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
-	m.set("test-node", "5", broken)
+	m.Set("test-node", "5", broken)
 	nackOf(m, "5")
 	// The cache sends the refused snapshot again after each NACK: wait
 	// for a repeat's NACK, which must not count as a new failure.
 	waitFor(t, "a repeated NACK", func() bool {
 		n := 0
-		for _, r := range m.requests() {
+		for _, r := range m.Requests() {
 			if r.GetErrorDetail() != nil {
 				n++
 			}
@@ -375,14 +376,14 @@ func TestRefusedVersionReused(t *testing.T) {
 		t.Errorf("after repeats of the refused 5: %d failures, want 1 (repeats are not compiled again)", st.Failures)
 	}
 
-	m.srv.Stop()
-	m2 := startMgmt(t, m.addr, nil)
-	m2.set("test-node", "5", perMinute("api", "api", "user", 50))
+	m.Stop()
+	m2 := xdstest.Start(t, m.Addr, nil)
+	m2.Set("test-node", "5", perMinute("api", "api", "user", 50))
 	waitFor(t, "the good 5 from the restarted server in force", func() bool { return limitOf(feed, "api", "user", "u") == 50 })
 	if st := feed.Status(); st.Origin != "5" || st.LastError != nil {
 		t.Errorf("after the good 5: status %+v, want origin 5 and no error", st)
 	}
-	m2.waitRequest("ACK of the good 5", func(r *discovery.DiscoveryRequest) bool {
+	m2.WaitRequest("ACK of the good 5", func(r *discovery.DiscoveryRequest) bool {
 		return r.GetVersionInfo() == "5" && r.GetErrorDetail() == nil && r.GetResponseNonce() != ""
 	})
 }
@@ -399,8 +400,8 @@ func TestStallsReported(t *testing.T) {
 	}
 	dead := l.Addr().String()
 	l.Close()
-	m := startMgmt(t, "127.0.0.1:0", nil)
-	m.set("test-node", "1", perMinute("api", "api", "user", 10))
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
+	m.Set("test-node", "1", perMinute("api", "api", "user", 10))
 
 	for _, tc := range []struct {
 		name, addr, node string
@@ -409,7 +410,7 @@ func TestStallsReported(t *testing.T) {
 		{"refused", dead, "test-node",
 			[]string{"cannot reach the management server", "state=TRANSIENT_FAILURE", "connection refused", "waited=", `rules="none received yet"`},
 			[]string{"xds " + dead + " node test-node: not connected (TRANSIENT_FAILURE) since", "connection refused", "nothing ACKed yet"}},
-		{"wrong node id", m.addr, "no-such-node",
+		{"wrong node id", m.Addr, "no-such-node",
 			[]string{"connected to the management server, but it sends no rules", "node=no-such-node", "waited="},
 			[]string{"connected, but no rules received since", "nothing ACKed yet"}},
 	} {
@@ -436,7 +437,7 @@ func TestStallsReported(t *testing.T) {
 
 	// Once rules arrive the warnings stop and Source says so.
 	var logs testlog.Buffer
-	opts := fastOptions(m.addr, &logs)
+	opts := fastOptions(m.Addr, &logs)
 	opts.StallWarning = 50 * time.Millisecond
 	feed := runClient(t, opts)
 	waitFor(t, "rules", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
