@@ -106,109 +106,16 @@ local function put(out, p, o)
   out[p + FIELD_NEVER] = o.never and 1 or 0
 end
 
--- A call's hits, by their index in keys: the parsed spec (shared by the
--- hits that send the same one; a calendar hit has its own copy with its
--- boundaries in cal), cost, refund, advisory, and the quota
--- (limit.Hit.Group + 1) of a quota hit, 0 for the others. One table of
--- arrays per call, made by evaluate.
---
--- decide evaluates one request: hits k0 + 1 .. k0 + n on keys[k0 + i]. It
--- raises an error before writing anything if the request cannot be
--- decided.
-local function decide(keys, hits, now, k0, n)
-  local specs, costs, refunds = hits.specs, hits.costs, hits.refunds
-  if n == 1 then
-    -- A request of one hit, the most common, without working copies: its
-    -- only hit writes if it consumes, and when it is denied there is no
-    -- other hit to report as a peek.
-    local key, h = keys[k0 + 1], specs[k0 + 1]
-    local algo = algorithm(h.code)
-    if not algo then
-      return error('floodgate: unknown algorithm code ' .. tostring(h.code))
-    end
-    local st, ok
-    if h.limit ~= 0 then
-      st, ok = algo.load(key, h, now)
-    end
-    local nst, o = step(algo, st, ok, h, costs[k0 + 1], refunds[k0 + 1], now)
-    if o.write then
-      algo.store(key, nst, h, now, o.ttl)
-    end
-    local out = {}
-    put(out, 1, o)
-    return out
-  end
-  local advisories, quotas = hits.advisories, hits.quotas
-  local work, order, out = {}, {}, {}
-  local denied = false
-  -- over[q] tells, for each quota q of the request, whether a hit of it
-  -- is denied.
-  local over, anyquota = {}, false
-  for i = 1, n do
-    local key = keys[k0 + i]
-    local h = specs[k0 + i]
-    local cost, refund = costs[k0 + i], refunds[k0 + i]
-    local algo = algorithm(h.code)
-    if not algo then
-      return error('floodgate: unknown algorithm code ' .. tostring(h.code))
-    end
-    local w = work[key]
-    if w == nil then
-      w = {algo = algo, code = h.code}
-      work[key] = w
-      order[#order + 1] = key
-    elseif w.code ~= h.code then
-      return error('floodgate: key ' .. key .. ' used by two algorithms in one call')
-    end
-    if w.st == nil and h.limit ~= 0 then
-      w.st, w.ok = algo.load(key, h, now)
-      w.st0, w.ok0 = w.st, w.ok
-    end
-    local st, o = step(algo, w.st, w.ok, h, cost, refund, now)
-    if o.write then
-      -- A state written with no lifetime left is equivalent to none: later
-      -- hits of the call see none, and the key is deleted.
-      w.st, w.ok, w.h, w.ttl, w.dirty = st, o.ttl > 0, h, o.ttl, true
-    end
-    local q = quotas[k0 + i]
-    if q > 0 then
-      anyquota = true
-      over[q] = over[q] or not o.allowed
-    elseif not o.allowed and cost > 0 and not refund and not advisories[k0 + i] then
-      denied = true
-    end
-    put(out, FIELDS_PER_DECISION * (i - 1) + 1, o)
-  end
-
-  if not denied and anyquota then
-    -- Blocked too when every quota is over.
-    denied = true
-    for _, o in pairs(over) do
-      denied = denied and o
-    end
-  end
-
-  if denied then
-    -- Nothing is consumed: the allowed hits report the stored state, as a
-    -- hit of cost 0 sees it (step leaves the loaded state as it was).
-    for i = 1, n do
-      local p = FIELDS_PER_DECISION * (i - 1) + 1
-      if out[p + FIELD_ALLOWED] == 1 then
-        local w = work[keys[k0 + i]]
-        local _, o = step(w.algo, w.st0, w.ok0, specs[k0 + i], 0, false, now)
-        out[p + FIELD_REMAINING], out[p + FIELD_RESET] = o.remaining, o.reset
-        out[p + FIELD_RETRY], out[p + FIELD_NEVER] = 0, 0
-      end
-    end
-  else
-    for _, key in ipairs(order) do
-      local w = work[key]
-      if w.dirty then
-        w.algo.store(key, w.st, w.h, now, w.ttl)
-      end
-    end
-  end
-  return out
+-- decision returns the decision of outcome o as a new array. A table
+-- constructor fills it at a third of the cost of five stores into an empty
+-- table, which Lua grows step by step; it lists the fields in the order of
+-- their FIELD_ offsets, which the check below holds to.
+if not (FIELD_ALLOWED == 0 and FIELD_REMAINING == FIELD_ALLOWED + 1 and FIELD_RESET == FIELD_REMAINING + 1 and
+    FIELD_RETRY == FIELD_RESET + 1 and FIELD_NEVER == FIELD_RETRY + 1 and FIELDS_PER_DECISION == FIELD_NEVER + 1) then
+  error('floodgate: evaluate.lua: decision() lists the fields in another order than FIELD_')
+end
+local function decision(o)
+  return {o.allowed and 1 or 0, o.remaining, o.reset, o.retry, o.never and 1 or 0}
 end
 
 -- parse_spec returns the spec table of a spec argument, parsing each
@@ -238,29 +145,166 @@ local function has(flags, flag)
   return math.floor(flags / flag) % 2 == 1
 end
 
--- decide_from decides requests r0 .. of a call into results, in order; it
--- stops at the first error, which its pcall catches.
-local function decide_from(keys, hits, reqs, results, r0)
-  local nows, firsts, counts = reqs.nows, reqs.firsts, reqs.counts
+-- hit reads the hit whose arguments start at args[a]: its spec (nil if
+-- malformed), cost, flags (a number, 0 for none) and where the next hit's
+-- arguments start. The hits are read where they lie, not copied into
+-- tables first: a call's parse used to be a quarter of its cost, most of
+-- it growing eight arrays hit by hit.
+local function hit(args, a)
+  local h, cost, flags = parse_spec(args[a]), tonumber(args[a + 1]), args[a + 2]
+  if flags == '0' then
+    return h, cost, 0, a + ARGS_PER_HIT
+  end
+  flags = tonumber(flags) or 0
+  if has(flags, FLAG_CALENDAR) then
+    return h, cost, flags, a + ARGS_PER_HIT + ARGS_PER_CALENDAR
+  end
+  return h, cost, flags, a + ARGS_PER_HIT
+end
+
+-- calendar returns the spec of a calendar hit, whose boundaries follow its
+-- arguments at args[a]: a copy of h with them in cal.
+local function calendar(h, args, a)
+  local cal = {}
+  for j = 1, ARGS_PER_CALENDAR do
+    cal[j] = tonumber(args[a + ARGS_PER_HIT + j - 1])
+  end
+  return {code = h.code, limit = h.limit, window = h.window, cap = h.cap, precision = h.precision, cal = cal}
+end
+
+-- read returns the hit at args[a] as decide uses it: its spec (a calendar
+-- hit's own copy), cost, refund, advisory, the quota (limit.Hit.Group + 1)
+-- of a quota hit, 0 for the others, and where the next hit starts.
+local function read(args, a)
+  local h, cost, flags, nxt = hit(args, a)
+  if flags == 0 then
+    return h, cost, false, false, 0, nxt
+  end
+  if has(flags, FLAG_CALENDAR) then
+    h = calendar(h, args, a)
+  end
+  return h, cost, has(flags, FLAG_REFUND), has(flags, FLAG_ADVISORY), math.floor(flags / FLAG_QUOTA_BASE), nxt
+end
+
+-- decide evaluates one request: hits on keys[k0 + 1 .. k0 + n], their
+-- arguments from args[a], checked by evaluate. It raises an error before
+-- writing anything if the request cannot be decided.
+local function decide(keys, args, now, k0, n, a)
+  if n == 1 then
+    -- A request of one hit, the most common, without working copies: its
+    -- only hit writes if it consumes, and when it is denied there is no
+    -- other hit to report as a peek.
+    local key = keys[k0 + 1]
+    local h, cost, refund = read(args, a)
+    local algo = algorithm(h.code)
+    if not algo then
+      return error('floodgate: unknown algorithm code ' .. tostring(h.code))
+    end
+    local st, ok
+    if h.limit ~= 0 then
+      st, ok = algo.load(key, h, now)
+    end
+    local nst, o = step(algo, st, ok, h, cost, refund, now)
+    if o.write then
+      algo.store(key, nst, h, now, o.ttl)
+    end
+    return decision(o)
+  end
+  local specs = {}
+  local work, order, out = {}, {}, {}
+  local denied = false
+  -- over[q] tells, for each quota q of the request, whether a hit of it
+  -- is denied.
+  local over, anyquota = {}, false
+  for i = 1, n do
+    local key = keys[k0 + i]
+    local h, cost, refund, advisory, q
+    h, cost, refund, advisory, q, a = read(args, a)
+    specs[i] = h
+    local algo = algorithm(h.code)
+    if not algo then
+      return error('floodgate: unknown algorithm code ' .. tostring(h.code))
+    end
+    local w = work[key]
+    if w == nil then
+      w = {algo = algo, code = h.code}
+      work[key] = w
+      order[#order + 1] = key
+    elseif w.code ~= h.code then
+      return error('floodgate: key ' .. key .. ' used by two algorithms in one call')
+    end
+    if w.st == nil and h.limit ~= 0 then
+      w.st, w.ok = algo.load(key, h, now)
+      w.st0, w.ok0 = w.st, w.ok
+    end
+    local st, o = step(algo, w.st, w.ok, h, cost, refund, now)
+    if o.write then
+      -- A state written with no lifetime left is equivalent to none: later
+      -- hits of the call see none, and the key is deleted.
+      w.st, w.ok, w.h, w.ttl, w.dirty = st, o.ttl > 0, h, o.ttl, true
+    end
+    if q > 0 then
+      anyquota = true
+      over[q] = over[q] or not o.allowed
+    elseif not o.allowed and cost > 0 and not refund and not advisory then
+      denied = true
+    end
+    put(out, FIELDS_PER_DECISION * (i - 1) + 1, o)
+  end
+  if not denied and anyquota then
+    -- Blocked too when every quota is over.
+    denied = true
+    for _, o in pairs(over) do
+      denied = denied and o
+    end
+  end
+
+  if denied then
+    -- Nothing is consumed: the allowed hits report the stored state, as a
+    -- hit of cost 0 sees it (step leaves the loaded state as it was).
+    for i = 1, n do
+      local p = FIELDS_PER_DECISION * (i - 1) + 1
+      if out[p + FIELD_ALLOWED] == 1 then
+        local w = work[keys[k0 + i]]
+        local _, o = step(w.algo, w.st0, w.ok0, specs[i], 0, false, now)
+        out[p + FIELD_REMAINING], out[p + FIELD_RESET] = o.remaining, o.reset
+        out[p + FIELD_RETRY], out[p + FIELD_NEVER] = 0, 0
+      end
+    end
+  else
+    for _, key in ipairs(order) do
+      local w = work[key]
+      if w.dirty then
+        w.algo.store(key, w.st, w.h, now, w.ttl)
+      end
+    end
+  end
+  return out
+end
+
+-- decide_from decides requests r0 .. of a call into results, in order;
+-- offs holds each request's first argument and first key (at 2r - 1 and
+-- 2r), nows its now. It stops at the first error, which its pcall catches.
+local function decide_from(keys, args, offs, nows, results, r0)
   for r = r0, #nows do
-    results[r] = decide(keys, hits, nows[r], firsts[r], counts[r])
+    local a, k0 = offs[2 * r - 1], offs[2 * r]
+    results[r] = decide(keys, args, nows[r], k0, tonumber(args[a + 1]), a + ARGS_PER_REQUEST)
   end
 end
 
--- evaluate decides the call: it parses every request, then decides them
--- in order.
+-- evaluate decides the call: it checks every request's arguments, then
+-- decides the requests in order.
 local function evaluate(keys, args)
-  local specs, costs, refunds, advisories, quotas = {}, {}, {}, {}, {}
-  -- Each request's now, its first key and its number of hits.
-  local nows, firsts, counts = {}, {}, {}
+  -- Each request's first argument and first key, and its now.
+  local offs, nows = {}, {}
   -- Redis TIME in µs, read once per call, when a request needs it.
   -- Effects replication (the default since Redis 5, the only mode in 7)
   -- makes reading TIME before writing safe.
   local clock
   local nargs, nkeys = #args, #keys
-  local a, k = 1, 0
+  local a, k, r = 1, 0, 0
   while a <= nargs do
-    local r = #nows + 1
+    r = r + 1
     local now = args[a]
     local n = tonumber(args[a + 1])
     if not n or n < 1 or k + n > nkeys then
@@ -276,48 +320,30 @@ local function evaluate(keys, args)
     else
       now = tonumber(now)
     end
-    nows[r], firsts[r], counts[r] = now, k, n
+    offs[2 * r - 1], offs[2 * r], nows[r] = a, k, now
     a = a + ARGS_PER_REQUEST
-    for i = k + 1, k + n do
-      local h = parse_spec(args[a])
+    for _ = 1, n do
+      local h, nxt
+      h, _, _, nxt = hit(args, a)
       if not h then
         return redis.error_reply('floodgate: request ' .. r .. ': bad spec ' .. tostring(args[a]))
       end
-      costs[i] = tonumber(args[a + 1])
-      local flags = args[a + 2]
-      a = a + ARGS_PER_HIT
-      if flags == '0' then
-        refunds[i], advisories[i], quotas[i] = false, false, 0
-      else
-        flags = tonumber(flags) or 0
-        refunds[i], advisories[i], quotas[i] = has(flags, FLAG_REFUND), has(flags, FLAG_ADVISORY),
-          math.floor(flags / FLAG_QUOTA_BASE)
-        if has(flags, FLAG_CALENDAR) then
-          local cal = {}
-          for j = 1, ARGS_PER_CALENDAR do
-            cal[j] = tonumber(args[a + j - 1])
-          end
-          h = {code = h.code, limit = h.limit, window = h.window, cap = h.cap, precision = h.precision, cal = cal}
-          a = a + ARGS_PER_CALENDAR
-        end
-      end
-      specs[i] = h
+      a = nxt
     end
     k = k + n
   end
   if a ~= nargs + 1 or k ~= nkeys then
     return redis.error_reply('floodgate: ' .. nargs .. ' arguments and ' .. nkeys .. ' keys for ' ..
-      #nows .. ' requests of ' .. k .. ' hits')
+      r .. ' requests of ' .. k .. ' hits')
   end
 
   -- Decide the requests in order, under pcall so that a request's error is
   -- its own; one pcall covers the requests up to the first error, and the
   -- next one resumes after it.
-  local hits = {specs = specs, costs = costs, refunds = refunds, advisories = advisories, quotas = quotas}
-  local reqs = {nows = nows, firsts = firsts, counts = counts}
-  local results = {}
-  while #results < #nows do
-    local ok, err = pcall(decide_from, keys, hits, reqs, results, #results + 1)
+  local results, done = {}, 0
+  while done < r do
+    local ok, err = pcall(decide_from, keys, args, offs, nows, results, done + 1)
+    done = #results
     if not ok then
       -- A Redis error (a table on 6.2, a string on 7) keeps its code, such
       -- as WRONGTYPE; the script's own get ERR.
@@ -328,7 +354,8 @@ local function evaluate(keys, args)
       if not string.find(err, '^%u[%u%d]* ') then
         err = 'ERR ' .. err
       end
-      results[#results + 1] = {err = err}
+      done = done + 1
+      results[done] = {err = err}
     end
   end
   return results
