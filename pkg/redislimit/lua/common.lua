@@ -28,9 +28,17 @@ local function int(x)
 end
 
 -- outcome returns a hit's outcome; the fields mirror limit's outcome type.
+-- Every call fills the same table, rather than making one per hit: an
+-- outcome is read to the end before the next step asks for another
+-- (evaluate.lua copies its fields into the decision at once, and no
+-- algorithm holds two), and all its fields are set each time, so nothing of
+-- one hit or call reaches the next.
+local the_outcome = {}
 local function outcome(allowed, remaining, reset, retry, write, ttl)
-  return {allowed = allowed, never = false, remaining = remaining,
-          reset = reset, retry = retry, write = write, ttl = ttl}
+  local o = the_outcome
+  o.allowed, o.never, o.remaining, o.reset, o.retry, o.write, o.ttl =
+    allowed, false, remaining, reset, retry, write, ttl
+  return o
 end
 
 -- expire_at returns the instant, in whole milliseconds rounded up, at which
