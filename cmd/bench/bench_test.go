@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,50 @@ import (
 // TestSmoke runs the tool's whole path briefly: build and start floodgate
 // against a private Redis, load, readings, CPU profile and ceiling. It
 // keeps the tool from rotting; it asserts no performance figure.
+// TestMain lets the test binary serve the gRPC floor when -grpc-floor
+// starts it as its child, as the tool's own main does.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(floorAddrEnv); addr != "" {
+		if err := serveFloor(addr); err != nil {
+			fmt.Fprintln(os.Stderr, "grpc floor:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestGRPCFloor drives the floor: every call answered OK, the server's CPU
+// measured, no Redis figures, and the result marked as the floor's.
+func TestGRPCFloor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"-grpc-floor", "-concurrency", "4", "-conns", "1", "-warmup", "200ms", "-duration", "1s", "-json"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
+	}
+	var r result
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("output is not a result: %v\n%s", err, stdout.String())
+	}
+	if r.Target != targetFloor || r.Algorithm != "" {
+		t.Errorf("target %q, algorithm %q: want %q and none", r.Target, r.Algorithm, targetFloor)
+	}
+	if r.Decisions <= 0 || r.Errors != 0 || r.OverLimitShare != 0 {
+		t.Errorf("%d answers, %d errors, %v over limit: want answers, all OK", r.Decisions, r.Errors, r.OverLimitShare)
+	}
+	if r.Server == nil || r.Server.CPUMicrosPerDecision <= 0 {
+		t.Errorf("server figures %+v, want its CPU", r.Server)
+	}
+	if r.Redis != nil || r.Ceiling != nil || len(r.Notes) != 0 {
+		t.Errorf("Redis %+v, ceiling %+v, notes %q: the floor has no Redis", r.Redis, r.Ceiling, r.Notes)
+	}
+	if !strings.Contains(stderr.String(), "grpc floor pid") {
+		t.Errorf("progress does not name the floor:\n%s", stderr.String())
+	}
+}
+
 func TestSmoke(t *testing.T) {
 	rd := redistest.Start(t)
 	profile := filepath.Join(t.TempDir(), "cpu.pprof")
@@ -325,6 +370,10 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-server-args", "-redis-pool-size 4"}, ""},
 		{[]string{"-server-addr", "h:1", "-cpuprofile", "x"}, "-server-debug-addr"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"-grpc-floor"}, ""},
+		{[]string{"-grpc-floor", "-server-addr", "h:1"}, "-grpc-floor"},
+		{[]string{"-grpc-floor", "-server-bin", "x"}, "-grpc-floor"},
+		{[]string{"-grpc-floor", "-cpuprofile", "x"}, "-grpc-floor"},
 		{[]string{"-envoy"}, ""},
 		{[]string{"-envoy", "-envoy-stores", " memory"}, ""},
 		{[]string{"-envoy", "-matrix"}, "-envoy"},

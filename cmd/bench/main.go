@@ -45,6 +45,13 @@ import (
 )
 
 func main() {
+	if addr := os.Getenv(floorAddrEnv); addr != "" {
+		if err := serveFloor(addr); err != nil {
+			fmt.Fprintln(os.Stderr, "grpc floor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -62,6 +69,7 @@ type options struct {
 	serverArgs                   []string
 	serverAddr, serverDebugAddr  string
 	serverPID                    int
+	grpcFloor                    bool
 
 	conns            int
 	warmup, duration time.Duration
@@ -112,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.serverAddr, "server-addr", "", "gRPC host:port of a running floodgate to drive instead of starting one")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "pid of the -server-addr server, for its CPU and RSS")
 	fs.StringVar(&o.serverDebugAddr, "server-debug-addr", "", "debug host:port of the -server-addr server, for -cpuprofile")
+	fs.BoolVar(&o.grpcFloor, "grpc-floor", false, "drive, instead of floodgate, a grpc-go server that answers every call OK without deciding (set up as floodgate sets up grpc-go): the least CPU per call any grpc-go server needs under this load")
 	fs.IntVar(&o.conns, "conns", 4, "gRPC connections the callers share")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load before each measurement, not measured")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured load per scenario")
@@ -165,6 +174,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-server-pid and -server-debug-addr describe a running server: pass -server-addr too")
 	case o.serverAddr != "" && (o.serverBin != "" || o.config != "" || len(o.serverArgs) > 0):
 		return nil, errors.New("-server-bin, -server-args and -config configure a server the tool starts: drop them with -server-addr")
+	case o.grpcFloor && (o.serverAddr != "" || o.serverBin != "" || o.config != "" || len(o.serverArgs) > 0 || o.cpuProfile != "" || o.envoy):
+		return nil, errors.New("-grpc-floor drives a server of its own: drop -server-addr, -server-bin, -server-args, -config, -cpuprofile and -envoy")
 	case o.cpuProfile != "" && o.serverAddr != "" && o.serverDebugAddr == "":
 		return nil, errors.New("-cpuprofile with -server-addr needs -server-debug-addr")
 	}
@@ -292,9 +303,23 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 		}
 	}()
 	t := &target{redisAddr: o.redisAddr}
-	if o.serverAddr != "" {
+	switch {
+	case o.serverAddr != "":
 		t.srv = server{grpcAddr: o.serverAddr, debugAddr: o.serverDebugAddr, pid: o.serverPID}
-	} else {
+	case o.grpcFloor:
+		dir, err := os.MkdirTemp("", "floodgate-bench-")
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, func() { os.RemoveAll(dir) })
+		p, srv, err := startFloor(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, func() { p.stop(5 * time.Second) })
+		t.srv, t.proc, t.redisAddr = srv, p, ""
+		fmt.Fprintf(log, "bench: grpc floor pid %d, gRPC on %s\n", srv.pid, srv.grpcAddr)
+	default:
 		dir, err := os.MkdirTemp("", "floodgate-bench-")
 		if err != nil {
 			return nil, err
@@ -399,7 +424,10 @@ func writeRuleFiles(dir string, o *options) error {
 // readings before and after, and a second ceiling run.
 func measure(ctx context.Context, o *options, t *target, sc scenario) (result, error) {
 	r := result{Scenario: sc}
-	if o.config == "" && o.serverAddr == "" {
+	switch {
+	case o.grpcFloor:
+		r.Target = targetFloor
+	case o.config == "" && o.serverAddr == "":
 		r.Algorithm = o.algorithm
 	}
 	values := sc.values()
@@ -416,7 +444,7 @@ func measure(ctx context.Context, o *options, t *target, sc scenario) (result, e
 	var ceilBefore float64
 	var ceilBeforeDelta redisDelta
 	switch {
-	case !o.ceiling:
+	case !o.ceiling, o.grpcFloor:
 	case t.redis == nil:
 		r.Notes = append(r.Notes, "no ceiling: the Redis address is unknown (pass -redis-addr)")
 	case err != nil:

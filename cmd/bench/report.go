@@ -11,6 +11,9 @@ import (
 
 // result is the report of one scenario; its JSON form is the -json output.
 type result struct {
+	// Target is "grpc-floor" for the -grpc-floor server, empty for
+	// floodgate or a -server-addr server.
+	Target    string   `json:"target,omitempty"`
 	Scenario  scenario `json:"scenario"`
 	Algorithm string   `json:"algorithm,omitempty"` // of the generated rules; "" with -config
 	// DurationSec is the measured time, from the first send to the last
@@ -93,7 +96,11 @@ func writeText(w io.Writer, r result) {
 	if r.Scenario.Rate > 0 {
 		mode = "open loop"
 	}
-	fmt.Fprintf(w, "floodgate bench: %s, %s, %.1fs measured\n", r.Scenario, mode, r.DurationSec)
+	title := "floodgate bench"
+	if r.Target == targetFloor {
+		title = "grpc floor (answers without deciding)"
+	}
+	fmt.Fprintf(w, "%s: %s, %s, %.1fs measured\n", title, r.Scenario, mode, r.DurationSec)
 	fmt.Fprintf(w, "  decisions        %d (%.0f/s), %.1f%% over limit, %d errors\n",
 		r.Decisions, r.DecisionsPerSec, 100*r.OverLimitShare, r.Errors)
 	l := r.Latency
@@ -108,6 +115,8 @@ func writeText(w io.Writer, r result) {
 	if rd := r.Redis; rd != nil {
 		fmt.Fprintf(w, "  redis            CPU %.1f µs/decision, %.2f round trips/request, %.2f commands/request (%s)\n",
 			rd.CPUMicrosPerDecision, rd.RoundTripsPerRequest, rd.CommandsPerRequest, callsText(rd.CallsPerRequest))
+	} else if r.Target == targetFloor {
+		fmt.Fprintf(w, "  redis            none (the floor decides nothing)\n")
 	} else {
 		fmt.Fprintf(w, "  redis            unknown (pass -redis-addr)\n")
 	}
