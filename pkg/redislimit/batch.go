@@ -33,6 +33,14 @@ const maxBatchArgs = 400
 // own, exactly as if it were sent alone: one call's denial or error never
 // affects another's. The zero value enables batching with the defaults.
 //
+// With a Window, a call that finds a round trip free does not leave at
+// once: it waits up to Window for others to join it, or until MaxRequests
+// calls wait, and they leave together. That trades up to Window of latency
+// for fewer round trips when calls arrive one at a time, where each one
+// would otherwise pay a script call of its own in Redis's CPU. Calls that
+// find every round trip taken wait for one as without a Window, and leave
+// as soon as one ends.
+//
 // A batch's round trip has the deadline Options.Timeout from its sending,
 // or the latest of its callers' context deadlines if that is sooner; each
 // caller still returns as soon as its own context ends. Context values of
@@ -47,6 +55,10 @@ type BatchOptions struct {
 	// once; 0 means DefaultBatchInFlight. While they are all outstanding,
 	// calls wait for one to end.
 	MaxInFlight int
+	// Window is how long a call that finds a round trip free waits for
+	// other calls to share it; 0 sends it at once. It is the reference
+	// server's REDIS_PIPELINE_WINDOW.
+	Window time.Duration
 }
 
 // States of a batched call.
@@ -78,9 +90,19 @@ type batcher struct {
 	maxRequests int
 	maxInFlight int
 
+	window time.Duration
+
 	mu       sync.Mutex
 	inFlight int
 	queue    []*call
+	// gathering is set while a call waits out the window in a round trip
+	// it holds (see gather); calls that come meanwhile queue for it.
+	gathering bool
+	// full wakes the gathering call before the window ends once
+	// maxRequests calls wait; one token at most.
+	full chan struct{}
+	// windowTimer times the window; only the gathering call uses it.
+	windowTimer *time.Timer
 
 	// senders hands a batch to a sender goroutine waiting for one (see
 	// sender).
@@ -95,10 +117,15 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 	if o.Disabled {
 		return nil, nil
 	}
-	if o.MaxRequests < 0 || o.MaxInFlight < 0 {
-		return nil, fmt.Errorf("redislimit: negative batch MaxRequests %d or MaxInFlight %d", o.MaxRequests, o.MaxInFlight)
+	if o.MaxRequests < 0 || o.MaxInFlight < 0 || o.Window < 0 {
+		return nil, fmt.Errorf("redislimit: negative batch MaxRequests %d, MaxInFlight %d or Window %v", o.MaxRequests, o.MaxInFlight, o.Window)
 	}
-	b := &batcher{l: l, maxRequests: o.MaxRequests, maxInFlight: o.MaxInFlight, senders: make(chan []*call)}
+	b := &batcher{l: l, maxRequests: o.MaxRequests, maxInFlight: o.MaxInFlight, window: o.Window, senders: make(chan []*call)}
+	if b.window > 0 {
+		b.full = make(chan struct{}, 1)
+		b.windowTimer = time.NewTimer(b.window)
+		b.windowTimer.Stop()
+	}
 	if b.maxRequests == 0 {
 		b.maxRequests = DefaultBatchRequests
 	}
@@ -108,11 +135,11 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 	return b, nil
 }
 
-// evaluate decides hits, alone at once if a round trip is free, else in a
-// batch.
+// evaluate decides hits, alone at once if a round trip is free (after the
+// window, with the calls that came meanwhile), else in a batch.
 func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) error {
 	b.mu.Lock()
-	if b.inFlight < b.maxInFlight {
+	if b.inFlight < b.maxInFlight && b.window == 0 {
 		b.inFlight++
 		b.mu.Unlock()
 		err := b.l.run(ctx, clock, hits, decisions)
@@ -125,7 +152,8 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 	// Build the arguments outside the lock, then queue.
 	c.keys, c.args = b.l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
 	b.mu.Lock()
-	if b.inFlight < b.maxInFlight {
+	switch {
+	case b.inFlight < b.maxInFlight && b.window == 0:
 		// A round trip ended meanwhile, with nothing queued.
 		b.inFlight++
 		b.mu.Unlock()
@@ -133,9 +161,26 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		b.l.report(ctx, probe, err)
 		b.next()
 		return err
+	case b.inFlight < b.maxInFlight && !b.gathering:
+		b.inFlight++
+		b.gathering = true
+		select {
+		case <-b.full: // a token left from an earlier window
+		default:
+		}
+		b.queue = append(b.queue, c)
+		b.mu.Unlock()
+		b.gather()
+	default:
+		b.queue = append(b.queue, c)
+		if b.gathering && len(b.queue) >= b.maxRequests {
+			select {
+			case b.full <- struct{}{}:
+			default:
+			}
+		}
+		b.mu.Unlock()
 	}
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
 
 	select {
 	case <-c.done:
@@ -154,6 +199,29 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		<-c.done
 	}
 	return b.finish(c)
+}
+
+// gather waits out the window in the round trip the calling goroutine
+// holds, its own call queued, or less once maxRequests calls wait, then
+// sends what waits and goes on as a round trip's end does (next). The
+// window does not watch the caller's context: it is short, and the calls
+// that joined count on it.
+func (b *batcher) gather() {
+	b.windowTimer.Reset(b.window)
+	select {
+	case <-b.windowTimer.C:
+	case <-b.full:
+		b.windowTimer.Stop()
+	}
+	b.mu.Lock()
+	b.gathering = false
+	b.mu.Unlock()
+	// The other round trip, ending meanwhile, may have taken the queue:
+	// then take frees this one.
+	if batch := b.take(); batch != nil {
+		b.flush(batch)
+		b.next()
+	}
 }
 
 // abandoned returns the error of a call whose context ended before Redis

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +189,93 @@ func TestHashLayoutRead(t *testing.T) {
 		if p := decide(t, l, limit.Hit{Key: key, Spec: tc.spec})[0]; p.Remaining != tc.want {
 			t.Errorf("%v: remaining %d read back from the string, want %d", tc.spec.Algorithm, p.Remaining, tc.want)
 		}
+	}
+}
+
+// TestBatchWindow: with a window, calls that come one at a time share the
+// round trip of the first (the reference server's REDIS_PIPELINE_WINDOW);
+// MaxRequests waiting calls leave without waiting out the window; each call
+// is still decided on its own, as the twin decides it.
+func TestBatchWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		window      time.Duration
+		maxRequests int
+		calls       int
+		spacing     time.Duration // between the calls' starts
+		wantTrips   int64
+		wantUnder   time.Duration // the calls all return within this
+	}{
+		// Without a window each call finds a round trip free and goes
+		// alone.
+		{"no window", 0, 16, 5, 20 * time.Millisecond, 5, 30 * time.Second},
+		// 5 calls within 80 ms of the first, inside its 2 s window.
+		{"window", 2 * time.Second, 16, 5, 20 * time.Millisecond, 1, 30 * time.Second},
+		// 4 calls at once fill a batch of 4: they leave long before the
+		// minute.
+		{"full before the window", time.Minute, 4, 4, 0, 1, 30 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startNode(t)
+			clk := newClock(future)
+			l, err := redislimit.New(n.client, redislimit.Options{KeyPrefix: "window:", Timeout: 5 * time.Second,
+				Batch: redislimit.BatchOptions{MaxInFlight: 2, MaxRequests: tc.maxRequests, Window: tc.window}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.SetNow(clk.now)
+			ctx := context.Background()
+			// Load the library first, so that only decisions are counted.
+			if err := l.Probe(ctx); err != nil {
+				t.Fatal(err)
+			}
+			spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Hour}
+			twin := limit.NewMemory(limit.MemoryOptions{Now: clk.now})
+			var twinMu sync.Mutex
+			before := n.commands.Load()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i := range tc.calls {
+				if i > 0 {
+					time.Sleep(tc.spacing)
+				}
+				wg.Go(func() {
+					// Two calls per counter: each counter's second call
+					// sees the first's hit, in the batch or not.
+					hits := []limit.Hit{{Key: fmt.Sprint("k", i/2), Spec: spec, Cost: 2}}
+					got := make([]limit.Decision, 1)
+					if err := l.Evaluate(ctx, hits, got); err != nil {
+						t.Errorf("call %d: %v", i, err)
+						return
+					}
+					twinMu.Lock()
+					defer twinMu.Unlock()
+					want := make([]limit.Decision, 1)
+					if err := twin.Evaluate(ctx, hits, want); err != nil {
+						t.Error(err)
+						return
+					}
+					if !reflect.DeepEqual(got, want) {
+						t.Errorf("call %d: redis %+v, memory %+v", i, got, want)
+					}
+				})
+			}
+			wg.Wait()
+			if took := time.Since(start); took > tc.wantUnder {
+				t.Errorf("the calls took %v, want under %v", took, tc.wantUnder)
+			}
+			if trips := n.commands.Load() - before; trips != tc.wantTrips {
+				t.Errorf("%d calls took %d round trips, want %d", tc.calls, trips, tc.wantTrips)
+			}
+		})
+	}
+}
+
+// TestBatchWindowNegative: a negative window is refused.
+func TestBatchWindowNegative(t *testing.T) {
+	n := startNode(t)
+	_, err := redislimit.New(n.client, redislimit.Options{Batch: redislimit.BatchOptions{Window: -time.Millisecond}})
+	if err == nil || !strings.Contains(err.Error(), "Window") {
+		t.Fatalf("err = %v, want one naming Window", err)
 	}
 }
