@@ -105,12 +105,15 @@ type redisSettings struct {
 	tls                      bool
 	poolSize                 int
 	dialTimeout              time.Duration
+	pipelineWindow           time.Duration
+	pipelineLimit            int
 }
 
 // flags registers the flags of one Redis deployment: name (the address,
 // described by urlUsage), then name-type, name-auth,
-// name-sentinel-auth, name-tls, name-pool-size and name-dial-timeout,
-// what naming the deployment in their usage.
+// name-sentinel-auth, name-tls, name-pool-size, name-dial-timeout,
+// name-pipeline-window and name-pipeline-limit, what naming the deployment
+// in their usage.
 func (r *redisSettings) flags(fs *flag.FlagSet, name, what, urlUsage string) {
 	fs.StringVar(&r.url, name, "", urlUsage)
 	fs.StringVar(&r.typ, name+"-type", "single", what+" deployment: single, sentinel or cluster")
@@ -119,6 +122,8 @@ func (r *redisSettings) flags(fs *flag.FlagSet, name, what, urlUsage string) {
 	fs.BoolVar(&r.tls, name+"-tls", false, "connect to "+what+" with TLS (every node, and the Sentinels), verified as the -redis-tls-* flags say")
 	fs.IntVar(&r.poolSize, name+"-pool-size", 0, "connections per "+what+" node (0: 10 per CPU)")
 	fs.DurationVar(&r.dialTimeout, name+"-dial-timeout", 0, "bound on connecting to "+what+" (0: 5s); requests never wait longer than -redis-deadline")
+	fs.DurationVar(&r.pipelineWindow, name+"-pipeline-window", 0, "how long a request that finds a round trip to "+what+" free waits for others to share it, e.g. 150us: fewer script calls when requests come one at a time, for up to this much latency (0: sent at once; single and Sentinel, not Cluster)")
+	fs.IntVar(&r.pipelineLimit, name+"-pipeline-limit", 0, "most requests in one round trip to "+what+"; a window ends early once this many wait (0: 64)")
 }
 
 // storeReadiness is -store-readiness, made always by -health-requires-store.
@@ -140,6 +145,12 @@ func (r *redisSettings) validate(name string) error {
 	}
 	if r.poolSize < 0 {
 		return fmt.Errorf("-%s-pool-size %d: must not be negative", name, r.poolSize)
+	}
+	if r.pipelineWindow < 0 {
+		return fmt.Errorf("-%s-pipeline-window %v: must not be negative", name, r.pipelineWindow)
+	}
+	if r.pipelineLimit < 0 {
+		return fmt.Errorf("-%s-pipeline-limit %d: must not be negative", name, r.pipelineLimit)
 	}
 	return nil
 }

@@ -43,9 +43,7 @@ func (r *refVar) source() envSource {
 }
 
 // Reasons shared by several variables.
-const (
-	noPipelining = "no effect: concurrent requests share Redis round trips (batching) without a setting"
-)
+const ()
 
 // referenceVars is the table, in the order of the reference's settings.go.
 var referenceVars = []refVar{
@@ -172,8 +170,8 @@ var referenceVars = []refVar{
 	{name: "REDIS_TLS_CLIENT_KEY", flag: "redis-tls-key", redis: true},
 	{name: "REDIS_TLS_CACERT", flag: "redis-tls-ca", redis: true},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", flag: "redis-tls-skip-hostname-verification", redis: true},
-	{name: "REDIS_PIPELINE_WINDOW", note: noteAlways("REDIS_PIPELINE_WINDOW has " + noPipelining)},
-	{name: "REDIS_PIPELINE_LIMIT", note: noteAlways("REDIS_PIPELINE_LIMIT has " + noPipelining)},
+	{name: "REDIS_PIPELINE_WINDOW", flag: "redis-pipeline-window", redis: true},
+	{name: "REDIS_PIPELINE_LIMIT", flag: "redis-pipeline-limit", redis: true},
 	{name: "REDIS_TIMEOUT", flag: "redis-dial-timeout", redis: true},
 	{name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", flag: "health-requires-store", redis: true},
 	{name: "REDIS_POOL_ON_EMPTY_BEHAVIOR", redis: true, refuse: unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_POOL_SIZE, and unset REDIS_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT")},
@@ -190,8 +188,8 @@ var referenceVars = []refVar{
 	{name: "REDIS_PERSECOND_AUTH", flag: "redis-persecond-auth", value: whilePerSecond(envVar("REDIS_PERSECOND_AUTH"))},
 	{name: "REDIS_PERSECOND_SENTINEL_AUTH", flag: "redis-persecond-sentinel-auth", value: whilePerSecond(envVar("REDIS_PERSECOND_SENTINEL_AUTH"))},
 	{name: "REDIS_PERSECOND_TLS", flag: "redis-persecond-tls", value: whilePerSecond(envVar("REDIS_PERSECOND_TLS"))},
-	{name: "REDIS_PERSECOND_PIPELINE_WINDOW", note: whenPerSecond(noteAlways("REDIS_PERSECOND_PIPELINE_WINDOW has " + noPipelining))},
-	{name: "REDIS_PERSECOND_PIPELINE_LIMIT", note: whenPerSecond(noteAlways("REDIS_PERSECOND_PIPELINE_LIMIT has " + noPipelining))},
+	{name: "REDIS_PERSECOND_PIPELINE_WINDOW", flag: "redis-persecond-pipeline-window", value: whilePerSecond(envVar("REDIS_PERSECOND_PIPELINE_WINDOW"))},
+	{name: "REDIS_PERSECOND_PIPELINE_LIMIT", flag: "redis-persecond-pipeline-limit", value: whilePerSecond(envVar("REDIS_PERSECOND_PIPELINE_LIMIT"))},
 	{name: "REDIS_PERSECOND_TIMEOUT", flag: "redis-persecond-dial-timeout", value: whilePerSecond(envVar("REDIS_PERSECOND_TIMEOUT"))},
 	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", refuse: whenPerSecond(unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_PERSECOND_POOL_SIZE, and unset REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT"))},
 	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION", note: whenPerSecond(noteAlways("REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)"))},

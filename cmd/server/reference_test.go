@@ -67,6 +67,8 @@ var honouredSamples = map[string][]string{
 	"REDIS_TLS_CACERT":                              {"REDIS_TLS_CACERT", "ca.pem", "REDIS_TLS", "true", "REDIS_URL", "h:1"},
 	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION":          {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "REDIS_TLS", "true", "REDIS_URL", "h:1"},
 	"REDIS_TIMEOUT":                                 {"REDIS_TIMEOUT", "2s", "REDIS_URL", "h:1"},
+	"REDIS_PIPELINE_WINDOW":                         {"REDIS_PIPELINE_WINDOW", "150us", "REDIS_URL", "h:1"},
+	"REDIS_PIPELINE_LIMIT":                          {"REDIS_PIPELINE_LIMIT", "8", "REDIS_URL", "h:1"},
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":          {"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true", "REDIS_URL", "h:1"},
 	"REDIS_PERSECOND":                               {"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
 	// Without it, REDIS_PERSECOND=true is refused, naming it.
@@ -77,6 +79,8 @@ var honouredSamples = map[string][]string{
 	"REDIS_PERSECOND_SENTINEL_AUTH":           {"REDIS_PERSECOND_SENTINEL_AUTH", "spw", "REDIS_PERSECOND_TYPE", "SENTINEL", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "m,h:2", "REDIS_URL", "h:1"},
 	"REDIS_PERSECOND_TLS":                     {"REDIS_PERSECOND_TLS", "true", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
 	"REDIS_PERSECOND_TIMEOUT":                 {"REDIS_PERSECOND_TIMEOUT", "2s", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
+	"REDIS_PERSECOND_PIPELINE_WINDOW":         {"REDIS_PERSECOND_PIPELINE_WINDOW", "150us", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
+	"REDIS_PERSECOND_PIPELINE_LIMIT":          {"REDIS_PERSECOND_PIPELINE_LIMIT", "8", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
 	"SHADOW_MODE":                             {"SHADOW_MODE", "true"},
 	"RESPONSE_DYNAMIC_METADATA":               {"RESPONSE_DYNAMIC_METADATA", "true"},
 	"MERGE_DOMAIN_CONFIG":                     {"MERGE_DOMAIN_CONFIG", "true"},

@@ -201,13 +201,19 @@ func openRedis(cfg *config, role string, rs *redisSettings, logger *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline, Logger: logger})
+	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline, Logger: logger,
+		Batch: redislimit.BatchOptions{Window: rs.pipelineWindow, MaxRequests: rs.pipelineLimit}})
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	st := &redisStore{role: role, addr: redactedAddr(rs.url), client: client, lim: lim}
 	st.watch = &storeWatch{store: lim, name: "Redis", attrs: st.logAttrs(), logger: logger}
+	if rs.typ == "cluster" && (rs.pipelineWindow > 0 || rs.pipelineLimit > 0) {
+		// Each Cluster call goes to its node at once, unbatched.
+		logger.Warn("the pipeline window and limit have no effect on Redis Cluster: each request goes to its node at once", st.logAttrs(
+			"window", rs.pipelineWindow, "limit", rs.pipelineLimit)...)
+	}
 	return st, nil
 }
 
