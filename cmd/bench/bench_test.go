@@ -16,9 +16,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// TestSmoke runs the tool's whole path briefly: build and start floodgate
-// against a private Redis, load, readings, CPU profile and ceiling. It
-// keeps the tool from rotting; it asserts no performance figure.
 // TestMain lets the test binary serve the gRPC floor when -grpc-floor
 // starts it as its child, as the tool's own main does.
 func TestMain(m *testing.M) {
@@ -63,6 +60,9 @@ func TestGRPCFloor(t *testing.T) {
 	}
 }
 
+// TestSmoke runs the tool's whole path briefly: build and start floodgate
+// against a private Redis, load, readings, CPU profile and ceiling. It
+// keeps the tool from rotting; it asserts no performance figure.
 func TestSmoke(t *testing.T) {
 	rd := redistest.Start(t)
 	profile := filepath.Join(t.TempDir(), "cpu.pprof")
@@ -374,6 +374,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-grpc-floor", "-server-addr", "h:1"}, "-grpc-floor"},
 		{[]string{"-grpc-floor", "-server-bin", "x"}, "-grpc-floor"},
 		{[]string{"-grpc-floor", "-cpuprofile", "x"}, "-grpc-floor"},
+		{[]string{"-grpc-floor", "-redis-addr", "h:1"}, "-grpc-floor"},
 		{[]string{"-envoy"}, ""},
 		{[]string{"-envoy", "-envoy-stores", " memory"}, ""},
 		{[]string{"-envoy", "-matrix"}, "-envoy"},

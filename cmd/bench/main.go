@@ -174,8 +174,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-server-pid and -server-debug-addr describe a running server: pass -server-addr too")
 	case o.serverAddr != "" && (o.serverBin != "" || o.config != "" || len(o.serverArgs) > 0):
 		return nil, errors.New("-server-bin, -server-args and -config configure a server the tool starts: drop them with -server-addr")
-	case o.grpcFloor && (o.serverAddr != "" || o.serverBin != "" || o.config != "" || len(o.serverArgs) > 0 || o.cpuProfile != "" || o.envoy):
-		return nil, errors.New("-grpc-floor drives a server of its own: drop -server-addr, -server-bin, -server-args, -config, -cpuprofile and -envoy")
+	case o.grpcFloor && (o.serverAddr != "" || o.serverBin != "" || o.config != "" || len(o.serverArgs) > 0 || o.cpuProfile != "" || o.envoy || o.redisAddr != ""):
+		return nil, errors.New("-grpc-floor drives a server of its own, without Redis: drop -server-addr, -server-bin, -server-args, -config, -cpuprofile, -envoy and -redis-addr")
 	case o.cpuProfile != "" && o.serverAddr != "" && o.serverDebugAddr == "":
 		return nil, errors.New("-cpuprofile with -server-addr needs -server-debug-addr")
 	}

@@ -29,13 +29,17 @@ type process struct {
 	done chan struct{}
 }
 
-// startProcess starts bin with args, output to logFile.
-func startProcess(name, bin string, args []string, logFile string) (*process, error) {
+// startProcess starts bin with args, output to logFile, in this process's
+// environment plus env ("NAME=value" each).
+func startProcess(name, bin string, args []string, logFile string, env ...string) (*process, error) {
 	out, err := os.Create(logFile)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		out.Close()

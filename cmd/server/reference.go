@@ -42,9 +42,6 @@ func (r *refVar) source() envSource {
 	return envVar(r.name)
 }
 
-// Reasons shared by several variables.
-const ()
-
 // referenceVars is the table, in the order of the reference's settings.go.
 var referenceVars = []refVar{
 	{name: "HOST", flag: "http-addr", value: hostPort("HOST", "PORT", "8080")},

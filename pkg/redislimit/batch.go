@@ -169,11 +169,15 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		default:
 		}
 		b.queue = append(b.queue, c)
+		if b.batchFull() {
+			// Calls left from an earlier window fill a batch already.
+			b.full <- struct{}{}
+		}
 		b.mu.Unlock()
-		b.gather()
+		b.gather(ctx)
 	default:
 		b.queue = append(b.queue, c)
-		if b.gathering && len(b.queue) >= b.maxRequests {
+		if b.gathering && b.batchFull() {
 			select {
 			case b.full <- struct{}{}:
 			default:
@@ -202,26 +206,39 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 }
 
 // gather waits out the window in the round trip the calling goroutine
-// holds, its own call queued, or less once maxRequests calls wait, then
-// sends what waits and goes on as a round trip's end does (next). The
-// window does not watch the caller's context: it is short, and the calls
-// that joined count on it.
-func (b *batcher) gather() {
+// holds, its own call queued: until the window ends, a batch is full, or
+// ctx ends (the calls that joined are then sent at once). It then hands
+// what waits to a sender, as a round trip's end does (next), so that the
+// caller waits for its answer as a queued call does, minding its own
+// context, rather than sending a batch whose deadline may be another's.
+func (b *batcher) gather(ctx context.Context) {
 	b.windowTimer.Reset(b.window)
 	select {
 	case <-b.windowTimer.C:
 	case <-b.full:
+		b.windowTimer.Stop()
+	case <-ctx.Done():
 		b.windowTimer.Stop()
 	}
 	b.mu.Lock()
 	b.gathering = false
 	b.mu.Unlock()
 	// The other round trip, ending meanwhile, may have taken the queue:
-	// then take frees this one.
-	if batch := b.take(); batch != nil {
-		b.flush(batch)
-		b.next()
+	// then next frees this one.
+	b.next()
+}
+
+// batchFull reports whether the queued calls fill a batch: maxRequests of
+// them, or as many arguments as one call takes. b.mu must be held.
+func (b *batcher) batchFull() bool {
+	if len(b.queue) >= b.maxRequests {
+		return true
 	}
+	args := 0
+	for _, c := range b.queue {
+		args += len(c.args)
+	}
+	return args >= maxBatchArgs
 }
 
 // abandoned returns the error of a call whose context ended before Redis

@@ -214,6 +214,8 @@ func TestBatchWindow(t *testing.T) {
 		// 4 calls at once fill a batch of 4: they leave long before the
 		// minute.
 		{"full before the window", time.Minute, 4, 4, 0, 1, 30 * time.Second},
+		// A limit of one: the first call fills the batch by itself.
+		{"limit of one", time.Minute, 1, 1, 0, 1, 30 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := startNode(t)
@@ -240,9 +242,9 @@ func TestBatchWindow(t *testing.T) {
 					time.Sleep(tc.spacing)
 				}
 				wg.Go(func() {
-					// Two calls per counter: each counter's second call
-					// sees the first's hit, in the batch or not.
-					hits := []limit.Hit{{Key: fmt.Sprint("k", i/2), Spec: spec, Cost: 2}}
+					// A counter per call: the twin cannot know in which
+					// order a batch decided calls on one counter.
+					hits := []limit.Hit{{Key: fmt.Sprint("k", i), Spec: spec, Cost: 2}}
 					got := make([]limit.Decision, 1)
 					if err := l.Evaluate(ctx, hits, got); err != nil {
 						t.Errorf("call %d: %v", i, err)
@@ -277,5 +279,43 @@ func TestBatchWindowNegative(t *testing.T) {
 	_, err := redislimit.New(n.client, redislimit.Options{Batch: redislimit.BatchOptions{Window: -time.Millisecond}})
 	if err == nil || !strings.Contains(err.Error(), "Window") {
 		t.Fatalf("err = %v, want one naming Window", err)
+	}
+}
+
+// TestBatchWindowCallerLeaves: a call waiting out a long window returns as
+// soon as its context ends, unsent, and the window's round trip is free
+// again for the next call.
+func TestBatchWindowCallerLeaves(t *testing.T) {
+	n := startNode(t)
+	l, err := redislimit.New(n.client, redislimit.Options{KeyPrefix: "leave:", Timeout: 5 * time.Second,
+		Batch: redislimit.BatchOptions{MaxInFlight: 1, Window: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hits := []limit.Hit{{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Hour}, Cost: 1}}
+	before := n.commands.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = l.Evaluate(ctx, hits, make([]limit.Decision, 1))
+	if !errors.Is(err, redislimit.ErrStore) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want ErrStore and the deadline", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("returned after %v: the window held it", took)
+	}
+	if sent := n.commands.Load() - before; sent != 0 {
+		t.Errorf("%d round trips for a call that left before the window ended", sent)
+	}
+	// The round trip is free again: a call with a short context of its own
+	// waits out a window and is sent. 1 round trip.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	err = l.Evaluate(ctx2, hits, make([]limit.Decision, 1))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second call: err = %v, want the deadline (the window is a minute)", err)
 	}
 }

@@ -282,11 +282,11 @@ local function decide(keys, args, now, k0, n, a)
   return out
 end
 
--- decide_from decides requests r0 .. of a call into results, in order;
+-- decide_from decides requests r0 .. nreq of a call into results, in order;
 -- offs holds each request's first argument and first key (at 2r - 1 and
 -- 2r), nows its now. It stops at the first error, which its pcall catches.
-local function decide_from(keys, args, offs, nows, results, r0)
-  for r = r0, #nows do
+local function decide_from(keys, args, offs, nows, results, r0, nreq)
+  for r = r0, nreq do
     local a, k0 = offs[2 * r - 1], offs[2 * r]
     results[r] = decide(keys, args, nows[r], k0, tonumber(args[a + 1]), a + ARGS_PER_REQUEST)
   end
@@ -319,6 +319,9 @@ local function evaluate(keys, args)
       now = clock
     else
       now = tonumber(now)
+      if not now then
+        return redis.error_reply('floodgate: request ' .. r .. ' at argument ' .. a .. ': bad now ' .. tostring(args[a]))
+      end
     end
     offs[2 * r - 1], offs[2 * r], nows[r] = a, k, now
     a = a + ARGS_PER_REQUEST
@@ -342,7 +345,7 @@ local function evaluate(keys, args)
   -- next one resumes after it.
   local results, done = {}, 0
   while done < r do
-    local ok, err = pcall(decide_from, keys, args, offs, nows, results, done + 1)
+    local ok, err = pcall(decide_from, keys, args, offs, nows, results, done + 1, r)
     done = #results
     if not ok then
       -- A Redis error (a table on 6.2, a string on 7) keeps its code, such

@@ -1,0 +1,55 @@
+package redislimit_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/redislimit"
+)
+
+// TestScriptRefusesMalformedCalls: a call whose arguments break the
+// script's layout fails as a whole with an error naming what is wrong, at
+// once and before writing anything, even when its first requests are
+// well formed.
+func TestScriptRefusesMalformedCalls(t *testing.T) {
+	n := startNode(t)
+	l := newLimiter(t, n.client, nil, "malformed:")
+	ctx := context.Background()
+	if err := l.Probe(ctx); err != nil { // loads the library
+		t.Fatal(err)
+	}
+	spec := fmt.Sprintf("%d:10:%d:10:1", limit.FixedWindow, time.Hour.Microseconds())
+	good := []any{"", "1", spec, "1", "0"}
+	for _, tc := range []struct {
+		name string
+		keys []string
+		args []any
+		want string
+	}{
+		{"a now that is not a number", []string{"a", "b"}, append(append([]any{}, good...), "x", "1", spec, "1", "0"), "request 2 at argument 6: bad now x"},
+		{"a bad hit count", []string{"a", "b"}, append(append([]any{}, good...), "", "0", spec, "1", "0"), "request 2 at argument 6: bad hit count 0"},
+		{"more hits than keys", []string{"a"}, append(append([]any{}, good...), "", "1", spec, "1", "0"), "bad hit count 1 for 0 keys left"},
+		{"a bad spec", []string{"a", "b"}, append(append([]any{}, good...), "", "1", "0:10", "1", "0"), "request 2: bad spec 0:10"},
+		{"arguments left over", []string{"a"}, append(append([]any{}, good...), "extra"), "request 2 at argument 6: bad hit count nil"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := make([]string, len(tc.keys))
+			for i, k := range tc.keys {
+				keys[i] = redislimit.Key("malformed:", tc.name+k)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			err := n.client.FCall(cctx, redislimit.FunctionName(), keys, tc.args...).Err()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+			if got := n.client.Exists(ctx, keys...).Val(); got != 0 {
+				t.Errorf("%d keys written by a refused call", got)
+			}
+		})
+	}
+}
