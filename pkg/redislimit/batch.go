@@ -13,8 +13,9 @@ import (
 
 // Defaults of BatchOptions.
 const (
-	DefaultBatchRequests = 64
-	DefaultBatchInFlight = 2
+	DefaultBatchRequests   = 64
+	DefaultBatchInFlight   = 2
+	DefaultBatchBusyWindow = 150 * time.Microsecond
 )
 
 // maxBatchArgs bounds the arguments of one batched script call (64
@@ -33,13 +34,16 @@ const maxBatchArgs = 400
 // own, exactly as if it were sent alone: one call's denial or error never
 // affects another's. The zero value enables batching with the defaults.
 //
-// With a Window, a call that finds a round trip free does not leave at
-// once: it waits up to Window for others to join it, or until MaxRequests
-// calls wait, and they leave together. That trades up to Window of latency
-// for fewer round trips when calls arrive one at a time, where each one
-// would otherwise pay a script call of its own in Redis's CPU. Calls that
-// find every round trip taken wait for one as without a Window, and leave
-// as soon as one ends.
+// A call that finds a round trip free while another is outstanding does
+// not leave at once: it waits up to BusyWindow for others to join it, or
+// until MaxRequests calls wait, and they leave together. Under load, where
+// a round trip is nearly always outstanding, a call that took the free one
+// at once would mostly travel alone: half of all round trips carried one
+// request at 64 callers, each a script call of its own in Redis's CPU.
+// With no round trip outstanding a call leaves at once, so that an idle
+// server adds no latency. A Window makes every call that finds a round
+// trip free wait, outstanding or not. Calls that find every round trip
+// taken wait for one, and leave as soon as one ends.
 //
 // A batch's round trip has the deadline Options.Timeout from its sending,
 // or the latest of its callers' context deadlines if that is sooner; each
@@ -56,9 +60,15 @@ type BatchOptions struct {
 	// calls wait for one to end.
 	MaxInFlight int
 	// Window is how long a call that finds a round trip free waits for
-	// other calls to share it; 0 sends it at once. It is the reference
-	// server's REDIS_PIPELINE_WINDOW.
+	// other calls to share it, whether or not another is outstanding; 0
+	// leaves it to BusyWindow. It is the reference server's
+	// REDIS_PIPELINE_WINDOW.
 	Window time.Duration
+	// BusyWindow is how long a call that finds a round trip free while
+	// another is outstanding waits for other calls to share it, when Window
+	// is 0; 0 means DefaultBatchBusyWindow, a negative value sends it at
+	// once.
+	BusyWindow time.Duration
 }
 
 // States of a batched call.
@@ -90,7 +100,8 @@ type batcher struct {
 	maxRequests int
 	maxInFlight int
 
-	window time.Duration
+	window     time.Duration // Window
+	busyWindow time.Duration // BusyWindow, 0 when off
 
 	mu       sync.Mutex
 	inFlight int
@@ -120,11 +131,14 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 	if o.MaxRequests < 0 || o.MaxInFlight < 0 || o.Window < 0 {
 		return nil, fmt.Errorf("redislimit: negative batch MaxRequests %d, MaxInFlight %d or Window %v", o.MaxRequests, o.MaxInFlight, o.Window)
 	}
-	b := &batcher{l: l, maxRequests: o.MaxRequests, maxInFlight: o.MaxInFlight, window: o.Window, senders: make(chan []*call)}
-	if b.window > 0 {
-		b.full = make(chan struct{}, 1)
-		b.windowTimer = time.NewTimer(b.window)
-		b.windowTimer.Stop()
+	b := &batcher{l: l, maxRequests: o.MaxRequests, maxInFlight: o.MaxInFlight, window: o.Window, busyWindow: o.BusyWindow,
+		senders: make(chan []*call), full: make(chan struct{}, 1), windowTimer: time.NewTimer(time.Hour)}
+	b.windowTimer.Stop()
+	switch {
+	case b.busyWindow == 0:
+		b.busyWindow = DefaultBatchBusyWindow
+	case b.busyWindow < 0:
+		b.busyWindow = 0
 	}
 	if b.maxRequests == 0 {
 		b.maxRequests = DefaultBatchRequests
@@ -139,7 +153,7 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 // window, with the calls that came meanwhile), else in a batch.
 func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) error {
 	b.mu.Lock()
-	if b.inFlight < b.maxInFlight && b.window == 0 {
+	if b.inFlight < b.maxInFlight && b.windowNow() == 0 {
 		b.inFlight++
 		b.mu.Unlock()
 		err := b.l.run(ctx, clock, hits, decisions)
@@ -152,8 +166,9 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 	// Build the arguments outside the lock, then queue.
 	c.keys, c.args = b.l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
 	b.mu.Lock()
+	window := b.windowNow()
 	switch {
-	case b.inFlight < b.maxInFlight && b.window == 0:
+	case b.inFlight < b.maxInFlight && window == 0:
 		// A round trip ended meanwhile, with nothing queued.
 		b.inFlight++
 		b.mu.Unlock()
@@ -174,7 +189,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 			b.full <- struct{}{}
 		}
 		b.mu.Unlock()
-		b.gather(ctx)
+		b.gather(ctx, window)
 	default:
 		b.queue = append(b.queue, c)
 		if b.gathering && b.batchFull() {
@@ -205,14 +220,23 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 	return b.finish(c)
 }
 
+// windowNow is how long a call that finds a round trip free now waits for
+// others (0: it leaves at once). b.mu must be held.
+func (b *batcher) windowNow() time.Duration {
+	if b.window > 0 || b.inFlight == 0 {
+		return b.window
+	}
+	return b.busyWindow
+}
+
 // gather waits out the window in the round trip the calling goroutine
 // holds, its own call queued: until the window ends, a batch is full, or
 // ctx ends (the calls that joined are then sent at once). It then hands
 // what waits to a sender, as a round trip's end does (next), so that the
 // caller waits for its answer as a queued call does, minding its own
 // context, rather than sending a batch whose deadline may be another's.
-func (b *batcher) gather(ctx context.Context) {
-	b.windowTimer.Reset(b.window)
+func (b *batcher) gather(ctx context.Context, window time.Duration) {
+	b.windowTimer.Reset(window)
 	select {
 	case <-b.windowTimer.C:
 	case <-b.full:

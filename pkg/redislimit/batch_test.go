@@ -319,3 +319,66 @@ func TestBatchWindowCallerLeaves(t *testing.T) {
 		t.Errorf("second call: err = %v, want the deadline (the window is a minute)", err)
 	}
 }
+
+// TestBatchBusyWindow: while a round trip is outstanding, a call that finds
+// the other free waits for company (BusyWindow) instead of travelling
+// alone; with BusyWindow off it leaves at once. A busy script holds Redis,
+// so that the first round trip stays outstanding while the others come.
+func TestBatchBusyWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		busyWindow time.Duration
+		wantTrips  int64
+	}{
+		{"on", time.Minute, 2}, // the first alone, the other two together
+		{"off", -1, 3},         // the second alone at once, the third after
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startNode(t)
+			l, err := redislimit.New(n.client, redislimit.Options{KeyPrefix: "busy:", Timeout: 10 * time.Second,
+				Batch: redislimit.BatchOptions{MaxInFlight: 2, MaxRequests: 2, BusyWindow: tc.busyWindow}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := l.Probe(ctx); err != nil {
+				t.Fatal(err)
+			}
+			spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Hour}
+			before := commandStat(t, n.srv, "fcall", "calls") // before Redis is busy
+			// Keep Redis busy for 400 ms from another connection, so that
+			// the first call's round trip stays outstanding.
+			busy := make(chan error, 1)
+			go func() {
+				_, err := n.srv.Do("EVAL", `local function now() local t = redis.call('TIME') return t[1] * 1000000 + t[2] end
+local t0 = now() while now() - t0 < 400000 do end return 1`, "0")
+				busy <- err
+			}()
+			time.Sleep(50 * time.Millisecond)
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i := range 3 {
+				if i > 0 {
+					time.Sleep(50 * time.Millisecond) // after the first is outstanding
+				}
+				wg.Go(func() {
+					hits := []limit.Hit{{Key: fmt.Sprint("k", i), Spec: spec, Cost: 1}}
+					d := make([]limit.Decision, 1)
+					if err := l.Evaluate(ctx, hits, d); err != nil || !d[0].Allowed {
+						t.Errorf("call %d: %+v, %v", i, d[0], err)
+					}
+				})
+			}
+			wg.Wait()
+			if err := <-busy; err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 30*time.Second {
+				t.Errorf("took %v: a full batch waited out the minute", took)
+			}
+			if trips := int64(commandStat(t, n.srv, "fcall", "calls") - before); trips != tc.wantTrips {
+				t.Errorf("3 calls took %d round trips, want %d", trips, tc.wantTrips)
+			}
+		})
+	}
+}
