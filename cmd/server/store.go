@@ -105,8 +105,17 @@ func newStore(ctx context.Context, cfg *config, logger *slog.Logger) (*counterSt
 		if part.role != "main" {
 			msg = "the counters of windows shorter than a minute are kept in the per-second Redis"
 		}
-		logger.Info(msg, st.logAttrs("type", part.rs.typ, "tls", part.rs.tlsOn(), "deadline", cfg.redisDeadline,
-			"script_sha", redislimit.ScriptSHA(), "function", redislimit.FunctionName())...)
+		attrs := []any{"type", part.rs.typ, "tls", part.rs.tlsOn(), "deadline", cfg.redisDeadline}
+		// The pipeline settings only when set, as the reference's
+		// variables set them.
+		if part.rs.pipelineWindow > 0 {
+			attrs = append(attrs, "pipeline_window", part.rs.pipelineWindow)
+		}
+		if part.rs.pipelineLimit > 0 {
+			attrs = append(attrs, "pipeline_limit", part.rs.pipelineLimit)
+		}
+		attrs = append(attrs, "script_sha", redislimit.ScriptSHA(), "function", redislimit.FunctionName())
+		logger.Info(msg, st.logAttrs(attrs...)...)
 	}
 	var lim limit.Limiter = stores[0].lim
 	if len(stores) == 2 {

@@ -141,3 +141,46 @@ func TestUnreachableRedisAtStart(t *testing.T) {
 // servingHTTP finds the HTTP address in the text log line saying the
 // listeners are up.
 var servingHTTP = regexp.MustCompile(`msg=serving .*http=(\S+)`)
+
+// The start line names the pipeline settings when the reference's
+// variables set them, and says they do nothing on Cluster.
+func TestPipelineSettingsLogged(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		want    []string
+		wantNot []string
+	}{
+		{"set", []string{"REDIS_PIPELINE_WINDOW", "150us", "REDIS_PIPELINE_LIMIT", "8"},
+			[]string{"pipeline_window=150µs", "pipeline_limit=8"}, []string{"no effect on Redis Cluster"}},
+		{"unset", nil, nil, []string{"pipeline_", "no effect on Redis Cluster"}},
+		{"cluster", []string{"REDIS_TYPE", "cluster", "REDIS_PIPELINE_WINDOW", "150us"},
+			[]string{"pipeline_window=150µs", "no effect on Redis Cluster"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseConfig(nil, envOf(append([]string{"REDIS_URL", deadAddr(t)}, tc.env...)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs testlog.Buffer
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st, err := newStore(ctx, cfg, newLogOutput(&logs, "text", nil, &redactor{}).logger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.close()
+			out := logs.String()
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("the start lines do not say %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tc.wantNot {
+				if strings.Contains(out, w) {
+					t.Errorf("the start lines say %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
