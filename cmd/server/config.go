@@ -122,7 +122,7 @@ func (r *redisSettings) flags(fs *flag.FlagSet, name, what, urlUsage string) {
 	fs.BoolVar(&r.tls, name+"-tls", false, "connect to "+what+" with TLS (every node, and the Sentinels), verified as the -redis-tls-* flags say")
 	fs.IntVar(&r.poolSize, name+"-pool-size", 0, "connections per "+what+" node (0: 10 per CPU)")
 	fs.DurationVar(&r.dialTimeout, name+"-dial-timeout", 0, "bound on connecting to "+what+" (0: 5s); requests never wait longer than -redis-deadline")
-	fs.DurationVar(&r.pipelineWindow, name+"-pipeline-window", 0, "how long a request that finds a round trip to "+what+" free waits for others to share it, e.g. 150us: fewer script calls when requests come one at a time, for up to this much latency (0: sent at once; single and Sentinel, not Cluster)")
+	fs.DurationVar(&r.pipelineWindow, name+"-pipeline-window", 0, "how long a request that finds a round trip to "+what+" free waits for others to share it, e.g. 150us: fewer script calls when requests come one at a time, for up to this much latency (0: it waits, up to 150µs, only while another round trip is outstanding; single and Sentinel, not Cluster)")
 	fs.IntVar(&r.pipelineLimit, name+"-pipeline-limit", 0, "most requests in one round trip to "+what+"; a window ends early once this many wait (0: 64)")
 }
 
