@@ -102,10 +102,37 @@ type options struct {
 }
 
 // start runs floodgate on free ports and waits until /healthcheck is OK.
-// The process is stopped when the test ends.
+// The process is stopped when the test ends. A port taken by another
+// process between FreePort and floodgate's listen (tests run in parallel)
+// gets new ports, up to three times.
 func start(t *testing.T, o options) *proc {
 	t.Helper()
-	p := &proc{t: t, logs: &testlog.Buffer{}, done: make(chan struct{})}
+	var p *proc
+	for attempt := 1; ; attempt++ {
+		var exited bool
+		p, exited = launch(t, o)
+		if !exited {
+			break
+		}
+		if attempt == 3 || !strings.Contains(p.logs.String(), "address already in use") {
+			t.Fatalf("floodgate exited before serving (%v):\n%s", p.cmd.ProcessState, p.logs)
+		}
+	}
+	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	p.conn = conn
+	p.rls = pb.NewRateLimitServiceClient(conn)
+	return p
+}
+
+// launch starts floodgate once on free ports and waits until /healthcheck
+// is OK; exited reports that it ended before serving instead.
+func launch(t *testing.T, o options) (p *proc, exited bool) {
+	t.Helper()
+	p = &proc{t: t, logs: &testlog.Buffer{}, done: make(chan struct{})}
 	gp, hp, dp := redistest.FreePort(t), redistest.FreePort(t), redistest.FreePort(t)
 	p.grpcAddr = "127.0.0.1:" + strconv.Itoa(gp)
 	p.httpAddr = "127.0.0.1:" + strconv.Itoa(hp)
@@ -141,7 +168,7 @@ func start(t *testing.T, o options) *proc {
 	for {
 		select {
 		case <-p.done:
-			t.Fatalf("floodgate exited before serving (%v):\n%s", p.cmd.ProcessState, p.logs)
+			return p, true
 		default:
 		}
 		if code, _ := p.httpGet("/healthcheck"); code == http.StatusOK || o.unready && code != 0 {
@@ -152,14 +179,7 @@ func start(t *testing.T, o options) *proc {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	p.conn = conn
-	p.rls = pb.NewRateLimitServiceClient(conn)
-	return p
+	return p, false
 }
 
 // kill stops the process if it still runs.
