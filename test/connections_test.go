@@ -117,6 +117,7 @@ func TestShutdownCutsSilentConnections(t *testing.T) {
 			var busy sync.WaitGroup
 			var mu sync.Mutex
 			ok, failures := 0, map[string]int{}
+			var lastFailure time.Time // when the last busy worker stopped
 			for w := range 4 {
 				busy.Go(func() {
 					for i := 0; ; i++ {
@@ -131,6 +132,7 @@ func TestShutdownCutsSilentConnections(t *testing.T) {
 							ok++
 						} else {
 							failures[status.Code(err).String()]++
+							lastFailure = time.Now()
 						}
 						mu.Unlock()
 						if err != nil {
@@ -168,6 +170,13 @@ func TestShutdownCutsSilentConnections(t *testing.T) {
 			defer mu.Unlock()
 			if ok == 0 && !tc.held {
 				t.Errorf("the busy client got no answer")
+			}
+			// The GOAWAY reaches the busy client well before the timeout,
+			// silent and stalled connections notwithstanding: a client
+			// still sending when the timeout cuts is what a drain is for
+			// avoiding.
+			if stopped := lastFailure.Sub(sent); !tc.held && stopped >= timeout {
+				t.Errorf("the busy client was still served %v after SIGTERM, at the timeout: no GOAWAY in time", stopped.Round(time.Millisecond))
 			}
 			for c, n := range failures {
 				// Calls after the GOAWAY find no server: Unavailable. Any

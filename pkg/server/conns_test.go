@@ -140,8 +140,8 @@ func waitFor(t *testing.T, ok func() bool) {
 // TestShutdownIgnoresSilentConnections: Run returns within the shutdown
 // timeout whatever state the open gRPC connections are in (gRPC's Stop
 // alone would wait for each handshake's own timeout, here a minute), and
-// at once when they are only silent ones, past the grace of new
-// connections.
+// at once when they are only silent ones or stalled in the handshake, past
+// the grace of new connections.
 func TestShutdownIgnoresSilentConnections(t *testing.T) {
 	const preface = "PRI * HTTP/2.0\r\n"
 	const handshake = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
@@ -153,6 +153,10 @@ func TestShutdownIgnoresSilentConnections(t *testing.T) {
 	}{
 		{"silent, mid-preface and after the handshake", 300 * time.Millisecond, []string{"", "", preface, handshake}, 800 * time.Millisecond},
 		{"only silent ones", 5 * time.Second, []string{"", "", ""}, 500 * time.Millisecond},
+		// A client stalled in gRPC's handshake carries no request either:
+		// closed, GracefulStop ends at once (before, it waited for the
+		// handshake, and sent no GOAWAY to the others meanwhile).
+		{"stalled in the handshake", 5 * time.Second, []string{preface, preface, ""}, 500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, stop := running(t, Options{ShutdownTimeout: tc.timeout, Conns: ConnOptions{GRPCConnectionTimeout: time.Minute}})

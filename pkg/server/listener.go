@@ -86,11 +86,32 @@ const silentGrace = time.Second
 // would wait as long as its client stays quiet. It returns how many it
 // closed.
 func (l *connListener) closeConns(silentOnly bool) int {
+	quietSince := time.Now().Add(-silentGrace)
+	return l.closeWhere(func(c *trackedConn) bool {
+		return !silentOnly || !c.spoke.Load() && c.accepted.Before(quietSince)
+	})
+}
+
+// closeHandshaking closes the connections of a gRPC listener still in
+// gRPC's handshake (TLS, HTTP/2 preface and settings) silentGrace after
+// they were accepted, silent or not: they carry no request, and gRPC's
+// GracefulStop tells the established connections to go away only once
+// every handshake has ended, so one stalled client would keep the others
+// sending to a stopping server until the shutdown timeout cuts them.
+func (l *connListener) closeHandshaking() int {
+	since := time.Now().Add(-silentGrace)
+	return l.closeWhere(func(c *trackedConn) bool {
+		return !c.handshaken.Load() && c.accepted.Before(since)
+	})
+}
+
+// closeWhere closes the open connections for which victim is true and
+// returns how many.
+func (l *connListener) closeWhere(victim func(*trackedConn) bool) int {
 	l.mu.Lock()
 	var victims []*trackedConn
-	quietSince := time.Now().Add(-silentGrace)
 	for c := range l.conns {
-		if !silentOnly || !c.spoke.Load() && c.accepted.Before(quietSince) {
+		if victim(c) {
 			victims = append(victims, c)
 		}
 	}
@@ -109,7 +130,20 @@ type trackedConn struct {
 	l        *connListener
 	accepted time.Time
 	spoke    atomic.Bool
-	once     sync.Once
+	// handshaken is set once gRPC has finished its handshake on the
+	// connection, which it marks by clearing the handshake's deadline
+	// (SetDeadline with the zero time; see grpc.Server.handleRawConn).
+	handshaken atomic.Bool
+	once       sync.Once
+}
+
+// SetDeadline sets the connection's deadlines and notes the end of gRPC's
+// handshake (see handshaken).
+func (c *trackedConn) SetDeadline(t time.Time) error {
+	if t.IsZero() {
+		c.handshaken.Store(true)
+	}
+	return c.Conn.SetDeadline(t)
 }
 
 func (c *trackedConn) Read(b []byte) (int, error) {

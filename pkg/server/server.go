@@ -634,12 +634,21 @@ func (s *Server) shutdown() error {
 			close(done)
 		}()
 		// GracefulStop has closed the listener, or soon will: no new
-		// connection. Those silent since accepted carry no request.
-		s.listeners.grpc.closeConns(true)
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
+		// connection. It sends the established connections their GOAWAY
+		// only once every handshake has ended; those stalled in theirs
+		// carry no request, so they are closed, now and as they pass
+		// silentGrace.
+		stalled := time.NewTicker(silentGrace / 4)
+		defer stalled.Stop()
+		for waiting := true; waiting; {
+			s.listeners.grpc.closeHandshaking()
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				waiting = false
+			case <-stalled.C:
+			}
 		}
 		s.opts.Logger.Warn("shutdown timeout: cutting the remaining gRPC requests and connections",
 			"in_flight", noteCut(), "connections", s.listeners.grpc.open())
