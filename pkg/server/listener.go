@@ -51,8 +51,10 @@ func (l *connListener) Accept() (net.Conn, error) {
 		l.mu.Lock()
 		if l.max > 0 && len(l.conns) >= l.max {
 			l.mu.Unlock()
-			c.Close()
+			// Counted before the close, so that a client that sees its
+			// connection closed finds it counted.
 			n := l.refused.Add(1)
+			c.Close()
 			now := time.Now().UnixNano()
 			if last := l.lastLog.Load(); now-last >= int64(refusalLogInterval) && l.lastLog.CompareAndSwap(last, now) {
 				l.logger.Warn("connection refused: the listener has its maximum of open connections",
