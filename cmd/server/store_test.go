@@ -89,21 +89,29 @@ func TestStoreWatchIdle(t *testing.T) {
 	}
 }
 
+// openStore opens the store the command line and environment configure,
+// its log lines in the returned buffer; it is closed when the test ends.
+func openStore(t *testing.T, args []string, env lookupFunc) (*counterStore, *testlog.Buffer) {
+	t.Helper()
+	cfg, err := parseConfig(args, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testlog.Buffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := newStore(ctx, cfg, newLogOutput(logs, "text", nil, &redactor{}).logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.close)
+	return st, logs
+}
+
 // A Redis never reached (a port nothing listens on) is unhealthy from the
 // first answer of /metrics and /rlconfig, and never reached.
 func TestUnreachableRedisAtStart(t *testing.T) {
-	cfg, err := parseConfig([]string{"-redis", deadAddr(t)}, envOf())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs testlog.Buffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st, err := newStore(ctx, cfg, newLogOutput(&logs, "text", nil, &redactor{}).logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.close()
+	st, logs := openStore(t, []string{"-redis", deadAddr(t)}, envOf())
 	if h := st.health(); h.Healthy || st.reached() {
 		t.Errorf("health %+v, reached %v: want unhealthy and never reached", h, st.reached())
 	}
@@ -158,18 +166,7 @@ func TestPipelineSettingsLogged(t *testing.T) {
 			[]string{"pipeline_window=150µs", "no effect on Redis Cluster"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := parseConfig(nil, envOf(append([]string{"REDIS_URL", deadAddr(t)}, tc.env...)...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var logs testlog.Buffer
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			st, err := newStore(ctx, cfg, newLogOutput(&logs, "text", nil, &redactor{}).logger)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.close()
+			_, logs := openStore(t, nil, envOf(append([]string{"REDIS_URL", deadAddr(t)}, tc.env...)...))
 			out := logs.String()
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
