@@ -34,6 +34,9 @@ func TestScriptRefusesMalformedCalls(t *testing.T) {
 		{"a bad hit count", []string{"a", "b"}, append(append([]any{}, good...), "", "0", spec, "1", "0"), "request 2 at argument 6: bad hit count 0"},
 		{"more hits than keys", []string{"a"}, append(append([]any{}, good...), "", "1", spec, "1", "0"), "bad hit count 1 for 0 keys left"},
 		{"a bad spec", []string{"a", "b"}, append(append([]any{}, good...), "", "1", "0:10", "1", "0"), "request 2: bad spec 0:10"},
+		{"a cost that is not a number", []string{"a", "b"}, append(append([]any{}, good...), "", "1", spec, "x", "0"), "request 2: bad cost x"},
+		{"a negative cost", []string{"a", "b"}, append(append([]any{}, good...), "", "1", spec, "-1", "0"), "request 2: bad cost -1"},
+		{"flags that are not a number", []string{"a", "b"}, append(append([]any{}, good...), "", "1", spec, "1", "y"), "request 2: bad flags y"},
 		{"arguments left over", []string{"a"}, append(append([]any{}, good...), "extra"), "request 2 at argument 6: bad hit count nil"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,8 +13,8 @@
 --   n: the number of hits (>= 1); the request's keys are the next n keys.
 -- Each hit is a group of ARGS_PER_HIT (3) arguments, ARGS_PER_CALENDAR (4)
 -- more for a calendar window:
---   1 spec: "code:L:W:B:N", parsed once per call however many hits share
---     it: the algorithm code (limit.Algorithm: 0 fixed_window,
+--   1 spec: "code:L:W:B:N", parsed once and kept while the library is
+--     loaded, however many hits share it: the algorithm code (limit.Algorithm: 0 fixed_window,
 --     1 sliding_window, 2 sliding_log, 3 token_bucket, 4 leaky_bucket,
 --     5 gcra), limit L, window W in µs, capacity B (limit.Spec.Capacity),
 --     precision N (sub-windows, >= 1); the codes are the ALG_ constants
@@ -145,9 +145,9 @@ local function has(flags, flag)
   return math.floor(flags / flag) % 2 == 1
 end
 
--- hit reads the hit whose arguments start at args[a]: its spec (nil if
--- malformed), cost, flags (a number, 0 for none) and where the next hit's
--- arguments start. The hits are read where they lie, not copied into
+-- hit reads the hit whose arguments start at args[a]: its spec, cost and
+-- flags (a number, 0 for none), each nil if malformed, and where the next
+-- hit's arguments start. The hits are read where they lie, not copied into
 -- tables first: a call's parse used to be a quarter of its cost, most of
 -- it growing eight arrays hit by hit.
 local function hit(args, a)
@@ -155,8 +155,8 @@ local function hit(args, a)
   if flags == '0' then
     return h, cost, 0, a + ARGS_PER_HIT
   end
-  flags = tonumber(flags) or 0
-  if has(flags, FLAG_CALENDAR) then
+  flags = tonumber(flags)
+  if flags and has(flags, FLAG_CALENDAR) then
     return h, cost, flags, a + ARGS_PER_HIT + ARGS_PER_CALENDAR
   end
   return h, cost, flags, a + ARGS_PER_HIT
@@ -326,10 +326,17 @@ local function evaluate(keys, args)
     offs[2 * r - 1], offs[2 * r], nows[r] = a, k, now
     a = a + ARGS_PER_REQUEST
     for _ = 1, n do
-      local h, nxt
-      h, _, _, nxt = hit(args, a)
+      local h, cost, flags, nxt = hit(args, a)
+      local bad
       if not h then
-        return redis.error_reply('floodgate: request ' .. r .. ': bad spec ' .. tostring(args[a]))
+        bad = 'spec ' .. tostring(args[a])
+      elseif not cost or cost < 0 then
+        bad = 'cost ' .. tostring(args[a + 1])
+      elseif not flags then
+        bad = 'flags ' .. tostring(args[a + 2])
+      end
+      if bad then
+        return redis.error_reply('floodgate: request ' .. r .. ': bad ' .. bad)
       end
       a = nxt
     end
