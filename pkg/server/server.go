@@ -38,7 +38,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -234,7 +233,7 @@ type Server struct {
 	rules   Rules
 	opts    Options
 	grpc    *grpc.Server
-	health  *health.Server
+	health  *healthService
 	serving atomic.Bool
 	// reached latches the store's StoreHealth.Reached.
 	reached atomic.Bool
@@ -311,7 +310,7 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	codec := newRequestCodec()
 	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
 	s.grpc.RegisterService(s.rlsDesc(codec), svc)
-	s.health = health.NewServer()
+	s.health = newHealthService()
 	s.grpcState = healthpb.HealthCheckResponse_NOT_SERVING
 	for _, name := range HealthServices {
 		s.health.SetServingStatus(name, s.grpcState)
@@ -640,6 +639,8 @@ func (s *Server) shutdown() error {
 		// silentGrace.
 		stalled := time.NewTicker(silentGrace / 4)
 		defer stalled.Stop()
+		// Health watches last as long as their clients want: they end at
+		// the first tick, by when they have sent the NOT_SERVING above.
 		for waiting := true; waiting; {
 			s.listeners.grpc.closeHandshaking()
 			select {
@@ -648,6 +649,7 @@ func (s *Server) shutdown() error {
 			case <-ctx.Done():
 				waiting = false
 			case <-stalled.C:
+				s.health.endWatches()
 			}
 		}
 		s.opts.Logger.Warn("shutdown timeout: cutting the remaining gRPC requests and connections",

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -405,5 +406,45 @@ func TestHealthRequiresRules(t *testing.T) {
 			t.Fatalf("a rule file appeared but /healthcheck is still %d", code)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A health watch is a stream that lasts as long as its client wants: at
+// shutdown it must hear NOT_SERVING and then end, not hold the exit until
+// the shutdown timeout.
+func TestShutdownEndsHealthWatches(t *testing.T) {
+	const timeout = 10 * time.Second
+	s, stop := running(t, Options{ShutdownTimeout: timeout})
+	conn, err := grpc.NewClient(s.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	watch, err := healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := watch.Recv(); err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first status %v, %v; want SERVING", resp, err)
+	}
+	start := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	var statuses []healthpb.HealthCheckResponse_ServingStatus
+	for {
+		resp, err := watch.Recv()
+		if err != nil {
+			break
+		}
+		statuses = append(statuses, resp.Status)
+	}
+	if want := []healthpb.HealthCheckResponse_ServingStatus{healthpb.HealthCheckResponse_NOT_SERVING}; !slices.Equal(statuses, want) {
+		t.Errorf("the watch heard %v before it ended, want %v", statuses, want)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Run: %v, want nil (no request was in flight)", err)
+	}
+	if took := time.Since(start); took > timeout/2 {
+		t.Errorf("shutdown took %v with a health watch open, want well within the %v timeout", took, timeout)
 	}
 }
