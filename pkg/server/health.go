@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"sync"
 
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -14,34 +13,25 @@ import (
 // keeps one per connection) held the exit until the shutdown timeout.
 type healthService struct {
 	*health.Server
-	ending  chan struct{} // closed by endWatches
-	endOnce sync.Once
+	ending     context.Context // done once endWatches is called
+	endWatches context.CancelFunc
 }
 
 func newHealthService() *healthService {
-	return &healthService{Server: health.NewServer(), ending: make(chan struct{})}
+	h := &healthService{Server: health.NewServer()}
+	h.ending, h.endWatches = context.WithCancel(context.Background())
+	return h
 }
 
 // Watch is health.Server's Watch on a stream whose context also ends with
-// endWatches; the client then sees the stream end (Canceled) after the
-// statuses sent before, NOT_SERVING among them at shutdown.
+// endWatches, which ends the watches open then and those opened later.
+// The client sees the stream end (Canceled) after the statuses sent
+// before it, NOT_SERVING among them at shutdown.
 func (h *healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	go func() {
-		select {
-		case <-h.ending:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(h.ending, cancel)()
 	return h.Server.Watch(req, &endingWatch{Health_WatchServer: stream, ctx: ctx})
-}
-
-// endWatches ends the watches open now and those opened later. Safe to
-// call more than once.
-func (h *healthService) endWatches() {
-	h.endOnce.Do(func() { close(h.ending) })
 }
 
 // endingWatch is a watch stream with the context of Watch.
