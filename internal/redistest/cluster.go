@@ -29,10 +29,12 @@ type Cluster struct {
 // cluster mode on, joins them with `redis-cli --cluster create`, and returns
 // once every node reports cluster_state:ok, knows every other node and, for
 // replicas, has its link to its master up. Everything is stopped when the
-// test ends. Redis Cluster needs at least 3 masters.
-func StartCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
+// test ends. Redis Cluster needs at least 3 masters. extra are more
+// configuration directives for every node (e.g.
+// "--cluster-require-full-coverage", "no").
+func StartCluster(t testing.TB, masters, replicasPerMaster int, extra ...string) *Cluster {
 	t.Helper()
-	return startCluster(t, masters, replicasPerMaster, nil)
+	return startCluster(t, masters, replicasPerMaster, nil, extra...)
 }
 
 // StartClusterTLS is StartCluster for nodes that also serve TLS as tls
@@ -44,7 +46,7 @@ func StartClusterTLS(t testing.TB, masters, replicasPerMaster int, tls *TLS) *Cl
 	return startCluster(t, masters, replicasPerMaster, tls)
 }
 
-func startCluster(t testing.TB, masters, replicasPerMaster int, tls *TLS) *Cluster {
+func startCluster(t testing.TB, masters, replicasPerMaster int, tls *TLS, extra ...string) *Cluster {
 	t.Helper()
 	if masters < 3 || replicasPerMaster < 0 {
 		t.Fatalf("redistest: StartCluster(%d masters, %d replicas each): a cluster needs at least 3 masters", masters, replicasPerMaster)
@@ -57,12 +59,12 @@ func startCluster(t testing.TB, masters, replicasPerMaster int, tls *TLS) *Clust
 		// The bus port is given, not left at port+10000: with TLS the
 		// bus would sit at the TLS port+10000, which nothing checked was
 		// free, and one node's bus could take another's TLS port.
-		s := startNode(t, tls, FreePort(t), []string{
+		s := startNode(t, tls, FreePort(t), append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-port", strconv.Itoa(FreePort(t)),
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000",
-		})
+		}, extra...))
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 		if tls != nil {

@@ -157,7 +157,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		b.inFlight++
 		b.mu.Unlock()
 		err := b.l.run(ctx, clock, hits, decisions)
-		b.l.report(ctx, probe, err)
+		b.l.report(ctx, b.l.nodes.home, probe, err)
 		b.next()
 		return err
 	}
@@ -173,7 +173,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		b.inFlight++
 		b.mu.Unlock()
 		err := b.l.runArgs(ctx, c.keys, c.args, decisions)
-		b.l.report(ctx, probe, err)
+		b.l.report(ctx, b.l.nodes.home, probe, err)
 		b.next()
 		return err
 	case b.inFlight < b.maxInFlight && !b.gathering:
@@ -208,7 +208,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 			if c.probe {
 				// Never sent, the probe told nothing: let the next call
 				// probe.
-				b.l.breaker.done(true, callUnknown)
+				b.l.nodes.home.breaker.done(true, callUnknown)
 			}
 			return b.abandoned(c)
 		}
@@ -275,7 +275,7 @@ func (b *batcher) abandoned(c *call) error {
 // sent told nothing about Redis: the breaker lets the next call probe.
 func (b *batcher) finish(c *call) error {
 	if c.probe && !c.sent {
-		b.l.breaker.done(true, callUnknown)
+		b.l.nodes.home.breaker.done(true, callUnknown)
 	}
 	return c.err
 }
@@ -392,7 +392,7 @@ func (b *batcher) flush(batch []*call) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	replies, err := b.l.send(ctx, keys, args, len(batch))
 	outcome := outcomeOf(ctx, err)
-	b.l.noteFailure(ctx, err)
+	b.l.noteFailure(ctx, b.l.nodes.home, err)
 	cancel()
 	for i, c := range batch {
 		if !c.state.CompareAndSwap(callSent, callDone) {
@@ -409,5 +409,5 @@ func (b *batcher) flush(batch []*call) {
 		close(c.done)
 	}
 	// One round trip, one outcome, however many calls it carried.
-	b.l.breaker.done(probe, outcome)
+	b.l.nodes.home.breaker.done(probe, outcome)
 }

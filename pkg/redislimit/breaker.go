@@ -25,7 +25,7 @@ var ErrCircuitOpen = fmt.Errorf("%w after repeated failures: %w", limit.ErrCircu
 const (
 	DefaultBreakerFailures   = 5
 	DefaultBreakerMinBackoff = 100 * time.Millisecond
-	DefaultBreakerMaxBackoff = 2 * time.Second
+	DefaultBreakerMaxBackoff = time.Second
 )
 
 // BreakerOptions configures a Limiter's circuit breaker, which makes calls
@@ -41,8 +41,10 @@ const (
 // context was canceled, an error the script reports about its input, and
 // a request finding a key of another type (WRONGTYPE) are not. With
 // batching (BatchOptions) the breaker counts round trips: a batch that
-// fails is one failure, however many calls it carried. On Cluster the breaker counts requests,
-// whatever nodes they touch.
+// fails is one failure, however many calls it carried. On Cluster each
+// master has a breaker of its own, which counts the calls on its slots
+// (one per request and slot): a master that fails opens its breaker only,
+// and the calls on the other masters' slots go on (see Limiter.Nodes).
 type BreakerOptions struct {
 	// Failures is the number of consecutive failed calls that open the
 	// breaker; 0 means DefaultBreakerFailures, and a negative number
@@ -94,10 +96,14 @@ type breaker struct {
 
 	state atomic.Int32 // a BreakerState; read without mu on the fast path
 
-	mu       sync.Mutex
-	failures int           // consecutive, while closed
-	backoff  time.Duration // of the current opening
-	retryAt  time.Time     // when open: the first instant a probe may go
+	// failures counts consecutive failed calls while closed; written
+	// under mu, read without it by calls that succeed (most of them),
+	// which then need not take mu.
+	failures atomic.Int32
+
+	mu      sync.Mutex
+	backoff time.Duration // of the current opening
+	retryAt time.Time     // when open: the first instant a probe may go
 }
 
 func newBreaker(o BreakerOptions) (*breaker, error) {
@@ -159,9 +165,11 @@ func (b *breaker) done(probe bool, outcome int) {
 		return
 	}
 	if outcome == callOK && !probe && BreakerState(b.state.Load()) == BreakerClosed {
-		b.mu.Lock()
-		b.failures = 0
-		b.mu.Unlock()
+		if b.failures.Load() != 0 {
+			b.mu.Lock()
+			b.failures.Store(0)
+			b.mu.Unlock()
+		}
 		return
 	}
 	b.mu.Lock()
@@ -171,14 +179,15 @@ func (b *breaker) done(probe bool, outcome int) {
 		// Any answer, the probe's or a call's admitted before the breaker
 		// opened, shows Redis is back.
 		b.state.Store(int32(BreakerClosed))
-		b.failures, b.backoff = 0, 0
+		b.failures.Store(0)
+		b.backoff = 0
 	case probe && outcome == callFailed:
 		b.open(min(2*b.backoff, b.maxBack))
 	case probe:
 		// The probe told nothing: let the next call probe.
 		b.state.Store(int32(BreakerOpen))
 	case BreakerState(b.state.Load()) == BreakerClosed && outcome == callFailed:
-		if b.failures++; b.failures >= b.threshold {
+		if b.failures.Add(1) >= int32(b.threshold) {
 			b.open(b.minBackoff)
 		}
 	}
@@ -195,7 +204,8 @@ func (b *breaker) force(failed bool) {
 	switch {
 	case !failed:
 		b.state.Store(int32(BreakerClosed))
-		b.failures, b.backoff = 0, 0
+		b.failures.Store(0)
+		b.backoff = 0
 	case BreakerState(b.state.Load()) == BreakerClosed:
 		b.open(b.minBackoff)
 	}

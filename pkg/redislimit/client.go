@@ -192,7 +192,9 @@ const dialAttempts = 1
 
 // noRetries turns off go-redis's retries of a failed command (3 by default,
 // with backoff): they too outlast the store deadline, and a script retried
-// after a lost reply may have run already, charging its hits twice.
+// after a lost reply may have run already, charging its hits twice. A
+// Cluster client retries in a loop of its own whatever it says; script
+// calls opt out of that one too (see onceCmd).
 const noRetries = -1
 
 // singleOptions parses the URL of a single node.

@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -9,16 +10,52 @@ import (
 
 // evaluateCluster decides hits whose keys may live in different slots. A
 // script can only touch keys of one slot, so hits are grouped by slot and
-// each group is one script call; evaluateGroups makes the groups one
-// all-or-nothing call.
+// each group is one script call on the master serving it; evaluateGroups
+// makes the groups one all-or-nothing call.
 func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) error {
 	groups := groupBySlot(l.opts.KeyPrefix, hits)
 	if len(groups) == 1 {
-		return l.run(ctx, clock, hits, decisions)
+		return l.runSlot(ctx, clock, hits, decisions)
 	}
 	return evaluateGroups(ctx, hits, decisions, groups, func(ctx context.Context, _ int, hits []limit.Hit, decisions []limit.Decision) error {
-		return l.run(ctx, clock, hits, decisions)
+		return l.runSlot(ctx, clock, hits, decisions)
 	})
+}
+
+// runSlot decides hits, all in one slot, with a script call on the master
+// serving that slot, through that master's circuit breaker: a master that
+// fails fails only the calls that need it, and fails them at once once its
+// breaker is open. The error names the master.
+func (l *Limiter) runSlot(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) error {
+	n, err := l.masterOf(ctx, hits[0].Key)
+	if err != nil {
+		return fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), err)
+	}
+	ok, probe := n.breaker.admit()
+	if !ok {
+		return fmt.Errorf("redislimit: evaluate %d hits on node %s: %w", len(hits), n.addr, ErrCircuitOpen)
+	}
+	err = l.run(ctx, clock, hits, decisions)
+	l.report(ctx, n, probe, err)
+	return nodeError(n, err)
+}
+
+// masterOf returns the node of the master serving counter's slot, as the
+// client's slot map has it. Finding it fails only while the client has no
+// slot map and no node gives it one; the home node's breaker then fails
+// calls at once.
+func (l *Limiter) masterOf(ctx context.Context, counter string) (*node, error) {
+	home := l.nodes.home
+	ok, probe := home.breaker.admit()
+	if !ok {
+		return nil, fmt.Errorf("the cluster's slot map: %w", ErrCircuitOpen)
+	}
+	c, err := l.cluster.MasterForKey(ctx, Key(l.opts.KeyPrefix, counter))
+	l.report(ctx, home, probe, err)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the cluster's slot map: %w", ErrStore, err)
+	}
+	return l.nodes.get(c.Options().Addr), nil
 }
 
 // groupBySlot returns the indices of hits grouped by the Cluster slot of

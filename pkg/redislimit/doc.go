@@ -89,6 +89,24 @@
 // not have consumed. Single nodes and Sentinel have none of this: one
 // script call per request, shared with concurrent requests (see Batching).
 //
+// Each master has a circuit breaker of its own (see BreakerOptions and
+// Limiter.Nodes): a master that dies, hangs or misses deadlines fails the
+// calls on its slots, at once once its breaker is open, and the calls on
+// the other masters' slots go on. The slot map itself (which master serves
+// a slot) is the Limiter's home node: it fails only while no node can give
+// one.
+//
+// # At most once
+//
+// A script call is sent at most once after it may have reached Redis: a
+// reply lost with its connection may mean the script ran, and sending it
+// again would charge (or refund) its hits twice. go-redis's retries are
+// off on single nodes and Sentinel (NewClient), and the Cluster client's
+// own loop, which re-sends after a dropped connection whatever MaxRetries
+// says, is told not to for script calls. Replies that say Redis ran
+// nothing are still followed: MOVED and ASK (by go-redis), TRYAGAIN (a few
+// times, within the deadline), NOSCRIPT and "Function not found" (once).
+//
 // # Per-second Redis
 //
 // A Split keeps the counters of short windows (PerSecond: shorter than a

@@ -38,10 +38,14 @@ const (
 // added later) answers "Function not found": the library is loaded there
 // and the call sent again, once, as EVALSHA's NOSCRIPT is answered. Such a
 // call ran nothing, so sending it again cannot count a hit twice.
+//
+// Every call is sent at most once after it may have reached Redis (see
+// sendOnce): only replies that say Redis ran nothing lead to sending it
+// again.
 func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, error) {
 	switch l.fn.mode.Load() {
 	case modeFunction:
-		reply, err := l.client.FCall(ctx, functionName, keys, args...).Result()
+		reply, err := l.sendOnce(ctx, fcallArgs(keys, args))
 		switch {
 		case err == nil || !isRedisError(err):
 			return reply, err
@@ -52,7 +56,7 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 				}
 				break
 			}
-			return l.client.FCall(ctx, functionName, keys, args...).Result()
+			return l.sendOnce(ctx, fcallArgs(keys, args))
 		case l.fallBack(err):
 			// FCALL refused (ACL): EVALSHA from now on, this call first.
 		default:
@@ -73,7 +77,79 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 			}
 		}
 	}
-	return evaluateScript.Run(ctx, l.client, keys, args...).Result()
+	return l.evalSHA(ctx, keys, args)
+}
+
+// evalSHA runs the script with EVALSHA, and with EVAL if Redis answers
+// NOSCRIPT (it ran nothing then), which caches the script again.
+func (l *Limiter) evalSHA(ctx context.Context, keys []string, args []any) (any, error) {
+	reply, err := l.sendOnce(ctx, scriptArgs("evalsha", evaluateScript.Hash(), keys, args))
+	if err != nil && isRedisError(err) && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return l.sendOnce(ctx, scriptArgs("eval", evaluateSource, keys, args))
+	}
+	return reply, err
+}
+
+// fcallArgs returns the command FCALL of the function with keys and args.
+func fcallArgs(keys []string, args []any) []any {
+	return scriptArgs("fcall", functionName, keys, args)
+}
+
+// scriptArgs returns the command name, then what (a function name, a SHA
+// or a script), the number of keys, the keys and args.
+func scriptArgs(name, what string, keys []string, args []any) []any {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, name, what, len(keys))
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	return append(cmd, args...)
+}
+
+// onceCmd is a command go-redis must not send again once it may have
+// reached Redis: its retries after a lost connection or a timeout would run
+// a script twice, charging its hits (or refunding them) twice. The
+// redirects of a Cluster (MOVED, ASK), which Redis answers without running
+// anything, are still followed.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command.
+func (onceCmd) NoRetry() bool { return true }
+
+// Redis answers these errors to a script call without running it, so the
+// call may be sent again after a pause: a slot being migrated whose keys
+// are split between two nodes (TRYAGAIN).
+const (
+	tryAgainPause = 5 * time.Millisecond
+	tryAgainMax   = 5
+)
+
+// sendOnce sends the command cmd (a script call, see scriptArgs) and returns its reply.
+// It is sent at most once after it may have reached Redis, on every
+// topology: single nodes and Sentinel clients have go-redis's retries off
+// (NewClient), and a Cluster client's own loop, which re-sends after a
+// dropped connection whatever MaxRetries says, is told not to (onceCmd).
+// A TRYAGAIN reply, which says the script did not run, is sent again a few
+// times while ctx allows.
+func (l *Limiter) sendOnce(ctx context.Context, cmd []any) (any, error) {
+	for try := 1; ; try++ {
+		c := redis.NewCmd(ctx, cmd...)
+		if n, _ := cmd[2].(int); n > 0 {
+			// Where the keys start, for a Cluster client's routing.
+			c.SetFirstKeyPos(3)
+		}
+		err := l.client.Process(ctx, onceCmd{c})
+		if err == nil || try == tryAgainMax || !isRedisError(err) || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			return c.Val(), err
+		}
+		t := time.NewTimer(tryAgainPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
 }
 
 // decideRetry is how long calls wait, after loading the library failed for
@@ -89,22 +165,39 @@ type functions struct {
 }
 
 // decide loads the library on every node (every master of a Cluster) and
-// sets the mode from the outcome: functions when every node has it,
-// EVALSHA when Redis refuses FUNCTION. Any other error leaves the mode
-// undecided, for the next call to try again, and is returned.
+// sets the mode from the outcome: functions when a node has it, EVALSHA
+// when Redis refuses FUNCTION. Otherwise, when no node could be reached,
+// the mode stays undecided, for the next call to try again, and the error
+// is returned.
 func (l *Limiter) decide(ctx context.Context) error {
-	err := l.loadAll(ctx)
-	if err == nil {
-		if l.fn.mode.CompareAndSwap(modeUndecided, modeFunction) {
-			l.fn.log.Info("the Lua code runs as a Redis function (FCALL), loaded once per node",
-				"function", functionName)
+	if l.cluster != nil {
+		outcomes, err := l.loadEach(ctx)
+		if err != nil || l.fn.mode.Load() != modeUndecided {
+			return err
 		}
+		errs := make([]error, len(outcomes))
+		for i, o := range outcomes {
+			errs[i] = fmt.Errorf("%s: %w", o.addr, o.err)
+		}
+		return errors.Join(errs...)
+	}
+	err := loadLibrary(ctx, l.client)
+	if err == nil {
+		l.useFunctions()
 		return nil
 	}
 	if l.fallBack(err) {
 		return nil
 	}
 	return err
+}
+
+// useFunctions switches an undecided Limiter to FCALL, and says so once.
+func (l *Limiter) useFunctions() {
+	if l.fn.mode.CompareAndSwap(modeUndecided, modeFunction) {
+		l.fn.log.Info("the Lua code runs as a Redis function (FCALL), loaded once per node",
+			"function", functionName)
+	}
 }
 
 // fallBack switches the Limiter to EVALSHA for good if err says that
@@ -118,17 +211,6 @@ func (l *Limiter) fallBack(err error) bool {
 			"err", err, "script_sha", ScriptSHA())
 	}
 	return true
-}
-
-// loadAll loads the library on every node: the client's node, or every
-// master of a Cluster. A node already holding it counts as loaded.
-func (l *Limiter) loadAll(ctx context.Context) error {
-	if l.cluster != nil {
-		return l.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return loadLibrary(ctx, c)
-		})
-	}
-	return loadLibrary(ctx, l.client)
 }
 
 // loadOn loads the library on the node that holds keys: the client's, or

@@ -4,79 +4,138 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
 )
-
-// failure is a failure of Redis and when it happened.
-type failure struct {
-	err error
-	at  time.Time
-}
-
-// Healthy reports whether the circuit breaker is closed: calls go to Redis.
-// It is false while the breaker is open or probing (calls fail at once
-// with ErrCircuitOpen), for health checks and metrics. A Probe that fails
-// opens the breaker, so a Redis that cannot be reached at start is
-// reported before any request meets it.
-func (l *Limiter) Healthy() bool { return l.breaker.stateOf() == BreakerClosed }
-
-// BreakerState returns the circuit breaker's state; BreakerClosed when it
-// is disabled.
-func (l *Limiter) BreakerState() BreakerState { return l.breaker.stateOf() }
-
-// LastFailure returns the latest failure of Redis seen by a call or a
-// Probe, and when it happened; nil if none ever did. It stays after Redis
-// recovers (Healthy says whether it is current), so that a report can say
-// why Redis was last unhealthy: "x509: certificate signed by unknown
-// authority" rather than only "unhealthy". Failures that are the caller's
-// (a canceled context) or a request's own (a script error) are not
-// recorded.
-func (l *Limiter) LastFailure() (at time.Time, err error) {
-	f := l.lastFailure.Load()
-	if f == nil {
-		return time.Time{}, nil
-	}
-	return f.at, f.err
-}
 
 // Probe checks that Redis can run the Lua code: it loads it on every node
 // (every master of a Cluster) as a function library (FUNCTION LOAD), or as
 // a script (SCRIPT LOAD) if Redis runs no functions for floodgate, which
 // needs the connection, TLS, credentials and the permission to run scripts
 // to be right. It decides how calls run the code if no call has yet (see
-// Options.Logger), and loads the library on Cluster nodes added since. The outcome goes to the
-// circuit breaker as a call's would, except that a failure opens the
-// breaker at once, however few failures came before, and a success closes
-// it. A failure is an error wrapping ErrStore. Callers probe at start, and
-// while the breaker is open, so that health follows Redis without waiting
-// for requests.
+// Options.Logger), and loads the library on Cluster nodes added since.
+//
+// Each node's outcome goes to that node's circuit breaker as a call's
+// would, except that a failure opens the breaker at once, however few
+// failures came before, and a success closes it: on a Cluster, a master
+// that fails the probe fails the calls on its slots at once, and only
+// those. A failure is an error wrapping ErrStore that names the nodes that
+// failed. Callers probe at start, and while a breaker is open, so that
+// health follows Redis without waiting for requests.
 func (l *Limiter) Probe(ctx context.Context) error {
+	if l.cluster != nil {
+		return l.probeCluster(ctx)
+	}
 	var err error
 	if l.fn.mode.Load() != modeScript {
 		err = l.decide(ctx)
 	}
 	if err == nil && l.fn.mode.Load() == modeScript {
-		err = evaluateScript.Load(ctx, l.client).Err()
+		err = loadScript(ctx, l.client)
 	}
-	if err != nil {
-		l.noteFailure(ctx, err)
-	}
-	switch outcomeOf(ctx, err) {
-	case callOK:
-		l.breaker.force(false)
-	case callFailed:
-		l.breaker.force(true)
-	}
+	l.force(ctx, l.nodes.home, err)
 	if err != nil {
 		return fmt.Errorf("redislimit: probe: %w: %w", ErrStore, err)
 	}
 	return nil
 }
 
-// noteFailure records err, met by a call under ctx, as the latest failure
-// of Redis if it is one.
-func (l *Limiter) noteFailure(ctx context.Context, err error) {
-	if outcomeOf(ctx, err) == callFailed && !errors.Is(err, ErrCircuitOpen) {
-		l.lastFailure.Store(&failure{err: err, at: time.Now()})
+// probeCluster probes each master of a Cluster on its own. The slot map
+// (CLUSTER SLOTS, from any node) is the home node's outcome.
+func (l *Limiter) probeCluster(ctx context.Context) error {
+	slots, err := l.clusterSlots(ctx)
+	l.force(ctx, l.nodes.home, err)
+	if err != nil {
+		return fmt.Errorf("redislimit: probe: %w: the cluster's slot map: %w", ErrStore, err)
 	}
+	outcomes, err := l.loadEach(ctx)
+	if err != nil {
+		return fmt.Errorf("redislimit: probe: %w: %w", ErrStore, err)
+	}
+	var errs []error
+	for _, o := range outcomes {
+		n := l.nodes.get(o.addr)
+		l.force(ctx, n, o.err)
+		if o.err != nil {
+			errs = append(errs, nodeError(n, o.err))
+		}
+	}
+	l.nodes.keep(slots)
+	if len(errs) > 0 {
+		return fmt.Errorf("redislimit: probe: %w: %w", ErrStore, errors.Join(errs...))
+	}
+	return nil
+}
+
+// clusterSlots returns each master's slot ranges by address.
+func (l *Limiter) clusterSlots(ctx context.Context) (map[string]string, error) {
+	slots, err := l.cluster.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	ranges := make(map[string][][2]int64)
+	for _, s := range slots {
+		if len(s.Nodes) > 0 {
+			addr := s.Nodes[0].Addr
+			ranges[addr] = append(ranges[addr], [2]int64{int64(s.Start), int64(s.End)})
+		}
+	}
+	out := make(map[string]string, len(ranges))
+	for addr, r := range ranges {
+		out[addr] = slotRanges(r)
+	}
+	return out, nil
+}
+
+// loadOutcome is how loading the Lua code went on one Cluster master.
+type loadOutcome struct {
+	addr string
+	err  error
+}
+
+// loadEach loads the Lua code on every master of a Cluster, as a library
+// unless the Limiter runs it as a script, and returns each master's
+// outcome. It decides the mode if undecided, from the masters that
+// answered: a refusal anywhere means EVALSHA; a master that could not be
+// reached does not hold the decision back (it gets the library when a call
+// finds it missing there). The error is for want of a slot map.
+func (l *Limiter) loadEach(ctx context.Context) ([]loadOutcome, error) {
+	script := l.fn.mode.Load() == modeScript
+	var mu sync.Mutex
+	var outcomes []loadOutcome
+	err := l.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		var err error
+		if script {
+			err = loadScript(ctx, c)
+		} else {
+			err = loadLibrary(ctx, c)
+		}
+		mu.Lock()
+		outcomes = append(outcomes, loadOutcome{addr: c.Options().Addr, err: err})
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if script {
+		return outcomes, nil
+	}
+	loaded := false
+	for _, o := range outcomes {
+		if o.err != nil && l.fallBack(o.err) {
+			return l.loadEach(ctx) // as scripts, this time
+		}
+		loaded = loaded || o.err == nil
+	}
+	if loaded {
+		l.useFunctions()
+	}
+	return outcomes, nil
+}
+
+// loadScript loads the script on c (SCRIPT LOAD), for EVALSHA.
+func loadScript(ctx context.Context, c redis.Scripter) error {
+	return evaluateScript.Load(ctx, c).Err()
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/tracing"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -50,10 +49,10 @@ type Limiter struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // non-nil when client is a Cluster client
 	opts    Options
-	breaker *breaker // nil when disabled
+	// nodes holds the circuit breakers and failures: one for a single node
+	// or Sentinel, one per master of a Cluster.
+	nodes   *nodeSet
 	batcher *batcher // nil when disabled or on Cluster
-	// lastFailure is the latest failure of Redis, for Health.
-	lastFailure atomic.Pointer[failure]
 	// fn is how the Lua code runs: FCALL or EVALSHA (see call).
 	fn functions
 	// now, set only by tests, replaces Redis TIME with an explicit instant
@@ -77,11 +76,11 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	b, err := newBreaker(opts.Breaker)
+	nodes, err := newNodeSet(opts.Breaker)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{client: client, opts: opts, breaker: b}
+	l := &Limiter{client: client, opts: opts, nodes: nodes}
 	l.fn.log = opts.Logger
 	if l.fn.log == nil {
 		l.fn.log = slog.New(slog.DiscardHandler)
@@ -101,8 +100,9 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 // quotas included, atomically on a single node or Sentinel; on a Cluster,
 // one per hash slot involved, with the compensation the package
 // documentation describes. A failure of Redis is an error wrapping
-// ErrStore (and ErrCircuitOpen while the circuit breaker is open, see
-// BreakerOptions); Redis is not called for an invalid hit.
+// ErrStore (and ErrCircuitOpen while the circuit breaker of a node it
+// needs is open, see BreakerOptions and Nodes); Redis is not called for an
+// invalid hit.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
 	if len(decisions) != len(hits) {
 		return fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
@@ -115,34 +115,27 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 			return fmt.Errorf("redislimit: hit %d: %w", i, err)
 		}
 	}
-	ok, probe := l.breaker.admit()
-	if !ok {
-		return fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), ErrCircuitOpen)
-	}
 	var clock time.Time
 	if l.now != nil {
 		clock = l.now()
 	} else {
 		clock = time.Now()
 	}
+	if l.cluster != nil {
+		return l.evaluateCluster(ctx, clock, hits, decisions)
+	}
+	home := l.nodes.home
+	ok, probe := home.breaker.admit()
+	if !ok {
+		return fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), ErrCircuitOpen)
+	}
 	if l.batcher != nil {
 		// The batcher reports to the breaker once per round trip.
 		return l.batcher.evaluate(ctx, clock, probe, hits, decisions)
 	}
-	var err error
-	if l.cluster != nil {
-		err = l.evaluateCluster(ctx, clock, hits, decisions)
-	} else {
-		err = l.run(ctx, clock, hits, decisions)
-	}
-	l.report(ctx, probe, err)
+	err := l.run(ctx, clock, hits, decisions)
+	l.report(ctx, home, probe, err)
 	return err
-}
-
-// report tells the breaker and Health how a call to Redis under ctx ended.
-func (l *Limiter) report(ctx context.Context, probe bool, err error) {
-	l.noteFailure(ctx, err)
-	l.breaker.done(probe, outcomeOf(ctx, err))
 }
 
 // appendRequest appends a request's KEYS and ARGV for hits to keys and

@@ -83,7 +83,10 @@ func luaConstants() []luaConstant {
 
 // evaluateScript is the one script that decides a request: its SHA is what
 // EVALSHA sends.
-var evaluateScript = redis.NewScript(scriptSource())
+var evaluateScript = redis.NewScript(evaluateSource)
+
+// evaluateSource is the script's source, which EVAL sends.
+var evaluateSource = scriptSource()
 
 // ScriptSHA returns the SHA-1, in hex, of the script this build sends to
 // Redis (what EVALSHA names and SCRIPT EXISTS checks), so tools replaying

@@ -1,0 +1,336 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/redislimit"
+	"github.com/redis/go-redis/v9"
+)
+
+// faultCluster is a 3-master Cluster without replicas whose masters keep
+// serving their slots while another is down (cluster-require-full-coverage
+// no), with a Limiter with the default breaker and a deadline of
+// faultDeadline.
+type faultCluster struct {
+	c       *redistest.Cluster
+	client  *redis.ClusterClient
+	lim     *redislimit.Limiter
+	masters []string // addresses, sorted
+	byAddr  map[string]*redistest.Server
+}
+
+const faultPrefix = "fault:"
+
+// faultDeadline is the deadline of each call: above production's 50 ms,
+// which a busy machine running the race detector misses now and then on a
+// healthy master (its breaker would then open, rightly, but not because of
+// the fault under test).
+const faultDeadline = 250 * time.Millisecond
+
+// hammerPause is how long each of hammer's goroutines waits between
+// requests: a steady load that leaves the machine some CPU.
+const hammerPause = 500 * time.Microsecond
+
+func startFaultCluster(t *testing.T) *faultCluster {
+	c := redistest.StartCluster(t, 3, 0, "--cluster-require-full-coverage", "no")
+	uc, err := redislimit.NewClient(redislimit.ClientConfig{Type: "cluster", URL: strings.Join(c.Addrs, ",")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	l, err := redislimit.New(uc, redislimit.Options{KeyPrefix: faultPrefix, Timeout: faultDeadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A clock that stands still: no window ends while a phase runs, so
+	// that exactly the limit is admitted.
+	l.SetNow(func() time.Time { return future })
+	fc := &faultCluster{c: c, client: uc.(*redis.ClusterClient), lim: l, byAddr: make(map[string]*redistest.Server)}
+	for _, n := range c.Nodes {
+		fc.byAddr[n.Addr] = n
+		fc.masters = append(fc.masters, n.Addr)
+	}
+	slices.Sort(fc.masters)
+	return fc
+}
+
+// counterOn returns a counter named after name whose slot master is addr,
+// and, when slots is not nil, whose slot it holds.
+func (fc *faultCluster) counterOn(t *testing.T, addr, name string, slots func(uint16) bool) string {
+	for i := range 100000 {
+		c := fmt.Sprint(name, "-", i)
+		if slots != nil && !slots(redislimit.Slot(faultPrefix, c)) {
+			continue
+		}
+		m, err := fc.client.MasterForKey(context.Background(), redislimit.Key(faultPrefix, c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr == addr {
+			return c
+		}
+	}
+	t.Fatalf("no counter of %s on %s", name, addr)
+	return ""
+}
+
+// faultLimit is the limit of every counter of these tests.
+var faultLimit = limit.Spec{Algorithm: limit.FixedWindow, Limit: 50, Window: time.Hour}
+
+// tally counts how calls on one counter ended.
+type tally struct {
+	allowed, denied, failed, open int
+	openTime                      time.Duration // spent in the calls that failed with ErrCircuitOpen
+}
+
+// hammer sends requests of one hit on each counter (and, for each pair in
+// mixed, of both hits) from a goroutine per counter until stop is closed
+// and each has sent at least min, and returns the tallies by counter (a
+// pair under "a+b").
+func (fc *faultCluster) hammer(counters []string, mixed [][2]string, min int, stop <-chan struct{}) map[string]*tally {
+	var mu sync.Mutex
+	out := make(map[string]*tally)
+	var wg sync.WaitGroup
+	run := func(name string, hits []limit.Hit) {
+		tl := new(tally)
+		for i := 0; ; i++ {
+			if i >= min {
+				select {
+				case <-stop:
+					mu.Lock()
+					out[name] = tl
+					mu.Unlock()
+					return
+				default:
+				}
+			}
+			d := make([]limit.Decision, len(hits))
+			start := time.Now()
+			err := fc.lim.Evaluate(context.Background(), hits, d)
+			switch {
+			case errors.Is(err, redislimit.ErrCircuitOpen):
+				tl.open++
+				tl.openTime += time.Since(start)
+			case err != nil:
+				tl.failed++
+			case !limit.Blocked(hits, d):
+				tl.allowed++
+			default:
+				tl.denied++
+			}
+			time.Sleep(hammerPause)
+		}
+	}
+	hit := func(c string) limit.Hit { return limit.Hit{Key: c, Spec: faultLimit, Cost: 1} }
+	for _, c := range counters {
+		wg.Go(func() { run(c, []limit.Hit{hit(c)}) })
+	}
+	for _, p := range mixed {
+		wg.Go(func() { run(p[0]+"+"+p[1], []limit.Hit{hit(p[0]), hit(p[1])}) })
+	}
+	wg.Wait()
+	return out
+}
+
+// remaining peeks at a counter.
+func (fc *faultCluster) remaining(t *testing.T, counter string) int64 {
+	d := make([]limit.Decision, 1)
+	if err := fc.lim.Evaluate(context.Background(), []limit.Hit{{Key: counter, Spec: faultLimit}}, d); err != nil {
+		t.Fatalf("peek at %s: %v", counter, err)
+	}
+	return d[0].Remaining
+}
+
+// TestClusterNodeFault: one master of three killed, then frozen (SIGSTOP),
+// under load. The counters on the two live masters are decided, every one
+// of them, and exactly (50 admitted of more); the calls on the failing
+// master fail, at once after the breaker of that master opens (no call
+// waits for the deadline then); a request on both loses nothing on the
+// live master (what it consumed there is given back); Nodes names the
+// failing master. Once the master is back, its calls are decided again
+// within the breaker's longest backoff.
+func TestClusterNodeFault(t *testing.T) {
+	fc := startFaultCluster(t)
+	victim := fc.masters[0]
+	for _, fault := range []struct {
+		name        string
+		cause, heal func(*redistest.Server)
+	}{
+		{"killed", (*redistest.Server).Stop, (*redistest.Server).Restart},
+		{"frozen", (*redistest.Server).Freeze, (*redistest.Server).Thaw},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			var live []string
+			for _, m := range fc.masters[1:] {
+				for i := range 2 {
+					live = append(live, fc.counterOn(t, m, fmt.Sprint(fault.name, "-live", i), nil))
+				}
+			}
+			dead := fc.counterOn(t, victim, fault.name+"-dead", nil)
+			pair := [2]string{fc.counterOn(t, fc.masters[1], fault.name+"-pair", nil), dead}
+
+			fault.cause(fc.byAddr[victim])
+			stop := make(chan struct{})
+			time.AfterFunc(time.Second, func() { close(stop) })
+			// 80 requests on each live counter: 50 admitted, 30 denied.
+			got := fc.hammer(append(live, dead), [][2]string{pair}, 80, stop)
+			checkLive(t, got, live)
+			checkDead(t, got[dead], "the failing master's counter")
+			checkDead(t, got[pair[0]+"+"+pair[1]], "requests on both")
+			if r := fc.remaining(t, pair[0]); r != faultLimit.Limit {
+				t.Errorf("the live counter of requests that also needed the failing master has %d of %d left: their consumption was not given back", r, faultLimit.Limit)
+			}
+			checkNodes(t, fc.lim, victim)
+
+			fault.heal(fc.byAddr[victim])
+			// A restarted master refuses writes for its first 2 s
+			// (CLUSTERDOWN) until it has heard from the others: it is
+			// back once it says its cluster is ok.
+			if err := fc.c.WaitOK(10 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			healed := time.Now()
+			for {
+				d := make([]limit.Decision, 1)
+				if fc.lim.Evaluate(context.Background(), []limit.Hit{{Key: dead, Spec: faultLimit, Cost: 1}}, d) == nil {
+					break
+				}
+				if time.Since(healed) > redislimit.DefaultBreakerMaxBackoff+time.Second {
+					t.Fatalf("%v after the master came back, its calls still fail (%+v)", time.Since(healed), fc.lim.Nodes())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			t.Logf("decided again %v after the master came back", time.Since(healed).Round(time.Millisecond))
+		})
+	}
+}
+
+// checkLive: every call on the live counters was decided, and exactly the
+// limit admitted.
+func checkLive(t *testing.T, got map[string]*tally, live []string) {
+	t.Helper()
+	for _, c := range live {
+		tl := got[c]
+		if tl.failed+tl.open > 0 || tl.allowed != int(faultLimit.Limit) {
+			t.Errorf("live counter %s: %+v; want every call decided and %d admitted", c, *tl, faultLimit.Limit)
+		}
+	}
+}
+
+// checkDead: every call failed, and once the breaker opened no call went
+// to Redis but the breaker's probes (at most one per minimum backoff).
+func checkDead(t *testing.T, tl *tally, what string) {
+	t.Helper()
+	if tl.allowed+tl.denied > 0 {
+		t.Errorf("%s: %+v: decided while the master was down", what, *tl)
+	}
+	// The calls that reached for Redis: the breaker's threshold, then its
+	// probes, one per backoff of at least the minimum, over about a second.
+	probes := int(time.Second/redislimit.DefaultBreakerMinBackoff) + 2
+	if tl.failed > redislimit.DefaultBreakerFailures+probes || tl.open == 0 {
+		t.Errorf("%s: %d calls went to the failing master and %d failed at once; want at most %d and the rest at once",
+			what, tl.failed, tl.open, redislimit.DefaultBreakerFailures+probes)
+	}
+	if tl.open > 0 {
+		t.Logf("%s: %d calls failed at once, %v each; %d waited for Redis", what, tl.open, tl.openTime/time.Duration(tl.open), tl.failed)
+	}
+}
+
+// checkNodes: Nodes names the failing master, and only it, as not closed.
+func checkNodes(t *testing.T, l *redislimit.Limiter, victim string) {
+	t.Helper()
+	if l.Healthy() {
+		t.Error("Healthy with a master down")
+	}
+	for _, n := range l.Nodes() {
+		if failing := !n.Healthy(); failing != (n.Addr == victim) {
+			t.Errorf("node %q (slots %s): breaker %v, last failure %v; the failing master is %s", n.Addr, n.Slots, n.Breaker, n.LastFailure, victim)
+		}
+		if n.Addr == victim && n.LastFailure == nil {
+			t.Errorf("node %s: no last failure recorded", n.Addr)
+		}
+	}
+}
+
+// TestClusterReshard: 2,000 slots move from one master to another with
+// redis-cli under load. The counters of the third master are decided,
+// every one, and exactly; those in the moving slots are followed through
+// ASK and MOVED (Redis ran nothing then) and never admit more than the
+// limit.
+func TestClusterReshard(t *testing.T) {
+	fc := startFaultCluster(t)
+	from, to, other := fc.masters[0], fc.masters[1], fc.masters[2]
+	ranges, err := fc.client.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first int // the first slot of from: redis-cli moves from there up
+	for _, r := range ranges {
+		if r.Nodes[0].Addr == from {
+			first = r.Start
+		}
+	}
+	moving := func(s uint16) bool { return int(s) >= first && int(s) < first+1000 }
+	var live, moved []string
+	for i := range 4 {
+		live = append(live, fc.counterOn(t, other, fmt.Sprint("reshard-live", i), nil))
+		moved = append(moved, fc.counterOn(t, from, fmt.Sprint("reshard-moved", i), moving))
+	}
+
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		defer close(stop)
+		done <- reshard(fc, from, to, 2000)
+	}()
+	got := fc.hammer(append(live, moved...), nil, 80, stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	checkLive(t, got, live)
+	for _, c := range moved {
+		tl := got[c]
+		if tl.allowed > int(faultLimit.Limit) {
+			t.Errorf("moving counter %s: %+v: admitted over the limit", c, *tl)
+		}
+		t.Logf("moving counter %s: %+v", c, *tl)
+	}
+	if m, err := fc.client.MasterForKey(context.Background(), redislimit.Key(faultPrefix, moved[0])); err != nil || m.Options().Addr != to {
+		t.Errorf("after the reshard %s is on %v (%v), want %s", moved[0], m, err, to)
+	}
+}
+
+// reshard moves slots slots from the master at from to the one at to with
+// redis-cli --cluster reshard.
+func reshard(fc *faultCluster, from, to string, slots int) error {
+	id := func(addr string) (string, error) { return redistest.Do(addr, "CLUSTER", "MYID") }
+	fromID, err := id(from)
+	if err != nil {
+		return err
+	}
+	toID, err := id(to)
+	if err != nil {
+		return err
+	}
+	args := []string{"--cluster", "reshard", from, "--cluster-from", fromID, "--cluster-to", toID,
+		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes", "--cluster-pipeline", "10"}
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return fc.c.WaitOK(30 * time.Second)
+}
