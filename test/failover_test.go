@@ -28,7 +28,7 @@ const (
 	// errors may go on: clients learn of the change by a notification or
 	// by a failed call and a topology reload, and the circuit breaker,
 	// opened by the failover, lets a probe through within its longest
-	// backoff (2 s).
+	// backoff (1 s).
 	errorsStopBound = recoveryBound
 )
 

@@ -31,6 +31,8 @@ type counterStore struct {
 	// most likely a wrong address or password rather than an outage.
 	reached func() bool
 	close   func()
+	// collectors are more metrics of the store: each Redis node's health.
+	collectors []prometheus.Collector
 }
 
 // readiness returns the store's health as the listeners read it
@@ -143,7 +145,8 @@ func newStore(ctx context.Context, cfg *config, logger *slog.Logger) (*counterSt
 	}
 	return &counterStore{
 		limiter: lim, name: "redis", close: closeAll,
-		health: func() server.StoreHealth { return storesHealth(stores, time.Now()) },
+		collectors: []prometheus.Collector{nodeCollector{stores: stores, desc: nodeHealthyDesc}},
+		health:     func() server.StoreHealth { return storesHealth(stores, time.Now()) },
 		reached: func() bool {
 			for _, st := range stores {
 				if !st.watch.Reached() {
@@ -218,6 +221,9 @@ func openRedis(cfg *config, role string, rs *redisSettings, logger *slog.Logger)
 	}
 	st := &redisStore{role: role, addr: redactedAddr(rs.url), client: client, lim: lim}
 	st.watch = &storeWatch{store: lim, name: "Redis", attrs: st.logAttrs(), logger: logger}
+	if rs.typ == "cluster" {
+		st.watch.nodes = lim.Nodes
+	}
 	if rs.typ == "cluster" && (rs.pipelineWindow > 0 || rs.pipelineLimit > 0) {
 		// Each Cluster call goes to its node at once, unbatched. The
 		// reference requires a window or limit with Cluster, so migrated
@@ -235,13 +241,34 @@ func (st *redisStore) logAttrs(more ...any) []any {
 }
 
 // storeDetail describes a limiter's health for /rlconfig: the breaker's
-// state and, if Redis ever failed, sep and the latest failure.
+// state and, if Redis ever failed, sep and the latest failure; on a
+// Cluster, the same for the slot map and then for each master with its
+// slots, so that /rlconfig names the master that fails.
 func storeDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
-	d := "breaker " + lim.BreakerState().String()
-	if at, err := lim.LastFailure(); err != nil {
-		d += fmt.Sprintf("%slast failure %v ago: %v", sep, now.Sub(at).Round(time.Second), err)
+	nodes := lim.Nodes()
+	var parts []string
+	for _, n := range nodes {
+		d := "breaker " + n.Breaker.String()
+		if n.LastFailure != nil {
+			d += fmt.Sprintf("%slast failure %v ago: %v", sep, now.Sub(n.LastFailureAt).Round(time.Second), n.LastFailure)
+		}
+		switch {
+		case n.Addr != "":
+			d = "master " + n.Addr + slotsOf(n) + ": " + d
+		case len(nodes) > 1:
+			d = "slot map: " + d
+		}
+		parts = append(parts, d)
 	}
-	return d
+	return strings.Join(parts, "; ")
+}
+
+// slotsOf is " (slots 0-5460)" for a Cluster master whose slots are known.
+func slotsOf(n redislimit.NodeHealth) string {
+	if n.Slots == "" {
+		return ""
+	}
+	return " (slots " + n.Slots + ")"
 }
 
 // probedStore is a counter store whose health storeWatch follows:
@@ -261,6 +288,10 @@ type storeWatch struct {
 	name   string // "Redis" or "Memcached"
 	attrs  []any
 	logger *slog.Logger
+	// nodes, for a Redis Cluster, returns the health of its masters, so
+	// that each one's failure and recovery is logged naming it; nil
+	// otherwise.
+	nodes func() []redislimit.NodeHealth
 	// timeout bounds each probe of run; 0 is sickProbeInterval.
 	timeout time.Duration
 	reached atomic.Bool
@@ -292,6 +323,7 @@ func (w *storeWatch) probe(ctx context.Context, timeout time.Duration) error {
 // or a request saw it. It returns when ctx ends.
 func (w *storeWatch) run(ctx context.Context, sick, idle time.Duration) {
 	healthy := w.store.Healthy()
+	failing := make(map[string]bool) // Cluster masters by address
 	tick := time.NewTicker(sick)
 	defer tick.Stop()
 	sinceProbe := time.Duration(0)
@@ -308,6 +340,7 @@ func (w *storeWatch) run(ctx context.Context, sick, idle time.Duration) {
 				return
 			}
 		}
+		w.logNodes(failing)
 		now := w.store.Healthy()
 		switch {
 		case now && !healthy:
@@ -320,6 +353,29 @@ func (w *storeWatch) run(ctx context.Context, sick, idle time.Duration) {
 	}
 }
 
+// logNodes logs each Cluster master that starts failing or answers again
+// since the last call, which failing holds.
+func (w *storeWatch) logNodes(failing map[string]bool) {
+	if w.nodes == nil {
+		return
+	}
+	for _, n := range w.nodes() {
+		if n.Addr == "" {
+			continue // the cluster as a whole: the store's own line
+		}
+		was := failing[n.Addr]
+		attrs := append(w.attrs[:len(w.attrs):len(w.attrs)], "node", n.Addr, "slots", n.Slots)
+		switch {
+		case !n.Healthy() && !was:
+			w.logger.Error(w.name+" node fails: requests on its slots are answered by the failure policy until it answers again; the other nodes' slots are decided as usual",
+				append(attrs, "err", n.LastFailure)...)
+		case n.Healthy() && was:
+			w.logger.Info(w.name+" node answers again: requests on its slots are decided by their limits", attrs...)
+		}
+		failing[n.Addr] = !n.Healthy()
+	}
+}
+
 // registerMetrics exposes the store's own metrics: health for Redis and
 // Memcached, fill and refusals for memory.
 func (s *counterStore) registerMetrics(reg prometheus.Registerer) {
@@ -328,6 +384,37 @@ func (s *counterStore) registerMetrics(reg prometheus.Registerer) {
 	}
 	if mem, ok := s.limiter.(*limit.Memory); ok {
 		registerMemoryMetrics(reg, mem)
+	}
+	reg.MustRegister(s.collectors...)
+}
+
+var nodeHealthyDesc = prometheus.NewDesc("floodgate_store_node_healthy",
+	"Redis only: 1 while calls reach the node, 0 while its circuit breaker is open or probing (the requests that need it are answered by the failure policy). "+
+		"One series per node: node is the address configured (on a Cluster, that series is its slot map) or a Cluster master's.",
+	[]string{"redis", "node"}, nil)
+
+// nodeCollector exposes the health of each Redis node: on a Cluster, each
+// master, so that an alert names the one that fails.
+type nodeCollector struct {
+	stores []*redisStore
+	desc   *prometheus.Desc
+}
+
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.stores {
+		for _, n := range st.lim.Nodes() {
+			addr := n.Addr
+			if addr == "" {
+				addr = st.addr
+			}
+			v := 0.0
+			if n.Healthy() {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, st.role, addr)
+		}
 	}
 }
 
@@ -345,10 +432,11 @@ func registerMemoryMetrics(reg prometheus.Registerer, mem *limit.Memory) {
 }
 
 // registerStoreHealthMetrics exposes the store's health: 1 while calls
-// reach it, 0 while its circuit breaker fails them at once.
+// reach it, 0 while a circuit breaker fails some of them at once (on a
+// Cluster, any master's: floodgate_store_node_healthy says which).
 func registerStoreHealthMetrics(reg prometheus.Registerer, health func() server.StoreHealth) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "store_healthy",
-		Help: "1 while calls reach the limit store, 0 while its circuit breaker is open or probing (answers then come from the failure policy)."},
+		Help: "1 while calls reach the limit store, 0 while a circuit breaker of it is open or probing (answers then come from the failure policy; on a Redis Cluster, only those on the failing master's slots, see floodgate_store_node_healthy)."},
 		func() float64 {
 			if health().Healthy {
 				return 1
