@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/settings"
 )
 
 // logOutput is where the program reports, in the log format asked for,
@@ -87,41 +89,6 @@ func (o *logOutput) fatal(err error, hint string) {
 	fmt.Fprintf(o.w, "floodgate: %s\n", o.hide.in(msg))
 }
 
-// startFormat is the log format args and env ask for, read before they are
-// parsed, so that an error in them is reported in that format: "json" when
-// -log-format, FLOODGATE_LOG_FORMAT or LOG_FORMAT (in that order) says
-// json in any case, else "text", including when the format itself is
-// unreadable.
-func startFormat(args []string, env lookupFunc) string {
-	for i := 0; i < len(args); i++ {
-		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
-		if a == args[i] || a == "" {
-			break // the first positional argument ends the flags
-		}
-		name, v, hasValue := strings.Cut(a, "=")
-		if name != "log-format" {
-			continue
-		}
-		if !hasValue && i+1 < len(args) {
-			v = args[i+1]
-		}
-		return formatName(v)
-	}
-	for _, name := range []string{floodgateVar("log-format"), "LOG_FORMAT"} {
-		if v, ok := env(name); ok && v != "" {
-			return formatName(v)
-		}
-	}
-	return "text"
-}
-
-func formatName(v string) string {
-	if strings.EqualFold(v, "json") {
-		return "json"
-	}
-	return "text"
-}
-
 // redactor hides credentials in text: the password of any URL
 // (scheme://user:password@host) and each known secret (REDIS_AUTH's and
 // the like, which may appear bare in a driver's message).
@@ -141,64 +108,76 @@ const minSecret = 3
 // passwords of the URLs they hold.
 func newRedactor(args []string, env lookupFunc) *redactor {
 	r := &redactor{}
-	add := func(v string) {
-		if len(v) >= minSecret && !slices.Contains(r.secrets, v) {
-			r.secrets = append(r.secrets, v)
-		}
-	}
-	addAuth := func(v string) {
-		add(v)
-		if _, pass, ok := strings.Cut(v, ":"); ok {
-			add(pass)
-		}
-	}
-	addURLs := func(v string) {
-		for _, part := range strings.Split(v, ",") {
-			// With or without a scheme: user:password@host.
-			rest := part
-			if i := strings.Index(part, "://"); i >= 0 {
-				rest = part[i+3:]
-			}
-			if at := strings.LastIndex(rest, "@"); at >= 0 {
-				addAuth(rest[:at])
-			}
-		}
-	}
 	for i, a := range args {
 		if strings.Contains(a, "://") {
-			addURLs(a)
+			r.addURLs(a)
 		}
 		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !secretFlags[name] || !strings.HasPrefix(a, "-") {
+		if !strings.HasPrefix(a, "-") || !isSecret(name) {
 			continue
 		}
 		if !hasValue && i+1 < len(args) {
 			v = args[i+1]
 		}
-		addAuth(v)
+		r.addAuth(v)
 	}
-	for flag := range secretFlags {
-		names := []string{floodgateVar(flag)}
-		for _, r := range referenceVars {
-			if r.flag == flag {
-				names = append(names, r.name)
+	for i := range settings.Table {
+		s := &settings.Table[i]
+		for _, n := range s.Vars() {
+			v, ok := env(n)
+			switch {
+			case !ok:
+			case s.Secret:
+				r.addAuth(v)
+			case s.URL:
+				r.addURLs(v)
 			}
-		}
-		for _, n := range names {
-			if v, ok := env(n); ok {
-				addAuth(v)
-			}
-		}
-	}
-	for _, n := range []string{"REDIS_URL", "REDIS_PERSECOND_URL", floodgateVar("redis"), floodgateVar("redis-persecond"),
-		"MEMCACHE_HOST_PORT", floodgateVar("memcache"), "STATSD_HOST", floodgateVar("statsd-addr")} {
-		if v, ok := env(n); ok {
-			addURLs(v)
 		}
 	}
 	// Longest first, so that "user:pass" goes before "pass".
 	slices.SortFunc(r.secrets, func(a, b string) int { return len(b) - len(a) })
 	return r
+}
+
+// add hides v wherever it appears, unless it is too short to be told from
+// common words.
+func (r *redactor) add(v string) {
+	if len(v) >= minSecret && !slices.Contains(r.secrets, v) {
+		r.secrets = append(r.secrets, v)
+	}
+}
+
+// addAuth hides a credential: "password", or "user:password" and its
+// password alone.
+func (r *redactor) addAuth(v string) {
+	r.add(v)
+	if _, pass, ok := strings.Cut(v, ":"); ok {
+		r.add(pass)
+	}
+}
+
+// addURLs hides the credentials of each comma-separated URL of v, with
+// or without a scheme: user:password@host.
+func (r *redactor) addURLs(v string) {
+	for _, part := range strings.Split(v, ",") {
+		rest := part
+		if i := strings.Index(part, "://"); i >= 0 {
+			rest = part[i+3:]
+		}
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			r.addAuth(rest[:at])
+		}
+	}
+}
+
+// isSecret reports whether the flag name holds a credential.
+func isSecret(name string) bool {
+	for i := range settings.Table {
+		if settings.Table[i].Flag == name {
+			return settings.Table[i].Secret
+		}
+	}
+	return false
 }
 
 // in returns s with the credentials hidden.

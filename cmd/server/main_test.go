@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/floodgate/floodgate/internal/testlog"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/testlog"
 )
 
 // deadAddr is a loopback address nothing listens on.

@@ -13,6 +13,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/pkg/replay"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -41,6 +42,40 @@ replayed (an empty traffic file, or one with only skipped lines), so its
 Flags:
 `
 
+// replayFlags are floodgate replay's command line.
+type replayFlags struct {
+	oldDir, newDir, traffic, format, output string
+	examples, top                           int
+	merge                                   bool
+}
+
+// parseReplayFlags reads floodgate replay's command line; flag.ErrHelp for
+// -h, after printing the usage to stdout.
+func parseReplayFlags(args []string, stdout io.Writer) (*replayFlags, error) {
+	f := &replayFlags{}
+	fs := flag.NewFlagSet("floodgate replay", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.oldDir, "old", "", "the rules in force: a rule file or directory")
+	fs.StringVar(&f.newDir, "new", "", "the edited rules: a rule file or directory")
+	fs.StringVar(&f.traffic, "traffic", "", "the recorded traffic, JSON lines (- for stdin)")
+	fs.StringVar(&f.format, "format", "text", "report format: text, json or html")
+	fs.StringVar(&f.output, "o", "", "write the report to this file instead of stdout")
+	fs.IntVar(&f.examples, "examples", replay.DefaultExamples, "changed requests shown as examples")
+	fs.IntVar(&f.top, "top", replay.DefaultTopCounters, "busiest counters listed")
+	fs.BoolVar(&f.merge, "merge-domains", false, "merge a domain declared in several files, as the server's -merge-domains")
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, replayUsage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil, err
+	}
+	if err == nil {
+		err = checkReplayFlags(fs, f.oldDir, f.newDir, f.traffic, f.format, f.examples, f.top)
+	}
+	return f, err
+}
+
 // replayCommand runs `floodgate replay args...` and returns the exit code:
 // 0 when the report was written, 1 when the rules or the traffic cannot be
 // read, 2 for a bad command line, 3 when the report was written but no
@@ -48,75 +83,81 @@ Flags:
 // traffic file would pass an edit it never tested.
 func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := newLogOutput(stderr, "text", slog.LevelInfo, &redactor{})
-	fs := flag.NewFlagSet("floodgate replay", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	oldDir := fs.String("old", "", "the rules in force: a rule file or directory")
-	newDir := fs.String("new", "", "the edited rules: a rule file or directory")
-	traffic := fs.String("traffic", "", "the recorded traffic, JSON lines (- for stdin)")
-	format := fs.String("format", "text", "report format: text, json or html")
-	output := fs.String("o", "", "write the report to this file instead of stdout")
-	examples := fs.Int("examples", replay.DefaultExamples, "changed requests shown as examples")
-	top := fs.Int("top", replay.DefaultTopCounters, "busiest counters listed")
-	merge := fs.Bool("merge-domains", false, "merge a domain declared in several files, as the server's -merge-domains")
-	err := fs.Parse(args)
+	f, err := parseReplayFlags(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, replayUsage)
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
 		return 0
 	}
-	const hint = "run floodgate replay -h for the flags"
-	if err == nil {
-		err = checkReplayFlags(fs, *oldDir, *newDir, *traffic, *format, *examples, *top)
-	}
 	if err != nil {
-		out.fatal(fmt.Errorf("replay: %w", err), hint)
+		out.fatal(fmt.Errorf("replay: %w", err), "run floodgate replay -h for the flags")
 		return 2
 	}
-
-	opts := rules.Options{MergeDomains: *merge}
-	oldSet, err := rules.Load(*oldDir, opts)
+	start := time.Now()
+	rep, err := f.run(ctx)
+	if err == nil {
+		err = f.write(rep, stdout)
+	}
 	if err != nil {
-		out.fatal(fmt.Errorf("replay: cannot load the rules in %s (-old):\n%w", *oldDir, err), "")
+		out.fatal(err, "")
 		return 1
 	}
-	newSet, err := rules.Load(*newDir, opts)
+	if rep.Truncated > 0 {
+		out.logger.Warn("the last line of the traffic has no newline and is not JSON (a file copied while being written?): skipped", "traffic", f.traffic)
+	}
+	if rep.Requests == 0 {
+		out.logger.Warn("no request replayed: the traffic holds none, so the report compares nothing", "traffic", f.traffic,
+			"skipped", rep.Skipped, "exit_code", exitNothingReplayed)
+		return exitNothingReplayed
+	}
+	out.logger.Info("replayed", "requests", rep.Requests, "took", time.Since(start).Round(time.Millisecond).String())
+	return 0
+}
+
+// run loads both rule sets and replays the traffic through them.
+func (f *replayFlags) run(ctx context.Context) (*replay.Report, error) {
+	opts := rules.Options{MergeDomains: f.merge}
+	oldSet, err := rules.Load(f.oldDir, opts)
 	if err != nil {
-		out.fatal(fmt.Errorf("replay: cannot load the rules in %s (-new):\n%w", *newDir, err), "")
-		return 1
+		return nil, fmt.Errorf("replay: cannot load the rules in %s (-old):\n%w", f.oldDir, err)
+	}
+	newSet, err := rules.Load(f.newDir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("replay: cannot load the rules in %s (-new):\n%w", f.newDir, err)
 	}
 	in := io.Reader(os.Stdin)
-	if *traffic != "-" {
-		f, err := os.Open(*traffic)
+	if f.traffic != "-" {
+		file, err := os.Open(f.traffic)
 		if err != nil {
-			out.fatal(fmt.Errorf("replay: -traffic: %w", err), "")
-			return 1
+			return nil, fmt.Errorf("replay: -traffic: %w", err)
 		}
-		defer f.Close()
-		in = f
+		defer file.Close()
+		in = file
 	}
-	if *examples == 0 {
-		*examples = -1 // none; 0 would be the package's default
+	examples := f.examples
+	if examples == 0 {
+		examples = -1 // none; 0 would be the package's default
 	}
-	start := time.Now()
 	rep, err := replay.Run(ctx, oldSet, newSet, replay.NewReader(in), replay.Options{
-		Examples: *examples, TopCounters: *top, OldName: *oldDir, NewName: *newDir,
+		Examples: examples, TopCounters: f.top, OldName: f.oldDir, NewName: f.newDir,
 	})
 	if err != nil {
-		out.fatal(fmt.Errorf("%s: %w", *traffic, err), "")
-		return 1
+		return nil, fmt.Errorf("%s: %w", f.traffic, err)
 	}
+	return rep, nil
+}
+
+// write writes the report in -format to -o, or to stdout.
+func (f *replayFlags) write(rep *replay.Report, stdout io.Writer) error {
 	w := stdout
-	if *output != "" {
-		f, err := os.Create(*output)
+	if f.output != "" {
+		file, err := os.Create(f.output)
 		if err != nil {
-			out.fatal(fmt.Errorf("replay: -o: %w", err), "")
-			return 1
+			return fmt.Errorf("replay: -o: %w", err)
 		}
-		defer f.Close()
-		w = f
+		defer file.Close()
+		w = file
 	}
-	switch *format {
+	var err error
+	switch f.format {
 	case "json":
 		err = rep.WriteJSON(w)
 	case "html":
@@ -125,19 +166,9 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		err = rep.WriteText(w)
 	}
 	if err != nil {
-		out.fatal(fmt.Errorf("replay: writing the report: %w", err), "")
-		return 1
+		return fmt.Errorf("replay: writing the report: %w", err)
 	}
-	if rep.Truncated > 0 {
-		out.logger.Warn("the last line of the traffic has no newline and is not JSON (a file copied while being written?): skipped", "traffic", *traffic)
-	}
-	if rep.Requests == 0 {
-		out.logger.Warn("no request replayed: the traffic holds none, so the report compares nothing", "traffic", *traffic,
-			"skipped", rep.Skipped, "exit_code", exitNothingReplayed)
-		return exitNothingReplayed
-	}
-	out.logger.Info("replayed", "requests", rep.Requests, "took", time.Since(start).Round(time.Millisecond).String())
-	return 0
+	return nil
 }
 
 // exitNothingReplayed is the exit code of a replay that read no request.
@@ -161,13 +192,13 @@ func checkReplayFlags(fs *flag.FlagSet, oldDir, newDir, traffic, format string, 
 // withCapture wraps svc in a replay.Capture when -capture is set, with its
 // counts in reg, and returns what the server should serve and a function
 // that stops recording (a no-op without -capture).
-func withCapture(svc pb.RateLimitServiceServer, cfg *config, reg prometheus.Registerer, logger *slog.Logger) (pb.RateLimitServiceServer, func(), error) {
-	if cfg.capture == "" {
+func withCapture(svc pb.RateLimitServiceServer, cfg *settings.Capture, reg prometheus.Registerer, logger *slog.Logger) (pb.RateLimitServiceServer, func(), error) {
+	if cfg.Path == "" {
 		return svc, func() {}, nil
 	}
-	c, err := replay.NewCapture(svc, cfg.capture, replay.CaptureOptions{
-		Sample: cfg.captureSample, MaxBytes: cfg.captureMaxBytes, Logger: logger,
-	})
+	opts := cfg.Options
+	opts.Logger = logger
+	c, err := replay.NewCapture(svc, cfg.Path, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-capture: %w", err)
 	}
@@ -185,12 +216,12 @@ func withCapture(svc pb.RateLimitServiceServer, cfg *config, reg prometheus.Regi
 			ConstLabels: prometheus.Labels{"outcome": o.outcome},
 		}, func() float64 { return float64(o.count(c.Stats())) }))
 	}
-	logger.Info("recording requests for floodgate replay", "capture", cfg.capture, "sample", cfg.captureSample, "max_bytes", cfg.captureMaxBytes)
+	logger.Info("recording requests for floodgate replay", "capture", cfg.Path, "sample", opts.Sample, "max_bytes", opts.MaxBytes)
 	return c, func() {
 		if err := c.Close(); err != nil {
-			logger.Error("capture: closing the file", "capture", cfg.capture, "err", err)
+			logger.Error("capture: closing the file", "capture", cfg.Path, "err", err)
 		}
 		st := c.Stats()
-		logger.Info("capture stopped", "capture", cfg.capture, "written", st.Written, "dropped", st.Dropped, "over_size", st.OverSize)
+		logger.Info("capture stopped", "capture", cfg.Path, "written", st.Written, "dropped", st.Dropped, "over_size", st.OverSize)
 	}, nil
 }

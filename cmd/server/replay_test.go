@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
 )
 
@@ -129,10 +130,10 @@ func TestCaptureFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-capture-sample", "0.5"}, "need -capture"},
-		{[]string{"-capture", "x", "-capture-sample", "0"}, "-capture-sample 0: want a share in (0, 1]"},
-		{[]string{"-capture", "x", "-capture-max-bytes", "0"}, "-capture-max-bytes 0: must be at least 1"},
+		{[]string{"-capture", "x", "-capture-sample", "2"}, "-capture-sample 2: want a share in (0, 1]"},
+		{[]string{"-capture", "x", "-capture-max-bytes", "-1"}, "-capture-max-bytes -1: must not be negative"},
 	} {
-		if _, err := parseConfig(tt.args, envOf()); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := settings.Load(tt.args, envOf()); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: got %v, want %q", tt.args, err, tt.want)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate/floodgate/internal/settings"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
@@ -38,13 +40,13 @@ type counterStore struct {
 // readiness returns the store's health as the listeners read it
 // (server.Options.Store): for Redis and Memcached, their health and whether
 // they have answered since start; for memory, the count of counters held.
-func (s *counterStore) readiness(cfg *config) func() server.StoreHealth {
+func (s *counterStore) readiness(cfg *settings.Config) func() server.StoreHealth {
 	if s.health == nil {
 		var counters server.Counters
 		if mem, ok := s.limiter.(*limit.Memory); ok {
 			counters = mem
 		}
-		maxEntries := cfg.memoryMaxEntries
+		maxEntries := cfg.Store.MemoryMaxEntries
 		if maxEntries <= 0 {
 			maxEntries = limit.DefaultMaxEntries
 		}
@@ -72,13 +74,13 @@ const (
 // second Redis for the per-second limits when -redis-persecond is set),
 // else the in-memory twin. The Redis and Memcached stores are probed
 // before it returns and watched until ctx ends.
-func newStore(ctx context.Context, cfg *config, logger *slog.Logger) (*counterStore, error) {
-	if cfg.memcache.on() {
+func newStore(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (*counterStore, error) {
+	if m := cfg.Store.Memcache; m.Servers != "" || m.SRV != "" {
 		return newMemcache(ctx, cfg, logger)
 	}
-	if cfg.redis.url == "" {
+	if cfg.Store.Redis.URL == "" {
 		logger.Warn("no Redis configured (-redis, REDIS_URL): counters are kept in this process's memory, not shared with other instances and lost on restart")
-		mem := limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.memoryMaxEntries, Logger: logger})
+		mem := limit.NewMemory(limit.MemoryOptions{MaxEntries: cfg.Store.MemoryMaxEntries, Logger: logger})
 		return &counterStore{limiter: mem, name: "memory", close: func() {}}, nil
 	}
 	// go-redis logs each failed dial; floodgate already reports store
@@ -92,9 +94,9 @@ func newStore(ctx context.Context, cfg *config, logger *slog.Logger) (*counterSt
 	}
 	for _, part := range []struct {
 		role string
-		rs   *redisSettings
-	}{{"main", &cfg.redis}, {"per-second", &cfg.perSecond}} {
-		if part.rs.url == "" {
+		rs   *store.RedisOptions
+	}{{"main", &cfg.Store.Redis}, {"per-second", &cfg.Store.PerSecond}} {
+		if part.rs.URL == "" {
 			continue
 		}
 		st, err := openRedis(cfg, part.role, part.rs, logger)
@@ -107,14 +109,14 @@ func newStore(ctx context.Context, cfg *config, logger *slog.Logger) (*counterSt
 		if part.role != "main" {
 			msg = "the counters of windows shorter than a minute are kept in the per-second Redis"
 		}
-		attrs := []any{"type", part.rs.typ, "tls", part.rs.tlsOn(), "deadline", cfg.redisDeadline}
+		attrs := []any{"type", part.rs.Type, "tls", tlsOn(part.rs), "deadline", cfg.Store.Deadline}
 		// The pipeline settings only when set, as the reference's
 		// variables set them.
-		if part.rs.pipelineWindow > 0 {
-			attrs = append(attrs, "pipeline_window", part.rs.pipelineWindow)
+		if part.rs.PipelineWindow > 0 {
+			attrs = append(attrs, "pipeline_window", part.rs.PipelineWindow)
 		}
-		if part.rs.pipelineLimit > 0 {
-			attrs = append(attrs, "pipeline_limit", part.rs.pipelineLimit)
+		if part.rs.PipelineLimit > 0 {
+			attrs = append(attrs, "pipeline_limit", part.rs.PipelineLimit)
 		}
 		attrs = append(attrs, "script_sha", redislimit.ScriptSHA(), "function", redislimit.FunctionName())
 		logger.Info(msg, st.logAttrs(attrs...)...)
@@ -187,49 +189,49 @@ type redisStore struct {
 
 // openRedis returns the client and Limiter of one Redis deployment,
 // without contacting it; its errors name the role of the deployment.
-func openRedis(cfg *config, role string, rs *redisSettings, logger *slog.Logger) (*redisStore, error) {
+func openRedis(cfg *settings.Config, role string, rs *store.RedisOptions, logger *slog.Logger) (*redisStore, error) {
 	what := "redis"
 	if role != "main" {
 		what = role + " redis"
 	}
-	files := cfg.redisTLSFiles
-	if !rs.tlsOn() {
+	files := cfg.Store.RedisTLSFiles
+	if !tlsOn(rs) {
 		// Shared with the other Redis, which may be the one with TLS.
 		files = redislimit.TLSFiles{}
 	}
-	user, pass := rs.credentials()
+	user, pass := credentials(rs)
 	client, err := redislimit.NewClient(redislimit.ClientConfig{
-		URL:              rs.url,
-		Type:             rs.typ,
-		SentinelMaster:   rs.sentinelMaster,
+		URL:              rs.URL,
+		Type:             rs.Type,
+		SentinelMaster:   rs.SentinelMaster,
 		Username:         user,
 		Password:         pass,
-		SentinelPassword: rs.sentinelAuth,
-		TLS:              rs.tls,
+		SentinelPassword: rs.SentinelAuth,
+		TLS:              rs.TLS,
 		TLSFiles:         files,
-		PoolSize:         rs.poolSize,
-		DialTimeout:      rs.dialTimeout,
+		PoolSize:         rs.PoolSize,
+		DialTimeout:      rs.DialTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline, Logger: logger,
-		Batch: redislimit.BatchOptions{Window: rs.pipelineWindow, MaxRequests: rs.pipelineLimit}})
+	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: cfg.Store.KeyPrefix, Timeout: cfg.Store.Deadline, Logger: logger,
+		Batch: redislimit.BatchOptions{Window: rs.PipelineWindow, MaxRequests: rs.PipelineLimit}})
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	st := &redisStore{role: role, addr: redactedAddr(rs.url), client: client, lim: lim}
+	st := &redisStore{role: role, addr: settings.RedactURL(rs.URL), client: client, lim: lim}
 	st.watch = &storeWatch{store: lim, name: "Redis", attrs: st.logAttrs(), logger: logger}
-	if rs.typ == "cluster" {
+	if rs.Type == "cluster" {
 		st.watch.nodes = lim.Nodes
 	}
-	if rs.typ == "cluster" && (rs.pipelineWindow > 0 || rs.pipelineLimit > 0) {
+	if rs.Type == "cluster" && (rs.PipelineWindow > 0 || rs.PipelineLimit > 0) {
 		// Each Cluster call goes to its node at once, unbatched. The
 		// reference requires a window or limit with Cluster, so migrated
 		// settings have them: worth a line, not a warning.
 		logger.Info("the pipeline window and limit have no effect on Redis Cluster: each request goes to its node at once", st.logAttrs(
-			"window", rs.pipelineWindow, "limit", rs.pipelineLimit)...)
+			"window", rs.PipelineWindow, "limit", rs.PipelineLimit)...)
 	}
 	return st, nil
 }
@@ -445,37 +447,48 @@ func registerStoreHealthMetrics(reg prometheus.Registerer, health func() server.
 		}))
 }
 
-// redactedAddr drops credentials from a Redis URL for logs.
-func redactedAddr(u string) string {
-	if i := strings.LastIndex(u, "@"); i >= 0 {
-		if j := strings.Index(u, "://"); j >= 0 && j < i {
-			return u[:j+3] + "***@" + u[i+1:]
-		}
-		return "***@" + u[i+1:]
+// tlsOn reports whether the deployment is reached with TLS.
+func tlsOn(r *store.RedisOptions) bool { return r.TLS || strings.HasPrefix(r.URL, "rediss://") }
+
+// credentials splits REDIS_AUTH's "pass" or "user:pass".
+func credentials(r *store.RedisOptions) (user, pass string) {
+	if u, p, ok := strings.Cut(r.Auth, ":"); ok {
+		return u, p
 	}
-	return u
+	return "", r.Auth
+}
+
+// serverList splits -memcache at commas, blanks dropped.
+func serverList(servers string) []string {
+	var out []string
+	for _, s := range strings.Split(servers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // newMemcache returns the Memcached store, probed once at start (a failure
 // is logged and reported unhealthy, and requests get the failure policy)
 // and watched as Redis is.
-func newMemcache(ctx context.Context, cfg *config, logger *slog.Logger) (*counterStore, error) {
-	m := &cfg.memcache
+func newMemcache(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (*counterStore, error) {
+	m := &cfg.Store.Memcache
 	var tc *tls.Config
-	if m.tls {
+	if m.TLS {
 		var err error
-		if tc, err = m.files.Config("memcached"); err != nil {
+		if tc, err = m.TLSFiles.Config("memcached"); err != nil {
 			return nil, fmt.Errorf("memcache: %w", err)
 		}
 	}
 	lim, err := memcachelimit.New(ctx, memcachelimit.Options{
-		Servers: m.serverList(), SRV: m.srv, SRVRefresh: m.srvRefresh, MaxIdleConns: m.maxIdle,
-		TLS: tc, KeyPrefix: cfg.keyPrefix, Timeout: cfg.redisDeadline,
+		Servers: serverList(m.Servers), SRV: m.SRV, SRVRefresh: m.SRVRefresh, MaxIdleConns: m.MaxIdleConns,
+		TLS: tc, KeyPrefix: cfg.Store.KeyPrefix, Timeout: cfg.Store.Deadline,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("memcache: %w", err)
 	}
-	logger.Info("counters are kept in Memcached (fixed windows only)", "servers", lim.Servers(), "srv", m.srv, "tls", m.tls, "deadline", cfg.redisDeadline)
+	logger.Info("counters are kept in Memcached (fixed windows only)", "servers", lim.Servers(), "srv", m.SRV, "tls", m.TLS, "deadline", cfg.Store.Deadline)
 	w := &storeWatch{store: lim, name: "Memcached", attrs: []any{"servers", lim.Servers()}, logger: logger}
 	if err := w.probe(ctx, startProbeTimeout); err != nil {
 		logger.Error("Memcached cannot be used: until it can, requests are answered by the failure policy and the store is reported unhealthy", "err", err)

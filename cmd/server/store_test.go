@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
@@ -93,7 +94,7 @@ func TestStoreWatchIdle(t *testing.T) {
 // its log lines in the returned buffer; it is closed when the test ends.
 func openStore(t *testing.T, args []string, env lookupFunc) (*counterStore, *testlog.Buffer) {
 	t.Helper()
-	cfg, err := parseConfig(args, env)
+	cfg, err := settings.Load(args, env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"strings"
 	"time"
@@ -13,41 +10,9 @@ import (
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 
+	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
-
-// tracingConfig is the OpenTelemetry export, the reference server's
-// TRACING_* variables; where the spans go is the OTLP exporter's standard
-// OTEL_EXPORTER_OTLP_* variables, which it reads itself.
-type tracingConfig struct {
-	on                               bool
-	protocol                         string
-	serviceName, namespace, instance string
-	samplingRate                     float64
-}
-
-// flags registers the -tracing* flags.
-func (t *tracingConfig) flags(fs *flag.FlagSet) {
-	fs.BoolVar(&t.on, "tracing", false, "export OpenTelemetry traces over OTLP: a span per request, continuing the caller's W3C traceparent, and one per store call; the endpoint is OTEL_EXPORTER_OTLP_ENDPOINT's (see docs/operations.md)")
-	fs.StringVar(&t.protocol, "tracing-protocol", tracing.ProtocolHTTP, "OTLP protocol: http (port 4318) or grpc (port 4317)")
-	fs.StringVar(&t.serviceName, "tracing-service-name", tracing.DefaultServiceName, "the spans' service.name")
-	fs.StringVar(&t.namespace, "tracing-service-namespace", "", "the spans' service.namespace; empty: none")
-	fs.StringVar(&t.instance, "tracing-service-instance-id", "", "the spans' service.instance.id; empty: a random UUID at each start")
-	fs.Float64Var(&t.samplingRate, "tracing-sampling-rate", 1, "share of the traces starting here that are sampled, 0 to 1; a caller's traceparent decides for its own trace")
-}
-
-// validate refuses what New would, naming the flag, at parse time.
-func (t *tracingConfig) validate() error {
-	switch strings.ToLower(t.protocol) {
-	case tracing.ProtocolHTTP, tracing.ProtocolGRPC, "http/protobuf":
-	default:
-		return fmt.Errorf("-tracing-protocol %q: want http or grpc", t.protocol)
-	}
-	if math.IsNaN(t.samplingRate) || t.samplingRate < 0 || t.samplingRate > 1 {
-		return fmt.Errorf("-tracing-sampling-rate %v: want a number between 0 and 1", t.samplingRate)
-	}
-	return nil
-}
 
 // newTracer returns the tracer the configuration asks for, or nil with
 // tracing off. OpenTelemetry's internal logger (the exporters' complaints
@@ -55,8 +20,8 @@ func (t *tracingConfig) validate() error {
 // failures, a collector down) are process-wide: both are set here, in
 // main's package, once, so that what they say goes out as the server's
 // log lines, in its LOG_FORMAT.
-func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.Logger) (*tracing.Tracer, error) {
-	if !c.on {
+func newTracer(ctx context.Context, c settings.Tracing, store string, logger *slog.Logger) (*tracing.Tracer, error) {
+	if !c.On {
 		return nil, nil
 	}
 	if store == "memcache" {
@@ -66,14 +31,9 @@ func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		logger.Warn("tracing: exporting spans failed", "err", err)
 	}))
-	t, err := tracing.New(ctx, tracing.Options{
-		Protocol:          c.protocol,
-		ServiceName:       c.serviceName,
-		ServiceNamespace:  c.namespace,
-		ServiceInstanceID: c.instance,
-		SamplingRate:      c.samplingRate,
-		Store:             store,
-	})
+	opts := c.Options
+	opts.Store = store
+	t, err := tracing.New(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -81,14 +41,14 @@ func newTracer(ctx context.Context, c tracingConfig, store string, logger *slog.
 	if from == "" {
 		from = "default"
 	}
-	attrs := []any{"protocol", strings.ToLower(c.protocol), "endpoint", redactedAddr(endpoint), "endpoint_from", from, "sampling_rate", c.samplingRate}
+	attrs := []any{"protocol", strings.ToLower(opts.Protocol), "endpoint", settings.RedactURL(endpoint), "endpoint_from", from, "sampling_rate", opts.SamplingRate}
 	for _, kv := range t.Resource().Attributes() {
 		if strings.HasPrefix(string(kv.Key), "service.") {
 			attrs = append(attrs, string(kv.Key), kv.Value.Emit())
 		}
 	}
 	logger.Info("exporting OpenTelemetry traces", attrs...)
-	warnOtherProtocol(logger, c.protocol)
+	warnOtherProtocol(logger, opts.Protocol)
 	return t, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate/floodgate/internal/envoytest"
 	"github.com/floodgate/floodgate/internal/otlptest"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
@@ -219,7 +220,7 @@ func TestTracingRefusals(t *testing.T) {
 		{[]string{"TRACING_SAMPLING_RATE", "often"}, `TRACING_SAMPLING_RATE="often" (for -tracing-sampling-rate)`},
 		{[]string{"TRACING_ENABLED", "maybe"}, `TRACING_ENABLED="maybe" (for -tracing)`},
 	} {
-		_, err := parseConfig(nil, envOf(tc.env...))
+		_, err := settings.Load(nil, envOf(tc.env...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error saying %q", tc.env, err, tc.want)
 		}

@@ -20,8 +20,8 @@ type uiPages struct{ http, debug http.Handler }
 // values of detailed_metric and value_to_metric rules, as it is on
 // loopback unless -debug-addr (DEBUG_HOST) says otherwise, the same choice
 // that guards pprof.
-func newUI(cfg *config, w ruleSource, reg *prometheus.Registry, m *envoy.Metrics, store func() server.StoreHealth) (uiPages, error) {
-	if !cfg.ui {
+func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *envoy.Metrics, store func() server.StoreHealth) (uiPages, error) {
+	if !on {
 		return uiPages{}, nil
 	}
 	var p uiPages

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
 )
 
@@ -21,27 +21,13 @@ func runOnce(t *testing.T, args []string, env lookupFunc) (int, string, string) 
 	return code, stdout.String(), stderr.String()
 }
 
-// Every flag is in exactly one section of -h, and every name listed there
-// is a flag.
-func TestUsageGroupsEveryFlag(t *testing.T) {
-	fs := newFlagSet(&config{})
-	in := map[string]string{}
-	for _, g := range flagGroups {
-		for _, name := range g.flags {
-			if fs.Lookup(name) == nil {
-				t.Errorf("section %q lists -%s, which is not a flag", g.title, name)
-			}
-			if prev, dup := in[name]; dup {
-				t.Errorf("-%s is in sections %q and %q", name, prev, g.title)
-			}
-			in[name] = g.title
-		}
+// envOf is an environment of the pairs kv.
+func envOf(kv ...string) lookupFunc {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
 	}
-	fs.VisitAll(func(f *flag.Flag) {
-		if _, ok := in[f.Name]; !ok {
-			t.Errorf("-%s is in no section of -h: add it to flagGroups", f.Name)
-		}
-	})
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
 // -h and -help print to stdout, exit 0, and show each flag once, sorted
@@ -57,7 +43,6 @@ func TestUsage(t *testing.T) {
 		}
 	}
 	_, out, _ := runOnce(t, []string{"-h"}, envOf())
-	fs := newFlagSet(&config{})
 	// Each flag: its line, its usage with the default, its variables.
 	for _, sec := range strings.Split(out, "\n\n")[1:] {
 		var names []string
@@ -68,20 +53,20 @@ func TestUsage(t *testing.T) {
 			t.Errorf("section not sorted: %v", names)
 		}
 	}
-	fs.VisitAll(func(f *flag.Flag) {
-		re := regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(f.Name) + `( [a-z]+)?\n    \t.*\(default [^\n]*\)\n(    \tenv: ([^\n]*)\n)?`)
+	for _, s := range settings.Table {
+		re := regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(s.Flag) + `( [a-z]+)?\n    \t.*\(default [^\n]*\)\n(    \tenv: ([^\n]*)\n)?`)
 		all := re.FindAllStringSubmatch(out, -1)
 		if len(all) != 1 {
-			t.Errorf("-%s: %d entries with a default in -h, want 1", f.Name, len(all))
-			return
+			t.Errorf("-%s: %d entries with a default in -h, want 1", s.Flag, len(all))
+			continue
 		}
 		env := all[0][3]
-		for _, v := range flagVars(f.Name) {
+		for _, v := range s.Vars() {
 			if !strings.Contains(env, v) {
-				t.Errorf("-%s: its entry does not name %s (env: %q)", f.Name, v, env)
+				t.Errorf("-%s: its entry does not name %s (env: %q)", s.Flag, v, env)
 			}
 		}
-	})
+	}
 	for _, want := range []string{"env: FLOODGATE_REDIS, REDIS_URL", "env: FLOODGATE_HTTP_ADDR, HOST, PORT",
 		"env: FLOODGATE_CONFIG, RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, FLOODGATE_DEFAULT_CONFIG"} {
 		if !strings.Contains(out, want) {
@@ -112,7 +97,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"JSON from the flag", []string{"-log-format", "json", "-nope"}, envOf(), true, []string{"flag provided but not defined: -nope"}},
 		{"JSON from LOG_FORMAT, in any case", []string{"-max-entries", "x"}, envOf("LOG_FORMAT", "JSON"), true, []string{"want an integer"}},
 		{"JSON from FLOODGATE_LOG_FORMAT", nil, envOf("FLOODGATE_LOG_FORMAT", "json", "SHADOW_MODE", "perhaps"), true, []string{`SHADOW_MODE="perhaps"`}},
-		{"an unreadable format falls back to text", nil, envOf("LOG_FORMAT", "xml"), false, []string{`-log-format "xml": want text or json`}},
+		{"an unreadable format falls back to text", nil, envOf("LOG_FORMAT", "xml"), false, []string{`LOG_FORMAT="xml" (for -log-format): want text or json`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -119,7 +119,7 @@ func benchService(tb testing.TB, n int, withStatsd bool, level slog.Level) (*Ser
 	}
 	opts := MetricsOptions{Store: "memory"}
 	if withStatsd {
-		client, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(tb).Addr(), FlushInterval: -1})
+		client, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(tb).Addr(), ManualFlush: true})
 		if err != nil {
 			tb.Fatal(err)
 		}

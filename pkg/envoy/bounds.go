@@ -45,13 +45,13 @@ func (b RequestBounds) normalize() (RequestBounds, error) {
 		def int
 		n   string
 	}{
-		{&b.MaxDescriptors, DefaultMaxDescriptors, "descriptors"},
-		{&b.MaxEntries, DefaultMaxEntries, "entries"},
-		{&b.MaxKeyBytes, DefaultMaxKeyBytes, "key bytes"},
-		{&b.MaxValueBytes, DefaultMaxValueBytes, "value bytes"},
+		{&b.MaxDescriptors, DefaultMaxDescriptors, "MaxDescriptors"},
+		{&b.MaxEntries, DefaultMaxEntries, "MaxEntries"},
+		{&b.MaxKeyBytes, DefaultMaxKeyBytes, "MaxKeyBytes"},
+		{&b.MaxValueBytes, DefaultMaxValueBytes, "MaxValueBytes"},
 	} {
 		if *f.p < 0 {
-			return b, fmt.Errorf("envoy: negative bound on %s: %d", f.n, *f.p)
+			return b, fmt.Errorf("envoy: Options.Bounds.%s %d: must not be negative", f.n, *f.p)
 		}
 		if *f.p == 0 {
 			*f.p = f.def

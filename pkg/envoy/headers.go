@@ -47,6 +47,18 @@ func ParseHeaderStyle(s string) (HeaderStyle, error) {
 	return 0, fmt.Errorf("unknown response header style %q (want off, reference or ietf)", s)
 }
 
+// UnmarshalText reads a style's name, as ParseHeaderStyle.
+func (h *HeaderStyle) UnmarshalText(b []byte) error {
+	s, err := ParseHeaderStyle(string(b))
+	if err == nil {
+		*h = s
+	}
+	return err
+}
+
+// MarshalText writes the style's name.
+func (h HeaderStyle) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
+
 // The reference server's default header names.
 const (
 	DefaultLimitHeader     = "RateLimit-Limit"
@@ -67,15 +79,16 @@ type Headers struct {
 // normalize fills defaults and checks the names are HTTP tokens.
 func (h Headers) normalize() (Headers, error) {
 	if h.Style > HeadersIETF {
-		return h, fmt.Errorf("envoy: unknown header style %v", h.Style)
+		return h, fmt.Errorf("envoy: Options.Headers.Style %v: want off, reference or ietf", h.Style)
 	}
 	defaults := [...]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader}
+	fields := [...]string{"LimitName", "RemainingName", "ResetName"}
 	for i, p := range [...]*string{&h.LimitName, &h.RemainingName, &h.ResetName} {
 		if *p == "" {
 			*p = defaults[i]
 		}
 		if !isToken(*p) {
-			return h, fmt.Errorf("envoy: header name %q is not an HTTP token", *p)
+			return h, fmt.Errorf("envoy: Options.Headers.%s %q: not an HTTP token", fields[i], *p)
 		}
 	}
 	return h, nil

@@ -3,9 +3,7 @@ package envoy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -107,14 +105,11 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	if rs == nil || l == nil {
 		return nil, errors.New("envoy: nil rule source or limiter")
 	}
-	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 || math.IsNaN(opts.NearLimitRatio) {
-		return nil, fmt.Errorf("envoy: near-limit ratio %v is not in [0, 1]", opts.NearLimitRatio)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.NearLimitRatio == 0 {
 		opts.NearLimitRatio = DefaultNearLimitRatio
-	}
-	if opts.StoreTimeout < 0 {
-		return nil, fmt.Errorf("envoy: negative store timeout %v", opts.StoreTimeout)
 	}
 	if opts.StoreTimeout == 0 {
 		opts.StoreTimeout = DefaultStoreTimeout
@@ -125,20 +120,8 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	if opts.FailureMode == rules.FailureDefault {
 		opts.FailureMode = rules.FailureAllow
 	}
-	if opts.FailureMode > rules.FailureUnavailable {
-		return nil, fmt.Errorf("envoy: unknown failure mode %v", opts.FailureMode)
-	}
-	h, err := opts.Headers.normalize()
-	if err != nil {
-		return nil, err
-	}
-	opts.Headers = h
-	if opts.StoreFailureHeader != "" && !isToken(opts.StoreFailureHeader) {
-		return nil, fmt.Errorf("envoy: store failure header name %q is not an HTTP token", opts.StoreFailureHeader)
-	}
-	if opts.Bounds, err = opts.Bounds.normalize(); err != nil {
-		return nil, err
-	}
+	opts.Headers, _ = opts.Headers.normalize() // checked by Validate
+	opts.Bounds, _ = opts.Bounds.normalize()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}

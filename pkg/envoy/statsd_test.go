@@ -388,7 +388,7 @@ func TestStatsdRuleLoads(t *testing.T) {
 // the test asks, closed when the test ends.
 func newStatsdClient(t *testing.T, addr string) *statsd.Client {
 	t.Helper()
-	client, err := statsd.New(statsd.Options{Addr: addr, FlushInterval: -1})
+	client, err := statsd.New(statsd.Options{Addr: addr, ManualFlush: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,24 @@ import (
 // DefaultCaptureMaxBytes is CaptureOptions.MaxBytes when it is 0: 100 MiB.
 const DefaultCaptureMaxBytes = 100 << 20
 
+// Validate reports the first option NewCapture refuses, naming the field
+// and its value ("capture: CaptureOptions.Sample 2: want a share in
+// (0, 1]"), or nil. Zero values are valid: they mean the defaults.
+func (o CaptureOptions) Validate() error {
+	switch {
+	case o.Sample < 0 || o.Sample > 1 || math.IsNaN(o.Sample):
+		return fmt.Errorf("capture: CaptureOptions.Sample %v: want a share in (0, 1]", o.Sample)
+	case o.MaxBytes < 0:
+		return fmt.Errorf("capture: CaptureOptions.MaxBytes %d: must not be negative", o.MaxBytes)
+	case o.Queue < 0:
+		return fmt.Errorf("capture: CaptureOptions.Queue %d: must not be negative", o.Queue)
+	}
+	return nil
+}
+
+// DefaultCaptureSample keeps every request.
+const DefaultCaptureSample = 1.0
+
 // DefaultCaptureQueue is CaptureOptions.Queue when it is 0.
 const DefaultCaptureQueue = 4096
 
@@ -93,11 +111,8 @@ func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions
 	if next == nil {
 		return nil, errors.New("capture: nil server")
 	}
-	if opts.Sample < 0 || opts.Sample > 1 || math.IsNaN(opts.Sample) {
-		return nil, fmt.Errorf("capture: sample %v is not in (0, 1]", opts.Sample)
-	}
-	if opts.MaxBytes < 0 || opts.Queue < 0 {
-		return nil, errors.New("capture: negative size or queue")
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.Sample == 0 {
 		opts.Sample = 1

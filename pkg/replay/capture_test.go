@@ -161,7 +161,7 @@ func TestCaptureRefusesBadOptions(t *testing.T) {
 		opts CaptureOptions
 		want string
 	}{
-		{filepath.Join(dir, "a"), CaptureOptions{Sample: 1.5}, "sample 1.5 is not in (0, 1]"},
+		{filepath.Join(dir, "a"), CaptureOptions{Sample: 1.5}, "CaptureOptions.Sample 1.5: want a share in (0, 1]"},
 		{filepath.Join(dir, "a"), CaptureOptions{MaxBytes: -1}, "negative"},
 		{filepath.Join(dir, "missing", "a"), CaptureOptions{}, "no such file or directory"},
 	} {

@@ -89,6 +89,28 @@ func (m FailureMode) String() string {
 	return fmt.Sprintf("FailureMode(%d)", uint8(m))
 }
 
+// UnmarshalText reads allow, deny or unavailable, in any case: the
+// server's global failure mode (-failure-mode). FailureDefault is not
+// one; it is what a rule without failure_mode has.
+func (m *FailureMode) UnmarshalText(b []byte) error {
+	for _, f := range []FailureMode{FailureAllow, FailureDeny, FailureUnavailable} {
+		if strings.EqualFold(string(b), f.String()) {
+			*m = f
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown failure mode %q (want allow, deny or unavailable)", b)
+}
+
+// MarshalText writes the mode's name; FailureDefault as "allow", which it
+// means when no rule says otherwise.
+func (m FailureMode) MarshalText() ([]byte, error) {
+	if m == FailureDefault {
+		m = FailureAllow
+	}
+	return []byte(m.String()), nil
+}
+
 // Limit is one compiled limit of a rule: its rate_limit, or one element of
 // its rate_limits. Limits are immutable once compiled.
 type Limit struct {

@@ -90,17 +90,17 @@ func (o ConnOptions) normalize(fileLimit int) (ConnOptions, error) {
 		def  time.Duration
 		name string
 	}{
-		{&o.GRPCConnectionTimeout, DefaultGRPCConnectionTimeout, "gRPC connection timeout"},
-		{&o.GRPCKeepaliveTime, DefaultGRPCKeepaliveTime, "gRPC keepalive time"},
-		{&o.GRPCKeepaliveTimeout, DefaultGRPCKeepaliveTimeout, "gRPC keepalive timeout"},
-		{&o.GRPCMaxConnectionIdle, 0, "gRPC maximum connection idle"},
-		{&o.GRPCMinPingInterval, DefaultGRPCMinPingInterval, "gRPC minimum ping interval"},
-		{&o.HTTPReadTimeout, DefaultHTTPReadTimeout, "HTTP read timeout"},
-		{&o.HTTPWriteTimeout, DefaultHTTPWriteTimeout, "HTTP write timeout"},
-		{&o.HTTPIdleTimeout, DefaultHTTPIdleTimeout, "HTTP idle timeout"},
+		{&o.GRPCConnectionTimeout, DefaultGRPCConnectionTimeout, "GRPCConnectionTimeout"},
+		{&o.GRPCKeepaliveTime, DefaultGRPCKeepaliveTime, "GRPCKeepaliveTime"},
+		{&o.GRPCKeepaliveTimeout, DefaultGRPCKeepaliveTimeout, "GRPCKeepaliveTimeout"},
+		{&o.GRPCMaxConnectionIdle, 0, "GRPCMaxConnectionIdle"},
+		{&o.GRPCMinPingInterval, DefaultGRPCMinPingInterval, "GRPCMinPingInterval"},
+		{&o.HTTPReadTimeout, DefaultHTTPReadTimeout, "HTTPReadTimeout"},
+		{&o.HTTPWriteTimeout, DefaultHTTPWriteTimeout, "HTTPWriteTimeout"},
+		{&o.HTTPIdleTimeout, DefaultHTTPIdleTimeout, "HTTPIdleTimeout"},
 	} {
 		if *d.p < 0 {
-			return o, fmt.Errorf("server: negative %s %v", d.name, *d.p)
+			return o, fmt.Errorf("server: Options.Conns.%s %v: must not be negative", d.name, *d.p)
 		}
 		if *d.p == 0 {
 			*d.p = d.def

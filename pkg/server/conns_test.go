@@ -24,7 +24,7 @@ func TestConnOptionsDefaults(t *testing.T) {
 		{"set bounds win", ConnOptions{GRPCMaxConns: 7, HTTPMaxConns: 3}, 1024, 7, 3, "10s", ""},
 		{"negative: no bound", ConnOptions{GRPCMaxConns: -1, HTTPMaxConns: -1}, 1024, 0, 0, "10s", ""},
 		{"set timeout", ConnOptions{GRPCConnectionTimeout: time.Second}, 1024, 512, 128, "1s", ""},
-		{"negative timeout", ConnOptions{HTTPIdleTimeout: -time.Second}, 1024, 0, 0, "", "negative HTTP idle timeout"},
+		{"negative timeout", ConnOptions{HTTPIdleTimeout: -time.Second}, 1024, 0, 0, "", "Options.Conns.HTTPIdleTimeout -1s: must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.in.normalize(tc.fileLimit)

@@ -60,6 +60,15 @@ var HealthServices = []string{"", "ratelimit", pb.RateLimitService_ServiceDesc.S
 // DefaultShutdownTimeout is Options.ShutdownTimeout when it is zero.
 const DefaultShutdownTimeout = 15 * time.Second
 
+// The listen addresses floodgate serves on by default, as the reference
+// server does, except the debug listener, which stays on loopback unless
+// told otherwise.
+const (
+	DefaultGRPCAddr  = ":8081"
+	DefaultHTTPAddr  = ":8080"
+	DefaultDebugAddr = "127.0.0.1:6070"
+)
+
 // Options configures a Server.
 type Options struct {
 	// GRPCAddr, HTTPAddr and DebugAddr are the listen addresses
@@ -183,6 +192,18 @@ func ParseStoreReadiness(s string) (StoreReadiness, error) {
 	return 0, fmt.Errorf("unknown store readiness %q (want reached-once, always or ignored)", s)
 }
 
+// UnmarshalText reads a mode's name, as ParseStoreReadiness.
+func (r *StoreReadiness) UnmarshalText(b []byte) error {
+	m, err := ParseStoreReadiness(string(b))
+	if err == nil {
+		*r = m
+	}
+	return err
+}
+
+// MarshalText writes the mode's name.
+func (r StoreReadiness) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
 // StoreHealth is the state of the limit store, for /rlconfig and
 // readiness.
 type StoreHealth struct {
@@ -268,14 +289,11 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	if svc == nil || rs == nil {
 		return nil, errors.New("server: nil service or rules")
 	}
-	if opts.GRPCAddr == "" || opts.HTTPAddr == "" {
-		return nil, errors.New("server: the gRPC and HTTP addresses are required")
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if opts.MaxMessageBytes < 0 {
-		return nil, fmt.Errorf("server: negative maximum message size %d", opts.MaxMessageBytes)
 	}
 	if opts.MaxMessageBytes == 0 {
 		opts.MaxMessageBytes = DefaultMaxMessageBytes
@@ -283,25 +301,13 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.StoreReadiness < StoreReachedOnce || opts.StoreReadiness > StoreIgnored {
-		return nil, fmt.Errorf("server: unknown store readiness %v", opts.StoreReadiness)
-	}
 	if opts.Store == nil {
 		if opts.StoreReadiness == StoreAlways {
 			return nil, errors.New("server: health cannot always require the store without Options.Store")
 		}
 		opts.Store = MemoryStore(nil, 0)
 	}
-	if opts.MaxConnectionAge < 0 || opts.MaxConnectionAgeGrace < 0 {
-		return nil, fmt.Errorf("server: negative maximum connection age %v or grace %v", opts.MaxConnectionAge, opts.MaxConnectionAgeGrace)
-	}
-	if opts.ShutdownTimeout < 0 || opts.DrainDelay < 0 {
-		return nil, fmt.Errorf("server: negative shutdown timeout %v or drain delay %v", opts.ShutdownTimeout, opts.DrainDelay)
-	}
-	var err error
-	if opts.Conns, err = opts.Conns.normalize(fileLimit()); err != nil {
-		return nil, err
-	}
+	opts.Conns, _ = opts.Conns.normalize(fileLimit()) // checked by Validate
 	if opts.Refused == nil {
 		opts.Refused = func(string) {}
 	}

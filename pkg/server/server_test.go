@@ -333,8 +333,8 @@ func TestStoreReadinessOptions(t *testing.T) {
 		want string
 	}{
 		{Options{StoreReadiness: StoreAlways}, "without Options.Store"},
-		{Options{StoreReadiness: StoreIgnored + 1}, "unknown store readiness StoreReadiness(3)"},
-		{Options{StoreReadiness: -1}, "unknown store readiness"},
+		{Options{StoreReadiness: StoreIgnored + 1}, "Options.StoreReadiness StoreReadiness(3): unknown"},
+		{Options{StoreReadiness: -1}, "Options.StoreReadiness StoreReadiness(-1): unknown"},
 	} {
 		tc.opts.GRPCAddr, tc.opts.HTTPAddr = ":0", ":0"
 		if _, err := New(s.svc, s.rules, nil, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {

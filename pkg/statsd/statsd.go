@@ -57,9 +57,12 @@ type Options struct {
 	// otherwise; its DogStatsD uses UDP.
 	Network string
 	// FlushInterval is how often counts are sent; 0 means
-	// DefaultFlushInterval, and a negative interval sends only on Flush and
+	// DefaultFlushInterval. With ManualFlush counts are sent only on Flush and
 	// Close.
 	FlushInterval time.Duration
+	// ManualFlush sends counts only on Flush and Close, never in the
+	// background.
+	ManualFlush bool
 	// Tags are added to every stat: in plain statsd as lyft/gostats writes
 	// them into the name (".__key=value", by key), with DogStatsD as
 	// "|#key:value". Values have '.', ':' and '|' replaced by '_', as
@@ -120,27 +123,20 @@ type statKey struct {
 	name string
 }
 
-// New returns a Client for opts and, unless opts.FlushInterval is
-// negative, starts flushing in the background until Close. It does not
+// New returns a Client for opts and, unless opts.ManualFlush, starts
+// flushing in the background until Close. It does not
 // connect: a server that is down delays nothing, and counts wait in memory
 // until it is reachable (over TCP; a UDP packet nobody receives is lost).
 func New(opts Options) (*Client, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	c := &Client{network: opts.Network, addr: opts.Addr, maxPacket: opts.MaxPacketSize, logger: opts.Logger, byKey: map[statKey]stat{}}
-	switch c.network {
-	case "":
+	if c.network == "" {
 		c.network = "udp"
-	case "udp", "tcp":
-	default:
-		return nil, fmt.Errorf("statsd: network %q: want udp or tcp", c.network)
 	}
 	if c.addr == "" {
 		c.addr = DefaultAddr
-	}
-	if _, _, err := net.SplitHostPort(c.addr); err != nil {
-		return nil, fmt.Errorf("statsd: address %q: %w", c.addr, err)
-	}
-	if c.maxPacket < 0 {
-		return nil, fmt.Errorf("statsd: negative packet size %d", c.maxPacket)
 	}
 	if c.maxPacket == 0 {
 		c.maxPacket = DefaultUDPPacketSize
@@ -151,28 +147,47 @@ func New(opts Options) (*Client, error) {
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
-	tags, err := normalizeTags(opts.Tags)
-	if err != nil {
-		return nil, err
-	}
-	c.tags, c.dog, c.mogrifiers = tags, opts.DogStatsD, opts.Mogrifiers
-	if len(c.mogrifiers) > 0 && !c.dog {
-		return nil, errors.New("statsd: mogrifiers rename DogStatsD stats; they need DogStatsD")
-	}
-	for _, m := range c.mogrifiers {
-		if err := checkKeys(m.Tags); err != nil {
-			return nil, err
-		}
-	}
+	c.tags, _ = normalizeTags(opts.Tags) // checked by Validate
+	c.dog, c.mogrifiers = opts.DogStatsD, opts.Mogrifiers
 	interval := opts.FlushInterval
 	if interval == 0 {
 		interval = DefaultFlushInterval
 	}
-	if interval > 0 {
+	if !opts.ManualFlush {
 		c.stop, c.done = make(chan struct{}), make(chan struct{})
 		go c.run(interval)
 	}
 	return c, nil
+}
+
+// Validate reports the first option New refuses, naming the field and
+// its value ("statsd: Options.Network \"unix\": want udp or tcp"), or nil.
+// Zero values are valid: they mean the defaults.
+func (o Options) Validate() error {
+	switch {
+	case o.Network != "" && o.Network != "udp" && o.Network != "tcp":
+		return fmt.Errorf("statsd: Options.Network %q: want udp or tcp", o.Network)
+	case o.FlushInterval < 0:
+		return fmt.Errorf("statsd: Options.FlushInterval %v: must not be negative", o.FlushInterval)
+	case o.MaxPacketSize < 0:
+		return fmt.Errorf("statsd: Options.MaxPacketSize %d: must not be negative", o.MaxPacketSize)
+	case len(o.Mogrifiers) > 0 && !o.DogStatsD:
+		return errors.New("statsd: Options.Mogrifiers rename DogStatsD stats; they need Options.DogStatsD")
+	}
+	if o.Addr != "" {
+		if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+			return fmt.Errorf("statsd: Options.Addr %q: %w", o.Addr, err)
+		}
+	}
+	if _, err := normalizeTags(o.Tags); err != nil {
+		return err
+	}
+	for _, m := range o.Mogrifiers {
+		if err := checkKeys(m.Tags); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Counter returns the counter of name, creating it at the first call: each

@@ -19,7 +19,7 @@ func newClient(t *testing.T, srv *statsdtest.Server, opts statsd.Options) *stats
 	t.Helper()
 	opts.Addr = srv.Addr()
 	if opts.FlushInterval == 0 {
-		opts.FlushInterval = -1
+		opts.ManualFlush = true
 	}
 	c, err := statsd.New(opts)
 	if err != nil {
@@ -245,7 +245,7 @@ func TestTCP(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c, err := statsd.New(statsd.Options{Addr: addr, Network: "tcp", FlushInterval: -1})
+	c, err := statsd.New(statsd.Options{Addr: addr, Network: "tcp", ManualFlush: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,9 +355,9 @@ func TestNewRefuses(t *testing.T) {
 		opts statsd.Options
 		err  string
 	}{
-		{"unknown network", statsd.Options{Network: "unix"}, `network "unix": want udp or tcp`},
-		{"address without a port", statsd.Options{Addr: "statsd"}, `address "statsd"`},
-		{"negative packet size", statsd.Options{MaxPacketSize: -1}, "negative packet size"},
+		{"unknown network", statsd.Options{Network: "unix"}, `Options.Network "unix": want udp or tcp`},
+		{"address without a port", statsd.Options{Addr: "statsd"}, `Options.Addr "statsd"`},
+		{"negative packet size", statsd.Options{MaxPacketSize: -1}, "Options.MaxPacketSize -1: must not be negative"},
 		{"tag key with a colon", statsd.Options{Tags: []statsd.Tag{{Key: "a:b", Value: "c"}}}, `tag key "a:b": ":" would corrupt`},
 		{"tag key with a newline", statsd.Options{Tags: []statsd.Tag{{Key: "a\nb", Value: "c"}}}, `would corrupt`},
 	} {
@@ -428,7 +428,7 @@ func TestConcurrentCounting(t *testing.T) {
 // BenchmarkCount measures what a request pays per stat, from all cores at
 // once: a counter's increment and a timer's observation.
 func BenchmarkCount(b *testing.B) {
-	c, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(b).Addr(), FlushInterval: -1})
+	c, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(b).Addr(), ManualFlush: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -40,6 +40,10 @@ const (
 // reference server's TRACING_SERVICE_NAME default.
 const DefaultServiceName = "RateLimit"
 
+// DefaultSamplingRate samples every trace started here, as the
+// reference's TRACING_SAMPLING_RATE does by default.
+const DefaultSamplingRate = 1.0
+
 // instrumentation is the tracer's name, which backends show as the
 // instrumentation scope of the spans.
 const instrumentation = "github.com/floodgate/floodgate"
@@ -67,6 +71,20 @@ type Options struct {
 	Store string
 }
 
+// Validate reports the first option New refuses, naming the field and
+// its value ("tracing: Options.SamplingRate 2: want a number between 0
+// and 1"), or nil.
+func (o Options) Validate() error {
+	if math.IsNaN(o.SamplingRate) || o.SamplingRate < 0 || o.SamplingRate > 1 {
+		return fmt.Errorf("tracing: Options.SamplingRate %v: want a number between 0 and 1", o.SamplingRate)
+	}
+	switch strings.ToLower(o.Protocol) {
+	case "", ProtocolHTTP, "http/protobuf", ProtocolGRPC:
+		return nil
+	}
+	return fmt.Errorf("tracing: Options.Protocol %q: want http or grpc", o.Protocol)
+}
+
 // Tracer starts the spans of the service and exports them. It is safe for
 // concurrent use. Its methods on a nil *Tracer do nothing.
 type Tracer struct {
@@ -89,17 +107,12 @@ type Tracer struct {
 // unreadable TLS file) or a malformed OTEL_RESOURCE_ATTRIBUTES: the
 // exporter would log those and fall back to its defaults.
 func New(ctx context.Context, opts Options) (*Tracer, error) {
-	if math.IsNaN(opts.SamplingRate) || opts.SamplingRate < 0 || opts.SamplingRate > 1 {
-		return nil, fmt.Errorf("tracing: sampling rate %v is not in [0, 1]", opts.SamplingRate)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
-	var protocol string
-	switch strings.ToLower(opts.Protocol) {
-	case "", ProtocolHTTP, "http/protobuf":
-		protocol = ProtocolHTTP
-	case ProtocolGRPC:
+	protocol := ProtocolHTTP
+	if strings.EqualFold(opts.Protocol, ProtocolGRPC) {
 		protocol = ProtocolGRPC
-	default:
-		return nil, fmt.Errorf("tracing: unknown exporter protocol %q: want http or grpc", opts.Protocol)
 	}
 	if err := checkEnv(protocol, os.Getenv); err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)

@@ -260,10 +260,10 @@ func TestNewRefuses(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{Protocol: "udp"}, `protocol "udp": want http or grpc`},
-		{Options{SamplingRate: 1.5}, "sampling rate 1.5 is not in [0, 1]"},
-		{Options{SamplingRate: -0.1}, "sampling rate -0.1 is not in [0, 1]"},
-		{Options{SamplingRate: math.NaN()}, "sampling rate NaN"},
+		{Options{Protocol: "udp"}, `Options.Protocol "udp": want http or grpc`},
+		{Options{SamplingRate: 1.5}, "Options.SamplingRate 1.5: want a number between 0 and 1"},
+		{Options{SamplingRate: -0.1}, "Options.SamplingRate -0.1: want a number between 0 and 1"},
+		{Options{SamplingRate: math.NaN()}, "Options.SamplingRate NaN"},
 	} {
 		if _, err := New(context.Background(), tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error saying %q", tc.opts, err, tc.want)

@@ -14,7 +14,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash"
 	"log/slog"
@@ -45,6 +44,7 @@ import (
 
 // Defaults of Options, those of envoyproxy/ratelimit's settings.
 const (
+	DefaultServerURL           = "localhost:18000"
 	DefaultNodeID              = "default"
 	DefaultRetryInterval       = 3 * time.Second
 	DefaultBackoffInitial      = 10 * time.Second
@@ -168,11 +168,8 @@ func CheckTarget(target string) error {
 // New checks opts and returns a Client that feeds feed once Run runs. It
 // does not connect: a management server that is down is waited for.
 func New(feed *rules.Feed, opts Options) (*Client, error) {
-	if opts.ServerURL == "" {
-		return nil, errors.New("xds: no management server address")
-	}
-	if err := CheckTarget(opts.ServerURL); err != nil {
-		return nil, fmt.Errorf("xds: management server %w", err)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.NodeID == "" {
 		opts.NodeID = DefaultNodeID
@@ -192,17 +189,8 @@ func New(feed *rules.Feed, opts Options) (*Client, error) {
 	if opts.StallWarning == 0 {
 		opts.StallWarning = DefaultStallWarning
 	}
-	switch {
-	case opts.RetryInterval < 0:
-		return nil, fmt.Errorf("xds: retry interval %v: must be positive", opts.RetryInterval)
-	case opts.BackoffInitial < 0 || opts.BackoffMax < opts.BackoffInitial:
-		return nil, fmt.Errorf("xds: backoff from %v to %v: want 0 < initial <= max", opts.BackoffInitial, opts.BackoffMax)
-	case opts.BackoffRandomFactor < 0 || opts.BackoffRandomFactor > 1:
-		return nil, fmt.Errorf("xds: backoff random factor %v: want 0 to 1", opts.BackoffRandomFactor)
-	case opts.StallWarning < 0:
-		return nil, fmt.Errorf("xds: stall warning interval %v: must be positive", opts.StallWarning)
-	case opts.MaxMessageBytes < 0:
-		return nil, fmt.Errorf("xds: max message size %d: must not be negative", opts.MaxMessageBytes)
+	if opts.BackoffMax < opts.BackoffInitial {
+		return nil, fmt.Errorf("xds: Options.BackoffInitial %v and Options.BackoffMax %v: want initial <= max", opts.BackoffInitial, opts.BackoffMax)
 	}
 	logger := opts.Logger
 	if logger == nil {

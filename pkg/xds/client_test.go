@@ -329,11 +329,11 @@ func TestNewRefuses(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"no server", Options{}, "no management server"},
+		{"no server", Options{}, "Options.ServerURL is empty"},
 		{"backoff max below initial", Options{ServerURL: "x:1", BackoffInitial: time.Minute, BackoffMax: time.Second}, "initial <= max"},
-		{"random factor", Options{ServerURL: "x:1", BackoffRandomFactor: 2}, "random factor"},
-		{"negative retry", Options{ServerURL: "x:1", RetryInterval: -time.Second}, "retry interval"},
-		{"negative size", Options{ServerURL: "x:1", MaxMessageBytes: -1}, "max message size"},
+		{"random factor", Options{ServerURL: "x:1", BackoffRandomFactor: 2}, "Options.BackoffRandomFactor 2: want a number from 0 to 1"},
+		{"negative retry", Options{ServerURL: "x:1", RetryInterval: -time.Second}, "Options.RetryInterval -1s: must not be negative"},
+		{"negative size", Options{ServerURL: "x:1", MaxMessageBytes: -1}, "Options.MaxMessageBytes -1: must not be negative"},
 		{"an http URL", Options{ServerURL: "http://eg:18000"}, "http:// is not a gRPC target"},
 		{"no port", Options{ServerURL: "eg"}, "missing port"},
 		{"no host", Options{ServerURL: ":18000"}, "no host"},

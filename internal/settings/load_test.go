@@ -1,4 +1,4 @@
-package main
+package settings
 
 import (
 	"log/slog"
@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
 )
 
-func envOf(kv ...string) lookupFunc {
+func envOf(kv ...string) Lookup {
 	m := map[string]string{}
 	for i := 0; i+1 < len(kv); i += 2 {
 		m[kv[i]] = kv[i+1]
@@ -21,24 +22,33 @@ func envOf(kv ...string) lookupFunc {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-func TestParseConfig(t *testing.T) {
+func TestLoad(t *testing.T) {
 	tests := []struct {
 		name  string
 		args  []string
-		env   lookupFunc
-		check func(t *testing.T, c *config)
+		env   Lookup
+		check func(t *testing.T, c *Config)
 	}{
-		{"defaults", nil, envOf(), func(t *testing.T, c *config) {
-			want := config{rulesPath: "config", redis: redisSettings{typ: "single"}, perSecond: redisSettings{typ: "single"}, grpcAddr: ":8081", httpAddr: ":8080", debugAddr: "127.0.0.1:6070",
-				logLevel: slog.LevelInfo, logFormat: "text", nearLimitRatio: 0.8, failureMode: rules.FailureAllow,
-				redisDeadline: envoy.DefaultStoreTimeout, shutdownTimeout: 15 * time.Second}
-			got := *c
-			got.headers, got.args = envoy.Headers{}, nil
-			if !equalConfig(got, want) {
-				t.Errorf("got %+v\nwant %+v", got, want)
+		{"defaults", nil, envOf(), func(t *testing.T, c *Config) {
+			checks := []struct {
+				name      string
+				got, want any
+			}{
+				{"rules", c.Rules.Path, "config"},
+				{"redis", c.Store.Redis, store.RedisOptions{Type: "single"}},
+				{"per-second", c.Store.PerSecond, store.RedisOptions{Type: "single"}},
+				{"grpc", c.Server.GRPCAddr, ":8081"}, {"http", c.Server.HTTPAddr, ":8080"}, {"debug", c.Server.DebugAddr, "127.0.0.1:6070"},
+				{"level", c.Log.Level.Level(), slog.LevelInfo}, {"format", c.Log.Format, LogFormat("text")},
+				{"ratio", c.Service.NearLimitRatio, 0.8}, {"failure mode", c.Service.FailureMode, rules.FailureAllow},
+				{"deadline", c.Store.Deadline, envoy.DefaultStoreTimeout}, {"shutdown", c.Server.ShutdownTimeout, 15 * time.Second},
+				{"header style", c.Service.Headers.Style, envoy.HeadersOff}, {"limit header", c.Service.Headers.LimitName, "RateLimit-Limit"},
+				{"shadow", c.Service.ShadowMode, false}, {"merge", c.Rules.Options.MergeDomains, false},
+				{"notes", len(c.Notes), 0},
 			}
-			if c.headers.Style != envoy.HeadersOff || c.headers.LimitName != "RateLimit-Limit" {
-				t.Errorf("headers = %+v", c.headers)
+			for _, ch := range checks {
+				if ch.got != ch.want {
+					t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
+				}
 			}
 		}},
 		{"the reference server's variables", nil, envOf(
@@ -49,175 +59,172 @@ func TestParseConfig(t *testing.T) {
 			"LOG_LEVEL", "WARNING", "LOG_FORMAT", "json", "SHADOW_MODE", "true", "NEAR_LIMIT_RATIO", "0.5",
 			"MERGE_DOMAIN_CONFIG", "true", "LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_REMAINING_HEADER", "X-Left",
 			"USE_PROMETHEUS", "true", "RUNTIME_WATCH_ROOT", "false",
-		), func(t *testing.T, c *config) {
+		), func(t *testing.T, c *Config) {
 			checks := []struct {
 				name      string
 				got, want any
 			}{
-				{"rules path", c.rulesPath, filepath.Join("/srv/rt", "ratelimit", "config")},
-				{"redis", c.redis.url, "redis.svc:6379"},
-				{"redis type", c.redis.typ, "cluster"},
-				{"redis auth", c.redis.auth, "me:secret"},
-				{"redis tls", c.redis.tls, true},
-				{"pool", c.redis.poolSize, 7},
-				{"dial timeout", c.redis.dialTimeout, 2 * time.Second},
-				{"deadline stays short", c.redisDeadline, envoy.DefaultStoreTimeout},
-				{"prefix", c.keyPrefix, "rl_"},
-				{"http", c.httpAddr, ":9080"},
-				{"grpc", c.grpcAddr, "127.0.0.1:9081"},
-				{"debug", c.debugAddr, "127.0.0.1:6070"},
-				{"level", c.logLevel, slog.LevelWarn},
-				{"format", c.logFormat, "json"},
-				{"shadow", c.shadowMode, true},
-				{"ratio", c.nearLimitRatio, 0.5},
-				{"merge", c.mergeDomains, true},
-				{"header style", c.headers.Style, envoy.HeadersReference},
-				{"remaining header", c.headers.RemainingName, "X-Left"},
-				{"limit header default", c.headers.LimitName, "RateLimit-Limit"},
+				{"rules path", c.Rules.Path, filepath.Join("/srv/rt", "ratelimit", "config")},
+				{"redis", c.Store.Redis.URL, "redis.svc:6379"},
+				{"redis type", c.Store.Redis.Type, "cluster"},
+				{"redis auth", c.Store.Redis.Auth, "me:secret"},
+				{"redis tls", c.Store.Redis.TLS, true},
+				{"pool", c.Store.Redis.PoolSize, 7},
+				{"dial timeout", c.Store.Redis.DialTimeout, 2 * time.Second},
+				{"deadline stays short", c.Store.Deadline, envoy.DefaultStoreTimeout},
+				{"prefix", c.Store.KeyPrefix, "rl_"},
+				{"http", c.Server.HTTPAddr, ":9080"},
+				{"grpc", c.Server.GRPCAddr, "127.0.0.1:9081"},
+				{"debug", c.Server.DebugAddr, "127.0.0.1:6070"},
+				{"level", c.Log.Level.Level(), slog.LevelWarn},
+				{"format", c.Log.Format, LogFormat("json")},
+				{"shadow", c.Service.ShadowMode, true},
+				{"ratio", c.Service.NearLimitRatio, 0.5},
+				{"merge", c.Rules.Options.MergeDomains, true},
+				{"header style", c.Service.Headers.Style, envoy.HeadersReference},
+				{"remaining header", c.Service.Headers.RemainingName, "X-Left"},
+				{"limit header default", c.Service.Headers.LimitName, "RateLimit-Limit"},
 			}
 			for _, ch := range checks {
 				if ch.got != ch.want {
 					t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
 				}
 			}
-			if u, p := c.redis.credentials(); u != "me" || p != "secret" {
-				t.Errorf("credentials = %q, %q", u, p)
-			}
 		}},
 		{"flags win over variables, FLOODGATE_ variables over the reference's",
 			[]string{"-config", "rules.yaml", "-grpc-addr", "127.0.0.1:1"},
 			envOf("FLOODGATE_CONFIG", "x", "RUNTIME_ROOT", "/y", "GRPC_PORT", "2", "FLOODGATE_HTTP_ADDR", ":3", "PORT", "4",
 				"FLOODGATE_REDIS", "redis://a:1", "REDIS_URL", "b:2"),
-			func(t *testing.T, c *config) {
-				if c.rulesPath != "rules.yaml" || c.grpcAddr != "127.0.0.1:1" || c.httpAddr != ":3" || c.redis.url != "redis://a:1" {
-					t.Errorf("got config %s, grpc %s, http %s, redis %s", c.rulesPath, c.grpcAddr, c.httpAddr, c.redis.url)
+			func(t *testing.T, c *Config) {
+				if c.Rules.Path != "rules.yaml" || c.Server.GRPCAddr != "127.0.0.1:1" || c.Server.HTTPAddr != ":3" || c.Store.Redis.URL != "redis://a:1" {
+					t.Errorf("got config %s, grpc %s, http %s, redis %s", c.Rules.Path, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Store.Redis.URL)
 				}
 			}},
 		{"a unix socket", nil, envOf("REDIS_SOCKET_TYPE", "unix", "REDIS_URL", "/var/run/redis.sock", "REDIS_AUTH", "pw"),
-			func(t *testing.T, c *config) {
-				if c.redis.url != "unix:///var/run/redis.sock" {
-					t.Errorf("redis = %q", c.redis.url)
+			func(t *testing.T, c *Config) {
+				if c.Store.Redis.URL != "unix:///var/run/redis.sock" {
+					t.Errorf("redis = %q", c.Store.Redis.URL)
 				}
-				if u, p := c.redis.credentials(); u != "" || p != "pw" {
-					t.Errorf("credentials = %q, %q", u, p)
+				if c.Store.Redis.Auth != "pw" {
+					t.Errorf("auth = %q", c.Store.Redis.Auth)
 				}
 			}},
 		{"RUNTIME_APPDIRECTORY alone keeps the reference root", nil, envOf("RUNTIME_APPDIRECTORY", "rules"),
-			func(t *testing.T, c *config) {
-				if want := filepath.Join("/srv/runtime_data/current", "rules"); c.rulesPath != want {
-					t.Errorf("rules path = %q, want %q", c.rulesPath, want)
+			func(t *testing.T, c *Config) {
+				if want := filepath.Join("/srv/runtime_data/current", "rules"); c.Rules.Path != want {
+					t.Errorf("rules path = %q, want %q", c.Rules.Path, want)
 				}
 			}},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED=false and -response-headers", []string{"-response-headers", "ietf"}, envOf("LIMIT_RESPONSE_HEADERS_ENABLED", "false"),
-			func(t *testing.T, c *config) {
-				if c.headers.Style != envoy.HeadersIETF {
-					t.Errorf("style = %v", c.headers.Style)
+			func(t *testing.T, c *Config) {
+				if c.Service.Headers.Style != envoy.HeadersIETF {
+					t.Errorf("style = %v", c.Service.Headers.Style)
 				}
 			}},
-		{"logrus level names", nil, envOf("LOG_LEVEL", "trace"), func(t *testing.T, c *config) {
-			if c.logLevel != slog.LevelDebug {
-				t.Errorf("level = %v", c.logLevel)
+		{"logrus level names", nil, envOf("LOG_LEVEL", "trace"), func(t *testing.T, c *Config) {
+			if c.Log.Level.Level() != slog.LevelDebug {
+				t.Errorf("level = %v", c.Log.Level.Level())
 			}
 		}},
 		{"variables without effect are noted", nil, envOf("LOCAL_CACHE_SIZE_IN_BYTES", "1000", "RUNTIME_IGNOREDOTFILES", "false"),
-			func(t *testing.T, c *config) {
-				if len(c.notes) != 2 || !strings.Contains(c.notes[1], "LOCAL_CACHE_SIZE_IN_BYTES") {
-					t.Errorf("notes = %q", c.notes)
+			func(t *testing.T, c *Config) {
+				if len(c.Notes) != 2 || !strings.Contains(c.Notes[1], "LOCAL_CACHE_SIZE_IN_BYTES") {
+					t.Errorf("notes = %q", c.Notes)
 				}
 			}},
 		{"the reference server's TLS variables", nil, envOf("GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "/tls/cert.pem",
-			"GRPC_SERVER_TLS_KEY", "/tls/key.pem", "GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"), func(t *testing.T, c *config) {
-			if !c.grpcTLS || c.grpcTLSCert != "/tls/cert.pem" || c.grpcTLSKey != "/tls/key.pem" || c.grpcClientCA != "/tls/ca.pem" {
-				t.Errorf("tls %v cert %q key %q ca %q", c.grpcTLS, c.grpcTLSCert, c.grpcTLSKey, c.grpcClientCA)
+			"GRPC_SERVER_TLS_KEY", "/tls/key.pem", "GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"), func(t *testing.T, c *Config) {
+			if !c.GRPCTLS.On || c.GRPCTLS.Files.CertFile != "/tls/cert.pem" || c.GRPCTLS.Files.KeyFile != "/tls/key.pem" || c.GRPCTLS.Files.ClientCAFile != "/tls/ca.pem" {
+				t.Errorf("tls %v cert %q key %q ca %q", c.GRPCTLS.On, c.GRPCTLS.Files.CertFile, c.GRPCTLS.Files.KeyFile, c.GRPCTLS.Files.ClientCAFile)
 			}
 		}},
-		{"a DEBUG_PORT alone stays on loopback", nil, envOf("DEBUG_PORT", "7070"), func(t *testing.T, c *config) {
-			if c.debugAddr != "127.0.0.1:7070" {
-				t.Errorf("debug addr %q", c.debugAddr)
+		{"a DEBUG_PORT alone stays on loopback", nil, envOf("DEBUG_PORT", "7070"), func(t *testing.T, c *Config) {
+			if c.Server.DebugAddr != "127.0.0.1:7070" {
+				t.Errorf("debug addr %q", c.Server.DebugAddr)
 			}
 		}},
-		{"an empty DEBUG_HOST listens everywhere, as asked", nil, envOf("DEBUG_HOST", "", "DEBUG_PORT", "7070"), func(t *testing.T, c *config) {
-			if c.debugAddr != ":7070" {
-				t.Errorf("debug addr %q", c.debugAddr)
+		{"an empty DEBUG_HOST listens everywhere, as asked", nil, envOf("DEBUG_HOST", "", "DEBUG_PORT", "7070"), func(t *testing.T, c *Config) {
+			if c.Server.DebugAddr != ":7070" {
+				t.Errorf("debug addr %q", c.Server.DebugAddr)
 			}
 		}},
 		{"request bounds", []string{"-max-entries", "8"}, envOf("FLOODGATE_MAX_DESCRIPTORS", "10", "FLOODGATE_MAX_KEY_BYTES", "64",
-			"FLOODGATE_MAX_VALUE_BYTES", "128", "FLOODGATE_MAX_MESSAGE_BYTES", "65536", "FLOODGATE_METRIC_VALUE_SERIES", "5"), func(t *testing.T, c *config) {
+			"FLOODGATE_MAX_VALUE_BYTES", "128", "FLOODGATE_MAX_MESSAGE_BYTES", "65536", "FLOODGATE_METRIC_VALUE_SERIES", "5"), func(t *testing.T, c *Config) {
 			want := envoy.RequestBounds{MaxDescriptors: 10, MaxEntries: 8, MaxKeyBytes: 64, MaxValueBytes: 128}
-			if c.bounds != want || c.maxMessageBytes != 65536 || c.metricValueSeries != 5 {
-				t.Errorf("bounds %+v message %d series %d", c.bounds, c.maxMessageBytes, c.metricValueSeries)
+			if c.Service.Bounds != want || c.Server.MaxMessageBytes != 65536 || c.Metrics.MaxValueSeries != 5 {
+				t.Errorf("bounds %+v message %d series %d", c.Service.Bounds, c.Server.MaxMessageBytes, c.Metrics.MaxValueSeries)
 			}
 		}},
-		{"connection bounds and timeouts default", nil, envOf(), func(t *testing.T, c *config) {
+		{"connection bounds and timeouts default", nil, envOf(), func(t *testing.T, c *Config) {
 			want := server.ConnOptions{GRPCConnectionTimeout: server.DefaultGRPCConnectionTimeout,
 				GRPCKeepaliveTime: server.DefaultGRPCKeepaliveTime, GRPCKeepaliveTimeout: server.DefaultGRPCKeepaliveTimeout,
 				GRPCMinPingInterval: server.DefaultGRPCMinPingInterval, HTTPReadTimeout: server.DefaultHTTPReadTimeout,
 				HTTPWriteTimeout: server.DefaultHTTPWriteTimeout, HTTPIdleTimeout: server.DefaultHTTPIdleTimeout}
-			if c.conns != want {
-				t.Errorf("got %+v\nwant %+v", c.conns, want)
+			if c.Server.Conns != want {
+				t.Errorf("got %+v\nwant %+v", c.Server.Conns, want)
 			}
 		}},
 		{"connection bounds and timeouts from flags and the environment", []string{"-grpc-max-connections", "500", "-http-read-timeout", "2s"},
 			envOf("FLOODGATE_HTTP_MAX_CONNECTIONS", "-1", "FLOODGATE_GRPC_CONNECTION_TIMEOUT", "3s", "FLOODGATE_GRPC_KEEPALIVE_TIME", "4s",
 				"FLOODGATE_GRPC_KEEPALIVE_TIMEOUT", "5s", "FLOODGATE_GRPC_MAX_CONNECTION_IDLE", "6s", "FLOODGATE_GRPC_MIN_PING_INTERVAL", "7s",
-				"FLOODGATE_HTTP_WRITE_TIMEOUT", "8s", "FLOODGATE_HTTP_IDLE_TIMEOUT", "9s", "GRPC_MAX_CONNECTION_AGE", "1h"), func(t *testing.T, c *config) {
+				"FLOODGATE_HTTP_WRITE_TIMEOUT", "8s", "FLOODGATE_HTTP_IDLE_TIMEOUT", "9s", "GRPC_MAX_CONNECTION_AGE", "1h"), func(t *testing.T, c *Config) {
 				want := server.ConnOptions{GRPCMaxConns: 500, HTTPMaxConns: -1, GRPCConnectionTimeout: 3 * time.Second,
 					GRPCKeepaliveTime: 4 * time.Second, GRPCKeepaliveTimeout: 5 * time.Second, GRPCMaxConnectionIdle: 6 * time.Second,
 					GRPCMinPingInterval: 7 * time.Second, HTTPReadTimeout: 2 * time.Second, HTTPWriteTimeout: 8 * time.Second, HTTPIdleTimeout: 9 * time.Second}
-				if c.conns != want || c.grpcMaxConnAge != time.Hour {
-					t.Errorf("got %+v, age %v\nwant %+v, 1h", c.conns, c.grpcMaxConnAge, want)
+				if c.Server.Conns != want || c.Server.MaxConnectionAge != time.Hour {
+					t.Errorf("got %+v, age %v\nwant %+v, 1h", c.Server.Conns, c.Server.MaxConnectionAge, want)
 				}
 			}},
-		{"the deny cache is on by default", nil, envOf(), func(t *testing.T, c *config) {
-			if !c.denyCache || c.denyCacheSize != 0 || c.denyCacheMaxAge != time.Second {
-				t.Errorf("deny cache %v size %d", c.denyCache, c.denyCacheSize)
+		{"the deny cache is on by default", nil, envOf(), func(t *testing.T, c *Config) {
+			if c.Store.DenyCache.Disabled || c.Store.DenyCache.MaxEntries != 0 || c.Store.DenyCache.MaxAge != time.Second {
+				t.Errorf("deny cache disabled %v size %d", c.Store.DenyCache.Disabled, c.Store.DenyCache.MaxEntries)
 			}
 		}},
-		{"the deny cache from the environment", nil, envOf("FLOODGATE_DENY_CACHE", "false", "FLOODGATE_DENY_CACHE_SIZE", "1000", "FLOODGATE_DENY_CACHE_MAX_AGE", "250ms"), func(t *testing.T, c *config) {
-			if c.denyCache || c.denyCacheSize != 1000 || c.denyCacheMaxAge != 250*time.Millisecond {
-				t.Errorf("deny cache %v size %d", c.denyCache, c.denyCacheSize)
+		{"the deny cache from the environment", nil, envOf("FLOODGATE_DENY_CACHE", "false", "FLOODGATE_DENY_CACHE_SIZE", "1000", "FLOODGATE_DENY_CACHE_MAX_AGE", "250ms"), func(t *testing.T, c *Config) {
+			if !c.Store.DenyCache.Disabled || c.Store.DenyCache.MaxEntries != 1000 || c.Store.DenyCache.MaxAge != 250*time.Millisecond {
+				t.Errorf("deny cache disabled %v size %d", c.Store.DenyCache.Disabled, c.Store.DenyCache.MaxEntries)
 			}
 		}},
 		{"the per-second Redis from the reference's variables", nil, envOf(
 			"REDIS_URL", "main:6379", "REDIS_PERSECOND", "True", "REDIS_PERSECOND_URL", "/run/ps.sock", "REDIS_PERSECOND_SOCKET_TYPE", "unix",
 			"REDIS_PERSECOND_TYPE", "SINGLE", "REDIS_PERSECOND_AUTH", "u:p", "REDIS_PERSECOND_TLS", "false",
 			"REDIS_PERSECOND_POOL_SIZE", "4", "REDIS_PERSECOND_TIMEOUT", "3s", "REDIS_TLS", "true", "REDIS_TLS_CACERT", "/ca.pem",
-		), func(t *testing.T, c *config) {
-			want := redisSettings{url: "unix:///run/ps.sock", typ: "single", auth: "u:p", poolSize: 4, dialTimeout: 3 * time.Second}
-			if c.perSecond != want {
-				t.Errorf("per-second %+v\nwant %+v", c.perSecond, want)
+		), func(t *testing.T, c *Config) {
+			want := store.RedisOptions{URL: "unix:///run/ps.sock", Type: "SINGLE", Auth: "u:p", PoolSize: 4, DialTimeout: 3 * time.Second}
+			if c.Store.PerSecond != want {
+				t.Errorf("per-second %+v\nwant %+v", c.Store.PerSecond, want)
 			}
-			if c.redis.url != "main:6379" || !c.redis.tls || c.redisTLSFiles.CAFile != "/ca.pem" {
-				t.Errorf("main %+v, TLS files %+v", c.redis, c.redisTLSFiles)
+			if c.Store.Redis.URL != "main:6379" || !c.Store.Redis.TLS || c.Store.RedisTLSFiles.CAFile != "/ca.pem" {
+				t.Errorf("main %+v, TLS files %+v", c.Store.Redis, c.Store.RedisTLSFiles)
 			}
 		}},
 		{"REDIS_PERSECOND_* are read only with REDIS_PERSECOND=true, as in the reference", nil, envOf(
 			"REDIS_URL", "main:6379", "REDIS_PERSECOND", "false", "REDIS_PERSECOND_URL", "ps:6379", "REDIS_PERSECOND_TYPE", "cluster",
 			"REDIS_PERSECOND_AUTH", "pw", "REDIS_PERSECOND_TLS", "true", "REDIS_PERSECOND_POOL_SIZE", "4", "REDIS_PERSECOND_SOCKET_TYPE", "udp",
 			"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "ERROR", "REDIS_PERSECOND_PIPELINE_WINDOW", "1ms",
-		), func(t *testing.T, c *config) {
-			if c.perSecond != (redisSettings{typ: "single"}) || len(c.notes) != 0 {
-				t.Errorf("per-second %+v, notes %q: want none", c.perSecond, c.notes)
+		), func(t *testing.T, c *Config) {
+			if c.Store.PerSecond != (store.RedisOptions{Type: "single"}) || len(c.Notes) != 0 {
+				t.Errorf("per-second %+v, notes %q: want none", c.Store.PerSecond, c.Notes)
 			}
 		}},
 		{"FLOODGATE_REDIS_PERSECOND* follow the flags' names", nil, envOf(
 			"FLOODGATE_REDIS", "main:6379", "FLOODGATE_REDIS_PERSECOND", "rediss://ps:6380", "FLOODGATE_REDIS_PERSECOND_TYPE", "Sentinel",
 			"FLOODGATE_REDIS_PERSECOND_SENTINEL_AUTH", "spw", "FLOODGATE_REDIS_PERSECOND_DIAL_TIMEOUT", "1s", "FLOODGATE_REDIS_TLS_CA", "/ca.pem",
-		), func(t *testing.T, c *config) {
-			want := redisSettings{url: "rediss://ps:6380", typ: "sentinel", sentinelAuth: "spw", dialTimeout: time.Second}
-			if c.perSecond != want || !c.perSecond.tlsOn() || c.redis.tlsOn() {
-				t.Errorf("per-second %+v\nwant %+v, with TLS and the main Redis without", c.perSecond, want)
+		), func(t *testing.T, c *Config) {
+			want := store.RedisOptions{URL: "rediss://ps:6380", Type: "Sentinel", SentinelAuth: "spw", DialTimeout: time.Second}
+			if c.Store.PerSecond != want || c.Store.RedisTLSFiles.CAFile != "/ca.pem" {
+				t.Errorf("per-second %+v\nwant %+v, with the shared TLS files", c.Store.PerSecond, want)
 			}
 		}},
-		{"-explain takes a descriptor", []string{"-explain", "rl", "k=v"}, envOf(), func(t *testing.T, c *config) {
-			if !c.explain || len(c.args) != 2 {
-				t.Errorf("explain %v args %q", c.explain, c.args)
+		{"-explain takes a descriptor", []string{"-explain", "rl", "k=v"}, envOf(), func(t *testing.T, c *Config) {
+			if !c.Command.Explain || len(c.Command.Args) != 2 {
+				t.Errorf("explain %v args %q", c.Command.Explain, c.Command.Args)
 			}
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig(tc.args, tc.env)
+			c, err := Load(tc.args, tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,20 +233,11 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
-func equalConfig(a, b config) bool {
-	a.notes, b.notes = nil, nil
-	return a.rulesPath == b.rulesPath && a.redis == b.redis && a.perSecond == b.perSecond && a.grpcAddr == b.grpcAddr &&
-		a.httpAddr == b.httpAddr && a.debugAddr == b.debugAddr && a.logLevel == b.logLevel &&
-		a.logFormat == b.logFormat && a.nearLimitRatio == b.nearLimitRatio && a.failureMode == b.failureMode &&
-		a.redisDeadline == b.redisDeadline && a.shutdownTimeout == b.shutdownTimeout && a.redisTLSFiles == b.redisTLSFiles &&
-		a.shadowMode == b.shadowMode && a.mergeDomains == b.mergeDomains
-}
-
-func TestParseConfigErrors(t *testing.T) {
+func TestLoadErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
-		env  lookupFunc
+		env  Lookup
 		want string
 	}{
 		{"a bad variable names itself and the flag", nil, envOf("REDIS_POOL_SIZE", "many"), `REDIS_POOL_SIZE="many" (for -redis-pool-size)`},
@@ -247,8 +245,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"a bad header switch", nil, envOf("LIMIT_RESPONSE_HEADERS_ENABLED", "yes please"), "LIMIT_RESPONSE_HEADERS_ENABLED (want true or false)"},
 		{"gRPC TLS without a certificate", nil, envOf("GRPC_SERVER_USE_TLS", "true"), "-grpc-tls needs -grpc-tls-cert and -grpc-tls-key"},
 		{"a client CA without TLS", []string{"-grpc-client-ca", "ca.pem"}, envOf(), "-grpc-client-ca (GRPC_CLIENT_TLS_CACERT) needs -grpc-tls"},
-		{"a zero bound", nil, envOf("FLOODGATE_MAX_DESCRIPTORS", "0"), "-max-descriptors 0: must be at least 1"},
-		{"a negative message size", []string{"-max-message-bytes", "-1"}, envOf(), "-max-message-bytes -1: must be at least 1"},
+		{"a negative bound", nil, envOf("FLOODGATE_MAX_DESCRIPTORS", "-1"), "-max-descriptors -1: must not be negative (set by FLOODGATE_MAX_DESCRIPTORS)"},
+		{"a negative message size", []string{"-max-message-bytes", "-1"}, envOf(), "-max-message-bytes -1: must not be negative"},
 		{"memcache is refused", nil, envOf("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache: MEMCACHE_HOST_PORT or MEMCACHE_SRV is not set"},
 		{"every refusal at once", nil, envOf("USE_STATSD", "true", "USE_DOG_STATSD", "true", "TRACING_ENABLED", "true"), "USE_DOG_STATSD=true: USE_STATSD and USE_DOG_STATSD are both true"},
 		{"a Redis setting without Redis", nil, envOf("REDIS_TLS", "true"), "REDIS_TLS is set but REDIS_URL is not"},
@@ -262,10 +260,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"an http:// xDS URL", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "http://eg:18000"), `-xds-server "http://eg:18000": http:// is not a gRPC target; give host:port (or dns:///host:port) (set by CONFIG_GRPC_XDS_SERVER_URL)`},
 		{"an xDS host without a port", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway"), `-xds-server "envoy-gateway": want host:port (or dns:///host:port): address envoy-gateway: missing port in address (set by CONFIG_GRPC_XDS_SERVER_URL)`},
 		{"an xDS port out of range", []string{"-config-type", "grpc_xds_sotw", "-xds-server", "eg:99999"}, envOf(), `port "99999": want a number from 1 to 65535`},
-		{"node metadata without '='", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA", "zone:a"), `-xds-node-metadata: entry "zone:a": want key=value (set by CONFIG_GRPC_XDS_NODE_METADATA)`},
-		{"a header without ':'", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "token"), `-xds-headers: entry "token": want key:value`},
+		{"node metadata without '='", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA", "zone:a"), `CONFIG_GRPC_XDS_NODE_METADATA="zone:a" (for -xds-node-metadata): entry "zone:a": want key=value`},
+		{"a header without ':'", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "token"), `(for -xds-headers): entry "token": want key:value`},
 		{"xDS TLS files without TLS", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "ca.pem"), "need -xds-tls (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)"},
-		{"an xDS backoff upside down", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2m"), "-xds-backoff-initial 2m0s and -xds-backoff-max 1m0s: want 0 < initial <= max"},
+		{"an xDS backoff upside down", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2m"), "-xds-backoff-initial 2m0s and -xds-backoff-max 1m0s: want initial <= max (set by XDS_CLIENT_BACKOFF_INITIAL_INTERVAL)"},
 		{"REDIS_PERSECOND=true without its URL", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true"), "REDIS_PERSECOND=true: REDIS_PERSECOND_URL is not set"},
 		{"REDIS_PERSECOND not a boolean", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "yes", "REDIS_PERSECOND_URL", "h:2"), "REDIS_PERSECOND=yes: want true or false"},
 		{"a per-second Redis without the main one", nil, envOf("REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2"), "-redis-persecond (REDIS_PERSECOND_URL) needs -redis (REDIS_URL)"},
@@ -273,7 +271,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"unknown per-second redis type", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_PERSECOND_TYPE", "ring"), `-redis-persecond-type "ring"`},
 		{"a per-second sentinel password without Sentinel", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_PERSECOND_SENTINEL_AUTH", "pw"), "needs -redis-persecond-type sentinel"},
 		{"a bad per-second socket type", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_PERSECOND_SOCKET_TYPE", "udp"), "REDIS_PERSECOND_SOCKET_TYPE=udp: want tcp or unix"},
-		{"unknown log format", nil, envOf("LOG_FORMAT", "xml"), `-log-format "xml"`},
+		{"unknown log format", nil, envOf("LOG_FORMAT", "xml"), `LOG_FORMAT="xml" (for -log-format): want text or json`},
 		{"unknown log level", nil, envOf("LOG_LEVEL", "loud"), `unknown log level "loud"`},
 		{"ratio out of range", []string{"-near-limit-ratio", "1.5"}, envOf(), "-near-limit-ratio 1.5"},
 		{"a negative connection timeout", []string{"-grpc-connection-timeout", "-1s"}, envOf(), "-grpc-connection-timeout -1s: must not be negative"},
@@ -284,7 +282,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConfig(tc.args, tc.env)
+			_, err := Load(tc.args, tc.env)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.want)
 			}
@@ -298,8 +296,8 @@ func TestRedactedAddr(t *testing.T) {
 		"host:6379":                   "host:6379",
 		"master,s1:26379":             "master,s1:26379",
 	} {
-		if got := redactedAddr(in); got != want {
-			t.Errorf("redactedAddr(%q) = %q, want %q", in, got, want)
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -312,7 +310,7 @@ func TestEnvironmentPrecedence(t *testing.T) {
 	tests := []struct {
 		name      string
 		args      []string
-		env       lookupFunc
+		env       Lookup
 		rules     string
 		from      string
 		notes     []string
@@ -334,17 +332,17 @@ func TestEnvironmentPrecedence(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig(tc.args, tc.env)
+			c, err := Load(tc.args, tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.rulesPath != tc.rules || c.rulesFrom != tc.from {
-				t.Errorf("rules %q from %q, want %q from %q", c.rulesPath, c.rulesFrom, tc.rules, tc.from)
+			if c.Rules.Path != tc.rules || c.Rules.PathFrom != tc.from {
+				t.Errorf("rules %q from %q, want %q from %q", c.Rules.Path, c.Rules.PathFrom, tc.rules, tc.from)
 			}
-			if !slices.Equal(c.notes, tc.notes) {
-				t.Errorf("notes %q\nwant %q", c.notes, tc.notes)
+			if !slices.Equal(c.Notes, tc.notes) {
+				t.Errorf("notes %q\nwant %q", c.Notes, tc.notes)
 			}
-			for _, n := range c.notes {
+			for _, n := range c.Notes {
 				if tc.forbidden != "" && strings.Contains(n, tc.forbidden) {
 					t.Errorf("note %q shows %q", n, tc.forbidden)
 				}
@@ -363,7 +361,7 @@ func TestReferenceSpellings(t *testing.T) {
 		{"REDIS_TYPE", "SENTINEL", "REDIS_URL", "m,h:1"}, {"BACKEND_TYPE", "Redis"}, {"CONFIG_TYPE", "file"}, {"CONFIG_TYPE", "grpc_xds_sotw"},
 		{"REDIS_SOCKET_TYPE", "TCP", "REDIS_URL", "h:1"}, {"REDIS_SOCKET_TYPE", "unix", "REDIS_URL", "/run/r.sock"},
 	} {
-		if _, err := parseConfig(nil, envOf(kv...)); err != nil {
+		if _, err := Load(nil, envOf(kv...)); err != nil {
 			t.Errorf("%v: %v", kv, err)
 		}
 	}
@@ -377,7 +375,7 @@ func TestReferenceSpellings(t *testing.T) {
 		{[]string{"BACKEND_TYPE", "etcd"}, "want redis or memcache"},
 		{[]string{"CONFIG_TYPE", "GRPC_XDS_DELTA"}, `CONFIG_TYPE="GRPC_XDS_DELTA" (for -config-type): want file or grpc_xds_sotw`},
 	} {
-		if _, err := parseConfig(nil, envOf(tc.kv...)); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Load(nil, envOf(tc.kv...)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error saying %q", tc.kv, err, tc.want)
 		}
 	}
@@ -395,12 +393,12 @@ func TestImageDefault(t *testing.T) {
 		wantOK            bool
 	}{
 		{"outside the image", refDir, "", "", "", false},
-		{"image, reference directory mounted", refDir, "/etc/floodgate/config", refDir, referenceDefaultFrom, true},
-		{"image, nothing mounted", missing, "/etc/floodgate/config", "/etc/floodgate/config", defaultConfigVar, true},
+		{"image, reference directory mounted", refDir, "/etc/floodgate/config", refDir, ReferenceDefaultFrom, true},
+		{"image, nothing mounted", missing, "/etc/floodgate/config", "/etc/floodgate/config", DefaultConfigVar, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := func(k string) (string, bool) {
-				if k == defaultConfigVar && tc.env != "" {
+				if k == DefaultConfigVar && tc.env != "" {
 					return tc.env, true
 				}
 				return "", false
@@ -433,7 +431,7 @@ func TestValidationNamesTheVariable(t *testing.T) {
 		{[]string{"-debug-addr", "localhost"}, nil, `-debug-addr "localhost": want host:port`},
 	}
 	for _, tc := range tests {
-		_, err := parseConfig(tc.args, envOf(tc.env...))
+		_, err := Load(tc.args, envOf(tc.env...))
 		if err == nil || !strings.HasSuffix(err.Error(), tc.want) {
 			t.Errorf("args %q env %q: err = %v, want it to end with %q", tc.args, tc.env, err, tc.want)
 		}

@@ -1,10 +1,7 @@
-package main
+package settings
 
 import (
-	"fmt"
-	"os"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 )
@@ -95,7 +92,7 @@ var honouredSamples = map[string][]string{
 	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": {"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "BACKEND_TYPE", "memcache", "MEMCACHE_HOST_PORT", "m:11211", "MEMCACHE_TLS", "true"},
 	"USE_STATSD":                              {"USE_STATSD", "true"},
 	"USE_DOG_STATSD":                          {"USE_DOG_STATSD", "true"},
-	"USE_DOG_STATSD_MOGRIFIERS":               {"USE_DOG_STATSD_MOGRIFIERS", "m"},
+	"USE_DOG_STATSD_MOGRIFIERS":               {"USE_DOG_STATSD_MOGRIFIERS", "m", "DOG_STATSD_MOGRIFIER_M_PATTERN", "^a$", "DOG_STATSD_MOGRIFIER_M_NAME", "b"},
 	"STATSD_HOST":                             {"STATSD_HOST", "statsd.svc"},
 	"STATSD_PORT":                             {"STATSD_PORT", "9125"},
 	"STATSD_PROTOCOL":                         {"STATSD_PROTOCOL", "udp"},
@@ -135,31 +132,31 @@ var refusedSamples = map[string]struct {
 // an error naming it, or accepted without changing anything floodgate
 // does, as the table says, so that no variable is ignored in silence.
 func TestReferenceTable(t *testing.T) {
-	parse := func(t *testing.T, kv ...string) (*config, error) {
+	parse := func(t *testing.T, kv ...string) (*Config, error) {
 		t.Helper()
-		return parseConfig(nil, envOf(kv...))
+		return Load(nil, envOf(kv...))
 	}
 	defaults, err := parse(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	same := func(a, b *config) bool {
+	same := func(a, b *Config) bool {
 		x, y := *a, *b
-		x.notes, y.notes = nil, nil
+		x.Notes, y.Notes, x.From, y.From = nil, nil, nil, nil
 		return reflect.DeepEqual(x, y)
 	}
 	seen := map[string]bool{}
 	honoured, refused, accepted := 0, 0, 0
-	for _, r := range referenceVars {
-		if seen[r.name] {
-			t.Errorf("%s is in the table twice", r.name)
+	for _, r := range References {
+		if seen[r.Name] {
+			t.Errorf("%s is in the table twice", r.Name)
 		}
-		seen[r.name] = true
-		t.Run(r.name, func(t *testing.T) {
+		seen[r.Name] = true
+		t.Run(r.Name, func(t *testing.T) {
 			switch {
-			case r.flag != "":
+			case r.Flag != "":
 				honoured++
-				kv, ok := honouredSamples[r.name]
+				kv, ok := honouredSamples[r.Name]
 				if !ok {
 					t.Fatalf("honoured, but no sample value: add one to honouredSamples")
 				}
@@ -179,38 +176,38 @@ func TestReferenceTable(t *testing.T) {
 				if same(c, base) {
 					t.Errorf("%s=%s changed nothing", kv[0], kv[1])
 				}
-			case r.refuse != nil:
+			case r.Refuse != nil:
 				refused++
-				s, ok := refusedSamples[r.name]
+				s, ok := refusedSamples[r.Name]
 				if !ok {
 					t.Fatalf("refusable, but no sample: add one to refusedSamples")
 				}
-				_, err := parse(t, append([]string{r.name, s.bad}, s.with...)...)
-				if err == nil || !strings.Contains(err.Error(), r.name+"="+s.bad+": ") {
-					t.Errorf("%s=%s: %v, want a refusal naming it", r.name, s.bad, err)
+				_, err := parse(t, append([]string{r.Name, s.bad}, s.with...)...)
+				if err == nil || !strings.Contains(err.Error(), r.Name+"="+s.bad+": ") {
+					t.Errorf("%s=%s: %v, want a refusal naming it", r.Name, s.bad, err)
 				}
 				if s.good != "" {
-					if _, err := parse(t, append([]string{r.name, s.good}, s.with...)...); err != nil {
-						t.Errorf("%s=%s refused: %v", r.name, s.good, err)
+					if _, err := parse(t, append([]string{r.Name, s.good}, s.with...)...); err != nil {
+						t.Errorf("%s=%s refused: %v", r.Name, s.good, err)
 					}
 				}
 			default:
 				accepted++
 				for _, v := range []string{"true", "x"} {
-					kv := []string{r.name, v}
-					if r.redis {
+					kv := []string{r.Name, v}
+					if r.Redis {
 						kv = append(kv, "REDIS_URL", "h:1")
 					}
 					c, err := parse(t, kv...)
 					if err != nil {
-						t.Fatalf("%s=%s: %v", r.name, v, err)
+						t.Fatalf("%s=%s: %v", r.Name, v, err)
 					}
 					base := defaults
-					if r.redis {
+					if r.Redis {
 						base, _ = parse(t, "REDIS_URL", "h:1")
 					}
 					if !same(c, base) {
-						t.Errorf("%s=%s, accepted as without effect, changed the configuration", r.name, v)
+						t.Errorf("%s=%s, accepted as without effect, changed the configuration", r.Name, v)
 					}
 				}
 			}
@@ -226,45 +223,5 @@ func TestReferenceTable(t *testing.T) {
 			t.Errorf("refusedSamples has %s, which the table lacks", name)
 		}
 	}
-	t.Logf("%d variables: %d honoured, %d with refused values, %d accepted", len(referenceVars), honoured, refused, accepted)
-	doc, err := os.ReadFile("../../docs/migrating.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("In numbers: %d honoured, %d with refused values,\n%d accepted.", honoured, refused, accepted)
-	if !strings.Contains(string(doc), want) {
-		t.Errorf("docs/migrating.md does not say %q", want)
-	}
-}
-
-// TestReferenceTableIsDocumented: docs/migrating.md lists every variable
-// of the table and no other, with its flag when honoured and "refused"
-// when some values are.
-func TestReferenceTableIsDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../docs/migrating.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := map[string]string{}
-	row := regexp.MustCompile("(?m)^\\| `([A-Z][A-Z0-9_]+)` \\|(.*)$")
-	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
-		rows[m[1]] = m[2]
-	}
-	for _, r := range referenceVars {
-		doc, ok := rows[r.name]
-		if !ok {
-			t.Errorf("docs/migrating.md has no row for %s", r.name)
-			continue
-		}
-		delete(rows, r.name)
-		if r.flag != "" && !strings.Contains(doc, "`-"+r.flag+"`") {
-			t.Errorf("docs/migrating.md: %s sets -%s, which its row does not name", r.name, r.flag)
-		}
-		if r.refuse != nil && !strings.Contains(doc, "refused") {
-			t.Errorf("docs/migrating.md: %s has refused values, which its row does not say", r.name)
-		}
-	}
-	for name := range rows {
-		t.Errorf("docs/migrating.md has a row for %s, which is not in referenceVars", name)
-	}
+	t.Logf("%d variables: %d honoured, %d with refused values, %d accepted", len(References), honoured, refused, accepted)
 }

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/floodgate/floodgate/internal/settings"
+	"github.com/floodgate/floodgate/pkg/denycache"
+	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/server"
+	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/pkg/tracing"
+)
+
+// app is the server being assembled: settings → rule source → store →
+// service → listeners. Its parts are closed in the reverse order of their
+// opening.
+type app struct {
+	cfg    *settings.Config
+	logger *slog.Logger
+	reg    *prometheus.Registry
+
+	rules   ruleSource
+	follow  func(context.Context) error
+	store   *counterStore
+	limiter limit.Limiter
+	statsd  *statsd.Client
+	metrics *envoy.Metrics
+	tracer  *tracing.Tracer
+	closers []func()
+}
+
+// exitError is an error that ends the program with code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// exit tags err with the exit code it ends the program with.
+func exit(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: code, err: err}
+}
+
+// serve runs the server until ctx ends and returns the exit code: 0 after
+// a shutdown asked by ctx, 1 when requests were cut or a part failed, 2
+// for a setting a part refused.
+func serve(ctx context.Context, cfg *settings.Config, out *logOutput) int {
+	a := &app{cfg: cfg, logger: out.logger, reg: prometheus.NewRegistry()}
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	defer a.close()
+	srv, err := a.assemble(ctx)
+	if err != nil {
+		out.fatal(err, "")
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		return 1
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := a.follow(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
+			a.logger.Error("rules: watching stopped; the loaded rules stay in force", "err", err)
+		}
+	}()
+	if err := srv.Run(ctx); err != nil {
+		if !errors.Is(err, server.ErrRequestsCut) {
+			// ErrRequestsCut is logged by the server with the count; the
+			// exit code tells the supervisor that answers were lost.
+			a.logger.Error("server failed", "err", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// close closes the parts opened, last first.
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+}
+
+// assemble opens every part and returns the listeners, ready to run.
+func (a *app) assemble(ctx context.Context) (*server.Server, error) {
+	var err error
+	if a.rules, a.follow, err = openRules(ctx, a.cfg, a.logger); err != nil {
+		return nil, exit(1, err)
+	}
+	if err := a.openStore(ctx); err != nil {
+		return nil, exit(2, a.cfg.Explain(err))
+	}
+	if err := a.openMetrics(); err != nil {
+		return nil, err
+	}
+	if a.tracer, err = newTracer(ctx, a.cfg.Tracing, a.store.name, a.logger); err != nil {
+		return nil, exit(2, a.cfg.Explain(err))
+	}
+	// Closed after the store, so run first: the last spans go out once the
+	// server has stopped answering.
+	a.closers = append(a.closers, func() { shutdownTracer(a.tracer, a.logger) })
+	svc, err := a.service()
+	if err != nil {
+		return nil, err
+	}
+	return a.listeners(svc)
+}
+
+// openStore opens the counter store and, with Redis, the deny cache in
+// front of it, flushed when the rules change.
+func (a *app) openStore(ctx context.Context) error {
+	st, err := newStore(ctx, a.cfg, a.logger)
+	if err != nil {
+		return err
+	}
+	a.store, a.limiter = st, st.limiter
+	a.closers = append(a.closers, st.close)
+	st.registerMetrics(a.reg)
+	if dc := a.cfg.Store.DenyCache; st.name == "redis" && !dc.Disabled {
+		cache := denycache.New(a.limiter, denycache.Options{MaxEntries: dc.MaxEntries, MaxAge: dc.MaxAge})
+		registerDenyCacheMetrics(a.reg, cache)
+		go flushOnReload(ctx, a.rules, cache)
+		a.limiter = cache
+	}
+	return nil
+}
+
+// openMetrics opens statsd, when on, and the service's and the rules'
+// Prometheus metrics.
+func (a *app) openMetrics() error {
+	if err := a.openStatsd(); err != nil {
+		return exit(2, a.cfg.Explain(err))
+	}
+	mo := a.cfg.Metrics
+	mo.Store, mo.Statsd = a.store.name, a.statsd
+	m, err := envoy.NewMetrics(a.reg, mo)
+	if err == nil {
+		err = server.RegisterRuleMetrics(a.reg, a.rules)
+	}
+	if err != nil {
+		return exit(1, fmt.Errorf("metrics: %w", err))
+	}
+	a.metrics = m
+	return nil
+}
+
+// openStatsd starts sending the reference's statsd stats when on.
+func (a *app) openStatsd() error {
+	st := a.cfg.Statsd
+	if !st.On {
+		return nil
+	}
+	opts := st.Options
+	opts.Logger = a.logger
+	sd, err := statsd.New(opts)
+	if err != nil {
+		return err
+	}
+	a.logger.Info("sending statsd", "addr", opts.Addr, "protocol", opts.Network, "dogstatsd", opts.DogStatsD, "flush_interval", opts.FlushInterval.String())
+	// Closed after the server has stopped, so the last counts go out.
+	a.closers = append(a.closers, func() { sd.Close() })
+	sd.RuntimeStats("ratelimit.go")
+	envoy.StatsdRuleLoads(sd, a.rules.Status)
+	a.statsd = sd
+	return nil
+}
+
+// service returns the RLS service, recording the requests it serves when
+// -capture asks.
+func (a *app) service() (pb.RateLimitServiceServer, error) {
+	opts := a.cfg.Service
+	opts.StoreTimeout = a.cfg.Store.Deadline
+	opts.Logger, opts.Metrics, opts.Tracer = a.logger, a.metrics, a.tracer
+	svc, err := envoy.New(a.rules, a.limiter, opts)
+	if err != nil {
+		return nil, exit(2, a.cfg.Explain(err))
+	}
+	rls, stopCapture, err := withCapture(svc, &a.cfg.Capture, a.reg, a.logger)
+	if err != nil {
+		return nil, exit(2, a.cfg.Explain(err))
+	}
+	// After the server has stopped, so the last requests are recorded.
+	a.closers = append(a.closers, stopCapture)
+	return rls, nil
+}
+
+// listeners returns the gRPC, HTTP and debug listeners of svc.
+func (a *app) listeners(svc pb.RateLimitServiceServer) (*server.Server, error) {
+	health := a.store.readiness(a.cfg)
+	pages, err := newUI(a.cfg.UI, a.rules, a.reg, a.metrics, health)
+	if err != nil {
+		return nil, exit(1, err)
+	}
+	opts := a.cfg.Server
+	opts.Logger, opts.Store, opts.Refused = a.logger, health, a.metrics.Refused
+	opts.UI, opts.DebugUI = pages.http, withPushedFiles(pages.debug, a.rules)
+	if t := a.cfg.GRPCTLS; t.On {
+		if opts.TLS, err = server.NewTLSConfig(t.Files, a.logger); err != nil {
+			return nil, exit(2, err)
+		}
+	}
+	srv, err := server.New(svc, a.rules, a.reg, opts)
+	if err == nil {
+		err = srv.RegisterMetrics(a.reg)
+	}
+	return srv, exit(2, a.cfg.Explain(err))
+}
+
+// flushOnReload flushes the deny cache each time the rules change, until
+// ctx ends. A denial is a fact about a counter under one spec, which a spec
+// change never matches anyway; flushing also covers what a reload changes
+// around the spec.
+func flushOnReload(ctx context.Context, w ruleSource, cache *denycache.Cache) {
+	for {
+		select {
+		case <-w.Changed():
+			cache.Flush()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// registerDenyCacheMetrics exposes the deny cache's counts.
+func registerDenyCacheMetrics(reg prometheus.Registerer, cache *denycache.Cache) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "floodgate", Name: "deny_cache_answers_total",
+			Help: "Store calls answered from the deny cache, without Redis."},
+			func() float64 { return float64(cache.Stats().Answered) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "floodgate", Name: "deny_cache_misses_total",
+			Help: "Store calls the deny cache passed to Redis."},
+			func() float64 { return float64(cache.Stats().Evaluated) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "deny_cache_entries",
+			Help: "Denials held by the deny cache, expired ones included until swept."},
+			func() float64 { return float64(cache.Len()) }),
+	)
+}

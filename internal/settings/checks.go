@@ -1,0 +1,101 @@
+package settings
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/floodgate/floodgate/internal/tlsclient"
+)
+
+// check refuses settings that need others, and what no package checks
+// because it concerns how the binary was called. The ranges of single
+// settings are their packages' (validate).
+func (c *Config) check(fs *flag.FlagSet, given map[string]bool) error {
+	for _, check := range []func() error{
+		func() error { return c.checkXDS(fs) },
+		c.checkGRPCTLS,
+		func() error { return c.checkCapture(fs) },
+		c.checkCommand,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return c.validate()
+}
+
+// changed returns the flags of fs with prefix whose values differ from
+// their defaults, in -h's order.
+func changed(fs *flag.FlagSet, prefix string) []string {
+	var names []string
+	for i := range Table {
+		s := &Table[i]
+		if f := fs.Lookup(s.Flag); strings.HasPrefix(s.Flag, prefix) && f.Value.String() != f.DefValue {
+			names = append(names, "-"+s.Flag)
+		}
+	}
+	return names
+}
+
+// checkXDS refuses xDS settings while the rules come from files, and TLS
+// files without TLS; it notes that a rule path set is not read with xDS.
+func (c *Config) checkXDS(fs *flag.FlagSet) error {
+	r := &c.Rules
+	if !r.XDS {
+		if set := changed(fs, "xds-"); len(set) > 0 {
+			// The flags first: Explain then names their variables
+			// (FLOODGATE_XDS_SERVER) before CONFIG_TYPE's.
+			return fmt.Errorf("%s set, but the rules come from files: xDS settings need -config-type grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW)", strings.Join(set, ", "))
+		}
+		return nil
+	}
+	if !r.XDSTLS.On && (r.XDSTLS.Files != tlsclient.Files{} || r.XDSTLS.SAN != "") {
+		// The reference reads them only with TLS on; a user who set them
+		// meant TLS, and would silently get none.
+		return errors.New("-xds-tls-ca, -xds-tls-cert, -xds-tls-key and -xds-tls-san (CONFIG_GRPC_XDS_*_TLS_*) need -xds-tls (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)")
+	}
+	if from := r.PathFrom; from != "" && from != DefaultConfigVar && from != ReferenceDefaultFrom {
+		c.Notes = append(c.Notes, "the rules come from the xDS server (-config-type grpc_xds_sotw): "+from+" is not read; floodgate check and explain still read it")
+	}
+	return nil
+}
+
+// checkGRPCTLS refuses a client CA or SAN without TLS, which would be
+// security lost in silence, and notes a certificate without TLS (the
+// reference's own default layout: it reads them only with TLS on).
+func (c *Config) checkGRPCTLS() error {
+	t := &c.GRPCTLS
+	switch {
+	case t.On && (t.Files.CertFile == "" || t.Files.KeyFile == ""):
+		return errors.New("-grpc-tls needs -grpc-tls-cert and -grpc-tls-key (GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY)")
+	case !t.On && t.Files.ClientCAFile != "":
+		return errors.New("-grpc-client-ca (GRPC_CLIENT_TLS_CACERT) needs -grpc-tls (GRPC_SERVER_USE_TLS=true)")
+	case !t.On && (t.Files.CertFile != "" || t.Files.KeyFile != ""):
+		c.Notes = append(c.Notes, "a gRPC TLS certificate or key is set but -grpc-tls (GRPC_SERVER_USE_TLS) is off: gRPC is served without TLS")
+	case t.Files.ClientSAN != "" && t.Files.ClientCAFile == "":
+		return errors.New("-grpc-client-san (GRPC_CLIENT_TLS_SAN) needs -grpc-client-ca (GRPC_CLIENT_TLS_CACERT): without mutual TLS no client certificate is checked")
+	}
+	return nil
+}
+
+// checkCapture refuses the capture's settings without a capture file.
+func (c *Config) checkCapture(fs *flag.FlagSet) error {
+	if c.Capture.Path == "" && len(changed(fs, "capture-")) > 0 {
+		return errors.New("-capture-sample and -capture-max-bytes need -capture")
+	}
+	return nil
+}
+
+// checkCommand refuses arguments but -explain's, which needs a descriptor.
+func (c *Config) checkCommand() error {
+	cmd := &c.Command
+	if cmd.Explain && len(cmd.Args) < 2 {
+		return errors.New("-explain needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice")
+	}
+	if !cmd.Explain && len(cmd.Args) > 0 {
+		return fmt.Errorf("unexpected arguments %q (only -explain takes arguments)", cmd.Args)
+	}
+	return nil
+}

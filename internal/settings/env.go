@@ -1,0 +1,203 @@
+package settings
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// envSource derives a flag's value from the environment. It returns the
+// value, a description of where it came from (for error messages), and
+// whether the environment sets it.
+type envSource func(env Lookup) (value, from string, ok bool)
+
+// envVar reads one variable.
+func envVar(name string) envSource {
+	return func(env Lookup) (string, string, bool) {
+		v, ok := env(name)
+		return v, name, ok && v != ""
+	}
+}
+
+// hostPort joins the reference server's HOST/PORT style pair; an unset
+// port keeps defPort, an unset host listens on every interface.
+func hostPort(hostVar, portVar, defPort string) envSource {
+	return hostPortOn(hostVar, portVar, "", defPort)
+}
+
+// hostPortOn is hostPort with defHost for an unset host.
+func hostPortOn(hostVar, portVar, defHost, defPort string) envSource {
+	return func(env Lookup) (string, string, bool) {
+		host, hok := env(hostVar)
+		port, pok := env(portVar)
+		if !hok && !pok {
+			return "", "", false
+		}
+		if !hok {
+			host = defHost
+		}
+		if port == "" {
+			port = defPort
+		}
+		return net.JoinHostPort(host, port), hostVar + "/" + portVar, true
+	}
+}
+
+// runtimePath is the reference server's rule directory:
+// $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY, with its
+// defaults for the parts left unset (/srv/runtime_data/current, "",
+// "config").
+func runtimePath(env Lookup) (string, string, bool) {
+	root, rok := env("RUNTIME_ROOT")
+	sub, sok := env("RUNTIME_SUBDIRECTORY")
+	app, aok := env("RUNTIME_APPDIRECTORY")
+	if !rok && !sok && !aok {
+		return "", "", false
+	}
+	if root == "" {
+		root = "/srv/runtime_data/current"
+	}
+	if app == "" {
+		app = "config"
+	}
+	return filepath.Join(root, sub, app), "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY", true
+}
+
+// socketURL reads a Redis URL variable with its socket type variable
+// (REDIS_URL and REDIS_SOCKET_TYPE): "unix" makes it a socket path.
+func socketURL(urlVar, socketVar string) envSource {
+	return func(env Lookup) (string, string, bool) {
+		u, ok := env(urlVar)
+		if !ok || u == "" {
+			return "", "", false
+		}
+		if st, _ := env(socketVar); strings.EqualFold(st, "unix") && !strings.Contains(u, "://") {
+			return "unix://" + u, urlVar + " (" + socketVar + "=unix)", true
+		}
+		return u, urlVar, true
+	}
+}
+
+// perSecondOn reports whether REDIS_PERSECOND=true: the reference server
+// reads the other REDIS_PERSECOND_* variables only then.
+func perSecondOn(env Lookup) bool { return isSetTrue(env, "REDIS_PERSECOND") }
+
+// whilePerSecond is src while REDIS_PERSECOND=true, and unset otherwise.
+func whilePerSecond(src envSource) envSource {
+	return func(env Lookup) (string, string, bool) {
+		if !perSecondOn(env) {
+			return "", "", false
+		}
+		return src(env)
+	}
+}
+
+// memcacheOn reports whether BACKEND_TYPE=memcache: the reference reads the
+// MEMCACHE_* variables only then.
+func memcacheOn(env Lookup) bool {
+	v, _ := env("BACKEND_TYPE")
+	return strings.EqualFold(v, "memcache")
+}
+
+// whileMemcache is src while BACKEND_TYPE=memcache, and unset otherwise.
+func whileMemcache(src envSource) envSource {
+	return func(env Lookup) (string, string, bool) {
+		if !memcacheOn(env) {
+			return "", "", false
+		}
+		return src(env)
+	}
+}
+
+// statsdOn says whether the reference would send statsd: DISABLE_STATS=true
+// turns it off; USE_STATSD or USE_DOG_STATSD set say; otherwise a
+// deployment that sets STATSD_HOST or STATSD_PORT relies on the reference's
+// default (USE_STATSD true). With nothing set, floodgate keeps to
+// Prometheus, its default.
+func statsdOn(env Lookup) (string, string, bool) {
+	switch {
+	case isSetTrue(env, "DISABLE_STATS"):
+		return "false", "DISABLE_STATS", true
+	case isSetTrue(env, "USE_DOG_STATSD"):
+		return "true", "USE_DOG_STATSD", true
+	}
+	if v, ok := env("USE_STATSD"); ok && v != "" {
+		return v, "USE_STATSD", true
+	}
+	for _, name := range []string{"STATSD_HOST", "STATSD_PORT"} {
+		if v, ok := env(name); ok && v != "" {
+			return "true", name + " (USE_STATSD defaults to true in the reference)", true
+		}
+	}
+	return "", "", false
+}
+
+// headersEnabled maps LIMIT_RESPONSE_HEADERS_ENABLED to a header style.
+func headersEnabled(env Lookup) (string, string, bool) {
+	v, ok := env("LIMIT_RESPONSE_HEADERS_ENABLED")
+	if !ok || v == "" {
+		return "", "", false
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return v, "LIMIT_RESPONSE_HEADERS_ENABLED (want true or false)", true
+	}
+	if on {
+		return "reference", "LIMIT_RESPONSE_HEADERS_ENABLED", true
+	}
+	return "off", "LIMIT_RESPONSE_HEADERS_ENABLED", true
+}
+
+// DefaultConfigVar sets the rule path when nothing else does: below -config,
+// FLOODGATE_CONFIG and RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+// The image sets it to its demo rules, so that a deployment written for the
+// reference server, which sets RUNTIME_*, gets its own rules.
+const DefaultConfigVar = "FLOODGATE_DEFAULT_CONFIG"
+
+// ReferenceDefaultDir is where the reference server reads its rules when no
+// RUNTIME_* variable is set.
+const ReferenceDefaultDir = "/srv/runtime_data/current/config"
+
+// ReferenceDefaultFrom names ReferenceDefaultDir as the origin of the rules.
+const ReferenceDefaultFrom = "the reference server's default directory"
+
+// imageDefault reads FLOODGATE_DEFAULT_CONFIG, unless refDir (the reference
+// server's default directory) exists: a manifest written for the reference
+// that mounts its rules there and sets no RUNTIME_* variable must get them,
+// not the image's demo rules.
+func imageDefault(refDir string) envSource {
+	return func(env Lookup) (string, string, bool) {
+		v, ok := env(DefaultConfigVar)
+		if !ok || v == "" {
+			return "", "", false
+		}
+		if fi, err := os.Stat(refDir); err == nil && fi.IsDir() {
+			return refDir, ReferenceDefaultFrom, true
+		}
+		return v, DefaultConfigVar, true
+	}
+}
+
+// fallbacks are the variables read for a flag when neither floodgateVar nor
+// a reference variable sets it.
+var fallbacks = map[string]envSource{"config": imageDefault(ReferenceDefaultDir)}
+
+// xdsOn reports whether CONFIG_TYPE=GRPC_XDS_SOTW: the reference reads its
+// xDS variables only then.
+func xdsOn(env Lookup) bool {
+	v, _ := env("CONFIG_TYPE")
+	var on ConfigType
+	return on.UnmarshalText([]byte(v)) == nil && bool(on)
+}
+
+// whileXDS is src while CONFIG_TYPE=GRPC_XDS_SOTW, and unset otherwise.
+func whileXDS(src envSource) envSource {
+	return func(env Lookup) (string, string, bool) {
+		if !xdsOn(env) {
+			return "", "", false
+		}
+		return src(env)
+	}
+}

@@ -1,0 +1,284 @@
+package settings
+
+import (
+	"flag"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// ErrHelp is returned by Load for -h and -help.
+var ErrHelp = flag.ErrHelp
+
+// Load reads the command line args and the environment env into a Config:
+// each setting from its flag if given, else its FLOODGATE_* variable, else
+// the first of the reference server's variables that sets it, else its
+// fallback (FLOODGATE_DEFAULT_CONFIG for -config), else its default. It
+// refuses, all at once, the reference variables set to values floodgate
+// cannot honour, and settings that need others (cross checks); each
+// error names the flag and the variable that set it. Config.Notes get a
+// line for each variable overridden and each accepted with a difference
+// worth knowing. Range checks are the packages' (Explain names the
+// setting behind one of their errors).
+func Load(args []string, env Lookup) (*Config, error) {
+	c := &Config{}
+	fs, err := flagSet(Table, c, env)
+	if err != nil {
+		return nil, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	c.Command.Args = fs.Args()
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["config"] {
+		c.Rules.PathFrom = "-config"
+	}
+	overrides, err := c.fromEnv(fs, env, given)
+	if err != nil {
+		return nil, err
+	}
+	if c.Rules.PathFrom == "" {
+		c.Rules.PathFrom = c.From["config"]
+	}
+	c.Notes = append(c.Notes, overrides...)
+	notes, err := checkReference(env, c.Store.Redis.URL != "")
+	if err != nil {
+		return nil, err
+	}
+	c.Notes = append(c.Notes, notes...)
+	c.resolve()
+	return c, c.Explain(c.check(fs, given))
+}
+
+// fromEnv sets each flag not given on the command line from its
+// FLOODGATE_ variable, else from the first reference variable that sets
+// it, else from its fallback. It records in c.From the variable(s) each
+// flag was set from, and returns a note for each variable set but
+// overridden by a flag or a FLOODGATE_ variable, so that an operator who
+// set RUNTIME_ROOT and sees other rules is told why.
+func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (overrides []string, err error) {
+	c.From = map[string]string{}
+	for i := range Table {
+		s := &Table[i]
+		if s.Command {
+			continue
+		}
+		winner := ""
+		if given[s.Flag] {
+			winner = "-" + s.Flag
+		}
+		seen := map[string]bool{}
+		for _, src := range s.sources() {
+			v, name, ok := src(env)
+			if !ok || seen[name] {
+				continue
+			}
+			seen[name] = true
+			if winner != "" {
+				overrides = append(overrides, fmt.Sprintf("%s overrides %s=%s", winner, name, s.shown(v)))
+				continue
+			}
+			if e := fs.Set(s.Flag, v); e != nil {
+				return nil, fmt.Errorf("%s=%q (for -%s): %w", name, s.shown(v), s.Flag, e)
+			}
+			winner, c.From[s.Flag] = name, name
+		}
+		if fb, ok := fallbacks[s.Flag]; ok && winner == "" {
+			if v, name, ok := fb(env); ok {
+				if e := fs.Set(s.Flag, v); e != nil {
+					return nil, fmt.Errorf("%s=%q (for -%s): %w", name, v, s.Flag, e)
+				}
+				c.From[s.Flag] = name
+			}
+		}
+	}
+	return overrides, nil
+}
+
+// sources are the variables that set s, in precedence order: its own,
+// then the reference server's.
+func (s *Setting) sources() []envSource {
+	srcs := []envSource{envVar(s.Var())}
+	for i := range References {
+		if References[i].Flag == s.Flag {
+			srcs = append(srcs, References[i].from())
+		}
+	}
+	return srcs
+}
+
+// shown is v as a message may quote it: a credential hidden, a URL's
+// password redacted.
+func (s *Setting) shown(v string) string {
+	if s.Secret {
+		return "***"
+	}
+	return RedactURL(v)
+}
+
+// RedactURL drops the credentials from a URL ("redis://user:pass@h:1",
+// "user:pass@h:1") for logs and messages.
+func RedactURL(u string) string {
+	if i := strings.LastIndex(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "***@" + u[i+1:]
+		}
+		return "***@" + u[i+1:]
+	}
+	return u
+}
+
+// resolve turns settings the reference spells one way into what the
+// packages take: DogStatsD implies statsd, whose protocol is then UDP (TCP
+// for plain statsd, as the reference's gostats); a random factor of 0 for
+// the xDS backoff means no jitter.
+func (c *Config) resolve() {
+	st := &c.Statsd
+	st.On = st.On || st.Options.DogStatsD
+	if st.Options.Network == "" {
+		st.Options.Network = "tcp"
+		if st.Options.DogStatsD {
+			st.Options.Network = "udp"
+		}
+	}
+	if c.Rules.XDSOptions.BackoffRandomFactor == 0 {
+		c.Rules.XDSOptions.NoJitter = true
+	}
+}
+
+// find returns the setting of flag, or nil.
+func find(flag string) *Setting {
+	i := slices.IndexFunc(Table, func(s Setting) bool { return s.Flag == flag })
+	if i < 0 {
+		return nil
+	}
+	return &Table[i]
+}
+
+// flagInError finds the flags an error names ("-near-limit-ratio").
+var flagInError = regexp.MustCompile(`(?:^|[\s(])-([a-z][a-z0-9-]*)`)
+
+// optionInError finds the options fields a package's error names, with
+// the package's name when it comes right before: "envoy: Options.NearLimitRatio",
+// "Options.Redis.TLS".
+var optionInError = regexp.MustCompile(`(?:\b([a-z]+): )?\b((?:[A-Z][A-Za-z]*)?Options)\.([A-Z][A-Za-z0-9.]*[A-Za-z0-9])`)
+
+// packageInError finds the package names that prefix parts of an error.
+var packageInError = regexp.MustCompile(`\b([a-z]+): `)
+
+// Explain names, in err (from Load's checks or from a package's
+// constructor), the settings behind it: a package's
+// "<pkg>: <Type>Options.<Field>" becomes the flag that sets the field,
+// and the variables that set the flags it names follow, so that an
+// operator who never typed the flag sees which variable to fix:
+// "-near-limit-ratio 2: want a number between 0 and 1 (set by
+// NEAR_LIMIT_RATIO)". The error returned wraps err.
+func (c *Config) Explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := namingFlags(err.Error())
+	var vars []string
+	for _, m := range flagInError.FindAllStringSubmatch(msg, -1) {
+		if v, ok := c.From[m[1]]; ok && !slices.Contains(vars, v) {
+			vars = append(vars, v)
+		}
+	}
+	if len(vars) > 0 {
+		msg += " (set by " + strings.Join(vars, ", ") + ")"
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &settingError{msg: msg, err: err}
+}
+
+// namingFlags replaces in msg each options field a setting lands in by
+// the setting's flag. A field that several packages' options have is the
+// one of the package named last before it.
+func namingFlags(msg string) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range optionInError.FindAllStringSubmatchIndex(msg, -1) {
+		pkg := ""
+		if m[2] >= 0 {
+			pkg = msg[m[2]:m[3]]
+		} else if ps := packageInError.FindAllStringSubmatch(msg[:m[0]], -1); len(ps) > 0 {
+			pkg = ps[len(ps)-1][1]
+		}
+		s := settingOf(pkg, msg[m[4]:m[5]], msg[m[6]:m[7]])
+		if s == nil {
+			continue
+		}
+		b.WriteString(msg[last:m[0]])
+		b.WriteString("-" + s.Flag)
+		last = m[1]
+	}
+	b.WriteString(msg[last:])
+	return b.String()
+}
+
+// settingError is a package's error as Explain words it; it wraps the
+// original, so errors.Is still finds what it wraps.
+type settingError struct {
+	msg string
+	err error
+}
+
+func (e *settingError) Error() string { return e.msg }
+func (e *settingError) Unwrap() error { return e.err }
+
+// settingOf returns the setting whose field is <typ>.<field>, of the
+// package named pkg if several packages have that field; nil if none.
+func settingOf(pkg, typ, field string) *Setting {
+	var found *Setting
+	for i := range Table {
+		s := &Table[i]
+		p, t, f := s.option()
+		switch {
+		case t != typ || f != field:
+		case p == pkg:
+			return s
+		case found == nil:
+			found = s
+		}
+	}
+	return found
+}
+
+// StartFormat is the log format args and env ask for, read before they
+// are parsed, so that an error in them is reported in that format: json
+// when -log-format or a variable that sets it (in their order) says json,
+// in any case; else text, including when the format itself is unreadable.
+func StartFormat(args []string, env Lookup) LogFormat {
+	for i := 0; i < len(args); i++ {
+		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
+		if a == args[i] || a == "" {
+			break // the first positional argument ends the flags
+		}
+		name, v, hasValue := strings.Cut(a, "=")
+		if name != "log-format" {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			v = args[i+1]
+		}
+		return formatName(v)
+	}
+	for _, name := range find("log-format").Vars() {
+		if v, ok := env(name); ok && v != "" {
+			return formatName(v)
+		}
+	}
+	return "text"
+}
+
+func formatName(v string) LogFormat {
+	if strings.EqualFold(v, "json") {
+		return "json"
+	}
+	return "text"
+}

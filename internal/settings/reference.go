@@ -1,0 +1,373 @@
+package settings
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Reference is one environment variable of envoyproxy/ratelimit (every one its
+// settings.go reads) and what floodgate does with it. A variable is
+// honoured (it sets flag, with the reference's meaning), accepted (floodgate
+// already behaves as the value asks, or the reference itself ignores it in
+// the configuration it comes with), or refused at start, with an error
+// naming it and what to use instead, for each value floodgate cannot
+// honour. No variable a user set is ignored in silence: where floodgate
+// differs in a way worth knowing, a note is logged at start.
+// docs/migrating.md holds the same table for people.
+type Reference struct {
+	Name string
+	// Flag is the flag the variable sets; "" when it sets none.
+	Flag string
+	// Value derives the flag's value from the environment; nil reads the
+	// variable alone.
+	Value envSource
+	// Refuse returns why floodgate cannot honour the value v (set, not
+	// empty) and what to use instead, or "" when it can; nil refuses
+	// nothing.
+	Refuse func(v string, env Lookup) string
+	// Note returns a remark to log at start about the value v, or "".
+	Note func(v string, env Lookup) string
+	// Redis marks variables that mean something only with Redis: set
+	// without REDIS_URL, they are refused (the reference server would use
+	// its default socket; floodgate would keep counters in memory).
+	Redis bool
+	// In is what floodgate does with the variable, as docs/migrating.md's
+	// table says it; empty for a variable that sets its flag ("honoured:
+	// `-flag`").
+	In string
+	// Doc is the note docs/migrating.md's table gives it (Markdown).
+	Doc string
+}
+
+// from returns where r's flag value comes from.
+func (r *Reference) from() envSource {
+	if r.Value != nil {
+		return r.Value
+	}
+	return envVar(r.Name)
+}
+
+// References is the table, in the order of the reference's settings.go.
+var References = []Reference{
+	{Name: "HOST", Flag: "http-addr", Value: hostPort("HOST", "PORT", "8080"), Doc: "with `PORT`; the HTTP port (`/healthcheck`, `/json`, `/rlconfig`, `/metrics`)"},
+	{Name: "PORT", Flag: "http-addr", Value: hostPort("HOST", "PORT", "8080"), Doc: "8080 by default"},
+	{Name: "DEBUG_HOST", Flag: "debug-addr", Value: hostPortOn("DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070"), Doc: "default `127.0.0.1`, not `0.0.0.0`: see below"},
+	{Name: "DEBUG_PORT", Flag: "debug-addr", Value: hostPortOn("DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070"), Doc: "6070 by default; alone it stays on loopback"},
+	// GRPC_UDS comes first: in the reference it wins over GRPC_HOST/PORT.
+	{Name: "GRPC_UDS", Flag: "grpc-addr", Value: prefixed("GRPC_UDS", "unix:"), Doc: "`unix:PATH`: gRPC on a unix socket, winning over `GRPC_HOST`/`GRPC_PORT` as in the reference"},
+	{Name: "GRPC_HOST", Flag: "grpc-addr", Value: hostPort("GRPC_HOST", "GRPC_PORT", "8081"), Doc: "with `GRPC_PORT`"},
+	{Name: "GRPC_PORT", Flag: "grpc-addr", Value: hostPort("GRPC_HOST", "GRPC_PORT", "8081"), Doc: "8081 by default"},
+	{Name: "GRPC_MAX_CONNECTION_AGE", Flag: "grpc-max-connection-age", Doc: "unset, connections are never aged (the reference: 24h)"},
+	{Name: "GRPC_MAX_CONNECTION_AGE_GRACE", Flag: "grpc-max-connection-age-grace", Doc: "unset, no bound (the reference: 1h)"},
+	{Name: "GRPC_SERVER_USE_TLS", Flag: "grpc-tls", Doc: "TLS 1.2 or later"},
+	{Name: "GRPC_SERVER_TLS_CERT", Flag: "grpc-tls-cert", Doc: "reloaded when the file changes"},
+	{Name: "GRPC_SERVER_TLS_KEY", Flag: "grpc-tls-key", Doc: "reloaded when the file changes"},
+	{Name: "GRPC_CLIENT_TLS_CACERT", Flag: "grpc-client-ca", Doc: "mutual TLS; without `GRPC_SERVER_USE_TLS=true` refused at start"},
+	{Name: "GRPC_CLIENT_TLS_SAN", Flag: "grpc-client-san", Doc: "the client certificate must be valid for this DNS name or IP address (its SANs, as hostname verification reads them); without `GRPC_CLIENT_TLS_CACERT`, or as a URI, refused at start"},
+	{Name: "LOG_LEVEL", Flag: "log-level", Doc: "any case, as logrus; its names accepted (`trace`, `warning`, `fatal`, `panic`)"},
+	{Name: "LOG_FORMAT", Flag: "log-format", Doc: "`text` or `json`, any case; another value is refused (the reference falls back to text)"},
+
+	// FILE or GRPC_XDS_SOTW, in any case; -config-type refuses others.
+	{Name: "CONFIG_TYPE", Flag: "config-type", Doc: "`FILE` (the default) or `GRPC_XDS_SOTW`, any case: the rules come from an xDS management server such as Envoy Gateway's ([xds.md](xds.md)); another value is refused"},
+	// The xDS settings, read only with CONFIG_TYPE=GRPC_XDS_SOTW, as in
+	// the reference.
+	{Name: "FORCE_START_WITHOUT_INITIAL_CONFIG", Flag: "xds-force-start", Value: whileXDS(envVar("FORCE_START_WITHOUT_INITIAL_CONFIG")), Doc: "with `GRPC_XDS_SOTW`: serve before the first rules arrive, every request allowed until then; unset, the listeners open once they have"},
+	{Name: "CONFIG_GRPC_XDS_NODE_ID", Flag: "xds-node-id", Value: whileXDS(envVar("CONFIG_GRPC_XDS_NODE_ID")), Doc: "with `GRPC_XDS_SOTW`; `default` by default, as in the reference"},
+	{Name: "CONFIG_GRPC_XDS_NODE_METADATA", Flag: "xds-node-metadata", Value: whileXDS(envVar("CONFIG_GRPC_XDS_NODE_METADATA")), Doc: "with `GRPC_XDS_SOTW`: `k1=v1,k2=v2`; an entry without `=` is refused at start (the reference drops it)"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_URL", Flag: "xds-server", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_URL")), Doc: "with `GRPC_XDS_SOTW`; `localhost:18000` by default"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Flag: "xds-retry-interval", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")), Doc: "with `GRPC_XDS_SOTW`: pause, ±50 %, before subscribing again after the stream ended; 3s by default"},
+	{Name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Flag: "xds-headers", Value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")), Doc: "with `GRPC_XDS_SOTW`: `k1:v1,k2:v2`, sent as gRPC metadata on the stream"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", Flag: "xds-tls", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_USE_TLS")), Doc: "with `GRPC_XDS_SOTW`: TLS 1.2 or later to the management server"},
+	{Name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Flag: "xds-tls-cert", Value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_TLS_CERT")), Doc: "with `GRPC_XDS_SOTW`: mutual TLS, with the key; without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true` refused at start"},
+	{Name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Flag: "xds-tls-key", Value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_TLS_KEY")), Doc: "as the certificate"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Flag: "xds-tls-ca", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_TLS_CACERT")), Doc: "with `GRPC_XDS_SOTW`: CA certificates besides the system's roots; without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true` refused at start"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", Flag: "xds-tls-san", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_TLS_SAN")), Doc: "with `GRPC_XDS_SOTW`: the name the server's certificate must hold; without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true` refused at start"},
+	{Name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Flag: "xds-backoff-initial", Value: whileXDS(envVar("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")), Doc: "with `GRPC_XDS_SOTW`: first wait between attempts to reach the server, each next 1.6 times longer; 10s by default"},
+	{Name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", Flag: "xds-backoff-max", Value: whileXDS(envVar("XDS_CLIENT_BACKOFF_MAX_INTERVAL")), Doc: "with `GRPC_XDS_SOTW`: longest wait; 60s by default"},
+	{Name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Flag: "xds-backoff-random-factor", Value: whileXDS(envVar("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")), Doc: "with `GRPC_XDS_SOTW`: each wait randomised by this share; 0.5 by default"},
+	{Name: "XDS_CLIENT_BACKOFF_JITTER", Flag: "xds-backoff-jitter", Value: whileXDS(envVar("XDS_CLIENT_BACKOFF_JITTER")), Doc: "with `GRPC_XDS_SOTW`: `false` waits exactly"},
+	{Name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Flag: "xds-max-message-bytes", Value: whileXDS(envVar("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")), Doc: "with `GRPC_XDS_SOTW`: largest response accepted; unset, gRPC's 4 MiB"},
+
+	{Name: "USE_DOG_STATSD", Flag: "dogstatsd", Doc: "DogStatsD over UDP, tags as `\\|#k:v`; refused together with `USE_STATSD=true`, as the reference refuses it", Refuse: func(v string, env Lookup) string {
+		if isSetTrue(env, "USE_STATSD") && isSetTrue(env, "USE_DOG_STATSD") {
+			return "USE_STATSD and USE_DOG_STATSD are both true, which the reference refuses too: keep one"
+		}
+		return ""
+	}},
+	{Name: "USE_DOG_STATSD_MOGRIFIERS", Flag: "dogstatsd-mogrifiers", Doc: "with its `DOG_STATSD_MOGRIFIER_<NAME>_{PATTERN,NAME,TAGS}` variables; needs DogStatsD"},
+	{Name: "USE_STATSD", Flag: "statsd", Value: statsdOn, Doc: "the reference's stat names (see [operations](operations.md)) besides Prometheus. The reference defaults to `true`; floodgate sends statsd when `USE_STATSD=true`, or when it is unset and `STATSD_HOST` or `STATSD_PORT` is set; with nothing set it keeps to Prometheus"},
+	{Name: "STATSD_HOST", Flag: "statsd-addr", Value: hostPortOn("STATSD_HOST", "STATSD_PORT", "localhost", "8125"), Doc: "with `STATSD_PORT` (default `localhost:8125`)"},
+	{Name: "STATSD_PORT", Flag: "statsd-addr", Value: hostPortOn("STATSD_HOST", "STATSD_PORT", "localhost", "8125"), Doc: "likewise"},
+	{Name: "STATSD_PROTOCOL", Flag: "statsd-protocol", Doc: "`tcp` by default for statsd and `udp` for DogStatsD, as the reference"},
+	{Name: "EXTRA_TAGS", Flag: "statsd-tags", Doc: "in the names (`.__k=v`) for statsd, as `\\|#k:v` for DogStatsD, as the reference"},
+	{Name: "STATS_FLUSH_INTERVAL", Flag: "statsd-flush-interval", Doc: "Prometheus is read live at each scrape"},
+	{Name: "DISABLE_STATS", Flag: "statsd", Value: statsdOn, Doc: "`true` turns statsd off; `/metrics` stays"},
+	{Name: "USE_PROMETHEUS", Note: noteWhenTrue("USE_PROMETHEUS=true: metrics are served on the HTTP port's /metrics (-http-addr, PORT), not on PROMETHEUS_ADDR; their names are floodgate_* (see docs/operations.md)"), In: "accepted, with a note when `true`", Doc: "metrics are on the HTTP port's `/metrics`, not on `PROMETHEUS_ADDR`, named `floodgate_*`"},
+	{Name: "PROMETHEUS_ADDR", Refuse: whenPrometheus("metrics are served on the HTTP port's /metrics (-http-addr, PORT): scrape that port, and unset PROMETHEUS_ADDR"), In: "refused with `USE_PROMETHEUS=true`", Doc: "scrape the HTTP port (`PORT`, 8080)"},
+	{Name: "PROMETHEUS_PATH", Refuse: whenPrometheus("metrics are served on the HTTP port's /metrics: scrape that path, and unset PROMETHEUS_PATH"), In: "refused with `USE_PROMETHEUS=true`", Doc: "the path is `/metrics`"},
+	{Name: "PROMETHEUS_MAPPER_YAML", Refuse: whenPrometheus("metric names are fixed (floodgate_*, labelled by domain and rule): rename them in recording rules, and unset PROMETHEUS_MAPPER_YAML"), In: "refused with `USE_PROMETHEUS=true`", Doc: "names are fixed; rename in recording rules"},
+
+	{Name: "RUNTIME_ROOT", Flag: "config", Value: runtimePath, Doc: "`$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`, root default `/srv/runtime_data/current`"},
+	{Name: "RUNTIME_SUBDIRECTORY", Flag: "config", Value: runtimePath},
+	{Name: "RUNTIME_APPDIRECTORY", Flag: "config", Value: runtimePath, Doc: "default `config`"},
+	{Name: "RUNTIME_IGNOREDOTFILES", In: "accepted, with a note when `false`", Doc: "names starting with `.` are always skipped (ConfigMaps' `..data` entries are read once, through their links)", Note: func(v string, _ Lookup) string {
+		if b, err := strconv.ParseBool(v); err == nil && !b {
+			return "RUNTIME_IGNOREDOTFILES=false: rule files whose names start with '.' are skipped all the same (ConfigMaps' ..data entries are read once, through their links)"
+		}
+		return ""
+	}},
+	// Both values are honoured without a flag: the reference watches
+	// RUNTIME_ROOT's directory for the swap of the current link (true) or
+	// the rule directory for edits (false); floodgate watches every link
+	// along the rule path and the directories of its tree, so it reloads on
+	// either, and on ConfigMap swaps (pkg/rules Watcher.Run).
+	{Name: "RUNTIME_WATCH_ROOT", Refuse: unlessBool, In: "honoured, both values; what is not a boolean is refused", Doc: "every link along the rule path and every directory of its tree is watched: the swap of `RUNTIME_ROOT`'s link (`true`) and edits in the directory (`false`) both reload, ConfigMap `..data` swaps too"},
+
+	{Name: "EXPIRATION_JITTER_MAX_SECONDS", Note: noteAlways("EXPIRATION_JITTER_MAX_SECONDS has no effect: each counter expires when its state no longer matters"), In: "accepted, with a note", Doc: "each counter expires when its state no longer matters"},
+	{Name: "LOCAL_CACHE_SIZE_IN_BYTES", In: "accepted, with a note when above 0", Doc: "the deny cache plays its part, on by default with Redis, sized by `-deny-cache-size` (in denials)", Note: func(v string, _ Lookup) string {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return "LOCAL_CACHE_SIZE_IN_BYTES: the deny cache (-deny-cache, on by default with Redis) answers over-limit requests without Redis; its size is -deny-cache-size, in denials"
+		}
+		return ""
+	}},
+	{Name: "NEAR_LIMIT_RATIO", Flag: "near-limit-ratio"},
+	{Name: "CACHE_KEY_PREFIX", Flag: "key-prefix", In: "honoured: `-key-prefix`; refused without a store", Doc: "needs `REDIS_URL` or `BACKEND_TYPE=memcache`", Refuse: func(_ string, env Lookup) string {
+		if u, _ := env("REDIS_URL"); u != "" || memcacheOn(env) {
+			return ""
+		}
+		return "set but neither REDIS_URL nor BACKEND_TYPE=memcache is: counters kept in memory have no key prefix"
+	}},
+	{Name: "BACKEND_TYPE", In: "`redis` accepted; `memcache` honoured: `-memcache`; refused without `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV`", Doc: "Memcached keeps fixed windows only: a rule with another algorithm is refused at load, naming it. Unlike the reference, a refused request charges nothing and a counter never admits more than its limit (see `pkg/memcachelimit`)", Refuse: func(v string, env Lookup) string {
+		switch strings.ToLower(v) {
+		case "redis":
+			return ""
+		case "memcache":
+			if a, _ := env("MEMCACHE_HOST_PORT"); a != "" {
+				return ""
+			}
+			if a, _ := env("MEMCACHE_SRV"); a != "" {
+				return ""
+			}
+			return "MEMCACHE_HOST_PORT or MEMCACHE_SRV is not set"
+		}
+		return "unknown backend: want redis or memcache"
+	}},
+	{Name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", In: "accepted", Doc: "floodgate never charges a rejected request, whatever its value"}, // a rejected request never charges a counter
+
+	{Name: "LIMIT_RESPONSE_HEADERS_ENABLED", Flag: "response-headers", Value: headersEnabled, Doc: "`true` is `-response-headers reference`"},
+	{Name: "LIMIT_LIMIT_HEADER", Flag: "limit-header"},
+	{Name: "LIMIT_REMAINING_HEADER", Flag: "remaining-header"},
+	{Name: "LIMIT_RESET_HEADER", Flag: "reset-header"},
+
+	{Name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Flag: "health-requires-rules", Doc: "NOT_SERVING while the rules declare no domain"},
+
+	{Name: "REDIS_SOCKET_TYPE", Refuse: unlessIn("want tcp or unix", "tcp", "unix"), Redis: true, In: "`tcp`, `unix` accepted (any case); others, `udp` included, refused", Doc: "`unix` makes `REDIS_URL` a socket path"},
+	{Name: "REDIS_TYPE", Flag: "redis-type", Redis: true, Doc: "`single`, `sentinel`, `cluster`, any case"},
+	{Name: "REDIS_URL", Flag: "redis", Value: socketURL("REDIS_URL", "REDIS_SOCKET_TYPE"), Doc: "unset, floodgate keeps counters in memory; so every other Redis variable without it is refused (the reference would use `/var/run/nutcracker/ratelimit.sock`)"},
+	{Name: "REDIS_POOL_SIZE", Flag: "redis-pool-size", Redis: true},
+	{Name: "REDIS_AUTH", Flag: "redis-auth", Redis: true, Doc: "`password` or `user:password`; never logged"},
+	{Name: "REDIS_SENTINEL_AUTH", Flag: "redis-sentinel-auth", Redis: true, Doc: "the Sentinels' own password; needs `REDIS_TYPE=sentinel`"},
+	{Name: "REDIS_TLS", Flag: "redis-tls", Redis: true, Doc: "every node, and the Sentinels"},
+	{Name: "REDIS_TLS_CLIENT_CERT", Flag: "redis-tls-cert", Redis: true, Doc: "with `REDIS_TLS_CLIENT_KEY`, for `tls-auth-clients yes`"},
+	{Name: "REDIS_TLS_CLIENT_KEY", Flag: "redis-tls-key", Redis: true},
+	{Name: "REDIS_TLS_CACERT", Flag: "redis-tls-ca", Redis: true, Doc: "added to the system's roots, as in the reference"},
+	{Name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Flag: "redis-tls-skip-hostname-verification", Redis: true, Doc: "the chain is still verified"},
+	{Name: "REDIS_PIPELINE_WINDOW", Flag: "redis-pipeline-window", Redis: true, Doc: "a request that finds a round trip free waits this long for others to share it (e.g. `150us`); 0, the default, waits only while another round trip is outstanding, up to 150 µs, and concurrent requests share round trips either way; single and Sentinel"},
+	{Name: "REDIS_PIPELINE_LIMIT", Flag: "redis-pipeline-limit", Redis: true, Doc: "most requests (not commands) in one round trip, and a window ends early once this many wait; 0 means 64"},
+	{Name: "REDIS_TIMEOUT", Flag: "redis-dial-timeout", Redis: true, Doc: "the connect timeout; each request's Redis call is bounded by `FLOODGATE_REDIS_DEADLINE` (50 ms)"},
+	{Name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Flag: "health-requires-store", Redis: true, Doc: "health NOT_SERVING while Redis is unhealthy: see [operations](operations.md#start-up)"},
+	{Name: "REDIS_POOL_ON_EMPTY_BEHAVIOR", Redis: true, Refuse: unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_POOL_SIZE, and unset REDIS_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT"), In: "`WAIT` accepted; `CREATE`, `ERROR` refused", Doc: "a request waits for a connection at most `-redis-deadline`; raise `REDIS_POOL_SIZE`"},
+	{Name: "REDIS_POOL_ON_EMPTY_WAIT_DURATION", Redis: true, Note: noteAlways("REDIS_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)"), In: "accepted, with a note", Doc: "the wait is bounded by `-redis-deadline`"},
+	// The per-second Redis: with REDIS_PERSECOND=true, the limits whose
+	// window is shorter than a minute (redislimit.PerSecond) are kept in
+	// REDIS_PERSECOND_URL's Redis. Its other variables are read only then,
+	// as in the reference; its TLS files are REDIS_TLS_*'s.
+	{Name: "REDIS_PERSECOND", Flag: "redis-persecond", Value: perSecondURL, Refuse: perSecondNeedsURL, In: "honoured: `-redis-persecond`; `true` without `REDIS_PERSECOND_URL` refused", Doc: "`true`: the limits whose window is shorter than a minute are counted in `REDIS_PERSECOND_URL`'s Redis, the others in `REDIS_URL`'s (see below); needs `REDIS_URL`"},
+	{Name: "REDIS_PERSECOND_SOCKET_TYPE", Refuse: whenPerSecond(unlessIn("want tcp or unix", "tcp", "unix")), In: "`tcp`, `unix` accepted; others refused", Doc: "`unix` makes `REDIS_PERSECOND_URL` a socket path; like every `REDIS_PERSECOND_*`, read only with `REDIS_PERSECOND=true`, as in the reference"},
+	{Name: "REDIS_PERSECOND_TYPE", Flag: "redis-persecond-type", Value: whilePerSecond(envVar("REDIS_PERSECOND_TYPE")), Doc: "`single`, `sentinel`, `cluster`, any case"},
+	{Name: "REDIS_PERSECOND_URL", Flag: "redis-persecond", Value: perSecondURL, Doc: "the same forms as `REDIS_URL`"},
+	{Name: "REDIS_PERSECOND_POOL_SIZE", Flag: "redis-persecond-pool-size", Value: whilePerSecond(envVar("REDIS_PERSECOND_POOL_SIZE"))},
+	{Name: "REDIS_PERSECOND_AUTH", Flag: "redis-persecond-auth", Value: whilePerSecond(envVar("REDIS_PERSECOND_AUTH")), Doc: "`password` or `user:password`; never logged"},
+	{Name: "REDIS_PERSECOND_SENTINEL_AUTH", Flag: "redis-persecond-sentinel-auth", Value: whilePerSecond(envVar("REDIS_PERSECOND_SENTINEL_AUTH")), Doc: "needs `REDIS_PERSECOND_TYPE=sentinel`"},
+	{Name: "REDIS_PERSECOND_TLS", Flag: "redis-persecond-tls", Value: whilePerSecond(envVar("REDIS_PERSECOND_TLS")), Doc: "verified with the `REDIS_TLS_*` files, as in the reference"},
+	{Name: "REDIS_PERSECOND_PIPELINE_WINDOW", Flag: "redis-persecond-pipeline-window", Value: whilePerSecond(envVar("REDIS_PERSECOND_PIPELINE_WINDOW")), Doc: "a request that finds a round trip free waits this long for others to share it (e.g. `150us`); 0, the default, waits only while another round trip is outstanding, up to 150 µs, and concurrent requests share round trips either way; single and Sentinel"},
+	{Name: "REDIS_PERSECOND_PIPELINE_LIMIT", Flag: "redis-persecond-pipeline-limit", Value: whilePerSecond(envVar("REDIS_PERSECOND_PIPELINE_LIMIT")), Doc: "most requests (not commands) in one round trip, and a window ends early once this many wait; 0 means 64"},
+	{Name: "REDIS_PERSECOND_TIMEOUT", Flag: "redis-persecond-dial-timeout", Value: whilePerSecond(envVar("REDIS_PERSECOND_TIMEOUT")), Doc: "the connect timeout; each request's Redis calls are bounded by `FLOODGATE_REDIS_DEADLINE` (50 ms)"},
+	{Name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Refuse: whenPerSecond(unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_PERSECOND_POOL_SIZE, and unset REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT")), In: "`WAIT` accepted; `CREATE`, `ERROR` refused", Doc: "a request waits for a connection at most `-redis-deadline`; raise `REDIS_PERSECOND_POOL_SIZE`"},
+	{Name: "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION", Note: whenPerSecond(noteAlways("REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)")), In: "accepted, with a note", Doc: "the wait is bounded by `-redis-deadline`"},
+
+	// Memcached's settings, read only with BACKEND_TYPE=memcache as in the
+	// reference.
+	{Name: "MEMCACHE_HOST_PORT", Flag: "memcache", Value: whileMemcache(envVar("MEMCACHE_HOST_PORT")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; comma-separated `host:port`s; each counter on one server by rendezvous hashing (the reference: CRC32 modulo the count, so keys differ and the two cannot share counters)"},
+	{Name: "MEMCACHE_MAX_IDLE_CONNS", Flag: "memcache-max-idle-conns", Value: whileMemcache(envVar("MEMCACHE_MAX_IDLE_CONNS")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; 0 or less: 16 per server"},
+	{Name: "MEMCACHE_SRV", Flag: "memcache-srv", Value: whileMemcache(envVar("MEMCACHE_SRV")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; resolved at start"},
+	{Name: "MEMCACHE_SRV_REFRESH", Flag: "memcache-srv-refresh", Value: whileMemcache(envVar("MEMCACHE_SRV_REFRESH")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; a failed refresh keeps the servers in force"},
+	{Name: "MEMCACHE_TLS", Flag: "memcache-tls", Value: whileMemcache(envVar("MEMCACHE_TLS")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; "},
+	{Name: "MEMCACHE_TLS_CLIENT_CERT", Flag: "memcache-tls-cert", Value: whileMemcache(envVar("MEMCACHE_TLS_CLIENT_CERT")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; "},
+	{Name: "MEMCACHE_TLS_CLIENT_KEY", Flag: "memcache-tls-key", Value: whileMemcache(envVar("MEMCACHE_TLS_CLIENT_KEY")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; "},
+	{Name: "MEMCACHE_TLS_CACERT", Flag: "memcache-tls-ca", Value: whileMemcache(envVar("MEMCACHE_TLS_CACERT")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; added to the system roots"},
+	{Name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Flag: "memcache-tls-skip-hostname-verification", Value: whileMemcache(envVar("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; the chain is still verified"},
+
+	{Name: "SHADOW_MODE", Flag: "shadow-mode"},
+	{Name: "RESPONSE_DYNAMIC_METADATA", Flag: "response-dynamic-metadata", Doc: "`domain`, `descriptors`, `hitsAddend` and the merged `metadata` of the rules that passed, as the reference; its quota-mode `passedBackends` list is not sent"},
+	{Name: "MERGE_DOMAIN_CONFIG", Flag: "merge-domains"},
+
+	// The reference reads the TRACING_SERVICE_* and other settings only
+	// with TRACING_ENABLED=true; floodgate sets its flags from them all
+	// the same, and uses them only with -tracing too.
+	{Name: "TRACING_ENABLED", Flag: "tracing", Doc: "OpenTelemetry traces over OTLP, off by default; where they go is the standard `OTEL_EXPORTER_OTLP_*` variables, as in the reference, but a value the exporter cannot use (an endpoint without `http://`/`https://`, headers without `=`, a timeout not in milliseconds, a malformed `OTEL_RESOURCE_ATTRIBUTES`) stops the start, where the reference logs it and exports to the default endpoint. **Spans differ**: one server span per request named `ShouldRateLimit Execution` with `domain`, as the reference's inner span, but no otelgrpc span `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` around it, no `request string` attribute (it would export descriptor values) and no `NewJsonHandler Remaining Execution` span; see [operations](operations.md#spans)"},
+	{Name: "TRACING_SERVICE_NAME", Flag: "tracing-service-name", Doc: "`RateLimit` by default, as the reference; wins over `OTEL_SERVICE_NAME`"},
+	{Name: "TRACING_SERVICE_NAMESPACE", Flag: "tracing-service-namespace"},
+	{Name: "TRACING_SERVICE_INSTANCE_ID", Flag: "tracing-service-instance-id", Doc: "a random UUID when empty, as the reference"},
+	{Name: "TRACING_EXPORTER_PROTOCOL", Flag: "tracing-protocol", Doc: "`http` (default) or `grpc`, in any case"},
+	{Name: "TRACING_SAMPLING_RATE", Flag: "tracing-sampling-rate", Doc: "1 by default; applies to traces that start here: a caller's `traceparent` keeps its own sampling decision (parent-based), so that a trace Envoy samples is kept whole"},
+}
+
+// prefixed reads a variable and prepends prefix to its value.
+func prefixed(name, prefix string) envSource {
+	return func(env Lookup) (string, string, bool) {
+		v, ok := env(name)
+		return prefix + v, name, ok && v != ""
+	}
+}
+
+// perSecondURL is REDIS_PERSECOND_URL, with REDIS_PERSECOND_SOCKET_TYPE,
+// while REDIS_PERSECOND=true.
+var perSecondURL = whilePerSecond(socketURL("REDIS_PERSECOND_URL", "REDIS_PERSECOND_SOCKET_TYPE"))
+
+// perSecondNeedsURL refuses REDIS_PERSECOND=true without
+// REDIS_PERSECOND_URL, and what is not a boolean: the reference would use
+// its default socket, and floodgate would have nowhere to keep those limits.
+func perSecondNeedsURL(v string, env Lookup) string {
+	why := "REDIS_PERSECOND_URL is not set: set it to the per-second Redis (host:port, redis://..., as REDIS_URL), or unset REDIS_PERSECOND to keep every counter in REDIS_URL's Redis"
+	if u, _ := env("REDIS_PERSECOND_URL"); u != "" {
+		why = "" // true is honoured
+	}
+	return whenTrue(why)(v, env)
+}
+
+// whenPerSecond applies f (a refusal or a note) only while
+// REDIS_PERSECOND=true: the reference ignores the per-second Redis's
+// variables otherwise.
+func whenPerSecond(f func(string, Lookup) string) func(string, Lookup) string {
+	return func(v string, env Lookup) string {
+		if !perSecondOn(env) {
+			return ""
+		}
+		return f(v, env)
+	}
+}
+
+// always refuses every value.
+func always(why string) func(string, Lookup) string {
+	return func(string, Lookup) string { return why }
+}
+
+// whenTrue refuses true, and what is not a boolean.
+func whenTrue(why string) func(string, Lookup) string {
+	return func(v string, _ Lookup) string {
+		b, err := strconv.ParseBool(v)
+		switch {
+		case err != nil:
+			return "want true or false"
+		case b:
+			return why
+		}
+		return ""
+	}
+}
+
+// unlessBool refuses what is not a boolean, as the reference does at start.
+func unlessBool(v string, _ Lookup) string {
+	if _, err := strconv.ParseBool(v); err != nil {
+		return "want true or false"
+	}
+	return ""
+}
+
+// unlessIn refuses values other than those listed (in any case).
+func unlessIn(why string, ok ...string) func(string, Lookup) string {
+	return func(v string, _ Lookup) string {
+		for _, o := range ok {
+			if strings.EqualFold(v, o) {
+				return ""
+			}
+		}
+		return why
+	}
+}
+
+// whenPrometheus refuses a value while the reference would serve
+// Prometheus metrics (USE_PROMETHEUS=true).
+func whenPrometheus(why string) func(string, Lookup) string {
+	return func(_ string, env Lookup) string {
+		if isSetTrue(env, "USE_PROMETHEUS") {
+			return why
+		}
+		return ""
+	}
+}
+
+func noteAlways(note string) func(string, Lookup) string {
+	return func(string, Lookup) string { return note }
+}
+
+func noteWhenTrue(note string) func(string, Lookup) string {
+	return func(v string, _ Lookup) string {
+		if b, _ := strconv.ParseBool(v); b {
+			return note
+		}
+		return ""
+	}
+}
+
+// isSetTrue reports whether the variable name is set to true.
+func isSetTrue(env Lookup, name string) bool {
+	v, _ := env(name)
+	b, err := strconv.ParseBool(v)
+	return err == nil && b
+}
+
+// isFalse reports whether the variable name is set to false.
+func isFalse(env Lookup, name string) bool {
+	v, _ := env(name)
+	b, err := strconv.ParseBool(v)
+	return err == nil && !b
+}
+
+// checkReference refuses the reference variables set to values floodgate
+// cannot honour, all at once, and returns the notes to log about the
+// others. withRedis says whether Redis is configured.
+func checkReference(env Lookup, withRedis bool) (notes []string, err error) {
+	var refused []string
+	for i := range References {
+		r := &References[i]
+		v, ok := env(r.Name)
+		if !ok || v == "" {
+			continue
+		}
+		if r.Refuse != nil {
+			if why := r.Refuse(v, env); why != "" {
+				refused = append(refused, fmt.Sprintf("%s=%s: %s", r.Name, v, why))
+				continue
+			}
+		}
+		if r.Redis && !withRedis {
+			refused = append(refused, fmt.Sprintf("%s is set but REDIS_URL is not: the reference server would use its default socket, /var/run/nutcracker/ratelimit.sock, and floodgate would keep the counters in memory; set REDIS_URL", r.Name))
+			continue
+		}
+		if r.Note != nil {
+			if n := r.Note(v, env); n != "" {
+				notes = append(notes, n)
+			}
+		}
+	}
+	if len(refused) == 1 {
+		return nil, fmt.Errorf("this envoyproxy/ratelimit setting cannot be honoured (see docs/migrating.md): %s", refused[0])
+	}
+	if len(refused) > 0 {
+		return nil, fmt.Errorf("refusing to start: these envoyproxy/ratelimit settings cannot be honoured (see docs/migrating.md):\n  %s", strings.Join(refused, "\n  "))
+	}
+	return notes, nil
+}

@@ -1,0 +1,223 @@
+package settings
+
+import (
+	"encoding"
+	"flag"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// Setting declares one setting of the binary, once: its flag, its help,
+// its default and where its value lands. Its FLOODGATE_* variable is
+// derived from the flag (Var), and the reference server's variables that
+// set it are declared in References, pointing back at the flag. Flag
+// registration, the environment's layering, -h and the docs' tables are
+// all read from Table.
+type Setting struct {
+	// Flag is the flag's name without the dash: "near-limit-ratio".
+	Flag string
+	// Group is the section of -h and of docs/settings.md it is listed in.
+	Group Group
+	// Usage is the help line of -h.
+	Usage string
+	// Doc, when set, replaces Usage in docs/settings.md (Markdown).
+	Doc string
+	// DefaultDoc, when set, is the default as docs/settings.md shows it
+	// ("10 per CPU" where the flag's default is 0).
+	DefaultDoc string
+	// At returns a pointer to the field of c the value lands in: a field
+	// of the Options of the package the setting configures.
+	At func(c *Config) any
+	// Default is the value before any flag or variable, of the field's
+	// type: the owning package's exported constant. Nil is the field's
+	// zero value.
+	Default any
+	// Value, when set, parses the flag instead of the field's type: for
+	// a field that takes several settings (-health-requires-store and
+	// -store-readiness) or a form the type does not read (k=v pairs).
+	Value func(c *Config, env Lookup) flag.Value
+	// Type names the value in -h ("duration", "mode"); empty derives it
+	// from the field's type.
+	Type string
+	// Secret marks a credential: its value is never shown.
+	Secret bool
+	// URL marks a value that may hold credentials in URLs
+	// (user:password@host): their passwords are never shown.
+	URL bool
+	// Command marks the flags that choose what the binary does (-check):
+	// no variable sets them.
+	Command bool
+	// Short lists the setting in the README's short table too.
+	Short bool
+}
+
+// Group is a section of -h.
+type Group string
+
+// The sections of -h, in their order (Groups).
+const (
+	GroupRules     Group = "Rules"
+	GroupXDS       Group = "Rules from an xDS server (-config-type grpc_xds_sotw)"
+	GroupRedis     Group = "Store: Redis"
+	GroupPerSecond Group = "Store: per-second Redis"
+	GroupRedisTLS  Group = "Store: Redis TLS"
+	GroupMemcache  Group = "Store: Memcached"
+	GroupListeners Group = "Listeners"
+	GroupGRPCTLS   Group = "TLS on the gRPC port"
+	GroupBounds    Group = "Limits of requests"
+	GroupAnswers   Group = "Answers and headers"
+	GroupObserve   Group = "Observability: logs, metrics, statsd"
+	GroupTracing   Group = "Observability: tracing (OpenTelemetry)"
+	GroupCapture   Group = "Traffic capture (for floodgate replay)"
+	GroupCommands  Group = "Commands"
+)
+
+// Groups are the sections of -h in order.
+var Groups = []Group{GroupRules, GroupXDS, GroupRedis, GroupPerSecond, GroupRedisTLS, GroupMemcache,
+	GroupListeners, GroupGRPCTLS, GroupBounds, GroupAnswers, GroupObserve, GroupTracing, GroupCapture, GroupCommands}
+
+// Var returns the setting's own variable: FLOODGATE_ and the flag in upper
+// case, '-' as '_' (FLOODGATE_REDIS_DEADLINE for -redis-deadline); "" for
+// a command.
+func (s *Setting) Var() string {
+	if s.Command {
+		return ""
+	}
+	return "FLOODGATE_" + strings.ToUpper(strings.ReplaceAll(s.Flag, "-", "_"))
+}
+
+// Lookup reads an environment variable, as os.LookupEnv does.
+type Lookup func(name string) (string, bool)
+
+// flagSet registers every setting of table on a flag set writing into c,
+// each field set to its default first. It prints nothing: the binary
+// prints the usage and errors in the log format asked for.
+func flagSet(table []Setting, c *Config, env Lookup) (*flag.FlagSet, error) {
+	fs := flag.NewFlagSet("floodgate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	for i := range table {
+		s := &table[i]
+		v, err := s.value(c, env)
+		if err != nil {
+			return nil, fmt.Errorf("settings: -%s: %w", s.Flag, err)
+		}
+		fs.Var(explained{v}, s.Flag, s.Usage)
+	}
+	return fs, nil
+}
+
+// value returns the flag.Value of s over c, its field set to the default.
+func (s *Setting) value(c *Config, env Lookup) (flag.Value, error) {
+	p := reflect.ValueOf(s.At(c))
+	if p.Kind() != reflect.Pointer {
+		return nil, fmt.Errorf("At returns %s, want a pointer", p.Type())
+	}
+	if s.Default != nil {
+		d, err := convertDefault(reflect.ValueOf(s.Default), p.Elem().Type())
+		if err != nil {
+			return nil, err
+		}
+		p.Elem().Set(d)
+	}
+	if s.Value != nil {
+		return s.Value(c, env), nil
+	}
+	switch ptr := p.Interface().(type) {
+	case *string:
+		return (*stringValue)(ptr), nil
+	case *bool:
+		return (*boolValue)(ptr), nil
+	case *int:
+		return (*intValue)(ptr), nil
+	case *int64:
+		return (*int64Value)(ptr), nil
+	case *float64:
+		return (*floatValue)(ptr), nil
+	case *time.Duration:
+		return (*durationValue)(ptr), nil
+	case textValue:
+		return textFlag{ptr}, nil
+	}
+	return nil, fmt.Errorf("no flag for a field of type %s", p.Elem().Type())
+}
+
+// textValue is a field whose type reads and writes itself as text (an
+// enum of its package: rules.FailureMode, envoy.HeaderStyle, ...).
+type textValue interface {
+	encoding.TextUnmarshaler
+	encoding.TextMarshaler
+}
+
+// Field returns the path of the field s lands in, as Go spells it:
+// "Service.NearLimitRatio".
+func (s *Setting) Field() string {
+	var c Config
+	path, _ := fieldPath(reflect.ValueOf(&c).Elem(), reflect.ValueOf(s.At(&c)).Pointer(), "")
+	return path
+}
+
+// fieldPath returns the path below v of the field at address addr.
+func fieldPath(v reflect.Value, addr uintptr, prefix string) (string, bool) {
+	if v.Kind() != reflect.Struct {
+		return "", false
+	}
+	t := v.Type()
+	for i := range t.NumField() {
+		f := v.Field(i)
+		if !t.Field(i).IsExported() {
+			continue
+		}
+		name := prefix + t.Field(i).Name
+		if f.Addr().Pointer() == addr && f.Kind() != reflect.Struct {
+			return name, true
+		}
+		if p, ok := fieldPath(f, addr, name+"."); ok {
+			return p, true
+		}
+		if f.Addr().Pointer() == addr {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// option returns the package, the Options type and the path within it
+// of the field s lands in: ("envoy", "Options", "NearLimitRatio") for
+// Service.NearLimitRatio, ("store", "Options", "Redis.PoolSize"),
+// ("envoy", "MetricsOptions", "MaxValueSeries"); empty strings for a field
+// of no package's options (a field of Config itself). A package's options
+// are the outermost struct type of its whose name ends in "Options".
+func (s *Setting) option() (pkg, typ, field string) {
+	t := reflect.TypeOf(Config{})
+	var path []string
+	for _, name := range strings.Split(s.Field(), ".") {
+		f, _ := t.FieldByName(name)
+		t = f.Type
+		path = append(path, name)
+		if pkg == "" && strings.HasSuffix(t.Name(), "Options") && t.PkgPath() != "" && !strings.HasSuffix(t.PkgPath(), "/settings") {
+			pkg, typ, path = t.PkgPath()[strings.LastIndex(t.PkgPath(), "/")+1:], t.Name(), nil
+		}
+	}
+	if pkg == "" {
+		return "", "", ""
+	}
+	return pkg, typ, strings.Join(path, ".")
+}
+
+// convertDefault converts d to t: as it is when assignable, or, for an
+// untyped constant that Go made an int or a float64, to t of the same kind
+// (an int64 field's DefaultCaptureMaxBytes).
+func convertDefault(d reflect.Value, t reflect.Type) (reflect.Value, error) {
+	if d.Type().AssignableTo(t) {
+		return d, nil
+	}
+	sameKind := d.CanInt() && reflect.Zero(t).CanInt() || d.CanFloat() && reflect.Zero(t).CanFloat()
+	if d.Type().Name() == d.Kind().String() && sameKind {
+		return d.Convert(t), nil
+	}
+	return reflect.Value{}, fmt.Errorf("default %v is a %s, the field a %s", d, d.Type(), t)
+}
