@@ -17,7 +17,7 @@ import (
 func ruleOptions(cfg *settings.Config) rules.Options {
 	opts := cfg.Rules.Options
 	if m := cfg.Store.Memcache; m.Servers != "" || m.SRV != "" {
-		opts.Check = memcachelimit.CheckRules
+		opts.Supports = memcachelimit.Supports
 	}
 	return opts
 }

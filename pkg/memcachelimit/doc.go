@@ -3,9 +3,9 @@
 // It owns the Memcached keys (AppendKey), a small client of Memcached's
 // text protocol (incr, decr, add, version; pipelined, TLS, a pool of
 // connections per server, servers from a list or from DNS SRV records),
-// and the check that a rule set asks only for what Memcached can decide
-// (CheckRules). The meaning of a fixed window is package limit's; this
-// package imports limit, and rules for CheckRules alone.
+// and the check that a limit asks only for what Memcached can decide
+// (Supports). The meaning of a fixed window is package limit's; this
+// package imports limit alone of floodgate's packages.
 //
 // # What Memcached can decide
 //
@@ -13,7 +13,7 @@
 // read-modify-write it offers is incr and decr on a decimal counter. That
 // is a fixed window, and nothing else: the other algorithms read a state
 // and write one computed from it. A Limiter refuses them (ErrUnsupported),
-// and CheckRules names every rule that uses one, so that the rule loader
+// and Supports says so of each limit that uses one, so that the rule loader
 // refuses them when they are loaded instead of each request failing.
 //
 // # A call

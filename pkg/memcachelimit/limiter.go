@@ -23,7 +23,7 @@ var ErrStore = errors.New("memcached failed")
 // ErrUnsupported reports a hit whose algorithm Memcached cannot decide
 // atomically: every algorithm but limit.FixedWindow. It wraps
 // limit.ErrInvalidSpec, since rules that need one are refused when they
-// are loaded (CheckRules) and such a hit is floodgate's mistake, not a
+// are loaded (Supports) and such a hit is floodgate's mistake, not a
 // failure of the store.
 var ErrUnsupported = fmt.Errorf("algorithm not supported by Memcached: %w", limit.ErrInvalidSpec)
 

@@ -37,11 +37,8 @@ descriptors:
   - key: ask
     failure_mode: unavailable
     rate_limit: {unit: minute, requests_per_unit: 10}
-`)}, rules.Options{})
+`)}, rules.Options{Supports: memcachelimit.Supports})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := memcachelimit.CheckRules(set); err != nil {
 		t.Fatal(err)
 	}
 	clk := newClock(t0)

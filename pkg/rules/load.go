@@ -2,12 +2,13 @@ package rules
 
 import (
 	"crypto/sha256"
-	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // maxDirDepth bounds the directory tree Load descends, which also stops
@@ -52,15 +53,9 @@ func build(files []ruleFile, opts Options, probs *problems) (*Set, error) {
 		}
 	}
 	set := compile(docs, opts, probs)
-	if opts.Check != nil {
+	if opts.Supports != nil {
 		// Also when there are other problems: every problem is told at once.
-		var le *LoadError
-		switch err := opts.Check(set); {
-		case errors.As(err, &le):
-			probs.errs = append(probs.errs, le.Errors...)
-		case err != nil:
-			probs.errs = append(probs.errs, FieldError{Msg: err.Error()})
-		}
+		probs.errs = append(probs.errs, unsupported(set, opts.Supports)...)
 	}
 	if len(probs.errs) > 0 {
 		sortByPos(probs.errs)
@@ -71,6 +66,23 @@ func build(files []ruleFile, opts Options, probs *problems) (*Set, error) {
 	set.digest = digest(files)
 	set.files = len(files)
 	return set, nil
+}
+
+// unsupported returns a problem for each limit of set that supports
+// refuses, at the limit's position.
+func unsupported(set *Set, supports func(limit.Spec) error) []FieldError {
+	var errs []FieldError
+	for _, r := range set.rules {
+		for _, l := range r.Limits {
+			if l.Unlimited {
+				continue
+			}
+			if err := supports(l.Spec); err != nil {
+				errs = append(errs, FieldError{Pos: l.Pos, Msg: "rule " + r.Path + ": " + err.Error()})
+			}
+		}
+	}
+	return errs
 }
 
 // sortByPos orders problems by file, line and column, keeping the order of

@@ -1,6 +1,10 @@
 package rules
 
-import "time"
+import (
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
 
 // Options tune how rule files are combined.
 type Options struct {
@@ -8,13 +12,14 @@ type Options struct {
 	// descriptors are then merged (the reference server's
 	// MERGE_DOMAIN_CONFIG). Without it a repeated domain is an error.
 	MergeDomains bool
-	// Check, when not nil, vets every compiled set before it is accepted,
-	// so that rules the store cannot serve are refused when they are
-	// loaded, and a reload bringing one keeps the rules in force: the
-	// problems of a *LoadError it returns join the load's, and any other
-	// error is one problem of the whole load. memcachelimit.CheckRules is
-	// one.
-	Check func(*Set) error
+	// Supports, when not nil, says whether the store can serve a limit:
+	// it is called with the Spec of every limit but the unlimited ones,
+	// and an error makes that limit a problem of the load, at its position
+	// and naming its rule ("rule d.k: " and the error), with the load's
+	// other problems. Rules the store cannot serve are thus refused when
+	// they are loaded, and a reload bringing one keeps the rules in force,
+	// rather than every request they match failing.
+	Supports func(limit.Spec) error
 }
 
 // Set is an immutable compiled rule set. It is safe for concurrent use.

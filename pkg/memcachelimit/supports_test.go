@@ -2,14 +2,33 @@ package memcachelimit_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-func TestCheckRules(t *testing.T) {
+// Only fixed windows pass; every other algorithm is named.
+func TestSupports(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog, limit.TokenBucket, limit.LeakyBucket, limit.GCRA} {
+		err := memcachelimit.Supports(limit.Spec{Algorithm: alg, Limit: 5, Window: time.Minute})
+		want := ""
+		if alg != limit.FixedWindow {
+			want = "algorithm " + alg.String() + " cannot be served by Memcached, which has no atomic read-modify-write but increments: use fixed_window, or keep the counters in Redis"
+		}
+		if got := fmt.Sprint(err); err != nil && got != want || err == nil && want != "" {
+			t.Errorf("Supports(%v) = %v, want %q", alg, err, want)
+		}
+	}
+}
+
+// As the rule loader's Supports, it refuses every limit but fixed
+// windows, each at its position and naming its rule, in file order.
+func TestSupportsAtLoad(t *testing.T) {
 	tests := []struct {
 		name, yaml string
 		want       string // the error; "" for none
@@ -42,27 +61,22 @@ descriptors:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			set, err := rules.Parse(map[string][]byte{"rules.yaml": []byte(tt.yaml)}, rules.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = memcachelimit.CheckRules(set)
+			_, err := rules.Parse(map[string][]byte{"rules.yaml": []byte(tt.yaml)}, rules.Options{Supports: memcachelimit.Supports})
 			switch {
 			case tt.want == "" && err != nil:
-				t.Fatalf("CheckRules: %v", err)
+				t.Fatalf("Parse: %v", err)
 			case tt.want != "" && (err == nil || err.Error() != tt.want):
-				t.Fatalf("CheckRules:\n%v\nwant\n%s", err, tt.want)
+				t.Fatalf("Parse:\n%v\nwant\n%s", err, tt.want)
 			}
 			if _, ok := err.(*rules.LoadError); err != nil && !ok {
-				t.Fatalf("CheckRules returned %T, want *rules.LoadError", err)
+				t.Fatalf("Parse returned %T, want *rules.LoadError", err)
 			}
 		})
 	}
 }
 
-// As the rule loader's Check, CheckRules refuses the load and its problems
-// come with the load's own, in file order.
-func TestCheckRulesAtLoad(t *testing.T) {
+// Its problems come with the load's own, in file order.
+func TestSupportsWithOtherProblems(t *testing.T) {
 	_, err := rules.Parse(map[string][]byte{"a.yaml": []byte(`domain: a
 descriptors:
   - key: k
@@ -71,7 +85,7 @@ descriptors:
 descriptors:
   - key: k
     rate_limit: {unit: fortnight, requests_per_unit: 5}
-`)}, rules.Options{Check: memcachelimit.CheckRules})
+`)}, rules.Options{Supports: memcachelimit.Supports})
 	var le *rules.LoadError
 	if !errors.As(err, &le) || len(le.Errors) != 2 {
 		t.Fatalf("Parse: %v, want two problems", err)
@@ -80,7 +94,7 @@ descriptors:
 		!strings.HasPrefix(le.Errors[1].Error(), "b.yaml:4:24: descriptors[0].rate_limit.unit: unknown unit") {
 		t.Fatalf("Parse:\n%v", err)
 	}
-	if _, err := rules.Parse(map[string][]byte{"a.yaml": []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")}, rules.Options{Check: memcachelimit.CheckRules}); err != nil {
+	if _, err := rules.Parse(map[string][]byte{"a.yaml": []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")}, rules.Options{Supports: memcachelimit.Supports}); err != nil {
 		t.Fatalf("Parse of fixed windows: %v", err)
 	}
 }
