@@ -7,18 +7,15 @@ import (
 	"strings"
 
 	"github.com/floodgate/floodgate/internal/settings"
-	"github.com/floodgate/floodgate/pkg/memcachelimit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// ruleOptions are the rule loader's options: the settings', and with
-// Memcached, which counts fixed windows only, a check refusing other
-// rules at load.
+// ruleOptions are the rule loader's options: the settings', and the
+// store's word on which limits it serves (Memcached counts fixed windows
+// only), so that other rules are refused at load.
 func ruleOptions(cfg *settings.Config) rules.Options {
 	opts := cfg.Rules.Options
-	if m := cfg.Store.Memcache; m.Servers != "" || m.SRV != "" {
-		opts.Supports = memcachelimit.Supports
-	}
+	opts.Supports = cfg.Store.Supports
 	return opts
 }
 

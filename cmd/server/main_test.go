@@ -27,6 +27,16 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
+// waitFor polls cond every 10ms for up to d.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
 func get(t *testing.T, method, url, body string) string {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))

@@ -11,9 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/floodgate/floodgate/internal/settings"
-	"github.com/floodgate/floodgate/pkg/denycache"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/server"
 	"github.com/floodgate/floodgate/pkg/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
@@ -29,8 +28,7 @@ type app struct {
 
 	rules   ruleSource
 	follow  func(context.Context) error
-	store   *counterStore
-	limiter limit.Limiter
+	store   *store.Store
 	statsd  *statsd.Client
 	metrics *envoy.Metrics
 	tracer  *tracing.Tracer
@@ -102,12 +100,12 @@ func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 		return nil, exit(1, err)
 	}
 	if err := a.openStore(ctx); err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
+		return nil, err
 	}
 	if err := a.openMetrics(); err != nil {
 		return nil, err
 	}
-	if a.tracer, err = newTracer(ctx, a.cfg.Tracing, a.store.name, a.logger); err != nil {
+	if a.tracer, err = newTracer(ctx, a.cfg.Tracing, a.store.Name(), a.logger); err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}
 	// Closed after the store, so run first: the last spans go out once the
@@ -120,21 +118,20 @@ func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 	return a.listeners(svc)
 }
 
-// openStore opens the counter store and, with Redis, the deny cache in
-// front of it, flushed when the rules change.
+// openStore opens the counter store, with its metrics, and has its deny
+// cache flushed when the rules change.
 func (a *app) openStore(ctx context.Context) error {
-	st, err := newStore(ctx, a.cfg, a.logger)
+	opts := a.cfg.Store
+	opts.Logger = a.logger
+	st, err := store.Open(ctx, opts)
 	if err != nil {
-		return err
+		return exit(2, a.cfg.Explain(err))
 	}
-	a.store, a.limiter = st, st.limiter
-	a.closers = append(a.closers, st.close)
-	st.registerMetrics(a.reg)
-	if dc := a.cfg.Store.DenyCache; st.name == "redis" && !dc.Disabled {
-		cache := denycache.New(a.limiter, denycache.Options{MaxEntries: dc.MaxEntries, MaxAge: dc.MaxAge})
-		registerDenyCacheMetrics(a.reg, cache)
-		go flushOnReload(ctx, a.rules, cache)
-		a.limiter = cache
+	a.store = st
+	a.closers = append(a.closers, st.Close)
+	go st.FollowRules(ctx, a.rules.Changed)
+	if err := st.Register(a.reg); err != nil {
+		return exit(1, fmt.Errorf("metrics: %w", err))
 	}
 	return nil
 }
@@ -146,7 +143,7 @@ func (a *app) openMetrics() error {
 		return exit(2, a.cfg.Explain(err))
 	}
 	mo := a.cfg.Metrics
-	mo.Store, mo.Statsd = a.store.name, a.statsd
+	mo.Store, mo.Statsd = a.store.Name(), a.statsd
 	m, err := envoy.NewMetrics(a.reg, mo)
 	if err == nil {
 		err = server.RegisterRuleMetrics(a.reg, a.rules)
@@ -185,7 +182,7 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 	opts := a.cfg.Service
 	opts.StoreTimeout = a.cfg.Store.Deadline
 	opts.Logger, opts.Metrics, opts.Tracer = a.logger, a.metrics, a.tracer
-	svc, err := envoy.New(a.rules, a.limiter, opts)
+	svc, err := envoy.New(a.rules, a.store.Limiter(), opts)
 	if err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}
@@ -200,7 +197,7 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 
 // listeners returns the gRPC, HTTP and debug listeners of svc.
 func (a *app) listeners(svc pb.RateLimitServiceServer) (*server.Server, error) {
-	health := a.store.readiness(a.cfg)
+	health := a.store.Health
 	pages, err := newUI(a.cfg.UI, a.rules, a.reg, a.metrics, health)
 	if err != nil {
 		return nil, exit(1, err)
@@ -218,34 +215,4 @@ func (a *app) listeners(svc pb.RateLimitServiceServer) (*server.Server, error) {
 		err = srv.RegisterMetrics(a.reg)
 	}
 	return srv, exit(2, a.cfg.Explain(err))
-}
-
-// flushOnReload flushes the deny cache each time the rules change, until
-// ctx ends. A denial is a fact about a counter under one spec, which a spec
-// change never matches anyway; flushing also covers what a reload changes
-// around the spec.
-func flushOnReload(ctx context.Context, w ruleSource, cache *denycache.Cache) {
-	for {
-		select {
-		case <-w.Changed():
-			cache.Flush()
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// registerDenyCacheMetrics exposes the deny cache's counts.
-func registerDenyCacheMetrics(reg prometheus.Registerer, cache *denycache.Cache) {
-	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "floodgate", Name: "deny_cache_answers_total",
-			Help: "Store calls answered from the deny cache, without Redis."},
-			func() float64 { return float64(cache.Stats().Answered) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "floodgate", Name: "deny_cache_misses_total",
-			Help: "Store calls the deny cache passed to Redis."},
-			func() float64 { return float64(cache.Stats().Evaluated) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "deny_cache_entries",
-			Help: "Denials held by the deny cache, expired ones included until swept."},
-			func() float64 { return float64(cache.Len()) }),
-	)
 }

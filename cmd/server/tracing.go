@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/floodgate/floodgate/internal/settings"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
@@ -20,19 +21,19 @@ import (
 // failures, a collector down) are process-wide: both are set here, in
 // main's package, once, so that what they say goes out as the server's
 // log lines, in its LOG_FORMAT.
-func newTracer(ctx context.Context, c settings.Tracing, store string, logger *slog.Logger) (*tracing.Tracer, error) {
+func newTracer(ctx context.Context, c settings.Tracing, storeName string, logger *slog.Logger) (*tracing.Tracer, error) {
 	if !c.On {
 		return nil, nil
 	}
-	if store == "memcache" {
-		store = "memcached" // db.system.name's spelling
+	if storeName == "memcache" {
+		storeName = "memcached" // db.system.name's spelling
 	}
 	otel.SetLogger(logr.FromSlogHandler(otelLogLevels{logger.Handler()}))
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		logger.Warn("tracing: exporting spans failed", "err", err)
 	}))
 	opts := c.Options
-	opts.Store = store
+	opts.Store = storeName
 	t, err := tracing.New(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -41,7 +42,7 @@ func newTracer(ctx context.Context, c settings.Tracing, store string, logger *sl
 	if from == "" {
 		from = "default"
 	}
-	attrs := []any{"protocol", strings.ToLower(opts.Protocol), "endpoint", settings.RedactURL(endpoint), "endpoint_from", from, "sampling_rate", opts.SamplingRate}
+	attrs := []any{"protocol", strings.ToLower(opts.Protocol), "endpoint", store.RedactURL(endpoint), "endpoint_from", from, "sampling_rate", opts.SamplingRate}
 	for _, kv := range t.Resource().Attributes() {
 		if strings.HasPrefix(string(kv.Key), "service.") {
 			attrs = append(attrs, string(kv.Key), kv.Value.Emit())

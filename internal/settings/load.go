@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/floodgate/floodgate/internal/store"
 )
 
 // ErrHelp is returned by Load for -h and -help.
@@ -116,19 +118,7 @@ func (s *Setting) shown(v string) string {
 	if s.Secret {
 		return "***"
 	}
-	return RedactURL(v)
-}
-
-// RedactURL drops the credentials from a URL ("redis://user:pass@h:1",
-// "user:pass@h:1") for logs and messages.
-func RedactURL(u string) string {
-	if i := strings.LastIndex(u, "@"); i >= 0 {
-		if j := strings.Index(u, "://"); j >= 0 && j < i {
-			return u[:j+3] + "***@" + u[i+1:]
-		}
-		return "***@" + u[i+1:]
-	}
-	return u
+	return store.RedactURL(v)
 }
 
 // resolve turns settings the reference spells one way into what the

@@ -1,56 +1,333 @@
-// Package store opens the counter store the binary is configured with.
 package store
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/internal/tlsclient"
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/memcachelimit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
 
-// Options says which store to open and how.
+// Options says which store Open opens and how. The zero value opens the
+// in-memory store with its defaults. Memcached is the store when
+// Memcache.Servers or Memcache.SRV is set, else Redis when Redis.URL is,
+// else this process's memory.
 type Options struct {
-	Redis            RedisOptions
-	PerSecond        RedisOptions
-	RedisTLSFiles    redislimit.TLSFiles
-	Memcache         MemcacheOptions
-	Deadline         time.Duration
-	KeyPrefix        string
+	// Redis is the main Redis; an empty URL means no Redis.
+	Redis RedisOptions
+	// PerSecond is a second Redis for the limits whose window is shorter
+	// than a minute (redislimit.PerSecond), the others staying in Redis;
+	// an empty URL means none: Redis holds every limit.
+	PerSecond RedisOptions
+	// RedisTLSFiles say how the Redis deployments with TLS on verify their
+	// servers and which certificate they present; shared by Redis and
+	// PerSecond, and only for those with TLS on.
+	RedisTLSFiles redislimit.TLSFiles
+	// Memcache, when its Servers or SRV is set, makes Memcached the store.
+	Memcache MemcacheOptions
+	// Deadline bounds each call to Redis or Memcached; 0 means the
+	// limiter's default (redislimit.DefaultTimeout,
+	// memcachelimit.DefaultTimeout).
+	Deadline time.Duration
+	// KeyPrefix starts every key in Redis or Memcached.
+	KeyPrefix string
+	// MemoryMaxEntries bounds the counters the in-memory store holds; 0
+	// means limit.DefaultMaxEntries.
 	MemoryMaxEntries int
-	DenyCache        DenyCacheOptions
-	Logger           *slog.Logger
+	// DenyCache configures the deny cache in front of Redis.
+	DenyCache DenyCacheOptions
+	// Logger receives the store's lines: where the counters are kept, and
+	// each change of the store's health. Nil discards them.
+	Logger *slog.Logger
 }
 
 // TypeSingle is RedisOptions.Type's default: one node.
 const TypeSingle = "single"
 
-// RedisOptions are one Redis deployment's.
+// RedisOptions describe one Redis deployment. Its zero value is no Redis.
 type RedisOptions struct {
-	URL, Type, SentinelMaster string
-	Auth, SentinelAuth        string
-	TLS                       bool
-	PoolSize                  int
-	DialTimeout               time.Duration
-	PipelineWindow            time.Duration
-	PipelineLimit             int
+	// URL is where Redis is, as redislimit.ClientConfig.URL says; empty
+	// means no Redis.
+	URL string
+	// Type is the deployment: TypeSingle (also when empty), "sentinel" or
+	// "cluster", in any case.
+	Type string
+	// SentinelMaster is the Sentinel master's name, when URL lists only
+	// the Sentinels.
+	SentinelMaster string
+	// Auth is the credentials of the Redis servers: "password" or
+	// "user:password"; empty means those of URL, if any.
+	Auth string
+	// SentinelAuth is the password of the Sentinels themselves; only with
+	// Type "sentinel".
+	SentinelAuth string
+	// TLS connects with TLS, to every node and Sentinel, verified as
+	// Options.RedisTLSFiles says; a rediss:// URL implies it.
+	TLS bool
+	// PoolSize is the number of connections per node; 0 means 10 per CPU.
+	PoolSize int
+	// DialTimeout bounds connecting to a node; 0 means 5 s. A call never
+	// waits longer than Options.Deadline.
+	DialTimeout time.Duration
+	// PipelineWindow is how long a call that finds a round trip free waits
+	// for others to share it (redislimit.BatchOptions.Window); 0 leaves
+	// batching to its defaults. Single and Sentinel only: on a Cluster each
+	// call goes to its node at once.
+	PipelineWindow time.Duration
+	// PipelineLimit bounds the calls in one round trip
+	// (redislimit.BatchOptions.MaxRequests); 0 means
+	// redislimit.DefaultBatchRequests.
+	PipelineLimit int
 }
 
-// MemcacheOptions are Memcached's.
+// MemcacheOptions describe the Memcached servers. Its zero value is no
+// Memcached.
 type MemcacheOptions struct {
-	Servers, SRV string
-	SRVRefresh   time.Duration
+	// Servers are the servers, "host:port[,host:port...]"; blanks around
+	// commas are dropped.
+	Servers string
+	// SRV is a DNS SRV name listing the servers, instead of Servers.
+	SRV string
+	// SRVRefresh, when positive, resolves SRV again at this interval; 0
+	// resolves it only at start. Only with SRV.
+	SRVRefresh time.Duration
+	// MaxIdleConns is the number of idle connections kept per server; 0 or
+	// less means memcachelimit.DefaultMaxIdleConns.
 	MaxIdleConns int
-	TLS          bool
-	TLSFiles     tlsclient.Files
+	// TLS connects to every server with TLS, verified as TLSFiles says.
+	TLS bool
+	// TLSFiles say how servers are verified and which certificate is
+	// presented; only with TLS.
+	TLSFiles tlsclient.Files
 }
 
-// DenyCacheOptions are the deny cache's.
+// DenyCacheOptions configure the deny cache, which answers calls that
+// Redis has just denied without calling it again (package denycache). It
+// is on with Redis unless Disabled, and never with memory or Memcached.
 type DenyCacheOptions struct {
-	Disabled   bool
+	// Disabled sends every call to Redis.
+	Disabled bool
+	// MaxEntries bounds the denials held; 0 means
+	// denycache.DefaultMaxEntries.
 	MaxEntries int
-	MaxAge     time.Duration
+	// MaxAge bounds how long a denial is reused; 0 means
+	// denycache.DefaultMaxAge.
+	MaxAge time.Duration
 }
 
-// Validate reports the first option Open would refuse, naming it.
-func (o Options) Validate() error { return nil }
+// Validate reports the first setting of o that Open would refuse, naming
+// its field as "store: Options.<Field>" ("store: Options.Redis.PoolSize
+// -1: must not be negative"), so that a caller can say which setting set
+// it. Settings that would do nothing (the per-second Redis's without its
+// URL, TLS files without TLS) are refused too: whoever set them meant
+// something else. Where the reference server's variables are what an
+// operator sets, a message names them too: "needs Options.Redis.URL
+// (REDIS_URL)".
+func (o Options) Validate() error {
+	checks := []func() error{
+		func() error { return o.Redis.validate("Redis") },
+		func() error { return o.PerSecond.validate("PerSecond") },
+		o.Memcache.validate,
+		o.validateBounds,
+		o.validateRedis,
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+	}
+	if m := o.Memcache; m.on() && o.Redis.URL != "" {
+		return fmt.Errorf("store: %s and Options.Redis.URL (BACKEND_TYPE=memcache and REDIS_URL): counters are kept in one store; unset one",
+			list(setFields{{"Options.Memcache.Servers", m.Servers != ""}, {"Options.Memcache.SRV", m.SRV != ""}}.names()))
+	}
+	return nil
+}
+
+// validate checks one deployment's own settings; name is its field.
+func (r RedisOptions) validate(name string) error {
+	switch r.typ() {
+	case TypeSingle, "sentinel", "cluster":
+	default:
+		return fmt.Errorf("Options.%s.Type %q: want single, sentinel or cluster", name, r.Type)
+	}
+	switch {
+	case r.PoolSize < 0:
+		return fmt.Errorf("Options.%s.PoolSize %d: must not be negative", name, r.PoolSize)
+	case r.PipelineWindow < 0:
+		return fmt.Errorf("Options.%s.PipelineWindow %v: must not be negative", name, r.PipelineWindow)
+	case r.PipelineLimit < 0:
+		return fmt.Errorf("Options.%s.PipelineLimit %d: must not be negative", name, r.PipelineLimit)
+	}
+	return nil
+}
+
+// validateRedis checks how the two Redis deployments and their TLS files
+// go together.
+func (o Options) validateRedis() error {
+	if o.Redis.URL == "" {
+		set := setFields{{"Options.Redis.TLS", o.Redis.TLS}, {"Options.Redis.SentinelAuth", o.Redis.SentinelAuth != ""}}
+		set = append(set, tlsFields("Options.RedisTLSFiles", tlsclient.Files(o.RedisTLSFiles))...)
+		if err := need(set.names(), "Options.Redis.URL (REDIS_URL)"); err != nil {
+			return err
+		}
+	}
+	if o.Redis.SentinelAuth != "" && o.Redis.typ() != "sentinel" {
+		return errors.New("Options.Redis.SentinelAuth needs Options.Redis.Type sentinel (REDIS_TYPE=sentinel)")
+	}
+	if o.PerSecond.URL == "" {
+		if err := need(o.PerSecond.fields("Options.PerSecond").names(), "Options.PerSecond.URL (REDIS_PERSECOND=true and REDIS_PERSECOND_URL)"); err != nil {
+			return err
+		}
+	}
+	switch {
+	case o.PerSecond.URL != "" && o.Redis.URL == "":
+		return errors.New("Options.PerSecond.URL (REDIS_PERSECOND_URL) needs Options.Redis.URL (REDIS_URL): the per-second Redis holds only the limits whose window is shorter than a minute")
+	case o.PerSecond.SentinelAuth != "" && o.PerSecond.typ() != "sentinel":
+		return errors.New("Options.PerSecond.SentinelAuth needs Options.PerSecond.Type sentinel (REDIS_PERSECOND_TYPE=sentinel)")
+	case !o.Redis.tlsOn() && !o.PerSecond.tlsOn() && o.RedisTLSFiles != redislimit.TLSFiles{}:
+		// Named all four, as the reference's REDIS_TLS_* variables.
+		return errors.New("Options.RedisTLSFiles.CAFile, Options.RedisTLSFiles.CertFile, Options.RedisTLSFiles.KeyFile and Options.RedisTLSFiles.SkipHostnameVerification (REDIS_TLS_*) " +
+			"need Options.Redis.TLS (REDIS_TLS=true) or Options.PerSecond.TLS (REDIS_PERSECOND_TLS=true)")
+	}
+	return nil
+}
+
+// validate checks the Memcached settings.
+func (m MemcacheOptions) validate() error {
+	files := tlsFields("Options.Memcache.TLSFiles", m.TLSFiles)
+	if !m.on() {
+		set := append(setFields{{"Options.Memcache.TLS", m.TLS}, {"Options.Memcache.SRVRefresh", m.SRVRefresh != 0}}, files...)
+		return need(set.names(), "Options.Memcache.Servers or Options.Memcache.SRV (MEMCACHE_HOST_PORT or MEMCACHE_SRV with BACKEND_TYPE=memcache)")
+	}
+	switch {
+	case m.Servers != "" && m.SRV != "":
+		return errors.New("Options.Memcache.Servers (MEMCACHE_HOST_PORT) and Options.Memcache.SRV (MEMCACHE_SRV): give one")
+	case m.SRVRefresh != 0 && m.SRV == "":
+		return errors.New("Options.Memcache.SRVRefresh (MEMCACHE_SRV_REFRESH) needs Options.Memcache.SRV (MEMCACHE_SRV)")
+	case !m.TLS:
+		return need(files.names(), "Options.Memcache.TLS (MEMCACHE_TLS=true)")
+	}
+	return nil
+}
+
+// validateBounds checks the numbers that must not be negative; 0 is each
+// one's default.
+func (o Options) validateBounds() error {
+	switch {
+	case o.Deadline < 0:
+		return fmt.Errorf("Options.Deadline %v: must not be negative", o.Deadline)
+	case o.MemoryMaxEntries < 0:
+		return fmt.Errorf("Options.MemoryMaxEntries %d: must not be negative", o.MemoryMaxEntries)
+	case o.DenyCache.MaxEntries < 0:
+		return fmt.Errorf("Options.DenyCache.MaxEntries %d: must not be negative", o.DenyCache.MaxEntries)
+	case o.DenyCache.MaxAge < 0:
+		return fmt.Errorf("Options.DenyCache.MaxAge %v: must not be negative", o.DenyCache.MaxAge)
+	}
+	return nil
+}
+
+// setFields are fields by name, each with whether it is set.
+type setFields []struct {
+	name string
+	set  bool
+}
+
+// names returns the names of the fields that are set.
+func (fs setFields) names() []string {
+	var out []string
+	for _, f := range fs {
+		if f.set {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
+// need is the error saying that the fields named need what; nil when
+// there are none.
+func need(names []string, what string) error {
+	switch len(names) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s needs %s", names[0], what)
+	}
+	return fmt.Errorf("%s need %s", list(names), what)
+}
+
+// list joins names as "a, b and c".
+func list(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// fields are the deployment's settings but its URL, under prefix; Type
+// counts as set when it is not TypeSingle.
+func (r RedisOptions) fields(prefix string) setFields {
+	return setFields{
+		{prefix + ".Type", r.typ() != TypeSingle}, {prefix + ".SentinelMaster", r.SentinelMaster != ""},
+		{prefix + ".Auth", r.Auth != ""}, {prefix + ".SentinelAuth", r.SentinelAuth != ""}, {prefix + ".TLS", r.TLS},
+		{prefix + ".PoolSize", r.PoolSize != 0}, {prefix + ".DialTimeout", r.DialTimeout != 0},
+		{prefix + ".PipelineWindow", r.PipelineWindow != 0}, {prefix + ".PipelineLimit", r.PipelineLimit != 0},
+	}
+}
+
+// tlsFields are the fields of TLS files under prefix.
+func tlsFields(prefix string, f tlsclient.Files) setFields {
+	return setFields{
+		{prefix + ".CAFile", f.CAFile != ""}, {prefix + ".CertFile", f.CertFile != ""},
+		{prefix + ".KeyFile", f.KeyFile != ""}, {prefix + ".SkipHostnameVerification", f.SkipHostnameVerification},
+	}
+}
+
+// Supports reports whether the store o opens can serve limits of spec:
+// nil, or why not. Memcached serves fixed windows only; memory and Redis
+// serve every algorithm. The rule loader takes it
+// (rules.Options.Supports), so that it can be used before the store is
+// opened, by -check as by the server.
+func (o Options) Supports(spec limit.Spec) error {
+	if o.Memcache.on() {
+		return memcachelimit.Supports(spec)
+	}
+	return nil
+}
+
+// on reports whether Memcached is the store.
+func (m MemcacheOptions) on() bool { return m.Servers != "" || m.SRV != "" }
+
+// serverList returns Servers split at commas, blanks dropped.
+func (m MemcacheOptions) serverList() []string {
+	var out []string
+	for _, s := range strings.Split(m.Servers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// typ is Type in lower case, "single" when empty.
+func (r RedisOptions) typ() string {
+	if r.Type == "" {
+		return TypeSingle
+	}
+	return strings.ToLower(r.Type)
+}
+
+// tlsOn reports whether the deployment is reached with TLS.
+func (r RedisOptions) tlsOn() bool { return r.TLS || strings.HasPrefix(r.URL, "rediss://") }
+
+// credentials splits Auth's "password" or "user:password".
+func (r RedisOptions) credentials() (user, pass string) {
+	if u, p, ok := strings.Cut(r.Auth, ":"); ok {
+		return u, p
+	}
+	return "", r.Auth
+}

@@ -187,7 +187,9 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 	} else {
 		b.WriteString("health: SERVING\n")
 	}
-	b.WriteString(describeStore(s.opts.Store()) + "\n")
+	if s.opts.Store != nil {
+		b.WriteString(describeStore(s.opts.Store()) + "\n")
+	}
 	for _, wn := range set.Warnings() {
 		fmt.Fprintf(&b, "warning: %s\n", wn)
 	}

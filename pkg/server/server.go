@@ -102,8 +102,9 @@ type Options struct {
 	TLS *tls.Config
 	// Store describes the limit store's health, for /rlconfig ("store:
 	// redis healthy (breaker closed)") and for readiness as StoreReadiness
-	// says. Nil means the counters are kept in this process's memory (see
-	// MemoryStore, which also counts them).
+	// says; it is called from any goroutine. Nil means there is no store
+	// to report: /rlconfig has no store line and the store never holds
+	// readiness.
 	Store func() StoreHealth
 	// StoreReadiness says how the store's health decides readiness
 	// (/healthcheck and gRPC health). The zero value,
@@ -218,31 +219,6 @@ type StoreHealth struct {
 	Detail string
 }
 
-// Counters is an in-memory store as /rlconfig describes it;
-// *limit.Memory satisfies it.
-type Counters interface {
-	// Len returns the number of counters held.
-	Len() int
-}
-
-// MemoryStore returns an Options.Store for counters kept in this
-// process's memory: always healthy and reached. Its detail says what that
-// means and, when m is not nil, how many counters it holds out of
-// maxEntries (left out when maxEntries is not positive).
-func MemoryStore(m Counters, maxEntries int) func() StoreHealth {
-	return func() StoreHealth {
-		h := StoreHealth{Name: "memory", Healthy: true, Reached: true,
-			Detail: "counters in this process only: not shared with other instances, lost on restart"}
-		switch {
-		case m != nil && maxEntries > 0:
-			h.Detail += fmt.Sprintf("; %d of at most %d counters", m.Len(), maxEntries)
-		case m != nil:
-			h.Detail += fmt.Sprintf("; %d counters", m.Len())
-		}
-		return h
-	}
-}
-
 // DefaultMaxMessageBytes is Options.MaxMessageBytes when it is zero. RLS
 // requests are a few hundred bytes.
 const DefaultMaxMessageBytes = 1 << 20
@@ -301,11 +277,8 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Store == nil {
-		if opts.StoreReadiness == StoreAlways {
-			return nil, errors.New("server: health cannot always require the store without Options.Store")
-		}
-		opts.Store = MemoryStore(nil, 0)
+	if opts.Store == nil && opts.StoreReadiness == StoreAlways {
+		return nil, errors.New("server: health cannot always require the store without Options.Store")
 	}
 	opts.Conns, _ = opts.Conns.normalize(fileLimit()) // checked by Validate
 	if opts.Refused == nil {
@@ -397,7 +370,7 @@ func (s *Server) notServing() string {
 	if !s.serving.Load() {
 		return "the server is not running or is shutting down"
 	}
-	if mode := s.opts.StoreReadiness; mode != StoreIgnored && (mode == StoreAlways || !s.reached.Load()) {
+	if mode := s.opts.StoreReadiness; s.opts.Store != nil && mode != StoreIgnored && (mode == StoreAlways || !s.reached.Load()) {
 		h := s.opts.Store()
 		if h.Reached {
 			// Latched: a store that answered once stays reached, whatever
@@ -421,7 +394,8 @@ func (s *Server) notServing() string {
 // runs, so that gRPC health must be polled.
 func (s *Server) followsHealth() bool {
 	mode := s.opts.StoreReadiness
-	return mode == StoreAlways || mode == StoreReachedOnce && !s.reached.Load() || s.opts.HealthRequiresRules
+	storeCan := s.opts.Store != nil && (mode == StoreAlways || mode == StoreReachedOnce && !s.reached.Load())
+	return storeCan || s.opts.HealthRequiresRules
 }
 
 // Run opens the listeners, serves until ctx is done or a server fails,

@@ -18,8 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
 )
@@ -74,21 +74,24 @@ func startUIServer(t *testing.T, interval time.Duration) *uiServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem := limit.NewMemory(limit.MemoryOptions{})
-	svc, err := envoy.New(w, mem, envoy.Options{Metrics: metrics})
+	st, err := store.Open(context.Background(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := server.MemoryStore(mem, 0)
+	t.Cleanup(st.Close)
+	svc, err := envoy.New(w, st.Limiter(), envoy.Options{Metrics: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
 	page := func(show bool) http.Handler {
-		h, err := New(Options{Rules: w, Gatherer: reg, Metrics: metrics, Store: store, ShowValues: show, Interval: interval})
+		h, err := New(Options{Rules: w, Gatherer: reg, Metrics: metrics, Store: st.Health, ShowValues: show, Interval: interval})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return h
 	}
 	srv, err := server.New(svc, w, reg, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0",
-		Store: store, UI: page(false), DebugUI: page(true)})
+		Store: st.Health, UI: page(false), DebugUI: page(true)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,52 @@
+package store
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/server"
+)
+
+// openMemcache makes s the Memcached store, probed once (a failure is
+// logged and reported unhealthy, and requests get the failure policy) and
+// then watched as Redis is.
+func (s *Store) openMemcache(ctx context.Context, opts Options) error {
+	m := opts.Memcache
+	var tc *tls.Config
+	if m.TLS {
+		var err error
+		if tc, err = m.TLSFiles.Config("memcached"); err != nil {
+			return fmt.Errorf("memcache: %w", err)
+		}
+	}
+	lim, err := memcachelimit.New(ctx, memcachelimit.Options{
+		Servers: m.serverList(), SRV: m.SRV, SRVRefresh: m.SRVRefresh, MaxIdleConns: m.MaxIdleConns,
+		TLS: tc, KeyPrefix: opts.KeyPrefix, Timeout: opts.Deadline,
+	})
+	if err != nil {
+		return fmt.Errorf("memcache: %w", err)
+	}
+	opts.Logger.Info("counters are kept in Memcached (fixed windows only)", "servers", lim.Servers(), "srv", m.SRV, "tls", m.TLS,
+		"deadline", deadlineOr(opts, memcachelimit.DefaultTimeout))
+	w := &watch{store: lim, name: "Memcached", attrs: []any{"servers", lim.Servers()}, logger: opts.Logger, clock: s.clock}
+	if err := w.probe(ctx, startProbeTimeout); err != nil {
+		opts.Logger.Error("Memcached cannot be used: until it can, requests are answered by the failure policy and the store is reported unhealthy", "err", err)
+	}
+	s.name, s.limiter, s.memcache, s.watches = "memcache", lim, lim, []*watch{w}
+	return nil
+}
+
+// memcacheHealth is Memcached's health: the servers and, if it ever
+// failed, the latest failure.
+func (s *Store) memcacheHealth() server.StoreHealth {
+	h := server.StoreHealth{Name: s.name, Healthy: s.memcache.Healthy(), Reached: s.watches[0].Reached(),
+		Detail: "servers " + strings.Join(s.memcache.Servers(), ",")}
+	if at, err := s.memcache.LastFailure(); err != nil {
+		h.Detail += fmt.Sprintf("; last failure %v ago: %v", s.clock.Now().Sub(at).Round(time.Second), err)
+	}
+	return h
+}

@@ -1,0 +1,211 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/pkg/redislimit"
+	"github.com/floodgate/floodgate/pkg/server"
+)
+
+// deployment is one Redis deployment the counters are kept in.
+type deployment struct {
+	role   string // "main" or "per-second", in logs, /rlconfig and metrics
+	addr   string // its address, credentials redacted
+	client redis.UniversalClient
+	lim    *redislimit.Limiter
+	watch  *watch
+}
+
+// openRedis makes s the Redis store: the main deployment and, when
+// PerSecond is set, the per-second one behind a redislimit.Split. Both
+// are probed together, so that two Redis that do not answer delay the
+// start by one probe's timeout, not two.
+func (s *Store) openRedis(ctx context.Context, opts Options) error {
+	// go-redis logs each failed dial; the watch already reports store
+	// failures, so its lines go to debug.
+	redislimit.QuietLogs(opts.Logger)
+	s.name = "redis"
+	for _, part := range []struct {
+		role string
+		r    RedisOptions
+	}{{"main", opts.Redis}, {"per-second", opts.PerSecond}} {
+		if part.r.URL == "" {
+			continue
+		}
+		d, err := openDeployment(opts, part.role, part.r, s.clock)
+		if err != nil {
+			s.closeRedis()
+			return err
+		}
+		s.redis = append(s.redis, d)
+		s.watches = append(s.watches, d.watch)
+		d.logOpened(opts, part.r)
+	}
+	s.limiter = s.redis[0].lim
+	if len(s.redis) == 2 {
+		split, err := redislimit.NewSplit(s.redis[0].lim, s.redis[1].lim, redislimit.PerSecond)
+		if err != nil {
+			s.closeRedis()
+			return fmt.Errorf("redis: %w", err)
+		}
+		s.limiter = split
+	}
+	var wg sync.WaitGroup
+	for _, d := range s.redis {
+		wg.Go(func() {
+			if err := d.watch.probe(ctx, startProbeTimeout); err != nil {
+				opts.Logger.Error("Redis cannot be used: until it can, requests that need it are answered by the failure policy (each rule's failure_mode, else -failure-mode), the store is reported unhealthy (/rlconfig, floodgate_store_healthy 0), and Redis is probed every second",
+					d.logAttrs("err", err)...)
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// closeRedis closes the clients opened so far.
+func (s *Store) closeRedis() {
+	for _, d := range s.redis {
+		d.client.Close()
+	}
+}
+
+// openDeployment returns the client, Limiter and watch of one Redis
+// deployment, without contacting it; its errors name the role.
+func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*deployment, error) {
+	what := "redis"
+	if role != "main" {
+		what = role + " redis"
+	}
+	files := opts.RedisTLSFiles
+	if !r.tlsOn() {
+		// Shared with the other Redis, which may be the one with TLS.
+		files = redislimit.TLSFiles{}
+	}
+	user, pass := r.credentials()
+	client, err := redislimit.NewClient(redislimit.ClientConfig{
+		URL: r.URL, Type: r.typ(), SentinelMaster: r.SentinelMaster,
+		Username: user, Password: pass, SentinelPassword: r.SentinelAuth,
+		TLS: r.TLS, TLSFiles: files, PoolSize: r.PoolSize, DialTimeout: r.DialTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	lim, err := redislimit.New(client, redislimit.Options{KeyPrefix: opts.KeyPrefix, Timeout: opts.Deadline, Logger: opts.Logger,
+		Batch: redislimit.BatchOptions{Window: r.PipelineWindow, MaxRequests: r.PipelineLimit}})
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	d := &deployment{role: role, addr: RedactURL(r.URL), client: client, lim: lim}
+	d.watch = &watch{store: lim, name: "Redis", attrs: d.logAttrs(), logger: opts.Logger, clock: clk}
+	if r.typ() == "cluster" {
+		d.watch.nodes = lim.Nodes
+	}
+	return d, nil
+}
+
+// logOpened logs where the counters are kept and how.
+func (d *deployment) logOpened(opts Options, r RedisOptions) {
+	msg := "counters are kept in Redis"
+	if d.role != "main" {
+		msg = "the counters of windows shorter than a minute are kept in the per-second Redis"
+	}
+	attrs := []any{"type", r.typ(), "tls", r.tlsOn(), "deadline", deadlineOr(opts, redislimit.DefaultTimeout)}
+	// The pipeline settings only when set, as the reference's variables
+	// set them.
+	if r.PipelineWindow > 0 {
+		attrs = append(attrs, "pipeline_window", r.PipelineWindow)
+	}
+	if r.PipelineLimit > 0 {
+		attrs = append(attrs, "pipeline_limit", r.PipelineLimit)
+	}
+	attrs = append(attrs, "script_sha", redislimit.ScriptSHA(), "function", redislimit.FunctionName())
+	opts.Logger.Info(msg, d.logAttrs(attrs...)...)
+	if r.typ() == "cluster" && (r.PipelineWindow > 0 || r.PipelineLimit > 0) {
+		// Each Cluster call goes to its node at once, unbatched. The
+		// reference requires a window or limit with Cluster, so migrated
+		// settings have them: worth a line, not a warning.
+		opts.Logger.Info("the pipeline window and limit have no effect on Redis Cluster: each request goes to its node at once", d.logAttrs(
+			"window", r.PipelineWindow, "limit", r.PipelineLimit)...)
+	}
+}
+
+// logAttrs returns the attributes that name the deployment in a log line,
+// followed by more.
+func (d *deployment) logAttrs(more ...any) []any {
+	return append([]any{"redis", d.role, "addr", d.addr}, more...)
+}
+
+// redisHealth is the health of the Redis deployments: healthy while every
+// one is, since a call may need any; with several, the detail names each
+// by its role and address, so that /rlconfig says which one fails.
+func (s *Store) redisHealth() server.StoreHealth {
+	now := s.clock.Now()
+	h := server.StoreHealth{Name: s.name, Healthy: true, Reached: true}
+	for _, d := range s.redis {
+		h.Healthy = h.Healthy && d.lim.Healthy()
+		h.Reached = h.Reached && d.watch.Reached()
+	}
+	if len(s.redis) == 1 {
+		h.Detail = redisDetail(s.redis[0].lim, now, "; ")
+		return h
+	}
+	parts := make([]string, len(s.redis))
+	for i, d := range s.redis {
+		parts[i] = d.role + " " + d.addr + ": " + redisDetail(d.lim, now, ", ")
+	}
+	h.Detail = strings.Join(parts, "; ")
+	return h
+}
+
+// redisDetail describes a limiter's health for /rlconfig: the breaker's
+// state and, if Redis ever failed, sep and the latest failure; on a
+// Cluster, the same for the slot map and then for each master with its
+// slots, so that /rlconfig names the master that fails.
+func redisDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
+	nodes := lim.Nodes()
+	var parts []string
+	for _, n := range nodes {
+		d := "breaker " + n.Breaker.String()
+		if n.LastFailure != nil {
+			d += fmt.Sprintf("%slast failure %v ago: %v", sep, now.Sub(n.LastFailureAt).Round(time.Second), n.LastFailure)
+		}
+		switch {
+		case n.Addr != "":
+			d = "master " + n.Addr + slotsOf(n) + ": " + d
+		case len(nodes) > 1:
+			d = "slot map: " + d
+		}
+		parts = append(parts, d)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// slotsOf is " (slots 0-5460)" for a Cluster master whose slots are known.
+func slotsOf(n redislimit.NodeHealth) string {
+	if n.Slots == "" {
+		return ""
+	}
+	return " (slots " + n.Slots + ")"
+}
+
+// RedactURL drops the credentials from a URL, everything before its last
+// '@' ("redis://user:pass@h:1" is "redis://***@h:1", "user:pass@h:1" is
+// "***@h:1"), as logs, messages, /rlconfig and metric labels show it; a
+// URL without credentials is returned as is.
+func RedactURL(u string) string {
+	if i := strings.LastIndex(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "***@" + u[i+1:]
+		}
+		return "***@" + u[i+1:]
+	}
+	return u
+}

@@ -1,0 +1,150 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/redislimit"
+)
+
+// Probe intervals: the first probe at start is bounded by startProbeTimeout;
+// then the store is probed every sickProbeInterval while unhealthy, so that
+// health follows it without waiting for requests (with no traffic the
+// circuit breaker would never probe), and every idleProbeInterval while
+// healthy, so that a store that dies under a quiet instance is reported.
+// A probe of the watch is bounded by sickProbeInterval.
+const (
+	startProbeTimeout = 2 * time.Second
+	sickProbeInterval = time.Second
+	idleProbeInterval = 5 * time.Second
+)
+
+// clock is the time the health watch and the health's detail run on: the
+// system's in Open; tests pass one they move, so that they never sleep.
+type clock interface {
+	Now() time.Time
+	// After returns a channel that receives once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+// systemClock is the system's time.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// probed is a limiter whose health a watch follows: *redislimit.Limiter
+// and *memcachelimit.Limiter. A failed Probe makes it unhealthy at once, a
+// successful one healthy.
+type probed interface {
+	Healthy() bool
+	Probe(ctx context.Context) error
+	LastFailure() (time.Time, error)
+}
+
+// watch follows the health of one store and logs each change, with attrs
+// naming the store: at error level with the cause when it starts failing,
+// at info level when it answers again; one line per change.
+type watch struct {
+	store  probed
+	name   string // "Redis" or "Memcached", in its log lines
+	attrs  []any
+	logger *slog.Logger
+	clock  clock
+	// nodes, for a Redis Cluster, returns the health of its masters, so
+	// that each one's failure and recovery is logged naming it; nil
+	// otherwise.
+	nodes   func() []redislimit.NodeHealth
+	reached atomic.Bool
+}
+
+// Reached reports whether a probe of the store has succeeded since start.
+func (w *watch) Reached() bool { return w.reached.Load() }
+
+// probe probes the store once, within timeout.
+func (w *watch) probe(ctx context.Context, timeout time.Duration) error {
+	probeCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := w.store.Probe(probeCtx)
+	if err == nil {
+		w.reached.Store(true)
+	}
+	return err
+}
+
+// run probes the store every sickProbeInterval while it is unhealthy and
+// every idleProbeInterval while it is healthy, and logs each change of its
+// health, whether a probe or a request saw it. It returns when ctx ends.
+func (w *watch) run(ctx context.Context) {
+	healthy := w.store.Healthy()
+	failing := make(map[string]bool) // Cluster masters by address
+	sinceProbe := time.Duration(0)
+	tick := w.clock.Now()
+	for {
+		// On a fixed beat, as a ticker: a slow probe does not delay the
+		// next one, which comes at once if its time has passed.
+		tick = tick.Add(sickProbeInterval)
+		now := w.clock.Now()
+		if tick.Before(now) {
+			tick = now
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.clock.After(tick.Sub(now)):
+		}
+		sinceProbe += sickProbeInterval
+		if !w.store.Healthy() || sinceProbe >= idleProbeInterval {
+			sinceProbe = 0
+			if err := w.probe(ctx, sickProbeInterval); err != nil && ctx.Err() != nil {
+				return
+			}
+		}
+		w.logNodes(failing)
+		healthy = w.logChange(healthy)
+	}
+}
+
+// logChange logs the store's health if it differs from was, and returns
+// it.
+func (w *watch) logChange(was bool) bool {
+	now := w.store.Healthy()
+	switch {
+	case now && !was:
+		w.logger.Info(w.name+" answers again: requests are decided by their limits", w.attrs...)
+	case !now && was:
+		_, err := w.store.LastFailure()
+		w.logger.Error(w.name+" fails: requests that need it are answered by the failure policy until it answers again", w.with("err", err)...)
+	}
+	return now
+}
+
+// logNodes logs each Cluster master that starts failing or answers again
+// since the last call, which failing holds.
+func (w *watch) logNodes(failing map[string]bool) {
+	if w.nodes == nil {
+		return
+	}
+	for _, n := range w.nodes() {
+		if n.Addr == "" {
+			continue // the cluster as a whole: the store's own line
+		}
+		was := failing[n.Addr]
+		attrs := w.with("node", n.Addr, "slots", n.Slots)
+		switch {
+		case !n.Healthy() && !was:
+			w.logger.Error(w.name+" node fails: requests on its slots are answered by the failure policy until it answers again; the other nodes' slots are decided as usual",
+				append(attrs, "err", n.LastFailure)...)
+		case n.Healthy() && was:
+			w.logger.Info(w.name+" node answers again: requests on its slots are decided by their limits", attrs...)
+		}
+		failing[n.Addr] = !n.Healthy()
+	}
+}
+
+// with returns the watch's attributes followed by more, in a new slice.
+func (w *watch) with(more ...any) []any {
+	return append(w.attrs[:len(w.attrs):len(w.attrs)], more...)
+}
