@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -9,93 +10,94 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
 	"gopkg.in/yaml.v3"
 )
 
-// compose is the part of docker-compose.yml the tests read.
-type compose struct {
-	Name     string
-	Services map[string]composeService
-}
-
-type composeService struct {
-	Image     string
-	Build     string
-	Command   []string
-	Volumes   []string
-	Ports     []string
-	DependsOn yaml.Node `yaml:"depends_on"`
-	// Healthcheck is not checked: it runs in the image (redis-cli).
-	Healthcheck yaml.Node
-}
+// docker-compose.yml is loaded by compose-go, the loader of `docker
+// compose`: its schema refuses unknown keys and wrong types, and its
+// consistency checks refuse references to services that do not exist.
 
 // composeFile is the demo's compose file, at the repository root.
 const composeFile = "docker-compose.yml"
 
-func loadCompose(t testing.TB) *compose {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, composeFile))
+// loadComposeFile loads a compose file as `docker compose -f file
+// --project-directory dir` does, without the process's environment.
+func loadComposeFile(file, dir string) (*types.Project, error) {
+	opts, err := cli.NewProjectOptions([]string{file}, cli.WithWorkingDirectory(dir), cli.WithResolvedPaths(true))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	var c compose
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	return opts.LoadProject(context.Background())
+}
+
+// compose is the demo's project as compose-go loads it.
+type compose struct {
+	*types.Project
+}
+
+func loadCompose(t testing.TB) compose {
+	t.Helper()
+	p, err := loadComposeFile(filepath.Join(repoRoot, composeFile), repoRoot)
+	if err != nil {
 		t.Fatalf("%s: %v", composeFile, err)
 	}
-	return &c
+	return compose{p}
 }
 
-// mount is one short-syntax volume: a host path mounted in a container.
-type mount struct{ host, container string }
+// service is one service of the project.
+type service struct {
+	types.ServiceConfig
+	dir string // the project's directory, which bind mounts are relative to
+}
 
-func (s composeService) mounts() []mount {
-	var out []mount
+func (c compose) service(name string) (service, bool) {
+	s, ok := c.Services[name]
+	return service{s, c.WorkingDir}, ok
+}
+
+// mounted returns the host path (relative to the project's directory)
+// bind-mounted at a container path, or "".
+func (s service) mounted(container string) string {
 	for _, v := range s.Volumes {
-		parts := strings.Split(v, ":")
-		out = append(out, mount{host: parts[0], container: parts[1]})
-	}
-	return out
-}
-
-// mounted returns the host path (relative to the repository) mounted at a
-// container path, or "".
-func (s composeService) mounted(container string) string {
-	for _, m := range s.mounts() {
-		if m.container == container {
-			return m.host
+		if v.Type == types.VolumeTypeBind && v.Target == container {
+			rel, err := filepath.Rel(s.dir, v.Source)
+			if err != nil {
+				return v.Source
+			}
+			return rel
 		}
 	}
 	return ""
 }
 
 // published returns the container ports the service publishes.
-func (s composeService) published() []string {
+func (s service) published() []string {
 	var out []string
 	for _, p := range s.Ports {
-		parts := strings.Split(p, ":")
-		out = append(out, parts[len(parts)-1])
+		out = append(out, strconv.Itoa(int(p.Target)))
 	}
 	return out
 }
 
-func (s composeService) dependsOn() []string {
-	var out []string
-	switch s.DependsOn.Kind {
-	case yaml.SequenceNode:
-		for _, n := range s.DependsOn.Content {
-			out = append(out, n.Value)
-		}
-	case yaml.MappingNode:
-		for i := 0; i < len(s.DependsOn.Content); i += 2 {
-			out = append(out, s.DependsOn.Content[i].Value)
-		}
-	}
-	return out
+func (s service) dependsOn() []string {
+	return slices.Sorted(maps.Keys(s.DependsOn))
+}
+
+// brokenComposeFiles are edits of docker-compose.yml that compose-go must
+// refuse, with what its error says.
+var brokenComposeFiles = []struct {
+	name, old, new, want string
+}{
+	{"a key Compose does not know", "depends_on: [floodgate, backend]", "depend_on: [floodgate, backend]", "services.envoy.depend_on"},
+	{"a dependency on no service", "depends_on: [floodgate, envoy]", "depends_on: [floodgate, envoi]", `depends on undefined service "envoi"`},
+	{"a port that is not a number", `"127.0.0.1:9090:9090"`, `"127.0.0.1:9090:90x0"`, "invalid containerPort: 90x0"},
+	{"a value of the wrong type", "retries: 15", "retries: fifteen", "services.redis.healthcheck.retries: failed to cast to expected type"},
 }
 
 // floodgateFlags parses a floodgate command line with the binary's flag
@@ -142,28 +144,45 @@ const prometheusConfigPath = "/etc/prometheus/prometheus.yml"
 
 func TestCompose(t *testing.T) {
 	c := loadCompose(t)
-	fg, ok := c.Services["floodgate"]
+	fg, ok := c.service("floodgate")
 	if !ok {
 		t.Fatal("no floodgate service")
 	}
 	fgFlags := floodgateFlags(t, fg.Command)
 	fgHTTP, fgGRPC := port(t, fgFlags["http-addr"]), port(t, fgFlags["grpc-addr"])
 
+	t.Run("compose-go refuses broken copies", func(t *testing.T) {
+		data, err := os.ReadFile(filepath.Join(repoRoot, composeFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range brokenComposeFiles {
+			if !strings.Contains(string(data), b.old) {
+				t.Fatalf("%s: %s has no %q to break", b.name, composeFile, b.old)
+			}
+			path := filepath.Join(t.TempDir(), composeFile)
+			if err := os.WriteFile(path, []byte(strings.Replace(string(data), b.old, b.new, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := loadComposeFile(path, repoRoot)
+			if err == nil || !strings.Contains(err.Error(), b.want) {
+				t.Errorf("%s: %s with %q replaced by %q: %v, want an error with %q", b.name, composeFile, b.old, b.new, err, b.want)
+				continue
+			}
+			t.Logf("%s: compose-go says: %v", b.name, err)
+		}
+	})
+
 	t.Run("every mounted path and build context exists", func(t *testing.T) {
 		for name, s := range c.Services {
-			for _, m := range s.mounts() {
-				if _, err := os.Stat(filepath.Join(repoRoot, m.host)); err != nil {
-					t.Errorf("service %s mounts %s: %v", name, m.host, err)
+			for _, v := range s.Volumes {
+				if _, err := os.Stat(v.Source); v.Type == types.VolumeTypeBind && err != nil {
+					t.Errorf("service %s mounts %s: %v", name, v.Source, err)
 				}
 			}
-			if s.Build != "" {
-				if _, err := os.Stat(filepath.Join(repoRoot, s.Build, "Dockerfile")); err != nil {
-					t.Errorf("service %s builds %s: %v", name, s.Build, err)
-				}
-			}
-			for _, dep := range s.dependsOn() {
-				if _, ok := c.Services[dep]; !ok {
-					t.Errorf("service %s depends on %q, which is not a service", name, dep)
+			if s.Build != nil {
+				if _, err := os.Stat(filepath.Join(s.Build.Context, s.Build.Dockerfile)); err != nil {
+					t.Errorf("service %s builds %s: %v", name, s.Build.Context, err)
 				}
 			}
 		}
@@ -181,10 +200,10 @@ func TestCompose(t *testing.T) {
 			t.Fatalf("-config %s is mounted from %s, which is not a directory (%v)", dir, host, err)
 		}
 		copies := map[string]string{}
-		for _, m := range fg.mounts() {
-			copies[m.container] = m.host
+		for _, v := range fg.Volumes {
+			copies[v.Target] = v.Source
 		}
-		args := append(mapPaths(fg.Command, copies, repoRoot), "-check")
+		args := append(mapPaths(fg.Command, copies, ""), "-check")
 		out, code := runFloodgate(t, ".", args...)
 		if code != 0 || !strings.Contains(out, ": OK: ") {
 			t.Errorf("floodgate %s exits %d:\n%s", strings.Join(args, " "), code, out)
@@ -223,7 +242,7 @@ func TestCompose(t *testing.T) {
 		if err != nil {
 			t.Fatalf("-redis %q: want host:port: %v", fgFlags["redis"], err)
 		}
-		redis, ok := c.Services[host]
+		redis, ok := c.service(host)
 		if !ok {
 			t.Fatalf("-redis %s: no service %q", fgFlags["redis"], host)
 		}
@@ -245,7 +264,7 @@ func TestCompose(t *testing.T) {
 		{"envoy-tcp", envoyTCPFile},
 	} {
 		t.Run(e.service+" runs "+e.file+" and reaches its clusters", func(t *testing.T) {
-			s, ok := c.Services[e.service]
+			s, ok := c.service(e.service)
 			if !ok {
 				t.Fatalf("no %s service", e.service)
 			}
@@ -289,7 +308,7 @@ func TestCompose(t *testing.T) {
 	}
 
 	t.Run("prometheus scrapes floodgate", func(t *testing.T) {
-		s := c.Services["prometheus"]
+		s, _ := c.service("prometheus")
 		host := s.mounted(prometheusConfigPath)
 		if host == "" {
 			t.Fatalf("prometheus mounts nothing at %s", prometheusConfigPath)
@@ -335,7 +354,7 @@ func TestCompose(t *testing.T) {
 
 // composeCommand checks a `docker compose ...` command of the README: a
 // known subcommand, and services that exist.
-func composeCommand(c *compose, args []string) error {
+func composeCommand(c compose, args []string) error {
 	if len(args) < 3 || args[0] != "docker" || args[1] != "compose" {
 		return fmt.Errorf("not a docker compose command")
 	}

@@ -1,111 +1,117 @@
 package examples_test
 
 import (
-	"bufio"
+	"bytes"
 	"debug/elf"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/linter"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
 )
 
-// dockerfile is a parsed Dockerfile: its instructions, by stage.
+// The Dockerfile is read by BuildKit's own parser and instructions
+// packages, as `docker build` reads it, and .dockerignore is matched by
+// moby/patternmatcher, which builds the context.
+
+// dockerfile is a Dockerfile as BuildKit reads it: its stages, each with
+// its typed instructions.
 type dockerfile struct {
-	stages []*dockerStage
+	stages []instructions.Stage
 }
 
-type dockerStage struct {
-	from, name string
-	instrs     []dockerInstr
-}
-
-type dockerInstr struct {
-	cmd  string // upper case
-	args string
-	line int
-}
-
-// parseDockerfile reads instructions, joining continuation lines and
-// dropping comments.
+// parseDockerfile reads the Dockerfile at p; see parseDockerfileBytes.
 func parseDockerfile(p string) (*dockerfile, error) {
-	f, err := os.Open(p)
+	data, err := os.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	df := &dockerfile{}
-	sc := bufio.NewScanner(f)
-	var cur strings.Builder
-	start, n := 0, 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if cur.Len() == 0 && (line == "" || strings.HasPrefix(line, "#")) {
-			continue
-		}
-		if cur.Len() == 0 {
-			start = n
-		}
-		if strings.HasSuffix(line, "\\") {
-			cur.WriteString(strings.TrimSuffix(line, "\\") + " ")
-			continue
-		}
-		cur.WriteString(line)
-		cmd, args, _ := strings.Cut(cur.String(), " ")
-		cur.Reset()
-		in := dockerInstr{cmd: strings.ToUpper(cmd), args: strings.TrimSpace(args), line: start}
-		if in.cmd == "FROM" {
-			fields := strings.Fields(in.args)
-			st := &dockerStage{from: fields[0]}
-			if len(fields) == 3 && strings.EqualFold(fields[1], "AS") {
-				st.name = fields[2]
-			}
-			df.stages = append(df.stages, st)
-			continue
-		}
-		if len(df.stages) == 0 {
-			if in.cmd == "ARG" {
-				continue
-			}
-			return nil, fmt.Errorf("%s:%d: %s before FROM", p, start, in.cmd)
-		}
-		st := df.stages[len(df.stages)-1]
-		st.instrs = append(st.instrs, in)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(df.stages) == 0 {
-		return nil, fmt.Errorf("%s: no FROM", p)
+	df, err := parseDockerfileBytes(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return df, nil
 }
 
-func (s *dockerStage) all(cmd string) []dockerInstr {
-	var out []dockerInstr
-	for _, in := range s.instrs {
-		if in.cmd == cmd {
-			out = append(out, in)
+// parseDockerfileBytes parses a Dockerfile with BuildKit's parser and
+// turns its nodes into instructions, with BuildKit's linter on: a parse
+// error, an instruction BuildKit refuses, or a warning of the parser or
+// of the rules the linter checks while parsing (what `docker build
+// --check` reports for them) is an error.
+func parseDockerfileBytes(data []byte) (*dockerfile, error) {
+	res, err := parser.Parse(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	var warnings []string
+	for _, w := range res.Warnings {
+		line := 0
+		if w.Location != nil {
+			line = w.Location.Start.Line
+		}
+		warnings = append(warnings, fmt.Sprintf("line %d: %s", line, w.Short))
+	}
+	lint := linter.New(&linter.Config{Warn: func(rule, _, _, msg string, loc []parser.Range) {
+		line := 0
+		if len(loc) > 0 {
+			line = loc[0].Start.Line
+		}
+		warnings = append(warnings, fmt.Sprintf("line %d: %s: %s", line, rule, msg))
+	}})
+	stages, _, err := instructions.Parse(res.AST, lint)
+	if err != nil {
+		return nil, err
+	}
+	if len(warnings) > 0 {
+		return nil, fmt.Errorf("BuildKit warns: %s", strings.Join(warnings, "; "))
+	}
+	if len(stages) == 0 {
+		return nil, errors.New("no FROM")
+	}
+	return &dockerfile{stages: stages}, nil
+}
+
+// commands returns the instructions of type T (*instructions.CopyCommand,
+// ...) of a stage, in order.
+func commands[T instructions.Command](s instructions.Stage) []T {
+	var out []T
+	for _, c := range s.Commands {
+		if v, ok := c.(T); ok {
+			out = append(out, v)
 		}
 	}
 	return out
 }
 
-// last returns the last instruction cmd of the stage, as Docker applies it.
-func (s *dockerStage) last(cmd string) (dockerInstr, bool) {
-	all := s.all(cmd)
+// last returns the last instruction of type T of a stage, the one Docker
+// applies.
+func last[T instructions.Command](s instructions.Stage) (T, bool) {
+	all := commands[T](s)
 	if len(all) == 0 {
-		return dockerInstr{}, false
+		var zero T
+		return zero, false
 	}
 	return all[len(all)-1], true
+}
+
+// line is an instruction's first line in the Dockerfile.
+func line(c instructions.Command) int {
+	if loc := c.Location(); len(loc) > 0 {
+		return loc[0].Start.Line
+	}
+	return 0
 }
 
 // goBuild returns the RUN command that builds the server and the output
@@ -113,34 +119,149 @@ func (s *dockerStage) last(cmd string) (dockerInstr, bool) {
 func (df *dockerfile) goBuild() (cmd, out string, err error) {
 	outRE := regexp.MustCompile(`-o\s+(\S+)`)
 	for _, st := range df.stages {
-		for _, in := range st.all("RUN") {
-			if strings.Contains(in.args, "go build") && strings.Contains(in.args, "./cmd/server") {
-				m := outRE.FindStringSubmatch(in.args)
-				if m == nil {
-					return "", "", fmt.Errorf("Dockerfile:%d: go build without -o", in.line)
-				}
-				return in.args, m[1], nil
+		for _, run := range commands[*instructions.RunCommand](st) {
+			script := strings.Join(run.CmdLine, " ")
+			if !run.PrependShell || !strings.Contains(script, "go build") || !strings.Contains(script, "./cmd/server") {
+				continue
 			}
+			m := outRE.FindStringSubmatch(script)
+			if m == nil {
+				return "", "", fmt.Errorf("Dockerfile:%d: go build without -o", line(run))
+			}
+			return script, m[1], nil
 		}
 	}
 	return "", "", fmt.Errorf("Dockerfile: no RUN go build ... ./cmd/server")
 }
 
-// execForm parses a JSON exec form such as ["a", "b"].
-func execForm(t *testing.T, in dockerInstr) []string {
+// execForm returns the arguments of an ENTRYPOINT or CMD in the exec form
+// ["a", "b"], and fails the test on the shell form, which runs the
+// process under sh, where signals do not reach it.
+func execForm(t *testing.T, c instructions.Command, cl instructions.ShellDependantCmdLine) []string {
 	t.Helper()
-	var v []string
-	if err := json.Unmarshal([]byte(in.args), &v); err != nil {
-		t.Fatalf("Dockerfile:%d: %s %s: want the exec form [\"...\"] (signals reach the process only then): %v", in.line, in.cmd, in.args, err)
+	if cl.PrependShell {
+		t.Fatalf("Dockerfile:%d: %s: want the exec form [\"...\"] (signals reach the process only then)", line(c), c.Name())
 	}
-	return v
+	return cl.CmdLine
 }
 
 // smallBases are final images with nothing but what a static binary needs.
 var smallBases = regexp.MustCompile(`^(scratch|gcr\.io/distroless/static(-debian\d+)?(:[a-z0-9.-]+)?)$`)
 
+// brokenDockerfiles are edits of the Dockerfile that BuildKit refuses or
+// warns about.
+var brokenDockerfiles = []struct {
+	name, old, new, want string
+}{
+	{"an unknown instruction", "EXPOSE 8080 8081", "EXPOSES 8080 8081", "unknown instruction: EXPOSES"},
+	{"a flag COPY does not take", "COPY --from=build /out/floodgate /bin/ratelimit", "COPY --form=build /out/floodgate /bin/ratelimit", "unknown flag: --form"},
+	{"FROM and AS in different cases", "AS build", "as build", "FromAsCasing"},
+	{"an empty continuation line", "RUN go mod download", "RUN go mod \\\n\n download", "Empty continuation line"},
+	{"ENV without a value", "ENV FLOODGATE_DEFAULT_CONFIG=/etc/floodgate/config", "ENV FLOODGATE_DEFAULT_CONFIG", "ENV must have two arguments"},
+}
+
+// brokenDockerignores are edits of .dockerignore whose build context the
+// build check must refuse, with what the error says; the exception (!)
+// is one a matcher without Docker's exceptions would read wrong.
+var brokenDockerignores = []struct {
+	name, old, new, want string
+}{
+	{"excluding a package the server is built from", "docs\n", "docs\npkg/rules\n", "excludes pkg/rules/"},
+	{"excluding what COPY names", "examples\n", "examples\nconfig\n", "excludes config, which COPY names"},
+	{"letting a binary in", "/server\n", "", "lets server into the build context"},
+	{"an exception letting the repository in", ".git\n", ".git\n!.git/config\n", "lets .git/config into the build context"},
+	{"excluding embedded files", "docs\n", "docs\n**/assets\n", "excludes pkg/ui/assets/"},
+}
+
+// checkBuildContext checks .dockerignore's patterns, as patternmatcher
+// matches them when the build context is sent: every file a COPY names
+// and every Go and embedded file the server is built from is in the
+// context, and the repository and local binaries are not.
+func checkBuildContext(df *dockerfile, dockerignore []byte) error {
+	patterns, err := ignorefile.ReadAll(bytes.NewReader(dockerignore))
+	if err != nil {
+		return err
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		return err
+	}
+	// excluded walks from the context's root down to p, as the context is
+	// walked, passing each directory's result to its children.
+	excluded := func(p string) (bool, error) {
+		var info patternmatcher.MatchInfo
+		var match bool
+		parts := strings.Split(p, "/")
+		for i := range parts {
+			match, info, err = pm.MatchesUsingParentResults(strings.Join(parts[:i+1], "/"), info)
+			if err != nil {
+				return false, err
+			}
+		}
+		return match, nil
+	}
+	var errs []error
+	for _, st := range df.stages {
+		for _, c := range commands[*instructions.CopyCommand](st) {
+			if c.From != "" {
+				continue
+			}
+			for _, src := range c.SourcePaths {
+				if src == "." {
+					continue
+				}
+				if ex, err := excluded(filepath.ToSlash(filepath.Clean(src))); err != nil {
+					errs = append(errs, err)
+				} else if ex {
+					errs = append(errs, fmt.Errorf(".dockerignore excludes %s, which COPY names (Dockerfile:%d)", src, line(c)))
+				}
+			}
+		}
+	}
+	// Every Go and embedded file the server is built from.
+	list := exec.Command("go", "list", "-deps", "-f", `{{if not .Standard}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}
+{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}
+{{end}}{{end}}`, "./cmd/server")
+	list.Dir = repoRoot
+	out, err := list.Output()
+	if err != nil {
+		return fmt.Errorf("go list: %v", err)
+	}
+	abs, err := filepath.Abs(repoRoot)
+	if err != nil {
+		return err
+	}
+	needed := []string{"go.mod", "go.sum"}
+	for _, f := range strings.Fields(string(out)) {
+		if rel, err := filepath.Rel(abs, f); err == nil && !strings.HasPrefix(rel, "..") {
+			needed = append(needed, filepath.ToSlash(rel))
+		}
+	}
+	reported := map[string]bool{}
+	for _, f := range needed {
+		ex, err := excluded(f)
+		if err != nil {
+			return err
+		}
+		if dir := filepath.ToSlash(filepath.Dir(f)) + "/"; ex && !reported[dir] {
+			reported[dir] = true
+			errs = append(errs, fmt.Errorf(".dockerignore excludes %s, which the server is built from (%s)", dir, f))
+		}
+	}
+	// And what must stay out: the repository and local binaries.
+	for _, p := range []string{".git/config", "server", "bin/floodgate"} {
+		if ex, err := excluded(p); err != nil {
+			errs = append(errs, err)
+		} else if !ex {
+			errs = append(errs, fmt.Errorf(".dockerignore lets %s into the build context", p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func TestDockerfile(t *testing.T) {
-	df, err := parseDockerfile(filepath.Join(repoRoot, "Dockerfile"))
+	dfPath := filepath.Join(repoRoot, "Dockerfile")
+	df, err := parseDockerfile(dfPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +269,24 @@ func TestDockerfile(t *testing.T) {
 		t.Fatalf("want a multi-stage build, found %d stage", len(df.stages))
 	}
 	final := df.stages[len(df.stages)-1]
+
+	t.Run("BuildKit refuses broken copies", func(t *testing.T) {
+		data, err := os.ReadFile(dfPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range brokenDockerfiles {
+			if !bytes.Contains(data, []byte(b.old)) {
+				t.Fatalf("%s: the Dockerfile has no %q to break", b.name, b.old)
+			}
+			_, err := parseDockerfileBytes(bytes.Replace(data, []byte(b.old), []byte(b.new), 1))
+			if err == nil || !strings.Contains(err.Error(), b.want) {
+				t.Errorf("%s: the Dockerfile with %q replaced by %q: %v, want an error with %q", b.name, b.old, b.new, err, b.want)
+				continue
+			}
+			t.Logf("%s: %v", b.name, err)
+		}
+	})
 
 	t.Run("static binary", func(t *testing.T) {
 		cmd, _, err := df.goBuild()
@@ -164,52 +303,60 @@ func TestDockerfile(t *testing.T) {
 		defer f.Close()
 		for _, p := range f.Progs {
 			if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
-				t.Errorf("the binary built by the Dockerfile's command is dynamically linked (%v): it cannot run on %s", p.Type, final.from)
+				t.Errorf("the binary built by the Dockerfile's command is dynamically linked (%v): it cannot run on %s", p.Type, final.BaseName)
 			}
 		}
 	})
 
 	t.Run("small final image", func(t *testing.T) {
-		if !smallBases.MatchString(final.from) {
-			t.Errorf("final stage FROM %s: want scratch or a distroless static image", final.from)
+		if !smallBases.MatchString(final.BaseName) {
+			t.Errorf("final stage FROM %s: want scratch or a distroless static image", final.BaseName)
 		}
-		if final.all("RUN") != nil {
+		if commands[*instructions.RunCommand](final) != nil {
 			t.Errorf("the final stage runs commands; a static image has no shell")
 		}
 	})
 
 	t.Run("non-root user", func(t *testing.T) {
-		u, ok := final.last("USER")
+		u, ok := last[*instructions.UserCommand](final)
 		if !ok {
 			t.Fatal("the final stage sets no USER: the server would run as root")
 		}
-		user, _, _ := strings.Cut(u.args, ":")
+		user, _, _ := strings.Cut(u.User, ":")
 		if user == "0" || user == "root" || user == "" {
-			t.Errorf("Dockerfile:%d: USER %s is root", u.line, u.args)
+			t.Errorf("Dockerfile:%d: USER %s is root", line(u), u.User)
 		}
 		if !regexp.MustCompile(`^\d+$`).MatchString(user) {
 			// Kubernetes' runAsNonRoot can only verify a numeric user.
-			t.Errorf("Dockerfile:%d: USER %s: want a numeric uid", u.line, u.args)
+			t.Errorf("Dockerfile:%d: USER %s: want a numeric uid", line(u), u.User)
 		}
 	})
 
+	// imageArgs is the image's command line after the program: its
+	// ENTRYPOINT's arguments, then CMD.
+	imageArgs := func(t *testing.T) []string {
+		t.Helper()
+		ep, ok := last[*instructions.EntrypointCommand](final)
+		if !ok {
+			t.Fatal("no ENTRYPOINT")
+		}
+		args := execForm(t, ep, ep.ShellDependantCmdLine)[1:]
+		if cmd, ok := last[*instructions.CmdCommand](final); ok {
+			args = append(args, execForm(t, cmd, cmd.ShellDependantCmdLine)...)
+		}
+		return args
+	}
+
 	t.Run("exposed ports are the ones the server opens to the network", func(t *testing.T) {
 		var exposed []string
-		for _, in := range final.all("EXPOSE") {
-			exposed = append(exposed, strings.Fields(in.args)...)
+		for _, e := range commands[*instructions.ExposeCommand](final) {
+			exposed = append(exposed, e.Ports...)
 		}
 		// The addresses the image's command line listens on (the flags'
 		// defaults unless it sets them). A listener on loopback cannot be
 		// reached from outside the container: exposing its port would
 		// promise what it does not do.
-		var args []string
-		if ep, ok := final.last("ENTRYPOINT"); ok {
-			args = append(args, execForm(t, ep)[1:]...)
-		}
-		if cmd, ok := final.last("CMD"); ok {
-			args = append(args, execForm(t, cmd)...)
-		}
-		addrs := floodgateFlags(t, args)
+		addrs := floodgateFlags(t, imageArgs(t))
 		var want, loopback []string
 		for _, f := range []string{"http-addr", "grpc-addr", "debug-addr"} {
 			if addrs[f] == "" {
@@ -237,43 +384,44 @@ func TestDockerfile(t *testing.T) {
 	_, out, _ := df.goBuild()
 	var binDests []string
 	copies := map[string]string{} // destination -> source in the context
-	for _, in := range final.all("COPY") {
-		f := strings.Fields(in.args)
-		src, dst := f[len(f)-2], f[len(f)-1]
-		if strings.HasPrefix(f[0], "--from=") {
-			if src == out {
-				binDests = append(binDests, dst)
+	for _, c := range commands[*instructions.CopyCommand](final) {
+		for _, src := range c.SourcePaths {
+			if c.From != "" {
+				if src == out {
+					binDests = append(binDests, c.DestPath)
+				}
+				continue
 			}
-			continue
+			copies[c.DestPath] = src
 		}
-		copies[dst] = src
 	}
 	context, err := filepath.Abs(repoRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// ENV values as BuildKit expands them (quotes removed, earlier
+	// variables substituted).
 	imageEnv := map[string]string{}
-	for _, in := range final.all("ENV") {
-		k, v, ok := strings.Cut(in.args, "=")
-		if !ok || strings.ContainsAny(k, " \t") {
-			t.Fatalf("Dockerfile:%d: ENV %s: want the KEY=value form", in.line, in.args)
+	lex := shell.NewLex('\\')
+	for _, e := range commands[*instructions.EnvCommand](final) {
+		for _, kv := range e.Env {
+			var env []string
+			for k, v := range imageEnv {
+				env = append(env, k+"="+v)
+			}
+			v, _, err := lex.ProcessWord(kv.Value, shell.EnvsFromSlice(env))
+			if err != nil {
+				t.Fatalf("Dockerfile:%d: ENV %s: %v", line(e), kv.Key, err)
+			}
+			imageEnv[kv.Key] = v
 		}
-		imageEnv[k] = strings.Trim(v, `"`)
 	}
 	// imageRun runs the image's command line (its ENTRYPOINT, CMD and
 	// ENV, the image's paths mapped back to the build context) with more
 	// arguments and variables, and returns what it prints and its exit code.
 	imageRun := func(t *testing.T, more []string, env ...string) (string, int) {
 		t.Helper()
-		ep, ok := final.last("ENTRYPOINT")
-		if !ok {
-			t.Fatal("no ENTRYPOINT")
-		}
-		args := execForm(t, ep)[1:]
-		if cmd, ok := final.last("CMD"); ok {
-			args = append(args, execForm(t, cmd)...)
-		}
-		args = append(mapPaths(args, copies, context), more...)
+		args := append(mapPaths(imageArgs(t), copies, context), more...)
 		c := exec.Command(floodgateBinary(t), args...)
 		c.Dir = t.TempDir()
 		c.Env = []string{"PATH=" + os.Getenv("PATH")}
@@ -297,11 +445,11 @@ func TestDockerfile(t *testing.T) {
 		if len(binDests) == 0 {
 			t.Fatalf("the final stage does not copy the build's %s", out)
 		}
-		ep, ok := final.last("ENTRYPOINT")
+		ep, ok := last[*instructions.EntrypointCommand](final)
 		if !ok {
 			t.Fatal("no ENTRYPOINT")
 		}
-		if entry := execForm(t, ep); !slices.Contains(binDests, entry[0]) {
+		if entry := execForm(t, ep, ep.ShellDependantCmdLine); !slices.Contains(binDests, entry[0]) {
 			t.Errorf("ENTRYPOINT %v does not run the binary copied to %v", entry, binDests)
 		}
 		// The image alone serves its demo rules.
@@ -318,10 +466,10 @@ func TestDockerfile(t *testing.T) {
 		}
 		// A flag in CMD would win over RUNTIME_ROOT and the like: the
 		// reference's variables must decide.
-		if cmd, ok := final.last("CMD"); ok {
-			for _, a := range execForm(t, cmd) {
+		if cmd, ok := last[*instructions.CmdCommand](final); ok {
+			for _, a := range execForm(t, cmd, cmd.ShellDependantCmdLine) {
 				if strings.HasPrefix(a, "-") {
-					t.Errorf("Dockerfile:%d: CMD passes %s, which would win over the reference server's variables", cmd.line, a)
+					t.Errorf("Dockerfile:%d: CMD passes %s, which would win over the reference server's variables", line(cmd), a)
 				}
 			}
 		}
@@ -343,44 +491,23 @@ func TestDockerfile(t *testing.T) {
 	})
 
 	t.Run("build context keeps what the build needs", func(t *testing.T) {
-		ignore := readDockerignore(t, filepath.Join(repoRoot, ".dockerignore"))
-		var need []string
-		for _, st := range df.stages {
-			for _, in := range st.all("COPY") {
-				f := strings.Fields(in.args)
-				if strings.HasPrefix(f[0], "--from=") {
-					continue
-				}
-				for _, src := range f[:len(f)-1] {
-					if src != "." {
-						need = append(need, path.Clean(src))
-					}
-				}
-			}
-		}
-		// Every Go file the server is built from.
-		list := exec.Command("go", "list", "-deps", "-f", `{{if not .Standard}}{{.Dir}}{{end}}`, "./cmd/server")
-		list.Dir = repoRoot
-		out, err := list.Output()
+		ignore, err := os.ReadFile(filepath.Join(repoRoot, ".dockerignore"))
 		if err != nil {
-			t.Fatalf("go list: %v", err)
+			t.Fatal(err)
 		}
-		abs, _ := filepath.Abs(repoRoot)
-		for _, dir := range strings.Fields(string(out)) {
-			if rel, err := filepath.Rel(abs, dir); err == nil && !strings.HasPrefix(rel, "..") {
-				need = append(need, filepath.ToSlash(rel)+"/x.go")
-			}
+		if err := checkBuildContext(df, ignore); err != nil {
+			t.Fatal(err)
 		}
-		for _, p := range need {
-			if pat := ignore.excludes(p); pat != "" {
-				t.Errorf(".dockerignore pattern %q excludes %s, which the build needs", pat, p)
+		for _, b := range brokenDockerignores {
+			if !bytes.Contains(ignore, []byte(b.old)) {
+				t.Fatalf("%s: .dockerignore has no %q to break", b.name, b.old)
 			}
-		}
-		// And what must stay out: the repository and local binaries.
-		for _, p := range []string{".git/config", "server", "bin/floodgate"} {
-			if ignore.excludes(p) == "" {
-				t.Errorf(".dockerignore lets %s into the build context", p)
+			err := checkBuildContext(df, bytes.Replace(ignore, []byte(b.old), []byte(b.new), 1))
+			if err == nil || !strings.Contains(err.Error(), b.want) {
+				t.Errorf("%s: .dockerignore with %q replaced by %q: %v, want an error with %q", b.name, b.old, b.new, err, b.want)
+				continue
 			}
+			t.Logf("%s: %v", b.name, err)
 		}
 	})
 }
@@ -409,66 +536,4 @@ func mapPaths(args []string, copies map[string]string, context string) []string 
 		}
 	}
 	return out
-}
-
-// dockerignore is a parsed .dockerignore, in Docker's matching rules:
-// paths relative to the context root, * and ? within a path element, **
-// across elements, a match on a directory excluding what is below.
-type dockerignore struct {
-	patterns []string
-	res      []*regexp.Regexp
-}
-
-func readDockerignore(t *testing.T, p string) *dockerignore {
-	t.Helper()
-	data, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	di := &dockerignore{}
-	for _, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if strings.HasPrefix(line, "!") {
-			t.Fatalf(".dockerignore: exceptions (%s) are not modelled by this test", line)
-		}
-		pat := strings.TrimPrefix(path.Clean(line), "/")
-		var re strings.Builder
-		re.WriteString("^")
-		for i := 0; i < len(pat); i++ {
-			switch c := pat[i]; {
-			case strings.HasPrefix(pat[i:], "**/"):
-				re.WriteString("(.*/)?")
-				i += 2
-			case strings.HasPrefix(pat[i:], "**"):
-				re.WriteString(".*")
-				i++
-			case c == '*':
-				re.WriteString("[^/]*")
-			case c == '?':
-				re.WriteString("[^/]")
-			default:
-				re.WriteString(regexp.QuoteMeta(string(c)))
-			}
-		}
-		re.WriteString("$")
-		di.patterns = append(di.patterns, line)
-		di.res = append(di.res, regexp.MustCompile(re.String()))
-	}
-	return di
-}
-
-// excludes returns the pattern that keeps p (or a directory above it) out
-// of the context, or "".
-func (di *dockerignore) excludes(p string) string {
-	for q := p; q != "." && q != "/"; q = path.Dir(q) {
-		for i, re := range di.res {
-			if re.MatchString(q) {
-				return di.patterns[i]
-			}
-		}
-	}
-	return ""
 }

@@ -69,6 +69,54 @@ func readEnvoyConfig(t testing.TB, file string) ([]byte, map[string]any) {
 	return raw, doc
 }
 
+// dig walks generic YAML or JSON (an Envoy configuration, an Istio
+// object's fields) by map keys (strings) and list indexes (ints).
+func dig(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+// str returns the scalar at path as text, "" when there is none.
+func str(v any, path ...any) string {
+	switch x := dig(v, path...).(type) {
+	case string:
+		return x
+	case int, int64, float64, bool:
+		return fmt.Sprint(x)
+	}
+	return ""
+}
+
+func list(v any, path ...any) []any {
+	l, _ := dig(v, path...).([]any)
+	return l
+}
+
+// stringMap returns the map at path with its values as text.
+func stringMap(v any, path ...any) map[string]string {
+	out := map[string]string{}
+	m, _ := dig(v, path...).(map[string]any)
+	for k, v := range m {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
+}
+
 // socketPort is the port_value of an address.socket_address.
 func socketPort(v any) string { return str(v, "address", "socket_address", "port_value") }
 
@@ -224,7 +272,9 @@ func TestEnvoyValidates(t *testing.T) {
 			files = append(files, filepath.Join("examples", c.file))
 		}
 		n := 0
-		for name, s := range loadCompose(t).Services {
+		c := loadCompose(t)
+		for name := range c.Services {
+			s, _ := c.service(name)
 			if !strings.HasPrefix(s.Image, "envoyproxy/envoy:") {
 				continue
 			}

@@ -1,10 +1,10 @@
 package examples_test
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -13,7 +13,12 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"unicode"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/floodgate/floodgate/internal/redistest"
 )
@@ -97,227 +102,145 @@ func (d dashboard) queries(t *testing.T) []query {
 	return out
 }
 
-// selector is a metric name in a PromQL expression and its label matchers
-// (without braces; empty when it has none).
-type selector struct {
-	metric, matchers string
-}
+// grafanaIntervalRE finds Grafana's interval variables, which Grafana
+// replaces with a duration before it sends a query.
+var grafanaIntervalRE = regexp.MustCompile(`\$(?:__rate_interval|__interval|__range)\b|\$\{(?:__rate_interval|__interval|__range)(?::[^}]*)?\}`)
 
-// promqlKeywords are PromQL's words that are neither functions nor metrics.
-var promqlKeywords = map[string]bool{
-	"and": true, "or": true, "unless": true, "bool": true, "offset": true, "atan2": true,
-	// Aggregations, which may be followed by by (...) before their argument.
-	"sum": true, "min": true, "max": true, "avg": true, "group": true, "stddev": true, "stdvar": true,
-	"count": true, "count_values": true, "bottomk": true, "topk": true, "quantile": true,
-	"limitk": true, "limit_ratio": true,
-}
-
-// promqlClauses are followed by a parenthesised list of label names.
-var promqlClauses = map[string]bool{"by": true, "without": true, "on": true, "ignoring": true,
-	"group_left": true, "group_right": true}
-
-// promqlSelectors returns the metric names an expression selects, with
-// their label matchers: what remains once strings, label matchers, ranges,
-// numbers and durations, Grafana's variables, function names, keywords and
-// the label lists of by(), without(), on() and the like are set aside.
-func promqlSelectors(expr string) ([]selector, error) {
-	var out []selector
-	rs := []rune(expr)
-	depth := 0 // of parentheses outside clauses
-	skipSpace := func(i int) int {
-		for i < len(rs) && unicode.IsSpace(rs[i]) {
-			i++
+// promqlSelectors parses an expression with Prometheus's PromQL parser,
+// once Grafana's interval variables are replaced by a duration as Grafana
+// replaces them, and returns its vector selectors. The dashboard's own
+// variables ($job, $instance) stay as written: inside a label matcher's
+// string the parser reads them as text, and anywhere else they fail.
+func promqlSelectors(expr string) ([]*parser.VectorSelector, error) {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(grafanaIntervalRE.ReplaceAllString(expr, "5m"))
+	if err != nil {
+		return nil, err
+	}
+	var out []*parser.VectorSelector
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok {
+			out = append(out, vs)
 		}
-		return i
-	}
-	// closing returns the index after the bracket closing the one at i,
-	// skipping quoted strings.
-	closing := func(i int, open, close rune) (int, error) {
-		depth := 0
-		for j := i; j < len(rs); j++ {
-			switch rs[j] {
-			case '"', '\'', '`':
-				q := rs[j]
-				for j++; j < len(rs) && rs[j] != q; j++ {
-					if rs[j] == '\\' && q != '`' {
-						j++
-					}
-				}
-			case open:
-				depth++
-			case close:
-				depth--
-				if depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-		return 0, fmt.Errorf("%q: unbalanced %c at %d", expr, open, i)
-	}
-	isIdent := func(r rune, first bool) bool {
-		return r == '_' || r == ':' || unicode.IsLetter(r) || (!first && unicode.IsDigit(r))
-	}
-	for i := 0; i < len(rs); {
-		r := rs[i]
-		switch {
-		case r == '"' || r == '\'' || r == '`':
-			for i++; i < len(rs) && rs[i] != r; i++ {
-				if rs[i] == '\\' && r != '`' {
-					i++
-				}
-			}
-			if i >= len(rs) {
-				return nil, fmt.Errorf("%q: unterminated string", expr)
-			}
-			i++
-		case r == '{':
-			j, err := closing(i, '{', '}')
-			if err != nil {
-				return nil, err
-			}
-			// A selector without a metric name ({__name__=...}) would be
-			// missed: refuse it rather than check less than it seems.
-			if len(out) == 0 || out[len(out)-1].matchers != "" || !strings.HasSuffix(strings.TrimSpace(string(rs[:i])), out[len(out)-1].metric) {
-				return nil, fmt.Errorf("%q: label matchers at %d follow no metric name", expr, i)
-			}
-			out[len(out)-1].matchers = string(rs[i+1 : j-1])
-			i = j
-		case r == '[':
-			j, err := closing(i, '[', ']')
-			if err != nil {
-				return nil, err
-			}
-			i = j
-		case r == '$':
-			// Grafana variables: $name, ${name}, ${name:format}.
-			i++
-			if i < len(rs) && rs[i] == '{' {
-				j, err := closing(i, '{', '}')
-				if err != nil {
-					return nil, err
-				}
-				i = j
-				continue
-			}
-			for i < len(rs) && isIdent(rs[i], false) {
-				i++
-			}
-		case unicode.IsDigit(r) || (r == '.' && i+1 < len(rs) && unicode.IsDigit(rs[i+1])):
-			// Numbers and durations (5m, 1e3, 0x1f).
-			for i < len(rs) && (isIdent(rs[i], false) || rs[i] == '.') {
-				i++
-			}
-		case isIdent(r, true):
-			j := i
-			for j < len(rs) && isIdent(rs[j], false) {
-				j++
-			}
-			word := string(rs[i:j])
-			next := skipSpace(j)
-			switch {
-			case promqlClauses[word]:
-				if next < len(rs) && rs[next] == '(' {
-					k, err := closing(next, '(', ')')
-					if err != nil {
-						return nil, err
-					}
-					j = k
-				}
-			case promqlKeywords[word]:
-			case next < len(rs) && rs[next] == '(':
-				// A function call.
-			default:
-				out = append(out, selector{metric: word})
-			}
-			i = j
-		case r == '(':
-			depth++
-			i++
-		case r == ')':
-			if depth--; depth < 0 {
-				return nil, fmt.Errorf("%q: unbalanced ) at %d", expr, i)
-			}
-			i++
-		default:
-			i++
-		}
-	}
-	if depth != 0 {
-		return nil, fmt.Errorf("%q: unbalanced (", expr)
-	}
+		return nil
+	})
 	return out, nil
 }
 
-func TestPromqlSelectors(t *testing.T) {
-	for _, tc := range []struct {
-		expr string
-		want []string
-	}{
-		{`rate(a_total[5m])`, []string{"a_total"}},
-		{`sum by (domain, rule) (rate(a_total{job=~"$job",instance=~"$instance"}[$__rate_interval])) / sum by (domain, rule) (rate(b_total{rule="x)"}[1m]))`, []string{"a_total", "b_total"}},
-		{`histogram_quantile(0.99, sum by (le) (rate(d_seconds_bucket{code!="ok"}[5m])))`, []string{"d_seconds_bucket"}},
-		{`time() - c_timestamp_seconds`, []string{"c_timestamp_seconds"}},
-		{`a / on(instance) group_left(version) b_info offset 5m`, []string{"a", "b_info"}},
-		{`sum without (instance) (x) > bool 0.5 and y unless z{a="b"}`, []string{"x", "y", "z"}},
-		{`topk(5, sum by (rule) (increase(hits_total[${__range}])))`, []string{"hits_total"}},
-		{`sum(rate(e[1h:5m])) * 1e3 + 0.5`, []string{"e"}},
-	} {
-		sels, err := promqlSelectors(tc.expr)
-		if err != nil {
-			t.Errorf("%s: %v", tc.expr, err)
-			continue
-		}
-		var got []string
-		for _, s := range sels {
-			got = append(got, s.metric)
-		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("%s: metrics %q, want %q", tc.expr, got, tc.want)
-		}
-	}
-	for _, bad := range []string{`{__name__="x"}`, `rate(x[5m]`, `x{a="b"`, `x{a="b}`} {
-		if s, err := promqlSelectors(bad); err == nil {
-			t.Errorf("%s: no error (selectors %v)", bad, s)
-		}
-	}
-}
-
-// scrapeNames returns the sample names of a Prometheus text exposition
-// (a histogram's _bucket, _sum and _count, a summary's _sum and _count and
-// its own name).
-func scrapeNames(t *testing.T, url string) map[string]bool {
+// exportedNames returns the names of the series a scrape of url holds, as
+// Prometheus stores them: a histogram's _bucket, _sum and _count, a
+// summary's own name and its _sum and _count.
+func exportedNames(t *testing.T, url string) map[string]bool {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	names := map[string]bool{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		if i := strings.IndexAny(l, "{ "); i > 0 {
-			names[l[:i]] = true
-		}
+	parse := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parse.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: %v", url, err)
 	}
-	if err := sc.Err(); err != nil && err != io.EOF {
-		t.Fatal(err)
+	names := map[string]bool{}
+	for name, mf := range families {
+		switch mf.GetType() {
+		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+			names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
+		case dto.MetricType_SUMMARY:
+			names[name], names[name+"_sum"], names[name+"_count"] = true, true, true
+		default:
+			names[name] = true
+		}
 	}
 	return names
+}
+
+// dashboardSubjects are the metrics the dashboard is for.
+var dashboardSubjects = []string{"floodgate_hits_total", "floodgate_over_limit_total", "floodgate_decision_duration_seconds_bucket",
+	"floodgate_store_duration_seconds_bucket", "floodgate_store_healthy", "floodgate_store_failure_answers_total",
+	"floodgate_deny_cache_answers_total", "floodgate_rules_reloads_total", "floodgate_rules_version",
+	"floodgate_rules_last_success_timestamp_seconds", "process_cpu_seconds_total", "go_goroutines"}
+
+// checkQueries parses every query of the dashboard with the PromQL parser
+// and checks that each selector names a metric that floodgate exports and
+// filters on the job and instance variables (the variables' own queries
+// on those before them), and that the dashboard shows dashboardSubjects.
+func checkQueries(t *testing.T, d dashboard, exported map[string]bool) []error {
+	t.Helper()
+	var errs []error
+	used := map[string][]string{} // metric -> where
+	for _, q := range d.queries(t) {
+		sels, err := promqlSelectors(q.expr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", q.where, err))
+			continue
+		}
+		if len(sels) == 0 {
+			errs = append(errs, fmt.Errorf("%s: %q selects no metric", q.where, q.expr))
+		}
+		for _, s := range sels {
+			if s.Name == "" {
+				errs = append(errs, fmt.Errorf("%s: selector %s names no metric", q.where, s))
+				continue
+			}
+			used[s.Name] = append(used[s.Name], q.where)
+			want := []string{"job", "instance"}
+			if strings.HasPrefix(q.where, "variable job") {
+				want = nil
+			} else if strings.HasPrefix(q.where, "variable instance") {
+				want = want[:1]
+			}
+			for _, v := range want {
+				if !slices.ContainsFunc(s.LabelMatchers, func(m *labels.Matcher) bool {
+					return m.Type == labels.MatchRegexp && m.Name == v && m.Value == "$"+v
+				}) {
+					errs = append(errs, fmt.Errorf("%s: %s does not filter on %s=~\"$%s\"", q.where, s, v, v))
+				}
+			}
+		}
+	}
+	for _, m := range dashboardSubjects {
+		if used[m] == nil {
+			errs = append(errs, fmt.Errorf("no panel shows %s", m))
+		}
+	}
+	var missing []string
+	for m, where := range used {
+		if !exported[m] {
+			missing = append(missing, fmt.Sprintf("the dashboard queries %s, which floodgate does not export (%s)", m, strings.Join(where, "; ")))
+		}
+	}
+	sort.Strings(missing)
+	for _, m := range missing {
+		errs = append(errs, errors.New(m))
+	}
+	return errs
+}
+
+// brokenDashboards are edits of the dashboard's queries that checkQueries
+// must refuse, with what the error says.
+var brokenDashboards = []struct {
+	name, old, new, want string
+}{
+	{"an unbalanced parenthesis", `sum by (code) (rate(`, `sum by (code) (rate((`, "unclosed left parenthesis"},
+	{"a function PromQL lacks", `histogram_quantile(0.5, sum by (le) (`, `histogram_quantil(0.5, sum by (le) (`, `unknown function with name "histogram_quantil"`},
+	{"a variable where a duration goes", `rate(process_cpu_seconds_total{job=~\"$job\",instance=~\"$instance\"}[$__rate_interval])`,
+		`rate(process_cpu_seconds_total{job=~\"$job\",instance=~\"$instance\"}[$interval])`, "unexpected character in duration expression: '$'"},
+	{"a metric floodgate does not export", "floodgate_store_errors_total{", "floodgate_store_error_total{", "floodgate_store_error_total, which floodgate does not export"},
+	{"a selector without the instance filter", `"floodgate_rules_version{job=~\"$job\",instance=~\"$instance\"}"`, `"floodgate_rules_version{job=~\"$job\"}"`,
+		`floodgate_rules_version{job=~"$job"} does not filter on instance`},
+	{"a panel that no longer shows a subject", "go_goroutines{", "go_threads{", "no panel shows go_goroutines"},
 }
 
 // TestGrafanaDashboard checks that examples/grafana/floodgate.json is a
 // dashboard Grafana imports (a schema version, a Prometheus data source
 // variable used by every panel, job and instance variables every query
-// filters on) and that every metric its queries name is one the binary
-// exports: it runs floodgate with Redis, sends requests that make every
-// labelled series appear (allowed, denied, near the limit, shadow mode, an
-// unknown domain, a store failure answered by the failure policy), and
-// compares the names with a scrape of /metrics.
+// filters on), that Prometheus's PromQL parser reads every query, and that
+// every metric they name is one the binary exports: it runs floodgate with
+// Redis, sends requests that make every labelled series appear (allowed,
+// denied, near the limit, shadow mode, an unknown domain, a store failure
+// answered by the failure policy), and compares the names with a scrape of
+// /metrics. Broken copies of the queries must fail the same checks.
 func TestGrafanaDashboard(t *testing.T) {
 	d := loadDashboard(t)
 	if d.SchemaVersion < 36 || d.UID == "" || d.Title == "" {
@@ -358,44 +281,6 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	walk(d.Panels)
 
-	// Every selector filters on the variables, so that picking a job or an
-	// instance changes every panel.
-	queries := d.queries(t)
-	used := map[string][]string{} // metric -> where
-	for _, q := range queries {
-		sels, err := promqlSelectors(q.expr)
-		if err != nil {
-			t.Errorf("%s: %v", q.where, err)
-			continue
-		}
-		if len(sels) == 0 {
-			t.Errorf("%s: %q selects no metric", q.where, q.expr)
-		}
-		for _, s := range sels {
-			used[s.metric] = append(used[s.metric], q.where)
-			wantVars := []string{`job=~"$job"`, `instance=~"$instance"`}
-			if strings.HasPrefix(q.where, "variable job") {
-				wantVars = nil
-			} else if strings.HasPrefix(q.where, "variable instance") {
-				wantVars = wantVars[:1]
-			}
-			for _, w := range wantVars {
-				if !strings.Contains(s.matchers, w) {
-					t.Errorf("%s: %s{%s} does not filter on %s", q.where, s.metric, s.matchers, w)
-				}
-			}
-		}
-	}
-	// The subjects the dashboard is for.
-	for _, m := range []string{"floodgate_hits_total", "floodgate_over_limit_total", "floodgate_decision_duration_seconds_bucket",
-		"floodgate_store_duration_seconds_bucket", "floodgate_store_healthy", "floodgate_store_failure_answers_total",
-		"floodgate_deny_cache_answers_total", "floodgate_rules_reloads_total", "floodgate_rules_version",
-		"floodgate_rules_last_success_timestamp_seconds", "process_cpu_seconds_total", "go_goroutines"} {
-		if used[m] == nil {
-			t.Errorf("no panel shows %s", m)
-		}
-	}
-
 	redis := redistest.Start(t)
 	p := startFloodgate(t, "-redis", redis.Addr)
 	send := func(body string, want int) {
@@ -421,28 +306,45 @@ func TestGrafanaDashboard(t *testing.T) {
 	redis.Stop()
 	send(`{"domain":"demo","descriptors":[`+desc("remote_address", "198.51.100.3")+`]}`, 200)
 
-	scraped := scrapeNames(t, "http://"+p.HTTP+"/metrics")
-	if !scraped["floodgate_hits_total"] {
+	exported := exportedNames(t, "http://"+p.HTTP+"/metrics")
+	if !exported["floodgate_hits_total"] {
 		t.Fatalf("the scrape has no floodgate_hits_total: the requests made no series:\n%s", p.logs)
 	}
-	var missing []string
-	for m, where := range used {
-		if !scraped[m] {
-			missing = append(missing, fmt.Sprintf("%s (%s)", m, strings.Join(where, "; ")))
-		}
-	}
-	sort.Strings(missing)
-	for _, m := range missing {
-		t.Errorf("the dashboard queries %s, which floodgate does not export", m)
+	// Every query parses, every selector filters on the variables, so that
+	// picking a job or an instance changes every panel, and names a metric
+	// floodgate exports.
+	for _, err := range checkQueries(t, d, exported) {
+		t.Error(err)
 	}
 	if t.Failed() {
 		var names []string
-		for n := range scraped {
+		for n := range exported {
 			if strings.HasPrefix(n, "floodgate_") {
 				names = append(names, n)
 			}
 		}
 		sort.Strings(names)
 		t.Logf("floodgate exports: %s", strings.Join(names, " "))
+	}
+
+	// Proof that the checks can fail: broken copies are refused.
+	data, err := os.ReadFile(grafanaDashboard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range brokenDashboards {
+		if !bytes.Contains(data, []byte(b.old)) {
+			t.Fatalf("%s: %s has no %q to break", b.name, grafanaDashboard, b.old)
+		}
+		var broken dashboard
+		if err := json.Unmarshal(bytes.Replace(data, []byte(b.old), []byte(b.new), 1), &broken); err != nil {
+			t.Fatalf("%s: %v", b.name, err)
+		}
+		err := errors.Join(checkQueries(t, broken, exported)...)
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%s: %s with %q replaced by %q: %v, want an error with %q", b.name, grafanaDashboard, b.old, b.new, err, b.want)
+			continue
+		}
+		t.Logf("%s: %v", b.name, err)
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/floodgate/floodgate/internal/envoytest"
 )
@@ -29,20 +32,20 @@ const (
 
 // configPatch is one EnvoyFilter configPatches entry.
 type configPatch struct {
-	filter  manifest
+	filter  kubeObject
 	applyTo string
 	match   any
 	op      string
 	value   any
 }
 
-func configPatches(ms []manifest) []configPatch {
+func configPatches(ms []kubeObject) []configPatch {
 	var out []configPatch
 	for _, m := range ms {
 		if m.kind != "EnvoyFilter" {
 			continue
 		}
-		for _, p := range list(m.obj, "spec", "configPatches") {
+		for _, p := range list(m.fields(), "spec", "configPatches") {
 			out = append(out, configPatch{filter: m, applyTo: str(p, "applyTo"), match: dig(p, "match"),
 				op: str(p, "patch", "operation"), value: dig(p, "patch", "value")})
 		}
@@ -69,7 +72,7 @@ func istioCluster(name string) (port, host, service, namespace string, err error
 func istioBootstrap(file, filter string) func(t *testing.T, text string) []byte {
 	return func(t *testing.T, text string) []byte {
 		patched := find(t, parseManifests(t, file, []byte(text)), "EnvoyFilter", filter)
-		return gatewayBootstrap(t, find(t, loadManifests(t, istioDir), "VirtualService", "demo"), []manifest{patched})
+		return gatewayBootstrap(t, find(t, loadManifests(t, istioDir), "VirtualService", "demo"), []kubeObject{patched})
 	}
 }
 
@@ -82,11 +85,11 @@ func istioBootstrap(file, filter string) func(t *testing.T, text string) []byte 
 // Service port named grpc). Then the EnvoyFilters' patches are applied as
 // Istio applies them: INSERT_BEFORE an HTTP filter, MERGE into a virtual
 // host or a named route (maps merged, lists appended, as proto merging).
-func gatewayBootstrap(t testing.TB, vs manifest, filters []manifest) []byte {
+func gatewayBootstrap(t testing.TB, vs kubeObject, filters []kubeObject) []byte {
 	t.Helper()
 	clusters := map[string]bool{} // name -> speaks HTTP/2
 	var routes []any
-	for _, h := range list(vs.obj, "spec", "http") {
+	for _, h := range list(vs.fields(), "spec", "http") {
 		prefix := "/"
 		if p := str(h, "match", 0, "uri", "prefix"); p != "" {
 			prefix = p
@@ -194,7 +197,7 @@ func mergeYAML(dst, src map[string]any) {
 func startIstioGateway(t testing.TB, rls, backend string) string {
 	t.Helper()
 	ms := loadManifests(t, istioDir)
-	var filters []manifest
+	var filters []kubeObject
 	for _, m := range ms {
 		if m.kind == "EnvoyFilter" {
 			filters = append(filters, m)
@@ -252,8 +255,12 @@ func TestIstio(t *testing.T) {
 			if str(p.match, "context") != "GATEWAY" {
 				t.Errorf("%s: patch %s applies to context %q, want GATEWAY", p.filter.name, p.applyTo, str(p.match, "context"))
 			}
-			if sel := labels(p.filter.obj, "spec", "workloadSelector", "labels"); !selects(sel, labels(gw.obj, "spec", "selector")) || len(sel) != len(labels(gw.obj, "spec", "selector")) {
-				t.Errorf("%s selects workloads %v; the Gateway runs on %v", p.filter.name, sel, labels(gw.obj, "spec", "selector"))
+			// Istio selects the workloads with Kubernetes label selector
+			// semantics: the same labels as the Gateway's, so that the
+			// filter lands on the gateway's pods and no others.
+			sel, gwSel := stringMap(p.filter.fields(), "spec", "workloadSelector", "labels"), stringMap(gw.fields(), "spec", "selector")
+			if s, err := labels.ValidatedSelectorFromSet(sel); err != nil || len(sel) == 0 || !labels.Equals(sel, gwSel) || !s.Matches(labels.Set(gwSel)) {
+				t.Errorf("%s selects workloads %v (%v); the Gateway runs on %v", p.filter.name, sel, err, gwSel)
 			}
 			switch p.applyTo {
 			case "HTTP_FILTER":
@@ -284,15 +291,15 @@ func TestIstio(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc := find(t, kube, "Service", svcName)
-		if svc.namespace != ns {
-			t.Errorf("cluster %s: Service %s is in namespace %q", clusterName, svcName, svc.namespace)
+		svc := get[*corev1.Service](t, kube, svcName)
+		if svc.Namespace != ns {
+			t.Errorf("cluster %s: Service %s is in namespace %q", clusterName, svcName, svc.Namespace)
 		}
 		found := false
-		for _, sp := range list(svc.obj, "spec", "ports") {
-			if str(sp, "port") == p {
+		for _, sp := range svc.Spec.Ports {
+			if strconv.Itoa(int(sp.Port)) == p {
 				found = true
-				if str(sp, "appProtocol") != "grpc" && !strings.HasPrefix(str(sp, "name"), "grpc") {
+				if (sp.AppProtocol == nil || *sp.AppProtocol != "grpc") && !strings.HasPrefix(sp.Name, "grpc") {
 					t.Errorf("Service port %s is not declared gRPC: Istio would speak HTTP/1.1 to it", p)
 				}
 			}
@@ -306,24 +313,24 @@ func TestIstio(t *testing.T) {
 	})
 
 	t.Run("gateway, routes and backend agree", func(t *testing.T) {
-		gws := list(vs.obj, "spec", "gateways")
+		gws := list(vs.fields(), "spec", "gateways")
 		if len(gws) != 1 || fmt.Sprint(gws[0]) != gw.namespace+"/"+gw.name {
 			t.Errorf("VirtualService gateways %v, want [%s/%s]", gws, gw.namespace, gw.name)
 		}
 		var names []string
-		for _, h := range list(vs.obj, "spec", "http") {
+		for _, h := range list(vs.fields(), "spec", "http") {
 			names = append(names, str(h, "name"))
 			for _, r := range list(h, "route") {
 				host := str(r, "destination", "host")
 				svcName, rest, _ := strings.Cut(host, ".")
 				ns, _, _ := strings.Cut(rest, ".")
-				svc := find(t, ms, "Service", svcName)
-				if svc.namespace != ns {
-					t.Errorf("route %s sends to %s; Service %s is in %q", str(h, "name"), host, svcName, svc.namespace)
+				svc := get[*corev1.Service](t, ms, svcName)
+				if svc.Namespace != ns {
+					t.Errorf("route %s sends to %s; Service %s is in %q", str(h, "name"), host, svcName, svc.Namespace)
 				}
 				ok := false
-				for _, sp := range list(svc.obj, "spec", "ports") {
-					ok = ok || str(sp, "port") == str(r, "destination", "port", "number")
+				for _, sp := range svc.Spec.Ports {
+					ok = ok || strconv.Itoa(int(sp.Port)) == str(r, "destination", "port", "number")
 				}
 				if !ok {
 					t.Errorf("route %s sends to port %s, which Service %s lacks", str(h, "name"), str(r, "destination", "port", "number"), svcName)
@@ -335,9 +342,8 @@ func TestIstio(t *testing.T) {
 				t.Errorf("an HTTP_ROUTE patch matches route %q; the VirtualService's routes are %q", name, names)
 			}
 		}
-		dep := find(t, ms, "Deployment", "backend")
-		if !selects(labels(find(t, ms, "Service", "backend").obj, "spec", "selector"), labels(dep.obj, "spec", "template", "metadata", "labels")) {
-			t.Error("Service backend does not select the backend pods")
+		for _, err := range checkSelectors(ms) {
+			t.Error(err)
 		}
 	})
 }

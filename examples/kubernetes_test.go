@@ -1,7 +1,9 @@
 package examples_test
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +18,20 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
@@ -30,24 +46,105 @@ const (
 	kubeNamespace = "floodgate"
 )
 
-// manifest is one Kubernetes object, read as generic YAML.
-type manifest struct {
-	file      string
-	kind      string
-	name      string
-	namespace string
-	obj       map[string]any
+// The manifests are read as the API server reads them: each document is
+// decoded strictly into the k8s.io/api type that client-go's scheme
+// registers for its apiVersion and kind, so that a field the type lacks, a
+// field given twice, a value of the wrong type or an unknown kind fails.
+// Istio's kinds, which k8s.io/api does not define, are read as unstructured
+// objects. Label selectors are matched with apimachinery's labels package.
+
+// strictDecoder decodes a YAML or JSON document into its k8s.io/api type,
+// refusing unknown and duplicate fields.
+var strictDecoder = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+
+// unstructuredGroups are the API groups whose kinds are read as
+// unstructured objects: k8s.io/api has no types for them.
+var unstructuredGroups = map[string]bool{"networking.istio.io": true}
+
+// kubeObject is one object of a manifest file.
+type kubeObject struct {
+	file            string
+	kind            string
+	name, namespace string
+	// obj is the object in its k8s.io/api type (*appsv1.Deployment,
+	// *corev1.Service, ...), or *unstructured.Unstructured for the kinds of
+	// unstructuredGroups.
+	obj runtime.Object
+}
+
+// fields returns an unstructured object's content, nil for a typed one.
+func (o kubeObject) fields() map[string]any {
+	if u, ok := o.obj.(*unstructured.Unstructured); ok {
+		return u.Object
+	}
+	return nil
+}
+
+// decodeManifests decodes every document of one file's contents.
+func decodeManifests(file string, data []byte) ([]kubeObject, error) {
+	var out []kubeObject
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		j, err := sigsyaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if string(bytes.TrimSpace(j)) == "null" {
+			continue // only comments
+		}
+		var tm metav1.TypeMeta
+		if err := json.Unmarshal(j, &tm); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		gvk := schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind)
+		var obj runtime.Object
+		if unstructuredGroups[gvk.Group] {
+			u := &unstructured.Unstructured{}
+			obj, err = u, u.UnmarshalJSON(j)
+		} else {
+			obj, _, err = strictDecoder.Decode(doc, nil, nil)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", file, gvk, err)
+		}
+		if m.GetName() == "" {
+			return nil, fmt.Errorf("%s: a %s without metadata.name", file, gvk.Kind)
+		}
+		out = append(out, kubeObject{file: file, kind: gvk.Kind, name: m.GetName(), namespace: m.GetNamespace(), obj: obj})
+	}
+}
+
+// parseManifests decodes every document of one file's contents, failing
+// the test on an error.
+func parseManifests(t testing.TB, file string, data []byte) []kubeObject {
+	t.Helper()
+	objs, err := decodeManifests(file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
 
 // loadManifests reads every document of every .yaml file of dir, except
 // kustomization.yaml.
-func loadManifests(t testing.TB, dir string) []manifest {
+func loadManifests(t testing.TB, dir string) []kubeObject {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in %s (%v)", dir, err)
 	}
-	var out []manifest
+	var out []kubeObject
 	for _, f := range files {
 		if filepath.Base(f) == "kustomization.yaml" {
 			continue
@@ -61,115 +158,128 @@ func loadManifests(t testing.TB, dir string) []manifest {
 	return out
 }
 
-// parseManifests reads every document of one file's contents.
-func parseManifests(t testing.TB, file string, data []byte) []manifest {
+// find returns the object of a kind and name.
+func find(t testing.TB, objs []kubeObject, kind, name string) kubeObject {
 	t.Helper()
-	var out []manifest
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	for {
-		var obj map[string]any
-		err := dec.Decode(&obj)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		if obj == nil {
-			continue
-		}
-		m := manifest{file: file, obj: obj}
-		m.kind, _ = obj["kind"].(string)
-		m.name = str(obj, "metadata", "name")
-		m.namespace = str(obj, "metadata", "namespace")
-		if m.kind == "" || m.name == "" || obj["apiVersion"] == nil {
-			t.Fatalf("%s: a document without apiVersion, kind or metadata.name", file)
-		}
-		out = append(out, m)
-	}
-}
-
-// find returns the manifest of a kind and name.
-func find(t testing.TB, ms []manifest, kind, name string) manifest {
-	t.Helper()
-	for _, m := range ms {
-		if m.kind == kind && m.name == name {
-			return m
+	for _, o := range objs {
+		if o.kind == kind && o.name == name {
+			return o
 		}
 	}
 	t.Fatalf("no %s %q", kind, name)
-	return manifest{}
+	return kubeObject{}
 }
 
-// dig walks generic YAML by map keys (strings) and list indexes (ints).
-func dig(v any, path ...any) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, ok := v.(map[string]any)
-			if !ok {
-				return nil
+// get returns the object of type T (*appsv1.Deployment, ...) and name.
+func get[T runtime.Object](t testing.TB, objs []kubeObject, name string) T {
+	t.Helper()
+	for _, o := range objs {
+		if v, ok := o.obj.(T); ok && o.name == name {
+			return v
+		}
+	}
+	var zero T
+	t.Fatalf("no %T %q", zero, name)
+	return zero
+}
+
+// podSelector returns the label selector of a Service, Deployment or
+// PodDisruptionBudget, as apimachinery reads it, and nil for other kinds.
+// An empty selector is an error: a Service without one gets no endpoints
+// from Kubernetes, and the others would take every pod.
+func podSelector(obj runtime.Object) (labels.Selector, error) {
+	var sel labels.Selector
+	var err error
+	switch o := obj.(type) {
+	case *corev1.Service:
+		if len(o.Spec.Selector) == 0 {
+			return nil, errors.New("no selector")
+		}
+		sel, err = labels.ValidatedSelectorFromSet(o.Spec.Selector)
+	case *appsv1.Deployment:
+		sel, err = labelSelector(o.Spec.Selector)
+	case *policyv1.PodDisruptionBudget:
+		sel, err = labelSelector(o.Spec.Selector)
+	default:
+		return nil, nil
+	}
+	return sel, err
+}
+
+// labelSelector converts a LabelSelector, refusing an empty one.
+func labelSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	sel, err := metav1.LabelSelectorAsSelector(ls)
+	if err == nil && sel.Empty() {
+		err = errors.New("no selector")
+	}
+	return sel, err
+}
+
+// checkSelectors checks the label selectors of a set of objects with
+// apimachinery's matching: each Deployment's selects its own pod template
+// (the API server refuses one that does not), and each Service's,
+// PodDisruptionBudget's and topology spread constraint's selects the pods
+// of one Deployment of its namespace, the one of its name (the
+// constraint's, its own Deployment's), and no other's.
+func checkSelectors(objs []kubeObject) []error {
+	var errs []error
+	var deps []*appsv1.Deployment
+	for _, o := range objs {
+		if d, ok := o.obj.(*appsv1.Deployment); ok {
+			deps = append(deps, d)
+		}
+	}
+	selected := func(sel labels.Selector, ns string) []string {
+		var names []string
+		for _, d := range deps {
+			if d.Namespace == ns && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				names = append(names, d.Name)
 			}
-			v = m[k]
-		case int:
-			l, ok := v.([]any)
-			if !ok || k >= len(l) {
-				return nil
+		}
+		return names
+	}
+	for _, o := range objs {
+		sel, err := podSelector(o.obj)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", o.kind, o.name, err))
+			continue
+		}
+		if sel == nil {
+			continue
+		}
+		if d, ok := o.obj.(*appsv1.Deployment); ok {
+			if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				errs = append(errs, fmt.Errorf("Deployment %s: selector %s does not select its pod template's labels %v", d.Name, sel, d.Spec.Template.Labels))
 			}
-			v = l[k]
+			for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
+				cs, err := labelSelector(c.LabelSelector)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("Deployment %s: topology spread constraint: %w", d.Name, err))
+				} else if got := selected(cs, d.Namespace); !slices.Equal(got, []string{d.Name}) {
+					errs = append(errs, fmt.Errorf("Deployment %s: topology spread constraint %s selects the pods of %q, want its own only", d.Name, cs, got))
+				}
+			}
+			continue
+		}
+		if got := selected(sel, o.namespace); !slices.Equal(got, []string{o.name}) {
+			errs = append(errs, fmt.Errorf("%s %s: selector %s selects the pods of the Deployments %q, want those of Deployment %s", o.kind, o.name, sel, got, o.name))
 		}
 	}
-	return v
+	return errs
 }
 
-func str(v any, path ...any) string {
-	switch x := dig(v, path...).(type) {
-	case string:
-		return x
-	case int:
-		return strconv.Itoa(x)
-	case bool:
-		return strconv.FormatBool(x)
-	}
-	return ""
+// selectsPods reports whether obj's selector takes the pods of Deployment d.
+func selectsPods(obj runtime.Object, d *appsv1.Deployment) bool {
+	sel, err := podSelector(obj)
+	return err == nil && sel != nil && sel.Matches(labels.Set(d.Spec.Template.Labels))
 }
 
-func list(v any, path ...any) []any {
-	l, _ := dig(v, path...).([]any)
-	return l
-}
-
-func labels(v any, path ...any) map[string]string {
-	out := map[string]string{}
-	m, _ := dig(v, path...).(map[string]any)
-	for k, v := range m {
-		out[k] = fmt.Sprint(v)
-	}
-	return out
-}
-
-// selects reports whether a selector's labels are all among a pod's.
-func selects(selector, pod map[string]string) bool {
-	if len(selector) == 0 {
-		return false
-	}
-	for k, v := range selector {
-		if pod[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-// containerPort resolves a probe's or Service's port (a number or a
-// container port name) to a number.
-func containerPort(container any, p any) (string, bool) {
-	for _, cp := range list(container, "ports") {
-		if n := str(cp, "name"); n != "" && n == fmt.Sprint(p) {
-			return str(cp, "containerPort"), true
-		}
-		if str(cp, "containerPort") == fmt.Sprint(p) {
-			return str(cp, "containerPort"), true
+// containerPort resolves a port a probe or a Service names (a number or
+// the name of one of the container's ports) to that container port.
+func containerPort(c corev1.Container, p intstr.IntOrString) (string, bool) {
+	for _, cp := range c.Ports {
+		if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
+			return strconv.Itoa(int(cp.ContainerPort)), true
 		}
 	}
 	return "", false
@@ -177,8 +287,8 @@ func containerPort(container any, p any) (string, bool) {
 
 // kubernetesImage is the image the floodgate Deployment runs.
 func kubernetesImage(t testing.TB) string {
-	ms := loadManifests(t, kubeDir)
-	return str(find(t, ms, "Deployment", "floodgate").obj, "spec", "template", "spec", "containers", 0, "image")
+	dep := get[*appsv1.Deployment](t, loadManifests(t, kubeDir), "floodgate")
+	return dep.Spec.Template.Spec.Containers[0].Image
 }
 
 // rulesConfigMap renders config/ as the ConfigMap the Deployment mounts.
@@ -190,7 +300,7 @@ func rulesConfigMap(t testing.TB) []byte {
 	}
 	var b bytes.Buffer
 	b.WriteString("# The rules as a ConfigMap, mounted by floodgate.yaml as a directory.\n")
-	b.WriteString("# Generated from config/ by: go test ./examples -run TestKubernetes -update\n")
+	b.WriteString("# Generated from config/ by: cd examples && go test -run TestKubernetes -update\n")
 	b.WriteString("# Edit it in place on a cluster (kubectl edit configmap floodgate-rules);\n")
 	b.WriteString("# floodgate reloads it when the kubelet swaps the mounted files.\n")
 	data := map[string]string{}
@@ -216,6 +326,54 @@ func rulesConfigMap(t testing.TB) []byte {
 	return b.Bytes()
 }
 
+// brokenManifests are edits of examples/kubernetes that the decoding or the
+// selector check must refuse, with what the error says.
+var brokenManifests = []struct {
+	name, file, old, new, want string
+}{
+	{"a field the type lacks", "floodgate.yaml", "imagePullPolicy: IfNotPresent", "imagePullPolicy: IfNotPresent\n          pullPolicy: Always",
+		`unknown field "spec.template.spec.containers[0].pullPolicy"`},
+	{"a field given twice", "floodgate.yaml", "replicas: 2", "replicas: 2\n  replicas: 3", `"replicas" already set`},
+	{"a value of the wrong type", "floodgate.yaml", "terminationGracePeriodSeconds: 30", `terminationGracePeriodSeconds: "30s"`,
+		"terminationGracePeriodSeconds"},
+	{"an unknown kind", "floodgate.yaml", "kind: PodDisruptionBudget", "kind: PodDisruptionBudjet", `no kind "PodDisruptionBudjet"`},
+	{"a Service selecting no pod", "floodgate.yaml", "spec:\n  selector:\n    app.kubernetes.io/name: floodgate\n",
+		"spec:\n  selector:\n    app.kubernetes.io/name: floodgat\n", `Service floodgate: selector app.kubernetes.io/name=floodgat selects the pods of the Deployments []`},
+	{"a Deployment whose selector misses its pods", "redis.yaml", "    matchLabels:\n      app.kubernetes.io/name: redis\n",
+		"    matchLabels:\n      app.kubernetes.io/name: redis\n      tier: cache\n", "Deployment redis: selector app.kubernetes.io/name=redis,tier=cache does not select its pod template"},
+	{"a Service selecting another Deployment's pods", "redis.yaml", "spec:\n  selector:\n    app.kubernetes.io/name: redis\n",
+		"spec:\n  selector:\n    app.kubernetes.io/name: floodgate\n", `Service redis: selector app.kubernetes.io/name=floodgate selects the pods of the Deployments ["floodgate"], want those of Deployment redis`},
+}
+
+// checkManifestsDir decodes dir's manifests, with file's contents replaced
+// by data, and checks their selectors.
+func checkManifestsDir(t *testing.T, dir, file string, data []byte) error {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []kubeObject
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		content, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Base(f) == file {
+			content = data
+		}
+		o, err := decodeManifests(filepath.Base(f), content)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, o...)
+	}
+	return errors.Join(checkSelectors(objs)...)
+}
+
 func TestKubernetes(t *testing.T) {
 	path := filepath.Join(kubeDir, rulesMapFile)
 	want := rulesConfigMap(t)
@@ -225,6 +383,28 @@ func TestKubernetes(t *testing.T) {
 		}
 	}
 	ms := loadManifests(t, kubeDir)
+
+	t.Run("each object decodes strictly into its type and selects the right pods", func(t *testing.T) {
+		for _, err := range checkSelectors(ms) {
+			t.Error(err)
+		}
+		// Proof that the checks can fail: broken copies are refused.
+		for _, b := range brokenManifests {
+			data, err := os.ReadFile(filepath.Join(kubeDir, b.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(data, []byte(b.old)) {
+				t.Fatalf("%s: %s has no %q to break", b.name, b.file, b.old)
+			}
+			err = checkManifestsDir(t, kubeDir, b.file, bytes.Replace(data, []byte(b.old), []byte(b.new), 1))
+			if err == nil || !strings.Contains(err.Error(), b.want) {
+				t.Errorf("%s: %s with %q replaced by %q: %v, want an error with %q", b.name, b.file, b.old, b.new, err, b.want)
+				continue
+			}
+			t.Logf("%s: %v", b.name, err)
+		}
+	})
 
 	t.Run("kustomization lists every file, one namespace", func(t *testing.T) {
 		data, err := os.ReadFile(filepath.Join(kubeDir, "kustomization.yaml"))
@@ -257,7 +437,7 @@ func TestKubernetes(t *testing.T) {
 				t.Errorf("%s is not in the kustomization's resources", f)
 			}
 		}
-		find(t, ms, "Namespace", k.Namespace)
+		get[*corev1.Namespace](t, ms, k.Namespace)
 	})
 
 	t.Run("the rules ConfigMap is config/", func(t *testing.T) {
@@ -266,50 +446,41 @@ func TestKubernetes(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s differs from config/: run go test ./examples -run TestKubernetes -update", path)
+			t.Errorf("%s differs from config/: run cd examples && go test -run TestKubernetes -update", path)
 		}
-		cm := find(t, ms, "ConfigMap", rulesMapName)
+		cm := get[*corev1.ConfigMap](t, ms, rulesMapName)
 		files := map[string][]byte{}
-		data, _ := cm.obj["data"].(map[string]any)
-		for k, v := range data {
+		for k, v := range cm.Data {
 			if ext := filepath.Ext(k); ext != ".yaml" && ext != ".yml" {
 				t.Errorf("ConfigMap key %q: floodgate reads only *.yaml and *.yml files", k)
 			}
-			files[k] = []byte(fmt.Sprint(v))
+			files[k] = []byte(v)
 		}
 		if _, err := rules.Parse(files, rules.Options{}); err != nil {
 			t.Errorf("the ConfigMap's rules do not load:\n%v", err)
 		}
 	})
 
-	dep := find(t, ms, "Deployment", "floodgate")
-	pod := dig(dep.obj, "spec", "template")
-	podLabels := labels(pod, "metadata", "labels")
-	ctr := dig(pod, "spec", "containers", 0)
-	var args []string
-	for _, a := range list(ctr, "args") {
-		args = append(args, fmt.Sprint(a))
-	}
-	flags := floodgateFlags(t, args)
+	dep := get[*appsv1.Deployment](t, ms, "floodgate")
+	pod := dep.Spec.Template
+	ctr := pod.Spec.Containers[0]
+	flags := floodgateFlags(t, ctr.Args)
 	httpPort, grpcPort := port(t, flags["http-addr"]), port(t, flags["grpc-addr"])
 
 	t.Run("deployment", func(t *testing.T) {
-		if !selects(labels(dep.obj, "spec", "selector", "matchLabels"), podLabels) {
-			t.Errorf("the Deployment's selector does not select its pods (labels %v)", podLabels)
-		}
-		if r, _ := dig(dep.obj, "spec", "replicas").(int); r < 2 {
-			t.Errorf("replicas %d: want at least 2 so that one can go while another serves", r)
+		if r := dep.Spec.Replicas; r == nil || *r < 2 {
+			t.Errorf("replicas %v: want at least 2 so that one can go while another serves", r)
 		}
 		for _, p := range []struct{ name, want string }{{"http", httpPort}, {"grpc", grpcPort}} {
-			if got, ok := containerPort(ctr, p.name); !ok || got != p.want {
+			if got, ok := containerPort(ctr, intstr.FromString(p.name)); !ok || got != p.want {
 				t.Errorf("container port %s is %q, floodgate listens on %s", p.name, got, p.want)
 			}
 		}
 		// Declared ports are what a Service or a scraper may target: each
 		// must be one floodgate listens on beyond the pod's loopback (the
 		// debug listener's default is loopback; port-forward reaches it).
-		for _, cp := range list(ctr, "ports") {
-			p := str(cp, "containerPort")
+		for _, cp := range ctr.Ports {
+			p := strconv.Itoa(int(cp.ContainerPort))
 			reachable := false
 			for _, f := range []string{"http-addr", "grpc-addr", "debug-addr"} {
 				if host, fp, err := net.SplitHostPort(flags[f]); err == nil && fp == p && !isLoopback(host) {
@@ -317,79 +488,76 @@ func TestKubernetes(t *testing.T) {
 				}
 			}
 			if !reachable {
-				t.Errorf("container port %s (%s): floodgate listens on it only on loopback or not at all", p, str(cp, "name"))
+				t.Errorf("container port %s (%s): floodgate listens on it only on loopback or not at all", p, cp.Name)
 			}
 		}
-		ready := dig(ctr, "readinessProbe", "httpGet")
-		if str(ready, "path") != "/healthcheck" {
-			t.Errorf("readiness probe %v: want httpGet /healthcheck", ready)
+		ready := ctr.ReadinessProbe
+		if ready == nil || ready.HTTPGet == nil || ready.HTTPGet.Path != "/healthcheck" {
+			t.Fatalf("readiness probe %v: want httpGet /healthcheck", ready)
 		}
-		if p, _ := containerPort(ctr, dig(ready, "port")); p != httpPort {
-			t.Errorf("readiness probe port %v is not floodgate's HTTP port %s", dig(ready, "port"), httpPort)
+		if p, _ := containerPort(ctr, ready.HTTPGet.Port); p != httpPort {
+			t.Errorf("readiness probe port %v is not floodgate's HTTP port %s", ready.HTTPGet.Port.String(), httpPort)
 		}
-		live := dig(ctr, "livenessProbe", "grpc")
-		if p, _ := containerPort(ctr, dig(live, "port")); p != grpcPort {
-			t.Errorf("liveness probe port %v is not floodgate's gRPC port %s", dig(live, "port"), grpcPort)
+		live := ctr.LivenessProbe
+		if live == nil || live.GRPC == nil {
+			t.Fatalf("liveness probe %v: want grpc", live)
 		}
-		if svc := str(live, "service"); !slices.Contains(server.HealthServices, svc) {
-			t.Errorf("liveness probe checks gRPC service %q; floodgate reports %q", svc, server.HealthServices)
+		if p, _ := containerPort(ctr, intstr.FromInt32(live.GRPC.Port)); p != grpcPort {
+			t.Errorf("liveness probe port %d is not floodgate's gRPC port %s", live.GRPC.Port, grpcPort)
 		}
-		for _, r := range []string{"requests.cpu", "requests.memory", "limits.memory"} {
-			kind, res, _ := strings.Cut(r, ".")
-			if dig(ctr, "resources", kind, res) == nil {
-				t.Errorf("no resources.%s", r)
+		if svc := live.GRPC.Service; svc == nil || !slices.Contains(server.HealthServices, *svc) {
+			t.Errorf("liveness probe checks gRPC service %v; floodgate reports %q", svc, server.HealthServices)
+		}
+		for _, r := range []struct {
+			list corev1.ResourceList
+			name corev1.ResourceName
+			what string
+		}{{ctr.Resources.Requests, corev1.ResourceCPU, "requests.cpu"}, {ctr.Resources.Requests, corev1.ResourceMemory, "requests.memory"},
+			{ctr.Resources.Limits, corev1.ResourceMemory, "limits.memory"}} {
+			if _, ok := r.list[r.name]; !ok {
+				t.Errorf("no resources.%s", r.what)
 			}
 		}
 		drain, _ := time.ParseDuration(flags["drain-delay"])
 		shutdown, _ := time.ParseDuration(flags["shutdown-timeout"])
-		grace, _ := dig(pod, "spec", "terminationGracePeriodSeconds").(int)
+		var grace int64
+		if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+			grace = *g
+		}
 		if time.Duration(grace)*time.Second < drain+shutdown {
 			t.Errorf("terminationGracePeriodSeconds %d is shorter than -drain-delay %v plus -shutdown-timeout %v: the kubelet would kill in-flight requests", grace, drain, shutdown)
 		}
 		if drain == 0 {
 			t.Error("-drain-delay is 0: endpoints may still send to a pod that stopped listening")
 		}
-		if str(pod, "spec", "securityContext", "runAsNonRoot") != "true" {
+		if sc := pod.Spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
 			t.Error("the pod does not require a non-root user")
 		}
 	})
 
 	t.Run("rules are mounted as a directory from the ConfigMap", func(t *testing.T) {
-		var mount any
-		for _, vm := range list(ctr, "volumeMounts") {
-			if str(vm, "mountPath") == flags["config"] {
-				mount = vm
-			}
-		}
-		if mount == nil {
+		i := slices.IndexFunc(ctr.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == flags["config"] })
+		if i < 0 {
 			t.Fatalf("-config %s is not a mounted volume", flags["config"])
 		}
-		if str(mount, "subPath") != "" {
+		mount := ctr.VolumeMounts[i]
+		if mount.SubPath != "" {
 			t.Error("the rules are mounted with subPath, which the kubelet never updates: live reload would not happen")
 		}
-		var vol any
-		for _, v := range list(pod, "spec", "volumes") {
-			if str(v, "name") == str(mount, "name") {
-				vol = v
-			}
+		i = slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name })
+		if i < 0 || pod.Spec.Volumes[i].ConfigMap == nil {
+			t.Fatalf("volume %q is not a ConfigMap", mount.Name)
 		}
-		if got := str(vol, "configMap", "name"); got != rulesMapName {
-			t.Errorf("volume %q mounts ConfigMap %q, want %q", str(mount, "name"), got, rulesMapName)
+		vol := pod.Spec.Volumes[i].ConfigMap
+		if vol.Name != rulesMapName {
+			t.Errorf("volume %q mounts ConfigMap %q, want %q", mount.Name, vol.Name, rulesMapName)
 		}
-		if items := list(vol, "configMap", "items"); items != nil {
+		if vol.Items != nil {
 			t.Error("the volume lists items: keys added later would not be mounted")
 		}
 		// The mounted directory holds what the ConfigMap holds: the binary
 		// accepts it.
-		dir := t.TempDir()
-		cm := find(t, ms, "ConfigMap", rulesMapName)
-		for k, v := range cm.obj["data"].(map[string]any) {
-			os.WriteFile(filepath.Join(dir, k), []byte(fmt.Sprint(v)), 0o644)
-		}
-		mapped := mapPaths(args, map[string]string{flags["config"]: dir}, "")
-		if out, code := runFloodgate(t, ".", append(mapped, "-check")...); code != 0 {
-			t.Errorf("floodgate %s -check exits %d:\n%s", strings.Join(mapped, " "), code, out)
-		}
+		checkRulesLoad(t, get[*corev1.ConfigMap](t, ms, rulesMapName), ctr.Args)
 	})
 
 	t.Run("a ConfigMap update reaches the server through the ..data swap", func(t *testing.T) {
@@ -397,11 +565,7 @@ func TestKubernetes(t *testing.T) {
 		// files in a timestamped directory, ..data linking to it, and one
 		// link per key through ..data. An update writes a new directory
 		// and renames a new ..data link over the old one.
-		cm := find(t, ms, "ConfigMap", rulesMapName)
-		data := map[string]string{}
-		for k, v := range cm.obj["data"].(map[string]any) {
-			data[k] = fmt.Sprint(v)
-		}
+		data := get[*corev1.ConfigMap](t, ms, rulesMapName).Data
 		dir := filepath.Join(t.TempDir(), "rules")
 		version := func(name string, files map[string]string) {
 			if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
@@ -452,19 +616,19 @@ func TestKubernetes(t *testing.T) {
 	})
 
 	t.Run("service", func(t *testing.T) {
-		svc := find(t, ms, "Service", "floodgate")
-		if !selects(labels(svc.obj, "spec", "selector"), podLabels) {
-			t.Errorf("the Service's selector does not select the pods (labels %v)", podLabels)
+		svc := get[*corev1.Service](t, ms, "floodgate")
+		if !selectsPods(svc, dep) {
+			t.Errorf("the Service's selector %v does not select the pods (labels %v)", svc.Spec.Selector, pod.Labels)
 		}
 		found := map[string]bool{}
-		for _, sp := range list(svc.obj, "spec", "ports") {
-			target, ok := containerPort(ctr, dig(sp, "targetPort"))
+		for _, sp := range svc.Spec.Ports {
+			target, ok := containerPort(ctr, sp.TargetPort)
 			if !ok {
-				t.Errorf("Service port %s targets %v, which the container does not declare", str(sp, "name"), dig(sp, "targetPort"))
+				t.Errorf("Service port %s targets %s, which the container does not declare", sp.Name, sp.TargetPort.String())
 			}
 			found[target] = true
-			if target == grpcPort && (str(sp, "appProtocol") != "grpc" || !strings.HasPrefix(str(sp, "name"), "grpc")) {
-				t.Errorf("Service port %s carries gRPC: name it grpc and set appProtocol: grpc, so that proxies speak HTTP/2 to it", str(sp, "name"))
+			if target == grpcPort && (sp.AppProtocol == nil || *sp.AppProtocol != "grpc" || !strings.HasPrefix(sp.Name, "grpc")) {
+				t.Errorf("Service port %s carries gRPC: name it grpc and set appProtocol: grpc, so that proxies speak HTTP/2 to it", sp.Name)
 			}
 		}
 		if !found[grpcPort] || !found[httpPort] {
@@ -473,13 +637,13 @@ func TestKubernetes(t *testing.T) {
 	})
 
 	t.Run("disruption budget", func(t *testing.T) {
-		pdb := find(t, ms, "PodDisruptionBudget", "floodgate")
-		if !selects(labels(pdb.obj, "spec", "selector", "matchLabels"), podLabels) {
+		pdb := get[*policyv1.PodDisruptionBudget](t, ms, "floodgate")
+		if !selectsPods(pdb, dep) {
 			t.Error("the PodDisruptionBudget does not select the floodgate pods")
 		}
-		replicas, _ := dig(dep.obj, "spec", "replicas").(int)
-		if min, ok := dig(pdb.obj, "spec", "minAvailable").(int); !ok || min < 1 || min >= replicas {
-			t.Errorf("minAvailable %v: want at least 1 and fewer than the %d replicas, or drains block", dig(pdb.obj, "spec", "minAvailable"), replicas)
+		ma := pdb.Spec.MinAvailable
+		if ma == nil || ma.Type != intstr.Int || ma.IntVal < 1 || dep.Spec.Replicas == nil || ma.IntVal >= *dep.Spec.Replicas {
+			t.Errorf("minAvailable %v: want at least 1 and fewer than the %v replicas, or drains block", ma, dep.Spec.Replicas)
 		}
 	})
 
@@ -488,23 +652,46 @@ func TestKubernetes(t *testing.T) {
 		if !ok {
 			t.Fatalf("-redis %q: want service:port", flags["redis"])
 		}
-		svc := find(t, ms, "Service", host)
-		rdep := find(t, ms, "Deployment", host)
-		rpod := dig(rdep.obj, "spec", "template")
-		if !selects(labels(svc.obj, "spec", "selector"), labels(rpod, "metadata", "labels")) {
-			t.Errorf("Service %s does not select the %s pods", host, host)
-		}
-		var ok2 bool
-		for _, sp := range list(svc.obj, "spec", "ports") {
-			if str(sp, "port") == p {
-				target, found := containerPort(dig(rpod, "spec", "containers", 0), dig(sp, "targetPort"))
-				ok2 = found && target == "6379"
-			}
-		}
-		if !ok2 {
-			t.Errorf("-redis %s: Service %s has no port %s leading to the redis container's 6379", flags["redis"], host, p)
-		}
+		checkReachesRedis(t, ms, host, p)
 	})
+}
+
+// checkReachesRedis checks that Service host selects the pods of
+// Deployment host and that its port p leads to the redis container's 6379.
+func checkReachesRedis(t *testing.T, objs []kubeObject, host, p string) {
+	t.Helper()
+	svc := get[*corev1.Service](t, objs, host)
+	rdep := get[*appsv1.Deployment](t, objs, host)
+	if !selectsPods(svc, rdep) {
+		t.Errorf("Service %s does not select the %s pods", host, host)
+	}
+	ok := false
+	for _, sp := range svc.Spec.Ports {
+		if strconv.Itoa(int(sp.Port)) == p {
+			target, found := containerPort(rdep.Spec.Template.Spec.Containers[0], sp.TargetPort)
+			ok = found && target == "6379"
+		}
+	}
+	if !ok {
+		t.Errorf("Service %s has no port %s leading to the redis container's 6379", host, p)
+	}
+}
+
+// checkRulesLoad runs floodgate -check with a Deployment's arguments on
+// the rules of a ConfigMap, mounted where the arguments say.
+func checkRulesLoad(t *testing.T, cm *corev1.ConfigMap, args []string) {
+	t.Helper()
+	flags := floodgateFlags(t, args)
+	dir := t.TempDir()
+	for k, v := range cm.Data {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mapped := mapPaths(args, map[string]string{flags["config"]: dir}, "")
+	if out, code := runFloodgate(t, ".", append(mapped, "-check")...); code != 0 {
+		t.Errorf("floodgate %s -check exits %d:\n%s", strings.Join(mapped, " "), code, out)
+	}
 }
 
 // checkKubectlNames checks the namespace and the objects a kubectl command
@@ -514,22 +701,33 @@ func checkKubectlNames(t testing.TB, f []string) error {
 	if ns := flagValue(f, "-n"); ns != "" && ns != kubeNamespace {
 		return fmt.Errorf("namespace %q; the manifests use %q", ns, kubeNamespace)
 	}
-	kinds := map[string]string{"svc": "Service", "service": "Service", "deploy": "Deployment", "deployment": "Deployment", "configmap": "ConfigMap", "cm": "ConfigMap"}
 	for _, a := range f {
-		kind, name, ok := strings.Cut(a, "/")
+		resource, name, ok := strings.Cut(a, "/")
 		if !ok {
 			continue
 		}
-		k, known := kinds[kind]
-		if !known {
-			return fmt.Errorf("unknown kind %q", kind)
+		// kubectl's short names and plurals, through the REST mapping of
+		// the scheme's kinds.
+		short := map[string]string{"svc": "services", "deploy": "deployments", "cm": "configmaps", "po": "pods"}
+		if r, ok := short[resource]; ok {
+			resource = r
+		}
+		kind := ""
+		for gvk := range scheme.Scheme.AllKnownTypes() {
+			plural, singular := meta.UnsafeGuessKindToResource(gvk)
+			if plural.Resource == resource || singular.Resource == resource {
+				kind = gvk.Kind
+			}
+		}
+		if kind == "" {
+			return fmt.Errorf("unknown resource %q", resource)
 		}
 		found := false
 		for _, m := range ms {
-			found = found || (m.kind == k && m.name == name)
+			found = found || (m.kind == kind && m.name == name)
 		}
 		if !found {
-			return fmt.Errorf("no %s %q in %s", k, name, kubeDir)
+			return fmt.Errorf("no %s %q in %s", kind, name, kubeDir)
 		}
 	}
 	return nil

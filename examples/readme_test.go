@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,9 +161,6 @@ const (
 	// kindStructural needs Docker, Kubernetes or a long test run: it is
 	// checked against the files it uses.
 	kindStructural
-	// kindGrpcurl is a grpcurl command, made by the test as grpcurl makes
-	// it (see shellEnv.grpcurl).
-	kindGrpcurl
 )
 
 func classify(cmd string) commandKind {
@@ -169,8 +168,6 @@ func classify(cmd string) commandKind {
 	switch {
 	case strings.HasPrefix(cmd, goRunServer) && !strings.Contains(cmd, "-check") && !strings.Contains(cmd, "-explain"):
 		return kindServer
-	case len(fields) > 0 && fields[0] == "grpcurl":
-		return kindGrpcurl
 	case len(fields) > 0 && (fields[0] == "docker" || fields[0] == "kubectl" || fields[0] == "kind" || fields[0] == "make" || fields[0] == "helm"):
 		return kindStructural
 	}
@@ -184,6 +181,8 @@ func TestReadmeCommands(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Fatal("the README's commands are run with bash: install it")
 	}
+	// Built before any server starts, so that no command waits for it.
+	grpcurlBinary(t)
 	blocks := parseReadme(t, filepath.Join(repoRoot, "README.md"))
 	var n int
 	for _, b := range blocks {
@@ -271,7 +270,7 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 	backend := startBackend(t)
 	httpEnvoy := startExample(t, envoyHTTPFile, p.GRPC, backend)
 	tcpEnvoy := startExample(t, envoyTCPFile, p.GRPC, backend)
-	env := &shellEnv{t: t, dir: p.Dir, bin: floodgateBinary(t), addrs: map[string]string{
+	env := &shellEnv{t: t, dir: p.Dir, bin: floodgateBinary(t), grpcurl: grpcurlBinary(t), addrs: map[string]string{
 		readmeHTTP:     p.HTTP,
 		readmeGRPC:     p.GRPC,
 		readmeEnvoy:    httpEnvoy.Listener("http"),
@@ -284,6 +283,7 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 	if ran == 0 {
 		t.Error("no README command ran")
 	}
+	env.grpcurlRefusesBrokenCopies(blocks)
 	// Envoy's health check found floodgate, and every call got floodgate's
 	// answer in time: none failed open, which would have let through what
 	// the README shows refused.
@@ -309,10 +309,11 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 
 // shellEnv runs README commands with the test's addresses.
 type shellEnv struct {
-	t     *testing.T
-	dir   string
-	bin   string
-	addrs map[string]string
+	t       *testing.T
+	dir     string
+	bin     string
+	grpcurl string // grpcurlBinary
+	addrs   map[string]string
 }
 
 // runBlock runs the shell commands of a block and compares their output;
@@ -327,16 +328,11 @@ func (e *shellEnv) runBlock(b readmeBlock) int {
 		var problems []string
 		ran = 0
 		for _, c := range b.cmds {
-			kind := classify(c.text)
-			if kind != kindShell && kind != kindGrpcurl {
+			if classify(c.text) != kindShell {
 				continue
 			}
 			ran++
-			run := e.run
-			if kind == kindGrpcurl {
-				run = e.grpcurl
-			}
-			out, err := run(c.text)
+			out, err := e.run(c.text)
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("README.md:%d: %s: %v\n%s", c.line, c.text, err, out))
 				continue
@@ -382,7 +378,8 @@ func (b readmeBlock) onlyStatusCodes() bool {
 }
 
 // run runs one command in bash, in the server's directory, with the
-// README's addresses replaced by the test's and go run by the binary.
+// README's addresses replaced by the test's, go run by the binary, and
+// grpcurl built from its module (grpcurlBinary) first on the PATH.
 func (e *shellEnv) run(cmd string) (string, error) {
 	var unknown []string
 	script := localAddrRE.ReplaceAllStringFunc(cmd, func(a string) string {
@@ -401,13 +398,95 @@ func (e *shellEnv) run(cmd string) (string, error) {
 	defer cancel()
 	c := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", script)
 	c.Dir = e.dir
+	c.Env = append(os.Environ(), "PATH="+filepath.Dir(e.grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
 	err := c.Run()
 	return strings.ReplaceAll(out.String(), e.bin, goRunServer), err
 }
 
-// durationRE and timeRE find the values that change from run to run.
+var (
+	grpcurlOnce sync.Once
+	grpcurlPath string
+	grpcurlErr  error
+)
+
+// grpcurlBinary returns grpcurl, built once per test run from the
+// github.com/fullstorydev/grpcurl module at the version this module's
+// go.mod names (a tool there), so that the README's grpcurl commands run
+// as written, through grpcurl's own flags, reflection client and output
+// format.
+func grpcurlBinary(t testing.TB) string {
+	t.Helper()
+	grpcurlOnce.Do(func() {
+		grpcurlPath = filepath.Join(tempRoot, "bin", "grpcurl")
+		out, err := exec.Command("go", "build", "-o", grpcurlPath, "github.com/fullstorydev/grpcurl/cmd/grpcurl").CombinedOutput()
+		if err != nil {
+			grpcurlErr = fmt.Errorf("building grpcurl from its module: %v\n%s", err, out)
+		}
+	})
+	if grpcurlErr != nil {
+		t.Fatal(grpcurlErr)
+	}
+	return grpcurlPath
+}
+
+// brokenGrpcurlCommands are edits of the README's grpcurl call that
+// grpcurl must refuse, with what it says.
+var brokenGrpcurlCommands = []struct {
+	name, old, new, want string
+}{
+	{"a method the service lacks", "/ShouldRateLimit", "/ShouldRateLimt", "does not include a method named \"ShouldRateLimt\""},
+	{"a field the request lacks", `"domain":`, `"domian":`, "has no known field named domian"},
+	{"TLS to a plaintext port", "grpcurl -plaintext ", "grpcurl ", "first record does not look like a TLS handshake"},
+}
+
+// grpcurlRefusesBrokenCopies runs broken copies of the README's grpcurl
+// calls (those with -d), which grpcurl must refuse: proof that running
+// them checks something.
+func (e *shellEnv) grpcurlRefusesBrokenCopies(blocks []readmeBlock) {
+	e.t.Helper()
+	n := 0
+	for _, bl := range blocks {
+		for _, c := range bl.cmds {
+			if !strings.HasPrefix(c.text, "grpcurl ") || !strings.Contains(c.text, " -d ") {
+				continue
+			}
+			n++
+			for _, b := range brokenGrpcurlCommands {
+				if !strings.Contains(c.text, b.old) {
+					e.t.Fatalf("README.md:%d: %s: no %q to break", c.line, c.text, b.old)
+				}
+				cmd := strings.Replace(c.text, b.old, b.new, 1)
+				out, err := e.run(cmd)
+				if err == nil || !strings.Contains(out, b.want) {
+					e.t.Errorf("%s: %s: %v, want a failure mentioning %q:\n%s", b.name, cmd, err, b.want, out)
+					continue
+				}
+				e.t.Logf("%s: grpcurl says: %s", b.name, strings.TrimSpace(out))
+			}
+		}
+	}
+	if n == 0 {
+		e.t.Error("the README has no grpcurl call with -d")
+	}
+}
+
+// sameOutput compares what a command printed with what the README shows:
+// line by line as normalizeOutput makes them, or, when the README shows
+// one JSON value over several lines (grpcurl's output), as JSON values.
+func sameOutput(out string, want []string) bool {
+	shown := strings.Join(want, "\n")
+	if len(want) > 1 && strings.HasPrefix(shown, "{") {
+		var w, g any
+		if json.Unmarshal([]byte(shown), &w) == nil {
+			return json.Unmarshal([]byte(out), &g) == nil && reflect.DeepEqual(scrub(g), scrub(w))
+		}
+	}
+	return slices.Equal(normalizeOutput(out), normalizeOutput(shown))
+}
+
+// timeRE finds the timestamps, which change from run to run.
 var (
 	timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
 )
@@ -483,7 +562,7 @@ func scrub(v any) any {
 
 // checkStructural checks a command that cannot run here against the files
 // it names.
-func checkStructural(t *testing.T, c *compose, cmd string) error {
+func checkStructural(t *testing.T, c compose, cmd string) error {
 	f := strings.Fields(cmd)
 	switch f[0] {
 	case "make":

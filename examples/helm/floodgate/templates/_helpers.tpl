@@ -1,8 +1,7 @@
 {{/*
-The chart uses only include, toYaml, nindent, indent, quote, default,
-required, trunc, trimSuffix, contains and printf besides text/template's
-own functions: examples/helm_test.go renders it with exactly those, so any
-other function fails the test.
+examples/helm_test.go renders this chart and runs helm lint --strict on it
+with Helm's own code, and compares what it renders with
+examples/kubernetes.
 */}}
 
 {{/* The chart's name, for the app.kubernetes.io/name label. */}}

@@ -1,4 +1,4 @@
-package ui
+package livepage_test
 
 import (
 	"bufio"
@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/server"
+	"github.com/floodgate/floodgate/pkg/ui"
 )
 
 // browserRules have a plain limit (per client), a detailed_metric one with
@@ -84,7 +85,7 @@ func startUIServer(t *testing.T, interval time.Duration) *uiServer {
 		t.Fatal(err)
 	}
 	page := func(show bool) http.Handler {
-		h, err := New(Options{Rules: w, Gatherer: reg, Metrics: metrics, Store: st.Health, ShowValues: show, Interval: interval})
+		h, err := ui.New(ui.Options{Rules: w, Gatherer: reg, Metrics: metrics, Store: st.Health, ShowValues: show, Interval: interval})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,13 +392,21 @@ func saveScreenshot(t *testing.T, png []byte) {
 	t.Logf("screenshot of the live page: %s (%d bytes)", path, len(png))
 }
 
+// xdsRules are the rules an xDS management server pushes in
+// TestPageShowsXDSOrigin.
+const xdsRules = `domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
 // TestPageShowsXDSOrigin opens the page over rules pushed as an xDS
 // management server pushes them: the header names the version_info in
 // force and the state of the connection, as /rlconfig's origin: and
 // source: lines do.
 func TestPageShowsXDSOrigin(t *testing.T) {
 	feed := rules.NewFeed(rules.Options{}, nil)
-	if err := feed.Push("42", map[string][]byte{"xds/api": []byte(unitRules)}); err != nil {
+	if err := feed.Push("42", map[string][]byte{"xds/api": []byte(xdsRules)}); err != nil {
 		t.Fatal(err)
 	}
 	feed.SetSource(`xds eg:18001 node envoy-ratelimit: receiving rules; last ACK "42"`)
@@ -406,7 +415,7 @@ func TestPageShowsXDSOrigin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{Rules: feed, Gatherer: reg, Metrics: m})
+	h, err := ui.New(ui.Options{Rules: feed, Gatherer: reg, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
