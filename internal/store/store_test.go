@@ -84,7 +84,7 @@ func TestMemoryStore(t *testing.T) {
 		t.Errorf("%s health %+v", s.Name(), h)
 	}
 	hit := []limit.Hit{{Key: "k", Spec: limit.Spec{Limit: 1, Window: time.Minute}, Cost: 1}}
-	if err := s.Limiter().Evaluate(context.Background(), hit, make([]limit.Decision, 1)); err != nil {
+	if _, err := s.Limiter().Evaluate(context.Background(), hit, make([]limit.Decision, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if h := s.Health(); h.Detail != strings.Replace(want, "%d", "1", 1) {
@@ -108,7 +108,7 @@ func TestDenyCache(t *testing.T) {
 	hit := []limit.Hit{{Key: "k", Spec: limit.Spec{Limit: 1, Window: time.Minute}, Cost: 1}}
 	decide := func(s *Store) bool {
 		d := make([]limit.Decision, 1)
-		if err := s.Limiter().Evaluate(context.Background(), hit, d); err != nil {
+		if _, err := s.Limiter().Evaluate(context.Background(), hit, d); err != nil {
 			t.Fatal(err)
 		}
 		return d[0].Allowed

@@ -145,23 +145,25 @@ func (c *Cache) shardOf(key string) *shard {
 // and RetryAfter 0, as from the store), and nothing is consumed, as the
 // wrapped Limiter would consume nothing. A call with any other hit (a look
 // of cost 0, a refund, a key without a denial) goes to the wrapped Limiter,
-// so that every answer's other statuses are the store's.
+// so that every answer's other statuses are the store's. A call answered
+// here is blocked; one that went to the wrapped Limiter gets its verdict.
 //
 // The wrapped Limiter's denials are remembered; a refund, or an allowed
 // hit, drops its key's cached denial.
-func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	now := c.now().UnixNano()
 	if c.answer(now, hits, decisions) {
 		c.answered.Add(1)
-		return nil
+		return true, nil
 	}
 	gen := c.gen.Load()
 	c.evaluated.Add(1)
-	if err := c.inner.Evaluate(ctx, hits, decisions); err != nil {
-		return err
+	blocked, err = c.inner.Evaluate(ctx, hits, decisions)
+	if err != nil {
+		return false, err
 	}
 	c.learn(gen, now, hits, decisions)
-	return nil
+	return blocked, nil
 }
 
 // answer fills decisions and reports true when the cache knows every hit

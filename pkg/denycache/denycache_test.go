@@ -18,7 +18,7 @@ type counting struct {
 	calls atomic.Int64
 }
 
-func (c *counting) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+func (c *counting) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (bool, error) {
 	c.calls.Add(1)
 	return c.inner.Evaluate(ctx, hits, decisions)
 }
@@ -38,21 +38,12 @@ func newCache(t testing.TB, opts Options) (*Cache, *counting, *clock) {
 	return New(inner, opts), inner, clk
 }
 
-func rejected(hits []limit.Hit, ds []limit.Decision) bool {
-	for i := range hits {
-		if !ds[i].Allowed && hits[i].Cost > 0 && !hits[i].Refund {
-			return true
-		}
-	}
-	return false
-}
-
 var perSecond = limit.Spec{Limit: 1, Window: time.Second}
 
 func eval(t *testing.T, c *Cache, hits ...limit.Hit) []limit.Decision {
 	t.Helper()
 	ds := make([]limit.Decision, len(hits))
-	if err := c.Evaluate(context.Background(), hits, ds); err != nil {
+	if _, err := c.Evaluate(context.Background(), hits, ds); err != nil {
 		t.Fatal(err)
 	}
 	return ds
@@ -102,15 +93,17 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 				got := make([]limit.Decision, len(hits))
 				want := make([]limit.Decision, len(hits))
 				before := inner.calls.Load()
-				if err := c.Evaluate(context.Background(), hits, got); err != nil {
+				blocked, err := c.Evaluate(context.Background(), hits, got)
+				if err != nil {
 					t.Fatal(err)
 				}
-				if err := ref.Evaluate(context.Background(), hits, want); err != nil {
+				wantBlocked, err := ref.Evaluate(context.Background(), hits, want)
+				if err != nil {
 					t.Fatal(err)
 				}
 				call := fmt.Sprintf("step %d (seed %d) at %v: %+v", step, seed, clk.t.Sub(t0), hits)
-				if rejected(hits, got) != rejected(hits, want) {
-					t.Fatalf("%s: cache rejected=%v, store rejected=%v\ncache %+v\nstore %+v", call, rejected(hits, got), rejected(hits, want), got, want)
+				if blocked != wantBlocked {
+					t.Fatalf("%s: cache blocked=%v, store blocked=%v\ncache %+v\nstore %+v", call, blocked, wantBlocked, got, want)
 				}
 				if inner.calls.Load() != before {
 					for i := range got {
@@ -290,10 +283,10 @@ type flushing struct {
 	cache *Cache
 }
 
-func (f *flushing) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) error {
-	err := f.counting.Evaluate(ctx, hits, ds)
+func (f *flushing) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) (bool, error) {
+	blocked, err := f.counting.Evaluate(ctx, hits, ds)
 	f.cache.Flush()
-	return err
+	return blocked, err
 }
 
 func TestFlushDuringACallForgetsItsDenials(t *testing.T) {
@@ -333,7 +326,7 @@ func TestAnsweredCallDoesNotAllocate(t *testing.T) {
 		c.Evaluate(ctx, hits[i:i+1], ds[i:i+1])
 	}
 	if n := testing.AllocsPerRun(100, func() {
-		if err := c.Evaluate(ctx, hits, ds); err != nil || ds[0].Allowed {
+		if _, err := c.Evaluate(ctx, hits, ds); err != nil || ds[0].Allowed {
 			t.Fatal("not answered from the cache")
 		}
 	}); n != 0 {
@@ -379,7 +372,7 @@ func TestConcurrentUse(t *testing.T) {
 			for i := range 2000 {
 				hits[0].Key = strconv.Itoa((i * (g + 1)) % 100)
 				hits[0].Refund = i%97 == 0
-				if err := c.Evaluate(context.Background(), hits, ds); err != nil {
+				if _, err := c.Evaluate(context.Background(), hits, ds); err != nil {
 					t.Error(err)
 					return
 				}

@@ -8,7 +8,8 @@
 // mode), turns the counted limits into one []limit.Hit for the whole
 // request, asks the Limiter once, which
 // decides the request in that one call, quota rule included (all or
-// nothing: a rejected request consumes nothing), applies the failure
+// nothing: a rejected request consumes nothing), and says whether it
+// blocked it, applies the failure
 // policy, and builds the response from the resolved limits: one status per
 // descriptor, the overall code, and the optional response headers and
 // body; an answer

@@ -177,26 +177,26 @@ func TestServiceFailureLogClock(t *testing.T) {
 // own timeout.
 type blockingStore struct{ wrap bool }
 
-func (b blockingStore) Evaluate(ctx context.Context, _ []limit.Hit, _ []limit.Decision) error {
+func (b blockingStore) Evaluate(ctx context.Context, _ []limit.Hit, _ []limit.Decision) (bool, error) {
 	<-ctx.Done()
 	if b.wrap {
-		return fmt.Errorf("store: %w", ctx.Err())
+		return false, fmt.Errorf("store: %w", ctx.Err())
 	}
-	return errors.New("read tcp 127.0.0.1:1234: i/o timeout")
+	return false, errors.New("read tcp 127.0.0.1:1234: i/o timeout")
 }
 
 // openBreakerStore fails at once as a store whose circuit breaker is open.
 // fullStore fails as a full in-memory store does.
 type fullStore struct{}
 
-func (fullStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) error {
-	return fmt.Errorf("no room in shard 0: %w", limit.ErrFull)
+func (fullStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) (bool, error) {
+	return false, fmt.Errorf("no room in shard 0: %w", limit.ErrFull)
 }
 
 type openBreakerStore struct{}
 
-func (openBreakerStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) error {
-	return fmt.Errorf("store: %w after repeated failures", limit.ErrCircuitOpen)
+func (openBreakerStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) (bool, error) {
+	return false, fmt.Errorf("store: %w after repeated failures", limit.ErrCircuitOpen)
 }
 
 // storeFailure returns the storeFailure struct of resp's dynamic_metadata

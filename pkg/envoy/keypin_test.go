@@ -38,12 +38,12 @@ descriptors:
 // and allows every one.
 type keyRecorder struct{ keys []string }
 
-func (k *keyRecorder) Evaluate(_ context.Context, hits []limit.Hit, ds []limit.Decision) error {
+func (k *keyRecorder) Evaluate(_ context.Context, hits []limit.Hit, ds []limit.Decision) (bool, error) {
 	for i, h := range hits {
 		k.keys = append(k.keys, h.Key)
 		ds[i] = limit.Decision{Allowed: true, Remaining: 1}
 	}
-	return nil
+	return false, nil
 }
 
 // TestCounterKeysArePinned holds the counter keys of a few descriptors

@@ -40,14 +40,14 @@ type hookLimiter struct {
 	after func()
 }
 
-func (h *hookLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) error {
-	err := h.Limiter.Evaluate(ctx, hits, ds)
+func (h *hookLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) (bool, error) {
+	blocked, err := h.Limiter.Evaluate(ctx, hits, ds)
 	h.calls.Add(1)
 	if f := h.after; f != nil {
 		h.after = nil
 		f()
 	}
-	return err
+	return blocked, err
 }
 
 // redisInstances starts one Redis and n services over it, each with its

@@ -193,33 +193,33 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		storeCtx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
 		defer cancel()
 	}
-	if err := s.evaluate(storeCtx, sc.hits, sc.decisions); err != nil {
+	blocked, err := s.evaluate(storeCtx, sc.hits, sc.decisions)
+	if err != nil {
 		return s.failed(ctx, storeCtx, sc, req, err)
 	}
 	v := sc.judge(s.opts.NearLimitRatio, false)
-	// The Limiter decided the request with the quota rule in the same
-	// pass (limit.Blocked); all or nothing, a blocked call charged no hit,
-	// and the metrics must not count the admitted ones as within their
-	// limit.
-	charged := !limit.Blocked(sc.hits, sc.decisions)
-	sc.countMetrics(s.opts.Metrics, set, domain, v, charged)
+	// A blocked call (the Limiter's verdict, quota rule included) charged
+	// no hit: the metrics must not count the admitted ones as within
+	// their limit.
+	sc.countMetrics(s.opts.Metrics, set, domain, v, !blocked)
 	return s.respond(sc, req, v), nil
 }
 
-// evaluate calls the Limiter; ctx carries the store deadline.
-func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+// evaluate calls the Limiter and returns its verdict; ctx carries the
+// store deadline. A request without hits is not blocked.
+func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(hits) == 0 {
-		return nil
+		return false, nil
 	}
 	var span tracing.Store
 	if s.opts.Tracer != nil {
 		ctx, span = s.opts.Tracer.StartStore(ctx, len(hits))
 	}
 	start := time.Now()
-	err := s.limiter.Evaluate(ctx, hits, decisions)
+	blocked, err = s.limiter.Evaluate(ctx, hits, decisions)
 	s.opts.Metrics.observeStore(time.Since(start), err)
 	span.End(err)
-	return err
+	return blocked, err
 }
 
 // failed applies the failure policy after the Limiter, called with

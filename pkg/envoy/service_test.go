@@ -610,9 +610,54 @@ type countingLimiter struct {
 	calls int
 }
 
-func (c *countingLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) error {
+func (c *countingLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) (bool, error) {
 	c.calls++
 	return c.Limiter.Evaluate(ctx, hits, ds)
+}
+
+// TestBlockedIsTheLimiters: whether a call charged its hits is the
+// Limiter's verdict, which the service does not decide again. A Limiter
+// that admits every hit and yet says the call was blocked gets the
+// admitted hits counted as not charged, never as within their limit (a
+// service that applied limit.Blocked itself would count them within); the
+// answer is still the decisions'.
+func TestBlockedIsTheLimiters(t *testing.T) {
+	for _, tc := range []struct {
+		blocked                bool
+		wantWithin, wantNotChg float64
+	}{
+		{false, 1, 0},
+		{true, 0, 1},
+	} {
+		t.Run(fmt.Sprint("blocked=", tc.blocked), func(t *testing.T) {
+			h := newHarness(t, Options{})
+			h.svc.limiter = verdictLimiter{blocked: tc.blocked}
+			resp, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc("user", "a")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := summaries(resp); got != "OK:3" {
+				t.Errorf("statuses %s, want OK:3", got)
+			}
+			labels := map[string]string{"domain": "test", "rule": "test.user"}
+			if got := metricValue(t, h.reg, "floodgate_within_limit_total", labels); got != tc.wantWithin {
+				t.Errorf("within_limit_total = %v, want %v", got, tc.wantWithin)
+			}
+			if got := metricValue(t, h.reg, "floodgate_not_charged_total", labels); got != tc.wantNotChg {
+				t.Errorf("not_charged_total = %v, want %v", got, tc.wantNotChg)
+			}
+		})
+	}
+}
+
+// verdictLimiter admits every hit with 3 remaining and returns blocked.
+type verdictLimiter struct{ blocked bool }
+
+func (v verdictLimiter) Evaluate(_ context.Context, hits []limit.Hit, ds []limit.Decision) (bool, error) {
+	for i := range hits {
+		ds[i] = limit.Decision{Allowed: true, Remaining: 3}
+	}
+	return v.blocked, nil
 }
 
 // A shadow-mode limit over its limit is charged with the request's other
@@ -673,7 +718,7 @@ func TestHugeAddendsAndRefunds(t *testing.T) {
 // panicking is a Limiter that panics.
 type panicking struct{}
 
-func (panicking) Evaluate(context.Context, []limit.Hit, []limit.Decision) error {
+func (panicking) Evaluate(context.Context, []limit.Hit, []limit.Decision) (bool, error) {
 	panic("limiter bug")
 }
 

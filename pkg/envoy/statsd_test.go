@@ -49,8 +49,8 @@ descriptors:
 // failingStore fails every call, as Redis does when it is down.
 type failingStore struct{}
 
-func (failingStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) error {
-	return errors.New("connection refused")
+func (failingStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) (bool, error) {
+	return false, errors.New("connection refused")
 }
 
 // statsdLine is one expected line: a name, its value and its type.

@@ -252,7 +252,7 @@ type modelEntry struct {
 	expires int64
 }
 
-func (m model) evaluate(hits []Hit, now int64) []Decision {
+func (m model) evaluate(hits []Hit, now int64) (decisions []Decision, blocked bool) {
 	type work struct {
 		st     state
 		ok     bool
@@ -278,7 +278,8 @@ func (m model) evaluate(hits []Hit, now int64) []Decision {
 		out[i] = Decision{o.allowed, o.remaining, time.Duration(o.resetAfter) * time.Microsecond,
 			time.Duration(o.retryAfter) * time.Microsecond, o.never}
 	}
-	if Blocked(hits, out) {
+	blocked = Blocked(hits, out)
+	if blocked {
 		for i, h := range hits {
 			if out[i].Allowed {
 				var st state
@@ -303,12 +304,12 @@ func (m model) evaluate(hits []Hit, now int64) []Decision {
 			}
 		}
 	}
-	return out
+	return out, blocked
 }
 
 // TestMemoryMatchesModel plays random calls of one to four hits, on a few
 // keys of every algorithm (a key may repeat within a call), on Memory and
-// on the model, and requires identical decisions.
+// on the model, and requires identical decisions and verdicts.
 func TestMemoryMatchesModel(t *testing.T) {
 	rng := rand.New(rand.NewSource(4))
 	for round := 0; round < 40; round++ {
@@ -339,10 +340,14 @@ func TestMemoryMatchesModel(t *testing.T) {
 				hits[i] = Hit{Key: key, Spec: spec, Cost: cost, Refund: rng.Intn(8) == 0, Mode: Mode(rng.Intn(3)), Group: uint32(rng.Intn(2))}
 			}
 			got := make([]Decision, len(hits))
-			if err := mem.Evaluate(t.Context(), hits, got); err != nil {
+			blocked, err := mem.Evaluate(t.Context(), hits, got)
+			if err != nil {
 				t.Fatal(err)
 			}
-			want := ref.evaluate(hits, now)
+			want, wantBlocked := ref.evaluate(hits, now)
+			if blocked != wantBlocked {
+				t.Fatalf("round %d call %d %+v: memory blocked %v, model %v", round, call, hits, blocked, wantBlocked)
+			}
 			for i := range hits {
 				if got[i] != want[i] {
 					t.Fatalf("round %d call %d hit %d %+v:\nmemory %+v\nmodel  %+v", round, call, i, hits[i], got[i], want[i])

@@ -29,7 +29,8 @@
 //     beyond the capacity, and is always allowed.
 //   - Hits of one Evaluate call decide together, all or nothing: the call
 //     is blocked (see Blocked and Mode) or every allowed hit consumes; a
-//     blocked call changes no state. Two hits of one call on the same key
+//     blocked call changes no state, and Evaluate says which it was. Two
+//     hits of one call on the same key
 //     see each other's consumption.
 package limit
 
@@ -219,8 +220,9 @@ func (m Mode) String() string {
 // not a refund, is denied; or the call has Quota hits and every quota
 // (Quota hits of one Group) has a denied hit. It is the one rule every
 // Limiter applies, in one pass, before anything is written; the Lua script
-// of package redislimit mirrors it. len(decisions) must be at least
-// len(hits).
+// of package redislimit mirrors it. A Limiter returns its verdict from
+// Evaluate, so that a caller never applies the rule again. len(decisions)
+// must be at least len(hits).
 func Blocked(hits []Hit, decisions []Decision) bool {
 	quota := false
 	for i := range hits {
@@ -263,7 +265,8 @@ func Blocked(hits []Hit, decisions []Decision) bool {
 // denycache's Cache); they document only where they differ from it.
 //
 // Evaluate sets decisions[i] to the decision for hits[i], deciding every
-// hit at one instant of the store's clock:
+// hit at one instant of the store's clock, and reports whether the call
+// was blocked:
 //
 //   - Hits are applied in order to working copies of their counters, so a
 //     later hit on a Key sees an earlier one's consumption.
@@ -273,6 +276,10 @@ func Blocked(hits []Hit, decisions []Decision) bool {
 //     Decision); otherwise every allowed hit consumes and every refund
 //     gives back. The store decides this in the same pass, atomically:
 //     no other call sees a counter in between.
+//   - blocked is that verdict, from where it was decided (a store whose
+//     call spans several atomic parts decides it over all of their
+//     decisions): the caller reads it rather than applying Blocked again.
+//     It is false with an error.
 //   - An error means nothing was decided and nothing consumed (a store
 //     that cannot guarantee that, such as one spread over several
 //     servers, says so). len(decisions) != len(hits) and an invalid hit
@@ -284,7 +291,7 @@ func Blocked(hits []Hit, decisions []Decision) bool {
 //
 // Implementations are safe for concurrent use.
 type Limiter interface {
-	Evaluate(ctx context.Context, hits []Hit, decisions []Decision) error
+	Evaluate(ctx context.Context, hits []Hit, decisions []Decision) (blocked bool, err error)
 }
 
 // Validate reports whether the hit can be evaluated: its Spec passes

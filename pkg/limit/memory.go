@@ -196,31 +196,31 @@ type slot struct {
 // nothing, if ctx is done; and an error wrapping ErrFull, changing
 // nothing, if a counter the call would create does not fit (see Memory).
 // A blocked call creates no counter, so it is decided even when full.
-func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision) error {
+func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
-		return fmt.Errorf("limit: %d decisions for %d hits", len(decisions), len(hits))
+		return false, fmt.Errorf("limit: %d decisions for %d hits", len(decisions), len(hits))
 	}
 	for i := range hits {
 		if err := hits[i].Validate(); err != nil {
-			return fmt.Errorf("limit: hit %d: %w", i, err)
+			return false, fmt.Errorf("limit: hit %d: %w", i, err)
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	sc := m.pool.Get().(*scratch)
 	defer m.pool.Put(sc)
-	now, full := m.decide(sc, hits, decisions)
+	now, blocked, full := m.decide(sc, hits, decisions)
 	if full >= 0 {
-		return m.refuse(now, full)
+		return false, m.refuse(now, full)
 	}
-	return nil
+	return blocked, nil
 }
 
-// decide is Evaluate on valid hits. It returns the instant of the call and
-// -1, or, if the call is refused for lack of room, the index of a shard
-// that is full.
-func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int64, full int) {
+// decide is Evaluate on valid hits. It returns the instant of the call,
+// whether the call is blocked, and -1, or, if the call is refused for lack
+// of room, the index of a shard that is full.
+func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int64, blocked bool, full int) {
 	sc.slots = sc.slots[:0]
 	sc.slotOf = sc.slotOf[:0]
 
@@ -288,17 +288,17 @@ func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int6
 				decisions[i] = sc.slots[sc.slotOf[i]].peek(&hits[i].Spec, now)
 			}
 		}
-		return now, -1
+		return now, true, -1
 	}
 	if s := sc.overflow(); s != nil {
-		return now, shardIndex(s.key, m.shardBits)
+		return now, false, shardIndex(s.key, m.shardBits)
 	}
 	for i := range sc.slots {
 		if sc.slots[i].dirty {
 			sc.slots[i].store(now)
 		}
 	}
-	return now, -1
+	return now, false, -1
 }
 
 // overflow returns the slot of a counter to create in a shard that would

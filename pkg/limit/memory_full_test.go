@@ -20,7 +20,7 @@ import (
 // try runs one call and returns its decisions and error.
 func try(m *limit.Memory, hits ...limit.Hit) ([]limit.Decision, error) {
 	d := make([]limit.Decision, len(hits))
-	err := m.Evaluate(context.Background(), hits, d)
+	_, err := m.Evaluate(context.Background(), hits, d)
 	return d, err
 }
 

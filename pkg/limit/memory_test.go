@@ -43,7 +43,7 @@ const dyadic = 1 << 20 * us
 func eval(t *testing.T, m *limit.Memory, hits ...limit.Hit) []limit.Decision {
 	t.Helper()
 	d := make([]limit.Decision, len(hits))
-	if err := m.Evaluate(context.Background(), hits, d); err != nil {
+	if _, err := m.Evaluate(context.Background(), hits, d); err != nil {
 		t.Fatalf("Evaluate: %v", err)
 	}
 	return d
@@ -467,13 +467,15 @@ func TestAllOrNothing(t *testing.T) {
 		setup   []limit.Hit // evaluated one per call first
 		call    []limit.Hit
 		want    []limit.Decision
+		blocked bool        // Evaluate's verdict: the call consumed nothing
 		after   []limit.Hit // peeks, one per call, after the call
 		wantRem []int64
 	}{
 		{
-			name:  "second key denied: first not consumed",
-			setup: []limit.Hit{h("b", fixed, 3)},
-			call:  []limit.Hit{h("a", fixed, 1), h("b", fixed, 1)},
+			name:    "second key denied: first not consumed",
+			blocked: true,
+			setup:   []limit.Hit{h("b", fixed, 3)},
+			call:    []limit.Hit{h("a", fixed, 1), h("b", fixed, 1)},
 			// Nothing consumed: a's decision reports its stored state.
 			want:    []limit.Decision{allow(3, time.Minute), deny(0, time.Minute, time.Minute)},
 			after:   []limit.Hit{h("a", fixed, 0), h("b", fixed, 0)},
@@ -481,6 +483,7 @@ func TestAllOrNothing(t *testing.T) {
 		},
 		{
 			name:    "same key twice: the second sees the first and is denied",
+			blocked: true,
 			setup:   []limit.Hit{h("a", fixed, 1)},
 			call:    []limit.Hit{h("a", fixed, 1), h("a", fixed, 2)},
 			want:    []limit.Decision{allow(2, time.Minute), deny(1, time.Minute, time.Minute)},
@@ -496,8 +499,9 @@ func TestAllOrNothing(t *testing.T) {
 			wantRem: []int64{0},
 		},
 		{
-			name:  "refund not applied when another hit is denied",
-			setup: []limit.Hit{h("a", fixed, 3), h("b", fixed, 3)},
+			name:    "refund not applied when another hit is denied",
+			blocked: true,
+			setup:   []limit.Hit{h("a", fixed, 3), h("b", fixed, 3)},
 			call: []limit.Hit{
 				{Key: "a", Spec: fixed, Cost: 2, Refund: true},
 				h("b", fixed, 1),
@@ -508,6 +512,7 @@ func TestAllOrNothing(t *testing.T) {
 		},
 		{
 			name:    "a Never hit blocks the call",
+			blocked: true,
 			call:    []limit.Hit{h("a", bucket, 2), h("b", bucket, 5)},
 			want:    []limit.Decision{allow(4, 0), never(4, 0)},
 			after:   []limit.Hit{h("a", bucket, 0)},
@@ -515,6 +520,7 @@ func TestAllOrNothing(t *testing.T) {
 		},
 		{
 			name:    "a Limit 0 hit blocks the call",
+			blocked: true,
 			call:    []limit.Hit{h("a", fixed, 1), h("z", limit.Spec{Algorithm: limit.FixedWindow, Window: time.Minute}, 1)},
 			want:    []limit.Decision{allow(3, time.Minute), {Never: true}},
 			after:   []limit.Hit{h("a", fixed, 0)},
@@ -522,6 +528,7 @@ func TestAllOrNothing(t *testing.T) {
 		},
 		{
 			name:    "a peek in a rejected call sees the stored state, not the call's",
+			blocked: true,
 			setup:   []limit.Hit{h("b", fixed, 3)},
 			call:    []limit.Hit{h("a", fixed, 2), h("a", fixed, 0), h("b", fixed, 1)},
 			want:    []limit.Decision{allow(3, time.Minute), allow(3, time.Minute), deny(0, time.Minute, time.Minute)},
@@ -553,6 +560,7 @@ func TestAllOrNothing(t *testing.T) {
 		},
 		{
 			name:    "advisory hit allowed, another denied: nothing consumed",
+			blocked: true,
 			setup:   []limit.Hit{h("b", fixed, 3)},
 			call:    []limit.Hit{adv("a", fixed, 2), h("b", fixed, 1)},
 			want:    []limit.Decision{allow(3, time.Minute), deny(0, time.Minute, time.Minute)},
@@ -584,6 +592,7 @@ func TestAllOrNothing(t *testing.T) {
 		},
 		{
 			name:    "every quota over: nothing consumed",
+			blocked: true,
 			setup:   []limit.Hit{h("q1", fixed, 3), h("q2", bucket, 4)},
 			call:    []limit.Hit{quota(1, "q1", fixed, 1), quota(2, "q2", bucket, 1), h("e", fixed, 1)},
 			want:    []limit.Decision{deny(0, time.Minute, time.Minute), deny(0, 1048576*us, 262144*us), allow(3, time.Minute)},
@@ -592,6 +601,7 @@ func TestAllOrNothing(t *testing.T) {
 		},
 		{
 			name:    "a quota is over when any of its hits is denied",
+			blocked: true,
 			setup:   []limit.Hit{h("q1b", fixed, 3), h("q2", fixed, 3)},
 			call:    []limit.Hit{quota(1, "q1a", fixed, 1), quota(1, "q1b", fixed, 1), quota(2, "q2", fixed, 1)},
 			want:    []limit.Decision{allow(3, time.Minute), deny(0, time.Minute, time.Minute), deny(0, time.Minute, time.Minute)},
@@ -600,6 +610,7 @@ func TestAllOrNothing(t *testing.T) {
 		},
 		{
 			name:    "a lone quota over blocks like an enforced limit",
+			blocked: true,
 			setup:   []limit.Hit{h("q1", fixed, 3)},
 			call:    []limit.Hit{quota(7, "q1", fixed, 1), h("e", fixed, 1)},
 			want:    []limit.Decision{deny(0, time.Minute, time.Minute), allow(3, time.Minute)},
@@ -608,6 +619,7 @@ func TestAllOrNothing(t *testing.T) {
 		},
 		{
 			name:    "an enforced denial blocks whatever the quotas say",
+			blocked: true,
 			setup:   []limit.Hit{h("e", fixed, 3)},
 			call:    []limit.Hit{quota(1, "q1", fixed, 1), h("e", fixed, 1)},
 			want:    []limit.Decision{allow(3, time.Minute), deny(0, time.Minute, time.Minute)},
@@ -618,6 +630,7 @@ func TestAllOrNothing(t *testing.T) {
 			// A look is denied when the count is above the limit (lowered
 			// by a reload, say); at the limit it is allowed.
 			name:    "a quota over at cost 0 counts as over",
+			blocked: true,
 			setup:   []limit.Hit{h("q1", fixed, 3), h("q2", fixed, 3)},
 			call:    []limit.Hit{quota(1, "q1", fixed2, 0), quota(2, "q2", fixed, 1), h("e", fixed, 1)},
 			want:    []limit.Decision{deny(0, time.Minute, time.Minute), deny(0, time.Minute, time.Minute), allow(3, time.Minute)},
@@ -646,7 +659,14 @@ func TestAllOrNothing(t *testing.T) {
 			for _, s := range c.setup {
 				eval(t, m, s)
 			}
-			got := eval(t, m, c.call...)
+			got := make([]limit.Decision, len(c.call))
+			blocked, err := m.Evaluate(context.Background(), c.call, got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if blocked != c.blocked {
+				t.Errorf("blocked = %v, want %v", blocked, c.blocked)
+			}
 			for i := range got {
 				if got[i] != c.want[i] {
 					t.Errorf("decision %d: got %+v, want %+v", i, got[i], c.want[i])
@@ -688,7 +708,7 @@ func TestEvaluateErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m := limit.NewMemory(limit.MemoryOptions{Now: newClock(base).Now})
-			err := m.Evaluate(c.ctx, c.hits, make([]limit.Decision, c.decisions))
+			_, err := m.Evaluate(c.ctx, c.hits, make([]limit.Decision, c.decisions))
 			if err == nil || !strings.Contains(err.Error(), c.mentions) {
 				t.Fatalf("error %v, want one mentioning %q", err, c.mentions)
 			}
@@ -721,7 +741,7 @@ func TestConcurrentOneKey(t *testing.T) {
 					defer wg.Done()
 					d := make([]limit.Decision, 1)
 					for i := 0; i < perGoroutine; i++ {
-						if err := m.Evaluate(context.Background(), []limit.Hit{{Key: "hot", Spec: spec, Cost: 1}}, d); err != nil {
+						if _, err := m.Evaluate(context.Background(), []limit.Hit{{Key: "hot", Spec: spec, Cost: 1}}, d); err != nil {
 							t.Error(err)
 							return
 						}
@@ -761,7 +781,7 @@ func TestConcurrentMultiKey(t *testing.T) {
 				for j, p := range rng.Perm(3) {
 					hits[j] = limit.Hit{Key: keys[p], Spec: spec, Cost: 1}
 				}
-				if err := m.Evaluate(context.Background(), hits, d); err != nil {
+				if _, err := m.Evaluate(context.Background(), hits, d); err != nil {
 					t.Error(err)
 					return
 				}
@@ -792,7 +812,7 @@ func TestMaxEntries(t *testing.T) {
 			for i := 0; i < 4*max; i++ {
 				key := fmt.Sprint("key-", i)
 				d := make([]limit.Decision, 1)
-				err := m.Evaluate(context.Background(), []limit.Hit{{Key: key, Spec: spec, Cost: 1}}, d)
+				_, err := m.Evaluate(context.Background(), []limit.Hit{{Key: key, Spec: spec, Cost: 1}}, d)
 				want := int64(4) // held, with its hit counted
 				switch {
 				case errors.Is(err, limit.ErrFull):
@@ -830,7 +850,7 @@ func TestFirstRefusalNearMaxEntries(t *testing.T) {
 			m := limit.NewMemory(limit.MemoryOptions{MaxEntries: c.max, Now: newClock(base).Now})
 			d := make([]limit.Decision, 1)
 			for i := 0; ; i++ {
-				err := m.Evaluate(context.Background(), []limit.Hit{{Key: fmt.Sprint("api_key_", i), Spec: spec, Cost: 1}}, d)
+				_, err := m.Evaluate(context.Background(), []limit.Hit{{Key: fmt.Sprint("api_key_", i), Spec: spec, Cost: 1}}, d)
 				if errors.Is(err, limit.ErrFull) {
 					if float64(i) < c.atLeast*float64(c.max) {
 						t.Fatalf("first refusal with %d counters held, below %.0f%% of MaxEntries %d", i, 100*c.atLeast, c.max)
@@ -893,7 +913,7 @@ func BenchmarkMemoryEvaluate(b *testing.B) {
 			d := make([]limit.Decision, len(bc.hits))
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := m.Evaluate(context.Background(), bc.hits, d); err != nil {
+				if _, err := m.Evaluate(context.Background(), bc.hits, d); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -930,7 +950,7 @@ func BenchmarkMemoryEvaluateParallel(b *testing.B) {
 		for pb.Next() {
 			i++
 			hits[0] = limit.Hit{Key: keys[i%nkeys], Spec: spec, Cost: 1}
-			if err := m.Evaluate(context.Background(), hits, d); err != nil {
+			if _, err := m.Evaluate(context.Background(), hits, d); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -46,7 +46,7 @@ func BenchmarkEvaluate(b *testing.B) {
 				}
 				ds := make([]limit.Decision, len(hits))
 				for pb.Next() {
-					if err := l.Evaluate(context.Background(), hits, ds); err != nil {
+					if _, err := l.Evaluate(context.Background(), hits, ds); err != nil {
 						b.Error(err)
 						return
 					}

@@ -55,7 +55,7 @@ func newLimiter(t *testing.T, addrs []string, opts memcachelimit.Options) *memca
 func evaluate(t testing.TB, l *memcachelimit.Limiter, hits ...limit.Hit) []limit.Decision {
 	t.Helper()
 	ds := make([]limit.Decision, len(hits))
-	if err := l.Evaluate(context.Background(), hits, ds); err != nil {
+	if _, err := l.Evaluate(context.Background(), hits, ds); err != nil {
 		t.Fatalf("Evaluate: %v", err)
 	}
 	return ds

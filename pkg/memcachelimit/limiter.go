@@ -245,20 +245,20 @@ func (l *Limiter) Probe(ctx context.Context) error {
 // ErrUnsupported, naming the hit's index, and Memcached is not called. A
 // failure of Memcached is an error wrapping ErrStore; then nothing was
 // consumed, except as the package documentation describes.
-func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
-		return fmt.Errorf("memcachelimit: %d decisions for %d hits", len(decisions), len(hits))
+		return false, fmt.Errorf("memcachelimit: %d decisions for %d hits", len(decisions), len(hits))
 	}
 	for i := range hits {
 		if err := hits[i].Validate(); err != nil {
-			return fmt.Errorf("memcachelimit: hit %d: %w", i, err)
+			return false, fmt.Errorf("memcachelimit: hit %d: %w", i, err)
 		}
 		if a := hits[i].Spec.Algorithm; a != limit.FixedWindow {
-			return fmt.Errorf("memcachelimit: hit %d: %w: %v", i, ErrUnsupported, a)
+			return false, fmt.Errorf("memcachelimit: hit %d: %w: %v", i, ErrUnsupported, a)
 		}
 	}
 	if len(hits) == 0 {
-		return nil
+		return false, nil
 	}
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.opts.Timeout {
 		var cancel context.CancelFunc
@@ -272,21 +272,21 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	}()
 	now := l.opts.Now()
 	c.plan(l, hits, now)
-	if err := l.pool.runAll(ctx, c.ptrs); err != nil {
+	if err = l.pool.runAll(ctx, c.ptrs); err != nil {
 		err = fmt.Errorf("memcachelimit: evaluate %d hits: %w: %w", len(hits), ErrStore, err)
 		// Give back what the servers that answered took.
 		if cerr := l.settle(ctx, c.undoPartial()); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 		l.failed(ctx, err)
-		return err
+		return false, err
 	}
-	blocked := c.decide(hits, decisions, now.UnixMicro())
+	blocked = c.decide(hits, decisions, now.UnixMicro())
 	if err := l.settle(ctx, c.settle(hits, blocked)); err != nil {
-		return err
+		return false, err
 	}
 	c.refunded(hits, decisions)
-	return nil
+	return blocked, nil
 }
 
 // settle runs the commands that follow a call's decision (compensations

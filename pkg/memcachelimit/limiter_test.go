@@ -112,7 +112,7 @@ func TestConcurrentCallersAdmitExactlyTheLimit(t *testing.T) {
 			own := limit.Hit{Key: "caller" + strconv.Itoa(g), Spec: fixed(1000, time.Minute), Cost: 1}
 			for range calls {
 				ds := make([]limit.Decision, 2)
-				if err := l.Evaluate(context.Background(), []limit.Hit{own, hot}, ds); err != nil {
+				if _, err := l.Evaluate(context.Background(), []limit.Hit{own, hot}, ds); err != nil {
 					errs <- err
 					return
 				}
@@ -162,7 +162,7 @@ func TestConcurrentCostsNeverOverAdmit(t *testing.T) {
 			h := limit.Hit{Key: "k", Spec: spec, Cost: int64(1 + g%3)}
 			for range 30 {
 				ds := make([]limit.Decision, 1)
-				if err := l.Evaluate(context.Background(), []limit.Hit{h}, ds); err != nil {
+				if _, err := l.Evaluate(context.Background(), []limit.Hit{h}, ds); err != nil {
 					t.Error(err)
 					return
 				}
@@ -374,7 +374,7 @@ func TestServerDown(t *testing.T) {
 	}
 	servers[1].Stop()
 	ds := make([]limit.Decision, 2)
-	err := l.Evaluate(context.Background(), []limit.Hit{on[0], on[1]}, ds)
+	_, err := l.Evaluate(context.Background(), []limit.Hit{on[0], on[1]}, ds)
 	if !errors.Is(err, memcachelimit.ErrStore) {
 		t.Fatalf("Evaluate with a server down = %v, want ErrStore", err)
 	}
@@ -433,7 +433,7 @@ func TestServerSilent(t *testing.T) {
 	})
 	l := newLimiter(t, []string{ln.Addr().String()}, memcachelimit.Options{Timeout: 100 * time.Millisecond})
 	begin := time.Now()
-	err = l.Evaluate(context.Background(), []limit.Hit{{Key: "k", Spec: fixed(1, time.Minute), Cost: 1}}, make([]limit.Decision, 1))
+	_, err = l.Evaluate(context.Background(), []limit.Hit{{Key: "k", Spec: fixed(1, time.Minute), Cost: 1}}, make([]limit.Decision, 1))
 	if !errors.Is(err, memcachelimit.ErrStore) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Evaluate = %v, want ErrStore and the deadline", err)
 	}
@@ -458,7 +458,7 @@ func TestForeignValue(t *testing.T) {
 	if _, err := servers[0].Do("set " + string(memcachelimit.AppendKey(nil, "", start.UnixMicro(), h.Key)) + " 0 60 3\r\nabc"); err != nil {
 		t.Fatal(err)
 	}
-	err := l.Evaluate(context.Background(), []limit.Hit{h}, make([]limit.Decision, 1))
+	_, err := l.Evaluate(context.Background(), []limit.Hit{h}, make([]limit.Decision, 1))
 	if !errors.Is(err, memcachelimit.ErrStore) || !strings.Contains(err.Error(), "non-numeric") {
 		t.Fatalf("Evaluate = %v, want ErrStore with memcached's answer", err)
 	}
@@ -477,7 +477,7 @@ func TestCanceled(t *testing.T) {
 	l := newLimiter(t, addrs, memcachelimit.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := l.Evaluate(ctx, []limit.Hit{{Key: "k", Spec: fixed(1, time.Minute), Cost: 1}}, make([]limit.Decision, 1))
+	_, err := l.Evaluate(ctx, []limit.Hit{{Key: "k", Spec: fixed(1, time.Minute), Cost: 1}}, make([]limit.Decision, 1))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Evaluate = %v, want context.Canceled", err)
 	}
@@ -506,7 +506,7 @@ func TestRefusedHits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ok := limit.Hit{Key: "fine", Spec: fixed(5, time.Second), Cost: 1}
-			err := l.Evaluate(context.Background(), []limit.Hit{ok, tt.hit}, make([]limit.Decision, 2))
+			_, err := l.Evaluate(context.Background(), []limit.Hit{ok, tt.hit}, make([]limit.Decision, 2))
 			for _, want := range tt.is {
 				if !errors.Is(err, want) {
 					t.Errorf("error %v does not wrap %v", err, want)
@@ -517,7 +517,7 @@ func TestRefusedHits(t *testing.T) {
 			}
 		})
 	}
-	if err := l.Evaluate(context.Background(), make([]limit.Hit, 1), nil); err == nil {
+	if _, err := l.Evaluate(context.Background(), make([]limit.Hit, 1), nil); err == nil {
 		t.Error("no error for 0 decisions for 1 hit")
 	}
 }

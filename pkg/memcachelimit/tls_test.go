@@ -60,7 +60,7 @@ func TestTLS(t *testing.T) {
 			}
 			l := newLimiter(t, []string{tc.addr}, memcachelimit.Options{TLS: cfg})
 			ds := make([]limit.Decision, 1)
-			err = l.Evaluate(context.Background(), []limit.Hit{{Key: "k", Spec: fixed(5, time.Minute), Cost: 1}}, ds)
+			_, err = l.Evaluate(context.Background(), []limit.Hit{{Key: "k", Spec: fixed(5, time.Minute), Cost: 1}}, ds)
 			switch {
 			case tc.ok && (err != nil || !ds[0].Allowed):
 				t.Errorf("Evaluate: %v, %+v", err, ds[0])

@@ -75,7 +75,7 @@ type BatchOptions struct {
 const (
 	callQueued    int32 = iota // waiting in the queue
 	callSent                   // in a batch on its way to Redis
-	callDone                   // answered: err and decisions set, done closed
+	callDone                   // answered: err, blocked and decisions set, done closed
 	callAbandoned              // the caller left (its context ended)
 )
 
@@ -90,6 +90,7 @@ type call struct {
 	probe     bool // the breaker's probe
 	state     atomic.Int32
 	sent      bool  // set before done is closed: the call went to Redis
+	blocked   bool  // set before done is closed: the script's verdict
 	err       error // set before done is closed
 	done      chan struct{}
 }
@@ -150,16 +151,17 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 }
 
 // evaluate decides hits, alone at once if a round trip is free (after the
-// window, with the calls that came meanwhile), else in a batch.
-func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) error {
+// window, with the calls that came meanwhile), else in a batch, and
+// returns the verdict.
+func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight && b.windowNow() == 0 {
 		b.inFlight++
 		b.mu.Unlock()
-		err := b.l.run(ctx, clock, hits, decisions)
+		blocked, err = b.l.run(ctx, clock, hits, decisions)
 		b.l.report(ctx, b.l.nodes.home, probe, err)
 		b.next()
-		return err
+		return blocked, err
 	}
 	c := &call{ctx: ctx, decisions: decisions, probe: probe, done: make(chan struct{})}
 	b.mu.Unlock()
@@ -172,10 +174,10 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		// A round trip ended meanwhile, with nothing queued.
 		b.inFlight++
 		b.mu.Unlock()
-		err := b.l.runArgs(ctx, c.keys, c.args, decisions)
+		blocked, err = b.l.runArgs(ctx, c.keys, c.args, decisions)
 		b.l.report(ctx, b.l.nodes.home, probe, err)
 		b.next()
-		return err
+		return blocked, err
 	case b.inFlight < b.maxInFlight && !b.gathering:
 		b.inFlight++
 		b.gathering = true
@@ -210,10 +212,10 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 				// probe.
 				b.l.nodes.home.breaker.done(true, callUnknown)
 			}
-			return b.abandoned(c)
+			return false, b.abandoned(c)
 		}
 		if c.state.CompareAndSwap(callSent, callAbandoned) {
-			return b.abandoned(c) // its batch reports to the breaker
+			return false, b.abandoned(c) // its batch reports to the breaker
 		}
 		<-c.done
 	}
@@ -271,13 +273,14 @@ func (b *batcher) abandoned(c *call) error {
 	return fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(c.decisions), ErrStore, c.ctx.Err())
 }
 
-// finish returns an answered call's error. A probe dropped before it was
-// sent told nothing about Redis: the breaker lets the next call probe.
-func (b *batcher) finish(c *call) error {
+// finish returns an answered call's verdict and error. A probe dropped
+// before it was sent told nothing about Redis: the breaker lets the next
+// call probe.
+func (b *batcher) finish(c *call) (blocked bool, err error) {
 	if c.probe && !c.sent {
 		b.l.nodes.home.breaker.done(true, callUnknown)
 	}
-	return c.err
+	return c.blocked, c.err
 }
 
 // next starts a batch of the queued calls, if any, in the round trip that
@@ -401,7 +404,7 @@ func (b *batcher) flush(batch []*call) {
 		if err != nil {
 			c.err = fmt.Errorf("redislimit: evaluate %d hits: %w", len(c.decisions), err)
 		} else {
-			c.err = decode(replies[i], c.decisions)
+			c.blocked, c.err = decode(replies[i], c.decisions)
 			if outcomeOf(context.Background(), c.err) == callFailed {
 				outcome = callFailed
 			}

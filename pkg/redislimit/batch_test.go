@@ -67,7 +67,7 @@ func TestBatchIndependent(t *testing.T) {
 					hits = []limit.Hit{own, poison}
 				}
 				got := make([]limit.Decision, len(hits))
-				err := l.Evaluate(ctx, hits, got)
+				blocked, err := l.Evaluate(ctx, hits, got)
 				if i%4 == 3 {
 					if !errors.Is(err, redislimit.ErrStore) {
 						t.Errorf("caller %d request %d on a list: err = %v, want ErrStore", g, i, err)
@@ -79,12 +79,13 @@ func TestBatchIndependent(t *testing.T) {
 					return
 				}
 				want := make([]limit.Decision, len(hits))
-				if err := twin.Evaluate(ctx, hits, want); err != nil {
+				wantBlocked, err := twin.Evaluate(ctx, hits, want)
+				if err != nil {
 					t.Error(err)
 					return
 				}
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("caller %d (%v) request %d %+v:\nredis  %+v\nmemory %+v", g, a, i, hits, got, want)
+				if !reflect.DeepEqual(got, want) || blocked != wantBlocked {
+					t.Errorf("caller %d (%v) request %d %+v:\nredis  %+v blocked %v\nmemory %+v blocked %v", g, a, i, hits, got, blocked, want, wantBlocked)
 					return
 				}
 			}
@@ -119,14 +120,14 @@ func TestBatchCallerLeaves(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Go(func() {
-			errs[i] = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+			_, errs[i] = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
 		})
 		time.Sleep(20 * time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := l.Evaluate(ctx, []limit.Hit{hit}, make([]limit.Decision, 1))
+	_, err := l.Evaluate(ctx, []limit.Hit{hit}, make([]limit.Decision, 1))
 	if took := time.Since(start); took > 400*time.Millisecond {
 		t.Errorf("a queued call with a 50ms deadline returned after %v", took)
 	}
@@ -246,14 +247,14 @@ func TestBatchWindow(t *testing.T) {
 					// order a batch decided calls on one counter.
 					hits := []limit.Hit{{Key: fmt.Sprint("k", i), Spec: spec, Cost: 2}}
 					got := make([]limit.Decision, 1)
-					if err := l.Evaluate(ctx, hits, got); err != nil {
+					if _, err := l.Evaluate(ctx, hits, got); err != nil {
 						t.Errorf("call %d: %v", i, err)
 						return
 					}
 					twinMu.Lock()
 					defer twinMu.Unlock()
 					want := make([]limit.Decision, 1)
-					if err := twin.Evaluate(ctx, hits, want); err != nil {
+					if _, err := twin.Evaluate(ctx, hits, want); err != nil {
 						t.Error(err)
 						return
 					}
@@ -300,7 +301,7 @@ func TestBatchWindowCallerLeaves(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err = l.Evaluate(ctx, hits, make([]limit.Decision, 1))
+	_, err = l.Evaluate(ctx, hits, make([]limit.Decision, 1))
 	if !errors.Is(err, redislimit.ErrStore) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want ErrStore and the deadline", err)
 	}
@@ -314,7 +315,7 @@ func TestBatchWindowCallerLeaves(t *testing.T) {
 	// waits out a window and is sent. 1 round trip.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel2()
-	err = l.Evaluate(ctx2, hits, make([]limit.Decision, 1))
+	_, err = l.Evaluate(ctx2, hits, make([]limit.Decision, 1))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("second call: err = %v, want the deadline (the window is a minute)", err)
 	}
@@ -364,7 +365,7 @@ local t0 = now() while now() - t0 < 400000 do end return 1`, "0")
 				wg.Go(func() {
 					hits := []limit.Hit{{Key: fmt.Sprint("k", i), Spec: spec, Cost: 1}}
 					d := make([]limit.Decision, 1)
-					if err := l.Evaluate(ctx, hits, d); err != nil || !d[0].Allowed {
+					if _, err := l.Evaluate(ctx, hits, d); err != nil || !d[0].Allowed {
 						t.Errorf("call %d: %+v, %v", i, d[0], err)
 					}
 				})

@@ -42,7 +42,7 @@ func BenchmarkEvaluate(b *testing.B) {
 							hits[j] = limit.Hit{Key: fmt.Sprint(a, i%1000, "/", j), Spec: sp, Cost: 1}
 						}
 						i++
-						if err := l.Evaluate(context.Background(), hits, d); err != nil {
+						if _, err := l.Evaluate(context.Background(), hits, d); err != nil {
 							b.Error(err)
 							return
 						}
@@ -95,7 +95,7 @@ func BenchmarkBatch(b *testing.B) {
 				for pb.Next() {
 					hits[0] = limit.Hit{Key: strconv.Itoa(i % 1000), Spec: sp, Cost: 1}
 					i++
-					if err := l.Evaluate(context.Background(), hits, d); err != nil {
+					if _, err := l.Evaluate(context.Background(), hits, d); err != nil {
 						b.Error(err)
 						return
 					}

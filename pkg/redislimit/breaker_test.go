@@ -34,7 +34,8 @@ func TestBreaker(t *testing.T) {
 	}
 	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Hour}, Cost: 1}
 	call := func() error {
-		return l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+		_, err := l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+		return err
 	}
 	if err := call(); err != nil || !l.Healthy() {
 		t.Fatalf("Redis up: err %v, healthy %v", err, l.Healthy())
@@ -123,7 +124,7 @@ func TestBreakerDisabled(t *testing.T) {
 	n.srv.Stop()
 	hit := limit.Hit{Key: "k", Spec: limit.Spec{Limit: 1, Window: time.Second}, Cost: 1}
 	for i := range 10 {
-		err := l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+		_, err := l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
 		if !errors.Is(err, redislimit.ErrStore) || errors.Is(err, redislimit.ErrCircuitOpen) {
 			t.Fatalf("call %d: err = %v, want a store error, not the breaker's", i, err)
 		}
@@ -151,14 +152,14 @@ func TestBreakerCallerDeadline(t *testing.T) {
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 3 {
-		_ = l.Evaluate(canceled, []limit.Hit{hit}, make([]limit.Decision, 1))
+		_, _ = l.Evaluate(canceled, []limit.Hit{hit}, make([]limit.Decision, 1))
 	}
 	if !l.Healthy() {
 		t.Fatal("canceled calls opened the breaker")
 	}
 	for i := 0; l.Healthy(); i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-		err := l.Evaluate(ctx, []limit.Hit{hit}, make([]limit.Decision, 1))
+		_, err := l.Evaluate(ctx, []limit.Hit{hit}, make([]limit.Decision, 1))
 		cancel()
 		if err == nil {
 			// The busy script has not started yet.

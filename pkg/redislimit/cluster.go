@@ -12,12 +12,12 @@ import (
 // script can only touch keys of one slot, so hits are grouped by slot and
 // each group is one script call on the master serving it; evaluateGroups
 // makes the groups one all-or-nothing call.
-func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) error {
+func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	groups := groupBySlot(l.opts.KeyPrefix, hits)
 	if len(groups) == 1 {
 		return l.runSlot(ctx, clock, hits, decisions)
 	}
-	return evaluateGroups(ctx, hits, decisions, groups, func(ctx context.Context, _ int, hits []limit.Hit, decisions []limit.Decision) error {
+	return evaluateGroups(ctx, hits, decisions, groups, func(ctx context.Context, _ int, hits []limit.Hit, decisions []limit.Decision) (bool, error) {
 		return l.runSlot(ctx, clock, hits, decisions)
 	})
 }
@@ -25,19 +25,20 @@ func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []l
 // runSlot decides hits, all in one slot, with a script call on the master
 // serving that slot, through that master's circuit breaker: a master that
 // fails fails only the calls that need it, and fails them at once once its
-// breaker is open. The error names the master.
-func (l *Limiter) runSlot(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) error {
+// breaker is open. It returns the script's verdict; the error names the
+// master.
+func (l *Limiter) runSlot(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	n, err := l.masterOf(ctx, hits[0].Key)
 	if err != nil {
-		return fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), err)
+		return false, fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), err)
 	}
 	ok, probe := n.breaker.admit()
 	if !ok {
-		return fmt.Errorf("redislimit: evaluate %d hits on node %s: %w", len(hits), n.addr, ErrCircuitOpen)
+		return false, fmt.Errorf("redislimit: evaluate %d hits on node %s: %w", len(hits), n.addr, ErrCircuitOpen)
 	}
-	err = l.run(ctx, clock, hits, decisions)
+	blocked, err = l.run(ctx, clock, hits, decisions)
 	l.report(ctx, n, probe, err)
-	return nodeError(n, err)
+	return blocked, nodeError(n, err)
 }
 
 // masterOf returns the node of the master serving counter's slot, as the

@@ -88,6 +88,13 @@ func TestCluster(t *testing.T) {
 		}
 		allOrNothing(t, l, clk, keyOf)
 		advisoryDoesNotBlock(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("adv/%v/%d", a, i) })
+		quotaKey := func(a limit.Algorithm, i int) string { return fmt.Sprintf("quota/%v/%d", a, i) }
+		for _, a := range limit.Algorithms() {
+			if redislimit.Slot("aon:", quotaKey(a, 4)) == redislimit.Slot("aon:", quotaKey(a, 5)) {
+				t.Fatalf("%v: the two quotas share one slot; pick other keys", a)
+			}
+		}
+		quotasDecideTogether(t, l, quotaKey)
 	})
 
 	t.Run("same key twice", func(t *testing.T) {

@@ -168,15 +168,17 @@ func runDiff(t *testing.T, n *node, name string, si int, sp limit.Spec, specs []
 		}
 		want := make([]limit.Decision, len(hits))
 		got := make([]limit.Decision, len(hits))
-		if err := mem.Evaluate(context.Background(), hits, want); err != nil {
+		wantBlocked, err := mem.Evaluate(context.Background(), hits, want)
+		if err != nil {
 			t.Fatalf("Memory: %v", err)
 		}
-		if err := lim.Evaluate(context.Background(), hits, got); err != nil {
+		blocked, err := lim.Evaluate(context.Background(), hits, got)
+		if err != nil {
 			t.Fatalf("Limiter: %v", err)
 		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("spec %d %+v, step %d at %s (%d µs):\nhits %+v\nredis  %+v\nmemory %+v",
-				si, sp, step, clk.now().UTC().Format(time.RFC3339Nano), clk.micros(), hits, got, want)
+		if !reflect.DeepEqual(got, want) || blocked != wantBlocked {
+			t.Fatalf("spec %d %+v, step %d at %s (%d µs):\nhits %+v\nredis  %+v blocked %v\nmemory %+v blocked %v",
+				si, sp, step, clk.now().UTC().Format(time.RFC3339Nano), clk.micros(), hits, got, blocked, want, wantBlocked)
 		}
 		last = got
 	}

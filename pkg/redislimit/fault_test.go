@@ -120,14 +120,14 @@ func (fc *faultCluster) hammer(counters []string, mixed [][2]string, min int, st
 			}
 			d := make([]limit.Decision, len(hits))
 			start := time.Now()
-			err := fc.lim.Evaluate(context.Background(), hits, d)
+			blocked, err := fc.lim.Evaluate(context.Background(), hits, d)
 			switch {
 			case errors.Is(err, redislimit.ErrCircuitOpen):
 				tl.open++
 				tl.openTime += time.Since(start)
 			case err != nil:
 				tl.failed++
-			case !limit.Blocked(hits, d):
+			case !blocked:
 				tl.allowed++
 			default:
 				tl.denied++
@@ -149,7 +149,7 @@ func (fc *faultCluster) hammer(counters []string, mixed [][2]string, min int, st
 // remaining peeks at a counter.
 func (fc *faultCluster) remaining(t *testing.T, counter string) int64 {
 	d := make([]limit.Decision, 1)
-	if err := fc.lim.Evaluate(context.Background(), []limit.Hit{{Key: counter, Spec: faultLimit}}, d); err != nil {
+	if _, err := fc.lim.Evaluate(context.Background(), []limit.Hit{{Key: counter, Spec: faultLimit}}, d); err != nil {
 		t.Fatalf("peek at %s: %v", counter, err)
 	}
 	return d[0].Remaining
@@ -206,7 +206,7 @@ func TestClusterNodeFault(t *testing.T) {
 			healed := time.Now()
 			for {
 				d := make([]limit.Decision, 1)
-				if fc.lim.Evaluate(context.Background(), []limit.Hit{{Key: dead, Spec: faultLimit, Cost: 1}}, d) == nil {
+				if _, err := fc.lim.Evaluate(context.Background(), []limit.Hit{{Key: dead, Spec: faultLimit, Cost: 1}}, d); err == nil {
 					break
 				}
 				if time.Since(healed) > redislimit.DefaultBreakerMaxBackoff+time.Second {

@@ -172,7 +172,7 @@ func TestFunctionModeConcurrentStart(t *testing.T) {
 	for range callers {
 		wg.Go(func() {
 			d := make([]limit.Decision, 1)
-			if err := l.Evaluate(context.Background(), []limit.Hit{hit}, d); err != nil {
+			if _, err := l.Evaluate(context.Background(), []limit.Hit{hit}, d); err != nil {
 				t.Error(err)
 				return
 			}
@@ -215,7 +215,7 @@ func TestFunctionModeRedisDownAtStart(t *testing.T) {
 	}
 	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Hour}, Cost: 1}
 	d := make([]limit.Decision, 1)
-	if err := l.Evaluate(context.Background(), []limit.Hit{hit}, d); !errors.Is(err, redislimit.ErrStore) {
+	if _, err := l.Evaluate(context.Background(), []limit.Hit{hit}, d); !errors.Is(err, redislimit.ErrStore) {
 		t.Fatalf("Redis down: err = %v, want ErrStore", err)
 	}
 	n.srv.Restart()

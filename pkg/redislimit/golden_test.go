@@ -142,7 +142,7 @@ func TestGolden(t *testing.T) {
 				}
 				for _, twin := range []struct {
 					name string
-					e    evaluator
+					e    limit.Limiter
 				}{{"memory", mem}, {"redis", lim}} {
 					d := decide(t, twin.e, hits...)
 					got := make([]goldenWant, len(d))

@@ -9,9 +9,9 @@ import (
 )
 
 // runGroup decides hits, all of group g, in one atomic call (all-or-nothing
-// within itself) and fills decisions. The hits may be a compensation:
-// refunds and peeks of hits the group admitted.
-type runGroup func(ctx context.Context, g int, hits []limit.Hit, decisions []limit.Decision) error
+// within itself), fills decisions and returns that call's verdict. The hits
+// may be a compensation: refunds and peeks of hits the group admitted.
+type runGroup func(ctx context.Context, g int, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error)
 
 // evaluateGroups decides hits as one all-or-nothing call although no single
 // atomic call can hold them all: the slots of a Redis Cluster, or the two
@@ -19,8 +19,9 @@ type runGroup func(ctx context.Context, g int, hits []limit.Hit, decisions []lim
 // one group, ascending within it); run decides one group, and the groups
 // run concurrently. A group sees only some of the request's quotas, so
 // its Quota hits go to it as Advisory ones (consuming when allowed, never
-// blocking it), and the quota rule is applied to the whole request once
-// every group answered (limit.Blocked). If the request is blocked or a
+// blocking it), and the request's verdict is decided once every group
+// answered (limit.Blocked over all the decisions, quotas included), and
+// returned. If the request is blocked or a
 // group fails, every group that consumed gets its consumption back by a second call to run that refunds
 // it, and peeks (cost 0) at its allowed hits so that their decisions, like
 // those of the denied groups, describe the counters without the request.
@@ -30,10 +31,11 @@ type runGroup func(ctx context.Context, g int, hits []limit.Hit, decisions []lim
 // taken. Refund hits of a request denied by another group are not undone,
 // and a group whose call failed may or may not have consumed. The error
 // joins those of every failed call, compensations included.
-func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Decision, groups [][]int, run runGroup) error {
+func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Decision, groups [][]int, run runGroup) (blocked bool, err error) {
 	type result struct {
 		hits      []limit.Hit
 		decisions []limit.Decision
+		blocked   bool // the group's own verdict: it consumed nothing
 		err       error
 	}
 	results := make([]result, len(groups))
@@ -48,7 +50,7 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 			}
 		}
 		r.decisions = make([]limit.Decision, len(idx))
-		wg.Go(func() { r.err = run(ctx, g, r.hits, r.decisions) })
+		wg.Go(func() { r.blocked, r.err = run(ctx, g, r.hits, r.decisions) })
 	}
 	wg.Wait()
 
@@ -63,8 +65,9 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 			decisions[i] = r.decisions[j]
 		}
 	}
-	if len(errs) == 0 && !limit.Blocked(hits, decisions) {
-		return nil
+	blocked = len(errs) == 0 && limit.Blocked(hits, decisions)
+	if len(errs) == 0 && !blocked {
+		return false, nil
 	}
 
 	// Give back what the groups that committed consumed: every group that
@@ -76,7 +79,7 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 	compErrs := make([]error, len(groups))
 	for g, idx := range groups {
 		r := &results[g]
-		if r.err != nil || limit.Blocked(r.hits, r.decisions) {
+		if r.err != nil || r.blocked {
 			continue
 		}
 		var comp []limit.Hit
@@ -100,7 +103,7 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 		}
 		wg.Go(func() {
 			out := make([]limit.Decision, len(comp))
-			if compErrs[g] = run(compCtx, g, comp, out); compErrs[g] != nil {
+			if _, compErrs[g] = run(compCtx, g, comp, out); compErrs[g] != nil {
 				return
 			}
 			for p, i := range peeked {
@@ -111,5 +114,8 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 		})
 	}
 	wg.Wait()
-	return errors.Join(append(errs, compErrs...)...)
+	if err := errors.Join(append(errs, compErrs...)...); err != nil {
+		return false, err
+	}
+	return blocked, nil
 }

@@ -88,16 +88,23 @@ func newLimiter(t testing.TB, client redis.UniversalClient, clk *clock, prefix s
 	return l
 }
 
-// evaluator is what Limiter and limit.Memory have in common.
-type evaluator interface {
-	Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error
+// verdict evaluates hits, fails the test on error, and returns the
+// decisions and whether the call was blocked.
+func verdict(t testing.TB, e limit.Limiter, hits ...limit.Hit) ([]limit.Decision, bool) {
+	t.Helper()
+	d := make([]limit.Decision, len(hits))
+	blocked, err := e.Evaluate(context.Background(), hits, d)
+	if err != nil {
+		t.Fatalf("Evaluate(%v): %v", hits, err)
+	}
+	return d, blocked
 }
 
 // decide evaluates hits and fails the test on error.
-func decide(t testing.TB, e evaluator, hits ...limit.Hit) []limit.Decision {
+func decide(t testing.TB, e limit.Limiter, hits ...limit.Hit) []limit.Decision {
 	t.Helper()
 	d := make([]limit.Decision, len(hits))
-	if err := e.Evaluate(context.Background(), hits, d); err != nil {
+	if _, err := e.Evaluate(context.Background(), hits, d); err != nil {
 		t.Fatalf("Evaluate(%v): %v", hits, err)
 	}
 	return d

@@ -103,16 +103,16 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 // ErrStore (and ErrCircuitOpen while the circuit breaker of a node it
 // needs is open, see BreakerOptions and Nodes); Redis is not called for an
 // invalid hit.
-func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
-		return fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
+		return false, fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
 	}
 	if len(hits) == 0 {
-		return nil
+		return false, nil
 	}
 	for i := range hits {
 		if err := hits[i].Validate(); err != nil {
-			return fmt.Errorf("redislimit: hit %d: %w", i, err)
+			return false, fmt.Errorf("redislimit: hit %d: %w", i, err)
 		}
 	}
 	var clock time.Time
@@ -127,15 +127,15 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	home := l.nodes.home
 	ok, probe := home.breaker.admit()
 	if !ok {
-		return fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), ErrCircuitOpen)
+		return false, fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), ErrCircuitOpen)
 	}
 	if l.batcher != nil {
 		// The batcher reports to the breaker once per round trip.
 		return l.batcher.evaluate(ctx, clock, probe, hits, decisions)
 	}
-	err := l.run(ctx, clock, hits, decisions)
+	blocked, err = l.run(ctx, clock, hits, decisions)
 	l.report(ctx, home, probe, err)
-	return err
+	return blocked, err
 }
 
 // appendRequest appends a request's KEYS and ARGV for hits to keys and
@@ -207,15 +207,16 @@ func b2i(b bool) int {
 	return 0
 }
 
-// run decides hits, all in one slot, with a script call of its own and
-// fills decisions from its reply.
-func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) error {
+// run decides hits, all in one slot, with a script call of its own, fills
+// decisions from its reply and returns its verdict.
+func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	keys, args := l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
 	return l.runArgs(ctx, keys, args, decisions)
 }
 
-// runArgs sends one request's KEYS and ARGV alone and fills decisions.
-func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisions []limit.Decision) error {
+// runArgs sends one request's KEYS and ARGV alone, fills decisions and
+// returns the verdict.
+func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisions []limit.Decision) (blocked bool, err error) {
 	tracing.RecordBatch(ctx, 1)
 	// The caller's deadline (pkg/envoy sets one per request) usually comes
 	// first; a timer of our own would then never fire.
@@ -226,7 +227,7 @@ func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisi
 	}
 	replies, err := l.send(ctx, keys, args, 1)
 	if err != nil {
-		return fmt.Errorf("redislimit: evaluate %d hits: %w", len(decisions), err)
+		return false, fmt.Errorf("redislimit: evaluate %d hits: %w", len(decisions), err)
 	}
 	return decode(replies[0], decisions)
 }
@@ -248,25 +249,27 @@ func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests 
 	return reply, nil
 }
 
-// decode fills decisions from the script's reply to one request:
-// fieldsPerDecision integers per hit, or the error that request met.
-func decode(reply any, decisions []limit.Decision) error {
+// decode fills decisions from the script's reply to one request and
+// returns its verdict: fieldsPerDecision integers per hit, then 1 if the
+// request was blocked; or the error that request met.
+func decode(reply any, decisions []limit.Decision) (blocked bool, err error) {
 	var r []any
 	switch v := reply.(type) {
 	case error:
-		return fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(decisions), ErrStore, v)
+		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(decisions), ErrStore, v)
 	case []any:
 		r = v
 	}
-	if len(r) != fieldsPerDecision*len(decisions) {
-		return fmt.Errorf("redislimit: evaluate %d hits: %w: %d values in reply, want %d", len(decisions), ErrStore, len(r), fieldsPerDecision*len(decisions))
+	size := fieldsPerDecision*len(decisions) + 1
+	if len(r) != size {
+		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: %d values in reply, want %d", len(decisions), ErrStore, len(r), size)
 	}
 	var f [fieldsPerDecision]int64
 	for i := range decisions {
 		for j := range f {
 			n, ok := r[fieldsPerDecision*i+j].(int64)
 			if !ok {
-				return fmt.Errorf("redislimit: evaluate %d hits: %w: reply value %T, want an integer", len(decisions), ErrStore, r[fieldsPerDecision*i+j])
+				return false, fmt.Errorf("redislimit: evaluate %d hits: %w: reply value %T, want an integer", len(decisions), ErrStore, r[fieldsPerDecision*i+j])
 			}
 			f[j] = n
 		}
@@ -278,5 +281,9 @@ func decode(reply any, decisions []limit.Decision) error {
 			Never:      f[fieldNever] == 1,
 		}
 	}
-	return nil
+	v, ok := r[size-1].(int64)
+	if !ok {
+		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: reply verdict %T, want an integer", len(decisions), ErrStore, r[size-1])
+	}
+	return v == 1, nil
 }

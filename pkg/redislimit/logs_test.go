@@ -29,7 +29,7 @@ func TestQuietLogs(t *testing.T) {
 			t.Fatal(err)
 		}
 		hit := limit.Hit{Key: "k", Spec: limit.Spec{Limit: 1, Window: time.Second}, Cost: 1}
-		_ = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+		_, _ = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
 		// go-redis may dial in the background and log once it gives up.
 		wait := 2 * time.Second
 		if level != slog.LevelDebug {

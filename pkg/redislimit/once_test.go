@@ -20,9 +20,7 @@ type onceSetup struct {
 	proxy *redistest.Proxy
 	// lim decides; for the split, hits with a window under a minute go
 	// through the proxy.
-	lim interface {
-		Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error
-	}
+	lim limit.Limiter
 	// onProxy reports whether the counter's calls go through the proxy.
 	onProxy func(counter string) bool
 }
@@ -60,7 +58,7 @@ func TestAtMostOnce(t *testing.T) {
 			lost := func(hits ...limit.Hit) {
 				t.Helper()
 				s.proxy.LoseReply("FCALL", 0)
-				err := s.lim.Evaluate(context.Background(), hits, make([]limit.Decision, len(hits)))
+				_, err := s.lim.Evaluate(context.Background(), hits, make([]limit.Decision, len(hits)))
 				if !errors.Is(err, redislimit.ErrStore) {
 					t.Fatalf("a call whose reply was lost: %v, want ErrStore", err)
 				}
@@ -105,7 +103,7 @@ func testCompensationOnce(t *testing.T, s onceSetup, split bool) {
 	// The first FCALL behind the proxy consumes, the second refunds.
 	s.proxy.LoseReply("FCALL", 1)
 	d := make([]limit.Decision, 2)
-	err := s.lim.Evaluate(context.Background(), []limit.Hit{a, b}, d)
+	_, err := s.lim.Evaluate(context.Background(), []limit.Hit{a, b}, d)
 	if !errors.Is(err, redislimit.ErrStore) || s.proxy.Lost() != 1 {
 		t.Fatalf("the compensation's reply was lost (%d lost): err %v, want ErrStore", s.proxy.Lost(), err)
 	}

@@ -19,7 +19,7 @@ import (
 // same request passes and consumes everywhere once the exhausted counter is
 // whole. keyOf names the counter of descriptor i so that callers can spread
 // them over Cluster slots.
-func allOrNothing(t *testing.T, e evaluator, clk *clock, keyOf func(a limit.Algorithm, i int) string) {
+func allOrNothing(t *testing.T, e limit.Limiter, clk *clock, keyOf func(a limit.Algorithm, i int) string) {
 	t.Helper()
 	for _, a := range limit.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
@@ -50,9 +50,9 @@ func allOrNothing(t *testing.T, e evaluator, clk *clock, keyOf func(a limit.Algo
 				t.Fatalf("remaining before = %v, want [10 10 10 20 0]", before)
 			}
 			for range 3 {
-				d := decide(t, e, request...)
-				if d[4].Allowed || !d[0].Allowed || !d[1].Allowed || !d[3].Allowed {
-					t.Fatalf("decisions %+v: want the last denied, the others allowed", d)
+				d, blocked := verdict(t, e, request...)
+				if d[4].Allowed || !d[0].Allowed || !d[1].Allowed || !d[3].Allowed || !blocked {
+					t.Fatalf("decisions %+v, blocked %v: want the last denied, the others allowed, the request blocked", d, blocked)
 				}
 				// The request consumed nothing, and the allowed decisions
 				// say so: their counters as stored.
@@ -64,10 +64,10 @@ func allOrNothing(t *testing.T, e evaluator, clk *clock, keyOf func(a limit.Algo
 				t.Fatalf("a denied request consumed: remaining %v, was %v", after, before)
 			}
 			clk.add(2 * time.Hour) // the tight counter is whole again
-			d := decide(t, e, request...)
+			d, blocked := verdict(t, e, request...)
 			for i := range d {
-				if !d[i].Allowed {
-					t.Fatalf("hit %d denied after the reset: %+v", i, d)
+				if !d[i].Allowed || blocked {
+					t.Fatalf("hit %d denied after the reset, or blocked (%v): %+v", i, blocked, d)
 				}
 			}
 			if got := fmt.Sprint(peek()); got != "[9 8 9 19 0]" {
@@ -79,21 +79,52 @@ func allOrNothing(t *testing.T, e evaluator, clk *clock, keyOf func(a limit.Algo
 
 // advisoryDoesNotBlock checks, for every algorithm, that a denied advisory
 // hit lets the rest of its request consume, and writes nothing itself.
-func advisoryDoesNotBlock(t *testing.T, e evaluator, keyOf func(a limit.Algorithm, i int) string) {
+func advisoryDoesNotBlock(t *testing.T, e limit.Limiter, keyOf func(a limit.Algorithm, i int) string) {
 	t.Helper()
 	for _, a := range limit.Algorithms() {
 		roomy := limit.Spec{Algorithm: a, Limit: 10, Window: time.Hour}
 		tight := limit.Spec{Algorithm: a, Limit: 2, Window: time.Hour}
 		decide(t, e, limit.Hit{Key: keyOf(a, 1), Spec: tight, Cost: 1})
-		d := decide(t, e,
+		d, blocked := verdict(t, e,
 			limit.Hit{Key: keyOf(a, 0), Spec: roomy, Cost: 1},
 			limit.Hit{Key: keyOf(a, 1), Spec: tight, Cost: 2, Mode: limit.Advisory})
-		if !d[0].Allowed || d[1].Allowed {
-			t.Fatalf("%v: %+v, want the first allowed and the advisory one denied", a, d)
+		if !d[0].Allowed || d[1].Allowed || blocked {
+			t.Fatalf("%v: %+v, blocked %v: want the first allowed and the advisory one denied, the request not blocked", a, d, blocked)
 		}
 		p := decide(t, e, limit.Hit{Key: keyOf(a, 0), Spec: roomy}, limit.Hit{Key: keyOf(a, 1), Spec: tight})
 		if p[0].Remaining != 9 || p[1].Remaining != 1 {
 			t.Fatalf("%v: remaining %d and %d after the request, want 9 (consumed) and 1 (untouched)", a, p[0].Remaining, p[1].Remaining)
+		}
+	}
+}
+
+// quotasDecideTogether checks, for every algorithm, the verdict of a
+// request of two quotas and an enforced limit: while one quota is over,
+// the request is not blocked and the others consume; once both are, it
+// is blocked and the enforced limit keeps what it had. keyOf's counter 4
+// is the tight one, as in allOrNothing.
+func quotasDecideTogether(t *testing.T, e limit.Limiter, keyOf func(a limit.Algorithm, i int) string) {
+	t.Helper()
+	for _, a := range limit.Algorithms() {
+		roomy := limit.Spec{Algorithm: a, Limit: 10, Window: time.Hour}
+		tight := limit.Spec{Algorithm: a, Limit: 1, Window: time.Hour}
+		request := []limit.Hit{
+			{Key: keyOf(a, 4), Spec: tight, Cost: 1, Mode: limit.Quota, Group: 1},
+			{Key: keyOf(a, 5), Spec: roomy, Cost: 1, Mode: limit.Quota, Group: 2},
+			{Key: keyOf(a, 6), Spec: roomy, Cost: 1},
+		}
+		decide(t, e, request[0]) // the first quota is over
+		d, blocked := verdict(t, e, request...)
+		if d[0].Allowed || !d[1].Allowed || !d[2].Allowed || blocked {
+			t.Fatalf("%v, one quota over: %+v, blocked %v; want the others allowed, not blocked", a, d, blocked)
+		}
+		decide(t, e, limit.Hit{Key: keyOf(a, 5), Spec: roomy, Cost: 9}) // the second too
+		d, blocked = verdict(t, e, request...)
+		if d[0].Allowed || d[1].Allowed || !d[2].Allowed || !blocked {
+			t.Fatalf("%v, both quotas over: %+v, blocked %v; want the enforced one allowed, blocked", a, d, blocked)
+		}
+		if p := decide(t, e, limit.Hit{Key: keyOf(a, 6), Spec: roomy})[0]; p.Remaining != 9 {
+			t.Fatalf("%v: the enforced limit has %d left, want 9 (the blocked request consumed nothing)", a, p.Remaining)
 		}
 	}
 }
@@ -104,6 +135,7 @@ func TestAllOrNothingSingleNode(t *testing.T) {
 	l := newLimiter(t, n.client, clk, "aon:")
 	allOrNothing(t, l, clk, func(a limit.Algorithm, i int) string { return fmt.Sprintf("%v/%d", a, i) })
 	advisoryDoesNotBlock(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("adv/%v/%d", a, i) })
+	quotasDecideTogether(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("quota/%v/%d", a, i) })
 }
 
 // TestOneRoundTrip checks that a request of several descriptors, whatever
@@ -181,7 +213,7 @@ func TestConcurrentExactLimit(t *testing.T) {
 					ok := 0
 					for range perWorker {
 						d := make([]limit.Decision, 1)
-						err := l.Evaluate(context.Background(), []limit.Hit{{Key: sp.Algorithm.String(), Spec: sp, Cost: 1}}, d)
+						_, err := l.Evaluate(context.Background(), []limit.Hit{{Key: sp.Algorithm.String(), Spec: sp, Cost: 1}}, d)
 						if err != nil {
 							t.Error(err)
 							return
@@ -215,15 +247,15 @@ func TestStoreErrors(t *testing.T) {
 	}
 	bad := hit
 	bad.Spec.Window = 0
-	if err := l.Evaluate(context.Background(), []limit.Hit{bad}, make([]limit.Decision, 1)); !errors.Is(err, limit.ErrInvalidSpec) || errors.Is(err, redislimit.ErrStore) {
+	if _, err := l.Evaluate(context.Background(), []limit.Hit{bad}, make([]limit.Decision, 1)); !errors.Is(err, limit.ErrInvalidSpec) || errors.Is(err, redislimit.ErrStore) {
 		t.Errorf("invalid spec: err = %v, want ErrInvalidSpec and not ErrStore", err)
 	}
 	neg := hit
 	neg.Cost = -1
-	if err := l.Evaluate(context.Background(), []limit.Hit{neg}, make([]limit.Decision, 1)); !errors.Is(err, limit.ErrNegativeCost) || errors.Is(err, redislimit.ErrStore) {
+	if _, err := l.Evaluate(context.Background(), []limit.Hit{neg}, make([]limit.Decision, 1)); !errors.Is(err, limit.ErrNegativeCost) || errors.Is(err, redislimit.ErrStore) {
 		t.Errorf("negative cost: err = %v, want ErrNegativeCost and not ErrStore", err)
 	}
-	if err := l.Evaluate(context.Background(), []limit.Hit{hit}, nil); err == nil {
+	if _, err := l.Evaluate(context.Background(), []limit.Hit{hit}, nil); err == nil {
 		t.Error("no room for decisions: no error")
 	}
 
@@ -238,7 +270,7 @@ func TestStoreErrors(t *testing.T) {
 	// loaded machine), calls pass.
 	for {
 		start := time.Now()
-		err = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+		_, err = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
 		if err == nil {
 			select {
 			case <-done:
@@ -258,7 +290,7 @@ func TestStoreErrors(t *testing.T) {
 	<-done
 
 	n.srv.Stop()
-	if err := l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1)); !errors.Is(err, redislimit.ErrStore) {
+	if _, err := l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1)); !errors.Is(err, redislimit.ErrStore) {
 		t.Errorf("stopped Redis: err = %v, want ErrStore", err)
 	}
 }

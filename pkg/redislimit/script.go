@@ -35,8 +35,11 @@ const (
 	flagQuotaBase = 8
 )
 
-// The script returns fieldsPerDecision integers per hit, at these offsets:
-// allowed (0/1), remaining, reset (µs), retry (µs), never (0/1).
+// The script returns, per request, fieldsPerDecision integers per hit, at
+// these offsets: allowed (0/1), remaining, reset (µs), retry (µs), never
+// (0/1); then the request's verdict, 1 when it is blocked (limit.Blocked),
+// which the script decided and applied: a reader takes it from there
+// rather than deciding again.
 const (
 	fieldAllowed = iota
 	fieldRemaining

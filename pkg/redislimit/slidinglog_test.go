@@ -284,7 +284,8 @@ func TestSlidingLogMatchesModel(t *testing.T) {
 				}
 				want[i] = d
 			}
-			if limit.Blocked(hits, want) {
+			wantBlocked := limit.Blocked(hits, want)
+			if wantBlocked {
 				for i, h := range hits {
 					if want[i].Allowed {
 						_, d, _ := logs[h.Key].step(h.Spec, now, 0, false)
@@ -295,9 +296,13 @@ func TestSlidingLogMatchesModel(t *testing.T) {
 			} else {
 				logs = work
 			}
-			got := decide(t, l, hits...)
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("spec %d step %d at %d µs:\nhits  %+v\nredis %+v\nmodel %+v", si, step, now, hits, got, want)
+			got := make([]limit.Decision, len(hits))
+			blocked, err := l.Evaluate(context.Background(), hits, got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) || blocked != wantBlocked {
+				t.Fatalf("spec %d step %d at %d µs:\nhits  %+v\nredis %+v blocked %v\nmodel %+v blocked %v", si, step, now, hits, got, blocked, want, wantBlocked)
 			}
 		}
 	}

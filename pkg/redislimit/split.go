@@ -65,9 +65,9 @@ func NewSplit(main, perSecond *Limiter, route func(*limit.Spec) bool) (*Split, e
 // either Redis is an error wrapping ErrStore (ErrCircuitOpen while its
 // breaker is open) that names it, and then what the other consumed is
 // given back.
-func (s *Split) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
+func (s *Split) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
-		return fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
+		return false, fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
 	}
 	mixed := false
 	first := len(hits) > 0 && s.route(&hits[0].Spec)
@@ -81,7 +81,7 @@ func (s *Split) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 	// the other has consumed.
 	for i := range hits {
 		if err := hits[i].Validate(); err != nil {
-			return fmt.Errorf("redislimit: hit %d: %w", i, err)
+			return false, fmt.Errorf("redislimit: hit %d: %w", i, err)
 		}
 	}
 	groups := make([][]int, 2)
@@ -93,9 +93,10 @@ func (s *Split) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 }
 
 // evaluate is the Evaluate call of part g, its errors naming it.
-func (s *Split) evaluate(ctx context.Context, g int, hits []limit.Hit, decisions []limit.Decision) error {
-	if err := s.limiters[g].Evaluate(ctx, hits, decisions); err != nil {
-		return fmt.Errorf("%s: %w", splitNames[g], err)
+func (s *Split) evaluate(ctx context.Context, g int, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
+	blocked, err = s.limiters[g].Evaluate(ctx, hits, decisions)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", splitNames[g], err)
 	}
-	return nil
+	return blocked, nil
 }

@@ -163,6 +163,7 @@ func TestSplitAllOrNothing(t *testing.T) {
 			s, _, _ := p.split(t, clk, prefix, tc.route)
 			allOrNothing(t, s, clk, func(a limit.Algorithm, i int) string { return fmt.Sprintf("%v/%d", a, i) })
 			advisoryDoesNotBlock(t, s, func(a limit.Algorithm, i int) string { return fmt.Sprintf("adv/%v/%d", a, i) })
+			quotasDecideTogether(t, s, func(a limit.Algorithm, i int) string { return fmt.Sprintf("quota/%v/%d", a, i) })
 			// The cases did span both Redis: the tight counters are on
 			// the denying side, the roomy ones on the other.
 			for _, side := range []struct {
@@ -269,12 +270,12 @@ func TestSplitOneDown(t *testing.T) {
 			const calls = 2*redislimit.DefaultBreakerFailures/3 + 1
 			for i := range calls {
 				d := make([]limit.Decision, 1)
-				if err := s.Evaluate(ctx, []limit.Hit{tc.up}, d); err != nil || !d[0].Allowed {
+				if _, err := s.Evaluate(ctx, []limit.Hit{tc.up}, d); err != nil || !d[0].Allowed {
 					t.Fatalf("call %d on the Redis that answers: %+v, %v", i, d, err)
 				}
 				for _, hits := range [][]limit.Hit{{tc.needs}, {tc.needs, tc.up}, {tc.up, tc.needs}} {
 					d := make([]limit.Decision, len(hits))
-					err := s.Evaluate(ctx, hits, d)
+					_, err := s.Evaluate(ctx, hits, d)
 					if !errors.Is(err, redislimit.ErrStore) || !strings.Contains(err.Error(), tc.errorNames) {
 						t.Fatalf("call %d of %d hits needing the Redis that is down: %v, want ErrStore naming %q", i, len(hits), err, tc.errorNames)
 					}
@@ -338,7 +339,7 @@ func TestSplitConcurrentExact(t *testing.T) {
 							hits = hits[:1]
 						}
 						d := make([]limit.Decision, len(hits))
-						if err := s.Evaluate(context.Background(), hits, d); err != nil {
+						if _, err := s.Evaluate(context.Background(), hits, d); err != nil {
 							t.Error(err)
 							return
 						}

@@ -141,10 +141,10 @@ func TestTLSTopologies(t *testing.T) {
 						hits[i] = limit.Hit{Key: string(rune('a' + i)), Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour}, Cost: 1}
 					}
 					d := make([]limit.Decision, len(hits))
-					if err := l.Evaluate(ctx, hits, d); err != nil || !d[0].Allowed {
+					if _, err := l.Evaluate(ctx, hits, d); err != nil || !d[0].Allowed {
 						t.Fatalf("Evaluate: %v %+v", err, d)
 					}
-					if err := l.Evaluate(ctx, hits[:1], d[:1]); err != nil || d[0].Allowed {
+					if _, err := l.Evaluate(ctx, hits[:1], d[:1]); err != nil || d[0].Allowed {
 						t.Errorf("the second hit on a limit of 1: %v %+v, want a denial", err, d[0])
 					}
 				})

@@ -77,15 +77,15 @@ type hitSeen struct {
 	mode    limit.Mode
 }
 
-func (r *recorder) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) error {
-	err := r.Limiter.Evaluate(ctx, hits, decisions)
+func (r *recorder) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
+	blocked, err = r.Limiter.Evaluate(ctx, hits, decisions)
 	r.last = r.last[:0]
 	if err == nil {
 		for i := range hits {
 			r.last = append(r.last, hitSeen{hits[i].Key, decisions[i].Allowed, hits[i].Mode})
 		}
 	}
-	return err
+	return blocked, err
 }
 
 // overOf reads the hits of a descriptor that met rule r (nil for none) in

@@ -28,7 +28,8 @@
 -- Returns an array with one element per request: an array of
 --   FIELDS_PER_DECISION (5) integers per hit, at offsets FIELD_ALLOWED
 --   (0/1), FIELD_REMAINING, FIELD_RESET (µs), FIELD_RETRY (µs) and
---   FIELD_NEVER (0/1), 0 to 4 in this order; or an error reply, when the request could not be decided
+--   FIELD_NEVER (0/1), 0 to 4 in this order, then one more: 1 when the
+--   request is blocked (it wrote nothing), else 0; or an error reply, when the request could not be decided
 --   (its clocks disagree with a calendar's, a key holds something else, ...):
 --   such a request writes nothing, and the other requests are decided as
 --   if it were not there. Malformed arguments fail the whole call.
@@ -106,16 +107,17 @@ local function put(out, p, o)
   out[p + FIELD_NEVER] = o.never and 1 or 0
 end
 
--- decision returns the decision of outcome o as a new array. A table
--- constructor fills it at a third of the cost of five stores into an empty
--- table, which Lua grows step by step; it lists the fields in the order of
--- their FIELD_ offsets, which the check below holds to.
+-- single returns the reply of a request of one hit, decided by outcome o,
+-- blocked or not, as a new array. A table constructor fills it at a third
+-- of the cost of six stores into an empty table, which Lua grows step by
+-- step; it lists the fields in the order of their FIELD_ offsets, which
+-- the check below holds to.
 if not (FIELD_ALLOWED == 0 and FIELD_REMAINING == FIELD_ALLOWED + 1 and FIELD_RESET == FIELD_REMAINING + 1 and
     FIELD_RETRY == FIELD_RESET + 1 and FIELD_NEVER == FIELD_RETRY + 1 and FIELDS_PER_DECISION == FIELD_NEVER + 1) then
-  error('floodgate: evaluate.lua: decision() lists the fields in another order than FIELD_')
+  error('floodgate: evaluate.lua: single() lists the fields in another order than FIELD_')
 end
-local function decision(o)
-  return {o.allowed and 1 or 0, o.remaining, o.reset, o.retry, o.never and 1 or 0}
+local function single(o, blocked)
+  return {o.allowed and 1 or 0, o.remaining, o.reset, o.retry, o.never and 1 or 0, blocked and 1 or 0}
 end
 
 -- parse_spec returns the spec table of a spec argument, parsing each
@@ -195,7 +197,7 @@ local function decide(keys, args, now, k0, n, a)
     -- only hit writes if it consumes, and when it is denied there is no
     -- other hit to report as a peek.
     local key = keys[k0 + 1]
-    local h, cost, refund = read(args, a)
+    local h, cost, refund, advisory, q = read(args, a)
     local algo = algorithm(h.code)
     if not algo then
       return error('floodgate: unknown algorithm code ' .. tostring(h.code))
@@ -208,7 +210,8 @@ local function decide(keys, args, now, k0, n, a)
     if o.write then
       algo.store(key, nst, h, now, o.ttl)
     end
-    return decision(o)
+    -- Blocked as below: a lone quota that is over is every quota.
+    return single(o, not o.allowed and (q > 0 or (cost > 0 and not refund and not advisory)))
   end
   local specs = {}
   local work, order, out = {}, {}, {}
@@ -279,6 +282,7 @@ local function decide(keys, args, now, k0, n, a)
       end
     end
   end
+  out[FIELDS_PER_DECISION * n + 1] = denied and 1 or 0
   return out
 end
 
