@@ -16,6 +16,7 @@ type scratch struct {
 	res       rules.Resolution   // what applies to each descriptor
 	descs     []descPlan         // per descriptor, what the request adds to the rules
 	hits      []limit.Hit        // the counted limits, in resolution order
+	at        []hitAt            // where each hit comes from: at[i] is hits[i]'s
 	decisions []limit.Decision   // the store's answer, one per hit
 	outcomes  []descOutcome
 	quota     []int
@@ -24,12 +25,23 @@ type scratch struct {
 	failure failureAnswer // set when the failure policy answered
 }
 
+// hitAt is the limit a hit counts, by index: the request descriptor (in
+// scratch.descs and the resolution's Descriptors) and the limit in that
+// descriptor's resolved Limits. It stays in pkg/envoy, beside the hits
+// rather than in them: a store has no use for descriptors.
+type hitAt struct {
+	desc, limit int
+}
+
 // descPlan is what a request descriptor adds to its resolved limits.
 type descPlan struct {
 	cost    int64
 	refund  bool
 	failure rules.FailureMode // resolved: never FailureDefault
 	metric  string            // metric label; "" when no limit applies
+	// counted reports that a limit of the descriptor is counted: it has
+	// hits. unlimited reports that only unlimited limits apply.
+	counted, unlimited bool
 }
 
 func (sc *scratch) reset() {
@@ -39,13 +51,14 @@ func (sc *scratch) reset() {
 	clear(sc.hits)
 	clear(sc.outcomes)
 	sc.res.Reset()
-	sc.in, sc.entries, sc.descs, sc.hits, sc.decisions = sc.in[:0], sc.entries[:0], sc.descs[:0], sc.hits[:0], sc.decisions[:0]
+	sc.in, sc.entries, sc.descs, sc.hits, sc.at, sc.decisions = sc.in[:0], sc.entries[:0], sc.descs[:0], sc.hits[:0], sc.at[:0], sc.decisions[:0]
 	sc.label = sc.label[:0]
 	sc.failure = failureAnswer{}
 }
 
 // plan resolves the request's descriptors (rules.Set.Resolve) and builds
-// one hit per counted limit. The only error is an invalid limit override,
+// one hit per counted limit (rules.ResolvedLimit.Counted), with where it
+// comes from (scratch.at). The only error is an invalid limit override,
 // naming its field.
 func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.FailureMode) error {
 	requestCost := int64(req.GetHitsAddend())
@@ -84,19 +97,38 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 		return err
 	}
 	for i := range sc.res.Descriptors {
-		rd, ds := &sc.res.Descriptors[i], &sc.descs[i]
-		if rd.Rule != nil && rd.Rule.FailureMode != rules.FailureDefault {
-			ds.failure = rd.Rule.FailureMode
-		}
-		ds.metric = metricLabel(rd)
-		for j := range rd.Limits {
-			if l := &rd.Limits[j]; l.Counted() {
-				sc.hits = append(sc.hits, limit.Hit{Key: l.Key, Spec: l.Limit.Spec, Cost: ds.cost, Refund: ds.refund, Mode: rd.Mode, Group: uint32(i)})
-			}
-		}
+		sc.planHits(i)
 	}
 	sc.decisions = grow(sc.decisions, len(sc.hits))
 	return nil
+}
+
+// planHits completes descriptor i's plan from its resolution and appends
+// the hits of its counted limits.
+func (sc *scratch) planHits(i int) {
+	rd, ds := &sc.res.Descriptors[i], &sc.descs[i]
+	if rd.Rule != nil && rd.Rule.FailureMode != rules.FailureDefault {
+		ds.failure = rd.Rule.FailureMode
+	}
+	ds.metric = metricLabel(rd)
+	// A quota descriptor's limits are one quota, named by the
+	// descriptor's index; the other hits have no group.
+	var group uint32
+	if rd.Mode == limit.Quota {
+		group = uint32(i)
+	}
+	unlimited := false
+	for j := range rd.Limits {
+		switch l := &rd.Limits[j]; {
+		case l.Counted():
+			sc.hits = append(sc.hits, limit.Hit{Key: l.Key, Spec: l.Limit.Spec, Cost: ds.cost, Refund: ds.refund, Mode: rd.Mode, Group: group})
+			sc.at = append(sc.at, hitAt{desc: i, limit: j})
+			ds.counted = true
+		case !l.Replaced && l.Limit.Unlimited:
+			unlimited = true
+		}
+	}
+	ds.unlimited = unlimited && !ds.counted
 }
 
 // override returns the rules.Override of descriptor index's limit
@@ -147,62 +179,58 @@ type descOutcome struct {
 
 // judge computes each descriptor's status and the overall code from the
 // decisions: a descriptor is over when one of its limits denied; its
-// reported limit is the most restrictive one. After a store failure
+// reported limit is the most restrictive one. Each decision goes to the
+// descriptor and limit of its hit (scratch.at). After a store failure
 // (storeFailed), only the limits whose failure policy denies count, their
 // decisions being denials (applyFailure); the others are not known.
 func (sc *scratch) judge(nearRatio float64, storeFailed bool) verdict {
 	sc.outcomes = grow(sc.outcomes, len(sc.descs))
+	for di := range sc.descs {
+		sc.outcomes[di] = descOutcome{code: pb.RateLimitResponse_OK, unlimited: sc.descs[di].unlimited}
+	}
+	for i, at := range sc.at {
+		if storeFailed && sc.descs[at.desc].failure != rules.FailureDeny {
+			continue
+		}
+		l := sc.res.Descriptors[at.desc].Limits[at.limit].Limit
+		sc.outcomes[at.desc].add(l, &sc.decisions[i], nearRatio)
+	}
 	v := verdict{codes: sc.outcomes, quota: sc.quota[:0]}
 	quotas := 0
 	enforcedOver := false
-	hit := 0 // the hit of the next counted limit: hits follow the resolution's order
-	for di := range sc.res.Descriptors {
-		rd := &sc.res.Descriptors[di]
-		out := descOutcome{code: pb.RateLimitResponse_OK}
-		anyLimited := false
-		for j := range rd.Limits {
-			l := &rd.Limits[j]
-			if l.Replaced {
-				continue
-			}
-			if l.Limit.Unlimited {
-				out.unlimited = true
-				continue
-			}
-			anyLimited = true
-			d := &sc.decisions[hit]
-			hit++
-			if storeFailed && sc.descs[di].failure != rules.FailureDeny {
-				continue
-			}
-			if !d.Allowed {
-				out.wouldDeny = true
-			} else if capacity := l.Limit.Spec.Capacity(); capacity > 0 && float64(capacity-d.Remaining) >= nearRatio*float64(capacity) {
-				out.near = true
-			}
-			if out.limit == nil || restrictive(!d.Allowed, d.Remaining, !out.decision.Allowed, out.decision.Remaining) {
-				out.limit, out.decision = l.Limit, d
-			}
-		}
-		if anyLimited {
-			out.unlimited = false
-		}
-		if out.wouldDeny && rd.Mode != limit.Advisory {
+	for di := range sc.descs {
+		mode, out := sc.res.Descriptors[di].Mode, &v.codes[di]
+		if out.wouldDeny && mode != limit.Advisory {
 			out.code = pb.RateLimitResponse_OVER_LIMIT
 		}
-		if rd.Mode == limit.Quota && anyLimited {
+		over := out.code == pb.RateLimitResponse_OVER_LIMIT
+		switch {
+		case mode == limit.Quota && sc.descs[di].counted:
 			quotas++
-			if out.code == pb.RateLimitResponse_OVER_LIMIT {
+			if over {
 				v.quota = append(v.quota, di)
-				sc.quota = v.quota
 			}
-		} else if out.code == pb.RateLimitResponse_OVER_LIMIT {
+		case over:
 			enforcedOver = true
 		}
-		v.codes[di] = out
 	}
+	sc.quota = v.quota
 	v.over = enforcedOver || (quotas > 0 && len(v.quota) == quotas)
 	return v
+}
+
+// add counts the decision d of one of the descriptor's limits, l: a denial
+// makes it would-deny, an admission near l's capacity near, and the most
+// restrictive limit so far is the one reported.
+func (o *descOutcome) add(l *rules.Limit, d *limit.Decision, nearRatio float64) {
+	if !d.Allowed {
+		o.wouldDeny = true
+	} else if capacity := l.Spec.Capacity(); capacity > 0 && float64(capacity-d.Remaining) >= nearRatio*float64(capacity) {
+		o.near = true
+	}
+	if o.limit == nil || restrictive(!d.Allowed, d.Remaining, !o.decision.Allowed, o.decision.Remaining) {
+		o.limit, o.decision = l, d
+	}
 }
 
 // restrictive reports whether a limit in state a (over: denied; remaining:
@@ -221,8 +249,8 @@ func restrictive(aOver bool, aRemaining int64, bOver bool, bRemaining int64) boo
 // the others (judge with storeFailed). It reports whether a limit asks for
 // FailureUnavailable.
 func (sc *scratch) applyFailure() (unavailable bool) {
-	for i := range sc.hits {
-		switch sc.descs[sc.hits[i].Group].failure {
+	for i, at := range sc.at {
+		switch sc.descs[at.desc].failure {
 		case rules.FailureDeny:
 			sc.decisions[i] = limit.Decision{}
 		case rules.FailureUnavailable:
