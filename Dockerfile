@@ -10,13 +10,14 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# Static (no cgo), reproducible paths, no symbol tables, and the time zone
-# database inside the binary for calendar windows in any time zone.
+# Static (no cgo), reproducible paths, no symbol tables, the time zone
+# database inside the binary for calendar windows in any time zone, and
+# go-control-plane's generated encoders for answers (the Makefile's TAGS).
 # The build context has no .git, so the version and commit that
 # `floodgate version` prints are stamped: docker build
 # --build-arg VERSION=v1.2.3 --build-arg COMMIT=$(git rev-parse HEAD) .
 ARG TARGETOS TARGETARCH VERSION=(devel) COMMIT=unknown
-RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w -X main.stampedVersion=$VERSION -X main.stampedCommit=$COMMIT" -tags timetzdata -o /out/floodgate ./cmd/server
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w -X main.stampedVersion=$VERSION -X main.stampedCommit=$COMMIT" -tags timetzdata,vtprotobuf -o /out/floodgate ./cmd/server
 
 # No shell, no package manager: the binary, CA certificates and a passwd
 # entry for the nonroot user (uid 65532).

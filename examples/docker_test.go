@@ -2,6 +2,7 @@ package examples_test
 
 import (
 	"bytes"
+	"debug/buildinfo"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -306,6 +307,21 @@ func TestDockerfile(t *testing.T) {
 				t.Errorf("the binary built by the Dockerfile's command is dynamically linked (%v): it cannot run on %s", p.Type, final.BaseName)
 			}
 		}
+	})
+
+	t.Run("answers encoded by generated code", func(t *testing.T) {
+		// The vtprotobuf tag compiles go-control-plane's encoders, which
+		// pkg/server's codec uses; without it answers go by reflection.
+		info, err := buildinfo.ReadFile(floodgateBinary(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range info.Settings {
+			if s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), "vtprotobuf") {
+				return
+			}
+		}
+		t.Errorf("the binary built by the Dockerfile's command lacks the vtprotobuf build tag (settings %v)", info.Settings)
 	})
 
 	t.Run("small final image", func(t *testing.T) {

@@ -52,7 +52,8 @@ func buildAndRun(m *testing.M) int {
 	binary = filepath.Join(dir, "floodgate")
 	// Built without -race even under go test -race: the binary is the
 	// subject, not the test, and a race build is several times slower.
-	build := exec.Command("go", "build", "-o", binary, "./cmd/server")
+	// Built with the tags of the Makefile's and the Dockerfile's builds.
+	build := exec.Command("go", "build", "-tags", "vtprotobuf", "-o", binary, "./cmd/server")
 	build.Dir = repoRoot
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building floodgate: %v\n%s", err, out)

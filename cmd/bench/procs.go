@@ -130,11 +130,12 @@ func startRedis(ctx context.Context, dir string) (*process, string, error) {
 	return p, addr, nil
 }
 
-// buildServer builds the floodgate binary into dir with the go tool; it
-// must run inside the floodgate module (go run ./cmd/bench does).
+// buildServer builds the floodgate binary into dir with the go tool, with
+// the tags of the Makefile's and the Dockerfile's builds; it must run
+// inside the floodgate module (go run ./cmd/bench does).
 func buildServer(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "floodgate")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, serverPackage)
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "vtprotobuf", "-o", bin, serverPackage)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s (run inside the floodgate module, or pass -server-bin): %w\n%s", serverPackage, err, out)
 	}

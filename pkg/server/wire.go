@@ -21,7 +21,10 @@ import (
 // per-descriptor limit override or hits_addend, unknown fields, invalid
 // UTF-8, malformed bytes) makes decode report false, and the caller decodes
 // with the proto package instead, whose result and errors are the
-// reference for both paths (FuzzWireRequest checks they agree).
+// reference for both paths (FuzzWireRequest checks they agree). A field
+// that go-control-plane adds fails TestWireRequestKnowsEveryField until
+// decode takes it or says it leaves it to proto. Decoding is written by
+// hand because go-control-plane generates encoders only (vtMarshaler).
 //
 // A wireRequest belongs to one call at a time; nothing may keep a pointer
 // into req once the call has returned (strings may be kept: they are

@@ -7,6 +7,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -118,4 +119,122 @@ func FuzzWireRequest(f *testing.F) {
 			t.Fatalf("decode(%x) = %v, proto says %v", b, &w.req, &want)
 		}
 	})
+}
+
+// wireFields is, for every message decode reads (the request and what it
+// holds down to the entries), each field by name and whether decode takes
+// it (true) or leaves the whole request to proto (false). A message that
+// decode never enters (a limit override, a wrapper) is proto's whole.
+var wireFields = map[protoreflect.FullName]map[protoreflect.Name]bool{
+	"envoy.service.ratelimit.v3.RateLimitRequest": {
+		"domain": true, "descriptors": true, "hits_addend": true,
+	},
+	"envoy.extensions.common.ratelimit.v3.RateLimitDescriptor": {
+		"entries": true, "is_negative_hits": true, "limit": false, "hits_addend": false,
+	},
+	"envoy.extensions.common.ratelimit.v3.RateLimitDescriptor.Entry": {
+		"key": true, "value": true,
+	},
+}
+
+// TestWireRequestKnowsEveryField walks, by reflection, the fields of every
+// message decode reads, as this build's go-control-plane declares them,
+// and fails for a field wireFields does not list: a go-control-plane
+// upgrade that adds one must decide whether decode takes it (until then
+// every request that sets it goes to proto, correct but slower). Then, for
+// each field, a request that sets it only must be taken or left as
+// wireFields says, and one that decode takes must equal proto's.
+func TestWireRequestKnowsEveryField(t *testing.T) {
+	req := (&pb.RateLimitRequest{}).ProtoReflect()
+	desc := req.Descriptor().Fields().ByName("descriptors").Message()
+	entry := desc.Fields().ByName("entries").Message()
+	for _, md := range []protoreflect.MessageDescriptor{req.Descriptor(), desc, entry} {
+		listed := wireFields[md.FullName()]
+		if listed == nil {
+			t.Fatalf("wireFields does not list %s", md.FullName())
+		}
+		fields := md.Fields()
+		for i := range fields.Len() {
+			f := fields.Get(i)
+			fast, ok := listed[f.Name()]
+			if !ok {
+				t.Errorf("%s has field %s (%d), which wireFields does not list: does decode take it?", md.FullName(), f.Name(), f.Number())
+				continue
+			}
+			t.Run(string(f.FullName()), func(t *testing.T) { wireTakes(t, md, f, fast) })
+		}
+		for name := range listed {
+			if fields.ByName(name) == nil {
+				t.Errorf("wireFields lists %s.%s, which does not exist", md.FullName(), name)
+			}
+		}
+	}
+}
+
+// wireTakes encodes a request whose only set field is f of message md (in
+// its first descriptor or entry) and checks that decode takes it or not as
+// fast says.
+func wireTakes(t *testing.T, md protoreflect.MessageDescriptor, f protoreflect.FieldDescriptor, fast bool) {
+	req := &pb.RateLimitRequest{}
+	var m protoreflect.Message = req.ProtoReflect()
+	// Down to a message of md's type: the first descriptor, its first entry.
+	for m.Descriptor().FullName() != md.FullName() {
+		var next protoreflect.FieldDescriptor
+		for _, name := range []protoreflect.Name{"descriptors", "entries"} {
+			if next = m.Descriptor().Fields().ByName(name); next != nil {
+				break
+			}
+		}
+		list := m.Mutable(next).List()
+		list.Append(list.NewElement())
+		m = list.Get(0).Message()
+	}
+	switch {
+	case f.IsList():
+		list := m.Mutable(f).List()
+		list.Append(list.NewElement())
+	case f.Message() != nil:
+		m.Set(f, protoreflect.ValueOfMessage(m.NewField(f).Message()))
+	default:
+		m.Set(f, sampleValue(f))
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := getWireRequest()
+	defer w.release()
+	if got := w.decode(b); got != fast {
+		t.Fatalf("decode takes %v: %v, want %v", req, got, fast)
+	}
+	if fast && !proto.Equal(&w.req, req) {
+		t.Fatalf("decoded %v, want %v", &w.req, req)
+	}
+}
+
+// sampleValue is a value of scalar field f other than its zero value.
+func sampleValue(f protoreflect.FieldDescriptor) protoreflect.Value {
+	switch f.Kind() {
+	case protoreflect.StringKind:
+		return protoreflect.ValueOfString("x")
+	case protoreflect.BoolKind:
+		return protoreflect.ValueOfBool(true)
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return protoreflect.ValueOfUint32(7)
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return protoreflect.ValueOfUint64(7)
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return protoreflect.ValueOfInt32(7)
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return protoreflect.ValueOfInt64(7)
+	case protoreflect.EnumKind:
+		return protoreflect.ValueOfEnum(1)
+	case protoreflect.BytesKind:
+		return protoreflect.ValueOfBytes([]byte{7})
+	case protoreflect.FloatKind:
+		return protoreflect.ValueOfFloat32(7)
+	case protoreflect.DoubleKind:
+		return protoreflect.ValueOfFloat64(7)
+	}
+	panic("no sample for " + f.Kind().String())
 }
