@@ -257,9 +257,12 @@ func (p *floodgateProc) postJSON(ctx context.Context, body []byte) (int, []byte,
 // returns its combined output and exit code.
 func runFloodgate(t testing.TB, dir string, args ...string) (string, int) {
 	t.Helper()
+	// Built first: the first call builds the binary, which the deadline
+	// of the run is not for.
+	bin := floodgateBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, floodgateBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
