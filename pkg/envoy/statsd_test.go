@@ -84,7 +84,7 @@ func TestStatsdReferenceNames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := statsdtest.Listen(t)
-			tc.opts.Addr, tc.opts.FlushInterval = srv.Addr(), -1
+			tc.opts.Addr, tc.opts.ManualFlush = srv.Addr(), true
 			client, err := statsd.New(tc.opts)
 			if err != nil {
 				t.Fatal(err)
