@@ -32,11 +32,12 @@ type faultCluster struct {
 
 const faultPrefix = "fault:"
 
-// faultDeadline is the deadline of each call: above production's 50 ms,
-// which a busy machine running the race detector misses now and then on a
-// healthy master (its breaker would then open, rightly, but not because of
-// the fault under test).
-const faultDeadline = 250 * time.Millisecond
+// faultDeadline is the deadline of each call: far above production's 50
+// ms, which a busy machine running the race detector misses now and then
+// on a healthy master (250 ms was missed once with every package's tests
+// running at once): the tests are about where a fault lands, not about
+// latency, and a deadline missed on a healthy master is not that.
+const faultDeadline = time.Second
 
 // hammerPause is how long each of hammer's goroutines waits between
 // requests: a steady load that leaves the machine some CPU.
