@@ -5,7 +5,7 @@ FUZZTIME ?= 3s
 SOAK ?= 10m
 # Build tags of every build and test here, and of the Dockerfile's build:
 # vtprotobuf compiles go-control-plane's generated encoders, which
-# pkg/server's codec uses for answers. A build without it (go run
+# internal/server's codec uses for answers. A build without it (go run
 # ./cmd/server) works the same, encoding answers by reflection.
 TAGS ?= vtprotobuf
 

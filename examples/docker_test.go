@@ -171,7 +171,7 @@ var brokenDockerignores = []struct {
 	{"excluding what COPY names", "examples\n", "examples\nconfig\n", "excludes config, which COPY names"},
 	{"letting a binary in", "/server\n", "", "lets server into the build context"},
 	{"an exception letting the repository in", ".git\n", ".git\n!.git/config\n", "lets .git/config into the build context"},
-	{"excluding embedded files", "docs\n", "docs\n**/assets\n", "excludes pkg/ui/assets/"},
+	{"excluding embedded files", "docs\n", "docs\n**/assets\n", "excludes internal/ui/assets/"},
 }
 
 // checkBuildContext checks .dockerignore's patterns, as patternmatcher
@@ -311,7 +311,7 @@ func TestDockerfile(t *testing.T) {
 
 	t.Run("answers encoded by generated code", func(t *testing.T) {
 		// The vtprotobuf tag compiles go-control-plane's encoders, which
-		// pkg/server's codec uses; without it answers go by reflection.
+		// internal/server's codec uses; without it answers go by reflection.
 		info, err := buildinfo.ReadFile(floodgateBinary(t))
 		if err != nil {
 			t.Fatal(err)

@@ -34,7 +34,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/server"
+	"github.com/floodgate/floodgate/internal/server"
 )
 
 var update = flag.Bool("update", false, "rewrite the rules generated from config/ (examples/kubernetes/rules.yaml, examples/helm/floodgate/values.yaml)")

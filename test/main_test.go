@@ -7,7 +7,6 @@ package test
 import (
 	"context"
 	"fmt"
-	"github.com/floodgate/floodgate/internal/testlog"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/testlog"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"

@@ -11,8 +11,8 @@ import (
 
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/testcert"
+	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/internal/xdstest"
-	"github.com/floodgate/floodgate/pkg/xds"
 )
 
 // TestXDS runs the binary as Envoy Gateway runs the reference server, with

@@ -35,7 +35,7 @@ const targetFloor = "grpc-floor"
 const floorAddrEnv = "FLOODGATE_BENCH_FLOOR_ADDR"
 
 // floorStreamWorkers and floorGOGC are floodgate's own settings
-// (pkg/server's streamWorkers, cmd/server's defaultGOGC).
+// (internal/server's streamWorkers, cmd/server's defaultGOGC).
 const (
 	floorStreamWorkers = 64
 	floorGOGC          = 400

@@ -19,8 +19,8 @@
 //
 // This package only wires the parts together: the settings
 // (internal/settings) into the store (internal/store), the rule source
-// (pkg/rules, pkg/xds), the service (pkg/envoy) and the listeners
-// (pkg/server), then runs them (serve.go). The logs are in logging.go.
+// (pkg/rules, internal/xds), the service (pkg/envoy) and the listeners
+// (internal/server), then runs them (serve.go). The logs are in logging.go.
 package main
 
 import (

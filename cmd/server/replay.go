@@ -13,8 +13,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/internal/settings"
-	"github.com/floodgate/floodgate/pkg/replay"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 

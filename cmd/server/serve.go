@@ -10,10 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/server"
 	"github.com/floodgate/floodgate/pkg/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )

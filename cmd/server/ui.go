@@ -6,9 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/internal/ui"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/server"
-	"github.com/floodgate/floodgate/pkg/ui"
 )
 
 // uiPages are the live page's handlers for the HTTP and the debug

@@ -9,8 +9,8 @@ import (
 	"slices"
 
 	"github.com/floodgate/floodgate/internal/settings"
+	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/xds"
 )
 
 // ruleSource is where the server takes its rules from: a rules.Watcher of

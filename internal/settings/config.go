@@ -4,15 +4,15 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/floodgate/floodgate/internal/replay"
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/internal/tlsclient"
+	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/replay"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/server"
 	"github.com/floodgate/floodgate/pkg/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
-	"github.com/floodgate/floodgate/pkg/xds"
 )
 
 // Config is the binary's whole configuration. Each setting lands in the

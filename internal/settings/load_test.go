@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/server"
 )
 
 func envOf(kv ...string) Lookup {

@@ -3,15 +3,15 @@ package settings
 import (
 	"flag"
 
+	"github.com/floodgate/floodgate/internal/replay"
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/replay"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/server"
 	"github.com/floodgate/floodgate/pkg/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
-	"github.com/floodgate/floodgate/pkg/xds"
 )
 
 // DefaultConfigPath is -config's default: ./config.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/server"
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/pkg/statsd"
 )
 

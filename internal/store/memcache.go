@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
-	"github.com/floodgate/floodgate/pkg/server"
 )
 
 // openMemcache makes s the Memcached store, probed once (a failure is

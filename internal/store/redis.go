@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/pkg/redislimit"
-	"github.com/floodgate/floodgate/pkg/server"
 )
 
 // deployment is one Redis deployment the counters are kept in.

@@ -9,7 +9,7 @@
 //
 // It is the binary's: the limiters themselves are pkg/limit,
 // pkg/redislimit, pkg/memcachelimit and pkg/denycache, which must not
-// import it, and neither must pkg/server, which takes the store's health
+// import it, and neither must internal/server, which takes the store's health
 // as a function.
 package store
 
@@ -20,10 +20,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
-	"github.com/floodgate/floodgate/pkg/server"
 )
 
 // Store is an open limit store. Its methods are safe for concurrent use.

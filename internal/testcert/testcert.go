@@ -1,5 +1,5 @@
 // Package testcert makes private certificate authorities and the
-// certificates they sign, for tests of TLS: the gRPC listener's (pkg/server)
+// certificates they sign, for tests of TLS: the gRPC listener's (internal/server)
 // and Redis's (pkg/redislimit, internal/redistest). Everything is generated
 // in memory with crypto/x509 (ECDSA P-256, valid from an hour ago for a
 // day), so tests need no openssl and no files but the ones they write.

@@ -81,7 +81,7 @@ func benchmarkHandler(b *testing.B, n int, withStatsd bool, level slog.Level) {
 // TestHandlerAllocations holds the request path to two allocations per
 // request (the counter keys' string and the answer) whatever the number of
 // descriptors, with metrics and statsd on and debug logging off; decoding
-// is the gRPC codec's (wireRequest in pkg/server: one more). Under -race,
+// is the gRPC codec's (wireRequest in internal/server: one more). Under -race,
 // where pools drop items at random, it only runs the path; `make test`
 // runs it again without.
 func TestHandlerAllocations(t *testing.T) {

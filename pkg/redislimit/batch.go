@@ -3,10 +3,11 @@ package redislimit
 import (
 	"context"
 	"fmt"
-	"github.com/floodgate/floodgate/pkg/tracing"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate/floodgate/pkg/tracing"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/floodgate/floodgate/pkg/tracing"
 	"log/slog"
 	"strconv"
 	"time"
+
+	"github.com/floodgate/floodgate/pkg/tracing"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/redis/go-redis/v9"

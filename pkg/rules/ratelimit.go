@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+
 	// Time zones resolve even on minimal images without /usr/share/zoneinfo.
 	_ "time/tzdata"
 

@@ -3,7 +3,6 @@ package rules
 import (
 	"context"
 	"errors"
-	"github.com/floodgate/floodgate/internal/testlog"
 	"log/slog"
 	"os"
 	"strconv"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/testlog"
 )
 
 // maxReloadDelay is the longest a valid change may take to be seen.

@@ -28,8 +28,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/server"
 )
 
 //go:embed assets
