@@ -33,8 +33,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 var update = flag.Bool("update", false, "rewrite the rules generated from config/ (examples/kubernetes/rules.yaml, examples/helm/floodgate/values.yaml)")
