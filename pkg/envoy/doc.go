@@ -20,8 +20,10 @@
 // stay bounded whatever values clients send.
 //
 // It imports rules (which limits apply), limit (the Limiter contract and
-// its Hit and Decision types) and statsd (the transport of its statsd
-// stats), never a store: the limit.Limiter (limit.Memory,
-// redislimit.Limiter, ...) is chosen by the caller. Servers, listeners and
-// configuration belong to package server and cmd/server.
+// its Hit and Decision types), statsd (the transport of its statsd stats)
+// and tracing (its spans), never a store: the limit.Limiter (limit.Memory,
+// redislimit.Limiter, ...) is chosen by the caller. The listeners, the
+// settings and the store's assembly are the binary's (internal/server,
+// internal/settings, internal/store, cmd/server); a program embedding the
+// service serves it with its own gRPC server.
 package envoy

@@ -9,8 +9,10 @@
 // (NewClient). The meaning of the algorithms is package limit's: each
 // script is a line-by-line translation of limit's step functions, and
 // limit.Memory is the twin the scripts are tested against, decision for
-// decision, to the microsecond. This package imports only limit from
-// floodgate, and nothing of rules or the gRPC layer.
+// decision, to the microsecond. Of floodgate it imports limit (the
+// contract it implements) and tracing (to say on the caller's store span
+// how many requests shared a round trip), and nothing of rules or the gRPC
+// layer.
 //
 // # Scripts
 //

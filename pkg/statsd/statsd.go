@@ -7,7 +7,8 @@
 // It owns the wire format, the batching and the connection, and knows no
 // stat names: package envoy names the request path's stats as the
 // reference server does, and cmd/server adds the rest. It imports nothing
-// of floodgate.
+// of floodgate, and is public because envoy.MetricsOptions takes a
+// *Client.
 package statsd
 
 import (

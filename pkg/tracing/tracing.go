@@ -4,7 +4,8 @@
 // a child span for the store round trip.
 //
 // A nil *Tracer is valid and does nothing, allocating nothing: the service
-// holds one whether tracing is on or not.
+// holds one whether tracing is on or not. The package is public because
+// envoy.Options takes a *Tracer.
 //
 // The exporter's endpoint, headers, TLS files, timeout and compression come
 // from the standard OTEL_EXPORTER_OTLP_* (and OTEL_EXPORTER_OTLP_TRACES_*)
