@@ -49,7 +49,7 @@ import (
 )
 
 func main() {
-	applyGCDefault(os.LookupEnv)
+	applyGCDefault(os.LookupEnv, "/")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
@@ -112,6 +112,7 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 		out.fatal(err, "")
 		return 1
 	}
+	go releaseAfterLoads(ctx, watcher)
 
 	store, err := newStore(ctx, cfg, logger)
 	if err != nil {
