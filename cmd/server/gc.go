@@ -12,6 +12,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // defaultGOGC is the garbage collector's target (GOGC) when the
@@ -121,20 +122,57 @@ func followLiveHeap() {
 
 // releaseAfterLoads returns to the operating system the memory that
 // loading the rules left unused: at once, for the first load, and after
-// each later set put in force, until ctx ends. Loading 100,000 rules
-// while the old set still serves needs about three times the memory of
-// one set; without this the heap's free pages would go back to the system
-// only over minutes, at the runtime's pace. It costs a collection per
+// each later load once the set it replaced has been collected, until ctx
+// ends. Loading 100,000 rules while the old set still serves needs about
+// three times the memory of one set; without this the heap's free pages
+// would go back to the system only at the runtime's pace, and not at all
+// while the heap stays under its target. It costs a few collections per
 // load.
 func releaseAfterLoads(ctx context.Context, src ruleSource) {
+	debug.FreeOSMemory()
 	for {
 		changed := src.Changed()
-		debug.FreeOSMemory()
+		collected := make(chan struct{}, 1)
+		runtime.AddCleanup(src.Current(), notify, collected)
 		select {
 		case <-changed:
 		case <-ctx.Done():
 			return
 		}
+		if !awaitCollection(ctx, collected) {
+			return
+		}
+		debug.FreeOSMemory()
+	}
+}
+
+// releaseTries bounds the collections awaitCollection asks for.
+const releaseTries = 5
+
+// awaitCollection runs the collector, a second apart, until collected
+// tells that the replaced rule set was collected, at most releaseTries
+// times: a request still deciding on the old set holds it until it is
+// answered, and an idle server collects nothing by itself. It returns
+// false when ctx ends first.
+func awaitCollection(ctx context.Context, collected <-chan struct{}) bool {
+	for range releaseTries {
+		runtime.GC()
+		select {
+		case <-collected:
+			return true
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true // what can be released, is
+}
+
+// notify sends on ch without waiting, when nothing is pending there.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
