@@ -47,11 +47,17 @@ type reloadReport struct {
 	// StartToFirstAnswerMs runs from starting the process to its first
 	// answer carrying the limit of the generated rules.
 	StartToFirstAnswerMs float64 `json:"start_to_first_answer_ms"`
+	// StartCPUMs is the CPU time (user and system) the server used until
+	// then: unlike the times, it hardly depends on the machine's load.
+	StartCPUMs float64 `json:"start_cpu_ms"`
 	// RSSAfterStartMiB is VmRSS -settle after that answer.
 	RSSAfterStartMiB float64 `json:"rss_after_start_mib"`
 	// ReloadMs has, for each rewrite of the file, the time from the
 	// rename that put it in place to the first answer with its limit.
 	ReloadMs []float64 `json:"reload_ms"`
+	// ReloadCPUMs has the server's CPU time over each of those intervals,
+	// the decisions it answered meanwhile included.
+	ReloadCPUMs []float64 `json:"reload_cpu_ms"`
 	// RSSAfterReloadMiB has VmRSS -settle after each reload was in force.
 	RSSAfterReloadMiB []float64 `json:"rss_after_reload_mib"`
 	// PeakRSSMiB is VmHWM at the end: the most the process ever held.
@@ -193,7 +199,12 @@ func (r *reloadRun) measure(ctx context.Context, rep *reloadReport, log io.Write
 		return fmt.Errorf("first answer: %w", err)
 	}
 	rep.StartToFirstAnswerMs = msSince(r.started, first)
-	fmt.Fprintf(log, "bench: first answer after %.0f ms\n", rep.StartToFirstAnswerMs)
+	cpu, err := procCPU(r.proc.pid())
+	if err != nil {
+		return err
+	}
+	rep.StartCPUMs = float64(cpu) / float64(time.Millisecond)
+	fmt.Fprintf(log, "bench: first answer after %.0f ms (%.0f ms of CPU)\n", rep.StartToFirstAnswerMs, rep.StartCPUMs)
 	if rep.RSSAfterStartMiB, err = r.settledRSS(ctx); err != nil {
 		return err
 	}
@@ -205,18 +216,21 @@ func (r *reloadRun) measure(ctx context.Context, rep *reloadReport, log io.Write
 	load := startTimedLoad(ctx, conns, r.o.scenario, rep.Rate)
 	var windows [][2]time.Time
 	for g := 1; g <= r.o.reloads; g++ {
+		cpu0, _ := procCPU(r.proc.pid())
 		t0, err := r.rewrite(g)
 		if err != nil {
 			load.stop()
 			return err
 		}
 		done, err := r.waitLimit(ctx, exactLimit(g))
+		cpu1, _ := procCPU(r.proc.pid())
 		if err != nil {
 			load.stop()
 			return fmt.Errorf("reload %d: %w", g, err)
 		}
 		windows = append(windows, [2]time.Time{t0, done})
 		rep.ReloadMs = append(rep.ReloadMs, msSince(t0, done))
+		rep.ReloadCPUMs = append(rep.ReloadCPUMs, float64(cpu1-cpu0)/float64(time.Millisecond))
 		rss, err := r.settledRSS(ctx)
 		if err != nil {
 			load.stop()
@@ -363,9 +377,9 @@ func (l *timedLoad) report(rep *reloadReport, windows [][2]time.Time) {
 // writeReloadText prints a -reloads report for a reader.
 func writeReloadText(w io.Writer, rep *reloadReport) {
 	fmt.Fprintf(w, "%s: %d rules (%.1f MiB of YAML)\n", rep.Server, rep.Rules, rep.FileMiB)
-	fmt.Fprintf(w, "  start to first answer   %.0f ms, RSS %.1f MiB after it\n", rep.StartToFirstAnswerMs, rep.RSSAfterStartMiB)
+	fmt.Fprintf(w, "  start to first answer   %.0f ms (%.0f ms of CPU), RSS %.1f MiB after it\n", rep.StartToFirstAnswerMs, rep.StartCPUMs, rep.RSSAfterStartMiB)
 	for i := range rep.ReloadMs {
-		fmt.Fprintf(w, "  reload %-3d              in force after %.0f ms, RSS %.1f MiB after it\n", i+1, rep.ReloadMs[i], rep.RSSAfterReloadMiB[i])
+		fmt.Fprintf(w, "  reload %-3d              in force after %.0f ms (%.0f ms of CPU), RSS %.1f MiB after it\n", i+1, rep.ReloadMs[i], rep.ReloadCPUMs[i], rep.RSSAfterReloadMiB[i])
 	}
 	fmt.Fprintf(w, "  peak RSS                %.1f MiB\n", rep.PeakRSSMiB)
 	d, a := rep.DuringReloads, rep.All

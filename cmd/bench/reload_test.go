@@ -110,6 +110,9 @@ func TestReloads(t *testing.T) {
 	if len(rep.ReloadMs) != 2 || len(rep.RSSAfterReloadMiB) != 2 || slices.Min(rep.ReloadMs) <= 0 || slices.Min(rep.RSSAfterReloadMiB) <= 0 {
 		t.Errorf("reloads %v ms, RSS %v MiB; want 2 of each, > 0", rep.ReloadMs, rep.RSSAfterReloadMiB)
 	}
+	if len(rep.ReloadCPUMs) != 2 || slices.Min(rep.ReloadCPUMs) < 0 || rep.StartCPUMs <= 0 {
+		t.Errorf("CPU: start %v ms, reloads %v ms; want the start's > 0 and one per reload", rep.StartCPUMs, rep.ReloadCPUMs)
+	}
 	if rep.PeakRSSMiB < rep.RSSAfterStartMiB || rep.PeakRSSMiB < slices.Max(rep.RSSAfterReloadMiB) {
 		t.Errorf("peak RSS %v MiB below a reading (%v, %v)", rep.PeakRSSMiB, rep.RSSAfterStartMiB, rep.RSSAfterReloadMiB)
 	}
