@@ -84,7 +84,7 @@ func cutItems(data []byte, size int) (*layout, bool) {
 			}
 			return true
 		}
-		if isBlank(l.text) || isComment(l.text) {
+		if isBlankOrComment(l.text) {
 			return true
 		}
 		n := leadingSpaces(l.text)
@@ -163,15 +163,14 @@ func isItemStart(text []byte) bool {
 		(len(text) == 1 || text[1] == ' ' || string(text[1:]) == "\r")
 }
 
-// isBlank reports whether a line holds only spaces and tabs.
-func isBlank(line []byte) bool {
-	return len(bytes.TrimLeft(line, " \t\r")) == 0
-}
-
-// isComment reports whether a line holds only a comment.
-func isComment(line []byte) bool {
-	t := bytes.TrimLeft(line, " \t")
-	return len(t) > 0 && t[0] == '#'
+// isBlankOrComment reports whether a line holds only spaces and tabs, or
+// a comment after them.
+func isBlankOrComment(line []byte) bool {
+	i := 0
+	for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+		i++
+	}
+	return i == len(line) || line[i] == '#' || string(line[i:]) == "\r"
 }
 
 // leadingSpaces returns the number of spaces a line starts with.
