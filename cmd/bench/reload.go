@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,7 +70,10 @@ type reloadReport struct {
 	// of the reload phase, settling included.
 	DuringReloads latencyMicros `json:"latency_during_reloads_us"`
 	DuringCount   int           `json:"decisions_during_reloads"`
-	All           latencyMicros `json:"latency_all_us"`
+	// BetweenReloads covers the others, due while no reload was under
+	// way: the same load on the same machine, for comparison.
+	BetweenReloads latencyMicros `json:"latency_between_reloads_us"`
+	All            latencyMicros `json:"latency_all_us"`
 	// Decisions and Errors count the reload phase's calls.
 	Decisions  int64  `json:"decisions"`
 	Errors     int64  `json:"errors"`
@@ -348,19 +352,18 @@ func (l *timedLoad) stop() {
 	l.wg.Wait()
 }
 
-// report fills rep's latencies and counts: every call, and those due
-// within one of windows.
+// report fills rep's latencies and counts: every call, those due within
+// one of windows and the others.
 func (l *timedLoad) report(rep *reloadReport, windows [][2]time.Time) {
 	tallies := make([]*tally, len(l.callers))
-	var during []int64
+	var during, between []int64
 	for i, c := range l.callers {
 		tallies[i] = &c.tally
 		for j, at := range l.due[i] {
-			for _, w := range windows {
-				if !at.Before(w[0]) && !at.After(w[1]) {
-					during = append(during, c.samples[j])
-					break
-				}
+			if slices.ContainsFunc(windows, func(w [2]time.Time) bool { return !at.Before(w[0]) && !at.After(w[1]) }) {
+				during = append(during, c.samples[j])
+			} else {
+				between = append(between, c.samples[j])
 			}
 		}
 	}
@@ -372,6 +375,7 @@ func (l *timedLoad) report(rep *reloadReport, windows [][2]time.Time) {
 	rep.All = toLatencyMicros(percentiles(all.Samples))
 	rep.DuringCount = len(during)
 	rep.DuringReloads = toLatencyMicros(percentiles(during))
+	rep.BetweenReloads = toLatencyMicros(percentiles(between))
 }
 
 // writeReloadText prints a -reloads report for a reader.
@@ -383,7 +387,9 @@ func writeReloadText(w io.Writer, rep *reloadReport) {
 	}
 	fmt.Fprintf(w, "  peak RSS                %.1f MiB\n", rep.PeakRSSMiB)
 	d, a := rep.DuringReloads, rep.All
+	b := rep.BetweenReloads
 	fmt.Fprintf(w, "  during reloads          %d decisions at %.0f/s: p50 %s  p99 %s  max %s\n", rep.DuringCount, rep.Rate, ms(d.P50), ms(d.P99), ms(d.Max))
+	fmt.Fprintf(w, "  between reloads         p50 %s  p99 %s  max %s\n", ms(b.P50), ms(b.P99), ms(b.Max))
 	fmt.Fprintf(w, "  whole reload phase      %d decisions, %d errors: p50 %s  p99 %s  max %s\n", rep.Decisions, rep.Errors, ms(a.P50), ms(a.P99), ms(a.Max))
 	if rep.FirstError != "" {
 		fmt.Fprintf(w, "  first error             %s\n", rep.FirstError)
