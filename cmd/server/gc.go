@@ -16,23 +16,21 @@ import (
 )
 
 // defaultGOGC is the garbage collector's target (GOGC) when the
-// environment sets none, while the live heap is small. floodgate's live
-// heap is usually small (rules, counters of the in-memory store,
-// connection buffers: a few MiB) while every request allocates, so at Go's
-// default of 100 the collector runs very often for little gain; 400 lets
-// the heap grow to five times the live heap between collections, a few
-// tens of MiB, and cut the server's CPU per decision (docs/benchmarks.md,
-// "Server CPU per decision").
+// environment sets none. floodgate's live heap is usually small (rules,
+// counters of the in-memory store, connection buffers: a few MiB) while
+// every request allocates, so at Go's default of 100 the collector runs
+// very often for little gain; 400 lets the heap grow to five times the
+// live heap between collections, a few tens of MiB, and cut the server's
+// CPU per decision (docs/benchmarks.md, "Server CPU per decision").
+//
+// It stays 400 for large rule sets too: loading 100,000 rules allocates
+// some 40 times the file while the live heap holds two sets, and at 400 a
+// load runs with one collection or none, where a target that followed the
+// live heap down to 100 made four and raised the median latency of the
+// decisions answered meanwhile fivefold ("Large rule sets"). What a load
+// leaves free goes back to the system after it (releaseAfterLoads), and
+// in a container the soft memory limit bounds the rest (memoryLimitShare).
 const defaultGOGC = 400
-
-// maxDefaultHeadroom bounds what the default costs in memory: the garbage
-// the heap may hold beyond its live part. GOGC=400 leaves four times the
-// live heap, 32 MiB for a live heap of 8 MiB but 220 MiB for the 55 MiB of
-// 100,000 rules, and twice that while a reload holds two rule sets. Past
-// a live heap of a quarter of this, the target follows the live heap so
-// that the garbage stays at this bound (gogcFor), and it is never below
-// Go's own default of 100.
-const maxDefaultHeadroom = 64 << 20
 
 // memoryLimitShare is the share of its container's memory limit that
 // floodgate gives the Go runtime as a soft memory limit (GOMEMLIMIT) when
@@ -44,8 +42,7 @@ const memoryLimitShare = 0.9
 // gcSettings is what floodgate sets in the garbage collector at start.
 type gcSettings struct {
 	// gogc is the GC target applied at start, 0 when the environment sets
-	// GOGC (even to "off"): the runtime has applied it and it wins. When
-	// it is not 0 the target then follows the live heap (gogcFor).
+	// GOGC (even to "off"): the runtime has applied it and it wins.
 	gogc int
 	// memLimit is the soft memory limit applied from the cgroup, 0 for
 	// none: GOMEMLIMIT is set, or no cgroup limit was found.
@@ -81,43 +78,10 @@ func applyGCDefault(env lookupFunc, root string) {
 	s := gcDefaults(env, root)
 	if s.gogc > 0 {
 		debug.SetGCPercent(s.gogc)
-		followLiveHeap()
 	}
 	if s.memLimit > 0 {
 		debug.SetMemoryLimit(s.memLimit)
 	}
-}
-
-// gogcFor returns the GC target for a live heap of live bytes: defaultGOGC
-// up to a quarter of maxDefaultHeadroom, then the target that leaves
-// maxDefaultHeadroom of garbage, and 100 from a live heap of
-// maxDefaultHeadroom on.
-func gogcFor(live uint64) int {
-	if live == 0 {
-		return defaultGOGC
-	}
-	return int(min(defaultGOGC, max(100, maxDefaultHeadroom*100/live)))
-}
-
-// gcCycle is an object made unreachable at once, whose cleanup therefore
-// runs after the next collection. It holds a pointer so that the
-// allocator never packs it with others, which would delay its cleanup.
-type gcCycle struct{ _ *int }
-
-// followLiveHeap sets the GC target to gogcFor the live heap after every
-// collection, for the life of the process: the live heap of a large rule
-// set grows while it loads, and shrinks when a reload drops the old one.
-func followLiveHeap() {
-	runtime.AddCleanup(new(gcCycle), func(struct{}) {
-		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/gogc:percent"}}
-		metrics.Read(s)
-		if s[0].Value.Kind() == metrics.KindUint64 && s[1].Value.Kind() == metrics.KindUint64 {
-			if g := gogcFor(s[0].Value.Uint64()); uint64(g) != s[1].Value.Uint64() {
-				debug.SetGCPercent(g)
-			}
-		}
-		followLiveHeap()
-	}, struct{}{})
 }
 
 // releaseAfterLoads returns to the operating system the memory that
@@ -279,7 +243,7 @@ func logGC(logger *slog.Logger, env lookupFunc) {
 	gogc, memLimit := gcInEffect()
 	attrs := []any{"gogc", gogc, "gogc_from", "GOGC"}
 	if !isSet(env, "GOGC") {
-		attrs = append(attrs[:2], "gogc_from", "default", "gc_headroom_max_bytes", maxDefaultHeadroom)
+		attrs[3] = "default"
 	}
 	switch {
 	case memLimit < 0:

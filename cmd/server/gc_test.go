@@ -5,12 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestGCDefaults(t *testing.T) {
@@ -37,35 +35,6 @@ func TestGCDefaults(t *testing.T) {
 				t.Errorf("gcDefaults = %+v; want %+v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestGOGCFor(t *testing.T) {
-	const mib = 1 << 20
-	tests := []struct {
-		live uint64
-		want int
-	}{
-		{0, defaultGOGC},
-		{8 * mib, defaultGOGC},  // floodgate's usual heap: 32 MiB of garbage
-		{16 * mib, defaultGOGC}, // the largest heap the default leaves 4 times of
-		{32 * mib, 200},         // 64 MiB of garbage
-		{60 * mib, 106},         // 100,000 rules
-		{64 * mib, 100},         // Go's default from here on
-		{512 * mib, 100},        // never below it
-	}
-	for _, tt := range tests {
-		if got := gogcFor(tt.live); got != tt.want {
-			t.Errorf("gogcFor(%d MiB) = %d; want %d", tt.live/mib, got, tt.want)
-		}
-	}
-	// Between a quarter of the bound and the bound, the garbage the target
-	// leaves is the bound, to the percent.
-	for live := uint64(maxDefaultHeadroom/4 + 1); live < maxDefaultHeadroom; live += 997 * 1024 {
-		g := uint64(gogcFor(live))
-		if garbage := live * g / 100; garbage > maxDefaultHeadroom || live*(g+1)/100 <= maxDefaultHeadroom {
-			t.Fatalf("gogcFor(%d) = %d leaves %d bytes of garbage; want the most up to %d", live, g, garbage, maxDefaultHeadroom)
-		}
 	}
 }
 
@@ -179,46 +148,6 @@ func TestGCDefaultInProcess(t *testing.T) {
 	}
 }
 
-// TestGCFollowsLiveHeap checks, in a child process as floodgate starts,
-// that the default target falls as the live heap grows past a quarter of
-// maxDefaultHeadroom, down to 100 for a live heap of 256 MiB, and comes
-// back to the default when that memory is dropped.
-func TestGCFollowsLiveHeap(t *testing.T) {
-	if os.Getenv(gcChildVar) == "follow" {
-		applyGCDefault(os.LookupEnv, os.Getenv(gcRootVar))
-		big := make([]byte, 256<<20)
-		big[len(big)-1] = 1
-		os.Stdout.WriteString("live=" + strconv.Itoa(waitGOGC(100)) + "\n")
-		runtime.KeepAlive(big) // and no longer live
-		os.Stdout.WriteString("dropped=" + strconv.Itoa(waitGOGC(defaultGOGC)) + "\n")
-		return
-	}
-	cmd := gcChildCmd(t.TempDir(), "^TestGCFollowsLiveHeap$")
-	cmd.Env = append(cmd.Env, gcChildVar+"=follow")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	if want := "live=100\ndropped=" + strconv.Itoa(defaultGOGC) + "\n"; !strings.Contains(string(out), want) {
-		t.Errorf("child printed %q; want %q", out, want)
-	}
-}
-
-// waitGOGC collects until the GC target in force is want, for at most 10
-// seconds, and returns the target in force then. The target is set after a
-// collection, by a cleanup that runs a moment later.
-func waitGOGC(want int) int {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		runtime.GC()
-		gogc, _ := gcInEffect()
-		if int(gogc) == want || time.Now().After(deadline) {
-			return int(gogc)
-		}
-		runtime.Gosched()
-	}
-}
-
 // gcChild runs this test binary's test run as a child with env and the
 // cgroup files under root, and returns its output.
 func gcChild(t *testing.T, run, root string, env ...string) string {
@@ -264,8 +193,8 @@ func TestLogGC(t *testing.T) {
 		want     []string
 		not      []string
 	}{
-		{"defaults", nil, -1, []string{"gogc_from=default gc_headroom_max_bytes=67108864", "gomemlimit_bytes=none"}, []string{"gomemlimit_from"}},
-		{"GOGC", map[string]string{"GOGC": "50"}, -1, []string{"gogc_from=GOGC", "gomemlimit_bytes=none"}, []string{"headroom"}},
+		{"defaults", nil, -1, []string{"gogc_from=default", "gomemlimit_bytes=none"}, []string{"gomemlimit_from"}},
+		{"GOGC", map[string]string{"GOGC": "50"}, -1, []string{"gogc_from=GOGC", "gomemlimit_bytes=none"}, []string{"default"}},
 		{"cgroup", nil, 241591910, []string{"gomemlimit_bytes=241591910 gomemlimit_from=cgroup"}, nil},
 		{"GOMEMLIMIT", map[string]string{"GOMEMLIMIT": "64MiB"}, 64 << 20, []string{"gomemlimit_bytes=67108864 gomemlimit_from=GOMEMLIMIT"}, nil},
 	}
