@@ -90,8 +90,8 @@ func applyGCDefault(env lookupFunc, root string) {
 // ends. Loading 100,000 rules while the old set still serves needs about
 // three times the memory of one set; without this the heap's free pages
 // would go back to the system only at the runtime's pace, and not at all
-// while the heap stays under its target. It costs a few collections per
-// load.
+// while the heap stays under its target. It costs a collection per load,
+// more when a request still holds the old set.
 func releaseAfterLoads(ctx context.Context, src ruleSource) {
 	debug.FreeOSMemory()
 	for {
@@ -103,33 +103,31 @@ func releaseAfterLoads(ctx context.Context, src ruleSource) {
 		case <-ctx.Done():
 			return
 		}
-		if !awaitCollection(ctx, collected) {
-			return
-		}
-		debug.FreeOSMemory()
+		releaseCollected(ctx, collected)
 	}
 }
 
-// releaseTries bounds the collections awaitCollection asks for.
+// releaseTries bounds the collections releaseCollected asks for.
 const releaseTries = 5
 
-// awaitCollection runs the collector, a second apart, until collected
-// tells that the replaced rule set was collected, at most releaseTries
-// times: a request still deciding on the old set holds it until it is
-// answered, and an idle server collects nothing by itself. It returns
-// false when ctx ends first.
-func awaitCollection(ctx context.Context, collected <-chan struct{}) bool {
+// releaseCollected collects and returns free memory to the system until
+// collected tells that the replaced rule set was among what was freed, a
+// second apart and at most releaseTries times: a request still deciding on
+// the old set holds it until it is answered, and an idle server collects
+// nothing by itself. debug.FreeOSMemory collects, sweeps and then returns
+// what is free, so the set's memory goes back in the call that collects
+// it; its cleanup tells a moment later.
+func releaseCollected(ctx context.Context, collected <-chan struct{}) {
 	for range releaseTries {
-		runtime.GC()
+		debug.FreeOSMemory()
 		select {
 		case <-collected:
-			return true
+			return
 		case <-time.After(time.Second):
 		case <-ctx.Done():
-			return false
+			return
 		}
 	}
-	return true // what can be released, is
 }
 
 // notify sends on ch without waiting, when nothing is pending there.
