@@ -136,7 +136,7 @@ func TestGeneratedRules(t *testing.T) {
 		t.Run(algo.String(), func(t *testing.T) {
 			o := &options{matrix: true, matrixConcurrency: []int{1}, algorithm: algo.String()}
 			dir := filepath.Join(t.TempDir(), "rules")
-			if err := writeRuleFiles(dir, o); err != nil {
+			if err := writeRuleFiles(dir, o.ruleSpec()); err != nil {
 				t.Fatal(err)
 			}
 			set, err := rules.Load(dir, rules.Options{})
@@ -385,6 +385,17 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-envoy", "-envoy-stores", "redis,redis"}, "-envoy-stores"},
 		{[]string{"-envoy", "-envoy-stores", "disk"}, "-envoy-stores"},
 		{[]string{"-envoy", "-keys", "200000"}, "-keys"},
+		{[]string{"-rules", "-1"}, "-rules"},
+		{[]string{"-rules", "100000", "-write-rules", "x"}, ""},
+		{[]string{"-reloads", "-1"}, "-reloads"},
+		{[]string{"-reloads", "3"}, "-rules"},
+		{[]string{"-reloads", "3", "-rules", "10"}, ""},
+		{[]string{"-reloads", "3", "-rules", "10", "-reference-bin", "ratelimit"}, ""},
+		{[]string{"-reloads", "3", "-rules", "10", "-server-addr", "h:1"}, "-reloads"},
+		{[]string{"-reloads", "3", "-rules", "10", "-config", "x"}, "-reloads"},
+		{[]string{"-reloads", "3", "-rules", "10", "-reference-bin", "r", "-server-bin", "f"}, "-reference-bin"},
+		{[]string{"-reloads", "3", "-rules", "10", "-settle", "-1s"}, "-settle"},
+		{[]string{"-reference-bin", "ratelimit"}, "-reloads"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := parseFlags(tc.args, &bytes.Buffer{})

@@ -450,7 +450,7 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 	}
 	stops = append(stops, func() { os.RemoveAll(dir) })
 
-	redisAddr, serverBin, err := setUp(ctx, o, dir, slices.Contains(o.envoyStores, storeRedis), log, &stops)
+	redisAddr, serverBin, err := setUp(ctx, o, dir, slices.Contains(o.envoyStores, storeRedis), true, log, &stops)
 	if err != nil {
 		return nil, err
 	}

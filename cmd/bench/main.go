@@ -4,12 +4,15 @@
 // commands and round trips per request, and, beside them, the ceiling of
 // the machine: redis-benchmark replaying floodgate's own script call.
 // With -envoy it measures instead the latency floodgate adds to HTTP
-// requests through a real Envoy (envoy.go).
+// requests through a real Envoy (envoy.go), and with -reloads the start,
+// reloads, memory and latency of a large rule set (reload.go).
 //
 //	go run ./cmd/bench                          1 descriptor, under limit, 64 callers, 10 s
 //	go run ./cmd/bench -descriptors 3 -limit over -concurrency 16
 //	go run ./cmd/bench -matrix                  the table of docs/benchmarks.md
 //	go run ./cmd/bench -envoy                   p50/p99 through Envoy with and without the filter
+//	go run ./cmd/bench -rules 100000 -reloads 3 a domain of 100,000 rules, started and reloaded 3 times
+//	go run ./cmd/bench -write-rules DIR -rules 100000   the same rule files, for another server
 //
 // By default it builds floodgate (go build; or -server-bin), starts a
 // private redis-server on a free port (or uses -redis-addr), writes a rule
@@ -78,6 +81,12 @@ type options struct {
 	cpuProfile       string
 	json             bool
 	writeRules       string
+	rules            int
+
+	// The -reloads mode (reload.go).
+	reloads      int
+	referenceBin string
+	settle       time.Duration
 
 	// The -envoy mode (envoy.go).
 	envoy            bool
@@ -128,6 +137,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.ceilingDuration, "ceiling-duration", 2500*time.Millisecond, "about how long each of the two ceiling runs lasts")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server's CPU profile of the measured run to this file (with -matrix, one file per scenario, the scenario in the name)")
 	fs.StringVar(&o.writeRules, "write-rules", "", "write the generated rule files into this new directory and exit (to serve the same rules from another server, e.g. envoyproxy/ratelimit)")
+	fs.IntVar(&o.rules, "rules", 0, "add that many rules to the generated domain bench-under: key1 with the values v0, v1, ..., each its own rule with its own limit (a large rule set; requests with those values match them)")
+	fs.IntVar(&o.reloads, "reloads", 0, "measure a large rule set instead of decisions: start floodgate (or -reference-bin) on -rules rules, time its start to the first answer, then rewrite the rule file this many times under load at -rate (default "+strconv.Itoa(reloadDefaultRate)+"/s), timing each reload and the decisions meanwhile, with the server's RSS after each step")
+	fs.StringVar(&o.referenceBin, "reference-bin", "", "with -reloads: the reference server's binary (envoyproxy/ratelimit's service_cmd) to start instead of floodgate, on the same rules, as RUNTIME_ROOT/ratelimit/config")
+	fs.DurationVar(&o.settle, "settle", 2*time.Second, "with -reloads: the wait after the first answer and after each reload before reading RSS")
 	fs.BoolVar(&o.json, "json", false, "print JSON (one object, or an array with -matrix) instead of text")
 	fs.BoolVar(&o.envoy, "envoy", false, "measure the latency floodgate adds to HTTP requests through Envoy: -envoy-config with and without its ratelimit filter, alternating, at -rate, for each of -envoy-stores; needs envoy ($ENVOY_BIN or the PATH)")
 	fs.StringVar(&o.envoyConfig, "envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter")
@@ -141,6 +154,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o.serverArgs = strings.Fields(*serverArgs)
+	switch {
+	case o.rules < 0:
+		return nil, fmt.Errorf("-rules %d: must not be negative", o.rules)
+	case o.reloads < 0:
+		return nil, fmt.Errorf("-reloads %d: must not be negative", o.reloads)
+	case o.reloads > 0:
+		if err := o.checkReloads(); err != nil {
+			return nil, err
+		}
+	case o.referenceBin != "":
+		return nil, errors.New("-reference-bin is for -reloads")
+	}
 	if o.envoy {
 		if err := o.checkEnvoy(*stores); err != nil {
 			return nil, err
@@ -237,7 +262,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.writeRules != "" {
-		if err := writeRuleFiles(o.writeRules, o); err != nil {
+		if err := writeRuleFiles(o.writeRules, o.ruleSpec()); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if o.reloads > 0 {
+		rep, err := benchReloads(ctx, o, stderr)
+		if err == nil && o.json {
+			err = writeJSON(stdout, rep)
+		} else if err == nil {
+			writeReloadText(stdout, rep)
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
 			return 1
 		}
@@ -326,13 +364,13 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 		}
 		stops = append(stops, func() { os.RemoveAll(dir) })
 		var bin string
-		if t.redisAddr, bin, err = setUp(ctx, o, dir, true, log, &stops); err != nil {
+		if t.redisAddr, bin, err = setUp(ctx, o, dir, true, true, log, &stops); err != nil {
 			return nil, err
 		}
 		config := o.config
 		if config == "" {
 			config = filepath.Join(dir, "rules")
-			if err := writeRuleFiles(config, o); err != nil {
+			if err := writeRuleFiles(config, o.ruleSpec()); err != nil {
 				return nil, err
 			}
 		}
@@ -365,11 +403,11 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 	return results, nil
 }
 
-// setUp provides what both modes need and the options may leave out: a
+// setUp provides what the modes need and the options may leave out: a
 // private redis-server in dir when needRedis and -redis-addr is empty, and
-// a floodgate binary built into dir when -server-bin is empty. What it
-// starts, it adds a stop for to stops.
-func setUp(ctx context.Context, o *options, dir string, needRedis bool, log io.Writer, stops *[]func()) (redisAddr, serverBin string, err error) {
+// when needServer a floodgate binary built into dir when -server-bin is
+// empty. What it starts, it adds a stop for to stops.
+func setUp(ctx context.Context, o *options, dir string, needRedis, needServer bool, log io.Writer, stops *[]func()) (redisAddr, serverBin string, err error) {
 	redisAddr, serverBin = o.redisAddr, o.serverBin
 	if redisAddr == "" && needRedis {
 		p, addr, err := startRedis(ctx, dir)
@@ -380,7 +418,7 @@ func setUp(ctx context.Context, o *options, dir string, needRedis bool, log io.W
 		redisAddr = addr
 		fmt.Fprintf(log, "bench: redis-server on %s\n", addr)
 	}
-	if serverBin == "" {
+	if serverBin == "" && needServer {
 		fmt.Fprintf(log, "bench: go build %s\n", serverPackage)
 		if serverBin, err = buildServer(ctx, dir); err != nil {
 			return "", "", err
@@ -392,31 +430,42 @@ func setUp(ctx context.Context, o *options, dir string, needRedis bool, log io.W
 // matrixDescriptors are the descriptor counts -matrix measures.
 var matrixDescriptors = []int{1, 3}
 
-// writeRuleFiles writes the generated rules into dir, which must not exist,
-// one file per domain. They cover the matrix as well as -descriptors, so
-// that files written once serve every scenario.
-func writeRuleFiles(dir string, o *options) error {
+// ruleSpec is what the generated rule files hold for these options. They
+// cover the matrix as well as -descriptors, so that files written once
+// serve every scenario.
+func (o *options) ruleSpec() ruleSpec {
 	maxDesc := slices.Max(matrixDescriptors)
 	for _, sc := range o.scenarios() {
 		maxDesc = max(maxDesc, sc.Descriptors)
 	}
+	return ruleSpec{maxDescriptors: maxDesc, algorithm: o.algorithm, rules: o.rules}
+}
+
+// writeRuleFiles writes the generated rules into dir, which must not exist,
+// one file per domain.
+func writeRuleFiles(dir string, rs ruleSpec) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
 	for _, lim := range []string{limitUnder, limitOver} {
-		f, err := os.Create(filepath.Join(dir, scenario{Limit: lim}.domain()+".yaml"))
-		if err != nil {
-			return err
-		}
-		err = writeRules(f, lim, maxDesc, o.algorithm)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := writeRuleFile(filepath.Join(dir, scenario{Limit: lim}.domain()+".yaml"), lim, rs); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeRuleFile writes the rules of regime lim into the file path.
+func writeRuleFile(path, lim string, rs ruleSpec) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = writeRules(f, lim, rs)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // measure runs one scenario: the warm-up (during which it captures the

@@ -56,36 +56,45 @@ func parseProcStat(line string) (time.Duration, error) {
 
 // procRSS returns the resident set size of a process in bytes, from
 // VmRSS in /proc/<pid>/status.
-func procRSS(pid int) (int64, error) {
+func procRSS(pid int) (int64, error) { return procStatusBytes(pid, "VmRSS") }
+
+// procStatusBytes returns a size field of /proc/<pid>/status in bytes,
+// such as VmRSS or VmHWM (the highest resident set size so far).
+func procStatusBytes(pid int, field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	return parseVmRSS(f)
+	return parseStatusBytes(f, field)
 }
 
-func parseVmRSS(r io.Reader) (int64, error) {
+// parseVmRSS reads VmRSS from the text of /proc/<pid>/status.
+func parseVmRSS(r io.Reader) (int64, error) { return parseStatusBytes(r, "VmRSS") }
+
+// parseStatusBytes reads the size field ("<n> kB") of the text of
+// /proc/<pid>/status, in bytes.
+func parseStatusBytes(r io.Reader, field string) (int64, error) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
 		if !ok {
 			continue
 		}
 		f := strings.Fields(rest)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("/proc status: VmRSS %q: want <n> kB", rest)
+			return 0, fmt.Errorf("/proc status: %s %q: want <n> kB", field, rest)
 		}
 		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("/proc status: VmRSS %q: %w", rest, err)
+			return 0, fmt.Errorf("/proc status: %s %q: %w", field, rest, err)
 		}
 		return kb << 10, nil
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("/proc status: no VmRSS line")
+	return 0, fmt.Errorf("/proc status: no %s line", field)
 }
 
 // selfCPU returns the CPU time (user + system) this process has used: the

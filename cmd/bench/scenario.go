@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"strconv"
@@ -74,31 +75,59 @@ func (s scenario) validate() error {
 	return nil
 }
 
+// ruleSpec is what the generated rule files hold.
+type ruleSpec struct {
+	// maxDescriptors is the number of keys, key1..keyN, each limited on
+	// its own counter per value.
+	maxDescriptors int
+	// algorithm is the algorithm of every limit.
+	algorithm string
+	// rules adds to domain bench-under that many rules of their own:
+	// key1 with the values v0, v1, ..., each with its own limit, beside
+	// key1's rule for any value. A request's value among them matches its
+	// exact rule.
+	rules int
+	// generation is subtracted from the limit of those rules, so that a
+	// rewrite of the file with the next generation shows in the answers
+	// (their current limit) once it is in force.
+	generation int
+}
+
+// exactLimit is the requests_per_unit of the exact rules of generation g.
+func exactLimit(g int) uint32 { return uint32(underLimitPerSecond - g) }
+
+// exactValue is the value of the i-th exact rule (from 0) of key1.
+func exactValue(i int) string { return "v" + strconv.Itoa(i) }
+
 // writeRules writes the rules of domain bench-<lim> (lim is limitUnder or
 // limitOver) serving every scenario of that regime with at most
-// maxDescriptors descriptors: keys key1..keyN matching any value, so that
-// every distinct value is its own counter.
-func writeRules(w io.Writer, lim string, maxDescriptors int, algorithm string) error {
+// rs.maxDescriptors descriptors: keys key1..keyN matching any value, so
+// that every distinct value is its own counter, and under the limit
+// rs.rules exact rules of key1.
+func writeRules(w io.Writer, lim string, rs ruleSpec) error {
 	rpu := underLimitPerSecond
 	if lim == limitOver {
 		rpu = 1
 	}
-	if _, err := fmt.Fprintf(w, "domain: %s\ndescriptors:\n", scenario{Limit: lim}.domain()); err != nil {
-		return err
-	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	fmt.Fprintf(bw, "domain: %s\ndescriptors:\n", scenario{Limit: lim}.domain())
 	// The default algorithm goes unnamed so that the files stay in the
 	// reference server's format, for measuring it with the same rules.
 	algo := ""
-	if algorithm != limit.FixedWindow.String() {
-		algo = "      algorithm: " + algorithm + "\n"
+	if rs.algorithm != limit.FixedWindow.String() {
+		algo = "      algorithm: " + rs.algorithm + "\n"
 	}
-	for i := range maxDescriptors {
-		if _, err := fmt.Fprintf(w, "  - key: %s\n    rate_limit:\n%s      unit: second\n      requests_per_unit: %d\n",
-			descriptorKey(i), algo, rpu); err != nil {
-			return err
+	for i := range rs.maxDescriptors {
+		fmt.Fprintf(bw, "  - key: %s\n    rate_limit:\n%s      unit: second\n      requests_per_unit: %d\n",
+			descriptorKey(i), algo, rpu)
+	}
+	if lim == limitUnder {
+		for i := range rs.rules {
+			fmt.Fprintf(bw, "  - key: %s\n    value: %s\n    rate_limit:\n%s      unit: second\n      requests_per_unit: %d\n",
+				descriptorKey(0), exactValue(i), algo, exactLimit(rs.generation))
 		}
 	}
-	return nil
+	return bw.Flush()
 }
 
 // requestTemplate returns a request of the scenario's shape whose values

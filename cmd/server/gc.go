@@ -1,42 +1,218 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // defaultGOGC is the garbage collector's target (GOGC) when the
-// environment sets none. floodgate's live heap is small (rules, counters
-// of the in-memory store, connection buffers: a few MiB) while every
-// request allocates, so at Go's default of 100 the collector runs very
-// often for little gain; 400 lets the heap grow to five times the live
-// heap between collections, a few tens of MiB, and cut the server's CPU
-// per decision (docs/benchmarks.md, "Server CPU per decision"). A
-// GOMEMLIMIT (the Helm chart and the Kubernetes example set one from the
-// container's limit) still makes the collector run sooner when memory runs
-// short.
+// environment sets none. floodgate's live heap is usually small (rules,
+// counters of the in-memory store, connection buffers: a few MiB) while
+// every request allocates, so at Go's default of 100 the collector runs
+// very often for little gain; 400 lets the heap grow to five times the
+// live heap between collections, a few tens of MiB, and cut the server's
+// CPU per decision (docs/benchmarks.md, "Server CPU per decision").
+//
+// It stays 400 for large rule sets too: loading 100,000 rules allocates
+// some 40 times the file while the live heap holds two sets, and at 400 a
+// load runs with one collection or none, where a target that followed the
+// live heap down to 100 made four and raised the median latency of the
+// decisions answered meanwhile fivefold ("Large rule sets"). What a load
+// leaves free goes back to the system after it (releaseAfterLoads), and
+// in a container the soft memory limit bounds the rest (memoryLimitShare).
 const defaultGOGC = 400
 
-// gcDefault returns the GOGC floodgate applies and true when the
-// environment does not set GOGC; when it does (even to "off"), the Go
-// runtime has already applied it and gcDefault returns false, so the
-// operator's value wins.
-func gcDefault(env lookupFunc) (gogc int, apply bool) {
-	if v, ok := env("GOGC"); ok && v != "" {
-		return 0, false
-	}
-	return defaultGOGC, true
+// memoryLimitShare is the share of its container's memory limit that
+// floodgate gives the Go runtime as a soft memory limit (GOMEMLIMIT) when
+// the environment sets none: near it the collector runs more often instead
+// of the kernel killing the process past the limit, and the rest is for
+// the memory the runtime does not manage.
+const memoryLimitShare = 0.9
+
+// gcSettings is what floodgate sets in the garbage collector at start.
+type gcSettings struct {
+	// gogc is the GC target applied at start, 0 when the environment sets
+	// GOGC (even to "off"): the runtime has applied it and it wins.
+	gogc int
+	// memLimit is the soft memory limit applied from the cgroup, 0 for
+	// none: GOMEMLIMIT is set, or no cgroup limit was found.
+	memLimit int64
 }
 
-// applyGCDefault sets the process's GC target to defaultGOGC unless the
-// environment sets GOGC. It changes process-wide state, so only main
-// calls it, before anything allocates much.
-func applyGCDefault(env lookupFunc) {
-	if gogc, ok := gcDefault(env); ok {
-		debug.SetGCPercent(gogc)
+// gcDefaults returns the settings floodgate applies for the environment
+// and the cgroup files under root (normally "/").
+func gcDefaults(env lookupFunc, root string) gcSettings {
+	var s gcSettings
+	if !isSet(env, "GOGC") {
+		s.gogc = defaultGOGC
 	}
+	if !isSet(env, "GOMEMLIMIT") {
+		if limit := cgroupMemoryLimit(root); limit > 0 {
+			s.memLimit = int64(float64(limit) * memoryLimitShare)
+		}
+	}
+	return s
+}
+
+// isSet reports whether the environment sets name to a value, as the Go
+// runtime reads it: empty counts as unset.
+func isSet(env lookupFunc, name string) bool {
+	v, ok := env(name)
+	return ok && v != ""
+}
+
+// applyGCDefault applies gcDefaults, with the cgroup files under root, to
+// the process. It changes process-wide state, so only main calls it,
+// before anything allocates much.
+func applyGCDefault(env lookupFunc, root string) {
+	s := gcDefaults(env, root)
+	if s.gogc > 0 {
+		debug.SetGCPercent(s.gogc)
+	}
+	if s.memLimit > 0 {
+		debug.SetMemoryLimit(s.memLimit)
+	}
+}
+
+// releaseAfterLoads returns to the operating system the memory that
+// loading the rules left unused: at once, for the first load, and after
+// each later load once the set it replaced has been collected, until ctx
+// ends. Loading 100,000 rules while the old set still serves needs about
+// three times the memory of one set; without this the heap's free pages
+// would go back to the system only at the runtime's pace, and not at all
+// while the heap stays under its target. It costs a collection per load,
+// more when a request still holds the old set.
+func releaseAfterLoads(ctx context.Context, src ruleSource) {
+	debug.FreeOSMemory()
+	for {
+		changed := src.Changed()
+		collected := make(chan struct{}, 1)
+		runtime.AddCleanup(src.Current(), notify, collected)
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+		releaseCollected(ctx, collected)
+	}
+}
+
+// releaseTries bounds the collections releaseCollected asks for.
+const releaseTries = 5
+
+// releaseCollected collects and returns free memory to the system until
+// collected tells that the replaced rule set was among what was freed, a
+// second apart and at most releaseTries times: a request still deciding on
+// the old set holds it until it is answered, and an idle server collects
+// nothing by itself. debug.FreeOSMemory collects, sweeps and then returns
+// what is free, so the set's memory goes back in the call that collects
+// it; its cleanup tells a moment later.
+func releaseCollected(ctx context.Context, collected <-chan struct{}) {
+	for range releaseTries {
+		debug.FreeOSMemory()
+		select {
+		case <-collected:
+			return
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// notify sends on ch without waiting, when nothing is pending there.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// cgroupMemoryLimit returns the memory limit of the process's cgroup, in
+// bytes: the smallest limit of its cgroup and of the cgroups above it, in
+// the cgroup v2 and v1 hierarchies, read from the files under root
+// (normally "/"). It returns 0 when none is set or none can be read.
+func cgroupMemoryLimit(root string) int64 {
+	f, err := os.Open(filepath.Join(root, "proc/self/cgroup"))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var limit int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// hierarchy-ID:controllers:path; v2 is "0::path".
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var l int64
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			l = smallestLimit(filepath.Join(root, "sys/fs/cgroup"), parts[2], "memory.max")
+		case hasController(parts[1], "memory"):
+			l = smallestLimit(filepath.Join(root, "sys/fs/cgroup/memory"), parts[2], "memory.limit_in_bytes")
+		}
+		if l > 0 && (limit == 0 || l < limit) {
+			limit = l
+		}
+	}
+	return limit
+}
+
+// smallestLimit returns the smallest limit in the file named file of the
+// cgroup directory path under mount and of each directory above it up to
+// mount, or 0 when none holds one. Directories that do not exist (a
+// cgroup namespace shows the process's cgroup as the mount itself) are
+// skipped.
+func smallestLimit(mount, path, file string) int64 {
+	var limit int64
+	dir := filepath.Join(mount, filepath.Clean("/"+path))
+	for {
+		if l := readLimit(filepath.Join(dir, file)); l > 0 && (limit == 0 || l < limit) {
+			limit = l
+		}
+		if dir == mount || !strings.HasPrefix(dir, mount) {
+			return limit
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
+// readLimit reads a cgroup memory limit file: a number of bytes, or "max"
+// (v2), or a number near 2^63 (v1's "unlimited"); it returns 0 for no
+// limit or an unreadable file.
+func readLimit(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n <= 0 || n >= 1<<62 {
+		return 0
+	}
+	return n
+}
+
+// hasController reports whether a cgroup v1 line's comma-separated
+// controllers include name.
+func hasController(list, name string) bool {
+	for c := range strings.SplitSeq(list, ",") {
+		if c == name {
+			return true
+		}
+	}
+	return false
 }
 
 // gcInEffect returns the runtime's GC target in percent (-1: off) and its
@@ -59,17 +235,21 @@ func gcInEffect() (gogc, memLimit int64) {
 	return gogc, memLimit
 }
 
-// logGC logs the garbage collector's settings in force and where the GC
-// target came from, once at start.
+// logGC logs the garbage collector's settings in force and where they came
+// from, once at start.
 func logGC(logger *slog.Logger, env lookupFunc) {
 	gogc, memLimit := gcInEffect()
-	from := "GOGC"
-	if _, ok := gcDefault(env); ok {
-		from = "default"
+	attrs := []any{"gogc", gogc, "gogc_from", "GOGC"}
+	if !isSet(env, "GOGC") {
+		attrs[3] = "default"
 	}
-	limit := "none"
-	if memLimit >= 0 {
-		limit = slog.Int64Value(memLimit).String()
+	switch {
+	case memLimit < 0:
+		attrs = append(attrs, "gomemlimit_bytes", "none")
+	case isSet(env, "GOMEMLIMIT"):
+		attrs = append(attrs, "gomemlimit_bytes", memLimit, "gomemlimit_from", "GOMEMLIMIT")
+	default:
+		attrs = append(attrs, "gomemlimit_bytes", memLimit, "gomemlimit_from", "cgroup")
 	}
-	logger.Info("garbage collector", "gogc", gogc, "gogc_from", from, "gomemlimit_bytes", limit)
+	logger.Info("garbage collector", attrs...)
 }

@@ -40,7 +40,7 @@ import (
 type lookupFunc = settings.Lookup
 
 func main() {
-	applyGCDefault(os.LookupEnv)
+	applyGCDefault(os.LookupEnv, "/")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()

@@ -99,6 +99,7 @@ func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 	if a.rules, a.follow, err = openRules(ctx, a.cfg, a.logger); err != nil {
 		return nil, exit(1, err)
 	}
+	go releaseAfterLoads(ctx, a.rules)
 	if err := a.openStore(ctx); err != nil {
 		return nil, err
 	}

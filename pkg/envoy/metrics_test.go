@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -191,4 +192,47 @@ func TestStatsdCountsWhatHappened(t *testing.T) {
 		{rl + "shop.plan_free.over_limit", 1, "c"},
 		{"ratelimit_server.ShouldRateLimit.total_requests", len(reqs), "c"},
 	}, len(reqs), func(l statsdLine) string { return fmt.Sprintf("%s:%d|%s", l.name, l.value, l.typ) })
+}
+
+// TestMetricsReleaseReplacedRules: once a reload has replaced the rule set,
+// the metrics do not keep the old set alive until the next request, so that
+// an idle server does not hold two large rule sets after a reload.
+func TestMetricsReleaseReplacedRules(t *testing.T) {
+	parse := func() *rules.Set {
+		t.Helper()
+		set, err := rules.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")}, rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	m, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &switchingRules{set: parse()}
+	svc, err := New(src, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	collected := make(chan struct{})
+	runtime.AddCleanup(src.set, func(ch chan struct{}) { close(ch) }, collected)
+	src.set = parse() // the reload; no request follows
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		runtime.GC()
+		select {
+		case <-collected:
+		case <-time.After(10 * time.Millisecond):
+			if time.Now().Before(deadline) {
+				continue
+			}
+			t.Error("the replaced rule set is still alive 5 s after the reload")
+		}
+		break
+	}
+	runtime.KeepAlive(svc) // the service, and its metrics, serve on
 }

@@ -10,20 +10,31 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// compiler builds a Set from parsed files.
+// compiler builds a Set from parsed files, a descriptor at a time: it is
+// the fileSink of every file of a load, in order.
 type compiler struct {
 	*problems
 	opts     Options
 	set      *Set
 	domainAt map[string]Position // where each domain was first declared
 	names    map[string][]*Limit // named limits per domain, for replaces
-	fields   map[*Limit]string   // each limit's field path, for messages
-	paths    map[*Rule]string    // each rule's field path, for messages
+	// fields and paths hold the field path of the limits and rules that a
+	// warning of finish may name (limits that replace others, wildcard and
+	// key-only rules), and only theirs: with 100,000 exact rules the paths
+	// of all would be megabytes kept to the end of the load for nothing.
+	fields map[*Limit]string
+	paths  map[*Rule]string
+
+	// The file being compiled: its domain, and the root its descriptors
+	// go under, nil when they are not compiled (no domain, or a repeated
+	// one).
+	cur  string
+	root *node
 }
 
-// compile builds the matching tree of every file, in order.
-func compile(files []*fileDoc, opts Options, probs *problems) *Set {
-	c := &compiler{
+// newCompiler returns a compiler recording its problems in probs.
+func newCompiler(opts Options, probs *problems) *compiler {
+	return &compiler{
 		problems: probs,
 		opts:     opts,
 		set:      &Set{domains: map[string]*node{}, loadedAt: time.Now()},
@@ -32,24 +43,40 @@ func compile(files []*fileDoc, opts Options, probs *problems) *Set {
 		fields:   map[*Limit]string{},
 		paths:    map[*Rule]string{},
 	}
-	for _, f := range files {
-		if f.domain == "" {
-			continue
-		}
-		root, ok := c.set.domains[f.domain]
-		if ok && !opts.MergeDomains {
-			c.errorf(f.pos, "domain", "duplicate domain %q, first declared at %v (one file per domain, or turn on merging of domains)",
-				f.domain, c.domainAt[f.domain])
-			continue
-		}
-		if !ok {
-			root = &node{}
-			c.set.domains[f.domain] = root
-			c.domainAt[f.domain] = f.pos
-			c.set.names = append(c.set.names, f.domain)
-		}
-		c.level(f.domain, root, nil, f.descs)
+}
+
+// domain starts the next file, of domain name declared at pos (fileSink).
+func (c *compiler) domain(name string, pos Position) {
+	c.cur, c.root = name, nil
+	if name == "" {
+		return // already reported
 	}
+	root, ok := c.set.domains[name]
+	if ok && !c.opts.MergeDomains {
+		c.errorf(pos, "domain", "duplicate domain %q, first declared at %v (one file per domain, or turn on merging of domains)",
+			name, c.domainAt[name])
+		return
+	}
+	if !ok {
+		root = &node{}
+		c.set.domains[name] = root
+		c.domainAt[name] = pos
+		c.set.names = append(c.set.names, name)
+	}
+	c.root = root
+}
+
+// descriptor compiles a top-level descriptor of the current file
+// (fileSink).
+func (c *compiler) descriptor(d *descDoc) {
+	if c.root != nil {
+		c.add(c.cur, c.root, nil, d)
+	}
+}
+
+// finish checks what needs every file (replaces, reachability) and
+// returns the set.
+func (c *compiler) finish() *Set {
 	sort.Strings(c.set.names)
 	c.checkReplaces()
 	for _, d := range c.set.names {
@@ -95,44 +122,45 @@ func (c *compiler) checkGroup(g *keyGroup) {
 	}
 }
 
-// level adds descriptors as children of parent, whose path is levels.
-func (c *compiler) level(domain string, parent *node, levels []level, descs []*descDoc) {
-	for _, d := range descs {
-		if d.key == "" {
-			continue // already reported
-		}
-		g, _ := parent.children.get(d.key)
-		if g == nil {
-			g = &keyGroup{}
-			parent.children.put(d.key, g)
-		}
-		lv := level{key: d.key, value: d.value}
-		switch {
-		case d.value == "":
-			lv.kind = matchKeyOnly
-			lv.dynamic = true
-		case strings.Contains(d.value, "*"):
-			lv.kind = matchWildcard
-			lv.dynamic = !d.share
-		default:
-			lv.kind = matchExact
-		}
-		if first := g.existing(lv); first != nil {
-			c.errorf(d.pos, d.field, "duplicate descriptor %s at this level, first at %v (merge the two)",
-				describeLevel(lv), first.rule.Pos)
-			continue
-		}
-		path := append(levels[:len(levels):len(levels)], lv)
-		n := &node{rule: c.rule(domain, path, d)}
-		switch lv.kind {
-		case matchKeyOnly:
-			g.keyOnly = n
-		case matchWildcard:
-			g.wildcards = append(g.wildcards, wildcard{segs: strings.Split(d.value, "*"), node: n})
-		default:
-			g.exact.put(d.value, n)
-		}
-		c.level(domain, n, path, d.children)
+// add adds descriptor d and its children under parent, whose path is
+// levels.
+func (c *compiler) add(domain string, parent *node, levels []level, d *descDoc) {
+	if d.key == "" {
+		return // already reported
+	}
+	g, _ := parent.children.get(d.key)
+	if g == nil {
+		g = &keyGroup{}
+		parent.children.put(d.key, g)
+	}
+	lv := level{key: d.key, value: d.value}
+	switch {
+	case d.value == "":
+		lv.kind = matchKeyOnly
+		lv.dynamic = true
+	case strings.Contains(d.value, "*"):
+		lv.kind = matchWildcard
+		lv.dynamic = !d.share
+	default:
+		lv.kind = matchExact
+	}
+	if first := g.existing(lv); first != nil {
+		c.errorf(d.pos, d.field, "duplicate descriptor %s at this level, first at %v (merge the two)",
+			describeLevel(lv), first.rule.Pos)
+		return
+	}
+	path := append(levels[:len(levels):len(levels)], lv)
+	n := &node{rule: c.rule(domain, path, d)}
+	switch lv.kind {
+	case matchKeyOnly:
+		g.keyOnly = n
+	case matchWildcard:
+		g.wildcards = append(g.wildcards, wildcard{segs: strings.Split(d.value, "*"), node: n})
+	default:
+		g.exact.put(d.value, n)
+	}
+	for _, child := range d.children {
+		c.add(domain, n, path, child)
 	}
 }
 
@@ -174,7 +202,9 @@ func (c *compiler) rule(domain string, levels []level, d *descDoc) *Rule {
 		Pos:            d.pos,
 		levels:         levels,
 	}
-	c.paths[r] = d.field
+	if levels[len(levels)-1].kind != matchExact {
+		c.paths[r] = d.field
+	}
 	seen := map[string]limitDoc{}
 	for _, ld := range d.limits {
 		l := ld.lim
@@ -184,7 +214,9 @@ func (c *compiler) rule(domain string, levels []level, d *descDoc) *Rule {
 			continue
 		}
 		seen[l.ID] = ld
-		c.fields[l] = ld.field
+		if len(l.Replaces) > 0 {
+			c.fields[l] = ld.field
+		}
 		r.Limits = append(r.Limits, l)
 		if l.Name != "" {
 			c.names[domain] = append(c.names[domain], l)

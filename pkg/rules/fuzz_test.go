@@ -11,16 +11,20 @@ import (
 )
 
 // FuzzParse feeds arbitrary bytes to the parser. It must never panic or
-// hang, errors must be LoadErrors that name the file, and a set that loads
+// hang, errors must be LoadErrors that name the file, a set that loads
 // must be consistent: unique limit IDs, valid specs, and every all-exact
-// rule reachable by Match.
+// rule reachable by Match, and parsing in slices must give exactly what
+// parsing whole gives.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(limitFile("unit: second", "requests_per_unit: 10", "algorithm: token_bucket", "burst: 20")))
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    value: a*b*\n    share_threshold: true\n    rate_limits: [{unit: day, requests_per_unit: 1, calendar: true, timezone: Asia/Tokyo}, {unit: second}]\n"))
 	f.Add([]byte("a: &a [x]\nb: [*a, *a]\n<<: {domain: d}\n"))
 	f.Add([]byte("domain: d\n---\n"))
 	f.Add([]byte("\x00\xff"))
+	f.Add([]byte("domain: d\ndescriptors:\n- key: a\n  rate_limit: &r {unit: second}\n# c\n- key: b\n  rate_limit: *r\n  descriptors:\n  - {key: c}\n"))
+	f.Add([]byte("descriptors:\r\n  - key: \"a\r\n  - b\"\r\n  - key: c\r\n    value: |\r\n      - x\r\ndomain: d\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		checkSlicedIsWhole(t, map[string]string{"f.yaml": string(data)}, Options{})
 		set, err := Parse(map[string][]byte{"f.yaml": data}, Options{})
 		if err != nil {
 			var le *LoadError
@@ -115,7 +119,8 @@ var fuzzSet = sync.OnceValues(func() (*Set, []*descDoc) {
 	if err != nil {
 		panic(err)
 	}
-	doc := parseFile("f.yaml", []byte(fuzzRules), &problems{})
+	var doc parsed
+	parseFile("f.yaml", []byte(fuzzRules), &problems{}, &doc, 0)
 	return set, doc.descs
 })
 

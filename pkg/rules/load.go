@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -23,7 +24,7 @@ const maxDirDepth = 16
 // error, if any, is a *LoadError holding every problem found.
 func Load(path string, opts Options) (*Set, error) {
 	files, probs := readRules(path)
-	return build(files, opts, probs)
+	return build(files, opts, probs, sliceBytes)
 }
 
 // Parse validates and compiles in-memory rule files (name -> content), in
@@ -34,7 +35,7 @@ func Parse(files map[string][]byte, opts Options) (*Set, error) {
 	for name, data := range files {
 		list = append(list, ruleFile{name: name, data: data})
 	}
-	return build(list, opts, &problems{})
+	return build(list, opts, &problems{}, sliceBytes)
 }
 
 // ruleFile is one file's name and content.
@@ -43,16 +44,13 @@ type ruleFile struct {
 	data []byte
 }
 
-// build parses and compiles files after the problems of reading them.
-func build(files []ruleFile, opts Options, probs *problems) (*Set, error) {
-	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
-	docs := make([]*fileDoc, 0, len(files))
-	for _, f := range files {
-		if d := parseFile(f.name, f.data, probs); d != nil {
-			docs = append(docs, d)
-		}
-	}
-	set := compile(docs, opts, probs)
+// build parses and compiles files after the problems of reading them,
+// with slices of about slice bytes of a file's descriptors (sliceBytes; 0
+// parses every file whole, which gives the same result with more memory,
+// as tests check).
+func build(files []ruleFile, opts Options, read *problems, slice int) (*Set, error) {
+	sortFiles(files)
+	set, probs := compileFiles(files, opts, read, slice)
 	if opts.Supports != nil {
 		// Also when there are other problems: every problem is told at once.
 		probs.errs = append(probs.errs, unsupported(set, opts.Supports)...)
@@ -85,6 +83,39 @@ func unsupported(set *Set, supports func(limit.Spec) error) []FieldError {
 	return errs
 }
 
+// compileFiles parses and compiles files, in order, after the problems of
+// reading them. Files are parsed in slices of about slice bytes where they
+// allow it (stream.go), each top-level descriptor compiled as soon as it is
+// parsed. When a file's slices do not parse alone, the compilation so far
+// is dropped and done again with that file and those after it parsed
+// whole: at most once, since the files before it were sliced without
+// trouble.
+func compileFiles(files []ruleFile, opts Options, read *problems, slice int) (*Set, *problems) {
+	wholeFrom := len(files)
+	if slice <= 0 {
+		wholeFrom = 0
+	}
+	for {
+		probs := &problems{errs: slices.Clone(read.errs), warns: slices.Clone(read.warns)}
+		c := newCompiler(opts, probs)
+		redo := -1
+		for i, f := range files {
+			s := slice
+			if i >= wholeFrom {
+				s = 0
+			}
+			if !parseFile(f.name, f.data, probs, c, s) {
+				redo = i
+				break
+			}
+		}
+		if redo < 0 {
+			return c.finish(), probs
+		}
+		wholeFrom = redo
+	}
+}
+
 // sortByPos orders problems by file, line and column, keeping the order of
 // problems at the same place.
 func sortByPos[T FieldError | Warning](list []T) {
@@ -98,6 +129,12 @@ func sortByPos[T FieldError | Warning](list []T) {
 		}
 		return a.Column < b.Column
 	})
+}
+
+// sortFiles orders files by name: the order they are compiled and
+// digested in.
+func sortFiles(files []ruleFile) {
+	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
 }
 
 // digest identifies the content of a set of (sorted) files, so a reload

@@ -26,12 +26,16 @@ var (
 	replacesFields = []string{"name"}
 )
 
-// fileDoc is one parsed rule file.
-type fileDoc struct {
-	name   string
-	domain string
-	pos    Position // of the domain value, or the document
-	descs  []*descDoc
+// fileSink receives what parseFile finds in a file as it goes: the
+// domain, once, before any descriptor, and then each top-level descriptor
+// as soon as it is parsed, so that the parsed form of one need not outlive
+// its compilation. The compiler is one.
+type fileSink interface {
+	// domain starts a file of this domain ("" when missing or invalid),
+	// declared at pos.
+	domain(name string, pos Position)
+	// descriptor takes a top-level descriptor of the file.
+	descriptor(d *descDoc)
 }
 
 // descDoc is one parsed descriptor, before compilation.
@@ -71,23 +75,87 @@ func (p *problems) warnf(pos Position, field, format string, args ...any) {
 	p.warns = append(p.warns, Warning{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-// parser walks the YAML tree of one file.
+// parser walks the YAML trees of one file.
 type parser struct {
 	*problems
 	file string
+	sink fileSink
 	// budget bounds the nodes visited, so aliases that expand a small file
 	// into a huge tree are refused instead of exhausting memory and time.
 	budget int
+	// line is added to the line of every node: the line before the slice
+	// of the file being parsed (stream.go), 0 when parsing from its start.
+	line int
+	// draft is the rate_limit being read (decodeRateLimit).
+	draft draft
 }
 
 func (p *parser) pos(n *yaml.Node) Position {
-	return Position{File: p.file, Line: n.Line, Column: n.Column}
+	return Position{File: p.file, Line: n.Line + p.line, Column: n.Column}
 }
 
-// parseFile parses one rule file. It returns nil when the file is unusable
-// (its errors are recorded).
-func parseFile(name string, data []byte, probs *problems) *fileDoc {
-	p := &parser{problems: probs, file: name, budget: 100_000 + 20*len(data)}
+// parseFile parses one rule file into sink. With slice > 0 the file is
+// parsed in slices of about slice bytes where its layout allows
+// (stream.go); then it returns false when a slice or the rest of the file
+// does not parse on its own, and what sink got is to be dropped and the
+// file parsed again whole (slice 0). Parsed whole, it always returns true;
+// an unusable file gives sink nothing (its errors are recorded).
+func parseFile(name string, data []byte, probs *problems, sink fileSink, slice int) bool {
+	p := &parser{problems: probs, file: name, sink: sink, budget: 100_000 + 20*len(data)}
+	if slice > 0 {
+		if lay, ok := cutItems(data, slice); ok {
+			return p.sliced(data, lay)
+		}
+	}
+	if root := p.document(data); root != nil {
+		p.root(root, nil, nil)
+	}
+	return true
+}
+
+// sliced parses a file cut as lay says: the header, then each slice of
+// the descriptors' items. It returns false when one of them does not
+// parse alone, or the header's descriptors are not the items cut.
+func (p *parser) sliced(data []byte, lay *layout) bool {
+	dec := yaml.NewDecoder(bytes.NewReader(lay.header))
+	var doc, extra yaml.Node
+	if dec.Decode(&doc) != nil || !errors.Is(dec.Decode(&extra), io.EOF) {
+		return false // parsed whole, the file tells what is wrong
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return false
+	}
+	return p.root(doc.Content[0], data, lay)
+}
+
+// slices parses the slices of data that lay lists, handing each item to
+// the sink. It returns false when a slice does not parse alone into the
+// items the cut found.
+func (p *parser) slices(data []byte, lay *layout) bool {
+	defer func() { p.line = 0 }()
+	next := 0
+	for _, s := range lay.slices {
+		var doc yaml.Node
+		if yaml.Unmarshal(data[s.start:s.end], &doc) != nil || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+			return false
+		}
+		list := doc.Content[0]
+		if list.Kind != yaml.SequenceNode || len(list.Content) != s.items {
+			return false
+		}
+		p.line = s.line - 1
+		if !p.items(list.Content, "descriptors", next, p.sink.descriptor) {
+			break // the node budget is spent, as it would be parsed whole
+		}
+		next += s.items
+	}
+	return true
+}
+
+// document decodes data, which must hold one YAML document, and returns
+// its root node, or nil with the problem recorded.
+func (p *parser) document(data []byte) *yaml.Node {
+	name := p.file
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -116,7 +184,7 @@ func parseFile(name string, data []byte, probs *problems) *fileDoc {
 		}
 		root = root.Content[0]
 	}
-	return p.root(root)
+	return root
 }
 
 // yamlLine finds the line number in a yaml.v3 error message.
@@ -245,8 +313,9 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 		p.errorf(p.pos(n), path, "want %s (a mapping), not %s", what, describe(n))
 		return nil, false
 	}
-	seen := map[string]*yaml.Node{}
+	var seen keySet
 	var merged []field
+	fields = make([]field, 0, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := p.deref(n.Content[i]), p.deref(n.Content[i+1])
 		if k == nil || v == nil {
@@ -261,11 +330,10 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 			merged = append(merged, p.mergeFields(v, path, what, allowed)...)
 			continue
 		}
-		if first, dup := seen[name]; dup {
-			p.errorf(p.pos(k), join(path, name), "given twice (first at line %d)", first.Line)
+		if first := seen.add(name, k); first != nil {
+			p.errorf(p.pos(k), join(path, name), "given twice (first at line %d)", p.pos(first).Line)
 			continue
 		}
-		seen[name] = k
 		if !contains(allowed, name) {
 			p.unknownField(k, path, name, allowed)
 			continue
@@ -273,12 +341,46 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 		fields = append(fields, field{name: name, key: k, val: v})
 	}
 	for _, f := range merged {
-		if _, dup := seen[f.name]; !dup {
-			seen[f.name] = f.key
+		if seen.add(f.name, f.key) == nil {
 			fields = append(fields, f)
 		}
 	}
 	return fields, true
+}
+
+// keySet is the keys of a mapping seen so far. Mappings of rule files have
+// a few keys, which an array finds faster than a map, and with no garbage;
+// a mapping of many keys (a hostile file) moves to a map.
+type keySet struct {
+	n    int
+	few  [smallTable]field // while n <= smallTable
+	many map[string]*yaml.Node
+}
+
+// add adds name, at node k, unless it is there already; it returns the
+// node of the name seen first, or nil.
+func (s *keySet) add(name string, k *yaml.Node) *yaml.Node {
+	if s.many == nil {
+		for _, f := range s.few[:s.n] {
+			if f.name == name {
+				return f.key
+			}
+		}
+		if s.n < len(s.few) {
+			s.few[s.n] = field{name: name, key: k}
+			s.n++
+			return nil
+		}
+		s.many = make(map[string]*yaml.Node, 2*len(s.few))
+		for _, f := range s.few {
+			s.many[f.name] = f.key
+		}
+	}
+	if first, ok := s.many[name]; ok {
+		return first
+	}
+	s.many[name] = k
+	return nil
 }
 
 // mergeFields returns the fields a merge key brings in: a mapping, or a
@@ -326,55 +428,73 @@ func (p *parser) unknownField(k *yaml.Node, path, name string, allowed []string)
 	p.errorf(p.pos(k), join(path, name), "unknown field (want %s)", orList(allowed))
 }
 
-// root parses the top-level mapping.
-func (p *parser) root(n *yaml.Node) *fileDoc {
+// root parses the top-level mapping into the sink: the domain first,
+// wherever it is written, then the descriptors. With lay, the descriptors
+// are the slices of data it lists, and root returns false when they cannot
+// be used (see slices), or when the descriptors of n, the header's root,
+// are not where the cut found them. Without lay it returns true.
+func (p *parser) root(n *yaml.Node, data []byte, lay *layout) bool {
 	if n = p.deref(n); n == nil {
-		return nil
+		return lay == nil
 	}
 	fields, ok := p.mapping(n, "", "a rule file", rootFields)
 	if !ok {
-		return nil
+		return lay == nil
 	}
-	f := &fileDoc{name: p.file, pos: p.pos(n)}
-	hasDomain := false
+	domain, pos, hasDomain := "", p.pos(n), false
 	for _, fl := range fields {
-		switch fl.name {
-		case "domain":
+		if fl.name == "domain" {
 			hasDomain = true
-			f.domain, _ = p.str(fl.val, "domain")
-			f.pos = p.pos(fl.val)
-			if f.domain == "" && fl.val.Kind == yaml.ScalarNode {
+			domain, _ = p.str(fl.val, "domain")
+			pos = p.pos(fl.val)
+			if domain == "" && fl.val.Kind == yaml.ScalarNode {
 				p.errorf(p.pos(fl.val), "domain", "empty (want the domain name Envoy sends)")
 			}
-		case "descriptors":
-			f.descs = p.descriptors(fl.val, "descriptors")
 		}
 	}
 	if !hasDomain {
 		p.errorf(p.pos(n), "domain", "missing (want the domain name Envoy sends)")
 	}
-	return f
+	p.sink.domain(domain, pos)
+	for _, fl := range fields {
+		switch {
+		case fl.name != "descriptors":
+		case lay == nil:
+			p.descriptors(fl.val, "descriptors", p.sink.descriptor)
+		case p.pos(fl.key).Line != lay.line || fl.key.Column != 1 || !isNull(fl.val):
+			return false // the cut misread the file
+		default:
+			return p.slices(data, lay)
+		}
+	}
+	return lay == nil
 }
 
-// descriptors parses a list of descriptors.
-func (p *parser) descriptors(n *yaml.Node, path string) []*descDoc {
+// descriptors parses a list of descriptors, handing each to emit.
+func (p *parser) descriptors(n *yaml.Node, path string, emit func(*descDoc)) {
 	if isNull(n) {
-		return nil
+		return
 	}
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(p.pos(n), path, "want a list of descriptors, not %s", describe(n))
-		return nil
+		return
 	}
-	out := make([]*descDoc, 0, len(n.Content))
-	for i, item := range n.Content {
+	p.items(n.Content, path, 0, emit)
+}
+
+// items parses the descriptors of list, the elements first, first+1, ...
+// of the list at path, handing each to emit. It returns false when the
+// node budget is spent.
+func (p *parser) items(list []*yaml.Node, path string, first int, emit func(*descDoc)) bool {
+	for i, item := range list {
 		if item = p.deref(item); item == nil {
-			break
+			return false
 		}
-		if d := p.descriptor(item, fmt.Sprintf("%s[%d]", path, i)); d != nil {
-			out = append(out, d)
+		if d := p.descriptor(item, fmt.Sprintf("%s[%d]", path, first+i)); d != nil {
+			emit(d)
 		}
 	}
-	return out
+	return true
 }
 
 // descriptor parses one descriptor and its children. It returns nil when
@@ -417,7 +537,7 @@ func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 	case "value":
 		d.value, _ = p.str(fl.val, fp)
 	case "descriptors":
-		d.children = p.descriptors(fl.val, fp)
+		p.descriptors(fl.val, fp, func(c *descDoc) { d.children = append(d.children, c) })
 	case "shadow_mode":
 		d.shadowMode = p.boolean(fl.val, fp)
 	case "detailed_metric":

@@ -221,12 +221,12 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
 	l := d.lim
 	if l.Unit == 0 {
-		if f, ok := d.given["unit"]; !ok || isNull(f.val) {
+		if f, ok := d.field("unit"); !ok || isNull(f.val) {
 			p.errorf(p.pos(d.node), join(d.path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
 		}
 		return spec
 	}
-	if _, ok := d.given["requests_per_unit"]; !ok {
+	if _, ok := d.field("requests_per_unit"); !ok {
 		p.warnf(p.pos(d.node), join(d.path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
 	}
 	w, err := l.Unit.Window(l.UnitMultiplier)
@@ -240,7 +240,7 @@ func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
 		spec.Precision = 1
 	}
 	p.checkNeeds(d)
-	if d.values["calendar"].b {
+	if d.value("calendar").b {
 		spec.Calendar = p.calendar(d)
 	}
 	p.reportSpec(d, spec.Validate())
@@ -285,37 +285,61 @@ func (p *parser) costWarnings(d *draft) {
 }
 
 // draft is a rate_limit being parsed: where it was written, its fields as
-// given, and what they set.
+// given, and what they set. A parser reuses one for every rate_limit, so
+// that reading one allocates little beyond its Limit.
 type draft struct {
 	node     *yaml.Node
 	path     string
-	given    map[string]field // by name
+	given    []field // by index in rateLimitTable; key nil when not given
 	lim      *Limit
-	values   map[string]value // by name, when decoded
-	spec     limit.Spec       // Algorithm, Burst and Precision, as given
-	location *time.Location   // nil without a timezone
+	values   []value    // by index in rateLimitTable, when decoded
+	spec     limit.Spec // Algorithm, Burst and Precision, as given
+	location *time.Location
 }
+
+// reset readies d for the rate_limit n at path.
+func (d *draft) reset(n *yaml.Node, path string, pos Position) {
+	given, values := d.given, d.values
+	if given == nil {
+		given, values = make([]field, len(rateLimitTable)), make([]value, len(rateLimitTable))
+	}
+	clear(given)
+	clear(values)
+	*d = draft{node: n, path: path, given: given, values: values, lim: &Limit{Pos: pos, UnitMultiplier: 1}}
+}
+
+// field returns the named field as given, and whether it was.
+func (d *draft) field(name string) (field, bool) {
+	f := d.given[fieldIndex(name)]
+	return f, f.key != nil
+}
+
+// value returns the named field's decoded value; the zero value when it
+// was not given or not decoded.
+func (d *draft) value(name string) value { return d.values[fieldIndex(name)] }
 
 // isGiven reports whether the field is in the mapping with a value other
 // than null or "".
 func (d *draft) isGiven(name string) bool {
-	f, ok := d.given[name]
+	f, ok := d.field(name)
 	return ok && !isNull(f.val) && !(f.val.Kind == yaml.ScalarNode && f.val.Value == "")
 }
 
 // decodeRateLimit reads each field of a rate_limit through its entry of
-// rateLimitTable.
+// rateLimitTable, into the parser's draft.
 func (p *parser) decodeRateLimit(n *yaml.Node, path string, fields []field) *draft {
-	d := &draft{node: n, path: path, given: map[string]field{}, values: map[string]value{}, lim: &Limit{Pos: p.pos(n), UnitMultiplier: 1}}
+	d := &p.draft
+	d.reset(n, path, p.pos(n))
 	for _, fl := range fields {
-		d.given[fl.name] = fl
-		def := lookupField(fl.name)
+		i := fieldIndex(fl.name)
+		d.given[i] = fl
+		def := &rateLimitTable[i]
 		fp := join(path, fl.name)
 		v, ok := p.decode(def, fl.val, fp)
 		if !ok {
 			continue
 		}
-		d.values[fl.name] = v
+		d.values[i] = v
 		if def.set == nil {
 			continue
 		}
@@ -326,10 +350,11 @@ func (p *parser) decodeRateLimit(n *yaml.Node, path string, fields []field) *dra
 	return d
 }
 
-func lookupField(name string) *rateLimitField {
+// fieldIndex returns the index of a field in rateLimitTable.
+func fieldIndex(name string) int {
 	for i := range rateLimitTable {
 		if rateLimitTable[i].name == name {
-			return &rateLimitTable[i]
+			return i
 		}
 	}
 	panic("rules: no rate_limit field " + name) // mapping admits only the table's names
@@ -355,7 +380,7 @@ func (p *parser) decode(def *rateLimitField, n *yaml.Node, path string) (v value
 // at returns where a problem of the named field points, or the rate_limit
 // itself when the field is not in it.
 func (p *parser) at(d *draft, name string, w where) Position {
-	f, ok := d.given[name]
+	f, ok := d.field(name)
 	switch {
 	case !ok:
 		return p.pos(d.node)
@@ -382,7 +407,7 @@ func (p *parser) checkUnlimited(d *draft) {
 		switch {
 		case def.unlimitedWhy != "" && d.isGiven(def.name):
 			p.errorf(p.at(d, def.name, def.unlimitedAt), join(d.path, def.name), "given with unlimited: true (%s; remove one of them)", def.unlimitedWhy)
-		case def.unlimitedIgnored && d.given[def.name].val != nil:
+		case def.unlimitedIgnored && d.given[i].val != nil:
 			p.warnf(p.at(d, def.name, atValue), join(d.path, def.name), "ignored: the limit is unlimited")
 		}
 	}
@@ -392,7 +417,7 @@ func (p *parser) checkUnlimited(d *draft) {
 func (p *parser) checkNeeds(d *draft) {
 	for i := range rateLimitTable {
 		def := &rateLimitTable[i]
-		if def.needs != "" && d.isGiven(def.name) && !d.values[def.needs].b {
+		if def.needs != "" && d.isGiven(def.name) && !d.value(def.needs).b {
 			p.errorf(p.at(d, def.name, atName), join(d.path, def.name), "given without %s: true (%s)", def.needs, def.needsWhy)
 		}
 	}
@@ -413,7 +438,7 @@ func (p *parser) reportSpec(d *draft, err error) {
 		pos, path := p.pos(d.node), d.path
 		for i := range rateLimitTable {
 			def := &rateLimitTable[i]
-			if _, ok := d.given[def.name]; ok && def.hasParam && def.param == e.Param {
+			if d.given[i].key != nil && def.hasParam && def.param == e.Param {
 				pos, path = p.at(d, def.name, def.paramAt), join(d.path, def.name)
 				break
 			}

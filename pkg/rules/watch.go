@@ -181,9 +181,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 // reload loads the files and swaps the result in when it is good and
 // different from the current set. atStart is Run's first look, which is
 // not counted as a reload when it finds the rules as NewWatcher loaded them.
+// Files whose names and contents are those of the current set are not
+// parsed again: they would give the same set, and a large one costs seconds
+// of CPU and a second set's memory (Run's first look, a touch, an event
+// that changed nothing).
 func (w *Watcher) reload(atStart bool) {
-	set, err := Load(w.path, w.opts)
-	if err == nil && len(set.Domains()) == 0 && len(w.current.Load().Domains()) > 0 {
+	cur := w.current.Load()
+	files, probs := readRules(w.path)
+	var set *Set
+	var err error
+	sortFiles(files)
+	if len(probs.errs) == 0 && digest(files) == cur.digest {
+		set = cur
+	} else {
+		set, err = build(files, w.opts, probs, sliceBytes)
+	}
+	if err == nil && len(set.Domains()) == 0 && len(cur.Domains()) > 0 {
 		// A directory that lost every rule file is a broken deployment (a
 		// bad ConfigMap, a half-finished copy), not an order to stop
 		// limiting: refuse it like a broken file.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -370,5 +371,43 @@ func TestNewWatcherErrors(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v", err)
+	}
+}
+
+// TestUnchangedFilesAreNotParsedAgain checks that a reload finding the
+// files as they were loaded reads them but does not parse them: Run's
+// first look and events that change nothing would otherwise cost a large
+// rule set's parse, seconds of CPU and a second set's memory.
+func TestUnchangedFilesAreNotParsedAgain(t *testing.T) {
+	data := largeDomain(10_000)
+	path := filepath.Join(t.TempDir(), "large.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWatcher(path, Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := w.Current()
+	allocated := func(f func()) uint64 {
+		before := heapMetric("/gc/heap/allocs:bytes")
+		f()
+		return heapMetric("/gc/heap/allocs:bytes") - before
+	}
+	unchanged := allocated(func() { w.reload(false) })
+	if w.Current() != first || w.Status().Reloads != 1 {
+		t.Fatalf("an unchanged reload replaced the set or was not counted: %+v", w.Status())
+	}
+	// A parse allocates some 40 times the file; reading it, once.
+	if limit := 3 * uint64(len(data)); unchanged > limit {
+		t.Errorf("a reload of unchanged files allocated %d bytes; want at most %d (reading them, not parsing)", unchanged, limit)
+	}
+	changed := append([]byte("# changed\n"), data...)
+	if err := os.WriteFile(path, changed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parsed := allocated(func() { w.reload(false) })
+	if w.Current() == first || parsed < 10*uint64(len(data)) {
+		t.Errorf("a changed file: set replaced %v, %d bytes allocated; want a new set, parsed", w.Current() != first, parsed)
 	}
 }

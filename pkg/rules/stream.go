@@ -1,0 +1,183 @@
+package rules
+
+import "bytes"
+
+// A rule file is parsed a slice at a time where its layout allows: the
+// items of its top-level descriptors list are cut into runs of whole items,
+// each run parsed into a YAML tree of its own and compiled before the next
+// is parsed. yaml.v3 builds a tree of about 18 times the size of the text
+// it parses, so a file parsed whole (100,000 rules, 10 MB) would hold some
+// 190 MB of nodes at once; in slices it holds one slice's. The rest of the
+// file, the header, is parsed on its own with the items' lines left blank,
+// so that every position stays the file's.
+//
+// The cut follows YAML's block structure: items are the lines at the
+// list's indentation that start with "- ", and everything between two of
+// them is more indented, blank or a comment, so it belongs to the first.
+// A file whose layout leaves any doubt (a flow list, a tab or a lesser
+// indentation in the list, line breaks other than \n and \r\n) is parsed
+// whole. A slice that does not parse on its own, such as one using an
+// anchor defined in another, makes the load start again with the file
+// parsed whole (compileFiles), so that what a file means, and every
+// message about it, is always what the whole file gives.
+
+// sliceBytes is about how much text of a file's items one slice holds: a
+// few hundred items, whose nodes (about a MB) die before the next slice.
+const sliceBytes = 64 << 10
+
+// layout is where a file's top-level descriptors list is, as cut into
+// slices.
+type layout struct {
+	// header is the file with every line of the list's items blank.
+	header []byte
+	// line is the line (from 1) of the "descriptors:" key the items are
+	// the value of.
+	line int
+	// slices are the runs of items, in file order.
+	slices []itemSlice
+}
+
+// itemSlice is a run of whole items of the descriptors list.
+type itemSlice struct {
+	start, end int // byte offsets in the file
+	line       int // the line (from 1) where it starts
+	items      int // how many items start in it
+}
+
+// fileLine is one line of a file, without its "\n".
+type fileLine struct {
+	text  []byte
+	start int // byte offset in the file
+	num   int // from 1
+}
+
+// lines calls f with each line of data, in order, until f returns false.
+func lines(data []byte, f func(l fileLine) bool) {
+	for start, num := 0, 1; start < len(data); num++ {
+		end := bytes.IndexByte(data[start:], '\n')
+		if end < 0 {
+			end = len(data) - start
+		}
+		if !f(fileLine{text: data[start : start+end], start: start, num: num}) {
+			return
+		}
+		start += end + 1
+	}
+}
+
+// cutItems returns the layout of data's top-level descriptors list, cut
+// into slices of whole items of at least size bytes (but the last), or
+// false when the file is to be parsed whole: its layout leaves doubt, or
+// it has no such list with items in block style.
+func cutItems(data []byte, size int) (*layout, bool) {
+	if hasOtherBreaks(data) {
+		return nil, false
+	}
+	lay := &layout{}
+	blockStart, blockEnd := -1, len(data)
+	indent, ok := -1, true
+	var cur *itemSlice
+	lines(data, func(l fileLine) bool {
+		if blockStart < 0 {
+			if isDescriptorsKey(l.text) {
+				lay.line, blockStart = l.num, l.start+len(l.text)+1
+			}
+			return true
+		}
+		if isBlankOrComment(l.text) {
+			return true
+		}
+		n := leadingSpaces(l.text)
+		if indent < 0 {
+			indent = n // the first item sets the list's indentation
+		}
+		switch {
+		case n == indent && isItemStart(l.text[n:]):
+			if cur == nil || cur.end-cur.start >= size {
+				lay.slices = append(lay.slices, itemSlice{start: l.start, line: l.num})
+				cur = &lay.slices[len(lay.slices)-1]
+			}
+			cur.items++
+		case n > indent && cur != nil:
+			// Inside the current item.
+		case n == 0 && cur != nil:
+			blockEnd = l.start // the next top-level line ends the list
+			return false
+		default:
+			ok = false // a tab, a lesser indentation, no item first
+			return false
+		}
+		cur.end = l.start + len(l.text) + 1
+		return true
+	})
+	if !ok || len(lay.slices) == 0 {
+		return nil, false
+	}
+	last := &lay.slices[len(lay.slices)-1]
+	last.end = min(blockEnd, len(data)) // trailing blank and comment lines
+	for i := range lay.slices[:len(lay.slices)-1] {
+		lay.slices[i].end = lay.slices[i+1].start
+	}
+	blockStart = min(blockStart, lay.slices[0].start)
+	lay.header = blankLines(data, blockStart, blockEnd)
+	return lay, true
+}
+
+// blankLines returns a copy of data in which the lines of [from, to) are
+// empty, so that the lines after them keep their numbers.
+func blankLines(data []byte, from, to int) []byte {
+	from, to = min(from, len(data)), min(to, len(data))
+	out := make([]byte, 0, from+bytes.Count(data[from:to], []byte{'\n'})+len(data)-to)
+	out = append(out, data[:from]...)
+	for range bytes.Count(data[from:to], []byte{'\n'}) {
+		out = append(out, '\n')
+	}
+	return append(out, data[to:]...)
+}
+
+// hasOtherBreaks reports whether data holds a line break other than "\n"
+// and "\r\n": a lone "\r", or NEL, LS or PS, which YAML 1.1 parsers such
+// as yaml.v3 also count as breaks, so that lines would not be what they
+// count.
+func hasOtherBreaks(data []byte) bool {
+	return bytes.Count(data, []byte("\r")) != bytes.Count(data, []byte("\r\n")) ||
+		bytes.Contains(data, []byte("\u0085")) || bytes.Contains(data, []byte("\u2028")) ||
+		bytes.Contains(data, []byte("\u2029"))
+}
+
+// isDescriptorsKey reports whether a line is the top-level key
+// "descriptors:" with no value on the line (a comment may follow).
+func isDescriptorsKey(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, []byte("descriptors:"))
+	if !ok || len(rest) > 0 && rest[0] != ' ' && rest[0] != '\t' && rest[0] != '\r' {
+		return false // "descriptors:x" is not that key
+	}
+	rest = bytes.TrimLeft(rest, " \t")
+	return len(rest) == 0 || rest[0] == '#' || string(rest) == "\r"
+}
+
+// isItemStart reports whether text, a line after its indentation, starts
+// an item of a block list: "-" then a space or the end of the line.
+func isItemStart(text []byte) bool {
+	return len(text) > 0 && text[0] == '-' &&
+		(len(text) == 1 || text[1] == ' ' || string(text[1:]) == "\r")
+}
+
+// isBlankOrComment reports whether a line holds only spaces and tabs, or
+// a comment after them.
+func isBlankOrComment(line []byte) bool {
+	i := 0
+	for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+		i++
+	}
+	return i == len(line) || line[i] == '#' || string(line[i:]) == "\r"
+}
+
+// leadingSpaces returns the number of spaces a line starts with.
+func leadingSpaces(line []byte) int {
+	n := 0
+	for n < len(line) && line[n] == ' ' {
+		n++
+	}
+	return n
+}
