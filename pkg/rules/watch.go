@@ -108,6 +108,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return errors.New("rules: Watcher.Run is already running")
 	}
 	defer w.running.Store(false)
+	defer w.watching.Store(false)
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("rules: watching %s: %w", w.path, err)
@@ -177,6 +178,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Watching reports whether Run is watching the files: it has started and
+// taken its first look at them, so that any change made from now on is
+// seen. It is false before Run and after Run returns.
+func (w *Watcher) Watching() bool { return w.watching.Load() }
 
 // reload loads the files and swaps the result in when it is good and
 // different from the current set. atStart is Run's first look, which is
