@@ -94,6 +94,11 @@ type options struct {
 	envoyStores      []string
 	envoyConcurrency int
 	rounds           int
+
+	// The -peers mode (peers.go).
+	peers        []peer
+	limitadorBin string
+	store        string
 }
 
 // envoyRate is the arrival rate of the -envoy mode: -rate, or
@@ -146,7 +151,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.envoyConfig, "envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter")
 	stores := fs.String("envoy-stores", storeRedis+","+storeMemory, "with -envoy: comma-separated stores of floodgate to measure: "+storeRedis+" (-redis-addr, or a private redis-server), "+storeMemory)
 	fs.IntVar(&o.envoyConcurrency, "envoy-concurrency", 1, "with -envoy: Envoy's worker threads (--concurrency)")
-	fs.IntVar(&o.rounds, "rounds", 3, "with -envoy: how many times each case is measured for -duration, cases alternating")
+	fs.IntVar(&o.rounds, "rounds", 3, "with -envoy or -peers: how many times each case is measured for -duration, cases alternating")
+	peers := fs.String("peers", "", "compare RLS servers in interleaved rounds: comma-separated "+kindFloodgate+" (-server-bin, or built), "+kindReference+" (-reference-bin), "+kindLimitador+" (-limitador-bin) or NAME=KIND:BIN, each started once on the generated rules with a private Redis (or in memory with -store memory), then every scenario measured on each in turn for -rounds rounds; ratios are to the first")
+	fs.StringVar(&o.limitadorBin, "limitador-bin", "", "with -peers: Kuadrant Limitador's limitador-server binary")
+	fs.StringVar(&o.store, "store", storeRedis, "with -peers: where the servers keep counters: "+storeRedis+" (a private redis-server each) or "+storeMemory)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -159,12 +167,21 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-rules %d: must not be negative", o.rules)
 	case o.reloads < 0:
 		return nil, fmt.Errorf("-reloads %d: must not be negative", o.reloads)
+	case *peers != "":
+		if o.store != storeRedis && o.store != storeMemory {
+			return nil, fmt.Errorf("-store %q: want %s or %s", o.store, storeRedis, storeMemory)
+		}
+		if err := o.checkPeers(*peers); err != nil {
+			return nil, err
+		}
 	case o.reloads > 0:
 		if err := o.checkReloads(); err != nil {
 			return nil, err
 		}
 	case o.referenceBin != "":
-		return nil, errors.New("-reference-bin is for -reloads")
+		return nil, errors.New("-reference-bin is for -reloads and -peers")
+	case o.limitadorBin != "":
+		return nil, errors.New("-limitador-bin is for -peers")
 	}
 	if o.envoy {
 		if err := o.checkEnvoy(*stores); err != nil {
@@ -274,6 +291,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = writeJSON(stdout, rep)
 		} else if err == nil {
 			writeReloadText(stdout, rep)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if len(o.peers) > 0 {
+		rep, err := benchPeers(ctx, o, stderr)
+		if err == nil && o.json {
+			err = writeJSON(stdout, rep)
+		} else if err == nil {
+			writePeerTable(stdout, rep)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
