@@ -853,3 +853,78 @@ func TestDynamicMetadata(t *testing.T) {
 		}
 	}
 }
+
+// deadlineLimiter records the deadline of the last call's context, and says
+// it evaluates immediately when immediate is set.
+type deadlineLimiter struct {
+	limit.Limiter
+	immediate bool
+	deadline  time.Time
+	has       bool
+}
+
+func (d *deadlineLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) (bool, error) {
+	d.deadline, d.has = ctx.Deadline()
+	return d.Limiter.Evaluate(ctx, hits, ds)
+}
+
+func (d *deadlineLimiter) EvaluatesImmediately() bool { return d.immediate }
+
+// TestStoreDeadline: a store call gets Options.StoreTimeout as its deadline,
+// or the caller's when that is sooner, unless the Limiter evaluates
+// immediately: then it gets the caller's context as it is.
+func TestStoreDeadline(t *testing.T) {
+	const timeout = 30 * time.Second
+	for _, tc := range []struct {
+		name      string
+		immediate bool
+		caller    time.Duration // the caller's deadline from now; 0: none
+		want      time.Duration // the store call's; 0: none
+	}{
+		{"waits, no caller deadline", false, 0, timeout},
+		{"waits, caller's sooner", false, time.Second, time.Second},
+		{"waits, caller's later", false, time.Hour, timeout},
+		{"immediate, no caller deadline", true, 0, 0},
+		{"immediate, caller's deadline kept", true, time.Second, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &deadlineLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), immediate: tc.immediate}
+			svc, err := New(fixedRules{set}, l, Options{StoreTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if tc.caller > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.caller)
+				defer cancel()
+			}
+			callerDeadline, _ := ctx.Deadline()
+			start := time.Now()
+			if _, err := svc.ShouldRateLimit(ctx, request("test", desc("user", "a"))); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.want == 0 && l.has:
+				t.Fatalf("store call deadline %v, want none", l.deadline)
+			case tc.want == 0:
+			case !l.has:
+				t.Fatalf("store call without deadline, want one %v away", tc.want)
+			case tc.want == tc.caller:
+				if !l.deadline.Equal(callerDeadline) {
+					t.Fatalf("store call deadline %v, want the caller's %v", l.deadline, callerDeadline)
+				}
+			default:
+				// Set during the call: timeout after a moment between
+				// start and now.
+				if got := l.deadline.Sub(start); got < tc.want || got > tc.want+time.Since(start) {
+					t.Fatalf("store call deadline %v after the call's start, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}
