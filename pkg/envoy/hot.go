@@ -107,9 +107,14 @@ type hotSketch struct {
 
 	mu       sync.Mutex
 	labelled bool // some slot holds a label
+	seeded   bool // seed is set
 	seed     maphash.Seed
-	index    map[uint64]int // hash -> slot
-	slots    []hotSlot
+	// hashes[i] is slots[i].hash, apart so that finding a counter, or
+	// the least hit one, scans 256 contiguous bytes: on traffic spread
+	// over many counters nearly every request replaces one, where a map
+	// from hash to slot cost a lookup, a delete and an insert.
+	hashes []uint64
+	slots  []hotSlot
 }
 
 type hotSlot struct {
@@ -134,9 +139,8 @@ func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64
 		}
 		h.labelled = false
 	}
-	if h.index == nil {
-		h.seed = maphash.MakeSeed()
-		h.index = make(map[uint64]int, HotCapacity)
+	if !h.seeded {
+		h.seed, h.seeded = maphash.MakeSeed(), true
 	}
 	sum := uint64(len(entries))
 	for _, e := range entries {
@@ -145,10 +149,11 @@ func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64
 		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Key)) * 0x9e3779b97f4a7c15
 		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Value)) * 0x9e3779b97f4a7c15
 	}
-	i, ok := h.index[sum]
-	if !ok {
+	i := slices.Index(h.hashes, sum)
+	if i < 0 {
 		if len(h.slots) < HotCapacity {
 			h.slots = append(h.slots, hotSlot{})
+			h.hashes = append(h.hashes, 0)
 			i = len(h.slots) - 1
 		} else {
 			// Replace the least hit counter; the newcomer inherits its
@@ -159,16 +164,14 @@ func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64
 					i = j
 				}
 			}
-			delete(h.index, h.slots[i].hash)
 			min := h.slots[i].hits
 			h.slots[i] = hotSlot{hits: min, errors: min}
 		}
-		h.slots[i].hash = sum
+		h.slots[i].hash, h.hashes[i] = sum, sum
 		if keep {
 			h.slots[i].label = string(label)
 			h.labelled = true
 		}
-		h.index[sum] = i
 	}
 	s := &h.slots[i]
 	s.hits += n

@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,8 +106,13 @@ func TestHotSketchKeepsHeavyHitters(t *testing.T) {
 	if top.Key != "heavy" || top.Hits-top.Error > want || top.Hits < want || top.Over != top.Hits-top.Error {
 		t.Errorf("top counter %+v, want heavy with %d hits within its bounds", top, want)
 	}
-	if len(s.slots) != HotCapacity || len(s.index) != HotCapacity {
-		t.Errorf("sketch holds %d slots, %d index entries; want %d", len(s.slots), len(s.index), HotCapacity)
+	if len(s.slots) != HotCapacity || len(s.hashes) != HotCapacity {
+		t.Errorf("sketch holds %d slots, %d hashes; want %d", len(s.slots), len(s.hashes), HotCapacity)
+	}
+	for i := range s.slots {
+		if s.hashes[i] != s.slots[i].hash || slices.Index(s.hashes, s.hashes[i]) != i {
+			t.Errorf("slot %d: hash %x, hashes[%d] %x, first at %d: want the slot's hash, once", i, s.slots[i].hash, i, s.hashes[i], slices.Index(s.hashes, s.hashes[i]))
+		}
 	}
 	// A reload that turns the rule's values off hides those kept.
 	s.add(heavy, false, nil, 1, false)
