@@ -396,6 +396,22 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-reloads", "3", "-rules", "10", "-reference-bin", "r", "-server-bin", "f"}, "-reference-bin"},
 		{[]string{"-reloads", "3", "-rules", "10", "-settle", "-1s"}, "-settle"},
 		{[]string{"-reference-bin", "ratelimit"}, "-reloads"},
+		{[]string{"-limitador-bin", "limitador-server"}, "-peers"},
+		{[]string{"-peers", "floodgate"}, ""},
+		{[]string{"-peers", "floodgate,reference", "-reference-bin", "r"}, ""},
+		{[]string{"-peers", "floodgate,reference"}, "-reference-bin"},
+		{[]string{"-peers", "floodgate,limitador"}, "-limitador-bin"},
+		{[]string{"-peers", "floodgate,limitador", "-limitador-bin", "l", "-store", "memory"}, ""},
+		{[]string{"-peers", "floodgate,reference", "-reference-bin", "r", "-store", "memory"}, "Redis or Memcached only"},
+		{[]string{"-peers", "a=floodgate:/x,b=floodgate:/y"}, ""},
+		{[]string{"-peers", "a=floodgate:/x,a=floodgate:/y"}, "named twice"},
+		{[]string{"-peers", "a=floodgate"}, "NAME=KIND:BIN"},
+		{[]string{"-peers", "envoy"}, "kind"},
+		{[]string{"-peers", "floodgate", "-store", "disk"}, "-store"},
+		{[]string{"-peers", "floodgate", "-rounds", "0"}, "-rounds"},
+		{[]string{"-peers", "floodgate", "-server-addr", "h:1"}, "-peers"},
+		{[]string{"-peers", "floodgate", "-redis-addr", "h:1"}, "-redis-addr"},
+		{[]string{"-peers", "floodgate", "-cpuprofile", "x"}, "-peers"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := parseFlags(tc.args, &bytes.Buffer{})

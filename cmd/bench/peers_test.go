@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPeers runs the -peers mode briefly on two floodgate builds, each with
+// a private Redis: every scenario of every round measures both, and the
+// summary gives each its medians and its ratios to the first. It keeps the
+// mode from rotting; it asserts no performance figure.
+func TestPeers(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "floodgate")
+	if _, err := buildServer(context.Background(), filepath.Dir(bin)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{
+		"-peers", "a=floodgate:" + bin + ",b=floodgate:" + bin, "-rounds", "2", "-matrix", "-matrix-concurrency", "4",
+		"-conns", "1", "-warmup", "200ms", "-duration", "500ms", "-json",
+	}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
+	}
+	var rep peerReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("output is not a peer report: %v\n%s", err, stdout.String())
+	}
+	const scenarios = 4 // under/over x 1/3 descriptors
+	if len(rep.Runs) != 2*2*scenarios || len(rep.Summary) != 2*scenarios {
+		t.Fatalf("%d runs and %d summary rows, want %d and %d", len(rep.Runs), len(rep.Summary), 2*2*scenarios, 2*scenarios)
+	}
+	for _, r := range rep.Runs {
+		if r.Decisions <= 0 || r.Errors != 0 || r.Server == nil || r.Redis == nil || r.Redis.CPUMicrosPerDecision <= 0 {
+			t.Errorf("run %s round %d %s: %d decisions, %d errors, server %+v, redis %+v; want decisions, no error, CPU of both",
+				r.Peer, r.Round, r.Scenario, r.Decisions, r.Errors, r.Server, r.Redis)
+		}
+		if want := r.Scenario.Limit == limitOver; (r.OverLimitShare > 0.5) != want {
+			t.Errorf("run %s %s: over-limit share %v", r.Peer, r.Scenario, r.OverLimitShare)
+		}
+	}
+	for _, row := range rep.Summary {
+		if row.Peer == "a" && (row.CPURatio.Median != 1 || row.RateRatio.Median != 1) {
+			t.Errorf("first peer's ratios to itself %+v %+v, want 1", row.CPURatio, row.RateRatio)
+		}
+		if row.CPURatio.Median <= 0 || row.TotalCPU.Median <= row.ServerCPU.Median {
+			t.Errorf("row %s %s: ratio %+v, total %+v, server %+v", row.Peer, row.Scenario, row.CPURatio, row.TotalCPU, row.ServerCPU)
+		}
+	}
+	var table bytes.Buffer
+	writePeerTable(&table, &rep)
+	if n := strings.Count(table.String(), "\n| "); n != 2*scenarios+1 {
+		t.Errorf("table has %d rows, want %d:\n%s", n, 2*scenarios+1, table.String())
+	}
+}
+
+// TestLimitadorLimits: the generated limits give Limitador the other
+// servers' counters, one per value of each descriptor key, and a limit on
+// a later descriptor applies only to requests that have it.
+func TestLimitadorLimits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := writeLimitadorLimits(path, ruleSpec{maxDescriptors: 2}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `- namespace: bench-under
+  max_value: 1000000000
+  seconds: 1
+  conditions: []
+  variables: ["descriptors[0]['key1']"]
+- namespace: bench-under
+  max_value: 1000000000
+  seconds: 1
+  conditions: ["size(descriptors) > 1"]
+  variables: ["descriptors[1]['key2']"]
+- namespace: bench-over
+  max_value: 1
+  seconds: 1
+  conditions: []
+  variables: ["descriptors[0]['key1']"]
+- namespace: bench-over
+  max_value: 1
+  seconds: 1
+  conditions: ["size(descriptors) > 1"]
+  variables: ["descriptors[1]['key2']"]
+`
+	if string(b) != want {
+		t.Errorf("limits:\n%s\nwant:\n%s", b, want)
+	}
+}
