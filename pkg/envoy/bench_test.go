@@ -47,25 +47,29 @@ func BenchmarkHandler(b *testing.B) {
 			if withStatsd {
 				name += "_statsd"
 			}
-			b.Run(name, func(b *testing.B) { benchmarkHandler(b, n, withStatsd, slog.LevelInfo) })
+			b.Run(name, func(b *testing.B) { benchmarkHandler(b, n, withStatsd, slog.LevelInfo, true) })
 		}
-		b.Run(strconv.Itoa(n)+"desc_debug", func(b *testing.B) { benchmarkHandler(b, n, false, slog.LevelDebug) })
+		b.Run(strconv.Itoa(n)+"desc_debug", func(b *testing.B) { benchmarkHandler(b, n, false, slog.LevelDebug, true) })
+		// A caller without a deadline, or with one further than the store
+		// deadline (cmd/bench's load, a gRPC client without a timeout,
+		// Envoy with a longer filter timeout).
+		b.Run(strconv.Itoa(n)+"desc_nodeadline", func(b *testing.B) { benchmarkHandler(b, n, false, slog.LevelInfo, false) })
 	}
 }
 
-func benchmarkHandler(b *testing.B, n int, withStatsd bool, level slog.Level) {
+func benchmarkHandler(b *testing.B, n int, withStatsd bool, level slog.Level, deadline bool) {
 	svc, all := benchService(b, n, withStatsd, level)
 	// A call from Envoy carries its filter's timeout (20 ms by default)
 	// as grpc-timeout, which gRPC turns into the call's context. Such a
 	// context is renewed every 100 requests, so that its allocations,
 	// gRPC's, stay out of the count while the service sees Envoy's
-	// deadline as in production.
-	var ctx context.Context
-	cancel := func() {}
+	// deadline as in production. Without deadline, the context is
+	// gRPC's without grpc-timeout: cancellable, with no deadline.
+	ctx, cancel := context.WithCancel(context.Background())
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if i%100 == 0 {
+		if deadline && i%100 == 0 {
 			cancel()
 			ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
 		}
