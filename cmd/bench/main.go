@@ -4,8 +4,10 @@
 // commands and round trips per request, and, beside them, the ceiling of
 // the machine: redis-benchmark replaying floodgate's own script call.
 // With -envoy it measures instead the latency floodgate adds to HTTP
-// requests through a real Envoy (envoy.go), and with -reloads the start,
-// reloads, memory and latency of a large rule set (reload.go).
+// requests through a real Envoy (envoy.go), with -reloads the start,
+// reloads, memory and latency of a large rule set (reload.go), and with
+// -peers floodgate beside other RLS servers, the reference and Limitador,
+// in interleaved rounds (peers.go).
 //
 //	go run ./cmd/bench                          1 descriptor, under limit, 64 callers, 10 s
 //	go run ./cmd/bench -descriptors 3 -limit over -concurrency 16
@@ -13,6 +15,8 @@
 //	go run ./cmd/bench -envoy                   p50/p99 through Envoy with and without the filter
 //	go run ./cmd/bench -rules 100000 -reloads 3 a domain of 100,000 rules, started and reloaded 3 times
 //	go run ./cmd/bench -write-rules DIR -rules 100000   the same rule files, for another server
+//	go run ./cmd/bench -peers floodgate,reference,limitador -reference-bin R -limitador-bin L -matrix
+//	                                            each server on its own Redis, side by side
 //
 // By default it builds floodgate (go build; or -server-bin), starts a
 // private redis-server on a free port (or uses -redis-addr), writes a rule

@@ -25,7 +25,7 @@ func TestPeers(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, []string{
 		"-peers", "a=floodgate:" + bin + ",b=floodgate:" + bin, "-rounds", "2", "-matrix", "-matrix-concurrency", "4",
-		"-conns", "1", "-warmup", "200ms", "-duration", "500ms", "-json",
+		"-conns", "1", "-keys", "10", "-warmup", "200ms", "-duration", "500ms", "-json",
 	}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
@@ -43,8 +43,15 @@ func TestPeers(t *testing.T) {
 			t.Errorf("run %s round %d %s: %d decisions, %d errors, server %+v, redis %+v; want decisions, no error, CPU of both",
 				r.Peer, r.Round, r.Scenario, r.Decisions, r.Errors, r.Server, r.Redis)
 		}
-		if want := r.Scenario.Limit == limitOver; (r.OverLimitShare > 0.5) != want {
-			t.Errorf("run %s %s: over-limit share %v", r.Peer, r.Scenario, r.OverLimitShare)
+		// Over the limit each of the 10 keys admits one hit per second
+		// window, and the run touches at most DurationSec+2 of them.
+		over := int64(r.OverLimitShare*float64(r.Decisions) + 0.5)
+		allowed := int64(r.Scenario.Keys) * (int64(r.DurationSec) + 2)
+		switch {
+		case r.Scenario.Limit == limitUnder && over != 0:
+			t.Errorf("run %s %s: %d decisions over a limit never reached", r.Peer, r.Scenario, over)
+		case r.Scenario.Limit == limitOver && over < r.Decisions-allowed:
+			t.Errorf("run %s %s: %d of %d decisions over the limit, want at least all but %d", r.Peer, r.Scenario, over, r.Decisions, allowed)
 		}
 	}
 	for _, row := range rep.Summary {
