@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,8 +56,12 @@ type bucket struct {
 	// pending is the allowed requests reported and not yet charged (kept
 	// over a failed store call); fresh the demand of the current round.
 	pending, fresh int64
-	// recent are the stream's latest reports of the bucket.
-	recent [3]sample
+	// recent are the stream's latest reports of the bucket, newest first:
+	// enough to cover the demand window and its oldest sub-window.
+	recent [6]sample
+	// since is when the report whose usage was charged last came (zero
+	// before the first).
+	since time.Time
 	// fleet is the fleet's demand the store returned in the last round.
 	fleet int64
 	// active is when the bucket last had demand, or was created.
@@ -110,16 +115,29 @@ func (b *bucket) record(now time.Time) {
 	b.fresh = 0
 }
 
-// own is the stream's demand over the last span: the reports received
-// since now-span.
-func (b *bucket) own(now time.Time, span time.Duration) int64 {
-	var n int64
+// own is the stream's demand as the fleet's demand counter (of spec
+// demand, a sliding window) estimates it at now, counting the stream's
+// reports as the store counted them at the instants they were charged:
+// the sub-windows k-n+1..k whole, sub-window k-n weighted by what of it is
+// still in the window. The share of a lone stream is then exactly 1.
+func (b *bucket) own(now time.Time, demand limit.Spec) int64 {
+	g := demand.WindowMicros() / demand.SubWindows()
+	n := demand.SubWindows()
+	k := now.UnixMicro() / g
+	var full, old int64
 	for _, s := range b.recent {
-		if !s.at.IsZero() && now.Sub(s.at) < span {
-			n += s.demand
+		if s.at.IsZero() {
+			continue
+		}
+		switch i := s.at.UnixMicro() / g; {
+		case i > k-n && i <= k:
+			full += s.demand
+		case i == k-n:
+			old += s.demand
 		}
 	}
-	return n
+	x := now.UnixMicro() - k*g
+	return full + int64(math.Round(float64(old)*float64(g-x)/float64(g)))
 }
 
 // maxCount bounds the counts a report may add to a bucket: far above any

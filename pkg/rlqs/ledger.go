@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -64,14 +65,14 @@ type owner struct{ b, c int }
 // holding whole buckets. The buckets of a call that failed are marked
 // failed and keep their usage for the next round; the first error is
 // returned, with the number of buckets it left failed.
-func (l *ledger) charge(ctx context.Context, bs []*bucket) (failed int, err error) {
+func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
 	for start := 0; start < len(bs); {
 		end, n := start, 0
 		for end < len(bs) && (n == 0 || n+len(bs[end].counters)+1 <= chunkHits) {
 			n += len(bs[end].counters) + 1
 			end++
 		}
-		if cerr := l.chargeChunk(ctx, bs[start:end]); cerr != nil {
+		if cerr := l.chargeChunk(ctx, now, bs[start:end]); cerr != nil {
 			for _, b := range bs[start:end] {
 				b.failed = true
 			}
@@ -87,12 +88,13 @@ func (l *ledger) charge(ctx context.Context, bs []*bucket) (failed int, err erro
 
 // chargeChunk is charge for one store call, then the call charging what
 // is left to the counters that refused a whole usage.
-func (l *ledger) chargeChunk(ctx context.Context, bs []*bucket) error {
+func (l *ledger) chargeChunk(ctx context.Context, now time.Time, bs []*bucket) error {
 	l.hits, l.owners = l.hits[:0], l.owners[:0]
 	for i, b := range bs {
 		for j := range b.counters {
 			c := &b.counters[j]
-			l.hits = append(l.hits, limit.Hit{Key: c.key, Spec: c.spec, Cost: b.pending, Mode: limit.Advisory})
+			cost := inWindow(c, b.pending, b.since, now)
+			l.hits = append(l.hits, limit.Hit{Key: c.key, Spec: c.spec, Cost: cost, Mode: limit.Advisory})
 			l.owners = append(l.owners, owner{i, j})
 		}
 		l.hits = append(l.hits, limit.Hit{Key: b.demandKey, Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory})
@@ -109,12 +111,45 @@ func (l *ledger) chargeChunk(ctx context.Context, bs []*bucket) error {
 			b.fleet = demandCapacity - l.decs[k].Remaining
 			continue
 		}
-		b.counters[o.c].dec = l.decs[k]
+		c := &b.counters[o.c]
+		c.dec, c.end = l.decs[k], now.Add(l.decs[k].ResetAfter)
 	}
 	for _, b := range bs {
 		b.pending, b.failed = 0, false
+		if b.reported {
+			// Envoy's usage is charged up to its report, not up to a
+			// round the timer ran.
+			b.since = now
+		}
 	}
 	return nil
+}
+
+// inWindow returns the part of usage, admitted since since and taken as
+// spread evenly until now, that falls in c's current window: a report
+// that straddles the start of a fixed window charges it only what came
+// after, the rest belonging to a window that is over. Without it, each
+// window would start charged with the end of the one before, and its
+// pace would be too slow. Other algorithms take all of it.
+func inWindow(c *counter, usage int64, since, now time.Time) int64 {
+	if c.spec.Algorithm != limit.FixedWindow || since.IsZero() || usage == 0 || !now.After(since) {
+		return usage
+	}
+	var start time.Time
+	switch {
+	case c.spec.Calendar.IsZero():
+		// Fixed windows start at multiples of their length since the
+		// epoch, on the store's clock, which this one follows closely.
+		w := c.spec.WindowMicros()
+		start = time.UnixMicro(now.UnixMicro() / w * w)
+	case !c.end.IsZero() && !c.end.After(now):
+		// A calendar window: the one the last round saw has ended.
+		start = c.end
+	}
+	if !start.After(since) {
+		return usage
+	}
+	return int64(math.Round(float64(usage) * float64(now.Sub(start)) / float64(now.Sub(since))))
 }
 
 // clipRefused charges each counter that refused a bucket's whole usage

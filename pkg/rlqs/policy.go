@@ -83,12 +83,14 @@ func (s strategy) action() string {
 	return "allow_all"
 }
 
-// counter is one counted limit of a bucket: its counter key, its spec, and
-// what the store said of it in the last round.
+// counter is one counted limit of a bucket: its counter key, its spec,
+// what the store said of it in the last round, and when the window that
+// decision was in ends (fixed windows).
 type counter struct {
 	key  string
 	spec limit.Spec
 	dec  limit.Decision
+	end  time.Time
 }
 
 // share is a stream's part of the fleet's demand for a bucket's counter:

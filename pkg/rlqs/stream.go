@@ -318,7 +318,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 		}
 	}
 	if len(st.charged) > 0 {
-		if failed, err := st.ledger.charge(ctx, st.charged); err != nil {
+		if failed, err := st.ledger.charge(ctx, now, st.charged); err != nil {
 			st.s.storeFailed(err, failed)
 		}
 	}
@@ -370,7 +370,7 @@ func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	if b.assigned {
 		prev = b.sent
 	}
-	s, wake := decide(b.counters, b.own(now, 2*o.ReportInterval-o.ReportInterval/2), b.fleet, o.ReportInterval, prev)
+	s, wake := decide(b.counters, b.own(now, st.s.demand), b.fleet, o.ReportInterval, prev)
 	if wake > 0 {
 		b.wakeAt = now.Add(wake + wakeMargin)
 	}
