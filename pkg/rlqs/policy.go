@@ -46,6 +46,14 @@ const slowFill = 10 * time.Second
 // to 1 or 0: a 10 s interval keeps a tenth of a token per second.
 const fastRate = 1.5
 
+// burstParts is how many parts of a second's tokens a fast token bucket
+// holds at most: a quarter second's. Envoy starts every new token bucket
+// full, and a stream's bucket changes at most reports, so each change
+// admits up to max_tokens over the pace; a quarter second's keeps that
+// small, and still absorbs the jitter of steady traffic, since Envoy
+// refills continuously.
+const burstParts = 4
+
 // strategy is an assignment, comparable: Envoy keeps a token bucket's
 // tokens when it is sent the same one again, and starts a new full bucket
 // otherwise.
@@ -94,14 +102,26 @@ type counter struct {
 }
 
 // share is a stream's part of the fleet's demand for a bucket's counter:
-// (own+1)/(fleet+1), at most 1. The +1 gives a stream whose bucket is idle
-// a trickle rather than nothing, so that its next request passes and its
-// demand is reported, and keeps the share of a lone stream at 1 when the
-// fleet's estimate, which weights its oldest sub-window, falls below the
-// stream's own count.
+// (own+1)/(own+others·lagged+1), at most 1, where others is the fleet's
+// demand less the stream's own. The stream has just reported, so its own
+// demand covers the whole demand window, while the other streams' covers
+// it less their time since their last report: half a report interval on
+// average, a quarter of the window of two; lagged scales theirs back up.
+// Without it, each stream would find itself, right after its report, a
+// larger part of the fleet than it is, and the shares would add up to
+// more than 1. The +1 gives a stream whose bucket is idle a trickle
+// rather than nothing, so that its next request passes and its demand is
+// reported, and keeps the share of a lone stream at 1.
 func share(own, fleet int64) float64 {
-	return min(1, float64(max(own, 0)+1)/float64(max(fleet, 0)+1))
+	own, fleet = max(own, 0), max(fleet, 0)
+	others := float64(max(fleet-own, 0)) * lagged
+	return min(1, float64(own+1)/(float64(own)+others+1))
 }
+
+// lagged is how much more of the fleet's demand the other streams' part
+// of the demand counter stands for: a window of two report intervals
+// holds, on average, one and a half of theirs (share).
+const lagged = 4.0 / 3
 
 // fleetRate returns the rate per second at which the whole fleet may
 // admit under c over the next horizon, or spent with how long until the
@@ -139,6 +159,7 @@ func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy
 	if len(cs) == 0 {
 		return strategy{kind: allowAll}, 0
 	}
+	sh := share(own, fleet)
 	rate, budget := math.Inf(1), math.Inf(1)
 	var wake time.Duration
 	for i := range cs {
@@ -146,6 +167,9 @@ func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy
 		r, spent, until := fleetRate(c, horizon)
 		if spent {
 			return strategy{kind: denyAll}, until
+		}
+		if c.spec.Algorithm == limit.FixedWindow {
+			r *= unseen(sh, horizon, c.dec.ResetAfter)
 		}
 		rate = min(rate, r)
 		if c.spec.Algorithm == limit.FixedWindow {
@@ -155,13 +179,28 @@ func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy
 			}
 		}
 	}
-	sh := share(own, fleet)
 	return tokens(rate*sh, budget*sh, prev), wake
+}
+
+// unseen is the part of a fixed window's remaining count that the fleet
+// has not already admitted unseen: the other streams (1−share of the
+// pace) report, on average, half a report interval after this one, so
+// what they admitted since is not yet charged. Without it, every round
+// paces on a count too high by that much, and the last round of a
+// window, which no later one corrects, overshoots. It is share itself
+// when the window ends within half an interval.
+func unseen(share float64, horizon, left time.Duration) float64 {
+	lag := min(horizon/2, left)
+	if left <= 0 {
+		return share
+	}
+	return 1 - (1-share)*lag.Seconds()/left.Seconds()
 }
 
 // tokens returns the token bucket of rate perSecond, holding at most
 // budget tokens (at least 1): refilling every second from fastRate,
-// every slowFill below, starting full with a second's worth. prev's
+// holding a quarter second's worth (burstParts), every slowFill below,
+// holding a second's worth; Envoy starts it full. prev's
 // tokens_per_fill is kept when the new rate is within rounding of it
 // (0.75 token, or 5 %), so that a steady rate keeps Envoy's bucket and
 // its tokens. A bucket that would differ from prev only by the fill
@@ -177,7 +216,7 @@ func tokens(perSecond, budget float64, prev strategy) strategy {
 		math.Abs(n-float64(prev.perFill)) < max(0.75, 0.05*float64(prev.perFill)) {
 		per = prev.perFill
 	}
-	most := per
+	most := toUint32(math.Ceil(float64(per) / burstParts))
 	if fill != time.Second {
 		most = toUint32(math.Ceil(float64(per) / slowFill.Seconds()))
 	}

@@ -13,7 +13,7 @@ func TestShare(t *testing.T) {
 		own, fleet int64
 		want       float64
 	}{
-		{0, 0, 1}, {10, 10, 1}, {10, 5, 1}, {10, 40, 11.0 / 41}, {0, 99, 0.01},
+		{0, 0, 1}, {10, 10, 1}, {10, 5, 1}, {10, 40, 11.0 / 51}, {0, 99, 1.0 / 133},
 	} {
 		if got := share(c.own, c.fleet); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("share(%d, %d) = %v, want %v", c.own, c.fleet, got, c.want)
@@ -61,13 +61,13 @@ func TestTokens(t *testing.T) {
 		rate, budget float64
 		prev, want   strategy
 	}{
-		{"a fast rate refills every second, a second's worth at once", 9.4, math.Inf(1), strategy{}, tb(9, 9, time.Second)},
-		{"the budget caps the bucket", 9.4, 3.7, strategy{}, tb(9, 3, time.Second)},
+		{"a fast rate refills every second, a quarter second's worth at once", 9.4, math.Inf(1), strategy{}, tb(9, 3, time.Second)},
+		{"the budget caps the bucket", 9.4, 1.7, strategy{}, tb(9, 1, time.Second)},
 		{"a slow rate refills every 10 s", 0.34, math.Inf(1), strategy{}, tb(3, 1, slowFill)},
 		{"a trickle at the least", 0.001, math.Inf(1), strategy{}, tb(1, 1, slowFill)},
-		{"within rounding of the one in force: kept", 9.6, math.Inf(1), tb(9, 9, time.Second), tb(9, 9, time.Second)},
-		{"past rounding: changed", 9.8, math.Inf(1), tb(9, 9, time.Second), tb(10, 10, time.Second)},
-		{"5 % of a large rate: kept", 1040, math.Inf(1), tb(1000, 1000, time.Second), tb(1000, 1000, time.Second)},
+		{"within rounding of the one in force: kept", 9.6, math.Inf(1), tb(9, 3, time.Second), tb(9, 3, time.Second)},
+		{"past rounding: changed", 9.8, math.Inf(1), tb(9, 3, time.Second), tb(10, 3, time.Second)},
+		{"5 % of a large rate: kept", 1040, math.Inf(1), tb(1000, 250, time.Second), tb(1000, 250, time.Second)},
 		{"only the fill interval would change: one more token, for Envoy 1.40 to see it",
 			2, 1, tb(2, 1, slowFill), tb(2, 2, time.Second)},
 	} {

@@ -2,6 +2,8 @@ package rlqs
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -69,7 +71,7 @@ func TestAssignmentSharesTheRLSCounter(t *testing.T) {
 	q := h.open(t, "envoy-1")
 	q.report("quota", use{bucket: tenant("acme"), allowed: 60})
 	got := answers(q.next(wait))
-	want := []answer{{bucket: tenant("acme"), what: "tb 9/1s max 9", ttl: DefaultAssignmentTTL}}
+	want := []answer{{bucket: tenant("acme"), what: "tb 9/1s max 3", ttl: DefaultAssignmentTTL}}
 	if !sameAnswers(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -144,14 +146,16 @@ func TestFleetShare(t *testing.T) {
 	q1.next(wait)
 	q2.report("quota", use{bucket: tenant("acme"), denied: 10})
 	// 600 left over 60 s, 10 a second for the fleet: envoy-2 asks for 10
-	// of the 40 the fleet asked for, (10+1)/(40+1) of 10 a second.
-	if got, want := answers(q2.next(wait)), []answer{{bucket: tenant("acme"), what: "tb 3/1s max 3", ttl: DefaultAssignmentTTL}}; !sameAnswers(got, want) {
+	// of the 40 the fleet asked for, (10+1)/(10+30·4/3+1) of 10 a second,
+	// less what the others admitted unseen: 2.1.
+	if got, want := answers(q2.next(wait)), []answer{{bucket: tenant("acme"), what: "tb 2/1s max 1", ttl: DefaultAssignmentTTL}}; !sameAnswers(got, want) {
 		t.Fatalf("envoy-2: got %+v, want %+v", got, want)
 	}
 	h1.clock.Add(5 * time.Second)
 	q1.report("quota", use{bucket: tenant("acme"), allowed: 50, denied: 0})
-	// 550 left over 55 s; envoy-1 asked for 80 of the fleet's 90: 10 × 81/91.
-	if got, want := answers(q1.next(wait)), []answer{{bucket: tenant("acme"), what: "tb 9/1s max 9", ttl: DefaultAssignmentTTL}}; !sameAnswers(got, want) {
+	// 550 left over 55 s; envoy-1 asked for 80 of the fleet's 90:
+	// 10 × 81/(80+10·4/3+1), 8.6.
+	if got, want := answers(q1.next(wait)), []answer{{bucket: tenant("acme"), what: "tb 9/1s max 3", ttl: DefaultAssignmentTTL}}; !sameAnswers(got, want) {
 		t.Fatalf("envoy-1: got %+v, want %+v", got, want)
 	}
 }
@@ -175,7 +179,7 @@ func TestSpentWindow(t *testing.T) {
 	// The window ends 1 s later: the timer, not a report, brings a fresh
 	// assignment for the new window.
 	h.clock.Add(2 * time.Second)
-	if got := answers(q.next(wait)); len(got) != 1 || got[0].what != "tb 10/1s max 10" {
+	if got := answers(q.next(wait)); len(got) != 1 || got[0].what != "tb 10/1s max 3" {
 		t.Fatalf("after the window ended: %+v, want the new window's 10 a second", got)
 	}
 }
@@ -302,6 +306,41 @@ descriptors:
 	}
 }
 
+// TestStoreFailureKeepsAssignment: a bucket with an assignment in force
+// keeps it through a failed store call, rather than getting its failure
+// mode's for a whole report interval; a new bucket in the same call gets
+// its failure mode's. A Memory with room for two counters (the first
+// bucket's and its demand's) fails the call that needs more.
+func TestStoreFailureKeepsAssignment(t *testing.T) {
+	set := parseRules(t, `
+domain: quota
+descriptors:
+  - key: open
+    rate_limit: {unit: minute, requests_per_unit: 600}
+  - key: closed
+    failure_mode: deny
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	c := &clock{t: epoch}
+	h := serve(t, set, limit.NewMemory(limit.MemoryOptions{MaxEntries: 2, Now: c.Now}), Options{Now: c.Now})
+	q := h.open(t, "envoy-1")
+	q.report("quota", use{bucket: map[string]string{"open": "x"}, allowed: 60})
+	if got := answers(q.next(wait)); len(got) != 1 || !strings.HasPrefix(got[0].what, "tb ") {
+		t.Fatalf("first round: %+v, want a token bucket", got)
+	}
+	c.Add(DefaultReportInterval)
+	q.report("quota",
+		use{bucket: map[string]string{"open": "x"}, allowed: 100},
+		use{bucket: map[string]string{"closed": "x"}, allowed: 1})
+	want := []answer{{bucket: map[string]string{"closed": "x"}, what: "deny", ttl: DefaultAssignmentTTL}}
+	if got := answers(q.next(wait)); !sameAnswers(got, want) {
+		t.Fatalf("a failed round: got %+v, want %+v (the open bucket keeps its token bucket)", got, want)
+	}
+	if n := h.metric(t, "store_errors"); n < 1 {
+		t.Fatalf("floodgate_rlqs_store_errors_total %v, want at least 1", n)
+	}
+}
+
 // TestSilentStreamClosed: a stream that never reports is closed after
 // IdleTimeout, freeing its place among MaxStreams.
 func TestSilentStreamClosed(t *testing.T) {
@@ -382,5 +421,67 @@ func TestRefresh(t *testing.T) {
 	q.report("quota", use{bucket: tenant("free"), allowed: 1})
 	if got := answers(q.next(wait)); !slices.ContainsFunc(got, func(a answer) bool { return a.bucket["tenant"] == "free" && a.what == "allow" }) {
 		t.Fatalf("at +6 s: %+v, want free's refresh", got)
+	}
+}
+
+// TestThousandsOfBuckets: streams opening thousands of buckets hold at
+// most MaxBuckets of them, whatever they send; each bucket held costs a
+// bounded amount of memory (measured and logged), every bucket held gets
+// its assignment in responses of at most maxActions, and the rest are
+// refused and counted. The heap measured holds the in-memory store's
+// counters too (two per bucket).
+func TestThousandsOfBuckets(t *testing.T) {
+	const (
+		perStream = 3000
+		streams   = 3
+		bound     = 5000
+	)
+	set := parseRules(t, tenantRules)
+	h := serve(t, set, nil, Options{MaxBuckets: bound})
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	held := 0
+	for s := range streams {
+		q := h.open(t, "envoy-"+itoa(int64(s)))
+		uses := make([]use, perStream)
+		for i := range uses {
+			// 16-byte values, as a hash or an API key would be.
+			uses[i] = use{bucket: tenant(fmt.Sprintf("s%d-%013d", s, i)), allowed: 1}
+		}
+		q.report("quota", uses...)
+		want := min(perStream, bound-held)
+		for got := 0; got < want; {
+			r := q.next(wait)
+			if n := len(r.GetBucketAction()); n == 0 || n > maxActions {
+				t.Fatalf("a response of %d actions, want 1 to %d", n, maxActions)
+			} else {
+				got += n
+			}
+		}
+		held += want
+	}
+	// The last stream's buckets are all refused: no response to wait for.
+	refused := float64(streams*perStream - bound)
+	for deadline := time.Now().Add(wait); h.metric(t, "refused", RefusedBuckets) < refused && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	grown := int64(heap()) - int64(before)
+	perBucket := grown / int64(held)
+	t.Logf("%d buckets held over %d streams (bound %d): heap grew %d KiB, %d bytes per bucket", held, streams, bound, grown>>10, perBucket)
+	if n := h.metric(t, "buckets"); n != bound {
+		t.Errorf("floodgate_rlqs_buckets %v, want the bound %d", n, bound)
+	}
+	if n := h.metric(t, "refused", RefusedBuckets); n != refused {
+		t.Errorf("refused too_many_buckets %v, want %v", n, refused)
+	}
+	// Far above the few hundred bytes a bucket takes, far below what an
+	// unbounded map of reports would.
+	if perBucket > 4<<10 {
+		t.Errorf("%d bytes of heap per bucket held, want at most 4 KiB", perBucket)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -331,6 +332,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 			continue
 		}
 		b.sent, b.sentAt, b.assigned = next, now, true
+		st.logAssignment(b, next, now)
 		st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
 			BucketId: bucketMap(b.entries),
 			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
@@ -350,10 +352,17 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 
 // decide returns b's assignment after a round, and false when there is
 // none to send: the store failed and the rule's failure mode is
-// unavailable, so that Envoy's assignment runs out.
+// unavailable, so that Envoy's assignment runs out, or the store failed
+// and the assignment in force stands. A store failure keeps the
+// assignment in force, unsent, while it has more than a report
+// interval to live, so that one slow store call does not open (or close)
+// a bucket for a whole report interval; the failure mode decides after
+// that.
 func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	b.wakeAt = time.Time{}
 	switch {
+	case b.failed && b.assigned && now.Sub(b.sentAt) < st.s.opts.AssignmentTTL-st.s.opts.ReportInterval:
+		return b.sent, false
 	case b.failed:
 		switch b.failure {
 		case rules.FailureDeny:
@@ -388,4 +397,22 @@ func (st *stream) send() error {
 	}
 	clear(st.actions)
 	return nil
+}
+
+// logAssignment logs an assignment sent, at debug level, with what
+// decided it: the stream's demand and the fleet's, and what its first
+// counter had left.
+func (st *stream) logAssignment(b *bucket, s strategy, now time.Time) {
+	l := st.s.opts.Logger
+	if !l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	var remaining int64
+	var resetAfter time.Duration
+	if len(b.counters) > 0 {
+		remaining, resetAfter = b.counters[0].dec.Remaining, b.counters[0].dec.ResetAfter
+	}
+	l.Debug("rlqs: assignment", "stream", st.id, "client", st.client, "bucket", b.key, "action", s.action(),
+		"tokens_per_fill", s.perFill, "max_tokens", s.maxTokens, "fill_interval", s.fill,
+		"own_demand", b.own(now, st.s.demand), "fleet_demand", b.fleet, "remaining", remaining, "reset_after", resetAfter)
 }
