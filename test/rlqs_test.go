@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,12 +94,12 @@ func mustReplace(t *testing.T, s, old, new string) string {
 // when each request was sent): admitted (200) and denied (429); anything
 // else is an error.
 type tally struct {
-	mu       sync.Mutex
-	ok, deny map[int64]int
-	errs     []string
+	mu            sync.Mutex
+	ok, deny, bad map[int64]int
+	errs          []string
 }
 
-func newTally() *tally { return &tally{ok: map[int64]int{}, deny: map[int64]int{}} }
+func newTally() *tally { return &tally{ok: map[int64]int{}, deny: map[int64]int{}, bad: map[int64]int{}} }
 
 func (c *tally) add(at time.Time, code int, err error) {
 	c.mu.Lock()
@@ -106,12 +107,14 @@ func (c *tally) add(at time.Time, code int, err error) {
 	s := at.Unix()
 	switch {
 	case err != nil:
+		c.bad[s]++
 		c.errs = append(c.errs, err.Error())
 	case code == http.StatusOK:
 		c.ok[s]++
 	case code == http.StatusTooManyRequests:
 		c.deny[s]++
 	default:
+		c.bad[s]++
 		c.errs = append(c.errs, fmt.Sprintf("status %d", code))
 	}
 }
@@ -414,9 +417,12 @@ func waitPhase(t *testing.T, l *quotaLoad, name string, timeout time.Duration, i
 		if in(ok, deny) {
 			return s
 		}
-		seen = append(seen, fmt.Sprintf("%d/%d", ok, deny))
+		l.c.mu.Lock()
+		seen = append(seen, fmt.Sprintf("%d/%d/%d", ok, deny, l.c.bad[s.Unix()]))
+		errs := slices.Clone(l.c.errs)
+		l.c.mu.Unlock()
 		if time.Now().After(deadline) {
-			t.Fatalf("no second of %s within %v; admitted/denied per second: %v", name, timeout, seen)
+			t.Fatalf("no second of %s within %v; admitted/denied/failed per second: %v; %d failed, the last: %q", name, timeout, seen, len(errs), errs[max(len(errs)-3, 0):])
 		}
 		s = s.Add(time.Second)
 	}

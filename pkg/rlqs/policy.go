@@ -102,26 +102,17 @@ type counter struct {
 }
 
 // share is a stream's part of the fleet's demand for a bucket's counter:
-// (own+1)/(own+others·lagged+1), at most 1, where others is the fleet's
-// demand less the stream's own. The stream has just reported, so its own
-// demand covers the whole demand window, while the other streams' covers
-// it less their time since their last report: half a report interval on
-// average, a quarter of the window of two; lagged scales theirs back up.
-// Without it, each stream would find itself, right after its report, a
-// larger part of the fleet than it is, and the shares would add up to
-// more than 1. The +1 gives a stream whose bucket is idle a trickle
-// rather than nothing, so that its next request passes and its demand is
-// reported, and keeps the share of a lone stream at 1.
+// (own+1)/(fleet+1), at most 1. The +1 gives a stream whose bucket is idle
+// a trickle rather than nothing, so that its next request passes and its
+// demand is reported, and keeps the share of a lone stream at 1 when the
+// fleet's estimate, which weights its oldest sub-window, falls below the
+// stream's own count. (Scaling the other streams' part for their lag
+// behind this stream's report was tried: the shares of two Envoys came
+// closer to their demand by a few points, but together they admitted 10
+// to 18 % under the limit per window, against 5 % without.)
 func share(own, fleet int64) float64 {
-	own, fleet = max(own, 0), max(fleet, 0)
-	others := float64(max(fleet-own, 0)) * lagged
-	return min(1, float64(own+1)/(float64(own)+others+1))
+	return min(1, float64(max(own, 0)+1)/float64(max(fleet, 0)+1))
 }
-
-// lagged is how much more of the fleet's demand the other streams' part
-// of the demand counter stands for: a window of two report intervals
-// holds, on average, one and a half of theirs (share).
-const lagged = 4.0 / 3
 
 // fleetRate returns the rate per second at which the whole fleet may
 // admit under c over the next horizon, or spent with how long until the

@@ -13,7 +13,7 @@ func TestShare(t *testing.T) {
 		own, fleet int64
 		want       float64
 	}{
-		{0, 0, 1}, {10, 10, 1}, {10, 5, 1}, {10, 40, 11.0 / 51}, {0, 99, 1.0 / 133},
+		{0, 0, 1}, {10, 10, 1}, {10, 5, 1}, {10, 40, 11.0 / 41}, {0, 99, 0.01},
 	} {
 		if got := share(c.own, c.fleet); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("share(%d, %d) = %v, want %v", c.own, c.fleet, got, c.want)

@@ -146,15 +146,15 @@ func TestFleetShare(t *testing.T) {
 	q1.next(wait)
 	q2.report("quota", use{bucket: tenant("acme"), denied: 10})
 	// 600 left over 60 s, 10 a second for the fleet: envoy-2 asks for 10
-	// of the 40 the fleet asked for, (10+1)/(10+30·4/3+1) of 10 a second,
-	// less what the others admitted unseen: 2.1.
-	if got, want := answers(q2.next(wait)), []answer{{bucket: tenant("acme"), what: "tb 2/1s max 1", ttl: DefaultAssignmentTTL}}; !sameAnswers(got, want) {
+	// of the 40 the fleet asked for, (10+1)/(40+1) of 10 a second, less
+	// what the others admitted unseen: 2.6.
+	if got, want := answers(q2.next(wait)), []answer{{bucket: tenant("acme"), what: "tb 3/1s max 1", ttl: DefaultAssignmentTTL}}; !sameAnswers(got, want) {
 		t.Fatalf("envoy-2: got %+v, want %+v", got, want)
 	}
 	h1.clock.Add(5 * time.Second)
 	q1.report("quota", use{bucket: tenant("acme"), allowed: 50, denied: 0})
 	// 550 left over 55 s; envoy-1 asked for 80 of the fleet's 90:
-	// 10 × 81/(80+10·4/3+1), 8.6.
+	// 10 × 81/91, 8.9.
 	if got, want := answers(q1.next(wait)), []answer{{bucket: tenant("acme"), what: "tb 9/1s max 3", ttl: DefaultAssignmentTTL}}; !sameAnswers(got, want) {
 		t.Fatalf("envoy-1: got %+v, want %+v", got, want)
 	}
@@ -308,33 +308,46 @@ descriptors:
 
 // TestStoreFailureKeepsAssignment: a bucket with an assignment in force
 // keeps it through a failed store call, rather than getting its failure
-// mode's for a whole report interval; a new bucket in the same call gets
-// its failure mode's. A Memory with room for two counters (the first
+// mode's for a whole report interval, until the window it was paced for
+// ends; a new bucket in the same call gets its failure mode's. A Memory with room for two counters (the first
 // bucket's and its demand's) fails the call that needs more.
 func TestStoreFailureKeepsAssignment(t *testing.T) {
 	set := parseRules(t, `
 domain: quota
 descriptors:
   - key: open
-    rate_limit: {unit: minute, requests_per_unit: 600}
+    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 100}
   - key: closed
     failure_mode: deny
     rate_limit: {unit: minute, requests_per_unit: 10}
 `)
-	c := &clock{t: epoch}
+	// 6 s into a 10 s window.
+	c := &clock{t: epoch.Add(6 * time.Second)}
 	h := serve(t, set, limit.NewMemory(limit.MemoryOptions{MaxEntries: 2, Now: c.Now}), Options{Now: c.Now})
 	q := h.open(t, "envoy-1")
-	q.report("quota", use{bucket: map[string]string{"open": "x"}, allowed: 60})
+	q.report("quota", use{bucket: map[string]string{"open": "x"}, allowed: 20})
 	if got := answers(q.next(wait)); len(got) != 1 || !strings.HasPrefix(got[0].what, "tb ") {
 		t.Fatalf("first round: %+v, want a token bucket", got)
 	}
-	c.Add(DefaultReportInterval)
+	c.Add(2 * time.Second)
 	q.report("quota",
 		use{bucket: map[string]string{"open": "x"}, allowed: 100},
 		use{bucket: map[string]string{"closed": "x"}, allowed: 1})
 	want := []answer{{bucket: map[string]string{"closed": "x"}, what: "deny", ttl: DefaultAssignmentTTL}}
 	if got := answers(q.next(wait)); !sameAnswers(got, want) {
 		t.Fatalf("a failed round: got %+v, want %+v (the open bucket keeps its token bucket)", got, want)
+	}
+	// Once the window the token bucket was paced for has ended, a failed
+	// round gives the failure mode's assignment: the pace of a window's
+	// last seconds must not outlive it.
+	c.Add(4 * time.Second)
+	q.report("quota",
+		use{bucket: map[string]string{"open": "x"}, allowed: 1},
+		use{bucket: map[string]string{"closed": "x"}, allowed: 1})
+	// (The closed bucket's deny-all, sent 4 s ago, is not sent again.)
+	want = []answer{{bucket: map[string]string{"open": "x"}, what: "allow", ttl: DefaultAssignmentTTL}}
+	if got := answers(q.next(wait)); !sameAnswers(got, want) {
+		t.Fatalf("a failed round after the window ended: got %+v, want %+v", got, want)
 	}
 	if n := h.metric(t, "store_errors"); n < 1 {
 		t.Fatalf("floodgate_rlqs_store_errors_total %v, want at least 1", n)

@@ -359,10 +359,12 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 // a bucket for a whole report interval; the failure mode decides after
 // that.
 func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
+	o := &st.s.opts
+	if b.failed && b.assigned && now.Sub(b.sentAt) < o.AssignmentTTL-o.ReportInterval && (b.wakeAt.IsZero() || now.Before(b.wakeAt)) {
+		return b.sent, false
+	}
 	b.wakeAt = time.Time{}
 	switch {
-	case b.failed && b.assigned && now.Sub(b.sentAt) < st.s.opts.AssignmentTTL-st.s.opts.ReportInterval:
-		return b.sent, false
 	case b.failed:
 		switch b.failure {
 		case rules.FailureDeny:
@@ -374,7 +376,6 @@ func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	case len(b.counters) == 0 || b.shadow || st.s.opts.ShadowMode:
 		return strategy{kind: allowAll}, true
 	}
-	o := &st.s.opts
 	prev := strategy{}
 	if b.assigned {
 		prev = b.sent
