@@ -99,7 +99,9 @@ type tally struct {
 	errs          []string
 }
 
-func newTally() *tally { return &tally{ok: map[int64]int{}, deny: map[int64]int{}, bad: map[int64]int{}} }
+func newTally() *tally {
+	return &tally{ok: map[int64]int{}, deny: map[int64]int{}, bad: map[int64]int{}}
+}
 
 func (c *tally) add(at time.Time, code int, err error) {
 	c.mu.Lock()

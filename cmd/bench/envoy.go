@@ -43,7 +43,7 @@ const (
 	// quotaFilter is RLQS's filter: Envoy decides locally from floodgate's
 	// assignments, and reports every 5 s.
 	quotaFilter = "envoy.filters.http.rate_limit_quota"
-	hcmFilter        = "envoy.filters.network.http_connection_manager"
+	hcmFilter   = "envoy.filters.network.http_connection_manager"
 	// backendCluster and floodgateCluster are the clusters pointed at the
 	// bench's backend and at the floodgate it starts.
 	backendCluster   = "backend"

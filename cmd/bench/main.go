@@ -96,7 +96,7 @@ type options struct {
 	// envoyHeader, when set, is a request header carrying the client
 	// address too (x-api-key for examples/envoy-rlqs.yaml's buckets).
 	envoyHeader string
-	rounds           int
+	rounds      int
 }
 
 // envoyRate is the arrival rate of the -envoy mode: -rate, or
