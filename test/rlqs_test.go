@@ -51,7 +51,11 @@ func startRLQS(t *testing.T, storeArgs []string, extra ...string) (*proc, option
 	t.Helper()
 	dir := t.TempDir()
 	writeRules(t, dir, map[string]string{"demo.yaml": rlqsRules})
-	o := options{args: append(append([]string{"-config", dir, "-log-level", "debug"}, storeArgs...), extra...)}
+	// Reports are off the request path: a deadline long enough that a
+	// busy machine does not turn rounds into the failure mode's
+	// assignments, which this test does not measure (TestStoreFailure*
+	// in pkg/rlqs does).
+	o := options{args: append(append([]string{"-config", dir, "-log-level", "debug", "-redis-deadline", "1s"}, storeArgs...), extra...)}
 	return start(t, o), o
 }
 
@@ -205,11 +209,11 @@ func windowStray(from, to time.Time, loads ...*quotaLoad) (admitted []int, worst
 func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
 
 // maxStray is the most a window's admitted count may stray from the limit
-// once the first report is in: floodgate learns what Envoy admitted a
-// report interval late, so a window's pace may be off by what one
-// interval of the previous pace admits, about half a window's worth here.
-// 40 % of the limit; the figures measured are logged.
-const maxStray = rlqsLimit * 4 / 10
+// once the first report is in: 30 % of the limit. floodgate learns what
+// Envoy admitted a report interval late, half a window here; the runs
+// docs/rlqs.md records strayed by up to 11 %, and the figures measured
+// are logged.
+const maxStray = rlqsLimit * 3 / 10
 
 // TestRLQSOneEnvoy: one Envoy under steady load three times the limit,
 // over several windows: each window admits about the limit (within
@@ -332,9 +336,6 @@ func TestRLQSTwoEnvoys(t *testing.T) {
 		t.Errorf("A's share settled above 0.6 only %v after the change: %s", time.Duration(followed)*rlqsReport, shares(newSplit))
 	default:
 		t.Logf("the split followed within %v (report intervals of %v)", time.Duration(followed+1)*rlqsReport, rlqsReport)
-	}
-	if os.Getenv("RLQS_LOG") != "" {
-		os.WriteFile(os.Getenv("RLQS_LOG"), []byte(p.logs.String()), 0o644)
 	}
 	if v := p.metricSum("floodgate_rlqs_streams"); v != 2 {
 		t.Errorf("floodgate_rlqs_streams %v, want 2", v)
