@@ -132,7 +132,9 @@ type demoProc struct {
 	cmd  *exec.Cmd
 	out  *testlog.Buffer
 	pids []int // of the processes it started, as it printed them
-	done chan error
+	// exited is closed once the demo has exited, with waitErr set.
+	exited  chan struct{}
+	waitErr error
 	// stopped is set once interrupt ran.
 	stopped bool
 }
@@ -148,7 +150,7 @@ func startDemo(t *testing.T, dir, envoy string, args []string) *demoProc {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/floodgate/floodgate/internal/demo").CombinedOutput(); err != nil {
 		t.Fatalf("building the demo: %v\n%s", err, out)
 	}
-	d := &demoProc{out: &testlog.Buffer{}, done: make(chan error, 1)}
+	d := &demoProc{out: &testlog.Buffer{}, exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, append(args, "-floodgate", floodgateBinary(t))...)
 	d.cmd.Dir = dir
 	d.cmd.Env = append(os.Environ(), "ENVOY_BIN="+envoy)
@@ -174,18 +176,23 @@ func startDemo(t *testing.T, dir, envoy string, args []string) *demoProc {
 			}
 		}
 		io.Copy(io.Discard, stdout)
-		d.done <- d.cmd.Wait()
+		d.waitErr = d.cmd.Wait()
+		close(d.exited)
 	}()
 	t.Cleanup(func() {
-		if !d.stopped {
-			d.interrupt(t)
+		select {
+		case <-d.exited:
+		default:
+			if !d.stopped {
+				d.interrupt(t)
+			}
 		}
 	})
 	select {
 	case <-ready:
 		return d
-	case err := <-d.done:
-		t.Fatalf("the demo exited before it was ready: %v\n%s", err, d.out)
+	case <-d.exited:
+		t.Fatalf("the demo exited before it was ready: %v\n%s", d.waitErr, d.out)
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("the demo was not ready within 3 minutes:\n%s", d.out)
 	}
@@ -200,9 +207,9 @@ func (d *demoProc) interrupt(t *testing.T) {
 	d.stopped = true
 	d.cmd.Process.Signal(os.Interrupt)
 	select {
-	case err := <-d.done:
-		if err != nil {
-			t.Errorf("the demo exited with %v after SIGINT:\n%s", err, d.out)
+	case <-d.exited:
+		if d.waitErr != nil {
+			t.Errorf("the demo exited with %v after SIGINT:\n%s", d.waitErr, d.out)
 		}
 	case <-time.After(90 * time.Second):
 		d.cmd.Process.Kill()

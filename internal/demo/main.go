@@ -119,11 +119,17 @@ func startAll(ctx context.Context, g *group, a addrs, bin, envoy, dir string) er
 	if err := waitFor(ctx, fg, func() error { return httpOK("http://" + a.HTTP + "/healthcheck") }); err != nil {
 		return err
 	}
-	for _, e := range []struct{ name, file, listener, admin string }{
-		{"envoy", "examples/envoy.yaml", a.Envoy, a.EnvoyAdmin},
-		{"envoy-tcp", "examples/envoy-tcp.yaml", a.EnvoyTCP, a.EnvoyTCPAdmin},
+	// The files' own listen and admin addresses, and the compose file's
+	// names of floodgate and the backend, moved to the demo's addresses.
+	for _, e := range []struct {
+		name, file string
+		to         map[string]string
+	}{
+		{"envoy", "examples/envoy.yaml", map[string]string{"0.0.0.0:10000": a.Envoy, "0.0.0.0:9901": a.EnvoyAdmin}},
+		{"envoy-tcp", "examples/envoy-tcp.yaml", map[string]string{"0.0.0.0:10001": a.EnvoyTCP, "0.0.0.0:9902": a.EnvoyTCPAdmin}},
 	} {
-		if err := startEnvoy(ctx, g, envoy, dir, e.name, e.file, e.listener, e.admin, a); err != nil {
+		e.to["backend:80"], e.to["floodgate:8081"] = a.Backend, a.GRPC
+		if err := startEnvoy(ctx, g, envoy, dir, e.name, e.file, e.to, a.GRPC); err != nil {
 			return err
 		}
 	}
@@ -131,20 +137,15 @@ func startAll(ctx context.Context, g *group, a addrs, bin, envoy, dir string) er
 }
 
 // startEnvoy runs one of the examples' Envoy configurations with its
-// addresses moved to the demo's, and waits until it is ready and sees
-// floodgate healthy, so that the first request is decided by floodgate.
-func startEnvoy(ctx context.Context, g *group, bin, dir, name, file, listener, admin string, a addrs) error {
+// addresses moved as to says, and waits until it is ready and sees
+// floodgate at grpc healthy, so that the first request is decided by
+// floodgate.
+func startEnvoy(ctx context.Context, g *group, bin, dir, name, file string, to map[string]string, grpc string) error {
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		return err
 	}
-	// The compose file's addresses, as the configurations name them.
-	conf, err := rewriteAddresses(raw, map[string]string{
-		"0.0.0.0:" + port(listener): listener,
-		"0.0.0.0:" + port(admin):    admin,
-		"backend:80":                a.Backend,
-		"floodgate:8081":            a.GRPC,
-	})
+	conf, admin, err := rewriteAddresses(raw, to)
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
@@ -159,7 +160,7 @@ func startEnvoy(ctx context.Context, g *group, bin, dir, name, file, listener, a
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, p, func() error { return floodgateHealthy(admin, a.GRPC) })
+	return waitFor(ctx, p, func() error { return floodgateHealthy(admin, grpc) })
 }
 
 // printAddrs tells where each part listens; "ready" ends the list.

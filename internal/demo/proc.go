@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -127,42 +128,63 @@ func tail(path string) string {
 
 // rewriteAddresses replaces every socket_address of an Envoy bootstrap
 // (listeners, admin, cluster endpoints) by the address its host:port maps
-// to. An address the map lacks is an error: the demo knows them all.
-func rewriteAddresses(bootstrap []byte, to map[string]string) ([]byte, error) {
-	var root any
+// to, and returns the admin's new address. An address the map lacks is an
+// error: the demo knows them all.
+func rewriteAddresses(bootstrap []byte, to map[string]string) ([]byte, string, error) {
+	var root map[string]any
 	if err := yaml.Unmarshal(bootstrap, &root); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	var walk func(v any) error
-	walk = func(v any) error {
-		switch x := v.(type) {
-		case map[string]any:
-			if sa, ok := x["socket_address"].(map[string]any); ok {
-				from := net.JoinHostPort(fmt.Sprint(sa["address"]), fmt.Sprint(sa["port_value"]))
-				addr, ok := to[from]
-				if !ok {
-					return fmt.Errorf("socket_address %s: not an address of the demo", from)
-				}
-				sa["address"], sa["port_value"] = host(addr), port(addr)
+	if err := moveAddresses(root, to); err != nil {
+		return nil, "", err
+	}
+	admin, _ := root["admin"].(map[string]any)
+	sa, _ := dig(admin, "address", "socket_address").(map[string]any)
+	if sa == nil {
+		return nil, "", errors.New("no admin address")
+	}
+	out, err := yaml.Marshal(root)
+	return out, net.JoinHostPort(fmt.Sprint(sa["address"]), fmt.Sprint(sa["port_value"])), err
+}
+
+// moveAddresses rewrites the socket_address maps found anywhere under v.
+func moveAddresses(v any, to map[string]string) error {
+	switch x := v.(type) {
+	case map[string]any:
+		if sa, ok := x["socket_address"].(map[string]any); ok {
+			from := net.JoinHostPort(fmt.Sprint(sa["address"]), fmt.Sprint(sa["port_value"]))
+			addr, ok := to[from]
+			if !ok {
+				return fmt.Errorf("socket_address %s: not an address of the demo", from)
 			}
-			for _, e := range x {
-				if err := walk(e); err != nil {
-					return err
-				}
+			p, err := strconv.Atoi(port(addr))
+			if err != nil {
+				return fmt.Errorf("%s: port: %w", addr, err)
 			}
-		case []any:
-			for _, e := range x {
-				if err := walk(e); err != nil {
-					return err
-				}
+			sa["address"], sa["port_value"] = host(addr), p
+		}
+		for _, e := range x {
+			if err := moveAddresses(e, to); err != nil {
+				return err
 			}
 		}
-		return nil
+	case []any:
+		for _, e := range x {
+			if err := moveAddresses(e, to); err != nil {
+				return err
+			}
+		}
 	}
-	if err := walk(root); err != nil {
-		return nil, err
+	return nil
+}
+
+// dig walks nested maps by key.
+func dig(v any, keys ...string) any {
+	for _, k := range keys {
+		m, _ := v.(map[string]any)
+		v = m[k]
 	}
-	return yaml.Marshal(root)
+	return v
 }
 
 func host(addr string) string { h, _, _ := net.SplitHostPort(addr); return h }
