@@ -119,21 +119,32 @@ func startAll(ctx context.Context, g *group, a addrs, bin, envoy, dir string) er
 	if err := waitFor(ctx, fg, func() error { return httpOK("http://" + a.HTTP + "/healthcheck") }); err != nil {
 		return err
 	}
-	// The files' own listen and admin addresses, and the compose file's
-	// names of floodgate and the backend, moved to the demo's addresses.
-	for _, e := range []struct {
-		name, file string
-		to         map[string]string
-	}{
-		{"envoy", "examples/envoy.yaml", map[string]string{"0.0.0.0:10000": a.Envoy, "0.0.0.0:9901": a.EnvoyAdmin}},
-		{"envoy-tcp", "examples/envoy-tcp.yaml", map[string]string{"0.0.0.0:10001": a.EnvoyTCP, "0.0.0.0:9902": a.EnvoyTCPAdmin}},
-	} {
-		e.to["backend:80"], e.to["floodgate:8081"] = a.Backend, a.GRPC
+	for _, e := range envoyAddresses(a) {
 		if err := startEnvoy(ctx, g, envoy, dir, e.name, e.file, e.to, a.GRPC); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// envoyConf is one of the examples' Envoy files and where its addresses
+// move.
+type envoyConf struct {
+	name, file string
+	to         map[string]string // host:port as written in file -> the demo's
+}
+
+// envoyAddresses maps the files' own listen and admin addresses, and the
+// compose file's names of floodgate and the backend, to the demo's.
+func envoyAddresses(a addrs) []envoyConf {
+	confs := []envoyConf{
+		{"envoy", "examples/envoy.yaml", map[string]string{"0.0.0.0:10000": a.Envoy, "0.0.0.0:9901": a.EnvoyAdmin}},
+		{"envoy-tcp", "examples/envoy-tcp.yaml", map[string]string{"0.0.0.0:10001": a.EnvoyTCP, "0.0.0.0:9902": a.EnvoyTCPAdmin}},
+	}
+	for _, c := range confs {
+		c.to["backend:80"], c.to["floodgate:8081"] = a.Backend, a.GRPC
+	}
+	return confs
 }
 
 // startEnvoy runs one of the examples' Envoy configurations with its
