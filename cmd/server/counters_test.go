@@ -23,18 +23,22 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 4}
 `
 
+// countersServing finds the HTTP and debug listeners in the server's log.
+var countersServing = regexp.MustCompile(`msg=serving .*http=(\S+) debug=(\S+)`)
+
 // countersServer runs the server with countersRules and env, its debug
-// listener on a free port given by DEBUG_PORT (so that the command finds
-// it by the same environment), until the test ends. It returns the
-// environment, the HTTP listener's address and the server's logs.
+// listener on a port the system picks (DEBUG_PORT=0, so that no other
+// process can take it first), until the test ends. It returns the
+// environment of the command, which gives that port as DEBUG_PORT (so
+// that the command finds the listener as it would the server's), the
+// HTTP listener's address and the server's logs.
 func countersServer(t *testing.T, env ...string) (lookupFunc, string, *testlog.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "t.yaml"), []byte(countersRules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, port, _ := net.SplitHostPort(deadAddr(t))
-	lookup := envOf(append([]string{"FLOODGATE_CONFIG", dir, "DEBUG_PORT", port}, env...)...)
+	lookup := envOf(append([]string{"FLOODGATE_CONFIG", dir, "DEBUG_PORT", "0"}, env...)...)
 	logs := &testlog.Buffer{}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
@@ -43,10 +47,14 @@ func countersServer(t *testing.T, env ...string) (lookupFunc, string, *testlog.B
 	}()
 	t.Cleanup(func() { stop(); <-done })
 	var m []string
-	if !waitFor(20*time.Second, func() bool { m = servingHTTP.FindStringSubmatch(logs.String()); return m != nil }) {
+	if !waitFor(20*time.Second, func() bool { m = countersServing.FindStringSubmatch(logs.String()); return m != nil }) {
 		t.Fatalf("not serving:\n%s", logs)
 	}
-	return lookup, m[1], logs
+	_, port, err := net.SplitHostPort(m[2])
+	if err != nil {
+		t.Fatalf("debug listener %q: %v", m[2], err)
+	}
+	return envOf("DEBUG_PORT", port), m[1], logs
 }
 
 // runCounters runs `floodgate counters args...` and returns its exit
