@@ -388,7 +388,7 @@ func TestPageInBrowser(t *testing.T) {
 	// now", the others after it in decreasing order, with its most refused
 	// counter named, as a fingerprint here.
 	refusing := b.waitPage("the client refusing the most", func(p pageState) bool {
-		return len(p.Refusing) >= 2 && p.Refusing[0].Rule == "shop.client"
+		return len(p.Refusing) >= 2 && p.Refusing[0].Rule == "shop.client" && p.Refusing[0].Refused > p.Refusing[1].Refused
 	})
 	for i, r := range refusing.Refusing {
 		if r.Refused <= 0 || (i > 0 && r.Refused > refusing.Refusing[i-1].Refused) || r.Rule == "shop.beta" {
@@ -426,6 +426,7 @@ func TestPageInBrowser(t *testing.T) {
 
 	// A page opened now draws the last seconds at once, from the
 	// server's history: more points than its own polls could give.
+	b.viewport(1280, 900)
 	b.open(s.debugURL("/ui/"))
 	dbg := b.waitPage("hot counters on the debug listener", func(p pageState) bool { return len(p.Rules["shop.tenant"].Hot) > 0 })
 	if c := dbg.Rules["shop.client"]; c.Points < 8 || c.Points <= dbg.Polls+1 || !strings.HasPrefix(c.Scale, "peak ") ||
@@ -434,6 +435,7 @@ func TestPageInBrowser(t *testing.T) {
 			dbg.Polls, c.Points, c.Scale)
 	}
 	checkDebugValues(t, dbg)
+	saveScreenshot(t, "ui-debug-1280.png", b.screenshot())
 
 	// A refused edit shows with its file:line, and the rules in force stay.
 	broken := strings.Replace(browserRules, "{unit: second, requests_per_unit: 5,", "{unit: fortnight, requests_per_unit: 5,", 1)

@@ -124,6 +124,13 @@ function series(f) {
   return out;
 }
 
+// recent is the last point of f's series: the rate since the last
+// sample; NaN without one.
+function recent(f) {
+  const s = series(f);
+  return s.length ? s[s.length - 1][1] : NaN;
+}
+
 // chart draws series of [time, value] points as polylines with the given
 // classes over the last span, scaled to the largest value, which it
 // returns.
@@ -205,7 +212,7 @@ function buildRules(snap) {
 }
 
 // buildRule makes a rule's two rows: its figures, then its totals and
-// hot counters across the table.
+// hot counters across the table but for the chart.
 function buildRule(r) {
   const tr = el("tr", "rule");
   tr.dataset.rule = r.path;
@@ -231,7 +238,9 @@ function buildRule(r) {
     c[k] = el("td", "num r-" + k + " zero", "–");
     tr.appendChild(c[k]);
   }
+  // The chart spans both rows, beside the figures and the totals.
   const sp = el("td", "spark");
+  sp.rowSpan = 2;
   c.chart = document.createElementNS(SVG, "svg");
   c.chart.setAttribute("viewBox", "0 0 300 60");
   c.chart.setAttribute("preserveAspectRatio", "none");
@@ -243,7 +252,7 @@ function buildRule(r) {
   const hot = el("tr", "hot");
   hot.dataset.rule = r.path;
   const td = el("td");
-  td.colSpan = 7;
+  td.colSpan = 6;
   const tot = el("div", "totals");
   for (const k of ["hits", "within", "over", "shadow", "near", "not_charged"]) {
     const item = el("span", "total", k.replace("_", " ") + " ");
@@ -277,11 +286,18 @@ function updateRule(c, r, snap, prev) {
     if (s) { s.textContent = String(Math.round(t[k])); s.dataset.value = String(t[k]); }
   }
   const tot = (f) => (s) => { const x = ruleOf(s, r.path); return x ? f(x.totals) : 0; };
-  const okF = tot((x) => x.within), overF = tot((x) => x.over - x.shadow), shF = tot((x) => x.shadow);
+  const at = (i) => (s) => (s.rules[r.path] || [])[i];
+  const refusedAt = (s) => { const x = s.rules[r.path]; return x && x[2] - x[3]; };
+  // Until the page has two snapshots, the rates are the chart's last.
+  const okR = prev ? rate(prev, snap, tot((x) => x.within)) : recent(at(1));
+  const overR = prev ? rate(prev, snap, tot((x) => x.over - x.shadow)) : recent(refusedAt);
+  const shR = prev ? rate(prev, snap, tot((x) => x.shadow)) : recent(at(3));
+  if (isFinite(okR)) {
+    setRate(c.ok, okR, "ok", "num r-ok");
+    setRate(c.over, overR, "over", "num r-over");
+    setRate(c.shadow, shR, "shadow", "num r-shadow");
+  }
   if (prev) {
-    setRate(c.ok, rate(prev, snap, okF), "ok", "num r-ok");
-    setRate(c.over, rate(prev, snap, overF), "over", "num r-over");
-    setRate(c.shadow, rate(prev, snap, shF), "shadow", "num r-shadow");
     // The near-limit share over the last ten snapshots: charged hits
     // that left a limit near its capacity, of all charged hits.
     const old = history[Math.max(0, history.length - 11)];
@@ -292,11 +308,7 @@ function updateRule(c, r, snap, prev) {
     c.near.dataset.value = String(share);
     c.near.className = "num r-near" + (share > 0 ? " shadow" : " zero");
   }
-  const at = (i) => (s) => (s.rules[r.path] || [])[i];
-  const top = chart(c.chart, [series(at(1)), series((s) => {
-    const x = s.rules[r.path];
-    return x && x[2] - x[3];
-  }), series(at(3))], ["ok", "over", "shadow"]);
+  const top = chart(c.chart, [series(at(1)), series(refusedAt), series(at(3))], ["ok", "over", "shadow"]);
   c.scale.textContent = scaleText(top, (v) => fmtRate(v) + "/s");
   clear(c.hot);
   for (const h of r.hot || []) {
@@ -389,9 +401,12 @@ function updateFigures(snap) {
   const st = snap.store;
   const dec = (code) => (s) => s.decisions[code] || 0;
   const prev = since();
+  const okR = prev ? rate(prev, snap, dec("ok")) : recent((s) => s.ok);
+  if (isFinite(okR)) {
+    setRate(byId("dec-ok"), okR, "ok", "");
+    setRate(byId("dec-over"), prev ? rate(prev, snap, dec("over_limit")) : recent((s) => s.over_limit), "over", "");
+  }
   if (prev) {
-    setRate(byId("dec-ok"), rate(prev, snap, dec("ok")), "ok", "");
-    setRate(byId("dec-over"), rate(prev, snap, dec("over_limit")), "over", "");
     const calls = st.calls - prev.store.calls;
     const mean = calls > 0 ? (st.seconds - prev.store.seconds) / calls : NaN;
     let p99 = NaN;
