@@ -142,8 +142,9 @@ func (s *uiServer) debugURL(p string) string { return "http://" + s.srv.Addrs().
 // returns once the last request has been answered: a heavy client among
 // light ones, one detailed_metric tenant and a shadow-mode descriptor, each
 // alone in its request so that none is refused by another. At R rounds a
-// second (at most 66), the client refuses about 0.75R-5 a second and the
-// tenant R-30: the client refuses the most at any pace below 100.
+// second (at most 66), the heavy client is sent 1.75R times a second and
+// refuses about 1.75R-5 (each light client has a bucket of its own), the
+// tenant R-30: the client refuses the most at any pace.
 func (s *uiServer) traffic(t *testing.T) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -160,7 +161,7 @@ func (s *uiServer) traffic(t *testing.T) (stop func()) {
 			if i%4 == 3 {
 				client = fmt.Sprintf("light-%d", i%40)
 			}
-			for _, d := range [][2]string{{"client", client}, {"tenant", tenantValue}, {"beta", "x"}} {
+			for _, d := range [][2]string{{"client", heavyClient}, {"client", client}, {"tenant", tenantValue}, {"beta", "x"}} {
 				body := fmt.Sprintf(`{"domain":"shop","descriptors":[{"entries":[{"key":%q,"value":%q}]}]}`, d[0], d[1])
 				resp, err := http.Post(s.httpURL("/json"), "application/json", strings.NewReader(body))
 				if err != nil {

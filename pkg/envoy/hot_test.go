@@ -184,7 +184,9 @@ func TestHotSketchKeepsHeavyHitters(t *testing.T) {
 
 // BenchmarkHotSketchAdd measures what the request path pays per limited
 // descriptor for the hot counters: a repeated counter, and a new counter
-// at every hit (which replaces the least hit one).
+// at every hit (which replaces the least hit one), without and with the
+// values kept (MetricsOptions.KeepHotValues: the label is built for every
+// hit and copied for every new counter).
 func BenchmarkHotSketchAdd(b *testing.B) {
 	entries := make([][]rules.Entry, 4096)
 	for i := range entries {
@@ -193,12 +195,18 @@ func BenchmarkHotSketchAdd(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		distinct int
-	}{{"same", 1}, {"distinct", len(entries)}} {
+		keep     bool
+	}{{"same", 1, false}, {"distinct", len(entries), false}, {"same/values", 1, true}, {"distinct/values", len(entries), true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			var s hotSketch
+			var label []byte
 			i := 0
 			for b.Loop() {
-				s.add(entries[i%bc.distinct], false, false, nil, 1, false)
+				e := entries[i%bc.distinct]
+				if bc.keep {
+					label = appendDetailedLabel(label[:0], "demo", e)
+				}
+				s.add(e, bc.keep, false, label, 1, false)
 				i++
 			}
 		})

@@ -314,14 +314,14 @@ function updateRule(c, r, snap, prev) {
   for (const h of r.hot || []) {
     const li = el("li", h.hidden ? "hidden-value" : "value");
     li.appendChild(el("span", "key", h.key));
-    let n = " " + h.hits + " hits";
+    let n = " " + plural(h.hits, "hit", "hits");
     if (h.error > 0) n += " (±" + h.error + ")";
     if (h.over > 0) n += ", " + h.over + " over";
     li.appendChild(el("span", "n" + (h.over > 0 ? " over" : ""), n));
     c.hot.appendChild(li);
   }
   if (r.hot_skipped) {
-    c.hot.appendChild(el("li", "n", r.hot_skipped + " hits not sampled (counted while another request updated these counters)"));
+    c.hot.appendChild(el("li", "n", plural(r.hot_skipped, "hit", "hits") + " not sampled (counted while another request updated these counters)"));
   }
 }
 
