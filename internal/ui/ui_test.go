@@ -186,7 +186,7 @@ func TestSnapshot(t *testing.T) {
 	}
 	for _, h := range byPath["d.tenant"].Hot {
 		if !h.Hidden || strings.Contains(h.Key, "_t") {
-			t.Errorf("hot counter %+v shows a value without ShowValues", h)
+			t.Errorf("hot counter %+v shows a value with HotFingerprints", h)
 		}
 	}
 	want := RuleStatus{Version: 4, Reloads: 5, Failures: 1, Origin: "7", Source: "xds eg:18001 node n: receiving rules", LastErrorAt: &refusedAt, Errors: []string{
