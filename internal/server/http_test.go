@@ -215,9 +215,9 @@ func TestReloadMetrics(t *testing.T) {
 		}
 		return nil
 	}
-	// Run's first look at the files happens soon after it starts; give it
-	// time to (wrongly) count, then check it did not.
-	time.Sleep(200 * time.Millisecond)
+	// Run's first look at the files, which finds them as NewWatcher
+	// loaded them, is no reload.
+	waitFor(t, w.Watching)
 	if err := reloads(0, 0); err != nil {
 		t.Errorf("fresh start: %v", err)
 	}

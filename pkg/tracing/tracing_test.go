@@ -60,6 +60,8 @@ func TestExport(t *testing.T) {
 			}
 			sctx, st := tr.StartStore(ctx, 3)
 			RecordBatch(sctx, 4)
+			// The store call takes time, measured by the SDK's wall clock,
+			// which cannot be injected: the span must last at least this.
 			time.Sleep(2 * time.Millisecond)
 			st.End(nil)
 			req.End(Outcome{Code: "OVER_LIMIT", Rule: "shop.user", Descriptor: 1})
