@@ -167,6 +167,10 @@ func TestReplayReplicas(t *testing.T) {
 	if rep.Requests != 6000 || rep.Changed.Total == 0 || rep.Old.Denied == 0 {
 		t.Fatalf("the traffic tests nothing: %d requests, %d changed, %d denied", rep.Requests, rep.Changed.Total, rep.Old.Denied)
 	}
+	// One rule refuses every request denied: it shows every change.
+	if r := rep.Rules[0]; len(rep.Rules) != 1 || r.NowDenied != rep.Changed.NowDenied || r.NowAllowed != rep.Changed.NowAllowed {
+		t.Errorf("rule %+v: want the %d now denied and %d now allowed of the report", r, rep.Changed.NowDenied, rep.Changed.NowAllowed)
+	}
 	for _, tt := range []struct {
 		name   string
 		inputs []Input

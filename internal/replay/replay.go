@@ -439,8 +439,13 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 	return nil
 }
 
-// changed counts a request whose decision differs, on the report and on
-// each rule it met under either set (once per rule path).
+// changed counts a request whose decision differs: on the report, and on
+// the rules that made the difference. A request now denied counts on each
+// rule that refused it under the new set (over its limit, enforced), a
+// request now allowed on each that refused it under the old one. So taking
+// a rule out of shadow mode shows on that rule alone, not on every rule
+// the request met; and each request whose answer changed between allowed
+// and denied shows on at least one rule.
 func (rp *replayer) changed(r Request, oa, ob outcome) {
 	rep := rp.rep
 	rep.Changed.add(oa, ob)
@@ -451,20 +456,17 @@ func (rp *replayer) changed(r Request, oa, ob outcome) {
 			OldRule: oa.overBy, NewRule: ob.overBy, Error: oa.errText + ob.errText,
 		})
 	}
-	nowDenied := oa.code == allowed && ob.code == denied
-	nowAllowed := oa.code == denied && ob.code == allowed
-	for _, seen := range [][]seenRule{rp.a.seen, rp.b.seen} {
-		for _, sr := range seen {
-			d := sr.t.diff
-			if d.lastSeq == rp.seq {
-				continue
+	switch {
+	case oa.code == allowed && ob.code == denied:
+		for _, sr := range rp.b.seen {
+			if sr.over && !sr.t.count.Shadow {
+				sr.t.diff.NowDenied++
 			}
-			d.lastSeq = rp.seq
-			if nowDenied {
-				d.NowDenied++
-			}
-			if nowAllowed {
-				d.NowAllowed++
+		}
+	case oa.code == denied && ob.code == allowed:
+		for _, sr := range rp.a.seen {
+			if sr.over && !sr.t.count.Shadow {
+				sr.t.diff.NowAllowed++
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -325,19 +326,19 @@ func TestReportFormats(t *testing.T) {
 }
 
 // ruleRules is a domain of three rules a request of ruleTraffic meets:
-// ip and path at 100 a second, bot at 2 a second, in shadow mode or not.
-func ruleRules(t *testing.T, botShadow bool, botLimit int) *rules.Set {
+// ip at ipLimit a second, path at 100, bot at 2, in shadow mode or not.
+func ruleRules(t *testing.T, botShadow bool, ipLimit int) *rules.Set {
 	t.Helper()
 	set, err := rules.Parse(map[string][]byte{"s.yaml": fmt.Appendf(nil, `domain: s
 descriptors:
   - key: ip
-    rate_limit: {unit: second, requests_per_unit: 100}
+    rate_limit: {unit: second, requests_per_unit: %d}
   - key: bot
     shadow_mode: %v
-    rate_limit: {unit: second, requests_per_unit: %d}
+    rate_limit: {unit: second, requests_per_unit: 2}
   - key: path
     rate_limit: {unit: second, requests_per_unit: 100}
-`, botShadow, botLimit)}, rules.Options{})
+`, ipLimit, botShadow)}, rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,8 @@ descriptors:
 }
 
 // ruleTraffic is three requests in one second, each with an ip, a bot and
-// a path descriptor, the path twice: the third is over a bot limit of 2.
+// a path descriptor, the path twice: the third is over the bot limit, and
+// an ip limit of 2.
 func ruleTraffic() string {
 	var b strings.Builder
 	for i := range 3 {
@@ -360,38 +362,52 @@ func ruleTraffic() string {
 // the path rule two descriptors meet) by their answer, whichever rule
 // decided it; Refused those it refused, WouldRefuse those it was over in
 // shadow mode; and a change of mode shows as requests now denied or
-// allowed on every rule they met, though the rule's counts of requests
-// are the same.
+// allowed on that rule alone (the one that refuses them, or refused them),
+// though the rule's counts of requests are the same; a request two rules
+// refuse counts on both.
 func TestReplayRuleCounts(t *testing.T) {
 	type counts struct{ requests, allowed, denied, refused, would int }
 	type want struct {
 		old, new              map[string]counts
-		nowDenied, nowAllowed int // on each rule
+		nowDenied, nowAllowed map[string]int // by rule; none on the others
 	}
 	passed := counts{3, 3, 0, 0, 0}
 	deniedByBot := counts{3, 2, 1, 0, 0}
 	for _, tt := range []struct {
 		name                 string
 		oldShadow, newShadow bool
+		newIPLimit           int // 0 is 100, as the old rules
 		want                 want
 	}{
-		{"shadow in both", true, true, want{
+		{"shadow in both", true, true, 0, want{
 			old: map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
 			new: map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
 		}},
-		{"out of shadow mode", true, false, want{
+		{"out of shadow mode", true, false, 0, want{
 			old:       map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
 			new:       map[string]counts{"s.ip": deniedByBot, "s.path": deniedByBot, "s.bot": {3, 2, 1, 1, 0}},
-			nowDenied: 1,
+			nowDenied: map[string]int{"s.bot": 1},
 		}},
-		{"into shadow mode", false, true, want{
+		{"into shadow mode", false, true, 0, want{
 			old:        map[string]counts{"s.ip": deniedByBot, "s.path": deniedByBot, "s.bot": {3, 2, 1, 1, 0}},
 			new:        map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
-			nowAllowed: 1,
+			nowAllowed: map[string]int{"s.bot": 1},
+		}},
+		{"out of shadow mode, ip lowered to 2", true, false, 2, want{
+			old:       map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
+			new:       map[string]counts{"s.ip": {3, 2, 1, 1, 0}, "s.path": deniedByBot, "s.bot": {3, 2, 1, 1, 0}},
+			nowDenied: map[string]int{"s.bot": 1, "s.ip": 1},
+		}},
+		{"into shadow mode, ip lowered to 2", false, true, 2, want{
+			// The third request is denied under both, by another rule:
+			// no change to count.
+			old: map[string]counts{"s.ip": deniedByBot, "s.path": deniedByBot, "s.bot": {3, 2, 1, 1, 0}},
+			new: map[string]counts{"s.ip": {3, 2, 1, 1, 0}, "s.path": deniedByBot, "s.bot": {3, 2, 1, 0, 1}},
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			rep, err := Run(context.Background(), ruleRules(t, tt.oldShadow, 2), ruleRules(t, tt.newShadow, 2), one(strings.NewReader(ruleTraffic())), Options{})
+			newIP := cmp.Or(tt.newIPLimit, 100)
+			rep, err := Run(context.Background(), ruleRules(t, tt.oldShadow, 100), ruleRules(t, tt.newShadow, newIP), one(strings.NewReader(ruleTraffic())), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -408,8 +424,8 @@ func TestReplayRuleCounts(t *testing.T) {
 				if got := of(r.New); got != tt.want.new[r.Rule] {
 					t.Errorf("%s new: %+v, want %+v", r.Rule, got, tt.want.new[r.Rule])
 				}
-				if r.NowDenied != tt.want.nowDenied || r.NowAllowed != tt.want.nowAllowed {
-					t.Errorf("%s: %d now denied, %d now allowed; want %d, %d", r.Rule, r.NowDenied, r.NowAllowed, tt.want.nowDenied, tt.want.nowAllowed)
+				if r.NowDenied != tt.want.nowDenied[r.Rule] || r.NowAllowed != tt.want.nowAllowed[r.Rule] {
+					t.Errorf("%s: %d now denied, %d now allowed; want %d, %d", r.Rule, r.NowDenied, r.NowAllowed, tt.want.nowDenied[r.Rule], tt.want.nowAllowed[r.Rule])
 				}
 			}
 		})
@@ -420,7 +436,7 @@ func TestReplayRuleCounts(t *testing.T) {
 // it in REFUSED and NOW DENIED, where the per-rule counts of requests do
 // not change.
 func TestReportModeChange(t *testing.T) {
-	rep, err := Run(context.Background(), ruleRules(t, true, 2), ruleRules(t, false, 2), one(strings.NewReader(ruleTraffic())), Options{})
+	rep, err := Run(context.Background(), ruleRules(t, true, 100), ruleRules(t, false, 100), one(strings.NewReader(ruleTraffic())), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,10 +136,14 @@ func (c *RuleCount) refusedCell() string {
 	return fmt.Sprint(c.Refused)
 }
 
-// RuleDiff is one rule under each set, and the requests that met it under
-// either whose answer changed: NowDenied were allowed under the old set and
-// are denied under the new one, NowAllowed the reverse. Taking a rule out
-// of shadow mode shows here, and as WouldRefuse becoming Refused.
+// RuleDiff is one rule under each set, and the requests whose answer this
+// rule changed: NowDenied were allowed under the old set and are denied
+// under the new one with this rule over its limit (refusing them, alone or
+// with other rules); NowAllowed were denied under the old set with this
+// rule over its limit, and are allowed under the new one. A request whose
+// answer changed counts on every rule that refused it, so on at least one.
+// Taking a rule out of shadow mode shows here, on that rule, and as
+// WouldRefuse becoming Refused.
 type RuleDiff struct {
 	Domain     string     `json:"domain"`
 	Rule       string     `json:"rule"`
@@ -147,8 +151,6 @@ type RuleDiff struct {
 	New        *RuleCount `json:"new"`
 	NowDenied  int        `json:"now_denied"`
 	NowAllowed int        `json:"now_allowed"`
-
-	lastSeq uint64 // the last request counted in NowDenied or NowAllowed
 }
 
 // mode is how the report names the rule's mode: "" when enforced under
@@ -341,8 +343,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 // Legends of the tables, the same in text and HTML.
 const (
 	rulesLegend = `DENIED: denied, by this rule or another. REFUSED: denied with this rule over its limit;
-"would N": over its limit in shadow mode, so let through. NOW DENIED, NOW ALLOWED: the
-requests whose answer changed.`
+"would N": over its limit in shadow mode, so let through. NOW DENIED: allowed by the old
+rules, denied by the new with this rule over its limit. NOW ALLOWED: denied by the old rules
+with this rule over its limit, allowed by the new.`
 	valuesLegend = `A request counts under each of its descriptors. DENIED: denied, by any rule (the share
 of the value's requests).`
 )
