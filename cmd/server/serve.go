@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/floodgate/floodgate/internal/counters"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/store"
@@ -206,6 +207,11 @@ func (a *app) listeners(svc pb.RateLimitServiceServer) (*server.Server, error) {
 	opts := a.cfg.Server
 	opts.Logger, opts.Store, opts.Refused = a.logger, health, a.metrics.Refused
 	opts.UI, opts.DebugUI = pages.http, withPushedFiles(pages.debug, a.rules)
+	// On the debug listener only; the HTTP listener refuses it.
+	if opts.Counters, err = counters.New(counters.Options{Rules: a.rules, Limiter: a.store.Limiter(), Resetter: a.store,
+		Logger: a.logger, Registerer: a.reg}); err != nil {
+		return nil, exit(1, err)
+	}
 	if t := a.cfg.GRPCTLS; t.On {
 		if opts.TLS, err = server.NewTLSConfig(t.Files, a.logger); err != nil {
 			return nil, exit(2, err)
