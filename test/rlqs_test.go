@@ -217,9 +217,9 @@ const maxStray = rlqsLimit * 3 / 10
 
 // TestRLQSOneEnvoy: one Envoy under steady load three times the limit,
 // over several windows: each window admits about the limit (within
-// maxStray), the rest is denied by Envoy itself, and the counters RLS
-// decides with hold what Envoy admitted. Run on Redis and on the
-// in-memory store.
+// maxStray), and the rest is denied by Envoy itself. Run on Redis and on
+// the in-memory store. (That RLS and RLQS share the counters is
+// pkg/rlqs's TestAssignmentSharesTheRLSCounter.)
 func TestRLQSOneEnvoy(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -232,8 +232,8 @@ func TestRLQSOneEnvoy(t *testing.T) {
 			const rate = 3 * rlqsLimit / int64(rlqsWindow/time.Second) // 30/s
 			l := startQuotaLoad(ctx, t, f, "k1", rate)
 			begin := time.Now()
-			// The first window is partly before the first report; then four
-			// whole windows.
+			// The windows that end within five of the start, less the one
+			// the first report interval overlaps: three or four.
 			end := windowStart(begin).Add(5 * rlqsWindow)
 			sleepUntil(end)
 			cancel()
