@@ -211,7 +211,6 @@ func benchPeers(ctx context.Context, o *options, log io.Writer) (rep *peerReport
 				if rp.t.proc != nil && rp.t.proc.exited() {
 					return nil, fmt.Errorf("%s exited:\n%s", rp.Name, rp.t.proc.logTail())
 				}
-				r.Target = rp.Name
 				rep.Runs = append(rep.Runs, peerRound{Peer: rp.Name, Round: round + 1, result: r})
 			}
 		}
