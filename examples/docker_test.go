@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
@@ -21,6 +22,8 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 	"github.com/moby/patternmatcher"
 	"github.com/moby/patternmatcher/ignorefile"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // The Dockerfile is read by BuildKit's own parser and instructions
@@ -133,6 +136,48 @@ func (df *dockerfile) goBuild() (cmd, out string, err error) {
 		}
 	}
 	return "", "", fmt.Errorf("Dockerfile: no RUN go build ... ./cmd/server")
+}
+
+// dockerBuild is the binary dockerfileBinary builds once per test run.
+var dockerBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// dockerfileBinary returns the binary built by the Dockerfile's own build
+// command, run by sh as RUN runs it, from the repository's root, with the
+// build arguments Docker passes outside buildx (empty: the host's
+// platform). The image's checks run it, so that they check the binary the
+// image ships; the other tests run the harness's.
+func dockerfileBinary(t testing.TB) string {
+	t.Helper()
+	sh := harness.Require(t, "sh")
+	harness.Require(t, "go")
+	dockerBuild.once.Do(func() {
+		df, err := parseDockerfile(filepath.Join(repoRoot, "Dockerfile"))
+		if err != nil {
+			dockerBuild.err = err
+			return
+		}
+		cmd, out, err := df.goBuild()
+		if err != nil {
+			dockerBuild.err = err
+			return
+		}
+		dockerBuild.path = filepath.Join(tempRoot, "docker", "floodgate")
+		script := strings.Replace(cmd, out, dockerBuild.path, 1)
+		c := exec.Command(sh, "-c", script)
+		c.Dir = repoRoot
+		c.Env = append(os.Environ(), "TARGETOS=", "TARGETARCH=")
+		if b, err := c.CombinedOutput(); err != nil {
+			dockerBuild.err = fmt.Errorf("the Dockerfile's build command failed: %s: %w\n%s", script, err, b)
+		}
+	})
+	if dockerBuild.err != nil {
+		t.Fatal(dockerBuild.err)
+	}
+	return dockerBuild.path
 }
 
 // execForm returns the arguments of an ENTRYPOINT or CMD in the exec form
@@ -297,7 +342,7 @@ func TestDockerfile(t *testing.T) {
 		if !strings.Contains(cmd, "CGO_ENABLED=0") {
 			t.Errorf("the build command does not set CGO_ENABLED=0: %s", cmd)
 		}
-		f, err := elf.Open(floodgateBinary(t))
+		f, err := elf.Open(dockerfileBinary(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +357,7 @@ func TestDockerfile(t *testing.T) {
 	t.Run("answers encoded by generated code", func(t *testing.T) {
 		// The vtprotobuf tag compiles go-control-plane's encoders, which
 		// internal/server's codec uses; without it answers go by reflection.
-		info, err := buildinfo.ReadFile(floodgateBinary(t))
+		info, err := buildinfo.ReadFile(dockerfileBinary(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +483,7 @@ func TestDockerfile(t *testing.T) {
 	imageRun := func(t *testing.T, more []string, env ...string) (string, int) {
 		t.Helper()
 		args := append(mapPaths(imageArgs(t), copies, context), more...)
-		c := exec.Command(floodgateBinary(t), args...)
+		c := exec.Command(dockerfileBinary(t), args...)
 		c.Dir = t.TempDir()
 		c.Env = []string{"PATH=" + os.Getenv("PATH")}
 		for k, v := range imageEnv {
