@@ -48,3 +48,5 @@ require (
 	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
 )
+
+require go.opentelemetry.io/contrib/propagators/b3 v1.47.0

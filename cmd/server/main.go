@@ -106,7 +106,7 @@ func logRulesOrigin(logger *slog.Logger, cfg *settings.Config) {
 	case settings.DefaultConfigVar:
 		logger.Info("rules from "+settings.DefaultConfigVar+", the image's demo rules: mount yours at "+settings.ReferenceDefaultDir+", or set RUNTIME_ROOT (with RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY as needed) or -config", "path", path)
 	case settings.ReferenceDefaultFrom:
-		logger.Info("rules from "+settings.ReferenceDefaultFrom+" (no RUNTIME_* variable set), as the reference server reads them", "path", path)
+		logger.Info("rules from "+settings.ReferenceDefaultFrom+" (no RUNTIME_* variable set): the reference server, without RUNTIME_SUBDIRECTORY, would serve no rules; floodgate reads this directory", "path", path)
 	case "":
 		logger.Info("rules from -config's default: set RUNTIME_ROOT (with RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY as needed) or -config for others", "path", path)
 	}

@@ -17,7 +17,7 @@ import (
 // only on the debug one; -ui=false or FLOODGATE_UI=false removes it.
 func TestUIFlag(t *testing.T) {
 	serving := regexp.MustCompile(`msg=serving grpc=\S+ http=(\S+) debug=(\S+)`)
-	host, port, err := net.SplitHostPort(deadAddr(t))
+	host, port, err := net.SplitHostPort(freeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}

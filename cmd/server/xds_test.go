@@ -39,16 +39,18 @@ func TestXDSStart(t *testing.T) {
 				done <- run(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-debug-addr", ""}, env, io.Discard, logs)
 			}()
 			serving := regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
+			// Either it serves, or it says it waits for the first rules;
+			// whether it served meanwhile is read from the whole log once
+			// it has exited.
 			var m []string
-			wait := 300 * time.Millisecond // long enough to see it serve by mistake
-			if tc.serving {
-				wait = 5 * time.Second
-			}
-			for deadline := time.Now().Add(wait); m == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				m = serving.FindStringSubmatch(logs.String())
-			}
-			if (m != nil) != tc.serving {
-				t.Fatalf("serving %v, want %v:\n%s", m != nil, tc.serving, logs)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				out := logs.String()
+				if m = serving.FindStringSubmatch(out); m != nil || strings.Contains(out, "xds: waiting for the first rules before serving") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("neither serving nor waiting for the first rules after 10 s:\n%s", logs)
+				}
 			}
 			if m != nil {
 				body := get(t, "POST", "http://"+m[2]+"/json", `{"domain":"any","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`)
@@ -59,6 +61,9 @@ func TestXDSStart(t *testing.T) {
 			cancel()
 			if code := <-done; code != tc.wantCode {
 				t.Errorf("exit code %d, want %d:\n%s", code, tc.wantCode, logs)
+			}
+			if served := serving.MatchString(logs.String()); served != tc.serving {
+				t.Errorf("served %v, want %v:\n%s", served, tc.serving, logs)
 			}
 			if !strings.Contains(logs.String(), tc.wantLog) {
 				t.Errorf("logs lack %q:\n%s", tc.wantLog, logs)

@@ -107,18 +107,40 @@ func TestConnListenerBoundsAndCloses(t *testing.T) {
 		t.Errorf("refused %d, want 1", n)
 	}
 
-	if n := l.closeConns(true); n != 0 {
+	// Time is a parameter: at the grace's end for the first connection
+	// accepted, none is silent yet; just past it for the last, the one
+	// that sent nothing is.
+	var first, last time.Time
+	l.mu.Lock()
+	for c := range l.conns {
+		if first.IsZero() || c.accepted.Before(first) {
+			first = c.accepted
+		}
+		if c.accepted.After(last) {
+			last = c.accepted
+		}
+	}
+	l.mu.Unlock()
+	if n := l.closeConnsAt(true, first.Add(silentGrace)); n != 0 {
 		t.Errorf("closeConns(silent only) closed %d within the grace of new connections, want 0", n)
 	}
-	time.Sleep(silentGrace)
-	if n := l.closeConns(true); n != 1 {
-		t.Errorf("closeConns(silent only) closed %d, want 1", n)
+	if n := l.closeConnsAt(true, last.Add(silentGrace+time.Nanosecond)); n != 1 {
+		t.Errorf("closeConns(silent only) closed %d past the grace, want 1", n)
 	}
 	if !isClosed(silent, time.Second) {
 		t.Error("the silent connection is still open")
 	}
-	if isClosed(spoke, 100*time.Millisecond) {
-		t.Error("the connection that spoke was closed with the silent ones")
+	// closeConns closes before it returns: the one that spoke is the one
+	// still open.
+	l.mu.Lock()
+	for c := range l.conns {
+		if !c.spoke.Load() {
+			t.Error("a connection that sent nothing is still open")
+		}
+	}
+	l.mu.Unlock()
+	if n := l.open(); n != 1 {
+		t.Errorf("%d open after closing the silent one, want the one that spoke", n)
 	}
 	if n := l.closeConns(false); n != 1 || !isClosed(spoke, time.Second) {
 		t.Errorf("closeConns(all) closed %d, want 1", n)
@@ -169,6 +191,8 @@ func TestShutdownIgnoresSilentConnections(t *testing.T) {
 				io.WriteString(c, first)
 			}
 			waitFor(t, func() bool { return s.listeners.grpc.open() == len(tc.sends) })
+			// The shutdown reads the wall clock: wait until every
+			// connection is past the grace of new ones.
 			time.Sleep(silentGrace)
 			start := time.Now()
 			if err := stop(); err != nil {

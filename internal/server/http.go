@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"expvar"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,17 +36,56 @@ func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
 	return mux
 }
 
+// debugEndpoint is an endpoint of the debug listener, listed with its help
+// by the index at /, as the reference server's debug port lists its own.
+type debugEndpoint struct {
+	path, help string
+	handler    http.Handler
+}
+
 func (s *Server) debugHandler() http.Handler {
+	eps := []debugEndpoint{
+		{"/debug/pprof/", "root of various pprof endpoints. hit for help.", http.HandlerFunc(pprof.Index)},
+		{"/debug/pprof/cmdline", "the command line", http.HandlerFunc(pprof.Cmdline)},
+		{"/debug/pprof/profile", "CPU profiling endpoint", http.HandlerFunc(pprof.Profile)},
+		{"/debug/pprof/symbol", "symbol lookup", http.HandlerFunc(pprof.Symbol)},
+		{"/debug/pprof/trace", "trace endpoint", http.HandlerFunc(pprof.Trace)},
+		// The reference server lists its rules on the debug port.
+		{"/rlconfig", "print out the currently loaded configuration for debugging", http.HandlerFunc(s.rlconfig)},
+		{"/stats", "print out stats", http.HandlerFunc(stats)},
+	}
+	if s.opts.DebugUI != nil {
+		eps = append(eps, debugEndpoint{"/ui/", "the live page, with the values of detailed_metric and value_to_metric rules", s.opts.DebugUI})
+	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	// The reference server lists its rules on the debug port.
-	mux.HandleFunc("/rlconfig", s.rlconfig)
-	mountUI(mux, s.opts.DebugUI)
+	for _, e := range eps {
+		mux.Handle(e.path, e.handler)
+	}
+	if s.opts.DebugUI != nil {
+		mux.Handle("/ui", s.opts.DebugUI) // and /ui/, an endpoint above
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { index(w, eps) })
 	return mux
+}
+
+// index writes each endpoint as "path: help", by path, as the reference
+// server's debug port does at /.
+func index(w http.ResponseWriter, eps []debugEndpoint) {
+	slices.SortFunc(eps, func(a, b debugEndpoint) int { return strings.Compare(a.path, b.path) })
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	for _, e := range eps {
+		fmt.Fprintf(w, "%s: %s\n", e.path, e.help)
+	}
+}
+
+// stats writes the process's expvar variables (the command line and the
+// runtime's memory statistics), "name: value" a line, as the reference
+// server's /stats does; the rate-limit figures are on /metrics.
+func stats(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	expvar.Do(func(kv expvar.KeyValue) {
+		fmt.Fprintf(w, "%s: %s\n", kv.Key, kv.Value)
+	})
 }
 
 // mountUI serves the live page h, if any, at /ui and under /ui/.
@@ -98,6 +139,11 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		s.opts.Refused(RefusedMalformed)
 		http.Error(w, "invalid RateLimitRequest: "+protoErrorText(err), http.StatusBadRequest)
+		return
+	}
+	if i := overrideAt(&req); i >= 0 && !s.opts.JSONOverrides {
+		s.opts.Refused(RefusedMalformed)
+		http.Error(w, fmt.Sprintf("descriptors[%d].limit: limit overrides are refused on /json (-json-overrides, FLOODGATE_JSON_OVERRIDES, accepts them)", i), http.StatusBadRequest)
 		return
 	}
 	// A traceparent header makes the request's span (with tracing on) a
@@ -237,4 +283,15 @@ func describeStore(h StoreHealth) string {
 		line += " (" + h.Detail + ")"
 	}
 	return line
+}
+
+// overrideAt returns the index of the first descriptor of req with a limit
+// override, or -1.
+func overrideAt(req *pb.RateLimitRequest) int {
+	for i, d := range req.GetDescriptors() {
+		if d.GetLimit() != nil {
+			return i
+		}
+	}
+	return -1
 }

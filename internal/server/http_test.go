@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,9 +215,9 @@ func TestReloadMetrics(t *testing.T) {
 		}
 		return nil
 	}
-	// Run's first look at the files happens soon after it starts; give it
-	// time to (wrongly) count, then check it did not.
-	time.Sleep(200 * time.Millisecond)
+	// Run's first look at the files, which finds them as NewWatcher
+	// loaded them, is no reload.
+	waitFor(t, w.Watching)
 	if err := reloads(0, 0); err != nil {
 		t.Errorf("fresh start: %v", err)
 	}
@@ -230,5 +231,52 @@ func TestReloadMetrics(t *testing.T) {
 	}
 	if err := reloads(1, 0); err != nil {
 		t.Errorf("after an edit: %v", err)
+	}
+}
+
+// TestDebugIndexAndStats: the debug listener lists its endpoints at / and
+// serves the expvar variables at /stats, in the reference server's formats
+// ("path: help", "name: value"); another unknown path is 404.
+func TestDebugIndexAndStats(t *testing.T) {
+	s, _ := running(t, Options{})
+	base := "http://" + s.Addrs().Debug.String()
+	code, body := do(t, "GET", base+"/", "")
+	lines := strings.Split(strings.TrimSpace(body), "\n")
+	if code != 200 || !slices.IsSorted(lines) || !slices.Contains(lines, "/stats: print out stats") ||
+		!slices.Contains(lines, "/rlconfig: print out the currently loaded configuration for debugging") {
+		t.Errorf("/: %d, %q: want every endpoint as path: help, sorted", code, lines)
+	}
+	for _, l := range lines {
+		path, _, _ := strings.Cut(l, ": ")
+		if c, _ := do(t, "GET", base+path, ""); c != 200 {
+			t.Errorf("%s, listed at /: %d", path, c)
+		}
+	}
+	code, body = do(t, "GET", base+"/stats", "")
+	if code != 200 || !strings.Contains(body, "cmdline: [") || !strings.Contains(body, `memstats: {"Alloc":`) {
+		t.Errorf("/stats: %d %.200q", code, body)
+	}
+	if code, _ := do(t, "GET", base+"/nothing", ""); code != 404 {
+		t.Errorf("/nothing: %d, want 404", code)
+	}
+}
+
+// TestJSONOverrides: a /json request with a limit override is refused,
+// naming the descriptor and the setting, unless Options.JSONOverrides.
+func TestJSONOverrides(t *testing.T) {
+	req := `{"domain":"srv","descriptors":[{"entries":[{"key":"user","value":"o"}]},{"entries":[{"key":"user","value":"p"}],"limit":{"requestsPerUnit":100,"unit":"DAY"}}]}`
+	for _, tc := range []struct {
+		accept bool
+		code   int
+		want   string
+	}{
+		{false, 400, "descriptors[1].limit: limit overrides are refused on /json (-json-overrides, FLOODGATE_JSON_OVERRIDES, accepts them)"},
+		{true, 200, `"requestsPerUnit":100`},
+	} {
+		s, _ := running(t, Options{JSONOverrides: tc.accept})
+		code, body := do(t, "POST", "http://"+s.Addrs().HTTP.String()+"/json", req)
+		if code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("JSONOverrides %v: %d %q, want %d containing %q", tc.accept, code, body, tc.code, tc.want)
+		}
 	}
 }

@@ -87,8 +87,12 @@ const silentGrace = time.Second
 // connection carries no request, and a server waiting for its handshake
 // would wait as long as its client stays quiet. It returns how many it
 // closed.
-func (l *connListener) closeConns(silentOnly bool) int {
-	quietSince := time.Now().Add(-silentGrace)
+func (l *connListener) closeConns(silentOnly bool) int { return l.closeConnsAt(silentOnly, time.Now()) }
+
+// closeConnsAt is closeConns at time now: silent are the connections that
+// have sent nothing and were accepted more than silentGrace before now.
+func (l *connListener) closeConnsAt(silentOnly bool, now time.Time) int {
+	quietSince := now.Add(-silentGrace)
 	return l.closeWhere(func(c *trackedConn) bool {
 		return !silentOnly || !c.spoke.Load() && c.accepted.Before(quietSince)
 	})

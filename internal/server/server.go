@@ -115,6 +115,11 @@ type Options struct {
 	// appears), as the reference server's
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED does.
 	HealthRequiresRules bool
+	// JSONOverrides lets /json requests carry a descriptor's limit
+	// override. False refuses such a request (400, naming the field):
+	// whoever reaches the HTTP port could raise its own limit with one,
+	// and Envoy never calls /json. gRPC requests take overrides always.
+	JSONOverrides bool
 	// Conns bounds the listeners' connections and reaps slow and silent
 	// clients.
 	Conns ConnOptions

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate/floodgate/internal/testcert"
+	"github.com/floodgate/floodgate/internal/testlog"
 )
 
 // peerCN dials addr with cfg, checks health, and returns the server
@@ -41,7 +44,8 @@ func TestTLS(t *testing.T) {
 	ca := testcert.NewCA(t, "floodgate test CA")
 	var files TLSFiles
 	files.CertFile, files.KeyFile = ca.Issue(t, "first", testcert.Server, "127.0.0.1").Write(t, dir, "tls")
-	cfg, err := NewTLSConfig(files, nil)
+	logs := &testlog.Buffer{}
+	cfg, err := NewTLSConfig(files, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,11 +74,22 @@ func TestTLS(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// A broken pair keeps the last good one.
+	// A broken pair keeps the last good one: once a handshake has found
+	// the files changed and failed to load them (at most one look per
+	// certCheckInterval), the second certificate is served still.
 	testcert.WriteFile(t, files.KeyFile, []byte("not a key"))
-	time.Sleep(certCheckInterval + 100*time.Millisecond)
+	deadline = time.Now().Add(certCheckInterval + 5*time.Second)
+	for !strings.Contains(logs.String(), "TLS certificate changed but cannot be loaded; serving the previous one") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed reload logged after a broken key:\n%s", logs)
+		}
+		if cn, err := peerCN(addr, client); err != nil || cn != "second" {
+			t.Fatalf("after a broken key: %q, %v; want the second certificate still", cn, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if cn, err := peerCN(addr, client); err != nil || cn != "second" {
-		t.Errorf("after a broken key: %q, %v; want the second certificate still", cn, err)
+		t.Errorf("after a broken key was refused: %q, %v; want the second certificate still", cn, err)
 	}
 }
 

@@ -62,7 +62,25 @@ func runtimePath(env Lookup) (string, string, bool) {
 	if app == "" {
 		app = "config"
 	}
-	return filepath.Join(root, sub, app), "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY", true
+	return filepath.Join(root, sub, app), runtimeFrom, true
+}
+
+// runtimeFrom names the RUNTIME_* variables as the origin of the rule path.
+const runtimeFrom = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"
+
+// noteRuntime notes where the reference server would serve no rules and
+// floodgate reads a directory: the rule path from RUNTIME_* with
+// RUNTIME_SUBDIRECTORY empty and RUNTIME_WATCH_ROOT not false, where the
+// reference's loader, which watches the root for a subdirectory's swap,
+// has none and loads nothing.
+func (c *Config) noteRuntime(env Lookup) {
+	if c.From["config"] != runtimeFrom {
+		return
+	}
+	if sub, _ := env("RUNTIME_SUBDIRECTORY"); sub != "" || isFalse(env, "RUNTIME_WATCH_ROOT") {
+		return
+	}
+	c.Notes = append(c.Notes, "RUNTIME_SUBDIRECTORY is empty and RUNTIME_WATCH_ROOT is not false: the reference server serves no rules then (its loader needs a subdirectory below RUNTIME_ROOT); floodgate loads "+c.Rules.Path)
 }
 
 // socketURL reads a Redis URL variable with its socket type variable

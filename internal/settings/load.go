@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
 // ErrHelp is returned by Load for -h and -help.
@@ -52,6 +53,8 @@ func Load(args []string, env Lookup) (*Config, error) {
 	}
 	c.Notes = append(c.Notes, notes...)
 	c.resolve()
+	c.dogStatsdTags(env)
+	c.noteRuntime(env)
 	return c, c.Explain(c.check(fs, given))
 }
 
@@ -136,6 +139,19 @@ func (c *Config) resolve() {
 	}
 	if c.Rules.XDSOptions.BackoffRandomFactor == 0 {
 		c.Rules.XDSOptions.NoJitter = true
+	}
+}
+
+// dogStatsdTags adds to DogStatsD's tags those of the variables the
+// reference's DogStatsD client reads (References' Tag: DD_ENV, ...).
+func (c *Config) dogStatsdTags(env Lookup) {
+	if !c.Statsd.Options.DogStatsD {
+		return
+	}
+	for _, r := range References {
+		if v, ok := env(r.Name); ok && v != "" && r.Tag != "" {
+			c.Statsd.Options.Tags = append(c.Statsd.Options.Tags, statsd.Tag{Key: r.Tag, Value: v})
+		}
 	}
 }
 

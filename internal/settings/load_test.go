@@ -425,3 +425,31 @@ func TestValidationNamesTheVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptySubdirectoryNoted: with RUNTIME_SUBDIRECTORY empty and
+// RUNTIME_WATCH_ROOT not false, the reference server serves no rules;
+// floodgate loads RUNTIME_ROOT/RUNTIME_APPDIRECTORY and says so.
+func TestEmptySubdirectoryNoted(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		note bool
+	}{
+		{[]string{"RUNTIME_ROOT", "/srv/rt"}, true},
+		{[]string{"RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", ""}, true},
+		{[]string{"RUNTIME_ROOT", "/srv/rt", "RUNTIME_WATCH_ROOT", "true"}, true},
+		{[]string{"RUNTIME_ROOT", "/srv/rt", "RUNTIME_WATCH_ROOT", "false"}, false},
+		{[]string{"RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit"}, false},
+		{[]string{"FLOODGATE_CONFIG", "/srv/rt/config"}, false},
+	} {
+		c, err := Load(nil, envOf(tc.env...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		noted := slices.ContainsFunc(c.Notes, func(n string) bool {
+			return strings.Contains(n, "RUNTIME_SUBDIRECTORY is empty") && strings.Contains(n, "floodgate loads /srv/rt/config")
+		})
+		if noted != tc.note {
+			t.Errorf("%q: noted %v, want %v (notes %q)", tc.env, noted, tc.note, c.Notes)
+		}
+	}
+}

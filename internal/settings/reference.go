@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Reference is one environment variable of envoyproxy/ratelimit (every one its
@@ -32,6 +33,15 @@ type Reference struct {
 	// without REDIS_URL, they are refused (the reference server would use
 	// its default socket; floodgate would keep counters in memory).
 	Redis bool
+	// Source is where the reference reads the variable: "" for its
+	// src/settings/settings.go, else the library that reads it from the
+	// environment ("gostats", "datadog-go"), or "readme" for a variable
+	// its README documents but nothing reads (testdata/reference-variables.txt
+	// lists them all, at the commit migrating.md names).
+	Source string
+	// Tag, with DogStatsD on, makes the variable's value a tag of every
+	// stat, as the reference's DogStatsD client (datadog-go) does.
+	Tag string
 	// In is what floodgate does with the variable, as docs/migrating.md's
 	// table says it; empty for a variable that sets its flag ("honoured:
 	// `-flag`").
@@ -96,10 +106,14 @@ var References = []Reference{
 		return ""
 	}},
 	{Name: "USE_DOG_STATSD_MOGRIFIERS", Flag: "dogstatsd-mogrifiers", Doc: "with its `DOG_STATSD_MOGRIFIER_<NAME>_{PATTERN,NAME,TAGS}` variables; needs DogStatsD"},
+	{Name: "DD_ENV", Source: "datadog-go", Tag: "env", In: "honoured with `USE_DOG_STATSD=true`", Doc: "a tag `env:<value>` on every stat, as the reference's DogStatsD client adds it"},
+	{Name: "DD_SERVICE", Source: "datadog-go", Tag: "service", In: "honoured with `USE_DOG_STATSD=true`", Doc: "a tag `service:<value>` on every stat"},
+	{Name: "DD_VERSION", Source: "datadog-go", Tag: "version", In: "honoured with `USE_DOG_STATSD=true`", Doc: "a tag `version:<value>` on every stat"},
+	{Name: "DD_ENTITY_ID", Source: "datadog-go", Tag: "dd.internal.entity_id", In: "honoured with `USE_DOG_STATSD=true`", Doc: "a tag `dd.internal.entity_id:<value>` on every stat"},
 	{Name: "USE_STATSD", Flag: "statsd", Value: statsdOn, Doc: "the reference's stat names (see [operations](operations.md)) besides Prometheus. The reference defaults to `true`; floodgate sends statsd when `USE_STATSD=true`, or when it is unset and `STATSD_HOST` or `STATSD_PORT` is set; with nothing set it keeps to Prometheus"},
 	{Name: "STATSD_HOST", Flag: "statsd-addr", Value: hostPortOn("STATSD_HOST", "STATSD_PORT", "localhost", "8125"), Doc: "with `STATSD_PORT` (default `localhost:8125`)"},
 	{Name: "STATSD_PORT", Flag: "statsd-addr", Value: hostPortOn("STATSD_HOST", "STATSD_PORT", "localhost", "8125"), Doc: "likewise"},
-	{Name: "STATSD_PROTOCOL", Flag: "statsd-protocol", Doc: "`tcp` by default for statsd and `udp` for DogStatsD, as the reference"},
+	{Name: "STATSD_PROTOCOL", Flag: "statsd-protocol", Source: "gostats", Doc: "`tcp` by default for statsd and `udp` for DogStatsD, as the reference (its statsd library, lyft/gostats, reads it)"},
 	{Name: "EXTRA_TAGS", Flag: "statsd-tags", Doc: "in the names (`.__k=v`) for statsd, as `\\|#k:v` for DogStatsD, as the reference"},
 	{Name: "STATS_FLUSH_INTERVAL", Flag: "statsd-flush-interval", Doc: "Prometheus is read live at each scrape"},
 	{Name: "DISABLE_STATS", Flag: "statsd", Value: statsdOn, Doc: "`true` turns statsd off; `/metrics` stays"},
@@ -107,13 +121,14 @@ var References = []Reference{
 	{Name: "PROMETHEUS_ADDR", Refuse: whenPrometheus("metrics are served on the HTTP port's /metrics (-http-addr, PORT): scrape that port, and unset PROMETHEUS_ADDR"), In: "refused with `USE_PROMETHEUS=true`", Doc: "scrape the HTTP port (`PORT`, 8080)"},
 	{Name: "PROMETHEUS_PATH", Refuse: whenPrometheus("metrics are served on the HTTP port's /metrics: scrape that path, and unset PROMETHEUS_PATH"), In: "refused with `USE_PROMETHEUS=true`", Doc: "the path is `/metrics`"},
 	{Name: "PROMETHEUS_MAPPER_YAML", Refuse: whenPrometheus("metric names are fixed (floodgate_*, labelled by domain and rule): rename them in recording rules, and unset PROMETHEUS_MAPPER_YAML"), In: "refused with `USE_PROMETHEUS=true`", Doc: "names are fixed; rename in recording rules"},
+	{Name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Refuse: whenPrometheusTrue("durations are floodgate_*_duration_seconds histograms, in seconds: scale them in the queries, and unset PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"), In: "accepted; `true` refused with `USE_PROMETHEUS=true`", Doc: "the reference's Prometheus mapper then observes milliseconds; floodgate's durations are in seconds"},
 
 	{Name: "RUNTIME_ROOT", Flag: "config", Value: runtimePath, Doc: "`$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`, root default `/srv/runtime_data/current`"},
 	{Name: "RUNTIME_SUBDIRECTORY", Flag: "config", Value: runtimePath},
 	{Name: "RUNTIME_APPDIRECTORY", Flag: "config", Value: runtimePath, Doc: "default `config`"},
-	{Name: "RUNTIME_IGNOREDOTFILES", In: "accepted, with a note when `false`", Doc: "names starting with `.` are always skipped (ConfigMaps' `..data` entries are read once, through their links)", Note: func(v string, _ Lookup) string {
+	{Name: "RUNTIME_IGNOREDOTFILES", In: "accepted, with a note when `false`", Doc: "names starting with `.` are skipped either way, a `.*.yaml` rule file with a warning naming it (ConfigMaps' `..data` entries are read once, through their links)", Note: func(v string, _ Lookup) string {
 		if b, err := strconv.ParseBool(v); err == nil && !b {
-			return "RUNTIME_IGNOREDOTFILES=false: rule files whose names start with '.' are skipped all the same (ConfigMaps' ..data entries are read once, through their links)"
+			return "RUNTIME_IGNOREDOTFILES=false: rule files whose names start with '.' are skipped all the same, each .*.yaml rule file with a warning (ConfigMaps' ..data entries are read once, through their links)"
 		}
 		return ""
 	}},
@@ -173,12 +188,16 @@ var References = []Reference{
 	{Name: "REDIS_TLS_CLIENT_KEY", Flag: "redis-tls-key", Redis: true},
 	{Name: "REDIS_TLS_CACERT", Flag: "redis-tls-ca", Redis: true, Doc: "added to the system's roots, as in the reference"},
 	{Name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Flag: "redis-tls-skip-hostname-verification", Redis: true, Doc: "the chain is still verified"},
-	{Name: "REDIS_PIPELINE_WINDOW", Flag: "redis-pipeline-window", Redis: true, Doc: "a request that finds a round trip free waits this long for others to share it (e.g. `150us`); 0, the default, waits only while another round trip is outstanding, up to 150 µs, and concurrent requests share round trips either way; single and Sentinel"},
-	{Name: "REDIS_PIPELINE_LIMIT", Flag: "redis-pipeline-limit", Redis: true, Doc: "most requests (not commands) in one round trip, and a window ends early once this many wait; 0 means 64"},
+	{Name: "REDIS_PIPELINE_WINDOW", Flag: "redis-pipeline-window", Redis: true, Doc: "a request that finds a round trip free waits this long for others to share it (e.g. `150us`); 0, the default, waits only while another round trip is outstanding, up to 150 µs, and concurrent requests share round trips either way; single and Sentinel (the reference applies it on Cluster only)"},
+	{Name: "REDIS_PIPELINE_LIMIT", Flag: "redis-pipeline-limit", Redis: true, Doc: "most requests (not commands) in one round trip, and a window ends early once this many wait; 0 means 64 (the reference ignores it: deprecated)"},
 	{Name: "REDIS_TIMEOUT", Flag: "redis-dial-timeout", Redis: true, Doc: "the connect timeout; each request's Redis call is bounded by `FLOODGATE_REDIS_DEADLINE` (50 ms)"},
 	{Name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Flag: "health-requires-store", Redis: true, Doc: "health NOT_SERVING while Redis is unhealthy: see [operations](operations.md#start-up)"},
 	{Name: "REDIS_POOL_ON_EMPTY_BEHAVIOR", Redis: true, Refuse: unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_POOL_SIZE, and unset REDIS_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT"), In: "`WAIT` accepted; `CREATE`, `ERROR` refused", Doc: "a request waits for a connection at most `-redis-deadline`; raise `REDIS_POOL_SIZE`"},
-	{Name: "REDIS_POOL_ON_EMPTY_WAIT_DURATION", Redis: true, Note: noteAlways("REDIS_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)"), In: "accepted, with a note", Doc: "the wait is bounded by `-redis-deadline`"},
+	{Name: "REDIS_POOL_ON_EMPTY_WAIT_DURATION", Source: "readme", Redis: true, Note: noteAlways("REDIS_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)"), In: "accepted, with a note", Doc: "the wait is bounded by `-redis-deadline`; the reference no longer reads it (removed in 2025), though its README documents it"},
+	{Name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", Redis: true, Refuse: unlessWhole, Note: noteAlways("REDIS_CLUSTER_PIPELINE_PARALLELISM: on Redis Cluster floodgate sends a request's calls to its slots' masters all at once, whatever it says"), In: "accepted, with a note; what is not a whole number is refused", Doc: "on Cluster, a request's calls go to their slots' masters concurrently, always"},
+	{Name: "REDIS_STARTUP_INITIAL_INTERVAL", Redis: true, Refuse: unlessDuration, Note: noteAlways(startupNote), In: "accepted, with a note", Doc: "floodgate does not hold its start for Redis: see `REDIS_STARTUP_MAX_ELAPSED_TIME`"},
+	{Name: "REDIS_STARTUP_MAX_INTERVAL", Redis: true, Refuse: unlessDuration, Note: noteAlways(startupNote), In: "accepted, with a note", Doc: "as `REDIS_STARTUP_INITIAL_INTERVAL`"},
+	{Name: "REDIS_STARTUP_MAX_ELAPSED_TIME", Redis: true, Refuse: unlessDuration, Note: noteWhenPositive(startupNote + "; it never exits for Redis, where the reference exits after REDIS_STARTUP_MAX_ELAPSED_TIME"), In: "accepted, with a note when above 0", Doc: "the reference opens no port until Redis answers, and exits (code 2) after this much time when set; floodgate serves at once by the failure policy, probes Redis every second, holds readiness until it has answered (`-store-readiness`), and never exits for Redis"},
 	// The per-second Redis: with REDIS_PERSECOND=true, the limits whose
 	// window is shorter than a minute (redislimit.PerSecond) are kept in
 	// REDIS_PERSECOND_URL's Redis. Its other variables are read only then,
@@ -195,7 +214,8 @@ var References = []Reference{
 	{Name: "REDIS_PERSECOND_PIPELINE_LIMIT", Flag: "redis-persecond-pipeline-limit", Value: whilePerSecond(envVar("REDIS_PERSECOND_PIPELINE_LIMIT")), Doc: "most requests (not commands) in one round trip, and a window ends early once this many wait; 0 means 64"},
 	{Name: "REDIS_PERSECOND_TIMEOUT", Flag: "redis-persecond-dial-timeout", Value: whilePerSecond(envVar("REDIS_PERSECOND_TIMEOUT")), Doc: "the connect timeout; each request's Redis calls are bounded by `FLOODGATE_REDIS_DEADLINE` (50 ms)"},
 	{Name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Refuse: whenPerSecond(unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_PERSECOND_POOL_SIZE, and unset REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT")), In: "`WAIT` accepted; `CREATE`, `ERROR` refused", Doc: "a request waits for a connection at most `-redis-deadline`; raise `REDIS_PERSECOND_POOL_SIZE`"},
-	{Name: "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION", Note: whenPerSecond(noteAlways("REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)")), In: "accepted, with a note", Doc: "the wait is bounded by `-redis-deadline`"},
+	{Name: "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION", Source: "readme", Note: whenPerSecond(noteAlways("REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)")), In: "accepted, with a note", Doc: "the wait is bounded by `-redis-deadline`; the reference no longer reads it (removed in 2025), though its README documents it"},
+	{Name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", Refuse: whenPerSecond(unlessWhole), Note: whenPerSecond(noteAlways("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM: on Redis Cluster floodgate sends a request's calls to its slots' masters all at once, whatever it says")), In: "accepted, with a note; what is not a whole number is refused", Doc: "as `REDIS_CLUSTER_PIPELINE_PARALLELISM`, read only with `REDIS_PERSECOND=true`"},
 
 	// Memcached's settings, read only with BACKEND_TYPE=memcache as in the
 	// reference.
@@ -210,7 +230,8 @@ var References = []Reference{
 	{Name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Flag: "memcache-tls-skip-hostname-verification", Value: whileMemcache(envVar("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; the chain is still verified"},
 
 	{Name: "SHADOW_MODE", Flag: "shadow-mode"},
-	{Name: "RESPONSE_DYNAMIC_METADATA", Flag: "response-dynamic-metadata", Doc: "`domain`, `descriptors`, `hitsAddend` and the merged `metadata` of the rules that passed, as the reference; its quota-mode `passedBackends` list is not sent"},
+	{Name: "QUOTA_MODE", Flag: "quota-mode", Doc: "every descriptor is a quota but the unlimited ones: a request is refused only when every quota is over, and never when one matches no rule or is in shadow mode; each descriptor's own status still says `OVER_LIMIT`; see [rules](rules.md#quota-mode)"},
+	{Name: "RESPONSE_DYNAMIC_METADATA", Flag: "response-dynamic-metadata", Doc: "`domain`, `descriptors`, `hitsAddend` and the merged `metadata` of the rules that passed, as the reference; without it an answer carries none (but the failure policy's cause, see [operations](operations.md#failure-policy))"},
 	{Name: "MERGE_DOMAIN_CONFIG", Flag: "merge-domains"},
 
 	// The reference reads the TRACING_SERVICE_* and other settings only
@@ -370,4 +391,48 @@ func checkReference(env Lookup, withRedis bool) (notes []string, err error) {
 		return nil, fmt.Errorf("refusing to start: these envoyproxy/ratelimit settings cannot be honoured (see docs/migrating.md):\n  %s", strings.Join(refused, "\n  "))
 	}
 	return notes, nil
+}
+
+// startupNote is the note of the REDIS_STARTUP_* variables.
+const startupNote = "REDIS_STARTUP_*: floodgate does not hold its start for Redis: it serves at once, by the failure policy until Redis answers, probes it every second, and holds readiness until it has answered (-store-readiness)"
+
+// unlessWhole refuses what is not a whole number, 0 or more.
+func unlessWhole(v string, _ Lookup) string {
+	if n, err := strconv.Atoi(v); err != nil || n < 0 {
+		return "want a whole number, 0 or more"
+	}
+	return ""
+}
+
+// unlessDuration refuses what is not a duration.
+func unlessDuration(v string, _ Lookup) string {
+	if _, err := time.ParseDuration(v); err != nil {
+		return "want a duration such as 1s or 30s"
+	}
+	return ""
+}
+
+// noteWhenPositive notes a duration above 0.
+func noteWhenPositive(note string) func(string, Lookup) string {
+	return func(v string, _ Lookup) string {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			return note
+		}
+		return ""
+	}
+}
+
+// whenPrometheusTrue refuses true while the reference would serve
+// Prometheus metrics (USE_PROMETHEUS=true), and what is not a boolean.
+func whenPrometheusTrue(why string) func(string, Lookup) string {
+	return func(v string, env Lookup) string {
+		b, err := strconv.ParseBool(v)
+		switch {
+		case err != nil:
+			return "want true or false"
+		case b && isSetTrue(env, "USE_PROMETHEUS"):
+			return why
+		}
+		return ""
+	}
 }

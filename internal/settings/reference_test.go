@@ -1,6 +1,8 @@
 package settings
 
 import (
+	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -79,6 +81,7 @@ var honouredSamples = map[string][]string{
 	"REDIS_PERSECOND_PIPELINE_WINDOW":         {"REDIS_PERSECOND_PIPELINE_WINDOW", "150us", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
 	"REDIS_PERSECOND_PIPELINE_LIMIT":          {"REDIS_PERSECOND_PIPELINE_LIMIT", "8", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"},
 	"SHADOW_MODE":                             {"SHADOW_MODE", "true"},
+	"QUOTA_MODE":                              {"QUOTA_MODE", "true"},
 	"RESPONSE_DYNAMIC_METADATA":               {"RESPONSE_DYNAMIC_METADATA", "true"},
 	"MERGE_DOMAIN_CONFIG":                     {"MERGE_DOMAIN_CONFIG", "true"},
 	"MEMCACHE_HOST_PORT":                      {"MEMCACHE_HOST_PORT", "m:11211", "BACKEND_TYPE", "memcache"},
@@ -114,17 +117,23 @@ var refusedSamples = map[string]struct {
 	bad, good string
 	with      []string
 }{
-	"RUNTIME_WATCH_ROOT":                     {"sometimes", "false", nil},
-	"USE_DOG_STATSD":                         {"true", "false", []string{"USE_STATSD", "true"}},
-	"PROMETHEUS_ADDR":                        {":9090", "", []string{"USE_PROMETHEUS", "true"}},
-	"PROMETHEUS_PATH":                        {"/metrics", "", []string{"USE_PROMETHEUS", "true"}},
-	"PROMETHEUS_MAPPER_YAML":                 {"/m.yaml", "", []string{"USE_PROMETHEUS", "true"}},
-	"BACKEND_TYPE":                           {"memcache", "redis", nil},
-	"CACHE_KEY_PREFIX":                       {"p_", "", nil},
-	"REDIS_SOCKET_TYPE":                      {"udp", "tcp", []string{"REDIS_URL", "h:1"}},
-	"REDIS_POOL_ON_EMPTY_BEHAVIOR":           {"CREATE", "WAIT", []string{"REDIS_URL", "h:1"}},
-	"REDIS_PERSECOND_SOCKET_TYPE":            {"udp", "unix", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "/run/redis.sock", "REDIS_URL", "h:1"}},
-	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": {"ERROR", "WAIT", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"}},
+	"RUNTIME_WATCH_ROOT":                           {"sometimes", "false", nil},
+	"USE_DOG_STATSD":                               {"true", "false", []string{"USE_STATSD", "true"}},
+	"PROMETHEUS_ADDR":                              {":9090", "", []string{"USE_PROMETHEUS", "true"}},
+	"PROMETHEUS_PATH":                              {"/metrics", "", []string{"USE_PROMETHEUS", "true"}},
+	"PROMETHEUS_MAPPER_YAML":                       {"/m.yaml", "", []string{"USE_PROMETHEUS", "true"}},
+	"BACKEND_TYPE":                                 {"memcache", "redis", nil},
+	"CACHE_KEY_PREFIX":                             {"p_", "", nil},
+	"REDIS_SOCKET_TYPE":                            {"udp", "tcp", []string{"REDIS_URL", "h:1"}},
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR":                 {"CREATE", "WAIT", []string{"REDIS_URL", "h:1"}},
+	"REDIS_PERSECOND_SOCKET_TYPE":                  {"udp", "unix", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "/run/redis.sock", "REDIS_URL", "h:1"}},
+	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       {"ERROR", "WAIT", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"}},
+	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     {"true", "false", []string{"USE_PROMETHEUS", "true"}},
+	"REDIS_CLUSTER_PIPELINE_PARALLELISM":           {"-1", "4", []string{"REDIS_URL", "h:1"}},
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": {"many", "0", []string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2", "REDIS_URL", "h:1"}},
+	"REDIS_STARTUP_INITIAL_INTERVAL":               {"soon", "1s", []string{"REDIS_URL", "h:1"}},
+	"REDIS_STARTUP_MAX_INTERVAL":                   {"30", "30s", []string{"REDIS_URL", "h:1"}},
+	"REDIS_STARTUP_MAX_ELAPSED_TIME":               {"never", "0", []string{"REDIS_URL", "h:1"}},
 }
 
 // TestReferenceTable walks every variable of the reference server and
@@ -224,4 +233,61 @@ func TestReferenceTable(t *testing.T) {
 		}
 	}
 	t.Logf("%d variables: %d honoured, %d with refused values, %d accepted", len(References), honoured, refused, accepted)
+}
+
+// TestReferenceVariablesBothWays: the table has a row for every variable
+// the reference server reads (testdata/reference-variables.txt, from its
+// settings.go and the libraries that read the environment, at the commit
+// docs/migrating.md names) and for no other, each with where it is read;
+// the variables the reference reads and floodgate would not know are the
+// ones a migration trips over.
+func TestReferenceVariablesBothWays(t *testing.T) {
+	b, err := os.ReadFile("testdata/reference-variables.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, source, ok := strings.Cut(line, " "); ok && !strings.HasPrefix(line, "#") {
+			want[name] = source
+		}
+	}
+	for _, r := range References {
+		source := r.Source
+		if source == "" {
+			source = "settings.go"
+		}
+		switch w, ok := want[r.Name]; {
+		case !ok:
+			t.Errorf("%s is in the table but the reference does not read it", r.Name)
+		case w != source:
+			t.Errorf("%s: the table says it is read by %s, the reference reads it in %s", r.Name, source, w)
+		}
+		delete(want, r.Name)
+	}
+	for name, source := range want {
+		t.Errorf("the reference reads %s (%s), which the table lacks: honour it, refuse it or note it", name, source)
+	}
+}
+
+// TestDogStatsdTags: with DogStatsD, DD_ENV, DD_SERVICE, DD_VERSION and
+// DD_ENTITY_ID tag every stat, as the reference's DogStatsD client does;
+// without it they change nothing.
+func TestDogStatsdTags(t *testing.T) {
+	env := []string{"DD_ENV", "prod", "DD_SERVICE", "rl", "DD_VERSION", "1.2", "DD_ENTITY_ID", "pod-1", "EXTRA_TAGS", "team:core"}
+	c, err := Load(nil, envOf(append(env, "USE_DOG_STATSD", "true")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(c.Statsd.Options.Tags)
+	if want := "[{team core} {env prod} {service rl} {version 1.2} {dd.internal.entity_id pod-1}]"; got != want {
+		t.Errorf("tags %s, want %s", got, want)
+	}
+	c, err = Load(nil, envOf(env...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(c.Statsd.Options.Tags); got != "[{team core}]" {
+		t.Errorf("without DogStatsD: tags %s, want only EXTRA_TAGS'", got)
+	}
 }

@@ -140,16 +140,30 @@ func countLines(logs, s string) int {
 	return n
 }
 
-// deadAddr is a loopback address nothing listens on.
+// deadAddr is a loopback address that refuses connections until the test
+// ends: the local port of a connection the test holds open, which no
+// server can listen on meanwhile. (A port found free and closed could be
+// taken by a server that another test process starts.)
 func deadAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		s.Close()
+	})
+	return c.LocalAddr().String()
 }
 
 // metrics registers the store's metrics on a new registry and returns

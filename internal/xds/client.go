@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -125,6 +126,11 @@ type Client struct {
 	lastErr   string    // why the last stream ended or the connection failed
 	lastACK   string
 	lastACKAt time.Time
+
+	// stallLooks counts the looks warnStalls has finished, each of which
+	// warned or found rules arriving, so that a test can wait for one
+	// instead of sleeping.
+	stallLooks atomic.Uint64
 }
 
 // nackRepeatDelay spaces the NACKs of a version sent again. A good version
@@ -419,25 +425,31 @@ func (c *Client) warnStalls(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		c.mu.Lock()
-		receiving, state, since, lastErr, acked := c.receiving, c.state, c.since, c.lastErr, c.lastACK
-		c.mu.Unlock()
-		if receiving {
-			continue
-		}
-		kept := "none received yet"
-		if acked != "" || c.feed.Status().Version > 0 {
-			kept = "version " + strconv.Quote(acked) + " stays in force"
-		}
-		waited := time.Since(since).Round(100 * time.Millisecond).String()
-		if state == connectivity.Ready {
-			c.logger.Warn("xds: connected to the management server, but it sends no rules: does it hold a snapshot for this node id?",
-				"server", c.opts.ServerURL, "node", c.opts.NodeID, "waited", waited, "rules", kept)
-			continue
-		}
-		c.logger.Warn("xds: cannot reach the management server", "server", c.opts.ServerURL, "state", state.String(),
-			"error", lastErr, "waited", waited, "rules", kept)
+		c.lookForStall()
+		c.stallLooks.Add(1)
 	}
+}
+
+// lookForStall logs a warning unless a stream delivers rules.
+func (c *Client) lookForStall() {
+	c.mu.Lock()
+	receiving, state, since, lastErr, acked := c.receiving, c.state, c.since, c.lastErr, c.lastACK
+	c.mu.Unlock()
+	if receiving {
+		return
+	}
+	kept := "none received yet"
+	if acked != "" || c.feed.Status().Version > 0 {
+		kept = "version " + strconv.Quote(acked) + " stays in force"
+	}
+	waited := time.Since(since).Round(100 * time.Millisecond).String()
+	if state == connectivity.Ready {
+		c.logger.Warn("xds: connected to the management server, but it sends no rules: does it hold a snapshot for this node id?",
+			"server", c.opts.ServerURL, "node", c.opts.NodeID, "waited", waited, "rules", kept)
+		return
+	}
+	c.logger.Warn("xds: cannot reach the management server", "server", c.opts.ServerURL, "state", state.String(),
+		"error", lastErr, "waited", waited, "rules", kept)
 }
 
 // contentKey identifies a response by its version, type and resources, in

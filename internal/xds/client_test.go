@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +28,13 @@ func fastOptions(addr string, logs *testlog.Buffer) Options {
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 }
 
-// runClient starts a Client feeding a new Feed, stopped when the test ends.
-func runClient(t *testing.T, opts Options) *rules.Feed {
+// runClient starts a Client feeding a new Feed, stopped when the test
+// ends, and returns the Feed.
+func runClient(t *testing.T, opts Options) *rules.Feed { return startClient(t, opts).feed }
+
+// startClient starts a Client feeding a new Feed, stopped when the test
+// ends.
+func startClient(t *testing.T, opts Options) *Client {
 	t.Helper()
 	feed := rules.NewFeed(rules.Options{}, opts.Logger, "source", "xds")
 	c, err := New(feed, opts)
@@ -44,7 +50,7 @@ func runClient(t *testing.T, opts Options) *rules.Feed {
 			t.Errorf("Run = %v, want context.Canceled", err)
 		}
 	})
-	return feed
+	return c
 }
 
 // limitOf returns the requests_per_unit of the first limit of the rule
@@ -256,14 +262,24 @@ func TestServerRestarted(t *testing.T) {
 	var logs testlog.Buffer
 	m := xdstest.Start(t, "127.0.0.1:0", nil)
 	m.Set("test-node", "r1", perMinute("api", "api", "user", 10))
-	feed := runClient(t, fastOptions(m.Addr, &logs))
+	opts := fastOptions(m.Addr, &logs)
+	opts.StallWarning = 20 * time.Millisecond
+	c := startClient(t, opts)
+	feed := c.feed
 	waitFor(t, "r1 in force", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
 	m.WaitRequest("ACK of r1", func(r *discovery.DiscoveryRequest) bool { return r.GetVersionInfo() == "r1" })
 
 	m.Stop()
 	waitFor(t, "the lost stream logged", func() bool { return strings.Contains(logs.String(), "stream to the management server ended") })
-	// Away for several reconnection attempts: the rules serve on.
-	time.Sleep(150 * time.Millisecond)
+	// Away until the client has failed to connect again (grpc keeps the
+	// channel in TRANSIENT_FAILURE from the first failed attempt on) and
+	// has twice warned that it cannot reach the server: everything it does
+	// while the server is away has run, and the rules serve on.
+	waitFor(t, "a failed reconnection in Status().Source", func() bool {
+		return strings.Contains(feed.Status().Source, "not connected (TRANSIENT_FAILURE)")
+	})
+	away := regexp.MustCompile(`msg="xds: cannot reach the management server" .* rules="version \\"r1\\" stays in force"`)
+	waitFor(t, "two warnings that r1 stays in force", func() bool { return len(away.FindAllString(logs.String(), -1)) >= 2 })
 	if got := limitOf(feed, "api", "user", "u"); got != 10 || feed.Status().Failures != 0 {
 		t.Fatalf("while the server is away: limit %d, status %+v; want r1's 10, no failure", got, feed.Status())
 	}
@@ -276,8 +292,8 @@ func TestServerRestarted(t *testing.T) {
 			first.GetVersionInfo(), first.GetTypeUrl(), first.GetResponseNonce(), TypeURL)
 	}
 	waitFor(t, "r2 in force", func() bool { return limitOf(feed, "api", "user", "u") == 25 })
-	if st := feed.Status(); st.Version != 2 || st.Origin != "r2" {
-		t.Errorf("after the restart: status %+v, want version 2 from r2", st)
+	if st := feed.Status(); st.Version != 2 || st.Origin != "r2" || st.Failures != 0 {
+		t.Errorf("after the restart: status %+v, want version 2 from r2, no failure", st)
 	}
 }
 
@@ -300,14 +316,17 @@ func TestTLS(t *testing.T) {
 	waitFor(t, "rules over mTLS", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
 
 	// A server whose certificate does not hold the name is not trusted:
-	// nothing is loaded.
+	// the handshake fails, which the client reports, and nothing is
+	// loaded.
 	opts.TLS = &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cliPair.TLS(t)}, ServerName: "other.example"}
 	var logs2 testlog.Buffer
 	opts.Logger = slog.New(slog.NewTextHandler(&logs2, nil))
 	wrong := runClient(t, opts)
-	time.Sleep(200 * time.Millisecond)
-	if wrong.Status().Version != 0 {
-		t.Errorf("a server not matching the SAN fed version %d, want none", wrong.Status().Version)
+	waitFor(t, "the refused handshake in Status().Source", func() bool {
+		return strings.Contains(wrong.Status().Source, "x509: certificate is valid for envoy-gateway.envoy-gateway-system.svc, not other.example")
+	})
+	if st := wrong.Status(); st.Version != 0 || !strings.Contains(st.Source, "nothing ACKed yet") {
+		t.Errorf("a server not matching the SAN: version %d, source %q; want none loaded", st.Version, st.Source)
 	}
 }
 
@@ -439,13 +458,18 @@ func TestStallsReported(t *testing.T) {
 	var logs testlog.Buffer
 	opts := fastOptions(m.Addr, &logs)
 	opts.StallWarning = 50 * time.Millisecond
-	feed := runClient(t, opts)
+	c := startClient(t, opts)
+	feed := c.feed
 	waitFor(t, "rules", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
 	waitFor(t, "receiving in Source", func() bool {
 		return strings.Contains(feed.Status().Source, `receiving rules; last ACK "1" at`)
 	})
+	// The look under way now may have seen no rules yet and warn; the
+	// looks after it start once it has finished, and see rules.
+	looks := c.stallLooks.Load()
+	waitFor(t, "the look under way to finish", func() bool { return c.stallLooks.Load() >= looks+1 })
 	n := strings.Count(logs.String(), "level=WARN")
-	time.Sleep(200 * time.Millisecond)
+	waitFor(t, "two looks while receiving", func() bool { return c.stallLooks.Load() >= looks+3 })
 	if got := strings.Count(logs.String(), "level=WARN"); got != n {
 		t.Errorf("%d warnings while receiving rules, want none:\n%s", got-n, logs.String())
 	}

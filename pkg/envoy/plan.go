@@ -42,6 +42,9 @@ type descPlan struct {
 	// counted reports that a limit of the descriptor is counted: it has
 	// hits. unlimited reports that only unlimited limits apply.
 	counted, unlimited bool
+	// quota reports that the descriptor is a quota (see quotaRule): the
+	// request is refused for quotas only when every quota is over.
+	quota bool
 }
 
 func (sc *scratch) reset() {
@@ -60,7 +63,7 @@ func (sc *scratch) reset() {
 // one hit per counted limit (rules.ResolvedLimit.Counted), with where it
 // comes from (scratch.at). The only error is an invalid limit override,
 // naming its field.
-func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.FailureMode) error {
+func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.FailureMode, quotaMode bool) error {
 	requestCost := int64(req.GetHitsAddend())
 	if requestCost == 0 {
 		requestCost = 1
@@ -97,31 +100,56 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 		return err
 	}
 	for i := range sc.res.Descriptors {
-		sc.planHits(i)
+		sc.planHits(i, quotaMode)
 	}
+	sc.quotaRule()
 	sc.decisions = grow(sc.decisions, len(sc.hits))
 	return nil
 }
 
+// quotaRule makes the quota hits advisory when a quota descriptor always
+// passes: one in shadow mode, or one no counted limit applies to (it
+// matched no rule, or its limits were replaced), which the reference
+// server counts as quotas that pass. Not every quota can then be over, so
+// the quotas can never refuse the request: their hits consume when
+// allowed and block nothing, as advisory hits do.
+func (sc *scratch) quotaRule() {
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		if !ds.quota || (ds.counted && sc.res.Descriptors[i].Mode != limit.Advisory) {
+			continue
+		}
+		for j := range sc.hits {
+			if sc.hits[j].Mode == limit.Quota {
+				sc.hits[j].Mode, sc.hits[j].Group = limit.Advisory, 0
+			}
+		}
+		return
+	}
+}
+
 // planHits completes descriptor i's plan from its resolution and appends
-// the hits of its counted limits.
-func (sc *scratch) planHits(i int) {
+// the hits of its counted limits. A descriptor is a quota when its rule is
+// in quota mode, or, in global quota mode (quotaMode, the reference's
+// QUOTA_MODE), unless only unlimited limits apply to it.
+func (sc *scratch) planHits(i int, quotaMode bool) {
 	rd, ds := &sc.res.Descriptors[i], &sc.descs[i]
 	if rd.Rule != nil && rd.Rule.FailureMode != rules.FailureDefault {
 		ds.failure = rd.Rule.FailureMode
 	}
 	ds.metric = metricLabel(rd)
+	ruleQuota := rd.Rule != nil && !rd.Override && rd.Rule.QuotaMode
 	// A quota descriptor's limits are one quota, named by the
 	// descriptor's index; the other hits have no group.
-	var group uint32
-	if rd.Mode == limit.Quota {
-		group = uint32(i)
+	mode, group := rd.Mode, uint32(0)
+	if (ruleQuota || quotaMode) && mode != limit.Advisory {
+		mode, group = limit.Quota, uint32(i)
 	}
 	unlimited := false
 	for j := range rd.Limits {
 		switch l := &rd.Limits[j]; {
 		case l.Counted():
-			sc.hits = append(sc.hits, limit.Hit{Key: l.Key, Spec: l.Limit.Spec, Cost: ds.cost, Refund: ds.refund, Mode: rd.Mode, Group: group})
+			sc.hits = append(sc.hits, limit.Hit{Key: l.Key, Spec: l.Limit.Spec, Cost: ds.cost, Refund: ds.refund, Mode: mode, Group: group})
 			sc.at = append(sc.at, hitAt{desc: i, limit: j})
 			ds.counted = true
 		case !l.Replaced && l.Limit.Unlimited:
@@ -129,6 +157,10 @@ func (sc *scratch) planHits(i int) {
 		}
 	}
 	ds.unlimited = unlimited && !ds.counted
+	// As the reference server: a rule's quota needs a limit counted (not
+	// replaced away); in global quota mode every descriptor is one, unless
+	// only unlimited limits apply.
+	ds.quota = (ruleQuota && ds.counted) || (quotaMode && !ds.unlimited)
 }
 
 // override returns the rules.Override of descriptor index's limit
@@ -205,7 +237,7 @@ func (sc *scratch) judge(nearRatio float64, storeFailed bool) verdict {
 		}
 		over := out.code == pb.RateLimitResponse_OVER_LIMIT
 		switch {
-		case mode == limit.Quota && sc.descs[di].counted:
+		case sc.descs[di].quota:
 			quotas++
 			if over {
 				v.quota = append(v.quota, di)

@@ -59,9 +59,6 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 			&corev3.HeaderValue{Key: "content-type", Value: "application/json"})
 	}
-	if md := quotaMetadata(sc, req.GetDomain(), v); md != nil {
-		resp.DynamicMetadata = md
-	}
 	if s.opts.DynamicMetadata {
 		resp.DynamicMetadata = requestMetadata(sc, req, v, resp.DynamicMetadata)
 	}
@@ -180,32 +177,6 @@ func overLimitBody(domain string, retry int64) []byte {
 		RetryAfterSeconds int64  `json:"retry_after_seconds"`
 	}{"OVER_LIMIT", domain, max(retry, 1)})
 	return b
-}
-
-// quotaMetadata tells Envoy, in dynamic metadata, which quota descriptors
-// are over (by request index), as the reference server does for quota
-// mode; nil when no quota rule applied.
-func quotaMetadata(sc *scratch, domain string, v verdict) *structpb.Struct {
-	any := false
-	for i := range sc.res.Descriptors {
-		rd := &sc.res.Descriptors[i]
-		if !rd.Override && rd.Rule != nil && rd.Rule.QuotaMode {
-			any = true
-			break
-		}
-	}
-	if !any {
-		return nil
-	}
-	violations := make([]*structpb.Value, len(v.quota))
-	for i, di := range v.quota {
-		violations[i] = structpb.NewNumberValue(float64(di))
-	}
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		"domain":              structpb.NewStringValue(domain),
-		"quotaModeEnabled":    structpb.NewBoolValue(true),
-		"quotaModeViolations": structpb.NewListValue(&structpb.ListValue{Values: violations}),
-	}}
 }
 
 // requestMetadata adds to md (a new Struct when nil) what the reference

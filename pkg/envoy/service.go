@@ -74,6 +74,15 @@ type Options struct {
 	Tracer *tracing.Tracer
 	// Bounds limit what one request may carry.
 	Bounds RequestBounds
+	// QuotaMode is the reference server's global quota mode (QUOTA_MODE):
+	// every descriptor is a quota, except those only unlimited limits
+	// apply to, and a request is refused only when every quota is over. A
+	// descriptor that matches no rule, or whose limits were replaced, is a
+	// quota that passes, and so is one in shadow mode: with one, the
+	// request is never refused. Each descriptor's own status still says
+	// OVER_LIMIT when it is over. False: only the descriptors of rules with
+	// quota_mode are quotas.
+	QuotaMode bool
 	// DynamicMetadata puts the request and the metadata of the rules it met
 	// into every answer's dynamic_metadata, as the reference server does with
 	// RESPONSE_DYNAMIC_METADATA (see requestMetadata). Envoy stores it under
@@ -179,7 +188,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		return allOK(len(req.Descriptors)), nil
 	}
 
-	if err := sc.plan(set, req, s.opts.FailureMode); err != nil {
+	if err := sc.plan(set, req, s.opts.FailureMode, s.opts.QuotaMode); err != nil {
 		s.opts.Metrics.Refused(RefusedInvalid)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

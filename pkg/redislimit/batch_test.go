@@ -115,7 +115,8 @@ func TestBatchCallerLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first call is in flight and waits for the pause to end; the
-	// others queue behind it.
+	// others queue behind it. The limiter does not show its queue: each
+	// call is given 20 ms to get in line before the next.
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
@@ -240,7 +241,7 @@ func TestBatchWindow(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range tc.calls {
 				if i > 0 {
-					time.Sleep(tc.spacing)
+					time.Sleep(tc.spacing) // the window runs on the wall clock
 				}
 				wg.Go(func() {
 					// A counter per call: the twin cannot know in which
@@ -355,7 +356,7 @@ func TestBatchBusyWindow(t *testing.T) {
 local t0 = now() while now() - t0 < 400000 do end return 1`, "0")
 				busy <- err
 			}()
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // for the script to start
 			start := time.Now()
 			var wg sync.WaitGroup
 			for i := range 3 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,17 +53,23 @@ func TestNewClientTLS(t *testing.T) {
 		addr  string
 		files redislimit.TLSFiles
 		want  string // in the error; "" for success
+		// refusedLate: Redis refuses the client's certificate. In TLS 1.3
+		// the client's handshake ends before Redis has checked it, and
+		// Redis may close the connection with the PING unread: the client
+		// then sees the connection reset instead of the alert that names
+		// the certificate.
+		refusedLate bool
 	}{
-		{"the private CA", oneWay.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile}, ""},
-		{"the system roots alone", oneWay.TLSAddr, redislimit.TLSFiles{}, "certificate signed by unknown authority"},
-		{"a wrong CA", oneWay.TLSAddr, redislimit.TLSFiles{CAFile: f.otherFile}, "certificate signed by unknown authority"},
-		{"a client certificate where none is asked", oneWay.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}, ""},
-		{"mutual TLS", mutual.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}, ""},
-		{"mutual TLS without a client certificate", mutual.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile}, "certificate"},
-		{"mutual TLS with a certificate Redis does not trust", mutual.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.strangerCert, KeyFile: f.strangerKey}, "certificate"},
-		{"a certificate for another name", misnamed.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile}, "validate certificate for 127.0.0.1"},
-		{"another name, hostname verification skipped", misnamed.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, SkipHostnameVerification: true}, ""},
-		{"skipping the hostname still verifies the CA", misnamed.TLSAddr, redislimit.TLSFiles{CAFile: f.otherFile, SkipHostnameVerification: true}, "certificate signed by unknown authority"},
+		{"the private CA", oneWay.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile}, "", false},
+		{"the system roots alone", oneWay.TLSAddr, redislimit.TLSFiles{}, "certificate signed by unknown authority", false},
+		{"a wrong CA", oneWay.TLSAddr, redislimit.TLSFiles{CAFile: f.otherFile}, "certificate signed by unknown authority", false},
+		{"a client certificate where none is asked", oneWay.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}, "", false},
+		{"mutual TLS", mutual.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}, "", false},
+		{"mutual TLS without a client certificate", mutual.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile}, "certificate", true},
+		{"mutual TLS with a certificate Redis does not trust", mutual.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.strangerCert, KeyFile: f.strangerKey}, "certificate", true},
+		{"a certificate for another name", misnamed.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile}, "validate certificate for 127.0.0.1", false},
+		{"another name, hostname verification skipped", misnamed.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, SkipHostnameVerification: true}, "", false},
+		{"skipping the hostname still verifies the CA", misnamed.TLSAddr, redislimit.TLSFiles{CAFile: f.otherFile, SkipHostnameVerification: true}, "certificate signed by unknown authority", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,6 +77,8 @@ func TestNewClientTLS(t *testing.T) {
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("PING: %v", err)
+			case tc.refusedLate && err != nil && errors.Is(err, syscall.ECONNRESET):
+				t.Logf("PING: %v (the refusal came as a reset)", err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Errorf("PING: %v, want an error containing %q", err, tc.want)
 			}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -184,14 +185,23 @@ func readRules(path string) ([]ruleFile, *problems) {
 	var files []ruleFile
 	readDir(real, path, 0, &files, probs)
 	if len(files) == 0 && len(probs.errs) == 0 {
-		probs.warnf(Position{File: path}, "", "no *.yaml or *.yml rule files: every request is allowed")
+		probs.warnf(Position{File: path}, "", "no rule files: every request is allowed")
 	}
 	return files, probs
 }
 
 // readDir appends the rule files of dir and its subdirectories, following
-// symbolic links and skipping names that start with ".". Files are named
-// under shown, the path dir was given as.
+// symbolic links. Files are named under shown, the path dir was given as.
+//
+// As the reference server, every regular file is read whatever its name:
+// one named *.yaml or *.yml is a rule file; another is one when it has a
+// top-level domain (b.conf, a name without extension), and is skipped
+// with a warning otherwise (a README: the reference would refuse the
+// whole load). Names starting with "." are skipped: Kubernetes' "..data"
+// and "..<timestamp>" entries of a mounted ConfigMap, read once through
+// their links, editors' and tools' temporary files, and files disabled by
+// a leading dot; one named .*.yaml, which the reference reads unless
+// RUNTIME_IGNOREDOTFILES=true, is skipped with a warning.
 func readDir(dir, shown string, depth int, files *[]ruleFile, probs *problems) {
 	if depth > maxDirDepth {
 		probs.errorf(Position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
@@ -205,6 +215,7 @@ func readDir(dir, shown string, depth int, files *[]ruleFile, probs *problems) {
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") {
+			dotFile(dir, shown, name, probs)
 			continue
 		}
 		full, named := filepath.Join(dir, name), filepath.Join(shown, name)
@@ -220,7 +231,7 @@ func readDir(dir, shown string, depth int, files *[]ruleFile, probs *problems) {
 			readDir(full, named, depth+1, files, probs)
 			continue
 		}
-		if !isRuleFile(name) || !fi.Mode().IsRegular() {
+		if !fi.Mode().IsRegular() {
 			continue
 		}
 		data, err := os.ReadFile(full)
@@ -231,8 +242,35 @@ func readDir(dir, shown string, depth int, files *[]ruleFile, probs *problems) {
 			probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
 			continue
 		}
+		if !isRuleFile(name) && !topLevelDomain.Match(data) {
+			probs.warnf(Position{File: named}, "", "skipped: not a rule file (no top-level domain); the reference server would refuse the whole load")
+			continue
+		}
 		*files = append(*files, ruleFile{name: named, data: data})
 	}
+}
+
+// topLevelDomain finds a rule file's domain key in a file whose name does
+// not say it is YAML.
+var topLevelDomain = regexp.MustCompile(`(?m)^domain\s*:`)
+
+// dotFile warns about a skipped name starting with "." that the reference
+// server would read as a rule file (.d.yaml declaring a domain); the others
+// (Kubernetes' "..data", "..2026_…", temporary and swap files) are
+// skipped in silence.
+func dotFile(dir, shown, name string, probs *problems) {
+	if strings.HasPrefix(name, "..") || !isRuleFile(name) {
+		return
+	}
+	full := filepath.Join(dir, name)
+	if fi, err := os.Stat(full); err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	if data, err := os.ReadFile(full); err != nil || !topLevelDomain.Match(data) {
+		return
+	}
+	probs.warnf(Position{File: filepath.Join(shown, name)}, "",
+		"skipped: names starting with '.' are not read (the reference server reads them unless RUNTIME_IGNOREDOTFILES=true): rename it to load its rules")
 }
 
 // isRuleFile reports whether a file name has a YAML extension.

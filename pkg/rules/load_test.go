@@ -36,9 +36,8 @@ func TestLoadDirectory(t *testing.T) {
 	writeFile(t, dir+"/a.yaml", domainFile("a", "k"))
 	writeFile(t, dir+"/b.YML", domainFile("b", "k"))
 	writeFile(t, dir+"/sub/deeper/c.yaml", domainFile("c", "k"))
-	writeFile(t, dir+"/README.md", "not rules: ignored")
-	writeFile(t, dir+"/notes.txt", "domain: [ignored")
-	writeFile(t, dir+"/.hidden.yaml", "broken: [")
+	writeFile(t, dir+"/README.md", "not rules: skipped with a warning")
+	writeFile(t, dir+"/notes.txt", "- nor these")
 	writeFile(t, dir+"/.git/x.yaml", "broken: [")
 	writeFile(t, dir+"/sub/.swp.yaml", "broken: [")
 	symlink(t, dir+"/sub/deeper", dir+"/linked")
@@ -58,6 +57,16 @@ func TestLoadDirectory(t *testing.T) {
 	}
 	if got := set.Domains(); !reflect.DeepEqual(got, []string{"a", "b", "c"}) {
 		t.Errorf("Domains = %v", got)
+	}
+	var warned []string
+	for _, w := range set.Warnings() {
+		warned = append(warned, strings.TrimPrefix(w.Pos.File, dir+"/")+": "+w.Msg)
+	}
+	if want := []string{
+		"README.md: skipped: not a rule file (no top-level domain); the reference server would refuse the whole load",
+		"notes.txt: skipped: not a rule file (no top-level domain); the reference server would refuse the whole load",
+	}; !reflect.DeepEqual(warned, want) {
+		t.Errorf("warnings:\n%s\nwant\n%s", strings.Join(warned, "\n"), strings.Join(want, "\n"))
 	}
 	if set.Match("c", entries("k=1")).Pos.File != dir+"/sub/deeper/c.yaml" {
 		t.Errorf("file name in positions: %v", set.Match("c", entries("k=1")).Pos)
@@ -115,7 +124,7 @@ func TestLoadPaths(t *testing.T) {
 	if err != nil {
 		t.Fatalf("an empty directory is a valid, empty set: %v", err)
 	}
-	if len(set.Domains()) != 0 || len(set.Warnings()) != 1 || !strings.Contains(set.Warnings()[0].Msg, "no *.yaml or *.yml rule files") {
+	if len(set.Domains()) != 0 || len(set.Warnings()) != 1 || !strings.Contains(set.Warnings()[0].Msg, "no rule files") {
 		t.Errorf("empty directory: domains %v, warnings %v", set.Domains(), set.Warnings())
 	}
 }
@@ -140,5 +149,31 @@ func TestLoadUnreadableFile(t *testing.T) {
 	_, err := Load(dir, Options{})
 	if err == nil || !strings.Contains(err.Error(), dir+"/secret.yaml: permission denied") {
 		t.Errorf("error = %v", err)
+	}
+}
+
+// TestLoadReferenceFileNames: as the reference server, a rule file need not
+// be named *.yaml: b.conf and a file without extension are rule files when
+// they declare a domain; .d.yaml, which the reference reads unless
+// RUNTIME_IGNOREDOTFILES=true, is skipped with a warning naming it, and
+// Kubernetes' ..data entries and other dot-names in silence.
+func TestLoadReferenceFileNames(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/a.yaml", domainFile("a", "k"))
+	writeFile(t, dir+"/b.conf", domainFile("b", "k"))
+	writeFile(t, dir+"/noext", domainFile("c", "k"))
+	writeFile(t, dir+"/.d.yaml", domainFile("d", "k"))
+	writeFile(t, dir+"/.a.yaml.tmp", domainFile("a", "k"))
+	writeFile(t, dir+"/..2026_01_01/e.yaml", domainFile("e", "k"))
+	set, err := Load(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.Domains(); !reflect.DeepEqual(got, []string{"a", "b", "c"}) {
+		t.Errorf("Domains = %v, want a, b and c", got)
+	}
+	w := set.Warnings()
+	if len(w) != 1 || w[0].Pos.File != dir+"/.d.yaml" || !strings.Contains(w[0].Msg, "RUNTIME_IGNOREDOTFILES") {
+		t.Errorf("warnings = %v, want one naming .d.yaml", w)
 	}
 }

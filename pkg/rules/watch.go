@@ -68,6 +68,11 @@ type Watcher struct {
 
 	// watching is set once Run watches the files and has looked at them.
 	watching atomic.Bool
+	// seen, when not nil, is told in order of each event Run takes from
+	// the file watcher and whether it may change the rules, and of each
+	// periodic look (as the zero Event) and whether it found the tree
+	// changed. Tests set it before Run, to learn what a change caused.
+	seen func(ev fsnotify.Event, relevant bool)
 }
 
 // NewWatcher loads path (as Load does) and returns a Watcher holding the
@@ -108,6 +113,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return errors.New("rules: Watcher.Run is already running")
 	}
 	defer w.running.Store(false)
+	defer w.watching.Store(false)
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("rules: watching %s: %w", w.path, err)
@@ -152,7 +158,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if !ok {
 				return errors.New("rules: file watcher closed")
 			}
-			if sc.relevant(ev) {
+			relevant := sc.relevant(ev)
+			if w.seen != nil {
+				w.seen(ev, relevant)
+			}
+			if relevant {
 				schedule()
 			}
 		case err, ok := <-fw.Errors:
@@ -170,13 +180,23 @@ func (w *Watcher) Run(ctx context.Context) error {
 			// ancestor directory renamed, a watch the kernel could not
 			// place): a changed fingerprint of the resolved tree is a
 			// change all the same.
-			if next := newScope(w.path); next.fingerprint != sc.fingerprint && !pending {
+			next := newScope(w.path)
+			changed := next.fingerprint != sc.fingerprint
+			if w.seen != nil {
+				w.seen(fsnotify.Event{}, changed)
+			}
+			if changed && !pending {
 				w.logger.Debug("rules: change seen without an event", "path", w.path)
 				resync(next)
 			}
 		}
 	}
 }
+
+// Watching reports whether Run is watching the files: it has started and
+// taken its first look at them, so that any change made from now on is
+// seen. It is false before Run and after Run returns.
+func (w *Watcher) Watching() bool { return w.watching.Load() }
 
 // reload loads the files and swaps the result in when it is good and
 // different from the current set. atStart is Run's first look, which is

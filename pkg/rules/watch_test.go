@@ -44,7 +44,7 @@ func runUntilCleanup(t *testing.T, w *Watcher) {
 		}
 	})
 	deadline := time.Now().Add(5 * time.Second)
-	for !w.watching.Load() {
+	for !w.Watching() {
 		if time.Now().After(deadline) {
 			t.Fatal("Run did not start")
 		}
@@ -359,18 +359,29 @@ func TestNewWatcherErrors(t *testing.T) {
 	if w.Current().Version() != 1 || w.Status().Version != 1 || w.Status().LoadedAt.IsZero() {
 		t.Errorf("first load: version %d, status %+v", w.Current().Version(), w.Status())
 	}
+	if w.Watching() {
+		t.Error("Watching before Run")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
-	for !w.watching.Load() {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); !w.Watching(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not start watching")
+		}
 	}
 	if err := w.Run(ctx); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Errorf("second Run = %v", err)
 	}
+	if !w.Watching() {
+		t.Error("a second Run stopped the first one's watching")
+	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v", err)
+	}
+	if w.Watching() {
+		t.Error("Watching after Run returned")
 	}
 }
 

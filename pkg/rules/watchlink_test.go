@@ -1,11 +1,16 @@
 package rules
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 )
 
 // linkStep is one change made to a rule tree behind links, and what must
@@ -19,14 +24,116 @@ type linkStep struct {
 	// refused with (counted in Status.Failures, kept in LastError) while
 	// want stays in force.
 	refused string
-	// ignored marks a change the Watcher must not react to: no reload
-	// for quietFor, want stays in force.
+	// ignored marks a change the Watcher must not react to: none of its
+	// events may change the rules, and want stays in force.
 	ignored bool
 }
 
-// quietFor is how long an ignored change is watched for a reload: longer
-// than maxDelay, the longest a reload waits after an event.
-const quietFor = maxDelay + 300*time.Millisecond
+// eventLog records, in order, the file events a Watcher's Run takes and
+// its periodic looks.
+type eventLog struct {
+	mu     sync.Mutex
+	events []seenEvent
+}
+
+// seenEvent is a file event, or a periodic look when name is "".
+type seenEvent struct {
+	name     string
+	relevant bool // the event may change the rules; the look found a change
+}
+
+// startLinkWatcher runs a Watcher on path until the test ends, recording
+// its events, and returns it once it watches.
+func startLinkWatcher(t *testing.T, path string) (*Watcher, *eventLog) {
+	t.Helper()
+	w, err := NewWatcher(path, Options{}, nil)
+	if err != nil {
+		t.Fatalf("NewWatcher: %v", err)
+	}
+	return w, runRecorded(t, w)
+}
+
+// runRecorded runs w until the test ends, recording its events, and
+// returns once it watches.
+func runRecorded(t *testing.T, w *Watcher) *eventLog {
+	t.Helper()
+	e := &eventLog{}
+	w.seen = func(ev fsnotify.Event, relevant bool) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.events = append(e.events, seenEvent{ev.Name, relevant})
+	}
+	runUntilCleanup(t, w)
+	return e
+}
+
+var marks atomic.Int64
+
+// markName is the prefix of the names of mark's files.
+const markName = ".mark-"
+
+// mark creates a new file in dir, a directory the Watcher watches (for
+// other names: the file changes no rule), and returns the position in
+// the log of its first event once Run has taken it. inotify delivers a
+// watcher's events in the order they happened, so every event of what
+// was done before the mark is in the log before it.
+func (e *eventLog) mark(t *testing.T, dir string) int {
+	t.Helper()
+	name := fmt.Sprint(markName, marks.Add(1))
+	writeFile(t, filepath.Join(dir, name), "")
+	for deadline := time.Now().Add(maxReloadDelay); ; time.Sleep(2 * time.Millisecond) {
+		e.mu.Lock()
+		for i, ev := range e.events {
+			if filepath.Base(ev.name) == name {
+				e.mu.Unlock()
+				return i
+			}
+		}
+		e.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("Run took no event of %s within %v", name, maxReloadDelay)
+		}
+	}
+}
+
+// lookAfter returns the position of the first periodic look logged after
+// position from, once Run has made it; within 5 s for the 100 ms period
+// the tests set.
+func (e *eventLog) lookAfter(t *testing.T, from int) int {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		e.mu.Lock()
+		for i := from + 1; i < len(e.events); i++ {
+			if e.events[i].name == "" {
+				e.mu.Unlock()
+				return i
+			}
+		}
+		e.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("Run made no periodic look within 5 s")
+		}
+	}
+}
+
+// relevantBetween returns what was logged between positions from and to,
+// marks aside, that may change the rules: events, and looks that found a
+// change.
+func (e *eventLog) relevantBetween(from, to int) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var names []string
+	for _, ev := range e.events[from:to] {
+		switch {
+		case !ev.relevant, strings.HasPrefix(filepath.Base(ev.name), markName):
+		case ev.name == "":
+			names = append(names, "(a periodic look)")
+		default:
+			names = append(names, ev.name)
+		}
+	}
+	return names
+}
 
 // swapLink points link at target atomically, as a deploy does (a new link
 // renamed over the old one: ln -sfn and mv -T).
@@ -218,34 +325,39 @@ func TestWatcherFollowsLinks(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
 			tc.setup(t, root)
-			w, _ := startWatcher(t, filepath.Join(root, tc.path))
+			w, events := startLinkWatcher(t, filepath.Join(root, tc.path))
 			if !limitIs("d", 1)(w.Current()) {
 				t.Fatalf("first load: d's limit is not 1")
 			}
 			for _, st := range tc.steps {
-				runLinkStep(t, w, root, st)
+				runLinkStep(t, w, events, root, st)
 			}
 		})
 	}
 }
 
-// runLinkStep makes st's change and checks what follows.
-func runLinkStep(t *testing.T, w *Watcher, root string, st linkStep) {
+// runLinkStep makes st's change to the rule tree under root that w
+// watches, recording its events in events, and checks what follows.
+func runLinkStep(t *testing.T, w *Watcher, events *eventLog, root string, st linkStep) {
 	t.Helper()
 	before := w.Status()
+	if st.ignored {
+		// The directory holding the rule path's own entry is watched.
+		dir := filepath.Dir(w.path)
+		from := events.mark(t, dir)
+		st.do(t, root)
+		to := events.mark(t, dir)
+		if names := events.relevantBetween(from, to); len(names) > 0 {
+			t.Fatalf("%s: events that may change the rules: %q, want none", st.name, names)
+		}
+		if !limitIs("d", st.want)(w.Current()) {
+			t.Fatalf("%s: d's limit changed, want %d", st.name, st.want)
+		}
+		return
+	}
 	start := time.Now()
 	st.do(t, root)
 	switch {
-	case st.ignored:
-		for time.Since(start) < quietFor {
-			if s := w.Status(); s.Reloads != before.Reloads {
-				t.Fatalf("%s: reloaded (status %+v), want no reload", st.name, s)
-			}
-			if !limitIs("d", st.want)(w.Current()) {
-				t.Fatalf("%s: d's limit changed, want %d", st.name, st.want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
 	case st.refused != "":
 		for w.Status().Failures == before.Failures {
 			if time.Since(start) > maxReloadDelay {
@@ -280,7 +392,7 @@ func TestWatcherRecheckCatchesUnnotifiedChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.recheck = 100 * time.Millisecond
-	runUntilCleanup(t, w)
+	events := runRecorded(t, w)
 	writeFile(t, root+"/y/app/config/rules.yaml", rulesWith("d", 2))
 	start := time.Now()
 	if err := os.Rename(root+"/x", root+"/old"); err != nil {
@@ -293,6 +405,15 @@ func TestWatcherRecheckCatchesUnnotifiedChanges(t *testing.T) {
 	start = time.Now()
 	writeFile(t, root+"/x/app/config/rules.yaml", rulesWith("d", 3))
 	waitFor(t, w, start, "edit in the new x", limitIs("d", 3))
+	// The old x is no longer followed: neither the events of an edit
+	// there nor a periodic look after it change anything.
+	from := events.mark(t, root+"/x/app")
 	writeFile(t, root+"/old/app/config/rules.yaml", rulesWith("d", 9))
-	runLinkStep(t, w, root, linkStep{name: "edit the old x", do: func(*testing.T, string) {}, want: 3, ignored: true})
+	look := events.lookAfter(t, events.mark(t, root+"/x/app"))
+	if names := events.relevantBetween(from, look+1); len(names) > 0 {
+		t.Errorf("after an edit of the old x: %q may change the rules, want nothing", names)
+	}
+	if !limitIs("d", 3)(w.Current()) {
+		t.Error("an edit of the old x changed the rules")
+	}
 }

@@ -55,15 +55,16 @@ type Request struct {
 }
 
 // Start starts the span of a request to domain with n descriptors, as a
-// child of the caller's span: the traceparent of the incoming gRPC
-// metadata, else one WithHTTPHeader put in ctx, else the span ctx already
-// holds; a new trace without either. The returned context holds the span,
+// child of the caller's span: the W3C traceparent or B3 headers (b3, or
+// x-b3-traceid and the others) of the incoming gRPC metadata, else one
+// WithHTTPHeader put in ctx, else the span ctx already holds; a new trace
+// without any. The returned context holds the span,
 // for StartStore.
 func (t *Tracer) Start(ctx context.Context, domain string, n int) (context.Context, Request) {
 	if t == nil {
 		return ctx, Request{}
 	}
-	if metadata.ValueFromIncomingContext(ctx, "traceparent") != nil {
+	if hasTraceContext(func(h string) bool { return metadata.ValueFromIncomingContext(ctx, h) != nil }) {
 		ctx = propagator.Extract(ctx, mdCarrier{ctx})
 	}
 	// A request over HTTP (/json) is described as one; any other is the
@@ -195,10 +196,21 @@ func WithHTTPHeader(ctx context.Context, h http.Header) context.Context {
 
 func withHTTP(ctx context.Context, method, path string, h http.Header) context.Context {
 	ctx = context.WithValue(ctx, httpRequestKey{}, httpRequest{method, path})
-	if h.Get("traceparent") == "" {
+	if !hasTraceContext(func(k string) bool { return h.Get(k) != "" }) {
 		return ctx
 	}
 	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// hasTraceContext reports whether has finds one of the headers that carry
+// a caller's span context (traceHeaders).
+func hasTraceContext(has func(header string) bool) bool {
+	for _, h := range traceHeaders {
+		if has(h) {
+			return true
+		}
+	}
+	return false
 }
 
 // httpRequestKey is the context key of the httpRequest being served.

@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/contrib/propagators/b3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -218,7 +219,12 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// propagator reads the W3C traceparent, tracestate and baggage headers,
-// what Envoy's OpenTelemetry tracer sends and what the reference server
-// reads.
-var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+// propagator reads the W3C traceparent and tracestate, then Zipkin's B3
+// (the single b3 header, else the x-b3-* headers), then baggage, as the
+// reference server does: Envoy's OpenTelemetry tracer sends the first,
+// Istio meshes traced with Zipkin the second, and B3 wins when both come.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, b3.New(), propagation.Baggage{})
+
+// traceHeaders are the headers that carry a caller's span context: a
+// request without any has none to continue, and nothing is extracted.
+var traceHeaders = [...]string{"traceparent", "b3", "x-b3-traceid"}

@@ -60,6 +60,8 @@ func TestExport(t *testing.T) {
 			}
 			sctx, st := tr.StartStore(ctx, 3)
 			RecordBatch(sctx, 4)
+			// The store call takes time, measured by the SDK's wall clock,
+			// which cannot be injected: the span must last at least this.
 			time.Sleep(2 * time.Millisecond)
 			st.End(nil)
 			req.End(Outcome{Code: "OVER_LIMIT", Rule: "shop.user", Descriptor: 1})
@@ -291,5 +293,59 @@ func TestOffAllocatesNothing(t *testing.T) {
 	}
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestB3: Zipkin's B3 context is continued in both forms, the single b3
+// header and the x-b3-* headers, over gRPC and HTTP, as the reference
+// server continues it; B3 wins over a traceparent sent beside it, and its
+// unsampled flag is honoured.
+func TestB3(t *testing.T) {
+	const (
+		b3Trace = "463ac35c9f6413ad48485a3953bb6124"
+		b3Span  = "0020000000000001"
+	)
+	md := func(kv ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	header := func(kv ...string) context.Context {
+		h := http.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return WithHTTPHeader(context.Background(), h)
+	}
+	single := b3Trace + "-" + b3Span + "-1"
+	multi := []string{"x-b3-traceid", b3Trace, "x-b3-spanid", b3Span, "x-b3-sampled", "1"}
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context
+		sampled bool
+	}{
+		{"single header over gRPC", md("b3", single), true},
+		{"x-b3-* over gRPC", md(multi...), true},
+		{"single header over HTTP", header("b3", single), true},
+		{"x-b3-* over HTTP", header(multi...), true},
+		{"B3 wins over a traceparent beside it", md("traceparent", callerSampled, "b3", single), true},
+		{"unsampled", md("x-b3-traceid", b3Trace, "x-b3-spanid", b3Span, "x-b3-sampled", "0"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, rcv := newTracer(t, ProtocolHTTP, Options{SamplingRate: 1})
+			_, req := tr.Start(tc.ctx, "d", 1)
+			req.End(Outcome{Code: "OK"})
+			if err := tr.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			spans := rcv.Spans()
+			if !tc.sampled {
+				if len(spans) != 0 {
+					t.Errorf("exported %v, want nothing: the caller did not sample", spans)
+				}
+				return
+			}
+			if len(spans) != 1 || spans[0].TraceID != b3Trace || spans[0].Parent != b3Span {
+				t.Fatalf("exported %+v, want one span of trace %s, child of %s", spans, b3Trace, b3Span)
+			}
+		})
 	}
 }
