@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,10 +18,20 @@ import (
 // modulePath is the floodgate module, whose ./cmd/server Build builds.
 const modulePath = "github.com/floodgate/floodgate"
 
-// buildTags are the tags of the Makefile's and the Dockerfile's builds:
-// vtprotobuf compiles go-control-plane's generated encoders, which the
-// server's codec uses for answers.
-const buildTags = "vtprotobuf"
+// BuildFlags returns the go build flags Build passes besides -o: those of
+// the Dockerfile's build, whose link flags aside (they strip the symbol
+// table and stamp the version), so that the tests run the binary the image
+// ships; examples/docker_test.go holds the two equal. The tags are the
+// Makefile's (vtprotobuf compiles go-control-plane's generated encoders,
+// which the server's codec uses for answers) and timetzdata, which embeds
+// the time zone database the image lacks.
+func BuildFlags() []string {
+	return []string{"-trimpath", "-tags", "timetzdata,vtprotobuf"}
+}
+
+// BuildEnv returns the variables Build sets for the go command, as the
+// Dockerfile does: cgo off, for a static binary.
+func BuildEnv() []string { return []string{"CGO_ENABLED=0"} }
 
 // ModuleRoot returns the directory of the floodgate module that holds the
 // working directory: the nearest directory, the working directory or one
@@ -57,18 +68,21 @@ func declares(gomod []byte, path string) bool {
 }
 
 // Build builds the floodgate binary into out with the go command, from the
-// module ModuleRoot finds, with the Makefile's build tags. It never builds
-// with the race detector, even under go test -race: the binary is the
-// subject, not the test, and a race build runs several times slower.
+// module ModuleRoot finds, as the Dockerfile builds it (BuildFlags,
+// BuildEnv). It never builds with the race detector, even under go test
+// -race: the binary is the subject, not the test, and a race build runs
+// several times slower.
 func Build(ctx context.Context, out string) error {
 	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags", buildTags, "-o", out, "./cmd/server")
+	args := append(append([]string{"build"}, BuildFlags()...), "-o", out, "./cmd/server")
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), BuildEnv()...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("harness: go build -tags %s ./cmd/server in %s: %w\n%s", buildTags, root, err, b)
+		return fmt.Errorf("harness: %s go %s in %s: %w\n%s", strings.Join(BuildEnv(), " "), strings.Join(args, " "), root, err, b)
 	}
 	return nil
 }
