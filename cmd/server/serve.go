@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/floodgate/floodgate/internal/counters"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/store"
@@ -116,7 +117,7 @@ func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return a.listeners(svc)
+	return a.listeners(ctx, svc)
 }
 
 // openStore opens the counter store, with its metrics, and has its deny
@@ -145,6 +146,9 @@ func (a *app) openMetrics() error {
 	}
 	mo := a.cfg.Metrics
 	mo.Store, mo.Statsd = a.store.Name(), a.statsd
+	// The debug listener's live page shows every rule's hot counter
+	// values (newUI): keep them only when that page exists.
+	mo.KeepHotValues = a.cfg.UI && a.cfg.Server.DebugAddr != ""
 	m, err := envoy.NewMetrics(a.reg, mo)
 	if err == nil {
 		err = server.RegisterRuleMetrics(a.reg, a.rules)
@@ -197,15 +201,22 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 }
 
 // listeners returns the gRPC, HTTP and debug listeners of svc.
-func (a *app) listeners(svc pb.RateLimitServiceServer) (*server.Server, error) {
+// The live page's history is kept until ctx ends.
+func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*server.Server, error) {
 	health := a.store.Health
 	pages, err := newUI(a.cfg.UI, a.rules, a.reg, a.metrics, health)
 	if err != nil {
 		return nil, exit(1, err)
 	}
+	go pages.run(ctx)
 	opts := a.cfg.Server
 	opts.Logger, opts.Store, opts.Refused = a.logger, health, a.metrics.Refused
 	opts.UI, opts.DebugUI = pages.http, withPushedFiles(pages.debug, a.rules)
+	// On the debug listener only; the HTTP listener refuses it.
+	if opts.Counters, err = counters.New(counters.Options{Rules: a.rules, Limiter: a.store.Limiter(), Resetter: a.store,
+		Logger: a.logger, Registerer: a.reg}); err != nil {
+		return nil, exit(1, err)
+	}
 	if t := a.cfg.GRPCTLS; t.On {
 		if opts.TLS, err = server.NewTLSConfig(t.Files, a.logger); err != nil {
 			return nil, exit(2, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -12,28 +13,25 @@ import (
 )
 
 // uiPages are the live page's handlers for the HTTP and the debug
-// listener; nil when -ui=false.
-type uiPages struct{ http, debug http.Handler }
+// listener, and run, which keeps their history; nil when -ui=false.
+type uiPages struct {
+	http, debug http.Handler
+	run         func(context.Context)
+}
 
-// newUI builds the live pages. The HTTP listener's hides every request
-// value, as it is exposed like /json; the debug listener's shows the
-// values of detailed_metric and value_to_metric rules, as it is on
-// loopback unless -debug-addr (DEBUG_HOST) says otherwise, the same choice
-// that guards pprof.
+// newUI builds the live pages. The HTTP listener's shows the request
+// values of detailed_metric and value_to_metric rules only, as /metrics
+// names them on the same listener; the debug listener's shows every
+// rule's (m keeps them when -debug-addr is set, see openMetrics), as it
+// is on loopback unless -debug-addr (DEBUG_HOST) says otherwise, the same
+// choice that guards pprof. Both share one history.
 func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *envoy.Metrics, store func() server.StoreHealth) (uiPages, error) {
 	if !on {
-		return uiPages{}, nil
+		return uiPages{run: func(context.Context) {}}, nil
 	}
-	var p uiPages
-	for _, page := range []struct {
-		dst        *http.Handler
-		showValues bool
-	}{{&p.http, false}, {&p.debug, true}} {
-		h, err := ui.New(ui.Options{Rules: w, Gatherer: reg, Metrics: m, Store: store, ShowValues: page.showValues})
-		if err != nil {
-			return uiPages{}, fmt.Errorf("-ui: %w", err)
-		}
-		*page.dst = h
+	h, err := ui.New(ui.Options{Rules: w, Gatherer: reg, Metrics: m, Store: store, Values: envoy.HotOptedIn})
+	if err != nil {
+		return uiPages{}, fmt.Errorf("-ui: %w", err)
 	}
-	return p, nil
+	return uiPages{http: h, debug: h.WithValues(envoy.HotAll), run: h.Run}, nil
 }

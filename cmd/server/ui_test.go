@@ -13,8 +13,8 @@ import (
 	"github.com/floodgate/floodgate/internal/testlog"
 )
 
-// The live page is on by default on both listeners, with request values
-// only on the debug one; -ui=false or FLOODGATE_UI=false removes it.
+// The live page is on by default on both listeners, with every rule's
+// request values only on the debug one; -ui=false or FLOODGATE_UI=false removes it.
 func TestUIFlag(t *testing.T) {
 	serving := regexp.MustCompile(`msg=serving grpc=\S+ http=(\S+) debug=(\S+)`)
 	host, port, err := net.SplitHostPort(freeAddr(t))
@@ -54,7 +54,7 @@ func TestUIFlag(t *testing.T) {
 					t.Fatal(err)
 				}
 				var snap struct {
-					ShowValues bool `json:"show_values"`
+					Values string `json:"values"`
 				}
 				err = json.NewDecoder(resp.Body).Decode(&snap)
 				resp.Body.Close()
@@ -67,8 +67,8 @@ func TestUIFlag(t *testing.T) {
 				if resp.StatusCode != http.StatusOK || err != nil {
 					t.Fatalf("%s listener: /ui/api/snapshot answered %s (%v)", listener, resp.Status, err)
 				}
-				if want := listener == "debug"; snap.ShowValues != want {
-					t.Errorf("%s listener shows values: %v, want %v", listener, snap.ShowValues, want)
+				if want := map[string]string{"http": "opted_in", "debug": "all"}[listener]; snap.Values != want {
+					t.Errorf("%s listener shows values %q, want %q", listener, snap.Values, want)
 				}
 			}
 		})

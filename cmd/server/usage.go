@@ -17,6 +17,10 @@ const usageHead = `Usage: floodgate [serve] [flags]          serve the rules (th
        floodgate replay -old DIR -new DIR -traffic FILE [-format text|json|html]
                                           rehearse an edit of the rules on recorded
                                           traffic (floodgate replay -h)
+       floodgate counters get|reset [-addr HOST:PORT] domain key=value [key=value...]
+                                          show a descriptor's counters (used, remaining,
+                                          reset) or reset them, on a running server's
+                                          debug listener (floodgate counters -h)
 The -check, -explain and -version flags do the same as the commands.
 
 Each flag is also set by the environment variables listed under it: FLOODGATE_*

@@ -71,6 +71,13 @@ func (b *browser) eval(out any, script string) {
 	}
 }
 
+// viewport sets the tab's viewport to width×height CSS pixels, at one
+// device pixel per CSS pixel.
+func (b *browser) viewport(width, height int64) {
+	b.t.Helper()
+	run(b, "viewport", chromedp.EmulateViewport(width, height))
+}
+
 // screenshot returns the viewport as PNG.
 func (b *browser) screenshot() []byte {
 	b.t.Helper()

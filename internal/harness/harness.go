@@ -54,6 +54,8 @@ var installHints = map[string]string{
 	"bash":     "install it with `apt-get install -y bash` (Debian/Ubuntu)",
 	"go":       "install Go from https://go.dev/dl/",
 	"sh":       "install a POSIX shell: `apt-get install -y dash` (Debian/Ubuntu)",
+	"awk":      "install it with `apt-get install -y mawk` (Debian/Ubuntu)",
+	"tr":       "install it with `apt-get install -y coreutils` (Debian/Ubuntu)",
 }
 
 const redisHint = "install it with `apt-get install -y redis-server redis-tools` (Debian/Ubuntu) or `brew install redis` (macOS)"

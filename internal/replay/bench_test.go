@@ -61,7 +61,7 @@ func BenchmarkReplayMillion(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rep, err := Run(context.Background(), old, new, NewReader(f), Options{})
+		rep, err := Run(context.Background(), old, new, one(f), Options{})
 		f.Close()
 		if err != nil {
 			b.Fatal(err)

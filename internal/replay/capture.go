@@ -274,7 +274,7 @@ func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
 		Domain      string    `json:"domain"`
 		Descriptors []descOut `json:"descriptors"`
 		HitsAddend  uint32    `json:"hits_addend,omitempty"`
-	}{Time: t.UTC().Format(time.RFC3339Nano), Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
+	}{Time: t.UTC().Format(TimeLayout), Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
 	out.Descriptors = make([]descOut, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		do := &out.Descriptors[i]

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func TestCaptureThenReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rep, err := Run(context.Background(), set, set, NewReader(f), Options{})
+	rep, err := Run(context.Background(), set, set, one(f), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,5 +216,39 @@ func TestCaptureFileMode(t *testing.T) {
 				t.Errorf("warned %v, want %v:\n%s", got, tt.warned, logs.String())
 			}
 		})
+	}
+}
+
+// TestCaptureTimesSortAsText: the times Capture writes have one width,
+// whole seconds and round fractions included, so that the lines of
+// several captures sort as text in time order; and a Reader reads them,
+// as it reads times of any width.
+func TestCaptureTimesSortAsText(t *testing.T) {
+	offsets := []time.Duration{0, 80 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Second + 5*time.Microsecond, 10 * time.Second}
+	var lines []string
+	for _, d := range offsets {
+		lines = append(lines, string(encodeLine(t0.Add(d), oneRequest("d", "k", "v"))))
+	}
+	width := strings.Index(lines[0], `","domain"`)
+	for i, l := range lines {
+		if w := strings.Index(l, `","domain"`); w != width {
+			t.Errorf("line %d %q: the time ends at %d, line 1's at %d", i+1, l, w, width)
+		}
+	}
+	if !strings.HasPrefix(lines[1], `{"time":"2026-01-01T00:00:00.080000Z",`) {
+		t.Errorf("line 2 is %q, want the time 2026-01-01T00:00:00.080000Z", lines[1])
+	}
+	shuffled := slices.Clone(lines)
+	slices.Reverse(shuffled)
+	slices.Sort(shuffled)
+	if !slices.Equal(shuffled, lines) {
+		t.Errorf("sorted as text:\n%s\nnot in time order:\n%s", strings.Join(shuffled, ""), strings.Join(lines, ""))
+	}
+	r := NewReader(strings.NewReader(strings.Join(lines, "") + `{"time":"2026-01-01T00:00:11Z","domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}` + "\n"))
+	for i, d := range append(offsets, 11*time.Second) {
+		req, err := r.Next()
+		if err != nil || !req.Time.Equal(t0.Add(d)) || req.Line != i+1 {
+			t.Errorf("line %d: %v at %v (line %d), want %v", i+1, err, req.Time, req.Line, t0.Add(d))
+		}
 	}
 }

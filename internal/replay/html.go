@@ -95,8 +95,11 @@ func newChart(rep *Report) chart {
 
 var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{
 	"stamp": stamp, "delta": delta, "orNone": orNone, "why": exampleWhy,
-	"field": ruleField, "change": func(r RuleDiff) string { return delta(denials(r.New) - denials(r.Old)) },
-	"shadow": func(r RuleDiff) bool { return r.Old != nil && r.Old.Shadow || r.New != nil && r.New.Shadow },
+	"ruleName": ruleName,
+	"requests": func(r RuleDiff) string { return r.cell(requestsCell) },
+	"denied":   func(r RuleDiff) string { return r.cell(deniedCell) },
+	"refused":  func(r RuleDiff) string { return r.cell((*RuleCount).refusedCell) },
+	"oldShare": ValueChange.oldShare, "newShare": ValueChange.newShare, "signed": signed,
 	"sub":    func(a, b int) int { return a - b },
 	"plural": plural,
 	"add":    func(a, b int) int { return a + b },
@@ -117,7 +120,8 @@ code{font-size:13px}
 </style></head><body>
 <h1>floodgate replay</h1>
 <p>{{.Summary}}.<br>
-old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
+{{if .Inputs}}traffic: {{.Inputs}}<br>
+{{end}}old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
 
 <h2>Denials per {{if eq .Chart.BinMinutes 1}}minute{{else}}{{.Chart.BinMinutes}} minutes{{end}}</h2>
 {{if .Chart.Empty}}<p>No traffic.</p>{{else}}
@@ -135,9 +139,10 @@ old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
 {{end}}<tr><th>(all)</th><th>{{.Old.Allowed}}</th><th>{{.Old.Denied}}</th><th>{{.New.Allowed}}</th><th>{{.New.Denied}}</th><th>{{delta (sub .New.Denied .Old.Denied)}}</th></tr></table>
 
 <h2>Per rule</h2>
-<p>Descriptors that matched the rule, within or over its limits{{if .Idle}}; {{plural .Idle "rule"}} without traffic not shown{{end}}.</p>
-<table><tr><th>rule</th><th>old allowed</th><th>old denied</th><th>new allowed</th><th>new denied</th><th>change</th></tr>
-{{range .Active}}<tr><td>{{.Rule}}{{if shadow .}} (shadow){{end}}</td><td>{{field .Old false}}</td><td>{{field .Old true}}</td><td>{{field .New false}}</td><td>{{field .New true}}</td><td>{{change .}}</td></tr>
+<p>The requests with a descriptor that matched the rule, old -&gt; new where they differ.
+{{.RulesLegend}}{{if .Idle}} {{plural .Idle "rule"}} without traffic not shown.{{end}}</p>
+<table id="rules"><tr><th>rule</th><th>requests</th><th>denied</th><th>refused</th><th>now denied</th><th>now allowed</th></tr>
+{{range .Active}}<tr><td class="l">{{ruleName .}}</td><td>{{requests .}}</td><td>{{denied .}}</td><td>{{refused .}}</td><td>{{.NowDenied}}</td><td>{{.NowAllowed}}</td></tr>
 {{end}}</table>
 
 <h2>Decisions changed: {{.Changed.Total}}</h2>
@@ -145,6 +150,13 @@ old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
 {{if .Changed.Examples}}<table><tr><th>time</th><th>domain</th><th>descriptors</th><th>old</th><th>new</th><th>why</th></tr>
 {{range .Changed.Examples}}<tr><td>{{stamp .Time}}</td><td class="l">{{.Domain}}</td><td class="l"><code>{{.Descriptors}}</code></td><td>{{.Old}}</td><td>{{.New}}</td><td class="l">{{why .}}</td></tr>
 {{end}}</table>{{end}}
+
+<h2>Descriptor values by change in denials</h2>
+{{if .Values}}<p>Listing {{.ValuesShown}} with a request denied under either rule set.
+{{.ValuesLegend}}</p>
+<table id="values"><tr><th>domain</th><th>descriptor</th><th>requests</th><th>old denied</th><th>new denied</th><th>change</th></tr>
+{{range .Values}}<tr><td>{{.Domain}}</td><td class="l"><code>{{.Descriptor}}</code></td><td>{{.Requests}}</td><td>{{oldShare .}}</td><td>{{newShare .}}</td><td>{{signed .Change}}</td></tr>
+{{end}}</table>{{else}}<p>No descriptor value has a request denied under either rule set.</p>{{end}}
 
 <h2>Busiest counters</h2>
 <p>{{plural .Counters "counter"}} seen; requests offered, whatever was decided.</p>
@@ -159,11 +171,17 @@ old: <code>{{.Old.Name}}</code> &nbsp; new: <code>{{.New.Name}}</code></p>
 // minute under each set.
 func (rep *Report) WriteHTML(w io.Writer) error {
 	active, idle := rep.activeRules()
+	inputs := ""
+	if len(rep.Traffic) > 1 {
+		inputs = rep.inputs()
+	}
 	return htmlReport.Execute(w, struct {
 		*Report
-		Chart   chart
-		Active  []RuleDiff
-		Idle    int
-		Summary string
-	}{rep, newChart(rep), active, idle, rep.summary()})
+		Chart                     chart
+		Active                    []RuleDiff
+		Idle                      int
+		Summary, Inputs           string
+		RulesLegend, ValuesLegend string
+		ValuesShown               string
+	}{rep, newChart(rep), active, idle, rep.summary(), inputs, rulesLegend, valuesLegend, rep.valuesShown()})
 }

@@ -34,8 +34,52 @@ func wideReport() *Report {
 			OldRule:    "demo-domain-with-a-long-name.api_key_path_user_agent_" + long, NewRule: "demo-domain-with-a-long-name.api_key_path_user_agent_" + long,
 			Requests: 100, PeakPerSecond: 15, PeakSecond: t0.Add(30 * time.Second), PeakPerMinute: 100,
 		})
+		rep.Values = append(rep.Values, ValueChange{
+			Domain: "demo-domain-with-a-long-name", Descriptor: rep.Peaks[i].Descriptor,
+			Requests: 1197, OldDenied: 0, NewDenied: 385, Change: 385, OldRule: rep.Peaks[i].OldRule, NewRule: rep.Peaks[i].NewRule,
+		})
+	}
+	rep.ValuesDenied = 12
+	rep.Rules = []RuleDiff{
+		{Domain: "demo", Rule: "demo.user_agent_*bot*",
+			Old: &RuleCount{Shadow: true, Requests: 176, Allowed: 176, WouldRefuse: 90},
+			New: &RuleCount{Requests: 176, Allowed: 86, Denied: 90, Refused: 90}, NowDenied: 90},
+		{Domain: "demo", Rule: "demo.remote_address_" + long,
+			Old: &RuleCount{Requests: 51994, Allowed: 47195, Denied: 4799},
+			New: &RuleCount{Requests: 51994, Allowed: 46810, Denied: 5184, Refused: 385}, NowDenied: 385},
+		{Domain: "demo", Rule: "demo.idle", Old: &RuleCount{}, New: &RuleCount{}},
 	}
 	return rep
+}
+
+// TestHTMLTables: the page shows each rule's mode change and counts, what
+// its columns mean, and the table of values by change, with the share of
+// each value's requests, as the text report does.
+func TestHTMLTables(t *testing.T) {
+	var b bytes.Buffer
+	if err := wideReport().WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	h := b.String()
+	for _, want := range []string{
+		`<tr><td class="l">demo.user_agent_*bot* (shadow -&gt; enforced)</td><td>176</td><td>0 -&gt; 90</td><td>would 90 -&gt; 90</td><td>90</td><td>0</td></tr>`,
+		`<td>51994</td><td>4799 -&gt; 5184</td><td>0 -&gt; 385</td><td>385</td><td>0</td></tr>`,
+		"1 rule without traffic not shown.",
+		"REFUSED: denied with this rule over its limit;",
+		"Listing the top 5 of 12 values with a request denied under either rule set.",
+		"A request counts under each of its descriptors.",
+		`<td>1197</td><td>0</td><td>385 (32%)</td><td>&#43;385</td></tr>`, // html/template writes + as &#43;
+	} {
+		if !strings.Contains(h, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if strings.Contains(h, "demo.idle") {
+		t.Errorf("the page lists a rule without traffic")
+	}
+	if rows := strings.Count(h[strings.Index(h, `<table id="values">`):], "<td>&#43;385</td>"); rows != 5 {
+		t.Errorf("%d rows of values, want 5", rows)
+	}
 }
 
 // TestHTMLChartBars: the chart draws a pair of bars per minute, old left

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,9 @@ const DefaultExamples = 5
 // DefaultTopCounters is Options.TopCounters when it is 0.
 const DefaultTopCounters = 20
 
+// DefaultValues is Options.Values when it is 0.
+const DefaultValues = 20
+
 // maxCounters bounds the counters whose peak rate is tracked, so that
 // traffic of endless distinct values (client IPs) does not hold memory
 // without bound; Report.UntrackedCounters says how many were left out.
@@ -39,6 +43,10 @@ type Options struct {
 	// TopCounters is the number of counters listed by peak rate; 0 means
 	// DefaultTopCounters.
 	TopCounters int
+	// Values is the number of descriptor values listed by the change in
+	// their denials (Report.Values); 0 means DefaultValues, a negative
+	// number none.
+	Values int
 	// OldName and NewName label the rule sets in the report (their
 	// directories, say); empty means "old" and "new".
 	OldName, NewName string
@@ -61,7 +69,15 @@ type side struct {
 	svc   *envoy.Service
 	store *recorder
 	stats *SetStats
-	rules map[*rules.Rule]*RuleCount
+	rules map[*rules.Rule]*ruleTally
+	seen  []seenRule // the rules the request being decided met
+}
+
+// ruleTally is where a rule's requests are counted: its own counts in one
+// set, and the changes of the rule of the same path in both.
+type ruleTally struct {
+	count *RuleCount
+	diff  *RuleDiff
 }
 
 // recorder is the store of a side: limit.Memory, remembering the hits of
@@ -123,8 +139,10 @@ func ofRule(key string, r *rules.Rule) bool {
 	return false
 }
 
-func newSide(set *rules.Set, name string) (*side, error) {
-	s := &side{set: set, stats: &SetStats{Name: name}, rules: map[*rules.Rule]*RuleCount{}}
+// newSide returns the side of set, whose rules count their changes in
+// diffs (by domain and path, filled in here for the rules diffs lacks).
+func newSide(set *rules.Set, name string, diffs map[ruleKey]*RuleDiff, isNew bool) (*side, error) {
+	s := &side{set: set, stats: &SetStats{Name: name}, rules: map[*rules.Rule]*ruleTally{}}
 	// Big enough never to refuse a counter: a replay judges the rules,
 	// not the production store's size.
 	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: s.clock.Now, MaxEntries: math.MaxInt32})}
@@ -139,10 +157,25 @@ func newSide(set *rules.Set, name string) (*side, error) {
 	}
 	s.svc = svc
 	for _, r := range set.Rules() {
-		s.rules[r] = &RuleCount{Domain: r.Domain, Rule: r.Path, Shadow: r.ShadowMode, Pos: r.Pos.String()}
+		k := ruleKey{r.Domain, r.Path}
+		d := diffs[k]
+		if d == nil {
+			d = &RuleDiff{Domain: r.Domain, Rule: r.Path}
+			diffs[k] = d
+		}
+		c := &RuleCount{Pos: r.Pos.String(), Shadow: r.ShadowMode}
+		if isNew {
+			d.New = c
+		} else {
+			d.Old = c
+		}
+		s.rules[r] = &ruleTally{count: c, diff: d}
 	}
 	return s, nil
 }
+
+// ruleKey names a rule in either set.
+type ruleKey struct{ domain, path string }
 
 // outcome is what one side decided for a request.
 type outcome struct {
@@ -163,12 +196,12 @@ func (d decision) String() string {
 	return [...]string{"allowed", "denied", "invalid"}[d]
 }
 
-// decide runs one request through the side's service at time t.
+// decide runs one request through the side's service at time t, which is
+// never before the last one's (Run hands requests in time order).
 func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest) outcome {
-	if t.After(s.clock.t) {
-		s.clock.t = t
-	}
+	s.clock.t = t
 	s.store.last = s.store.last[:0]
+	s.seen = s.seen[:0]
 	resp, err := s.svc.ShouldRateLimit(ctx, req)
 	if err != nil {
 		s.stats.Invalid++
@@ -187,15 +220,11 @@ func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest
 		if s.store.overOf(r, req.Descriptors[i].GetLimit() != nil, &next) && r != nil && r.ShadowMode {
 			over = true
 		}
-		if r != nil {
-			rc := s.rules[r]
-			if over {
-				rc.Denied++
-			} else {
-				rc.Allowed++
-			}
+		if r == nil {
+			continue
 		}
-		if over && o.overBy == "" && r != nil && !r.ShadowMode {
+		s.see(r, over)
+		if over && o.overBy == "" && !r.ShadowMode {
 			o.overBy = r.Path
 		}
 	}
@@ -205,7 +234,30 @@ func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest
 	} else {
 		s.stats.Allowed++
 	}
+	for _, sr := range s.seen {
+		sr.t.count.add(o.code == denied, sr.over, sr.t.count.Shadow)
+	}
 	return o
+}
+
+// seenRule is a rule a descriptor of the request being decided matched,
+// and whether one such descriptor was over its limit.
+type seenRule struct {
+	t    *ruleTally
+	over bool
+}
+
+// see notes that a descriptor of the request matched r: a rule met by
+// several descriptors of one request counts the request once.
+func (s *side) see(r *rules.Rule, over bool) {
+	t := s.rules[r]
+	for i := range s.seen {
+		if s.seen[i].t == t {
+			s.seen[i].over = s.seen[i].over || over
+			return
+		}
+	}
+	s.seen = append(s.seen, seenRule{t, over})
 }
 
 func entriesOf(es []*rlv3.RateLimitDescriptor_Entry) []rules.Entry {
@@ -216,15 +268,23 @@ func entriesOf(es []*rlv3.RateLimitDescriptor_Entry) []rules.Entry {
 	return out
 }
 
-// counterPeak tracks one counter's busiest second and minute.
-type counterPeak struct {
-	c            *CounterPeak
-	sec, min     int64 // the current second and minute (Unix)
-	inSec, inMin int64
+// counter is one descriptor value's traffic: its busiest second and
+// minute, and its requests denied under each set.
+type counter struct {
+	c                    *CounterPeak
+	sec, min             int64 // the current second and minute (Unix)
+	inSec, inMin         int64
+	oldDenied, newDenied int64
 }
 
-func (p *counterPeak) add(t time.Time) {
+func (p *counter) add(t time.Time, a, b decision) {
 	p.c.Requests++
+	if a == denied {
+		p.oldDenied++
+	}
+	if b == denied {
+		p.newDenied++
+	}
 	if s := t.Unix(); s != p.sec {
 		p.sec, p.inSec = s, 0
 	}
@@ -248,15 +308,62 @@ func floorDiv(a, b int64) int64 {
 }
 
 // Run replays traffic through old and new, each on its own in-memory store
-// behind its own envoy.Service, whose clock is set to each request's time
-// (never back: a request older than one replayed before is decided at the
-// later time, and counted in Report.OutOfOrder). It stops at the end of
-// the traffic, at the first line the Reader refuses (an error naming it)
-// or when ctx ends.
-func Run(ctx context.Context, old, new *rules.Set, traffic *Reader, opts Options) (*Report, error) {
+// behind its own envoy.Service, whose clock is set to each request's time.
+// Traffic hands requests in time order, or fails: a replay never decides a
+// request at a time other than its own. Run stops at the end of the
+// traffic, at its first error (naming the input and line) or when ctx
+// ends.
+func Run(ctx context.Context, old, new *rules.Set, traffic *Traffic, opts Options) (*Report, error) {
 	if old == nil || new == nil || traffic == nil {
 		return nil, errors.New("replay: nil rule set or traffic")
 	}
+	rp, err := newReplayer(old, new, opts)
+	if err != nil {
+		return nil, err
+	}
+	// A deadline the service never shortens (see newSide), set once.
+	callCtx, cancel := context.WithDeadline(context.Background(), time.Now().Add(100*365*24*time.Hour))
+	defer cancel()
+	readCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	batches, errc := readAhead(readCtx, traffic)
+	for batch := range batches {
+		for _, r := range batch {
+			if err := rp.request(callCtx, r); err != nil {
+				stop()
+				for range batches {
+				}
+				return nil, err
+			}
+		}
+	}
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	rp.rep.Traffic = traffic.Stats()
+	for _, in := range rp.rep.Traffic {
+		rp.rep.Skipped += in.Skipped
+		rp.rep.Truncated += in.Truncated
+		rp.rep.Reordered += in.Reordered
+	}
+	rp.fill()
+	return rp.rep, nil
+}
+
+// replayer is the state of one Run.
+type replayer struct {
+	a, b     *side
+	opts     Options
+	rep      *Report
+	diffs    map[ruleKey]*RuleDiff
+	domains  map[string]*DomainCount
+	minutes  map[int64]*MinuteCount
+	counters map[string]*counter
+	seq      uint64 // the request being replayed, from 1
+	key      []byte
+}
+
+func newReplayer(old, new *rules.Set, opts Options) (*replayer, error) {
 	if opts.Examples == 0 {
 		opts.Examples = DefaultExamples
 	}
@@ -264,120 +371,152 @@ func Run(ctx context.Context, old, new *rules.Set, traffic *Reader, opts Options
 	if opts.TopCounters == 0 {
 		opts.TopCounters = DefaultTopCounters
 	}
+	if opts.Values == 0 {
+		opts.Values = DefaultValues
+	}
+	opts.Values = max(opts.Values, 0)
 	if opts.OldName == "" {
 		opts.OldName = "old"
 	}
 	if opts.NewName == "" {
 		opts.NewName = "new"
 	}
-	a, err := newSide(old, opts.OldName)
-	if err != nil {
+	rp := &replayer{opts: opts, diffs: map[ruleKey]*RuleDiff{}, domains: map[string]*DomainCount{},
+		minutes: map[int64]*MinuteCount{}, counters: map[string]*counter{}}
+	var err error
+	if rp.a, err = newSide(old, opts.OldName, rp.diffs, false); err != nil {
 		return nil, err
 	}
-	b, err := newSide(new, opts.NewName)
-	if err != nil {
+	if rp.b, err = newSide(new, opts.NewName, rp.diffs, true); err != nil {
 		return nil, err
 	}
-	// A deadline the service never shortens (see newSide), set once.
-	callCtx, cancel := context.WithDeadline(context.Background(), time.Now().Add(100*365*24*time.Hour))
-	defer cancel()
+	rp.rep = &Report{Old: rp.a.stats, New: rp.b.stats}
+	return rp, nil
+}
 
-	rep := &Report{Old: a.stats, New: b.stats}
-	domains := map[string]*DomainCount{}
-	minutes := map[int64]*MinuteCount{}
-	counters := map[string]*counterPeak{}
-	var last time.Time
-	var key strings.Builder
-	batches, errc := readAhead(ctx, traffic)
-	for batch := range batches {
-		for _, r := range batch {
-			rep.Requests++
-			if rep.From.IsZero() || r.Time.Before(rep.From) {
-				rep.From = r.Time
-			}
-			if r.Time.Before(last) {
-				rep.OutOfOrder++
-			} else {
-				last = r.Time
-			}
-			oa := a.decide(callCtx, r.Time, r.Req)
-			ob := b.decide(callCtx, r.Time, r.Req)
+// request replays one request under both sets and counts what they
+// decided.
+func (rp *replayer) request(ctx context.Context, r Request) error {
+	rep := rp.rep
+	if r.Time.Before(rep.To) {
+		// Traffic never hands one; deciding it would distort the report.
+		return fmt.Errorf("replay: %w: a request at %s after one at %s", ErrOutOfOrder, r.Time.Format(TimeLayout), rep.To.Format(TimeLayout))
+	}
+	rp.seq++
+	rep.Requests++
+	if rep.Requests == 1 {
+		rep.From = r.Time
+	}
+	rep.To = r.Time
+	oa := rp.a.decide(ctx, r.Time, r.Req)
+	ob := rp.b.decide(ctx, r.Time, r.Req)
 
-			d := domains[r.Req.Domain]
-			if d == nil {
-				d = &DomainCount{Domain: r.Req.Domain}
-				domains[r.Req.Domain] = d
+	d := rp.domains[r.Req.Domain]
+	if d == nil {
+		d = &DomainCount{Domain: r.Req.Domain}
+		rp.domains[r.Req.Domain] = d
+	}
+	d.Old.add(oa.code)
+	d.New.add(ob.code)
+	if oa.code == denied || ob.code == denied {
+		m := floorDiv(r.Time.Unix(), 60)
+		mc := rp.minutes[m]
+		if mc == nil {
+			mc = &MinuteCount{Minute: time.Unix(m*60, 0).UTC()}
+			rp.minutes[m] = mc
+		}
+		if oa.code == denied {
+			mc.OldDenied++
+		}
+		if ob.code == denied {
+			mc.NewDenied++
+		}
+	}
+	if oa.code != ob.code {
+		rp.changed(r, oa, ob)
+	}
+	rp.count(r, oa.code, ob.code)
+	return nil
+}
+
+// changed counts a request whose decision differs: on the report, and on
+// the rules that made the difference. A request now denied counts on each
+// rule that refused it under the new set (over its limit, enforced), a
+// request now allowed on each that refused it under the old one. So taking
+// a rule out of shadow mode shows on that rule alone, not on every rule
+// the request met; and each request whose answer changed between allowed
+// and denied shows on at least one rule.
+func (rp *replayer) changed(r Request, oa, ob outcome) {
+	rep := rp.rep
+	rep.Changed.add(oa, ob)
+	if len(rep.Changed.Examples) < rp.opts.Examples {
+		rep.Changed.Examples = append(rep.Changed.Examples, Example{
+			Time: r.Time, Domain: r.Req.Domain, Descriptors: describe(r.Req),
+			Old: oa.code.String(), New: ob.code.String(),
+			OldRule: oa.overBy, NewRule: ob.overBy, Error: oa.errText + ob.errText,
+		})
+	}
+	switch {
+	case oa.code == allowed && ob.code == denied:
+		for _, sr := range rp.b.seen {
+			if sr.over && !sr.t.count.Shadow {
+				sr.t.diff.NowDenied++
 			}
-			d.Old.add(oa.code)
-			d.New.add(ob.code)
-			if oa.code == denied || ob.code == denied {
-				m := floorDiv(r.Time.Unix(), 60)
-				mc := minutes[m]
-				if mc == nil {
-					mc = &MinuteCount{Minute: time.Unix(m*60, 0).UTC()}
-					minutes[m] = mc
-				}
-				if oa.code == denied {
-					mc.OldDenied++
-				}
-				if ob.code == denied {
-					mc.NewDenied++
-				}
-			}
-			if oa.code != ob.code {
-				rep.Changed.add(oa, ob)
-				if len(rep.Changed.Examples) < opts.Examples {
-					rep.Changed.Examples = append(rep.Changed.Examples, Example{
-						Time: r.Time, Domain: r.Req.Domain, Descriptors: describe(r.Req),
-						Old: oa.code.String(), New: ob.code.String(),
-						OldRule: oa.overBy, NewRule: ob.overBy, Error: oa.errText + ob.errText,
-					})
-				}
-			}
-			for _, desc := range r.Req.Descriptors {
-				key.Reset()
-				key.WriteString(r.Req.Domain)
-				for _, e := range desc.GetEntries() {
-					key.WriteString(" ")
-					key.WriteString(e.GetKey())
-					key.WriteString("=")
-					key.WriteString(e.GetValue())
-				}
-				p := counters[key.String()]
-				if p == nil {
-					if len(counters) >= maxCounters {
-						rep.UntrackedCounters++
-						continue
-					}
-					entries := entriesOf(desc.GetEntries())
-					p = &counterPeak{c: &CounterPeak{Domain: r.Req.Domain, Descriptor: key.String()[len(r.Req.Domain)+1:]}, sec: math.MinInt64, min: math.MinInt64}
-					if rr := old.Match(r.Req.Domain, entries); rr != nil {
-						p.c.OldRule = rr.Path
-					}
-					if rr := new.Match(r.Req.Domain, entries); rr != nil {
-						p.c.NewRule = rr.Path
-					}
-					counters[key.String()] = p
-				}
-				p.add(r.Time)
+		}
+	case oa.code == denied && ob.code == allowed:
+		for _, sr := range rp.a.seen {
+			if sr.over && !sr.t.count.Shadow {
+				sr.t.diff.NowAllowed++
 			}
 		}
 	}
-	if err := <-errc; err != nil {
-		return nil, err
+}
+
+// count adds a request to the counters of its descriptors.
+func (rp *replayer) count(r Request, a, b decision) {
+	for _, desc := range r.Req.Descriptors {
+		rp.key = appendCounterKey(rp.key[:0], r.Req.Domain, desc.GetEntries())
+		p := rp.counters[string(rp.key)]
+		if p == nil {
+			if len(rp.counters) >= maxCounters {
+				rp.rep.UntrackedCounters++
+				continue
+			}
+			entries := entriesOf(desc.GetEntries())
+			p = &counter{c: &CounterPeak{Domain: r.Req.Domain, Descriptor: describeEntries(desc.GetEntries())}, sec: math.MinInt64, min: math.MinInt64}
+			if rr := rp.a.set.Match(r.Req.Domain, entries); rr != nil {
+				p.c.OldRule = rr.Path
+			}
+			if rr := rp.b.set.Match(r.Req.Domain, entries); rr != nil {
+				p.c.NewRule = rr.Path
+			}
+			rp.counters[string(rp.key)] = p
+		}
+		p.add(r.Time, a, b)
 	}
-	rep.To = last
-	rep.Skipped = traffic.Skipped()
-	rep.Truncated = traffic.Truncated()
-	rep.fill(a, b, domains, minutes, counters, opts.TopCounters)
-	return rep, nil
+}
+
+// appendCounterKey appends the key of a descriptor value in the counters
+// map: the domain and each entry's key and value, each preceded by its
+// length, so that no two descriptors share a key (joining them with a
+// separator would let a value holding it pass for two entries).
+func appendCounterKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(domain)))
+	dst = append(dst, domain...)
+	for _, e := range entries {
+		dst = binary.AppendUvarint(dst, uint64(len(e.GetKey())))
+		dst = append(dst, e.GetKey()...)
+		dst = binary.AppendUvarint(dst, uint64(len(e.GetValue())))
+		dst = append(dst, e.GetValue()...)
+	}
+	return dst
 }
 
 // readAhead parses traffic in a goroutine of its own, in batches, so that
 // parsing and deciding use two cores. The error channel gets one value once
-// batches is closed: nil at the end of the traffic, the Reader's error, or
-// ctx's.
-func readAhead(ctx context.Context, traffic *Reader) (<-chan []Request, <-chan error) {
+// batches is closed: nil at the end of the traffic, the traffic's error,
+// or ctx's.
+func readAhead(ctx context.Context, traffic *Traffic) (<-chan []Request, <-chan error) {
 	const size = 512
 	batches := make(chan []Request, 4)
 	errc := make(chan error, 1)
@@ -393,6 +532,10 @@ func readAhead(ctx context.Context, traffic *Reader) (<-chan []Request, <-chan e
 				}
 			}
 			if len(batch) > 0 {
+				if ctx.Err() != nil {
+					errc <- ctx.Err()
+					return
+				}
 				select {
 				case batches <- batch:
 				case <-ctx.Done():
@@ -415,45 +558,44 @@ func readAhead(ctx context.Context, traffic *Reader) (<-chan []Request, <-chan e
 }
 
 // fill sorts what Run gathered into the report.
-func (rep *Report) fill(a, b *side, domains map[string]*DomainCount, minutes map[int64]*MinuteCount, counters map[string]*counterPeak, top int) {
-	for _, d := range domains {
+func (rp *replayer) fill() {
+	rep := rp.rep
+	for _, d := range rp.domains {
 		rep.Domains = append(rep.Domains, *d)
 	}
 	sort.Slice(rep.Domains, func(i, j int) bool { return rep.Domains[i].Domain < rep.Domains[j].Domain })
-	byPath := map[string]*RuleDiff{}
-	var order []string
-	for i, s := range []*side{a, b} {
-		for _, r := range s.set.Rules() {
-			rc := s.rules[r]
-			k := r.Domain + "\x00" + r.Path
-			rd := byPath[k]
-			if rd == nil {
-				rd = &RuleDiff{Domain: r.Domain, Rule: r.Path}
-				byPath[k] = rd
-				order = append(order, k)
-			}
-			c := *rc
-			if i == 0 {
-				rd.Old = &c
-			} else {
-				rd.New = &c
-			}
+	for _, d := range rp.diffs {
+		rep.Rules = append(rep.Rules, *d)
+	}
+	sort.Slice(rep.Rules, func(i, j int) bool {
+		x, y := &rep.Rules[i], &rep.Rules[j]
+		if x.Domain != y.Domain {
+			return x.Domain < y.Domain
 		}
-	}
-	sort.Strings(order)
-	for _, k := range order {
-		rep.Rules = append(rep.Rules, *byPath[k])
-	}
-	for _, m := range minutes {
+		return x.Rule < y.Rule
+	})
+	for _, m := range rp.minutes {
 		rep.Minutes = append(rep.Minutes, *m)
 	}
 	sort.Slice(rep.Minutes, func(i, j int) bool { return rep.Minutes[i].Minute.Before(rep.Minutes[j].Minute) })
+	rep.Counters = len(rp.counters)
+	rep.Peaks, rep.Values, rep.ValuesDenied = topCounters(rp.counters, rp.opts.TopCounters, rp.opts.Values)
+}
+
+// topCounters returns the top counters by peak rate, the top values by
+// change in denials, and the number of values with a denial.
+func topCounters(counters map[string]*counter, top, values int) ([]CounterPeak, []ValueChange, int) {
+	peaks := make([]CounterPeak, 0, len(counters))
+	var vals []ValueChange
 	for _, p := range counters {
-		rep.Counters++
-		rep.Peaks = append(rep.Peaks, *p.c)
+		peaks = append(peaks, *p.c)
+		if p.oldDenied+p.newDenied > 0 {
+			vals = append(vals, ValueChange{Domain: p.c.Domain, Descriptor: p.c.Descriptor, Requests: p.c.Requests,
+				OldDenied: p.oldDenied, NewDenied: p.newDenied, Change: p.newDenied - p.oldDenied, OldRule: p.c.OldRule, NewRule: p.c.NewRule})
+		}
 	}
-	sort.Slice(rep.Peaks, func(i, j int) bool {
-		x, y := &rep.Peaks[i], &rep.Peaks[j]
+	sort.Slice(peaks, func(i, j int) bool {
+		x, y := &peaks[i], &peaks[j]
 		if x.PeakPerSecond != y.PeakPerSecond {
 			return x.PeakPerSecond > y.PeakPerSecond
 		}
@@ -462,9 +604,28 @@ func (rep *Report) fill(a, b *side, domains map[string]*DomainCount, minutes map
 		}
 		return x.Domain+" "+x.Descriptor < y.Domain+" "+y.Descriptor
 	})
-	if len(rep.Peaks) > top {
-		rep.Peaks = rep.Peaks[:top]
+	sort.Slice(vals, func(i, j int) bool {
+		x, y := &vals[i], &vals[j]
+		if ax, ay := abs(x.Change), abs(y.Change); ax != ay {
+			return ax > ay
+		}
+		if x.NewDenied != y.NewDenied {
+			return x.NewDenied > y.NewDenied
+		}
+		if x.Requests != y.Requests {
+			return x.Requests > y.Requests
+		}
+		return x.Domain+" "+x.Descriptor < y.Domain+" "+y.Descriptor
+	})
+	n := len(vals)
+	return peaks[:min(top, len(peaks))], vals[:min(values, len(vals))], n
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
 	}
+	return n
 }
 
 // describe renders a request's descriptors as "(k=v, k=v) (k=v)".
@@ -475,13 +636,20 @@ func describe(req *pb.RateLimitRequest) string {
 			b.WriteByte(' ')
 		}
 		b.WriteByte('(')
-		for j, e := range d.GetEntries() {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(e.GetKey() + "=" + e.GetValue())
-		}
+		b.WriteString(describeEntries(d.GetEntries()))
 		b.WriteByte(')')
+	}
+	return b.String()
+}
+
+// describeEntries renders a descriptor's entries as "k=v, k=v".
+func describeEntries(es []*rlv3.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	for j, e := range es {
+		if j > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(e.GetKey() + "=" + e.GetValue())
 	}
 	return b.String()
 }

@@ -2,9 +2,13 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -105,9 +109,12 @@ func handTraffic() string {
 	return b.String()
 }
 
+// one is the Traffic of a single input.
+func one(r io.Reader) *Traffic { return Merge(0, Input{Name: "traffic", Reader: NewReader(r)}) }
+
 func runHand(t *testing.T) *Report {
 	t.Helper()
-	rep, err := Run(context.Background(), handRules(t, false), handRules(t, true), NewReader(strings.NewReader(handTraffic())), Options{Examples: 100})
+	rep, err := Run(context.Background(), handRules(t, false), handRules(t, true), one(strings.NewReader(handTraffic())), Options{Examples: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +253,9 @@ func TestReportFormats(t *testing.T) {
 		"Decisions changed: 12 (7 now denied, 5 now allowed)",
 		"hand.k_token_bucket",
 		"(all)",
+		"RULE  REQUESTS  DENIED  REFUSED  NOW DENIED  NOW ALLOWED",
+		"Descriptor values by change in denials (the 6 values with a request denied)",
+		"DOMAIN  DESCRIPTOR",
 	} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
@@ -257,8 +267,18 @@ func TestReportFormats(t *testing.T) {
 	var back struct {
 		Rules []struct {
 			Rule     string
-			Old, New struct{ Allowed, Denied int }
+			Old, New struct{ Requests, Allowed, Denied, Refused int }
+			// Each request has one descriptor: its changes are the rule's.
+			NowDenied  int `json:"now_denied"`
+			NowAllowed int `json:"now_allowed"`
 		}
+		Values []struct {
+			Descriptor       string
+			OldDenied        int `json:"old_denied"`
+			NewDenied        int `json:"new_denied"`
+			Requests, Change int
+		}
+		ValuesDenied int `json:"values_denied"`
 	}
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
@@ -266,17 +286,34 @@ func TestReportFormats(t *testing.T) {
 	found := false
 	for _, r := range back.Rules {
 		if r.Rule == "hand.k_sliding_window" {
-			found = r.Old.Allowed == 4 && r.Old.Denied == 5 && r.New.Allowed == 5 && r.New.Denied == 4
+			found = r.Old.Requests == 9 && r.Old.Allowed == 4 && r.Old.Denied == 5 && r.Old.Refused == 5 &&
+				r.New.Allowed == 5 && r.New.Denied == 4 && r.New.Refused == 4 && r.NowDenied == 1 && r.NowAllowed == 2
 		}
 	}
 	if !found {
-		t.Errorf("JSON report lacks hand.k_sliding_window with 4/5 old and 5/4 new:\n%s", js.String())
+		t.Errorf("JSON report lacks hand.k_sliding_window with 4/5 old, 5/4 new, 1 now denied and 2 now allowed:\n%s", js.String())
+	}
+	// By the size of the change: gcra, leaky_bucket, sliding_window (5
+	// denied, now 4) and token_bucket change by 1, each to 4 denied, so by
+	// name; fixed_window and sliding_log (new and old alike) by 0.
+	var order []string
+	for _, v := range back.Values {
+		order = append(order, v.Descriptor)
+	}
+	wantOrder := []string{"k=gcra", "k=leaky_bucket", "k=sliding_window", "k=token_bucket", "k=fixed_window", "k=sliding_log"}
+	if !slices.Equal(order, wantOrder) || back.ValuesDenied != 6 {
+		t.Errorf("JSON values in the order %v (%d denied), want %v (6)", order, back.ValuesDenied, wantOrder)
+	}
+	if v := back.Values[2]; v.OldDenied != 5 || v.NewDenied != 4 || v.Change != -1 || v.Requests != 9 {
+		t.Errorf("JSON value %+v: want 9 requests, 5 denied old, 4 new, a change of -1", v)
 	}
 	if err := rep.WriteHTML(&html); err != nil {
 		t.Fatal(err)
 	}
 	h := html.String()
-	for _, want := range []string{"<svg", `class="old"`, `class="new"`, "hand.k_gcra", "Decisions changed: 12"} {
+	for _, want := range []string{"<svg", `class="old"`, `class="new"`, "hand.k_gcra", "Decisions changed: 12",
+		"<th>refused</th><th>now denied</th>", "REFUSED: denied with this rule over its limit", `<table id="values">`,
+		"<td class=\"l\"><code>k=sliding_log</code></td><td>9</td><td>4 (44%)</td><td>4 (44%)</td><td>=</td>"} {
 		if !strings.Contains(h, want) {
 			t.Errorf("HTML report lacks %q", want)
 		}
@@ -288,45 +325,207 @@ func TestReportFormats(t *testing.T) {
 	}
 }
 
-// TestReplayShadowRule: a rule in shadow mode refuses nothing, and the
-// report still counts its descriptors over their limit (the answer says OK
-// for them; the store's decision says they were over), with the request's
-// other descriptors before and after it.
-func TestReplayShadowRule(t *testing.T) {
-	set, err := rules.Parse(map[string][]byte{"s.yaml": []byte(`domain: s
+// ruleRules is a domain of three rules a request of ruleTraffic meets:
+// ip at ipLimit a second, path at 100, bot at 2, in shadow mode or not.
+func ruleRules(t *testing.T, botShadow bool, ipLimit int) *rules.Set {
+	t.Helper()
+	set, err := rules.Parse(map[string][]byte{"s.yaml": fmt.Appendf(nil, `domain: s
 descriptors:
   - key: ip
-    rate_limit: {unit: second, requests_per_unit: 100}
+    rate_limit: {unit: second, requests_per_unit: %d}
   - key: bot
-    shadow_mode: true
+    shadow_mode: %v
     rate_limit: {unit: second, requests_per_unit: 2}
   - key: path
     rate_limit: {unit: second, requests_per_unit: 100}
-`)}, rules.Options{})
+`, ipLimit, botShadow)}, rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var traffic strings.Builder
-	// Three requests in one second: the third is over the shadow limit of
-	// 2, and passes.
+	return set
+}
+
+// ruleTraffic is three requests in one second, each with an ip, a bot and
+// a path descriptor, the path twice: the third is over the bot limit, and
+// an ip limit of 2.
+func ruleTraffic() string {
+	var b strings.Builder
 	for i := range 3 {
-		fmt.Fprintf(&traffic, `{"time":%q,"domain":"s","descriptors":[{"entries":[{"key":"ip","value":"a"}]},{"entries":[{"key":"bot","value":"x"}]},{"entries":[{"key":"path","value":"/"}]}]}`+"\n",
+		fmt.Fprintf(&b, `{"time":%q,"domain":"s","descriptors":[{"entries":[{"key":"ip","value":"a"}]},{"entries":[{"key":"bot","value":"x"}]},`+
+			`{"entries":[{"key":"path","value":"/"}]},{"entries":[{"key":"path","value":"/b"}]}]}`+"\n",
 			t0.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano))
 	}
-	rep, err := Run(context.Background(), set, set, NewReader(strings.NewReader(traffic.String())), Options{})
+	return b.String()
+}
+
+// TestReplayRuleCounts: a rule counts the requests that met it (once, for
+// the path rule two descriptors meet) by their answer, whichever rule
+// decided it; Refused those it refused, WouldRefuse those it was over in
+// shadow mode; and a change of mode shows as requests now denied or
+// allowed on that rule alone (the one that refuses them, or refused them),
+// though the rule's counts of requests are the same; a request two rules
+// refuse counts on both.
+func TestReplayRuleCounts(t *testing.T) {
+	type counts struct{ requests, allowed, denied, refused, would int }
+	type want struct {
+		old, new              map[string]counts
+		nowDenied, nowAllowed map[string]int // by rule; none on the others
+	}
+	passed := counts{3, 3, 0, 0, 0}
+	deniedByBot := counts{3, 2, 1, 0, 0}
+	for _, tt := range []struct {
+		name                 string
+		oldShadow, newShadow bool
+		newIPLimit           int // 0 is 100, as the old rules
+		want                 want
+	}{
+		{"shadow in both", true, true, 0, want{
+			old: map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
+			new: map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
+		}},
+		{"out of shadow mode", true, false, 0, want{
+			old:       map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
+			new:       map[string]counts{"s.ip": deniedByBot, "s.path": deniedByBot, "s.bot": {3, 2, 1, 1, 0}},
+			nowDenied: map[string]int{"s.bot": 1},
+		}},
+		{"into shadow mode", false, true, 0, want{
+			old:        map[string]counts{"s.ip": deniedByBot, "s.path": deniedByBot, "s.bot": {3, 2, 1, 1, 0}},
+			new:        map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
+			nowAllowed: map[string]int{"s.bot": 1},
+		}},
+		{"out of shadow mode, ip lowered to 2", true, false, 2, want{
+			old:       map[string]counts{"s.ip": passed, "s.path": passed, "s.bot": {3, 3, 0, 0, 1}},
+			new:       map[string]counts{"s.ip": {3, 2, 1, 1, 0}, "s.path": deniedByBot, "s.bot": {3, 2, 1, 1, 0}},
+			nowDenied: map[string]int{"s.bot": 1, "s.ip": 1},
+		}},
+		{"into shadow mode, ip lowered to 2", false, true, 2, want{
+			// The third request is denied under both, by another rule:
+			// no change to count.
+			old: map[string]counts{"s.ip": deniedByBot, "s.path": deniedByBot, "s.bot": {3, 2, 1, 1, 0}},
+			new: map[string]counts{"s.ip": {3, 2, 1, 1, 0}, "s.path": deniedByBot, "s.bot": {3, 2, 1, 0, 1}},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			newIP := cmp.Or(tt.newIPLimit, 100)
+			rep, err := Run(context.Background(), ruleRules(t, tt.oldShadow, 100), ruleRules(t, tt.newShadow, newIP), one(strings.NewReader(ruleTraffic())), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Rules) != 3 {
+				t.Fatalf("%d rules, want 3: %+v", len(rep.Rules), rep.Rules)
+			}
+			of := func(c *RuleCount) counts {
+				return counts{c.Requests, c.Allowed, c.Denied, c.Refused, c.WouldRefuse}
+			}
+			for _, r := range rep.Rules {
+				if got := of(r.Old); got != tt.want.old[r.Rule] {
+					t.Errorf("%s old: %+v, want %+v", r.Rule, got, tt.want.old[r.Rule])
+				}
+				if got := of(r.New); got != tt.want.new[r.Rule] {
+					t.Errorf("%s new: %+v, want %+v", r.Rule, got, tt.want.new[r.Rule])
+				}
+				if r.NowDenied != tt.want.nowDenied[r.Rule] || r.NowAllowed != tt.want.nowAllowed[r.Rule] {
+					t.Errorf("%s: %d now denied, %d now allowed; want %d, %d", r.Rule, r.NowDenied, r.NowAllowed, tt.want.nowDenied[r.Rule], tt.want.nowAllowed[r.Rule])
+				}
+			}
+		})
+	}
+}
+
+// TestReportModeChange: the text report names a change of mode and shows
+// it in REFUSED and NOW DENIED, where the per-rule counts of requests do
+// not change.
+func TestReportModeChange(t *testing.T) {
+	rep, err := Run(context.Background(), ruleRules(t, true, 100), ruleRules(t, false, 100), one(strings.NewReader(ruleTraffic())), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Old.Allowed != 3 || rep.Old.Denied != 0 {
-		t.Errorf("requests: %+v; want 3 allowed", rep.Old)
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
 	}
-	for _, r := range rep.Rules {
-		want := RuleCount{Allowed: 3}
-		if r.Rule == "s.bot" {
-			want = RuleCount{Allowed: 2, Denied: 1}
+	row := regexp.MustCompile(`(?m)^\s*s\.bot \(shadow -> enforced\)\s+3\s+0 -> 1\s+would 1 -> 1\s+1\s+0\s*$`)
+	if !row.MatchString(b.String()) {
+		t.Errorf("no row for s.bot with its mode change, 0 -> 1 denied, would 1 -> 1 refused, 1 now denied:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), "REFUSED: denied with this rule over its limit") {
+		t.Errorf("the text report does not define REFUSED:\n%s", b.String())
+	}
+}
+
+// TestReplayValues: descriptor values are listed by the change in their
+// denials, largest first whether up or down, then by new denials, then by
+// requests; a request counts under each of its descriptors (path=/x has
+// no rule, and loses what client=a loses); values never denied are left
+// out; Options.Values keeps the top ones, ValuesDenied counts them all.
+func TestReplayValues(t *testing.T) {
+	parse := func(yaml string) *rules.Set {
+		t.Helper()
+		set, err := rules.Parse(map[string][]byte{"v.yaml": []byte(yaml)}, rules.Options{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if r.Old.Allowed != want.Allowed || r.Old.Denied != want.Denied {
-			t.Errorf("%s: %d within, %d over; want %d, %d", r.Rule, r.Old.Allowed, r.Old.Denied, want.Allowed, want.Denied)
+		return set
+	}
+	old := parse("domain: v\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+	new := parse("domain: v\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 1}\n" +
+		"  - key: client\n    value: c\n    rate_limit: {unit: second, requests_per_unit: 4}\n")
+	// In one second: a 4 times (with path=/x), b twice, c 4 times, d once.
+	// Old, 2 a second: a 2 denied, c 2. New, 1 a second but 4 for c: a 3,
+	// b 1, c 0.
+	var traffic strings.Builder
+	i := 0
+	for _, c := range []string{"a", "b", "c", "a", "c", "a", "b", "c", "d", "c", "a"} {
+		extra := ""
+		if c == "a" {
+			extra = `,{"entries":[{"key":"path","value":"/x"}]}`
+		}
+		fmt.Fprintf(&traffic, `{"time":%q,"domain":"v","descriptors":[{"entries":[{"key":"client","value":%q}]}%s]}`+"\n",
+			t0.Add(time.Duration(i)*10*time.Millisecond).Format(TimeLayout), c, extra)
+		i++
+	}
+	want := []ValueChange{
+		{Domain: "v", Descriptor: "client=c", Requests: 4, OldDenied: 2, NewDenied: 0, Change: -2, OldRule: "v.client", NewRule: "v.client_c"},
+		{Domain: "v", Descriptor: "client=a", Requests: 4, OldDenied: 2, NewDenied: 3, Change: 1, OldRule: "v.client", NewRule: "v.client"},
+		{Domain: "v", Descriptor: "path=/x", Requests: 4, OldDenied: 2, NewDenied: 3, Change: 1},
+		{Domain: "v", Descriptor: "client=b", Requests: 2, OldDenied: 0, NewDenied: 1, Change: 1, OldRule: "v.client", NewRule: "v.client"},
+	}
+	for _, tt := range []struct {
+		values int
+		want   []ValueChange
+		text   string
+	}{
+		{0, want, "(the 4 values with a request denied)"},
+		{2, want[:2], "(the top 2 of 4 values with a request denied)"},
+	} {
+		rep, err := Run(context.Background(), old, new, one(strings.NewReader(traffic.String())), Options{Values: tt.values})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rep.Values, tt.want) || rep.ValuesDenied != 4 {
+			t.Errorf("Values %d: %+v (%d denied); want %+v (4)", tt.values, rep.Values, rep.ValuesDenied, tt.want)
+		}
+		var b bytes.Buffer
+		if err := rep.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		row := regexp.MustCompile(`(?m)^v\s+client=c\s+4\s+2 \(50%\)\s+0\s+-2$`)
+		if !strings.Contains(b.String(), tt.text) || !row.MatchString(b.String()) {
+			t.Errorf("the text report lacks %q or the row of client=c:\n%s", tt.text, b.String())
+		}
+	}
+}
+
+func TestValueShare(t *testing.T) {
+	for _, tt := range []struct {
+		n, of int64
+		want  string
+	}{
+		{0, 10, "0"}, {385, 1197, "385 (32%)"}, {1, 1000, "1 (<1%)"}, {999, 1000, "999 (>99%)"}, {7, 7, "7 (100%)"},
+	} {
+		v := ValueChange{Requests: tt.of}
+		if got := v.share(tt.n); got != tt.want {
+			t.Errorf("%d of %d: %q, want %q", tt.n, tt.of, got, tt.want)
 		}
 	}
 }

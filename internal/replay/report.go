@@ -17,12 +17,14 @@ type Report struct {
 	// Skipped counts access-log lines without rate-limit metadata (requests
 	// Envoy did not ask floodgate about).
 	Skipped int `json:"skipped"`
-	// Truncated counts incomplete last lines skipped (0 or 1): the
-	// traffic file was copied while it was being written.
+	// Truncated counts incomplete last lines skipped (at most one an
+	// input): a traffic file copied while it was being written.
 	Truncated int `json:"truncated"`
-	// OutOfOrder counts requests older than one replayed before them,
-	// decided at that later time.
-	OutOfOrder int `json:"out_of_order"`
+	// Reordered counts requests older than one before them in their input,
+	// put back in time order (see Traffic).
+	Reordered int `json:"reordered"`
+	// Traffic are the counts of each input, in the order given to Merge.
+	Traffic []InputStats `json:"traffic"`
 	// From and To are the times of the first and last requests.
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
@@ -31,16 +33,21 @@ type Report struct {
 	New *SetStats `json:"new"`
 	// Domains are the requests' decisions per domain, by name.
 	Domains []DomainCount `json:"domains"`
-	// Rules are the descriptors' decisions per rule of either set, by
-	// domain and rule path; Old or New is null for a rule only the other
-	// set has.
+	// Rules are the requests that met each rule of either set, by domain
+	// and rule path; Old or New is null for a rule only the other set has.
 	Rules []RuleDiff `json:"rules"`
 	// Changed are the requests whose decision differs between the sets.
 	Changed Changed `json:"changed"`
+	// Values are the descriptor values with a denial under either set,
+	// most changed first (by the size of NewDenied - OldDenied, then by
+	// NewDenied), up to Options.Values of them; ValuesDenied is how many
+	// there were in all.
+	Values       []ValueChange `json:"values"`
+	ValuesDenied int           `json:"values_denied"`
 	// Counters is the number of distinct counters (domain and descriptor
 	// entries) seen; Peaks are the busiest of them, by peak requests per
 	// second; UntrackedCounters counts descriptors not tracked beyond the
-	// first million counters.
+	// first million counters (neither in Peaks nor in Values).
 	Counters          int           `json:"counters"`
 	UntrackedCounters int           `json:"untracked_counters,omitempty"`
 	Peaks             []CounterPeak `json:"peaks"`
@@ -84,25 +91,109 @@ type DomainCount struct {
 	New    Counts `json:"new"`
 }
 
-// RuleCount is what one rule of one set answered: descriptors that matched
-// it and were within their limits (Allowed) or over one (Denied, which a
-// rule in shadow mode reports without refusing the request).
+// RuleCount is what became, under one set, of the requests with a
+// descriptor that matched a rule (once per request, however many of its
+// descriptors matched it). Allowed and Denied are the requests' answers,
+// whichever rule decided them: with 10 a second per address and 5 a
+// second per API key, a request within its address's limit but over its
+// key's is Denied on both rules. Refused counts the requests denied while
+// this rule's descriptor was over its limit: those it refused, alone or
+// with other rules. WouldRefuse, for a rule in shadow mode, counts the
+// requests in which its descriptor was over its limit: those it would
+// refuse if enforced, and let through (unless another rule refused them).
+// A request the service refused as invalid counts on no rule.
 type RuleCount struct {
-	Domain  string `json:"-"`
-	Rule    string `json:"-"`
-	Pos     string `json:"pos"`
-	Shadow  bool   `json:"shadow_mode,omitempty"`
-	Allowed int    `json:"allowed"`
-	Denied  int    `json:"denied"`
+	Pos         string `json:"pos"`
+	Shadow      bool   `json:"shadow_mode,omitempty"`
+	Requests    int    `json:"requests"`
+	Allowed     int    `json:"allowed"`
+	Denied      int    `json:"denied"`
+	Refused     int    `json:"refused"`
+	WouldRefuse int    `json:"would_refuse"`
 }
 
-// RuleDiff is one rule under each set.
-type RuleDiff struct {
-	Domain string     `json:"domain"`
-	Rule   string     `json:"rule"`
-	Old    *RuleCount `json:"old"`
-	New    *RuleCount `json:"new"`
+func (c *RuleCount) add(denied, over, shadow bool) {
+	c.Requests++
+	if denied {
+		c.Denied++
+	} else {
+		c.Allowed++
+	}
+	switch {
+	case over && shadow:
+		c.WouldRefuse++
+	case over && denied:
+		c.Refused++
+	}
 }
+
+// refusedCell is a rule's REFUSED: "would 60" for a rule in shadow mode
+// that was over its limit.
+func (c *RuleCount) refusedCell() string {
+	if c.Shadow && c.WouldRefuse > 0 {
+		return fmt.Sprintf("would %d", c.WouldRefuse)
+	}
+	return fmt.Sprint(c.Refused)
+}
+
+// RuleDiff is one rule under each set, and the requests whose answer this
+// rule changed: NowDenied were allowed under the old set and are denied
+// under the new one with this rule over its limit (refusing them, alone or
+// with other rules); NowAllowed were denied under the old set with this
+// rule over its limit, and are allowed under the new one. A request whose
+// answer changed counts on every rule that refused it, so on at least one.
+// Taking a rule out of shadow mode shows here, on that rule, and as
+// WouldRefuse becoming Refused.
+type RuleDiff struct {
+	Domain     string     `json:"domain"`
+	Rule       string     `json:"rule"`
+	Old        *RuleCount `json:"old"`
+	New        *RuleCount `json:"new"`
+	NowDenied  int        `json:"now_denied"`
+	NowAllowed int        `json:"now_allowed"`
+}
+
+// mode is how the report names the rule's mode: "" when enforced under
+// both sets, else "shadow" or its change, "shadow -> enforced".
+func (r *RuleDiff) mode() string {
+	word := func(c *RuleCount) string {
+		if c != nil && c.Shadow {
+			return "shadow"
+		}
+		return "enforced"
+	}
+	switch o, n := word(r.Old), word(r.New); {
+	case r.Old == nil || r.New == nil:
+		if r.Old != nil && r.Old.Shadow || r.New != nil && r.New.Shadow {
+			return "shadow"
+		}
+		return ""
+	case o != n:
+		return o + " -> " + n
+	case o == "shadow":
+		return o
+	}
+	return ""
+}
+
+// cell renders a figure under each set: "31 -> 91", or one number when
+// they are equal; "-" stands for a set without the rule.
+func (r *RuleDiff) cell(f func(*RuleCount) string) string {
+	o, n := "-", "-"
+	if r.Old != nil {
+		o = f(r.Old)
+	}
+	if r.New != nil {
+		n = f(r.New)
+	}
+	if o == n {
+		return o
+	}
+	return o + " -> " + n
+}
+
+func requestsCell(c *RuleCount) string { return fmt.Sprint(c.Requests) }
+func deniedCell(c *RuleCount) string   { return fmt.Sprint(c.Denied) }
 
 // Changed counts the requests whose decision differs, with the first few.
 type Changed struct {
@@ -154,6 +245,42 @@ type CounterPeak struct {
 	PeakPerMinute int64     `json:"peak_per_minute"`
 }
 
+// ValueChange is what the edit does to the requests carrying one
+// descriptor value: a domain and a descriptor's entries as the traffic has
+// them (an address, an API key: what names the client). A request counts
+// under each of its descriptors; OldDenied and NewDenied are those denied
+// under each set, by whichever rule.
+type ValueChange struct {
+	Domain     string `json:"domain"`
+	Descriptor string `json:"descriptor"`
+	Requests   int64  `json:"requests"`
+	OldDenied  int64  `json:"old_denied"`
+	NewDenied  int64  `json:"new_denied"`
+	// Change is NewDenied - OldDenied.
+	Change int64 `json:"change"`
+	// OldRule and NewRule are the rules the descriptor meets in each set.
+	OldRule string `json:"old_rule"`
+	NewRule string `json:"new_rule"`
+}
+
+// share renders n of a value's requests: "385 (32%)".
+func (v *ValueChange) share(n int64) string {
+	switch p := (n*100 + v.Requests/2) / max(v.Requests, 1); {
+	case n == 0:
+		return "0"
+	case p == 0:
+		return fmt.Sprintf("%d (<1%%)", n)
+	case p == 100 && n < v.Requests:
+		return fmt.Sprintf("%d (>99%%)", n)
+	default:
+		return fmt.Sprintf("%d (%d%%)", n, p)
+	}
+}
+
+// oldShare and newShare are share of OldDenied and NewDenied.
+func (v ValueChange) oldShare() string { return v.share(v.OldDenied) }
+func (v ValueChange) newShare() string { return v.share(v.NewDenied) }
+
 // MinuteCount is the denials of one minute under each set.
 type MinuteCount struct {
 	Minute    time.Time `json:"minute"`
@@ -171,11 +298,11 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 // WriteText writes the report as tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
-	ew.printf("%s", rep.summary())
-	if rep.OutOfOrder > 0 {
-		ew.printf(", decided at the latest time seen")
+	ew.printf("%s\n", rep.summary())
+	if len(rep.Traffic) > 1 {
+		ew.printf("traffic: %s\n", rep.inputs())
 	}
-	ew.printf("\nold: %s\nnew: %s\n\n", rep.Old.Name, rep.New.Name)
+	ew.printf("old: %s\nnew: %s\n\n", rep.Old.Name, rep.New.Name)
 
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "DOMAIN\tOLD ALLOWED\tOLD DENIED\tNEW ALLOWED\tNEW DENIED\tCHANGE\t\n")
@@ -187,20 +314,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.Old.Invalid+rep.New.Invalid > 0 {
 		ew.printf("refused as invalid: %d old, %d new\n", rep.Old.Invalid, rep.New.Invalid)
 	}
-
-	active, idle := rep.activeRules()
-	ew.printf("\nPer rule (descriptors within / over their limits; %s without traffic not shown):\n", plural(idle, "rule"))
-	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "RULE\tOLD ALLOWED\tOLD DENIED\tNEW ALLOWED\tNEW DENIED\tCHANGE\t\n")
-	for _, r := range active {
-		name := r.Rule
-		if r.Old != nil && r.Old.Shadow || r.New != nil && r.New.Shadow {
-			name += " (shadow)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", name, ruleField(r.Old, false), ruleField(r.Old, true),
-			ruleField(r.New, false), ruleField(r.New, true), delta(denials(r.New)-denials(r.Old)))
-	}
-	tw.Flush()
+	rep.writeRules(ew)
 
 	ew.printf("\nDecisions changed: %d (%d now denied, %d now allowed", rep.Changed.Total, rep.Changed.NowDenied, rep.Changed.NowAllowed)
 	if rep.Changed.Other > 0 {
@@ -210,6 +324,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	for _, e := range rep.Changed.Examples {
 		ew.printf("  %s %s %s: %s -> %s%s\n", stamp(e.Time), e.Domain, e.Descriptors, e.Old, e.New, exampleWhy(e))
 	}
+	rep.writeValues(ew)
 
 	ew.printf("\nBusiest counters (%d seen; requests offered):\n", rep.Counters)
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
@@ -225,6 +340,74 @@ func (rep *Report) WriteText(w io.Writer) error {
 	return ew.err
 }
 
+// Legends of the tables, the same in text and HTML.
+const (
+	rulesLegend = `DENIED: denied, by this rule or another. REFUSED: denied with this rule over its limit;
+"would N": over its limit in shadow mode, so let through. NOW DENIED: allowed by the old
+rules, denied by the new with this rule over its limit. NOW ALLOWED: denied by the old rules
+with this rule over its limit, allowed by the new.`
+	valuesLegend = `A request counts under each of its descriptors. DENIED: denied, by any rule (the share
+of the value's requests).`
+)
+
+// writeRules writes the table per rule.
+func (rep *Report) writeRules(ew *errWriter) {
+	active, idle := rep.activeRules()
+	ew.printf("\nPer rule: the requests with a descriptor that matched it, old -> new where they differ.\n%s\n", rulesLegend)
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "RULE\tREQUESTS\tDENIED\tREFUSED\tNOW DENIED\tNOW ALLOWED\t\n")
+	for _, r := range active {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t\n", ruleName(r), r.cell(requestsCell), r.cell(deniedCell),
+			r.cell((*RuleCount).refusedCell), r.NowDenied, r.NowAllowed)
+	}
+	tw.Flush()
+	if idle > 0 {
+		ew.printf("(%s without traffic not shown)\n", plural(idle, "rule"))
+	}
+}
+
+// writeValues writes the table of descriptor values by change.
+func (rep *Report) writeValues(ew *errWriter) {
+	if rep.ValuesDenied == 0 {
+		ew.printf("\nNo descriptor value has a request denied under either rule set.\n")
+		return
+	}
+	ew.printf("\nDescriptor values by change in denials (%s with a request denied).\n%s\n", rep.valuesShown(), valuesLegend)
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "DOMAIN\tDESCRIPTOR\tREQUESTS\tOLD DENIED\tNEW DENIED\tCHANGE\n")
+	for _, v := range rep.Values {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", v.Domain, v.Descriptor, v.Requests, v.oldShare(), v.newShare(), signed(v.Change))
+	}
+	tw.Flush()
+}
+
+// valuesShown says which values the table lists: "the 3 values", "the top
+// 20 of 153 values".
+func (rep *Report) valuesShown() string {
+	if len(rep.Values) < rep.ValuesDenied {
+		return fmt.Sprintf("the top %d of %d values", len(rep.Values), rep.ValuesDenied)
+	}
+	return "the " + plural(rep.ValuesDenied, "value")
+}
+
+// ruleName is a rule's path with its mode, when not enforced under both
+// sets.
+func ruleName(r RuleDiff) string {
+	if m := r.mode(); m != "" {
+		return r.Rule + " (" + m + ")"
+	}
+	return r.Rule
+}
+
+// inputs lists the inputs with their requests.
+func (rep *Report) inputs() string {
+	parts := make([]string, len(rep.Traffic))
+	for i, in := range rep.Traffic {
+		parts[i] = fmt.Sprintf("%s (%s)", in.Name, plural(in.Requests, "request"))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // summary is the report's first line: how much traffic was replayed.
 func (rep *Report) summary() string {
 	var b strings.Builder
@@ -237,11 +420,14 @@ func (rep *Report) summary() string {
 	if rep.Skipped > 0 {
 		fmt.Fprintf(&b, "; %s without rate-limit metadata skipped", plural(rep.Skipped, "access-log line"))
 	}
-	if rep.Truncated > 0 {
+	switch {
+	case rep.Truncated == 1:
 		b.WriteString("; an incomplete last line skipped")
+	case rep.Truncated > 1:
+		fmt.Fprintf(&b, "; %d incomplete last lines skipped", rep.Truncated)
 	}
-	if rep.OutOfOrder > 0 {
-		fmt.Fprintf(&b, "; %s out of time order", plural(rep.OutOfOrder, "request"))
+	if rep.Reordered > 0 {
+		fmt.Fprintf(&b, "; %s out of time order put back in order", plural(rep.Reordered, "request"))
 	}
 	return b.String()
 }
@@ -254,12 +440,12 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// activeRules returns the rules some descriptor matched under either set,
-// and the number of the others.
+// activeRules returns the rules some request met under either set, and
+// the number of the others.
 func (rep *Report) activeRules() ([]RuleDiff, int) {
 	var active []RuleDiff
 	for _, r := range rep.Rules {
-		if r.Old != nil && r.Old.Allowed+r.Old.Denied > 0 || r.New != nil && r.New.Allowed+r.New.Denied > 0 {
+		if r.Old != nil && r.Old.Requests > 0 || r.New != nil && r.New.Requests > 0 {
 			active = append(active, r)
 		}
 	}
@@ -278,28 +464,19 @@ func exampleWhy(e Example) string {
 	return ""
 }
 
-func ruleField(c *RuleCount, deniedCol bool) string {
-	if c == nil {
-		return "-"
-	}
-	if deniedCol {
-		return fmt.Sprint(c.Denied)
-	}
-	return fmt.Sprint(c.Allowed)
-}
-
-func denials(c *RuleCount) int {
-	if c == nil {
-		return 0
-	}
-	return c.Denied
-}
-
 func delta(n int) string {
 	if n == 0 {
 		return "="
 	}
 	return fmt.Sprintf("%+d denied", n)
+}
+
+// signed renders a change: "+60", "-6", or "=".
+func signed(n int64) string {
+	if n == 0 {
+		return "="
+	}
+	return fmt.Sprintf("%+d", n)
 }
 
 func orNone(s string) string {

@@ -26,14 +26,23 @@ type Request struct {
 	Time time.Time
 	// Req is the request as Envoy sent it.
 	Req *pb.RateLimitRequest
+	// Line is its line in the traffic, from 1.
+	Line int
 }
+
+// TimeLayout is the layout of the times Capture writes: RFC 3339 in UTC
+// with microseconds, always six digits (2026-01-05T09:00:00.080000Z). At a
+// fixed width, the lines of captures sort as text in time order
+// (LC_ALL=C sort), which they would not if trailing zeros were dropped
+// (…:00Z sorts after …:00.08Z). A Reader accepts any RFC 3339 time.
+const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
 // Reader reads recorded traffic, one JSON object a line, in either of two
 // shapes, told apart line by line:
 //
 //   - floodgate's: the body of a /json request plus "time" (RFC 3339), as
 //     Capture writes it:
-//     {"time": "2026-01-02T15:04:05.123Z", "domain": "demo", "descriptors":
+//     {"time": "2026-01-02T15:04:05.123000Z", "domain": "demo", "descriptors":
 //     [{"entries": [{"key": "api_key", "value": "alice"}]}]}
 //     (hits_addend and a descriptor's limit and hits_addend are read too,
 //     in snake_case or lowerCamelCase);
@@ -49,6 +58,9 @@ type Request struct {
 // except a last line that is not JSON and has no newline after it: a file
 // copied while it was being written ends so, and that line is skipped and
 // counted (Truncated).
+//
+// A Reader returns requests in the order of the lines; Merge puts them in
+// time order.
 type Reader struct {
 	sc        *bufio.Scanner
 	line      int
@@ -101,6 +113,7 @@ func (r *Reader) Next() (Request, error) {
 			r.skipped++
 			continue
 		}
+		req.Line = r.line
 		return req, nil
 	}
 	if err := r.sc.Err(); err != nil {

@@ -33,7 +33,24 @@ func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	}
 	mountUI(mux, s.opts.UI)
+	if s.opts.Counters != nil {
+		mux.HandleFunc("/counters", s.countersRefused)
+		mux.HandleFunc("/counters/", s.countersRefused)
+	}
 	return mux
+}
+
+// countersRefused answers /counters on the HTTP listener: 403, naming
+// the debug listener that serves it.
+func (s *Server) countersRefused(w http.ResponseWriter, _ *http.Request) {
+	where := "the debug listener is off (-debug-addr, DEBUG_HOST/DEBUG_PORT)"
+	if a := s.Addrs().Debug; a != nil {
+		where = "the debug listener is on " + a.String() + " (-debug-addr, DEBUG_HOST/DEBUG_PORT)"
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusForbidden)
+	fmt.Fprintf(w, "/counters is served on the debug listener only, not on this public HTTP listener: resetting a counter lifts a limit; %s\n", where)
 }
 
 // debugEndpoint is an endpoint of the debug listener, listed with its help
@@ -56,6 +73,11 @@ func (s *Server) debugHandler() http.Handler {
 	}
 	if s.opts.DebugUI != nil {
 		eps = append(eps, debugEndpoint{"/ui/", "the live page, with the values of detailed_metric and value_to_metric rules", s.opts.DebugUI})
+	}
+	if s.opts.Counters != nil {
+		eps = append(eps,
+			debugEndpoint{"/counters", "GET ?domain=d&key=value...: every limit of a descriptor with its counter's used, remaining and reset (JSON)", s.opts.Counters},
+			debugEndpoint{"/counters/reset", "POST ?domain=d&key=value...: reset those counters (logged with the peer, counted in floodgate_counter_resets_total)", s.opts.Counters})
 	}
 	mux := http.NewServeMux()
 	for _, e := range eps {

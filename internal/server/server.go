@@ -2,7 +2,8 @@
 // the gRPC server Envoy calls (with grpc.health.v1 and server reflection,
 // optionally TLS or mutual TLS with certificates reloaded from their files),
 // the HTTP server (/healthcheck, /json, /rlconfig, /metrics) and the debug
-// server (/debug/pprof/, /rlconfig), each with the live page /ui/ when
+// server (/debug/pprof/, /rlconfig, and /counters when Options give it,
+// which the HTTP server refuses), each with the live page /ui/ when
 // Options give one (package ui). It owns their lifecycle: health goes
 // SERVING once every listener is open and the store has answered once
 // (Options.StoreReadiness says how the store counts), and NOT_SERVING when
@@ -132,6 +133,12 @@ type Options struct {
 	// UI and DebugUI, when set, serve /ui and /ui/ on the HTTP and the
 	// debug listener (package ui's page).
 	UI, DebugUI http.Handler
+	// Counters, when set, serves /counters and under /counters/ on the
+	// debug listener only (package counters: look at a descriptor's
+	// counters and reset them). The HTTP listener then answers those paths
+	// 403, naming the debug listener: a reset lifts a limit, which is not
+	// for whoever reaches the public port.
+	Counters http.Handler
 }
 
 // Reasons given to Options.Refused.

@@ -6,8 +6,8 @@ import (
 )
 
 // FlagTable returns the Markdown table of every setting, in Table's
-// order: flag, default, the variables that set it and what it does. The
-// README carries it between <!-- settings:flags --> markers.
+// order: flag, default, the variables that set it and what it does.
+// docs/settings.md carries it between <!-- settings:flags --> markers.
 func FlagTable() string {
 	var b strings.Builder
 	b.WriteString("| Flag | Default | Environment (in order) | Meaning |\n|---|---|---|---|\n")
@@ -79,7 +79,8 @@ func code(names []string) string {
 // root), marker name, and the text between the markers.
 func Regions() []Region {
 	return []Region{
-		{File: "README.md", Name: "flags", Text: FlagTable()},
+		// The rows link other pages as from the repository's root.
+		{File: "docs/settings.md", Name: "flags", Text: strings.ReplaceAll(FlagTable(), "](docs/", "](")},
 		{File: "docs/migrating.md", Name: "reference", Text: ReferenceTable()},
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 var update = flag.Bool("update", false, "write the generated tables into the docs instead of checking them")
 
-// TestDocsTablesAreCurrent: the README's settings table and
+// TestDocsTablesAreCurrent: docs/settings.md's table of every setting and
 // docs/migrating.md's table of the reference's variables are what Table
 // and References generate; go test ./internal/settings -update writes
 // them.

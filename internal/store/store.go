@@ -5,7 +5,8 @@
 // limiter: the validation of those settings, the probes at start and the
 // health watch that follows the store and logs each change, the store's
 // health as /rlconfig and readiness read it, its metrics, the deny cache
-// in front of Redis, and which limits the store can serve.
+// in front of Redis, which limits the store can serve, and the reset of a
+// counter (Store.Reset) in whichever store is open.
 //
 // It is the binary's: the limiters themselves are pkg/limit,
 // pkg/redislimit, pkg/memcachelimit and pkg/denycache, which must not
@@ -103,6 +104,28 @@ func (s *Store) openMemory(opts Options) {
 // Limiter returns the limiter that decides with the store's counters:
 // behind the deny cache when it is on.
 func (s *Store) Limiter() limit.Limiter { return s.limiter }
+
+// Reset forgets the counter key of a limit of spec, so that its next hit
+// finds no state (package counters' Resetter, behind /counters/reset): the
+// in-memory store drops the entry; Redis deletes the counter's key (on a
+// Cluster in its slot's master; with a per-second Redis, in the one spec's
+// window routes it to) and the deny cache forgets the key's denial;
+// Memcached deletes the key of the current window and of its neighbours.
+// A failure of Redis or Memcached is an error wrapping that store's
+// ErrStore.
+func (s *Store) Reset(ctx context.Context, key string, spec limit.Spec) error {
+	r, ok := s.limiter.(resetter)
+	if !ok {
+		// Every limiter Open builds has one; a new store must add it.
+		return fmt.Errorf("store %s: counters cannot be reset", s.name)
+	}
+	return r.Reset(ctx, key, spec)
+}
+
+// resetter is the Reset every limiter Open builds has.
+type resetter interface {
+	Reset(ctx context.Context, key string, spec limit.Spec) error
+}
 
 // Name returns the store's kind: "memory", "redis" or "memcache", as
 // metrics and traces label it.

@@ -24,8 +24,14 @@ type Snapshot struct {
 	Time time.Time `json:"time"`
 	// IntervalMillis is how often the page should poll.
 	IntervalMillis int64 `json:"interval_ms"`
-	// ShowValues reports whether hot counters may show request values.
-	ShowValues bool `json:"show_values"`
+	// HistoryStepMillis is how far apart History's samples are, and
+	// HistoryLength how many are kept at most.
+	HistoryStepMillis int64 `json:"history_step_ms"`
+	HistoryLength     int   `json:"history_length"`
+	// Values says whose request values the hot counters show:
+	// "fingerprints" (none), "opted_in" (detailed_metric and
+	// value_to_metric rules') or "all" (envoy.HotValues).
+	Values string `json:"values"`
 	// Rules is the state of the rule loads.
 	Rules RuleStatus `json:"rules"`
 	// Store is the limit store's health and latency.
@@ -35,6 +41,12 @@ type Snapshot struct {
 	Decisions map[string]float64 `json:"decisions"`
 	// Domains are the rules in force, per domain, sorted.
 	Domains []Domain `json:"domains"`
+	// Refusing are the rules that refused hits in the last
+	// refusingSteps history steps, most refused first.
+	Refusing []Refusal `json:"refusing"`
+	// History are the samples Run keeps, oldest first; only with
+	// ?history=1.
+	History []Sample `json:"history,omitempty"`
 }
 
 // RuleStatus is the state of the rule loads, as /rlconfig tells it.
@@ -130,22 +142,41 @@ var hitFamilies = map[string]func(*Totals) *float64{
 	"floodgate_not_charged_total":  func(t *Totals) *float64 { return &t.NotCharged },
 }
 
-func (h *Handler) serveSnapshot(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	snap, err := h.Snapshot()
 	if err != nil {
 		http.Error(w, "ui: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	if r.URL.Query().Get("history") == "1" {
+		snap.History = h.hist.all()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(snap)
 }
 
-// Snapshot takes the figures the page shows. A partial gathering error
-// still returns what was gathered, with the error.
+// Snapshot takes the figures the page shows, History aside. A partial
+// gathering error still returns what was gathered, with the error.
 func (h *Handler) Snapshot() (*Snapshot, error) {
+	snap, err := h.take(time.Now())
+	hot := map[string][]envoy.HotCounter{}
+	for _, d := range snap.Domains {
+		for i := range d.Rules {
+			r := &d.Rules[i]
+			hot[r.Path] = r.Hot
+			r.Hot = r.Hot[:min(len(r.Hot), h.opts.HotCounters)]
+		}
+	}
+	snap.Refusing = refusing(snap, h.hist.all(), refusingSteps*h.opts.HistoryStep, hot)
+	return snap, err
+}
+
+// take reads the figures at now, with every tracked hot counter.
+func (h *Handler) take(now time.Time) (*Snapshot, error) {
 	mfs, gatherErr := h.opts.Gatherer.Gather()
-	snap := &Snapshot{Time: time.Now(), IntervalMillis: h.opts.Interval.Milliseconds(), ShowValues: h.opts.ShowValues,
-		Decisions: map[string]float64{}}
+	snap := &Snapshot{Time: now, IntervalMillis: h.opts.Interval.Milliseconds(), Values: h.opts.Values.String(),
+		HistoryStepMillis: h.opts.HistoryStep.Milliseconds(), HistoryLength: h.opts.HistoryLength,
+		Decisions: map[string]float64{}, Refusing: []Refusal{}}
 	snap.Rules = ruleStatus(h.opts.Rules.Status(), h.opts.Rules.Current())
 	if h.opts.Store != nil {
 		st := h.opts.Store()
@@ -189,7 +220,7 @@ func (h *Handler) Snapshot() (*Snapshot, error) {
 	var hot map[[2]string]envoy.RuleHot
 	if h.opts.Metrics != nil {
 		hot = map[[2]string]envoy.RuleHot{}
-		for _, rh := range h.opts.Metrics.Hot(h.opts.HotCounters, h.opts.ShowValues) {
+		for _, rh := range h.opts.Metrics.Hot(envoy.HotCapacity, h.opts.Values) {
 			hot[[2]string{rh.Domain, rh.Rule}] = rh
 		}
 	}

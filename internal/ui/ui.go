@@ -11,6 +11,12 @@
 // and from the rules, the store's health and the request path's hot
 // counters (envoy.Metrics.Hot).
 //
+// So that the page opens on the last minutes rather than on an empty
+// chart, Handler.Run samples every rule's counters every HistoryStep and
+// keeps the last HistoryLength samples (5 minutes by default), which the
+// page's first snapshot carries; the same samples tell which rules are
+// refusing now, first in the snapshot's Refusing list.
+//
 // It imports envoy (the hot counters), rules and server (the rule and
 // store status types) and decides nothing; package server mounts the
 // handler and cmd/server decides whether it is served and where values
@@ -18,6 +24,8 @@
 package ui
 
 import (
+	"cmp"
+	"context"
 	"embed"
 	"errors"
 	"io/fs"
@@ -41,6 +49,18 @@ const DefaultInterval = time.Second
 // DefaultHotCounters is Options.HotCounters when it is zero.
 const DefaultHotCounters = 5
 
+// DefaultHistoryStep and DefaultHistoryLength are Options.HistoryStep and
+// Options.HistoryLength when zero: 5 minutes at 5 s.
+const (
+	DefaultHistoryStep   = 5 * time.Second
+	DefaultHistoryLength = 60
+)
+
+// refusingSteps is how many history steps "refusing now" looks back: the
+// Refusing list counts the refusals since the oldest sample within
+// refusingSteps steps, 15 s by default.
+const refusingSteps = 3
+
 // Options configures the page.
 type Options struct {
 	// Rules are the rules in force and the state of their loads.
@@ -53,26 +73,35 @@ type Options struct {
 	Metrics *envoy.Metrics
 	// Store describes the limit store's health; nil shows none.
 	Store func() server.StoreHealth
-	// ShowValues lets the page show the request values of the hot
-	// counters of rules with detailed_metric or value_to_metric. Values of
-	// other rules are never kept. Set it only where the page is not
-	// exposed beyond who may see request values (cmd/server sets it on the
-	// debug listener, on loopback unless told otherwise).
-	ShowValues bool
+	// Values says whose request values the hot counters show; the zero
+	// value shows none. envoy.HotOptedIn shows those of detailed_metric
+	// and value_to_metric rules, which /metrics names too; envoy.HotAll
+	// every rule's (kept only with envoy.MetricsOptions.KeepHotValues):
+	// set it only where the page is not exposed beyond who may see
+	// request values (cmd/server sets it on the debug listener, on
+	// loopback unless told otherwise).
+	Values envoy.HotValues
 	// Interval is how often the page asks for a new snapshot. 0 means
 	// DefaultInterval.
 	Interval time.Duration
 	// HotCounters is how many hot counters the page shows per rule (at
 	// most envoy.HotCapacity). 0 means DefaultHotCounters.
 	HotCounters int
+	// HistoryStep is how often Run samples the counters, and
+	// HistoryLength how many samples it keeps. 0 means
+	// DefaultHistoryStep, DefaultHistoryLength.
+	HistoryStep   time.Duration
+	HistoryLength int
 }
 
 // Handler serves the page under /ui/: /ui/ (the page), its assets, and
-// /ui/api/snapshot (the figures as JSON). /ui redirects to /ui/. It
-// answers GET and HEAD only.
+// /ui/api/snapshot (the figures as JSON; ?history=1 adds the samples Run
+// keeps). /ui redirects to /ui/. It answers GET and HEAD only, and is
+// safe for concurrent use.
 type Handler struct {
 	opts   Options
 	static http.Handler
+	hist   *history // shared with the handlers WithValues returns
 }
 
 // New returns the page's handler, or an error naming a missing option.
@@ -80,8 +109,8 @@ func New(opts Options) (*Handler, error) {
 	if opts.Rules == nil || opts.Gatherer == nil {
 		return nil, errors.New("ui: Rules and Gatherer are required")
 	}
-	if opts.Interval < 0 || opts.HotCounters < 0 {
-		return nil, errors.New("ui: negative interval or hot counter count")
+	if opts.Interval < 0 || opts.HotCounters < 0 || opts.HistoryStep < 0 || opts.HistoryLength < 0 {
+		return nil, errors.New("ui: negative interval, hot counter count, history step or history length")
 	}
 	if opts.Interval == 0 {
 		opts.Interval = DefaultInterval
@@ -90,11 +119,37 @@ func New(opts Options) (*Handler, error) {
 		opts.HotCounters = DefaultHotCounters
 	}
 	opts.HotCounters = min(opts.HotCounters, envoy.HotCapacity)
+	opts.HistoryStep = cmp.Or(opts.HistoryStep, DefaultHistoryStep)
+	opts.HistoryLength = cmp.Or(opts.HistoryLength, DefaultHistoryLength)
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{opts: opts, static: http.FileServerFS(sub)}, nil
+	return &Handler{opts: opts, static: http.FileServerFS(sub), hist: &history{keep: opts.HistoryLength}}, nil
+}
+
+// WithValues returns a handler like h that shows the request values v
+// lets through, sharing h's history: one Run feeds both.
+func (h *Handler) WithValues(v envoy.HotValues) *Handler {
+	h2 := *h
+	h2.opts.Values = v
+	return &h2
+}
+
+// Run samples the counters every HistoryStep, keeping the last
+// HistoryLength samples, until ctx ends. Without it the page's charts
+// start empty and the Refusing list counts since the process started.
+func (h *Handler) Run(ctx context.Context) {
+	t := time.NewTicker(h.opts.HistoryStep)
+	defer t.Stop()
+	for {
+		h.sample(time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // contentPolicy lets the page load only its own files and talk only to its

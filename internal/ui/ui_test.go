@@ -49,7 +49,9 @@ type unitPage struct {
 	reg *prometheus.Registry
 }
 
-func newUnitPage(t *testing.T, st rules.Status, showValues bool) *unitPage {
+// newUnitPage serves unitRules with the page showing values, and every
+// rule's values kept, as on a server whose debug listener shows them.
+func newUnitPage(t *testing.T, st rules.Status, values envoy.HotValues) *unitPage {
 	t.Helper()
 	set, err := rules.Parse(map[string][]byte{"d.yaml": []byte(unitRules)}, rules.Options{})
 	if err != nil {
@@ -59,7 +61,7 @@ func newUnitPage(t *testing.T, st rules.Status, showValues bool) *unitPage {
 	reg := prometheus.NewRegistry()
 	// Two value series per rule: the rest of the tenants count under
 	// d.tenant._other_, which the page must add too.
-	m, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory", MaxValueSeries: 2})
+	m, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory", MaxValueSeries: 2, KeepHotValues: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func newUnitPage(t *testing.T, st rules.Status, showValues bool) *unitPage {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{Rules: rs, Gatherer: reg, Metrics: m, ShowValues: showValues})
+	h, err := New(Options{Rules: rs, Gatherer: reg, Metrics: m, Values: values, HistoryStep: time.Second, HistoryLength: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func (p *unitPage) get(t *testing.T, method, path string) *http.Response {
 // The page's routes: read-only, its own files only, a redirect to the
 // page's directory so that its relative links work behind a prefix.
 func TestRoutes(t *testing.T) {
-	p := newUnitPage(t, rules.Status{Version: 1}, false)
+	p := newUnitPage(t, rules.Status{Version: 1}, envoy.HotFingerprints)
 	for _, tc := range []struct {
 		method, path string
 		code         int
@@ -135,7 +137,7 @@ func TestSnapshot(t *testing.T) {
 		{Pos: rules.Position{File: "d.yaml", Line: 4, Column: 19}, Field: "descriptors[0].rate_limit.unit", Msg: "unknown unit"},
 		{Pos: rules.Position{File: "e.yaml", Line: 1, Column: 1}, Msg: "no domain"},
 	}}}
-	p := newUnitPage(t, st, false)
+	p := newUnitPage(t, st, envoy.HotFingerprints)
 	for i := range 9 {
 		p.send(t, "tenant", fmt.Sprintf("t%d", i%5))
 		p.send(t, "user", "u")
@@ -184,7 +186,7 @@ func TestSnapshot(t *testing.T) {
 	}
 	for _, h := range byPath["d.tenant"].Hot {
 		if !h.Hidden || strings.Contains(h.Key, "_t") {
-			t.Errorf("hot counter %+v shows a value without ShowValues", h)
+			t.Errorf("hot counter %+v shows a value with HotFingerprints", h)
 		}
 	}
 	want := RuleStatus{Version: 4, Reloads: 5, Failures: 1, Origin: "7", Source: "xds eg:18001 node n: receiving rules", LastErrorAt: &refusedAt, Errors: []string{
@@ -196,24 +198,125 @@ func TestSnapshot(t *testing.T) {
 	}
 }
 
-// ShowValues lets a detailed_metric rule's values through, never another
-// rule's.
-func TestShowValues(t *testing.T) {
-	p := newUnitPage(t, rules.Status{Version: 1}, true)
+// Each listener's page shows the values its HotValues lets through, even
+// though every rule's values are kept: the HTTP listener's those of the
+// detailed_metric rule only, the debug listener's (WithValues(HotAll))
+// every rule's; and the snapshot says which.
+func TestValuesPerListener(t *testing.T) {
+	p := newUnitPage(t, rules.Status{Version: 1}, envoy.HotOptedIn)
 	p.send(t, "tenant", "acme")
 	p.send(t, "user", "alice")
-	snap, err := p.h.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := map[string]string{}
-	for _, r := range snap.Domains[0].Rules {
-		for _, h := range r.Hot {
-			keys[r.Path] += h.Key
+	for _, tc := range []struct {
+		name         string
+		h            *Handler
+		values       string
+		tenant, user string // the hot key shown; "#" for a fingerprint
+	}{
+		{"HTTP listener", p.h, "opted_in", "d.tenant_acme", "#"},
+		{"debug listener", p.h.WithValues(envoy.HotAll), "all", "d.tenant_acme", "d.user_alice"},
+		{"no values", p.h.WithValues(envoy.HotFingerprints), "fingerprints", "#", "#"},
+	} {
+		resp := httptest.NewRecorder()
+		tc.h.ServeHTTP(resp, httptest.NewRequest("GET", "/ui/api/snapshot", nil))
+		var snap Snapshot
+		if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+			t.Fatal(err)
+		}
+		keys := map[string]string{}
+		for _, r := range snap.Domains[0].Rules {
+			for _, h := range r.Hot {
+				switch {
+				case h.Hidden && strings.HasPrefix(h.Key, r.Path+" #") && !strings.Contains(h.Key, "acme") && !strings.Contains(h.Key, "alice"):
+					keys[r.Path] = "#"
+				case h.Hidden:
+					keys[r.Path] = "bad fingerprint " + h.Key
+				default:
+					keys[r.Path] = h.Key
+				}
+			}
+		}
+		if snap.Values != tc.values || keys["d.tenant"] != tc.tenant || keys["d.user"] != tc.user {
+			t.Errorf("%s: values %q, hot keys %q; want %q, tenant %q, user %q", tc.name, snap.Values, keys, tc.values, tc.tenant, tc.user)
 		}
 	}
-	if keys["d.tenant"] != "d.tenant_acme" || !strings.HasPrefix(keys["d.user"], "d.user #") || strings.Contains(keys["d.user"], "alice") {
-		t.Errorf("hot keys %q: want d.tenant's value and d.user's hidden", keys)
+}
+
+// The history keeps at most HistoryLength samples, the newest, each with
+// the rules in force; the snapshot carries them only when asked.
+func TestHistoryBounds(t *testing.T) {
+	p := newUnitPage(t, rules.Status{Version: 1}, envoy.HotFingerprints)
+	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	for i := range 7 {
+		p.send(t, "user", "u")
+		p.h.sample(t0.Add(time.Duration(i) * time.Second))
+	}
+	for _, tc := range []struct {
+		query string
+		want  int
+	}{{"", 0}, {"?history=1", 4}} {
+		var snap Snapshot
+		if err := json.NewDecoder(p.get(t, "GET", "/ui/api/snapshot"+tc.query).Body).Decode(&snap); err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.History) != tc.want || snap.HistoryLength != 4 || snap.HistoryStepMillis != 1000 {
+			t.Fatalf("snapshot%s: %d samples, length %d, step %d ms; want %d, 4, 1000", tc.query, len(snap.History),
+				snap.HistoryLength, snap.HistoryStepMillis, tc.want)
+		}
+		for i, s := range snap.History {
+			// The newest four: samples 3 to 6, with 4 to 7 hits on d.user.
+			if want := t0.Add(time.Duration(3+i) * time.Second); !s.Time.Equal(want) || s.Rules["d.user"][0] != float64(4+i) || len(s.Rules) != 4 {
+				t.Errorf("sample %d: %v with %v, want %v with d.user's %d hits among the 4 rules", i, s.Time, s.Rules, want, 4+i)
+			}
+		}
+	}
+}
+
+// The Refusing list counts the refusals since the oldest sample within
+// three history steps (or the newest sample when all are older, or the
+// start without any), most refused first, naming the most refused
+// counters.
+func TestRefusingOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// before is sent before the sample taken sampleAge ago (none for
+		// 0), after between it and the snapshot.
+		before, after map[string]int
+		sampleAge     time.Duration
+		want          string // path:refused, most first
+	}{
+		{"no history: since the start", map[string]int{"user": 12, "tenant": 4}, nil, 0, "d.user:9 d.tenant:2"},
+		{"since the sample in the window", map[string]int{"user": 12}, map[string]int{"tenant": 4, "user": 1}, time.Second, "d.tenant:2 d.user:1"},
+		{"since the newest sample when older", map[string]int{"user": 12}, map[string]int{"tenant": 5}, time.Minute, "d.tenant:3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newUnitPage(t, rules.Status{Version: 1}, envoy.HotAll)
+			send := func(n map[string]int) {
+				for key, count := range n {
+					for range count {
+						p.send(t, key, "x")
+					}
+				}
+			}
+			send(tc.before)
+			if tc.sampleAge > 0 {
+				p.h.sample(time.Now().Add(-tc.sampleAge))
+			}
+			send(tc.after)
+			snap, err := p.h.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range snap.Refusing {
+				got = append(got, fmt.Sprintf("%s:%v", r.Path, r.Refused))
+				if top := r.Top; len(top) == 0 || top[0].Key != r.Path+"_x" || top[0].Over == 0 {
+					t.Errorf("%s: top refused counters %+v, want %s_x first", r.Path, top, r.Path)
+				}
+			}
+			if strings.Join(got, " ") != tc.want {
+				t.Errorf("refusing %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -15,10 +15,11 @@
 // t0+r if nothing else happens. Other callers can only consume more, which
 // delays that instant; so until it, the store would deny again, and a call
 // it would deny consumes nothing. The only things that give budget back
-// are a refund (is_negative_hits) and a change of the limit: a refund
-// through this Cache drops the key's entry, and a Spec that differs from
-// the cached one (a reload that raised the limit) never matches; the
-// server also flushes the Cache on every reload. What this instance cannot
+// are a refund (is_negative_hits), a change of the limit and an operator's
+// reset: a refund through this Cache drops the key's entry, a Spec that
+// differs from the cached one (a reload that raised the limit) never
+// matches, and Reset forgets the key; the server also flushes the Cache on
+// every reload. What this instance cannot
 // see, a refund sent to another instance or a store that lost its data (a
 // Redis restarted empty), makes it deny although the store would admit,
 // never the reverse; Options.MaxAge bounds how long: a denial is used for
@@ -31,6 +32,8 @@ package denycache
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"sync"
@@ -273,6 +276,43 @@ func (c *Cache) Flush() {
 		clear(s.entries)
 		s.mu.Unlock()
 	}
+}
+
+// resetter is what Reset needs of the wrapped Limiter: the stores' Reset
+// (limit.Memory, redislimit.Limiter and Split, memcachelimit.Limiter).
+type resetter interface {
+	Reset(ctx context.Context, key string, spec limit.Spec) error
+}
+
+// ErrNoReset is wrapped by the error of Reset when the wrapped Limiter
+// has no Reset of its own.
+var ErrNoReset = errors.New("the wrapped limiter cannot reset counters")
+
+// Reset resets the counter key in the wrapped Limiter (its Reset: the
+// stores delete the counter), then forgets the key's cached denial, which
+// would otherwise go on denying for up to Options.MaxAge a client the
+// reset meant to let through. A denial that a call in flight learns from
+// the state before the reset is dropped too (as by Flush), so that none
+// outlives it. The key's denial is forgotten even when the wrapped Reset
+// fails, since the store may have deleted the counter all the same. A
+// wrapped Limiter without Reset is an error wrapping ErrNoReset.
+func (c *Cache) Reset(ctx context.Context, key string, spec limit.Spec) error {
+	r, ok := c.inner.(resetter)
+	if !ok {
+		return fmt.Errorf("denycache: reset: %w (%T)", ErrNoReset, c.inner)
+	}
+	err := r.Reset(ctx, key, spec)
+	// After the store's reset, so that a call that learns from the old
+	// state has loaded the old generation and stores nothing.
+	c.gen.Add(1)
+	s := c.shardOf(key)
+	s.mu.Lock()
+	delete(s.entries, key)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("denycache: reset: %w", err)
+	}
+	return nil
 }
 
 // Len returns the number of denials held, expired ones included until

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -19,12 +20,51 @@ import (
 // hits is above 1/HotCapacity is always among those tracked.
 const HotCapacity = 32
 
+// HotKeyBytes bounds the request values a hot counter keeps: a longer
+// detailed label is cut at a character boundary and ends with "…", so
+// that a rule's sketch holds at most HotCapacity*HotKeyBytes bytes of
+// values whatever the requests carry.
+const HotKeyBytes = 256
+
+// HotValues says whose request values Metrics.Hot shows. The zero value
+// shows none.
+type HotValues uint8
+
+const (
+	// HotFingerprints shows no value: every key is the rule's path and a
+	// keyed fingerprint.
+	HotFingerprints HotValues = iota
+	// HotOptedIn shows the values of rules with detailed_metric or
+	// value_to_metric, whose authors asked for metrics per value (the
+	// first MetricsOptions.MaxValueSeries of them are in /metrics
+	// anyway), and fingerprints for the other rules.
+	HotOptedIn
+	// HotAll shows the values of every rule. Values of rules that did
+	// not opt in are kept only with MetricsOptions.KeepHotValues; without
+	// it their keys stay fingerprints.
+	HotAll
+)
+
+// String names v as the page's snapshot does: "fingerprints",
+// "opted_in" or "all".
+func (v HotValues) String() string {
+	switch v {
+	case HotFingerprints:
+		return "fingerprints"
+	case HotOptedIn:
+		return "opted_in"
+	case HotAll:
+		return "all"
+	}
+	return fmt.Sprintf("HotValues(%d)", uint8(v))
+}
+
 // HotCounter is one of a rule's most hit counters, as Metrics.Hot reports
 // it.
 type HotCounter struct {
-	// Key names the counter. When the rule has detailed_metric or
-	// value_to_metric and values are asked for, it is the request's values
-	// in the detailed_metric form "domain.key_value.key_value"; otherwise
+	// Key names the counter. When its values are kept and shown (see
+	// HotValues), it is the request's values in the detailed_metric form
+	// "domain.key_value.key_value", at most HotKeyBytes long; otherwise
 	// it is the rule's path and a keyed fingerprint of the values,
 	// "demo.remote_address #3fa9c2e1", which tells counters apart without
 	// saying what they hold (the key of the fingerprint is random per
@@ -60,11 +100,10 @@ type RuleHot struct {
 }
 
 // Hot returns, for every rule label that has counted hits since the start,
-// its value labels and its n most hit counters (at most HotCapacity).
-// showValues lets the values of rules with detailed_metric or
-// value_to_metric through; the values of other rules are never kept. The
-// result is sorted by domain and rule.
-func (m *Metrics) Hot(n int, showValues bool) []RuleHot {
+// its value labels and its n most hit counters (at most HotCapacity),
+// showing the request values that values lets through. The result is
+// sorted by domain and rule.
+func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
 	if m == nil {
 		return nil
 	}
@@ -76,7 +115,7 @@ func (m *Metrics) Hot(n int, showValues bool) []RuleHot {
 	m.mu.Unlock()
 	out := make([]RuleHot, 0, len(all))
 	for _, s := range all {
-		rh := RuleHot{Domain: s.domain, Rule: s.path, Hot: s.hot.top(n, s.path, showValues), Skipped: s.hot.skipped.Load()}
+		rh := RuleHot{Domain: s.domain, Rule: s.path, Hot: s.hot.top(n, s.path, values), Skipped: s.hot.skipped.Load()}
 		s.mu.Lock()
 		for l, v := range s.values {
 			if v.prom.hits != nil {
@@ -98,8 +137,9 @@ func (m *Metrics) Hot(n int, showValues bool) []RuleHot {
 
 // hotSketch is the space-saving sketch of one rule's counters. The zero
 // value is empty and ready. Counters are identified by a keyed hash of
-// their entries; only the values of rules that name metrics by values are
-// kept, so the others' values never stay in memory.
+// their entries; values are kept only for rules that name metrics by
+// values, or for every rule with MetricsOptions.KeepHotValues, so that
+// otherwise they never stay in memory.
 type hotSketch struct {
 	// skipped counts the hits not counted because another request held
 	// mu: the request path never waits for the sketch.
@@ -107,6 +147,7 @@ type hotSketch struct {
 
 	mu       sync.Mutex
 	labelled bool // some slot holds a label
+	optedIn  bool // some slot is optedIn
 	seed     maphash.Seed
 	index    map[uint64]int // hash -> slot
 	slots    []hotSlot
@@ -114,25 +155,32 @@ type hotSketch struct {
 
 type hotSlot struct {
 	hash               uint64
-	label              string // detailed label; "" unless the rule names metrics by values
+	label              string // detailed label, cut at HotKeyBytes; "" unless kept
+	optedIn            bool   // label was kept because the rule names metrics by values
 	hits, errors, over uint64
 }
 
 // add counts n hits of the counter of entries, over of them over a limit.
 // label is the detailed label, which it copies only when keep is set and
-// the counter is new to the sketch.
-func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64, over bool) {
+// the counter is new to the sketch; optedIn says the rule names metrics by
+// values.
+func (h *hotSketch) add(entries []rules.Entry, keep, optedIn bool, label []byte, n uint64, over bool) {
 	if !h.mu.TryLock() {
 		h.skipped.Add(n)
 		return
 	}
 	defer h.mu.Unlock()
-	if !keep && h.labelled {
-		// A reload turned the rule's values off: forget those kept.
+	if (!keep && h.labelled) || (!optedIn && h.optedIn) {
+		// A reload turned the rule's values off: forget those kept, or
+		// that they were asked for.
 		for i := range h.slots {
-			h.slots[i].label = ""
+			h.slots[i].optedIn = false
+			if !keep {
+				h.slots[i].label = ""
+			}
 		}
-		h.labelled = false
+		h.labelled = h.labelled && keep
+		h.optedIn = false
 	}
 	if h.index == nil {
 		h.seed = maphash.MakeSeed()
@@ -165,8 +213,10 @@ func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64
 		}
 		h.slots[i].hash = sum
 		if keep {
-			h.slots[i].label = string(label)
+			h.slots[i].label = cutLabel(label)
+			h.slots[i].optedIn = optedIn
 			h.labelled = true
+			h.optedIn = h.optedIn || optedIn
 		}
 		h.index[sum] = i
 	}
@@ -177,8 +227,22 @@ func (h *hotSketch) add(entries []rules.Entry, keep bool, label []byte, n uint64
 	}
 }
 
+// cutLabel returns label, cut to at most HotKeyBytes at a character
+// boundary with "…" when longer.
+func cutLabel(label []byte) string {
+	if len(label) <= HotKeyBytes {
+		return string(label)
+	}
+	const ellipsis = "…"
+	cut := HotKeyBytes - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(label[cut]) {
+		cut--
+	}
+	return string(label[:cut]) + ellipsis
+}
+
 // top returns the n most hit counters, named as HotCounter.Key says.
-func (h *hotSketch) top(n int, path string, showValues bool) []HotCounter {
+func (h *hotSketch) top(n int, path string, values HotValues) []HotCounter {
 	h.mu.Lock()
 	slots := slices.Clone(h.slots)
 	h.mu.Unlock()
@@ -189,7 +253,8 @@ func (h *hotSketch) top(n int, path string, showValues bool) []HotCounter {
 	out := make([]HotCounter, n)
 	for i, s := range slots[:n] {
 		c := HotCounter{Key: s.label, Hits: s.hits, Error: s.errors, Over: s.over}
-		if s.label == "" || !showValues {
+		shown := values == HotAll || (values == HotOptedIn && s.optedIn)
+		if s.label == "" || !shown {
 			c.Key = fmt.Sprintf("%s #%08x", path, s.hash>>32)
 			c.Hidden = true
 		}

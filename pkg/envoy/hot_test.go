@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -45,11 +48,14 @@ func TestHotCounters(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		rule, wantKey string
-		show, hidden  bool
+		show          HotValues
+		hidden        bool
 	}{
-		{"test.user", "test.user #", true, true},
-		{"test.detailed", "test.detailed_heavy", true, false},
-		{"test.detailed", "test.detailed #", false, true},
+		{"test.user", "test.user #", HotAll, true}, // not kept without KeepHotValues
+		{"test.user", "test.user #", HotOptedIn, true},
+		{"test.detailed", "test.detailed_heavy", HotAll, false},
+		{"test.detailed", "test.detailed_heavy", HotOptedIn, false},
+		{"test.detailed", "test.detailed #", HotFingerprints, true},
 	} {
 		r, ok := byRule(h.svc.opts.Metrics.Hot(5, tc.show))[tc.rule]
 		if !ok {
@@ -74,7 +80,7 @@ func TestHotCounters(t *testing.T) {
 			}
 		}
 	}
-	all := byRule(h.svc.opts.Metrics.Hot(HotCapacity+10, true))
+	all := byRule(h.svc.opts.Metrics.Hot(HotCapacity+10, HotAll))
 	if n := len(all["test.user"].Hot); n != HotCapacity {
 		t.Errorf("%d counters kept, want HotCapacity %d", n, HotCapacity)
 	}
@@ -87,6 +93,65 @@ func TestHotCounters(t *testing.T) {
 	}
 }
 
+// With KeepHotValues every rule's values are kept, and Hot shows them per
+// HotValues: all of them for HotAll, only the opted-in rules' for
+// HotOptedIn, none for HotFingerprints.
+func TestHotValuesKept(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{Store: "memory", KeepHotValues: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, Options{Metrics: m})
+	for _, d := range [][2]string{{"user", "alice"}, {"detailed", "acme"}} {
+		if _, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc(d[0], d[1]))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		values       HotValues
+		user, detail string // the keys shown; "#" for a fingerprint
+	}{
+		{HotAll, "test.user_alice", "test.detailed_acme"},
+		{HotOptedIn, "#", "test.detailed_acme"},
+		{HotFingerprints, "#", "#"},
+	} {
+		got := map[string]string{}
+		for _, r := range m.Hot(5, tc.values) {
+			if len(r.Hot) == 1 {
+				got[r.Rule] = r.Hot[0].Key
+				if r.Hot[0].Hidden {
+					got[r.Rule] = "#"
+				}
+			}
+		}
+		if got["test.user"] != tc.user || got["test.detailed"] != tc.detail {
+			t.Errorf("Hot(%v): keys %q, want user %q and detailed %q", tc.values, got, tc.user, tc.detail)
+		}
+	}
+}
+
+// A kept value is cut to HotKeyBytes at a character boundary; a reload
+// that turns a rule's values off keeps them only for HotAll when every
+// rule's values are kept.
+func TestHotSketchLabels(t *testing.T) {
+	long := strings.Repeat("é", HotKeyBytes)
+	var s hotSketch
+	s.add([]rules.Entry{{Key: "k", Value: long}}, true, true, []byte(long), 1, false)
+	key := s.top(1, "p", HotAll)[0].Key
+	if len(key) > HotKeyBytes || !strings.HasSuffix(key, "é…") || !utf8.ValidString(key) {
+		t.Errorf("a %d-byte value is kept as %d bytes %q, want at most %d ending é…", len(long), len(key), key, HotKeyBytes)
+	}
+	s.add([]rules.Entry{{Key: "k", Value: long}}, true, false, []byte(long), 1, false)
+	for _, tc := range []struct {
+		values HotValues
+		hidden bool
+	}{{HotAll, false}, {HotOptedIn, true}} {
+		if c := s.top(1, "p", tc.values)[0]; c.Hidden != tc.hidden {
+			t.Errorf("after the rule's values were turned off, Hot(%v) shows %+v, want hidden %v", tc.values, c, tc.hidden)
+		}
+	}
+}
+
 // TestHotSketchKeepsHeavyHitters: a counter with more than 1/HotCapacity
 // of the hits is reported whatever order the hits come in, with a count
 // within its error bound.
@@ -96,12 +161,12 @@ func TestHotSketchKeepsHeavyHitters(t *testing.T) {
 	heavy := []rules.Entry{{Key: "k", Value: "heavy"}}
 	for i := range rounds * HotCapacity * 4 {
 		if i%(HotCapacity/2) == 0 {
-			s.add(heavy, true, []byte("heavy"), 1, true)
+			s.add(heavy, true, true, []byte("heavy"), 1, true)
 		}
-		s.add([]rules.Entry{{Key: "k", Value: fmt.Sprint(i)}}, true, []byte(fmt.Sprint(i)), 1, false)
+		s.add([]rules.Entry{{Key: "k", Value: fmt.Sprint(i)}}, true, true, []byte(fmt.Sprint(i)), 1, false)
 	}
 	want := uint64(rounds * 4 * 2)
-	top := s.top(1, "p", true)[0]
+	top := s.top(1, "p", HotOptedIn)[0]
 	if top.Key != "heavy" || top.Hits-top.Error > want || top.Hits < want || top.Over != top.Hits-top.Error {
 		t.Errorf("top counter %+v, want heavy with %d hits within its bounds", top, want)
 	}
@@ -109,8 +174,8 @@ func TestHotSketchKeepsHeavyHitters(t *testing.T) {
 		t.Errorf("sketch holds %d slots, %d index entries; want %d", len(s.slots), len(s.index), HotCapacity)
 	}
 	// A reload that turns the rule's values off hides those kept.
-	s.add(heavy, false, nil, 1, false)
-	for _, c := range s.top(HotCapacity, "p", true) {
+	s.add(heavy, false, false, nil, 1, false)
+	for _, c := range s.top(HotCapacity, "p", HotAll) {
 		if !c.Hidden || !strings.HasPrefix(c.Key, "p #") {
 			t.Errorf("after values were turned off, counter %+v still shows its value", c)
 		}
@@ -119,7 +184,9 @@ func TestHotSketchKeepsHeavyHitters(t *testing.T) {
 
 // BenchmarkHotSketchAdd measures what the request path pays per limited
 // descriptor for the hot counters: a repeated counter, and a new counter
-// at every hit (which replaces the least hit one).
+// at every hit (which replaces the least hit one), without and with the
+// values kept (MetricsOptions.KeepHotValues: the label is built for every
+// hit and copied for every new counter).
 func BenchmarkHotSketchAdd(b *testing.B) {
 	entries := make([][]rules.Entry, 4096)
 	for i := range entries {
@@ -128,12 +195,18 @@ func BenchmarkHotSketchAdd(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		distinct int
-	}{{"same", 1}, {"distinct", len(entries)}} {
+		keep     bool
+	}{{"same", 1, false}, {"distinct", len(entries), false}, {"same/values", 1, true}, {"distinct/values", len(entries), true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			var s hotSketch
+			var label []byte
 			i := 0
 			for b.Loop() {
-				s.add(entries[i%bc.distinct], false, nil, 1, false)
+				e := entries[i%bc.distinct]
+				if bc.keep {
+					label = appendDetailedLabel(label[:0], "demo", e)
+				}
+				s.add(e, bc.keep, false, label, 1, false)
 				i++
 			}
 		})
@@ -151,7 +224,7 @@ func BenchmarkHotSketchAddParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			s.add(entries[i%len(entries)], false, nil, 1, false)
+			s.add(entries[i%len(entries)], false, false, nil, 1, false)
 			i++
 		}
 	})

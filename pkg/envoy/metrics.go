@@ -43,6 +43,12 @@ type MetricsOptions struct {
 	// under the reference server's names (statsd.go); nil sends none.
 	// The Prometheus metrics are kept either way.
 	Statsd *statsd.Client
+	// KeepHotValues keeps the request values of every rule's hot
+	// counters, not only those of detailed_metric and value_to_metric
+	// rules, so that Hot(n, HotAll) can show them: at most HotCapacity
+	// values of HotKeyBytes per rule. Without it, the values of rules
+	// that did not opt in never stay in memory.
+	KeepHotValues bool
 }
 
 // Metrics records the request path in Prometheus metrics and, when
@@ -63,6 +69,7 @@ type Metrics struct {
 	failureAnswers                                      *prometheus.CounterVec
 	refused                                             *prometheus.CounterVec
 	maxValues                                           int
+	keepHotValues                                       bool
 	sd                                                  *statsdStats // nil without statsd
 
 	// The counters of each rule label, looked up once per rule rather
@@ -183,8 +190,9 @@ func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "requests_refused_total",
 			Help: "Requests refused (InvalidArgument, ResourceExhausted, Unimplemented; 400, 405, 413 on /json) before any " +
 				"decision, by reason: " + strings.Join(RefusalReasons, ", ") + "."}, []string{"reason"}),
-		maxValues: opts.MaxValueSeries,
-		byLabel:   map[[2]string]*ruleSeries{},
+		maxValues:     opts.MaxValueSeries,
+		keepHotValues: opts.KeepHotValues,
+		byLabel:       map[[2]string]*ruleSeries{},
 	}
 	for _, r := range RefusalReasons {
 		m.refused.WithLabelValues(r) // present at 0 from the start
@@ -434,7 +442,11 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 		}
 		o := hitOutcome{over: out.wouldDeny, shadow: rd.Mode == limit.Advisory, charged: charged, near: charged && out.near}
 		n := countedHits(ds.cost, rd)
-		s.hot.add(rd.Entries, bv, sc.label, uint64(n), o.over)
+		keep := bv || m.keepHotValues
+		if keep && !bv {
+			sc.label = appendDetailedLabel(sc.label[:0], domain, rd.Entries)
+		}
+		s.hot.add(rd.Entries, keep, bv, sc.label, uint64(n), o.over)
 		prom.add(float64(n), o)
 		if stat != nil {
 			stat.add(uint64(n), o)

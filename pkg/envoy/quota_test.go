@@ -67,12 +67,12 @@ func redisInstances(t *testing.T, n int) (*redistest.Server, []*Service, []*hook
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { client.Close() })
-		store, err := redislimit.New(client, redislimit.Options{})
+		store, err := redislimit.New(client, redislimit.Options{Timeout: testStoreTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}
 		h := &hookLimiter{Limiter: store}
-		svc, err := New(fixedRules{set}, h, Options{})
+		svc, err := New(fixedRules{set}, h, Options{StoreTimeout: testStoreTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -98,6 +98,12 @@ type harness struct {
 	now time.Time
 }
 
+// testStoreTimeout is the store deadline of tests that count decisions: on
+// a busy machine a goroutine can wait longer than DefaultStoreTimeout for a
+// core, and a request then answered by the failure policy would be counted
+// as lost. The tests of deadlines set their own.
+const testStoreTimeout = 10 * time.Second
+
 func newHarness(t *testing.T, opts Options) *harness {
 	t.Helper()
 	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
@@ -113,6 +119,9 @@ func newHarness(t *testing.T, opts Options) *harness {
 	}
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return h.now }
+	}
+	if opts.StoreTimeout == 0 {
+		opts.StoreTimeout = testStoreTimeout
 	}
 	if h.svc, err = New(fixedRules{set}, h.mem, opts); err != nil {
 		t.Fatal(err)

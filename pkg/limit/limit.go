@@ -290,6 +290,11 @@ func Blocked(hits []Hit, decisions []Decision) bool {
 //     asked because it failed recently.
 //
 // Implementations are safe for concurrent use.
+//
+// The stores also have Reset(ctx, key, spec), which deletes a counter so
+// that its next hit finds no state (an operator unblocking a client). It
+// is not part of this contract, which only decides: a look at a counter
+// is a hit of cost 0 here, and changes nothing.
 type Limiter interface {
 	Evaluate(ctx context.Context, hits []Hit, decisions []Decision) (blocked bool, err error)
 }

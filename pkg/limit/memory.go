@@ -459,6 +459,25 @@ func shardIndex(key string, shardBits int) int {
 	return int(h >> (64 - shardBits)) // a shift by 64 gives 0
 }
 
+// Reset forgets the counter key, whatever its spec, so that its next hit
+// finds no state: a fixed window empty, a bucket full, a log without
+// entries. It is what an operator asks to unblock a client at once; the
+// spec is not needed to find the counter and is taken only to match the
+// stores' Reset, whose keys may depend on it. It returns ctx's error,
+// forgetting nothing, if ctx is done.
+func (m *Memory) Reset(ctx context.Context, key string, _ Spec) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := &m.shards[shardIndex(key, m.shardBits)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.entries[key]; e != nil {
+		s.remove(e)
+	}
+	return nil
+}
+
 // Len returns the number of counters held, after dropping expired ones.
 func (m *Memory) Len() int { return m.Stats().Entries }
 

@@ -17,8 +17,8 @@ import (
 	"time"
 )
 
-// This file is a small client of Memcached's text protocol: the four
-// commands the limiter needs (incr, decr, add, version), pipelined, over a
+// This file is a small client of Memcached's text protocol: the five
+// commands the limiter needs (incr, decr, add, delete, version), pipelined, over a
 // pool of connections per server, with the server of each key chosen by
 // rendezvous hashing.
 
@@ -40,6 +40,9 @@ const (
 	cmdAddIncr
 	// cmdVersion is "version", a probe.
 	cmdVersion
+	// cmdDelete is "delete key": found when the key existed (an
+	// operator's reset, Limiter.Reset).
+	cmdDelete
 )
 
 // command is one command and, once run, its reply.
@@ -279,6 +282,8 @@ func (c *conn) exchange(cmds []*command) error {
 			_, err = fmt.Fprintf(c.w, "add %s 0 %d 1\r\n0\r\nincr %s %d\r\n", cmd.key, cmd.exp, cmd.key, cmd.delta)
 		case cmdVersion:
 			_, err = c.w.WriteString("version\r\n")
+		case cmdDelete:
+			_, err = fmt.Fprintf(c.w, "delete %s\r\n", cmd.key)
 		}
 		if err != nil {
 			return err
@@ -323,6 +328,14 @@ func (c *conn) readReply(cmd *command) error {
 	case cmd.kind == cmdVersion:
 		if !strings.HasPrefix(line, "VERSION ") {
 			return unexpected("version", line)
+		}
+	case cmd.kind == cmdDelete:
+		switch line {
+		case "DELETED":
+			cmd.found = true
+		case "NOT_FOUND":
+		default:
+			return unexpected("delete", line)
 		}
 	case line == "NOT_FOUND" && cmd.kind == cmdAddIncr:
 		// Evicted or flushed between the add and the incr: nothing was

@@ -1,7 +1,7 @@
 // Package memcachelimit decides fixed-window limits in Memcached, for
 // deployments that run the reference server with BACKEND_TYPE=memcache.
 // It owns the Memcached keys (AppendKey), a small client of Memcached's
-// text protocol (incr, decr, add, version; pipelined, TLS, a pool of
+// text protocol (incr, decr, add, delete, version; pipelined, TLS, a pool of
 // connections per server, servers from a list or from DNS SRV records),
 // and the check that a limit asks only for what Memcached can decide
 // (Supports). The meaning of a fixed window is package limit's; this
@@ -125,6 +125,13 @@
 // resolved by New and again every SRVRefresh; a refresh that fails keeps
 // the servers in force. Memcached servers share nothing: a server that
 // restarts or is replaced starts its windows again from 0.
+//
+// # Reset
+//
+// Limiter.Reset deletes a counter for an operator: the keys of the window
+// holding this process's now and of the windows just before and after it,
+// since other instances whose clocks disagree a little near a boundary
+// count in those.
 //
 // # Failures
 //

@@ -121,6 +121,13 @@
 // or fails, the other's consumption refunded by a second call, with the
 // same window of about one round trip.
 //
+// # Reset
+//
+// Limiter.Reset deletes a counter's key (DEL, sent to its slot's master on
+// a Cluster), and Split.Reset does it in the Redis the counter's window
+// routes it to: an operator unblocking a client. A counter is one key
+// whatever its algorithm, so nothing else is left of it.
+//
 // # Memory per counter
 //
 // MEMORY USAGE (SAMPLES 0) of one counter on Redis 7.0 (64-bit, jemalloc),

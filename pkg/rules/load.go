@@ -17,8 +17,8 @@ import (
 // symbolic-link loops.
 const maxDirDepth = 16
 
-// Load reads a rule file, or every *.yaml and *.yml file of a directory
-// tree, validates and compiles them. Names starting with "." are ignored,
+// Load reads a rule file, or the rule files of a directory tree (see
+// readDir), validates and compiles them. Names starting with "." are ignored,
 // with their subtrees, so Kubernetes' ..data and ..2026_... entries are
 // skipped while the top-level symlinks into them are followed. File names in
 // errors are path joined with the file's name inside it, as given. The

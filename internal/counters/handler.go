@@ -1,0 +1,147 @@
+package counters
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// The endpoints' paths.
+const (
+	Path      = "/counters"
+	ResetPath = "/counters/reset"
+)
+
+// ServeHTTP answers GET (or HEAD) Path and POST ResetPath, each with the
+// query "domain=d&key=value&key2=value2": the first parameter named domain
+// is the domain, every other parameter, in order, an entry of the
+// descriptor (so an entry whose key is "domain" follows the domain's). The
+// answer is an Answer in JSON, 200 even when nothing applies (Limits is
+// then empty and Reason says why); 400 for a query that names no domain
+// or no entry, 405 for another method, 403 for a reset asked by a page
+// of another site (a browser's cross-origin POST), 503 when the store
+// failed. Errors are {"error": "..."}.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case Path:
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "GET "+Path+" shows the counters; POST "+ResetPath+" resets them")
+			return
+		}
+		h.get(w, r)
+	case ResetPath:
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "POST "+ResetPath+" resets the counters; GET "+Path+" shows them")
+			return
+		}
+		// A page of another site open in an operator's browser could
+		// otherwise POST to the loopback listener: a reset lifts a limit.
+		if err := http.NewCrossOriginProtection().Check(r); err != nil {
+			writeError(w, http.StatusForbidden, "a reset from a browser page of another origin is refused: "+err.Error())
+			return
+		}
+		h.reset(w, r)
+	default:
+		writeError(w, http.StatusNotFound, "not found: GET "+Path+"?domain=d&key=value... or POST "+ResetPath+"?domain=d&key=value...")
+	}
+}
+
+// get answers Path.
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
+	domain, entries, err := parseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v, err := h.lookup(domain, entries)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := h.peek(r.Context(), v); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, v.answer)
+}
+
+// parseQuery reads a raw query as ServeHTTP describes, in order, which
+// url.ParseQuery's map would lose.
+func parseQuery(raw string) (domain string, entries []rules.Entry, err error) {
+	seen := false
+	for part := range strings.SplitSeq(raw, "&") {
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		if k, err = url.QueryUnescape(k); err == nil {
+			v, err = url.QueryUnescape(v)
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("query %q: %w", part, err)
+		}
+		switch {
+		case k == "":
+			return "", nil, fmt.Errorf("query %q: an entry without a key", part)
+		case k == "domain" && !seen:
+			domain, seen = v, true
+		default:
+			entries = append(entries, rules.Entry{Key: k, Value: v})
+		}
+	}
+	switch {
+	case domain == "":
+		return "", nil, errors.New("no domain: want ?domain=d&key=value[&key2=value2...]")
+	case len(entries) == 0:
+		return "", nil, fmt.Errorf("no descriptor entry for domain %q: want ?domain=d&key=value[&key2=value2...], entries in order", domain)
+	}
+	return domain, entries, nil
+}
+
+// writeJSON writes v as the answer, with code, indented for people, and
+// with '&', '<' and '>' as they are: the answer is not for a page.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		writeError(w, http.StatusInternalServerError, "encoding the answer: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(b.Bytes())
+}
+
+// writeError writes {"error": msg} with code.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(struct {
+		Error string `json:"error"`
+	}{msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(b.Bytes())
+}
+
+// modeName is a hit mode as a rule file says it.
+func modeName(m limit.Mode) string {
+	if m == limit.Advisory {
+		return "shadow"
+	}
+	return m.String()
+}
