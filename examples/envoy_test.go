@@ -41,6 +41,7 @@ import (
 const (
 	envoyHTTPFile = "envoy.yaml"
 	envoyTCPFile  = "envoy-tcp.yaml"
+	envoyRLQSFile = "envoy-rlqs.yaml"
 )
 
 // envoyRelease returns the release of the Envoy the tests run, e.g.
@@ -181,7 +182,8 @@ type shippedEnvoyConfig struct {
 }
 
 // shippedEnvoyConfigs lists every Envoy configuration of the repository:
-// the two Envoy examples, which docker-compose.yml mounts, and the
+// the Envoy examples (docker-compose.yml mounts the first two; the RLQS
+// one is run by test/rlqs_test.go), and the
 // gateway's configuration with the patches of each Istio EnvoyFilter.
 func shippedEnvoyConfigs(t *testing.T) []shippedEnvoyConfig {
 	asIs := func(_ *testing.T, text string) []byte { return []byte(text) }
@@ -193,6 +195,10 @@ func shippedEnvoyConfigs(t *testing.T) []shippedEnvoyConfig {
 		{"TCP example", envoyTCPFile, asIs,
 			// A substitution operator Envoy does not know.
 			"%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%", "%DOWNSTREAM_REMOTE_ADDR%"},
+		{"RLQS example", envoyRLQSFile, asIs,
+			// A blanket rule Envoy does not know, in the quota filter's
+			// bucket settings.
+			"blanket_rule: ALLOW_ALL", "blanket_rule: ALLOW_SOME"},
 	}
 	breaks := map[string][2]string{
 		// An empty domain, which the filter's own constraints refuse.

@@ -40,7 +40,10 @@ const (
 	// baselineListener is the copy of envoyListener without the filter.
 	baselineListener = "http-nofilter"
 	rateLimitFilter  = "envoy.filters.http.ratelimit"
-	hcmFilter        = "envoy.filters.network.http_connection_manager"
+	// quotaFilter is RLQS's filter: Envoy decides locally from floodgate's
+	// assignments, and reports every 5 s.
+	quotaFilter = "envoy.filters.http.rate_limit_quota"
+	hcmFilter   = "envoy.filters.network.http_connection_manager"
 	// backendCluster and floodgateCluster are the clusters pointed at the
 	// bench's backend and at the floodgate it starts.
 	backendCluster   = "backend"
@@ -103,17 +106,17 @@ func envoyVersion(ctx context.Context, bin string) (string, error) {
 // backend and floodgate clusters at the given addresses; then the listener
 // envoyListener gets a twin, baselineListener, the same but for the
 // ratelimit filter and its stat prefix. Nothing else changes.
-func envoyBootstrap(shipped []byte, backend, floodgate string) ([]byte, error) {
-	conf, err := envoytest.Rewrite(shipped, map[string][]string{
+func envoyBootstrap(shipped []byte, backend, floodgate string) (conf []byte, filter string, err error) {
+	conf, err = envoytest.Rewrite(shipped, map[string][]string{
 		backendCluster:   {backend},
 		floodgateCluster: {floodgate},
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var root map[string]any
 	if err := yaml.Unmarshal(conf, &root); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	static, _ := root["static_resources"].(map[string]any)
 	listeners, _ := static["listeners"].([]any)
@@ -124,32 +127,32 @@ func envoyBootstrap(shipped []byte, backend, floodgate string) ([]byte, error) {
 		}
 	}
 	if with == nil {
-		return nil, fmt.Errorf("bootstrap: no listener %q", envoyListener)
+		return nil, "", fmt.Errorf("bootstrap: no listener %q", envoyListener)
 	}
 	// A deep copy, through YAML: the maps of the two listeners must not be
 	// shared when one loses its filter.
 	b, err := yaml.Marshal(with)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var without map[string]any
 	if err := yaml.Unmarshal(b, &without); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if n := withoutRateLimit(without); n == 0 {
-		return nil, fmt.Errorf("bootstrap: listener %q has no %s filter: there is nothing to compare", envoyListener, rateLimitFilter)
+	if filter = withoutRateLimit(without); filter == "" {
+		return nil, "", fmt.Errorf("bootstrap: listener %q has no %s or %s filter: there is nothing to compare", envoyListener, rateLimitFilter, quotaFilter)
 	}
 	without["name"] = baselineListener
 	static["listeners"] = append(listeners, without)
-	return yaml.Marshal(root)
+	conf, err = yaml.Marshal(root)
+	return conf, filter, err
 }
 
-// withoutRateLimit removes the ratelimit filter from every HTTP connection
-// manager of a listener, and gives each a stat prefix of its own so that
-// the two listeners' statistics stay apart. It returns how many filters it
-// removed.
-func withoutRateLimit(listener map[string]any) int {
-	removed := 0
+// withoutRateLimit removes the ratelimit and rate_limit_quota filters from
+// every HTTP connection manager of a listener, and gives each a stat prefix
+// of its own so that the two listeners' statistics stay apart. It returns
+// the name of the last filter it removed, "" for none.
+func withoutRateLimit(listener map[string]any) (removed string) {
 	chains, _ := listener["filter_chains"].([]any)
 	for _, c := range chains {
 		cm, _ := c.(map[string]any)
@@ -163,8 +166,8 @@ func withoutRateLimit(listener map[string]any) int {
 			httpFilters, _ := hcm["http_filters"].([]any)
 			kept := httpFilters[:0:0]
 			for _, hf := range httpFilters {
-				if hm, _ := hf.(map[string]any); hm["name"] == rateLimitFilter {
-					removed++
+				if hm, _ := hf.(map[string]any); hm["name"] == rateLimitFilter || hm["name"] == quotaFilter {
+					removed = hm["name"].(string)
 					continue
 				}
 				kept = append(kept, hf)
@@ -183,6 +186,8 @@ type envoyProcess struct {
 	*envoytest.Envoy
 	// with and without are host:port of envoyListener and baselineListener.
 	with, without string
+	// filter is the filter compared: rateLimitFilter or quotaFilter.
+	filter string
 }
 
 // startEnvoy writes the bench's bootstrap for the shipped one into dir and
@@ -190,7 +195,7 @@ type envoyProcess struct {
 // /ready answers LIVE (Envoy has initialized its clusters, including the
 // first health check of floodgate, and opened its listeners).
 func startEnvoy(ctx context.Context, shipped []byte, backend, floodgate, dir string, concurrency int) (*envoyProcess, error) {
-	conf, err := envoyBootstrap(shipped, backend, floodgate)
+	conf, filter, err := envoyBootstrap(shipped, backend, floodgate)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +204,7 @@ func startEnvoy(ctx context.Context, shipped []byte, backend, floodgate, dir str
 		return nil, err
 	}
 	ls := e.Listeners()
-	return &envoyProcess{Envoy: e, with: ls[envoyListener], without: ls[baselineListener]}, nil
+	return &envoyProcess{Envoy: e, with: ls[envoyListener], without: ls[baselineListener], filter: filter}, nil
 }
 
 // rateLimitStats reads the ratelimit filter's counters from the admin
@@ -279,6 +284,8 @@ type httpLoad struct {
 	clients     []string // X-Forwarded-For values, taken in turn
 	concurrency int
 	rate        float64
+	// header, when set, carries the client address too (-envoy-header).
+	header string
 }
 
 // newHTTPClient returns a client keeping one connection per caller alive,
@@ -331,7 +338,11 @@ func (h *httpLoad) run(ctx context.Context, addr string, d time.Duration) httpRu
 			t.record(since, failed, err)
 			return
 		}
-		req.Header.Set("X-Forwarded-For", h.clients[(next.Add(1)-1)%uint64(len(h.clients))])
+		client := h.clients[(next.Add(1)-1)%uint64(len(h.clients))]
+		req.Header.Set("X-Forwarded-For", client)
+		if h.header != "" {
+			req.Header.Set(h.header, client)
+		}
 		req.Header.Set("User-Agent", "floodgate-bench")
 		resp, err := h.client.Do(req)
 		if err != nil {
@@ -413,6 +424,7 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 	stops = append(stops, stopBackend)
 
 	var stacks []*envoyStack
+	var filter string
 	for _, store := range o.envoyStores {
 		sdir := filepath.Join(dir, store)
 		if err := os.Mkdir(sdir, 0o755); err != nil {
@@ -435,6 +447,7 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 		fmt.Fprintf(log, "bench: %s: floodgate pid %d on %s; envoy pid %d, with the filter on %s, without on %s\n",
 			store, srv.pid, srv.grpcAddr, ep.Process.Pid(), ep.with, ep.without)
 		stacks = append(stacks, &envoyStack{store: store, floodgate: fp, envoy: ep, rateLimit: map[string]int64{}})
+		filter = ep.filter
 	}
 
 	load := &httpLoad{
@@ -442,6 +455,7 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 		clients:     clientAddrs(o.scenario.Keys),
 		concurrency: o.scenario.Concurrency,
 		rate:        o.envoyRate(),
+		header:      o.envoyHeader,
 	}
 	defer load.client.CloseIdleConnections()
 	for round := range o.rounds {
@@ -464,6 +478,8 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 
 	rep := &envoyReport{
 		Envoy:            version,
+		Filter:           filter,
+		Header:           o.envoyHeader,
 		RatePerSec:       load.rate,
 		Callers:          load.concurrency,
 		EnvoyConcurrency: o.envoyConcurrency,

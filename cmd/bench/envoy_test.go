@@ -111,6 +111,10 @@ func TestEnvoyBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	quota, err := os.ReadFile("../../examples/envoy-rlqs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Every address on the loopback, at port 0: Envoy picks the ports,
 	// and the harness reads them back.
 	const anyPort = "127.0.0.1:0"
@@ -119,14 +123,20 @@ func TestEnvoyBootstrap(t *testing.T) {
 		name      string
 		bootstrap string
 		wantErr   string // "" for success
+		// filter is the filter compared, and prefix and filters the
+		// stat prefix and filter count of the listener with it.
+		filter  string
+		prefix  string
+		filters int
 	}{
-		{"shipped example", string(shipped), ""},
-		{"no listener http", strings.Replace(string(shipped), "- name: "+envoyListener+"\n", "- name: web\n", 1), `no listener "http"`},
-		{"no ratelimit filter", noFilter, "nothing to compare"},
-		{"off-loopback cluster left", strings.Replace(string(shipped), "- name: "+floodgateCluster+"\n", "- name: rls\n", 1), "off the loopback"},
+		{"shipped example", string(shipped), "", rateLimitFilter, "demo", 3},
+		{"RLQS example", string(quota), "", quotaFilter, "demo", 2},
+		{"no listener http", strings.Replace(string(shipped), "- name: "+envoyListener+"\n", "- name: web\n", 1), `no listener "http"`, "", "", 0},
+		{"no ratelimit filter", noFilter, "nothing to compare", "", "", 0},
+		{"off-loopback cluster left", strings.Replace(string(shipped), "- name: "+floodgateCluster+"\n", "- name: rls\n", 1), "off the loopback", "", "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conf, err := envoyBootstrap([]byte(tc.bootstrap), "127.0.0.1:7001", "127.0.0.1:7002")
+			conf, filter, err := envoyBootstrap([]byte(tc.bootstrap), "127.0.0.1:7001", "127.0.0.1:7002")
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -136,11 +146,14 @@ func TestEnvoyBootstrap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if filter != tc.filter {
+				t.Errorf("filter compared %q, want %q", filter, tc.filter)
+			}
 			got := bootstrapListeners(t, conf)
 			want := map[string]listenerSummary{
 				"(admin)":        {addr: anyPort},
-				envoyListener:    {addr: anyPort, statPrefix: "demo", filters: 3, rateLimit: true},
-				baselineListener: {addr: anyPort, statPrefix: "demo_nofilter", filters: 2},
+				envoyListener:    {addr: anyPort, statPrefix: tc.prefix, filters: tc.filters, rateLimit: true},
+				baselineListener: {addr: anyPort, statPrefix: tc.prefix + "_nofilter", filters: tc.filters - 1},
 			}
 			if len(got) != len(want) {
 				t.Errorf("listeners %+v, want %+v", got, want)
@@ -208,7 +221,7 @@ func bootstrapListeners(t *testing.T, conf []byte) map[string]listenerSummary {
 				s.statPrefix = f.TypedConfig.StatPrefix
 				for _, hf := range f.TypedConfig.HTTPFilters {
 					s.filters++
-					s.rateLimit = s.rateLimit || hf.Name == rateLimitFilter
+					s.rateLimit = s.rateLimit || hf.Name == rateLimitFilter || hf.Name == quotaFilter
 				}
 			}
 		}
@@ -278,7 +291,7 @@ func TestEnvoyNotes(t *testing.T) {
 			[]string{"floodgate decided 97 of the 100 requests through the filter (Envoy's ratelimit counters: error 3, failure_mode_allowed 3, ok 97)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := envoyNotes(tc.r)
+			got := envoyNotes(tc.r, rateLimitFilter)
 			if len(got) != len(tc.wantNotes) {
 				t.Fatalf("notes %q, want %d starting %q", got, len(tc.wantNotes), tc.wantNotes)
 			}
@@ -301,9 +314,9 @@ func TestWriteEnvoyText(t *testing.T) {
 	s.Added = s.With.Latency.minus(s.Without.Latency)
 	s.AddedPerRound = []latencyMicros{s.Added}
 	var out bytes.Buffer
-	writeEnvoyText(&out, &envoyReport{Envoy: "abc/1.40.0/Clean/RELEASE/BoringSSL", RatePerSec: 500, Rounds: 1, DurationSec: 20, EnvoyConcurrency: 1, Stores: []envoyStoreResult{s}})
+	writeEnvoyText(&out, &envoyReport{Envoy: "abc/1.40.0/Clean/RELEASE/BoringSSL", Filter: rateLimitFilter, RatePerSec: 500, Rounds: 1, DurationSec: 20, EnvoyConcurrency: 1, Stores: []envoyStoreResult{s}})
 	for _, want := range []string{
-		"Envoy 1.40.0, 1 worker(s); GET / at 500/s",
+		"Envoy 1.40.0, 1 worker(s), filter envoy.filters.http.ratelimit; GET / at 500/s",
 		"| redis | without | 10 | 1.000 | 1.000 | 2.000 | 2.000 | 2.000 | 0 | 0.700 | 100.0 | - |",
 		"| redis | with | 10 | 1.500 | 1.500 | 3.000 | 3.000 | 3.000 | 0 | 0.700 | 100.0 | 0.0 |",
 		"| redis | **added** | | **+0.500** | +0.500 | **+1.000** |",

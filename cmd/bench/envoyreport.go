@@ -14,6 +14,14 @@ import (
 type envoyReport struct {
 	// Envoy is the version `envoy --version` reports.
 	Envoy string `json:"envoy"`
+	// Filter is the filter compared, with it and without:
+	// envoy.filters.http.ratelimit (RLS: floodgate decides every request)
+	// or envoy.filters.http.rate_limit_quota (RLQS: Envoy decides from
+	// floodgate's assignments).
+	Filter string `json:"filter"`
+	// Header is the request header carrying the client address besides
+	// X-Forwarded-For (-envoy-header), if any.
+	Header string `json:"header,omitempty"`
 	// RatePerSec is the fixed arrival rate of every run (open loop).
 	RatePerSec float64 `json:"rate_per_sec"`
 	// Callers bounds the requests in flight (-concurrency).
@@ -130,15 +138,16 @@ func (s *envoyStack) result() envoyStoreResult {
 	if r.With.Requests > 0 {
 		r.FloodgateCPUMicrosPerRequest = micros(s.floodgateCPU) / float64(r.With.Requests)
 	}
-	r.Notes = envoyNotes(r)
+	r.Notes = envoyNotes(r, s.envoy.filter)
 	return r
 }
 
 // envoyNotes lists what makes a store's figures doubtful: answers other
-// than 200, and requests the filter let through without floodgate's
-// decision (Envoy fails open on an error or a timeout, so they still
-// answer 200, faster or slower than a decision).
-func envoyNotes(r envoyStoreResult) []string {
+// than 200, and requests the ratelimit filter let through without
+// floodgate's decision (Envoy fails open on an error or a timeout, so they
+// still answer 200, faster or slower than a decision). The quota filter
+// (RLQS) decides every request itself and has no counters to check.
+func envoyNotes(r envoyStoreResult, filter string) []string {
 	var notes []string
 	for _, c := range []struct {
 		name string
@@ -152,7 +161,7 @@ func envoyNotes(r envoyStoreResult) []string {
 		}
 	}
 	decided := r.RateLimit["ok"] + r.RateLimit["over_limit"]
-	if decided != r.With.Requests {
+	if filter == rateLimitFilter && decided != r.With.Requests {
 		notes = append(notes, fmt.Sprintf("floodgate decided %d of the %d requests through the filter (Envoy's ratelimit counters: %s): the others were let through without a decision",
 			decided, r.With.Requests, countersText(r.RateLimit)))
 	}
@@ -185,8 +194,12 @@ func countersText(c map[string]int64) string {
 // docs/benchmarks.md records, then each round's added p50 and p99, the
 // filter's counters and the notes.
 func writeEnvoyText(w io.Writer, rep *envoyReport) {
-	fmt.Fprintf(w, "floodgate bench -envoy: Envoy %s, %d worker(s); GET / at %g/s (open loop, at most %d in flight) from %d client addresses; %d round(s) of %gs per case, with and without the filter alternating\n\n",
-		envoyRelease(rep.Envoy), rep.EnvoyConcurrency, rep.RatePerSec, rep.Callers, rep.ClientAddresses, rep.Rounds, rep.DurationSec)
+	header := ""
+	if rep.Header != "" {
+		header = " (also as " + rep.Header + ")"
+	}
+	fmt.Fprintf(w, "floodgate bench -envoy: Envoy %s, %d worker(s), filter %s; GET / at %g/s (open loop, at most %d in flight) from %d client addresses%s; %d round(s) of %gs per case, with and without the filter alternating\n\n",
+		envoyRelease(rep.Envoy), rep.EnvoyConcurrency, rep.Filter, rep.RatePerSec, rep.Callers, rep.ClientAddresses, header, rep.Rounds, rep.DurationSec)
 	fmt.Fprintln(w, "| store | ratelimit filter | requests | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-200 | send lag p99 ms | Envoy CPU µs/req | floodgate CPU µs/req |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range rep.Stores {

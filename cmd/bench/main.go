@@ -95,7 +95,10 @@ type options struct {
 	envoyConfig      string
 	envoyStores      []string
 	envoyConcurrency int
-	rounds           int
+	// envoyHeader, when set, is a request header carrying the client
+	// address too (x-api-key for examples/envoy-rlqs.yaml's buckets).
+	envoyHeader string
+	rounds      int
 }
 
 // envoyRate is the arrival rate of the -envoy mode: -rate, or
@@ -144,10 +147,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.referenceBin, "reference-bin", "", "with -reloads: the reference server's binary (envoyproxy/ratelimit's service_cmd) to start instead of floodgate, on the same rules, as RUNTIME_ROOT/ratelimit/config")
 	fs.DurationVar(&o.settle, "settle", 2*time.Second, "with -reloads: the wait after the first answer and after each reload before reading RSS")
 	fs.BoolVar(&o.json, "json", false, "print JSON (one object, or an array with -matrix) instead of text")
-	fs.BoolVar(&o.envoy, "envoy", false, "measure the latency floodgate adds to HTTP requests through Envoy: -envoy-config with and without its ratelimit filter, alternating, at -rate, for each of -envoy-stores; needs envoy ($ENVOY_BIN or the PATH)")
-	fs.StringVar(&o.envoyConfig, "envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter")
+	fs.BoolVar(&o.envoy, "envoy", false, "measure the latency floodgate adds to HTTP requests through Envoy: -envoy-config with and without its ratelimit (or rate_limit_quota) filter, alternating, at -rate, for each of -envoy-stores; needs envoy ($ENVOY_BIN or the PATH)")
+	fs.StringVar(&o.envoyConfig, "envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter (RLS), or the rate_limit_quota filter (RLQS, examples/envoy-rlqs.yaml)")
 	stores := fs.String("envoy-stores", storeRedis+","+storeMemory, "with -envoy: comma-separated stores of floodgate to measure: "+storeRedis+" (-redis-addr, or a private redis-server), "+storeMemory)
 	fs.IntVar(&o.envoyConcurrency, "envoy-concurrency", 1, "with -envoy: Envoy's worker threads (--concurrency)")
+	fs.StringVar(&o.envoyHeader, "envoy-header", "", "with -envoy: a request header that carries the request's client address too, e.g. x-api-key, the bucket of examples/envoy-rlqs.yaml and a descriptor of examples/envoy.yaml")
 	fs.IntVar(&o.rounds, "rounds", 3, "with -envoy: how many times each case is measured for -duration, cases alternating")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

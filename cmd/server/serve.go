@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/rlqs"
 	"github.com/floodgate/floodgate/pkg/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
@@ -200,6 +201,33 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 	return rls, nil
 }
 
+// quota returns the Rate Limit Quota Service over the same rules and
+// store as RLS, with RLS's failure mode, shadow mode and entry bound;
+// nil when -rlqs is off, or when the store cannot keep the counters of
+// the fleet's demand (Memcached keeps fixed windows only).
+func (a *app) quota() (*rlqs.Service, error) {
+	if !a.cfg.RLQS.On {
+		return nil, nil
+	}
+	opts := a.cfg.RLQS.Options
+	if err := a.cfg.Store.Supports(rlqs.DemandSpec(opts)); err != nil {
+		a.logger.Warn("rlqs: not served: the store cannot keep the counters of the fleet's demand (docs/rlqs.md)", "store", a.store.Name(), "err", err)
+		return nil, nil
+	}
+	svc := a.cfg.Service
+	opts.FailureMode, opts.ShadowMode, opts.MaxBucketEntries = svc.FailureMode, svc.ShadowMode, svc.Bounds.MaxEntries
+	opts.Logger = a.logger
+	var err error
+	if opts.Metrics, err = rlqs.NewMetrics(a.reg); err != nil {
+		return nil, exit(1, fmt.Errorf("metrics: %w", err))
+	}
+	q, err := rlqs.New(a.rules, a.store.Limiter(), opts)
+	if err != nil {
+		return nil, exit(2, a.cfg.Explain(err))
+	}
+	return q, nil
+}
+
 // listeners returns the gRPC, HTTP and debug listeners of svc.
 // The live page's history is kept until ctx ends.
 func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*server.Server, error) {
@@ -212,6 +240,13 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 	opts := a.cfg.Server
 	opts.Logger, opts.Store, opts.Refused = a.logger, health, a.metrics.Refused
 	opts.UI, opts.DebugUI = pages.http, withPushedFiles(pages.debug, a.rules)
+	quota, err := a.quota()
+	if err != nil {
+		return nil, err
+	}
+	if quota != nil {
+		opts.RLQS = quota
+	}
 	// On the debug listener only; the HTTP listener refuses it.
 	if opts.Counters, err = counters.New(counters.Options{Rules: a.rules, Limiter: a.store.Limiter(), Resetter: a.store,
 		Logger: a.logger, Registerer: a.reg}); err != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -33,10 +34,15 @@ import (
 // the service sees the request.
 type requestCodec struct {
 	proto encoding.CodecV2
+	// maxRequest bounds a RateLimitRequest, which gRPC's own bound may
+	// not when it is raised for RLQS reports.
+	maxRequest int
 }
 
+// newRequestCodec returns a codec holding RateLimitRequests to no bound
+// but gRPC's; Server.New sets maxRequest.
 func newRequestCodec() *requestCodec {
-	return &requestCodec{proto: encoding.GetCodecV2("proto")}
+	return &requestCodec{proto: encoding.GetCodecV2("proto"), maxRequest: math.MaxInt}
 }
 
 func (c *requestCodec) Name() string { return c.proto.Name() }
@@ -76,6 +82,10 @@ func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	w, ok := v.(*wireRequest)
 	if !ok {
 		return c.proto.Unmarshal(data, v)
+	}
+	if n := data.Len(); n > c.maxRequest {
+		w.tooLarge = n
+		return nil
 	}
 	var b []byte
 	if len(data) == 1 {
@@ -126,6 +136,11 @@ func (s *Server) rlsDesc(codec *requestCodec) *grpc.ServiceDesc {
 					s.opts.Refused(RefusedTooLarge)
 				}
 				return nil, err
+			}
+			if in.tooLarge > 0 {
+				// As gRPC answers a message over its own bound.
+				s.opts.Refused(RefusedTooLarge)
+				return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", in.tooLarge, s.opts.MaxMessageBytes)
 			}
 			if in.refusal != "" {
 				s.opts.Refused(RefusedMalformed)

@@ -23,6 +23,13 @@ func (o Options) Validate() error {
 	if o.MaxMessageBytes < 0 {
 		return fmt.Errorf("server: Options.MaxMessageBytes %d: must not be negative", o.MaxMessageBytes)
 	}
+	msg := o.MaxMessageBytes
+	if msg == 0 {
+		msg = DefaultMaxMessageBytes
+	}
+	if o.MaxReportBytes < 0 || o.MaxReportBytes > 0 && o.MaxReportBytes < msg {
+		return fmt.Errorf("server: Options.MaxReportBytes %d: want 0 or at least Options.MaxMessageBytes (%d): gRPC bounds every message of the listener alike", o.MaxReportBytes, msg)
+	}
 	if o.StoreReadiness < StoreReachedOnce || o.StoreReadiness > StoreIgnored {
 		return fmt.Errorf("server: Options.StoreReadiness %v: unknown", o.StoreReadiness)
 	}

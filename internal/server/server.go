@@ -1,5 +1,6 @@
 // Package server runs floodgate's listeners around a rate-limit service:
 // the gRPC server Envoy calls (with grpc.health.v1 and server reflection,
+// and the Rate Limit Quota Service beside RLS when Options give one,
 // optionally TLS or mutual TLS with certificates reloaded from their files),
 // the HTTP server (/healthcheck, /json, /rlconfig, /metrics) and the debug
 // server (/debug/pprof/, /rlconfig, and /counters when Options give it,
@@ -29,11 +30,13 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -133,6 +136,17 @@ type Options struct {
 	// UI and DebugUI, when set, serve /ui and /ui/ on the HTTP and the
 	// debug listener (package ui's page).
 	UI, DebugUI http.Handler
+	// RLQS, when set, is served on the gRPC listener beside RLS (package
+	// rlqs's Service), its name reported by gRPC health too; shutdown
+	// ends its streams once health is NOT_SERVING and DrainDelay has
+	// passed, so that each Envoy reopens its stream on another instance.
+	RLQS QuotaService
+	// MaxReportBytes bounds an RLQS report (DefaultMaxReportBytes when 0):
+	// a report lists every bucket of an Envoy, about 40 bytes each. gRPC
+	// bounds every message of the listener alike, so it must be at least
+	// MaxMessageBytes; RLS requests are held to MaxMessageBytes by their
+	// handler.
+	MaxReportBytes int
 	// Counters, when set, serves /counters and under /counters/ on the
 	// debug listener only (package counters: look at a descriptor's
 	// counters and reset them). The HTTP listener then answers those paths
@@ -140,6 +154,18 @@ type Options struct {
 	// for whoever reaches the public port.
 	Counters http.Handler
 }
+
+// QuotaService is the Rate Limit Quota Service the gRPC listener serves
+// beside RLS: its long-lived streams end when Shutdown is called.
+type QuotaService interface {
+	rlqspb.RateLimitQuotaServiceServer
+	// Shutdown ends every stream and refuses new ones; it returns at once.
+	Shutdown()
+}
+
+// DefaultMaxReportBytes is Options.MaxReportBytes when it is zero: gRPC's
+// own default bound, about 100,000 buckets of an Envoy in one report.
+const DefaultMaxReportBytes = 4 << 20
 
 // Reasons given to Options.Refused.
 const (
@@ -238,12 +264,15 @@ const DefaultMaxMessageBytes = 1 << 20
 // Server is floodgate's set of listeners. Create it with New and start it
 // with Run, once.
 type Server struct {
-	svc     pb.RateLimitServiceServer
-	rules   Rules
-	opts    Options
-	grpc    *grpc.Server
-	health  *healthService
-	serving atomic.Bool
+	svc    pb.RateLimitServiceServer
+	rules  Rules
+	opts   Options
+	grpc   *grpc.Server
+	health *healthService
+	// healthNames are HealthServices, and the RLQS service's name when it
+	// is served.
+	healthNames []string
+	serving     atomic.Bool
 	// reached latches the store's StoreHealth.Reached.
 	reached atomic.Bool
 	// metrics says whether /metrics is served.
@@ -286,6 +315,9 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	if opts.MaxMessageBytes == 0 {
 		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if opts.MaxReportBytes == 0 {
+		opts.MaxReportBytes = max(DefaultMaxReportBytes, opts.MaxMessageBytes)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -299,11 +331,17 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	s := &Server{svc: svc, rules: rs, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
 
 	codec := newRequestCodec()
+	codec.maxRequest = opts.MaxMessageBytes
 	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
 	s.grpc.RegisterService(s.rlsDesc(codec), svc)
+	s.healthNames = HealthServices
+	if opts.RLQS != nil {
+		rlqspb.RegisterRateLimitQuotaServiceServer(s.grpc, opts.RLQS)
+		s.healthNames = append(slices.Clip(HealthServices), rlqspb.RateLimitQuotaService_ServiceDesc.ServiceName)
+	}
 	s.health = newHealthService()
 	s.grpcState = healthpb.HealthCheckResponse_NOT_SERVING
-	for _, name := range HealthServices {
+	for _, name := range s.healthNames {
 		s.health.SetServingStatus(name, s.grpcState)
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -343,7 +381,7 @@ const streamWorkers = 64
 func (s *Server) grpcOptions(codec *requestCodec) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(max(streamWorkers, uint32(runtime.GOMAXPROCS(0)))),
-		grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes),
+		grpc.MaxRecvMsgSize(s.maxRecv()),
 		grpc.ForceServerCodecV2(codec),
 		grpc.UnknownServiceHandler(s.unknownMethod),
 	}
@@ -351,6 +389,16 @@ func (s *Server) grpcOptions(codec *requestCodec) []grpc.ServerOption {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
 	}
 	return append(opts, s.opts.Conns.grpcConnOptions(s.opts.MaxConnectionAge, s.opts.MaxConnectionAgeGrace)...)
+}
+
+// maxRecv is gRPC's bound on every message received: RLQS reports' when
+// RLQS is served, RLS requests' otherwise (then the RLS handler holds
+// them to theirs, wireRequest.tooLarge).
+func (s *Server) maxRecv() int {
+	if s.opts.RLQS != nil {
+		return s.opts.MaxReportBytes
+	}
+	return s.opts.MaxMessageBytes
 }
 
 // unknownMethod answers a call of a method the server does not serve, as
@@ -554,7 +602,7 @@ func (s *Server) updateHealth(logChange bool) {
 		return
 	}
 	s.grpcState = st
-	for _, name := range HealthServices {
+	for _, name := range s.healthNames {
 		s.health.SetServingStatus(name, st)
 	}
 	switch {
@@ -608,6 +656,11 @@ func (s *Server) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
 	ls := []*connListener{s.listeners.grpc, s.listeners.http, s.listeners.debug}
+	if s.opts.RLQS != nil {
+		// RLQS streams last as long as their Envoy: GracefulStop would
+		// wait for them until the timeout.
+		s.opts.RLQS.Shutdown()
+	}
 
 	// cut is the most requests in flight when the timeout passed.
 	var cut atomic.Int64

@@ -41,6 +41,9 @@ type wireRequest struct {
 	// refusal is the InvalidArgument message for a request that decodes
 	// with neither path; empty for a good one.
 	refusal string
+	// tooLarge is the size of a request over the RLS bound, left
+	// undecoded; 0 for one within it.
+	tooLarge int
 }
 
 // maxPooledParts bounds the descriptors and entries a pooled wireRequest
@@ -70,6 +73,7 @@ func (w *wireRequest) reset() {
 	w.descs, w.entries, w.descPtrs, w.entryPtrs, w.ends = w.descs[:0], w.entries[:0], w.descPtrs[:0], w.entryPtrs[:0], w.ends[:0]
 	w.req = pb.RateLimitRequest{}
 	w.refusal = ""
+	w.tooLarge = 0
 }
 
 // decode sets w.req from b without reflection, reporting false, with w.req

@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/rlqs"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
@@ -29,6 +30,7 @@ type Config struct {
 	GRPCTLS GRPCTLS
 	// UI serves the live page (-ui).
 	UI      bool
+	RLQS    RLQS
 	Statsd  Statsd
 	Tracing Tracing
 	Capture Capture
@@ -74,6 +76,12 @@ type ClientTLS struct {
 type GRPCTLS struct {
 	On    bool
 	Files server.TLSFiles
+}
+
+// RLQS is the Rate Limit Quota Service: served beside RLS when On.
+type RLQS struct {
+	On      bool
+	Options rlqs.Options
 }
 
 // Statsd is the reference server's statsd stats: sent when On.

@@ -69,6 +69,7 @@ const (
 	GroupGRPCTLS   Group = "TLS on the gRPC port"
 	GroupBounds    Group = "Limits of requests"
 	GroupAnswers   Group = "Answers and headers"
+	GroupRLQS      Group = "Rate Limit Quota Service (RLQS)"
 	GroupObserve   Group = "Observability: logs, metrics, statsd"
 	GroupTracing   Group = "Observability: tracing (OpenTelemetry)"
 	GroupCapture   Group = "Traffic capture (for floodgate replay)"
@@ -77,7 +78,7 @@ const (
 
 // Groups are the sections of -h in order.
 var Groups = []Group{GroupRules, GroupXDS, GroupRedis, GroupPerSecond, GroupRedisTLS, GroupMemcache,
-	GroupListeners, GroupGRPCTLS, GroupBounds, GroupAnswers, GroupObserve, GroupTracing, GroupCapture, GroupCommands}
+	GroupListeners, GroupGRPCTLS, GroupBounds, GroupAnswers, GroupRLQS, GroupObserve, GroupTracing, GroupCapture, GroupCommands}
 
 // Var returns the setting's own variable: FLOODGATE_ and the flag in upper
 // case, '-' as '_' (FLOODGATE_REDIS_DEADLINE for -redis-deadline); "" for

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/rlqs"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
@@ -366,8 +367,8 @@ var Table = []Setting{
 	// Listeners
 	{Flag: "grpc-addr",
 		Group:      GroupListeners,
-		Usage:      "gRPC listen address (RateLimitService, health, reflection), or unix:/path for a socket",
-		Doc:        "gRPC: RateLimitService, grpc.health.v1, reflection; `unix:PATH` for a socket",
+		Usage:      "gRPC listen address (RateLimitService, RateLimitQuotaService, health, reflection), or unix:/path for a socket",
+		Doc:        "gRPC: RateLimitService, RateLimitQuotaService (`-rlqs`), grpc.health.v1, reflection; `unix:PATH` for a socket",
 		DefaultDoc: "`:8081`",
 		At:         func(c *Config) any { return &c.Server.GRPCAddr },
 		Default:    server.DefaultGRPCAddr},
@@ -609,6 +610,55 @@ var Table = []Setting{
 		Group: GroupAnswers,
 		Usage: "response header carrying the cause (deadline, circuit_open, error) on answers the failure policy gave; empty: none (the cause is always in the dynamic metadata)",
 		At:    func(c *Config) any { return &c.Service.StoreFailureHeader }},
+
+	// RLQS
+	{Flag: "rlqs",
+		Group:      GroupRLQS,
+		Usage:      "serve Envoy's Rate Limit Quota Service (the rate_limit_quota filter's streams) on the gRPC port beside RLS, from the same rules and counters (docs/rlqs.md)",
+		Doc:        "serve Envoy's Rate Limit Quota Service (the `rate_limit_quota` filter's streams) on the gRPC port beside RLS, from the same rules and counters: Envoy enforces locally what floodgate assigns and reports every few seconds ([docs/rlqs.md](docs/rlqs.md)); needs Redis or the in-memory store",
+		DefaultDoc: "true",
+		At:         func(c *Config) any { return &c.RLQS.On },
+		Default:    true},
+	{Flag: "rlqs-report-interval",
+		Group:   GroupRLQS,
+		Usage:   "how often Envoy reports (Envoy 1.40: every 5s, whatever reporting_interval says): the horizon of an assignment, and twice over the span of the demand it is shared by",
+		At:      func(c *Config) any { return &c.RLQS.Options.ReportInterval },
+		Default: rlqs.DefaultReportInterval},
+	{Flag: "rlqs-assignment-ttl",
+		Group:   GroupRLQS,
+		Usage:   "time to live of every assignment, whole seconds, more than two report intervals: how long Envoy keeps enforcing one after floodgate stopped",
+		At:      func(c *Config) any { return &c.RLQS.Options.AssignmentTTL },
+		Default: rlqs.DefaultAssignmentTTL},
+	{Flag: "rlqs-idle-timeout",
+		Group:   GroupRLQS,
+		Usage:   "abandon a bucket without demand for this long (Envoy never drops one itself), and close a stream without a report for this long",
+		At:      func(c *Config) any { return &c.RLQS.Options.IdleTimeout },
+		Default: rlqs.DefaultIdleTimeout},
+	{Flag: "rlqs-max-streams",
+		Group:   GroupRLQS,
+		Usage:   "most RLQS streams open (one per Envoy and domain); one more is refused with RESOURCE_EXHAUSTED",
+		At:      func(c *Config) any { return &c.RLQS.Options.MaxStreams },
+		Default: rlqs.DefaultMaxStreams},
+	{Flag: "rlqs-max-buckets",
+		Group:   GroupRLQS,
+		Usage:   "most buckets held over every stream; a bucket beyond it, or beyond -rlqs-max-stream-buckets, gets no assignment (Envoy's no_assignment_behavior) until idle buckets are abandoned",
+		At:      func(c *Config) any { return &c.RLQS.Options.MaxBuckets },
+		Default: rlqs.DefaultMaxBuckets},
+	{Flag: "rlqs-max-stream-buckets",
+		Group:   GroupRLQS,
+		Usage:   "most buckets held for one stream",
+		At:      func(c *Config) any { return &c.RLQS.Options.MaxStreamBuckets },
+		Default: rlqs.DefaultMaxStreamBuckets},
+	{Flag: "rlqs-max-bucket-id-bytes",
+		Group:   GroupRLQS,
+		Usage:   "longest bucket_id, its keys and values together, in bytes (its entries are bounded by -max-entries)",
+		At:      func(c *Config) any { return &c.RLQS.Options.MaxBucketIDBytes },
+		Default: rlqs.DefaultMaxBucketIDBytes},
+	{Flag: "rlqs-max-report-bytes",
+		Group:   GroupRLQS,
+		Usage:   "largest RLQS report, at least -max-message-bytes (a report lists every bucket of an Envoy, about 40 bytes each)",
+		At:      func(c *Config) any { return &c.Server.MaxReportBytes },
+		Default: server.DefaultMaxReportBytes},
 
 	// Observe
 	{Flag: "log-level",

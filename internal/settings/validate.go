@@ -13,6 +13,9 @@ func (c *Config) validate() error {
 		c.Server.Validate,
 		c.Tracing.Options.Validate,
 	}
+	if c.RLQS.On {
+		checks = append(checks, c.RLQS.Options.Validate)
+	}
 	if c.Rules.XDS {
 		checks = append(checks, c.Rules.XDSOptions.Validate)
 	}

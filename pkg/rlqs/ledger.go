@@ -1,0 +1,195 @@
+package rlqs
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// The store's part: what the fleet admitted and asked for, per limit.
+//
+// Each round charges a bucket's allowed requests to the counters of its
+// limits, the ones RLS decides with, and adds its demand (allowed +
+// denied) to the demand counter of its first limit (resolver.demandKey),
+// a sliding window over two report intervals that every instance adds
+// to, so that its count is the fleet's recent demand. Both go through
+// limit.Limiter, hence through the store's key encoding, time to live,
+// at-most-once calls and Redis Cluster's per-slot split.
+//
+// Every hit is Advisory: a counter that cannot take a bucket's whole
+// usage (Envoy admitted more than was left, which its local enforcement
+// allows between two reports) writes nothing and blocks no other hit; it
+// is then charged what it has left, so that it reads spent, which is
+// what happened.
+
+// demandCapacity is the demand counters' limit: never reached (a trillion
+// requests per demand window), exact in the Lua scripts' doubles, so
+// that capacity − remaining is the count.
+const demandCapacity = 1 << 40
+
+// chunkHits bounds the hits of one store call: a Redis script call holds
+// Redis for its whole length, and a report may carry thousands of
+// buckets.
+const chunkHits = 128
+
+// demandSpec is the demand counters' spec: a sliding window of two report
+// intervals in two sub-windows, so that the count covers about the same
+// span as a stream's own two latest reports (bucket.own).
+func demandSpec(reportInterval time.Duration) limit.Spec {
+	return limit.Spec{Algorithm: limit.SlidingWindow, Limit: demandCapacity, Window: 2 * reportInterval, Precision: 2}
+}
+
+// ledger charges buckets to the store for one stream, reusing its
+// buffers.
+type ledger struct {
+	limiter limit.Limiter
+	timeout time.Duration
+	demand  limit.Spec
+
+	hits   []limit.Hit
+	decs   []limit.Decision
+	owners []owner
+	clip   []limit.Hit
+	clipAt []int
+	cdecs  []limit.Decision
+}
+
+// owner is where a hit's decision goes: bucket b's counter c, or its
+// demand when c is -1.
+type owner struct{ b, c int }
+
+// charge charges each bucket of bs (all with counters) and reads its
+// counters and the fleet's demand, in calls of at most chunkHits hits
+// holding whole buckets. The buckets of a call that failed are marked
+// failed and keep their usage for the next round; the first error is
+// returned, with the number of buckets it left failed.
+func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
+	for start := 0; start < len(bs); {
+		end, n := start, 0
+		for end < len(bs) && (n == 0 || n+len(bs[end].counters)+1 <= chunkHits) {
+			n += len(bs[end].counters) + 1
+			end++
+		}
+		if cerr := l.chargeChunk(ctx, now, bs[start:end]); cerr != nil {
+			for _, b := range bs[start:end] {
+				b.failed = true
+			}
+			failed += end - start
+			if err == nil {
+				err = cerr
+			}
+		}
+		start = end
+	}
+	return failed, err
+}
+
+// chargeChunk is charge for one store call, then the call charging what
+// is left to the counters that refused a whole usage.
+func (l *ledger) chargeChunk(ctx context.Context, now time.Time, bs []*bucket) error {
+	l.hits, l.owners = l.hits[:0], l.owners[:0]
+	for i, b := range bs {
+		for j := range b.counters {
+			c := &b.counters[j]
+			cost := inWindow(c, b.pending, b.since, now)
+			l.hits = append(l.hits, limit.Hit{Key: c.key, Spec: c.spec, Cost: cost, Mode: limit.Advisory})
+			l.owners = append(l.owners, owner{i, j})
+		}
+		l.hits = append(l.hits, limit.Hit{Key: b.demandKey, Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory})
+		l.owners = append(l.owners, owner{i, -1})
+	}
+	l.decs = resize(l.decs, len(l.hits))
+	if err := l.evaluate(ctx, l.hits, l.decs); err != nil {
+		return err
+	}
+	l.clipRefused(ctx)
+	for k, o := range l.owners {
+		b := bs[o.b]
+		if o.c < 0 {
+			b.fleet = demandCapacity - l.decs[k].Remaining
+			continue
+		}
+		c := &b.counters[o.c]
+		c.dec, c.end = l.decs[k], now.Add(l.decs[k].ResetAfter)
+	}
+	for _, b := range bs {
+		b.pending, b.failed = 0, false
+		if b.reported {
+			// Envoy's usage is charged up to its report, not up to a
+			// round the timer ran.
+			b.since = now
+		}
+	}
+	return nil
+}
+
+// inWindow returns the part of usage, admitted since since and taken as
+// spread evenly until now, that falls in c's current window: a report
+// that straddles the start of a fixed window charges it only what came
+// after, the rest belonging to a window that is over. Without it, each
+// window would start charged with the end of the one before, and its
+// pace would be too slow. Other algorithms take all of it.
+func inWindow(c *counter, usage int64, since, now time.Time) int64 {
+	if c.spec.Algorithm != limit.FixedWindow || since.IsZero() || usage == 0 || !now.After(since) {
+		return usage
+	}
+	var start time.Time
+	switch {
+	case c.spec.Calendar.IsZero():
+		// Fixed windows start at multiples of their length since the
+		// epoch, on the store's clock, which this one follows closely.
+		w := c.spec.WindowMicros()
+		start = time.UnixMicro(now.UnixMicro() / w * w)
+	case !c.end.IsZero() && !c.end.After(now):
+		// A calendar window: the one the last round saw has ended.
+		start = c.end
+	}
+	if !start.After(since) {
+		return usage
+	}
+	return int64(math.Round(float64(usage) * float64(now.Sub(start)) / float64(now.Sub(since))))
+}
+
+// clipRefused charges each counter that refused a bucket's whole usage
+// what it has left, and takes that decision instead. If that call fails,
+// the refusals stand: the counters were nearly spent anyway.
+func (l *ledger) clipRefused(ctx context.Context) {
+	l.clip, l.clipAt = l.clip[:0], l.clipAt[:0]
+	for k := range l.hits {
+		h, d := &l.hits[k], &l.decs[k]
+		if l.owners[k].c >= 0 && h.Cost > 0 && !d.Allowed && d.Remaining > 0 {
+			c := *h
+			c.Cost = d.Remaining
+			l.clip = append(l.clip, c)
+			l.clipAt = append(l.clipAt, k)
+		}
+	}
+	if len(l.clip) == 0 {
+		return
+	}
+	l.cdecs = resize(l.cdecs, len(l.clip))
+	if l.evaluate(ctx, l.clip, l.cdecs) != nil {
+		return
+	}
+	for i, k := range l.clipAt {
+		l.decs[k] = l.cdecs[i]
+	}
+}
+
+// evaluate is one Limiter call under the store timeout.
+func (l *ledger) evaluate(ctx context.Context, hits []limit.Hit, decs []limit.Decision) error {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	_, err := l.limiter.Evaluate(ctx, hits, decs)
+	return err
+}
+
+// resize returns s with length n, reusing its array when it can.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}

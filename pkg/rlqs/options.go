@@ -1,0 +1,149 @@
+package rlqs
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// Defaults of Options' fields.
+const (
+	// DefaultReportInterval is how often Envoy 1.40 reports: every 5 s,
+	// whatever the filter's reporting_interval says.
+	DefaultReportInterval = 5 * time.Second
+	// DefaultAssignmentTTL is three report intervals: an assignment is
+	// refreshed at every report, so it outlives two lost reports, and a
+	// floodgate that stopped leaves Envoy on it for at most 15 s.
+	DefaultAssignmentTTL = 15 * time.Second
+	// DefaultIdleTimeout is how long a bucket may go without demand before
+	// it is abandoned, and a stream without a report before it is closed.
+	DefaultIdleTimeout = time.Minute
+	// DefaultMaxStreams bounds the open streams: one per Envoy and domain.
+	DefaultMaxStreams = 1024
+	// DefaultMaxBuckets bounds the buckets of all streams together.
+	DefaultMaxBuckets = 100_000
+	// DefaultMaxStreamBuckets bounds the buckets of one stream.
+	DefaultMaxStreamBuckets = 10_000
+	// DefaultMaxBucketIDBytes bounds a bucket_id: the bytes of its keys
+	// and values together.
+	DefaultMaxBucketIDBytes = 1024
+	// DefaultMaxBucketEntries bounds the entries of a bucket_id, as
+	// envoy.DefaultMaxEntries bounds a descriptor's.
+	DefaultMaxBucketEntries = 16
+	// DefaultStoreTimeout bounds one store call of a report. Reports are
+	// off the request path: Envoy enforces the last assignment meanwhile.
+	DefaultStoreTimeout = time.Second
+)
+
+// Options tune a Service. The zero value is usable: Envoy 1.40's report
+// interval, the Default bounds, failing open.
+type Options struct {
+	// ReportInterval is how often Envoy reports (DefaultReportInterval
+	// when 0): the horizon an assignment is computed for, and, twice over,
+	// the span of recent demand the shares come from. At least 1 s.
+	ReportInterval time.Duration
+	// AssignmentTTL is the time to live of every assignment
+	// (DefaultAssignmentTTL when 0). Envoy 1.40 reads whole seconds only,
+	// so it must be whole seconds, and longer than two ReportIntervals so
+	// that a refresh at a report always comes before it runs out.
+	AssignmentTTL time.Duration
+	// IdleTimeout is how long a bucket may report no demand before it is
+	// abandoned (Envoy forgets it and reports it again with its next
+	// request), and how long a stream may send no report before it is
+	// closed (DefaultIdleTimeout when 0). At least two ReportIntervals.
+	IdleTimeout time.Duration
+	// MaxStreams bounds the open streams; one more is refused
+	// (ResourceExhausted). DefaultMaxStreams when 0.
+	MaxStreams int
+	// MaxBuckets bounds the buckets of all streams, MaxStreamBuckets those
+	// of one stream; a bucket over either gets no assignment (Envoy
+	// applies its no_assignment_behavior) until abandoned buckets make
+	// room. Defaults when 0.
+	MaxBuckets, MaxStreamBuckets int
+	// MaxBucketIDBytes bounds a bucket_id's keys and values together, and
+	// MaxBucketEntries its entries; a bucket_id beyond either, or with an
+	// empty key or no entry, is refused like a bucket over MaxBuckets.
+	// Defaults when 0.
+	MaxBucketIDBytes, MaxBucketEntries int
+	// StoreTimeout bounds each store call (DefaultStoreTimeout when 0).
+	StoreTimeout time.Duration
+	// FailureMode is what a bucket is assigned when the store fails, for
+	// rules that do not say (rules.Rule.FailureMode): allow-all, deny-all,
+	// or, for rules.FailureUnavailable, nothing, so that the assignment
+	// runs out and Envoy applies its expired_assignment_behavior.
+	// rules.FailureDefault means rules.FailureAllow.
+	FailureMode rules.FailureMode
+	// ShadowMode assigns allow-all to every bucket while the counters
+	// count as when enforcing (the server's -shadow-mode).
+	ShadowMode bool
+	// Logger receives the streams' lifecycle at debug level and refusals
+	// and store failures at warn level, each kind at most once per stream
+	// or per second; nil discards them.
+	Logger *slog.Logger
+	// Metrics records streams, buckets, reports, assignments and
+	// refusals; nil records nothing.
+	Metrics *Metrics
+	// Now is the clock of demand and idleness; nil means time.Now.
+	Now func() time.Time
+}
+
+// Validate reports the first option New refuses, naming the field and its
+// value ("rlqs: Options.AssignmentTTL 2.5s: want whole seconds"), or nil.
+// Zero values are valid: they mean the defaults.
+func (o Options) Validate() error {
+	n := o.withDefaults()
+	switch {
+	case o.ReportInterval < 0 || o.AssignmentTTL < 0 || o.IdleTimeout < 0 || o.StoreTimeout < 0:
+		return fmt.Errorf("rlqs: Options durations must not be negative (ReportInterval %v, AssignmentTTL %v, IdleTimeout %v, StoreTimeout %v)",
+			o.ReportInterval, o.AssignmentTTL, o.IdleTimeout, o.StoreTimeout)
+	case n.ReportInterval < time.Second:
+		return fmt.Errorf("rlqs: Options.ReportInterval %v: want at least 1s", o.ReportInterval)
+	case n.AssignmentTTL%time.Second != 0:
+		return fmt.Errorf("rlqs: Options.AssignmentTTL %v: want whole seconds (Envoy drops the fraction)", o.AssignmentTTL)
+	case n.AssignmentTTL <= 2*n.ReportInterval:
+		return fmt.Errorf("rlqs: Options.AssignmentTTL %v: want more than two report intervals (%v), so that a refresh at a report always comes before it runs out",
+			n.AssignmentTTL, 2*n.ReportInterval)
+	case n.IdleTimeout < 2*n.ReportInterval:
+		return fmt.Errorf("rlqs: Options.IdleTimeout %v: want at least two report intervals (%v)", n.IdleTimeout, 2*n.ReportInterval)
+	case o.MaxStreams < 0 || o.MaxBuckets < 0 || o.MaxStreamBuckets < 0 || o.MaxBucketIDBytes < 0 || o.MaxBucketEntries < 0:
+		return fmt.Errorf("rlqs: Options bounds must not be negative (MaxStreams %d, MaxBuckets %d, MaxStreamBuckets %d, MaxBucketIDBytes %d, MaxBucketEntries %d)",
+			o.MaxStreams, o.MaxBuckets, o.MaxStreamBuckets, o.MaxBucketIDBytes, o.MaxBucketEntries)
+	case o.FailureMode > rules.FailureUnavailable:
+		return fmt.Errorf("rlqs: Options.FailureMode %v: want allow, deny or unavailable", o.FailureMode)
+	}
+	return nil
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	def := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	def(&o.ReportInterval, DefaultReportInterval)
+	def(&o.AssignmentTTL, DefaultAssignmentTTL)
+	def(&o.IdleTimeout, DefaultIdleTimeout)
+	def(&o.StoreTimeout, DefaultStoreTimeout)
+	for _, f := range []struct {
+		p *int
+		d int
+	}{{&o.MaxStreams, DefaultMaxStreams}, {&o.MaxBuckets, DefaultMaxBuckets}, {&o.MaxStreamBuckets, DefaultMaxStreamBuckets},
+		{&o.MaxBucketIDBytes, DefaultMaxBucketIDBytes}, {&o.MaxBucketEntries, DefaultMaxBucketEntries}} {
+		if *f.p == 0 {
+			*f.p = f.d
+		}
+	}
+	if o.FailureMode == rules.FailureDefault {
+		o.FailureMode = rules.FailureAllow
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}

@@ -1,0 +1,161 @@
+package rlqs
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// RuleSource returns the rules in force; rules.Watcher satisfies it.
+// Current is called once per report and may return a different Set on
+// each call (nil: no rules yet, every bucket allowed).
+type RuleSource interface {
+	Current() *rules.Set
+}
+
+// ClientMetadata is the gRPC metadata key naming the Envoy of a stream in
+// floodgate's logs. An RLQS stream carries no node identity: set it with
+// the filter's rlqs_server.initial_metadata (examples/envoy-rlqs.yaml);
+// without it, the stream is named by its peer address.
+const ClientMetadata = "x-rlqs-client"
+
+// Service serves StreamRateLimitQuotas: one goroutine pair per stream,
+// each stream's buckets its own, the fleet's usage shared through the
+// Limiter. It is safe for concurrent use.
+type Service struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+
+	rules   RuleSource
+	limiter limit.Limiter
+	opts    Options
+	demand  limit.Spec
+
+	streams, buckets atomic.Int64
+	ids              atomic.Uint64
+	done             chan struct{}
+	stop             sync.Once
+	// storeLogged is when a store failure was last logged (unix ns).
+	storeLogged atomic.Int64
+}
+
+// New returns a Service assigning quotas from the rules of rs and the
+// counters of l. It returns an error for invalid options.
+func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
+	if rs == nil || l == nil {
+		return nil, errors.New("rlqs: nil rule source or limiter")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	return &Service{rules: rs, limiter: l, opts: opts, demand: demandSpec(opts.ReportInterval), done: make(chan struct{})}, nil
+}
+
+// DemandSpec is the spec of the counters of the fleet's demand a Service
+// with these options writes, beside the rules' own: a store must support
+// it (a sliding window, which Memcached does not keep).
+func DemandSpec(opts Options) limit.Spec {
+	return demandSpec(opts.withDefaults().ReportInterval)
+}
+
+// Shutdown ends every stream with Unavailable, so that each Envoy reopens
+// its stream on another instance at its next report, and refuses new
+// ones. It returns at once; calls after the first do nothing.
+func (s *Service) Shutdown() {
+	s.stop.Do(func() { close(s.done) })
+}
+
+// errShutdown ends the streams after Shutdown.
+var errShutdown = status.Error(codes.Unavailable, "rlqs: this floodgate is shutting down; report to another instance")
+
+// StreamRateLimitQuotas serves one Envoy's stream for one domain until it
+// ends, Shutdown is called, or the stream breaks a rule: more streams than
+// MaxStreams (ResourceExhausted), a report without a domain or changing
+// it, or not a report at all (InvalidArgument), no report for IdleTimeout
+// (DeadlineExceeded). A panic is logged and ends the stream with Internal.
+func (s *Service) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.opts.Logger.Error("rlqs: serving a stream panicked; it ends with Internal", "panic", p, "stack", string(debug.Stack()))
+			err = status.Error(codes.Internal, "rlqs: internal error")
+		}
+	}()
+	select {
+	case <-s.done:
+		return errShutdown
+	default:
+	}
+	if n := s.streams.Add(1); n > int64(s.opts.MaxStreams) {
+		s.streams.Add(-1)
+		s.opts.Metrics.refuse(RefusedStreams)
+		return status.Errorf(codes.ResourceExhausted, "rlqs: %d streams open, the bound (max streams) is %d", n-1, s.opts.MaxStreams)
+	}
+	s.opts.Metrics.stream(1)
+	st := s.newStream(gs, clientName(gs))
+	defer func() {
+		st.release()
+		s.streams.Add(-1)
+		s.opts.Metrics.stream(-1)
+	}()
+	s.opts.Logger.Debug("rlqs: stream opened", "stream", st.id, "client", st.client)
+	err = st.run(gs.Context())
+	s.opts.Logger.Debug("rlqs: stream ended", "stream", st.id, "client", st.client, "domain", st.domain, "err", err)
+	return err
+}
+
+// clientName is the name of a stream's Envoy: its ClientMetadata, else
+// its peer address.
+func clientName(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) string {
+	ctx := gs.Context()
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(ClientMetadata); len(v) > 0 && v[0] != "" {
+			return v[0]
+		}
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "unknown"
+}
+
+// reserveBucket takes room for one bucket among MaxBuckets, or reports
+// that there is none.
+func (s *Service) reserveBucket() bool {
+	if s.buckets.Add(1) > int64(s.opts.MaxBuckets) {
+		s.buckets.Add(-1)
+		return false
+	}
+	s.opts.Metrics.bucket(1)
+	return true
+}
+
+// releaseBuckets gives back the room of n buckets.
+func (s *Service) releaseBuckets(n int) {
+	s.buckets.Add(int64(-n))
+	s.opts.Metrics.bucket(float64(-n))
+}
+
+// storeFailed logs a store failure, at most once a second over all
+// streams, and counts it.
+func (s *Service) storeFailed(err error, buckets int) {
+	s.opts.Metrics.storeError()
+	now := time.Now().UnixNano()
+	last := s.storeLogged.Load()
+	if now-last < int64(time.Second) || !s.storeLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.opts.Logger.Warn("rlqs: the store failed; the buckets get their failure mode's assignment",
+		"buckets", buckets, "err", fmt.Errorf("rlqs: charging reports: %w", err))
+}

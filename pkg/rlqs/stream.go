@@ -1,0 +1,419 @@
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// One stream: its buckets, the rounds that answer its reports, and the
+// timer that answers what no report brings (a window that resets, an
+// assignment about to run out, a stream gone silent).
+//
+// A round takes the buckets a report carried, plus those whose window
+// ended or whose assignment is due a refresh; charges them (ledger.go);
+// computes each one's assignment (policy.go); and sends, in one response,
+// the assignments that changed or are due a refresh, and an abandon
+// action for each bucket idle for IdleTimeout. Everything runs on the
+// stream's goroutine but Recv, so a stream needs no lock.
+
+// maxActions bounds the actions of one response; more are sent in
+// several.
+const maxActions = 1000
+
+// wakeMargin is how long after a window's end its buckets are computed
+// again: the store's clock (Redis's) may run a little behind this one's.
+const wakeMargin = 50 * time.Millisecond
+
+// stream is the state of one StreamRateLimitQuotas call.
+type stream struct {
+	s      *Service
+	gs     rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer
+	id     uint64
+	client string
+	domain string
+
+	buckets  map[string]*bucket
+	resolver resolver
+	ledger   ledger
+	round    uint64
+	// lastReport is when the last report arrived (the stream's opening
+	// before the first).
+	lastReport time.Time
+	// logged holds the refusal reasons already logged for this stream.
+	logged map[string]bool
+	timer  *time.Timer
+	// batch and charged are the current round's buckets, and those of
+	// them that have counters; actions its response.
+	batch, charged []*bucket
+	actions        []*rlqspb.RateLimitQuotaResponse_BucketAction
+}
+
+// newStream returns the state of a stream of client (its name in logs)
+// sending on gs.
+func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer, client string) *stream {
+	return &stream{
+		s: s, gs: gs, id: s.ids.Add(1), client: client,
+		buckets:    map[string]*bucket{},
+		resolver:   resolver{demandWindow: 2 * s.opts.ReportInterval, failure: s.opts.FailureMode},
+		ledger:     ledger{limiter: s.limiter, timeout: s.opts.StoreTimeout, demand: s.demand},
+		lastReport: s.opts.Now(),
+		logged:     map[string]bool{},
+	}
+}
+
+// release gives back the room of the stream's buckets.
+func (st *stream) release() {
+	st.s.releaseBuckets(len(st.buckets))
+	st.buckets = nil
+}
+
+// run serves the stream until it ends; Recv runs on a goroutine of its own
+// so that the timer and Shutdown are heard between reports. That goroutine
+// always ends by sending why on errc: when gRPC ends a stream itself (a
+// report that does not decode), ctx is done before Recv has returned the
+// cause, which the stream still counts.
+func (st *stream) run(ctx context.Context) error {
+	reports := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			m, err := st.gs.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reports <- m:
+			case <-ctx.Done():
+				errc <- ctx.Err()
+				return
+			}
+		}
+	}()
+	st.timer = time.NewTimer(st.s.opts.IdleTimeout)
+	defer st.timer.Stop()
+	for {
+		var err error
+		select {
+		case m := <-reports:
+			err = st.report(ctx, m)
+		case err = <-errc:
+			return st.recvError(err)
+		case <-st.timer.C:
+			err = st.wake(ctx)
+		case <-st.s.done:
+			return errShutdown
+		case <-ctx.Done():
+			return st.recvError(<-errc)
+		}
+		if err == nil {
+			err = st.send()
+		}
+		if err != nil {
+			return err
+		}
+		st.schedule()
+	}
+}
+
+// recvError is what the stream ends with when Recv fails: nothing when
+// Envoy closed it, the error otherwise, counted when it refuses a report.
+// gRPC has then already ended the stream with its own status: Internal
+// "grpc: failed to unmarshal the received message: <why>" for a report
+// that does not decode, ResourceExhausted for one over the size bound.
+func (st *stream) recvError(err error) error {
+	switch status.Code(err) {
+	case codes.OK:
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+	case codes.ResourceExhausted:
+		st.refuse(RefusedTooLarge, err)
+	case codes.Internal:
+		st.refuse(RefusedMalformed, err)
+	}
+	return err
+}
+
+// refuse counts a refusal and logs its first of each reason on the stream.
+func (st *stream) refuse(reason string, err error) {
+	st.s.opts.Metrics.refuse(reason)
+	if st.logged[reason] {
+		return
+	}
+	st.logged[reason] = true
+	st.s.opts.Logger.Warn("rlqs: refused (logged once per stream and reason; floodgate_rlqs_refused_total counts them all)",
+		"reason", reason, "stream", st.id, "client", st.client, "domain", st.domain, "err", err)
+}
+
+// setDomain takes the first report's domain; a later report may repeat
+// it (Envoy 1.40 does) or leave it out, not change it.
+func (st *stream) setDomain(d string) error {
+	switch {
+	case st.domain == "" && d == "":
+		return status.Error(codes.InvalidArgument, "rlqs: the stream's first report has no domain")
+	case st.domain == "":
+		st.domain, st.resolver.domain = d, d
+	case d != "" && d != st.domain:
+		return status.Errorf(codes.InvalidArgument, "rlqs: domain %q on a stream of domain %q: open a stream per domain", d, st.domain)
+	}
+	return nil
+}
+
+// report handles one report: it notes each bucket's counts, then runs a
+// round for them and for the buckets due one.
+func (st *stream) report(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) error {
+	if err := st.setDomain(m.GetDomain()); err != nil {
+		st.refuse(RefusedDomain, err)
+		return err
+	}
+	now := st.s.opts.Now()
+	st.lastReport = now
+	st.round++
+	batch := st.batch[:0]
+	var allowed, denied int64
+	for _, u := range m.GetBucketQuotaUsages() {
+		b := st.bucketFor(u.GetBucketId(), now)
+		if b == nil {
+			continue
+		}
+		a, d := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
+		b.note(now, a, d)
+		allowed, denied = allowed+clampCount(a), denied+clampCount(d)
+		if b.round != st.round {
+			b.round = st.round
+			batch = append(batch, b)
+		}
+	}
+	st.s.opts.Metrics.report(allowed, denied)
+	abandoned := st.idle(now)
+	if len(abandoned) > 0 {
+		batch = slices.DeleteFunc(batch, func(b *bucket) bool { return b.abandoned })
+	}
+	st.batch = st.appendDue(batch, now)
+	return st.assign(ctx, now, st.batch, abandoned)
+}
+
+// wake runs a round for the buckets due one, or ends a stream silent for
+// IdleTimeout.
+func (st *stream) wake(ctx context.Context) error {
+	now := st.s.opts.Now()
+	if now.Sub(st.lastReport) >= st.s.opts.IdleTimeout {
+		st.refuse(RefusedSilent, nil)
+		return status.Errorf(codes.DeadlineExceeded, "rlqs: no report for %v (idle timeout); Envoy reports every few seconds", st.s.opts.IdleTimeout)
+	}
+	st.round++
+	st.batch = st.appendDue(st.batch[:0], now)
+	return st.assign(ctx, now, st.batch, nil)
+}
+
+// bucketFor returns the stream's bucket for id, creating it within the
+// bounds; nil, counted and logged, for a bucket_id it refuses.
+func (st *stream) bucketFor(id *rlqspb.BucketId, now time.Time) *bucket {
+	o := &st.s.opts
+	key, entries, size, err := bucketID(id, o.MaxBucketEntries, o.MaxBucketIDBytes)
+	if err != nil {
+		st.refuse(RefusedBucketID, err)
+		return nil
+	}
+	if b := st.buckets[key]; b != nil {
+		return b
+	}
+	if len(st.buckets) >= o.MaxStreamBuckets || !st.s.reserveBucket() {
+		st.refuse(RefusedBuckets, errTooManyBuckets{stream: len(st.buckets), max: o.MaxStreamBuckets, all: o.MaxBuckets})
+		return nil
+	}
+	b := &bucket{key: key, entries: entries, size: size, active: now}
+	st.buckets[key] = b
+	return b
+}
+
+// errTooManyBuckets says which bound a bucket was refused by.
+type errTooManyBuckets struct{ stream, max, all int }
+
+func (e errTooManyBuckets) Error() string {
+	return fmt.Sprintf("no room for another bucket: %d on this stream (max stream buckets %d), or all streams hold max buckets (%d); "+
+		"it gets no assignment until idle buckets are abandoned", e.stream, e.max, e.all)
+}
+
+// refreshAfter is how old an assignment may get before a round sends it
+// again: two report intervals before it runs out, so that a refresh comes
+// in time even when the report that should bring it is late.
+func (st *stream) refreshAfter() time.Duration {
+	o := &st.s.opts
+	return max(o.AssignmentTTL-2*o.ReportInterval, o.ReportInterval/2)
+}
+
+// appendDue appends the buckets not yet in this round whose window ended
+// or whose assignment is due a refresh.
+func (st *stream) appendDue(batch []*bucket, now time.Time) []*bucket {
+	refresh := st.refreshAfter()
+	for _, b := range st.buckets {
+		if b.round == st.round {
+			continue
+		}
+		if !b.wakeAt.IsZero() && !now.Before(b.wakeAt) || b.assigned && now.Sub(b.sentAt) >= refresh {
+			b.round = st.round
+			batch = append(batch, b)
+		}
+	}
+	return batch
+}
+
+// idle removes the buckets without demand for IdleTimeout, marked
+// abandoned, and returns them, to be abandoned.
+func (st *stream) idle(now time.Time) []*bucket {
+	var out []*bucket
+	for k, b := range st.buckets {
+		if now.Sub(b.active) >= st.s.opts.IdleTimeout {
+			b.abandoned = true
+			out = append(out, b)
+			delete(st.buckets, k)
+		}
+	}
+	st.s.releaseBuckets(len(out))
+	return out
+}
+
+// schedule sets the timer to the earliest of: a bucket's window end, an
+// assignment's last moment for a refresh (a report interval before it
+// runs out), and the stream's idle timeout.
+func (st *stream) schedule() {
+	o := &st.s.opts
+	next := st.lastReport.Add(o.IdleTimeout)
+	for _, b := range st.buckets {
+		if !b.wakeAt.IsZero() && b.wakeAt.Before(next) {
+			next = b.wakeAt
+		}
+		if due := b.sentAt.Add(o.AssignmentTTL - o.ReportInterval); b.assigned && due.Before(next) {
+			next = due
+		}
+	}
+	st.timer.Reset(max(next.Sub(o.Now()), time.Millisecond))
+}
+
+// assign runs a round for batch and leaves in st.actions, to send, the
+// assignments that changed or are due a refresh, and an abandon action
+// for each of abandoned.
+func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []*bucket) error {
+	set := st.s.rules.Current()
+	st.charged = st.charged[:0]
+	for _, b := range batch {
+		if b.set != set || set == nil {
+			st.resolver.resolve(b, set)
+		}
+		if len(b.counters) > 0 {
+			st.charged = append(st.charged, b)
+		}
+	}
+	if len(st.charged) > 0 {
+		if failed, err := st.ledger.charge(ctx, now, st.charged); err != nil {
+			st.s.storeFailed(err, failed)
+		}
+	}
+	st.actions = st.actions[:0]
+	refresh, ttl := st.refreshAfter(), durationpb.New(st.s.opts.AssignmentTTL)
+	for _, b := range batch {
+		b.record(now)
+		next, ok := st.decide(b, now)
+		if !ok || b.assigned && next == b.sent && now.Sub(b.sentAt) < refresh {
+			continue
+		}
+		b.sent, b.sentAt, b.assigned = next, now, true
+		st.logAssignment(b, next, now)
+		st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
+			BucketId: bucketMap(b.entries),
+			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: ttl, RateLimitStrategy: next.proto()}},
+		})
+		st.s.opts.Metrics.assigned(next.action())
+	}
+	for _, b := range abandoned {
+		st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
+			BucketId:     bucketMap(b.entries),
+			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
+		})
+		st.s.opts.Metrics.assigned("abandon")
+	}
+	return nil
+}
+
+// decide returns b's assignment after a round, and false when there is
+// none to send: the store failed and the rule's failure mode is
+// unavailable, so that Envoy's assignment runs out, or the store failed
+// and the assignment in force stands. A store failure keeps the
+// assignment in force, unsent, while it has more than a report
+// interval to live, so that one slow store call does not open (or close)
+// a bucket for a whole report interval; the failure mode decides after
+// that.
+func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
+	o := &st.s.opts
+	if b.failed && b.assigned && now.Sub(b.sentAt) < o.AssignmentTTL-o.ReportInterval && (b.wakeAt.IsZero() || now.Before(b.wakeAt)) {
+		return b.sent, false
+	}
+	b.wakeAt = time.Time{}
+	switch {
+	case b.failed:
+		switch b.failure {
+		case rules.FailureDeny:
+			return strategy{kind: denyAll}, true
+		case rules.FailureUnavailable:
+			return strategy{}, false
+		}
+		return strategy{kind: allowAll}, true
+	case len(b.counters) == 0 || b.shadow || st.s.opts.ShadowMode:
+		return strategy{kind: allowAll}, true
+	}
+	prev := strategy{}
+	if b.assigned {
+		prev = b.sent
+	}
+	s, wake := decide(b.counters, b.own(now, st.s.demand), b.fleet, o.ReportInterval, prev)
+	if wake > 0 {
+		b.wakeAt = now.Add(wake + wakeMargin)
+	}
+	return s, true
+}
+
+// send sends the round's actions, in responses of at most maxActions.
+func (st *stream) send() error {
+	for a := st.actions; len(a) > 0; {
+		n := min(len(a), maxActions)
+		if err := st.gs.Send(&rlqspb.RateLimitQuotaResponse{BucketAction: a[:n]}); err != nil {
+			return err
+		}
+		a = a[n:]
+	}
+	clear(st.actions)
+	return nil
+}
+
+// logAssignment logs an assignment sent, at debug level, with what
+// decided it: the stream's demand and the fleet's, and what its first
+// counter had left.
+func (st *stream) logAssignment(b *bucket, s strategy, now time.Time) {
+	l := st.s.opts.Logger
+	if !l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	var remaining int64
+	var resetAfter time.Duration
+	if len(b.counters) > 0 {
+		remaining, resetAfter = b.counters[0].dec.Remaining, b.counters[0].dec.ResetAfter
+	}
+	l.Debug("rlqs: assignment", "stream", st.id, "client", st.client, "bucket", b.key, "action", s.action(),
+		"tokens_per_fill", s.perFill, "max_tokens", s.maxTokens, "fill_interval", s.fill,
+		"own_demand", b.own(now, st.s.demand), "fleet_demand", b.fleet, "remaining", remaining, "reset_after", resetAfter)
+}
