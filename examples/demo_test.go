@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
+	"github.com/floodgate/floodgate/internal/harness"
 	"github.com/floodgate/floodgate/internal/testlog"
 )
 
@@ -46,12 +46,10 @@ var demoFlags = []struct{ flag, addr, readme string }{
 // commands' addresses are moved there.
 func TestReadmeDemo(t *testing.T) {
 	for _, p := range []string{"curl", "bash", "redis-server"} {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Fatalf("the demo and the README's commands need %s: make deps installs it", p)
-		}
+		harness.Require(t, p)
 	}
+	envoy := harness.Require(t, "envoy")
 	grpcurlBinary(t)
-	envoy := envoytest.Binary(t)
 	dir := t.TempDir()
 	copyDir(t, filepath.Join(repoRoot, "config"), filepath.Join(dir, "config"))
 	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
@@ -147,7 +145,7 @@ var demoPIDRE = regexp.MustCompile(`\[pid (\d+)\]`)
 func startDemo(t *testing.T, dir, envoy string, args []string) *demoProc {
 	t.Helper()
 	bin := filepath.Join(tempRoot, "demo")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/floodgate/floodgate/internal/demo").CombinedOutput(); err != nil {
+	if out, err := exec.Command(harness.Require(t, "go"), "build", "-o", bin, "github.com/floodgate/floodgate/internal/demo").CombinedOutput(); err != nil {
 		t.Fatalf("building the demo: %v\n%s", err, out)
 	}
 	d := &demoProc{out: &testlog.Buffer{}, exited: make(chan struct{})}

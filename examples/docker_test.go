@@ -21,6 +21,8 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 	"github.com/moby/patternmatcher"
 	"github.com/moby/patternmatcher/ignorefile"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // The Dockerfile is read by BuildKit's own parser and instructions
@@ -133,6 +135,54 @@ func (df *dockerfile) goBuild() (cmd, out string, err error) {
 		}
 	}
 	return "", "", fmt.Errorf("Dockerfile: no RUN go build ... ./cmd/server")
+}
+
+// buildWords returns the Dockerfile's build command as the shell runs it:
+// the variables it sets ("CGO_ENABLED=0") and the go command's words, with
+// the build arguments expanded as Docker passes them outside buildx
+// (empty: the host's platform).
+func buildWords(script string) (env, words []string, err error) {
+	all, err := shell.NewLex('\\').ProcessWords(script, shell.EnvsFromSlice([]string{"TARGETOS=", "TARGETARCH="}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("Dockerfile: the build command %q: %w", script, err)
+	}
+	for len(all) > 0 && strings.Contains(all[0], "=") {
+		env, all = append(env, all[0]), all[1:]
+	}
+	return env, all, nil
+}
+
+// sameBuild reports how the Dockerfile's build command differs from the
+// harness's, which builds the binary every test runs (harness.Build): the
+// same variables and flags, link flags and output aside; nil when they
+// agree.
+func sameBuild(script string) error {
+	env, words, err := buildWords(script)
+	if err != nil {
+		return err
+	}
+	var flags []string
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		switch {
+		case w == "-o" || w == "-ldflags":
+			i++ // and its value
+		case strings.HasPrefix(w, "-ldflags="):
+		default:
+			flags = append(flags, w)
+		}
+	}
+	want := append(append([]string{"go", "build"}, harness.BuildFlags()...), "./cmd/server")
+	var errs []error
+	if !slices.Equal(flags, want) {
+		errs = append(errs, fmt.Errorf("the Dockerfile builds with %q, the tests' binary with %q (internal/harness.BuildFlags): the tests would check another binary than the image's", flags, want))
+	}
+	for _, v := range harness.BuildEnv() {
+		if !slices.Contains(env, v) {
+			errs = append(errs, fmt.Errorf("the Dockerfile's build command does not set %s, which the tests' binary is built with (internal/harness.BuildEnv): %q", v, script))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // execForm returns the arguments of an ENTRYPOINT or CMD in the exec form
@@ -289,14 +339,27 @@ func TestDockerfile(t *testing.T) {
 		}
 	})
 
-	t.Run("static binary", func(t *testing.T) {
+	t.Run("the tests run the binary the image ships", func(t *testing.T) {
 		cmd, _, err := df.goBuild()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(cmd, "CGO_ENABLED=0") {
-			t.Errorf("the build command does not set CGO_ENABLED=0: %s", cmd)
+		if err := sameBuild(cmd); err != nil {
+			t.Error(err)
 		}
+		// And a changed flag is seen.
+		for _, broken := range []string{
+			strings.Replace(cmd, "CGO_ENABLED=0 ", "", 1),
+			strings.Replace(cmd, "-tags timetzdata,vtprotobuf", "-tags timetzdata", 1),
+			strings.Replace(cmd, "-trimpath ", "-race ", 1),
+		} {
+			if broken == cmd || sameBuild(broken) == nil {
+				t.Errorf("a changed build command passes, or the Dockerfile's changed: %s", broken)
+			}
+		}
+	})
+
+	t.Run("static binary", func(t *testing.T) {
 		f, err := elf.Open(floodgateBinary(t))
 		if err != nil {
 			t.Fatal(err)
@@ -304,7 +367,7 @@ func TestDockerfile(t *testing.T) {
 		defer f.Close()
 		for _, p := range f.Progs {
 			if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
-				t.Errorf("the binary built by the Dockerfile's command is dynamically linked (%v): it cannot run on %s", p.Type, final.BaseName)
+				t.Errorf("the binary, built as the Dockerfile builds it, is dynamically linked (%v): it cannot run on %s", p.Type, final.BaseName)
 			}
 		}
 	})
@@ -321,7 +384,7 @@ func TestDockerfile(t *testing.T) {
 				return
 			}
 		}
-		t.Errorf("the binary built by the Dockerfile's command lacks the vtprotobuf build tag (settings %v)", info.Settings)
+		t.Errorf("the binary, built as the Dockerfile builds it, lacks the vtprotobuf build tag (settings %v)", info.Settings)
 	})
 
 	t.Run("small final image", func(t *testing.T) {

@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,36 +16,6 @@ import (
 // true; the other files of docs/ have their own checks.
 var ownDocs = []string{"rules.md", "migrating.md", "operations.md", "deploying.md", "ui.md", "settings.md"}
 
-// fence is a fenced block of a Markdown file.
-type fence struct {
-	line int
-	lang string
-	body string
-}
-
-func fences(t *testing.T, path string) []fence {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []fence
-	lines := strings.Split(string(data), "\n")
-	for i := 0; i < len(lines); i++ {
-		if !strings.HasPrefix(lines[i], "```") {
-			continue
-		}
-		f := fence{line: i + 1, lang: strings.TrimSpace(strings.TrimPrefix(lines[i], "```"))}
-		var body []string
-		for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
-			body = append(body, lines[i])
-		}
-		f.body = strings.Join(body, "\n") + "\n"
-		out = append(out, f)
-	}
-	return out
-}
-
 // TestDocsRuleExamples loads every rule file shown in the docs: a yaml
 // block declaring a domain must load, unless a console block right after it
 // shows what floodgate prints for it, which must then be what it prints.
@@ -52,17 +23,19 @@ func TestDocsRuleExamples(t *testing.T) {
 	checked := 0
 	for _, doc := range ownDocs {
 		path := filepath.Join(repoRoot, "docs", doc)
-		fs := fences(t, path)
+		fs := readMarkdown(t, path).blocks
 		for i, f := range fs {
-			if f.lang != "yaml" || !regexp.MustCompile(`(?m)^domain:`).MatchString(f.body) {
+			if f.lang != "yaml" || !regexp.MustCompile(`(?m)^domain:`).MatchString(f.body()) {
 				continue
 			}
 			checked++
 			if i+1 < len(fs) && fs[i+1].lang == "console" {
-				runDocConsole(t, path, f, fs[i+1])
+				t.Run(fmt.Sprintf("%s:%d", doc, f.line), func(t *testing.T) {
+					runDocConsole(t, path, f, fs[i+1])
+				})
 				continue
 			}
-			if _, err := rules.Parse(map[string][]byte{"rules.yaml": []byte(f.body)}, rules.Options{}); err != nil {
+			if _, err := rules.Parse(map[string][]byte{"rules.yaml": []byte(f.body())}, rules.Options{}); err != nil {
 				t.Errorf("%s:%d: the example does not load:\n%v", path, f.line, err)
 			}
 		}
@@ -74,13 +47,13 @@ func TestDocsRuleExamples(t *testing.T) {
 
 // runDocConsole runs the "$ floodgate ..." commands of a console block in a
 // directory holding the preceding example as rules.yaml.
-func runDocConsole(t *testing.T, path string, example, console fence) {
+func runDocConsole(t *testing.T, path string, example, console mdBlock) {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(example.body), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(example.body()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimRight(console.body, "\n"), "\n")
+	lines := strings.Split(strings.TrimRight(console.body(), "\n"), "\n")
 	for i := 0; i < len(lines); i++ {
 		cmd, ok := strings.CutPrefix(lines[i], "$ floodgate ")
 		if !ok {
@@ -98,8 +71,6 @@ func runDocConsole(t *testing.T, path string, example, console fence) {
 	}
 }
 
-var mdLinkRE = regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
-
 // TestDocsLinks checks that the relative links of the README and of these
 // docs lead to files that exist.
 func TestDocsLinks(t *testing.T) {
@@ -107,20 +78,21 @@ func TestDocsLinks(t *testing.T) {
 	for _, d := range ownDocs {
 		files = append(files, filepath.Join(repoRoot, "docs", d))
 	}
+	checked := 0
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range mdLinkRE.FindAllStringSubmatch(string(data), -1) {
-			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+		for _, dest := range readMarkdown(t, f).links {
+			target, ok := localTarget(dest)
+			if !ok {
 				continue
 			}
+			checked++
 			if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
 				t.Errorf("%s links to %s: %v", f, target, err)
 			}
 		}
+	}
+	if checked == 0 {
+		t.Error("no relative link found: the links are no longer read")
 	}
 }
 

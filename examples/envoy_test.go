@@ -27,7 +27,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"gopkg.in/yaml.v3"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/envoytest"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -47,7 +48,7 @@ const (
 // "1.40" for 1.40.0.
 func envoyRelease(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command(envoytest.Binary(t), "--version").Output()
+	out, err := exec.Command(harness.Require(t, "envoy"), "--version").Output()
 	m := regexp.MustCompile(`/(\d+\.\d+)\.\d+/`).FindSubmatch(out)
 	if err != nil || m == nil {
 		t.Fatalf("envoy --version: %v: %q", err, out)
@@ -526,7 +527,7 @@ var envoyHTTPRequests = []envoyRequest{
 // floodgate and what comes back to the client.
 func TestEnvoyExamples(t *testing.T) {
 	p := startFloodgate(t, "-response-headers", "reference", "-over-limit-body")
-	tap := startTap(t, p.GRPC)
+	tap := startTap(t, p.GRPCAddr)
 	backend := startBackend(t)
 	set := loadRules(t)
 	httpEnvoy := startExample(t, envoyHTTPFile, tap.Addr, backend)

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 const grafanaDashboard = "grafana/floodgate.json"
@@ -306,9 +306,9 @@ func TestGrafanaDashboard(t *testing.T) {
 	redis.Stop()
 	send(`{"domain":"demo","descriptors":[`+desc("remote_address", "198.51.100.3")+`]}`, 200)
 
-	exported := exportedNames(t, "http://"+p.HTTP+"/metrics")
+	exported := exportedNames(t, "http://"+p.HTTPAddr+"/metrics")
 	if !exported["floodgate_hits_total"] {
-		t.Fatalf("the scrape has no floodgate_hits_total: the requests made no series:\n%s", p.logs)
+		t.Fatalf("the scrape has no floodgate_hits_total: the requests made no series:\n%s", p.Logs)
 	}
 	// Every query parses, every selector filters on the variables, so that
 	// picking a job or an instance changes every panel, and names a metric

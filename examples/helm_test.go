@@ -414,11 +414,11 @@ rules:
 	t.Run("the docs install this chart", func(t *testing.T) {
 		found := 0
 		for _, doc := range []string{filepath.Join(repoRoot, "README.md"), filepath.Join(repoRoot, "docs", "deploying.md")} {
-			data, err := os.ReadFile(doc)
-			if err != nil {
-				t.Fatal(err)
+			var lines []string
+			for _, b := range readMarkdown(t, doc).blocks {
+				lines = append(lines, b.lines...)
 			}
-			for _, l := range strings.Split(string(data), "\n") {
+			for _, l := range lines {
 				f := strings.Fields(l)
 				if len(f) < 4 || f[0] != "helm" || f[1] != "install" {
 					continue

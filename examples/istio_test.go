@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
+	"github.com/floodgate/floodgate/internal/harness/envoytest"
 )
 
 // Istio cannot run here, so its manifests are checked in two ways: the

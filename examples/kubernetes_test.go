@@ -609,7 +609,7 @@ func TestKubernetes(t *testing.T) {
 		swapped := time.Now()
 		for ask() != 200 {
 			if time.Since(swapped) > time.Second {
-				t.Fatalf("192.0.2.66 still refused 1s after the ..data swap:\n%s", p.logs)
+				t.Fatalf("192.0.2.66 still refused 1s after the ..data swap:\n%s", p.Logs)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

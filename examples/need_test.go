@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // TestNeedInstallsOrSaysHow runs scripts/need, which make deps and make
@@ -45,11 +47,7 @@ func TestNeedInstallsOrSaysHow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bin, log := t.TempDir(), filepath.Join(t.TempDir(), "calls")
 			for _, p := range []string{"sh", "awk", "tr"} {
-				real, err := exec.LookPath(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Symlink(real, filepath.Join(bin, p)); err != nil {
+				if err := os.Symlink(harness.Require(t, p), filepath.Join(bin, p)); err != nil {
 					t.Fatal(err)
 				}
 			}

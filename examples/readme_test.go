@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/envoytest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 // The README's commands are in fenced blocks:
@@ -47,57 +48,41 @@ type readmeBlock struct {
 	cmds    []readmeCommand
 }
 
-// parseReadme reads the sh and console blocks of a Markdown file.
+// parseReadme reads the sh and console blocks of a Markdown file
+// (readMarkdown).
 func parseReadme(t testing.TB, path string) []readmeBlock {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var blocks []readmeBlock
-	var cur *readmeBlock
-	section := ""
-	lines := strings.Split(string(data), "\n")
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		switch {
-		case cur == nil && strings.HasPrefix(l, "```"):
-			lang := strings.TrimSpace(strings.TrimPrefix(l, "```"))
-			if lang == "sh" || lang == "console" {
-				cur = &readmeBlock{line: i + 1, lang: lang, section: section}
-			} else {
-				// Skip other blocks whole.
-				for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
-				}
-			}
-		case cur == nil && strings.HasPrefix(l, "#"):
-			section = strings.TrimSpace(strings.TrimLeft(l, "#"))
-		case cur != nil && strings.HasPrefix(l, "```"):
-			blocks = append(blocks, *cur)
-			cur = nil
-		case cur != nil && cur.lang == "sh":
-			if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "#") {
-				continue
-			}
-			c := readmeCommand{line: i + 1}
-			c.text, i = joinContinued(lines, i)
-			c.text = stripComment(c.text)
-			cur.cmds = append(cur.cmds, c)
-		case cur != nil && strings.HasPrefix(l, "$ "):
-			c := readmeCommand{line: i + 1, want: []string{}}
-			lines[i] = strings.TrimPrefix(l, "$ ")
-			c.text, i = joinContinued(lines, i)
-			cur.cmds = append(cur.cmds, c)
-		case cur != nil:
-			if len(cur.cmds) == 0 {
-				t.Fatalf("%s:%d: output before any $ command", path, i+1)
-			}
-			last := &cur.cmds[len(cur.cmds)-1]
-			last.want = append(last.want, l)
+	for _, mb := range readMarkdown(t, path).blocks {
+		if mb.lang != "sh" && mb.lang != "console" {
+			continue
 		}
-	}
-	if cur != nil {
-		t.Fatalf("%s:%d: unterminated code block", path, cur.line)
+		b := readmeBlock{line: mb.line, lang: mb.lang, section: mb.section}
+		lines := mb.lines
+		for i := 0; i < len(lines); i++ {
+			l := lines[i]
+			switch {
+			case b.lang == "sh":
+				if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "#") {
+					continue
+				}
+				c := readmeCommand{line: mb.line + 1 + i}
+				c.text, i = joinContinued(lines, i)
+				c.text = stripComment(c.text)
+				b.cmds = append(b.cmds, c)
+			case strings.HasPrefix(l, "$ "):
+				c := readmeCommand{line: mb.line + 1 + i, want: []string{}}
+				lines[i] = strings.TrimPrefix(l, "$ ")
+				c.text, i = joinContinued(lines, i)
+				b.cmds = append(b.cmds, c)
+			case len(b.cmds) == 0:
+				t.Fatalf("%s:%d: output before any $ command", path, mb.line+1+i)
+			default:
+				last := &b.cmds[len(b.cmds)-1]
+				last.want = append(last.want, l)
+			}
+		}
+		blocks = append(blocks, b)
 	}
 	return blocks
 }
@@ -175,14 +160,6 @@ func classify(cmd string) commandKind {
 }
 
 func TestReadmeCommands(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Fatal("the README's commands use curl: install it (apt-get install -y curl)")
-	}
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Fatal("the README's commands are run with bash: install it")
-	}
-	// Built before any server starts, so that no command waits for it.
-	grpcurlBinary(t)
 	blocks := parseReadme(t, filepath.Join(repoRoot, "README.md"))
 	var n int
 	for _, b := range blocks {
@@ -257,6 +234,10 @@ func TestReadmeCommands(t *testing.T) {
 // the README's own server flags plus extra, with the real Envoy in front
 // running examples/envoy.yaml and examples/envoy-tcp.yaml as shipped.
 func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
+	harness.Require(t, "curl")
+	harness.Require(t, "bash")
+	// Built before any server starts, so that no command waits for it.
+	grpcurl := grpcurlBinary(t)
 	// The server as the quick start runs it.
 	var serverArgs []string
 	for _, b := range blocks {
@@ -268,11 +249,11 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 	}
 	p := startFloodgate(t, append(serverArgs, extra...)...)
 	backend := startBackend(t)
-	httpEnvoy := startExample(t, envoyHTTPFile, p.GRPC, backend)
-	tcpEnvoy := startExample(t, envoyTCPFile, p.GRPC, backend)
-	env := &shellEnv{t: t, dir: p.Dir, bin: floodgateBinary(t), grpcurl: grpcurlBinary(t), addrs: map[string]string{
-		readmeHTTP:     p.HTTP,
-		readmeGRPC:     p.GRPC,
+	httpEnvoy := startExample(t, envoyHTTPFile, p.GRPCAddr, backend)
+	tcpEnvoy := startExample(t, envoyTCPFile, p.GRPCAddr, backend)
+	env := &shellEnv{t: t, dir: p.Dir, bin: floodgateBinary(t), grpcurl: grpcurl, addrs: map[string]string{
+		readmeHTTP:     p.HTTPAddr,
+		readmeGRPC:     p.GRPCAddr,
 		readmeEnvoy:    httpEnvoy.Listener("http"),
 		readmeEnvoyTCP: tcpEnvoy.Listener("tcp"),
 	}}
@@ -291,8 +272,8 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 		envoy  *envoytest.Envoy
 		prefix string
 	}{{httpEnvoy, "cluster.backend.ratelimit."}, {tcpEnvoy, "ratelimit.tcp_demo."}} {
-		if h, err := e.envoy.HostHealth("floodgate"); err != nil || len(h) != 1 || h[p.GRPC] != "healthy" {
-			t.Errorf("Envoy's view of the floodgate cluster: %v %v, want %s healthy", h, err, p.GRPC)
+		if h, err := e.envoy.HostHealth("floodgate"); err != nil || len(h) != 1 || h[p.GRPCAddr] != "healthy" {
+			t.Errorf("Envoy's view of the floodgate cluster: %v %v, want %s healthy", h, err, p.GRPCAddr)
 		}
 		stats, err := e.envoy.Counters(e.prefix)
 		if err != nil {
@@ -303,7 +284,7 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("floodgate's log:\n%s", p.logs)
+		t.Logf("floodgate's log:\n%s", p.Logs)
 	}
 }
 
@@ -418,9 +399,10 @@ var (
 // format.
 func grpcurlBinary(t testing.TB) string {
 	t.Helper()
+	goBin := harness.Require(t, "go")
 	grpcurlOnce.Do(func() {
 		grpcurlPath = filepath.Join(tempRoot, "bin", "grpcurl")
-		out, err := exec.Command("go", "build", "-o", grpcurlPath, "github.com/fullstorydev/grpcurl/cmd/grpcurl").CombinedOutput()
+		out, err := exec.Command(goBin, "build", "-o", grpcurlPath, "github.com/fullstorydev/grpcurl/cmd/grpcurl").CombinedOutput()
 		if err != nil {
 			grpcurlErr = fmt.Errorf("building grpcurl from its module: %v\n%s", err, out)
 		}

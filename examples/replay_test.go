@@ -12,7 +12,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/envoytest"
 )
 
 const accessLogFile = "envoy-access-log.yaml"
@@ -57,7 +58,7 @@ func TestReplayEnvoyAccessLog(t *testing.T) {
 	backend := startBackend(t)
 	e := envoytest.Start(t, envoytest.Config{
 		Bootstrap: withAccessLog(t, logPath),
-		Upstreams: map[string][]string{"floodgate": {p.GRPC}, "backend": {backend}},
+		Upstreams: map[string][]string{"floodgate": {p.GRPCAddr}, "backend": {backend}},
 	})
 	addr := e.Listener("http")
 
@@ -168,35 +169,28 @@ func TestReplayEnvoyAccessLog(t *testing.T) {
 // repository rather than the demo's) from the repository's root and
 // compares the report with the one shown.
 func TestReadmeReplayExample(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cmds []string
-	var want []string
-	in := false
-	for _, l := range strings.Split(string(data), "\n") {
-		switch {
-		case !in && l == "```text":
-			in, cmds, want = true, nil, nil
-		case in && l == "```":
-			in = false
-			if len(cmds) == 2 && strings.Contains(cmds[1], goRunServer+" replay ") {
-				break
-			}
-			cmds = nil
-		case in && strings.HasPrefix(l, "$ "):
-			cmds = append(cmds, strings.TrimPrefix(l, "$ "))
-		case in:
-			want = append(want, l)
+	var cmds, want []string
+	for _, b := range readMarkdown(t, filepath.Join(repoRoot, "README.md")).blocks {
+		if b.lang != "text" {
+			continue
 		}
-		if !in && len(cmds) == 2 {
+		cmds, want = nil, nil
+		for _, l := range b.lines {
+			if c, ok := strings.CutPrefix(l, "$ "); ok {
+				cmds = append(cmds, c)
+			} else {
+				want = append(want, l)
+			}
+		}
+		if len(cmds) == 2 && strings.Contains(cmds[1], goRunServer+" replay ") {
 			break
 		}
+		cmds = nil
 	}
 	if len(cmds) != 2 {
 		t.Fatal("README.md has no text block with the edit and a `go run ./cmd/server replay` command")
 	}
+	bash := harness.Require(t, "bash")
 	const shown = "/tmp/edited"
 	edited := filepath.Join(t.TempDir(), "edited")
 	root, err := filepath.Abs(repoRoot)
@@ -207,7 +201,7 @@ func TestReadmeReplayExample(t *testing.T) {
 		t.Helper()
 		cmd = strings.ReplaceAll(cmd, shown, edited)
 		cmd = strings.Replace(cmd, goRunServer, floodgateBinary(t), 1)
-		c := exec.Command("bash", "-c", cmd)
+		c := exec.Command(bash, "-c", cmd)
 		c.Dir = root
 		var stderr strings.Builder
 		c.Stderr = &stderr

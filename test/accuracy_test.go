@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 // Accuracy load: clients × perClient requests on each algorithm's one key,

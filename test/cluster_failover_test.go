@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 // TestClusterFailover: a Cluster master dies under load and its replica

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 // nodeRules: 50 per day for each user, by default failing open.
@@ -100,7 +100,7 @@ func TestClusterNodeDown(t *testing.T) {
 			}
 			t.Logf("decided again %v after the master came back", time.Since(healed).Round(time.Millisecond))
 			eventually(t, 3*time.Second, func() string {
-				if !strings.Contains(p.logs.String(), "Redis node answers again") {
+				if !strings.Contains(p.Logs.String(), "Redis node answers again") {
 					return "no log line saying the node answers again"
 				}
 				return ""
@@ -179,7 +179,7 @@ func checkNodeSignals(t *testing.T, p *proc, c *redistest.Cluster, victim string
 				return fmt.Sprintf("%s = %v, want %v", series, got, want)
 			}
 		}
-		if !regexp.MustCompile(`Redis node fails.*node=` + regexp.QuoteMeta(victim)).MatchString(p.logs.String()) {
+		if !regexp.MustCompile(`Redis node fails.*node=` + regexp.QuoteMeta(victim)).MatchString(p.Logs.String()) {
 			return "no log line naming the failing node " + victim
 		}
 		return ""

@@ -107,10 +107,10 @@ func TestShutdownCutsSilentConnections(t *testing.T) {
 			args, redis := b.args(t)
 			p := start(t, options{args: append(args, "-config", dir, "-shutdown-timeout", timeout.String(), "-redis-deadline", "20s")})
 			p.mustCall(request("e2e", desc("user", "warm")))
-			openSilent(t, p.grpcAddr, 200, silentNothing)
-			openSilent(t, p.grpcAddr, 5, silentPreface)
-			openSilent(t, p.grpcAddr, 5, silentSettings)
-			openSilent(t, p.httpAddr, 5, silentBody)
+			openSilent(t, p.GRPCAddr, 200, silentNothing)
+			openSilent(t, p.GRPCAddr, 5, silentPreface)
+			openSilent(t, p.GRPCAddr, 5, silentSettings)
+			openSilent(t, p.HTTPAddr, 5, silentBody)
 
 			// A busy client: calls back to back until the server goes.
 			stop := make(chan struct{})
@@ -161,10 +161,10 @@ func TestShutdownCutsSilentConnections(t *testing.T) {
 			close(stop)
 			busy.Wait()
 			if took > timeout+margin {
-				t.Errorf("exited %v after SIGTERM, want within %v (-shutdown-timeout %v):\n%s", took.Round(time.Millisecond), timeout+margin, timeout, p.logs)
+				t.Errorf("exited %v after SIGTERM, want within %v (-shutdown-timeout %v):\n%s", took.Round(time.Millisecond), timeout+margin, timeout, p.Logs)
 			}
 			if code != tc.wantCode {
-				t.Errorf("exit code %d, want %d:\n%s", code, tc.wantCode, p.logs)
+				t.Errorf("exit code %d, want %d:\n%s", code, tc.wantCode, p.Logs)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -189,8 +189,8 @@ func TestShutdownCutsSilentConnections(t *testing.T) {
 				if err := <-held; status.Code(err) != codes.Unavailable {
 					t.Errorf("held request: %v, want Unavailable (cut)", err)
 				}
-				if !strings.Contains(p.logs.String(), "cutting in-flight requests") {
-					t.Errorf("no log of the cut request:\n%s", p.logs)
+				if !strings.Contains(p.Logs.String(), "cutting in-flight requests") {
+					t.Errorf("no log of the cut request:\n%s", p.Logs)
 				}
 			}
 			t.Logf("exit %d after %v; busy client: %d answered, failures %v", code, took.Round(time.Millisecond), ok, failures)
@@ -223,11 +223,11 @@ func TestSlowClientsReaped(t *testing.T) {
 		conns []net.Conn
 		bound time.Duration
 	}{
-		{"half-sent /json bodies", openSilent(t, p.httpAddr, 250, silentBody), readTimeout},
-		{"half-sent HTTP headers", openSilent(t, p.httpAddr, 50, silentHeaders), readTimeout},
-		{"silent gRPC connections", openSilent(t, p.grpcAddr, 150, silentNothing), readTimeout},
-		{"gRPC connections stopped mid-preface", openSilent(t, p.grpcAddr, 150, silentPreface), readTimeout},
-		{"gRPC connections silent after the handshake", openSilent(t, p.grpcAddr, 50, silentSettings), 2 * keepalive},
+		{"half-sent /json bodies", openSilent(t, p.HTTPAddr, 250, silentBody), readTimeout},
+		{"half-sent HTTP headers", openSilent(t, p.HTTPAddr, 50, silentHeaders), readTimeout},
+		{"silent gRPC connections", openSilent(t, p.GRPCAddr, 150, silentNothing), readTimeout},
+		{"gRPC connections stopped mid-preface", openSilent(t, p.GRPCAddr, 150, silentPreface), readTimeout},
+		{"gRPC connections silent after the handshake", openSilent(t, p.GRPCAddr, 50, silentSettings), 2 * keepalive},
 	}
 
 	// Meanwhile the real clients are served.
@@ -296,7 +296,7 @@ func TestConnectionCap(t *testing.T) {
 	p := start(t, options{args: []string{"-config", dir, "-grpc-max-connections", fmt.Sprint(maxConns),
 		"-grpc-connection-timeout", "1m"}})
 	p.mustCall(request("e2e", desc("user", "warm"))) // the real client holds one connection
-	openSilent(t, p.grpcAddr, maxConns-1, silentNothing)
+	openSilent(t, p.GRPCAddr, maxConns-1, silentNothing)
 	eventually(t, 5*time.Second, func() string {
 		if n := p.metric(`floodgate_connections_open{listener="grpc"}`); n != maxConns {
 			return fmt.Sprintf("%v gRPC connections open, want %d", n, maxConns)
@@ -304,7 +304,7 @@ func TestConnectionCap(t *testing.T) {
 		return ""
 	})
 
-	over := openSilent(t, p.grpcAddr, 20, silentNothing)
+	over := openSilent(t, p.GRPCAddr, 20, silentNothing)
 	if open, _ := closedBy(over, time.Now().Add(time.Second)); open > 0 {
 		t.Errorf("%d of %d connections over the bound still open after 1s", open, len(over))
 	}
@@ -315,8 +315,8 @@ func TestConnectionCap(t *testing.T) {
 		t.Errorf("/healthcheck with the gRPC listener full: %d %s", code, body)
 	}
 	p.mustCall(request("e2e", desc("user", "after")))
-	if !strings.Contains(p.logs.String(), "the listener has its maximum of open connections") {
-		t.Errorf("no log of the refusal:\n%s", p.logs)
+	if !strings.Contains(p.Logs.String(), "the listener has its maximum of open connections") {
+		t.Errorf("no log of the refusal:\n%s", p.Logs)
 	}
 }
 
@@ -339,7 +339,7 @@ func TestEnvoyKeepalivePings(t *testing.T) {
 			p := start(t, options{args: []string{"-config", filepath.Join(repoRoot, "config"),
 				"-grpc-min-ping-interval", tc.minPing, "-grpc-keepalive-time", "300ms", "-grpc-keepalive-timeout", "1s"}})
 			f := startEnvoy(t, replace(t, "http2_protocol_options: {}",
-				"http2_protocol_options: {connection_keepalive: {interval: 0.5s, timeout: 1s}}"), p.grpcAddr)
+				"http2_protocol_options: {connection_keepalive: {interval: 0.5s, timeout: 1s}}"), p.GRPCAddr)
 			f.waitHealthy(t, 1, 15*time.Second)
 			if o := f.ask("203.0.113.7"); !strings.HasPrefix(o.answer, "200 ") || strings.HasSuffix(o.answer, " -") {
 				t.Fatalf("first request through envoy: %s", o.answer)
@@ -356,7 +356,7 @@ func TestEnvoyKeepalivePings(t *testing.T) {
 			t.Logf("answer %s; envoy: close_notify %d, destroy_remote %d, cx_total %d", o.answer,
 				c["cluster.floodgate.upstream_cx_close_notify"], c["cluster.floodgate.upstream_cx_destroy_remote"], c["cluster.floodgate.upstream_cx_total"])
 			if kept := cut == 0; kept != tc.wantKept {
-				t.Errorf("connections closed by floodgate: %d (want kept: %v)\nfloodgate:\n%s", cut, tc.wantKept, p.logs)
+				t.Errorf("connections closed by floodgate: %d (want kept: %v)\nfloodgate:\n%s", cut, tc.wantKept, p.Logs)
 			}
 			if tc.wantKept && (!strings.HasPrefix(o.answer, "200 ") || strings.HasSuffix(o.answer, " -")) {
 				t.Errorf("request after the idle pings: %s", o.answer)

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 // What examples/envoy.yaml sets and these tests rely on; requireShipped checks
@@ -176,7 +176,7 @@ var envoyPhases = []envoyPhase{
 		inject: func(s *failureScene) {
 			s.retire()
 			s.fg.signal(syscall.SIGSTOP)
-			waitStopped(s.t, s.fg.cmd.Process.Pid)
+			waitStopped(s.t, s.fg.Pid())
 		},
 	},
 	{
@@ -188,7 +188,7 @@ var envoyPhases = []envoyPhase{
 		// A new floodgate on the same address: Envoy's next request
 		// connects to it.
 		name: "floodgate back", clients: everyClient, want: decisionOf,
-		inject: func(s *failureScene) { s.fg = restartAt(s.t, s.fg.grpcAddr, s.opts) },
+		inject: func(s *failureScene) { s.fg = restartAt(s.t, s.fg.GRPCAddr, s.opts) },
 	},
 }
 
@@ -218,7 +218,7 @@ func TestEnvoyFailures(t *testing.T) {
 				if deny {
 					edit = replace(t, "failure_mode_deny: false", "failure_mode_deny: true")
 				}
-				s.envoy = startEnvoy(t, edit, s.fg.grpcAddr)
+				s.envoy = startEnvoy(t, edit, s.fg.GRPCAddr)
 				before := s.envoy.rateLimitStats(t)
 				for _, ph := range envoyPhases {
 					if ph.redisOnly && redis == nil {
@@ -376,8 +376,10 @@ func restartAt(t *testing.T, addr string, o options) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	p.grpcAddr, p.conn, p.rls = addr, conn, pb.NewRateLimitServiceClient(conn)
+	// The harness's connection is to the port the flag overrode; the
+	// harness closes this one when the test ends.
+	p.Conn.Close()
+	p.GRPCAddr, p.Conn, p.RLS = addr, conn, pb.NewRateLimitServiceClient(conn)
 	return p
 }
 
@@ -449,7 +451,7 @@ func TestEnvoyDrain(t *testing.T) {
 	writeRules(t, dir, map[string]string{"failure.yaml": failureRules})
 	o := options{args: []string{"-redis", r.Addr, "-config", dir, "-drain-delay", envoyDrainDelay.String()}}
 	leaving, staying := start(t, o), start(t, o)
-	f := startEnvoy(t, nil, leaving.grpcAddr, staying.grpcAddr)
+	f := startEnvoy(t, nil, leaving.GRPCAddr, staying.GRPCAddr)
 	f.waitHealthy(t, 2, 2*envoyHCInterval)
 	before := f.rateLimitStats(t)
 
@@ -476,23 +478,23 @@ func TestEnvoyDrain(t *testing.T) {
 
 	leaving.signal(syscall.SIGTERM)
 	termed := time.Now()
-	waitHost(t, f, leaving.grpcAddr, "failed", envoyHCInterval+envoyHCMargin, func(flags string) bool {
+	waitHost(t, f, leaving.GRPCAddr, "failed", envoyHCInterval+envoyHCMargin, func(flags string) bool {
 		return strings.Contains(flags, "failed_active_hc")
 	})
 	left := time.Since(termed)
 	select {
-	case <-leaving.done:
+	case <-leaving.Done():
 		t.Fatalf("floodgate exited %v after SIGTERM, before Envoy marked it failed: the drain delay did not cover the health check", left)
 	default:
 	}
 	t.Logf("Envoy marked the draining floodgate failed %v after SIGTERM", left.Round(time.Millisecond))
 	if code := leaving.wait(envoyDrainDelay + 10*time.Second); code != 0 {
-		t.Errorf("drained floodgate exited %d:\n%s", code, leaving.logs)
+		t.Errorf("drained floodgate exited %d:\n%s", code, leaving.Logs)
 	}
 
-	back := restartAt(t, leaving.grpcAddr, o)
+	back := restartAt(t, leaving.GRPCAddr, o)
 	restarted := time.Now()
-	waitHost(t, f, back.grpcAddr, "healthy", envoyHCInterval+envoyHCMargin, func(flags string) bool { return flags == "healthy" })
+	waitHost(t, f, back.GRPCAddr, "healthy", envoyHCInterval+envoyHCMargin, func(flags string) bool { return flags == "healthy" })
 	t.Logf("Envoy marked the new floodgate healthy %v after it started", time.Since(restarted).Round(time.Millisecond))
 	eventually(t, 2*time.Second, func() string {
 		if n := decisionCounts(t, back)["ok"]; n == 0 {

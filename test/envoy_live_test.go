@@ -58,7 +58,7 @@ func TestEnvoyLiveEdit(t *testing.T) {
 			writeRules(t, dir, map[string]string{"live.yaml": liveRule("second", 1000000)})
 			args, _ := b.args(t)
 			p := start(t, options{args: append(args, "-config", dir)})
-			f := startEnvoy(t, nil, p.grpcAddr)
+			f := startEnvoy(t, nil, p.GRPCAddr)
 
 			answer := f.ask(liveClient).answer
 			if answer != "200 1000000, 1000000;w=1" {
@@ -151,7 +151,7 @@ func watchUnchanged(t *testing.T, f *envoyFront, p *proc, edit, before string, w
 				refusedAt = time.Now()
 				t.Logf("%s: refused %v after the write", edit, refusedAt.Sub(written).Round(time.Millisecond))
 			} else if time.Since(written) > liveEditBound {
-				t.Fatalf("%s: no refused reload counted %v after the write:\n%s", edit, liveEditBound, p.logs)
+				t.Fatalf("%s: no refused reload counted %v after the write:\n%s", edit, liveEditBound, p.Logs)
 			}
 		}
 		time.Sleep(5 * time.Millisecond)

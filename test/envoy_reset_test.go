@@ -91,7 +91,7 @@ func TestEnvoyResetHeader(t *testing.T) {
 			dir := t.TempDir()
 			writeRules(t, dir, map[string]string{"rules.yaml": resetRules})
 			p := start(t, options{args: append([]string{"-config", dir, "-response-headers", "reference"}, flags...)})
-			f := startEnvoy(t, nil, p.grpcAddr)
+			f := startEnvoy(t, nil, p.GRPCAddr)
 
 			var mu sync.Mutex
 			table := map[string][]envoyAnswer{}

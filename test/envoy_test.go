@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
+	"github.com/floodgate/floodgate/internal/harness/envoytest"
 )
 
 // envoyFront is examples/envoy.yaml run by the real Envoy on the loopback,
@@ -116,7 +116,7 @@ func (f *envoyFront) waitHealthy(t *testing.T, want int, timeout time.Duration) 
 // of floodgate answers and writes the rate-limit headers.
 func TestEnvoyFront(t *testing.T) {
 	p := start(t, options{args: []string{"-config", filepath.Join(repoRoot, "config")}})
-	f := startEnvoy(t, nil, p.grpcAddr)
+	f := startEnvoy(t, nil, p.GRPCAddr)
 	resp, body := f.get(t, "/", "x-forwarded-for", "203.0.113.99")
 	if resp.StatusCode != http.StatusOK || body != "ok" || resp.Header.Get("X-RateLimit-Limit") == "" {
 		t.Fatalf("GET / through envoy: %d %q %v", resp.StatusCode, body, resp.Header)

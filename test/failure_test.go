@@ -13,7 +13,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
@@ -328,7 +328,7 @@ func checkServing(t *testing.T, p *proc, when string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(p.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	resp, err := healthpb.NewHealthClient(p.Conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
 	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("gRPC health %s: %v %v", when, resp, err)
 	}
@@ -355,11 +355,11 @@ func checkStoreHealth(t *testing.T, p *proc, healthy bool, when string) {
 func checkNoCrash(t *testing.T, p *proc) {
 	t.Helper()
 	select {
-	case <-p.done:
-		t.Fatalf("floodgate exited (%v):\n%s", p.cmd.ProcessState, p.logs)
+	case <-p.Done():
+		t.Fatalf("floodgate exited (%v):\n%s", p.State(), p.Logs)
 	default:
 	}
-	if logs := p.logs.String(); strings.Contains(logs, "panic") || strings.Contains(logs, "goroutine ") {
+	if logs := p.Logs.String(); strings.Contains(logs, "panic") || strings.Contains(logs, "goroutine ") {
 		t.Errorf("floodgate logged a panic:\n%s", logs)
 	}
 }

@@ -19,12 +19,12 @@ func TestFirstMinute(t *testing.T) {
 	writeRules(t, dir, map[string]string{"e2e.yaml": e2eRules})
 	p := start(t, options{args: []string{"-config", dir}})
 
-	base := "http://" + p.httpAddr
-	serving := regexp.MustCompile(`level=INFO msg=serving grpc=` + regexp.QuoteMeta(p.grpcAddr) + ` http=` + regexp.QuoteMeta(p.httpAddr) +
+	base := "http://" + p.HTTPAddr
+	serving := regexp.MustCompile(`level=INFO msg=serving grpc=` + regexp.QuoteMeta(p.GRPCAddr) + ` http=` + regexp.QuoteMeta(p.HTTPAddr) +
 		` debug=\S+ healthcheck=` + regexp.QuoteMeta(base) + `/healthcheck rlconfig=` + regexp.QuoteMeta(base) + `/rlconfig json=` +
 		regexp.QuoteMeta(base) + `/json metrics=` + regexp.QuoteMeta(base) + `/metrics ui=` + regexp.QuoteMeta(base) + `/ui/\n`)
-	if !serving.MatchString(p.logs.String()) {
-		t.Errorf("no start-up line names the endpoints (%s):\n%s", serving, p.logs)
+	if !serving.MatchString(p.Logs.String()) {
+		t.Errorf("no start-up line names the endpoints (%s):\n%s", serving, p.Logs)
 	}
 
 	_, body := p.httpGet("/rlconfig")

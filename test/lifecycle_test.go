@@ -3,10 +3,8 @@ package test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -19,6 +17,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // TestHotReload: a valid change is in force without a restart; a broken
@@ -75,32 +75,19 @@ func TestHotReload(t *testing.T) {
 			if got := p.metric(`floodgate_rules_version`); got != 2 {
 				t.Errorf("rules version = %v, want 2", got)
 			}
-			if !strings.Contains(p.logs.String(), "fortnight") {
-				t.Errorf("the refused reload is not logged:\n%s", p.logs)
+			if !strings.Contains(p.Logs.String(), "fortnight") {
+				t.Errorf("the refused reload is not logged:\n%s", p.Logs)
 			}
 		})
 	}
 }
 
 // runBinary runs floodgate to completion (for -check, -explain and start-up
-// failures) and returns its exit code and output.
+// failures) with exactly env and returns its exit code and output.
 func runBinary(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append([]string{}, env...)
-	cmd.Dir = t.TempDir()
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, string(out)
-	case errors.As(err, &exit):
-		return exit.ExitCode(), string(out)
-	}
-	t.Fatalf("run %v: %v\n%s", args, err, out)
-	return -1, ""
+	out, code := harness.Run(t, harness.Options{Args: args, Env: env})
+	return code, out
 }
 
 func TestCheckExplainAndBrokenStart(t *testing.T) {
@@ -153,14 +140,14 @@ func TestCheckExplainAndBrokenStart(t *testing.T) {
 func TestHealthReflectionAndDebug(t *testing.T) {
 	t.Parallel()
 	p, _ := startWithRules(t, backends[1], e2eRules)
-	health := healthpb.NewHealthClient(p.conn)
+	health := healthpb.NewHealthClient(p.Conn)
 	for _, svc := range []string{"", "ratelimit"} {
 		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("health %q: %v %v", svc, resp, err)
 		}
 	}
-	stream, err := reflectionpb.NewServerReflectionClient(p.conn).ServerReflectionInfo(context.Background())
+	stream, err := reflectionpb.NewServerReflectionClient(p.Conn).ServerReflectionInfo(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,10 +168,10 @@ func TestHealthReflectionAndDebug(t *testing.T) {
 			t.Errorf("reflection lists %v, not %s", names, want)
 		}
 	}
-	if code, body := get("http://" + p.dbgAddr + "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+	if code, body := get("http://" + p.DebugAddr + "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Errorf("/debug/pprof/: %d", code)
 	}
-	if code, body := get("http://" + p.dbgAddr + "/rlconfig"); code != http.StatusOK || !strings.Contains(body, "e2e.user: 3 per day") {
+	if code, body := get("http://" + p.DebugAddr + "/rlconfig"); code != http.StatusOK || !strings.Contains(body, "e2e.user: 3 per day") {
 		t.Errorf("debug /rlconfig: %d\n%s", code, body)
 	}
 	if code, body := p.httpGet("/healthcheck"); code != http.StatusOK || body != "OK" {
@@ -233,7 +220,7 @@ func TestShutdownFinishesInFlightRequests(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the requests are in Redis's queue
 	p.signal(syscall.SIGTERM)
 
-	health := healthpb.NewHealthClient(p.conn)
+	health := healthpb.NewHealthClient(p.Conn)
 	eventually(t, time.Second, func() string {
 		if code, _ := p.httpGet("/healthcheck"); code != http.StatusInternalServerError {
 			return fmt.Sprintf("/healthcheck answers %d during shutdown", code)
@@ -255,9 +242,9 @@ func TestShutdownFinishesInFlightRequests(t *testing.T) {
 		}
 	}
 	if code := p.wait(10 * time.Second); code != 0 {
-		t.Errorf("exit code %d:\n%s", code, p.logs)
+		t.Errorf("exit code %d:\n%s", code, p.Logs)
 	}
-	logs := p.logs.String()
+	logs := p.Logs.String()
 	if !strings.Contains(logs, "shutting down") || !strings.Contains(logs, "stopped") {
 		t.Errorf("logs:\n%s", logs)
 	}
@@ -330,7 +317,7 @@ func TestRedisFailure(t *testing.T) {
 	// Rate-limited logs: a line a second at most (plus the first of the
 	// paused phase), not one per failure, and nothing else per request.
 	maxLines := int(time.Since(failingSince).Seconds()) + 2
-	logs := p.logs.String()
+	logs := p.Logs.String()
 	if n := strings.Count(logs, "rate-limit store failed"); n < 1 || n > maxLines {
 		t.Errorf("%d failure log lines for 47 failures, want 1 to %d:\n%s", n, maxLines, logs)
 	}
@@ -414,10 +401,10 @@ descriptors:
 			if got := summary(p.mustCall(request("mongo_cps", desc("database", "default")))); got != "OVER OVER:0" {
 				t.Errorf("default: %q", got)
 			}
-			if code, body := get("http://" + p.dbgAddr + "/rlconfig"); code != http.StatusOK || !strings.Contains(body, "mongo_cps.database_users") {
+			if code, body := get("http://" + p.DebugAddr + "/rlconfig"); code != http.StatusOK || !strings.Contains(body, "mongo_cps.database_users") {
 				t.Errorf("DEBUG_PORT /rlconfig: %d\n%s", code, body)
 			}
-			for _, line := range strings.Split(strings.TrimSpace(p.logs.String()), "\n") {
+			for _, line := range strings.Split(strings.TrimSpace(p.Logs.String()), "\n") {
 				if !strings.HasPrefix(line, "{") {
 					t.Errorf("LOG_FORMAT=json but a line is not JSON: %q", line)
 				}
@@ -427,8 +414,8 @@ descriptors:
 				if err != nil || !strings.HasPrefix(keys, "compat_") {
 					t.Errorf("CACHE_KEY_PREFIX not applied: keys %q (%v)", keys, err)
 				}
-			} else if !strings.Contains(p.logs.String(), "memory") {
-				t.Errorf("no log line about the in-memory store:\n%s", p.logs)
+			} else if !strings.Contains(p.Logs.String(), "memory") {
+				t.Errorf("no log line about the in-memory store:\n%s", p.Logs)
 			}
 		})
 	}

@@ -71,7 +71,7 @@ func startLoad(procs []*proc, workers int, pause time.Duration, next requestFunc
 				p := procs[(w+i)%len(procs)]
 				ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 				start := time.Now()
-				resp, err := p.rls.ShouldRateLimit(ctx, req)
+				resp, err := p.RLS.ShouldRateLimit(ctx, req)
 				took := time.Since(start)
 				cancel()
 				answer := ""

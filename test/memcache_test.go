@@ -1,12 +1,12 @@
 package test
 
 import (
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate/internal/memcachedtest"
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
 )
 
 // TestMemcacheReferenceEnvironment starts the binary with only the
@@ -42,10 +42,8 @@ descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket}
 `})
-	cmd := exec.Command(binary, "-check")
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "rules.yaml:4") || !strings.Contains(string(out), "token_bucket") {
-		t.Errorf("-check with BACKEND_TYPE=memcache and a token bucket: %v\n%s", err, out)
+	out, code := harness.Run(t, harness.Options{Args: []string{"-check"}, Env: env})
+	if code == 0 || !strings.Contains(out, "rules.yaml:4") || !strings.Contains(out, "token_bucket") {
+		t.Errorf("-check with BACKEND_TYPE=memcache and a token bucket: exit code %d\n%s", code, out)
 	}
 }

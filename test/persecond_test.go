@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/testcert"
 )
 
@@ -128,8 +128,8 @@ func TestPerSecondRedis(t *testing.T) {
 			t.Errorf("floodgate_store_healthy = %v, want 0", got)
 		}
 		eventually(t, 5*time.Second, func() string {
-			if !regexp.MustCompile(`level=ERROR msg="Redis fails[^\n]* redis=per-second addr=` + regexp.QuoteMeta(ps.Addr)).MatchString(p.logs.String()) {
-				return "no error line names the per-second Redis:\n" + p.logs.String()
+			if !regexp.MustCompile(`level=ERROR msg="Redis fails[^\n]* redis=per-second addr=` + regexp.QuoteMeta(ps.Addr)).MatchString(p.Logs.String()) {
+				return "no error line names the per-second Redis:\n" + p.Logs.String()
 			}
 			return ""
 		})
@@ -164,8 +164,8 @@ func TestPerSecondRedisTLS(t *testing.T) {
 		}
 		return ""
 	})
-	if v := p.metric("floodgate_store_healthy"); v != 1 || strings.Contains(p.logs.String(), "level=ERROR") {
-		t.Errorf("floodgate_store_healthy = %v; logs:\n%s", v, p.logs)
+	if v := p.metric("floodgate_store_healthy"); v != 1 || strings.Contains(p.Logs.String(), "level=ERROR") {
+		t.Errorf("floodgate_store_healthy = %v; logs:\n%s", v, p.Logs)
 	}
 }
 

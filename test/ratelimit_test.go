@@ -335,7 +335,7 @@ func TestJSONEndpoint(t *testing.T) {
 				{"POST", `{"domain":"e2e"}`, http.StatusBadRequest, "descriptors: must not be empty"},
 				{"GET", ``, http.StatusMethodNotAllowed, "POST"},
 			} {
-				r, err := http.NewRequest(tc.method, "http://"+p.httpAddr+"/json", strings.NewReader(tc.body))
+				r, err := http.NewRequest(tc.method, "http://"+p.HTTPAddr+"/json", strings.NewReader(tc.body))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -363,8 +363,8 @@ func readAll(resp *http.Response) string {
 func TestDefaultRun(t *testing.T) {
 	t.Parallel()
 	p := start(t, options{dir: repoRoot})
-	if n := strings.Count(p.logs.String(), "counters are kept in this process's memory"); n != 1 {
-		t.Errorf("%d log lines about the in-memory store, want 1:\n%s", n, p.logs)
+	if n := strings.Count(p.Logs.String(), "counters are kept in this process's memory"); n != 1 {
+		t.Errorf("%d log lines about the in-memory store, want 1:\n%s", n, p.Logs)
 	}
 	code, body := p.httpGet("/rlconfig")
 	if code != http.StatusOK || !strings.Contains(body, "version: 1") || !strings.Contains(body, "demo.yaml") {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/testcert"
 )
 
@@ -50,8 +50,8 @@ func TestRedisTLS(t *testing.T) {
 			if v := p.metric("floodgate_store_healthy"); v != 1 {
 				t.Errorf("floodgate_store_healthy = %v, want 1", v)
 			}
-			if strings.Contains(p.logs.String(), "level=ERROR") {
-				t.Errorf("errors logged with the right CA:\n%s", p.logs)
+			if strings.Contains(p.Logs.String(), "level=ERROR") {
+				t.Errorf("errors logged with the right CA:\n%s", p.Logs)
 			}
 		})
 	}
@@ -71,8 +71,8 @@ func TestRedisTLS(t *testing.T) {
 		if v := p.metric("floodgate_store_healthy"); v != 0 {
 			t.Errorf("floodgate_store_healthy = %v with a wrong CA, want 0", v)
 		}
-		if n := strings.Count(p.logs.String(), "level=ERROR"); n != 1 {
-			t.Errorf("%d error lines, want the one at start (the failure stays, it does not begin again):\n%s", n, p.logs)
+		if n := strings.Count(p.Logs.String(), "level=ERROR"); n != 1 {
+			t.Errorf("%d error lines, want the one at start (the failure stays, it does not begin again):\n%s", n, p.Logs)
 		}
 		if got := fmt.Sprint(p.metric(`floodgate_store_errors_total{store="redis"}`)); got != "3" {
 			t.Errorf("store errors %s, want 3 (one per request)", got)

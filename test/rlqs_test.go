@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/envoytest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 // The Rate Limit Quota Service with the real Envoy 1.40 running
@@ -226,7 +226,7 @@ func TestRLQSOneEnvoy(t *testing.T) {
 			t.Parallel()
 			flags, _ := b.args(t)
 			p, _ := startRLQS(t, flags)
-			f := rlqsEnvoy(t, "envoy-a", p.grpcAddr, nil)
+			f := rlqsEnvoy(t, "envoy-a", p.GRPCAddr, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			const rate = 3 * rlqsLimit / int64(rlqsWindow/time.Second) // 30/s
@@ -287,8 +287,8 @@ func TestRLQSTwoEnvoys(t *testing.T) {
 	t.Parallel()
 	r := redistest.Start(t)
 	p, _ := startRLQS(t, []string{"-redis", r.Addr})
-	a := rlqsEnvoy(t, "envoy-a", p.grpcAddr, nil)
-	b := rlqsEnvoy(t, "envoy-b", p.grpcAddr, nil)
+	a := rlqsEnvoy(t, "envoy-a", p.GRPCAddr, nil)
+	b := rlqsEnvoy(t, "envoy-b", p.GRPCAddr, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	la := startQuotaLoad(ctx, t, a, "shared", 20)
@@ -361,7 +361,7 @@ func TestRLQSFloodgateStopped(t *testing.T) {
 	const ttl = 11 * time.Second
 	p, o := startRLQS(t, []string{"-redis", r.Addr}, "-rlqs-assignment-ttl", ttl.String())
 	const fallback = 8 * time.Second
-	f := rlqsEnvoy(t, "envoy-a", p.grpcAddr, func(s string) string {
+	f := rlqsEnvoy(t, "envoy-a", p.GRPCAddr, func(s string) string {
 		return mustReplace(t, s, "expired_assignment_behavior_timeout: 30s", fmt.Sprintf("expired_assignment_behavior_timeout: %v", fallback))
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -386,7 +386,7 @@ func TestRLQSFloodgateStopped(t *testing.T) {
 		t.Errorf("the fallback lasted %v, want about %v", open.Sub(fb), fallback)
 	}
 
-	back := restartAt(t, p.grpcAddr, o)
+	back := restartAt(t, p.GRPCAddr, o)
 	restarted := time.Now()
 	waitDenials(t, l, 2*rlqsReport+2*time.Second)
 	t.Logf("floodgate back: denials again %v later", time.Since(restarted).Round(100*time.Millisecond))

@@ -77,7 +77,7 @@ func testRuleBreak(t *testing.T, tc ruleBreak) {
 	}
 	before := reloads()
 	failures := p.metric(`floodgate_rules_reloads_total{result="failure"}`)
-	logged := len(p.logs.String())
+	logged := len(p.Logs.String())
 
 	tc.breakRules(t, dir)
 	eventually(t, 5*time.Second, func() string {
@@ -97,7 +97,7 @@ func testRuleBreak(t *testing.T, tc ruleBreak) {
 	if got := summary(p.mustCall(request("rules", desc("user", "u")))); got != "OK OK:1" {
 		t.Errorf("after the directory was %s: %q, want OK OK:1 (the last good rules, their counter kept)", tc.name, got)
 	}
-	logs := p.logs.String()[logged:]
+	logs := p.Logs.String()[logged:]
 	if !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "reload refused") {
 		t.Errorf("no error-level log of the refused reload:\n%s", logs)
 	}
@@ -116,8 +116,8 @@ func testRuleBreak(t *testing.T, tc ruleBreak) {
 	if got := summary(p.mustCall(request("rules", desc("user", "u")))); got != "OK OK:7" {
 		t.Errorf("after a good set came back: %q, want OK OK:7 (10 per day, 3 hits)", got)
 	}
-	if !regexp.MustCompile(`level=INFO msg="rules: loaded again after refused reloads" path=\S+ refused=[1-9]\d* version=2 changed=true`).MatchString(p.logs.String()) {
-		t.Errorf("no line says the rules are back in force:\n%s", p.logs.String()[logged:])
+	if !regexp.MustCompile(`level=INFO msg="rules: loaded again after refused reloads" path=\S+ refused=[1-9]\d* version=2 changed=true`).MatchString(p.Logs.String()) {
+		t.Errorf("no line says the rules are back in force:\n%s", p.Logs.String()[logged:])
 	}
 	checkNoCrash(t, p)
 }

@@ -70,14 +70,14 @@ func TestLargeRuleSetRSS(t *testing.T) {
 	file := largeRules(n, 1000)
 	writeRules(t, dir, map[string]string{"large.yaml": file})
 	p := start(t, options{args: []string{"-config", dir}})
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	size := int64(len(file))
 	atRest := func(when string) {
 		t.Helper()
 		limit := rssBaseKB + rssPerFileByte*size>>10
 		eventually(t, 10*time.Second, func() string {
 			if rss := statusKB(t, pid, "VmRSS"); rss > limit {
-				return fmt.Sprintf("%s: RSS %d kB, want at most %d kB (%d kB + %d times the %d-byte file)\n%s", when, rss, limit, rssBaseKB, rssPerFileByte, size, p.logs)
+				return fmt.Sprintf("%s: RSS %d kB, want at most %d kB (%d kB + %d times the %d-byte file)\n%s", when, rss, limit, rssBaseKB, rssPerFileByte, size, p.Logs)
 			}
 			return ""
 		})

@@ -13,7 +13,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 // soakFor is TestSoak's length; `make soak` sets it to minutes.
@@ -71,7 +71,7 @@ func TestSoak(t *testing.T) {
 	// A generous deadline: errors from a loaded machine are not the
 	// subject here, and every one fails the test.
 	p := start(t, options{args: []string{"-redis", r.Addr, "-config", dir, "-redis-deadline", "2s"}})
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	t0 := time.Now()
 	take := func() sample {
 		s := sample{at: time.Since(t0), rssKB: rssKB(t, pid), goroutines: int(p.metric("go_goroutines")), fds: openFDs(t, pid)}
@@ -154,7 +154,7 @@ func TestSoak(t *testing.T) {
 	if got := p.metric("floodgate_rules_version"); got < float64(changes-broken)/2 {
 		t.Errorf("rules version %v after %d good changes: the changes were not taken up", got, changes-broken)
 	}
-	for _, line := range strings.Split(p.logs.String(), "\n") {
+	for _, line := range strings.Split(p.Logs.String(), "\n") {
 		if (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) &&
 			!strings.Contains(line, "reload refused") && !strings.Contains(line, "fortnight") {
 			t.Errorf("unexpected log line: %s", line)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 // deadRedis returns a stopped redis-server: its port refuses connections
@@ -51,8 +51,8 @@ func TestStartWithRedisDown(t *testing.T) {
 	if _, body := p.httpGet("/rlconfig"); !strings.Contains(body, "store: redis healthy (breaker closed; last failure") {
 		t.Errorf("/rlconfig after recovery:\n%s", grepLines(body, "store:"))
 	}
-	if !strings.Contains(p.logs.String(), "Redis answers again") {
-		t.Errorf("no log line says Redis is back:\n%s", p.logs)
+	if !strings.Contains(p.Logs.String(), "Redis answers again") {
+		t.Errorf("no log line says Redis is back:\n%s", p.Logs)
 	}
 	eventually(t, 2*time.Second, func() string {
 		if code, body := p.httpGet("/healthcheck"); code != http.StatusOK {
@@ -125,8 +125,8 @@ func TestStartMisconfigured(t *testing.T) {
 func checkUnhealthy(t *testing.T, p *proc, cause string) {
 	t.Helper()
 	errLine := regexp.MustCompile(`level=ERROR msg="Redis cannot be used[^\n]*` + regexp.QuoteMeta(cause))
-	if !errLine.MatchString(p.logs.String()) {
-		t.Errorf("no error-level line at start naming %q:\n%s", cause, p.logs)
+	if !errLine.MatchString(p.Logs.String()) {
+		t.Errorf("no error-level line at start naming %q:\n%s", cause, p.Logs)
 	}
 	_, body := p.httpGet("/rlconfig")
 	if line := grepLines(body, "store:"); !strings.Contains(line, "store: redis unhealthy, not reached since start (breaker open; last failure") || !strings.Contains(line, cause) {

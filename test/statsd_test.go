@@ -46,7 +46,7 @@ descriptors:
 			}
 			p.signal(syscall.SIGTERM)
 			if code := p.wait(30 * time.Second); code != 0 {
-				t.Fatalf("exit %d:\n%s", code, p.logs)
+				t.Fatalf("exit %d:\n%s", code, p.Logs)
 			}
 			rule := "ratelimit.service.rate_limit.shop.user_alice."
 			want := []string{tc.line(rule+"total_hits", "3|c"), tc.line(rule+"within_limit", "2|c"),

@@ -9,7 +9,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/testcert"
 	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/internal/xdstest"
@@ -65,8 +65,8 @@ func TestXDS(t *testing.T) {
 		}
 		return ""
 	})
-	if !strings.Contains(p.logs.String(), "the rules come from the xDS server") {
-		t.Errorf("no note that RUNTIME_* is not read with xDS:\n%s", p.logs)
+	if !strings.Contains(p.Logs.String(), "the rules come from the xDS server") {
+		t.Errorf("no note that RUNTIME_* is not read with xDS:\n%s", p.Logs)
 	}
 	ask := func(user string) string {
 		_, body := p.postJSON(`{"domain":"default/eg/http","descriptors":[{"entries":[{"key":"user","value":"` + user + `"}]}]}`)
@@ -104,13 +104,13 @@ func TestXDS(t *testing.T) {
 	}
 	// The refused files, which the error's positions point into, are on
 	// the debug listener, and only there.
-	if code, body := get("http://" + p.dbgAddr + "/ui/xds/"); code != 200 || body != "version_info: 2\n/ui/xds/default/eg/http\n" {
+	if code, body := get("http://" + p.DebugAddr + "/ui/xds/"); code != 200 || body != "version_info: 2\n/ui/xds/default/eg/http\n" {
 		t.Errorf("debug /ui/xds/: %d %q, want the pushed version and its one file", code, body)
 	}
-	if code, body := get("http://" + p.dbgAddr + "/ui/xds/default/eg/http"); code != 200 || !strings.Contains(body, "requests_per_unit: 9") {
+	if code, body := get("http://" + p.DebugAddr + "/ui/xds/default/eg/http"); code != 200 || !strings.Contains(body, "requests_per_unit: 9") {
 		t.Errorf("debug /ui/xds/default/eg/http: %d %q, want the refused push's YAML", code, body)
 	}
-	if code, _ := get("http://" + p.httpAddr + "/ui/xds/default/eg/http"); code == 200 {
+	if code, _ := get("http://" + p.HTTPAddr + "/ui/xds/default/eg/http"); code == 200 {
 		t.Error("the pushed files are served on the HTTP listener too, want the debug listener only")
 	}
 	if body := ask("alice"); !strings.Contains(body, `"overallCode":"OVER_LIMIT"`) {

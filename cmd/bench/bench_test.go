@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -64,6 +65,7 @@ func TestGRPCFloor(t *testing.T) {
 // against a private Redis, load, readings, CPU profile and ceiling. It
 // keeps the tool from rotting; it asserts no performance figure.
 func TestSmoke(t *testing.T) {
+	harness.Require(t, "redis-benchmark")
 	rd := redistest.Start(t)
 	profile := filepath.Join(t.TempDir(), "cpu.pprof")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // The ceiling is the rate at which this machine's Redis runs floodgate's
@@ -229,9 +231,9 @@ type ceilingRunner struct {
 // connections and keys distinct values per key, one command per round
 // trip, sized by a short probe so that a run lasts about d.
 func newCeilingRunner(ctx context.Context, client *redis.Client, addr string, call scriptCall, concurrency, keys int, d time.Duration) (*ceilingRunner, error) {
-	bin, err := exec.LookPath("redis-benchmark")
+	bin, err := harness.Find("redis-benchmark")
 	if err != nil {
-		return nil, errors.New("redis-benchmark not found in PATH (apt-get install -y redis-tools)")
+		return nil, err
 	}
 	sha, err := scriptSHA(ctx, client, call)
 	if err != nil {

@@ -23,14 +23,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/envoytest"
 )
 
 // Names in the shipped bootstrap that the bench relies on.
@@ -100,19 +100,13 @@ func envoyVersion(ctx context.Context, bin string) (string, error) {
 	return s, nil
 }
 
-// envoyPorts are the loopback host:port addresses an Envoy listens on.
-type envoyPorts struct {
-	admin, with, without string
-}
-
 // envoyBootstrap turns the shipped bootstrap into the one the bench runs.
-// envoytest.Rewrite puts the admin and the listeners on the loopback and
-// points the backend and floodgate clusters at the given addresses; then
-// the listener envoyListener gets a twin, baselineListener, the same but
-// for the ratelimit filter and its stat prefix, and the admin and the two
-// listeners get the given ports (Rewrite leaves port 0, which the bench
-// would have to ask the admin about). Nothing else changes.
-func envoyBootstrap(shipped []byte, backend, floodgate string, ports envoyPorts) (conf []byte, filter string, err error) {
+// envoytest.Rewrite puts the admin and the listeners on the loopback (port
+// 0: Envoy picks, and envoytest reads the ports back) and points the
+// backend and floodgate clusters at the given addresses; then the listener
+// envoyListener gets a twin, baselineListener, the same but for the
+// ratelimit filter and its stat prefix. Nothing else changes.
+func envoyBootstrap(shipped []byte, backend, floodgate string) (conf []byte, filter string, err error) {
 	conf, err = envoytest.Rewrite(shipped, map[string][]string{
 		backendCluster:   {backend},
 		floodgateCluster: {floodgate},
@@ -123,10 +117,6 @@ func envoyBootstrap(shipped []byte, backend, floodgate string, ports envoyPorts)
 	var root map[string]any
 	if err := yaml.Unmarshal(conf, &root); err != nil {
 		return nil, "", err
-	}
-	admin, _ := root["admin"].(map[string]any)
-	if err := setPort(admin, ports.admin); err != nil {
-		return nil, "", fmt.Errorf("admin: %w", err)
 	}
 	static, _ := root["static_resources"].(map[string]any)
 	listeners, _ := static["listeners"].([]any)
@@ -153,12 +143,6 @@ func envoyBootstrap(shipped []byte, backend, floodgate string, ports envoyPorts)
 		return nil, "", fmt.Errorf("bootstrap: listener %q has no %s or %s filter: there is nothing to compare", envoyListener, rateLimitFilter, quotaFilter)
 	}
 	without["name"] = baselineListener
-	if err := setPort(with, ports.with); err != nil {
-		return nil, "", fmt.Errorf("listener %q: %w", envoyListener, err)
-	}
-	if err := setPort(without, ports.without); err != nil {
-		return nil, "", fmt.Errorf("listener %q: %w", baselineListener, err)
-	}
 	static["listeners"] = append(listeners, without)
 	conf, err = yaml.Marshal(root)
 	return conf, filter, err
@@ -197,62 +181,30 @@ func withoutRateLimit(listener map[string]any) (removed string) {
 	return removed
 }
 
-// setPort sets m's address.socket_address to addr (host:port).
-func setPort(m map[string]any, addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		return fmt.Errorf("port %q: %w", port, err)
-	}
-	return envoytest.SetAddress(m, host, p)
-}
-
 // envoyProcess is an Envoy the bench started.
 type envoyProcess struct {
-	*process
-	ports envoyPorts
+	*envoytest.Envoy
+	// with and without are host:port of envoyListener and baselineListener.
+	with, without string
 	// filter is the filter compared: rateLimitFilter or quotaFilter.
 	filter string
 }
 
 // startEnvoy writes the bench's bootstrap for the shipped one into dir and
 // starts Envoy on it with concurrency workers, and returns once its admin
-// /ready answers 200 (Envoy has initialized its clusters, including the
+// /ready answers LIVE (Envoy has initialized its clusters, including the
 // first health check of floodgate, and opened its listeners).
-func startEnvoy(ctx context.Context, bin string, shipped []byte, backend, floodgate, dir string, concurrency int) (*envoyProcess, error) {
-	var addrs [3]string
-	for i := range addrs {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		addrs[i] = a
-	}
-	ports := envoyPorts{admin: addrs[0], with: addrs[1], without: addrs[2]}
-	conf, filter, err := envoyBootstrap(shipped, backend, floodgate, ports)
+func startEnvoy(ctx context.Context, shipped []byte, backend, floodgate, dir string, concurrency int) (*envoyProcess, error) {
+	conf, filter, err := envoyBootstrap(shipped, backend, floodgate)
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, "envoy.yaml")
-	if err := os.WriteFile(path, conf, 0o644); err != nil {
-		return nil, err
-	}
-	// --use-dynamic-base-id: Envoys of the tests may run beside this one.
-	p, err := startProcess("envoy", bin, []string{
-		"-c", path, "--disable-hot-restart", "--use-dynamic-base-id",
-		"--concurrency", strconv.Itoa(concurrency), "-l", "warn",
-	}, filepath.Join(dir, "envoy.log"))
+	e, err := envoytest.Run(ctx, envoytest.Config{Bootstrap: conf, Concurrency: concurrency, LogLevel: "warn"}, dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, p, 30*time.Second, answers200("http://"+ports.admin+"/ready")); err != nil {
-		p.stop(5 * time.Second)
-		return nil, fmt.Errorf("envoy: %w\n%s", err, p.logTail())
-	}
-	return &envoyProcess{process: p, ports: ports, filter: filter}, nil
+	ls := e.Listeners()
+	return &envoyProcess{Envoy: e, with: ls[envoyListener], without: ls[baselineListener], filter: filter}, nil
 }
 
 // rateLimitStats reads the ratelimit filter's counters from the admin
@@ -260,7 +212,7 @@ func startEnvoy(ctx context.Context, bin string, shipped []byte, backend, floodg
 // by their last name part.
 func (e *envoyProcess) rateLimitStats(ctx context.Context) (map[string]int64, error) {
 	prefix := "cluster." + backendCluster + ".ratelimit."
-	u := "http://" + e.ports.admin + "/stats?format=json&filter=" + url.QueryEscape("^"+strings.ReplaceAll(prefix, ".", `\.`))
+	u := "http://" + e.Admin + "/stats?format=json&filter=" + url.QueryEscape("^"+strings.ReplaceAll(prefix, ".", `\.`))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -416,7 +368,7 @@ func (h *httpLoad) run(ctx context.Context, addr string, d time.Duration) httpRu
 // envoyStack is one store's floodgate and the Envoy in front of it.
 type envoyStack struct {
 	store     string
-	floodgate *process
+	floodgate *child
 	envoy     *envoyProcess
 	// with and without gather the store's runs over the rounds.
 	with, without caseRuns
@@ -443,7 +395,7 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 			stops[i]()
 		}
 	}()
-	bin, err := envoytest.Find()
+	bin, err := harness.Find("envoy")
 	if err != nil {
 		return nil, err
 	}
@@ -482,18 +434,18 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 		if store == storeRedis {
 			addr = redisAddr
 		}
-		fp, srv, err := startServer(ctx, serverBin, o.config, addr, sdir, o.serverArgs)
+		fp, srv, err := startServer(ctx, serverBin, o.config, addr, o.serverArgs)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", store, err)
 		}
-		stops = append(stops, func() { fp.stop(10 * time.Second) })
-		ep, err := startEnvoy(ctx, bin, shipped, backend, srv.grpcAddr, sdir, o.envoyConcurrency)
+		stops = append(stops, func() { fp.Stop(10 * time.Second) })
+		ep, err := startEnvoy(ctx, shipped, backend, srv.grpcAddr, sdir, o.envoyConcurrency)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", store, err)
 		}
-		stops = append(stops, func() { ep.stop(10 * time.Second) })
+		stops = append(stops, ep.Stop)
 		fmt.Fprintf(log, "bench: %s: floodgate pid %d on %s; envoy pid %d, with the filter on %s, without on %s\n",
-			store, srv.pid, srv.grpcAddr, ep.pid(), ep.ports.with, ep.ports.without)
+			store, srv.pid, srv.grpcAddr, ep.Process.Pid(), ep.with, ep.without)
 		stacks = append(stacks, &envoyStack{store: store, floodgate: fp, envoy: ep, rateLimit: map[string]int64{}})
 		filter = ep.filter
 	}
@@ -551,9 +503,9 @@ func filterName(withFilter bool) string {
 // measure runs one case: a warm-up, then the measured load with Envoy's
 // and floodgate's CPU and the filter's counters read around it.
 func (s *envoyStack) measure(ctx context.Context, load *httpLoad, withFilter bool, warmup, d time.Duration) error {
-	addr, runs := s.envoy.ports.without, &s.without
+	addr, runs := s.envoy.without, &s.without
 	if withFilter {
-		addr, runs = s.envoy.ports.with, &s.with
+		addr, runs = s.envoy.with, &s.with
 	}
 	if warmup > 0 {
 		load.run(ctx, addr, warmup)
@@ -566,10 +518,11 @@ func (s *envoyStack) measure(ctx context.Context, load *httpLoad, withFilter boo
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for _, p := range []*process{s.envoy.process, s.floodgate} {
-		if p.exited() {
-			return fmt.Errorf("%s exited during the run:\n%s", p.name, p.logTail())
-		}
+	if s.envoy.Process.Exited() {
+		return fmt.Errorf("envoy exited during the run:\n%s", s.envoy.Log())
+	}
+	if s.floodgate.Exited() {
+		return fmt.Errorf("floodgate exited during the run:\n%s", s.floodgate.logTail())
 	}
 	after, err := s.read(ctx)
 	if err != nil {
@@ -595,10 +548,10 @@ type stackReadings struct {
 func (s *envoyStack) read(ctx context.Context) (stackReadings, error) {
 	var r stackReadings
 	var err error
-	if r.envoyCPU, err = procCPU(s.envoy.pid()); err != nil {
+	if r.envoyCPU, err = procCPU(s.envoy.Process.Pid()); err != nil {
 		return r, fmt.Errorf("envoy CPU: %w", err)
 	}
-	if r.floodgateCPU, err = procCPU(s.floodgate.pid()); err != nil {
+	if r.floodgateCPU, err = procCPU(s.floodgate.Pid()); err != nil {
 		return r, fmt.Errorf("floodgate CPU: %w", err)
 	}
 	r.rateLimit, err = s.envoy.rateLimitStats(ctx)

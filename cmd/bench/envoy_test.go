@@ -13,15 +13,17 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // TestEnvoySmoke runs the -envoy mode briefly against the real Envoy, both
 // stores: every request answered 200, every request through the filter
 // decided by floodgate, and the added latency computed from the two cases.
-// It fails, not skips, without Envoy: the mode is part of the tool. It
-// asserts no performance figure.
+// With -tags processes it fails, not skips, without Envoy: the mode is part
+// of the tool. It asserts no performance figure.
 func TestEnvoySmoke(t *testing.T) {
+	harness.Require(t, "envoy")
+	harness.Require(t, "redis-server")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const rate, rounds = 200, 2
@@ -75,7 +77,7 @@ func TestEnvoySmoke(t *testing.T) {
 func TestEnvoyMissing(t *testing.T) {
 	t.Setenv("ENVOY_BIN", "/nonexistent/envoy")
 	var stderr bytes.Buffer
-	if code := run(context.Background(), []string{"-envoy"}, &bytes.Buffer{}, &stderr); code != 1 || !strings.Contains(stderr.String(), envoytest.InstallHint) {
+	if code := run(context.Background(), []string{"-envoy"}, &bytes.Buffer{}, &stderr); code != 1 || !strings.Contains(stderr.String(), harness.InstallHint("envoy")) {
 		t.Errorf("exit code %d, stderr %q; want 1 and the install hint", code, stderr.String())
 	}
 }
@@ -113,7 +115,9 @@ func TestEnvoyBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := envoyPorts{admin: "127.0.0.1:9001", with: "127.0.0.1:9002", without: "127.0.0.1:9003"}
+	// Every address on the loopback, at port 0: Envoy picks the ports,
+	// and the harness reads them back.
+	const anyPort = "127.0.0.1:0"
 	noFilter := strings.ReplaceAll(string(shipped), "name: "+rateLimitFilter, "name: envoy.filters.http.other")
 	for _, tc := range []struct {
 		name      string
@@ -132,7 +136,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 		{"off-loopback cluster left", strings.Replace(string(shipped), "- name: "+floodgateCluster+"\n", "- name: rls\n", 1), "off the loopback", "", "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conf, filter, err := envoyBootstrap([]byte(tc.bootstrap), "127.0.0.1:7001", "127.0.0.1:7002", ports)
+			conf, filter, err := envoyBootstrap([]byte(tc.bootstrap), "127.0.0.1:7001", "127.0.0.1:7002")
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -147,9 +151,9 @@ func TestEnvoyBootstrap(t *testing.T) {
 			}
 			got := bootstrapListeners(t, conf)
 			want := map[string]listenerSummary{
-				"(admin)":        {addr: ports.admin},
-				envoyListener:    {addr: ports.with, statPrefix: tc.prefix, filters: tc.filters, rateLimit: true},
-				baselineListener: {addr: ports.without, statPrefix: tc.prefix + "_nofilter", filters: tc.filters - 1},
+				"(admin)":        {addr: anyPort},
+				envoyListener:    {addr: anyPort, statPrefix: tc.prefix, filters: tc.filters, rateLimit: true},
+				baselineListener: {addr: anyPort, statPrefix: tc.prefix + "_nofilter", filters: tc.filters - 1},
 			}
 			if len(got) != len(want) {
 				t.Errorf("listeners %+v, want %+v", got, want)

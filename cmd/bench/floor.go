@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // The gRPC floor (-grpc-floor) is what a grpc-go server costs per call on
@@ -89,20 +90,20 @@ func serveFloor(addr string) error {
 
 // startFloor starts the floor in a child process on a free port and
 // returns when it answers.
-func startFloor(ctx context.Context, dir string) (*process, server, error) {
+func startFloor(ctx context.Context) (*child, server, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, server{}, err
 	}
-	addr, err := freeAddr()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return nil, server{}, err
 	}
-	p, err := startProcess("grpc floor", self, nil, filepath.Join(dir, "floor.log"), floorAddrEnv+"="+addr)
+	p, err := startChild("grpc floor", self, nil, floorAddrEnv+"="+addr)
 	if err != nil {
 		return nil, server{}, err
 	}
-	err = waitFor(ctx, p, 10*time.Second, func(ctx context.Context) error {
+	err = harness.WaitReady(ctx, p.Process, 10*time.Second, func(ctx context.Context) error {
 		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		if err == nil {
 			c.Close()
@@ -110,8 +111,8 @@ func startFloor(ctx context.Context, dir string) (*process, server, error) {
 		return err
 	})
 	if err != nil {
-		p.stop(time.Second)
+		p.Stop(time.Second)
 		return nil, server{}, fmt.Errorf("grpc floor on %s: %w\n%s", addr, err, p.logTail())
 	}
-	return p, server{grpcAddr: addr, pid: p.pid()}, nil
+	return p, server{grpcAddr: addr, pid: p.Pid()}, nil
 }

@@ -48,6 +48,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
@@ -134,7 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.matrix, "matrix", false, "run under/over limit x 1/3 descriptors x -matrix-concurrency and print one Markdown table (ignores -limit, -descriptors, -concurrency)")
 	concurrency := fs.String("matrix-concurrency", "16,64,256", "comma-separated concurrencies of -matrix")
 	fs.StringVar(&o.algorithm, "algorithm", limit.FixedWindow.String(), "algorithm of the generated rules")
-	fs.StringVar(&o.serverBin, "server-bin", "", "floodgate binary to start; empty: go build "+serverPackage)
+	fs.StringVar(&o.serverBin, "server-bin", "", "floodgate binary to start; empty: built from ./cmd/server with go build, inside the floodgate module")
 	serverArgs := fs.String("server-args", "", "extra flags for the started server, space-separated, after the tool's own ("+strings.Join(serverDefaults, " ")+"), e.g. '-redis-pool-size 64'")
 	fs.StringVar(&o.config, "config", "", "rule file or directory for the started server; it must define domains bench-under and bench-over with keys key1..keyN. Empty: generated (with -envoy: "+envoyDefaultConfig+", the rules of -envoy-config)")
 	fs.StringVar(&o.redisAddr, "redis-addr", "", "host:port of an existing Redis for the started server, the Redis figures and the ceiling; empty: a private redis-server on a free port")
@@ -363,7 +365,7 @@ func writeJSON(w io.Writer, v any) error {
 // target is what the scenarios run against.
 type target struct {
 	srv       server
-	proc      *process      // the started floodgate; nil with -server-addr
+	proc      *child        // the started floodgate; nil with -server-addr
 	redisAddr string        // "" when unknown
 	redis     *redis.Client // nil when redisAddr is ""
 	conns     []*grpc.ClientConn
@@ -383,16 +385,11 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 	case o.serverAddr != "":
 		t.srv = server{grpcAddr: o.serverAddr, debugAddr: o.serverDebugAddr, pid: o.serverPID}
 	case o.grpcFloor:
-		dir, err := os.MkdirTemp("", "floodgate-bench-")
+		p, srv, err := startFloor(ctx)
 		if err != nil {
 			return nil, err
 		}
-		stops = append(stops, func() { os.RemoveAll(dir) })
-		p, srv, err := startFloor(ctx, dir)
-		if err != nil {
-			return nil, err
-		}
-		stops = append(stops, func() { p.stop(5 * time.Second) })
+		stops = append(stops, func() { p.Stop(5 * time.Second) })
 		t.srv, t.proc, t.redisAddr = srv, p, ""
 		fmt.Fprintf(log, "bench: grpc floor pid %d, gRPC on %s\n", srv.pid, srv.grpcAddr)
 	default:
@@ -412,11 +409,11 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 				return nil, err
 			}
 		}
-		p, srv, err := startServer(ctx, bin, config, t.redisAddr, dir, o.serverArgs)
+		p, srv, err := startServer(ctx, bin, config, t.redisAddr, o.serverArgs)
 		if err != nil {
 			return nil, err
 		}
-		stops = append(stops, func() { p.stop(10 * time.Second) })
+		stops = append(stops, func() { p.Stop(10 * time.Second) })
 		t.srv, t.proc = srv, p
 		fmt.Fprintf(log, "bench: floodgate pid %d, gRPC on %s\n", srv.pid, srv.grpcAddr)
 	}
@@ -448,18 +445,19 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 func setUp(ctx context.Context, o *options, dir string, needRedis, needServer bool, log io.Writer, stops *[]func()) (redisAddr, serverBin string, err error) {
 	redisAddr, serverBin = o.redisAddr, o.serverBin
 	if redisAddr == "" && needRedis {
-		p, addr, err := startRedis(ctx, dir)
+		rd, err := redistest.Run(dir)
 		if err != nil {
-			return "", "", err
+			return "", "", fmt.Errorf("%w (or pass -redis-addr)", err)
 		}
-		*stops = append(*stops, func() { p.stop(5 * time.Second) })
-		redisAddr = addr
-		fmt.Fprintf(log, "bench: redis-server on %s\n", addr)
+		*stops = append(*stops, rd.Stop)
+		redisAddr = rd.Addr
+		fmt.Fprintf(log, "bench: redis-server on %s\n", rd.Addr)
 	}
 	if serverBin == "" && needServer {
-		fmt.Fprintf(log, "bench: go build %s\n", serverPackage)
-		if serverBin, err = buildServer(ctx, dir); err != nil {
-			return "", "", err
+		fmt.Fprintln(log, "bench: go build ./cmd/server")
+		serverBin = filepath.Join(dir, "floodgate")
+		if err = harness.Build(ctx, serverBin); err != nil {
+			return "", "", fmt.Errorf("%w (or pass -server-bin)", err)
 		}
 	}
 	return redisAddr, serverBin, nil
@@ -591,7 +589,7 @@ func measure(ctx context.Context, o *options, t *target, sc scenario) (result, e
 	if err := ctx.Err(); err != nil {
 		return r, err
 	}
-	if t.proc != nil && t.proc.exited() {
+	if t.proc != nil && t.proc.Exited() {
 		return r, fmt.Errorf("floodgate exited during the run:\n%s", t.proc.logTail())
 	}
 	if profileErr != nil {

@@ -24,6 +24,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // Kinds of peer servers.
@@ -208,7 +210,7 @@ func benchPeers(ctx context.Context, o *options, log io.Writer) (rep *peerReport
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s: %w", rp.Name, sc, err)
 				}
-				if rp.t.proc != nil && rp.t.proc.exited() {
+				if rp.t.proc != nil && rp.t.proc.Exited() {
 					return nil, fmt.Errorf("%s exited:\n%s", rp.Name, rp.t.proc.logTail())
 				}
 				rep.Runs = append(rep.Runs, peerRound{Peer: rp.Name, Round: round + 1, result: r})
@@ -229,7 +231,7 @@ func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Write
 	}
 	var addrs [3]string
 	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
+		if addrs[i], err = harness.FreeAddr(); err != nil {
 			return nil, err
 		}
 	}
@@ -262,12 +264,12 @@ func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Write
 		}
 		args = limitadorArgs(limits, redisAddr, addrs)
 	}
-	proc, err := startProcess(p.Name, bin, args, filepath.Join(dir, "server.log"), env...)
+	proc, err := startChild(p.Name, bin, args, env...)
 	if err != nil {
 		return nil, err
 	}
-	*stops = append(*stops, func() { proc.stop(10 * time.Second) })
-	t := &target{srv: server{grpcAddr: addrs[0], pid: proc.pid()}, proc: proc, redisAddr: redisAddr}
+	*stops = append(*stops, func() { proc.Stop(10 * time.Second) })
+	t := &target{srv: server{grpcAddr: addrs[0], pid: proc.Pid()}, proc: proc, redisAddr: redisAddr}
 	if p.Kind == kindFloodgate {
 		t.srv.debugAddr = addrs[2]
 	}
@@ -275,14 +277,14 @@ func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Write
 		return nil, err
 	}
 	*stops = append(*stops, func() { closeAll(t.conns) })
-	if err := waitFor(ctx, proc, 30*time.Second, answersRLS(t.conns[0])); err != nil {
+	if err := harness.WaitReady(ctx, proc.Process, 30*time.Second, answersRLS(t.conns[0])); err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, proc.logTail())
 	}
 	if redisAddr != "" {
 		t.redis = redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 2})
 		*stops = append(*stops, func() { t.redis.Close() })
 	}
-	fmt.Fprintf(log, "bench: %s (%s) pid %d, gRPC on %s, redis %q\n", p.Name, bin, proc.pid(), addrs[0], redisAddr)
+	fmt.Fprintf(log, "bench: %s (%s) pid %d, gRPC on %s, redis %q\n", p.Name, bin, proc.Pid(), addrs[0], redisAddr)
 	return t, nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // TestPeers runs the -peers mode briefly on two floodgate builds, each with
@@ -16,8 +18,10 @@ import (
 // summary gives each its medians and its ratios to the first. It keeps the
 // mode from rotting; it asserts no performance figure.
 func TestPeers(t *testing.T) {
+	harness.Require(t, "redis-server")
+	harness.Require(t, "go")
 	bin := filepath.Join(t.TempDir(), "floodgate")
-	if _, err := buildServer(context.Background(), filepath.Dir(bin)); err != nil {
+	if err := harness.Build(context.Background(), bin); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -27,6 +27,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // reloadDefaultRate is the arrival rate of the -reloads mode when -rate is
@@ -86,7 +88,7 @@ type reloadRun struct {
 	dir     string // the runtime root
 	config  string // RUNTIME_ROOT/ratelimit/config
 	rs      ruleSpec
-	proc    *process
+	proc    *child
 	grpc    string
 	probe   *grpc.ClientConn
 	started time.Time
@@ -128,13 +130,13 @@ func benchReloads(ctx context.Context, o *options, log io.Writer) (rep *reloadRe
 	if fi, err := os.Stat(filepath.Join(r.config, scenario{Limit: limitUnder}.domain()+".yaml")); err == nil {
 		rep.FileMiB = float64(fi.Size()) / mib
 	}
-	if err := r.start(ctx, bin, redisAddr, dir); err != nil {
+	if err := r.start(bin, redisAddr); err != nil {
 		return nil, err
 	}
-	stops = append(stops, func() { r.probe.Close(); r.proc.stop(10 * time.Second) })
-	fmt.Fprintf(log, "bench: %s pid %d, gRPC on %s, %d rules (%.1f MiB)\n", rep.Server, r.proc.pid(), r.grpc, o.rules, rep.FileMiB)
+	stops = append(stops, func() { r.probe.Close(); r.proc.Stop(10 * time.Second) })
+	fmt.Fprintf(log, "bench: %s pid %d, gRPC on %s, %d rules (%.1f MiB)\n", rep.Server, r.proc.Pid(), r.grpc, o.rules, rep.FileMiB)
 	if err := r.measure(ctx, rep, log); err != nil {
-		if r.proc.exited() {
+		if r.proc.Exited() {
 			err = fmt.Errorf("%w; the server exited:\n%s", err, r.proc.logTail())
 		}
 		return nil, err
@@ -143,10 +145,10 @@ func benchReloads(ctx context.Context, o *options, log io.Writer) (rep *reloadRe
 }
 
 // start starts the server on free loopback ports, without waiting for it.
-func (r *reloadRun) start(ctx context.Context, bin, redisAddr, dir string) error {
+func (r *reloadRun) start(bin, redisAddr string) error {
 	var addrs [3]string
 	for i := range addrs {
-		a, err := freeAddr()
+		a, err := harness.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -169,7 +171,7 @@ func (r *reloadRun) start(ctx context.Context, bin, redisAddr, dir string) error
 	}
 	r.probe = probe
 	r.started = time.Now()
-	p, err := startProcess(filepath.Base(bin), bin, args, filepath.Join(dir, "server.log"), env...)
+	p, err := startChild(filepath.Base(bin), bin, args, env...)
 	if err != nil {
 		probe.Close()
 		return err
@@ -203,7 +205,7 @@ func (r *reloadRun) measure(ctx context.Context, rep *reloadReport, log io.Write
 		return fmt.Errorf("first answer: %w", err)
 	}
 	rep.StartToFirstAnswerMs = msSince(r.started, first)
-	cpu, err := procCPU(r.proc.pid())
+	cpu, err := procCPU(r.proc.Pid())
 	if err != nil {
 		return err
 	}
@@ -220,14 +222,14 @@ func (r *reloadRun) measure(ctx context.Context, rep *reloadReport, log io.Write
 	load := startTimedLoad(ctx, conns, r.o.scenario, rep.Rate)
 	var windows [][2]time.Time
 	for g := 1; g <= r.o.reloads; g++ {
-		cpu0, _ := procCPU(r.proc.pid())
+		cpu0, _ := procCPU(r.proc.Pid())
 		t0, err := r.rewrite(g)
 		if err != nil {
 			load.stop()
 			return err
 		}
 		done, err := r.waitLimit(ctx, exactLimit(g))
-		cpu1, _ := procCPU(r.proc.pid())
+		cpu1, _ := procCPU(r.proc.Pid())
 		if err != nil {
 			load.stop()
 			return fmt.Errorf("reload %d: %w", g, err)
@@ -245,7 +247,7 @@ func (r *reloadRun) measure(ctx context.Context, rep *reloadReport, log io.Write
 	}
 	load.stop()
 	load.report(rep, windows)
-	hwm, err := procStatusBytes(r.proc.pid(), "VmHWM")
+	hwm, err := procStatusBytes(r.proc.Pid(), "VmHWM")
 	rep.PeakRSSMiB = float64(hwm) / mib
 	return err
 }
@@ -257,7 +259,7 @@ func (r *reloadRun) settledRSS(ctx context.Context) (float64, error) {
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	rss, err := procRSS(r.proc.pid())
+	rss, err := procRSS(r.proc.Pid())
 	return float64(rss) / mib, err
 }
 
@@ -303,7 +305,7 @@ func (r *reloadRun) waitLimit(ctx context.Context, want uint32) (time.Time, erro
 		switch {
 		case ctx.Err() != nil:
 			return now, ctx.Err()
-		case r.proc.exited():
+		case r.proc.Exited():
 			return now, errors.New("the server exited")
 		case now.After(deadline):
 			return now, fmt.Errorf("not in force after %v: %w", reloadTimeout, last)

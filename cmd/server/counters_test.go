@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/counters"
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/testlog"
 )
 

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/floodgate/floodgate/internal/envoytest"
+	"github.com/floodgate/floodgate/internal/harness/envoytest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/otlptest"
-	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/tracing"

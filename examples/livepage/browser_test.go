@@ -3,11 +3,12 @@ package livepage_test
 import (
 	"context"
 	"encoding/json"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // browserHint says how to get the browser the page's test drives.
@@ -20,14 +21,12 @@ type browser struct {
 	ctx context.Context // chromedp's context of the tab
 }
 
-// newBrowser starts headless Chromium, closed when the test ends. A
-// missing chromium fails the test with the install hint.
+// newBrowser starts headless Chromium, closed when the test ends. It is
+// in the processes tier (harness.Require): a missing chromium fails the
+// test with the install hint.
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium not found (%v): %s", err, browserHint)
-	}
+	chromium := harness.Require(t, "chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 1000))
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)

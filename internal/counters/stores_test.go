@@ -10,8 +10,8 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/floodgate/floodgate/internal/memcachedtest"
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/limit"
 )

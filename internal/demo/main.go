@@ -25,7 +25,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // addrs are where the demo's parts listen.
@@ -72,10 +75,8 @@ func run(ctx context.Context, a addrs, bin string, out io.Writer) error {
 	defer os.RemoveAll(dir)
 	if bin == "" {
 		bin = filepath.Join(dir, "floodgate")
-		fmt.Fprintln(out, "building floodgate (go build -tags vtprotobuf ./cmd/server)")
-		build := exec.CommandContext(ctx, "go", "build", "-tags", "vtprotobuf", "-o", bin, "./cmd/server")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
+		fmt.Fprintln(out, "building floodgate ("+strings.Join(harness.BuildEnv(), " ")+" go build "+strings.Join(harness.BuildFlags(), " ")+" ./cmd/server)")
+		if err := harness.Build(ctx, bin); err != nil {
 			return fmt.Errorf("building floodgate: %w", err)
 		}
 	}

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,8 +165,10 @@ func moveAddresses(v any, to map[string]string) error {
 			}
 			sa["address"], sa["port_value"] = host(addr), p
 		}
-		for _, e := range x {
-			if err := moveAddresses(e, to); err != nil {
+		// In key order, so that of several unknown addresses the error
+		// names the same one every time.
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if err := moveAddresses(x[k], to); err != nil {
 				return err
 			}
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // wideReport is a report of two minutes of traffic with long descriptors
@@ -127,10 +129,7 @@ func TestHTMLChartBars(t *testing.T) {
 // wide window: with long descriptors and rule names, nothing is wider than
 // the window (the page needs no horizontal scrolling).
 func TestHTMLFitsWindow(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium not found (%v): apt-get install chromium", err)
-	}
+	chromium := harness.Require(t, "chromium")
 	var b bytes.Buffer
 	if err := wideReport().WriteHTML(&b); err != nil {
 		t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/memcachedtest"
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 // beatsUntil moves clk beat by beat until cond holds, for at most n

@@ -15,7 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	ports "github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -25,7 +26,7 @@ import (
 // listens: every call fails at once with redislimit.ErrStore.
 func deadRedis(t *testing.T) *redislimit.Limiter {
 	t.Helper()
-	client, err := redislimit.NewClient(redislimit.ClientConfig{URL: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))})
+	client, err := redislimit.NewClient(redislimit.ClientConfig{URL: fmt.Sprintf("127.0.0.1:%d", ports.FreePort(t))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/memcachedtest"
+	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
 )

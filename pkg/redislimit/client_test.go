@@ -3,15 +3,14 @@ package redislimit_test
 import (
 	"context"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/redis/go-redis/v9"
 )
@@ -171,28 +170,11 @@ func TestNewClientConnects(t *testing.T) {
 // TestNewClientSentinel finds the master through a sentinel, with the URL
 // written as the reference server writes it: "master,host:port".
 func TestNewClientSentinel(t *testing.T) {
-	master := redistest.Start(t)
-	_, port, _ := net.SplitHostPort(master.Addr)
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "sentinel.conf")
-	sentinelPort := redistest.FreePort(t)
-	body := "port " + strconv.Itoa(sentinelPort) + "\nbind 127.0.0.1\ndir " + dir +
-		"\nsentinel monitor floodmaster 127.0.0.1 " + port + " 1\n"
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(redistest.LookPath(t, "redis-server"), conf, "--sentinel")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sentinelAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sentinelPort))
-	if err := redistest.WaitReady(sentinelAddr, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	g := redistest.StartSentinel(t, 0, 1, time.Second)
+	master, sentinelAddr := g.Data[0], g.Sentinels[0].Addr
 	for _, cfg := range []redislimit.ClientConfig{
-		{Type: "sentinel", URL: "floodmaster," + sentinelAddr},
-		{Type: "sentinel", URL: sentinelAddr, SentinelMaster: "floodmaster"},
+		{Type: "sentinel", URL: redistest.SentinelMasterName + "," + sentinelAddr},
+		{Type: "sentinel", URL: sentinelAddr, SentinelMaster: redistest.SentinelMasterName},
 	} {
 		c, err := redislimit.NewClient(cfg)
 		if err != nil {
@@ -214,7 +196,7 @@ func TestNewClientSentinel(t *testing.T) {
 // than after dial retries that outlast the store deadline and turn the cause
 // into a deadline.
 func TestRefusedConnectionFailsAtOnce(t *testing.T) {
-	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
+	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(harness.FreePort(t)))
 	for _, cfg := range []redislimit.ClientConfig{
 		{URL: dead},
 		{URL: "master," + dead, Type: "sentinel"},

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/redis/go-redis/v9"
@@ -273,6 +274,7 @@ func checkNodes(t *testing.T, l *redislimit.Limiter, victim string) {
 // ASK and MOVED (Redis ran nothing then) and never admit more than the
 // limit.
 func TestClusterReshard(t *testing.T) {
+	harness.Require(t, "redis-cli")
 	fc := startFaultCluster(t)
 	from, to, other := fc.masters[0], fc.masters[1], fc.masters[2]
 	ranges, err := fc.client.ClusterSlots(context.Background()).Result()

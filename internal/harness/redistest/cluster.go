@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/harness"
 )
 
 // Cluster is a running Redis Cluster owned by a test: masters with slots
@@ -51,7 +53,7 @@ func startCluster(t testing.TB, masters, replicasPerMaster int, tls *TLS, extra 
 	if masters < 3 || replicasPerMaster < 0 {
 		t.Fatalf("redistest: StartCluster(%d masters, %d replicas each): a cluster needs at least 3 masters", masters, replicasPerMaster)
 	}
-	cli := LookPath(t, "redis-cli")
+	cli := harness.Require(t, "redis-cli")
 	n := masters * (1 + replicasPerMaster)
 	c := &Cluster{}
 	for range n {
@@ -59,9 +61,9 @@ func startCluster(t testing.TB, masters, replicasPerMaster int, tls *TLS, extra 
 		// The bus port is given, not left at port+10000: with TLS the
 		// bus would sit at the TLS port+10000, which nothing checked was
 		// free, and one node's bus could take another's TLS port.
-		s := startNode(t, tls, FreePort(t), append([]string{
+		s := startNode(t, tls, append([]string{
 			"--cluster-enabled", "yes",
-			"--cluster-port", strconv.Itoa(FreePort(t)),
+			"--cluster-port", strconv.Itoa(harness.FreePort(t)),
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000",
 		}, extra...))
@@ -159,18 +161,6 @@ func (c *Cluster) Masters() ([]string, error) {
 func (c *Cluster) Stop() {
 	for _, s := range c.Nodes {
 		s.Stop()
-	}
-}
-
-func (s *Server) running() bool {
-	if s.cmd == nil || s.done == nil {
-		return false
-	}
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
 	}
 }
 
