@@ -20,7 +20,9 @@ type Sample struct {
 	StoreCalls   float64 `json:"store_calls"`
 	StoreSeconds float64 `json:"store_seconds"`
 	// Rules are, per rule path, its Totals' hits, within, over and
-	// shadow, in that order.
+	// shadow, in that order; a rule without any yet is left out (read
+	// zeros), so that a large rule set, mostly idle, costs the history
+	// only its rules with traffic.
 	Rules map[string][4]float64 `json:"rules"`
 }
 
@@ -63,7 +65,9 @@ func sampleOf(snap *Snapshot) Sample {
 	for _, d := range snap.Domains {
 		for _, r := range d.Rules {
 			t := r.Totals
-			s.Rules[r.Path] = [4]float64{t.Hits, t.Within, t.Over, t.Shadow}
+			if v := [4]float64{t.Hits, t.Within, t.Over, t.Shadow}; v != [4]float64{} {
+				s.Rules[r.Path] = v
+			}
 		}
 	}
 	return s

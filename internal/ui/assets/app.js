@@ -279,6 +279,8 @@ function updateRules(snap) {
   }
 }
 
+const idleTotals = [0, 0, 0, 0];
+
 function updateRule(c, r, snap, prev) {
   const t = r.totals;
   for (const k of Object.keys(t)) {
@@ -286,8 +288,9 @@ function updateRule(c, r, snap, prev) {
     if (s) { s.textContent = String(Math.round(t[k])); s.dataset.value = String(t[k]); }
   }
   const tot = (f) => (s) => { const x = ruleOf(s, r.path); return x ? f(x.totals) : 0; };
-  const at = (i) => (s) => (s.rules[r.path] || [])[i];
-  const refusedAt = (s) => { const x = s.rules[r.path]; return x && x[2] - x[3]; };
+  // A sample leaves out the rules without any hit yet: zeros.
+  const at = (i) => (s) => (s.rules[r.path] || idleTotals)[i];
+  const refusedAt = (s) => { const x = s.rules[r.path] || idleTotals; return x[2] - x[3]; };
   // Until the page has two snapshots, the rates are the chart's last.
   const okR = prev ? rate(prev, snap, tot((x) => x.within)) : recent(at(1));
   const overR = prev ? rate(prev, snap, tot((x) => x.over - x.shadow)) : recent(refusedAt);
