@@ -53,6 +53,7 @@ func TestClusterNodeDown(t *testing.T) {
 			dead, live := owner[victim.Addr], owner[c.Nodes[1].Addr]
 
 			fault.cause(victim)
+			probe := startStallProbe()
 			var liveAnswers, deadAnswers []outcome
 			for i := range 150 {
 				for _, u := range []string{live, dead} {
@@ -67,7 +68,7 @@ func TestClusterNodeDown(t *testing.T) {
 					}
 				}
 			}
-			checkLiveUser(t, liveAnswers)
+			checkLiveUser(t, liveAnswers, probe.finish())
 			for _, o := range deadAnswers {
 				if o.answer != "OK OK:-" {
 					t.Fatalf("user on the failing master answered %q, want the failure policy's OK OK:-", o.answer)
@@ -138,19 +139,27 @@ func usersByMaster(t *testing.T, p *proc, c *redistest.Cluster) map[string]strin
 
 // checkLiveUser: every answer was a decision, and 49 were admitted after
 // the first (usersByMaster's) request: exactly the limit of 50.
-func checkLiveUser(t *testing.T, answers []outcome) {
+//
+// A request that missed its deadline while the machine kept this process
+// from running for a quarter of its time (stalls, from a stallProbe) is
+// excused, and then each such request may have been counted or not.
+func checkLiveUser(t *testing.T, answers []outcome, stalls []interval) {
 	t.Helper()
-	admitted := 0
+	admitted, excused := 0, 0
 	for _, o := range answers {
 		switch {
 		case healthyAnswer.MatchString(o.answer):
 			admitted++
-		case o.answer != "OVER OVER:0":
-			t.Fatalf("user on a live master answered %q: not a decision", o.answer)
+		case o.answer == "OVER OVER:0":
+		case overlap(stalls, o.start, o.start.Add(o.took)) >= o.took/4:
+			t.Logf("user on a live master answered %q after %v, while the machine stalled this process", o.answer, o.took)
+			excused++
+		default:
+			t.Fatalf("user on a live master answered %q after %v: not a decision", o.answer, o.took)
 		}
 	}
-	if admitted != 49 {
-		t.Errorf("user on a live master: %d of %d admitted after the first, want 49", admitted, len(answers))
+	if admitted > 49 || admitted < 49-excused {
+		t.Errorf("user on a live master: %d of %d admitted after the first, want 49 (%d deadline misses excused)", admitted, len(answers), excused)
 	}
 }
 
