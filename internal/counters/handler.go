@@ -55,16 +55,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// requested returns the counters the request's query names, or answers
+// 400 naming what is wrong with it and returns false.
+func (h *Handler) requested(w http.ResponseWriter, r *http.Request) (*view, bool) {
+	domain, entries, err := parseQuery(r.URL.RawQuery)
+	if err == nil {
+		var v *view
+		if v, err = h.lookup(domain, entries); err == nil {
+			return v, true
+		}
+	}
+	writeError(w, http.StatusBadRequest, err.Error())
+	return nil, false
+}
+
 // get answers Path.
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
-	domain, entries, err := parseQuery(r.URL.RawQuery)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	v, err := h.lookup(domain, entries)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	v, ok := h.requested(w, r)
+	if !ok {
 		return
 	}
 	if err := h.peek(r.Context(), v); err != nil {

@@ -96,14 +96,8 @@ func (h *Handler) peek(ctx context.Context, v *view) error {
 // reset is logged with who asked and counted; a store failure is logged
 // as an error naming what was reset before it, and answered 503.
 func (h *Handler) reset(w http.ResponseWriter, r *http.Request) {
-	domain, entries, err := parseQuery(r.URL.RawQuery)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	v, err := h.lookup(domain, entries)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	v, ok := h.requested(w, r)
+	if !ok {
 		return
 	}
 	if len(v.hits) == 0 {
