@@ -226,14 +226,31 @@ end)
 		b.Fatal(err)
 	}
 	const luaBenchLoops = 200
-	spec := fmt.Sprintf("%d:%d:%d:%d:1", limit.FixedWindow, 1_000_000_000, time.Minute.Microseconds(), 1_000_000_000)
-	for _, requests := range []int{1, 10} {
-		b.Run(fmt.Sprintf("requests=%d", requests), func(b *testing.B) {
-			keys := make([]string, requests)
+	for _, c := range []struct {
+		requests, hits int
+		limit          int64
+	}{{1, 1, 1_000_000_000}, {10, 1, 1_000_000_000}, {10, 3, 1_000_000_000}, {10, 3, 0}} {
+		sub := fmt.Sprintf("requests=%d/hits=%d", c.requests, c.hits)
+		if c.limit == 0 {
+			// Over the limit: every stored counter is at its limit 1 (the
+			// first loop counts them), so the requests are blocked and
+			// write nothing, as past the deny cache in cmd/bench's over case.
+			sub += "/over"
+		}
+		b.Run(sub, func(b *testing.B) {
+			limit_ := c.limit
+			if limit_ == 0 {
+				limit_ = 1
+			}
+			spec := fmt.Sprintf("%d:%d:%d:%d:1", limit.FixedWindow, limit_, time.Minute.Microseconds(), limit_)
+			var keys []string
 			args := []any{luaBenchLoops}
-			for i := range keys {
-				keys[i] = fmt.Sprintf("lua-bench:%d", i)
-				args = append(args, "", "1", spec, "1", "0")
+			for r := range c.requests {
+				args = append(args, "", c.hits)
+				for h := range c.hits {
+					keys = append(keys, fmt.Sprintf("lua-bench:%d:%d:%d", limit_, r, h))
+					args = append(args, spec, "1", "0")
+				}
 			}
 			var inside int64
 			for range b.N {
@@ -243,7 +260,8 @@ end)
 				}
 				inside += us
 			}
-			b.ReportMetric(float64(inside)/float64(b.N*luaBenchLoops*requests), "lua-µs/request")
+			b.ReportMetric(float64(inside)/float64(b.N*luaBenchLoops*c.requests), "lua-µs/request")
+			b.ReportMetric(float64(inside)/float64(b.N*luaBenchLoops*c.requests*c.hits), "lua-µs/hit")
 		})
 	}
 }

@@ -188,10 +188,143 @@ local function read(args, a)
   return h, cost, has(flags, FLAG_REFUND), has(flags, FLAG_ADVISORY), math.floor(flags / FLAG_QUOTA_BASE), nxt
 end
 
+-- The fast path of plain fixed windows (fixed): a request whose hits are
+-- all fixed windows without a calendar, with a limit above 0, a cost within
+-- the capacity, no flag (consuming, not a refund, advisory nor a quota's),
+-- on distinct keys, at most FIXED_MAX of them. It decides as decide does,
+-- the same reads, writes and reply (the golden vectors and the differential
+-- tests hold both paths to package limit), without what the general path
+-- needs for the other cases: a working copy, outcome and state tables per
+-- hit, and a second pass over the hits of a blocked request. It was 2/3 of
+-- the script's time per hit of such requests (BenchmarkLuaEvaluate).
+--
+-- Its scratch arrays are filled for hits 1..n of a request before they are
+-- read, so nothing of one request or call reaches the next.
+local FIXED_MAX = 16
+local f_key, f_h, f_cost, f_count, f_keep, f_start = {}, {}, {}, {}, {}, {}
+
+-- fixed_plain reports whether the request's hits, from args[a], qualify for
+-- the fast path, and fills f_key, f_h and f_cost; it reads no key.
+local function fixed_plain(keys, args, k0, n, a)
+  if n > FIXED_MAX then
+    return false
+  end
+  for i = 1, n do
+    local h = parse_spec(args[a])
+    local cost = tonumber(args[a + 1])
+    if args[a + 2] ~= '0' or h.code ~= ALG_FIXED_WINDOW or h.limit == 0 or cost > h.cap then
+      return false
+    end
+    local key = keys[k0 + i]
+    for j = 1, i - 1 do
+      if f_key[j] == key then
+        return false
+      end
+    end
+    f_key[i], f_h[i], f_cost[i] = key, h, cost
+    a = a + ARGS_PER_HIT
+  end
+  return true
+end
+
+-- fixed_load reads the count of hit i's window into f_count[i] and
+-- f_keep[i] (the key is a string of this window: a write keeps its TTL),
+-- as fixed_window's load and step read it. It returns false, having written
+-- nothing, for what the general path must answer: a hash written before
+-- strings, something else than a counter, or a count that is no number.
+-- A window's start as the prefix of its counter, "<start>:", kept for the
+-- last start asked (the hits of a call mostly share one): a string
+-- comparison then tells a counter of this window, where reading the start
+-- back as a number (strtod on 16 digits) cost more than the GET.
+local last_start, last_prefix = nil, nil
+local function prefix(start)
+  if start ~= last_start then
+    last_start, last_prefix = start, string.format('%d:', start)
+  end
+  return last_prefix
+end
+
+local function fixed_load(i, now)
+  local w = f_h[i].window
+  local start = math.floor(now / w) * w
+  f_start[i], f_count[i], f_keep[i] = start, 0, false
+  local v = redis.pcall('GET', f_key[i])
+  if not v then
+    return true
+  elseif type(v) ~= 'string' then
+    return false
+  end
+  local p = prefix(start)
+  local count
+  if string.find(v, p, 1, true) == 1 then
+    count = tonumber(string.sub(v, #p + 1))
+  else
+    -- Another window's, or a start written otherwise than %d.
+    local sep = string.find(v, ':', 1, true)
+    if not sep then
+      return false
+    end
+    if tonumber(string.sub(v, 1, sep - 1)) ~= start then
+      return true
+    end
+    count = tonumber(string.sub(v, sep + 1))
+  end
+  if not count then
+    return false
+  end
+  f_count[i], f_keep[i] = count, true
+  return true
+end
+
+-- fixed returns the reply of a request that fixed_plain admitted, or nil,
+-- having written nothing, when the general path must decide it.
+local function fixed(now, n)
+  local blocked = false
+  for i = 1, n do
+    if not fixed_load(i, now) then
+      return nil
+    end
+    -- A denied look (cost 0, over a limit lowered by a reload) blocks
+    -- nothing.
+    if f_cost[i] > 0 and f_count[i] + f_cost[i] > f_h[i].limit then
+      blocked = true
+    end
+  end
+  local out = {}
+  for i = 1, n do
+    local h, count, cost = f_h[i], f_count[i], f_cost[i]
+    local start = f_start[i]
+    local reset = start + h.window - now
+    local allowed, retry = 1, 0
+    if count + cost > h.limit then
+      allowed, retry = 0, reset
+    elseif not blocked and cost > 0 then
+      count = count + cost
+      local v = string.format('%d:%d', start, count)
+      if f_keep[i] then
+        redis.call('SET', f_key[i], v, 'KEEPTTL')
+      else
+        redis.call('SET', f_key[i], v, 'PXAT', C.expire_at(now, reset))
+      end
+    end
+    local p = FIELDS_PER_DECISION * (i - 1) + 1
+    out[p + FIELD_ALLOWED], out[p + FIELD_REMAINING], out[p + FIELD_RESET] = allowed, math.max(0, h.limit - count), reset
+    out[p + FIELD_RETRY], out[p + FIELD_NEVER] = retry, 0
+  end
+  out[FIELDS_PER_DECISION * n + 1] = blocked and 1 or 0
+  return out
+end
+
 -- decide evaluates one request: hits on keys[k0 + 1 .. k0 + n], their
 -- arguments from args[a], checked by evaluate. It raises an error before
 -- writing anything if the request cannot be decided.
 local function decide(keys, args, now, k0, n, a)
+  if fixed_plain(keys, args, k0, n, a) then
+    local out = fixed(now, n)
+    if out then
+      return out
+    end
+  end
   if n == 1 then
     -- A request of one hit, the most common, without working copies: its
     -- only hit writes if it consumes, and when it is denied there is no
