@@ -276,6 +276,20 @@ local function fixed_load(i, now)
   return true
 end
 
+-- reply_of[n] returns a new reply of n hits (1 to 3), sized at once by a
+-- constructor where Lua would grow an empty table four times (see single);
+-- the check below holds each to its size.
+local reply_of = {
+  function() return {0, 0, 0, 0, 0, 0} end,
+  function() return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end,
+  function() return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end,
+}
+for n = 1, #reply_of do
+  if #reply_of[n]() ~= FIELDS_PER_DECISION * n + 1 then
+    error('floodgate: evaluate.lua: reply_of sizes a reply of ' .. n .. ' hits wrong')
+  end
+end
+
 -- fixed returns the reply of a request that fixed_plain admitted, or nil,
 -- having written nothing, when the general path must decide it.
 local function fixed(now, n)
@@ -290,7 +304,8 @@ local function fixed(now, n)
       blocked = true
     end
   end
-  local out = {}
+  local sized = reply_of[n]
+  local out = sized and sized() or {}
   for i = 1, n do
     local h, count, cost = f_h[i], f_count[i], f_cost[i]
     local start = f_start[i]
