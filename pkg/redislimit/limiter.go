@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/tracing"
@@ -56,6 +57,8 @@ type Limiter struct {
 	batcher *batcher // nil when disabled or on Cluster
 	// fn is how the Lua code runs: FCALL or EVALSHA (see call).
 	fn functions
+	// specs holds each spec's argument (see specArg).
+	specs specArgs
 	// now, set only by tests, replaces Redis TIME with an explicit instant
 	// so that boundaries can be reached exactly.
 	now func() time.Time
@@ -162,7 +165,7 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		if !sp.Calendar.IsZero() {
 			flags += flagCalendar
 		}
-		args = append(args, specArg(sp), h.Cost, flags)
+		args = append(args, l.specs.arg(sp), h.Cost, flags)
 		if sp.Calendar.IsZero() {
 			continue
 		}
@@ -188,6 +191,38 @@ func specArg(sp *limit.Spec) string {
 		b = strconv.AppendInt(b, v, 10)
 	}
 	return string(b)
+}
+
+// specArgs keeps each spec's argument, as the interface value the
+// arguments hold, so that a hit costs neither formatting it nor boxing it:
+// both were 2-3 % of the server's CPU with three descriptors over Redis.
+// Specs are few (one per limit of the rules); past maxSpecArgs, as after
+// many reloads, it starts over so that it stays bounded. Safe for
+// concurrent use; the zero value is empty and ready.
+type specArgs struct {
+	mu sync.RWMutex
+	m  map[limit.Spec]any
+}
+
+// maxSpecArgs bounds the specs a specArgs holds.
+const maxSpecArgs = 4096
+
+// arg returns specArg(sp) as an interface value.
+func (c *specArgs) arg(sp *limit.Spec) any {
+	c.mu.RLock()
+	v, ok := c.m[*sp]
+	c.mu.RUnlock()
+	if ok {
+		return v
+	}
+	v = specArg(sp)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxSpecArgs {
+		c.m = make(map[limit.Spec]any)
+	}
+	c.m[*sp] = v
+	c.mu.Unlock()
+	return v
 }
 
 // argsFor returns the capacity of a request's arguments for hits.
