@@ -173,6 +173,12 @@
 // commands (GET, SET), so a one-descriptor request costs Redis 2.1
 // commands instead of 5 (EVALSHA, TIME, HMGET, HSET, PEXPIREAT). An FCALL
 // saves Redis about 10 µs of CPU per call over EVALSHA of the same code.
+// A request whose hits are all plain fixed windows (no calendar, refund,
+// advisory or quota hit, cost within the capacity, distinct keys: an
+// Envoy request over fixed-window rules) takes a fast path in the script
+// that reads and writes exactly what the general path does, without its
+// per-hit tables: about a third less Lua time per hit under the limit and
+// half over it.
 //
 // Measured figures (batching, script time per algorithm, the whole
 // server before and after) and how to reproduce them are in
