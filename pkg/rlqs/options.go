@@ -41,8 +41,8 @@ const (
 // interval, the Default bounds, failing open.
 type Options struct {
 	// ReportInterval is how often Envoy reports (DefaultReportInterval
-	// when 0): the horizon an assignment is computed for, and, twice over,
-	// the span of recent demand the shares come from. At least 1 s.
+	// when 0): the horizon an assignment is computed for, and the length
+	// of the demand slots the shares come from. At least 1 s.
 	ReportInterval time.Duration
 	// AssignmentTTL is the time to live of every assignment
 	// (DefaultAssignmentTTL when 0). Envoy 1.40 reads whole seconds only,
