@@ -621,7 +621,7 @@ var Table = []Setting{
 		Default:    true},
 	{Flag: "rlqs-report-interval",
 		Group:   GroupRLQS,
-		Usage:   "how often Envoy reports (Envoy 1.40: every 5s, whatever reporting_interval says): the horizon of an assignment, and twice over the span of the demand it is shared by",
+		Usage:   "how often Envoy reports (Envoy 1.40: every 5s, whatever reporting_interval says): the horizon of an assignment, and the length of the demand slots its shares come from",
 		At:      func(c *Config) any { return &c.RLQS.Options.ReportInterval },
 		Default: rlqs.DefaultReportInterval},
 	{Flag: "rlqs-assignment-ttl",
