@@ -221,6 +221,38 @@ func TestClusterNodeFault(t *testing.T) {
 	}
 }
 
+// TestClusterProbeFrozenMaster: the health probe, while one master of
+// three is frozen, finds that master failing and only it, every time,
+// and the live masters' counters keep being decided. The probe asks a
+// random node for the slot map, and the client reloads its map from a
+// random node before the loads: when that is the frozen master, it
+// spends its share of the probe's time, not the live masters' (which
+// once failed their loads on an expired context and were forced open,
+// the slot map's breaker with them, failing every call).
+func TestClusterProbeFrozenMaster(t *testing.T) {
+	fc := startFaultCluster(t)
+	victim := fc.masters[0]
+	live := fc.counterOn(t, fc.masters[1], "probe-live", nil)
+	fc.byAddr[victim].Freeze()
+	defer fc.byAddr[victim].Thaw()
+	// Each probe finds the frozen master through the slot map or the
+	// client's reload with a chance of 5/9: eight fail to, all of them,
+	// once in 650 runs.
+	for i := range 8 {
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		err := fc.lim.Probe(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), victim) {
+			t.Fatalf("probe %d with %s frozen: %v, want an error naming it", i, victim, err)
+		}
+		checkNodes(t, fc.lim, victim)
+		d := make([]limit.Decision, 1)
+		if _, err := fc.lim.Evaluate(context.Background(), []limit.Hit{{Key: live, Spec: faultLimit, Cost: 1}}, d); err != nil || !d[0].Allowed {
+			t.Fatalf("after probe %d, a counter on a live master: %+v, %v; want it decided, allowed", i, d[0], err)
+		}
+	}
+}
+
 // checkLive: every call on the live counters was decided, and exactly the
 // limit admitted.
 func checkLive(t *testing.T, got map[string]*tally, live []string) {

@@ -171,7 +171,7 @@ type functions struct {
 // is returned.
 func (l *Limiter) decide(ctx context.Context) error {
 	if l.cluster != nil {
-		outcomes, err := l.loadEach(ctx)
+		outcomes, err := l.loadEach(ctx, l.opts.Timeout)
 		if err != nil || l.fn.mode.Load() != modeUndecided {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -42,26 +43,46 @@ func (l *Limiter) Probe(ctx context.Context) error {
 }
 
 // probeCluster probes each master of a Cluster on its own. The slot map
-// (CLUSTER SLOTS, from any node) is the home node's outcome.
+// (CLUSTER SLOTS, from any node) and the loads share the probe's time
+// (ctx's deadline, else the call Timeout), each master its own part: a
+// master that does not answer (frozen, partitioned) spends its own time,
+// never the time of the live masters, which would otherwise fail their
+// loads on an expired context and be forced open for a fault not theirs.
+// The home node (the slot map) fails only when no master answers, as
+// the calls' slot lookups, served from the client's map, fail only then.
 func (l *Limiter) probeCluster(ctx context.Context) error {
-	slots, err := l.clusterSlots(ctx)
-	l.force(ctx, l.nodes.home, err)
+	budget := l.opts.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl)
+	}
+	sctx, cancel := context.WithTimeout(ctx, budget/2)
+	slots, slotsErr := l.clusterSlots(sctx)
+	cancel()
+	outcomes, err := l.loadEach(ctx, budget/2)
 	if err != nil {
+		l.force(ctx, l.nodes.home, err)
 		return fmt.Errorf("redislimit: probe: %w: the cluster's slot map: %w", ErrStore, err)
 	}
-	outcomes, err := l.loadEach(ctx)
-	if err != nil {
-		return fmt.Errorf("redislimit: probe: %w: %w", ErrStore, err)
-	}
 	var errs []error
+	answered := false
 	for _, o := range outcomes {
 		n := l.nodes.get(o.addr)
 		l.force(ctx, n, o.err)
 		if o.err != nil {
 			errs = append(errs, nodeError(n, o.err))
 		}
+		answered = answered || o.err == nil
 	}
-	l.nodes.keep(slots)
+	switch {
+	case slotsErr == nil:
+		l.force(ctx, l.nodes.home, nil)
+		l.nodes.keep(slots)
+	case answered:
+		l.force(ctx, l.nodes.home, nil)
+	default:
+		l.force(ctx, l.nodes.home, slotsErr)
+		errs = append(errs, fmt.Errorf("the cluster's slot map: %w", slotsErr))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("redislimit: probe: %w: %w", ErrStore, errors.Join(errs...))
 	}
@@ -96,15 +117,20 @@ type loadOutcome struct {
 
 // loadEach loads the Lua code on every master of a Cluster, as a library
 // unless the Limiter runs it as a script, and returns each master's
-// outcome. It decides the mode if undecided, from the masters that
-// answered: a refusal anywhere means EVALSHA; a master that could not be
-// reached does not hold the decision back (it gets the library when a call
-// finds it missing there). The error is for want of a slot map.
-func (l *Limiter) loadEach(ctx context.Context) ([]loadOutcome, error) {
+// outcome, each master given perNode from when its load starts, whatever
+// ctx's deadline (the client's own reload of its slot map, which may wait
+// on a master that does not answer, spends ctx's). It decides the mode if
+// undecided, from the masters that answered: a refusal anywhere means
+// EVALSHA; a master that could not be reached does not hold the decision
+// back (it gets the library when a call finds it missing there). The
+// error is for want of a slot map.
+func (l *Limiter) loadEach(ctx context.Context, perNode time.Duration) ([]loadOutcome, error) {
 	script := l.fn.mode.Load() == modeScript
 	var mu sync.Mutex
 	var outcomes []loadOutcome
 	err := l.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), perNode)
+		defer cancel()
 		var err error
 		if script {
 			err = loadScript(ctx, c)
@@ -125,7 +151,7 @@ func (l *Limiter) loadEach(ctx context.Context) ([]loadOutcome, error) {
 	loaded := false
 	for _, o := range outcomes {
 		if o.err != nil && l.fallBack(o.err) {
-			return l.loadEach(ctx) // as scripts, this time
+			return l.loadEach(ctx, perNode) // as scripts, this time
 		}
 		loaded = loaded || o.err == nil
 	}
