@@ -98,6 +98,9 @@ type envoyCaseResult struct {
 	// PerSec is Requests over the summed run time: in closed loop, the
 	// most the setup passed.
 	PerSec float64 `json:"requests_per_sec"`
+	// PerSecByRound is each round's requests over its run time, which
+	// shows how much the machine's load moved PerSec.
+	PerSecByRound []float64 `json:"requests_per_sec_by_round"`
 	// Latency covers every request, from the moment it left to the end of
 	// its body, in µs.
 	Latency latencyMicros `json:"latency_us"`
@@ -152,6 +155,9 @@ func (c caseRuns) result(withRedis bool) envoyCaseResult {
 			r.FirstError = run.FirstError.Error()
 		}
 		elapsed += run.Elapsed
+		if run.Elapsed > 0 {
+			r.PerSecByRound = append(r.PerSecByRound, float64(len(run.Samples))/run.Elapsed.Seconds())
+		}
 		samples = append(samples, run.Samples...)
 		lags = append(lags, run.SendLags...)
 	}
@@ -326,7 +332,7 @@ func writeEnvoyText(w io.Writer, rep *envoyReport) {
 // what the rest of the machine took: on a shared machine, what bounds a
 // closed loop.
 func writeCoresTable(w io.Writer, rep *envoyReport) {
-	fmt.Fprintln(w, "| setup | Envoys | filter | req/s | Envoy cores | server cores | Redis cores | bench (load + backend) cores | machine busy cores | others cores |")
+	fmt.Fprintln(w, "| setup | Envoys | filter | req/s (by round) | Envoy cores | server cores | Redis cores | bench (load + backend) cores | machine busy cores | others cores |")
 	fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range rep.Stores {
 		for _, c := range []struct {
@@ -334,8 +340,8 @@ func writeCoresTable(w io.Writer, rep *envoyReport) {
 			res  envoyCaseResult
 		}{{"without", s.Without}, {"with " + filterLabel(s.Filter), s.With}} {
 			k := c.res.Cores
-			fmt.Fprintf(w, "| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
-				s.Name, s.Envoys, c.name, c.res.PerSec, k.Envoy, k.Server, k.Redis, k.Bench, k.Machine,
+			fmt.Fprintf(w, "| %s | %d | %s | %.0f (%s) | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+				s.Name, s.Envoys, c.name, c.res.PerSec, roundsText(c.res.PerSecByRound), k.Envoy, k.Server, k.Redis, k.Bench, k.Machine,
 				k.Machine-k.Envoy-k.Server-k.Redis-k.Bench)
 		}
 	}
@@ -348,4 +354,13 @@ func optional(v *float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", *v)
+}
+
+// roundsText prints per-round rates as "1200, 1150, 1230".
+func roundsText(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, ", ")
 }
