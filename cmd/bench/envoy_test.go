@@ -95,7 +95,7 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 		if s.Filter == quotaFilter {
 			answered += c.TooMany
 		}
-		if c.Requests == 0 || want > 0 && c.Requests != want || answered != c.Requests || c.PerSec <= 0 || len(c.PerSecByRound) != 2 {
+		if c.Requests == 0 || want > 0 && c.Requests != want || answered != c.Requests || c.PerSec <= 0 || len(c.PerSecByRound) != 2 || len(c.SendLagP99ByRound) != 2 {
 			t.Errorf("%s, %s the filter: %d requests, %d answered 200 at %.0f/s, want %d (0: any), all 200 (first error %q)", s.Name, name, c.Requests, c.OK, c.PerSec, want, c.FirstError)
 		}
 		l := c.Latency
@@ -397,7 +397,7 @@ func TestWriteEnvoyText(t *testing.T) {
 	c := func(p50, p99 float64) envoyCaseResult {
 		return envoyCaseResult{Requests: 10, OK: 10, PerSec: 2000, Latency: latencyMicros{P50: p50, P90: p50, P99: p99, P999: p99, Max: p99},
 			SendLag: latencyMicros{P99: 700}, EnvoyCPUMicrosPerRequest: 100, ServerCPUMicrosPerRequest: 50, RedisCPUMicrosPerRequest: &redisCPU,
-			Cores: cpuShares{Envoy: 0.5, Server: 0.25, Redis: 0.125, Bench: 0.5, Machine: 1.5}, PerSecByRound: []float64{1900, 2100}}
+			Cores: cpuShares{Envoy: 0.5, Server: 0.25, Redis: 0.125, Bench: 0.5, Machine: 1.5}, PerSecByRound: []float64{1900, 2100}, SendLagP99ByRound: []float64{650}}
 	}
 	s := envoyStoreResult{Name: storeRedis, Store: storeRedis, Filter: rateLimitFilter, Envoys: 2, With: c(1500, 3000), Without: c(1000, 2000),
 		RateLimit: map[string]int64{"ok": 10}, ServerLatency: &serverLatency{Decisions: 10, Mean: 180, P50: 150, P90: 240, P99: 480}}
@@ -413,7 +413,7 @@ func TestWriteEnvoyText(t *testing.T) {
 			"| redis | 2 | with RLS | 10 | 2000 | 1.500 | 1.500 | 3.000 | 3.000 | 3.000 | 0 | 0.700 | 100.0 | 50.0 | 12.5 |",
 			"| redis | 2 | **added** | | | **+0.500** | +0.500 | **+1.000** |",
 			"| redis | 2 | with RLS | 2000 (1900, 2100) | 0.50 | 0.25 | 0.12 | 0.50 | 1.50 | 0.12 |",
-			"redis, 2 Envoy(s): added p50 / p99 ms by round: +0.500 / +1.000; Envoy's ratelimit counters: ok 10",
+			"redis, 2 Envoy(s): added p50 / p99 ms by round: +0.500 / +1.000 (send lag p99 0.7 / 0.7); Envoy's ratelimit counters: ok 10",
 			"(floodgate_decision_duration_seconds, 10 decisions): mean 180 µs, p50 ≈ 150, p90 ≈ 240, p99 ≈ 480 µs",
 		}},
 		{0, []string{"GET / closed loop, 64 callers from"}},

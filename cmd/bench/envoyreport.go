@@ -108,6 +108,10 @@ type envoyCaseResult struct {
 	// the load generator's timer wake-ups, up to about 1 ms, and more when
 	// every caller was waiting for an answer. Zero in closed loop.
 	SendLag latencyMicros `json:"send_lag_us"`
+	// SendLagP99ByRound is SendLag's p99 round by round, in µs: a round
+	// whose load generator was held up (above about 2 ms) says nothing of
+	// the servers' latency, while the others of the run may.
+	SendLagP99ByRound []float64 `json:"send_lag_p99_by_round_us"`
 	// EnvoyCPUMicrosPerRequest is the Envoys' CPU (/proc, every thread)
 	// per request; ServerCPUMicrosPerRequest the rate-limit server's;
 	// RedisCPUMicrosPerRequest Redis's (INFO cpu, user + sys), nil without
@@ -158,6 +162,9 @@ func (c caseRuns) result(withRedis bool) envoyCaseResult {
 		if run.Elapsed > 0 {
 			r.PerSecByRound = append(r.PerSecByRound, float64(len(run.Samples))/run.Elapsed.Seconds())
 		}
+		// A copy: percentiles sorts in place, and the run keeps its lags
+		// in send order.
+		r.SendLagP99ByRound = append(r.SendLagP99ByRound, toLatencyMicros(percentiles(slices.Clone(run.SendLags))).P99)
 		samples = append(samples, run.Samples...)
 		lags = append(lags, run.SendLags...)
 	}
@@ -313,6 +320,9 @@ func writeEnvoyText(w io.Writer, rep *envoyReport) {
 		rounds := make([]string, len(s.AddedPerRound))
 		for i, a := range s.AddedPerRound {
 			rounds[i] = fmt.Sprintf("%+.3f / %+.3f", a.P50/1000, a.P99/1000)
+			if i < len(s.With.SendLagP99ByRound) && i < len(s.Without.SendLagP99ByRound) {
+				rounds[i] += fmt.Sprintf(" (send lag p99 %.1f / %.1f)", s.With.SendLagP99ByRound[i]/1000, s.Without.SendLagP99ByRound[i]/1000)
+			}
 		}
 		fmt.Fprintf(w, "%s, %d Envoy(s): added p50 / p99 ms by round: %s; Envoy's ratelimit counters: %s\n",
 			s.Name, s.Envoys, strings.Join(rounds, ", "), countersText(s.RateLimit))
