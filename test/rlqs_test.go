@@ -51,11 +51,11 @@ func startRLQS(t *testing.T, storeArgs []string, extra ...string) (*proc, option
 	t.Helper()
 	dir := t.TempDir()
 	writeRules(t, dir, map[string]string{"demo.yaml": rlqsRules})
-	// Reports are off the request path: a deadline long enough that a
-	// busy machine does not turn rounds into the failure mode's
-	// assignments, which this test does not measure (TestStoreFailure*
-	// in pkg/rlqs does).
-	o := options{args: append(append([]string{"-config", dir, "-log-level", "debug", "-redis-deadline", "1s"}, storeArgs...), extra...)}
+	// The default deadlines: a report round's (-rlqs-store-deadline, 1 s)
+	// is long enough that a busy machine does not turn rounds into the
+	// failure mode's assignments, which this test does not measure
+	// (TestStoreFailure* in pkg/rlqs does).
+	o := options{args: append(append([]string{"-config", dir, "-log-level", "debug"}, storeArgs...), extra...)}
 	return start(t, o), o
 }
 

@@ -221,7 +221,17 @@ func (a *app) quota() (*rlqs.Service, error) {
 	if opts.Metrics, err = rlqs.NewMetrics(a.reg); err != nil {
 		return nil, exit(1, fmt.Errorf("metrics: %w", err))
 	}
-	q, err := rlqs.New(a.rules, a.store.Limiter(), opts)
+	// Reports are off the request path: their rounds wait for the store
+	// longer than requests do (0 is rlqs's default).
+	deadline := opts.StoreTimeout
+	if deadline == 0 {
+		deadline = rlqs.DefaultStoreTimeout
+	}
+	lim, err := a.store.LimiterWithin(deadline)
+	if err != nil {
+		return nil, exit(2, a.cfg.Explain(err))
+	}
+	q, err := rlqs.New(a.rules, lim, opts)
 	if err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}

@@ -2,7 +2,6 @@ package rlqs
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,13 +56,15 @@ type bucket struct {
 	// over a failed store call); fresh the demand of the current round.
 	pending, fresh int64
 	// recent are the stream's latest reports of the bucket, newest first:
-	// enough to cover the demand window and its oldest sub-window.
+	// enough to cover the current demand slot and the one before, at
+	// Envoy's pace and a few reports more.
 	recent [6]sample
 	// since is when the report whose usage was charged last came (zero
 	// before the first).
 	since time.Time
-	// fleet is the fleet's demand the store returned in the last round.
-	fleet int64
+	// fleet and fleetBefore are the fleet's demand in the current slot and
+	// in the slot before, as the store returned them in the last round.
+	fleet, fleetBefore int64
 	// active is when the bucket last had demand, or was created.
 	active time.Time
 	// round is the number of the last round the bucket took part in.
@@ -115,29 +116,31 @@ func (b *bucket) record(now time.Time) {
 	b.fresh = 0
 }
 
-// own is the stream's demand as the fleet's demand counter (of spec
-// demand, a sliding window) estimates it at now, counting the stream's
-// reports as the store counted them at the instants they were charged:
-// the sub-windows k-n+1..k whole, sub-window k-n weighted by what of it is
-// still in the window. The share of a lone stream is then exactly 1.
-func (b *bucket) own(now time.Time, demand limit.Spec) int64 {
-	g := demand.WindowMicros() / demand.SubWindows()
-	n := demand.SubWindows()
-	k := now.UnixMicro() / g
-	var full, old int64
+// demand returns the stream's demand and the fleet's that its share is
+// taken from at now: those of the slot before the current one, complete
+// since every stream reported once in it, whatever the phase of their
+// reports. Until that slot holds the fleet's demand (a bucket's first
+// interval anywhere), those of the current slot so far: the first stream
+// to report then has the fleet's demand to itself.
+func (b *bucket) demand(now time.Time, interval time.Duration) (own, fleet int64) {
+	slot := slotOf(now, interval)
+	if b.fleetBefore == 0 {
+		return b.ownIn(slot, interval), b.fleet
+	}
+	return b.ownIn(slot-1, interval), b.fleetBefore
+}
+
+// ownIn returns the demand of the stream's reports in slot, as they were
+// added to the slot's counter (at the instant of the round that charged
+// them).
+func (b *bucket) ownIn(slot int64, interval time.Duration) int64 {
+	var n int64
 	for _, s := range b.recent {
-		if s.at.IsZero() {
-			continue
-		}
-		switch i := s.at.UnixMicro() / g; {
-		case i > k-n && i <= k:
-			full += s.demand
-		case i == k-n:
-			old += s.demand
+		if !s.at.IsZero() && slotOf(s.at, interval) == slot {
+			n += s.demand
 		}
 	}
-	x := now.UnixMicro() - k*g
-	return full + int64(math.Round(float64(old)*float64(g-x)/float64(g)))
+	return n
 }
 
 // maxCount bounds the counts a report may add to a bucket: far above any

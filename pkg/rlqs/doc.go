@@ -15,11 +15,11 @@
 //   - The allowed requests each report carries are charged to the counters
 //     of the bucket's limits, the counters RLS decides with, and every
 //     report's demand (allowed + denied) is added to a per-limit demand
-//     counter, so every floodgate instance sharing the store sees the
-//     fleet's (ledger.go).
+//     counter of the current report interval (a slot), so every floodgate
+//     instance sharing the store sees the fleet's (ledger.go).
 //   - A stream's assignment is its share of what the limit has left,
-//     proportional to its recent demand over the fleet's, paced over the
-//     rest of the window, and deny-all once the window is spent
+//     proportional to its demand over the fleet's in the last slot, paced
+//     over the rest of the window, and deny-all once the window is spent
 //     (policy.go). It is pushed when it changes, when a spent window
 //     resets, and before its time to live runs out; idle buckets are
 //     abandoned (stream.go).

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -12,11 +13,15 @@ import (
 //
 // Each round charges a bucket's allowed requests to the counters of its
 // limits, the ones RLS decides with, and adds its demand (allowed +
-// denied) to the demand counter of its first limit (resolver.demandKey),
-// a sliding window over two report intervals that every instance adds
-// to, so that its count is the fleet's recent demand. Both go through
-// limit.Limiter, hence through the store's key encoding, time to live,
-// at-most-once calls and Redis Cluster's per-slot split.
+// denied) to the demand counter of its first limit for the current slot
+// (a report interval of floodgate's clock, numbered from the epoch:
+// resolver.demandKey plus the slot), which every instance adds to; it
+// reads the counter of the slot before. Every stream reports once per
+// interval, so a slot that has ended holds one report of each stream:
+// the fleet's demand over one interval, whatever the phase of each
+// stream's reports (bucket.demand). All of it goes through limit.Limiter,
+// hence through the store's key encoding, time to live, at-most-once
+// calls and Redis Cluster's per-slot split.
 //
 // Every hit is Advisory: a counter that cannot take a bucket's whole
 // usage (Envoy admitted more than was left, which its local enforcement
@@ -34,11 +39,26 @@ const demandCapacity = 1 << 40
 // buckets.
 const chunkHits = 128
 
-// demandSpec is the demand counters' spec: a sliding window of two report
-// intervals in two sub-windows, so that the count covers about the same
-// span as a stream's own two latest reports (bucket.own).
+// demandSlots is how many report intervals a demand slot's counter
+// spans: its sliding window holds every write of its slot, made within
+// one interval of floodgate's clock and at most an interval off on the
+// store's, until the slot after next reads it.
+const demandSlots = 4
+
+// demandSpec is the spec of the demand slots' counters: a sliding window
+// of demandSlots report intervals, in sub-windows of one interval.
 func demandSpec(reportInterval time.Duration) limit.Spec {
-	return limit.Spec{Algorithm: limit.SlidingWindow, Limit: demandCapacity, Window: 2 * reportInterval, Precision: 2}
+	return limit.Spec{Algorithm: limit.SlidingWindow, Limit: demandCapacity, Window: demandSlots * reportInterval, Precision: demandSlots}
+}
+
+// slotOf returns the number of the demand slot holding t.
+func slotOf(t time.Time, reportInterval time.Duration) int64 {
+	return t.UnixNano() / int64(reportInterval)
+}
+
+// slotKey returns the key of the counter of slot for demandKey.
+func slotKey(demandKey string, slot int64) string {
+	return demandKey + ":" + strconv.FormatInt(slot, 10)
 }
 
 // ledger charges buckets to the store for one stream, reusing its
@@ -47,6 +67,8 @@ type ledger struct {
 	limiter limit.Limiter
 	timeout time.Duration
 	demand  limit.Spec
+	// interval is the report interval: the length of a demand slot.
+	interval time.Duration
 
 	hits   []limit.Hit
 	decs   []limit.Decision
@@ -57,8 +79,18 @@ type ledger struct {
 }
 
 // owner is where a hit's decision goes: bucket b's counter c, or its
-// demand when c is -1.
+// demand in the current slot (ownerDemand) or the slot before
+// (ownerDemandBefore).
 type owner struct{ b, c int }
+
+// Owners of a bucket's demand hits.
+const (
+	ownerDemand       = -1
+	ownerDemandBefore = -2
+)
+
+// demandHits is how many demand hits a bucket adds to a store call.
+const demandHits = 2
 
 // charge charges each bucket of bs (all with counters) and reads its
 // counters and the fleet's demand, in calls of at most chunkHits hits
@@ -68,8 +100,8 @@ type owner struct{ b, c int }
 func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
 	for start := 0; start < len(bs); {
 		end, n := start, 0
-		for end < len(bs) && (n == 0 || n+len(bs[end].counters)+1 <= chunkHits) {
-			n += len(bs[end].counters) + 1
+		for end < len(bs) && (n == 0 || n+len(bs[end].counters)+demandHits <= chunkHits) {
+			n += len(bs[end].counters) + demandHits
 			end++
 		}
 		if cerr := l.chargeChunk(ctx, now, bs[start:end]); cerr != nil {
@@ -90,6 +122,7 @@ func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (faile
 // is left to the counters that refused a whole usage.
 func (l *ledger) chargeChunk(ctx context.Context, now time.Time, bs []*bucket) error {
 	l.hits, l.owners = l.hits[:0], l.owners[:0]
+	slot := slotOf(now, l.interval)
 	for i, b := range bs {
 		for j := range b.counters {
 			c := &b.counters[j]
@@ -97,8 +130,10 @@ func (l *ledger) chargeChunk(ctx context.Context, now time.Time, bs []*bucket) e
 			l.hits = append(l.hits, limit.Hit{Key: c.key, Spec: c.spec, Cost: cost, Mode: limit.Advisory})
 			l.owners = append(l.owners, owner{i, j})
 		}
-		l.hits = append(l.hits, limit.Hit{Key: b.demandKey, Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory})
-		l.owners = append(l.owners, owner{i, -1})
+		l.hits = append(l.hits,
+			limit.Hit{Key: slotKey(b.demandKey, slot), Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory},
+			limit.Hit{Key: slotKey(b.demandKey, slot-1), Spec: l.demand, Mode: limit.Advisory})
+		l.owners = append(l.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
 	}
 	l.decs = resize(l.decs, len(l.hits))
 	if err := l.evaluate(ctx, l.hits, l.decs); err != nil {
@@ -107,8 +142,12 @@ func (l *ledger) chargeChunk(ctx context.Context, now time.Time, bs []*bucket) e
 	l.clipRefused(ctx)
 	for k, o := range l.owners {
 		b := bs[o.b]
-		if o.c < 0 {
+		switch o.c {
+		case ownerDemand:
 			b.fleet = demandCapacity - l.decs[k].Remaining
+			continue
+		case ownerDemandBefore:
+			b.fleetBefore = demandCapacity - l.decs[k].Remaining
 			continue
 		}
 		c := &b.counters[o.c]

@@ -41,8 +41,8 @@ const (
 // interval, the Default bounds, failing open.
 type Options struct {
 	// ReportInterval is how often Envoy reports (DefaultReportInterval
-	// when 0): the horizon an assignment is computed for, and, twice over,
-	// the span of recent demand the shares come from. At least 1 s.
+	// when 0): the horizon an assignment is computed for, and the length
+	// of the demand slots the shares come from. At least 1 s.
 	ReportInterval time.Duration
 	// AssignmentTTL is the time to live of every assignment
 	// (DefaultAssignmentTTL when 0). Envoy 1.40 reads whole seconds only,
@@ -93,11 +93,11 @@ type Options struct {
 // value ("rlqs: Options.AssignmentTTL 2.5s: want whole seconds"), or nil.
 // Zero values are valid: they mean the defaults.
 func (o Options) Validate() error {
+	if err := o.validateSigns(); err != nil {
+		return err
+	}
 	n := o.withDefaults()
 	switch {
-	case o.ReportInterval < 0 || o.AssignmentTTL < 0 || o.IdleTimeout < 0 || o.StoreTimeout < 0:
-		return fmt.Errorf("rlqs: Options durations must not be negative (ReportInterval %v, AssignmentTTL %v, IdleTimeout %v, StoreTimeout %v)",
-			o.ReportInterval, o.AssignmentTTL, o.IdleTimeout, o.StoreTimeout)
 	case n.ReportInterval < time.Second:
 		return fmt.Errorf("rlqs: Options.ReportInterval %v: want at least 1s", o.ReportInterval)
 	case n.AssignmentTTL%time.Second != 0:
@@ -107,11 +107,30 @@ func (o Options) Validate() error {
 			n.AssignmentTTL, 2*n.ReportInterval)
 	case n.IdleTimeout < 2*n.ReportInterval:
 		return fmt.Errorf("rlqs: Options.IdleTimeout %v: want at least two report intervals (%v)", n.IdleTimeout, 2*n.ReportInterval)
-	case o.MaxStreams < 0 || o.MaxBuckets < 0 || o.MaxStreamBuckets < 0 || o.MaxBucketIDBytes < 0 || o.MaxBucketEntries < 0:
-		return fmt.Errorf("rlqs: Options bounds must not be negative (MaxStreams %d, MaxBuckets %d, MaxStreamBuckets %d, MaxBucketIDBytes %d, MaxBucketEntries %d)",
-			o.MaxStreams, o.MaxBuckets, o.MaxStreamBuckets, o.MaxBucketIDBytes, o.MaxBucketEntries)
 	case o.FailureMode > rules.FailureUnavailable:
 		return fmt.Errorf("rlqs: Options.FailureMode %v: want allow, deny or unavailable", o.FailureMode)
+	}
+	return nil
+}
+
+// validateSigns names the first duration or bound that is negative.
+func (o Options) validateSigns() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ReportInterval", o.ReportInterval}, {"AssignmentTTL", o.AssignmentTTL}, {"IdleTimeout", o.IdleTimeout}, {"StoreTimeout", o.StoreTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("rlqs: Options.%s %v: must not be negative (0 is the default)", d.name, d.v)
+		}
+	}
+	for _, b := range []struct {
+		name string
+		v    int
+	}{{"MaxStreams", o.MaxStreams}, {"MaxBuckets", o.MaxBuckets}, {"MaxStreamBuckets", o.MaxStreamBuckets},
+		{"MaxBucketIDBytes", o.MaxBucketIDBytes}, {"MaxBucketEntries", o.MaxBucketEntries}} {
+		if b.v < 0 {
+			return fmt.Errorf("rlqs: Options.%s %d: must not be negative (0 is the default)", b.name, b.v)
+		}
 	}
 	return nil
 }

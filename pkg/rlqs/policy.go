@@ -160,7 +160,7 @@ func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy
 			return strategy{kind: denyAll}, until
 		}
 		if c.spec.Algorithm == limit.FixedWindow {
-			r *= unseen(sh, horizon, c.dec.ResetAfter)
+			r *= unseen(sh, horizon, c.dec.ResetAfter, elapsed(c, horizon))
 		}
 		rate = min(rate, r)
 		if c.spec.Algorithm == limit.FixedWindow {
@@ -178,14 +178,25 @@ func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy
 // pace) report, on average, half a report interval after this one, so
 // what they admitted since is not yet charged. Without it, every round
 // paces on a count too high by that much, and the last round of a
-// window, which no later one corrects, overshoots. It is share itself
-// when the window ends within half an interval.
-func unseen(share float64, horizon, left time.Duration) float64 {
-	lag := min(horizon/2, left)
+// window, which no later one corrects, overshoots. Nothing of the window
+// was admitted before it began (elapsed): the rounds that open a window
+// take none off. It is share itself when the window ends within half an
+// interval.
+func unseen(share float64, horizon, left, elapsed time.Duration) float64 {
 	if left <= 0 {
 		return share
 	}
+	lag := max(0, min(horizon/2, left, elapsed))
 	return 1 - (1-share)*lag.Seconds()/left.Seconds()
+}
+
+// elapsed returns how long c's window has run, or, for a calendar window,
+// whose length varies, the length of one report interval at least.
+func elapsed(c *counter, horizon time.Duration) time.Duration {
+	if !c.spec.Calendar.IsZero() {
+		return horizon
+	}
+	return c.spec.Window - c.dec.ResetAfter
 }
 
 // tokens returns the token bucket of rate perSecond, holding at most

@@ -98,3 +98,24 @@ func TestDecide(t *testing.T) {
 		t.Fatalf("no counted limit: %+v, want allow-all", s)
 	}
 }
+
+func TestUnseen(t *testing.T) {
+	const h = 5 * time.Second
+	for _, c := range []struct {
+		name          string
+		share         float64
+		left, elapsed time.Duration
+		want          float64
+	}{
+		{"a lone stream has nothing unseen", 1, 30 * time.Second, 30 * time.Second, 1},
+		{"half an interval of the others' half", 0.5, 25 * time.Second, 35 * time.Second, 1 - 0.5*2.5/25},
+		{"a window just begun: nothing admitted in it yet", 0.5, 59 * time.Second, 50 * time.Millisecond, 1 - 0.5*0.05/59},
+		{"a window that began a second ago", 0.25, 9 * time.Second, time.Second, 1 - 0.75*1.0/9},
+		{"a window ending within half an interval", 0.25, time.Second, 59 * time.Second, 0.25},
+		{"a window ended", 0.25, 0, time.Minute, 0.25},
+	} {
+		if got := unseen(c.share, h, c.left, c.elapsed); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: unseen(%v, %v, %v, %v) = %v, want %v", c.name, c.share, h, c.left, c.elapsed, got, c.want)
+		}
+	}
+}

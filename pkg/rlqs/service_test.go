@@ -153,9 +153,10 @@ func TestFleetShare(t *testing.T) {
 	}
 	h1.clock.Add(5 * time.Second)
 	q1.report("quota", use{bucket: tenant("acme"), allowed: 50, denied: 0})
-	// 550 left over 55 s; envoy-1 asked for 80 of the fleet's 90:
-	// 10 × 81/91, 8.9.
-	if got, want := answers(q1.next(wait)), []answer{{bucket: tenant("acme"), what: "tb 9/1s max 3", ttl: DefaultAssignmentTTL}}; !sameAnswers(got, want) {
+	// A report interval later, in the next demand slot: 550 left over
+	// 55 s; in the slot that ended, envoy-1 asked for 30 of the fleet's
+	// 40: 10 × 31/41, less what envoy-2 admitted unseen, 7.5.
+	if got, want := answers(q1.next(wait)), []answer{{bucket: tenant("acme"), what: "tb 7/1s max 2", ttl: DefaultAssignmentTTL}}; !sameAnswers(got, want) {
 		t.Fatalf("envoy-1: got %+v, want %+v", got, want)
 	}
 }
@@ -188,7 +189,7 @@ func TestSpentWindow(t *testing.T) {
 // stream resolves it.
 func (s *Service) testCounterKey(t *testing.T, domain string, id map[string]string) string {
 	t.Helper()
-	r := resolver{domain: domain, demandWindow: 2 * s.opts.ReportInterval}
+	r := resolver{domain: domain, demandWindow: s.demand.Window}
 	b := &bucket{entries: sortedEntries(id)}
 	r.resolve(b, s.rules.Current())
 	if len(b.counters) == 0 {

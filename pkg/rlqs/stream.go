@@ -66,8 +66,8 @@ func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 	return &stream{
 		s: s, gs: gs, id: s.ids.Add(1), client: client,
 		buckets:    map[string]*bucket{},
-		resolver:   resolver{demandWindow: 2 * s.opts.ReportInterval, failure: s.opts.FailureMode},
-		ledger:     ledger{limiter: s.limiter, timeout: s.opts.StoreTimeout, demand: s.demand},
+		resolver:   resolver{demandWindow: s.demand.Window, failure: s.opts.FailureMode},
+		ledger:     ledger{limiter: s.limiter, timeout: s.opts.StoreTimeout, demand: s.demand, interval: s.opts.ReportInterval},
 		lastReport: s.opts.Now(),
 		logged:     map[string]bool{},
 	}
@@ -380,7 +380,8 @@ func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	if b.assigned {
 		prev = b.sent
 	}
-	s, wake := decide(b.counters, b.own(now, st.s.demand), b.fleet, o.ReportInterval, prev)
+	own, fleet := b.demand(now, o.ReportInterval)
+	s, wake := decide(b.counters, own, fleet, o.ReportInterval, prev)
 	if wake > 0 {
 		b.wakeAt = now.Add(wake + wakeMargin)
 	}
@@ -410,10 +411,11 @@ func (st *stream) logAssignment(b *bucket, s strategy, now time.Time) {
 	}
 	var remaining int64
 	var resetAfter time.Duration
+	own, fleet := b.demand(now, st.s.opts.ReportInterval)
 	if len(b.counters) > 0 {
 		remaining, resetAfter = b.counters[0].dec.Remaining, b.counters[0].dec.ResetAfter
 	}
 	l.Debug("rlqs: assignment", "stream", st.id, "client", st.client, "bucket", b.key, "action", s.action(),
 		"tokens_per_fill", s.perFill, "max_tokens", s.maxTokens, "fill_interval", s.fill,
-		"own_demand", b.own(now, st.s.demand), "fleet_demand", b.fleet, "remaining", remaining, "reset_after", resetAfter)
+		"own_demand", own, "fleet_demand", fleet, "remaining", remaining, "reset_after", resetAfter)
 }
