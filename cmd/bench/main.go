@@ -13,6 +13,10 @@
 //	go run ./cmd/bench -descriptors 3 -limit over -concurrency 16
 //	go run ./cmd/bench -matrix                  the table of docs/benchmarks.md
 //	go run ./cmd/bench -envoy                   p50/p99 through Envoy with and without the filter
+//	go run ./cmd/bench -envoy -rate 0 -envoys 1,2 -envoy-config examples/envoy.yaml,examples/envoy-rlqs.yaml -envoy-header x-api-key
+//	                                            the most one and two Envoys pass through RLS and RLQS (closed loop)
+//	go run ./cmd/bench -envoy -envoy-peers floodgate,reference -reference-bin R -rate 575
+//	                                            floodgate and the reference behind the same Envoy
 //	go run ./cmd/bench -rules 100000 -reloads 3 a domain of 100,000 rules, started and reloaded 3 times
 //	go run ./cmd/bench -write-rules DIR -rules 100000   the same rule files, for another server
 //	go run ./cmd/bench -peers floodgate,reference,limitador -reference-bin R -limitador-bin L -matrix
@@ -141,7 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.scenario.Keys, "keys", 1000, "distinct values per descriptor key, picked uniformly at random per request (with -envoy: client addresses sent in turn as X-Forwarded-For, each its own token bucket)")
 	fs.StringVar(&o.scenario.Limit, "limit", limitUnder, "under: a limit never reached (every decision writes); over: 1 per second per key (all but -keys requests a second are denied)")
 	fs.IntVar(&o.scenario.Concurrency, "concurrency", 64, "concurrent callers")
-	fs.Float64Var(&o.scenario.Rate, "rate", 0, fmt.Sprintf("fixed arrival rate in requests/s (open loop; latency counts from the scheduled send); 0: closed loop, or %d/s with -envoy", envoyDefaultRate))
+	fs.Float64Var(&o.scenario.Rate, "rate", 0, fmt.Sprintf("fixed arrival rate in requests/s (open loop; latency counts from the scheduled send); 0: closed loop. With -envoy %d/s when not given, and closed loop only when -rate 0 is", envoyDefaultRate))
 	fs.BoolVar(&o.matrix, "matrix", false, "run under/over limit x 1/3 descriptors x -matrix-concurrency and print one Markdown table (ignores -limit, -descriptors, -concurrency)")
 	concurrency := fs.String("matrix-concurrency", "16,64,256", "comma-separated concurrencies of -matrix")
 	fs.StringVar(&o.algorithm, "algorithm", limit.FixedWindow.String(), "algorithm of the generated rules")
