@@ -19,9 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -29,7 +27,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/floodgate/floodgate/internal/harness"
 	"github.com/floodgate/floodgate/internal/harness/envoytest"
 )
 
@@ -309,19 +306,23 @@ type httpRun struct {
 	SendLags []int64
 }
 
-// run sends GET / to addr for d on the open-loop schedule (see drive).
-// 200 counts as OK and 429 as over the limit; any other status or a failed
+// run sends GET / for d, closed loop when h.rate is 0 and otherwise on
+// the open-loop schedule (see drive); caller i sends to addrs[i%len(addrs)],
+// so that several Envoys share the callers evenly. 200 counts as OK and 429 as over the limit; any other status or a failed
 // request is an error.
 //
 // Latency runs from the moment a request leaves to the end of its body,
-// not from its scheduled time as in the gRPC mode: Go's timers wake a
+// not from its scheduled time as in the gRPC mode's open loop: Go's timers wake a
 // sleeping caller up to a millisecond late (about 0.5 ms at the median on
 // the machine of docs/benchmarks.md), which would add the same noise to
 // both sides of the comparison. The lateness is kept apart, in SendLags,
 // so that a run whose callers all waited on slow answers, and so sent
 // late, still shows.
-func (h *httpLoad) run(ctx context.Context, addr string, d time.Duration) httpRun {
-	target := "http://" + addr + "/"
+func (h *httpLoad) run(ctx context.Context, addrs []string, d time.Duration) httpRun {
+	targets := make([]string, len(addrs))
+	for i, a := range addrs {
+		targets[i] = "http://" + a + "/"
+	}
 	var next atomic.Uint64
 	tallies := make([]*tally, h.concurrency)
 	lags := make([][]int64, h.concurrency)
@@ -330,7 +331,7 @@ func (h *httpLoad) run(ctx context.Context, addr string, d time.Duration) httpRu
 		lags[i] = make([]int64, 0, 1024)
 	}
 	elapsed := drive(ctx, h.concurrency, h.rate, d, func(i int, at time.Time) {
-		t := tallies[i]
+		t, target := tallies[i], targets[i%len(targets)]
 		since := time.Now()
 		lags[i] = append(lags[i], int64(since.Sub(at)))
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
@@ -363,197 +364,4 @@ func (h *httpLoad) run(ctx context.Context, addr string, d time.Duration) httpRu
 		}
 	})
 	return httpRun{loadResult: collect(tallies, elapsed), SendLags: slices.Concat(lags...)}
-}
-
-// envoyStack is one store's floodgate and the Envoy in front of it.
-type envoyStack struct {
-	store     string
-	floodgate *child
-	envoy     *envoyProcess
-	// with and without gather the store's runs over the rounds.
-	with, without caseRuns
-	// rateLimit sums the filter's counters over the with-filter runs.
-	rateLimit map[string]int64
-	// floodgateCPU is floodgate's CPU over the with-filter runs.
-	floodgateCPU time.Duration
-}
-
-// caseRuns gathers the runs of one case (a store, with or without the
-// filter) over the rounds.
-type caseRuns struct {
-	runs     []httpRun
-	envoyCPU time.Duration
-}
-
-// benchEnvoy runs the -envoy mode: it starts the backend, Redis if needed,
-// and a floodgate and an Envoy per store, then measures o.rounds rounds
-// and tears down what it started. Progress goes to log.
-func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, error) {
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
-	bin, err := harness.Find("envoy")
-	if err != nil {
-		return nil, err
-	}
-	version, err := envoyVersion(ctx, bin)
-	if err != nil {
-		return nil, err
-	}
-	shipped, err := os.ReadFile(o.envoyConfig)
-	if err != nil {
-		return nil, fmt.Errorf("-envoy-config: %w (run from the repository's root, or pass its path)", err)
-	}
-	dir, err := os.MkdirTemp("", "floodgate-bench-envoy-")
-	if err != nil {
-		return nil, err
-	}
-	stops = append(stops, func() { os.RemoveAll(dir) })
-
-	redisAddr, serverBin, err := setUp(ctx, o, dir, slices.Contains(o.envoyStores, storeRedis), true, log, &stops)
-	if err != nil {
-		return nil, err
-	}
-	backend, stopBackend, err := startBackend()
-	if err != nil {
-		return nil, err
-	}
-	stops = append(stops, stopBackend)
-
-	var stacks []*envoyStack
-	var filter string
-	for _, store := range o.envoyStores {
-		sdir := filepath.Join(dir, store)
-		if err := os.Mkdir(sdir, 0o755); err != nil {
-			return nil, err
-		}
-		addr := ""
-		if store == storeRedis {
-			addr = redisAddr
-		}
-		fp, srv, err := startServer(ctx, serverBin, o.config, addr, o.serverArgs)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", store, err)
-		}
-		stops = append(stops, func() { fp.Stop(10 * time.Second) })
-		ep, err := startEnvoy(ctx, shipped, backend, srv.grpcAddr, sdir, o.envoyConcurrency)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", store, err)
-		}
-		stops = append(stops, ep.Stop)
-		fmt.Fprintf(log, "bench: %s: floodgate pid %d on %s; envoy pid %d, with the filter on %s, without on %s\n",
-			store, srv.pid, srv.grpcAddr, ep.Process.Pid(), ep.with, ep.without)
-		stacks = append(stacks, &envoyStack{store: store, floodgate: fp, envoy: ep, rateLimit: map[string]int64{}})
-		filter = ep.filter
-	}
-
-	load := &httpLoad{
-		client:      newHTTPClient(o.scenario.Concurrency),
-		clients:     clientAddrs(o.scenario.Keys),
-		concurrency: o.scenario.Concurrency,
-		rate:        o.envoyRate(),
-		header:      o.envoyHeader,
-	}
-	defer load.client.CloseIdleConnections()
-	for round := range o.rounds {
-		for _, s := range stacks {
-			// Swap the order every round, so that neither case always
-			// runs first after the other store's runs.
-			order := []bool{true, false}
-			if round%2 == 1 {
-				order = []bool{false, true}
-			}
-			for _, withFilter := range order {
-				fmt.Fprintf(log, "bench: round %d/%d: %s, %s: warm-up %v, measuring %v\n",
-					round+1, o.rounds, s.store, filterName(withFilter), o.warmup, o.duration)
-				if err := s.measure(ctx, load, withFilter, o.warmup, o.duration); err != nil {
-					return nil, fmt.Errorf("round %d, %s, %s: %w", round+1, s.store, filterName(withFilter), err)
-				}
-			}
-		}
-	}
-
-	rep := &envoyReport{
-		Envoy:            version,
-		Filter:           filter,
-		Header:           o.envoyHeader,
-		RatePerSec:       load.rate,
-		Callers:          load.concurrency,
-		EnvoyConcurrency: o.envoyConcurrency,
-		ClientAddresses:  len(load.clients),
-		Rounds:           o.rounds,
-		DurationSec:      o.duration.Seconds(),
-	}
-	for _, s := range stacks {
-		rep.Stores = append(rep.Stores, s.result())
-	}
-	return rep, nil
-}
-
-func filterName(withFilter bool) string {
-	if withFilter {
-		return "with the filter"
-	}
-	return "without the filter"
-}
-
-// measure runs one case: a warm-up, then the measured load with Envoy's
-// and floodgate's CPU and the filter's counters read around it.
-func (s *envoyStack) measure(ctx context.Context, load *httpLoad, withFilter bool, warmup, d time.Duration) error {
-	addr, runs := s.envoy.without, &s.without
-	if withFilter {
-		addr, runs = s.envoy.with, &s.with
-	}
-	if warmup > 0 {
-		load.run(ctx, addr, warmup)
-	}
-	before, err := s.read(ctx)
-	if err != nil {
-		return err
-	}
-	r := load.run(ctx, addr, d)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.envoy.Process.Exited() {
-		return fmt.Errorf("envoy exited during the run:\n%s", s.envoy.Log())
-	}
-	if s.floodgate.Exited() {
-		return fmt.Errorf("floodgate exited during the run:\n%s", s.floodgate.logTail())
-	}
-	after, err := s.read(ctx)
-	if err != nil {
-		return err
-	}
-	runs.runs = append(runs.runs, r)
-	runs.envoyCPU += after.envoyCPU - before.envoyCPU
-	if withFilter {
-		s.floodgateCPU += after.floodgateCPU - before.floodgateCPU
-		for name, v := range after.rateLimit {
-			s.rateLimit[name] += v - before.rateLimit[name]
-		}
-	}
-	return nil
-}
-
-// stackReadings are the figures read before and after a run.
-type stackReadings struct {
-	envoyCPU, floodgateCPU time.Duration
-	rateLimit              map[string]int64
-}
-
-func (s *envoyStack) read(ctx context.Context) (stackReadings, error) {
-	var r stackReadings
-	var err error
-	if r.envoyCPU, err = procCPU(s.envoy.Process.Pid()); err != nil {
-		return r, fmt.Errorf("envoy CPU: %w", err)
-	}
-	if r.floodgateCPU, err = procCPU(s.floodgate.Pid()); err != nil {
-		return r, fmt.Errorf("floodgate CPU: %w", err)
-	}
-	r.rateLimit, err = s.envoy.rateLimitStats(ctx)
-	return r, err
 }

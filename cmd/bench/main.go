@@ -13,6 +13,10 @@
 //	go run ./cmd/bench -descriptors 3 -limit over -concurrency 16
 //	go run ./cmd/bench -matrix                  the table of docs/benchmarks.md
 //	go run ./cmd/bench -envoy                   p50/p99 through Envoy with and without the filter
+//	go run ./cmd/bench -envoy -rate 0 -envoys 1,2 -envoy-config examples/envoy.yaml,examples/envoy-rlqs.yaml -envoy-header x-api-key
+//	                                            the most one and two Envoys pass through RLS and RLQS (closed loop)
+//	go run ./cmd/bench -envoy -envoy-peers floodgate,reference -reference-bin R -rate 575
+//	                                            floodgate and the reference behind the same Envoy
 //	go run ./cmd/bench -rules 100000 -reloads 3 a domain of 100,000 rules, started and reloaded 3 times
 //	go run ./cmd/bench -write-rules DIR -rules 100000   the same rule files, for another server
 //	go run ./cmd/bench -peers floodgate,reference,limitador -reference-bin R -limitador-bin L -matrix
@@ -94,11 +98,19 @@ type options struct {
 	referenceBin string
 	settle       time.Duration
 
-	// The -envoy mode (envoy.go).
-	envoy            bool
-	envoyConfig      string
+	// The -envoy mode (envoy.go, envoyrun.go).
+	envoy bool
+	// envoyConfigs are the Envoy bootstraps, each its own setups.
+	envoyConfigs     []string
 	envoyStores      []string
 	envoyConcurrency int
+	// envoyCounts are the numbers of Envoys measured per setup (-envoys).
+	envoyCounts []int
+	// envoyPeers are the servers behind Envoy (-envoy-peers); empty: a
+	// floodgate per store.
+	envoyPeers []peer
+	// envoyClosed is -rate 0 given explicitly with -envoy: closed loop.
+	envoyClosed bool
 	// envoyHeader, when set, is a request header carrying the client
 	// address too (x-api-key for examples/envoy-rlqs.yaml's buckets).
 	envoyHeader string
@@ -110,11 +122,12 @@ type options struct {
 	store        string
 }
 
-// envoyRate is the arrival rate of the -envoy mode: -rate, or
-// envoyDefaultRate when -rate is 0, since closed loop through Envoy would
-// measure saturation, not added latency.
+// envoyRate is the arrival rate of the -envoy mode: -rate; 0 (closed
+// loop) only when -rate 0 was given, since the mode's first question is
+// added latency at a load the machine carries, so that without -rate it
+// is envoyDefaultRate.
 func (o *options) envoyRate() float64 {
-	if o.scenario.Rate == 0 {
+	if o.scenario.Rate == 0 && !o.envoyClosed {
 		return envoyDefaultRate
 	}
 	return o.scenario.Rate
@@ -132,7 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.scenario.Keys, "keys", 1000, "distinct values per descriptor key, picked uniformly at random per request (with -envoy: client addresses sent in turn as X-Forwarded-For, each its own token bucket)")
 	fs.StringVar(&o.scenario.Limit, "limit", limitUnder, "under: a limit never reached (every decision writes); over: 1 per second per key (all but -keys requests a second are denied)")
 	fs.IntVar(&o.scenario.Concurrency, "concurrency", 64, "concurrent callers")
-	fs.Float64Var(&o.scenario.Rate, "rate", 0, fmt.Sprintf("fixed arrival rate in requests/s (open loop; latency counts from the scheduled send); 0: closed loop, or %d/s with -envoy", envoyDefaultRate))
+	fs.Float64Var(&o.scenario.Rate, "rate", 0, fmt.Sprintf("fixed arrival rate in requests/s (open loop; latency counts from the scheduled send); 0: closed loop. With -envoy %d/s when not given, and closed loop only when -rate 0 is", envoyDefaultRate))
 	fs.BoolVar(&o.matrix, "matrix", false, "run under/over limit x 1/3 descriptors x -matrix-concurrency and print one Markdown table (ignores -limit, -descriptors, -concurrency)")
 	concurrency := fs.String("matrix-concurrency", "16,64,256", "comma-separated concurrencies of -matrix")
 	fs.StringVar(&o.algorithm, "algorithm", limit.FixedWindow.String(), "algorithm of the generated rules")
@@ -157,7 +170,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.settle, "settle", 2*time.Second, "with -reloads: the wait after the first answer and after each reload before reading RSS")
 	fs.BoolVar(&o.json, "json", false, "print JSON (one object, or an array with -matrix) instead of text")
 	fs.BoolVar(&o.envoy, "envoy", false, "measure the latency floodgate adds to HTTP requests through Envoy: -envoy-config with and without its ratelimit (or rate_limit_quota) filter, alternating, at -rate, for each of -envoy-stores; needs envoy ($ENVOY_BIN or the PATH)")
-	fs.StringVar(&o.envoyConfig, "envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter (RLS), or the rate_limit_quota filter (RLQS, examples/envoy-rlqs.yaml)")
+	envoyConfigs := fs.String("envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter (RLS), or the rate_limit_quota filter (RLQS, examples/envoy-rlqs.yaml). Several, separated by commas, are measured in the same rounds")
+	envoyCounts := fs.String("envoys", "1", "with -envoy: comma-separated numbers of Envoys, each its own process on the same server, sharing the callers; each number is measured in every round")
+	envoyPeers := fs.String("envoy-peers", "", "with -envoy: comma-separated servers to put behind Envoy instead of one floodgate per store, each on Redis: "+kindFloodgate+" (-server-bin, or built), "+kindReference+" (-reference-bin) or NAME=KIND:BIN; without -config they read generated rules for domain demo that no run reaches, in fixed windows")
 	stores := fs.String("envoy-stores", storeRedis+","+storeMemory, "with -envoy: comma-separated stores of floodgate to measure: "+storeRedis+" (-redis-addr, or a private redis-server), "+storeMemory)
 	fs.IntVar(&o.envoyConcurrency, "envoy-concurrency", 1, "with -envoy: Envoy's worker threads (--concurrency)")
 	fs.StringVar(&o.envoyHeader, "envoy-header", "", "with -envoy: a request header that carries the request's client address too, e.g. x-api-key, the bucket of examples/envoy-rlqs.yaml and a descriptor of examples/envoy.yaml")
@@ -188,15 +203,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		if err := o.checkReloads(); err != nil {
 			return nil, err
 		}
-	case o.referenceBin != "":
-		return nil, errors.New("-reference-bin is for -reloads and -peers")
+	case o.referenceBin != "" && *envoyPeers == "":
+		return nil, errors.New("-reference-bin is for -reloads, -peers and -envoy-peers")
 	case o.limitadorBin != "":
 		return nil, errors.New("-limitador-bin is for -peers")
 	}
 	if o.envoy {
-		if err := o.checkEnvoy(*stores); err != nil {
+		fs.Visit(func(f *flag.Flag) { o.envoyClosed = o.envoyClosed || f.Name == "rate" && o.scenario.Rate == 0 })
+		if err := o.checkEnvoy(*stores, *envoyConfigs, *envoyCounts, *envoyPeers); err != nil {
 			return nil, err
 		}
+	} else if *envoyPeers != "" || *envoyCounts != "1" {
+		return nil, errors.New("-envoy-peers and -envoys are for -envoy")
 	}
 	for c := range strings.SplitSeq(*concurrency, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
@@ -234,9 +252,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-// checkEnvoy validates and completes the options of the -envoy mode; stores
-// is -envoy-stores.
-func (o *options) checkEnvoy(stores string) error {
+// checkEnvoy validates and completes the options of the -envoy mode from
+// -envoy-stores, -envoy-config, -envoys and -envoy-peers.
+func (o *options) checkEnvoy(stores, configs, counts, peers string) error {
 	switch {
 	case o.matrix, o.serverAddr != "", o.cpuProfile != "", o.writeRules != "":
 		return errors.New("-envoy starts its own servers and reports latency only: drop -matrix, -server-addr, -cpuprofile and -write-rules")
@@ -254,8 +272,44 @@ func (o *options) checkEnvoy(stores string) error {
 		}
 		o.envoyStores = append(o.envoyStores, st)
 	}
+	for c := range strings.SplitSeq(configs, ",") {
+		if c = strings.TrimSpace(c); c == "" || slices.Contains(o.envoyConfigs, c) {
+			return fmt.Errorf("-envoy-config %q: want bootstrap paths, each once, separated by commas", configs)
+		}
+		o.envoyConfigs = append(o.envoyConfigs, c)
+	}
+	for c := range strings.SplitSeq(counts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n < 1 || n > maxEnvoys || slices.Contains(o.envoyCounts, n) {
+			return fmt.Errorf("-envoys %q: want numbers from 1 to %d, each once, separated by commas", counts, maxEnvoys)
+		}
+		o.envoyCounts = append(o.envoyCounts, n)
+	}
+	if peers != "" {
+		return o.checkEnvoyPeers(peers)
+	}
 	if o.config == "" {
 		o.config = envoyDefaultConfig
+	}
+	return nil
+}
+
+// maxEnvoys bounds -envoys: each Envoy is a process of its own on the
+// machine that runs the load.
+const maxEnvoys = 8
+
+// checkEnvoyPeers reads -envoy-peers: floodgate and the reference, both on
+// Redis, the reference's only store of the two the mode knows.
+func (o *options) checkEnvoyPeers(list string) error {
+	o.envoyStores = []string{storeRedis}
+	var err error
+	if o.envoyPeers, err = parsePeers(list, o); err != nil {
+		return err
+	}
+	for _, p := range o.envoyPeers {
+		if p.Kind == kindLimitador {
+			return fmt.Errorf("-envoy-peers: %q: Limitador is not run behind Envoy by this tool (its limits file differs)", p.Name)
+		}
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ func (c *child) logTail() string {
 type server struct {
 	grpcAddr  string
 	debugAddr string // "" when unknown: no profiles
+	httpAddr  string // "" when unknown: no /metrics
 	pid       int    // 0 when unknown: no CPU or RSS figures
 }
 
@@ -71,5 +72,5 @@ func startServer(ctx context.Context, bin, config, redisAddr string, extra []str
 	if err != nil {
 		return nil, server{}, err
 	}
-	return &child{Process: f.Process, logs: f.Logs}, server{grpcAddr: f.GRPCAddr, debugAddr: f.DebugAddr, pid: f.Pid()}, nil
+	return &child{Process: f.Process, logs: f.Logs}, server{grpcAddr: f.GRPCAddr, debugAddr: f.DebugAddr, httpAddr: f.HTTPAddr, pid: f.Pid()}, nil
 }
