@@ -19,7 +19,8 @@ import (
 // the window (R/T), so that a fleet admitting at that pace ends the
 // window on the limit; for the other algorithms, the sustained rate
 // (Limit per Window) plus what the counter holds now spread over one
-// interval. A stream gets its share of the slowest of its limits,
+// interval, and for a sliding window no longer than the interval, which
+// renews whole within it, the sustained rate alone. A stream gets its share of the slowest of its limits,
 // proportional to its recent demand over the fleet's (share), as a token
 // bucket refilling every second (tokens). A fixed window with nothing
 // left is deny-all until it resets.
@@ -132,8 +133,14 @@ func fleetRate(c *counter, horizon time.Duration) (perSecond float64, spent bool
 		perSecond = l/w + r/horizon.Seconds()
 	default:
 		// Sliding windows: r now, and the hits of the window slide out
-		// at about the pace they came in.
-		perSecond = r/horizon.Seconds() + max(l-r, 0)/w
+		// at about the pace they came in. A window no longer than the
+		// horizon renews whole within it: its sustained rate (r/horizon
+		// would pace a 5 per second window at 1 per second).
+		if w <= horizon.Seconds() {
+			perSecond = l / w
+		} else {
+			perSecond = r/horizon.Seconds() + max(l-r, 0)/w
+		}
 	}
 	if perSecond <= 0 {
 		return 0, true, 0

@@ -42,6 +42,12 @@ func TestFleetRate(t *testing.T) {
 			counter{spec: limit.Spec{Algorithm: limit.SlidingWindow, Limit: 600, Window: time.Minute}, dec: limit.Decision{Remaining: 0}}, 10, false, 0},
 		{"sliding window unused: the whole limit over the horizon",
 			counter{spec: limit.Spec{Algorithm: limit.SlidingWindow, Limit: 600, Window: time.Minute}, dec: limit.Decision{Remaining: 600}}, 120, false, 0},
+		{"sliding window of a second, unused: it renews five times over the horizon, its sustained rate",
+			counter{spec: limit.Spec{Algorithm: limit.SlidingWindow, Limit: 5, Window: time.Second}, dec: limit.Decision{Remaining: 5}}, 5, false, 0},
+		{"sliding window of a second, spent now: it too renews within the horizon",
+			counter{spec: limit.Spec{Algorithm: limit.SlidingWindow, Limit: 5, Window: time.Second}, dec: limit.Decision{Remaining: 0}}, 5, false, 0},
+		{"sliding window as long as the horizon: its sustained rate",
+			counter{spec: limit.Spec{Algorithm: limit.SlidingWindow, Limit: 50, Window: h}, dec: limit.Decision{Remaining: 20}}, 10, false, 0},
 		{"a limit of 0: spent, with no end",
 			counter{spec: limit.Spec{Algorithm: limit.GCRA, Limit: 0, Window: time.Second}}, 0, true, 0},
 	} {
