@@ -32,6 +32,14 @@ import (
 // several.
 const maxActions = 1000
 
+// sweepEvery is how often a report looks at every bucket of its stream,
+// for those idle or due a round, rather than at those it carries only.
+// Envoy may split its report of many buckets into many messages: looking
+// at every bucket at each would cost the square of the buckets per
+// interval (10,000 buckets: most of a core). The timer brings what is
+// due in between; idleness is measured in minutes.
+const sweepEvery = time.Second
+
 // wakeMargin is how long after a window's end its buckets are computed
 // again: the store's clock (Redis's) may run a little behind this one's.
 const wakeMargin = 50 * time.Millisecond
@@ -54,6 +62,9 @@ type stream struct {
 	// logged holds the refusal reasons already logged for this stream.
 	logged map[string]bool
 	timer  *time.Timer
+	// nextWake is when the timer is set to fire; sweptAt when a report
+	// last looked at every bucket (sweepEvery).
+	nextWake, sweptAt time.Time
 	// batch and charged are the current round's buckets, and those of
 	// them that have counters; actions its response.
 	batch, charged []*bucket
@@ -106,13 +117,14 @@ func (st *stream) run(ctx context.Context) error {
 	defer st.timer.Stop()
 	for {
 		var err error
+		full := false
 		select {
 		case m := <-reports:
 			err = st.report(ctx, m)
 		case err = <-errc:
 			return st.recvError(err)
 		case <-st.timer.C:
-			err = st.wake(ctx)
+			err, full = st.wake(ctx), true
 		case <-st.s.done:
 			return errShutdown
 		case <-ctx.Done():
@@ -124,7 +136,7 @@ func (st *stream) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		st.schedule()
+		st.schedule(full)
 	}
 }
 
@@ -198,11 +210,15 @@ func (st *stream) report(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 		}
 	}
 	st.s.opts.Metrics.report(allowed, denied)
-	abandoned := st.idle(now)
-	if len(abandoned) > 0 {
-		batch = slices.DeleteFunc(batch, func(b *bucket) bool { return b.abandoned })
+	var abandoned []*bucket
+	if now.Sub(st.sweptAt) >= sweepEvery {
+		st.sweptAt = now
+		if abandoned = st.idle(now); len(abandoned) > 0 {
+			batch = slices.DeleteFunc(batch, func(b *bucket) bool { return b.abandoned })
+		}
+		batch = st.appendDue(batch, now)
 	}
-	st.batch = st.appendDue(batch, now)
+	st.batch = batch
 	return st.assign(ctx, now, st.batch, abandoned)
 }
 
@@ -289,19 +305,41 @@ func (st *stream) idle(now time.Time) []*bucket {
 
 // schedule sets the timer to the earliest of: a bucket's window end, an
 // assignment's last moment for a refresh (a report interval before it
-// runs out), and the stream's idle timeout.
-func (st *stream) schedule() {
+// runs out), and the stream's idle timeout. With full false it looks only
+// at the last round's buckets, the others' times being those the timer
+// was set for: a bucket whose time moved later may then wake the stream
+// early, and that wake, finding nothing due, schedules in full.
+func (st *stream) schedule(full bool) {
 	o := &st.s.opts
 	next := st.lastReport.Add(o.IdleTimeout)
-	for _, b := range st.buckets {
-		if !b.wakeAt.IsZero() && b.wakeAt.Before(next) {
-			next = b.wakeAt
+	if full {
+		for _, b := range st.buckets {
+			next = st.dueBefore(b, next)
 		}
-		if due := b.sentAt.Add(o.AssignmentTTL - o.ReportInterval); b.assigned && due.Before(next) {
-			next = due
+	} else {
+		if !st.nextWake.IsZero() && st.nextWake.Before(next) {
+			next = st.nextWake
+		}
+		for _, b := range st.batch {
+			next = st.dueBefore(b, next)
 		}
 	}
+	st.nextWake = next
 	st.timer.Reset(max(next.Sub(o.Now()), time.Millisecond))
+}
+
+// dueBefore returns the earlier of next and when b is due a round
+// without a report: its window's end, or its assignment's last moment
+// for a refresh.
+func (st *stream) dueBefore(b *bucket, next time.Time) time.Time {
+	o := &st.s.opts
+	if !b.wakeAt.IsZero() && b.wakeAt.Before(next) {
+		next = b.wakeAt
+	}
+	if due := b.sentAt.Add(o.AssignmentTTL - o.ReportInterval); b.assigned && due.Before(next) {
+		next = due
+	}
+	return next
 }
 
 // assign runs a round for batch and leaves in st.actions, to send, the
