@@ -299,10 +299,7 @@ func writeEnvoyText(w io.Writer, rep *envoyReport) {
 	fmt.Fprintln(w, "| setup | Envoys | filter | requests | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-200 | send lag p99 ms | Envoy CPU µs/req | server CPU µs/req | Redis CPU µs/req |")
 	fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range rep.Stores {
-		for _, c := range []struct {
-			name string
-			res  envoyCaseResult
-		}{{"without", s.Without}, {"with " + filterLabel(s.Filter), s.With}} {
+		for _, c := range s.cases() {
 			l := c.res.Latency
 			fmt.Fprintf(w, "| %s | %d | %s | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %d | %.3f | %.1f | %.1f | %s |\n",
 				s.Name, s.Envoys, c.name, c.res.Requests, c.res.PerSec, l.P50/1000, l.P90/1000, l.P99/1000, l.P999/1000, l.Max/1000,
@@ -338,6 +335,18 @@ func writeEnvoyText(w io.Writer, rep *envoyReport) {
 	}
 }
 
+// namedCase is one case of a setup's rows: its label and its result.
+type namedCase struct {
+	name string
+	res  envoyCaseResult
+}
+
+// cases returns the setup's two cases in the order the tables print
+// them: without the filter, then with it.
+func (s envoyStoreResult) cases() [2]namedCase {
+	return [2]namedCase{{"without", s.Without}, {"with " + filterLabel(s.Filter), s.With}}
+}
+
 // writeCoresTable prints how many cores each part kept busy per case, and
 // what the rest of the machine took: on a shared machine, what bounds a
 // closed loop.
@@ -345,10 +354,7 @@ func writeCoresTable(w io.Writer, rep *envoyReport) {
 	fmt.Fprintln(w, "| setup | Envoys | filter | req/s (by round) | Envoy cores | server cores | Redis cores | bench (load + backend) cores | machine busy cores | others cores |")
 	fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range rep.Stores {
-		for _, c := range []struct {
-			name string
-			res  envoyCaseResult
-		}{{"without", s.Without}, {"with " + filterLabel(s.Filter), s.With}} {
+		for _, c := range s.cases() {
 			k := c.res.Cores
 			fmt.Fprintf(w, "| %s | %d | %s | %.0f (%s) | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
 				s.Name, s.Envoys, c.name, c.res.PerSec, roundsText(c.res.PerSecByRound), k.Envoy, k.Server, k.Redis, k.Bench, k.Machine,

@@ -222,12 +222,8 @@ func (a *app) quota() (*rlqs.Service, error) {
 		return nil, exit(1, fmt.Errorf("metrics: %w", err))
 	}
 	// Reports are off the request path: their rounds wait for the store
-	// longer than requests do (0 is rlqs's default).
-	deadline := opts.StoreTimeout
-	if deadline == 0 {
-		deadline = rlqs.DefaultStoreTimeout
-	}
-	lim, err := a.store.LimiterWithin(deadline)
+	// longer than requests do.
+	lim, err := a.store.LimiterWithin(opts.StoreDeadline())
 	if err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}

@@ -135,6 +135,11 @@ func (o Options) validateSigns() error {
 	return nil
 }
 
+// StoreDeadline is the deadline of each store call of a report's round:
+// StoreTimeout, or DefaultStoreTimeout when it is 0. A program building
+// the Service's limiter gives it this deadline.
+func (o Options) StoreDeadline() time.Duration { return o.withDefaults().StoreTimeout }
+
 // withDefaults returns o with every zero field set to its default.
 func (o Options) withDefaults() Options {
 	def := func(p *time.Duration, d time.Duration) {
