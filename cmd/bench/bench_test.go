@@ -11,8 +11,13 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/floodgate/floodgate/internal/harness"
 	"github.com/floodgate/floodgate/internal/harness/redistest"
+	fgserver "github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -58,6 +63,39 @@ func TestGRPCFloor(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "grpc floor pid") {
 		t.Errorf("progress does not name the floor:\n%s", stderr.String())
+	}
+}
+
+// TestFloorHealth: the floor answers gRPC's health checks SERVING under
+// floodgate's service names, as Envoy's health check of -envoy-peers floor
+// asks, and still answers ShouldRateLimit OK after them, whatever the
+// number of descriptors.
+func TestFloorHealth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, srv, err := startFloor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	conns, err := dial(srv.grpcAddr, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(conns)
+	for _, name := range fgserver.HealthServices {
+		resp, err := healthpb.NewHealthClient(conns[0]).Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health of %q: %v, %v; want SERVING", name, resp.GetStatus(), err)
+		}
+	}
+	req := &pb.RateLimitRequest{Domain: "any"}
+	for i := range 3 {
+		req.Descriptors = append(req.Descriptors, &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: fmt.Sprint("k", i), Value: "v"}}})
+		resp, err := pb.NewRateLimitServiceClient(conns[0]).ShouldRateLimit(ctx, req)
+		if err != nil || resp.GetOverallCode() != pb.RateLimitResponse_OK {
+			t.Errorf("%d descriptor(s): %v, %v; want OK", i+1, resp.GetOverallCode(), err)
+		}
 	}
 }
 
@@ -408,7 +446,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-peers", "a=floodgate:/x,b=floodgate:/y"}, ""},
 		{[]string{"-peers", "a=floodgate:/x,a=floodgate:/y"}, "named twice"},
 		{[]string{"-peers", "a=floodgate"}, "NAME=KIND:BIN"},
-		{[]string{"-peers", "envoy"}, "kind"},
+		{[]string{"-peers", "envoy"}, `-peers: "envoy": the kind must be floodgate, reference or limitador`},
+		{[]string{"-peers", "floodgate,floor"}, `-peers: "floor": the gRPC floor decides nothing`},
+		{[]string{"-grpc-floor", "-envoy"}, "-envoy -envoy-peers floor"},
 		{[]string{"-peers", "floodgate", "-store", "disk"}, "-store"},
 		{[]string{"-peers", "floodgate", "-rounds", "0"}, "-rounds"},
 		{[]string{"-peers", "floodgate", "-server-addr", "h:1"}, "-peers"},

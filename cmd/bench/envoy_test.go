@@ -50,8 +50,12 @@ func TestEnvoySmoke(t *testing.T) {
 			[]string{"redis/RLS/1", "memory/RLS/1"}, 100, 500},
 		{"closed loop, RLS and RLQS, 1 and 2 Envoys", []string{"-envoy-config", rls + "," + rlqs, "-envoy-header", "x-api-key", "-envoy-stores", "redis", "-rate", "0", "-envoys", "1,2"},
 			[]string{"redis RLS/RLS/1", "redis RLS/RLS/2", "redis RLQS/RLQS/1", "redis RLQS/RLQS/2"}, 0, 50000},
-		{"floodgate as a peer, generated rules", []string{"-envoy-config", rls, "-rate", "200", "-envoy-peers", "floodgate"},
-			[]string{"floodgate redis/RLS/1"}, 100, 500},
+		// The floor answers one status whatever the descriptors (two
+		// here: remote_address and user_agent), which Envoy must take as
+		// a decision; 400/s so that its CPU over the runs is several
+		// ticks of /proc.
+		{"floodgate and the gRPC floor as peers, generated rules", []string{"-envoy-config", rls, "-rate", "400", "-envoy-peers", "floodgate,floor"},
+			[]string{"floodgate redis/RLS/1", "floor/RLS/1"}, 200, 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -106,7 +110,28 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 			t.Errorf("%s, %s the filter: Redis CPU %v, cores %+v; want Redis CPU read with Redis only, Envoy and bench busy, the machine at least the Envoys", s.Name, name, c.RedisCPUMicrosPerRequest, c.Cores)
 		}
 	}
-	if s.Filter == rateLimitFilter {
+	// With RLS the server answers every request; with RLQS it may not
+	// have worked during a short run (Envoy reports every 5 s).
+	if s.Filter == rateLimitFilter && (s.With.ServerCPUMicrosPerRequest <= 0 || s.With.Cores.Server <= 0) {
+		t.Errorf("%s: server CPU with the filter %v µs/request, %v cores; want both positive", s.Name, s.With.ServerCPUMicrosPerRequest, s.With.Cores.Server)
+	}
+	switch {
+	case s.Filter == rateLimitFilter && s.Server == kindFloor:
+		// The floor answers at once and never fails: a request it did not
+		// decide is an answer Envoy refused.
+		var others int64
+		for name, v := range s.RateLimit {
+			if name != "ok" {
+				others += v
+			}
+		}
+		if s.RateLimit["ok"] != s.With.Requests || others != 0 {
+			t.Errorf("%s: Envoy's ratelimit counters %v, want ok = %d and nothing else", s.Name, s.RateLimit, s.With.Requests)
+		}
+		if s.ServerLatency != nil || s.Store != "" {
+			t.Errorf("%s: store %q, decision latency %+v: the floor has neither", s.Name, s.Store, s.ServerLatency)
+		}
+	case s.Filter == rateLimitFilter:
 		// On a busy machine a few requests outlast the example's 0.1 s
 		// timeout and pass undecided (error, failure_mode_allowed): the
 		// counters must still account for every request.
@@ -117,7 +142,7 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 		if l := s.ServerLatency; l == nil || l.Decisions < ok || !(0 < l.P50 && l.P50 <= l.P99) || l.Mean <= 0 {
 			t.Errorf("%s: floodgate's decision latency %+v, want at least %d decisions and positive ascending figures", s.Name, l, ok)
 		}
-	} else if s.ServerLatency != nil {
+	case s.ServerLatency != nil:
 		t.Errorf("%s: RLQS has no decision per request, yet the server's latency %+v", s.Name, s.ServerLatency)
 	}
 	if s.Added != s.With.Latency.minus(s.Without.Latency) || len(s.AddedPerRound) != 2 {
@@ -127,6 +152,44 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 		if !(s.Filter == quotaFilter && strings.Contains(n, "answered 429") || strings.Contains(n, "let through without a decision")) {
 			t.Errorf("%s: note %q", s.Name, n)
 		}
+	}
+}
+
+// TestFloorHealthyInEnvoy: an Envoy in front of the floor, as -envoy-peers
+// floor runs it, finds it healthy: the shipped bootstrap health-checks
+// the rate-limit cluster, and a failed host would leave Envoy routing to
+// it in panic mode, unlike floodgate and the reference.
+func TestFloorHealthyInEnvoy(t *testing.T) {
+	harness.Require(t, "envoy")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, srv, err := startFloor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	shipped, err := os.ReadFile("../../examples/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, stopBackend, err := startBackend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopBackend()
+	// startEnvoy returns once Envoy is ready, after the first health
+	// check of the cluster.
+	e, err := startEnvoy(ctx, shipped, backend, srv.grpcAddr, t.TempDir(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	hosts, err := e.HostHealth(floodgateCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) != 1 || hosts[srv.grpcAddr] != "healthy" {
+		t.Errorf("Envoy's view of the floor at %s: %v, want it healthy", srv.grpcAddr, hosts)
 	}
 }
 
@@ -158,6 +221,8 @@ func TestEnvoyDefaults(t *testing.T) {
 		{[]string{"-envoy", "-rate", "0", "-envoys", "1,2", "-envoy-config", "a.yaml,b.yaml"}, 0, envoyDefaultConfig, "redis,memory", "a.yaml,b.yaml", "[1 2]", ""},
 		// Peers run on Redis, on generated rules unless -config names some.
 		{[]string{"-envoy", "-envoy-peers", "floodgate,reference", "-reference-bin", "/r"}, envoyDefaultRate, "", "redis", "examples/envoy.yaml", "[1]", "floodgate,reference"},
+		// The gRPC floor beside them needs no binary.
+		{[]string{"-envoy", "-envoy-peers", "floodgate,floor,reference", "-reference-bin", "/r"}, envoyDefaultRate, "", "redis", "examples/envoy.yaml", "[1]", "floodgate,floor,reference"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			o, err := parseFlags(tc.args, &bytes.Buffer{})
@@ -182,8 +247,11 @@ func TestEnvoyDefaults(t *testing.T) {
 		{[]string{"-envoy", "-envoys", "0"}, "-envoys"},
 		{[]string{"-envoy", "-envoys", "1,1"}, "-envoys"},
 		{[]string{"-envoy", "-envoy-config", "a.yaml,,b.yaml"}, "-envoy-config"},
-		{[]string{"-envoy", "-envoy-peers", "reference"}, "needs -reference-bin"},
-		{[]string{"-envoy", "-envoy-peers", "l=limitador:/l"}, "Limitador is not run behind Envoy"},
+		{[]string{"-envoy", "-envoy-peers", "reference"}, `-envoy-peers: "reference" needs -reference-bin`},
+		{[]string{"-envoy", "-envoy-peers", "l=limitador:/l"}, `-envoy-peers: "l=limitador:/l": Limitador is not run behind Envoy`},
+		{[]string{"-envoy", "-envoy-peers", "envoy"}, `-envoy-peers: "envoy": the kind must be floodgate, reference or floor`},
+		{[]string{"-envoy", "-envoy-peers", "f=floor:/bin/f"}, `-envoy-peers: "f=floor:/bin/f": the floor is this tool's own child process`},
+		{[]string{"-envoy", "-envoy-peers", "floor,floor"}, `-envoy-peers: "floor" named twice`},
 		{[]string{"-envoys", "2"}, "are for -envoy"},
 		{[]string{"-reference-bin", "/r"}, "-reference-bin is for"},
 	} {

@@ -42,7 +42,9 @@ type envoyStoreResult struct {
 	// Name labels the setup (see envoySetup.name).
 	Name   string `json:"name"`
 	Server string `json:"server"`
-	Store  string `json:"store"`
+	// Store is where the server keeps counters: redis or memory; "" for
+	// the gRPC floor (-envoy-peers floor), which keeps none.
+	Store string `json:"store"`
 	// Config is the Envoy bootstrap, Filter the filter compared:
 	// envoy.filters.http.ratelimit (RLS: the server decides every request)
 	// or envoy.filters.http.rate_limit_quota (RLQS: Envoy decides from
@@ -68,7 +70,7 @@ type envoyStoreResult struct {
 	RateLimit map[string]int64 `json:"envoy_ratelimit"`
 	// ServerLatency is floodgate's own time to answer ShouldRateLimit
 	// over the with-filter runs, from its decision histogram; nil for the
-	// reference server and with RLQS.
+	// reference server, the floor and with RLQS.
 	ServerLatency *serverLatency `json:"server_latency_us,omitempty"`
 	// Notes are what the reader must know to trust the figures.
 	Notes []string `json:"notes,omitempty"`

@@ -27,8 +27,8 @@ import (
 
 // envoySetup is one setup and what its runs gathered over the rounds.
 type envoySetup struct {
-	server peer   // kindFloodgate or kindReference, and its binary
-	store  string // storeRedis or storeMemory
+	server peer   // kindFloodgate, kindReference or kindFloor, and its binary
+	store  string // storeRedis or storeMemory; "" for the floor, which keeps no counters
 	config string // the Envoy bootstrap's path, for the report
 	// shipped is the bootstrap's text; filter the filter it compares,
 	// known once the setup has started.
@@ -74,7 +74,7 @@ func (c cpuUse) plus(b cpuUse) cpuUse {
 func (s *envoySetup) name(peers, configs bool) string {
 	n := s.store
 	if peers {
-		n = s.server.Name + " " + n
+		n = strings.TrimSpace(s.server.Name + " " + n)
 	}
 	if configs {
 		n += " " + filterLabel(s.filter)
@@ -104,7 +104,12 @@ func envoySetups(o *options) ([]*envoySetup, error) {
 			return nil, fmt.Errorf("-envoy-config: %w (run from the repository's root, or pass its path)", err)
 		}
 		for _, srv := range servers {
-			for _, store := range stores {
+			srvStores := stores
+			if srv.Kind == kindFloor {
+				// It keeps no counters: one setup, on no store.
+				srvStores = []string{""}
+			}
+			for _, store := range srvStores {
 				s := &envoySetup{server: srv, store: store, config: config, shipped: shipped}
 				for _, n := range o.envoyCounts {
 					s.counts = append(s.counts, &envoyCount{n: n, rateLimit: map[string]int64{}})
@@ -165,7 +170,8 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 		}
 	}
 	needFloodgate := slices.ContainsFunc(setups, func(s *envoySetup) bool { return s.server.Kind == kindFloodgate && s.server.Bin == "" })
-	if env.redisAddr, env.serverBin, err = setUp(ctx, o, env.dir, slices.Contains(o.envoyStores, storeRedis), needFloodgate, log, &stops); err != nil {
+	needRedis := slices.ContainsFunc(setups, func(s *envoySetup) bool { return s.store == storeRedis })
+	if env.redisAddr, env.serverBin, err = setUp(ctx, o, env.dir, needRedis, needFloodgate, log, &stops); err != nil {
 		return nil, err
 	}
 	if env.redisAddr != "" {
@@ -273,13 +279,16 @@ func (env *envoyEnv) start(ctx context.Context, s *envoySetup, round int) (*runn
 
 // startServer starts the setup's server on the shared rules: floodgate
 // as the other modes start it, the reference with the rules copied under
-// its runtime root.
+// its runtime root; the floor reads none.
 func (env *envoyEnv) startServer(ctx context.Context, s *envoySetup, dir string) (*child, server, error) {
 	redisAddr := ""
 	if s.store == storeRedis {
 		redisAddr = env.redisAddr
 	}
-	if s.server.Kind == kindFloodgate {
+	switch s.server.Kind {
+	case kindFloor:
+		return startFloor(ctx)
+	case kindFloodgate:
 		bin := s.server.Bin
 		if bin == "" {
 			bin = env.serverBin

@@ -12,10 +12,14 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/internal/harness"
+	fgserver "github.com/floodgate/floodgate/internal/server"
 )
 
 // The gRPC floor (-grpc-floor) is what a grpc-go server costs per call on
@@ -24,7 +28,8 @@ import (
 // (max(64, GOMAXPROCS) stream workers, a CodecV2, GOGC 400; not its
 // connection limits and keepalive policy, which cost nothing per call),
 // ignores each request and sends one answer encoded once, OK for one
-// descriptor. No server built on grpc-go spends noticeably less CPU per
+// descriptor. Like floodgate it serves gRPC's health service, SERVING, for
+// the health checks of an Envoy in front of it (-envoy-peers floor). No server built on grpc-go spends noticeably less CPU per
 // call under the same load; floodgate's CPU per decision minus the
 // floor's is what its own work, Redis round trips included, costs.
 
@@ -42,15 +47,26 @@ const (
 	floorGOGC          = 400
 )
 
-// floorCodec spends nothing on protobuf: it ignores requests and sends the
-// answer's bytes as they are.
-type floorCodec struct{}
+// floorCodec spends nothing on protobuf for ShouldRateLimit: it ignores
+// requests (decoded into nil) and sends the answer's bytes as they are.
+// Everything else, the health service's messages, goes through proto.
+type floorCodec struct{ proto encoding.CodecV2 }
 
-func (floorCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+func (c floorCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.(*[]byte); ok {
+		return mem.BufferSlice{mem.SliceBuffer(*b)}, nil
+	}
+	return c.proto.Marshal(v)
 }
-func (floorCodec) Unmarshal(mem.BufferSlice, any) error { return nil }
-func (floorCodec) Name() string                         { return "proto" }
+
+func (c floorCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if v == nil {
+		return nil
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+func (floorCodec) Name() string { return "proto" }
 
 var _ encoding.CodecV2 = floorCodec{}
 
@@ -69,7 +85,13 @@ func serveFloor(addr string) error {
 		return err
 	}
 	workers := uint32(max(floorStreamWorkers, runtime.GOMAXPROCS(0)))
-	s := grpc.NewServer(grpc.NumStreamWorkers(workers), grpc.ForceServerCodecV2(floorCodec{}))
+	codec := floorCodec{proto: encoding.GetCodecV2(grpcproto.Name)}
+	s := grpc.NewServer(grpc.NumStreamWorkers(workers), grpc.ForceServerCodecV2(codec))
+	hs := health.NewServer()
+	for _, name := range fgserver.HealthServices {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	healthpb.RegisterHealthServer(s, hs)
 	desc := grpc.ServiceDesc{
 		ServiceName: pb.RateLimitService_ServiceDesc.ServiceName,
 		HandlerType: (*any)(nil),

@@ -172,7 +172,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.envoy, "envoy", false, "measure the latency floodgate adds to HTTP requests through Envoy: -envoy-config with and without its ratelimit (or rate_limit_quota) filter, alternating, at -rate, for each of -envoy-stores; needs envoy ($ENVOY_BIN or the PATH)")
 	envoyConfigs := fs.String("envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter (RLS), or the rate_limit_quota filter (RLQS, examples/envoy-rlqs.yaml). Several, separated by commas, are measured in the same rounds")
 	envoyCounts := fs.String("envoys", "1", "with -envoy: comma-separated numbers of Envoys, each its own process on the same server, sharing the callers; each number is measured in every round")
-	envoyPeers := fs.String("envoy-peers", "", "with -envoy: comma-separated servers to put behind Envoy instead of one floodgate per store, each on Redis: "+kindFloodgate+" (-server-bin, or built), "+kindReference+" (-reference-bin) or NAME=KIND:BIN; without -config they read generated rules for domain demo that no run reaches, in fixed windows")
+	envoyPeers := fs.String("envoy-peers", "", "with -envoy: comma-separated servers to put behind Envoy instead of one floodgate per store: "+kindFloodgate+" (-server-bin, or built) and "+kindReference+" (-reference-bin), each on Redis, or NAME=KIND:BIN; without -config they read generated rules for domain demo that no run reaches, in fixed windows. "+kindFloor+" is the server of -grpc-floor, which answers every call OK without deciding and keeps no counters: the latency and CPU any grpc-go RLS server adds through Envoy, at the least")
 	stores := fs.String("envoy-stores", storeRedis+","+storeMemory, "with -envoy: comma-separated stores of floodgate to measure: "+storeRedis+" (-redis-addr, or a private redis-server), "+storeMemory)
 	fs.IntVar(&o.envoyConcurrency, "envoy-concurrency", 1, "with -envoy: Envoy's worker threads (--concurrency)")
 	fs.StringVar(&o.envoyHeader, "envoy-header", "", "with -envoy: a request header that carries the request's client address too, e.g. x-api-key, the bucket of examples/envoy-rlqs.yaml and a descriptor of examples/envoy.yaml")
@@ -245,7 +245,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case o.serverAddr != "" && (o.serverBin != "" || o.config != "" || len(o.serverArgs) > 0):
 		return nil, errors.New("-server-bin, -server-args and -config configure a server the tool starts: drop them with -server-addr")
 	case o.grpcFloor && (o.serverAddr != "" || o.serverBin != "" || o.config != "" || len(o.serverArgs) > 0 || o.cpuProfile != "" || o.envoy || o.redisAddr != ""):
-		return nil, errors.New("-grpc-floor drives a server of its own, without Redis: drop -server-addr, -server-bin, -server-args, -config, -cpuprofile, -envoy and -redis-addr")
+		return nil, errors.New("-grpc-floor drives a server of its own, without Redis: drop -server-addr, -server-bin, -server-args, -config, -cpuprofile, -envoy and -redis-addr (behind Envoy, the floor is -envoy -envoy-peers " + kindFloor + ")")
 	case o.cpuProfile != "" && o.serverAddr != "" && o.serverDebugAddr == "":
 		return nil, errors.New("-cpuprofile with -server-addr needs -server-debug-addr")
 	}
@@ -299,19 +299,15 @@ func (o *options) checkEnvoy(stores, configs, counts, peers string) error {
 const maxEnvoys = 8
 
 // checkEnvoyPeers reads -envoy-peers: floodgate and the reference, both on
-// Redis, the reference's only store of the two the mode knows.
+// Redis, the reference's only store of the two the mode knows, and the
+// gRPC floor, which keeps no counters.
 func (o *options) checkEnvoyPeers(list string) error {
 	o.envoyStores = []string{storeRedis}
 	var err error
-	if o.envoyPeers, err = parsePeers(list, o); err != nil {
-		return err
-	}
-	for _, p := range o.envoyPeers {
-		if p.Kind == kindLimitador {
-			return fmt.Errorf("-envoy-peers: %q: Limitador is not run behind Envoy by this tool (its limits file differs)", p.Name)
-		}
-	}
-	return nil
+	o.envoyPeers, err = parsePeers("-envoy-peers", list, o, map[string]string{
+		kindLimitador: "Limitador is not run behind Envoy by this tool (its limits file differs)",
+	})
+	return err
 }
 
 // scenarios lists what to measure, in report order.

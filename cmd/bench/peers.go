@@ -33,7 +33,13 @@ const (
 	kindFloodgate = "floodgate"
 	kindReference = "reference"
 	kindLimitador = "limitador"
+	// kindFloor is the gRPC floor of -grpc-floor (floor.go), a child of
+	// this tool: no binary, no store, no rules, every call answered OK.
+	kindFloor = "floor"
 )
+
+// peerKinds are the kinds of peer servers, in the order errors list them.
+var peerKinds = []string{kindFloodgate, kindReference, kindLimitador, kindFloor}
 
 // peer is one server of the -peers mode.
 type peer struct {
@@ -44,10 +50,12 @@ type peer struct {
 	Bin  string `json:"bin"`
 }
 
-// parsePeers reads -peers: comma-separated KIND (its binary from
-// -server-bin, -reference-bin or -limitador-bin) or NAME=KIND:BIN, so that
-// two floodgate builds can be compared too.
-func parsePeers(list string, o *options) ([]peer, error) {
+// parsePeers reads a list of peers given as the flag named flag (-peers or
+// -envoy-peers): comma-separated KIND (its binary from -server-bin,
+// -reference-bin or -limitador-bin; the floor has none) or NAME=KIND:BIN,
+// so that two floodgate builds can be compared too. refused maps the kinds
+// the flag's mode cannot run to the reason, which the error gives.
+func parsePeers(flag, list string, o *options, refused map[string]string) ([]peer, error) {
 	var peers []peer
 	for item := range strings.SplitSeq(list, ",") {
 		item = strings.TrimSpace(item)
@@ -55,7 +63,7 @@ func parsePeers(list string, o *options) ([]peer, error) {
 		if name, spec, ok := strings.Cut(item, "="); ok {
 			kind, bin, ok := strings.Cut(spec, ":")
 			if !ok || name == "" || bin == "" {
-				return nil, fmt.Errorf("-peers %q: %q: want KIND or NAME=KIND:BIN", list, item)
+				return nil, fmt.Errorf("%s %q: %q: want KIND or NAME=KIND:BIN", flag, list, item)
 			}
 			p = peer{Name: name, Kind: kind, Bin: bin}
 		} else {
@@ -68,21 +76,41 @@ func parsePeers(list string, o *options) ([]peer, error) {
 				p.Bin = o.limitadorBin
 			}
 		}
-		switch {
-		case p.Kind != kindFloodgate && p.Kind != kindReference && p.Kind != kindLimitador:
-			return nil, fmt.Errorf("-peers: %q: the kind must be %s, %s or %s", item, kindFloodgate, kindReference, kindLimitador)
-		case p.Bin == "" && p.Kind == kindReference:
-			return nil, fmt.Errorf("-peers: %q needs -reference-bin (envoyproxy/ratelimit's service_cmd) or %s=%s:BIN", item, p.Name, p.Kind)
-		case p.Bin == "" && p.Kind == kindLimitador:
-			return nil, fmt.Errorf("-peers: %q needs -limitador-bin (limitador-server) or %s=%s:BIN", item, p.Name, p.Kind)
-		case p.Kind == kindReference && o.store == storeMemory:
-			return nil, fmt.Errorf("-peers: %q: the reference server keeps counters in Redis or Memcached only, not with -store %s", item, storeMemory)
-		case slices.ContainsFunc(peers, func(q peer) bool { return q.Name == p.Name }):
-			return nil, fmt.Errorf("-peers: %q named twice", p.Name)
+		if why, ok := refused[p.Kind]; ok {
+			return nil, fmt.Errorf("%s: %q: %s", flag, item, why)
+		}
+		if err := checkPeer(flag, item, p, o, refused); err != nil {
+			return nil, err
+		}
+		if slices.ContainsFunc(peers, func(q peer) bool { return q.Name == p.Name }) {
+			return nil, fmt.Errorf("%s: %q named twice", flag, p.Name)
 		}
 		peers = append(peers, p)
 	}
 	return peers, nil
+}
+
+// checkPeer says what is wrong with the peer p, given as item of the flag.
+func checkPeer(flag, item string, p peer, o *options, refused map[string]string) error {
+	switch {
+	case !slices.Contains(peerKinds, p.Kind):
+		var kinds []string
+		for _, k := range peerKinds {
+			if _, ok := refused[k]; !ok {
+				kinds = append(kinds, k)
+			}
+		}
+		return fmt.Errorf("%s: %q: the kind must be %s or %s", flag, item, strings.Join(kinds[:len(kinds)-1], ", "), kinds[len(kinds)-1])
+	case p.Kind == kindFloor && p.Bin != "":
+		return fmt.Errorf("%s: %q: the floor is this tool's own child process, with no binary: give it as %s", flag, item, kindFloor)
+	case p.Bin == "" && p.Kind == kindReference:
+		return fmt.Errorf("%s: %q needs -reference-bin (envoyproxy/ratelimit's service_cmd) or %s=%s:BIN", flag, item, p.Name, p.Kind)
+	case p.Bin == "" && p.Kind == kindLimitador:
+		return fmt.Errorf("%s: %q needs -limitador-bin (limitador-server) or %s=%s:BIN", flag, item, p.Name, p.Kind)
+	case p.Kind == kindReference && o.store == storeMemory:
+		return fmt.Errorf("%s: %q: the reference server keeps counters in Redis or Memcached only, not with -store %s", flag, item, storeMemory)
+	}
+	return nil
 }
 
 // checkPeers validates the options of the -peers mode.
@@ -104,7 +132,9 @@ func (o *options) checkPeers(list string) error {
 	// not send.
 	o.ceiling = false
 	var err error
-	o.peers, err = parsePeers(list, o)
+	o.peers, err = parsePeers("-peers", list, o, map[string]string{
+		kindFloor: "the gRPC floor decides nothing, and -peers compares decisions under and over limits: measure it alone with -grpc-floor, or behind Envoy with -envoy -envoy-peers",
+	})
 	return err
 }
 
