@@ -156,7 +156,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.serverAddr, "server-addr", "", "gRPC host:port of a running floodgate to drive instead of starting one")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "pid of the -server-addr server, for its CPU and RSS")
 	fs.StringVar(&o.serverDebugAddr, "server-debug-addr", "", "debug host:port of the -server-addr server, for -cpuprofile")
-	fs.BoolVar(&o.grpcFloor, "grpc-floor", false, "drive, instead of floodgate, a grpc-go server that answers every call OK without deciding (set up as floodgate sets up grpc-go): the least CPU per call any grpc-go server needs under this load")
+	fs.BoolVar(&o.grpcFloor, "grpc-floor", false, "drive, instead of floodgate, a grpc-go server that answers every call OK without deciding (set up as floodgate sets up grpc-go): the least CPU per call any grpc-go server needs under this load (behind Envoy: -envoy -envoy-peers "+kindFloor+")")
 	fs.IntVar(&o.conns, "conns", 4, "gRPC connections the callers share")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load before each measurement, not measured")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured load per scenario")
