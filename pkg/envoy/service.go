@@ -110,9 +110,9 @@ type Service struct {
 	// need no deadline from us: a timer and a context per request were 6 %
 	// of the in-memory server's CPU, 7 % of the server's over Redis.
 	ownDeadline bool
-	opts      Options
-	failures  *failureLog
-	scratch   sync.Pool // *scratch
+	opts        Options
+	failures    *failureLog
+	scratch     sync.Pool // *scratch
 }
 
 // New returns a Service that matches requests against rs and evaluates the
