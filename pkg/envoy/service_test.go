@@ -863,11 +863,13 @@ func TestDynamicMetadata(t *testing.T) {
 	}
 }
 
-// deadlineLimiter records the deadline of the last call's context, and says
-// it evaluates immediately when immediate is set.
+// deadlineLimiter records the deadline of the last call's context, says it
+// evaluates immediately when immediate is set, and that it ends its calls
+// within bound by itself (0: it sets no bound).
 type deadlineLimiter struct {
 	limit.Limiter
 	immediate bool
+	bound     time.Duration
 	deadline  time.Time
 	has       bool
 }
@@ -879,29 +881,36 @@ func (d *deadlineLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []l
 
 func (d *deadlineLimiter) EvaluatesImmediately() bool { return d.immediate }
 
+func (d *deadlineLimiter) EvaluateBound() time.Duration { return d.bound }
+
 // TestStoreDeadline: a store call gets Options.StoreTimeout as its deadline,
 // or the caller's when that is sooner, unless the Limiter evaluates
-// immediately: then it gets the caller's context as it is.
+// immediately or ends its calls within StoreTimeout by itself: then it gets
+// the caller's context as it is.
 func TestStoreDeadline(t *testing.T) {
 	const timeout = 30 * time.Second
 	for _, tc := range []struct {
 		name      string
 		immediate bool
+		bound     time.Duration // the Limiter's own bound; 0: none
 		caller    time.Duration // the caller's deadline from now; 0: none
 		want      time.Duration // the store call's; 0: none
 	}{
-		{"waits, no caller deadline", false, 0, timeout},
-		{"waits, caller's sooner", false, time.Second, time.Second},
-		{"waits, caller's later", false, time.Hour, timeout},
-		{"immediate, no caller deadline", true, 0, 0},
-		{"immediate, caller's deadline kept", true, time.Second, time.Second},
+		{"waits, no caller deadline", false, 0, 0, timeout},
+		{"waits, caller's sooner", false, 0, time.Second, time.Second},
+		{"waits, caller's later", false, 0, time.Hour, timeout},
+		{"immediate, no caller deadline", true, 0, 0, 0},
+		{"immediate, caller's deadline kept", true, 0, time.Second, time.Second},
+		{"bounded within, no caller deadline", false, timeout, 0, 0},
+		{"bounded within, caller's later kept", false, timeout / 2, time.Hour, time.Hour},
+		{"bounded beyond, no caller deadline", false, timeout + time.Nanosecond, 0, timeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := &deadlineLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), immediate: tc.immediate}
+			l := &deadlineLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), immediate: tc.immediate, bound: tc.bound}
 			svc, err := New(fixedRules{set}, l, Options{StoreTimeout: timeout})
 			if err != nil {
 				t.Fatal(err)

@@ -46,10 +46,13 @@ const maxBatchArgs = 400
 // trip free wait, outstanding or not. Calls that find every round trip
 // taken wait for one, and leave as soon as one ends.
 //
-// A batch's round trip has the deadline Options.Timeout from its sending,
-// or the latest of its callers' context deadlines if that is sooner; each
-// caller still returns as soon as its own context ends. Context values of
-// the callers do not reach go-redis hooks for a batch of several calls.
+// Every call ends within Options.Timeout of its start, or at its
+// context's deadline if that is sooner, queued or sent, whether or not its
+// context has a deadline: the batcher ends the calls it holds past theirs
+// with one timer of its own (see Limiter.EvaluateBound). A batch's round
+// trip has the latest of its calls' deadlines; each caller still returns
+// as soon as its own context ends or its deadline passes. Context values
+// of the callers do not reach go-redis hooks for a batch of several calls.
 type BatchOptions struct {
 	// Disabled sends every call in a round trip of its own, at once.
 	Disabled bool
@@ -89,11 +92,14 @@ type call struct {
 	args      []any
 	decisions []limit.Decision
 	probe     bool // the breaker's probe
-	state     atomic.Int32
-	sent      bool  // set before done is closed: the call went to Redis
-	blocked   bool  // set before done is closed: the script's verdict
-	err       error // set before done is closed
-	done      chan struct{}
+	// deadline is when the call ends at the latest: its start plus the
+	// Limiter's Timeout, or its context's deadline when sooner.
+	deadline time.Time
+	state    atomic.Int32
+	sent     bool  // set before done is closed: the call went to Redis
+	blocked  bool  // set before done is closed: the script's verdict
+	err      error // set before done is closed
+	done     chan struct{}
 }
 
 // batcher queues calls while MaxInFlight round trips are outstanding.
@@ -120,6 +126,19 @@ type batcher struct {
 	// senders hands a batch to a sender goroutine waiting for one (see
 	// sender).
 	senders chan []*call
+
+	// timeout is the Limiter's Options.Timeout: a call ends within it of
+	// its start, queued or sent, though its context set no deadline (see
+	// expire).
+	timeout time.Duration
+	// watched lists the calls queued since the last expiry whose context
+	// ends later than their deadline, in the order they came; expiry fires
+	// at the first undecided one's deadline. One timer for the queue, not
+	// one per call: a timer and a context per request were 7 % of the
+	// server's CPU under load.
+	watched []*call
+	expiry  *time.Timer
+	armed   bool // expiry is set
 }
 
 // senderIdle is how long a sender goroutine waits for another batch before
@@ -134,8 +153,10 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 		return nil, fmt.Errorf("redislimit: negative batch MaxRequests %d, MaxInFlight %d or Window %v", o.MaxRequests, o.MaxInFlight, o.Window)
 	}
 	b := &batcher{l: l, maxRequests: o.MaxRequests, maxInFlight: o.MaxInFlight, window: o.Window, busyWindow: o.BusyWindow,
-		senders: make(chan []*call), full: make(chan struct{}, 1), windowTimer: time.NewTimer(time.Hour)}
+		senders: make(chan []*call), full: make(chan struct{}, 1), windowTimer: time.NewTimer(time.Hour), timeout: l.opts.Timeout}
 	b.windowTimer.Stop()
+	b.expiry = time.AfterFunc(time.Hour, b.expire)
+	b.expiry.Stop()
 	switch {
 	case b.busyWindow == 0:
 		b.busyWindow = DefaultBatchBusyWindow
@@ -155,6 +176,7 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 // window, with the calls that came meanwhile), else in a batch, and
 // returns the verdict.
 func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
+	deadline := time.Now().Add(b.timeout)
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight && b.windowNow() == 0 {
 		b.inFlight++
@@ -164,7 +186,10 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		b.next()
 		return blocked, err
 	}
-	c := &call{ctx: ctx, decisions: decisions, probe: probe, done: make(chan struct{})}
+	c := &call{ctx: ctx, decisions: decisions, probe: probe, deadline: deadline, done: make(chan struct{})}
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		c.deadline = dl
+	}
 	b.mu.Unlock()
 	// Build the arguments outside the lock, then queue.
 	c.keys, c.args = b.l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
@@ -187,6 +212,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		default:
 		}
 		b.queue = append(b.queue, c)
+		b.watch(c)
 		if b.batchFull() {
 			// Calls left from an earlier window fill a batch already.
 			b.full <- struct{}{}
@@ -195,6 +221,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		b.gather(ctx, window)
 	default:
 		b.queue = append(b.queue, c)
+		b.watch(c)
 		if b.gathering && b.batchFull() {
 			select {
 			case b.full <- struct{}{}:
@@ -221,6 +248,61 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		<-c.done
 	}
 	return b.finish(c)
+}
+
+// watch has expire end c at its deadline unless its context ends it
+// first: the context of a request from Envoy, with Envoy's deadline, does,
+// and one without a deadline (or a later one) does not. b.mu must be held.
+func (b *batcher) watch(c *call) {
+	if dl, ok := c.ctx.Deadline(); ok && !dl.After(c.deadline) {
+		return
+	}
+	// Calls mostly end in the order they came: forget those ended at the
+	// front now, rather than hold their arguments until the next expiry.
+	for len(b.watched) > 0 && b.watched[0].state.Load() >= callDone {
+		b.watched[0] = nil
+		b.watched = b.watched[1:]
+	}
+	b.watched = append(b.watched, c)
+	if !b.armed {
+		b.armed = true
+		b.expiry.Reset(time.Until(c.deadline))
+	}
+}
+
+// expire ends the watched calls past their deadline, queued or sent, as
+// their context would have: with an error wrapping
+// context.DeadlineExceeded. A batch that still carries such a call answers
+// the others and drops its reply (as for a caller that left). It forgets
+// the calls that ended meanwhile, and sets the timer for the next deadline.
+// Deadlines come in the order calls were queued, but for the microseconds
+// between a call's start and its queueing: a call due a little before the
+// one ahead of it ends with that one.
+func (b *batcher) expire() {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := 0
+	for ; i < len(b.watched); i++ {
+		c := b.watched[i]
+		if c.state.Load() >= callDone {
+			continue // answered, or its caller left
+		}
+		if c.deadline.After(now) {
+			break
+		}
+		if c.state.CompareAndSwap(callQueued, callDone) || c.state.CompareAndSwap(callSent, callDone) {
+			c.err = fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(c.decisions), ErrStore, context.DeadlineExceeded)
+			close(c.done)
+		}
+	}
+	n := copy(b.watched, b.watched[i:])
+	clear(b.watched[n:])
+	b.watched = b.watched[:n]
+	b.armed = n > 0
+	if b.armed {
+		b.expiry.Reset(time.Until(b.watched[0].deadline))
+	}
 }
 
 // windowNow is how long a call that finds a round trip free now waits for
@@ -366,11 +448,8 @@ func (b *batcher) flush(batch []*call) {
 	nKeys, nArgs := 0, 0
 	probe := false
 	for _, c := range batch {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			latest = deadline
-		} else if d.After(latest) {
-			latest = d
+		if c.deadline.After(latest) {
+			latest = c.deadline
 		}
 		nKeys += len(c.keys)
 		nArgs += len(c.args)

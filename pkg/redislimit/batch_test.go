@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -382,5 +383,54 @@ local t0 = now() while now() - t0 < 400000 do end return 1`, "0")
 				t.Errorf("3 calls took %d round trips, want %d", trips, tc.wantTrips)
 			}
 		})
+	}
+}
+
+// TestBatchBound: on a Redis that answers nothing, every call ends within
+// Options.Timeout of its start though its context has no deadline
+// (EvaluateBound), whether it was in flight, queued, or sent in a batch
+// whose other call started later: the server relies on it to set no
+// deadline of its own per request.
+func TestBatchBound(t *testing.T) {
+	const timeout = time.Second
+	n := startNode(t)
+	l := newBatchLimiter(t, n, nil, "bound:", timeout)
+	if got := l.EvaluateBound(); got != timeout {
+		t.Fatalf("EvaluateBound() = %v, want the Timeout %v", got, timeout)
+	}
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Hour}, Cost: 1}
+	decide(t, l, hit) // loads the script
+	n.srv.Freeze()
+	defer n.srv.Thaw()
+	// The first call is in flight until its deadline; the second queues
+	// behind it, the third half a Timeout later: both leave in one batch
+	// when the first fails, the batch's round trip lasting until the
+	// third's deadline, half a Timeout past the second's.
+	starts := []time.Duration{0, 20 * time.Millisecond, timeout / 2}
+	took := make([]time.Duration, len(starts))
+	errs := make([]error, len(starts))
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for i, at := range starts {
+		time.Sleep(time.Until(begin.Add(at)))
+		wg.Go(func() {
+			start := time.Now()
+			_, errs[i] = l.Evaluate(context.Background(), []limit.Hit{hit}, make([]limit.Decision, 1))
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	// A timer fires late on a busy machine; the slack is well under the
+	// half Timeout that the second call would overstay without its own end.
+	const slack = 300 * time.Millisecond
+	for i := range starts {
+		// The call in flight meets its connection's deadline first.
+		late := errors.Is(errs[i], context.DeadlineExceeded) || errors.Is(errs[i], os.ErrDeadlineExceeded)
+		if !errors.Is(errs[i], redislimit.ErrStore) || !late {
+			t.Errorf("call %d: err = %v, want ErrStore and a deadline exceeded", i, errs[i])
+		}
+		if took[i] < timeout-10*time.Millisecond || took[i] > timeout+slack {
+			t.Errorf("call %d (started at +%v) ended after %v, want its Timeout %v (+%v at most)", i, starts[i], took[i], timeout, slack)
+		}
 	}
 }

@@ -100,6 +100,18 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
+// EvaluateBound implements limit.Bounded. On a single node or Sentinel,
+// an Evaluate call ends within Options.Timeout of its start, whether or
+// not its context has a deadline: a call sent at once has a deadline of
+// its own, one queued for a batch is ended by the batcher. On a Cluster it
+// is 0: a call may visit several masters in turn, and compensate.
+func (l *Limiter) EvaluateBound() time.Duration {
+	if l.cluster != nil {
+		return 0
+	}
+	return l.opts.Timeout
+}
+
 // Evaluate implements limit.Limiter: one script call decides the request,
 // quotas included, atomically on a single node or Sentinel; on a Cluster,
 // one per hash slot involved, with the compensation the package
