@@ -269,3 +269,26 @@ func TestLimiterWithinMemory(t *testing.T) {
 		t.Fatalf("LimiterWithin = %T, %v; want Limiter", l, err)
 	}
 }
+
+// The limiter a store hands the server says the bound it keeps on its own
+// calls (limit.Bounded) through the deny cache, so that the server sets no
+// deadline per request in front of a single Redis; a per-second split
+// sets none, and the server keeps its own.
+func TestLimiterBound(t *testing.T) {
+	srv := redistest.Start(t)
+	const deadline = 40 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want time.Duration
+	}{
+		{"redis, deny cache", Options{Redis: RedisOptions{URL: srv.Addr}, Deadline: deadline}, deadline},
+		{"redis, no deny cache", Options{Redis: RedisOptions{URL: srv.Addr}, Deadline: deadline, DenyCache: DenyCacheOptions{Disabled: true}}, deadline},
+		{"per-second split", Options{Redis: RedisOptions{URL: srv.Addr}, PerSecond: RedisOptions{URL: srv.Addr}, Deadline: deadline}, 0},
+	} {
+		s, _ := openOn(t, systemClock{}, tc.opts)
+		if got := limit.BoundOf(s.Limiter()); got != tc.want {
+			t.Errorf("%s: limit.BoundOf(%T) = %v, want %v", tc.name, s.Limiter(), got, tc.want)
+		}
+	}
+}
