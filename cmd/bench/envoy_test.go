@@ -223,6 +223,8 @@ func TestEnvoyDefaults(t *testing.T) {
 		{[]string{"-envoy", "-envoy-peers", "floodgate,reference", "-reference-bin", "/r"}, envoyDefaultRate, "", "redis", "examples/envoy.yaml", "[1]", "floodgate,reference"},
 		// The gRPC floor beside them needs no binary.
 		{[]string{"-envoy", "-envoy-peers", "floodgate,floor,reference", "-reference-bin", "/r"}, envoyDefaultRate, "", "redis", "examples/envoy.yaml", "[1]", "floodgate,floor,reference"},
+		// -envoy-stores given puts floodgate on each; the reference stays on Redis (TestEnvoyPeerSetups).
+		{[]string{"-envoy", "-envoy-peers", "floodgate,floor,reference", "-reference-bin", "/r", "-envoy-stores", "redis,memory"}, envoyDefaultRate, "", "redis,memory", "examples/envoy.yaml", "[1]", "floodgate,floor,reference"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			o, err := parseFlags(tc.args, &bytes.Buffer{})
@@ -569,5 +571,27 @@ func TestParseMachineStat(t *testing.T) {
 				t.Errorf("parseMachineStat = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestEnvoyPeerSetups: with -envoy-peers and -envoy-stores, floodgate runs
+// on each store, the reference on Redis only (it has no memory store) and
+// the floor once, on none.
+func TestEnvoyPeerSetups(t *testing.T) {
+	o, err := parseFlags([]string{"-envoy", "-envoy-peers", "floodgate,floor,reference", "-reference-bin", "/r",
+		"-envoy-stores", "memory,redis", "-envoy-config", "../../examples/envoy.yaml"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setups, err := envoySetups(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range setups {
+		got = append(got, s.server.Name+"/"+s.store)
+	}
+	if want := "floodgate/memory floodgate/redis floor/ reference/redis"; strings.Join(got, " ") != want {
+		t.Errorf("setups %v, want %s", got, want)
 	}
 }

@@ -105,9 +105,13 @@ func envoySetups(o *options) ([]*envoySetup, error) {
 		}
 		for _, srv := range servers {
 			srvStores := stores
-			if srv.Kind == kindFloor {
+			switch srv.Kind {
+			case kindFloor:
 				// It keeps no counters: one setup, on no store.
 				srvStores = []string{""}
+			case kindReference:
+				// Redis is the only store of the two it has.
+				srvStores = []string{storeRedis}
 			}
 			for _, store := range srvStores {
 				s := &envoySetup{server: srv, store: store, config: config, shipped: shipped}

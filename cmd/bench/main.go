@@ -111,6 +111,9 @@ type options struct {
 	envoyPeers []peer
 	// envoyClosed is -rate 0 given explicitly with -envoy: closed loop.
 	envoyClosed bool
+	// envoyStoresSet is -envoy-stores given explicitly: with -envoy-peers
+	// floodgate runs on each of them, else on Redis only.
+	envoyStoresSet bool
 	// envoyHeader, when set, is a request header carrying the client
 	// address too (x-api-key for examples/envoy-rlqs.yaml's buckets).
 	envoyHeader string
@@ -173,7 +176,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	envoyConfigs := fs.String("envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter (RLS), or the rate_limit_quota filter (RLQS, examples/envoy-rlqs.yaml). Several, separated by commas, are measured in the same rounds")
 	envoyCounts := fs.String("envoys", "1", "with -envoy: comma-separated numbers of Envoys, each its own process on the same server, sharing the callers; each number is measured in every round")
 	envoyPeers := fs.String("envoy-peers", "", "with -envoy: comma-separated servers to put behind Envoy instead of one floodgate per store: "+kindFloodgate+" (-server-bin, or built) and "+kindReference+" (-reference-bin), each on Redis, or NAME=KIND:BIN; without -config they read generated rules for domain demo that no run reaches, in fixed windows. "+kindFloor+" is the server of -grpc-floor, which answers every call OK without deciding and keeps no counters: the latency and CPU any grpc-go RLS server adds through Envoy, at the least")
-	stores := fs.String("envoy-stores", storeRedis+","+storeMemory, "with -envoy: comma-separated stores of floodgate to measure: "+storeRedis+" (-redis-addr, or a private redis-server), "+storeMemory)
+	stores := fs.String("envoy-stores", storeRedis+","+storeMemory, "with -envoy: comma-separated stores of floodgate to measure: "+storeRedis+" (-redis-addr, or a private redis-server), "+storeMemory+"; with -envoy-peers, "+storeRedis+" unless given (the reference runs on "+storeRedis+" only)")
 	fs.IntVar(&o.envoyConcurrency, "envoy-concurrency", 1, "with -envoy: Envoy's worker threads (--concurrency)")
 	fs.StringVar(&o.envoyHeader, "envoy-header", "", "with -envoy: a request header that carries the request's client address too, e.g. x-api-key, the bucket of examples/envoy-rlqs.yaml and a descriptor of examples/envoy.yaml")
 	fs.IntVar(&o.rounds, "rounds", 3, "with -envoy or -peers: how many times each case is measured for -duration, cases alternating")
@@ -209,7 +212,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-limitador-bin is for -peers")
 	}
 	if o.envoy {
-		fs.Visit(func(f *flag.Flag) { o.envoyClosed = o.envoyClosed || f.Name == "rate" && o.scenario.Rate == 0 })
+		fs.Visit(func(f *flag.Flag) {
+			o.envoyClosed = o.envoyClosed || f.Name == "rate" && o.scenario.Rate == 0
+			o.envoyStoresSet = o.envoyStoresSet || f.Name == "envoy-stores"
+		})
 		if err := o.checkEnvoy(*stores, *envoyConfigs, *envoyCounts, *envoyPeers); err != nil {
 			return nil, err
 		}
@@ -298,11 +304,13 @@ func (o *options) checkEnvoy(stores, configs, counts, peers string) error {
 // machine that runs the load.
 const maxEnvoys = 8
 
-// checkEnvoyPeers reads -envoy-peers: floodgate and the reference, both on
-// Redis, the reference's only store of the two the mode knows, and the
-// gRPC floor, which keeps no counters.
+// checkEnvoyPeers reads -envoy-peers: floodgate on Redis, or on each of
+// -envoy-stores when given; the reference on Redis, its only store of the
+// two the mode knows; and the gRPC floor, which keeps no counters.
 func (o *options) checkEnvoyPeers(list string) error {
-	o.envoyStores = []string{storeRedis}
+	if !o.envoyStoresSet {
+		o.envoyStores = []string{storeRedis}
+	}
 	var err error
 	o.envoyPeers, err = parsePeers("-envoy-peers", list, o, map[string]string{
 		kindLimitador: "Limitador is not run behind Envoy by this tool (its limits file differs)",
