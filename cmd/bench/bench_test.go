@@ -66,18 +66,26 @@ func TestGRPCFloor(t *testing.T) {
 	}
 }
 
+// startTestFloor starts the floor for a test of up to a minute, stopped at
+// its end, and returns the test's context and the floor.
+func startTestFloor(t *testing.T) (context.Context, server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	p, srv, err := startFloor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(time.Second) })
+	return ctx, srv
+}
+
 // TestFloorHealth: the floor answers gRPC's health checks SERVING under
 // floodgate's service names, as Envoy's health check of -envoy-peers floor
 // asks, and still answers ShouldRateLimit OK after them, whatever the
 // number of descriptors.
 func TestFloorHealth(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, srv, err := startFloor(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop(time.Second)
+	ctx, srv := startTestFloor(t)
 	conns, err := dial(srv.grpcAddr, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -161,13 +161,7 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 // it in panic mode, unlike floodgate and the reference.
 func TestFloorHealthyInEnvoy(t *testing.T) {
 	harness.Require(t, "envoy")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, srv, err := startFloor(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop(time.Second)
+	ctx, srv := startTestFloor(t)
 	shipped, err := os.ReadFile("../../examples/envoy.yaml")
 	if err != nil {
 		t.Fatal(err)
