@@ -176,7 +176,6 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 // window, with the calls that came meanwhile), else in a batch, and
 // returns the verdict.
 func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
-	deadline := time.Now().Add(b.timeout)
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight && b.windowNow() == 0 {
 		b.inFlight++
@@ -186,8 +185,10 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		b.next()
 		return blocked, err
 	}
-	c := &call{ctx: ctx, decisions: decisions, probe: probe, deadline: deadline, done: make(chan struct{})}
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+	// Read the clock only for a call that may wait: one sent at once has
+	// the deadline runArgs gives it.
+	c := &call{ctx: ctx, decisions: decisions, probe: probe, deadline: time.Now().Add(b.timeout), done: make(chan struct{})}
+	if dl, ok := ctx.Deadline(); ok && dl.Before(c.deadline) {
 		c.deadline = dl
 	}
 	b.mu.Unlock()
