@@ -118,7 +118,10 @@ func cutItems(data []byte, size int) (*layout, bool) {
 	for i := range lay.slices[:len(lay.slices)-1] {
 		lay.slices[i].end = lay.slices[i+1].start
 	}
-	blockStart = min(blockStart, lay.slices[0].start)
+	// The blank and comment lines between the key and the first item go
+	// with it, so that every byte of the file is parsed in the header or a
+	// slice: a comment's bytes can be an error too (invalid UTF-8).
+	lay.slices[0].start, lay.slices[0].line = blockStart, lay.line+1
 	lay.header = blankLines(data, blockStart, blockEnd)
 	return lay, true
 }
