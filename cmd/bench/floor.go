@@ -86,7 +86,8 @@ func serveFloor(addr string) error {
 	}
 	workers := uint32(max(floorStreamWorkers, runtime.GOMAXPROCS(0)))
 	codec := floorCodec{proto: encoding.GetCodecV2(grpcproto.Name)}
-	s := grpc.NewServer(grpc.NumStreamWorkers(workers), grpc.ForceServerCodecV2(codec))
+	s := grpc.NewServer(grpc.NumStreamWorkers(workers), grpc.ForceServerCodecV2(codec),
+		grpc.StaticStreamWindowSize(fgserver.FlowWindow), grpc.StaticConnWindowSize(fgserver.FlowWindow))
 	hs := health.NewServer()
 	for _, name := range fgserver.HealthServices {
 		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)

@@ -365,7 +365,12 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 // them would take and return a buffer at every flush (measured again for
 // issue 15: no gain in server CPU per decision; docs/benchmarks.md). Read
 // and write buffers keep grpc-go's size, far above a decision's few
-// hundred bytes. The options also
+// hundred bytes. Flow-control windows are fixed (FlowWindow): grpc-go's
+// default, a window sized by bandwidth-delay estimates, sends a PING (and
+// a window update) after the first DATA frame that follows the last PING's
+// answer, which at Envoy's usual rates is every request: two more writes
+// and a read here and in Envoy per decision, for a window that small
+// requests never fill. The options also
 // bound messages and connections, set TLS, and count the calls of unknown
 // methods.
 // streamWorkers is how many goroutines run calls. A call waits on the
@@ -378,12 +383,21 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 // nothing (docs/benchmarks.md).
 const streamWorkers = 64
 
+// FlowWindow is the fixed flow-control window of each gRPC stream and
+// connection the server accepts, in bytes (cmd/bench's gRPC floor uses it
+// too): 16 times grpc-go's starting window, so that
+// decisions (a few hundred bytes) never wait for a window update, and a
+// large RLQS report waits for one per MiB.
+const FlowWindow = 1 << 20
+
 func (s *Server) grpcOptions(codec *requestCodec) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(max(streamWorkers, uint32(runtime.GOMAXPROCS(0)))),
 		grpc.MaxRecvMsgSize(s.maxRecv()),
 		grpc.ForceServerCodecV2(codec),
 		grpc.UnknownServiceHandler(s.unknownMethod),
+		grpc.StaticStreamWindowSize(FlowWindow),
+		grpc.StaticConnWindowSize(FlowWindow),
 	}
 	if s.opts.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
