@@ -1,7 +1,6 @@
 package examples_test
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,17 +54,9 @@ func TestFuzzScriptTellsRaceFromFinding(t *testing.T) {
 			cmd := exec.Command(script, pkg, dir, tc.target)
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "GO="+goBin, "FUZZTIME=50x", "GOWORK=off", "GOFLAGS=-mod=mod")
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			rc := 0
-			if x, ok := err.(*exec.ExitError); ok {
-				rc = x.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if (rc == 0) != (tc.wantRC == 0) || !strings.Contains(out.String(), tc.wantOut) {
-				t.Errorf("exit %d, output:\n%s\nwant exit %d, output with %q", rc, out.String(), tc.wantRC, tc.wantOut)
+			rc, out := exitAndOutput(t, cmd)
+			if (rc == 0) != (tc.wantRC == 0) || !strings.Contains(out, tc.wantOut) {
+				t.Errorf("exit %d, output:\n%s\nwant exit %d, output with %q", rc, out, tc.wantRC, tc.wantOut)
 			}
 		})
 	}

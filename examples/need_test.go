@@ -68,20 +68,27 @@ func TestNeedInstallsOrSaysHow(t *testing.T) {
 			}
 			cmd := exec.Command(filepath.Join(bin, "sh"), append([]string{script}, strings.Fields(tc.args)...)...)
 			cmd.Env = []string{"PATH=" + bin}
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			rc := 0
-			if x, ok := err.(*exec.ExitError); ok {
-				rc = x.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			rc, out := exitAndOutput(t, cmd)
 			calls, _ := os.ReadFile(log)
-			if rc != tc.wantRC || !strings.Contains(out.String(), tc.wantOut) || string(calls) != tc.wantLog {
+			if rc != tc.wantRC || !strings.Contains(out, tc.wantOut) || string(calls) != tc.wantLog {
 				t.Errorf("exit %d, output:\n%s\ncalls:\n%s\nwant exit %d, output with %q, calls:\n%s",
-					rc, out.String(), calls, tc.wantRC, tc.wantOut, tc.wantLog)
+					rc, out, calls, tc.wantRC, tc.wantOut, tc.wantLog)
 			}
 		})
 	}
+}
+
+// exitAndOutput runs cmd and returns its exit code and what it printed on
+// both streams; a command that could not start fails the test.
+func exitAndOutput(t *testing.T, cmd *exec.Cmd) (int, string) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if x, ok := err.(*exec.ExitError); ok {
+		return x.ExitCode(), out.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, out.String()
 }
