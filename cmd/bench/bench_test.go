@@ -423,6 +423,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-grpc-floor", "-server-bin", "x"}, "-grpc-floor"},
 		{[]string{"-grpc-floor", "-cpuprofile", "x"}, "-grpc-floor"},
 		{[]string{"-grpc-floor", "-redis-addr", "h:1"}, "-grpc-floor"},
+		{[]string{"-redis-addr", "127.0.0.1:6379"}, ""},
+		{[]string{"-redis-addr", "unix:///tmp/redis.sock"}, "-redis-addr"},
 		{[]string{"-envoy"}, ""},
 		{[]string{"-envoy", "-envoy-stores", " memory"}, ""},
 		{[]string{"-envoy", "-matrix"}, "-envoy"},

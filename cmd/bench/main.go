@@ -38,6 +38,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -155,7 +156,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.serverBin, "server-bin", "", "floodgate binary to start; empty: built from ./cmd/server with go build, inside the floodgate module")
 	serverArgs := fs.String("server-args", "", "extra flags for the started server, space-separated, after the tool's own ("+strings.Join(serverDefaults, " ")+"), e.g. '-redis-pool-size 64'")
 	fs.StringVar(&o.config, "config", "", "rule file or directory for the started server; it must define domains bench-under and bench-over with keys key1..keyN. Empty: generated (with -envoy: "+envoyDefaultConfig+", the rules of -envoy-config)")
-	fs.StringVar(&o.redisAddr, "redis-addr", "", "host:port of an existing Redis for the started server, the Redis figures and the ceiling; empty: a private redis-server on a free port")
+	fs.StringVar(&o.redisAddr, "redis-addr", "", "host:port of an existing Redis (TCP) for the started server, the Redis figures and the ceiling; empty: a private redis-server on a free port")
 	fs.StringVar(&o.serverAddr, "server-addr", "", "gRPC host:port of a running floodgate to drive instead of starting one")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "pid of the -server-addr server, for its CPU and RSS")
 	fs.StringVar(&o.serverDebugAddr, "server-debug-addr", "", "debug host:port of the -server-addr server, for -cpuprofile")
@@ -255,7 +256,22 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case o.cpuProfile != "" && o.serverAddr != "" && o.serverDebugAddr == "":
 		return nil, errors.New("-cpuprofile with -server-addr needs -server-debug-addr")
 	}
+	if o.redisAddr != "" && !isHostPort(o.redisAddr) {
+		// The tool reads INFO and runs redis-benchmark over TCP; a started
+		// server may still reach the same Redis another way.
+		return nil, fmt.Errorf("-redis-addr %q: want host:port (for a server on the same Redis's Unix socket, add -server-args=-redis=unix:///PATH)", o.redisAddr)
+	}
 	return o, nil
+}
+
+// isHostPort reports whether addr is host:port with a numeric port.
+func isHostPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
 }
 
 // checkEnvoy validates and completes the options of the -envoy mode from
