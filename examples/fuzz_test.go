@@ -17,10 +17,7 @@ import (
 // printed in CI; the last cases run the real go on a target of their own.
 // Only the race passes: an input written, or any other reason, fails.
 func TestFuzzScriptTellsRaceFromFinding(t *testing.T) {
-	script, err := filepath.Abs(filepath.Join(repoRoot, "scripts", "fuzz"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := scriptPath(t, "fuzz")
 	const race = "fuzz: elapsed: 3s, execs: 742 (0/sec), new interesting: 1 (total: 94)\n" +
 		"--- FAIL: FuzzX (3.05s)\n    context deadline exceeded\nFAIL\n"
 	for _, tc := range []struct {

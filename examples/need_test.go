@@ -18,10 +18,7 @@ import (
 // test. It installs when it may, and otherwise installs nothing and names
 // the one command to run.
 func TestNeedInstallsOrSaysHow(t *testing.T) {
-	script, err := filepath.Abs(filepath.Join(repoRoot, "scripts", "need"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := scriptPath(t, "need")
 	for _, tc := range []struct {
 		name    string
 		args    string // programs:packages asked for
@@ -76,6 +73,17 @@ func TestNeedInstallsOrSaysHow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scriptPath is the absolute path of scripts/name, which the tests run
+// from directories of their own.
+func scriptPath(t *testing.T, name string) string {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join(repoRoot, "scripts", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // exitAndOutput runs cmd and returns its exit code and what it printed on

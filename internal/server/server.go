@@ -357,22 +357,6 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	return s, nil
 }
 
-// grpcOptions tune the gRPC server for many small unary calls on a few
-// long-lived connections (Envoy's): a fixed set of streamWorkers runs the
-// streams instead of a new goroutine per call (when all are busy, gRPC
-// still starts one, so no call waits for a worker). Write buffers stay per
-// connection: with few connections they cost little memory, and sharing
-// them would take and return a buffer at every flush (measured again for
-// issue 15: no gain in server CPU per decision; docs/benchmarks.md). Read
-// and write buffers keep grpc-go's size, far above a decision's few
-// hundred bytes. Flow-control windows are fixed (FlowWindow): grpc-go's
-// default, a window sized by bandwidth-delay estimates, sends a PING (and
-// a window update) after the first DATA frame that follows the last PING's
-// answer, which at Envoy's usual rates is every request: two more writes
-// and a read here and in Envoy per decision, for a window that small
-// requests never fill. The options also
-// bound messages and connections, set TLS, and count the calls of unknown
-// methods.
 // streamWorkers is how many goroutines run calls. A call waits on the
 // store for most of its time, so the workers must cover the calls in
 // flight, not the CPUs: a call that finds every worker busy runs on a new
@@ -385,11 +369,27 @@ const streamWorkers = 64
 
 // FlowWindow is the fixed flow-control window of each gRPC stream and
 // connection the server accepts, in bytes (cmd/bench's gRPC floor uses it
-// too): 16 times grpc-go's starting window, so that
-// decisions (a few hundred bytes) never wait for a window update, and a
-// large RLQS report waits for one per MiB.
+// too): 16 times grpc-go's starting window, so that decisions (a few
+// hundred bytes) never wait for a window update, and a large RLQS report
+// waits for one per MiB.
 const FlowWindow = 1 << 20
 
+// grpcOptions tune the gRPC server for many small unary calls on a few
+// long-lived connections (Envoy's): a fixed set of streamWorkers runs the
+// streams instead of a new goroutine per call (when all are busy, gRPC
+// still starts one, so no call waits for a worker). Write buffers stay per
+// connection: with few connections they cost little memory, and sharing
+// them would take and return a buffer at every flush (measured again for
+// issue 15: no gain in server CPU per decision; docs/benchmarks.md). Read
+// and write buffers keep grpc-go's size, far above a decision's few
+// hundred bytes. Flow-control windows are fixed (FlowWindow): grpc-go's
+// default, a window sized by bandwidth-delay estimates, sends a window
+// update and a PING after the first DATA frame that follows the last
+// PING's answer, which at Envoy's usual rates is every request: frames to
+// write and an answer to read here, and a PING to answer in Envoy, per
+// decision, for a window that small requests never fill. The options also
+// bound messages and connections, set TLS, and count the calls of unknown
+// methods.
 func (s *Server) grpcOptions(codec *requestCodec) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(max(streamWorkers, uint32(runtime.GOMAXPROCS(0)))),
