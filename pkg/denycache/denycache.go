@@ -1,8 +1,10 @@
 // Package denycache answers, without the store, the calls a store would
 // reject anyway: a counter known to deny a cost until an instant T (the
-// RetryAfter the store returned) denies it, and any larger cost, until T.
-// Under an over-limit flood most calls are such repeats, so most are
-// answered in memory.
+// RetryAfter the store returned) denies it, and any larger cost, until T;
+// a fixed window the store left with nothing to give (an allowed hit or a
+// look with Remaining 0) denies any cost until the window ends. Under an
+// over-limit flood most calls are such repeats, so most are answered in
+// memory.
 //
 // It owns only that knowledge. A Cache wraps any limit.Limiter
 // (redislimit.Limiter in the server) and is one itself; it imports limit
@@ -25,6 +27,13 @@
 // never the reverse; Options.MaxAge bounds how long: a denial is used for
 // at most MaxAge after the store returned it, even when its T is a day
 // away.
+//
+// An exhausted fixed window is the same knowledge learnt one call
+// earlier: Remaining 0 says that no hit of cost 1 fits until the window
+// ends (ResetAfter), and only the same refund, change of the limit or
+// reset gives budget back. Other algorithms give budget back before their
+// ResetAfter (a bucket refills, a sliding window's hits age out), so only
+// their denials are learnt.
 //
 // The instant t0 is read before the store is called, so the cached T is
 // never later than the store's own.
@@ -155,8 +164,9 @@ func (c *Cache) EvaluateBound() time.Duration { return limit.BoundOf(c.inner) }
 // so that every answer's other statuses are the store's. A call answered
 // here is blocked; one that went to the wrapped Limiter gets its verdict.
 //
-// The wrapped Limiter's denials are remembered; a refund, or an allowed
-// hit, drops its key's cached denial.
+// The wrapped Limiter's denials, and the fixed windows it left exhausted,
+// are remembered; a refund, or another allowed hit, drops its key's cached
+// denial.
 func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	now := c.now().UnixNano()
 	if c.answer(now, hits, decisions) {
@@ -215,30 +225,60 @@ func (c *Cache) denied(now int64, h *limit.Hit, out *denial) bool {
 }
 
 // learn remembers the denials of a call the wrapped Limiter decided at
-// instant now (read before the call), and forgets the denials of keys it
-// allowed or refunded. Nothing is learnt across a Flush.
+// instant now (read before the call), and the fixed windows it left
+// exhausted, and forgets the denials of keys it allowed otherwise or
+// refunded. Nothing is learnt across a Flush. A key hit twice in one call
+// teaches nothing: the later hit's decision counts the earlier one's
+// consumption, which a blocked call did not keep.
 func (c *Cache) learn(gen uint64, now int64, hits []limit.Hit, decisions []limit.Decision) {
 	for i := range hits {
 		h, d := &hits[i], &decisions[i]
 		s := c.shardOf(h.Key)
 		switch {
-		case h.Refund || d.Allowed && h.Cost > 0:
-			s.mu.Lock()
-			delete(s.entries, h.Key)
-			s.mu.Unlock()
+		case h.Refund:
+			s.forget(h.Key)
+		case exhausted(h, d) && once(hits, i):
+			// The next hit of cost 1 or more is denied until the window
+			// ends, as the store would say on that hit.
+			s.store(c, gen, now, h.Key, c.denial(now, h.Spec, 1, d.ResetAfter, d.ResetAfter))
+		case d.Allowed && h.Cost > 0:
+			s.forget(h.Key)
 		case !d.Allowed && h.Cost > 0 && !d.Never && d.RetryAfter > 0 && once(hits, i):
-			// A key hit twice in one call: the later hit's denial counts
-			// the earlier one's consumption, which the call did not keep.
-			until := now + int64(d.RetryAfter)
-			s.store(c, gen, now, h.Key, denial{
-				spec:    h.Spec,
-				cost:    h.Cost,
-				until:   until,
-				resetAt: now + int64(d.ResetAfter),
-				expires: min(until, now+c.maxAge),
-			})
+			s.store(c, gen, now, h.Key, c.denial(now, h.Spec, h.Cost, d.RetryAfter, d.ResetAfter))
 		}
 	}
+}
+
+// exhausted reports whether d, the store's decision on h, leaves a fixed
+// window with nothing to give until it ends: Remaining counts the hits of
+// cost 1 the counter admits now, and a fixed window's count only grows
+// until its end (ResetAfter), short of a refund, a change of the limit or
+// an operator's reset, which the cache handles as for a denial. The other
+// algorithms give budget back before their ResetAfter (a bucket refills,
+// a sliding window's old hits leave), so only their denials are learnt.
+func exhausted(h *limit.Hit, d *limit.Decision) bool {
+	return d.Allowed && !h.Refund && h.Spec.Algorithm == limit.FixedWindow && h.Spec.Limit > 0 &&
+		d.Remaining == 0 && d.ResetAfter > 0
+}
+
+// denial returns what a store's answer at instant now teaches: hits of
+// cost or more on a counter under spec are denied for retry, and the
+// counter is whole again after reset.
+func (c *Cache) denial(now int64, spec limit.Spec, cost int64, retry, reset time.Duration) denial {
+	until := now + int64(retry)
+	return denial{
+		spec:    spec,
+		cost:    cost,
+		until:   until,
+		resetAt: now + int64(reset),
+		expires: min(until, now+c.maxAge),
+	}
+}
+
+func (s *shard) forget(key string) {
+	s.mu.Lock()
+	delete(s.entries, key)
+	s.mu.Unlock()
 }
 
 // sweepInterval is how often a full shard looks for expired denials; in
@@ -309,10 +349,7 @@ func (c *Cache) Reset(ctx context.Context, key string, spec limit.Spec) error {
 	// After the store's reset, so that a call that learns from the old
 	// state has loaded the old generation and stores nothing.
 	c.gen.Add(1)
-	s := c.shardOf(key)
-	s.mu.Lock()
-	delete(s.entries, key)
-	s.mu.Unlock()
+	c.shardOf(key).forget(key)
 	if err != nil {
 		return fmt.Errorf("denycache: reset: %w", err)
 	}

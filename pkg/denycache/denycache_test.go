@@ -130,6 +130,65 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 	}
 }
 
+// TestLearnsExhaustedFixedWindows: a fixed window that the store left
+// with nothing to give (Remaining 0) denies the next hit until it ends,
+// so that hit is answered without the store, as the store would answer
+// it; a window with room left, or another algorithm at 0 (a bucket
+// refills, a sliding window's hits leave), still sends it to the store.
+func TestLearnsExhaustedFixedWindows(t *testing.T) {
+	const flush = -1 // in costs: flush the cache between two calls
+	for _, c := range []struct {
+		name   string
+		spec   limit.Spec
+		costs  []int64 // one call of one hit each, before the probe of cost 1
+		cached bool
+	}{
+		{"fixed window used up", limit.Spec{Limit: 1, Window: time.Second}, []int64{1}, true},
+		{"fixed window used up at once", limit.Spec{Limit: 3, Window: time.Second}, []int64{3}, true},
+		{"full fixed window seen by a look", limit.Spec{Limit: 1, Window: time.Second}, []int64{1, flush, 0}, true},
+		{"fixed window with room", limit.Spec{Limit: 2, Window: time.Second}, []int64{1}, false},
+		{"fixed window refunded", limit.Spec{Limit: 1, Window: time.Second}, []int64{1, -2}, false},
+		{"token bucket emptied", limit.Spec{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second}, []int64{1}, false},
+		{"sliding window used up", limit.Spec{Algorithm: limit.SlidingWindow, Limit: 1, Window: time.Second}, []int64{1}, false},
+		{"gcra used up", limit.Spec{Algorithm: limit.GCRA, Limit: 1, Window: time.Second}, []int64{1}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cache, inner, clk := newCache(t, Options{})
+			ref := limit.NewMemory(limit.MemoryOptions{Now: clk.now})
+			clk.t = t0.Add(300 * time.Millisecond)
+			for _, cost := range c.costs {
+				if cost == flush {
+					cache.Flush()
+					continue
+				}
+				hit := limit.Hit{Key: "k", Spec: c.spec, Cost: max(cost, -cost-1), Refund: cost < flush}
+				eval(t, cache, hit)
+				evalOn(t, ref, hit)
+			}
+			clk.t = clk.t.Add(100 * time.Millisecond)
+			probe := limit.Hit{Key: "k", Spec: c.spec, Cost: 1}
+			before := inner.calls.Load()
+			got, want := eval(t, cache, probe)[0], evalOn(t, ref, probe)[0]
+			if cached := inner.calls.Load() == before; cached != c.cached {
+				t.Fatalf("probe answered from the cache: %v, want %v (%+v)", cached, c.cached, got)
+			}
+			if c.cached && (got.Allowed || want.Allowed || got.RetryAfter > want.RetryAfter || got.RetryAfter < want.RetryAfter-time.Millisecond) {
+				t.Errorf("cached answer %+v, the store's %+v", got, want)
+			}
+		})
+	}
+}
+
+// evalOn decides hits on l, failing the test on an error.
+func evalOn(t *testing.T, l limit.Limiter, hits ...limit.Hit) []limit.Decision {
+	t.Helper()
+	ds := make([]limit.Decision, len(hits))
+	if _, err := l.Evaluate(context.Background(), hits, ds); err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
 func TestExpiresAtRetryAfterExactly(t *testing.T) {
 	c, inner, clk := newCache(t, Options{})
 	clk.t = t0.Add(200 * time.Millisecond)
