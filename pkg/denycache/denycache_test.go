@@ -40,10 +40,12 @@ func newCache(t testing.TB, opts Options) (*Cache, *counting, *clock) {
 
 var perSecond = limit.Spec{Limit: 1, Window: time.Second}
 
-func eval(t *testing.T, c *Cache, hits ...limit.Hit) []limit.Decision {
+// eval decides hits on l (a Cache, or the store behind one), failing the
+// test on an error.
+func eval(t *testing.T, l limit.Limiter, hits ...limit.Hit) []limit.Decision {
 	t.Helper()
 	ds := make([]limit.Decision, len(hits))
-	if _, err := c.Evaluate(context.Background(), hits, ds); err != nil {
+	if _, err := l.Evaluate(context.Background(), hits, ds); err != nil {
 		t.Fatal(err)
 	}
 	return ds
@@ -136,7 +138,9 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 // it; a window with room left, or another algorithm at 0 (a bucket
 // refills, a sliding window's hits leave), still sends it to the store.
 func TestLearnsExhaustedFixedWindows(t *testing.T) {
-	const flush = -1 // in costs: flush the cache between two calls
+	// In costs, besides a hit's cost: flush the cache between two calls,
+	// or refund a hit of cost 1.
+	const flush, refund = -1, -2
 	for _, c := range []struct {
 		name   string
 		spec   limit.Spec
@@ -147,7 +151,7 @@ func TestLearnsExhaustedFixedWindows(t *testing.T) {
 		{"fixed window used up at once", limit.Spec{Limit: 3, Window: time.Second}, []int64{3}, true},
 		{"full fixed window seen by a look", limit.Spec{Limit: 1, Window: time.Second}, []int64{1, flush, 0}, true},
 		{"fixed window with room", limit.Spec{Limit: 2, Window: time.Second}, []int64{1}, false},
-		{"fixed window refunded", limit.Spec{Limit: 1, Window: time.Second}, []int64{1, -2}, false},
+		{"fixed window refunded", limit.Spec{Limit: 1, Window: time.Second}, []int64{1, refund}, false},
 		{"token bucket emptied", limit.Spec{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second}, []int64{1}, false},
 		{"sliding window used up", limit.Spec{Algorithm: limit.SlidingWindow, Limit: 1, Window: time.Second}, []int64{1}, false},
 		{"gcra used up", limit.Spec{Algorithm: limit.GCRA, Limit: 1, Window: time.Second}, []int64{1}, false},
@@ -161,14 +165,17 @@ func TestLearnsExhaustedFixedWindows(t *testing.T) {
 					cache.Flush()
 					continue
 				}
-				hit := limit.Hit{Key: "k", Spec: c.spec, Cost: max(cost, -cost-1), Refund: cost < flush}
+				hit := limit.Hit{Key: "k", Spec: c.spec, Cost: cost}
+				if cost == refund {
+					hit.Cost, hit.Refund = 1, true
+				}
 				eval(t, cache, hit)
-				evalOn(t, ref, hit)
+				eval(t, ref, hit)
 			}
 			clk.t = clk.t.Add(100 * time.Millisecond)
 			probe := limit.Hit{Key: "k", Spec: c.spec, Cost: 1}
 			before := inner.calls.Load()
-			got, want := eval(t, cache, probe)[0], evalOn(t, ref, probe)[0]
+			got, want := eval(t, cache, probe)[0], eval(t, ref, probe)[0]
 			if cached := inner.calls.Load() == before; cached != c.cached {
 				t.Fatalf("probe answered from the cache: %v, want %v (%+v)", cached, c.cached, got)
 			}
@@ -177,16 +184,6 @@ func TestLearnsExhaustedFixedWindows(t *testing.T) {
 			}
 		})
 	}
-}
-
-// evalOn decides hits on l, failing the test on an error.
-func evalOn(t *testing.T, l limit.Limiter, hits ...limit.Hit) []limit.Decision {
-	t.Helper()
-	ds := make([]limit.Decision, len(hits))
-	if _, err := l.Evaluate(context.Background(), hits, ds); err != nil {
-		t.Fatal(err)
-	}
-	return ds
 }
 
 func TestExpiresAtRetryAfterExactly(t *testing.T) {
