@@ -100,8 +100,8 @@ func TestMemoryStore(t *testing.T) {
 }
 
 // With Redis, the deny cache answers the calls after the one that used up
-// the window, its counts are exposed, and a change of the rules empties it. Disabled, every
-// call goes to Redis.
+// the window, its counts are exposed, and a change of the rules empties
+// it. Disabled, every call goes to Redis.
 func TestDenyCache(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := openOn(t, systemClock{}, Options{Redis: RedisOptions{URL: srv.Addr}})

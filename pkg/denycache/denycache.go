@@ -250,12 +250,9 @@ func (c *Cache) learn(gen uint64, now int64, hits []limit.Hit, decisions []limit
 }
 
 // exhausted reports whether d, the store's decision on h, leaves a fixed
-// window with nothing to give until it ends: Remaining counts the hits of
-// cost 1 the counter admits now, and a fixed window's count only grows
-// until its end (ResetAfter), short of a refund, a change of the limit or
-// an operator's reset, which the cache handles as for a denial. The other
-// algorithms give budget back before their ResetAfter (a bucket refills,
-// a sliding window's old hits leave), so only their denials are learnt.
+// window with nothing to give until it ends (ResetAfter); the package doc
+// says why that is as safe to cache as a denial, and only for fixed
+// windows.
 func exhausted(h *limit.Hit, d *limit.Decision) bool {
 	return d.Allowed && !h.Refund && h.Spec.Algorithm == limit.FixedWindow && h.Spec.Limit > 0 &&
 		d.Remaining == 0 && d.ResetAfter > 0

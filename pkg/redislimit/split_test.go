@@ -367,8 +367,9 @@ func TestSplitConcurrentExact(t *testing.T) {
 }
 
 // TestSplitDenyCache: the deny cache in front of a Split, as the server
-// puts it, answers calls on windows it saw used up, on either Redis, without calling
-// them, and still sends a call with a limit it knows nothing of.
+// puts it, answers calls on windows it saw used up, on either Redis,
+// without calling them, and still sends a call with a limit it knows
+// nothing of.
 func TestSplitDenyCache(t *testing.T) {
 	p := startPair(t)
 	// At the start of a 30 s window (future is a whole minute): the
