@@ -20,10 +20,11 @@ import (
 // left every key with the same value and the same expiry instant
 // (PEXPIRETIME, to the ms). The calls mix what the fast path takes (plain
 // hits on distinct keys, looks of cost 0, counts over a lowered limit, old
-// windows, missing keys, this window's start written otherwise than the
-// release writes it) with what it must leave to the general path (a
+// windows, missing keys, requests blocked by a later hit, whose earlier
+// hits it takes back) with what it must leave to the general path (a
 // repeated key, flags, a cost above the capacity, another algorithm, a key
-// in the hash layout of earlier releases, a key holding something else).
+// in the string or hash layouts of earlier releases, a key holding
+// something else).
 // TestMatchesMemory and TestGolden hold both paths to package limit; this
 // test pins what they do not see: the keys' values and expiries.
 func TestFixedFastPath(t *testing.T) {
@@ -84,7 +85,7 @@ func TestFixedFastPath(t *testing.T) {
 			fastKeys = append(fastKeys, "fast:"+k)
 			genKeys = append(genKeys, "gen:"+k)
 		}
-		switch rng.IntN(150) {
+		switch rng.IntN(120) {
 		case 0: // a counter in the hash layout of earlier releases
 			k := keys[0]
 			w := windows[k[1]-'0']
@@ -103,9 +104,18 @@ func TestFixedFastPath(t *testing.T) {
 			}
 		case 2: // a key holding something else
 			at := time.Now().Add(time.Minute)
+			v := []string{"junk", "7", "-3"}[rng.IntN(3)]
 			for _, p := range []string{"fast:", "gen:"} {
-				n.client.Set(ctx, p+keys[0], "junk", 0)
+				n.client.Set(ctx, p+keys[0], v, 0)
 				n.client.PExpireAt(ctx, p+keys[0], at)
+			}
+		case 3: // this window's count in the string layout of earlier releases
+			k := keys[0]
+			w := windows[k[1]-'0']
+			v := fmt.Sprintf("%d:%d", now/w*w, rng.IntN(3))
+			for _, p := range []string{"fast:", "gen:"} {
+				n.client.Set(ctx, p+k, v, 0)
+				n.client.PExpireAt(ctx, p+k, time.UnixMilli(now/1000+w/1000))
 			}
 		}
 		fast, fastErr := n.client.FCall(ctx, redislimit.FunctionName(), fastKeys, args...).Result()
@@ -133,5 +143,46 @@ func TestFixedFastPath(t *testing.T) {
 			}
 		}
 	}
+	// The fast path took calls: each adds to counters with INCRBY, the
+	// general path never does.
+	stats := n.client.Info(ctx, "commandstats").Val()
+	if !strings.Contains(stats, "cmdstat_incrby:") {
+		t.Fatalf("no INCRBY in %d calls: the fast path decided none", calls)
+	}
 	t.Logf("%d calls, keys alike after each", calls)
+}
+
+// TestFixedLimitBound: a plain fixed window's counter packs its count
+// below 2^33 (evaluate.lua's fast path adds to it in place), which holds
+// for every limit the rules accept, up to 2^32 − 1: the largest counts
+// exactly, a cost of the whole limit included, and a larger limit is
+// refused with an error naming it rather than miscounted. A calendar
+// window's counter is a string, with no such bound.
+func TestFixedLimitBound(t *testing.T) {
+	n := startNode(t)
+	l := newLimiter(t, n.client, newClock(future), "bound:")
+	const most = 1<<32 - 1
+	fixed := func(lim int64) limit.Spec {
+		return limit.Spec{Algorithm: limit.FixedWindow, Limit: lim, Window: time.Hour}
+	}
+	for _, tc := range []struct {
+		name string
+		spec limit.Spec
+		cost int64
+		want int64 // remaining after a hit of cost
+	}{
+		{"the largest limit, a hit of 1", fixed(most), 1, most - 1},
+		{"the largest limit, a hit of all of it", fixed(most), most, 0},
+		{"a calendar day above it", limit.Spec{Algorithm: limit.FixedWindow, Limit: 1 << 40, Window: 24 * time.Hour,
+			Calendar: limit.Calendar{Unit: limit.CalendarDay}}, 1 << 39, 1 << 39},
+	} {
+		d := decide(t, l, limit.Hit{Key: tc.name, Spec: tc.spec, Cost: tc.cost})[0]
+		if !d.Allowed || d.Remaining != tc.want {
+			t.Errorf("%s: %+v, want allowed with %d remaining", tc.name, d, tc.want)
+		}
+	}
+	_, err := l.Evaluate(context.Background(), []limit.Hit{{Key: "over", Spec: fixed(most + 1), Cost: 1}}, make([]limit.Decision, 1))
+	if want := "fixed window limit 4294967296 above 4294967295"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("limit 2^32: err %v, want one containing %q", err, want)
+	}
 }

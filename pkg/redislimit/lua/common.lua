@@ -115,14 +115,14 @@ local function first_pass(guess, pass)
   return hi
 end
 
--- load_pair reads a state kept as the string "<a>:<b>" (one GET, one SET
--- with PXAT: two commands where a hash took three). A key written before
--- strings holds a hash with fields fa and fb instead: GET fails on it with
--- WRONGTYPE, and only then is the hash read, so counters survive an
--- upgrade; the next write replaces the hash with a string. Returns a, b as
--- numbers and whether they were a string, or nil when the key is missing.
-local function load_pair(key, fa, fb)
-  local v = redis.pcall('GET', key)
+-- pair_of reads a state kept as the string "<a>:<b>" (one GET, one SET
+-- with PXAT: two commands where a hash took three) from v, GET's reply for
+-- key. A key written before strings holds a hash with fields fa and fb
+-- instead: GET fails on it with WRONGTYPE, and only then is the hash read,
+-- so counters survive an upgrade; the next write replaces the hash with a
+-- string. Returns a, b as numbers and whether they were a string, or nil
+-- when the key is missing.
+local function pair_of(key, v, fa, fb)
   if type(v) == 'table' then
     local f = redis.call('HMGET', key, fa, fb)
     if not f[1] then
@@ -138,6 +138,44 @@ local function load_pair(key, fa, fb)
     return error('floodgate: key ' .. key .. ' holds ' .. v .. ', not a counter of this algorithm')
   end
   return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1)), true
+end
+
+-- load_pair reads key's state "<a>:<b>" as pair_of does.
+local function load_pair(key, fa, fb)
+  return pair_of(key, redis.pcall('GET', key), fa, fb)
+end
+
+-- A plain fixed window's counter (no calendar) is one integer,
+-- tag * COUNT_SPAN + count, so that a hit is one INCRBY where a string
+-- "<start>:<count>" took a GET and a SET (evaluate.lua's fast path). The
+-- tag names the window among its neighbours: window_tag. Limits are at
+-- most LIMIT_MAX (the rules' requests_per_unit is a uint32), so a count,
+-- and a count plus a hit's cost, stay below COUNT_SPAN; tags are at most
+-- WINDOW_TAGS, so the integer stays below 2^52 and Lua reads it exactly.
+local COUNT_SPAN, WINDOW_TAGS, LIMIT_MAX = 8589934592, 524287, 4294967295
+
+-- window_tag returns the tag of the window of length w starting at start:
+-- its index start/w modulo WINDOW_TAGS, plus one, so that no tag is 0 (a
+-- key INCRBY creates holds a bare count). Consecutive windows have
+-- different tags, and a counter is only read in its own window or, for the
+-- last millisecond of its expiry rounding, the next one (it expires at its
+-- window's end), so the tag tells this window's count from the last's. A
+-- clock stepped back WINDOW_TAGS windows or more could mistake one for the
+-- other, as the stored start could a clock stepped back to the same start.
+local function window_tag(start, w)
+  return (start / w) % WINDOW_TAGS + 1
+end
+
+-- fixed_of reads GET's reply v as a plain fixed window's counter: its tag
+-- and count, or nil when v is none (missing, a string of earlier releases,
+-- a number out of the range, anything else).
+local function fixed_of(v)
+  local x = type(v) == 'string' and tonumber(v)
+  if not x or x < COUNT_SPAN or x >= COUNT_SPAN * (WINDOW_TAGS + 1) or x % 1 ~= 0 then
+    return nil
+  end
+  local tag = math.floor(x / COUNT_SPAN)
+  return tag, x - tag * COUNT_SPAN
 end
 
 -- store_pair writes the string a .. ':' .. b (formatted by the caller) to
@@ -167,5 +205,6 @@ local function store_bucket(key, st, h, now, ttl)
 end
 
 return {num = num, int = int, outcome = outcome, expire_at = expire_at, expire = expire,
-        settle = settle, first_pass = first_pass, load_pair = load_pair, store_pair = store_pair,
+        settle = settle, first_pass = first_pass, pair_of = pair_of, load_pair = load_pair, store_pair = store_pair,
+        COUNT_SPAN = COUNT_SPAN, WINDOW_TAGS = WINDOW_TAGS, LIMIT_MAX = LIMIT_MAX, window_tag = window_tag, fixed_of = fixed_of,
         load_bucket = load_bucket, store_bucket = store_bucket}

@@ -1,7 +1,11 @@
 -- fixed_window: counts hits in the window [start, end) that holds now.
 --
--- Per hit: KEYS: the counter's key, the string "<window start µs>:<count>"
--- (before: a hash {s = window start, n = count}, still read; see load_pair).
+-- Per hit: KEYS: the counter's key. A plain window's counter is the
+-- integer tag * COUNT_SPAN + count (common.lua: the tag names the window),
+-- a calendar window's the string "<window start µs>:<count>", whose start
+-- tells months and years apart where a tag could not; each reads the
+-- other's layout, and a plain window reads the string of earlier releases
+-- and the hash {s = window start, n = count} before it (see pair_of).
 -- ARGV group (see evaluate.lua), whose spec "code:L:W:B:N" gives limit L, window W µs, and, for calendar
 -- windows, four boundaries b1 < b2 < b3 < b4 (µs) computed in Go around its
 -- own clock; the window is the one of [b1,b2), [b2,b3), [b3,b4) holding
@@ -18,8 +22,8 @@
 -- Receives (see scriptSource in script.go): C, common.lua's helpers; it
 -- uses no constant. Returns {load, step, store}.
 
-local int, outcome, load_pair, store_pair =
-  C.int, C.outcome, C.load_pair, C.store_pair
+local int, outcome, pair_of, expire_at = C.int, C.outcome, C.pair_of, C.expire_at
+local COUNT_SPAN, LIMIT_MAX, window_tag, fixed_of = C.COUNT_SPAN, C.LIMIT_MAX, C.window_tag, C.fixed_of
 
 local function window(h, now)
   if h.cal then
@@ -38,20 +42,31 @@ end
 -- A state's expires flag says that its key is a string already set to
 -- expire at the end of the state's window: every write in a window sets
 -- the same instant (ceil(end/1000) ms, see expire_at), so a later write in
--- it keeps the key's TTL (KEEPTTL) instead of setting it again.
+-- it keeps the key's TTL (KEEPTTL) instead of setting it again. A state
+-- holds its window's tag (an integer counter) or its start (a string).
 local function load(key, h, now)
-  local start, n, str = load_pair(key, 's', 'n')
+  local v = redis.pcall('GET', key)
+  local tag, n = fixed_of(v)
+  if tag then
+    return {tag = tag, count = n, expires = true}, true
+  end
+  local start, count, str = pair_of(key, v, 's', 'n')
   if not start then
     return {start = 0, count = 0}, false
   end
-  return {start = start, count = n, expires = str}, true
+  return {start = start, count = count, expires = str}, true
 end
 
 local function step(st, ok, h, now, cost, refund)
   local start, stop = window(h, now)
   local limit = h.limit
+  if limit > LIMIT_MAX and not h.cal then
+    return error('floodgate: fixed window limit ' .. int(limit) .. ' above ' .. int(LIMIT_MAX))
+  end
+  local tag = not h.cal and window_tag(start, h.window) or nil
+  local same = ok and (st.tag ~= nil and st.tag == tag or st.tag == nil and st.start == start)
   local n = 0
-  if ok and st.start == start then
+  if same then
     n = st.count
   end
   local o = outcome(false, 0, stop - now, 0, false, stop - now)
@@ -71,14 +86,22 @@ local function step(st, ok, h, now, cost, refund)
     o.retry = stop - now
   end
   o.remaining = math.max(0, limit - n)
-  return {start = start, count = n, expires = ok and st.start == start and st.expires}, o
+  return {start = start, tag = tag, count = n, expires = same and st.expires}, o
 end
 
 local function store(key, st, h, now, ttl)
-  if st.expires then
-    redis.call('SET', key, string.format('%d:%d', st.start, st.count), 'KEEPTTL')
+  local v
+  if st.tag then
+    v = st.tag * COUNT_SPAN + st.count
   else
-    store_pair(key, string.format('%d:%d', st.start, st.count), now, ttl)
+    v = string.format('%d:%d', st.start, st.count)
+  end
+  if st.expires then
+    redis.call('SET', key, v, 'KEEPTTL')
+  elseif ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, v, 'PXAT', expire_at(now, ttl))
   end
 end
 
