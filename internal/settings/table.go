@@ -206,7 +206,7 @@ var Table = []Setting{
 	{Flag: "deny-cache",
 		Group:      GroupRedis,
 		Usage:      "with Redis, answer requests a counter is known to deny (until the retry-after Redis returned, or the end of a fixed window Redis reported used up) without calling Redis",
-		Doc:        "with Redis, answer without Redis a request all of whose limits are known to deny it (Redis returned each denial and its retry-after, or reported the fixed window used up until its end, and that time has not passed); flushed on every rule reload",
+		Doc:        "with Redis, answer without Redis a request all of whose limits are known to deny it (Redis returned each denial and its retry-after, or reported the fixed window used up until its end, and that time has not passed), and ask Redis only to read the other limits of a request one such limit denies, when they are fixed windows; flushed on every rule reload",
 		DefaultDoc: "true",
 		At:         func(c *Config) any { return &c.Store.DenyCache.Disabled },
 		Value:      func(c *Config, _ Lookup) flag.Value { return invertedBool{&c.Store.DenyCache.Disabled} }},

@@ -4,7 +4,8 @@
 // a fixed window the store left with nothing to give (an allowed hit or a
 // look with Remaining 0) denies any cost until the window ends. Under an
 // over-limit flood most calls are such repeats, so most are answered in
-// memory.
+// memory; a call such a denial blocks, whose other hits are fixed windows
+// the cache does not know, costs the store only a look at those.
 //
 // It owns only that knowledge. A Cache wraps any limit.Limiter
 // (redislimit.Limiter in the server) and is one itself; it imports limit
@@ -159,10 +160,16 @@ func (c *Cache) EvaluateBound() time.Duration { return limit.BoundOf(c.inner) }
 // left until the instant the store gave, and ResetAfter the store's minus
 // the time elapsed (a hit costing more than its limit's capacity gets Never
 // and RetryAfter 0, as from the store), and nothing is consumed, as the
-// wrapped Limiter would consume nothing. A call with any other hit (a look
-// of cost 0, a refund, a key without a denial) goes to the wrapped Limiter,
-// so that every answer's other statuses are the store's. A call answered
-// here is blocked; one that went to the wrapped Limiter gets its verdict.
+// wrapped Limiter would consume nothing. When an enforced hit's cached
+// denial blocks the call but the cache does not know its other hits, and
+// those are fixed windows on keys of their own, the wrapped Limiter is
+// asked only to look at them (cost 0): the call is blocked, and each of
+// them gets the store's decision, which a look at a fixed window tells
+// exactly (see looked). A call with any other hit (a refund, a key
+// without a denial in another algorithm) goes to the wrapped Limiter
+// whole, so that every answer's other statuses are the store's. A call
+// answered here is blocked; one that went to the wrapped Limiter gets its
+// verdict.
 //
 // The wrapped Limiter's denials, and the fixed windows it left exhausted,
 // are remembered; a refund, or another allowed hit, drops its key's cached
@@ -175,6 +182,12 @@ func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 	}
 	gen := c.gen.Load()
 	c.evaluated.Add(1)
+	if looks, ok := c.looksFor(now, hits, decisions); ok {
+		if err := c.look(ctx, gen, now, hits, decisions, looks); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
 	blocked, err = c.inner.Evaluate(ctx, hits, decisions)
 	if err != nil {
 		return false, err
@@ -197,15 +210,100 @@ func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) 
 			// knows nothing of, gets its real state from it.
 			return false
 		}
-		decisions[i] = limit.Decision{
-			RetryAfter: time.Duration(d.until - now),
-			ResetAfter: time.Duration(max(d.resetAt-now, d.until-now)),
-		}
-		if h.Cost > d.spec.Capacity() {
-			decisions[i].Never, decisions[i].RetryAfter = true, 0
-		}
+		decisions[i] = d.decision(now, h)
 	}
 	return limit.Blocked(hits, decisions)
+}
+
+// decision is what the cache answers for h, which d denies at instant now.
+func (d *denial) decision(now int64, h *limit.Hit) limit.Decision {
+	dec := limit.Decision{
+		RetryAfter: time.Duration(d.until - now),
+		ResetAfter: time.Duration(max(d.resetAt-now, d.until-now)),
+	}
+	if h.Cost > d.spec.Capacity() {
+		dec.Never, dec.RetryAfter = true, 0
+	}
+	return dec
+}
+
+// maxLooks bounds the hits of a call answered with looks (a bit each in
+// looksFor's mask).
+const maxLooks = 64
+
+// looksFor reports whether the call can be answered by looking at some of
+// its hits: every hit enforced, not a refund, on a key no other hit of the
+// call has, and either denied by the cache (its decision is filled in) or
+// a fixed window whose look tells its decision (see looked); at least one
+// denied, so that the call is blocked. The mask has bit i set for each hit
+// to look at.
+func (c *Cache) looksFor(now int64, hits []limit.Hit, decisions []limit.Decision) (mask uint64, ok bool) {
+	if len(decisions) != len(hits) || len(hits) > maxLooks {
+		return 0, false
+	}
+	denied := false
+	for i := range hits {
+		h := &hits[i]
+		if h.Refund || h.Mode != limit.Enforce || !once(hits, i) {
+			return 0, false
+		}
+		var d denial
+		if h.Cost > 0 && c.denied(now, h, &d) {
+			decisions[i] = d.decision(now, h)
+			denied = true // an enforced hit of cost > 0: the call is blocked
+			continue
+		}
+		if h.Spec.Algorithm != limit.FixedWindow || h.Spec.Limit == 0 || h.Cost > h.Spec.Capacity() {
+			return 0, false
+		}
+		mask |= 1 << i
+	}
+	return mask, denied && mask != 0
+}
+
+// look asks the wrapped Limiter to look (cost 0) at the hits of mask and
+// fills their decisions from what it sees, then learns from those as from
+// the store's own answer (not from the cached denials: relearning them
+// would keep them past Options.MaxAge).
+func (c *Cache) look(ctx context.Context, gen uint64, now int64, hits []limit.Hit, decisions []limit.Decision, mask uint64) error {
+	n := bits.OnesCount64(mask)
+	looks, seen := make([]limit.Hit, 0, n), make([]limit.Decision, n)
+	for i := range hits {
+		if mask&(1<<i) != 0 {
+			h := hits[i]
+			h.Cost = 0
+			looks = append(looks, h)
+		}
+	}
+	if _, err := c.inner.Evaluate(ctx, looks, seen); err != nil {
+		return err
+	}
+	j := 0
+	for i := range hits {
+		if mask&(1<<i) != 0 {
+			looks[j].Cost = hits[i].Cost
+			seen[j] = looked(&hits[i], seen[j])
+			decisions[i] = seen[j]
+			j++
+		}
+	}
+	c.learn(gen, now, looks, seen)
+	return nil
+}
+
+// looked returns the decision of h, a fixed-window hit of a blocked call
+// on a key of its own, from a look at its counter (a decision of cost 0),
+// as the store decides it: the count n before the call is the same, the
+// look says Remaining max(0, L-n), and the hit is denied iff n + cost > L,
+// that is iff cost > Remaining (for n > L the look is denied, and so is
+// any cost); a denied fixed-window hit keeps that Remaining and is retried
+// when the window ends. An allowed hit of a blocked call reports what a
+// look does.
+func looked(h *limit.Hit, seen limit.Decision) limit.Decision {
+	if h.Cost == 0 || h.Cost <= seen.Remaining && seen.Allowed {
+		return seen
+	}
+	return limit.Decision{Remaining: seen.Remaining, ResetAfter: seen.ResetAfter, RetryAfter: seen.ResetAfter}
 }
 
 // denied reports whether h has a cached denial still in force, and copies

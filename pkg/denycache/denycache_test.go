@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,15 +13,33 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// counting passes calls to a limit.Memory and counts them.
+// counting passes calls to a limit.Memory, counts them and keeps the hits
+// of the last one.
 type counting struct {
 	inner *limit.Memory
 	calls atomic.Int64
+	mu    sync.Mutex
+	last  []limit.Hit
 }
 
 func (c *counting) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (bool, error) {
 	c.calls.Add(1)
+	c.mu.Lock()
+	c.last = append(c.last[:0], hits...)
+	c.mu.Unlock()
 	return c.inner.Evaluate(ctx, hits, decisions)
+}
+
+// sent returns the hit on key of the last call the store got.
+func (c *counting) sent(key string) (limit.Hit, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.last {
+		if h.Key == key {
+			return h, true
+		}
+	}
+	return limit.Hit{}, false
 }
 
 // clock is a settable fake clock.
@@ -77,7 +96,7 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 			for _, k := range keys {
 				specOf[k] = sp
 			}
-			answered := 0
+			answered, looked := 0, 0
 			for step := range 4000 {
 				clk.t = clk.t.Add(time.Duration(rng.IntN(150_000)) * time.Microsecond)
 				if sp.Algorithm == limit.FixedWindow && rng.IntN(200) == 0 {
@@ -107,17 +126,20 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 				if blocked != wantBlocked {
 					t.Fatalf("%s: cache blocked=%v, store blocked=%v\ncache %+v\nstore %+v", call, blocked, wantBlocked, got, want)
 				}
-				if inner.calls.Load() != before {
-					for i := range got {
-						if got[i] != want[i] {
-							t.Fatalf("%s: forwarded call, decision %d = %+v, store %+v", call, i, got[i], want[i])
-						}
-					}
-					continue
+				forwarded := inner.calls.Load() != before
+				if forwarded && len(inner.last) < len(hits) { // read while no call runs
+					looked++
+				} else if !forwarded {
+					answered++
 				}
-				answered++
 				for i := range got {
-					if !got[i].Allowed && (want[i].Allowed || got[i].Never != want[i].Never || got[i].RetryAfter > want[i].RetryAfter) {
+					// A hit the store saw, whole or as a look, gets its
+					// decision; the others are cached denials.
+					if _, ok := inner.sent(hits[i].Key); forwarded && ok {
+						if got[i] != want[i] {
+							t.Fatalf("%s: forwarded hit %d (as %+v) = %+v, store %+v", call, i, inner.last, got[i], want[i])
+						}
+					} else if got[i].Allowed || want[i].Allowed || got[i].Never != want[i].Never || got[i].RetryAfter > want[i].RetryAfter {
 						t.Fatalf("%s: cached denial %d = %+v, store %+v", call, i, got[i], want[i])
 					}
 				}
@@ -125,6 +147,10 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 			if answered == 0 {
 				t.Fatal("the cache answered no call: the test exercises nothing")
 			}
+			if looked == 0 && sp.Algorithm == limit.FixedWindow {
+				t.Fatal("the cache answered no call with looks: the test exercises nothing of them")
+			}
+			t.Logf("%d calls answered, %d with looks", answered, looked)
 			if n := c.Len(); n > 4 {
 				t.Errorf("Len = %d with MaxEntries 4", n)
 			}
@@ -277,6 +303,87 @@ func TestOnlyCallsKnownWholeAreAnswered(t *testing.T) {
 	// Nothing was consumed: "other" still has its whole budget.
 	if d := eval(t, c, other); !d[0].Allowed {
 		t.Errorf("other was charged by a rejected call: %+v", d[0])
+	}
+}
+
+// TestLooksAtTheOthers: a call that a cached denial blocks, but whose
+// other hits the cache does not know, sends the store only looks (cost 0)
+// at those, when they are fixed windows on keys of their own, and gets
+// for each exactly the store's decision of the whole call; in any other
+// case the store gets the call whole. Nothing is consumed either way.
+func TestLooksAtTheOthers(t *testing.T) {
+	perMinute := limit.Spec{Limit: 5, Window: time.Minute}
+	bucket := limit.Spec{Algorithm: limit.TokenBucket, Limit: 5, Window: time.Minute}
+	tests := []struct {
+		name  string
+		other limit.Hit
+		spent int64 // hits of cost 1 on other's key before the call
+		looks bool  // the store gets a look at other, not the whole call
+		want  limit.Decision
+	}{
+		{"room left", limit.Hit{Key: "o", Spec: perMinute, Cost: 1}, 2, true,
+			limit.Decision{Allowed: true, Remaining: 3, ResetAfter: 59400 * time.Millisecond}},
+		{"room for less than its cost", limit.Hit{Key: "o", Spec: perMinute, Cost: 2}, 4, true,
+			limit.Decision{Remaining: 1, ResetAfter: 59400 * time.Millisecond, RetryAfter: 59400 * time.Millisecond}},
+		{"used up", limit.Hit{Key: "o", Spec: perMinute, Cost: 1}, 5, true,
+			limit.Decision{ResetAfter: 59400 * time.Millisecond, RetryAfter: 59400 * time.Millisecond}},
+		{"a look", limit.Hit{Key: "o", Spec: perMinute}, 5, true,
+			limit.Decision{Allowed: true, ResetAfter: 59400 * time.Millisecond}},
+		{"a token bucket", limit.Hit{Key: "o", Spec: bucket, Cost: 1}, 0, false, limit.Decision{}},
+		{"advisory", limit.Hit{Key: "o", Spec: perMinute, Cost: 1, Mode: limit.Advisory}, 0, false, limit.Decision{}},
+		{"the denied key twice", limit.Hit{Key: "a", Spec: perSecond, Cost: 1}, 0, false, limit.Decision{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, inner, clk := newCache(t, Options{})
+			a := limit.Hit{Key: "a", Spec: perSecond, Cost: 1}
+			eval(t, c, a) // used up: denied until the second ends
+			for range tc.spent { // on the store: the cache knows nothing of it
+				eval(t, inner.inner, limit.Hit{Key: tc.other.Key, Spec: tc.other.Spec, Cost: 1})
+			}
+			clk.t = clk.t.Add(600 * time.Millisecond)
+			got := eval(t, c, a, tc.other)
+			sent, ok := inner.sent(tc.other.Key)
+			if looks := ok && len(inner.last) == 1 && sent.Cost == 0; looks != tc.looks {
+				t.Fatalf("the store got %+v, want looks %v", inner.last, tc.looks)
+			}
+			if !tc.looks {
+				return
+			}
+			if wantA := (limit.Decision{RetryAfter: 400 * time.Millisecond, ResetAfter: 400 * time.Millisecond}); got[0] != wantA {
+				t.Errorf("a: %+v, want the cached %+v", got[0], wantA)
+			}
+			if got[1] != tc.want {
+				t.Errorf("other: %+v, want %+v", got[1], tc.want)
+			}
+			// The store says the same, and nothing was consumed.
+			store := eval(t, inner.inner, a, tc.other)
+			if store[1] != tc.want {
+				t.Errorf("the store decides other %+v, the cache answered %+v", store[1], tc.want)
+			}
+		})
+	}
+}
+
+// TestLooksKeepMaxAge: a call answered with looks does not renew the
+// cached denial that blocked it: the denial still ends MaxAge after the
+// store returned it.
+func TestLooksKeepMaxAge(t *testing.T) {
+	c, inner, clk := newCache(t, Options{MaxAge: time.Second})
+	perMinute := limit.Spec{Limit: 1, Window: time.Minute}
+	a := limit.Hit{Key: "a", Spec: perMinute, Cost: 1}
+	eval(t, c, a) // used up for a minute; cached for a second
+	clk.t = clk.t.Add(600 * time.Millisecond)
+	calls := inner.calls.Load()
+	eval(t, c, a, limit.Hit{Key: "b", Spec: perMinute, Cost: 1})
+	if h, ok := inner.sent("b"); inner.calls.Load() != calls+1 || !ok || h.Cost != 0 || len(inner.last) != 1 {
+		t.Fatalf("the store got %+v, want a look at b", inner.last)
+	}
+	clk.t = clk.t.Add(600 * time.Millisecond)
+	calls = inner.calls.Load()
+	eval(t, c, a)
+	if inner.calls.Load() != calls+1 {
+		t.Error("a's denial answered 1.2 s after the store returned it, with MaxAge 1 s")
 	}
 }
 
