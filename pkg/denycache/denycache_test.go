@@ -337,7 +337,7 @@ func TestLooksAtTheOthers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, inner, clk := newCache(t, Options{})
 			a := limit.Hit{Key: "a", Spec: perSecond, Cost: 1}
-			eval(t, c, a) // used up: denied until the second ends
+			eval(t, c, a)        // used up: denied until the second ends
 			for range tc.spent { // on the store: the cache knows nothing of it
 				eval(t, inner.inner, limit.Hit{Key: tc.other.Key, Spec: tc.other.Spec, Cost: 1})
 			}
