@@ -210,9 +210,10 @@ local COUNT_SPAN, WINDOW_TAGS, LIMIT_MAX = C.COUNT_SPAN, C.WINDOW_TAGS, C.LIMIT_
 local window_tag, fixed_of = C.window_tag, C.fixed_of
 local f_key, f_h, f_cost, f_count, f_start, f_tag, f_did = {}, {}, {}, {}, {}, {}, {}
 
--- What a hit's INCRBY found (f_did): this window's counter, another
--- window's, or no key (it created one holding the bare cost). A hit not
--- applied (a look, a hit read after the block, one taken back) has false.
+-- What a hit found (f_did): its INCRBY added to this window's counter, to
+-- another window's, or created the key holding the bare cost; or its read
+-- (GET) found this window's counter, which a write then adds to in place.
+-- Otherwise (a read finding none, a hit taken back) it is false.
 local ADDED, STALE, CREATED, HELD = 'added', 'stale', 'created', 'held'
 
 -- read_first is set, for the rest of a call, once a request of the fast
@@ -287,8 +288,9 @@ local function fixed(keys, args, now, k0, n, a)
   if not fixed_plan(keys, args, now, k0, n, a) then
     return nil
   end
-  -- Each hit is applied or read here, on locals: helper functions per hit
-  -- cost a quarter more time per hit (BenchmarkLuaEvaluate).
+  -- Each hit is applied or read here, on locals, not in a function per
+  -- hit: the string layout's fast path took twice the time per hit split
+  -- over functions and loops (BenchmarkLuaEvaluate).
   local floor = math.floor
   local blocked = false
   for i = 1, n do
