@@ -176,13 +176,14 @@ func (c *Cache) EvaluateBound() time.Duration { return limit.BoundOf(c.inner) }
 // denial.
 func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	now := c.now().UnixNano()
-	if c.answer(now, hits, decisions) {
+	looks, ok := c.answer(now, hits, decisions)
+	if ok && looks == 0 {
 		c.answered.Add(1)
 		return true, nil
 	}
 	gen := c.gen.Load()
 	c.evaluated.Add(1)
-	if looks, ok := c.looksFor(now, hits, decisions); ok {
+	if ok {
 		if err := c.look(ctx, gen, now, hits, decisions, looks); err != nil {
 			return false, err
 		}
@@ -196,23 +197,43 @@ func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 	return blocked, nil
 }
 
-// answer fills decisions and reports true when the cache knows every hit
-// of the call, and a cached denial rejects it.
-func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) bool {
+// maxLooks bounds the hits of a call answered with looks (a bit each in
+// answer's mask).
+const maxLooks = 64
+
+// answer fills the decisions of the hits the cache denies and reports
+// whether the call can be answered without sending it whole: with ok and
+// looks 0, when every hit has a cached denial and those block the call
+// (limit.Blocked); with ok and bit i of looks set for each hit to look at
+// (see look), when every hit is enforced, not a refund and on a key no
+// other hit of the call has, each denied by the cache or a fixed window
+// within its capacity, at least one denied (which blocks the call).
+func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) (looks uint64, ok bool) {
 	if len(decisions) != len(hits) {
-		return false // the wrapped Limiter says what is wrong
+		return 0, false // the wrapped Limiter says what is wrong
 	}
+	lookable := len(hits) <= maxLooks
+	denied := false
 	for i := range hits {
 		h := &hits[i]
+		lookable = lookable && !h.Refund && h.Mode == limit.Enforce && once(hits, i)
 		var d denial
-		if h.Refund || h.Cost == 0 || !c.denied(now, h, &d) {
-			// A refund must reach the store; a look, or a hit the cache
-			// knows nothing of, gets its real state from it.
-			return false
+		if h.Cost > 0 && !h.Refund && c.denied(now, h, &d) {
+			decisions[i] = d.decision(now, h)
+			denied = true
+			continue
 		}
-		decisions[i] = d.decision(now, h)
+		// A refund must reach the store; a look, or a hit the cache knows
+		// nothing of, gets its real state from it: whole, or by a look.
+		if !lookable || h.Spec.Algorithm != limit.FixedWindow || h.Spec.Limit == 0 || h.Cost > h.Spec.Capacity() {
+			return 0, false
+		}
+		looks |= 1 << i
 	}
-	return limit.Blocked(hits, decisions)
+	if looks == 0 {
+		return 0, limit.Blocked(hits, decisions)
+	}
+	return looks, lookable && denied
 }
 
 // decision is what the cache answers for h, which d denies at instant now.
@@ -225,40 +246,6 @@ func (d *denial) decision(now int64, h *limit.Hit) limit.Decision {
 		dec.Never, dec.RetryAfter = true, 0
 	}
 	return dec
-}
-
-// maxLooks bounds the hits of a call answered with looks (a bit each in
-// looksFor's mask).
-const maxLooks = 64
-
-// looksFor reports whether the call can be answered by looking at some of
-// its hits: every hit enforced, not a refund, on a key no other hit of the
-// call has, and either denied by the cache (its decision is filled in) or
-// a fixed window whose look tells its decision (see looked); at least one
-// denied, so that the call is blocked. The mask has bit i set for each hit
-// to look at.
-func (c *Cache) looksFor(now int64, hits []limit.Hit, decisions []limit.Decision) (mask uint64, ok bool) {
-	if len(decisions) != len(hits) || len(hits) > maxLooks {
-		return 0, false
-	}
-	denied := false
-	for i := range hits {
-		h := &hits[i]
-		if h.Refund || h.Mode != limit.Enforce || !once(hits, i) {
-			return 0, false
-		}
-		var d denial
-		if h.Cost > 0 && c.denied(now, h, &d) {
-			decisions[i] = d.decision(now, h)
-			denied = true // an enforced hit of cost > 0: the call is blocked
-			continue
-		}
-		if h.Spec.Algorithm != limit.FixedWindow || h.Spec.Limit == 0 || h.Cost > h.Spec.Capacity() {
-			return 0, false
-		}
-		mask |= 1 << i
-	}
-	return mask, denied && mask != 0
 }
 
 // look asks the wrapped Limiter to look (cost 0) at the hits of mask and
