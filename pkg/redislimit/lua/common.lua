@@ -166,20 +166,30 @@ local function window_tag(start, w)
   return (start / w) % WINDOW_TAGS + 1
 end
 
--- fixed_of reads GET's reply v as a plain fixed window's counter: its tag
--- and count, or nil when v is none (missing, a string of earlier releases,
--- a number out of the range, anything else).
-local function fixed_of(v)
-  local x = type(v) == 'string' and tonumber(v)
-  if not x or x < COUNT_SPAN or x >= COUNT_SPAN * (WINDOW_TAGS + 1) or x % 1 ~= 0 then
+-- fixed_parts returns the tag and count of x, a plain fixed window's
+-- counter as a number, or nil when x is none (out of the range, or not
+-- whole).
+local function fixed_parts(x)
+  if x < COUNT_SPAN or x >= COUNT_SPAN * (WINDOW_TAGS + 1) or x % 1 ~= 0 then
     return nil
   end
   local tag = math.floor(x / COUNT_SPAN)
   return tag, x - tag * COUNT_SPAN
 end
 
--- store_pair writes the string a .. ':' .. b (formatted by the caller) to
--- expire at the instant a state written at now with lifetime ttl (µs)
+-- fixed_of reads GET's reply v as a plain fixed window's counter (see
+-- fixed_parts); nil for a missing key, a string of earlier releases or
+-- anything else.
+local function fixed_of(v)
+  local x = type(v) == 'string' and tonumber(v)
+  if not x then
+    return nil
+  end
+  return fixed_parts(x)
+end
+
+-- store_pair writes v (the string a .. ':' .. b formatted by the caller,
+-- or a fixed window's counter) to expire at the instant a state written at now with lifetime ttl (µs)
 -- becomes equivalent to none; a state already equivalent to none is deleted.
 local function store_pair(key, v, now, ttl)
   if ttl <= 0 then
@@ -206,5 +216,5 @@ end
 
 return {num = num, int = int, outcome = outcome, expire_at = expire_at, expire = expire,
         settle = settle, first_pass = first_pass, pair_of = pair_of, load_pair = load_pair, store_pair = store_pair,
-        COUNT_SPAN = COUNT_SPAN, WINDOW_TAGS = WINDOW_TAGS, LIMIT_MAX = LIMIT_MAX, window_tag = window_tag, fixed_of = fixed_of,
+        COUNT_SPAN = COUNT_SPAN, WINDOW_TAGS = WINDOW_TAGS, LIMIT_MAX = LIMIT_MAX, window_tag = window_tag, fixed_parts = fixed_parts, fixed_of = fixed_of,
         load_bucket = load_bucket, store_bucket = store_bucket}

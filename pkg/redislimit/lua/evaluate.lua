@@ -206,8 +206,8 @@ end
 -- Its scratch arrays are filled for hits 1..n of a request before they are
 -- read, so nothing of one request or call reaches the next.
 local FIXED_MAX = 16
-local COUNT_SPAN, WINDOW_TAGS, LIMIT_MAX = C.COUNT_SPAN, C.WINDOW_TAGS, C.LIMIT_MAX
-local window_tag, fixed_of = C.window_tag, C.fixed_of
+local COUNT_SPAN, LIMIT_MAX = C.COUNT_SPAN, C.LIMIT_MAX
+local window_tag, fixed_parts, fixed_of = C.window_tag, C.fixed_parts, C.fixed_of
 local f_key, f_h, f_cost, f_count, f_start, f_tag, f_did = {}, {}, {}, {}, {}, {}, {}
 
 -- What a hit found (f_did): its INCRBY added to this window's counter, to
@@ -307,7 +307,7 @@ local function fixed(keys, args, now, k0, n, a)
         elseif before == 0 then
           -- No key (or a bare 0: INCRBY cannot tell them apart).
           count, f_did[i] = 0, CREATED
-        elseif t >= 1 and t <= WINDOW_TAGS then
+        elseif fixed_parts(before) then
           count, f_did[i] = 0, STALE
         else
           redis.call('INCRBY', key, -cost)

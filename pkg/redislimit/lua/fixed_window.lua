@@ -22,7 +22,7 @@
 -- Receives (see scriptSource in script.go): C, common.lua's helpers; it
 -- uses no constant. Returns {load, step, store}.
 
-local int, outcome, pair_of, expire_at = C.int, C.outcome, C.pair_of, C.expire_at
+local int, outcome, pair_of, store_pair = C.int, C.outcome, C.pair_of, C.store_pair
 local COUNT_SPAN, LIMIT_MAX, window_tag, fixed_of = C.COUNT_SPAN, C.LIMIT_MAX, C.window_tag, C.fixed_of
 
 local function window(h, now)
@@ -64,7 +64,14 @@ local function step(st, ok, h, now, cost, refund)
     return error('floodgate: fixed window limit ' .. int(limit) .. ' above ' .. int(LIMIT_MAX))
   end
   local tag = not h.cal and window_tag(start, h.window) or nil
-  local same = ok and (st.tag ~= nil and st.tag == tag or st.tag == nil and st.start == start)
+  -- The stored window is this one: a counter of the same tag, or a string
+  -- of the same start.
+  local same = false
+  if ok and st.tag then
+    same = st.tag == tag
+  elseif ok then
+    same = st.start == start
+  end
   local n = 0
   if same then
     n = st.count
@@ -98,10 +105,8 @@ local function store(key, st, h, now, ttl)
   end
   if st.expires then
     redis.call('SET', key, v, 'KEEPTTL')
-  elseif ttl <= 0 then
-    redis.call('DEL', key)
   else
-    redis.call('SET', key, v, 'PXAT', expire_at(now, ttl))
+    store_pair(key, v, now, ttl)
   end
 end
 
