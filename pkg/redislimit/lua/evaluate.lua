@@ -203,16 +203,19 @@ end
 -- the SET and GET of a string per hit, with the formatting and parsing
 -- around them, were a third of Redis's CPU for requests of 3 hits.
 --
--- Its scratch arrays are filled for hits 1..n of a request before they are
--- read, so nothing of one request or call reaches the next.
+-- Its hits are read once, by evaluate's check of the call, which notes
+-- the spec and cost of each hit the fast path takes (fast_h, fast_cost);
+-- a request of one hit, the most common, is decided by fixed_one, without
+-- the scratch arrays of a request of several. Reading each request's
+-- arguments again and those arrays took a third of the Lua time of a call
+-- of one-hit requests (BenchmarkLuaEvaluate).
 local FIXED_MAX = 16
 local COUNT_SPAN, LIMIT_MAX = C.COUNT_SPAN, C.LIMIT_MAX
-local window_tag, fixed_parts, fixed_of = C.window_tag, C.fixed_parts, C.fixed_of
-local f_key, f_h, f_cost, f_count, f_start, f_tag, f_did = {}, {}, {}, {}, {}, {}, {}
+local window_tag, fixed_parts, fixed_of, expire_at = C.window_tag, C.fixed_parts, C.fixed_of, C.expire_at
 
--- What a hit found (f_did): its INCRBY added to this window's counter, to
--- another window's, or created the key holding the bare cost; or its read
--- (GET) found this window's counter, which a write then adds to in place.
+-- What a hit found: its INCRBY added to this window's counter, to another
+-- window's, or created the key holding the bare cost; or its read (GET)
+-- found this window's counter, which a write then adds to in place.
 -- Otherwise (a read finding none, a hit taken back) it is false.
 local ADDED, STALE, CREATED, HELD = 'added', 'stale', 'created', 'held'
 
@@ -224,6 +227,118 @@ local ADDED, STALE, CREATED, HELD = 'added', 'stale', 'created', 'held'
 -- evaluate clears it at the start of every call; it changes which commands
 -- decide a request, never the decision nor what is written.
 local read_first = false
+
+-- fixed_takes reports whether the fast path takes a hit of spec h, cost
+-- and flags (a number, as hit returns them), the distinct keys aside.
+local function fixed_takes(h, cost, flags)
+  local limit = h.limit
+  return flags == 0 and h.code == ALG_FIXED_WINDOW and limit > 0 and limit <= LIMIT_MAX and cost <= h.cap
+end
+
+-- fixed_apply adds cost (> 0) to key's counter of the window tagged tag
+-- and returns the count before it and what it found, or nil, having taken
+-- it back, when the key holds something else (a counter of earlier
+-- releases, an error such as WRONGTYPE): the general path reads it, or
+-- names it in its error.
+local function fixed_apply(key, cost, tag)
+  local x = redis.pcall('INCRBY', key, cost)
+  if type(x) ~= 'number' then
+    return nil
+  end
+  local before = x - cost
+  local t = math.floor(before / COUNT_SPAN)
+  if t == tag then
+    return before - t * COUNT_SPAN, ADDED
+  elseif before == 0 then
+    -- No key (or a bare 0: INCRBY cannot tell them apart).
+    return 0, CREATED
+  elseif fixed_parts(before) then
+    return 0, STALE
+  end
+  redis.call('INCRBY', key, -cost)
+  return nil
+end
+
+-- fixed_read returns key's count in the window tagged tag (GET) and
+-- whether it found that window's counter (HELD, else false), or nil when
+-- the key holds something else.
+local function fixed_read(key, tag)
+  local v = redis.pcall('GET', key)
+  if not v then
+    return 0, false
+  end
+  local t, c = fixed_of(v)
+  if t == tag then
+    return c, HELD
+  elseif t then
+    return 0, false
+  end
+  return nil
+end
+
+-- fixed_take_back undoes what fixed_apply did to key (did) for cost.
+local function fixed_take_back(key, did, cost)
+  if did == CREATED then
+    redis.call('DEL', key)
+  elseif did == ADDED or did == STALE then
+    redis.call('INCRBY', key, -cost)
+  end
+end
+
+-- fixed_commit completes the write of a consuming hit of a request that
+-- passed, its count (after the hit) in hand: a read counter is added to,
+-- a new window's counter is set with its expiry (reset µs from now).
+local function fixed_commit(key, did, cost, tag, count, now, reset)
+  if did == HELD then
+    redis.call('INCRBY', key, cost)
+  elseif did ~= ADDED then
+    redis.call('SET', key, tag * COUNT_SPAN + count, 'PXAT', expire_at(now, reset))
+  end
+end
+
+-- fixed_one returns the reply of a request of one hit on key that
+-- fixed_takes, having applied it, or nil, having written nothing. The
+-- table lists the fields in the order of their FIELD_ offsets, as single's.
+local function fixed_one(key, h, cost, now)
+  local w, limit = h.window, h.limit
+  local start = math.floor(now / w) * w
+  local tag = window_tag(start, w)
+  local count, did
+  if cost > 0 and not read_first then
+    count, did = fixed_apply(key, cost, tag)
+  else
+    count, did = fixed_read(key, tag)
+  end
+  if not count then
+    return nil
+  end
+  local reset = start + w - now
+  if count + cost > limit then
+    -- A denied look (cost 0, over a limit lowered by a reload) blocks
+    -- nothing.
+    local blocked = cost > 0
+    if blocked then
+      fixed_take_back(key, did, cost)
+      read_first = true
+    end
+    return {0, limit > count and limit - count or 0, reset, reset, 0, blocked and 1 or 0}
+  end
+  if cost > 0 then
+    count = count + cost
+    fixed_commit(key, did, cost, tag, count, now, reset)
+  end
+  return {1, limit - count, reset, 0, 0, 0}
+end
+
+-- fast_h[k] is the spec of the call's hit on keys[k] when fixed_takes it,
+-- else false, fast_cost[k] its cost: evaluate fills them for every hit of
+-- a call before any is decided, so nothing of one call reaches the next.
+local fast_h, fast_cost = {}, {}
+
+-- The scratch arrays of a request of several hits, filled for hits 1..n
+-- before they are read, so nothing of one request or call reaches the
+-- next.
+local f_key, f_h, f_cost, f_count, f_start, f_tag, f_did = {}, {}, {}, {}, {}, {}, {}
 
 -- reply_of[n] returns a new reply of n hits (1 to 3), sized at once by a
 -- constructor where Lua would grow an empty table four times (see single);
@@ -239,21 +354,19 @@ for n = 1, #reply_of do
   end
 end
 
--- fixed_plan reads the hits of a request from args[a] and keys[k0 + 1 ..]
--- into the scratch arrays (key, spec, cost, window start and tag) without
--- a command, and reports whether the fast path takes the request.
-local function fixed_plan(keys, args, now, k0, n, a)
+-- fixed_plan reads the hits of a request on keys[k0 + 1 ..] into the
+-- scratch arrays (key, spec, cost, window start and tag) without a
+-- command, and reports whether the fast path takes the request.
+local function fixed_plan(keys, now, k0, n)
   if n > FIXED_MAX then
     return false
   end
   local floor = math.floor
   for i = 1, n do
-    local h = parse_spec(args[a])
-    local cost = tonumber(args[a + 1])
-    if args[a + 2] ~= '0' or h.code ~= ALG_FIXED_WINDOW or h.limit == 0 or h.limit > LIMIT_MAX or cost > h.cap then
+    local h, cost = fast_h[k0 + i], fast_cost[k0 + i]
+    if not h then
       return false
     end
-    a = a + ARGS_PER_HIT
     local key = keys[k0 + i]
     for j = 1, i - 1 do
       if f_key[j] == key then
@@ -271,12 +384,7 @@ end
 -- were before the request.
 local function fixed_undo(m)
   for j = 1, m do
-    local did = f_did[j]
-    if did == CREATED then
-      redis.call('DEL', f_key[j])
-    elseif did == ADDED or did == STALE then
-      redis.call('INCRBY', f_key[j], -f_cost[j])
-    end
+    fixed_take_back(f_key[j], f_did[j], f_cost[j])
     f_did[j] = false
   end
 end
@@ -284,56 +392,24 @@ end
 -- fixed returns the reply of a request of plain fixed windows, having
 -- applied it, or nil, having written nothing, when the general path must
 -- decide it (see fixed_plan).
-local function fixed(keys, args, now, k0, n, a)
-  if not fixed_plan(keys, args, now, k0, n, a) then
+local function fixed(keys, now, k0, n)
+  if not fixed_plan(keys, now, k0, n) then
     return nil
   end
-  -- Each hit is applied or read here, on locals, not in a function per
-  -- hit: the string layout's fast path took twice the time per hit split
-  -- over functions and loops (BenchmarkLuaEvaluate).
-  local floor = math.floor
   local blocked = false
   for i = 1, n do
-    local key, cost, tag = f_key[i], f_cost[i], f_tag[i]
-    local count
+    local key, cost = f_key[i], f_cost[i]
+    local count, did
     if cost > 0 and not blocked and not read_first then
-      -- Apply the hit: the count before it, and what the key held.
-      local x = redis.pcall('INCRBY', key, cost)
-      if type(x) == 'number' then
-        local before = x - cost
-        local t = floor(before / COUNT_SPAN)
-        if t == tag then
-          count, f_did[i] = before - t * COUNT_SPAN, ADDED
-        elseif before == 0 then
-          -- No key (or a bare 0: INCRBY cannot tell them apart).
-          count, f_did[i] = 0, CREATED
-        elseif fixed_parts(before) then
-          count, f_did[i] = 0, STALE
-        else
-          redis.call('INCRBY', key, -cost)
-        end
-      end
+      count, did = fixed_apply(key, cost, f_tag[i])
     else
-      -- Read the count (GET); HELD: the key holds this window's counter.
-      local v = redis.pcall('GET', key)
-      if not v then
-        count = 0
-      else
-        local t, c = fixed_of(v)
-        if t == tag then
-          count, f_did[i] = c, HELD
-        elseif t then
-          count = 0
-        end
-      end
+      count, did = fixed_read(key, f_tag[i])
     end
     if not count then
-      -- A counter of earlier releases, or no counter: the general path
-      -- reads it, or names it in its error.
       fixed_undo(i - 1)
       return nil
     end
-    f_count[i] = count
+    f_count[i], f_did[i] = count, did
     -- A denied look (cost 0, over a limit lowered by a reload) blocks
     -- nothing.
     if cost > 0 and not blocked and count + cost > f_h[i].limit then
@@ -352,13 +428,7 @@ local function fixed(keys, args, now, k0, n, a)
       allowed, retry = 0, reset
     elseif not blocked and cost > 0 then
       count = count + cost
-      local did = f_did[i]
-      if did == HELD then
-        redis.call('INCRBY', f_key[i], cost)
-      elseif did ~= ADDED then
-        -- A new window's counter: its value and expiry are set here.
-        redis.call('SET', f_key[i], f_tag[i] * COUNT_SPAN + count, 'PXAT', C.expire_at(now, reset))
-      end
+      fixed_commit(f_key[i], f_did[i], cost, f_tag[i], count, now, reset)
     end
     local p = FIELDS_PER_DECISION * (i - 1) + 1
     local remaining = limit - count
@@ -377,7 +447,13 @@ end
 -- arguments from args[a], checked by evaluate. It raises an error before
 -- writing anything if the request cannot be decided.
 local function decide(keys, args, now, k0, n, a)
-  local out = fixed(keys, args, now, k0, n, a)
+  local out
+  if n == 1 then
+    local h = fast_h[k0 + 1]
+    out = h and fixed_one(keys[k0 + 1], h, fast_cost[k0 + 1], now)
+  else
+    out = fixed(keys, now, k0, n)
+  end
   if out then
     return out
   end
@@ -477,11 +553,11 @@ end
 
 -- decide_from decides requests r0 .. nreq of a call into results, in order;
 -- offs holds each request's first argument and first key (at 2r - 1 and
--- 2r), nows its now. It stops at the first error, which its pcall catches.
-local function decide_from(keys, args, offs, nows, results, r0, nreq)
+-- 2r), hits its number of hits and nows its now. It stops at the first
+-- error, which its pcall catches.
+local function decide_from(keys, args, offs, hits, nows, results, r0, nreq)
   for r = r0, nreq do
-    local a, k0 = offs[2 * r - 1], offs[2 * r]
-    results[r] = decide(keys, args, nows[r], k0, tonumber(args[a + 1]), a + ARGS_PER_REQUEST)
+    results[r] = decide(keys, args, nows[r], offs[2 * r], hits[r], offs[2 * r - 1] + ARGS_PER_REQUEST)
   end
 end
 
@@ -489,8 +565,9 @@ end
 -- decides the requests in order.
 local function evaluate(keys, args)
   read_first = false
-  -- Each request's first argument and first key, and its now.
-  local offs, nows = {}, {}
+  -- Each request's first argument and first key, its number of hits and
+  -- its now.
+  local offs, hits, nows = {}, {}, {}
   -- Redis TIME in µs, read once per call, when a request needs it.
   -- Effects replication (the default since Redis 5, the only mode in 7)
   -- makes reading TIME before writing safe.
@@ -517,9 +594,9 @@ local function evaluate(keys, args)
         return redis.error_reply('floodgate: request ' .. r .. ' at argument ' .. a .. ': bad now ' .. tostring(args[a]))
       end
     end
-    offs[2 * r - 1], offs[2 * r], nows[r] = a, k, now
+    offs[2 * r - 1], offs[2 * r], hits[r], nows[r] = a, k, n, now
     a = a + ARGS_PER_REQUEST
-    for _ = 1, n do
+    for i = 1, n do
       local h, cost, flags, nxt = hit(args, a)
       local bad
       if not h then
@@ -532,6 +609,7 @@ local function evaluate(keys, args)
       if bad then
         return redis.error_reply('floodgate: request ' .. r .. ': bad ' .. bad)
       end
+      fast_h[k + i], fast_cost[k + i] = fixed_takes(h, cost, flags) and h, cost
       a = nxt
     end
     k = k + n
@@ -546,7 +624,7 @@ local function evaluate(keys, args)
   -- next one resumes after it.
   local results, done = {}, 0
   while done < r do
-    local ok, err = pcall(decide_from, keys, args, offs, nows, results, done + 1, r)
+    local ok, err = pcall(decide_from, keys, args, offs, hits, nows, results, done + 1, r)
     done = #results
     if not ok then
       -- A Redis error (a table on 6.2, a string on 7) keeps its code, such
