@@ -333,6 +333,8 @@ end
 -- fast_h[k] is the spec of the call's hit on keys[k] when fixed_takes it,
 -- else false, fast_cost[k] its cost: evaluate fills them for every hit of
 -- a call before any is decided, so nothing of one call reaches the next.
+-- They keep as many entries as the largest call had hits (a few hundred:
+-- the client bounds a batch's arguments and a request's descriptors).
 local fast_h, fast_cost = {}, {}
 
 -- The scratch arrays of a request of several hits, filled for hits 1..n
