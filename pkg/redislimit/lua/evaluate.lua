@@ -207,7 +207,7 @@ end
 -- the spec and cost of each hit the fast path takes (fast_h, fast_cost);
 -- a request of one hit, the most common, is decided by fixed_one, without
 -- the scratch arrays of a request of several. Reading each request's
--- arguments again and those arrays took a third of the Lua time of a call
+-- arguments again and those arrays took a fifth of the Lua time of a call
 -- of one-hit requests (BenchmarkLuaEvaluate).
 local FIXED_MAX = 16
 local COUNT_SPAN, LIMIT_MAX = C.COUNT_SPAN, C.LIMIT_MAX
