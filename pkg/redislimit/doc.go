@@ -187,7 +187,7 @@
 // Envoy request over fixed-window rules) takes a fast path in the script
 // that reads and writes exactly what the general path does, without its
 // per-hit tables: about a third less Lua time per hit under the limit and
-// half over it. Each hit's arguments are read once, by the check of the
+// half over it. Its hits' arguments are read once, by the check of the
 // whole call, and a request of one hit is decided without the arrays of a
 // request of several: a fifth less Lua time per request in calls of
 // one-hit requests.

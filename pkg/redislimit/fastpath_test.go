@@ -30,20 +30,7 @@ import (
 func TestFixedFastPath(t *testing.T) {
 	n := startNode(t)
 	ctx := context.Background()
-	const general = "floodgate_general_path"
-	src := redislimit.LibrarySource()
-	src = strings.Replace(src, "#!lua name="+redislimit.FunctionName(), "#!lua name="+general, 1)
-	src = strings.Replace(src, "'"+redislimit.FunctionName()+"'", "'"+general+"'", 1)
-	off := strings.Replace(src, "local function fixed_takes(h, cost, flags)\n", "local function fixed_takes(h, cost, flags) do return false end\n", 1)
-	if off == src {
-		t.Fatal("the fast path's switch is not where this test expects it in evaluate.lua")
-	}
-	if err := n.client.FunctionLoad(ctx, redislimit.LibrarySource()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.client.FunctionLoad(ctx, off).Err(); err != nil {
-		t.Fatal(err)
-	}
+	general := loadBothPaths(t, n)
 	spec := func(code, lim, window int64) string {
 		return fmt.Sprintf("%d:%d:%d:%d:1", code, lim, window, lim)
 	}
@@ -104,7 +91,10 @@ func TestFixedFastPath(t *testing.T) {
 			}
 		case 2: // a key holding something else
 			at := time.Now().Add(time.Minute)
-			v := []string{"junk", "7", "-3"}[rng.IntN(3)]
+			w := windows[keys[0][1]-'0']
+			// This window's counter, written as INCRBY does not read it.
+			this := (now/w%(1<<19-1)+1)<<33 + 1
+			v := []string{"junk", "7", "-3", fmt.Sprintf("%d.0", this), fmt.Sprintf(" %d", this), fmt.Sprintf("0x%x", this)}[rng.IntN(6)]
 			for _, p := range []string{"fast:", "gen:"} {
 				n.client.Set(ctx, p+keys[0], v, 0)
 				n.client.PExpireAt(ctx, p+keys[0], at)
@@ -150,6 +140,136 @@ func TestFixedFastPath(t *testing.T) {
 		t.Fatalf("no INCRBY in %d calls: the fast path decided none", calls)
 	}
 	t.Logf("%d calls, keys alike after each", calls)
+}
+
+// loadBothPaths loads the library and a copy of it named by the result
+// whose fast path is switched off, so that it decides everything on the
+// general path.
+func loadBothPaths(t *testing.T, n *node) string {
+	t.Helper()
+	ctx := context.Background()
+	const general = "floodgate_general_path"
+	src := redislimit.LibrarySource()
+	src = strings.Replace(src, "#!lua name="+redislimit.FunctionName(), "#!lua name="+general, 1)
+	src = strings.Replace(src, "'"+redislimit.FunctionName()+"'", "'"+general+"'", 1)
+	// Replaced on its own line, so that errors name the same lines in both.
+	off := strings.Replace(src, "local function fixed_takes(h, cost, flags)\n", "local function fixed_takes(h, cost, flags) do return false end\n", 1)
+	if off == src {
+		t.Fatal("the fast path's switch is not where this test expects it in evaluate.lua")
+	}
+	for _, lib := range []string{redislimit.LibrarySource(), off} {
+		if err := n.client.FunctionLoad(ctx, lib).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return general
+}
+
+// TestBareZeroIsNoCounter: INCRBY cannot tell a key holding the bare 0
+// from a missing one, so the fast path's INCRBY takes it for none; the
+// fast path's read (GET, once a request of the call is blocked) and the
+// general path read it so too, so that which command reads it changes no
+// decision, and an allowed hit makes it this window's counter.
+func TestBareZeroIsNoCounter(t *testing.T) {
+	n := startNode(t)
+	ctx := context.Background()
+	general := loadBothPaths(t, n)
+	spec := fmt.Sprintf("%d:3:%d:3:1", limit.FixedWindow, time.Hour.Microseconds())
+	now := future.UnixMicro()
+	for _, tc := range []struct {
+		name    string
+		blocked bool // a blocked request comes first in the call
+	}{{"read by INCRBY", false}, {"read by GET", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var reply [2]any
+			var dump [2]any
+			for i, lib := range []string{redislimit.FunctionName(), general} {
+				p := fmt.Sprintf("zero:%d:%t:", i, tc.blocked)
+				n.client.Set(ctx, p+"zero", "0", 0)
+				var keys []string
+				var args []any
+				if tc.blocked {
+					keys = append(keys, p+"full", p+"full")
+					args = append(args, now, 1, spec, 3, 0, now, 1, spec, 1, 0)
+				}
+				keys = append(keys, p+"zero")
+				args = append(args, now, 1, spec, 1, 0)
+				r, err := n.client.FCall(ctx, lib, keys, args...).Slice()
+				if err != nil {
+					t.Fatalf("%s: %v", lib, err)
+				}
+				reply[i] = r[len(r)-1]
+				dump[i] = n.client.Get(ctx, p+"zero").Val()
+			}
+			if want := []any{int64(1), int64(2)}; fmt.Sprint(reply[0].([]any)[:2]) != fmt.Sprint(want) {
+				t.Errorf("fast path: %v, want an allowed hit with 2 remaining, as on a missing key", reply[0])
+			}
+			if fmt.Sprint(reply[0]) != fmt.Sprint(reply[1]) || dump[0] != dump[1] {
+				t.Errorf("fast path %v leaving %v, general path %v leaving %v", reply[0], dump[0], reply[1], dump[1])
+			}
+			if dump[0] == "0" {
+				t.Error("the allowed hit left the bare 0")
+			}
+		})
+	}
+}
+
+// TestLooseCounterForms: a key holding this window's counter in a form
+// tonumber reads and INCRBY refuses ("<n>.0", hex, a space) is decided as
+// that counter and rewritten in the decimal form, on either path and by
+// either command of the fast path: also when it reads first (after a
+// blocked request in the call), where it once held the key as a counter,
+// wrote the request's other hit, then failed to add to it.
+func TestLooseCounterForms(t *testing.T) {
+	n := startNode(t)
+	ctx := context.Background()
+	general := loadBothPaths(t, n)
+	w := time.Hour.Microseconds()
+	spec := fmt.Sprintf("%d:3:%d:3:1", limit.FixedWindow, w)
+	now := future.UnixMicro()
+	this := (now/w%(1<<19-1)+1)<<33 + 1
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	for _, v := range []string{fmt.Sprintf("%d.0", this), fmt.Sprintf(" %d", this), fmt.Sprintf("0x%x", this)} {
+		// blocked: a blocked request comes first in the call; alone: the
+		// key's hit is a request of its own, after one on the new key.
+		for _, c := range []struct{ blocked, alone bool }{{false, false}, {true, false}, {true, true}} {
+			var got [2]string
+			for i, lib := range []string{redislimit.FunctionName(), general} {
+				p := fmt.Sprintf("loose:%q:%v:%d:", v, c, i)
+				n.client.Set(ctx, p+"odd", v, 0)
+				n.client.PExpireAt(ctx, p+"odd", at)
+				var keys []string
+				var args []any
+				if c.blocked {
+					keys = append(keys, p+"full", p+"full")
+					args = append(args, now, 1, spec, 3, 0, now, 1, spec, 1, 0)
+				}
+				keys = append(keys, p+"new", p+"odd")
+				if c.alone {
+					args = append(args, now, 1, spec, 1, 0, now, 1, spec, 1, 0)
+				} else {
+					args = append(args, now, 2, spec, 1, 0, spec, 1, 0)
+				}
+				r, err := n.client.FCall(ctx, lib, keys, args...).Slice()
+				if err != nil {
+					t.Fatalf("%s %q: %v", lib, v, err)
+				}
+				got[i] = fmt.Sprint(r[len(r)-1], " ", n.client.Get(ctx, p+"new").Val(), " ", n.client.Get(ctx, p+"odd").Val(),
+					" ", n.client.PExpireTime(ctx, p+"new").Val(), " ", n.client.PExpireTime(ctx, p+"odd").Val())
+			}
+			if got[0] != got[1] {
+				t.Errorf("%q, %+v:\nfast path %s\ngeneral   %s", v, c, got[0], got[1])
+			}
+			want := fmt.Sprintf("[1 2 %d 0 0 1 1 %d 0 0 0]", w-now%w, w-now%w)
+			if c.alone {
+				want = fmt.Sprintf("[1 1 %d 0 0 0]", w-now%w)
+			}
+			if !strings.HasPrefix(got[0], want) ||
+				!strings.Contains(got[0], fmt.Sprint(" ", this+1, " ")) {
+				t.Errorf("%q, %+v: %s, want the reply %s and the counter rewritten as %d", v, c, got[0], want, this+1)
+			}
+		}
+	}
 }
 
 // TestFixedLimitBound: a plain fixed window's counter packs its count

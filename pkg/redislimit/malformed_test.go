@@ -37,6 +37,11 @@ func TestScriptRefusesMalformedCalls(t *testing.T) {
 		{"a cost that is not a number", []string{"a", "b"}, append(append([]any{}, good...), "", "1", spec, "x", "0"), "request 2: bad cost x"},
 		{"a negative cost", []string{"a", "b"}, append(append([]any{}, good...), "", "1", spec, "-1", "0"), "request 2: bad cost -1"},
 		{"flags that are not a number", []string{"a", "b"}, append(append([]any{}, good...), "", "1", spec, "1", "y"), "request 2: bad flags y"},
+		{"a fractional hit count", []string{"a", "b", "c"}, append(append([]any{}, good...), "", "1.5", spec, "1", "0"), "request 2 at argument 6: bad hit count 1.5"},
+		{"a fractional cost", []string{"a", "b"}, append(append([]any{}, good...), "", "1", spec, "1.5", "0"), "request 2: bad cost 1.5"},
+		{"a cost that is not a number at all", []string{"a", "b"}, append(append([]any{}, good...), "", "1", spec, "nan", "0"), "request 2: bad cost nan"},
+		{"a window of 0", []string{"a", "b"}, append(append([]any{}, good...), "", "1", fmt.Sprintf("%d:10:0:10:1", limit.FixedWindow), "1", "0"), "request 2: bad spec 0:10:0:10:1"},
+		{"a precision of 0", []string{"a", "b"}, append(append([]any{}, good...), "", "1", fmt.Sprintf("%d:10:%d:10:0", limit.SlidingWindow, time.Hour.Microseconds()), "1", "0"), "request 2: bad spec 1:10:"},
 		{"arguments left over", []string{"a"}, append(append([]any{}, good...), "extra"), "request 2 at argument 6: bad hit count nil"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -179,8 +179,12 @@ end
 
 -- fixed_of reads GET's reply v as a plain fixed window's counter (see
 -- fixed_parts); nil for a missing key, a string of earlier releases or
--- anything else.
+-- anything else. The bare 0 is tag 0, no window's: INCRBY cannot tell it
+-- from a missing key, so it is read as one, whichever command reads it.
 local function fixed_of(v)
+  if v == '0' then
+    return 0, 0
+  end
   local x = type(v) == 'string' and tonumber(v)
   if not x then
     return nil

@@ -59,7 +59,9 @@
 -- library (FCALL). In a library, what this file defines outside evaluate is
 -- made once, when the library is loaded, and lives as long as it: the
 -- algorithms' functions and the parsed specs are then shared by every call,
--- so nothing outside evaluate may hold the state of one call.
+-- so nothing outside evaluate may carry one call's state into the next:
+-- the fast path's arrays and read_first, which do hold it, are set again
+-- by each call before they are read.
 --
 -- Redis 6.2 and 7: TIME before writes needs effects replication, the
 -- default since Redis 5 and the only mode of 7, so the script does not call
@@ -129,7 +131,7 @@ local function parse_spec(arg)
   local h = parsed[arg]
   if h == nil then
     local code, limit, window, cap, precision = string.match(arg, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-    if not code then
+    if not code or tonumber(window) < 1 or tonumber(precision) < 1 then
       return nil
     end
     h = {code = tonumber(code), limit = tonumber(limit), window = tonumber(window),
@@ -150,8 +152,9 @@ end
 -- hit reads the hit whose arguments start at args[a]: its spec, cost and
 -- flags (a number, 0 for none), each nil if malformed, and where the next
 -- hit's arguments start. The hits are read where they lie, not copied into
--- tables first: a call's parse used to be a quarter of its cost, most of
--- it growing eight arrays hit by hit.
+-- tables first (but for the spec and cost the fast path notes): a call's
+-- parse used to be a quarter of its cost, most of it growing eight arrays
+-- hit by hit.
 local function hit(args, a)
   local h, cost, flags = parse_spec(args[a]), tonumber(args[a + 1]), args[a + 2]
   if flags == '0' then
@@ -236,10 +239,10 @@ local function fixed_takes(h, cost, flags)
 end
 
 -- fixed_apply adds cost (> 0) to key's counter of the window tagged tag
--- and returns the count before it and what it found, or nil, having taken
--- it back, when the key holds something else (a counter of earlier
--- releases, an error such as WRONGTYPE): the general path reads it, or
--- names it in its error.
+-- and returns the count before it and what it found, or nil when the key
+-- holds something else (a counter of earlier releases, an error such as
+-- WRONGTYPE), having taken back what INCRBY added, if it added: the
+-- general path reads it, or names it in its error.
 local function fixed_apply(key, cost, tag)
   local x = redis.pcall('INCRBY', key, cost)
   if type(x) ~= 'number' then
@@ -250,7 +253,8 @@ local function fixed_apply(key, cost, tag)
   if t == tag then
     return before - t * COUNT_SPAN, ADDED
   elseif before == 0 then
-    -- No key (or a bare 0: INCRBY cannot tell them apart).
+    -- No key, or the bare 0, which INCRBY cannot tell from none (fixed_of
+    -- reads it as none too).
     return 0, CREATED
   elseif fixed_parts(before) then
     return 0, STALE
@@ -260,8 +264,8 @@ local function fixed_apply(key, cost, tag)
 end
 
 -- fixed_read returns key's count in the window tagged tag (GET) and
--- whether it found that window's counter (HELD, else false), or nil when
--- the key holds something else.
+-- whether it found that window's counter (HELD, else false), then the
+-- value read, or nil when the key holds something else.
 local function fixed_read(key, tag)
   local v = redis.pcall('GET', key)
   if not v then
@@ -269,11 +273,21 @@ local function fixed_read(key, tag)
   end
   local t, c = fixed_of(v)
   if t == tag then
-    return c, HELD
+    return c, HELD, v
   elseif t then
     return 0, false
   end
   return nil
+end
+
+-- addable reports whether fixed_commit may add to v, a counter fixed_read
+-- held: whether INCRBY reads it, as it does the decimal form it writes and
+-- not every form tonumber reads ("<n>.0", hex, spaces). A request holding
+-- a counter INCRBY refuses goes to the general path, which rewrites it,
+-- before any write: its INCRBY would fail after the request's other
+-- writes. Checked only before a commit, off the path of denials.
+local function addable(v)
+  return string.find(v, '^[1-9]%d*$') ~= nil
 end
 
 -- fixed_take_back undoes what fixed_apply did to key (did) for cost.
@@ -303,11 +317,11 @@ local function fixed_one(key, h, cost, now)
   local w, limit = h.window, h.limit
   local start = math.floor(now / w) * w
   local tag = window_tag(start, w)
-  local count, did
+  local count, did, held
   if cost > 0 and not read_first then
     count, did = fixed_apply(key, cost, tag)
   else
-    count, did = fixed_read(key, tag)
+    count, did, held = fixed_read(key, tag)
   end
   if not count then
     return nil
@@ -324,6 +338,9 @@ local function fixed_one(key, h, cost, now)
     return {0, limit > count and limit - count or 0, reset, reset, 0, blocked and 1 or 0}
   end
   if cost > 0 then
+    if held and not addable(held) then
+      return nil
+    end
     count = count + cost
     fixed_commit(key, did, cost, tag, count, now, reset)
   end
@@ -340,7 +357,7 @@ local fast_h, fast_cost = {}, {}
 -- The scratch arrays of a request of several hits, filled for hits 1..n
 -- before they are read, so nothing of one request or call reaches the
 -- next.
-local f_key, f_h, f_cost, f_count, f_start, f_tag, f_did = {}, {}, {}, {}, {}, {}, {}
+local f_key, f_h, f_cost, f_count, f_start, f_tag, f_did, f_held = {}, {}, {}, {}, {}, {}, {}, {}
 
 -- reply_of[n] returns a new reply of n hits (1 to 3), sized at once by a
 -- constructor where Lua would grow an empty table four times (see single);
@@ -401,22 +418,31 @@ local function fixed(keys, now, k0, n)
   local blocked = false
   for i = 1, n do
     local key, cost = f_key[i], f_cost[i]
-    local count, did
+    local count, did, held
     if cost > 0 and not blocked and not read_first then
       count, did = fixed_apply(key, cost, f_tag[i])
     else
-      count, did = fixed_read(key, f_tag[i])
+      count, did, held = fixed_read(key, f_tag[i])
     end
     if not count then
       fixed_undo(i - 1)
       return nil
     end
-    f_count[i], f_did[i] = count, did
+    f_count[i], f_did[i], f_held[i] = count, did, held or false
     -- A denied look (cost 0, over a limit lowered by a reload) blocks
     -- nothing.
     if cost > 0 and not blocked and count + cost > f_h[i].limit then
       blocked = true
       fixed_undo(i)
+    end
+  end
+  if not blocked then
+    for i = 1, n do
+      local held = f_held[i]
+      if held and f_cost[i] > 0 and not addable(held) then
+        fixed_undo(n)
+        return nil
+      end
     end
   end
   local sized = reply_of[n]
@@ -580,7 +606,7 @@ local function evaluate(keys, args)
     r = r + 1
     local now = args[a]
     local n = tonumber(args[a + 1])
-    if not n or n < 1 or k + n > nkeys then
+    if not n or n < 1 or n % 1 ~= 0 or k + n > nkeys then
       return redis.error_reply('floodgate: request ' .. r .. ' at argument ' .. a ..
         ': bad hit count ' .. tostring(args[a + 1]) .. ' for ' .. (nkeys - k) .. ' keys left')
     end
@@ -603,7 +629,7 @@ local function evaluate(keys, args)
       local bad
       if not h then
         bad = 'spec ' .. tostring(args[a])
-      elseif not cost or cost < 0 then
+      elseif not cost or cost < 0 or cost % 1 ~= 0 then
         bad = 'cost ' .. tostring(args[a + 1])
       elseif not flags then
         bad = 'flags ' .. tostring(args[a + 2])
