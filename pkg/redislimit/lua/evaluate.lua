@@ -254,7 +254,8 @@ local function fixed_apply(key, cost, tag)
     return before - t * COUNT_SPAN, ADDED
   elseif before == 0 then
     -- No key, or the bare 0, which INCRBY cannot tell from none (fixed_of
-    -- reads it as none too).
+    -- reads it as none too; taken back, it is deleted, a state equal to
+    -- it).
     return 0, CREATED
   elseif fixed_parts(before) then
     return 0, STALE
