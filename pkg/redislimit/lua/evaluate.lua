@@ -177,9 +177,10 @@ local function calendar(h, args, a)
   return {code = h.code, limit = h.limit, window = h.window, cap = h.cap, precision = h.precision, cal = cal}
 end
 
--- read returns the hit at args[a] as decide uses it: its spec (a calendar
--- hit's own copy), cost, refund, advisory, the quota (limit.Hit.Group + 1)
--- of a quota hit, 0 for the others, and where the next hit starts.
+-- read returns the hit at args[a] as the general path uses it: its spec
+-- (a calendar hit's own copy), cost, refund, advisory, the quota
+-- (limit.Hit.Group + 1) of a quota hit, 0 for the others, and where the
+-- next hit starts.
 local function read(args, a)
   local h, cost, flags, nxt = hit(args, a)
   if flags == 0 then
@@ -195,9 +196,10 @@ end
 -- all fixed windows without a calendar, with a limit above 0 (and at most
 -- LIMIT_MAX), a cost within the capacity, no flag (consuming, not a
 -- refund, advisory nor a quota's), on distinct keys, at most FIXED_MAX of
--- them. It decides as decide does, the same reads, writes and reply (the
--- golden vectors and the differential tests hold both paths to package
--- limit, TestFixedFastPath to each other's keys), with one command per hit
+-- them. It decides as the general path does (decide_one, decide_several),
+-- the same reads, writes and reply (the golden vectors and the
+-- differential tests hold both paths to package limit, TestFixedFastPath
+-- to each other's keys), with one command per hit
 -- under the limit where the general path takes two: each consuming hit
 -- adds its cost to its counter at once (INCRBY), reads the count before it
 -- from the reply, and is taken back (INCRBY of minus its cost, or DEL of a
@@ -472,41 +474,61 @@ local function fixed(keys, now, k0, n)
   return out
 end
 
--- decide evaluates one request: hits on keys[k0 + 1 .. k0 + n], their
--- arguments from args[a], checked by evaluate. It raises an error before
--- writing anything if the request cannot be decided.
-local function decide(keys, args, now, k0, n, a)
-  local out
-  if n == 1 then
-    local h = fast_h[k0 + 1]
-    out = h and fixed_one(keys[k0 + 1], h, fast_cost[k0 + 1], now)
+-- decide_one decides a request of one hit on key, its arguments from
+-- args[a], on the general path: without working copies, as its only hit
+-- writes if it consumes, and when it is denied there is no other hit to
+-- report as a peek.
+local function decide_one(key, args, now, a)
+  local h, cost, refund, advisory, q = read(args, a)
+  local algo = algorithm(h.code)
+  if not algo then
+    return error('floodgate: unknown algorithm code ' .. tostring(h.code))
+  end
+  local st, ok
+  if h.limit ~= 0 then
+    st, ok = algo.load(key, h, now)
+  end
+  local nst, o = step(algo, st, ok, h, cost, refund, now)
+  if o.write then
+    algo.store(key, nst, h, now, o.ttl)
+  end
+  -- Blocked as decide_several's: a lone quota that is over is every quota.
+  return single(o, not o.allowed and (q > 0 or (cost > 0 and not refund and not advisory)))
+end
+
+-- conclude completes the reply out of a request of several hits on
+-- keys[k0 + 1 .. k0 + n] that decide_several stepped through: a denied
+-- request consumes nothing, and its allowed hits report the stored state,
+-- as a hit of cost 0 sees it (step leaves the loaded state as it was);
+-- otherwise each changed key (work, in order) is written once.
+local function conclude(keys, k0, n, now, out, work, order, specs, denied)
+  if denied then
+    for i = 1, n do
+      local p = FIELDS_PER_DECISION * (i - 1) + 1
+      if out[p + FIELD_ALLOWED] == 1 then
+        local w = work[keys[k0 + i]]
+        local _, o = step(w.algo, w.st0, w.ok0, specs[i], 0, false, now)
+        out[p + FIELD_REMAINING], out[p + FIELD_RESET] = o.remaining, o.reset
+        out[p + FIELD_RETRY], out[p + FIELD_NEVER] = 0, 0
+      end
+    end
   else
-    out = fixed(keys, now, k0, n)
-  end
-  if out then
-    return out
-  end
-  if n == 1 then
-    -- A request of one hit, the most common, without working copies: its
-    -- only hit writes if it consumes, and when it is denied there is no
-    -- other hit to report as a peek.
-    local key = keys[k0 + 1]
-    local h, cost, refund, advisory, q = read(args, a)
-    local algo = algorithm(h.code)
-    if not algo then
-      return error('floodgate: unknown algorithm code ' .. tostring(h.code))
+    for _, key in ipairs(order) do
+      local w = work[key]
+      if w.dirty then
+        w.algo.store(key, w.st, w.h, now, w.ttl)
+      end
     end
-    local st, ok
-    if h.limit ~= 0 then
-      st, ok = algo.load(key, h, now)
-    end
-    local nst, o = step(algo, st, ok, h, cost, refund, now)
-    if o.write then
-      algo.store(key, nst, h, now, o.ttl)
-    end
-    -- Blocked as below: a lone quota that is over is every quota.
-    return single(o, not o.allowed and (q > 0 or (cost > 0 and not refund and not advisory)))
   end
+  out[FIELDS_PER_DECISION * n + 1] = denied and 1 or 0
+  return out
+end
+
+-- decide_several decides a request of several hits on keys[k0 + 1 ..
+-- k0 + n], their arguments from args[a], on the general path: each hit
+-- steps a working copy of its key's state, so a later hit on a key sees an
+-- earlier one's consumption.
+local function decide_several(keys, args, now, k0, n, a)
   local specs = {}
   local work, order, out = {}, {}, {}
   local denied = false
@@ -555,29 +577,19 @@ local function decide(keys, args, now, k0, n, a)
       denied = denied and o
     end
   end
+  return conclude(keys, k0, n, now, out, work, order, specs, denied)
+end
 
-  if denied then
-    -- Nothing is consumed: the allowed hits report the stored state, as a
-    -- hit of cost 0 sees it (step leaves the loaded state as it was).
-    for i = 1, n do
-      local p = FIELDS_PER_DECISION * (i - 1) + 1
-      if out[p + FIELD_ALLOWED] == 1 then
-        local w = work[keys[k0 + i]]
-        local _, o = step(w.algo, w.st0, w.ok0, specs[i], 0, false, now)
-        out[p + FIELD_REMAINING], out[p + FIELD_RESET] = o.remaining, o.reset
-        out[p + FIELD_RETRY], out[p + FIELD_NEVER] = 0, 0
-      end
-    end
-  else
-    for _, key in ipairs(order) do
-      local w = work[key]
-      if w.dirty then
-        w.algo.store(key, w.st, w.h, now, w.ttl)
-      end
-    end
+-- decide evaluates one request: hits on keys[k0 + 1 .. k0 + n], their
+-- arguments from args[a], checked by evaluate; on the fast path when it
+-- takes the request, else on the general path. It raises an error before
+-- writing anything if the request cannot be decided.
+local function decide(keys, args, now, k0, n, a)
+  if n == 1 then
+    local h = fast_h[k0 + 1]
+    return h and fixed_one(keys[k0 + 1], h, fast_cost[k0 + 1], now) or decide_one(keys[k0 + 1], args, now, a)
   end
-  out[FIELDS_PER_DECISION * n + 1] = denied and 1 or 0
-  return out
+  return fixed(keys, now, k0, n) or decide_several(keys, args, now, k0, n, a)
 end
 
 -- decide_from decides requests r0 .. nreq of a call into results, in order;
