@@ -93,7 +93,7 @@ func TestFixedFastPath(t *testing.T) {
 			at := time.Now().Add(time.Minute)
 			w := windows[keys[0][1]-'0']
 			// This window's counter, written as INCRBY does not read it.
-			this := (now/w%(1<<19-1)+1)<<33 + 1
+			this := windowCounter(now, w, 1)
 			v := []string{"junk", "7", "-3", fmt.Sprintf("%d.0", this), fmt.Sprintf(" %d", this), fmt.Sprintf("0x%x", this)}[rng.IntN(6)]
 			for _, p := range []string{"fast:", "gen:"} {
 				n.client.Set(ctx, p+keys[0], v, 0)
@@ -140,6 +140,13 @@ func TestFixedFastPath(t *testing.T) {
 		t.Fatalf("no INCRBY in %d calls: the fast path decided none", calls)
 	}
 	t.Logf("%d calls, keys alike after each", calls)
+}
+
+// windowCounter is a plain fixed window's counter as the script stores it
+// (common.lua, window_tag): the tag of the window of w µs holding now,
+// times 2^33, plus count.
+func windowCounter(now, w, count int64) int64 {
+	return (now/w%(1<<19-1)+1)<<33 + count
 }
 
 // loadBothPaths loads the library and a copy of it named by the result
@@ -227,7 +234,7 @@ func TestLooseCounterForms(t *testing.T) {
 	w := time.Hour.Microseconds()
 	spec := fmt.Sprintf("%d:3:%d:3:1", limit.FixedWindow, w)
 	now := future.UnixMicro()
-	this := (now/w%(1<<19-1)+1)<<33 + 1
+	this := windowCounter(now, w, 1)
 	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	for _, v := range []string{fmt.Sprintf("%d.0", this), fmt.Sprintf(" %d", this), fmt.Sprintf("0x%x", this)} {
 		// blocked: a blocked request comes first in the call; alone: the

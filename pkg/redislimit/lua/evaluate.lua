@@ -418,7 +418,9 @@ local function fixed(keys, now, k0, n)
   if not fixed_plan(keys, now, k0, n) then
     return nil
   end
-  local blocked = false
+  -- held_any: some hit read a counter its commit will add to, which
+  -- addable must pass first (f_held[i]: the value read, else false).
+  local blocked, held_any = false, false
   for i = 1, n do
     local key, cost = f_key[i], f_cost[i]
     local count, did, held
@@ -431,7 +433,8 @@ local function fixed(keys, now, k0, n)
       fixed_undo(i - 1)
       return nil
     end
-    f_count[i], f_did[i], f_held[i] = count, did, held or false
+    f_count[i], f_did[i], f_held[i] = count, did, cost > 0 and held or false
+    held_any = held_any or f_held[i] ~= false
     -- A denied look (cost 0, over a limit lowered by a reload) blocks
     -- nothing.
     if cost > 0 and not blocked and count + cost > f_h[i].limit then
@@ -439,10 +442,10 @@ local function fixed(keys, now, k0, n)
       fixed_undo(i)
     end
   end
-  if not blocked then
+  if held_any and not blocked then
     for i = 1, n do
       local held = f_held[i]
-      if held and f_cost[i] > 0 and not addable(held) then
+      if held and not addable(held) then
         fixed_undo(n)
         return nil
       end
