@@ -357,10 +357,12 @@ end
 -- the client bounds a batch's arguments and a request's descriptors).
 local fast_h, fast_cost = {}, {}
 
--- The scratch arrays of a request of several hits, filled for hits 1..n
--- before they are read, so nothing of one request or call reaches the
--- next.
-local f_key, f_h, f_cost, f_count, f_start, f_tag, f_did, f_held = {}, {}, {}, {}, {}, {}, {}, {}
+-- The scratch arrays of a request of several hits: f_did[i] is what hit i
+-- found (for its take-back), and for a hit that settles f_count[i],
+-- f_tag[i], f_reset[i] and f_held[i] hold what its commit needs. Filled
+-- for hit i before they are read, so nothing of one request or call
+-- reaches the next.
+local f_did, f_count, f_tag, f_reset, f_held = {}, {}, {}, {}, {}
 
 -- reply_of[n] returns a new reply of n hits (1 to 3), sized at once by a
 -- constructor where Lua would grow an empty table four times (see single);
@@ -376,101 +378,129 @@ for n = 1, #reply_of do
   end
 end
 
--- fixed_plan reads the hits of a request on keys[k0 + 1 ..] into the
--- scratch arrays (key, spec, cost, window start and tag) without a
--- command, and reports whether the fast path takes the request.
-local function fixed_plan(keys, now, k0, n)
+-- fixed_fits reports whether the fast path takes the request of n hits on
+-- keys[k0 + 1 ..]: every hit one fixed_takes (fast_h), on distinct keys, at
+-- most FIXED_MAX of them. It runs no command.
+local function fixed_fits(keys, k0, n)
   if n > FIXED_MAX then
     return false
   end
-  local floor = math.floor
-  for i = 1, n do
-    local h, cost = fast_h[k0 + i], fast_cost[k0 + i]
-    if not h then
+  for k = k0 + 1, k0 + n do
+    if not fast_h[k] then
       return false
     end
-    local key = keys[k0 + i]
-    for j = 1, i - 1 do
-      if f_key[j] == key then
+    local key = keys[k]
+    for j = k0 + 1, k - 1 do
+      if keys[j] == key then
         return false
       end
     end
-    local w = h.window
-    local start = floor(now / w) * w
-    f_key[i], f_h[i], f_cost[i], f_start[i], f_tag[i], f_did[i] = key, h, cost, start, window_tag(start, w), false
   end
   return true
 end
 
--- fixed_undo takes back the hits 1..m applied, leaving their keys as they
--- were before the request.
-local function fixed_undo(m)
+-- fixed_undo takes back the hits k0 + 1 .. k0 + m applied, leaving their
+-- keys as they were before the request.
+local function fixed_undo(keys, k0, m)
   for j = 1, m do
-    fixed_take_back(f_key[j], f_did[j], f_cost[j])
+    fixed_take_back(keys[k0 + j], f_did[j], fast_cost[k0 + j])
     f_did[j] = false
   end
 end
 
--- fixed returns the reply of a request of plain fixed windows, having
--- applied it, or nil, having written nothing, when the general path must
--- decide it (see fixed_plan).
-local function fixed(keys, now, k0, n)
-  if not fixed_plan(keys, now, k0, n) then
-    return nil
-  end
-  -- held_any: some hit read a counter its commit will add to, which
-  -- addable must pass first (f_held[i]: the value read, else false).
-  local blocked, held_any = false, false
+-- settles reports whether hit i of a request on keys[k0 + 1 ..] that
+-- passed has a commit to make: it consumes and did not add to this
+-- window's counter. fixed fills f_count, f_tag, f_reset and f_held for
+-- exactly those hits.
+local function settles(k0, i)
+  return f_did[i] ~= ADDED and fast_cost[k0 + i] > 0
+end
+
+-- fixed_settle completes a request of n hits that passed with the commits
+-- of the hits that settle. It returns false, having taken the request
+-- back, when a counter read to be added to is not in INCRBY's form
+-- (addable): the general path decides it then.
+local function fixed_settle(keys, k0, n, now)
   for i = 1, n do
-    local key, cost = f_key[i], f_cost[i]
-    local count, did, held
-    if cost > 0 and not blocked and not read_first then
-      count, did = fixed_apply(key, cost, f_tag[i])
-    else
-      count, did, held = fixed_read(key, f_tag[i])
-    end
-    if not count then
-      fixed_undo(i - 1)
-      return nil
-    end
-    f_count[i], f_did[i], f_held[i] = count, did, cost > 0 and held or false
-    held_any = held_any or f_held[i] ~= false
-    -- A denied look (cost 0, over a limit lowered by a reload) blocks
-    -- nothing.
-    if cost > 0 and not blocked and count + cost > f_h[i].limit then
-      blocked = true
-      fixed_undo(i)
+    local held = settles(k0, i) and f_held[i]
+    if held and not addable(held) then
+      fixed_undo(keys, k0, n)
+      return false
     end
   end
-  if held_any and not blocked then
-    for i = 1, n do
-      local held = f_held[i]
-      if held and not addable(held) then
-        fixed_undo(n)
-        return nil
-      end
+  for i = 1, n do
+    if settles(k0, i) then
+      local cost = fast_cost[k0 + i]
+      fixed_commit(keys[k0 + i], f_did[i], cost, f_tag[i], f_count[i] + cost, now, f_reset[i])
     end
+  end
+  return true
+end
+
+-- fixed returns the reply of a request of several plain fixed windows,
+-- having applied it, or nil, having written nothing, when the general path
+-- must decide it (see fixed_fits). One pass applies the hits and writes
+-- each one's reply as if the request passes; a hit that blocks it takes
+-- the earlier ones back and reports them as looks (their remaining
+-- without their cost), and the hits after it are only read. One pass,
+-- with scratch arrays only for the hits that settle, took a quarter less
+-- Lua time for requests of three hits than the three passes (plan, apply,
+-- reply) through arrays of every hit it replaced (BenchmarkLuaEvaluate).
+local function fixed(keys, now, k0, n)
+  if not fixed_fits(keys, k0, n) then
+    return nil
   end
   local sized = reply_of[n]
   local out = sized and sized() or {}
+  local floor = math.floor
+  local blocked, settle = false, false
   for i = 1, n do
-    local h, count, cost, start = f_h[i], f_count[i], f_cost[i], f_start[i]
-    local limit = h.limit
-    local reset = start + h.window - now
-    local allowed, retry = 1, 0
-    if count + cost > limit then
-      allowed, retry = 0, reset
-    elseif not blocked and cost > 0 then
-      count = count + cost
-      fixed_commit(f_key[i], f_did[i], cost, f_tag[i], count, now, reset)
+    local k = k0 + i
+    local h, cost, key = fast_h[k], fast_cost[k], keys[k]
+    local w, limit = h.window, h.limit
+    local start = floor(now / w) * w
+    local tag = window_tag(start, w)
+    local count, did, held
+    if cost > 0 and not blocked and not read_first then
+      count, did = fixed_apply(key, cost, tag)
+    else
+      count, did, held = fixed_read(key, tag)
     end
+    if not count then
+      fixed_undo(keys, k0, i - 1)
+      return nil
+    end
+    f_did[i] = did
+    local reset = start + w - now
     local p = FIELDS_PER_DECISION * (i - 1) + 1
-    local remaining = limit - count
-    if remaining < 0 then
-      remaining = 0
+    local allowed, remaining, retry = 1, limit - count, 0
+    if count + cost > limit then
+      -- A denied look (cost 0, over a limit lowered by a reload) blocks
+      -- nothing.
+      allowed, retry = 0, reset
+      if remaining < 0 then
+        remaining = 0
+      end
+      if cost > 0 and not blocked then
+        blocked = true
+        fixed_undo(keys, k0, i)
+        for j = 1, i - 1 do
+          local q = FIELDS_PER_DECISION * (j - 1) + 1 + FIELD_REMAINING
+          out[q] = out[q] + fast_cost[k0 + j]
+        end
+      end
+    elseif not blocked then
+      remaining = remaining - cost
+      if settles(k0, i) then
+        settle = true
+        f_count[i], f_tag[i], f_reset[i], f_held[i] = count, tag, reset, held or false
+      end
     end
     out[p + FIELD_ALLOWED], out[p + FIELD_REMAINING], out[p + FIELD_RESET] = allowed, remaining, reset
     out[p + FIELD_RETRY], out[p + FIELD_NEVER] = retry, 0
+  end
+  if settle and not blocked and not fixed_settle(keys, k0, n, now) then
+    return nil
   end
   out[FIELDS_PER_DECISION * n + 1] = blocked and 1 or 0
   read_first = read_first or blocked
