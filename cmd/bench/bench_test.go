@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/harness"
 	"github.com/floodgate/floodgate/internal/harness/redistest"
@@ -26,7 +29,7 @@ import (
 // starts it as its child, as the tool's own main does.
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(floorAddrEnv); addr != "" {
-		if err := serveFloor(addr); err != nil {
+		if err := serveFloor(addr, os.Getenv(floorRedisEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, "grpc floor:", err)
 			os.Exit(1)
 		}
@@ -67,12 +70,13 @@ func TestGRPCFloor(t *testing.T) {
 }
 
 // startTestFloor starts the floor for a test of up to a minute, stopped at
-// its end, and returns the test's context and the floor.
-func startTestFloor(t *testing.T) (context.Context, server) {
+// its end, pinging the Redis at redisAddr unless it is empty, and returns
+// the test's context and the floor.
+func startTestFloor(t *testing.T, redisAddr string) (context.Context, server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	p, srv, err := startFloor(ctx)
+	p, srv, err := startFloor(ctx, redisAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +89,7 @@ func startTestFloor(t *testing.T) (context.Context, server) {
 // asks, and still answers ShouldRateLimit OK after them, whatever the
 // number of descriptors.
 func TestFloorHealth(t *testing.T) {
-	ctx, srv := startTestFloor(t)
+	ctx, srv := startTestFloor(t, "")
 	conns, err := dial(srv.grpcAddr, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +108,46 @@ func TestFloorHealth(t *testing.T) {
 		if err != nil || resp.GetOverallCode() != pb.RateLimitResponse_OK {
 			t.Errorf("%d descriptor(s): %v, %v; want OK", i+1, resp.GetOverallCode(), err)
 		}
+	}
+}
+
+// TestFloorRedis: the floor of -envoy-peers floor-redis makes one Redis
+// round trip per call (a PING, counted by Redis) before answering OK, and
+// answers UNAVAILABLE, not OK, once Redis is gone.
+func TestFloorRedis(t *testing.T) {
+	harness.Require(t, "redis-server")
+	rs := redistest.Start(t)
+	ctx, srv := startTestFloor(t, rs.Addr)
+	conns, err := dial(srv.grpcAddr, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(conns)
+	client := pb.NewRateLimitServiceClient(conns[0])
+	req := &pb.RateLimitRequest{Domain: "any", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	pings := func() int {
+		stats, err := rs.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(stats, "cmdstat_ping:calls=")
+		n, _ := strconv.Atoi(rest[:strings.IndexAny(rest+",", ",")])
+		return n
+	}
+	before := pings()
+	const calls = 20
+	for range calls {
+		resp, err := client.ShouldRateLimit(ctx, req)
+		if err != nil || resp.GetOverallCode() != pb.RateLimitResponse_OK {
+			t.Fatalf("with Redis: %v, %v; want OK", resp.GetOverallCode(), err)
+		}
+	}
+	if got := pings() - before; got != calls {
+		t.Errorf("Redis counted %d PINGs for %d calls, want one each", got, calls)
+	}
+	rs.Stop()
+	if resp, err := client.ShouldRateLimit(ctx, req); status.Code(err) != codes.Unavailable {
+		t.Errorf("without Redis: %v, %v; want UNAVAILABLE", resp.GetOverallCode(), err)
 	}
 }
 

@@ -54,8 +54,8 @@ func TestEnvoySmoke(t *testing.T) {
 		// here: remote_address and user_agent), which Envoy must take as
 		// a decision; 400/s so that its CPU over the runs is several
 		// ticks of /proc.
-		{"floodgate and the gRPC floor as peers, generated rules", []string{"-envoy-config", rls, "-rate", "400", "-envoy-peers", "floodgate,floor"},
-			[]string{"floodgate redis/RLS/1", "floor/RLS/1"}, 200, 500},
+		{"floodgate and the gRPC floors as peers, generated rules", []string{"-envoy-config", rls, "-rate", "400", "-envoy-peers", "floodgate,floor,floor-redis"},
+			[]string{"floodgate redis/RLS/1", "floor/RLS/1", "floor-redis/RLS/1"}, 200, 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -116,9 +116,9 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 		t.Errorf("%s: server CPU with the filter %v µs/request, %v cores; want both positive", s.Name, s.With.ServerCPUMicrosPerRequest, s.With.Cores.Server)
 	}
 	switch {
-	case s.Filter == rateLimitFilter && s.Server == kindFloor:
-		// The floor answers at once and never fails: a request it did not
-		// decide is an answer Envoy refused.
+	case s.Filter == rateLimitFilter && (s.Server == kindFloor || s.Server == kindFloorRedis):
+		// The floors answer OK and fail only without Redis: a request
+		// they did not decide is an answer Envoy refused.
 		var others int64
 		for name, v := range s.RateLimit {
 			if name != "ok" {
@@ -128,8 +128,8 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 		if s.RateLimit["ok"] != s.With.Requests || others != 0 {
 			t.Errorf("%s: Envoy's ratelimit counters %v, want ok = %d and nothing else", s.Name, s.RateLimit, s.With.Requests)
 		}
-		if s.ServerLatency != nil || s.Store != "" {
-			t.Errorf("%s: store %q, decision latency %+v: the floor has neither", s.Name, s.Store, s.ServerLatency)
+		if wantStore := map[string]string{kindFloor: "", kindFloorRedis: storeRedis}[s.Server]; s.ServerLatency != nil || s.Store != wantStore {
+			t.Errorf("%s: store %q, decision latency %+v: want store %q and no latency", s.Name, s.Store, s.ServerLatency, wantStore)
 		}
 	case s.Filter == rateLimitFilter:
 		// On a busy machine a few requests outlast the example's 0.1 s
@@ -161,7 +161,7 @@ func checkEnvoyResult(t *testing.T, s envoyStoreResult, want int64) {
 // it in panic mode, unlike floodgate and the reference.
 func TestFloorHealthyInEnvoy(t *testing.T) {
 	harness.Require(t, "envoy")
-	ctx, srv := startTestFloor(t)
+	ctx, srv := startTestFloor(t, "")
 	shipped, err := os.ReadFile("../../examples/envoy.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -245,8 +245,9 @@ func TestEnvoyDefaults(t *testing.T) {
 		{[]string{"-envoy", "-envoy-config", "a.yaml,,b.yaml"}, "-envoy-config"},
 		{[]string{"-envoy", "-envoy-peers", "reference"}, `-envoy-peers: "reference" needs -reference-bin`},
 		{[]string{"-envoy", "-envoy-peers", "l=limitador:/l"}, `-envoy-peers: "l=limitador:/l": Limitador is not run behind Envoy`},
-		{[]string{"-envoy", "-envoy-peers", "envoy"}, `-envoy-peers: "envoy": the kind must be floodgate, reference or floor`},
+		{[]string{"-envoy", "-envoy-peers", "envoy"}, `-envoy-peers: "envoy": the kind must be floodgate, reference, floor or floor-redis`},
 		{[]string{"-envoy", "-envoy-peers", "f=floor:/bin/f"}, `-envoy-peers: "f=floor:/bin/f": the floor is this tool's own child process`},
+		{[]string{"-envoy", "-envoy-peers", "f=floor-redis:/bin/f"}, `-envoy-peers: "f=floor-redis:/bin/f": the floor is this tool's own child process, with no binary: give it as floor-redis`},
 		{[]string{"-envoy", "-envoy-peers", "floor,floor"}, `-envoy-peers: "floor" named twice`},
 		{[]string{"-envoys", "2"}, "are for -envoy"},
 		{[]string{"-reference-bin", "/r"}, "-reference-bin is for"},
@@ -570,9 +571,9 @@ func TestParseMachineStat(t *testing.T) {
 
 // TestEnvoyPeerSetups: with -envoy-peers and -envoy-stores, floodgate runs
 // on each store, the reference on Redis only (it has no memory store) and
-// the floor once, on none.
+// the floor once, on none, and floor-redis once, on the Redis it pings.
 func TestEnvoyPeerSetups(t *testing.T) {
-	o, err := parseFlags([]string{"-envoy", "-envoy-peers", "floodgate,floor,reference", "-reference-bin", "/r",
+	o, err := parseFlags([]string{"-envoy", "-envoy-peers", "floodgate,floor,reference,floor-redis", "-reference-bin", "/r",
 		"-envoy-stores", "memory,redis", "-envoy-config", "../../examples/envoy.yaml"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -585,7 +586,7 @@ func TestEnvoyPeerSetups(t *testing.T) {
 	for _, s := range setups {
 		got = append(got, s.server.Name+"/"+s.store)
 	}
-	if want := "floodgate/memory floodgate/redis floor/ reference/redis"; strings.Join(got, " ") != want {
+	if want := "floodgate/memory floodgate/redis floor/ reference/redis floor-redis/redis"; strings.Join(got, " ") != want {
 		t.Errorf("setups %v, want %s", got, want)
 	}
 }

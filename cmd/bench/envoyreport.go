@@ -43,7 +43,8 @@ type envoyStoreResult struct {
 	Name   string `json:"name"`
 	Server string `json:"server"`
 	// Store is where the server keeps counters: redis or memory; "" for
-	// the gRPC floor (-envoy-peers floor), which keeps none.
+	// the gRPC floor (-envoy-peers floor), which keeps none; redis for
+	// floor-redis, which pings it.
 	Store string `json:"store"`
 	// Config is the Envoy bootstrap, Filter the filter compared:
 	// envoy.filters.http.ratelimit (RLS: the server decides every request)

@@ -27,8 +27,8 @@ import (
 
 // envoySetup is one setup and what its runs gathered over the rounds.
 type envoySetup struct {
-	server peer   // kindFloodgate, kindReference or kindFloor, and its binary
-	store  string // storeRedis or storeMemory; "" for the floor, which keeps no counters
+	server peer   // kindFloodgate, kindReference, kindFloor or kindFloorRedis, and its binary
+	store  string // storeRedis or storeMemory; "" for the floor, which keeps no counters (floor-redis: storeRedis, which it pings)
 	config string // the Envoy bootstrap's path, for the report
 	// shipped is the bootstrap's text; filter the filter it compares,
 	// known once the setup has started.
@@ -73,7 +73,10 @@ func (c cpuUse) plus(b cpuUse) cpuUse {
 // are.
 func (s *envoySetup) name(peers, configs bool) string {
 	n := s.store
-	if peers {
+	switch {
+	case s.server.Kind == kindFloorRedis:
+		n = s.server.Name // its kind names its store
+	case peers:
 		n = strings.TrimSpace(s.server.Name + " " + n)
 	}
 	if configs {
@@ -109,6 +112,8 @@ func envoySetups(o *options) ([]*envoySetup, error) {
 			case kindFloor:
 				// It keeps no counters: one setup, on no store.
 				srvStores = []string{""}
+			case kindFloorRedis:
+				srvStores = []string{storeRedis}
 			case kindReference:
 				// Redis is the only store of the two it has.
 				srvStores = []string{storeRedis}
@@ -290,8 +295,8 @@ func (env *envoyEnv) startServer(ctx context.Context, s *envoySetup, dir string)
 		redisAddr = env.redisAddr
 	}
 	switch s.server.Kind {
-	case kindFloor:
-		return startFloor(ctx)
+	case kindFloor, kindFloorRedis:
+		return startFloor(ctx, redisAddr)
 	case kindFloodgate:
 		bin := s.server.Bin
 		if bin == "" {

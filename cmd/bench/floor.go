@@ -18,6 +18,10 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/floodgate/floodgate/internal/harness"
 	fgserver "github.com/floodgate/floodgate/internal/server"
 )
@@ -32,13 +36,24 @@ import (
 // the health checks of an Envoy in front of it (-envoy-peers floor). No server built on grpc-go spends noticeably less CPU per
 // call under the same load; floodgate's CPU per decision minus the
 // floor's is what its own work, Redis round trips included, costs.
+//
+// Behind Envoy the floor can also make one Redis round trip per call, a
+// PING through go-redis (the client floodgate uses) on the shared Redis,
+// before its answer (-envoy-peers floor-redis): the latency and CPU any
+// RLS server that asks Redis once per decision adds, at the least. What
+// floodgate adds beyond it is its own decision: the rules, the script and
+// the answer.
 
 // targetFloor is result.Target for the floor.
 const targetFloor = "grpc-floor"
 
 // floorAddrEnv, when set, makes the tool serve the floor on its address
-// instead of measuring (the child process of -grpc-floor).
-const floorAddrEnv = "FLOODGATE_BENCH_FLOOR_ADDR"
+// instead of measuring (the child process of -grpc-floor); floorRedisEnv,
+// when set too, is the Redis it pings once per call (floor-redis).
+const (
+	floorAddrEnv  = "FLOODGATE_BENCH_FLOOR_ADDR"
+	floorRedisEnv = "FLOODGATE_BENCH_FLOOR_REDIS"
+)
 
 // floorStreamWorkers and floorGOGC are floodgate's own settings
 // (internal/server's streamWorkers, cmd/server's defaultGOGC).
@@ -70,8 +85,11 @@ func (floorCodec) Name() string { return "proto" }
 
 var _ encoding.CodecV2 = floorCodec{}
 
-// serveFloor serves the floor on addr until the process is stopped.
-func serveFloor(addr string) error {
+// serveFloor serves the floor on addr until the process is stopped, with
+// a PING to the Redis at redisAddr in every call unless it is empty. A
+// failed PING fails the call (UNAVAILABLE), as a failed Redis call fails
+// floodgate's decision.
+func serveFloor(addr, redisAddr string) error {
 	debug.SetGCPercent(floorGOGC)
 	answer, err := proto.Marshal(&pb.RateLimitResponse{
 		OverallCode: pb.RateLimitResponse_OK,
@@ -106,14 +124,28 @@ func serveFloor(addr string) error {
 			},
 		}},
 	}
+	if redisAddr != "" {
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+		defer rdb.Close()
+		desc.Methods[0].Handler = func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			if err := dec(nil); err != nil {
+				return nil, err
+			}
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				return nil, status.Errorf(codes.Unavailable, "floor: redis: %v", err)
+			}
+			return &answer, nil
+		}
+	}
 	var impl any = struct{}{}
 	s.RegisterService(&desc, impl)
 	return s.Serve(l)
 }
 
-// startFloor starts the floor in a child process on a free port and
-// returns when it answers.
-func startFloor(ctx context.Context) (*child, server, error) {
+// startFloor starts the floor in a child process on a free port, pinging
+// the Redis at redisAddr in every call unless it is empty, and returns
+// when it answers.
+func startFloor(ctx context.Context, redisAddr string) (*child, server, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, server{}, err
@@ -122,7 +154,11 @@ func startFloor(ctx context.Context) (*child, server, error) {
 	if err != nil {
 		return nil, server{}, err
 	}
-	p, err := startChild("grpc floor", self, nil, floorAddrEnv+"="+addr)
+	env := []string{floorAddrEnv + "=" + addr}
+	if redisAddr != "" {
+		env = append(env, floorRedisEnv+"="+redisAddr)
+	}
+	p, err := startChild("grpc floor", self, nil, env...)
 	if err != nil {
 		return nil, server{}, err
 	}

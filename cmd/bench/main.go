@@ -60,7 +60,7 @@ import (
 
 func main() {
 	if addr := os.Getenv(floorAddrEnv); addr != "" {
-		if err := serveFloor(addr); err != nil {
+		if err := serveFloor(addr, os.Getenv(floorRedisEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, "grpc floor:", err)
 			os.Exit(1)
 		}
@@ -176,7 +176,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.envoy, "envoy", false, "measure the latency floodgate adds to HTTP requests through Envoy: -envoy-config with and without its ratelimit (or rate_limit_quota) filter, alternating, at -rate, for each of -envoy-stores; needs envoy ($ENVOY_BIN or the PATH)")
 	envoyConfigs := fs.String("envoy-config", "examples/envoy.yaml", "with -envoy: the Envoy bootstrap to run, rewritten for the loopback; its listener "+envoyListener+" must have the ratelimit filter (RLS), or the rate_limit_quota filter (RLQS, examples/envoy-rlqs.yaml). Several, separated by commas, are measured in the same rounds")
 	envoyCounts := fs.String("envoys", "1", "with -envoy: comma-separated numbers of Envoys, each its own process on the same server, sharing the callers; each number is measured in every round")
-	envoyPeers := fs.String("envoy-peers", "", "with -envoy: comma-separated servers to put behind Envoy instead of one floodgate per store: "+kindFloodgate+" (-server-bin, or built) and "+kindReference+" (-reference-bin), each on Redis, or NAME=KIND:BIN; without -config they read generated rules for domain demo that no run reaches, in fixed windows. "+kindFloor+" is the server of -grpc-floor, which answers every call OK without deciding and keeps no counters: the latency and CPU any grpc-go RLS server adds through Envoy, at the least")
+	envoyPeers := fs.String("envoy-peers", "", "with -envoy: comma-separated servers to put behind Envoy instead of one floodgate per store: "+kindFloodgate+" (-server-bin, or built) and "+kindReference+" (-reference-bin), each on Redis, or NAME=KIND:BIN; without -config they read generated rules for domain demo that no run reaches, in fixed windows. "+kindFloor+" is the server of -grpc-floor, which answers every call OK without deciding and keeps no counters: the latency and CPU any grpc-go RLS server adds through Envoy, at the least; "+kindFloorRedis+" is the floor with one Redis round trip (PING) per call before its answer: what any RLS server over Redis adds, at the least")
 	stores := fs.String("envoy-stores", storeRedis+","+storeMemory, "with -envoy: comma-separated stores of floodgate to measure: "+storeRedis+" (-redis-addr, or a private redis-server), "+storeMemory+"; with -envoy-peers, "+storeRedis+" unless given (the reference runs on "+storeRedis+" only)")
 	fs.IntVar(&o.envoyConcurrency, "envoy-concurrency", 1, "with -envoy: Envoy's worker threads (--concurrency)")
 	fs.StringVar(&o.envoyHeader, "envoy-header", "", "with -envoy: a request header that carries the request's client address too, e.g. x-api-key, the bucket of examples/envoy-rlqs.yaml and a descriptor of examples/envoy.yaml")
@@ -322,7 +322,8 @@ const maxEnvoys = 8
 
 // checkEnvoyPeers reads -envoy-peers: floodgate on Redis, or on each of
 // -envoy-stores when given; the reference on Redis, its only store of the
-// two the mode knows; and the gRPC floor, which keeps no counters.
+// two the mode knows; the gRPC floor, which keeps no counters; and
+// floor-redis, the floor pinging Redis.
 func (o *options) checkEnvoyPeers(list string) error {
 	if !o.envoyStoresSet {
 		o.envoyStores = []string{storeRedis}
@@ -459,7 +460,7 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 	case o.serverAddr != "":
 		t.srv = server{grpcAddr: o.serverAddr, debugAddr: o.serverDebugAddr, pid: o.serverPID}
 	case o.grpcFloor:
-		p, srv, err := startFloor(ctx)
+		p, srv, err := startFloor(ctx, "")
 		if err != nil {
 			return nil, err
 		}

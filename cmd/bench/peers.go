@@ -36,10 +36,14 @@ const (
 	// kindFloor is the gRPC floor of -grpc-floor (floor.go), a child of
 	// this tool: no binary, no store, no rules, every call answered OK.
 	kindFloor = "floor"
+	// kindFloorRedis is the floor with one Redis round trip (a PING) per
+	// call before its answer, behind Envoy only: the least any RLS server
+	// over Redis adds.
+	kindFloorRedis = "floor-redis"
 )
 
 // peerKinds are the kinds of peer servers, in the order errors list them.
-var peerKinds = []string{kindFloodgate, kindReference, kindLimitador, kindFloor}
+var peerKinds = []string{kindFloodgate, kindReference, kindLimitador, kindFloor, kindFloorRedis}
 
 // peer is one server of the -peers mode.
 type peer struct {
@@ -101,8 +105,8 @@ func checkPeer(flag, item string, p peer, o *options, refused map[string]string)
 			}
 		}
 		return fmt.Errorf("%s: %q: the kind must be %s or %s", flag, item, strings.Join(kinds[:len(kinds)-1], ", "), kinds[len(kinds)-1])
-	case p.Kind == kindFloor && p.Bin != "":
-		return fmt.Errorf("%s: %q: the floor is this tool's own child process, with no binary: give it as %s", flag, item, kindFloor)
+	case (p.Kind == kindFloor || p.Kind == kindFloorRedis) && p.Bin != "":
+		return fmt.Errorf("%s: %q: the floor is this tool's own child process, with no binary: give it as %s", flag, item, p.Kind)
 	case p.Bin == "" && p.Kind == kindReference:
 		return fmt.Errorf("%s: %q needs -reference-bin (envoyproxy/ratelimit's service_cmd) or %s=%s:BIN", flag, item, p.Name, p.Kind)
 	case p.Bin == "" && p.Kind == kindLimitador:
@@ -133,7 +137,8 @@ func (o *options) checkPeers(list string) error {
 	o.ceiling = false
 	var err error
 	o.peers, err = parsePeers("-peers", list, o, map[string]string{
-		kindFloor: "the gRPC floor decides nothing, and -peers compares decisions under and over limits: measure it alone with -grpc-floor, or behind Envoy with -envoy -envoy-peers",
+		kindFloor:      "the gRPC floor decides nothing, and -peers compares decisions under and over limits: measure it alone with -grpc-floor, or behind Envoy with -envoy -envoy-peers",
+		kindFloorRedis: "the gRPC floor decides nothing, and -peers compares decisions under and over limits: measure it behind Envoy with -envoy -envoy-peers",
 	})
 	return err
 }
