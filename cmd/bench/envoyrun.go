@@ -112,10 +112,9 @@ func envoySetups(o *options) ([]*envoySetup, error) {
 			case kindFloor:
 				// It keeps no counters: one setup, on no store.
 				srvStores = []string{""}
-			case kindFloorRedis:
-				srvStores = []string{storeRedis}
-			case kindReference:
-				// Redis is the only store of the two it has.
+			case kindReference, kindFloorRedis:
+				// Redis: the reference's only store of the two it has,
+				// and the one floor-redis pings.
 				srvStores = []string{storeRedis}
 			}
 			for _, store := range srvStores {

@@ -10,17 +10,16 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
-
-	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/internal/harness"
 	fgserver "github.com/floodgate/floodgate/internal/server"
@@ -111,31 +110,28 @@ func serveFloor(addr, redisAddr string) error {
 		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 	healthpb.RegisterHealthServer(s, hs)
+	var rdb *redis.Client
+	if redisAddr != "" {
+		rdb = redis.NewClient(&redis.Options{Addr: redisAddr})
+		defer rdb.Close()
+	}
 	desc := grpc.ServiceDesc{
 		ServiceName: pb.RateLimitService_ServiceDesc.ServiceName,
 		HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{{
 			MethodName: "ShouldRateLimit",
-			Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 				if err := dec(nil); err != nil {
 					return nil, err
+				}
+				if rdb != nil {
+					if err := rdb.Ping(ctx).Err(); err != nil {
+						return nil, status.Errorf(codes.Unavailable, "floor: redis: %v", err)
+					}
 				}
 				return &answer, nil
 			},
 		}},
-	}
-	if redisAddr != "" {
-		rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-		defer rdb.Close()
-		desc.Methods[0].Handler = func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			if err := dec(nil); err != nil {
-				return nil, err
-			}
-			if err := rdb.Ping(ctx).Err(); err != nil {
-				return nil, status.Errorf(codes.Unavailable, "floor: redis: %v", err)
-			}
-			return &answer, nil
-		}
 	}
 	var impl any = struct{}{}
 	s.RegisterService(&desc, impl)
