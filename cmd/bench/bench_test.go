@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -125,14 +125,14 @@ func TestFloorRedis(t *testing.T) {
 	defer closeAll(conns)
 	client := pb.NewRateLimitServiceClient(conns[0])
 	req := &pb.RateLimitRequest{Domain: "any", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
-	pings := func() int {
-		stats, err := rs.Do("INFO", "commandstats")
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	pings := func() int64 {
+		st, err := readRedisStats(ctx, rdb)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, rest, _ := strings.Cut(stats, "cmdstat_ping:calls=")
-		n, _ := strconv.Atoi(rest[:strings.IndexAny(rest+",", ",")])
-		return n
+		return st.Calls["ping"]
 	}
 	before := pings()
 	const calls = 20
