@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
@@ -141,6 +143,38 @@ func TestFixedFastPath(t *testing.T) {
 		t.Fatalf("no INCRBY in %d calls: the fast path decided none", calls)
 	}
 	t.Logf("%d calls, keys alike after each", calls)
+}
+
+// TestRefusedSetWritesNothing: a request whose new window's counter Redis
+// refuses to SET (the user's ACL denies it) gets the refusal as its own
+// error, in the reply, and leaves no key, on the fast path as on the
+// general path: the fast path takes back the count its INCRBY created
+// (left, it would hold the key without expiry, and no later call would
+// read it as a counter).
+func TestRefusedSetWritesNothing(t *testing.T) {
+	n := startNode(t)
+	ctx := context.Background()
+	general := loadBothPaths(t, n)
+	if _, err := n.srv.Do("ACL", "SETUSER", "noset", "reset", "on", ">pw", "~*", "+@all", "-set"); err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: n.srv.Addr, Username: "noset", Password: "pw"})
+	t.Cleanup(func() { client.Close() })
+	spec := fmt.Sprintf("%d:3:%d:3:1", limit.FixedWindow, time.Hour.Microseconds())
+	args := []any{fmt.Sprint(future.UnixMicro()), 1, spec, 1, 0}
+	fast, fastErr := client.FCall(ctx, redislimit.FunctionName(), []string{"fast:k"}, args...).Result()
+	gen, genErr := client.FCall(ctx, general, []string{"gen:k"}, args...).Result()
+	if fastErr != nil || genErr != nil {
+		t.Fatalf("call errors %v and %v, want the request's error in each reply", fastErr, genErr)
+	}
+	if got := fmt.Sprint(fast); got != fmt.Sprint(gen) || !strings.Contains(got, "can't run this command") {
+		t.Fatalf("replies %v and %v (general path), want the same refused SET", fast, gen)
+	}
+	fv, gv := n.client.Get(ctx, "fast:k").Val(), n.client.Get(ctx, "gen:k").Val()
+	fx, gx := n.client.PExpireTime(ctx, "fast:k").Val(), n.client.PExpireTime(ctx, "gen:k").Val()
+	if fv != "" || gv != "" {
+		t.Fatalf("keys hold %q expiring %v and %q expiring %v (general path), want none", fv, fx, gv, gx)
+	}
 }
 
 // windowCounter is a plain fixed window's counter as the script stores it

@@ -43,6 +43,12 @@ func TestScriptRefusesMalformedCalls(t *testing.T) {
 		{"a window of 0", []string{"a", "b"}, append(append([]any{}, good...), "", "1", fmt.Sprintf("%d:10:0:10:1", limit.FixedWindow), "1", "0"), "request 2: bad spec 0:10:0:10:1"},
 		{"a precision of 0", []string{"a", "b"}, append(append([]any{}, good...), "", "1", fmt.Sprintf("%d:10:%d:10:0", limit.SlidingWindow, time.Hour.Microseconds()), "1", "0"), "request 2: bad spec 1:10:"},
 		{"arguments left over", []string{"a"}, append(append([]any{}, good...), "extra"), "request 2 at argument 6: bad hit count nil"},
+		// A call of a single request is checked as any other.
+		{"a single request's fractional cost", []string{"a"}, []any{"", "1", spec, "1.5", "0"}, "request 1: bad cost 1.5"},
+		{"a single request's negative cost", []string{"a"}, []any{"", "1", spec, "-1", "0"}, "request 1: bad cost -1"},
+		{"a single request's now that is not a number", []string{"a"}, []any{"x", "1", spec, "1", "0"}, "request 1 at argument 1: bad now x"},
+		{"a single request's bad spec", []string{"a"}, []any{"", "1", "0:10", "1", "0"}, "request 1: bad spec 0:10"},
+		{"a single request's flags that are not a number", []string{"a"}, []any{"", "1", spec, "1", "y"}, "request 1: bad flags y"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			keys := make([]string, len(tc.keys))

@@ -304,12 +304,21 @@ end
 
 -- fixed_commit completes the write of a consuming hit of a request that
 -- passed, its count (after the hit) in hand: a read counter is added to,
--- a new window's counter is set with its expiry (reset µs from now).
+-- a new window's counter is set with its expiry (reset µs from now). A
+-- SET that Redis refuses (a user whose ACL denies it) raises its error,
+-- the request's, having taken back what fixed_apply added, as the general
+-- path, which reads before it writes, leaves nothing: a key INCRBY created
+-- would otherwise hold a bare count without expiry, which no later call
+-- reads as a counter.
 local function fixed_commit(key, did, cost, tag, count, now, reset)
   if did == HELD then
     redis.call('INCRBY', key, cost)
   elseif did ~= ADDED then
-    redis.call('SET', key, tag * COUNT_SPAN + count, 'PXAT', expire_at(now, reset))
+    local set = redis.pcall('SET', key, tag * COUNT_SPAN + count, 'PXAT', expire_at(now, reset))
+    if set.err then
+      fixed_take_back(key, did, cost)
+      error(set)
+    end
   end
 end
 
