@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
@@ -397,6 +399,152 @@ local t0 = now() while now() - t0 < 400000 do end return 1`, "0")
 			}
 		})
 	}
+}
+
+// TestBatchBusyWindowAdapts: once two busy windows in a row end without
+// company, a call that finds a round trip free while another is
+// outstanding leaves at once instead of waiting for company that does not
+// come (a server at a few thousand calls a second); a call that finds
+// every round trip taken makes such calls wait for company again, and a
+// window that drew company, though another round trip took it away,
+// counts as one that did. A hook holds chosen round trips outstanding.
+func TestBatchBusyWindowAdapts(t *testing.T) {
+	const window = 300 * time.Millisecond
+	n := startNode(t)
+	t.Run("lonely, then under load", func(t *testing.T) {
+		b := newHeldBatcher(t, n, window, 2)
+		releaseA, doneA := b.held("a")
+		for _, k := range []string{"b1", "b2"} {
+			if took := b.call(k); took < window {
+				t.Errorf("%s took %v: want it to wait out the %v window for company", k, took, window)
+			}
+		}
+		if took := b.call("c"); took >= window/2 {
+			t.Errorf("c took %v after two windows without company: want it sent at once", took)
+		}
+		releaseD, doneD := b.held("d") // sent at once too, and held
+		var wg sync.WaitGroup
+		for _, k := range []string{"e", "f"} {
+			wg.Go(func() { b.call(k) })
+		}
+		b.waitQueued(2)
+		close(releaseA) // e and f leave together in a's round trip
+		<-doneA
+		wg.Wait()
+		if took := b.call("g"); took < window {
+			t.Errorf("g took %v after calls found every round trip taken: want it to wait for company again", took)
+		}
+		close(releaseD)
+		<-doneD
+	})
+	t.Run("company taken by another round trip", func(t *testing.T) {
+		// Three round trips, so that the call joining the window finds
+		// one free: it does not count as a call that found all taken.
+		b := newHeldBatcher(t, n, window, 3)
+		releaseA, doneA := b.held("a")
+		if took := b.call("lonely"); took < window { // one window without company
+			t.Errorf("lonely took %v: want it to wait out the %v window for company", took, window)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { b.call("b") }) // waits for company
+		b.waitQueued(1)
+		wg.Go(func() { b.call("c") }) // joins it
+		b.waitQueued(2)
+		close(releaseA) // a's round trip takes b and c before the window ends
+		<-doneA
+		wg.Wait()
+		releaseD, doneD := b.held("d")
+		for _, k := range []string{"e1", "e2"} { // the count starts again
+			if took := b.call(k); took < window {
+				t.Errorf("%s took %v after a window that drew company: want it to wait for company", k, took)
+			}
+		}
+		close(releaseD)
+		<-doneD
+	})
+}
+
+// heldBatcher is a Limiter whose batcher waits up to a window for company,
+// with inFlight round trips at most, on a client whose round trips a hook
+// can hold.
+type heldBatcher struct {
+	t    *testing.T
+	l    *redislimit.Limiter
+	hook *holdHook
+}
+
+func newHeldBatcher(t *testing.T, n *node, window time.Duration, inFlight int) *heldBatcher {
+	hook := &holdHook{holds: make(chan chan struct{}, 1), started: make(chan struct{}, 1)}
+	client := redis.NewClient(&redis.Options{Addr: n.srv.Addr})
+	client.AddHook(hook)
+	t.Cleanup(func() { client.Close() })
+	l, err := redislimit.New(client, redislimit.Options{KeyPrefix: "adapt:" + t.Name() + ":", Timeout: time.Minute,
+		Batch: redislimit.BatchOptions{MaxInFlight: inFlight, MaxRequests: 4, BusyWindow: window}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &heldBatcher{t: t, l: l, hook: hook}
+}
+
+// call decides one hit on key and returns how long it took.
+func (b *heldBatcher) call(key string) time.Duration {
+	start := time.Now()
+	d := make([]limit.Decision, 1)
+	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Hour}
+	if _, err := b.l.Evaluate(context.Background(), []limit.Hit{{Key: key, Spec: spec, Cost: 1}}, d); err != nil || !d[0].Allowed {
+		b.t.Errorf("call %s: %+v, %v", key, d[0], err)
+	}
+	return time.Since(start)
+}
+
+// held starts a call whose round trip the hook holds until release is
+// closed, and returns once that round trip is outstanding.
+func (b *heldBatcher) held(key string) (release, done chan struct{}) {
+	release, done = make(chan struct{}), make(chan struct{})
+	b.hook.holds <- release
+	go func() {
+		defer close(done)
+		b.call(key)
+	}()
+	<-b.hook.started
+	return release, done
+}
+
+// waitQueued returns once n calls wait in the batcher.
+func (b *heldBatcher) waitQueued(n int) {
+	for b.l.Queued() < n {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// holdHook holds the FCALL of each call it is handed a channel for, until
+// that channel is closed, having said so on started.
+type holdHook struct {
+	holds   chan chan struct{}
+	started chan struct{}
+}
+
+func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "fcall" {
+			select {
+			case release := <-h.holds:
+				h.started <- struct{}{}
+				<-release
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // TestBatchBound: on a Redis that answers nothing, every call ends within

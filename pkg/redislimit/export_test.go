@@ -15,3 +15,12 @@ var CRC16 = crc16
 // LibrarySource is the assembled Redis Functions library, for tests that
 // load it themselves.
 var LibrarySource = func() string { return evaluateLibrary }
+
+// Queued is the number of calls waiting in l's batcher for a round trip,
+// for tests that must know calls queued before they end one.
+func (l *Limiter) Queued() int {
+	b := l.batcher
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
