@@ -351,6 +351,7 @@ func (b *batcher) windowNow() time.Duration {
 // what waits to a sender, as a round trip's end does (next), so that the
 // caller waits for its answer as a queued call does, minding its own
 // context, rather than sending a batch whose deadline may be another's.
+// A window that drew no company counts towards lonelyWindows.
 func (b *batcher) gather(ctx context.Context, window time.Duration) {
 	b.windowTimer.Reset(window)
 	select {

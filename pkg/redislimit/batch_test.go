@@ -513,9 +513,14 @@ func (b *heldBatcher) held(key string) (release, done chan struct{}) {
 	return release, done
 }
 
-// waitQueued returns once n calls wait in the batcher.
+// waitQueued returns once n calls wait in the batcher, polling the count;
+// it fails the test if they do not within a generous bound.
 func (b *heldBatcher) waitQueued(n int) {
-	for b.l.Queued() < n {
+	deadline := time.Now().Add(30 * time.Second)
+	for q := b.l.Queued(); q < n; q = b.l.Queued() {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("%d calls queued after 30s, want %d", q, n)
+		}
 		time.Sleep(time.Millisecond)
 	}
 }
