@@ -147,10 +147,14 @@ func TestFixedFastPath(t *testing.T) {
 
 // TestRefusedSetWritesNothing: a request whose new window's counter Redis
 // refuses to SET (the user's ACL denies it) gets the refusal as its own
-// error, in the reply, and leaves no key, on the fast path as on the
-// general path: the fast path takes back the count its INCRBY created
-// (left, it would hold the key without expiry, and no later call would
-// read it as a counter).
+// error, in the reply, and leaves every key as it was, on the fast path as
+// on the general path: the fast path takes back what its INCRBYs applied
+// and its commits wrote, the hits before and after the refused one alike.
+// A count INCRBY created and left would hold the key without expiry, which
+// no later call reads as a counter; one added to a held window would be
+// consumed by a request that failed. Once a request of the call is
+// blocked, the fast path reads before it writes and adds to a held
+// counter in its commit, before the refused one.
 func TestRefusedSetWritesNothing(t *testing.T) {
 	n := startNode(t)
 	ctx := context.Background()
@@ -158,23 +162,80 @@ func TestRefusedSetWritesNothing(t *testing.T) {
 	if _, err := n.srv.Do("ACL", "SETUSER", "noset", "reset", "on", ">pw", "~*", "+@all", "-set"); err != nil {
 		t.Fatal(err)
 	}
-	client := redis.NewClient(&redis.Options{Addr: n.srv.Addr, Username: "noset", Password: "pw"})
-	t.Cleanup(func() { client.Close() })
-	spec := fmt.Sprintf("%d:3:%d:3:1", limit.FixedWindow, time.Hour.Microseconds())
-	args := []any{fmt.Sprint(future.UnixMicro()), 1, spec, 1, 0}
-	fast, fastErr := client.FCall(ctx, redislimit.FunctionName(), []string{"fast:k"}, args...).Result()
-	gen, genErr := client.FCall(ctx, general, []string{"gen:k"}, args...).Result()
-	if fastErr != nil || genErr != nil {
-		t.Fatalf("call errors %v and %v, want the request's error in each reply", fastErr, genErr)
+	w := time.Hour.Microseconds()
+	spec := fmt.Sprintf("%d:3:%d:3:1", limit.FixedWindow, w)
+	now := future.UnixMicro()
+	// What a key holds before the request: nothing, this window's counter
+	// (which the request adds to) or an earlier window's (which it
+	// replaces); "full" is at the limit.
+	held := map[string]int64{"held": windowCounter(now, w, 1), "stale": windowCounter(now-w, w, 2), "full": windowCounter(now, w, 3)}
+	for _, tc := range []struct {
+		keys    []string
+		blocked bool // a blocked request on "full" comes first in the call
+	}{
+		{[]string{"new"}, false},
+		{[]string{"stale"}, false},
+		{[]string{"new", "new2"}, false},
+		{[]string{"held", "new"}, false},
+		{[]string{"new", "held"}, false},
+		{[]string{"held", "stale", "new"}, false},
+		{[]string{"held", "new"}, true},
+	} {
+		name := fmt.Sprintf("%s/blocked=%t", strings.Join(tc.keys, ","), tc.blocked)
+		t.Run(name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: n.srv.Addr, Username: "noset", Password: "pw"})
+			t.Cleanup(func() { client.Close() })
+			keys, args := tc.keys, []any{}
+			if tc.blocked {
+				keys = append([]string{"full"}, keys...)
+				args = append(args, fmt.Sprint(now), 1, spec, 1, 0)
+			}
+			args = append(args, fmt.Sprint(now), len(tc.keys))
+			for range tc.keys {
+				args = append(args, spec, 1, 0)
+			}
+			var replies [2]string
+			for i, lib := range []string{redislimit.FunctionName(), general} {
+				prefix := fmt.Sprintf("%d:%s:", i, name)
+				prefixed := make([]string, len(keys))
+				before := make(map[string]string)
+				for j, k := range keys {
+					prefixed[j] = prefix + k
+					if v, ok := held[k]; ok {
+						n.client.Set(ctx, prefixed[j], v, time.Hour)
+					}
+					before[prefixed[j]] = keyState(ctx, t, n.client, prefixed[j])
+				}
+				r, err := client.FCall(ctx, lib, prefixed, args...).Result()
+				if err != nil {
+					t.Fatalf("%s: call error %v, want the request's error in the reply", lib, err)
+				}
+				replies[i] = strings.ReplaceAll(fmt.Sprint(r), prefix, "")
+				for k, was := range before {
+					if now := keyState(ctx, t, n.client, k); now != was {
+						t.Errorf("%s: key %s holds %s, held %s before the call", lib, k, now, was)
+					}
+				}
+			}
+			if replies[0] != replies[1] || !strings.Contains(replies[0], "can't run this command") {
+				t.Fatalf("replies %v and %v (general path), want the same refused SET", replies[0], replies[1])
+			}
+		})
 	}
-	if got := fmt.Sprint(fast); got != fmt.Sprint(gen) || !strings.Contains(got, "can't run this command") {
-		t.Fatalf("replies %v and %v (general path), want the same refused SET", fast, gen)
+}
+
+// keyState is key's value and expiry instant (PEXPIRETIME, ms), or that
+// it is missing.
+func keyState(ctx context.Context, t *testing.T, client *redis.Client, key string) string {
+	t.Helper()
+	v, err := client.Get(ctx, key).Result()
+	if err == redis.Nil {
+		return "nothing"
 	}
-	fv, gv := n.client.Get(ctx, "fast:k").Val(), n.client.Get(ctx, "gen:k").Val()
-	fx, gx := n.client.PExpireTime(ctx, "fast:k").Val(), n.client.PExpireTime(ctx, "gen:k").Val()
-	if fv != "" || gv != "" {
-		t.Fatalf("keys hold %q expiring %v and %q expiring %v (general path), want none", fv, fx, gv, gx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return fmt.Sprintf("%q expiring at %d ms", v, client.PExpireTime(ctx, key).Val().Milliseconds())
 }
 
 // windowCounter is a plain fixed window's counter as the script stores it

@@ -304,21 +304,22 @@ end
 
 -- fixed_commit completes the write of a consuming hit of a request that
 -- passed, its count (after the hit) in hand: a read counter is added to,
--- a new window's counter is set with its expiry (reset µs from now). A
--- SET that Redis refuses (a user whose ACL denies it) raises its error,
--- the request's, having taken back what fixed_apply added, as the general
--- path, which reads before it writes, leaves nothing: a key INCRBY created
--- would otherwise hold a bare count without expiry, which no later call
--- reads as a counter.
+-- a new window's counter is set with its expiry (reset µs from now). It
+-- returns the error of a write Redis refused (a user whose ACL denies
+-- SET), which wrote nothing, else nil; the caller takes the request back
+-- and raises that error, the request's, so that the fast path leaves what
+-- the general path, which reads before it writes, leaves: nothing. A key
+-- INCRBY created and left would hold a bare count without expiry, which no
+-- later call reads as a counter.
 local function fixed_commit(key, did, cost, tag, count, now, reset)
+  local done
   if did == HELD then
-    redis.call('INCRBY', key, cost)
+    done = redis.pcall('INCRBY', key, cost)
   elseif did ~= ADDED then
-    local set = redis.pcall('SET', key, tag * COUNT_SPAN + count, 'PXAT', expire_at(now, reset))
-    if set.err then
-      fixed_take_back(key, did, cost)
-      error(set)
-    end
+    done = redis.pcall('SET', key, tag * COUNT_SPAN + count, 'PXAT', expire_at(now, reset))
+  end
+  if type(done) == 'table' and done.err then
+    return done
   end
 end
 
@@ -354,7 +355,11 @@ local function fixed_one(key, h, cost, now)
       return nil
     end
     count = count + cost
-    fixed_commit(key, did, cost, tag, count, now, reset)
+    local refused = fixed_commit(key, did, cost, tag, count, now, reset)
+    if refused then
+      fixed_take_back(key, did, cost)
+      error(refused)
+    end
   end
   return {1, limit - count, reset, 0, 0, 0}
 end
@@ -426,10 +431,26 @@ local function settles(k0, i)
   return f_did[i] ~= ADDED and fast_cost[k0 + i] > 0
 end
 
+-- fixed_unsettle takes back the commits of hits k0 + 1 .. k0 + m that
+-- added to a counter they read (HELD); fixed_undo takes back the rest. A
+-- user refused SET has made no other commit; one allowed it on some keys
+-- only (an ACL selector) leaves partial writes on the general path too,
+-- and here a counter that replaced an earlier window's is taken back to
+-- this window's count 0, which is what the earlier one read as.
+local function fixed_unsettle(keys, k0, m)
+  for j = 1, m do
+    if f_did[j] == HELD and settles(k0, j) then
+      redis.call('INCRBY', keys[k0 + j], -fast_cost[k0 + j])
+    end
+  end
+end
+
 -- fixed_settle completes a request of n hits that passed with the commits
 -- of the hits that settle. It returns false, having taken the request
 -- back, when a counter read to be added to is not in INCRBY's form
--- (addable): the general path decides it then.
+-- (addable): the general path decides it then. A commit Redis refuses
+-- raises its error, the request's, once every hit is taken back: the
+-- commits before it (fixed_unsettle) and the INCRBYs of the others.
 local function fixed_settle(keys, k0, n, now)
   for i = 1, n do
     local held = settles(k0, i) and f_held[i]
@@ -441,7 +462,12 @@ local function fixed_settle(keys, k0, n, now)
   for i = 1, n do
     if settles(k0, i) then
       local cost = fast_cost[k0 + i]
-      fixed_commit(keys[k0 + i], f_did[i], cost, f_tag[i], f_count[i] + cost, now, f_reset[i])
+      local refused = fixed_commit(keys[k0 + i], f_did[i], cost, f_tag[i], f_count[i] + cost, now, f_reset[i])
+      if refused then
+        fixed_unsettle(keys, k0, i - 1)
+        fixed_undo(keys, k0, n)
+        error(refused)
+      end
     end
   end
   return true
