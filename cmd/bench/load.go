@@ -18,19 +18,24 @@ import (
 // shouldRateLimit is the full gRPC method name Envoy calls.
 const shouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
-// dial opens n client connections to addr; callers are spread over them
-// round robin, as Envoy's worker threads each hold their own. Their
-// flow-control windows are fixed, as the servers' are: a grpc-go client
-// sizing them by bandwidth-delay estimates sends a PING with the first
-// DATA frame after its last estimate's was answered, which below a few
-// thousand calls a second per connection is every call, and each server
-// would spend a write answering it; Envoy, the client measured for, sends
-// none.
+// asEnvoy is how the tool's clients of a server under measurement dial:
+// in plain text, with flow-control windows fixed as the servers' are. A
+// grpc-go client sizing them by bandwidth-delay estimates sends a PING
+// with the first DATA frame after its last estimate's was answered, which
+// below a few thousand calls a second per connection is every call, and
+// each server would spend a write answering it; Envoy, the client
+// measured for, sends none.
+func asEnvoy(more ...grpc.DialOption) []grpc.DialOption {
+	return append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStaticStreamWindowSize(fgserver.FlowWindow), grpc.WithStaticConnWindowSize(fgserver.FlowWindow)}, more...)
+}
+
+// dial opens n client connections to addr (asEnvoy); callers are spread
+// over them round robin, as Envoy's worker threads each hold their own.
 func dial(addr string, n int) ([]*grpc.ClientConn, error) {
 	conns := make([]*grpc.ClientConn, 0, n)
 	for range n {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithStaticStreamWindowSize(fgserver.FlowWindow), grpc.WithStaticConnWindowSize(fgserver.FlowWindow))
+		c, err := grpc.NewClient(addr, asEnvoy()...)
 		if err != nil {
 			closeAll(conns)
 			return nil, fmt.Errorf("grpc: %s: %w", addr, err)

@@ -26,7 +26,6 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate/floodgate/internal/harness"
 )
@@ -162,10 +161,10 @@ func (r *reloadRun) start(bin, redisAddr string) error {
 		args = append([]string{"-config", r.config, "-grpc-addr", addrs[0], "-http-addr", addrs[1], "-debug-addr", addrs[2], "-redis", redisAddr}, serverDefaults...)
 		args = append(args, r.o.serverArgs...)
 	}
-	probe, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	probe, err := grpc.NewClient(r.grpc, asEnvoy(
 		// Retry at once while the server is not listening yet, so that
 		// its first answer is seen when it comes.
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1, MaxDelay: 5 * time.Millisecond}, MinConnectTimeout: time.Second}))
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1, MaxDelay: 5 * time.Millisecond}, MinConnectTimeout: time.Second}))...)
 	if err != nil {
 		return err
 	}
