@@ -433,10 +433,11 @@ end
 
 -- fixed_unsettle takes back the commits of hits k0 + 1 .. k0 + m that
 -- added to a counter they read (HELD); fixed_undo takes back the rest. A
--- user refused SET has made no other commit; one allowed it on some keys
--- only (an ACL selector) leaves partial writes on the general path too,
--- and here a counter that replaced an earlier window's is taken back to
--- this window's count 0, which is what the earlier one read as.
+-- user refused SET on every key has made no commit but those; for one
+-- allowed it on some keys only (an ACL selector), which leaves partial
+-- writes on the general path too, fixed_undo takes a counter that replaced
+-- an earlier window's back to this window's count 0, which is what the
+-- earlier one read as.
 local function fixed_unsettle(keys, k0, m)
   for j = 1, m do
     if f_did[j] == HELD and settles(k0, j) then
