@@ -162,6 +162,8 @@ func TestRefusedSetWritesNothing(t *testing.T) {
 	if _, err := n.srv.Do("ACL", "SETUSER", "noset", "reset", "on", ">pw", "~*", "+@all", "-set"); err != nil {
 		t.Fatal(err)
 	}
+	client := redis.NewClient(&redis.Options{Addr: n.srv.Addr, Username: "noset", Password: "pw"})
+	t.Cleanup(func() { client.Close() })
 	w := time.Hour.Microseconds()
 	spec := fmt.Sprintf("%d:3:%d:3:1", limit.FixedWindow, w)
 	now := future.UnixMicro()
@@ -183,8 +185,6 @@ func TestRefusedSetWritesNothing(t *testing.T) {
 	} {
 		name := fmt.Sprintf("%s/blocked=%t", strings.Join(tc.keys, ","), tc.blocked)
 		t.Run(name, func(t *testing.T) {
-			client := redis.NewClient(&redis.Options{Addr: n.srv.Addr, Username: "noset", Password: "pw"})
-			t.Cleanup(func() { client.Close() })
 			keys, args := tc.keys, []any{}
 			if tc.blocked {
 				keys = append([]string{"full"}, keys...)
@@ -202,7 +202,9 @@ func TestRefusedSetWritesNothing(t *testing.T) {
 				for j, k := range keys {
 					prefixed[j] = prefix + k
 					if v, ok := held[k]; ok {
-						n.client.Set(ctx, prefixed[j], v, time.Hour)
+						if err := n.client.Set(ctx, prefixed[j], v, time.Hour).Err(); err != nil {
+							t.Fatal(err)
+						}
 					}
 					before[prefixed[j]] = keyState(ctx, t, n.client, prefixed[j])
 				}
@@ -212,8 +214,8 @@ func TestRefusedSetWritesNothing(t *testing.T) {
 				}
 				replies[i] = strings.ReplaceAll(fmt.Sprint(r), prefix, "")
 				for k, was := range before {
-					if now := keyState(ctx, t, n.client, k); now != was {
-						t.Errorf("%s: key %s holds %s, held %s before the call", lib, k, now, was)
+					if after := keyState(ctx, t, n.client, k); after != was {
+						t.Errorf("%s: key %s holds %s, held %s before the call", lib, k, after, was)
 					}
 				}
 			}
