@@ -418,6 +418,7 @@ func TestBatchBusyWindowAdapts(t *testing.T) {
 			if took := b.call(k); took < window {
 				t.Errorf("%s took %v: want it to wait out the %v window for company", k, took, window)
 			}
+			b.waitInFlight(1) // its sender freed the round trip: only a's is out
 		}
 		if took := b.call("c"); took >= window/2 {
 			t.Errorf("c took %v after two windows without company: want it sent at once", took)
@@ -431,6 +432,7 @@ func TestBatchBusyWindowAdapts(t *testing.T) {
 		close(releaseA) // e and f leave together in a's round trip
 		<-doneA
 		wg.Wait()
+		b.waitInFlight(1)
 		if took := b.call("g"); took < window {
 			t.Errorf("g took %v after calls found every round trip taken: want it to wait for company again", took)
 		}
@@ -445,6 +447,7 @@ func TestBatchBusyWindowAdapts(t *testing.T) {
 		if took := b.call("lonely"); took < window { // one window without company
 			t.Errorf("lonely took %v: want it to wait out the %v window for company", took, window)
 		}
+		b.waitInFlight(1)
 		var wg sync.WaitGroup
 		wg.Go(func() { b.call("b") }) // waits for company
 		b.waitQueued(1)
@@ -453,11 +456,13 @@ func TestBatchBusyWindowAdapts(t *testing.T) {
 		close(releaseA) // a's round trip takes b and c before the window ends
 		<-doneA
 		wg.Wait()
+		b.waitInFlight(0)
 		releaseD, doneD := b.held("d")
 		for _, k := range []string{"e1", "e2"} { // the count starts again
 			if took := b.call(k); took < window {
 				t.Errorf("%s took %v after a window that drew company: want it to wait for company", k, took)
 			}
+			b.waitInFlight(1)
 		}
 		close(releaseD)
 		<-doneD
@@ -513,13 +518,22 @@ func (b *heldBatcher) held(key string) (release, done chan struct{}) {
 	return release, done
 }
 
-// waitQueued returns once n calls wait in the batcher, polling the count;
-// it fails the test if they do not within a generous bound.
-func (b *heldBatcher) waitQueued(n int) {
+// waitQueued returns once n calls wait in the batcher.
+func (b *heldBatcher) waitQueued(n int) { b.waitCount("calls queued", n, b.l.Queued) }
+
+// waitInFlight returns once n round trips are outstanding. A caller is
+// answered before its round trip's sender takes the next batch or frees
+// it: a call made meanwhile would find that round trip still taken, and
+// the sender would take it from the queue at once, company or not.
+func (b *heldBatcher) waitInFlight(n int) { b.waitCount("round trips outstanding", n, b.l.InFlight) }
+
+// waitCount returns once count() reports n, polling it; it fails the test
+// if it does not within a generous bound.
+func (b *heldBatcher) waitCount(what string, n int, count func() int) {
 	deadline := time.Now().Add(30 * time.Second)
-	for q := b.l.Queued(); q < n; q = b.l.Queued() {
+	for got := count(); got != n; got = count() {
 		if time.Now().After(deadline) {
-			b.t.Fatalf("%d calls queued after 30s, want %d", q, n)
+			b.t.Fatalf("%d %s after 30s, want %d", got, what, n)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -24,3 +24,13 @@ func (l *Limiter) Queued() int {
 	defer b.mu.Unlock()
 	return len(b.queue)
 }
+
+// InFlight is the number of round trips l's batcher has outstanding, for
+// tests that must know a round trip's sender has freed it: a caller is
+// answered before its sender takes the next batch or frees the round trip.
+func (l *Limiter) InFlight() int {
+	b := l.batcher
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight
+}
