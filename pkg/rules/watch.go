@@ -240,8 +240,9 @@ const maxLinkHops = 40
 type scope struct {
 	dirs map[string]*watchDir // real (link-free) directory path -> what matters in it
 	// fingerprint identifies the resolved tree: the links and their
-	// targets, the directories, and each rule file's real path, size and
-	// modification time. A periodic look compares it, to catch what no
+	// targets, the directories, and each rule file's real path, size,
+	// modification time and inode (fileID: a replacing file may carry the
+	// same size and time). A periodic look compares it, to catch what no
 	// event told.
 	fingerprint [sha256.Size]byte
 }
@@ -381,7 +382,7 @@ func (r *resolver) target(real string, depth int) {
 		}
 	default:
 		r.entry(filepath.Dir(real), filepath.Base(real))
-		r.note("file", real, strconv.FormatInt(fi.Size(), 10), strconv.FormatInt(fi.ModTime().UnixNano(), 10))
+		r.note("file", real, strconv.FormatInt(fi.Size(), 10), strconv.FormatInt(fi.ModTime().UnixNano(), 10), fileID(fi))
 	}
 }
 

@@ -383,17 +383,27 @@ func runLinkStep(t *testing.T, w *Watcher, events *eventLog, root string, st lin
 
 // A change no event tells of (a plain directory above the rule path
 // replaced, whose watch is not needed to see swaps of links) is caught by
-// the periodic look at the resolved tree.
+// the periodic look at the resolved tree, though the new rule file has the
+// old one's size and modification time: files unpacked from an archive or
+// an image built reproducibly carry one fixed time, and two written within
+// a clock tick of the file system share one.
 func TestWatcherRecheckCatchesUnnotifiedChanges(t *testing.T) {
 	root := t.TempDir()
-	writeFile(t, root+"/x/app/config/rules.yaml", rulesWith("d", 1))
+	stamp := time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
+	writeStamped := func(name, content string) {
+		writeFile(t, name, content)
+		if err := os.Chtimes(name, stamp, stamp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeStamped(root+"/x/app/config/rules.yaml", rulesWith("d", 1))
 	w, err := NewWatcher(root+"/x/app/config", Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.recheck = 100 * time.Millisecond
 	events := runRecorded(t, w)
-	writeFile(t, root+"/y/app/config/rules.yaml", rulesWith("d", 2))
+	writeStamped(root+"/y/app/config/rules.yaml", rulesWith("d", 2))
 	start := time.Now()
 	if err := os.Rename(root+"/x", root+"/old"); err != nil {
 		t.Fatal(err)
