@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -50,21 +51,24 @@ type certReloader struct {
 
 	mu        sync.Mutex // serializes checks
 	lastCheck time.Time
-	stamp     [2]fileStamp
+	// pair holds the certificate and key files as last loaded. A check
+	// compares what the files hold, not their size and modification time:
+	// a rotated pair copied with its times kept, or from an image built
+	// reproducibly, can carry the old files' size and time.
+	pair [2][]byte
 }
 
-// fileStamp identifies a version of a file.
-type fileStamp struct {
-	mod  time.Time
-	size int64
-}
-
-func stampOf(path string) (fileStamp, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{}, err
+// readPair reads the certificate and key files.
+func (r *certReloader) readPair() ([2][]byte, error) {
+	var pair [2][]byte
+	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return pair, fmt.Errorf("server: TLS: %w", err)
+		}
+		pair[i] = b
 	}
-	return fileStamp{fi.ModTime(), fi.Size()}, nil
+	return pair, nil
 }
 
 // NewTLSConfig returns the gRPC listener's TLS configuration for files: TLS
@@ -87,7 +91,11 @@ func NewTLSConfig(files TLSFiles, logger *slog.Logger) (*tls.Config, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &certReloader{files: files, logger: logger}
-	if err := r.load(); err != nil {
+	pair, err := r.readPair()
+	if err == nil {
+		err = r.load(pair)
+	}
+	if err != nil {
 		return nil, err
 	}
 	r.lastCheck = time.Now()
@@ -129,22 +137,14 @@ func requireSAN(name string) func(tls.ConnectionState) error {
 	}
 }
 
-// load reads the pair and records the files' stamps.
-func (r *certReloader) load() error {
-	var stamp [2]fileStamp
-	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
-		st, err := stampOf(p)
-		if err != nil {
-			return fmt.Errorf("server: TLS: %w", err)
-		}
-		stamp[i] = st
-	}
-	cert, err := tls.LoadX509KeyPair(r.files.CertFile, r.files.KeyFile)
+// load serves the pair the files held (readPair) and keeps it.
+func (r *certReloader) load(pair [2][]byte) error {
+	cert, err := tls.X509KeyPair(pair[0], pair[1])
 	if err != nil {
 		return fmt.Errorf("server: TLS certificate %s and key %s: %w", r.files.CertFile, r.files.KeyFile, err)
 	}
 	r.cert.Store(&cert)
-	r.stamp = stamp
+	r.pair = pair
 	return nil
 }
 
@@ -164,16 +164,14 @@ func (r *certReloader) maybeReload(now time.Time) {
 		return
 	}
 	r.lastCheck = now
-	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
-		st, err := stampOf(p)
-		if err != nil || st != r.stamp[i] {
-			break
-		}
-		if i == 1 {
-			return // unchanged
-		}
+	pair, err := r.readPair()
+	if err == nil && bytes.Equal(pair[0], r.pair[0]) && bytes.Equal(pair[1], r.pair[1]) {
+		return // unchanged
 	}
-	if err := r.load(); err != nil {
+	if err == nil {
+		err = r.load(pair)
+	}
+	if err != nil {
 		r.logger.Error("TLS certificate changed but cannot be loaded; serving the previous one", "err", err)
 		return
 	}

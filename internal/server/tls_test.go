@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -90,6 +91,57 @@ func TestTLS(t *testing.T) {
 	}
 	if cn, err := peerCN(addr, client); err != nil || cn != "second" {
 		t.Errorf("after a broken key was refused: %q, %v; want the second certificate still", cn, err)
+	}
+}
+
+// TestTLSRotationKeepingStamps: a rotated pair whose files carry the size
+// and modification time of those they replace (copied with their times
+// kept, or from an image built reproducibly) is served too.
+func TestTLSRotationKeepingStamps(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, "floodgate test CA")
+	first := ca.Issue(t, "first", testcert.Server, "127.0.0.1")
+	// ECDSA signatures vary in length: issue until the new files have
+	// the old ones' sizes.
+	var second testcert.Pair
+	for i := 0; len(second.CertPEM) != len(first.CertPEM) || len(second.KeyPEM) != len(first.KeyPEM); i++ {
+		if i == 100 {
+			t.Fatal("no certificate of the first one's size in 100")
+		}
+		second = ca.Issue(t, "other", testcert.Server, "127.0.0.1")
+	}
+	stamp := time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
+	write := func(p testcert.Pair) TLSFiles {
+		var files TLSFiles
+		files.CertFile, files.KeyFile = p.Write(t, dir, "tls")
+		for _, f := range []string{files.CertFile, files.KeyFile} {
+			if err := os.Chtimes(f, stamp, stamp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return files
+	}
+	cfg, err := NewTLSConfig(write(first), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := running(t, Options{TLS: cfg})
+	addr := s.Addrs().GRPC.String()
+	client := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"h2"}}
+	if cn, err := peerCN(addr, client); err != nil || cn != "first" {
+		t.Fatalf("TLS: %q, %v; want the first certificate", cn, err)
+	}
+	write(second)
+	deadline := time.Now().Add(certCheckInterval + 5*time.Second)
+	for {
+		cn, err := peerCN(addr, client)
+		if err == nil && cn == "other" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a rotation keeping sizes and times: %q, %v; want the new certificate", cn, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
