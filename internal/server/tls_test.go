@@ -46,40 +46,20 @@ func TestTLS(t *testing.T) {
 	var files TLSFiles
 	files.CertFile, files.KeyFile = ca.Issue(t, "first", testcert.Server, "127.0.0.1").Write(t, dir, "tls")
 	logs := &testlog.Buffer{}
-	cfg, err := NewTLSConfig(files, slog.New(slog.NewTextHandler(logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := running(t, Options{TLS: cfg})
-	addr := s.Addrs().GRPC.String()
-	client := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"h2"}}
-
-	if cn, err := peerCN(addr, client); err != nil || cn != "first" {
-		t.Fatalf("TLS: %q, %v; want the first certificate", cn, err)
-	}
+	addr, client := serveTLS(t, files, slog.New(slog.NewTextHandler(logs, nil)), ca)
 	if _, err := peerCN(addr, &tls.Config{ServerName: "127.0.0.1", NextProtos: []string{"h2"}}); err == nil {
 		t.Error("a client that does not trust the CA connected")
 	}
 
 	// Rotation: new files are served within the check interval.
 	ca.Issue(t, "second", testcert.Server, "127.0.0.1").Write(t, dir, "tls")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		cn, err := peerCN(addr, client)
-		if err == nil && cn == "second" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after rotation: %q, %v; want the second certificate", cn, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitServed(t, addr, client, "second", 5*time.Second)
 
 	// A broken pair keeps the last good one: once a handshake has found
 	// the files changed and failed to load them (at most one look per
 	// certCheckInterval), the second certificate is served still.
 	testcert.WriteFile(t, files.KeyFile, []byte("not a key"))
-	deadline = time.Now().Add(certCheckInterval + 5*time.Second)
+	deadline := time.Now().Add(certCheckInterval + 5*time.Second)
 	for !strings.Contains(logs.String(), "TLS certificate changed but cannot be loaded; serving the previous one") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no failed reload logged after a broken key:\n%s", logs)
@@ -121,25 +101,41 @@ func TestTLSRotationKeepingStamps(t *testing.T) {
 		}
 		return files
 	}
-	cfg, err := NewTLSConfig(write(first), nil)
+	addr, client := serveTLS(t, write(first), nil, ca)
+	write(second)
+	waitServed(t, addr, client, "other", certCheckInterval+5*time.Second)
+}
+
+// serveTLS runs a server on files, whose certificate is named "first",
+// and returns its address and a client trusting ca, having checked that
+// the server serves that certificate.
+func serveTLS(t *testing.T, files TLSFiles, logger *slog.Logger, ca *testcert.CA) (addr string, client *tls.Config) {
+	t.Helper()
+	cfg, err := NewTLSConfig(files, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, _ := running(t, Options{TLS: cfg})
-	addr := s.Addrs().GRPC.String()
-	client := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"h2"}}
+	addr = s.Addrs().GRPC.String()
+	client = &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"h2"}}
 	if cn, err := peerCN(addr, client); err != nil || cn != "first" {
 		t.Fatalf("TLS: %q, %v; want the first certificate", cn, err)
 	}
-	write(second)
-	deadline := time.Now().Add(certCheckInterval + 5*time.Second)
+	return addr, client
+}
+
+// waitServed fails the test unless a handshake with addr gets the
+// certificate named cn within the given time.
+func waitServed(t *testing.T, addr string, client *tls.Config, cn string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
-		cn, err := peerCN(addr, client)
-		if err == nil && cn == "other" {
-			break
+		got, err := peerCN(addr, client)
+		if err == nil && got == cn {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after a rotation keeping sizes and times: %q, %v; want the new certificate", cn, err)
+			t.Fatalf("after a rotation: %q, %v; want the certificate %q within %v", got, err, cn, within)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
