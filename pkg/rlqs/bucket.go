@@ -104,6 +104,18 @@ func (b *bucket) note(now time.Time, allowed, denied uint64) {
 	}
 }
 
+// uncounted ends a round of a bucket that no limit counts: what it
+// admitted is charged nowhere, so it is dropped rather than charged to a
+// limit a later rule set gives the bucket (a new limit would start
+// spent), and a store failure of a round when it had one no longer
+// decides its assignment.
+func (b *bucket) uncounted(now time.Time) {
+	b.pending, b.failed = 0, false
+	if b.reported {
+		b.since = now
+	}
+}
+
 // record ends the bucket's part in a round: the demand of the report that
 // carried it, if one did, joins the recent samples.
 func (b *bucket) record(now time.Time) {
@@ -120,14 +132,29 @@ func (b *bucket) record(now time.Time) {
 // taken from at now: those of the slot before the current one, complete
 // since every stream reported once in it, whatever the phase of their
 // reports. Until that slot holds the fleet's demand (a bucket's first
-// interval anywhere), those of the current slot so far: the first stream
-// to report then has the fleet's demand to itself.
+// interval anywhere), or while the stream has not reported in it (a new
+// stream: an Envoy that reconnected, whose old stream's demand that slot
+// holds, or one joining the fleet), those of the current slot so far:
+// the first stream to report then has the fleet's demand to itself, and
+// a reconnected Envoy keeps its pace rather than getting 1/(fleet+1)
+// for an interval.
 func (b *bucket) demand(now time.Time, interval time.Duration) (own, fleet int64) {
 	slot := slotOf(now, interval)
-	if b.fleetBefore == 0 {
+	if b.fleetBefore == 0 || b.newIn(slot, interval) {
 		return b.ownIn(slot, interval), b.fleet
 	}
 	return b.ownIn(slot-1, interval), b.fleetBefore
+}
+
+// newIn reports whether every report the stream made of the bucket came
+// in slot.
+func (b *bucket) newIn(slot int64, interval time.Duration) bool {
+	for _, s := range b.recent {
+		if !s.at.IsZero() && slotOf(s.at, interval) < slot {
+			return false
+		}
+	}
+	return true
 }
 
 // ownIn returns the demand of the stream's reports in slot, as they were

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,10 +71,22 @@ type harness struct {
 	client rlqspb.RateLimitQuotaServiceClient
 }
 
+// swapRules serves the rule set last stored, as a rules.Watcher serves
+// the last one loaded: a reload is a Store.
+type swapRules struct{ atomic.Pointer[rules.Set] }
+
+func (s *swapRules) Current() *rules.Set { return s.Load() }
+
 // serve starts a Service over set and mem with opts on a loopback gRPC
 // server, stopped with the test. A nil opts.Now becomes the harness's
 // clock; a nil mem a fresh Memory on it.
 func serve(t testing.TB, set *rules.Set, mem *limit.Memory, opts Options) *harness {
+	t.Helper()
+	return serveRules(t, staticRules{set}, mem, opts)
+}
+
+// serveRules is serve with the rules of rs.
+func serveRules(t testing.TB, rs RuleSource, mem *limit.Memory, opts Options) *harness {
 	t.Helper()
 	h := &harness{clock: &clock{t: epoch}, reg: prometheus.NewRegistry()}
 	if opts.Now == nil {
@@ -88,7 +101,7 @@ func serve(t testing.TB, set *rules.Set, mem *limit.Memory, opts Options) *harne
 		t.Fatal(err)
 	}
 	opts.Metrics = m
-	if h.svc, err = New(staticRules{set}, mem, opts); err != nil {
+	if h.svc, err = New(rs, mem, opts); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -262,6 +275,17 @@ func (h *harness) metric(t testing.TB, name string, labels ...string) float64 {
 		t.Fatalf("no metric %q", name)
 	}
 	return value(t, c)
+}
+
+// waitMetric waits until a counter or gauge (metric's name and labels)
+// reaches at least want, and fails the test if it has not within wait.
+func (h *harness) waitMetric(t testing.TB, want float64, name string, labels ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); h.metric(t, name, labels...) < want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%q is %v after %v, want %v", name, labels, h.metric(t, name, labels...), wait, want)
+		}
+	}
 }
 
 // value reads the one series of c.

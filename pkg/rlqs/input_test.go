@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
@@ -59,12 +58,9 @@ func TestMalformedReport(t *testing.T) {
 		}
 	}
 	// Counted once the stream's goroutine has seen it end.
-	deadline := time.Now().Add(wait)
-	for h.metric(t, "refused", RefusedMalformed) != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("refused malformed %v, want 3", h.metric(t, "refused", RefusedMalformed))
-		}
-		time.Sleep(time.Millisecond)
+	h.waitMetric(t, 3, "refused", RefusedMalformed)
+	if n := h.metric(t, "refused", RefusedMalformed); n != 3 {
+		t.Errorf("refused malformed %v, want 3", n)
 	}
 }
 

@@ -481,9 +481,7 @@ func TestThousandsOfBuckets(t *testing.T) {
 	}
 	// The last stream's buckets are all refused: no response to wait for.
 	refused := float64(streams*perStream - bound)
-	for deadline := time.Now().Add(wait); h.metric(t, "refused", RefusedBuckets) < refused && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	h.waitMetric(t, refused, "refused", RefusedBuckets)
 	grown := int64(heap()) - int64(before)
 	perBucket := grown / int64(held)
 	t.Logf("%d buckets held over %d streams (bound %d): heap grew %d KiB, %d bytes per bucket", held, streams, bound, grown>>10, perBucket)

@@ -311,32 +311,36 @@ func (st *stream) idle(now time.Time) []*bucket {
 // early, and that wake, finding nothing due, schedules in full.
 func (st *stream) schedule(full bool) {
 	o := &st.s.opts
+	now := o.Now()
 	next := st.lastReport.Add(o.IdleTimeout)
 	if full {
 		for _, b := range st.buckets {
-			next = st.dueBefore(b, next)
+			next = st.dueBefore(b, next, now)
 		}
 	} else {
 		if !st.nextWake.IsZero() && st.nextWake.Before(next) {
 			next = st.nextWake
 		}
 		for _, b := range st.batch {
-			next = st.dueBefore(b, next)
+			next = st.dueBefore(b, next, now)
 		}
 	}
 	st.nextWake = next
-	st.timer.Reset(max(next.Sub(o.Now()), time.Millisecond))
+	st.timer.Reset(max(next.Sub(now), time.Millisecond))
 }
 
 // dueBefore returns the earlier of next and when b is due a round
 // without a report: its window's end, or its assignment's last moment
-// for a refresh.
-func (st *stream) dueBefore(b *bucket, next time.Time) time.Time {
+// for a refresh. A last moment already past is one a round let go by
+// (the store failed and the failure mode is unavailable, so that Envoy's
+// assignment runs out): Envoy's reports retry it; waking for it would
+// retry at once, over and over, while the store fails.
+func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 	o := &st.s.opts
 	if !b.wakeAt.IsZero() && b.wakeAt.Before(next) {
 		next = b.wakeAt
 	}
-	if due := b.sentAt.Add(o.AssignmentTTL - o.ReportInterval); b.assigned && due.Before(next) {
+	if due := b.sentAt.Add(o.AssignmentTTL - o.ReportInterval); b.assigned && due.After(now) && due.Before(next) {
 		next = due
 	}
 	return next
@@ -354,6 +358,8 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 		}
 		if len(b.counters) > 0 {
 			st.charged = append(st.charged, b)
+		} else {
+			b.uncounted(now)
 		}
 	}
 	if len(st.charged) > 0 {
