@@ -178,6 +178,14 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			// keep going to the dead address for a minute after a replica
 			// took over. A lazy refresh at most once a second bounds that.
 			ClusterStateReloadInterval: clusterStateReloadInterval,
+			// Routing policies send a command by its COMMAND INFO, which
+			// a new client fetches on its first commands from up to three
+			// random nodes in turn, under a lock every command waits on,
+			// bounded by ReadTimeout rather than the caller's deadline: a
+			// master that does not answer then holds every master's calls
+			// and opens their breakers. floodgate routes every call by its
+			// keys' slot, and sends what goes to every master itself.
+			DisableRoutingPolicies: true,
 		}
 		return redis.NewClusterClient(o), nil
 	}

@@ -369,3 +369,127 @@ func reshard(fc *faultCluster, from, to string, slots int) error {
 	}
 	return fc.c.WaitOK(30 * time.Second)
 }
+
+// liveCounters returns n counters on each live master (all but
+// fc.masters[0], the victim).
+func liveCounters(t *testing.T, fc *faultCluster, name string, n int) []string {
+	var counters []string
+	for _, m := range fc.masters[1:] {
+		for i := range n {
+			counters = append(counters, fc.counterOn(t, m, fmt.Sprint(name, i), nil))
+		}
+	}
+	return counters
+}
+
+// TestClusterColdClientFrozenMaster: floodgate starts (a new Cluster client,
+// as after a restart or a new pod) while one master of three is frozen
+// (SIGSTOP). Requests whose counters live on the two live masters must end
+// within their deadline and must not open the live masters' breakers.
+//
+// go-redis's ClusterClient, with routing policies on (its default, which
+// NewClient turns off), fetches COMMAND from up to 3 random nodes, one after
+// the other, on the first commands it routes (cmdInfo in routeAndRun),
+// under a mutex every command takes (cmdsInfoCache.Get), with a context of
+// its own (5 s, bounded by ReadTimeout), not the caller's. When the
+// frozen master is asked first (1 chance in 3 per cold client), every
+// command of every master waits ReadTimeout; the calls then fail on their
+// expired contexts and count as failures of the live masters' breakers.
+// Each trial is a fresh client; 12 trials all miss the frozen master
+// first with a chance of (2/3)^12, under 1 %.
+func TestClusterColdClientFrozenMaster(t *testing.T) {
+	fc := startFaultCluster(t)
+	victim, live := fc.masters[0], fc.masters[1:]
+	// 5 counters per live master: enough failures to open its breaker.
+	counters := liveCounters(t, fc, "cold-live", redislimit.DefaultBreakerFailures)
+	fc.byAddr[victim].Freeze()
+	defer fc.byAddr[victim].Thaw()
+
+	const deadline = 200 * time.Millisecond
+	const readTimeout = 1500 * time.Millisecond
+	for trial := range 12 {
+		// Seeds are the live masters only, so that the client's own slot
+		// map load never asks the frozen one.
+		uc, err := redislimit.NewClient(redislimit.ClientConfig{Type: "cluster", URL: strings.Join(live, ","), ReadTimeout: readTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := redislimit.New(uc, redislimit.Options{KeyPrefix: faultPrefix, Timeout: deadline})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.SetNow(func() time.Time { return future })
+		type res struct {
+			took time.Duration
+			err  error
+		}
+		out := make([]res, len(counters))
+		var wg sync.WaitGroup
+		for i, c := range counters {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				defer cancel()
+				start := time.Now()
+				_, err := l.Evaluate(ctx, []limit.Hit{{Key: c, Spec: faultLimit}}, make([]limit.Decision, 1))
+				out[i] = res{time.Since(start), err}
+			})
+		}
+		wg.Wait()
+		uc.Close()
+		slow := 0
+		for i, r := range out {
+			if r.took > deadline+time.Second/2 {
+				slow++
+				t.Errorf("trial %d: a request on live counter %s took %v (deadline %v): %v", trial, counters[i], r.took.Round(time.Millisecond), deadline, r.err)
+			}
+		}
+		for _, n := range l.Nodes() {
+			if n.Addr != "" && n.Addr != victim && !n.Healthy() {
+				t.Errorf("trial %d: live master %s: breaker %v (last failure %v): opened by the frozen master", trial, n.Addr, n.Breaker, n.LastFailure)
+			}
+		}
+		if slow > 0 {
+			return
+		}
+		t.Logf("trial %d: every request decided within its deadline", trial)
+	}
+}
+
+// TestClusterUndecidedFrozenMaster: a Limiter that has not yet decided
+// how the Lua code runs (FCALL or EVALSHA) decides on its first call, on
+// the request path: Limiter.call -> decide -> loadEach, which loads the
+// library on every master (ForEachMaster) and waits for all of them, each
+// given the whole Options.Timeout detached from the caller's context. A
+// frozen master thus holds the first request on a live master for its
+// whole deadline, which it then misses, counted on the live master's
+// breaker. Such Limiters: store.LimiterWithin's (RLQS report rounds), which
+// nothing probes; the request Limiter while its start probe reached no
+// master.
+func TestClusterUndecidedFrozenMaster(t *testing.T) {
+	fc := startFaultCluster(t) // its client's slot map and command table are loaded
+	victim := fc.masters[0]
+	counter := liveCounters(t, fc, "undecided-live", 1)[0]
+	fc.byAddr[victim].Freeze()
+	defer fc.byAddr[victim].Thaw()
+
+	const deadline = 300 * time.Millisecond
+	l, err := redislimit.New(fc.client, redislimit.Options{KeyPrefix: faultPrefix, Timeout: deadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetNow(func() time.Time { return future })
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	d := make([]limit.Decision, 1)
+	_, err = l.Evaluate(ctx, []limit.Hit{{Key: counter, Spec: faultLimit, Cost: 1}}, d)
+	took := time.Since(start)
+	if err != nil || !d[0].Allowed {
+		t.Errorf("the first request on a live master's counter, one master frozen: %+v, %v after %v; want it decided at once", d[0], err, took.Round(time.Millisecond))
+	}
+	for _, n := range l.Nodes() {
+		if n.LastFailure != nil && n.Addr != victim {
+			t.Errorf("node %q (breaker %v): failure %v recorded against it, caused by the frozen master", n.Addr, n.Breaker, n.LastFailure)
+		}
+	}
+}

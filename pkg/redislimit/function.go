@@ -29,8 +29,9 @@ const (
 // EVALSHA instead runs all the definitions of the Lua files again at every
 // call, about 10 µs of Redis CPU (a quarter of a call of one request; see
 // docs/benchmarks.md). The first
-// call decides, by loading the library, whether Redis offers functions;
-// until one has, calls use EVALSHA, which runs the same code. A Redis
+// call decides, by loading the library, whether Redis offers functions
+// (on a Cluster, where that takes every master, off its path); until one
+// has, calls use EVALSHA, which runs the same code. A Redis
 // without the FUNCTION command (before 7) or whose ACL denies FUNCTION
 // LOAD or FCALL keeps EVALSHA for the Limiter's life, and the logger says
 // so once. A node that lost the library (a restart without persistence,
@@ -64,20 +65,42 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 		}
 	case modeUndecided:
 		if time.Now().UnixNano() >= l.fn.retryAt.Load() && l.fn.deciding.TryLock() {
-			err := l.decide(ctx)
-			if err != nil {
-				// Redis is unreachable, or a Cluster master is: calls
-				// meanwhile use EVALSHA rather than each sending the
-				// library to every node.
-				l.fn.retryAt.Store(time.Now().Add(decideRetry).UnixNano())
+			if l.cluster != nil {
+				// A Cluster decides on every master: one that does not
+				// answer would hold this call, whose keys may live on
+				// another, for its whole deadline, and count the miss
+				// against that other master's breaker.
+				go l.decideAside()
+				break
 			}
-			l.fn.deciding.Unlock()
+			err := l.decideOnce(ctx)
 			if err == nil && l.fn.mode.Load() == modeFunction {
 				return l.call(ctx, keys, args)
 			}
 		}
 	}
 	return l.evalSHA(ctx, keys, args)
+}
+
+// decideOnce runs decide with l.fn.deciding held (and unlocks it): after
+// a failure, for want of Redis, calls use EVALSHA for decideRetry rather
+// than each sending the library to every node.
+func (l *Limiter) decideOnce(ctx context.Context) error {
+	defer l.fn.deciding.Unlock()
+	err := l.decide(ctx)
+	if err != nil {
+		l.fn.retryAt.Store(time.Now().Add(decideRetry).UnixNano())
+	}
+	return err
+}
+
+// decideAside is decideOnce off the request path, for a Cluster: the
+// slot map it may have to fetch gets Options.Timeout, each master's load
+// the same (loadEach), and calls meanwhile use EVALSHA.
+func (l *Limiter) decideAside() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.Timeout)
+	defer cancel()
+	_ = l.decideOnce(ctx)
 }
 
 // evalSHA runs the script with EVALSHA, and with EVAL if Redis answers
