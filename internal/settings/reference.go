@@ -170,12 +170,12 @@ var References = []Reference{
 	}},
 	{Name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", In: "accepted", Doc: "floodgate never charges a rejected request, whatever its value"}, // a rejected request never charges a counter
 
-	{Name: "LIMIT_RESPONSE_HEADERS_ENABLED", Flag: "response-headers", Value: headersEnabled, Doc: "`true` is `-response-headers reference`"},
+	{Name: "LIMIT_RESPONSE_HEADERS_ENABLED", Flag: "response-headers", Value: headersEnabled, Doc: "`true` is `-response-headers reference`: the same three headers, of the same descriptor, and `Retry-After` on over-limit answers, which the reference does not add"},
 	{Name: "LIMIT_LIMIT_HEADER", Flag: "limit-header"},
 	{Name: "LIMIT_REMAINING_HEADER", Flag: "remaining-header"},
 	{Name: "LIMIT_RESET_HEADER", Flag: "reset-header"},
 
-	{Name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Flag: "health-requires-rules", Doc: "NOT_SERVING while the rules declare no domain"},
+	{Name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Flag: "health-requires-rules", Doc: "NOT_SERVING while the rules declare no domain: gRPC health for the service `\"\"` (what Kubernetes' gRPC probes and Envoy ask by default) as well as `ratelimit`, and `/healthcheck`; the reference leaves `\"\"` SERVING"},
 
 	{Name: "REDIS_SOCKET_TYPE", Refuse: unlessIn("want tcp or unix", "tcp", "unix"), Redis: true, In: "`tcp`, `unix` accepted (any case); others, `udp` included, refused", Doc: "`unix` makes `REDIS_URL` a socket path"},
 	{Name: "REDIS_TYPE", Flag: "redis-type", Redis: true, Doc: "`single`, `sentinel`, `cluster`, any case"},
@@ -229,9 +229,9 @@ var References = []Reference{
 	{Name: "MEMCACHE_TLS_CACERT", Flag: "memcache-tls-ca", Value: whileMemcache(envVar("MEMCACHE_TLS_CACERT")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; added to the system roots"},
 	{Name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Flag: "memcache-tls-skip-hostname-verification", Value: whileMemcache(envVar("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; the chain is still verified"},
 
-	{Name: "SHADOW_MODE", Flag: "shadow-mode"},
+	{Name: "SHADOW_MODE", Flag: "shadow-mode", Doc: "a request answered OK only because of it is charged to none of its limits, as every refused request (the reference charges those within their limit): counts and metrics differ while it is on, answers do not"},
 	{Name: "QUOTA_MODE", Flag: "quota-mode", Doc: "every descriptor is a quota but the unlimited ones: a request is refused only when every quota is over, and never when one matches no rule or is in shadow mode; each descriptor's own status still says `OVER_LIMIT`; see [rules](rules.md#quota-mode)"},
-	{Name: "RESPONSE_DYNAMIC_METADATA", Flag: "response-dynamic-metadata", Doc: "`domain`, `descriptors`, `hitsAddend` and the merged `metadata` of the rules that passed, as the reference; without it an answer carries none (but the failure policy's cause, see [operations](operations.md#failure-policy))"},
+	{Name: "RESPONSE_DYNAMIC_METADATA", Flag: "response-dynamic-metadata", Doc: "`domain`, `descriptors`, `hitsAddend` and the merged `metadata` of the rules that passed, as the reference (which leaves out that of `detailed_metric` and `value_to_metric` rules; floodgate does not); without it an answer carries none (but the failure policy's cause, see [operations](operations.md#failure-policy))"},
 	{Name: "MERGE_DOMAIN_CONFIG", Flag: "merge-domains"},
 
 	// The reference reads the TRACING_SERVICE_* and other settings only

@@ -577,7 +577,7 @@ var Table = []Setting{
 	{Flag: "response-headers",
 		Group:      GroupAnswers,
 		Usage:      "rate-limit response headers: off, reference (RateLimit-Limit/-Remaining/-Reset) or ietf (RateLimit, RateLimit-Policy)",
-		Doc:        "`off`; `reference`: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`; `ietf`: `RateLimit-Policy` and `RateLimit` structured fields. Both add `Retry-After` to over-limit answers",
+		Doc:        "`off`; `reference`: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`; `ietf`: `RateLimit-Policy` and `RateLimit` structured fields. Both describe the last descriptor over a rate limit, else the one with the least remaining (as the reference server), and add `Retry-After` to over-limit answers (the reference does not)",
 		DefaultDoc: "`off`",
 		At:         func(c *Config) any { return &c.Service.Headers.Style },
 		Type:       "style"},

@@ -40,13 +40,14 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 		parts = make([]statusParts, n)
 	}
 	resp.OverallCode = pb.RateLimitResponse_OK
-	var top report  // the most restrictive reported limit, for the headers
+	var top report  // the limit the headers describe (headline)
+	var pinned bool // top is over a rate limit
 	var retry int64 // seconds until every over-limit descriptor could pass
 	for di := range sc.descs {
 		r := newReport(&v.codes[di], s.opts.Now)
 		resp.Statuses[di] = r.status(&parts[di])
-		if r.limit != nil && (top.limit == nil || restrictive(r.over, int64(r.remaining), top.over, int64(top.remaining))) {
-			top = r
+		if r.limit != nil {
+			top, pinned = headline(top, pinned, r, sc.descs[di].quota)
 		}
 		if r.over {
 			retry = max(retry, r.reset)
@@ -70,6 +71,21 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 		resp.DynamicMetadata = requestMetadata(sc, req, v, resp.DynamicMetadata)
 	}
 	return resp
+}
+
+// headline returns the report the rate-limit headers describe once r,
+// a descriptor's with a limit, is seen after top: as the reference server
+// picks it, the last descriptor over a rate limit (not a quota), else the
+// first with the least remaining (a quota over its limit has none).
+// pinned reports that top is over a rate limit.
+func headline(top report, pinned bool, r report, quota bool) (report, bool) {
+	switch {
+	case r.over && !quota:
+		return r, true
+	case !pinned && (top.limit == nil || r.remaining < top.remaining):
+		return r, false
+	}
+	return top, pinned
 }
 
 // report is what an answer says of one descriptor.
@@ -194,17 +210,43 @@ func overLimitBody(domain string, retry int64) []byte {
 }
 
 // requestMetadata adds to md (a new Struct when nil) what the reference
-// server puts in dynamic_metadata with RESPONSE_DYNAMIC_METADATA:
+// server puts in dynamic_metadata with RESPONSE_DYNAMIC_METADATA: the
+// request (requestFields), and
+//
+//	metadata     the `metadata` of the rules of every descriptor that was not
+//	             over its limit and had a limit to count (not unlimited, not
+//	             replaced, not an override), merged in request order: the
+//	             first value of a name wins, mappings under one name merge
+func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *structpb.Struct) *structpb.Struct {
+	md = requestFields(req, md)
+	var merged map[string]any
+	for di := range sc.res.Descriptors {
+		rd := &sc.res.Descriptors[di]
+		r := rd.Rule
+		if r == nil || r.Metadata == nil || rd.Override || v.codes[di].code == pb.RateLimitResponse_OVER_LIMIT || !counted(rd) {
+			continue
+		}
+		merged = mergeMetadata(merged, r.Metadata)
+	}
+	if len(merged) > 0 {
+		// The rules' values are JSON's kinds (rules.Rule.Metadata), which
+		// NewStruct always takes.
+		if s, err := structpb.NewStruct(merged); err == nil {
+			md.Fields["metadata"] = structpb.NewStructValue(s)
+		}
+	}
+	return md
+}
+
+// requestFields adds to md (a new Struct when nil) the request, as the
+// reference server puts it in dynamic_metadata, also for a domain that
+// has no rules:
 //
 //	domain       the request's domain
 //	descriptors  per descriptor: entries as "key=value" strings, limit (the
 //	             override in protobuf text form) and hitsAddend when set
 //	hitsAddend   the request's, when not 0
-//	metadata     the `metadata` of the rules of every descriptor that was not
-//	             over its limit and had a limit to count (not unlimited, not
-//	             an override), merged in request order: the first value of a
-//	             name wins, mappings under one name merge
-func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *structpb.Struct) *structpb.Struct {
+func requestFields(req *pb.RateLimitRequest, md *structpb.Struct) *structpb.Struct {
 	if md == nil {
 		md = &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	}
@@ -227,22 +269,6 @@ func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *struc
 	md.Fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: descs})
 	if h := req.GetHitsAddend(); h != 0 {
 		md.Fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
-	}
-	var merged map[string]any
-	for di := range sc.res.Descriptors {
-		rd := &sc.res.Descriptors[di]
-		r := rd.Rule
-		if r == nil || r.Metadata == nil || rd.Override || v.codes[di].code == pb.RateLimitResponse_OVER_LIMIT || !counts(r) {
-			continue
-		}
-		merged = mergeMetadata(merged, r.Metadata)
-	}
-	if len(merged) > 0 {
-		// The rules' values are JSON's kinds (rules.Rule.Metadata), which
-		// NewStruct always takes.
-		if s, err := structpb.NewStruct(merged); err == nil {
-			md.Fields["metadata"] = structpb.NewStructValue(s)
-		}
 	}
 	return md
 }
@@ -273,10 +299,11 @@ func mergeMetadata(dst, src map[string]any) map[string]any {
 	return out
 }
 
-// counts reports whether a rule has a limit that counts hits.
-func counts(r *rules.Rule) bool {
-	for _, l := range r.Limits {
-		if !l.Unlimited {
+// counted reports whether a descriptor has a limit that counts hits: not
+// unlimited, not replaced.
+func counted(rd *rules.Resolved) bool {
+	for i := range rd.Limits {
+		if rd.Limits[i].Counted() {
 			return true
 		}
 	}

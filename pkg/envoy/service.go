@@ -197,7 +197,11 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	set := s.rules.Current()
 	if set == nil || !set.HasDomain(domain) {
 		s.opts.Metrics.domainNotFound(domain)
-		return allOK(len(req.Descriptors)), nil
+		resp := allOK(len(req.Descriptors))
+		if s.opts.DynamicMetadata {
+			resp.DynamicMetadata = requestFields(req, nil)
+		}
+		return resp, nil
 	}
 
 	if err := sc.plan(set, req, s.opts.FailureMode, s.opts.QuotaMode); err != nil {

@@ -81,6 +81,12 @@ descriptors:
   - key: meta_over
     metadata: {over: true}
     rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: meta_replaced
+    metadata: {team: replaced}
+    rate_limit: {unit: minute, requests_per_unit: 5, name: meta_replaced}
+  - key: meta_replacer
+    metadata: {team: replacer, other: {a: 1}}
+    rate_limit: {unit: minute, requests_per_unit: 5, replaces: [{name: meta_replaced}]}
 `
 
 // t0 is 10 s into a minute, so minute windows reset in 50 s.
@@ -450,6 +456,18 @@ func TestResponseHeaders(t *testing.T) {
 		{name: "the most restrictive descriptor", headers: Headers{Style: HeadersReference},
 			reqs: []*pb.RateLimitRequest{request("test", desc("user", "a"), desc("ip", "1"), desc("open", "x"))},
 			want: map[string]string{"RateLimit-Limit": "1", "RateLimit-Remaining": "0", "RateLimit-Reset": "1"}},
+		// As the reference server: the last descriptor over a rate limit,
+		// whatever the order of their remaining or reset; a quota over
+		// its limit does not take the headers from a rate limit.
+		{name: "the last descriptor over a rate limit", headers: Headers{Style: HeadersReference},
+			reqs: []*pb.RateLimitRequest{request("test", desc("ip", "1")), request("test", desc("zero", "x"), desc("ip", "1"))},
+			want: map[string]string{"RateLimit-Limit": "1", "RateLimit-Remaining": "0", "RateLimit-Reset": "1", "Retry-After": "50"}},
+		{name: "the last descriptor over a rate limit, reversed", headers: Headers{Style: HeadersReference},
+			reqs: []*pb.RateLimitRequest{request("test", desc("ip", "1")), request("test", desc("ip", "1"), desc("zero", "x"))},
+			want: map[string]string{"RateLimit-Limit": "0", "RateLimit-Remaining": "0", "RateLimit-Reset": "50", "Retry-After": "50"}},
+		{name: "a quota over before a rate limit over", headers: Headers{Style: HeadersReference},
+			reqs: []*pb.RateLimitRequest{request("test", desc("quota_a", "q"), desc("ip", "1")), request("test", desc("quota_a", "q"), desc("ip", "1"))},
+			want: map[string]string{"RateLimit-Limit": "1", "RateLimit-Remaining": "0", "RateLimit-Reset": "1", "Retry-After": "50"}},
 		{name: "Retry-After when over", headers: Headers{Style: HeadersReference},
 			reqs: []*pb.RateLimitRequest{request("test", withAddend(desc("user", "a"), 3)), request("test", desc("user", "a"), desc("ip", "1"))},
 			want: map[string]string{"RateLimit-Limit": "3", "RateLimit-Remaining": "0", "RateLimit-Reset": "50", "Retry-After": "50"}},
@@ -834,32 +852,40 @@ func TestDurationUntilResetWholeSeconds(t *testing.T) {
 // and the merged metadata of the rules that passed, as the reference server
 // does with RESPONSE_DYNAMIC_METADATA; without it, none.
 func TestDynamicMetadata(t *testing.T) {
-	req := request("test", desc("meta_a", "1"), withAddend(desc("meta_b", "2"), 0), desc("meta_over", "3"), desc("meta_nolimit", "4"))
-	req.HitsAddend = 1
+	mixed := request("test", desc("meta_a", "1"), withAddend(desc("meta_b", "2"), 0), desc("meta_over", "3"), desc("meta_nolimit", "4"))
+	mixed.HitsAddend = 1
 	for _, tc := range []struct {
+		name string
 		on   bool
+		req  *pb.RateLimitRequest
 		want string
 	}{
-		{false, `null`},
-		{true, `{"descriptors":[{"entries":["meta_a=1"]},{"entries":["meta_b=2"],"hitsAddend":0},{"entries":["meta_over=3"]},{"entries":["meta_nolimit=4"]}],` +
-			`"domain":"test","hitsAddend":1,"metadata":{"extra":null,"nested":{"x":1,"y":[2,true]},"team":"a"}}`},
+		{"off", false, mixed, `null`},
+		{"passed rules merged, the first value of a name wins", true, mixed,
+			`{"descriptors":[{"entries":["meta_a=1"]},{"entries":["meta_b=2"],"hitsAddend":0},{"entries":["meta_over=3"]},{"entries":["meta_nolimit=4"]}],` +
+				`"domain":"test","hitsAddend":1,"metadata":{"extra":null,"nested":{"x":1,"y":[2,true]},"team":"a"}}`},
+		// The replaced limit is not counted: its rule's metadata is left
+		// out, not merged ahead of the replacer's.
+		{"a replaced rule's left out", true, request("test", desc("meta_replaced", "1"), desc("meta_replacer", "2")),
+			`{"descriptors":[{"entries":["meta_replaced=1"]},{"entries":["meta_replacer=2"]}],"domain":"test","metadata":{"other":{"a":1},"team":"replacer"}}`},
+		{"a domain without rules: the request", true, request("nowhere", desc("user", "a")),
+			`{"descriptors":[{"entries":["user=a"]}],"domain":"nowhere"}`},
 	} {
-		h := newHarness(t, Options{DynamicMetadata: tc.on})
-		resp, err := h.svc.ShouldRateLimit(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-			t.Fatalf("overall %v, want OVER_LIMIT from meta_over", resp.OverallCode)
-		}
-		got := "null"
-		if md := resp.GetDynamicMetadata(); md != nil {
-			b, _ := json.Marshal(md.AsMap())
-			got = string(b)
-		}
-		if got != tc.want {
-			t.Errorf("DynamicMetadata %v: dynamic_metadata\n got %s\nwant %s", tc.on, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Options{DynamicMetadata: tc.on})
+			resp, err := h.svc.ShouldRateLimit(context.Background(), tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := "null"
+			if md := resp.GetDynamicMetadata(); md != nil {
+				b, _ := json.Marshal(md.AsMap())
+				got = string(b)
+			}
+			if got != tc.want {
+				t.Errorf("dynamic_metadata\n got %s\nwant %s", got, tc.want)
+			}
+		})
 	}
 }
 

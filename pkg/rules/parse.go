@@ -534,6 +534,12 @@ func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 		if d.key == "" && fl.val.Kind == yaml.ScalarNode {
 			p.errorf(p.pos(fl.val), fp, "empty (want the descriptor key Envoy sends, such as remote_address)")
 		}
+		if strings.Contains(d.key, "*") {
+			// The reference server looks rules up by "key_value" and
+			// matches a * there against both: a rule migrated from it
+			// would otherwise stop matching without a word.
+			p.warnf(p.pos(fl.val), fp, "%q matches only a key written so: wildcards are for values (the reference server matched this * against the whole \"key_value\")", d.key)
+		}
 	case "value":
 		d.value, _ = p.str(fl.val, fp)
 	case "descriptors":

@@ -426,6 +426,8 @@ func TestWarnings(t *testing.T) {
 			wantErr{"5:5", "descriptors[1]", `never matched: the wildcard "*" at w.yaml:3:5 matches every value first`}},
 		{"key-only after a catch-all wildcard, nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: k\n        value: \"**\"\n      - key: k\n",
 			wantErr{"7:9", "descriptors[0].descriptors[1]", `never matched: the wildcard "**" at w.yaml:5:9`}},
+		{"a wildcard in a key", "domain: d\ndescriptors:\n  - key: k*\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+			wantErr{"3:10", "descriptors[0].key", `"k*" matches only a key written so: wildcards are for values`}},
 		{"empty replaces", limitFile("unit: minute", "requests_per_unit: 5", "replaces: []"),
 			wantErr{"7:17", "descriptors[0].rate_limit.replaces", "empty: replaces nothing"}},
 	}
