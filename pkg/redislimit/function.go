@@ -265,15 +265,20 @@ func loadLibrary(ctx context.Context, c redis.Cmdable) error {
 }
 
 // refusesFunctions reports whether err is Redis refusing FUNCTION or
-// FCALL: an unknown command (Redis before 7) or a permission denied by
-// ACL.
+// FCALL: an unknown command (Redis before 7) or a permission to run them
+// denied by ACL. A NOPERM for the call's keys is not one: EVALSHA would
+// be refused the same keys, and the keys the user may touch keep FCALL.
 func refusesFunctions(err error) bool {
-	if !isRedisError(err) {
+	var re redis.Error
+	if !errors.As(err, &re) {
 		return false
 	}
-	msg := err.Error()
-	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown subcommand") ||
-		strings.Contains(msg, "NOPERM")
+	msg := re.Error()
+	if strings.HasPrefix(msg, "NOPERM") {
+		// "...to run the 'fcall' command", "...'function|load'...".
+		return strings.Contains(msg, "'fcall") || strings.Contains(msg, "'function")
+	}
+	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown subcommand")
 }
 
 // isRedisError reports whether err is an error reply of Redis, rather than

@@ -154,6 +154,43 @@ func TestFunctionMode(t *testing.T) {
 	}
 }
 
+// TestFunctionModeKeyDenied: an ACL that denies a user some keys, not
+// FCALL, fails the calls on those keys with its NOPERM and nothing else:
+// the Limiter keeps FCALL for the keys it may use, rather than taking the
+// refusal for one of functions and sending every later call by EVALSHA.
+func TestFunctionModeKeyDenied(t *testing.T) {
+	n := startNode(t)
+	const prefix = "mode-keys:"
+	if _, err := n.srv.Do("ACL", "SETUSER", "somekeys", "reset", "on", ">pw", "~"+prefix+"*open", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: n.srv.Addr, Username: "somekeys", Password: "pw", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	l, err := redislimit.New(client, redislimit.Options{KeyPrefix: prefix, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Hour}
+	if _, err := n.srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	decide(t, l, limit.Hit{Key: "open", Spec: spec, Cost: 1})
+	_, err = l.Evaluate(context.Background(), []limit.Hit{{Key: "closed", Spec: spec, Cost: 1}}, make([]limit.Decision, 1))
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("a call on a key the ACL denies: %v, want its NOPERM", err)
+	}
+	if d := decide(t, l, limit.Hit{Key: "open", Spec: spec, Cost: 1})[0]; !d.Allowed || d.Remaining != 98 {
+		t.Fatalf("the allowed key again: %+v, want allowed with 98 remaining", d)
+	}
+	got := map[string]string{}
+	for _, c := range []string{"fcall", "evalsha", "eval"} {
+		got[c] = commandCalls(t, n.srv, c)
+	}
+	if want := map[string]string{"fcall": "2", "evalsha": "0", "eval": "0"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("calls %v, want %v: FCALL kept after a key's refusal", got, want)
+	}
+}
+
 // TestFunctionModeConcurrentStart: many calls at once on a Limiter that
 // has not decided yet are all answered, exactly (the ones that do not
 // wait for the decision use EVALSHA), and the library is loaded once.
