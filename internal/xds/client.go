@@ -25,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -331,14 +332,39 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *
 		err = c.feed.Push(version, files)
 	}
 	if err != nil {
-		c.refused, c.refusedErr = key, err.Error()
+		c.refused, c.refusedErr = key, nackDetail(err.Error())
 		c.logger.Warn("xds: NACK", "version", version, "kept", c.acked)
-		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()})
+		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr})
 	}
 	c.acked, c.refusedErr = version, ""
 	c.note(func() { c.lastACK, c.lastACKAt = version, time.Now() })
 	c.logger.Debug("xds: ACK", "version", version, "resources", len(resp.GetResources()))
 	return c.request(resp.GetNonce(), nil)
+}
+
+// maxNACKDetail bounds the message of a NACK's error_detail, in bytes. A
+// management server takes messages of up to 4 MiB by default and ends a
+// stream that sends a larger one: a push with tens of thousands of
+// problems would never be NACKed, only compiled and refused again at each
+// reconnection. Every problem stays in the feed's status (/rlconfig).
+const maxNACKDetail = 64 << 10
+
+// nackDetail returns msg, one problem a line, cut to at most
+// maxNACKDetail bytes at a line's end, saying how many lines were left out.
+func nackDetail(msg string) string {
+	if len(msg) <= maxNACKDetail {
+		return msg
+	}
+	cut := strings.LastIndexByte(msg[:maxNACKDetail], '\n')
+	left := strings.Count(msg[max(cut, 0):], "\n")
+	if cut < 0 {
+		// One long line: cut it at a character's start.
+		cut, left = maxNACKDetail, left+1
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+	}
+	return fmt.Sprintf("%s\n... and %d more lines: every problem is on /rlconfig", msg[:cut], left)
 }
 
 // note runs change under the lock of the connection's state, then shows

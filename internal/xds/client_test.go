@@ -499,3 +499,46 @@ func TestContentKey(t *testing.T) {
 		}
 	}
 }
+
+// TestHugeNACK: a push with very many problems is NACKed on its stream
+// with an error_detail cut to maxNACKDetail (a management server takes
+// messages of up to 4 MiB by default and ends a stream that sends more),
+// and is compiled once, not again at every reconnection.
+func TestHugeNACK(t *testing.T) {
+	var logs testlog.Buffer
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
+	m.Set("test-node", "1", perMinute("api", "api", "user", 10))
+	c := startClient(t, fastOptions(m.Addr, &logs))
+	feed := c.feed
+	waitFor(t, "1 in force", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
+
+	// 60,000 limits without a unit: about 8 MB of problems.
+	const n = 60000
+	ds := make([]*rlsconf.RateLimitDescriptor, n)
+	for i := range ds {
+		ds[i] = &rlsconf.RateLimitDescriptor{Key: "k" + itoa(i), RateLimit: &rlsconf.RateLimitPolicy{RequestsPerUnit: 1}}
+	}
+	m.Set("test-node", "2", &rlsconf.RateLimitConfig{Name: "api", Domain: "api", Descriptors: ds})
+	var detail string
+	waitFor(t, "the NACK of 2 at the server", func() bool {
+		for _, r := range m.Requests() {
+			if d := r.GetErrorDetail(); d != nil {
+				detail = d.GetMessage()
+				return true
+			}
+		}
+		return false
+	})
+	if len(detail) > maxNACKDetail+100 || !strings.Contains(detail, "more lines") {
+		t.Errorf("error_detail of %d bytes ending %q, want at most about %d, saying what was left out", len(detail), detail[max(len(detail)-80, 0):], maxNACKDetail)
+	}
+	if full := feed.Status().LastError.Error(); len(full) <= len(detail) {
+		t.Errorf("the feed's last error holds %d bytes, want every problem (more than the NACK's %d)", len(full), len(detail))
+	}
+	if f := feed.Status().Failures; f != 1 || strings.Contains(logs.String(), "stream to the management server ended") {
+		t.Errorf("%d refusals of 2, want 1 on one stream; log:\n%s", f, logs.String())
+	}
+	if got := limitOf(feed, "api", "user", "u"); got != 10 {
+		t.Errorf("limit %d after the refusal, want 1's 10 kept", got)
+	}
+}

@@ -143,6 +143,8 @@ type (
 		Descriptors    []yamlDescriptor `yaml:"descriptors,omitempty"`
 		ShadowMode     bool             `yaml:"shadow_mode,omitempty"`
 		DetailedMetric bool             `yaml:"detailed_metric,omitempty"`
+		QuotaMode      bool             `yaml:"quota_mode,omitempty"`
+		Metadata       map[string]any   `yaml:"metadata,omitempty"`
 	}
 	yamlPolicy struct {
 		Unit            string        `yaml:"unit,omitempty"`
@@ -173,6 +175,10 @@ func descriptorsYAML(ds []*rlsconf.RateLimitDescriptor) []yamlDescriptor {
 			Descriptors:    descriptorsYAML(d.GetDescriptors()),
 			ShadowMode:     d.GetShadowMode(),
 			DetailedMetric: d.GetDetailedMetric(),
+			QuotaMode:      d.GetQuotaMode(),
+			// Struct's values are JSON's kinds, which the rule file's
+			// metadata takes (the reference reads it the same way).
+			Metadata: d.GetMetadata().AsMap(),
 		}
 	}
 	return out
