@@ -153,7 +153,7 @@ var References = []Reference{
 		}
 		return "set but neither REDIS_URL nor BACKEND_TYPE=memcache is: counters kept in memory have no key prefix"
 	}},
-	{Name: "BACKEND_TYPE", In: "`redis` accepted; `memcache` honoured: `-memcache`; refused without `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV`", Doc: "Memcached keeps fixed windows only: a rule with another algorithm is refused at load, naming it. Unlike the reference, a refused request charges nothing and a counter never admits more than its limit (see `pkg/memcachelimit`)", Refuse: func(v string, env Lookup) string {
+	{Name: "BACKEND_TYPE", In: "`redis` accepted; `memcache` honoured: `-memcache`; refused without `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV`", Doc: "Memcached keeps fixed windows only: a rule with another algorithm is refused at load, naming it. Unlike the reference, a refused request charges nothing and a counter never admits more than its limit (see `pkg/memcachelimit`). The reference never enforces `month` and `year` limits there (their expiry, over 30 days, reads as a date long past: the key is gone at once), and answers OK, counting nothing, to a whole request with a value holding a space or a key over 250 bytes; floodgate enforces both, so traffic that always passed may be refused at the switch. Its `ratelimit.memcache.*` stats are not sent (a failure counts in `redis_error`), and health stays SERVING where the reference's `ratelimit` service reports NOT_SERVING with Memcached", Refuse: func(v string, env Lookup) string {
 		switch strings.ToLower(v) {
 		case "redis":
 			return ""

@@ -95,7 +95,7 @@ type seriesCache struct {
 type adder[N any] interface{ Add(N) }
 
 // hitCounters are the six hit counters of one name in one sink.
-type hitCounters[C adder[N], N any] struct {
+type hitCounters[C adder[N], N float64 | uint64] struct {
 	hits, over, near, within, shadow, notCharged C
 }
 
@@ -104,16 +104,16 @@ type hitOutcome struct {
 	over    bool // a limit denied them
 	shadow  bool // and the rule's shadow mode let them pass
 	charged bool // admitted and counted against every limit of the descriptor
-	near    bool // charged, and a limit is now at or above the near-limit ratio
 }
 
 // add counts n hits of a descriptor: all of them, then exactly one of: over
-// the limit (and shadow mode when its rule let them pass), within it (and
-// near it), or not charged. Hits that a limit admitted but that were not
-// charged, because another descriptor of the request was over its limit
-// and a request is charged all or nothing, are not within the limit: they
-// changed no counter, and the request may have been refused.
-func (c *hitCounters[C, N]) add(n N, o hitOutcome) {
+// the limit (and shadow mode when its rule let them pass), within it (and,
+// of those, near it: the near that reached the near-limit ratio), or not
+// charged. Hits that a limit admitted but that were not charged, because
+// another descriptor of the request was over its limit and a request is
+// charged all or nothing, are not within the limit: they changed no
+// counter, and the request may have been refused.
+func (c *hitCounters[C, N]) add(n, near N, o hitOutcome) {
 	c.hits.Add(n)
 	switch {
 	case o.over:
@@ -123,8 +123,8 @@ func (c *hitCounters[C, N]) add(n N, o hitOutcome) {
 		}
 	case o.charged:
 		c.within.Add(n)
-		if o.near {
-			c.near.Add(n)
+		if near > 0 {
+			c.near.Add(near)
 		}
 	default:
 		c.notCharged.Add(n)
@@ -273,10 +273,10 @@ func (m *Metrics) observeStore(d time.Duration, err error) {
 	}
 }
 
-func (m *Metrics) domainNotFound(domain string) {
+func (m *Metrics) domainNotFound(domain string, descriptors int) {
 	if m != nil {
 		m.domainsNotFound.Inc()
-		m.sd.domainNotFound(domain)
+		m.sd.domainNotFound(domain, descriptors)
 	}
 }
 
@@ -352,9 +352,9 @@ func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label str
 }
 
 // byValue reports whether rule r's metrics are named by the request's
-// values.
+// values (rules.Rule.AppendStatName).
 func byValue(r *rules.Rule) bool {
-	return r != nil && (r.DetailedMetric || r.ValueToMetric)
+	return r != nil && r.NamedByValues()
 }
 
 // fill creates the counters of v that are missing: Prometheus ones
@@ -433,23 +433,30 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 		// The reference server names an override's stats by the
 		// request's values, whatever rule it met.
 		if bv || (rd.Override && m.sd != nil) {
-			sc.label = appendDetailedLabel(sc.label[:0], domain, rd.Entries)
+			if bv {
+				sc.label = rd.Rule.AppendStatName(sc.label[:0], rd.Entries)
+			} else {
+				sc.label = appendDetailedLabel(sc.label[:0], domain, rd.Entries)
+			}
 			v := s.valueSeries(m, sc.label, bv)
 			if bv {
 				prom = &v.prom
 			}
 			stat = v.stat
 		}
-		o := hitOutcome{over: out.wouldDeny, shadow: rd.Mode == limit.Advisory, charged: charged, near: charged && out.near}
+		o := hitOutcome{over: out.wouldDeny, shadow: rd.Mode == limit.Advisory, charged: charged}
 		n := countedHits(ds.cost, rd)
+		near := min(n, out.near)
 		keep := bv || m.keepHotValues
-		if keep && !bv {
+		if keep {
+			// The hot values are named by the request's values, which
+			// a series name may not show (a share_threshold wildcard).
 			sc.label = appendDetailedLabel(sc.label[:0], domain, rd.Entries)
 		}
 		s.hot.add(rd.Entries, keep, bv, sc.label, uint64(n), o.over)
-		prom.add(float64(n), o)
+		prom.add(float64(n), float64(near), o)
 		if stat != nil {
-			stat.add(uint64(n), o)
+			stat.add(uint64(n), uint64(near), o)
 		}
 	}
 }

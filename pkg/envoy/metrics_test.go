@@ -72,10 +72,12 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 			want:    want{"test.zero": {1, 0, 0, 1, 0, 0}},
 		},
 		{
+			// Near the limit: only the third hit reached 80 % of 3, as
+			// the reference counts a request of several hits.
 			name:    "admitted hits are counted whole",
 			req:     request("test", withAddend(desc("user", "a"), 3)),
 			overall: pb.RateLimitResponse_OK,
-			want:    want{"test.user": {3, 3, 3, 0, 0, 0}},
+			want:    want{"test.user": {3, 3, 1, 0, 0, 0}},
 		},
 		{
 			name:    "another descriptor over: nothing within, the admitted one not charged",

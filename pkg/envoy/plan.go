@@ -3,6 +3,7 @@ package envoy
 import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"math"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -206,7 +207,7 @@ type descOutcome struct {
 	decision  *limit.Decision // limit's
 	unlimited bool            // only unlimited limits apply
 	wouldDeny bool            // a limit denied (even if shadow mode turned it OK)
-	near      bool
+	near      int64           // hits that reached a limit's near-limit ratio (nearHits), the most of any limit
 }
 
 // judge computes each descriptor's status and the overall code from the
@@ -257,12 +258,26 @@ func (sc *scratch) judge(nearRatio float64, storeFailed bool) verdict {
 func (o *descOutcome) add(l *rules.Limit, d *limit.Decision, nearRatio float64) {
 	if !d.Allowed {
 		o.wouldDeny = true
-	} else if capacity := l.Spec.Capacity(); capacity > 0 && float64(capacity-d.Remaining) >= nearRatio*float64(capacity) {
-		o.near = true
+	} else {
+		o.near = max(o.near, nearHits(l.Spec.Capacity(), d.Remaining, nearRatio))
 	}
 	if o.limit == nil || restrictive(!d.Allowed, d.Remaining, !o.decision.Allowed, o.decision.Remaining) {
 		o.limit, o.decision = l, d
 	}
+}
+
+// nearHits is how many of the hits an admission just counted reached the
+// near-limit ratio of a limit of capacity that has remaining left: the
+// hits whose place in the window (the used count they brought it to) is
+// at or above nearRatio of the capacity. The caller bounds it by the
+// request's hits: as the reference server, a request of several hits that
+// crosses the ratio counts only those past it.
+func nearHits(capacity, remaining int64, nearRatio float64) int64 {
+	if capacity <= 0 {
+		return 0
+	}
+	used, threshold := capacity-remaining, int64(math.Ceil(nearRatio*float64(capacity)))
+	return max(0, used-threshold+1)
 }
 
 // restrictive reports whether a limit in state a (over: denied; remaining:

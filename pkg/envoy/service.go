@@ -196,7 +196,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	domain := req.GetDomain()
 	set := s.rules.Current()
 	if set == nil || !set.HasDomain(domain) {
-		s.opts.Metrics.domainNotFound(domain)
+		s.opts.Metrics.domainNotFound(domain, len(req.Descriptors))
 		resp := allOK(len(req.Descriptors))
 		if s.opts.DynamicMetadata {
 			resp.DynamicMetadata = requestFields(req, nil)

@@ -107,8 +107,9 @@ func (sd *statsdStats) decision(d time.Duration, err error) {
 	}
 }
 
-// domainNotFound counts a request for a domain no rule file declares.
-func (sd *statsdStats) domainNotFound(domain string) {
+// domainNotFound counts the descriptors of a request for a domain no rule
+// file declares: the reference server counts each descriptor it looks up.
+func (sd *statsdStats) domainNotFound(domain string, descriptors int) {
 	if sd == nil {
 		return
 	}
@@ -127,7 +128,7 @@ func (sd *statsdStats) domainNotFound(domain string) {
 	if c == nil {
 		c = sd.notFoundEtc
 	}
-	c.Inc()
+	c.Add(uint64(descriptors))
 }
 
 // globalShadowAnswer counts a request answered OK only because of the

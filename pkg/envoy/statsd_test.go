@@ -44,6 +44,25 @@ descriptors:
       - key: method
         value: GET
         rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: app                        # value_to_metric below a key-only level: shop.app.tier_gold
+    descriptors:
+      - key: tier
+        value_to_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: region
+    value: eu*                      # value_to_metric below a wildcard: shop.region_eu*.zone_z1
+    descriptors:
+      - key: zone
+        value_to_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: file
+    value: img/*                    # a shared wildcard, detailed: one name, shop.file_img/*
+    share_threshold: true
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: token
+    detailed_metric: true           # an empty value keeps its '_': shop.token_
+    rate_limit: {unit: minute, requests_per_unit: 10}
 `
 
 // failingStore fails every call, as Redis does when it is down.
@@ -123,12 +142,16 @@ func TestStatsdReferenceNames(t *testing.T) {
 			ask(svc, request("shop", desc("client", "web:1"), desc("client", "web:1"), desc("client", "ios")))
 			ask(svc, request("shop", desc("remote_address", "10.0.0.1")))
 			ask(svc, request("shop", desc("path", "/api/orders", "method", "GET")))
+			ask(svc, request("shop", desc("app", "a1", "tier", "gold")))
+			ask(svc, request("shop", desc("region", "eu-west", "zone", "z1")))
+			ask(svc, request("shop", desc("file", "img/a"), desc("file", "img/b")))
+			ask(svc, request("shop", desc("token", "")))
 			// An override is named by the request's values, whatever rule it meets.
 			ask(svc, request("shop", withOverride(desc("user", "bob"), 1, typev3.RateLimitUnit_HOUR, 0)))
-			ask(svc, request("nowhere", desc("user", "alice"))) // unknown domain
-			ask(svc, request("", desc("user", "alice")))        // invalid: a service error
-			ask(down, request("shop", desc("user", "carol")))   // the store fails: a Redis error
-			ask(shadow, request("shop", desc("plan", "free")))  // over, OK by the global shadow mode
+			ask(svc, request("nowhere", desc("user", "alice"), desc("user", "bob"))) // unknown domain: each descriptor counts
+			ask(svc, request("", desc("user", "alice")))                             // invalid: a service error
+			ask(down, request("shop", desc("user", "carol")))                        // the store fails: a Redis error
+			ask(shadow, request("shop", desc("plan", "free")))                       // over, OK by the global shadow mode
 
 			flush := func() []string {
 				t.Helper()
@@ -163,7 +186,15 @@ func TestStatsdReferenceNames(t *testing.T) {
 				{rl + "shop.user_bob.total_hits", 1, "c"},
 				{rl + "shop.user_bob.within_limit", 1, "c"},
 				{rl + "shop.user_bob.near_limit", 1, "c"},
-				{rl + "nowhere.domain_not_found", 1, "c"},
+				{rl + "shop.app.tier_gold.total_hits", 1, "c"},
+				{rl + "shop.app.tier_gold.within_limit", 1, "c"},
+				{rl + "shop.region_eu*.zone_z1.total_hits", 1, "c"},
+				{rl + "shop.region_eu*.zone_z1.within_limit", 1, "c"},
+				{rl + "shop.file_img/*.total_hits", 2, "c"},
+				{rl + "shop.file_img/*.within_limit", 2, "c"},
+				{rl + "shop.token_.total_hits", 1, "c"},
+				{rl + "shop.token_.within_limit", 1, "c"},
+				{rl + "nowhere.domain_not_found", 2, "c"},
 				{"ratelimit.service.call.should_rate_limit.service_error", 1, "c"},
 				{"ratelimit.service.call.should_rate_limit.redis_error", 1, "c"},
 				{"ratelimit.service.global_shadow_mode", 1, "c"},

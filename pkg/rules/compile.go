@@ -133,7 +133,7 @@ func (c *compiler) add(domain string, parent *node, levels []level, d *descDoc) 
 		g = &keyGroup{}
 		parent.children.put(d.key, g)
 	}
-	lv := level{key: d.key, value: d.value}
+	lv := level{key: d.key, value: d.value, share: d.share, valueToMetric: d.valueToMetric}
 	switch {
 	case d.value == "":
 		lv.kind = matchKeyOnly

@@ -182,6 +182,9 @@ type level struct {
 	value   string // "" for key-only
 	kind    matchKind
 	dynamic bool // the request's value is part of the counter key
+	// share and valueToMetric are the level's share_threshold and
+	// value_to_metric, for its statistics' name.
+	share, valueToMetric bool
 }
 
 // matchKind is how a descriptor level matches a request entry.
