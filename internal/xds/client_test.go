@@ -512,8 +512,9 @@ func TestHugeNACK(t *testing.T) {
 	feed := c.feed
 	waitFor(t, "1 in force", func() bool { return limitOf(feed, "api", "user", "u") == 10 })
 
-	// 60,000 limits without a unit: about 8 MB of problems.
-	const n = 60000
+	// 2,000 limits without a unit: about 270 KB of problems, four times
+	// the bound (at 30,000, past 4 MiB, the server ended the stream).
+	const n = 2000
 	ds := make([]*rlsconf.RateLimitDescriptor, n)
 	for i := range ds {
 		ds[i] = &rlsconf.RateLimitDescriptor{Key: "k" + itoa(i), RateLimit: &rlsconf.RateLimitPolicy{RequestsPerUnit: 1}}
