@@ -223,7 +223,7 @@ func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *struc
 	for di := range sc.res.Descriptors {
 		rd := &sc.res.Descriptors[di]
 		r := rd.Rule
-		if r == nil || r.Metadata == nil || rd.Override || v.codes[di].code == pb.RateLimitResponse_OVER_LIMIT || !counted(rd) {
+		if r == nil || r.Metadata == nil || rd.Override || v.codes[di].code == pb.RateLimitResponse_OVER_LIMIT || !sc.descs[di].counted {
 			continue
 		}
 		merged = mergeMetadata(merged, r.Metadata)
@@ -299,13 +299,3 @@ func mergeMetadata(dst, src map[string]any) map[string]any {
 	return out
 }
 
-// counted reports whether a descriptor has a limit that counts hits: not
-// unlimited, not replaced.
-func counted(rd *rules.Resolved) bool {
-	for i := range rd.Limits {
-		if rd.Limits[i].Counted() {
-			return true
-		}
-	}
-	return false
-}
