@@ -298,4 +298,3 @@ func mergeMetadata(dst, src map[string]any) map[string]any {
 	}
 	return out
 }
-
