@@ -108,7 +108,7 @@ type hitOutcome struct {
 
 // add counts n hits of a descriptor: all of them, then exactly one of: over
 // the limit (and shadow mode when its rule let them pass), within it (and,
-// of those, near it: the near that reached the near-limit ratio), or not
+// of those, near: the hits that reached the near-limit ratio), or not
 // charged. Hits that a limit admitted but that were not charged, because
 // another descriptor of the request was over its limit and a request is
 // charged all or nothing, are not within the limit: they changed no
