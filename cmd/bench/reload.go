@@ -188,12 +188,10 @@ func referenceEnv(root, redisAddr string, addrs [3]string) []string {
 	for i, a := range addrs {
 		host[i], port[i], _ = net.SplitHostPort(a)
 	}
-	return []string{
-		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr, "USE_STATSD=false", "LOG_LEVEL=warn",
-		"GRPC_HOST=" + host[0], "GRPC_PORT=" + port[0], "HOST=" + host[1], "PORT=" + port[1],
-		"DEBUG_HOST=" + host[2], "DEBUG_PORT=" + port[2],
-	}
+	return append(harness.ReferenceVars(root, redisAddr),
+		"GRPC_HOST="+host[0], "GRPC_PORT="+port[0], "HOST="+host[1], "PORT="+port[1],
+		"DEBUG_HOST="+host[2], "DEBUG_PORT="+port[2],
+	)
 }
 
 // measure takes the start figures, then rewrites the rules o.reloads

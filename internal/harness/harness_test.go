@@ -91,32 +91,42 @@ func TestRequire(t *testing.T) {
 	}
 }
 
-// TestFind: $ENVOY_BIN names Envoy when set; a program that is missing,
-// from the PATH or where ENVOY_BIN says, is ErrNotFound with its hint.
+// TestFind: a program's variable ($ENVOY_BIN, $REFERENCE_BIN) names it
+// when set; a program that is missing, from the PATH or where its
+// variable says, is ErrNotFound with its hint.
 func TestFind(t *testing.T) {
 	dir := pathWith(t, "redis-server")
-	envoy := filepath.Join(dir, "my-envoy")
-	if err := os.WriteFile(envoy, nil, 0o755); err != nil {
-		t.Fatal(err)
+	envoy, reference := filepath.Join(dir, "my-envoy"), filepath.Join(dir, "service_cmd")
+	for _, p := range []string{envoy, reference} {
+		if err := os.WriteFile(p, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, tc := range []struct {
-		program, envoyBin string
-		want              string // the path; "" for ErrNotFound
+		program, bin string // bin: the value of the program's variable
+		want         string // the path; "" for ErrNotFound
 	}{
 		{"redis-server", "", filepath.Join(dir, "redis-server")},
 		{"memcached", "", ""},
 		{"envoy", envoy, envoy},
 		{"envoy", filepath.Join(dir, "no-envoy"), ""},
 		{"envoy", "", ""},
+		{Reference, reference, reference},
+		{Reference, filepath.Join(dir, "no-reference"), ""},
+		{Reference, "", ""},
 		{"no-such-tool", "", ""},
 	} {
-		t.Setenv("ENVOY_BIN", tc.envoyBin)
+		t.Setenv("ENVOY_BIN", "")
+		t.Setenv("REFERENCE_BIN", "")
+		if v := binVars[tc.program]; v != "" {
+			t.Setenv(v, tc.bin)
+		}
 		got, err := Find(tc.program)
 		switch {
 		case tc.want != "" && (got != tc.want || err != nil):
-			t.Errorf("Find(%q) with ENVOY_BIN=%q = %q, %v; want %q", tc.program, tc.envoyBin, got, err, tc.want)
+			t.Errorf("Find(%q) with its variable %q = %q, %v; want %q", tc.program, tc.bin, got, err, tc.want)
 		case tc.want == "" && !errors.Is(err, ErrNotFound):
-			t.Errorf("Find(%q) with ENVOY_BIN=%q = %q, %v; want ErrNotFound", tc.program, tc.envoyBin, got, err)
+			t.Errorf("Find(%q) with its variable %q = %q, %v; want ErrNotFound", tc.program, tc.bin, got, err)
 		case tc.want == "" && InstallHint(tc.program) != "" && !strings.Contains(err.Error(), InstallHint(tc.program)):
 			t.Errorf("Find(%q): %v; want the install hint", tc.program, err)
 		}

@@ -1,0 +1,413 @@
+// Package dropin runs floodgate beside the reference server
+// (envoyproxy/ratelimit) to check that it is a drop-in: both read the same
+// rule files under the same variables, each with a Redis of its own, and
+// get the same calls in the same order; every answer must be the same,
+// field by field, except where a step names the documented difference it
+// shows (docs/migrating.md), and then it must differ, so that the list of
+// differences stays true as either server changes.
+//
+// The reference is the binary Find gives for harness.Reference: `make
+// test` builds the newest version the Go module proxy serves
+// (REFERENCE_VERSION in the Makefile). What that version lacks is not
+// checked here: rule metadata, wildcards inside a value, Envoy's API after
+// 1.37.
+package dropin
+
+import (
+	"context"
+	"debug/buildinfo"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
+)
+
+// TestMain removes the floodgate binary the harness builds.
+func TestMain(m *testing.M) {
+	os.Exit(harness.Main(m))
+}
+
+// step is one call, made to both servers.
+type step struct {
+	name string
+	// One of: a ShouldRateLimit; the body of a POST to /json; a gRPC
+	// health check of the service named.
+	req    *pb.RateLimitRequest
+	json   string
+	health *string
+	// differs is the documented difference this step shows: the answers
+	// must differ in its fields and no others. Nil means they must be the
+	// same.
+	differs *documented
+}
+
+// documented is a difference docs/migrating.md describes: its row, and
+// the fields of an answer it changes, as diff names them.
+type documented struct {
+	row    string
+	fields []string
+}
+
+// scenario is a set of rule files, the variables both servers run with
+// besides the common ones, and the calls.
+type scenario struct {
+	name  string
+	files map[string]string // rule files by name, in the rule directory
+	env   []string
+	steps []step
+	// ignore lists the answers' fields (as diff names them) left out of
+	// the comparison, each with its reason in a comment.
+	ignore []string
+	// since is the reference's change whose answers floodgate follows
+	// here: a reference built before it is not compared.
+	since *change
+}
+
+// TestSameAnswers plays every scenario on both servers.
+func TestSameAnswers(t *testing.T) {
+	reference := harness.Require(t, harness.Reference)
+	built, err := builtAt(reference)
+	if err != nil {
+		t.Logf("%v: compared as the newest", err)
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			if sc.since != nil && !built.IsZero() && built.Before(sc.since.date) {
+				t.Skipf("the reference (%s) was built before %s: %s", built.Format(time.DateOnly), sc.since, sc.since.why)
+			}
+			// A scenario that crosses a minute boundary sees its
+			// windows restart between the two servers' answers to one
+			// step: it is played again, on new servers.
+			for attempt := 1; ; attempt++ {
+				steps, crossed := play(t, reference, sc)
+				if !crossed || attempt == 3 {
+					check(t, sc, steps)
+					return
+				}
+				t.Logf("attempt %d crossed a minute boundary: again", attempt)
+			}
+		})
+	}
+}
+
+// played is what both servers answered to a step.
+type played struct {
+	step
+	reference, floodgate answer
+}
+
+// play starts both servers on the scenario's rules and makes its calls.
+// crossed reports that the calls did not all fall within one minute.
+func play(t *testing.T, reference string, sc scenario) (steps []played, crossed bool) {
+	t.Helper()
+	ref := startServer(t, reference, sc)
+	fg := startServer(t, "", sc)
+	first := time.Now().Truncate(time.Minute)
+	for _, st := range sc.steps {
+		steps = append(steps, played{step: st, reference: ref.call(t, st), floodgate: fg.call(t, st)})
+	}
+	return steps, !time.Now().Truncate(time.Minute).Equal(first)
+}
+
+// check compares the answers step by step.
+func check(t *testing.T, sc scenario, steps []played) {
+	t.Helper()
+	for i, p := range steps {
+		diffs := p.reference.diff(p.floodgate, sc.ignore)
+		var want []string
+		if p.differs != nil {
+			want = p.differs.fields
+		}
+		if got := fieldsOf(diffs); !slices.Equal(got, want) {
+			t.Errorf("step %d %q: %s\n  reference: %s\n  floodgate: %s\n  differ in %q%s; want %q%s",
+				i, p.name, p.describe(), p.reference, p.floodgate, got, details(diffs), want, p.differs)
+		}
+	}
+}
+
+// server is one of the two, started for a test.
+type server struct {
+	*harness.Floodgate
+}
+
+// startServer runs bin (floodgate's binary when "") on the scenario's
+// rules, under RUNTIME_ROOT, with a Redis of its own.
+func startServer(t *testing.T, bin string, sc scenario) server {
+	t.Helper()
+	redis := redistest.Start(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range sc.files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := append(harness.ReferenceVars(root, redis.Addr), sc.env...)
+	return server{harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true})}
+}
+
+// answer is a server's answer: a gRPC status code or HTTP status, the
+// error's message, and the body as JSON decodes it (protojson for gRPC).
+type answer struct {
+	code string
+	msg  string
+	body any
+}
+
+func (a answer) String() string {
+	b, _ := json.Marshal(a.body)
+	s := a.code
+	if a.msg != "" {
+		s += " " + strconv.Quote(a.msg)
+	}
+	if a.body != nil {
+		s += " " + string(b)
+	}
+	return s
+}
+
+// call makes the step's call.
+func (s server) call(t *testing.T, st step) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch {
+	case st.req != nil:
+		resp, err := s.RLS.ShouldRateLimit(ctx, st.req)
+		if err != nil {
+			return grpcError(err)
+		}
+		return answer{code: codes.OK.String(), body: decodeProto(t, resp)}
+	case st.health != nil:
+		resp, err := healthpb.NewHealthClient(s.Conn).Check(ctx, &healthpb.HealthCheckRequest{Service: *st.health})
+		if err != nil {
+			return grpcError(err)
+		}
+		return answer{code: codes.OK.String(), body: resp.Status.String()}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.HTTPAddr+"/json", strings.NewReader(st.json))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /json: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST /json: %v", err)
+	}
+	var body any = string(b)
+	var v any
+	if json.Unmarshal(b, &v) == nil {
+		body = v
+	}
+	return answer{code: strconv.Itoa(resp.StatusCode), body: body}
+}
+
+// grpcError is the answer of a call that failed: its code and message.
+// The messages are shown, not compared: only the codes must agree.
+func grpcError(err error) answer {
+	st := status.Convert(err)
+	return answer{code: st.Code().String(), msg: st.Message()}
+}
+
+// decodeProto is m as JSON decodes protojson's text.
+func decodeProto(t *testing.T, m proto.Message) any {
+	t.Helper()
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// describe is the step's call, for a failure's message.
+func (st step) describe() string {
+	switch {
+	case st.req != nil:
+		b, _ := protojson.Marshal(st.req)
+		return "ShouldRateLimit " + string(b)
+	case st.health != nil:
+		return "Health.Check " + strconv.Quote(*st.health)
+	}
+	return "POST /json " + st.json
+}
+
+// difference is a field where two answers differ, by its path ("code"
+// for the status code), with both values.
+type difference struct{ field, reference, floodgate string }
+
+// fieldsOf lists the differences' fields, in order.
+func fieldsOf(diffs []difference) []string {
+	var out []string
+	for _, d := range diffs {
+		out = append(out, d.field)
+	}
+	return out
+}
+
+// details is the values of the differences, for a failure's message.
+func details(diffs []difference) string {
+	var b strings.Builder
+	for _, d := range diffs {
+		fmt.Fprintf(&b, "\n    %s: %s, %s", d.field, d.reference, d.floodgate)
+	}
+	return b.String()
+}
+
+// diff lists where b differs from a: the status code, then each field of
+// the bodies by its path. A time left in a window (duration_until_reset,
+// a reset header) may differ by a second: the servers read the clock a
+// moment apart.
+func (a answer) diff(b answer, ignore []string) []difference {
+	var out []difference
+	if a.code != b.code {
+		out = append(out, difference{"code", a.code, b.code})
+	}
+	diffValue("", a.body, b.body, ignore, &out)
+	return out
+}
+
+func diffValue(path string, a, b any, ignore []string, out *[]difference) {
+	switch {
+	case reflect.DeepEqual(a, b) || slices.Contains(ignore, path):
+		return
+	case strings.HasSuffix(path, "durationUntilReset") && withinSecond(strings.TrimSuffix(fmt.Sprint(a), "s"), strings.TrimSuffix(fmt.Sprint(b), "s")):
+		return
+	}
+	am, aMap := a.(map[string]any)
+	bm, bMap := b.(map[string]any)
+	if aMap && bMap {
+		if isResetHeader(am) && am["key"] == bm["key"] && withinSecond(fmt.Sprint(am["value"]), fmt.Sprint(bm["value"])) {
+			return
+		}
+		for _, k := range keys(am, bm) {
+			diffValue(path+"."+k, am[k], bm[k], ignore, out)
+		}
+		return
+	}
+	al, aList := a.([]any)
+	bl, bList := b.([]any)
+	if aList && bList && len(al) == len(bl) {
+		for i := range al {
+			diffValue(fmt.Sprintf("%s[%d]", path, i), al[i], bl[i], ignore, out)
+		}
+		return
+	}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	*out = append(*out, difference{path, string(ja), string(jb)})
+}
+
+// isResetHeader reports whether a header entry of an answer
+// ({key, value}) tells the seconds to a window's reset.
+func isResetHeader(m map[string]any) bool {
+	k, ok := m["key"].(string)
+	return ok && strings.Contains(strings.ToLower(k), "reset")
+}
+
+// withinSecond reports whether a and b are numbers at most 1 apart.
+func withinSecond(a, b string) bool {
+	x, errA := strconv.ParseFloat(a, 64)
+	y, errB := strconv.ParseFloat(b, 64)
+	return errA == nil && errB == nil && x-y <= 1 && y-x <= 1
+}
+
+// keys are the keys of a and b, sorted.
+func keys(a, b map[string]any) []string {
+	both := maps.Clone(a)
+	maps.Copy(both, b)
+	return slices.Sorted(maps.Keys(both))
+}
+
+// Requests, tersely.
+
+// d is a descriptor of the entries key, value, key, value….
+func d(kv ...string) *rlv3.RateLimitDescriptor {
+	desc := &rlv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return desc
+}
+
+// req is a ShouldRateLimit of domain.
+func req(domain string, descs ...*rlv3.RateLimitDescriptor) *pb.RateLimitRequest {
+	return &pb.RateLimitRequest{Domain: domain, Descriptors: descs}
+}
+
+// rep is n steps of the same call, named name #1…#n.
+func rep(n int, name string, r *pb.RateLimitRequest) []step {
+	steps := make([]step, n)
+	for i := range steps {
+		steps[i] = step{name: fmt.Sprintf("%s #%d", name, i+1), req: r}
+	}
+	return steps
+}
+
+func (d *documented) String() string {
+	if d == nil {
+		return ""
+	}
+	return " (docs/migrating.md: " + d.row + ")"
+}
+
+// change is a change of the reference's that altered its answers.
+type change struct {
+	commit string
+	date   time.Time
+	why    string
+}
+
+func (c *change) String() string {
+	return fmt.Sprintf("%s of %s", c.commit, c.date.Format(time.DateOnly))
+}
+
+// pseudoTime is the commit time in a Go pseudo-version
+// (v1.4.1-0.20260122083618-3fb702589d36).
+var pseudoTime = regexp.MustCompile(`[.-](\d{14})-[0-9a-f]{12}$`)
+
+// builtAt is the time of the reference's commit, from the module version
+// go install stamps in the binary. A binary built from a checkout carries
+// no such version: the error says so, and the time is zero.
+func builtAt(bin string) (time.Time, error) {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the reference's version: %w", err)
+	}
+	m := pseudoTime.FindStringSubmatch(info.Main.Version)
+	if m == nil {
+		return time.Time{}, fmt.Errorf("the reference's version %q has no commit time", info.Main.Version)
+	}
+	return time.Parse("20060102150405", m[1])
+}

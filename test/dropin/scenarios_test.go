@@ -1,0 +1,236 @@
+package dropin
+
+import (
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// shopRules use every field of the reference's format that answers
+// depend on. Windows are a minute or longer: play starts a scenario again
+// when it crosses a minute boundary.
+const shopRules = `domain: shop
+descriptors:
+  # Any value: each value counts apart.
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  # An exact value wins over the key alone.
+  - key: client
+    value: vip
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  # Exact values before wildcards, whatever the order in the file.
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /api/public
+  # A limit applies at its depth only.
+  - key: tier
+    value: free
+    descriptors:
+      - key: user
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: open
+    rate_limit: {unlimited: true}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: named
+    rate_limit: {name: per_user, unit: minute, requests_per_unit: 4}
+  - key: replacer
+    rate_limit: {unit: minute, requests_per_unit: 10, replaces: [{name: per_user}]}
+  - key: week
+    rate_limit: {unit: week, requests_per_unit: 2}
+  - key: month
+    rate_limit: {unit: month, requests_per_unit: 2}
+  - key: year
+    rate_limit: {unit: year, requests_per_unit: 2}
+  - key: stats
+    value: doc/*
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: stats
+    value: img/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: stats
+    value: v*
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+// quotaRules mix quotas and limits.
+const quotaRules = `domain: quota
+descriptors:
+  - key: plan
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: team
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: burst
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+var shop = map[string]string{"shop.yaml": shopRules}
+
+// The documented differences the steps show.
+var (
+	// A request refused for one limit charges none: the others' counts,
+	// and so their limit_remaining, stay where they were.
+	rejected = func(fields ...string) *documented {
+		return &documented{row: "What differs: A rejected request", fields: fields}
+	}
+	emptyRequest  = &documented{row: "What differs: Empty domain, no descriptors (gRPC)", fields: []string{"code"}}
+	retryAfter    = &documented{row: "Environment variables: LIMIT_RESPONSE_HEADERS_ENABLED", fields: []string{".responseHeadersToAdd"}}
+	shadowCharges = &documented{row: "Environment variables: SHADOW_MODE", fields: []string{".statuses[1].limitRemaining"}}
+)
+
+// quotaFix made the reference refuse a request whose every quota is over,
+// and answer OVER_LIMIT for each quota over, as floodgate does.
+var quotaFix = &change{
+	commit: "05c08d0", date: time.Date(2026, 3, 18, 1, 40, 34, 0, time.UTC),
+	why: "Fix quota result when all limits were exceeded (envoyproxy/ratelimit#1059), which floodgate's quotas follow",
+}
+
+var scenarios = []scenario{
+	{name: "answers", files: shop, steps: answersSteps()},
+	{name: "headers", files: shop, steps: headersSteps(), env: []string{
+		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left",
+	}},
+	{name: "shadow-mode", files: shop, env: []string{"SHADOW_MODE=true"}, steps: cat(
+		rep(3, "one limit", req("shop", d("client", "s"))),
+		// Passed only for shadow mode, the request charges nothing.
+		differ(shadowCharges, rep(2, "every limit in shadow mode", req("shop", d("blocked", "x"), d("client", "s2")))),
+	)},
+	{name: "quota", files: map[string]string{"quota.yaml": quotaRules}, steps: quotaSteps(), since: quotaFix},
+	{name: "quota-mode", files: shop, env: []string{"QUOTA_MODE=true"}, since: quotaFix, steps: cat(
+		rep(3, "every limit a quota", req("shop", d("client", "q"))),
+		rep(2, "a quota over and one that passes", req("shop", d("blocked", "q"), d("client", "q2"))),
+	)},
+	{name: "metadata", files: shop, env: []string{"RESPONSE_DYNAMIC_METADATA=true"}, steps: cat(
+		rep(2, "limited", req("shop", d("client", "m"), d("open", "m"))),
+		one("unknown domain", req("elsewhere", d("client", "m"))),
+	),
+		// The reference of REFERENCE_VERSION also sent quotaModeEnabled
+		// (false without quotas); it no longer does since 3728d99.
+		ignore: []string{".dynamicMetadata.quotaModeEnabled"},
+	},
+	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
+		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+	}, steps: cat(
+		rep(2, "from one file", req("shop", d("client", "a"))),
+		rep(2, "from the other", req("shop", d("path", "/"))),
+	)},
+}
+
+func answersSteps() []step {
+	return cat(
+		rep(4, "any value", req("shop", d("client", "a"))),
+		one("another value counts apart", req("shop", d("client", "b"))),
+		rep(2, "an exact value", req("shop", d("client", "vip"))),
+		one("exact value, no limit", req("shop", d("path", "/api/public"))),
+		rep(3, "wildcard", req("shop", d("path", "/api/x"))),
+		one("wildcard, another value", req("shop", d("path", "/api/y"))),
+		one("above the limit's depth", req("shop", d("tier", "free"))),
+		rep(3, "at its depth", req("shop", d("tier", "free", "user", "u"))),
+		one("deeper than the rules", req("shop", d("tier", "free", "user", "u", "extra", "z"))),
+		one("no rule", req("shop", d("tier", "gold", "user", "u"))),
+		one("a limit of 0", req("shop", d("blocked", "x"))),
+		one("unlimited", req("shop", d("open", "x"))),
+		rep(2, "shadow mode", req("shop", d("shadow", "x"))),
+		rep(2, "replaced", req("shop", d("named", "x"), d("replacer", "y"))),
+		rep(3, "a week", req("shop", d("week", "x"))),
+		rep(3, "a month of 30 days", req("shop", d("month", "x"))),
+		rep(3, "a year", req("shop", d("year", "x"))),
+		rep(3, "detailed_metric", req("shop", d("stats", "doc/a"))),
+		rep(2, "share_threshold", req("shop", d("stats", "img/a"))),
+		rep(2, "share_threshold, another value shares", req("shop", d("stats", "img/b"))),
+		rep(2, "value_to_metric", req("shop", d("stats", "v1"))),
+		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
+		one("a hits_addend of 0 is 1", withHits(req("shop", d("client", "c0")), 0)),
+		rep(2, "the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 3))),
+		rep(2, "a limit override", req("shop", override(d("client", "e"), 10, typev3.RateLimitUnit_HOUR))),
+		one("an override without a rule", req("shop", override(d("nothing", "e"), 1, typev3.RateLimitUnit_MINUTE))),
+		differ(rejected(".statuses[1].limitRemaining"), rep(2, "several, the first over", req("shop", d("client", "a"), d("client", "f")))),
+		differ(rejected(".statuses[0].limitRemaining"), one("what the refused requests charged", req("shop", d("client", "f")))),
+		one("unknown domain", req("elsewhere", d("client", "a"))),
+		differ(emptyRequest, one("no descriptors", req("shop"))),
+		differ(emptyRequest, one("empty domain", req("", d("client", "a")))),
+		step{name: "/json", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"client","value":"j"}]}]}`},
+		step{name: "/json again", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"client","value":"j"}]}],"hits_addend":3}`},
+		health(""), health("ratelimit"),
+	)
+}
+
+func headersSteps() []step {
+	return cat(
+		rep(3, "one limit", req("shop", d("client", "h"))),
+		differ(retryAfter, one("one limit, over", req("shop", d("client", "h")))),
+		rep(2, "the least remaining", req("shop", d("client", "h2"), d("path", "/api/h"), d("open", "h"))),
+		differ(retryAfter, one("a limit of 0", req("shop", d("blocked", "h")))),
+		one("unlimited alone", req("shop", d("open", "h"))),
+		one("no rule", req("shop", d("nothing", "h"))),
+	)
+}
+
+func quotaSteps() []step {
+	return cat(
+		rep(2, "one quota", req("quota", d("plan", "p"))),
+		rep(3, "two quotas", req("quota", d("plan", "p2"), d("team", "t"))),
+		rep(2, "a quota and a limit", req("quota", d("plan", "p3"), d("burst", "b"))),
+		rep(2, "a quota and no rule", req("quota", d("plan", "p4"), d("none", "n"))),
+	)
+}
+
+// differ marks steps as showing a documented difference.
+func differ(doc *documented, steps any) []step {
+	out := cat(steps)
+	for i := range out {
+		out[i].differs = doc
+	}
+	return out
+}
+
+func one(name string, r *pb.RateLimitRequest) step { return step{name: name, req: r} }
+
+func health(service string) step {
+	return step{name: "health " + service, health: &service}
+}
+
+func withHits(r *pb.RateLimitRequest, n uint32) *pb.RateLimitRequest {
+	r.HitsAddend = n
+	return r
+}
+
+func descHits(desc *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
+	desc.HitsAddend = wrapperspb.UInt64(n)
+	return desc
+}
+
+func override(desc *rlv3.RateLimitDescriptor, perUnit uint32, unit typev3.RateLimitUnit) *rlv3.RateLimitDescriptor {
+	desc.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: perUnit, Unit: unit}
+	return desc
+}
+
+// cat joins steps and lists of steps.
+func cat(parts ...any) []step {
+	var out []step
+	for _, p := range parts {
+		switch v := p.(type) {
+		case step:
+			out = append(out, v)
+		case []step:
+			out = append(out, v...)
+		default:
+			panic("cat: a step or []step")
+		}
+	}
+	return out
+}
