@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -41,6 +42,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/harness"
 	"github.com/floodgate/floodgate/internal/harness/redistest"
+	"github.com/floodgate/floodgate/internal/statsdtest"
 )
 
 // TestMain removes the floodgate binary the harness builds.
@@ -82,6 +84,9 @@ type scenario struct {
 	// since is the reference's change whose answers floodgate follows
 	// here: a reference built before it is not compared.
 	since *change
+	// statsd has both servers send statsd, and compares the counters of
+	// every rule (ratelimit.service.rate_limit.*) once the calls are made.
+	statsd bool
 }
 
 // TestSameAnswers plays every scenario on both servers.
@@ -100,9 +105,13 @@ func TestSameAnswers(t *testing.T) {
 			// windows restart between the two servers' answers to one
 			// step: it is played again, on new servers.
 			for attempt := 1; ; attempt++ {
-				steps, crossed := play(t, reference, sc)
+				ref, fg := startServer(t, reference, sc), startServer(t, "", sc)
+				steps, crossed := play(t, ref, fg, sc)
 				if !crossed || attempt == 3 {
 					check(t, sc, steps)
+					if sc.statsd {
+						checkStats(t, ref, fg)
+					}
 					return
 				}
 				t.Logf("attempt %d crossed a minute boundary: again", attempt)
@@ -117,12 +126,10 @@ type played struct {
 	reference, floodgate answer
 }
 
-// play starts both servers on the scenario's rules and makes its calls.
-// crossed reports that the calls did not all fall within one minute.
-func play(t *testing.T, reference string, sc scenario) (steps []played, crossed bool) {
+// play makes the scenario's calls to both servers. crossed reports that
+// they did not all fall within one minute.
+func play(t *testing.T, ref, fg server, sc scenario) (steps []played, crossed bool) {
 	t.Helper()
-	ref := startServer(t, reference, sc)
-	fg := startServer(t, "", sc)
 	first := time.Now().Truncate(time.Minute)
 	for _, st := range sc.steps {
 		steps = append(steps, played{step: st, reference: ref.call(t, st), floodgate: fg.call(t, st)})
@@ -146,9 +153,11 @@ func check(t *testing.T, sc scenario, steps []played) {
 	}
 }
 
-// server is one of the two, started for a test.
+// server is one of the two, started for a test, with the statsd server
+// it sends to when the scenario has one.
 type server struct {
 	*harness.Floodgate
+	stats *statsdtest.Server
 }
 
 // startServer runs bin (floodgate's binary when "") on the scenario's
@@ -167,7 +176,14 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 		}
 	}
 	env := append(harness.ReferenceVars(root, redis.Addr), sc.env...)
-	return server{harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true})}
+	var stats *statsdtest.Server
+	if sc.statsd {
+		stats = statsdtest.Listen(t)
+		host, port, _ := net.SplitHostPort(stats.Addr())
+		env = append(env, "USE_STATSD=true", "STATSD_PROTOCOL=udp", "STATSD_HOST="+host, "STATSD_PORT="+port,
+			"STATS_FLUSH_INTERVAL="+statsFlush.String())
+	}
+	return server{harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true}), stats}
 }
 
 // answer is a server's answer: a gRPC status code or HTTP status, the
@@ -344,7 +360,7 @@ func withinSecond(a, b string) bool {
 }
 
 // keys are the keys of a and b, sorted.
-func keys(a, b map[string]any) []string {
+func keys[V any](a, b map[string]V) []string {
 	both := maps.Clone(a)
 	maps.Copy(both, b)
 	return slices.Sorted(maps.Keys(both))

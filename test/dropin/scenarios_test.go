@@ -121,6 +121,7 @@ var scenarios = []scenario{
 		// (false without quotas); it no longer does since 3728d99.
 		ignore: []string{".dynamicMetadata.quotaModeEnabled"},
 	},
+	{name: "statsd", files: shop, statsd: true, steps: statsdSteps()},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
@@ -166,6 +167,32 @@ func answersSteps() []step {
 		step{name: "/json", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"client","value":"j"}]}]}`},
 		step{name: "/json again", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"client","value":"j"}]}],"hits_addend":3}`},
 		health(""), health("ratelimit"),
+	)
+}
+
+// statsdSteps reach every kind of rule, one hit at a time or within the
+// limit: where a request crosses its limit with several hits, or is
+// refused for another descriptor, floodgate's counters differ by design
+// (docs/operations.md, Metrics and alerts: not_charged, a crossing
+// request's hits all over).
+func statsdSteps() []step {
+	return cat(
+		rep(4, "any value", req("shop", d("client", "a"))),
+		rep(2, "an exact value", req("shop", d("client", "vip"))),
+		one("exact value, no limit", req("shop", d("path", "/api/public"))),
+		rep(3, "wildcard", req("shop", d("path", "/api/x"))),
+		rep(3, "at its depth", req("shop", d("tier", "free", "user", "u"))),
+		one("a limit of 0", req("shop", d("blocked", "x"))),
+		one("unlimited", req("shop", d("open", "x"))),
+		rep(2, "shadow mode", req("shop", d("shadow", "x"))),
+		rep(2, "replaced", req("shop", d("named", "x"), d("replacer", "y"))),
+		rep(3, "a month of 30 days", req("shop", d("month", "x"))),
+		rep(3, "detailed_metric", req("shop", d("stats", "doc/a"))),
+		rep(2, "share_threshold", req("shop", d("stats", "img/a"))),
+		rep(2, "share_threshold, another value shares", req("shop", d("stats", "img/b"))),
+		rep(2, "value_to_metric", req("shop", d("stats", "v1"))),
+		one("the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 2))),
+		rep(2, "a limit override", req("shop", override(d("client", "e"), 10, typev3.RateLimitUnit_HOUR))),
 	)
 }
 
