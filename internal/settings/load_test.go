@@ -207,6 +207,19 @@ func TestLoad(t *testing.T) {
 				t.Errorf("per-second %+v, notes %q: want none", c.Store.PerSecond, c.Notes)
 			}
 		}},
+		{"REDIS_* are ignored with BACKEND_TYPE=memcache, as in the reference, and named in a note", nil, envOf(
+			"BACKEND_TYPE", "memcache", "MEMCACHE_HOST_PORT", "m:11211",
+			"REDIS_URL", "redis.svc:6379", "REDIS_SOCKET_TYPE", "udp", "REDIS_POOL_SIZE", "7",
+			"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "ps:6379",
+		), func(t *testing.T, c *Config) {
+			if c.Store.Redis.URL != "" || c.Store.PerSecond.URL != "" || c.Store.Memcache.Servers != "m:11211" {
+				t.Errorf("redis %q, per-second %q, memcache %q: want Memcached alone", c.Store.Redis.URL, c.Store.PerSecond.URL, c.Store.Memcache.Servers)
+			}
+			want := "BACKEND_TYPE=memcache: REDIS_SOCKET_TYPE, REDIS_URL, REDIS_POOL_SIZE, REDIS_PERSECOND, REDIS_PERSECOND_URL ignored"
+			if !slices.ContainsFunc(c.Notes, func(n string) bool { return strings.HasPrefix(n, want) }) {
+				t.Errorf("notes %q: want one starting %q", c.Notes, want)
+			}
+		}},
 		{"FLOODGATE_REDIS_PERSECOND* follow the flags' names", nil, envOf(
 			"FLOODGATE_REDIS", "main:6379", "FLOODGATE_REDIS_PERSECOND", "rediss://ps:6380", "FLOODGATE_REDIS_PERSECOND_TYPE", "Sentinel",
 			"FLOODGATE_REDIS_PERSECOND_SENTINEL_AUTH", "spw", "FLOODGATE_REDIS_PERSECOND_DIAL_TIMEOUT", "1s", "FLOODGATE_REDIS_TLS_CA", "/ca.pem",

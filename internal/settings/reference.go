@@ -50,13 +50,29 @@ type Reference struct {
 	Doc string
 }
 
-// from returns where r's flag value comes from.
+// from returns where r's flag value comes from: nowhere for a Redis
+// variable while BACKEND_TYPE=memcache (see redisBackend).
 func (r *Reference) from() envSource {
-	if r.Value != nil {
-		return r.Value
+	src := r.Value
+	if src == nil {
+		src = envVar(r.Name)
 	}
-	return envVar(r.Name)
+	if !r.redisBackend() {
+		return src
+	}
+	return func(env Lookup) (string, string, bool) {
+		if memcacheOn(env) {
+			return "", "", false
+		}
+		return src(env)
+	}
 }
+
+// redisBackend reports whether r is one of the REDIS_* variables, which
+// the reference reads only for its Redis backend: with
+// BACKEND_TYPE=memcache it ignores them, so floodgate neither applies nor
+// refuses them then, and says so at start.
+func (r *Reference) redisBackend() bool { return strings.HasPrefix(r.Name, "REDIS_") }
 
 // References is the table, in the order of the reference's settings.go.
 var References = []Reference{
@@ -153,7 +169,7 @@ var References = []Reference{
 		}
 		return "set but neither REDIS_URL nor BACKEND_TYPE=memcache is: counters kept in memory have no key prefix"
 	}},
-	{Name: "BACKEND_TYPE", In: "`redis` accepted; `memcache` honoured: `-memcache`; refused without `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV`", Doc: "Memcached keeps fixed windows only: a rule with another algorithm is refused at load, naming it. Unlike the reference, a refused request charges nothing and a counter never admits more than its limit (see `pkg/memcachelimit`). The reference never enforces `month` and `year` limits there (their expiry, over 30 days, reads as a date long past: the key is gone at once), and answers OK, counting nothing, to a whole request with a value holding a space or a key over 250 bytes; floodgate enforces both, so traffic that always passed may be refused at the switch. Its `ratelimit.memcache.*` stats are not sent (a failure counts in `redis_error`), and health stays SERVING where the reference's `ratelimit` service reports NOT_SERVING with Memcached", Refuse: func(v string, env Lookup) string {
+	{Name: "BACKEND_TYPE", In: "`redis` accepted; `memcache` honoured: `-memcache`; refused without `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV`", Doc: "Memcached keeps fixed windows only: a rule with another algorithm is refused at load, naming it. Unlike the reference, a refused request charges nothing and a counter never admits more than its limit (see `pkg/memcachelimit`). The reference never enforces `month` and `year` limits there (their expiry, over 30 days, reads as a date long past: the key is gone at once), and answers OK, counting nothing, to a whole request with a value holding a space or a key over 250 bytes; floodgate enforces both, so traffic that always passed may be refused at the switch. Its `ratelimit.memcache.*` stats are not sent (a failure counts in `redis_error`), and health stays SERVING where the reference's `ratelimit` service reports NOT_SERVING with Memcached (since its `b8d893f`, 2026-05-27; SERVING before). Every `REDIS_*` variable is then ignored, as the reference ignores it, with a note at start naming them", Refuse: func(v string, env Lookup) string {
 		switch strings.ToLower(v) {
 		case "redis":
 			return ""
@@ -361,11 +377,15 @@ func isFalse(env Lookup, name string) bool {
 // cannot honour, all at once, and returns the notes to log about the
 // others. withRedis says whether Redis is configured.
 func checkReference(env Lookup, withRedis bool) (notes []string, err error) {
-	var refused []string
+	var refused, ignored []string
 	for i := range References {
 		r := &References[i]
 		v, ok := env(r.Name)
 		if !ok || v == "" {
+			continue
+		}
+		if r.redisBackend() && memcacheOn(env) {
+			ignored = append(ignored, r.Name)
 			continue
 		}
 		if r.Refuse != nil {
@@ -383,6 +403,9 @@ func checkReference(env Lookup, withRedis bool) (notes []string, err error) {
 				notes = append(notes, n)
 			}
 		}
+	}
+	if len(ignored) > 0 {
+		notes = append(notes, "BACKEND_TYPE=memcache: "+strings.Join(ignored, ", ")+" ignored, as the reference ignores every REDIS_* variable with Memcached")
 	}
 	if len(refused) == 1 {
 		return nil, fmt.Errorf("this envoyproxy/ratelimit setting cannot be honoured (see docs/migrating.md): %s", refused[0])
