@@ -86,10 +86,22 @@ var (
 	rejected = func(fields ...string) *documented {
 		return &documented{row: "What differs: A rejected request", fields: fields}
 	}
+	// The reference on Memcached enforces no month or year limit and
+	// counts nothing for a request with a space in a value.
+	onMemcache = func(fields ...string) *documented {
+		return &documented{row: "Environment variables: BACKEND_TYPE", fields: fields}
+	}
 	emptyRequest  = &documented{row: "What differs: Empty domain, no descriptors (gRPC)", fields: []string{"code"}}
 	retryAfter    = &documented{row: "Environment variables: LIMIT_RESPONSE_HEADERS_ENABLED", fields: []string{".responseHeadersToAdd"}}
 	shadowCharges = &documented{row: "Environment variables: SHADOW_MODE", fields: []string{".statuses[1].limitRemaining"}}
 )
+
+// healthFromRedis made the reference's health wait for Redis to answer,
+// which with Memcached it never does.
+var healthFromRedis = &change{
+	commit: "b8d893f", date: time.Date(2026, 5, 27, 17, 31, 36, 0, time.UTC),
+	why: "feat: add retry in init phase instead of panic directly (envoyproxy/ratelimit#1144)",
+}
 
 // quotaFix made the reference refuse a request whose every quota is over,
 // and answer OVER_LIMIT for each quota over, as floodgate does.
@@ -122,6 +134,7 @@ var scenarios = []scenario{
 		ignore: []string{".dynamicMetadata.quotaModeEnabled"},
 	},
 	{name: "statsd", files: shop, statsd: true, steps: statsdSteps()},
+	{name: "memcache", files: shop, memcache: true, steps: memcacheSteps()},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
@@ -193,6 +206,47 @@ func statsdSteps() []step {
 		rep(2, "value_to_metric", req("shop", d("stats", "v1"))),
 		one("the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 2))),
 		rep(2, "a limit override", req("shop", override(d("client", "e"), 10, typev3.RateLimitUnit_HOUR))),
+	)
+}
+
+// memcacheSteps are answersSteps' calls on Memcached.
+func memcacheSteps() []step {
+	return cat(
+		rep(4, "any value", req("shop", d("client", "a"))),
+		rep(2, "an exact value", req("shop", d("client", "vip"))),
+		rep(3, "wildcard", req("shop", d("path", "/api/x"))),
+		rep(3, "at its depth", req("shop", d("tier", "free", "user", "u"))),
+		one("a limit of 0", req("shop", d("blocked", "x"))),
+		one("unlimited", req("shop", d("open", "x"))),
+		rep(2, "shadow mode", req("shop", d("shadow", "x"))),
+		rep(2, "replaced", req("shop", d("named", "x"), d("replacer", "y"))),
+		rep(3, "a week", req("shop", d("week", "x"))),
+		longWindow("a month", req("shop", d("month", "x"))),
+		longWindow("a year", req("shop", d("year", "x"))),
+		rep(2, "share_threshold", req("shop", d("stats", "img/a"))),
+		rep(2, "share_threshold, another value shares", req("shop", d("stats", "img/b"))),
+		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
+		rep(2, "the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 3))),
+		rep(2, "a limit override", req("shop", override(d("client", "e"), 10, typev3.RateLimitUnit_HOUR))),
+		differ(rejected(".statuses[1].limitRemaining"), rep(2, "several, the first over", req("shop", d("client", "a"), d("client", "f")))),
+		differ(rejected(".statuses[0].limitRemaining"), one("what the refused requests charged", req("shop", d("client", "f")))),
+		// The reference answers a request with a space in a value OK,
+		// counting nothing.
+		one("a value with a space", req("shop", d("client", "a b"))),
+		differ(onMemcache(".statuses[0].limitRemaining"), one("a value with a space, again", req("shop", d("client", "a b")))),
+		step{name: "/json", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"client","value":"j"}]}]}`},
+		health(""),
+		differ(&documented{row: "Environment variables: BACKEND_TYPE", fields: []string{""}, since: healthFromRedis}, health("ratelimit")),
+	)
+}
+
+// longWindow is three calls to a limit of 2 of a month or a year: the
+// reference on Memcached enforces neither (its key expires at once).
+func longWindow(name string, r *pb.RateLimitRequest) []step {
+	return cat(
+		one(name, r),
+		differ(onMemcache(".statuses[0].limitRemaining"), one(name+", again", r)),
+		differ(onMemcache(".overallCode", ".statuses[0].code", ".statuses[0].limitRemaining"), one(name+", over", r)),
 	)
 }
 
