@@ -80,7 +80,8 @@ type ResolvedLimit struct {
 	Key string
 	// Replaced reports that another limit matched by the same request
 	// lists this one's name in its replaces (as the reference server does,
-	// across the whole request): it is neither counted nor reported.
+	// across the whole request): it is neither counted nor reported. An
+	// unlimited limit is never replaced, as in the reference.
 	Replaced bool
 }
 
@@ -141,7 +142,9 @@ func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error 
 		rd := &dst.Descriptors[i]
 		for j := range rd.Limits {
 			rl := &rd.Limits[j]
-			rl.Replaced = !rd.Override && replaced(rl.Limit, dst.Descriptors)
+			// An unlimited limit stays unlimited whoever replaces it:
+			// the reference settles it before replaces.
+			rl.Replaced = !rd.Override && !rl.Limit.Unlimited && replaced(rl.Limit, dst.Descriptors)
 			if rl.Limit.Unlimited || rl.Replaced {
 				continue
 			}

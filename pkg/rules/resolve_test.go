@@ -36,6 +36,12 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window, precision: 6}
   - key: slidelog
     rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_log}
+  - key: trial
+    rate_limit: {unlimited: true, name: trial}
+  - key: paid
+    rate_limit: {unit: minute, requests_per_unit: 5, replaces: [{name: trial}]}
+  - key: staff
+    rate_limit: {unlimited: true, replaces: [{name: standard}]}
 `
 
 func one(k, v string) []Entry { return []Entry{{Key: k, Value: v}} }
@@ -79,6 +85,10 @@ func TestResolve(t *testing.T) {
 			[]string{"test.tenant enforce false burst:5/second/1:r4:test/6:tenant=0:|a=fixed_window|w=1s|v1:t daily:2/day/1:r4:test/6:tenant=0:|a=fixed_window|w=24h0m0s|v1:t"}},
 		{"replaces across descriptors", []Descriptor{{Entries: one("standard", "s")}, {Entries: one("premium", "p")}},
 			[]string{"test.standard enforce false standard:1/minute/1:replaced", "test.premium enforce false premium:10/minute/1:r4:test/7:premium=0:|a=fixed_window|w=1m0s|v1:p"}},
+		{"an unlimited limit is not replaced, as in the reference", []Descriptor{{Entries: one("trial", "t")}, {Entries: one("paid", "p")}},
+			[]string{"test.trial enforce false trial:0//1:-", "test.paid enforce false :5/minute/1:r4:test/4:paid=0:|a=fixed_window|w=1m0s|v1:p"}},
+		{"an unlimited limit replaces", []Descriptor{{Entries: one("standard", "s")}, {Entries: one("staff", "x")}},
+			[]string{"test.standard enforce false standard:1/minute/1:replaced", "test.staff enforce false :0//1:-"}},
 		{"an override does not replace", []Descriptor{{Entries: one("standard", "s")}, {Entries: one("premium", "p"), Override: Override{RequestsPerUnit: 4, Unit: Hour, UnitMultiplier: 2}}},
 			[]string{"test.standard enforce false standard:1/minute/1:r4:test/8:standard=0:|a=fixed_window|w=1m0s|v1:s", "test.premium enforce true :4/hour/2:o4:test/7:premium=0:|a=fixed_window|w=1m0s|v1:p|w7200000000|a0"}},
 		{"an override of a shadow rule enforces", []Descriptor{{Entries: one("shadow", "x"), Override: Override{RequestsPerUnit: 1, Unit: Second, UnitMultiplier: 1}}},
