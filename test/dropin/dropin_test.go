@@ -14,6 +14,7 @@
 package dropin
 
 import (
+	"cmp"
 	"context"
 	"debug/buildinfo"
 	"encoding/json"
@@ -88,6 +89,13 @@ type scenario struct {
 	// since is the reference's change whose answers floodgate follows
 	// here: a reference built before it is not compared.
 	since *change
+	// window is the shortest window of the scenario's rules: its calls
+	// are played again when they cross one of its boundaries. Zero
+	// means a minute.
+	window time.Duration
+	// perSecond gives each server a second Redis for its limits of a
+	// second (REDIS_PERSECOND).
+	perSecond bool
 	// memcache puts each server's counters in a Memcached of its own
 	// (BACKEND_TYPE=memcache) instead of Redis.
 	memcache bool
@@ -108,9 +116,9 @@ func TestSameAnswers(t *testing.T) {
 			if sc.since.after(built) {
 				t.Skipf("the reference (%s) was built before %s: %s", built.Format(time.DateOnly), sc.since, sc.since.why)
 			}
-			// A scenario that crosses a minute boundary sees its
-			// windows restart between the two servers' answers to one
-			// step: it is played again, on new servers.
+			// A scenario that crosses a boundary of its windows may
+			// see them restart between the two servers' answers to
+			// one step: it is played again, on new servers.
 			for attempt := 1; ; attempt++ {
 				ref, fg := startServer(t, reference, sc), startServer(t, "", sc)
 				steps, crossed := play(t, ref, fg, sc)
@@ -121,7 +129,7 @@ func TestSameAnswers(t *testing.T) {
 					}
 					return
 				}
-				t.Logf("attempt %d crossed a minute boundary: again", attempt)
+				t.Logf("attempt %d crossed a window's boundary: again", attempt)
 			}
 		})
 	}
@@ -134,14 +142,15 @@ type played struct {
 }
 
 // play makes the scenario's calls to both servers. crossed reports that
-// they did not all fall within one minute.
+// they did not all fall within one of the scenario's windows.
 func play(t *testing.T, ref, fg server, sc scenario) (steps []played, crossed bool) {
 	t.Helper()
-	first := time.Now().Truncate(time.Minute)
+	window := cmp.Or(sc.window, time.Minute)
+	first := time.Now().Truncate(window)
 	for _, st := range sc.steps {
 		steps = append(steps, played{step: st, reference: ref.call(t, st), floodgate: fg.call(t, st)})
 	}
-	return steps, !time.Now().Truncate(time.Minute).Equal(first)
+	return steps, !time.Now().Truncate(window).Equal(first)
 }
 
 // check compares the answers step by step, those of a reference built at
@@ -178,7 +187,11 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 		t.Fatal(err)
 	}
 	for name, text := range sc.files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -187,6 +200,9 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 		env = append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+memcachedtest.Start(t).Addr)
 	} else {
 		env = harness.ReferenceVars(root, redistest.Start(t).Addr)
+	}
+	if sc.perSecond {
+		env = append(env, "REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+redistest.Start(t).Addr)
 	}
 	env = append(env, sc.env...)
 	var stats *statsdtest.Server

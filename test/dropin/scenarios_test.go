@@ -64,6 +64,44 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
+// edgeRules are the corners of matching.
+const edgeRules = `domain: edges
+descriptors:
+  - key: any
+    value: "*"
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: pre
+    value: "a*"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: pre
+    value: "*"
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: pre
+    rate_limit: {unit: minute, requests_per_unit: 7}
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: unl
+    rate_limit: {unlimited: true, name: gone}
+  - key: rep
+    rate_limit: {unit: minute, requests_per_unit: 3, replaces: [{name: gone}]}
+  - key: second
+    rate_limit: {unit: second, requests_per_unit: 1000}
+`
+
+// perSecondRules have a limit of each store with REDIS_PERSECOND.
+const perSecondRules = `domain: ps
+descriptors:
+  - key: s
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: m
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+
+// oneRule is a rule file of domain with one limit of 1 a minute.
+func oneRule(domain string) string {
+	return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+}
+
 // quotaRules mix quotas and limits.
 const quotaRules = `domain: quota
 descriptors:
@@ -91,7 +129,10 @@ var (
 	onMemcache = func(fields ...string) *documented {
 		return &documented{row: "Environment variables: BACKEND_TYPE", fields: fields}
 	}
-	emptyRequest  = &documented{row: "What differs: Empty domain, no descriptors (gRPC)", fields: []string{"code"}}
+	dotFile = func(fields ...string) *documented {
+		return &documented{row: "What differs: A file whose name starts with `.`", fields: fields}
+	}
+	emptyRequest  = &documented{row: "What differs: Empty domain, no descriptors, an empty key (gRPC)", fields: []string{"code"}}
 	retryAfter    = &documented{row: "Environment variables: LIMIT_RESPONSE_HEADERS_ENABLED", fields: []string{".responseHeadersToAdd"}}
 	shadowCharges = &documented{row: "Environment variables: SHADOW_MODE", fields: []string{".statuses[1].limitRemaining"}}
 )
@@ -135,6 +176,22 @@ var scenarios = []scenario{
 	},
 	{name: "statsd", files: shop, statsd: true, steps: statsdSteps()},
 	{name: "memcache", files: shop, memcache: true, steps: memcacheSteps()},
+	{name: "edges", files: map[string]string{"edges.yaml": edgeRules}, steps: edgeSteps()},
+	{name: "rule-files", files: map[string]string{
+		"a.yaml": oneRule("fa"), "b.conf": oneRule("fb"), "c": oneRule("fc"), "sub/d.yaml": oneRule("fd"), ".e.yaml": oneRule("fe"),
+	}, steps: cat(
+		rep(2, "a.yaml", req("fa", d("k", "v"))),
+		rep(2, "b.conf", req("fb", d("k", "v"))),
+		rep(2, "a file without extension", req("fc", d("k", "v"))),
+		rep(2, "a subdirectory", req("fd", d("k", "v"))),
+		// Skipped by floodgate, with a warning.
+		differ(dotFile(".statuses[0].currentLimit", ".statuses[0].durationUntilReset"), one("a dot file", req("fe", d("k", "v")))),
+		differ(dotFile(".overallCode", ".statuses[0].code", ".statuses[0].currentLimit", ".statuses[0].durationUntilReset"), one("a dot file, again", req("fe", d("k", "v")))),
+	)},
+	{name: "per-second", files: map[string]string{"s.yaml": perSecondRules}, window: time.Second, perSecond: true, steps: cat(
+		rep(3, "a second", req("ps", d("s", "x"))),
+		rep(3, "a minute beside it", req("ps", d("m", "x"), d("s", "y"))),
+	)},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
@@ -247,6 +304,25 @@ func longWindow(name string, r *pb.RateLimitRequest) []step {
 		one(name, r),
 		differ(onMemcache(".statuses[0].limitRemaining"), one(name+", again", r)),
 		differ(onMemcache(".overallCode", ".statuses[0].code", ".statuses[0].limitRemaining"), one(name+", over", r)),
+	)
+}
+
+func edgeSteps() []step {
+	return cat(
+		rep(3, "value *", req("edges", d("any", "x"))),
+		rep(2, "value *, an empty value", req("edges", d("any", ""))),
+		rep(2, "a* before *", req("edges", d("pre", "abc"))),
+		rep(2, "* before the key alone", req("edges", d("pre", "bcd"))),
+		rep(2, "an empty value", req("edges", d("pre", ""))),
+		rep(2, "the key alone, an empty value", req("edges", d("k", ""))),
+		rep(2, "one counter twice in a request", req("edges", d("k", "twice"), d("k", "twice"))),
+		one("after it", req("edges", d("k", "twice"))),
+		rep(2, "an unlimited rule replaced", req("edges", d("unl", "x"), d("rep", "y"))),
+		one("an unlimited rule, named", req("edges", d("unl", "x"))),
+		one("a second of 1000", req("edges", d("second", "x"))),
+		one("a key that differs in case", req("edges", d("K", "x"))),
+		differ(&documented{row: emptyRequest.row, fields: []string{"code", ""}}, one("an entry with an empty key", req("edges", d("", "x")))),
+		one("a descriptor without entries", req("edges", d())),
 	)
 }
 
