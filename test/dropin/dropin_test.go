@@ -35,6 +35,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -45,6 +46,7 @@ import (
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
 	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/statsdtest"
+	"github.com/floodgate/floodgate/internal/xdstest"
 )
 
 // TestMain removes the floodgate binary the harness builds.
@@ -96,6 +98,10 @@ type scenario struct {
 	// perSecond gives each server a second Redis for its limits of a
 	// second (REDIS_PERSECOND).
 	perSecond bool
+	// xds, when set, are the rules: both servers take them from one xDS
+	// management server (CONFIG_TYPE=GRPC_XDS_SOTW), as from Envoy
+	// Gateway, instead of files.
+	xds []types.Resource
 	// memcache puts each server's counters in a Memcached of its own
 	// (BACKEND_TYPE=memcache) instead of Redis.
 	memcache bool
@@ -120,6 +126,7 @@ func TestSameAnswers(t *testing.T) {
 			// see them restart between the two servers' answers to
 			// one step: it is played again, on new servers.
 			for attempt := 1; ; attempt++ {
+				sc := withXDS(t, sc)
 				ref, fg := startServer(t, reference, sc), startServer(t, "", sc)
 				steps, crossed := play(t, ref, fg, sc)
 				if !crossed || attempt == 3 {
@@ -133,6 +140,19 @@ func TestSameAnswers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withXDS starts the management server of a scenario with xDS rules and
+// returns the scenario with the variables that reach it.
+func withXDS(t *testing.T, sc scenario) scenario {
+	t.Helper()
+	if sc.xds == nil {
+		return sc
+	}
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
+	m.Set("default", "1", sc.xds...)
+	sc.env = append(slices.Clip(sc.env), "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+m.Addr)
+	return sc
 }
 
 // played is what both servers answered to a step.

@@ -6,6 +6,8 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -96,6 +98,33 @@ descriptors:
   - key: m
     rate_limit: {unit: minute, requests_per_unit: 2}
 `
+
+// xdsRules are rules as Envoy Gateway pushes them: RateLimitConfig
+// resources.
+func xdsRules() []types.Resource {
+	perMinute := func(n uint32) *rlsconf.RateLimitPolicy {
+		return &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: n}
+	}
+	named := perMinute(4)
+	named.Name = "per_user"
+	replacer := perMinute(10)
+	replacer.Replaces = []*rlsconf.RateLimitReplace{{Name: "per_user"}}
+	return []types.Resource{
+		&rlsconf.RateLimitConfig{Name: "pushed", Domain: "pushed", Descriptors: []*rlsconf.RateLimitDescriptor{
+			{Key: "client", RateLimit: perMinute(3)},
+			{Key: "client", Value: "vip", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 5}},
+			{Key: "path", Value: "/api/*", RateLimit: perMinute(2)},
+			{Key: "tier", Value: "free", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "user", RateLimit: perMinute(2)}}},
+			{Key: "shadow", ShadowMode: true, RateLimit: perMinute(1)},
+			{Key: "named", RateLimit: named},
+			{Key: "replacer", RateLimit: replacer},
+			{Key: "open", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true}},
+		}},
+		&rlsconf.RateLimitConfig{Name: "other", Domain: "other", Descriptors: []*rlsconf.RateLimitDescriptor{
+			{Key: "k", RateLimit: perMinute(1)},
+		}},
+	}
+}
 
 // oneRule is a rule file of domain with one limit of 1 a minute.
 func oneRule(domain string) string {
@@ -191,6 +220,15 @@ var scenarios = []scenario{
 	{name: "per-second", files: map[string]string{"s.yaml": perSecondRules}, window: time.Second, perSecond: true, steps: cat(
 		rep(3, "a second", req("ps", d("s", "x"))),
 		rep(3, "a minute beside it", req("ps", d("m", "x"), d("s", "y"))),
+	)},
+	{name: "xds", xds: xdsRules(), steps: cat(
+		rep(4, "any value", req("pushed", d("client", "a"))),
+		rep(2, "an exact value", req("pushed", d("client", "vip"))),
+		rep(3, "wildcard", req("pushed", d("path", "/api/x"))),
+		rep(3, "at its depth", req("pushed", d("tier", "free", "user", "u"))),
+		rep(2, "shadow mode", req("pushed", d("shadow", "x"))),
+		rep(2, "replaced, and unlimited", req("pushed", d("named", "x"), d("replacer", "y"), d("open", "z"))),
+		one("another resource", req("other", d("k", "v"))),
 	)},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
