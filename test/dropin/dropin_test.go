@@ -58,10 +58,13 @@ func TestMain(m *testing.M) {
 type step struct {
 	name string
 	// One of: a ShouldRateLimit; the body of a POST to /json; a gRPC
-	// health check of the service named.
+	// health check of the service named; rule files to write (by name,
+	// "" to remove one), after which req is sent until both servers
+	// answer it with a limit: the new rules are in force.
 	req    *pb.RateLimitRequest
 	json   string
 	health *string
+	write  map[string]string
 	// differs is the documented difference this step shows: the answers
 	// must differ in its fields and no others. Nil means they must be the
 	// same.
@@ -168,6 +171,12 @@ func play(t *testing.T, ref, fg server, sc scenario) (steps []played, crossed bo
 	window := cmp.Or(sc.window, time.Minute)
 	first := time.Now().Truncate(window)
 	for _, st := range sc.steps {
+		if st.write != nil {
+			writeRules(t, ref.rules, st.write)
+			writeRules(t, fg.rules, st.write)
+			steps = append(steps, played{step: st, reference: ref.waitRules(t, st), floodgate: fg.waitRules(t, st)})
+			continue
+		}
 		steps = append(steps, played{step: st, reference: ref.call(t, st), floodgate: fg.call(t, st)})
 	}
 	return steps, !time.Now().Truncate(window).Equal(first)
@@ -195,6 +204,7 @@ func check(t *testing.T, sc scenario, steps []played, built time.Time) {
 type server struct {
 	*harness.Floodgate
 	stats *statsdtest.Server
+	rules string // the rule directory
 }
 
 // startServer runs bin (floodgate's binary when "") on the scenario's
@@ -206,15 +216,7 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, text := range sc.files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeRules(t, dir, sc.files)
 	var env []string
 	if sc.memcache {
 		env = append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+memcachedtest.Start(t).Addr)
@@ -235,7 +237,49 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	// The reference's /healthcheck fails for as long as it runs on
 	// Memcached (docs/migrating.md, BACKEND_TYPE): any answer will do.
 	unready := sc.memcache && bin != ""
-	return server{harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true, Unready: unready}), stats}
+	return server{harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true, Unready: unready}), stats, dir}
+}
+
+// writeRules writes rule files into dir, by name ("" removes one).
+func writeRules(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, text := range files {
+		path := filepath.Join(dir, name)
+		if text == "" {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitRules sends the step's request until it is answered with a limit,
+// which it is once the rules the step wrote are in force, and returns
+// that answer. Both servers reload within a second.
+func (s server) waitRules(t *testing.T, st step) answer {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := s.call(t, st)
+		if body, ok := a.body.(map[string]any); ok {
+			if statuses, ok := body["statuses"].([]any); ok && len(statuses) > 0 {
+				if first, ok := statuses[0].(map[string]any); ok && first["currentLimit"] != nil {
+					return a
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the rules written are not in force after 10 s: %s", s.Name(), a)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // answer is a server's answer: a gRPC status code or HTTP status, the
@@ -327,6 +371,9 @@ func (st step) describe() string {
 		return "ShouldRateLimit " + string(b)
 	case st.health != nil:
 		return "Health.Check " + strconv.Quote(*st.health)
+	case st.write != nil:
+		b, _ := protojson.Marshal(st.req)
+		return fmt.Sprintf("rules %q written, then ShouldRateLimit %s until it has a limit", slices.Sorted(maps.Keys(st.write)), b)
 	}
 	return "POST /json " + st.json
 }

@@ -1,6 +1,7 @@
 package dropin
 
 import (
+	"fmt"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -126,6 +127,23 @@ func xdsRules() []types.Resource {
 	}
 }
 
+// reloadRules is rule file version of domain reload, with a limit of
+// perMinute for client; only version 1 has a rule for path.
+func reloadRules(version, perMinute int) string {
+	text := fmt.Sprintf(`domain: reload
+descriptors:
+  - key: version
+    value: "%d"
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: %d}
+`, version, perMinute)
+	if version == 1 {
+		text += "  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	}
+	return text
+}
+
 // oneRule is a rule file of domain with one limit of 1 a minute.
 func oneRule(domain string) string {
 	return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
@@ -229,6 +247,15 @@ var scenarios = []scenario{
 		rep(2, "shadow mode", req("pushed", d("shadow", "x"))),
 		rep(2, "replaced, and unlimited", req("pushed", d("named", "x"), d("replacer", "y"), d("open", "z"))),
 		one("another resource", req("other", d("k", "v"))),
+	)},
+	{name: "reload", files: map[string]string{"r.yaml": reloadRules(1, 3), "old.yaml": oneRule("old")}, steps: cat(
+		rep(2, "before", req("reload", d("client", "a"))),
+		one("another file, before", req("old", d("k", "v"))),
+		step{name: "a limit raised, a rule and a file removed", req: req("reload", d("version", "2")),
+			write: map[string]string{"r.yaml": reloadRules(2, 5), "old.yaml": ""}},
+		rep(4, "after", req("reload", d("client", "a"))),
+		one("a rule removed", req("reload", d("path", "/"))),
+		one("a file removed", req("old", d("k", "v"))),
 	)},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
