@@ -226,7 +226,6 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	if sc.perSecond {
 		env = append(env, "REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+redistest.Start(t).Addr)
 	}
-	env = append(env, sc.env...)
 	var stats *statsdtest.Server
 	if sc.statsd {
 		stats = statsdtest.Listen(t)
@@ -234,6 +233,9 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 		env = append(env, "USE_STATSD=true", "STATSD_PROTOCOL=udp", "STATSD_HOST="+host, "STATSD_PORT="+port,
 			"STATS_FLUSH_INTERVAL="+statsFlush.String())
 	}
+	// Last, so that a scenario's variables win (USE_STATSD=false for
+	// DogStatsD).
+	env = append(env, sc.env...)
 	// The reference's /healthcheck fails for as long as it runs on
 	// Memcached (docs/migrating.md, BACKEND_TYPE): any answer will do.
 	unready := sc.memcache && bin != ""

@@ -221,7 +221,10 @@ var scenarios = []scenario{
 		// (false without quotas); it no longer does since 3728d99.
 		ignore: []string{".dynamicMetadata.quotaModeEnabled"},
 	},
-	{name: "statsd", files: shop, statsd: true, steps: statsdSteps()},
+	{name: "statsd", files: shop, statsd: true, steps: statsdSteps(), env: []string{"EXTRA_TAGS=cluster:east,zone:b"}},
+	{name: "dogstatsd", files: shop, statsd: true, steps: statsdSteps(), env: []string{
+		"USE_STATSD=false", "USE_DOG_STATSD=true", "EXTRA_TAGS=cluster:east",
+	}},
 	{name: "memcache", files: shop, memcache: true, steps: memcacheSteps()},
 	{name: "edges", files: map[string]string{"edges.yaml": edgeRules}, steps: edgeSteps()},
 	{name: "rule-files", files: map[string]string{

@@ -47,7 +47,8 @@ func checkStats(t *testing.T, ref, fg server) {
 }
 
 // addCounters adds the rules' counters among statsd lines
-// (name:value|c) into sums and returns how many it added.
+// (name:value|c, and DogStatsD's name:value|c|#tags, by name and tags)
+// into sums and returns how many it added.
 func addCounters(t *testing.T, lines []string, sums map[string]float64) int {
 	t.Helper()
 	n := 0
@@ -56,6 +57,12 @@ func addCounters(t *testing.T, lines []string, sums map[string]float64) int {
 		fields := strings.Split(rest, "|")
 		if !strings.HasPrefix(name, ruleStats) || len(fields) < 2 || fields[1] != "c" {
 			continue
+		}
+		// DogStatsD's tags (|#k:v) are part of what is compared.
+		for _, f := range fields[2:] {
+			if strings.HasPrefix(f, "#") {
+				name += "|" + f
+			}
 		}
 		v, err := strconv.ParseFloat(fields[0], 64)
 		if err != nil {
