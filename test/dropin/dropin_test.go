@@ -98,6 +98,9 @@ type scenario struct {
 	// are played again when they cross one of its boundaries. Zero
 	// means a minute.
 	window time.Duration
+	// cluster puts each server's counters in a Redis Cluster of its own
+	// (REDIS_TYPE=cluster), three masters.
+	cluster bool
 	// perSecond gives each server a second Redis for its limits of a
 	// second (REDIS_PERSECOND).
 	perSecond bool
@@ -220,6 +223,9 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	var env []string
 	if sc.memcache {
 		env = append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+memcachedtest.Start(t).Addr)
+	} else if sc.cluster {
+		c := redistest.StartCluster(t, 3, 0)
+		env = append(harness.ReferenceVars(root, strings.Join(c.Addrs, ",")), "REDIS_TYPE=cluster")
 	} else {
 		env = harness.ReferenceVars(root, redistest.Start(t).Addr)
 	}

@@ -226,6 +226,12 @@ var scenarios = []scenario{
 		"USE_STATSD=false", "USE_DOG_STATSD=true", "EXTRA_TAGS=cluster:east",
 	}},
 	{name: "memcache", files: shop, memcache: true, steps: memcacheSteps()},
+	{name: "cluster", files: shop, cluster: true, steps: cat(
+		rep(4, "any value", req("shop", d("client", "a"))),
+		rep(2, "several descriptors, several slots", req("shop", d("client", "b"), d("path", "/api/b"), d("tier", "free", "user", "b"))),
+		differ(rejected(".statuses[0].limitRemaining"), one("several descriptors, two over", req("shop", d("client", "b"), d("path", "/api/b"), d("tier", "free", "user", "b")))),
+		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
+	)},
 	{name: "edges", files: map[string]string{"edges.yaml": edgeRules}, steps: edgeSteps()},
 	{name: "rule-files", files: map[string]string{
 		"a.yaml": oneRule("fa"), "b.conf": oneRule("fb"), "c": oneRule("fc"), "sub/d.yaml": oneRule("fd"), ".e.yaml": oneRule("fe"),
