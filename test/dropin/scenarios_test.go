@@ -465,3 +465,26 @@ func cat(parts ...any) []step {
 	}
 	return out
 }
+
+// d is a descriptor of the entries key, value, key, value….
+func d(kv ...string) *rlv3.RateLimitDescriptor {
+	desc := &rlv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return desc
+}
+
+// req is a ShouldRateLimit of domain.
+func req(domain string, descs ...*rlv3.RateLimitDescriptor) *pb.RateLimitRequest {
+	return &pb.RateLimitRequest{Domain: domain, Descriptors: descs}
+}
+
+// rep is n steps of the same call, named name #1…#n.
+func rep(n int, name string, r *pb.RateLimitRequest) []step {
+	steps := make([]step, n)
+	for i := range steps {
+		steps[i] = step{name: fmt.Sprintf("%s #%d", name, i+1), req: r}
+	}
+	return steps
+}

@@ -1,0 +1,213 @@
+package dropin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
+	"github.com/floodgate/floodgate/internal/statsdtest"
+)
+
+// server is one of the two, started for a test, with the statsd server
+// it sends to when the scenario has one.
+type server struct {
+	*harness.Floodgate
+	stats *statsdtest.Server
+	rules string // the rule directory
+}
+
+// startServer runs bin (floodgate's binary when "") on the scenario's
+// rules, under RUNTIME_ROOT, with a Redis of its own.
+func startServer(t *testing.T, bin string, sc scenario) server {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeRules(t, dir, sc.files)
+	var env []string
+	if sc.memcache {
+		env = append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+memcachedtest.Start(t).Addr)
+	} else if sc.cluster {
+		c := redistest.StartCluster(t, 3, 0)
+		env = append(harness.ReferenceVars(root, strings.Join(c.Addrs, ",")), "REDIS_TYPE=cluster")
+	} else {
+		env = harness.ReferenceVars(root, redistest.Start(t).Addr)
+	}
+	if sc.perSecond {
+		env = append(env, "REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+redistest.Start(t).Addr)
+	}
+	var stats *statsdtest.Server
+	if sc.statsd {
+		stats = statsdtest.Listen(t)
+		host, port, _ := net.SplitHostPort(stats.Addr())
+		env = append(env, "USE_STATSD=true", "STATSD_PROTOCOL=udp", "STATSD_HOST="+host, "STATSD_PORT="+port,
+			"STATS_FLUSH_INTERVAL="+statsFlush.String())
+	}
+	// Last, so that a scenario's variables win (USE_STATSD=false for
+	// DogStatsD).
+	env = append(env, sc.env...)
+	// The reference's /healthcheck fails for as long as it runs on
+	// Memcached (docs/migrating.md, BACKEND_TYPE): any answer will do.
+	unready := sc.memcache && bin != ""
+	return server{harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true, Unready: unready}), stats, dir}
+}
+
+// writeRules writes rule files into dir, by name ("" removes one).
+func writeRules(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, text := range files {
+		path := filepath.Join(dir, name)
+		if text == "" {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitRules sends the step's request until it is answered with a limit,
+// which it is once the rules the step wrote are in force, and returns
+// that answer. Both servers reload within a second.
+func (s server) waitRules(t *testing.T, st step) answer {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := s.call(t, st)
+		if body, ok := a.body.(map[string]any); ok {
+			if statuses, ok := body["statuses"].([]any); ok && len(statuses) > 0 {
+				if first, ok := statuses[0].(map[string]any); ok && first["currentLimit"] != nil {
+					return a
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the rules written are not in force after 10 s: %s", s.Name(), a)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// answer is a server's answer: a gRPC status code or HTTP status, the
+// error's message, and the body as JSON decodes it (protojson for gRPC).
+type answer struct {
+	code string
+	msg  string
+	body any
+}
+
+func (a answer) String() string {
+	b, _ := json.Marshal(a.body)
+	s := a.code
+	if a.msg != "" {
+		s += " " + strconv.Quote(a.msg)
+	}
+	if a.body != nil {
+		s += " " + string(b)
+	}
+	return s
+}
+
+// call makes the step's call.
+func (s server) call(t *testing.T, st step) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch {
+	case st.req != nil:
+		resp, err := s.RLS.ShouldRateLimit(ctx, st.req)
+		if err != nil {
+			return grpcError(err)
+		}
+		return answer{code: codes.OK.String(), body: decodeProto(t, resp)}
+	case st.health != nil:
+		resp, err := healthpb.NewHealthClient(s.Conn).Check(ctx, &healthpb.HealthCheckRequest{Service: *st.health})
+		if err != nil {
+			return grpcError(err)
+		}
+		return answer{code: codes.OK.String(), body: resp.Status.String()}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.HTTPAddr+"/json", strings.NewReader(st.json))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /json: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST /json: %v", err)
+	}
+	var body any = string(b)
+	var v any
+	if json.Unmarshal(b, &v) == nil {
+		body = v
+	}
+	return answer{code: strconv.Itoa(resp.StatusCode), body: body}
+}
+
+// grpcError is the answer of a call that failed: its code and message.
+// The messages are shown, not compared: only the codes must agree.
+func grpcError(err error) answer {
+	st := status.Convert(err)
+	return answer{code: st.Code().String(), msg: st.Message()}
+}
+
+// decodeProto is m as JSON decodes protojson's text.
+func decodeProto(t *testing.T, m proto.Message) any {
+	t.Helper()
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// describe is the step's call, for a failure's message.
+func (st step) describe() string {
+	switch {
+	case st.req != nil:
+		b, _ := protojson.Marshal(st.req)
+		return "ShouldRateLimit " + string(b)
+	case st.health != nil:
+		return "Health.Check " + strconv.Quote(*st.health)
+	case st.write != nil:
+		b, _ := protojson.Marshal(st.req)
+		return fmt.Sprintf("rules %q written, then ShouldRateLimit %s until it has a limit", slices.Sorted(maps.Keys(st.write)), b)
+	}
+	return "POST /json " + st.json
+}
