@@ -41,12 +41,14 @@ func TestMain(m *testing.M) {
 // step is one call, made to both servers.
 type step struct {
 	name string
-	// One of: a ShouldRateLimit; the body of a POST to /json; a gRPC
-	// health check of the service named; rule files to write (by name,
-	// "" to remove one), after which req is sent until both servers
-	// answer it with a limit: the new rules are in force.
+	// One of: a ShouldRateLimit; the body of a POST to /json; a GET of a
+	// path of the HTTP port; a gRPC health check of the service named;
+	// rule files to write (by name, "" to remove one), after which req is
+	// sent until both servers answer it with a limit: the new rules are
+	// in force.
 	req    *pb.RateLimitRequest
 	json   string
+	get    string
 	health *string
 	write  map[string]string
 	// differs is the documented difference this step shows: the answers

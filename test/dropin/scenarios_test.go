@@ -310,6 +310,9 @@ func answersSteps() []step {
 		differ(emptyRequest, one("empty domain", req("", d("client", "a")))),
 		step{name: "/json", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"client","value":"j"}]}]}`},
 		step{name: "/json again", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"client","value":"j"}]}],"hits_addend":3}`},
+		step{name: "/json, an unknown domain", json: `{"domain":"elsewhere","descriptors":[{"entries":[{"key":"client","value":"j"}]}]}`},
+		step{name: "/json, over", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"blocked","value":"j"}]}]}`},
+		step{name: "/healthcheck", get: "/healthcheck"},
 		health(""), health("ratelimit"),
 	)
 }
@@ -368,6 +371,7 @@ func memcacheSteps() []step {
 		step{name: "/json", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"client","value":"j"}]}]}`},
 		health(""),
 		differ(&documented{row: "Environment variables: BACKEND_TYPE", fields: []string{""}, since: healthFromRedis}, health("ratelimit")),
+		differ(&documented{row: "Environment variables: BACKEND_TYPE", fields: []string{"code", ""}, since: healthFromRedis}, step{name: "/healthcheck", get: "/healthcheck"}),
 	)
 }
 

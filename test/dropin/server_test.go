@@ -155,25 +155,35 @@ func (s server) call(t *testing.T, st step) answer {
 		}
 		return answer{code: codes.OK.String(), body: resp.Status.String()}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.HTTPAddr+"/json", strings.NewReader(st.json))
+	if st.get != "" {
+		return s.httpCall(ctx, t, http.MethodGet, st.get, "")
+	}
+	return s.httpCall(ctx, t, http.MethodPost, "/json", st.json)
+}
+
+// httpCall is a call to the HTTP port: its status and its body, as JSON
+// decodes it when it is JSON.
+func (s server) httpCall(ctx context.Context, t *testing.T, method, path, body string) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+s.HTTPAddr+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("POST /json: %v", err)
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("POST /json: %v", err)
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
-	var body any = string(b)
-	var v any
-	if json.Unmarshal(b, &v) == nil {
-		body = v
+	var v any = string(b)
+	var decoded any
+	if json.Unmarshal(b, &decoded) == nil {
+		v = decoded
 	}
-	return answer{code: strconv.Itoa(resp.StatusCode), body: body}
+	return answer{code: strconv.Itoa(resp.StatusCode), body: v}
 }
 
 // grpcError is the answer of a call that failed: its code and message.
@@ -208,6 +218,8 @@ func (st step) describe() string {
 	case st.write != nil:
 		b, _ := protojson.Marshal(st.req)
 		return fmt.Sprintf("rules %q written, then ShouldRateLimit %s until it has a limit", slices.Sorted(maps.Keys(st.write)), b)
+	case st.get != "":
+		return "GET " + st.get
 	}
 	return "POST /json " + st.json
 }
