@@ -90,6 +90,8 @@ type scenario struct {
 	// perSecond gives each server a second Redis for its limits of a
 	// second (REDIS_PERSECOND).
 	perSecond bool
+	// unset are common variables the scenario's servers run without.
+	unset []string
 	// xds, when set, are the rules: both servers take them from one xDS
 	// management server (CONFIG_TYPE=GRPC_XDS_SOTW), as from Envoy
 	// Gateway, instead of files.

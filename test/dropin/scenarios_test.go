@@ -266,6 +266,14 @@ var scenarios = []scenario{
 		one("a rule removed", req("reload", d("path", "/"))),
 		one("a file removed", req("old", d("k", "v"))),
 	)},
+	// The environment of the reference's own docker-compose.yml: the root
+	// watched for a swap of its link (RUNTIME_WATCH_ROOT unset), and a
+	// Memcached address the Redis backend never reads.
+	{name: "reference-compose", files: shop, unset: []string{"RUNTIME_WATCH_ROOT"},
+		env: []string{"LOG_LEVEL=debug", "MEMCACHE_HOST_PORT=127.0.0.1:1"}, steps: cat(
+			rep(4, "any value", req("shop", d("client", "a"))),
+			rep(2, "nested", req("shop", d("tier", "free", "user", "u"))),
+		)},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",

@@ -68,6 +68,10 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	// Last, so that a scenario's variables win (USE_STATSD=false for
 	// DogStatsD).
 	env = append(env, sc.env...)
+	env = slices.DeleteFunc(env, func(v string) bool {
+		name, _, _ := strings.Cut(v, "=")
+		return slices.Contains(sc.unset, name)
+	})
 	// The reference's /healthcheck fails for as long as it runs on
 	// Memcached (docs/migrating.md, BACKEND_TYPE): any answer will do.
 	unready := sc.memcache && bin != ""
