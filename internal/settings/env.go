@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -208,6 +209,29 @@ func xdsOn(env Lookup) bool {
 	v, _ := env("CONFIG_TYPE")
 	var on ConfigType
 	return on.UnmarshalText([]byte(v)) == nil && bool(on)
+}
+
+// pairedOnly is the variable name's comma-separated entries that hold
+// "=", as the reference keeps them (CONFIG_GRPC_XDS_NODE_METADATA): it
+// drops the others (unpaired names them for a note), and is unset when
+// none is left.
+func pairedOnly(name string) envSource {
+	return func(env Lookup) (string, string, bool) {
+		v, _ := env(name)
+		kept := slices.DeleteFunc(strings.Split(v, ","), func(e string) bool { return !strings.Contains(e, "=") })
+		return strings.Join(kept, ","), name, len(kept) > 0
+	}
+}
+
+// unpaired lists the entries of v that pairedOnly drops.
+func unpaired(v string) []string {
+	var out []string
+	for e := range strings.SplitSeq(v, ",") {
+		if strings.TrimSpace(e) != "" && !strings.Contains(e, "=") {
+			out = append(out, strconv.Quote(e))
+		}
+	}
+	return out
 }
 
 // whileXDS is src while CONFIG_TYPE=GRPC_XDS_SOTW, and unset otherwise.

@@ -220,6 +220,17 @@ func TestLoad(t *testing.T) {
 				t.Errorf("notes %q: want one starting %q", c.Notes, want)
 			}
 		}},
+		{"CONFIG_GRPC_XDS_NODE_METADATA drops entries without '=', as the reference, and names them", nil, envOf(
+			"CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA", "zone:a,team=core,,solo",
+		), func(t *testing.T, c *Config) {
+			if got := c.Rules.XDSOptions.NodeMetadata; len(got) != 1 || got["team"] != "core" {
+				t.Errorf("node metadata %v, want team=core alone", got)
+			}
+			want := `CONFIG_GRPC_XDS_NODE_METADATA: "zone:a", "solo" dropped`
+			if !slices.ContainsFunc(c.Notes, func(n string) bool { return strings.HasPrefix(n, want) }) {
+				t.Errorf("notes %q: want one starting %q", c.Notes, want)
+			}
+		}},
 		{"FLOODGATE_REDIS_PERSECOND* follow the flags' names", nil, envOf(
 			"FLOODGATE_REDIS", "main:6379", "FLOODGATE_REDIS_PERSECOND", "rediss://ps:6380", "FLOODGATE_REDIS_PERSECOND_TYPE", "Sentinel",
 			"FLOODGATE_REDIS_PERSECOND_SENTINEL_AUTH", "spw", "FLOODGATE_REDIS_PERSECOND_DIAL_TIMEOUT", "1s", "FLOODGATE_REDIS_TLS_CA", "/ca.pem",
@@ -273,7 +284,7 @@ func TestLoadErrors(t *testing.T) {
 		{"an http:// xDS URL", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "http://eg:18000"), `-xds-server "http://eg:18000": http:// is not a gRPC target; give host:port (or dns:///host:port) (set by CONFIG_GRPC_XDS_SERVER_URL)`},
 		{"an xDS host without a port", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway"), `-xds-server "envoy-gateway": want host:port (or dns:///host:port): address envoy-gateway: missing port in address (set by CONFIG_GRPC_XDS_SERVER_URL)`},
 		{"an xDS port out of range", []string{"-config-type", "grpc_xds_sotw", "-xds-server", "eg:99999"}, envOf(), `port "99999": want a number from 1 to 65535`},
-		{"node metadata without '='", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA", "zone:a"), `CONFIG_GRPC_XDS_NODE_METADATA="zone:a" (for -xds-node-metadata): entry "zone:a": want key=value`},
+		{"node metadata without '=' on the command line", []string{"-config-type", "grpc_xds_sotw", "-xds-node-metadata", "zone:a"}, envOf(), `entry "zone:a": want key=value`},
 		{"a header without ':'", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "token"), `(for -xds-headers): entry "token": want key:value`},
 		{"xDS TLS files without TLS", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "ca.pem"), "need -xds-tls (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)"},
 		{"an xDS backoff upside down", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2m"), "-xds-backoff-initial 2m0s and -xds-backoff-max 1m0s: want initial <= max (set by XDS_CLIENT_BACKOFF_INITIAL_INTERVAL)"},

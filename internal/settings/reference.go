@@ -100,7 +100,7 @@ var References = []Reference{
 	// the reference.
 	{Name: "FORCE_START_WITHOUT_INITIAL_CONFIG", Flag: "xds-force-start", Value: whileXDS(envVar("FORCE_START_WITHOUT_INITIAL_CONFIG")), Doc: "with `GRPC_XDS_SOTW`: serve before the first rules arrive, every request allowed until then; unset, the listeners open once they have"},
 	{Name: "CONFIG_GRPC_XDS_NODE_ID", Flag: "xds-node-id", Value: whileXDS(envVar("CONFIG_GRPC_XDS_NODE_ID")), Doc: "with `GRPC_XDS_SOTW`; `default` by default, as in the reference"},
-	{Name: "CONFIG_GRPC_XDS_NODE_METADATA", Flag: "xds-node-metadata", Value: whileXDS(envVar("CONFIG_GRPC_XDS_NODE_METADATA")), Doc: "with `GRPC_XDS_SOTW`: `k1=v1,k2=v2`; an entry without `=` is refused at start (the reference drops it)"},
+	{Name: "CONFIG_GRPC_XDS_NODE_METADATA", Flag: "xds-node-metadata", Value: whileXDS(pairedOnly("CONFIG_GRPC_XDS_NODE_METADATA")), Note: noteUnpaired, Doc: "with `GRPC_XDS_SOTW`: `k1=v1,k2=v2`; an entry without `=` (`k1:v1`, as the reference's own comment shows) is dropped, as the reference drops it, with a note at start naming it"},
 	{Name: "CONFIG_GRPC_XDS_SERVER_URL", Flag: "xds-server", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_URL")), Doc: "with `GRPC_XDS_SOTW`; `localhost:18000` by default"},
 	{Name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Flag: "xds-retry-interval", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")), Doc: "with `GRPC_XDS_SOTW`: pause, ±50 %, before subscribing again after the stream ended; 3s by default"},
 	{Name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Flag: "xds-headers", Value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")), Doc: "with `GRPC_XDS_SOTW`: `k1:v1,k2:v2`, sent as gRPC metadata on the stream"},
@@ -344,6 +344,15 @@ func whenPrometheus(why string) func(string, Lookup) string {
 		}
 		return ""
 	}
+}
+
+// noteUnpaired names the entries of CONFIG_GRPC_XDS_NODE_METADATA that
+// pairedOnly drops, when the rules come from xDS.
+func noteUnpaired(v string, env Lookup) string {
+	if dropped := unpaired(v); len(dropped) > 0 && xdsOn(env) {
+		return "CONFIG_GRPC_XDS_NODE_METADATA: " + strings.Join(dropped, ", ") + " dropped: entries need key=value, and the reference drops the others too"
+	}
+	return ""
 }
 
 func noteAlways(note string) func(string, Lookup) string {
