@@ -91,6 +91,19 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000}
 `
 
+// deepRules have limits at two depths, and a rule with an empty value.
+const deepRules = `domain: deep
+descriptors:
+  - key: org
+    rate_limit: {unit: hour, requests_per_unit: 4}
+    descriptors:
+      - key: team
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: empty
+    value: ""
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
 // perSecondRules have a limit of each store with REDIS_PERSECOND.
 const perSecondRules = `domain: ps
 descriptors:
@@ -233,6 +246,16 @@ var scenarios = []scenario{
 		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
 	)},
 	{name: "edges", files: map[string]string{"edges.yaml": edgeRules}, steps: edgeSteps()},
+	{name: "overrides-and-depth", files: map[string]string{"deep.yaml": deepRules}, steps: cat(
+		rep(2, "a parent's limit", req("deep", d("org", "o1"))),
+		rep(3, "the child's limit, below the parent's", req("deep", d("org", "o1", "team", "t1"))),
+		one("a rule with an empty value is the key alone", req("deep", d("empty", "anything"))),
+		rep(2, "a descriptor's hits_addend of 0", req("deep", descHits(d("org", "o2"), 0))),
+		rep(2, "an override of a month", req("deep", override(d("org", "m"), 2, typev3.RateLimitUnit_MONTH))),
+		rep(2, "an override of a year", req("deep", override(d("org", "y"), 2, typev3.RateLimitUnit_YEAR))),
+		rep(2, "an override of a day on a nested rule", req("deep", override(d("org", "o3", "team", "t"), 1, typev3.RateLimitUnit_DAY))),
+		one("a large hits_addend", withHits(req("deep", d("org", "big")), 1000)),
+	)},
 	{name: "rule-files", files: map[string]string{
 		"a.yaml": oneRule("fa"), "b.conf": oneRule("fb"), "c": oneRule("fc"), "sub/d.yaml": oneRule("fd"), ".e.yaml": oneRule("fe"),
 	}, steps: cat(
