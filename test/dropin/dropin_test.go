@@ -168,7 +168,9 @@ func play(t *testing.T, ref, fg server, sc scenario) (steps []played, crossed bo
 			steps = append(steps, played{step: st, reference: ref.waitRules(t, st), floodgate: fg.waitRules(t, st)})
 			continue
 		}
-		steps = append(steps, played{step: st, reference: ref.call(t, st), floodgate: fg.call(t, st)})
+		answer := ref.call(t, st)
+		ref.settle(t)
+		steps = append(steps, played{step: st, reference: answer, floodgate: fg.call(t, st)})
 	}
 	return steps, !time.Now().Truncate(window).Equal(first)
 }

@@ -308,34 +308,23 @@ var scenarios = []scenario{
 
 func answersSteps() []step {
 	return cat(
-		rep(4, "any value", req("shop", d("client", "a"))),
+		everyKind(),
 		one("another value counts apart", req("shop", d("client", "b"))),
-		rep(2, "an exact value", req("shop", d("client", "vip"))),
 		one("exact value, no limit", req("shop", d("path", "/api/public"))),
-		rep(3, "wildcard", req("shop", d("path", "/api/x"))),
 		one("wildcard, another value", req("shop", d("path", "/api/y"))),
 		one("above the limit's depth", req("shop", d("tier", "free"))),
-		rep(3, "at its depth", req("shop", d("tier", "free", "user", "u"))),
 		one("deeper than the rules", req("shop", d("tier", "free", "user", "u", "extra", "z"))),
 		one("no rule", req("shop", d("tier", "gold", "user", "u"))),
-		one("a limit of 0", req("shop", d("blocked", "x"))),
-		one("unlimited", req("shop", d("open", "x"))),
-		rep(2, "shadow mode", req("shop", d("shadow", "x"))),
-		rep(2, "replaced", req("shop", d("named", "x"), d("replacer", "y"))),
 		rep(3, "a week", req("shop", d("week", "x"))),
 		rep(3, "a month of 30 days", req("shop", d("month", "x"))),
 		rep(3, "a year", req("shop", d("year", "x"))),
 		rep(3, "detailed_metric", req("shop", d("stats", "doc/a"))),
-		rep(2, "share_threshold", req("shop", d("stats", "img/a"))),
-		rep(2, "share_threshold, another value shares", req("shop", d("stats", "img/b"))),
 		rep(2, "value_to_metric", req("shop", d("stats", "v1"))),
 		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
 		one("a hits_addend of 0 is 1", withHits(req("shop", d("client", "c0")), 0)),
 		rep(2, "the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 3))),
-		rep(2, "a limit override", req("shop", override(d("client", "e"), 10, typev3.RateLimitUnit_HOUR))),
 		one("an override without a rule", req("shop", override(d("nothing", "e"), 1, typev3.RateLimitUnit_MINUTE))),
-		differ(rejected(".statuses[1].limitRemaining"), rep(2, "several, the first over", req("shop", d("client", "a"), d("client", "f")))),
-		differ(rejected(".statuses[0].limitRemaining"), one("what the refused requests charged", req("shop", d("client", "f")))),
+		refusedCharges(),
 		one("unknown domain", req("elsewhere", d("client", "a"))),
 		differ(emptyRequest, one("no descriptors", req("shop"))),
 		differ(emptyRequest, one("empty domain", req("", d("client", "a")))),
@@ -348,6 +337,33 @@ func answersSteps() []step {
 	)
 }
 
+// everyKind reaches every kind of shopRules' rules, one hit at a time:
+// what every store and every stats sink must answer alike.
+func everyKind() []step {
+	return cat(
+		rep(4, "any value", req("shop", d("client", "a"))),
+		rep(2, "an exact value", req("shop", d("client", "vip"))),
+		rep(3, "wildcard", req("shop", d("path", "/api/x"))),
+		rep(3, "at its depth", req("shop", d("tier", "free", "user", "u"))),
+		one("a limit of 0", req("shop", d("blocked", "x"))),
+		one("unlimited", req("shop", d("open", "x"))),
+		rep(2, "shadow mode", req("shop", d("shadow", "x"))),
+		rep(2, "replaced", req("shop", d("named", "x"), d("replacer", "y"))),
+		rep(2, "share_threshold", req("shop", d("stats", "img/a"))),
+		rep(2, "share_threshold, another value shares", req("shop", d("stats", "img/b"))),
+		rep(2, "a limit override", req("shop", override(d("client", "e"), 10, typev3.RateLimitUnit_HOUR))),
+	)
+}
+
+// refusedCharges are requests refused for client=a, over after
+// everyKind, and what they charged client=f.
+func refusedCharges() []step {
+	return cat(
+		differ(rejected(".statuses[1].limitRemaining"), rep(2, "several, the first over", req("shop", d("client", "a"), d("client", "f")))),
+		differ(rejected(".statuses[0].limitRemaining"), one("what the refused requests charged", req("shop", d("client", "f")))),
+	)
+}
+
 // statsdSteps reach every kind of rule, one hit at a time or within the
 // limit: where a request crosses its limit with several hits, or is
 // refused for another descriptor, floodgate's counters differ by design
@@ -355,46 +371,25 @@ func answersSteps() []step {
 // request's hits all over).
 func statsdSteps() []step {
 	return cat(
-		rep(4, "any value", req("shop", d("client", "a"))),
-		rep(2, "an exact value", req("shop", d("client", "vip"))),
+		everyKind(),
 		one("exact value, no limit", req("shop", d("path", "/api/public"))),
-		rep(3, "wildcard", req("shop", d("path", "/api/x"))),
-		rep(3, "at its depth", req("shop", d("tier", "free", "user", "u"))),
-		one("a limit of 0", req("shop", d("blocked", "x"))),
-		one("unlimited", req("shop", d("open", "x"))),
-		rep(2, "shadow mode", req("shop", d("shadow", "x"))),
-		rep(2, "replaced", req("shop", d("named", "x"), d("replacer", "y"))),
 		rep(3, "a month of 30 days", req("shop", d("month", "x"))),
 		rep(3, "detailed_metric", req("shop", d("stats", "doc/a"))),
-		rep(2, "share_threshold", req("shop", d("stats", "img/a"))),
-		rep(2, "share_threshold, another value shares", req("shop", d("stats", "img/b"))),
 		rep(2, "value_to_metric", req("shop", d("stats", "v1"))),
 		one("the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 2))),
-		rep(2, "a limit override", req("shop", override(d("client", "e"), 10, typev3.RateLimitUnit_HOUR))),
 	)
 }
 
 // memcacheSteps are answersSteps' calls on Memcached.
 func memcacheSteps() []step {
 	return cat(
-		rep(4, "any value", req("shop", d("client", "a"))),
-		rep(2, "an exact value", req("shop", d("client", "vip"))),
-		rep(3, "wildcard", req("shop", d("path", "/api/x"))),
-		rep(3, "at its depth", req("shop", d("tier", "free", "user", "u"))),
-		one("a limit of 0", req("shop", d("blocked", "x"))),
-		one("unlimited", req("shop", d("open", "x"))),
-		rep(2, "shadow mode", req("shop", d("shadow", "x"))),
-		rep(2, "replaced", req("shop", d("named", "x"), d("replacer", "y"))),
+		everyKind(),
 		rep(3, "a week", req("shop", d("week", "x"))),
 		longWindow("a month", req("shop", d("month", "x"))),
 		longWindow("a year", req("shop", d("year", "x"))),
-		rep(2, "share_threshold", req("shop", d("stats", "img/a"))),
-		rep(2, "share_threshold, another value shares", req("shop", d("stats", "img/b"))),
 		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
 		rep(2, "the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 3))),
-		rep(2, "a limit override", req("shop", override(d("client", "e"), 10, typev3.RateLimitUnit_HOUR))),
-		differ(rejected(".statuses[1].limitRemaining"), rep(2, "several, the first over", req("shop", d("client", "a"), d("client", "f")))),
-		differ(rejected(".statuses[0].limitRemaining"), one("what the refused requests charged", req("shop", d("client", "f")))),
+		refusedCharges(),
 		// The reference answers a request with a space in a value OK,
 		// counting nothing.
 		one("a value with a space", req("shop", d("client", "a b"))),

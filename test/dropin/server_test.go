@@ -34,6 +34,8 @@ type server struct {
 	*harness.Floodgate
 	stats *statsdtest.Server
 	rules string // the rule directory
+	// memcached is the reference's Memcached, nil otherwise: see settle.
+	memcached *memcachedtest.Server
 }
 
 // startServer runs bin (floodgate's binary when "") on the scenario's
@@ -47,8 +49,10 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	}
 	writeRules(t, dir, sc.files)
 	var env []string
+	var memcached *memcachedtest.Server
 	if sc.memcache {
-		env = append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+memcachedtest.Start(t).Addr)
+		memcached = memcachedtest.Start(t)
+		env = append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+memcached.Addr)
 	} else if sc.cluster {
 		c := redistest.StartCluster(t, 3, 0)
 		env = append(harness.ReferenceVars(root, strings.Join(c.Addrs, ",")), "REDIS_TYPE=cluster")
@@ -74,8 +78,55 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	})
 	// The reference's /healthcheck fails for as long as it runs on
 	// Memcached (docs/migrating.md, BACKEND_TYPE): any answer will do.
-	unready := sc.memcache && bin != ""
-	return server{harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true, Unready: unready}), stats, dir}
+	reference := bin != ""
+	f := harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true, Unready: sc.memcache && reference})
+	if !reference {
+		memcached = nil
+	}
+	return server{Floodgate: f, stats: stats, rules: dir, memcached: memcached}
+}
+
+// settle waits until the reference on Memcached has charged what it
+// answered: it answers first and increments after, in the background, so
+// a call made at once may read a count without the call before. Every key
+// it reads (cmd_get) it then increments (incr_hits), or, when the key is
+// new (incr_misses), adds (cmd_set). On Redis, and for floodgate, there is
+// nothing to wait for.
+func (s server) settle(t *testing.T) {
+	t.Helper()
+	if s.memcached == nil {
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		reply, err := s.memcached.Do("stats")
+		if err != nil {
+			t.Fatalf("memcached stats: %v", err)
+		}
+		stat := memcachedStats(reply)
+		if stat["incr_hits"]+stat["cmd_set"] >= stat["cmd_get"] && stat["cmd_set"] >= stat["incr_misses"] {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reference's increments on Memcached have not landed after 10 s: %v", stat)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// memcachedStats reads the numbers of a stats reply ("STAT name value"
+// lines).
+func memcachedStats(reply string) map[string]int64 {
+	out := map[string]int64{}
+	for line := range strings.SplitSeq(reply, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "STAT" {
+			if n, err := strconv.ParseInt(f[2], 10, 64); err == nil {
+				out[f[1]] = n
+			}
+		}
+	}
+	return out
 }
 
 // writeRules writes rule files into dir, by name ("" removes one).
