@@ -104,6 +104,32 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
+// yamlCorners are what YAML lets a rule file say that the reference
+// accepts: a value written as a number or a boolean, a missing
+// requests_per_unit, anchors and aliases, a domain with dots and slashes.
+const yamlCorners = `domain: "my.domain/x"
+descriptors:
+  - key: norpu
+    rate_limit:
+      unit: minute
+  - key: num
+    value: 123
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: boolval
+    value: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: explicit
+    rate_limit: {unit: minute, requests_per_unit: 2, unlimited: false}
+  - key: anchor
+    rate_limit: &lim {unit: minute, requests_per_unit: 2}
+  - key: alias
+    rate_limit: *lim
+  - key: detailonly
+    detailed_metric: true
+  - key: emptydescs
+    descriptors: []
+`
+
 // perSecondRules have a limit of each store with REDIS_PERSECOND.
 const perSecondRules = `domain: ps
 descriptors:
@@ -255,6 +281,19 @@ var scenarios = []scenario{
 		rep(2, "an override of a year", req("deep", override(d("org", "y"), 2, typev3.RateLimitUnit_YEAR))),
 		rep(2, "an override of a day on a nested rule", req("deep", override(d("org", "o3", "team", "t"), 1, typev3.RateLimitUnit_DAY))),
 		one("a large hits_addend", withHits(req("deep", d("org", "big")), 1000)),
+	)},
+	{name: "yaml-corners", files: map[string]string{"c.yaml": yamlCorners, "d.yaml": "domain: onlydomain\n",
+		"crlf.yaml": "domain: crlf\r\ndescriptors:\r\n  - key: k\r\n    rate_limit: {unit: minute, requests_per_unit: 1}\r\n"}, steps: cat(
+		rep(2, "requests_per_unit missing", req("my.domain/x", d("norpu", "a"))),
+		rep(2, "a number as value", req("my.domain/x", d("num", "123"))),
+		rep(2, "a boolean as value", req("my.domain/x", d("boolval", "true"))),
+		rep(3, "unlimited: false", req("my.domain/x", d("explicit", "a"))),
+		rep(3, "a YAML anchor", req("my.domain/x", d("anchor", "a"))),
+		rep(3, "its alias", req("my.domain/x", d("alias", "a"))),
+		one("detailed_metric without a limit", req("my.domain/x", d("detailonly", "a"))),
+		one("an empty descriptors list", req("my.domain/x", d("emptydescs", "a", "x", "y"))),
+		one("a domain without descriptors", req("onlydomain", d("k", "v"))),
+		rep(2, "CRLF line ends", req("crlf", d("k", "v"))),
 	)},
 	{name: "rule-files", files: map[string]string{
 		"a.yaml": oneRule("fa"), "b.conf": oneRule("fb"), "c": oneRule("fc"), "sub/d.yaml": oneRule("fd"), ".e.yaml": oneRule("fe"),
