@@ -203,6 +203,10 @@ descriptors:
 
 var shop = map[string]string{"shop.yaml": shopRules}
 
+// aMonth fills a limit of a month, which the reference enforces on Redis
+// only.
+var aMonth = rep(3, "a month of 30 days", req("shop", d("month", "x")))
+
 // The documented differences the steps show.
 var (
 	// A request refused for one limit charges none: the others' counts,
@@ -260,11 +264,14 @@ var scenarios = []scenario{
 		// (false without quotas); it no longer does since 3728d99.
 		ignore: []string{".dynamicMetadata.quotaModeEnabled"},
 	},
-	{name: "statsd", files: shop, statsd: true, steps: statsdSteps(), env: []string{"EXTRA_TAGS=cluster:east,zone:b"}},
-	{name: "dogstatsd", files: shop, statsd: true, steps: statsdSteps(), env: []string{
+	{name: "statsd", files: shop, statsd: true, steps: cat(statsdSteps(), aMonth), env: []string{"EXTRA_TAGS=cluster:east,zone:b"}},
+	{name: "dogstatsd", files: shop, statsd: true, steps: cat(statsdSteps(), aMonth), env: []string{
 		"USE_STATSD=false", "USE_DOG_STATSD=true", "EXTRA_TAGS=cluster:east",
 	}},
 	{name: "memcache", files: shop, memcache: true, steps: memcacheSteps()},
+	// statsdSteps has no month: the reference never enforces one on
+	// Memcached (see memcacheSteps).
+	{name: "memcache-statsd", files: shop, memcache: true, statsd: true, steps: statsdSteps()},
 	{name: "cluster", files: shop, cluster: true, steps: cat(
 		rep(4, "any value", req("shop", d("client", "a"))),
 		rep(2, "several descriptors, several slots", req("shop", d("client", "b"), d("path", "/api/b"), d("tier", "free", "user", "b"))),
@@ -412,7 +419,6 @@ func statsdSteps() []step {
 	return cat(
 		everyKind(),
 		one("exact value, no limit", req("shop", d("path", "/api/public"))),
-		rep(3, "a month of 30 days", req("shop", d("month", "x"))),
 		rep(3, "detailed_metric", req("shop", d("stats", "doc/a"))),
 		rep(2, "value_to_metric", req("shop", d("stats", "v1"))),
 		one("the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 2))),
