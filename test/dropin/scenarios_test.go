@@ -2,6 +2,7 @@ package dropin
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -234,6 +235,13 @@ var healthFromRedis = &change{
 	why: "feat: add retry in init phase instead of panic directly (envoyproxy/ratelimit#1144)",
 }
 
+// oldQuota is the answers to quotas over their limit of a reference built
+// before quotaFix.
+func oldQuota(fields ...string) *documented {
+	slices.Sort(fields)
+	return &documented{row: "What differs: A quota over its limit", fields: fields, before: quotaFix}
+}
+
 // quotaFix made the reference refuse a request whose every quota is over,
 // and answer OVER_LIMIT for each quota over, as floodgate does.
 var quotaFix = &change{
@@ -251,10 +259,10 @@ var scenarios = []scenario{
 		// Passed only for shadow mode, the request charges nothing.
 		differ(shadowCharges, rep(2, "every limit in shadow mode", req("shop", d("blocked", "x"), d("client", "s2")))),
 	)},
-	{name: "quota", files: map[string]string{"quota.yaml": quotaRules}, steps: quotaSteps(), since: quotaFix},
-	{name: "quota-mode", files: shop, env: []string{"QUOTA_MODE=true"}, since: quotaFix, steps: cat(
+	{name: "quota", files: map[string]string{"quota.yaml": quotaRules}, steps: quotaSteps()},
+	{name: "quota-mode", files: shop, env: []string{"QUOTA_MODE=true"}, steps: cat(
 		rep(3, "every limit a quota", req("shop", d("client", "q"))),
-		rep(2, "a quota over and one that passes", req("shop", d("blocked", "q"), d("client", "q2"))),
+		differ(oldQuota(quotaOver(0)...), rep(2, "a quota over and one that passes", req("shop", d("blocked", "q"), d("client", "q2")))),
 	)},
 	{name: "metadata", files: shop, env: []string{"RESPONSE_DYNAMIC_METADATA=true"}, steps: cat(
 		rep(2, "limited", req("shop", d("client", "m"), d("open", "m"))),
@@ -488,11 +496,22 @@ func headersSteps() []step {
 
 func quotaSteps() []step {
 	return cat(
-		rep(2, "one quota", req("quota", d("plan", "p"))),
-		rep(3, "two quotas", req("quota", d("plan", "p2"), d("team", "t"))),
-		rep(2, "a quota and a limit", req("quota", d("plan", "p3"), d("burst", "b"))),
-		rep(2, "a quota and no rule", req("quota", d("plan", "p4"), d("none", "n"))),
+		one("one quota", req("quota", d("plan", "p"))),
+		differ(oldQuota(append(quotaOver(0), ".overallCode")...), one("one quota, over", req("quota", d("plan", "p")))),
+		one("two quotas", req("quota", d("plan", "p2"), d("team", "t"))),
+		differ(oldQuota(quotaOver(0)...), one("two quotas, one over", req("quota", d("plan", "p2"), d("team", "t")))),
+		differ(oldQuota(append(append(quotaOver(0), quotaOver(1)...), ".overallCode")...), one("two quotas, both over", req("quota", d("plan", "p2"), d("team", "t")))),
+		one("a quota and a limit", req("quota", d("plan", "p3"), d("burst", "b"))),
+		differ(oldQuota(quotaOver(0)...), one("a quota and a limit, both over", req("quota", d("plan", "p3"), d("burst", "b")))),
+		one("a quota and no rule", req("quota", d("plan", "p4"), d("none", "n"))),
+		differ(oldQuota(append(quotaOver(0), ".overallCode")...), one("a quota and no rule, the quota over", req("quota", d("plan", "p4"), d("none", "n")))),
 	)
+}
+
+// quotaOver are the fields of descriptor i's status that a reference
+// before quotaFix left as for a quota within its limit.
+func quotaOver(i int) []string {
+	return []string{fmt.Sprintf(".statuses[%d].code", i), fmt.Sprintf(".statuses[%d].durationUntilReset", i)}
 }
 
 // differ marks steps as showing a documented difference.

@@ -97,20 +97,25 @@ func (s server) settle(t *testing.T) {
 	if s.memcached == nil {
 		return
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var stat map[string]int64
+	poll(t, "the reference's increments on Memcached", func() bool {
 		reply, err := s.memcached.Do("stats")
 		if err != nil {
 			t.Fatalf("memcached stats: %v", err)
 		}
-		stat := memcachedStats(reply)
-		if stat["incr_hits"]+stat["cmd_set"] >= stat["cmd_get"] && stat["cmd_set"] >= stat["incr_misses"] {
-			return
-		}
+		stat = memcachedStats(reply)
+		return stat["incr_hits"]+stat["cmd_set"] >= stat["cmd_get"] && stat["cmd_set"] >= stat["incr_misses"]
+	}, func() string { return fmt.Sprint(stat) })
+}
+
+// poll calls done until it reports true, and fails t with what and the
+// state state tells once 10 s have passed first.
+func poll(t *testing.T, what string, done func() bool, state func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the reference's increments on Memcached have not landed after 10 s: %v", stat)
+			t.Fatalf("%s: not after 10 s: %s", what, state())
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -154,21 +159,15 @@ func writeRules(t *testing.T, dir string, files map[string]string) {
 // that answer. Both servers reload within a second.
 func (s server) waitRules(t *testing.T, st step) answer {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		a := s.call(t, st)
-		if body, ok := a.body.(map[string]any); ok {
-			if statuses, ok := body["statuses"].([]any); ok && len(statuses) > 0 {
-				if first, ok := statuses[0].(map[string]any); ok && first["currentLimit"] != nil {
-					return a
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the rules written are not in force after 10 s: %s", s.Name(), a)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var a answer
+	poll(t, s.Name()+": the rules written in force", func() bool {
+		a = s.call(t, st)
+		body, _ := a.body.(map[string]any)
+		statuses, _ := body["statuses"].([]any)
+		first, _ := append(statuses, nil)[0].(map[string]any)
+		return first["currentLimit"] != nil
+	}, a.String)
+	return a
 }
 
 // answer is a server's answer: a gRPC status code or HTTP status, the
