@@ -85,6 +85,9 @@ type scenario struct {
 	// cluster puts each server's counters in a Redis Cluster of its own
 	// (REDIS_TYPE=cluster), three masters.
 	cluster bool
+	// sentinel puts each server's counters in a Redis found through a
+	// Sentinel of its own (REDIS_TYPE=sentinel).
+	sentinel bool
 	// perSecond gives each server a second Redis for its limits of a
 	// second (REDIS_PERSECOND).
 	perSecond bool

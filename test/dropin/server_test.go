@@ -53,6 +53,10 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	if sc.memcache {
 		memcached = memcachedtest.Start(t)
 		env = append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+memcached.Addr)
+	} else if sc.sentinel {
+		g := redistest.StartSentinel(t, 0, 1, time.Second)
+		url := redistest.SentinelMasterName + "," + g.Sentinels[0].Addr // the reference's form
+		env = append(harness.ReferenceVars(root, url), "REDIS_TYPE=sentinel")
 	} else if sc.cluster {
 		c := redistest.StartCluster(t, 3, 0)
 		env = append(harness.ReferenceVars(root, strings.Join(c.Addrs, ",")), "REDIS_TYPE=cluster")
