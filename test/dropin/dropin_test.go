@@ -82,12 +82,9 @@ type scenario struct {
 	// are played again when they cross one of its boundaries. Zero
 	// means a minute.
 	window time.Duration
-	// cluster puts each server's counters in a Redis Cluster of its own
-	// (REDIS_TYPE=cluster), three masters.
-	cluster bool
-	// sentinel puts each server's counters in a Redis found through a
-	// Sentinel of its own (REDIS_TYPE=sentinel).
-	sentinel bool
+	// store is where each server keeps its counters, a store of its own:
+	// a single Redis unless set.
+	store store
 	// perSecond gives each server a second Redis for its limits of a
 	// second (REDIS_PERSECOND).
 	perSecond bool
@@ -97,9 +94,6 @@ type scenario struct {
 	// management server (CONFIG_TYPE=GRPC_XDS_SOTW), as from Envoy
 	// Gateway, instead of files.
 	xds []types.Resource
-	// memcache puts each server's counters in a Memcached of its own
-	// (BACKEND_TYPE=memcache) instead of Redis.
-	memcache bool
 	// statsd has both servers send statsd, and compares the counters of
 	// every rule (ratelimit.service.rate_limit.*) once the calls are made.
 	statsd bool

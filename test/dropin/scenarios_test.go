@@ -280,13 +280,13 @@ var scenarios = []scenario{
 	// Without jitter, the reference's Memcached keys of a month live a
 	// month; with it (300 s by default) they expire at once, but for one
 	// in 300, so that a month's limit is enforced by chance.
-	{name: "memcache", files: shop, memcache: true, steps: memcacheSteps(), env: []string{"EXPIRATION_JITTER_MAX_SECONDS=0"}},
-	{name: "memcache-statsd", files: shop, memcache: true, statsd: true, steps: cat(statsdSteps(), aMonth), env: []string{"EXPIRATION_JITTER_MAX_SECONDS=0"}},
-	{name: "sentinel", files: shop, sentinel: true, steps: cat(
+	{name: "memcache", files: shop, store: memcache, steps: memcacheSteps(), env: []string{"EXPIRATION_JITTER_MAX_SECONDS=0"}},
+	{name: "memcache-statsd", files: shop, store: memcache, statsd: true, steps: cat(statsdSteps(), aMonth), env: []string{"EXPIRATION_JITTER_MAX_SECONDS=0"}},
+	{name: "sentinel", files: shop, store: sentinel, steps: cat(
 		rep(4, "any value", req("shop", d("client", "a"))),
 		rep(2, "several descriptors", req("shop", d("client", "b"), d("path", "/api/b"))),
 	)},
-	{name: "cluster", files: shop, cluster: true, steps: cat(
+	{name: "cluster", files: shop, store: cluster, steps: cat(
 		rep(4, "any value", req("shop", d("client", "a"))),
 		rep(2, "several descriptors, several slots", req("shop", d("client", "b"), d("path", "/api/b"), d("tier", "free", "user", "b"))),
 		differ(rejected(".statuses[0].limitRemaining"), one("several descriptors, two over", req("shop", d("client", "b"), d("path", "/api/b"), d("tier", "free", "user", "b")))),

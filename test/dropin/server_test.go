@@ -39,7 +39,7 @@ type server struct {
 }
 
 // startServer runs bin (floodgate's binary when "") on the scenario's
-// rules, under RUNTIME_ROOT, with a Redis of its own.
+// rules, under RUNTIME_ROOT, with a store of its own.
 func startServer(t *testing.T, bin string, sc scenario) server {
 	t.Helper()
 	root := t.TempDir()
@@ -48,21 +48,7 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 		t.Fatal(err)
 	}
 	writeRules(t, dir, sc.files)
-	var env []string
-	var memcached *memcachedtest.Server
-	if sc.memcache {
-		memcached = memcachedtest.Start(t)
-		env = append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+memcached.Addr)
-	} else if sc.sentinel {
-		g := redistest.StartSentinel(t, 0, 1, time.Second)
-		url := redistest.SentinelMasterName + "," + g.Sentinels[0].Addr // the reference's form
-		env = append(harness.ReferenceVars(root, url), "REDIS_TYPE=sentinel")
-	} else if sc.cluster {
-		c := redistest.StartCluster(t, 3, 0)
-		env = append(harness.ReferenceVars(root, strings.Join(c.Addrs, ",")), "REDIS_TYPE=cluster")
-	} else {
-		env = harness.ReferenceVars(root, redistest.Start(t).Addr)
-	}
+	env, memcached := startStore(t, root, sc.store)
 	if sc.perSecond {
 		env = append(env, "REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+redistest.Start(t).Addr)
 	}
@@ -83,11 +69,41 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	// The reference's /healthcheck fails for as long as it runs on
 	// Memcached (docs/migrating.md, BACKEND_TYPE): any answer will do.
 	reference := bin != ""
-	f := harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true, Unready: sc.memcache && reference})
+	f := harness.Start(t, harness.Options{Bin: bin, Env: env, EnvAddrs: true, Unready: sc.store == memcache && reference})
 	if !reference {
 		memcached = nil
 	}
 	return server{Floodgate: f, stats: stats, rules: dir, memcached: memcached}
+}
+
+// store is where a server keeps its counters.
+type store int
+
+const (
+	redis    store = iota // a single Redis
+	cluster               // a Redis Cluster of three masters (REDIS_TYPE=cluster)
+	sentinel              // a Redis found through a Sentinel (REDIS_TYPE=sentinel)
+	memcache              // a Memcached (BACKEND_TYPE=memcache)
+)
+
+// startStore starts a store of kind for one server and returns the
+// reference's variables that reach it, with the rules under root, and
+// the Memcached when it is one.
+func startStore(t *testing.T, root string, kind store) ([]string, *memcachedtest.Server) {
+	t.Helper()
+	switch kind {
+	case cluster:
+		c := redistest.StartCluster(t, 3, 0)
+		return append(harness.ReferenceVars(root, strings.Join(c.Addrs, ",")), "REDIS_TYPE=cluster"), nil
+	case sentinel:
+		g := redistest.StartSentinel(t, 0, 1, time.Second)
+		url := redistest.SentinelMasterName + "," + g.Sentinels[0].Addr // the reference's form
+		return append(harness.ReferenceVars(root, url), "REDIS_TYPE=sentinel"), nil
+	case memcache:
+		m := memcachedtest.Start(t)
+		return append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+m.Addr), m
+	}
+	return harness.ReferenceVars(root, redistest.Start(t).Addr), nil
 }
 
 // settle waits until the reference on Memcached has charged what it
