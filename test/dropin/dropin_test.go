@@ -51,6 +51,8 @@ type step struct {
 	get    string
 	health *string
 	write  map[string]string
+	// storeDown stops each server's Redis before the call.
+	storeDown bool
 	// differs is the documented difference this step shows: the answers
 	// must differ in its fields and no others. Nil means they must be the
 	// same.
@@ -159,6 +161,10 @@ func play(t *testing.T, ref, fg server, sc scenario) (steps []played, crossed bo
 			writeRules(t, fg.rules, st.write)
 			steps = append(steps, played{step: st, reference: ref.waitRules(t, st), floodgate: fg.waitRules(t, st)})
 			continue
+		}
+		if st.storeDown {
+			ref.redis.Stop()
+			fg.redis.Stop()
 		}
 		answer := ref.call(t, st)
 		ref.settle(t)

@@ -224,6 +224,9 @@ var (
 	dotFile = func(fields ...string) *documented {
 		return &documented{row: "What differs: A file whose name starts with `.`", fields: fields}
 	}
+	// With Redis down the reference answers an error, floodgate by each
+	// rule's failure_mode, allow by default.
+	redisDown     = &documented{row: "What differs: Redis slow or down", fields: []string{"code", ""}}
 	emptyRequest  = &documented{row: "What differs: Empty domain, no descriptors, an empty key (gRPC)", fields: []string{"code"}}
 	retryAfter    = &documented{row: "Environment variables: LIMIT_RESPONSE_HEADERS_ENABLED", fields: []string{".responseHeadersToAdd"}}
 	shadowCharges = &documented{row: "Environment variables: SHADOW_MODE", fields: []string{".statuses[1].limitRemaining"}}
@@ -357,6 +360,14 @@ var scenarios = []scenario{
 			rep(4, "any value", req("shop", d("client", "a"))),
 			rep(2, "nested", req("shop", d("tier", "free", "user", "u"))),
 		)},
+	// The reference's REDIS_TIMEOUT short, so that its error comes at
+	// once; for floodgate it bounds the connect alone.
+	{name: "redis-down", files: shop, env: []string{"REDIS_TIMEOUT=200ms"}, steps: cat(
+		rep(2, "Redis up", req("shop", d("client", "a"))),
+		step{name: "Redis down", req: req("shop", d("client", "a")), storeDown: true, differs: redisDown},
+		differ(redisDown, one("Redis still down", req("shop", d("client", "a")))),
+		one("no limit needs Redis", req("shop", d("open", "x"))),
+	)},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",

@@ -36,6 +36,8 @@ type server struct {
 	rules string // the rule directory
 	// memcached is the reference's Memcached, nil otherwise: see settle.
 	memcached *memcachedtest.Server
+	// redis is the single Redis of a server on one, for storeDown.
+	redis *redistest.Server
 }
 
 // startServer runs bin (floodgate's binary when "") on the scenario's
@@ -48,7 +50,7 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 		t.Fatal(err)
 	}
 	writeRules(t, dir, sc.files)
-	env, memcached := startStore(t, root, sc.store)
+	env, memcached, redis := startStore(t, root, sc.store)
 	if sc.perSecond {
 		env = append(env, "REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+redistest.Start(t).Addr)
 	}
@@ -73,7 +75,7 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	if !reference {
 		memcached = nil
 	}
-	return server{Floodgate: f, stats: stats, rules: dir, memcached: memcached}
+	return server{Floodgate: f, stats: stats, rules: dir, memcached: memcached, redis: redis}
 }
 
 // store is where a server keeps its counters.
@@ -88,22 +90,23 @@ const (
 
 // startStore starts a store of kind for one server and returns the
 // reference's variables that reach it, with the rules under root, and
-// the Memcached when it is one.
-func startStore(t *testing.T, root string, kind store) ([]string, *memcachedtest.Server) {
+// the store when it is a Memcached or a single Redis.
+func startStore(t *testing.T, root string, kind store) ([]string, *memcachedtest.Server, *redistest.Server) {
 	t.Helper()
 	switch kind {
 	case cluster:
 		c := redistest.StartCluster(t, 3, 0)
-		return append(harness.ReferenceVars(root, strings.Join(c.Addrs, ",")), "REDIS_TYPE=cluster"), nil
+		return append(harness.ReferenceVars(root, strings.Join(c.Addrs, ",")), "REDIS_TYPE=cluster"), nil, nil
 	case sentinel:
 		g := redistest.StartSentinel(t, 0, 1, time.Second)
 		url := redistest.SentinelMasterName + "," + g.Sentinels[0].Addr // the reference's form
-		return append(harness.ReferenceVars(root, url), "REDIS_TYPE=sentinel"), nil
+		return append(harness.ReferenceVars(root, url), "REDIS_TYPE=sentinel"), nil, nil
 	case memcache:
 		m := memcachedtest.Start(t)
-		return append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+m.Addr), m
+		return append(harness.ReferenceVars(root, ""), "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+m.Addr), m, nil
 	}
-	return harness.ReferenceVars(root, redistest.Start(t).Addr), nil
+	r := redistest.Start(t)
+	return harness.ReferenceVars(root, r.Addr), nil, r
 }
 
 // settle waits until the reference on Memcached has charged what it
