@@ -53,6 +53,10 @@ type step struct {
 	write  map[string]string
 	// storeDown stops each server's Redis before the call.
 	storeDown bool
+	// as is the client certificate of the call in a scenario with
+	// tlsCerts: "" the one the servers accept, else another of
+	// tlsClients.
+	as string
 	// differs is the documented difference this step shows: the answers
 	// must differ in its fields and no others. Nil means they must be the
 	// same.
@@ -96,6 +100,11 @@ type scenario struct {
 	// management server (CONFIG_TYPE=GRPC_XDS_SOTW), as from Envoy
 	// Gateway, instead of files.
 	xds []types.Resource
+	// tls serves gRPC over mutual TLS (GRPC_SERVER_USE_TLS,
+	// GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN), both servers with the
+	// same files, certs (set by withTLS).
+	tls   bool
+	certs *tlsCerts
 	// statsd has both servers send statsd, and compares the counters of
 	// every rule (ratelimit.service.rate_limit.*) once the calls are made.
 	statsd bool
@@ -115,6 +124,7 @@ func TestSameAnswers(t *testing.T) {
 			// one step: it is played again, on new servers.
 			for attempt := 1; ; attempt++ {
 				sc := withXDS(t, sc)
+				sc = withTLS(t, sc)
 				ref, fg := startServer(t, reference, sc), startServer(t, "", sc)
 				steps, crossed := play(t, ref, fg, sc)
 				if !crossed || attempt == 3 {

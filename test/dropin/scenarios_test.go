@@ -368,6 +368,12 @@ var scenarios = []scenario{
 		differ(redisDown, one("Redis still down", req("shop", d("client", "a")))),
 		one("no limit needs Redis", req("shop", d("open", "x"))),
 	)},
+	{name: "mutual-tls", files: shop, tls: true, steps: cat(
+		rep(2, "the client the servers accept", req("shop", d("client", "a"))),
+		step{name: "a client certificate for another name", req: req("shop", d("client", "a")), as: "other-name"},
+		step{name: "no client certificate", req: req("shop", d("client", "a")), as: "no-certificate"},
+		one("the client the servers accept, again", req("shop", d("client", "a"))),
+	)},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",

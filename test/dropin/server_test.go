@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -38,6 +40,9 @@ type server struct {
 	memcached *memcachedtest.Server
 	// redis is the single Redis of a server on one, for storeDown.
 	redis *redistest.Server
+	// conns are the gRPC connections by the client certificate they
+	// present (step.as); without TLS, the harness's alone, as "".
+	conns map[string]*grpc.ClientConn
 }
 
 // startServer runs bin (floodgate's binary when "") on the scenario's
@@ -75,7 +80,11 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	if !reference {
 		memcached = nil
 	}
-	return server{Floodgate: f, stats: stats, rules: dir, memcached: memcached, redis: redis}
+	conns := map[string]*grpc.ClientConn{"": f.Conn}
+	if sc.certs != nil {
+		conns = sc.certs.dial(t, f.GRPCAddr)
+	}
+	return server{Floodgate: f, stats: stats, rules: dir, memcached: memcached, redis: redis, conns: conns}
 }
 
 // store is where a server keeps its counters.
@@ -220,13 +229,13 @@ func (s server) call(t *testing.T, st step) answer {
 	defer cancel()
 	switch {
 	case st.req != nil:
-		resp, err := s.RLS.ShouldRateLimit(ctx, st.req)
+		resp, err := pb.NewRateLimitServiceClient(s.conns[st.as]).ShouldRateLimit(ctx, st.req)
 		if err != nil {
 			return grpcError(err)
 		}
 		return answer{code: codes.OK.String(), body: decodeProto(t, resp)}
 	case st.health != nil:
-		resp, err := healthpb.NewHealthClient(s.Conn).Check(ctx, &healthpb.HealthCheckRequest{Service: *st.health})
+		resp, err := healthpb.NewHealthClient(s.conns[st.as]).Check(ctx, &healthpb.HealthCheckRequest{Service: *st.health})
 		if err != nil {
 			return grpcError(err)
 		}
