@@ -144,7 +144,9 @@ func (s server) settle(t *testing.T) {
 // state state tells once 10 s have passed first.
 func poll(t *testing.T, what string, done func() bool, state func() string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(time.Millisecond) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); !done(); <-tick.C {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not after 10 s: %s", what, state())
 		}
@@ -196,9 +198,12 @@ func (s server) waitRules(t *testing.T, st step) answer {
 		a = s.call(t, st)
 		body, _ := a.body.(map[string]any)
 		statuses, _ := body["statuses"].([]any)
-		first, _ := append(statuses, nil)[0].(map[string]any)
+		if len(statuses) == 0 {
+			return false
+		}
+		first, _ := statuses[0].(map[string]any)
 		return first["currentLimit"] != nil
-	}, a.String)
+	}, func() string { return a.String() }) // the last answer, not the first
 	return a
 }
 
