@@ -27,6 +27,23 @@ import (
 // float64 for a century.
 const GCRAEpoch int64 = 1704067200000000
 
+// MaxCount is the most a window algorithm counts: in a fixed window, in one
+// sub-window of a sliding window, in a sliding log. It is twice the largest
+// limit (2^32 − 1, a rule's requests_per_unit) plus one, so that a count
+// plus a cost stays exact everywhere, as does the Redis layout of a fixed
+// window (a count below 2^33). Only usage charges (Hit.Usage) count past a
+// limit; one that would count beyond MaxCount counts up to it.
+const MaxCount int64 = 1<<33 - 1
+
+// MaxDebt is the longest a bucket (TokenBucket, LeakyBucket, GCRA) takes to
+// pay back the usage charges (Hit.Usage) that took it past its limit: a
+// charge that would take it further is counted up to it. No limit a rule
+// can declare comes near it, and every time it gives stays exact in µs.
+const MaxDebt = 10 * 365 * 24 * time.Hour
+
+// maxDebtMicros is MaxDebt in µs, as the Lua scripts receive it.
+const maxDebtMicros = int64(MaxDebt / time.Microsecond)
+
 // outcome is what one step decided and what it did to the state, in the
 // units the Lua scripts return: µs and whole hits.
 type outcome struct {
@@ -70,18 +87,26 @@ type state struct {
 // the memory it shares with the stored state is left untouched, so that a
 // call of a single hit may step on the stored state itself.
 //
+// A usage hit (Hit.Usage) of cost > 0 that is not a refund is a charge: it
+// consumes whether it fits or not, taking the counter past its limit when
+// it does not (see chargeCap), and is allowed iff it fits. A charge that
+// does not fit has the RetryAfter of the same hit against the state after
+// it, or Never when its cost is above the capacity.
+//
 // Before the algorithm runs:
 //   - Limit 0: a hit of cost > 0 that is not a refund is denied with Never
 //     set and every other field zero; a peek or a refund is allowed with
 //     every other field zero. The state is neither read nor written.
-//   - Cost above Spec.Capacity (not a refund): denied with Never set and
-//     RetryAfter 0; Remaining and ResetAfter are those of a peek (cost 0).
-func step(st *state, ok bool, sp *Spec, now, cost int64, refund bool) outcome {
+//   - Cost above Spec.Capacity (not a refund nor a charge): denied with
+//     Never set and RetryAfter 0; Remaining and ResetAfter are those of a
+//     peek (cost 0).
+func step(st *state, ok bool, sp *Spec, now, cost int64, refund, usage bool) outcome {
 	if sp.Limit == 0 {
 		return outcome{allowed: cost == 0 || refund, never: cost > 0 && !refund}
 	}
-	if cost > sp.Capacity() && !refund {
-		o := step(st, ok, sp, now, 0, false)
+	force := usage && !refund && cost > 0
+	if cost > sp.Capacity() && !refund && !force {
+		o := step(st, ok, sp, now, 0, false, false)
 		o.allowed, o.never, o.retryAfter = false, true, 0
 		return o
 	}
@@ -91,28 +116,31 @@ func step(st *state, ok bool, sp *Spec, now, cost int64, refund bool) outcome {
 	case FixedWindow:
 		start, end := sp.fixedWindowAt(now)
 		var fixed fixedState
-		if fixed, o = stepFixedWindow(st.fixed, ok, start, end, sp.Limit, now, cost, refund); o.write {
+		if fixed, o = stepFixedWindow(st.fixed, ok, start, end, sp.Limit, now, cost, refund, force); o.write {
 			st.fixed = fixed
 		}
 	case SlidingWindow:
-		st.runs, o = stepSlidingWindow(st.runs, sp.Limit, w, sp.SubWindows(), now, cost, refund)
+		st.runs, o = stepSlidingWindow(st.runs, sp.Limit, w, sp.SubWindows(), now, cost, refund, force)
 	case SlidingLog:
-		st.runs, o = stepSlidingLog(st.runs, sp.Limit, w, now, cost, refund)
+		st.runs, o = stepSlidingLog(st.runs, sp.Limit, w, now, cost, refund, force)
 	case TokenBucket:
 		var b bucketState
-		if b, o = stepTokenBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund); o.write {
+		if b, o = stepTokenBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force); o.write {
 			st.bucket = b
 		}
 	case LeakyBucket:
 		var b bucketState
-		if b, o = stepLeakyBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund); o.write {
+		if b, o = stepLeakyBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force); o.write {
 			st.bucket = b
 		}
 	case GCRA:
 		var g gcraState
-		if g, o = stepGCRA(st.gcra, ok, sp.Limit, w, sp.Capacity(), now, cost, refund); o.write {
+		if g, o = stepGCRA(st.gcra, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force); o.write {
 			st.gcra = g
 		}
+	}
+	if force && !o.allowed && cost > sp.Capacity() {
+		o.never, o.retryAfter = true, 0
 	}
 	return o
 }
@@ -152,27 +180,30 @@ type fixedState struct{ start, count int64 }
 // Remaining = max(0, limit − n) with n after the hit; ResetAfter = end − now;
 // RetryAfter (denied) = end − now.
 // A refund sets n = max(0, n − cost) and writes (ttl end − now) only if the
-// stored window is this one and n changes.
-func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64, refund bool) (fixedState, outcome) {
+// stored window is this one and n changes. A charge (force) that does not
+// fit sets n = min(n + cost, MaxCount) and writes, denied, with RetryAfter
+// end − now.
+func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64, refund, force bool) (fixedState, outcome) {
 	n := int64(0)
 	if ok && st.start == start {
 		n = st.count
 	}
 	o := outcome{resetAfter: end - now, ttl: end - now}
-	switch {
+	switch fits := n+cost <= limit; {
 	case refund:
 		o.allowed = true
 		if n > 0 && cost > 0 {
 			n = max(0, n-cost)
 			o.write = true
 		}
-	case n+cost <= limit:
-		o.allowed = true
+	case fits || force:
+		o.allowed = fits
 		if cost > 0 {
-			n += cost
+			n = min(n+cost, MaxCount)
 			o.write = true
 		}
-	default:
+	}
+	if !o.allowed {
 		o.retryAfter = end - now
 	}
 	o.remaining = max(0, limit-n)
@@ -202,7 +233,10 @@ func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64,
 // RetryAfter (denied): see slidingWindowRetryAfter.
 // A refund takes cost from cnt[k], then from the older counted sub-windows
 // (down to k − n) newest first, never below 0; it writes only if it took any.
-func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund bool) (runs, outcome) {
+// A charge (force) that does not fit adds cost to cnt[k] all the same, up
+// to MaxCount, and writes, denied, with the RetryAfter of the same hit on
+// the runs after it (Remaining as for an allowed hit: 0).
+func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool) (runs, outcome) {
 	g := w / n
 	k := floorDiv(now, g)
 	rs = rs.dropBefore(k - n)
@@ -216,13 +250,15 @@ func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund bool) (runs
 		o.write = taken > 0
 		est = slidingEstimate(rs, k, n, g, now)
 		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
-	case est+float64(cost) <= float64(limit):
-		o.allowed = true
+	case est+float64(cost) <= float64(limit) || force:
+		o.allowed = est+float64(cost) <= float64(limit)
 		if cost > 0 {
-			rs = rs.add(k, cost)
-			o.write = true
+			rs, o.write = rs.addUpTo(k, cost, MaxCount)
 		}
 		o.remaining = max(0, int64(math.Floor(float64(limit)-(est+float64(cost)))))
+		if !o.allowed && cost <= limit {
+			o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
+		}
 	default:
 		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
 		o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
@@ -312,8 +348,10 @@ func slidingWindowRetryAfter(rs runs, k, n, g, limit, cost, now int64) int64 {
 // RetryAfter (denied) = e + w − now where e is the time of the
 // (n + cost − limit)-th oldest entry: when it leaves, the hit fits.
 // A refund removes the min(cost, n) newest entries; it writes only if it
-// removed any.
-func stepSlidingLog(rs runs, limit, w, now, cost int64, refund bool) (runs, outcome) {
+// removed any. A charge (force) that does not fit adds its entries all the
+// same, up to MaxCount in the log, and writes, denied, with the RetryAfter
+// of the same hit on the log after it.
+func stepSlidingLog(rs runs, limit, w, now, cost int64, refund, force bool) (runs, outcome) {
 	rs = rs.dropBefore(now - w + 1)
 	n := rs.total()
 	var o outcome
@@ -324,12 +362,15 @@ func stepSlidingLog(rs runs, limit, w, now, cost int64, refund bool) (runs, outc
 		rs, taken = rs.takeNewest(cost, math.MaxInt64)
 		n -= taken
 		o.write = taken > 0
-	case n+cost <= limit:
-		o.allowed = true
-		if cost > 0 {
-			rs = rs.add(now, cost)
-			n += cost
+	case n+cost <= limit || force:
+		o.allowed = n+cost <= limit
+		if add := min(cost, MaxCount-n); add > 0 {
+			rs = rs.add(now, add)
+			n += add
 			o.write = true
+		}
+		if !o.allowed && cost <= limit {
+			o.retryAfter = rs.nthOldest(n+cost-limit) + w - now
 		}
 	default:
 		o.retryAfter = rs.nthOldest(n+cost-limit) + w - now
@@ -393,8 +434,11 @@ func levelAt(st bucketState, now int64, r float64) float64 {
 // corrected by asking that very predicate (see firstPass), since the float
 // quotient can miss the first passing µs by one.
 // A refund sets (min(b, t0 + cost), now) and writes only if there is a
-// stored state and the new one differs from it.
-func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund bool) (bucketState, outcome) {
+// stored state and the new one differs from it. A charge (force) that does
+// not fit takes its tokens all the same, into debt, down to
+// max(t0 − cost, min(t0, −MaxDebt·r)), and writes, denied, with the
+// RetryAfter of the same hit on the state after it.
+func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)
 	if !ok {
@@ -408,11 +452,15 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 		o.allowed = true
 		ta = math.Min(fb, t0+fc)
 		o.write = ok && (ta != st.value || now != st.ts)
-	case t0 >= fc:
-		o.allowed = true
+	case t0 >= fc || force:
+		o.allowed = t0 >= fc
 		if cost > 0 {
-			ta = t0 - fc
+			ta = math.Max(t0-fc, math.Min(t0, -mul(float64(maxDebtMicros), r)))
 			o.write = true
+		}
+		if !o.allowed && cost <= b {
+			after := bucketState{value: ta, ts: now}
+			o.retryAfter = firstPass(ceilMicros((fc-ta)/r), func(d int64) bool { return tokensAt(after, now+d, r, fb) >= fc })
 		}
 	default:
 		o.retryAfter = firstPass(ceilMicros((fc-t0)/r), func(d int64) bool { return tokensAt(st, now+d, r, fb) >= fc })
@@ -438,8 +486,11 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 // above for now + d on the same state, satisfies l0 + cost <= b: found from
 // ceil(((l0 + cost) − b)/r) by asking that very predicate (see firstPass).
 // A refund sets (max(0, l0 − cost), now) and writes only if there is a
-// stored state and the new one differs from it.
-func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund bool) (bucketState, outcome) {
+// stored state and the new one differs from it. A charge (force) that does
+// not fit adds its cost all the same, past b, up to
+// min(l0 + cost, max(l0, b + MaxDebt·r)), and writes, denied, with the
+// RetryAfter of the same hit on the state after it.
+func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)
 	if !ok {
@@ -453,11 +504,15 @@ func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 		o.allowed = true
 		la = math.Max(0, l0-fc)
 		o.write = ok && (la != st.value || now != st.ts)
-	case l0+fc <= fb:
-		o.allowed = true
+	case l0+fc <= fb || force:
+		o.allowed = l0+fc <= fb
 		if cost > 0 {
-			la = l0 + fc
+			la = math.Min(l0+fc, math.Max(l0, fb+mul(float64(maxDebtMicros), r)))
 			o.write = true
+		}
+		if !o.allowed && cost <= b {
+			after := bucketState{value: la, ts: now}
+			o.retryAfter = firstPass(ceilMicros((la+fc-fb)/r), func(d int64) bool { return levelAt(after, now+d, r)+fc <= fb })
 		}
 	default:
 		o.retryAfter = firstPass(ceilMicros((l0+fc-fb)/r), func(d int64) bool { return levelAt(st, now+d, r)+fc <= fb })
@@ -518,13 +573,15 @@ func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period)
 // after <= nu); ttl the same. RetryAfter (denied) = the smallest d >= 1
 // with u(n + d) >= nt − tau: the first µs at which the hit passes.
 // A refund writes only if there is a stored state and the new one differs
-// from it.
+// from it. A charge (force) that does not fit is consumed all the same, the
+// arrival time moving to min(nt, max(t0, nu + tau + u(MaxDebt))), and
+// writes, denied, with the RetryAfter of the same hit on the state after it.
 //
 // So B hits at one instant pass, exactly, whatever L and W: they add B·s to
 // the arrival time in exact integers. (Keeping the arrival time in µs
 // instead rounds each step of W/L µs to the float grid near now, and a
 // burst of B then sometimes admits only B − 1.)
-func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund bool) (gcraState, outcome) {
+func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund, force bool) (gcraState, outcome) {
 	period, s := gcraGrid(limit, w)
 	n := float64(now - GCRAEpoch)
 	nu := gcraUnits(n, period, s)
@@ -546,11 +603,14 @@ func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund bool) 
 		o.allowed = true
 		after = math.Max(nu, t0-step)
 		o.write = ok && (after != st.tat || limit != st.limit)
-	case nt-tau <= nu:
-		o.allowed = true
+	case nt-tau <= nu || force:
+		o.allowed = nt-tau <= nu
 		if cost > 0 {
-			after = nt
+			after = math.Min(nt, math.Max(t0, nu+tau+gcraUnits(float64(maxDebtMicros), period, s)))
 			o.write = true
+		}
+		if !o.allowed && cost <= b {
+			o.retryAfter = gcraReach(after+step-tau, n, period, s)
 		}
 	default:
 		o.retryAfter = gcraReach(nt-tau, n, period, s)
@@ -681,6 +741,18 @@ func (rs runs) add(at, n int64) runs {
 	copy(rs[i+1:], rs[i:])
 	rs[i] = run{at: at, n: n}
 	return rs
+}
+
+// addUpTo records up to n more hits at position at, leaving at most most
+// there, and reports whether it recorded any.
+func (rs runs) addUpTo(at, n, most int64) (runs, bool) {
+	if i := rs.upTo(at); i > 0 && rs[i-1].at == at {
+		n = min(n, most-rs[i-1].n)
+	}
+	if n <= 0 {
+		return rs, false
+	}
+	return rs.add(at, n), true
 }
 
 // takeNewest removes up to n hits positioned at or before upTo, newest

@@ -47,11 +47,16 @@ func (h *history) clone() state {
 // probe evaluates a hit at now on a copy of the state, changing nothing.
 func (h *history) probe(now, cost int64, refund bool) outcome {
 	c := h.clone()
-	return step(&c, h.ok, &h.spec, now, cost, refund)
+	return step(&c, h.ok, &h.spec, now, cost, refund, false)
 }
 
-func (h *history) apply(cost int64, refund bool) outcome {
-	o := step(&h.st, h.ok, &h.spec, h.now, cost, refund)
+func (h *history) apply(cost int64, refund bool) outcome { return h.applyHit(cost, refund, false) }
+
+// charge applies a usage hit (Hit.Usage) of cost.
+func (h *history) charge(cost int64) outcome { return h.applyHit(cost, false, true) }
+
+func (h *history) applyHit(cost int64, refund, usage bool) outcome {
+	o := step(&h.st, h.ok, &h.spec, h.now, cost, refund, usage)
 	if o.write {
 		h.ok = o.ttl > 0
 	}
@@ -75,7 +80,12 @@ func TestExpiryNeverChangesADecision(t *testing.T) {
 		w := h.spec.WindowMicros()
 		for i := 0; i < 20; i++ {
 			h.now += rng.Int63n(w/3 + 1)
-			o := h.apply(rng.Int63n(capacity)+1, rng.Intn(8) == 0)
+			var o outcome
+			if rng.Intn(4) == 0 {
+				o = h.charge(rng.Int63n(3*capacity) + 1) // into debt, often
+			} else {
+				o = h.apply(rng.Int63n(capacity)+1, rng.Intn(8) == 0)
+			}
 			if !o.write || o.ttl <= 0 {
 				continue
 			}
@@ -87,7 +97,7 @@ func TestExpiryNeverChangesADecision(t *testing.T) {
 				}{{0, false}, {1, false}, {capacity, false}, {1, true}} {
 					var none state
 					got := h.probe(at, p.cost, p.refund)
-					want := step(&none, false, &h.spec, at, p.cost, p.refund)
+					want := step(&none, false, &h.spec, at, p.cost, p.refund, false)
 					if p.refund {
 						// A refund may delete a state equivalent to none.
 						got, want = decisionOf(got), decisionOf(want)
@@ -135,7 +145,9 @@ func TestRetryAfterIsTheFirstInstant(t *testing.T) {
 		for i := 0; i < 30; i++ {
 			h.now += rng.Int63n(w/4 + 1)
 			cost := rng.Int63n(capacity) + 1
-			o := h.apply(cost, false)
+			// A charge that does not fit is consumed: its RetryAfter is the
+			// first instant the same hit passes on the state it left.
+			o := h.applyHit(cost, false, rng.Intn(3) == 0)
 			if o.allowed {
 				continue
 			}
@@ -167,8 +179,11 @@ func TestGCRAMatchesTokenBucket(t *testing.T) {
 				bucket.now += rng.Int63n(spec.WindowMicros()/int64(spec.Limit) + 1)
 				cell.now = bucket.now
 			}
-			cost, refund := rng.Int63n(spec.Capacity()+2), rng.Intn(10) == 0
-			ob, og := bucket.apply(cost, refund), cell.apply(cost, refund)
+			cost, refund, usage := rng.Int63n(spec.Capacity()+2), rng.Intn(10) == 0, rng.Intn(4) == 0
+			if usage {
+				cost = rng.Int63n(3*spec.Capacity() + 2)
+			}
+			ob, og := bucket.applyHit(cost, refund, usage), cell.applyHit(cost, refund, usage)
 			if decisionOf(ob) != decisionOf(og) {
 				t.Fatalf("%+v, hit %d (cost %d, refund %v):\ntoken bucket %+v\ngcra         %+v", spec, i, cost, refund, ob, og)
 			}
@@ -253,58 +268,73 @@ type modelEntry struct {
 }
 
 func (m model) evaluate(hits []Hit, now int64) (decisions []Decision, blocked bool) {
-	type work struct {
-		st     state
-		ok     bool
-		dirty  bool
-		expire int64
+	out, working := m.run(hits, now, func(*Hit) bool { return true })
+	blocked = Blocked(hits, out)
+	if blocked {
+		// Only the usage hits change anything, applied alone; the other
+		// allowed hits look at what they leave.
+		charged, after := m.run(hits, now, func(h *Hit) bool { return h.Usage && h.Cost > 0 })
+		for i := range hits {
+			h := &hits[i]
+			switch w := after[h.Key]; {
+			case h.Usage && h.Cost > 0:
+				out[i] = charged[i]
+			case out[i].Allowed:
+				st := w.st
+				st.runs = append(runs(nil), w.st.runs...)
+				o := step(&st, w.ok, &h.Spec, now, 0, false, false)
+				out[i] = Decision{Allowed: true, Remaining: o.remaining, ResetAfter: time.Duration(o.resetAfter) * time.Microsecond}
+			}
+		}
+		working = after
 	}
-	working := map[string]*work{}
+	for key, w := range working {
+		switch {
+		case !w.dirty:
+		case w.ok:
+			m[key] = modelEntry{st: w.st, expires: w.expire}
+		default:
+			delete(m, key)
+		}
+	}
+	return out, blocked
+}
+
+// modelWork is a counter's working copy during a model call.
+type modelWork struct {
+	st     state
+	ok     bool
+	dirty  bool
+	expire int64
+}
+
+// run steps the hits that apply on copies of the stored counters, in
+// order, and returns their decisions and the copies of every hit's key.
+func (m model) run(hits []Hit, now int64, applies func(*Hit) bool) ([]Decision, map[string]*modelWork) {
+	working := map[string]*modelWork{}
 	out := make([]Decision, len(hits))
-	for i, h := range hits {
+	for i := range hits {
+		h := &hits[i]
 		w := working[h.Key]
 		if w == nil {
-			w = &work{}
+			w = &modelWork{}
 			if e, found := m[h.Key]; found && e.expires > now {
 				w.st, w.ok = e.st, true
 				w.st.runs = append(runs(nil), e.st.runs...)
 			}
 			working[h.Key] = w
 		}
-		o := step(&w.st, w.ok, &h.Spec, now, h.Cost, h.Refund)
+		if !applies(h) {
+			continue
+		}
+		o := step(&w.st, w.ok, &h.Spec, now, h.Cost, h.Refund, h.Usage)
 		if o.write {
 			w.dirty, w.ok, w.expire = true, o.ttl > 0, now+o.ttl
 		}
 		out[i] = Decision{o.allowed, o.remaining, time.Duration(o.resetAfter) * time.Microsecond,
 			time.Duration(o.retryAfter) * time.Microsecond, o.never}
 	}
-	blocked = Blocked(hits, out)
-	if blocked {
-		for i, h := range hits {
-			if out[i].Allowed {
-				var st state
-				e, found := m[h.Key]
-				found = found && e.expires > now
-				if found {
-					st = e.st
-					st.runs = append(runs(nil), e.st.runs...)
-				}
-				o := step(&st, found, &h.Spec, now, 0, false)
-				out[i] = Decision{Allowed: true, Remaining: o.remaining, ResetAfter: time.Duration(o.resetAfter) * time.Microsecond}
-			}
-		}
-	} else {
-		for key, w := range working {
-			switch {
-			case !w.dirty:
-			case w.ok:
-				m[key] = modelEntry{st: w.st, expires: w.expire}
-			default:
-				delete(m, key)
-			}
-		}
-	}
-	return out, blocked
+	return out, working
 }
 
 // TestMemoryMatchesModel plays random calls of one to four hits, on a few
@@ -334,10 +364,14 @@ func TestMemoryMatchesModel(t *testing.T) {
 				key := keys[rng.Intn(len(keys))]
 				spec := specs[key]
 				cost := rng.Int63n(spec.Capacity()/2 + 2)
-				if rng.Intn(4) == 0 {
+				usage := rng.Intn(4) == 0
+				switch {
+				case rng.Intn(4) == 0:
 					cost = 0
+				case usage && rng.Intn(3) == 0:
+					cost = rng.Int63n(3*spec.Capacity() + 2) // past the capacity: a debt
 				}
-				hits[i] = Hit{Key: key, Spec: spec, Cost: cost, Refund: rng.Intn(8) == 0, Mode: Mode(rng.Intn(3)), Group: uint32(rng.Intn(2))}
+				hits[i] = Hit{Key: key, Spec: spec, Cost: cost, Refund: rng.Intn(8) == 0, Usage: usage, Mode: Mode(rng.Intn(3)), Group: uint32(rng.Intn(2))}
 			}
 			got := make([]Decision, len(hits))
 			blocked, err := mem.Evaluate(t.Context(), hits, got)

@@ -27,11 +27,19 @@
 //     Decision.Never set and RetryAfter 0.
 //   - A refund (Hit.Refund, envoy's is_negative_hits) gives c back, never
 //     beyond the capacity, and is always allowed.
+//   - A usage hit (Hit.Usage) reports what was used: it is decided like any
+//     other hit, and consumed whatever the decision, taking its counter past
+//     its limit when it does not fit (a debt). Windows count past the
+//     limit (up to MaxCount) until the counted hits leave the window;
+//     buckets owe the debt and pay it back at their rate (for at most
+//     MaxDebt). A debt makes no later hit pass earlier than it would have
+//     without the charge, and lasts no longer than the debt at the limit's
+//     rate (or the window).
 //   - Hits of one Evaluate call decide together, all or nothing: the call
 //     is blocked (see Blocked and Mode) or every allowed hit consumes; a
-//     blocked call changes no state, and Evaluate says which it was. Two
-//     hits of one call on the same key
-//     see each other's consumption.
+//     blocked call changes no state but its usage hits', and Evaluate says
+//     which it was. Two hits of one call on the same key see each other's
+//     consumption.
 package limit
 
 import (
@@ -171,6 +179,14 @@ type Hit struct {
 	// Refund gives Cost back instead of taking it (envoy's is_negative_hits),
 	// never beyond the limit's capacity. A refund is always allowed.
 	Refund bool
+	// Usage marks a report of usage (tokens, bytes) rather than a request
+	// to admit: it is decided as any hit (Allowed when it fits), and applied
+	// whatever the decision and whatever the call's verdict. A usage hit
+	// that does not fit is consumed all the same, taking its counter past
+	// its limit (see the package doc on debt); a usage refund gives back
+	// even in a blocked call. Envoy charges usage when a response ends,
+	// and does not read the answer.
+	Usage bool
 	// Mode says what the hit's denial does to its call: block it
 	// (Enforce), nothing (Advisory), or block it together with every
 	// other quota of the call (Quota). See Blocked.
@@ -271,11 +287,13 @@ func Blocked(hits []Hit, decisions []Decision) bool {
 //   - Hits are applied in order to working copies of their counters, so a
 //     later hit on a Key sees an earlier one's consumption.
 //   - All or nothing: if the decisions block the call (Blocked, which
-//     applies each hit's Mode), no counter changes, and every allowed hit's
-//     Decision describes the stored state as a hit of cost 0 sees it (see
-//     Decision); otherwise every allowed hit consumes and every refund
-//     gives back. The store decides this in the same pass, atomically:
-//     no other call sees a counter in between.
+//     applies each hit's Mode), no counter changes but by the usage hits
+//     (Hit.Usage), which are applied in order as if they were the call's
+//     only hits, each with its own Decision; every other allowed hit's
+//     Decision describes the state after them as a hit of cost 0 sees it
+//     (see Decision). Otherwise every allowed hit consumes, every refund
+//     gives back and every usage hit is applied. The store decides this in
+//     the same pass, atomically: no other call sees a counter in between.
 //   - blocked is that verdict, from where it was decided (a store whose
 //     call spans several atomic parts decides it over all of their
 //     decisions): the caller reads it rather than applying Blocked again.
@@ -339,11 +357,15 @@ var ErrCircuitOpen = errors.New("circuit open")
 // allows 10 hits per minute, has counted 6 this minute and the window ends in
 // 20 s, a hit of cost 1 gets Allowed, Remaining 3, ResetAfter 20 s.
 //
-// When the Evaluate call is blocked (Blocked), it consumes nothing, and an
-// allowed hit's Decision says so: Allowed, with Remaining and ResetAfter
-// those of a hit of cost 0 against the state as stored (in the example, Remaining 4). A denied hit's Decision is its
-// own verdict at its turn in the call, which may count earlier hits of the
-// call on its counter.
+// When the Evaluate call is blocked (Blocked), it consumes nothing but its
+// usage hits, and an allowed hit's Decision says so: Allowed, with
+// Remaining and ResetAfter those of a hit of cost 0 against the state as
+// stored after the call (in the example, Remaining 4). A denied hit's
+// Decision is its own verdict at its turn in the call, which may count
+// earlier hits of the call on its counter. A usage hit's Decision describes
+// the state it left: a charge that did not fit is denied, with Remaining 0
+// and the RetryAfter of the same hit against that state (Never when it
+// costs more than the capacity).
 type Decision struct {
 	// Allowed reports whether this limit admits the hit.
 	Allowed bool

@@ -272,23 +272,28 @@ func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int6
 		sc.slots[i].load(single)
 	}
 
-	for i := range hits {
-		h := &hits[i]
-		sl := &sc.slots[sc.slotOf[i]]
-		o := step(&sl.st, sl.ok, &h.Spec, now, h.Cost, h.Refund)
-		if o.write {
-			sl.dirty, sl.ok, sl.ttl = true, o.ttl > 0, o.ttl
-		}
-		decisions[i] = o.decision()
-	}
-	if Blocked(hits, decisions) {
-		// Nothing is consumed: the allowed hits report the stored state.
-		for i := range hits {
-			if decisions[i].Allowed {
-				decisions[i] = sc.slots[sc.slotOf[i]].peek(&hits[i].Spec, now)
+	sc.apply(hits, decisions, now, false)
+	blocked = Blocked(hits, decisions)
+	if blocked {
+		// Nothing is consumed but the usage hits, which, when the call has
+		// others, are applied again alone.
+		switch usage := countUsage(hits); {
+		case usage == 0:
+			for i := range hits {
+				if decisions[i].Allowed {
+					sl := &sc.slots[sc.slotOf[i]]
+					var st state
+					if sl.entry != nil {
+						st = sl.entry.st
+					}
+					decisions[i] = peek(st, sl.entry != nil, &hits[i].Spec, now)
+				}
 			}
+			return now, true, -1
+		case usage < len(hits):
+			sc.reload()
+			sc.apply(hits, decisions, now, true)
 		}
-		return now, true, -1
 	}
 	if s := sc.overflow(); s != nil {
 		return now, false, shardIndex(s.key, m.shardBits)
@@ -298,7 +303,59 @@ func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int6
 			sc.slots[i].store(now)
 		}
 	}
-	return now, false, -1
+	return now, blocked, -1
+}
+
+// apply steps every hit of the call on the working copies of their
+// counters, in order, and sets its decision. With usageOnly, the call is
+// blocked: it steps the usage hits alone (see countUsage), and the other
+// allowed hits report a look at the state after them.
+func (sc *scratch) apply(hits []Hit, decisions []Decision, now int64, usageOnly bool) {
+	for i := range hits {
+		h := &hits[i]
+		sl := &sc.slots[sc.slotOf[i]]
+		if usageOnly && !h.charges() {
+			continue
+		}
+		o := step(&sl.st, sl.ok, &h.Spec, now, h.Cost, h.Refund, h.Usage)
+		if o.write {
+			sl.dirty, sl.ok, sl.ttl = true, o.ttl > 0, o.ttl
+		}
+		decisions[i] = o.decision()
+	}
+	if !usageOnly {
+		return
+	}
+	for i := range hits {
+		if sl := &sc.slots[sc.slotOf[i]]; !hits[i].charges() && decisions[i].Allowed {
+			decisions[i] = peek(sl.st, sl.ok, &hits[i].Spec, now)
+		}
+	}
+}
+
+// charges reports whether h is a usage hit that changes its counter
+// whatever the call's verdict: a charge or a usage refund.
+func (h *Hit) charges() bool { return h.Usage && h.Cost > 0 }
+
+// countUsage returns the number of hits that charge (Hit.charges).
+func countUsage(hits []Hit) int {
+	n := 0
+	for i := range hits {
+		if hits[i].charges() {
+			n++
+		}
+	}
+	return n
+}
+
+// reload makes every slot's working state the stored one again, as before
+// the call's first hit.
+func (sc *scratch) reload() {
+	for i := range sc.slots {
+		sl := &sc.slots[i]
+		sl.load(false)
+		sl.dirty, sl.ttl = false, 0
+	}
 }
 
 // overflow returns the slot of a counter to create in a shard that would
@@ -395,15 +452,12 @@ func (sl *slot) load(shared bool) {
 	}
 }
 
-// peek returns the decision of an allowed hit in a call that consumed
-// nothing: a hit of cost 0 against the stored state, allowed. The shard is
-// locked; the stored state is left as it is (see step).
-func (sl *slot) peek(sp *Spec, now int64) Decision {
-	var st state
-	if sl.entry != nil {
-		st = sl.entry.st
-	}
-	o := step(&st, sl.entry != nil, sp, now, 0, false)
+// peek returns the decision of an allowed hit in a blocked call: a hit of
+// cost 0 against st (ok: whether there is any), allowed: the stored state,
+// or the working one after the call's usage hits. The shard is locked; st
+// is a copy, and the memory it shares is left as it is (see step).
+func peek(st state, ok bool, sp *Spec, now int64) Decision {
+	o := step(&st, ok, sp, now, 0, false, false)
 	o.allowed, o.retryAfter, o.never = true, 0, false
 	return o.decision()
 }
