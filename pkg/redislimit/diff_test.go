@@ -156,8 +156,9 @@ func runDiff(t *testing.T, n *node, name string, si int, sp limit.Spec, specs []
 				c = counters[0]
 			}
 			capacity := c.spec.Capacity()
-			costs := []int64{0, 1, 1, 1, 1, 2, 3, capacity, capacity + 1}
-			hits[i] = limit.Hit{Key: c.key, Spec: c.spec, Cost: costs[rng.IntN(len(costs))], Refund: rng.IntN(10) == 0}
+			costs := []int64{0, 1, 1, 1, 1, 2, 3, capacity, capacity + 1, 2*capacity + 3}
+			hits[i] = limit.Hit{Key: c.key, Spec: c.spec, Cost: costs[rng.IntN(len(costs))], Refund: rng.IntN(10) == 0,
+				Usage: rng.IntN(4) == 0}
 			// Every mode: a sixth advisory, a third in one of two quotas.
 			switch m := rng.IntN(6); {
 			case m == 0:

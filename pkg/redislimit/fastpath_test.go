@@ -53,16 +53,22 @@ func TestFixedFastPath(t *testing.T) {
 			// Four or five hits take a reply of no preset size.
 			nh := []int{1, 1, 2, 2, 3, 3, 4, 5}[rng.IntN(8)]
 			args = append(args, fmt.Sprint(now), nh)
+			// A quarter of the requests report usage (flag 8): charges,
+			// kept past the limit.
+			usage := rng.IntN(4) == 0
 			for range nh {
 				c := rng.IntN(counters)
 				keys = append(keys, fmt.Sprint("c", c))
 				cost, flags := []int64{0, 1, 1, 1, 2}[rng.IntN(5)], 0
+				if usage {
+					cost, flags = []int64{0, 1, 2, 3, limits[c]}[rng.IntN(5)], 8
+				}
 				code := int64(limit.FixedWindow)
 				switch rng.IntN(40) {
 				case 0:
-					flags = 1 // a refund
+					flags += 1 // a refund
 				case 1:
-					flags = 2 // advisory
+					flags += 2 // advisory
 				case 2:
 					cost = limits[c] + 1
 				case 3:

@@ -56,6 +56,7 @@ type goldenHit struct {
 	Key    string `json:"key"`
 	Cost   int64  `json:"cost"`
 	Refund bool   `json:"refund,omitempty"`
+	Usage  bool   `json:"usage,omitempty"`
 	Mode   string `json:"mode,omitempty"` // limit.Mode's name; "" is enforce
 	Group  uint32 `json:"group,omitempty"`
 }
@@ -96,7 +97,7 @@ func (g goldenSpec) spec(t *testing.T) limit.Spec {
 
 func (g goldenHit) hit(t *testing.T, sp limit.Spec) limit.Hit {
 	t.Helper()
-	h := limit.Hit{Key: g.Key, Spec: sp, Cost: g.Cost, Refund: g.Refund, Group: g.Group}
+	h := limit.Hit{Key: g.Key, Spec: sp, Cost: g.Cost, Refund: g.Refund, Usage: g.Usage, Group: g.Group}
 	if g.Mode != "" {
 		for m := limit.Enforce; m <= limit.Quota; m++ {
 			if m.String() == g.Mode {
@@ -191,8 +192,8 @@ func readGolden(t *testing.T) golden {
 
 // goldenCases are the inputs of the vectors: each algorithm's edges (the
 // last µs before a retry, the µs of it, a cost above the capacity, a
-// refund), awkward rates, a calendar day across local midnight, and the
-// hit modes.
+// refund), awkward rates, a calendar day across local midnight, the hit
+// modes, and each algorithm's debt (usage charged past the limit).
 func goldenCases() []goldenCase {
 	const ms, s = 1000, 1000000
 	hit := func(key string, cost int64) goldenHit { return goldenHit{Key: key, Cost: cost} }
@@ -200,6 +201,22 @@ func goldenCases() []goldenCase {
 	at := func(t int64, hits ...goldenHit) goldenStep { return goldenStep{At: t, Hits: hits} }
 	mode := func(h goldenHit, m string, group uint32) goldenHit { h.Mode, h.Group = m, group; return h }
 	a := hit("a", 1)
+	charge := func(key string, cost int64) goldenHit { return goldenHit{Key: key, Cost: cost, Usage: true} }
+	giveBack := func(key string, cost int64) goldenHit {
+		return goldenHit{Key: key, Cost: cost, Usage: true, Refund: true}
+	}
+	// debt charges a limit of 3 past it, then looks, hits and gives back
+	// while the debt is paid (buckets) or the window counts it (windows).
+	debt := func(name string, sp goldenSpec, paid int64) goldenCase {
+		return goldenCase{Name: "debt " + name, Spec: sp, Steps: []goldenStep{
+			at(0, charge("a", 2)), at(1, charge("a", 3)), at(2, hit("a", 0)), at(3, a),
+			at(4, charge("a", 10)), at(5, giveBack("a", 2)),
+			at(paid-1, hit("a", 0)), at(paid, hit("a", 0)), at(paid+1, a),
+			// A blocked request keeps its charge, alone.
+			at(paid+2, hit("b", 1), hit("a", 4), charge("c", 5)), at(paid+3, hit("b", 0), hit("c", 0)),
+			at(paid+10*s, charge("a", 1), charge("b", 7)),
+		}}
+	}
 	// edges drives a limit of 3 to its denial and across its retry.
 	edges := func(name string, sp goldenSpec, retry int64) goldenCase {
 		return goldenCase{Name: name, Spec: sp, Steps: []goldenStep{
@@ -209,7 +226,19 @@ func goldenCases() []goldenCase {
 			at(retry+10*s, hit("a", 2)),
 		}}
 	}
-	return []goldenCase{
+	// bound charges far past any limit: windows count up to
+	// limit.MaxCount, buckets owe up to limit.MaxDebt.
+	bound := func(alg string) goldenCase {
+		const huge = 1 << 53
+		return goldenCase{Name: "debt bound " + alg, Spec: goldenSpec{Algorithm: alg, Limit: 10, Window: 3600 * s}, Steps: []goldenStep{
+			at(0, charge("a", huge)), at(1, charge("a", huge)), at(2, hit("a", 0)), at(3, charge("a", 1)),
+		}}
+	}
+	var bounds []goldenCase
+	for _, a := range limit.Algorithms() {
+		bounds = append(bounds, bound(a.String()))
+	}
+	return append(bounds,
 		edges("fixed_window 3 per s", goldenSpec{Algorithm: "fixed_window", Limit: 3, Window: s}, s),
 		edges("sliding_window 3 per s", goldenSpec{Algorithm: "sliding_window", Limit: 3, Window: s}, s),
 		edges("sliding_window 3 per s precision 4", goldenSpec{Algorithm: "sliding_window", Limit: 3, Window: s, Precision: 4}, s),
@@ -220,22 +249,40 @@ func goldenCases() []goldenCase {
 		edges("gcra 3 per 7 ms burst 3", goldenSpec{Algorithm: "gcra", Limit: 3, Window: 7 * ms, Burst: 3}, 7*ms/3),
 		edges("token_bucket 7 per 3 ms burst 3", goldenSpec{Algorithm: "token_bucket", Limit: 7, Window: 3 * ms, Burst: 3}, 3*ms/7),
 		edges("leaky_bucket 7 per 3 ms burst 3", goldenSpec{Algorithm: "leaky_bucket", Limit: 7, Window: 3 * ms, Burst: 3}, 3*ms/7),
-		{Name: "sliding_log spread", Spec: goldenSpec{Algorithm: "sliding_log", Limit: 3, Window: s}, Steps: []goldenStep{
+		goldenCase{Name: "sliding_log spread", Spec: goldenSpec{Algorithm: "sliding_log", Limit: 3, Window: s}, Steps: []goldenStep{
 			at(0, a), at(100*ms, a), at(200*ms, a), at(300*ms, a),
 			at(s-1, a), at(s, a), at(s+100*ms, hit("a", 2)), at(s+200*ms, refund("a", 1)), at(s+300*ms, hit("a", 2)),
 		}},
-		{Name: "sliding_window 10 per s precision 1 weighting", Spec: goldenSpec{Algorithm: "sliding_window", Limit: 10, Window: s}, Steps: []goldenStep{
+		goldenCase{Name: "sliding_window 10 per s precision 1 weighting", Spec: goldenSpec{Algorithm: "sliding_window", Limit: 10, Window: s}, Steps: []goldenStep{
 			at(0, hit("a", 10)), at(s, a), at(s+250*ms, hit("a", 3)), at(s+700*ms, hit("a", 5)), at(2*s+1, hit("a", 9)),
 		}},
-		{Name: "fixed_window calendar day New York", Spec: goldenSpec{Algorithm: "fixed_window", Limit: 2, Window: 24 * 3600 * s,
+		goldenCase{Name: "fixed_window calendar day New York", Spec: goldenSpec{Algorithm: "fixed_window", Limit: 2, Window: 24 * 3600 * s,
 			Calendar: "day", Location: "America/New_York"}, Steps: []goldenStep{
 			// The start is 19:00 in New York: local midnight is 5 h later.
 			at(0, a), at(1, a), at(2, a), at(5*3600*s-1, a), at(5*3600*s, hit("a", 2)), at(5*3600*s+1, a),
 		}},
-		{Name: "fixed_window limit 0", Spec: goldenSpec{Algorithm: "fixed_window", Limit: 0, Window: s}, Steps: []goldenStep{
+		goldenCase{Name: "fixed_window limit 0", Spec: goldenSpec{Algorithm: "fixed_window", Limit: 0, Window: s}, Steps: []goldenStep{
 			at(0, a), at(1, hit("a", 0)), at(2, refund("a", 1)),
 		}},
-		{Name: "modes fixed_window 1 per s", Spec: goldenSpec{Algorithm: "fixed_window", Limit: 1, Window: s}, Steps: []goldenStep{
+		debt("fixed_window 3 per s", goldenSpec{Algorithm: "fixed_window", Limit: 3, Window: s}, s),
+		debt("sliding_window 3 per s", goldenSpec{Algorithm: "sliding_window", Limit: 3, Window: s}, s),
+		debt("sliding_window 3 per s precision 4", goldenSpec{Algorithm: "sliding_window", Limit: 3, Window: s, Precision: 4}, s),
+		debt("sliding_log 3 per s", goldenSpec{Algorithm: "sliding_log", Limit: 3, Window: s}, s),
+		debt("token_bucket 3 per s", goldenSpec{Algorithm: "token_bucket", Limit: 3, Window: s}, 4*s),
+		debt("leaky_bucket 3 per s", goldenSpec{Algorithm: "leaky_bucket", Limit: 3, Window: s}, 4*s),
+		debt("gcra 3 per 7 ms burst 3", goldenSpec{Algorithm: "gcra", Limit: 3, Window: 7 * ms, Burst: 3}, 30*ms),
+		goldenCase{Name: "usage modes fixed_window 2 per s", Spec: goldenSpec{Algorithm: "fixed_window", Limit: 2, Window: s}, Steps: []goldenStep{
+			// Usage alone on the fast path: every charge kept, the request blocked.
+			at(0, charge("u", 1), charge("v", 3)), at(1, charge("u", 1), charge("v", 1)),
+			// An advisory charge past the limit blocks nothing and is kept.
+			at(2, mode(charge("w", 3), "advisory", 0), hit("x", 1)),
+			// A quota charge past the limit: over, kept; the other quota consumes.
+			at(3, mode(charge("y", 3), "quota", 0), mode(hit("z", 1), "quota", 1)),
+			// Two hits on one counter, a charge after a plain hit.
+			at(4, hit("k", 1), charge("k", 2)), at(5, hit("k", 0)),
+			at(s, giveBack("v", 1), hit("v", 9)), at(s+1, hit("v", 0)),
+		}},
+		goldenCase{Name: "modes fixed_window 1 per s", Spec: goldenSpec{Algorithm: "fixed_window", Limit: 1, Window: s}, Steps: []goldenStep{
 			at(0, hit("full", 1)),
 			// An advisory denial blocks nothing: b consumes.
 			at(1, mode(hit("full", 1), "advisory", 0), hit("b", 1)),
@@ -250,7 +297,7 @@ func goldenCases() []goldenCase {
 			// Two hits on one counter see each other.
 			at(s, hit("f", 1), hit("f", 1)),
 		}},
-	}
+	)
 }
 
 // TestGoldenHandChecked holds a few vectors to values computed by hand, so
@@ -279,6 +326,12 @@ func TestGoldenHandChecked(t *testing.T) {
 		{"fixed_window calendar day New York", 2, 0, goldenWant{false, 0, 5*3600*s - 2, 5*3600*s - 2, false}, "retry at local midnight, 5 h after 19:00"},
 		{"modes fixed_window 1 per s", 2, 0, goldenWant{true, 1, s - 2, 0, false}, "blocked: c reports a peek, remaining 1"},
 		{"modes fixed_window 1 per s", 4, 1, goldenWant{true, 0, s - 4, 0, false}, "one quota not over: d consumes"},
+		{"debt fixed_window 3 per s", 1, 0, goldenWant{false, 0, s - 1, s - 1, false}, "2 then 3 charged: 5 counted against 3, retry at the window's end"},
+		{"debt fixed_window 3 per s", 2, 0, goldenWant{false, 0, s - 2, s - 2, false}, "a look at 5 counted against 3: denied"},
+		{"debt token_bucket 3 per s", 1, 0, goldenWant{false, 0, 1666666, 1666666, false}, "2 charged at 0, 3 at 1 µs: -1.999997 tokens, 3 (full) again after 4.999997/3 s"},
+		{"debt token_bucket 3 per s", 4, 0, goldenWant{false, 0, 4999996, 0, true}, "10 more at 4 µs from -1.999988: kept, full after 14.999988/3 s; above the burst: never"},
+		{"usage modes fixed_window 2 per s", 0, 1, goldenWant{false, 0, s, 0, true}, "a charge of 3 above the limit 2 is kept: never"},
+		{"usage modes fixed_window 2 per s", 1, 1, goldenWant{false, 0, s - 1, s - 1, false}, "1 more on v, at 3 against 2: denied, kept"},
 	} {
 		gc := byName[c.name]
 		if gc == nil || c.step >= len(gc.Steps) || c.hit >= len(gc.Steps[c.step].Want) {

@@ -29,8 +29,9 @@ type runGroup func(ctx context.Context, g int, hits []limit.Hit, decisions []lim
 // Between the two calls, for about one round trip, another request may see
 // those counters as consumed; a refund never gives back more than was
 // taken. Refund hits of a request denied by another group are not undone,
-// and a group whose call failed may or may not have consumed. The error
-// joins those of every failed call, compensations included.
+// nor are usage hits (limit.Hit.Usage), which every group applies whatever
+// the verdict, and a group whose call failed may or may not have consumed.
+// The error joins those of every failed call, compensations included.
 func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Decision, groups [][]int, run runGroup) (blocked bool, err error) {
 	type result struct {
 		hits      []limit.Hit
@@ -84,7 +85,7 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 		}
 		var comp []limit.Hit
 		for j := range r.hits {
-			if r.hits[j].Cost > 0 && !r.hits[j].Refund && r.decisions[j].Allowed {
+			if h := &r.hits[j]; h.Cost > 0 && !h.Refund && !h.Usage && r.decisions[j].Allowed {
 				back := r.hits[j]
 				back.Refund = true
 				comp = append(comp, back)
@@ -93,7 +94,7 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 		refunds := len(comp)
 		var peeked []int // indices in hits of the peeks, in comp's order
 		for j, i := range idx {
-			if r.decisions[j].Allowed {
+			if r.decisions[j].Allowed && !(hits[i].Usage && hits[i].Cost > 0) {
 				comp = append(comp, limit.Hit{Key: hits[i].Key, Spec: hits[i].Spec})
 				peeked = append(peeked, i)
 			}

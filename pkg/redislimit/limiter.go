@@ -177,6 +177,9 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		if !sp.Calendar.IsZero() {
 			flags += flagCalendar
 		}
+		if h.Usage {
+			flags += flagUsage
+		}
 		args = append(args, l.specs.arg(sp), h.Cost, flags)
 		if sp.Calendar.IsZero() {
 			continue

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/redis/go-redis/v9"
@@ -32,7 +33,8 @@ const (
 	flagRefund    = 1
 	flagAdvisory  = 2
 	flagCalendar  = 4
-	flagQuotaBase = 8
+	flagUsage     = 8 // limit.Hit.Usage
+	flagQuotaBase = 16
 )
 
 // The script returns, per request, fieldsPerDecision integers per hit, at
@@ -73,6 +75,7 @@ func luaConstants() []luaConstant {
 		luaConstant{"FLAG_REFUND", flagRefund},
 		luaConstant{"FLAG_ADVISORY", flagAdvisory},
 		luaConstant{"FLAG_CALENDAR", flagCalendar},
+		luaConstant{"FLAG_USAGE", flagUsage},
 		luaConstant{"FLAG_QUOTA_BASE", flagQuotaBase},
 		luaConstant{"FIELD_ALLOWED", fieldAllowed},
 		luaConstant{"FIELD_REMAINING", fieldRemaining},
@@ -81,6 +84,8 @@ func luaConstants() []luaConstant {
 		luaConstant{"FIELD_NEVER", fieldNever},
 		luaConstant{"FIELDS_PER_DECISION", fieldsPerDecision},
 		luaConstant{"GCRA_EPOCH", limit.GCRAEpoch},
+		luaConstant{"MAX_COUNT", limit.MaxCount},
+		luaConstant{"MAX_DEBT", int64(limit.MaxDebt / time.Microsecond)},
 	)
 }
 

@@ -1,7 +1,8 @@
 -- Helpers shared by the algorithm files and the driver (evaluate.lua).
 --
--- Receives: nothing. This file is the body of a function of no arguments
--- (see scriptSource in script.go); it returns its helpers in one table, C,
+-- Receives: the generated constants, of which it reads MAX_COUNT. This
+-- file is the body of a function of no arguments (see scriptSource in
+-- script.go); it returns its helpers in one table, C,
 -- that the algorithm files and the driver receive and read from. The
 -- script is the generated constants block, then this file, then each
 -- algorithm file as the body of a loader function(C, K) registered under
@@ -152,7 +153,16 @@ end
 -- most LIMIT_MAX (the rules' requests_per_unit is a uint32), so a count,
 -- and a count plus a hit's cost, stay below COUNT_SPAN; tags are at most
 -- WINDOW_TAGS, so the integer stays below 2^52 and Lua reads it exactly.
-local COUNT_SPAN, WINDOW_TAGS, LIMIT_MAX = 8589934592, 524287, 4294967295
+-- COUNT_SPAN is limit.MaxCount + 1 (2^33): a count, usage charges past the
+-- limit included, is at most MaxCount.
+local COUNT_SPAN, WINDOW_TAGS, LIMIT_MAX = MAX_COUNT + 1, 524287, 4294967295
+
+-- count_cap returns the most a window of limit counts: usage charges count
+-- past the limit up to MAX_COUNT, or twice the limit when that is more
+-- (limit.countCap).
+local function count_cap(limit)
+  return math.max(MAX_COUNT, limit * 2)
+end
 
 -- window_tag returns the tag of the window of length w starting at start:
 -- its index start/w modulo WINDOW_TAGS, plus one, so that no tag is 0 (a
@@ -220,5 +230,6 @@ end
 
 return {num = num, int = int, outcome = outcome, expire_at = expire_at, expire = expire,
         settle = settle, first_pass = first_pass, pair_of = pair_of, load_pair = load_pair, store_pair = store_pair,
-        COUNT_SPAN = COUNT_SPAN, WINDOW_TAGS = WINDOW_TAGS, LIMIT_MAX = LIMIT_MAX, window_tag = window_tag, fixed_parts = fixed_parts, fixed_of = fixed_of,
+        COUNT_SPAN = COUNT_SPAN, WINDOW_TAGS = WINDOW_TAGS, LIMIT_MAX = LIMIT_MAX, count_cap = count_cap,
+        window_tag = window_tag, fixed_parts = fixed_parts, fixed_of = fixed_of,
         load_bucket = load_bucket, store_bucket = store_bucket}

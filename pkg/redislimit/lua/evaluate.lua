@@ -20,8 +20,9 @@
 --     precision N (sub-windows, >= 1); the codes are the ALG_ constants
 --   2 cost (>= 0)
 --   3 flags: the sum of FLAG_REFUND (1), FLAG_ADVISORY (2), FLAG_CALENDAR
---     (4) as they apply, plus FLAG_QUOTA_BASE (8) * (quota + 1) for a hit
---     of a quota (limit.Quota; quota is its limit.Hit.Group)
+--     (4), FLAG_USAGE (8) as they apply, plus FLAG_QUOTA_BASE (16) *
+--     (quota + 1) for a hit of a quota (limit.Quota; quota is its
+--     limit.Hit.Group)
 --   4..7 only with FLAG_CALENDAR: calendar window boundaries in µs for a
 --     calendar fixed window (four ascending instants around the server's
 --     clock).
@@ -42,11 +43,16 @@
 -- is denied with never set and retry 0, remaining and reset being those of
 -- a peek. The request is blocked (limit.Blocked) when a hit of cost > 0,
 -- neither a refund, advisory nor a quota's, is denied, or when it has
--- quota hits and every quota has a denied hit. A blocked request writes
--- nothing, and each allowed hit's decision is that of a hit of cost 0
--- against the stored state, allowed; otherwise each changed key is written
--- once and set to expire at the instant its state becomes equivalent to
--- none (now + the TTL of its last write, in ms rounded up; see expire_at).
+-- quota hits and every quota has a denied hit. A usage hit (FLAG_USAGE,
+-- limit.Hit.Usage) of cost > 0 is applied whatever its decision and the
+-- request's: a charge that does not fit is consumed all the same, past the
+-- limit (each algorithm's step, force), denied, never when its cost is
+-- above the capacity. A blocked request writes nothing but its usage hits,
+-- applied alone, in order, each with its own decision, and each other
+-- allowed hit's decision is that of a hit of cost 0 against the state
+-- they leave, allowed; otherwise each changed key is written once and set
+-- to expire at the instant its state becomes equivalent to none (now +
+-- the TTL of its last write, in ms rounded up; see expire_at).
 -- Every hit gets its decision either way. A later request of the batch
 -- sees what an earlier one wrote.
 --
@@ -73,18 +79,23 @@ local outcome = C.outcome
 -- and the hit's outcome. The caller keeps the state only when the hit
 -- writes (the sliding algorithms' states may also drop what no longer
 -- counts, which changes nothing).
-local function step(algo, st, ok, h, cost, refund, now)
+local function step(algo, st, ok, h, cost, refund, now, usage)
   if h.limit == 0 then
     local o = outcome(cost == 0 or refund, 0, 0, 0, false, 0)
     o.never = cost > 0 and not refund
     return st, o
   end
-  if cost > h.cap and not refund then
-    local nst, o = step(algo, st, ok, h, 0, false, now)
+  local force = usage and not refund and cost > 0
+  if cost > h.cap and not refund and not force then
+    local nst, o = step(algo, st, ok, h, 0, false, now, false)
     o.allowed, o.never, o.retry = false, true, 0
     return nst, o
   end
-  return algo.step(st, ok, h, now, cost, refund)
+  local nst, o = algo.step(st, ok, h, now, cost, refund, force)
+  if force and not o.allowed and cost > h.cap then
+    o.never, o.retry = true, 0
+  end
+  return nst, o
 end
 
 -- algorithm returns the functions of the algorithm with the given code,
@@ -179,24 +190,26 @@ end
 
 -- read returns the hit at args[a] as the general path uses it: its spec
 -- (a calendar hit's own copy), cost, refund, advisory, the quota
--- (limit.Hit.Group + 1) of a quota hit, 0 for the others, and where the
--- next hit starts.
+-- (limit.Hit.Group + 1) of a quota hit, 0 for the others, where the next
+-- hit starts, and usage.
 local function read(args, a)
   local h, cost, flags, nxt = hit(args, a)
   if flags == 0 then
-    return h, cost, false, false, 0, nxt
+    return h, cost, false, false, 0, nxt, false
   end
   if has(flags, FLAG_CALENDAR) then
     h = calendar(h, args, a)
   end
-  return h, cost, has(flags, FLAG_REFUND), has(flags, FLAG_ADVISORY), math.floor(flags / FLAG_QUOTA_BASE), nxt
+  return h, cost, has(flags, FLAG_REFUND), has(flags, FLAG_ADVISORY), math.floor(flags / FLAG_QUOTA_BASE), nxt,
+    has(flags, FLAG_USAGE)
 end
 
 -- The fast path of plain fixed windows (fixed): a request whose hits are
 -- all fixed windows without a calendar, with a limit above 0 (and at most
 -- LIMIT_MAX), a cost within the capacity, no flag (consuming, not a
--- refund, advisory nor a quota's), on distinct keys, at most FIXED_MAX of
--- them. It decides as the general path does (decide_one, decide_several),
+-- refund, advisory nor a quota's) or every one of them FLAG_USAGE alone
+-- (charges, which stay applied when they do not fit), on distinct keys, at
+-- most FIXED_MAX of them. It decides as the general path does (decide_one, decide_several),
 -- the same reads, writes and reply (the golden vectors and the
 -- differential tests hold both paths to package limit, TestFixedFastPath
 -- to each other's keys), with one command per hit
@@ -237,7 +250,8 @@ local read_first = false
 -- and flags (a number, as hit returns them), the distinct keys aside.
 local function fixed_takes(h, cost, flags)
   local limit = h.limit
-  return flags == 0 and h.code == ALG_FIXED_WINDOW and limit > 0 and limit <= LIMIT_MAX and cost <= h.cap
+  return (flags == 0 or flags == FLAG_USAGE) and h.code == ALG_FIXED_WINDOW and limit > 0 and limit <= LIMIT_MAX and
+    cost <= h.cap
 end
 
 -- fixed_apply adds cost (> 0) to key's counter of the window tagged tag
@@ -326,12 +340,15 @@ end
 -- fixed_one returns the reply of a request of one hit on key that
 -- fixed_takes, having applied it, or nil, having written nothing. The
 -- table lists the fields in the order of their FIELD_ offsets, as single's.
-local function fixed_one(key, h, cost, now)
+-- A charge (usage) past the limit is kept, denied; one past MAX_COUNT goes
+-- to the general path, which counts up to it.
+local function fixed_one(key, h, cost, now, usage)
   local w, limit = h.window, h.limit
   local start = math.floor(now / w) * w
   local tag = window_tag(start, w)
   local count, did, held
-  if cost > 0 and not read_first then
+  local charge = usage and cost > 0
+  if charge or (cost > 0 and not read_first) then
     count, did = fixed_apply(key, cost, tag)
   else
     count, did, held = fixed_read(key, tag)
@@ -340,7 +357,12 @@ local function fixed_one(key, h, cost, now)
     return nil
   end
   local reset = start + w - now
-  if count + cost > limit then
+  local over = count + cost > limit
+  if over and charge and count + cost > MAX_COUNT then
+    fixed_take_back(key, did, cost)
+    return nil
+  end
+  if over and not charge then
     -- A denied look (cost 0, over a limit lowered by a reload) blocks
     -- nothing.
     local blocked = cost > 0
@@ -361,15 +383,20 @@ local function fixed_one(key, h, cost, now)
       error(refused)
     end
   end
+  if over then
+    read_first = true
+    return {0, 0, reset, reset, 0, 1}
+  end
   return {1, limit - count, reset, 0, 0, 0}
 end
 
 -- fast_h[k] is the spec of the call's hit on keys[k] when fixed_takes it,
--- else false, fast_cost[k] its cost: evaluate fills them for every hit of
--- a call before any is decided, so nothing of one call reaches the next.
--- They keep as many entries as the largest call had hits (a few hundred:
--- the client bounds a batch's arguments and a request's descriptors).
-local fast_h, fast_cost = {}, {}
+-- else false, fast_cost[k] its cost, fast_usage[k] whether it is a usage
+-- hit: evaluate fills them for every hit of a call before any is decided,
+-- so nothing of one call reaches the next. They keep as many entries as
+-- the largest call had hits (a few hundred: the client bounds a batch's
+-- arguments and a request's descriptors).
+local fast_h, fast_cost, fast_usage = {}, {}, {}
 
 -- The scratch arrays of a request of several hits: f_did[i] is what hit i
 -- found (for its take-back), and for a hit that settles f_count[i],
@@ -393,14 +420,14 @@ for n = 1, #reply_of do
 end
 
 -- fixed_fits reports whether the fast path takes the request of n hits on
--- keys[k0 + 1 ..]: every hit one fixed_takes (fast_h), on distinct keys, at
--- most FIXED_MAX of them. It runs no command.
+-- keys[k0 + 1 ..]: every hit one fixed_takes (fast_h), all usage hits or
+-- none, on distinct keys, at most FIXED_MAX of them. It runs no command.
 local function fixed_fits(keys, k0, n)
   if n > FIXED_MAX then
     return false
   end
   for k = k0 + 1, k0 + n do
-    if not fast_h[k] then
+    if not fast_h[k] or fast_usage[k] ~= fast_usage[k0 + 1] then
       return false
     end
     local key = keys[k]
@@ -490,6 +517,8 @@ local function fixed(keys, now, k0, n)
   if not fixed_fits(keys, k0, n) then
     return nil
   end
+  -- A request of usage hits: each is applied whatever the others decide.
+  local usage = fast_usage[k0 + 1]
   local sized = reply_of[n]
   local out = sized and sized() or {}
   local floor = math.floor
@@ -501,7 +530,7 @@ local function fixed(keys, now, k0, n)
     local start = floor(now / w) * w
     local tag = window_tag(start, w)
     local count, did, held
-    if cost > 0 and not blocked and not read_first then
+    if cost > 0 and (usage or (not blocked and not read_first)) then
       count, did = fixed_apply(key, cost, tag)
     else
       count, did, held = fixed_read(key, tag)
@@ -514,7 +543,18 @@ local function fixed(keys, now, k0, n)
     local reset = start + w - now
     local p = FIELDS_PER_DECISION * (i - 1) + 1
     local allowed, remaining, retry = 1, limit - count, 0
-    if count + cost > limit then
+    if count + cost > limit and usage and cost > 0 then
+      -- Charged all the same; past MAX_COUNT the general path counts.
+      if count + cost > MAX_COUNT then
+        fixed_undo(keys, k0, i)
+        return nil
+      end
+      allowed, remaining, retry, blocked = 0, 0, reset, true
+      if settles(k0, i) then
+        settle = true
+        f_count[i], f_tag[i], f_reset[i], f_held[i] = count, tag, reset, held or false
+      end
+    elseif count + cost > limit then
       -- A denied look (cost 0, over a limit lowered by a reload) blocks
       -- nothing.
       allowed, retry = 0, reset
@@ -529,7 +569,7 @@ local function fixed(keys, now, k0, n)
           out[q] = out[q] + fast_cost[k0 + j]
         end
       end
-    elseif not blocked then
+    elseif usage or not blocked then
       remaining = remaining - cost
       if settles(k0, i) then
         settle = true
@@ -539,7 +579,7 @@ local function fixed(keys, now, k0, n)
     out[p + FIELD_ALLOWED], out[p + FIELD_REMAINING], out[p + FIELD_RESET] = allowed, remaining, reset
     out[p + FIELD_RETRY], out[p + FIELD_NEVER] = retry, 0
   end
-  if settle and not blocked and not fixed_settle(keys, k0, n, now) then
+  if settle and (usage or not blocked) and not fixed_settle(keys, k0, n, now) then
     return nil
   end
   out[FIELDS_PER_DECISION * n + 1] = blocked and 1 or 0
@@ -552,7 +592,7 @@ end
 -- writes if it consumes, and when it is denied there is no other hit to
 -- report as a peek.
 local function decide_one(key, args, now, a)
-  local h, cost, refund, advisory, q = read(args, a)
+  local h, cost, refund, advisory, q, _, usage = read(args, a)
   local algo = algorithm(h.code)
   if not algo then
     return error('floodgate: unknown algorithm code ' .. tostring(h.code))
@@ -561,7 +601,7 @@ local function decide_one(key, args, now, a)
   if h.limit ~= 0 then
     st, ok = algo.load(key, h, now)
   end
-  local nst, o = step(algo, st, ok, h, cost, refund, now)
+  local nst, o = step(algo, st, ok, h, cost, refund, now, usage)
   if o.write then
     algo.store(key, nst, h, now, o.ttl)
   end
@@ -569,20 +609,68 @@ local function decide_one(key, args, now, a)
   return single(o, not o.allowed and (q > 0 or (cost > 0 and not refund and not advisory)))
 end
 
+-- PER_CHARGE is the number of fields of a charge in decide_several's list
+-- of them: the hit's index, cost and refund.
+local PER_CHARGE = 3
+
+-- charge applies the usage hits of a denied request, charges (PER_CHARGE
+-- fields each), alone and in order, to the loaded states of their keys,
+-- writing their decisions to out, and returns the states they leave by key
+-- (st, ok, and for a written one h and ttl).
+local function charge(keys, k0, now, out, work, specs, charges)
+  local after = {}
+  for c = 1, #charges, PER_CHARGE do
+    local i, cost, refund = charges[c], charges[c + 1], charges[c + 2]
+    local key = keys[k0 + i]
+    local w, a = work[key], after[key]
+    if a == nil then
+      a = {st = w.st0, ok = w.ok0}
+      after[key] = a
+    end
+    local st, o = step(w.algo, a.st, a.ok, specs[i], cost, refund, now, true)
+    if o.write then
+      a.st, a.ok, a.h, a.ttl = st, o.ttl > 0, specs[i], o.ttl
+    end
+    put(out, FIELDS_PER_DECISION * (i - 1) + 1, o)
+  end
+  return after
+end
+
 -- conclude completes the reply out of a request of several hits on
 -- keys[k0 + 1 .. k0 + n] that decide_several stepped through: a denied
--- request consumes nothing, and its allowed hits report the stored state,
--- as a hit of cost 0 sees it (step leaves the loaded state as it was);
--- otherwise each changed key (work, in order) is written once.
-local function conclude(keys, k0, n, now, out, work, order, specs, denied)
+-- request consumes nothing but its usage hits (charges, see charge), and
+-- its other allowed hits report the state as a hit of cost 0 sees it, as
+-- stored or as the usage hits leave it (step leaves the loaded state as it
+-- was); otherwise each changed key (work, in order) is written once.
+local function conclude(keys, k0, n, now, out, work, order, specs, denied, charges)
   if denied then
+    local after, charged
+    if charges then
+      after, charged = charge(keys, k0, now, out, work, specs, charges), {}
+      for c = 1, #charges, PER_CHARGE do
+        charged[charges[c]] = true
+      end
+    end
     for i = 1, n do
       local p = FIELDS_PER_DECISION * (i - 1) + 1
-      if out[p + FIELD_ALLOWED] == 1 then
-        local w = work[keys[k0 + i]]
-        local _, o = step(w.algo, w.st0, w.ok0, specs[i], 0, false, now)
+      if out[p + FIELD_ALLOWED] == 1 and not (charged and charged[i]) then
+        local key = keys[k0 + i]
+        local w, a = work[key], after and after[key]
+        local st, ok = w.st0, w.ok0
+        if a then
+          st, ok = a.st, a.ok
+        end
+        local _, o = step(w.algo, st, ok, specs[i], 0, false, now, false)
         out[p + FIELD_REMAINING], out[p + FIELD_RESET] = o.remaining, o.reset
         out[p + FIELD_RETRY], out[p + FIELD_NEVER] = 0, 0
+      end
+    end
+    if after then
+      for _, key in ipairs(order) do
+        local a = after[key]
+        if a and a.h then
+          work[key].algo.store(key, a.st, a.h, now, a.ttl)
+        end
       end
     end
   else
@@ -606,12 +694,17 @@ local function decide_several(keys, args, now, k0, n, a)
   local work, order, out = {}, {}, {}
   local denied = false
   -- over[q] tells, for each quota q of the request, whether a hit of it
-  -- is denied.
-  local over, anyquota = {}, false
+  -- is denied. charges lists the usage hits, made only when there is one.
+  local over, anyquota, charges = {}, false, nil
   for i = 1, n do
     local key = keys[k0 + i]
-    local h, cost, refund, advisory, q
-    h, cost, refund, advisory, q, a = read(args, a)
+    local h, cost, refund, advisory, q, usage
+    h, cost, refund, advisory, q, a, usage = read(args, a)
+    if usage and cost > 0 then
+      charges = charges or {}
+      local c = #charges
+      charges[c + 1], charges[c + 2], charges[c + 3] = i, cost, refund
+    end
     specs[i] = h
     local algo = algorithm(h.code)
     if not algo then
@@ -629,7 +722,7 @@ local function decide_several(keys, args, now, k0, n, a)
       w.st, w.ok = algo.load(key, h, now)
       w.st0, w.ok0 = w.st, w.ok
     end
-    local st, o = step(algo, w.st, w.ok, h, cost, refund, now)
+    local st, o = step(algo, w.st, w.ok, h, cost, refund, now, usage)
     if o.write then
       -- A state written with no lifetime left is equivalent to none: later
       -- hits of the call see none, and the key is deleted.
@@ -650,7 +743,7 @@ local function decide_several(keys, args, now, k0, n, a)
       denied = denied and o
     end
   end
-  return conclude(keys, k0, n, now, out, work, order, specs, denied)
+  return conclude(keys, k0, n, now, out, work, order, specs, denied, charges)
 end
 
 -- decide evaluates one request: hits on keys[k0 + 1 .. k0 + n], their
@@ -660,7 +753,8 @@ end
 local function decide(keys, args, now, k0, n, a)
   if n == 1 then
     local h = fast_h[k0 + 1]
-    return h and fixed_one(keys[k0 + 1], h, fast_cost[k0 + 1], now) or decide_one(keys[k0 + 1], args, now, a)
+    return h and fixed_one(keys[k0 + 1], h, fast_cost[k0 + 1], now, fast_usage[k0 + 1]) or
+      decide_one(keys[k0 + 1], args, now, a)
   end
   return fixed(keys, now, k0, n) or decide_several(keys, args, now, k0, n, a)
 end
@@ -723,7 +817,7 @@ local function evaluate(keys, args)
       if bad then
         return redis.error_reply('floodgate: request ' .. r .. ': bad ' .. bad)
       end
-      fast_h[k + i], fast_cost[k + i] = fixed_takes(h, cost, flags) and h, cost
+      fast_h[k + i], fast_cost[k + i], fast_usage[k + i] = fixed_takes(h, cost, flags) and h, cost, flags == FLAG_USAGE
       a = nxt
     end
     k = k + n

@@ -17,13 +17,16 @@
 -- sets n = n + cost and writes (start, n) with TTL end - now.
 -- Remaining = max(0, L - n) after the hit; reset = end - now; retry
 -- (denied) = end - now. A refund sets n = max(0, n - cost), writing only if
--- the stored window is this one and n > 0.
+-- the stored window is this one and n > 0. A charge (force: a usage hit)
+-- that does not fit sets n = max(n, min(n + cost, count_cap(L))) and
+-- writes, denied.
 --
 -- Receives (see scriptSource in script.go): C, common.lua's helpers; it
 -- uses no constant. Returns {load, step, store}.
 
 local int, outcome, pair_of, store_pair = C.int, C.outcome, C.pair_of, C.store_pair
 local COUNT_SPAN, LIMIT_MAX, window_tag, fixed_of = C.COUNT_SPAN, C.LIMIT_MAX, C.window_tag, C.fixed_of
+local count_cap = C.count_cap
 
 local function window(h, now)
   if h.cal then
@@ -57,7 +60,7 @@ local function load(key, h, now)
   return {start = start, count = count, expires = str}, true
 end
 
-local function step(st, ok, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund, force)
   local start, stop = window(h, now)
   local limit = h.limit
   if limit > LIMIT_MAX and not h.cal then
@@ -77,19 +80,23 @@ local function step(st, ok, h, now, cost, refund)
     n = st.count
   end
   local o = outcome(false, 0, stop - now, 0, false, stop - now)
+  local fits = n + cost <= limit
   if refund then
     o.allowed = true
     if n > 0 and cost > 0 then
       n = math.max(0, n - cost)
       o.write = true
     end
-  elseif n + cost <= limit then
+  elseif fits then
     o.allowed = true
     if cost > 0 then
       n = n + cost
       o.write = true
     end
-  else
+  elseif force then
+    n, o.write = math.max(n, math.min(n + cost, count_cap(limit))), true
+  end
+  if not o.allowed then
     o.retry = stop - now
   end
   o.remaining = math.max(0, limit - n)

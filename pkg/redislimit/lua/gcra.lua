@@ -19,10 +19,13 @@
 -- Remaining = max(0, floor((tau - (after - nu))/s)); reset = the smallest
 -- d >= 0 with u(n + d) >= after, TTL the same; retry (denied) = the
 -- smallest d >= 1 with u(n + d) >= nt - tau. A refund writes only a stored
--- state that changes.
+-- state that changes. A charge (force: a usage hit) that does not fit moves
+-- the TAT to min(nt, max(t0, nu + tau + u(MAX_DEBT))) all the same and
+-- writes, denied, with the retry of the same hit on the state after it.
 --
 -- Receives (see scriptSource in script.go): C, common.lua's helpers, and K,
--- the generated constants; it reads GCRA_EPOCH. Returns {load, step, store}.
+-- the generated constants; it reads GCRA_EPOCH and MAX_DEBT. Returns {load,
+-- step, store}.
 
 local num, int, outcome, expire_at, first_pass =
   C.num, C.int, C.outcome, C.expire_at, C.first_pass
@@ -69,7 +72,7 @@ local function reach(target, n, period, s)
   return first_pass(guess, function(d) return units(n + d, period, s) >= target end)
 end
 
-local function step(st, ok, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund, force)
   local period, s = grid(h.limit, h.window)
   local n = now - epoch
   local nu = units(n, period, s)
@@ -90,11 +93,14 @@ local function step(st, ok, h, now, cost, refund)
     o.allowed = true
     after = math.max(nu, t0 - inc)
     o.write = ok and (after ~= st.tat or h.limit ~= st.limit)
-  elseif nt - tau <= nu then
-    o.allowed = true
+  elseif nt - tau <= nu or force then
+    o.allowed = nt - tau <= nu
     if cost > 0 then
-      after = nt
+      after = math.min(nt, math.max(t0, nu + tau + units(K.MAX_DEBT, period, s)))
       o.write = true
+    end
+    if not o.allowed and cost <= h.cap then
+      o.retry = reach(after + inc - tau, n, period, s)
     end
   else
     o.retry = reach(nt - tau, n, period, s)

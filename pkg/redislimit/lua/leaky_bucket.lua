@@ -17,40 +17,51 @@
 -- ceil(((l0 + cost) - B)/r) by asking that predicate (first_pass).
 -- A refund writes only a stored state that changes.
 --
--- Receives (see scriptSource in script.go): C, common.lua's helpers; it
--- uses no constant. Returns {load, step, store}.
+-- A charge (force: a usage hit) that does not fit adds its cost past B, up
+-- to min(l0 + cost, max(l0, B + MAX_DEBT*r)), and writes, denied, with the
+-- retry of the same hit on the state after it.
+--
+-- Receives (see scriptSource in script.go): C, common.lua's helpers, and
+-- K, the constants (MAX_DEBT). Returns {load, step, store}.
 
 local outcome, settle, first_pass, load_bucket, store_bucket =
   C.outcome, C.settle, C.first_pass, C.load_bucket, C.store_bucket
+local MAX_DEBT = K.MAX_DEBT
 
-local function step(st, ok, h, now, cost, refund)
+-- level_at returns the level at instant at of a bucket draining at r that
+-- held value at ts (limit.levelAt).
+local function level_at(value, ts, at, r)
+  if at - ts < settle(value, r) then
+    return math.max(0, value - (at - ts) * r)
+  end
+  return 0
+end
+
+local function step(st, ok, h, now, cost, refund, force)
   local r = h.limit / h.window
   local b = h.cap
   local value, ts = st.value, st.ts
   if not ok then
     value, ts = 0, now
   end
-  local function level_at(at)
-    if at - ts < settle(value, r) then
-      return math.max(0, value - (at - ts) * r)
-    end
-    return 0
-  end
-  local l0 = level_at(now)
+  local l0 = level_at(value, ts, now, r)
   local la = l0
   local o = outcome(false, 0, 0, 0, false, 0)
   if refund then
     o.allowed = true
     la = math.max(0, l0 - cost)
     o.write = ok and (la ~= value or now ~= ts)
-  elseif l0 + cost <= b then
-    o.allowed = true
+  elseif l0 + cost <= b or force then
+    o.allowed = l0 + cost <= b
     if cost > 0 then
-      la = l0 + cost
+      la = math.min(l0 + cost, math.max(l0, b + MAX_DEBT * r))
       o.write = true
     end
+    if not o.allowed and cost <= b then
+      o.retry = first_pass(math.ceil((la + cost - b) / r), function(d) return level_at(la, now, now + d, r) + cost <= b end)
+    end
   else
-    o.retry = first_pass(math.ceil((l0 + cost - b) / r), function(d) return level_at(now + d) + cost <= b end)
+    o.retry = first_pass(math.ceil((l0 + cost - b) / r), function(d) return level_at(value, ts, now + d, r) + cost <= b end)
   end
   o.remaining = math.max(0, math.floor(b - la))
   o.reset = settle(la, r)

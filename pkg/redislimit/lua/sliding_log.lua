@@ -41,11 +41,16 @@
 -- entries when it needs their times. Removals take the newest first (z,
 -- then m, then a), so the stored hits removed are always the newest ones.
 --
+-- A charge (force: a usage hit) that does not fit adds its entries all the
+-- same, up to count_cap(L) in the log, and writes, denied, with the retry
+-- of the same hit on the log after it.
+--
 -- Receives (see scriptSource in script.go): C, common.lua's helpers; it
 -- uses no constant. Returns {load, step, store}.
 
 local int, outcome, expire =
   C.int, C.outcome, C.expire
+local count_cap = C.count_cap
 
 -- count_of returns the hits of an entry; a count of one digit, the
 -- common case, without making strings.
@@ -190,7 +195,7 @@ local function newest(st, now)
   return tonumber((locate(st, st.a)))
 end
 
-local function step(st, ok, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund, force)
   local limit, w = h.limit, h.window
   local nst = {}
   for k, v in pairs(st) do
@@ -215,6 +220,16 @@ local function step(st, ok, h, now, cost, refund)
       nst.m = nst.m + cost
       n = n + cost
       o.write = true
+    end
+  elseif force then
+    local add = math.min(cost, count_cap(limit) - n)
+    if add > 0 then
+      nst.m = nst.m + add
+      n = n + add
+      o.write = true
+    end
+    if cost <= limit then
+      o.retry = nth_oldest(nst, now, n + cost - limit) + w - now
     end
   else
     o.retry = nth_oldest(nst, now, n + cost - limit) + w - now

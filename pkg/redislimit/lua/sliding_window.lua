@@ -17,11 +17,16 @@
 -- sub-windows (see retry_after). A refund takes cost from cnt[k], then from
 -- older counted sub-windows (down to k - N) newest first, never below 0.
 --
+-- A charge (force: a usage hit) that does not fit adds cost to cnt[k] all
+-- the same, up to count_cap(L) there, and writes, denied, with the retry of
+-- the same hit on the counts after it.
+--
 -- Receives (see scriptSource in script.go): C, common.lua's helpers; it
 -- uses no constant. Returns {load, step, store}.
 
 local int, outcome, expire =
   C.int, C.outcome, C.expire
+local count_cap = C.count_cap
 
 local function load(key, h, now)
   local flat = redis.call('HGETALL', key)
@@ -101,7 +106,7 @@ local function retry_after(cnt, k, n, g, limit, cost, now)
   end
 end
 
-local function step(st, ok, h, now, cost, refund)
+local function step(st, ok, h, now, cost, refund, force)
   local limit, n = h.limit, h.precision
   local g = math.floor(h.window / n)
   local k = math.floor(now / g)
@@ -141,6 +146,15 @@ local function step(st, ok, h, now, cost, refund)
       o.write = true
     end
     o.remaining = math.max(0, math.floor(limit - (est + cost)))
+  elseif force then
+    local add = math.min(cost, count_cap(limit) - (cnt[k] or 0))
+    if add > 0 then
+      cnt[k] = (cnt[k] or 0) + add
+      o.write = true
+    end
+    if cost <= limit then
+      o.retry = retry_after(cnt, k, n, g, limit, cost, now)
+    end
   else
     o.remaining = math.max(0, math.floor(limit - est))
     o.retry = retry_after(cnt, k, n, g, limit, cost, now)

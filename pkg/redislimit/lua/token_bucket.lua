@@ -16,40 +16,51 @@
 -- from ceil((cost - t0)/r) by asking that predicate (first_pass). A refund
 -- writes only a stored state that changes.
 --
--- Receives (see scriptSource in script.go): C, common.lua's helpers; it
--- uses no constant. Returns {load, step, store}.
+-- A charge (force: a usage hit) that does not fit takes its tokens into
+-- debt, down to max(t0 - cost, min(t0, -MAX_DEBT*r)), and writes, denied,
+-- with the retry of the same hit on the state after it.
+--
+-- Receives (see scriptSource in script.go): C, common.lua's helpers, and
+-- K, the constants (MAX_DEBT). Returns {load, step, store}.
 
 local outcome, settle, first_pass, load_bucket, store_bucket =
   C.outcome, C.settle, C.first_pass, C.load_bucket, C.store_bucket
+local MAX_DEBT = K.MAX_DEBT
 
-local function step(st, ok, h, now, cost, refund)
+-- tokens_at returns the tokens at instant at of a bucket of capacity b
+-- refilling at r that held value at ts (limit.tokensAt).
+local function tokens_at(value, ts, at, b, r)
+  if at - ts < settle(b - value, r) then
+    return math.min(b, value + (at - ts) * r)
+  end
+  return b
+end
+
+local function step(st, ok, h, now, cost, refund, force)
   local r = h.limit / h.window
   local b = h.cap
   local value, ts = st.value, st.ts
   if not ok then
     value, ts = b, now
   end
-  local function tokens_at(at)
-    if at - ts < settle(b - value, r) then
-      return math.min(b, value + (at - ts) * r)
-    end
-    return b
-  end
-  local t0 = tokens_at(now)
+  local t0 = tokens_at(value, ts, now, b, r)
   local ta = t0
   local o = outcome(false, 0, 0, 0, false, 0)
   if refund then
     o.allowed = true
     ta = math.min(b, t0 + cost)
     o.write = ok and (ta ~= value or now ~= ts)
-  elseif t0 >= cost then
-    o.allowed = true
+  elseif t0 >= cost or force then
+    o.allowed = t0 >= cost
     if cost > 0 then
-      ta = t0 - cost
+      ta = math.max(t0 - cost, math.min(t0, -(MAX_DEBT * r)))
       o.write = true
     end
+    if not o.allowed and cost <= b then
+      o.retry = first_pass(math.ceil((cost - ta) / r), function(d) return tokens_at(ta, now, now + d, b, r) >= cost end)
+    end
   else
-    o.retry = first_pass(math.ceil((cost - t0) / r), function(d) return tokens_at(now + d) >= cost end)
+    o.retry = first_pass(math.ceil((cost - t0) / r), function(d) return tokens_at(value, ts, now + d, b, r) >= cost end)
   end
   o.remaining = math.max(0, math.floor(ta))
   o.reset = settle(b - ta, r)
