@@ -165,9 +165,9 @@ func (c *Cache) EvaluateBound() time.Duration { return limit.BoundOf(c.inner) }
 // those are fixed windows on keys of their own, the wrapped Limiter is
 // asked only to look at them (cost 0): the call is blocked, and each of
 // them gets the store's decision, which a look at a fixed window tells
-// exactly (see looked). A call with any other hit (a refund, a key
-// without a denial in another algorithm) goes to the wrapped Limiter
-// whole, so that every answer's other statuses are the store's. A call
+// exactly (see looked). A call with any other hit (a refund, a usage
+// hit, which the store charges whatever it decides, a key without a denial
+// in another algorithm) goes to the wrapped Limiter whole, so that every answer's other statuses are the store's. A call
 // answered here is blocked; one that went to the wrapped Limiter gets its
 // verdict.
 //
@@ -216,6 +216,9 @@ func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) 
 	denied := false
 	for i := range hits {
 		h := &hits[i]
+		if h.Usage && h.Cost > 0 {
+			return 0, false // the store charges it whatever it decides
+		}
 		lookable = lookable && !h.Refund && h.Mode == limit.Enforce && once(hits, i)
 		var d denial
 		if h.Cost > 0 && !h.Refund && c.denied(now, h, &d) {

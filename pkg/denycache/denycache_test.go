@@ -109,7 +109,7 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 				hits := make([]limit.Hit, 1+rng.IntN(3))
 				for i := range hits {
 					k := keys[rng.IntN(len(keys))]
-					hits[i] = limit.Hit{Key: k, Spec: specOf[k], Cost: int64(rng.IntN(4)), Refund: rng.IntN(12) == 0}
+					hits[i] = limit.Hit{Key: k, Spec: specOf[k], Cost: int64(rng.IntN(4)), Refund: rng.IntN(12) == 0, Usage: rng.IntN(8) == 0}
 				}
 				got := make([]limit.Decision, len(hits))
 				want := make([]limit.Decision, len(hits))
@@ -403,6 +403,27 @@ func TestRefundDropsTheDenial(t *testing.T) {
 	}
 	if d := eval(t, c, hit); !d[0].Allowed {
 		t.Errorf("after a refund the hit is still denied: %+v", d[0])
+	}
+}
+
+// TestUsageReachesTheStore: a usage hit (a charge reported after the
+// fact) on a counter the cache holds denied goes to the store, which
+// charges it; answering it here would lose the usage.
+func TestUsageReachesTheStore(t *testing.T) {
+	c, inner, _ := newCache(t, Options{})
+	hit := limit.Hit{Key: "k", Spec: limit.Spec{Limit: 5, Window: time.Second}, Cost: 5}
+	eval(t, c, hit)
+	if d := eval(t, c, hit); d[0].Allowed {
+		t.Fatal("second hit allowed")
+	}
+	calls := inner.calls.Load()
+	charge := limit.Hit{Key: "k", Spec: hit.Spec, Cost: 3, Usage: true}
+	if d := eval(t, c, charge); d[0].Allowed || inner.calls.Load() != calls+1 {
+		t.Fatalf("a charge on a denied counter: %+v, %d store calls, want denied and sent", d[0], inner.calls.Load()-calls)
+	}
+	look := eval(t, inner.inner, limit.Hit{Key: "k", Spec: hit.Spec})
+	if look[0].Allowed {
+		t.Errorf("the store did not count the charge: a look passes at 5 + 3 of 5")
 	}
 }
 

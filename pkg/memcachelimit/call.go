@@ -20,9 +20,11 @@ import (
 // included, decided from the first step's replies alone.
 //
 // When a hit blocks before anything is asked (cost > 0, enforced, not a
-// refund, and Limit 0 or a cost above the limit), the call cannot
-// consume: every hit only reads, the consuming ones counting their cost
-// on top of what they read (virtual), and there is no second step.
+// refund nor usage, and Limit 0 or a cost above the limit), the call
+// cannot consume: every hit only reads, the consuming ones counting their
+// cost on top of what they read (virtual), but for its usage hits
+// (limit.Hit.Usage), which a blocked call applies all the same: they are
+// incremented whatever the decision, and never given back.
 type call struct {
 	hits  []hitState
 	slots []slot
@@ -40,9 +42,10 @@ type hitState struct {
 	end  int64 // end of the hit's window, µs
 	cmd  int   // index of its command in call.cmds; -1 when none
 	// consume reports a hit that takes its cost from the counter (cost >
-	// 0, not a refund, not above the limit); write, that the first step
-	// really incremented the counter for it (not static).
-	consume, write bool
+	// 0, not a refund, not above the limit unless a charge); write, that
+	// the first step really incremented the counter for it (not static,
+	// or a charge); charge, a usage hit that consumes.
+	consume, write, charge bool
 	// stored is the count before the call as seen at the hit's turn: what
 	// a hit of cost 0 sees when the call consumes nothing.
 	stored int64
@@ -55,8 +58,12 @@ type slot struct {
 	srv *server
 	// Sums over the hits of the call so far, in order: costs counted
 	// without being sent (static), costs of consuming hits, costs of
-	// denied consuming hits, and costs the first step really added.
-	virtual, consumed, denied, charged int64
+	// denied consuming hits (but charges), costs the first step really
+	// added, and the part of those that charges added.
+	virtual, consumed, denied, charged, usage int64
+	// after is, in a call that blocks, the count its usage hits leave, as
+	// blocked replays them; -1 before its first hit.
+	after int64
 }
 
 func (c *call) reset() {
@@ -73,7 +80,7 @@ func (c *call) plan(l *Limiter, hits []limit.Hit, now time.Time) {
 	c.static = false
 	for i := range hits {
 		h := &hits[i]
-		if h.Cost > 0 && !h.Refund && h.Mode == limit.Enforce && (h.Spec.Limit == 0 || h.Cost > h.Spec.Limit) {
+		if h.Cost > 0 && !h.Refund && !h.Usage && h.Mode == limit.Enforce && (h.Spec.Limit == 0 || h.Cost > h.Spec.Limit) {
 			c.static = true
 		}
 	}
@@ -87,8 +94,9 @@ func (c *call) plan(l *Limiter, hits []limit.Hit, now time.Time) {
 			hs.slot = c.slotFor(c.buf, servers)
 			sl := &c.slots[hs.slot]
 			cmd := command{kind: cmdIncr, key: sl.key, srv: sl.srv}
-			hs.consume = h.Cost > 0 && !h.Refund && h.Cost <= h.Spec.Limit
-			if hs.consume && !c.static {
+			hs.consume = h.Cost > 0 && !h.Refund && (h.Usage || h.Cost <= h.Spec.Limit)
+			hs.charge = hs.consume && h.Usage
+			if hs.consume && (!c.static || hs.charge) {
 				cmd.kind, cmd.delta, cmd.exp = cmdAddIncr, uint64(h.Cost), expiry(now, end)
 				hs.write = true
 			}
@@ -149,6 +157,9 @@ func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (
 				sl.virtual += h.Cost
 			}
 		}
+		if hs.charge {
+			sl.usage += h.Cost
+		}
 		n += sl.virtual
 		hs.stored = max(0, n-sl.consumed)
 		lim, reset := h.Spec.Limit, micros(hs.end-now)
@@ -158,9 +169,12 @@ func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (
 			d.Allowed, d.Remaining = true, max(0, lim-hs.stored) // a call that consumes sets it again (refunded)
 		case hs.consume:
 			w = max(0, w-h.Cost)
-			if w+h.Cost <= lim {
+			switch {
+			case w+h.Cost <= lim:
 				d.Allowed, d.Remaining = true, lim-w-h.Cost
-			} else {
+			case hs.charge:
+				d = charged(lim, h.Cost, reset)
+			default:
 				sl.denied += h.Cost
 				d.Remaining, d.RetryAfter = max(0, lim-w), reset
 			}
@@ -176,35 +190,76 @@ func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (
 	}
 	blocked = limit.Blocked(hits, decisions)
 	if blocked {
-		// Nothing is consumed: the allowed hits report the stored state.
-		for i := range hits {
-			if hs := &c.hits[i]; hs.slot >= 0 && decisions[i].Allowed {
-				decisions[i] = limit.Decision{Allowed: true, Remaining: max(0, hits[i].Spec.Limit-hs.stored), ResetAfter: decisions[i].ResetAfter}
-			}
-		}
+		c.blocked(hits, decisions)
 	}
 	return blocked
 }
 
+// blocked sets the decisions of a call that blocks: nothing is consumed
+// but its usage hits, replayed in order on the stored counts as if they
+// were the call's only hits, and the other allowed hits report the counts
+// they leave.
+func (c *call) blocked(hits []limit.Hit, decisions []limit.Decision) {
+	for i := range c.slots {
+		c.slots[i].after = -1
+	}
+	for i := range hits {
+		h, hs := &hits[i], &c.hits[i]
+		if hs.slot < 0 {
+			continue
+		}
+		sl := &c.slots[hs.slot]
+		if sl.after < 0 {
+			sl.after = hs.stored
+		}
+		switch lim, reset := h.Spec.Limit, decisions[i].ResetAfter; {
+		case hs.charge && sl.after+h.Cost <= lim:
+			decisions[i] = limit.Decision{Allowed: true, Remaining: lim - sl.after - h.Cost, ResetAfter: reset}
+			sl.after += h.Cost
+		case hs.charge:
+			decisions[i] = charged(lim, h.Cost, reset)
+			sl.after += h.Cost
+		case h.Usage && h.Refund:
+			sl.after = max(0, sl.after-h.Cost) // decided by its decr (refunded)
+		}
+	}
+	for i := range hits {
+		h, hs := &hits[i], &c.hits[i]
+		if hs.slot >= 0 && !(h.Usage && h.Cost > 0) && decisions[i].Allowed {
+			decisions[i] = limit.Decision{Allowed: true, Remaining: max(0, h.Spec.Limit-c.slots[hs.slot].after), ResetAfter: decisions[i].ResetAfter}
+		}
+	}
+}
+
+// charged is the decision of a charge of cost that took its counter past
+// lim, as limit's fixed window gives it: nothing left, a retry when the
+// window ends, never for a cost above the limit.
+func charged(lim, cost int64, reset time.Duration) limit.Decision {
+	if cost > lim {
+		return limit.Decision{ResetAfter: reset, Never: true}
+	}
+	return limit.Decision{ResetAfter: reset, RetryAfter: reset}
+}
+
 // settle returns the second step's commands: give back every increment of
-// a call that blocks; otherwise the increments of denied (advisory or
-// quota) hits,
-// then the refunds, in the order of the hits.
+// a call that blocks but its charges'; otherwise the increments of denied
+// (advisory or quota) hits; then the refunds, in the order of the hits,
+// of a call that blocks only the usage refunds.
 func (c *call) settle(hits []limit.Hit, blocked bool) []*command {
 	c.cmds2 = c.cmds2[:0]
 	for i := range c.slots {
 		sl := &c.slots[i]
 		undo := sl.denied
 		if blocked {
-			undo = sl.charged
+			undo = sl.charged - sl.usage
 		}
 		if undo > 0 {
 			c.cmds2 = append(c.cmds2, command{kind: cmdDecr, key: sl.key, srv: sl.srv, delta: uint64(undo)})
 		}
 	}
-	if !blocked {
-		for i := range hits {
-			if hs := &c.hits[i]; hs.slot >= 0 && hits[i].Refund {
+	for i := range hits {
+		if h := &hits[i]; !blocked || h.Usage {
+			if hs := &c.hits[i]; hs.slot >= 0 && h.Refund {
 				sl := &c.slots[hs.slot]
 				hs.refund = len(c.cmds2)
 				c.cmds2 = append(c.cmds2, command{kind: cmdDecr, key: sl.key, srv: sl.srv, delta: uint64(hits[i].Cost)})

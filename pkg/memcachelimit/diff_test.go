@@ -46,8 +46,9 @@ func TestMatchesMemory(t *testing.T) {
 				var hits, refunds []limit.Hit
 				for range 1 + rng.IntN(3) {
 					c := counters[rng.IntN(len(counters))]
-					h := limit.Hit{Key: c.key, Spec: c.spec, Cost: []int64{0, 1, 1, 1, 2, 3, c.spec.Limit + 1}[rng.IntN(7)]}
+					h := limit.Hit{Key: c.key, Spec: c.spec, Cost: []int64{0, 1, 1, 1, 2, 3, c.spec.Limit + 1, 2*c.spec.Limit + 3}[rng.IntN(8)]}
 					h.Mode, h.Group = limit.Mode(rng.IntN(3)), uint32(rng.IntN(2))
+					h.Usage = rng.IntN(4) == 0 // a charge, kept past the limit
 					if h.Refund = rng.IntN(10) == 0; h.Refund {
 						refunds = append(refunds, h)
 						continue

@@ -33,7 +33,13 @@
 // gives back only the increments of denied hits (advisory ones, and those
 // of a quota that is over while another is not), and applies the refunds
 // (limit.Hit.Refund, envoy's is_negative_hits) with "decr", which stops
-// at 0. Most calls, allowed and without refunds, take one round trip; a
+// at 0. Usage hits (limit.Hit.Usage: charges reported after the fact) are
+// incremented whatever the replies say and never given back, past the
+// limit when they do not fit, and their refunds are applied even in a
+// call that blocks; unlike limit.Memory, a counter is not capped at
+// limit.MaxCount (Memcached counts up to 2^64 − 1), which changes no
+// decision, only what a later refund leaves. Most calls, allowed and
+// without refunds, take one round trip; a
 // denied one takes two (a quota that is over too: its increment is given
 // back, visible meanwhile as below). An enforced hit that blocks whatever
 // the counters hold (cost above the limit, or a limit of 0) makes the call
