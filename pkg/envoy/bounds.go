@@ -17,10 +17,11 @@ const (
 
 // maxCost bounds a hit's cost. A descriptor's hits_addend may be up to
 // 2^64-1; any cost above every limit's capacity (at most 2^32-1 from rule
-// files and overrides) is denied, or refunds up to the capacity, whatever
-// its value, so clamping it changes no decision while keeping every cost
-// exact in the float64 arithmetic of the Lua scripts and far from int64
-// overflow in any sum.
+// files and overrides) is denied, charged up to limit.MaxCount or
+// limit.MaxDebt, or refunds up to the capacity, whatever its value, so
+// clamping it changes no decision while keeping every cost exact in the
+// float64 arithmetic of the Lua scripts and far from int64 overflow in any
+// sum.
 const maxCost = 1 << 53
 
 // RequestBounds limit what one request may carry, so that no client can

@@ -39,6 +39,7 @@ type hitAt struct {
 type descPlan struct {
 	cost    int64
 	refund  bool
+	usage   bool // the descriptor carries its own hits_addend: a usage report (limit.Hit.Usage)
 	failure rules.FailureMode // resolved: never FailureDefault
 	metric  string            // metric label; "" when no limit applies
 	// counted reports that a limit of the descriptor is counted: it has
@@ -94,7 +95,11 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 		sc.in = append(sc.in, in)
 		ds := descPlan{cost: requestCost, refund: d.GetIsNegativeHits(), failure: global}
 		if h := d.GetHitsAddend(); h != nil {
-			ds.cost = int64(min(h.GetValue(), maxCost))
+			// Envoy sets a descriptor's own hits_addend from a route's
+			// hits_addend (a number, or usage read from the response when
+			// the call is made at stream done): what was used, charged
+			// whatever the answer, as the reference server charges it.
+			ds.cost, ds.usage = int64(min(h.GetValue(), maxCost)), true
 		}
 		sc.descs = append(sc.descs, ds)
 	}
@@ -151,7 +156,7 @@ func (sc *scratch) planHits(i int, quotaMode bool) {
 	for j := range rd.Limits {
 		switch l := &rd.Limits[j]; {
 		case l.Counted():
-			sc.hits = append(sc.hits, limit.Hit{Key: l.Key, Spec: l.Limit.Spec, Cost: ds.cost, Refund: ds.refund, Mode: mode, Group: group})
+			sc.hits = append(sc.hits, limit.Hit{Key: l.Key, Spec: l.Limit.Spec, Cost: ds.cost, Refund: ds.refund, Usage: ds.usage, Mode: mode, Group: group})
 			sc.at = append(sc.at, hitAt{desc: i, limit: j})
 			ds.counted = true
 		case !l.Replaced && l.Limit.Unlimited:
