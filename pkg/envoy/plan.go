@@ -39,7 +39,7 @@ type hitAt struct {
 type descPlan struct {
 	cost    int64
 	refund  bool
-	usage   bool // the descriptor carries its own hits_addend: a usage report (limit.Hit.Usage)
+	usage   bool              // the descriptor carries its own hits_addend: a usage report (limit.Hit.Usage)
 	failure rules.FailureMode // resolved: never FailureDefault
 	metric  string            // metric label; "" when no limit applies
 	// counted reports that a limit of the descriptor is counted: it has

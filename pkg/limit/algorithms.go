@@ -27,13 +27,17 @@ import (
 // float64 for a century.
 const GCRAEpoch int64 = 1704067200000000
 
-// MaxCount is the most a window algorithm counts: in a fixed window, in one
-// sub-window of a sliding window, in a sliding log. It is twice the largest
-// limit (2^32 − 1, a rule's requests_per_unit) plus one, so that a count
-// plus a cost stays exact everywhere, as does the Redis layout of a fixed
-// window (a count below 2^33). Only usage charges (Hit.Usage) count past a
-// limit; one that would count beyond MaxCount counts up to it.
+// MaxCount is the most usage charges (Hit.Usage) make a window algorithm
+// count past its limit (in a fixed window, in one sub-window of a sliding
+// window, in a sliding log), or twice the limit when that is more (a
+// calendar window's limit may exceed it): a charge beyond counts up to it.
+// It is twice the largest limit of a rule (2^32 − 1, requests_per_unit)
+// plus one, so that the Redis layout of a fixed window (a count below
+// 2^33) holds, and every count stays exact in a float64.
 const MaxCount int64 = 1<<33 - 1
+
+// countCap is the most a window of limit counts (see MaxCount).
+func countCap(limit int64) int64 { return max(MaxCount, min(limit, math.MaxInt64/2)*2) }
 
 // MaxDebt is the longest a bucket (TokenBucket, LeakyBucket, GCRA) takes to
 // pay back the usage charges (Hit.Usage) that took it past its limit: a
@@ -182,7 +186,7 @@ type fixedState struct{ start, count int64 }
 // A refund sets n = max(0, n − cost) and writes (ttl end − now) only if the
 // stored window is this one and n changes. A charge (force) that does not
 // fit sets n = min(n + cost, MaxCount) and writes, denied, with RetryAfter
-// end − now.
+// end − now: it counts up to countCap(limit).
 func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64, refund, force bool) (fixedState, outcome) {
 	n := int64(0)
 	if ok && st.start == start {
@@ -196,12 +200,14 @@ func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64,
 			n = max(0, n-cost)
 			o.write = true
 		}
-	case fits || force:
-		o.allowed = fits
+	case fits:
+		o.allowed = true
 		if cost > 0 {
-			n = min(n+cost, MaxCount)
+			n += cost
 			o.write = true
 		}
+	case force:
+		n, o.write = max(n, min(n+cost, countCap(limit))), true
 	}
 	if !o.allowed {
 		o.retryAfter = end - now
@@ -234,8 +240,8 @@ func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64,
 // A refund takes cost from cnt[k], then from the older counted sub-windows
 // (down to k − n) newest first, never below 0; it writes only if it took any.
 // A charge (force) that does not fit adds cost to cnt[k] all the same, up
-// to MaxCount, and writes, denied, with the RetryAfter of the same hit on
-// the runs after it (Remaining as for an allowed hit: 0).
+// to countCap(limit) there, and writes, denied, with the RetryAfter of the
+// same hit on the runs after it (Remaining as for an allowed hit: 0).
 func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool) (runs, outcome) {
 	g := w / n
 	k := floorDiv(now, g)
@@ -250,13 +256,16 @@ func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool
 		o.write = taken > 0
 		est = slidingEstimate(rs, k, n, g, now)
 		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
-	case est+float64(cost) <= float64(limit) || force:
-		o.allowed = est+float64(cost) <= float64(limit)
+	case est+float64(cost) <= float64(limit):
+		o.allowed = true
 		if cost > 0 {
-			rs, o.write = rs.addUpTo(k, cost, MaxCount)
+			rs = rs.add(k, cost)
+			o.write = true
 		}
 		o.remaining = max(0, int64(math.Floor(float64(limit)-(est+float64(cost)))))
-		if !o.allowed && cost <= limit {
+	case force:
+		rs, o.write = rs.addUpTo(k, cost, countCap(limit))
+		if cost <= limit {
 			o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
 		}
 	default:
@@ -349,8 +358,8 @@ func slidingWindowRetryAfter(rs runs, k, n, g, limit, cost, now int64) int64 {
 // (n + cost − limit)-th oldest entry: when it leaves, the hit fits.
 // A refund removes the min(cost, n) newest entries; it writes only if it
 // removed any. A charge (force) that does not fit adds its entries all the
-// same, up to MaxCount in the log, and writes, denied, with the RetryAfter
-// of the same hit on the log after it.
+// same, up to countCap(limit) in the log, and writes, denied, with the
+// RetryAfter of the same hit on the log after it.
 func stepSlidingLog(rs runs, limit, w, now, cost int64, refund, force bool) (runs, outcome) {
 	rs = rs.dropBefore(now - w + 1)
 	n := rs.total()
@@ -362,14 +371,20 @@ func stepSlidingLog(rs runs, limit, w, now, cost int64, refund, force bool) (run
 		rs, taken = rs.takeNewest(cost, math.MaxInt64)
 		n -= taken
 		o.write = taken > 0
-	case n+cost <= limit || force:
-		o.allowed = n+cost <= limit
-		if add := min(cost, MaxCount-n); add > 0 {
+	case n+cost <= limit:
+		o.allowed = true
+		if cost > 0 {
+			rs = rs.add(now, cost)
+			n += cost
+			o.write = true
+		}
+	case force:
+		if add := min(cost, countCap(limit)-n); add > 0 {
 			rs = rs.add(now, add)
 			n += add
 			o.write = true
 		}
-		if !o.allowed && cost <= limit {
+		if cost <= limit {
 			o.retryAfter = rs.nthOldest(n+cost-limit) + w - now
 		}
 	default:
@@ -746,10 +761,11 @@ func (rs runs) add(at, n int64) runs {
 // addUpTo records up to n more hits at position at, leaving at most most
 // there, and reports whether it recorded any.
 func (rs runs) addUpTo(at, n, most int64) (runs, bool) {
+	have := int64(0)
 	if i := rs.upTo(at); i > 0 && rs[i-1].at == at {
-		n = min(n, most-rs[i-1].n)
+		have = rs[i-1].n
 	}
-	if n <= 0 {
+	if n = min(n, most-have); n <= 0 {
 		return rs, false
 	}
 	return rs.add(at, n), true
