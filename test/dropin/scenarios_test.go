@@ -202,6 +202,38 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
+// usageRules are two budgets of usage charged after the fact, as Envoy
+// charges usage at stream done: a look (a descriptor's hits_addend 0)
+// before each request, and the charge of what it used (the descriptor's
+// own hits_addend) when it ends.
+const usageRules = `domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: org
+    rate_limit: {unit: hour, requests_per_unit: 1500}
+`
+
+// usageSteps look and charge 600 a turn against both budgets: the user's
+// is spent at the second charge, which both servers keep though it is over.
+func usageSteps() []step {
+	look := req("llm", descHits(d("user", "u"), 0), descHits(d("org", "o"), 0))
+	charge := req("llm", descHits(d("user", "u"), 600), descHits(d("org", "o"), 600))
+	var steps []step
+	for range 3 {
+		steps = append(steps, one("a look before the request", look), one("the charge at its end", charge))
+	}
+	return cat(steps,
+		one("a charge larger than the budget", req("llm", descHits(d("user", "w"), 5000))),
+		one("spent by it", req("llm", descHits(d("user", "w"), 0))),
+		// The request's own hits_addend is no usage report: refused, it
+		// charges nothing.
+		one("a request of 1500 hits", withHits(req("llm", d("user", "v")), 1500)),
+		differ(rejected(".overallCode", ".statuses[0].code", ".statuses[0].limitRemaining"),
+			one("after it", req("llm", descHits(d("user", "v"), 0)))),
+	)
+}
+
 var shop = map[string]string{"shop.yaml": shopRules}
 
 // aMonth fills a limit of a month, which the reference on Memcached
@@ -264,6 +296,7 @@ var scenarios = []scenario{
 		differ(shadowCharges, rep(2, "every limit in shadow mode", req("shop", d("blocked", "x"), d("client", "s2")))),
 	)},
 	{name: "quota", files: map[string]string{"quota.yaml": quotaRules}, steps: quotaSteps()},
+	{name: "usage", files: map[string]string{"llm.yaml": usageRules}, steps: usageSteps()},
 	{name: "quota-mode", files: shop, env: []string{"QUOTA_MODE=true"}, steps: cat(
 		rep(3, "every limit a quota", req("shop", d("client", "q"))),
 		differ(oldQuota(quotaOver(0)...), rep(2, "a quota over and one that passes", req("shop", d("blocked", "q"), d("client", "q2")))),
