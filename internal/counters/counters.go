@@ -154,9 +154,12 @@ type Counter struct {
 	Note    string `json:"note,omitempty"`
 	// Used, Remaining and ResetSeconds are the counter's state: see
 	// Counter. ResetSeconds is the time until the counter is whole again
-	// (limit.Decision.ResetAfter).
+	// (limit.Decision.ResetAfter). Used counts past Capacity by Over,
+	// what usage charged after the fact took beyond the limit (its debt,
+	// limit.Decision.Debt): it is refused until that is paid back.
 	Used         int64   `json:"used"`
 	Remaining    int64   `json:"remaining"`
+	Over         int64   `json:"over,omitempty"`
 	ResetSeconds float64 `json:"reset_seconds"`
 	// UsedBefore is Used just before a reset, on /counters/reset's answer;
 	// absent elsewhere, or when the store could not be read before it.

@@ -14,6 +14,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate/internal/counters"
 	"github.com/floodgate/floodgate/internal/testlog"
@@ -70,7 +71,17 @@ func newFixture(t *testing.T, set *rules.Set, lim limit.Limiter, r counters.Rese
 // service and returns its overall code.
 func (f *fixture) decide(t *testing.T, domain string, kv ...string) pb.RateLimitResponse_Code {
 	t.Helper()
+	return f.charge(t, nil, domain, kv...)
+}
+
+// charge is decide with the descriptor's own hits_addend when not nil:
+// usage reported after the fact, as Envoy charges it at stream done.
+func (f *fixture) charge(t *testing.T, hits *uint64, domain string, kv ...string) pb.RateLimitResponse_Code {
+	t.Helper()
 	d := &rlv3.RateLimitDescriptor{}
+	if hits != nil {
+		d.HitsAddend = wrapperspb.UInt64(*hits)
+	}
 	for i := 0; i+1 < len(kv); i += 2 {
 		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
 	}

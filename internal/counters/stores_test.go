@@ -42,6 +42,23 @@ func algorithmRules(only func(limit.Algorithm) bool) (yaml string, algs []limit.
 // nothing), resets the counter, checks the answer (0 used, 4 remaining, 3
 // used before), the log line naming the peer and the metric, and that 4
 // requests then pass and a 5th is refused.
+// checkOver charges value's counter of key (capacity 4) 7 at once, as
+// Envoy charges usage at stream done: GET shows it used past its capacity,
+// by what it is over, and nothing remaining.
+func checkOver(t *testing.T, f *fixture, key, value string) {
+	t.Helper()
+	seven := uint64(7)
+	if code := f.charge(t, &seven, "t", key, value); code != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a charge of 7 against 4: %v, want OVER_LIMIT", code)
+	}
+	c := f.answer(t, http.MethodGet, "/counters?domain=t&"+key+"="+value).Limits[0]
+	// A bucket pays its debt back as time passes: at most 3 over, at least
+	// most of it a moment later.
+	if c.Over < 2 || c.Over > 3 || c.Used != c.Capacity+c.Over || c.Remaining != 0 {
+		t.Fatalf("GET after a charge of 7 against 4: %+v, want used 4 + over (3, or 2 a moment later), remaining 0", c)
+	}
+}
+
 func checkGetReset(t *testing.T, f *fixture, key, value string) {
 	t.Helper()
 	q := "?domain=t&" + key + "=" + value
@@ -138,6 +155,7 @@ func TestEveryStoreEveryAlgorithm(t *testing.T) {
 				for _, key := range []string{a.String(), a.String() + "_short"} {
 					t.Run(key, func(t *testing.T) {
 						checkGetReset(t, f, key, "alice")
+						checkOver(t, f, key, "bob")
 						// The 5th request, refused, is cached by the deny
 						// cache; a second reset must forget it.
 						f.answer(t, http.MethodPost, "/counters/reset?domain=t&"+key+"=alice")

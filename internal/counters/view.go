@@ -84,8 +84,8 @@ func (h *Handler) peek(ctx context.Context, v *view) error {
 	}
 	for i, d := range ds {
 		c := &v.answer.Limits[v.at[i]]
-		c.Remaining = d.Remaining
-		c.Used = max(0, c.Capacity-d.Remaining)
+		c.Remaining, c.Over = d.Remaining, d.Debt
+		c.Used = max(0, c.Capacity-d.Remaining) + d.Debt
 		c.ResetSeconds = seconds(d.ResetAfter)
 	}
 	return nil

@@ -157,9 +157,10 @@ func (c *Cache) EvaluateBound() time.Duration { return limit.BoundOf(c.inner) }
 // every quota is over), the wrapped Limiter would reject the call: it is
 // answered
 // without it, each hit with Allowed false, Remaining 0, RetryAfter the time
-// left until the instant the store gave, and ResetAfter the store's minus
-// the time elapsed (a hit costing more than its limit's capacity gets Never
-// and RetryAfter 0, as from the store), and nothing is consumed, as the
+// left until the instant the store gave, ResetAfter the store's minus
+// the time elapsed and Debt 0, which the cache does not keep (a hit
+// costing more than its limit's capacity gets Never and RetryAfter 0, as
+// from the store), and nothing is consumed, as the
 // wrapped Limiter would consume nothing. When an enforced hit's cached
 // denial blocks the call but the cache does not know its other hits, and
 // those are fixed windows on keys of their own, the wrapped Limiter is
@@ -293,7 +294,7 @@ func looked(h *limit.Hit, seen limit.Decision) limit.Decision {
 	if h.Cost == 0 || h.Cost <= seen.Remaining && seen.Allowed {
 		return seen
 	}
-	return limit.Decision{Remaining: seen.Remaining, ResetAfter: seen.ResetAfter, RetryAfter: seen.ResetAfter}
+	return limit.Decision{Remaining: seen.Remaining, Debt: seen.Debt, ResetAfter: seen.ResetAfter, RetryAfter: seen.ResetAfter}
 }
 
 // denied reports whether h has a cached denial still in force, and copies

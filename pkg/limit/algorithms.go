@@ -54,6 +54,7 @@ type outcome struct {
 	allowed    bool
 	never      bool
 	remaining  int64
+	debt       int64 // hits past the limit, after the hit
 	resetAfter int64 // µs
 	retryAfter int64 // µs
 	// write reports that the state changed and the returned state must be
@@ -70,6 +71,7 @@ func (o *outcome) decision() Decision {
 	return Decision{
 		Allowed:    o.allowed,
 		Remaining:  o.remaining,
+		Debt:       o.debt,
 		ResetAfter: time.Duration(o.resetAfter) * time.Microsecond,
 		RetryAfter: time.Duration(o.retryAfter) * time.Microsecond,
 		Never:      o.never,
@@ -212,7 +214,7 @@ func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64,
 	if !o.allowed {
 		o.retryAfter = end - now
 	}
-	o.remaining = max(0, limit-n)
+	o.remaining, o.debt = max(0, limit-n), max(0, n-limit)
 	return fixedState{start: start, count: n}, o
 }
 
@@ -265,6 +267,7 @@ func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool
 		o.remaining = max(0, int64(math.Floor(float64(limit)-(est+float64(cost)))))
 	case force:
 		rs, o.write = rs.addUpTo(k, cost, countCap(limit))
+		est = slidingEstimate(rs, k, n, g, now)
 		if cost <= limit {
 			o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
 		}
@@ -272,6 +275,7 @@ func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool
 		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
 		o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
 	}
+	o.debt = max(0, int64(math.Ceil(est-float64(limit))))
 	if len(rs) > 0 {
 		o.resetAfter = (rs.newest()+n+1)*g - now
 	}
@@ -390,7 +394,7 @@ func stepSlidingLog(rs runs, limit, w, now, cost int64, refund, force bool) (run
 	default:
 		o.retryAfter = rs.nthOldest(n+cost-limit) + w - now
 	}
-	o.remaining = max(0, limit-n)
+	o.remaining, o.debt = max(0, limit-n), max(0, n-limit)
 	if len(rs) > 0 {
 		o.resetAfter = rs.newest() + w - now
 	}
@@ -480,7 +484,7 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 	default:
 		o.retryAfter = firstPass(ceilMicros((fc-t0)/r), func(d int64) bool { return tokensAt(st, now+d, r, fb) >= fc })
 	}
-	o.remaining = max(0, int64(math.Floor(ta)))
+	o.remaining, o.debt = max(0, int64(math.Floor(ta))), max(0, int64(math.Ceil(-ta)))
 	o.resetAfter = settleMicros(fb-ta, r)
 	o.ttl = o.resetAfter
 	return bucketState{value: ta, ts: now}, o
@@ -532,7 +536,7 @@ func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 	default:
 		o.retryAfter = firstPass(ceilMicros((l0+fc-fb)/r), func(d int64) bool { return levelAt(st, now+d, r)+fc <= fb })
 	}
-	o.remaining = max(0, int64(math.Floor(fb-la)))
+	o.remaining, o.debt = max(0, int64(math.Floor(fb-la))), max(0, int64(math.Ceil(la-fb)))
 	o.resetAfter = settleMicros(la, r)
 	o.ttl = o.resetAfter
 	return bucketState{value: la, ts: now}, o
@@ -631,6 +635,7 @@ func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund, force
 		o.retryAfter = gcraReach(nt-tau, n, period, s)
 	}
 	o.remaining = max(0, int64(math.Floor((tau-(after-nu))/s)))
+	o.debt = max(0, int64(math.Ceil((after-nu-tau)/s)))
 	if after > nu {
 		o.resetAfter = gcraReach(after, n, period, s)
 	}

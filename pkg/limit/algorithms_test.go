@@ -283,7 +283,7 @@ func (m model) evaluate(hits []Hit, now int64) (decisions []Decision, blocked bo
 				st := w.st
 				st.runs = append(runs(nil), w.st.runs...)
 				o := step(&st, w.ok, &h.Spec, now, 0, false, false)
-				out[i] = Decision{Allowed: true, Remaining: o.remaining, ResetAfter: time.Duration(o.resetAfter) * time.Microsecond}
+				out[i] = Decision{Allowed: true, Remaining: o.remaining, Debt: o.debt, ResetAfter: time.Duration(o.resetAfter) * time.Microsecond}
 			}
 		}
 		working = after
@@ -331,8 +331,7 @@ func (m model) run(hits []Hit, now int64, applies func(*Hit) bool) ([]Decision, 
 		if o.write {
 			w.dirty, w.ok, w.expire = true, o.ttl > 0, now+o.ttl
 		}
-		out[i] = Decision{o.allowed, o.remaining, time.Duration(o.resetAfter) * time.Microsecond,
-			time.Duration(o.retryAfter) * time.Microsecond, o.never}
+		out[i] = o.decision()
 	}
 	return out, working
 }

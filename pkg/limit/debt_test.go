@@ -61,8 +61,9 @@ func TestDebtIsPaidAtTheRate(t *testing.T) {
 		capacity, w := h.spec.Capacity(), h.spec.WindowMicros()
 		cost := capacity + 1 + rng.Int63n(5*capacity)
 		o := h.charge(cost)
-		if o.allowed || o.remaining != 0 || !o.never || o.retryAfter != 0 {
-			t.Fatalf("%+v: a charge of %d above the capacity %d: %+v, want denied, Never, Remaining 0", h.spec, cost, capacity, o)
+		if o.allowed || o.remaining != 0 || !o.never || o.retryAfter != 0 || o.debt != cost-capacity {
+			t.Fatalf("%+v: a charge of %d above the capacity %d: %+v, want denied, Never, Remaining 0, Debt %d",
+				h.spec, cost, capacity, o, cost-capacity)
 		}
 		paid := firstAllowed(h, h.now, 0) - h.now
 		excess := float64(cost-capacity) * float64(w) / float64(h.spec.Limit) // µs at the rate

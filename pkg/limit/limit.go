@@ -372,6 +372,13 @@ type Decision struct {
 	// Remaining is how many more hits of cost 1 this limit would admit right
 	// now, after this hit if it was allowed and consumed. Never negative.
 	Remaining int64
+	// Debt is how far past its limit the counter is after this hit, in hits
+	// (rounded up): what usage charges (Hit.Usage) took beyond it, still
+	// counted in a window or still owed by a bucket, or what a limit
+	// lowered under the counter left over. 0 when the counter is within
+	// its limit. When it is not, Remaining is 0, and the counter has used
+	// its capacity plus Debt.
+	Debt int64
 	// ResetAfter is the time until the counter is whole again: the end of the
 	// current window for window algorithms, the time until the bucket is full
 	// for bucket algorithms, until the newest logged hit leaves a sliding log.

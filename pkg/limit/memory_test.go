@@ -633,7 +633,7 @@ func TestAllOrNothing(t *testing.T) {
 			blocked: true,
 			setup:   []limit.Hit{h("q1", fixed, 3), h("q2", fixed, 3)},
 			call:    []limit.Hit{quota(1, "q1", fixed2, 0), quota(2, "q2", fixed, 1), h("e", fixed, 1)},
-			want:    []limit.Decision{deny(0, time.Minute, time.Minute), deny(0, time.Minute, time.Minute), allow(3, time.Minute)},
+			want:    []limit.Decision{withDebt(deny(0, time.Minute, time.Minute), 1), deny(0, time.Minute, time.Minute), allow(3, time.Minute)},
 			after:   []limit.Hit{h("e", fixed, 0)},
 			wantRem: []int64{3},
 		},
@@ -1023,7 +1023,7 @@ func TestLimitChangeKeepsState(t *testing.T) {
 		// A new burst changes the tolerance, not the arrival time.
 		{"gcra burst 100 to 10", limit.Spec{Algorithm: limit.GCRA, Limit: 10, Window: time.Second, Burst: 100}, 15,
 			limit.Spec{Algorithm: limit.GCRA, Limit: 10, Window: time.Second},
-			deny(0, 1500*time.Millisecond, 600*time.Millisecond), 1500 * time.Millisecond, 10},
+			withDebt(deny(0, 1500*time.Millisecond, 600*time.Millisecond), 5), 1500 * time.Millisecond, 10},
 		{"token bucket 100/s to 10/s", perSecond(limit.TokenBucket, 100), 100, perSecond(limit.TokenBucket, 10),
 			deny(0, time.Second, 100*time.Millisecond), time.Second, 10},
 	}
@@ -1052,4 +1052,10 @@ func TestLimitChangeKeepsState(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withDebt is d with Debt set: a counter past a limit lowered under it.
+func withDebt(d limit.Decision, debt int64) limit.Decision {
+	d.Debt = debt
+	return d
 }

@@ -166,25 +166,26 @@ func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (
 		d := limit.Decision{ResetAfter: reset}
 		switch w := max(0, n-sl.denied); {
 		case h.Refund:
-			d.Allowed, d.Remaining = true, max(0, lim-hs.stored) // a call that consumes sets it again (refunded)
+			// A call that consumes sets them again (refunded).
+			d.Allowed, d.Remaining, d.Debt = true, max(0, lim-hs.stored), max(0, hs.stored-lim)
 		case hs.consume:
 			w = max(0, w-h.Cost)
 			switch {
 			case w+h.Cost <= lim:
 				d.Allowed, d.Remaining = true, lim-w-h.Cost
 			case hs.charge:
-				d = charged(lim, h.Cost, reset)
+				d = charged(lim, w+h.Cost, h.Cost, reset)
 			default:
 				sl.denied += h.Cost
-				d.Remaining, d.RetryAfter = max(0, lim-w), reset
+				d.Remaining, d.Debt, d.RetryAfter = max(0, lim-w), max(0, w-lim), reset
 			}
 		case h.Cost > 0:
 			// Above what the limit can ever admit: a peek's answer, never.
-			d.Never, d.Remaining = true, max(0, lim-w)
+			d.Never, d.Remaining, d.Debt = true, max(0, lim-w), max(0, w-lim)
 		case w <= lim:
 			d.Allowed, d.Remaining = true, lim-w
 		default:
-			d.RetryAfter = reset
+			d.RetryAfter, d.Debt = reset, w-lim
 		}
 		decisions[i] = d
 	}
@@ -217,8 +218,8 @@ func (c *call) blocked(hits []limit.Hit, decisions []limit.Decision) {
 			decisions[i] = limit.Decision{Allowed: true, Remaining: lim - sl.after - h.Cost, ResetAfter: reset}
 			sl.after += h.Cost
 		case hs.charge:
-			decisions[i] = charged(lim, h.Cost, reset)
 			sl.after += h.Cost
+			decisions[i] = charged(lim, sl.after, h.Cost, reset)
 		case h.Usage && h.Refund:
 			sl.after = max(0, sl.after-h.Cost) // decided by its decr (refunded)
 		}
@@ -226,19 +227,21 @@ func (c *call) blocked(hits []limit.Hit, decisions []limit.Decision) {
 	for i := range hits {
 		h, hs := &hits[i], &c.hits[i]
 		if hs.slot >= 0 && !(h.Usage && h.Cost > 0) && decisions[i].Allowed {
-			decisions[i] = limit.Decision{Allowed: true, Remaining: max(0, h.Spec.Limit-c.slots[hs.slot].after), ResetAfter: decisions[i].ResetAfter}
+			after := c.slots[hs.slot].after
+			decisions[i] = limit.Decision{Allowed: true, Remaining: max(0, h.Spec.Limit-after), Debt: max(0, after-h.Spec.Limit),
+				ResetAfter: decisions[i].ResetAfter}
 		}
 	}
 }
 
 // charged is the decision of a charge of cost that took its counter past
-// lim, as limit's fixed window gives it: nothing left, a retry when the
-// window ends, never for a cost above the limit.
-func charged(lim, cost int64, reset time.Duration) limit.Decision {
+// lim, to count, as limit's fixed window gives it: nothing left, a retry
+// when the window ends, never for a cost above the limit.
+func charged(lim, count, cost int64, reset time.Duration) limit.Decision {
 	if cost > lim {
-		return limit.Decision{ResetAfter: reset, Never: true}
+		return limit.Decision{ResetAfter: reset, Never: true, Debt: count - lim}
 	}
-	return limit.Decision{ResetAfter: reset, RetryAfter: reset}
+	return limit.Decision{ResetAfter: reset, RetryAfter: reset, Debt: count - lim}
 }
 
 // settle returns the second step's commands: give back every increment of
@@ -274,7 +277,8 @@ func (c *call) settle(hits []limit.Hit, blocked bool) []*command {
 func (c *call) refunded(hits []limit.Hit, decisions []limit.Decision) {
 	for i := range hits {
 		if hs := &c.hits[i]; hs.refund >= 0 {
-			decisions[i].Remaining = max(0, hits[i].Spec.Limit-count(&c.cmds2[hs.refund]))
+			n := count(&c.cmds2[hs.refund])
+			decisions[i].Remaining, decisions[i].Debt = max(0, hits[i].Spec.Limit-n), max(0, n-hits[i].Spec.Limit)
 		}
 	}
 }

@@ -69,7 +69,7 @@ func TestSequences(t *testing.T) {
 		}},
 		{"a peek at a counter above a lowered limit is denied", []step{
 			{hit(8), limit.Decision{Allowed: true, Remaining: 2, ResetAfter: reset}, "8"},
-			{limit.Hit{Key: "k", Spec: fixed(5, time.Minute)}, limit.Decision{Remaining: 0, ResetAfter: reset, RetryAfter: reset}, "8"},
+			{limit.Hit{Key: "k", Spec: fixed(5, time.Minute)}, limit.Decision{Remaining: 0, Debt: 3, ResetAfter: reset, RetryAfter: reset}, "8"},
 		}},
 		{"limit 0 never touches the store", []step{
 			{limit.Hit{Key: "k", Spec: fixed(0, time.Minute), Cost: 1}, limit.Decision{Never: true}, ""},

@@ -371,9 +371,9 @@ func TestLooseCounterForms(t *testing.T) {
 			if got[0] != got[1] {
 				t.Errorf("%q, %+v:\nfast path %s\ngeneral   %s", v, c, got[0], got[1])
 			}
-			want := fmt.Sprintf("[1 2 %d 0 0 1 1 %d 0 0 0]", w-now%w, w-now%w)
+			want := fmt.Sprintf("[1 2 %d 0 0 0 1 1 %d 0 0 0 0]", w-now%w, w-now%w)
 			if c.alone {
-				want = fmt.Sprintf("[1 1 %d 0 0 0]", w-now%w)
+				want = fmt.Sprintf("[1 1 %d 0 0 0 0]", w-now%w)
 			}
 			if !strings.HasPrefix(got[0], want) ||
 				!strings.Contains(got[0], fmt.Sprint(" ", this+1, " ")) {

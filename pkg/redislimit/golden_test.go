@@ -67,6 +67,7 @@ type goldenWant struct {
 	Reset     int64 `json:"reset_us"`
 	Retry     int64 `json:"retry_us"`
 	Never     bool  `json:"never,omitempty"`
+	Debt      int64 `json:"debt,omitempty"`
 }
 
 var calendarUnits = map[string]limit.CalendarUnit{
@@ -113,7 +114,7 @@ func (g goldenHit) hit(t *testing.T, sp limit.Spec) limit.Hit {
 
 func wantOf(d limit.Decision) goldenWant {
 	return goldenWant{Allowed: d.Allowed, Remaining: d.Remaining, Reset: d.ResetAfter.Microseconds(),
-		Retry: d.RetryAfter.Microseconds(), Never: d.Never}
+		Retry: d.RetryAfter.Microseconds(), Never: d.Never, Debt: d.Debt}
 }
 
 // TestGolden runs the shared vectors against limit.Memory and against the
@@ -315,23 +316,23 @@ func TestGoldenHandChecked(t *testing.T) {
 		want       goldenWant
 		whyWritten string
 	}{
-		{"fixed_window 3 per s", 2, 0, goldenWant{true, 0, s - 2, 0, false}, "third hit at 2 µs: none left, window ends at 1 s"},
-		{"fixed_window 3 per s", 3, 0, goldenWant{false, 0, s - 3, s - 3, false}, "fourth hit at 3 µs: retry at the window's end"},
-		{"fixed_window 3 per s", 5, 0, goldenWant{true, 2, s, 0, false}, "at 1 s a new window"},
-		{"fixed_window 3 per s", 8, 0, goldenWant{false, 3, s - 2, 0, true}, "after the refund of 2 at count 1, cost 4 above the limit 3: never, a peek's remaining 3"},
-		{"sliding_log 3 per s", 3, 0, goldenWant{false, 0, s - 1, s - 3, false}, "hits at 0, 1, 2 µs: retry when the one at 0 leaves, reset when the one at 2 does"},
-		{"sliding_log spread", 3, 0, goldenWant{false, 0, 900000, 700000, false}, "at 300 ms: the hit of 0 leaves at 1 s, the newest (200 ms) at 1.2 s"},
-		{"token_bucket 3 per s", 3, 0, goldenWant{false, 0, s - 3, 333334 - 3, false}, "one token takes 333333.3 µs: ceil, less the 3 µs elapsed"},
-		{"gcra 3 per s", 3, 0, goldenWant{false, 0, s - 3, 333334 - 3, false}, "as the token bucket it mirrors"},
-		{"fixed_window calendar day New York", 2, 0, goldenWant{false, 0, 5*3600*s - 2, 5*3600*s - 2, false}, "retry at local midnight, 5 h after 19:00"},
-		{"modes fixed_window 1 per s", 2, 0, goldenWant{true, 1, s - 2, 0, false}, "blocked: c reports a peek, remaining 1"},
-		{"modes fixed_window 1 per s", 4, 1, goldenWant{true, 0, s - 4, 0, false}, "one quota not over: d consumes"},
-		{"debt fixed_window 3 per s", 1, 0, goldenWant{false, 0, s - 1, s - 1, false}, "2 then 3 charged: 5 counted against 3, retry at the window's end"},
-		{"debt fixed_window 3 per s", 2, 0, goldenWant{false, 0, s - 2, s - 2, false}, "a look at 5 counted against 3: denied"},
-		{"debt token_bucket 3 per s", 1, 0, goldenWant{false, 0, 1666666, 1666666, false}, "2 charged at 0, 3 at 1 µs: -1.999997 tokens, 3 (full) again after 4.999997/3 s"},
-		{"debt token_bucket 3 per s", 4, 0, goldenWant{false, 0, 4999996, 0, true}, "10 more at 4 µs from -1.999988: kept, full after 14.999988/3 s; above the burst: never"},
-		{"usage modes fixed_window 2 per s", 0, 1, goldenWant{false, 0, s, 0, true}, "a charge of 3 above the limit 2 is kept: never"},
-		{"usage modes fixed_window 2 per s", 1, 1, goldenWant{false, 0, s - 1, s - 1, false}, "1 more on v, at 3 against 2: denied, kept"},
+		{"fixed_window 3 per s", 2, 0, goldenWant{true, 0, s - 2, 0, false, 0}, "third hit at 2 µs: none left, window ends at 1 s"},
+		{"fixed_window 3 per s", 3, 0, goldenWant{false, 0, s - 3, s - 3, false, 0}, "fourth hit at 3 µs: retry at the window's end"},
+		{"fixed_window 3 per s", 5, 0, goldenWant{true, 2, s, 0, false, 0}, "at 1 s a new window"},
+		{"fixed_window 3 per s", 8, 0, goldenWant{false, 3, s - 2, 0, true, 0}, "after the refund of 2 at count 1, cost 4 above the limit 3: never, a peek's remaining 3"},
+		{"sliding_log 3 per s", 3, 0, goldenWant{false, 0, s - 1, s - 3, false, 0}, "hits at 0, 1, 2 µs: retry when the one at 0 leaves, reset when the one at 2 does"},
+		{"sliding_log spread", 3, 0, goldenWant{false, 0, 900000, 700000, false, 0}, "at 300 ms: the hit of 0 leaves at 1 s, the newest (200 ms) at 1.2 s"},
+		{"token_bucket 3 per s", 3, 0, goldenWant{false, 0, s - 3, 333334 - 3, false, 0}, "one token takes 333333.3 µs: ceil, less the 3 µs elapsed"},
+		{"gcra 3 per s", 3, 0, goldenWant{false, 0, s - 3, 333334 - 3, false, 0}, "as the token bucket it mirrors"},
+		{"fixed_window calendar day New York", 2, 0, goldenWant{false, 0, 5*3600*s - 2, 5*3600*s - 2, false, 0}, "retry at local midnight, 5 h after 19:00"},
+		{"modes fixed_window 1 per s", 2, 0, goldenWant{true, 1, s - 2, 0, false, 0}, "blocked: c reports a peek, remaining 1"},
+		{"modes fixed_window 1 per s", 4, 1, goldenWant{true, 0, s - 4, 0, false, 0}, "one quota not over: d consumes"},
+		{"debt fixed_window 3 per s", 1, 0, goldenWant{false, 0, s - 1, s - 1, false, 2}, "2 then 3 charged: 5 counted against 3, retry at the window's end"},
+		{"debt fixed_window 3 per s", 2, 0, goldenWant{false, 0, s - 2, s - 2, false, 2}, "a look at 5 counted against 3: denied"},
+		{"debt token_bucket 3 per s", 1, 0, goldenWant{false, 0, 1666666, 1666666, false, 2}, "2 charged at 0, 3 at 1 µs: -1.999997 tokens, 3 (full) again after 4.999997/3 s"},
+		{"debt token_bucket 3 per s", 4, 0, goldenWant{false, 0, 4999996, 0, true, 12}, "10 more at 4 µs from -1.999988: kept, full after 14.999988/3 s; above the burst: never"},
+		{"usage modes fixed_window 2 per s", 0, 1, goldenWant{false, 0, s, 0, true, 1}, "a charge of 3 above the limit 2 is kept: never"},
+		{"usage modes fixed_window 2 per s", 1, 1, goldenWant{false, 0, s - 1, s - 1, false, 2}, "1 more on v, at 3 against 2: denied, kept"},
 	} {
 		gc := byName[c.name]
 		if gc == nil || c.step >= len(gc.Steps) || c.hit >= len(gc.Steps[c.step].Want) {

@@ -330,6 +330,7 @@ func decode(reply any, decisions []limit.Decision) (blocked bool, err error) {
 			ResetAfter: time.Duration(f[fieldReset]) * time.Microsecond,
 			RetryAfter: time.Duration(f[fieldRetry]) * time.Microsecond,
 			Never:      f[fieldNever] == 1,
+			Debt:       f[fieldDebt],
 		}
 	}
 	v, ok := r[size-1].(int64)

@@ -39,7 +39,7 @@ const (
 
 // The script returns, per request, fieldsPerDecision integers per hit, at
 // these offsets: allowed (0/1), remaining, reset (µs), retry (µs), never
-// (0/1); then the request's verdict, 1 when it is blocked (limit.Blocked),
+// (0/1), debt; then the request's verdict, 1 when it is blocked (limit.Blocked),
 // which the script decided and applied: a reader takes it from there
 // rather than deciding again.
 const (
@@ -48,6 +48,7 @@ const (
 	fieldReset
 	fieldRetry
 	fieldNever
+	fieldDebt
 	fieldsPerDecision
 )
 
@@ -82,6 +83,7 @@ func luaConstants() []luaConstant {
 		luaConstant{"FIELD_RESET", fieldReset},
 		luaConstant{"FIELD_RETRY", fieldRetry},
 		luaConstant{"FIELD_NEVER", fieldNever},
+		luaConstant{"FIELD_DEBT", fieldDebt},
 		luaConstant{"FIELDS_PER_DECISION", fieldsPerDecision},
 		luaConstant{"GCRA_EPOCH", limit.GCRAEpoch},
 		luaConstant{"MAX_COUNT", limit.MaxCount},

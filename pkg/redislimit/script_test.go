@@ -272,7 +272,7 @@ func TestScriptStartsWithConstants(t *testing.T) {
 	if seen >= flagQuotaBase {
 		t.Errorf("flags %b reach flagQuotaBase %d", seen, flagQuotaBase)
 	}
-	if fieldNever != fieldsPerDecision-1 {
-		t.Errorf("fieldNever %d is not the last of %d fields", fieldNever, fieldsPerDecision)
+	if fieldDebt != fieldsPerDecision-1 {
+		t.Errorf("fieldDebt %d is not the last of %d fields", fieldDebt, fieldsPerDecision)
 	}
 }

@@ -219,7 +219,7 @@ func (m logModel) step(sp limit.Spec, now, cost int64, refund bool) (logModel, l
 	default:
 		d.RetryAfter = time.Duration(live[n+cost-sp.Limit-1]+w-now) * us
 	}
-	d.Remaining = max(0, sp.Limit-int64(len(live)))
+	d.Remaining, d.Debt = max(0, sp.Limit-int64(len(live))), max(0, int64(len(live))-sp.Limit)
 	if len(live) > 0 {
 		d.ResetAfter = time.Duration(live[len(live)-1]+w-now) * us
 	}
@@ -289,7 +289,7 @@ func TestSlidingLogMatchesModel(t *testing.T) {
 				for i, h := range hits {
 					if want[i].Allowed {
 						_, d, _ := logs[h.Key].step(h.Spec, now, 0, false)
-						want[i].Remaining, want[i].ResetAfter = d.Remaining, d.ResetAfter
+						want[i].Remaining, want[i].Debt, want[i].ResetAfter = d.Remaining, d.Debt, d.ResetAfter
 						want[i].RetryAfter, want[i].Never = 0, false
 					}
 				}

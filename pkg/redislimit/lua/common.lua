@@ -37,8 +37,8 @@ end
 local the_outcome = {}
 local function outcome(allowed, remaining, reset, retry, write, ttl)
   local o = the_outcome
-  o.allowed, o.never, o.remaining, o.reset, o.retry, o.write, o.ttl =
-    allowed, false, remaining, reset, retry, write, ttl
+  o.allowed, o.never, o.remaining, o.reset, o.retry, o.write, o.ttl, o.debt =
+    allowed, false, remaining, reset, retry, write, ttl, 0
   return o
 end
 

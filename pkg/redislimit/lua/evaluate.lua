@@ -27,9 +27,9 @@
 --     calendar fixed window (four ascending instants around the server's
 --     clock).
 -- Returns an array with one element per request: an array of
---   FIELDS_PER_DECISION (5) integers per hit, at offsets FIELD_ALLOWED
---   (0/1), FIELD_REMAINING, FIELD_RESET (µs), FIELD_RETRY (µs) and
---   FIELD_NEVER (0/1), 0 to 4 in this order, then one more: 1 when the
+--   FIELDS_PER_DECISION (6) integers per hit, at offsets FIELD_ALLOWED
+--   (0/1), FIELD_REMAINING, FIELD_RESET (µs), FIELD_RETRY (µs),
+--   FIELD_NEVER (0/1) and FIELD_DEBT, 0 to 5 in this order, then one more: 1 when the
 --   request is blocked (it wrote nothing), else 0; or an error reply, when the request could not be decided
 --   (its clocks disagree with a calendar's, a key holds something else, ...):
 --   such a request writes nothing, and the other requests are decided as
@@ -118,6 +118,7 @@ local function put(out, p, o)
   out[p + FIELD_RESET] = o.reset
   out[p + FIELD_RETRY] = o.retry
   out[p + FIELD_NEVER] = o.never and 1 or 0
+  out[p + FIELD_DEBT] = o.debt
 end
 
 -- single returns the reply of a request of one hit, decided by outcome o,
@@ -126,11 +127,12 @@ end
 -- step; it lists the fields in the order of their FIELD_ offsets, which
 -- the check below holds to.
 if not (FIELD_ALLOWED == 0 and FIELD_REMAINING == FIELD_ALLOWED + 1 and FIELD_RESET == FIELD_REMAINING + 1 and
-    FIELD_RETRY == FIELD_RESET + 1 and FIELD_NEVER == FIELD_RETRY + 1 and FIELDS_PER_DECISION == FIELD_NEVER + 1) then
+    FIELD_RETRY == FIELD_RESET + 1 and FIELD_NEVER == FIELD_RETRY + 1 and FIELD_DEBT == FIELD_NEVER + 1 and
+    FIELDS_PER_DECISION == FIELD_DEBT + 1) then
   error('floodgate: evaluate.lua: single() lists the fields in another order than FIELD_')
 end
 local function single(o, blocked)
-  return {o.allowed and 1 or 0, o.remaining, o.reset, o.retry, o.never and 1 or 0, blocked and 1 or 0}
+  return {o.allowed and 1 or 0, o.remaining, o.reset, o.retry, o.never and 1 or 0, o.debt, blocked and 1 or 0}
 end
 
 -- parse_spec returns the spec table of a spec argument, parsing each
@@ -370,7 +372,7 @@ local function fixed_one(key, h, cost, now, usage)
       fixed_take_back(key, did, cost)
       read_first = true
     end
-    return {0, limit > count and limit - count or 0, reset, reset, 0, blocked and 1 or 0}
+    return {0, limit > count and limit - count or 0, reset, reset, 0, count > limit and count - limit or 0, blocked and 1 or 0}
   end
   if cost > 0 then
     if held and not addable(held) then
@@ -385,9 +387,9 @@ local function fixed_one(key, h, cost, now, usage)
   end
   if over then
     read_first = true
-    return {0, 0, reset, reset, 0, 1}
+    return {0, 0, reset, reset, 0, count - limit, 1}
   end
-  return {1, limit - count, reset, 0, 0, 0}
+  return {1, limit - count, reset, 0, 0, 0, 0}
 end
 
 -- fast_h[k] is the spec of the call's hit on keys[k] when fixed_takes it,
@@ -409,9 +411,9 @@ local f_did, f_count, f_tag, f_reset, f_held = {}, {}, {}, {}, {}
 -- constructor where Lua would grow an empty table four times (see single);
 -- the check below holds each to its size.
 local reply_of = {
-  function() return {0, 0, 0, 0, 0, 0} end,
-  function() return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end,
-  function() return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end,
+  function() return {0, 0, 0, 0, 0, 0, 0} end,
+  function() return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end,
+  function() return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end,
 }
 for n = 1, #reply_of do
   if #reply_of[n]() ~= FIELDS_PER_DECISION * n + 1 then
@@ -542,14 +544,14 @@ local function fixed(keys, now, k0, n)
     f_did[i] = did
     local reset = start + w - now
     local p = FIELDS_PER_DECISION * (i - 1) + 1
-    local allowed, remaining, retry = 1, limit - count, 0
+    local allowed, remaining, retry, debt = 1, limit - count, 0, 0
     if count + cost > limit and usage and cost > 0 then
       -- Charged all the same; past MAX_COUNT the general path counts.
       if count + cost > MAX_COUNT then
         fixed_undo(keys, k0, i)
         return nil
       end
-      allowed, remaining, retry, blocked = 0, 0, reset, true
+      allowed, remaining, retry, debt, blocked = 0, 0, reset, count + cost - limit, true
       if settles(k0, i) then
         settle = true
         f_count[i], f_tag[i], f_reset[i], f_held[i] = count, tag, reset, held or false
@@ -559,7 +561,7 @@ local function fixed(keys, now, k0, n)
       -- nothing.
       allowed, retry = 0, reset
       if remaining < 0 then
-        remaining = 0
+        remaining, debt = 0, -remaining
       end
       if cost > 0 and not blocked then
         blocked = true
@@ -577,7 +579,7 @@ local function fixed(keys, now, k0, n)
       end
     end
     out[p + FIELD_ALLOWED], out[p + FIELD_REMAINING], out[p + FIELD_RESET] = allowed, remaining, reset
-    out[p + FIELD_RETRY], out[p + FIELD_NEVER] = retry, 0
+    out[p + FIELD_RETRY], out[p + FIELD_NEVER], out[p + FIELD_DEBT] = retry, 0, debt
   end
   if settle and (usage or not blocked) and not fixed_settle(keys, k0, n, now) then
     return nil
@@ -662,7 +664,7 @@ local function conclude(keys, k0, n, now, out, work, order, specs, denied, charg
         end
         local _, o = step(w.algo, st, ok, specs[i], 0, false, now, false)
         out[p + FIELD_REMAINING], out[p + FIELD_RESET] = o.remaining, o.reset
-        out[p + FIELD_RETRY], out[p + FIELD_NEVER] = 0, 0
+        out[p + FIELD_RETRY], out[p + FIELD_NEVER], out[p + FIELD_DEBT] = 0, 0, o.debt
       end
     end
     if after then

@@ -99,7 +99,7 @@ local function step(st, ok, h, now, cost, refund, force)
   if not o.allowed then
     o.retry = stop - now
   end
-  o.remaining = math.max(0, limit - n)
+  o.remaining, o.debt = math.max(0, limit - n), math.max(0, n - limit)
   return {start = start, tag = tag, count = n, expires = same and st.expires}, o
 end
 

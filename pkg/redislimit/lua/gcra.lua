@@ -106,6 +106,7 @@ local function step(st, ok, h, now, cost, refund, force)
     o.retry = reach(nt - tau, n, period, s)
   end
   o.remaining = math.max(0, math.floor((tau - (after - nu)) / s))
+  o.debt = math.max(0, math.ceil((after - nu - tau) / s))
   if after > nu then
     o.reset = reach(after, n, period, s)
   end

@@ -63,7 +63,7 @@ local function step(st, ok, h, now, cost, refund, force)
   else
     o.retry = first_pass(math.ceil((l0 + cost - b) / r), function(d) return level_at(value, ts, now + d, r) + cost <= b end)
   end
-  o.remaining = math.max(0, math.floor(b - la))
+  o.remaining, o.debt = math.max(0, math.floor(b - la)), math.max(0, math.ceil(la - b))
   o.reset = settle(la, r)
   o.ttl = o.reset
   return {value = la, ts = now}, o

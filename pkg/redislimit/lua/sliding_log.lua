@@ -234,7 +234,7 @@ local function step(st, ok, h, now, cost, refund, force)
   else
     o.retry = nth_oldest(nst, now, n + cost - limit) + w - now
   end
-  o.remaining = math.max(0, limit - n)
+  o.remaining, o.debt = math.max(0, limit - n), math.max(0, n - limit)
   if n > 0 then
     o.reset = newest(nst, now) + w - now
   end

@@ -152,6 +152,7 @@ local function step(st, ok, h, now, cost, refund, force)
       cnt[k] = (cnt[k] or 0) + add
       o.write = true
     end
+    est = estimate(cnt, k, n, g, now)
     if cost <= limit then
       o.retry = retry_after(cnt, k, n, g, limit, cost, now)
     end
@@ -159,6 +160,7 @@ local function step(st, ok, h, now, cost, refund, force)
     o.remaining = math.max(0, math.floor(limit - est))
     o.retry = retry_after(cnt, k, n, g, limit, cost, now)
   end
+  o.debt = math.max(0, math.ceil(est - limit))
   local newest = nil
   for i in pairs(cnt) do
     if newest == nil or i > newest then

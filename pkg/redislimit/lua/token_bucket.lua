@@ -62,7 +62,7 @@ local function step(st, ok, h, now, cost, refund, force)
   else
     o.retry = first_pass(math.ceil((cost - t0) / r), function(d) return tokens_at(value, ts, now + d, b, r) >= cost end)
   end
-  o.remaining = math.max(0, math.floor(ta))
+  o.remaining, o.debt = math.max(0, math.floor(ta)), math.max(0, math.ceil(-ta))
   o.reset = settle(b - ta, r)
   o.ttl = o.reset
   return {value = ta, ts = now}, o
