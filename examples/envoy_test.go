@@ -310,7 +310,13 @@ func validate(t *testing.T, bootstrap []byte) (string, error) {
 // server answering every request 200 "ok". It returns its address.
 func startBackend(t testing.TB) string {
 	t.Helper()
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The LLM API of envoy.yaml reports the tokens it used.
+		if strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/reserved/v1/") {
+			w.Header().Set("x-usage-input-tokens", "40")
+			w.Header().Set("x-usage-output-tokens", "60")
+			w.Header().Set("x-usage-total-tokens", "100")
+		}
 		io.WriteString(w, "ok")
 	}))
 	t.Cleanup(s.Close)
@@ -379,6 +385,25 @@ func (tap *rlsTap) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 	return tap.next.ShouldRateLimit(ctx, req)
 }
 
+// described returns describeCalls of the requests recorded since the last
+// take, once they hold at least want descriptors or 5 s passed: Envoy
+// makes the call of a response's end (apply_on_stream_done) after the
+// client has the response.
+func (tap *rlsTap) described(t *testing.T, set *rules.Set, want int) []string {
+	t.Helper()
+	var got []string
+	deadline := time.Now().Add(5 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got = append(got, describeCalls(set, tap.take())...)
+		if len(got) >= want || time.Now().After(deadline) {
+			return got
+		}
+		<-tick.C
+	}
+}
+
 // take returns the requests recorded since the last take.
 func (tap *rlsTap) take() []*rlsv3.RateLimitRequest {
 	tap.mu.Lock()
@@ -390,7 +415,8 @@ func (tap *rlsTap) take() []*rlsv3.RateLimitRequest {
 
 // describeCalls prints each descriptor of the calls with the rule of set
 // it meets, e.g. "api_key=bob, path=/export/a -> demo.api_key.path_/export/*",
-// and "limit=5/MINUTE" for an override.
+// "limit=5/MINUTE" for an override, "hits=N" for the descriptor's own
+// hits_addend and "negative" for is_negative_hits.
 func describeCalls(set *rules.Set, calls []*rlsv3.RateLimitRequest) []string {
 	var out []string
 	for _, c := range calls {
@@ -404,6 +430,12 @@ func describeCalls(set *rules.Set, calls []*rlsv3.RateLimitRequest) []string {
 			s := strings.Join(parts, ", ")
 			if l := d.GetLimit(); l != nil {
 				s += fmt.Sprintf(" limit=%d/%s", l.GetRequestsPerUnit(), l.GetUnit())
+			}
+			if h := d.GetHitsAddend(); h != nil {
+				s += fmt.Sprintf(" hits=%d", h.GetValue())
+			}
+			if d.GetIsNegativeHits() {
+				s += " negative"
 			}
 			if r := set.Match(c.GetDomain(), entries); r != nil {
 				s += " -> " + r.Path
@@ -519,6 +551,22 @@ var envoyHTTPRequests = []envoyRequest{
 	{"a tenant without a plan sends no tenant descriptor", "GET", "/", []string{"x-forwarded-for: 203.0.113.14", "x-tenant: acme"}, []string{
 		"remote_address=203.0.113.14 -> demo.remote_address",
 	}},
+	{"an LLM call looks at each budget, then charges what it used", "POST", "/v1/chat/completions", []string{"x-forwarded-for: 203.0.113.15", "x-user: ann", "x-org: acme"}, []string{
+		"llm_user=ann hits=0 -> demo.llm_user",
+		"llm_org=acme hits=0 -> demo.llm_org",
+		"llm_tokens=input, llm_user=ann hits=0 -> demo.llm_tokens_input.llm_user",
+		"llm_tokens=output, llm_user=ann hits=0 -> demo.llm_tokens_output.llm_user",
+		"llm_user=ann hits=100 -> demo.llm_user",
+		"llm_org=acme hits=100 -> demo.llm_org",
+		"llm_tokens=input, llm_user=ann hits=40 -> demo.llm_tokens_input.llm_user",
+		"llm_tokens=output, llm_user=ann hits=60 -> demo.llm_tokens_output.llm_user",
+	}},
+	{"a reserved LLM call reserves its most, then gives it back for what it used", "POST", "/reserved/v1/chat/completions", []string{"x-forwarded-for: 203.0.113.15", "x-user: bea", "x-max-tokens: 500"}, []string{
+		"llm_reserved=bea hits=0 -> demo.llm_reserved",
+		"llm_reserved=bea hits=500 -> demo.llm_reserved",
+		"llm_reserved=bea hits=500 negative -> demo.llm_reserved",
+		"llm_reserved=bea hits=100 -> demo.llm_reserved",
+	}},
 }
 
 // TestEnvoyExamples runs the Envoy examples and the Istio gateway's
@@ -545,7 +593,7 @@ func TestEnvoyExamples(t *testing.T) {
 			for _, r := range front.requests {
 				tap.take()
 				resp, body := r.send(t, front.addr)
-				got := describeCalls(set, tap.take())
+				got := tap.described(t, set, len(r.want))
 				if !slices.Equal(got, r.want) {
 					t.Errorf("%s: %s: %s %s sends\n\t%s\nwant\n\t%s", front.name, r.name, r.method, r.path,
 						strings.Join(got, "\n\t"), strings.Join(r.want, "\n\t"))

@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -232,16 +233,38 @@ func findEnvoy() (string, error) {
 }
 
 // serveBackend answers every request 200 with what it received, as the
-// compose file's traefik/whoami does.
+// compose file's traefik/whoami does; under /v1/ and /reserved/v1/ it also
+// reports the tokens it "used", as an LLM API does, in the headers the
+// token budgets of examples/envoy.yaml charge (see usageHeaders).
 func serveBackend(addr string) (*http.Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/reserved/v1/") {
+			usageHeaders(w.Header(), r)
+		}
 		fmt.Fprintf(w, "%s %s %s\nHost: %s\n", r.Method, r.URL, r.Proto, r.Host)
 		r.Header.Write(w)
 	})}
 	go s.Serve(l)
 	return s, nil
+}
+
+// usageHeaders sets the usage an LLM API reports for r: 50 input tokens,
+// or x-demo-input-tokens, and 250 output tokens, or x-demo-output-tokens,
+// at most x-max-tokens; and their total.
+func usageHeaders(h http.Header, r *http.Request) {
+	tokens := func(name string, def int64) int64 {
+		if n, err := strconv.ParseInt(r.Header.Get(name), 10, 64); err == nil && n >= 0 {
+			return n
+		}
+		return def
+	}
+	in, out := tokens("x-demo-input-tokens", 50), tokens("x-demo-output-tokens", 250)
+	out = min(out, tokens("x-max-tokens", out))
+	h.Set("x-usage-input-tokens", strconv.FormatInt(in, 10))
+	h.Set("x-usage-output-tokens", strconv.FormatInt(out, 10))
+	h.Set("x-usage-total-tokens", strconv.FormatInt(in+out, 10))
 }
