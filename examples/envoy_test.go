@@ -2,7 +2,6 @@ package examples_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,15 +15,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate/floodgate/internal/harness"
@@ -335,82 +329,23 @@ func startExample(t testing.TB, file, rls, backend string) *envoytest.Envoy {
 	})
 }
 
-// rlsTap sits between Envoy and floodgate: it records every
-// RateLimitRequest Envoy sends and forwards it to floodgate, whose answer
-// Envoy gets unchanged. It lets a test see exactly which descriptors the
-// real Envoy builds for a request. It reports itself SERVING to Envoy's
-// health check.
-type rlsTap struct {
-	rlsv3.UnimplementedRateLimitServiceServer
-	// Addr is the gRPC address to give Envoy.
-	Addr string
-
-	next  rlsv3.RateLimitServiceClient
-	mu    sync.Mutex
-	calls []*rlsv3.RateLimitRequest
-}
-
-// startTap serves a tap in front of floodgate's gRPC address until the test
-// ends.
-func startTap(t testing.TB, floodgateGRPC string) *rlsTap {
-	t.Helper()
-	conn, err := grpc.NewClient(floodgateGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tap := &rlsTap{next: rlsv3.NewRateLimitServiceClient(conn)}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, tap)
-	hs := health.NewServer()
-	hs.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(srv, hs)
-	go srv.Serve(l)
-	t.Cleanup(func() {
-		srv.Stop()
-		conn.Close()
-	})
-	tap.Addr = l.Addr().String()
-	return tap
-}
-
-// ShouldRateLimit records req and forwards it to floodgate.
-func (tap *rlsTap) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	tap.mu.Lock()
-	tap.calls = append(tap.calls, req)
-	tap.mu.Unlock()
-	return tap.next.ShouldRateLimit(ctx, req)
-}
-
-// described returns describeCalls of the requests recorded since the last
-// take, once they hold at least want descriptors or 5 s passed: Envoy
+// described returns describeCalls of the requests tap recorded since the
+// last Take, once they hold at least want descriptors or 5 s passed: Envoy
 // makes the call of a response's end (apply_on_stream_done) after the
 // client has the response.
-func (tap *rlsTap) described(t *testing.T, set *rules.Set, want int) []string {
+func described(t *testing.T, tap *envoytest.Tap, set *rules.Set, want int) []string {
 	t.Helper()
 	var got []string
 	deadline := time.Now().Add(5 * time.Second)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		got = append(got, describeCalls(set, tap.take())...)
+		got = append(got, describeCalls(set, tap.Take())...)
 		if len(got) >= want || time.Now().After(deadline) {
 			return got
 		}
 		<-tick.C
 	}
-}
-
-// take returns the requests recorded since the last take.
-func (tap *rlsTap) take() []*rlsv3.RateLimitRequest {
-	tap.mu.Lock()
-	defer tap.mu.Unlock()
-	calls := tap.calls
-	tap.calls = nil
-	return calls
 }
 
 // describeCalls prints each descriptor of the calls with the rule of set
@@ -575,7 +510,7 @@ var envoyHTTPRequests = []envoyRequest{
 // floodgate and what comes back to the client.
 func TestEnvoyExamples(t *testing.T) {
 	p := startFloodgate(t, "-response-headers", "reference", "-over-limit-body")
-	tap := startTap(t, p.GRPCAddr)
+	tap := envoytest.StartTap(t, p.GRPCAddr)
 	backend := startBackend(t)
 	set := loadRules(t)
 	httpEnvoy := startExample(t, envoyHTTPFile, tap.Addr, backend)
@@ -591,9 +526,9 @@ func TestEnvoyExamples(t *testing.T) {
 			{"Istio gateway", istio, istioRequests},
 		} {
 			for _, r := range front.requests {
-				tap.take()
+				tap.Take()
 				resp, body := r.send(t, front.addr)
-				got := tap.described(t, set, len(r.want))
+				got := described(t, tap, set, len(r.want))
 				if !slices.Equal(got, r.want) {
 					t.Errorf("%s: %s: %s %s sends\n\t%s\nwant\n\t%s", front.name, r.name, r.method, r.path,
 						strings.Join(got, "\n\t"), strings.Join(r.want, "\n\t"))
@@ -699,7 +634,7 @@ func checkEnvoyAnswers(t *testing.T, addr string) {
 // loopback addresses (127.0.0.0/8 is all local on Linux), fresh ones for
 // each attempt: a burst slower than the bucket's refill decides nothing,
 // and is tried again.
-func checkTCPLimit(t *testing.T, e *envoytest.Envoy, tap *rlsTap, set *rules.Set) {
+func checkTCPLimit(t *testing.T, e *envoytest.Envoy, tap *envoytest.Tap, set *rules.Set) {
 	addr := e.Listener("tcp")
 	// connect opens a connection from a local address, sends an HTTP
 	// request for the backend and returns the first line of the answer
@@ -720,7 +655,7 @@ func checkTCPLimit(t *testing.T, e *envoytest.Envoy, tap *rlsTap, set *rules.Set
 	const n, burst, rate, ok = 25, 20, 10, "HTTP/1.1 200 OK"
 	for try := range 3 {
 		client, other := fmt.Sprintf("127.0.0.%d", 10+2*try), fmt.Sprintf("127.0.0.%d", 11+2*try)
-		tap.take()
+		tap.Take()
 		before, err := e.Counters("ratelimit.tcp_demo.")
 		if err != nil {
 			t.Fatal(err)
@@ -751,7 +686,7 @@ func checkTCPLimit(t *testing.T, e *envoytest.Envoy, tap *rlsTap, set *rules.Set
 		if got := connect(other); got != ok {
 			t.Errorf("a connection from another address: %q, want %q", got, ok)
 		}
-		calls := describeCalls(set, tap.take())
+		calls := describeCalls(set, tap.Take())
 		want := "remote_address=" + client + " -> demo.remote_address"
 		if len(calls) != n+1 || calls[0] != want {
 			t.Errorf("the calls for %d connections: %q; want one per connection, the first %q", n+1, calls, want)
