@@ -31,6 +31,13 @@ type envoyFront struct {
 // failure_mode_deny); tests that stand for the shipped file pass nil.
 func startEnvoy(t *testing.T, edit func(string) string, grpcAddrs ...string) *envoyFront {
 	t.Helper()
+	return startEnvoyWith(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }, edit, grpcAddrs...)
+}
+
+// startEnvoyWith is startEnvoy with a backend of its own: backend answers
+// the requests Envoy lets through.
+func startEnvoyWith(t *testing.T, backend http.HandlerFunc, edit func(string) string, grpcAddrs ...string) *envoyFront {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples", "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -44,15 +51,15 @@ func startEnvoy(t *testing.T, edit func(string) string, grpcAddrs ...string) *en
 		conf = edited
 	}
 	hits := &atomic.Int64{}
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
-		io.WriteString(w, "ok")
+		backend(w, r)
 	}))
-	t.Cleanup(backend.Close)
+	t.Cleanup(server.Close)
 	e := envoytest.Start(t, envoytest.Config{
 		Bootstrap: []byte(conf),
 		Upstreams: map[string][]string{
-			"backend":   {backend.Listener.Addr().String()},
+			"backend":   {server.Listener.Addr().String()},
 			"floodgate": grpcAddrs,
 		},
 	})
