@@ -204,6 +204,19 @@ descriptors:
 
 var shop = map[string]string{"shop.yaml": shopRules}
 
+// configMap lays files out as Kubernetes mounts a ConfigMap: in a
+// timestamped directory that ..data links to, each reached through a link
+// of its own name (symlinks, as writeRules makes them).
+func configMap(files map[string]string) map[string]string {
+	const dir = "..2026_01_02_03_04_05.678"
+	out := map[string]string{"..data": symlinkTo + dir}
+	for name, text := range files {
+		out[dir+"/"+name] = text
+		out[name] = symlinkTo + "..data/" + name
+	}
+	return out
+}
+
 // aMonth fills a limit of a month, which the reference on Memcached
 // enforces only without expiry jitter.
 var aMonth = rep(3, "a month of 30 days", req("shop", d("month", "x")))
@@ -220,9 +233,6 @@ var (
 	// in a value.
 	onMemcache = func(fields ...string) *documented {
 		return &documented{row: "Environment variables: BACKEND_TYPE", fields: fields}
-	}
-	dotFile = func(fields ...string) *documented {
-		return &documented{row: "What differs: A file whose name starts with `.`", fields: fields}
 	}
 	// With Redis down the reference answers an error, floodgate by each
 	// rule's failure_mode, allow by default.
@@ -321,15 +331,24 @@ var scenarios = []scenario{
 	)},
 	{name: "rule-files", files: map[string]string{
 		"a.yaml": oneRule("fa"), "b.conf": oneRule("fb"), "c": oneRule("fc"), "sub/d.yaml": oneRule("fd"), ".e.yaml": oneRule("fe"),
+		".sub/f.yaml": oneRule("ff"), "g.json": `{"domain": "fg", "descriptors": [{"key": "k", "rate_limit": {"unit": "minute", "requests_per_unit": 1}}]}`,
 	}, steps: cat(
 		rep(2, "a.yaml", req("fa", d("k", "v"))),
 		rep(2, "b.conf", req("fb", d("k", "v"))),
 		rep(2, "a file without extension", req("fc", d("k", "v"))),
 		rep(2, "a subdirectory", req("fd", d("k", "v"))),
-		// Skipped by floodgate, with a warning.
-		differ(dotFile(".statuses[0].currentLimit", ".statuses[0].durationUntilReset"), one("a dot file", req("fe", d("k", "v")))),
-		differ(dotFile(".overallCode", ".statuses[0].code", ".statuses[0].currentLimit", ".statuses[0].durationUntilReset"), one("a dot file, again", req("fe", d("k", "v")))),
+		rep(2, "a dot file", req("fe", d("k", "v"))),
+		rep(2, "a dot directory", req("ff", d("k", "v"))),
+		rep(2, "JSON", req("fg", d("k", "v"))),
 	)},
+	// What Kubernetes mounts, read as the reference's users are told to
+	// read it; without RUNTIME_IGNOREDOTFILES=true the reference reads
+	// ..2026_… besides the links, and refuses the repeated domains.
+	{name: "configmap", files: configMap(map[string]string{"a.yaml": oneRule("ca"), ".b.yaml": oneRule("cb")}),
+		env: []string{"RUNTIME_IGNOREDOTFILES=true"}, steps: cat(
+			rep(2, "a file", req("ca", d("k", "v"))),
+			rep(2, "a dot file, skipped by both", req("cb", d("k", "v"))),
+		)},
 	{name: "per-second", files: map[string]string{"s.yaml": perSecondRules}, window: time.Second, perSecond: true, steps: cat(
 		rep(3, "a second", req("ps", d("s", "x"))),
 		rep(3, "a minute beside it", req("ps", d("m", "x"), d("s", "y"))),
