@@ -418,6 +418,7 @@ func answersSteps() []step {
 		rep(2, "value_to_metric", req("shop", d("stats", "v1"))),
 		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
 		one("a hits_addend of 0 is 1", withHits(req("shop", d("client", "c0")), 0)),
+		zeroLooked,
 		rep(2, "the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 3))),
 		one("an override without a rule", req("shop", override(d("nothing", "e"), 1, typev3.RateLimitUnit_MINUTE))),
 		refusedCharges(),
@@ -484,6 +485,7 @@ func memcacheSteps() []step {
 		longWindow("a year", req("shop", d("year", "x"))),
 		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
 		rep(2, "the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 3))),
+		zeroLooked,
 		refusedCharges(),
 		// The reference answers a request with a space in a value OK,
 		// counting nothing.
@@ -495,6 +497,10 @@ func memcacheSteps() []step {
 		differ(&documented{row: "Environment variables: BACKEND_TYPE", fields: []string{"code", ""}, since: healthFromRedis}, step{name: "/healthcheck", get: "/healthcheck"}),
 	)
 }
+
+// zeroLooked looks at a limit of 0 (a descriptor's hits_addend of 0): OK,
+// with the time left in its window, as when it refuses.
+var zeroLooked = one("a limit of 0, looked at", req("shop", descHits(d("blocked", "look"), 0)))
 
 // longWindow is three calls to a limit of 2 of a year, which the
 // reference on Memcached never enforces (its key expires at once).
