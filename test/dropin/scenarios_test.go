@@ -185,9 +185,32 @@ descriptors:
 }
 
 // oneRule is a rule file of domain with one limit of 1 a minute.
-func oneRule(domain string) string {
-	return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+func oneRule(domain string) string { return oneRuleKey(domain, "k") }
+
+// oneRuleKey is a rule file of domain with one limit of 1 a minute, for
+// key.
+func oneRuleKey(domain, key string) string {
+	return "domain: " + domain + "\ndescriptors:\n  - key: " + key + "\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
 }
+
+// joinedRules are rules of domain d whose joined key_value strings meet.
+const joinedRules = `domain: d
+descriptors:
+  - key: a
+    value: x_b
+    descriptors:
+      - key: c
+        value: v
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: a
+    value: x
+    descriptors:
+      - key: b_c
+        value: v
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: a_b
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
 
 // quotaRules mix quotas and limits.
 const quotaRules = `domain: quota
@@ -233,6 +256,11 @@ var (
 	// in a value.
 	onMemcache = func(fields ...string) *documented {
 		return &documented{row: "Environment variables: BACKEND_TYPE", fields: fields}
+	}
+	// The reference joins keys and values with "_", to look rules up and
+	// to name counters.
+	joined = func(fields ...string) *documented {
+		return &documented{row: "What differs: Rules and counters whose joined `key_value` strings meet", fields: fields}
 	}
 	// With Redis down the reference answers an error, floodgate by each
 	// rule's failure_mode, allow by default.
@@ -393,6 +421,21 @@ var scenarios = []scenario{
 		step{name: "no client certificate", req: req("shop", d("client", "a")), as: "no-certificate"},
 		one("the client the servers accept, again", req("shop", d("client", "a"))),
 	)},
+	// The reference's counter keys join the domain, keys and values with
+	// "_": distinct rules whose joined strings meet share one counter.
+	{name: "joined-keys", files: map[string]string{"d.yaml": joinedRules, "da.yaml": oneRuleKey("d_a", "b")}, steps: cat(
+		one("a=x_b, c=v", req("d", d("a", "x_b", "c", "v"))),
+		differ(joined(".overallCode", ".statuses[0].code"), one("a=x, b_c=v: another rule, one key", req("d", d("a", "x", "b_c", "v")))),
+		one("domain d, a_b=v", req("d", d("a_b", "v"))),
+		differ(joined(".overallCode", ".statuses[0].code"), one("domain d_a, b=v: another domain, one key", req("d_a", d("b", "v")))),
+	)},
+	// And it looks rules up by the same joined strings: {a, b_c} beside
+	// {a_b, c} is one rule twice, and the file is refused.
+	{name: "joined-rules", files: map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: a\n    value: b_c\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: a_b\n    value: c\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"},
+		steps: cat(
+			differ(joined("code", ""), one("a=b_c", req("d", d("a", "b_c")))),
+			differ(joined("code", ""), one("a_b=c", req("d", d("a_b", "c")))),
+		)},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
