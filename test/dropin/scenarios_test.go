@@ -262,6 +262,9 @@ var (
 	joined = func(fields ...string) *documented {
 		return &documented{row: "What differs: Rules and counters whose joined `key_value` strings meet", fields: fields}
 	}
+	// Without RUNTIME_IGNOREDOTFILES=true the reference reads a
+	// ConfigMap's files twice, and loads nothing.
+	configMapTwice = &documented{row: "What differs: Kubernetes' `..data` entries of a mounted ConfigMap", fields: []string{"code", ""}}
 	// With Redis down the reference answers an error, floodgate by each
 	// rule's failure_mode, allow by default.
 	redisDown     = &documented{row: "What differs: Redis slow or down", fields: []string{"code", ""}}
@@ -377,6 +380,10 @@ var scenarios = []scenario{
 			rep(2, "a file", req("ca", d("k", "v"))),
 			rep(2, "a dot file, skipped by both", req("cb", d("k", "v"))),
 		)},
+	{name: "configmap-dotfiles", files: configMap(map[string]string{"a.yaml": oneRule("ca"), ".b.yaml": oneRule("cb")}), steps: differ(configMapTwice, cat(
+		one("a file", req("ca", d("k", "v"))),
+		one("a dot file", req("cb", d("k", "v"))),
+	))},
 	{name: "per-second", files: map[string]string{"s.yaml": perSecondRules}, window: time.Second, perSecond: true, steps: cat(
 		rep(3, "a second", req("ps", d("s", "x"))),
 		rep(3, "a minute beside it", req("ps", d("m", "x"), d("s", "y"))),
