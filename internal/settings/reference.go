@@ -142,12 +142,7 @@ var References = []Reference{
 	{Name: "RUNTIME_ROOT", Flag: "config", Value: runtimePath, Doc: "`$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`, root default `/srv/runtime_data/current`"},
 	{Name: "RUNTIME_SUBDIRECTORY", Flag: "config", Value: runtimePath},
 	{Name: "RUNTIME_APPDIRECTORY", Flag: "config", Value: runtimePath, Doc: "default `config`"},
-	{Name: "RUNTIME_IGNOREDOTFILES", In: "accepted, with a note when `false`", Doc: "names starting with `.` are skipped either way, a `.*.yaml` rule file with a warning naming it (ConfigMaps' `..data` entries are read once, through their links)", Note: func(v string, _ Lookup) string {
-		if b, err := strconv.ParseBool(v); err == nil && !b {
-			return "RUNTIME_IGNOREDOTFILES=false: rule files whose names start with '.' are skipped all the same, each .*.yaml rule file with a warning (ConfigMaps' ..data entries are read once, through their links)"
-		}
-		return ""
-	}},
+	{Name: "RUNTIME_IGNOREDOTFILES", Flag: "ignore-dotfiles", Doc: "unset or `false`, names starting with `.` are read, as the reference reads them; Kubernetes' `..data` entries are read once, through the links beside them (the reference reads them twice, and fails on the repeated domain)"},
 	// Both values are honoured without a flag: the reference watches
 	// RUNTIME_ROOT's directory for the swap of the current link (true) or
 	// the rule directory for edits (false); floodgate watches every link

@@ -84,6 +84,7 @@ var honouredSamples = map[string][]string{
 	"QUOTA_MODE":                              {"QUOTA_MODE", "true"},
 	"RESPONSE_DYNAMIC_METADATA":               {"RESPONSE_DYNAMIC_METADATA", "true"},
 	"MERGE_DOMAIN_CONFIG":                     {"MERGE_DOMAIN_CONFIG", "true"},
+	"RUNTIME_IGNOREDOTFILES":                  {"RUNTIME_IGNOREDOTFILES", "true"},
 	"MEMCACHE_HOST_PORT":                      {"MEMCACHE_HOST_PORT", "m:11211", "BACKEND_TYPE", "memcache"},
 	"MEMCACHE_MAX_IDLE_CONNS":                 {"MEMCACHE_MAX_IDLE_CONNS", "4", "BACKEND_TYPE", "memcache", "MEMCACHE_HOST_PORT", "m:11211"},
 	"MEMCACHE_SRV":                            {"MEMCACHE_SRV", "_mc._tcp.example", "BACKEND_TYPE", "memcache"},

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/internal/xdstest"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -249,4 +251,52 @@ func TestFilesBigResource(t *testing.T) {
 			t.Fatalf("rule %d: %v", i, r)
 		}
 	}
+}
+
+// TestEnvoyGatewayResources: the RateLimitConfig resources of every case
+// of Envoy Gateway's translator test data load as pushed, all of a case in
+// one response, and give the rules their documents give as rule files.
+func TestEnvoyGatewayResources(t *testing.T) {
+	for _, c := range xdstest.GatewayCases(t) {
+		var anys []*anypb.Any
+		asFiles := map[string][]byte{}
+		for i, doc := range c.Docs {
+			anys = append(anys, mustAny(t, c.Resource(t, i)))
+			asFiles[fmt.Sprintf("%s-%d.yaml", c.Name, i)] = []byte(doc)
+		}
+		files, err := Files(anys)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		pushed, err := rules.Parse(files, rules.Options{})
+		if err != nil {
+			t.Errorf("%s: %v", c.Name, err)
+			continue
+		}
+		if w := pushed.Warnings(); len(w) > 0 {
+			t.Errorf("%s: warnings %v", c.Name, w)
+		}
+		written, err := rules.Parse(asFiles, rules.Options{})
+		if err != nil {
+			t.Errorf("%s as rule files: %v", c.Name, err)
+			continue
+		}
+		if got, want := ruleList(pushed), ruleList(written); got != want {
+			t.Errorf("%s: pushed, the rules are\n%s\nwritten as files\n%s", c.Name, got, want)
+		}
+	}
+}
+
+// ruleList describes every rule of set, with its limits and flags, one
+// a line, in order.
+func ruleList(set *rules.Set) string {
+	var b strings.Builder
+	for _, r := range set.Rules() {
+		fmt.Fprintf(&b, "%s shadow=%t", r.Path, r.ShadowMode)
+		for _, l := range r.Limits {
+			b.WriteString(" " + l.Describe())
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }

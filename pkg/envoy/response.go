@@ -152,13 +152,15 @@ func (r *report) status(p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
 // For a denial it is when the same request could pass (for a bucket, long
 // before it is full again). A limit that admits nothing (requests_per_unit
 // 0) reports, as the reference server does, the time left in its window on
-// this server's clock (Options.Now): no store keeps a counter for it.
+// this server's clock (Options.Now), whether the hit was refused or only
+// looked (hits_addend 0): no store keeps a counter for it, and its
+// decision carries no time.
 func resetSeconds(spec *limit.Spec, d *limit.Decision, now func() time.Time) int64 {
 	reset := d.ResetAfter
 	switch {
 	case !d.Allowed && d.RetryAfter > 0:
 		reset = d.RetryAfter
-	case d.Never && spec.Limit == 0 && spec.Window > 0:
+	case spec.Limit == 0 && spec.Window > 0:
 		t := now()
 		_, end := spec.WindowAt(t)
 		reset = end.Sub(t)

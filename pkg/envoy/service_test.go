@@ -818,6 +818,8 @@ func TestDurationUntilResetWholeSeconds(t *testing.T) {
 		{"unit_multiplier window", desc("multi", "a"), 0, "OK OK:0", 20 * time.Second},
 		// requests_per_unit 0: the time left in its window, as the reference.
 		{"zero limit, fraction left", desc("zero", "a"), 1500 * time.Millisecond, "OVER OVER:0", 49 * time.Second},
+		// A look (hits_addend 0) at it: the same time left.
+		{"zero limit, looked at", withAddend(desc("zero", "a"), 0), 1500 * time.Millisecond, "OK OK:0", 49 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, Options{})

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"io/fs"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"sort"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
@@ -18,13 +21,11 @@ import (
 const maxDirDepth = 16
 
 // Load reads a rule file, or the rule files of a directory tree (see
-// readDir), validates and compiles them. Names starting with "." are ignored,
-// with their subtrees, so Kubernetes' ..data and ..2026_... entries are
-// skipped while the top-level symlinks into them are followed. File names in
-// errors are path joined with the file's name inside it, as given. The
-// error, if any, is a *LoadError holding every problem found.
+// readDir), validates and compiles them. File names in errors are path
+// joined with the file's name inside it, as given. The error, if any, is a
+// *LoadError holding every problem found.
 func Load(path string, opts Options) (*Set, error) {
-	files, probs := readRules(path)
+	files, probs := readRules(path, opts.IgnoreDotFiles)
 	return build(files, opts, probs, sliceBytes)
 }
 
@@ -158,8 +159,9 @@ func digest(files []ruleFile) [32]byte {
 	return out
 }
 
-// readRules reads the rule files at path.
-func readRules(path string) ([]ruleFile, *problems) {
+// readRules reads the rule files at path, skipping the names starting
+// with "." of a directory tree when ignoreDot.
+func readRules(path string, ignoreDot bool) ([]ruleFile, *problems) {
 	probs := &problems{}
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -182,40 +184,45 @@ func readRules(path string) ([]ruleFile, *problems) {
 		probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
 		return nil, probs
 	}
-	var files []ruleFile
-	readDir(real, path, 0, &files, probs)
-	if len(files) == 0 && len(probs.errs) == 0 {
+	t := &tree{ignoreDot: ignoreDot, probs: probs}
+	t.readDir(real, path, 0)
+	if len(t.files) == 0 && len(probs.errs) == 0 {
 		probs.warnf(Position{File: path}, "", "no rule files: every request is allowed")
 	}
-	return files, probs
+	return t.files, probs
+}
+
+// tree is the reading of a rule directory tree.
+type tree struct {
+	ignoreDot bool // skip names starting with "."
+	files     []ruleFile
+	probs     *problems
 }
 
 // readDir appends the rule files of dir and its subdirectories, following
 // symbolic links. Files are named under shown, the path dir was given as.
 //
-// As the reference server, every regular file is read whatever its name:
-// one named *.yaml or *.yml is a rule file; another is one when it has a
-// top-level domain (b.conf, a name without extension), and is skipped
-// with a warning otherwise (a README: the reference would refuse the
-// whole load). Names starting with "." are skipped: Kubernetes' "..data"
-// and "..<timestamp>" entries of a mounted ConfigMap, read once through
-// their links, editors' and tools' temporary files, and files disabled by
-// a leading dot; one named .*.yaml, which the reference reads unless
-// RUNTIME_IGNOREDOTFILES=true, is skipped with a warning.
-func readDir(dir, shown string, depth int, files *[]ruleFile, probs *problems) {
+// As the reference server, every regular file is read whatever its name,
+// names starting with "." included unless ignoreDot
+// (RUNTIME_IGNOREDOTFILES=true): one named *.yaml or *.yml is a rule file;
+// another is one when it is YAML with a top-level domain (b.conf, a name
+// without extension, rules.json), and is skipped with a warning otherwise
+// (a README: the reference would refuse the whole load). The entries a
+// Kubernetes volume keeps for itself are left out (see outsideTree).
+func (t *tree) readDir(dir, shown string, depth int) {
 	if depth > maxDirDepth {
-		probs.errorf(Position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
+		t.probs.errorf(Position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
 		return
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		probs.errorf(Position{File: shown}, "", "%v", unwrapPathError(err))
+		t.probs.errorf(Position{File: shown}, "", "%v", unwrapPathError(err))
 		return
 	}
+	outside := outsideTree(entries, t.ignoreDot)
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			dotFile(dir, shown, name, probs)
+		if outside(name) {
 			continue
 		}
 		full, named := filepath.Join(dir, name), filepath.Join(shown, name)
@@ -224,11 +231,11 @@ func readDir(dir, shown string, depth int, files *[]ruleFile, probs *problems) {
 			if e.Type()&fs.ModeSymlink != 0 && os.IsNotExist(err) {
 				continue // a dangling link, such as one caught mid-swap
 			}
-			probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
+			t.probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
 			continue
 		}
 		if fi.IsDir() {
-			readDir(full, named, depth+1, files, probs)
+			t.readDir(full, named, depth+1)
 			continue
 		}
 		if !fi.Mode().IsRegular() {
@@ -239,38 +246,55 @@ func readDir(dir, shown string, depth int, files *[]ruleFile, probs *problems) {
 			if os.IsNotExist(err) {
 				continue // removed since listed: the next reload sees the result
 			}
-			probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
+			t.probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
 			continue
 		}
-		if !isRuleFile(name) && !topLevelDomain.Match(data) {
-			probs.warnf(Position{File: named}, "", "skipped: not a rule file (no top-level domain); the reference server would refuse the whole load")
+		if !isRuleFile(name) && !declaresDomain(data) {
+			t.probs.warnf(Position{File: named}, "", "skipped: not a rule file (no top-level domain); the reference server would refuse the whole load")
 			continue
 		}
-		*files = append(*files, ruleFile{name: named, data: data})
+		t.files = append(t.files, ruleFile{name: named, data: data})
 	}
 }
 
-// topLevelDomain finds a rule file's domain key in a file whose name does
-// not say it is YAML.
+// outsideTree returns the test of which names of a directory's entries are
+// not part of the rule tree: with ignoreDot, every name starting with "."
+// and what is below it, as the reference server skips them with
+// RUNTIME_IGNOREDOTFILES=true. Otherwise, in a directory where Kubernetes
+// projects a ConfigMap or Secret (it holds "..data"), the names starting
+// with "..": its "..data" link and the "..<timestamp>" directories behind
+// it, whose files the links beside them lead to, so that each file is read
+// once (the reference reads them twice, and fails on the repeated domain).
+// Kubernetes refuses such names for the files themselves.
+func outsideTree(entries []os.DirEntry, ignoreDot bool) func(name string) bool {
+	kubernetes := slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == "..data" })
+	return func(name string) bool {
+		return ignoreDot && strings.HasPrefix(name, ".") || kubernetes && strings.HasPrefix(name, "..")
+	}
+}
+
+// topLevelDomain finds a rule file's domain key written in block style.
 var topLevelDomain = regexp.MustCompile(`(?m)^domain\s*:`)
 
-// dotFile warns about a skipped name starting with "." that the reference
-// server would read as a rule file (.d.yaml declaring a domain); the others
-// (Kubernetes' "..data", "..2026_…", temporary and swap files) are
-// skipped in silence.
-func dotFile(dir, shown, name string, probs *problems) {
-	if strings.HasPrefix(name, "..") || !isRuleFile(name) {
-		return
+// declaresDomain reports whether data, a file whose name does not say it
+// is YAML, is YAML whose first document is a mapping with a domain field,
+// as the reference server would read it: in block style, in flow style or
+// as JSON.
+func declaresDomain(data []byte) bool {
+	if topLevelDomain.Match(data) {
+		return true
 	}
-	full := filepath.Join(dir, name)
-	if fi, err := os.Stat(full); err != nil || !fi.Mode().IsRegular() {
-		return
+	var doc yaml.Node
+	if yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc) != nil || len(doc.Content) == 0 {
+		return false
 	}
-	if data, err := os.ReadFile(full); err != nil || !topLevelDomain.Match(data) {
-		return
+	root := doc.Content[0]
+	for i := 0; root.Kind == yaml.MappingNode && i < len(root.Content); i += 2 {
+		if k := root.Content[i]; k.Kind == yaml.ScalarNode && k.Value == "domain" {
+			return true
+		}
 	}
-	probs.warnf(Position{File: filepath.Join(shown, name)}, "",
-		"skipped: names starting with '.' are not read (the reference server reads them unless RUNTIME_IGNOREDOTFILES=true): rename it to load its rules")
+	return false
 }
 
 // isRuleFile reports whether a file name has a YAML extension.

@@ -38,8 +38,6 @@ func TestLoadDirectory(t *testing.T) {
 	writeFile(t, dir+"/sub/deeper/c.yaml", domainFile("c", "k"))
 	writeFile(t, dir+"/README.md", "not rules: skipped with a warning")
 	writeFile(t, dir+"/notes.txt", "- nor these")
-	writeFile(t, dir+"/.git/x.yaml", "broken: [")
-	writeFile(t, dir+"/sub/.swp.yaml", "broken: [")
 	symlink(t, dir+"/sub/deeper", dir+"/linked")
 	set, err := Load(dir, Options{MergeDomains: false})
 	if err == nil {
@@ -153,27 +151,48 @@ func TestLoadUnreadableFile(t *testing.T) {
 }
 
 // TestLoadReferenceFileNames: as the reference server, a rule file need not
-// be named *.yaml: b.conf and a file without extension are rule files when
-// they declare a domain; .d.yaml, which the reference reads unless
-// RUNTIME_IGNOREDOTFILES=true, is skipped with a warning naming it, and
-// Kubernetes' ..data entries and other dot-names in silence.
+// be named *.yaml: b.conf, a file without extension and rules.json are rule
+// files when they are YAML declaring a domain. Names starting with "." are
+// read, as the reference reads them unless RUNTIME_IGNOREDOTFILES=true
+// (IgnoreDotFiles), but for Kubernetes' ..data entries, whose files are read
+// once, through the links beside them.
 func TestLoadReferenceFileNames(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir+"/a.yaml", domainFile("a", "k"))
 	writeFile(t, dir+"/b.conf", domainFile("b", "k"))
 	writeFile(t, dir+"/noext", domainFile("c", "k"))
+	writeFile(t, dir+"/flow.conf", "{domain: f, descriptors: [{key: k}]}\n")
+	writeFile(t, dir+"/rules.json", `{"domain": "j", "descriptors": [{"key": "k"}]}`)
+	writeFile(t, dir+"/README", "rules for the shop")
 	writeFile(t, dir+"/.d.yaml", domainFile("d", "k"))
-	writeFile(t, dir+"/.a.yaml.tmp", domainFile("a", "k"))
-	writeFile(t, dir+"/..2026_01_01/e.yaml", domainFile("e", "k"))
-	set, err := Load(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := set.Domains(); !reflect.DeepEqual(got, []string{"a", "b", "c"}) {
-		t.Errorf("Domains = %v, want a, b and c", got)
-	}
-	w := set.Warnings()
-	if len(w) != 1 || w[0].Pos.File != dir+"/.d.yaml" || !strings.Contains(w[0].Msg, "RUNTIME_IGNOREDOTFILES") {
-		t.Errorf("warnings = %v, want one naming .d.yaml", w)
+	writeFile(t, dir+"/..x.yaml", domainFile("x", "k"))
+	writeFile(t, dir+"/.hidden/e.yaml", domainFile("e", "k"))
+	// A ConfigMap mounted with keys g.yaml and .h.yaml.
+	writeFile(t, dir+"/cm/..2026_01_01_00_00_00.1/g.yaml", domainFile("g", "k"))
+	writeFile(t, dir+"/cm/..2026_01_01_00_00_00.1/.h.yaml", domainFile("h", "k"))
+	symlink(t, "..2026_01_01_00_00_00.1", dir+"/cm/..data")
+	symlink(t, "..data/g.yaml", dir+"/cm/g.yaml")
+	symlink(t, "..data/.h.yaml", dir+"/cm/.h.yaml")
+	for _, tt := range []struct {
+		opts    Options
+		domains []string
+	}{
+		{Options{}, []string{"a", "b", "c", "d", "e", "f", "g", "h", "j", "x"}},
+		{Options{IgnoreDotFiles: true}, []string{"a", "b", "c", "f", "g", "j"}},
+	} {
+		set, err := Load(dir, tt.opts)
+		if err != nil {
+			t.Fatalf("%+v: %v", tt.opts, err)
+		}
+		if got := set.Domains(); !reflect.DeepEqual(got, tt.domains) {
+			t.Errorf("%+v: domains %v, want %v", tt.opts, got, tt.domains)
+		}
+		if r := set.Match("g", entries("k=v")); r == nil || r.Pos.File != dir+"/cm/g.yaml" {
+			t.Errorf("%+v: rule %+v, want it from cm/g.yaml", tt.opts, r)
+		}
+		w := set.Warnings()
+		if len(w) != 1 || w[0].Pos.File != dir+"/README" || !strings.Contains(w[0].Msg, "not a rule file") {
+			t.Errorf("%+v: warnings %v, want one naming README", tt.opts, w)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -306,8 +307,11 @@ type field struct {
 }
 
 // mapping returns the fields of a mapping node, resolving aliases and merge
-// keys (<<), and records unknown, repeated or non-string keys. ok is false
-// when n is not a mapping.
+// keys (<<), and records unknown and non-string keys. A field given twice
+// is read as the reference server reads it: the last value wins, and when
+// both are mappings (a rate_limit twice) the later's fields overlay the
+// earlier's; a warning names both lines. ok is false when n is not a
+// mapping.
 func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fields []field, ok bool) {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(p.pos(n), path, "want %s (a mapping), not %s", what, describe(n))
@@ -330,57 +334,88 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 			merged = append(merged, p.mergeFields(v, path, what, allowed)...)
 			continue
 		}
-		if first := seen.add(name, k); first != nil {
-			p.errorf(p.pos(k), join(path, name), "given twice (first at line %d)", p.pos(first).Line)
+		if !contains(allowed, name) {
+			p.unknownField(k, v, path, name, allowed)
 			continue
 		}
-		if !contains(allowed, name) {
-			p.unknownField(k, path, name, allowed)
+		if at := seen.add(name, len(fields)); at >= 0 {
+			first := &fields[at]
+			p.warnf(p.pos(k), join(path, name), "given twice, at lines %d and %d: %s, as the reference server reads it",
+				p.pos(first.key).Line, p.pos(k).Line, overlaid(first.val, v))
+			*first = field{name: name, key: k, val: overlay(first.val, v)}
 			continue
 		}
 		fields = append(fields, field{name: name, key: k, val: v})
 	}
 	for _, f := range merged {
-		if seen.add(f.name, f.key) == nil {
+		if seen.add(f.name, len(fields)) < 0 {
 			fields = append(fields, f)
 		}
 	}
 	return fields, true
 }
 
-// keySet is the keys of a mapping seen so far. Mappings of rule files have
-// a few keys, which an array finds faster than a map, and with no garbage;
-// a mapping of many keys (a hostile file) moves to a map.
-type keySet struct {
-	n    int
-	few  [smallTable]field // while n <= smallTable
-	many map[string]*yaml.Node
+// overlay is what the reference server's YAML decoder makes of a field
+// given first as a and then as b: b, but for two mappings, which it
+// decodes one after the other into the same struct, so that b's fields
+// overlay a's. The result, a mapping of a's fields then b's, is read
+// again as a mapping: its repeated fields warn, and the last wins.
+func overlay(a, b *yaml.Node) *yaml.Node {
+	if a.Kind != yaml.MappingNode || b.Kind != yaml.MappingNode {
+		return b
+	}
+	m := *b
+	m.Content = append(slices.Clip(a.Content), b.Content...)
+	return &m
 }
 
-// add adds name, at node k, unless it is there already; it returns the
-// node of the name seen first, or nil.
-func (s *keySet) add(name string, k *yaml.Node) *yaml.Node {
+// overlaid says what overlay made of a and b, for the warning.
+func overlaid(a, b *yaml.Node) string {
+	if a.Kind == yaml.MappingNode && b.Kind == yaml.MappingNode {
+		return "the fields of both are read, the later's winning"
+	}
+	return "the last is read"
+}
+
+// keySet is the names of a mapping's fields seen so far, each with its
+// index in the fields kept. Mappings of rule files have a few fields,
+// which an array finds faster than a map, and with no garbage; a mapping
+// of many fields (a hostile file) moves to a map.
+type keySet struct {
+	n    int
+	few  [smallTable]seenName // while n <= smallTable
+	many map[string]int
+}
+
+type seenName struct {
+	name string
+	at   int
+}
+
+// add adds name, kept at index at, unless it is there already; it returns
+// the index of the name seen first, or -1.
+func (s *keySet) add(name string, at int) int {
 	if s.many == nil {
 		for _, f := range s.few[:s.n] {
 			if f.name == name {
-				return f.key
+				return f.at
 			}
 		}
 		if s.n < len(s.few) {
-			s.few[s.n] = field{name: name, key: k}
+			s.few[s.n] = seenName{name: name, at: at}
 			s.n++
-			return nil
+			return -1
 		}
-		s.many = make(map[string]*yaml.Node, 2*len(s.few))
+		s.many = make(map[string]int, 2*len(s.few))
 		for _, f := range s.few {
-			s.many[f.name] = f.key
+			s.many[f.name] = f.at
 		}
 	}
 	if first, ok := s.many[name]; ok {
 		return first
 	}
-	s.many[name] = k
-	return nil
+	s.many[name] = at
+	return -1
 }
 
 // mergeFields returns the fields a merge key brings in: a mapping, or a
@@ -414,18 +449,77 @@ var fieldHomes = []struct {
 	{rateLimitFields, "a rate_limit"},
 }
 
-func (p *parser) unknownField(k *yaml.Node, path, name string, allowed []string) {
+// referenceKeys are the field names the reference server accepts: it
+// checks every name of a file against this one list, wherever it stands,
+// and its decoder then ignores a name where it means nothing.
+var referenceKeys = []string{
+	"domain", "key", "value", "descriptors", "rate_limit", "unit", "requests_per_unit", "unlimited",
+	"shadow_mode", "quota_mode", "name", "replaces", "detailed_metric", "value_to_metric", "share_threshold",
+}
+
+// unknownField records a field that is not allowed at path: a warning for
+// one of referenceKeys, which the reference server ignores there (a
+// RateLimitConfig's top-level name, as Envoy Gateway writes it), after
+// checking its value as the reference does; an error for any other.
+func (p *parser) unknownField(k, v *yaml.Node, path, name string, allowed []string) {
 	for _, h := range fieldHomes {
-		if contains(h.fields, name) {
-			p.errorf(p.pos(k), join(path, name), "unknown field here (%s belongs to %s)", name, h.home)
+		if !contains(h.fields, name) {
+			continue
+		}
+		if contains(referenceKeys, name) {
+			p.warnf(p.pos(k), join(path, name), "ignored here, as the reference server ignores it (%s belongs to %s)", name, h.home)
+			p.ignoredValue(v, join(path, name))
 			return
 		}
+		p.errorf(p.pos(k), join(path, name), "unknown field here (%s belongs to %s)", name, h.home)
+		return
 	}
 	if s := suggest(name, allowed); s != "" {
 		p.errorf(p.pos(k), join(path, name), "unknown field (did you mean %q?)", s)
 		return
 	}
 	p.errorf(p.pos(k), join(path, name), "unknown field (want %s)", orList(allowed))
+}
+
+// ignoredValue checks the value of an ignored field as the reference server
+// checks every value of a file before it reads any: mappings whose names
+// are referenceKeys, lists of mappings, and scalars other than fractions.
+func (p *parser) ignoredValue(n *yaml.Node, path string) {
+	if n = p.deref(n); n == nil {
+		return
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := p.deref(n.Content[i])
+			switch {
+			case k == nil:
+				return
+			case k.Kind != yaml.ScalarNode:
+				p.errorf(p.pos(k), path, "a field name must be a string, not %s", describe(k))
+			case !contains(referenceKeys, k.Value):
+				p.errorf(p.pos(k), join(path, k.Value), "unknown field, in an ignored field (the reference server refuses it there too)")
+			default:
+				p.ignoredValue(n.Content[i+1], join(path, k.Value))
+			}
+		}
+	case yaml.SequenceNode:
+		for i, item := range n.Content {
+			fp := fmt.Sprintf("%s[%d]", path, i)
+			if item = p.deref(item); item == nil {
+				return
+			}
+			if item.Kind != yaml.MappingNode {
+				p.errorf(p.pos(item), fp, "want a mapping, not %s (the reference server refuses a list of anything else)", describe(item))
+				continue
+			}
+			p.ignoredValue(item, fp)
+		}
+	case yaml.ScalarNode:
+		if n.ShortTag() == "!!float" {
+			p.errorf(p.pos(n), path, "want a whole number, a string or a boolean, not %s (the reference server refuses it)", describe(n))
+		}
+	}
 }
 
 // root parses the top-level mapping into the sink: the domain first,
@@ -612,9 +706,6 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(p.pos(n), path, "want a list such as [{name: other_limit}], not %s", describe(n))
 		return nil
-	}
-	if len(n.Content) == 0 {
-		p.warnf(p.pos(n), path, "empty: replaces nothing")
 	}
 	var out []string
 	for i, item := range n.Content {

@@ -20,6 +20,13 @@ type Options struct {
 	// they are loaded, and a reload bringing one keeps the rules in force,
 	// rather than every request they match failing.
 	Supports func(limit.Spec) error
+	// IgnoreDotFiles skips, in a rule directory, every name starting with
+	// "." and what is below it (the reference server's
+	// RUNTIME_IGNOREDOTFILES=true). Without it such a name is read as any
+	// other, as the reference reads it, but for the entries Kubernetes keeps
+	// for itself in a mounted ConfigMap ("..data" and what it points to),
+	// whose files are read once, through the links beside them.
+	IgnoreDotFiles bool
 }
 
 // Set is an immutable compiled rule set. It is safe for concurrent use.

@@ -92,17 +92,23 @@ func TestValidationErrors(t *testing.T) {
 		{"unknown nested descriptor key", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        shadow: true\n", []wantErr{
 			{"6:9", "descriptors[0].descriptors[0].shadow", "unknown field"},
 		}},
-		{"field at the wrong level", limitFile("unit: second", "shadow_mode: true"), []wantErr{
-			{"6:7", "descriptors[0].rate_limit.shadow_mode", "unknown field here (shadow_mode belongs to a descriptor)"},
+		{"floodgate's field at the wrong level", limitFile("unit: second", "failure_mode: deny"), []wantErr{
+			{"6:7", "descriptors[0].rate_limit.failure_mode", "unknown field here (failure_mode belongs to a descriptor)"},
 		}},
-		{"rate_limit field on a descriptor", "domain: d\ndescriptors:\n  - key: k\n    unit: second\n", []wantErr{
-			{"4:5", "descriptors[0].unit", "unknown field here (unit belongs to a rate_limit)"},
+		{"the reference's field at the wrong level, holding an unknown field", "domain: d\nreplaces: [{name: x, nme: y}]\n", []wantErr{
+			{"2:22", "replaces[0].nme", "unknown field, in an ignored field"},
 		}},
-		{"descriptor field at the top", "domain: d\nkey: k\n", []wantErr{
-			{"2:1", "key", "unknown field here (key belongs to a descriptor)"},
+		{"the reference's field at the wrong level, holding a list of strings", "domain: d\ndescriptors:\n  - key: k\n    replaces: [x]\n", []wantErr{
+			{"4:16", "descriptors[0].replaces[0]", `want a mapping, not "x"`},
 		}},
-		{"field given twice", "domain: d\ndomain: e\n", []wantErr{
-			{"2:1", "domain", "given twice (first at line 1)"},
+		{"the reference's field at the wrong level, holding a fraction", "domain: d\nrequests_per_unit: 1.5\n", []wantErr{
+			{"2:20", "requests_per_unit", "not the number 1.5 (the reference server refuses it)"},
+		}},
+		{"a field given twice, the last of the wrong type", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n    rate_limit: 5\n", []wantErr{
+			{"5:17", "descriptors[0].rate_limit", "want a rate limit (a mapping), not the number 5"},
+		}},
+		{"a field given twice, the first of a mapping unknown", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, colour: red}\n    rate_limit: {requests_per_unit: 1}\n", []wantErr{
+			{"4:32", "descriptors[0].rate_limit.colour", "unknown field"},
 		}},
 
 		// Wrong types.
@@ -428,8 +434,22 @@ func TestWarnings(t *testing.T) {
 			wantErr{"7:9", "descriptors[0].descriptors[1]", `never matched: the wildcard "**" at w.yaml:5:9`}},
 		{"a wildcard in a key", "domain: d\ndescriptors:\n  - key: k*\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 			wantErr{"3:10", "descriptors[0].key", `"k*" matches only a key written so: wildcards are for values`}},
-		{"empty replaces", limitFile("unit: minute", "requests_per_unit: 5", "replaces: []"),
-			wantErr{"7:17", "descriptors[0].rate_limit.replaces", "empty: replaces nothing"}},
+		// The reference server checks names against one list, wherever
+		// they stand, and ignores those that mean nothing there.
+		{"a rate_limit's field on a descriptor", "domain: d\ndescriptors:\n  - key: k\n    unit: second\n",
+			wantErr{"4:5", "descriptors[0].unit", "ignored here, as the reference server ignores it (unit belongs to a rate_limit)"}},
+		{"a descriptor's field in a rate_limit", limitFile("unit: second", "requests_per_unit: 1", "shadow_mode: true"),
+			wantErr{"7:7", "descriptors[0].rate_limit.shadow_mode", "ignored here, as the reference server ignores it (shadow_mode belongs to a descriptor)"}},
+		{"a descriptor's field at the top", "domain: d\nkey: k\n",
+			wantErr{"2:1", "key", "ignored here, as the reference server ignores it (key belongs to a descriptor)"}},
+		{"a RateLimitConfig's name, as Envoy Gateway writes it", "name: first-listener\ndomain: d\n",
+			wantErr{"1:1", "name", "ignored here, as the reference server ignores it"}},
+		{"a field given twice", "domain: d\ndomain: e\n",
+			wantErr{"2:1", "domain", "given twice, at lines 1 and 2: the last is read, as the reference server reads it"}},
+		{"a rate_limit given twice", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n    rate_limit: {unit: minute}\n",
+			wantErr{"5:5", "descriptors[0].rate_limit", "given twice, at lines 4 and 5: the fields of both are read, the later's winning"}},
+		{"a field given twice within a rate_limit", limitFile("unit: second", "requests_per_unit: 1", "unit: minute"),
+			wantErr{"7:7", "descriptors[0].rate_limit.unit", "given twice, at lines 5 and 7"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -471,4 +491,39 @@ func bytesMap(files map[string]string) map[string][]byte {
 		out[k] = []byte(v)
 	}
 	return out
+}
+
+// TestRepeatedFields: a field given twice means what the reference
+// server's decoder makes of it: the last value, and for two mappings the
+// later's fields over the earlier's.
+func TestRepeatedFields(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      string // the limit of k=v: name, requests_per_unit/unit
+	}{
+		{"unit twice", limitFile("unit: second", "requests_per_unit: 3", "unit: minute"), "/3/minute"},
+		{"rate_limit twice, overlaid", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: n, unit: second, requests_per_unit: 5}\n    rate_limit: {unit: minute}\n", "n/5/minute"},
+		{"rate_limit twice, the last null", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n    rate_limit: null\n", "none"},
+		{"value twice", "domain: d\ndescriptors:\n  - key: k\n    value: x\n    value: v\n    rate_limit: {unit: hour, requests_per_unit: 1}\n", "/1/hour"},
+		{"descriptors twice, the last replacing", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 9}\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n", "/2/hour"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set, err := Parse(map[string][]byte{"r.yaml": []byte(tt.src)}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(set.Warnings()) == 0 || !strings.Contains(set.Warnings()[0].Msg, "given twice") {
+				t.Errorf("warnings %v, want one for the field given twice", set.Warnings())
+			}
+			got := "none"
+			if r := set.Match("d", entries("k=v")); r != nil && len(r.Limits) == 1 {
+				l := r.Limits[0]
+				got = fmt.Sprintf("%s/%d/%s", l.Name, l.RequestsPerUnit, l.Unit)
+			}
+			if got != tt.want {
+				t.Errorf("limit %s, want %s", got, tt.want)
+			}
+		})
+	}
 }

@@ -120,7 +120,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	defer fw.Close()
 	ws := &watchSet{fw: fw, watched: map[string]os.FileInfo{}}
-	sc := newScope(w.path)
+	sc := newScope(w.path, w.opts.IgnoreDotFiles)
 	if ws.sync(sc, w.logger) == 0 {
 		return fmt.Errorf("rules: watching %s: no directory of it can be watched", w.path)
 	}
@@ -174,13 +174,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			schedule()
 		case <-timer.C:
 			pending = false
-			resync(newScope(w.path))
+			resync(newScope(w.path, w.opts.IgnoreDotFiles))
 		case <-recheck.C:
 			// Events can be missed (a file system without them, a plain
 			// ancestor directory renamed, a watch the kernel could not
 			// place): a changed fingerprint of the resolved tree is a
 			// change all the same.
-			next := newScope(w.path)
+			next := newScope(w.path, w.opts.IgnoreDotFiles)
 			changed := next.fingerprint != sc.fingerprint
 			if w.seen != nil {
 				w.seen(fsnotify.Event{}, changed)
@@ -207,7 +207,7 @@ func (w *Watcher) Watching() bool { return w.watching.Load() }
 // that changed nothing).
 func (w *Watcher) reload(atStart bool) {
 	cur := w.current.Load()
-	files, probs := readRules(w.path)
+	files, probs := readRules(w.path, w.opts.IgnoreDotFiles)
 	var set *Set
 	var err error
 	sortFiles(files)
@@ -254,10 +254,11 @@ type watchDir struct {
 	info  os.FileInfo     // the directory when resolved, to see it replaced
 }
 
-// newScope resolves path now. It never fails: what is missing is watched
-// for in the nearest existing directory, and Load reports it.
-func newScope(path string) *scope {
-	r := &resolver{sc: &scope{dirs: map[string]*watchDir{}}, h: sha256.New()}
+// newScope resolves path now, as Load reads it with ignoreDot
+// (Options.IgnoreDotFiles). It never fails: what is missing is watched for
+// in the nearest existing directory, and Load reports it.
+func newScope(path string, ignoreDot bool) *scope {
+	r := &resolver{sc: &scope{dirs: map[string]*watchDir{}}, h: sha256.New(), ignoreDot: ignoreDot}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		abs = filepath.Clean(path)
@@ -276,8 +277,9 @@ func newScope(path string) *scope {
 
 // resolver builds a scope.
 type resolver struct {
-	sc *scope
-	h  hash.Hash
+	sc        *scope
+	h         hash.Hash
+	ignoreDot bool // the tree as Options.IgnoreDotFiles reads it
 }
 
 // note adds a fact about the resolved tree to the fingerprint.
@@ -364,9 +366,10 @@ func (r *resolver) target(real string, depth int) {
 			r.note("unreadable", real)
 			return
 		}
+		outside := outsideTree(entries, r.ignoreDot)
 		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), ".") {
-				continue // skipped by Load; ..data is reached through the links into it
+			if outside(e.Name()) {
+				continue // not read by Load; ..data is reached through the links into it
 			}
 			full := filepath.Join(real, e.Name())
 			switch {

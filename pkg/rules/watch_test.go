@@ -96,6 +96,23 @@ func TestWatcherReloads(t *testing.T) {
 		}
 	})
 
+	// Names starting with "." are read, as the reference reads them, and
+	// watched alike.
+	t.Run("a dot file and a dot directory", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		writeFile(t, dir+"/rules.yaml", rulesWith("d", 1))
+		w, _ := startWatcher(t, dir)
+		start := time.Now()
+		writeFile(t, dir+"/.late.yaml", rulesWith("late", 4))
+		waitFor(t, w, start, "a dot file written", limitIs("late", 4))
+		writeFile(t, dir+"/.sub/rules.yaml", rulesWith("sub", 5))
+		waitFor(t, w, start, "a dot directory made", limitIs("sub", 5))
+		start = time.Now()
+		writeFile(t, dir+"/.sub/rules.yaml", rulesWith("sub", 6))
+		waitFor(t, w, start, "a file in it written", limitIs("sub", 6))
+	})
+
 	t.Run("editor's write and rename", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()

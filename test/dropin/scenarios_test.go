@@ -185,9 +185,32 @@ descriptors:
 }
 
 // oneRule is a rule file of domain with one limit of 1 a minute.
-func oneRule(domain string) string {
-	return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+func oneRule(domain string) string { return oneRuleKey(domain, "k") }
+
+// oneRuleKey is a rule file of domain with one limit of 1 a minute, for
+// key.
+func oneRuleKey(domain, key string) string {
+	return "domain: " + domain + "\ndescriptors:\n  - key: " + key + "\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
 }
+
+// joinedRules are rules of domain d whose joined key_value strings meet.
+const joinedRules = `domain: d
+descriptors:
+  - key: a
+    value: x_b
+    descriptors:
+      - key: c
+        value: v
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: a
+    value: x
+    descriptors:
+      - key: b_c
+        value: v
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: a_b
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
 
 // quotaRules mix quotas and limits.
 const quotaRules = `domain: quota
@@ -236,6 +259,19 @@ func usageSteps() []step {
 
 var shop = map[string]string{"shop.yaml": shopRules}
 
+// configMap lays files out as Kubernetes mounts a ConfigMap: in a
+// timestamped directory that ..data links to, each reached through a link
+// of its own name (symlinks, as writeRules makes them).
+func configMap(files map[string]string) map[string]string {
+	const dir = "..2026_01_02_03_04_05.678"
+	out := map[string]string{"..data": symlinkTo + dir}
+	for name, text := range files {
+		out[dir+"/"+name] = text
+		out[name] = symlinkTo + "..data/" + name
+	}
+	return out
+}
+
 // aMonth fills a limit of a month, which the reference on Memcached
 // enforces only without expiry jitter.
 var aMonth = rep(3, "a month of 30 days", req("shop", d("month", "x")))
@@ -253,9 +289,14 @@ var (
 	onMemcache = func(fields ...string) *documented {
 		return &documented{row: "Environment variables: BACKEND_TYPE", fields: fields}
 	}
-	dotFile = func(fields ...string) *documented {
-		return &documented{row: "What differs: A file whose name starts with `.`", fields: fields}
+	// The reference joins keys and values with "_", to look rules up and
+	// to name counters.
+	joined = func(fields ...string) *documented {
+		return &documented{row: "What differs: Rules and counters whose joined `key_value` strings meet", fields: fields}
 	}
+	// Without RUNTIME_IGNOREDOTFILES=true the reference reads a
+	// ConfigMap's files twice, and loads nothing.
+	configMapTwice = &documented{row: "What differs: Kubernetes' `..data` entries of a mounted ConfigMap", fields: []string{"code", ""}}
 	// With Redis down the reference answers an error, floodgate by each
 	// rule's failure_mode, allow by default.
 	redisDown     = &documented{row: "What differs: Redis slow or down", fields: []string{"code", ""}}
@@ -354,15 +395,28 @@ var scenarios = []scenario{
 	)},
 	{name: "rule-files", files: map[string]string{
 		"a.yaml": oneRule("fa"), "b.conf": oneRule("fb"), "c": oneRule("fc"), "sub/d.yaml": oneRule("fd"), ".e.yaml": oneRule("fe"),
+		".sub/f.yaml": oneRule("ff"), "g.json": `{"domain": "fg", "descriptors": [{"key": "k", "rate_limit": {"unit": "minute", "requests_per_unit": 1}}]}`,
 	}, steps: cat(
 		rep(2, "a.yaml", req("fa", d("k", "v"))),
 		rep(2, "b.conf", req("fb", d("k", "v"))),
 		rep(2, "a file without extension", req("fc", d("k", "v"))),
 		rep(2, "a subdirectory", req("fd", d("k", "v"))),
-		// Skipped by floodgate, with a warning.
-		differ(dotFile(".statuses[0].currentLimit", ".statuses[0].durationUntilReset"), one("a dot file", req("fe", d("k", "v")))),
-		differ(dotFile(".overallCode", ".statuses[0].code", ".statuses[0].currentLimit", ".statuses[0].durationUntilReset"), one("a dot file, again", req("fe", d("k", "v")))),
+		rep(2, "a dot file", req("fe", d("k", "v"))),
+		rep(2, "a dot directory", req("ff", d("k", "v"))),
+		rep(2, "JSON", req("fg", d("k", "v"))),
 	)},
+	// What Kubernetes mounts, read as the reference's users are told to
+	// read it; without RUNTIME_IGNOREDOTFILES=true the reference reads
+	// ..2026_… besides the links, and refuses the repeated domains.
+	{name: "configmap", files: configMap(map[string]string{"a.yaml": oneRule("ca"), ".b.yaml": oneRule("cb")}),
+		env: []string{"RUNTIME_IGNOREDOTFILES=true"}, steps: cat(
+			rep(2, "a file", req("ca", d("k", "v"))),
+			rep(2, "a dot file, skipped by both", req("cb", d("k", "v"))),
+		)},
+	{name: "configmap-dotfiles", files: configMap(map[string]string{"a.yaml": oneRule("ca"), ".b.yaml": oneRule("cb")}), steps: differ(configMapTwice, cat(
+		one("a file", req("ca", d("k", "v"))),
+		one("a dot file", req("cb", d("k", "v"))),
+	))},
 	{name: "per-second", files: map[string]string{"s.yaml": perSecondRules}, window: time.Second, perSecond: true, steps: cat(
 		rep(3, "a second", req("ps", d("s", "x"))),
 		rep(3, "a minute beside it", req("ps", d("m", "x"), d("s", "y"))),
@@ -407,6 +461,21 @@ var scenarios = []scenario{
 		step{name: "no client certificate", req: req("shop", d("client", "a")), as: "no-certificate"},
 		one("the client the servers accept, again", req("shop", d("client", "a"))),
 	)},
+	// The reference's counter keys join the domain, keys and values with
+	// "_": distinct rules whose joined strings meet share one counter.
+	{name: "joined-keys", files: map[string]string{"d.yaml": joinedRules, "da.yaml": oneRuleKey("d_a", "b")}, steps: cat(
+		one("a=x_b, c=v", req("d", d("a", "x_b", "c", "v"))),
+		differ(joined(".overallCode", ".statuses[0].code"), one("a=x, b_c=v: another rule, one key", req("d", d("a", "x", "b_c", "v")))),
+		one("domain d, a_b=v", req("d", d("a_b", "v"))),
+		differ(joined(".overallCode", ".statuses[0].code"), one("domain d_a, b=v: another domain, one key", req("d_a", d("b", "v")))),
+	)},
+	// And it looks rules up by the same joined strings: {a, b_c} beside
+	// {a_b, c} is one rule twice, and the file is refused.
+	{name: "joined-rules", files: map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: a\n    value: b_c\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: a_b\n    value: c\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"},
+		steps: cat(
+			differ(joined("code", ""), one("a=b_c", req("d", d("a", "b_c")))),
+			differ(joined("code", ""), one("a_b=c", req("d", d("a_b", "c")))),
+		)},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
@@ -432,6 +501,7 @@ func answersSteps() []step {
 		rep(2, "value_to_metric", req("shop", d("stats", "v1"))),
 		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
 		one("a hits_addend of 0 is 1", withHits(req("shop", d("client", "c0")), 0)),
+		zeroLooked,
 		rep(2, "the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 3))),
 		one("an override without a rule", req("shop", override(d("nothing", "e"), 1, typev3.RateLimitUnit_MINUTE))),
 		refusedCharges(),
@@ -498,6 +568,7 @@ func memcacheSteps() []step {
 		longWindow("a year", req("shop", d("year", "x"))),
 		rep(2, "the request's hits_addend", withHits(req("shop", d("client", "c")), 2)),
 		rep(2, "the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 3))),
+		zeroLooked,
 		refusedCharges(),
 		// The reference answers a request with a space in a value OK,
 		// counting nothing.
@@ -509,6 +580,10 @@ func memcacheSteps() []step {
 		differ(&documented{row: "Environment variables: BACKEND_TYPE", fields: []string{"code", ""}, since: healthFromRedis}, step{name: "/healthcheck", get: "/healthcheck"}),
 	)
 }
+
+// zeroLooked looks at a limit of 0 (a descriptor's hits_addend of 0): OK,
+// with the time left in its window, as when it refuses.
+var zeroLooked = one("a limit of 0, looked at", req("shop", descHits(d("blocked", "look"), 0)))
 
 // longWindow is three calls to a limit of 2 of a year, which the
 // reference on Memcached never enforces (its key expires at once).

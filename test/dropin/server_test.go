@@ -168,7 +168,12 @@ func memcachedStats(reply string) map[string]int64 {
 	return out
 }
 
-// writeRules writes rule files into dir, by name ("" removes one).
+// symlinkTo starts the text of a rule file that writeRules makes a
+// symbolic link to the rest of the text.
+const symlinkTo = "symlink:"
+
+// writeRules writes rule files into dir, by name ("" removes one; a text
+// starting with symlinkTo makes a link).
 func writeRules(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
 	for name, text := range files {
@@ -182,7 +187,13 @@ func writeRules(t *testing.T, dir string, files map[string]string) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		var err error
+		if target, ok := strings.CutPrefix(text, symlinkTo); ok {
+			err = os.Symlink(target, path)
+		} else {
+			err = os.WriteFile(path, []byte(text), 0o644)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
