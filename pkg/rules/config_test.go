@@ -119,7 +119,7 @@ func TestCheck(t *testing.T) {
 	if err := Check(&out, exampleConfig, Options{}); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
-	for _, want := range []string{"domain demo: 13 rules, 12 limits", "../../config: OK: 1 file, 1 domain, 13 rules, 12 limits, 0 warnings"} {
+	for _, want := range []string{"domain demo: 20 rules, 17 limits", "../../config: OK: 1 file, 1 domain, 20 rules, 17 limits, 0 warnings"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
@@ -183,7 +183,7 @@ func TestExplain(t *testing.T) {
 		{"demo", entries("remote_address=1.2.3.4", "path=/x"), []string{"key-only", "none"}, "entry 2 (path) matches no rule",
 			[]string{"rule demo.remote_address has no nested descriptors"}},
 		{"demo", entries("colour=red"), []string{"none"}, "entry 1 (colour) matches no rule",
-			[]string{`no rule for key "colour" at level 1 (keys there: "api_key", "generic_key", "path", "remote_address", "tenant", "user_agent")`}},
+			[]string{`no rule for key "colour" at level 1 (keys there: "api_key", "generic_key", "llm_org", "llm_reserved", "llm_tokens", "llm_user", "path", "remote_address", "tenant", "user_agent")`}},
 		{"other", entries("a=b"), nil, `no rule file declares domain "other"`, nil},
 		{"demo", nil, nil, "the descriptor has no entries", nil},
 	}
