@@ -195,14 +195,21 @@ lines:
 }
 
 // writeRules writes files (name -> YAML) into dir, atomically each (write
-// then rename), as editors and ConfigMap updates do.
+// then rename), as editors and ConfigMap updates do. Each is written
+// beside dir first: inside it, where a dot file is a rule file as for the
+// reference server, a reload could read it half written.
 func writeRules(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for name, content := range files {
-		tmp := filepath.Join(dir, "."+name+".tmp")
+		f, err := os.CreateTemp(filepath.Dir(dir), "rules-*.tmp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := f.Name()
+		f.Close()
 		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -318,12 +318,13 @@ func TestWatcherIgnoresNoOpChanges(t *testing.T) {
 // rewritten; run with -race it checks the swap is safe, and each set read
 // must be whole: both files of one write agree.
 func TestWatcherConcurrentReaders(t *testing.T) {
-	dir := t.TempDir()
+	dir, scratch := t.TempDir(), t.TempDir()
 	write := func(n int) {
-		// One rename replaces both rules at once.
+		// One rename replaces both rules at once. The new file is written
+		// outside the rule directory, where a dot file is a rule file too.
 		content := "domain: both\ndescriptors:\n  - key: x\n    rate_limit: {unit: second, requests_per_unit: " + itoa(n) + "}\n  - key: y\n    rate_limit: {unit: minute, requests_per_unit: " + itoa(n) + "}\n"
-		writeFile(t, dir+"/.tmp", content)
-		if err := os.Rename(dir+"/.tmp", dir+"/both.yaml"); err != nil {
+		writeFile(t, scratch+"/both.yaml", content)
+		if err := os.Rename(scratch+"/both.yaml", dir+"/both.yaml"); err != nil {
 			t.Error(err)
 		}
 	}
