@@ -130,16 +130,20 @@ type Totals struct {
 	Shadow     float64 `json:"shadow"`      // floodgate_shadow_mode_total
 	Near       float64 `json:"near"`        // floodgate_near_limit_total
 	NotCharged float64 `json:"not_charged"` // floodgate_not_charged_total
+	// Charged is the usage reported after the fact and charged (tokens,
+	// bytes: floodgate_usage_charged_total), within the limit or past it.
+	Charged float64 `json:"charged"`
 }
 
 // hitFamilies map the hit counters' names to their Totals field.
 var hitFamilies = map[string]func(*Totals) *float64{
-	"floodgate_hits_total":         func(t *Totals) *float64 { return &t.Hits },
-	"floodgate_within_limit_total": func(t *Totals) *float64 { return &t.Within },
-	"floodgate_over_limit_total":   func(t *Totals) *float64 { return &t.Over },
-	"floodgate_shadow_mode_total":  func(t *Totals) *float64 { return &t.Shadow },
-	"floodgate_near_limit_total":   func(t *Totals) *float64 { return &t.Near },
-	"floodgate_not_charged_total":  func(t *Totals) *float64 { return &t.NotCharged },
+	"floodgate_hits_total":          func(t *Totals) *float64 { return &t.Hits },
+	"floodgate_within_limit_total":  func(t *Totals) *float64 { return &t.Within },
+	"floodgate_over_limit_total":    func(t *Totals) *float64 { return &t.Over },
+	"floodgate_shadow_mode_total":   func(t *Totals) *float64 { return &t.Shadow },
+	"floodgate_near_limit_total":    func(t *Totals) *float64 { return &t.Near },
+	"floodgate_not_charged_total":   func(t *Totals) *float64 { return &t.NotCharged },
+	"floodgate_usage_charged_total": func(t *Totals) *float64 { return &t.Charged },
 }
 
 func (h *Handler) serveSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -14,6 +14,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -76,10 +77,14 @@ func newUnitPage(t *testing.T, st rules.Status, values envoy.HotValues) *unitPag
 	return &unitPage{h: h, svc: svc, reg: reg}
 }
 
-func (p *unitPage) send(t *testing.T, key, value string) {
+func (p *unitPage) send(t *testing.T, key, value string) { p.charge(t, key, value, nil) }
+
+// charge is send with the descriptor's own hits_addend when not nil: usage
+// reported after the fact.
+func (p *unitPage) charge(t *testing.T, key, value string, hits *wrapperspb.UInt64Value) {
 	t.Helper()
 	req := &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}}
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}, HitsAddend: hits}}}
 	if _, err := p.svc.ShouldRateLimit(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +147,7 @@ func TestSnapshot(t *testing.T) {
 		p.send(t, "tenant", fmt.Sprintf("t%d", i%5))
 		p.send(t, "user", "u")
 	}
+	p.charge(t, "user", "spender", wrapperspb.UInt64(5)) // usage past the limit of 3
 	snap, err := p.h.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +167,7 @@ func TestSnapshot(t *testing.T) {
 		{"d.tenant", "tenant", 0, "gcra 2/60", 9},
 		{"d.tenant.path_/x", "path_/x", 1, "fixed_window 7/3600", 0},
 		{"d.tenant-b", "tenant-b", 0, "", 0},
-		{"d.user", "user", 0, "fixed_window 3/60", 9},
+		{"d.user", "user", 0, "fixed_window 3/60", 14},
 	} {
 		r, ok := byPath[tc.path]
 		if !ok {
@@ -177,9 +183,13 @@ func TestSnapshot(t *testing.T) {
 		}
 		if r.Totals.Hits != tc.hits || r.Totals.Hits != sumSeries(t, p.reg, "floodgate_hits_total", tc.path) ||
 			r.Totals.Over != sumSeries(t, p.reg, "floodgate_over_limit_total", tc.path) ||
-			r.Totals.Within != sumSeries(t, p.reg, "floodgate_within_limit_total", tc.path) {
+			r.Totals.Within != sumSeries(t, p.reg, "floodgate_within_limit_total", tc.path) ||
+			r.Totals.Charged != sumSeries(t, p.reg, "floodgate_usage_charged_total", tc.path) {
 			t.Errorf("%s: totals %+v, want %v hits and the registry's sums", tc.path, r.Totals, tc.hits)
 		}
+	}
+	if got := byPath["d.user"].Totals.Charged; got != 5 {
+		t.Errorf("d.user charged %v, want the 5 reported past its limit", got)
 	}
 	if got := len(byPath["d.tenant"].Hot); got != DefaultHotCounters {
 		t.Errorf("d.tenant has %d hot counters, want %d", got, DefaultHotCounters)

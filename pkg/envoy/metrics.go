@@ -60,6 +60,7 @@ type MetricsOptions struct {
 type Metrics struct {
 	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
 	notCharged                                          *prometheus.CounterVec
+	charged, charges                                    *prometheus.CounterVec // usage (usageCounters)
 	globalShadowMode                                    prometheus.Counter
 	domainsNotFound                                     prometheus.Counter
 	decisions                                           *prometheus.HistogramVec
@@ -151,6 +152,24 @@ type ruleSeries struct {
 	values map[string]*series // detailed labels; at most maxValues
 	other  *series
 	hot    hotSketch // the most hit counters (hot.go)
+
+	usageOnce sync.Once
+	usage     usageCounters
+}
+
+// usageCounters count the usage a rule's descriptors reported with their
+// own hits_addend (limit.Hit.Usage): the units charged, within the limit
+// or past it, and the reports. A rule named by values counts under its
+// path alone.
+type usageCounters struct{ units, reports prometheus.Counter }
+
+// charge counts a usage report of units against s.
+func (m *Metrics) charge(s *ruleSeries, units int64) {
+	s.usageOnce.Do(func() {
+		s.usage = usageCounters{m.charged.WithLabelValues(s.domain, s.path), m.charges.WithLabelValues(s.domain, s.path)}
+	})
+	s.usage.units.Add(float64(units))
+	s.usage.reports.Inc()
 }
 
 // NewMetrics creates the request-path metrics and registers them on reg.
@@ -168,6 +187,9 @@ func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error
 		withinLimit: counter("within_limit_total", "Hits on descriptors within their limit, charged: "+
 			"never those of a request refused by another descriptor."),
 		shadowMode: counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted."),
+		charged: counter("usage_charged_total", "Usage reported after the fact (a descriptor's own hits_addend: "+
+			"tokens, bytes), charged whether within the limit or past it: what a budget spent."),
+		charges: counter("usage_reports_total", "Descriptors that reported usage (a descriptor's own hits_addend), charged."),
 		notCharged: counter("not_charged_total", "Hits on descriptors within their limit that were not charged, "+
 			"because another descriptor of the request was over its limit (a request is charged all or nothing)."),
 		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "global_shadow_mode_total",
@@ -205,7 +227,7 @@ func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error
 	}
 	m.decisionOK = m.decisions.WithLabelValues("ok")
 	m.decisionOver = m.decisions.WithLabelValues("over_limit")
-	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged,
+	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged, m.charged, m.charges,
 		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -446,6 +468,12 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 		}
 		o := hitOutcome{over: out.wouldDeny, shadow: rd.Mode == limit.Advisory, charged: charged}
 		n := countedHits(ds.cost, rd)
+		if ds.usage && ds.cost > 0 && maxCapacity(rd) > 0 {
+			// Charged whatever the answer, all of it (up to what a
+			// counter counts).
+			n, o.charged = min(ds.cost, limit.MaxCount), true
+			m.charge(s, n)
+		}
 		near := min(n, out.near)
 		keep := bv || m.keepHotValues
 		if keep {
@@ -468,16 +496,21 @@ func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v ver
 // that dashboards sum. Admitted hits are never cut: they fit in every
 // limit.
 func countedHits(cost int64, rd *rules.Resolved) int64 {
+	if capacity := maxCapacity(rd); cost > capacity {
+		return capacity + 1 // cost <= maxCost, so this cannot overflow
+	}
+	return cost
+}
+
+// maxCapacity is the largest capacity among rd's counted limits.
+func maxCapacity(rd *rules.Resolved) int64 {
 	var capacity int64
 	for i := range rd.Limits {
 		if l := &rd.Limits[i]; l.Counted() {
 			capacity = max(capacity, l.Limit.Spec.Capacity())
 		}
 	}
-	if cost > capacity {
-		return capacity + 1 // cost <= maxCost, so this cannot overflow
-	}
-	return cost
+	return capacity
 }
 
 // appendDetailedLabel names a descriptor with its values, in the reference

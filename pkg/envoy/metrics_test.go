@@ -48,10 +48,10 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		want    want
 	}{
 		{
-			name:    "a descriptor's hits_addend of 2^64-1 counts one more than the limit",
+			name:    "a usage report (a descriptor's hits_addend) of 2^64-1 is charged, counted up to limit.MaxCount",
 			req:     request("test", withAddend(desc("user", "a"), math.MaxUint64)),
 			overall: pb.RateLimitResponse_OVER_LIMIT,
-			want:    want{"test.user": {4, 0, 0, 4, 0, 0}},
+			want:    want{"test.user": {float64(limit.MaxCount), 0, 0, float64(limit.MaxCount), 0, 0}},
 		},
 		{
 			name:    "the request's hits_addend of 2^32-1 too",
@@ -61,7 +61,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		},
 		{
 			name:    "several limits: one more than the largest",
-			req:     request("test", withAddend(desc("tenant", "t"), 1000)),
+			req:     &pb.RateLimitRequest{Domain: "test", HitsAddend: 1000, Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant", "t")}},
 			overall: pb.RateLimitResponse_OVER_LIMIT,
 			want:    want{"test.tenant": {6, 0, 0, 6, 0, 0}},
 		},
@@ -151,6 +151,33 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	}
 }
 
+// TestUsageMetrics: a usage report counts its units in
+// floodgate_usage_charged_total and itself in floodgate_usage_reports_total,
+// within its limit or past it, and in a request another descriptor
+// refuses; a look (hits_addend 0) and a request's own hits_addend count in
+// neither.
+func TestUsageMetrics(t *testing.T) {
+	h := newHarness(t, Options{})
+	for _, r := range []*pb.RateLimitRequest{
+		request("test", withAddend(desc("user", "u"), 2)),
+		request("test", withAddend(desc("user", "u"), 5)), // past the limit of 3
+		request("test", withAddend(desc("user", "u"), 0)),
+		{Domain: "test", HitsAddend: 2, Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "v")}},
+		request("test", withAddend(desc("user", "w"), 1), desc("zero", "z")), // refused by the other
+	} {
+		if _, err := h.svc.ShouldRateLimit(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	labels := map[string]string{"domain": "test", "rule": "test.user"}
+	if got := metricValue(t, h.reg, "floodgate_usage_charged_total", labels); got != 8 {
+		t.Errorf("floodgate_usage_charged_total %v, want 8 (2 + 5 + 1)", got)
+	}
+	if got := metricValue(t, h.reg, "floodgate_usage_reports_total", labels); got != 3 {
+		t.Errorf("floodgate_usage_reports_total %v, want 3", got)
+	}
+}
+
 // TestStatsdCountsWhatHappened: statsd counts the same hits as Prometheus:
 // bounded per request, and nothing within_limit for a refused request.
 func TestStatsdCountsWhatHappened(t *testing.T) {
@@ -170,9 +197,10 @@ func TestStatsdCountsWhatHappened(t *testing.T) {
 		req  *pb.RateLimitRequest
 		want pb.RateLimitResponse_Code
 	}{
-		{request("shop", withAddend(desc("user", "a"), math.MaxUint64)), pb.RateLimitResponse_OVER_LIMIT}, // 6 of 5, over
-		{request("shop", desc("plan", "free")), pb.RateLimitResponse_OK},                                  // within, near
-		{request("shop", desc("user", "b"), desc("plan", "free")), pb.RateLimitResponse_OVER_LIMIT},       // user not charged
+		{&pb.RateLimitRequest{Domain: "shop", HitsAddend: math.MaxUint32, Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}},
+			pb.RateLimitResponse_OVER_LIMIT}, // 6 of 5, over
+		{request("shop", desc("plan", "free")), pb.RateLimitResponse_OK},                            // within, near
+		{request("shop", desc("user", "b"), desc("plan", "free")), pb.RateLimitResponse_OVER_LIMIT}, // user not charged
 	}
 	for i, r := range reqs {
 		resp, err := svc.ShouldRateLimit(context.Background(), r.req)

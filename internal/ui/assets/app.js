@@ -254,8 +254,11 @@ function buildRule(r) {
   const td = el("td");
   td.colSpan = 6;
   const tot = el("div", "totals");
-  for (const k of ["hits", "within", "over", "shadow", "near", "not_charged"]) {
+  // charged: the usage a budget was charged after the fact (tokens,
+  // bytes), shown for the rules that have any.
+  for (const k of ["hits", "within", "over", "shadow", "near", "not_charged", "charged"]) {
     const item = el("span", "total", k.replace("_", " ") + " ");
+    if (k === "charged") item.hidden = true;
     const s = el("span", "t-" + k, "");
     c["t_" + k] = s;
     item.appendChild(s);
@@ -286,6 +289,7 @@ function updateRule(c, r, snap, prev) {
   for (const k of Object.keys(t)) {
     const s = c["t_" + k];
     if (s) { s.textContent = String(Math.round(t[k])); s.dataset.value = String(t[k]); }
+    if (s && k === "charged") s.parentElement.hidden = !(t[k] > 0);
   }
   const tot = (f) => (s) => { const x = ruleOf(s, r.path); return x ? f(x.totals) : 0; };
   // A sample leaves out the rules without any hit yet: zeros.
