@@ -529,3 +529,38 @@ func TestValueShare(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayUsageCharges replays a budget charged after the fact, as a
+// capture records it: a look before each request, the usage charged when
+// it ends (a descriptor's own hits_addend). Under a budget of 1,000 the
+// second charge of 600 is kept though it is over, and the third look is
+// refused; raised to 2,000, it passes: the replay says which look the
+// edit lets through.
+func TestReplayUsageCharges(t *testing.T) {
+	budget := func(n int) *rules.Set {
+		t.Helper()
+		set, err := rules.Parse(map[string][]byte{"llm.yaml": []byte(fmt.Sprintf(
+			"domain: llm\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", n))}, rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	var b strings.Builder
+	for i, hits := range []int{0, 600, 0, 600, 0} {
+		fmt.Fprintf(&b, `{"time":%q,"domain":"llm","descriptors":[{"entries":[{"key":"user","value":"ann"}],"hits_addend":%d}]}`+"\n",
+			t0.Add(time.Duration(i)*time.Second).Format(time.RFC3339Nano), hits)
+	}
+	rep, err := Run(context.Background(), budget(1000), budget(2000), one(strings.NewReader(b.String())), Options{Examples: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Changed.Total != 2 || rep.Changed.NowAllowed != 2 || len(rep.Changed.Examples) != 2 {
+		t.Fatalf("changed %+v, want the second charge and the third look now allowed", rep.Changed)
+	}
+	for i, e := range rep.Changed.Examples {
+		if at := e.Time.Sub(t0); at != time.Duration(3+i)*time.Second || e.Old != "denied" || e.New != "allowed" {
+			t.Errorf("change %d: %+v, want the request at %ds denied, now allowed", i, e, 3+i)
+		}
+	}
+}
