@@ -11,6 +11,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate/internal/racebuild"
 	"github.com/floodgate/floodgate/internal/statsdtest"
@@ -39,7 +40,10 @@ descriptors:
 // runs also count in statsd (never flushed during the run: counting is
 // what a request pays). Logs go through a text handler at info level, as
 // in production, so that the runs include what the debug line costs when
-// debug is off; the _debug runs turn it on (to io.Discard).
+// debug is off; the _debug runs turn it on (to io.Discard). The _charge
+// runs send the same descriptors as usage reports (a descriptor's own
+// hits_addend of 1, as Envoy charges at stream done), to compare a
+// charge's cost with a decision's.
 func BenchmarkHandler(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		for _, withStatsd := range []bool{false, true} {
@@ -49,6 +53,7 @@ func BenchmarkHandler(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) { benchmarkHandler(b, n, withStatsd, slog.LevelInfo, true) })
 		}
+		b.Run(strconv.Itoa(n)+"desc_charge", func(b *testing.B) { benchmarkCharges(b, n) })
 		b.Run(strconv.Itoa(n)+"desc_debug", func(b *testing.B) { benchmarkHandler(b, n, false, slog.LevelDebug, true) })
 		// A caller without a deadline, or with one further than the store
 		// deadline (cmd/bench's load, a gRPC client without a timeout,
@@ -59,6 +64,22 @@ func BenchmarkHandler(b *testing.B) {
 
 func benchmarkHandler(b *testing.B, n int, withStatsd bool, level slog.Level, deadline bool) {
 	svc, all := benchService(b, n, withStatsd, level)
+	runHandler(b, svc, all, deadline)
+}
+
+// benchmarkCharges is benchmarkHandler for usage reports of 1.
+func benchmarkCharges(b *testing.B, n int) {
+	svc, all := benchService(b, n, false, slog.LevelInfo)
+	for _, r := range all {
+		for _, d := range r.Descriptors {
+			d.HitsAddend = wrapperspb.UInt64(1)
+		}
+	}
+	runHandler(b, svc, all, true)
+}
+
+// runHandler sends all to svc in turn for b.N requests.
+func runHandler(b *testing.B, svc *Service, all []*pb.RateLimitRequest, deadline bool) {
 	// A call from Envoy carries its filter's timeout (20 ms by default)
 	// as grpc-timeout, which gRPC turns into the call's context. Such a
 	// context is renewed every 100 requests, so that its allocations,
@@ -89,8 +110,19 @@ func benchmarkHandler(b *testing.B, n int, withStatsd bool, level slog.Level, de
 // where pools drop items at random, it only runs the path; `make test`
 // runs it again without.
 func TestHandlerAllocations(t *testing.T) {
-	for _, n := range []int{1, 3} {
+	for _, c := range []struct {
+		n      int
+		charge bool
+	}{{1, false}, {3, false}, {1, true}, {3, true}} {
+		n := c.n
 		svc, all := benchService(t, n, true, slog.LevelInfo)
+		if c.charge { // usage reports (a descriptor's own hits_addend)
+			for _, r := range all {
+				for _, d := range r.Descriptors {
+					d.HitsAddend = wrapperspb.UInt64(1)
+				}
+			}
+		}
 		// On a stopped clock: the rules' windows are a second long, and a
 		// second's boundary between the warm-up and the count would make
 		// the store create every counter again.
@@ -113,7 +145,7 @@ func TestHandlerAllocations(t *testing.T) {
 		})
 		cancel()
 		if allocs > 2 && !racebuild.Enabled {
-			t.Errorf("%d descriptors: %v allocations per request, want at most 2", n, allocs)
+			t.Errorf("%d descriptors (usage reports: %v): %v allocations per request, want at most 2", n, c.charge, allocs)
 		}
 	}
 }

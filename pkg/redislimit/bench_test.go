@@ -204,6 +204,9 @@ func TestMemoryUsage(t *testing.T) {
 // far more than the code does. Requests are one-hit fixed-window requests
 // under their limit, as in cmd/bench's under-limit scenario; a call
 // carries 1 or 10 of them (cmd/bench at 64 callers averages about 10).
+// The charge cases are the same requests as usage reports (limit.Hit.Usage,
+// a charge at Envoy's stream done), to compare a charge's cost with a
+// decision's; over the limit, a charge writes where a decision does not.
 func BenchmarkLuaEvaluate(b *testing.B) {
 	n := startNode(b)
 	ctx := context.Background()
@@ -229,8 +232,16 @@ end)
 	for _, c := range []struct {
 		requests, hits int
 		limit          int64
-	}{{1, 1, 1_000_000_000}, {10, 1, 1_000_000_000}, {10, 3, 1_000_000_000}, {10, 3, 0}} {
+		charge         bool
+	}{
+		{1, 1, 1_000_000_000, false}, {10, 1, 1_000_000_000, false}, {10, 3, 1_000_000_000, false}, {10, 3, 0, false},
+		{1, 1, 1_000_000_000, true}, {10, 1, 1_000_000_000, true}, {10, 3, 1_000_000_000, true}, {10, 3, 0, true},
+	} {
 		sub := fmt.Sprintf("requests=%d/hits=%d", c.requests, c.hits)
+		flags := "0"
+		if c.charge {
+			sub, flags = "charge/"+sub, "8" // flagUsage
+		}
 		if c.limit == 0 {
 			// Over the limit: every stored counter is at its limit 1 (the
 			// first loop counts them), so the requests are blocked and
@@ -248,8 +259,8 @@ end)
 			for r := range c.requests {
 				args = append(args, "", c.hits)
 				for h := range c.hits {
-					keys = append(keys, fmt.Sprintf("lua-bench:%d:%d:%d", limit_, r, h))
-					args = append(args, spec, "1", "0")
+					keys = append(keys, fmt.Sprintf("lua-bench:%s:%d:%d:%d", flags, limit_, r, h))
+					args = append(args, spec, "1", flags)
 				}
 			}
 			var inside int64
