@@ -74,7 +74,7 @@ func runDocConsole(t *testing.T, path string, example, console mdBlock) {
 // TestDocsLinks checks that the relative links of the README and of these
 // docs lead to files that exist.
 func TestDocsLinks(t *testing.T) {
-	files := []string{filepath.Join(repoRoot, "README.md")}
+	files := []string{filepath.Join(repoRoot, "README.md"), filepath.Join(repoRoot, "docs", "usage.md")}
 	for _, d := range ownDocs {
 		files = append(files, filepath.Join(repoRoot, "docs", d))
 	}
