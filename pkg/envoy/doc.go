@@ -8,7 +8,9 @@
 // mode), turns the counted limits into one []limit.Hit for the whole
 // request, asks the Limiter once, which
 // decides the request in that one call, quota rule included (all or
-// nothing: a rejected request consumes nothing), and says whether it
+// nothing: a rejected request consumes nothing but its usage reports, the
+// descriptors carrying their own hits_addend, which are charged whatever
+// the answer), and says whether it
 // blocked it, applies the failure
 // policy, and builds the response from the resolved limits: one status per
 // descriptor, the overall code, and the optional response headers and
