@@ -87,6 +87,7 @@ func TestCluster(t *testing.T) {
 			}
 		}
 		allOrNothing(t, l, clk, keyOf)
+		usageKept(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("usage/%v/%d", a, i) })
 		advisoryDoesNotBlock(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("adv/%v/%d", a, i) })
 		quotaKey := func(a limit.Algorithm, i int) string { return fmt.Sprintf("quota/%v/%d", a, i) }
 		for _, a := range limit.Algorithms() {

@@ -129,11 +129,43 @@ func quotasDecideTogether(t *testing.T, e limit.Limiter, keyOf func(a limit.Algo
 	}
 }
 
+// usageKept checks that a blocked request keeps its usage hits (charges
+// reported after the fact) and nothing else, whatever part of the store
+// each counter is in: a plain hit on one counter is not consumed, a charge
+// within the limit on another is, and one past the limit on a third leaves
+// it in debt.
+func usageKept(t *testing.T, e limit.Limiter, keyOf func(a limit.Algorithm, i int) string) {
+	t.Helper()
+	for _, a := range limit.Algorithms() {
+		t.Run("usage kept/"+a.String(), func(t *testing.T) {
+			roomy := limit.Spec{Algorithm: a, Limit: 10, Window: time.Hour}
+			tight := limit.Spec{Algorithm: a, Limit: 1, Window: time.Hour}
+			decide(t, e, limit.Hit{Key: keyOf(a, 4), Spec: tight, Cost: 1}) // exhaust the tight counter
+			request := []limit.Hit{
+				{Key: keyOf(a, 0), Spec: roomy, Cost: 2},
+				{Key: keyOf(a, 1), Spec: roomy, Cost: 3, Usage: true},
+				{Key: keyOf(a, 2), Spec: roomy, Cost: 15, Usage: true},
+				{Key: keyOf(a, 4), Spec: tight, Cost: 1},
+			}
+			d, blocked := verdict(t, e, request...)
+			if !blocked || d[3].Allowed || !d[1].Allowed || d[2].Allowed || d[2].Debt != 5 {
+				t.Fatalf("decisions %+v, blocked %v: want blocked by the last, the charge of 3 allowed, the one of 15 over by 5", d, blocked)
+			}
+			look := decide(t, e, limit.Hit{Key: keyOf(a, 0), Spec: roomy}, limit.Hit{Key: keyOf(a, 1), Spec: roomy},
+				limit.Hit{Key: keyOf(a, 2), Spec: roomy})
+			if look[0].Remaining != 10 || look[1].Remaining != 7 || look[2].Allowed || look[2].Debt < 4 {
+				t.Errorf("after the blocked request: %+v; want the plain counter whole (10), the charged one at 7, the third in debt", look)
+			}
+		})
+	}
+}
+
 func TestAllOrNothingSingleNode(t *testing.T) {
 	n := startNode(t)
 	clk := newClock(future)
 	l := newLimiter(t, n.client, clk, "aon:")
 	allOrNothing(t, l, clk, func(a limit.Algorithm, i int) string { return fmt.Sprintf("%v/%d", a, i) })
+	usageKept(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("usage/%v/%d", a, i) })
 	advisoryDoesNotBlock(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("adv/%v/%d", a, i) })
 	quotasDecideTogether(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("quota/%v/%d", a, i) })
 }

@@ -162,6 +162,7 @@ func TestSplitAllOrNothing(t *testing.T) {
 			clk := newClock(future)
 			s, _, _ := p.split(t, clk, prefix, tc.route)
 			allOrNothing(t, s, clk, func(a limit.Algorithm, i int) string { return fmt.Sprintf("%v/%d", a, i) })
+			usageKept(t, s, func(a limit.Algorithm, i int) string { return fmt.Sprintf("usage/%v/%d", a, i) })
 			advisoryDoesNotBlock(t, s, func(a limit.Algorithm, i int) string { return fmt.Sprintf("adv/%v/%d", a, i) })
 			quotasDecideTogether(t, s, func(a limit.Algorithm, i int) string { return fmt.Sprintf("quota/%v/%d", a, i) })
 			// The cases did span both Redis: the tight counters are on
