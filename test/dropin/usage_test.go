@@ -80,7 +80,9 @@ type llmFront struct {
 // again in the next window.
 func TestUsageBehindEnvoy(t *testing.T) {
 	reference := harness.Require(t, harness.Reference)
-	sc := scenario{files: map[string]string{"demo.yaml": usageBudgets}}
+	// A loaded machine must not turn a decision or a look at the counters
+	// into floodgate's failure policy: the store deadline is generous.
+	sc := scenario{files: map[string]string{"demo.yaml": usageBudgets}, env: []string{"FLOODGATE_REDIS_DEADLINE=5s"}}
 	backend := usageBackend(t)
 	fg := startLLMFront(t, "floodgate", startServer(t, "", sc), backend)
 	ref := startLLMFront(t, "reference", startServer(t, reference, sc), backend)
@@ -244,9 +246,10 @@ func (f *llmFront) counter(t *testing.T, query string) int64 {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
 	var a counters.Answer
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || len(a.Limits) != 1 {
-		t.Fatalf("GET /counters?%s: %v, %+v: want one limit", query, err, a)
+	if err := json.Unmarshal(body, &a); resp.StatusCode != http.StatusOK || err != nil || len(a.Limits) != 1 {
+		t.Fatalf("GET /counters?%s: %s %s (%v): want one limit", query, resp.Status, body, err)
 	}
 	return a.Limits[0].Used
 }
