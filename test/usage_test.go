@@ -57,7 +57,9 @@ func (r *usageRun) overshoot() (most, used int64) {
 // the usage never goes beyond what the budget allows. docs/usage.md
 // publishes the figures this logs.
 func TestUsageUnderConcurrency(t *testing.T) {
-	p, _ := startWithRules(t, backends[0], usageRules)
+	// A generous store deadline: an answer of the failure policy, on a
+	// loaded machine, would let a request through unreserved too.
+	p, _ := startWithRules(t, backends[0], usageRules, "-redis-deadline", "5s")
 	var mu sync.Mutex
 	var run *usageRun
 	var start time.Time
@@ -91,6 +93,9 @@ func TestUsageUnderConcurrency(t *testing.T) {
 		front.spend(t, run, mode.path, mode.user, streams, seconds*time.Second)
 		if c, err := front.Counters("cluster.backend.ratelimit."); err != nil || c["cluster.backend.ratelimit.error"] != 0 {
 			t.Fatalf("%s: Envoy's calls to floodgate failed (%v, %v): the run measures nothing", mode.name, c, err)
+		}
+		if n := p.metricSum("floodgate_store_failure_answers_total"); n != 0 {
+			t.Fatalf("%s: %v answers of the failure policy: the run measures nothing", mode.name, n)
 		}
 		over, used := run.overshoot()
 		t.Logf("%s: %d streams for %d s: %d tokens used, by second %v; most beyond the budget %d (%.0f%% of a second's budget); %d requests passed, %d refused",
