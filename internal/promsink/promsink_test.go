@@ -55,15 +55,16 @@ func feed(t *testing.T, opts promsink.Options) map[string]string {
 		t.Fatal(err)
 	}
 	// The exporter takes the events in its own goroutine: the last ones
-	// (the timer's, last created) are in once it has seen 5 observations.
-	var got map[string]string
+	// (the timer's, last created) are in once it has counted 5
+	// observations. A scrape reads its collectors one after the other, so
+	// the one that saw that count may have missed a series registered
+	// while it ran: the next one has them all.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		got = scrape(t, sink)
-		if got[`statsd_exporter_events_total{type="observer"}`] == "5" {
-			return got
+		if scrape(t, sink)[`statsd_exporter_events_total{type="observer"}`] == "5" {
+			return scrape(t, sink)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the exporter did not take the 5 observations in 5 s: %v", keys(got))
+			t.Fatalf("the exporter did not take the 5 observations in 5 s: %v", keys(scrape(t, sink)))
 		}
 	}
 }

@@ -153,6 +153,34 @@ func statsdOn(env Lookup) (string, string, bool) {
 	return "", "", false
 }
 
+// prometheusOn reports whether the reference would serve Prometheus:
+// USE_PROMETHEUS=true, unless DISABLE_STATS=true, which it reads first.
+func prometheusOn(env Lookup) bool {
+	return isSetTrue(env, "USE_PROMETHEUS") && !isSetTrue(env, "DISABLE_STATS")
+}
+
+// prometheusAddr is where the reference serves Prometheus:
+// PROMETHEUS_ADDR, or its default :9090, while prometheusOn.
+func prometheusAddr(env Lookup) (string, string, bool) {
+	if !prometheusOn(env) {
+		return "", "", false
+	}
+	if v, ok := env("PROMETHEUS_ADDR"); ok && v != "" {
+		return v, "PROMETHEUS_ADDR", true
+	}
+	return ":9090", "USE_PROMETHEUS (PROMETHEUS_ADDR defaults to :9090 in the reference)", true
+}
+
+// whilePrometheus is src while prometheusOn, and unset otherwise.
+func whilePrometheus(src envSource) envSource {
+	return func(env Lookup) (string, string, bool) {
+		if !prometheusOn(env) {
+			return "", "", false
+		}
+		return src(env)
+	}
+}
+
 // headersEnabled maps LIMIT_RESPONSE_HEADERS_ENABLED to a header style.
 func headersEnabled(env Lookup) (string, string, bool) {
 	v, ok := env("LIMIT_RESPONSE_HEADERS_ENABLED")
