@@ -526,3 +526,33 @@ func TestPrometheusAsTheReference(t *testing.T) {
 		}
 	}
 }
+
+// TestServerCANoted: GRPC_SERVER_TLS_CA_CERT, which Envoy Gateway sets
+// and nothing reads, is noted while no client CA is set, since the gRPC
+// port then checks no client certificate; with GRPC_CLIENT_TLS_CACERT it
+// is not.
+func TestServerCANoted(t *testing.T) {
+	tls := []string{"GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "/certs/tls.crt", "GRPC_SERVER_TLS_KEY", "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"}
+	for _, tc := range []struct {
+		env  []string
+		note bool
+	}{
+		{tls, true},
+		{append(slices.Clone(tls), "GRPC_CLIENT_TLS_CACERT", "/certs/ca.crt"), false},
+		{tls[:6], false},
+	} {
+		c, err := Load(nil, envOf(tc.env...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		noted := slices.ContainsFunc(c.Notes, func(n string) bool {
+			return strings.HasPrefix(n, "GRPC_SERVER_TLS_CA_CERT is not read") && strings.Contains(n, "asks for no client certificate")
+		})
+		if noted != tc.note {
+			t.Errorf("%q: noted %v, want %v: %q", tc.env, noted, tc.note, c.Notes)
+		}
+		if c.GRPCTLS.Files.ClientCAFile != "" && !slices.Contains(tc.env, "GRPC_CLIENT_TLS_CACERT") {
+			t.Errorf("%q: a client CA %q set by GRPC_SERVER_TLS_CA_CERT", tc.env, c.GRPCTLS.Files.ClientCAFile)
+		}
+	}
+}
