@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,9 +16,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	egvalidation "github.com/envoyproxy/gateway/api/v1alpha1/validation"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
@@ -30,6 +34,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/internal/harness"
 	"github.com/floodgate/floodgate/internal/harness/redistest"
@@ -154,6 +159,7 @@ type egWorld struct {
 	rateLimit, envoy        testcert.Pair // the envoy-rate-limit secret's pair; Envoy's client pair
 	redisCA                 *testcert.CA
 	redisClient             testcert.Pair // the ratelimit-cert secret's pair
+	xdsPair                 testcert.Pair // Envoy Gateway's xDS server's
 	xds                     *xdstest.Server
 	redis, redisTLS         *redistest.Server
 	sentinel                *redistest.Sentinel
@@ -169,9 +175,8 @@ func newEGWorld(t *testing.T, cs []*egContainer) *egWorld {
 	w.redisClient = w.redisCA.Issue(t, "ratelimit", testcert.Client, "ratelimit")
 	// Envoy Gateway's xDS server for the rate-limit service asks for the
 	// client certificate its certgen issued.
-	xdsPair := w.ca.Issue(t, "envoy-gateway", testcert.Server, "envoy-gateway", "127.0.0.1")
-	w.xds = xdstest.Start(t, "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{xdsPair.TLS(t)},
-		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12})
+	w.xdsPair = w.ca.Issue(t, "envoy-gateway", testcert.Server, "envoy-gateway", "127.0.0.1")
+	w.xds = xdstest.Start(t, "127.0.0.1:0", w.xdsTLS(t))
 	w.xds.Set("envoy-ratelimit", "1", envoyGatewayRules(), dashboardRules())
 	w.redis = redistest.Start(t)
 	for _, c := range cs {
@@ -198,6 +203,15 @@ func newEGWorld(t *testing.T, cs []*egContainer) *egWorld {
 	w.caBundled = filepath.Join(t.TempDir(), "ca-certificates.crt")
 	testcert.WriteFile(t, w.caBundled, w.redisCA.PEM)
 	return w
+}
+
+// xdsTLS is the TLS of Envoy Gateway's xDS server for the rate-limit
+// service: its certificate, and the client certificate its certgen
+// issued required.
+func (w *egWorld) xdsTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	return &tls.Config{Certificates: []tls.Certificate{w.xdsPair.TLS(t)},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12}
 }
 
 // envoyGatewayRules is a RateLimitConfig in the shape Envoy Gateway's
@@ -265,6 +279,11 @@ type egRun struct {
 // ports moved to a temporary directory and free ports, nothing else
 // changed, and waits until /healthcheck answers OK.
 func (w *egWorld) start(t *testing.T, e *egContainer) (*egRun, error) {
+	return w.run(t, e, harness.Options{Bin: harness.Binary(t)})
+}
+
+// run runs o.Bin as start does, o saying whether to wait.
+func (w *egWorld) run(t *testing.T, e *egContainer, o harness.Options) (*egRun, error) {
 	dir, err := os.MkdirTemp(tempRoot, "eg-")
 	if err != nil {
 		return nil, err
@@ -273,7 +292,8 @@ func (w *egWorld) start(t *testing.T, e *egContainer) (*egRun, error) {
 	if r.environ, err = w.environment(t, r, dir); err != nil {
 		return nil, err
 	}
-	r.f, err = harness.StartFloodgate(context.Background(), harness.Options{Bin: harness.Binary(t), Env: r.environ, EnvAddrs: true, Dir: dir})
+	o.Env, o.EnvAddrs, o.Dir = r.environ, true, dir
+	r.f, err = harness.StartFloodgate(context.Background(), o)
 	return r, err
 }
 
@@ -411,6 +431,7 @@ func (w *egWorld) fill(t *testing.T, name, dir string) error {
 // reference's stats through Envoy Gateway's mapping on the metrics port
 // its pod annotations scrape, send statsd, export traces.
 func TestEnvoyGatewayDeployments(t *testing.T) {
+	t.Parallel() // beside TestEnvoyGatewayStartOrder: both wait on timers
 	cs := envoyGatewayContainers(t)
 	harness.Binary(t)
 	w := newEGWorld(t, cs)
@@ -472,20 +493,8 @@ func (r *egRun) checkProbes(t *testing.T) {
 // pushed rules: the limit's requests pass, the next is over.
 func (r *egRun) checkGRPC(t *testing.T, w *egWorld) {
 	t.Helper()
-	var asked sync.Once
-	wasAsked := false
-	cfg := &tls.Config{RootCAs: w.ca.Pool(), ServerName: rateLimitServiceName, MinVersion: tls.VersionTLS12,
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			asked.Do(func() { wasAsked = true })
-			c := w.envoy.TLS(t)
-			return &c, nil
-		}}
-	conn, err := grpc.NewClient(r.f.GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rls := pb.NewRateLimitServiceClient(conn)
+	var wasAsked atomic.Bool
+	rls := w.dial(t, r.f.GRPCAddr, &wasAsked)
 	user := strings.Join(r.files, "+")
 	for i := range egLimit + 1 {
 		resp := r.call(t, rls, user)
@@ -497,7 +506,7 @@ func (r *egRun) checkGRPC(t *testing.T, w *egWorld) {
 			t.Fatalf("call %d: %v, want %v by the pushed limit of %d a day", i+1, resp, want, egLimit)
 		}
 	}
-	if wasAsked {
+	if wasAsked.Load() {
 		t.Error("the gRPC port asked for a client certificate; the reference, with GRPC_SERVER_TLS_CA_CERT and no GRPC_CLIENT_TLS_CACERT, asks for none")
 	}
 	plain, err := grpc.NewClient(r.f.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -539,6 +548,26 @@ func (r *egRun) dashboard() bool { return slices.Contains(r.files, "default") }
 func dashboardRequest() *pb.RateLimitRequest {
 	return &pb.RateLimitRequest{Domain: "default/eg/http", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{
 		{Key: dashboardRoute, Value: dashboardRoute}, {Key: "rule-0-match-0", Value: "rule-0-match-0"}}}}}
+}
+
+// dial connects to addr as Envoy Gateway's Envoy does: over TLS,
+// trusting the CA of /certs/ca.crt, with its client certificate at hand,
+// and records in asked whether the server asked for it. The connection is
+// closed when the test ends.
+func (w *egWorld) dial(t *testing.T, addr string, asked *atomic.Bool) pb.RateLimitServiceClient {
+	t.Helper()
+	cfg := &tls.Config{RootCAs: w.ca.Pool(), ServerName: rateLimitServiceName, MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			asked.Store(true)
+			c := w.envoy.TLS(t)
+			return &c, nil
+		}}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewRateLimitServiceClient(conn)
 }
 
 // call makes one ShouldRateLimit call of user and counts it.
@@ -859,4 +888,65 @@ func scrapeSeries(t *testing.T, url string) map[string][]map[string]string {
 		}
 	}
 	return out
+}
+
+// envoyGatewayConfigSection is the section of docs/deploying.md whose
+// YAML block is the EnvoyGateway configuration that runs floodgate.
+const envoyGatewayConfigSection = "Envoy Gateway"
+
+// TestEnvoyGatewayConfig decodes docs/deploying.md's EnvoyGateway
+// configuration strictly with Envoy Gateway's own API types, applies its
+// defaults and its validation, as its config loader does, and checks that
+// it runs floodgate's image; broken copies of it must fail.
+func TestEnvoyGatewayConfig(t *testing.T) {
+	var yamls []mdBlock
+	for _, b := range readMarkdown(t, filepath.Join(repoRoot, "docs", "deploying.md")).blocks {
+		if b.section == envoyGatewayConfigSection && b.lang == "yaml" {
+			yamls = append(yamls, b)
+		}
+	}
+	if len(yamls) != 1 {
+		t.Fatalf("docs/deploying.md, section %q: %d YAML blocks, want the EnvoyGateway configuration", envoyGatewayConfigSection, len(yamls))
+	}
+	doc := yamls[0].body()
+	eg, err := loadEnvoyGateway(doc)
+	if err != nil {
+		t.Fatalf("docs/deploying.md:%d: %v", yamls[0].line, err)
+	}
+	image := eg.Provider.Kubernetes.RateLimitDeployment.Container.Image
+	if image == nil || !strings.HasSuffix(*image, "/floodgate:dev") {
+		t.Errorf("rateLimitDeployment image %v, want floodgate:dev (docker build -t floodgate:dev .) in a registry", image)
+	}
+	for _, broken := range []struct{ from, to, want string }{
+		{"rateLimitDeployment:", "rateLimitDeploymnt:", `unknown field "rateLimitDeploymnt"`},
+		{"type: Redis", "type: Memcached", "unsupported ratelimit backend Memcached"},
+		{"url: redis.redis-system.svc.cluster.local:6379", `url: ""`, "exactly one of ratelimit redis url or urlRef must be set"},
+	} {
+		if !strings.Contains(doc, broken.from) {
+			t.Fatalf("the configuration has no %q to break", broken.from)
+		}
+		if _, err := loadEnvoyGateway(strings.Replace(doc, broken.from, broken.to, 1)); err == nil || !strings.Contains(err.Error(), broken.want) {
+			t.Errorf("%q for %q: %v, want an error naming %q", broken.to, broken.from, err, broken.want)
+		}
+	}
+}
+
+// loadEnvoyGateway reads an EnvoyGateway configuration as Envoy Gateway's
+// config loader does: strictly, then its defaults, then its validation.
+func loadEnvoyGateway(doc string) (*egv1a1.EnvoyGateway, error) {
+	eg := &egv1a1.EnvoyGateway{}
+	if err := sigsyaml.UnmarshalStrict([]byte(doc), eg); err != nil {
+		return nil, err
+	}
+	if eg.APIVersion != egv1a1.GroupVersion.String() || eg.Kind != egv1a1.KindEnvoyGateway {
+		return nil, fmt.Errorf("apiVersion %q kind %q, want %s %s", eg.APIVersion, eg.Kind, egv1a1.GroupVersion, egv1a1.KindEnvoyGateway)
+	}
+	eg.SetEnvoyGatewayDefaults()
+	if err := egvalidation.ValidateEnvoyGateway(eg); err != nil {
+		return nil, err
+	}
+	if eg.Provider.Kubernetes == nil || eg.Provider.Kubernetes.RateLimitDeployment == nil {
+		return nil, errors.New("no provider.kubernetes.rateLimitDeployment")
+	}
+	return eg, nil
 }
