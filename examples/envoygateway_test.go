@@ -26,7 +26,6 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"google.golang.org/grpc"
@@ -774,7 +773,7 @@ func (r *egRun) checkDashboard(t *testing.T) {
 	if !r.dashboard() {
 		return
 	}
-	d := loadDashboardFile(t, filepath.Join(envoyGatewayDir, "global-ratelimit.json"))
+	d := loadDashboard(t, filepath.Join(envoyGatewayDir, "global-ratelimit.json"))
 	domain := d.variable(t, "DefaultDomain")
 	served := scrapeSeries(t, r.promURL)
 	podLabels := map[string]string{}
@@ -829,20 +828,6 @@ func selects(sel *parser.VectorSelector, series []map[string]string, podLabels m
 	return false
 }
 
-// loadDashboardFile reads a Grafana dashboard.
-func loadDashboardFile(t *testing.T, path string) dashboard {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d dashboard
-	if err := json.Unmarshal(data, &d); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return d
-}
-
 // variable returns the current value of the dashboard's custom variable
 // name.
 func (d dashboard) variable(t *testing.T, name string) string {
@@ -861,18 +846,8 @@ func (d dashboard) variable(t *testing.T, name string) string {
 // _count, as Prometheus stores them.
 func scrapeSeries(t *testing.T, url string) map[string][]map[string]string {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parse := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parse.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("%s: %v", url, err)
-	}
 	out := map[string][]map[string]string{}
-	for name, mf := range families {
+	for name, mf := range scrapeFamilies(t, url) {
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
