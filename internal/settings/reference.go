@@ -132,7 +132,7 @@ var References = []Reference{
 	{Name: "STATSD_PROTOCOL", Flag: "statsd-protocol", Source: "gostats", Doc: "`tcp` by default for statsd and `udp` for DogStatsD, as the reference (its statsd library, lyft/gostats, reads it)"},
 	{Name: "EXTRA_TAGS", Flag: "statsd-tags", Doc: "in the names (`.__k=v`) for statsd, as `\\|#k:v` for DogStatsD, as the reference"},
 	{Name: "STATS_FLUSH_INTERVAL", Flag: "statsd-flush-interval", Doc: "Prometheus is read live at each scrape"},
-	{Name: "DISABLE_STATS", Flag: "statsd", Value: statsdOn, Doc: "`true` turns statsd off; `/metrics` stays"},
+	{Name: "DISABLE_STATS", Flag: "statsd", Value: statsdOn, Doc: "`true` turns statsd off, and the `PROMETHEUS_ADDR` listener, as in the reference; `/metrics` stays"},
 	// The reference serves its stats to Prometheus with USE_PROMETHEUS=true
 	// unless DISABLE_STATS=true; it reads the PROMETHEUS_* variables only
 	// then.
