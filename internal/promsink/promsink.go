@@ -2,12 +2,13 @@
 // Prometheus metrics, the way envoyproxy/ratelimit does with
 // USE_PROMETHEUS: each flush of a statsd.Client goes, as events, through
 // prometheus/statsd_exporter's mapper and exporter, at the version the
-// reference uses (v0.26.1; v0.31.0, the newest, refuses the timer_type that
-// Envoy Gateway's mapping and the reference's own use), with a mapping
-// file such as Envoy Gateway's, or the reference's own mapping. The metrics are served from a registry of their
-// own, with the Go runtime's, the process's and statsd_exporter's, as the
-// reference serves its default registry; floodgate's floodgate_* metrics
-// are not among them.
+// reference uses (v0.26.1; v0.31.0, the newest, refuses the timer_type
+// that Envoy Gateway's mapping and the reference's own use), with a
+// mapping file such as Envoy Gateway's or the reference's own mapping.
+// The metrics are served from a registry of their own, with the Go
+// runtime's, the process's and statsd_exporter's, as the reference serves
+// its default registry; floodgate's floodgate_* metrics are not among
+// them.
 //
 // It knows no stat names: package statsd delivers them (Sink), and the
 // mapping names the series.
