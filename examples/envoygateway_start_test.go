@@ -43,6 +43,9 @@ func TestEnvoyGatewayStartOrder(t *testing.T) {
 	if def.env("FORCE_START_WITHOUT_INITIAL_CONFIG") != "true" {
 		t.Fatalf("the default Deployment sets FORCE_START_WITHOUT_INITIAL_CONFIG=%q; this test is about true", def.env("FORCE_START_WITHOUT_INITIAL_CONFIG"))
 	}
+	if p := def.c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntValue() != 8080 {
+		t.Fatalf("the default Deployment's readiness probe %+v: want an HTTP GET on 8080, the HTTP port", p)
+	}
 	w := newEGWorld(t, []*egContainer{def})
 	xdsAddr := w.xds.Addr
 	w.xds.Stop()
@@ -136,9 +139,10 @@ func (w *egWorld) seen(t *testing.T, r *egRun) string {
 	return ready + "; ShouldRateLimit " + resp.GetOverallCode().String()
 }
 
-// probe asks /healthcheck, as Envoy Gateway's probes do.
+// probe asks what the Deployment's readiness probe asks, on the HTTP
+// port (its 8080, moved), which decides whether the pod gets traffic.
 func probe(r *egRun) (int, error) {
-	resp, err := http.Get("http://" + r.f.HTTPAddr + "/healthcheck")
+	resp, err := http.Get("http://" + r.f.HTTPAddr + r.c.ReadinessProbe.HTTPGet.Path)
 	if err != nil {
 		return 0, err
 	}
