@@ -37,7 +37,7 @@ require (
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
-	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/common v0.72.0
 	github.com/prometheus/procfs v0.22.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.60.0
@@ -49,4 +49,14 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require go.opentelemetry.io/contrib/propagators/b3 v1.47.0
+require (
+	github.com/go-kit/log v0.2.1
+	github.com/prometheus/statsd_exporter v0.26.1
+	go.opentelemetry.io/contrib/propagators/b3 v1.47.0
+)
+
+require (
+	github.com/go-logfmt/logfmt v0.6.0 // indirect
+	github.com/golang/groupcache v0.0.0-20241129210726-2c02b8208cf8 // indirect
+	gopkg.in/yaml.v2 v2.4.0 // indirect
+)

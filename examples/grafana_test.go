@@ -54,15 +54,16 @@ type dashboardPanel struct {
 	}
 }
 
-func loadDashboard(t *testing.T) dashboard {
+// loadDashboard reads the Grafana dashboard at path.
+func loadDashboard(t *testing.T, path string) dashboard {
 	t.Helper()
-	data, err := os.ReadFile(grafanaDashboard)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var d dashboard
 	if err := json.Unmarshal(data, &d); err != nil {
-		t.Fatalf("%s: %v", grafanaDashboard, err)
+		t.Fatalf("%s: %v", path, err)
 	}
 	return d
 }
@@ -131,18 +132,8 @@ func promqlSelectors(expr string) ([]*parser.VectorSelector, error) {
 // summary's own name and its _sum and _count.
 func exportedNames(t *testing.T, url string) map[string]bool {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parse := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parse.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("%s: %v", url, err)
-	}
 	names := map[string]bool{}
-	for name, mf := range families {
+	for name, mf := range scrapeFamilies(t, url) {
 		switch mf.GetType() {
 		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
 			names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
@@ -153,6 +144,23 @@ func exportedNames(t *testing.T, url string) map[string]bool {
 		}
 	}
 	return names
+}
+
+// scrapeFamilies returns the metric families a scrape of url holds, as
+// Prometheus's text parser reads them.
+func scrapeFamilies(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parse := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parse.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+	return families
 }
 
 // dashboardSubjects are the metrics the dashboard is for.
@@ -242,7 +250,7 @@ var brokenDashboards = []struct {
 // answered by the failure policy), and compares the names with a scrape of
 // /metrics. Broken copies of the queries must fail the same checks.
 func TestGrafanaDashboard(t *testing.T) {
-	d := loadDashboard(t)
+	d := loadDashboard(t, grafanaDashboard)
 	if d.SchemaVersion < 36 || d.UID == "" || d.Title == "" {
 		t.Errorf("schemaVersion %d, uid %q, title %q: want a schema version of Grafana 9 or later (36+), a uid and a title", d.SchemaVersion, d.UID, d.Title)
 	}

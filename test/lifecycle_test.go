@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -377,6 +378,9 @@ descriptors:
 				"USE_STATSD=false", "USE_PROMETHEUS=true", "LOG_LEVEL=debug", "LOG_FORMAT=json",
 				"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-RateLimit-Limit", "NEAR_LIMIT_RATIO=0.8",
 				"RESPONSE_DYNAMIC_METADATA=true",
+				// USE_PROMETHEUS=true serves on :9090 by default, as the
+				// reference: a port of the test's own, moved.
+				"PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(harness.FreePort(t)),
 			}
 			var redis interface {
 				Do(...string) (string, error)

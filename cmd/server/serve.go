@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/floodgate/floodgate/internal/counters"
+	"github.com/floodgate/floodgate/internal/promsink"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/store"
@@ -32,6 +34,7 @@ type app struct {
 	follow  func(context.Context) error
 	store   *store.Store
 	statsd  *statsd.Client
+	prom    *promsink.Sink // nil without -prometheus-addr
 	metrics *envoy.Metrics
 	tracer  *tracing.Tracer
 	closers []func()
@@ -139,8 +142,8 @@ func (a *app) openStore(ctx context.Context) error {
 	return nil
 }
 
-// openMetrics opens statsd, when on, and the service's and the rules'
-// Prometheus metrics.
+// openMetrics opens the reference's stats, when asked, and the service's
+// and the rules' Prometheus metrics.
 func (a *app) openMetrics() error {
 	if err := a.openStatsd(); err != nil {
 		return exit(2, a.cfg.Explain(err))
@@ -161,19 +164,39 @@ func (a *app) openMetrics() error {
 	return nil
 }
 
-// openStatsd starts sending the reference's statsd stats when on.
+// openStatsd starts the reference's statsd stats when asked: sent to a
+// statsd server (-statsd), served as Prometheus metrics on a listener of
+// their own (-prometheus-addr), or both.
 func (a *app) openStatsd() error {
-	st := a.cfg.Statsd
-	if !st.On {
+	st, promAddr := a.cfg.Statsd, a.cfg.Server.PrometheusAddr
+	if !st.On && promAddr == "" {
 		return nil
 	}
 	opts := st.Options
 	opts.Logger = a.logger
+	if promAddr != "" {
+		po := a.cfg.Prometheus
+		po.Logger = a.logger
+		sink, err := promsink.New(po)
+		if err != nil {
+			return err
+		}
+		// Closed after the statsd client (a closer added later), whose
+		// last flush it takes.
+		a.closers = append(a.closers, sink.Close)
+		a.prom = sink
+		opts.Sink, opts.NoServer = sink, !st.On
+		mapping := cmp.Or(po.MapperFile, "the reference's own")
+		a.logger.Info("serving the reference's stats to Prometheus", "addr", promAddr, "path", a.cfg.Server.PrometheusPath,
+			"mapping", mapping, "flush_interval", opts.FlushInterval.String())
+	}
 	sd, err := statsd.New(opts)
 	if err != nil {
 		return err
 	}
-	a.logger.Info("sending statsd", "addr", opts.Addr, "protocol", opts.Network, "dogstatsd", opts.DogStatsD, "flush_interval", opts.FlushInterval.String())
+	if st.On {
+		a.logger.Info("sending statsd", "addr", opts.Addr, "protocol", opts.Network, "dogstatsd", opts.DogStatsD, "flush_interval", opts.FlushInterval.String())
+	}
 	// Closed after the server has stopped, so the last counts go out.
 	a.closers = append(a.closers, func() { sd.Close() })
 	sd.RuntimeStats("ratelimit.go")
@@ -246,6 +269,9 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 	opts := a.cfg.Server
 	opts.Logger, opts.Store, opts.Refused = a.logger, health, a.metrics.Refused
 	opts.UI, opts.DebugUI = pages.http, withPushedFiles(pages.debug, a.rules)
+	if a.prom != nil {
+		opts.Prometheus = a.prom.Handler()
+	}
 	quota, err := a.quota()
 	if err != nil {
 		return nil, err

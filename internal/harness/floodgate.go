@@ -42,6 +42,10 @@ type Options struct {
 	// instead of once it answers OK: for a server whose health follows a
 	// store that is down.
 	Unready bool
+	// NoWait returns as soon as the process has started, without waiting
+	// for /healthcheck: for a test that watches how a server starts (the
+	// reference exits when Redis does not answer).
+	NoWait bool
 }
 
 // startTimeout bounds the wait for a started floodgate's /healthcheck. It
@@ -68,7 +72,7 @@ type Floodgate struct {
 
 // StartFloodgate runs floodgate as o says on free loopback ports and
 // returns once its /healthcheck answers 200 OK (with o.Unready, once it
-// answers at all). A port that another process takes between FreeAddr and
+// answers at all; with o.NoWait, at once). A port that another process takes between FreeAddr and
 // floodgate's listen gets floodgate new ports, up to three times. The
 // caller stops it (Stop).
 func StartFloodgate(ctx context.Context, o Options) (*Floodgate, error) {
@@ -110,6 +114,9 @@ func launch(ctx context.Context, o Options) (*Floodgate, error) {
 	cmd.Stdout, cmd.Stderr = f.Logs, f.Logs
 	if f.Process, err = StartProcess("floodgate", cmd); err != nil {
 		return nil, err
+	}
+	if o.NoWait {
+		return f, nil
 	}
 	if err := WaitReady(ctx, f.Process, startTimeout, f.healthy(o.Unready)); err != nil {
 		f.Stop(0)

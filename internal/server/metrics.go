@@ -43,7 +43,8 @@ func (c *reloadCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // RegisterMetrics registers on reg the metrics of the listeners,
-// labelled by listener (grpc, http, debug) once Run has opened them:
+// labelled by listener (grpc, http, debug, prometheus) once Run has opened
+// them:
 // floodgate_connections_open, and floodgate_connections_refused_total
 // for those closed at once for being over the listener's bound
 // (Options.Conns).
@@ -70,7 +71,7 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	c.s.mu.Lock()
 	ls := c.s.listeners
 	c.s.mu.Unlock()
-	for _, l := range []*connListener{ls.grpc, ls.http, ls.debug} {
+	for _, l := range []*connListener{ls.grpc, ls.http, ls.debug, ls.prom} {
 		if l == nil {
 			continue
 		}

@@ -15,10 +15,13 @@ func (o Options) Validate() error {
 	if o.GRPCAddr == "" || o.HTTPAddr == "" {
 		return errors.New("server: Options.GRPCAddr and Options.HTTPAddr are required")
 	}
-	for _, a := range []struct{ field, addr string }{{"GRPCAddr", o.GRPCAddr}, {"HTTPAddr", o.HTTPAddr}, {"DebugAddr", o.DebugAddr}} {
+	for _, a := range []struct{ field, addr string }{{"GRPCAddr", o.GRPCAddr}, {"HTTPAddr", o.HTTPAddr}, {"DebugAddr", o.DebugAddr}, {"PrometheusAddr", o.PrometheusAddr}} {
 		if err := checkListenAddr(a.addr); err != nil {
 			return fmt.Errorf("server: Options.%s %q: %w", a.field, a.addr, err)
 		}
+	}
+	if o.PrometheusPath != "" && !strings.HasPrefix(o.PrometheusPath, "/") {
+		return fmt.Errorf("server: Options.PrometheusPath %q: want a path starting with /", o.PrometheusPath)
 	}
 	if o.MaxMessageBytes < 0 {
 		return fmt.Errorf("server: Options.MaxMessageBytes %d: must not be negative", o.MaxMessageBytes)

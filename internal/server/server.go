@@ -2,10 +2,11 @@
 // the gRPC server Envoy calls (with grpc.health.v1 and server reflection,
 // and the Rate Limit Quota Service beside RLS when Options give one,
 // optionally TLS or mutual TLS with certificates reloaded from their files),
-// the HTTP server (/healthcheck, /json, /rlconfig, /metrics) and the debug
+// the HTTP server (/healthcheck, /json, /rlconfig, /metrics), the debug
 // server (/debug/pprof/, /rlconfig, and /counters when Options give it,
 // which the HTTP server refuses), each with the live page /ui/ when
-// Options give one (package ui). It owns their lifecycle: health goes
+// Options give one (package ui), and, when Options give it, the
+// Prometheus listener where the reference server serves its stats. It owns their lifecycle: health goes
 // SERVING once every listener is open and the store has answered once
 // (Options.StoreReadiness says how the store counts), and NOT_SERVING when
 // shutdown begins, after which in-flight requests finish before Run
@@ -22,6 +23,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -72,6 +74,10 @@ const (
 	DefaultHTTPAddr  = ":8080"
 	DefaultDebugAddr = "127.0.0.1:6070"
 )
+
+// DefaultPrometheusPath is Options.PrometheusPath when it is empty: the
+// reference server's PROMETHEUS_PATH default.
+const DefaultPrometheusPath = "/metrics"
 
 // Options configures a Server.
 type Options struct {
@@ -147,6 +153,13 @@ type Options struct {
 	// MaxMessageBytes; RLS requests are held to MaxMessageBytes by their
 	// handler.
 	MaxReportBytes int
+	// PrometheusAddr, when set with Prometheus, is a listener of its own
+	// serving Prometheus at PrometheusPath (DefaultPrometheusPath when
+	// empty) and
+	// nothing else: the reference server's PROMETHEUS_ADDR and
+	// PROMETHEUS_PATH, where its stats are scraped.
+	PrometheusAddr, PrometheusPath string
+	Prometheus                     http.Handler
 	// Counters, when set, serves /counters and under /counters/ on the
 	// debug listener only (package counters: look at a descriptor's
 	// counters and reset them). The HTTP listener then answers those paths
@@ -283,6 +296,7 @@ type Server struct {
 	grpcState healthpb.HealthCheckResponse_ServingStatus
 	http      *http.Server
 	debug     *http.Server
+	prom      *http.Server // nil without Options.PrometheusAddr
 	// inflight counts the requests being answered (ShouldRateLimit over
 	// gRPC, /json), to tell whether a shutdown cut any.
 	inflight atomic.Int64
@@ -291,13 +305,14 @@ type Server struct {
 	mu    sync.Mutex
 	addrs Addrs
 	// listeners are the listeners, once Run opened them.
-	listeners struct{ grpc, http, debug *connListener }
+	listeners struct{ grpc, http, debug, prom *connListener }
 	ready     chan struct{}
 }
 
-// Addrs are the addresses a running Server listens on.
+// Addrs are the addresses a running Server listens on; Debug and
+// Prometheus are nil for a listener it does not open.
 type Addrs struct {
-	GRPC, HTTP, Debug net.Addr
+	GRPC, HTTP, Debug, Prometheus net.Addr
 }
 
 // New returns a Server for svc. gatherer supplies /metrics (a
@@ -353,6 +368,12 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	if opts.DebugAddr != "" {
 		s.debug = &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: min(c.HTTPReadTimeout, 10*time.Second),
 			ReadTimeout: c.HTTPReadTimeout, IdleTimeout: c.HTTPIdleTimeout}
+	}
+	if opts.PrometheusAddr != "" && opts.Prometheus != nil {
+		mux := http.NewServeMux()
+		mux.Handle(cmp.Or(opts.PrometheusPath, DefaultPrometheusPath), opts.Prometheus)
+		s.prom = &http.Server{Handler: mux, ReadHeaderTimeout: min(c.HTTPReadTimeout, 10*time.Second),
+			ReadTimeout: c.HTTPReadTimeout, WriteTimeout: c.HTTPWriteTimeout, IdleTimeout: c.HTTPIdleTimeout}
 	}
 	return s, nil
 }
@@ -487,34 +508,42 @@ func (s *Server) Run(ctx context.Context) error {
 		grpcL.Close()
 		return fmt.Errorf("server: HTTP listener: %w", err)
 	}
-	var debugL net.Listener
-	if s.debug != nil {
-		if debugL, err = net.Listen("tcp", s.opts.DebugAddr); err != nil {
-			grpcL.Close()
-			httpL.Close()
-			return fmt.Errorf("server: debug listener: %w", err)
-		}
+	optional, err := s.listenOptional()
+	if err != nil {
+		grpcL.Close()
+		httpL.Close()
+		return err
 	}
+	debugL, promL := optional[0], optional[1]
 	s.mu.Lock()
 	ls := &s.listeners
 	ls.grpc = newConnListener(grpcL, "grpc", s.opts.Conns.GRPCMaxConns, s.opts.Logger)
 	ls.http = newConnListener(httpL, "http", s.opts.Conns.HTTPMaxConns, s.opts.Logger)
-	if s.debug != nil {
+	if debugL != nil {
 		ls.debug = newConnListener(debugL, "debug", s.opts.Conns.HTTPMaxConns, s.opts.Logger)
+	}
+	if promL != nil {
+		ls.prom = newConnListener(promL, "prometheus", s.opts.Conns.HTTPMaxConns, s.opts.Logger)
 	}
 	s.mu.Unlock()
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- s.grpc.Serve(ls.grpc) }()
 	go func() { errc <- serveHTTP(s.http, ls.http) }()
 	if s.debug != nil {
 		go func() { errc <- serveHTTP(s.debug, ls.debug) }()
+	}
+	if s.prom != nil {
+		go func() { errc <- serveHTTP(s.prom, ls.prom) }()
 	}
 
 	s.mu.Lock()
 	s.addrs = Addrs{GRPC: grpcL.Addr(), HTTP: httpL.Addr()}
 	if debugL != nil {
 		s.addrs.Debug = debugL.Addr()
+	}
+	if promL != nil {
+		s.addrs.Prometheus = promL.Addr()
 	}
 	s.mu.Unlock()
 	s.setServing(true)
@@ -542,6 +571,30 @@ func (s *Server) Run(ctx context.Context) error {
 	return runErr
 }
 
+// listenOptional opens the debug and the Prometheus listeners, those
+// that Options ask for (nil for the others), or none of them.
+func (s *Server) listenOptional() ([2]net.Listener, error) {
+	var ls [2]net.Listener
+	for i, l := range []struct {
+		on         bool
+		name, addr string
+	}{{s.debug != nil, "debug", s.opts.DebugAddr}, {s.prom != nil, "Prometheus", s.opts.PrometheusAddr}} {
+		if !l.on {
+			continue
+		}
+		var err error
+		if ls[i], err = net.Listen("tcp", l.addr); err != nil {
+			for _, open := range ls[:i] {
+				if open != nil {
+					open.Close()
+				}
+			}
+			return ls, fmt.Errorf("server: %s listener: %w", l.name, err)
+		}
+	}
+	return ls, nil
+}
+
 // servingAttrs are the start-up log's attributes: the listening
 // addresses, then the URLs to try.
 func (s *Server) servingAttrs() []any {
@@ -549,6 +602,9 @@ func (s *Server) servingAttrs() []any {
 	attrs := []any{"grpc", a.GRPC.String(), "http", a.HTTP.String()}
 	if a.Debug != nil {
 		attrs = append(attrs, "debug", a.Debug.String())
+	}
+	if a.Prometheus != nil {
+		attrs = append(attrs, "prometheus", "http://"+urlHost(a.Prometheus)+cmp.Or(s.opts.PrometheusPath, DefaultPrometheusPath))
 	}
 	base := "http://" + urlHost(a.HTTP)
 	paths := []string{"/healthcheck", "/rlconfig", "/json"}
@@ -669,7 +725,7 @@ func (s *Server) shutdown() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
-	ls := []*connListener{s.listeners.grpc, s.listeners.http, s.listeners.debug}
+	ls := []*connListener{s.listeners.grpc, s.listeners.http, s.listeners.debug, s.listeners.prom}
 	if s.opts.RLQS != nil {
 		// RLQS streams last as long as their Envoy: GracefulStop would
 		// wait for them until the timeout.
@@ -724,7 +780,7 @@ func (s *Server) shutdown() error {
 			s.opts.Logger.Warn("shutdown: gRPC handlers still running after their connections closed; exiting anyway")
 		}
 	})
-	for i, srv := range []*http.Server{s.http, s.debug} {
+	for i, srv := range []*http.Server{s.http, s.debug, s.prom} {
 		if srv == nil {
 			continue
 		}

@@ -165,6 +165,32 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
+// TestPrometheusListener: the Prometheus listener serves its handler at
+// its path and nothing else (floodgate's own metrics stay on the HTTP
+// port), is counted among the listeners, and closes at shutdown.
+func TestPrometheusListener(t *testing.T) {
+	stats := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ratelimit_service_total_requests 1\n") })
+	s, stop := running(t, Options{PrometheusAddr: "127.0.0.1:0", PrometheusPath: "/stats", Prometheus: stats})
+	base := "http://" + s.Addrs().Prometheus.String()
+	if code, body := do(t, "GET", base+"/stats", ""); code != 200 || body != "ratelimit_service_total_requests 1\n" {
+		t.Errorf("GET /stats: %d %q, want the handler's answer", code, body)
+	}
+	for _, path := range []string{"/metrics", "/healthcheck", "/json", "/"} {
+		if code, _ := do(t, "GET", base+path, ""); code != http.StatusNotFound {
+			t.Errorf("GET %s on the Prometheus listener: %d, want 404", path, code)
+		}
+	}
+	if v := metricValue(t, s, `floodgate_connections_open{listener="prometheus"}`); v < 0 {
+		t.Error("no floodgate_connections_open for the Prometheus listener")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if _, err := net.DialTimeout("tcp", s.Addrs().Prometheus.String(), time.Second); err == nil {
+		t.Error("the Prometheus port still accepts connections after shutdown")
+	}
+}
+
 func TestHealthFollowsTheLifecycle(t *testing.T) {
 	s, stop := running(t, Options{})
 	conn, err := grpc.NewClient(s.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -190,6 +216,8 @@ func TestHealthFollowsTheLifecycle(t *testing.T) {
 	}
 }
 
+// TestListenFailure: a listener whose address is taken stops the start,
+// naming it; those opened before it are closed.
 func TestListenFailure(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -204,12 +232,23 @@ func TestListenFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(svc, w, nil, Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: busy.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "HTTP listener") {
-		t.Fatalf("Run = %v, want an HTTP listener error", err)
+	stats := http.NotFoundHandler()
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: busy.Addr().String()}, "HTTP listener"},
+		{Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: busy.Addr().String()}, "debug listener"},
+		{Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0",
+			PrometheusAddr: busy.Addr().String(), Prometheus: stats}, "Prometheus listener"},
+	} {
+		s, err := New(svc, w, nil, tc.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Run(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Run = %v, want a %s error", err, tc.want)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/floodgate/floodgate/internal/tlsclient"
@@ -16,6 +17,7 @@ func (c *Config) check(fs *flag.FlagSet, given map[string]bool) error {
 	for _, check := range []func() error{
 		func() error { return c.checkXDS(fs) },
 		c.checkGRPCTLS,
+		func() error { return c.checkPrometheus(fs) },
 		func() error { return c.checkCapture(fs) },
 		c.checkCommand,
 	} {
@@ -76,6 +78,22 @@ func (c *Config) checkGRPCTLS() error {
 		c.Notes = append(c.Notes, "a gRPC TLS certificate or key is set but -grpc-tls (GRPC_SERVER_USE_TLS) is off: gRPC is served without TLS")
 	case t.Files.ClientSAN != "" && t.Files.ClientCAFile == "":
 		return errors.New("-grpc-client-san (GRPC_CLIENT_TLS_SAN) needs -grpc-client-ca (GRPC_CLIENT_TLS_CACERT): without mutual TLS no client certificate is checked")
+	}
+	return nil
+}
+
+// checkPrometheus refuses the Prometheus listener's settings without
+// it, and beside DogStatsD, whose stats it cannot map (the reference
+// refuses USE_DOG_STATSD with USE_PROMETHEUS too).
+func (c *Config) checkPrometheus(fs *flag.FlagSet) error {
+	if c.Server.PrometheusAddr == "" {
+		if set := slices.DeleteFunc(changed(fs, "prometheus-"), func(f string) bool { return f == "-prometheus-addr" }); len(set) > 0 {
+			return fmt.Errorf("%s set, but -prometheus-addr (USE_PROMETHEUS=true) is not", strings.Join(set, ", "))
+		}
+		return nil
+	}
+	if c.Statsd.Options.DogStatsD {
+		return errors.New("-dogstatsd and -prometheus-addr: the Prometheus metrics map plain statsd names, not DogStatsD's; keep one")
 	}
 	return nil
 }

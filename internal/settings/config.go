@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/floodgate/floodgate/internal/promsink"
 	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/store"
@@ -29,13 +30,17 @@ type Config struct {
 	Server  server.Options
 	GRPCTLS GRPCTLS
 	// UI serves the live page (-ui).
-	UI      bool
-	RLQS    RLQS
-	Statsd  Statsd
-	Tracing Tracing
-	Capture Capture
-	Log     Log
-	Command Command
+	UI     bool
+	RLQS   RLQS
+	Statsd Statsd
+	// Prometheus maps the statsd stats for -prometheus-addr (the
+	// reference's USE_PROMETHEUS), which is on when
+	// Server.PrometheusAddr is set.
+	Prometheus promsink.Options
+	Tracing    Tracing
+	Capture    Capture
+	Log        Log
+	Command    Command
 
 	// From says, for each flag set by the environment, the variable(s)
 	// that set it: "NEAR_LIMIT_RATIO".

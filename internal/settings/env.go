@@ -84,6 +84,21 @@ func (c *Config) noteRuntime(env Lookup) {
 	c.Notes = append(c.Notes, "RUNTIME_SUBDIRECTORY is empty and RUNTIME_WATCH_ROOT is not false: the reference server serves no rules then (its loader needs a subdirectory below RUNTIME_ROOT); floodgate loads "+c.Rules.Path)
 }
 
+// serverCAVar is the variable Envoy Gateway sets on its rate-limit
+// Deployment for the client CA of the gRPC port. Neither the reference
+// nor floodgate reads it: the reference's name is GRPC_CLIENT_TLS_CACERT.
+const serverCAVar = "GRPC_SERVER_TLS_CA_CERT"
+
+// noteServerCA notes serverCAVar set while no client CA is: the gRPC port
+// then asks for no client certificate, as the reference's, which whoever
+// set it may not expect.
+func (c *Config) noteServerCA(env Lookup) {
+	if v, _ := env(serverCAVar); v == "" || c.GRPCTLS.Files.ClientCAFile != "" {
+		return
+	}
+	c.Notes = append(c.Notes, serverCAVar+" is not read, by floodgate or the reference (whose name for it is GRPC_CLIENT_TLS_CACERT): the gRPC port asks for no client certificate; set GRPC_CLIENT_TLS_CACERT to the same file to require one")
+}
+
 // socketURL reads a Redis URL variable with its socket type variable
 // (REDIS_URL and REDIS_SOCKET_TYPE): "unix" makes it a socket path.
 func socketURL(urlVar, socketVar string) envSource {
@@ -151,6 +166,34 @@ func statsdOn(env Lookup) (string, string, bool) {
 		}
 	}
 	return "", "", false
+}
+
+// prometheusOn reports whether the reference would serve Prometheus:
+// USE_PROMETHEUS=true, unless DISABLE_STATS=true, which it reads first.
+func prometheusOn(env Lookup) bool {
+	return isSetTrue(env, "USE_PROMETHEUS") && !isSetTrue(env, "DISABLE_STATS")
+}
+
+// prometheusAddr is where the reference serves Prometheus:
+// PROMETHEUS_ADDR, or its default :9090, while prometheusOn.
+func prometheusAddr(env Lookup) (string, string, bool) {
+	if !prometheusOn(env) {
+		return "", "", false
+	}
+	if v, ok := env("PROMETHEUS_ADDR"); ok && v != "" {
+		return v, "PROMETHEUS_ADDR", true
+	}
+	return ":9090", "USE_PROMETHEUS (PROMETHEUS_ADDR defaults to :9090 in the reference)", true
+}
+
+// whilePrometheus is src while prometheusOn, and unset otherwise.
+func whilePrometheus(src envSource) envSource {
+	return func(env Lookup) (string, string, bool) {
+		if !prometheusOn(env) {
+			return "", "", false
+		}
+		return src(env)
+	}
 }
 
 // headersEnabled maps LIMIT_RESPONSE_HEADERS_ENABLED to a header style.

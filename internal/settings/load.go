@@ -55,6 +55,7 @@ func Load(args []string, env Lookup) (*Config, error) {
 	c.resolve()
 	c.dogStatsdTags(env)
 	c.noteRuntime(env)
+	c.noteServerCA(env)
 	return c, c.Explain(c.check(fs, given))
 }
 

@@ -84,6 +84,8 @@ func TestLoad(t *testing.T) {
 				{"header style", c.Service.Headers.Style, envoy.HeadersReference},
 				{"remaining header", c.Service.Headers.RemainingName, "X-Left"},
 				{"limit header default", c.Service.Headers.LimitName, "RateLimit-Limit"},
+				{"prometheus", c.Server.PrometheusAddr, ":9090"},
+				{"prometheus path", c.Server.PrometheusPath, "/metrics"},
 			}
 			for _, ch := range checks {
 				if ch.got != ch.want {
@@ -272,6 +274,11 @@ func TestLoadErrors(t *testing.T) {
 		{"a negative bound", nil, envOf("FLOODGATE_MAX_DESCRIPTORS", "-1"), "-max-descriptors -1: must not be negative (set by FLOODGATE_MAX_DESCRIPTORS)"},
 		{"a negative message size", []string{"-max-message-bytes", "-1"}, envOf(), "-max-message-bytes -1: must not be negative"},
 		{"memcache is refused", nil, envOf("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache: MEMCACHE_HOST_PORT or MEMCACHE_SRV is not set"},
+		{"Prometheus beside DogStatsD, as the reference", nil, envOf("USE_PROMETHEUS", "true", "USE_DOG_STATSD", "true"), "USE_PROMETHEUS=true: USE_DOG_STATSD and USE_PROMETHEUS are both true, which the reference refuses too"},
+		{"-dogstatsd beside -prometheus-addr", []string{"-dogstatsd", "-prometheus-addr", ":19001"}, envOf(), "-dogstatsd and -prometheus-addr: the Prometheus metrics map plain statsd names"},
+		{"a Prometheus setting without the listener", []string{"-prometheus-mapper", "m.yaml"}, envOf(), "-prometheus-mapper set, but -prometheus-addr (USE_PROMETHEUS=true) is not"},
+		{"a Prometheus path that is no path", nil, envOf("USE_PROMETHEUS", "true", "PROMETHEUS_PATH", "metrics"), `-prometheus-path "metrics": want a path starting with / (set by PROMETHEUS_PATH)`},
+		{"a Prometheus port that is no port", nil, envOf("USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", ":prom"), `-prometheus-addr ":prom": port "prom"`},
 		{"every refusal at once", nil, envOf("USE_STATSD", "true", "USE_DOG_STATSD", "true", "TRACING_ENABLED", "true"), "USE_DOG_STATSD=true: USE_STATSD and USE_DOG_STATSD are both true"},
 		{"a Redis setting without Redis", nil, envOf("REDIS_TLS", "true"), "REDIS_TLS is set but REDIS_URL is not"},
 		{"Redis TLS files without TLS", nil, envOf("REDIS_URL", "h:1", "REDIS_TLS_CACERT", "/ca.pem"), "need -redis-tls (REDIS_TLS=true) or -redis-persecond-tls"},
@@ -474,6 +481,78 @@ func TestEmptySubdirectoryNoted(t *testing.T) {
 		})
 		if noted != tc.note {
 			t.Errorf("%q: noted %v, want %v (notes %q)", tc.env, noted, tc.note, c.Notes)
+		}
+	}
+}
+
+// TestPrometheusAsTheReference: USE_PROMETHEUS=true serves Prometheus on
+// PROMETHEUS_ADDR (:9090 unset) with its path and mapping; DISABLE_STATS
+// turns it off, as in the reference; where the reference would refuse to
+// start (USE_STATSD=true beside it) or not read a variable, a note says
+// what floodgate does.
+func TestPrometheusAsTheReference(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		env              []string
+		addr, path, file string
+		statsd           bool
+		note             string
+	}{
+		{"Envoy Gateway's", []string{"USE_STATSD", "false", "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", ":19001", "PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"},
+			":19001", "/metrics", "/etc/statsd-exporter/conf.yaml", false, ""},
+		{"the reference's defaults", []string{"USE_PROMETHEUS", "true"}, ":9090", "/metrics", "", false, ""},
+		{"a path", []string{"USE_PROMETHEUS", "true", "PROMETHEUS_PATH", "/stats"}, ":9090", "/stats", "", false, ""},
+		{"statsd too", []string{"USE_STATSD", "true", "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", ":19001"}, ":19001", "/metrics", "", true,
+			"USE_STATSD and USE_PROMETHEUS are both true, which the reference refuses to start with"},
+		{"stats disabled", []string{"DISABLE_STATS", "true", "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", ":19001"}, "", "/metrics", "", false,
+			"USE_PROMETHEUS=true with DISABLE_STATS=true: no Prometheus listener"},
+		{"not asked for", []string{"PROMETHEUS_ADDR", ":19001", "PROMETHEUS_MAPPER_YAML", "/m.yaml"}, "", "/metrics", "", false,
+			"PROMETHEUS_* variables are set but USE_PROMETHEUS is not true"},
+	} {
+		c, err := Load(nil, envOf(tc.env...))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c.Server.PrometheusAddr != tc.addr || c.Server.PrometheusPath != tc.path || c.Prometheus.MapperFile != tc.file || c.Statsd.On != tc.statsd {
+			t.Errorf("%s: addr %q path %q mapper %q statsd %v, want %q %q %q %v", tc.name, c.Server.PrometheusAddr,
+				c.Server.PrometheusPath, c.Prometheus.MapperFile, c.Statsd.On, tc.addr, tc.path, tc.file, tc.statsd)
+		}
+		noted := slices.ContainsFunc(c.Notes, func(n string) bool { return tc.note != "" && strings.Contains(n, tc.note) })
+		if tc.note != "" && !noted {
+			t.Errorf("%s: no note %q in %q", tc.name, tc.note, c.Notes)
+		}
+		if tc.note == "" && len(c.Notes) > 0 {
+			t.Errorf("%s: notes %q, want none", tc.name, c.Notes)
+		}
+	}
+}
+
+// TestServerCANoted: GRPC_SERVER_TLS_CA_CERT, which Envoy Gateway sets
+// and nothing reads, is noted while no client CA is set, since the gRPC
+// port then checks no client certificate; with GRPC_CLIENT_TLS_CACERT it
+// is not.
+func TestServerCANoted(t *testing.T) {
+	tls := []string{"GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "/certs/tls.crt", "GRPC_SERVER_TLS_KEY", "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"}
+	for _, tc := range []struct {
+		env  []string
+		note bool
+	}{
+		{tls, true},
+		{append(slices.Clone(tls), "GRPC_CLIENT_TLS_CACERT", "/certs/ca.crt"), false},
+		{tls[:6], false},
+	} {
+		c, err := Load(nil, envOf(tc.env...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		noted := slices.ContainsFunc(c.Notes, func(n string) bool {
+			return strings.HasPrefix(n, "GRPC_SERVER_TLS_CA_CERT is not read") && strings.Contains(n, "asks for no client certificate")
+		})
+		if noted != tc.note {
+			t.Errorf("%q: noted %v, want %v: %q", tc.env, noted, tc.note, c.Notes)
+		}
+		if c.GRPCTLS.Files.ClientCAFile != "" && !slices.Contains(tc.env, "GRPC_CLIENT_TLS_CACERT") {
+			t.Errorf("%q: a client CA %q set by GRPC_SERVER_TLS_CA_CERT", tc.env, c.GRPCTLS.Files.ClientCAFile)
 		}
 	}
 }

@@ -132,12 +132,15 @@ var References = []Reference{
 	{Name: "STATSD_PROTOCOL", Flag: "statsd-protocol", Source: "gostats", Doc: "`tcp` by default for statsd and `udp` for DogStatsD, as the reference (its statsd library, lyft/gostats, reads it)"},
 	{Name: "EXTRA_TAGS", Flag: "statsd-tags", Doc: "in the names (`.__k=v`) for statsd, as `\\|#k:v` for DogStatsD, as the reference"},
 	{Name: "STATS_FLUSH_INTERVAL", Flag: "statsd-flush-interval", Doc: "Prometheus is read live at each scrape"},
-	{Name: "DISABLE_STATS", Flag: "statsd", Value: statsdOn, Doc: "`true` turns statsd off; `/metrics` stays"},
-	{Name: "USE_PROMETHEUS", Note: noteWhenTrue("USE_PROMETHEUS=true: metrics are served on the HTTP port's /metrics (-http-addr, PORT), not on PROMETHEUS_ADDR; their names are floodgate_* (see docs/operations.md)"), In: "accepted, with a note when `true`", Doc: "metrics are on the HTTP port's `/metrics`, not on `PROMETHEUS_ADDR`, named `floodgate_*`"},
-	{Name: "PROMETHEUS_ADDR", Refuse: whenPrometheus("metrics are served on the HTTP port's /metrics (-http-addr, PORT): scrape that port, and unset PROMETHEUS_ADDR"), In: "refused with `USE_PROMETHEUS=true`", Doc: "scrape the HTTP port (`PORT`, 8080)"},
-	{Name: "PROMETHEUS_PATH", Refuse: whenPrometheus("metrics are served on the HTTP port's /metrics: scrape that path, and unset PROMETHEUS_PATH"), In: "refused with `USE_PROMETHEUS=true`", Doc: "the path is `/metrics`"},
-	{Name: "PROMETHEUS_MAPPER_YAML", Refuse: whenPrometheus("metric names are fixed (floodgate_*, labelled by domain and rule): rename them in recording rules, and unset PROMETHEUS_MAPPER_YAML"), In: "refused with `USE_PROMETHEUS=true`", Doc: "names are fixed; rename in recording rules"},
-	{Name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Refuse: whenPrometheusTrue("durations are floodgate_*_duration_seconds histograms, in seconds: scale them in the queries, and unset PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"), In: "accepted; `true` refused with `USE_PROMETHEUS=true`", Doc: "the reference's Prometheus mapper then observes milliseconds; floodgate's durations are in seconds"},
+	{Name: "DISABLE_STATS", Flag: "statsd", Value: statsdOn, Doc: "`true` turns statsd off, and the `PROMETHEUS_ADDR` listener, as in the reference; `/metrics` stays"},
+	// The reference serves its stats to Prometheus with USE_PROMETHEUS=true
+	// unless DISABLE_STATS=true; it reads the PROMETHEUS_* variables only
+	// then.
+	{Name: "USE_PROMETHEUS", Flag: "prometheus-addr", Value: prometheusAddr, Refuse: prometheusBesideDogStatsd, Note: notePrometheus, Doc: "`true`: the reference's stats served as Prometheus metrics on a listener of its own, `PROMETHEUS_ADDR` (`:9090` when unset), through statsd_exporter's mapping, as the reference serves them (see [operations](operations.md#prometheus-as-the-reference-serves-it)); floodgate's own `floodgate_*` metrics stay on the HTTP port's `/metrics`. With `DISABLE_STATS=true` none, as the reference; with `USE_DOG_STATSD=true` refused, as the reference refuses it; with `USE_STATSD=true`, which the reference refuses to start with (it also refuses `USE_PROMETHEUS=true` alone, `USE_STATSD` defaulting to `true` there), statsd is sent too, with a note"},
+	{Name: "PROMETHEUS_ADDR", Flag: "prometheus-addr", Value: prometheusAddr, Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`; set without it, not read, as the reference, with a note"},
+	{Name: "PROMETHEUS_PATH", Flag: "prometheus-path", Value: whilePrometheus(envVar("PROMETHEUS_PATH")), Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`; `/metrics` by default"},
+	{Name: "PROMETHEUS_MAPPER_YAML", Flag: "prometheus-mapper", Value: whilePrometheus(envVar("PROMETHEUS_MAPPER_YAML")), Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`: the statsd_exporter mapping (Envoy Gateway's `/etc/statsd-exporter/conf.yaml`), read with statsd_exporter v0.26.1, the reference's; unset, the reference's own. A file that does not exist maps nothing, with a warning, as the reference (which says nothing); one that is not a mapping stops the start, where the reference ignores it"},
+	{Name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Flag: "prometheus-response-time-ms", Value: whilePrometheus(envVar("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")), Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true` and the reference's own mapping: the response time histogram in milliseconds, as the reference before its `6b266b0` (2026-04-19), not seconds; no effect with `PROMETHEUS_MAPPER_YAML`"},
 
 	{Name: "RUNTIME_ROOT", Flag: "config", Value: runtimePath, Doc: "`$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`, root default `/srv/runtime_data/current`"},
 	{Name: "RUNTIME_SUBDIRECTORY", Flag: "config", Value: runtimePath},
@@ -330,15 +333,38 @@ func unlessIn(why string, ok ...string) func(string, Lookup) string {
 	}
 }
 
-// whenPrometheus refuses a value while the reference would serve
-// Prometheus metrics (USE_PROMETHEUS=true).
-func whenPrometheus(why string) func(string, Lookup) string {
-	return func(_ string, env Lookup) string {
-		if isSetTrue(env, "USE_PROMETHEUS") {
-			return why
-		}
+// prometheusBesideDogStatsd refuses USE_PROMETHEUS=true with
+// USE_DOG_STATSD=true, as the reference does (unless DISABLE_STATS=true,
+// which it reads first): the Prometheus metrics take plain statsd names.
+func prometheusBesideDogStatsd(v string, env Lookup) string {
+	if prometheusOn(env) && isSetTrue(env, "USE_DOG_STATSD") {
+		return "USE_DOG_STATSD and USE_PROMETHEUS are both true, which the reference refuses too: keep one"
+	}
+	return ""
+}
+
+// notePrometheus says what floodgate does where the reference would not
+// serve Prometheus as USE_PROMETHEUS=true asks: with DISABLE_STATS=true
+// it serves none, and with USE_STATSD=true it refuses to start.
+func notePrometheus(v string, env Lookup) string {
+	switch {
+	case !isSetTrue(env, "USE_PROMETHEUS"):
+		return ""
+	case isSetTrue(env, "DISABLE_STATS"):
+		return "USE_PROMETHEUS=true with DISABLE_STATS=true: no Prometheus listener, as the reference serves none"
+	case isSetTrue(env, "USE_STATSD"):
+		return "USE_STATSD and USE_PROMETHEUS are both true, which the reference refuses to start with: floodgate sends statsd (-statsd-addr) and serves Prometheus (-prometheus-addr)"
+	}
+	return ""
+}
+
+// unlessPrometheus notes a PROMETHEUS_* variable set while the reference
+// would not read it.
+func unlessPrometheus(_ string, env Lookup) string {
+	if prometheusOn(env) {
 		return ""
 	}
+	return "PROMETHEUS_* variables are set but USE_PROMETHEUS is not true (or DISABLE_STATS is): not read, as the reference does not read them then"
 }
 
 // noteUnpaired names the entries of CONFIG_GRPC_XDS_NODE_METADATA that
@@ -444,21 +470,6 @@ func noteWhenPositive(note string) func(string, Lookup) string {
 	return func(v string, _ Lookup) string {
 		if d, err := time.ParseDuration(v); err == nil && d > 0 {
 			return note
-		}
-		return ""
-	}
-}
-
-// whenPrometheusTrue refuses true while the reference would serve
-// Prometheus metrics (USE_PROMETHEUS=true), and what is not a boolean.
-func whenPrometheusTrue(why string) func(string, Lookup) string {
-	return func(v string, env Lookup) string {
-		b, err := strconv.ParseBool(v)
-		switch {
-		case err != nil:
-			return "want true or false"
-		case b && isSetTrue(env, "USE_PROMETHEUS"):
-			return why
 		}
 		return ""
 	}

@@ -731,6 +731,27 @@ var Table = []Setting{
 		Type:  "string", Value: func(c *Config, env Lookup) flag.Value {
 			return &mogrifiersValue{p: &c.Statsd.Options.Mogrifiers, env: env}
 		}},
+	{Flag: "prometheus-addr",
+		Group:      GroupObserve,
+		Usage:      "a listener of its own serving the reference server's stats as Prometheus metrics (ratelimit_service_*), mapped by statsd_exporter (-prometheus-mapper), at -prometheus-path; empty: none. floodgate's own metrics stay on the HTTP port's /metrics",
+		Doc:        "a listener of its own serving the reference's stats as Prometheus metrics, as the reference does with `USE_PROMETHEUS=true` (`PROMETHEUS_ADDR`, `:9090` when unset): the statsd stats of every `-statsd-flush-interval`, through statsd_exporter's mapper and exporter (`-prometheus-mapper`), with the Go runtime's and the process's; empty: none. floodgate's own `floodgate_*` metrics stay on the HTTP port's `/metrics` (see [operations](docs/operations.md#prometheus-as-the-reference-serves-it))",
+		DefaultDoc: "empty",
+		At:         func(c *Config) any { return &c.Server.PrometheusAddr }},
+	{Flag: "prometheus-path",
+		Group:   GroupObserve,
+		Usage:   "path of -prometheus-addr's metrics",
+		At:      func(c *Config) any { return &c.Server.PrometheusPath },
+		Default: server.DefaultPrometheusPath},
+	{Flag: "prometheus-mapper",
+		Group:      GroupObserve,
+		Usage:      "statsd_exporter mapping file naming -prometheus-addr's series (Envoy Gateway's /etc/statsd-exporter/conf.yaml); empty: the reference server's own mapping",
+		Doc:        "statsd_exporter mapping file naming `-prometheus-addr`'s series (Envoy Gateway mounts its own at `/etc/statsd-exporter/conf.yaml`); empty: the reference's own mapping. A file that does not exist maps nothing, as in the reference (every stat under its escaped name), with a warning; one that is not a mapping stops the start",
+		DefaultDoc: "empty",
+		At:         func(c *Config) any { return &c.Prometheus.MapperFile }},
+	{Flag: "prometheus-response-time-ms",
+		Group: GroupObserve,
+		Usage: "keep the reference's own mapping's response time histogram in milliseconds instead of seconds",
+		At:    func(c *Config) any { return &c.Prometheus.ResponseTimeMillis }},
 
 	// Tracing
 	{Flag: "tracing",

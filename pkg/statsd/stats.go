@@ -142,6 +142,7 @@ type writer struct {
 type wire struct {
 	head string // the name, in plain statsd its tags, and ':'
 	tail string // with DogStatsD its tags: "|#env:prod"
+	name string // in plain statsd, head without ':', as a Sink takes it
 }
 
 // samples writes n observations of value ms, one line per bit of n.
@@ -154,8 +155,22 @@ func (w *writer) samples(s wire, ms, n uint64) {
 }
 
 // line writes a line of s: its head, the value, "|" and typ, the sample
-// rate 2^-rateExp unless it is 0, and its tail.
+// rate 2^-rateExp unless it is 0, and its tail; the client's sink gets it
+// too, a timer's line as 2^rateExp observations.
 func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
+	if sink := w.client.sink; sink != nil {
+		switch typ {
+		case "c":
+			sink.Counter(s.name, value)
+		case "g":
+			sink.Gauge(s.name, value)
+		case "ms":
+			sink.Timer(s.name, value, 1<<rateExp)
+		}
+	}
+	if w.client.noServer {
+		return
+	}
 	l := append(w.scratch[:0], s.head...)
 	l = strconv.AppendUint(l, value, 10)
 	l = append(l, '|')

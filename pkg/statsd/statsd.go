@@ -2,7 +2,9 @@
 // plain statsd or DogStatsD lines, the way lyft/gostats does for the
 // reference server (envoyproxy/ratelimit): counts are kept in memory and
 // flushed as deltas every FlushInterval, batched into packets, so that
-// counting costs an atomic add and never a network call.
+// counting costs an atomic add and never a network call. A Sink receives
+// the same flushes in the process, as gostats's sinks do (the reference's
+// Prometheus exporter is one).
 //
 // It owns the wire format, the batching and the connection, and knows no
 // stat names: package envoy names the request path's stats as the
@@ -12,6 +14,7 @@
 package statsd
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,6 +88,28 @@ type Options struct {
 	// Logger receives a warning when sending starts to fail and a note when
 	// it works again; nil discards them.
 	Logger *slog.Logger
+	// Sink, when set, receives every flush in this process besides the
+	// statsd server. A flush then reads the stats even when the server
+	// cannot be reached, so that the server loses those counts (as over
+	// UDP) while Sink gets them. It takes plain statsd names, so it is
+	// refused with DogStatsD.
+	Sink Sink
+	// NoServer sends to no statsd server: every flush goes to Sink alone,
+	// which it needs.
+	NoServer bool
+}
+
+// Sink receives the stats of each flush in the process, as lyft/gostats
+// hands them to its sinks: a counter's increase since the last flush
+// (never 0), a gauge's value (at every flush), and a timer's
+// observations, each value in whole milliseconds with the number of
+// times it was observed. Names are those plain statsd sends, tags
+// included (".__key=value"). Its methods are called by one flush at a
+// time, never concurrently.
+type Sink interface {
+	Counter(name string, increase uint64)
+	Gauge(name string, value uint64)
+	Timer(name string, millis, count uint64)
 }
 
 // Client keeps stats and sends them to a statsd server. Stats are created
@@ -97,6 +122,8 @@ type Client struct {
 	tags          []Tag // Options.Tags, normalized
 	dog           bool
 	mogrifiers    []Mogrifier
+	sink          Sink
+	noServer      bool
 
 	mu    sync.Mutex // guards byKey, stats and hooks
 	byKey map[statKey]stat
@@ -150,6 +177,7 @@ func New(opts Options) (*Client, error) {
 	}
 	c.tags, _ = normalizeTags(opts.Tags) // checked by Validate
 	c.dog, c.mogrifiers = opts.DogStatsD, opts.Mogrifiers
+	c.sink, c.noServer = opts.Sink, opts.NoServer
 	interval := opts.FlushInterval
 	if interval == 0 {
 		interval = DefaultFlushInterval
@@ -174,6 +202,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("statsd: Options.MaxPacketSize %d: must not be negative", o.MaxPacketSize)
 	case len(o.Mogrifiers) > 0 && !o.DogStatsD:
 		return errors.New("statsd: Options.Mogrifiers rename DogStatsD stats; they need Options.DogStatsD")
+	case o.NoServer && o.Sink == nil:
+		return errors.New("statsd: Options.NoServer sends the stats nowhere without Options.Sink")
+	case o.Sink != nil && o.DogStatsD:
+		return errors.New("statsd: Options.Sink takes plain statsd names; it cannot be used with Options.DogStatsD")
 	}
 	if o.Addr != "" {
 		if _, _, err := net.SplitHostPort(o.Addr); err != nil {
@@ -256,7 +288,8 @@ var nameReplacer = strings.NewReplacer(":", "_", "|", "_", "\n", "_", "\r", "_")
 func (c *Client) wire(name string) wire {
 	name = nameReplacer.Replace(name)
 	if !c.dog {
-		return wire{head: name + nameTags(c.tags) + ":"}
+		full := name + nameTags(c.tags)
+		return wire{head: full + ":", name: full}
 	}
 	name, tags := mogrify(c.mogrifiers, name)
 	return wire{head: nameReplacer.Replace(name) + ":", tail: dogTags(append(slices.Clip(c.tags), tags...))}
@@ -276,14 +309,21 @@ func (c *Client) Flush() error {
 	return c.flush()
 }
 
-// flush sends every stat's lines; the caller holds flushMu.
+// flush sends every stat's lines, and hands them to the sink; the
+// caller holds flushMu. Without a sink, a server that cannot be reached
+// keeps the counts for the next flush.
 func (c *Client) flush() error {
-	if c.conn == nil {
+	var dialErr error
+	if c.conn == nil && !c.noServer {
 		conn, err := net.DialTimeout(c.network, c.addr, sendTimeout)
-		if err != nil {
+		switch {
+		case err == nil:
+			c.conn = conn
+		case c.sink == nil:
 			return fmt.Errorf("statsd: connect to %s over %s: %w", c.addr, c.network, err)
+		default:
+			dialErr = fmt.Errorf("statsd: connect to %s over %s: %w", c.addr, c.network, err)
 		}
-		c.conn = conn
 	}
 	c.mu.Lock()
 	hooks, stats := c.hooks, c.stats
@@ -296,7 +336,7 @@ func (c *Client) flush() error {
 		s.appendTo(&c.w)
 	}
 	c.w.send()
-	return c.w.err
+	return cmp.Or(dialErr, c.w.err)
 }
 
 // run flushes every interval until Close, and logs when sending starts and

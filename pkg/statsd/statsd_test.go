@@ -288,6 +288,104 @@ func TestTCP(t *testing.T) {
 	}
 }
 
+// recordingSink is a statsd.Sink that writes each call as a statsd line
+// would read: "name:3|c", "name:7|g", "name:2|ms×5".
+type recordingSink struct{ calls []string }
+
+func (r *recordingSink) Counter(name string, n uint64) {
+	r.calls = append(r.calls, fmt.Sprintf("%s:%d|c", name, n))
+}
+
+func (r *recordingSink) Gauge(name string, v uint64) {
+	r.calls = append(r.calls, fmt.Sprintf("%s:%d|g", name, v))
+}
+
+func (r *recordingSink) Timer(name string, ms, count uint64) {
+	r.calls = append(r.calls, fmt.Sprintf("%s:%d|ms×%d", name, ms, count))
+}
+
+// take returns the calls so far and forgets them.
+func (r *recordingSink) take() []string {
+	out := r.calls
+	r.calls = nil
+	return out
+}
+
+// TestSink: a sink gets every flush as the server does, counters as
+// their increase (none when they did not move), gauges at every flush,
+// a timer's observations as counts by millisecond, names with their
+// tags; with NoServer it alone gets them.
+func TestSink(t *testing.T) {
+	sink := &recordingSink{}
+	c, err := statsd.New(statsd.Options{Sink: sink, NoServer: true, ManualFlush: true, Tags: []statsd.Tag{{Key: "env", Value: "prod"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Counter("hits").Add(3)
+	c.Counter("idle")
+	c.CounterFunc("loads", func() uint64 { return 4 })
+	c.RuntimeStats("go") // gauges among them
+	rt := c.Timer("rt")
+	for range 5 {
+		rt.Observe(2 * time.Millisecond)
+	}
+	rt.Observe(1500 * time.Millisecond)
+	flush(t, c)
+	want := []string{"hits.__env=prod:3|c", "loads.__env=prod:4|c", "go.numGoroutine.__env=prod|g",
+		"rt.__env=prod:2|ms×1", "rt.__env=prod:2|ms×4", "rt.__env=prod:1500|ms×1"}
+	if got := withoutRuntime(sink.take()); !slices.Equal(got, want) {
+		t.Errorf("first flush: %q, want %q", got, want)
+	}
+	c.Counter("hits").Inc()
+	flush(t, c)
+	if got, want := withoutRuntime(sink.take()), []string{"hits.__env=prod:1|c", "go.numGoroutine.__env=prod|g"}; !slices.Equal(got, want) {
+		t.Errorf("second flush: %q, want %q", got, want)
+	}
+}
+
+// withoutRuntime drops the runtime's stats from calls but its gauge
+// numGoroutine, whose value it drops: gauges are sent at every flush,
+// whatever they read.
+func withoutRuntime(calls []string) []string {
+	var out []string
+	for _, c := range calls {
+		switch {
+		case strings.HasPrefix(c, "go.numGoroutine."):
+			name, _, _ := strings.Cut(c, ":")
+			out = append(out, name+"|g")
+		case !strings.HasPrefix(c, "go."):
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestSinkBesideAServerDown: with a sink, a flush that cannot reach the
+// TCP server still reaches the sink, and reports the server's error; the
+// server loses those counts, as it would over UDP.
+func TestSinkBesideAServerDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	sink := &recordingSink{}
+	c, err := statsd.New(statsd.Options{Addr: addr, Network: "tcp", Sink: sink, ManualFlush: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Counter("hits").Add(2)
+	if err := c.Flush(); err == nil || !strings.Contains(err.Error(), "connect to "+addr) {
+		t.Errorf("flush with nothing listening: %v, want the connect error", err)
+	}
+	if got, want := sink.take(), []string{"hits:2|c"}; !slices.Equal(got, want) {
+		t.Errorf("the sink got %q, want %q", got, want)
+	}
+}
+
 // TestRuntimeStats: the Go runtime's gauges go out at every flush, its
 // counters when they grew, under the reference server's names.
 func TestRuntimeStats(t *testing.T) {
@@ -360,6 +458,8 @@ func TestNewRefuses(t *testing.T) {
 		{"negative packet size", statsd.Options{MaxPacketSize: -1}, "Options.MaxPacketSize -1: must not be negative"},
 		{"tag key with a colon", statsd.Options{Tags: []statsd.Tag{{Key: "a:b", Value: "c"}}}, `tag key "a:b": ":" would corrupt`},
 		{"tag key with a newline", statsd.Options{Tags: []statsd.Tag{{Key: "a\nb", Value: "c"}}}, `would corrupt`},
+		{"no server and no sink", statsd.Options{NoServer: true}, "Options.NoServer sends the stats nowhere without Options.Sink"},
+		{"a sink with DogStatsD", statsd.Options{Sink: &recordingSink{}, DogStatsD: true}, "Options.Sink takes plain statsd names"},
 	} {
 		c, err := statsd.New(tc.opts)
 		if err == nil {

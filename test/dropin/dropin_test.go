@@ -51,6 +51,11 @@ type step struct {
 	get    string
 	health *string
 	write  map[string]string
+	// load are rule files to add, each written beside the rule directory
+	// and renamed into it (one file event, as a ConfigMap's swap), after
+	// which the debug port's /rlconfig is read until it lists their
+	// domains: loaded, and no request counted to find out.
+	load map[string]string
 	// storeDown stops each server's Redis before the call.
 	storeDown bool
 	// as is the client certificate of the call in a scenario with
@@ -108,6 +113,10 @@ type scenario struct {
 	// statsd has both servers send statsd, and compares the counters of
 	// every rule (ratelimit.service.rate_limit.*) once the calls are made.
 	statsd bool
+	// prometheus has both servers serve their stats to Prometheus
+	// (USE_PROMETHEUS) through this mapping, and compares every series
+	// they serve there once the calls are made (checkPrometheus).
+	prometheus mapping
 }
 
 // TestSameAnswers plays every scenario on both servers.
@@ -138,6 +147,9 @@ func playBoth(t *testing.T, reference string, built time.Time, sc scenario) {
 			check(t, sc, steps, built)
 			if sc.statsd {
 				checkStats(t, ref, fg)
+			}
+			if sc.prometheus != noPrometheus {
+				checkPrometheus(t, ref, fg, steps)
 			}
 			return
 		}
@@ -180,6 +192,12 @@ func play(t *testing.T, ref, fg server, sc scenario) (steps []played, crossed bo
 			writeRules(t, ref.rules, st.write)
 			writeRules(t, fg.rules, st.write)
 			steps = append(steps, played{step: st, reference: ref.waitRules(t, st), floodgate: fg.waitRules(t, st)})
+			continue
+		}
+		if st.load != nil {
+			ref.loadRules(t, st.load)
+			fg.loadRules(t, st.load)
+			steps = append(steps, played{step: st})
 			continue
 		}
 		if st.storeDown {

@@ -476,6 +476,10 @@ var scenarios = []scenario{
 			differ(joined("code", ""), one("a=b_c", req("d", d("a", "b_c")))),
 			differ(joined("code", ""), one("a_b=c", req("d", d("a_b", "c")))),
 		)},
+	// Envoy Gateway's environment for Prometheus (USE_PROMETHEUS=true, its
+	// mapping), then the reference's own mapping.
+	{name: "prometheus-envoy-gateway", files: shop, prometheus: envoyGateway, steps: prometheusSteps()},
+	{name: "prometheus", files: shop, prometheus: referenceMapping, steps: prometheusSteps()},
 	{name: "merge", env: []string{"MERGE_DOMAIN_CONFIG=true"}, files: map[string]string{
 		"a.yaml": "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
@@ -556,6 +560,20 @@ func statsdSteps() []step {
 		rep(3, "detailed_metric", req("shop", d("stats", "doc/a"))),
 		rep(2, "value_to_metric", req("shop", d("stats", "v1"))),
 		one("the descriptor's hits_addend", req("shop", descHits(d("client", "d"), 2))),
+	)
+}
+
+// prometheusSteps are statsdSteps' calls, then a rule load, a call over
+// /json, a call that is an error and a health check: what every series
+// the servers serve to Prometheus counts.
+func prometheusSteps() []step {
+	return cat(
+		statsdSteps(),
+		step{name: "a rule file added", load: map[string]string{"added.yaml": oneRule("added")}},
+		one("the added rule", req("added", d("k", "v"))),
+		step{name: "/json", json: `{"domain":"shop","descriptors":[{"entries":[{"key":"client","value":"j"}]}]}`},
+		differ(emptyRequest, one("an error: no descriptors", req("shop"))),
+		health(""),
 	)
 }
 

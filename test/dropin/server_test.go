@@ -43,6 +43,9 @@ type server struct {
 	// conns are the gRPC connections by the client certificate they
 	// present (step.as); without TLS, the harness's alone, as "".
 	conns map[string]*grpc.ClientConn
+	// prometheus is the URL of its stats for Prometheus, when the
+	// scenario has them.
+	prometheus string
 }
 
 // startServer runs bin (floodgate's binary when "") on the scenario's
@@ -66,6 +69,12 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 		env = append(env, "USE_STATSD=true", "STATSD_PROTOCOL=udp", "STATSD_HOST="+host, "STATSD_PORT="+port,
 			"STATS_FLUSH_INTERVAL="+statsFlush.String())
 	}
+	var prometheus string
+	if sc.prometheus != noPrometheus {
+		var vars []string
+		prometheus, vars = sc.prometheus.vars(t)
+		env = append(env, vars...)
+	}
 	// Last, so that a scenario's variables win (USE_STATSD=false for
 	// DogStatsD).
 	env = append(env, sc.env...)
@@ -84,7 +93,7 @@ func startServer(t *testing.T, bin string, sc scenario) server {
 	if sc.certs != nil {
 		conns = sc.certs.dial(t, f.GRPCAddr)
 	}
-	return server{Floodgate: f, stats: stats, rules: dir, memcached: memcached, redis: redis, conns: conns}
+	return server{Floodgate: f, stats: stats, rules: dir, memcached: memcached, redis: redis, conns: conns, prometheus: prometheus}
 }
 
 // store is where a server keeps its counters.
@@ -197,6 +206,49 @@ func writeRules(t *testing.T, dir string, files map[string]string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// loadRules adds rule files as step.load says, and waits until the debug
+// port's /rlconfig lists a rule of each file's domain (its first line,
+// "domain: …").
+func (s server) loadRules(t *testing.T, files map[string]string) {
+	t.Helper()
+	staging := filepath.Dir(filepath.Dir(s.rules)) // the root, beside the rule directory
+	for name, text := range files {
+		tmp := filepath.Join(staging, name)
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(s.rules, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var body string
+	poll(t, s.Name()+": the rules added listed by /rlconfig", func() bool {
+		body = s.debugGet(t, "/rlconfig")
+		for _, text := range files {
+			domain, _, _ := strings.Cut(strings.TrimPrefix(text, "domain: "), "\n")
+			if !strings.Contains("\n"+body, "\n"+domain+".") {
+				return false
+			}
+		}
+		return true
+	}, func() string { return body })
+}
+
+// debugGet returns the body of a GET of path on the debug port.
+func (s server) debugGet(t *testing.T, path string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.DebugAddr + path)
+	if err != nil {
+		t.Fatalf("GET %s on the debug port: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // waitRules sends the step's request until it is answered with a limit,
@@ -322,6 +374,8 @@ func (st step) describe() string {
 		return fmt.Sprintf("rules %q written, then ShouldRateLimit %s until it has a limit", slices.Sorted(maps.Keys(st.write)), b)
 	case st.get != "":
 		return "GET " + st.get
+	case st.load != nil:
+		return fmt.Sprintf("rules %q added, then /rlconfig read until it lists them", slices.Sorted(maps.Keys(st.load)))
 	}
 	return "POST /json " + st.json
 }

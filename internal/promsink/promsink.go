@@ -1,0 +1,221 @@
+// Package promsink serves the reference server's statsd stats as
+// Prometheus metrics, the way envoyproxy/ratelimit does with
+// USE_PROMETHEUS: each flush of a statsd.Client goes, as events, through
+// prometheus/statsd_exporter's mapper and exporter, at the version the
+// reference uses (v0.26.1; v0.31.0, the newest, refuses the timer_type
+// that Envoy Gateway's mapping and the reference's own use), with a
+// mapping file such as Envoy Gateway's or the reference's own mapping.
+// The metrics are served from a registry of their own, with the Go
+// runtime's, the process's and statsd_exporter's, as the reference serves
+// its default registry; floodgate's floodgate_* metrics are not among
+// them.
+//
+// It knows no stat names: package statsd delivers them (Sink), and the
+// mapping names the series.
+package promsink
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/go-kit/log"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/statsd_exporter/pkg/event"
+	"github.com/prometheus/statsd_exporter/pkg/exporter"
+	"github.com/prometheus/statsd_exporter/pkg/mapper"
+
+	"github.com/floodgate/floodgate/pkg/statsd"
+)
+
+// DefaultMapping is the reference server's own mapping, used when
+// Options.MapperFile is empty: its response time histogram is in seconds
+// (a scale of 0.001 on the milliseconds statsd measures).
+//
+//go:embed default_mapper.yaml
+var DefaultMapping string
+
+// millisScale is the line of DefaultMapping that turns the response time
+// into seconds, which Options.ResponseTimeMillis removes, as the reference
+// does.
+const millisScale = "    scale: 0.001\n"
+
+// Options configure a Sink. The zero value maps with DefaultMapping.
+type Options struct {
+	// MapperFile is a statsd_exporter mapping file (the reference's
+	// PROMETHEUS_MAPPER_YAML, Envoy Gateway's /etc/statsd-exporter/conf.yaml);
+	// empty means DefaultMapping. A file that does not exist gives no
+	// mapping at all, as the reference then serves (every stat under its
+	// escaped name: ratelimit_service_rate_limit_…): Kubernetes mounts an
+	// optional ConfigMap that is missing as no file; New logs a warning
+	// naming it. A file that cannot be read or parsed is an error.
+	MapperFile string
+	// ResponseTimeMillis keeps DefaultMapping's response time in
+	// milliseconds, as the reference's
+	// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS; it changes nothing with
+	// a MapperFile.
+	ResponseTimeMillis bool
+	// Logger receives the warning of a missing MapperFile; nil discards
+	// it.
+	Logger *slog.Logger
+}
+
+// eventBuffer is how many batches of events wait for the exporter: a
+// flush is a few hundred stats, each a batch.
+const eventBuffer = 1024
+
+// maxBatch bounds the events of one batch: a timer observed a million
+// times in a flush goes as a thousand batches of the same event.
+const maxBatch = 1024
+
+// Sink is a statsd.Sink that feeds statsd_exporter and serves its metrics
+// (Handler). Its statsd methods are called by one flush at a time; Handler
+// may be called from any goroutine. Close it when done.
+type Sink struct {
+	registry *prometheus.Registry
+	events   chan event.Events
+	done     chan struct{} // closed when the exporter has stopped
+
+	mu     sync.RWMutex // guards closed, and sending on events
+	closed bool
+}
+
+var _ statsd.Sink = (*Sink)(nil)
+
+// New returns a Sink mapping with opts, its exporter running until Close.
+func New(opts Options) (*Sink, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	reg := prometheus.NewRegistry()
+	m := &mapper.MetricMapper{Registerer: reg}
+	if err := loadMapping(m, opts, logger); err != nil {
+		return nil, err
+	}
+	s := &Sink{registry: reg, events: make(chan event.Events, eventBuffer), done: make(chan struct{})}
+	own := newExporterMetrics()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		own.actions, own.unmapped, own.errors, own.events, own.conflicts, own.metrics)
+	// The exporter logs only at debug level, events it drops, which its
+	// own metrics count; the reference discards them too.
+	exp := exporter.NewExporter(reg, m, log.NewNopLogger(), own.actions, own.unmapped, own.errors, own.events, own.conflicts, own.metrics)
+	go func() {
+		defer close(s.done)
+		exp.Listen(s.events)
+	}()
+	return s, nil
+}
+
+// loadMapping reads the mapping opts ask for into m.
+func loadMapping(m *mapper.MetricMapper, opts Options, logger *slog.Logger) error {
+	if opts.MapperFile == "" {
+		mapping := DefaultMapping
+		if opts.ResponseTimeMillis {
+			mapping = strings.Replace(mapping, millisScale, "", 1)
+		}
+		if err := m.InitFromYAMLString(mapping); err != nil {
+			return fmt.Errorf("promsink: DefaultMapping: %w", err)
+		}
+		return nil
+	}
+	data, err := os.ReadFile(opts.MapperFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		logger.Warn("prometheus: the mapping file does not exist: every stat is served under its escaped statsd name, as the reference serves them then; dashboards that read mapped names stay empty", "file", opts.MapperFile)
+		return nil
+	}
+	if err == nil {
+		err = m.InitFromYAMLString(string(data))
+	}
+	if err != nil {
+		return fmt.Errorf("promsink: Options.MapperFile %s: %w", opts.MapperFile, err)
+	}
+	return nil
+}
+
+// exporterMetrics are statsd_exporter's own metrics, which its exporter
+// counts into, named as the reference (and statsd_exporter) names them.
+type exporterMetrics struct {
+	actions, errors, events, conflicts *prometheus.CounterVec
+	unmapped                           prometheus.Counter
+	metrics                            *prometheus.GaugeVec
+}
+
+func newExporterMetrics() exporterMetrics {
+	return exporterMetrics{
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_actions_total",
+			Help: "The total number of StatsD events by action."}, []string{"action"}),
+		unmapped: prometheus.NewCounter(prometheus.CounterOpts{Name: "statsd_exporter_events_unmapped_total",
+			Help: "The total number of StatsD events no mapping was found for."}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_error_total",
+			Help: "The total number of StatsD events discarded due to errors."}, []string{"reason"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_total",
+			Help: "The total number of StatsD events seen."}, []string{"type"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_conflict_total",
+			Help: "The total number of StatsD events with conflicting names."}, []string{"type"}),
+		metrics: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "statsd_exporter_metrics_total",
+			Help: "The total number of metrics."}, []string{"type"}),
+	}
+}
+
+// Counter adds increase to the counter name maps to.
+func (s *Sink) Counter(name string, increase uint64) {
+	s.send(event.Events{&event.CounterEvent{CMetricName: name, CValue: float64(increase), CLabels: map[string]string{}}})
+}
+
+// Gauge sets the gauge name maps to.
+func (s *Sink) Gauge(name string, value uint64) {
+	s.send(event.Events{&event.GaugeEvent{GMetricName: name, GValue: float64(value), GLabels: map[string]string{}}})
+}
+
+// Timer observes millis count times in the histogram or summary name maps
+// to: one event per observation, as the reference sends them.
+func (s *Sink) Timer(name string, millis, count uint64) {
+	e := &event.ObserverEvent{OMetricName: name, OValue: float64(millis), OLabels: map[string]string{}}
+	for count > 0 {
+		n := min(count, maxBatch)
+		batch := make(event.Events, n)
+		for i := range batch {
+			// The exporter writes the mapping's labels into the event's
+			// map, the same for every copy: one event serves them all.
+			batch[i] = e
+		}
+		s.send(batch)
+		count -= n
+	}
+}
+
+// send queues events for the exporter; after Close they are dropped.
+func (s *Sink) send(events event.Events) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if !s.closed {
+		s.events <- events
+	}
+}
+
+// Handler serves the metrics in Prometheus's text format, counting its
+// scrapes (promhttp_metric_handler_*), as the reference's handler does.
+func (s *Sink) Handler() http.Handler {
+	return promhttp.InstrumentMetricHandler(s.registry, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+}
+
+// Close stops the exporter once it has taken the events sent so far;
+// what is sent after is dropped. It may be called more than once.
+func (s *Sink) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.events)
+	}
+	s.mu.Unlock()
+	<-s.done
+}
