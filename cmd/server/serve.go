@@ -209,7 +209,6 @@ func (a *app) openStatsd() error {
 // -capture asks.
 func (a *app) service() (pb.RateLimitServiceServer, error) {
 	opts := a.cfg.Service
-	opts.StoreTimeout = a.cfg.Store.Deadline
 	opts.Logger, opts.Metrics, opts.Tracer = a.logger, a.metrics, a.tracer
 	svc, err := envoy.New(a.rules, a.store.Limiter(), opts)
 	if err != nil {

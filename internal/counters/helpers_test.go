@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -61,7 +60,7 @@ func newFixture(t *testing.T, set *rules.Set, lim limit.Limiter, r counters.Rese
 	f.url = srv.URL
 	// A generous store deadline: a slow moment of a shared machine must
 	// not turn a request into the failure policy's answer.
-	if f.svc, err = envoy.New(static{set}, lim, envoy.Options{StoreTimeout: 5 * time.Second}); err != nil {
+	if f.svc, err = envoy.New(static{set}, lim, envoy.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return f

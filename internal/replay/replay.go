@@ -146,12 +146,7 @@ func newSide(set *rules.Set, name string, diffs map[ruleKey]*RuleDiff, isNew boo
 	// Big enough never to refuse a counter: a replay judges the rules,
 	// not the production store's size.
 	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: s.clock.Now, MaxEntries: math.MaxInt32})}
-	svc, err := envoy.New(fixedSource{set}, s.store, envoy.Options{
-		Now: s.clock.Now,
-		// The store is memory on a virtual clock: no deadline may cut it
-		// (run passes a context whose deadline is farther than this).
-		StoreTimeout: math.MaxInt64,
-	})
+	svc, err := envoy.New(fixedSource{set}, s.store, envoy.Options{Now: s.clock.Now})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -321,9 +316,7 @@ func Run(ctx context.Context, old, new *rules.Set, traffic *Traffic, opts Option
 	if err != nil {
 		return nil, err
 	}
-	// A deadline the service never shortens (see newSide), set once.
-	callCtx, cancel := context.WithDeadline(context.Background(), time.Now().Add(100*365*24*time.Hour))
-	defer cancel()
+	callCtx := context.Background()
 	readCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	batches, errc := readAhead(readCtx, traffic)

@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -40,7 +41,7 @@ func TestLoad(t *testing.T) {
 				{"grpc", c.Server.GRPCAddr, ":8081"}, {"http", c.Server.HTTPAddr, ":8080"}, {"debug", c.Server.DebugAddr, "127.0.0.1:6070"},
 				{"level", c.Log.Level.Level(), slog.LevelInfo}, {"format", c.Log.Format, LogFormat("text")},
 				{"ratio", c.Service.NearLimitRatio, 0.8}, {"failure mode", c.Service.FailureMode, rules.FailureAllow},
-				{"deadline", c.Store.Deadline, envoy.DefaultStoreTimeout}, {"shutdown", c.Server.ShutdownTimeout, 15 * time.Second},
+				{"deadline", c.Store.Deadline, limit.DefaultDeadline}, {"shutdown", c.Server.ShutdownTimeout, 15 * time.Second},
 				{"header style", c.Service.Headers.Style, envoy.HeadersOff}, {"limit header", c.Service.Headers.LimitName, "RateLimit-Limit"},
 				{"shadow", c.Service.ShadowMode, false}, {"merge", c.Rules.Options.MergeDomains, false},
 				{"notes", len(c.Notes), 0},
@@ -71,7 +72,7 @@ func TestLoad(t *testing.T) {
 				{"redis tls", c.Store.Redis.TLS, true},
 				{"pool", c.Store.Redis.PoolSize, 7},
 				{"dial timeout", c.Store.Redis.DialTimeout, 2 * time.Second},
-				{"deadline stays short", c.Store.Deadline, envoy.DefaultStoreTimeout},
+				{"deadline stays short", c.Store.Deadline, limit.DefaultDeadline},
 				{"prefix", c.Store.KeyPrefix, "rl_"},
 				{"http", c.Server.HTTPAddr, ":9080"},
 				{"grpc", c.Server.GRPCAddr, "127.0.0.1:9081"},

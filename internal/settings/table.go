@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rlqs"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/statsd"
@@ -190,7 +191,7 @@ var Table = []Setting{
 		Doc:        "deadline of each request's Redis call; past it the failure policy answers",
 		DefaultDoc: "50ms",
 		At:         func(c *Config) any { return &c.Store.Deadline },
-		Default:    envoy.DefaultStoreTimeout},
+		Default:    limit.DefaultDeadline},
 	{Flag: "key-prefix",
 		Group: GroupRedis,
 		Usage: "prefix of every Redis key",

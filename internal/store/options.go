@@ -30,9 +30,9 @@ type Options struct {
 	RedisTLSFiles redislimit.TLSFiles
 	// Memcache, when its Servers or SRV is set, makes Memcached the store.
 	Memcache MemcacheOptions
-	// Deadline bounds each call to Redis or Memcached; 0 means the
-	// limiter's default (redislimit.DefaultTimeout,
-	// memcachelimit.DefaultTimeout).
+	// Deadline bounds each call to Redis or Memcached, the request's
+	// whole store call; 0 means limit.DefaultDeadline. The stores check it
+	// (redislimit.Options.Timeout, memcachelimit.Options.Timeout).
 	Deadline time.Duration
 	// KeyPrefix starts every key in Redis or Memcached.
 	KeyPrefix string

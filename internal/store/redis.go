@@ -143,7 +143,7 @@ func (d *deployment) logOpened(opts Options, r RedisOptions) {
 	if d.role != "main" {
 		msg = "the counters of windows shorter than a minute are kept in the per-second Redis"
 	}
-	attrs := []any{"type", r.typ(), "tls", r.tlsOn(), "deadline", deadlineOr(opts, redislimit.DefaultTimeout)}
+	attrs := []any{"type", r.typ(), "tls", r.tlsOn(), "deadline", opts.deadline()}
 	// The pipeline settings only when set, as the reference's variables
 	// set them.
 	if r.PipelineWindow > 0 {

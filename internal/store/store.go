@@ -199,11 +199,11 @@ func (s *Store) Close() {
 	})
 }
 
-// deadlineOr is opts.Deadline, or def, the limiter's default, when it is
-// 0: the deadline the start line reports.
-func deadlineOr(opts Options, def time.Duration) time.Duration {
+// deadline is opts.Deadline, or limit.DefaultDeadline when it is 0: the
+// deadline the start line reports.
+func (opts Options) deadline() time.Duration {
 	if opts.Deadline == 0 {
-		return def
+		return limit.DefaultDeadline
 	}
 	return opts.Deadline
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -270,25 +271,52 @@ func TestLimiterWithinMemory(t *testing.T) {
 	}
 }
 
-// The limiter a store hands the server says the bound it keeps on its own
-// calls (limit.Bounded) through the deny cache, so that the server sets no
-// deadline per request in front of a single Redis; a per-second split
-// sets none, and the server keeps its own.
+// The limiter a store hands the server ends each call within the store's
+// deadline though the caller's context has none, in front of a Redis that
+// answers nothing: through the deny cache, without it, and over a
+// per-second split, whose two calls share one deadline. The server sets no
+// timer of its own.
 func TestLimiterBound(t *testing.T) {
-	srv := redistest.Start(t)
 	const deadline = 40 * time.Millisecond
+	minute := limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Minute}
+	second := limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Second}
 	for _, tc := range []struct {
-		name string
-		opts Options
-		want time.Duration
+		name  string
+		split bool
+		opts  func(main, ps string) Options
 	}{
-		{"redis, deny cache", Options{Redis: RedisOptions{URL: srv.Addr}, Deadline: deadline}, deadline},
-		{"redis, no deny cache", Options{Redis: RedisOptions{URL: srv.Addr}, Deadline: deadline, DenyCache: DenyCacheOptions{Disabled: true}}, deadline},
-		{"per-second split", Options{Redis: RedisOptions{URL: srv.Addr}, PerSecond: RedisOptions{URL: srv.Addr}, Deadline: deadline}, 0},
+		{"redis, deny cache", false, func(main, _ string) Options { return Options{Redis: RedisOptions{URL: main}} }},
+		{"redis, no deny cache", false, func(main, _ string) Options {
+			return Options{Redis: RedisOptions{URL: main}, DenyCache: DenyCacheOptions{Disabled: true}}
+		}},
+		{"per-second split", true, func(main, ps string) Options {
+			return Options{Redis: RedisOptions{URL: main}, PerSecond: RedisOptions{URL: ps}}
+		}},
 	} {
-		s, _ := openOn(t, systemClock{}, tc.opts)
-		if got := limit.BoundOf(s.Limiter()); got != tc.want {
-			t.Errorf("%s: limit.BoundOf(%T) = %v, want %v", tc.name, s.Limiter(), got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			main, ps := redistest.Start(t), redistest.Start(t)
+			opts := tc.opts(main.Addr, ps.Addr)
+			opts.Deadline = deadline
+			s, _ := openOn(t, systemClock{}, opts)
+			hits := []limit.Hit{{Key: "m", Spec: minute, Cost: 1}, {Key: "s", Spec: second, Cost: 1}}
+			if !tc.split {
+				hits = hits[:1]
+			}
+			if _, err := s.Limiter().Evaluate(context.Background(), hits, make([]limit.Decision, len(hits))); err != nil {
+				t.Fatal(err) // the script loaded, both Redis known
+			}
+			main.Freeze()
+			ps.Freeze()
+			defer main.Thaw()
+			defer ps.Thaw()
+			start := time.Now()
+			_, err := s.Limiter().Evaluate(context.Background(), hits, make([]limit.Decision, len(hits)))
+			// A second is far more than the deadline, yet far less than
+			// a call that nothing bounds would take on a frozen Redis.
+			timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+			if took := time.Since(start); !timedOut || took > time.Second {
+				t.Fatalf("a call on a frozen Redis: %v after %v, want a deadline error within %v", err, took, deadline)
+			}
+		})
 	}
 }

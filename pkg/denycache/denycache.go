@@ -147,10 +147,6 @@ func (c *Cache) shardOf(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)&uint64(len(c.shards)-1)]
 }
 
-// EvaluateBound implements limit.Bounded: a call answered from the cache
-// does not wait, and the others last as long as the wrapped Limiter's.
-func (c *Cache) EvaluateBound() time.Duration { return limit.BoundOf(c.inner) }
-
 // Evaluate implements limit.Limiter. When every hit of the call has a
 // cached denial for its Key and Spec at a cost no greater than its own,
 // and those denials block the call (limit.Blocked: one is enforced, or

@@ -594,30 +594,3 @@ func TestMaxAge(t *testing.T) {
 		t.Error("past MaxAge the store was not asked")
 	}
 }
-
-// bounded is a Limiter that says it ends its calls within bound.
-type bounded struct {
-	limit.Limiter
-	bound time.Duration
-}
-
-func (b bounded) EvaluateBound() time.Duration { return b.bound }
-
-// TestEvaluateBound: the Cache passes on the wrapped Limiter's own bound
-// (its answers from memory never wait), so that the server sets no
-// deadline per request in front of a Redis that ends its calls itself.
-func TestEvaluateBound(t *testing.T) {
-	mem := limit.NewMemory(limit.MemoryOptions{})
-	for _, tc := range []struct {
-		name  string
-		inner limit.Limiter
-		want  time.Duration
-	}{
-		{"bounded", bounded{mem, 50 * time.Millisecond}, 50 * time.Millisecond},
-		{"unbounded", mem, 0},
-	} {
-		if got := limit.BoundOf(New(tc.inner, Options{})); got != tc.want {
-			t.Errorf("%s: BoundOf(Cache) = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}

@@ -22,8 +22,8 @@ const (
 	// causeError is any failure that is neither of the others: a refused
 	// connection, an error reply, a lost connection.
 	causeError failureCause = iota
-	// causeDeadline: the store deadline (Options.StoreTimeout, or the
-	// caller's when sooner) passed before the store answered.
+	// causeDeadline: the store's deadline (or the caller's when sooner)
+	// passed before the store answered.
 	causeDeadline
 	// causeCircuitOpen: the store was not tried, its circuit breaker being
 	// open (limit.ErrCircuitOpen).
@@ -44,11 +44,11 @@ func (c failureCause) String() string {
 	return fmt.Sprintf("failureCause(%d)", uint8(c))
 }
 
-// failureCauseOf classifies err, returned by a store call made with
-// storeCtx. A deadline is recognised by the error or, since a store may
-// report its socket's timeout without wrapping the context's error, by
-// storeCtx's deadline having passed.
-func failureCauseOf(storeCtx context.Context, err error) failureCause {
+// failureCauseOf classifies err, returned by a store call made with ctx.
+// A deadline is recognised by the error or, since a store may report its
+// socket's timeout without wrapping the context's error, by ctx's deadline
+// having passed.
+func failureCauseOf(ctx context.Context, err error) failureCause {
 	switch {
 	case errors.Is(err, limit.ErrCircuitOpen):
 		return causeCircuitOpen
@@ -57,7 +57,7 @@ func failureCauseOf(storeCtx context.Context, err error) failureCause {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return causeDeadline
 	}
-	if dl, ok := storeCtx.Deadline(); ok && !time.Now().Before(dl) {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 		return causeDeadline
 	}
 	return causeError

@@ -242,12 +242,15 @@ func TestFailureAnswersSayWhy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			svc, err := New(fixedRules{set}, tc.store, Options{FailureMode: tc.global, Metrics: m,
-				StoreTimeout: 5 * time.Millisecond, StoreFailureHeader: tc.header})
+			svc, err := New(fixedRules{set}, tc.store, Options{FailureMode: tc.global, Metrics: m, StoreFailureHeader: tc.header})
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, err := svc.ShouldRateLimit(context.Background(), request("test", desc("user", "a")))
+			// The caller's deadline, as Envoy sends its filter's timeout:
+			// the blocking store ends there.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			defer cancel()
+			resp, err := svc.ShouldRateLimit(ctx, request("test", desc("user", "a")))
 			var got, cause string
 			if err != nil {
 				_, c, _ := strings.Cut(status.Convert(err).Message(), "(")
@@ -313,7 +316,7 @@ func TestFrozenRedisAnswerSaysDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(fixedRules{set}, store, Options{Metrics: m, StoreTimeout: 50 * time.Millisecond})
+	svc, err := New(fixedRules{set}, store, Options{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,6 @@ func (o Options) Validate() error {
 	switch {
 	case o.NearLimitRatio < 0 || o.NearLimitRatio > 1 || math.IsNaN(o.NearLimitRatio):
 		return fmt.Errorf("envoy: Options.NearLimitRatio %v: want a number between 0 and 1", o.NearLimitRatio)
-	case o.StoreTimeout < 0:
-		return fmt.Errorf("envoy: Options.StoreTimeout %v: must not be negative", o.StoreTimeout)
 	case o.FailureMode > rules.FailureUnavailable:
 		return fmt.Errorf("envoy: Options.FailureMode %v: want allow, deny or unavailable", o.FailureMode)
 	case o.StoreFailureHeader != "" && !isToken(o.StoreFailureHeader):

@@ -24,17 +24,12 @@ type RuleSource interface {
 	Current() *rules.Set
 }
 
-// DefaultStoreTimeout is Options.StoreTimeout when it is zero: long enough
-// for a Redis round trip in the same region, short enough to stay inside
-// Envoy's own 20 ms default filter timeout plus a margin.
-const DefaultStoreTimeout = 50 * time.Millisecond
-
 // DefaultNearLimitRatio is Options.NearLimitRatio when it is zero, the
 // reference server's NEAR_LIMIT_RATIO default.
 const DefaultNearLimitRatio = 0.8
 
 // Options tune a Service. The zero value is usable: no global shadow mode,
-// near-limit at 80 %, a 50 ms store deadline, failing open, no headers.
+// near-limit at 80 %, failing open, no headers.
 type Options struct {
 	// ShadowMode makes every answer's overall code OK while descriptors
 	// keep their real statuses and counters count as when enforcing (the
@@ -44,14 +39,6 @@ type Options struct {
 	// admitted hit counts as near the limit in the metrics; 0 means
 	// DefaultNearLimitRatio. It must be in [0, 1].
 	NearLimitRatio float64
-	// StoreTimeout bounds the Limiter call of a request (one deadline for
-	// the whole request, whatever the number of limits); 0 means
-	// DefaultStoreTimeout. A Limiter that evaluates immediately
-	// (limit.Immediate, such as limit.Memory) gets no deadline: its
-	// calls never wait for one to matter; nor does one that ends its calls
-	// within StoreTimeout by itself (limit.Bounded, such as
-	// redislimit.Limiter on a single node or Sentinel).
-	StoreTimeout time.Duration
 	// FailureMode is what to do when the Limiter fails, for rules that do
 	// not say (rules.Rule.FailureMode); rules.FailureDefault means
 	// rules.FailureAllow (fail open).
@@ -103,22 +90,19 @@ type Options struct {
 type Service struct {
 	pb.UnimplementedRateLimitServiceServer
 
-	rules   RuleSource
-	limiter limit.Limiter
-	// ownDeadline: the limiter never waits (limit.Immediate), or ends
-	// each call by itself within StoreTimeout (limit.Bounded), so its calls
-	// need no deadline from us: a timer and a context per request were 6 %
-	// of the in-memory server's CPU, 7 % of the server's over Redis.
-	ownDeadline bool
-	opts        Options
-	failures    *failureLog
-	scratch     sync.Pool // *scratch
+	rules    RuleSource
+	limiter  limit.Limiter
+	opts     Options
+	failures *failureLog
+	scratch  sync.Pool // *scratch
 }
 
 // New returns a Service that matches requests against rs and evaluates the
 // matched limits with l, one Evaluate call per request (shadow-mode limits
 // as limit.Advisory hits, quota-mode ones as limit.Quota hits, one quota
-// per descriptor). It returns an error for invalid options.
+// per descriptor), under the request's own context: l bounds its calls (a
+// store's deadline, see limit.DefaultDeadline). It returns an error for
+// invalid options.
 func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	if rs == nil || l == nil {
 		return nil, errors.New("envoy: nil rule source or limiter")
@@ -128,9 +112,6 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	}
 	if opts.NearLimitRatio == 0 {
 		opts.NearLimitRatio = DefaultNearLimitRatio
-	}
-	if opts.StoreTimeout == 0 {
-		opts.StoreTimeout = DefaultStoreTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -143,9 +124,7 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	bound := limit.BoundOf(l)
-	ownDeadline := limit.EvaluatesImmediately(l) || (bound > 0 && bound <= opts.StoreTimeout)
-	s := &Service{rules: rs, limiter: l, ownDeadline: ownDeadline, opts: opts,
+	s := &Service{rules: rs, limiter: l, opts: opts,
 		failures: newFailureLog(opts.Logger, time.Second, opts.Now)}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -209,19 +188,9 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	// One deadline for the store call of the request. Envoy sends its own
-	// deadline (grpc-timeout, 20 ms by default); when it comes first, a
-	// timer of our own would never fire; nor would one on a limiter that
-	// never waits, or ends its calls in time by itself.
-	storeCtx := ctx
-	if dl, ok := ctx.Deadline(); !s.ownDeadline && (!ok || time.Until(dl) > s.opts.StoreTimeout) {
-		var cancel context.CancelFunc
-		storeCtx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
-		defer cancel()
-	}
-	blocked, err := s.evaluate(storeCtx, sc.hits, sc.decisions)
+	blocked, err := s.evaluate(ctx, sc.hits, sc.decisions)
 	if err != nil {
-		return s.failed(ctx, storeCtx, sc, req, err)
+		return s.failed(ctx, sc, req, err)
 	}
 	v := sc.judge(s.opts.NearLimitRatio, false)
 	// A blocked call (the Limiter's verdict, quota rule included) charged
@@ -231,8 +200,8 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	return s.respond(sc, req, v), nil
 }
 
-// evaluate calls the Limiter and returns its verdict; ctx carries the
-// store deadline. A request without hits is not blocked.
+// evaluate calls the Limiter and returns its verdict. A request without
+// hits is not blocked.
 func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(hits) == 0 {
 		return false, nil
@@ -248,13 +217,12 @@ func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	return blocked, err
 }
 
-// failed applies the failure policy after the Limiter, called with
-// storeCtx, returned err: limits that deny make their descriptors
+// failed applies the failure policy after the Limiter returned err: limits that deny make their descriptors
 // OVER_LIMIT; otherwise, if a limit asks for it, the call fails with
 // Unavailable so that Envoy's failure_mode_deny decides; otherwise the
 // request passes. An answer says it comes from the policy, and why
 // (markFailure); the error of Unavailable names the cause.
-func (s *Service) failed(ctx, storeCtx context.Context, sc *scratch, req *pb.RateLimitRequest, err error) (*pb.RateLimitResponse, error) {
+func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequest, err error) (*pb.RateLimitResponse, error) {
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The caller went away; nobody reads the answer.
 		return nil, status.FromContextError(ctx.Err()).Err()
@@ -268,7 +236,7 @@ func (s *Service) failed(ctx, storeCtx context.Context, sc *scratch, req *pb.Rat
 	s.failures.record(err)
 	unavailable := sc.applyFailure()
 	v := sc.judge(s.opts.NearLimitRatio, true)
-	f := failureAnswer{set: true, cause: failureCauseOf(storeCtx, err), policy: rules.FailureAllow}
+	f := failureAnswer{set: true, cause: failureCauseOf(ctx, err), policy: rules.FailureAllow}
 	switch {
 	case v.over:
 		f.policy = rules.FailureDeny

@@ -105,9 +105,9 @@ type harness struct {
 }
 
 // testStoreTimeout is the store deadline of tests that count decisions: on
-// a busy machine a goroutine can wait longer than DefaultStoreTimeout for a
-// core, and a request then answered by the failure policy would be counted
-// as lost. The tests of deadlines set their own.
+// a busy machine a goroutine can wait longer than limit.DefaultDeadline
+// for a core, and a request then answered by the failure policy would be
+// counted as lost. The tests of deadlines set their own.
 const testStoreTimeout = 10 * time.Second
 
 func newHarness(t *testing.T, opts Options) *harness {
@@ -125,9 +125,6 @@ func newHarness(t *testing.T, opts Options) *harness {
 	}
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return h.now }
-	}
-	if opts.StoreTimeout == 0 {
-		opts.StoreTimeout = testStoreTimeout
 	}
 	if h.svc, err = New(fixedRules{set}, h.mem, opts); err != nil {
 		t.Fatal(err)
@@ -892,15 +889,11 @@ func TestDynamicMetadata(t *testing.T) {
 	}
 }
 
-// deadlineLimiter records the deadline of the last call's context, says it
-// evaluates immediately when immediate is set, and that it ends its calls
-// within bound by itself (0: it sets no bound).
+// deadlineLimiter records the deadline of the last call's context.
 type deadlineLimiter struct {
 	limit.Limiter
-	immediate bool
-	bound     time.Duration
-	deadline  time.Time
-	has       bool
+	deadline time.Time
+	has      bool
 }
 
 func (d *deadlineLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) (bool, error) {
@@ -908,70 +901,32 @@ func (d *deadlineLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []l
 	return d.Limiter.Evaluate(ctx, hits, ds)
 }
 
-func (d *deadlineLimiter) EvaluatesImmediately() bool { return d.immediate }
-
-func (d *deadlineLimiter) EvaluateBound() time.Duration { return d.bound }
-
-// TestStoreDeadline: a store call gets Options.StoreTimeout as its deadline,
-// or the caller's when that is sooner, unless the Limiter evaluates
-// immediately or ends its calls within StoreTimeout by itself: then it gets
-// the caller's context as it is.
+// TestStoreDeadline: the service sets no timer of its own; the store call
+// gets the caller's context as it is, with its deadline or without: the
+// store bounds its calls itself.
 func TestStoreDeadline(t *testing.T) {
-	const timeout = 30 * time.Second
-	for _, tc := range []struct {
-		name      string
-		immediate bool
-		bound     time.Duration // the Limiter's own bound; 0: none
-		caller    time.Duration // the caller's deadline from now; 0: none
-		want      time.Duration // the store call's; 0: none
-	}{
-		{"waits, no caller deadline", false, 0, 0, timeout},
-		{"waits, caller's sooner", false, 0, time.Second, time.Second},
-		{"waits, caller's later", false, 0, time.Hour, timeout},
-		{"immediate, no caller deadline", true, 0, 0, 0},
-		{"immediate, caller's deadline kept", true, 0, time.Second, time.Second},
-		{"bounded within, no caller deadline", false, timeout, 0, 0},
-		{"bounded within, caller's later kept", false, timeout / 2, time.Hour, time.Hour},
-		{"bounded beyond, no caller deadline", false, timeout + time.Nanosecond, 0, timeout},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			l := &deadlineLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), immediate: tc.immediate, bound: tc.bound}
-			svc, err := New(fixedRules{set}, l, Options{StoreTimeout: timeout})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			if tc.caller > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.caller)
-				defer cancel()
-			}
-			callerDeadline, _ := ctx.Deadline()
-			start := time.Now()
-			if _, err := svc.ShouldRateLimit(ctx, request("test", desc("user", "a"))); err != nil {
-				t.Fatal(err)
-			}
-			switch {
-			case tc.want == 0 && l.has:
-				t.Fatalf("store call deadline %v, want none", l.deadline)
-			case tc.want == 0:
-			case !l.has:
-				t.Fatalf("store call without deadline, want one %v away", tc.want)
-			case tc.want == tc.caller:
-				if !l.deadline.Equal(callerDeadline) {
-					t.Fatalf("store call deadline %v, want the caller's %v", l.deadline, callerDeadline)
-				}
-			default:
-				// Set during the call: timeout after a moment between
-				// start and now.
-				if got := l.deadline.Sub(start); got < tc.want || got > tc.want+time.Since(start) {
-					t.Fatalf("store call deadline %v after the call's start, want %v", got, tc.want)
-				}
-			}
-		})
+	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, caller := range []time.Duration{0, time.Second} {
+		l := &deadlineLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{})}
+		svc, err := New(fixedRules{set}, l, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if caller > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, caller)
+			defer cancel()
+		}
+		want, wantHas := ctx.Deadline()
+		if _, err := svc.ShouldRateLimit(ctx, request("test", desc("user", "a"))); err != nil {
+			t.Fatal(err)
+		}
+		if l.has != wantHas || !l.deadline.Equal(want) {
+			t.Errorf("caller's deadline %v (%v): the store call's is %v (%v)", want, wantHas, l.deadline, l.has)
+		}
 	}
 }

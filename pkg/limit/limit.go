@@ -346,6 +346,22 @@ var (
 	ErrInvalidMode = errors.New("unknown hit mode")
 )
 
+// DefaultDeadline is how long a store's Evaluate call may take when its
+// options set no deadline (redislimit.Options.Timeout,
+// memcachelimit.Options.Timeout): a round trip to Redis in one region takes
+// a fraction of it, and past it the caller's failure policy answers. A
+// store bounds its own calls; its callers set no timer of their own.
+const DefaultDeadline = 50 * time.Millisecond
+
+// Bound returns ctx cut d from now, unless ctx ends sooner: then ctx
+// itself, without a timer. The CancelFunc must be called.
+func Bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
 // ErrCircuitOpen is wrapped by the error of an Evaluate call that did not
 // try its store because a circuit breaker is open (recent calls failed),
 // so that a caller can tell a fast failure from a store that was asked

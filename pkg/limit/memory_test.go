@@ -1059,3 +1059,18 @@ func withDebt(d limit.Decision, debt int64) limit.Decision {
 	d.Debt = debt
 	return d
 }
+
+// TestMemoryHonoursDoneContext: without a deadline of its own, Memory
+// still decides nothing for a caller that has gone away.
+func TestMemoryHonoursDoneContext(t *testing.T) {
+	mem := limit.NewMemory(limit.MemoryOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	hits := []limit.Hit{{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1}}
+	if _, err := mem.Evaluate(ctx, hits, make([]limit.Decision, 1)); err != context.Canceled {
+		t.Fatalf("Evaluate on a cancelled context: %v, want context.Canceled", err)
+	}
+	if n := mem.Len(); n != 0 {
+		t.Fatalf("%d counters after a cancelled call, want 0", n)
+	}
+}

@@ -27,10 +27,6 @@ var ErrStore = errors.New("memcached failed")
 // failure of the store.
 var ErrUnsupported = fmt.Errorf("algorithm not supported by Memcached: %w", limit.ErrInvalidSpec)
 
-// DefaultTimeout is the deadline of each Evaluate when Options.Timeout is 0
-// and the caller's context has none sooner.
-const DefaultTimeout = 50 * time.Millisecond
-
 // DefaultMaxIdleConns is Options.MaxIdleConns when it is 0 or less.
 const DefaultMaxIdleConns = 16
 
@@ -67,7 +63,7 @@ type Options struct {
 	KeyPrefix string
 	// Timeout bounds each Evaluate when the caller's context has no sooner
 	// deadline, and each compensation (see the package documentation); 0
-	// means DefaultTimeout.
+	// means limit.DefaultDeadline.
 	Timeout time.Duration
 	// Now is the clock that places hits in windows; nil means time.Now.
 	// Every instance sharing the servers should have the same time.
@@ -115,7 +111,7 @@ func New(ctx context.Context, opts Options) (*Limiter, error) {
 		}
 	}
 	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
+		opts.Timeout = limit.DefaultDeadline
 	}
 	if opts.MaxIdleConns <= 0 {
 		opts.MaxIdleConns = DefaultMaxIdleConns
@@ -260,11 +256,8 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	if len(hits) == 0 {
 		return false, nil
 	}
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.opts.Timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
+	defer cancel()
 	c := l.scratch.Get().(*call)
 	defer func() {
 		c.reset()

@@ -29,11 +29,8 @@ func (l *Limiter) Reset(ctx context.Context, key string, spec limit.Spec) error 
 	if err := (limit.Hit{Key: key, Spec: spec}).Validate(); err != nil {
 		return fmt.Errorf("memcachelimit: reset: %w", err)
 	}
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.opts.Timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
+	defer cancel()
 	servers := l.pool.list()
 	var buf []byte
 	var cmds []*command

@@ -54,7 +54,7 @@ const maxBatchArgs = 400
 // Every call ends within Options.Timeout of its start, or at its
 // context's deadline if that is sooner, queued or sent, whether or not its
 // context has a deadline: the batcher ends the calls it holds past theirs
-// with one timer of its own (see Limiter.EvaluateBound). A batch's round
+// with one timer of its own (see Limiter.Evaluate). A batch's round
 // trip has the latest of its calls' deadlines; each caller still returns
 // as soon as its own context ends or its deadline passes. Context values
 // of the callers do not reach go-redis hooks for a batch of several calls.

@@ -20,15 +20,14 @@ import (
 // wraps it, so the caller can apply its failure policy with errors.Is.
 var ErrStore = errors.New("redis failed")
 
-// DefaultTimeout is the deadline of each Redis call when Options.Timeout is 0.
-const DefaultTimeout = 50 * time.Millisecond
-
 // Options configures a Limiter. The zero value is usable.
 type Options struct {
 	// KeyPrefix is prepended to every key (the reference server's
 	// CACHE_KEY_PREFIX). It must not contain '{' or '}'.
 	KeyPrefix string
-	// Timeout is the deadline of each Redis call; 0 means DefaultTimeout.
+	// Timeout bounds each Evaluate call, from its start to its answer,
+	// whatever its context says (a sooner deadline of the context wins);
+	// 0 means limit.DefaultDeadline.
 	// It bounds socket reads only if the client honours context deadlines,
 	// as clients from NewClient do (go-redis's ContextTimeoutEnabled).
 	Timeout time.Duration
@@ -78,7 +77,7 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 		return nil, fmt.Errorf("redislimit: negative timeout %v", opts.Timeout)
 	}
 	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
+		opts.Timeout = limit.DefaultDeadline
 	}
 	nodes, err := newNodeSet(opts.Breaker)
 	if err != nil {
@@ -100,22 +99,13 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// EvaluateBound implements limit.Bounded. On a single node or Sentinel,
-// an Evaluate call ends within Options.Timeout of its start, whether or
-// not its context has a deadline: a call sent at once has a deadline of
-// its own, one queued for a batch is ended by the batcher. On a Cluster it
-// is 0: a call may visit several masters in turn, and compensate.
-func (l *Limiter) EvaluateBound() time.Duration {
-	if l.cluster != nil {
-		return 0
-	}
-	return l.opts.Timeout
-}
-
 // Evaluate implements limit.Limiter: one script call decides the request,
 // quotas included, atomically on a single node or Sentinel; on a Cluster,
 // one per hash slot involved, with the compensation the package
-// documentation describes. A failure of Redis is an error wrapping
+// documentation describes. The call ends within Options.Timeout (a call
+// sent at once has a deadline of its own, one queued for a batch is ended
+// by the batcher, a Cluster's by one for the whole call; a compensation
+// then runs on, bounded alike). A failure of Redis is an error wrapping
 // ErrStore (and ErrCircuitOpen while the circuit breaker of a node it
 // needs is open, see BreakerOptions and Nodes); Redis is not called for an
 // invalid hit.
@@ -138,6 +128,8 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 		clock = time.Now()
 	}
 	if l.cluster != nil {
+		ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
+		defer cancel()
 		return l.evaluateCluster(ctx, clock, hits, decisions)
 	}
 	home := l.nodes.home
@@ -269,13 +261,8 @@ func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, de
 // returns the verdict.
 func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisions []limit.Decision) (blocked bool, err error) {
 	tracing.RecordBatch(ctx, 1)
-	// The caller's deadline (pkg/envoy sets one per request) usually comes
-	// first; a timer of our own would then never fire.
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.opts.Timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
+	defer cancel()
 	replies, err := l.send(ctx, keys, args, 1)
 	if err != nil {
 		return false, fmt.Errorf("redislimit: evaluate %d hits: %w", len(decisions), err)

@@ -3,7 +3,6 @@ package redislimit
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
@@ -21,11 +20,8 @@ import (
 // recent requests met. It waits at most Options.Timeout, or ctx's sooner
 // deadline. A failure is an error wrapping ErrStore.
 func (l *Limiter) Reset(ctx context.Context, key string, _ limit.Spec) error {
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.opts.Timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
+	defer cancel()
 	if err := l.client.Del(ctx, Key(l.opts.KeyPrefix, key)).Err(); err != nil {
 		return fmt.Errorf("redislimit: reset: %w: %w", ErrStore, err)
 	}

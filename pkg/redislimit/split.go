@@ -77,6 +77,9 @@ func (s *Split) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 	if !mixed {
 		return s.evaluate(ctx, b2i(first), hits, decisions)
 	}
+	// Both calls, and a compensation, within the main Redis's deadline.
+	ctx, cancel := limit.Bound(ctx, s.limiters[0].opts.Timeout)
+	defer cancel()
 	// Refused before either Redis is called, rather than by one side after
 	// the other has consumed.
 	for i := range hits {
