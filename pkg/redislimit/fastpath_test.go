@@ -417,3 +417,52 @@ func TestFixedLimitBound(t *testing.T) {
 		t.Errorf("limit 2^32: err %v, want one containing %q", err, want)
 	}
 }
+
+// TestChargeCappedAtMaxCount: a charge (a usage hit) counts past the limit
+// up to limit.MaxCount, and one that would take a plain window's counter
+// further is counted only up to it. The fast path adds a charge's whole
+// cost with INCRBY, so it must hand such a charge to the general path,
+// which caps it, having taken its own addition back: in a request of one
+// hit and of several, both paths give the same replies and leave the same
+// counters, which end at MaxCount.
+func TestChargeCappedAtMaxCount(t *testing.T) {
+	n := startNode(t)
+	ctx := context.Background()
+	general := loadBothPaths(t, n)
+	const most = 1<<32 - 1
+	w := time.Hour.Microseconds()
+	spec := fmt.Sprintf("%d:%d:%d:%d:1", limit.FixedWindow, most, w, most)
+	now := future.UnixMicro()
+	for _, keys := range [][]string{{"one"}, {"two", "three"}} {
+		var got [2]string
+		for i, lib := range []string{redislimit.FunctionName(), general} {
+			p := fmt.Sprintf("cap:%d:", i)
+			var prefixed []string
+			args := []any{now, len(keys)}
+			for _, k := range keys {
+				prefixed = append(prefixed, p+k)
+				args = append(args, spec, most, 8) // flagUsage
+			}
+			var replies []any
+			for range 3 {
+				r, err := n.client.FCall(ctx, lib, prefixed, args...).Slice()
+				if err != nil {
+					t.Fatalf("%s: %v", lib, err)
+				}
+				replies = append(replies, r)
+			}
+			var values []string
+			for _, k := range prefixed {
+				values = append(values, keyState(ctx, t, n.client, k))
+			}
+			got[i] = fmt.Sprint(replies, values)
+		}
+		if got[0] != got[1] {
+			t.Errorf("%v:\nfast path %s\ngeneral   %s", keys, got[0], got[1])
+		}
+		debt := fmt.Sprint(limit.MaxCount - most)
+		if !strings.Contains(got[0], " "+debt+" 1]") {
+			t.Errorf("%v: %s, want the last charge denied with a debt of %s (MaxCount - limit)", keys, got[0], debt)
+		}
+	}
+}

@@ -148,7 +148,7 @@ end
 
 -- A plain fixed window's counter (no calendar) is one integer,
 -- tag * COUNT_SPAN + count, so that a hit is one INCRBY where a string
--- "<start>:<count>" took a GET and a SET (evaluate.lua's fast path). The
+-- "<start>:<count>" took a GET and a SET (fixed_window.lua, in place). The
 -- tag names the window among its neighbours: window_tag. Limits are at
 -- most LIMIT_MAX (the rules' requests_per_unit is a uint32), so a count,
 -- and a count plus a hit's cost, stay below COUNT_SPAN; tags are at most
@@ -161,7 +161,10 @@ local COUNT_SPAN, WINDOW_TAGS, LIMIT_MAX = MAX_COUNT + 1, 524287, 4294967295
 -- past the limit up to MAX_COUNT, or twice the limit when that is more
 -- (limit.countCap).
 local function count_cap(limit)
-  return math.max(MAX_COUNT, limit * 2)
+  if limit * 2 > MAX_COUNT then
+    return limit * 2
+  end
+  return MAX_COUNT
 end
 
 -- window_tag returns the tag of the window of length w starting at start:

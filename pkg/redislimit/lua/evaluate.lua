@@ -66,7 +66,8 @@
 -- made once, when the library is loaded, and lives as long as it: the
 -- algorithms' functions and the parsed specs are then shared by every call,
 -- so nothing outside evaluate may carry one call's state into the next:
--- the fast path's arrays and read_first, which do hold it, are set again
+-- the fast path's arrays and read_first here, and fixed_window.lua's
+-- arrays of the hits it applies in place, which do hold it, are set again
 -- by each call before they are read.
 --
 -- Redis 6.2 and 7: TIME before writes needs effects replication, the
@@ -122,10 +123,10 @@ local function put(out, p, o)
 end
 
 -- single returns the reply of a request of one hit, decided by outcome o,
--- blocked or not, as a new array. A table constructor fills it at a third
--- of the cost of six stores into an empty table, which Lua grows step by
--- step; it lists the fields in the order of their FIELD_ offsets, which
--- the check below holds to.
+-- blocked or not, as a new array. A table constructor makes it at its
+-- size at once, where stores into an empty table would have Lua grow it
+-- step by step; it lists the fields in the order of their FIELD_ offsets,
+-- which the check below holds to.
 if not (FIELD_ALLOWED == 0 and FIELD_REMAINING == FIELD_ALLOWED + 1 and FIELD_RESET == FIELD_REMAINING + 1 and
     FIELD_RETRY == FIELD_RESET + 1 and FIELD_NEVER == FIELD_RETRY + 1 and FIELD_DEBT == FIELD_NEVER + 1 and
     FIELDS_PER_DECISION == FIELD_DEBT + 1) then
@@ -165,9 +166,8 @@ end
 -- hit reads the hit whose arguments start at args[a]: its spec, cost and
 -- flags (a number, 0 for none), each nil if malformed, and where the next
 -- hit's arguments start. The hits are read where they lie, not copied into
--- tables first (but for the spec and cost the fast path notes): a call's
--- parse used to be a quarter of its cost, most of it growing eight arrays
--- hit by hit.
+-- tables first (but for the spec and cost the fast path notes): arrays
+-- grown hit by hit cost more than reading an argument again.
 local function hit(args, a)
   local h, cost, flags = parse_spec(args[a]), tonumber(args[a + 1]), args[a + 2]
   if flags == '0' then
@@ -206,38 +206,35 @@ local function read(args, a)
     has(flags, FLAG_USAGE)
 end
 
--- The fast path of plain fixed windows (fixed): a request whose hits are
--- all fixed windows without a calendar, with a limit above 0 (and at most
+-- The fast path of plain fixed windows: a request whose hits are all fixed
+-- windows without a calendar, with a limit above 0 (and at most
 -- LIMIT_MAX), a cost within the capacity, no flag (consuming, not a
 -- refund, advisory nor a quota's) or every one of them FLAG_USAGE alone
 -- (charges, which stay applied when they do not fit), on distinct keys, at
--- most FIXED_MAX of them. It decides as the general path does (decide_one, decide_several),
--- the same reads, writes and reply (the golden vectors and the
--- differential tests hold both paths to package limit, TestFixedFastPath
--- to each other's keys), with one command per hit
--- under the limit where the general path takes two: each consuming hit
--- adds its cost to its counter at once (INCRBY), reads the count before it
--- from the reply, and is taken back (INCRBY of minus its cost, or DEL of a
--- key it created) if the request turns out blocked or must go to the
--- general path. Counters are integers for this (common.lua, COUNT_SPAN);
--- the SET and GET of a string per hit, with the formatting and parsing
--- around them, were a third of Redis's CPU for requests of 3 hits.
+-- most FIXED_MAX of them. fixed_window.lua applies and decides each hit in
+-- place, by the rule its step decides by (hit, take_back, ready, commit,
+-- look); what is here is the request's part, as decide_one,
+-- decide_several and conclude are the general path's: a denied hit blocks
+-- the request, which then takes its hits back (but charges) and has its
+-- other allowed hits report a look. Both paths read, write and reply
+-- alike (the golden vectors and the differential tests hold them to
+-- package limit, TestFixedFastPath to each other's keys).
 --
 -- Its hits are read once, by evaluate's check of the call, which notes
--- the spec and cost of each hit the fast path takes (fast_h, fast_cost);
--- a request of one hit, the most common, is decided by fixed_one, without
--- the scratch arrays of a request of several. Reading each request's
--- arguments again and those arrays took a fifth of the Lua time of a call
--- of one-hit requests (BenchmarkLuaEvaluate).
+-- the spec and cost of each hit the fast path takes (fast_h, fast_cost),
+-- and a request of one hit, the most common, is decided by fixed_one,
+-- without the reply of a request of several.
 local FIXED_MAX = 16
-local COUNT_SPAN, LIMIT_MAX = C.COUNT_SPAN, C.LIMIT_MAX
-local window_tag, fixed_parts, fixed_of, expire_at = C.window_tag, C.fixed_parts, C.fixed_of, C.expire_at
+local LIMIT_MAX = C.LIMIT_MAX
 
--- What a hit found: its INCRBY added to this window's counter, to another
--- window's, or created the key holding the bare cost; or its read (GET)
--- found this window's counter, which a write then adds to in place.
--- Otherwise (a read finding none, a hit taken back) it is false.
-local ADDED, STALE, CREATED, HELD = 'added', 'stale', 'created', 'held'
+-- fixed_window.lua's functions that apply a hit in place, set by
+-- load_fixed when the check of a call first finds a hit the fast path
+-- takes, so that they are made only when needed, as the general path's.
+local fixed_hit, fixed_take_back, fixed_ready, fixed_commit, fixed_look
+local function load_fixed()
+  local a = algorithm(ALG_FIXED_WINDOW)
+  fixed_hit, fixed_take_back, fixed_ready, fixed_commit, fixed_look = a.hit, a.take_back, a.ready, a.commit, a.look
+end
 
 -- read_first is set, for the rest of a call, once a request of the fast
 -- path is blocked: each request then reads its counters (GET) before it
@@ -256,142 +253,6 @@ local function fixed_takes(h, cost, flags)
     cost <= h.cap
 end
 
--- fixed_apply adds cost (> 0) to key's counter of the window tagged tag
--- and returns the count before it and what it found, or nil when the key
--- holds something else (a counter of earlier releases, an error such as
--- WRONGTYPE), having taken back what INCRBY added, if it added: the
--- general path reads it, or names it in its error.
-local function fixed_apply(key, cost, tag)
-  local x = redis.pcall('INCRBY', key, cost)
-  if type(x) ~= 'number' then
-    return nil
-  end
-  local before = x - cost
-  local t = math.floor(before / COUNT_SPAN)
-  if t == tag then
-    return before - t * COUNT_SPAN, ADDED
-  elseif before == 0 then
-    -- No key, or the bare 0, which INCRBY cannot tell from none (fixed_of
-    -- reads it as none too; taken back, it is deleted, a state equal to
-    -- it).
-    return 0, CREATED
-  elseif fixed_parts(before) then
-    return 0, STALE
-  end
-  redis.call('INCRBY', key, -cost)
-  return nil
-end
-
--- fixed_read returns key's count in the window tagged tag (GET) and
--- whether it found that window's counter (HELD, else false), then the
--- value read, or nil when the key holds something else.
-local function fixed_read(key, tag)
-  local v = redis.pcall('GET', key)
-  if not v then
-    return 0, false
-  end
-  local t, c = fixed_of(v)
-  if t == tag then
-    return c, HELD, v
-  elseif t then
-    return 0, false
-  end
-  return nil
-end
-
--- addable reports whether fixed_commit may add to v, a counter fixed_read
--- held: whether INCRBY reads it, as it does the decimal form it writes and
--- not every form tonumber reads ("<n>.0", hex, spaces). A request holding
--- a counter INCRBY refuses goes to the general path, which rewrites it,
--- before any write: its INCRBY would fail after the request's other
--- writes. Checked only before a commit, off the path of denials.
-local function addable(v)
-  return string.find(v, '^[1-9]%d*$') ~= nil
-end
-
--- fixed_take_back undoes what fixed_apply did to key (did) for cost.
-local function fixed_take_back(key, did, cost)
-  if did == CREATED then
-    redis.call('DEL', key)
-  elseif did == ADDED or did == STALE then
-    redis.call('INCRBY', key, -cost)
-  end
-end
-
--- fixed_commit completes the write of a consuming hit of a request that
--- passed, its count (after the hit) in hand: a read counter is added to,
--- a new window's counter is set with its expiry (reset µs from now). It
--- returns the error of a write Redis refused (a user whose ACL denies
--- SET), which wrote nothing, else nil; the caller takes the request back
--- and raises that error, the request's, so that the fast path leaves what
--- the general path, which reads before it writes, leaves: nothing. A key
--- INCRBY created and left would hold a bare count without expiry, which no
--- later call reads as a counter.
-local function fixed_commit(key, did, cost, tag, count, now, reset)
-  local done
-  if did == HELD then
-    done = redis.pcall('INCRBY', key, cost)
-  elseif did ~= ADDED then
-    done = redis.pcall('SET', key, tag * COUNT_SPAN + count, 'PXAT', expire_at(now, reset))
-  end
-  if type(done) == 'table' and done.err then
-    return done
-  end
-end
-
--- fixed_one returns the reply of a request of one hit on key that
--- fixed_takes, having applied it, or nil, having written nothing. The
--- table lists the fields in the order of their FIELD_ offsets, as single's.
--- A charge (usage) past the limit is kept, denied; one past MAX_COUNT goes
--- to the general path, which counts up to it.
-local function fixed_one(key, h, cost, now, usage)
-  local w, limit = h.window, h.limit
-  local start = math.floor(now / w) * w
-  local tag = window_tag(start, w)
-  local count, did, held
-  local charge = usage and cost > 0
-  if charge or (cost > 0 and not read_first) then
-    count, did = fixed_apply(key, cost, tag)
-  else
-    count, did, held = fixed_read(key, tag)
-  end
-  if not count then
-    return nil
-  end
-  local reset = start + w - now
-  local over = count + cost > limit
-  if over and charge and count + cost > MAX_COUNT then
-    fixed_take_back(key, did, cost)
-    return nil
-  end
-  if over and not charge then
-    -- A denied look (cost 0, over a limit lowered by a reload) blocks
-    -- nothing.
-    local blocked = cost > 0
-    if blocked then
-      fixed_take_back(key, did, cost)
-      read_first = true
-    end
-    return {0, limit > count and limit - count or 0, reset, reset, 0, count > limit and count - limit or 0, blocked and 1 or 0}
-  end
-  if cost > 0 then
-    if held and not addable(held) then
-      return nil
-    end
-    count = count + cost
-    local refused = fixed_commit(key, did, cost, tag, count, now, reset)
-    if refused then
-      fixed_take_back(key, did, cost)
-      error(refused)
-    end
-  end
-  if over then
-    read_first = true
-    return {0, 0, reset, reset, 0, count - limit, 1}
-  end
-  return {1, limit - count, reset, 0, 0, 0, 0}
-end
-
 -- fast_h[k] is the spec of the call's hit on keys[k] when fixed_takes it,
 -- else false, fast_cost[k] its cost, fast_usage[k] whether it is a usage
 -- hit: evaluate fills them for every hit of a call before any is decided,
@@ -400,12 +261,35 @@ end
 -- arguments and a request's descriptors).
 local fast_h, fast_cost, fast_usage = {}, {}, {}
 
--- The scratch arrays of a request of several hits: f_did[i] is what hit i
--- found (for its take-back), and for a hit that settles f_count[i],
--- f_tag[i], f_reset[i] and f_held[i] hold what its commit needs. Filled
--- for hit i before they are read, so nothing of one request or call
--- reaches the next.
-local f_did, f_count, f_tag, f_reset, f_held = {}, {}, {}, {}, {}
+-- fixed_one returns the reply of a request of one hit on key that
+-- fixed_takes, having applied it, or nil, having written nothing. The
+-- table lists the fields in the order of their FIELD_ offsets, as single's.
+local function fixed_one(key, h, cost, now, usage)
+  local charge = usage and cost > 0
+  local allowed, remaining, reset, retry, debt, pending =
+    fixed_hit(1, key, h, cost, now, charge or (cost > 0 and not read_first), charge)
+  if allowed == nil then
+    fixed_take_back(1, key, cost)
+    return nil
+  end
+  -- A denied look (cost 0, over a limit lowered by a reload) blocks
+  -- nothing; a denied charge blocks, and stays.
+  local blocked = not allowed and cost > 0
+  if blocked and not charge then
+    fixed_take_back(1, key, cost)
+  elseif pending then
+    if not fixed_ready(1) then
+      return nil
+    end
+    local refused = fixed_commit(1, key, cost, now)
+    if refused then
+      fixed_take_back(1, key, cost)
+      error(refused)
+    end
+  end
+  read_first = read_first or blocked
+  return {allowed and 1 or 0, remaining, reset, retry, 0, debt, blocked and 1 or 0}
+end
 
 -- reply_of[n] returns a new reply of n hits (1 to 3), sized at once by a
 -- constructor where Lua would grow an empty table four times (see single);
@@ -442,62 +326,36 @@ local function fixed_fits(keys, k0, n)
   return true
 end
 
--- fixed_undo takes back the hits k0 + 1 .. k0 + m applied, leaving their
--- keys as they were before the request.
+-- fixed_undo takes back hits 1 .. m of the request on keys[k0 + 1 ..],
+-- leaving their keys as they were before it.
 local function fixed_undo(keys, k0, m)
-  for j = 1, m do
-    fixed_take_back(keys[k0 + j], f_did[j], fast_cost[k0 + j])
-    f_did[j] = false
+  for i = 1, m do
+    fixed_take_back(i, keys[k0 + i], fast_cost[k0 + i])
   end
 end
 
--- settles reports whether hit i of a request on keys[k0 + 1 ..] that
--- passed has a commit to make: it consumes and did not add to this
--- window's counter. fixed fills f_count, f_tag, f_reset and f_held for
--- those hits while no hit has blocked the request (after a block nothing
--- settles).
-local function settles(k0, i)
-  return f_did[i] ~= ADDED and fast_cost[k0 + i] > 0
-end
-
--- fixed_unsettle takes back the commits of hits k0 + 1 .. k0 + m that
--- added to a counter they read (HELD); fixed_undo takes back the rest. A
--- user refused SET on every key has made no commit but those; for one
--- allowed it on some keys only (an ACL selector), which leaves partial
--- writes on the general path too, fixed_undo takes a counter that replaced
--- an earlier window's back to this window's count 0, which is what the
--- earlier one read as.
-local function fixed_unsettle(keys, k0, m)
-  for j = 1, m do
-    if f_did[j] == HELD and settles(k0, j) then
-      redis.call('INCRBY', keys[k0 + j], -fast_cost[k0 + j])
-    end
-  end
-end
-
--- fixed_settle completes a request of n hits that passed with the commits
--- of the hits that settle. It returns false, having taken the request
--- back, when a counter read to be added to is not in INCRBY's form
--- (addable): the general path decides it then. A commit Redis refuses
--- raises its error, the request's, once every hit is taken back: the
--- commits before it (fixed_unsettle) and the INCRBYs of the others.
+-- fixed_settle makes the pending writes of a request of n hits that
+-- passed, or charged. It returns false, having taken the request back,
+-- when a commit cannot be made (fixed_window.lua's ready): the general
+-- path decides it then. A commit Redis refuses raises its error, the
+-- request's, once every hit is taken back with the commits before it
+-- that added to a counter. A user refused SET on every key has made no
+-- other commit; for one allowed it on some keys only (an ACL selector),
+-- which leaves partial writes on the general path too, a counter that
+-- replaced an earlier window's is taken back to this window's count 0,
+-- which is what the earlier one read as.
 local function fixed_settle(keys, k0, n, now)
   for i = 1, n do
-    local held = settles(k0, i) and f_held[i]
-    if held and not addable(held) then
+    if not fixed_ready(i) then
       fixed_undo(keys, k0, n)
       return false
     end
   end
   for i = 1, n do
-    if settles(k0, i) then
-      local cost = fast_cost[k0 + i]
-      local refused = fixed_commit(keys[k0 + i], f_did[i], cost, f_tag[i], f_count[i] + cost, now, f_reset[i])
-      if refused then
-        fixed_unsettle(keys, k0, i - 1)
-        fixed_undo(keys, k0, n)
-        error(refused)
-      end
+    local refused = fixed_commit(i, keys[k0 + i], fast_cost[k0 + i], now)
+    if refused then
+      fixed_undo(keys, k0, n)
+      error(refused)
     end
   end
   return true
@@ -506,79 +364,48 @@ end
 -- fixed returns the reply of a request of several plain fixed windows,
 -- having applied it, or nil, having written nothing, when the general path
 -- must decide it: the request is not one fixed_fits takes, a key holds
--- something else, or a counter read to be added to is not addable. One
--- pass applies the hits and writes each one's reply as if the request
--- passes; a hit that blocks it takes the earlier ones back and adds their
--- cost back to their remaining, as a look at them reports, and the hits
--- after it are only read. Keeping only what each hit found (f_did, for
--- its take-back) and the commits of the hits that settle, one pass took a
--- quarter less Lua time for requests of three hits than the three passes
--- (plan, apply, reply) through arrays of every hit it replaced
--- (BenchmarkLuaEvaluate).
+-- something else, or a commit cannot be made. One pass applies the hits
+-- and writes each one's reply as if the request passes; a hit that blocks
+-- it takes the earlier ones back and has them report a look, and the hits
+-- after it are only read, each allowed one reporting a look. Charges are
+-- applied whatever the others decide.
 local function fixed(keys, now, k0, n)
   if not fixed_fits(keys, k0, n) then
     return nil
   end
-  -- A request of usage hits: each is applied whatever the others decide.
   local usage = fast_usage[k0 + 1]
   local sized = reply_of[n]
   local out = sized and sized() or {}
-  local floor = math.floor
   local blocked, settle = false, false
   for i = 1, n do
     local k = k0 + i
-    local h, cost, key = fast_h[k], fast_cost[k], keys[k]
-    local w, limit = h.window, h.limit
-    local start = floor(now / w) * w
-    local tag = window_tag(start, w)
-    local count, did, held
-    if cost > 0 and (usage or (not blocked and not read_first)) then
-      count, did = fixed_apply(key, cost, tag)
-    else
-      count, did, held = fixed_read(key, tag)
-    end
-    if not count then
-      fixed_undo(keys, k0, i - 1)
+    local h, cost = fast_h[k], fast_cost[k]
+    local charge = usage and cost > 0
+    local allowed, remaining, reset, retry, debt, pending =
+      fixed_hit(i, keys[k], h, cost, now, charge or (cost > 0 and not blocked and not read_first), charge)
+    if allowed == nil then
+      fixed_undo(keys, k0, i)
       return nil
     end
-    f_did[i] = did
-    local reset = start + w - now
-    local p = FIELDS_PER_DECISION * (i - 1) + 1
-    local allowed, remaining, retry, debt = 1, limit - count, 0, 0
-    if count + cost > limit and usage and cost > 0 then
-      -- Charged all the same; past MAX_COUNT the general path counts.
-      if count + cost > MAX_COUNT then
-        fixed_undo(keys, k0, i)
-        return nil
-      end
-      allowed, remaining, retry, debt, blocked = 0, 0, reset, count + cost - limit, true
-      if settles(k0, i) then
-        settle = true
-        f_count[i], f_tag[i], f_reset[i], f_held[i] = count, tag, reset, held or false
-      end
-    elseif count + cost > limit then
-      -- A denied look (cost 0, over a limit lowered by a reload) blocks
-      -- nothing.
-      allowed, retry = 0, reset
-      if remaining < 0 then
-        remaining, debt = 0, -remaining
-      end
-      if cost > 0 and not blocked then
-        blocked = true
+    if not allowed and cost > 0 then
+      -- The first denial blocks the request: its hits so far are taken
+      -- back, and those allowed report a look. A charge stays.
+      if not (blocked or usage) then
         fixed_undo(keys, k0, i)
         for j = 1, i - 1 do
-          local q = FIELDS_PER_DECISION * (j - 1) + 1 + FIELD_REMAINING
-          out[q] = out[q] + fast_cost[k0 + j]
+          local q = FIELDS_PER_DECISION * (j - 1) + 1
+          if out[q + FIELD_ALLOWED] == 1 then
+            out[q + FIELD_REMAINING], out[q + FIELD_DEBT] = fixed_look(j, fast_h[k0 + j].limit)
+          end
         end
       end
-    elseif usage or not blocked then
-      remaining = remaining - cost
-      if settles(k0, i) then
-        settle = true
-        f_count[i], f_tag[i], f_reset[i], f_held[i] = count, tag, reset, held or false
-      end
+      blocked = true
+    elseif allowed and blocked and not usage then
+      remaining, debt = fixed_look(i, h.limit)
     end
-    out[p + FIELD_ALLOWED], out[p + FIELD_REMAINING], out[p + FIELD_RESET] = allowed, remaining, reset
+    settle = settle or pending
+    local p = FIELDS_PER_DECISION * (i - 1) + 1
+    out[p + FIELD_ALLOWED], out[p + FIELD_REMAINING], out[p + FIELD_RESET] = allowed and 1 or 0, remaining, reset
     out[p + FIELD_RETRY], out[p + FIELD_NEVER], out[p + FIELD_DEBT] = retry, 0, debt
   end
   if settle and (usage or not blocked) and not fixed_settle(keys, k0, n, now) then
@@ -771,12 +598,12 @@ local function decide_from(keys, args, offs, hits, nows, results, r0, nreq)
   end
 end
 
--- evaluate decides the call: it checks every request's arguments, then
--- decides the requests in order.
-local function evaluate(keys, args)
-  read_first = false
-  -- Each request's first argument and first key, its number of hits and
-  -- its now.
+-- check reads the call's requests before any is decided, and notes the
+-- hits the fast path takes (fast_h, fast_cost, fast_usage). It returns
+-- each request's first argument and first key (offs, at 2r - 1 and 2r),
+-- its number of hits (hits) and its now (nows), and the number of
+-- requests; or an error reply naming the first malformed argument.
+local function check(keys, args)
   local offs, hits, nows = {}, {}, {}
   -- Redis TIME in µs, read once per call, when a request needs it.
   -- Effects replication (the default since Redis 5, the only mode in 7)
@@ -819,7 +646,12 @@ local function evaluate(keys, args)
       if bad then
         return redis.error_reply('floodgate: request ' .. r .. ': bad ' .. bad)
       end
-      fast_h[k + i], fast_cost[k + i], fast_usage[k + i] = fixed_takes(h, cost, flags) and h, cost, flags == FLAG_USAGE
+      -- The hits the fast path takes are noted for it.
+      local takes = fixed_takes(h, cost, flags)
+      if takes and not fixed_hit then
+        load_fixed()
+      end
+      fast_h[k + i], fast_cost[k + i], fast_usage[k + i] = takes and h, cost, flags == FLAG_USAGE
       a = nxt
     end
     k = k + n
@@ -827,6 +659,17 @@ local function evaluate(keys, args)
   if a ~= nargs + 1 or k ~= nkeys then
     return redis.error_reply('floodgate: ' .. nargs .. ' arguments and ' .. nkeys .. ' keys for ' ..
       r .. ' requests of ' .. k .. ' hits')
+  end
+  return offs, hits, nows, r
+end
+
+-- evaluate decides the call: it checks every request's arguments, then
+-- decides the requests in order.
+local function evaluate(keys, args)
+  read_first = false
+  local offs, hits, nows, r = check(keys, args)
+  if not hits then
+    return offs
   end
 
   -- Decide the requests in order, under pcall so that a request's error is

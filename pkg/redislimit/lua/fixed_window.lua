@@ -12,21 +12,63 @@
 -- Redis's now, and it is an error if none does. Without a calendar,
 -- start = floor(now/W)*W and end = start + W.
 --
--- Semantics (limit.stepFixedWindow): n is the stored count if the stored
--- window is this one, else 0. Allowed iff n + cost <= L; a consuming hit
--- sets n = n + cost and writes (start, n) with TTL end - now.
+-- Semantics (limit.stepFixedWindow), in judge: n is the stored count if
+-- the stored window is this one, else 0. Allowed iff n + cost <= L; a
+-- consuming hit sets n = n + cost and writes (start, n) with TTL end - now.
 -- Remaining = max(0, L - n) after the hit; reset = end - now; retry
 -- (denied) = end - now. A refund sets n = max(0, n - cost), writing only if
 -- the stored window is this one and n > 0. A charge (force: a usage hit)
 -- that does not fit sets n = max(n, min(n + cost, count_cap(L))) and
 -- writes, denied.
 --
+-- A hit is applied one of two ways, both decided by judge. load, step and
+-- store keep a working copy of the state, read with GET and written once
+-- with SET: evaluate.lua's general path, for every kind of hit. hit,
+-- take_back, ready, commit and look apply a hit in place to a plain
+-- window's integer counter with INCRBY: evaluate.lua's fast path, for
+-- requests of plain windows that only consume or charge, on distinct keys.
+-- Both read and write the same counters, and the tests hold them to the
+-- same replies, values and expiries (TestFixedFastPath).
+--
 -- Receives (see scriptSource in script.go): C, common.lua's helpers; it
--- uses no constant. Returns {load, step, store}.
+-- uses no constant. Returns {load, step, store, hit, take_back, ready,
+-- commit, look}.
 
 local int, outcome, pair_of, store_pair = C.int, C.outcome, C.pair_of, C.store_pair
 local COUNT_SPAN, LIMIT_MAX, window_tag, fixed_of = C.COUNT_SPAN, C.LIMIT_MAX, C.window_tag, C.fixed_of
-local count_cap = C.count_cap
+local count_cap, fixed_parts, expire_at = C.count_cap, C.fixed_parts, C.expire_at
+local floor = math.floor
+
+-- judge is the rule of a hit of cost on a window holding n: it returns the
+-- window's count after the hit, whether the hit is allowed, whether it
+-- writes, and the remaining and debt it reports. Whichever way the hit is
+-- applied, this is where the fixed window decides.
+local function judge(n, limit, cost, refund, force)
+  local allowed, write = true, false
+  if refund then
+    if n > 0 and cost > 0 then
+      n, write = math.max(0, n - cost), true
+    end
+  elseif n + cost <= limit then
+    if cost > 0 then
+      n, write = n + cost, true
+    end
+  elseif force then
+    local most = count_cap(limit)
+    allowed, write = false, true
+    if n + cost <= most then
+      n = n + cost
+    elseif n < most then
+      n = most
+    end
+  else
+    allowed = false
+  end
+  if n < limit then
+    return n, allowed, write, limit - n, 0
+  end
+  return n, allowed, write, 0, n - limit
+end
 
 local function window(h, now)
   if h.cal then
@@ -38,7 +80,7 @@ local function window(h, now)
     return error('floodgate: Redis time ' .. int(now) .. ' is outside the calendar windows ' ..
       int(h.cal[1]) .. '..' .. int(h.cal[#h.cal]) .. ' computed by the server: their clocks disagree')
   end
-  local start = math.floor(now / h.window) * h.window
+  local start = floor(now / h.window) * h.window
   return start, start + h.window
 end
 
@@ -75,31 +117,9 @@ local function step(st, ok, h, now, cost, refund, force)
   elseif ok then
     same = st.start == start
   end
-  local n = 0
-  if same then
-    n = st.count
-  end
-  local o = outcome(false, 0, stop - now, 0, false, stop - now)
-  local fits = n + cost <= limit
-  if refund then
-    o.allowed = true
-    if n > 0 and cost > 0 then
-      n = math.max(0, n - cost)
-      o.write = true
-    end
-  elseif fits then
-    o.allowed = true
-    if cost > 0 then
-      n = n + cost
-      o.write = true
-    end
-  elseif force then
-    n, o.write = math.max(n, math.min(n + cost, count_cap(limit))), true
-  end
-  if not o.allowed then
-    o.retry = stop - now
-  end
-  o.remaining, o.debt = math.max(0, limit - n), math.max(0, n - limit)
+  local n, allowed, write, remaining, debt = judge(same and st.count or 0, limit, cost, refund, force)
+  local o = outcome(allowed, remaining, stop - now, allowed and 0 or stop - now, write, stop - now)
+  o.debt = debt
   return {start = start, tag = tag, count = n, expires = same and st.expires}, o
 end
 
@@ -117,4 +137,154 @@ local function store(key, st, h, now, ttl)
   end
 end
 
-return {load = load, step = step, store = store}
+-- In place. A consuming hit adds its cost to its counter at once (INCRBY),
+-- reads the count before it from the reply, and is taken back (INCRBY of
+-- minus its cost, or DEL of a key it created) if its request turns out
+-- blocked or must go to the general path; a hit under the limit is then
+-- one command where load and store take two, and the formatting and
+-- parsing of a string around them are gone. When the driver asks, a hit
+-- reads its counter first (GET) instead, and commit writes it.
+--
+-- The hits of the request being decided are numbered 1, 2, ... by the
+-- driver; what hit i found and what its commit needs are kept in the
+-- arrays below at i, set by hit before anything reads them, so nothing of
+-- one request or call reaches the next.
+
+-- What a hit found: its INCRBY added to this window's counter, to another
+-- window's, or created the key holding the bare cost; or its read (GET)
+-- found this window's counter, which a commit then adds to in place.
+-- Otherwise (a read finding none, a hit taken back) it is nil or false.
+local ADDED, STALE, CREATED, HELD = 'added', 'stale', 'created', 'held'
+
+-- found[i] is what hit i found, before[i] its window's count before it,
+-- pending[i] whether it has a write left for commit; for those, tags[i],
+-- resets[i] and helds[i] (the value GET read, for a HELD counter) are what
+-- the write needs.
+local found, before, pending, tags, resets, helds = {}, {}, {}, {}, {}, {}
+
+-- hit decides hit i of a request in place: cost (within the capacity) on
+-- key's plain window of spec h (limit 1 to LIMIT_MAX), a charge when force
+-- (a usage hit of cost > 0), added at once when add, else only read. It
+-- returns the hit's decision (allowed, remaining, reset, retry, debt) and
+-- whether the hit has a write left for commit (pending); or nil when the
+-- general path must decide: the key holds something else (a counter of
+-- earlier releases, an error such as WRONGTYPE; what INCRBY added is
+-- taken back, and the general path reads it, or names it in its error),
+-- or the hit would write other than count + cost, a charge the counter
+-- holds only in part (found[i] says what take_back must undo).
+local function hit(i, key, h, cost, now, add, force)
+  local w = h.window
+  local start = floor(now / w) * w
+  local tag = window_tag(start, w)
+  local count, did, held
+  if add then
+    local x = redis.pcall('INCRBY', key, cost)
+    if type(x) == 'number' then
+      count = x - cost
+      local t = floor(count / COUNT_SPAN)
+      if t == tag then
+        count, did = count - t * COUNT_SPAN, ADDED
+      elseif count == 0 then
+        -- No key, or the bare 0, which INCRBY cannot tell from none
+        -- (fixed_of reads it as none too; taken back, it is deleted, a
+        -- state equal to it).
+        did = CREATED
+      elseif fixed_parts(count) then
+        count, did = 0, STALE
+      else
+        redis.call('INCRBY', key, -cost)
+        count = nil
+      end
+    end
+  else
+    local v = redis.pcall('GET', key)
+    if not v then
+      count = 0
+    else
+      local t, c = fixed_of(v)
+      if t == tag then
+        count, did, held = c, HELD, v
+      elseif t then
+        count = 0
+      end
+    end
+  end
+  found[i], before[i] = did, count
+  if not count then
+    return nil
+  end
+  local n, allowed, write, remaining, debt = judge(count, h.limit, cost, false, force)
+  if write and n ~= count + cost then
+    return nil
+  end
+  local reset = start + w - now
+  local left = write and did ~= ADDED
+  pending[i] = left
+  if left then
+    tags[i], resets[i], helds[i] = tag, reset, held
+  end
+  return allowed, remaining, reset, allowed and 0 or reset, debt, left
+end
+
+-- take_back undoes what hit i (on key, of cost) added or created, leaving
+-- the key as it was before the request. After its commit (taken back only
+-- when a later one is refused), an addition to a counter it read is undone
+-- too, a counter set in place of an earlier window's is left at this
+-- window's count 0, which reads as the earlier one did, and a counter set
+-- where it read none is left.
+local function take_back(i, key, cost)
+  local did = found[i]
+  if did == CREATED then
+    redis.call('DEL', key)
+  elseif did == ADDED or did == STALE then
+    redis.call('INCRBY', key, -cost)
+  end
+  found[i] = false
+end
+
+-- ready reports whether hit i's commit can be made: a counter it read and
+-- adds to must be in the decimal form INCRBY reads, not merely one
+-- tonumber reads ("<n>.0", hex, spaces). A request with a counter INCRBY
+-- refuses goes to the general path, which rewrites it, before any write:
+-- its commit would fail after the request's other writes.
+local function ready(i)
+  return not pending[i] or found[i] ~= HELD or string.find(helds[i], '^[1-9]%d*$') ~= nil
+end
+
+-- commit makes hit i's pending write, of cost on key, in a request that
+-- passed (or a charge, which stays): a counter it read is added to, a new
+-- window's counter is set with its expiry (reset µs from now). It returns
+-- the error of a write Redis refused (a user whose ACL denies SET), which
+-- wrote nothing, else nil; the caller takes the request back and raises
+-- that error, the request's, so that the fast path leaves what the general
+-- path, which reads before it writes, leaves: nothing. A key INCRBY created
+-- and left would hold a bare count without expiry, which no later call
+-- reads as a counter.
+local function commit(i, key, cost, now)
+  if not pending[i] then
+    return nil
+  end
+  local did, done = found[i]
+  if did == HELD then
+    done = redis.pcall('INCRBY', key, cost)
+  else
+    done = redis.pcall('SET', key, tags[i] * COUNT_SPAN + before[i] + cost, 'PXAT', expire_at(now, resets[i]))
+  end
+  if type(done) == 'table' and done.err then
+    return done
+  end
+  if did == HELD then
+    -- Added now, to take back as an INCRBY's.
+    found[i] = ADDED
+  end
+end
+
+-- look returns the remaining and debt of a hit of cost 0 on the counter
+-- hit i found, of limit: what an allowed hit of a blocked request reports.
+local function look(i, limit)
+  local _, _, _, remaining, debt = judge(before[i], limit, 0, false, false)
+  return remaining, debt
+end
+
+return {load = load, step = step, store = store, hit = hit, take_back = take_back, ready = ready, commit = commit,
+        look = look}
