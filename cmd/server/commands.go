@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/floodgate/floodgate/internal/settings"
@@ -21,7 +24,7 @@ func ruleOptions(cfg *settings.Config) rules.Options {
 
 // check validates the rules (-check) and exits 0 or 1.
 func check(stdout io.Writer, out *logOutput, cfg *settings.Config) int {
-	if err := offlineRules(cfg); err != nil {
+	if err := unreadableRules(cfg, "floodgate check FILE_OR_DIR"); err != nil {
 		out.fatal(err, "")
 		return 1
 	}
@@ -33,7 +36,7 @@ func check(stdout io.Writer, out *logOutput, cfg *settings.Config) int {
 
 // explain prints which rule -explain's descriptor matches.
 func explain(stdout io.Writer, out *logOutput, cfg *settings.Config) int {
-	if err := offlineRules(cfg); err != nil {
+	if err := unreadableRules(cfg, "floodgate explain -config FILE_OR_DIR domain key=value"); err != nil {
 		out.fatal(err, "")
 		return 1
 	}
@@ -56,18 +59,32 @@ func explain(stdout io.Writer, out *logOutput, cfg *settings.Config) int {
 	return 0
 }
 
-// offlineRules is the error of check and explain when the server takes its
-// rules from an xDS server: they read rule files only, and with none at
-// -config they would say "no such file" without saying why none is there.
-func offlineRules(cfg *settings.Config) error {
-	if !cfg.Rules.XDS {
+// unreadableRules is the error of check and explain when nothing is at
+// the rule path, saying why: with the default, config is looked for in
+// the working directory; with an xDS server, the rules are pushed, and
+// check and explain read rule files only. Other errors are the loader's
+// to report. usage shows how to name the rules.
+func unreadableRules(cfg *settings.Config, usage string) error {
+	path := cfg.Rules.Path
+	_, err := os.Stat(path)
+	switch {
+	case err == nil:
 		return nil
-	}
-	if _, err := os.Stat(cfg.Rules.Path); err != nil {
+	case bool(cfg.Rules.XDS):
 		return fmt.Errorf("with -config-type grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW) the rules come from the xDS server %s, "+
 			"which check and explain do not ask: they read rule files, and -config %s cannot be read (%w); "+
 			"point -config at a copy of the pushed rules (a running server's debug listener serves them under /ui/xds/)",
-			cfg.Rules.XDSOptions.ServerURL, cfg.Rules.Path, err)
+			cfg.Rules.XDSOptions.ServerURL, path, err)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil
 	}
-	return nil
+	abs, _ := filepath.Abs(path)
+	switch cfg.Rules.PathFrom {
+	case "":
+		return fmt.Errorf("no rules at %s: -config's default is the directory config where the command runs; "+
+			"name the rule file or directory: %s", abs, usage)
+	case "-config":
+		return fmt.Errorf("no rule file or directory at %s", abs)
+	}
+	return fmt.Errorf("no rule file or directory at %s (from %s)", abs, cfg.Rules.PathFrom)
 }

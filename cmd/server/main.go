@@ -4,7 +4,7 @@
 //
 //	floodgate [serve]                  serve ./config on the in-memory store
 //	floodgate -redis host:6379         serve with counters in Redis
-//	floodgate check                    validate the rules and exit 0 or 1 (also -check)
+//	floodgate check [FILE_OR_DIR]      validate the rules and exit 0 or 1 (also -check)
 //	floodgate explain rl k=v           show which rule a descriptor matches (also -explain)
 //	floodgate version                  print the version and commit (also -version)
 //	floodgate replay -old D -new D -traffic F   rehearse a rule edit on recorded traffic (replay.go)

@@ -10,7 +10,9 @@ import (
 
 // usageHead is the top of -h.
 const usageHead = `Usage: floodgate [serve] [flags]          serve the rules (the default command)
-       floodgate check [flags]            validate the rules; exit 0 or 1
+       floodgate check [flags] [FILE_OR_DIR]
+                                          validate the rules (FILE_OR_DIR, else
+                                          -config's); exit 0 or 1
        floodgate explain [flags] domain key=value [key=value...]
                                           show which rule a descriptor matches
        floodgate version                  print the version and exit

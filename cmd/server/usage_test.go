@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -172,5 +173,40 @@ func TestCommands(t *testing.T) {
 	code, out, errOut = runOnce(t, []string{"explain", "-config", "../../config", "demo", "api_key=alice"}, envOf())
 	if code != 0 || out == "" {
 		t.Errorf("explain: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// check takes the rules as its argument as well as with -config, and says
+// which path it looked at when nothing is there.
+func TestCheckPath(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "rules.yaml")
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string // in stdout for exit 0, else in stderr
+	}{
+		{"a file as the argument", []string{"check", "../../config/demo.yaml"}, 0, "../../config/demo.yaml: OK: 1 file, 1 domain"},
+		{"a directory as the argument", []string{"check", "../../config"}, 0, "../../config: OK: 1 file"},
+		{"the argument after flags", []string{"check", "-log-format", "json", "../../config"}, 0, "../../config: OK"},
+		{"the flag with an argument", []string{"-check", "../../config"}, 0, "../../config: OK"},
+		{"with -config", []string{"check", "-config", "../../config"}, 0, "../../config: OK"},
+		{"a missing argument", []string{"check", missing}, 1, "floodgate: no rule file or directory at " + missing + "\n"},
+		{"a missing -config", []string{"check", "-config", missing}, 1, "no rule file or directory at " + missing},
+		{"the default, missing here", []string{"check"}, 1, "-config's default is the directory config where the command runs; name the rule file or directory: floodgate check FILE_OR_DIR"},
+		{"both", []string{"check", "-config", "../../config", "../../config"}, 2, "check reads one rule file or directory, named after the flags (floodgate check [flags] FILE_OR_DIR) or with -config"},
+		{"two paths", []string{"check", "../../config", "x"}, 2, `unexpected arguments ["../../config" "x"]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runOnce(t, tc.args, envOf())
+			got := errOut
+			if tc.code == 0 {
+				got = out
+			}
+			if code != tc.code || !strings.Contains(got, tc.want) {
+				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", code, tc.code, tc.want, out, errOut)
+			}
+		})
 	}
 }

@@ -106,11 +106,15 @@ func (c *Config) checkCapture(fs *flag.FlagSet) error {
 	return nil
 }
 
-// checkCommand refuses arguments but -explain's, which needs a descriptor.
+// checkCommand refuses arguments but -explain's, which needs a descriptor,
+// and -check's one path (checkArgument took it).
 func (c *Config) checkCommand() error {
 	cmd := &c.Command
 	if cmd.Explain && len(cmd.Args) < 2 {
 		return errors.New("-explain needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice")
+	}
+	if cmd.Check && len(cmd.Args) > 0 {
+		return fmt.Errorf("unexpected arguments %q: check reads one rule file or directory, named after the flags (floodgate check [flags] FILE_OR_DIR) or with -config", cmd.Args)
 	}
 	if !cmd.Explain && len(cmd.Args) > 0 {
 		return fmt.Errorf("unexpected arguments %q (only -explain takes arguments)", cmd.Args)

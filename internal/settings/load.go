@@ -36,6 +36,7 @@ func Load(args []string, env Lookup) (*Config, error) {
 	c.Command.Args = fs.Args()
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	c.checkArgument(fs, given)
 	if given["config"] {
 		c.Rules.PathFrom = "-config"
 	}
@@ -57,6 +58,17 @@ func Load(args []string, env Lookup) (*Config, error) {
 	c.noteRuntime(env)
 	c.noteServerCA(env)
 	return c, c.Explain(c.check(fs, given))
+}
+
+// checkArgument takes the one argument of -check, the rule file or
+// directory (floodgate check config/demo.yaml), as if given as -config;
+// checkCommand refuses any other.
+func (c *Config) checkArgument(fs *flag.FlagSet, given map[string]bool) {
+	if !c.Command.Check || len(c.Command.Args) != 1 || given["config"] {
+		return
+	}
+	fs.Set("config", c.Command.Args[0]) // a string: it cannot fail
+	given["config"], c.Command.Args = true, nil
 }
 
 // fromEnv sets each flag not given on the command line from its
