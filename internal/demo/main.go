@@ -37,17 +37,32 @@ type addrs struct {
 	HTTP, GRPC, Envoy, EnvoyAdmin, EnvoyTCP, EnvoyTCPAdmin, Redis, Backend string
 }
 
+// addrFlag is one of the demo's address flags.
+type addrFlag struct {
+	name, def, usage string
+	at               *string
+}
+
+// flags are a's flags, with the compose file's ports as defaults.
+func (a *addrs) flags() []addrFlag {
+	return []addrFlag{
+		{"http", "127.0.0.1:8080", "floodgate's HTTP address", &a.HTTP},
+		{"grpc", "127.0.0.1:8081", "floodgate's gRPC address, which Envoy calls", &a.GRPC},
+		{"envoy", "127.0.0.1:10000", "the HTTP Envoy's listener (examples/envoy.yaml)", &a.Envoy},
+		{"envoy-admin", "127.0.0.1:9901", "the HTTP Envoy's admin page", &a.EnvoyAdmin},
+		{"envoy-tcp", "127.0.0.1:10001", "the TCP Envoy's listener (examples/envoy-tcp.yaml)", &a.EnvoyTCP},
+		{"envoy-tcp-admin", "127.0.0.1:9902", "the TCP Envoy's admin page", &a.EnvoyTCPAdmin},
+		{"redis", "127.0.0.1:16379", "Redis, off 6379 so that a system Redis does not collide", &a.Redis},
+		{"backend", "127.0.0.1:10080", "the backend behind both Envoys", &a.Backend},
+	}
+}
+
 func main() {
 	var a addrs
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	fs.StringVar(&a.HTTP, "http", "127.0.0.1:8080", "floodgate's HTTP address")
-	fs.StringVar(&a.GRPC, "grpc", "127.0.0.1:8081", "floodgate's gRPC address, which Envoy calls")
-	fs.StringVar(&a.Envoy, "envoy", "127.0.0.1:10000", "the HTTP Envoy's listener (examples/envoy.yaml)")
-	fs.StringVar(&a.EnvoyAdmin, "envoy-admin", "127.0.0.1:9901", "the HTTP Envoy's admin page")
-	fs.StringVar(&a.EnvoyTCP, "envoy-tcp", "127.0.0.1:10001", "the TCP Envoy's listener (examples/envoy-tcp.yaml)")
-	fs.StringVar(&a.EnvoyTCPAdmin, "envoy-tcp-admin", "127.0.0.1:9902", "the TCP Envoy's admin page")
-	fs.StringVar(&a.Redis, "redis", "127.0.0.1:16379", "Redis, off 6379 so that a system Redis does not collide")
-	fs.StringVar(&a.Backend, "backend", "127.0.0.1:10080", "the backend behind both Envoys")
+	for _, f := range a.flags() {
+		fs.StringVar(f.at, f.name, f.def, f.usage)
+	}
 	bin := fs.String("floodgate", "", "floodgate binary; empty: built from ./cmd/server")
 	fs.Parse(os.Args[1:])
 
@@ -200,20 +215,50 @@ func printAddrs(out io.Writer, a addrs, g *group, dir string) {
 	fmt.Fprintln(out, "ready")
 }
 
-// portsFree fails, naming the address and its flag, when something already
-// listens on one of the demo's addresses.
+// portsFree fails when something already listens on some of the demo's
+// addresses, naming each with its flag and, where it can tell, the
+// process that holds it, and the make command that moves the demo off
+// them to ports free now.
 func portsFree(a addrs) error {
-	for _, x := range []struct{ flag, addr string }{
-		{"http", a.HTTP}, {"grpc", a.GRPC}, {"envoy", a.Envoy}, {"envoy-admin", a.EnvoyAdmin},
-		{"envoy-tcp", a.EnvoyTCP}, {"envoy-tcp-admin", a.EnvoyTCPAdmin}, {"redis", a.Redis}, {"backend", a.Backend},
-	} {
-		l, err := net.Listen("tcp", x.addr)
-		if err != nil {
-			return fmt.Errorf("%s is taken (is docker compose or another demo running?): free it or pass -%s: %w", x.addr, x.flag, err)
+	var taken, moves []string
+	for _, f := range a.flags() {
+		l, err := net.Listen("tcp", *f.at)
+		if err == nil {
+			l.Close()
+			continue
 		}
-		l.Close()
+		line := fmt.Sprintf("  %s (-%s, %s): %v", *f.at, f.name, f.usage, errors.Unwrap(err))
+		if h := holder(port(*f.at)); h != "" {
+			line += ", held by " + h
+		}
+		taken = append(taken, line)
+		moves = append(moves, "-"+f.name+" "+freeNear(*f.at))
 	}
-	return nil
+	if len(taken) == 0 {
+		return nil
+	}
+	return fmt.Errorf("ports the demo needs are taken:\n%s\n"+
+		"stop what holds them (the quick start's server: Ctrl-C where it runs; docker compose down), "+
+		"or run the demo on other ports:\n  make demo DEMO_FLAGS='%s'",
+		strings.Join(taken, "\n"), strings.Join(moves, " "))
+}
+
+// freeNear is addr's port plus 10000 (8080: 18080) on the same host, when
+// free, else a port the kernel finds free.
+func freeNear(addr string) string {
+	if p, err := strconv.Atoi(port(addr)); err == nil && p+10000 <= 65535 {
+		near := net.JoinHostPort(host(addr), strconv.Itoa(p+10000))
+		if l, err := net.Listen("tcp", near); err == nil {
+			l.Close()
+			return near
+		}
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host(addr), "0"))
+	if err != nil {
+		return addr
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // findEnvoy returns $ENVOY_BIN, else envoy on the PATH, else the Envoy
