@@ -49,19 +49,15 @@ func TestReadmeDemo(t *testing.T) {
 		harness.Require(t, p)
 	}
 	envoy := harness.Require(t, "envoy")
-	grpcurlBinary(t)
+	buildGrpcurl(t)
 	dir := t.TempDir()
 	copyDir(t, filepath.Join(repoRoot, "config"), filepath.Join(dir, "config"))
-	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{envoyHTTPFile, envoyTCPFile} {
-		copyDir(t, f, filepath.Join(dir, "examples", f))
-	}
+	// examples/ is the repository's, which the demo reads and the
+	// README's grpcurl commands run in.
+	env := newShellEnv(t, dir, map[string]string{})
 	addrs, args := demoAddresses(t)
 	demo := startDemo(t, dir, envoy, args)
 
-	env := &shellEnv{t: t, dir: dir, bin: floodgateBinary(t), grpcurl: grpcurlBinary(t), addrs: map[string]string{}}
 	for _, f := range demoFlags {
 		if f.readme != "" {
 			env.addrs[f.readme] = addrs[f.flag]

@@ -15,7 +15,7 @@
 //     names, ports and labels.
 //   - readme_test.go runs the README's commands, those of the demo through
 //     the real Envoy running examples/envoy*.yaml, and grpcurl's as
-//     written, with grpcurl built from its module.
+//     written, with go tool running this module's grpcurl.
 //   - floodgate_test.go builds the binary as the Dockerfile does and runs it.
 //   - Docker, Compose, Kubernetes and Helm cannot run here, so their files
 //     are read by the tools' own Go code and checked against each other and

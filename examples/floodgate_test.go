@@ -20,7 +20,8 @@ import (
 // repoRoot is the module root, relative to this package's directory.
 const repoRoot = ".."
 
-// tempRoot holds what the tests share across the package (grpcurl).
+// tempRoot holds what the tests share across the package (the demo's
+// binary).
 var tempRoot string
 
 // TestMain makes tempRoot, and removes it and the binary the harness

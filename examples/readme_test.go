@@ -125,6 +125,24 @@ func joinContinued(lines []string, i int) (string, int) {
 // the Dockerfile builds instead.
 const goRunServer = "go run ./cmd/server"
 
+// serverCommands are the ways the README runs floodgate: go run, or the
+// binary that make build writes, on the PATH as floodgate.
+var serverCommands = []string{goRunServer, "floodgate"}
+
+// floodgateArgs returns the arguments of a command that runs floodgate.
+func floodgateArgs(cmd string) ([]string, bool) {
+	for _, c := range serverCommands {
+		if cmd == c || strings.HasPrefix(cmd, c+" ") {
+			return strings.Fields(strings.TrimPrefix(cmd, c)), true
+		}
+	}
+	return nil, false
+}
+
+// readmeGrpcurl is how the README runs grpcurl: the examples module's tool
+// (go.mod's tool directive), with nothing to install.
+const readmeGrpcurl = "go -C examples tool grpcurl"
+
 // The README's addresses and what serves them in the tests.
 const (
 	readmeHTTP     = "localhost:8080"
@@ -150,13 +168,24 @@ const (
 
 func classify(cmd string) commandKind {
 	fields := strings.Fields(cmd)
+	args, ok := floodgateArgs(cmd)
 	switch {
-	case strings.HasPrefix(cmd, goRunServer) && !strings.Contains(cmd, "-check") && !strings.Contains(cmd, "-explain"):
+	case ok && !slices.ContainsFunc(args, isCommand):
 		return kindServer
 	case len(fields) > 0 && (fields[0] == "docker" || fields[0] == "kubectl" || fields[0] == "kind" || fields[0] == "make" || fields[0] == "helm"):
 		return kindStructural
 	}
 	return kindShell
+}
+
+// isCommand reports whether a floodgate argument makes it do something
+// else than serve, and exit.
+func isCommand(arg string) bool {
+	switch strings.TrimLeft(arg, "-") {
+	case "check", "explain", "version", "h", "help", "replay", "counters":
+		return true
+	}
+	return false
 }
 
 func TestReadmeCommands(t *testing.T) {
@@ -190,7 +219,7 @@ func TestReadmeCommands(t *testing.T) {
 			t.Fatalf("the Quick start commands are %q: want %q first", cmds, goRunServer)
 		}
 		quick := strings.Join(cmds, "\n")
-		for _, want := range []string{readmeHTTP + "/json", readmeHTTP + "/rlconfig", readmeHTTP + "/metrics", "grpcurl -plaintext localhost:8081 list", "/ShouldRateLimit"} {
+		for _, want := range []string{readmeHTTP + "/json", readmeHTTP + "/rlconfig", readmeHTTP + "/metrics", readmeGrpcurl + " -plaintext localhost:8081 list", "/ShouldRateLimit"} {
 			if !strings.Contains(quick, want) {
 				t.Errorf("the Quick start has no command with %s", want)
 			}
@@ -211,7 +240,7 @@ func TestReadmeCommands(t *testing.T) {
 					}
 				case kindServer:
 					// Only flags, which the binary knows.
-					args := strings.Fields(strings.TrimPrefix(cmd.text, goRunServer))
+					args, _ := floodgateArgs(cmd.text)
 					floodgateFlags(t, args)
 				}
 			}
@@ -237,13 +266,13 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 	harness.Require(t, "curl")
 	harness.Require(t, "bash")
 	// Built before any server starts, so that no command waits for it.
-	grpcurl := grpcurlBinary(t)
+	buildGrpcurl(t)
 	// The server as the quick start runs it.
 	var serverArgs []string
 	for _, b := range blocks {
 		for _, c := range b.cmds {
 			if b.section == "Quick start" && classify(c.text) == kindServer {
-				serverArgs = strings.Fields(strings.TrimPrefix(c.text, goRunServer))
+				serverArgs, _ = floodgateArgs(c.text)
 			}
 		}
 	}
@@ -251,12 +280,12 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 	backend := startBackend(t)
 	httpEnvoy := startExample(t, envoyHTTPFile, p.GRPCAddr, backend)
 	tcpEnvoy := startExample(t, envoyTCPFile, p.GRPCAddr, backend)
-	env := &shellEnv{t: t, dir: p.Dir, bin: floodgateBinary(t), grpcurl: grpcurl, addrs: map[string]string{
+	env := newShellEnv(t, p.Dir, map[string]string{
 		readmeHTTP:     p.HTTPAddr,
 		readmeGRPC:     p.GRPCAddr,
 		readmeEnvoy:    httpEnvoy.Listener("http"),
 		readmeEnvoyTCP: tcpEnvoy.Listener("tcp"),
-	}}
+	})
 	ran := 0
 	for _, b := range blocks {
 		ran += env.runBlock(b)
@@ -290,11 +319,29 @@ func runReadme(t *testing.T, blocks []readmeBlock, extra ...string) {
 
 // shellEnv runs README commands with the test's addresses.
 type shellEnv struct {
-	t       *testing.T
-	dir     string
-	bin     string
-	grpcurl string // grpcurlBinary
-	addrs   map[string]string
+	t     *testing.T
+	dir   string
+	bin   string // floodgateBinary
+	path  string // first on the PATH: bin as floodgate
+	addrs map[string]string
+}
+
+// newShellEnv runs the README's commands in dir, as from the repository's
+// root: examples/ there is the repository's (a link), for go -C examples
+// tool grpcurl, and floodgate on the PATH is the binary, as make build and
+// the README's export make it.
+func newShellEnv(t *testing.T, dir string, addrs map[string]string) *shellEnv {
+	e := &shellEnv{t: t, dir: dir, bin: floodgateBinary(t), path: t.TempDir(), addrs: addrs}
+	examples, err := filepath.Abs(filepath.Join(repoRoot, "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{filepath.Join(dir, "examples"): examples, filepath.Join(e.path, "floodgate"): e.bin} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
 }
 
 // runBlock runs the shell commands of a block and compares their output;
@@ -394,7 +441,7 @@ func (b readmeBlock) onlyStatusCodes() bool {
 
 // run runs one command in bash, in the server's directory, with the
 // README's addresses replaced by the test's, go run by the binary, and
-// grpcurl built from its module (grpcurlBinary) first on the PATH.
+// the binary first on the PATH as floodgate.
 func (e *shellEnv) run(cmd string) (string, error) {
 	var unknown []string
 	script := localAddrRE.ReplaceAllStringFunc(cmd, func(a string) string {
@@ -413,7 +460,7 @@ func (e *shellEnv) run(cmd string) (string, error) {
 	defer cancel()
 	c := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", script)
 	c.Dir = e.dir
-	c.Env = append(os.Environ(), "PATH="+filepath.Dir(e.grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	c.Env = append(os.Environ(), "PATH="+e.path+string(os.PathListSeparator)+os.Getenv("PATH"))
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
 	err := c.Run()
@@ -422,29 +469,26 @@ func (e *shellEnv) run(cmd string) (string, error) {
 
 var (
 	grpcurlOnce sync.Once
-	grpcurlPath string
 	grpcurlErr  error
 )
 
-// grpcurlBinary returns grpcurl, built once per test run from the
-// github.com/fullstorydev/grpcurl module at the version this module's
-// go.mod names (a tool there), so that the README's grpcurl commands run
-// as written, through grpcurl's own flags, reflection client and output
-// format.
-func grpcurlBinary(t testing.TB) string {
+// buildGrpcurl has the go command build grpcurl, this module's tool, once
+// per test run, as the README's first go -C examples tool grpcurl would:
+// the README's grpcurl commands then run as written, through grpcurl's own
+// flags, reflection client and output format, without waiting for a
+// build while a server runs.
+func buildGrpcurl(t testing.TB) {
 	t.Helper()
 	goBin := harness.Require(t, "go")
 	grpcurlOnce.Do(func() {
-		grpcurlPath = filepath.Join(tempRoot, "bin", "grpcurl")
-		out, err := exec.Command(goBin, "build", "-o", grpcurlPath, "github.com/fullstorydev/grpcurl/cmd/grpcurl").CombinedOutput()
+		out, err := exec.Command(goBin, "-C", filepath.Join(repoRoot, "examples"), "tool", "grpcurl", "-version").CombinedOutput()
 		if err != nil {
-			grpcurlErr = fmt.Errorf("building grpcurl from its module: %v\n%s", err, out)
+			grpcurlErr = fmt.Errorf("go tool grpcurl: %v\n%s", err, out)
 		}
 	})
 	if grpcurlErr != nil {
 		t.Fatal(grpcurlErr)
 	}
-	return grpcurlPath
 }
 
 // brokenGrpcurlCommands are edits of the README's grpcurl call that
@@ -454,7 +498,7 @@ var brokenGrpcurlCommands = []struct {
 }{
 	{"a method the service lacks", "/ShouldRateLimit", "/ShouldRateLimt", "does not include a method named \"ShouldRateLimt\""},
 	{"a field the request lacks", `"domain":`, `"domian":`, "has no known field named domian"},
-	{"TLS to a plaintext port", "grpcurl -plaintext ", "grpcurl ", "first record does not look like a TLS handshake"},
+	{"TLS to a plaintext port", "tool grpcurl -plaintext ", "tool grpcurl ", "first record does not look like a TLS handshake"},
 }
 
 // grpcurlRefusesBrokenCopies runs broken copies of the README's grpcurl
@@ -465,7 +509,7 @@ func (e *shellEnv) grpcurlRefusesBrokenCopies(blocks []readmeBlock) {
 	n := 0
 	for _, bl := range blocks {
 		for _, c := range bl.cmds {
-			if !strings.HasPrefix(c.text, "grpcurl ") || !strings.Contains(c.text, " -d ") {
+			if !strings.HasPrefix(c.text, readmeGrpcurl+" ") || !strings.Contains(c.text, " -d ") {
 				continue
 			}
 			n++
