@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -240,6 +241,42 @@ func (o Options) validateBounds() error {
 // refused is the error of an option field refused for its value v.
 func refused(field string, v any, want string) error {
 	return &option.Error{Options: "store.Options", Field: field, Value: v, Want: want}
+}
+
+// asOwn returns err, when it refuses fields of a store client's options
+// that fields of Options set, as the same refusal of Options' fields, so
+// that it names the settings (a Redis URL or a key prefix the client
+// cannot read); else err as it is. own maps the client's fields, after
+// their options type ("redislimit.Options.KeyPrefix"), to Options' paths.
+func asOwn(err error, own map[string]string) error {
+	oe, ok := err.(*option.Error)
+	if !ok {
+		return err
+	}
+	mapped := true
+	paths := func(fields []string) []string {
+		out := make([]string, len(fields))
+		for i, f := range fields {
+			p, ok := own[oe.Options+"."+f]
+			out[i], mapped = p, mapped && ok
+		}
+		return out
+	}
+	e := &option.Error{Options: "store.Options", Field: paths([]string{oe.Field})[0], Also: paths(oe.Also),
+		Value: oe.Value, Want: oe.Want, With: paths(oe.With), Err: oe.Err}
+	if !mapped {
+		return err
+	}
+	return e
+}
+
+// wrapUnlessOwn returns err prefixed with what failed, unless it refuses
+// a field of Options, which names it already.
+func wrapUnlessOwn(what string, err error) error {
+	if oe, ok := err.(*option.Error); ok && oe.Options == "store.Options" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // setFields are fields by name, each with whether it is set.

@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -66,6 +67,35 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Open: %v, want Validate's error", err)
 			}
 		})
+	}
+}
+
+// TestOpenNamesItsField: a value the store's client refuses (a Redis URL,
+// a key prefix) is refused as the field of Options that set it, so that
+// the settings can name the flag and the variable.
+func TestOpenNamesItsField(t *testing.T) {
+	redis := RedisOptions{URL: "127.0.0.1:1"}
+	for _, tc := range []struct {
+		name  string
+		opts  Options
+		field string
+		text  string
+	}{
+		{"not host:port", Options{Redis: RedisOptions{URL: "nohost"}}, "Redis.URL", `store.Options.Redis.URL "nohost": want host:port`},
+		{"a cluster node", Options{Redis: redis, PerSecond: RedisOptions{URL: "h:1,x:", Type: "cluster"}}, "PerSecond.URL", `store.Options.PerSecond.URL "x:": want host:port`},
+		{"a password kept out", Options{Redis: RedisOptions{URL: "redis://u:secret@h:1/x"}}, "Redis.URL", `store.Options.Redis.URL "redis://u:xxxxx@h:1/x": `},
+		{"a Redis key prefix", Options{Redis: redis, KeyPrefix: "a{b"}, "KeyPrefix", `store.Options.KeyPrefix "a{b": must not contain '{' or '}'`},
+		{"a Memcached server", Options{Memcache: MemcacheOptions{Servers: "nohost"}}, "Memcache.Servers", `store.Options.Memcache.Servers "nohost": want host:port`},
+		{"a Memcached key prefix", Options{Memcache: MemcacheOptions{Servers: "127.0.0.1:1"}, KeyPrefix: "a b"}, "KeyPrefix", `store.Options.KeyPrefix "a b": holds byte 0x20`},
+	} {
+		st, err := Open(context.Background(), tc.opts)
+		if err == nil {
+			st.Close()
+		}
+		oe, ok := err.(*option.Error)
+		if !ok || oe.Options != "store.Options" || oe.Field != tc.field || !strings.HasPrefix(err.Error(), tc.text) {
+			t.Errorf("%s: Open = %v, want an option.Error of store.Options.%s starting %q", tc.name, err, tc.field, tc.text)
+		}
 	}
 }
 
