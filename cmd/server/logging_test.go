@@ -78,7 +78,7 @@ func TestSecretsInEveryErrorPath(t *testing.T) {
 		{"TLS to a plain server", nil, []string{"REDIS_URL", "rediss://admin:" + secret + "@" + live.Addr}, "Redis cannot be used"},
 		{"a missing TLS CA", nil, []string{"REDIS_URL", live.Addr, "REDIS_TLS", "true", "REDIS_TLS_CACERT", "/nonexistent/ca.pem", "REDIS_AUTH", "u:" + secret}, "ca.pem"},
 		{"Sentinels that do not answer", nil, []string{"REDIS_TYPE", "sentinel", "REDIS_URL", "mymaster," + dead, "REDIS_SENTINEL_AUTH", secret}, "Redis cannot be used"},
-		{"a per-second URL that does not parse", nil, []string{"REDIS_URL", dead, "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "redis://u:" + secret + "@h:bad"}, "per-second redis"},
+		{"a per-second URL that does not parse", nil, []string{"REDIS_URL", dead, "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "redis://u:" + secret + "@h:bad"}, "(set by REDIS_PERSECOND_URL)"},
 		{"a per-second Redis that does not answer", nil, []string{"REDIS_URL", dead, "REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "redis://u:" + secret + "@" + dead, "REDIS_PERSECOND_AUTH", "v:" + secret}, "per-second"},
 		{"a bad value beside a password", nil, []string{"REDIS_URL", dead, "REDIS_AUTH", secret, "REDIS_POOL_SIZE", secret}, "want an integer"},
 		{"a flag overriding a password", []string{"-redis-auth", "other"}, []string{"REDIS_URL", dead, "REDIS_AUTH", secret}, "-redis-auth overrides REDIS_AUTH"},

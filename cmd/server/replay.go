@@ -277,7 +277,7 @@ func withCapture(svc pb.RateLimitServiceServer, cfg *settings.Capture, reg prome
 	opts.Logger = logger
 	c, err := replay.NewCapture(svc, cfg.Path, opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-capture: %w", err)
+		return nil, nil, settings.FlagError("capture", err)
 	}
 	for _, o := range []struct {
 		outcome string

@@ -19,7 +19,6 @@ package counters
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -72,7 +72,7 @@ type Handler struct {
 // New returns the endpoints' Handler, with its metric registered.
 func New(opts Options) (*Handler, error) {
 	if opts.Rules == nil || opts.Limiter == nil || opts.Resetter == nil {
-		return nil, errors.New("counters: Options.Rules, Limiter and Resetter are required")
+		return nil, &option.Error{Options: "counters.Options", Field: "Rules", Also: []string{"Limiter", "Resetter"}, Want: "are required"}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

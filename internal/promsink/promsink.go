@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/statsd_exporter/pkg/exporter"
 	"github.com/prometheus/statsd_exporter/pkg/mapper"
 
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
@@ -136,7 +137,7 @@ func loadMapping(m *mapper.MetricMapper, opts Options, logger *slog.Logger) erro
 		err = m.InitFromYAMLString(string(data))
 	}
 	if err != nil {
-		return fmt.Errorf("promsink: Options.MapperFile %s: %w", opts.MapperFile, err)
+		return &option.Error{Options: "promsink.Options", Field: "MapperFile", Value: opts.MapperFile, Err: err}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package promsink_test
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/promsink"
 	"github.com/floodgate/floodgate/internal/testlog"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
@@ -198,7 +200,8 @@ func TestMissingMappingFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := promsink.New(promsink.Options{MapperFile: bad})
-	if err == nil || !strings.Contains(err.Error(), "Options.MapperFile "+bad) || !strings.Contains(err.Error(), "yaml: line 3") {
+	var oe *option.Error
+	if !errors.As(err, &oe) || oe.Field != "MapperFile" || oe.Value != bad || !strings.Contains(err.Error(), "yaml: line 3") {
 		t.Errorf("a bad mapping: %v, want an error naming the file and line 3", err)
 	}
 }

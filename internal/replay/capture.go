@@ -16,22 +16,27 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
 // DefaultCaptureMaxBytes is CaptureOptions.MaxBytes when it is 0: 100 MiB.
 const DefaultCaptureMaxBytes = 100 << 20
 
-// Validate reports the first option NewCapture refuses, naming the field
-// and its value ("capture: CaptureOptions.Sample 2: want a share in
+// Validate reports the first option NewCapture refuses as an
+// *option.Error ("replay.CaptureOptions.Sample 2: want a share in
 // (0, 1]"), or nil. Zero values are valid: they mean the defaults.
 func (o CaptureOptions) Validate() error {
+	refused := func(field string, v any, want string) error {
+		return &option.Error{Options: "replay.CaptureOptions", Field: field, Value: v, Want: want}
+	}
 	switch {
 	case o.Sample < 0 || o.Sample > 1 || math.IsNaN(o.Sample):
-		return fmt.Errorf("capture: CaptureOptions.Sample %v: want a share in (0, 1]", o.Sample)
+		return refused("Sample", o.Sample, "want a share in (0, 1]")
 	case o.MaxBytes < 0:
-		return fmt.Errorf("capture: CaptureOptions.MaxBytes %d: must not be negative", o.MaxBytes)
+		return refused("MaxBytes", o.MaxBytes, "must not be negative")
 	case o.Queue < 0:
-		return fmt.Errorf("capture: CaptureOptions.Queue %d: must not be negative", o.Queue)
+		return refused("Queue", o.Queue, "must not be negative")
 	}
 	return nil
 }

@@ -16,5 +16,6 @@
 // decides as in production, and a day of traffic replays in seconds.
 // Report holds the outcome and writes it as text, JSON or HTML.
 //
-// It imports envoy, limit and rules; nothing imports it but cmd/server.
+// It imports envoy, limit, option and rules; nothing imports it but
+// cmd/server.
 package replay

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -100,7 +99,7 @@ func (o ConnOptions) normalize(fileLimit int) (ConnOptions, error) {
 		{&o.HTTPIdleTimeout, DefaultHTTPIdleTimeout, "HTTPIdleTimeout"},
 	} {
 		if *d.p < 0 {
-			return o, fmt.Errorf("server: Options.Conns.%s %v: must not be negative", d.name, *d.p)
+			return o, refused("Conns."+d.name, *d.p, "must not be negative")
 		}
 		if *d.p == 0 {
 			*d.p = d.def

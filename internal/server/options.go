@@ -1,40 +1,43 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
-// Validate reports the first option New refuses, naming the field and
-// its value ("server: Options.ShutdownTimeout -1s: must not be
-// negative"), or nil. Zero values are valid: they mean the defaults.
+// Validate reports the first option New refuses as an *option.Error
+// ("server.Options.ShutdownTimeout -1s: must not be negative"), or nil.
+// Zero values are valid: they mean the defaults.
 func (o Options) Validate() error {
 	if o.GRPCAddr == "" || o.HTTPAddr == "" {
-		return errors.New("server: Options.GRPCAddr and Options.HTTPAddr are required")
+		return &option.Error{Options: "server.Options", Field: "GRPCAddr", Also: []string{"HTTPAddr"}, Want: "are required"}
 	}
 	for _, a := range []struct{ field, addr string }{{"GRPCAddr", o.GRPCAddr}, {"HTTPAddr", o.HTTPAddr}, {"DebugAddr", o.DebugAddr}, {"PrometheusAddr", o.PrometheusAddr}} {
-		if err := checkListenAddr(a.addr); err != nil {
-			return fmt.Errorf("server: Options.%s %q: %w", a.field, a.addr, err)
+		if want := checkListenAddr(a.addr); want != "" {
+			return refused(a.field, a.addr, want)
 		}
 	}
 	if o.PrometheusPath != "" && !strings.HasPrefix(o.PrometheusPath, "/") {
-		return fmt.Errorf("server: Options.PrometheusPath %q: want a path starting with /", o.PrometheusPath)
+		return refused("PrometheusPath", o.PrometheusPath, "want a path starting with /")
 	}
 	if o.MaxMessageBytes < 0 {
-		return fmt.Errorf("server: Options.MaxMessageBytes %d: must not be negative", o.MaxMessageBytes)
+		return refused("MaxMessageBytes", o.MaxMessageBytes, "must not be negative")
 	}
 	msg := o.MaxMessageBytes
 	if msg == 0 {
 		msg = DefaultMaxMessageBytes
 	}
 	if o.MaxReportBytes < 0 || o.MaxReportBytes > 0 && o.MaxReportBytes < msg {
-		return fmt.Errorf("server: Options.MaxReportBytes %d: want 0 or at least Options.MaxMessageBytes (%d): gRPC bounds every message of the listener alike", o.MaxReportBytes, msg)
+		return &option.Error{Options: "server.Options", Field: "MaxReportBytes", Value: o.MaxReportBytes, With: []string{"MaxMessageBytes"},
+			Want: "want 0 or at least %s (" + strconv.Itoa(msg) + "): gRPC bounds every message of the listener alike"}
 	}
 	if o.StoreReadiness < StoreReachedOnce || o.StoreReadiness > StoreIgnored {
-		return fmt.Errorf("server: Options.StoreReadiness %v: unknown", o.StoreReadiness)
+		return refused("StoreReadiness", o.StoreReadiness, "unknown")
 	}
 	for _, d := range []struct {
 		field string
@@ -42,27 +45,33 @@ func (o Options) Validate() error {
 	}{{"MaxConnectionAge", o.MaxConnectionAge}, {"MaxConnectionAgeGrace", o.MaxConnectionAgeGrace},
 		{"ShutdownTimeout", o.ShutdownTimeout}, {"DrainDelay", o.DrainDelay}} {
 		if d.v < 0 {
-			return fmt.Errorf("server: Options.%s %v: must not be negative", d.field, d.v)
+			return refused(d.field, d.v, "must not be negative")
 		}
 	}
 	_, err := o.Conns.normalize(0)
 	return err
 }
 
-// checkListenAddr refuses an address that would fail only when the
-// listener opens, where the error would not name the setting: a port that
-// is neither a number nor a service name (PORT=abc). Empty (a listener
-// switched off) and unix:/path sockets pass.
-func checkListenAddr(addr string) error {
+// refused is the error of an option field refused for its value v.
+func refused(field string, v any, want string) error {
+	return &option.Error{Options: "server.Options", Field: field, Value: v, Want: want}
+}
+
+// checkListenAddr returns what was wanted of an address that would fail
+// only when the listener opens, where the error would not name the
+// setting: a port that is neither a number nor a service name (PORT=abc);
+// "" when it will do. Empty (a listener switched off) and unix:/path
+// sockets pass.
+func checkListenAddr(addr string) string {
 	if addr == "" || strings.HasPrefix(addr, "unix:") {
-		return nil
+		return ""
 	}
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return errors.New("want host:port")
+		return "want host:port"
 	}
 	if _, err := net.LookupPort("tcp", port); err != nil {
-		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
+		return fmt.Sprintf("port %q: want a number from 0 to 65535", port)
 	}
-	return nil
+	return ""
 }

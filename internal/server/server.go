@@ -48,6 +48,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -337,7 +338,7 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Store == nil && opts.StoreReadiness == StoreAlways {
-		return nil, errors.New("server: health cannot always require the store without Options.Store")
+		return nil, &option.Error{Options: "server.Options", Field: "StoreReadiness", Value: opts.StoreReadiness, Want: "needs %s", With: []string{"Store"}}
 	}
 	opts.Conns, _ = opts.Conns.normalize(fileLimit()) // checked by Validate
 	if opts.Refused == nil {

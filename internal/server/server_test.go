@@ -375,7 +375,7 @@ func TestStoreReadinessOptions(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{StoreReadiness: StoreAlways}, "without Options.Store"},
+		{Options{StoreReadiness: StoreAlways}, "server.Options.StoreReadiness always: needs server.Options.Store"},
 		{Options{StoreReadiness: StoreIgnored + 1}, "Options.StoreReadiness StoreReadiness(3): unknown"},
 		{Options{StoreReadiness: -1}, "Options.StoreReadiness StoreReadiness(-1): unknown"},
 	} {

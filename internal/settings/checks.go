@@ -1,7 +1,6 @@
 package settings
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -28,6 +27,48 @@ func (c *Config) check(fs *flag.FlagSet, given map[string]bool) error {
 	return c.validate()
 }
 
+// refusal is an error of settings that names their flags: one of Load's
+// own checks, which concern several settings or how the binary was
+// called, or what a setting's value met (FlagError). Its flags are listed,
+// so that Explain can name the variables that set them.
+type refusal struct {
+	format string   // with a %s for each flag
+	flags  []string // without the dash
+	err    error    // ends the message when not nil
+}
+
+// refuse returns the refusal whose message is format with a %s for each of
+// flags, written -flag.
+func refuse(format string, flags ...string) error {
+	return &refusal{format: format, flags: flags}
+}
+
+// FlagError returns err as an error of the setting of flag (without the
+// dash): "-flag: err", which Config.Explain follows with the variable that
+// set it. It wraps err.
+func FlagError(flag string, err error) error {
+	return &refusal{format: "%s", flags: []string{flag}, err: err}
+}
+
+func (r *refusal) Error() string {
+	names := make([]any, len(r.flags))
+	for i, f := range r.flags {
+		names[i] = "-" + f
+	}
+	msg := fmt.Sprintf(r.format, names...)
+	if r.err != nil {
+		msg += ": " + r.err.Error()
+	}
+	return msg
+}
+
+func (r *refusal) Unwrap() error { return r.err }
+
+// listOf is the format of a list of n flags: "%s, %s, %s".
+func listOf(n int) string {
+	return strings.TrimSuffix(strings.Repeat("%s, ", n), ", ")
+}
+
 // changed returns the flags of fs with prefix whose values differ from
 // their defaults, in -h's order.
 func changed(fs *flag.FlagSet, prefix string) []string {
@@ -35,7 +76,7 @@ func changed(fs *flag.FlagSet, prefix string) []string {
 	for i := range Table {
 		s := &Table[i]
 		if f := fs.Lookup(s.Flag); strings.HasPrefix(s.Flag, prefix) && f.Value.String() != f.DefValue {
-			names = append(names, "-"+s.Flag)
+			names = append(names, s.Flag)
 		}
 	}
 	return names
@@ -49,14 +90,16 @@ func (c *Config) checkXDS(fs *flag.FlagSet) error {
 		if set := changed(fs, "xds-"); len(set) > 0 {
 			// The flags first: Explain then names their variables
 			// (FLOODGATE_XDS_SERVER) before CONFIG_TYPE's.
-			return fmt.Errorf("%s set, but the rules come from files: xDS settings need -config-type grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW)", strings.Join(set, ", "))
+			return refuse(listOf(len(set))+" set, but the rules come from files: xDS settings need %s grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW)",
+				append(set, "config-type")...)
 		}
 		return nil
 	}
 	if !r.XDSTLS.On && (r.XDSTLS.Files != tlsclient.Files{} || r.XDSTLS.SAN != "") {
 		// The reference reads them only with TLS on; a user who set them
 		// meant TLS, and would silently get none.
-		return errors.New("-xds-tls-ca, -xds-tls-cert, -xds-tls-key and -xds-tls-san (CONFIG_GRPC_XDS_*_TLS_*) need -xds-tls (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)")
+		return refuse("%s, %s, %s and %s (CONFIG_GRPC_XDS_*_TLS_*) need %s (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)",
+			"xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-san", "xds-tls")
 	}
 	if from := r.PathFrom; from != "" && from != DefaultConfigVar && from != ReferenceDefaultFrom {
 		c.Notes = append(c.Notes, "the rules come from the xDS server (-config-type grpc_xds_sotw): "+from+" is not read; floodgate check and explain still read it")
@@ -71,13 +114,13 @@ func (c *Config) checkGRPCTLS() error {
 	t := &c.GRPCTLS
 	switch {
 	case t.On && (t.Files.CertFile == "" || t.Files.KeyFile == ""):
-		return errors.New("-grpc-tls needs -grpc-tls-cert and -grpc-tls-key (GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY)")
+		return refuse("%s needs %s and %s (GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY)", "grpc-tls", "grpc-tls-cert", "grpc-tls-key")
 	case !t.On && t.Files.ClientCAFile != "":
-		return errors.New("-grpc-client-ca (GRPC_CLIENT_TLS_CACERT) needs -grpc-tls (GRPC_SERVER_USE_TLS=true)")
+		return refuse("%s (GRPC_CLIENT_TLS_CACERT) needs %s (GRPC_SERVER_USE_TLS=true)", "grpc-client-ca", "grpc-tls")
 	case !t.On && (t.Files.CertFile != "" || t.Files.KeyFile != ""):
 		c.Notes = append(c.Notes, "a gRPC TLS certificate or key is set but -grpc-tls (GRPC_SERVER_USE_TLS) is off: gRPC is served without TLS")
 	case t.Files.ClientSAN != "" && t.Files.ClientCAFile == "":
-		return errors.New("-grpc-client-san (GRPC_CLIENT_TLS_SAN) needs -grpc-client-ca (GRPC_CLIENT_TLS_CACERT): without mutual TLS no client certificate is checked")
+		return refuse("%s (GRPC_CLIENT_TLS_SAN) needs %s (GRPC_CLIENT_TLS_CACERT): without mutual TLS no client certificate is checked", "grpc-client-san", "grpc-client-ca")
 	}
 	return nil
 }
@@ -87,13 +130,13 @@ func (c *Config) checkGRPCTLS() error {
 // refuses USE_DOG_STATSD with USE_PROMETHEUS too).
 func (c *Config) checkPrometheus(fs *flag.FlagSet) error {
 	if c.Server.PrometheusAddr == "" {
-		if set := slices.DeleteFunc(changed(fs, "prometheus-"), func(f string) bool { return f == "-prometheus-addr" }); len(set) > 0 {
-			return fmt.Errorf("%s set, but -prometheus-addr (USE_PROMETHEUS=true) is not", strings.Join(set, ", "))
+		if set := slices.DeleteFunc(changed(fs, "prometheus-"), func(f string) bool { return f == "prometheus-addr" }); len(set) > 0 {
+			return refuse(listOf(len(set))+" set, but %s (USE_PROMETHEUS=true) is not", append(set, "prometheus-addr")...)
 		}
 		return nil
 	}
 	if c.Statsd.Options.DogStatsD {
-		return errors.New("-dogstatsd and -prometheus-addr: the Prometheus metrics map plain statsd names, not DogStatsD's; keep one")
+		return refuse("%s and %s: the Prometheus metrics map plain statsd names, not DogStatsD's; keep one", "dogstatsd", "prometheus-addr")
 	}
 	return nil
 }
@@ -101,7 +144,7 @@ func (c *Config) checkPrometheus(fs *flag.FlagSet) error {
 // checkCapture refuses the capture's settings without a capture file.
 func (c *Config) checkCapture(fs *flag.FlagSet) error {
 	if c.Capture.Path == "" && len(changed(fs, "capture-")) > 0 {
-		return errors.New("-capture-sample and -capture-max-bytes need -capture")
+		return refuse("%s and %s need %s", "capture-sample", "capture-max-bytes", "capture")
 	}
 	return nil
 }
@@ -111,7 +154,7 @@ func (c *Config) checkCapture(fs *flag.FlagSet) error {
 func (c *Config) checkCommand() error {
 	cmd := &c.Command
 	if cmd.Explain && len(cmd.Args) < 2 {
-		return errors.New("-explain needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice")
+		return refuse("%s needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice", "explain")
 	}
 	if cmd.Check && len(cmd.Args) > 0 {
 		return fmt.Errorf("unexpected arguments %q: check reads one rule file or directory, named after the flags (floodgate check [flags] FILE_OR_DIR) or with -config", cmd.Args)

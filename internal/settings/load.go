@@ -3,11 +3,11 @@ package settings
 import (
 	"flag"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
@@ -23,7 +23,7 @@ var ErrHelp = flag.ErrHelp
 // error names the flag and the variable that set it. Config.Notes get a
 // line for each variable overridden and each accepted with a difference
 // worth knowing. Range checks are the packages' (Explain names the
-// setting behind one of their errors).
+// setting behind one of their errors, by its field).
 func Load(args []string, env Lookup) (*Config, error) {
 	c := &Config{}
 	fs, err := flagSet(Table, c, env)
@@ -177,71 +177,48 @@ func find(flag string) *Setting {
 	return &Table[i]
 }
 
-// flagInError finds the flags an error names ("-near-limit-ratio").
-var flagInError = regexp.MustCompile(`(?:^|[\s(])-([a-z][a-z0-9-]*)`)
-
-// optionInError finds the options fields a package's error names, with
-// the package's name when it comes right before: "envoy: Options.NearLimitRatio",
-// "Options.Redis.TLS".
-var optionInError = regexp.MustCompile(`(?:\b([a-z]+): )?\b((?:[A-Z][A-Za-z]*)?Options)\.([A-Z][A-Za-z0-9.]*[A-Za-z0-9])`)
-
-// packageInError finds the package names that prefix parts of an error.
-var packageInError = regexp.MustCompile(`\b([a-z]+): `)
-
-// Explain names, in err (from Load's checks or from a package's
-// constructor), the settings behind it: a package's
-// "<pkg>: <Type>Options.<Field>" becomes the flag that sets the field,
-// and the variables that set the flags it names follow, so that an
-// operator who never typed the flag sees which variable to fix:
-// "-near-limit-ratio 2: want a number between 0 and 1 (set by
-// NEAR_LIMIT_RATIO)". The error returned wraps err.
+// Explain words err, from Load's checks or from a package's constructor,
+// with the settings behind it, so that an operator who never typed a flag
+// sees which variable to fix. A package's *option.Error names, for each
+// field, the flag of the setting that lands in it (looked up in Table);
+// a refusal of Load's own checks names flags already. The variables that
+// set those flags follow: "-near-limit-ratio 2: want a number between 0
+// and 1 (set by NEAR_LIMIT_RATIO)". Other errors, and an option.Error of
+// fields no setting lands in, are returned as they are; otherwise the
+// error returned wraps err.
 func (c *Config) Explain(err error) error {
-	if err == nil {
-		return nil
+	var msg string
+	var flags []string
+	switch e := err.(type) {
+	case *option.Error:
+		msg = e.Message(func(field string) string {
+			s := settingOf(e.Options, field)
+			if s == nil {
+				return e.Options + "." + field
+			}
+			flags = append(flags, s.Flag)
+			return "-" + s.Flag
+		})
+	case *refusal:
+		msg, flags = e.Error(), e.flags
 	}
-	msg := namingFlags(err.Error())
+	if len(flags) == 0 {
+		return err
+	}
 	var vars []string
-	for _, m := range flagInError.FindAllStringSubmatch(msg, -1) {
-		if v, ok := c.From[m[1]]; ok && !slices.Contains(vars, v) {
+	for _, f := range flags {
+		if v, ok := c.From[f]; ok && !slices.Contains(vars, v) {
 			vars = append(vars, v)
 		}
 	}
 	if len(vars) > 0 {
 		msg += " (set by " + strings.Join(vars, ", ") + ")"
 	}
-	if msg == err.Error() {
-		return err
-	}
 	return &settingError{msg: msg, err: err}
 }
 
-// namingFlags replaces in msg each options field a setting lands in by
-// the setting's flag. A field that several packages' options have is the
-// one of the package named last before it.
-func namingFlags(msg string) string {
-	var b strings.Builder
-	last := 0
-	for _, m := range optionInError.FindAllStringSubmatchIndex(msg, -1) {
-		pkg := ""
-		if m[2] >= 0 {
-			pkg = msg[m[2]:m[3]]
-		} else if ps := packageInError.FindAllStringSubmatch(msg[:m[0]], -1); len(ps) > 0 {
-			pkg = ps[len(ps)-1][1]
-		}
-		s := settingOf(pkg, msg[m[4]:m[5]], msg[m[6]:m[7]])
-		if s == nil {
-			continue
-		}
-		b.WriteString(msg[last:m[0]])
-		b.WriteString("-" + s.Flag)
-		last = m[1]
-	}
-	b.WriteString(msg[last:])
-	return b.String()
-}
-
-// settingError is a package's error as Explain words it; it wraps the
-// original, so errors.Is still finds what it wraps.
+// settingError is an error as Explain words it; it wraps the original, so
+// errors.Is and errors.As still find what it wraps.
 type settingError struct {
 	msg string
 	err error
@@ -250,22 +227,17 @@ type settingError struct {
 func (e *settingError) Error() string { return e.msg }
 func (e *settingError) Unwrap() error { return e.err }
 
-// settingOf returns the setting whose field is <typ>.<field>, of the
-// package named pkg if several packages have that field; nil if none.
-func settingOf(pkg, typ, field string) *Setting {
-	var found *Setting
+// settingOf returns the setting that lands in field of the package's
+// options type typ ("envoy.Options", "NearLimitRatio"), or nil. Where two
+// settings land in one field (-health-requires-store and -store-readiness),
+// it is the first.
+func settingOf(typ, field string) *Setting {
 	for i := range Table {
-		s := &Table[i]
-		p, t, f := s.option()
-		switch {
-		case t != typ || f != field:
-		case p == pkg:
-			return s
-		case found == nil:
-			found = s
+		if p, t, f := Table[i].option(); p+"."+t == typ && f == field {
+			return &Table[i]
 		}
 	}
-	return found
+	return nil
 }
 
 // StartFormat is the log format args and env ask for, read before they

@@ -1,6 +1,8 @@
 package settings
 
 import (
+	"errors"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -295,7 +298,7 @@ func TestLoadErrors(t *testing.T) {
 		{"node metadata without '=' on the command line", []string{"-config-type", "grpc_xds_sotw", "-xds-node-metadata", "zone:a"}, envOf(), `entry "zone:a": want key=value`},
 		{"a header without ':'", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "token"), `(for -xds-headers): entry "token": want key:value`},
 		{"xDS TLS files without TLS", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "ca.pem"), "need -xds-tls (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)"},
-		{"an xDS backoff upside down", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2m"), "-xds-backoff-initial 2m0s and -xds-backoff-max 1m0s: want initial <= max (set by XDS_CLIENT_BACKOFF_INITIAL_INTERVAL)"},
+		{"an xDS backoff upside down", nil, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2m"), "-xds-backoff-initial 2m0s: want at most -xds-backoff-max (1m0s) (set by XDS_CLIENT_BACKOFF_INITIAL_INTERVAL)"},
 		{"REDIS_PERSECOND=true without its URL", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "true"), "REDIS_PERSECOND=true: REDIS_PERSECOND_URL is not set"},
 		{"REDIS_PERSECOND not a boolean", nil, envOf("REDIS_URL", "h:1", "REDIS_PERSECOND", "yes", "REDIS_PERSECOND_URL", "h:2"), "REDIS_PERSECOND=yes: want true or false"},
 		{"a per-second Redis without the main one", nil, envOf("REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", "h:2"), "-redis-persecond (REDIS_PERSECOND_URL) needs -redis (REDIS_URL)"},
@@ -554,6 +557,57 @@ func TestServerCANoted(t *testing.T) {
 		}
 		if c.GRPCTLS.Files.ClientCAFile != "" && !slices.Contains(tc.env, "GRPC_CLIENT_TLS_CACERT") {
 			t.Errorf("%q: a client CA %q set by GRPC_SERVER_TLS_CA_CERT", tc.env, c.GRPCTLS.Files.ClientCAFile)
+		}
+	}
+}
+
+// TestExplain: a package's option.Error is worded with the flags of the
+// settings that land in its fields, by lookup, and the variables that set
+// them; an error no setting is behind is returned as it is.
+func TestExplain(t *testing.T) {
+	c := &Config{From: map[string]string{"near-limit-ratio": "NEAR_LIMIT_RATIO", "capture": "FLOODGATE_CAPTURE", "dogstatsd-mogrifiers": "USE_DOG_STATSD_MOGRIFIERS"}}
+	ratio := &option.Error{Options: "envoy.Options", Field: "NearLimitRatio", Value: 2.0, Want: "want a number between 0 and 1"}
+	noSink := &option.Error{Options: "statsd.Options", Field: "NoServer", Want: "sends the stats nowhere without %s", With: []string{"Sink"}}
+	plain := errors.New("redis: connection refused")
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{ratio, "-near-limit-ratio 2: want a number between 0 and 1 (set by NEAR_LIMIT_RATIO)"},
+		{&option.Error{Options: "statsd.Options", Field: "Mogrifiers", Want: "rename DogStatsD stats; they need %s", With: []string{"DogStatsD"}},
+			"-dogstatsd-mogrifiers rename DogStatsD stats; they need -dogstatsd (set by USE_DOG_STATSD_MOGRIFIERS)"},
+		{&option.Error{Options: "server.Options", Field: "MaxReportBytes", Value: 5, Want: "want at least %s", With: []string{"MaxMessageBytes"}},
+			"-rlqs-max-report-bytes 5: want at least -max-message-bytes"},
+		{FlagError("capture", fs.ErrPermission), "-capture: permission denied (set by FLOODGATE_CAPTURE)"},
+		{noSink, noSink.Error()},
+		{plain, plain.Error()},
+	} {
+		got := c.Explain(tc.err)
+		if got.Error() != tc.want {
+			t.Errorf("Explain(%q) = %q, want %q", tc.err, got, tc.want)
+		}
+		if !errors.Is(got, tc.err) {
+			t.Errorf("Explain(%q) does not wrap it", tc.err)
+		}
+	}
+	if c.Explain(nil) != nil {
+		t.Error("Explain(nil) is not nil")
+	}
+}
+
+// TestEverySettingFoundByItsField: each setting that lands in a package's
+// options is the one settingOf finds for its field, but where two settings
+// share a field (the first is then named).
+func TestEverySettingFoundByItsField(t *testing.T) {
+	for i := range Table {
+		s := &Table[i]
+		p, typ, field := s.option()
+		if p == "" {
+			continue
+		}
+		got := settingOf(p+"."+typ, field)
+		if got == nil || got != s && got.Field() != s.Field() {
+			t.Errorf("-%s lands in %s.%s.%s; settingOf finds %v", s.Flag, p, typ, field, got)
 		}
 	}
 }

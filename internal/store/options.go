@@ -1,7 +1,6 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
 
@@ -120,14 +120,13 @@ type DenyCacheOptions struct {
 	MaxAge time.Duration
 }
 
-// Validate reports the first setting of o that Open would refuse, naming
-// its field as "store: Options.<Field>" ("store: Options.Redis.PoolSize
-// -1: must not be negative"), so that a caller can say which setting set
-// it. Settings that would do nothing (the per-second Redis's without its
-// URL, TLS files without TLS) are refused too: whoever set them meant
-// something else. Where the reference server's variables are what an
-// operator sets, a message names them too: "needs Options.Redis.URL
-// (REDIS_URL)".
+// Validate reports the first setting of o that Open would refuse, as an
+// *option.Error ("store.Options.Redis.PoolSize -1: must not be
+// negative"), so that a caller can say which setting set it. Settings
+// that would do nothing (the per-second Redis's without its URL, TLS
+// files without TLS) are refused too: whoever set them meant something
+// else. Where the reference server's variables are what an operator sets,
+// a message names them too: "needs store.Options.Redis.URL (REDIS_URL)".
 func (o Options) Validate() error {
 	checks := []func() error{
 		func() error { return o.Redis.validate("Redis") },
@@ -138,12 +137,16 @@ func (o Options) Validate() error {
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
-			return fmt.Errorf("store: %w", err)
+			return err
 		}
 	}
 	if m := o.Memcache; m.on() && o.Redis.URL != "" {
-		return fmt.Errorf("store: %s and Options.Redis.URL (BACKEND_TYPE=memcache and REDIS_URL): counters are kept in one store; unset one",
-			list(setFields{{"Options.Memcache.Servers", m.Servers != ""}, {"Options.Memcache.SRV", m.SRV != ""}}.names()))
+		field := "Memcache.Servers" // not both: Memcache.validate refuses that
+		if m.SRV != "" {
+			field = "Memcache.SRV"
+		}
+		return &option.Error{Options: "store.Options", Field: field, With: []string{"Redis.URL"},
+			Want: "and %s (BACKEND_TYPE=memcache and REDIS_URL): counters are kept in one store; unset one"}
 	}
 	return nil
 }
@@ -153,15 +156,15 @@ func (r RedisOptions) validate(name string) error {
 	switch r.typ() {
 	case TypeSingle, "sentinel", "cluster":
 	default:
-		return fmt.Errorf("Options.%s.Type %q: want single, sentinel or cluster", name, r.Type)
+		return refused(name+".Type", r.Type, "want single, sentinel or cluster")
 	}
 	switch {
 	case r.PoolSize < 0:
-		return fmt.Errorf("Options.%s.PoolSize %d: must not be negative", name, r.PoolSize)
+		return refused(name+".PoolSize", r.PoolSize, "must not be negative")
 	case r.PipelineWindow < 0:
-		return fmt.Errorf("Options.%s.PipelineWindow %v: must not be negative", name, r.PipelineWindow)
+		return refused(name+".PipelineWindow", r.PipelineWindow, "must not be negative")
 	case r.PipelineLimit < 0:
-		return fmt.Errorf("Options.%s.PipelineLimit %d: must not be negative", name, r.PipelineLimit)
+		return refused(name+".PipelineLimit", r.PipelineLimit, "must not be negative")
 	}
 	return nil
 }
@@ -170,47 +173,51 @@ func (r RedisOptions) validate(name string) error {
 // go together.
 func (o Options) validateRedis() error {
 	if o.Redis.URL == "" {
-		set := setFields{{"Options.Redis.TLS", o.Redis.TLS}, {"Options.Redis.SentinelAuth", o.Redis.SentinelAuth != ""}}
-		set = append(set, tlsFields("Options.RedisTLSFiles", tlsclient.Files(o.RedisTLSFiles))...)
-		if err := need(set.names(), "Options.Redis.URL (REDIS_URL)"); err != nil {
+		set := setFields{{"Redis.TLS", o.Redis.TLS}, {"Redis.SentinelAuth", o.Redis.SentinelAuth != ""}}
+		set = append(set, tlsFields("RedisTLSFiles", tlsclient.Files(o.RedisTLSFiles))...)
+		if err := need(set.names(), "%s (REDIS_URL)", "Redis.URL"); err != nil {
 			return err
 		}
 	}
 	if o.Redis.SentinelAuth != "" && o.Redis.typ() != "sentinel" {
-		return errors.New("Options.Redis.SentinelAuth needs Options.Redis.Type sentinel (REDIS_TYPE=sentinel)")
+		return need([]string{"Redis.SentinelAuth"}, "%s sentinel (REDIS_TYPE=sentinel)", "Redis.Type")
 	}
 	if o.PerSecond.URL == "" {
-		if err := need(o.PerSecond.fields("Options.PerSecond").names(), "Options.PerSecond.URL (REDIS_PERSECOND=true and REDIS_PERSECOND_URL)"); err != nil {
+		if err := need(o.PerSecond.fields("PerSecond").names(), "%s (REDIS_PERSECOND=true and REDIS_PERSECOND_URL)", "PerSecond.URL"); err != nil {
 			return err
 		}
 	}
 	switch {
 	case o.PerSecond.URL != "" && o.Redis.URL == "":
-		return errors.New("Options.PerSecond.URL (REDIS_PERSECOND_URL) needs Options.Redis.URL (REDIS_URL): the per-second Redis holds only the limits whose window is shorter than a minute")
+		return &option.Error{Options: "store.Options", Field: "PerSecond.URL", With: []string{"Redis.URL"},
+			Want: "(REDIS_PERSECOND_URL) needs %s (REDIS_URL): the per-second Redis holds only the limits whose window is shorter than a minute"}
 	case o.PerSecond.SentinelAuth != "" && o.PerSecond.typ() != "sentinel":
-		return errors.New("Options.PerSecond.SentinelAuth needs Options.PerSecond.Type sentinel (REDIS_PERSECOND_TYPE=sentinel)")
+		return need([]string{"PerSecond.SentinelAuth"}, "%s sentinel (REDIS_PERSECOND_TYPE=sentinel)", "PerSecond.Type")
 	case !o.Redis.tlsOn() && !o.PerSecond.tlsOn() && o.RedisTLSFiles != redislimit.TLSFiles{}:
 		// Named all four, as the reference's REDIS_TLS_* variables.
-		return errors.New("Options.RedisTLSFiles.CAFile, Options.RedisTLSFiles.CertFile, Options.RedisTLSFiles.KeyFile and Options.RedisTLSFiles.SkipHostnameVerification (REDIS_TLS_*) " +
-			"need Options.Redis.TLS (REDIS_TLS=true) or Options.PerSecond.TLS (REDIS_PERSECOND_TLS=true)")
+		return &option.Error{Options: "store.Options", Field: "RedisTLSFiles.CAFile",
+			Also: []string{"RedisTLSFiles.CertFile", "RedisTLSFiles.KeyFile", "RedisTLSFiles.SkipHostnameVerification"},
+			Want: "(REDIS_TLS_*) need %s (REDIS_TLS=true) or %s (REDIS_PERSECOND_TLS=true)", With: []string{"Redis.TLS", "PerSecond.TLS"}}
 	}
 	return nil
 }
 
 // validate checks the Memcached settings.
 func (m MemcacheOptions) validate() error {
-	files := tlsFields("Options.Memcache.TLSFiles", m.TLSFiles)
+	files := tlsFields("Memcache.TLSFiles", m.TLSFiles)
 	if !m.on() {
-		set := append(setFields{{"Options.Memcache.TLS", m.TLS}, {"Options.Memcache.SRVRefresh", m.SRVRefresh != 0}}, files...)
-		return need(set.names(), "Options.Memcache.Servers or Options.Memcache.SRV (MEMCACHE_HOST_PORT or MEMCACHE_SRV with BACKEND_TYPE=memcache)")
+		set := append(setFields{{"Memcache.TLS", m.TLS}, {"Memcache.SRVRefresh", m.SRVRefresh != 0}}, files...)
+		return need(set.names(), "%s or %s (MEMCACHE_HOST_PORT or MEMCACHE_SRV with BACKEND_TYPE=memcache)", "Memcache.Servers", "Memcache.SRV")
 	}
 	switch {
 	case m.Servers != "" && m.SRV != "":
-		return errors.New("Options.Memcache.Servers (MEMCACHE_HOST_PORT) and Options.Memcache.SRV (MEMCACHE_SRV): give one")
+		return &option.Error{Options: "store.Options", Field: "Memcache.Servers", With: []string{"Memcache.SRV"},
+			Want: "(MEMCACHE_HOST_PORT) and %s (MEMCACHE_SRV): give one"}
 	case m.SRVRefresh != 0 && m.SRV == "":
-		return errors.New("Options.Memcache.SRVRefresh (MEMCACHE_SRV_REFRESH) needs Options.Memcache.SRV (MEMCACHE_SRV)")
+		return &option.Error{Options: "store.Options", Field: "Memcache.SRVRefresh", With: []string{"Memcache.SRV"},
+			Want: "(MEMCACHE_SRV_REFRESH) needs %s (MEMCACHE_SRV)"}
 	case !m.TLS:
-		return need(files.names(), "Options.Memcache.TLS (MEMCACHE_TLS=true)")
+		return need(files.names(), "%s (MEMCACHE_TLS=true)", "Memcache.TLS")
 	}
 	return nil
 }
@@ -220,15 +227,56 @@ func (m MemcacheOptions) validate() error {
 func (o Options) validateBounds() error {
 	switch {
 	case o.Deadline < 0:
-		return fmt.Errorf("Options.Deadline %v: must not be negative", o.Deadline)
+		return refused("Deadline", o.Deadline, "must not be negative")
 	case o.MemoryMaxEntries < 0:
-		return fmt.Errorf("Options.MemoryMaxEntries %d: must not be negative", o.MemoryMaxEntries)
+		return refused("MemoryMaxEntries", o.MemoryMaxEntries, "must not be negative")
 	case o.DenyCache.MaxEntries < 0:
-		return fmt.Errorf("Options.DenyCache.MaxEntries %d: must not be negative", o.DenyCache.MaxEntries)
+		return refused("DenyCache.MaxEntries", o.DenyCache.MaxEntries, "must not be negative")
 	case o.DenyCache.MaxAge < 0:
-		return fmt.Errorf("Options.DenyCache.MaxAge %v: must not be negative", o.DenyCache.MaxAge)
+		return refused("DenyCache.MaxAge", o.DenyCache.MaxAge, "must not be negative")
 	}
 	return nil
+}
+
+// refused is the error of an option field refused for its value v.
+func refused(field string, v any, want string) error {
+	return &option.Error{Options: "store.Options", Field: field, Value: v, Want: want}
+}
+
+// asOwn returns err, when it refuses fields of a store client's options
+// that fields of Options set, as the same refusal of Options' fields, so
+// that it names the settings (a Redis URL or a key prefix the client
+// cannot read); else err as it is. own maps the client's fields, after
+// their options type ("redislimit.Options.KeyPrefix"), to Options' paths.
+func asOwn(err error, own map[string]string) error {
+	oe, ok := err.(*option.Error)
+	if !ok {
+		return err
+	}
+	mapped := true
+	paths := func(fields []string) []string {
+		out := make([]string, len(fields))
+		for i, f := range fields {
+			p, ok := own[oe.Options+"."+f]
+			out[i], mapped = p, mapped && ok
+		}
+		return out
+	}
+	e := &option.Error{Options: "store.Options", Field: paths([]string{oe.Field})[0], Also: paths(oe.Also),
+		Value: oe.Value, Want: oe.Want, With: paths(oe.With), Err: oe.Err}
+	if !mapped {
+		return err
+	}
+	return e
+}
+
+// wrapUnlessOwn returns err prefixed with what failed, unless it refuses
+// a field of Options, which names it already.
+func wrapUnlessOwn(what string, err error) error {
+	if oe, ok := err.(*option.Error); ok && oe.Options == "store.Options" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // setFields are fields by name, each with whether it is set.
@@ -248,24 +296,17 @@ func (fs setFields) names() []string {
 	return out
 }
 
-// need is the error saying that the fields named need what; nil when
-// there are none.
-func need(names []string, what string) error {
-	switch len(names) {
-	case 0:
+// need is the error saying that the fields named need what, which names
+// the fields with by a %s each; nil when there are none.
+func need(fields []string, what string, with ...string) error {
+	if len(fields) == 0 {
 		return nil
-	case 1:
-		return fmt.Errorf("%s needs %s", names[0], what)
 	}
-	return fmt.Errorf("%s need %s", list(names), what)
-}
-
-// list joins names as "a, b and c".
-func list(names []string) string {
-	if len(names) < 2 {
-		return strings.Join(names, "")
+	verb := "needs "
+	if len(fields) > 1 {
+		verb = "need "
 	}
-	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	return &option.Error{Options: "store.Options", Field: fields[0], Also: fields[1:], Want: verb + what, With: with}
 }
 
 // fields are the deployment's settings but its URL, under prefix; Type

@@ -102,11 +102,12 @@ func (s *Store) closeRedis() {
 }
 
 // openDeployment returns the client, Limiter and watch of one Redis
-// deployment, without contacting it; its errors name the role.
+// deployment, without contacting it; its errors name the role, or the
+// field of Options they refuse.
 func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*deployment, error) {
-	what := "redis"
+	what, name := "redis", "Redis"
 	if role != "main" {
-		what = role + " redis"
+		what, name = role+" redis", "PerSecond"
 	}
 	files := opts.RedisTLSFiles
 	if !r.tlsOn() {
@@ -119,15 +120,21 @@ func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*depl
 		Username: user, Password: pass, SentinelPassword: r.SentinelAuth,
 		TLS: r.TLS, TLSFiles: files, PoolSize: r.PoolSize, DialTimeout: r.DialTimeout,
 	})
+	own := map[string]string{"redislimit.ClientConfig.URL": name + ".URL", "redislimit.ClientConfig.Type": name + ".Type",
+		"redislimit.ClientConfig.SentinelMaster": name + ".SentinelMaster", "redislimit.ClientConfig.SentinelPassword": name + ".SentinelAuth",
+		"redislimit.ClientConfig.TLS": name + ".TLS", "redislimit.ClientConfig.PoolSize": name + ".PoolSize",
+		"redislimit.ClientConfig.DialTimeout": name + ".DialTimeout", "redislimit.Options.KeyPrefix": "KeyPrefix",
+		"redislimit.Options.Timeout": "Deadline", "redislimit.Options.Batch.Window": name + ".PipelineWindow",
+		"redislimit.Options.Batch.MaxRequests": name + ".PipelineLimit"}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, wrapUnlessOwn(what, asOwn(err, own))
 	}
 	lopts := redislimit.Options{KeyPrefix: opts.KeyPrefix, Timeout: opts.Deadline, Logger: opts.Logger,
 		Batch: redislimit.BatchOptions{Window: r.PipelineWindow, MaxRequests: r.PipelineLimit}}
 	lim, err := redislimit.New(client, lopts)
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, wrapUnlessOwn(what, asOwn(err, own))
 	}
 	d := &deployment{role: role, addr: RedactURL(r.URL), client: client, lim: lim, lopts: lopts}
 	d.watch = &watch{store: lim, name: "Redis", attrs: d.logAttrs(), logger: opts.Logger, clock: clk}

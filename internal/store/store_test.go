@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -31,27 +32,27 @@ func TestValidate(t *testing.T) {
 		{"a rediss URL with TLS files", Options{Redis: RedisOptions{URL: "rediss://h:1"}, RedisTLSFiles: files}, ""},
 		{"per-second TLS alone", Options{Redis: redis, PerSecond: RedisOptions{URL: "h:2", TLS: true}, RedisTLSFiles: files}, ""},
 		{"per-second type single", Options{PerSecond: RedisOptions{Type: "single"}}, ""},
-		{"type", Options{Redis: RedisOptions{URL: "h:1", Type: "ring"}}, `store: Options.Redis.Type "ring": want single, sentinel or cluster`},
-		{"pool size", Options{Redis: RedisOptions{URL: "h:1", PoolSize: -1}}, "store: Options.Redis.PoolSize -1: must not be negative"},
-		{"per-second window", Options{Redis: redis, PerSecond: RedisOptions{URL: "h:2", PipelineWindow: -time.Second}}, "store: Options.PerSecond.PipelineWindow -1s: must not be negative"},
-		{"pipeline limit", Options{Redis: RedisOptions{URL: "h:1", PipelineLimit: -2}}, "store: Options.Redis.PipelineLimit -2: must not be negative"},
-		{"TLS without Redis", Options{Redis: RedisOptions{TLS: true}}, "store: Options.Redis.TLS needs Options.Redis.URL (REDIS_URL)"},
-		{"TLS files without Redis", Options{RedisTLSFiles: files, Redis: RedisOptions{SentinelAuth: "pw"}}, "store: Options.Redis.SentinelAuth and Options.RedisTLSFiles.CAFile need Options.Redis.URL (REDIS_URL)"},
-		{"sentinel auth without sentinel", Options{Redis: RedisOptions{URL: "h:1", SentinelAuth: "pw"}}, "store: Options.Redis.SentinelAuth needs Options.Redis.Type sentinel (REDIS_TYPE=sentinel)"},
-		{"per-second settings without its URL", Options{Redis: redis, PerSecond: RedisOptions{PoolSize: 3}}, "store: Options.PerSecond.PoolSize needs Options.PerSecond.URL (REDIS_PERSECOND=true and REDIS_PERSECOND_URL)"},
-		{"per-second cluster without its URL", Options{Redis: redis, PerSecond: RedisOptions{Type: "cluster", TLS: true}}, "store: Options.PerSecond.Type and Options.PerSecond.TLS need Options.PerSecond.URL (REDIS_PERSECOND=true and REDIS_PERSECOND_URL)"},
-		{"per-second without Redis", Options{PerSecond: RedisOptions{URL: "h:2"}}, "store: Options.PerSecond.URL (REDIS_PERSECOND_URL) needs Options.Redis.URL (REDIS_URL): the per-second Redis holds only the limits whose window is shorter than a minute"},
-		{"per-second sentinel auth", Options{Redis: redis, PerSecond: RedisOptions{URL: "h:2", SentinelAuth: "pw"}}, "store: Options.PerSecond.SentinelAuth needs Options.PerSecond.Type sentinel (REDIS_PERSECOND_TYPE=sentinel)"},
-		{"TLS files without TLS", Options{Redis: redis, RedisTLSFiles: redislimit.TLSFiles{CertFile: "c", KeyFile: "k"}}, "store: Options.RedisTLSFiles.CAFile, Options.RedisTLSFiles.CertFile, Options.RedisTLSFiles.KeyFile and Options.RedisTLSFiles.SkipHostnameVerification (REDIS_TLS_*) need Options.Redis.TLS (REDIS_TLS=true) or Options.PerSecond.TLS (REDIS_PERSECOND_TLS=true)"},
-		{"Memcached TLS without Memcached", Options{Memcache: MemcacheOptions{TLS: true, SRVRefresh: time.Minute}}, "store: Options.Memcache.TLS and Options.Memcache.SRVRefresh need Options.Memcache.Servers or Options.Memcache.SRV (MEMCACHE_HOST_PORT or MEMCACHE_SRV with BACKEND_TYPE=memcache)"},
-		{"Memcached servers and SRV", Options{Memcache: MemcacheOptions{Servers: "h:1", SRV: "_mc._tcp"}}, "store: Options.Memcache.Servers (MEMCACHE_HOST_PORT) and Options.Memcache.SRV (MEMCACHE_SRV): give one"},
-		{"Memcached files without TLS", Options{Memcache: MemcacheOptions{Servers: "h:1", TLSFiles: tlsclient.Files{CAFile: "ca.pem"}}}, "store: Options.Memcache.TLSFiles.CAFile needs Options.Memcache.TLS (MEMCACHE_TLS=true)"},
-		{"Memcached refresh without SRV", Options{Memcache: MemcacheOptions{Servers: "h:1", SRVRefresh: time.Minute}}, "store: Options.Memcache.SRVRefresh (MEMCACHE_SRV_REFRESH) needs Options.Memcache.SRV (MEMCACHE_SRV)"},
-		{"Memcached and Redis", Options{Redis: redis, Memcache: MemcacheOptions{SRV: "_mc._tcp"}}, "store: Options.Memcache.SRV and Options.Redis.URL (BACKEND_TYPE=memcache and REDIS_URL): counters are kept in one store; unset one"},
-		{"deadline", Options{Deadline: -time.Millisecond}, "store: Options.Deadline -1ms: must not be negative"},
-		{"memory", Options{MemoryMaxEntries: -1}, "store: Options.MemoryMaxEntries -1: must not be negative"},
-		{"deny cache size", Options{DenyCache: DenyCacheOptions{MaxEntries: -1}}, "store: Options.DenyCache.MaxEntries -1: must not be negative"},
-		{"deny cache age", Options{DenyCache: DenyCacheOptions{MaxAge: -time.Second}}, "store: Options.DenyCache.MaxAge -1s: must not be negative"},
+		{"type", Options{Redis: RedisOptions{URL: "h:1", Type: "ring"}}, `store.Options.Redis.Type "ring": want single, sentinel or cluster`},
+		{"pool size", Options{Redis: RedisOptions{URL: "h:1", PoolSize: -1}}, "store.Options.Redis.PoolSize -1: must not be negative"},
+		{"per-second window", Options{Redis: redis, PerSecond: RedisOptions{URL: "h:2", PipelineWindow: -time.Second}}, "store.Options.PerSecond.PipelineWindow -1s: must not be negative"},
+		{"pipeline limit", Options{Redis: RedisOptions{URL: "h:1", PipelineLimit: -2}}, "store.Options.Redis.PipelineLimit -2: must not be negative"},
+		{"TLS without Redis", Options{Redis: RedisOptions{TLS: true}}, "store.Options.Redis.TLS needs store.Options.Redis.URL (REDIS_URL)"},
+		{"TLS files without Redis", Options{RedisTLSFiles: files, Redis: RedisOptions{SentinelAuth: "pw"}}, "store.Options.Redis.SentinelAuth and store.Options.RedisTLSFiles.CAFile need store.Options.Redis.URL (REDIS_URL)"},
+		{"sentinel auth without sentinel", Options{Redis: RedisOptions{URL: "h:1", SentinelAuth: "pw"}}, "store.Options.Redis.SentinelAuth needs store.Options.Redis.Type sentinel (REDIS_TYPE=sentinel)"},
+		{"per-second settings without its URL", Options{Redis: redis, PerSecond: RedisOptions{PoolSize: 3}}, "store.Options.PerSecond.PoolSize needs store.Options.PerSecond.URL (REDIS_PERSECOND=true and REDIS_PERSECOND_URL)"},
+		{"per-second cluster without its URL", Options{Redis: redis, PerSecond: RedisOptions{Type: "cluster", TLS: true}}, "store.Options.PerSecond.Type and store.Options.PerSecond.TLS need store.Options.PerSecond.URL (REDIS_PERSECOND=true and REDIS_PERSECOND_URL)"},
+		{"per-second without Redis", Options{PerSecond: RedisOptions{URL: "h:2"}}, "store.Options.PerSecond.URL (REDIS_PERSECOND_URL) needs store.Options.Redis.URL (REDIS_URL): the per-second Redis holds only the limits whose window is shorter than a minute"},
+		{"per-second sentinel auth", Options{Redis: redis, PerSecond: RedisOptions{URL: "h:2", SentinelAuth: "pw"}}, "store.Options.PerSecond.SentinelAuth needs store.Options.PerSecond.Type sentinel (REDIS_PERSECOND_TYPE=sentinel)"},
+		{"TLS files without TLS", Options{Redis: redis, RedisTLSFiles: redislimit.TLSFiles{CertFile: "c", KeyFile: "k"}}, "store.Options.RedisTLSFiles.CAFile, store.Options.RedisTLSFiles.CertFile, store.Options.RedisTLSFiles.KeyFile and store.Options.RedisTLSFiles.SkipHostnameVerification (REDIS_TLS_*) need store.Options.Redis.TLS (REDIS_TLS=true) or store.Options.PerSecond.TLS (REDIS_PERSECOND_TLS=true)"},
+		{"Memcached TLS without Memcached", Options{Memcache: MemcacheOptions{TLS: true, SRVRefresh: time.Minute}}, "store.Options.Memcache.TLS and store.Options.Memcache.SRVRefresh need store.Options.Memcache.Servers or store.Options.Memcache.SRV (MEMCACHE_HOST_PORT or MEMCACHE_SRV with BACKEND_TYPE=memcache)"},
+		{"Memcached servers and SRV", Options{Memcache: MemcacheOptions{Servers: "h:1", SRV: "_mc._tcp"}}, "store.Options.Memcache.Servers (MEMCACHE_HOST_PORT) and store.Options.Memcache.SRV (MEMCACHE_SRV): give one"},
+		{"Memcached files without TLS", Options{Memcache: MemcacheOptions{Servers: "h:1", TLSFiles: tlsclient.Files{CAFile: "ca.pem"}}}, "store.Options.Memcache.TLSFiles.CAFile needs store.Options.Memcache.TLS (MEMCACHE_TLS=true)"},
+		{"Memcached refresh without SRV", Options{Memcache: MemcacheOptions{Servers: "h:1", SRVRefresh: time.Minute}}, "store.Options.Memcache.SRVRefresh (MEMCACHE_SRV_REFRESH) needs store.Options.Memcache.SRV (MEMCACHE_SRV)"},
+		{"Memcached and Redis", Options{Redis: redis, Memcache: MemcacheOptions{SRV: "_mc._tcp"}}, "store.Options.Memcache.SRV and store.Options.Redis.URL (BACKEND_TYPE=memcache and REDIS_URL): counters are kept in one store; unset one"},
+		{"deadline", Options{Deadline: -time.Millisecond}, "store.Options.Deadline -1ms: must not be negative"},
+		{"memory", Options{MemoryMaxEntries: -1}, "store.Options.MemoryMaxEntries -1: must not be negative"},
+		{"deny cache size", Options{DenyCache: DenyCacheOptions{MaxEntries: -1}}, "store.Options.DenyCache.MaxEntries -1: must not be negative"},
+		{"deny cache age", Options{DenyCache: DenyCacheOptions{MaxAge: -time.Second}}, "store.Options.DenyCache.MaxAge -1s: must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,6 +67,35 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Open: %v, want Validate's error", err)
 			}
 		})
+	}
+}
+
+// TestOpenNamesItsField: a value the store's client refuses (a Redis URL,
+// a key prefix) is refused as the field of Options that set it, so that
+// the settings can name the flag and the variable.
+func TestOpenNamesItsField(t *testing.T) {
+	redis := RedisOptions{URL: "127.0.0.1:1"}
+	for _, tc := range []struct {
+		name  string
+		opts  Options
+		field string
+		text  string
+	}{
+		{"not host:port", Options{Redis: RedisOptions{URL: "nohost"}}, "Redis.URL", `store.Options.Redis.URL "nohost": want host:port`},
+		{"a cluster node", Options{Redis: redis, PerSecond: RedisOptions{URL: "h:1,x:", Type: "cluster"}}, "PerSecond.URL", `store.Options.PerSecond.URL "x:": want host:port`},
+		{"a password kept out", Options{Redis: RedisOptions{URL: "redis://u:secret@h:1/x"}}, "Redis.URL", `store.Options.Redis.URL "redis://u:xxxxx@h:1/x": `},
+		{"a Redis key prefix", Options{Redis: redis, KeyPrefix: "a{b"}, "KeyPrefix", `store.Options.KeyPrefix "a{b": must not contain '{' or '}'`},
+		{"a Memcached server", Options{Memcache: MemcacheOptions{Servers: "nohost"}}, "Memcache.Servers", `store.Options.Memcache.Servers "nohost": want host:port`},
+		{"a Memcached key prefix", Options{Memcache: MemcacheOptions{Servers: "127.0.0.1:1"}, KeyPrefix: "a b"}, "KeyPrefix", `store.Options.KeyPrefix "a b": holds byte 0x20`},
+	} {
+		st, err := Open(context.Background(), tc.opts)
+		if err == nil {
+			st.Close()
+		}
+		oe, ok := err.(*option.Error)
+		if !ok || oe.Options != "store.Options" || oe.Field != tc.field || !strings.HasPrefix(err.Error(), tc.text) {
+			t.Errorf("%s: Open = %v, want an option.Error of store.Options.%s starting %q", tc.name, err, tc.field, tc.text)
+		}
 	}
 }
 

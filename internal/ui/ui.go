@@ -27,7 +27,6 @@ import (
 	"cmp"
 	"context"
 	"embed"
-	"errors"
 	"io/fs"
 	"net/http"
 	"path"
@@ -38,6 +37,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
 //go:embed assets
@@ -104,13 +104,24 @@ type Handler struct {
 	hist   *history // shared with the handlers WithValues returns
 }
 
-// New returns the page's handler, or an error naming a missing option.
+// New returns the page's handler, or an *option.Error naming an option it
+// refuses.
 func New(opts Options) (*Handler, error) {
 	if opts.Rules == nil || opts.Gatherer == nil {
-		return nil, errors.New("ui: Rules and Gatherer are required")
+		return nil, &option.Error{Options: "ui.Options", Field: "Rules", Also: []string{"Gatherer"}, Want: "are required"}
 	}
-	if opts.Interval < 0 || opts.HotCounters < 0 || opts.HistoryStep < 0 || opts.HistoryLength < 0 {
-		return nil, errors.New("ui: negative interval, hot counter count, history step or history length")
+	negative := func(field string, v any) error {
+		return &option.Error{Options: "ui.Options", Field: field, Value: v, Want: "must not be negative"}
+	}
+	switch {
+	case opts.Interval < 0:
+		return nil, negative("Interval", opts.Interval)
+	case opts.HotCounters < 0:
+		return nil, negative("HotCounters", opts.HotCounters)
+	case opts.HistoryStep < 0:
+		return nil, negative("HistoryStep", opts.HistoryStep)
+	case opts.HistoryLength < 0:
+		return nil, negative("HistoryLength", opts.HistoryLength)
 	}
 	if opts.Interval == 0 {
 		opts.Interval = DefaultInterval

@@ -41,6 +41,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -143,7 +144,7 @@ const nackRepeatDelay = 500 * time.Millisecond
 // (dns:///host:port, passthrough:///host:port, unix:path). grpc would
 // accept more and fail only when dialing, silently behind the retries:
 // an http:// URL resolves as a host named "http", and a host without a
-// port dials port 443.
+// port dials port 443. Its error refuses Options.ServerURL.
 func CheckTarget(target string) error {
 	endpoint := target
 	if scheme, rest, ok := strings.Cut(target, ":"); ok && resolver.Get(scheme) != nil {
@@ -157,17 +158,17 @@ func CheckTarget(target string) error {
 			endpoint = rest
 		}
 	} else if ok && strings.HasPrefix(rest, "//") {
-		return fmt.Errorf("%q: %s:// is not a gRPC target; give host:port (or dns:///host:port)", target, scheme)
+		return refused("ServerURL", target, scheme+":// is not a gRPC target; give host:port (or dns:///host:port)")
 	}
 	host, port, err := net.SplitHostPort(endpoint)
 	if err != nil {
-		return fmt.Errorf("%q: want host:port (or dns:///host:port): %w", target, err)
+		return &option.Error{Options: "xds.Options", Field: "ServerURL", Value: target, Want: "want host:port (or dns:///host:port)", Err: err}
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("%q: port %q: want a number from 1 to 65535", target, port)
+		return refused("ServerURL", target, fmt.Sprintf("port %q: want a number from 1 to 65535", port))
 	}
 	if host == "" {
-		return fmt.Errorf("%q: no host; give host:port", target)
+		return refused("ServerURL", target, "no host; give host:port")
 	}
 	return nil
 }
@@ -197,7 +198,7 @@ func New(feed *rules.Feed, opts Options) (*Client, error) {
 		opts.StallWarning = DefaultStallWarning
 	}
 	if opts.BackoffMax < opts.BackoffInitial {
-		return nil, fmt.Errorf("xds: Options.BackoffInitial %v and Options.BackoffMax %v: want initial <= max", opts.BackoffInitial, opts.BackoffMax)
+		return nil, backoffUpsideDown(opts)
 	}
 	logger := opts.Logger
 	if logger == nil {

@@ -349,7 +349,8 @@ func TestNewRefuses(t *testing.T) {
 		want string
 	}{
 		{"no server", Options{}, "Options.ServerURL is empty"},
-		{"backoff max below initial", Options{ServerURL: "x:1", BackoffInitial: time.Minute, BackoffMax: time.Second}, "initial <= max"},
+		{"backoff max below initial", Options{ServerURL: "x:1", BackoffInitial: time.Minute, BackoffMax: time.Second}, "xds.Options.BackoffInitial 1m0s: want at most xds.Options.BackoffMax (1s)"},
+		{"backoff max below initial by default", Options{ServerURL: "x:1", BackoffInitial: 2 * time.Minute}, "xds.Options.BackoffInitial 2m0s: want at most xds.Options.BackoffMax (1m0s)"},
 		{"random factor", Options{ServerURL: "x:1", BackoffRandomFactor: 2}, "Options.BackoffRandomFactor 2: want a number from 0 to 1"},
 		{"negative retry", Options{ServerURL: "x:1", RetryInterval: -time.Second}, "Options.RetryInterval -1s: must not be negative"},
 		{"negative size", Options{ServerURL: "x:1", MaxMessageBytes: -1}, "Options.MaxMessageBytes -1: must not be negative"},

@@ -52,7 +52,7 @@ func (b RequestBounds) normalize() (RequestBounds, error) {
 		{&b.MaxValueBytes, DefaultMaxValueBytes, "MaxValueBytes"},
 	} {
 		if *f.p < 0 {
-			return b, fmt.Errorf("envoy: Options.Bounds.%s %d: must not be negative", f.n, *f.p)
+			return b, refused("Bounds."+f.n, *f.p, "must not be negative")
 		}
 		if *f.p == 0 {
 			*f.p = f.def

@@ -22,8 +22,9 @@
 // stay bounded whatever values clients send.
 //
 // It imports rules (which limits apply), limit (the Limiter contract and
-// its Hit and Decision types), statsd (the transport of its statsd stats)
-// and tracing (its spans), never a store: the limit.Limiter (limit.Memory,
+// its Hit and Decision types), statsd (the transport of its statsd stats),
+// tracing (its spans) and option (the error of an option it refuses),
+// never a store: the limit.Limiter (limit.Memory,
 // redislimit.Limiter, ...) is chosen by the caller. The listeners, the
 // settings and the store's assembly are the binary's (internal/server,
 // internal/settings, internal/store, cmd/server); a program embedding the

@@ -79,7 +79,7 @@ type Headers struct {
 // normalize fills defaults and checks the names are HTTP tokens.
 func (h Headers) normalize() (Headers, error) {
 	if h.Style > HeadersIETF {
-		return h, fmt.Errorf("envoy: Options.Headers.Style %v: want off, reference or ietf", h.Style)
+		return h, refused("Headers.Style", h.Style, "want off, reference or ietf")
 	}
 	defaults := [...]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader}
 	fields := [...]string{"LimitName", "RemainingName", "ResetName"}
@@ -88,7 +88,7 @@ func (h Headers) normalize() (Headers, error) {
 			*p = defaults[i]
 		}
 		if !isToken(*p) {
-			return h, fmt.Errorf("envoy: Options.Headers.%s %q: not an HTTP token", fields[i], *p)
+			return h, refused("Headers."+fields[i], *p, "not an HTTP token")
 		}
 	}
 	return h, nil

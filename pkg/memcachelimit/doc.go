@@ -5,7 +5,8 @@
 // connections per server, servers from a list or from DNS SRV records),
 // and the check that a limit asks only for what Memcached can decide
 // (Supports). The meaning of a fixed window is package limit's; this
-// package imports limit alone of floodgate's packages.
+// package imports limit and option (the error of an option it refuses)
+// alone of floodgate's packages.
 //
 // # What Memcached can decide
 //

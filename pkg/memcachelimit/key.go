@@ -64,15 +64,16 @@ func escapedLen(counter string) int {
 	return n
 }
 
-// validPrefix returns an error unless prefix is at most MaxPrefixLen bytes
-// of printable ASCII without spaces: what a Memcached key may hold.
+// validPrefix refuses, as Options.KeyPrefix, a prefix that is longer than
+// MaxPrefixLen bytes or not printable ASCII without spaces: what a
+// Memcached key may hold.
 func validPrefix(prefix string) error {
 	if len(prefix) > MaxPrefixLen {
-		return fmt.Errorf("key prefix of %d bytes is longer than %d", len(prefix), MaxPrefixLen)
+		return refused("KeyPrefix", prefix, fmt.Sprintf("%d bytes, longer than %d", len(prefix), MaxPrefixLen))
 	}
 	for i := 0; i < len(prefix); i++ {
 		if b := prefix[i]; b <= ' ' || b >= 0x7f {
-			return fmt.Errorf("key prefix %q holds byte %#x: Memcached keys take printable ASCII without spaces", prefix, b)
+			return refused("KeyPrefix", prefix, fmt.Sprintf("holds byte %#x: Memcached keys take printable ASCII without spaces", b))
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
 // ErrStore reports that Memcached could not decide: a server unreachable,
@@ -88,27 +89,41 @@ type failure struct {
 	at  time.Time
 }
 
+// validate returns the first field of o that New refuses, as an
+// *option.Error.
+func (o Options) validate() error {
+	switch {
+	case len(o.Servers) > 0 && o.SRV != "":
+		return &option.Error{Options: "memcachelimit.Options", Field: "Servers", Want: "and %s: give one, not both", With: []string{"SRV"}}
+	case len(o.Servers) == 0 && o.SRV == "":
+		return &option.Error{Options: "memcachelimit.Options", Field: "Servers", Want: "and %s are empty: give one", With: []string{"SRV"}}
+	case o.Timeout < 0:
+		return refused("Timeout", o.Timeout, "must not be negative")
+	case o.SRVRefresh < 0:
+		return refused("SRVRefresh", o.SRVRefresh, "must not be negative")
+	}
+	if err := validPrefix(o.KeyPrefix); err != nil {
+		return err
+	}
+	for _, a := range o.Servers {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return &option.Error{Options: "memcachelimit.Options", Field: "Servers", Value: a, Want: "want host:port", Err: err}
+		}
+	}
+	return nil
+}
+
+// refused is the error of an Options field refused for its value v.
+func refused(field string, v any, want string) error {
+	return &option.Error{Options: "memcachelimit.Options", Field: field, Value: v, Want: want}
+}
+
 // New returns a Limiter that keeps its counters in the servers opts lists,
 // resolving opts.SRV under ctx. It does not contact the servers (see
 // Probe). Close releases it.
 func New(ctx context.Context, opts Options) (*Limiter, error) {
-	switch {
-	case len(opts.Servers) > 0 && opts.SRV != "":
-		return nil, errors.New("memcachelimit: give servers or an SRV name, not both")
-	case len(opts.Servers) == 0 && opts.SRV == "":
-		return nil, errors.New("memcachelimit: no servers and no SRV name")
-	case opts.Timeout < 0:
-		return nil, fmt.Errorf("memcachelimit: negative timeout %v", opts.Timeout)
-	case opts.SRVRefresh < 0:
-		return nil, fmt.Errorf("memcachelimit: negative SRV refresh interval %v", opts.SRVRefresh)
-	}
-	if err := validPrefix(opts.KeyPrefix); err != nil {
-		return nil, fmt.Errorf("memcachelimit: %w", err)
-	}
-	for _, a := range opts.Servers {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("memcachelimit: server %q: want host:port: %w", a, err)
-		}
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = limit.DefaultDeadline

@@ -529,12 +529,12 @@ func TestNewOptions(t *testing.T) {
 		want string // in the error; "" for none
 	}{
 		{"servers", memcachelimit.Options{Servers: []string{"127.0.0.1:11211", "cache:11211"}}, ""},
-		{"nothing", memcachelimit.Options{}, "no servers and no SRV name"},
+		{"nothing", memcachelimit.Options{}, "memcachelimit.Options.Servers and memcachelimit.Options.SRV are empty: give one"},
 		{"both", memcachelimit.Options{Servers: []string{"a:1"}, SRV: "_memcache._tcp.example"}, "not both"},
-		{"no port", memcachelimit.Options{Servers: []string{"cache"}}, `server "cache": want host:port`},
+		{"no port", memcachelimit.Options{Servers: []string{"cache"}}, `memcachelimit.Options.Servers "cache": want host:port`},
 		{"prefix with a space", memcachelimit.Options{Servers: []string{"a:1"}, KeyPrefix: "a b"}, "printable ASCII without spaces"},
 		{"prefix too long", memcachelimit.Options{Servers: []string{"a:1"}, KeyPrefix: strings.Repeat("p", 129)}, "longer than 128"},
-		{"negative timeout", memcachelimit.Options{Servers: []string{"a:1"}, Timeout: -1}, "negative timeout"},
+		{"negative timeout", memcachelimit.Options{Servers: []string{"a:1"}, Timeout: -1}, "memcachelimit.Options.Timeout -1ns: must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

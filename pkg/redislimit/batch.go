@@ -166,8 +166,13 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 	if o.Disabled {
 		return nil, nil
 	}
-	if o.MaxRequests < 0 || o.MaxInFlight < 0 || o.Window < 0 {
-		return nil, fmt.Errorf("redislimit: negative batch MaxRequests %d, MaxInFlight %d or Window %v", o.MaxRequests, o.MaxInFlight, o.Window)
+	switch {
+	case o.MaxRequests < 0:
+		return nil, refused("Batch.MaxRequests", o.MaxRequests, "must not be negative")
+	case o.MaxInFlight < 0:
+		return nil, refused("Batch.MaxInFlight", o.MaxInFlight, "must not be negative")
+	case o.Window < 0:
+		return nil, refused("Batch.Window", o.Window, "must not be negative")
 	}
 	b := &batcher{l: l, maxRequests: o.MaxRequests, maxInFlight: o.MaxInFlight, window: o.Window, busyWindow: o.BusyWindow,
 		senders: make(chan []*call), full: make(chan struct{}, 1), windowTimer: time.NewTimer(time.Hour), timeout: l.opts.Timeout}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
 // ErrCircuitOpen reports that Evaluate did not try Redis because its
@@ -110,8 +111,11 @@ func newBreaker(o BreakerOptions) (*breaker, error) {
 	if o.Failures < 0 {
 		return nil, nil
 	}
-	if o.MinBackoff < 0 || o.MaxBackoff < 0 {
-		return nil, fmt.Errorf("redislimit: negative breaker backoff %v or %v", o.MinBackoff, o.MaxBackoff)
+	switch {
+	case o.MinBackoff < 0:
+		return nil, refused("Breaker.MinBackoff", o.MinBackoff, "must not be negative")
+	case o.MaxBackoff < 0:
+		return nil, refused("Breaker.MaxBackoff", o.MaxBackoff, "must not be negative")
 	}
 	b := &breaker{threshold: o.Failures, minBackoff: o.MinBackoff, maxBack: o.MaxBackoff, now: o.Now}
 	if b.now == nil {
@@ -127,7 +131,8 @@ func newBreaker(o BreakerOptions) (*breaker, error) {
 		b.maxBack = DefaultBreakerMaxBackoff
 	}
 	if b.maxBack < b.minBackoff {
-		return nil, fmt.Errorf("redislimit: breaker MaxBackoff %v is below MinBackoff %v", b.maxBack, b.minBackoff)
+		return nil, &option.Error{Options: "redislimit.Options", Field: "Breaker.MaxBackoff", Value: b.maxBack,
+			Want: "want at least %s (" + b.minBackoff.String() + ")", With: []string{"Breaker.MinBackoff"}}
 	}
 	return b, nil
 }

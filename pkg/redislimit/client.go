@@ -3,13 +3,14 @@ package redislimit
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
 // ClientConfig describes how to reach Redis, in the terms of the reference
@@ -60,25 +61,11 @@ const clusterStateReloadInterval = time.Second
 
 // NewClient returns a go-redis client for cfg: a *redis.Client, a
 // *redis.Client in failover mode for Sentinel, or a *redis.ClusterClient.
-// It does not contact Redis; a wrong address shows at the first call. Errors
-// name the offending field.
+// It does not contact Redis; a wrong address shows at the first call. A
+// refused field is an *option.Error.
 func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
-	if cfg.PoolSize < 0 {
-		return nil, fmt.Errorf("redis pool size %d is negative", cfg.PoolSize)
-	}
-	if cfg.DB < 0 {
-		return nil, fmt.Errorf("redis database index %d is negative", cfg.DB)
-	}
-	if strings.TrimSpace(cfg.URL) == "" {
-		return nil, errors.New("redis URL is empty")
-	}
-	if !cfg.TLS && cfg.TLSFiles != (TLSFiles{}) && !strings.HasPrefix(cfg.URL, "rediss://") {
-		// The reference server ignores them then; a user who set them
-		// meant TLS, and would get a plain connection.
-		return nil, errors.New("redis TLS files or settings are given but TLS is off")
-	}
-	if cfg.SentinelPassword != "" && cfg.Type != "sentinel" {
-		return nil, fmt.Errorf("a sentinel password is given but the redis type is %q", cfg.Type)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	var tc *tls.Config
 	if cfg.TLS || strings.HasPrefix(cfg.URL, "rediss://") {
@@ -104,7 +91,8 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		}
 		if tc != nil {
 			if o.Network == "unix" {
-				return nil, errors.New("redis TLS over a unix socket: connect to a TCP address for TLS, or turn TLS off")
+				return nil, &option.Error{Options: "redislimit.ClientConfig", Field: "TLS",
+					Want: "over a unix socket (%s): connect to a TCP address for TLS, or turn TLS off", With: []string{"URL"}}
 			}
 			if o.TLSConfig != nil {
 				// A rediss:// URL's ?skip_verify=true means what it says.
@@ -130,9 +118,9 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			master, addrs = addrs[0], addrs[1:]
 		}
 		if master == "" {
-			return nil, fmt.Errorf("redis sentinel URL %q: no master name (want \"master,host:port,...\")", cfg.URL)
+			return nil, refusedConfig("URL", redactURL(cfg.URL), `no master name (want "master,host:port,...")`)
 		}
-		if err := checkAddrs("redis sentinel", addrs); err != nil {
+		if err := checkAddrs(cfg.URL, addrs); err != nil {
 			return nil, err
 		}
 		o := &redis.FailoverOptions{
@@ -155,10 +143,10 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 
 	case "cluster":
 		if cfg.DB != 0 {
-			return nil, fmt.Errorf("redis database index %d: a cluster has database 0 only", cfg.DB)
+			return nil, refusedConfig("DB", cfg.DB, "a cluster has database 0 only")
 		}
 		addrs := splitList(cfg.URL)
-		if err := checkAddrs("redis cluster", addrs); err != nil {
+		if err := checkAddrs(cfg.URL, addrs); err != nil {
 			return nil, err
 		}
 		o := &redis.ClusterOptions{
@@ -189,7 +177,33 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		}
 		return redis.NewClusterClient(o), nil
 	}
-	return nil, fmt.Errorf("redis type %q: want single, sentinel or cluster", cfg.Type)
+	return nil, refusedConfig("Type", cfg.Type, "want single, sentinel or cluster")
+}
+
+// validate refuses the fields of cfg that are wrong whatever the
+// deployment.
+func (cfg ClientConfig) validate() error {
+	switch {
+	case cfg.PoolSize < 0:
+		return refusedConfig("PoolSize", cfg.PoolSize, "must not be negative")
+	case cfg.DB < 0:
+		return refusedConfig("DB", cfg.DB, "must not be negative")
+	case strings.TrimSpace(cfg.URL) == "":
+		return &option.Error{Options: "redislimit.ClientConfig", Field: "URL", Want: "is empty"}
+	case !cfg.TLS && cfg.TLSFiles != (TLSFiles{}) && !strings.HasPrefix(cfg.URL, "rediss://"):
+		// The reference server ignores them then; a user who set them
+		// meant TLS, and would get a plain connection.
+		return &option.Error{Options: "redislimit.ClientConfig", Field: "TLSFiles", Want: "are given but %s is off", With: []string{"TLS"}}
+	case cfg.SentinelPassword != "" && cfg.Type != "sentinel":
+		return &option.Error{Options: "redislimit.ClientConfig", Field: "SentinelPassword", Want: "needs %s sentinel", With: []string{"Type"}}
+	}
+	return nil
+}
+
+// refusedConfig is the error of a ClientConfig field refused for its
+// value v.
+func refusedConfig(field string, v any, want string) error {
+	return &option.Error{Options: "redislimit.ClientConfig", Field: field, Value: v, Want: want}
 }
 
 // dialAttempts is how many times go-redis dials before a call fails: once.
@@ -217,13 +231,13 @@ func singleOptions(raw string) (*redis.Options, error) {
 			if errors.As(err, &ue) {
 				err = ue.Err
 			}
-			return nil, fmt.Errorf("redis URL %q: %w", redactURL(raw), err)
+			return nil, &option.Error{Options: "redislimit.ClientConfig", Field: "URL", Value: redactURL(raw), Err: err}
 		}
 		return o, nil
 	case strings.HasPrefix(raw, "/"):
 		return &redis.Options{Network: "unix", Addr: raw}, nil
 	default:
-		if err := checkAddrs("redis URL", []string{raw}); err != nil {
+		if err := checkAddrs(raw, []string{raw}); err != nil {
 			return nil, err
 		}
 		return &redis.Options{Network: "tcp", Addr: raw}, nil
@@ -263,14 +277,16 @@ func splitList(s string) []string {
 	return parts
 }
 
-func checkAddrs(what string, addrs []string) error {
+// checkAddrs refuses the addresses of raw, a ClientConfig.URL, when there
+// are none or one is not host:port.
+func checkAddrs(raw string, addrs []string) error {
 	if len(addrs) == 0 {
-		return fmt.Errorf("%s: no host:port given", what)
+		return refusedConfig("URL", redactURL(raw), "no host:port given")
 	}
 	for _, a := range addrs {
 		host, port, err := net.SplitHostPort(a)
 		if err != nil || host == "" || port == "" {
-			return fmt.Errorf("%s: %q is not host:port", what, a)
+			return refusedConfig("URL", redactURL(a), "want host:port")
 		}
 	}
 	return nil

@@ -79,18 +79,18 @@ func TestNewClientErrors(t *testing.T) {
 		cfg  redislimit.ClientConfig
 		want string // in the error
 	}{
-		{redislimit.ClientConfig{URL: ""}, "empty"},
-		{redislimit.ClientConfig{URL: "h:1", Type: "ring"}, `type "ring"`},
+		{redislimit.ClientConfig{URL: ""}, "redislimit.ClientConfig.URL is empty"},
+		{redislimit.ClientConfig{URL: "h:1", Type: "ring"}, `redislimit.ClientConfig.Type "ring": want single, sentinel or cluster`},
 		{redislimit.ClientConfig{URL: "http://h:1"}, "scheme"},
 		{redislimit.ClientConfig{URL: "redis://u:hunter2@h:1/x"}, "database"},
-		{redislimit.ClientConfig{URL: "localhost"}, `"localhost" is not host:port`},
-		{redislimit.ClientConfig{URL: "h:1", PoolSize: -1}, "pool size"},
-		{redislimit.ClientConfig{URL: "h:1", DB: -1}, "database index"},
+		{redislimit.ClientConfig{URL: "localhost"}, `redislimit.ClientConfig.URL "localhost": want host:port`},
+		{redislimit.ClientConfig{URL: "h:1", PoolSize: -1}, "redislimit.ClientConfig.PoolSize -1: must not be negative"},
+		{redislimit.ClientConfig{URL: "h:1", DB: -1}, "redislimit.ClientConfig.DB -1: must not be negative"},
 		{redislimit.ClientConfig{URL: "mymaster", Type: "sentinel"}, "no host:port"},
 		{redislimit.ClientConfig{URL: ",h:1", Type: "sentinel"}, "no master name"},
-		{redislimit.ClientConfig{URL: "mymaster,h", Type: "sentinel"}, `"h" is not host:port`},
+		{redislimit.ClientConfig{URL: "mymaster,h", Type: "sentinel"}, `redislimit.ClientConfig.URL "h": want host:port`},
 		{redislimit.ClientConfig{URL: "a:1,b:2", Type: "cluster", DB: 1}, "database 0 only"},
-		{redislimit.ClientConfig{URL: "a:1,,b:2", Type: "cluster"}, `"" is not host:port`},
+		{redislimit.ClientConfig{URL: "a:1,,b:2", Type: "cluster"}, `redislimit.ClientConfig.URL "": want host:port`},
 		// URLs that do not parse are quoted without their password.
 		{redislimit.ClientConfig{URL: "redis://admin:hunter2@h:notaport"}, `"redis://admin:xxxxx@h:notaport": invalid port`},
 		{redislimit.ClientConfig{URL: "redis://hunter2@h:notaport"}, `"redis://xxxxx@h:notaport"`},

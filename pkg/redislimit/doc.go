@@ -10,9 +10,9 @@
 // script is a line-by-line translation of limit's step functions, and
 // limit.Memory is the twin the scripts are tested against, decision for
 // decision, to the microsecond. Of floodgate it imports limit (the
-// contract it implements) and tracing (to say on the caller's store span
-// how many requests shared a round trip), and nothing of rules or the gRPC
-// layer.
+// contract it implements), tracing (to say on the caller's store span
+// how many requests shared a round trip) and option (the error of an
+// option it refuses), and nothing of rules or the gRPC layer.
 //
 // # Scripts
 //

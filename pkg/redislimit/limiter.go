@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate/floodgate/pkg/tracing"
 
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -71,10 +72,10 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 		return nil, errors.New("redislimit: nil client")
 	}
 	if !validPrefix(opts.KeyPrefix) {
-		return nil, fmt.Errorf("redislimit: key prefix %q contains '{' or '}'", opts.KeyPrefix)
+		return nil, refused("KeyPrefix", opts.KeyPrefix, "must not contain '{' or '}'")
 	}
 	if opts.Timeout < 0 {
-		return nil, fmt.Errorf("redislimit: negative timeout %v", opts.Timeout)
+		return nil, refused("Timeout", opts.Timeout, "must not be negative")
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = limit.DefaultDeadline
@@ -325,4 +326,9 @@ func decode(reply any, decisions []limit.Decision) (blocked bool, err error) {
 		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: reply verdict %T, want an integer", len(decisions), ErrStore, r[size-1])
 	}
 	return v == 1, nil
+}
+
+// refused is the error of an Options field refused for its value v.
+func refused(field string, v any, want string) error {
+	return &option.Error{Options: "redislimit.Options", Field: field, Value: v, Want: want}
 }

@@ -230,7 +230,7 @@ func TestNewClientTLSErrors(t *testing.T) {
 		{"a certificate without its key", redislimit.ClientConfig{URL: "h:1", TLS: true, TLSFiles: redislimit.TLSFiles{CertFile: f.clientCert}}, "both or neither"},
 		{"a key that is not the certificate's", redislimit.ClientConfig{URL: "h:1", TLS: true, TLSFiles: redislimit.TLSFiles{CertFile: f.clientCert, KeyFile: f.strangerKey}}, "private key does not match"},
 		{"TLS over a unix socket", redislimit.ClientConfig{URL: "/run/redis.sock", TLS: true}, "unix socket"},
-		{"a sentinel password for a single node", redislimit.ClientConfig{URL: "h:1", SentinelPassword: "pw"}, "sentinel password"},
+		{"a sentinel password for a single node", redislimit.ClientConfig{URL: "h:1", SentinelPassword: "pw"}, "redislimit.ClientConfig.SentinelPassword needs redislimit.ClientConfig.Type sentinel"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

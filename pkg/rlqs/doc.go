@@ -34,8 +34,9 @@
 // bounded whatever clients send; metrics (Metrics) count streams,
 // buckets, reports, assignments and refusals.
 //
-// It imports rules (matching, counter keys) and limit (the Limiter
-// contract), never a store or a listener: the binary registers the
+// It imports rules (matching, counter keys), limit (the Limiter
+// contract) and option (the error of an option it refuses), never a store
+// or a listener: the binary registers the
 // Service on its gRPC server (internal/server), and a program embedding
 // it registers it on its own.
 package rlqs

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -89,9 +90,9 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Validate reports the first option New refuses, naming the field and its
-// value ("rlqs: Options.AssignmentTTL 2.5s: want whole seconds"), or nil.
-// Zero values are valid: they mean the defaults.
+// Validate reports the first option New refuses as an *option.Error
+// ("rlqs.Options.AssignmentTTL 2.5s: want whole seconds"), or nil. Zero
+// values are valid: they mean the defaults.
 func (o Options) Validate() error {
 	if err := o.validateSigns(); err != nil {
 		return err
@@ -99,18 +100,23 @@ func (o Options) Validate() error {
 	n := o.withDefaults()
 	switch {
 	case n.ReportInterval < time.Second:
-		return fmt.Errorf("rlqs: Options.ReportInterval %v: want at least 1s", o.ReportInterval)
+		return refused("ReportInterval", o.ReportInterval, "want at least 1s")
 	case n.AssignmentTTL%time.Second != 0:
-		return fmt.Errorf("rlqs: Options.AssignmentTTL %v: want whole seconds (Envoy drops the fraction)", o.AssignmentTTL)
+		return refused("AssignmentTTL", o.AssignmentTTL, "want whole seconds (Envoy drops the fraction)")
 	case n.AssignmentTTL <= 2*n.ReportInterval:
-		return fmt.Errorf("rlqs: Options.AssignmentTTL %v: want more than two report intervals (%v), so that a refresh at a report always comes before it runs out",
-			n.AssignmentTTL, 2*n.ReportInterval)
+		return refused("AssignmentTTL", n.AssignmentTTL, fmt.Sprintf(
+			"want more than two report intervals (%v), so that a refresh at a report always comes before it runs out", 2*n.ReportInterval))
 	case n.IdleTimeout < 2*n.ReportInterval:
-		return fmt.Errorf("rlqs: Options.IdleTimeout %v: want at least two report intervals (%v)", n.IdleTimeout, 2*n.ReportInterval)
+		return refused("IdleTimeout", n.IdleTimeout, fmt.Sprintf("want at least two report intervals (%v)", 2*n.ReportInterval))
 	case o.FailureMode > rules.FailureUnavailable:
-		return fmt.Errorf("rlqs: Options.FailureMode %v: want allow, deny or unavailable", o.FailureMode)
+		return refused("FailureMode", o.FailureMode, "want allow, deny or unavailable")
 	}
 	return nil
+}
+
+// refused is the error of an option field refused for its value v.
+func refused(field string, v any, want string) error {
+	return &option.Error{Options: "rlqs.Options", Field: field, Value: v, Want: want}
 }
 
 // validateSigns names the first duration or bound that is negative.
@@ -120,7 +126,7 @@ func (o Options) validateSigns() error {
 		v    time.Duration
 	}{{"ReportInterval", o.ReportInterval}, {"AssignmentTTL", o.AssignmentTTL}, {"IdleTimeout", o.IdleTimeout}, {"StoreTimeout", o.StoreTimeout}} {
 		if d.v < 0 {
-			return fmt.Errorf("rlqs: Options.%s %v: must not be negative (0 is the default)", d.name, d.v)
+			return refused(d.name, d.v, "must not be negative (0 is the default)")
 		}
 	}
 	for _, b := range []struct {
@@ -129,7 +135,7 @@ func (o Options) validateSigns() error {
 	}{{"MaxStreams", o.MaxStreams}, {"MaxBuckets", o.MaxBuckets}, {"MaxStreamBuckets", o.MaxStreamBuckets},
 		{"MaxBucketIDBytes", o.MaxBucketIDBytes}, {"MaxBucketEntries", o.MaxBucketEntries}} {
 		if b.v < 0 {
-			return fmt.Errorf("rlqs: Options.%s %d: must not be negative (0 is the default)", b.name, b.v)
+			return refused(b.name, b.v, "must not be negative (0 is the default)")
 		}
 	}
 	return nil

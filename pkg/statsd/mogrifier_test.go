@@ -67,7 +67,7 @@ func TestMogrifiersFromEnvRefuses(t *testing.T) {
 		t.Errorf("no list: %v, %v", ms, err)
 	}
 	_, err := statsd.New(statsd.Options{Mogrifiers: []statsd.Mogrifier{{Pattern: regexp.MustCompile("x"), Name: "y"}}})
-	if err == nil || !strings.Contains(err.Error(), "need Options.DogStatsD") {
+	if err == nil || !strings.Contains(err.Error(), "need statsd.Options.DogStatsD") {
 		t.Errorf("mogrifiers without DogStatsD: %v", err)
 	}
 }

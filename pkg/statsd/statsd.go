@@ -8,9 +8,9 @@
 //
 // It owns the wire format, the batching and the connection, and knows no
 // stat names: package envoy names the request path's stats as the
-// reference server does, and cmd/server adds the rest. It imports nothing
-// of floodgate, and is public because envoy.MetricsOptions takes a
-// *Client.
+// reference server does, and cmd/server adds the rest. Of floodgate it
+// imports only option (its errors), and is public because
+// envoy.MetricsOptions takes a *Client.
 package statsd
 
 import (
@@ -23,6 +23,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
 // DefaultAddr is Options.Addr when it is empty: the reference server's
@@ -175,7 +177,7 @@ func New(opts Options) (*Client, error) {
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
-	c.tags, _ = normalizeTags(opts.Tags) // checked by Validate
+	c.tags = normalizeTags(opts.Tags)
 	c.dog, c.mogrifiers = opts.DogStatsD, opts.Mogrifiers
 	c.sink, c.noServer = opts.Sink, opts.NoServer
 	interval := opts.FlushInterval
@@ -189,38 +191,43 @@ func New(opts Options) (*Client, error) {
 	return c, nil
 }
 
-// Validate reports the first option New refuses, naming the field and
-// its value ("statsd: Options.Network \"unix\": want udp or tcp"), or nil.
-// Zero values are valid: they mean the defaults.
+// Validate reports the first option New refuses as an *option.Error
+// ("statsd.Options.Network \"unix\": want udp or tcp"), or nil. Zero
+// values are valid: they mean the defaults.
 func (o Options) Validate() error {
 	switch {
 	case o.Network != "" && o.Network != "udp" && o.Network != "tcp":
-		return fmt.Errorf("statsd: Options.Network %q: want udp or tcp", o.Network)
+		return refused("Network", o.Network, "want udp or tcp")
 	case o.FlushInterval < 0:
-		return fmt.Errorf("statsd: Options.FlushInterval %v: must not be negative", o.FlushInterval)
+		return refused("FlushInterval", o.FlushInterval, "must not be negative")
 	case o.MaxPacketSize < 0:
-		return fmt.Errorf("statsd: Options.MaxPacketSize %d: must not be negative", o.MaxPacketSize)
+		return refused("MaxPacketSize", o.MaxPacketSize, "must not be negative")
 	case len(o.Mogrifiers) > 0 && !o.DogStatsD:
-		return errors.New("statsd: Options.Mogrifiers rename DogStatsD stats; they need Options.DogStatsD")
+		return &option.Error{Options: "statsd.Options", Field: "Mogrifiers", Want: "rename DogStatsD stats; they need %s", With: []string{"DogStatsD"}}
 	case o.NoServer && o.Sink == nil:
-		return errors.New("statsd: Options.NoServer sends the stats nowhere without Options.Sink")
+		return &option.Error{Options: "statsd.Options", Field: "NoServer", Want: "sends the stats nowhere without %s", With: []string{"Sink"}}
 	case o.Sink != nil && o.DogStatsD:
-		return errors.New("statsd: Options.Sink takes plain statsd names; it cannot be used with Options.DogStatsD")
+		return &option.Error{Options: "statsd.Options", Field: "Sink", Want: "takes plain statsd names; it cannot be used with %s", With: []string{"DogStatsD"}}
 	}
 	if o.Addr != "" {
 		if _, _, err := net.SplitHostPort(o.Addr); err != nil {
-			return fmt.Errorf("statsd: Options.Addr %q: %w", o.Addr, err)
+			return &option.Error{Options: "statsd.Options", Field: "Addr", Value: o.Addr, Err: err}
 		}
 	}
-	if _, err := normalizeTags(o.Tags); err != nil {
+	if err := checkKeys("Tags", o.Tags); err != nil {
 		return err
 	}
 	for _, m := range o.Mogrifiers {
-		if err := checkKeys(m.Tags); err != nil {
+		if err := checkKeys("Mogrifiers", m.Tags); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// refused is the error of an option field refused for its value v.
+func refused(field string, v any, want string) error {
+	return &option.Error{Options: "statsd.Options", Field: field, Value: v, Want: want}
 }
 
 // Counter returns the counter of name, creating it at the first call: each

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/statsdtest"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
@@ -449,17 +450,18 @@ func TestParseTags(t *testing.T) {
 
 func TestNewRefuses(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		opts statsd.Options
-		err  string
+		name  string
+		opts  statsd.Options
+		field string // of the *option.Error
+		err   string
 	}{
-		{"unknown network", statsd.Options{Network: "unix"}, `Options.Network "unix": want udp or tcp`},
-		{"address without a port", statsd.Options{Addr: "statsd"}, `Options.Addr "statsd"`},
-		{"negative packet size", statsd.Options{MaxPacketSize: -1}, "Options.MaxPacketSize -1: must not be negative"},
-		{"tag key with a colon", statsd.Options{Tags: []statsd.Tag{{Key: "a:b", Value: "c"}}}, `tag key "a:b": ":" would corrupt`},
-		{"tag key with a newline", statsd.Options{Tags: []statsd.Tag{{Key: "a\nb", Value: "c"}}}, `would corrupt`},
-		{"no server and no sink", statsd.Options{NoServer: true}, "Options.NoServer sends the stats nowhere without Options.Sink"},
-		{"a sink with DogStatsD", statsd.Options{Sink: &recordingSink{}, DogStatsD: true}, "Options.Sink takes plain statsd names"},
+		{"unknown network", statsd.Options{Network: "unix"}, "Network", `statsd.Options.Network "unix": want udp or tcp`},
+		{"address without a port", statsd.Options{Addr: "statsd"}, "Addr", `statsd.Options.Addr "statsd": address statsd: missing port`},
+		{"negative packet size", statsd.Options{MaxPacketSize: -1}, "MaxPacketSize", "statsd.Options.MaxPacketSize -1: must not be negative"},
+		{"tag key with a colon", statsd.Options{Tags: []statsd.Tag{{Key: "a:b", Value: "c"}}}, "Tags", `statsd.Options.Tags "a:b": ":" in a tag key would corrupt`},
+		{"tag key with a newline", statsd.Options{Tags: []statsd.Tag{{Key: "a\nb", Value: "c"}}}, "Tags", `would corrupt`},
+		{"no server and no sink", statsd.Options{NoServer: true}, "NoServer", "statsd.Options.NoServer sends the stats nowhere without statsd.Options.Sink"},
+		{"a sink with DogStatsD", statsd.Options{Sink: &recordingSink{}, DogStatsD: true}, "Sink", "statsd.Options.Sink takes plain statsd names"},
 	} {
 		c, err := statsd.New(tc.opts)
 		if err == nil {
@@ -467,8 +469,9 @@ func TestNewRefuses(t *testing.T) {
 			t.Errorf("%s: no error", tc.name)
 			continue
 		}
-		if !strings.Contains(err.Error(), tc.err) {
-			t.Errorf("%s: error %q, want it to contain %q", tc.name, err, tc.err)
+		var oe *option.Error
+		if !errors.As(err, &oe) || oe.Field != tc.field || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: error %q, want an option.Error of %s containing %q", tc.name, err, tc.field, tc.err)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
 // Tag is a key and value added to every stat (Options.Tags).
@@ -34,10 +36,7 @@ func ParseTags(s string) ([]Tag, error) {
 // normalizeTags returns tags as lyft/gostats serializes them: without empty
 // keys or values, one per key (the last), sorted by key, values with '.',
 // ':' and '|' replaced by '_'.
-func normalizeTags(tags []Tag) ([]Tag, error) {
-	if err := checkKeys(tags); err != nil {
-		return nil, err
-	}
+func normalizeTags(tags []Tag) []Tag {
 	byKey := map[string]string{}
 	for _, t := range tags {
 		if t.Key != "" && t.Value != "" {
@@ -49,15 +48,16 @@ func normalizeTags(tags []Tag) ([]Tag, error) {
 		out = append(out, Tag{k, v})
 	}
 	slices.SortFunc(out, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
-	return out, nil
+	return out
 }
 
-// checkKeys refuses a tag key with a character that would corrupt the
-// lines.
-func checkKeys(tags []Tag) error {
+// checkKeys refuses a tag key of the option field with a character that
+// would corrupt the lines.
+func checkKeys(field string, tags []Tag) error {
 	for _, t := range tags {
 		if i := strings.IndexFunc(t.Key, badKeyRune); i >= 0 {
-			return fmt.Errorf("statsd: tag key %q: %q would corrupt the stat lines", t.Key, t.Key[i:i+1])
+			return &option.Error{Options: "statsd.Options", Field: field, Value: t.Key,
+				Want: fmt.Sprintf("%q in a tag key would corrupt the stat lines", t.Key[i:i+1])}
 		}
 	}
 	return nil

@@ -30,6 +30,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
 // Protocols of the OTLP exporter, TRACING_EXPORTER_PROTOCOL's values.
@@ -73,18 +75,18 @@ type Options struct {
 	Store string
 }
 
-// Validate reports the first option New refuses, naming the field and
-// its value ("tracing: Options.SamplingRate 2: want a number between 0
-// and 1"), or nil.
+// Validate reports the first option New refuses as an *option.Error
+// ("tracing.Options.SamplingRate 2: want a number between 0 and 1"), or
+// nil.
 func (o Options) Validate() error {
 	if math.IsNaN(o.SamplingRate) || o.SamplingRate < 0 || o.SamplingRate > 1 {
-		return fmt.Errorf("tracing: Options.SamplingRate %v: want a number between 0 and 1", o.SamplingRate)
+		return &option.Error{Options: "tracing.Options", Field: "SamplingRate", Value: o.SamplingRate, Want: "want a number between 0 and 1"}
 	}
 	switch strings.ToLower(o.Protocol) {
 	case "", ProtocolHTTP, "http/protobuf", ProtocolGRPC:
 		return nil
 	}
-	return fmt.Errorf("tracing: Options.Protocol %q: want http or grpc", o.Protocol)
+	return &option.Error{Options: "tracing.Options", Field: "Protocol", Value: o.Protocol, Want: "want http or grpc"}
 }
 
 // Tracer starts the spans of the service and exports them. It is safe for
