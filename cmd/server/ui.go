@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/internal/ui"
 	"github.com/floodgate/floodgate/pkg/envoy"
 )
@@ -25,7 +25,7 @@ type uiPages struct {
 // rule's (m keeps them when -debug-addr is set, see openMetrics), as it
 // is on loopback unless -debug-addr (DEBUG_HOST) says otherwise, the same
 // choice that guards pprof. Both share one history.
-func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *envoy.Metrics, store func() server.StoreHealth) (uiPages, error) {
+func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *envoy.Metrics, store func() health.Store) (uiPages, error) {
 	if !on {
 		return uiPages{run: func(context.Context) {}}, nil
 	}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
@@ -293,7 +294,7 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 
 // describeStore is /rlconfig's store line: "store: redis healthy (breaker
 // closed)", "store: redis unhealthy, not reached since start (...)".
-func describeStore(h StoreHealth) string {
+func describeStore(h health.Store) string {
 	line := "store: " + h.Name + " healthy"
 	if !h.Healthy {
 		line = "store: " + h.Name + " unhealthy"

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -100,8 +101,8 @@ func TestHTTPAnswersAreExactBytes(t *testing.T) {
 // /rlconfig reads top to bottom: the loads, health, the store, warnings,
 // then one line per limit, each said once.
 func TestRLConfigReadsWell(t *testing.T) {
-	memory := func() StoreHealth {
-		return StoreHealth{Name: "memory", Healthy: true, Reached: true, Detail: "counters in this process only"}
+	memory := func() health.Store {
+		return health.Store{Name: "memory", Healthy: true, Reached: true, Detail: "counters in this process only"}
 	}
 	s, _ := runningWith(t, Options{Store: memory}, envoy.Options{}, stableRules)
 	code, body := do(t, "GET", "http://"+s.Addrs().HTTP.String()+"/rlconfig", "")
@@ -139,8 +140,8 @@ func TestRLConfigWithoutStore(t *testing.T) {
 
 // /rlconfig says why health is NOT_SERVING, and how the store stands.
 func TestRLConfigSaysWhyNotServing(t *testing.T) {
-	s, _ := running(t, Options{Store: func() StoreHealth {
-		return StoreHealth{Name: "redis", Detail: "breaker open; last failure 1s ago: connection refused"}
+	s, _ := running(t, Options{Store: func() health.Store {
+		return health.Store{Name: "redis", Detail: "breaker open; last failure 1s ago: connection refused"}
 	}})
 	_, body := do(t, "GET", "http://"+s.Addrs().HTTP.String()+"/rlconfig", "")
 	want := "\nhealth: NOT_SERVING: store redis has not answered since start; readiness waits until it has\n" +

@@ -48,6 +48,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -115,7 +116,7 @@ type Options struct {
 	// says; it is called from any goroutine. Nil means there is no store
 	// to report: /rlconfig has no store line and the store never holds
 	// readiness.
-	Store func() StoreHealth
+	Store func() health.Store
 	// StoreReadiness says how the store's health decides readiness
 	// (/healthcheck and gRPC health). The zero value,
 	// StoreReachedOnce, holds readiness until the store has answered once.
@@ -204,7 +205,7 @@ type StoreReadiness int
 
 const (
 	// StoreReachedOnce reports NOT_SERVING until the store has answered
-	// once since start (StoreHealth.Reached), then ignores it. A wrong
+	// once since start (health.Store.Reached), then ignores it. A wrong
 	// store address thus stalls a rolling deploy instead of replacing good
 	// pods with pods that answer every request by the failure policy (the
 	// reference server refuses to start), while an outage of a store that
@@ -256,20 +257,6 @@ func (r *StoreReadiness) UnmarshalText(b []byte) error {
 // MarshalText writes the mode's name.
 func (r StoreReadiness) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
-// StoreHealth is the state of the limit store, for /rlconfig and
-// readiness.
-type StoreHealth struct {
-	// Name is the store, e.g. "redis".
-	Name string
-	// Healthy reports whether calls reach the store.
-	Healthy bool
-	// Reached reports whether the store has answered at least once since
-	// start (a probe or a call). Once true it stays true.
-	Reached bool
-	// Detail says more, e.g. "breaker closed".
-	Detail string
-}
-
 // DefaultMaxMessageBytes is Options.MaxMessageBytes when it is zero. RLS
 // requests are a few hundred bytes.
 const DefaultMaxMessageBytes = 1 << 20
@@ -286,7 +273,7 @@ type Server struct {
 	// is served.
 	healthNames []string
 	serving     atomic.Bool
-	// reached latches the store's StoreHealth.Reached.
+	// reached latches the store's health.Store.Reached.
 	reached atomic.Bool
 	// metrics says whether /metrics is served.
 	metrics bool

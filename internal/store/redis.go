@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
@@ -172,9 +172,9 @@ func (d *deployment) logAttrs(more ...any) []any {
 // redisHealth is the health of the Redis deployments: healthy while every
 // one is, since a call may need any; with several, the detail names each
 // by its role and address, so that /rlconfig says which one fails.
-func (s *Store) redisHealth() server.StoreHealth {
+func (s *Store) redisHealth() health.Store {
 	now := s.clock.Now()
-	h := server.StoreHealth{Name: s.name, Healthy: true, Reached: true}
+	h := health.Store{Name: s.name, Healthy: true, Reached: true}
 	for _, d := range s.redis {
 		h.Healthy = h.Healthy && d.lim.Healthy()
 		h.Reached = h.Reached && d.watch.Reached()

@@ -17,8 +17,8 @@
 // page's first snapshot carries; the same samples tell which rules are
 // refusing now, first in the snapshot's Refusing list.
 //
-// It imports envoy (the hot counters), rules and server (the rule and
-// store status types) and decides nothing; package server mounts the
+// It imports envoy (the hot counters), rules and health (the store's
+// health), never server, and decides nothing; package server mounts the
 // handler and cmd/server decides whether it is served and where values
 // may be shown.
 package ui
@@ -36,8 +36,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 //go:embed assets
@@ -61,10 +62,17 @@ const (
 // refusingSteps steps, 15 s by default.
 const refusingSteps = 3
 
+// Rules are the rules in force and the state of their loads;
+// rules.Watcher satisfies it.
+type Rules interface {
+	Current() *rules.Set
+	Status() rules.Status
+}
+
 // Options configures the page.
 type Options struct {
 	// Rules are the rules in force and the state of their loads.
-	Rules server.Rules
+	Rules Rules
 	// Gatherer is the registry /metrics serves; the page's figures are
 	// read from it.
 	Gatherer prometheus.Gatherer
@@ -72,7 +80,7 @@ type Options struct {
 	// values; nil shows no hot counters.
 	Metrics *envoy.Metrics
 	// Store describes the limit store's health; nil shows none.
-	Store func() server.StoreHealth
+	Store func() health.Store
 	// Values says whose request values the hot counters show; the zero
 	// value shows none. envoy.HotOptedIn shows those of detailed_metric
 	// and value_to_metric rules, which /metrics names too; envoy.HotAll
