@@ -10,7 +10,6 @@ import (
 	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
-	"github.com/floodgate/floodgate/pkg/redislimit"
 )
 
 // Options says which store Open opens and how. The zero value opens the
@@ -27,7 +26,7 @@ type Options struct {
 	// RedisTLSFiles say how the Redis deployments with TLS on verify their
 	// servers and which certificate they present; shared by Redis and
 	// PerSecond, and only for those with TLS on.
-	RedisTLSFiles redislimit.TLSFiles
+	RedisTLSFiles tlsclient.Files
 	// Memcache, when its Servers or SRV is set, makes Memcached the store.
 	Memcache MemcacheOptions
 	// Deadline bounds each call to Redis or Memcached, the request's
@@ -171,7 +170,7 @@ func (r RedisOptions) validate(name string) error {
 func (o Options) validateRedis() error {
 	if o.Redis.URL == "" {
 		set := setFields{{"Options.Redis.TLS", o.Redis.TLS}, {"Options.Redis.SentinelAuth", o.Redis.SentinelAuth != ""}}
-		set = append(set, tlsFields("Options.RedisTLSFiles", tlsclient.Files(o.RedisTLSFiles))...)
+		set = append(set, tlsFields("Options.RedisTLSFiles", o.RedisTLSFiles)...)
 		if err := need(set.names(), "Options.Redis.URL (REDIS_URL)"); err != nil {
 			return err
 		}
@@ -189,7 +188,7 @@ func (o Options) validateRedis() error {
 		return errors.New("Options.PerSecond.URL (REDIS_PERSECOND_URL) needs Options.Redis.URL (REDIS_URL): the per-second Redis holds only the limits whose window is shorter than a minute")
 	case o.PerSecond.SentinelAuth != "" && o.PerSecond.typ() != "sentinel":
 		return errors.New("Options.PerSecond.SentinelAuth needs Options.PerSecond.Type sentinel (REDIS_PERSECOND_TYPE=sentinel)")
-	case !o.Redis.tlsOn() && !o.PerSecond.tlsOn() && o.RedisTLSFiles != redislimit.TLSFiles{}:
+	case !o.Redis.tlsOn() && !o.PerSecond.tlsOn() && o.RedisTLSFiles != tlsclient.Files{}:
 		// Named all four, as the reference's REDIS_TLS_* variables.
 		return errors.New("Options.RedisTLSFiles.CAFile, Options.RedisTLSFiles.CertFile, Options.RedisTLSFiles.KeyFile and Options.RedisTLSFiles.SkipHostnameVerification (REDIS_TLS_*) " +
 			"need Options.Redis.TLS (REDIS_TLS=true) or Options.PerSecond.TLS (REDIS_PERSECOND_TLS=true)")

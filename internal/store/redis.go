@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"sync"
@@ -108,16 +109,20 @@ func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*depl
 	if role != "main" {
 		what = role + " redis"
 	}
-	files := opts.RedisTLSFiles
-	if !r.tlsOn() {
-		// Shared with the other Redis, which may be the one with TLS.
-		files = redislimit.TLSFiles{}
+	var tc *tls.Config
+	if r.tlsOn() {
+		// The files are shared with the other Redis, which may be the one
+		// with TLS: they are read only for a deployment with TLS on.
+		var err error
+		if tc, err = opts.RedisTLSFiles.Config("redis"); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
 	}
 	user, pass := r.credentials()
 	client, err := redislimit.NewClient(redislimit.ClientConfig{
 		URL: r.URL, Type: r.typ(), SentinelMaster: r.SentinelMaster,
 		Username: user, Password: pass, SentinelPassword: r.SentinelAuth,
-		TLS: r.TLS, TLSFiles: files, PoolSize: r.PoolSize, DialTimeout: r.DialTimeout,
+		TLS: tc, PoolSize: r.PoolSize, DialTimeout: r.DialTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
