@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/pkg/envoy"
 )
 
@@ -115,7 +116,7 @@ func TestBadRequestsOverGRPC(t *testing.T) {
 func refusedCounts(t *testing.T, s *Server) map[string]float64 {
 	t.Helper()
 	counts := map[string]float64{}
-	for _, r := range envoy.RefusalReasons {
+	for _, r := range rlsmetrics.RefusalReasons {
 		counts[r] = metricValue(t, s, `floodgate_requests_refused_total{reason="`+r+`"}`)
 	}
 	return counts

@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate/floodgate/internal/health"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -50,7 +51,7 @@ func runningWith(t testing.TB, opts Options, svcOpts envoy.Options, ruleFile str
 	}
 	reg := prometheus.NewRegistry()
 	if svcOpts.Metrics == nil {
-		if svcOpts.Metrics, err = envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory"}); err != nil {
+		if svcOpts.Metrics, err = rlsmetrics.New(reg, rlsmetrics.Options{Store: "memory"}); err != nil {
 			t.Fatal(err)
 		}
 	}

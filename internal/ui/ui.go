@@ -9,7 +9,7 @@
 // (api/snapshot) that this package builds from the Prometheus registry
 // that /metrics serves, so that the page's figures are /metrics' figures,
 // and from the rules, the store's health and the request path's hot
-// counters (envoy.Metrics.Hot).
+// counters (rlsmetrics.Metrics.Hot).
 //
 // So that the page opens on the last minutes rather than on an empty
 // chart, Handler.Run samples every rule's counters every HistoryStep and
@@ -37,7 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate/internal/health"
-	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -78,22 +78,22 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Metrics supplies the hot counters and the series of rules named by
 	// values; nil shows no hot counters.
-	Metrics *envoy.Metrics
+	Metrics *rlsmetrics.Metrics
 	// Store describes the limit store's health; nil shows none.
 	Store func() health.Store
 	// Values says whose request values the hot counters show; the zero
-	// value shows none. envoy.HotOptedIn shows those of detailed_metric
-	// and value_to_metric rules, which /metrics names too; envoy.HotAll
-	// every rule's (kept only with envoy.MetricsOptions.KeepHotValues):
+	// value shows none. rlsmetrics.HotOptedIn shows those of detailed_metric
+	// and value_to_metric rules, which /metrics names too; rlsmetrics.HotAll
+	// every rule's (kept only with rlsmetrics.Options.KeepHotValues):
 	// set it only where the page is not exposed beyond who may see
 	// request values (cmd/server sets it on the debug listener, on
 	// loopback unless told otherwise).
-	Values envoy.HotValues
+	Values rlsmetrics.HotValues
 	// Interval is how often the page asks for a new snapshot. 0 means
 	// DefaultInterval.
 	Interval time.Duration
 	// HotCounters is how many hot counters the page shows per rule (at
-	// most envoy.HotCapacity). 0 means DefaultHotCounters.
+	// most rlsmetrics.HotCapacity). 0 means DefaultHotCounters.
 	HotCounters int
 	// HistoryStep is how often Run samples the counters, and
 	// HistoryLength how many samples it keeps. 0 means
@@ -126,7 +126,7 @@ func New(opts Options) (*Handler, error) {
 	if opts.HotCounters == 0 {
 		opts.HotCounters = DefaultHotCounters
 	}
-	opts.HotCounters = min(opts.HotCounters, envoy.HotCapacity)
+	opts.HotCounters = min(opts.HotCounters, rlsmetrics.HotCapacity)
 	opts.HistoryStep = cmp.Or(opts.HistoryStep, DefaultHistoryStep)
 	opts.HistoryLength = cmp.Or(opts.HistoryLength, DefaultHistoryLength)
 	sub, err := fs.Sub(assets, "assets")
@@ -138,7 +138,7 @@ func New(opts Options) (*Handler, error) {
 
 // WithValues returns a handler like h that shows the request values v
 // lets through, sharing h's history: one Run feeds both.
-func (h *Handler) WithValues(v envoy.HotValues) *Handler {
+func (h *Handler) WithValues(v rlsmetrics.HotValues) *Handler {
 	h2 := *h
 	h2.opts.Values = v
 	return &h2

@@ -16,15 +16,14 @@
 // descriptor, the overall code, and the optional response headers and
 // body; an answer
 // of the failure policy says so, with the cause, in its dynamic metadata
-// (failure.go). It logs each answer at debug level (debuglog.go). It also
-// owns the request-path metrics, in Prometheus and, when asked, in statsd
-// under the reference server's names (statsd.go), whose series and names
-// stay bounded whatever values clients send.
+// (failure.go). It logs each answer at debug level (debuglog.go), and
+// tells Options.Metrics what each request did (the Metrics interface; the
+// binary counts it in Prometheus and statsd, in internal/rlsmetrics).
 //
 // It imports rules (which limits apply), limit (the Limiter contract and
-// its Hit and Decision types), statsd (the transport of its statsd stats)
-// and tracing (its spans), never a store: the limit.Limiter (limit.Memory,
-// redislimit.Limiter, ...) is chosen by the caller. The listeners, the
+// its Hit and Decision types) and tracing (its spans), never a store: the
+// limit.Limiter (limit.Memory, redislimit.Limiter, ...) is chosen by the
+// caller. The listeners, the
 // settings and the store's assembly are the binary's (internal/server,
 // internal/settings, internal/store, cmd/server); a program embedding the
 // service serves it with its own gRPC server.

@@ -7,10 +7,9 @@
 // Prometheus exporter is one).
 //
 // It owns the wire format, the batching and the connection, and knows no
-// stat names: package envoy names the request path's stats as the
+// stat names: package rlsmetrics names the request path's stats as the
 // reference server does, and cmd/server adds the rest. It imports nothing
-// of floodgate, and is public because envoy.MetricsOptions takes a
-// *Client.
+// of floodgate.
 package statsd
 
 import (
