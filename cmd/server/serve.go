@@ -156,7 +156,7 @@ func (a *app) openMetrics() error {
 	mo.KeepHotValues = a.cfg.UI && a.cfg.Server.DebugAddr != ""
 	m, err := rlsmetrics.New(a.reg, mo)
 	if err == nil {
-		err = server.RegisterRuleMetrics(a.reg, a.rules)
+		err = rlsmetrics.RegisterRuleLoads(a.reg, a.rules.Status)
 	}
 	if err != nil {
 		return exit(1, fmt.Errorf("metrics: %w", err))

@@ -2,7 +2,8 @@
 // does (envoy.Metrics): Prometheus metrics, and, when asked, statsd under
 // the reference server's names (statsd.go), whose series and names stay
 // bounded whatever values clients send; the most hit counters of each
-// rule, for the live page (hot.go); and the loads of the rules in statsd.
+// rule, for the live page (hot.go); and the loads of the rules, in both
+// (rules.go).
 //
 // It is the binary's: pkg/envoy calls it through its Metrics interface
 // and knows nothing of Prometheus or statsd.

@@ -367,34 +367,6 @@ func TestDetailedMetricTurnedOff(t *testing.T) {
 	}
 }
 
-// TestStatsdRuleLoads: the first load and each good reload count as
-// config_load_success, each refused reload as config_load_error, sent as
-// what changed since the last flush.
-func TestStatsdRuleLoads(t *testing.T) {
-	srv := statsdtest.Listen(t)
-	client := newStatsdClient(t, srv.Addr())
-	var st rules.Status
-	StatsdRuleLoads(client, func() rules.Status { return st })
-	for _, step := range []struct {
-		name             string
-		reloads, refused uint64
-		want             []string
-	}{
-		{"the first load", 0, 0, []string{"ratelimit.service.config_load_success:1|c"}},
-		{"two good reloads and a refused one", 3, 1, []string{"ratelimit.service.config_load_success:2|c", "ratelimit.service.config_load_error:1|c"}},
-		{"nothing new", 3, 1, nil},
-		{"a refused reload", 4, 2, []string{"ratelimit.service.config_load_error:1|c"}},
-	} {
-		st.Reloads, st.Failures = step.reloads, step.refused
-		if err := client.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if got := srv.Lines(t); !slices.Equal(got, step.want) {
-			t.Errorf("%s: got %q, want %q", step.name, got, step.want)
-		}
-	}
-}
-
 // newStatsdClient returns a statsd client sending to addr, flushed only when
 // the test asks, closed when the test ends.
 func newStatsdClient(t *testing.T, addr string) *statsd.Client {

@@ -62,7 +62,7 @@ func runningWith(t testing.TB, opts Options, svcOpts envoy.Options, ruleFile str
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := RegisterRuleMetrics(reg, w); err != nil {
+	if err := rlsmetrics.RegisterRuleLoads(reg, w.Status); err != nil {
 		t.Fatal(err)
 	}
 	if opts.GRPCAddr == "" {
