@@ -73,8 +73,8 @@ type DescriptorHits struct {
 // Reasons for Metrics.Refused. The service refuses requests beyond its
 // RequestBounds, malformed ones (an empty domain, key or descriptor list;
 // a string that is not UTF-8) and invalid ones (a bad limit override);
-// the listeners refuse messages that do not decode, those over their
-// bound and calls of methods they do not serve.
+// Codec's handler refuses messages that do not decode and those over its
+// bound; a listener refuses calls of methods it does not serve.
 const (
 	RefusedMalformed     = "malformed"
 	RefusedTooLarge      = "too_large"
