@@ -234,8 +234,8 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		maxValues:     opts.MaxValueSeries,
 		keepHotValues: opts.KeepHotValues,
 		byLabel:       map[[2]string]*ruleSeries{},
+		labels:        sync.Pool{New: func() any { return new([]byte) }},
 	}
-	m.labels.New = func() any { return new([]byte) }
 	for _, r := range RefusalReasons {
 		m.refused.WithLabelValues(r) // present at 0 from the start
 	}

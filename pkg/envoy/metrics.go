@@ -11,9 +11,9 @@ import (
 // Metrics is told what the request path does, to count it: Options.Metrics.
 // A Service calls it on every request, from as many goroutines as there
 // are requests, so an implementation must be safe for concurrent use and
-// must not block; it must not keep the slices it is given, which are
-// reused by the next request. The binary counts in Prometheus and statsd
-// (internal/rlsmetrics).
+// must not block; it must not keep what Hits is given past the call: the
+// slice and the resolutions it points to are reused by the next request.
+// The binary counts in Prometheus and statsd (internal/rlsmetrics).
 type Metrics interface {
 	// Decision records an answer and how long it took: resp, or err when
 	// the call failed (its gRPC status says how).
