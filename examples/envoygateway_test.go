@@ -281,8 +281,20 @@ func (w *egWorld) start(t *testing.T, e *egContainer) (*egRun, error) {
 	return w.run(t, e, harness.Options{Bin: harness.Binary(t)})
 }
 
-// run runs o.Bin as start does, o saying whether to wait.
+// run runs o.Bin as start does, o saying whether to wait. A port the
+// environment moved (PROMETHEUS_ADDR) that another process takes before
+// floodgate listens gets a new environment, up to three times.
 func (w *egWorld) run(t *testing.T, e *egContainer, o harness.Options) (*egRun, error) {
+	for attempt := 1; ; attempt++ {
+		r, err := w.runOnce(t, e, o)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return r, err
+		}
+	}
+}
+
+// runOnce is one attempt of run.
+func (w *egWorld) runOnce(t *testing.T, e *egContainer, o harness.Options) (*egRun, error) {
 	dir, err := os.MkdirTemp(tempRoot, "eg-")
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/counters"
 	"github.com/floodgate/floodgate/internal/promsink"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/store"
@@ -35,7 +36,7 @@ type app struct {
 	store   *store.Store
 	statsd  *statsd.Client
 	prom    *promsink.Sink // nil without -prometheus-addr
-	metrics *envoy.Metrics
+	metrics *rlsmetrics.Metrics
 	tracer  *tracing.Tracer
 	closers []func()
 }
@@ -153,9 +154,9 @@ func (a *app) openMetrics() error {
 	// The debug listener's live page shows every rule's hot counter
 	// values (newUI): keep them only when that page exists.
 	mo.KeepHotValues = a.cfg.UI && a.cfg.Server.DebugAddr != ""
-	m, err := envoy.NewMetrics(a.reg, mo)
+	m, err := rlsmetrics.New(a.reg, mo)
 	if err == nil {
-		err = server.RegisterRuleMetrics(a.reg, a.rules)
+		err = rlsmetrics.RegisterRuleLoads(a.reg, a.rules.Status)
 	}
 	if err != nil {
 		return exit(1, fmt.Errorf("metrics: %w", err))
@@ -200,7 +201,7 @@ func (a *app) openStatsd() error {
 	// Closed after the server has stopped, so the last counts go out.
 	a.closers = append(a.closers, func() { sd.Close() })
 	sd.RuntimeStats("ratelimit.go")
-	envoy.StatsdRuleLoads(sd, a.rules.Status)
+	rlsmetrics.StatsdRuleLoads(sd, a.rules.Status)
 	a.statsd = sd
 	return nil
 }

@@ -7,9 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/internal/health"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/ui"
-	"github.com/floodgate/floodgate/pkg/envoy"
 )
 
 // uiPages are the live page's handlers for the HTTP and the debug
@@ -25,13 +25,13 @@ type uiPages struct {
 // rule's (m keeps them when -debug-addr is set, see openMetrics), as it
 // is on loopback unless -debug-addr (DEBUG_HOST) says otherwise, the same
 // choice that guards pprof. Both share one history.
-func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *envoy.Metrics, store func() server.StoreHealth) (uiPages, error) {
+func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *rlsmetrics.Metrics, store func() health.Store) (uiPages, error) {
 	if !on {
 		return uiPages{run: func(context.Context) {}}, nil
 	}
-	h, err := ui.New(ui.Options{Rules: w, Gatherer: reg, Metrics: m, Store: store, Values: envoy.HotOptedIn})
+	h, err := ui.New(ui.Options{Rules: w, Gatherer: reg, Metrics: m, Store: store, Values: rlsmetrics.HotOptedIn})
 	if err != nil {
 		return uiPages{}, fmt.Errorf("-ui: %w", err)
 	}
-	return uiPages{http: h, debug: h.WithValues(envoy.HotAll), run: h.Run}, nil
+	return uiPages{http: h, debug: h.WithValues(rlsmetrics.HotAll), run: h.Run}, nil
 }

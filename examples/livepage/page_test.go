@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/internal/ui"
@@ -89,7 +90,7 @@ func startUIServer(t *testing.T, interval time.Duration) *uiServer {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	metrics, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory", KeepHotValues: true})
+	metrics, err := rlsmetrics.New(reg, rlsmetrics.Options{Store: "memory", KeepHotValues: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,13 +105,13 @@ func startUIServer(t *testing.T, interval time.Duration) *uiServer {
 	}
 	// As cmd/server does: the HTTP listener's page shows the values of
 	// opted-in rules, the debug listener's every rule's.
-	page, err := ui.New(ui.Options{Rules: w, Gatherer: reg, Metrics: metrics, Store: st.Health, Values: envoy.HotOptedIn,
+	page, err := ui.New(ui.Options{Rules: w, Gatherer: reg, Metrics: metrics, Store: st.Health, Values: rlsmetrics.HotOptedIn,
 		Interval: interval, HistoryStep: historyStep, HistoryLength: historyLength})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv, err := server.New(svc, w, reg, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0",
-		Store: st.Health, UI: page, DebugUI: page.WithValues(envoy.HotAll)})
+		Store: st.Health, UI: page, DebugUI: page.WithValues(rlsmetrics.HotAll)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +554,7 @@ func TestPageShowsXDSOrigin(t *testing.T) {
 	}
 	feed.SetSource(`xds eg:18001 node envoy-ratelimit: receiving rules; last ACK "42"`)
 	reg := prometheus.NewRegistry()
-	m, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory"})
+	m, err := rlsmetrics.New(reg, rlsmetrics.Options{Store: "memory"})
 	if err != nil {
 		t.Fatal(err)
 	}

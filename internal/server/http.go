@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate/floodgate/internal/health"
+	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
@@ -136,7 +138,7 @@ func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 // request, 503 when the store failed and the policy says unavailable.
 func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
-		s.opts.Refused(RefusedUnknownMethod)
+		s.opts.Refused(envoy.RefusedUnknownMethod)
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "POST a RateLimitRequest as JSON", http.StatusMethodNotAllowed)
 		return
@@ -148,7 +150,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		code := http.StatusBadRequest
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			code = http.StatusRequestEntityTooLarge
-			s.opts.Refused(RefusedTooLarge)
+			s.opts.Refused(envoy.RefusedTooLarge)
 		}
 		http.Error(w, "reading the body: "+err.Error(), code)
 		return
@@ -157,20 +159,20 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	// shutdown that cuts it loses no answer.
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
-	var req pb.RateLimitRequest
-	if err := protojson.Unmarshal(body, &req); err != nil {
-		s.opts.Refused(RefusedMalformed)
-		http.Error(w, "invalid RateLimitRequest: "+protoErrorText(err), http.StatusBadRequest)
+	req, err := envoy.DecodeJSON(body)
+	if err != nil {
+		s.opts.Refused(envoy.RefusedMalformed)
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if i := overrideAt(&req); i >= 0 && !s.opts.JSONOverrides {
-		s.opts.Refused(RefusedMalformed)
+	if i := overrideAt(req); i >= 0 && !s.opts.JSONOverrides {
+		s.opts.Refused(envoy.RefusedMalformed)
 		http.Error(w, fmt.Sprintf("descriptors[%d].limit: limit overrides are refused on /json (-json-overrides, FLOODGATE_JSON_OVERRIDES, accepts them)", i), http.StatusBadRequest)
 		return
 	}
 	// A traceparent header makes the request's span (with tracing on) a
 	// child of the caller's, as gRPC metadata does.
-	resp, err := s.svc.ShouldRateLimit(tracing.WithHTTPRequest(r.Context(), r), &req)
+	resp, err := s.svc.ShouldRateLimit(tracing.WithHTTPRequest(r.Context(), r), req)
 	if err != nil {
 		code := http.StatusInternalServerError
 		switch status.Code(err) {
@@ -184,7 +186,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := marshalJSON(resp)
 	if err != nil {
-		http.Error(w, "encoding the response: "+protoErrorText(err), http.StatusInternalServerError)
+		http.Error(w, "encoding the response: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -207,20 +209,6 @@ func marshalJSON(m proto.Message) ([]byte, error) {
 		return nil, fmt.Errorf("compacting protojson: %w", err)
 	}
 	return b.Bytes(), nil
-}
-
-// protoErrorText is a protobuf error's message without its "proto: "
-// prefix, whose space the protobuf module makes a no-break space in some
-// builds (to keep callers from comparing messages), so that answers are
-// the same from every build.
-func protoErrorText(err error) string {
-	msg := err.Error()
-	for _, p := range []string{"proto: ", "proto:\u00a0"} {
-		if m, ok := strings.CutPrefix(msg, p); ok {
-			return m
-		}
-	}
-	return msg
 }
 
 // rlconfig describes the server: the state of the rule loads (version,
@@ -293,7 +281,7 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 
 // describeStore is /rlconfig's store line: "store: redis healthy (breaker
 // closed)", "store: redis unhealthy, not reached since start (...)".
-func describeStore(h StoreHealth) string {
+func describeStore(h health.Store) string {
 	line := "store: " + h.Name + " healthy"
 	if !h.Healthy {
 		line = "store: " + h.Name + " unhealthy"

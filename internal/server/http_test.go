@@ -1,25 +1,20 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 // stableRules has a limit of each kind /rlconfig describes: a plain one,
@@ -100,8 +95,8 @@ func TestHTTPAnswersAreExactBytes(t *testing.T) {
 // /rlconfig reads top to bottom: the loads, health, the store, warnings,
 // then one line per limit, each said once.
 func TestRLConfigReadsWell(t *testing.T) {
-	memory := func() StoreHealth {
-		return StoreHealth{Name: "memory", Healthy: true, Reached: true, Detail: "counters in this process only"}
+	memory := func() health.Store {
+		return health.Store{Name: "memory", Healthy: true, Reached: true, Detail: "counters in this process only"}
 	}
 	s, _ := runningWith(t, Options{Store: memory}, envoy.Options{}, stableRules)
 	code, body := do(t, "GET", "http://"+s.Addrs().HTTP.String()+"/rlconfig", "")
@@ -139,8 +134,8 @@ func TestRLConfigWithoutStore(t *testing.T) {
 
 // /rlconfig says why health is NOT_SERVING, and how the store stands.
 func TestRLConfigSaysWhyNotServing(t *testing.T) {
-	s, _ := running(t, Options{Store: func() StoreHealth {
-		return StoreHealth{Name: "redis", Detail: "breaker open; last failure 1s ago: connection refused"}
+	s, _ := running(t, Options{Store: func() health.Store {
+		return health.Store{Name: "redis", Detail: "breaker open; last failure 1s ago: connection refused"}
 	}})
 	_, body := do(t, "GET", "http://"+s.Addrs().HTTP.String()+"/rlconfig", "")
 	want := "\nhealth: NOT_SERVING: store redis has not answered since start; readiness waits until it has\n" +
@@ -175,62 +170,6 @@ func TestStartupLogNamesEndpoints(t *testing.T) {
 		if got := urlHost(tcp); got != want {
 			t.Errorf("urlHost(%s) = %s, want %s", addr, got, want)
 		}
-	}
-}
-
-// floodgate_rules_reloads_total counts reloads after the first load: 0
-// on a fresh start, 1 after an edit.
-func TestReloadMetrics(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "srv.yaml")
-	if err := os.WriteFile(path, []byte(testRules), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	w, err := rules.NewWatcher(dir, rules.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go w.Run(ctx)
-	reg := prometheus.NewRegistry()
-	if err := RegisterRuleMetrics(reg, w); err != nil {
-		t.Fatal(err)
-	}
-	reloads := func(success, failure float64) error {
-		mfs, err := reg.Gather()
-		if err != nil {
-			return err
-		}
-		got := map[string]float64{}
-		for _, mf := range mfs {
-			if mf.GetName() == "floodgate_rules_reloads_total" {
-				for _, m := range mf.GetMetric() {
-					got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
-				}
-			}
-		}
-		if len(got) != 2 || got["success"] != success || got["failure"] != failure {
-			return fmt.Errorf("floodgate_rules_reloads_total %v, want success %v, failure %v", got, success, failure)
-		}
-		return nil
-	}
-	// Run's first look at the files, which finds them as NewWatcher
-	// loaded them, is no reload.
-	waitFor(t, w.Watching)
-	if err := reloads(0, 0); err != nil {
-		t.Errorf("fresh start: %v", err)
-	}
-	if err := os.WriteFile(path, []byte(strings.Replace(testRules, "requests_per_unit: 1", "requests_per_unit: 2", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); w.Status().Version < 2; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the edit was not loaded")
-		}
-	}
-	if err := reloads(1, 0); err != nil {
-		t.Errorf("after an edit: %v", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -14,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rlqs"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -51,13 +53,13 @@ func TestRLQSBesideRLS(t *testing.T) {
 	}
 
 	before := refusedCounts(t, s)
-	big := encode("srv", []string{"user", strings.Repeat("x", 5<<10)})
-	var out []byte
-	err = conn.Invoke(context.Background(), "/"+pb.RateLimitService_ServiceDesc.ServiceName+"/ShouldRateLimit", &big, &out, grpc.ForceCodec(rawCodec{}))
+	big := &pb.RateLimitRequest{Domain: "srv", Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: strings.Repeat("x", 5<<10)}}}}}
+	_, err = pb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), big)
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("an RLS request over its bound, below the RLQS one: %v, want ResourceExhausted", err)
 	}
-	checkRefused(t, before, refusedCounts(t, s), RefusedTooLarge)
+	checkRefused(t, before, refusedCounts(t, s), envoy.RefusedTooLarge)
 
 	stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(context.Background())
 	if err != nil {

@@ -12,14 +12,14 @@
 // shutdown begins, after which in-flight requests finish before Run
 // returns, within ShutdownTimeout whatever connections are open. It bounds
 // the listeners' connections and reaps slow and silent clients
-// (ConnOptions, listener.go). It also owns what happens to a request
-// before the service sees it: the message size bound, InvalidArgument for
-// a message that does not decode or holds a string that is not UTF-8
-// (codec.go), and the count of the requests it refuses (Options.Refused).
+// (ConnOptions, listener.go), and the size of a request, and counts the
+// requests it refuses (Options.Refused).
 //
-// It decides nothing about rate limits: it serves any
-// RateLimitServiceServer (package envoy's Service) and reads the rules only
-// to describe them. Configuration comes from cmd/server in small Options.
+// It decides nothing about rate limits and decodes no request itself: it
+// serves any RateLimitServiceServer (package envoy's Service) with package
+// envoy's Codec, which decodes and refuses gRPC requests, and reads the
+// rules only to describe them. Configuration comes from cmd/server in
+// small Options.
 package server
 
 import (
@@ -49,6 +49,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/pkg/option"
+	"github.com/floodgate/floodgate/internal/health"
+	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -116,7 +118,7 @@ type Options struct {
 	// says; it is called from any goroutine. Nil means there is no store
 	// to report: /rlconfig has no store line and the store never holds
 	// readiness.
-	Store func() StoreHealth
+	Store func() health.Store
 	// StoreReadiness says how the store's health decides readiness
 	// (/healthcheck and gRPC health). The zero value,
 	// StoreReachedOnce, holds readiness until the store has answered once.
@@ -135,10 +137,11 @@ type Options struct {
 	// clients.
 	Conns ConnOptions
 	// Refused, when not nil, is called once for each request the server
-	// refuses before the service sees it, with the reason: "malformed"
-	// (not a RateLimitRequest: bad protobuf or JSON, a string that is not
-	// UTF-8), "too_large" (over MaxMessageBytes) or "unknown_method" (a
-	// gRPC method not served, or /json without POST).
+	// refuses before the service sees it, with the reason:
+	// envoy.RefusedMalformed (not a RateLimitRequest: bad protobuf or
+	// JSON, a string that is not UTF-8), envoy.RefusedTooLarge (over
+	// MaxMessageBytes) or envoy.RefusedUnknownMethod (a gRPC method not
+	// served, or /json without POST).
 	Refused func(reason string)
 	// UI and DebugUI, when set, serve /ui and /ui/ on the HTTP and the
 	// debug listener (package ui's page).
@@ -181,13 +184,6 @@ type QuotaService interface {
 // own default bound, about 100,000 buckets of an Envoy in one report.
 const DefaultMaxReportBytes = 4 << 20
 
-// Reasons given to Options.Refused.
-const (
-	RefusedMalformed     = "malformed"
-	RefusedTooLarge      = "too_large"
-	RefusedUnknownMethod = "unknown_method"
-)
-
 // ErrRequestsCut is returned by Run when the shutdown timeout passed with
 // requests still in flight, which were cut without an answer.
 var ErrRequestsCut = errors.New("server: the shutdown timeout cut in-flight requests")
@@ -205,7 +201,7 @@ type StoreReadiness int
 
 const (
 	// StoreReachedOnce reports NOT_SERVING until the store has answered
-	// once since start (StoreHealth.Reached), then ignores it. A wrong
+	// once since start (health.Store.Reached), then ignores it. A wrong
 	// store address thus stalls a rolling deploy instead of replacing good
 	// pods with pods that answer every request by the failure policy (the
 	// reference server refuses to start), while an outage of a store that
@@ -257,20 +253,6 @@ func (r *StoreReadiness) UnmarshalText(b []byte) error {
 // MarshalText writes the mode's name.
 func (r StoreReadiness) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
-// StoreHealth is the state of the limit store, for /rlconfig and
-// readiness.
-type StoreHealth struct {
-	// Name is the store, e.g. "redis".
-	Name string
-	// Healthy reports whether calls reach the store.
-	Healthy bool
-	// Reached reports whether the store has answered at least once since
-	// start (a probe or a call). Once true it stays true.
-	Reached bool
-	// Detail says more, e.g. "breaker closed".
-	Detail string
-}
-
 // DefaultMaxMessageBytes is Options.MaxMessageBytes when it is zero. RLS
 // requests are a few hundred bytes.
 const DefaultMaxMessageBytes = 1 << 20
@@ -287,7 +269,7 @@ type Server struct {
 	// is served.
 	healthNames []string
 	serving     atomic.Bool
-	// reached latches the store's StoreHealth.Reached.
+	// reached latches the store's health.Store.Reached.
 	reached atomic.Bool
 	// metrics says whether /metrics is served.
 	metrics bool
@@ -346,10 +328,9 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	}
 	s := &Server{svc: svc, rules: rs, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
 
-	codec := newRequestCodec()
-	codec.maxRequest = opts.MaxMessageBytes
+	codec := envoy.NewCodec(opts.MaxMessageBytes)
 	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
-	s.grpc.RegisterService(s.rlsDesc(codec), svc)
+	codec.Register(s.grpc, inFlight{svc, &s.inflight}, opts.Refused)
 	s.healthNames = HealthServices
 	if opts.RLQS != nil {
 		rlqspb.RegisterRateLimitQuotaServiceServer(s.grpc, opts.RLQS)
@@ -412,7 +393,7 @@ const FlowWindow = 1 << 20
 // decision, for a window that small requests never fill. The options also
 // bound messages and connections, set TLS, and count the calls of unknown
 // methods.
-func (s *Server) grpcOptions(codec *requestCodec) []grpc.ServerOption {
+func (s *Server) grpcOptions(codec *envoy.Codec) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(max(streamWorkers, uint32(runtime.GOMAXPROCS(0)))),
 		grpc.MaxRecvMsgSize(s.maxRecv()),
@@ -428,8 +409,8 @@ func (s *Server) grpcOptions(codec *requestCodec) []grpc.ServerOption {
 }
 
 // maxRecv is gRPC's bound on every message received: RLQS reports' when
-// RLQS is served, RLS requests' otherwise (then the RLS handler holds
-// them to theirs, wireRequest.tooLarge).
+// RLQS is served, RLS requests' otherwise (then envoy.Codec holds them to
+// theirs).
 func (s *Server) maxRecv() int {
 	if s.opts.RLQS != nil {
 		return s.opts.MaxReportBytes
@@ -440,9 +421,23 @@ func (s *Server) maxRecv() int {
 // unknownMethod answers a call of a method the server does not serve, as
 // gRPC would (Unimplemented), and counts it.
 func (s *Server) unknownMethod(_ any, stream grpc.ServerStream) error {
-	s.opts.Refused(RefusedUnknownMethod)
+	s.opts.Refused(envoy.RefusedUnknownMethod)
 	method, _ := grpc.MethodFromServerStream(stream)
 	return status.Errorf(codes.Unimplemented, "unknown method %s", method)
+}
+
+// inFlight is the RLS service as the gRPC listener serves it: each call
+// counted in n while the service answers it, so that a shutdown knows what
+// it cuts.
+type inFlight struct {
+	pb.RateLimitServiceServer
+	n *atomic.Int64
+}
+
+func (f inFlight) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	f.n.Add(1)
+	defer f.n.Add(-1)
+	return f.RateLimitServiceServer.ShouldRateLimit(ctx, req)
 }
 
 // Ready is closed once every listener is open. Health is then SERVING,

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate/floodgate/internal/health"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -49,7 +51,7 @@ func runningWith(t testing.TB, opts Options, svcOpts envoy.Options, ruleFile str
 	}
 	reg := prometheus.NewRegistry()
 	if svcOpts.Metrics == nil {
-		if svcOpts.Metrics, err = envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory"}); err != nil {
+		if svcOpts.Metrics, err = rlsmetrics.New(reg, rlsmetrics.Options{Store: "memory"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,7 +62,7 @@ func runningWith(t testing.TB, opts Options, svcOpts envoy.Options, ruleFile str
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := RegisterRuleMetrics(reg, w); err != nil {
+	if err := rlsmetrics.RegisterRuleLoads(reg, w.Status); err != nil {
 		t.Fatal(err)
 	}
 	if opts.GRPCAddr == "" {
@@ -284,8 +286,8 @@ func TestStoreReadiness(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%v reached=%v healthy=%v", tc.mode, tc.reached, tc.healthy), func(t *testing.T) {
-			s, _ := running(t, Options{StoreReadiness: tc.mode, Store: func() StoreHealth {
-				return StoreHealth{Name: "redis", Healthy: tc.healthy, Reached: tc.reached, Detail: "breaker open"}
+			s, _ := running(t, Options{StoreReadiness: tc.mode, Store: func() health.Store {
+				return health.Store{Name: "redis", Healthy: tc.healthy, Reached: tc.reached, Detail: "breaker open"}
 			}})
 			checkHealth(t, s, tc.want == "SERVING")
 			_, body := do(t, "GET", "http://"+s.Addrs().HTTP.String()+"/rlconfig", "")
@@ -332,8 +334,8 @@ func checkHealth(t *testing.T, s *Server, serving bool) {
 func TestReadinessWaitsForTheStoreOnce(t *testing.T) {
 	var reached, healthy atomic.Bool
 	logs := &testlog.Buffer{}
-	s, _ := running(t, Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Store: func() StoreHealth {
-		return StoreHealth{Name: "redis", Healthy: healthy.Load(), Reached: reached.Load()}
+	s, _ := running(t, Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Store: func() health.Store {
+		return health.Store{Name: "redis", Healthy: healthy.Load(), Reached: reached.Load()}
 	}})
 	checkHealth(t, s, false)
 	if !strings.Contains(logs.String(), `msg="not ready yet: health is NOT_SERVING" reason="store redis has not answered since start; readiness waits until it has"`) {
@@ -360,8 +362,8 @@ func TestReadinessWaitsForTheStoreOnce(t *testing.T) {
 // and gRPC health follow the store's health both ways.
 func TestReadinessAlwaysRequiresTheStore(t *testing.T) {
 	var healthy atomic.Bool
-	s, _ := running(t, Options{StoreReadiness: StoreAlways, Store: func() StoreHealth {
-		return StoreHealth{Name: "redis", Healthy: healthy.Load(), Reached: true, Detail: "test"}
+	s, _ := running(t, Options{StoreReadiness: StoreAlways, Store: func() health.Store {
+		return health.Store{Name: "redis", Healthy: healthy.Load(), Reached: true, Detail: "test"}
 	}})
 	for _, want := range []bool{false, true, false, true} {
 		healthy.Store(want)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/promsink"
 	"github.com/floodgate/floodgate/internal/replay"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/internal/tlsclient"
@@ -26,7 +27,7 @@ type Config struct {
 	Rules   Rules
 	Store   store.Options
 	Service envoy.Options
-	Metrics envoy.MetricsOptions
+	Metrics rlsmetrics.Options
 	Server  server.Options
 	GRPCTLS GRPCTLS
 	// UI serves the live page (-ui).

@@ -189,7 +189,7 @@ func fieldPath(v reflect.Value, addr uintptr, prefix string) (string, bool) {
 // option returns the package, the Options type and the path within it
 // of the field s lands in: ("envoy", "Options", "NearLimitRatio") for
 // Service.NearLimitRatio, ("store", "Options", "Redis.PoolSize"),
-// ("envoy", "MetricsOptions", "MaxValueSeries"); empty strings for a field
+// ("rlsmetrics", "Options", "MaxValueSeries"); empty strings for a field
 // of no package's options (a field of Config itself). A package's options
 // are the outermost struct type of its whose name ends in "Options".
 func (s *Setting) option() (pkg, typ, field string) {

@@ -4,6 +4,7 @@ import (
 	"flag"
 
 	"github.com/floodgate/floodgate/internal/replay"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/internal/xds"
@@ -694,7 +695,7 @@ var Table = []Setting{
 		Doc:        "most distinct value labels a `detailed_metric` or `value_to_metric` rule creates; later values count under `<rule path>._other_`",
 		DefaultDoc: "100",
 		At:         func(c *Config) any { return &c.Metrics.MaxValueSeries },
-		Default:    envoy.DefaultMaxValueSeries},
+		Default:    rlsmetrics.DefaultMaxValueSeries},
 	{Flag: "statsd",
 		Group:      GroupObserve,
 		Usage:      "also send the reference server's statsd stats (ratelimit.service.*); Prometheus /metrics stays on",

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
 )
 
@@ -45,8 +45,8 @@ func (s *Store) openMemcache(ctx context.Context, opts Options) error {
 
 // memcacheHealth is Memcached's health: the servers and, if it ever
 // failed, the latest failure.
-func (s *Store) memcacheHealth() server.StoreHealth {
-	h := server.StoreHealth{Name: s.name, Healthy: s.memcache.Healthy(), Reached: s.watches[0].Reached(),
+func (s *Store) memcacheHealth() health.Store {
+	h := health.Store{Name: s.name, Healthy: s.memcache.Healthy(), Reached: s.watches[0].Reached(),
 		Detail: "servers " + strings.Join(s.memcache.Servers(), ",")}
 	if at, err := s.memcache.LastFailure(); err != nil {
 		h.Detail += fmt.Sprintf("; last failure %v ago: %v", s.clock.Now().Sub(at).Round(time.Second), err)

@@ -10,7 +10,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
 	"github.com/floodgate/floodgate/pkg/option"
-	"github.com/floodgate/floodgate/pkg/redislimit"
 )
 
 // Options says which store Open opens and how. The zero value opens the
@@ -27,7 +26,7 @@ type Options struct {
 	// RedisTLSFiles say how the Redis deployments with TLS on verify their
 	// servers and which certificate they present; shared by Redis and
 	// PerSecond, and only for those with TLS on.
-	RedisTLSFiles redislimit.TLSFiles
+	RedisTLSFiles tlsclient.Files
 	// Memcache, when its Servers or SRV is set, makes Memcached the store.
 	Memcache MemcacheOptions
 	// Deadline bounds each call to Redis or Memcached, the request's
@@ -174,7 +173,7 @@ func (r RedisOptions) validate(name string) error {
 func (o Options) validateRedis() error {
 	if o.Redis.URL == "" {
 		set := setFields{{"Redis.TLS", o.Redis.TLS}, {"Redis.SentinelAuth", o.Redis.SentinelAuth != ""}}
-		set = append(set, tlsFields("RedisTLSFiles", tlsclient.Files(o.RedisTLSFiles))...)
+		set = append(set, tlsFields("RedisTLSFiles", o.RedisTLSFiles)...)
 		if err := need(set.names(), "%s (REDIS_URL)", "Redis.URL"); err != nil {
 			return err
 		}
@@ -193,7 +192,7 @@ func (o Options) validateRedis() error {
 			Want: "(REDIS_PERSECOND_URL) needs %s (REDIS_URL): the per-second Redis holds only the limits whose window is shorter than a minute"}
 	case o.PerSecond.SentinelAuth != "" && o.PerSecond.typ() != "sentinel":
 		return need([]string{"PerSecond.SentinelAuth"}, "%s sentinel (REDIS_PERSECOND_TYPE=sentinel)", "PerSecond.Type")
-	case !o.Redis.tlsOn() && !o.PerSecond.tlsOn() && o.RedisTLSFiles != redislimit.TLSFiles{}:
+	case !o.Redis.tlsOn() && !o.PerSecond.tlsOn() && o.RedisTLSFiles != tlsclient.Files{}:
 		// Named all four, as the reference's REDIS_TLS_* variables.
 		return &option.Error{Options: "store.Options", Field: "RedisTLSFiles.CAFile",
 			Also: []string{"RedisTLSFiles.CertFile", "RedisTLSFiles.KeyFile", "RedisTLSFiles.SkipHostnameVerification"},

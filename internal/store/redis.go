@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
@@ -109,16 +110,20 @@ func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*depl
 	if role != "main" {
 		what, name = role+" redis", "PerSecond"
 	}
-	files := opts.RedisTLSFiles
-	if !r.tlsOn() {
-		// Shared with the other Redis, which may be the one with TLS.
-		files = redislimit.TLSFiles{}
+	var tc *tls.Config
+	if r.tlsOn() {
+		// The files are shared with the other Redis, which may be the one
+		// with TLS: they are read only for a deployment with TLS on.
+		var err error
+		if tc, err = opts.RedisTLSFiles.Config("redis"); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
 	}
 	user, pass := r.credentials()
 	client, err := redislimit.NewClient(redislimit.ClientConfig{
 		URL: r.URL, Type: r.typ(), SentinelMaster: r.SentinelMaster,
 		Username: user, Password: pass, SentinelPassword: r.SentinelAuth,
-		TLS: r.TLS, TLSFiles: files, PoolSize: r.PoolSize, DialTimeout: r.DialTimeout,
+		TLS: tc, PoolSize: r.PoolSize, DialTimeout: r.DialTimeout,
 	})
 	own := map[string]string{"redislimit.ClientConfig.URL": name + ".URL", "redislimit.ClientConfig.Type": name + ".Type",
 		"redislimit.ClientConfig.SentinelMaster": name + ".SentinelMaster", "redislimit.ClientConfig.SentinelPassword": name + ".SentinelAuth",
@@ -179,9 +184,9 @@ func (d *deployment) logAttrs(more ...any) []any {
 // redisHealth is the health of the Redis deployments: healthy while every
 // one is, since a call may need any; with several, the detail names each
 // by its role and address, so that /rlconfig says which one fails.
-func (s *Store) redisHealth() server.StoreHealth {
+func (s *Store) redisHealth() health.Store {
 	now := s.clock.Now()
-	h := server.StoreHealth{Name: s.name, Healthy: true, Reached: true}
+	h := health.Store{Name: s.name, Healthy: true, Reached: true}
 	for _, d := range s.redis {
 		h.Healthy = h.Healthy && d.lim.Healthy()
 		h.Reached = h.Reached && d.watch.Reached()

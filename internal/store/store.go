@@ -11,7 +11,7 @@
 // It is the binary's: the limiters themselves are pkg/limit,
 // pkg/redislimit, pkg/memcachelimit and pkg/denycache, which must not
 // import it, and neither must internal/server, which takes the store's health
-// as a function.
+// (package health) as a function; nor does it import internal/server.
 package store
 
 import (
@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/denycache"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/memcachelimit"
@@ -149,15 +149,15 @@ type resetter interface {
 func (s *Store) Name() string { return s.name }
 
 // Health returns the store's health for /rlconfig and readiness
-// (server.Options.Store). Memory is always healthy and reached; Redis is
+// (internal/server's Options.Store). Memory is always healthy and reached; Redis is
 // healthy while every deployment and Cluster master is, and reached once
 // every deployment has answered a probe; Memcached likewise. Detail says
 // the breakers' states and the latest failures, naming each deployment
 // when there are two and each Cluster master.
-func (s *Store) Health() server.StoreHealth {
+func (s *Store) Health() health.Store {
 	switch {
 	case s.mem != nil:
-		return server.StoreHealth{Name: s.name, Healthy: true, Reached: true,
+		return health.Store{Name: s.name, Healthy: true, Reached: true,
 			Detail: fmt.Sprintf("counters in this process only: not shared with other instances, lost on restart; %d of at most %d counters", s.mem.Len(), s.maxEntries)}
 	case s.memcache != nil:
 		return s.memcacheHealth()

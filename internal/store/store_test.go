@@ -21,7 +21,7 @@ import (
 // in-memory store.
 func TestValidate(t *testing.T) {
 	redis := RedisOptions{URL: "127.0.0.1:6379"}
-	files := redislimit.TLSFiles{CAFile: "ca.pem"}
+	files := tlsclient.Files{CAFile: "ca.pem"}
 	tests := []struct {
 		name string
 		opts Options
@@ -43,7 +43,7 @@ func TestValidate(t *testing.T) {
 		{"per-second cluster without its URL", Options{Redis: redis, PerSecond: RedisOptions{Type: "cluster", TLS: true}}, "store.Options.PerSecond.Type and store.Options.PerSecond.TLS need store.Options.PerSecond.URL (REDIS_PERSECOND=true and REDIS_PERSECOND_URL)"},
 		{"per-second without Redis", Options{PerSecond: RedisOptions{URL: "h:2"}}, "store.Options.PerSecond.URL (REDIS_PERSECOND_URL) needs store.Options.Redis.URL (REDIS_URL): the per-second Redis holds only the limits whose window is shorter than a minute"},
 		{"per-second sentinel auth", Options{Redis: redis, PerSecond: RedisOptions{URL: "h:2", SentinelAuth: "pw"}}, "store.Options.PerSecond.SentinelAuth needs store.Options.PerSecond.Type sentinel (REDIS_PERSECOND_TYPE=sentinel)"},
-		{"TLS files without TLS", Options{Redis: redis, RedisTLSFiles: redislimit.TLSFiles{CertFile: "c", KeyFile: "k"}}, "store.Options.RedisTLSFiles.CAFile, store.Options.RedisTLSFiles.CertFile, store.Options.RedisTLSFiles.KeyFile and store.Options.RedisTLSFiles.SkipHostnameVerification (REDIS_TLS_*) need store.Options.Redis.TLS (REDIS_TLS=true) or store.Options.PerSecond.TLS (REDIS_PERSECOND_TLS=true)"},
+		{"TLS files without TLS", Options{Redis: redis, RedisTLSFiles: tlsclient.Files{CertFile: "c", KeyFile: "k"}}, "store.Options.RedisTLSFiles.CAFile, store.Options.RedisTLSFiles.CertFile, store.Options.RedisTLSFiles.KeyFile and store.Options.RedisTLSFiles.SkipHostnameVerification (REDIS_TLS_*) need store.Options.Redis.TLS (REDIS_TLS=true) or store.Options.PerSecond.TLS (REDIS_PERSECOND_TLS=true)"},
 		{"Memcached TLS without Memcached", Options{Memcache: MemcacheOptions{TLS: true, SRVRefresh: time.Minute}}, "store.Options.Memcache.TLS and store.Options.Memcache.SRVRefresh need store.Options.Memcache.Servers or store.Options.Memcache.SRV (MEMCACHE_HOST_PORT or MEMCACHE_SRV with BACKEND_TYPE=memcache)"},
 		{"Memcached servers and SRV", Options{Memcache: MemcacheOptions{Servers: "h:1", SRV: "_mc._tcp"}}, "store.Options.Memcache.Servers (MEMCACHE_HOST_PORT) and store.Options.Memcache.SRV (MEMCACHE_SRV): give one"},
 		{"Memcached files without TLS", Options{Memcache: MemcacheOptions{Servers: "h:1", TLSFiles: tlsclient.Files{CAFile: "ca.pem"}}}, "store.Options.Memcache.TLSFiles.CAFile needs store.Options.Memcache.TLS (MEMCACHE_TLS=true)"},

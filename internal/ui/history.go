@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 )
 
 // Sample is the counters at one time, as the history keeps them: the
@@ -86,7 +86,7 @@ type Refusal struct {
 	Seconds float64 `json:"seconds"`
 	// Top are the rule's hot counters with hits over a limit, most over
 	// first, at most topRefused.
-	Top []envoy.HotCounter `json:"top,omitempty"`
+	Top []rlsmetrics.HotCounter `json:"top,omitempty"`
 }
 
 // topRefused is how many counters a Refusal names.
@@ -95,7 +95,7 @@ const topRefused = 3
 // refusing lists the rules of snap that refused hits since base, the
 // oldest sample no older than window (the newest when all are), most
 // refused first. hot are every rule's tracked counters by path.
-func refusing(snap *Snapshot, samples []Sample, window time.Duration, hot map[string][]envoy.HotCounter) []Refusal {
+func refusing(snap *Snapshot, samples []Sample, window time.Duration, hot map[string][]rlsmetrics.HotCounter) []Refusal {
 	var base *Sample
 	for i := range samples {
 		if snap.Time.Sub(samples[i].Time) <= window || i == len(samples)-1 {
@@ -122,7 +122,7 @@ func refusing(snap *Snapshot, samples []Sample, window time.Duration, hot map[st
 					rf.Top = append(rf.Top, c)
 				}
 			}
-			slices.SortStableFunc(rf.Top, func(a, b envoy.HotCounter) int { return cmp.Compare(b.Over, a.Over) })
+			slices.SortStableFunc(rf.Top, func(a, b rlsmetrics.HotCounter) int { return cmp.Compare(b.Over, a.Over) })
 			rf.Top = rf.Top[:min(len(rf.Top), topRefused)]
 			out = append(out, rf)
 		}

@@ -12,7 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -30,7 +30,7 @@ type Snapshot struct {
 	HistoryLength     int   `json:"history_length"`
 	// Values says whose request values the hot counters show:
 	// "fingerprints" (none), "opted_in" (detailed_metric and
-	// value_to_metric rules') or "all" (envoy.HotValues).
+	// value_to_metric rules') or "all" (rlsmetrics.HotValues).
 	Values string `json:"values"`
 	// Rules is the state of the rule loads.
 	Rules RuleStatus `json:"rules"`
@@ -106,9 +106,9 @@ type Rule struct {
 	// when it names them by values.
 	Totals Totals `json:"totals"`
 	// Hot are its most hit counters; HotSkipped counts the hits they did
-	// not see (envoy.RuleHot.Skipped).
-	Hot        []envoy.HotCounter `json:"hot,omitempty"`
-	HotSkipped uint64             `json:"hot_skipped,omitempty"`
+	// not see (rlsmetrics.RuleHot.Skipped).
+	Hot        []rlsmetrics.HotCounter `json:"hot,omitempty"`
+	HotSkipped uint64                  `json:"hot_skipped,omitempty"`
 }
 
 // Limit is one limit of a rule.
@@ -163,7 +163,7 @@ func (h *Handler) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 // gathering error still returns what was gathered, with the error.
 func (h *Handler) Snapshot() (*Snapshot, error) {
 	snap, err := h.take(time.Now())
-	hot := map[string][]envoy.HotCounter{}
+	hot := map[string][]rlsmetrics.HotCounter{}
 	for _, d := range snap.Domains {
 		for i := range d.Rules {
 			r := &d.Rules[i]
@@ -221,14 +221,14 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 			}
 		}
 	}
-	var hot map[[2]string]envoy.RuleHot
+	var hot map[[2]string]rlsmetrics.RuleHot
 	if h.opts.Metrics != nil {
-		hot = map[[2]string]envoy.RuleHot{}
-		for _, rh := range h.opts.Metrics.Hot(envoy.HotCapacity, h.opts.Values) {
+		hot = map[[2]string]rlsmetrics.RuleHot{}
+		for _, rh := range h.opts.Metrics.Hot(rlsmetrics.HotCapacity, h.opts.Values) {
 			hot[[2]string{rh.Domain, rh.Rule}] = rh
 		}
 	}
-	snap.Domains = tree(h.opts.Rules.Current().Rules(), func(r *rules.Rule) (Totals, envoy.RuleHot) {
+	snap.Domains = tree(h.opts.Rules.Current().Rules(), func(r *rules.Rule) (Totals, rlsmetrics.RuleHot) {
 		k := [2]string{r.Domain, r.Path}
 		var t Totals
 		// A rule's own series, and those of its values: a reload can
@@ -284,7 +284,7 @@ func ruleStatus(st rules.Status, set *rules.Set) RuleStatus {
 // tree sorts the rules by domain and path so that each rule follows its
 // parent (the longest other rule path that is a prefix of its own at a
 // "."), and gives each its depth and name under that parent.
-func tree(rs []*rules.Rule, figures func(*rules.Rule) (Totals, envoy.RuleHot)) []Domain {
+func tree(rs []*rules.Rule, figures func(*rules.Rule) (Totals, rlsmetrics.RuleHot)) []Domain {
 	// "." sorts first so that "a.b" comes right after "a", before "a-c".
 	sortKey := func(p string) string { return strings.ReplaceAll(p, ".", "\x00") }
 	slices.SortFunc(rs, func(a, b *rules.Rule) int {
@@ -322,7 +322,7 @@ func tree(rs []*rules.Rule, figures func(*rules.Rule) (Totals, envoy.RuleHot)) [
 			}
 			rule.Limits = append(rule.Limits, lim)
 		}
-		var hot envoy.RuleHot
+		var hot rlsmetrics.RuleHot
 		rule.Totals, hot = figures(r)
 		rule.Hot, rule.HotSkipped = hot.Hot, hot.Skipped
 		d := &out[len(out)-1]

@@ -9,7 +9,7 @@
 // (api/snapshot) that this package builds from the Prometheus registry
 // that /metrics serves, so that the page's figures are /metrics' figures,
 // and from the rules, the store's health and the request path's hot
-// counters (envoy.Metrics.Hot).
+// counters (rlsmetrics.Metrics.Hot).
 //
 // So that the page opens on the last minutes rather than on an empty
 // chart, Handler.Run samples every rule's counters every HistoryStep and
@@ -17,8 +17,8 @@
 // page's first snapshot carries; the same samples tell which rules are
 // refusing now, first in the snapshot's Refusing list.
 //
-// It imports envoy (the hot counters), rules and server (the rule and
-// store status types) and decides nothing; package server mounts the
+// It imports envoy (the hot counters), rules and health (the store's
+// health), never server, and decides nothing; package server mounts the
 // handler and cmd/server decides whether it is served and where values
 // may be shown.
 package ui
@@ -35,9 +35,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/floodgate/floodgate/internal/server"
-	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/internal/health"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/pkg/option"
+	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 //go:embed assets
@@ -61,31 +62,38 @@ const (
 // refusingSteps steps, 15 s by default.
 const refusingSteps = 3
 
+// Rules are the rules in force and the state of their loads;
+// rules.Watcher satisfies it.
+type Rules interface {
+	Current() *rules.Set
+	Status() rules.Status
+}
+
 // Options configures the page.
 type Options struct {
 	// Rules are the rules in force and the state of their loads.
-	Rules server.Rules
+	Rules Rules
 	// Gatherer is the registry /metrics serves; the page's figures are
 	// read from it.
 	Gatherer prometheus.Gatherer
 	// Metrics supplies the hot counters and the series of rules named by
 	// values; nil shows no hot counters.
-	Metrics *envoy.Metrics
+	Metrics *rlsmetrics.Metrics
 	// Store describes the limit store's health; nil shows none.
-	Store func() server.StoreHealth
+	Store func() health.Store
 	// Values says whose request values the hot counters show; the zero
-	// value shows none. envoy.HotOptedIn shows those of detailed_metric
-	// and value_to_metric rules, which /metrics names too; envoy.HotAll
-	// every rule's (kept only with envoy.MetricsOptions.KeepHotValues):
+	// value shows none. rlsmetrics.HotOptedIn shows those of detailed_metric
+	// and value_to_metric rules, which /metrics names too; rlsmetrics.HotAll
+	// every rule's (kept only with rlsmetrics.Options.KeepHotValues):
 	// set it only where the page is not exposed beyond who may see
 	// request values (cmd/server sets it on the debug listener, on
 	// loopback unless told otherwise).
-	Values envoy.HotValues
+	Values rlsmetrics.HotValues
 	// Interval is how often the page asks for a new snapshot. 0 means
 	// DefaultInterval.
 	Interval time.Duration
 	// HotCounters is how many hot counters the page shows per rule (at
-	// most envoy.HotCapacity). 0 means DefaultHotCounters.
+	// most rlsmetrics.HotCapacity). 0 means DefaultHotCounters.
 	HotCounters int
 	// HistoryStep is how often Run samples the counters, and
 	// HistoryLength how many samples it keeps. 0 means
@@ -129,7 +137,7 @@ func New(opts Options) (*Handler, error) {
 	if opts.HotCounters == 0 {
 		opts.HotCounters = DefaultHotCounters
 	}
-	opts.HotCounters = min(opts.HotCounters, envoy.HotCapacity)
+	opts.HotCounters = min(opts.HotCounters, rlsmetrics.HotCapacity)
 	opts.HistoryStep = cmp.Or(opts.HistoryStep, DefaultHistoryStep)
 	opts.HistoryLength = cmp.Or(opts.HistoryLength, DefaultHistoryLength)
 	sub, err := fs.Sub(assets, "assets")
@@ -141,7 +149,7 @@ func New(opts Options) (*Handler, error) {
 
 // WithValues returns a handler like h that shows the request values v
 // lets through, sharing h's history: one Run feeds both.
-func (h *Handler) WithValues(v envoy.HotValues) *Handler {
+func (h *Handler) WithValues(v rlsmetrics.HotValues) *Handler {
 	h2 := *h
 	h2.opts.Values = v
 	return &h2

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -52,7 +53,7 @@ type unitPage struct {
 
 // newUnitPage serves unitRules with the page showing values, and every
 // rule's values kept, as on a server whose debug listener shows them.
-func newUnitPage(t *testing.T, st rules.Status, values envoy.HotValues) *unitPage {
+func newUnitPage(t *testing.T, st rules.Status, values rlsmetrics.HotValues) *unitPage {
 	t.Helper()
 	set, err := rules.Parse(map[string][]byte{"d.yaml": []byte(unitRules)}, rules.Options{})
 	if err != nil {
@@ -62,7 +63,7 @@ func newUnitPage(t *testing.T, st rules.Status, values envoy.HotValues) *unitPag
 	reg := prometheus.NewRegistry()
 	// Two value series per rule: the rest of the tenants count under
 	// d.tenant._other_, which the page must add too.
-	m, err := envoy.NewMetrics(reg, envoy.MetricsOptions{Store: "memory", MaxValueSeries: 2, KeepHotValues: true})
+	m, err := rlsmetrics.New(reg, rlsmetrics.Options{Store: "memory", MaxValueSeries: 2, KeepHotValues: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func (p *unitPage) get(t *testing.T, method, path string) *http.Response {
 // The page's routes: read-only, its own files only, a redirect to the
 // page's directory so that its relative links work behind a prefix.
 func TestRoutes(t *testing.T) {
-	p := newUnitPage(t, rules.Status{Version: 1}, envoy.HotFingerprints)
+	p := newUnitPage(t, rules.Status{Version: 1}, rlsmetrics.HotFingerprints)
 	for _, tc := range []struct {
 		method, path string
 		code         int
@@ -142,7 +143,7 @@ func TestSnapshot(t *testing.T) {
 		{Pos: rules.Position{File: "d.yaml", Line: 4, Column: 19}, Field: "descriptors[0].rate_limit.unit", Msg: "unknown unit"},
 		{Pos: rules.Position{File: "e.yaml", Line: 1, Column: 1}, Msg: "no domain"},
 	}}}
-	p := newUnitPage(t, st, envoy.HotFingerprints)
+	p := newUnitPage(t, st, rlsmetrics.HotFingerprints)
 	for i := range 9 {
 		p.send(t, "tenant", fmt.Sprintf("t%d", i%5))
 		p.send(t, "user", "u")
@@ -213,7 +214,7 @@ func TestSnapshot(t *testing.T) {
 // detailed_metric rule only, the debug listener's (WithValues(HotAll))
 // every rule's; and the snapshot says which.
 func TestValuesPerListener(t *testing.T) {
-	p := newUnitPage(t, rules.Status{Version: 1}, envoy.HotOptedIn)
+	p := newUnitPage(t, rules.Status{Version: 1}, rlsmetrics.HotOptedIn)
 	p.send(t, "tenant", "acme")
 	p.send(t, "user", "alice")
 	for _, tc := range []struct {
@@ -223,8 +224,8 @@ func TestValuesPerListener(t *testing.T) {
 		tenant, user string // the hot key shown; "#" for a fingerprint
 	}{
 		{"HTTP listener", p.h, "opted_in", "d.tenant_acme", "#"},
-		{"debug listener", p.h.WithValues(envoy.HotAll), "all", "d.tenant_acme", "d.user_alice"},
-		{"no values", p.h.WithValues(envoy.HotFingerprints), "fingerprints", "#", "#"},
+		{"debug listener", p.h.WithValues(rlsmetrics.HotAll), "all", "d.tenant_acme", "d.user_alice"},
+		{"no values", p.h.WithValues(rlsmetrics.HotFingerprints), "fingerprints", "#", "#"},
 	} {
 		resp := httptest.NewRecorder()
 		tc.h.ServeHTTP(resp, httptest.NewRequest("GET", "/ui/api/snapshot", nil))
@@ -254,7 +255,7 @@ func TestValuesPerListener(t *testing.T) {
 // The history keeps at most HistoryLength samples, the newest, each with
 // the rules in force; the snapshot carries them only when asked.
 func TestHistoryBounds(t *testing.T) {
-	p := newUnitPage(t, rules.Status{Version: 1}, envoy.HotFingerprints)
+	p := newUnitPage(t, rules.Status{Version: 1}, rlsmetrics.HotFingerprints)
 	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
 	for i := range 7 {
 		p.send(t, "user", "u")
@@ -301,7 +302,7 @@ func TestRefusingOrder(t *testing.T) {
 		{"since the newest sample when older", map[string]int{"user": 12}, map[string]int{"tenant": 5}, time.Minute, "d.tenant:3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newUnitPage(t, rules.Status{Version: 1}, envoy.HotAll)
+			p := newUnitPage(t, rules.Status{Version: 1}, rlsmetrics.HotAll)
 			send := func(n map[string]int) {
 				for key, count := range n {
 					for range count {

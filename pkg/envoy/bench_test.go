@@ -1,4 +1,4 @@
-package envoy
+package envoy_test
 
 import (
 	"context"
@@ -11,14 +11,22 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/internal/otlptest"
 	"github.com/floodgate/floodgate/internal/racebuild"
+	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/statsdtest"
+	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/pkg/tracing"
 )
+
+// The request path's cost, measured as the binary runs it: with its
+// metrics (internal/rlsmetrics), hence in package envoy_test.
 
 // benchRules are cmd/bench's generated rules: keys that match any value,
 // one limit each, never reached.
@@ -63,23 +71,29 @@ func BenchmarkHandler(b *testing.B) {
 }
 
 func benchmarkHandler(b *testing.B, n int, withStatsd bool, level slog.Level, deadline bool) {
-	svc, all := benchService(b, n, withStatsd, level)
+	svc, all := benchService(b, n, withStatsd, level, limit.NewMemory(limit.MemoryOptions{}))
 	runHandler(b, svc, all, deadline)
 }
 
 // benchmarkCharges is benchmarkHandler for usage reports of 1.
 func benchmarkCharges(b *testing.B, n int) {
-	svc, all := benchService(b, n, false, slog.LevelInfo)
+	svc, all := benchService(b, n, false, slog.LevelInfo, limit.NewMemory(limit.MemoryOptions{}))
+	charge(all)
+	runHandler(b, svc, all, true)
+}
+
+// charge makes every descriptor of all a usage report of 1 (a
+// descriptor's own hits_addend).
+func charge(all []*pb.RateLimitRequest) {
 	for _, r := range all {
 		for _, d := range r.Descriptors {
 			d.HitsAddend = wrapperspb.UInt64(1)
 		}
 	}
-	runHandler(b, svc, all, true)
 }
 
 // runHandler sends all to svc in turn for b.N requests.
-func runHandler(b *testing.B, svc *Service, all []*pb.RateLimitRequest, deadline bool) {
+func runHandler(b *testing.B, svc *envoy.Service, all []*pb.RateLimitRequest, deadline bool) {
 	// A call from Envoy carries its filter's timeout (20 ms by default)
 	// as grpc-timeout, which gRPC turns into the call's context. Such a
 	// context is renewed every 100 requests, so that its allocations,
@@ -106,28 +120,23 @@ func runHandler(b *testing.B, svc *Service, all []*pb.RateLimitRequest, deadline
 // TestHandlerAllocations holds the request path to two allocations per
 // request (the counter keys' string and the answer) whatever the number of
 // descriptors, with metrics and statsd on and debug logging off; decoding
-// is the gRPC codec's (wireRequest in internal/server: one more). Under -race,
-// where pools drop items at random, it only runs the path; `make test`
-// runs it again without.
+// is the gRPC codec's (wireRequest: one more). Under -race, where pools
+// drop items at random, it only runs the path; `make test` runs it again
+// without.
 func TestHandlerAllocations(t *testing.T) {
 	for _, c := range []struct {
 		n      int
 		charge bool
 	}{{1, false}, {3, false}, {1, true}, {3, true}} {
-		n := c.n
-		svc, all := benchService(t, n, true, slog.LevelInfo)
-		if c.charge { // usage reports (a descriptor's own hits_addend)
-			for _, r := range all {
-				for _, d := range r.Descriptors {
-					d.HitsAddend = wrapperspb.UInt64(1)
-				}
-			}
-		}
 		// On a stopped clock: the rules' windows are a second long, and a
 		// second's boundary between the warm-up and the count would make
 		// the store create every counter again.
 		stopped := time.Now()
-		svc.limiter = limit.NewMemory(limit.MemoryOptions{Now: func() time.Time { return stopped }})
+		store := limit.NewMemory(limit.MemoryOptions{Now: func() time.Time { return stopped }})
+		svc, all := benchService(t, c.n, true, slog.LevelInfo, store)
+		if c.charge {
+			charge(all)
+		}
 		// Every counter exists, as in a steady state: the store's first
 		// hit on a key allocates its entry.
 		for _, req := range all {
@@ -145,20 +154,17 @@ func TestHandlerAllocations(t *testing.T) {
 		})
 		cancel()
 		if allocs > 2 && !racebuild.Enabled {
-			t.Errorf("%d descriptors (usage reports: %v): %v allocations per request, want at most 2", n, c.charge, allocs)
+			t.Errorf("%d descriptors (usage reports: %v): %v allocations per request, want at most 2", c.n, c.charge, allocs)
 		}
 	}
 }
 
-// benchService is a Service as cmd/bench's server runs it, on the
-// in-memory twin, and requests of n descriptors over 1,000 values.
-func benchService(tb testing.TB, n int, withStatsd bool, level slog.Level) (*Service, []*pb.RateLimitRequest) {
+// benchService is a Service as cmd/bench's server runs it, on store,
+// with the binary's metrics, and requests of n descriptors over 1,000
+// values.
+func benchService(tb testing.TB, n int, withStatsd bool, level slog.Level, store limit.Limiter) (*envoy.Service, []*pb.RateLimitRequest) {
 	tb.Helper()
-	set, err := rules.Parse(map[string][]byte{"bench.yaml": []byte(benchRules)}, rules.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	opts := MetricsOptions{Store: "memory"}
+	opts := rlsmetrics.Options{Store: "memory"}
 	if withStatsd {
 		client, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(tb).Addr(), ManualFlush: true})
 		if err != nil {
@@ -167,25 +173,75 @@ func benchService(tb testing.TB, n int, withStatsd bool, level slog.Level) (*Ser
 		tb.Cleanup(func() { client.Close() })
 		opts.Statsd = client
 	}
-	m, err := NewMetrics(prometheus.NewRegistry(), opts)
+	m, err := rlsmetrics.New(prometheus.NewRegistry(), opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: level}))
-	svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m, Logger: logger})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	svc := newBenchService(tb, store, envoy.Options{Metrics: m, Logger: logger})
 	// Requests are built beforehand, as gRPC hands the handler a
 	// decoded message.
 	const values = 1000
 	all := make([]*pb.RateLimitRequest, values)
 	for v := range all {
-		var ds []*rlv3.RateLimitDescriptor
+		all[v] = &pb.RateLimitRequest{Domain: "bench"}
 		for k := 1; k <= n; k++ {
-			ds = append(ds, desc("key"+strconv.Itoa(k), "v"+strconv.Itoa(v)))
+			all[v].Descriptors = append(all[v].Descriptors, &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{
+				{Key: "key" + strconv.Itoa(k), Value: "v" + strconv.Itoa(v)}}})
 		}
-		all[v] = request("bench", ds...)
 	}
 	return svc, all
+}
+
+// newBenchService is a Service on benchRules and store.
+func newBenchService(tb testing.TB, store limit.Limiter, opts envoy.Options) *envoy.Service {
+	tb.Helper()
+	set, err := rules.Parse(map[string][]byte{"bench.yaml": []byte(benchRules)}, rules.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	svc, err := envoy.New(setSource{set}, store, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return svc
+}
+
+// setSource is a RuleSource that always returns one Set.
+type setSource struct{ set *rules.Set }
+
+func (s setSource) Current() *rules.Set { return s.set }
+
+// BenchmarkHandlerTraced is BenchmarkHandler's 1desc run (without metrics)
+// with tracing on, exporting to a real OTLP receiver: what a sampled
+// request costs, and one whose caller's traceparent says not sampled.
+// BenchmarkHandler itself is the cost with tracing off.
+func BenchmarkHandlerTraced(b *testing.B) {
+	for _, tc := range []struct {
+		name        string
+		traceparent string
+	}{
+		{"sampled", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"unsampled", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rcv := otlptest.Start(b)
+			b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.GRPCEndpoint())
+			tr, err := tracing.New(context.Background(), tracing.Options{Protocol: tracing.ProtocolGRPC, SamplingRate: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Shutdown(context.Background())
+			svc := newBenchService(b, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Tracer: tr})
+			req := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{
+				{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "key1", Value: "v"}}}}}
+			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", tc.traceparent))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

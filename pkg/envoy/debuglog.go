@@ -63,7 +63,7 @@ func (sc *scratch) describe(req *pb.RateLimitRequest, resp *pb.RateLimitResponse
 		if i < len(sc.res.Descriptors) {
 			rd = &sc.res.Descriptors[i]
 		}
-		show := rd != nil && byValue(rd.Rule)
+		show := rd != nil && rd.Rule != nil && rd.Rule.NamedByValues()
 		for j, e := range d.GetEntries() {
 			if j > 0 {
 				b.WriteByte(',')

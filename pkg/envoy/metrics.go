@@ -1,529 +1,84 @@
 package envoy
 
 import (
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
-	"unicode/utf8"
-	"weak"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/status"
 
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
-// DefaultMaxValueSeries is MetricsOptions.MaxValueSeries when it is zero.
-const DefaultMaxValueSeries = 100
-
-// otherValues is the rule label of the hits of a detailed_metric or
-// value_to_metric rule beyond its MaxValueSeries distinct descriptors,
-// after the rule's path: "test.detailed._other_".
-const otherValues = "._other_"
-
-// MetricsOptions configures Metrics. The zero value is usable.
-type MetricsOptions struct {
-	// Store names the Limiter in the store metrics' "store" label
-	// ("redis", "memory").
-	Store string
-	// MaxValueSeries bounds the distinct rule labels that one
-	// detailed_metric or value_to_metric rule creates from request values:
-	// past it, hits of new values count under the rule's path followed by
-	// "._other_", so clients cannot grow the metrics without bound. 0
-	// means DefaultMaxValueSeries; negative means no value labels at all
-	// (everything goes to "._other_"). It bounds the statsd names the
-	// same way, and the unknown domains named in statsd.
-	MaxValueSeries int
-	// Statsd, when set, also sends the request path's counts to statsd
-	// under the reference server's names (statsd.go); nil sends none.
-	// The Prometheus metrics are kept either way.
-	Statsd *statsd.Client
-	// KeepHotValues keeps the request values of every rule's hot
-	// counters, not only those of detailed_metric and value_to_metric
-	// rules, so that Hot(n, HotAll) can show them: at most HotCapacity
-	// values of HotKeyBytes per rule. Without it, the values of rules
-	// that did not opt in never stay in memory.
-	KeepHotValues bool
+// Metrics is told what the request path does, to count it: Options.Metrics.
+// A Service calls it on every request, from as many goroutines as there
+// are requests, so an implementation must be safe for concurrent use and
+// must not block; it must not keep what Hits is given past the call: the
+// slice and the resolutions it points to are reused by the next request.
+// The binary counts in Prometheus and statsd (internal/rlsmetrics).
+type Metrics interface {
+	// Decision records an answer and how long it took: resp, or err when
+	// the call failed (its gRPC status says how).
+	Decision(d time.Duration, resp *pb.RateLimitResponse, err error)
+	// Refused records a request refused before any decision, for reason:
+	// one of the Refused constants.
+	Refused(reason string)
+	// DomainNotFound records a request for a domain no rule declares,
+	// answered OK, with its number of descriptors.
+	DomainNotFound(domain string, descriptors int)
+	// Hits records what a decided request of domain did to each of its
+	// descriptors that a limit decided, refunds excepted, resolved in set.
+	Hits(set *rules.Set, domain string, hits []DescriptorHits)
+	// StoreCall records a call to the Limiter, how long it took and its
+	// error.
+	StoreCall(d time.Duration, err error)
+	// FailureAnswer records a request answered by the failure policy
+	// after the Limiter failed: the policy applied (rules.FailureAllow,
+	// FailureDeny or FailureUnavailable) and the cause, one of
+	// "deadline", "circuit_open", "store_full" and "error" (the same
+	// words as the answer's dynamic metadata).
+	FailureAnswer(policy rules.FailureMode, cause string)
+	// GlobalShadow records a request answered OK only because of
+	// Options.ShadowMode.
+	GlobalShadow()
 }
 
-// Metrics records the request path in Prometheus metrics and, when
-// MetricsOptions.Statsd is set, in statsd. Hit counters are labelled by
-// domain and rule (the rule's path in its file, a bounded set), never by a
-// request's values unless the rule asks for detailed_metric or
-// value_to_metric, and then for at most MaxValueSeries distinct values per
-// rule. A nil *Metrics records nothing. It is safe for concurrent use.
-type Metrics struct {
-	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
-	notCharged                                          *prometheus.CounterVec
-	charged, charges                                    *prometheus.CounterVec // usage (usageCounters)
-	globalShadowMode                                    prometheus.Counter
-	domainsNotFound                                     prometheus.Counter
-	decisions                                           *prometheus.HistogramVec
-	decisionOK, decisionOver                            prometheus.Observer
-	storeSeconds                                        prometheus.Histogram
-	storeErrors                                         prometheus.Counter
-	failureAnswers                                      *prometheus.CounterVec
-	refused                                             *prometheus.CounterVec
-	maxValues                                           int
-	keepHotValues                                       bool
-	sd                                                  *statsdStats // nil without statsd
-
-	// The counters of each rule label, looked up once per rule rather
-	// than hashed from label strings on every request: cache maps the
-	// *rules.Rule of the set in force (swapped with the set, so old rules
-	// are released), byLabel keeps each (domain, rule path) for good, so
-	// that a reload does not reset a rule's value budget.
-	cache   atomic.Pointer[seriesCache]
-	mu      sync.Mutex
-	byLabel map[[2]string]*ruleSeries
+// DescriptorHits is what a decided request did to one of its
+// descriptors, as Metrics.Hits receives it.
+type DescriptorHits struct {
+	// Resolved is the descriptor as the rules resolved it: its entries,
+	// its rule (nil for an override that matched none), whether it
+	// carried a limit override, its mode and its limits.
+	Resolved *rules.Resolved
+	// Rule names the rule the hits count against: its path, or
+	// "(override)" for an override that matched no rule.
+	Rule string
+	// Cost is how many hits the descriptor asked for: the request's
+	// hits_addend, or the descriptor's own (Usage), at most 2^53.
+	Cost int64
+	// Usage reports that Cost is the descriptor's own hits_addend: usage
+	// reported after the fact, charged whatever the answer.
+	Usage bool
+	// Over reports that a limit denied the hits, a limit in shadow mode
+	// included (Resolved.Mode is then limit.Advisory).
+	Over bool
+	// Near is how many hits reached Options.NearLimitRatio of a limit's
+	// capacity as they were counted, the most of any of its limits; it
+	// may exceed Cost when earlier requests already had.
+	Near int64
+	// Charged reports that the Limiter charged the request's admitted
+	// hits: false when the request was refused, by this descriptor or
+	// another (a request is charged all or nothing).
+	Charged bool
 }
 
-// seriesCache maps the rules of one Set to their series.
-type seriesCache struct {
-	// set is weak so that the cache does not keep a replaced set alive
-	// until the next request swaps it: with 100,000 rules that is tens of
-	// MiB an idle server would hold after every reload.
-	set   weak.Pointer[rules.Set]
-	rules sync.Map // *rules.Rule, or the domain string for overrides without a rule -> *ruleSeries
-}
-
-// adder is a counter of one sink: prometheus.Counter, *statsd.Counter.
-type adder[N any] interface{ Add(N) }
-
-// hitCounters are the six hit counters of one name in one sink.
-type hitCounters[C adder[N], N float64 | uint64] struct {
-	hits, over, near, within, shadow, notCharged C
-}
-
-// hitOutcome is what happened to one descriptor's hits.
-type hitOutcome struct {
-	over    bool // a limit denied them
-	shadow  bool // and the rule's shadow mode let them pass
-	charged bool // admitted and counted against every limit of the descriptor
-}
-
-// add counts n hits of a descriptor: all of them, then exactly one of: over
-// the limit (and shadow mode when its rule let them pass), within it (and,
-// of those, near: the hits that reached the near-limit ratio), or not
-// charged. Hits that a limit admitted but that were not charged, because
-// another descriptor of the request was over its limit and a request is
-// charged all or nothing, are not within the limit: they changed no
-// counter, and the request may have been refused.
-func (c *hitCounters[C, N]) add(n, near N, o hitOutcome) {
-	c.hits.Add(n)
-	switch {
-	case o.over:
-		c.over.Add(n)
-		if o.shadow {
-			c.shadow.Add(n)
-		}
-	case o.charged:
-		c.within.Add(n)
-		if near > 0 {
-			c.near.Add(near)
-		}
-	default:
-		c.notCharged.Add(n)
-	}
-}
-
-// counters are the Prometheus hit counters of one (domain, rule) label
-// pair.
-type counters = hitCounters[prometheus.Counter, float64]
-
-// series are the counters of one name: Prometheus ones (nil when only
-// statsd uses the name) and statsd ones (nil without statsd).
-type series struct {
-	prom counters
-	stat *statCounters
-}
-
-// ruleSeries are the counters of one rule, and of its request values.
-type ruleSeries struct {
-	series
-	domain, path string
-
-	mu     sync.Mutex
-	values map[string]*series // detailed labels; at most maxValues
-	other  *series
-	hot    hotSketch // the most hit counters (hot.go)
-
-	usageOnce sync.Once
-	usage     usageCounters
-}
-
-// usageCounters count the usage a rule's descriptors reported with their
-// own hits_addend (limit.Hit.Usage): the units charged, within the limit
-// or past it, and the reports. A rule named by values counts under its
-// path alone.
-type usageCounters struct{ units, reports prometheus.Counter }
-
-// charge counts a usage report of units against s.
-func (m *Metrics) charge(s *ruleSeries, units int64) {
-	s.usageOnce.Do(func() {
-		s.usage = usageCounters{m.charged.WithLabelValues(s.domain, s.path), m.charges.WithLabelValues(s.domain, s.path)}
-	})
-	s.usage.units.Add(float64(units))
-	s.usage.reports.Inc()
-}
-
-// NewMetrics creates the request-path metrics and registers them on reg.
-func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error) {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: name, Help: help}, []string{"domain", "rule"})
-	}
-	storeLabel := prometheus.Labels{"store": opts.Store}
-	m := &Metrics{
-		hits: counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit, at most one more than "+
-			"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged."),
-		overLimit: counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included), "+
-			"at most one more than the largest limit per request."),
-		nearLimit: counter("near_limit_total", "Charged hits that left a limit at or above the near-limit ratio of its capacity."),
-		withinLimit: counter("within_limit_total", "Hits on descriptors within their limit, charged: "+
-			"never those of a request refused by another descriptor."),
-		shadowMode: counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted."),
-		charged: counter("usage_charged_total", "Usage reported after the fact (a descriptor's own hits_addend: "+
-			"tokens, bytes), charged whether within the limit or past it: what a budget spent."),
-		charges: counter("usage_reports_total", "Descriptors that reported usage (a descriptor's own hits_addend), charged."),
-		notCharged: counter("not_charged_total", "Hits on descriptors within their limit that were not charged, "+
-			"because another descriptor of the request was over its limit (a request is charged all or nothing)."),
-		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "global_shadow_mode_total",
-			Help: "Requests answered OK only because of the global shadow mode."}),
-		domainsNotFound: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "domain_not_found_total",
-			Help: "Requests for a domain no rule file declares (answered OK)."}),
-		decisions: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "floodgate", Name: "decision_duration_seconds",
-			Help:    "Time to answer ShouldRateLimit, by answer: ok, over_limit, or the gRPC error code.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"code"}),
-		storeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "floodgate", Name: "store_duration_seconds",
-			Help:        "Time of each call to the limit store, failures included.",
-			ConstLabels: storeLabel,
-			Buckets:     []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_errors_total",
-			Help: "Calls to the limit store that failed (timeouts, connection errors, error replies).", ConstLabels: storeLabel}),
-		failureAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_failure_answers_total",
-			Help: "Requests answered by the failure policy after a store failure, by policy (mode: allow, deny, unavailable) " +
-				"and cause (deadline: the store deadline passed; circuit_open: the breaker did not try the store; error: any other failure)."},
-			[]string{"mode", "cause"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "requests_refused_total",
-			Help: "Requests refused (InvalidArgument, ResourceExhausted, Unimplemented; 400, 405, 413 on /json) before any " +
-				"decision, by reason: " + strings.Join(RefusalReasons, ", ") + "."}, []string{"reason"}),
-		maxValues:     opts.MaxValueSeries,
-		keepHotValues: opts.KeepHotValues,
-		byLabel:       map[[2]string]*ruleSeries{},
-	}
-	for _, r := range RefusalReasons {
-		m.refused.WithLabelValues(r) // present at 0 from the start
-	}
-	if m.maxValues == 0 {
-		m.maxValues = DefaultMaxValueSeries
-	}
-	if opts.Statsd != nil {
-		m.sd = newStatsdStats(opts.Statsd, m.maxValues)
-	}
-	m.decisionOK = m.decisions.WithLabelValues("ok")
-	m.decisionOver = m.decisions.WithLabelValues("over_limit")
-	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged, m.charged, m.charges,
-		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers, m.refused} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
-
-func (m *Metrics) observeDecision(d time.Duration, resp *pb.RateLimitResponse, err error) {
-	if m == nil {
-		return
-	}
-	m.sd.decision(d, err)
-	switch {
-	case err != nil:
-		m.decisions.WithLabelValues(strings.ToLower(status.Code(err).String())).Observe(d.Seconds())
-	case resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT:
-		m.decisionOver.Observe(d.Seconds())
-	default:
-		m.decisionOK.Observe(d.Seconds())
-	}
-}
-
-// Reasons of floodgate_requests_refused_total. The listeners (package
-// server) refuse malformed, too large and unknown-method requests before
-// the service sees them, and report them with Refused; the service
-// itself refuses requests beyond its RequestBounds, malformed ones (an
-// empty domain, key or descriptor list, a string that is not UTF-8) and
-// invalid ones (a bad limit override).
+// Reasons for Metrics.Refused. The service refuses requests beyond its
+// RequestBounds, malformed ones (an empty domain, key or descriptor list;
+// a string that is not UTF-8) and invalid ones (a bad limit override);
+// Codec's handler refuses messages that do not decode and those over its
+// bound; a listener refuses calls of methods it does not serve.
 const (
 	RefusedMalformed     = "malformed"
 	RefusedTooLarge      = "too_large"
 	RefusedUnknownMethod = "unknown_method"
 	RefusedBounds        = "bounds"
 	RefusedInvalid       = "invalid"
-	// RefusedOther is what Refused counts a reason it does not know
-	// under, so that the label's values stay these.
-	RefusedOther = "other"
 )
-
-// RefusalReasons are the values of floodgate_requests_refused_total's
-// reason label.
-var RefusalReasons = []string{RefusedMalformed, RefusedTooLarge, RefusedUnknownMethod, RefusedBounds, RefusedInvalid, RefusedOther}
-
-// Refused counts a request refused for reason, one of RefusalReasons
-// (RefusedOther for any other). Package server calls it through
-// server.Options.Refused.
-func (m *Metrics) Refused(reason string) {
-	if m == nil {
-		return
-	}
-	if !slices.Contains(RefusalReasons, reason) {
-		reason = RefusedOther
-	}
-	m.refused.WithLabelValues(reason).Inc()
-}
-
-func (m *Metrics) observeStore(d time.Duration, err error) {
-	if m == nil {
-		return
-	}
-	m.storeSeconds.Observe(d.Seconds())
-	if err != nil {
-		m.storeErrors.Inc()
-	}
-}
-
-func (m *Metrics) domainNotFound(domain string, descriptors int) {
-	if m != nil {
-		m.domainsNotFound.Inc()
-		m.sd.domainNotFound(domain, descriptors)
-	}
-}
-
-func (m *Metrics) globalShadow() {
-	if m != nil {
-		m.globalShadowMode.Inc()
-		m.sd.globalShadowAnswer()
-	}
-}
-
-func (m *Metrics) failureAnswer(mode rules.FailureMode, cause failureCause) {
-	if m != nil {
-		m.failureAnswers.WithLabelValues(mode.String(), cause.String()).Inc()
-		m.sd.storeFailure()
-	}
-}
-
-// counters returns the counters of one (domain, rule) label pair.
-func (m *Metrics) counters(domain, rule string) counters {
-	return counters{
-		hits:   m.hits.WithLabelValues(domain, rule),
-		over:   m.overLimit.WithLabelValues(domain, rule),
-		near:   m.nearLimit.WithLabelValues(domain, rule),
-		within: m.withinLimit.WithLabelValues(domain, rule),
-		shadow: m.shadowMode.WithLabelValues(domain, rule),
-
-		notCharged: m.notCharged.WithLabelValues(domain, rule),
-	}
-}
-
-// series returns the series of a descriptor's rule r (nil for an override
-// without a rule, then labelled overrideMetric) in set.
-func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label string) *ruleSeries {
-	c := m.cache.Load()
-	if c == nil || c.set.Value() != set {
-		fresh := &seriesCache{set: weak.Make(set)}
-		if m.cache.CompareAndSwap(c, fresh) {
-			c = fresh
-		} else if c = m.cache.Load(); c.set.Value() != set {
-			c = fresh // a concurrent request has another set; don't fight over the cache
-		}
-	}
-	var key any
-	if r != nil {
-		key = r
-	} else {
-		key = domain
-	}
-	if s, ok := c.rules.Load(key); ok {
-		return s.(*ruleSeries)
-	}
-	m.mu.Lock()
-	s := m.byLabel[[2]string{domain, label}]
-	if s == nil {
-		s = &ruleSeries{domain: domain, path: label}
-		m.byLabel[[2]string{domain, label}] = s
-	}
-	// A rule labelled by values never uses its own series; creating it
-	// would show a zero series for nothing. A reload can turn
-	// detailed_metric off on a path, so this is checked for every new rule,
-	// not only for a new label. In statsd an override is always named by
-	// its values, so an override without a rule has no name of its own.
-	if !byValue(r) {
-		statName := ""
-		if r != nil {
-			statName = label
-		}
-		m.fill(&s.series, domain, label, statName)
-	}
-	m.mu.Unlock()
-	c.rules.Store(key, s)
-	return s
-}
-
-// byValue reports whether rule r's metrics are named by the request's
-// values (rules.Rule.AppendStatName).
-func byValue(r *rules.Rule) bool {
-	return r != nil && r.NamedByValues()
-}
-
-// fill creates the counters of v that are missing: Prometheus ones
-// labelled promLabel unless it is empty, statsd ones named statName unless
-// it is empty or statsd is off. Counters are only created, never replaced,
-// so that requests reading them race with nothing.
-func (m *Metrics) fill(v *series, domain, promLabel, statName string) {
-	if promLabel != "" && v.prom.hits == nil {
-		v.prom = m.counters(domain, promLabel)
-	}
-	if statName != "" && m.sd != nil && v.stat == nil {
-		v.stat = m.sd.hits(statName)
-	}
-}
-
-// valueSeries returns the series of a descriptor's values (the detailed
-// label in buf) in rule series s, or its "_other_" series once s has max
-// distinct values, with Prometheus counters if prom and statsd ones if
-// statsd is on.
-func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v := s.values[string(buf)]
-	// Prometheus refuses label values that are not UTF-8.
-	if v == nil && (len(s.values) >= m.maxValues || !utf8.Valid(buf)) {
-		if s.other == nil {
-			s.other = &series{}
-		}
-		v = s.other
-	}
-	if v != nil && (v.prom.hits != nil || !prom) && (v.stat != nil || m.sd == nil) {
-		return v // the usual case, without building a name
-	}
-	label, statName := string(buf), string(buf)
-	switch {
-	case v == nil:
-		v = &series{}
-		if s.values == nil {
-			s.values = map[string]*series{}
-		}
-		s.values[label] = v
-	case v == s.other:
-		label, statName = s.path+otherValues, s.path+otherValues
-		// An override without a rule has no path to put first; its
-		// statsd name starts with the domain, as every other one does.
-		if s.path == overrideMetric {
-			statName = s.domain + otherValues
-		}
-	}
-	if !prom {
-		label = ""
-	}
-	m.fill(v, s.domain, label, statName)
-	return v
-}
-
-// countMetrics adds each limited descriptor's hits to its counters;
-// charged reports whether the store charged the hits its limits admitted.
-func (sc *scratch) countMetrics(m *Metrics, set *rules.Set, domain string, v verdict, charged bool) {
-	if m == nil {
-		return
-	}
-	for di := range sc.descs {
-		ds, rd := &sc.descs[di], &sc.res.Descriptors[di]
-		out := &v.codes[di]
-		if ds.metric == "" || out.limit == nil || ds.refund {
-			continue
-		}
-		s := m.series(set, domain, rd.Rule, ds.metric)
-		bv := byValue(rd.Rule)
-		var prom *counters
-		var stat *statCounters
-		if !bv {
-			prom, stat = &s.prom, s.stat
-		}
-		// The reference server names an override's stats by the
-		// request's values, whatever rule it met.
-		if bv || (rd.Override && m.sd != nil) {
-			if bv {
-				sc.label = rd.Rule.AppendStatName(sc.label[:0], rd.Entries)
-			} else {
-				sc.label = appendDetailedLabel(sc.label[:0], domain, rd.Entries)
-			}
-			v := s.valueSeries(m, sc.label, bv)
-			if bv {
-				prom = &v.prom
-			}
-			stat = v.stat
-		}
-		o := hitOutcome{over: out.wouldDeny, shadow: rd.Mode == limit.Advisory, charged: charged}
-		n := countedHits(ds.cost, rd)
-		if ds.usage && ds.cost > 0 && maxCapacity(rd) > 0 {
-			// Charged whatever the answer, all of it (up to what a
-			// counter counts).
-			n, o.charged = min(ds.cost, limit.MaxCount), true
-			m.charge(s, n)
-		}
-		near := min(n, out.near)
-		keep := bv || m.keepHotValues
-		if keep {
-			// The hot values are named by the request's values, which
-			// a series name may not show (a share_threshold wildcard).
-			sc.label = appendDetailedLabel(sc.label[:0], domain, rd.Entries)
-		}
-		s.hot.add(rd.Entries, keep, bv, sc.label, uint64(n), o.over)
-		prom.add(float64(n), float64(near), o)
-		if stat != nil {
-			stat.add(uint64(n), uint64(near), o)
-		}
-	}
-}
-
-// countedHits is how many of a descriptor's hits the metrics count: its
-// cost, but at most one more than the largest capacity among its limits.
-// A cost above that is refused by every limit whatever its size, and one
-// request with a hits_addend of 2^64-1 must not put 10^16 into counters
-// that dashboards sum. Admitted hits are never cut: they fit in every
-// limit.
-func countedHits(cost int64, rd *rules.Resolved) int64 {
-	if capacity := maxCapacity(rd); cost > capacity {
-		return capacity + 1 // cost <= maxCost, so this cannot overflow
-	}
-	return cost
-}
-
-// maxCapacity is the largest capacity among rd's counted limits.
-func maxCapacity(rd *rules.Resolved) int64 {
-	var capacity int64
-	for i := range rd.Limits {
-		if l := &rd.Limits[i]; l.Counted() {
-			capacity = max(capacity, l.Limit.Spec.Capacity())
-		}
-	}
-	return capacity
-}
-
-// appendDetailedLabel names a descriptor with its values, in the reference
-// server's detailed_metric form: domain.key_value.key_value.
-func appendDetailedLabel(dst []byte, domain string, entries []rules.Entry) []byte {
-	dst = append(dst, domain...)
-	for _, e := range entries {
-		dst = append(dst, '.')
-		dst = append(dst, e.Key...)
-		if e.Value != "" {
-			dst = append(dst, '_')
-			dst = append(dst, e.Value...)
-		}
-	}
-	return dst
-}

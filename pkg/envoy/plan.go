@@ -22,7 +22,7 @@ type scratch struct {
 	decisions []limit.Decision   // the store's answer, one per hit
 	outcomes  []descOutcome
 	quota     []int
-	label     []byte // a detailed metric label
+	reported  []DescriptorHits // what Options.Metrics is told (hitsOf)
 
 	failure failureAnswer // set when the failure policy answered
 }
@@ -41,7 +41,7 @@ type descPlan struct {
 	refund  bool
 	usage   bool              // the descriptor carries its own hits_addend: a usage report (limit.Hit.Usage)
 	failure rules.FailureMode // resolved: never FailureDefault
-	metric  string            // metric label; "" when no limit applies
+	metric  string            // the rule it counts against (metricLabel); "" when no limit applies
 	// counted reports that a limit of the descriptor is counted: it has
 	// hits. unlimited reports that only unlimited limits apply.
 	counted, unlimited bool
@@ -58,7 +58,8 @@ func (sc *scratch) reset() {
 	clear(sc.outcomes)
 	sc.res.Reset()
 	sc.in, sc.entries, sc.descs, sc.hits, sc.at, sc.decisions = sc.in[:0], sc.entries[:0], sc.descs[:0], sc.hits[:0], sc.at[:0], sc.decisions[:0]
-	sc.label = sc.label[:0]
+	clear(sc.reported)
+	sc.reported = sc.reported[:0]
 	sc.failure = failureAnswer{}
 }
 
@@ -184,11 +185,13 @@ func override(o *rlv3.RateLimitDescriptor_RateLimitOverride, index int) (rules.O
 	return rules.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult}, nil
 }
 
-// overrideMetric is the metric label of an override that matched no rule.
+// overrideMetric names the rule of an override that matched none, in
+// metrics, traces and the debug log.
 const overrideMetric = "(override)"
 
-// metricLabel is a resolved descriptor's metric label: its rule's path, an
-// override's "(override)" without a rule, "" when no limit applies.
+// metricLabel names the rule a resolved descriptor counts against: its
+// rule's path, an override's "(override)" without a rule, "" when no
+// limit applies.
 func metricLabel(rd *rules.Resolved) string {
 	switch {
 	case rd.Override && rd.Rule == nil:
@@ -311,4 +314,19 @@ func (sc *scratch) applyFailure() (unavailable bool) {
 		}
 	}
 	return unavailable
+}
+
+// hitsOf is what the decided request did to each descriptor a limit
+// decided, refunds excepted, for Options.Metrics; charged reports whether
+// the Limiter charged the admitted hits. It reuses sc's storage.
+func (sc *scratch) hitsOf(v verdict, charged bool) []DescriptorHits {
+	for di := range sc.descs {
+		ds, out := &sc.descs[di], &v.codes[di]
+		if ds.metric == "" || out.limit == nil || ds.refund {
+			continue
+		}
+		sc.reported = append(sc.reported, DescriptorHits{Resolved: &sc.res.Descriptors[di], Rule: ds.metric,
+			Cost: ds.cost, Usage: ds.usage, Over: out.wouldDeny, Near: out.near, Charged: charged})
+	}
+	return sc.reported
 }

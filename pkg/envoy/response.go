@@ -54,10 +54,11 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 		}
 	}
 	if v.over {
-		if s.opts.ShadowMode {
-			s.opts.Metrics.globalShadow()
-		} else {
+		switch {
+		case !s.opts.ShadowMode:
 			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		case s.opts.Metrics != nil:
+			s.opts.Metrics.GlobalShadow()
 		}
 	}
 	over := resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT

@@ -57,8 +57,9 @@ type Options struct {
 	// Logger receives failure logs (at most one line per second) and, at
 	// debug level, one line per answer (logDecision); nil discards them.
 	Logger *slog.Logger
-	// Metrics records the request path; nil records nothing.
-	Metrics *Metrics
+	// Metrics is told what each request did, to count it; nil counts
+	// nothing.
+	Metrics Metrics
 	// Tracer starts a span per request, continuing the caller's
 	// traceparent, and a child span per store call; nil traces nothing and
 	// costs nothing.
@@ -151,7 +152,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			resp, err = nil, status.Error(codes.Internal, "internal error")
 		}
 		d := time.Since(start)
-		s.opts.Metrics.observeDecision(d, resp, err)
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.Decision(d, resp, err)
+		}
 		// Checked first, so that with debug off a request pays for no
 		// attribute.
 		if s.opts.Logger.Enabled(ctx, slog.LevelDebug) {
@@ -169,13 +172,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 
 func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scratch) (*pb.RateLimitResponse, error) {
 	if reason, err := s.opts.Bounds.check(req); err != nil {
-		s.opts.Metrics.Refused(reason)
+		s.refused(reason)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	domain := req.GetDomain()
 	set := s.rules.Current()
 	if set == nil || !set.HasDomain(domain) {
-		s.opts.Metrics.domainNotFound(domain, len(req.Descriptors))
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.DomainNotFound(domain, len(req.Descriptors))
+		}
 		resp := allOK(len(req.Descriptors))
 		if s.opts.DynamicMetadata {
 			resp.DynamicMetadata = requestFields(req, nil)
@@ -184,7 +189,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	}
 
 	if err := sc.plan(set, req, s.opts.FailureMode, s.opts.QuotaMode); err != nil {
-		s.opts.Metrics.Refused(RefusedInvalid)
+		s.refused(RefusedInvalid)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
@@ -193,11 +198,19 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		return s.failed(ctx, sc, req, err)
 	}
 	v := sc.judge(s.opts.NearLimitRatio, false)
-	// A blocked call (the Limiter's verdict, quota rule included) charged
-	// no hit: the metrics must not count the admitted ones as within
-	// their limit.
-	sc.countMetrics(s.opts.Metrics, set, domain, v, !blocked)
+	if s.opts.Metrics != nil {
+		// A blocked call (the Limiter's verdict, quota rule included)
+		// charged no hit.
+		s.opts.Metrics.Hits(set, domain, sc.hitsOf(v, !blocked))
+	}
 	return s.respond(sc, req, v), nil
+}
+
+// refused tells Options.Metrics of a request refused for reason.
+func (s *Service) refused(reason string) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.Refused(reason)
+	}
 }
 
 // evaluate calls the Limiter and returns its verdict. A request without
@@ -212,7 +225,9 @@ func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	}
 	start := time.Now()
 	blocked, err = s.limiter.Evaluate(ctx, hits, decisions)
-	s.opts.Metrics.observeStore(time.Since(start), err)
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.StoreCall(time.Since(start), err)
+	}
 	span.End(err)
 	return blocked, err
 }
@@ -244,7 +259,9 @@ func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequ
 		f.policy = rules.FailureUnavailable
 	}
 	sc.failure = f
-	s.opts.Metrics.failureAnswer(f.policy, f.cause)
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.FailureAnswer(f.policy, f.cause.String())
+	}
 	if f.policy == rules.FailureUnavailable {
 		return nil, status.Errorf(codes.Unavailable, "rate-limit store failed (%s): %v", f.cause, err)
 	}

@@ -13,7 +13,6 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -100,7 +99,6 @@ func (f fixedRules) Current() *rules.Set { return f.set }
 type harness struct {
 	svc *Service
 	mem *limit.Memory
-	reg *prometheus.Registry
 	now time.Time
 }
 
@@ -116,13 +114,8 @@ func newHarness(t *testing.T, opts Options) *harness {
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	h := &harness{now: t0, reg: prometheus.NewRegistry()}
+	h := &harness{now: t0}
 	h.mem = limit.NewMemory(limit.MemoryOptions{Now: func() time.Time { return h.now }})
-	if opts.Metrics == nil {
-		if opts.Metrics, err = NewMetrics(h.reg, MetricsOptions{Store: "memory"}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return h.now }
 	}
@@ -505,93 +498,6 @@ func TestResponseHeaders(t *testing.T) {
 	}
 }
 
-func TestMetrics(t *testing.T) {
-	h := newHarness(t, Options{NearLimitRatio: 0.6})
-	call := func(r *pb.RateLimitRequest) {
-		t.Helper()
-		if _, err := h.svc.ShouldRateLimit(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 4 {
-		call(request("test", desc("user", "alice")))
-	}
-	call(request("test", desc("shadow", "s")))
-	call(request("test", desc("shadow", "s")))
-	call(request("test", desc("detailed", "v1")))
-	call(request("nowhere", desc("user", "a")))
-
-	tests := []struct {
-		name   string
-		metric string
-		labels map[string]string
-		want   float64
-	}{
-		{"hits", "floodgate_hits_total", map[string]string{"domain": "test", "rule": "test.user"}, 4},
-		{"within", "floodgate_within_limit_total", map[string]string{"domain": "test", "rule": "test.user"}, 3},
-		{"near (used >= 60% of 3: the 2nd and 3rd hits)", "floodgate_near_limit_total", map[string]string{"domain": "test", "rule": "test.user"}, 2},
-		{"over", "floodgate_over_limit_total", map[string]string{"domain": "test", "rule": "test.user"}, 1},
-		{"shadow over counts as over", "floodgate_over_limit_total", map[string]string{"domain": "test", "rule": "test.shadow"}, 1},
-		{"shadow", "floodgate_shadow_mode_total", map[string]string{"domain": "test", "rule": "test.shadow"}, 1},
-		{"detailed_metric labels with the values", "floodgate_hits_total", map[string]string{"domain": "test", "rule": "test.detailed_v1"}, 1},
-		{"unknown domain", "floodgate_domain_not_found_total", nil, 1},
-		{"decisions observed", "floodgate_decision_duration_seconds", nil, 8},
-		{"all hits", "floodgate_hits_total", nil, 7},
-	}
-	for _, tc := range tests {
-		if got := metricValue(t, h.reg, tc.metric, tc.labels); got != tc.want {
-			t.Errorf("%s: %s%v = %v, want %v", tc.name, tc.metric, tc.labels, got, tc.want)
-		}
-	}
-	if n := seriesCount(t, h.reg, "floodgate_hits_total"); n != 3 {
-		t.Errorf("floodgate_hits_total has %d series, want 3 (user, shadow, detailed)", n)
-	}
-}
-
-// metricValue sums the series of a metric whose labels include labels: a
-// counter's value, a histogram's observation count.
-func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.Metric {
-			have := map[string]string{}
-			for _, lp := range m.Label {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, want := range labels {
-				if have[k] != want {
-					continue series
-				}
-			}
-			v += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return v
-}
-
-func seriesCount(t *testing.T, g prometheus.Gatherer, name string) int {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return len(mf.Metric)
-		}
-	}
-	return 0
-}
-
 // BenchmarkShouldRateLimit measures the request path on the in-memory
 // store: three descriptors (a key-only limit, two limits on one descriptor,
 // a whitelist), as Envoy sends them.
@@ -623,51 +529,6 @@ type countingLimiter struct {
 func (c *countingLimiter) Evaluate(ctx context.Context, hits []limit.Hit, ds []limit.Decision) (bool, error) {
 	c.calls++
 	return c.Limiter.Evaluate(ctx, hits, ds)
-}
-
-// TestBlockedIsTheLimiters: whether a call charged its hits is the
-// Limiter's verdict, which the service does not decide again. A Limiter
-// that admits every hit and yet says the call was blocked gets the
-// admitted hits counted as not charged, never as within their limit (a
-// service that applied limit.Blocked itself would count them within); the
-// answer is still the decisions'.
-func TestBlockedIsTheLimiters(t *testing.T) {
-	for _, tc := range []struct {
-		blocked                bool
-		wantWithin, wantNotChg float64
-	}{
-		{false, 1, 0},
-		{true, 0, 1},
-	} {
-		t.Run(fmt.Sprint("blocked=", tc.blocked), func(t *testing.T) {
-			h := newHarness(t, Options{})
-			h.svc.limiter = verdictLimiter{blocked: tc.blocked}
-			resp, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc("user", "a")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := summaries(resp); got != "OK:3" {
-				t.Errorf("statuses %s, want OK:3", got)
-			}
-			labels := map[string]string{"domain": "test", "rule": "test.user"}
-			if got := metricValue(t, h.reg, "floodgate_within_limit_total", labels); got != tc.wantWithin {
-				t.Errorf("within_limit_total = %v, want %v", got, tc.wantWithin)
-			}
-			if got := metricValue(t, h.reg, "floodgate_not_charged_total", labels); got != tc.wantNotChg {
-				t.Errorf("not_charged_total = %v, want %v", got, tc.wantNotChg)
-			}
-		})
-	}
-}
-
-// verdictLimiter admits every hit with 3 remaining and returns blocked.
-type verdictLimiter struct{ blocked bool }
-
-func (v verdictLimiter) Evaluate(_ context.Context, hits []limit.Hit, ds []limit.Decision) (bool, error) {
-	for i := range hits {
-		ds[i] = limit.Decision{Allowed: true, Remaining: 3}
-	}
-	return v.blocked, nil
 }
 
 // A shadow-mode limit over its limit is charged with the request's other
@@ -739,12 +600,7 @@ func TestPanicIsRecoveredAsInternal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, MetricsOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := New(fixedRules{set}, panicking{}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m})
+	svc, err := New(fixedRules{set}, panicking{}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -757,42 +613,9 @@ func TestPanicIsRecoveredAsInternal(t *testing.T) {
 	if !strings.Contains(logs.String(), "limiter bug") || !strings.Contains(logs.String(), "panicked") {
 		t.Errorf("the panic was not logged: %s", logs.String())
 	}
-	if got := metricValue(t, reg, "floodgate_decision_duration_seconds", map[string]string{"code": "internal"}); got != 2 {
-		t.Errorf("internal answers observed = %v, want 2", got)
-	}
 	// A request that needs no limiter still works.
 	if resp, err := svc.ShouldRateLimit(context.Background(), request("test", desc("open", "a"))); err != nil || resp.OverallCode != pb.RateLimitResponse_OK {
 		t.Errorf("after the panics: %v, %v", resp, err)
-	}
-}
-
-// Clients choose the values of detailed_metric descriptors; whatever they
-// send, a rule makes at most MaxValueSeries value series, then counts the
-// rest under "<rule>._other_", and every hit is still counted.
-func TestValueSeriesAreCapped(t *testing.T) {
-	const max, values = 50, 10_000
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, MetricsOptions{MaxValueSeries: max})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, Options{Metrics: m})
-	h.reg = reg
-	for i := range values {
-		if _, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc("detailed", fmt.Sprintf("v%d", i)))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, name := range []string{"floodgate_hits_total", "floodgate_within_limit_total"} {
-		if n := seriesCount(t, reg, name); n != max+1 {
-			t.Errorf("%s has %d series after %d distinct values, want %d", name, n, values, max+1)
-		}
-	}
-	if got := metricValue(t, reg, "floodgate_hits_total", nil); got != values {
-		t.Errorf("hits counted = %v, want %d", got, values)
-	}
-	if got := metricValue(t, reg, "floodgate_hits_total", map[string]string{"rule": "test.detailed._other_"}); got != values-max {
-		t.Errorf("hits under _other_ = %v, want %d", got, values-max)
 	}
 }
 

@@ -15,7 +15,9 @@ import (
 
 // ClientConfig describes how to reach Redis, in the terms of the reference
 // server's settings (REDIS_URL, REDIS_TYPE, REDIS_AUTH, REDIS_SENTINEL_AUTH,
-// REDIS_TLS and its files, REDIS_POOL_SIZE, REDIS_TIMEOUT).
+// REDIS_TLS, REDIS_POOL_SIZE, REDIS_TIMEOUT). Reading the certificate
+// files that REDIS_TLS_CACERT and its siblings name is the caller's: TLS
+// takes the tls.Config they make.
 type ClientConfig struct {
 	// URL is where Redis is. For Type "single": redis://[user:pass@]host:port[/db],
 	// rediss://... (TLS), unix:///path/to/socket, a plain host:port, or a
@@ -37,11 +39,14 @@ type ClientConfig struct {
 	// reference server's REDIS_SENTINEL_AUTH); empty contacts them without
 	// credentials. Only for Type "sentinel".
 	SentinelPassword string
-	// TLS connects with TLS: to every node, and for Type "sentinel" to the
-	// Sentinels too (a rediss:// URL implies it). TLSFiles says how
-	// certificates are verified and which one the client presents.
-	TLS bool
-	TLSFiles
+	// TLS, when not nil, connects with TLS: to every node, and for Type
+	// "sentinel" to the Sentinels too. A rediss:// URL connects with TLS
+	// whatever TLS says, with this configuration when set and the
+	// system's roots otherwise. Leave its ServerName empty: each node's
+	// name is then taken from the address dialed, which a Cluster or a
+	// Sentinel group needs, every node having its own. NewClient does not
+	// modify it.
+	TLS *tls.Config
 	// PoolSize is the number of connections per node; 0 means go-redis's
 	// default (10 per CPU).
 	PoolSize int
@@ -67,12 +72,9 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	var tc *tls.Config
-	if cfg.TLS || strings.HasPrefix(cfg.URL, "rediss://") {
-		var err error
-		if tc, err = cfg.TLSFiles.config(); err != nil {
-			return nil, err
-		}
+	tc := cfg.TLS.Clone()
+	if tc == nil && strings.HasPrefix(cfg.URL, "rediss://") {
+		tc = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	switch cfg.Type {
 	case "", "single":
@@ -190,10 +192,6 @@ func (cfg ClientConfig) validate() error {
 		return refusedConfig("DB", cfg.DB, "must not be negative")
 	case strings.TrimSpace(cfg.URL) == "":
 		return &option.Error{Options: "redislimit.ClientConfig", Field: "URL", Want: "is empty"}
-	case !cfg.TLS && cfg.TLSFiles != (TLSFiles{}) && !strings.HasPrefix(cfg.URL, "rediss://"):
-		// The reference server ignores them then; a user who set them
-		// meant TLS, and would get a plain connection.
-		return &option.Error{Options: "redislimit.ClientConfig", Field: "TLSFiles", Want: "are given but %s is off", With: []string{"TLS"}}
 	case cfg.SentinelPassword != "" && cfg.Type != "sentinel":
 		return &option.Error{Options: "redislimit.ClientConfig", Field: "SentinelPassword", Want: "needs %s sentinel", With: []string{"Type"}}
 	}

@@ -2,6 +2,7 @@ package redislimit_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -31,7 +32,7 @@ func TestNewClientOptions(t *testing.T) {
 			network: "tcp", addr: "10.0.0.1:6390", user: "app", pass: "s3cret", db: 4},
 		{name: "rediss URL", cfg: redislimit.ClientConfig{URL: "rediss://cache.example:6380", Type: "single"},
 			network: "tcp", addr: "cache.example:6380", tls: true},
-		{name: "TLS flag", cfg: redislimit.ClientConfig{URL: "cache.example:6380", TLS: true},
+		{name: "a TLS configuration", cfg: redislimit.ClientConfig{URL: "cache.example:6380", TLS: &tls.Config{}},
 			network: "tcp", addr: "cache.example:6380", tls: true},
 		{name: "unix URL", cfg: redislimit.ClientConfig{URL: "unix:///run/redis.sock"},
 			network: "unix", addr: "/run/redis.sock"},
@@ -71,6 +72,25 @@ func TestNewClientOptions(t *testing.T) {
 	defer c.Close()
 	if o := c.(*redis.ClusterClient).Options(); strings.Join(o.Addrs, " ") != "a:1 b:2 c:3" || o.PoolSize != 5 {
 		t.Errorf("cluster options: addrs %q pool %d", o.Addrs, o.PoolSize)
+	}
+}
+
+// TestNewClientKeepsTheTLSConfig: a rediss:// URL's skip_verify applies to
+// the client's copy of ClientConfig.TLS, never to the caller's, which other
+// clients may share.
+func TestNewClientKeepsTheTLSConfig(t *testing.T) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS13}
+	c, err := redislimit.NewClient(redislimit.ClientConfig{URL: "rediss://h:1/?skip_verify=true", TLS: tc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := c.(*redis.Client).Options().TLSConfig
+	if got == tc || !got.InsecureSkipVerify || got.MinVersion != tls.VersionTLS13 {
+		t.Errorf("the client's TLS: %+v, want a copy of the caller's with skip_verify", got)
+	}
+	if tc.InsecureSkipVerify {
+		t.Error("NewClient changed the caller's tls.Config")
 	}
 }
 

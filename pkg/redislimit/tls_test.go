@@ -2,8 +2,8 @@ package redislimit_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/testcert"
+	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
@@ -39,6 +40,17 @@ func newTLSFixture(t *testing.T) *tlsFixture {
 	return f
 }
 
+// tlsConfig is the tls.Config of files, read as the binary reads the
+// reference server's REDIS_TLS_* files.
+func tlsConfig(t *testing.T, files tlsclient.Files) *tls.Config {
+	t.Helper()
+	c, err := files.Config("redis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestNewClientTLS talks to redis-server's own TLS port, with a private CA:
 // as the reference server's REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT,
 // REDIS_TLS_CLIENT_KEY and REDIS_TLS_SKIP_HOSTNAME_VERIFICATION do.
@@ -51,7 +63,7 @@ func TestNewClientTLS(t *testing.T) {
 	tests := []struct {
 		name  string
 		addr  string
-		files redislimit.TLSFiles
+		files tlsclient.Files
 		want  string // in the error; "" for success
 		// refusedLate: Redis refuses the client's certificate. In TLS 1.3
 		// the client's handshake ends before Redis has checked it, and
@@ -60,20 +72,20 @@ func TestNewClientTLS(t *testing.T) {
 		// the certificate.
 		refusedLate bool
 	}{
-		{"the private CA", oneWay.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile}, "", false},
-		{"the system roots alone", oneWay.TLSAddr, redislimit.TLSFiles{}, "certificate signed by unknown authority", false},
-		{"a wrong CA", oneWay.TLSAddr, redislimit.TLSFiles{CAFile: f.otherFile}, "certificate signed by unknown authority", false},
-		{"a client certificate where none is asked", oneWay.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}, "", false},
-		{"mutual TLS", mutual.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}, "", false},
-		{"mutual TLS without a client certificate", mutual.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile}, "certificate", true},
-		{"mutual TLS with a certificate Redis does not trust", mutual.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.strangerCert, KeyFile: f.strangerKey}, "certificate", true},
-		{"a certificate for another name", misnamed.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile}, "validate certificate for 127.0.0.1", false},
-		{"another name, hostname verification skipped", misnamed.TLSAddr, redislimit.TLSFiles{CAFile: f.caFile, SkipHostnameVerification: true}, "", false},
-		{"skipping the hostname still verifies the CA", misnamed.TLSAddr, redislimit.TLSFiles{CAFile: f.otherFile, SkipHostnameVerification: true}, "certificate signed by unknown authority", false},
+		{"the private CA", oneWay.TLSAddr, tlsclient.Files{CAFile: f.caFile}, "", false},
+		{"the system roots alone", oneWay.TLSAddr, tlsclient.Files{}, "certificate signed by unknown authority", false},
+		{"a wrong CA", oneWay.TLSAddr, tlsclient.Files{CAFile: f.otherFile}, "certificate signed by unknown authority", false},
+		{"a client certificate where none is asked", oneWay.TLSAddr, tlsclient.Files{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}, "", false},
+		{"mutual TLS", mutual.TLSAddr, tlsclient.Files{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}, "", false},
+		{"mutual TLS without a client certificate", mutual.TLSAddr, tlsclient.Files{CAFile: f.caFile}, "certificate", true},
+		{"mutual TLS with a certificate Redis does not trust", mutual.TLSAddr, tlsclient.Files{CAFile: f.caFile, CertFile: f.strangerCert, KeyFile: f.strangerKey}, "certificate", true},
+		{"a certificate for another name", misnamed.TLSAddr, tlsclient.Files{CAFile: f.caFile}, "validate certificate for 127.0.0.1", false},
+		{"another name, hostname verification skipped", misnamed.TLSAddr, tlsclient.Files{CAFile: f.caFile, SkipHostnameVerification: true}, "", false},
+		{"skipping the hostname still verifies the CA", misnamed.TLSAddr, tlsclient.Files{CAFile: f.otherFile, SkipHostnameVerification: true}, "certificate signed by unknown authority", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := ping(t, redislimit.ClientConfig{URL: tc.addr, TLS: true, TLSFiles: tc.files, DialTimeout: 2 * time.Second})
+			err := ping(t, redislimit.ClientConfig{URL: tc.addr, TLS: tlsConfig(t, tc.files), DialTimeout: 2 * time.Second})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("PING: %v", err)
@@ -85,7 +97,7 @@ func TestNewClientTLS(t *testing.T) {
 		})
 	}
 
-	if err := ping(t, redislimit.ClientConfig{URL: "rediss://" + oneWay.TLSAddr, TLSFiles: redislimit.TLSFiles{CAFile: f.caFile}}); err != nil {
+	if err := ping(t, redislimit.ClientConfig{URL: "rediss://" + oneWay.TLSAddr, TLS: tlsConfig(t, tlsclient.Files{CAFile: f.caFile})}); err != nil {
 		t.Errorf("rediss:// with the private CA: %v", err)
 	}
 	if err := ping(t, redislimit.ClientConfig{URL: oneWay.TLSAddr, ReadTimeout: 100 * time.Millisecond}); err == nil {
@@ -99,7 +111,7 @@ func TestNewClientTLS(t *testing.T) {
 // Cluster's users do), and shows a wrong CA failing the probe.
 func TestTLSTopologies(t *testing.T) {
 	f := newTLSFixture(t)
-	good := redislimit.TLSFiles{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}
+	good := tlsclient.Files{CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey}
 	wrong := good
 	wrong.CAFile = f.otherFile
 	topologies := []struct {
@@ -118,15 +130,14 @@ func TestTLSTopologies(t *testing.T) {
 	for _, tp := range topologies {
 		t.Run(tp.name, func(t *testing.T) {
 			cfg := tp.start(t, &redistest.TLS{CA: f.ca, ClientCA: f.clientCA})
-			cfg.TLS, cfg.DialTimeout = true, 2*time.Second
+			cfg.DialTimeout = 2 * time.Second
 			for _, tc := range []struct {
 				name  string
-				files redislimit.TLSFiles
+				files tlsclient.Files
 				ok    bool
 			}{{"the private CA and a client certificate", good, true}, {"a wrong CA", wrong, false}} {
 				t.Run(tc.name, func(t *testing.T) {
-					cfg.TLSFiles = tc.files
-					l, err := newTLSLimiter(t, cfg)
+					l, err := newTLSLimiter(t, cfg, tc.files)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -162,13 +173,14 @@ func TestTLSTopologies(t *testing.T) {
 	}
 }
 
-func newTLSLimiter(t *testing.T, cfg redislimit.ClientConfig) (*redislimit.Limiter, error) {
+func newTLSLimiter(t *testing.T, cfg redislimit.ClientConfig, files tlsclient.Files) (*redislimit.Limiter, error) {
 	t.Helper()
 	if cfg.Type == "cluster" {
 		// Nodes announce 127.0.0.1, which the certificate names, but a
 		// Cluster's users commonly skip the name; both must work.
-		cfg.TLSFiles.SkipHostnameVerification = true
+		files.SkipHostnameVerification = true
 	}
+	cfg.TLS = tlsConfig(t, files)
 	c, err := redislimit.NewClient(cfg)
 	if err != nil {
 		return nil, err
@@ -214,22 +226,16 @@ func TestProbe(t *testing.T) {
 	}
 }
 
+// TestNewClientTLSErrors: what NewClient refuses of a TLS configuration,
+// naming it. The certificate files are read before (internal/tlsclient,
+// whose test covers their errors).
 func TestNewClientTLSErrors(t *testing.T) {
-	f := newTLSFixture(t)
-	junk := filepath.Join(t.TempDir(), "junk.pem")
-	testcert.WriteFile(t, junk, []byte("junk"))
 	tests := []struct {
 		name string
 		cfg  redislimit.ClientConfig
 		want string
 	}{
-		{"TLS files without TLS", redislimit.ClientConfig{URL: "h:1", TLSFiles: redislimit.TLSFiles{CAFile: f.caFile}}, "TLS is off"},
-		{"skip-verification without TLS", redislimit.ClientConfig{URL: "h:1", TLSFiles: redislimit.TLSFiles{SkipHostnameVerification: true}}, "TLS is off"},
-		{"a missing CA file", redislimit.ClientConfig{URL: "h:1", TLS: true, TLSFiles: redislimit.TLSFiles{CAFile: "/nonexistent/ca.pem"}}, "/nonexistent/ca.pem"},
-		{"a CA file without PEM", redislimit.ClientConfig{URL: "h:1", TLS: true, TLSFiles: redislimit.TLSFiles{CAFile: junk}}, "no PEM certificate"},
-		{"a certificate without its key", redislimit.ClientConfig{URL: "h:1", TLS: true, TLSFiles: redislimit.TLSFiles{CertFile: f.clientCert}}, "both or neither"},
-		{"a key that is not the certificate's", redislimit.ClientConfig{URL: "h:1", TLS: true, TLSFiles: redislimit.TLSFiles{CertFile: f.clientCert, KeyFile: f.strangerKey}}, "private key does not match"},
-		{"TLS over a unix socket", redislimit.ClientConfig{URL: "/run/redis.sock", TLS: true}, "unix socket"},
+		{"TLS over a unix socket", redislimit.ClientConfig{URL: "/run/redis.sock", TLS: &tls.Config{}}, "unix socket"},
 		{"a sentinel password for a single node", redislimit.ClientConfig{URL: "h:1", SentinelPassword: "pw"}, "redislimit.ClientConfig.SentinelPassword needs redislimit.ClientConfig.Type sentinel"},
 	}
 	for _, tc := range tests {

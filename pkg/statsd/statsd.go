@@ -7,10 +7,9 @@
 // Prometheus exporter is one).
 //
 // It owns the wire format, the batching and the connection, and knows no
-// stat names: package envoy names the request path's stats as the
+// stat names: package rlsmetrics names the request path's stats as the
 // reference server does, and cmd/server adds the rest. Of floodgate it
-// imports only option (its errors), and is public because
-// envoy.MetricsOptions takes a *Client.
+// imports only option (its errors).
 package statsd
 
 import (

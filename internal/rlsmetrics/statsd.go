@@ -1,4 +1,4 @@
-package envoy
+package rlsmetrics
 
 import (
 	"regexp"
@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/statsd"
 )
 
@@ -29,19 +28,6 @@ const (
 	statRequests     = "ratelimit_server.ShouldRateLimit.total_requests"
 	statResponseTime = "ratelimit_server.ShouldRateLimit.response_time"
 )
-
-// StatsdRuleLoads sends the rule loads that status reports
-// (rules.Watcher.Status) as the reference server's config load counters:
-// ratelimit.service.config_load_success counts the first load and every
-// good reload, config_load_error every refused one. They are not the
-// request path's, but their names belong with the others.
-func StatsdRuleLoads(c *statsd.Client, status func() rules.Status) {
-	c.CounterFunc(statLoadSuccess, func() uint64 {
-		st := status()
-		return 1 + st.Reloads - st.Failures
-	})
-	c.CounterFunc(statLoadError, func() uint64 { return status().Failures })
-}
 
 // statCounters are the statsd hit counters of one name.
 type statCounters = hitCounters[*statsd.Counter, uint64]

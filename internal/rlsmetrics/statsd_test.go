@@ -1,4 +1,4 @@
-package envoy
+package rlsmetrics
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate/internal/statsdtest"
+	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/statsd"
@@ -65,13 +66,6 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
 `
 
-// failingStore fails every call, as Redis does when it is down.
-type failingStore struct{}
-
-func (failingStore) Evaluate(context.Context, []limit.Hit, []limit.Decision) (bool, error) {
-	return false, errors.New("connection refused")
-}
-
 // statsdLine is one expected line: a name, its value and its type.
 type statsdLine struct {
 	name  string
@@ -108,7 +102,7 @@ func TestStatsdReferenceNames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{Store: "memory", Statsd: client})
+			m, err := New(prometheus.NewRegistry(), Options{Store: "memory", Statsd: client})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,12 +112,12 @@ func TestStatsdReferenceNames(t *testing.T) {
 			}
 			now := func() time.Time { return t0 }
 			store := limit.NewMemory(limit.MemoryOptions{Now: now})
-			svc := newTestService(t, set, store, Options{Metrics: m, Now: now})
-			down := newTestService(t, set, failingStore{}, Options{Metrics: m, Now: now})
-			shadow := newTestService(t, set, store, Options{Metrics: m, Now: now, ShadowMode: true})
+			svc := newService(t, set, store, envoy.Options{Metrics: m, Now: now})
+			down := newService(t, set, failingStore{errors.New("connection refused")}, envoy.Options{Metrics: m, Now: now})
+			shadow := newService(t, set, store, envoy.Options{Metrics: m, Now: now, ShadowMode: true})
 
 			calls := 0
-			ask := func(s *Service, r *pb.RateLimitRequest) *pb.RateLimitResponse {
+			ask := func(s *envoy.Service, r *pb.RateLimitRequest) *pb.RateLimitResponse {
 				t.Helper()
 				calls++
 				resp, _ := s.ShouldRateLimit(context.Background(), r)
@@ -147,7 +141,7 @@ func TestStatsdReferenceNames(t *testing.T) {
 			ask(svc, request("shop", desc("file", "img/a"), desc("file", "img/b")))
 			ask(svc, request("shop", desc("token", "")))
 			// An override is named by the request's values, whatever rule it meets.
-			ask(svc, request("shop", withOverride(desc("user", "bob"), 1, typev3.RateLimitUnit_HOUR, 0)))
+			ask(svc, request("shop", withOverride(desc("user", "bob"), 1, typev3.RateLimitUnit_HOUR)))
 			ask(svc, request("nowhere", desc("user", "alice"), desc("user", "bob"))) // unknown domain: each descriptor counts
 			ask(svc, request("", desc("user", "alice")))                             // invalid: a service error
 			ask(down, request("shop", desc("user", "carol")))                        // the store fails: a Redis error
@@ -261,15 +255,6 @@ func checkStatsdLines(t *testing.T, got []string, want []statsdLine, requests in
 	}
 }
 
-func newTestService(t *testing.T, set *rules.Set, l limit.Limiter, opts Options) *Service {
-	t.Helper()
-	svc, err := New(fixedRules{set}, l, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return svc
-}
-
 // TestStatsdNamesAreBounded: whatever values and domains clients send, a
 // detailed_metric rule makes at most MaxValueSeries statsd names, an
 // override at most as many under its rule, and unknown domains as many;
@@ -278,7 +263,7 @@ func TestStatsdNamesAreBounded(t *testing.T) {
 	const max, n = 3, 50
 	srv := statsdtest.Listen(t)
 	client := newStatsdClient(t, srv.Addr())
-	m, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{MaxValueSeries: max, Statsd: client})
+	m, err := New(prometheus.NewRegistry(), Options{MaxValueSeries: max, Statsd: client})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,13 +271,13 @@ func TestStatsdNamesAreBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := newTestService(t, set, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m})
+	svc := newService(t, set, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m})
 	for i := range n {
 		v := fmt.Sprint(i)
 		for _, r := range []*pb.RateLimitRequest{
 			request("shop", desc("client", v)),
-			request("shop", withOverride(desc("user", v), 1000, typev3.RateLimitUnit_HOUR, 0)),
-			request("shop", withOverride(desc("nomatch", v), 1000, typev3.RateLimitUnit_HOUR, 0)),
+			request("shop", withOverride(desc("user", v), 1000, typev3.RateLimitUnit_HOUR)),
+			request("shop", withOverride(desc("nomatch", v), 1000, typev3.RateLimitUnit_HOUR)),
 			request("nowhere"+v, desc("user", v)),
 		} {
 			if _, err := svc.ShouldRateLimit(context.Background(), r); err != nil {
@@ -335,11 +320,6 @@ func TestStatsdNamesAreBounded(t *testing.T) {
 	}
 }
 
-// switchingRules is a RuleSource whose Set a test replaces, as a reload does.
-type switchingRules struct{ set *rules.Set }
-
-func (s *switchingRules) Current() *rules.Set { return s.set }
-
 // TestDetailedMetricTurnedOff: a reload that turns detailed_metric off on a
 // rule keeps its path, whose series was made for values only; the rule's
 // own counters are made then, in Prometheus and statsd.
@@ -356,12 +336,12 @@ func TestDetailedMetricTurnedOff(t *testing.T) {
 	srv := statsdtest.Listen(t)
 	client := newStatsdClient(t, srv.Addr())
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, MetricsOptions{Statsd: client})
+	m, err := New(reg, Options{Statsd: client})
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := &switchingRules{parse(true)}
-	svc, err := New(src, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m})
+	svc, err := envoy.New(src, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,34 +363,6 @@ func TestDetailedMetricTurnedOff(t *testing.T) {
 	for _, rule := range []string{"d.k_v", "d.k"} {
 		if got := metricValue(t, reg, "floodgate_hits_total", map[string]string{"rule": rule}); got != 1 {
 			t.Errorf("floodgate_hits_total{rule=%q} = %v, want 1", rule, got)
-		}
-	}
-}
-
-// TestStatsdRuleLoads: the first load and each good reload count as
-// config_load_success, each refused reload as config_load_error, sent as
-// what changed since the last flush.
-func TestStatsdRuleLoads(t *testing.T) {
-	srv := statsdtest.Listen(t)
-	client := newStatsdClient(t, srv.Addr())
-	var st rules.Status
-	StatsdRuleLoads(client, func() rules.Status { return st })
-	for _, step := range []struct {
-		name             string
-		reloads, refused uint64
-		want             []string
-	}{
-		{"the first load", 0, 0, []string{"ratelimit.service.config_load_success:1|c"}},
-		{"two good reloads and a refused one", 3, 1, []string{"ratelimit.service.config_load_success:2|c", "ratelimit.service.config_load_error:1|c"}},
-		{"nothing new", 3, 1, nil},
-		{"a refused reload", 4, 2, []string{"ratelimit.service.config_load_error:1|c"}},
-	} {
-		st.Reloads, st.Failures = step.reloads, step.refused
-		if err := client.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if got := srv.Lines(t); !slices.Equal(got, step.want) {
-			t.Errorf("%s: got %q, want %q", step.name, got, step.want)
 		}
 	}
 }

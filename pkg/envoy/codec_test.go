@@ -1,9 +1,11 @@
-package server
+package envoy
 
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -19,8 +21,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/floodgate/floodgate/pkg/envoy"
 )
 
 // rawCodec sends pre-encoded bytes, which gRPC's own codec would refuse to
@@ -59,111 +59,6 @@ func encode(domain string, descs ...[]string) []byte {
 	return b
 }
 
-func TestBadRequestsOverGRPC(t *testing.T) {
-	s, _ := running(t, Options{MaxMessageBytes: 4 << 10})
-	conn, err := grpc.NewClient(s.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	method := "/" + pb.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit"
-	manyDescs := make([][]string, envoy.DefaultMaxDescriptors+1)
-	for i := range manyDescs {
-		manyDescs[i] = []string{"user", "a"}
-	}
-	tests := []struct {
-		name   string
-		method string // default: ShouldRateLimit
-		req    []byte
-		code   codes.Code
-		want   string
-		// reason is the floodgate_requests_refused_total label counted
-		// once for the request; "" for none.
-		reason string
-	}{
-		{"valid", "", encode("srv", []string{"user", "a"}), codes.OK, "", ""},
-		{"invalid UTF-8 value", "", encode("srv", []string{"user", "a"}, []string{"user", "ok", "k", "\xff"}), codes.InvalidArgument, "descriptors[1].entries[1].value: not valid UTF-8", "malformed"},
-		{"invalid UTF-8 key", "", encode("srv", []string{"us\xc3er", "a"}), codes.InvalidArgument, "descriptors[0].entries[0].key: not valid UTF-8", "malformed"},
-		{"invalid UTF-8 domain", "", encode("s\xe2v", []string{"user", "a"}), codes.InvalidArgument, "domain: not valid UTF-8", "malformed"},
-		{"not protobuf", "", []byte{0x0a, 0x7f, 's', 'r', 'v'}, codes.InvalidArgument, "invalid RateLimitRequest: ", "malformed"},
-		{"truncated", "", []byte{0x0a, 0x03, 's', 0x12, 0x05, 0x0a}, codes.InvalidArgument, "invalid RateLimitRequest: ", "malformed"},
-		{"empty key", "", encode("srv", []string{"", "a"}), codes.InvalidArgument, "descriptors[0].entries[0].key: must not be empty", "malformed"},
-		{"beyond the bounds", "", encode("srv", manyDescs...), codes.InvalidArgument, "more than the bound of 64 (max descriptors)", "bounds"},
-		{"too large", "", encode("srv", []string{"user", strings.Repeat("x", 5<<10)}), codes.ResourceExhausted, "", "too_large"},
-		{"unknown method", "/" + pb.RateLimitService_ServiceDesc.ServiceName + "/Nope", encode("srv", []string{"user", "a"}), codes.Unimplemented, "unknown method", "unknown_method"},
-		{"unknown service", "/some.Service/Call", encode("srv", []string{"user", "a"}), codes.Unimplemented, "unknown method", "unknown_method"},
-		{"still serving after all that", "", encode("srv", []string{"user", "b"}), codes.OK, "", ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			before := refusedCounts(t, s)
-			m := method
-			if tc.method != "" {
-				m = tc.method
-			}
-			var out []byte
-			err := conn.Invoke(context.Background(), m, &tc.req, &out, grpc.ForceCodec(rawCodec{}))
-			if st := status.Convert(err); st.Code() != tc.code || !strings.Contains(st.Message(), tc.want) {
-				t.Errorf("got %v, want %v containing %q", err, tc.code, tc.want)
-			}
-			checkRefused(t, before, refusedCounts(t, s), tc.reason)
-		})
-	}
-}
-
-// refusedCounts returns floodgate_requests_refused_total by reason.
-func refusedCounts(t *testing.T, s *Server) map[string]float64 {
-	t.Helper()
-	counts := map[string]float64{}
-	for _, r := range envoy.RefusalReasons {
-		counts[r] = metricValue(t, s, `floodgate_requests_refused_total{reason="`+r+`"}`)
-	}
-	return counts
-}
-
-// checkRefused fails unless exactly reason ("" for none) went up by one.
-func checkRefused(t *testing.T, before, after map[string]float64, reason string) {
-	t.Helper()
-	for r, n := range after {
-		want := before[r]
-		if r == reason {
-			want++
-		}
-		if n != want {
-			t.Errorf("floodgate_requests_refused_total{reason=%q}: %v, want %v (the request's reason: %q)", r, n, want, reason)
-		}
-	}
-}
-
-func TestBadRequestsOverJSON(t *testing.T) {
-	s, _ := running(t, Options{MaxMessageBytes: 8 << 10})
-	url := "http://" + s.Addrs().HTTP.String() + "/json"
-	tests := []struct {
-		name, method, body string
-		code               int
-		want, reason       string
-	}{
-		{"valid", "POST", `{"domain":"srv","descriptors":[{"entries":[{"key":"user","value":"j"}]}]}`, 200, "OK", ""},
-		{"invalid UTF-8", "POST", "{\"domain\":\"srv\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"\xff\"}]}]}", 400, "UTF-8", "malformed"},
-		{"not JSON", "POST", `{"domain":`, 400, "invalid RateLimitRequest", "malformed"},
-		{"unknown field", "POST", `{"domain":"srv","nope":1}`, 400, "invalid RateLimitRequest", "malformed"},
-		{"empty key", "POST", `{"domain":"srv","descriptors":[{"entries":[{"key":"","value":"a"}]}]}`, 400, "descriptors[0].entries[0].key: must not be empty", "malformed"},
-		{"beyond the bounds", "POST", `{"domain":"srv","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("x", envoy.DefaultMaxValueBytes+1) + `"}]}]}`, 400, "max value bytes", "bounds"},
-		{"too large", "POST", `{"domain":"srv","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("x", 9<<10) + `"}]}]}`, 413, "too large", "too_large"},
-		{"not POST", "GET", "", 405, "POST a RateLimitRequest", "unknown_method"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			before := refusedCounts(t, s)
-			code, body := do(t, tc.method, url, tc.body)
-			if code != tc.code || !strings.Contains(body, tc.want) {
-				t.Errorf("%d %q, want %d containing %q", code, body, tc.code, tc.want)
-			}
-			checkRefused(t, before, refusedCounts(t, s), tc.reason)
-		})
-	}
-}
-
 // TestMarshal holds the codec's answers to proto: for answers of every
 // shape the service gives, and a few it never does, the bytes decode to
 // the answer, and are proto's deterministic bytes but where a map (the
@@ -178,7 +73,7 @@ func TestMarshal(t *testing.T) {
 			CurrentLimit: &pb.RateLimitResponse_RateLimit{RequestsPerUnit: rpu, Unit: pb.RateLimitResponse_RateLimit_MINUTE, Name: name}}
 	}
 	long := strings.Repeat("x", 300) // lengths past one varint byte
-	codec := newRequestCodec()
+	codec := NewCodec(0)
 	for _, tc := range []struct {
 		name string
 		resp *pb.RateLimitResponse
@@ -231,7 +126,7 @@ func TestMarshal(t *testing.T) {
 // allocations, as from gRPC's own codec: its bytes, and the BufferSlice
 // that hands them to gRPC.
 func TestMarshalAllocations(t *testing.T) {
-	codec := newRequestCodec()
+	codec := NewCodec(0)
 	resp := overLimitAnswer()
 	allocs := testing.AllocsPerRun(100, func() {
 		out, err := codec.Marshal(resp)
@@ -261,7 +156,7 @@ func overLimitAnswer() *pb.RateLimitResponse {
 // a ratio. The codec's encoding is go-control-plane's generated code with
 // -tags vtprotobuf, as the Makefile runs it, and proto's without.
 func BenchmarkCodec(b *testing.B) {
-	codec := newRequestCodec()
+	codec := NewCodec(0)
 	for _, n := range []int{1, 3} {
 		var kvs [][]string
 		for k := 1; k <= n; k++ {
@@ -303,5 +198,93 @@ func BenchmarkCodec(b *testing.B) {
 				out.Free()
 			}
 		})
+	}
+}
+
+// TestCodecRefusals sends bytes over a real gRPC connection to a server
+// of the Codec: a message that does not decode, holds a string that is
+// not UTF-8 or is over the bound gets InvalidArgument naming the problem
+// or ResourceExhausted, counted once under its reason; the service's own
+// refusals (an empty key) are the service's, not counted by the codec;
+// the server keeps serving.
+func TestCodecRefusals(t *testing.T) {
+	h := newHarness(t, Options{})
+	codec := NewCodec(4 << 10)
+	var mu sync.Mutex
+	var refused []string
+	conn := serveCodec(t, codec, h.svc, func(reason string) {
+		mu.Lock()
+		defer mu.Unlock()
+		refused = append(refused, reason)
+	})
+	method := "/" + pb.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit"
+	for _, tc := range []struct {
+		name   string
+		req    []byte
+		code   codes.Code
+		want   string
+		reason string // the codec's refusal, "" for none
+	}{
+		{"valid", encode("test", []string{"user", "a"}), codes.OK, "", ""},
+		{"invalid UTF-8 value", encode("test", []string{"user", "a"}, []string{"user", "ok", "k", "\xff"}), codes.InvalidArgument, "descriptors[1].entries[1].value: not valid UTF-8", RefusedMalformed},
+		{"invalid UTF-8 key", encode("test", []string{"us\xc3er", "a"}), codes.InvalidArgument, "descriptors[0].entries[0].key: not valid UTF-8", RefusedMalformed},
+		{"invalid UTF-8 domain", encode("t\xe2t", []string{"user", "a"}), codes.InvalidArgument, "domain: not valid UTF-8", RefusedMalformed},
+		{"not protobuf", []byte{0x0a, 0x7f, 't', 'e', 's', 't'}, codes.InvalidArgument, "invalid RateLimitRequest: ", RefusedMalformed},
+		{"truncated", []byte{0x0a, 0x03, 's', 0x12, 0x05, 0x0a}, codes.InvalidArgument, "invalid RateLimitRequest: ", RefusedMalformed},
+		{"too large", encode("test", []string{"user", strings.Repeat("x", 5<<10)}), codes.ResourceExhausted, "larger than max (5", RefusedTooLarge},
+		{"empty key: the service's", encode("test", []string{"", "a"}), codes.InvalidArgument, "descriptors[0].entries[0].key: must not be empty", ""},
+		{"still serving after all that", encode("test", []string{"user", "b"}), codes.OK, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			refused = nil
+			mu.Unlock()
+			var out []byte
+			err := conn.Invoke(context.Background(), method, &tc.req, &out, grpc.ForceCodec(rawCodec{}))
+			if st := status.Convert(err); st.Code() != tc.code || !strings.Contains(st.Message(), tc.want) {
+				t.Errorf("got %v, want %v containing %q", err, tc.code, tc.want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if want := []string{tc.reason}; tc.reason == "" && len(refused) > 0 || tc.reason != "" && (len(refused) != 1 || refused[0] != tc.reason) {
+				t.Errorf("refused %q, want %q", refused, want)
+			}
+		})
+	}
+}
+
+// serveCodec serves svc on loopback with codec, as a program embedding
+// the service does, and returns a connection to it.
+func serveCodec(t *testing.T, codec *Codec, svc pb.RateLimitServiceServer, refused func(string)) *grpc.ClientConn {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.ForceServerCodecV2(codec))
+	codec.Register(s, svc, refused)
+	go s.Serve(l)
+	t.Cleanup(s.Stop)
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestDecodeJSON: a request in protojson decodes; a bad one is refused
+// naming what is wrong, after "invalid RateLimitRequest: " and without
+// the protobuf module's "proto:" prefix.
+func TestDecodeJSON(t *testing.T) {
+	req, err := DecodeJSON([]byte(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}],"hitsAddend":2}`))
+	if err != nil || req.Domain != "d" || req.HitsAddend != 2 || req.Descriptors[0].Entries[0].Value != "v" {
+		t.Fatalf("DecodeJSON: %v, %v", req, err)
+	}
+	for _, body := range []string{`{"domain":`, `{"domain":"d","nope":1}`, "{\"domain\":\"\xff\"}"} {
+		_, err := DecodeJSON([]byte(body))
+		if err == nil || !strings.HasPrefix(err.Error(), "invalid RateLimitRequest: ") || strings.Contains(err.Error(), "proto:") {
+			t.Errorf("DecodeJSON(%q): %v, want an error after \"invalid RateLimitRequest: \"", body, err)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package envoy
+package rlsmetrics
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 // TestRefusedRequestsAreCounted: each request the service refuses counts
@@ -22,15 +22,12 @@ import (
 // label's values bounded whatever reason a caller reports.
 func TestRefusedRequestsAreCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, MetricsOptions{Store: "memory"})
+	m, err := New(reg, Options{Store: "memory"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := rules.Parse(map[string][]byte{"test.yaml": []byte(testRules)}, rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := newTestService(t, set, limit.NewMemory(limit.MemoryOptions{}), Options{Metrics: m, Bounds: RequestBounds{MaxDescriptors: 2}})
+	set := parse(t, testRules)
+	svc := newService(t, set, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m, Bounds: envoy.RequestBounds{MaxDescriptors: 2}})
 	refused := func() map[string]float64 {
 		out := map[string]float64{}
 		for _, r := range RefusalReasons {
@@ -45,16 +42,16 @@ func TestRefusedRequestsAreCounted(t *testing.T) {
 		reason string
 	}{
 		{"valid", request("test", desc("user", "a")), "", ""},
-		{"empty domain", request("", desc("user", "a")), "domain: must not be empty", RefusedMalformed},
-		{"no descriptor", request("test"), "descriptors: must not be empty", RefusedMalformed},
-		{"value not UTF-8", request("test", desc("user", "\xff")), "not valid UTF-8", RefusedMalformed},
-		{"beyond the bounds", request("test", desc("user", "a"), desc("user", "b"), desc("user", "c")), "more than the bound of 2 (max descriptors)", RefusedBounds},
-		{"bad override", request("test", withOverride(desc("user", "a"), 5, typev3.RateLimitUnit_UNKNOWN, 0)), "descriptors[0].limit", RefusedInvalid},
+		{"empty domain", request("", desc("user", "a")), "domain: must not be empty", envoy.RefusedMalformed},
+		{"no descriptor", request("test"), "descriptors: must not be empty", envoy.RefusedMalformed},
+		{"value not UTF-8", request("test", desc("user", "\xff")), "not valid UTF-8", envoy.RefusedMalformed},
+		{"beyond the bounds", request("test", desc("user", "a"), desc("user", "b"), desc("user", "c")), "more than the bound of 2 (max descriptors)", envoy.RefusedBounds},
+		{"bad override", request("test", withOverride(desc("user", "a"), 5, typev3.RateLimitUnit_UNKNOWN)), "descriptors[0].limit", envoy.RefusedInvalid},
 		{"zero multiplier", request("test", func() *rlv3.RateLimitDescriptor {
-			d := withOverride(desc("user", "a"), 5, typev3.RateLimitUnit_MINUTE, 0)
+			d := withOverride(desc("user", "a"), 5, typev3.RateLimitUnit_MINUTE)
 			d.Limit.UnitMultiplier = wrapperspb.UInt32(0)
 			return d
-		}()), "unit_multiplier: must be at least 1", RefusedInvalid},
+		}()), "unit_multiplier: must be at least 1", envoy.RefusedInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refused()

@@ -1,4 +1,4 @@
-package envoy
+package rlsmetrics
 
 import (
 	"cmp"
@@ -36,11 +36,11 @@ const (
 	HotFingerprints HotValues = iota
 	// HotOptedIn shows the values of rules with detailed_metric or
 	// value_to_metric, whose authors asked for metrics per value (the
-	// first MetricsOptions.MaxValueSeries of them are in /metrics
+	// first Options.MaxValueSeries of them are in /metrics
 	// anyway), and fingerprints for the other rules.
 	HotOptedIn
 	// HotAll shows the values of every rule. Values of rules that did
-	// not opt in are kept only with MetricsOptions.KeepHotValues; without
+	// not opt in are kept only with Options.KeepHotValues; without
 	// it their keys stay fingerprints.
 	HotAll
 )
@@ -138,7 +138,7 @@ func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
 // hotSketch is the space-saving sketch of one rule's counters. The zero
 // value is empty and ready. Counters are identified by a keyed hash of
 // their entries; values are kept only for rules that name metrics by
-// values, or for every rule with MetricsOptions.KeepHotValues, so that
+// values, or for every rule with Options.KeepHotValues, so that
 // otherwise they never stay in memory.
 type hotSketch struct {
 	// skipped counts the hits not counted because another request held

@@ -1,6 +1,6 @@
 //go:build vtprotobuf
 
-package server
+package envoy
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package envoy
+package rlsmetrics
 
 import (
 	"context"
@@ -8,8 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -20,7 +19,7 @@ import (
 // labels a detailed rule's series are under.
 func TestHotCounters(t *testing.T) {
 	const heavy, light = 500, 1000
-	h := newHarness(t, Options{})
+	h := newHarness(t, envoy.Options{}, Options{})
 	send := func(key, value string) {
 		t.Helper()
 		if _, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc(key, value))); err != nil {
@@ -58,7 +57,7 @@ func TestHotCounters(t *testing.T) {
 		{"test.detailed", "test.detailed_heavy", HotOptedIn, false},
 		{"test.detailed", "test.detailed #", HotFingerprints, true},
 	} {
-		r, ok := byRule(h.svc.opts.Metrics.Hot(5, tc.show))[tc.rule]
+		r, ok := byRule(h.m.Hot(5, tc.show))[tc.rule]
 		if !ok {
 			t.Fatalf("Hot(show %v) has no %s", tc.show, tc.rule)
 		}
@@ -81,7 +80,7 @@ func TestHotCounters(t *testing.T) {
 			}
 		}
 	}
-	all := byRule(h.svc.opts.Metrics.Hot(HotCapacity+10, HotAll))
+	all := byRule(h.m.Hot(HotCapacity+10, HotAll))
 	if n := len(all["test.user"].Hot); n != HotCapacity {
 		t.Errorf("%d counters kept, want HotCapacity %d", n, HotCapacity)
 	}
@@ -98,11 +97,8 @@ func TestHotCounters(t *testing.T) {
 // HotValues: all of them for HotAll, only the opted-in rules' for
 // HotOptedIn, none for HotFingerprints.
 func TestHotValuesKept(t *testing.T) {
-	m, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{Store: "memory", KeepHotValues: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, Options{Metrics: m})
+	h := newHarness(t, envoy.Options{}, Options{Store: "memory", KeepHotValues: true})
+	m := h.m
 	for _, d := range [][2]string{{"user", "alice"}, {"detailed", "acme"}} {
 		if _, err := h.svc.ShouldRateLimit(context.Background(), request("test", desc(d[0], d[1]))); err != nil {
 			t.Fatal(err)
@@ -191,7 +187,7 @@ func TestHotSketchKeepsHeavyHitters(t *testing.T) {
 // BenchmarkHotSketchAdd measures what the request path pays per limited
 // descriptor for the hot counters: a repeated counter, and a new counter
 // at every hit (which replaces the least hit one), without and with the
-// values kept (MetricsOptions.KeepHotValues: the label is built for every
+// values kept (Options.KeepHotValues: the label is built for every
 // hit and copied for every new counter).
 func BenchmarkHotSketchAdd(b *testing.B) {
 	entries := make([][]rules.Entry, 4096)

@@ -1,0 +1,259 @@
+package envoy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	// Registers the "proto" codec this one wraps.
+	_ "google.golang.org/grpc/encoding/proto"
+)
+
+// Codec is the gRPC codec of a server of the RateLimitService: a server
+// built with grpc.ForceServerCodecV2(c), on which c.Register registers
+// the service. It decodes ShouldRateLimit's request without reflection
+// into storage reused from call to call (one allocation per request),
+// and a request it cannot decode is answered InvalidArgument, naming what
+// is wrong, where gRPC alone would answer Internal and tell Envoy that the
+// server failed. Answers are encoded with go-control-plane's generated
+// code when the build has it. Every other message goes through gRPC's
+// proto codec. A Codec is safe for concurrent use.
+type Codec struct {
+	proto encoding.CodecV2
+	// maxRequest bounds a RateLimitRequest, which gRPC's own bound
+	// (grpc.MaxRecvMsgSize) may not when other messages need more.
+	maxRequest int
+}
+
+// NewCodec returns a Codec that refuses a RateLimitRequest over
+// maxRequestBytes (ResourceExhausted, as gRPC refuses a message over its
+// own bound); 0 means no bound but gRPC's.
+func NewCodec(maxRequestBytes int) *Codec {
+	if maxRequestBytes <= 0 {
+		maxRequestBytes = math.MaxInt
+	}
+	return &Codec{proto: encoding.GetCodecV2("proto"), maxRequest: maxRequestBytes}
+}
+
+// Name is the codec's name: "proto", the one gRPC clients ask for.
+func (c *Codec) Name() string { return c.proto.Name() }
+
+// Marshal encodes a message that has go-control-plane's generated
+// encoder (vtMarshaler: the RateLimitResponse, in a build with the
+// vtprotobuf tag) with it, and anything else as proto. Either way every
+// field of the message is written: the generated code is regenerated with
+// the messages. An answer is far below the size from which gRPC pools
+// buffers (mem.IsBelowBufferPoolingThreshold), so it gets a buffer of its
+// own, as from gRPC's proto codec.
+func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(vtMarshaler)
+	if !ok {
+		return c.proto.Marshal(v)
+	}
+	b, err := m.MarshalVTStrict()
+	if err != nil {
+		return nil, fmt.Errorf("envoy: encoding %T: %w", v, err)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+// vtMarshaler is the encoder protoc-gen-go-vtproto generates, without
+// reflection, for go-control-plane's messages (RateLimitResponse and what
+// it holds). go-control-plane compiles it only with the vtprotobuf build
+// tag, which the Makefile, the Dockerfile and the tests' builds set: a
+// build without it (go run ./cmd/server) encodes answers as proto, the
+// same bytes but for the order of map entries, at about two and a half
+// times the cost (BenchmarkCodec). go-control-plane generates no decoder,
+// hence wireRequest.
+type vtMarshaler interface {
+	MarshalVTStrict() ([]byte, error)
+}
+
+// Unmarshal decodes a ShouldRateLimit request (a *wireRequest, which only
+// Register's handler passes) and anything else as proto. A request that
+// is too large or does not decode is no error here: it is recorded in the
+// wireRequest, for the handler to answer and count.
+func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	w, ok := v.(*wireRequest)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	if n := data.Len(); n > c.maxRequest {
+		w.tooLarge = n
+		return nil
+	}
+	var b []byte
+	if len(data) == 1 {
+		b = data[0].ReadOnlyData()
+	} else {
+		b = data.Materialize()
+	}
+	if w.decode(b) {
+		return nil
+	}
+	w.reset()
+	err := proto.Unmarshal(b, &w.req)
+	if err == nil {
+		return nil
+	}
+	w.refusal = "invalid RateLimitRequest: " + protoErrorText(err)
+	if strings.Contains(err.Error(), "UTF-8") {
+		w.refusal = invalidUTF8Field(b) + ": not valid UTF-8"
+	}
+	return nil
+}
+
+// Register registers svc on s, a server built with
+// grpc.ForceServerCodecV2(c), as the generated
+// RegisterRateLimitServiceServer does, but with a ShouldRateLimit handler
+// that decodes with c into a pooled request and answers InvalidArgument
+// for a request that does not decode, ResourceExhausted for one over the
+// bound. refused, when not nil, is called once for each request refused
+// so, before svc sees it, with RefusedMalformed or RefusedTooLarge. The
+// handler calls no interceptor: gRPC decodes a request before any
+// interceptor runs and turns decoding failures into Internal or
+// ResourceExhausted on its own; only the handler sees both.
+func (c *Codec) Register(s grpc.ServiceRegistrar, svc pb.RateLimitServiceServer, refused func(reason string)) {
+	if refused == nil {
+		refused = func(string) {}
+	}
+	desc := pb.RateLimitService_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i, m := range desc.Methods {
+		if m.MethodName == "ShouldRateLimit" {
+			desc.Methods[i].Handler = c.handler(refused)
+		}
+	}
+	s.RegisterService(&desc, svc)
+}
+
+// handler is ShouldRateLimit's handler: it decodes as the generated one
+// does, without a closure per call, into a pooled wireRequest.
+func (c *Codec) handler(refused func(string)) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		in := getWireRequest()
+		// The service keeps no pointer into the request once it has
+		// answered (the contract of wireRequest), so its storage serves
+		// the next call.
+		defer in.release()
+		if err := dec(in); err != nil {
+			if status.Code(err) == codes.ResourceExhausted {
+				refused(RefusedTooLarge)
+			}
+			return nil, err
+		}
+		if in.tooLarge > 0 {
+			// As gRPC answers a message over its own bound.
+			refused(RefusedTooLarge)
+			return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", in.tooLarge, c.maxRequest)
+		}
+		if in.refusal != "" {
+			refused(RefusedMalformed)
+			return nil, status.Error(codes.InvalidArgument, in.refusal)
+		}
+		return srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, &in.req)
+	}
+}
+
+// DecodeJSON decodes a RateLimitRequest written in protojson, as the
+// reference server's /json endpoint takes it. Its error says what is
+// wrong after "invalid RateLimitRequest: ", in the same words from every
+// build of the protobuf module.
+func DecodeJSON(b []byte) (*pb.RateLimitRequest, error) {
+	req := new(pb.RateLimitRequest)
+	if err := protojson.Unmarshal(b, req); err != nil {
+		return nil, fmt.Errorf("invalid RateLimitRequest: %s", protoErrorText(err))
+	}
+	return req, nil
+}
+
+// protoErrorText is a protobuf error's message without its "proto: "
+// prefix, whose space the protobuf module makes a no-break space in some
+// builds (to keep callers from comparing messages), so that answers are
+// the same from every build.
+func protoErrorText(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"proto: ", "proto:\u00a0"} {
+		if m, ok := strings.CutPrefix(msg, p); ok {
+			return m
+		}
+	}
+	return msg
+}
+
+// invalidUTF8Field names the first string of an encoded RateLimitRequest
+// that is not UTF-8, as envoy names fields: "domain",
+// "descriptors[1].entries[0].value".
+func invalidUTF8Field(b []byte) string {
+	field := "a string field"
+	walkStrings(b, func(path []int) bool {
+		switch {
+		case len(path) == 1 && path[0] == 1:
+			field = "domain"
+		case len(path) == 5 && path[0] == 2 && path[2] == 1:
+			name := "key"
+			if path[4] == 2 {
+				name = "value"
+			}
+			field = fmt.Sprintf("descriptors[%d].entries[%d].%s", path[1], path[3], name)
+		default:
+			return false
+		}
+		return true
+	}, nil)
+	return field
+}
+
+// walkStrings calls found with the path of each length-delimited field of
+// the request's string fields that is not UTF-8 (field numbers, with the
+// index of repeated messages after theirs: [2, i, 1, j, 2] is
+// descriptors[i].entries[j].value) until found returns true.
+func walkStrings(b []byte, found func(path []int) bool, path []int) bool {
+	counts := map[protowire.Number]int{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		here := append(path[:len(path):len(path)], int(num))
+		switch {
+		case len(path) == 0 && num == 2, len(path) == 2 && num == 1:
+			// descriptors, entries: repeated messages
+			i := counts[num]
+			counts[num]++
+			if walkStrings(v, found, append(here, i)) {
+				return true
+			}
+		case !utf8.Valid(v) && found(here):
+			return true
+		}
+	}
+	return false
+}
