@@ -152,15 +152,15 @@ func (e *rlsEnvoy) call(ctx context.Context, b int) {
 
 // rlsWindow is the window an answer at now was decided in: the one that
 // ends when its status says it resets, on Redis's clock; the window
-// holding now when the status has no reset.
+// holding now when the status has no reset. The reset is in whole
+// seconds rounded up, so the end it gives is the window's end or up to a
+// second after, never a whole window after (windows are whole seconds).
 func rlsWindow(c *fleetCounts, now time.Time, statuses []*pb.RateLimitResponse_DescriptorStatus) int64 {
 	if len(statuses) == 0 || statuses[0].GetDurationUntilReset() == nil {
 		return c.windowOf(now)
 	}
 	end := now.Add(statuses[0].GetDurationUntilReset().AsDuration())
-	// The window ends at (w+1)·window: round to the nearest end, since
-	// the reset is in whole seconds or less.
-	return (end.UnixNano()+int64(c.window)/2)/int64(c.window) - 1
+	return end.UnixNano()/int64(c.window) - 1
 }
 
 // finish waits for the calls in flight and hands the samples over.
