@@ -40,7 +40,7 @@ func (env *fleetEnv) armFailover(ctx context.Context, fr *fleetRun) (*failoverRu
 	w := int64(env.o.Window)
 	f := &failoverRun{done: make(chan struct{})}
 	f.at = time.Unix(0, (fr.killAt.UnixNano()/w+1)*w).Add(env.o.Window / 4)
-	if end := fr.killAt.Add(env.o.Duration - env.o.KillMaster); f.at.Add(2*env.o.Window).After(end) {
+	if end := fr.killAt.Add(env.o.Duration - env.o.KillMaster); f.at.Add(2 * env.o.Window).After(end) {
 		return nil, fmt.Errorf("-kill-master %v: the kill (a quarter into the next window) leaves no whole window after its own: lengthen -duration", env.o.KillMaster)
 	}
 	var err error

@@ -91,7 +91,7 @@ func startFleetEnv(ctx context.Context, o *fleetOptions, log io.Writer) (*fleetE
 		}
 		env.stops = append(env.stops, func() { p.Stop(10 * time.Second) })
 		env.floodgates = append(env.floodgates, fleetServer{proc: p, srv: srv})
-		fmt.Fprintf(log, "bench fleet: floodgate pid %d, gRPC on %s\n", srv.pid, srv.grpcAddr)
+		fmt.Fprintf(log, "bench fleet: floodgate pid %d, gRPC on %s, debug on %s\n", srv.pid, srv.grpcAddr, srv.debugAddr)
 	}
 	return env, nil
 }
