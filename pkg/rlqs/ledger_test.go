@@ -27,7 +27,7 @@ func TestShareIndependentOfPhase(t *testing.T) {
 					var ls [2]*ledger
 					var bs [2]*bucket
 					for i := range ls {
-						ls[i] = &ledger{limiter: mem, timeout: time.Second, demand: spec, interval: interval}
+						ls[i] = &ledger{store: newCoalescer(mem, time.Second, 0), demand: spec, interval: interval}
 						bs[i] = &bucket{demandKey: "demand"}
 					}
 					at := [2]time.Duration{0, gap}

@@ -78,7 +78,7 @@ func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 		s: s, gs: gs, id: s.ids.Add(1), client: client,
 		buckets:    map[string]*bucket{},
 		resolver:   resolver{demandWindow: s.demand.Window, failure: s.opts.FailureMode},
-		ledger:     ledger{limiter: s.limiter, timeout: s.opts.StoreTimeout, demand: s.demand, interval: s.opts.ReportInterval},
+		ledger:     ledger{store: s.store, demand: s.demand, interval: s.opts.ReportInterval},
 		lastReport: s.opts.Now(),
 		logged:     map[string]bool{},
 	}

@@ -1,0 +1,97 @@
+package rlqs
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// gatedLimiter holds its first call until gate is closed, and counts the
+// hits it is sent.
+type gatedLimiter struct {
+	limit.Limiter
+	gate    chan struct{}
+	first   sync.Once
+	entered atomic.Int64
+	hits    atomic.Int64
+	calls   atomic.Int64
+}
+
+func (g *gatedLimiter) Evaluate(ctx context.Context, hits []limit.Hit, decs []limit.Decision) (bool, error) {
+	g.entered.Add(1)
+	g.first.Do(func() { <-g.gate })
+	g.hits.Add(int64(len(hits)))
+	g.calls.Add(1)
+	return g.Limiter.Evaluate(ctx, hits, decs)
+}
+
+// TestCoalescedCharges: rounds of many streams waiting together charge
+// each counter once, with the sum of their costs; every hit gets its
+// counter's decision; a counter the sum overflows is charged what it had
+// left and reads spent, for every stream.
+func TestCoalescedCharges(t *testing.T) {
+	clk := &clock{t: epoch}
+	mem := limit.NewMemory(limit.MemoryOptions{Now: clk.Now})
+	g := &gatedLimiter{Limiter: mem, gate: make(chan struct{})}
+	c := newCoalescer(g, time.Second, 0)
+	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute}
+	other := limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Minute}
+	const streams = 50
+	round := func(cost int64) ([]limit.Decision, []bool, error) {
+		hits := []limit.Hit{{Key: "hot", Spec: spec, Cost: cost, Mode: limit.Advisory}, {Key: "wide", Spec: other, Cost: cost, Mode: limit.Advisory}}
+		decs, failed := make([]limit.Decision, len(hits)), make([]bool, len(hits))
+		return decs, failed, c.charge(context.Background(), hits, decs, failed)
+	}
+	// The first round holds the store while the others queue.
+	var wg sync.WaitGroup
+	wg.Go(func() { round(1) })
+	for g.entered.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	results := make([][]limit.Decision, streams)
+	for i := range streams {
+		wg.Go(func() {
+			decs, failed, err := round(3)
+			if err != nil || failed[0] || failed[1] {
+				t.Errorf("round %d: %v, failed %v", i, err, failed)
+			}
+			results[i] = decs
+		})
+	}
+	for c.queueLen() < streams {
+		time.Sleep(time.Millisecond)
+	}
+	close(g.gate)
+	wg.Wait()
+	// 2 hits for the first round, 2 merged for the 50 others, and a clip.
+	if got := g.hits.Load(); got != 5 {
+		t.Errorf("the store was sent %d hits, want 5: each counter once per flush, and the clip", got)
+	}
+	for i, d := range results {
+		if d[0].Allowed != true || d[0].Remaining != 0 {
+			t.Errorf("stream %d: hot counter %+v, want it charged what it had left, spent", i, d[0])
+		}
+		if want := int64(1000 - 1 - 3*streams); d[1].Remaining != want {
+			t.Errorf("stream %d: wide counter has %d left, want %d", i, d[1].Remaining, want)
+		}
+	}
+}
+
+// TestCoalescerDoneContext: a round whose stream has ended fails at once,
+// without reaching the store.
+func TestCoalescerDoneContext(t *testing.T) {
+	g := &gatedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), gate: make(chan struct{})}
+	close(g.gate)
+	c := newCoalescer(g, time.Second, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	failed := make([]bool, 1)
+	err := c.charge(ctx, []limit.Hit{{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1}}, make([]limit.Decision, 1), failed)
+	if err == nil || !failed[0] || g.calls.Load() != 0 {
+		t.Errorf("charge with a done context: %v, failed %v, %d store calls; want an error, failed, none", err, failed, g.calls.Load())
+	}
+}
