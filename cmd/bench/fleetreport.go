@@ -4,6 +4,7 @@ package main
 // request, and what the fleet admitted.
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -132,7 +133,20 @@ func (env *fleetEnv) partOf(fr *fleetRun, start, end fleetReading) fleetPart {
 	p.Shift = shiftOf(fr, end.at, env.o.Limit)
 	p.Failover = fr.failover.figures(fr, env.o, start.at, end.at)
 	p.Notes = partNotes(p)
+	if p.Failed > 0 || p.Quota != nil && p.Quota.StoreErrors > 0 {
+		for i, f := range env.floodgates {
+			if tail := lastLines(f.proc.logTail(), 3); tail != "" {
+				p.Notes = append(p.Notes, fmt.Sprintf("floodgate %d logged: %s", i+1, tail))
+			}
+		}
+	}
 	return p
+}
+
+// lastLines returns the last n lines of s, joined by " | ".
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], " | ")
 }
 
 // totals returns the requests decided between from and to and how they
