@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
@@ -93,5 +96,40 @@ func TestCoalescerDoneContext(t *testing.T) {
 	err := c.charge(ctx, []limit.Hit{{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1}}, make([]limit.Decision, 1), failed)
 	if err == nil || !failed[0] || g.calls.Load() != 0 {
 		t.Errorf("charge with a done context: %v, failed %v, %d store calls; want an error, failed, none", err, failed, g.calls.Load())
+	}
+}
+
+// TestBacklogInFewRounds: reports that queue while a stream's round waits
+// for the store (a burst of new buckets, each reported on its own, as
+// Envoy does) are taken together by the next round, in one store call,
+// not one round each.
+func TestBacklogInFewRounds(t *testing.T) {
+	set := parseRules(t, `
+domain: quota
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`)
+	g := &gatedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), gate: make(chan struct{})}
+	close(g.gate)
+	svc, err := New(staticRules{set}, g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := svc.newStream(nil, "envoy-1")
+	queue := make(chan *rlqspb.RateLimitQuotaUsageReports, 2*reportsAhead)
+	for i := range 2 * reportsAhead {
+		queue <- &rlqspb.RateLimitQuotaUsageReports{Domain: "quota", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqspb.BucketId{Bucket: tenant("t" + itoa(int64(i)))}, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1}}}
+	}
+	ms := drain(queue, []*rlqspb.RateLimitQuotaUsageReports{<-queue})
+	if len(ms) != reportsAhead+1 || len(queue) != reportsAhead-1 {
+		t.Fatalf("drain took %d reports and left %d, want %d and %d", len(ms), len(queue), reportsAhead+1, reportsAhead-1)
+	}
+	if err := st.report(context.Background(), ms...); err != nil {
+		t.Fatal(err)
+	}
+	if calls := g.calls.Load(); calls != 1 || len(st.actions) != len(ms) {
+		t.Errorf("%d reports taken together: %d store calls, %d assignments; want 1 call, an assignment each", len(ms), calls, len(st.actions))
 	}
 }

@@ -73,7 +73,9 @@ type Options struct {
 	// flushes: the streams' rounds that arrive meanwhile are charged
 	// together, each counter once per flush whatever the streams that
 	// report it (coalesce.go). 0 starts a flush as soon as the one before
-	// has ended.
+	// has ended: the flushes space themselves as the store slows down.
+	// Spacing them further trades an assignment's delay for store work
+	// (docs/capacity.md).
 	ChargeInterval time.Duration
 	// FailureMode is what a bucket is assigned when the store fails, for
 	// rules that do not say (rules.Rule.FailureMode): allow-all, deny-all,

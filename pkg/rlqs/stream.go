@@ -40,6 +40,12 @@ const maxActions = 1000
 // due in between; idleness is measured in minutes.
 const sweepEvery = time.Second
 
+// reportsAhead is how many reports a stream reads ahead while a round
+// runs; the next round takes them all at once, so that a stream whose
+// rounds wait for the store (a burst of new buckets, each reported on its
+// own) catches up in a few rounds, not one round per report.
+const reportsAhead = 8
+
 // wakeMargin is how long after a window's end its buckets are computed
 // again: the store's clock (Redis's) may run a little behind this one's.
 const wakeMargin = 50 * time.Millisecond
@@ -69,6 +75,8 @@ type stream struct {
 	// them that have counters; actions its response.
 	batch, charged []*bucket
 	actions        []*rlqspb.RateLimitQuotaResponse_BucketAction
+	// queued holds the reports a round takes together.
+	queued []*rlqspb.RateLimitQuotaUsageReports
 }
 
 // newStream returns the state of a stream of client (its name in logs)
@@ -96,7 +104,7 @@ func (st *stream) release() {
 // report that does not decode), ctx is done before Recv has returned the
 // cause, which the stream still counts.
 func (st *stream) run(ctx context.Context) error {
-	reports := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	reports := make(chan *rlqspb.RateLimitQuotaUsageReports, reportsAhead)
 	errc := make(chan error, 1)
 	go func() {
 		for {
@@ -120,7 +128,8 @@ func (st *stream) run(ctx context.Context) error {
 		full := false
 		select {
 		case m := <-reports:
-			err = st.report(ctx, m)
+			err = st.report(ctx, drain(reports, append(st.queued[:0], m))...)
+			clear(st.queued)
 		case err = <-errc:
 			return st.recvError(err)
 		case <-st.timer.C:
@@ -184,17 +193,49 @@ func (st *stream) setDomain(d string) error {
 	return nil
 }
 
-// report handles one report: it notes each bucket's counts, then runs a
-// round for them and for the buckets due one.
-func (st *stream) report(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) error {
-	if err := st.setDomain(m.GetDomain()); err != nil {
-		st.refuse(RefusedDomain, err)
-		return err
+// drain appends to ms the reports that have arrived meanwhile, up to
+// reportsAhead more.
+func drain(reports <-chan *rlqspb.RateLimitQuotaUsageReports, ms []*rlqspb.RateLimitQuotaUsageReports) []*rlqspb.RateLimitQuotaUsageReports {
+	for range reportsAhead {
+		select {
+		case m := <-reports:
+			ms = append(ms, m)
+		default:
+			return ms
+		}
 	}
+	return ms
+}
+
+// report handles reports that arrived together: it notes each bucket's
+// counts, then runs one round for them and for the buckets due one.
+func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageReports) error {
 	now := st.s.opts.Now()
 	st.lastReport = now
 	st.round++
 	batch := st.batch[:0]
+	for _, m := range ms {
+		if err := st.setDomain(m.GetDomain()); err != nil {
+			st.refuse(RefusedDomain, err)
+			return err
+		}
+		batch = st.note(m, batch, now)
+	}
+	var abandoned []*bucket
+	if now.Sub(st.sweptAt) >= sweepEvery {
+		st.sweptAt = now
+		if abandoned = st.idle(now); len(abandoned) > 0 {
+			batch = slices.DeleteFunc(batch, func(b *bucket) bool { return b.abandoned })
+		}
+		batch = st.appendDue(batch, now)
+	}
+	st.batch = batch
+	return st.assign(ctx, now, st.batch, abandoned)
+}
+
+// note notes the counts of one report's buckets, appending those new to
+// this round to batch.
+func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, now time.Time) []*bucket {
 	var allowed, denied int64
 	for _, u := range m.GetBucketQuotaUsages() {
 		b := st.bucketFor(u.GetBucketId(), now)
@@ -210,16 +251,7 @@ func (st *stream) report(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 		}
 	}
 	st.s.opts.Metrics.report(allowed, denied)
-	var abandoned []*bucket
-	if now.Sub(st.sweptAt) >= sweepEvery {
-		st.sweptAt = now
-		if abandoned = st.idle(now); len(abandoned) > 0 {
-			batch = slices.DeleteFunc(batch, func(b *bucket) bool { return b.abandoned })
-		}
-		batch = st.appendDue(batch, now)
-	}
-	st.batch = batch
-	return st.assign(ctx, now, st.batch, abandoned)
+	return batch
 }
 
 // wake runs a round for the buckets due one, or ends a stream silent for
