@@ -33,8 +33,8 @@ type fleetRun struct {
 	redisBase int64
 	// immediate and abandons are the RLQS fleet's counts at the start and
 	// the end of the measured run.
-	immediate, abandons [2]int64
-	failover            *failoverRun
+	immediate, abandons, sent [2]int64
+	failover                  *failoverRun
 }
 
 // newRun dials a connection per Envoy and builds the part's Envoys.
@@ -220,6 +220,7 @@ func (env *fleetEnv) measureRun(ctx context.Context, fr *fleetRun, from time.Tim
 // abandons at the start (i 0) or the end (1) of the measured run.
 func (fr *fleetRun) snapshotQuota(i int) {
 	if fr.quota != nil {
-		fr.immediate[i], fr.abandons[i] = fr.quota.stats.immediate.Load(), fr.quota.stats.abandons.Load()
+		st := &fr.quota.stats
+		fr.immediate[i], fr.abandons[i], fr.sent[i] = st.immediate.Load(), st.abandons.Load(), st.reports.Load()
 	}
 }

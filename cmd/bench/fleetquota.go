@@ -33,7 +33,9 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate/floodgate/pkg/rlqs"
@@ -151,15 +153,19 @@ type quotaStats struct {
 	reports, usages, immediate           atomic.Int64
 	tokenBuckets, blankets, abandons     atomic.Int64
 	streamsOpened, streamErrors, ignored atomic.Int64
+	// recvErrors counts streams that floodgate ended (Recv failed).
+	recvErrors atomic.Int64
 }
 
 // quotaFleet is what the simulated RLQS Envoys share.
 type quotaFleet struct {
-	d      *demand
-	counts *fleetCounts
-	domain string
-	ids    []*rlqspb.BucketId // bucket k's id, read-only
-	stats  quotaStats
+	// lastRecvErr is the last error a stream ended with, for the report.
+	lastRecvErr atomic.Value
+	d           *demand
+	counts      *fleetCounts
+	domain      string
+	ids         []*rlqspb.BucketId // bucket k's id, read-only
+	stats       quotaStats
 }
 
 func newQuotaFleet(d *demand, counts *fleetCounts, domain string) *quotaFleet {
@@ -417,7 +423,10 @@ func (e *quotaEnvoy) receive(s rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 	for {
 		resp, err := s.Recv()
 		if err != nil {
-			e.broken.Store(true)
+			if e.broken.CompareAndSwap(false, true) && status.Code(err) != codes.Canceled {
+				e.fl.stats.recvErrors.Add(1)
+				e.fl.lastRecvErr.Store(err.Error())
+			}
 			return
 		}
 		e.apply(resp, time.Now())

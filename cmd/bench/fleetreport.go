@@ -95,11 +95,17 @@ type quotaFigures struct {
 	RedisCPUPerBucketReport     float64 `json:"redis_cpu_us_per_bucket_report"`
 	RedisCommandsPerBucketRep   float64 `json:"redis_commands_per_bucket_report"`
 	// Live heap per stream and per bucket held, bytes (after a GC).
-	HeapPerStream int64   `json:"heap_bytes_per_stream"`
-	HeapPerBucket int64   `json:"heap_bytes_per_bucket"`
-	StreamErrors  int64   `json:"stream_errors"`
-	StoreErrors   float64 `json:"store_errors"`
-	Refused       float64 `json:"refused"`
+	HeapPerStream int64 `json:"heap_bytes_per_stream"`
+	HeapPerBucket int64 `json:"heap_bytes_per_bucket"`
+	// SentPerSec is the reports the simulated Envoys sent a second, to
+	// set beside ReportsPerSec, what floodgate received.
+	SentPerSec   float64 `json:"sent_reports_per_sec"`
+	StreamErrors int64   `json:"stream_errors"`
+	// StreamsEnded counts streams floodgate ended, with the last error.
+	StreamsEnded int64   `json:"streams_ended"`
+	LastEndError string  `json:"last_end_error,omitempty"`
+	StoreErrors  float64 `json:"store_errors"`
+	Refused      float64 `json:"refused"`
 }
 
 // partOf computes a part's figures from its run and the readings around
@@ -255,6 +261,11 @@ func (env *fleetEnv) quotaOf(fr *fleetRun, start, end fleetReading, p fleetPart)
 	q.BucketReportsPS = fr.held / quotaReportEvery.Seconds()
 	q.ImmediatePerSec = float64(fr.immediate[1]-fr.immediate[0]) / wall
 	q.AbandonsPerSec = float64(fr.abandons[1]-fr.abandons[0]) / wall
+	q.SentPerSec = float64(fr.sent[1]-fr.sent[0]) / wall
+	q.StreamsEnded = fr.quota.stats.recvErrors.Load()
+	if e, ok := fr.quota.lastRecvErr.Load().(string); ok {
+		q.LastEndError = e
+	}
 	if n := q.BucketReportsPS * wall; n > 0 {
 		q.FloodgateCPUPerBucketReport = p.FloodgateCPU * float64(p.Requests) / n
 		q.RedisCPUPerBucketReport = p.RedisCPU * float64(p.Requests) / n
