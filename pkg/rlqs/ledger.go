@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -62,17 +63,29 @@ func slotKey(demandKey string, slot int64) string {
 }
 
 // ledger charges buckets to the store for one stream, through the
-// Service's coalescer, reusing its buffers.
+// Service's coalescer.
 type ledger struct {
 	store  *coalescer
 	demand limit.Spec
 	// interval is the report interval: the length of a demand slot.
 	interval time.Duration
+	// bufs holds the Service's charge buffers, shared by its streams so
+	// that their memory follows the rounds running, not the streams
+	// times their buckets.
+	bufs *sync.Pool
+}
 
+// chargeBuf is one round's hits and what became of them.
+type chargeBuf struct {
 	hits   []limit.Hit
 	decs   []limit.Decision
 	failed []bool
 	owners []owner
+}
+
+// newChargeBufs returns the pool of a Service's charge buffers.
+func newChargeBufs() *sync.Pool {
+	return &sync.Pool{New: func() any { return &chargeBuf{} }}
 }
 
 // owner is where a hit's decision goes: bucket b's counter c, or its
@@ -97,34 +110,24 @@ const (
 // at the next round, the charged ones twice (never less than Envoy
 // admitted).
 func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
-	l.hits, l.owners = l.hits[:0], l.owners[:0]
-	slot := slotOf(now, l.interval)
-	for i, b := range bs {
-		for j := range b.counters {
-			c := &b.counters[j]
-			cost := inWindow(c, b.pending, b.since, now)
-			l.hits = append(l.hits, limit.Hit{Key: c.key, Spec: c.spec, Cost: cost, Mode: limit.Advisory})
-			l.owners = append(l.owners, owner{i, j})
-		}
-		l.hits = append(l.hits,
-			limit.Hit{Key: slotKey(b.demandKey, slot), Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory},
-			limit.Hit{Key: slotKey(b.demandKey, slot-1), Spec: l.demand, Mode: limit.Advisory})
-		l.owners = append(l.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
-	}
-	l.decs = resize(l.decs, len(l.hits))
-	l.failed = resize(l.failed, len(l.hits))
-	err = l.store.charge(ctx, l.hits, l.decs, l.failed)
+	cb := l.bufs.Get().(*chargeBuf)
+	defer l.bufs.Put(cb)
+	defer clear(cb.hits) // their keys belong to the buckets
+	l.hitsOf(cb, now, bs)
+	cb.decs = resize(cb.decs, len(cb.hits))
+	cb.failed = resize(cb.failed, len(cb.hits))
+	err = l.store.charge(ctx, cb.hits, cb.decs, cb.failed)
 	for _, b := range bs {
 		b.failed = false
 	}
-	for k, o := range l.owners {
-		if l.failed[k] {
+	for k, o := range cb.owners {
+		if cb.failed[k] {
 			if o.c >= 0 {
 				bs[o.b].failed = true
 			}
 			continue
 		}
-		l.take(bs[o.b], o, l.decs[k], now)
+		l.take(bs[o.b], o, cb.decs[k], now)
 	}
 	for _, b := range bs {
 		if b.failed {
@@ -139,6 +142,25 @@ func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (faile
 		}
 	}
 	return failed, err
+}
+
+// hitsOf fills cb with the hits of bs: each counter's, then the demand
+// of the current slot and a look at the slot before's.
+func (l *ledger) hitsOf(cb *chargeBuf, now time.Time, bs []*bucket) {
+	cb.hits, cb.owners = cb.hits[:0], cb.owners[:0]
+	slot := slotOf(now, l.interval)
+	for i, b := range bs {
+		for j := range b.counters {
+			c := &b.counters[j]
+			cost := inWindow(c, b.pending, b.since, now)
+			cb.hits = append(cb.hits, limit.Hit{Key: c.key.Value(), Spec: c.spec, Cost: cost, Mode: limit.Advisory})
+			cb.owners = append(cb.owners, owner{i, j})
+		}
+		cb.hits = append(cb.hits,
+			limit.Hit{Key: slotKey(b.demandKey.Value(), slot), Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory},
+			limit.Hit{Key: slotKey(b.demandKey.Value(), slot-1), Spec: l.demand, Mode: limit.Advisory})
+		cb.owners = append(cb.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
+	}
 }
 
 // take sets what a hit's decision says on its bucket.

@@ -86,7 +86,7 @@ func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 		s: s, gs: gs, id: s.ids.Add(1), client: client,
 		buckets:    map[string]*bucket{},
 		resolver:   resolver{demandWindow: s.demand.Window, failure: s.opts.FailureMode},
-		ledger:     ledger{store: s.store, demand: s.demand, interval: s.opts.ReportInterval},
+		ledger:     ledger{store: s.store, demand: s.demand, interval: s.opts.ReportInterval, bufs: s.bufs},
 		lastReport: s.opts.Now(),
 		logged:     map[string]bool{},
 	}
@@ -244,6 +244,7 @@ func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, no
 		}
 		a, d := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
 		b.note(now, a, d)
+		b.id = u.GetBucketId()
 		allowed, denied = allowed+clampCount(a), denied+clampCount(d)
 		if b.round != st.round {
 			b.round = st.round
@@ -402,7 +403,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 	st.actions = st.actions[:0]
 	refresh, ttl := st.refreshAfter(), durationpb.New(st.s.opts.AssignmentTTL)
 	for _, b := range batch {
-		b.record(now)
+		b.record(now, st.s.opts.ReportInterval)
 		next, ok := st.decide(b, now)
 		if !ok || b.assigned && next == b.sent && now.Sub(b.sentAt) < refresh {
 			continue
@@ -410,15 +411,18 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 		b.sent, b.sentAt, b.assigned = next, now, true
 		st.logAssignment(b, next, now)
 		st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
-			BucketId: bucketMap(b.entries),
+			BucketId: b.actionID(),
 			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 				AssignmentTimeToLive: ttl, RateLimitStrategy: next.proto()}},
 		})
 		st.s.opts.Metrics.assigned(next.action())
 	}
+	for _, b := range batch {
+		b.id = nil // the report's, not to be kept
+	}
 	for _, b := range abandoned {
 		st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
-			BucketId:     bucketMap(b.entries),
+			BucketId:     b.actionID(),
 			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
 		})
 		st.s.opts.Metrics.assigned("abandon")
