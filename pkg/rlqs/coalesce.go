@@ -46,10 +46,23 @@ type coalescer struct {
 	index  map[hitKey]int
 	hits   []limit.Hit
 	decs   []limit.Decision
-	failed []bool
+	errs   []error
 	clip   []limit.Hit
 	clipAt []int
 	cdecs  []limit.Decision
+	cerrs  []error
+	shards map[string][]int
+	call   []limit.Hit
+	cdec   []limit.Decision
+}
+
+// sharder is a Limiter whose counters live apart, on the masters of a
+// Redis Cluster (redislimit.Limiter): Shard names where a counter lives,
+// "" for one place. A flush's calls each go to one shard, so that a
+// master that fails fails the counters it holds and no other: mixed in
+// one call, every counter of the call would fail with it.
+type sharder interface {
+	Shard(ctx context.Context, counter string) string
 }
 
 // hitKey is what a merged hit is: one counter, read with one spec.
@@ -126,14 +139,14 @@ func (c *coalescer) flushLoop(ctx context.Context) {
 func (c *coalescer) flush(ctx context.Context, batch []*charge) {
 	c.merge(batch)
 	c.decs = resize(c.decs, len(c.hits))
-	c.failed = resize(c.failed, len(c.hits))
-	errs := c.evaluate(ctx, c.hits, c.decs, c.failed)
+	c.errs = resize(c.errs, len(c.hits))
+	c.evaluate(ctx, c.hits, c.decs, c.errs)
 	c.clipRefused(ctx)
 	for _, ch := range batch {
 		for j, i := range ch.at {
-			ch.decs[j], ch.failed[j] = c.decs[i], c.failed[i]
-			if c.failed[i] && ch.err == nil {
-				ch.err = errs[i/chunkHits]
+			ch.decs[j], ch.failed[j] = c.decs[i], c.errs[i] != nil
+			if c.errs[i] != nil && ch.err == nil {
+				ch.err = c.errs[i]
 			}
 		}
 		close(ch.done)
@@ -162,20 +175,46 @@ func (c *coalescer) merge(batch []*charge) {
 	}
 }
 
-// evaluate decides hits in store calls of at most chunkHits, marking the
-// hits of a call that failed, and returns each call's error.
-func (c *coalescer) evaluate(ctx context.Context, hits []limit.Hit, decs []limit.Decision, failed []bool) []error {
-	errs := make([]error, (len(hits)+chunkHits-1)/chunkHits)
-	for n, start := 0, 0; start < len(hits); n, start = n+1, start+chunkHits {
-		end := min(start+chunkHits, len(hits))
-		cctx, cancel := context.WithTimeout(ctx, c.timeout)
-		_, errs[n] = c.limiter.Evaluate(cctx, hits[start:end], decs[start:end])
-		cancel()
-		for i := start; i < end; i++ {
-			failed[i] = errs[n] != nil
+// evaluate decides hits in store calls of at most chunkHits, each of
+// one shard's hits, and sets each hit's error: its call's, nil when it
+// succeeded.
+func (c *coalescer) evaluate(ctx context.Context, hits []limit.Hit, decs []limit.Decision, errs []error) {
+	for _, idx := range c.byShard(ctx, hits) {
+		for start := 0; start < len(idx); start += chunkHits {
+			part := idx[start:min(start+chunkHits, len(idx))]
+			c.call, c.cdec = c.call[:0], resize(c.cdec, len(part))
+			for _, i := range part {
+				c.call = append(c.call, hits[i])
+			}
+			cctx, cancel := context.WithTimeout(ctx, c.timeout)
+			_, err := c.limiter.Evaluate(cctx, c.call, c.cdec)
+			cancel()
+			for k, i := range part {
+				decs[i], errs[i] = c.cdec[k], err
+			}
 		}
 	}
-	return errs
+	clear(c.call)
+}
+
+// byShard returns the indices of hits grouped by shard: one group of all
+// of them when the limiter has no shards.
+func (c *coalescer) byShard(ctx context.Context, hits []limit.Hit) map[string][]int {
+	if c.shards == nil {
+		c.shards = map[string][]int{}
+	}
+	for k, v := range c.shards {
+		c.shards[k] = v[:0]
+	}
+	sh, ok := c.limiter.(sharder)
+	for i := range hits {
+		s := ""
+		if ok {
+			s = sh.Shard(ctx, hits[i].Key)
+		}
+		c.shards[s] = append(c.shards[s], i)
+	}
+	return c.shards
 }
 
 // clipRefused charges each counter that refused a merged hit what it has
@@ -185,7 +224,7 @@ func (c *coalescer) clipRefused(ctx context.Context) {
 	c.clip, c.clipAt = c.clip[:0], c.clipAt[:0]
 	for k := range c.hits {
 		h, d := &c.hits[k], &c.decs[k]
-		if !c.failed[k] && h.Cost > 0 && !d.Allowed && d.Remaining > 0 {
+		if c.errs[k] == nil && h.Cost > 0 && !d.Allowed && d.Remaining > 0 {
 			cl := *h
 			cl.Cost = d.Remaining
 			c.clip = append(c.clip, cl)
@@ -196,10 +235,10 @@ func (c *coalescer) clipRefused(ctx context.Context) {
 		return
 	}
 	c.cdecs = resize(c.cdecs, len(c.clip))
-	failed := make([]bool, len(c.clip))
-	c.evaluate(ctx, c.clip, c.cdecs, failed)
+	c.cerrs = resize(c.cerrs, len(c.clip))
+	c.evaluate(ctx, c.clip, c.cdecs, c.cerrs)
 	for i, k := range c.clipAt {
-		if !failed[i] {
+		if c.cerrs[i] == nil {
 			c.decs[k] = c.cdecs[i]
 		}
 	}

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,5 +132,53 @@ descriptors:
 	}
 	if calls := g.calls.Load(); calls != 1 || len(st.actions) != len(ms) {
 		t.Errorf("%d reports taken together: %d store calls, %d assignments; want 1 call, an assignment each", len(ms), calls, len(st.actions))
+	}
+}
+
+// shardedLimiter is a Memory whose counters live on two masters, by the
+// first letter of their keys, and whose master "b" is down.
+type shardedLimiter struct {
+	limit.Limiter
+	mixed atomic.Int64 // calls with counters of both masters
+}
+
+func (s *shardedLimiter) Shard(_ context.Context, counter string) string { return counter[:1] }
+
+func (s *shardedLimiter) Evaluate(ctx context.Context, hits []limit.Hit, decs []limit.Decision) (bool, error) {
+	shards := map[string]bool{}
+	for _, h := range hits {
+		shards[h.Key[:1]] = true
+	}
+	if len(shards) > 1 {
+		s.mixed.Add(1)
+	}
+	if shards["b"] {
+		return false, errors.New("master b is down")
+	}
+	return s.Limiter.Evaluate(ctx, hits, decs)
+}
+
+// TestShardedFailure: on a Cluster, a flush's calls each go to one
+// master, so that a master that fails fails the counters it holds, and
+// the others are charged.
+func TestShardedFailure(t *testing.T) {
+	sl := &shardedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{})}
+	c := newCoalescer(sl, time.Second, 0)
+	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute}
+	var hits []limit.Hit
+	for i := range 300 {
+		hits = append(hits, limit.Hit{Key: []string{"a", "b"}[i%2] + itoa(int64(i)), Spec: spec, Cost: 1, Mode: limit.Advisory})
+	}
+	decs, failed := make([]limit.Decision, len(hits)), make([]bool, len(hits))
+	if err := c.charge(context.Background(), hits, decs, failed); err == nil {
+		t.Errorf("charge: no error, want master b's")
+	}
+	for i, h := range hits {
+		if want := h.Key[0] == 'b'; failed[i] != want || !want && decs[i].Remaining != 99 {
+			t.Errorf("hit %s: failed %v, %+v; want failed only on master b, charged elsewhere", h.Key, failed[i], decs[i])
+		}
+	}
+	if n := sl.mixed.Load(); n != 0 {
+		t.Errorf("%d calls mixed the masters' counters", n)
 	}
 }
