@@ -51,10 +51,12 @@ type fleetOptions struct {
 	Floodgates int           `json:"floodgates"`
 	Redis      string        `json:"redis"`
 	Replicas   int           `json:"replicas"`
-	KillMaster time.Duration `json:"kill_master_ns,omitempty"`
-	Warmup     time.Duration `json:"warmup_ns"`
-	Duration   time.Duration `json:"duration_ns"`
-	RLSTimeout time.Duration `json:"rls_timeout_ns"`
+	// FullCoverage is the Cluster's cluster-require-full-coverage.
+	FullCoverage bool          `json:"cluster_require_full_coverage"`
+	KillMaster   time.Duration `json:"kill_master_ns,omitempty"`
+	Warmup       time.Duration `json:"warmup_ns"`
+	Duration     time.Duration `json:"duration_ns"`
+	RLSTimeout   time.Duration `json:"rls_timeout_ns"`
 
 	serverBin  string
 	serverArgs []string
@@ -75,6 +77,7 @@ func fleetFlags(fs *flag.FlagSet, o *fleetOptions, protocols, serverArgs *string
 	fs.IntVar(&o.Floodgates, "floodgates", 1, "floodgate processes; Envoy i talks to floodgate i mod N")
 	fs.StringVar(&o.Redis, "redis", redisSingle, "the counters' Redis: "+redisSingle+", "+redisCluster+" (3 masters) or "+redisSentinel+" (a master, 3 Sentinels)")
 	fs.IntVar(&o.Replicas, "replicas", 0, "replicas per master (cluster) or of the master (sentinel)")
+	fs.BoolVar(&o.FullCoverage, "full-coverage", true, "the Cluster's cluster-require-full-coverage (Redis's default, yes): while a master's slots are not served, every node refuses every key")
 	fs.DurationVar(&o.KillMaster, "kill-master", 0, "kill (SIGKILL) the master holding the hottest bucket's counter this long into the measured run; 0: none")
 	fs.DurationVar(&o.Warmup, "warmup", 15*time.Second, "load before the measured run: the streams open and the buckets fill")
 	fs.DurationVar(&o.Duration, "duration", 30*time.Second, "measured run per part")

@@ -27,8 +27,14 @@ type fleetCounts struct {
 	// failedBuckets per bucket over the whole run.
 	failed        map[int64]int64
 	failedBuckets []int64
-	// failedAt holds every failure-policy answer's instant, unix ns.
-	failedAt []int64
+	// failures holds every failure-policy answer: when, and its bucket.
+	failures []failure
+}
+
+// failure is one failure-policy answer.
+type failure struct {
+	at     int64 // unix ns
+	bucket int
 }
 
 // windowCounts is one window's admitted and denied requests per bucket.
@@ -99,21 +105,28 @@ func (c *fleetCounts) addFailed(t time.Time, b int) {
 	defer c.mu.Unlock()
 	c.failed[t.Unix()]++
 	c.failedBuckets[b]++
-	c.failedAt = append(c.failedAt, t.UnixNano())
+	c.failures = append(c.failures, failure{t.UnixNano(), b})
 }
 
-// failuresAfter returns how many failure-policy answers came at t or
-// later, and how long after t the last one came, in ms.
-func (c *fleetCounts) failuresAfter(t time.Time) (n int64, lastMs float64) {
+// failuresAfter returns the failure-policy answers at t or later of the
+// buckets for which in is true: how many, how long after t the last came
+// (ms), and how many came in each second after t.
+func (c *fleetCounts) failuresAfter(t time.Time, in []bool) (n int64, lastMs float64, perSecond []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, at := range c.failedAt {
-		if at >= t.UnixNano() {
-			n++
-			lastMs = max(lastMs, float64(at-t.UnixNano())/1e6)
+	for _, f := range c.failures {
+		if f.at < t.UnixNano() || !in[f.bucket] {
+			continue
 		}
+		n++
+		lastMs = max(lastMs, float64(f.at-t.UnixNano())/1e6)
+		s := int((f.at - t.UnixNano()) / int64(time.Second))
+		for len(perSecond) <= s {
+			perSecond = append(perSecond, 0)
+		}
+		perSecond[s]++
 	}
-	return n, lastMs
+	return n, lastMs, perSecond
 }
 
 // window returns a copy of window w's counts, nil when nothing was

@@ -151,21 +151,33 @@ type failoverFigures struct {
 	// PromotedMs how long until the replica served as master.
 	IntoWindowSec float64 `json:"killed_into_window_s"`
 	PromotedMs    float64 `json:"promoted_after_ms"`
-	// FailedRequests were answered by the failure policy (RLS), the last
-	// of them LastFailureMs after the kill.
-	FailedRequests int64   `json:"failure_policy_answers"`
-	LastFailureMs  float64 `json:"last_failure_policy_answer_ms"`
+	// FailedRequests were the killed master's buckets' requests the
+	// failure policy answered (RLS), the last LastFailureMs after the
+	// kill, PerSecond in each second after it; FailedElsewhere the other
+	// masters' buckets'.
+	FailedRequests  int64   `json:"failure_policy_answers"`
+	LastFailureMs   float64 `json:"last_failure_policy_answer_ms"`
+	PerSecond       []int64 `json:"failure_policy_answers_per_second"`
+	FailedElsewhere int64   `json:"failure_policy_answers_elsewhere"`
 	// KillWindow is what the killed master's buckets over the limit
 	// admitted in the window of the kill, beyond the limit: summed, and
-	// the most by one bucket.
+	// the most by one bucket; Later the most one of them admitted beyond
+	// (or short of) the limit in the windows after.
 	KillWindowExcess int64 `json:"kill_window_excess"`
 	KillWindowWorst  int64 `json:"kill_window_worst_bucket_excess"`
-	// Elsewhere is every other whole window, and the other masters'
-	// buckets in the kill's window: the most one over-limit bucket
-	// admitted beyond the limit and the most one fell short of it.
-	ElsewhereExcess    int64  `json:"elsewhere_worst_excess"`
-	ElsewhereShortfall int64  `json:"elsewhere_worst_shortfall"`
-	Err                string `json:"error,omitempty"`
+	LaterExcess      int64 `json:"later_worst_excess"`
+	LaterShortfall   int64 `json:"later_worst_shortfall"`
+	// Elsewhere is the other masters' buckets over the limit in every
+	// whole window: the most one admitted beyond the limit, and the most
+	// one fell short of it.
+	ElsewhereExcess    int64 `json:"elsewhere_worst_excess"`
+	ElsewhereShortfall int64 `json:"elsewhere_worst_shortfall"`
+	// ByWindow is, per whole window from the first, what the over-limit
+	// buckets admitted against the limit: [window's offset from the kill's
+	// window, the killed master's buckets' admitted sum over their limits'
+	// sum, the others'], in per mille.
+	ByWindow [][3]int64 `json:"by_window_permille"`
+	Err      string     `json:"error,omitempty"`
 }
 
 // figures computes what the kill cost over the run from from to to; nil
@@ -184,7 +196,12 @@ func (f *failoverRun) figures(fr *fleetRun, o *fleetOptions, from, to time.Time)
 	}
 	ff.IntoWindowSec = float64(f.killedAt.UnixNano()%int64(o.Window)) / 1e9
 	ff.PromotedMs = float64(f.promotedAt.Sub(f.killedAt)) / 1e6
-	ff.FailedRequests, ff.LastFailureMs = fr.counts.failuresAfter(f.killedAt)
+	ff.FailedRequests, ff.LastFailureMs, ff.PerSecond = fr.counts.failuresAfter(f.killedAt, f.onMaster)
+	others := make([]bool, len(f.onMaster))
+	for b, on := range f.onMaster {
+		others[b] = !on
+	}
+	ff.FailedElsewhere, _, _ = fr.counts.failuresAfter(f.killedAt, others)
 	f.windowExcess(fr, o, ff, from, to)
 	return ff
 }
@@ -199,20 +216,50 @@ func (f *failoverRun) windowExcess(fr *fleetRun, o *fleetOptions, ff *failoverFi
 		if wc == nil {
 			continue
 		}
+		ff.ByWindow = append(ff.ByWindow, f.windowShares(fr, o, wc, w-kw))
 		for b := range o.Buckets {
 			if fr.d.demandPerWindow(b, o.Envoys, o.Window) < overDemand*float64(o.Limit) {
 				continue
 			}
 			d := wc.admitted[b] - int64(o.Limit)
-			if w == kw && f.onMaster[b] {
+			switch {
+			case !f.onMaster[b]:
+				ff.ElsewhereExcess = max(ff.ElsewhereExcess, d)
+				ff.ElsewhereShortfall = max(ff.ElsewhereShortfall, -d)
+			case w == kw:
 				ff.KillWindowExcess += max(d, 0)
 				ff.KillWindowWorst = max(ff.KillWindowWorst, d)
-				continue
+			case w > kw:
+				ff.LaterExcess = max(ff.LaterExcess, d)
+				ff.LaterShortfall = max(ff.LaterShortfall, -d)
 			}
-			ff.ElsewhereExcess = max(ff.ElsewhereExcess, d)
-			ff.ElsewhereShortfall = max(ff.ElsewhereShortfall, -d)
 		}
 	}
+}
+
+// windowShares is one window's entry of ByWindow: what the over-limit
+// buckets of the killed master, and of the others, admitted over their
+// limits, per mille.
+func (f *failoverRun) windowShares(fr *fleetRun, o *fleetOptions, wc *windowCounts, offset int64) [3]int64 {
+	var admitted, limits [2]int64
+	for b := range o.Buckets {
+		if fr.d.demandPerWindow(b, o.Envoys, o.Window) < overDemand*float64(o.Limit) {
+			continue
+		}
+		i := 1
+		if f.onMaster[b] {
+			i = 0
+		}
+		admitted[i] += wc.admitted[b]
+		limits[i] += int64(o.Limit)
+	}
+	out := [3]int64{offset}
+	for i := range admitted {
+		if limits[i] > 0 {
+			out[i+1] = 1000 * admitted[i] / limits[i]
+		}
+	}
+	return out
 }
 
 func countTrue(v []bool) int {

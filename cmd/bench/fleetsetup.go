@@ -129,7 +129,7 @@ func startFleetRedis(o *fleetOptions, dir string, log io.Writer) (*fleetRedis, e
 	var err error
 	switch o.Redis {
 	case redisCluster:
-		if r.cluster, err = redistest.RunCluster(rdir, 3, o.Replicas); err != nil {
+		if r.cluster, err = redistest.RunCluster(rdir, 3, o.Replicas, "--cluster-require-full-coverage", yesNo(o.FullCoverage)); err != nil {
 			return nil, err
 		}
 		r.nodes = r.cluster.Nodes
@@ -156,6 +156,14 @@ func startFleetRedis(o *fleetOptions, dir string, log io.Writer) (*fleetRedis, e
 	}
 	fmt.Fprintf(log, "bench fleet: redis %s, %d data nodes\n", o.Redis, len(r.nodes))
 	return r, nil
+}
+
+// yesNo is a boolean as redis.conf writes it.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 // stop stops every Redis process.

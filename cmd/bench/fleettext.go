@@ -66,8 +66,11 @@ func writeQuotaText(w io.Writer, q *quotaFigures) {
 func writeFailoverText(w io.Writer, f *failoverFigures) {
 	fmt.Fprintf(w, "  failover         master %s (%d buckets) killed %.2f s into its window, replica serving %.0f ms later\n",
 		f.Master, f.Buckets, f.IntoWindowSec, f.PromotedMs)
-	fmt.Fprintf(w, "                   %d failure-policy answers, the last %.0f ms after the kill; kill window: %d admitted beyond the limit (worst bucket %+d); elsewhere worst %+d, shortfall %d\n",
-		f.FailedRequests, f.LastFailureMs, f.KillWindowExcess, f.KillWindowWorst, f.ElsewhereExcess, f.ElsewhereShortfall)
+	fmt.Fprintf(w, "                   its buckets: %d failure-policy answers, the last %.0f ms after the kill, per second %v; other masters' buckets: %d\n",
+		f.FailedRequests, f.LastFailureMs, f.PerSecond, f.FailedElsewhere)
+	fmt.Fprintf(w, "                   kill window: %d admitted beyond the limit (worst bucket %+d); its later windows worst %+d, shortfall %d; other masters' worst %+d, shortfall %d\n",
+		f.KillWindowExcess, f.KillWindowWorst, f.LaterExcess, f.LaterShortfall, f.ElsewhereExcess, f.ElsewhereShortfall)
+	fmt.Fprintf(w, "                   admitted over the limit per window, from the kill's [offset, its master's ‰, the others' ‰]: %v\n", f.ByWindow)
 	if f.Err != "" {
 		fmt.Fprintf(w, "                   error: %s\n", f.Err)
 	}
