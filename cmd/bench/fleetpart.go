@@ -29,8 +29,8 @@ type fleetRun struct {
 	// the part, once every RLQS stream held one bucket, and at the end.
 	heapBase, heapOpen, heapEnd int64
 	held                        float64 // RLQS buckets held at the end
-	// redisBase is Redis's used memory before the part.
-	redisBase int64
+	// redisBase is each Redis node's used memory before the part.
+	redisBase []int64
 	// immediate and abandons are the RLQS fleet's counts at the start and
 	// the end of the measured run.
 	immediate, abandons, sent [2]int64
@@ -158,7 +158,7 @@ func (env *fleetEnv) runPart(ctx context.Context, proto string) (fleetPart, erro
 	fr.heapBase = base
 	if r, err := env.read(ctx); err == nil {
 		for _, n := range r.redis {
-			fr.redisBase += n.usedMemory
+			fr.redisBase = append(fr.redisBase, n.usedMemory)
 		}
 	}
 	runCtx, stop := context.WithCancel(ctx)

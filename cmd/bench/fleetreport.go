@@ -279,14 +279,16 @@ func (env *fleetEnv) quotaOf(fr *fleetRun, start, end fleetReading, p fleetPart)
 	return q
 }
 
-// redisPerBucket is Redis's memory per bucket of the demand: what its
-// used memory grew by from before the part to the end of the run.
-func redisPerBucket(base int64, end fleetReading, buckets int) int64 {
-	used := int64(0)
-	for _, n := range end.redis {
-		used += n.usedMemory
+// redisPerBucket is Redis's memory per bucket of the demand: what the
+// used memory of the nodes up at the end grew by from before the part.
+func redisPerBucket(base []int64, end fleetReading, buckets int) int64 {
+	var grew int64
+	for i, n := range end.redis {
+		if n.up && i < len(base) {
+			grew += n.usedMemory - base[i]
+		}
 	}
-	return (used - base) / int64(max(buckets, 1))
+	return grew / int64(max(buckets, 1))
 }
 
 // partNotes are what a reader must know to trust the part's figures.
