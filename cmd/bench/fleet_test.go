@@ -196,3 +196,40 @@ func TestLocalBucket(t *testing.T) {
 		t.Errorf("after the fallback: %d of 10 admitted, want all", got)
 	}
 }
+
+// TestFleetFailover kills the Sentinel group's master under a small RLS
+// fleet, a quarter into a window: decisions fall to the failure policy
+// only until the replica serves, the window of the kill admits no more
+// than a few requests beyond the limit (the writes the replica had not
+// received: none measured on the loopback), and every window after holds
+// the limit exactly. docs/reliability.md publishes the bound.
+func TestFleetFailover(t *testing.T) {
+	harness.Require(t, "redis-server")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	args := []string{"fleet", "-protocols", "rls", "-redis", "sentinel", "-replicas", "1", "-kill-master", "1s",
+		"-envoys", "4", "-buckets", "20", "-rls-rate", "300", "-limit", "20", "-window", "1s",
+		"-warmup", "1s", "-duration", "9s", "-rls-timeout", "1s", "-json"}
+	if code := run(ctx, args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
+	}
+	var rep fleetReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || len(rep.Parts) != 1 || rep.Parts[0].Failover == nil {
+		t.Fatalf("output is not a report with a failover (%v):\n%s", err, stdout.String())
+	}
+	f := rep.Parts[0].Failover
+	t.Logf("failover: %+v", *f)
+	switch {
+	case f.Err != "" || f.PromotedMs <= 0 || f.PromotedMs > 10000:
+		t.Errorf("the replica served %v ms after the kill (%s), want within 10 s", f.PromotedMs, f.Err)
+	case f.FailedRequests == 0 || f.LastFailureMs > f.PromotedMs+3000:
+		t.Errorf("%d failure-policy answers, the last %v ms after the kill: want some, none 3 s after the replica served (%v ms)", f.FailedRequests, f.LastFailureMs, f.PromotedMs)
+	}
+	if f.KillWindowWorst > 5 {
+		t.Errorf("a bucket admitted %d beyond its limit in the window of the kill, want at most 5", f.KillWindowWorst)
+	}
+	if f.Recovered != 0 {
+		t.Errorf("windows after the failure policy's last answer strayed by %d from the limit, want 0 (-1: no such window)", f.Recovered)
+	}
+}

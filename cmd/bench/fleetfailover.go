@@ -172,6 +172,10 @@ type failoverFigures struct {
 	// one fell short of it.
 	ElsewhereExcess    int64 `json:"elsewhere_worst_excess"`
 	ElsewhereShortfall int64 `json:"elsewhere_worst_shortfall"`
+	// Recovered is every over-limit bucket, in every whole window after
+	// the failure policy's last answer: the most one admitted beyond the
+	// limit or fell short of it; -1 without such a window.
+	Recovered int64 `json:"recovered_worst_deviation"`
 	// ByWindow is, per whole window from the first, what the over-limit
 	// buckets admitted against the limit: [window's offset from the kill's
 	// window, the killed master's buckets' admitted sum over their limits'
@@ -203,6 +207,11 @@ func (f *failoverRun) figures(fr *fleetRun, o *fleetOptions, from, to time.Time)
 	}
 	ff.FailedElsewhere, _, _ = fr.counts.failuresAfter(f.killedAt, others)
 	f.windowExcess(fr, o, ff, from, to)
+	recovered := f.killedAt.Add(time.Duration(ff.LastFailureMs * float64(time.Millisecond)))
+	if recovered.Before(f.promotedAt) {
+		recovered = f.promotedAt
+	}
+	ff.Recovered = recoveredWorst(fr, o, recovered, to)
 	return ff
 }
 
@@ -235,6 +244,25 @@ func (f *failoverRun) windowExcess(fr *fleetRun, o *fleetOptions, ff *failoverFi
 			}
 		}
 	}
+}
+
+// recoveredWorst is the most an over-limit bucket's admissions strayed
+// from the limit in the whole windows between from and to; -1 without
+// one.
+func recoveredWorst(fr *fleetRun, o *fleetOptions, from, to time.Time) int64 {
+	worst := int64(-1)
+	first, last := wholeWindows(o.Window, from, to)
+	for w := first; w <= last; w++ {
+		wc := fr.counts.windowCopy(w)
+		for b := range o.Buckets {
+			if wc == nil || fr.d.demandPerWindow(b, o.Envoys, o.Window) < overDemand*float64(o.Limit) {
+				continue
+			}
+			d := wc.admitted[b] - int64(o.Limit)
+			worst = max(worst, d, -d)
+		}
+	}
+	return worst
 }
 
 // windowShares is one window's entry of ByWindow: what the over-limit

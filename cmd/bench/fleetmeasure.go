@@ -169,20 +169,17 @@ func parseMetrics(r io.Reader, names []string) (map[string]float64, error) {
 
 // liveHeap returns floodgate's live heap in bytes: it has the server
 // collect its garbage (the debug listener's heap profile with gc=1), then
-// reads go_memstats_heap_alloc_bytes.
+// reads go_memstats_heap_alloc_bytes. The profile of a large heap may
+// take the debug listener longer to write than it allows (the answer is
+// cut): the collection has run by then, which is all that is needed.
 func liveHeap(ctx context.Context, srv server) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+srv.debugAddr+"/debug/pprof/heap?gc=1", nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("heap profile: %s", resp.Status)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 	m, err := readMetrics(ctx, srv.httpAddr, []string{"go_memstats_heap_alloc_bytes"})
 	return int64(m["go_memstats_heap_alloc_bytes"]), err

@@ -94,7 +94,8 @@ type quotaFigures struct {
 	FloodgateCPUPerBucketReport float64 `json:"floodgate_cpu_us_per_bucket_report"`
 	RedisCPUPerBucketReport     float64 `json:"redis_cpu_us_per_bucket_report"`
 	RedisCommandsPerBucketRep   float64 `json:"redis_commands_per_bucket_report"`
-	// Live heap per stream and per bucket held, bytes (after a GC).
+	// Live heap per stream (with its first bucket) and per further
+	// bucket held, bytes (after a GC).
 	HeapPerStream int64 `json:"heap_bytes_per_stream"`
 	HeapPerBucket int64 `json:"heap_bytes_per_bucket"`
 	// SentPerSec is the reports the simulated Envoys sent a second, to
@@ -275,7 +276,8 @@ func (env *fleetEnv) quotaOf(fr *fleetRun, start, end fleetReading, p fleetPart)
 	if extra := fr.held - streams; extra > 0 {
 		q.HeapPerBucket = int64(float64(fr.heapEnd-fr.heapOpen) / extra)
 	}
-	q.HeapPerStream = int64(float64(fr.heapOpen-fr.heapBase)/streams) - q.HeapPerBucket
+	// Each stream opened with one bucket, counted with it.
+	q.HeapPerStream = int64(float64(fr.heapOpen-fr.heapBase) / streams)
 	return q
 }
 

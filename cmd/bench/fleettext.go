@@ -70,6 +70,7 @@ func writeFailoverText(w io.Writer, f *failoverFigures) {
 		f.FailedRequests, f.LastFailureMs, f.PerSecond, f.FailedElsewhere)
 	fmt.Fprintf(w, "                   kill window: %d admitted beyond the limit (worst bucket %+d); its later windows worst %+d, shortfall %d; other masters' worst %+d, shortfall %d\n",
 		f.KillWindowExcess, f.KillWindowWorst, f.LaterExcess, f.LaterShortfall, f.ElsewhereExcess, f.ElsewhereShortfall)
+	fmt.Fprintf(w, "                   windows after the last failure-policy answer: worst deviation from the limit %d\n", f.Recovered)
 	fmt.Fprintf(w, "                   admitted over the limit per window, from the kill's [offset, its master's ‰, the others' ‰]: %v\n", f.ByWindow)
 	if f.Err != "" {
 		fmt.Fprintf(w, "                   error: %s\n", f.Err)
