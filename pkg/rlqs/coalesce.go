@@ -84,7 +84,7 @@ type charge struct {
 }
 
 func newCoalescer(l limit.Limiter, timeout, every time.Duration) *coalescer {
-	return &coalescer{limiter: l, timeout: timeout, every: every, index: map[hitKey]int{}}
+	return &coalescer{limiter: l, timeout: timeout, every: every}
 }
 
 // charge charges hits (all Advisory) with the hits of the other rounds
@@ -126,6 +126,7 @@ func (c *coalescer) flushLoop(ctx context.Context) {
 		c.queue = nil
 		if len(batch) == 0 {
 			c.flushing = false
+			c.release()
 			c.mu.Unlock()
 			return
 		}
@@ -156,6 +157,9 @@ func (c *coalescer) flush(ctx context.Context, batch []*charge) {
 // merge makes c.hits the batch's hits, one per counter and spec, each
 // costing the sum of its hits' costs, and points each hit at its own.
 func (c *coalescer) merge(batch []*charge) {
+	if c.index == nil {
+		c.index = map[hitKey]int{}
+	}
 	clear(c.index)
 	c.hits = c.hits[:0]
 	for _, ch := range batch {
@@ -242,6 +246,14 @@ func (c *coalescer) clipRefused(ctx context.Context) {
 			c.decs[k] = c.cdecs[i]
 		}
 	}
+}
+
+// release drops the flusher's buffers once the queue is empty: they are
+// as large as the largest flush (a stream's first report may hold
+// thousands of buckets), and an idle instance need not keep them.
+func (c *coalescer) release() {
+	c.index, c.shards = nil, nil
+	c.hits, c.decs, c.errs, c.clip, c.clipAt, c.cdecs, c.cerrs, c.call, c.cdec = nil, nil, nil, nil, nil, nil, nil, nil, nil
 }
 
 // queueLen is how many rounds wait for the next flush.
