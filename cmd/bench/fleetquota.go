@@ -492,12 +492,14 @@ func (e *quotaEnvoy) flushStats() {
 // run simulates the Envoy from start until ctx ends.
 func (e *quotaEnvoy) run(ctx context.Context, start time.Time) {
 	defer e.finish()
-	if wait := time.Until(start); wait > 0 {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
+	tickFrom(ctx, start, func(prev, now time.Time) { e.step(ctx, prev, now) })
+}
+
+// tickFrom calls step every fleetTick from start until ctx ends, with
+// the previous tick's time and this one's: a simulated Envoy's loop.
+func tickFrom(ctx context.Context, start time.Time, step func(prev, now time.Time)) {
+	if sleepUntil(ctx, start) != nil {
+		return
 	}
 	tick := time.NewTicker(fleetTick)
 	defer tick.Stop()
@@ -507,7 +509,7 @@ func (e *quotaEnvoy) run(ctx context.Context, start time.Time) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			e.step(ctx, prev, now)
+			step(prev, now)
 			prev = now
 		}
 	}

@@ -76,25 +76,7 @@ func newRLSEnvoy(fl *rlsFleet, i, envoys int, conn *grpc.ClientConn, seed uint64
 // for the calls in flight.
 func (e *rlsEnvoy) run(ctx context.Context, start time.Time) {
 	defer e.finish()
-	if wait := time.Until(start); wait > 0 {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-	}
-	tick := time.NewTicker(fleetTick)
-	defer tick.Stop()
-	prev := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			e.step(ctx, prev, now)
-			prev = now
-		}
-	}
+	tickFrom(ctx, start, func(prev, now time.Time) { e.step(ctx, prev, now) })
 }
 
 // step sends the requests that arrived between prev and now.
