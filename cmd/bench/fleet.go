@@ -133,6 +133,8 @@ func (o *fleetOptions) validate() error {
 		return fmt.Errorf("-kill-master %v: within the measured run (-duration %v)", o.KillMaster, o.Duration)
 	case o.KillMaster > 0 && (o.Redis == redisSingle || o.Replicas == 0):
 		return errors.New("-kill-master: needs a replica to promote: -redis cluster or sentinel, -replicas 1")
+	case o.KillMaster > 0 && len(o.Protocols) != 1:
+		return errors.New("-kill-master: one protocol at a time (-protocols rls or rlqs): the next part would find no replica left")
 	case o.Warmup < 0 || o.Duration <= 0 || o.RLSTimeout <= 0:
 		return errors.New("-warmup, -duration and -rls-timeout: want positive durations")
 	}

@@ -85,6 +85,8 @@ func TestFleetFlags(t *testing.T) {
 		{[]string{"-replicas", "1"}, "-replicas 1"},
 		{[]string{"-redis", "cluster", "-kill-master", "5s"}, "needs a replica"},
 		{[]string{"-redis", "cluster", "-replicas", "1", "-kill-master", "40s"}, "within the measured run"},
+		{[]string{"-redis", "cluster", "-replicas", "1", "-kill-master", "5s"}, "one protocol at a time"},
+		{[]string{"-redis", "cluster", "-replicas", "1", "-kill-master", "5s", "-protocols", "rlqs"}, ""},
 		{[]string{"-envoys", "0"}, "at least 1"},
 		{[]string{"-rlqs-rate", "-1"}, "positive rate"},
 	} {
