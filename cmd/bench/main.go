@@ -21,6 +21,7 @@
 //	go run ./cmd/bench -write-rules DIR -rules 100000   the same rule files, for another server
 //	go run ./cmd/bench -peers floodgate,reference,limitador -reference-bin R -limitador-bin L -matrix
 //	                                            each server on its own Redis, side by side
+//	go run ./cmd/bench fleet -envoys 1000       a fleet of simulated Envoys on RLS and RLQS (fleet.go)
 //
 // By default it builds floodgate (go build; or -server-bin), starts a
 // private redis-server on a free port (or uses -redis-addr), writes a rule
@@ -355,6 +356,9 @@ func (o *options) scenarios() []scenario {
 
 // run is the whole program; it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "fleet" {
+		return runFleet(ctx, args[1:], stdout, stderr)
+	}
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

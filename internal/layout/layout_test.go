@@ -53,7 +53,8 @@ var mayImport = map[string][]string{
 	// The binaries, on top.
 	"cmd/server": {"internal/counters", "internal/health", "internal/promsink", "internal/replay", "internal/rlsmetrics", "internal/server",
 		"internal/settings", "internal/store", "internal/ui", "internal/xds", "pkg/envoy", "pkg/rlqs", "pkg/rules", "pkg/statsd", "pkg/tracing"},
-	"cmd/bench": {"internal/harness", "internal/harness/envoytest", "internal/harness/redistest", "internal/server", "internal/testlog", "pkg/limit"},
+	"cmd/bench": {"internal/harness", "internal/harness/envoytest", "internal/harness/redistest", "internal/server", "internal/testlog", "pkg/limit",
+		"pkg/redislimit", "pkg/rlqs", "pkg/rules"},
 
 	// What tests use: real programs, certificates, logs, receivers.
 	"internal/testlog":               nil,

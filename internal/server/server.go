@@ -48,9 +48,9 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 

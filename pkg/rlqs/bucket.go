@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unique"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
@@ -40,6 +41,9 @@ type bucket struct {
 	key     string
 	entries []rules.Entry
 	size    int
+	// id is the bucket_id of the report that carried the bucket in the
+	// current round, which its action repeats; nil otherwise.
+	id *rlqspb.BucketId
 
 	// set is the rule set the fields below were resolved with.
 	set *rules.Set
@@ -49,8 +53,9 @@ type bucket struct {
 	shadow bool
 	// failure is the rule's failure mode.
 	failure rules.FailureMode
-	// demandKey is the counter of the fleet's demand for counters[0].
-	demandKey string
+	// demandKey is the counter of the fleet's demand for counters[0]; set
+	// when there are counters.
+	demandKey unique.Handle[string]
 
 	// pending is the allowed requests reported and not yet charged (kept
 	// over a failed store call); fresh the demand of the current round.
@@ -86,10 +91,11 @@ type bucket struct {
 	wakeAt time.Time
 }
 
-// sample is one report of a bucket's demand.
+// sample is one report of a bucket's demand: the demand slot of the
+// round that charged it (0, the first interval of 1970, for none) and
+// its demand.
 type sample struct {
-	at     time.Time
-	demand int64
+	slot, demand int64
 }
 
 // note adds a report's counts to the bucket, saturating: what Envoy
@@ -116,15 +122,15 @@ func (b *bucket) uncounted(now time.Time) {
 	}
 }
 
-// record ends the bucket's part in a round: the demand of the report that
-// carried it, if one did, joins the recent samples.
-func (b *bucket) record(now time.Time) {
+// record ends the bucket's part in a round at now: the demand of the
+// report that carried it, if one did, joins the recent samples.
+func (b *bucket) record(now time.Time, interval time.Duration) {
 	if !b.reported {
 		return
 	}
 	b.reported = false
 	copy(b.recent[1:], b.recent[:len(b.recent)-1])
-	b.recent[0] = sample{at: now, demand: b.fresh}
+	b.recent[0] = sample{slot: slotOf(now, interval), demand: b.fresh}
 	b.fresh = 0
 }
 
@@ -140,17 +146,17 @@ func (b *bucket) record(now time.Time) {
 // for an interval.
 func (b *bucket) demand(now time.Time, interval time.Duration) (own, fleet int64) {
 	slot := slotOf(now, interval)
-	if b.fleetBefore == 0 || b.newIn(slot, interval) {
-		return b.ownIn(slot, interval), b.fleet
+	if b.fleetBefore == 0 || b.newIn(slot) {
+		return b.ownIn(slot), b.fleet
 	}
-	return b.ownIn(slot-1, interval), b.fleetBefore
+	return b.ownIn(slot - 1), b.fleetBefore
 }
 
 // newIn reports whether every report the stream made of the bucket came
 // in slot.
-func (b *bucket) newIn(slot int64, interval time.Duration) bool {
+func (b *bucket) newIn(slot int64) bool {
 	for _, s := range b.recent {
-		if !s.at.IsZero() && slotOf(s.at, interval) < slot {
+		if s.slot != 0 && s.slot < slot {
 			return false
 		}
 	}
@@ -160,10 +166,10 @@ func (b *bucket) newIn(slot int64, interval time.Duration) bool {
 // ownIn returns the demand of the stream's reports in slot, as they were
 // added to the slot's counter (at the instant of the round that charged
 // them).
-func (b *bucket) ownIn(slot int64, interval time.Duration) int64 {
+func (b *bucket) ownIn(slot int64) int64 {
 	var n int64
 	for _, s := range b.recent {
-		if !s.at.IsZero() && slotOf(s.at, interval) == slot {
+		if s.slot == slot {
 			n += s.demand
 		}
 	}
@@ -223,6 +229,18 @@ func bucketKey(entries []rules.Entry) string {
 		}
 	}
 	return string(b)
+}
+
+// actionID returns the bucket_id of the bucket's action: the report's
+// when one carried it this round, else one built from its entries.
+// Envoys report thousands of buckets a second each: building a map for
+// each action was a tenth of floodgate's CPU, and keeping one per bucket
+// a seventh of its memory.
+func (b *bucket) actionID() *rlqspb.BucketId {
+	if b.id != nil {
+		return b.id
+	}
+	return bucketMap(b.entries)
 }
 
 // bucketMap returns the entries as a bucket_id's map, for the actions.
@@ -290,7 +308,7 @@ type resolver struct {
 // resolve sets b's counters, mode and demand key from set (nil: no rules,
 // allow-all).
 func (r *resolver) resolve(b *bucket, set *rules.Set) {
-	b.set, b.counters, b.shadow, b.failure, b.demandKey = set, b.counters[:0], false, r.failure, ""
+	b.set, b.counters, b.shadow, b.failure = set, b.counters[:0], false, r.failure
 	if set == nil || !set.HasDomain(r.domain) {
 		return
 	}
@@ -308,12 +326,12 @@ func (r *resolver) resolve(b *bucket, set *rules.Set) {
 	}
 	for _, l := range d.Limits {
 		if l.Counted() {
-			b.counters = append(b.counters, counter{key: l.Key, spec: l.Limit.Spec})
+			b.counters = append(b.counters, counter{key: unique.Make(l.Key), spec: l.Limit.Spec})
 		}
 	}
 	r.res.Reset()
 	if len(b.counters) > 0 {
-		b.demandKey = r.demandKey(set, b.counters[0].key)
+		b.demandKey = unique.Make(r.demandKey(set, b.counters[0].key.Value()))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -35,7 +36,7 @@ import (
 const demandCapacity = 1 << 40
 
 // chunkHits bounds the hits of one store call: a Redis script call holds
-// Redis for its whole length, and a report may carry thousands of
+// Redis for its whole length, and a flush may carry thousands of
 // buckets.
 const chunkHits = 128
 
@@ -61,21 +62,30 @@ func slotKey(demandKey string, slot int64) string {
 	return demandKey + ":" + strconv.FormatInt(slot, 10)
 }
 
-// ledger charges buckets to the store for one stream, reusing its
-// buffers.
+// ledger charges buckets to the store for one stream, through the
+// Service's coalescer.
 type ledger struct {
-	limiter limit.Limiter
-	timeout time.Duration
-	demand  limit.Spec
+	store  *coalescer
+	demand limit.Spec
 	// interval is the report interval: the length of a demand slot.
 	interval time.Duration
+	// bufs holds the Service's charge buffers, shared by its streams so
+	// that their memory follows the rounds running, not the streams
+	// times their buckets.
+	bufs *sync.Pool
+}
 
+// chargeBuf is one round's hits and what became of them.
+type chargeBuf struct {
 	hits   []limit.Hit
 	decs   []limit.Decision
+	failed []bool
 	owners []owner
-	clip   []limit.Hit
-	clipAt []int
-	cdecs  []limit.Decision
+}
+
+// newChargeBufs returns the pool of a Service's charge buffers.
+func newChargeBufs() *sync.Pool {
+	return &sync.Pool{New: func() any { return &chargeBuf{} }}
 }
 
 // owner is where a hit's decision goes: bucket b's counter c, or its
@@ -89,79 +99,81 @@ const (
 	ownerDemandBefore = -2
 )
 
-// demandHits is how many demand hits a bucket adds to a store call.
-const demandHits = 2
-
 // charge charges each bucket of bs (all with counters) and reads its
-// counters and the fleet's demand, in calls of at most chunkHits hits
-// holding whole buckets. The buckets of a call that failed are marked
-// failed and keep their usage for the next round; the first error is
-// returned, with the number of buckets it left failed.
+// counters and the fleet's demand. A bucket whose counters' store call
+// failed is marked failed and keeps its usage for the next round; one
+// whose demand alone failed keeps the fleet's demand it had. The first
+// error is returned, with the number of buckets it left failed.
+//
+// A bucket of several limits whose store calls went apart may have
+// some of its counters charged and others failed: all are charged again
+// at the next round, the charged ones twice (never less than Envoy
+// admitted).
 func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
-	for start := 0; start < len(bs); {
-		end, n := start, 0
-		for end < len(bs) && (n == 0 || n+len(bs[end].counters)+demandHits <= chunkHits) {
-			n += len(bs[end].counters) + demandHits
-			end++
-		}
-		if cerr := l.chargeChunk(ctx, now, bs[start:end]); cerr != nil {
-			for _, b := range bs[start:end] {
-				b.failed = true
+	cb := l.bufs.Get().(*chargeBuf)
+	defer l.bufs.Put(cb)
+	defer clear(cb.hits) // their keys belong to the buckets
+	l.hitsOf(cb, now, bs)
+	cb.decs = resize(cb.decs, len(cb.hits))
+	cb.failed = resize(cb.failed, len(cb.hits))
+	err = l.store.charge(ctx, cb.hits, cb.decs, cb.failed)
+	for _, b := range bs {
+		b.failed = false
+	}
+	for k, o := range cb.owners {
+		if cb.failed[k] {
+			if o.c >= 0 {
+				bs[o.b].failed = true
 			}
-			failed += end - start
-			if err == nil {
-				err = cerr
-			}
-		}
-		start = end
-	}
-	return failed, err
-}
-
-// chargeChunk is charge for one store call, then the call charging what
-// is left to the counters that refused a whole usage.
-func (l *ledger) chargeChunk(ctx context.Context, now time.Time, bs []*bucket) error {
-	l.hits, l.owners = l.hits[:0], l.owners[:0]
-	slot := slotOf(now, l.interval)
-	for i, b := range bs {
-		for j := range b.counters {
-			c := &b.counters[j]
-			cost := inWindow(c, b.pending, b.since, now)
-			l.hits = append(l.hits, limit.Hit{Key: c.key, Spec: c.spec, Cost: cost, Mode: limit.Advisory})
-			l.owners = append(l.owners, owner{i, j})
-		}
-		l.hits = append(l.hits,
-			limit.Hit{Key: slotKey(b.demandKey, slot), Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory},
-			limit.Hit{Key: slotKey(b.demandKey, slot-1), Spec: l.demand, Mode: limit.Advisory})
-		l.owners = append(l.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
-	}
-	l.decs = resize(l.decs, len(l.hits))
-	if err := l.evaluate(ctx, l.hits, l.decs); err != nil {
-		return err
-	}
-	l.clipRefused(ctx)
-	for k, o := range l.owners {
-		b := bs[o.b]
-		switch o.c {
-		case ownerDemand:
-			b.fleet = demandCapacity - l.decs[k].Remaining
-			continue
-		case ownerDemandBefore:
-			b.fleetBefore = demandCapacity - l.decs[k].Remaining
 			continue
 		}
-		c := &b.counters[o.c]
-		c.dec, c.end = l.decs[k], now.Add(l.decs[k].ResetAfter)
+		l.take(bs[o.b], o, cb.decs[k], now)
 	}
 	for _, b := range bs {
-		b.pending, b.failed = 0, false
+		if b.failed {
+			failed++
+			continue
+		}
+		b.pending = 0
 		if b.reported {
 			// Envoy's usage is charged up to its report, not up to a
 			// round the timer ran.
 			b.since = now
 		}
 	}
-	return nil
+	return failed, err
+}
+
+// hitsOf fills cb with the hits of bs: each counter's, then the demand
+// of the current slot and a look at the slot before's.
+func (l *ledger) hitsOf(cb *chargeBuf, now time.Time, bs []*bucket) {
+	cb.hits, cb.owners = cb.hits[:0], cb.owners[:0]
+	slot := slotOf(now, l.interval)
+	for i, b := range bs {
+		for j := range b.counters {
+			c := &b.counters[j]
+			cost := inWindow(c, b.pending, b.since, now)
+			cb.hits = append(cb.hits, limit.Hit{Key: c.key.Value(), Spec: c.spec, Cost: cost, Mode: limit.Advisory})
+			cb.owners = append(cb.owners, owner{i, j})
+		}
+		cb.hits = append(cb.hits,
+			limit.Hit{Key: slotKey(b.demandKey.Value(), slot), Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory},
+			limit.Hit{Key: slotKey(b.demandKey.Value(), slot-1), Spec: l.demand, Mode: limit.Advisory})
+		cb.owners = append(cb.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
+	}
+}
+
+// take sets what a hit's decision says on its bucket.
+func (l *ledger) take(b *bucket, o owner, d limit.Decision, now time.Time) {
+	switch o.c {
+	case ownerDemand:
+		b.fleet = demandCapacity - d.Remaining
+	case ownerDemandBefore:
+		b.fleetBefore = demandCapacity - d.Remaining
+	default:
+		c := &b.counters[o.c]
+		c.dec, c.end = d, now.Add(d.ResetAfter)
+	}
 }
 
 // inWindow returns the part of usage, admitted since since and taken as
@@ -189,40 +201,6 @@ func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 		return usage
 	}
 	return int64(math.Round(float64(usage) * float64(now.Sub(start)) / float64(now.Sub(since))))
-}
-
-// clipRefused charges each counter that refused a bucket's whole usage
-// what it has left, and takes that decision instead. If that call fails,
-// the refusals stand: the counters were nearly spent anyway.
-func (l *ledger) clipRefused(ctx context.Context) {
-	l.clip, l.clipAt = l.clip[:0], l.clipAt[:0]
-	for k := range l.hits {
-		h, d := &l.hits[k], &l.decs[k]
-		if l.owners[k].c >= 0 && h.Cost > 0 && !d.Allowed && d.Remaining > 0 {
-			c := *h
-			c.Cost = d.Remaining
-			l.clip = append(l.clip, c)
-			l.clipAt = append(l.clipAt, k)
-		}
-	}
-	if len(l.clip) == 0 {
-		return
-	}
-	l.cdecs = resize(l.cdecs, len(l.clip))
-	if l.evaluate(ctx, l.clip, l.cdecs) != nil {
-		return
-	}
-	for i, k := range l.clipAt {
-		l.decs[k] = l.cdecs[i]
-	}
-}
-
-// evaluate is one Limiter call under the store timeout.
-func (l *ledger) evaluate(ctx context.Context, hits []limit.Hit, decs []limit.Decision) error {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	_, err := l.limiter.Evaluate(ctx, hits, decs)
-	return err
 }
 
 // resize returns s with length n, reusing its array when it can.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unique"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
@@ -27,8 +28,8 @@ func TestShareIndependentOfPhase(t *testing.T) {
 					var ls [2]*ledger
 					var bs [2]*bucket
 					for i := range ls {
-						ls[i] = &ledger{limiter: mem, timeout: time.Second, demand: spec, interval: interval}
-						bs[i] = &bucket{demandKey: "demand"}
+						ls[i] = &ledger{store: newCoalescer(mem, time.Second, 0), demand: spec, interval: interval, bufs: newChargeBufs()}
+						bs[i] = &bucket{demandKey: unique.Make("demand")}
 					}
 					at := [2]time.Duration{0, gap}
 					for round := 0; round < 6; round++ {
@@ -41,7 +42,7 @@ func TestShareIndependentOfPhase(t *testing.T) {
 							if _, err := ls[i].charge(context.Background(), now, bs[i:i+1]); err != nil {
 								t.Fatal(err)
 							}
-							bs[i].record(now)
+							bs[i].record(now, interval)
 							if round < 2 {
 								continue
 							}

@@ -70,6 +70,14 @@ type Options struct {
 	MaxBucketIDBytes, MaxBucketEntries int
 	// StoreTimeout bounds each store call (DefaultStoreTimeout when 0).
 	StoreTimeout time.Duration
+	// ChargeInterval is the least time between the starts of two store
+	// flushes: the streams' rounds that arrive meanwhile are charged
+	// together, each counter once per flush whatever the streams that
+	// report it (coalesce.go). 0 starts a flush as soon as the one before
+	// has ended: the flushes space themselves as the store slows down.
+	// Spacing them further trades an assignment's delay for store work
+	// (docs/capacity.md).
+	ChargeInterval time.Duration
 	// FailureMode is what a bucket is assigned when the store fails, for
 	// rules that do not say (rules.Rule.FailureMode): allow-all, deny-all,
 	// or, for rules.FailureUnavailable, nothing, so that the assignment
@@ -124,7 +132,8 @@ func (o Options) validateSigns() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"ReportInterval", o.ReportInterval}, {"AssignmentTTL", o.AssignmentTTL}, {"IdleTimeout", o.IdleTimeout}, {"StoreTimeout", o.StoreTimeout}} {
+	}{{"ReportInterval", o.ReportInterval}, {"AssignmentTTL", o.AssignmentTTL}, {"IdleTimeout", o.IdleTimeout}, {"StoreTimeout", o.StoreTimeout},
+		{"ChargeInterval", o.ChargeInterval}} {
 		if d.v < 0 {
 			return refused(d.name, d.v, "must not be negative (0 is the default)")
 		}

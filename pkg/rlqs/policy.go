@@ -3,6 +3,7 @@ package rlqs
 import (
 	"math"
 	"time"
+	"unique"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -96,7 +97,9 @@ func (s strategy) action() string {
 // what the store said of it in the last round, and when the window that
 // decision was in ends (fixed windows).
 type counter struct {
-	key  string
+	// key is interned: a fleet's streams hold the same buckets, and a
+	// thousand Envoys would keep a thousand copies of each key.
+	key  unique.Handle[string]
 	spec limit.Spec
 	dec  limit.Decision
 	end  time.Time

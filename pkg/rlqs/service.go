@@ -41,6 +41,10 @@ type Service struct {
 	limiter limit.Limiter
 	opts    Options
 	demand  limit.Spec
+	// store charges every stream's rounds, coalesced (coalesce.go), from
+	// the charge buffers of bufs.
+	store *coalescer
+	bufs  *sync.Pool
 
 	streams, buckets atomic.Int64
 	ids              atomic.Uint64
@@ -60,7 +64,8 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	return &Service{rules: rs, limiter: l, opts: opts, demand: demandSpec(opts.ReportInterval), done: make(chan struct{})}, nil
+	return &Service{rules: rs, limiter: l, opts: opts, demand: demandSpec(opts.ReportInterval),
+		store: newCoalescer(l, opts.StoreTimeout, opts.ChargeInterval), bufs: newChargeBufs(), done: make(chan struct{})}, nil
 }
 
 // DemandSpec is the spec of the counters of the fleet's demand a Service

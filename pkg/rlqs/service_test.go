@@ -195,7 +195,7 @@ func (s *Service) testCounterKey(t *testing.T, domain string, id map[string]stri
 	if len(b.counters) == 0 {
 		t.Fatalf("bucket %v has no counter", id)
 	}
-	return b.counters[0].key
+	return b.counters[0].key.Value()
 }
 
 // TestIdleBucketAbandoned: a bucket without demand for IdleTimeout is

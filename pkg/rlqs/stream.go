@@ -40,6 +40,12 @@ const maxActions = 1000
 // due in between; idleness is measured in minutes.
 const sweepEvery = time.Second
 
+// reportsAhead is how many reports a stream reads ahead while a round
+// runs; the next round takes them all at once, so that a stream whose
+// rounds wait for the store (a burst of new buckets, each reported on its
+// own) catches up in a few rounds, not one round per report.
+const reportsAhead = 8
+
 // wakeMargin is how long after a window's end its buckets are computed
 // again: the store's clock (Redis's) may run a little behind this one's.
 const wakeMargin = 50 * time.Millisecond
@@ -69,6 +75,8 @@ type stream struct {
 	// them that have counters; actions its response.
 	batch, charged []*bucket
 	actions        []*rlqspb.RateLimitQuotaResponse_BucketAction
+	// queued holds the reports a round takes together.
+	queued []*rlqspb.RateLimitQuotaUsageReports
 }
 
 // newStream returns the state of a stream of client (its name in logs)
@@ -78,7 +86,7 @@ func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 		s: s, gs: gs, id: s.ids.Add(1), client: client,
 		buckets:    map[string]*bucket{},
 		resolver:   resolver{demandWindow: s.demand.Window, failure: s.opts.FailureMode},
-		ledger:     ledger{limiter: s.limiter, timeout: s.opts.StoreTimeout, demand: s.demand, interval: s.opts.ReportInterval},
+		ledger:     ledger{store: s.store, demand: s.demand, interval: s.opts.ReportInterval, bufs: s.bufs},
 		lastReport: s.opts.Now(),
 		logged:     map[string]bool{},
 	}
@@ -96,7 +104,7 @@ func (st *stream) release() {
 // report that does not decode), ctx is done before Recv has returned the
 // cause, which the stream still counts.
 func (st *stream) run(ctx context.Context) error {
-	reports := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	reports := make(chan *rlqspb.RateLimitQuotaUsageReports, reportsAhead)
 	errc := make(chan error, 1)
 	go func() {
 		for {
@@ -120,7 +128,8 @@ func (st *stream) run(ctx context.Context) error {
 		full := false
 		select {
 		case m := <-reports:
-			err = st.report(ctx, m)
+			err = st.report(ctx, drain(reports, append(st.queued[:0], m))...)
+			clear(st.queued)
 		case err = <-errc:
 			return st.recvError(err)
 		case <-st.timer.C:
@@ -184,32 +193,34 @@ func (st *stream) setDomain(d string) error {
 	return nil
 }
 
-// report handles one report: it notes each bucket's counts, then runs a
-// round for them and for the buckets due one.
-func (st *stream) report(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) error {
-	if err := st.setDomain(m.GetDomain()); err != nil {
-		st.refuse(RefusedDomain, err)
-		return err
+// drain appends to ms the reports that have arrived meanwhile, up to
+// reportsAhead more.
+func drain(reports <-chan *rlqspb.RateLimitQuotaUsageReports, ms []*rlqspb.RateLimitQuotaUsageReports) []*rlqspb.RateLimitQuotaUsageReports {
+	for range reportsAhead {
+		select {
+		case m := <-reports:
+			ms = append(ms, m)
+		default:
+			return ms
+		}
 	}
+	return ms
+}
+
+// report handles reports that arrived together: it notes each bucket's
+// counts, then runs one round for them and for the buckets due one.
+func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageReports) error {
 	now := st.s.opts.Now()
 	st.lastReport = now
 	st.round++
 	batch := st.batch[:0]
-	var allowed, denied int64
-	for _, u := range m.GetBucketQuotaUsages() {
-		b := st.bucketFor(u.GetBucketId(), now)
-		if b == nil {
-			continue
+	for _, m := range ms {
+		if err := st.setDomain(m.GetDomain()); err != nil {
+			st.refuse(RefusedDomain, err)
+			return err
 		}
-		a, d := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
-		b.note(now, a, d)
-		allowed, denied = allowed+clampCount(a), denied+clampCount(d)
-		if b.round != st.round {
-			b.round = st.round
-			batch = append(batch, b)
-		}
+		batch = st.note(m, batch, now)
 	}
-	st.s.opts.Metrics.report(allowed, denied)
 	var abandoned []*bucket
 	if now.Sub(st.sweptAt) >= sweepEvery {
 		st.sweptAt = now
@@ -220,6 +231,28 @@ func (st *stream) report(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	}
 	st.batch = batch
 	return st.assign(ctx, now, st.batch, abandoned)
+}
+
+// note notes the counts of one report's buckets, appending those new to
+// this round to batch.
+func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, now time.Time) []*bucket {
+	var allowed, denied int64
+	for _, u := range m.GetBucketQuotaUsages() {
+		b := st.bucketFor(u.GetBucketId(), now)
+		if b == nil {
+			continue
+		}
+		a, d := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
+		b.note(now, a, d)
+		b.id = u.GetBucketId()
+		allowed, denied = allowed+clampCount(a), denied+clampCount(d)
+		if b.round != st.round {
+			b.round = st.round
+			batch = append(batch, b)
+		}
+	}
+	st.s.opts.Metrics.report(allowed, denied)
+	return batch
 }
 
 // wake runs a round for the buckets due one, or ends a stream silent for
@@ -370,7 +403,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 	st.actions = st.actions[:0]
 	refresh, ttl := st.refreshAfter(), durationpb.New(st.s.opts.AssignmentTTL)
 	for _, b := range batch {
-		b.record(now)
+		b.record(now, st.s.opts.ReportInterval)
 		next, ok := st.decide(b, now)
 		if !ok || b.assigned && next == b.sent && now.Sub(b.sentAt) < refresh {
 			continue
@@ -378,15 +411,18 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 		b.sent, b.sentAt, b.assigned = next, now, true
 		st.logAssignment(b, next, now)
 		st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
-			BucketId: bucketMap(b.entries),
+			BucketId: b.actionID(),
 			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 				AssignmentTimeToLive: ttl, RateLimitStrategy: next.proto()}},
 		})
 		st.s.opts.Metrics.assigned(next.action())
 	}
+	for _, b := range batch {
+		b.id = nil // the report's, not to be kept
+	}
 	for _, b := range abandoned {
 		st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
-			BucketId:     bucketMap(b.entries),
+			BucketId:     b.actionID(),
 			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
 		})
 		st.s.opts.Metrics.assigned("abandon")

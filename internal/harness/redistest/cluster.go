@@ -3,6 +3,8 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -54,37 +56,84 @@ func startCluster(t testing.TB, masters, replicasPerMaster int, tls *TLS, extra 
 		t.Fatalf("redistest: StartCluster(%d masters, %d replicas each): a cluster needs at least 3 masters", masters, replicasPerMaster)
 	}
 	cli := harness.Require(t, "redis-cli")
-	n := masters * (1 + replicasPerMaster)
-	c := &Cluster{}
-	for range n {
-		dir := t.TempDir()
+	node := func(args []string) (*Server, error) {
 		// The bus port is given, not left at port+10000: with TLS the
 		// bus would sit at the TLS port+10000, which nothing checked was
 		// free, and one node's bus could take another's TLS port.
-		s := startNode(t, tls, append([]string{
-			"--cluster-enabled", "yes",
+		args = append([]string{
 			"--cluster-port", strconv.Itoa(harness.FreePort(t)),
-			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "2000",
-		}, extra...))
+			"--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf"),
+		}, args...)
+		return startNode(t, tls, args), nil
+	}
+	c, err := createCluster(cli, masters, replicasPerMaster, node, extra)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return c
+}
+
+// RunCluster starts a Cluster as StartCluster does, with its nodes' files
+// under dir, for a program that is not a test (cmd/bench): it does not
+// look at the tier, and the caller stops it (Stop).
+func RunCluster(dir string, masters, replicasPerMaster int, extra ...string) (*Cluster, error) {
+	if masters < 3 || replicasPerMaster < 0 {
+		return nil, fmt.Errorf("redistest: RunCluster(%d masters, %d replicas each): a cluster needs at least 3 masters", masters, replicasPerMaster)
+	}
+	cli, err := harness.Find("redis-cli")
+	if err != nil {
+		return nil, err
+	}
+	var n int
+	node := func(args []string) (*Server, error) {
+		n++
+		nodeDir := filepath.Join(dir, "node"+strconv.Itoa(n))
+		if err := os.MkdirAll(nodeDir, 0o755); err != nil {
+			return nil, err
+		}
+		bus, err := harness.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		_, busPort, _ := net.SplitHostPort(bus)
+		return Run(nodeDir, append([]string{"--cluster-port", busPort,
+			"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf")}, args...)...)
+	}
+	return createCluster(cli, masters, replicasPerMaster, node, extra)
+}
+
+// createCluster starts the nodes with node, which adds each one's bus
+// port and configuration file, joins them with redis-cli (the binary
+// cli) and waits for the cluster to settle. On an error it stops every
+// node it started.
+func createCluster(cli string, masters, replicasPerMaster int, node func(args []string) (*Server, error), extra []string) (*Cluster, error) {
+	n := masters * (1 + replicasPerMaster)
+	c := &Cluster{}
+	for range n {
+		s, err := node(append([]string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000"}, extra...))
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
-		if tls != nil {
+		if s.TLSAddr != "" {
 			c.TLSAddrs = append(c.TLSAddrs, s.TLSAddr)
 		}
 	}
-
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+		c.Stop()
+		return nil, fmt.Errorf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	if err := c.WaitOK(30 * time.Second); err != nil {
-		t.Fatalf("redistest: cluster of %d nodes: %v", n, err)
+		c.Stop()
+		return nil, fmt.Errorf("cluster of %d nodes: %v", n, err)
 	}
-	return c
+	return c, nil
 }
 
 // WaitOK polls every running node until each reports cluster_state:ok with

@@ -165,6 +165,15 @@ func (s *Server) Do(args ...string) (string, error) {
 	return Do(s.Addr, args...)
 }
 
+// Pid is the server's process id, for its CPU and memory in /proc; 0
+// before it has started.
+func (s *Server) Pid() int {
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.Pid()
+}
+
 // running reports whether the server's process runs.
 func (s *Server) running() bool { return s.proc != nil && !s.proc.Exited() }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,56 +58,147 @@ func startSentinel(t testing.TB, replicas, sentinels int, downAfter time.Duratio
 	if replicas < 0 || sentinels < 1 || downAfter < time.Millisecond {
 		t.Fatalf("redistest: StartSentinel(%d replicas, %d sentinels, %v): a group needs a sentinel and a positive down-after", replicas, sentinels, downAfter)
 	}
+	bin := harness.Require(t, "redis-server")
+	g := &Sentinel{}
+	sp := sentinelParts{
+		data: func(args []string) (*Server, error) { return startNode(t, tls, args), nil },
+		sentinel: func(master string) (*Server, []string, error) {
+			port := harness.FreePort(t)
+			s := &Server{t: t, Dir: t.TempDir(), bin: bin, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+			var lines []string
+			if tls != nil {
+				tlsPort := harness.FreePort(t)
+				s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+				lines = tls.sentinelLines(t, tlsPort)
+			}
+			t.Cleanup(s.Stop)
+			return s, lines, nil
+		},
+		tls: tls != nil,
+	}
+	if err := g.start(sp, replicas, sentinels, downAfter); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return g
+}
+
+// RunSentinel starts a group as StartSentinel does (without TLS), with its
+// files under dir, for a program that is not a test (cmd/bench): it does
+// not look at the tier, and the caller stops it (Stop).
+func RunSentinel(dir string, replicas, sentinels int, downAfter time.Duration) (*Sentinel, error) {
+	if replicas < 0 || sentinels < 1 || downAfter < time.Millisecond {
+		return nil, fmt.Errorf("redistest: RunSentinel(%d replicas, %d sentinels, %v): a group needs a sentinel and a positive down-after", replicas, sentinels, downAfter)
+	}
+	bin, err := harness.Find("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	var n int
+	subdir := func() (string, error) {
+		n++
+		d := filepath.Join(dir, "node"+strconv.Itoa(n))
+		return d, os.MkdirAll(d, 0o755)
+	}
+	g := &Sentinel{}
+	sp := sentinelParts{
+		data: func(args []string) (*Server, error) {
+			d, err := subdir()
+			if err != nil {
+				return nil, err
+			}
+			return Run(d, args...)
+		},
+		sentinel: func(string) (*Server, []string, error) {
+			d, err := subdir()
+			if err != nil {
+				return nil, nil, err
+			}
+			addr, err := harness.FreeAddr()
+			return &Server{Dir: d, bin: bin, Addr: addr}, nil, err
+		},
+	}
+	if err := g.start(sp, replicas, sentinels, downAfter); err != nil {
+		g.Stop()
+		return nil, err
+	}
+	return g, nil
+}
+
+// sentinelParts starts the processes of a group: data starts a data node
+// with extra directives; sentinel returns a Sentinel not yet started, with
+// the lines its configuration file needs beyond the monitoring ones.
+type sentinelParts struct {
+	data     func(args []string) (*Server, error)
+	sentinel func(master string) (*Server, []string, error)
+	tls      bool
+}
+
+// start starts the master, its replicas and the Sentinels, and waits for
+// the group to settle.
+func (g *Sentinel) start(sp sentinelParts, replicas, sentinels int, downAfter time.Duration) error {
 	// A full sync starts at once instead of waiting 5 s for more replicas.
-	g := &Sentinel{Data: []*Server{startNode(t, tls, []string{"--repl-diskless-sync-delay", "0"})}}
-	master := g.Data[0]
+	master, err := sp.data([]string{"--repl-diskless-sync-delay", "0"})
+	if err != nil {
+		return err
+	}
+	g.Data = []*Server{master}
 	masterAddr := master.Addr
-	if tls != nil {
+	if sp.tls {
 		masterAddr = master.TLSAddr
 	}
 	_, masterPort, _ := net.SplitHostPort(masterAddr)
 	for range replicas {
-		g.Data = append(g.Data, startNode(t, tls, []string{"--replicaof", "127.0.0.1", masterPort, "--repl-diskless-sync-delay", "0"}))
+		r, err := sp.data([]string{"--replicaof", "127.0.0.1", masterPort, "--repl-diskless-sync-delay", "0"})
+		if err != nil {
+			return err
+		}
+		g.Data = append(g.Data, r)
 	}
-
-	bin := harness.Require(t, "redis-server")
-	quorum := sentinels/2 + 1
 	for range sentinels {
-		port := harness.FreePort(t)
-		s := &Server{t: t, Dir: t.TempDir(), bin: bin}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		// Sentinel rewrites its configuration file, so it must be a file of
-		// its own rather than command-line directives.
-		conf := filepath.Join(s.Dir, "sentinel.conf")
-		lines := []string{
-			"port " + strconv.Itoa(port),
-			"bind 127.0.0.1",
-			"dir " + s.Dir,
-			"logfile " + filepath.Join(s.Dir, "redis.log"),
-			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %s %d", SentinelMasterName, masterPort, quorum),
-			fmt.Sprintf("sentinel down-after-milliseconds %s %d", SentinelMasterName, downAfter.Milliseconds()),
-			fmt.Sprintf("sentinel failover-timeout %s %d", SentinelMasterName, max(2*downAfter, time.Second).Milliseconds()),
-			fmt.Sprintf("sentinel parallel-syncs %s 1", SentinelMasterName),
+		s, lines, err := sp.sentinel(masterPort)
+		if err != nil {
+			return err
 		}
-		if tls != nil {
-			tlsPort := harness.FreePort(t)
-			s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
-			lines = append(lines, tls.sentinelLines(t, tlsPort)...)
+		if err := startSentinelProcess(s, masterPort, sentinels/2+1, downAfter, lines); err != nil {
+			return err
 		}
-		if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s.args = []string{conf, "--sentinel"}
-		if err := s.launch(); err != nil {
-			t.Fatalf("redistest: sentinel: %v", err)
-		}
-		t.Cleanup(s.Stop)
 		g.Sentinels = append(g.Sentinels, s)
 	}
-	if err := g.waitSettled(replicas, sentinels, 30*time.Second); err != nil {
-		t.Fatalf("redistest: sentinel group: %v", err)
+	return g.waitSettled(replicas, sentinels, 30*time.Second)
+}
+
+// startSentinelProcess writes s's configuration, monitoring the master on
+// masterPort with quorum, plus lines, and starts it.
+func startSentinelProcess(s *Server, masterPort string, quorum int, downAfter time.Duration, lines []string) error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	// Sentinel rewrites its configuration file, so it must be a file of
+	// its own rather than command-line directives.
+	conf := filepath.Join(s.Dir, "sentinel.conf")
+	lines = append([]string{
+		"port " + port,
+		"bind 127.0.0.1",
+		"dir " + s.Dir,
+		"logfile " + filepath.Join(s.Dir, "redis.log"),
+		fmt.Sprintf("sentinel monitor %s 127.0.0.1 %s %d", SentinelMasterName, masterPort, quorum),
+		fmt.Sprintf("sentinel down-after-milliseconds %s %d", SentinelMasterName, downAfter.Milliseconds()),
+		fmt.Sprintf("sentinel failover-timeout %s %d", SentinelMasterName, max(2*downAfter, time.Second).Milliseconds()),
+		fmt.Sprintf("sentinel parallel-syncs %s 1", SentinelMasterName),
+	}, lines...)
+	if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return err
 	}
-	return g
+	s.args = []string{conf, "--sentinel"}
+	if err := s.launch(); err != nil {
+		return fmt.Errorf("sentinel: %w", err)
+	}
+	return nil
+}
+
+// Stop stops every process of the group.
+func (g *Sentinel) Stop() {
+	for _, s := range append(slices.Clone(g.Sentinels), g.Data...) {
+		s.Stop()
+	}
 }
 
 // URL is the group as floodgate's -redis flag takes it with -redis-type

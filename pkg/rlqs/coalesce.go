@@ -1,0 +1,264 @@
+package rlqs
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate/pkg/limit"
+)
+
+// The streams' store calls, coalesced.
+//
+// A fleet's Envoys report the same buckets: a thousand Envoys holding the
+// same hot API keys would make a thousand charges of each key's counters
+// per report interval, the store's work growing with the Envoys times
+// their buckets. Instead, every round of every stream of a Service hands
+// its hits to one coalescer, which sends the hits that wait together as
+// one set of store calls, each counter once with the sum of their costs,
+// and gives every hit its counter's decision. What the store does per
+// interval then grows with the distinct counters the streams report
+// between two flushes, not with the streams.
+//
+// A flush starts as soon as the one before has ended, at most once every
+// Options.ChargeInterval: the rounds that arrive meanwhile wait for the
+// next, so that a busy instance sends few, large flushes and an idle one
+// answers at once.
+//
+// Every hit is Advisory (the ledger's): a merged hit the counter cannot
+// take whole writes nothing, and is then charged what the counter has
+// left, so that it reads spent, as each of its hits would have made it
+// one after the other.
+
+// coalescer merges the store calls of a Service's streams; safe for
+// concurrent use.
+type coalescer struct {
+	limiter limit.Limiter
+	timeout time.Duration
+	every   time.Duration
+
+	mu       sync.Mutex
+	queue    []*charge
+	flushing bool
+	last     time.Time // when the last flush started
+
+	// The flusher's buffers, reused.
+	index  map[hitKey]int
+	hits   []limit.Hit
+	decs   []limit.Decision
+	errs   []error
+	clip   []limit.Hit
+	clipAt []int
+	cdecs  []limit.Decision
+	cerrs  []error
+	shards map[string][]int
+	call   []limit.Hit
+	cdec   []limit.Decision
+}
+
+// sharder is a Limiter whose counters live apart, on the masters of a
+// Redis Cluster (redislimit.Limiter): Shard names where a counter lives,
+// "" for one place. A flush's calls each go to one shard, so that a
+// master that fails fails the counters it holds and no other: mixed in
+// one call, every counter of the call would fail with it.
+type sharder interface {
+	Shard(ctx context.Context, counter string) string
+}
+
+// hitKey is what a merged hit is: one counter, read with one spec.
+type hitKey struct {
+	key  string
+	spec limit.Spec
+}
+
+// charge is one round's call: its hits, and where their decisions and
+// failures go.
+type charge struct {
+	hits   []limit.Hit
+	decs   []limit.Decision
+	failed []bool
+	// at is the merged hit of each of hits.
+	at   []int
+	err  error
+	done chan struct{}
+}
+
+func newCoalescer(l limit.Limiter, timeout, every time.Duration) *coalescer {
+	return &coalescer{limiter: l, timeout: timeout, every: every}
+}
+
+// charge charges hits (all Advisory) with the hits of the other rounds
+// that wait meanwhile, and fills decs with their counters' decisions and
+// failed with whether each hit's store call failed; it returns the first
+// error. It returns once the flush holding the hits has ended: each store
+// call of a flush has the coalescer's timeout, whatever ctx says once the
+// hits are queued, since the flush serves other streams too; a ctx
+// already done fails every hit at once.
+func (c *coalescer) charge(ctx context.Context, hits []limit.Hit, decs []limit.Decision, failed []bool) error {
+	if err := ctx.Err(); err != nil {
+		// A stream that ended: nothing to wait for.
+		for i := range failed {
+			failed[i] = true
+		}
+		return err
+	}
+	ch := &charge{hits: hits, decs: decs, failed: failed, done: make(chan struct{})}
+	c.mu.Lock()
+	c.queue = append(c.queue, ch)
+	start := !c.flushing
+	c.flushing = true
+	c.mu.Unlock()
+	if start {
+		go c.flushLoop(context.WithoutCancel(ctx))
+	}
+	<-ch.done
+	return ch.err
+}
+
+// flushLoop flushes the queue until it is empty.
+func (c *coalescer) flushLoop(ctx context.Context) {
+	for {
+		if wait := c.every - time.Since(c.last); wait > 0 {
+			time.Sleep(wait)
+		}
+		c.mu.Lock()
+		batch := c.queue
+		c.queue = nil
+		if len(batch) == 0 {
+			c.flushing = false
+			c.release()
+			c.mu.Unlock()
+			return
+		}
+		c.last = time.Now()
+		c.mu.Unlock()
+		c.flush(ctx, batch)
+	}
+}
+
+// flush sends the batch's hits, merged, and hands each its decision.
+func (c *coalescer) flush(ctx context.Context, batch []*charge) {
+	c.merge(batch)
+	c.decs = resize(c.decs, len(c.hits))
+	c.errs = resize(c.errs, len(c.hits))
+	c.evaluate(ctx, c.hits, c.decs, c.errs)
+	c.clipRefused(ctx)
+	for _, ch := range batch {
+		for j, i := range ch.at {
+			ch.decs[j], ch.failed[j] = c.decs[i], c.errs[i] != nil
+			if c.errs[i] != nil && ch.err == nil {
+				ch.err = c.errs[i]
+			}
+		}
+		close(ch.done)
+	}
+}
+
+// merge makes c.hits the batch's hits, one per counter and spec, each
+// costing the sum of its hits' costs, and points each hit at its own.
+func (c *coalescer) merge(batch []*charge) {
+	if c.index == nil {
+		c.index = map[hitKey]int{}
+	}
+	clear(c.index)
+	c.hits = c.hits[:0]
+	for _, ch := range batch {
+		ch.at = resize(ch.at, len(ch.hits))
+		for j := range ch.hits {
+			h := &ch.hits[j]
+			k := hitKey{h.Key, h.Spec}
+			i, ok := c.index[k]
+			if !ok {
+				i = len(c.hits)
+				c.index[k] = i
+				c.hits = append(c.hits, limit.Hit{Key: h.Key, Spec: h.Spec, Mode: limit.Advisory})
+			}
+			c.hits[i].Cost = min(c.hits[i].Cost+h.Cost, maxCount)
+			ch.at[j] = i
+		}
+	}
+}
+
+// evaluate decides hits in store calls of at most chunkHits, each of
+// one shard's hits, and sets each hit's error: its call's, nil when it
+// succeeded.
+func (c *coalescer) evaluate(ctx context.Context, hits []limit.Hit, decs []limit.Decision, errs []error) {
+	for _, idx := range c.byShard(ctx, hits) {
+		for start := 0; start < len(idx); start += chunkHits {
+			part := idx[start:min(start+chunkHits, len(idx))]
+			c.call, c.cdec = c.call[:0], resize(c.cdec, len(part))
+			for _, i := range part {
+				c.call = append(c.call, hits[i])
+			}
+			cctx, cancel := context.WithTimeout(ctx, c.timeout)
+			_, err := c.limiter.Evaluate(cctx, c.call, c.cdec)
+			cancel()
+			for k, i := range part {
+				decs[i], errs[i] = c.cdec[k], err
+			}
+		}
+	}
+	clear(c.call)
+}
+
+// byShard returns the indices of hits grouped by shard: one group of all
+// of them when the limiter has no shards.
+func (c *coalescer) byShard(ctx context.Context, hits []limit.Hit) map[string][]int {
+	if c.shards == nil {
+		c.shards = map[string][]int{}
+	}
+	for k, v := range c.shards {
+		c.shards[k] = v[:0]
+	}
+	sh, ok := c.limiter.(sharder)
+	for i := range hits {
+		s := ""
+		if ok {
+			s = sh.Shard(ctx, hits[i].Key)
+		}
+		c.shards[s] = append(c.shards[s], i)
+	}
+	return c.shards
+}
+
+// clipRefused charges each counter that refused a merged hit what it has
+// left, and takes that decision instead. If that call fails, the
+// refusals stand: the counters were nearly spent anyway.
+func (c *coalescer) clipRefused(ctx context.Context) {
+	c.clip, c.clipAt = c.clip[:0], c.clipAt[:0]
+	for k := range c.hits {
+		h, d := &c.hits[k], &c.decs[k]
+		if c.errs[k] == nil && h.Cost > 0 && !d.Allowed && d.Remaining > 0 {
+			cl := *h
+			cl.Cost = d.Remaining
+			c.clip = append(c.clip, cl)
+			c.clipAt = append(c.clipAt, k)
+		}
+	}
+	if len(c.clip) == 0 {
+		return
+	}
+	c.cdecs = resize(c.cdecs, len(c.clip))
+	c.cerrs = resize(c.cerrs, len(c.clip))
+	c.evaluate(ctx, c.clip, c.cdecs, c.cerrs)
+	for i, k := range c.clipAt {
+		if c.cerrs[i] == nil {
+			c.decs[k] = c.cdecs[i]
+		}
+	}
+}
+
+// release drops the flusher's buffers once the queue is empty: they are
+// as large as the largest flush (a stream's first report may hold
+// thousands of buckets), and an idle instance need not keep them.
+func (c *coalescer) release() {
+	c.index, c.shards = nil, nil
+	c.hits, c.decs, c.errs, c.clip, c.clipAt, c.cdecs, c.cerrs, c.call, c.cdec = nil, nil, nil, nil, nil, nil, nil, nil, nil
+}
+
+// queueLen is how many rounds wait for the next flush.
+func (c *coalescer) queueLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}
