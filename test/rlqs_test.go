@@ -54,7 +54,7 @@ func startRLQS(t *testing.T, storeArgs []string, extra ...string) (*proc, option
 	// The default deadlines: a report round's (-rlqs-store-deadline, 1 s)
 	// is long enough that a busy machine does not turn rounds into the
 	// failure mode's assignments, which this test does not measure
-	// (TestStoreFailure* in pkg/rlqs does).
+	// (TestStoreFailure* in internal/rlqs does).
 	o := options{args: append(append([]string{"-config", dir, "-log-level", "debug"}, storeArgs...), extra...)}
 	return start(t, o), o
 }
@@ -219,7 +219,7 @@ const maxStray = rlqsLimit * 3 / 10
 // over several windows: each window admits about the limit (within
 // maxStray), and the rest is denied by Envoy itself. Run on Redis and on
 // the in-memory store. (That RLS and RLQS share the counters is
-// pkg/rlqs's TestAssignmentSharesTheRLSCounter.)
+// internal/rlqs's TestAssignmentSharesTheRLSCounter.)
 func TestRLQSOneEnvoy(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {

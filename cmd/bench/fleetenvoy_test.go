@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/internal/harness/envoytest"
-	"github.com/floodgate/floodgate/pkg/rlqs"
+	"github.com/floodgate/floodgate/internal/rlqs"
 )
 
 // The simulated Envoys are held to the real one: the same requests go

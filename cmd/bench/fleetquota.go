@@ -38,7 +38,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/floodgate/floodgate/pkg/rlqs"
+	"github.com/floodgate/floodgate/internal/rlqs"
 )
 
 const (

@@ -18,8 +18,8 @@ import (
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/rlqs"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/rlqs"
+	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 

@@ -34,7 +34,7 @@ import (
 	"github.com/prometheus/statsd_exporter/pkg/mapper"
 
 	"github.com/floodgate/floodgate/pkg/option"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // DefaultMapping is the reference server's own mapping, used when

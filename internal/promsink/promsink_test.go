@@ -20,7 +20,7 @@ import (
 	"github.com/floodgate/floodgate/internal/promsink"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/option"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // envoyGatewayMapping is the mapping Envoy Gateway ships in its

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // The reference server's statsd names (envoyproxy/ratelimit, which sends

@@ -17,7 +17,7 @@ import (
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // statsdRules have a rule of each kind whose statsd name the reference

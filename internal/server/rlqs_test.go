@@ -17,7 +17,7 @@ import (
 
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/rlqs"
+	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 

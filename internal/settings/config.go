@@ -12,9 +12,9 @@ import (
 	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/rlqs"
+	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/option"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // ErrHelp is returned by Load for -h and -help.

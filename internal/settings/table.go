@@ -8,12 +8,12 @@ import (
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/internal/xds"
-	"github.com/floodgate/floodgate/pkg/denycache"
+	"github.com/floodgate/floodgate/internal/denycache"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/rlqs"
+	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/server"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // The flag.Values of the field types, as the flag package reads them, each

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/health"
-	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
 // openMemcache makes s the Memcached store, probed once (a failure is

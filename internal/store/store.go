@@ -9,7 +9,7 @@
 // counter (Store.Reset) in whichever store is open.
 //
 // It is the binary's: the limiters themselves are pkg/limit,
-// pkg/redislimit, pkg/memcachelimit and pkg/denycache, which must not
+// pkg/redislimit, internal/memcachelimit and internal/denycache, which must not
 // import it, and neither must internal/server, which takes the store's health
 // (package health) as a function; nor does it import internal/server.
 package store
@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/health"
-	"github.com/floodgate/floodgate/pkg/denycache"
+	"github.com/floodgate/floodgate/internal/denycache"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
 // Store is an open limit store. Its methods are safe for concurrent use.

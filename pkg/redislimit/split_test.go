@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/denycache"
+	"github.com/floodgate/floodgate/internal/denycache"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )

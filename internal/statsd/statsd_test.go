@@ -12,7 +12,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/statsdtest"
 	"github.com/floodgate/floodgate/pkg/option"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // newClient returns a client of srv that flushes only when told to.

@@ -9,14 +9,14 @@ import (
 
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
 // BenchmarkEvaluate decides calls of 1 and 3 fixed-window hits from
 // parallel callers against one memcached, over loopback, on counters that
 // never fill (every call one round trip), and on one full counter (every
 // call refused: two round trips). Run with
-// go test -run '^$' -bench . ./pkg/memcachelimit
+// go test -run '^$' -bench . ./internal/memcachelimit
 func BenchmarkEvaluate(b *testing.B) {
 	cases := []struct {
 		name  string

@@ -156,5 +156,5 @@
 //
 // Measured figures are in docs/benchmarks.md.
 //
-// Run it with: go test -run '^$' -bench . ./pkg/memcachelimit
+// Run it with: go test -run '^$' -bench . ./internal/memcachelimit
 package memcachelimit

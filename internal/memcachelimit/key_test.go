@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
 func TestAppendKey(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
 // Reset deletes a counter's keys of the window holding now and of the

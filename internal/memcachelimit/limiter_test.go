@@ -15,7 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
 // t0 is a window start for the tests that fix the clock: 10 s into a

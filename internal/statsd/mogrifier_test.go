@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/floodgate/floodgate/internal/statsdtest"
-	"github.com/floodgate/floodgate/pkg/statsd"
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // TestMogrifiers: with DogStatsD, the first mogrifier whose pattern matches

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
 // TestMatchesMemory runs the same random calls, one after the other, on

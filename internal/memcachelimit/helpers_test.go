@@ -8,7 +8,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/pkg/memcachelimit"
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
 // clock is a settable clock for Options.Now.
