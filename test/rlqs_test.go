@@ -51,11 +51,10 @@ func startRLQS(t *testing.T, storeArgs []string, extra ...string) (*proc, option
 	t.Helper()
 	dir := t.TempDir()
 	writeRules(t, dir, map[string]string{"demo.yaml": rlqsRules})
-	// The default deadlines: a report round's (-rlqs-store-deadline, 1 s)
-	// is long enough that a busy machine does not turn rounds into the
-	// failure mode's assignments, which this test does not measure
-	// (TestStoreFailure* in internal/rlqs does).
-	o := options{args: append(append([]string{"-config", dir, "-log-level", "debug"}, storeArgs...), extra...)}
+	// A store deadline of 1 s, so that a busy machine does not turn rounds
+	// into the failure mode's assignments, which this test does not
+	// measure (TestStoreFailure* in internal/rlqs does).
+	o := options{args: append(append([]string{"-config", dir, "-log-level", "debug", "-redis-deadline", "1s"}, storeArgs...), extra...)}
 	return start(t, o), o
 }
 

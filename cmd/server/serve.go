@@ -244,13 +244,7 @@ func (a *app) quota() (*rlqs.Service, error) {
 	if opts.Metrics, err = rlqs.NewMetrics(a.reg); err != nil {
 		return nil, exit(1, fmt.Errorf("metrics: %w", err))
 	}
-	// Reports are off the request path: their rounds wait for the store
-	// longer than requests do.
-	lim, err := a.store.LimiterWithin(opts.StoreDeadline())
-	if err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
-	}
-	q, err := rlqs.New(a.rules, lim, opts)
+	q, err := rlqs.New(a.rules, a.store.Limiter(), opts)
 	if err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}

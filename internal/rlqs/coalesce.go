@@ -34,7 +34,6 @@ import (
 // concurrent use.
 type coalescer struct {
 	limiter limit.Limiter
-	timeout time.Duration
 	every   time.Duration
 
 	mu       sync.Mutex
@@ -83,15 +82,15 @@ type charge struct {
 	done chan struct{}
 }
 
-func newCoalescer(l limit.Limiter, timeout, every time.Duration) *coalescer {
-	return &coalescer{limiter: l, timeout: timeout, every: every}
+func newCoalescer(l limit.Limiter, every time.Duration) *coalescer {
+	return &coalescer{limiter: l, every: every}
 }
 
 // charge charges hits (all Advisory) with the hits of the other rounds
 // that wait meanwhile, and fills decs with their counters' decisions and
 // failed with whether each hit's store call failed; it returns the first
 // error. It returns once the flush holding the hits has ended: each store
-// call of a flush has the coalescer's timeout, whatever ctx says once the
+// call of a flush has the store's deadline, whatever ctx says once the
 // hits are queued, since the flush serves other streams too; a ctx
 // already done fails every hit at once.
 func (c *coalescer) charge(ctx context.Context, hits []limit.Hit, decs []limit.Decision, failed []bool) error {
@@ -190,9 +189,7 @@ func (c *coalescer) evaluate(ctx context.Context, hits []limit.Hit, decs []limit
 			for _, i := range part {
 				c.call = append(c.call, hits[i])
 			}
-			cctx, cancel := context.WithTimeout(ctx, c.timeout)
-			_, err := c.limiter.Evaluate(cctx, c.call, c.cdec)
-			cancel()
+			_, err := c.limiter.Evaluate(ctx, c.call, c.cdec)
 			for k, i := range part {
 				decs[i], errs[i] = c.cdec[k], err
 			}

@@ -41,7 +41,7 @@ func TestCoalescedCharges(t *testing.T) {
 	clk := &clock{t: epoch}
 	mem := limit.NewMemory(limit.MemoryOptions{Now: clk.Now})
 	g := &gatedLimiter{Limiter: mem, gate: make(chan struct{})}
-	c := newCoalescer(g, time.Second, 0)
+	c := newCoalescer(g, 0)
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute}
 	other := limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Minute}
 	const streams = 50
@@ -90,7 +90,7 @@ func TestCoalescedCharges(t *testing.T) {
 func TestCoalescerDoneContext(t *testing.T) {
 	g := &gatedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), gate: make(chan struct{})}
 	close(g.gate)
-	c := newCoalescer(g, time.Second, 0)
+	c := newCoalescer(g, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	failed := make([]bool, 1)
@@ -163,7 +163,7 @@ func (s *shardedLimiter) Evaluate(ctx context.Context, hits []limit.Hit, decs []
 // the others are charged.
 func TestShardedFailure(t *testing.T) {
 	sl := &shardedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{})}
-	c := newCoalescer(sl, time.Second, 0)
+	c := newCoalescer(sl, 0)
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute}
 	var hits []limit.Hit
 	for i := range 300 {

@@ -28,7 +28,7 @@ func TestShareIndependentOfPhase(t *testing.T) {
 					var ls [2]*ledger
 					var bs [2]*bucket
 					for i := range ls {
-						ls[i] = &ledger{store: newCoalescer(mem, time.Second, 0), demand: spec, interval: interval, bufs: newChargeBufs()}
+						ls[i] = &ledger{store: newCoalescer(mem, 0), demand: spec, interval: interval, bufs: newChargeBufs()}
 						bs[i] = &bucket{demandKey: unique.Make("demand")}
 					}
 					at := [2]time.Duration{0, gap}

@@ -33,9 +33,6 @@ const (
 	// DefaultMaxBucketEntries bounds the entries of a bucket_id, as
 	// envoy.DefaultMaxEntries bounds a descriptor's.
 	DefaultMaxBucketEntries = 16
-	// DefaultStoreTimeout bounds one store call of a report. Reports are
-	// off the request path: Envoy enforces the last assignment meanwhile.
-	DefaultStoreTimeout = time.Second
 )
 
 // Options tune a Service. The zero value is usable: Envoy 1.40's report
@@ -68,8 +65,6 @@ type Options struct {
 	// empty key or no entry, is refused like a bucket over MaxBuckets.
 	// Defaults when 0.
 	MaxBucketIDBytes, MaxBucketEntries int
-	// StoreTimeout bounds each store call (DefaultStoreTimeout when 0).
-	StoreTimeout time.Duration
 	// ChargeInterval is the least time between the starts of two store
 	// flushes: the streams' rounds that arrive meanwhile are charged
 	// together, each counter once per flush whatever the streams that
@@ -132,7 +127,7 @@ func (o Options) validateSigns() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"ReportInterval", o.ReportInterval}, {"AssignmentTTL", o.AssignmentTTL}, {"IdleTimeout", o.IdleTimeout}, {"StoreTimeout", o.StoreTimeout},
+	}{{"ReportInterval", o.ReportInterval}, {"AssignmentTTL", o.AssignmentTTL}, {"IdleTimeout", o.IdleTimeout},
 		{"ChargeInterval", o.ChargeInterval}} {
 		if d.v < 0 {
 			return refused(d.name, d.v, "must not be negative (0 is the default)")
@@ -150,11 +145,6 @@ func (o Options) validateSigns() error {
 	return nil
 }
 
-// StoreDeadline is the deadline of each store call of a report's round:
-// StoreTimeout, or DefaultStoreTimeout when it is 0. A program building
-// the Service's limiter gives it this deadline.
-func (o Options) StoreDeadline() time.Duration { return o.withDefaults().StoreTimeout }
-
 // withDefaults returns o with every zero field set to its default.
 func (o Options) withDefaults() Options {
 	def := func(p *time.Duration, d time.Duration) {
@@ -165,7 +155,6 @@ func (o Options) withDefaults() Options {
 	def(&o.ReportInterval, DefaultReportInterval)
 	def(&o.AssignmentTTL, DefaultAssignmentTTL)
 	def(&o.IdleTimeout, DefaultIdleTimeout)
-	def(&o.StoreTimeout, DefaultStoreTimeout)
 	for _, f := range []struct {
 		p *int
 		d int

@@ -65,7 +65,7 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	}
 	opts = opts.withDefaults()
 	return &Service{rules: rs, limiter: l, opts: opts, demand: demandSpec(opts.ReportInterval),
-		store: newCoalescer(l, opts.StoreTimeout, opts.ChargeInterval), bufs: newChargeBufs(), done: make(chan struct{})}, nil
+		store: newCoalescer(l, opts.ChargeInterval), bufs: newChargeBufs(), done: make(chan struct{})}, nil
 }
 
 // DemandSpec is the spec of the counters of the fleet's demand a Service

@@ -352,6 +352,10 @@ func TestEnvironmentPrecedence(t *testing.T) {
 			"config", "", []string{"-redis overrides REDIS_URL=redis://***@h:2", "-redis-auth overrides REDIS_AUTH=***"}, "S3cret"},
 		{"ports: one note for the pair", []string{"-http-addr", ":1"}, envOf("HOST", "0.0.0.0", "PORT", "9"),
 			"config", "", []string{"-http-addr overrides HOST/PORT=0.0.0.0:9"}, ""},
+		{"a retired flag is accepted and noted", []string{"-rlqs-store-deadline", "2s"}, envOf(),
+			"config", "", []string{"-rlqs-store-deadline (FLOODGATE_RLQS_STORE_DEADLINE) is retired: 2s is ignored, -redis-deadline applies"}, ""},
+		{"and so is its variable", nil, envOf("FLOODGATE_RLQS_STORE_DEADLINE", "3s"),
+			"config", "", []string{"-rlqs-store-deadline (FLOODGATE_RLQS_STORE_DEADLINE) is retired: 3s is ignored, -redis-deadline applies"}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,7 +29,8 @@ type Setting struct {
 	// ("10 per CPU" where the flag's default is 0).
 	DefaultDoc string
 	// At returns a pointer to the field of c the value lands in: a field
-	// of the Options of the package the setting configures.
+	// of the Options of the package the setting configures. Nil for a
+	// retired setting, whose Value only notes it.
 	At func(c *Config) any
 	// Default is the value before any flag or variable, of the field's
 	// type: the owning package's exported constant. Nil is the field's
@@ -113,6 +114,9 @@ func flagSet(table []Setting, c *Config, env Lookup) (*flag.FlagSet, error) {
 
 // value returns the flag.Value of s over c, its field set to the default.
 func (s *Setting) value(c *Config, env Lookup) (flag.Value, error) {
+	if s.At == nil && s.Value != nil {
+		return s.Value(c, env), nil // a retired setting lands nowhere
+	}
 	p := reflect.ValueOf(s.At(c))
 	if p.Kind() != reflect.Pointer {
 		return nil, fmt.Errorf("At returns %s, want a pointer", p.Type())
@@ -156,6 +160,9 @@ type textValue interface {
 // Field returns the path of the field s lands in, as Go spells it:
 // "Service.NearLimitRatio".
 func (s *Setting) Field() string {
+	if s.At == nil {
+		return ""
+	}
 	var c Config
 	path, _ := fieldPath(reflect.ValueOf(&c).Elem(), reflect.ValueOf(s.At(&c)).Pointer(), "")
 	return path
@@ -193,6 +200,9 @@ func fieldPath(v reflect.Value, addr uintptr, prefix string) (string, bool) {
 // of no package's options (a field of Config itself). A package's options
 // are the outermost struct type of its whose name ends in "Options".
 func (s *Setting) option() (pkg, typ, field string) {
+	if s.At == nil {
+		return "", "", ""
+	}
 	t := reflect.TypeOf(Config{})
 	var path []string
 	for _, name := range strings.Split(s.Field(), ".") {

@@ -32,7 +32,11 @@ func PrintFlags(w io.Writer) {
 			if t := s.typeName(f.Value); t != "" {
 				line += " " + t
 			}
-			fmt.Fprintf(w, "%s\n    \t%s (default %s)\n", line, s.Usage, s.shownDefault(f))
+			if s.At == nil { // retired: no default to show
+				fmt.Fprintf(w, "%s\n    \t%s\n", line, s.Usage)
+			} else {
+				fmt.Fprintf(w, "%s\n    \t%s (default %s)\n", line, s.Usage, s.shownDefault(f))
+			}
 			if vars := s.Vars(); len(vars) > 0 {
 				fmt.Fprintf(w, "    \tenv: %s\n", strings.Join(vars, ", "))
 			}

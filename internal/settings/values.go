@@ -266,3 +266,19 @@ func (v *mogrifiersValue) String() string {
 	return v.raw
 }
 func (v *mogrifiersValue) Get() any { return v.String() }
+
+// retired is a setting that no longer lands anywhere: a value given is
+// accepted, so that a deployment that set it still starts, and noted at
+// start with the setting that took its place.
+type retired struct {
+	c         *Config
+	flag, now string
+}
+
+func (v retired) Set(s string) error {
+	v.c.Notes = append(v.c.Notes, fmt.Sprintf("-%s (%s) is retired: %s is ignored, %s applies", v.flag, (&Setting{Flag: v.flag}).Var(), s, v.now))
+	return nil
+}
+
+func (v retired) String() string { return "" }
+func (v retired) Get() any       { return nil }

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/internal/health"
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
 
@@ -21,7 +20,6 @@ type deployment struct {
 	addr   string // its address, credentials redacted
 	client redis.UniversalClient
 	lim    *redislimit.Limiter
-	lopts  redislimit.Options // lim's
 	watch  *watch
 }
 
@@ -72,29 +70,6 @@ func (s *Store) openRedis(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// redisWithin returns Limiters on the Redis deployments' clients whose
-// calls have deadline, behind a Split when there are two.
-func (s *Store) redisWithin(deadline time.Duration) (limit.Limiter, error) {
-	lims := make([]*redislimit.Limiter, len(s.redis))
-	for i, d := range s.redis {
-		o := d.lopts
-		o.Timeout = deadline
-		l, err := redislimit.New(d.client, o)
-		if err != nil {
-			return nil, fmt.Errorf("redis %s: %w", d.role, err)
-		}
-		lims[i] = l
-	}
-	if len(lims) == 1 {
-		return lims[0], nil
-	}
-	split, err := redislimit.NewSplit(lims[0], lims[1], redislimit.PerSecond)
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	return split, nil
-}
-
 // closeRedis closes the clients opened so far.
 func (s *Store) closeRedis() {
 	for _, d := range s.redis {
@@ -141,7 +116,7 @@ func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*depl
 		client.Close()
 		return nil, wrapUnlessOwn(what, asOwn(err, own))
 	}
-	d := &deployment{role: role, addr: RedactURL(r.URL), client: client, lim: lim, lopts: lopts}
+	d := &deployment{role: role, addr: RedactURL(r.URL), client: client, lim: lim}
 	d.watch = &watch{store: lim, name: "Redis", attrs: d.logAttrs(), logger: opts.Logger, clock: clk}
 	if r.typ() == "cluster" {
 		d.watch.nodes = lim.Nodes

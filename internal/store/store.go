@@ -105,23 +105,6 @@ func (s *Store) openMemory(opts Options) {
 // behind the deny cache when it is on.
 func (s *Store) Limiter() limit.Limiter { return s.limiter }
 
-// LimiterWithin returns a limiter on the store's counters whose calls may
-// each take up to deadline, for work off the request path (RLQS report
-// rounds), which Limiter's deadline, set for requests, would fail on a
-// loaded Redis. On Redis it shares the clients, not Limiter's circuit
-// breakers, batching or deny cache (a cached denial stays true however
-// the counters are charged); the other stores answer without waiting, and
-// it is Limiter. A deadline of 0 or less is an error.
-func (s *Store) LimiterWithin(deadline time.Duration) (limit.Limiter, error) {
-	if deadline <= 0 {
-		return nil, fmt.Errorf("store: deadline %v: want more than 0", deadline)
-	}
-	if len(s.redis) == 0 {
-		return s.limiter, nil
-	}
-	return s.redisWithin(deadline)
-}
-
 // Reset forgets the counter key of a limit of spec, so that its next hit
 // finds no state (package counters' Resetter, behind /counters/reset): the
 // in-memory store drops the entry; Redis deletes the counter's key (on a

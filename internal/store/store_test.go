@@ -253,54 +253,6 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
-// A limiter from LimiterWithin waits out a Redis that Limiter's deadline
-// gives up on, on the same Redis: what RLQS report rounds, off the request
-// path, use.
-func TestLimiterWithin(t *testing.T) {
-	srv := redistest.Start(t)
-	s, _ := openOn(t, systemClock{}, Options{Redis: RedisOptions{URL: srv.Addr}, Deadline: 50 * time.Millisecond})
-	patient, err := s.LimiterWithin(time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.LimiterWithin(0); err == nil {
-		t.Error("LimiterWithin(0): no error")
-	}
-	hit := []limit.Hit{{Key: "k", Spec: limit.Spec{Limit: 10, Window: time.Minute}, Cost: 1}}
-	call := func(l limit.Limiter) error {
-		_, err := l.Evaluate(context.Background(), hit, make([]limit.Decision, 1))
-		return err
-	}
-	if err := call(patient); err != nil {
-		t.Fatalf("before the freeze: %v", err)
-	}
-	srv.Freeze()
-	defer srv.Thaw() // a second SIGCONT does nothing
-	waited := make(chan error, 1)
-	go func() { waited <- call(patient) }()
-	if err := call(s.Limiter()); !errors.Is(err, redislimit.ErrStore) {
-		t.Fatalf("Limiter, Redis frozen: %v, want its deadline to fail the call", err)
-	}
-	srv.Thaw()
-	if err := <-waited; err != nil {
-		t.Fatalf("LimiterWithin(1m), Redis frozen past Limiter's deadline, then thawed: %v", err)
-	}
-	d := make([]limit.Decision, 1)
-	// The call that missed its deadline was sent, and Redis may have run
-	// it once thawed (at most once, not exactly once).
-	if _, err := s.Limiter().Evaluate(context.Background(), []limit.Hit{{Key: "k", Spec: hit[0].Spec}}, d); err != nil || d[0].Remaining < 7 || d[0].Remaining > 8 {
-		t.Fatalf("after the calls: remaining %d (%v), want 8 (or 7): both limiters count on one counter", d[0].Remaining, err)
-	}
-}
-
-// Without Redis, LimiterWithin is Limiter: memory answers without waiting.
-func TestLimiterWithinMemory(t *testing.T) {
-	s, _ := openOn(t, systemClock{}, Options{})
-	if l, err := s.LimiterWithin(time.Second); err != nil || l != s.Limiter() {
-		t.Fatalf("LimiterWithin = %T, %v; want Limiter", l, err)
-	}
-}
-
 // The limiter a store hands the server ends each call within the store's
 // deadline though the caller's context has none, in front of a Redis that
 // answers nothing: through the deny cache, without it, and over a
