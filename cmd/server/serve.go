@@ -13,13 +13,13 @@ import (
 
 	"github.com/floodgate/floodgate/internal/counters"
 	"github.com/floodgate/floodgate/internal/promsink"
+	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/settings"
+	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/internal/rlqs"
-	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 

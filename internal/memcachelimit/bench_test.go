@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/internal/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // BenchmarkEvaluate decides calls of 1 and 3 fixed-window hits from

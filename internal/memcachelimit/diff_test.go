@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/internal/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // TestMatchesMemory runs the same random calls, one after the other, on

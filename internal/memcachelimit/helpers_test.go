@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/internal/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // clock is a settable clock for Options.Now.

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/internal/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // t0 is a window start for the tests that fix the clock: 10 s into a

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/internal/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // Reset deletes a counter's keys of the window holding now and of the

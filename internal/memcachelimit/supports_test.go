@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/internal/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/harness/memcachedtest"
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 	"github.com/floodgate/floodgate/internal/testcert"
 	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
 // TestTLS talks to memcached's own TLS port with a private CA, as the

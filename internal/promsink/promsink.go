@@ -33,8 +33,8 @@ import (
 	"github.com/prometheus/statsd_exporter/pkg/exporter"
 	"github.com/prometheus/statsd_exporter/pkg/mapper"
 
-	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/internal/statsd"
+	"github.com/floodgate/floodgate/pkg/option"
 )
 
 // DefaultMapping is the reference server's own mapping, used when

@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/floodgate/floodgate/internal/promsink"
+	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/option"
-	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // envoyGatewayMapping is the mapping Envoy Gateway ships in its

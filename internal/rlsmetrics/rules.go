@@ -3,8 +3,8 @@ package rlsmetrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/internal/statsd"
+	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 // RegisterRuleLoads registers on reg the metrics of the rule loads that

@@ -15,9 +15,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 

@@ -6,15 +6,15 @@ import (
 
 	"github.com/floodgate/floodgate/internal/promsink"
 	"github.com/floodgate/floodgate/internal/replay"
+	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
+	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 

@@ -6,9 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/option"
-	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // ErrHelp is returned by Load for -h and -help.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate/internal/statsdtest"
 	"github.com/floodgate/floodgate/internal/statsd"
+	"github.com/floodgate/floodgate/internal/statsdtest"
 )
 
 // TestMogrifiers: with DogStatsD, the first mogrifier whose pattern matches

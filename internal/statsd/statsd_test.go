@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/statsdtest"
 	"github.com/floodgate/floodgate/pkg/option"
-	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // newClient returns a client of srv that flushes only when told to.

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/memcachelimit"
 	"github.com/floodgate/floodgate/internal/tlsclient"
 	"github.com/floodgate/floodgate/pkg/limit"
-	"github.com/floodgate/floodgate/internal/memcachelimit"
 	"github.com/floodgate/floodgate/pkg/option"
 )
 

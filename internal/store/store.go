@@ -21,10 +21,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/internal/denycache"
-	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/internal/memcachelimit"
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // Store is an open limit store. Its methods are safe for concurrent use.

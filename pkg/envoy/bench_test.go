@@ -17,11 +17,11 @@ import (
 	"github.com/floodgate/floodgate/internal/otlptest"
 	"github.com/floodgate/floodgate/internal/racebuild"
 	"github.com/floodgate/floodgate/internal/rlsmetrics"
+	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/statsdtest"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
