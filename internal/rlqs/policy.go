@@ -110,10 +110,7 @@ type counter struct {
 // a trickle rather than nothing, so that its next request passes and its
 // demand is reported, and keeps the share of a lone stream at 1 when the
 // fleet's estimate, which weights its oldest sub-window, falls below the
-// stream's own count. (Scaling the other streams' part for their lag
-// behind this stream's report was tried: the shares of two Envoys came
-// closer to their demand by a few points, but together they admitted 10
-// to 18 % under the limit per window, against 5 % without.)
+// stream's own count.
 func share(own, fleet int64) float64 {
 	return min(1, float64(max(own, 0)+1)/float64(max(fleet, 0)+1))
 }

@@ -161,9 +161,9 @@ func (st *stream) recvError(err error) error {
 			return nil
 		}
 	case codes.ResourceExhausted:
-		st.refuse(RefusedTooLarge, err)
+		st.refuse(refusedTooLarge, err)
 	case codes.Internal:
-		st.refuse(RefusedMalformed, err)
+		st.refuse(refusedMalformed, err)
 	}
 	return err
 }
@@ -216,7 +216,7 @@ func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageR
 	batch := st.batch[:0]
 	for _, m := range ms {
 		if err := st.setDomain(m.GetDomain()); err != nil {
-			st.refuse(RefusedDomain, err)
+			st.refuse(refusedDomain, err)
 			return err
 		}
 		batch = st.note(m, batch, now)
@@ -260,7 +260,7 @@ func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, no
 func (st *stream) wake(ctx context.Context) error {
 	now := st.s.opts.Now()
 	if now.Sub(st.lastReport) >= st.s.opts.IdleTimeout {
-		st.refuse(RefusedSilent, nil)
+		st.refuse(refusedSilent, nil)
 		return status.Errorf(codes.DeadlineExceeded, "rlqs: no report for %v (idle timeout); Envoy reports every few seconds", st.s.opts.IdleTimeout)
 	}
 	st.round++
@@ -274,14 +274,14 @@ func (st *stream) bucketFor(id *rlqspb.BucketId, now time.Time) *bucket {
 	o := &st.s.opts
 	key, entries, size, err := bucketID(id, o.MaxBucketEntries, o.MaxBucketIDBytes)
 	if err != nil {
-		st.refuse(RefusedBucketID, err)
+		st.refuse(refusedBucketID, err)
 		return nil
 	}
 	if b := st.buckets[key]; b != nil {
 		return b
 	}
 	if len(st.buckets) >= o.MaxStreamBuckets || !st.s.reserveBucket() {
-		st.refuse(RefusedBuckets, errTooManyBuckets{stream: len(st.buckets), max: o.MaxStreamBuckets, all: o.MaxBuckets})
+		st.refuse(refusedBuckets, errTooManyBuckets{stream: len(st.buckets), max: o.MaxStreamBuckets, all: o.MaxBuckets})
 		return nil
 	}
 	b := &bucket{key: key, entries: entries, size: size, active: now}
