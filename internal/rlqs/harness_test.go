@@ -86,7 +86,7 @@ func serve(t testing.TB, set *rules.Set, mem *limit.Memory, opts Options) *harne
 }
 
 // serveRules is serve with the rules of rs.
-func serveRules(t testing.TB, rs ruleSource, mem *limit.Memory, opts Options) *harness {
+func serveRules(t testing.TB, rs RuleSource, mem *limit.Memory, opts Options) *harness {
 	t.Helper()
 	h := &harness{clock: &clock{t: epoch}, reg: prometheus.NewRegistry()}
 	if opts.Now == nil {

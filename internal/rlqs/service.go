@@ -19,9 +19,9 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// ruleSource returns the rules in force (nil: none yet, every bucket
+// RuleSource returns the rules in force, nil for none yet (every bucket is
 // allowed); rules.Watcher satisfies it.
-type ruleSource interface {
+type RuleSource interface {
 	Current() *rules.Set
 }
 
@@ -34,7 +34,7 @@ const ClientMetadata = "x-rlqs-client"
 type Service struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 
-	rules   ruleSource
+	rules   RuleSource
 	limiter limit.Limiter
 	opts    Options
 	demand  limit.Spec
@@ -50,7 +50,7 @@ type Service struct {
 
 // New returns a Service assigning quotas from the rules of rs and the
 // counters of l, or the error of an option it refuses.
-func New(rs ruleSource, l limit.Limiter, opts Options) (*Service, error) {
+func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	if rs == nil || l == nil {
 		return nil, errors.New("rlqs: nil rule source or limiter")
 	}

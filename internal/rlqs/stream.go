@@ -214,7 +214,8 @@ func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageR
 		batch = st.appendDue(batch, now)
 	}
 	st.batch = batch
-	return st.assign(ctx, now, st.batch, abandoned)
+	st.assign(ctx, now, st.batch, abandoned)
+	return nil
 }
 
 // note notes the counts of a report's buckets, appending those new to
@@ -249,7 +250,8 @@ func (st *stream) wake(ctx context.Context) error {
 	}
 	st.round++
 	st.batch = st.appendDue(st.batch[:0], now)
-	return st.assign(ctx, now, st.batch, nil)
+	st.assign(ctx, now, st.batch, nil)
+	return nil
 }
 
 // bucketFor returns the stream's bucket for id, creating it within the
@@ -363,7 +365,7 @@ func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 // assign runs a round for batch and leaves in st.actions, to send, the
 // assignments that changed or are due a refresh, and an abandon action
 // for each of abandoned.
-func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []*bucket) error {
+func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []*bucket) {
 	set := st.s.rules.Current()
 	st.charged = st.charged[:0]
 	for _, b := range batch {
@@ -408,7 +410,6 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 		})
 		st.s.opts.Metrics.assigned("abandon")
 	}
-	return nil
 }
 
 // decide returns b's assignment after a round, or false for none to send.
