@@ -26,7 +26,8 @@ type Metrics struct {
 	storeErrors      prometheus.Counter
 }
 
-// NewMetrics registers the RLQS metrics with reg.
+// NewMetrics registers the RLQS metrics with reg; docs/operations.md lists
+// them.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_rlqs_streams",

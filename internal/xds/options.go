@@ -74,7 +74,7 @@ func (o Options) Validate() error {
 	if o.ServerURL == "" {
 		return &option.Error{Options: "xds.Options", Field: "ServerURL", Want: "is empty: give the management server's host:port"}
 	}
-	if err := CheckTarget(o.ServerURL); err != nil {
+	if err := checkTarget(o.ServerURL); err != nil {
 		return err
 	}
 	switch {
@@ -110,13 +110,13 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// CheckTarget reports whether target is a gRPC target that names a
+// checkTarget reports whether target is a gRPC target that names a
 // management server to dial: host:port, or with a resolver's scheme
 // (dns:///host:port, passthrough:///host:port, unix:path). grpc would
 // accept more and fail only when dialing, silently behind the retries:
 // an http:// URL resolves as a host named "http", and a host without a
 // port dials port 443. Its error refuses Options.ServerURL.
-func CheckTarget(target string) error {
+func checkTarget(target string) error {
 	endpoint := target
 	if scheme, rest, ok := strings.Cut(target, ":"); ok && resolver.Get(scheme) != nil {
 		if scheme == "unix" || scheme == "unix-abstract" {
