@@ -21,13 +21,11 @@ const (
 
 // ServeHTTP answers GET (or HEAD) Path and POST ResetPath, each with the
 // query "domain=d&key=value&key2=value2": the first parameter named domain
-// is the domain, every other parameter, in order, an entry of the
-// descriptor (so an entry whose key is "domain" follows the domain's). The
-// answer is an Answer in JSON, 200 even when nothing applies (Limits is
-// then empty and Reason says why); 400 for a query that names no domain
-// or no entry, 405 for another method, 403 for a reset asked by a page
-// of another site (a browser's cross-origin POST), 503 when the store
-// failed. Errors are {"error": "..."}.
+// is the domain, every other one, in order, an entry of the descriptor.
+// The answer is an Answer in JSON, 200 even when nothing applies; 400 for
+// a query without a domain or an entry, 405 for another method, 403 for a
+// browser's cross-origin reset, 503 when the store failed. Errors are
+// {"error": "..."}.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case Path:
@@ -43,8 +41,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, "POST "+ResetPath+" resets the counters; GET "+Path+" shows them")
 			return
 		}
-		// A page of another site open in an operator's browser could
-		// otherwise POST to the loopback listener: a reset lifts a limit.
+		// A page of another site in an operator's browser could otherwise
+		// POST to the loopback listener.
 		if err := http.NewCrossOriginProtection().Check(r); err != nil {
 			writeError(w, http.StatusForbidden, "a reset from a browser page of another origin is refused: "+err.Error())
 			return
@@ -69,7 +67,6 @@ func (h *Handler) requested(w http.ResponseWriter, r *http.Request) (*view, bool
 	return nil, false
 }
 
-// get answers Path.
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	v, ok := h.requested(w, r)
 	if !ok {
@@ -82,7 +79,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v.answer)
 }
 
-// parseQuery reads a raw query as ServeHTTP describes, in order, which
+// parseQuery reads a raw query as ServeHTTP describes, keeping the order
 // url.ParseQuery's map would lose.
 func parseQuery(raw string) (domain string, entries []rules.Entry, err error) {
 	seen := false
@@ -115,31 +112,28 @@ func parseQuery(raw string) (domain string, entries []rules.Entry, err error) {
 	return domain, entries, nil
 }
 
-// writeJSON writes v as the answer, with code, indented for people, and
-// with '&', '<' and '>' as they are: the answer is not for a page.
+// writeJSON writes v as the answer, indented for people, with '&', '<' and
+// '>' as they are: the answer is not for a page.
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		writeError(w, http.StatusInternalServerError, "encoding the answer: "+err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	w.Write(b.Bytes())
+	write(w, code, v, "  ")
 }
 
 // writeError writes {"error": msg} with code.
 func writeError(w http.ResponseWriter, code int, msg string) {
+	write(w, code, struct {
+		Error string `json:"error"`
+	}{msg}, "")
+}
+
+func write(w http.ResponseWriter, code int, v any, indent string) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	enc.Encode(struct {
-		Error string `json:"error"`
-	}{msg})
+	enc.SetIndent("", indent)
+	if err := enc.Encode(v); err != nil {
+		writeError(w, http.StatusInternalServerError, "encoding the answer: "+err.Error())
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)

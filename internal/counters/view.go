@@ -72,8 +72,7 @@ func counterOf(rd *rules.Resolved, rl *rules.ResolvedLimit) Counter {
 	return c
 }
 
-// peek reads the state of v's counters with hits of cost 0, which change
-// nothing, into its answer.
+// peek reads the state of v's counters into its answer.
 func (h *Handler) peek(ctx context.Context, v *view) error {
 	if len(v.hits) == 0 {
 		return nil
@@ -92,9 +91,7 @@ func (h *Handler) peek(ctx context.Context, v *view) error {
 }
 
 // reset answers ResetPath: it reads the counters (for the log and
-// UsedBefore), deletes each, and answers with their state after. Every
-// reset is logged with who asked and counted; a store failure is logged
-// as an error naming what was reset before it, and answered 503.
+// UsedBefore), deletes each, and answers with their state after.
 func (h *Handler) reset(w http.ResponseWriter, r *http.Request) {
 	v, ok := h.requested(w, r)
 	if !ok {
@@ -105,8 +102,8 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	// The state before, for the log line: a store that cannot be read may
-	// still take the reset the operator needs, so its failure is noted only.
+	// A store that cannot be read may still take the reset the operator
+	// needs, so this failure is only logged.
 	peekErr := h.peek(ctx, v)
 	var before []int64
 	if peekErr == nil {
@@ -133,8 +130,8 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v.answer)
 }
 
-// resetAll deletes v's counters, one after the other, counting each in
-// the metric, and returns how many it deleted before an error.
+// resetAll deletes v's counters, counting each in the metric, and returns
+// how many it deleted before an error.
 func (h *Handler) resetAll(ctx context.Context, v *view) (int, error) {
 	for i, hit := range v.hits {
 		if err := h.opts.Resetter.Reset(ctx, hit.Key, hit.Spec); err != nil {
@@ -146,9 +143,7 @@ func (h *Handler) resetAll(ctx context.Context, v *view) (int, error) {
 }
 
 // logReset logs a reset at warning level, since it lifts a limit on
-// purpose: who asked (the peer's address and its User-Agent), the
-// descriptor, the rule, the counters reset and what they had used; or, at
-// error level, the failure and how many were reset before it.
+// purpose, naming who asked; a failure at error level.
 func (h *Handler) logReset(r *http.Request, v *view, before []int64, done int, err error) {
 	attrs := []any{"peer", r.RemoteAddr, "user_agent", r.UserAgent(),
 		"domain", v.answer.Domain, "descriptor", descriptorText(v.answer.Descriptor), "rule", v.answer.Rule,
@@ -166,7 +161,7 @@ func (h *Handler) logReset(r *http.Request, v *view, before []int64, done int, e
 	h.opts.Logger.Warn("counters reset", attrs...)
 }
 
-// descriptorText writes entries as "k=v,k2=v2", for the log.
+// descriptorText writes entries as "k=v,k2=v2".
 func descriptorText(entries []Entry) string {
 	parts := make([]string, len(entries))
 	for i, e := range entries {

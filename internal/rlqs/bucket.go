@@ -14,92 +14,65 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// How a bucket_id meets the rules.
-//
-// A bucket_id is a map: its entries have no order, while a rule is a path
-// of keys, one per level. The bucket's entries, sorted by key, are tried
-// first; when no rule matches them in that order and there are at most
-// maxPermuted entries, every other order is tried, in lexicographic order
-// of the keys, and the first that a rule matches decides. A rule may thus
-// nest a bucket's keys in any order. The chosen order is the descriptor:
-// its counter keys are those an RLS request with the same entries in that
-// order counts on, so both protocols share the limit. A bucket no rule
-// matches, or whose rule has no counted limit, is assigned allow-all, as
-// an RLS descriptor without a limit is answered OK.
-
-// maxPermuted is the most entries of a bucket_id whose every order is
-// tried (24 orders of 4 entries, each a lookup that does not allocate,
-// once per bucket and rule set); a larger bucket is matched in key order
-// only.
+// A bucket_id is a map, while a rule is a path of keys. Its entries are
+// matched sorted by key; when no rule matches that order, every other
+// order is tried, in lexicographic order of the keys, for at most
+// maxPermuted entries. The order a rule matches is the descriptor, and
+// its counters are those an RLS request with the same entries in that
+// order counts on. A bucket no counted limit matches is assigned
+// allow-all, as RLS answers OK to a descriptor without a limit.
 const maxPermuted = 4
 
-// bucket is one bucket of a stream: what identifies it, what the rules
-// make of it, its usage and its assignment.
+// bucket is one bucket of a stream.
 type bucket struct {
-	// key is the canonical form of the bucket_id (bucketKey), entries its
-	// entries sorted by key, and size the bytes of its keys and values.
-	key     string
-	entries []rules.Entry
-	size    int
-	// id is the bucket_id of the report that carried the bucket in the
-	// current round, which its action repeats; nil otherwise.
+	key     string        // bucketKey of the bucket_id
+	entries []rules.Entry // sorted by key
+	size    int           // bytes of the keys and values
+	// id is the bucket_id the current round's report carried, which the
+	// action repeats; nil otherwise.
 	id *rlqspb.BucketId
 
-	// set is the rule set the fields below were resolved with.
-	set *rules.Set
-	// counters are the bucket's counted limits; none means allow-all.
-	counters []counter
-	// shadow: the rule is in shadow mode; counted, never denied.
-	shadow bool
-	// failure is the rule's failure mode.
-	failure rules.FailureMode
-	// demandKey is the counter of the fleet's demand for counters[0]; set
-	// when there are counters.
+	// What the rules make of it (resolver.resolve), from set: no counters
+	// means allow-all; demandKey counts the fleet's demand for counters[0].
+	set       *rules.Set
+	counters  []counter
+	shadow    bool
+	failure   rules.FailureMode
 	demandKey unique.Handle[string]
 
-	// pending is the allowed requests reported and not yet charged (kept
-	// over a failed store call); fresh the demand of the current round.
+	// pending is the allowed requests not yet charged (kept over a failed
+	// store call), fresh the demand of the current round.
 	pending, fresh int64
-	// recent are the stream's latest reports of the bucket, newest first:
-	// enough to cover the current demand slot and the one before, at
-	// Envoy's pace and a few reports more.
+	// recent are the stream's latest reports, newest first: enough for the
+	// current demand slot and the one before, with a few to spare.
 	recent [6]sample
-	// since is when the report whose usage was charged last came (zero
-	// before the first).
+	// since is when the report charged last came (zero before the first).
 	since time.Time
 	// fleet and fleetBefore are the fleet's demand in the current slot and
-	// in the slot before, as the store returned them in the last round.
+	// the one before, as the last round read them.
 	fleet, fleetBefore int64
-	// active is when the bucket last had demand, or was created.
-	active time.Time
-	// round is the number of the last round the bucket took part in.
-	round uint64
-	// failed: the last round's store call for the bucket failed.
-	failed bool
-	// reported: the current round's report carried the bucket.
-	reported bool
-	// abandoned: the bucket was removed for idleness.
-	abandoned bool
+	active             time.Time // last demand, or creation
+	round              uint64    // the last round the bucket was in
+	failed             bool      // the last round's store call failed
+	reported           bool      // the current round's report carried it
+	abandoned          bool      // removed for idleness
 
-	// sent is the assignment Envoy holds, since sentAt; assigned is false
-	// before the first.
+	// sent is the assignment Envoy holds, since sentAt, once assigned.
 	sent     strategy
 	sentAt   time.Time
 	assigned bool
 	// wakeAt, when not zero, is when the window that decided the
-	// assignment ends: it is computed again then.
+	// assignment ends, and it is computed again.
 	wakeAt time.Time
 }
 
-// sample is one report of a bucket's demand: the demand slot of the
-// round that charged it (0, the first interval of 1970, for none) and
-// its demand.
+// sample is one report's demand and the demand slot of the round that
+// charged it (0 for none).
 type sample struct {
 	slot, demand int64
 }
 
-// note adds a report's counts to the bucket, saturating: what Envoy
-// admitted is charged at the next round, the demand recorded.
+// note adds a report's counts to the bucket, saturating.
 func (b *bucket) note(now time.Time, allowed, denied uint64) {
 	a, d := clampCount(allowed), clampCount(denied)
 	b.pending = min(b.pending+a, maxCount)
@@ -110,11 +83,9 @@ func (b *bucket) note(now time.Time, allowed, denied uint64) {
 	}
 }
 
-// uncounted ends a round of a bucket that no limit counts: what it
-// admitted is charged nowhere, so it is dropped rather than charged to a
-// limit a later rule set gives the bucket (a new limit would start
-// spent), and a store failure of a round when it had one no longer
-// decides its assignment.
+// uncounted ends a round of a bucket no limit counts. What it admitted is
+// dropped rather than charged to a limit a later rule set gives it, which
+// would then start spent.
 func (b *bucket) uncounted(now time.Time) {
 	b.pending, b.failed = 0, false
 	if b.reported {
@@ -122,8 +93,8 @@ func (b *bucket) uncounted(now time.Time) {
 	}
 }
 
-// record ends the bucket's part in a round at now: the demand of the
-// report that carried it, if one did, joins the recent samples.
+// record ends the bucket's part in a round: the demand of the report that
+// carried it, if any, joins the recent samples.
 func (b *bucket) record(now time.Time, interval time.Duration) {
 	if !b.reported {
 		return
@@ -135,15 +106,12 @@ func (b *bucket) record(now time.Time, interval time.Duration) {
 }
 
 // demand returns the stream's demand and the fleet's that its share is
-// taken from at now: those of the slot before the current one, complete
-// since every stream reported once in it, whatever the phase of their
-// reports. Until that slot holds the fleet's demand (a bucket's first
-// interval anywhere), or while the stream has not reported in it (a new
-// stream: an Envoy that reconnected, whose old stream's demand that slot
-// holds, or one joining the fleet), those of the current slot so far:
-// the first stream to report then has the fleet's demand to itself, and
-// a reconnected Envoy keeps its pace rather than getting 1/(fleet+1)
-// for an interval.
+// taken from: those of the slot before the current one, in which every
+// stream has reported once whatever the phase of its reports. Until that
+// slot holds the fleet's demand, or while this stream has not reported in
+// it (a new or reconnected Envoy), it takes those of the current slot so
+// far: the first stream to report has the fleet's demand to itself, and a
+// reconnected Envoy keeps its pace.
 func (b *bucket) demand(now time.Time, interval time.Duration) (own, fleet int64) {
 	slot := slotOf(now, interval)
 	if b.fleetBefore == 0 || b.newIn(slot) {
@@ -152,8 +120,7 @@ func (b *bucket) demand(now time.Time, interval time.Duration) (own, fleet int64
 	return b.ownIn(slot - 1), b.fleetBefore
 }
 
-// newIn reports whether every report the stream made of the bucket came
-// in slot.
+// newIn reports whether every report of the bucket came in slot.
 func (b *bucket) newIn(slot int64) bool {
 	for _, s := range b.recent {
 		if s.slot != 0 && s.slot < slot {
@@ -163,9 +130,6 @@ func (b *bucket) newIn(slot int64) bool {
 	return true
 }
 
-// ownIn returns the demand of the stream's reports in slot, as they were
-// added to the slot's counter (at the instant of the round that charged
-// them).
 func (b *bucket) ownIn(slot int64) int64 {
 	var n int64
 	for _, s := range b.recent {
@@ -176,20 +140,16 @@ func (b *bucket) ownIn(slot int64) int64 {
 	return n
 }
 
-// maxCount bounds the counts a report may add to a bucket: far above any
-// limit (limits are uint32), and exact in the Lua scripts' doubles.
+// maxCount bounds the counts of a bucket: far above any limit (uint32),
+// and exact in the Lua scripts' doubles.
 const maxCount = 1 << 53
 
 func clampCount(n uint64) int64 {
-	if n > maxCount {
-		return maxCount
-	}
-	return int64(n)
+	return int64(min(n, maxCount))
 }
 
 // bucketID reads a bucket_id within the bounds: its entries sorted by key,
-// its canonical key (bucketKey) and its size, or an error saying which
-// bound it breaks.
+// its bucketKey and its size, or which bound it breaks.
 func bucketID(id *rlqspb.BucketId, maxEntries, maxBytes int) (key string, entries []rules.Entry, size int, err error) {
 	m := id.GetBucket()
 	switch {
@@ -214,7 +174,7 @@ func bucketID(id *rlqspb.BucketId, maxEntries, maxBytes int) (key string, entrie
 }
 
 // bucketKey writes sorted entries as each key and value's length, ':' and
-// bytes: injective, so two bucket_ids share a key only when equal.
+// bytes, so that two bucket_ids share a key only when equal.
 func bucketKey(entries []rules.Entry) string {
 	n := 0
 	for _, e := range entries {
@@ -231,31 +191,23 @@ func bucketKey(entries []rules.Entry) string {
 	return string(b)
 }
 
-// actionID returns the bucket_id of the bucket's action: the report's
-// when one carried it this round, else one built from its entries.
-// Envoys report thousands of buckets a second each: building a map for
-// each action was a tenth of floodgate's CPU, and keeping one per bucket
-// a seventh of its memory.
+// actionID returns the bucket_id of the bucket's action: the report's when
+// one carried it this round, else one built from its entries, since
+// building a map per action or keeping one per bucket costs much
+// (docs/benchmarks.md).
 func (b *bucket) actionID() *rlqspb.BucketId {
 	if b.id != nil {
 		return b.id
 	}
-	return bucketMap(b.entries)
-}
-
-// bucketMap returns the entries as a bucket_id's map, for the actions.
-func bucketMap(entries []rules.Entry) *rlqspb.BucketId {
-	m := make(map[string]string, len(entries))
-	for _, e := range entries {
+	m := make(map[string]string, len(b.entries))
+	for _, e := range b.entries {
 		m[e.Key] = e.Value
 	}
 	return &rlqspb.BucketId{Bucket: m}
 }
 
-// orderFor returns sorted (entries sorted by key) when a rule of domain
-// matches it, else the first other order, in lexicographic order of the
-// keys, that a rule matches, trying them only for at most maxPermuted
-// entries; sorted when none matches.
+// orderFor returns the order of sorted that a rule of domain matches, as
+// the comment on maxPermuted says; sorted when none does.
 func orderFor(set *rules.Set, domain string, sorted []rules.Entry) []rules.Entry {
 	n := len(sorted)
 	if set.Match(domain, sorted) != nil || n < 2 || n > maxPermuted {

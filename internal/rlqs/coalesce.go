@@ -8,30 +8,18 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// The streams' store calls, coalesced.
+// coalescer merges the store calls of a Service's streams. A fleet's
+// Envoys report the same buckets: charged stream by stream, the store's
+// work would grow with the Envoys times their buckets. Every round hands
+// its hits to the coalescer instead, which sends those that wait together
+// as one flush, each counter once with the sum of their costs, and gives
+// every hit its counter's decision. A flush starts as soon as the last one
+// has ended, at most once every Options.ChargeInterval.
 //
-// A fleet's Envoys report the same buckets: a thousand Envoys holding the
-// same hot API keys would make a thousand charges of each key's counters
-// per report interval, the store's work growing with the Envoys times
-// their buckets. Instead, every round of every stream of a Service hands
-// its hits to one coalescer, which sends the hits that wait together as
-// one set of store calls, each counter once with the sum of their costs,
-// and gives every hit its counter's decision. What the store does per
-// interval then grows with the distinct counters the streams report
-// between two flushes, not with the streams.
-//
-// A flush starts as soon as the one before has ended, at most once every
-// Options.ChargeInterval: the rounds that arrive meanwhile wait for the
-// next, so that a busy instance sends few, large flushes and an idle one
-// answers at once.
-//
-// Every hit is Advisory (the ledger's): a merged hit the counter cannot
-// take whole writes nothing, and is then charged what the counter has
-// left, so that it reads spent, as each of its hits would have made it
-// one after the other.
-
-// coalescer merges the store calls of a Service's streams; safe for
-// concurrent use.
+// Every hit is Advisory: a merged hit the counter cannot take whole writes
+// nothing, and is then charged what the counter has left (clipRefused),
+// so that it reads spent, as its hits one after the other would have left
+// it. It is safe for concurrent use.
 type coalescer struct {
 	limiter limit.Limiter
 	every   time.Duration
@@ -41,7 +29,12 @@ type coalescer struct {
 	flushing bool
 	last     time.Time // when the last flush started
 
-	// The flusher's buffers, reused.
+	// The flusher's buffers, as large as the largest flush, reused until
+	// the queue empties.
+	flushBufs
+}
+
+type flushBufs struct {
 	index  map[hitKey]int
 	hits   []limit.Hit
 	decs   []limit.Decision
@@ -56,46 +49,40 @@ type coalescer struct {
 }
 
 // sharder is a Limiter whose counters live apart, on the masters of a
-// Redis Cluster (redislimit.Limiter): Shard names where a counter lives,
-// "" for one place. A flush's calls each go to one shard, so that a
-// master that fails fails the counters it holds and no other: mixed in
-// one call, every counter of the call would fail with it.
+// Redis Cluster: a flush sends one call per shard, so that a master that
+// fails fails its own counters only.
 type sharder interface {
 	Shard(ctx context.Context, counter string) string
 }
 
-// hitKey is what a merged hit is: one counter, read with one spec.
+// hitKey is what hits merge on: one counter, read with one spec.
 type hitKey struct {
 	key  string
 	spec limit.Spec
 }
 
-// charge is one round's call: its hits, and where their decisions and
-// failures go.
+// charge is one round's call: its hits, where their decisions and
+// failures go, and at, the merged hit of each.
 type charge struct {
 	hits   []limit.Hit
 	decs   []limit.Decision
 	failed []bool
-	// at is the merged hit of each of hits.
-	at   []int
-	err  error
-	done chan struct{}
+	at     []int
+	err    error
+	done   chan struct{}
 }
 
 func newCoalescer(l limit.Limiter, every time.Duration) *coalescer {
 	return &coalescer{limiter: l, every: every}
 }
 
-// charge charges hits (all Advisory) with the hits of the other rounds
-// that wait meanwhile, and fills decs with their counters' decisions and
-// failed with whether each hit's store call failed; it returns the first
-// error. It returns once the flush holding the hits has ended: each store
-// call of a flush has the store's deadline, whatever ctx says once the
-// hits are queued, since the flush serves other streams too; a ctx
-// already done fails every hit at once.
+// charge charges hits with those of the other rounds that wait meanwhile,
+// fills decs with their counters' decisions and failed with whether each
+// hit's store call failed, and returns the first error. Once queued, the
+// hits are charged whatever ctx says, within the store's deadline, since
+// the flush serves other streams too.
 func (c *coalescer) charge(ctx context.Context, hits []limit.Hit, decs []limit.Decision, failed []bool) error {
 	if err := ctx.Err(); err != nil {
-		// A stream that ended: nothing to wait for.
 		for i := range failed {
 			failed[i] = true
 		}
@@ -114,7 +101,6 @@ func (c *coalescer) charge(ctx context.Context, hits []limit.Hit, decs []limit.D
 	return ch.err
 }
 
-// flushLoop flushes the queue until it is empty.
 func (c *coalescer) flushLoop(ctx context.Context) {
 	for {
 		if wait := c.every - time.Since(c.last); wait > 0 {
@@ -125,7 +111,7 @@ func (c *coalescer) flushLoop(ctx context.Context) {
 		c.queue = nil
 		if len(batch) == 0 {
 			c.flushing = false
-			c.release()
+			c.flushBufs = flushBufs{}
 			c.mu.Unlock()
 			return
 		}
@@ -178,9 +164,8 @@ func (c *coalescer) merge(batch []*charge) {
 	}
 }
 
-// evaluate decides hits in store calls of at most chunkHits, each of
-// one shard's hits, and sets each hit's error: its call's, nil when it
-// succeeded.
+// evaluate decides hits in store calls of at most chunkHits, each of one
+// shard's hits, and sets each hit's error to its call's.
 func (c *coalescer) evaluate(ctx context.Context, hits []limit.Hit, decs []limit.Decision, errs []error) {
 	for _, idx := range c.byShard(ctx, hits) {
 		for start := 0; start < len(idx); start += chunkHits {
@@ -198,8 +183,8 @@ func (c *coalescer) evaluate(ctx context.Context, hits []limit.Hit, decs []limit
 	clear(c.call)
 }
 
-// byShard returns the indices of hits grouped by shard: one group of all
-// of them when the limiter has no shards.
+// byShard returns the indices of hits grouped by shard ("" for a limiter
+// without shards).
 func (c *coalescer) byShard(ctx context.Context, hits []limit.Hit) map[string][]int {
 	if c.shards == nil {
 		c.shards = map[string][]int{}
@@ -219,8 +204,8 @@ func (c *coalescer) byShard(ctx context.Context, hits []limit.Hit) map[string][]
 }
 
 // clipRefused charges each counter that refused a merged hit what it has
-// left, and takes that decision instead. If that call fails, the
-// refusals stand: the counters were nearly spent anyway.
+// left, and takes that decision instead. If that fails, the refusals
+// stand: the counters were nearly spent anyway.
 func (c *coalescer) clipRefused(ctx context.Context) {
 	c.clip, c.clipAt = c.clip[:0], c.clipAt[:0]
 	for k := range c.hits {
@@ -243,19 +228,4 @@ func (c *coalescer) clipRefused(ctx context.Context) {
 			c.decs[k] = c.cdecs[i]
 		}
 	}
-}
-
-// release drops the flusher's buffers once the queue is empty: they are
-// as large as the largest flush (a stream's first report may hold
-// thousands of buckets), and an idle instance need not keep them.
-func (c *coalescer) release() {
-	c.index, c.shards = nil, nil
-	c.hits, c.decs, c.errs, c.clip, c.clipAt, c.cdecs, c.cerrs, c.call, c.cdec = nil, nil, nil, nil, nil, nil, nil, nil, nil
-}
-
-// queueLen is how many rounds wait for the next flush.
-func (c *coalescer) queueLen() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.queue)
 }

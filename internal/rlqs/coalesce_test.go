@@ -182,3 +182,10 @@ func TestShardedFailure(t *testing.T) {
 		t.Errorf("%d calls mixed the masters' counters", n)
 	}
 }
+
+// queueLen is how many rounds wait for the next flush.
+func (c *coalescer) queueLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}

@@ -58,8 +58,8 @@ func TestMalformedReport(t *testing.T) {
 		}
 	}
 	// Counted once the stream's goroutine has seen it end.
-	h.waitMetric(t, 3, "refused", RefusedMalformed)
-	if n := h.metric(t, "refused", RefusedMalformed); n != 3 {
+	h.waitMetric(t, 3, "refused", refusedMalformed)
+	if n := h.metric(t, "refused", refusedMalformed); n != 3 {
 		t.Errorf("refused malformed %v, want 3", n)
 	}
 }

@@ -10,68 +10,51 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// The store's part: what the fleet admitted and asked for, per limit.
-//
-// Each round charges a bucket's allowed requests to the counters of its
+// What the fleet admitted and asked for lives in the store, per limit. A
+// round charges each bucket's allowed requests to the counters of its
 // limits, the ones RLS decides with, and adds its demand (allowed +
-// denied) to the demand counter of its first limit for the current slot
-// (a report interval of floodgate's clock, numbered from the epoch:
-// resolver.demandKey plus the slot), which every instance adds to; it
-// reads the counter of the slot before. Every stream reports once per
-// interval, so a slot that has ended holds one report of each stream:
-// the fleet's demand over one interval, whatever the phase of each
-// stream's reports (bucket.demand). All of it goes through limit.Limiter,
-// hence through the store's key encoding, time to live, at-most-once
-// calls and Redis Cluster's per-slot split.
-//
-// Every hit is Advisory: a counter that cannot take a bucket's whole
-// usage (Envoy admitted more than was left, which its local enforcement
-// allows between two reports) writes nothing and blocks no other hit; it
-// is then charged what it has left, so that it reads spent, which is
-// what happened.
+// denied) to the demand counter of its first limit for the current slot,
+// a report interval of floodgate's clock numbered from the epoch, which
+// every instance adds to; it reads the slot before's too. Every stream
+// reports once per interval, so an ended slot holds the fleet's demand
+// over one interval. All of it goes through limit.Limiter, the store's
+// key encoding, time to live and deadline included.
 
-// demandCapacity is the demand counters' limit: never reached (a trillion
-// requests per demand window), exact in the Lua scripts' doubles, so
-// that capacity − remaining is the count.
+// demandCapacity is the demand counters' limit: never reached, and exact
+// in the Lua scripts' doubles, so that capacity − remaining is the count.
 const demandCapacity = 1 << 40
 
-// chunkHits bounds the hits of one store call: a Redis script call holds
-// Redis for its whole length, and a flush may carry thousands of
-// buckets.
+// chunkHits bounds the hits of one store call: a Redis script holds Redis
+// for its whole length, and a flush may carry thousands of buckets.
 const chunkHits = 128
 
-// demandSlots is how many report intervals a demand slot's counter
-// spans: its sliding window holds every write of its slot, made within
-// one interval of floodgate's clock and at most an interval off on the
-// store's, until the slot after next reads it.
+// demandSlots is how many report intervals a demand counter's window
+// spans: it holds every write of its slot, made within an interval of
+// floodgate's clock and at most an interval off on the store's, until the
+// slot after next reads it.
 const demandSlots = 4
 
-// demandSpec is the spec of the demand slots' counters: a sliding window
-// of demandSlots report intervals, in sub-windows of one interval.
+// demandSpec is the spec of the demand counters: a sliding window of
+// demandSlots report intervals, in sub-windows of one interval.
 func demandSpec(reportInterval time.Duration) limit.Spec {
 	return limit.Spec{Algorithm: limit.SlidingWindow, Limit: demandCapacity, Window: demandSlots * reportInterval, Precision: demandSlots}
 }
 
-// slotOf returns the number of the demand slot holding t.
 func slotOf(t time.Time, reportInterval time.Duration) int64 {
 	return t.UnixNano() / int64(reportInterval)
 }
 
-// slotKey returns the key of the counter of slot for demandKey.
 func slotKey(demandKey string, slot int64) string {
 	return demandKey + ":" + strconv.FormatInt(slot, 10)
 }
 
-// ledger charges buckets to the store for one stream, through the
-// Service's coalescer.
+// ledger charges one stream's buckets through the Service's coalescer.
 type ledger struct {
-	store  *coalescer
-	demand limit.Spec
-	// interval is the report interval: the length of a demand slot.
-	interval time.Duration
-	// bufs holds the Service's charge buffers, shared by its streams so
-	// that their memory follows the rounds running, not the streams
-	// times their buckets.
+	store    *coalescer
+	demand   limit.Spec
+	interval time.Duration // the report interval, a demand slot's length
+	// bufs is shared by the Service's streams, so that the buffers follow
+	// the rounds running, not the streams times their buckets.
 	bufs *sync.Pool
 }
 
@@ -83,32 +66,25 @@ type chargeBuf struct {
 	owners []owner
 }
 
-// newChargeBufs returns the pool of a Service's charge buffers.
 func newChargeBufs() *sync.Pool {
 	return &sync.Pool{New: func() any { return &chargeBuf{} }}
 }
 
 // owner is where a hit's decision goes: bucket b's counter c, or its
-// demand in the current slot (ownerDemand) or the slot before
-// (ownerDemandBefore).
+// demand in the current slot or the slot before.
 type owner struct{ b, c int }
 
-// Owners of a bucket's demand hits.
 const (
 	ownerDemand       = -1
 	ownerDemandBefore = -2
 )
 
 // charge charges each bucket of bs (all with counters) and reads its
-// counters and the fleet's demand. A bucket whose counters' store call
-// failed is marked failed and keeps its usage for the next round; one
-// whose demand alone failed keeps the fleet's demand it had. The first
-// error is returned, with the number of buckets it left failed.
-//
-// A bucket of several limits whose store calls went apart may have
-// some of its counters charged and others failed: all are charged again
-// at the next round, the charged ones twice (never less than Envoy
-// admitted).
+// counters and the fleet's demand; it returns the first error and how
+// many buckets failed. A bucket whose counters' call failed keeps its
+// usage for the next round, which charges all its counters again: a
+// counter whose call had succeeded is charged twice, never less than
+// Envoy admitted. One whose demand alone failed keeps the demand it had.
 func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
 	cb := l.bufs.Get().(*chargeBuf)
 	defer l.bufs.Put(cb)
@@ -136,16 +112,15 @@ func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (faile
 		}
 		b.pending = 0
 		if b.reported {
-			// Envoy's usage is charged up to its report, not up to a
-			// round the timer ran.
+			// Charged up to its report, not up to a round the timer ran.
 			b.since = now
 		}
 	}
 	return failed, err
 }
 
-// hitsOf fills cb with the hits of bs: each counter's, then the demand
-// of the current slot and a look at the slot before's.
+// hitsOf fills cb with the hits of bs: each counter's, then the demand of
+// the current slot and a look at the slot before's.
 func (l *ledger) hitsOf(cb *chargeBuf, now time.Time, bs []*bucket) {
 	cb.hits, cb.owners = cb.hits[:0], cb.owners[:0]
 	slot := slotOf(now, l.interval)
@@ -163,7 +138,6 @@ func (l *ledger) hitsOf(cb *chargeBuf, now time.Time, bs []*bucket) {
 	}
 }
 
-// take sets what a hit's decision says on its bucket.
 func (l *ledger) take(b *bucket, o owner, d limit.Decision, now time.Time) {
 	switch o.c {
 	case ownerDemand:
@@ -176,12 +150,10 @@ func (l *ledger) take(b *bucket, o owner, d limit.Decision, now time.Time) {
 	}
 }
 
-// inWindow returns the part of usage, admitted since since and taken as
-// spread evenly until now, that falls in c's current window: a report
-// that straddles the start of a fixed window charges it only what came
-// after, the rest belonging to a window that is over. Without it, each
-// window would start charged with the end of the one before, and its
-// pace would be too slow. Other algorithms take all of it.
+// inWindow returns the part of usage, admitted evenly from since to now,
+// that falls in c's current fixed window: the rest belongs to a window
+// that is over, and would make the new one's pace too slow. Other
+// algorithms take all of it.
 func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 	if c.spec.Algorithm != limit.FixedWindow || since.IsZero() || usage == 0 || !now.After(since) {
 		return usage
@@ -189,8 +161,8 @@ func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 	var start time.Time
 	switch {
 	case c.spec.Calendar.IsZero():
-		// Fixed windows start at multiples of their length since the
-		// epoch, on the store's clock, which this one follows closely.
+		// Multiples of the length since the epoch, on the store's clock,
+		// which this one follows closely.
 		w := c.spec.WindowMicros()
 		start = time.UnixMicro(now.UnixMicro() / w * w)
 	case !c.end.IsZero() && !c.end.After(now):
@@ -203,7 +175,6 @@ func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 	return int64(math.Round(float64(usage) * float64(now.Sub(start)) / float64(now.Sub(since))))
 }
 
-// resize returns s with length n, reusing its array when it can.
 func resize[T any](s []T, n int) []T {
 	if cap(s) < n {
 		return make([]T, n)

@@ -12,23 +12,13 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// The assignment policy, as pure functions of what the store said.
-//
-// For each counted limit of a bucket, fleetRate is the rate at which the
-// whole fleet may admit over the next report interval without passing
-// the limit: for a fixed window, what remains spread over what is left of
-// the window (R/T), so that a fleet admitting at that pace ends the
-// window on the limit; for the other algorithms, the sustained rate
-// (Limit per Window) plus what the counter holds now spread over one
-// interval, and for a sliding window no longer than the interval, which
-// renews whole within it, the sustained rate alone. A stream gets its share of the slowest of its limits,
-// proportional to its recent demand over the fleet's (share), as a token
-// bucket refilling every second (tokens). A fixed window with nothing
-// left is deny-all until it resets.
-//
-// What Envoy admits flows back into the counters at each report, so the
-// pace corrects itself: a fleet that admitted too much finds less left
-// and gets a slower pace for the rest of the window, and the reverse.
+// The assignment policy is pure functions of what the store said. A stream
+// gets its share (share) of the rate the fleet may admit at under the
+// slowest of the bucket's limits (fleetRate), as a token bucket (tokens);
+// a fixed window with nothing left is deny-all until it resets. What Envoy
+// admits flows back into the counters at each report, so the pace
+// corrects itself: a fleet that admitted too much finds less left and gets
+// a slower pace for the rest of the window, and the reverse.
 
 // kind is what an assignment does.
 type kind uint8
@@ -39,8 +29,8 @@ const (
 	tokenBucket
 )
 
-// slowFill is the fill interval of rates below fastRate: a token every 10
-// s at the slowest. Envoy 1.40 reads whole seconds of fill_interval only.
+// slowFill is the fill interval of rates below fastRate, in whole seconds
+// as Envoy 1.40 reads them.
 const slowFill = 10 * time.Second
 
 // fastRate is the rate (per second) from which a token bucket refills
@@ -48,12 +38,10 @@ const slowFill = 10 * time.Second
 // to 1 or 0: a 10 s interval keeps a tenth of a token per second.
 const fastRate = 1.5
 
-// burstParts is how many parts of a second's tokens a fast token bucket
-// holds at most: a quarter second's. Envoy starts every new token bucket
-// full, and a stream's bucket changes at most reports, so each change
-// admits up to max_tokens over the pace; a quarter second's keeps that
-// small, and still absorbs the jitter of steady traffic, since Envoy
-// refills continuously.
+// burstParts makes a fast token bucket hold a quarter second's tokens.
+// Envoy starts every new token bucket full, so each change admits up to
+// max_tokens over the pace: a quarter second's keeps that small and still
+// absorbs the jitter of steady traffic, since Envoy refills continuously.
 const burstParts = 4
 
 // strategy is an assignment, comparable: Envoy keeps a token bucket's
@@ -61,13 +49,11 @@ const burstParts = 4
 // otherwise.
 type strategy struct {
 	kind kind
-	// perFill, maxTokens and fill are the token bucket's tokens_per_fill,
-	// max_tokens and fill_interval.
+	// The token bucket's tokens_per_fill, max_tokens and fill_interval.
 	perFill, maxTokens uint32
 	fill               time.Duration
 }
 
-// proto returns the strategy as Envoy reads it.
 func (s strategy) proto() *typev3.RateLimitStrategy {
 	switch s.kind {
 	case tokenBucket:
@@ -82,7 +68,7 @@ func (s strategy) proto() *typev3.RateLimitStrategy {
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
 }
 
-// action names the strategy in metrics: allow_all, deny_all, token_bucket.
+// action names the strategy in metrics.
 func (s strategy) action() string {
 	switch s.kind {
 	case tokenBucket:
@@ -93,16 +79,13 @@ func (s strategy) action() string {
 	return "allow_all"
 }
 
-// counter is one counted limit of a bucket: its counter key, its spec,
-// what the store said of it in the last round, and when the window that
-// decision was in ends (fixed windows).
+// counter is one counted limit of a bucket.
 type counter struct {
-	// key is interned: a fleet's streams hold the same buckets, and a
-	// thousand Envoys would keep a thousand copies of each key.
+	// key is interned, since a fleet's streams hold the same buckets.
 	key  unique.Handle[string]
 	spec limit.Spec
-	dec  limit.Decision
-	end  time.Time
+	dec  limit.Decision // what the store said in the last round
+	end  time.Time      // when dec's fixed window ends
 }
 
 // share is a stream's part of the fleet's demand for a bucket's counter:
@@ -110,18 +93,17 @@ type counter struct {
 // a trickle rather than nothing, so that its next request passes and its
 // demand is reported, and keeps the share of a lone stream at 1 when the
 // fleet's estimate, which weights its oldest sub-window, falls below the
-// stream's own count. (Scaling the other streams' part for their lag
-// behind this stream's report was tried: the shares of two Envoys came
-// closer to their demand by a few points, but together they admitted 10
-// to 18 % under the limit per window, against 5 % without.)
+// stream's own count.
 func share(own, fleet int64) float64 {
 	return min(1, float64(max(own, 0)+1)/float64(max(fleet, 0)+1))
 }
 
-// fleetRate returns the rate per second at which the whole fleet may
-// admit under c over the next horizon, or spent with how long until the
-// counter admits again (0: unknown; the refresh before the time to live
-// looks again).
+// fleetRate returns the rate per second at which the whole fleet may admit
+// under c over the next horizon without passing the limit, or spent with
+// how long until c admits again (0 for unknown). A fixed window's remaining
+// count is spread over what is left of it, so that a fleet at that pace
+// ends the window on the limit; the other algorithms give their sustained
+// rate plus what c holds now spread over the horizon.
 func fleetRate(c *counter, horizon time.Duration) (perSecond float64, spent bool, until time.Duration) {
 	r := float64(c.dec.Remaining)
 	l, w := float64(c.spec.Limit), c.spec.Window.Seconds()
@@ -151,11 +133,9 @@ func fleetRate(c *counter, horizon time.Duration) (perSecond float64, spent bool
 	return perSecond, false, 0
 }
 
-// decide returns a stream's assignment for a bucket with these counted
-// limits, given its demand and the fleet's, and, when a fixed window
-// decides, how long until that window ends (the assignment is computed
-// again then); prev is the assignment in force, kept when the new rate is
-// within rounding of it.
+// decide returns a stream's assignment for a bucket with counters cs,
+// given its demand and the fleet's, and when a fixed window decides, how
+// long until it ends; prev is the assignment in force.
 func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy) (strategy, time.Duration) {
 	if len(cs) == 0 {
 		return strategy{kind: allowAll}, 0
@@ -183,15 +163,11 @@ func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy
 	return tokens(rate*sh, budget*sh, prev), wake
 }
 
-// unseen is the part of a fixed window's remaining count that the fleet
-// has not already admitted unseen: the other streams (1−share of the
-// pace) report, on average, half a report interval after this one, so
-// what they admitted since is not yet charged. Without it, every round
-// paces on a count too high by that much, and the last round of a
-// window, which no later one corrects, overshoots. Nothing of the window
-// was admitted before it began (elapsed): the rounds that open a window
-// take none off. It is share itself when the window ends within half an
-// interval.
+// unseen is the part of a fixed window's remaining count the fleet has not
+// already admitted unseen: the other streams report on average half an
+// interval after this one, so what they admitted since is not yet charged,
+// and the last round of a window, which no later one corrects, would
+// overshoot. Nothing was admitted before the window began (elapsed).
 func unseen(share float64, horizon, left, elapsed time.Duration) float64 {
 	if left <= 0 {
 		return share
@@ -210,14 +186,12 @@ func elapsed(c *counter, horizon time.Duration) time.Duration {
 }
 
 // tokens returns the token bucket of rate perSecond, holding at most
-// budget tokens (at least 1): refilling every second from fastRate,
-// holding a quarter second's worth (burstParts), every slowFill below,
-// holding a second's worth; Envoy starts it full. prev's
-// tokens_per_fill is kept when the new rate is within rounding of it
-// (0.75 token, or 5 %), so that a steady rate keeps Envoy's bucket and
-// its tokens. A bucket that would differ from prev only by the fill
-// interval gets one more token, since Envoy 1.40 keeps its old bucket,
-// rate included, when only fill_interval's seconds change.
+// budget tokens (at least 1), refilling every second from fastRate and
+// every slowFill below. prev's tokens_per_fill is kept when the new rate
+// is within rounding of it, so that a steady rate keeps Envoy's bucket and
+// its tokens. A bucket differing from prev only by its fill interval gets
+// one more token: Envoy 1.40 keeps its old bucket when only
+// fill_interval's seconds change.
 func tokens(perSecond, budget float64, prev strategy) strategy {
 	fill, n := time.Second, perSecond
 	if perSecond < fastRate {
@@ -246,8 +220,5 @@ func tokens(perSecond, budget float64, prev strategy) strategy {
 
 // toUint32 converts a non-negative float, saturating.
 func toUint32(f float64) uint32 {
-	if f >= math.MaxUint32 {
-		return math.MaxUint32
-	}
-	return uint32(f)
+	return uint32(min(f, math.MaxUint32))
 }

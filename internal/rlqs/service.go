@@ -9,6 +9,7 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -18,22 +19,18 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// RuleSource returns the rules in force; rules.Watcher satisfies it.
-// Current is called once per report and may return a different Set on
-// each call (nil: no rules yet, every bucket allowed).
+// RuleSource returns the rules in force, nil for none yet (every bucket is
+// allowed); rules.Watcher satisfies it.
 type RuleSource interface {
 	Current() *rules.Set
 }
 
-// ClientMetadata is the gRPC metadata key naming the Envoy of a stream in
-// floodgate's logs. An RLQS stream carries no node identity: set it with
-// the filter's rlqs_server.initial_metadata (examples/envoy-rlqs.yaml);
-// without it, the stream is named by its peer address.
+// ClientMetadata is the gRPC metadata key naming a stream's Envoy in the
+// logs (the filter's rlqs_server.initial_metadata); without it, the
+// stream is named by its peer address.
 const ClientMetadata = "x-rlqs-client"
 
-// Service serves StreamRateLimitQuotas: one goroutine pair per stream,
-// each stream's buckets its own, the fleet's usage shared through the
-// Limiter. It is safe for concurrent use.
+// Service serves StreamRateLimitQuotas. It is safe for concurrent use.
 type Service struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 
@@ -41,21 +38,18 @@ type Service struct {
 	limiter limit.Limiter
 	opts    Options
 	demand  limit.Spec
-	// store charges every stream's rounds, coalesced (coalesce.go), from
-	// the charge buffers of bufs.
-	store *coalescer
-	bufs  *sync.Pool
+	store   *coalescer
+	bufs    *sync.Pool // of *chargeBuf, shared by the streams
 
 	streams, buckets atomic.Int64
 	ids              atomic.Uint64
 	done             chan struct{}
 	stop             sync.Once
-	// storeLogged is when a store failure was last logged (unix ns).
-	storeLogged atomic.Int64
+	storeLogged      atomic.Int64 // unix ns
 }
 
 // New returns a Service assigning quotas from the rules of rs and the
-// counters of l. It returns an error for invalid options.
+// counters of l, or the error of an option it refuses.
 func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	if rs == nil || l == nil {
 		return nil, errors.New("rlqs: nil rule source or limiter")
@@ -64,25 +58,28 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
+	if opts.Metrics == nil {
+		// Registered nowhere, so that recording needs no nil check.
+		opts.Metrics, _ = NewMetrics(prometheus.NewRegistry())
+	}
 	return &Service{rules: rs, limiter: l, opts: opts, demand: demandSpec(opts.ReportInterval),
 		store: newCoalescer(l, opts.ChargeInterval), bufs: newChargeBufs(), done: make(chan struct{})}, nil
 }
 
-// DemandSpec is the spec of the counters of the fleet's demand a Service
-// with these options writes, beside the rules' own: a store must support
-// it (a sliding window, which Memcached does not keep).
+// DemandSpec is the spec of the counters of the fleet's demand that a
+// Service with opts keeps beside the rules' own: the store must support
+// it.
 func DemandSpec(opts Options) limit.Spec {
 	return demandSpec(opts.withDefaults().ReportInterval)
 }
 
 // Shutdown ends every stream with Unavailable, so that each Envoy reopens
-// its stream on another instance at its next report, and refuses new
-// ones. It returns at once; calls after the first do nothing.
+// its stream on another instance, and refuses new ones. It returns at
+// once; calls after the first do nothing.
 func (s *Service) Shutdown() {
 	s.stop.Do(func() { close(s.done) })
 }
 
-// errShutdown ends the streams after Shutdown.
 var errShutdown = status.Error(codes.Unavailable, "rlqs: this floodgate is shutting down; report to another instance")
 
 // StreamRateLimitQuotas serves one Envoy's stream for one domain until it
@@ -104,15 +101,15 @@ func (s *Service) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRa
 	}
 	if n := s.streams.Add(1); n > int64(s.opts.MaxStreams) {
 		s.streams.Add(-1)
-		s.opts.Metrics.refuse(RefusedStreams)
+		s.opts.Metrics.refuse(refusedStreams)
 		return status.Errorf(codes.ResourceExhausted, "rlqs: %d streams open, the bound (max streams) is %d", n-1, s.opts.MaxStreams)
 	}
-	s.opts.Metrics.stream(1)
+	s.opts.Metrics.streams.Inc()
 	st := s.newStream(gs, clientName(gs))
 	defer func() {
 		st.release()
 		s.streams.Add(-1)
-		s.opts.Metrics.stream(-1)
+		s.opts.Metrics.streams.Dec()
 	}()
 	s.opts.Logger.Debug("rlqs: stream opened", "stream", st.id, "client", st.client)
 	err = st.run(gs.Context())
@@ -120,8 +117,6 @@ func (s *Service) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRa
 	return err
 }
 
-// clientName is the name of a stream's Envoy: its ClientMetadata, else
-// its peer address.
 func clientName(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) string {
 	ctx := gs.Context()
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
@@ -142,20 +137,19 @@ func (s *Service) reserveBucket() bool {
 		s.buckets.Add(-1)
 		return false
 	}
-	s.opts.Metrics.bucket(1)
+	s.opts.Metrics.buckets.Inc()
 	return true
 }
 
-// releaseBuckets gives back the room of n buckets.
 func (s *Service) releaseBuckets(n int) {
 	s.buckets.Add(int64(-n))
-	s.opts.Metrics.bucket(float64(-n))
+	s.opts.Metrics.buckets.Sub(float64(n))
 }
 
-// storeFailed logs a store failure, at most once a second over all
-// streams, and counts it.
+// storeFailed counts a store failure and logs it, at most once a second
+// over all streams.
 func (s *Service) storeFailed(err error, buckets int) {
-	s.opts.Metrics.storeError()
+	s.opts.Metrics.storeErrors.Inc()
 	now := time.Now().UnixNano()
 	last := s.storeLogged.Load()
 	if now-last < int64(time.Second) || !s.storeLogged.CompareAndSwap(last, now) {

@@ -238,10 +238,10 @@ func TestBadInput(t *testing.T) {
 	if got := answers(q.next(wait)); len(got) != 2 {
 		t.Fatalf("got %+v, want the two buckets within the bounds", got)
 	}
-	if n := h.metric(t, "refused", RefusedBucketID); n != 3 {
+	if n := h.metric(t, "refused", refusedBucketID); n != 3 {
 		t.Errorf("refused bucket_id %v, want 3", n)
 	}
-	if n := h.metric(t, "refused", RefusedBuckets); n != 1 {
+	if n := h.metric(t, "refused", refusedBuckets); n != 1 {
 		t.Errorf("refused too_many_buckets %v, want 1", n)
 	}
 
@@ -368,7 +368,7 @@ func TestSilentStreamClosed(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded || time.Since(start) < idle-100*time.Millisecond {
 		t.Fatalf("a silent stream ended with %v after %v, want DeadlineExceeded after %v", err, time.Since(start), idle)
 	}
-	if n := h.metric(t, "refused", RefusedSilent); n != 1 {
+	if n := h.metric(t, "refused", refusedSilent); n != 1 {
 		t.Fatalf("refused silent %v, want 1", n)
 	}
 }
@@ -481,14 +481,14 @@ func TestThousandsOfBuckets(t *testing.T) {
 	}
 	// The last stream's buckets are all refused: no response to wait for.
 	refused := float64(streams*perStream - bound)
-	h.waitMetric(t, refused, "refused", RefusedBuckets)
+	h.waitMetric(t, refused, "refused", refusedBuckets)
 	grown := int64(heap()) - int64(before)
 	perBucket := grown / int64(held)
 	t.Logf("%d buckets held over %d streams (bound %d): heap grew %d KiB, %d bytes per bucket", held, streams, bound, grown>>10, perBucket)
 	if n := h.metric(t, "buckets"); n != bound {
 		t.Errorf("floodgate_rlqs_buckets %v, want the bound %d", n, bound)
 	}
-	if n := h.metric(t, "refused", RefusedBuckets); n != refused {
+	if n := h.metric(t, "refused", refusedBuckets); n != refused {
 		t.Errorf("refused too_many_buckets %v, want %v", n, refused)
 	}
 	// Far above the few hundred bytes a bucket takes, far below what an

@@ -17,33 +17,27 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// One stream: its buckets, the rounds that answer its reports, and the
-// timer that answers what no report brings (a window that resets, an
-// assignment about to run out, a stream gone silent).
-//
 // A round takes the buckets a report carried, plus those whose window
 // ended or whose assignment is due a refresh; charges them (ledger.go);
-// computes each one's assignment (policy.go); and sends, in one response,
-// the assignments that changed or are due a refresh, and an abandon
-// action for each bucket idle for IdleTimeout. Everything runs on the
-// stream's goroutine but Recv, so a stream needs no lock.
+// computes each one's assignment (policy.go); and sends the assignments
+// that changed or are due a refresh, and an abandon action for each
+// bucket idle for IdleTimeout. A timer runs the rounds no report brings.
+// Everything but Recv runs on the stream's goroutine, so a stream needs
+// no lock.
 
 // maxActions bounds the actions of one response; more are sent in
 // several.
 const maxActions = 1000
 
 // sweepEvery is how often a report looks at every bucket of its stream,
-// for those idle or due a round, rather than at those it carries only.
-// Envoy may split its report of many buckets into many messages: looking
-// at every bucket at each would cost the square of the buckets per
-// interval (10,000 buckets: most of a core). The timer brings what is
-// due in between; idleness is measured in minutes.
+// not only at those it carries: Envoy may split a report of many buckets
+// into many messages, and looking at every bucket at each would cost the
+// square of the buckets. The timer brings what is due in between.
 const sweepEvery = time.Second
 
 // reportsAhead is how many reports a stream reads ahead while a round
-// runs; the next round takes them all at once, so that a stream whose
-// rounds wait for the store (a burst of new buckets, each reported on its
-// own) catches up in a few rounds, not one round per report.
+// runs; the next round takes them together, so that a stream whose rounds
+// wait for the store catches up in a few rounds.
 const reportsAhead = 8
 
 // wakeMargin is how long after a window's end its buckets are computed
@@ -62,25 +56,20 @@ type stream struct {
 	resolver resolver
 	ledger   ledger
 	round    uint64
-	// lastReport is when the last report arrived (the stream's opening
-	// before the first).
+	// lastReport is when the last report arrived, or the stream opened.
 	lastReport time.Time
-	// logged holds the refusal reasons already logged for this stream.
-	logged map[string]bool
-	timer  *time.Timer
-	// nextWake is when the timer is set to fire; sweptAt when a report
-	// last looked at every bucket (sweepEvery).
+	logged     map[string]bool // the refusal reasons logged already
+	timer      *time.Timer
+	// nextWake is when the timer fires; sweptAt when a report last looked
+	// at every bucket.
 	nextWake, sweptAt time.Time
-	// batch and charged are the current round's buckets, and those of
-	// them that have counters; actions its response.
+	// The current round's buckets, those of them with counters, its
+	// actions, and the reports it takes together.
 	batch, charged []*bucket
 	actions        []*rlqspb.RateLimitQuotaResponse_BucketAction
-	// queued holds the reports a round takes together.
-	queued []*rlqspb.RateLimitQuotaUsageReports
+	queued         []*rlqspb.RateLimitQuotaUsageReports
 }
 
-// newStream returns the state of a stream of client (its name in logs)
-// sending on gs.
 func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer, client string) *stream {
 	return &stream{
 		s: s, gs: gs, id: s.ids.Add(1), client: client,
@@ -92,17 +81,15 @@ func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 	}
 }
 
-// release gives back the room of the stream's buckets.
 func (st *stream) release() {
 	st.s.releaseBuckets(len(st.buckets))
 	st.buckets = nil
 }
 
-// run serves the stream until it ends; Recv runs on a goroutine of its own
-// so that the timer and Shutdown are heard between reports. That goroutine
-// always ends by sending why on errc: when gRPC ends a stream itself (a
-// report that does not decode), ctx is done before Recv has returned the
-// cause, which the stream still counts.
+// run serves the stream until it ends. Recv runs on a goroutine of its own
+// so that the timer and Shutdown are heard between reports; it always ends
+// by sending why on errc, since when gRPC ends a stream itself (a report
+// that does not decode) ctx is done before Recv returns the cause.
 func (st *stream) run(ctx context.Context) error {
 	reports := make(chan *rlqspb.RateLimitQuotaUsageReports, reportsAhead)
 	errc := make(chan error, 1)
@@ -150,10 +137,8 @@ func (st *stream) run(ctx context.Context) error {
 }
 
 // recvError is what the stream ends with when Recv fails: nothing when
-// Envoy closed it, the error otherwise, counted when it refuses a report.
-// gRPC has then already ended the stream with its own status: Internal
-// "grpc: failed to unmarshal the received message: <why>" for a report
-// that does not decode, ResourceExhausted for one over the size bound.
+// Envoy closed it, else the error, counted when gRPC refused a report
+// (Internal: it does not decode; ResourceExhausted: over the size bound).
 func (st *stream) recvError(err error) error {
 	switch status.Code(err) {
 	case codes.OK:
@@ -161,9 +146,9 @@ func (st *stream) recvError(err error) error {
 			return nil
 		}
 	case codes.ResourceExhausted:
-		st.refuse(RefusedTooLarge, err)
+		st.refuse(refusedTooLarge, err)
 	case codes.Internal:
-		st.refuse(RefusedMalformed, err)
+		st.refuse(refusedMalformed, err)
 	}
 	return err
 }
@@ -193,8 +178,7 @@ func (st *stream) setDomain(d string) error {
 	return nil
 }
 
-// drain appends to ms the reports that have arrived meanwhile, up to
-// reportsAhead more.
+// drain appends to ms up to reportsAhead reports that have arrived.
 func drain(reports <-chan *rlqspb.RateLimitQuotaUsageReports, ms []*rlqspb.RateLimitQuotaUsageReports) []*rlqspb.RateLimitQuotaUsageReports {
 	for range reportsAhead {
 		select {
@@ -207,8 +191,8 @@ func drain(reports <-chan *rlqspb.RateLimitQuotaUsageReports, ms []*rlqspb.RateL
 	return ms
 }
 
-// report handles reports that arrived together: it notes each bucket's
-// counts, then runs one round for them and for the buckets due one.
+// report runs one round for reports that arrived together and for the
+// buckets due one.
 func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageReports) error {
 	now := st.s.opts.Now()
 	st.lastReport = now
@@ -216,7 +200,7 @@ func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageR
 	batch := st.batch[:0]
 	for _, m := range ms {
 		if err := st.setDomain(m.GetDomain()); err != nil {
-			st.refuse(RefusedDomain, err)
+			st.refuse(refusedDomain, err)
 			return err
 		}
 		batch = st.note(m, batch, now)
@@ -230,10 +214,11 @@ func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageR
 		batch = st.appendDue(batch, now)
 	}
 	st.batch = batch
-	return st.assign(ctx, now, st.batch, abandoned)
+	st.assign(ctx, now, st.batch, abandoned)
+	return nil
 }
 
-// note notes the counts of one report's buckets, appending those new to
+// note notes the counts of a report's buckets, appending those new to
 // this round to batch.
 func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, now time.Time) []*bucket {
 	var allowed, denied int64
@@ -260,12 +245,13 @@ func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, no
 func (st *stream) wake(ctx context.Context) error {
 	now := st.s.opts.Now()
 	if now.Sub(st.lastReport) >= st.s.opts.IdleTimeout {
-		st.refuse(RefusedSilent, nil)
+		st.refuse(refusedSilent, nil)
 		return status.Errorf(codes.DeadlineExceeded, "rlqs: no report for %v (idle timeout); Envoy reports every few seconds", st.s.opts.IdleTimeout)
 	}
 	st.round++
 	st.batch = st.appendDue(st.batch[:0], now)
-	return st.assign(ctx, now, st.batch, nil)
+	st.assign(ctx, now, st.batch, nil)
+	return nil
 }
 
 // bucketFor returns the stream's bucket for id, creating it within the
@@ -274,14 +260,14 @@ func (st *stream) bucketFor(id *rlqspb.BucketId, now time.Time) *bucket {
 	o := &st.s.opts
 	key, entries, size, err := bucketID(id, o.MaxBucketEntries, o.MaxBucketIDBytes)
 	if err != nil {
-		st.refuse(RefusedBucketID, err)
+		st.refuse(refusedBucketID, err)
 		return nil
 	}
 	if b := st.buckets[key]; b != nil {
 		return b
 	}
 	if len(st.buckets) >= o.MaxStreamBuckets || !st.s.reserveBucket() {
-		st.refuse(RefusedBuckets, errTooManyBuckets{stream: len(st.buckets), max: o.MaxStreamBuckets, all: o.MaxBuckets})
+		st.refuse(refusedBuckets, errTooManyBuckets{stream: len(st.buckets), max: o.MaxStreamBuckets, all: o.MaxBuckets})
 		return nil
 	}
 	b := &bucket{key: key, entries: entries, size: size, active: now}
@@ -289,7 +275,6 @@ func (st *stream) bucketFor(id *rlqspb.BucketId, now time.Time) *bucket {
 	return b
 }
 
-// errTooManyBuckets says which bound a bucket was refused by.
 type errTooManyBuckets struct{ stream, max, all int }
 
 func (e errTooManyBuckets) Error() string {
@@ -299,7 +284,7 @@ func (e errTooManyBuckets) Error() string {
 
 // refreshAfter is how old an assignment may get before a round sends it
 // again: two report intervals before it runs out, so that a refresh comes
-// in time even when the report that should bring it is late.
+// in time even when a report is late.
 func (st *stream) refreshAfter() time.Duration {
 	o := &st.s.opts
 	return max(o.AssignmentTTL-2*o.ReportInterval, o.ReportInterval/2)
@@ -321,8 +306,8 @@ func (st *stream) appendDue(batch []*bucket, now time.Time) []*bucket {
 	return batch
 }
 
-// idle removes the buckets without demand for IdleTimeout, marked
-// abandoned, and returns them, to be abandoned.
+// idle removes the buckets without demand for IdleTimeout and returns
+// them, marked abandoned.
 func (st *stream) idle(now time.Time) []*bucket {
 	var out []*bucket
 	for k, b := range st.buckets {
@@ -336,12 +321,11 @@ func (st *stream) idle(now time.Time) []*bucket {
 	return out
 }
 
-// schedule sets the timer to the earliest of: a bucket's window end, an
-// assignment's last moment for a refresh (a report interval before it
-// runs out), and the stream's idle timeout. With full false it looks only
-// at the last round's buckets, the others' times being those the timer
-// was set for: a bucket whose time moved later may then wake the stream
-// early, and that wake, finding nothing due, schedules in full.
+// schedule sets the timer to the earliest time a bucket is due a round
+// (dueBefore) or the stream its idle timeout. With full false it looks at
+// the last round's buckets only, keeping the time set before: a bucket
+// whose time moved later may then wake the stream early, and that wake
+// schedules in full.
 func (st *stream) schedule(full bool) {
 	o := &st.s.opts
 	now := o.Now()
@@ -362,12 +346,11 @@ func (st *stream) schedule(full bool) {
 	st.timer.Reset(max(next.Sub(now), time.Millisecond))
 }
 
-// dueBefore returns the earlier of next and when b is due a round
-// without a report: its window's end, or its assignment's last moment
-// for a refresh. A last moment already past is one a round let go by
-// (the store failed and the failure mode is unavailable, so that Envoy's
-// assignment runs out): Envoy's reports retry it; waking for it would
-// retry at once, over and over, while the store fails.
+// dueBefore returns the earlier of next and when b is due a round without
+// a report: its window's end, or a report interval before its assignment
+// runs out. A refresh already past is one a round let go by (the store
+// failed in failure mode unavailable): Envoy's reports retry it, where the
+// timer would retry at once, over and over.
 func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 	o := &st.s.opts
 	if !b.wakeAt.IsZero() && b.wakeAt.Before(next) {
@@ -382,7 +365,7 @@ func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 // assign runs a round for batch and leaves in st.actions, to send, the
 // assignments that changed or are due a refresh, and an abandon action
 // for each of abandoned.
-func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []*bucket) error {
+func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []*bucket) {
 	set := st.s.rules.Current()
 	st.charged = st.charged[:0]
 	for _, b := range batch {
@@ -427,17 +410,13 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 		})
 		st.s.opts.Metrics.assigned("abandon")
 	}
-	return nil
 }
 
-// decide returns b's assignment after a round, and false when there is
-// none to send: the store failed and the rule's failure mode is
-// unavailable, so that Envoy's assignment runs out, or the store failed
-// and the assignment in force stands. A store failure keeps the
-// assignment in force, unsent, while it has more than a report
-// interval to live, so that one slow store call does not open (or close)
-// a bucket for a whole report interval; the failure mode decides after
-// that.
+// decide returns b's assignment after a round, or false for none to send.
+// A store failure keeps the assignment in force while it has more than a
+// report interval to live, so that one slow call does not open or close a
+// bucket for a whole interval; the failure mode decides after that, and
+// for unavailable sends nothing, so that Envoy's assignment runs out.
 func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	o := &st.s.opts
 	if b.failed && b.assigned && now.Sub(b.sentAt) < o.AssignmentTTL-o.ReportInterval && (b.wakeAt.IsZero() || now.Before(b.wakeAt)) {
@@ -481,9 +460,8 @@ func (st *stream) send() error {
 	return nil
 }
 
-// logAssignment logs an assignment sent, at debug level, with what
-// decided it: the stream's demand and the fleet's, and what its first
-// counter had left.
+// logAssignment logs an assignment sent, at debug level, with the demand
+// and the first counter's state that decided it.
 func (st *stream) logAssignment(b *bucket, s strategy, now time.Time) {
 	l := st.s.opts.Logger
 	if !l.Enabled(context.Background(), slog.LevelDebug) {

@@ -1,8 +1,7 @@
-// Package tlsclient builds the tls.Config a client of a store (Redis,
-// Memcached) connects with, from the files the reference server's
-// <STORE>_TLS_CACERT, <STORE>_TLS_CLIENT_CERT, <STORE>_TLS_CLIENT_KEY and
-// <STORE>_TLS_SKIP_HOSTNAME_VERIFICATION name. It is one piece of code for
-// every store, so that they verify servers alike.
+// Package tlsclient builds the tls.Config every store's client connects
+// with, from the files the reference server's <STORE>_TLS_CACERT,
+// <STORE>_TLS_CLIENT_CERT, <STORE>_TLS_CLIENT_KEY and
+// <STORE>_TLS_SKIP_HOSTNAME_VERIFICATION name.
 package tlsclient
 
 import (
@@ -17,24 +16,20 @@ import (
 // certificate and name against the system's roots and presents none.
 type Files struct {
 	// CAFile holds PEM CA certificates that may sign the server's
-	// certificate, in addition to the system's roots (as in the reference
-	// server), for a store with a private CA.
+	// certificate, beside the system's roots.
 	CAFile string
 	// CertFile and KeyFile are the PEM certificate chain and key the client
-	// presents, for a store that requires client certificates. Both or
-	// neither.
+	// presents: both or neither.
 	CertFile, KeyFile string
 	// SkipHostnameVerification still verifies that the server's
 	// certificate chains to a trusted CA, but not that it names the host
-	// dialed: for servers reached by addresses their certificates do not
-	// list.
+	// dialed.
 	SkipHostnameVerification bool
 }
 
 // Config reads the files and returns the tls.Config they describe; store
-// ("redis", "memcached") starts its error messages. Its ServerName is left
-// empty: the dialer takes each server's host from the address it dials,
-// which a client of several servers needs, every server having its own.
+// ("redis", "memcached") starts its error messages. ServerName is left
+// empty, so that the dialer takes each server's from the address it dials.
 func (f Files) Config(store string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.CAFile != "" {
@@ -62,19 +57,18 @@ func (f Files) Config(store string) (*tls.Config, error) {
 		return nil, fmt.Errorf("%s TLS client certificate and key: give both or neither", store)
 	}
 	if f.SkipHostnameVerification {
-		// crypto/tls verifies the chain and the name together; turning
-		// both off and verifying the chain here keeps the half that
-		// matters. VerifyConnection, unlike VerifyPeerCertificate, also
-		// runs on resumed sessions.
+		// crypto/tls verifies the chain and the name together: turn both
+		// off and verify the chain here. VerifyConnection, unlike
+		// VerifyPeerCertificate, also runs on resumed sessions.
 		c.InsecureSkipVerify = true
 		c.VerifyConnection = verifyChain(store, c.RootCAs)
 	}
 	return c, nil
 }
 
-// verifyChain returns a tls.Config.VerifyConnection that verifies the
-// server's certificate chain against roots (nil: the system's), whatever
-// names it holds.
+// verifyChain returns a VerifyConnection that verifies the server's
+// certificate chain against roots (nil: the system's), whatever names it
+// holds.
 func verifyChain(store string, roots *x509.CertPool) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {

@@ -1,24 +1,19 @@
 // Package xds takes floodgate's rules from an xDS management server, as
 // envoyproxy/ratelimit does with CONFIG_TYPE=GRPC_XDS_SOTW: it subscribes
 // over ADS, state of the world, to RateLimitConfig resources (TypeURL),
-// compiles each response into a rules.Feed, and ACKs it, or NACKs it with
-// the validation errors while the last good rules keep serving. When the
-// stream breaks it keeps the rules, reconnects with backoff and subscribes
-// again. The stream's messages are go-control-plane's, the connection and
-// its backoff grpc's; this package is the glue.
+// compiles each response into a rules.Feed and ACKs it, or NACKs it while
+// the last good rules keep serving. When the stream breaks it keeps the
+// rules and subscribes again.
 package xds
 
 import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"hash"
-	"log/slog"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,90 +32,32 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Defaults of Options, those of envoyproxy/ratelimit's settings.
-const (
-	DefaultServerURL           = "localhost:18000"
-	DefaultNodeID              = "default"
-	DefaultRetryInterval       = 3 * time.Second
-	DefaultBackoffInitial      = 10 * time.Second
-	DefaultBackoffMax          = 60 * time.Second
-	DefaultBackoffRandomFactor = 0.5
-	DefaultStallWarning        = 10 * time.Second
-)
-
-// Options configure a Client. The zero value of a field means its default.
-type Options struct {
-	// ServerURL is the management server, as a gRPC target
-	// ("host:port", "dns:///host:port"). Required.
-	ServerURL string
-	// NodeID and NodeMetadata describe this server to the management
-	// server, which picks the snapshot by them (CONFIG_GRPC_XDS_NODE_ID,
-	// CONFIG_GRPC_XDS_NODE_METADATA). NodeID defaults to "default".
-	NodeID       string
-	NodeMetadata map[string]string
-	// Headers are sent as gRPC metadata on the stream
-	// (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS), for an authorization
-	// token, say.
-	Headers map[string]string
-	// TLS, when not nil, secures the connection; its ServerName, when set,
-	// is the name the server's certificate must hold
-	// (CONFIG_GRPC_XDS_SERVER_TLS_SAN). Nil connects in plaintext.
-	TLS *tls.Config
-	// RetryInterval is the pause before subscribing again after the
-	// stream ended, ±50 % (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL).
-	RetryInterval time.Duration
-	// BackoffInitial, BackoffMax and BackoffRandomFactor space the
-	// attempts to connect while the server cannot be reached: the first
-	// waits BackoffInitial, each next one 1.6 times longer up to
-	// BackoffMax, each randomised by ±BackoffRandomFactor unless NoJitter
-	// (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, _MAX_INTERVAL,
-	// _RANDOM_FACTOR, XDS_CLIENT_BACKOFF_JITTER=false). A zero
-	// BackoffRandomFactor means 0.5; use NoJitter for none.
-	BackoffInitial, BackoffMax time.Duration
-	BackoffRandomFactor        float64
-	NoJitter                   bool
-	// MaxMessageBytes bounds a response (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES);
-	// zero is gRPC's 4 MiB.
-	MaxMessageBytes int
-	// Logger receives the connection's events; nil discards them.
-	Logger *slog.Logger
-	// StallWarning is how often a warning is logged while no stream
-	// delivers rules: the server cannot be reached, or answers nothing
-	// (a node id it holds no snapshot for). Zero means 10 s.
-	StallWarning time.Duration
-}
-
 // Client keeps a rules.Feed up to date from a management server.
 type Client struct {
-	feed   *rules.Feed
-	opts   Options
-	node   *core.Node
-	logger *slog.Logger
-	conn   *grpc.ClientConn
-	acked  string // version_info of the last response ACKed, sent when subscribing again
+	feed  *rules.Feed
+	opts  Options
+	node  *core.Node
+	conn  *grpc.ClientConn
+	acked string // version_info of the last response ACKed, sent when subscribing again
 
-	// The last response refused on the current stream, by a hash of its
-	// version and resources, and why. go-control-plane's snapshot cache
-	// answers a NACK, which carries the last good version, by sending the
-	// refused snapshot again at once; its repeats are NACKed again without
-	// compiling, counting or logging them anew, after nackRepeatDelay so
-	// that the two ends do not spin. Keyed on the content, not the version
-	// alone, and forgotten with the stream: a management server that
-	// restarts may reuse a refused version_info (Envoy Gateway's is a
-	// counter from 1) for good rules, which must then be compiled.
+	// The last response refused on the current stream (contentKey), and
+	// why. go-control-plane's snapshot cache answers a NACK by sending the
+	// refused snapshot again at once: its repeats are NACKed again without
+	// compiling or logging them, after nackRepeatDelay so that the two
+	// ends do not spin. Keyed on the content, not the version, and
+	// forgotten with the stream: a restarted management server may reuse
+	// a refused version_info (Envoy Gateway's counts from 1) for good rules.
 	refused    [sha256.Size]byte
 	refusedErr string
 
 	// The connection's state, for the stall warnings and the feed's
-	// Status().Source; written by Run's goroutines.
+	// Status().Source.
 	mu        sync.Mutex
 	state     connectivity.State
 	receiving bool      // the current stream has delivered a response
@@ -129,49 +66,13 @@ type Client struct {
 	lastACK   string
 	lastACKAt time.Time
 
-	// stallLooks counts the looks warnStalls has finished, each of which
-	// warned or found rules arriving, so that a test can wait for one
-	// instead of sleeping.
+	// stallLooks counts warnStalls' looks, for a test to wait on.
 	stallLooks atomic.Uint64
 }
 
-// nackRepeatDelay spaces the NACKs of a version sent again. A good version
-// pushed meanwhile waits at most this long.
+// nackRepeatDelay spaces the NACKs of a refused response sent again; a good
+// version pushed meanwhile waits at most this long.
 const nackRepeatDelay = 500 * time.Millisecond
-
-// CheckTarget reports whether target is a gRPC target that names a
-// management server to dial: host:port, or with a resolver's scheme
-// (dns:///host:port, passthrough:///host:port, unix:path). grpc would
-// accept more and fail only when dialing, silently behind the retries:
-// an http:// URL resolves as a host named "http", and a host without a
-// port dials port 443. Its error refuses Options.ServerURL.
-func CheckTarget(target string) error {
-	endpoint := target
-	if scheme, rest, ok := strings.Cut(target, ":"); ok && resolver.Get(scheme) != nil {
-		if scheme == "unix" || scheme == "unix-abstract" {
-			return nil
-		}
-		// scheme://authority/endpoint or scheme:endpoint
-		if after, ok := strings.CutPrefix(rest, "//"); ok {
-			_, endpoint, _ = strings.Cut(after, "/")
-		} else {
-			endpoint = rest
-		}
-	} else if ok && strings.HasPrefix(rest, "//") {
-		return refused("ServerURL", target, scheme+":// is not a gRPC target; give host:port (or dns:///host:port)")
-	}
-	host, port, err := net.SplitHostPort(endpoint)
-	if err != nil {
-		return &option.Error{Options: "xds.Options", Field: "ServerURL", Value: target, Want: "want host:port (or dns:///host:port)", Err: err}
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return refused("ServerURL", target, fmt.Sprintf("port %q: want a number from 1 to 65535", port))
-	}
-	if host == "" {
-		return refused("ServerURL", target, "no host; give host:port")
-	}
-	return nil
-}
 
 // New checks opts and returns a Client that feeds feed once Run runs. It
 // does not connect: a management server that is down is waited for.
@@ -179,39 +80,31 @@ func New(feed *rules.Feed, opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.NodeID == "" {
-		opts.NodeID = DefaultNodeID
-	}
-	if opts.RetryInterval == 0 {
-		opts.RetryInterval = DefaultRetryInterval
-	}
-	if opts.BackoffInitial == 0 {
-		opts.BackoffInitial = DefaultBackoffInitial
-	}
-	if opts.BackoffMax == 0 {
-		opts.BackoffMax = DefaultBackoffMax
-	}
-	if opts.BackoffRandomFactor == 0 {
-		opts.BackoffRandomFactor = DefaultBackoffRandomFactor
-	}
-	if opts.StallWarning == 0 {
-		opts.StallWarning = DefaultStallWarning
-	}
+	opts = opts.withDefaults()
 	if opts.BackoffMax < opts.BackoffInitial {
 		return nil, backoffUpsideDown(opts)
 	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	conn, err := grpc.NewClient(opts.ServerURL, dialOptions(opts)...)
+	if err != nil {
+		return nil, fmt.Errorf("xds: management server %s: %w", opts.ServerURL, err)
 	}
-	node := &core.Node{Id: opts.NodeID, UserAgentName: "floodgate"}
+	return &Client{feed: feed, opts: opts, node: node(opts), conn: conn}, nil
+}
+
+// node is how the client introduces itself to the management server.
+func node(opts Options) *core.Node {
+	n := &core.Node{Id: opts.NodeID, UserAgentName: "floodgate"}
 	if len(opts.NodeMetadata) > 0 {
 		fields := make(map[string]*structpb.Value, len(opts.NodeMetadata))
 		for k, v := range opts.NodeMetadata {
 			fields[k] = structpb.NewStringValue(v)
 		}
-		node.Metadata = &structpb.Struct{Fields: fields}
+		n.Metadata = &structpb.Struct{Fields: fields}
 	}
+	return n
+}
+
+func dialOptions(opts Options) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if opts.TLS != nil {
 		creds = credentials.NewTLS(opts.TLS)
@@ -231,18 +124,13 @@ func New(feed *rules.Feed, opts Options) (*Client, error) {
 	if opts.MaxMessageBytes > 0 {
 		dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxMessageBytes)))
 	}
-	conn, err := grpc.NewClient(opts.ServerURL, dial...)
-	if err != nil {
-		return nil, fmt.Errorf("xds: management server %s: %w", opts.ServerURL, err)
-	}
-	return &Client{feed: feed, opts: opts, node: node, logger: logger, conn: conn}, nil
+	return dial
 }
 
 // Run subscribes and applies the responses until ctx is done, then closes
-// the connection and returns ctx's error. Whenever the stream ends it logs
-// why, keeps the rules in force, waits about RetryInterval and subscribes
-// again, telling the server the last version it ACKed. Run may be called
-// once.
+// the connection and returns ctx's error. Whenever the stream ends it keeps
+// the rules in force and subscribes again after about RetryInterval. Run
+// may be called once.
 func (c *Client) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -255,7 +143,7 @@ func (c *Client) Run(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); c.followState(watchCtx) }()
 	go func() { defer wg.Done(); c.warnStalls(watchCtx) }()
-	c.logger.Info("xds: subscribing to rate-limit rules", "server", c.opts.ServerURL, "node", c.opts.NodeID, "type", TypeURL)
+	c.opts.Logger.Info("xds: subscribing to rate-limit rules", "server", c.opts.ServerURL, "node", c.opts.NodeID, "type", TypeURL)
 	for {
 		err := c.subscribe(ctx)
 		if ctx.Err() != nil {
@@ -267,10 +155,9 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 			c.receiving, c.lastErr = false, err.Error()
 		})
-		// ±50 %, so that many servers cut off together do not come back
-		// together, as the reference's linear backoff with jitter.
+		// ±50 %, so that servers cut off together do not come back together.
 		wait := time.Duration(float64(c.opts.RetryInterval) * (0.5 + rand.Float64()))
-		c.logger.Warn("xds: stream to the management server ended; the rules in force stay, subscribing again",
+		c.opts.Logger.Warn("xds: stream to the management server ended; the rules in force stay, subscribing again",
 			"server", c.opts.ServerURL, "error", err.Error(), "in", wait.Round(time.Millisecond).String(), "version", c.acked)
 		t := time.NewTimer(wait)
 		select {
@@ -334,24 +221,23 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *
 	}
 	if err != nil {
 		c.refused, c.refusedErr = key, nackDetail(err.Error())
-		c.logger.Warn("xds: NACK", "version", version, "kept", c.acked)
+		c.opts.Logger.Warn("xds: NACK", "version", version, "kept", c.acked)
 		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr})
 	}
 	c.acked, c.refusedErr = version, ""
 	c.note(func() { c.lastACK, c.lastACKAt = version, time.Now() })
-	c.logger.Debug("xds: ACK", "version", version, "resources", len(resp.GetResources()))
+	c.opts.Logger.Debug("xds: ACK", "version", version, "resources", len(resp.GetResources()))
 	return c.request(resp.GetNonce(), nil)
 }
 
-// maxNACKDetail bounds the message of a NACK's error_detail, in bytes. A
-// management server takes messages of up to 4 MiB by default and ends a
-// stream that sends a larger one: a push with tens of thousands of
-// problems would never be NACKed, only compiled and refused again at each
-// reconnection. Every problem stays in the feed's status (/rlconfig).
+// maxNACKDetail bounds a NACK's error_detail, in bytes: a management
+// server ends a stream that sends more than 4 MiB, so a push with tens of
+// thousands of problems would never be NACKed. Every problem stays in the
+// feed's status (/rlconfig).
 const maxNACKDetail = 64 << 10
 
-// nackDetail returns msg, one problem a line, cut to at most
-// maxNACKDetail bytes at a line's end, saying how many lines were left out.
+// nackDetail cuts msg, one problem a line, to at most maxNACKDetail bytes
+// at a line's end, saying how many lines were left out.
 func nackDetail(msg string) string {
 	if len(msg) <= maxNACKDetail {
 		return msg
@@ -368,8 +254,8 @@ func nackDetail(msg string) string {
 	return fmt.Sprintf("%s\n... and %d more lines: every problem is on /rlconfig", msg[:cut], left)
 }
 
-// note runs change under the lock of the connection's state, then shows
-// the new state in the feed's Status.
+// note runs change under c.mu, then shows the new state in the feed's
+// Status.
 func (c *Client) note(change func()) {
 	c.mu.Lock()
 	change()
@@ -378,8 +264,8 @@ func (c *Client) note(change func()) {
 	c.feed.SetSource(s)
 }
 
-// describe is the state for Status().Source; c.mu is held. It holds
-// times, not durations, as it is computed at each change only.
+// describe is the state for Status().Source, with times rather than
+// durations since it is computed at each change only; c.mu is held.
 func (c *Client) describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "xds %s node %s: ", c.opts.ServerURL, c.opts.NodeID)
@@ -403,9 +289,8 @@ func (c *Client) describe() string {
 }
 
 // followState records the connection's state changes until ctx is done.
-// grpc hides why a connection fails behind WaitForReady; when it fails, a
-// probe that does not wait, which the channel refuses at once with the
-// dial error, learns why.
+// grpc hides why a connection fails behind WaitForReady: a probe that does
+// not wait learns it.
 func (c *Client) followState(ctx context.Context) {
 	for {
 		state := c.conn.GetState()
@@ -426,7 +311,7 @@ func (c *Client) followState(ctx context.Context) {
 }
 
 // probe returns the error of a stream opened without waiting for the
-// connection, "" when one opened (it is closed at once, unused).
+// connection, "" when one opened.
 func (c *Client) probe(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -441,8 +326,7 @@ func (c *Client) probe(ctx context.Context) string {
 }
 
 // warnStalls logs a warning every StallWarning while no stream delivers
-// rules, until ctx is done, rather than one per attempt to connect, which
-// are seconds apart at first and grpc's alone.
+// rules, until ctx is done: one per attempt to connect would be too many.
 func (c *Client) warnStalls(ctx context.Context) {
 	t := time.NewTicker(c.opts.StallWarning)
 	defer t.Stop()
@@ -457,7 +341,6 @@ func (c *Client) warnStalls(ctx context.Context) {
 	}
 }
 
-// lookForStall logs a warning unless a stream delivers rules.
 func (c *Client) lookForStall() {
 	c.mu.Lock()
 	receiving, state, since, lastErr, acked := c.receiving, c.state, c.since, c.lastErr, c.lastACK
@@ -471,17 +354,16 @@ func (c *Client) lookForStall() {
 	}
 	waited := time.Since(since).Round(100 * time.Millisecond).String()
 	if state == connectivity.Ready {
-		c.logger.Warn("xds: connected to the management server, but it sends no rules: does it hold a snapshot for this node id?",
+		c.opts.Logger.Warn("xds: connected to the management server, but it sends no rules: does it hold a snapshot for this node id?",
 			"server", c.opts.ServerURL, "node", c.opts.NodeID, "waited", waited, "rules", kept)
 		return
 	}
-	c.logger.Warn("xds: cannot reach the management server", "server", c.opts.ServerURL, "state", state.String(),
+	c.opts.Logger.Warn("xds: cannot reach the management server", "server", c.opts.ServerURL, "state", state.String(),
 		"error", lastErr, "waited", waited, "rules", kept)
 }
 
-// contentKey identifies a response by its version, type and resources, in
-// any order (the snapshot cache sends them in map order), so that a repeat
-// of a refused response is known without compiling it.
+// contentKey identifies a response by its version, type and resources in
+// any order, as the snapshot cache sends them in map order.
 func contentKey(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
 	field := func(h hash.Hash, b []byte) {
 		h.Write(binary.AppendUvarint(nil, uint64(len(b))))

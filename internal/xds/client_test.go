@@ -334,8 +334,8 @@ func TestTLS(t *testing.T) {
 func TestCheckTarget(t *testing.T) {
 	for _, target := range []string{"eg:18000", "10.0.0.1:18000", "[::1]:18000", "dns:///eg.svc:18000",
 		"dns://10.0.0.10/eg.svc:18000", "passthrough:///eg:1", "unix:/run/xds.sock", "unix:///run/xds.sock"} {
-		if err := CheckTarget(target); err != nil {
-			t.Errorf("CheckTarget(%q) = %v, want nil", target, err)
+		if err := checkTarget(target); err != nil {
+			t.Errorf("checkTarget(%q) = %v, want nil", target, err)
 		}
 	}
 }

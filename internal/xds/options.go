@@ -1,16 +1,80 @@
 package xds
 
-import "github.com/floodgate/floodgate/pkg/option"
+import (
+	"cmp"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
 
-// Validate reports the first option New refuses as an *option.Error
-// ("xds.Options.RetryInterval -1s: must not be negative"), or nil. Zero
-// values are valid: they mean the defaults, except ServerURL, which is
-// required.
+	"google.golang.org/grpc/resolver"
+
+	"github.com/floodgate/floodgate/pkg/option"
+)
+
+// The defaults of Options, those of envoyproxy/ratelimit's settings.
+const (
+	DefaultServerURL           = "localhost:18000"
+	DefaultNodeID              = "default"
+	DefaultRetryInterval       = 3 * time.Second
+	DefaultBackoffInitial      = 10 * time.Second
+	DefaultBackoffMax          = 60 * time.Second
+	DefaultBackoffRandomFactor = 0.5
+	DefaultStallWarning        = 10 * time.Second
+)
+
+// Options configure a Client. The zero value of a field means its default;
+// the reference's setting each field stands for is in parentheses.
+type Options struct {
+	// ServerURL is the management server as a gRPC target ("host:port",
+	// "dns:///host:port"). Required.
+	ServerURL string
+	// NodeID and NodeMetadata describe this server to the management
+	// server, which picks the snapshot by them (CONFIG_GRPC_XDS_NODE_ID,
+	// CONFIG_GRPC_XDS_NODE_METADATA).
+	NodeID       string
+	NodeMetadata map[string]string
+	// Headers are sent as gRPC metadata on the stream, for an
+	// authorization token say (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
+	Headers map[string]string
+	// TLS, when not nil, secures the connection; its ServerName, when set,
+	// is the name the server's certificate must hold
+	// (CONFIG_GRPC_XDS_SERVER_TLS_SAN).
+	TLS *tls.Config
+	// RetryInterval is the pause, ±50 %, before subscribing again after
+	// the stream ended (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL).
+	RetryInterval time.Duration
+	// BackoffInitial, BackoffMax and BackoffRandomFactor space the
+	// attempts to connect while the server cannot be reached: the first
+	// waits BackoffInitial, each next one 1.6 times longer up to
+	// BackoffMax, each randomised by ±BackoffRandomFactor unless NoJitter,
+	// since a zero factor means the default
+	// (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, _MAX_INTERVAL,
+	// _RANDOM_FACTOR, XDS_CLIENT_BACKOFF_JITTER=false).
+	BackoffInitial, BackoffMax time.Duration
+	BackoffRandomFactor        float64
+	NoJitter                   bool
+	// MaxMessageBytes bounds a response; zero is gRPC's 4 MiB
+	// (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES).
+	MaxMessageBytes int
+	// Logger receives the connection's events; nil discards them.
+	Logger *slog.Logger
+	// StallWarning is how often a warning is logged while no stream
+	// delivers rules: the server cannot be reached, or holds no snapshot
+	// for this node.
+	StallWarning time.Duration
+}
+
+// Validate reports the first option New refuses as an *option.Error, or
+// nil.
 func (o Options) Validate() error {
 	if o.ServerURL == "" {
 		return &option.Error{Options: "xds.Options", Field: "ServerURL", Want: "is empty: give the management server's host:port"}
 	}
-	if err := CheckTarget(o.ServerURL); err != nil {
+	if err := checkTarget(o.ServerURL); err != nil {
 		return err
 	}
 	switch {
@@ -32,13 +96,59 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// refused is the error of an option field refused for its value v.
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	o.NodeID = cmp.Or(o.NodeID, DefaultNodeID)
+	o.RetryInterval = cmp.Or(o.RetryInterval, DefaultRetryInterval)
+	o.BackoffInitial = cmp.Or(o.BackoffInitial, DefaultBackoffInitial)
+	o.BackoffMax = cmp.Or(o.BackoffMax, DefaultBackoffMax)
+	o.BackoffRandomFactor = cmp.Or(o.BackoffRandomFactor, DefaultBackoffRandomFactor)
+	o.StallWarning = cmp.Or(o.StallWarning, DefaultStallWarning)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// checkTarget reports whether target is a gRPC target that names a
+// management server to dial: host:port, or with a resolver's scheme
+// (dns:///host:port, passthrough:///host:port, unix:path). grpc would
+// accept more and fail only when dialing, silently behind the retries:
+// an http:// URL resolves as a host named "http", and a host without a
+// port dials port 443. Its error refuses Options.ServerURL.
+func checkTarget(target string) error {
+	endpoint := target
+	if scheme, rest, ok := strings.Cut(target, ":"); ok && resolver.Get(scheme) != nil {
+		if scheme == "unix" || scheme == "unix-abstract" {
+			return nil
+		}
+		// scheme://authority/endpoint or scheme:endpoint
+		if after, ok := strings.CutPrefix(rest, "//"); ok {
+			_, endpoint, _ = strings.Cut(after, "/")
+		} else {
+			endpoint = rest
+		}
+	} else if ok && strings.HasPrefix(rest, "//") {
+		return refused("ServerURL", target, scheme+":// is not a gRPC target; give host:port (or dns:///host:port)")
+	}
+	host, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return &option.Error{Options: "xds.Options", Field: "ServerURL", Value: target, Want: "want host:port (or dns:///host:port)", Err: err}
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return refused("ServerURL", target, fmt.Sprintf("port %q: want a number from 1 to 65535", port))
+	}
+	if host == "" {
+		return refused("ServerURL", target, "no host; give host:port")
+	}
+	return nil
+}
+
 func refused(field string, v any, want string) error {
 	return &option.Error{Options: "xds.Options", Field: field, Value: v, Want: want}
 }
 
-// backoffUpsideDown refuses o's BackoffInitial, longer than its
-// BackoffMax.
+// backoffUpsideDown refuses a BackoffInitial longer than BackoffMax.
 func backoffUpsideDown(o Options) error {
 	return &option.Error{Options: "xds.Options", Field: "BackoffInitial", Value: o.BackoffInitial,
 		Want: "want at most %s (" + o.BackoffMax.String() + ")", With: []string{"BackoffMax"}}

@@ -17,20 +17,16 @@ import (
 const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
 
 // RuleFileField is the field number of RateLimitConfig that carries a whole
-// floodgate rule file (YAML, as bytes) with every extension: algorithms,
-// rate_limits, calendars and the rest the proto has no fields for. The
-// proto does not declare it, so every protobuf library keeps it as an
-// unknown field through decoding and encoding, and go-control-plane's
-// snapshot cache passes it on; envoyproxy/ratelimit ignores it and reads
-// the resource's domain and descriptors instead, so one resource can serve
-// both servers.
+// floodgate rule file (YAML), with the extensions the proto has no fields
+// for. The proto does not declare it, so protobuf libraries and
+// go-control-plane's snapshot cache pass it on as an unknown field, and
+// envoyproxy/ratelimit ignores it: one resource can serve both servers.
 const RuleFileField protowire.Number = 15001
 
 // RuleFile returns a RateLimitConfig resource named name that carries the
-// floodgate rule file yaml in RuleFileField. A management server puts it in
-// its snapshot like any RateLimitConfig. Setting the result's Domain (and,
-// for envoyproxy/ratelimit, Descriptors) is allowed; floodgate then
-// requires the rule file to declare the same domain.
+// rule file yaml in RuleFileField. The result's Domain and Descriptors may
+// be set for envoyproxy/ratelimit; floodgate then requires the rule file
+// to declare the same domain.
 func RuleFile(name string, yaml []byte) *rlsconf.RateLimitConfig {
 	c := &rlsconf.RateLimitConfig{Name: name}
 	b := protowire.AppendTag(nil, RuleFileField, protowire.BytesType)
@@ -39,14 +35,12 @@ func RuleFile(name string, yaml []byte) *rlsconf.RateLimitConfig {
 	return c
 }
 
-// Files turns the resources of one xDS response into rule files that
-// rules.Parse compiles, one per resource, named "xds/" and the resource's
-// name. A resource carrying RuleFileField becomes that rule file as it is;
-// any other becomes the YAML of its domain and descriptors, every field the
-// proto has (detailed_metric included) with the reference server's
-// meaning. It fails, naming the resource, on a resource of another type,
-// one that does not decode, two resources of one name, or a rule file
-// whose domain differs from its resource's.
+// Files turns the resources of one xDS response into rule files, one per
+// resource, named "xds/" and the resource's name: the rule file a resource
+// carries in RuleFileField, else the YAML of its domain and descriptors
+// with the reference server's meaning. Its errors name the resource: of
+// another type, not decoding, a name given twice, or a rule file whose
+// domain differs from its resource's.
 func Files(resources []*anypb.Any) (map[string][]byte, error) {
 	files := make(map[string][]byte, len(resources))
 	var errs []error
@@ -128,9 +122,8 @@ func ruleFile(unknown []byte) (data []byte, found bool, err error) {
 	return data, found, nil
 }
 
-// The YAML shape of a rule file, for what RateLimitConfig holds. Fields
-// left at their zero value are omitted where the rule file's own default
-// means the same.
+// The YAML of a rule file, for what RateLimitConfig holds; zero fields are
+// omitted where the rule file's default means the same.
 type (
 	yamlConfig struct {
 		Domain      string           `yaml:"domain"`
