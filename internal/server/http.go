@@ -23,6 +23,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
@@ -211,33 +212,13 @@ func marshalJSON(m proto.Message) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// rlconfig describes the server: the state of the rule loads (version,
-// load time, last refused reload; origin, for rules pushed over xDS, is
-// the management server's version_info of the rules in force), health with the reason when it is
-// NOT_SERVING, the store, the rules' warnings, then one line per limit.
+// rlconfig describes the server: the state of the rule loads, health with
+// the reason when it is NOT_SERVING, the store, the rules' warnings, then
+// one line per limit.
 func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
-	st := s.rules.Status()
 	set := s.rules.Current()
 	var b strings.Builder
-	fmt.Fprintf(&b, "version: %d\n", st.Version)
-	fmt.Fprintf(&b, "loaded_at: %s\n", st.LoadedAt.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(&b, "reloads: %d\nfailures: %d\n", st.Reloads, st.Failures)
-	if st.Origin != "" {
-		fmt.Fprintf(&b, "origin: %s\n", st.Origin)
-	}
-	if st.Source != "" {
-		fmt.Fprintf(&b, "source: %s\n", st.Source)
-	}
-	if st.LastError != nil {
-		fmt.Fprintf(&b, "last_error_at: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339Nano))
-		var lines []string
-		for _, l := range strings.Split(st.LastError.Error(), "\n") {
-			lines = append(lines, "  "+l)
-		}
-		fmt.Fprintf(&b, "last_error: |\n%s\n", strings.Join(lines, "\n"))
-	} else {
-		b.WriteString("last_error: none\n")
-	}
+	writeLoads(&b, s.rules.Status())
 	if why := s.notServing(); why != "" {
 		fmt.Fprintf(&b, "health: NOT_SERVING: %s\n", why)
 	} else {
@@ -250,7 +231,38 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(&b, "warning: %s\n", wn)
 	}
 	b.WriteByte('\n')
-	rs := set.Rules()
+	writeLimits(&b, set.Rules())
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, b.String())
+}
+
+// writeLoads writes /rlconfig's lines on the rule loads: version, load
+// time, counts, origin (the xDS version_info of rules pushed over xDS),
+// source and the last refused reload.
+func writeLoads(b *strings.Builder, st rules.Status) {
+	fmt.Fprintf(b, "version: %d\n", st.Version)
+	fmt.Fprintf(b, "loaded_at: %s\n", st.LoadedAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(b, "reloads: %d\nfailures: %d\n", st.Reloads, st.Failures)
+	if st.Origin != "" {
+		fmt.Fprintf(b, "origin: %s\n", st.Origin)
+	}
+	if st.Source != "" {
+		fmt.Fprintf(b, "source: %s\n", st.Source)
+	}
+	if st.LastError == nil {
+		b.WriteString("last_error: none\n")
+		return
+	}
+	fmt.Fprintf(b, "last_error_at: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339Nano))
+	var lines []string
+	for _, l := range strings.Split(st.LastError.Error(), "\n") {
+		lines = append(lines, "  "+l)
+	}
+	fmt.Fprintf(b, "last_error: |\n%s\n", strings.Join(lines, "\n"))
+}
+
+// writeLimits writes one line per limit of rs, with the rule's flags.
+func writeLimits(b *strings.Builder, rs []*rules.Rule) {
 	if len(rs) == 0 {
 		b.WriteString("no rules: every request is allowed\n")
 	}
@@ -268,15 +280,13 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 			flags += ", failure_mode " + r.FailureMode.String()
 		}
 		if len(r.Limits) == 0 {
-			fmt.Fprintf(&b, "%s: no limit%s (%v)\n", r.Path, flags, r.Pos)
+			fmt.Fprintf(b, "%s: no limit%s (%v)\n", r.Path, flags, r.Pos)
 			continue
 		}
 		for _, l := range r.Limits {
-			fmt.Fprintf(&b, "%s: %s%s (%v)\n", r.Path, l.Describe(), flags, l.Pos)
+			fmt.Fprintf(b, "%s: %s%s (%v)\n", r.Path, l.Describe(), flags, l.Pos)
 		}
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	io.WriteString(w, b.String())
 }
 
 // describeStore is /rlconfig's store line: "store: redis healthy (breaker
