@@ -186,6 +186,14 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 		st := h.opts.Store()
 		snap.Store = Store{Name: st.Name, Healthy: st.Healthy, Reached: st.Reached, Detail: st.Detail}
 	}
+	totals := snap.read(mfs)
+	snap.Domains = tree(h.opts.Rules.Current().Rules(), h.figures(totals))
+	return snap, gatherErr
+}
+
+// read fills in the decisions and the store's figures from mfs, and
+// returns the hit counters by domain and rule label.
+func (snap *Snapshot) read(mfs []*dto.MetricFamily) map[[2]string]*Totals {
 	totals := map[[2]string]*Totals{}
 	for _, mf := range mfs {
 		name := mf.GetName()
@@ -221,6 +229,12 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 			}
 		}
 	}
+	return totals
+}
+
+// figures returns a rule's totals, from the hit counters by domain and
+// rule label, and its hot counters.
+func (h *Handler) figures(totals map[[2]string]*Totals) func(*rules.Rule) (Totals, rlsmetrics.RuleHot) {
 	var hot map[[2]string]rlsmetrics.RuleHot
 	if h.opts.Metrics != nil {
 		hot = map[[2]string]rlsmetrics.RuleHot{}
@@ -228,13 +242,12 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 			hot[[2]string{rh.Domain, rh.Rule}] = rh
 		}
 	}
-	snap.Domains = tree(h.opts.Rules.Current().Rules(), func(r *rules.Rule) (Totals, rlsmetrics.RuleHot) {
+	return func(r *rules.Rule) (Totals, rlsmetrics.RuleHot) {
 		k := [2]string{r.Domain, r.Path}
 		var t Totals
 		// A rule's own series, and those of its values: a reload can
 		// turn detailed_metric on or off, and both stay in /metrics.
-		labels := append([]string{r.Path}, hot[k].ValueLabels...)
-		for _, l := range labels {
+		for _, l := range append([]string{r.Path}, hot[k].ValueLabels...) {
 			if s := totals[[2]string{r.Domain, l}]; s != nil {
 				for _, f := range hitFamilies {
 					*f(&t) += *f(s)
@@ -242,11 +255,7 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 			}
 		}
 		return t, hot[k]
-	})
-	if gatherErr != nil {
-		return snap, gatherErr
 	}
-	return snap, nil
 }
 
 // label returns the value of m's label name; "" without it.
