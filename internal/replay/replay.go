@@ -17,35 +17,29 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// DefaultExamples is Options.Examples when it is 0.
-const DefaultExamples = 5
-
-// DefaultTopCounters is Options.TopCounters when it is 0.
-const DefaultTopCounters = 20
-
-// DefaultValues is Options.Values when it is 0.
-const DefaultValues = 20
+// Defaults of the Options fields left zero.
+const (
+	DefaultExamples    = 5
+	DefaultTopCounters = 20
+	DefaultValues      = 20
+)
 
 // maxCounters bounds the counters whose peak rate is tracked, so that
-// traffic of endless distinct values (client IPs) does not hold memory
-// without bound; Report.UntrackedCounters says how many were left out.
+// endless distinct values (client IPs) do not hold memory without bound.
 const maxCounters = 1 << 20
 
-// Options tune Run. The zero value is usable.
+// Options tune Run. Zero values take the defaults.
 type Options struct {
 	// Examples is the number of changed requests kept as examples, the
-	// first ones in traffic order; 0 means DefaultExamples, a negative
-	// number none.
+	// first ones in traffic order; negative keeps none.
 	Examples int
-	// TopCounters is the number of counters listed by peak rate; 0 means
-	// DefaultTopCounters.
+	// TopCounters is the number of counters listed by peak rate.
 	TopCounters int
 	// Values is the number of descriptor values listed by the change in
-	// their denials (Report.Values); 0 means DefaultValues, a negative
-	// number none.
+	// their denials (Report.Values); negative lists none.
 	Values int
-	// OldName and NewName label the rule sets in the report (their
-	// directories, say); empty means "old" and "new".
+	// OldName and NewName label the rule sets in the report; empty means
+	// "old" and "new".
 	OldName, NewName string
 }
 
@@ -90,10 +84,8 @@ func floorDiv(a, b int64) int64 {
 
 // Run replays traffic through old and new, each on its own in-memory store
 // behind its own envoy.Service, whose clock is set to each request's time.
-// Traffic hands requests in time order, or fails: a replay never decides a
-// request at a time other than its own. Run stops at the end of the
-// traffic, at its first error (naming the input and line) or when ctx
-// ends.
+// It stops at the end of the traffic, at its first error (naming the input
+// and line) or when ctx ends.
 func Run(ctx context.Context, old, new *rules.Set, traffic *Traffic, opts Options) (*Report, error) {
 	if old == nil || new == nil || traffic == nil {
 		return nil, errors.New("replay: nil rule set or traffic")
@@ -219,12 +211,8 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 }
 
 // changed counts a request whose decision differs: on the report, and on
-// the rules that made the difference. A request now denied counts on each
-// rule that refused it under the new set (over its limit, enforced), a
-// request now allowed on each that refused it under the old one. So taking
-// a rule out of shadow mode shows on that rule alone, not on every rule
-// the request met; and each request whose answer changed between allowed
-// and denied shows on at least one rule.
+// the rules that refused it under the set that denied it (see RuleDiff),
+// so that taking a rule out of shadow mode shows on that rule alone.
 func (rp *replayer) changed(r Request, oa, ob outcome) {
 	rep := rp.rep
 	rep.Changed.add(oa, ob)
@@ -277,8 +265,7 @@ func (rp *replayer) count(r Request, a, b decision) {
 
 // appendCounterKey appends the key of a descriptor value in the counters
 // map: the domain and each entry's key and value, each preceded by its
-// length, so that no two descriptors share a key (joining them with a
-// separator would let a value holding it pass for two entries).
+// length, so that no value can pass for two entries.
 func appendCounterKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(domain)))
 	dst = append(dst, domain...)
@@ -291,10 +278,9 @@ func appendCounterKey(dst []byte, domain string, entries []*rlv3.RateLimitDescri
 	return dst
 }
 
-// readAhead parses traffic in a goroutine of its own, in batches, so that
-// parsing and deciding use two cores. The error channel gets one value once
-// batches is closed: nil at the end of the traffic, the traffic's error,
-// or ctx's.
+// readAhead parses traffic in batches on a goroutine of its own, so that
+// parsing and deciding use two cores. The error channel gets one value
+// once batches is closed: nil at the end, or the traffic's or ctx's error.
 func readAhead(ctx context.Context, traffic *Traffic) (<-chan []Request, <-chan error) {
 	const size = 512
 	batches := make(chan []Request, 4)
