@@ -58,8 +58,7 @@ func (s *Server) followsHealth() bool {
 	return storeCan || s.opts.HealthRequiresRules
 }
 
-// setServing starts or stops serving; the start-up and shutdown lines
-// tell the change of health.
+// setServing starts or stops serving; Run and shutdown log the change.
 func (s *Server) setServing(on bool) {
 	s.serving.Store(on)
 	s.updateHealth(false)
@@ -110,9 +109,9 @@ func (s *Server) followHealth(ctx context.Context) {
 }
 
 // healthService is gRPC's health service with watches that shutdown can
-// end. A Watch lasts as long as its client wants, and GracefulStop waits
-// for every stream: one open watch (grpc-go's client-side health checking
-// keeps one per connection) held the exit until the shutdown timeout.
+// end: GracefulStop waits for every stream, and a watch lasts as long as
+// its client wants (grpc-go's client-side health checking keeps one per
+// connection).
 type healthService struct {
 	*health.Server
 	ending     context.Context // done once endWatches is called
@@ -126,9 +125,8 @@ func newHealthService() *healthService {
 }
 
 // Watch is health.Server's Watch on a stream whose context also ends with
-// endWatches, which ends the watches open then and those opened later.
-// The client sees the stream end (Canceled) after the statuses sent
-// before it, NOT_SERVING among them at shutdown.
+// endWatches. The client sees the stream end (Canceled) after the statuses
+// sent before, NOT_SERVING among them at shutdown.
 func (h *healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()

@@ -20,7 +20,6 @@ import (
 // page computes rates between two snapshots. Counts are the values of the
 // /metrics series named in each field's comment.
 type Snapshot struct {
-	// Time is when the snapshot was taken.
 	Time time.Time `json:"time"`
 	// IntervalMillis is how often the page should poll.
 	IntervalMillis int64 `json:"interval_ms"`
@@ -29,13 +28,10 @@ type Snapshot struct {
 	HistoryStepMillis int64 `json:"history_step_ms"`
 	HistoryLength     int   `json:"history_length"`
 	// Values says whose request values the hot counters show:
-	// "fingerprints" (none), "opted_in" (detailed_metric and
-	// value_to_metric rules') or "all" (rlsmetrics.HotValues).
-	Values string `json:"values"`
-	// Rules is the state of the rule loads.
-	Rules RuleStatus `json:"rules"`
-	// Store is the limit store's health and latency.
-	Store Store `json:"store"`
+	// "fingerprints" (none), "opted_in" or "all" (rlsmetrics.HotValues).
+	Values string     `json:"values"`
+	Rules  RuleStatus `json:"rules"`
+	Store  Store      `json:"store"`
 	// Decisions counts the answers by code: floodgate_decision_duration_seconds_count
 	// by its code label ("ok", "over_limit", gRPC codes).
 	Decisions map[string]float64 `json:"decisions"`
@@ -55,9 +51,8 @@ type RuleStatus struct {
 	LoadedAt time.Time `json:"loaded_at"`
 	Reloads  uint64    `json:"reloads"`
 	Failures uint64    `json:"failures"`
-	// Origin is the source's name of the rules in force (the xDS
-	// version_info), and Source the state of its connection, as /rlconfig's
-	// origin: and source: lines; empty for rule files.
+	// Origin and Source are /rlconfig's origin: and source: lines; empty
+	// for rule files.
 	Origin string `json:"origin,omitempty"`
 	Source string `json:"source,omitempty"`
 	// LastErrorAt and Errors describe the last refused reload: one
@@ -268,8 +263,7 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// ruleStatus is the loads' state, with a refused reload's problems one per
-// line.
+// ruleStatus is the loads' state, a refused reload's problems one a line.
 func ruleStatus(st rules.Status, set *rules.Set) RuleStatus {
 	rs := RuleStatus{Version: st.Version, LoadedAt: st.LoadedAt, Reloads: st.Reloads, Failures: st.Failures,
 		Origin: st.Origin, Source: st.Source}
