@@ -1,13 +1,14 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -130,28 +131,15 @@ type replayer struct {
 	domains  map[string]*DomainCount
 	minutes  map[int64]*MinuteCount
 	counters map[string]*counter
-	seq      uint64 // the request being replayed, from 1
 	key      []byte
 }
 
 func newReplayer(old, new *rules.Set, opts Options) (*replayer, error) {
-	if opts.Examples == 0 {
-		opts.Examples = DefaultExamples
-	}
-	opts.Examples = max(opts.Examples, 0)
-	if opts.TopCounters == 0 {
-		opts.TopCounters = DefaultTopCounters
-	}
-	if opts.Values == 0 {
-		opts.Values = DefaultValues
-	}
-	opts.Values = max(opts.Values, 0)
-	if opts.OldName == "" {
-		opts.OldName = "old"
-	}
-	if opts.NewName == "" {
-		opts.NewName = "new"
-	}
+	opts.Examples = max(cmp.Or(opts.Examples, DefaultExamples), 0)
+	opts.TopCounters = cmp.Or(opts.TopCounters, DefaultTopCounters)
+	opts.Values = max(cmp.Or(opts.Values, DefaultValues), 0)
+	opts.OldName = cmp.Or(opts.OldName, "old")
+	opts.NewName = cmp.Or(opts.NewName, "new")
 	rp := &replayer{opts: opts, diffs: map[ruleKey]*RuleDiff{}, domains: map[string]*DomainCount{},
 		minutes: map[int64]*MinuteCount{}, counters: map[string]*counter{}}
 	var err error
@@ -173,7 +161,6 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 		// Traffic never hands one; deciding it would distort the report.
 		return fmt.Errorf("replay: %w: a request at %s after one at %s", ErrOutOfOrder, r.Time.Format(TimeLayout), rep.To.Format(TimeLayout))
 	}
-	rp.seq++
 	rep.Requests++
 	if rep.Requests == 1 {
 		rep.From = r.Time
@@ -328,21 +315,17 @@ func (rp *replayer) fill() {
 	for _, d := range rp.domains {
 		rep.Domains = append(rep.Domains, *d)
 	}
-	sort.Slice(rep.Domains, func(i, j int) bool { return rep.Domains[i].Domain < rep.Domains[j].Domain })
+	slices.SortFunc(rep.Domains, func(x, y DomainCount) int { return cmp.Compare(x.Domain, y.Domain) })
 	for _, d := range rp.diffs {
 		rep.Rules = append(rep.Rules, *d)
 	}
-	sort.Slice(rep.Rules, func(i, j int) bool {
-		x, y := &rep.Rules[i], &rep.Rules[j]
-		if x.Domain != y.Domain {
-			return x.Domain < y.Domain
-		}
-		return x.Rule < y.Rule
+	slices.SortFunc(rep.Rules, func(x, y RuleDiff) int {
+		return cmp.Or(cmp.Compare(x.Domain, y.Domain), cmp.Compare(x.Rule, y.Rule))
 	})
 	for _, m := range rp.minutes {
 		rep.Minutes = append(rep.Minutes, *m)
 	}
-	sort.Slice(rep.Minutes, func(i, j int) bool { return rep.Minutes[i].Minute.Before(rep.Minutes[j].Minute) })
+	slices.SortFunc(rep.Minutes, func(x, y MinuteCount) int { return x.Minute.Compare(y.Minute) })
 	rep.Counters = len(rp.counters)
 	rep.Peaks, rep.Values, rep.ValuesDenied = topCounters(rp.counters, rp.opts.TopCounters, rp.opts.Values)
 }
@@ -359,39 +342,20 @@ func topCounters(counters map[string]*counter, top, values int) ([]CounterPeak, 
 				OldDenied: p.oldDenied, NewDenied: p.newDenied, Change: p.newDenied - p.oldDenied, OldRule: p.c.OldRule, NewRule: p.c.NewRule})
 		}
 	}
-	sort.Slice(peaks, func(i, j int) bool {
-		x, y := &peaks[i], &peaks[j]
-		if x.PeakPerSecond != y.PeakPerSecond {
-			return x.PeakPerSecond > y.PeakPerSecond
-		}
-		if x.Requests != y.Requests {
-			return x.Requests > y.Requests
-		}
-		return x.Domain+" "+x.Descriptor < y.Domain+" "+y.Descriptor
+	// Most first; ties by name, so that the report is the same every run.
+	slices.SortFunc(peaks, func(x, y CounterPeak) int {
+		return cmp.Or(cmp.Compare(y.PeakPerSecond, x.PeakPerSecond), cmp.Compare(y.Requests, x.Requests),
+			cmp.Compare(x.Domain+" "+x.Descriptor, y.Domain+" "+y.Descriptor))
 	})
-	sort.Slice(vals, func(i, j int) bool {
-		x, y := &vals[i], &vals[j]
-		if ax, ay := abs(x.Change), abs(y.Change); ax != ay {
-			return ax > ay
-		}
-		if x.NewDenied != y.NewDenied {
-			return x.NewDenied > y.NewDenied
-		}
-		if x.Requests != y.Requests {
-			return x.Requests > y.Requests
-		}
-		return x.Domain+" "+x.Descriptor < y.Domain+" "+y.Descriptor
+	slices.SortFunc(vals, func(x, y ValueChange) int {
+		return cmp.Or(cmp.Compare(abs(y.Change), abs(x.Change)), cmp.Compare(y.NewDenied, x.NewDenied),
+			cmp.Compare(y.Requests, x.Requests), cmp.Compare(x.Domain+" "+x.Descriptor, y.Domain+" "+y.Descriptor))
 	})
 	n := len(vals)
 	return peaks[:min(top, len(peaks))], vals[:min(values, len(vals))], n
 }
 
-func abs(n int64) int64 {
-	if n < 0 {
-		return -n
-	}
-	return n
-}
+func abs(n int64) int64 { return max(n, -n) }
 
 // describe renders a request's descriptors as "(k=v, k=v) (k=v)".
 func describe(req *pb.RateLimitRequest) string {
