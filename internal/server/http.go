@@ -57,7 +57,7 @@ func (s *Server) countersRefused(w http.ResponseWriter, _ *http.Request) {
 }
 
 // debugEndpoint is an endpoint of the debug listener, listed with its help
-// by the index at /, as the reference server's debug port lists its own.
+// by the index at /, as the reference server's debug port does.
 type debugEndpoint struct {
 	path, help string
 	handler    http.Handler
@@ -93,8 +93,7 @@ func (s *Server) debugHandler() http.Handler {
 	return mux
 }
 
-// index writes each endpoint as "path: help", by path, as the reference
-// server's debug port does at /.
+// index writes each endpoint as "path: help", by path.
 func index(w http.ResponseWriter, eps []debugEndpoint) {
 	slices.SortFunc(eps, func(a, b debugEndpoint) int { return strings.Compare(a.path, b.path) })
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -103,9 +102,8 @@ func index(w http.ResponseWriter, eps []debugEndpoint) {
 	}
 }
 
-// stats writes the process's expvar variables (the command line and the
-// runtime's memory statistics), "name: value" a line, as the reference
-// server's /stats does; the rate-limit figures are on /metrics.
+// stats writes the process's expvar variables, "name: value" a line, as
+// the reference server's /stats does.
 func stats(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	expvar.Do(func(kv expvar.KeyValue) {
@@ -121,8 +119,7 @@ func mountUI(mux *http.ServeMux, h http.Handler) {
 	}
 }
 
-// healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not
-// (before the store has answered, once shutdown began, or as Options ask);
+// healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not;
 // /rlconfig says why.
 func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -197,9 +194,9 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
-// marshalJSON encodes m as protojson does (lowerCamelCase field names,
-// enums as strings), compacted: protojson varies its spacing from build to
-// build on purpose, and scripts compare /json's answers byte for byte.
+// marshalJSON encodes m as protojson, compacted: protojson varies its
+// spacing from build to build on purpose, and scripts compare /json's
+// answers byte for byte.
 func marshalJSON(m proto.Message) ([]byte, error) {
 	out, err := protojson.Marshal(m)
 	if err != nil {
