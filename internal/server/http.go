@@ -172,14 +172,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	// child of the caller's, as gRPC metadata does.
 	resp, err := s.svc.ShouldRateLimit(tracing.WithHTTPRequest(r.Context(), r), req)
 	if err != nil {
-		code := http.StatusInternalServerError
-		switch status.Code(err) {
-		case codes.InvalidArgument:
-			code = http.StatusBadRequest
-		case codes.Unavailable:
-			code = http.StatusServiceUnavailable
-		}
-		http.Error(w, status.Convert(err).Message(), code)
+		http.Error(w, status.Convert(err).Message(), httpStatus(err))
 		return
 	}
 	out, err := marshalJSON(resp)
@@ -192,6 +185,18 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
+}
+
+// httpStatus is /json's status for the service's error: 400 for a bad
+// request, 503 when the store failed and the policy says unavailable.
+func httpStatus(err error) int {
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
 }
 
 // marshalJSON encodes m as protojson, compacted: protojson varies its
