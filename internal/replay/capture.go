@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,12 +21,16 @@ import (
 	"github.com/floodgate/floodgate/pkg/option"
 )
 
-// DefaultCaptureMaxBytes is CaptureOptions.MaxBytes when it is 0: 100 MiB.
-const DefaultCaptureMaxBytes = 100 << 20
+// Defaults of the CaptureOptions fields left zero.
+const (
+	DefaultCaptureMaxBytes = 100 << 20
+	DefaultCaptureSample   = 1.0 // every request
+	DefaultCaptureQueue    = 4096
+)
 
 // Validate reports the first option NewCapture refuses as an
 // *option.Error ("replay.CaptureOptions.Sample 2: want a share in
-// (0, 1]"), or nil. Zero values are valid: they mean the defaults.
+// (0, 1]"), or nil.
 func (o CaptureOptions) Validate() error {
 	refused := func(field string, v any, want string) error {
 		return &option.Error{Options: "replay.CaptureOptions", Field: field, Value: v, Want: want}
@@ -41,29 +46,19 @@ func (o CaptureOptions) Validate() error {
 	return nil
 }
 
-// DefaultCaptureSample keeps every request.
-const DefaultCaptureSample = 1.0
-
-// DefaultCaptureQueue is CaptureOptions.Queue when it is 0.
-const DefaultCaptureQueue = 4096
-
-// CaptureOptions configure a Capture. The zero value keeps every request,
-// up to DefaultCaptureMaxBytes.
+// CaptureOptions configure a Capture. Zero values take the defaults.
 type CaptureOptions struct {
-	// Sample is the share of requests kept, in (0, 1]; 0 means 1. A
-	// request is kept or not by a hash of its domain and descriptors, so
-	// the requests of one descriptor are all kept or all left out: a
-	// per-client limit sees the whole of a kept client's traffic in a
-	// replay, while a limit shared by every client (a global one) sees
-	// only the sample.
+	// Sample is the share of requests kept, in (0, 1]. A request is kept
+	// or not by a hash of its domain and descriptors, so that a per-client
+	// limit sees the whole of a kept client's traffic in a replay.
 	Sample float64
-	// MaxBytes bounds the file, counting what it held before; 0 means
-	// DefaultCaptureMaxBytes. Once a line would pass it, capturing stops
-	// (a warning says so), and the lines not written are counted.
+	// MaxBytes bounds the file, counting what it held before. Once a line
+	// would pass it, capturing stops with a warning, and the lines not
+	// written are counted.
 	MaxBytes int64
-	// Queue is the number of lines waiting for the writer; 0 means
-	// DefaultCaptureQueue. A request finding it full is not captured and
-	// is counted: capturing never makes a request wait.
+	// Queue is the number of lines waiting for the writer. A request
+	// finding it full is not captured and is counted: capturing never
+	// makes a request wait.
 	Queue int
 	// Now is the clock of the lines' times; nil means time.Now.
 	Now func() time.Time
@@ -84,10 +79,9 @@ type CaptureStats struct {
 }
 
 // Capture is a pb.RateLimitServiceServer that records the requests it
-// passes to another one, as lines of the traffic format Reader reads. It
-// answers exactly as the server it wraps; a line is written by a goroutine
-// of its own, so recording adds only the encoding of a sampled request to
-// the request path. It is safe for concurrent use.
+// passes to another one, as lines Reader reads, and answers as that one
+// does. A goroutine of its own writes the lines. It is safe for concurrent
+// use.
 type Capture struct {
 	pb.UnimplementedRateLimitServiceServer
 
@@ -107,11 +101,8 @@ type Capture struct {
 
 // NewCapture returns a Capture passing requests to next and appending
 // lines to the file at path, created if needed with mode 0600: the lines
-// hold the descriptors' values (API keys, addresses, user ids), as
-// sensitive as an access log. A file that exists keeps its mode, with a
-// warning when others than its owner may read it. Close stops
-// it. It returns an error for a Sample outside [0, 1], a negative size or
-// a file it cannot open.
+// hold descriptor values, as sensitive as an access log. A file that
+// exists keeps its mode, with a warning when others may read it.
 func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions) (*Capture, error) {
 	if next == nil {
 		return nil, errors.New("capture: nil server")
@@ -119,15 +110,9 @@ func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Sample == 0 {
-		opts.Sample = 1
-	}
-	if opts.MaxBytes == 0 {
-		opts.MaxBytes = DefaultCaptureMaxBytes
-	}
-	if opts.Queue == 0 {
-		opts.Queue = DefaultCaptureQueue
-	}
+	opts.Sample = cmp.Or(opts.Sample, DefaultCaptureSample)
+	opts.MaxBytes = cmp.Or(opts.MaxBytes, DefaultCaptureMaxBytes)
+	opts.Queue = cmp.Or(opts.Queue, DefaultCaptureQueue)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -241,10 +226,8 @@ func (c *Capture) write(f *os.File, size, limit int64, path string, logger *slog
 	}
 }
 
-// Close stops capturing: lines in the queue are written, the file is
-// closed. Requests after Close are passed on and not recorded (one racing
-// with Close may be lost). It returns
-// the error of closing the file.
+// Close writes the lines in the queue and closes the file, returning its
+// error. Requests after Close are passed on and not recorded.
 func (c *Capture) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)

@@ -9,20 +9,16 @@ import (
 )
 
 // DefaultReorder is Merge's reorder when it is 0: the requests read ahead
-// in each input to put it back in time order. A capture is out of order by
-// the few requests that raced to its writer; an access log by the
-// requests that were still running when a later one ended (Envoy writes a
-// line when a request ends, with the time it started): at a thousand
-// requests a second, this covers requests of up to 16 s. Each request read
-// ahead is held parsed: 16,384 requests of two one-entry descriptors add
-// 10 MB to the process (about 600 bytes each), larger ones more.
+// in each input to put it back in time order. An access log is out of
+// order by the requests still running when a later one ended (Envoy logs
+// a request's start time when it ends): at a thousand requests a second,
+// this covers requests of up to 16 s, for about 10 MB held.
 const DefaultReorder = 1 << 14
 
 // ErrOutOfOrder is wrapped by the error of Traffic.Next when an input is
-// out of time order by more than the reorder bound: a request older than
-// one that had to be replayed before it was read. Replaying it at its own time would move the
-// virtual clock back; at the later time, it would be decided on a window
-// it was not in. Either would distort the report, so the replay stops.
+// out of time order by more than the reorder bound. Replaying such a
+// request at its own time would move the virtual clock back, and at a
+// later time would decide it on a window it was not in.
 var ErrOutOfOrder = errors.New("out of time order")
 
 // Input is one source of traffic: a file, say, and its Reader.
@@ -47,15 +43,10 @@ type InputStats struct {
 }
 
 // Traffic is the requests of one or several inputs in time order: each
-// input put back in order within a bound (it holds that many requests read
-// ahead, in a heap), then the inputs merged by time, as a k-way merge. So
-// captures of several replicas, each in its own file, replay as the one
-// stream of requests the rules saw in all; and a file whose disorder is
-// within the bound (any file of fewer requests) replays sorted. A request
-// older than one that had to be replayed before it was read is never
-// replayed: Next returns an error wrapping ErrOutOfOrder, naming the input
-// and both lines. Requests
-// of the same time keep the order of the inputs, then of their lines.
+// input put back in order within a bound (requests read ahead in a heap),
+// then the inputs merged by time, so that the captures of several replicas
+// replay as the one stream the rules saw. Requests of the same time keep
+// the order of the inputs, then of their lines.
 type Traffic struct {
 	inputs  []*input
 	started bool
@@ -87,8 +78,7 @@ func (t *Traffic) Next() (Request, error) {
 			}
 		}
 	}
-	// A linear scan: there are a few inputs (one per replica), and deciding
-	// a request costs far more than comparing a few times.
+	// A linear scan: there are few inputs, one per replica.
 	var next *input
 	for _, in := range t.inputs {
 		if len(in.ahead.items) > 0 && (next == nil || in.ahead.items[0].before(next.ahead.items[0])) {

@@ -1,266 +1,47 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/status"
 
-	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// DefaultExamples is Options.Examples when it is 0.
-const DefaultExamples = 5
-
-// DefaultTopCounters is Options.TopCounters when it is 0.
-const DefaultTopCounters = 20
-
-// DefaultValues is Options.Values when it is 0.
-const DefaultValues = 20
-
-// maxCounters bounds the counters whose peak rate is tracked, so that
-// traffic of endless distinct values (client IPs) does not hold memory
-// without bound; Report.UntrackedCounters says how many were left out.
-const maxCounters = 1 << 20
-
-// Options tune Run. The zero value is usable.
-type Options struct {
-	// Examples is the number of changed requests kept as examples, the
-	// first ones in traffic order; 0 means DefaultExamples, a negative
-	// number none.
-	Examples int
-	// TopCounters is the number of counters listed by peak rate; 0 means
-	// DefaultTopCounters.
-	TopCounters int
-	// Values is the number of descriptor values listed by the change in
-	// their denials (Report.Values); 0 means DefaultValues, a negative
-	// number none.
-	Values int
-	// OldName and NewName label the rule sets in the report (their
-	// directories, say); empty means "old" and "new".
-	OldName, NewName string
-}
-
-// clock is a virtual clock: the time of the request being replayed.
-type clock struct{ t time.Time }
-
-func (c *clock) Now() time.Time { return c.t }
-
-// fixedSource serves one rule set.
-type fixedSource struct{ set *rules.Set }
-
-func (f fixedSource) Current() *rules.Set { return f.set }
-
-// side is one rule set with its own store and service.
-type side struct {
-	set   *rules.Set
-	clock clock
-	svc   *envoy.Service
-	store *recorder
-	stats *SetStats
-	rules map[*rules.Rule]*ruleTally
-	seen  []seenRule // the rules the request being decided met
-}
-
-// ruleTally is where a rule's requests are counted: its own counts in one
-// set, and the changes of the rule of the same path in both.
-type ruleTally struct {
-	count *RuleCount
-	diff  *RuleDiff
-}
-
-// recorder is the store of a side: limit.Memory, remembering the hits of
-// the last call (overOf).
-type recorder struct {
-	limit.Limiter
-	last []hitSeen
-}
-
-type hitSeen struct {
-	key     string
-	allowed bool
-	mode    limit.Mode
-}
-
-func (r *recorder) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
-	blocked, err = r.Limiter.Evaluate(ctx, hits, decisions)
-	r.last = r.last[:0]
-	if err == nil {
-		for i := range hits {
-			r.last = append(r.last, hitSeen{hits[i].Key, decisions[i].Allowed, hits[i].Mode})
-		}
-	}
-	return blocked, err
-}
-
-// overOf reads the hits of a descriptor that met rule r (nil for none) in
-// the last call and reports whether one was denied. Hits come in
-// descriptor order: those from *next on are this descriptor's and later
-// ones'; *next moves past this one's. A descriptor with a limit override
-// has exactly one hit.
-func (r *recorder) overOf(rule *rules.Rule, override bool, next *int) bool {
-	over := false
-	for ; *next < len(r.last); *next++ {
-		h := &r.last[*next]
-		if !override && (rule == nil || !ofRule(h.key, rule)) {
-			break
-		}
-		over = over || !h.allowed
-		if override {
-			*next++
-			break
-		}
-	}
-	return over
-}
-
-// ofRule reports whether key is the counter of one of r's limits: 'r'
-// then the limit's ID (see package rules' counter keys).
-func ofRule(key string, r *rules.Rule) bool {
-	if len(key) == 0 || key[0] != 'r' {
-		return false
-	}
-	for _, l := range r.Limits {
-		if l.ID != "" && strings.HasPrefix(key[1:], l.ID) {
-			return true
-		}
-	}
-	return false
-}
-
-// newSide returns the side of set, whose rules count their changes in
-// diffs (by domain and path, filled in here for the rules diffs lacks).
-func newSide(set *rules.Set, name string, diffs map[ruleKey]*RuleDiff, isNew bool) (*side, error) {
-	s := &side{set: set, stats: &SetStats{Name: name}, rules: map[*rules.Rule]*ruleTally{}}
-	// Big enough never to refuse a counter: a replay judges the rules,
-	// not the production store's size.
-	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: s.clock.Now, MaxEntries: math.MaxInt32})}
-	svc, err := envoy.New(fixedSource{set}, s.store, envoy.Options{Now: s.clock.Now})
-	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	s.svc = svc
-	for _, r := range set.Rules() {
-		k := ruleKey{r.Domain, r.Path}
-		d := diffs[k]
-		if d == nil {
-			d = &RuleDiff{Domain: r.Domain, Rule: r.Path}
-			diffs[k] = d
-		}
-		c := &RuleCount{Pos: r.Pos.String(), Shadow: r.ShadowMode}
-		if isNew {
-			d.New = c
-		} else {
-			d.Old = c
-		}
-		s.rules[r] = &ruleTally{count: c, diff: d}
-	}
-	return s, nil
-}
-
-// ruleKey names a rule in either set.
-type ruleKey struct{ domain, path string }
-
-// outcome is what one side decided for a request.
-type outcome struct {
-	code    decision
-	overBy  string // the rule of the first descriptor over its limit
-	errText string
-}
-
-type decision uint8
-
+// Defaults of the Options fields left zero.
 const (
-	allowed decision = iota
-	denied
-	invalid
+	DefaultExamples    = 5
+	DefaultTopCounters = 20
+	DefaultValues      = 20
 )
 
-func (d decision) String() string {
-	return [...]string{"allowed", "denied", "invalid"}[d]
-}
+// maxCounters bounds the counters whose peak rate is tracked, so that
+// endless distinct values (client IPs) do not hold memory without bound.
+const maxCounters = 1 << 20
 
-// decide runs one request through the side's service at time t, which is
-// never before the last one's (Run hands requests in time order).
-func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest) outcome {
-	s.clock.t = t
-	s.store.last = s.store.last[:0]
-	s.seen = s.seen[:0]
-	resp, err := s.svc.ShouldRateLimit(ctx, req)
-	if err != nil {
-		s.stats.Invalid++
-		return outcome{code: invalid, errText: status.Convert(err).Message()}
-	}
-	var o outcome
-	next := 0
-	for i, st := range resp.GetStatuses() {
-		if i >= len(req.Descriptors) {
-			break
-		}
-		r := s.set.Match(req.Domain, entriesOf(req.Descriptors[i].GetEntries()))
-		over := st.GetCode() == pb.RateLimitResponse_OVER_LIMIT
-		// The answer says OK for a rule in shadow mode; its hits say
-		// whether it was over.
-		if s.store.overOf(r, req.Descriptors[i].GetLimit() != nil, &next) && r != nil && r.ShadowMode {
-			over = true
-		}
-		if r == nil {
-			continue
-		}
-		s.see(r, over)
-		if over && o.overBy == "" && !r.ShadowMode {
-			o.overBy = r.Path
-		}
-	}
-	if resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
-		s.stats.Denied++
-		o.code = denied
-	} else {
-		s.stats.Allowed++
-	}
-	for _, sr := range s.seen {
-		sr.t.count.add(o.code == denied, sr.over, sr.t.count.Shadow)
-	}
-	return o
-}
-
-// seenRule is a rule a descriptor of the request being decided matched,
-// and whether one such descriptor was over its limit.
-type seenRule struct {
-	t    *ruleTally
-	over bool
-}
-
-// see notes that a descriptor of the request matched r: a rule met by
-// several descriptors of one request counts the request once.
-func (s *side) see(r *rules.Rule, over bool) {
-	t := s.rules[r]
-	for i := range s.seen {
-		if s.seen[i].t == t {
-			s.seen[i].over = s.seen[i].over || over
-			return
-		}
-	}
-	s.seen = append(s.seen, seenRule{t, over})
-}
-
-func entriesOf(es []*rlv3.RateLimitDescriptor_Entry) []rules.Entry {
-	out := make([]rules.Entry, len(es))
-	for i, e := range es {
-		out[i] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
-	}
-	return out
+// Options tune Run. Zero values take the defaults.
+type Options struct {
+	// Examples is the number of changed requests kept as examples, the
+	// first ones in traffic order; negative keeps none.
+	Examples int
+	// TopCounters is the number of counters listed by peak rate.
+	TopCounters int
+	// Values is the number of descriptor values listed by the change in
+	// their denials (Report.Values); negative lists none.
+	Values int
+	// OldName and NewName label the rule sets in the report; empty means
+	// "old" and "new".
+	OldName, NewName string
 }
 
 // counter is one descriptor value's traffic: its busiest second and
@@ -304,10 +85,8 @@ func floorDiv(a, b int64) int64 {
 
 // Run replays traffic through old and new, each on its own in-memory store
 // behind its own envoy.Service, whose clock is set to each request's time.
-// Traffic hands requests in time order, or fails: a replay never decides a
-// request at a time other than its own. Run stops at the end of the
-// traffic, at its first error (naming the input and line) or when ctx
-// ends.
+// It stops at the end of the traffic, at its first error (naming the input
+// and line) or when ctx ends.
 func Run(ctx context.Context, old, new *rules.Set, traffic *Traffic, opts Options) (*Report, error) {
 	if old == nil || new == nil || traffic == nil {
 		return nil, errors.New("replay: nil rule set or traffic")
@@ -352,28 +131,15 @@ type replayer struct {
 	domains  map[string]*DomainCount
 	minutes  map[int64]*MinuteCount
 	counters map[string]*counter
-	seq      uint64 // the request being replayed, from 1
 	key      []byte
 }
 
 func newReplayer(old, new *rules.Set, opts Options) (*replayer, error) {
-	if opts.Examples == 0 {
-		opts.Examples = DefaultExamples
-	}
-	opts.Examples = max(opts.Examples, 0)
-	if opts.TopCounters == 0 {
-		opts.TopCounters = DefaultTopCounters
-	}
-	if opts.Values == 0 {
-		opts.Values = DefaultValues
-	}
-	opts.Values = max(opts.Values, 0)
-	if opts.OldName == "" {
-		opts.OldName = "old"
-	}
-	if opts.NewName == "" {
-		opts.NewName = "new"
-	}
+	opts.Examples = max(cmp.Or(opts.Examples, DefaultExamples), 0)
+	opts.TopCounters = cmp.Or(opts.TopCounters, DefaultTopCounters)
+	opts.Values = max(cmp.Or(opts.Values, DefaultValues), 0)
+	opts.OldName = cmp.Or(opts.OldName, "old")
+	opts.NewName = cmp.Or(opts.NewName, "new")
 	rp := &replayer{opts: opts, diffs: map[ruleKey]*RuleDiff{}, domains: map[string]*DomainCount{},
 		minutes: map[int64]*MinuteCount{}, counters: map[string]*counter{}}
 	var err error
@@ -395,7 +161,6 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 		// Traffic never hands one; deciding it would distort the report.
 		return fmt.Errorf("replay: %w: a request at %s after one at %s", ErrOutOfOrder, r.Time.Format(TimeLayout), rep.To.Format(TimeLayout))
 	}
-	rp.seq++
 	rep.Requests++
 	if rep.Requests == 1 {
 		rep.From = r.Time
@@ -433,12 +198,8 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 }
 
 // changed counts a request whose decision differs: on the report, and on
-// the rules that made the difference. A request now denied counts on each
-// rule that refused it under the new set (over its limit, enforced), a
-// request now allowed on each that refused it under the old one. So taking
-// a rule out of shadow mode shows on that rule alone, not on every rule
-// the request met; and each request whose answer changed between allowed
-// and denied shows on at least one rule.
+// the rules that refused it under the set that denied it (see RuleDiff),
+// so that taking a rule out of shadow mode shows on that rule alone.
 func (rp *replayer) changed(r Request, oa, ob outcome) {
 	rep := rp.rep
 	rep.Changed.add(oa, ob)
@@ -491,8 +252,7 @@ func (rp *replayer) count(r Request, a, b decision) {
 
 // appendCounterKey appends the key of a descriptor value in the counters
 // map: the domain and each entry's key and value, each preceded by its
-// length, so that no two descriptors share a key (joining them with a
-// separator would let a value holding it pass for two entries).
+// length, so that no value can pass for two entries.
 func appendCounterKey(dst []byte, domain string, entries []*rlv3.RateLimitDescriptor_Entry) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(domain)))
 	dst = append(dst, domain...)
@@ -505,10 +265,9 @@ func appendCounterKey(dst []byte, domain string, entries []*rlv3.RateLimitDescri
 	return dst
 }
 
-// readAhead parses traffic in a goroutine of its own, in batches, so that
-// parsing and deciding use two cores. The error channel gets one value once
-// batches is closed: nil at the end of the traffic, the traffic's error,
-// or ctx's.
+// readAhead parses traffic in batches on a goroutine of its own, so that
+// parsing and deciding use two cores. The error channel gets one value
+// once batches is closed: nil at the end, or the traffic's or ctx's error.
 func readAhead(ctx context.Context, traffic *Traffic) (<-chan []Request, <-chan error) {
 	const size = 512
 	batches := make(chan []Request, 4)
@@ -556,21 +315,17 @@ func (rp *replayer) fill() {
 	for _, d := range rp.domains {
 		rep.Domains = append(rep.Domains, *d)
 	}
-	sort.Slice(rep.Domains, func(i, j int) bool { return rep.Domains[i].Domain < rep.Domains[j].Domain })
+	slices.SortFunc(rep.Domains, func(x, y DomainCount) int { return cmp.Compare(x.Domain, y.Domain) })
 	for _, d := range rp.diffs {
 		rep.Rules = append(rep.Rules, *d)
 	}
-	sort.Slice(rep.Rules, func(i, j int) bool {
-		x, y := &rep.Rules[i], &rep.Rules[j]
-		if x.Domain != y.Domain {
-			return x.Domain < y.Domain
-		}
-		return x.Rule < y.Rule
+	slices.SortFunc(rep.Rules, func(x, y RuleDiff) int {
+		return cmp.Or(cmp.Compare(x.Domain, y.Domain), cmp.Compare(x.Rule, y.Rule))
 	})
 	for _, m := range rp.minutes {
 		rep.Minutes = append(rep.Minutes, *m)
 	}
-	sort.Slice(rep.Minutes, func(i, j int) bool { return rep.Minutes[i].Minute.Before(rep.Minutes[j].Minute) })
+	slices.SortFunc(rep.Minutes, func(x, y MinuteCount) int { return x.Minute.Compare(y.Minute) })
 	rep.Counters = len(rp.counters)
 	rep.Peaks, rep.Values, rep.ValuesDenied = topCounters(rp.counters, rp.opts.TopCounters, rp.opts.Values)
 }
@@ -587,39 +342,20 @@ func topCounters(counters map[string]*counter, top, values int) ([]CounterPeak, 
 				OldDenied: p.oldDenied, NewDenied: p.newDenied, Change: p.newDenied - p.oldDenied, OldRule: p.c.OldRule, NewRule: p.c.NewRule})
 		}
 	}
-	sort.Slice(peaks, func(i, j int) bool {
-		x, y := &peaks[i], &peaks[j]
-		if x.PeakPerSecond != y.PeakPerSecond {
-			return x.PeakPerSecond > y.PeakPerSecond
-		}
-		if x.Requests != y.Requests {
-			return x.Requests > y.Requests
-		}
-		return x.Domain+" "+x.Descriptor < y.Domain+" "+y.Descriptor
+	// Most first; ties by name, so that the report is the same every run.
+	slices.SortFunc(peaks, func(x, y CounterPeak) int {
+		return cmp.Or(cmp.Compare(y.PeakPerSecond, x.PeakPerSecond), cmp.Compare(y.Requests, x.Requests),
+			cmp.Compare(x.Domain+" "+x.Descriptor, y.Domain+" "+y.Descriptor))
 	})
-	sort.Slice(vals, func(i, j int) bool {
-		x, y := &vals[i], &vals[j]
-		if ax, ay := abs(x.Change), abs(y.Change); ax != ay {
-			return ax > ay
-		}
-		if x.NewDenied != y.NewDenied {
-			return x.NewDenied > y.NewDenied
-		}
-		if x.Requests != y.Requests {
-			return x.Requests > y.Requests
-		}
-		return x.Domain+" "+x.Descriptor < y.Domain+" "+y.Descriptor
+	slices.SortFunc(vals, func(x, y ValueChange) int {
+		return cmp.Or(cmp.Compare(abs(y.Change), abs(x.Change)), cmp.Compare(y.NewDenied, x.NewDenied),
+			cmp.Compare(y.Requests, x.Requests), cmp.Compare(x.Domain+" "+x.Descriptor, y.Domain+" "+y.Descriptor))
 	})
 	n := len(vals)
 	return peaks[:min(top, len(peaks))], vals[:min(values, len(vals))], n
 }
 
-func abs(n int64) int64 {
-	if n < 0 {
-		return -n
-	}
-	return n
-}
+func abs(n int64) int64 { return max(n, -n) }
 
 // describe renders a request's descriptors as "(k=v, k=v) (k=v)".
 func describe(req *pb.RateLimitRequest) string {

@@ -14,14 +14,9 @@ import (
 type Report struct {
 	// Requests is the number of requests replayed.
 	Requests int `json:"requests"`
-	// Skipped counts access-log lines without rate-limit metadata (requests
-	// Envoy did not ask floodgate about).
-	Skipped int `json:"skipped"`
-	// Truncated counts incomplete last lines skipped (at most one an
-	// input): a traffic file copied while it was being written.
+	// Skipped, Truncated and Reordered sum the inputs' InputStats.
+	Skipped   int `json:"skipped"`
 	Truncated int `json:"truncated"`
-	// Reordered counts requests older than one before them in their input,
-	// put back in time order (see Traffic).
 	Reordered int `json:"reordered"`
 	// Traffic are the counts of each input, in the order given to Merge.
 	Traffic []InputStats `json:"traffic"`
@@ -45,9 +40,9 @@ type Report struct {
 	Values       []ValueChange `json:"values"`
 	ValuesDenied int           `json:"values_denied"`
 	// Counters is the number of distinct counters (domain and descriptor
-	// entries) seen; Peaks are the busiest of them, by peak requests per
-	// second; UntrackedCounters counts descriptors not tracked beyond the
-	// first million counters (neither in Peaks nor in Values).
+	// entries) seen; Peaks are the busiest, by peak requests per second;
+	// UntrackedCounters counts descriptors beyond the first million
+	// counters, in neither Peaks nor Values.
 	Counters          int           `json:"counters"`
 	UntrackedCounters int           `json:"untracked_counters,omitempty"`
 	Peaks             []CounterPeak `json:"peaks"`
@@ -92,16 +87,11 @@ type DomainCount struct {
 }
 
 // RuleCount is what became, under one set, of the requests with a
-// descriptor that matched a rule (once per request, however many of its
-// descriptors matched it). Allowed and Denied are the requests' answers,
-// whichever rule decided them: with 10 a second per address and 5 a
-// second per API key, a request within its address's limit but over its
-// key's is Denied on both rules. Refused counts the requests denied while
-// this rule's descriptor was over its limit: those it refused, alone or
-// with other rules. WouldRefuse, for a rule in shadow mode, counts the
-// requests in which its descriptor was over its limit: those it would
-// refuse if enforced, and let through (unless another rule refused them).
-// A request the service refused as invalid counts on no rule.
+// descriptor that matched a rule, counted once per request. Allowed and
+// Denied are the requests' answers, whichever rule decided them. Refused
+// counts the requests denied while this rule's descriptor was over its
+// limit; WouldRefuse, for a rule in shadow mode, those in which it was
+// over its limit. A request refused as invalid counts on no rule.
 type RuleCount struct {
 	Pos         string `json:"pos"`
 	Shadow      bool   `json:"shadow_mode,omitempty"`
@@ -138,12 +128,9 @@ func (c *RuleCount) refusedCell() string {
 
 // RuleDiff is one rule under each set, and the requests whose answer this
 // rule changed: NowDenied were allowed under the old set and are denied
-// under the new one with this rule over its limit (refusing them, alone or
-// with other rules); NowAllowed were denied under the old set with this
-// rule over its limit, and are allowed under the new one. A request whose
-// answer changed counts on every rule that refused it, so on at least one.
-// Taking a rule out of shadow mode shows here, on that rule, and as
-// WouldRefuse becoming Refused.
+// under the new one with this rule over its limit; NowAllowed the other
+// way round. A changed request counts on every rule that refused it, so
+// on at least one.
 type RuleDiff struct {
 	Domain     string     `json:"domain"`
 	Rule       string     `json:"rule"`
@@ -246,10 +233,9 @@ type CounterPeak struct {
 }
 
 // ValueChange is what the edit does to the requests carrying one
-// descriptor value: a domain and a descriptor's entries as the traffic has
-// them (an address, an API key: what names the client). A request counts
-// under each of its descriptors; OldDenied and NewDenied are those denied
-// under each set, by whichever rule.
+// descriptor value (an address, an API key: what names the client). A
+// request counts under each of its descriptors; OldDenied and NewDenied
+// are those denied under each set, by whichever rule.
 type ValueChange struct {
 	Domain     string `json:"domain"`
 	Descriptor string `json:"descriptor"`

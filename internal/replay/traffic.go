@@ -31,36 +31,28 @@ type Request struct {
 }
 
 // TimeLayout is the layout of the times Capture writes: RFC 3339 in UTC
-// with microseconds, always six digits (2026-01-05T09:00:00.080000Z). At a
-// fixed width, the lines of captures sort as text in time order
-// (LC_ALL=C sort), which they would not if trailing zeros were dropped
-// (…:00Z sorts after …:00.08Z). A Reader accepts any RFC 3339 time.
+// with always six digits of microseconds, so that captured lines sort as
+// text in time order (LC_ALL=C sort). A Reader accepts any RFC 3339 time.
 const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
 // Reader reads recorded traffic, one JSON object a line, in either of two
 // shapes, told apart line by line:
 //
-//   - floodgate's: the body of a /json request plus "time" (RFC 3339), as
-//     Capture writes it:
+//   - floodgate's, as Capture writes it: the body of a /json request plus
+//     "time", in snake_case or lowerCamelCase:
 //     {"time": "2026-01-02T15:04:05.123000Z", "domain": "demo", "descriptors":
 //     [{"entries": [{"key": "api_key", "value": "alice"}]}]}
-//     (hits_addend and a descriptor's limit and hits_addend are read too,
-//     in snake_case or lowerCamelCase);
 //   - Envoy's JSON access log with the rate-limit filter's dynamic metadata
-//     under "ratelimit" and the request's start under "start_time" (the
-//     format of examples/envoy-access-log.yaml; floodgate must run with
-//     -response-dynamic-metadata). Its entries are "key=value" strings, cut
-//     at the first '='. A line whose "ratelimit" is null, "-" or missing
-//     is a request Envoy did not ask floodgate about (or that got no
-//     answer): it is skipped and counted (Skipped).
+//     under "ratelimit" and the request's start under "start_time"
+//     (examples/envoy-access-log.yaml, -response-dynamic-metadata). Its
+//     entries are "key=value" strings, cut at the first '='. A line
+//     without "ratelimit" (null, "-" or missing) was not asked about: it
+//     is skipped and counted (Skipped).
 //
-// Blank lines are ignored. Any other line is an error naming its number,
-// except a last line that is not JSON and has no newline after it: a file
-// copied while it was being written ends so, and that line is skipped and
-// counted (Truncated).
-//
-// A Reader returns requests in the order of the lines; Merge puts them in
-// time order.
+// Blank lines are ignored; any other line is an error naming its number,
+// but for a last line cut short (not JSON, no newline after it: a file
+// copied while being written), skipped and counted (Truncated). Requests
+// come in the order of the lines.
 type Reader struct {
 	sc        *bufio.Scanner
 	line      int

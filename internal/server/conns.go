@@ -9,29 +9,23 @@ import (
 
 // Defaults of ConnOptions' fields.
 const (
-	// DefaultGRPCConnectionTimeout leaves a client time for TCP, TLS and
-	// HTTP/2's preface over a slow link; Envoy needs milliseconds.
+	// DefaultGRPCConnectionTimeout leaves time for TCP, TLS and HTTP/2's
+	// preface over a slow link; Envoy needs milliseconds.
 	DefaultGRPCConnectionTimeout = 10 * time.Second
-	// DefaultGRPCKeepaliveTime and DefaultGRPCKeepaliveTimeout find a
-	// dead or silent client within a minute and a half. Envoy answers the
-	// pings; they cost it nothing.
+	// DefaultGRPCKeepaliveTime and DefaultGRPCKeepaliveTimeout find a dead
+	// client within a minute and a half; Envoy answers the pings.
 	DefaultGRPCKeepaliveTime    = time.Minute
 	DefaultGRPCKeepaliveTimeout = 20 * time.Second
-	// DefaultGRPCMinPingInterval lets through any keepalive a client
-	// would set on purpose (Envoy's connection_keepalive interval is the
-	// operator's choice and has no lower bound; gRPC's own default of 5
-	// minutes would close the connection of an Envoy pinging every 30
-	// seconds) while still ending a ping flood.
+	// DefaultGRPCMinPingInterval lets through any keepalive a client sets
+	// on purpose (Envoy's has no lower bound, and gRPC's own default of 5
+	// minutes would close an Envoy pinging every 30 s) and still ends a
+	// ping flood.
 	DefaultGRPCMinPingInterval = time.Second
-	// DefaultHTTPReadTimeout bounds the reading of a request: /json
-	// bodies are a few hundred bytes.
-	DefaultHTTPReadTimeout = 10 * time.Second
-	// DefaultHTTPWriteTimeout bounds the answer: a decision takes at most
-	// the store deadline, a /metrics scrape well under a second.
+	DefaultHTTPReadTimeout     = 10 * time.Second
+	// DefaultHTTPWriteTimeout is well above a decision (at most the store
+	// deadline) and a /metrics scrape.
 	DefaultHTTPWriteTimeout = 30 * time.Second
-	// DefaultHTTPIdleTimeout is as long as a kept-alive HTTP connection
-	// waits for its next request.
-	DefaultHTTPIdleTimeout = time.Minute
+	DefaultHTTPIdleTimeout  = time.Minute
 	// MinAutoConns is the least bound a file limit makes.
 	MinAutoConns = 16
 )
@@ -41,48 +35,38 @@ const (
 // take their defaults; negative durations are refused.
 type ConnOptions struct {
 	// GRPCMaxConns bounds the open connections of the gRPC listener,
-	// HTTPMaxConns those of the HTTP listener and, separately, of the
-	// debug listener, so that a flood on one port never takes the
-	// descriptors that /healthcheck needs. A connection over the bound is
-	// closed as soon as it is accepted, counted and logged (once per 10
-	// s). 0 takes a share of the process's open-file limit: half for
-	// gRPC, an eighth for each HTTP listener (at least MinAutoConns),
-	// leaving the rest to the store's connections and the rule files;
-	// no bound when the limit is unknown. Negative means no bound.
+	// HTTPMaxConns those of the HTTP and, separately, of the debug
+	// listener, so that a flood on one port never takes what /healthcheck
+	// needs. A connection over the bound is closed once accepted, counted
+	// and logged (once per 10 s). 0 takes a share of the open-file limit:
+	// half for gRPC, an eighth for each HTTP listener (at least
+	// MinAutoConns), no bound when the limit is unknown. Negative: no bound.
 	GRPCMaxConns, HTTPMaxConns int
-	// GRPCConnectionTimeout bounds a new gRPC connection's handshake
-	// (TLS, the HTTP/2 preface and first settings): a client silent for
-	// longer is closed. Default DefaultGRPCConnectionTimeout.
+	// GRPCConnectionTimeout bounds a new gRPC connection's handshake (TLS,
+	// the HTTP/2 preface and settings).
 	GRPCConnectionTimeout time.Duration
-	// GRPCKeepaliveTime is how long a gRPC connection may stay without
-	// traffic before the server pings its client; GRPCKeepaliveTimeout
-	// how long the server then waits for the answer before closing it.
-	// Defaults DefaultGRPCKeepaliveTime and DefaultGRPCKeepaliveTimeout.
+	// GRPCKeepaliveTime is how long a gRPC connection may stay silent
+	// before the server pings its client; GRPCKeepaliveTimeout how long
+	// the server then waits for the answer before closing it.
 	GRPCKeepaliveTime, GRPCKeepaliveTimeout time.Duration
-	// GRPCMaxConnectionIdle, when positive, closes gracefully (GOAWAY) a
-	// gRPC connection that carried no call for that long. 0 (the default)
-	// never does: a client that answers pings is alive, Envoy keeps its
-	// connections for an hour of idleness by default and would pay a new
-	// handshake on its next request, and the connection bound already
-	// caps what idle clients hold.
+	// GRPCMaxConnectionIdle, when positive, closes with GOAWAY a gRPC
+	// connection without a call for that long. 0, the default, never does:
+	// a client that answers pings is alive, and Envoy would pay a new
+	// handshake on its next request.
 	GRPCMaxConnectionIdle time.Duration
 	// GRPCMinPingInterval is the shortest interval between a client's
-	// pings that the server accepts, calls in flight or not; a client
-	// that pings more often (three times in a row) is closed with GOAWAY
-	// "too_many_pings". Default DefaultGRPCMinPingInterval.
+	// pings the server accepts; a client pinging more often is closed
+	// with GOAWAY "too_many_pings".
 	GRPCMinPingInterval time.Duration
-	// HTTPReadTimeout bounds the reading of an HTTP request, headers and
-	// body; HTTPWriteTimeout the time from the end of its headers to the
-	// end of the answer (on the HTTP listener only: the debug listener's
-	// profiles take 30 s); HTTPIdleTimeout how long a kept-alive
-	// connection waits for its next request. Defaults
-	// DefaultHTTPReadTimeout, DefaultHTTPWriteTimeout and
-	// DefaultHTTPIdleTimeout.
+	// HTTPReadTimeout bounds reading an HTTP request; HTTPWriteTimeout the
+	// time from the end of its headers to the end of the answer (not on
+	// the debug listener, whose profiles take 30 s); HTTPIdleTimeout how
+	// long a kept-alive connection waits for its next request.
 	HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
 }
 
-// normalize fills the defaults in, with the connection bounds the file
-// limit gives when they are 0.
+// normalize fills the defaults in, with the connection bounds fileLimit
+// gives when they are 0.
 func (o ConnOptions) normalize(fileLimit int) (ConnOptions, error) {
 	for _, d := range []struct {
 		p    *time.Duration
@@ -110,9 +94,8 @@ func (o ConnOptions) normalize(fileLimit int) (ConnOptions, error) {
 	return o, nil
 }
 
-// autoConns is a connection bound as ConnOptions says: n when positive,
-// no bound (0) when negative, share of the file limit (at least
-// MinAutoConns) when 0, or no bound when the limit is unknown.
+// autoConns is a connection bound as ConnOptions says, share being the
+// listener's share of the file limit (0 when unknown); 0 means no bound.
 func autoConns(n, share int) int {
 	switch {
 	case n > 0:

@@ -2,15 +2,116 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"time"
 
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
+// HealthServices are the gRPC health service names the server reports: ""
+// (the whole server), "ratelimit" (what the reference server reports) and
+// the RLS service's full name.
+var HealthServices = []string{"", "ratelimit", pb.RateLimitService_ServiceDesc.ServiceName}
+
+// HealthPollInterval is how often gRPC health follows the store and the
+// rules while they can change readiness (/healthcheck asks at each
+// request).
+const HealthPollInterval = 250 * time.Millisecond
+
+// Serving reports whether health is SERVING: the server runs and is not
+// shutting down, the store is ready as Options.StoreReadiness asks, and,
+// with Options.HealthRequiresRules, the rules declare a domain.
+func (s *Server) Serving() bool { return s.notServing() == "" }
+
+// notServing says why health is NOT_SERVING; "" when it is SERVING.
+func (s *Server) notServing() string {
+	if !s.serving.Load() {
+		return "the server is not running or is shutting down"
+	}
+	if mode := s.opts.StoreReadiness; s.opts.Store != nil && mode != StoreIgnored && (mode == StoreAlways || !s.reached.Load()) {
+		h := s.opts.Store()
+		if h.Reached {
+			// Latched: a store that answered once stays reached, whatever
+			// it says later.
+			s.reached.Store(true)
+		}
+		switch {
+		case !s.reached.Load():
+			return fmt.Sprintf("store %s has not answered since start; readiness waits until it has", h.Name)
+		case mode == StoreAlways && !h.Healthy:
+			return fmt.Sprintf("store %s is unhealthy; readiness requires it always", h.Name)
+		}
+	}
+	if s.opts.HealthRequiresRules && len(s.rules.Current().Domains()) == 0 {
+		return "the rules declare no domain; readiness requires one"
+	}
+	return ""
+}
+
+// followsHealth reports whether health can still change while the server
+// runs, so that gRPC health must be polled.
+func (s *Server) followsHealth() bool {
+	mode := s.opts.StoreReadiness
+	storeCan := s.opts.Store != nil && (mode == StoreAlways || mode == StoreReachedOnce && !s.reached.Load())
+	return storeCan || s.opts.HealthRequiresRules
+}
+
+// setServing starts or stops serving; Run and shutdown log the change.
+func (s *Server) setServing(on bool) {
+	s.serving.Store(on)
+	s.updateHealth(false)
+}
+
+// updateHealth sets the gRPC health statuses from Serving, when they
+// change, logging the change with its reason if asked.
+func (s *Server) updateHealth(logChange bool) {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	st, why := healthpb.HealthCheckResponse_SERVING, s.notServing()
+	if why != "" {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	if st == s.grpcState {
+		return
+	}
+	s.grpcState = st
+	for _, name := range s.healthNames {
+		s.health.SetServingStatus(name, st)
+	}
+	switch {
+	case !logChange || !s.serving.Load():
+		// Start and shutdown have their own lines.
+	case why != "":
+		s.opts.Logger.Warn("health changed", "status", st.String(), "reason", why)
+	default:
+		s.opts.Logger.Info("health changed", "status", st.String())
+	}
+}
+
+// followHealth updates gRPC health from the store's and the rules' until
+// ctx ends or they can no longer change it.
+func (s *Server) followHealth(ctx context.Context) {
+	tick := time.NewTicker(HealthPollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.updateHealth(true)
+			if !s.followsHealth() {
+				return // the store was reached and nothing else can change
+			}
+		}
+	}
+}
+
 // healthService is gRPC's health service with watches that shutdown can
-// end. A Watch lasts as long as its client wants, and GracefulStop waits
-// for every stream: one open watch (grpc-go's client-side health checking
-// keeps one per connection) held the exit until the shutdown timeout.
+// end: GracefulStop waits for every stream, and a watch lasts as long as
+// its client wants (grpc-go's client-side health checking keeps one per
+// connection).
 type healthService struct {
 	*health.Server
 	ending     context.Context // done once endWatches is called
@@ -24,9 +125,8 @@ func newHealthService() *healthService {
 }
 
 // Watch is health.Server's Watch on a stream whose context also ends with
-// endWatches, which ends the watches open then and those opened later.
-// The client sees the stream end (Canceled) after the statuses sent
-// before it, NOT_SERVING among them at shutdown.
+// endWatches. The client sees the stream end (Canceled) after the statuses
+// sent before, NOT_SERVING among them at shutdown.
 func (h *healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/rules"
 	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
@@ -56,7 +57,7 @@ func (s *Server) countersRefused(w http.ResponseWriter, _ *http.Request) {
 }
 
 // debugEndpoint is an endpoint of the debug listener, listed with its help
-// by the index at /, as the reference server's debug port lists its own.
+// by the index at /, as the reference server's debug port does.
 type debugEndpoint struct {
 	path, help string
 	handler    http.Handler
@@ -92,8 +93,7 @@ func (s *Server) debugHandler() http.Handler {
 	return mux
 }
 
-// index writes each endpoint as "path: help", by path, as the reference
-// server's debug port does at /.
+// index writes each endpoint as "path: help", by path.
 func index(w http.ResponseWriter, eps []debugEndpoint) {
 	slices.SortFunc(eps, func(a, b debugEndpoint) int { return strings.Compare(a.path, b.path) })
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -102,9 +102,8 @@ func index(w http.ResponseWriter, eps []debugEndpoint) {
 	}
 }
 
-// stats writes the process's expvar variables (the command line and the
-// runtime's memory statistics), "name: value" a line, as the reference
-// server's /stats does; the rate-limit figures are on /metrics.
+// stats writes the process's expvar variables, "name: value" a line, as
+// the reference server's /stats does.
 func stats(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	expvar.Do(func(kv expvar.KeyValue) {
@@ -120,8 +119,7 @@ func mountUI(mux *http.ServeMux, h http.Handler) {
 	}
 }
 
-// healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not
-// (before the store has answered, once shutdown began, or as Options ask);
+// healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not;
 // /rlconfig says why.
 func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -174,14 +172,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	// child of the caller's, as gRPC metadata does.
 	resp, err := s.svc.ShouldRateLimit(tracing.WithHTTPRequest(r.Context(), r), req)
 	if err != nil {
-		code := http.StatusInternalServerError
-		switch status.Code(err) {
-		case codes.InvalidArgument:
-			code = http.StatusBadRequest
-		case codes.Unavailable:
-			code = http.StatusServiceUnavailable
-		}
-		http.Error(w, status.Convert(err).Message(), code)
+		http.Error(w, status.Convert(err).Message(), httpStatus(err))
 		return
 	}
 	out, err := marshalJSON(resp)
@@ -196,9 +187,21 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
-// marshalJSON encodes m as protojson does (lowerCamelCase field names,
-// enums as strings), compacted: protojson varies its spacing from build to
-// build on purpose, and scripts compare /json's answers byte for byte.
+// httpStatus is /json's status for the service's error: 400 for a bad
+// request, 503 when the store failed and the policy says unavailable.
+func httpStatus(err error) int {
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// marshalJSON encodes m as protojson, compacted: protojson varies its
+// spacing from build to build on purpose, and scripts compare /json's
+// answers byte for byte.
 func marshalJSON(m proto.Message) ([]byte, error) {
 	out, err := protojson.Marshal(m)
 	if err != nil {
@@ -211,33 +214,13 @@ func marshalJSON(m proto.Message) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// rlconfig describes the server: the state of the rule loads (version,
-// load time, last refused reload; origin, for rules pushed over xDS, is
-// the management server's version_info of the rules in force), health with the reason when it is
-// NOT_SERVING, the store, the rules' warnings, then one line per limit.
+// rlconfig describes the server: the state of the rule loads, health with
+// the reason when it is NOT_SERVING, the store, the rules' warnings, then
+// one line per limit.
 func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
-	st := s.rules.Status()
 	set := s.rules.Current()
 	var b strings.Builder
-	fmt.Fprintf(&b, "version: %d\n", st.Version)
-	fmt.Fprintf(&b, "loaded_at: %s\n", st.LoadedAt.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(&b, "reloads: %d\nfailures: %d\n", st.Reloads, st.Failures)
-	if st.Origin != "" {
-		fmt.Fprintf(&b, "origin: %s\n", st.Origin)
-	}
-	if st.Source != "" {
-		fmt.Fprintf(&b, "source: %s\n", st.Source)
-	}
-	if st.LastError != nil {
-		fmt.Fprintf(&b, "last_error_at: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339Nano))
-		var lines []string
-		for _, l := range strings.Split(st.LastError.Error(), "\n") {
-			lines = append(lines, "  "+l)
-		}
-		fmt.Fprintf(&b, "last_error: |\n%s\n", strings.Join(lines, "\n"))
-	} else {
-		b.WriteString("last_error: none\n")
-	}
+	writeLoads(&b, s.rules.Status())
 	if why := s.notServing(); why != "" {
 		fmt.Fprintf(&b, "health: NOT_SERVING: %s\n", why)
 	} else {
@@ -250,7 +233,38 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(&b, "warning: %s\n", wn)
 	}
 	b.WriteByte('\n')
-	rs := set.Rules()
+	writeLimits(&b, set.Rules())
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, b.String())
+}
+
+// writeLoads writes /rlconfig's lines on the rule loads: version, load
+// time, counts, origin (the xDS version_info of rules pushed over xDS),
+// source and the last refused reload.
+func writeLoads(b *strings.Builder, st rules.Status) {
+	fmt.Fprintf(b, "version: %d\n", st.Version)
+	fmt.Fprintf(b, "loaded_at: %s\n", st.LoadedAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(b, "reloads: %d\nfailures: %d\n", st.Reloads, st.Failures)
+	if st.Origin != "" {
+		fmt.Fprintf(b, "origin: %s\n", st.Origin)
+	}
+	if st.Source != "" {
+		fmt.Fprintf(b, "source: %s\n", st.Source)
+	}
+	if st.LastError == nil {
+		b.WriteString("last_error: none\n")
+		return
+	}
+	fmt.Fprintf(b, "last_error_at: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339Nano))
+	var lines []string
+	for _, l := range strings.Split(st.LastError.Error(), "\n") {
+		lines = append(lines, "  "+l)
+	}
+	fmt.Fprintf(b, "last_error: |\n%s\n", strings.Join(lines, "\n"))
+}
+
+// writeLimits writes one line per limit of rs, with the rule's flags.
+func writeLimits(b *strings.Builder, rs []*rules.Rule) {
 	if len(rs) == 0 {
 		b.WriteString("no rules: every request is allowed\n")
 	}
@@ -268,15 +282,13 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 			flags += ", failure_mode " + r.FailureMode.String()
 		}
 		if len(r.Limits) == 0 {
-			fmt.Fprintf(&b, "%s: no limit%s (%v)\n", r.Path, flags, r.Pos)
+			fmt.Fprintf(b, "%s: no limit%s (%v)\n", r.Path, flags, r.Pos)
 			continue
 		}
 		for _, l := range r.Limits {
-			fmt.Fprintf(&b, "%s: %s%s (%v)\n", r.Path, l.Describe(), flags, l.Pos)
+			fmt.Fprintf(b, "%s: %s%s (%v)\n", r.Path, l.Describe(), flags, l.Pos)
 		}
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	io.WriteString(w, b.String())
 }
 
 // describeStore is /rlconfig's store line: "store: redis healthy (breaker

@@ -10,13 +10,9 @@ import (
 
 // connListener is a listener that knows its open connections, so that a
 // shutdown can close them whatever state their protocol is in, and that
-// bounds how many are open at once.
-//
-// Over the bound, a new connection is accepted and closed at once rather
-// than left in the kernel's backlog: its client sees the refusal right
-// away and can try another replica (Envoy retries another host), while a
-// queued one would wait, holding a socket and the client's deadline, for a
-// slot that silent clients may never free.
+// bounds how many are open at once. Over the bound, a new connection is
+// closed at once rather than left in the backlog: its client can try
+// another replica instead of waiting for a slot.
 type connListener struct {
 	net.Listener
 	name   string
@@ -27,13 +23,12 @@ type connListener struct {
 	conns map[*trackedConn]struct{}
 	// refused counts the connections closed at accept for being over max.
 	refused atomic.Uint64
-	// lastLog is when a refusal was last logged (unix nanoseconds), to log
-	// at most one line per refusalLogInterval.
+	// lastLog is when a refusal was last logged (unix nanoseconds).
 	lastLog atomic.Int64
 }
 
 // refusalLogInterval is the least time between two logs of refused
-// connections on one listener, so that a flood does not flood the logs.
+// connections on one listener.
 const refusalLogInterval = 10 * time.Second
 
 func newConnListener(l net.Listener, name string, max int, logger *slog.Logger) *connListener {
@@ -77,16 +72,14 @@ func (l *connListener) open() int {
 }
 
 // silentGrace is how long a connection must have been open without
-// sending a byte for closeConns to take it for silent: a real client
-// sends at once, but its first bytes may be in flight, or unread, when a
-// shutdown begins.
+// sending a byte to be taken for silent: a real client sends at once, but
+// its first bytes may still be in flight when a shutdown begins.
 const silentGrace = time.Second
 
-// closeConns closes the open connections, or only the silent ones (open
-// for silentGrace without sending a byte) when silentOnly: such a
-// connection carries no request, and a server waiting for its handshake
-// would wait as long as its client stays quiet. It returns how many it
-// closed.
+// closeConns closes the open connections, or only the silent ones when
+// silentOnly: those carry no request, and a server waiting for their
+// handshake would wait as long as their client stays quiet. It returns
+// how many it closed.
 func (l *connListener) closeConns(silentOnly bool) int { return l.closeConnsAt(silentOnly, time.Now()) }
 
 // closeConnsAt is closeConns at time now: silent are the connections that
@@ -98,12 +91,10 @@ func (l *connListener) closeConnsAt(silentOnly bool, now time.Time) int {
 	})
 }
 
-// closeHandshaking closes the connections of a gRPC listener still in
-// gRPC's handshake (TLS, HTTP/2 preface and settings) silentGrace after
-// they were accepted, silent or not: they carry no request, and gRPC's
-// GracefulStop tells the established connections to go away only once
-// every handshake has ended, so one stalled client would keep the others
-// sending to a stopping server until the shutdown timeout cuts them.
+// closeHandshaking closes the connections still in gRPC's handshake
+// silentGrace after they were accepted, silent or not: they carry no
+// request, and GracefulStop sends the others their GOAWAY only once every
+// handshake has ended.
 func (l *connListener) closeHandshaking() int {
 	since := time.Now().Add(-silentGrace)
 	return l.closeWhere(func(c *trackedConn) bool {

@@ -4,12 +4,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// RegisterMetrics registers on reg the metrics of the listeners,
-// labelled by listener (grpc, http, debug, prometheus) once Run has opened
-// them:
-// floodgate_connections_open, and floodgate_connections_refused_total
-// for those closed at once for being over the listener's bound
-// (Options.Conns).
+// RegisterMetrics registers on reg, once Run has opened the listeners,
+// floodgate_connections_open and floodgate_connections_refused_total (for
+// those over the listener's bound), labelled by listener: grpc, http,
+// debug, prometheus.
 func (s *Server) RegisterMetrics(reg prometheus.Registerer) error {
 	return reg.Register(&connCollector{s: s,
 		open: prometheus.NewDesc("floodgate_connections_open",

@@ -1,23 +1,177 @@
 package server
 
 import (
+	"cmp"
+	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/option"
 )
 
+// The listen addresses of the reference server, but for the debug
+// listener, which stays on loopback unless told otherwise.
+const (
+	DefaultGRPCAddr  = ":8081"
+	DefaultHTTPAddr  = ":8080"
+	DefaultDebugAddr = "127.0.0.1:6070"
+)
+
+// Defaults of the Options fields left zero.
+const (
+	DefaultShutdownTimeout = 15 * time.Second
+	// DefaultMaxMessageBytes is far above an RLS request's few hundred bytes.
+	DefaultMaxMessageBytes = 1 << 20
+	// DefaultMaxReportBytes is gRPC's own bound: about 100,000 buckets of
+	// an Envoy in one RLQS report.
+	DefaultMaxReportBytes = 4 << 20
+	// DefaultPrometheusPath is the reference server's PROMETHEUS_PATH.
+	DefaultPrometheusPath = "/metrics"
+)
+
+// Options configures a Server. Zero values take the defaults.
+type Options struct {
+	// GRPCAddr, HTTPAddr and DebugAddr are the listen addresses
+	// (host:port; ":0" picks a free port). GRPCAddr may also be a unix
+	// socket, "unix:/path" (the reference server's GRPC_UDS). An empty
+	// DebugAddr disables the debug server; the other two are required.
+	GRPCAddr, HTTPAddr, DebugAddr string
+	// MaxConnectionAge, when positive, closes a gRPC connection with
+	// GOAWAY after about that long (±10%), so that clients spread over
+	// replicas added since; MaxConnectionAgeGrace then bounds how long
+	// its calls may finish (0: no bound).
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// DrainDelay is how long the server keeps answering after health turns
+	// NOT_SERVING, so that load balancers stop sending first.
+	DrainDelay time.Duration
+	// ShutdownTimeout bounds the wait for in-flight requests once the
+	// listeners close; requests still running then are cut.
+	ShutdownTimeout time.Duration
+	// Logger receives lifecycle logs; nil discards them.
+	Logger *slog.Logger
+	// MaxMessageBytes bounds a request, over gRPC and as /json's body;
+	// larger ones are refused (ResourceExhausted, 413).
+	MaxMessageBytes int
+	// TLS, when set, makes the gRPC listener speak TLS only (NewTLSConfig).
+	TLS *tls.Config
+	// Store describes the store's health for /rlconfig and readiness; it
+	// is called from any goroutine. Nil: no store line, no store readiness.
+	Store func() health.Store
+	// StoreReadiness says how the store's health decides readiness.
+	StoreReadiness StoreReadiness
+	// HealthRequiresRules makes health NOT_SERVING while the rules declare
+	// no domain (the reference server's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthRequiresRules bool
+	// JSONOverrides lets /json requests carry a limit override. Refused
+	// by default (400): whoever reaches the HTTP port could raise its own
+	// limit, and Envoy never calls /json. gRPC takes overrides always.
+	JSONOverrides bool
+	// Conns bounds the listeners' connections and reaps slow and silent
+	// clients.
+	Conns ConnOptions
+	// Refused, when set, is called once for each request refused before
+	// the service sees it, with envoy's reason: RefusedMalformed,
+	// RefusedTooLarge or RefusedUnknownMethod.
+	Refused func(reason string)
+	// UI and DebugUI, when set, serve the live page at /ui and under /ui/
+	// on the HTTP and the debug listener.
+	UI, DebugUI http.Handler
+	// RLQS, when set, is served on the gRPC listener beside RLS; shutdown
+	// ends its streams after DrainDelay, so that each Envoy reopens its
+	// stream on another instance.
+	RLQS QuotaService
+	// MaxReportBytes bounds an RLQS report (0: DefaultMaxReportBytes, or
+	// MaxMessageBytes when larger). gRPC bounds every message of the
+	// listener alike, so it must be at least MaxMessageBytes.
+	MaxReportBytes int
+	// PrometheusAddr, with Prometheus, is a listener of its own serving
+	// Prometheus at PrometheusPath and nothing else (the reference
+	// server's PROMETHEUS_ADDR and PROMETHEUS_PATH).
+	PrometheusAddr, PrometheusPath string
+	Prometheus                     http.Handler
+	// Counters, when set, serves /counters and under it on the debug
+	// listener only; the HTTP listener answers 403 there, since a reset
+	// lifts a limit.
+	Counters http.Handler
+}
+
+// QuotaService is the Rate Limit Quota Service the gRPC listener serves
+// beside RLS.
+type QuotaService interface {
+	rlqspb.RateLimitQuotaServiceServer
+	// Shutdown ends every stream and refuses new ones; it returns at once.
+	Shutdown()
+}
+
+// StoreReadiness says whether /healthcheck and gRPC health report
+// NOT_SERVING because of the store. Whatever it says, a request the store
+// cannot serve is answered by the failure policy.
+type StoreReadiness int
+
+const (
+	// StoreReachedOnce, the zero value, reports NOT_SERVING until the
+	// store has answered once since start, then ignores it: a wrong store
+	// address stalls a rolling deploy, while an outage of a store that
+	// worked does not unroute every replica at once.
+	StoreReachedOnce StoreReadiness = iota
+	// StoreAlways reports NOT_SERVING whenever the store is unhealthy (the
+	// reference server's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION), SERVING
+	// again within HealthPollInterval of its recovery.
+	StoreAlways
+	// StoreIgnored never lets the store change readiness.
+	StoreIgnored
+)
+
+var storeReadinessNames = [...]string{"reached-once", "always", "ignored"}
+
+// String returns the mode's name: "reached-once", "always" or "ignored".
+func (r StoreReadiness) String() string {
+	if r >= 0 && int(r) < len(storeReadinessNames) {
+		return storeReadinessNames[r]
+	}
+	return fmt.Sprintf("StoreReadiness(%d)", int(r))
+}
+
+// ParseStoreReadiness returns the mode named s, as String names it,
+// regardless of case.
+func ParseStoreReadiness(s string) (StoreReadiness, error) {
+	for i, name := range storeReadinessNames {
+		if strings.EqualFold(s, name) {
+			return StoreReadiness(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown store readiness %q (want reached-once, always or ignored)", s)
+}
+
+// UnmarshalText reads a mode's name, as ParseStoreReadiness.
+func (r *StoreReadiness) UnmarshalText(b []byte) error {
+	m, err := ParseStoreReadiness(string(b))
+	if err == nil {
+		*r = m
+	}
+	return err
+}
+
+// MarshalText writes the mode's name.
+func (r StoreReadiness) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
 // Validate reports the first option New refuses as an *option.Error
 // ("server.Options.ShutdownTimeout -1s: must not be negative"), or nil.
-// Zero values are valid: they mean the defaults.
 func (o Options) Validate() error {
 	if o.GRPCAddr == "" || o.HTTPAddr == "" {
 		return &option.Error{Options: "server.Options", Field: "GRPCAddr", Also: []string{"HTTPAddr"}, Want: "are required"}
 	}
-	for _, a := range []struct{ field, addr string }{{"GRPCAddr", o.GRPCAddr}, {"HTTPAddr", o.HTTPAddr}, {"DebugAddr", o.DebugAddr}, {"PrometheusAddr", o.PrometheusAddr}} {
+	for _, a := range []struct{ field, addr string }{
+		{"GRPCAddr", o.GRPCAddr}, {"HTTPAddr", o.HTTPAddr}, {"DebugAddr", o.DebugAddr}, {"PrometheusAddr", o.PrometheusAddr},
+	} {
 		if want := checkListenAddr(a.addr); want != "" {
 			return refused(a.field, a.addr, want)
 		}
@@ -28,10 +182,7 @@ func (o Options) Validate() error {
 	if o.MaxMessageBytes < 0 {
 		return refused("MaxMessageBytes", o.MaxMessageBytes, "must not be negative")
 	}
-	msg := o.MaxMessageBytes
-	if msg == 0 {
-		msg = DefaultMaxMessageBytes
-	}
+	msg := cmp.Or(o.MaxMessageBytes, DefaultMaxMessageBytes)
 	if o.MaxReportBytes < 0 || o.MaxReportBytes > 0 && o.MaxReportBytes < msg {
 		return &option.Error{Options: "server.Options", Field: "MaxReportBytes", Value: o.MaxReportBytes, With: []string{"MaxMessageBytes"},
 			Want: "want 0 or at least %s (" + strconv.Itoa(msg) + "): gRPC bounds every message of the listener alike"}
@@ -58,10 +209,8 @@ func refused(field string, v any, want string) error {
 }
 
 // checkListenAddr returns what was wanted of an address that would fail
-// only when the listener opens, where the error would not name the
-// setting: a port that is neither a number nor a service name (PORT=abc);
-// "" when it will do. Empty (a listener switched off) and unix:/path
-// sockets pass.
+// only when its listener opens, with an error that would not name the
+// setting (PORT=abc); "" when it will do. Empty and unix: addresses pass.
 func checkListenAddr(addr string) string {
 	if addr == "" || strings.HasPrefix(addr, "unix:") {
 		return ""

@@ -20,22 +20,17 @@ import (
 // (GRPC_CLIENT_TLS_SAN).
 type TLSFiles struct {
 	// CertFile and KeyFile are the PEM certificate chain and private key
-	// the server presents. Both are required. They are read again when
-	// either file's modification time or size changes (checked at most once
-	// a second, at a handshake), so a rotated certificate is served without
-	// a restart; a pair that fails to load keeps the previous one in use
-	// and is logged.
+	// the server presents; both are required. They are read again when
+	// what they hold changes (checked at most once a second, at a
+	// handshake); a pair that fails to load is logged, and the previous
+	// one stays in use.
 	CertFile, KeyFile string
 	// ClientCAFile, when set, turns on mutual TLS: clients must present a
-	// certificate signed by one of the PEM certificates in it, or the
-	// handshake fails. It is read once, at start.
+	// certificate signed by one of its PEM certificates. It is read once.
 	ClientCAFile string
-	// ClientSAN, when set, also requires the client certificate to be
-	// valid for that name, as the reference server's GRPC_CLIENT_TLS_SAN
-	// does: a DNS name among its DNS subject alternative names (wildcards
-	// as in hostname verification), or an IP address among its IP ones. A
-	// certificate from a trusted CA that lacks it fails the handshake.
-	// It needs ClientCAFile.
+	// ClientSAN, when set with ClientCAFile, also requires the client
+	// certificate to be valid for that DNS name or IP address, as in
+	// hostname verification.
 	ClientSAN string
 }
 
@@ -51,10 +46,9 @@ type certReloader struct {
 
 	mu        sync.Mutex // serializes checks
 	lastCheck time.Time
-	// pair holds the certificate and key files as last loaded. A check
-	// compares what the files hold, not their size and modification time:
-	// a rotated pair copied with its times kept, or from an image built
-	// reproducibly, can carry the old files' size and time.
+	// pair holds the files as last loaded. A check compares what they
+	// hold: a rotated pair copied with its times kept can have the old
+	// files' size and time.
 	pair [2][]byte
 }
 
@@ -72,9 +66,9 @@ func (r *certReloader) readPair() ([2][]byte, error) {
 }
 
 // NewTLSConfig returns the gRPC listener's TLS configuration for files: TLS
-// 1.2 or later, the certificate reloaded when its files change, and, with
-// a client CA, client certificates required and verified. It fails when
-// the files cannot be read or do not hold a matching pair.
+// 1.2 or later, and, with a client CA, client certificates required and
+// verified. It fails when the files cannot be read or do not hold a
+// matching pair.
 func NewTLSConfig(files TLSFiles, logger *slog.Logger) (*tls.Config, error) {
 	if files.CertFile == "" || files.KeyFile == "" {
 		return nil, errors.New("server: TLS needs both a certificate and a key file")

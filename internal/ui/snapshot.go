@@ -20,7 +20,6 @@ import (
 // page computes rates between two snapshots. Counts are the values of the
 // /metrics series named in each field's comment.
 type Snapshot struct {
-	// Time is when the snapshot was taken.
 	Time time.Time `json:"time"`
 	// IntervalMillis is how often the page should poll.
 	IntervalMillis int64 `json:"interval_ms"`
@@ -29,13 +28,10 @@ type Snapshot struct {
 	HistoryStepMillis int64 `json:"history_step_ms"`
 	HistoryLength     int   `json:"history_length"`
 	// Values says whose request values the hot counters show:
-	// "fingerprints" (none), "opted_in" (detailed_metric and
-	// value_to_metric rules') or "all" (rlsmetrics.HotValues).
-	Values string `json:"values"`
-	// Rules is the state of the rule loads.
-	Rules RuleStatus `json:"rules"`
-	// Store is the limit store's health and latency.
-	Store Store `json:"store"`
+	// "fingerprints" (none), "opted_in" or "all" (rlsmetrics.HotValues).
+	Values string     `json:"values"`
+	Rules  RuleStatus `json:"rules"`
+	Store  Store      `json:"store"`
 	// Decisions counts the answers by code: floodgate_decision_duration_seconds_count
 	// by its code label ("ok", "over_limit", gRPC codes).
 	Decisions map[string]float64 `json:"decisions"`
@@ -55,9 +51,8 @@ type RuleStatus struct {
 	LoadedAt time.Time `json:"loaded_at"`
 	Reloads  uint64    `json:"reloads"`
 	Failures uint64    `json:"failures"`
-	// Origin is the source's name of the rules in force (the xDS
-	// version_info), and Source the state of its connection, as /rlconfig's
-	// origin: and source: lines; empty for rule files.
+	// Origin and Source are /rlconfig's origin: and source: lines; empty
+	// for rule files.
 	Origin string `json:"origin,omitempty"`
 	Source string `json:"source,omitempty"`
 	// LastErrorAt and Errors describe the last refused reload: one
@@ -186,6 +181,14 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 		st := h.opts.Store()
 		snap.Store = Store{Name: st.Name, Healthy: st.Healthy, Reached: st.Reached, Detail: st.Detail}
 	}
+	totals := snap.read(mfs)
+	snap.Domains = tree(h.opts.Rules.Current().Rules(), h.figures(totals))
+	return snap, gatherErr
+}
+
+// read fills in the decisions and the store's figures from mfs, and
+// returns the hit counters by domain and rule label.
+func (snap *Snapshot) read(mfs []*dto.MetricFamily) map[[2]string]*Totals {
 	totals := map[[2]string]*Totals{}
 	for _, mf := range mfs {
 		name := mf.GetName()
@@ -221,6 +224,12 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 			}
 		}
 	}
+	return totals
+}
+
+// figures returns a rule's totals, from the hit counters by domain and
+// rule label, and its hot counters.
+func (h *Handler) figures(totals map[[2]string]*Totals) func(*rules.Rule) (Totals, rlsmetrics.RuleHot) {
 	var hot map[[2]string]rlsmetrics.RuleHot
 	if h.opts.Metrics != nil {
 		hot = map[[2]string]rlsmetrics.RuleHot{}
@@ -228,13 +237,12 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 			hot[[2]string{rh.Domain, rh.Rule}] = rh
 		}
 	}
-	snap.Domains = tree(h.opts.Rules.Current().Rules(), func(r *rules.Rule) (Totals, rlsmetrics.RuleHot) {
+	return func(r *rules.Rule) (Totals, rlsmetrics.RuleHot) {
 		k := [2]string{r.Domain, r.Path}
 		var t Totals
 		// A rule's own series, and those of its values: a reload can
 		// turn detailed_metric on or off, and both stay in /metrics.
-		labels := append([]string{r.Path}, hot[k].ValueLabels...)
-		for _, l := range labels {
+		for _, l := range append([]string{r.Path}, hot[k].ValueLabels...) {
 			if s := totals[[2]string{r.Domain, l}]; s != nil {
 				for _, f := range hitFamilies {
 					*f(&t) += *f(s)
@@ -242,11 +250,7 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 			}
 		}
 		return t, hot[k]
-	})
-	if gatherErr != nil {
-		return snap, gatherErr
 	}
-	return snap, nil
 }
 
 // label returns the value of m's label name; "" without it.
@@ -259,8 +263,7 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// ruleStatus is the loads' state, with a refused reload's problems one per
-// line.
+// ruleStatus is the loads' state, a refused reload's problems one a line.
 func ruleStatus(st rules.Status, set *rules.Set) RuleStatus {
 	rs := RuleStatus{Version: st.Version, LoadedAt: st.LoadedAt, Reloads: st.Reloads, Failures: st.Failures,
 		Origin: st.Origin, Source: st.Source}

@@ -1,26 +1,15 @@
 // Package ui serves floodgate's live page: the rules in force as a tree per
-// domain, the last reload and any refused edit with its file:line errors,
-// and, live, per rule, the decisions per second (within the limit, over it,
-// in shadow mode), the near-limit share and the most hit counters, with the
-// store's health and round-trip latency.
+// domain, the last reload and its errors, and, live, per rule, decisions
+// per second, the near-limit share and the most hit counters, with the
+// store's health and latency.
 //
-// The page is plain HTML, JavaScript and CSS embedded in the binary (no
-// build step, no external asset), read-only, polling one JSON document
-// (api/snapshot) that this package builds from the Prometheus registry
-// that /metrics serves, so that the page's figures are /metrics' figures,
-// and from the rules, the store's health and the request path's hot
-// counters (rlsmetrics.Metrics.Hot).
+// The page is plain HTML, JavaScript and CSS embedded in the binary,
+// read-only, polling one JSON document (api/snapshot) built from the
+// registry /metrics serves, so that its figures are /metrics' figures.
+// Handler.Run keeps the last minutes of samples, so that the page opens on
+// a chart rather than an empty one, and tells which rules refuse now.
 //
-// So that the page opens on the last minutes rather than on an empty
-// chart, Handler.Run samples every rule's counters every HistoryStep and
-// keeps the last HistoryLength samples (5 minutes by default), which the
-// page's first snapshot carries; the same samples tell which rules are
-// refusing now, first in the snapshot's Refusing list.
-//
-// It imports envoy (the hot counters), rules and health (the store's
-// health), never server, and decides nothing; package server mounts the
-// handler and cmd/server decides whether it is served and where values
-// may be shown.
+// It decides nothing and never imports package server, which mounts it.
 package ui
 
 import (
@@ -44,22 +33,15 @@ import (
 //go:embed assets
 var assets embed.FS
 
-// DefaultInterval is Options.Interval when it is zero.
-const DefaultInterval = time.Second
-
-// DefaultHotCounters is Options.HotCounters when it is zero.
-const DefaultHotCounters = 5
-
-// DefaultHistoryStep and DefaultHistoryLength are Options.HistoryStep and
-// Options.HistoryLength when zero: 5 minutes at 5 s.
+// Defaults of the Options fields left zero: history of 5 minutes at 5 s.
 const (
+	DefaultInterval      = time.Second
+	DefaultHotCounters   = 5
 	DefaultHistoryStep   = 5 * time.Second
 	DefaultHistoryLength = 60
 )
 
-// refusingSteps is how many history steps "refusing now" looks back: the
-// Refusing list counts the refusals since the oldest sample within
-// refusingSteps steps, 15 s by default.
+// refusingSteps is how many history steps "refusing now" looks back.
 const refusingSteps = 3
 
 // Rules are the rules in force and the state of their loads;
@@ -69,7 +51,7 @@ type Rules interface {
 	Status() rules.Status
 }
 
-// Options configures the page.
+// Options configures the page. Zero values take the defaults.
 type Options struct {
 	// Rules are the rules in force and the state of their loads.
 	Rules Rules
@@ -82,22 +64,16 @@ type Options struct {
 	// Store describes the limit store's health; nil shows none.
 	Store func() health.Store
 	// Values says whose request values the hot counters show; the zero
-	// value shows none. rlsmetrics.HotOptedIn shows those of detailed_metric
-	// and value_to_metric rules, which /metrics names too; rlsmetrics.HotAll
-	// every rule's (kept only with rlsmetrics.Options.KeepHotValues):
-	// set it only where the page is not exposed beyond who may see
-	// request values (cmd/server sets it on the debug listener, on
-	// loopback unless told otherwise).
+	// value shows none. Set rlsmetrics.HotAll only where whoever reaches
+	// the page may see request values (cmd/server: the debug listener).
 	Values rlsmetrics.HotValues
-	// Interval is how often the page asks for a new snapshot. 0 means
-	// DefaultInterval.
+	// Interval is how often the page asks for a new snapshot.
 	Interval time.Duration
-	// HotCounters is how many hot counters the page shows per rule (at
-	// most rlsmetrics.HotCapacity). 0 means DefaultHotCounters.
+	// HotCounters is how many hot counters the page shows per rule, at
+	// most rlsmetrics.HotCapacity.
 	HotCounters int
 	// HistoryStep is how often Run samples the counters, and
-	// HistoryLength how many samples it keeps. 0 means
-	// DefaultHistoryStep, DefaultHistoryLength.
+	// HistoryLength how many samples it keeps.
 	HistoryStep   time.Duration
 	HistoryLength int
 }
@@ -131,13 +107,8 @@ func New(opts Options) (*Handler, error) {
 	case opts.HistoryLength < 0:
 		return nil, negative("HistoryLength", opts.HistoryLength)
 	}
-	if opts.Interval == 0 {
-		opts.Interval = DefaultInterval
-	}
-	if opts.HotCounters == 0 {
-		opts.HotCounters = DefaultHotCounters
-	}
-	opts.HotCounters = min(opts.HotCounters, rlsmetrics.HotCapacity)
+	opts.Interval = cmp.Or(opts.Interval, DefaultInterval)
+	opts.HotCounters = min(cmp.Or(opts.HotCounters, DefaultHotCounters), rlsmetrics.HotCapacity)
 	opts.HistoryStep = cmp.Or(opts.HistoryStep, DefaultHistoryStep)
 	opts.HistoryLength = cmp.Or(opts.HistoryLength, DefaultHistoryLength)
 	sub, err := fs.Sub(assets, "assets")

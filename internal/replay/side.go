@@ -1,0 +1,228 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate/floodgate/pkg/envoy"
+	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
+)
+
+// clock is a virtual clock: the time of the request being replayed.
+type clock struct{ t time.Time }
+
+func (c *clock) Now() time.Time { return c.t }
+
+// fixedSource serves one rule set.
+type fixedSource struct{ set *rules.Set }
+
+func (f fixedSource) Current() *rules.Set { return f.set }
+
+// side is one rule set with its own store and service.
+type side struct {
+	set   *rules.Set
+	clock clock
+	svc   *envoy.Service
+	store *recorder
+	stats *SetStats
+	rules map[*rules.Rule]*ruleTally
+	seen  []seenRule // the rules the request being decided met
+}
+
+// ruleTally is where a rule's requests are counted: its own counts in one
+// set, and the changes of the rule of the same path in both.
+type ruleTally struct {
+	count *RuleCount
+	diff  *RuleDiff
+}
+
+// recorder is the store of a side: limit.Memory, remembering the hits of
+// the last call (overOf).
+type recorder struct {
+	limit.Limiter
+	last []hitSeen
+}
+
+type hitSeen struct {
+	key     string
+	allowed bool
+	mode    limit.Mode
+}
+
+func (r *recorder) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
+	blocked, err = r.Limiter.Evaluate(ctx, hits, decisions)
+	r.last = r.last[:0]
+	if err == nil {
+		for i := range hits {
+			r.last = append(r.last, hitSeen{hits[i].Key, decisions[i].Allowed, hits[i].Mode})
+		}
+	}
+	return blocked, err
+}
+
+// overOf reads the hits of a descriptor that met rule r (nil for none) in
+// the last call and reports whether one was denied. Hits come in
+// descriptor order: those from *next on are this descriptor's and later
+// ones'; *next moves past this one's. A descriptor with a limit override
+// has exactly one hit.
+func (r *recorder) overOf(rule *rules.Rule, override bool, next *int) bool {
+	over := false
+	for ; *next < len(r.last); *next++ {
+		h := &r.last[*next]
+		if !override && (rule == nil || !ofRule(h.key, rule)) {
+			break
+		}
+		over = over || !h.allowed
+		if override {
+			*next++
+			break
+		}
+	}
+	return over
+}
+
+// ofRule reports whether key is the counter of one of r's limits: 'r'
+// then the limit's ID (see package rules' counter keys).
+func ofRule(key string, r *rules.Rule) bool {
+	if len(key) == 0 || key[0] != 'r' {
+		return false
+	}
+	for _, l := range r.Limits {
+		if l.ID != "" && strings.HasPrefix(key[1:], l.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// newSide returns the side of set, whose rules count their changes in
+// diffs (by domain and path, filled in here for the rules diffs lacks).
+func newSide(set *rules.Set, name string, diffs map[ruleKey]*RuleDiff, isNew bool) (*side, error) {
+	s := &side{set: set, stats: &SetStats{Name: name}, rules: map[*rules.Rule]*ruleTally{}}
+	// Big enough never to refuse a counter: a replay judges the rules,
+	// not the production store's size.
+	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: s.clock.Now, MaxEntries: math.MaxInt32})}
+	svc, err := envoy.New(fixedSource{set}, s.store, envoy.Options{Now: s.clock.Now})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	s.svc = svc
+	for _, r := range set.Rules() {
+		k := ruleKey{r.Domain, r.Path}
+		d := diffs[k]
+		if d == nil {
+			d = &RuleDiff{Domain: r.Domain, Rule: r.Path}
+			diffs[k] = d
+		}
+		c := &RuleCount{Pos: r.Pos.String(), Shadow: r.ShadowMode}
+		if isNew {
+			d.New = c
+		} else {
+			d.Old = c
+		}
+		s.rules[r] = &ruleTally{count: c, diff: d}
+	}
+	return s, nil
+}
+
+// ruleKey names a rule in either set.
+type ruleKey struct{ domain, path string }
+
+// outcome is what one side decided for a request.
+type outcome struct {
+	code    decision
+	overBy  string // the rule of the first descriptor over its limit
+	errText string
+}
+
+type decision uint8
+
+const (
+	allowed decision = iota
+	denied
+	invalid
+)
+
+func (d decision) String() string {
+	return [...]string{"allowed", "denied", "invalid"}[d]
+}
+
+// decide runs one request through the side's service at time t, which is
+// never before the last one's (Run hands requests in time order).
+func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest) outcome {
+	s.clock.t = t
+	s.store.last = s.store.last[:0]
+	s.seen = s.seen[:0]
+	resp, err := s.svc.ShouldRateLimit(ctx, req)
+	if err != nil {
+		s.stats.Invalid++
+		return outcome{code: invalid, errText: status.Convert(err).Message()}
+	}
+	var o outcome
+	next := 0
+	for i, st := range resp.GetStatuses() {
+		if i >= len(req.Descriptors) {
+			break
+		}
+		r := s.set.Match(req.Domain, entriesOf(req.Descriptors[i].GetEntries()))
+		over := st.GetCode() == pb.RateLimitResponse_OVER_LIMIT
+		// The answer says OK for a rule in shadow mode; its hits say
+		// whether it was over.
+		if s.store.overOf(r, req.Descriptors[i].GetLimit() != nil, &next) && r != nil && r.ShadowMode {
+			over = true
+		}
+		if r == nil {
+			continue
+		}
+		s.see(r, over)
+		if over && o.overBy == "" && !r.ShadowMode {
+			o.overBy = r.Path
+		}
+	}
+	if resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
+		s.stats.Denied++
+		o.code = denied
+	} else {
+		s.stats.Allowed++
+	}
+	for _, sr := range s.seen {
+		sr.t.count.add(o.code == denied, sr.over, sr.t.count.Shadow)
+	}
+	return o
+}
+
+// seenRule is a rule a descriptor of the request being decided matched,
+// and whether one such descriptor was over its limit.
+type seenRule struct {
+	t    *ruleTally
+	over bool
+}
+
+// see notes that a descriptor of the request matched r: a rule met by
+// several descriptors of one request counts the request once.
+func (s *side) see(r *rules.Rule, over bool) {
+	t := s.rules[r]
+	for i := range s.seen {
+		if s.seen[i].t == t {
+			s.seen[i].over = s.seen[i].over || over
+			return
+		}
+	}
+	s.seen = append(s.seen, seenRule{t, over})
+}
+
+func entriesOf(es []*rlv3.RateLimitDescriptor_Entry) []rules.Entry {
+	out := make([]rules.Entry, len(es))
+	for i, e := range es {
+		out[i] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	return out
+}

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"strings"
+	"sync/atomic"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate/floodgate/pkg/envoy"
+)
+
+// streamWorkers is how many goroutines run calls. A call waits on the
+// store for most of its time, so the workers must cover the calls in
+// flight, not the CPUs: a call that finds every worker busy runs on a new
+// goroutine, whose stack then grows on the way down to the store.
+const streamWorkers = 64
+
+// FlowWindow is the fixed flow-control window of each gRPC stream and
+// connection the server accepts, in bytes (cmd/bench's gRPC floor uses it
+// too): decisions never wait for a window update, and a large RLQS report
+// waits for one per MiB.
+const FlowWindow = 1 << 20
+
+// grpcOptions tune the gRPC server for many small unary calls on a few
+// long-lived connections (Envoy's). Flow-control windows are fixed because
+// grpc-go's default, sized by bandwidth-delay estimates, sends a window
+// update and a PING for nearly every request at Envoy's usual rates.
+// Write buffers stay per connection: sharing them gained nothing.
+func (s *Server) grpcOptions(codec *envoy.Codec) []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.NumStreamWorkers(max(streamWorkers, uint32(runtime.GOMAXPROCS(0)))),
+		grpc.MaxRecvMsgSize(s.maxRecv()),
+		grpc.ForceServerCodecV2(codec),
+		grpc.UnknownServiceHandler(s.unknownMethod),
+		grpc.StaticStreamWindowSize(FlowWindow),
+		grpc.StaticConnWindowSize(FlowWindow),
+	}
+	if s.opts.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
+	}
+	return append(opts, s.opts.Conns.grpcConnOptions(s.opts.MaxConnectionAge, s.opts.MaxConnectionAgeGrace)...)
+}
+
+// maxRecv is gRPC's bound on every message received: RLQS reports' when
+// RLQS is served, RLS requests' otherwise (envoy.Codec holds RLS requests
+// to theirs).
+func (s *Server) maxRecv() int {
+	if s.opts.RLQS != nil {
+		return s.opts.MaxReportBytes
+	}
+	return s.opts.MaxMessageBytes
+}
+
+// unknownMethod answers a call of a method the server does not serve, as
+// gRPC would (Unimplemented), and counts it.
+func (s *Server) unknownMethod(_ any, stream grpc.ServerStream) error {
+	s.opts.Refused(envoy.RefusedUnknownMethod)
+	method, _ := grpc.MethodFromServerStream(stream)
+	return status.Errorf(codes.Unimplemented, "unknown method %s", method)
+}
+
+// inFlight is the RLS service counting its calls in n while it answers
+// them, so that a shutdown knows what it cuts.
+type inFlight struct {
+	pb.RateLimitServiceServer
+	n *atomic.Int64
+}
+
+func (f inFlight) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	f.n.Add(1)
+	defer f.n.Add(-1)
+	return f.RateLimitServiceServer.ShouldRateLimit(ctx, req)
+}
+
+// listenGRPC listens on a TCP address, or on a unix socket for
+// "unix:/path" (also "unix:///path").
+func listenGRPC(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return net.Listen("unix", strings.TrimPrefix(path, "//"))
+	}
+	return net.Listen("tcp", addr)
+}

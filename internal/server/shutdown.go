@@ -1,0 +1,114 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// shutdown turns health NOT_SERVING, waits DrainDelay, then stops the
+// servers gracefully within ShutdownTimeout, after which it closes every
+// connection left, whatever its state: a client that opened a connection
+// and went silent must not hold a deployment. It returns ErrRequestsCut
+// (wrapped) when requests were in flight at the timeout.
+func (s *Server) shutdown() error {
+	s.setServing(false)
+	s.opts.Logger.Info("shutting down: health is NOT_SERVING, finishing in-flight requests",
+		"drain_delay", s.opts.DrainDelay, "timeout", s.opts.ShutdownTimeout)
+	if s.opts.DrainDelay > 0 {
+		time.Sleep(s.opts.DrainDelay)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	if s.opts.RLQS != nil {
+		// RLQS streams last as long as their Envoy: GracefulStop would
+		// wait for them until the timeout.
+		s.opts.RLQS.Shutdown()
+	}
+
+	// cut is the most requests in flight when the timeout passed.
+	var cut atomic.Int64
+	noteCut := func() int64 {
+		n := s.inflight.Load()
+		for c := cut.Load(); n > c && !cut.CompareAndSwap(c, n); c = cut.Load() {
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.stopGRPC(ctx, noteCut) })
+	ls := []*connListener{s.listeners.http, s.listeners.debug, s.listeners.prom}
+	for i, srv := range []*http.Server{s.http, s.debug, s.prom} {
+		if srv != nil {
+			wg.Go(func() { s.stopHTTP(ctx, srv, ls[i], noteCut) })
+		}
+	}
+	wg.Wait()
+	if n := cut.Load(); n > 0 {
+		s.opts.Logger.Warn("stopped, cutting in-flight requests", "cut", n)
+		return fmt.Errorf("%w: %d", ErrRequestsCut, n)
+	}
+	s.opts.Logger.Info("stopped")
+	return nil
+}
+
+// stopGRPC stops the gRPC server gracefully until ctx ends, then cuts it.
+//
+// gRPC's own Stop cannot end it alone: a connection still in its handshake
+// (TLS, HTTP/2 preface) is not yet among those it closes, and Stop, like
+// GracefulStop, waits for every handshake to end, which a silent client
+// makes last the whole connection timeout. Closing the socket from the
+// listener's side ends the handshake at once.
+func (s *Server) stopGRPC(ctx context.Context, noteCut func() int64) {
+	l := s.listeners.grpc
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	// GracefulStop sends the established connections their GOAWAY only
+	// once every handshake has ended; those stalled in theirs carry no
+	// request, so they are closed, now and as they pass silentGrace.
+	stalled := time.NewTicker(silentGrace / 4)
+	defer stalled.Stop()
+	for waiting := true; waiting; {
+		l.closeHandshaking()
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			waiting = false
+		case <-stalled.C:
+			// Health watches last as long as their clients want; by the
+			// first tick they have sent the NOT_SERVING.
+			s.health.endWatches()
+		}
+	}
+	s.opts.Logger.Warn("shutdown timeout: cutting the remaining gRPC requests and connections",
+		"in_flight", noteCut(), "connections", l.open())
+	l.closeConns(false)
+	s.grpc.Stop()
+	// GracefulStop still waits for the handlers, whose contexts Stop
+	// cancelled; one that ignores its context must not hold the exit.
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		s.opts.Logger.Warn("shutdown: gRPC handlers still running after their connections closed; exiting anyway")
+	}
+}
+
+// stopHTTP shuts srv, serving l, down until ctx ends, then cuts it.
+func (s *Server) stopHTTP(ctx context.Context, srv *http.Server, l *connListener, noteCut func() int64) {
+	l.closeConns(true)
+	if err := srv.Shutdown(ctx); err != nil {
+		noteCut()
+		s.opts.Logger.Warn("shutdown timeout: cutting the remaining HTTP requests and connections",
+			"listener", l.name, "connections", l.open(), "err", err)
+		srv.Close()
+		// Connections http.Server does not track yet (accepted, not yet
+		// served) close with the listener's.
+		l.closeConns(false)
+	}
+}
