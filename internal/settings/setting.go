@@ -19,8 +19,8 @@ import (
 type Setting struct {
 	// Flag is the flag's name without the dash: "near-limit-ratio".
 	Flag string
-	// Group is the section of -h and of docs/settings.md it is listed in.
-	Group Group
+	// Group is the section of -h it is listed in; section sets it.
+	Group string
 	// Usage is the help line of -h.
 	Usage string
 	// Doc, when set, replaces Usage in docs/settings.md (Markdown).
@@ -54,32 +54,6 @@ type Setting struct {
 	// Short lists the setting in the README's short table too.
 	Short bool
 }
-
-// Group is a section of -h.
-type Group string
-
-// The sections of -h, in their order (Groups).
-const (
-	GroupRules     Group = "Rules"
-	GroupXDS       Group = "Rules from an xDS server (-config-type grpc_xds_sotw)"
-	GroupRedis     Group = "Store: Redis"
-	GroupPerSecond Group = "Store: per-second Redis"
-	GroupRedisTLS  Group = "Store: Redis TLS"
-	GroupMemcache  Group = "Store: Memcached"
-	GroupListeners Group = "Listeners"
-	GroupGRPCTLS   Group = "TLS on the gRPC port"
-	GroupBounds    Group = "Limits of requests"
-	GroupAnswers   Group = "Answers and headers"
-	GroupRLQS      Group = "Rate Limit Quota Service (RLQS)"
-	GroupObserve   Group = "Observability: logs, metrics, statsd"
-	GroupTracing   Group = "Observability: tracing (OpenTelemetry)"
-	GroupCapture   Group = "Traffic capture (for floodgate replay)"
-	GroupCommands  Group = "Commands"
-)
-
-// Groups are the sections of -h in order.
-var Groups = []Group{GroupRules, GroupXDS, GroupRedis, GroupPerSecond, GroupRedisTLS, GroupMemcache,
-	GroupListeners, GroupGRPCTLS, GroupBounds, GroupAnswers, GroupRLQS, GroupObserve, GroupTracing, GroupCapture, GroupCommands}
 
 // Var returns the setting's own variable: FLOODGATE_ and the flag in upper
 // case, '-' as '_' (FLOODGATE_REDIS_DEADLINE for -redis-deadline); "" for

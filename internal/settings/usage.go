@@ -17,7 +17,7 @@ func PrintFlags(w io.Writer) {
 	if err != nil {
 		panic(err) // TestTable refuses a table that fails here
 	}
-	for _, g := range Groups {
+	for _, g := range groups() {
 		fmt.Fprintf(w, "\n%s:\n", g)
 		var names []string
 		for i := range Table {
