@@ -16,20 +16,12 @@ import (
 )
 
 // defaultGOGC is the garbage collector's target (GOGC) when the
-// environment sets none. floodgate's live heap is usually small (rules,
-// counters of the in-memory store, connection buffers: a few MiB) while
-// every request allocates, so at Go's default of 100 the collector runs
-// very often for little gain; 400 lets the heap grow to five times the
-// live heap between collections, a few tens of MiB, and cut the server's
-// CPU per decision (docs/benchmarks.md, "Server CPU per decision").
-//
-// It stays 400 for large rule sets too: loading 100,000 rules allocates
-// some 40 times the file while the live heap holds two sets, and at 400 a
-// load runs with one collection or none, where a target that followed the
-// live heap down to 100 made four and raised the median latency of the
-// decisions answered meanwhile fivefold ("Large rule sets"). What a load
-// leaves free goes back to the system after it (releaseAfterLoads), and
-// in a container the soft memory limit bounds the rest (memoryLimitShare).
+// environment sets none. The live heap is small while every request
+// allocates, so Go's default of 100 collects often for little gain; 400
+// also lets a large rule set load with few collections. Memory a load
+// leaves free goes back after it (releaseAfterLoads), and in a container
+// the soft memory limit bounds the rest (memoryLimitShare). The figures
+// are in docs/benchmarks.md, "cmd/server".
 const defaultGOGC = 400
 
 // memoryLimitShare is the share of its container's memory limit that
@@ -87,11 +79,9 @@ func applyGCDefault(env lookupFunc, root string) {
 // releaseAfterLoads returns to the operating system the memory that
 // loading the rules left unused: at once, for the first load, and after
 // each later load once the set it replaced has been collected, until ctx
-// ends. Loading 100,000 rules while the old set still serves needs about
-// three times the memory of one set; without this the heap's free pages
-// would go back to the system only at the runtime's pace, and not at all
-// while the heap stays under its target. It costs a collection per load,
-// more when a request still holds the old set.
+// ends. Without it the free pages would go back only at the runtime's
+// pace, and not at all while the heap stays under its target. It costs a
+// collection per load, more when a request still holds the old set.
 func releaseAfterLoads(ctx context.Context, src ruleSource) {
 	debug.FreeOSMemory()
 	for {

@@ -118,31 +118,11 @@ func socketURL(urlVar, socketVar string) envSource {
 // reads the other REDIS_PERSECOND_* variables only then.
 func perSecondOn(env Lookup) bool { return isSetTrue(env, "REDIS_PERSECOND") }
 
-// whilePerSecond is src while REDIS_PERSECOND=true, and unset otherwise.
-func whilePerSecond(src envSource) envSource {
-	return func(env Lookup) (string, string, bool) {
-		if !perSecondOn(env) {
-			return "", "", false
-		}
-		return src(env)
-	}
-}
-
 // memcacheOn reports whether BACKEND_TYPE=memcache: the reference reads the
 // MEMCACHE_* variables only then.
 func memcacheOn(env Lookup) bool {
 	v, _ := env("BACKEND_TYPE")
 	return strings.EqualFold(v, "memcache")
-}
-
-// whileMemcache is src while BACKEND_TYPE=memcache, and unset otherwise.
-func whileMemcache(src envSource) envSource {
-	return func(env Lookup) (string, string, bool) {
-		if !memcacheOn(env) {
-			return "", "", false
-		}
-		return src(env)
-	}
 }
 
 // statsdOn says whether the reference would send statsd: DISABLE_STATS=true
@@ -184,16 +164,6 @@ func prometheusAddr(env Lookup) (string, string, bool) {
 		return v, "PROMETHEUS_ADDR", true
 	}
 	return ":9090", "USE_PROMETHEUS (PROMETHEUS_ADDR defaults to :9090 in the reference)", true
-}
-
-// whilePrometheus is src while prometheusOn, and unset otherwise.
-func whilePrometheus(src envSource) envSource {
-	return func(env Lookup) (string, string, bool) {
-		if !prometheusOn(env) {
-			return "", "", false
-		}
-		return src(env)
-	}
 }
 
 // headersEnabled maps LIMIT_RESPONSE_HEADERS_ENABLED to a header style.
@@ -275,14 +245,4 @@ func unpaired(v string) []string {
 		}
 	}
 	return out
-}
-
-// whileXDS is src while CONFIG_TYPE=GRPC_XDS_SOTW, and unset otherwise.
-func whileXDS(src envSource) envSource {
-	return func(env Lookup) (string, string, bool) {
-		if !xdsOn(env) {
-			return "", "", false
-		}
-		return src(env)
-	}
 }

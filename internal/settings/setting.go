@@ -7,7 +7,6 @@ import (
 	"io"
 	"reflect"
 	"strings"
-	"time"
 )
 
 // Setting declares one setting of the binary, once: its flag, its help,
@@ -105,21 +104,11 @@ func (s *Setting) value(c *Config, env Lookup) (flag.Value, error) {
 	if s.Value != nil {
 		return s.Value(c, env), nil
 	}
-	switch ptr := p.Interface().(type) {
-	case *string:
-		return (*stringValue)(ptr), nil
-	case *bool:
-		return (*boolValue)(ptr), nil
-	case *int:
-		return (*intValue)(ptr), nil
-	case *int64:
-		return (*int64Value)(ptr), nil
-	case *float64:
-		return (*floatValue)(ptr), nil
-	case *time.Duration:
-		return (*durationValue)(ptr), nil
-	case textValue:
-		return textFlag{ptr}, nil
+	if v := scalarOf(p.Interface()); v != nil {
+		return v, nil
+	}
+	if t, ok := p.Interface().(textValue); ok {
+		return textFlag{t}, nil
 	}
 	return nil, fmt.Errorf("no flag for a field of type %s", p.Elem().Type())
 }

@@ -50,7 +50,9 @@ var observeRows = section("Observability: logs, metrics, statsd", []Setting{
 	{Flag: "statsd-tags",
 		Usage: "tags on every statsd stat, k1:v1,k2:v2 (the reference's EXTRA_TAGS)",
 		At:    func(c *Config) any { return &c.Statsd.Options.Tags },
-		Type:  "string", Value: func(c *Config, _ Lookup) flag.Value { return &tagsValue{p: &c.Statsd.Options.Tags} }},
+		Type:  "string", Value: func(c *Config, _ Lookup) flag.Value {
+			return &parsed[[]statsd.Tag]{p: &c.Statsd.Options.Tags, parse: statsd.ParseTags}
+		}},
 	{Flag: "dogstatsd",
 		Usage: "send DogStatsD (tags as |#k:v) over UDP; implies -statsd",
 		At:    func(c *Config) any { return &c.Statsd.Options.DogStatsD }},
@@ -58,7 +60,8 @@ var observeRows = section("Observability: logs, metrics, statsd", []Setting{
 		Usage: "the reference's USE_DOG_STATSD_MOGRIFIERS: names whose DOG_STATSD_MOGRIFIER_<NAME>_* variables rename and tag stats",
 		At:    func(c *Config) any { return &c.Statsd.Options.Mogrifiers },
 		Type:  "string", Value: func(c *Config, env Lookup) flag.Value {
-			return &mogrifiersValue{p: &c.Statsd.Options.Mogrifiers, env: env}
+			parse := func(s string) ([]statsd.Mogrifier, error) { return statsd.MogrifiersFromEnv(s, env) }
+			return &parsed[[]statsd.Mogrifier]{p: &c.Statsd.Options.Mogrifiers, parse: parse}
 		}},
 	{Flag: "prometheus-addr",
 		Usage:      "a listener of its own serving the reference server's stats as Prometheus metrics (ratelimit_service_*), mapped by statsd_exporter (-prometheus-mapper), at -prometheus-path; empty: none. floodgate's own metrics stay on the HTTP port's /metrics",
