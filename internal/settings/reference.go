@@ -301,11 +301,6 @@ func whenPerSecond(f func(string, Lookup) string) func(string, Lookup) string {
 	}
 }
 
-// always refuses every value.
-func always(why string) func(string, Lookup) string {
-	return func(string, Lookup) string { return why }
-}
-
 // whenTrue refuses true, and what is not a boolean.
 func whenTrue(why string) func(string, Lookup) string {
 	return func(v string, _ Lookup) string {
@@ -385,15 +380,6 @@ func noteUnpaired(v string, env Lookup) string {
 
 func noteAlways(note string) func(string, Lookup) string {
 	return func(string, Lookup) string { return note }
-}
-
-func noteWhenTrue(note string) func(string, Lookup) string {
-	return func(v string, _ Lookup) string {
-		if b, _ := strconv.ParseBool(v); b {
-			return note
-		}
-		return ""
-	}
 }
 
 // isSetTrue reports whether the variable name is set to true.

@@ -50,8 +50,6 @@ type Setting struct {
 	// Command marks the flags that choose what the binary does (-check):
 	// no variable sets them.
 	Command bool
-	// Short lists the setting in the README's short table too.
-	Short bool
 }
 
 // Var returns the setting's own variable: FLOODGATE_ and the flag in upper
