@@ -7,15 +7,11 @@ import (
 	"time"
 )
 
-// Reference is one environment variable of envoyproxy/ratelimit (every one its
-// settings.go reads) and what floodgate does with it. A variable is
-// honoured (it sets flag, with the reference's meaning), accepted (floodgate
-// already behaves as the value asks, or the reference itself ignores it in
-// the configuration it comes with), or refused at start, with an error
-// naming it and what to use instead, for each value floodgate cannot
-// honour. No variable a user set is ignored in silence: where floodgate
-// differs in a way worth knowing, a note is logged at start.
-// docs/migrating.md holds the same table for people.
+// Reference is one environment variable of envoyproxy/ratelimit and what
+// floodgate does with it: honoured (it sets Flag), accepted (floodgate
+// already behaves as it asks), or refused at start for the values
+// floodgate cannot honour. None is ignored in silence: a difference worth
+// knowing is a note at start. docs/migrating.md shows the table.
 type Reference struct {
 	Name string
 	// Flag is the flag the variable sets; "" when it sets none.
@@ -33,22 +29,18 @@ type Reference struct {
 	Refuse func(v string, env Lookup) string
 	// Note returns a remark to log at start about the value v, or "".
 	Note func(v string, env Lookup) string
-	// Redis marks variables that mean something only with Redis: set
-	// without REDIS_URL, they are refused (the reference server would use
-	// its default socket; floodgate would keep counters in memory).
+	// Redis marks variables that mean something only with Redis: without
+	// REDIS_URL they are refused.
 	Redis bool
 	// Source is where the reference reads the variable: "" for its
-	// src/settings/settings.go, else the library that reads it from the
-	// environment ("gostats", "datadog-go"), or "readme" for a variable
-	// its README documents but nothing reads (testdata/reference-variables.txt
-	// lists them all, at the commit migrating.md names).
+	// settings.go, else the library that does ("gostats", "datadog-go"),
+	// or "readme" for one only its README documents.
 	Source string
 	// Tag, with DogStatsD on, makes the variable's value a tag of every
 	// stat, as the reference's DogStatsD client (datadog-go) does.
 	Tag string
-	// In is what floodgate does with the variable, as docs/migrating.md's
-	// table says it; empty for a variable that sets its flag ("honoured:
-	// `-flag`").
+	// In is what floodgate does with it in docs/migrating.md; empty means
+	// "honoured: `-flag`".
 	In string
 	// Doc is the note docs/migrating.md's table gives it (Markdown).
 	Doc string
@@ -76,10 +68,8 @@ func (r *Reference) from() envSource {
 	}
 }
 
-// redisBackend reports whether r is one of the REDIS_* variables, which
-// the reference reads only for its Redis backend: with
-// BACKEND_TYPE=memcache it ignores them, so floodgate neither applies nor
-// refuses them then, and says so at start.
+// redisBackend reports whether r is a REDIS_* variable, which the
+// reference ignores with BACKEND_TYPE=memcache, and so does floodgate.
 func (r *Reference) redisBackend() bool { return strings.HasPrefix(r.Name, "REDIS_") }
 
 // References is the table, in the order of the reference's settings.go.
@@ -396,9 +386,8 @@ func isFalse(env Lookup, name string) bool {
 	return err == nil && !b
 }
 
-// checkReference refuses the reference variables set to values floodgate
-// cannot honour, all at once, and returns the notes to log about the
-// others. withRedis says whether Redis is configured.
+// checkReference refuses, all at once, the reference variables set to
+// values floodgate cannot honour, and returns the notes about the others.
 func checkReference(env Lookup, withRedis bool) (notes []string, err error) {
 	var refused, ignored []string
 	for i := range References {

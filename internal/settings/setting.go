@@ -9,12 +9,11 @@ import (
 	"strings"
 )
 
-// Setting declares one setting of the binary, once: its flag, its help,
-// its default and where its value lands. Its FLOODGATE_* variable is
-// derived from the flag (Var), and the reference server's variables that
-// set it are declared in References, pointing back at the flag. Flag
-// registration, the environment's layering, -h and the docs' tables are
-// all read from Table.
+// Setting declares one setting of the binary: its flag, its help, its
+// default and where its value lands. Its FLOODGATE_* variable derives
+// from the flag; the reference's variables that set it are References
+// naming the flag. The flags, the environment, -h and the docs' tables
+// all read Table.
 type Setting struct {
 	// Flag is the flag's name without the dash: "near-limit-ratio".
 	Flag string
@@ -156,10 +155,8 @@ func fieldPath(v reflect.Value, addr uintptr, prefix string) (string, bool) {
 
 // option returns the package, the Options type and the path within it
 // of the field s lands in: ("envoy", "Options", "NearLimitRatio") for
-// Service.NearLimitRatio, ("store", "Options", "Redis.PoolSize"),
-// ("rlsmetrics", "Options", "MaxValueSeries"); empty strings for a field
-// of no package's options (a field of Config itself). A package's options
-// are the outermost struct type of its whose name ends in "Options".
+// Service.NearLimitRatio; empty for a field of Config itself. A package's
+// options are the outermost type of its whose name ends in "Options".
 func (s *Setting) option() (pkg, typ, field string) {
 	if s.At == nil {
 		return "", "", ""
@@ -181,8 +178,7 @@ func (s *Setting) option() (pkg, typ, field string) {
 }
 
 // convertDefault converts d to t: as it is when assignable, or, for an
-// untyped constant that Go made an int or a float64, to t of the same kind
-// (an int64 field's DefaultCaptureMaxBytes).
+// untyped constant Go made an int or a float64, to t of the same kind.
 func convertDefault(d reflect.Value, t reflect.Type) (reflect.Value, error) {
 	if d.Type().AssignableTo(t) {
 		return d, nil

@@ -27,7 +27,7 @@ func PrintFlags(w io.Writer) {
 		}
 		slices.Sort(names)
 		for _, name := range names {
-			s, f := find(name), fs.Lookup(name)
+			s, f := Find(name), fs.Lookup(name)
 			line := "  -" + name
 			if t := s.typeName(f.Value); t != "" {
 				line += " " + t
