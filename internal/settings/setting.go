@@ -77,7 +77,7 @@ func flagSet(table []Setting, c *Config, env Lookup) (*flag.FlagSet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("settings: -%s: %w", s.Flag, err)
 		}
-		fs.Var(explained{v}, s.Flag, s.Usage)
+		fs.Var(v, s.Flag, s.Usage)
 	}
 	return fs, nil
 }

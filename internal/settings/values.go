@@ -78,34 +78,6 @@ func (t textFlag) String() string {
 	return string(b)
 }
 
-// explained wraps a flag's value so that the flag package's own
-// reporting stays out of the way: errors say what the value accepts, from
-// the command line and from the environment alike.
-type explained struct{ flag.Value }
-
-// String is the wrapped value's; "" for a zero explained, which the flag
-// package builds to tell a zero default.
-func (e explained) String() string {
-	if e.Value == nil {
-		return ""
-	}
-	return e.Value.String()
-}
-
-// IsBoolFlag keeps boolean flags usable without a value (-shadow-mode).
-func (e explained) IsBoolFlag() bool {
-	b, ok := e.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-// Get returns the wrapped value's, for flag.Getter.
-func (e explained) Get() any {
-	if g, ok := e.Value.(flag.Getter); ok {
-		return g.Get()
-	}
-	return nil
-}
-
 // errWant is an error saying what a value accepts: "want X", or, with a
 // format, "<format> (want X)".
 func errWant(want string, format ...any) error {
