@@ -92,10 +92,7 @@ var References = []Reference{
 	{Name: "LOG_LEVEL", Flag: "log-level", Doc: "any case, as logrus; its names accepted (`trace`, `warning`, `fatal`, `panic`)"},
 	{Name: "LOG_FORMAT", Flag: "log-format", Doc: "`text` or `json`, any case; another value is refused (the reference falls back to text)"},
 
-	// FILE or GRPC_XDS_SOTW, in any case; -config-type refuses others.
 	{Name: "CONFIG_TYPE", Flag: "config-type", Doc: "`FILE` (the default) or `GRPC_XDS_SOTW`, any case: the rules come from an xDS management server such as Envoy Gateway's ([xds.md](xds.md)); another value is refused"},
-	// The xDS settings, read only with CONFIG_TYPE=GRPC_XDS_SOTW, as in
-	// the reference.
 	{Name: "FORCE_START_WITHOUT_INITIAL_CONFIG", Flag: "xds-force-start", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: serve before the first rules arrive, every request allowed until then; unset, the listeners open once they have"},
 	{Name: "CONFIG_GRPC_XDS_NODE_ID", Flag: "xds-node-id", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`; `default` by default, as in the reference"},
 	{Name: "CONFIG_GRPC_XDS_NODE_METADATA", Flag: "xds-node-metadata", Value: pairedOnly("CONFIG_GRPC_XDS_NODE_METADATA"), While: xdsOn, Note: noteUnpaired, Doc: "with `GRPC_XDS_SOTW`: `k1=v1,k2=v2`; an entry without `=` (`k1:v1`, as the reference's own comment shows) is dropped, as the reference drops it, with a note at start naming it"},
@@ -131,9 +128,6 @@ var References = []Reference{
 	{Name: "EXTRA_TAGS", Flag: "statsd-tags", Doc: "in the names (`.__k=v`) for statsd, as `\\|#k:v` for DogStatsD, as the reference"},
 	{Name: "STATS_FLUSH_INTERVAL", Flag: "statsd-flush-interval", Doc: "Prometheus is read live at each scrape"},
 	{Name: "DISABLE_STATS", Flag: "statsd", Value: statsdOn, Doc: "`true` turns statsd off, and the `PROMETHEUS_ADDR` listener, as in the reference; `/metrics` stays"},
-	// The reference serves its stats to Prometheus with USE_PROMETHEUS=true
-	// unless DISABLE_STATS=true; it reads the PROMETHEUS_* variables only
-	// then.
 	{Name: "USE_PROMETHEUS", Flag: "prometheus-addr", Value: prometheusAddr, Refuse: prometheusBesideDogStatsd, Note: notePrometheus, Doc: "`true`: the reference's stats served as Prometheus metrics on a listener of its own, `PROMETHEUS_ADDR` (`:9090` when unset), through statsd_exporter's mapping, as the reference serves them (see [operations](operations.md#prometheus-as-the-reference-serves-it)); floodgate's own `floodgate_*` metrics stay on the HTTP port's `/metrics`. With `DISABLE_STATS=true` none, as the reference; with `USE_DOG_STATSD=true` refused, as the reference refuses it; with `USE_STATSD=true`, which the reference refuses to start with (it also refuses `USE_PROMETHEUS=true` alone, `USE_STATSD` defaulting to `true` there), statsd is sent too, with a note"},
 	{Name: "PROMETHEUS_ADDR", Flag: "prometheus-addr", Value: prometheusAddr, Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`; set without it, not read, as the reference, with a note"},
 	{Name: "PROMETHEUS_PATH", Flag: "prometheus-path", While: prometheusOn, Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`; `/metrics` by default"},
@@ -144,11 +138,6 @@ var References = []Reference{
 	{Name: "RUNTIME_SUBDIRECTORY", Flag: "config", Value: runtimePath},
 	{Name: "RUNTIME_APPDIRECTORY", Flag: "config", Value: runtimePath, Doc: "default `config`"},
 	{Name: "RUNTIME_IGNOREDOTFILES", Flag: "ignore-dotfiles", Doc: "unset or `false`, names starting with `.` are read, as the reference reads them; Kubernetes' `..data` entries are read once, through the links beside them (the reference reads them twice, and fails on the repeated domain)"},
-	// Both values are honoured without a flag: the reference watches
-	// RUNTIME_ROOT's directory for the swap of the current link (true) or
-	// the rule directory for edits (false); floodgate watches every link
-	// along the rule path and the directories of its tree, so it reloads on
-	// either, and on ConfigMap swaps (pkg/rules Watcher.Run).
 	{Name: "RUNTIME_WATCH_ROOT", Refuse: unlessBool, In: "honoured, both values; what is not a boolean is refused", Doc: "every link along the rule path and every directory of its tree is watched: the swap of `RUNTIME_ROOT`'s link (`true`) and edits in the directory (`false`) both reload, ConfigMap `..data` swaps too"},
 
 	{Name: "EXPIRATION_JITTER_MAX_SECONDS", Note: noteAlways("EXPIRATION_JITTER_MAX_SECONDS has no effect: each counter expires when its state no longer matters"), In: "accepted, with a note", Doc: "each counter expires when its state no longer matters"},
@@ -210,10 +199,6 @@ var References = []Reference{
 	{Name: "REDIS_STARTUP_INITIAL_INTERVAL", Redis: true, Refuse: unlessDuration, Note: noteAlways(startupNote), In: "accepted, with a note", Doc: "floodgate does not hold its start for Redis: see `REDIS_STARTUP_MAX_ELAPSED_TIME`"},
 	{Name: "REDIS_STARTUP_MAX_INTERVAL", Redis: true, Refuse: unlessDuration, Note: noteAlways(startupNote), In: "accepted, with a note", Doc: "as `REDIS_STARTUP_INITIAL_INTERVAL`"},
 	{Name: "REDIS_STARTUP_MAX_ELAPSED_TIME", Redis: true, Refuse: unlessDuration, Note: noteWhenPositive(startupNote + "; it never exits for Redis, where the reference exits after REDIS_STARTUP_MAX_ELAPSED_TIME"), In: "accepted, with a note when above 0", Doc: "the reference opens no port until Redis answers, and exits (code 2) after this much time when set; floodgate serves at once by the failure policy, probes Redis every second, holds readiness until it has answered (`-store-readiness`), and never exits for Redis"},
-	// The per-second Redis: with REDIS_PERSECOND=true, the limits whose
-	// window is shorter than a minute (redislimit.PerSecond) are kept in
-	// REDIS_PERSECOND_URL's Redis. Its other variables are read only then,
-	// as in the reference; its TLS files are REDIS_TLS_*'s.
 	{Name: "REDIS_PERSECOND", Flag: "redis-persecond", Value: perSecondURL, While: perSecondOn, Refuse: perSecondNeedsURL, In: "honoured: `-redis-persecond`; `true` without `REDIS_PERSECOND_URL` refused", Doc: "`true`: the limits whose window is shorter than a minute are counted in `REDIS_PERSECOND_URL`'s Redis, the others in `REDIS_URL`'s (see below); needs `REDIS_URL`"},
 	{Name: "REDIS_PERSECOND_SOCKET_TYPE", Refuse: whenPerSecond(unlessIn("want tcp or unix", "tcp", "unix")), In: "`tcp`, `unix` accepted; others refused", Doc: "`unix` makes `REDIS_PERSECOND_URL` a socket path; like every `REDIS_PERSECOND_*`, read only with `REDIS_PERSECOND=true`, as in the reference"},
 	{Name: "REDIS_PERSECOND_TYPE", Flag: "redis-persecond-type", While: perSecondOn, Doc: "`single`, `sentinel`, `cluster`, any case"},
@@ -229,8 +214,6 @@ var References = []Reference{
 	{Name: "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION", Source: "readme", Note: whenPerSecond(noteAlways("REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)")), In: "accepted, with a note", Doc: "the wait is bounded by `-redis-deadline`; the reference no longer reads it (removed in 2025), though its README documents it"},
 	{Name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", Refuse: whenPerSecond(unlessWhole), Note: whenPerSecond(noteAlways("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM: on Redis Cluster floodgate sends a request's calls to its slots' masters all at once, whatever it says")), In: "accepted, with a note; what is not a whole number is refused", Doc: "as `REDIS_CLUSTER_PIPELINE_PARALLELISM`, read only with `REDIS_PERSECOND=true`"},
 
-	// Memcached's settings, read only with BACKEND_TYPE=memcache as in the
-	// reference.
 	{Name: "MEMCACHE_HOST_PORT", Flag: "memcache", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; comma-separated `host:port`s; each counter on one server by rendezvous hashing (the reference: CRC32 modulo the count, so keys differ and the two cannot share counters)"},
 	{Name: "MEMCACHE_MAX_IDLE_CONNS", Flag: "memcache-max-idle-conns", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; 0 or less: 16 per server"},
 	{Name: "MEMCACHE_SRV", Flag: "memcache-srv", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; resolved at start"},
@@ -246,9 +229,8 @@ var References = []Reference{
 	{Name: "RESPONSE_DYNAMIC_METADATA", Flag: "response-dynamic-metadata", Doc: "`domain`, `descriptors`, `hitsAddend` and the merged `metadata` of the rules that passed, as the reference (which leaves out that of `detailed_metric` and `value_to_metric` rules; floodgate does not); without it an answer carries none (but the failure policy's cause, see [operations](operations.md#failure-policy))"},
 	{Name: "MERGE_DOMAIN_CONFIG", Flag: "merge-domains"},
 
-	// The reference reads the TRACING_SERVICE_* and other settings only
-	// with TRACING_ENABLED=true; floodgate sets its flags from them all
-	// the same, and uses them only with -tracing too.
+	// The reference reads the TRACING_* variables only with
+	// TRACING_ENABLED=true; floodgate reads them always, used with -tracing.
 	{Name: "TRACING_ENABLED", Flag: "tracing", Doc: "OpenTelemetry traces over OTLP, off by default; where they go is the standard `OTEL_EXPORTER_OTLP_*` variables, as in the reference, but a value the exporter cannot use (an endpoint without `http://`/`https://`, headers without `=`, a timeout not in milliseconds, a malformed `OTEL_RESOURCE_ATTRIBUTES`) stops the start, where the reference logs it and exports to the default endpoint. **Spans differ**: one server span per request named `ShouldRateLimit Execution` with `domain`, as the reference's inner span, but no otelgrpc span `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` around it, no `request string` attribute (it would export descriptor values) and no `NewJsonHandler Remaining Execution` span; see [operations](operations.md#spans)"},
 	{Name: "TRACING_SERVICE_NAME", Flag: "tracing-service-name", Doc: "`RateLimit` by default, as the reference; wins over `OTEL_SERVICE_NAME`"},
 	{Name: "TRACING_SERVICE_NAMESPACE", Flag: "tracing-service-namespace"},
@@ -269,8 +251,7 @@ func prefixed(name, prefix string) envSource {
 var perSecondURL = socketURL("REDIS_PERSECOND_URL", "REDIS_PERSECOND_SOCKET_TYPE")
 
 // perSecondNeedsURL refuses REDIS_PERSECOND=true without
-// REDIS_PERSECOND_URL, and what is not a boolean: the reference would use
-// its default socket, and floodgate would have nowhere to keep those limits.
+// REDIS_PERSECOND_URL, and what is not a boolean.
 func perSecondNeedsURL(v string, env Lookup) string {
 	why := "REDIS_PERSECOND_URL is not set: set it to the per-second Redis (host:port, redis://..., as REDIS_URL), or unset REDIS_PERSECOND to keep every counter in REDIS_URL's Redis"
 	if u, _ := env("REDIS_PERSECOND_URL"); u != "" {
@@ -326,8 +307,7 @@ func unlessIn(why string, ok ...string) func(string, Lookup) string {
 }
 
 // prometheusBesideDogStatsd refuses USE_PROMETHEUS=true with
-// USE_DOG_STATSD=true, as the reference does (unless DISABLE_STATS=true,
-// which it reads first): the Prometheus metrics take plain statsd names.
+// USE_DOG_STATSD=true, as the reference does.
 func prometheusBesideDogStatsd(v string, env Lookup) string {
 	if prometheusOn(env) && isSetTrue(env, "USE_DOG_STATSD") {
 		return "USE_DOG_STATSD and USE_PROMETHEUS are both true, which the reference refuses too: keep one"
@@ -335,9 +315,8 @@ func prometheusBesideDogStatsd(v string, env Lookup) string {
 	return ""
 }
 
-// notePrometheus says what floodgate does where the reference would not
-// serve Prometheus as USE_PROMETHEUS=true asks: with DISABLE_STATS=true
-// it serves none, and with USE_STATSD=true it refuses to start.
+// notePrometheus notes USE_PROMETHEUS=true where the reference would not
+// serve it as asked: with DISABLE_STATS=true or USE_STATSD=true.
 func notePrometheus(v string, env Lookup) string {
 	switch {
 	case !isSetTrue(env, "USE_PROMETHEUS"):
