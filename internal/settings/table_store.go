@@ -2,6 +2,7 @@ package settings
 
 import (
 	"flag"
+	"slices"
 
 	"github.com/floodgate/floodgate/internal/denycache"
 	"github.com/floodgate/floodgate/internal/store"
@@ -99,57 +100,52 @@ var redisRows = section("Store: Redis", []Setting{
 		Type:       "mode"},
 })
 
-var perSecondRows = section("Store: per-second Redis", []Setting{
+var perSecondRows = section("Store: per-second Redis", slices.Concat([]Setting{
 	{Flag: "redis-persecond",
 		Usage:      "URL of a second Redis, as -redis, for the limits whose window is shorter than a minute (the reference's REDIS_PERSECOND); empty keeps them in -redis",
 		Doc:        "a second Redis, in `-redis`'s forms, for the limits whose window is shorter than a minute (see [operations](docs/operations.md#per-second-redis)); needs `-redis`",
 		DefaultDoc: "none: every counter in `-redis`",
 		URL:        true,
 		At:         func(c *Config) any { return &c.Store.PerSecond.URL }},
+}, asForRedis([]Setting{
 	{Flag: "redis-persecond-type",
-		Usage:      "the per-second Redis deployment: single, sentinel or cluster",
-		Doc:        "the per-second Redis's `-redis-type`, `-redis-auth`, … ; its TLS is verified with the `-redis-tls-*` files, shared as in the reference",
-		DefaultDoc: "as for `-redis`",
-		At:         func(c *Config) any { return &c.Store.PerSecond.Type },
-		Default:    store.TypeSingle},
+		Usage:   "the per-second Redis deployment: single, sentinel or cluster",
+		At:      func(c *Config) any { return &c.Store.PerSecond.Type },
+		Default: store.TypeSingle},
 	{Flag: "redis-persecond-auth",
-		Usage:      "the per-second Redis credentials: password or user:password (prefer the environment)",
-		Doc:        "the per-second Redis's `-redis-type`, `-redis-auth`, … ; its TLS is verified with the `-redis-tls-*` files, shared as in the reference",
-		DefaultDoc: "as for `-redis`",
-		At:         func(c *Config) any { return &c.Store.PerSecond.Auth },
-		Secret:     true},
+		Usage:  "the per-second Redis credentials: password or user:password (prefer the environment)",
+		At:     func(c *Config) any { return &c.Store.PerSecond.Auth },
+		Secret: true},
 	{Flag: "redis-persecond-sentinel-auth",
-		Usage:      "password of the Sentinels themselves, with -redis-persecond-type sentinel (prefer the environment)",
-		Doc:        "the per-second Redis's `-redis-type`, `-redis-auth`, … ; its TLS is verified with the `-redis-tls-*` files, shared as in the reference",
-		DefaultDoc: "as for `-redis`",
-		At:         func(c *Config) any { return &c.Store.PerSecond.SentinelAuth },
-		Secret:     true},
+		Usage:  "password of the Sentinels themselves, with -redis-persecond-type sentinel (prefer the environment)",
+		At:     func(c *Config) any { return &c.Store.PerSecond.SentinelAuth },
+		Secret: true},
 	{Flag: "redis-persecond-pool-size",
-		Usage:      "connections per the per-second Redis node (0: 10 per CPU)",
-		Doc:        "the per-second Redis's `-redis-type`, `-redis-auth`, … ; its TLS is verified with the `-redis-tls-*` files, shared as in the reference",
-		DefaultDoc: "as for `-redis`",
-		At:         func(c *Config) any { return &c.Store.PerSecond.PoolSize }},
+		Usage: "connections per the per-second Redis node (0: 10 per CPU)",
+		At:    func(c *Config) any { return &c.Store.PerSecond.PoolSize }},
 	{Flag: "redis-persecond-dial-timeout",
-		Usage:      "bound on connecting to the per-second Redis (0: 5s); requests never wait longer than -redis-deadline",
-		Doc:        "the per-second Redis's `-redis-type`, `-redis-auth`, … ; its TLS is verified with the `-redis-tls-*` files, shared as in the reference",
-		DefaultDoc: "as for `-redis`",
-		At:         func(c *Config) any { return &c.Store.PerSecond.DialTimeout }},
+		Usage: "bound on connecting to the per-second Redis (0: 5s); requests never wait longer than -redis-deadline",
+		At:    func(c *Config) any { return &c.Store.PerSecond.DialTimeout }},
 	{Flag: "redis-persecond-pipeline-window",
-		Usage:      "how long a request that finds a round trip to the per-second Redis free waits for others to share it, e.g. 150us: fewer script calls when requests come one at a time, for up to this much latency (0: it waits, up to 150µs, only while another round trip is outstanding; single and Sentinel, not Cluster)",
-		Doc:        "the per-second Redis's `-redis-type`, `-redis-auth`, … ; its TLS is verified with the `-redis-tls-*` files, shared as in the reference",
-		DefaultDoc: "as for `-redis`",
-		At:         func(c *Config) any { return &c.Store.PerSecond.PipelineWindow }},
+		Usage: "how long a request that finds a round trip to the per-second Redis free waits for others to share it, e.g. 150us: fewer script calls when requests come one at a time, for up to this much latency (0: it waits, up to 150µs, only while another round trip is outstanding; single and Sentinel, not Cluster)",
+		At:    func(c *Config) any { return &c.Store.PerSecond.PipelineWindow }},
 	{Flag: "redis-persecond-pipeline-limit",
-		Usage:      "most requests in one round trip to the per-second Redis; a window ends early once this many wait (0: 64)",
-		Doc:        "the per-second Redis's `-redis-type`, `-redis-auth`, … ; its TLS is verified with the `-redis-tls-*` files, shared as in the reference",
-		DefaultDoc: "as for `-redis`",
-		At:         func(c *Config) any { return &c.Store.PerSecond.PipelineLimit }},
+		Usage: "most requests in one round trip to the per-second Redis; a window ends early once this many wait (0: 64)",
+		At:    func(c *Config) any { return &c.Store.PerSecond.PipelineLimit }},
 	{Flag: "redis-persecond-tls",
-		Usage:      "connect to the per-second Redis with TLS (every node, and the Sentinels), verified as the -redis-tls-* flags say",
-		Doc:        "the per-second Redis's `-redis-type`, `-redis-auth`, … ; its TLS is verified with the `-redis-tls-*` files, shared as in the reference",
-		DefaultDoc: "as for `-redis`",
-		At:         func(c *Config) any { return &c.Store.PerSecond.TLS }},
-})
+		Usage: "connect to the per-second Redis with TLS (every node, and the Sentinels), verified as the -redis-tls-* flags say",
+		At:    func(c *Config) any { return &c.Store.PerSecond.TLS }},
+})))
+
+// asForRedis gives the per-second Redis's settings, each -redis's of the
+// same name, their one line in docs/settings.md.
+func asForRedis(rows []Setting) []Setting {
+	for i := range rows {
+		rows[i].Doc = "the per-second Redis's `-redis-type`, `-redis-auth`, … ; its TLS is verified with the `-redis-tls-*` files, shared as in the reference"
+		rows[i].DefaultDoc = "as for `-redis`"
+	}
+	return rows
+}
 
 var redisTLSRows = section("Store: Redis TLS", []Setting{
 	{Flag: "redis-tls",
