@@ -13,9 +13,8 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// ruleOptions are the rule loader's options: the settings', and the
-// store's word on which limits it serves (Memcached counts fixed windows
-// only), so that other rules are refused at load.
+// ruleOptions are the rule loader's options, with the store's word on
+// which limits it serves, so that others are refused at load.
 func ruleOptions(cfg *settings.Config) rules.Options {
 	opts := cfg.Rules.Options
 	opts.Supports = cfg.Store.Supports
@@ -60,10 +59,8 @@ func explain(stdout io.Writer, out *logOutput, cfg *settings.Config) int {
 }
 
 // unreadableRules is the error of check and explain when nothing is at
-// the rule path, saying why: with the default, config is looked for in
-// the working directory; with an xDS server, the rules are pushed, and
-// check and explain read rule files only. Other errors are the loader's
-// to report. usage shows how to name the rules.
+// the rule path, saying why; usage shows how to name the rules. Other
+// errors are the loader's to report.
 func unreadableRules(cfg *settings.Config, usage string) error {
 	path := cfg.Rules.Path
 	_, err := os.Stat(path)

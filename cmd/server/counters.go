@@ -48,8 +48,7 @@ Flags:
 `
 
 // exitNoCounter is the exit code of `floodgate counters` when no limit
-// with a counter applies: a script that resets a customer must not read
-// "done" from a typo in the descriptor.
+// with a counter applies: a typo in the descriptor must not read as done.
 const exitNoCounter = 3
 
 // countersFlags are floodgate counters' command line.
@@ -107,11 +106,9 @@ func parseCountersFlags(args []string, env lookupFunc, stdout io.Writer) (*count
 	return f, nil
 }
 
-// defaultDebugAddr is where the server's debug listener is when it runs
-// with this environment (its settings: FLOODGATE_DEBUG_ADDR, DEBUG_HOST,
-// DEBUG_PORT), as an address to dial: an unspecified host (":6070",
-// "0.0.0.0:6070") is this machine's loopback. An environment the server
-// would refuse gives the listener's default.
+// defaultDebugAddr is where the server's debug listener is with this
+// environment, as an address to dial (":6070" is loopback's); the
+// listener's default when the server would refuse the environment.
 func defaultDebugAddr(env lookupFunc) string {
 	addr := server.DefaultDebugAddr
 	if cfg, err := settings.Load(nil, env); err == nil {
@@ -270,8 +267,8 @@ func printCounters(w io.Writer, a *counters.Answer) {
 	tw.Flush()
 }
 
-// resetIn writes a counter's time to reset for people: to the
-// millisecond under a minute ("1.553s"), to the second above ("24h29m1s").
+// resetIn rounds a counter's time to reset to the millisecond under a
+// minute ("1.553s"), to the second above ("24h29m1s").
 func resetIn(seconds float64) string {
 	d := time.Duration(seconds * float64(time.Second))
 	if d >= time.Minute {

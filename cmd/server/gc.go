@@ -16,27 +16,18 @@ import (
 )
 
 // defaultGOGC is the garbage collector's target (GOGC) when the
-// environment sets none. floodgate's live heap is usually small (rules,
-// counters of the in-memory store, connection buffers: a few MiB) while
-// every request allocates, so at Go's default of 100 the collector runs
-// very often for little gain; 400 lets the heap grow to five times the
-// live heap between collections, a few tens of MiB, and cut the server's
-// CPU per decision (docs/benchmarks.md, "Server CPU per decision").
-//
-// It stays 400 for large rule sets too: loading 100,000 rules allocates
-// some 40 times the file while the live heap holds two sets, and at 400 a
-// load runs with one collection or none, where a target that followed the
-// live heap down to 100 made four and raised the median latency of the
-// decisions answered meanwhile fivefold ("Large rule sets"). What a load
-// leaves free goes back to the system after it (releaseAfterLoads), and
-// in a container the soft memory limit bounds the rest (memoryLimitShare).
+// environment sets none. The live heap is small while every request
+// allocates, so Go's default of 100 collects often for little gain; 400
+// also lets a large rule set load with few collections. Memory a load
+// leaves free goes back after it (releaseAfterLoads), and in a container
+// the soft memory limit bounds the rest (memoryLimitShare). The figures
+// are in docs/benchmarks.md, "cmd/server".
 const defaultGOGC = 400
 
-// memoryLimitShare is the share of its container's memory limit that
-// floodgate gives the Go runtime as a soft memory limit (GOMEMLIMIT) when
-// the environment sets none: near it the collector runs more often instead
-// of the kernel killing the process past the limit, and the rest is for
-// the memory the runtime does not manage.
+// memoryLimitShare is the share of the container's memory limit set as
+// the runtime's soft limit (GOMEMLIMIT) when the environment sets none:
+// near it the collector works harder instead of the kernel killing the
+// process; the rest is for memory the runtime does not manage.
 const memoryLimitShare = 0.9
 
 // gcSettings is what floodgate sets in the garbage collector at start.
@@ -87,11 +78,9 @@ func applyGCDefault(env lookupFunc, root string) {
 // releaseAfterLoads returns to the operating system the memory that
 // loading the rules left unused: at once, for the first load, and after
 // each later load once the set it replaced has been collected, until ctx
-// ends. Loading 100,000 rules while the old set still serves needs about
-// three times the memory of one set; without this the heap's free pages
-// would go back to the system only at the runtime's pace, and not at all
-// while the heap stays under its target. It costs a collection per load,
-// more when a request still holds the old set.
+// ends. Without it the free pages would go back only at the runtime's
+// pace, and not at all while the heap stays under its target. It costs a
+// collection per load, more when a request still holds the old set.
 func releaseAfterLoads(ctx context.Context, src ruleSource) {
 	debug.FreeOSMemory()
 	for {
@@ -110,13 +99,10 @@ func releaseAfterLoads(ctx context.Context, src ruleSource) {
 // releaseTries bounds the collections releaseCollected asks for.
 const releaseTries = 5
 
-// releaseCollected collects and returns free memory to the system until
-// collected tells that the replaced rule set was among what was freed, a
-// second apart and at most releaseTries times: a request still deciding on
-// the old set holds it until it is answered, and an idle server collects
-// nothing by itself. debug.FreeOSMemory collects, sweeps and then returns
-// what is free, so the set's memory goes back in the call that collects
-// it; its cleanup tells a moment later.
+// releaseCollected calls debug.FreeOSMemory, a second apart and at most
+// releaseTries times, until collected tells that the replaced rule set
+// was freed: a request may still hold it, and an idle server collects
+// nothing by itself.
 func releaseCollected(ctx context.Context, collected <-chan struct{}) {
 	for range releaseTries {
 		debug.FreeOSMemory()
@@ -138,10 +124,9 @@ func notify(ch chan struct{}) {
 	}
 }
 
-// cgroupMemoryLimit returns the memory limit of the process's cgroup, in
-// bytes: the smallest limit of its cgroup and of the cgroups above it, in
-// the cgroup v2 and v1 hierarchies, read from the files under root
-// (normally "/"). It returns 0 when none is set or none can be read.
+// cgroupMemoryLimit returns the smallest memory limit, in bytes, of the
+// process's cgroup and those above it (v1 and v2), read from the files
+// under root; 0 when none is set or readable.
 func cgroupMemoryLimit(root string) int64 {
 	f, err := os.Open(filepath.Join(root, "proc/self/cgroup"))
 	if err != nil {
@@ -170,11 +155,9 @@ func cgroupMemoryLimit(root string) int64 {
 	return limit
 }
 
-// smallestLimit returns the smallest limit in the file named file of the
-// cgroup directory path under mount and of each directory above it up to
-// mount, or 0 when none holds one. Directories that do not exist (a
-// cgroup namespace shows the process's cgroup as the mount itself) are
-// skipped.
+// smallestLimit returns the smallest limit in file of the cgroup path
+// under mount and of each directory above it, or 0. Directories that do
+// not exist (a cgroup namespace shows the cgroup as the mount) are skipped.
 func smallestLimit(mount, path, file string) int64 {
 	var limit int64
 	dir := filepath.Join(mount, filepath.Clean("/"+path))
@@ -216,8 +199,7 @@ func hasController(list, name string) bool {
 }
 
 // gcInEffect returns the runtime's GC target in percent (-1: off) and its
-// memory limit in bytes (-1: none), read back from the runtime so that the
-// log shows what is in force whoever set it.
+// memory limit in bytes (-1: none), as in force whoever set them.
 func gcInEffect() (gogc, memLimit int64) {
 	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
 	metrics.Read(s)

@@ -89,9 +89,8 @@ func (o *logOutput) fatal(err error, hint string) {
 	fmt.Fprintf(o.w, "floodgate: %s\n", o.hide.in(msg))
 }
 
-// redactor hides credentials in text: the password of any URL
-// (scheme://user:password@host) and each known secret (REDIS_AUTH's and
-// the like, which may appear bare in a driver's message).
+// redactor hides credentials in text: the password of any URL and each
+// known secret, which may appear bare in a driver's message.
 type redactor struct {
 	secrets []string
 }
@@ -103,9 +102,8 @@ var urlPassword = regexp.MustCompile(`(://[^/\s:@"',]*):[^/\s@"',]*@`)
 // one would blank out common words, and is only hidden inside URLs.
 const minSecret = 3
 
-// newRedactor returns a redactor hiding the credentials given in args and
-// env: the values of the flags and variables holding passwords, and the
-// passwords of the URLs they hold.
+// newRedactor returns a redactor hiding the credentials args and env
+// give: secret settings' values and the passwords of URL settings.
 func newRedactor(args []string, env lookupFunc) *redactor {
 	r := &redactor{}
 	for i, a := range args {
@@ -113,7 +111,7 @@ func newRedactor(args []string, env lookupFunc) *redactor {
 			r.addURLs(a)
 		}
 		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || !isSecret(name) {
+		if s := settings.Find(name); !strings.HasPrefix(a, "-") || s == nil || !s.Secret {
 			continue
 		}
 		if !hasValue && i+1 < len(args) {
@@ -168,16 +166,6 @@ func (r *redactor) addURLs(v string) {
 			r.addAuth(rest[:at])
 		}
 	}
-}
-
-// isSecret reports whether the flag name holds a credential.
-func isSecret(name string) bool {
-	for i := range settings.Table {
-		if settings.Table[i].Flag == name {
-			return settings.Table[i].Secret
-		}
-	}
-	return false
 }
 
 // in returns s with the credentials hidden.

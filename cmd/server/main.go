@@ -1,27 +1,11 @@
 // Command floodgate is an Envoy rate-limit service (RLS v3) that can replace
 // envoyproxy/ratelimit: it reads the same rule files and honours the same
-// environment variables.
+// environment variables. floodgate -h lists its commands and every flag.
 //
-//	floodgate [serve]                  serve ./config on the in-memory store
-//	floodgate -redis host:6379         serve with counters in Redis
-//	floodgate check [FILE_OR_DIR]      validate the rules and exit 0 or 1 (also -check)
-//	floodgate explain rl k=v           show which rule a descriptor matches (also -explain)
-//	floodgate version                  print the version and commit (also -version)
-//	floodgate replay -old D -new D -traffic F   rehearse a rule edit on recorded traffic (replay.go)
-//	floodgate counters get|reset rl k=v   look at a descriptor's counters or reset them (counters.go)
-//	floodgate -h                       every flag by section, with its default and variables
-//
-// A flag wins over its FLOODGATE_* variable, which wins over the reference
-// server's; an override of a variable that is set is logged. The rule path
-// falls back last to FLOODGATE_DEFAULT_CONFIG, which the image sets to its
-// demo rules. A bad flag or variable is one error line, exit code 2. All
-// output to stderr is in the log format asked for, credentials hidden (see
-// docs/operations.md).
-//
-// This package only wires the parts together: the settings
-// (internal/settings) into the store (internal/store), the rule source
-// (pkg/rules, internal/xds), the service (pkg/envoy) and the listeners
-// (internal/server), then runs them (serve.go). The logs are in logging.go.
+// This package wires the parts together: the settings (internal/settings)
+// into the store (internal/store), the rule source (pkg/rules,
+// internal/xds), the service (pkg/envoy) and the listeners
+// (internal/server), then runs them (serve.go).
 package main
 
 import (
@@ -48,18 +32,14 @@ func main() {
 	os.Exit(code)
 }
 
-// run is the whole program; it returns the exit code. ctx ends the server
-// (SIGTERM, SIGINT). Everything it reports goes to stderr in the log format
-// asked for, with credentials hidden; stdout gets only what a command
-// prints (-h, -version, -check, -explain).
+// run is the whole program; it returns the exit code. ctx ends the server.
+// Reports go to stderr in the log format asked for, credentials hidden;
+// stdout gets only what a command prints.
 func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replay" {
-		// Its own flags: it serves nothing and reads no environment.
 		return replayCommand(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "counters" {
-		// Its own flags: a client of a running server's debug listener,
-		// which reads the environment only to find it.
 		return countersCommand(ctx, args[1:], env, stdout, stderr)
 	}
 	args = commandArgs(args)

@@ -104,11 +104,8 @@ func parseReplayFlags(args []string, stdout io.Writer) (*replayFlags, error) {
 	return f, err
 }
 
-// replayCommand runs `floodgate replay args...` and returns the exit code:
-// 0 when the report was written, 1 when the rules or the traffic cannot be
-// read, 2 for a bad command line, 3 when the report was written but no
-// request was replayed: a CI gate reading "no change" from an empty
-// traffic file would pass an edit it never tested.
+// replayCommand runs `floodgate replay args...` and returns the exit code
+// replayUsage lists.
 func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := newLogOutput(stderr, "text", slog.LevelInfo, &redactor{})
 	f, err := parseReplayFlags(args, stdout)
@@ -267,8 +264,7 @@ func (f *replayFlags) check(fs *flag.FlagSet) error {
 }
 
 // withCapture wraps svc in a replay.Capture when -capture is set, with its
-// counts in reg, and returns what the server should serve and a function
-// that stops recording (a no-op without -capture).
+// counts in reg, and returns what to serve and what stops the recording.
 func withCapture(svc pb.RateLimitServiceServer, cfg *settings.Capture, reg prometheus.Registerer, logger *slog.Logger) (pb.RateLimitServiceServer, func(), error) {
 	if cfg.Path == "" {
 		return svc, func() {}, nil

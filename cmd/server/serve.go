@@ -24,8 +24,7 @@ import (
 )
 
 // app is the server being assembled: settings → rule source → store →
-// service → listeners. Its parts are closed in the reverse order of their
-// opening.
+// service → listeners, closed in the reverse order.
 type app struct {
 	cfg    *settings.Config
 	logger *slog.Logger
@@ -59,8 +58,8 @@ func exit(code int, err error) error {
 }
 
 // serve runs the server until ctx ends and returns the exit code: 0 after
-// a shutdown asked by ctx, 1 when requests were cut or a part failed, 2
-// for a setting a part refused.
+// a shutdown, 1 when requests were cut or a part failed, 2 for a setting a
+// part refused.
 func serve(ctx context.Context, cfg *settings.Config, out *logOutput) int {
 	a := &app{cfg: cfg, logger: out.logger, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -83,8 +82,7 @@ func serve(ctx context.Context, cfg *settings.Config, out *logOutput) int {
 	}()
 	if err := srv.Run(ctx); err != nil {
 		if !errors.Is(err, server.ErrRequestsCut) {
-			// ErrRequestsCut is logged by the server with the count; the
-			// exit code tells the supervisor that answers were lost.
+			// The server logged ErrRequestsCut with the count.
 			a.logger.Error("server failed", "err", err)
 		}
 		return 1
@@ -115,8 +113,8 @@ func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 	if a.tracer, err = newTracer(ctx, a.cfg.Tracing, a.store.Name(), a.logger); err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}
-	// Closed after the store, so run first: the last spans go out once the
-	// server has stopped answering.
+	// Closed before the store: the last spans go out once the server has
+	// stopped answering.
 	a.closers = append(a.closers, func() { shutdownTracer(a.tracer, a.logger) })
 	svc, err := a.service()
 	if err != nil {
@@ -125,8 +123,7 @@ func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 	return a.listeners(ctx, svc)
 }
 
-// openStore opens the counter store, with its metrics, and has its deny
-// cache flushed when the rules change.
+// openStore opens the counter store and its metrics.
 func (a *app) openStore(ctx context.Context) error {
 	opts := a.cfg.Store
 	opts.Logger = a.logger
@@ -143,16 +140,15 @@ func (a *app) openStore(ctx context.Context) error {
 	return nil
 }
 
-// openMetrics opens the reference's stats, when asked, and the service's
-// and the rules' Prometheus metrics.
+// openMetrics opens the reference's stats, when asked, and the
+// Prometheus metrics.
 func (a *app) openMetrics() error {
 	if err := a.openStatsd(); err != nil {
 		return exit(2, a.cfg.Explain(err))
 	}
 	mo := a.cfg.Metrics
 	mo.Store, mo.Statsd = a.store.Name(), a.statsd
-	// The debug listener's live page shows every rule's hot counter
-	// values (newUI): keep them only when that page exists.
+	// Only the debug listener's live page shows every rule's hot values.
 	mo.KeepHotValues = a.cfg.UI && a.cfg.Server.DebugAddr != ""
 	m, err := rlsmetrics.New(a.reg, mo)
 	if err == nil {
@@ -166,8 +162,7 @@ func (a *app) openMetrics() error {
 }
 
 // openStatsd starts the reference's statsd stats when asked: sent to a
-// statsd server (-statsd), served as Prometheus metrics on a listener of
-// their own (-prometheus-addr), or both.
+// statsd server (-statsd), served to Prometheus (-prometheus-addr), or both.
 func (a *app) openStatsd() error {
 	st, promAddr := a.cfg.Statsd, a.cfg.Server.PrometheusAddr
 	if !st.On && promAddr == "" {
@@ -182,8 +177,7 @@ func (a *app) openStatsd() error {
 		if err != nil {
 			return err
 		}
-		// Closed after the statsd client (a closer added later), whose
-		// last flush it takes.
+		// Closed after the statsd client, whose last flush it takes.
 		a.closers = append(a.closers, sink.Close)
 		a.prom = sink
 		opts.Sink, opts.NoServer = sink, !st.On
@@ -206,8 +200,7 @@ func (a *app) openStatsd() error {
 	return nil
 }
 
-// service returns the RLS service, recording the requests it serves when
-// -capture asks.
+// service returns the RLS service, recording requests when -capture asks.
 func (a *app) service() (pb.RateLimitServiceServer, error) {
 	opts := a.cfg.Service
 	opts.Logger, opts.Metrics, opts.Tracer = a.logger, a.metrics, a.tracer
@@ -224,10 +217,9 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 	return rls, nil
 }
 
-// quota returns the Rate Limit Quota Service over the same rules and
-// store as RLS, with RLS's failure mode, shadow mode and entry bound;
-// nil when -rlqs is off, or when the store cannot keep the counters of
-// the fleet's demand (Memcached keeps fixed windows only).
+// quota returns the Rate Limit Quota Service over RLS's rules, store,
+// failure mode, shadow mode and entry bound; nil when -rlqs is off or the
+// store cannot keep the fleet's demand (Memcached).
 func (a *app) quota() (*rlqs.Service, error) {
 	if !a.cfg.RLQS.On {
 		return nil, nil
@@ -252,7 +244,6 @@ func (a *app) quota() (*rlqs.Service, error) {
 }
 
 // listeners returns the gRPC, HTTP and debug listeners of svc.
-// The live page's history is kept until ctx ends.
 func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*server.Server, error) {
 	health := a.store.Health
 	pages, err := newUI(a.cfg.UI, a.rules, a.reg, a.metrics, health)

@@ -16,11 +16,8 @@ import (
 )
 
 // newTracer returns the tracer the configuration asks for, or nil with
-// tracing off. OpenTelemetry's internal logger (the exporters' complaints
-// about their variables, the SDK's warnings) and its error handler (export
-// failures, a collector down) are process-wide: both are set here, in
-// main's package, once, so that what they say goes out as the server's
-// log lines, in its LOG_FORMAT.
+// tracing off. It sets OpenTelemetry's process-wide logger and error
+// handler, so that what they say goes out as the server's log lines.
 func newTracer(ctx context.Context, c settings.Tracing, storeName string, logger *slog.Logger) (*tracing.Tracer, error) {
 	if !c.On {
 		return nil, nil
@@ -53,11 +50,9 @@ func newTracer(ctx context.Context, c settings.Tracing, storeName string, logger
 	return t, nil
 }
 
-// otelLogLevels is the slog handler under OpenTelemetry's logr logger.
-// The logr bridge turns verbosity V(n) into slog level -n, and
-// OpenTelemetry logs its warnings at V(1), its news at V(4) and its
-// chatter at V(8): this maps them to Warn, Debug and nothing, so that a
-// warning shows at the default level and the chatter never does.
+// otelLogLevels is the slog handler under OpenTelemetry's logr logger: it
+// maps OpenTelemetry's warnings (V(1), slog level -1) to Warn, its news
+// (V(4)) to Debug and drops its chatter (V(8)).
 type otelLogLevels struct{ slog.Handler }
 
 func (h otelLogLevels) level(l slog.Level) (slog.Level, bool) {
@@ -95,10 +90,9 @@ func (h otelLogLevels) WithGroup(name string) slog.Handler {
 	return otelLogLevels{h.Handler.WithGroup(name)}
 }
 
-// warnOtherProtocol warns when the standard protocol variable asks for
-// another protocol than the one in force: the exporter is chosen by
-// -tracing-protocol (TRACING_EXPORTER_PROTOCOL), as in the reference, and
-// does not read it.
+// warnOtherProtocol warns when OTEL_EXPORTER_OTLP_*PROTOCOL asks for
+// another protocol than -tracing-protocol's, which chooses it, as in the
+// reference.
 func warnOtherProtocol(logger *slog.Logger, protocol string) {
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
 		v := strings.ToLower(os.Getenv(name))

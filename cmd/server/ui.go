@@ -19,12 +19,10 @@ type uiPages struct {
 	run         func(context.Context)
 }
 
-// newUI builds the live pages. The HTTP listener's shows the request
-// values of detailed_metric and value_to_metric rules only, as /metrics
-// names them on the same listener; the debug listener's shows every
-// rule's (m keeps them when -debug-addr is set, see openMetrics), as it
-// is on loopback unless -debug-addr (DEBUG_HOST) says otherwise, the same
-// choice that guards pprof. Both share one history.
+// newUI builds the live pages, which share one history. The HTTP
+// listener's shows the request values /metrics names (detailed_metric,
+// value_to_metric); the debug listener's, on loopback like pprof, every
+// rule's.
 func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *rlsmetrics.Metrics, store func() health.Store) (uiPages, error) {
 	if !on {
 		return uiPages{run: func(context.Context) {}}, nil

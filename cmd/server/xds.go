@@ -21,11 +21,9 @@ type ruleSource interface {
 	Changed() <-chan struct{}
 }
 
-// openRules returns the configured source of the rules and the function
-// that keeps it current until its context ends. For xDS the client starts
-// at once and, unless -xds-force-start, openRules waits for the first good
-// rules, as the reference server does before serving; ctx ending first is
-// an error.
+// openRules returns the source of the rules and the function that keeps
+// it current until its context ends. With xDS it waits for the first good
+// rules, as the reference does, unless -xds-force-start.
 func openRules(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (ruleSource, func(context.Context) error, error) {
 	r := &cfg.Rules
 	if !r.XDS {
@@ -86,12 +84,10 @@ func xdsOptions(r *settings.Rules, logger *slog.Logger) (xds.Options, error) {
 	return o, nil
 }
 
-// withPushedFiles adds to the debug listener's live page, page (nil when
-// -ui=false), the rule files last pushed over xDS when src is a rules.Feed:
-// /ui/xds/ lists them with the push's version_info, /ui/xds/<name> is the
-// YAML of the file that errors name xds/<name>:line:col, which exists
-// nowhere else. Read-only, and on the debug listener only, like pprof:
-// the rules hold request values.
+// withPushedFiles adds to the debug listener's live page (page, nil when
+// -ui=false) the rule files last pushed over xDS: /ui/xds/ lists them,
+// /ui/xds/<name> is the file errors name xds/<name>:line:col. On the debug
+// listener only: the rules hold request values.
 func withPushedFiles(page http.Handler, src ruleSource) http.Handler {
 	feed, ok := src.(*rules.Feed)
 	if !ok {

@@ -27,10 +27,8 @@ func (c *Config) check(fs *flag.FlagSet, given map[string]bool) error {
 	return c.validate()
 }
 
-// refusal is an error of settings that names their flags: one of Load's
-// own checks, which concern several settings or how the binary was
-// called, or what a setting's value met (FlagError). Its flags are listed,
-// so that Explain can name the variables that set them.
+// refusal is an error naming the flags of the settings it refuses, so
+// that Explain can name the variables that set them.
 type refusal struct {
 	format string   // with a %s for each flag
 	flags  []string // without the dash
@@ -44,8 +42,7 @@ func refuse(format string, flags ...string) error {
 }
 
 // FlagError returns err as an error of the setting of flag (without the
-// dash): "-flag: err", which Config.Explain follows with the variable that
-// set it. It wraps err.
+// dash): "-flag: err", wrapping err, for Config.Explain.
 func FlagError(flag string, err error) error {
 	return &refusal{format: "%s", flags: []string{flag}, err: err}
 }
@@ -107,9 +104,8 @@ func (c *Config) checkXDS(fs *flag.FlagSet) error {
 	return nil
 }
 
-// checkGRPCTLS refuses a client CA or SAN without TLS, which would be
-// security lost in silence, and notes a certificate without TLS (the
-// reference's own default layout: it reads them only with TLS on).
+// checkGRPCTLS refuses a client CA or SAN without TLS, security lost in
+// silence, and notes a certificate without TLS.
 func (c *Config) checkGRPCTLS() error {
 	t := &c.GRPCTLS
 	switch {
@@ -125,9 +121,8 @@ func (c *Config) checkGRPCTLS() error {
 	return nil
 }
 
-// checkPrometheus refuses the Prometheus listener's settings without
-// it, and beside DogStatsD, whose stats it cannot map (the reference
-// refuses USE_DOG_STATSD with USE_PROMETHEUS too).
+// checkPrometheus refuses the Prometheus listener's settings without it,
+// and beside DogStatsD, whose stats it cannot map.
 func (c *Config) checkPrometheus(fs *flag.FlagSet) error {
 	if c.Server.PrometheusAddr == "" {
 		if set := slices.DeleteFunc(changed(fs, "prometheus-"), func(f string) bool { return f == "prometheus-addr" }); len(set) > 0 {

@@ -19,10 +19,8 @@ import (
 )
 
 // Config is the binary's whole configuration. Each setting lands in the
-// Options of the package it configures (Store, Service, Server, ...);
-// what configures the binary itself (logs, commands, where the rules come
-// from, whether a part is on) has a field of its own here. main passes
-// each part to its package.
+// Options of the package it configures; what configures the binary itself
+// (logs, commands, whether a part is on) has a field of its own here.
 type Config struct {
 	Rules   Rules
 	Store   store.Options
@@ -34,9 +32,7 @@ type Config struct {
 	UI     bool
 	RLQS   RLQS
 	Statsd Statsd
-	// Prometheus maps the statsd stats for -prometheus-addr (the
-	// reference's USE_PROMETHEUS), which is on when
-	// Server.PrometheusAddr is set.
+	// Prometheus maps the statsd stats for -prometheus-addr.
 	Prometheus promsink.Options
 	Tracing    Tracing
 	Capture    Capture
@@ -46,8 +42,7 @@ type Config struct {
 	// From says, for each flag set by the environment, the variable(s)
 	// that set it: "NEAR_LIMIT_RATIO".
 	From map[string]string
-	// Notes are remarks about the settings, to log once logging is set up:
-	// variables accepted with a difference worth knowing, overrides.
+	// Notes are remarks about the settings, logged at start.
 	Notes []string
 }
 

@@ -69,11 +69,9 @@ func runtimePath(env Lookup) (string, string, bool) {
 // runtimeFrom names the RUNTIME_* variables as the origin of the rule path.
 const runtimeFrom = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"
 
-// noteRuntime notes where the reference server would serve no rules and
-// floodgate reads a directory: the rule path from RUNTIME_* with
-// RUNTIME_SUBDIRECTORY empty and RUNTIME_WATCH_ROOT not false, where the
-// reference's loader, which watches the root for a subdirectory's swap,
-// has none and loads nothing.
+// noteRuntime notes a rule path from RUNTIME_* with RUNTIME_SUBDIRECTORY
+// empty and RUNTIME_WATCH_ROOT not false: the reference loads nothing
+// then, floodgate the directory.
 func (c *Config) noteRuntime(env Lookup) {
 	if c.From["config"] != runtimeFrom {
 		return
@@ -84,14 +82,12 @@ func (c *Config) noteRuntime(env Lookup) {
 	c.Notes = append(c.Notes, "RUNTIME_SUBDIRECTORY is empty and RUNTIME_WATCH_ROOT is not false: the reference server serves no rules then (its loader needs a subdirectory below RUNTIME_ROOT); floodgate loads "+c.Rules.Path)
 }
 
-// serverCAVar is the variable Envoy Gateway sets on its rate-limit
-// Deployment for the client CA of the gRPC port. Neither the reference
-// nor floodgate reads it: the reference's name is GRPC_CLIENT_TLS_CACERT.
+// serverCAVar is the variable Envoy Gateway sets for the gRPC port's
+// client CA, which neither server reads (GRPC_CLIENT_TLS_CACERT is it).
 const serverCAVar = "GRPC_SERVER_TLS_CA_CERT"
 
-// noteServerCA notes serverCAVar set while no client CA is: the gRPC port
-// then asks for no client certificate, as the reference's, which whoever
-// set it may not expect.
+// noteServerCA notes serverCAVar set while no client CA is: no client
+// certificate is asked for, which whoever set it may not expect.
 func (c *Config) noteServerCA(env Lookup) {
 	if v, _ := env(serverCAVar); v == "" || c.GRPCTLS.Files.ClientCAFile != "" {
 		return
@@ -118,16 +114,6 @@ func socketURL(urlVar, socketVar string) envSource {
 // reads the other REDIS_PERSECOND_* variables only then.
 func perSecondOn(env Lookup) bool { return isSetTrue(env, "REDIS_PERSECOND") }
 
-// whilePerSecond is src while REDIS_PERSECOND=true, and unset otherwise.
-func whilePerSecond(src envSource) envSource {
-	return func(env Lookup) (string, string, bool) {
-		if !perSecondOn(env) {
-			return "", "", false
-		}
-		return src(env)
-	}
-}
-
 // memcacheOn reports whether BACKEND_TYPE=memcache: the reference reads the
 // MEMCACHE_* variables only then.
 func memcacheOn(env Lookup) bool {
@@ -135,21 +121,9 @@ func memcacheOn(env Lookup) bool {
 	return strings.EqualFold(v, "memcache")
 }
 
-// whileMemcache is src while BACKEND_TYPE=memcache, and unset otherwise.
-func whileMemcache(src envSource) envSource {
-	return func(env Lookup) (string, string, bool) {
-		if !memcacheOn(env) {
-			return "", "", false
-		}
-		return src(env)
-	}
-}
-
-// statsdOn says whether the reference would send statsd: DISABLE_STATS=true
-// turns it off; USE_STATSD or USE_DOG_STATSD set say; otherwise a
-// deployment that sets STATSD_HOST or STATSD_PORT relies on the reference's
-// default (USE_STATSD true). With nothing set, floodgate keeps to
-// Prometheus, its default.
+// statsdOn says whether the reference would send statsd: not with
+// DISABLE_STATS=true; else as USE_DOG_STATSD or USE_STATSD say; else when
+// STATSD_HOST or STATSD_PORT is set, the reference defaulting to true.
 func statsdOn(env Lookup) (string, string, bool) {
 	switch {
 	case isSetTrue(env, "DISABLE_STATS"):
@@ -186,16 +160,6 @@ func prometheusAddr(env Lookup) (string, string, bool) {
 	return ":9090", "USE_PROMETHEUS (PROMETHEUS_ADDR defaults to :9090 in the reference)", true
 }
 
-// whilePrometheus is src while prometheusOn, and unset otherwise.
-func whilePrometheus(src envSource) envSource {
-	return func(env Lookup) (string, string, bool) {
-		if !prometheusOn(env) {
-			return "", "", false
-		}
-		return src(env)
-	}
-}
-
 // headersEnabled maps LIMIT_RESPONSE_HEADERS_ENABLED to a header style.
 func headersEnabled(env Lookup) (string, string, bool) {
 	v, ok := env("LIMIT_RESPONSE_HEADERS_ENABLED")
@@ -225,10 +189,9 @@ const ReferenceDefaultDir = "/srv/runtime_data/current/config"
 // ReferenceDefaultFrom names ReferenceDefaultDir as the origin of the rules.
 const ReferenceDefaultFrom = "the reference server's default directory"
 
-// imageDefault reads FLOODGATE_DEFAULT_CONFIG, unless refDir (the reference
-// server's default directory) exists: a manifest written for the reference
-// that mounts its rules there and sets no RUNTIME_* variable must get them,
-// not the image's demo rules.
+// imageDefault reads FLOODGATE_DEFAULT_CONFIG, unless the reference's
+// default directory refDir exists: a manifest that mounts its rules there
+// must get them, not the image's demo rules.
 func imageDefault(refDir string) envSource {
 	return func(env Lookup) (string, string, bool) {
 		v, ok := env(DefaultConfigVar)
@@ -254,10 +217,8 @@ func xdsOn(env Lookup) bool {
 	return on.UnmarshalText([]byte(v)) == nil && bool(on)
 }
 
-// pairedOnly is the variable name's comma-separated entries that hold
-// "=", as the reference keeps them (CONFIG_GRPC_XDS_NODE_METADATA): it
-// drops the others (unpaired names them for a note), and is unset when
-// none is left.
+// pairedOnly is the variable's comma-separated entries that hold "=", as
+// the reference keeps them; unset when none is left.
 func pairedOnly(name string) envSource {
 	return func(env Lookup) (string, string, bool) {
 		v, _ := env(name)
@@ -275,14 +236,4 @@ func unpaired(v string) []string {
 		}
 	}
 	return out
-}
-
-// whileXDS is src while CONFIG_TYPE=GRPC_XDS_SOTW, and unset otherwise.
-func whileXDS(src envSource) envSource {
-	return func(env Lookup) (string, string, bool) {
-		if !xdsOn(env) {
-			return "", "", false
-		}
-		return src(env)
-	}
 }

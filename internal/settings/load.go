@@ -15,15 +15,12 @@ import (
 var ErrHelp = flag.ErrHelp
 
 // Load reads the command line args and the environment env into a Config:
-// each setting from its flag if given, else its FLOODGATE_* variable, else
-// the first of the reference server's variables that sets it, else its
-// fallback (FLOODGATE_DEFAULT_CONFIG for -config), else its default. It
-// refuses, all at once, the reference variables set to values floodgate
-// cannot honour, and settings that need others (cross checks); each
-// error names the flag and the variable that set it. Config.Notes get a
-// line for each variable overridden and each accepted with a difference
-// worth knowing. Range checks are the packages' (Explain names the
-// setting behind one of their errors, by its field).
+// each setting from its flag, else its FLOODGATE_* variable, else the
+// first reference variable that sets it, else its fallback, else its
+// default. It refuses the reference variables floodgate cannot honour, all
+// at once, and settings that need others; its errors name the flag and
+// the variable that set it. Config.Notes say what was overridden or
+// accepted with a difference worth knowing.
 func Load(args []string, env Lookup) (*Config, error) {
 	c := &Config{}
 	fs, err := flagSet(Table, c, env)
@@ -60,9 +57,7 @@ func Load(args []string, env Lookup) (*Config, error) {
 	return c, c.Explain(c.check(fs, given))
 }
 
-// checkArgument takes the one argument of -check, the rule file or
-// directory (floodgate check config/demo.yaml), as if given as -config;
-// checkCommand refuses any other.
+// checkArgument takes -check's one argument, the rule path, as -config.
 func (c *Config) checkArgument(fs *flag.FlagSet, given map[string]bool) {
 	if !c.Command.Check || len(c.Command.Args) != 1 || given["config"] {
 		return
@@ -71,12 +66,9 @@ func (c *Config) checkArgument(fs *flag.FlagSet, given map[string]bool) {
 	given["config"], c.Command.Args = true, nil
 }
 
-// fromEnv sets each flag not given on the command line from its
-// FLOODGATE_ variable, else from the first reference variable that sets
-// it, else from its fallback. It records in c.From the variable(s) each
-// flag was set from, and returns a note for each variable set but
-// overridden by a flag or a FLOODGATE_ variable, so that an operator who
-// set RUNTIME_ROOT and sees other rules is told why.
+// fromEnv sets each flag not given on the command line from the first
+// variable that sets it (Setting.sources), else its fallback, recording
+// it in c.From. It returns a note for each variable set but overridden.
 func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (overrides []string, err error) {
 	c.From = map[string]string{}
 	for i := range Table {
@@ -137,10 +129,9 @@ func (s *Setting) shown(v string) string {
 	return store.RedactURL(v)
 }
 
-// resolve turns settings the reference spells one way into what the
-// packages take: DogStatsD implies statsd, whose protocol is then UDP (TCP
-// for plain statsd, as the reference's gostats); a random factor of 0 for
-// the xDS backoff means no jitter.
+// resolve turns settings as the reference spells them into what the
+// packages take: DogStatsD implies statsd over UDP (plain statsd: TCP); an
+// xDS backoff random factor of 0 means no jitter.
 func (c *Config) resolve() {
 	st := &c.Statsd
 	st.On = st.On || st.Options.DogStatsD
@@ -168,8 +159,8 @@ func (c *Config) dogStatsdTags(env Lookup) {
 	}
 }
 
-// find returns the setting of flag, or nil.
-func find(flag string) *Setting {
+// Find returns the setting of flag (without the dash), or nil.
+func Find(flag string) *Setting {
 	i := slices.IndexFunc(Table, func(s Setting) bool { return s.Flag == flag })
 	if i < 0 {
 		return nil
@@ -177,15 +168,11 @@ func find(flag string) *Setting {
 	return &Table[i]
 }
 
-// Explain words err, from Load's checks or from a package's constructor,
-// with the settings behind it, so that an operator who never typed a flag
-// sees which variable to fix. A package's *option.Error names, for each
-// field, the flag of the setting that lands in it (looked up in Table);
-// a refusal of Load's own checks names flags already. The variables that
-// set those flags follow: "-near-limit-ratio 2: want a number between 0
-// and 1 (set by NEAR_LIMIT_RATIO)". Other errors, and an option.Error of
-// fields no setting lands in, are returned as they are; otherwise the
-// error returned wraps err.
+// Explain words err, from Load or a package's constructor, with the flags
+// and variables behind it: "-near-limit-ratio 2: want a number between 0
+// and 1 (set by NEAR_LIMIT_RATIO)". A package's *option.Error names each
+// field by the flag that lands in it. Errors that name no setting are
+// returned as they are; others are wrapped.
 func (c *Config) Explain(err error) error {
 	var msg string
 	var flags []string
@@ -217,8 +204,7 @@ func (c *Config) Explain(err error) error {
 	return &settingError{msg: msg, err: err}
 }
 
-// settingError is an error as Explain words it; it wraps the original, so
-// errors.Is and errors.As still find what it wraps.
+// settingError is an error as Explain words it, wrapping the original.
 type settingError struct {
 	msg string
 	err error
@@ -227,10 +213,8 @@ type settingError struct {
 func (e *settingError) Error() string { return e.msg }
 func (e *settingError) Unwrap() error { return e.err }
 
-// settingOf returns the setting that lands in field of the package's
-// options type typ ("envoy.Options", "NearLimitRatio"), or nil. Where two
-// settings land in one field (-health-requires-store and -store-readiness),
-// it is the first.
+// settingOf returns the first setting that lands in field of the options
+// type typ ("envoy.Options", "NearLimitRatio"), or nil.
 func settingOf(typ, field string) *Setting {
 	for i := range Table {
 		if p, t, f := Table[i].option(); p+"."+t == typ && f == field {
@@ -241,9 +225,8 @@ func settingOf(typ, field string) *Setting {
 }
 
 // StartFormat is the log format args and env ask for, read before they
-// are parsed, so that an error in them is reported in that format: json
-// when -log-format or a variable that sets it (in their order) says json,
-// in any case; else text, including when the format itself is unreadable.
+// are parsed, so that an error in them is reported in it: json when
+// -log-format or its variables say so, else text.
 func StartFormat(args []string, env Lookup) LogFormat {
 	for i := 0; i < len(args); i++ {
 		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
@@ -259,7 +242,7 @@ func StartFormat(args []string, env Lookup) LogFormat {
 		}
 		return formatName(v)
 	}
-	for _, name := range find("log-format").Vars() {
+	for _, name := range Find("log-format").Vars() {
 		if v, ok := env(name); ok && v != "" {
 			return formatName(v)
 		}

@@ -7,15 +7,11 @@ import (
 	"time"
 )
 
-// Reference is one environment variable of envoyproxy/ratelimit (every one its
-// settings.go reads) and what floodgate does with it. A variable is
-// honoured (it sets flag, with the reference's meaning), accepted (floodgate
-// already behaves as the value asks, or the reference itself ignores it in
-// the configuration it comes with), or refused at start, with an error
-// naming it and what to use instead, for each value floodgate cannot
-// honour. No variable a user set is ignored in silence: where floodgate
-// differs in a way worth knowing, a note is logged at start.
-// docs/migrating.md holds the same table for people.
+// Reference is one environment variable of envoyproxy/ratelimit and what
+// floodgate does with it: honoured (it sets Flag), accepted (floodgate
+// already behaves as it asks), or refused at start for the values
+// floodgate cannot honour. None is ignored in silence: a difference worth
+// knowing is a note at start. docs/migrating.md shows the table.
 type Reference struct {
 	Name string
 	// Flag is the flag the variable sets; "" when it sets none.
@@ -23,55 +19,57 @@ type Reference struct {
 	// Value derives the flag's value from the environment; nil reads the
 	// variable alone.
 	Value envSource
+	// While, when set, reads the flag's value only while it reports true,
+	// as the reference reads its xDS, Prometheus, per-second and Memcached
+	// variables only when they are on.
+	While func(Lookup) bool
 	// Refuse returns why floodgate cannot honour the value v (set, not
 	// empty) and what to use instead, or "" when it can; nil refuses
 	// nothing.
 	Refuse func(v string, env Lookup) string
 	// Note returns a remark to log at start about the value v, or "".
 	Note func(v string, env Lookup) string
-	// Redis marks variables that mean something only with Redis: set
-	// without REDIS_URL, they are refused (the reference server would use
-	// its default socket; floodgate would keep counters in memory).
+	// Redis marks variables that mean something only with Redis: without
+	// REDIS_URL they are refused.
 	Redis bool
 	// Source is where the reference reads the variable: "" for its
-	// src/settings/settings.go, else the library that reads it from the
-	// environment ("gostats", "datadog-go"), or "readme" for a variable
-	// its README documents but nothing reads (testdata/reference-variables.txt
-	// lists them all, at the commit migrating.md names).
+	// settings.go, else the library that does ("gostats", "datadog-go"),
+	// or "readme" for one only its README documents.
 	Source string
 	// Tag, with DogStatsD on, makes the variable's value a tag of every
 	// stat, as the reference's DogStatsD client (datadog-go) does.
 	Tag string
-	// In is what floodgate does with the variable, as docs/migrating.md's
-	// table says it; empty for a variable that sets its flag ("honoured:
-	// `-flag`").
+	// In is what floodgate does with it in docs/migrating.md; empty means
+	// "honoured: `-flag`".
 	In string
 	// Doc is the note docs/migrating.md's table gives it (Markdown).
 	Doc string
 }
 
-// from returns where r's flag value comes from: nowhere for a Redis
-// variable while BACKEND_TYPE=memcache (see redisBackend).
+// from returns where r's flag value comes from: nowhere while While
+// reports false, nor for a Redis variable while BACKEND_TYPE=memcache
+// (see redisBackend).
 func (r *Reference) from() envSource {
-	src := r.Value
+	src, while := r.Value, r.While
 	if src == nil {
 		src = envVar(r.Name)
 	}
-	if !r.redisBackend() {
+	if on := while; r.redisBackend() {
+		while = func(env Lookup) bool { return !memcacheOn(env) && (on == nil || on(env)) }
+	}
+	if while == nil {
 		return src
 	}
 	return func(env Lookup) (string, string, bool) {
-		if memcacheOn(env) {
+		if !while(env) {
 			return "", "", false
 		}
 		return src(env)
 	}
 }
 
-// redisBackend reports whether r is one of the REDIS_* variables, which
-// the reference reads only for its Redis backend: with
-// BACKEND_TYPE=memcache it ignores them, so floodgate neither applies nor
-// refuses them then, and says so at start.
+// redisBackend reports whether r is a REDIS_* variable, which the
+// reference ignores with BACKEND_TYPE=memcache, and so does floodgate.
 func (r *Reference) redisBackend() bool { return strings.HasPrefix(r.Name, "REDIS_") }
 
 // References is the table, in the order of the reference's settings.go.
@@ -94,26 +92,23 @@ var References = []Reference{
 	{Name: "LOG_LEVEL", Flag: "log-level", Doc: "any case, as logrus; its names accepted (`trace`, `warning`, `fatal`, `panic`)"},
 	{Name: "LOG_FORMAT", Flag: "log-format", Doc: "`text` or `json`, any case; another value is refused (the reference falls back to text)"},
 
-	// FILE or GRPC_XDS_SOTW, in any case; -config-type refuses others.
 	{Name: "CONFIG_TYPE", Flag: "config-type", Doc: "`FILE` (the default) or `GRPC_XDS_SOTW`, any case: the rules come from an xDS management server such as Envoy Gateway's ([xds.md](xds.md)); another value is refused"},
-	// The xDS settings, read only with CONFIG_TYPE=GRPC_XDS_SOTW, as in
-	// the reference.
-	{Name: "FORCE_START_WITHOUT_INITIAL_CONFIG", Flag: "xds-force-start", Value: whileXDS(envVar("FORCE_START_WITHOUT_INITIAL_CONFIG")), Doc: "with `GRPC_XDS_SOTW`: serve before the first rules arrive, every request allowed until then; unset, the listeners open once they have"},
-	{Name: "CONFIG_GRPC_XDS_NODE_ID", Flag: "xds-node-id", Value: whileXDS(envVar("CONFIG_GRPC_XDS_NODE_ID")), Doc: "with `GRPC_XDS_SOTW`; `default` by default, as in the reference"},
-	{Name: "CONFIG_GRPC_XDS_NODE_METADATA", Flag: "xds-node-metadata", Value: whileXDS(pairedOnly("CONFIG_GRPC_XDS_NODE_METADATA")), Note: noteUnpaired, Doc: "with `GRPC_XDS_SOTW`: `k1=v1,k2=v2`; an entry without `=` (`k1:v1`, as the reference's own comment shows) is dropped, as the reference drops it, with a note at start naming it"},
-	{Name: "CONFIG_GRPC_XDS_SERVER_URL", Flag: "xds-server", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_URL")), Doc: "with `GRPC_XDS_SOTW`; `localhost:18000` by default"},
-	{Name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Flag: "xds-retry-interval", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")), Doc: "with `GRPC_XDS_SOTW`: pause, ±50 %, before subscribing again after the stream ended; 3s by default"},
-	{Name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Flag: "xds-headers", Value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")), Doc: "with `GRPC_XDS_SOTW`: `k1:v1,k2:v2`, sent as gRPC metadata on the stream"},
-	{Name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", Flag: "xds-tls", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_USE_TLS")), Doc: "with `GRPC_XDS_SOTW`: TLS 1.2 or later to the management server"},
-	{Name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Flag: "xds-tls-cert", Value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_TLS_CERT")), Doc: "with `GRPC_XDS_SOTW`: mutual TLS, with the key; without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true` refused at start"},
-	{Name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Flag: "xds-tls-key", Value: whileXDS(envVar("CONFIG_GRPC_XDS_CLIENT_TLS_KEY")), Doc: "as the certificate"},
-	{Name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Flag: "xds-tls-ca", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_TLS_CACERT")), Doc: "with `GRPC_XDS_SOTW`: CA certificates besides the system's roots; without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true` refused at start"},
-	{Name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", Flag: "xds-tls-san", Value: whileXDS(envVar("CONFIG_GRPC_XDS_SERVER_TLS_SAN")), Doc: "with `GRPC_XDS_SOTW`: the name the server's certificate must hold; without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true` refused at start"},
-	{Name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Flag: "xds-backoff-initial", Value: whileXDS(envVar("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")), Doc: "with `GRPC_XDS_SOTW`: first wait between attempts to reach the server, each next 1.6 times longer; 10s by default"},
-	{Name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", Flag: "xds-backoff-max", Value: whileXDS(envVar("XDS_CLIENT_BACKOFF_MAX_INTERVAL")), Doc: "with `GRPC_XDS_SOTW`: longest wait; 60s by default"},
-	{Name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Flag: "xds-backoff-random-factor", Value: whileXDS(envVar("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")), Doc: "with `GRPC_XDS_SOTW`: each wait randomised by this share; 0.5 by default"},
-	{Name: "XDS_CLIENT_BACKOFF_JITTER", Flag: "xds-backoff-jitter", Value: whileXDS(envVar("XDS_CLIENT_BACKOFF_JITTER")), Doc: "with `GRPC_XDS_SOTW`: `false` waits exactly"},
-	{Name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Flag: "xds-max-message-bytes", Value: whileXDS(envVar("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")), Doc: "with `GRPC_XDS_SOTW`: largest response accepted; unset, gRPC's 4 MiB"},
+	{Name: "FORCE_START_WITHOUT_INITIAL_CONFIG", Flag: "xds-force-start", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: serve before the first rules arrive, every request allowed until then; unset, the listeners open once they have"},
+	{Name: "CONFIG_GRPC_XDS_NODE_ID", Flag: "xds-node-id", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`; `default` by default, as in the reference"},
+	{Name: "CONFIG_GRPC_XDS_NODE_METADATA", Flag: "xds-node-metadata", Value: pairedOnly("CONFIG_GRPC_XDS_NODE_METADATA"), While: xdsOn, Note: noteUnpaired, Doc: "with `GRPC_XDS_SOTW`: `k1=v1,k2=v2`; an entry without `=` (`k1:v1`, as the reference's own comment shows) is dropped, as the reference drops it, with a note at start naming it"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_URL", Flag: "xds-server", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`; `localhost:18000` by default"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Flag: "xds-retry-interval", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: pause, ±50 %, before subscribing again after the stream ended; 3s by default"},
+	{Name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Flag: "xds-headers", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: `k1:v1,k2:v2`, sent as gRPC metadata on the stream"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", Flag: "xds-tls", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: TLS 1.2 or later to the management server"},
+	{Name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Flag: "xds-tls-cert", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: mutual TLS, with the key; without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true` refused at start"},
+	{Name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Flag: "xds-tls-key", While: xdsOn, Doc: "as the certificate"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Flag: "xds-tls-ca", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: CA certificates besides the system's roots; without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true` refused at start"},
+	{Name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", Flag: "xds-tls-san", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: the name the server's certificate must hold; without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true` refused at start"},
+	{Name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Flag: "xds-backoff-initial", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: first wait between attempts to reach the server, each next 1.6 times longer; 10s by default"},
+	{Name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", Flag: "xds-backoff-max", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: longest wait; 60s by default"},
+	{Name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Flag: "xds-backoff-random-factor", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: each wait randomised by this share; 0.5 by default"},
+	{Name: "XDS_CLIENT_BACKOFF_JITTER", Flag: "xds-backoff-jitter", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: `false` waits exactly"},
+	{Name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Flag: "xds-max-message-bytes", While: xdsOn, Doc: "with `GRPC_XDS_SOTW`: largest response accepted; unset, gRPC's 4 MiB"},
 
 	{Name: "USE_DOG_STATSD", Flag: "dogstatsd", Doc: "DogStatsD over UDP, tags as `\\|#k:v`; refused together with `USE_STATSD=true`, as the reference refuses it", Refuse: func(v string, env Lookup) string {
 		if isSetTrue(env, "USE_STATSD") && isSetTrue(env, "USE_DOG_STATSD") {
@@ -133,24 +128,16 @@ var References = []Reference{
 	{Name: "EXTRA_TAGS", Flag: "statsd-tags", Doc: "in the names (`.__k=v`) for statsd, as `\\|#k:v` for DogStatsD, as the reference"},
 	{Name: "STATS_FLUSH_INTERVAL", Flag: "statsd-flush-interval", Doc: "Prometheus is read live at each scrape"},
 	{Name: "DISABLE_STATS", Flag: "statsd", Value: statsdOn, Doc: "`true` turns statsd off, and the `PROMETHEUS_ADDR` listener, as in the reference; `/metrics` stays"},
-	// The reference serves its stats to Prometheus with USE_PROMETHEUS=true
-	// unless DISABLE_STATS=true; it reads the PROMETHEUS_* variables only
-	// then.
 	{Name: "USE_PROMETHEUS", Flag: "prometheus-addr", Value: prometheusAddr, Refuse: prometheusBesideDogStatsd, Note: notePrometheus, Doc: "`true`: the reference's stats served as Prometheus metrics on a listener of its own, `PROMETHEUS_ADDR` (`:9090` when unset), through statsd_exporter's mapping, as the reference serves them (see [operations](operations.md#prometheus-as-the-reference-serves-it)); floodgate's own `floodgate_*` metrics stay on the HTTP port's `/metrics`. With `DISABLE_STATS=true` none, as the reference; with `USE_DOG_STATSD=true` refused, as the reference refuses it; with `USE_STATSD=true`, which the reference refuses to start with (it also refuses `USE_PROMETHEUS=true` alone, `USE_STATSD` defaulting to `true` there), statsd is sent too, with a note"},
 	{Name: "PROMETHEUS_ADDR", Flag: "prometheus-addr", Value: prometheusAddr, Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`; set without it, not read, as the reference, with a note"},
-	{Name: "PROMETHEUS_PATH", Flag: "prometheus-path", Value: whilePrometheus(envVar("PROMETHEUS_PATH")), Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`; `/metrics` by default"},
-	{Name: "PROMETHEUS_MAPPER_YAML", Flag: "prometheus-mapper", Value: whilePrometheus(envVar("PROMETHEUS_MAPPER_YAML")), Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`: the statsd_exporter mapping (Envoy Gateway's `/etc/statsd-exporter/conf.yaml`), read with statsd_exporter v0.26.1, the reference's; unset, the reference's own. A file that does not exist maps nothing, with a warning, as the reference (which says nothing); one that is not a mapping stops the start, where the reference ignores it"},
-	{Name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Flag: "prometheus-response-time-ms", Value: whilePrometheus(envVar("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")), Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true` and the reference's own mapping: the response time histogram in milliseconds, as the reference before its `6b266b0` (2026-04-19), not seconds; no effect with `PROMETHEUS_MAPPER_YAML`"},
+	{Name: "PROMETHEUS_PATH", Flag: "prometheus-path", While: prometheusOn, Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`; `/metrics` by default"},
+	{Name: "PROMETHEUS_MAPPER_YAML", Flag: "prometheus-mapper", While: prometheusOn, Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true`: the statsd_exporter mapping (Envoy Gateway's `/etc/statsd-exporter/conf.yaml`), read with statsd_exporter v0.26.1, the reference's; unset, the reference's own. A file that does not exist maps nothing, with a warning, as the reference (which says nothing); one that is not a mapping stops the start, where the reference ignores it"},
+	{Name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Flag: "prometheus-response-time-ms", While: prometheusOn, Note: unlessPrometheus, Doc: "with `USE_PROMETHEUS=true` and the reference's own mapping: the response time histogram in milliseconds, as the reference before its `6b266b0` (2026-04-19), not seconds; no effect with `PROMETHEUS_MAPPER_YAML`"},
 
 	{Name: "RUNTIME_ROOT", Flag: "config", Value: runtimePath, Doc: "`$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`, root default `/srv/runtime_data/current`"},
 	{Name: "RUNTIME_SUBDIRECTORY", Flag: "config", Value: runtimePath},
 	{Name: "RUNTIME_APPDIRECTORY", Flag: "config", Value: runtimePath, Doc: "default `config`"},
 	{Name: "RUNTIME_IGNOREDOTFILES", Flag: "ignore-dotfiles", Doc: "unset or `false`, names starting with `.` are read, as the reference reads them; Kubernetes' `..data` entries are read once, through the links beside them (the reference reads them twice, and fails on the repeated domain)"},
-	// Both values are honoured without a flag: the reference watches
-	// RUNTIME_ROOT's directory for the swap of the current link (true) or
-	// the rule directory for edits (false); floodgate watches every link
-	// along the rule path and the directories of its tree, so it reloads on
-	// either, and on ConfigMap swaps (pkg/rules Watcher.Run).
 	{Name: "RUNTIME_WATCH_ROOT", Refuse: unlessBool, In: "honoured, both values; what is not a boolean is refused", Doc: "every link along the rule path and every directory of its tree is watched: the swap of `RUNTIME_ROOT`'s link (`true`) and edits in the directory (`false`) both reload, ConfigMap `..data` swaps too"},
 
 	{Name: "EXPIRATION_JITTER_MAX_SECONDS", Note: noteAlways("EXPIRATION_JITTER_MAX_SECONDS has no effect: each counter expires when its state no longer matters"), In: "accepted, with a note", Doc: "each counter expires when its state no longer matters"},
@@ -212,45 +199,38 @@ var References = []Reference{
 	{Name: "REDIS_STARTUP_INITIAL_INTERVAL", Redis: true, Refuse: unlessDuration, Note: noteAlways(startupNote), In: "accepted, with a note", Doc: "floodgate does not hold its start for Redis: see `REDIS_STARTUP_MAX_ELAPSED_TIME`"},
 	{Name: "REDIS_STARTUP_MAX_INTERVAL", Redis: true, Refuse: unlessDuration, Note: noteAlways(startupNote), In: "accepted, with a note", Doc: "as `REDIS_STARTUP_INITIAL_INTERVAL`"},
 	{Name: "REDIS_STARTUP_MAX_ELAPSED_TIME", Redis: true, Refuse: unlessDuration, Note: noteWhenPositive(startupNote + "; it never exits for Redis, where the reference exits after REDIS_STARTUP_MAX_ELAPSED_TIME"), In: "accepted, with a note when above 0", Doc: "the reference opens no port until Redis answers, and exits (code 2) after this much time when set; floodgate serves at once by the failure policy, probes Redis every second, holds readiness until it has answered (`-store-readiness`), and never exits for Redis"},
-	// The per-second Redis: with REDIS_PERSECOND=true, the limits whose
-	// window is shorter than a minute (redislimit.PerSecond) are kept in
-	// REDIS_PERSECOND_URL's Redis. Its other variables are read only then,
-	// as in the reference; its TLS files are REDIS_TLS_*'s.
-	{Name: "REDIS_PERSECOND", Flag: "redis-persecond", Value: perSecondURL, Refuse: perSecondNeedsURL, In: "honoured: `-redis-persecond`; `true` without `REDIS_PERSECOND_URL` refused", Doc: "`true`: the limits whose window is shorter than a minute are counted in `REDIS_PERSECOND_URL`'s Redis, the others in `REDIS_URL`'s (see below); needs `REDIS_URL`"},
+	{Name: "REDIS_PERSECOND", Flag: "redis-persecond", Value: perSecondURL, While: perSecondOn, Refuse: perSecondNeedsURL, In: "honoured: `-redis-persecond`; `true` without `REDIS_PERSECOND_URL` refused", Doc: "`true`: the limits whose window is shorter than a minute are counted in `REDIS_PERSECOND_URL`'s Redis, the others in `REDIS_URL`'s (see below); needs `REDIS_URL`"},
 	{Name: "REDIS_PERSECOND_SOCKET_TYPE", Refuse: whenPerSecond(unlessIn("want tcp or unix", "tcp", "unix")), In: "`tcp`, `unix` accepted; others refused", Doc: "`unix` makes `REDIS_PERSECOND_URL` a socket path; like every `REDIS_PERSECOND_*`, read only with `REDIS_PERSECOND=true`, as in the reference"},
-	{Name: "REDIS_PERSECOND_TYPE", Flag: "redis-persecond-type", Value: whilePerSecond(envVar("REDIS_PERSECOND_TYPE")), Doc: "`single`, `sentinel`, `cluster`, any case"},
-	{Name: "REDIS_PERSECOND_URL", Flag: "redis-persecond", Value: perSecondURL, Doc: "the same forms as `REDIS_URL`"},
-	{Name: "REDIS_PERSECOND_POOL_SIZE", Flag: "redis-persecond-pool-size", Value: whilePerSecond(envVar("REDIS_PERSECOND_POOL_SIZE"))},
-	{Name: "REDIS_PERSECOND_AUTH", Flag: "redis-persecond-auth", Value: whilePerSecond(envVar("REDIS_PERSECOND_AUTH")), Doc: "`password` or `user:password`; never logged"},
-	{Name: "REDIS_PERSECOND_SENTINEL_AUTH", Flag: "redis-persecond-sentinel-auth", Value: whilePerSecond(envVar("REDIS_PERSECOND_SENTINEL_AUTH")), Doc: "needs `REDIS_PERSECOND_TYPE=sentinel`"},
-	{Name: "REDIS_PERSECOND_TLS", Flag: "redis-persecond-tls", Value: whilePerSecond(envVar("REDIS_PERSECOND_TLS")), Doc: "verified with the `REDIS_TLS_*` files, as in the reference"},
-	{Name: "REDIS_PERSECOND_PIPELINE_WINDOW", Flag: "redis-persecond-pipeline-window", Value: whilePerSecond(envVar("REDIS_PERSECOND_PIPELINE_WINDOW")), Doc: "a request that finds a round trip free waits this long for others to share it (e.g. `150us`); 0, the default, waits only while another round trip is outstanding, up to 150 µs, and concurrent requests share round trips either way; single and Sentinel"},
-	{Name: "REDIS_PERSECOND_PIPELINE_LIMIT", Flag: "redis-persecond-pipeline-limit", Value: whilePerSecond(envVar("REDIS_PERSECOND_PIPELINE_LIMIT")), Doc: "most requests (not commands) in one round trip, and a window ends early once this many wait; 0 means 64"},
-	{Name: "REDIS_PERSECOND_TIMEOUT", Flag: "redis-persecond-dial-timeout", Value: whilePerSecond(envVar("REDIS_PERSECOND_TIMEOUT")), Doc: "the connect timeout; each request's Redis calls are bounded by `FLOODGATE_REDIS_DEADLINE` (50 ms)"},
+	{Name: "REDIS_PERSECOND_TYPE", Flag: "redis-persecond-type", While: perSecondOn, Doc: "`single`, `sentinel`, `cluster`, any case"},
+	{Name: "REDIS_PERSECOND_URL", Flag: "redis-persecond", Value: perSecondURL, While: perSecondOn, Doc: "the same forms as `REDIS_URL`"},
+	{Name: "REDIS_PERSECOND_POOL_SIZE", Flag: "redis-persecond-pool-size", While: perSecondOn},
+	{Name: "REDIS_PERSECOND_AUTH", Flag: "redis-persecond-auth", While: perSecondOn, Doc: "`password` or `user:password`; never logged"},
+	{Name: "REDIS_PERSECOND_SENTINEL_AUTH", Flag: "redis-persecond-sentinel-auth", While: perSecondOn, Doc: "needs `REDIS_PERSECOND_TYPE=sentinel`"},
+	{Name: "REDIS_PERSECOND_TLS", Flag: "redis-persecond-tls", While: perSecondOn, Doc: "verified with the `REDIS_TLS_*` files, as in the reference"},
+	{Name: "REDIS_PERSECOND_PIPELINE_WINDOW", Flag: "redis-persecond-pipeline-window", While: perSecondOn, Doc: "a request that finds a round trip free waits this long for others to share it (e.g. `150us`); 0, the default, waits only while another round trip is outstanding, up to 150 µs, and concurrent requests share round trips either way; single and Sentinel"},
+	{Name: "REDIS_PERSECOND_PIPELINE_LIMIT", Flag: "redis-persecond-pipeline-limit", While: perSecondOn, Doc: "most requests (not commands) in one round trip, and a window ends early once this many wait; 0 means 64"},
+	{Name: "REDIS_PERSECOND_TIMEOUT", Flag: "redis-persecond-dial-timeout", While: perSecondOn, Doc: "the connect timeout; each request's Redis calls are bounded by `FLOODGATE_REDIS_DEADLINE` (50 ms)"},
 	{Name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Refuse: whenPerSecond(unlessIn("a request waits for a free connection, and never past -redis-deadline (then the failure policy answers): for more connections raise REDIS_PERSECOND_POOL_SIZE, and unset REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR or set it to WAIT", "WAIT")), In: "`WAIT` accepted; `CREATE`, `ERROR` refused", Doc: "a request waits for a connection at most `-redis-deadline`; raise `REDIS_PERSECOND_POOL_SIZE`"},
 	{Name: "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION", Source: "readme", Note: whenPerSecond(noteAlways("REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION: a request waits for a free connection at most -redis-deadline (FLOODGATE_REDIS_DEADLINE)")), In: "accepted, with a note", Doc: "the wait is bounded by `-redis-deadline`; the reference no longer reads it (removed in 2025), though its README documents it"},
 	{Name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", Refuse: whenPerSecond(unlessWhole), Note: whenPerSecond(noteAlways("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM: on Redis Cluster floodgate sends a request's calls to its slots' masters all at once, whatever it says")), In: "accepted, with a note; what is not a whole number is refused", Doc: "as `REDIS_CLUSTER_PIPELINE_PARALLELISM`, read only with `REDIS_PERSECOND=true`"},
 
-	// Memcached's settings, read only with BACKEND_TYPE=memcache as in the
-	// reference.
-	{Name: "MEMCACHE_HOST_PORT", Flag: "memcache", Value: whileMemcache(envVar("MEMCACHE_HOST_PORT")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; comma-separated `host:port`s; each counter on one server by rendezvous hashing (the reference: CRC32 modulo the count, so keys differ and the two cannot share counters)"},
-	{Name: "MEMCACHE_MAX_IDLE_CONNS", Flag: "memcache-max-idle-conns", Value: whileMemcache(envVar("MEMCACHE_MAX_IDLE_CONNS")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; 0 or less: 16 per server"},
-	{Name: "MEMCACHE_SRV", Flag: "memcache-srv", Value: whileMemcache(envVar("MEMCACHE_SRV")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; resolved at start"},
-	{Name: "MEMCACHE_SRV_REFRESH", Flag: "memcache-srv-refresh", Value: whileMemcache(envVar("MEMCACHE_SRV_REFRESH")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; a failed refresh keeps the servers in force"},
-	{Name: "MEMCACHE_TLS", Flag: "memcache-tls", Value: whileMemcache(envVar("MEMCACHE_TLS")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; "},
-	{Name: "MEMCACHE_TLS_CLIENT_CERT", Flag: "memcache-tls-cert", Value: whileMemcache(envVar("MEMCACHE_TLS_CLIENT_CERT")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; "},
-	{Name: "MEMCACHE_TLS_CLIENT_KEY", Flag: "memcache-tls-key", Value: whileMemcache(envVar("MEMCACHE_TLS_CLIENT_KEY")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; "},
-	{Name: "MEMCACHE_TLS_CACERT", Flag: "memcache-tls-ca", Value: whileMemcache(envVar("MEMCACHE_TLS_CACERT")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; added to the system roots"},
-	{Name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Flag: "memcache-tls-skip-hostname-verification", Value: whileMemcache(envVar("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION")), Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; the chain is still verified"},
+	{Name: "MEMCACHE_HOST_PORT", Flag: "memcache", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; comma-separated `host:port`s; each counter on one server by rendezvous hashing (the reference: CRC32 modulo the count, so keys differ and the two cannot share counters)"},
+	{Name: "MEMCACHE_MAX_IDLE_CONNS", Flag: "memcache-max-idle-conns", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; 0 or less: 16 per server"},
+	{Name: "MEMCACHE_SRV", Flag: "memcache-srv", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; resolved at start"},
+	{Name: "MEMCACHE_SRV_REFRESH", Flag: "memcache-srv-refresh", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; a failed refresh keeps the servers in force"},
+	{Name: "MEMCACHE_TLS", Flag: "memcache-tls", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; "},
+	{Name: "MEMCACHE_TLS_CLIENT_CERT", Flag: "memcache-tls-cert", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; "},
+	{Name: "MEMCACHE_TLS_CLIENT_KEY", Flag: "memcache-tls-key", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; "},
+	{Name: "MEMCACHE_TLS_CACERT", Flag: "memcache-tls-ca", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; added to the system roots"},
+	{Name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Flag: "memcache-tls-skip-hostname-verification", While: memcacheOn, Doc: "read only with `BACKEND_TYPE=memcache`, as the reference; the chain is still verified"},
 
 	{Name: "SHADOW_MODE", Flag: "shadow-mode", Doc: "a request answered OK only because of it is charged to none of its limits, as every refused request (the reference charges those within their limit): counts, metrics and the `limit_remaining` of those limits differ while it is on, answers' codes do not"},
 	{Name: "QUOTA_MODE", Flag: "quota-mode", Doc: "every descriptor is a quota but the unlimited ones: a request is refused only when every quota is over, and never when one matches no rule or is in shadow mode; each descriptor's own status still says `OVER_LIMIT`; see [rules](rules.md#quota-mode)"},
 	{Name: "RESPONSE_DYNAMIC_METADATA", Flag: "response-dynamic-metadata", Doc: "`domain`, `descriptors`, `hitsAddend` and the merged `metadata` of the rules that passed, as the reference (which leaves out that of `detailed_metric` and `value_to_metric` rules; floodgate does not); without it an answer carries none (but the failure policy's cause, see [operations](operations.md#failure-policy))"},
 	{Name: "MERGE_DOMAIN_CONFIG", Flag: "merge-domains"},
 
-	// The reference reads the TRACING_SERVICE_* and other settings only
-	// with TRACING_ENABLED=true; floodgate sets its flags from them all
-	// the same, and uses them only with -tracing too.
+	// The reference reads the TRACING_* variables only with
+	// TRACING_ENABLED=true; floodgate reads them always, used with -tracing.
 	{Name: "TRACING_ENABLED", Flag: "tracing", Doc: "OpenTelemetry traces over OTLP, off by default; where they go is the standard `OTEL_EXPORTER_OTLP_*` variables, as in the reference, but a value the exporter cannot use (an endpoint without `http://`/`https://`, headers without `=`, a timeout not in milliseconds, a malformed `OTEL_RESOURCE_ATTRIBUTES`) stops the start, where the reference logs it and exports to the default endpoint. **Spans differ**: one server span per request named `ShouldRateLimit Execution` with `domain`, as the reference's inner span, but no otelgrpc span `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` around it, no `request string` attribute (it would export descriptor values) and no `NewJsonHandler Remaining Execution` span; see [operations](operations.md#spans)"},
 	{Name: "TRACING_SERVICE_NAME", Flag: "tracing-service-name", Doc: "`RateLimit` by default, as the reference; wins over `OTEL_SERVICE_NAME`"},
 	{Name: "TRACING_SERVICE_NAMESPACE", Flag: "tracing-service-namespace"},
@@ -267,13 +247,11 @@ func prefixed(name, prefix string) envSource {
 	}
 }
 
-// perSecondURL is REDIS_PERSECOND_URL, with REDIS_PERSECOND_SOCKET_TYPE,
-// while REDIS_PERSECOND=true.
-var perSecondURL = whilePerSecond(socketURL("REDIS_PERSECOND_URL", "REDIS_PERSECOND_SOCKET_TYPE"))
+// perSecondURL is REDIS_PERSECOND_URL, with REDIS_PERSECOND_SOCKET_TYPE.
+var perSecondURL = socketURL("REDIS_PERSECOND_URL", "REDIS_PERSECOND_SOCKET_TYPE")
 
 // perSecondNeedsURL refuses REDIS_PERSECOND=true without
-// REDIS_PERSECOND_URL, and what is not a boolean: the reference would use
-// its default socket, and floodgate would have nowhere to keep those limits.
+// REDIS_PERSECOND_URL, and what is not a boolean.
 func perSecondNeedsURL(v string, env Lookup) string {
 	why := "REDIS_PERSECOND_URL is not set: set it to the per-second Redis (host:port, redis://..., as REDIS_URL), or unset REDIS_PERSECOND to keep every counter in REDIS_URL's Redis"
 	if u, _ := env("REDIS_PERSECOND_URL"); u != "" {
@@ -292,11 +270,6 @@ func whenPerSecond(f func(string, Lookup) string) func(string, Lookup) string {
 		}
 		return f(v, env)
 	}
-}
-
-// always refuses every value.
-func always(why string) func(string, Lookup) string {
-	return func(string, Lookup) string { return why }
 }
 
 // whenTrue refuses true, and what is not a boolean.
@@ -334,8 +307,7 @@ func unlessIn(why string, ok ...string) func(string, Lookup) string {
 }
 
 // prometheusBesideDogStatsd refuses USE_PROMETHEUS=true with
-// USE_DOG_STATSD=true, as the reference does (unless DISABLE_STATS=true,
-// which it reads first): the Prometheus metrics take plain statsd names.
+// USE_DOG_STATSD=true, as the reference does.
 func prometheusBesideDogStatsd(v string, env Lookup) string {
 	if prometheusOn(env) && isSetTrue(env, "USE_DOG_STATSD") {
 		return "USE_DOG_STATSD and USE_PROMETHEUS are both true, which the reference refuses too: keep one"
@@ -343,9 +315,8 @@ func prometheusBesideDogStatsd(v string, env Lookup) string {
 	return ""
 }
 
-// notePrometheus says what floodgate does where the reference would not
-// serve Prometheus as USE_PROMETHEUS=true asks: with DISABLE_STATS=true
-// it serves none, and with USE_STATSD=true it refuses to start.
+// notePrometheus notes USE_PROMETHEUS=true where the reference would not
+// serve it as asked: with DISABLE_STATS=true or USE_STATSD=true.
 func notePrometheus(v string, env Lookup) string {
 	switch {
 	case !isSetTrue(env, "USE_PROMETHEUS"):
@@ -380,15 +351,6 @@ func noteAlways(note string) func(string, Lookup) string {
 	return func(string, Lookup) string { return note }
 }
 
-func noteWhenTrue(note string) func(string, Lookup) string {
-	return func(v string, _ Lookup) string {
-		if b, _ := strconv.ParseBool(v); b {
-			return note
-		}
-		return ""
-	}
-}
-
 // isSetTrue reports whether the variable name is set to true.
 func isSetTrue(env Lookup, name string) bool {
 	v, _ := env(name)
@@ -403,9 +365,8 @@ func isFalse(env Lookup, name string) bool {
 	return err == nil && !b
 }
 
-// checkReference refuses the reference variables set to values floodgate
-// cannot honour, all at once, and returns the notes to log about the
-// others. withRedis says whether Redis is configured.
+// checkReference refuses, all at once, the reference variables set to
+// values floodgate cannot honour, and returns the notes about the others.
 func checkReference(env Lookup, withRedis bool) (notes []string, err error) {
 	var refused, ignored []string
 	for i := range References {

@@ -7,20 +7,18 @@ import (
 	"io"
 	"reflect"
 	"strings"
-	"time"
 )
 
-// Setting declares one setting of the binary, once: its flag, its help,
-// its default and where its value lands. Its FLOODGATE_* variable is
-// derived from the flag (Var), and the reference server's variables that
-// set it are declared in References, pointing back at the flag. Flag
-// registration, the environment's layering, -h and the docs' tables are
-// all read from Table.
+// Setting declares one setting of the binary: its flag, its help, its
+// default and where its value lands. Its FLOODGATE_* variable derives
+// from the flag; the reference's variables that set it are References
+// naming the flag. The flags, the environment, -h and the docs' tables
+// all read Table.
 type Setting struct {
 	// Flag is the flag's name without the dash: "near-limit-ratio".
 	Flag string
-	// Group is the section of -h and of docs/settings.md it is listed in.
-	Group Group
+	// Group is the section of -h it is listed in; section sets it.
+	Group string
 	// Usage is the help line of -h.
 	Usage string
 	// Doc, when set, replaces Usage in docs/settings.md (Markdown).
@@ -51,35 +49,7 @@ type Setting struct {
 	// Command marks the flags that choose what the binary does (-check):
 	// no variable sets them.
 	Command bool
-	// Short lists the setting in the README's short table too.
-	Short bool
 }
-
-// Group is a section of -h.
-type Group string
-
-// The sections of -h, in their order (Groups).
-const (
-	GroupRules     Group = "Rules"
-	GroupXDS       Group = "Rules from an xDS server (-config-type grpc_xds_sotw)"
-	GroupRedis     Group = "Store: Redis"
-	GroupPerSecond Group = "Store: per-second Redis"
-	GroupRedisTLS  Group = "Store: Redis TLS"
-	GroupMemcache  Group = "Store: Memcached"
-	GroupListeners Group = "Listeners"
-	GroupGRPCTLS   Group = "TLS on the gRPC port"
-	GroupBounds    Group = "Limits of requests"
-	GroupAnswers   Group = "Answers and headers"
-	GroupRLQS      Group = "Rate Limit Quota Service (RLQS)"
-	GroupObserve   Group = "Observability: logs, metrics, statsd"
-	GroupTracing   Group = "Observability: tracing (OpenTelemetry)"
-	GroupCapture   Group = "Traffic capture (for floodgate replay)"
-	GroupCommands  Group = "Commands"
-)
-
-// Groups are the sections of -h in order.
-var Groups = []Group{GroupRules, GroupXDS, GroupRedis, GroupPerSecond, GroupRedisTLS, GroupMemcache,
-	GroupListeners, GroupGRPCTLS, GroupBounds, GroupAnswers, GroupRLQS, GroupObserve, GroupTracing, GroupCapture, GroupCommands}
 
 // Var returns the setting's own variable: FLOODGATE_ and the flag in upper
 // case, '-' as '_' (FLOODGATE_REDIS_DEADLINE for -redis-deadline); "" for
@@ -107,7 +77,7 @@ func flagSet(table []Setting, c *Config, env Lookup) (*flag.FlagSet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("settings: -%s: %w", s.Flag, err)
 		}
-		fs.Var(explained{v}, s.Flag, s.Usage)
+		fs.Var(v, s.Flag, s.Usage)
 	}
 	return fs, nil
 }
@@ -131,21 +101,11 @@ func (s *Setting) value(c *Config, env Lookup) (flag.Value, error) {
 	if s.Value != nil {
 		return s.Value(c, env), nil
 	}
-	switch ptr := p.Interface().(type) {
-	case *string:
-		return (*stringValue)(ptr), nil
-	case *bool:
-		return (*boolValue)(ptr), nil
-	case *int:
-		return (*intValue)(ptr), nil
-	case *int64:
-		return (*int64Value)(ptr), nil
-	case *float64:
-		return (*floatValue)(ptr), nil
-	case *time.Duration:
-		return (*durationValue)(ptr), nil
-	case textValue:
-		return textFlag{ptr}, nil
+	if v := scalarOf(p.Interface()); v != nil {
+		return v, nil
+	}
+	if t, ok := p.Interface().(textValue); ok {
+		return textFlag{t}, nil
 	}
 	return nil, fmt.Errorf("no flag for a field of type %s", p.Elem().Type())
 }
@@ -195,10 +155,8 @@ func fieldPath(v reflect.Value, addr uintptr, prefix string) (string, bool) {
 
 // option returns the package, the Options type and the path within it
 // of the field s lands in: ("envoy", "Options", "NearLimitRatio") for
-// Service.NearLimitRatio, ("store", "Options", "Redis.PoolSize"),
-// ("rlsmetrics", "Options", "MaxValueSeries"); empty strings for a field
-// of no package's options (a field of Config itself). A package's options
-// are the outermost struct type of its whose name ends in "Options".
+// Service.NearLimitRatio; empty for a field of Config itself. A package's
+// options are the outermost type of its whose name ends in "Options".
 func (s *Setting) option() (pkg, typ, field string) {
 	if s.At == nil {
 		return "", "", ""
@@ -220,8 +178,7 @@ func (s *Setting) option() (pkg, typ, field string) {
 }
 
 // convertDefault converts d to t: as it is when assignable, or, for an
-// untyped constant that Go made an int or a float64, to t of the same kind
-// (an int64 field's DefaultCaptureMaxBytes).
+// untyped constant Go made an int or a float64, to t of the same kind.
 func convertDefault(d reflect.Value, t reflect.Type) (reflect.Value, error) {
 	if d.Type().AssignableTo(t) {
 		return d, nil

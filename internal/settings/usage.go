@@ -17,7 +17,7 @@ func PrintFlags(w io.Writer) {
 	if err != nil {
 		panic(err) // TestTable refuses a table that fails here
 	}
-	for _, g := range Groups {
+	for _, g := range groups() {
 		fmt.Fprintf(w, "\n%s:\n", g)
 		var names []string
 		for i := range Table {
@@ -27,7 +27,7 @@ func PrintFlags(w io.Writer) {
 		}
 		slices.Sort(names)
 		for _, name := range names {
-			s, f := find(name), fs.Lookup(name)
+			s, f := Find(name), fs.Lookup(name)
 			line := "  -" + name
 			if t := s.typeName(f.Value); t != "" {
 				line += " " + t

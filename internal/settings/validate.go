@@ -1,11 +1,9 @@
 package settings
 
-// validate asks each package whether it takes its options, as its
-// constructor will: the checks of a setting's range are its package's,
-// declared once there; they run here too so that a bad value stops the
-// start (and floodgate check) before anything opens. Parts that are off
-// are not asked, except tracing, whose variables the reference reads
-// only when on but which floodgate refuses whenever they are wrong.
+// validate asks each package that is on whether it takes its options,
+// so that a bad value stops the start (and floodgate check) before
+// anything opens; the range checks stay the packages'. Tracing is always
+// asked: its variables are refused whenever they are wrong.
 func (c *Config) validate() error {
 	checks := []func() error{
 		c.Store.Validate,

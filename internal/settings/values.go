@@ -9,83 +9,61 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/server"
-	"github.com/floodgate/floodgate/internal/statsd"
 )
 
-// The flag.Values of the field types, as the flag package reads them, each
-// able to say what it accepts (explained).
+// scalar is the flag.Value of a field of a plain type: parse reads it,
+// format writes it, and a value parse refuses gets the error want.
+type scalar[T any] struct {
+	p      *T
+	parse  func(string) (T, error)
+	format func(T) string
+	want   string
+}
 
-type stringValue string
-
-func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
-func (v *stringValue) String() string     { return string(*v) }
-func (v *stringValue) Get() any           { return string(*v) }
-
-type boolValue bool
-
-func (v *boolValue) Set(s string) error {
-	b, err := strconv.ParseBool(s)
+func (v *scalar[T]) Set(s string) error {
+	x, err := v.parse(s)
 	if err != nil {
-		return errors.New("want true or false")
+		return errors.New(v.want)
 	}
-	*v = boolValue(b)
+	*v.p = x
 	return nil
 }
-func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
-func (v *boolValue) Get() any         { return bool(*v) }
-func (v *boolValue) IsBoolFlag() bool { return true }
+func (v *scalar[T]) String() string { return v.format(*v.p) }
+func (v *scalar[T]) Get() any       { return *v.p }
 
-type intValue int
+// IsBoolFlag lets a boolean flag be given without a value (-shadow-mode).
+func (v *scalar[T]) IsBoolFlag() bool {
+	_, ok := any(v.p).(*bool)
+	return ok
+}
 
-func (v *intValue) Set(s string) error {
-	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
-	if err != nil {
-		return errors.New("want an integer")
+// scalarOf returns the flag.Value of the field at p when its type is a
+// plain one, else nil.
+func scalarOf(p any) flag.Value {
+	switch p := p.(type) {
+	case *string:
+		return &scalar[string]{p, func(s string) (string, error) { return s, nil }, func(s string) string { return s }, ""}
+	case *bool:
+		return &scalar[bool]{p, strconv.ParseBool, strconv.FormatBool, "want true or false"}
+	case *int:
+		parse := func(s string) (int, error) {
+			n, err := strconv.ParseInt(s, 0, strconv.IntSize)
+			return int(n), err
+		}
+		return &scalar[int]{p, parse, strconv.Itoa, "want an integer"}
+	case *int64:
+		parse := func(s string) (int64, error) { return strconv.ParseInt(s, 0, 64) }
+		format := func(n int64) string { return strconv.FormatInt(n, 10) }
+		return &scalar[int64]{p, parse, format, "want an integer"}
+	case *float64:
+		parse := func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
+		format := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+		return &scalar[float64]{p, parse, format, "want a number such as 0.8"}
+	case *time.Duration:
+		return &scalar[time.Duration]{p, time.ParseDuration, time.Duration.String, "want a duration such as 500ms, 10s or 1h30m"}
 	}
-	*v = intValue(n)
 	return nil
 }
-func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
-func (v *intValue) Get() any       { return int(*v) }
-
-type int64Value int64
-
-func (v *int64Value) Set(s string) error {
-	n, err := strconv.ParseInt(s, 0, 64)
-	if err != nil {
-		return errors.New("want an integer")
-	}
-	*v = int64Value(n)
-	return nil
-}
-func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
-func (v *int64Value) Get() any       { return int64(*v) }
-
-type floatValue float64
-
-func (v *floatValue) Set(s string) error {
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return errors.New("want a number such as 0.8")
-	}
-	*v = floatValue(f)
-	return nil
-}
-func (v *floatValue) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
-func (v *floatValue) Get() any       { return float64(*v) }
-
-type durationValue time.Duration
-
-func (v *durationValue) Set(s string) error {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return errors.New("want a duration such as 500ms, 10s or 1h30m")
-	}
-	*v = durationValue(d)
-	return nil
-}
-func (v *durationValue) String() string { return time.Duration(*v).String() }
-func (v *durationValue) Get() any       { return time.Duration(*v) }
 
 // textFlag is the flag.Value of a field that reads itself as text.
 type textFlag struct{ v textValue }
@@ -100,92 +78,6 @@ func (t textFlag) String() string {
 	return string(b)
 }
 
-// explained wraps a flag's value so that the flag package's own
-// reporting stays out of the way: errors say what the value accepts, from
-// the command line and from the environment alike.
-type explained struct{ flag.Value }
-
-// String is the wrapped value's; "" for a zero explained, which the flag
-// package builds to tell a zero default.
-func (e explained) String() string {
-	if e.Value == nil {
-		return ""
-	}
-	return e.Value.String()
-}
-
-// IsBoolFlag keeps boolean flags usable without a value (-shadow-mode).
-func (e explained) IsBoolFlag() bool {
-	b, ok := e.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-// Get returns the wrapped value's, for flag.Getter.
-func (e explained) Get() any {
-	if g, ok := e.Value.(flag.Getter); ok {
-		return g.Get()
-	}
-	return nil
-}
-
-// invertedBool is a boolean flag stored as its negation: -deny-cache
-// (true by default) into DenyCache.Disabled.
-type invertedBool struct{ p *bool }
-
-func (v invertedBool) Set(s string) error {
-	b, err := strconv.ParseBool(s)
-	if err != nil {
-		return errors.New("want true or false")
-	}
-	*v.p = !b
-	return nil
-}
-
-func (v invertedBool) String() string {
-	if v.p == nil {
-		return "false"
-	}
-	return strconv.FormatBool(!*v.p)
-}
-func (v invertedBool) Get() any         { return v.p == nil || !*v.p }
-func (v invertedBool) IsBoolFlag() bool { return true }
-
-// pairs is a flag of "k1<sep>v1,k2<sep>v2" into a map; blank entries are
-// skipped, an entry without sep is refused.
-type pairs struct {
-	m   *map[string]string
-	sep string
-	raw *string // as given, for String
-}
-
-func newPairs(m *map[string]string, sep string) *pairs {
-	return &pairs{m: m, sep: sep, raw: new(string)}
-}
-
-func (p *pairs) Set(s string) error {
-	out := map[string]string{}
-	for _, e := range strings.Split(s, ",") {
-		if strings.TrimSpace(e) == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(e, p.sep)
-		if k = strings.TrimSpace(k); !ok || k == "" {
-			return fmt.Errorf("entry %q: want key%svalue", e, p.sep)
-		}
-		out[k] = strings.TrimSpace(v)
-	}
-	*p.m, *p.raw = out, s
-	return nil
-}
-
-func (p *pairs) String() string {
-	if p == nil || p.raw == nil {
-		return ""
-	}
-	return *p.raw
-}
-func (p *pairs) Get() any { return p.String() }
-
 // errWant is an error saying what a value accepts: "want X", or, with a
 // format, "<format> (want X)".
 func errWant(want string, format ...any) error {
@@ -195,77 +87,88 @@ func errWant(want string, format ...any) error {
 	return fmt.Errorf(format[0].(string)+" (want %s)", append(format[1:], want)...)
 }
 
-// requiresStore is -health-requires-store: true makes health follow the
-// store always (server.StoreAlways), as -store-readiness always does; false
-// leaves -store-readiness alone.
-type requiresStore struct{ p *server.StoreReadiness }
+// boolFunc is a boolean flag that lands through set and reads back
+// through get: a field that holds its negation (inverted), or a value of
+// another type (-health-requires-store).
+type boolFunc struct {
+	set func(bool)
+	get func() bool
+}
 
-func (v requiresStore) Set(s string) error {
+func (v boolFunc) Set(s string) error {
 	b, err := strconv.ParseBool(s)
 	if err != nil {
 		return errors.New("want true or false")
 	}
-	if b {
-		*v.p = server.StoreAlways
-	}
+	v.set(b)
 	return nil
 }
+func (v boolFunc) String() string   { return strconv.FormatBool(v.get()) }
+func (v boolFunc) Get() any         { return v.get() }
+func (v boolFunc) IsBoolFlag() bool { return true }
 
-func (v requiresStore) String() string {
-	return strconv.FormatBool(v.p != nil && *v.p == server.StoreAlways)
-}
-func (v requiresStore) Get() any         { return v.p != nil && *v.p == server.StoreAlways }
-func (v requiresStore) IsBoolFlag() bool { return true }
-
-// tagsValue is -statsd-tags: k1:v1,k2:v2, parsed as the statsd package
-// reads the reference's EXTRA_TAGS.
-type tagsValue struct {
-	p   *[]statsd.Tag
-	raw string
+// inverted is a boolean flag stored as its negation: -deny-cache (true by
+// default) into DenyCache.Disabled.
+func inverted(p *bool) boolFunc {
+	return boolFunc{set: func(b bool) { *p = !b }, get: func() bool { return !*p }}
 }
 
-func (v *tagsValue) Set(s string) error {
-	tags, err := statsd.ParseTags(s)
+// requiresStore is -health-requires-store: true makes health follow the
+// store always (server.StoreAlways), as -store-readiness always does; false
+// leaves -store-readiness alone.
+func requiresStore(p *server.StoreReadiness) boolFunc {
+	set := func(b bool) {
+		if b {
+			*p = server.StoreAlways
+		}
+	}
+	return boolFunc{set: set, get: func() bool { return *p == server.StoreAlways }}
+}
+
+// parsed is a flag whose text parse reads into the field at p; it shows
+// the text as given.
+type parsed[T any] struct {
+	p     *T
+	parse func(string) (T, error)
+	raw   string
+}
+
+func (v *parsed[T]) Set(s string) error {
+	x, err := v.parse(s)
 	if err != nil {
 		return err
 	}
-	*v.p, v.raw = tags, s
+	*v.p, v.raw = x, s
 	return nil
 }
 
-func (v *tagsValue) String() string {
+func (v *parsed[T]) String() string {
 	if v == nil {
 		return ""
 	}
 	return v.raw
 }
-func (v *tagsValue) Get() any { return v.String() }
+func (v *parsed[T]) Get() any { return v.String() }
 
-// mogrifiersValue is -dogstatsd-mogrifiers: the names whose
-// DOG_STATSD_MOGRIFIER_<NAME>_* variables, read from env, rename and tag
-// the DogStatsD stats, as the reference's USE_DOG_STATSD_MOGRIFIERS.
-type mogrifiersValue struct {
-	p   *[]statsd.Mogrifier
-	env Lookup
-	raw string
-}
-
-func (v *mogrifiersValue) Set(s string) error {
-	ms, err := statsd.MogrifiersFromEnv(s, v.env)
-	if err != nil {
-		return err
+// pairs is a flag of "k1<sep>v1,k2<sep>v2" into a map; blank entries are
+// skipped, an entry without sep is refused.
+func pairs(m *map[string]string, sep string) flag.Value {
+	parse := func(s string) (map[string]string, error) {
+		out := map[string]string{}
+		for _, e := range strings.Split(s, ",") {
+			if strings.TrimSpace(e) == "" {
+				continue
+			}
+			k, v, ok := strings.Cut(e, sep)
+			if k = strings.TrimSpace(k); !ok || k == "" {
+				return nil, fmt.Errorf("entry %q: want key%svalue", e, sep)
+			}
+			out[k] = strings.TrimSpace(v)
+		}
+		return out, nil
 	}
-	*v.p, v.raw = ms, s
-	return nil
+	return &parsed[map[string]string]{p: m, parse: parse}
 }
-
-func (v *mogrifiersValue) String() string {
-	if v == nil {
-		return ""
-	}
-	return v.raw
-}
-func (v *mogrifiersValue) Get() any { return v.String() }
 
 // retired is a setting that no longer lands anywhere: a value given is
 // accepted, so that a deployment that set it still starts, and noted at

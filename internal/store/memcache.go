@@ -34,7 +34,7 @@ func (s *Store) openMemcache(ctx context.Context, opts Options) error {
 			"memcachelimit.Options.Timeout": "Deadline"}))
 	}
 	opts.Logger.Info("counters are kept in Memcached (fixed windows only)", "servers", lim.Servers(), "srv", m.SRV, "tls", m.TLS,
-		"deadline", opts.deadline())
+		"deadline", opts.Deadline)
 	w := &watch{store: lim, name: "Memcached", attrs: []any{"servers", lim.Servers()}, logger: opts.Logger, clock: s.clock}
 	if err := w.probe(ctx, startProbeTimeout); err != nil {
 		opts.Logger.Error("Memcached cannot be used: until it can, requests are answered by the failure policy and the store is reported unhealthy", "err", err)

@@ -35,9 +35,7 @@ func (s *Store) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
-// healthGauge is 1 while calls reach the store, 0 while a circuit breaker
-// fails some of them at once (on a Cluster, any master's:
-// floodgate_store_node_healthy says which).
+// healthGauge is floodgate_store_healthy.
 func (s *Store) healthGauge() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "store_healthy",
 		Help: "1 while calls reach the limit store, 0 while a circuit breaker of it is open or probing (answers then come from the failure policy; on a Redis Cluster, only those on the failing master's slots, see floodgate_store_node_healthy)."},
@@ -49,8 +47,8 @@ func (s *Store) healthGauge() prometheus.Collector {
 		})
 }
 
-// nodeCollector exposes the health of each Redis node: on a Cluster, each
-// master, so that an alert names the one that fails.
+// nodeCollector is floodgate_store_node_healthy: one series per Redis
+// node, each Cluster master's, so that an alert names the one that fails.
 type nodeCollector struct {
 	s    *Store
 	desc *prometheus.Desc
@@ -59,8 +57,8 @@ type nodeCollector struct {
 // Describe sends the one family's description.
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
-// Collect sends one series per node of each deployment, labelled with
-// the deployment's role and the node's address.
+// Collect sends one series per node, labelled with its deployment's role
+// and its address.
 func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range c.s.redis {
 		for _, n := range d.lim.Nodes() {
@@ -77,8 +75,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// memoryMetrics are the in-memory store's fill and the requests it
-// refused for lack of room, which the failure policy answered.
+// memoryMetrics are the in-memory store's fill and refusals.
 func (s *Store) memoryMetrics() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "memory_entries",

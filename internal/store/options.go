@@ -12,26 +12,22 @@ import (
 	"github.com/floodgate/floodgate/pkg/option"
 )
 
-// Options says which store Open opens and how. The zero value opens the
-// in-memory store with its defaults. Memcached is the store when
+// Options says which store Open opens and how: Memcached when
 // Memcache.Servers or Memcache.SRV is set, else Redis when Redis.URL is,
-// else this process's memory.
+// else this process's memory. The zero value is memory with its defaults.
 type Options struct {
 	// Redis is the main Redis; an empty URL means no Redis.
 	Redis RedisOptions
 	// PerSecond is a second Redis for the limits whose window is shorter
-	// than a minute (redislimit.PerSecond), the others staying in Redis;
-	// an empty URL means none: Redis holds every limit.
+	// than a minute (redislimit.PerSecond); an empty URL means none.
 	PerSecond RedisOptions
-	// RedisTLSFiles say how the Redis deployments with TLS on verify their
-	// servers and which certificate they present; shared by Redis and
-	// PerSecond, and only for those with TLS on.
+	// RedisTLSFiles are the TLS files of whichever of Redis and PerSecond
+	// has TLS on.
 	RedisTLSFiles tlsclient.Files
 	// Memcache, when its Servers or SRV is set, makes Memcached the store.
 	Memcache MemcacheOptions
-	// Deadline bounds each call to Redis or Memcached, the request's
-	// whole store call; 0 means limit.DefaultDeadline. The stores check it
-	// (redislimit.Options.Timeout, memcachelimit.Options.Timeout).
+	// Deadline bounds each request's whole call to Redis or Memcached; 0
+	// means limit.DefaultDeadline. Open passes it to the store's client.
 	Deadline time.Duration
 	// KeyPrefix starts every key in Redis or Memcached.
 	KeyPrefix string
@@ -40,8 +36,8 @@ type Options struct {
 	MemoryMaxEntries int
 	// DenyCache configures the deny cache in front of Redis.
 	DenyCache DenyCacheOptions
-	// Logger receives the store's lines: where the counters are kept, and
-	// each change of the store's health. Nil discards them.
+	// Logger receives where the counters are kept and each change of the
+	// store's health. Nil discards them.
 	Logger *slog.Logger
 }
 
@@ -53,8 +49,8 @@ type RedisOptions struct {
 	// URL is where Redis is, as redislimit.ClientConfig.URL says; empty
 	// means no Redis.
 	URL string
-	// Type is the deployment: TypeSingle (also when empty), "sentinel" or
-	// "cluster", in any case.
+	// Type is TypeSingle (also when empty), "sentinel" or "cluster", in
+	// any case.
 	Type string
 	// SentinelMaster is the Sentinel master's name, when URL lists only
 	// the Sentinels.
@@ -65,21 +61,18 @@ type RedisOptions struct {
 	// SentinelAuth is the password of the Sentinels themselves; only with
 	// Type "sentinel".
 	SentinelAuth string
-	// TLS connects with TLS, to every node and Sentinel, verified as
-	// Options.RedisTLSFiles says; a rediss:// URL implies it.
+	// TLS connects to every node and Sentinel with TLS
+	// (Options.RedisTLSFiles); a rediss:// URL implies it.
 	TLS bool
 	// PoolSize is the number of connections per node; 0 means 10 per CPU.
 	PoolSize int
 	// DialTimeout bounds connecting to a node; 0 means 5 s. A call never
 	// waits longer than Options.Deadline.
 	DialTimeout time.Duration
-	// PipelineWindow is how long a call that finds a round trip free waits
-	// for others to share it (redislimit.BatchOptions.Window); 0 leaves
-	// batching to its defaults. Single and Sentinel only: on a Cluster each
-	// call goes to its node at once.
+	// PipelineWindow is redislimit.BatchOptions.Window; 0 leaves batching
+	// to its defaults. Single and Sentinel only.
 	PipelineWindow time.Duration
-	// PipelineLimit bounds the calls in one round trip
-	// (redislimit.BatchOptions.MaxRequests); 0 means
+	// PipelineLimit is redislimit.BatchOptions.MaxRequests; 0 means
 	// redislimit.DefaultBatchRequests.
 	PipelineLimit int
 }
@@ -105,9 +98,8 @@ type MemcacheOptions struct {
 	TLSFiles tlsclient.Files
 }
 
-// DenyCacheOptions configure the deny cache, which answers calls that
-// Redis has just denied without calling it again (package denycache). It
-// is on with Redis unless Disabled, and never with memory or Memcached.
+// DenyCacheOptions configure the deny cache in front of Redis (package
+// denycache): on with Redis unless Disabled, never with another store.
 type DenyCacheOptions struct {
 	// Disabled sends every call to Redis.
 	Disabled bool
@@ -120,12 +112,10 @@ type DenyCacheOptions struct {
 }
 
 // Validate reports the first setting of o that Open would refuse, as an
-// *option.Error ("store.Options.Redis.PoolSize -1: must not be
-// negative"), so that a caller can say which setting set it. Settings
-// that would do nothing (the per-second Redis's without its URL, TLS
+// *option.Error naming its field. Settings that would do nothing (TLS
 // files without TLS) are refused too: whoever set them meant something
-// else. Where the reference server's variables are what an operator sets,
-// a message names them too: "needs store.Options.Redis.URL (REDIS_URL)".
+// else. Messages name the reference server's variables where operators
+// set those: "needs store.Options.Redis.URL (REDIS_URL)".
 func (o Options) Validate() error {
 	checks := []func() error{
 		func() error { return o.Redis.validate("Redis") },
@@ -242,11 +232,10 @@ func refused(field string, v any, want string) error {
 	return &option.Error{Options: "store.Options", Field: field, Value: v, Want: want}
 }
 
-// asOwn returns err, when it refuses fields of a store client's options
-// that fields of Options set, as the same refusal of Options' fields, so
-// that it names the settings (a Redis URL or a key prefix the client
-// cannot read); else err as it is. own maps the client's fields, after
-// their options type ("redislimit.Options.KeyPrefix"), to Options' paths.
+// asOwn returns a client's refusal of its options' fields as the same
+// refusal of the Options fields that set them, so that it names the
+// settings; own maps "redislimit.Options.KeyPrefix" to "KeyPrefix". Other
+// errors, and refusals of fields own lacks, are returned as they are.
 func asOwn(err error, own map[string]string) error {
 	oe, ok := err.(*option.Error)
 	if !ok {
@@ -327,11 +316,9 @@ func tlsFields(prefix string, f tlsclient.Files) setFields {
 	}
 }
 
-// Supports reports whether the store o opens can serve limits of spec:
-// nil, or why not. Memcached serves fixed windows only; memory and Redis
-// serve every algorithm. The rule loader takes it
-// (rules.Options.Supports), so that it can be used before the store is
-// opened, by -check as by the server.
+// Supports reports why the store o opens cannot serve limits of spec, or
+// nil: Memcached serves fixed windows only. It needs no open store, so
+// that the rule loader (rules.Options.Supports) uses it in -check too.
 func (o Options) Supports(spec limit.Spec) error {
 	if o.Memcache.on() {
 		return memcachelimit.Supports(spec)

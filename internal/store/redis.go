@@ -25,8 +25,7 @@ type deployment struct {
 
 // openRedis makes s the Redis store: the main deployment and, when
 // PerSecond is set, the per-second one behind a redislimit.Split. Both
-// are probed together, so that two Redis that do not answer delay the
-// start by one probe's timeout, not two.
+// are probed together, so that the start waits one probe's timeout.
 func (s *Store) openRedis(ctx context.Context, opts Options) error {
 	// go-redis logs each failed dial; the watch already reports store
 	// failures, so its lines go to debug.
@@ -130,7 +129,7 @@ func (d *deployment) logOpened(opts Options, r RedisOptions) {
 	if d.role != "main" {
 		msg = "the counters of windows shorter than a minute are kept in the per-second Redis"
 	}
-	attrs := []any{"type", r.typ(), "tls", r.tlsOn(), "deadline", opts.deadline()}
+	attrs := []any{"type", r.typ(), "tls", r.tlsOn(), "deadline", opts.Deadline}
 	// The pipeline settings only when set, as the reference's variables
 	// set them.
 	if r.PipelineWindow > 0 {
@@ -179,9 +178,8 @@ func (s *Store) redisHealth() health.Store {
 }
 
 // redisDetail describes a limiter's health for /rlconfig: the breaker's
-// state and, if Redis ever failed, sep and the latest failure; on a
-// Cluster, the same for the slot map and then for each master with its
-// slots, so that /rlconfig names the master that fails.
+// state and the latest failure after sep; on a Cluster, for the slot map
+// and each master with its slots.
 func redisDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
 	nodes := lim.Nodes()
 	var parts []string
@@ -209,10 +207,9 @@ func slotsOf(n redislimit.NodeHealth) string {
 	return " (slots " + n.Slots + ")"
 }
 
-// RedactURL drops the credentials from a URL, everything before its last
-// '@' ("redis://user:pass@h:1" is "redis://***@h:1", "user:pass@h:1" is
-// "***@h:1"), as logs, messages, /rlconfig and metric labels show it; a
-// URL without credentials is returned as is.
+// RedactURL replaces the credentials of a URL, everything before its last
+// '@', with "***": "redis://user:pass@h:1" is "redis://***@h:1". A URL
+// without credentials is returned as is.
 func RedactURL(u string) string {
 	if i := strings.LastIndex(u, "@"); i >= 0 {
 		if j := strings.Index(u, "://"); j >= 0 && j < i {

@@ -1,17 +1,13 @@
-// Package store opens the limit store the server keeps its counters in,
-// from Options: this process's memory, Redis (a single node, Sentinel or
-// Cluster, with an optional second Redis for the limits whose window is
-// shorter than a minute), or Memcached. It owns what surrounds the
-// limiter: the validation of those settings, the probes at start and the
-// health watch that follows the store and logs each change, the store's
-// health as /rlconfig and readiness read it, its metrics, the deny cache
-// in front of Redis, which limits the store can serve, and the reset of a
-// counter (Store.Reset) in whichever store is open.
+// Package store opens the store the server keeps its counters in: this
+// process's memory, Redis (single, Sentinel or Cluster, with an optional
+// second Redis for windows shorter than a minute), or Memcached. Around
+// the limiter it owns the validation of its settings, the probes and the
+// health watch, the health /rlconfig and readiness read, the metrics, the
+// deny cache in front of Redis, and the reset of a counter.
 //
-// It is the binary's: the limiters themselves are pkg/limit,
-// pkg/redislimit, internal/memcachelimit and internal/denycache, which must not
-// import it, and neither must internal/server, which takes the store's health
-// (package health) as a function; nor does it import internal/server.
+// The limiters themselves (pkg/limit, pkg/redislimit,
+// internal/memcachelimit, internal/denycache) do not import it, and it
+// does not import internal/server, which takes the health as a function.
 package store
 
 import (
@@ -19,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/floodgate/floodgate/internal/denycache"
 	"github.com/floodgate/floodgate/internal/health"
@@ -46,11 +41,10 @@ type Store struct {
 }
 
 // Open opens the store opts describe, after Validate. Redis and Memcached
-// are probed before it returns (a store that does not answer is logged
-// and reported unhealthy, not refused: requests get the failure policy
-// until it answers), then watched until ctx ends or Close is called.
-// Its errors are those of Validate and of settings the clients refuse
-// (a URL that does not parse, TLS files that do not load).
+// are probed before it returns, then watched until ctx ends or Close is
+// called; one that does not answer is logged and reported unhealthy, not
+// refused. Its errors are Validate's and those of settings the clients
+// refuse (a URL that does not parse, TLS files that do not load).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	return open(ctx, opts, systemClock{})
 }
@@ -62,6 +56,9 @@ func open(ctx context.Context, opts Options, clk clock) (*Store, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Deadline == 0 {
+		opts.Deadline = limit.DefaultDeadline
 	}
 	ctx, stop := context.WithCancel(ctx)
 	s := &Store{clock: clk, stop: stop}
@@ -106,13 +103,9 @@ func (s *Store) openMemory(opts Options) {
 func (s *Store) Limiter() limit.Limiter { return s.limiter }
 
 // Reset forgets the counter key of a limit of spec, so that its next hit
-// finds no state (package counters' Resetter, behind /counters/reset): the
-// in-memory store drops the entry; Redis deletes the counter's key (on a
-// Cluster in its slot's master; with a per-second Redis, in the one spec's
-// window routes it to) and the deny cache forgets the key's denial;
-// Memcached deletes the key of the current window and of its neighbours.
-// A failure of Redis or Memcached is an error wrapping that store's
-// ErrStore.
+// finds no state (behind /counters/reset), in whichever store holds it;
+// the deny cache forgets the key's denial too. A failure of Redis or
+// Memcached is an error wrapping that store's ErrStore.
 func (s *Store) Reset(ctx context.Context, key string, spec limit.Spec) error {
 	r, ok := s.limiter.(resetter)
 	if !ok {
@@ -131,12 +124,10 @@ type resetter interface {
 // metrics and traces label it.
 func (s *Store) Name() string { return s.name }
 
-// Health returns the store's health for /rlconfig and readiness
-// (internal/server's Options.Store). Memory is always healthy and reached; Redis is
-// healthy while every deployment and Cluster master is, and reached once
-// every deployment has answered a probe; Memcached likewise. Detail says
-// the breakers' states and the latest failures, naming each deployment
-// when there are two and each Cluster master.
+// Health returns the store's health for /rlconfig and readiness. Memory
+// is always healthy and reached; Redis and Memcached are healthy while
+// every deployment and Cluster master is, and reached once each has
+// answered a probe. Detail names the breakers' states and latest failures.
 func (s *Store) Health() health.Store {
 	switch {
 	case s.mem != nil:
@@ -149,10 +140,8 @@ func (s *Store) Health() health.Store {
 }
 
 // FollowRules flushes the deny cache each time changed's channel is
-// closed (rules.Watcher.Changed: the rules in force were replaced), until
-// ctx ends; it returns at once when there is no deny cache. A denial is a
-// fact about a counter under one spec, which a spec change never matches
-// anyway; flushing also covers what a reload changes around the spec.
+// closed (rules.Watcher.Changed), until ctx ends; it returns at once when
+// there is no deny cache.
 func (s *Store) FollowRules(ctx context.Context, changed func() <-chan struct{}) {
 	if s.cache == nil {
 		return
@@ -180,13 +169,4 @@ func (s *Store) Close() {
 			s.memcache.Close()
 		}
 	})
-}
-
-// deadline is opts.Deadline, or limit.DefaultDeadline when it is 0: the
-// deadline the start line reports.
-func (opts Options) deadline() time.Duration {
-	if opts.Deadline == 0 {
-		return limit.DefaultDeadline
-	}
-	return opts.Deadline
 }

@@ -9,20 +9,17 @@ import (
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
 
-// Probe intervals: the first probe at start is bounded by startProbeTimeout;
-// then the store is probed every sickProbeInterval while unhealthy, so that
-// health follows it without waiting for requests (with no traffic the
-// circuit breaker would never probe), and every idleProbeInterval while
-// healthy, so that a store that dies under a quiet instance is reported.
-// A probe of the watch is bounded by sickProbeInterval.
+// The watch probes the store itself, so that health follows it without
+// traffic: every sickProbeInterval while unhealthy (each probe bounded by
+// it), every idleProbeInterval while healthy. The probe at start is
+// bounded by startProbeTimeout.
 const (
 	startProbeTimeout = 2 * time.Second
 	sickProbeInterval = time.Second
 	idleProbeInterval = 5 * time.Second
 )
 
-// clock is the time the health watch and the health's detail run on: the
-// system's in Open; tests pass one they move, so that they never sleep.
+// clock is the watch's time: the system's in Open, one the tests move.
 type clock interface {
 	Now() time.Time
 	// After returns a channel that receives once d has passed.
@@ -35,9 +32,8 @@ type systemClock struct{}
 func (systemClock) Now() time.Time                         { return time.Now() }
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// probed is a limiter whose health a watch follows: *redislimit.Limiter
-// and *memcachelimit.Limiter. A failed Probe makes it unhealthy at once, a
-// successful one healthy.
+// probed is a limiter whose health a watch follows (Redis, Memcached):
+// a Probe's outcome sets its health at once.
 type probed interface {
 	Healthy() bool
 	Probe(ctx context.Context) error
@@ -45,16 +41,15 @@ type probed interface {
 }
 
 // watch follows the health of one store and logs each change, with attrs
-// naming the store: at error level with the cause when it starts failing,
-// at info level when it answers again; one line per change.
+// naming the store: an error with the cause when it fails, info when it
+// answers again.
 type watch struct {
 	store  probed
 	name   string // "Redis" or "Memcached", in its log lines
 	attrs  []any
 	logger *slog.Logger
 	clock  clock
-	// nodes, for a Redis Cluster, returns the health of its masters, so
-	// that each one's failure and recovery is logged naming it; nil
+	// nodes returns a Redis Cluster's masters, each logged by name; nil
 	// otherwise.
 	nodes   func() []redislimit.NodeHealth
 	reached atomic.Bool
@@ -74,9 +69,8 @@ func (w *watch) probe(ctx context.Context, timeout time.Duration) error {
 	return err
 }
 
-// run probes the store every sickProbeInterval while it is unhealthy and
-// every idleProbeInterval while it is healthy, and logs each change of its
-// health, whether a probe or a request saw it. It returns when ctx ends.
+// run probes the store and logs each change of its health, whether a
+// probe or a request saw it, until ctx ends.
 func (w *watch) run(ctx context.Context) {
 	healthy := w.store.Healthy()
 	failing := make(map[string]bool) // Cluster masters by address
