@@ -148,16 +148,7 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	rep, err := benchFleet(ctx, o, stderr)
-	if err == nil && o.json {
-		err = writeJSON(stdout, rep)
-	} else if err == nil {
-		writeFleetText(stdout, rep)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "bench fleet: %v\n", err)
-		return 1
-	}
-	return 0
+	return report(output{stdout: stdout, stderr: stderr, json: o.json, prefix: "bench fleet"}, rep, err, writeFleetText)
 }
 
 // benchFleet starts the servers, runs every part and stops what it

@@ -27,9 +27,9 @@
 // private redis-server on a free port (or uses -redis-addr), writes a rule
 // file for the scenarios (or reads -config), starts floodgate on free
 // ports, waits for /healthcheck, warms up, measures for -duration, and
-// stops what it started. With -server-addr it drives a running server
-// instead and starts nothing. The figures are Linux ones: server CPU and RSS
-// come from /proc.
+// stops what it started (decisions.go). With -server-addr it drives a
+// running server instead and starts nothing. The figures are Linux ones:
+// server CPU and RSS come from /proc.
 package main
 
 import (
@@ -39,21 +39,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"slices"
-	"strings"
-	"sync"
 	"syscall"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
-
-	"github.com/floodgate/floodgate/internal/harness"
-	"github.com/floodgate/floodgate/internal/harness/redistest"
 )
 
 func main() {
@@ -83,480 +71,60 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
 	}
-	if o.writeRules != "" {
-		if err := writeRuleFiles(o.writeRules, o.ruleSpec()); err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	if o.reloads > 0 {
+	out := output{stdout: stdout, stderr: stderr, json: o.json, prefix: "bench"}
+	switch {
+	case o.writeRules != "":
+		return out.exit(writeRuleFiles(o.writeRules, o.ruleSpec()))
+	case o.reloads > 0:
 		rep, err := benchReloads(ctx, o, stderr)
-		if err == nil && o.json {
-			err = writeJSON(stdout, rep)
-		} else if err == nil {
-			writeReloadText(stdout, rep)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	if len(o.peers) > 0 {
+		return report(out, rep, err, writeReloadText)
+	case len(o.peers) > 0:
 		rep, err := benchPeers(ctx, o, stderr)
-		if err == nil && o.json {
-			err = writeJSON(stdout, rep)
-		} else if err == nil {
-			writePeerTable(stdout, rep)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	if o.envoy {
+		return report(out, rep, err, writePeerTable)
+	case o.envoy:
 		rep, err := benchEnvoy(ctx, o, stderr)
-		if err == nil && o.json {
-			err = writeJSON(stdout, rep)
-		} else if err == nil {
-			writeEnvoyText(stdout, rep)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return 1
-		}
-		return 0
+		return report(out, rep, err, writeEnvoyText)
 	}
 	results, err := bench(ctx, o, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "bench: %v\n", err)
-		return 1
-	}
 	switch {
-	case o.json && o.matrix:
-		err = writeJSON(stdout, results)
-	case o.json:
-		err = writeJSON(stdout, results[0])
+	case err != nil:
+		return out.exit(err)
 	case o.matrix:
-		writeTable(stdout, results)
-	default:
-		writeText(stdout, results[0])
+		return report(out, results, nil, writeTable)
 	}
+	return report(out, results[0], nil, writeText)
+}
+
+// output is where a mode's report goes: stdout, as JSON or as text, and
+// its error to stderr after prefix.
+type output struct {
+	stdout, stderr io.Writer
+	json           bool
+	prefix         string
+}
+
+// exit prints err, if any, and returns the exit code.
+func (out output) exit(err error) int {
 	if err != nil {
-		fmt.Fprintf(stderr, "bench: %v\n", err)
+		fmt.Fprintf(out.stderr, "%s: %v\n", out.prefix, err)
 		return 1
 	}
 	return 0
+}
+
+// report prints the report of a mode, or its error, and returns the exit
+// code.
+func report[R any](out output, rep R, err error, text func(io.Writer, R)) int {
+	if err == nil && out.json {
+		err = writeJSON(out.stdout, rep)
+	} else if err == nil {
+		text(out.stdout, rep)
+	}
+	return out.exit(err)
 }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// target is what the scenarios run against.
-type target struct {
-	srv       server
-	proc      *child        // the started floodgate; nil with -server-addr
-	redisAddr string        // "" when unknown
-	redis     *redis.Client // nil when redisAddr is ""
-	conns     []*grpc.ClientConn
-}
-
-// bench sets up the target, measures every scenario and tears down what it
-// started. Progress goes to log.
-func bench(ctx context.Context, o *options, log io.Writer) (results []result, err error) {
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
-	t := &target{redisAddr: o.redisAddr}
-	switch {
-	case o.serverAddr != "":
-		t.srv = server{grpcAddr: o.serverAddr, debugAddr: o.serverDebugAddr, pid: o.serverPID}
-	case o.grpcFloor:
-		p, srv, err := startFloor(ctx, "")
-		if err != nil {
-			return nil, err
-		}
-		stops = append(stops, func() { p.Stop(5 * time.Second) })
-		t.srv, t.proc, t.redisAddr = srv, p, ""
-		fmt.Fprintf(log, "bench: grpc floor pid %d, gRPC on %s\n", srv.pid, srv.grpcAddr)
-	default:
-		dir, err := os.MkdirTemp("", "floodgate-bench-")
-		if err != nil {
-			return nil, err
-		}
-		stops = append(stops, func() { os.RemoveAll(dir) })
-		var bin string
-		if t.redisAddr, bin, err = setUp(ctx, o, dir, true, true, log, &stops); err != nil {
-			return nil, err
-		}
-		config := o.config
-		if config == "" {
-			config = filepath.Join(dir, "rules")
-			if err := writeRuleFiles(config, o.ruleSpec()); err != nil {
-				return nil, err
-			}
-		}
-		p, srv, err := startServer(ctx, bin, config, t.redisAddr, o.serverArgs)
-		if err != nil {
-			return nil, err
-		}
-		stops = append(stops, func() { p.Stop(10 * time.Second) })
-		t.srv, t.proc = srv, p
-		fmt.Fprintf(log, "bench: floodgate pid %d, gRPC on %s\n", srv.pid, srv.grpcAddr)
-	}
-	if t.redisAddr != "" {
-		t.redis = redis.NewClient(&redis.Options{Addr: t.redisAddr, PoolSize: 2})
-		stops = append(stops, func() { t.redis.Close() })
-	}
-	if t.conns, err = dial(t.srv.grpcAddr, o.conns); err != nil {
-		return nil, err
-	}
-	stops = append(stops, func() { closeAll(t.conns) })
-
-	scenarios := o.scenarios()
-	for i, sc := range scenarios {
-		fmt.Fprintf(log, "bench: [%d/%d] %s: warm-up %v, measuring %v\n", i+1, len(scenarios), sc, o.warmup, o.duration)
-		r, err := measure(ctx, o, t, sc)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", sc, err)
-		}
-		results = append(results, r)
-	}
-	return results, nil
-}
-
-// setUp provides what the modes need and the options may leave out: a
-// private redis-server in dir when needRedis and -redis-addr is empty, and
-// when needServer a floodgate binary built into dir when -server-bin is
-// empty. What it starts, it adds a stop for to stops.
-func setUp(ctx context.Context, o *options, dir string, needRedis, needServer bool, log io.Writer, stops *[]func()) (redisAddr, serverBin string, err error) {
-	redisAddr, serverBin = o.redisAddr, o.serverBin
-	if redisAddr == "" && needRedis {
-		rd, err := redistest.Run(dir)
-		if err != nil {
-			return "", "", fmt.Errorf("%w (or pass -redis-addr)", err)
-		}
-		*stops = append(*stops, rd.Stop)
-		redisAddr = rd.Addr
-		fmt.Fprintf(log, "bench: redis-server on %s\n", rd.Addr)
-	}
-	if serverBin == "" && needServer {
-		fmt.Fprintln(log, "bench: go build ./cmd/server")
-		serverBin = filepath.Join(dir, "floodgate")
-		if err = harness.Build(ctx, serverBin); err != nil {
-			return "", "", fmt.Errorf("%w (or pass -server-bin)", err)
-		}
-	}
-	return redisAddr, serverBin, nil
-}
-
-// matrixDescriptors are the descriptor counts -matrix measures.
-var matrixDescriptors = []int{1, 3}
-
-// ruleSpec is what the generated rule files hold for these options. They
-// cover the matrix as well as -descriptors, so that files written once
-// serve every scenario.
-func (o *options) ruleSpec() ruleSpec {
-	maxDesc := slices.Max(matrixDescriptors)
-	for _, sc := range o.scenarios() {
-		maxDesc = max(maxDesc, sc.Descriptors)
-	}
-	return ruleSpec{maxDescriptors: maxDesc, algorithm: o.algorithm, rules: o.rules}
-}
-
-// writeRuleFiles writes the generated rules into dir, which must not exist,
-// one file per domain.
-func writeRuleFiles(dir string, rs ruleSpec) error {
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return err
-	}
-	for _, lim := range []string{limitUnder, limitOver} {
-		if err := writeRuleFile(filepath.Join(dir, scenario{Limit: lim}.domain()+".yaml"), lim, rs); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// writeRuleFile writes the rules of regime lim into the file path.
-func writeRuleFile(path, lim string, rs ruleSpec) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	err = writeRules(f, lim, rs)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// measure runs one scenario: the warm-up (during which it captures the
-// script call for the ceiling), a ceiling run, the measured load with
-// readings before and after, and a second ceiling run.
-func measure(ctx context.Context, o *options, t *target, sc scenario) (result, error) {
-	r := result{Scenario: sc}
-	switch {
-	case o.grpcFloor:
-		r.Target = targetFloor
-	case o.config == "" && o.serverAddr == "":
-		r.Algorithm = o.algorithm
-	}
-	values := sc.values()
-
-	call, err := warmUp(ctx, o, t, sc, values)
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return r, ctxErr
-	}
-	if err == nil && call != nil && call.keys() != sc.Descriptors {
-		r.Notes = append(r.Notes, fmt.Sprintf("the server decided %d limits per request, not %d: does the rule file limit each of keys %s..%s?",
-			call.keys(), sc.Descriptors, descriptorKey(0), descriptorKey(sc.Descriptors-1)))
-	}
-	var runner *ceilingRunner
-	var ceilBefore float64
-	var ceilBeforeDelta redisDelta
-	switch {
-	case !o.ceiling, o.grpcFloor:
-	case t.redis == nil:
-		r.Notes = append(r.Notes, "no ceiling: the Redis address is unknown (pass -redis-addr)")
-	case err != nil:
-		r.Notes = append(r.Notes, "no ceiling: "+err.Error())
-	default:
-		runner, err = newCeilingRunner(ctx, t.redis, t.redisAddr, call, sc.Concurrency, sc.Keys, o.ceilingDuration)
-		if err == nil {
-			ceilBefore, ceilBeforeDelta, err = runner.run(ctx)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return r, ctx.Err()
-			}
-			r.Notes = append(r.Notes, "no ceiling: "+err.Error())
-			runner = nil
-		}
-	}
-
-	before, err := t.snapshot(ctx)
-	if err != nil {
-		return r, err
-	}
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	defer stopSampling()
-	var wg sync.WaitGroup
-	rssMax := before.serverRSS
-	if t.srv.pid != 0 {
-		wg.Go(func() {
-			tick := time.NewTicker(250 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-sampleCtx.Done():
-					return
-				case <-tick.C:
-					if rss, err := procRSS(t.srv.pid); err == nil {
-						rssMax = max(rssMax, rss)
-					}
-				}
-			}
-		})
-	}
-	var profileErr error
-	if o.cpuProfile != "" {
-		r.CPUProfile = profilePath(o, sc)
-		wg.Go(func() { profileErr = fetchProfile(ctx, t.srv.debugAddr, o.duration, r.CPUProfile) })
-	}
-
-	load := runLoad(ctx, t.conns, sc, values, o.duration)
-
-	after, err := t.snapshot(ctx)
-	stopSampling()
-	wg.Wait()
-	if err != nil {
-		return r, err
-	}
-	if err := ctx.Err(); err != nil {
-		return r, err
-	}
-	if t.proc != nil && t.proc.Exited() {
-		return r, fmt.Errorf("floodgate exited during the run:\n%s", t.proc.logTail())
-	}
-	if profileErr != nil {
-		return r, fmt.Errorf("cpu profile: %w", profileErr)
-	}
-	if err := r.fill(load, before, after, t); err != nil {
-		return r, err
-	}
-	r.Server.maybeMax(rssMax)
-
-	if runner != nil {
-		ceilAfter, ceilAfterDelta, err := runner.run(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return r, ctx.Err()
-			}
-			r.Notes = append(r.Notes, "no ceiling: "+err.Error())
-		} else {
-			r.Ceiling = runner.combine(ceilBefore, ceilBeforeDelta, ceilAfter, ceilAfterDelta)
-			r.CeilingShare = r.DecisionsPerSec / r.Ceiling.RequestsPerSec
-			if lo, hi := min(ceilBefore, ceilAfter), max(ceilBefore, ceilAfter); hi > 1.25*lo {
-				r.Notes = append(r.Notes, fmt.Sprintf("the machine's load changed during the scenario: the ceiling was %.0f/s before and %.0f/s after", ceilBefore, ceilAfter))
-			}
-		}
-	}
-	return r, nil
-}
-
-// warmUp loads the server for -warmup without measuring and, when a ceiling
-// is wanted, captures the script call the server sends meanwhile.
-func warmUp(ctx context.Context, o *options, t *target, sc scenario, values []string) (scriptCall, error) {
-	warmCtx, cancel := context.WithTimeout(ctx, o.warmup)
-	defer cancel()
-	var call scriptCall
-	var err error
-	var wg sync.WaitGroup
-	if o.ceiling && t.redis != nil {
-		wg.Go(func() { call, err = captureScriptCall(warmCtx, t.redisAddr) })
-	}
-	runLoad(ctx, t.conns, sc, values, o.warmup)
-	cancel()
-	wg.Wait()
-	return call, err
-}
-
-// snapshot is the readings taken before and after a measured run.
-type snapshot struct {
-	serverCPU time.Duration // 0 when the pid is unknown
-	serverRSS int64
-	redis     redisStats // zero when Redis is unknown
-	self      time.Duration
-}
-
-func (t *target) snapshot(ctx context.Context) (snapshot, error) {
-	s := snapshot{self: selfCPU()}
-	var err error
-	if t.redis != nil {
-		if s.redis, err = readRedisStats(ctx, t.redis); err != nil {
-			return s, err
-		}
-	}
-	if t.srv.pid != 0 {
-		if s.serverCPU, err = procCPU(t.srv.pid); err != nil {
-			return s, fmt.Errorf("server CPU: %w", err)
-		}
-		if s.serverRSS, err = procRSS(t.srv.pid); err != nil {
-			return s, fmt.Errorf("server RSS: %w", err)
-		}
-	}
-	return s, nil
-}
-
-// fill sets the figures of a measured run from what the callers saw and
-// the readings around it.
-func (r *result) fill(load loadResult, before, after snapshot, t *target) error {
-	decisions := load.Requests()
-	if decisions == 0 {
-		msg := "no decision"
-		if load.FirstError != nil {
-			msg += fmt.Sprintf(": %d calls failed, e.g. %v", load.Errors, load.FirstError)
-		}
-		return errors.New(msg)
-	}
-	perDecision := func(d time.Duration) float64 { return micros(d) / float64(decisions) }
-	r.DurationSec = load.Elapsed.Seconds()
-	r.Decisions = decisions
-	r.DecisionsPerSec = float64(decisions) / load.Elapsed.Seconds()
-	r.OverLimitShare = float64(load.OverLimit) / float64(decisions)
-	r.Errors = load.Errors
-	if load.FirstError != nil {
-		r.FirstError = load.FirstError.Error()
-		r.Notes = append(r.Notes, fmt.Sprintf("%d calls failed, e.g. %v", load.Errors, load.FirstError))
-	}
-	r.Latency = toLatencyMicros(percentiles(load.Samples))
-	r.LoadCPUMicrosPerDecision = perDecision(after.self - before.self)
-	if t.srv.pid != 0 {
-		r.Server = &serverResult{
-			CPUMicrosPerDecision: perDecision(after.serverCPU - before.serverCPU),
-			RSSStartMiB:          float64(before.serverRSS) / mib,
-			RSSEndMiB:            float64(after.serverRSS) / mib,
-			RSSMaxMiB:            float64(max(before.serverRSS, after.serverRSS)) / mib,
-		}
-	}
-	if t.redis != nil {
-		d := after.redis.delta(before.redis)
-		// Failed calls count as requests here: most reached Redis.
-		requests := float64(decisions + load.Errors)
-		rd := &redisResult{
-			CPUMicrosPerDecision: perDecision(d.CPU),
-			CommandsPerRequest:   float64(d.total()) / requests,
-			RoundTripsPerRequest: float64(d.scripts()) / requests,
-			CallsPerRequest:      map[string]float64{},
-		}
-		for cmd, n := range d.Calls {
-			rd.CallsPerRequest[cmd] = float64(n) / requests
-		}
-		r.Redis = rd
-		switch {
-		case rd.CommandsPerRequest < 0.5 && r.Scenario.Limit == limitUnder:
-			// Over the limit, the deny cache answers most requests without
-			// Redis; under it, every decision writes its counters.
-			r.Notes = append(r.Notes, fmt.Sprintf("%.2f Redis commands per request: most requests did not reach this Redis (does the rule file define domain %s with keys %s..?)",
-				rd.CommandsPerRequest, r.Scenario.domain(), descriptorKey(0)))
-		case d.scripts() == 0:
-			r.Notes = append(r.Notes, "the server sent no script call: its round trips cannot be told from INFO (pipelined commands look like separate ones); commands/request still counts them")
-		}
-	}
-	return nil
-}
-
-// maybeMax raises the highest RSS to a sample taken during the run.
-func (s *serverResult) maybeMax(rss int64) {
-	if s != nil {
-		s.RSSMaxMiB = max(s.RSSMaxMiB, float64(rss)/mib)
-	}
-}
-
-// profilePath names the CPU profile of sc: -cpuprofile itself, or with
-// -matrix the scenario inserted before the extension.
-func profilePath(o *options, sc scenario) string {
-	if !o.matrix {
-		return o.cpuProfile
-	}
-	ext := filepath.Ext(o.cpuProfile)
-	return fmt.Sprintf("%s-%s-d%d-c%d%s", strings.TrimSuffix(o.cpuProfile, ext), sc.Limit, sc.Descriptors, sc.Concurrency, ext)
-}
-
-// fetchProfile saves the server's CPU profile over d (rounded up to whole
-// seconds, pprof's unit) from its debug listener.
-func fetchProfile(ctx context.Context, debugAddr string, d time.Duration, path string) error {
-	seconds := int((d + time.Second - 1) / time.Second)
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, seconds)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
