@@ -270,34 +270,9 @@ func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Write
 			return nil, err
 		}
 	}
-	rs := o.ruleSpec()
-	var args, env []string
-	switch p.Kind {
-	case kindFloodgate:
-		config := filepath.Join(dir, "rules")
-		if err := writeRuleFiles(config, rs); err != nil {
-			return nil, err
-		}
-		args = []string{"-config", config, "-grpc-addr", addrs[0], "-http-addr", addrs[1], "-debug-addr", addrs[2]}
-		if redisAddr != "" {
-			args = append(args, "-redis", redisAddr)
-		}
-		args = append(append(args, serverDefaults...), o.serverArgs...)
-	case kindReference:
-		config := filepath.Join(dir, "ratelimit", "config")
-		if err := os.MkdirAll(filepath.Dir(config), 0o755); err != nil {
-			return nil, err
-		}
-		if err := writeRuleFiles(config, rs); err != nil {
-			return nil, err
-		}
-		env = referenceEnv(dir, redisAddr, addrs)
-	case kindLimitador:
-		limits := filepath.Join(dir, "limits.yaml")
-		if err := writeLimitadorLimits(limits, rs); err != nil {
-			return nil, err
-		}
-		args = limitadorArgs(limits, redisAddr, addrs)
+	args, env, err := peerCommand(o, p, dir, redisAddr, addrs)
+	if err != nil {
+		return nil, err
 	}
 	proc, err := startChild(p.Name, bin, args, env...)
 	if err != nil {
@@ -323,8 +298,44 @@ func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Write
 	return t, nil
 }
 
-// answersRLS is a readiness check for waitFor that any RLS server passes:
-// it answers a request of a domain no rule names.
+// peerCommand writes p's rules into dir, in the form its kind reads, and
+// returns the arguments and environment that start it on them, on Redis at
+// redisAddr (or in memory when it is empty) and on the addresses addrs:
+// gRPC, HTTP and debug.
+func peerCommand(o *options, p peer, dir, redisAddr string, addrs [3]string) (args, env []string, err error) {
+	rs := o.ruleSpec()
+	switch p.Kind {
+	case kindFloodgate:
+		config := filepath.Join(dir, "rules")
+		if err := writeRuleFiles(config, rs); err != nil {
+			return nil, nil, err
+		}
+		args = []string{"-config", config, "-grpc-addr", addrs[0], "-http-addr", addrs[1], "-debug-addr", addrs[2]}
+		if redisAddr != "" {
+			args = append(args, "-redis", redisAddr)
+		}
+		args = append(append(args, serverDefaults...), o.serverArgs...)
+	case kindReference:
+		config := filepath.Join(dir, "ratelimit", "config")
+		if err := os.MkdirAll(filepath.Dir(config), 0o755); err != nil {
+			return nil, nil, err
+		}
+		if err := writeRuleFiles(config, rs); err != nil {
+			return nil, nil, err
+		}
+		env = referenceEnv(dir, redisAddr, addrs)
+	case kindLimitador:
+		limits := filepath.Join(dir, "limits.yaml")
+		if err := writeLimitadorLimits(limits, rs); err != nil {
+			return nil, nil, err
+		}
+		args = limitadorArgs(limits, redisAddr, addrs)
+	}
+	return args, env, nil
+}
+
+// answersRLS is a readiness check for harness.WaitReady that any RLS
+// server passes: it answers a request of a domain no rule names.
 func answersRLS(cc *grpc.ClientConn) func(context.Context) error {
 	req := &pb.RateLimitRequest{Domain: "bench-ready", Descriptors: []*rlv3.RateLimitDescriptor{
 		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "ready", Value: "1"}}},
