@@ -32,24 +32,20 @@ type target struct {
 // bench sets up the target, measures every scenario and tears down what it
 // started. Progress goes to log.
 func bench(ctx context.Context, o *options, log io.Writer) (results []result, err error) {
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
+	var stops stopList
+	defer stops.run()
 	t, err := startTarget(ctx, o, log, &stops)
 	if err != nil {
 		return nil, err
 	}
 	if t.redisAddr != "" {
 		t.redis = redis.NewClient(&redis.Options{Addr: t.redisAddr, PoolSize: 2})
-		stops = append(stops, func() { t.redis.Close() })
+		stops.add(func() { t.redis.Close() })
 	}
 	if t.conns, err = dial(t.srv.grpcAddr, o.conns); err != nil {
 		return nil, err
 	}
-	stops = append(stops, func() { closeAll(t.conns) })
+	stops.add(func() { closeAll(t.conns) })
 
 	scenarios := o.scenarios()
 	for i, sc := range scenarios {
@@ -66,7 +62,7 @@ func bench(ctx context.Context, o *options, log io.Writer) (results []result, er
 // startTarget names the server to drive: the running one of -server-addr,
 // or the gRPC floor or a floodgate it starts, with a stop for each added
 // to stops.
-func startTarget(ctx context.Context, o *options, log io.Writer, stops *[]func()) (*target, error) {
+func startTarget(ctx context.Context, o *options, log io.Writer, stops *stopList) (*target, error) {
 	t := &target{redisAddr: o.redisAddr}
 	switch {
 	case o.serverAddr != "":
@@ -77,7 +73,7 @@ func startTarget(ctx context.Context, o *options, log io.Writer, stops *[]func()
 		if err != nil {
 			return nil, err
 		}
-		*stops = append(*stops, func() { p.Stop(5 * time.Second) })
+		stops.add(func() { p.Stop(5 * time.Second) })
 		t.srv, t.proc, t.redisAddr = srv, p, ""
 		fmt.Fprintf(log, "bench: grpc floor pid %d, gRPC on %s\n", srv.pid, srv.grpcAddr)
 		return t, nil
@@ -86,7 +82,7 @@ func startTarget(ctx context.Context, o *options, log io.Writer, stops *[]func()
 	if err != nil {
 		return nil, err
 	}
-	*stops = append(*stops, func() { os.RemoveAll(dir) })
+	stops.add(func() { os.RemoveAll(dir) })
 	var bin string
 	if t.redisAddr, bin, err = setUp(ctx, o, dir, true, true, log, stops); err != nil {
 		return nil, err
@@ -102,7 +98,7 @@ func startTarget(ctx context.Context, o *options, log io.Writer, stops *[]func()
 	if err != nil {
 		return nil, err
 	}
-	*stops = append(*stops, func() { p.Stop(10 * time.Second) })
+	stops.add(func() { p.Stop(10 * time.Second) })
 	t.srv, t.proc = srv, p
 	fmt.Fprintf(log, "bench: floodgate pid %d, gRPC on %s\n", srv.pid, srv.grpcAddr)
 	return t, nil

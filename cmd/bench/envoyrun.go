@@ -148,12 +148,8 @@ type envoyEnv struct {
 // needed, then measures o.rounds rounds of every setup, and tears down
 // what it started. Progress goes to log.
 func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, error) {
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
+	var stops stopList
+	defer stops.run()
 	bin, err := harness.Find("envoy")
 	if err != nil {
 		return nil, err
@@ -194,13 +190,13 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 // startEnvoyEnv provides what the setups share: a directory, the rules,
 // Redis and floodgate's binary when a setup needs them, and the backend.
 // What it starts, it adds a stop for to stops.
-func startEnvoyEnv(ctx context.Context, o *options, setups []*envoySetup, log io.Writer, stops *[]func()) (*envoyEnv, error) {
+func startEnvoyEnv(ctx context.Context, o *options, setups []*envoySetup, log io.Writer, stops *stopList) (*envoyEnv, error) {
 	env := &envoyEnv{o: o, log: log, config: o.config}
 	var err error
 	if env.dir, err = os.MkdirTemp("", "floodgate-bench-envoy-"); err != nil {
 		return nil, err
 	}
-	*stops = append(*stops, func() { os.RemoveAll(env.dir) })
+	stops.add(func() { os.RemoveAll(env.dir) })
 	if env.config == "" {
 		env.config = filepath.Join(env.dir, "rules")
 		if err := writePeerRules(env.config); err != nil {
@@ -214,13 +210,13 @@ func startEnvoyEnv(ctx context.Context, o *options, setups []*envoySetup, log io
 	}
 	if env.redisAddr != "" {
 		env.redis = redis.NewClient(&redis.Options{Addr: env.redisAddr, PoolSize: 2})
-		*stops = append(*stops, func() { env.redis.Close() })
+		stops.add(func() { env.redis.Close() })
 	}
 	var stopBackend func()
 	if env.backend, stopBackend, err = startBackend(); err != nil {
 		return nil, err
 	}
-	*stops = append(*stops, stopBackend)
+	stops.add(stopBackend)
 	return env, nil
 }
 

@@ -209,17 +209,13 @@ type runningPeer struct {
 
 // benchPeers runs the -peers mode. Progress goes to log.
 func benchPeers(ctx context.Context, o *options, log io.Writer) (rep *peerReport, err error) {
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
+	var stops stopList
+	defer stops.run()
 	dir, err := os.MkdirTemp("", "floodgate-bench-peers-")
 	if err != nil {
 		return nil, err
 	}
-	stops = append(stops, func() { os.RemoveAll(dir) })
+	stops.add(func() { os.RemoveAll(dir) })
 	var running []*runningPeer
 	for i, p := range o.peers {
 		pdir := filepath.Join(dir, strconv.Itoa(i))
@@ -258,7 +254,7 @@ func benchPeers(ctx context.Context, o *options, log io.Writer) (rep *peerReport
 
 // startPeer starts p on the generated rules in dir, with a private Redis
 // unless -store is memory, and returns its target with connections open.
-func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Writer, stops *[]func()) (*target, error) {
+func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Writer, stops *stopList) (*target, error) {
 	needRedis := o.store == storeRedis
 	redisAddr, bin, err := setUp(ctx, &options{serverBin: p.Bin}, dir, needRedis, p.Kind == kindFloodgate, log, stops)
 	if err != nil {
@@ -278,7 +274,7 @@ func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Write
 	if err != nil {
 		return nil, err
 	}
-	*stops = append(*stops, func() { proc.Stop(10 * time.Second) })
+	stops.add(func() { proc.Stop(10 * time.Second) })
 	t := &target{srv: server{grpcAddr: addrs[0], pid: proc.Pid()}, proc: proc, redisAddr: redisAddr}
 	if p.Kind == kindFloodgate {
 		t.srv.debugAddr = addrs[2]
@@ -286,13 +282,13 @@ func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Write
 	if t.conns, err = dial(t.srv.grpcAddr, o.conns); err != nil {
 		return nil, err
 	}
-	*stops = append(*stops, func() { closeAll(t.conns) })
+	stops.add(func() { closeAll(t.conns) })
 	if err := harness.WaitReady(ctx, proc.Process, 30*time.Second, answersRLS(t.conns[0])); err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, proc.logTail())
 	}
 	if redisAddr != "" {
 		t.redis = redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 2})
-		*stops = append(*stops, func() { t.redis.Close() })
+		stops.add(func() { t.redis.Close() })
 	}
 	fmt.Fprintf(log, "bench: %s (%s) pid %d, gRPC on %s, redis %q\n", p.Name, bin, proc.Pid(), addrs[0], redisAddr)
 	return t, nil

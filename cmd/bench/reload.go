@@ -95,17 +95,13 @@ type reloadRun struct {
 
 // benchReloads runs the -reloads mode. Progress goes to log.
 func benchReloads(ctx context.Context, o *options, log io.Writer) (rep *reloadReport, err error) {
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
+	var stops stopList
+	defer stops.run()
 	dir, err := os.MkdirTemp("", "floodgate-bench-reload-")
 	if err != nil {
 		return nil, err
 	}
-	stops = append(stops, func() { os.RemoveAll(dir) })
+	stops.add(func() { os.RemoveAll(dir) })
 	bin := o.referenceBin
 	redisAddr, built, err := setUp(ctx, o, dir, true, bin == "", log, &stops)
 	if err != nil {
@@ -132,7 +128,7 @@ func benchReloads(ctx context.Context, o *options, log io.Writer) (rep *reloadRe
 	if err := r.start(bin, redisAddr); err != nil {
 		return nil, err
 	}
-	stops = append(stops, func() { r.probe.Close(); r.proc.Stop(10 * time.Second) })
+	stops.add(func() { r.probe.Close(); r.proc.Stop(10 * time.Second) })
 	fmt.Fprintf(log, "bench: %s pid %d, gRPC on %s, %d rules (%.1f MiB)\n", rep.Server, r.proc.Pid(), r.grpc, o.rules, rep.FileMiB)
 	if err := r.measure(ctx, rep, log); err != nil {
 		if r.proc.Exited() {
