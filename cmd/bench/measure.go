@@ -69,9 +69,6 @@ func procStatusBytes(pid int, field string) (int64, error) {
 	return parseStatusBytes(f, field)
 }
 
-// parseVmRSS reads VmRSS from the text of /proc/<pid>/status.
-func parseVmRSS(r io.Reader) (int64, error) { return parseStatusBytes(r, "VmRSS") }
-
 // parseStatusBytes reads the size field ("<n> kB") of the text of
 // /proc/<pid>/status, in bytes.
 func parseStatusBytes(r io.Reader, field string) (int64, error) {
