@@ -14,7 +14,8 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// options is the command line.
+// options is the command line, as benchFlags reads it: a field's meaning
+// is its flag's usage.
 type options struct {
 	scenario          scenario
 	matrix            bool
@@ -42,25 +43,19 @@ type options struct {
 	settle       time.Duration
 
 	// The -envoy mode (envoy.go, envoyrun.go).
-	envoy bool
-	// envoyConfigs are the Envoy bootstraps, each its own setups.
+	envoy            bool
 	envoyConfigs     []string
 	envoyStores      []string
 	envoyConcurrency int
-	// envoyCounts are the numbers of Envoys measured per setup (-envoys).
-	envoyCounts []int
-	// envoyPeers are the servers behind Envoy (-envoy-peers); empty: a
-	// floodgate per store.
-	envoyPeers []peer
+	envoyCounts      []int // -envoys
+	envoyPeers       []peer
 	// envoyClosed is -rate 0 given explicitly with -envoy: closed loop.
 	envoyClosed bool
 	// envoyStoresSet is -envoy-stores given explicitly: with -envoy-peers
 	// floodgate runs on each of them, else on Redis only.
 	envoyStoresSet bool
-	// envoyHeader, when set, is a request header carrying the client
-	// address too (x-api-key for examples/envoy-rlqs.yaml's buckets).
-	envoyHeader string
-	rounds      int
+	envoyHeader    string
+	rounds         int
 
 	// The -peers mode (peers.go).
 	peers        []peer
@@ -68,10 +63,9 @@ type options struct {
 	store        string
 }
 
-// envoyRate is the arrival rate of the -envoy mode: -rate; 0 (closed
-// loop) only when -rate 0 was given, since the mode's first question is
-// added latency at a load the machine carries, so that without -rate it
-// is envoyDefaultRate.
+// envoyRate is the -envoy mode's arrival rate: -rate, or envoyDefaultRate
+// when -rate is not given. The mode asks what latency the filter adds at a
+// load the machine carries, so closed loop takes an explicit -rate 0.
 func (o *options) envoyRate() float64 {
 	if o.scenario.Rate == 0 && !o.envoyClosed {
 		return envoyDefaultRate
