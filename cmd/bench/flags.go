@@ -208,9 +208,6 @@ func (o *options) checkModes(fs *flag.FlagSet, l *benchLists) error {
 	case o.reloads < 0:
 		return fmt.Errorf("-reloads %d: must not be negative", o.reloads)
 	case l.peers != "":
-		if o.store != storeRedis && o.store != storeMemory {
-			return fmt.Errorf("-store %q: want %s or %s", o.store, storeRedis, storeMemory)
-		}
 		if err := o.checkPeers(l.peers); err != nil {
 			return err
 		}

@@ -120,6 +120,8 @@ func checkPeer(flag, item string, p peer, o *options, refused map[string]string)
 // checkPeers validates the options of the -peers mode.
 func (o *options) checkPeers(list string) error {
 	switch {
+	case o.store != storeRedis && o.store != storeMemory:
+		return fmt.Errorf("-store %q: want %s or %s", o.store, storeRedis, storeMemory)
 	case o.envoy, o.reloads > 0, o.grpcFloor, o.serverAddr != "", o.writeRules != "", o.config != "", o.cpuProfile != "":
 		return errors.New("-peers starts its own servers on generated rules: drop -envoy, -reloads, -grpc-floor, -server-addr, -write-rules, -config and -cpuprofile")
 	case o.rounds < 1:
@@ -128,9 +130,6 @@ func (o *options) checkPeers(list string) error {
 		return fmt.Errorf("-store %s keeps counters in the servers: drop -redis-addr", storeMemory)
 	case o.redisAddr != "":
 		return errors.New("-peers starts a private Redis per server, so that each one's Redis CPU is its own: drop -redis-addr")
-	}
-	if o.store != storeRedis && o.store != storeMemory {
-		return fmt.Errorf("-store %q: want %s or %s", o.store, storeRedis, storeMemory)
 	}
 	// The ceiling replays floodgate's script call, which the others do
 	// not send.
