@@ -1,5 +1,8 @@
 package main
 
+// The readings every mode takes around a measured run: a process's CPU and
+// memory from /proc, Redis's from INFO, and the latency percentiles.
+
 import (
 	"bufio"
 	"context"
