@@ -175,10 +175,8 @@ func (r *reloadRun) start(bin, redisAddr string) error {
 	return nil
 }
 
-// referenceEnv is the environment of the reference server reading the
-// rules under root/ratelimit/config, with counters in the Redis at
-// redisAddr, listening on addrs (gRPC, HTTP, debug), watching its rule
-// directory for changes (RUNTIME_WATCH_ROOT=false) and sending no stats.
+// referenceEnv is the reference server's environment: harness.ReferenceVars
+// and the addresses addrs to listen on (gRPC, HTTP, debug).
 func referenceEnv(root, redisAddr string, addrs [3]string) []string {
 	var host, port [3]string
 	for i, a := range addrs {
