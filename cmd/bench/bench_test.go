@@ -298,9 +298,9 @@ func TestParseVmRSS(t *testing.T) {
 		{"other unit", "VmRSS:\t 12 MB\n", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseVmRSS(strings.NewReader(tc.status))
+			got, err := parseStatusBytes(strings.NewReader(tc.status), "VmRSS")
 			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("parseVmRSS = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+				t.Errorf("parseStatusBytes(VmRSS) = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
 			}
 		})
 	}

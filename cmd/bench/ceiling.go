@@ -21,9 +21,9 @@ import (
 // own script call when nothing else stands between them: redis-benchmark
 // replays the script call floodgate sent (FCALL, or EVALSHA; same code,
 // same arguments, the scenario's number of keys and distinct values) with
-// the scenario's concurrency, one command per round trip. No Redis-Lua limiter can decide
-// faster on the same box, so decisions/s divided by the ceiling is a figure
-// that holds on a noisy machine.
+// the scenario's concurrency, one command per round trip. No Redis-Lua
+// limiter can decide faster on the same box, so decisions/s divided by the
+// ceiling is a figure that holds on a noisy machine.
 
 // scriptCall is one script command as floodgate sent it: the command name
 // in lower case, then its arguments.
@@ -55,9 +55,9 @@ func (c scriptCall) oneRequest() bool {
 }
 
 // captureScriptCall watches addr with MONITOR until floodgate sends a
-// script call (FCALL, EVALSHA or EVAL) or ctx ends. Commands that scripts run are
-// skipped. MONITOR costs Redis some CPU, so the tool uses it during the
-// warm-up only.
+// script call (FCALL, EVALSHA or EVAL) or ctx ends. Commands that scripts
+// run are skipped. MONITOR costs Redis some CPU, so the tool uses it
+// during the warm-up only.
 func captureScriptCall(ctx context.Context, addr string) (scriptCall, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)

@@ -308,16 +308,15 @@ type httpRun struct {
 
 // run sends GET / for d, closed loop when h.rate is 0 and otherwise on
 // the open-loop schedule (see drive); caller i sends to addrs[i%len(addrs)],
-// so that several Envoys share the callers evenly. 200 counts as OK and 429 as over the limit; any other status or a failed
-// request is an error.
+// so that several Envoys share the callers evenly. 200 counts as OK and 429
+// as over the limit; any other status or a failed request is an error.
 //
 // Latency runs from the moment a request leaves to the end of its body,
-// not from its scheduled time as in the gRPC mode's open loop: Go's timers wake a
-// sleeping caller up to a millisecond late (about 0.5 ms at the median on
-// the machine of docs/benchmarks.md), which would add the same noise to
-// both sides of the comparison. The lateness is kept apart, in SendLags,
-// so that a run whose callers all waited on slow answers, and so sent
-// late, still shows.
+// not from its scheduled time as in the gRPC mode's open loop: Go's timers
+// wake a sleeping caller late (docs/benchmarks.md says how late), which
+// would add the same noise to both sides of the comparison. The lateness
+// is kept apart, in SendLags, so that a run whose callers all waited on
+// slow answers, and so sent late, still shows.
 func (h *httpLoad) run(ctx context.Context, addrs []string, d time.Duration) httpRun {
 	targets := make([]string, len(addrs))
 	for i, a := range addrs {

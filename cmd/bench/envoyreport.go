@@ -108,8 +108,8 @@ type envoyCaseResult struct {
 	// its body, in µs.
 	Latency latencyMicros `json:"latency_us"`
 	// SendLag is how late requests left after their scheduled time, in µs:
-	// the load generator's timer wake-ups, up to about 1 ms, and more when
-	// every caller was waiting for an answer. Zero in closed loop.
+	// the load generator's timer wake-ups, and more when every caller was
+	// waiting for an answer. Zero in closed loop.
 	SendLag latencyMicros `json:"send_lag_us"`
 	// SendLagP99ByRound is SendLag's p99 round by round, in µs: a round
 	// whose load generator was held up (above about 2 ms) says nothing of

@@ -148,12 +148,8 @@ type envoyEnv struct {
 // needed, then measures o.rounds rounds of every setup, and tears down
 // what it started. Progress goes to log.
 func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, error) {
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
+	var stops stopList
+	defer stops.run()
 	bin, err := harness.Find("envoy")
 	if err != nil {
 		return nil, err
@@ -166,32 +162,10 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 	if err != nil {
 		return nil, err
 	}
-	env := &envoyEnv{o: o, log: log, config: o.config}
-	if env.dir, err = os.MkdirTemp("", "floodgate-bench-envoy-"); err != nil {
+	env, err := startEnvoyEnv(ctx, o, setups, log, &stops)
+	if err != nil {
 		return nil, err
 	}
-	stops = append(stops, func() { os.RemoveAll(env.dir) })
-	if env.config == "" {
-		env.config = filepath.Join(env.dir, "rules")
-		if err := writePeerRules(env.config); err != nil {
-			return nil, err
-		}
-	}
-	needFloodgate := slices.ContainsFunc(setups, func(s *envoySetup) bool { return s.server.Kind == kindFloodgate && s.server.Bin == "" })
-	needRedis := slices.ContainsFunc(setups, func(s *envoySetup) bool { return s.store == storeRedis })
-	if env.redisAddr, env.serverBin, err = setUp(ctx, o, env.dir, needRedis, needFloodgate, log, &stops); err != nil {
-		return nil, err
-	}
-	if env.redisAddr != "" {
-		env.redis = redis.NewClient(&redis.Options{Addr: env.redisAddr, PoolSize: 2})
-		stops = append(stops, func() { env.redis.Close() })
-	}
-	var stopBackend func()
-	if env.backend, stopBackend, err = startBackend(); err != nil {
-		return nil, err
-	}
-	stops = append(stops, stopBackend)
-
 	load := &httpLoad{
 		client:      newHTTPClient(o.scenario.Concurrency),
 		clients:     clientAddrs(o.scenario.Keys),
@@ -211,6 +185,39 @@ func benchEnvoy(ctx context.Context, o *options, log io.Writer) (*envoyReport, e
 		}
 	}
 	return envoyReportOf(o, version, load, setups), nil
+}
+
+// startEnvoyEnv provides what the setups share: a directory, the rules,
+// Redis and floodgate's binary when a setup needs them, and the backend.
+// What it starts, it adds a stop for to stops.
+func startEnvoyEnv(ctx context.Context, o *options, setups []*envoySetup, log io.Writer, stops *stopList) (*envoyEnv, error) {
+	env := &envoyEnv{o: o, log: log, config: o.config}
+	var err error
+	if env.dir, err = os.MkdirTemp("", "floodgate-bench-envoy-"); err != nil {
+		return nil, err
+	}
+	stops.add(func() { os.RemoveAll(env.dir) })
+	if env.config == "" {
+		env.config = filepath.Join(env.dir, "rules")
+		if err := writePeerRules(env.config); err != nil {
+			return nil, err
+		}
+	}
+	needFloodgate := slices.ContainsFunc(setups, func(s *envoySetup) bool { return s.server.Kind == kindFloodgate && s.server.Bin == "" })
+	needRedis := slices.ContainsFunc(setups, func(s *envoySetup) bool { return s.store == storeRedis })
+	if env.redisAddr, env.serverBin, err = setUp(ctx, o, env.dir, needRedis, needFloodgate, log, stops); err != nil {
+		return nil, err
+	}
+	if env.redisAddr != "" {
+		env.redis = redis.NewClient(&redis.Options{Addr: env.redisAddr, PoolSize: 2})
+		stops.add(func() { env.redis.Close() })
+	}
+	var stopBackend func()
+	if env.backend, stopBackend, err = startBackend(); err != nil {
+		return nil, err
+	}
+	stops.add(stopBackend)
+	return env, nil
 }
 
 // runningSetup is a started setup: its server and Envoys.

@@ -63,46 +63,42 @@ type fleetOptions struct {
 	json       bool
 }
 
-// fleetFlags declares the fleet mode's flags on fs.
-func fleetFlags(fs *flag.FlagSet, o *fleetOptions, protocols, serverArgs *string) {
-	fs.StringVar(protocols, "protocols", protoRLS+","+protoRLQS, "the parts to run, in order: "+protoRLS+" (a ShouldRateLimit call per request), "+protoRLQS+" (a stream per Envoy, reports every 5 s)")
-	fs.IntVar(&o.Envoys, "envoys", 100, "simulated Envoys: one connection each, and for RLQS one stream each")
-	fs.IntVar(&o.Buckets, "buckets", 1000, "API keys the requests fall on: RLS descriptors, RLQS buckets")
-	fs.Float64Var(&o.RLSRate, "rls-rate", 2000, "the RLS fleet's requests a second, all Envoys together: calls to floodgate")
-	fs.Float64Var(&o.RLQSRate, "rlqs-rate", 100000, "the RLQS fleet's requests a second, all Envoys together, decided by the Envoys")
-	fs.Float64Var(&o.Zipf, "zipf", 1.1, "skew of the demand: bucket k gets 1/(k+1)^zipf of it (0: uniform)")
-	fs.IntVar(&o.Limit, "limit", 1000, "each bucket's limit per -window (a fixed window, as the reference counts)")
-	fs.DurationVar(&o.Window, "window", 10*time.Second, "the limit's window: whole seconds")
-	fs.BoolVar(&o.Shift, "shift", true, "halfway through the measured run, the first half of the Envoys triples its demand for the hottest bucket")
-	fs.IntVar(&o.Floodgates, "floodgates", 1, "floodgate processes; Envoy i talks to floodgate i mod N")
-	fs.StringVar(&o.Redis, "redis", redisSingle, "the counters' Redis: "+redisSingle+", "+redisCluster+" (3 masters) or "+redisSentinel+" (a master, 3 Sentinels)")
-	fs.IntVar(&o.Replicas, "replicas", 0, "replicas per master (cluster) or of the master (sentinel)")
-	fs.BoolVar(&o.FullCoverage, "full-coverage", true, "the Cluster's cluster-require-full-coverage (Redis's default, yes): while a master's slots are not served, every node refuses every key")
-	fs.DurationVar(&o.KillMaster, "kill-master", 0, "kill (SIGKILL) the master holding the hottest bucket's counter this long into the measured run; 0: none")
-	fs.DurationVar(&o.Warmup, "warmup", 15*time.Second, "load before the measured run: the streams open and the buckets fill")
-	fs.DurationVar(&o.Duration, "duration", 30*time.Second, "measured run per part")
-	fs.DurationVar(&o.RLSTimeout, "rls-timeout", 100*time.Millisecond, "the RLS filter's timeout (examples/envoy.yaml's): an answer later than that is the failure policy's")
-	fs.StringVar(&o.serverBin, "server-bin", "", "floodgate binary; empty: built from ./cmd/server")
-	fs.StringVar(serverArgs, "server-args", "", "extra flags for every floodgate, after the tool's own ("+strings.Join(serverDefaults, " ")+" and the RLQS bounds the fleet needs)")
-	fs.BoolVar(&o.json, "json", false, "print JSON instead of text")
+// fleetIntro is what -h says the fleet mode does.
+const fleetIntro = "Simulates a fleet of Envoys on RLS and RLQS against floodgate and Redis, and reports what each part costs per fleet request; see docs/capacity.md."
+
+// fleetFlags is the fleet mode's command line: one row per flag, parsed
+// into o, protocols and serverArgs.
+func fleetFlags(o *fleetOptions, protocols, serverArgs *string) []flagRow {
+	return []flagRow{
+		flagOf("protocols", protoRLS+","+protoRLQS, "the parts to run, in order: "+protoRLS+" (a ShouldRateLimit call per request), "+protoRLQS+" (a stream per Envoy, reports every 5 s)", protocols),
+		flagOf("envoys", 100, "simulated Envoys: one connection each, and for RLQS one stream each", &o.Envoys),
+		flagOf("buckets", 1000, "API keys the requests fall on: RLS descriptors, RLQS buckets", &o.Buckets),
+		flagOf("rls-rate", 2000, "the RLS fleet's requests a second, all Envoys together: calls to floodgate", &o.RLSRate),
+		flagOf("rlqs-rate", 100000, "the RLQS fleet's requests a second, all Envoys together, decided by the Envoys", &o.RLQSRate),
+		flagOf("zipf", 1.1, "skew of the demand: bucket k gets 1/(k+1)^zipf of it (0: uniform)", &o.Zipf),
+		flagOf("limit", 1000, "each bucket's limit per -window (a fixed window, as the reference counts)", &o.Limit),
+		flagOf("window", 10*time.Second, "the limit's window: whole seconds", &o.Window),
+		flagOf("shift", true, "halfway through the measured run, the first half of the Envoys triples its demand for the hottest bucket", &o.Shift),
+		flagOf("floodgates", 1, "floodgate processes; Envoy i talks to floodgate i mod N", &o.Floodgates),
+		flagOf("redis", redisSingle, "the counters' Redis: "+redisSingle+", "+redisCluster+" (3 masters) or "+redisSentinel+" (a master, 3 Sentinels)", &o.Redis),
+		flagOf("replicas", 0, "replicas per master (cluster) or of the master (sentinel)", &o.Replicas),
+		flagOf("full-coverage", true, "the Cluster's cluster-require-full-coverage (Redis's default, yes): while a master's slots are not served, every node refuses every key", &o.FullCoverage),
+		flagOf("kill-master", 0, "kill (SIGKILL) the master holding the hottest bucket's counter this long into the measured run; 0: none", &o.KillMaster),
+		flagOf("warmup", 15*time.Second, "load before the measured run: the streams open and the buckets fill", &o.Warmup),
+		flagOf("duration", 30*time.Second, "measured run per part", &o.Duration),
+		flagOf("rls-timeout", 100*time.Millisecond, "the RLS filter's timeout (examples/envoy.yaml's): an answer later than that is the failure policy's", &o.RLSTimeout),
+		flagOf("server-bin", "", "floodgate binary; empty: built from ./cmd/server", &o.serverBin),
+		flagOf("server-args", "", "extra flags for every floodgate, after the tool's own ("+strings.Join(serverDefaults, " ")+" and the RLQS bounds the fleet needs)", serverArgs),
+		flagOf("json", false, "print JSON instead of text", &o.json),
+	}
 }
 
 // parseFleetFlags reads the fleet mode's command line.
 func parseFleetFlags(args []string, stderr io.Writer) (*fleetOptions, error) {
 	o := &fleetOptions{}
-	fs := flag.NewFlagSet("bench fleet", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: go run ./cmd/bench fleet [flags]\n\nSimulates a fleet of Envoys on RLS and RLQS against floodgate and Redis, and reports what each part costs per fleet request; see docs/capacity.md.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
 	var protocols, serverArgs string
-	fleetFlags(fs, o, &protocols, &serverArgs)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseCommandLine("bench fleet", fleetIntro, fleetFlags(o, &protocols, &serverArgs), args, stderr); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o.Protocols = strings.Split(protocols, ",")
 	o.serverArgs = strings.Fields(serverArgs)
@@ -152,16 +148,7 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	rep, err := benchFleet(ctx, o, stderr)
-	if err == nil && o.json {
-		err = writeJSON(stdout, rep)
-	} else if err == nil {
-		writeFleetText(stdout, rep)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "bench fleet: %v\n", err)
-		return 1
-	}
-	return 0
+	return report(output{stdout: stdout, stderr: stderr, json: o.json, prefix: "bench fleet"}, rep, err, writeFleetText)
 }
 
 // benchFleet starts the servers, runs every part and stops what it

@@ -50,15 +50,11 @@ type fleetEnv struct {
 	dir        string
 	redis      *fleetRedis
 	floodgates []fleetServer
-	stops      []func()
+	stops      stopList
 }
 
 // stop stops what the environment started, in reverse order.
-func (env *fleetEnv) stop() {
-	for i := len(env.stops) - 1; i >= 0; i-- {
-		env.stops[i]()
-	}
-}
+func (env *fleetEnv) stop() { env.stops.run() }
 
 // startFleetEnv starts Redis, writes the rules and starts the floodgates.
 // On an error the environment returned holds what to stop.
@@ -69,11 +65,11 @@ func startFleetEnv(ctx context.Context, o *fleetOptions, log io.Writer) (*fleetE
 		return nil, err
 	}
 	env.dir = dir
-	env.stops = append(env.stops, func() { os.RemoveAll(dir) })
+	env.stops.add(func() { os.RemoveAll(dir) })
 	if env.redis, err = startFleetRedis(o, dir, log); err != nil {
 		return env, err
 	}
-	env.stops = append(env.stops, env.redis.stop)
+	env.stops.add(env.redis.stop)
 	rules := filepath.Join(dir, "rules")
 	if err := writeFleetRules(rules, o); err != nil {
 		return env, err
@@ -89,7 +85,7 @@ func startFleetEnv(ctx context.Context, o *fleetOptions, log io.Writer) (*fleetE
 		if err != nil {
 			return env, fmt.Errorf("floodgate %d: %w", i+1, err)
 		}
-		env.stops = append(env.stops, func() { p.Stop(10 * time.Second) })
+		env.stops.add(func() { p.Stop(10 * time.Second) })
 		env.floodgates = append(env.floodgates, fleetServer{proc: p, srv: srv})
 		fmt.Fprintf(log, "bench fleet: floodgate pid %d, gRPC on %s, debug on %s\n", srv.pid, srv.grpcAddr, srv.debugAddr)
 	}

@@ -26,22 +26,18 @@ import (
 )
 
 // The gRPC floor (-grpc-floor) is what a grpc-go server costs per call on
-// this machine when it decides nothing: a child process of this tool that
-// serves ShouldRateLimit with grpc-go set up as floodgate sets it up
-// (max(64, GOMAXPROCS) stream workers, a CodecV2, GOGC 400; not its
-// connection limits and keepalive policy, which cost nothing per call),
-// ignores each request and sends one answer encoded once, OK for one
-// descriptor. Like floodgate it serves gRPC's health service, SERVING, for
-// the health checks of an Envoy in front of it (-envoy-peers floor). No server built on grpc-go spends noticeably less CPU per
-// call under the same load; floodgate's CPU per decision minus the
-// floor's is what its own work, Redis round trips included, costs.
+// this machine when it decides nothing. It is a child process of this tool
+// that serves ShouldRateLimit with grpc-go set up as floodgate sets it up
+// (floorStreamWorkers, a CodecV2, floorGOGC; not its connection limits and
+// keepalive policy, which cost nothing per call), ignores each request and
+// sends one answer encoded once: OK for one descriptor. Like floodgate it
+// serves gRPC's health service, SERVING, for the health checks of an Envoy
+// in front of it (-envoy-peers floor). floodgate's CPU per decision minus
+// the floor's is what its own work costs, Redis round trips included.
 //
-// Behind Envoy the floor can also make one Redis round trip per call, a
-// PING through go-redis (the client floodgate uses) on the shared Redis,
-// before its answer (-envoy-peers floor-redis): the latency and CPU any
-// RLS server that asks Redis once per decision adds, at the least. What
-// floodgate adds beyond it is its own decision: the rules, the script and
-// the answer.
+// As floor-redis (-envoy-peers) it also pings Redis once per call before
+// answering, through go-redis as floodgate does: what any RLS server that
+// asks Redis once per decision adds, at the least.
 
 // targetFloor is result.Target for the floor.
 const targetFloor = "grpc-floor"

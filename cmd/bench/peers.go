@@ -120,6 +120,8 @@ func checkPeer(flag, item string, p peer, o *options, refused map[string]string)
 // checkPeers validates the options of the -peers mode.
 func (o *options) checkPeers(list string) error {
 	switch {
+	case o.store != storeRedis && o.store != storeMemory:
+		return fmt.Errorf("-store %q: want %s or %s", o.store, storeRedis, storeMemory)
 	case o.envoy, o.reloads > 0, o.grpcFloor, o.serverAddr != "", o.writeRules != "", o.config != "", o.cpuProfile != "":
 		return errors.New("-peers starts its own servers on generated rules: drop -envoy, -reloads, -grpc-floor, -server-addr, -write-rules, -config and -cpuprofile")
 	case o.rounds < 1:
@@ -128,9 +130,6 @@ func (o *options) checkPeers(list string) error {
 		return fmt.Errorf("-store %s keeps counters in the servers: drop -redis-addr", storeMemory)
 	case o.redisAddr != "":
 		return errors.New("-peers starts a private Redis per server, so that each one's Redis CPU is its own: drop -redis-addr")
-	}
-	if o.store != storeRedis && o.store != storeMemory {
-		return fmt.Errorf("-store %q: want %s or %s", o.store, storeRedis, storeMemory)
 	}
 	// The ceiling replays floodgate's script call, which the others do
 	// not send.
@@ -209,17 +208,13 @@ type runningPeer struct {
 
 // benchPeers runs the -peers mode. Progress goes to log.
 func benchPeers(ctx context.Context, o *options, log io.Writer) (rep *peerReport, err error) {
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
+	var stops stopList
+	defer stops.run()
 	dir, err := os.MkdirTemp("", "floodgate-bench-peers-")
 	if err != nil {
 		return nil, err
 	}
-	stops = append(stops, func() { os.RemoveAll(dir) })
+	stops.add(func() { os.RemoveAll(dir) })
 	var running []*runningPeer
 	for i, p := range o.peers {
 		pdir := filepath.Join(dir, strconv.Itoa(i))
@@ -258,7 +253,7 @@ func benchPeers(ctx context.Context, o *options, log io.Writer) (rep *peerReport
 
 // startPeer starts p on the generated rules in dir, with a private Redis
 // unless -store is memory, and returns its target with connections open.
-func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Writer, stops *[]func()) (*target, error) {
+func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Writer, stops *stopList) (*target, error) {
 	needRedis := o.store == storeRedis
 	redisAddr, bin, err := setUp(ctx, &options{serverBin: p.Bin}, dir, needRedis, p.Kind == kindFloodgate, log, stops)
 	if err != nil {
@@ -270,13 +265,45 @@ func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Write
 			return nil, err
 		}
 	}
+	args, env, err := peerCommand(o, p, dir, redisAddr, addrs)
+	if err != nil {
+		return nil, err
+	}
+	proc, err := startChild(p.Name, bin, args, env...)
+	if err != nil {
+		return nil, err
+	}
+	stops.add(func() { proc.Stop(10 * time.Second) })
+	t := &target{srv: server{grpcAddr: addrs[0], pid: proc.Pid()}, proc: proc, redisAddr: redisAddr}
+	if p.Kind == kindFloodgate {
+		t.srv.debugAddr = addrs[2]
+	}
+	if t.conns, err = dial(t.srv.grpcAddr, o.conns); err != nil {
+		return nil, err
+	}
+	stops.add(func() { closeAll(t.conns) })
+	if err := harness.WaitReady(ctx, proc.Process, 30*time.Second, answersRLS(t.conns[0])); err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, proc.logTail())
+	}
+	if redisAddr != "" {
+		t.redis = redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 2})
+		stops.add(func() { t.redis.Close() })
+	}
+	fmt.Fprintf(log, "bench: %s (%s) pid %d, gRPC on %s, redis %q\n", p.Name, bin, proc.Pid(), addrs[0], redisAddr)
+	return t, nil
+}
+
+// peerCommand writes p's rules into dir, in the form its kind reads, and
+// returns the arguments and environment that start it on them, on Redis at
+// redisAddr (or in memory when it is empty) and on the addresses addrs:
+// gRPC, HTTP and debug.
+func peerCommand(o *options, p peer, dir, redisAddr string, addrs [3]string) (args, env []string, err error) {
 	rs := o.ruleSpec()
-	var args, env []string
 	switch p.Kind {
 	case kindFloodgate:
 		config := filepath.Join(dir, "rules")
 		if err := writeRuleFiles(config, rs); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		args = []string{"-config", config, "-grpc-addr", addrs[0], "-http-addr", addrs[1], "-debug-addr", addrs[2]}
 		if redisAddr != "" {
@@ -286,45 +313,24 @@ func startPeer(ctx context.Context, o *options, p peer, dir string, log io.Write
 	case kindReference:
 		config := filepath.Join(dir, "ratelimit", "config")
 		if err := os.MkdirAll(filepath.Dir(config), 0o755); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := writeRuleFiles(config, rs); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		env = referenceEnv(dir, redisAddr, addrs)
 	case kindLimitador:
 		limits := filepath.Join(dir, "limits.yaml")
 		if err := writeLimitadorLimits(limits, rs); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		args = limitadorArgs(limits, redisAddr, addrs)
 	}
-	proc, err := startChild(p.Name, bin, args, env...)
-	if err != nil {
-		return nil, err
-	}
-	*stops = append(*stops, func() { proc.Stop(10 * time.Second) })
-	t := &target{srv: server{grpcAddr: addrs[0], pid: proc.Pid()}, proc: proc, redisAddr: redisAddr}
-	if p.Kind == kindFloodgate {
-		t.srv.debugAddr = addrs[2]
-	}
-	if t.conns, err = dial(t.srv.grpcAddr, o.conns); err != nil {
-		return nil, err
-	}
-	*stops = append(*stops, func() { closeAll(t.conns) })
-	if err := harness.WaitReady(ctx, proc.Process, 30*time.Second, answersRLS(t.conns[0])); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, proc.logTail())
-	}
-	if redisAddr != "" {
-		t.redis = redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 2})
-		*stops = append(*stops, func() { t.redis.Close() })
-	}
-	fmt.Fprintf(log, "bench: %s (%s) pid %d, gRPC on %s, redis %q\n", p.Name, bin, proc.Pid(), addrs[0], redisAddr)
-	return t, nil
+	return args, env, nil
 }
 
-// answersRLS is a readiness check for waitFor that any RLS server passes:
-// it answers a request of a domain no rule names.
+// answersRLS is a readiness check for harness.WaitReady that any RLS
+// server passes: it answers a request of a domain no rule names.
 func answersRLS(cc *grpc.ClientConn) func(context.Context) error {
 	req := &pb.RateLimitRequest{Domain: "bench-ready", Descriptors: []*rlv3.RateLimitDescriptor{
 		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "ready", Value: "1"}}},

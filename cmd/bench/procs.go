@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/floodgate/floodgate/internal/harness"
+	"github.com/floodgate/floodgate/internal/harness/redistest"
 	"github.com/floodgate/floodgate/internal/testlog"
 )
 
@@ -73,4 +76,42 @@ func startServer(ctx context.Context, bin, config, redisAddr string, extra []str
 		return nil, server{}, err
 	}
 	return &child{Process: f.Process, logs: f.Logs}, server{grpcAddr: f.GRPCAddr, debugAddr: f.DebugAddr, httpAddr: f.HTTPAddr, pid: f.Pid()}, nil
+}
+
+// stopList is what a mode must stop or remove of what it started.
+type stopList []func()
+
+// add adds f, to run before those added earlier.
+func (s *stopList) add(f func()) { *s = append(*s, f) }
+
+// run runs them, the last added first.
+func (s *stopList) run() {
+	for i := len(*s) - 1; i >= 0; i-- {
+		(*s)[i]()
+	}
+}
+
+// setUp provides what the modes need and the options may leave out: a
+// private redis-server in dir when needRedis and -redis-addr is empty, and
+// when needServer a floodgate binary built into dir when -server-bin is
+// empty. What it starts, it adds a stop for to stops.
+func setUp(ctx context.Context, o *options, dir string, needRedis, needServer bool, log io.Writer, stops *stopList) (redisAddr, serverBin string, err error) {
+	redisAddr, serverBin = o.redisAddr, o.serverBin
+	if redisAddr == "" && needRedis {
+		rd, err := redistest.Run(dir)
+		if err != nil {
+			return "", "", fmt.Errorf("%w (or pass -redis-addr)", err)
+		}
+		stops.add(rd.Stop)
+		redisAddr = rd.Addr
+		fmt.Fprintf(log, "bench: redis-server on %s\n", rd.Addr)
+	}
+	if serverBin == "" && needServer {
+		fmt.Fprintln(log, "bench: go build ./cmd/server")
+		serverBin = filepath.Join(dir, "floodgate")
+		if err = harness.Build(ctx, serverBin); err != nil {
+			return "", "", fmt.Errorf("%w (or pass -server-bin)", err)
+		}
+	}
+	return redisAddr, serverBin, nil
 }

@@ -95,17 +95,13 @@ type reloadRun struct {
 
 // benchReloads runs the -reloads mode. Progress goes to log.
 func benchReloads(ctx context.Context, o *options, log io.Writer) (rep *reloadReport, err error) {
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
+	var stops stopList
+	defer stops.run()
 	dir, err := os.MkdirTemp("", "floodgate-bench-reload-")
 	if err != nil {
 		return nil, err
 	}
-	stops = append(stops, func() { os.RemoveAll(dir) })
+	stops.add(func() { os.RemoveAll(dir) })
 	bin := o.referenceBin
 	redisAddr, built, err := setUp(ctx, o, dir, true, bin == "", log, &stops)
 	if err != nil {
@@ -132,7 +128,7 @@ func benchReloads(ctx context.Context, o *options, log io.Writer) (rep *reloadRe
 	if err := r.start(bin, redisAddr); err != nil {
 		return nil, err
 	}
-	stops = append(stops, func() { r.probe.Close(); r.proc.Stop(10 * time.Second) })
+	stops.add(func() { r.probe.Close(); r.proc.Stop(10 * time.Second) })
 	fmt.Fprintf(log, "bench: %s pid %d, gRPC on %s, %d rules (%.1f MiB)\n", rep.Server, r.proc.Pid(), r.grpc, o.rules, rep.FileMiB)
 	if err := r.measure(ctx, rep, log); err != nil {
 		if r.proc.Exited() {
@@ -179,10 +175,8 @@ func (r *reloadRun) start(bin, redisAddr string) error {
 	return nil
 }
 
-// referenceEnv is the environment of the reference server reading the
-// rules under root/ratelimit/config, with counters in the Redis at
-// redisAddr, listening on addrs (gRPC, HTTP, debug), watching its rule
-// directory for changes (RUNTIME_WATCH_ROOT=false) and sending no stats.
+// referenceEnv is the reference server's environment: harness.ReferenceVars
+// and the addresses addrs to listen on (gRPC, HTTP, debug).
 func referenceEnv(root, redisAddr string, addrs [3]string) []string {
 	var host, port [3]string
 	for i, a := range addrs {

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -150,4 +153,45 @@ func (s scenario) values() []string {
 		v[i] = "v" + strconv.Itoa(i)
 	}
 	return v
+}
+
+// matrixDescriptors are the descriptor counts -matrix measures.
+var matrixDescriptors = []int{1, 3}
+
+// ruleSpec is what the generated rule files hold for these options. They
+// cover the matrix as well as -descriptors, so that files written once
+// serve every scenario.
+func (o *options) ruleSpec() ruleSpec {
+	maxDesc := slices.Max(matrixDescriptors)
+	for _, sc := range o.scenarios() {
+		maxDesc = max(maxDesc, sc.Descriptors)
+	}
+	return ruleSpec{maxDescriptors: maxDesc, algorithm: o.algorithm, rules: o.rules}
+}
+
+// writeRuleFiles writes the generated rules into dir, which must not exist,
+// one file per domain.
+func writeRuleFiles(dir string, rs ruleSpec) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	for _, lim := range []string{limitUnder, limitOver} {
+		if err := writeRuleFile(filepath.Join(dir, scenario{Limit: lim}.domain()+".yaml"), lim, rs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeRuleFile writes the rules of regime lim into the file path.
+func writeRuleFile(path, lim string, rs ruleSpec) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = writeRules(f, lim, rs)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

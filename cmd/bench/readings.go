@@ -1,5 +1,8 @@
 package main
 
+// The readings every mode takes around a measured run: a process's CPU and
+// memory from /proc, Redis's from INFO, and the latency percentiles.
+
 import (
 	"bufio"
 	"context"
@@ -68,9 +71,6 @@ func procStatusBytes(pid int, field string) (int64, error) {
 	defer f.Close()
 	return parseStatusBytes(f, field)
 }
-
-// parseVmRSS reads VmRSS from the text of /proc/<pid>/status.
-func parseVmRSS(r io.Reader) (int64, error) { return parseStatusBytes(r, "VmRSS") }
 
 // parseStatusBytes reads the size field ("<n> kB") of the text of
 // /proc/<pid>/status, in bytes.
