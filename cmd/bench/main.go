@@ -236,7 +236,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, err
 		}
 	}
-	if _, err := limit.ParseAlgorithm(o.algorithm); err != nil {
+	var a limit.Algorithm
+	if err := a.UnmarshalText([]byte(o.algorithm)); err != nil {
 		return nil, fmt.Errorf("-algorithm: %w", err)
 	}
 	switch {

@@ -98,7 +98,7 @@ func (a Algorithm) String() string {
 }
 
 // HasBurst reports whether the algorithm takes a Burst (a bucket capacity).
-func (a Algorithm) HasBurst() bool { return a.Takes(ParamBurst) }
+func (a Algorithm) HasBurst() bool { return a.takes(paramBurst) }
 
 // Algorithms returns every algorithm, in the order of their constants.
 func Algorithms() []Algorithm {
@@ -109,15 +109,17 @@ func Algorithms() []Algorithm {
 	return out
 }
 
-// ParseAlgorithm returns the algorithm with the given rule-file name. It
-// returns an error naming the valid names when there is none.
-func ParseAlgorithm(name string) (Algorithm, error) {
+// UnmarshalText sets a to the algorithm with the given rule-file name, such
+// as "token_bucket". It returns an error naming the valid names, and
+// leaves a as it was, when there is none.
+func (a *Algorithm) UnmarshalText(name []byte) error {
 	for i, n := range algorithmNames {
-		if n == name {
-			return Algorithm(i), nil
+		if n == string(name) {
+			*a = Algorithm(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra)", name)
+	return fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra)", name)
 }
 
 // Spec is one limit's parameters. Specs are compared by value; the zero value
@@ -320,8 +322,8 @@ type Limiter interface {
 // Validate reports whether the hit can be evaluated: its Spec passes
 // Spec.Validate's checks, except the ones a store can do without (a
 // parameter the algorithm ignores, a costly sliding log), its Cost is not
-// negative and its Mode is known. The error wraps ErrInvalidSpec,
-// ErrNegativeCost or ErrInvalidMode.
+// negative and its Mode is known. The error wraps ErrInvalidSpec, and
+// ErrNegativeCost for a negative Cost.
 func (h Hit) Validate() error {
 	if err := h.Spec.check(evaluating).err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
@@ -330,7 +332,7 @@ func (h Hit) Validate() error {
 		return fmt.Errorf("%w: %d", ErrNegativeCost, h.Cost)
 	}
 	if h.Mode >= numModes {
-		return fmt.Errorf("%w: %v", ErrInvalidMode, h.Mode)
+		return fmt.Errorf("%w: %v", errInvalidMode, h.Mode)
 	}
 	return nil
 }
@@ -338,13 +340,22 @@ func (h Hit) Validate() error {
 // Errors wrapped by Hit.Validate, so callers can tell bad input
 // (errors.Is) from a store failure.
 var (
-	// ErrInvalidSpec reports a Spec that Hit.Validate rejects.
+	// ErrInvalidSpec is wrapped by every error of Hit.Validate: a Spec it
+	// rejects, a negative Cost or an unknown Mode.
 	ErrInvalidSpec = errors.New("invalid limit spec")
 	// ErrNegativeCost reports a Hit with Cost < 0.
-	ErrNegativeCost = errors.New("negative cost")
-	// ErrInvalidMode reports a Hit whose Mode is none of the constants.
-	ErrInvalidMode = errors.New("unknown hit mode")
+	ErrNegativeCost error = &hitError{"negative cost"}
+
+	errInvalidMode = &hitError{"unknown hit mode"}
 )
+
+// hitError is a problem of a Hit other than its Spec's. It is an
+// ErrInvalidSpec too, so that one errors.Is tells any bad input from a
+// store failure.
+type hitError struct{ msg string }
+
+func (e *hitError) Error() string        { return e.msg }
+func (e *hitError) Is(target error) bool { return target == ErrInvalidSpec }
 
 // DefaultDeadline is how long a store's Evaluate call may take when its
 // options set no deadline (redislimit.Options.Timeout,

@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// DefaultMaxEntries is the number of counters a Memory holds when
+// defaultMaxEntries is the number of counters a Memory holds when
 // MemoryOptions.MaxEntries is 0.
-const DefaultMaxEntries = 1 << 20
+const defaultMaxEntries = 1 << 20
 
 // ErrFull reports that a Memory refused a call because a counter it needed
 // to create would not fit: the shard of its key holds its share of
@@ -23,21 +23,21 @@ const DefaultMaxEntries = 1 << 20
 // errors.Is tells it apart.
 var ErrFull = errors.New("memory store full")
 
-// RefusalLogInterval is the least time between two warnings a Memory logs
+// refusalLogInterval is the least time between two warnings a Memory logs
 // about refused calls (see MemoryOptions.Logger), on its clock.
-const RefusalLogInterval = 10 * time.Second
+const refusalLogInterval = 10 * time.Second
 
 // MemoryOptions configures a Memory. The zero value is usable.
 type MemoryOptions struct {
 	// MaxEntries bounds the number of counters held; 0 or less means
-	// DefaultMaxEntries. See Memory for what happens when it is reached.
+	// defaultMaxEntries. See Memory for what happens when it is reached.
 	MaxEntries int
 	// Now is the clock; nil means time.Now. It is read once per Evaluate, at
 	// microsecond resolution. Tests inject a fake clock.
 	Now func() time.Time
 	// Logger, if not nil, gets a warning when a call is refused with
 	// ErrFull: at the first refusal, then at the first refusal at least
-	// RefusalLogInterval after the previous warning, with the number of
+	// refusalLogInterval after the previous warning, with the number of
 	// calls refused since it. Nothing is logged while no call is refused.
 	Logger *slog.Logger
 }
@@ -65,7 +65,7 @@ const maxShards = 64
 // several. A shard refuses new counters when its share is live, even if
 // others have room; keys spread by a hash fill shards of a thousand or more
 // nearly evenly (measured: the first refusal comes at 93% of MaxEntries or
-// more with 64 shards of 1024, at 98% with the 16384 of DefaultMaxEntries),
+// more with 64 shards of 1024, at 98% with the 16384 of defaultMaxEntries),
 // tiny shards not (at 10 to 20% with 64 shards of 1). Smaller stores get
 // fewer shards; one below 2048 entries, which is then an exact bound.
 const minShardEntries = 1024
@@ -127,7 +127,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 	m.log.next.Store(math.MinInt64) // the first refusal is logged
 	maxEntries := opts.MaxEntries
 	if maxEntries <= 0 {
-		maxEntries = DefaultMaxEntries
+		maxEntries = defaultMaxEntries
 	}
 	m.capacity = maxEntries
 	// As many shards as possible (a power of 2), each holding at least
@@ -256,7 +256,7 @@ func (m *Memory) refuse(now int64, i int) error {
 		l.mu.Lock()
 		since := int64(0)
 		if now >= l.next.Load() {
-			l.next.Store(now + RefusalLogInterval.Microseconds())
+			l.next.Store(now + refusalLogInterval.Microseconds())
 			since, l.logged = max(total, l.logged)-l.logged, max(total, l.logged)
 		}
 		l.mu.Unlock()
