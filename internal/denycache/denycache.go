@@ -1,43 +1,21 @@
-// Package denycache answers, without the store, the calls a store would
-// reject anyway: a counter known to deny a cost until an instant T (the
-// RetryAfter the store returned) denies it, and any larger cost, until T;
-// a fixed window the store left with nothing to give (an allowed hit or a
-// look with Remaining 0) denies any cost until the window ends. Under an
-// over-limit flood most calls are such repeats, so most are answered in
-// memory; a call such a denial blocks, whose other hits are fixed windows
-// the cache does not know, costs the store only a look at those.
+// Package denycache answers, without the store, the calls the store would
+// reject anyway. A Cache wraps a limit.Limiter and is one itself.
 //
-// It owns only that knowledge. A Cache wraps any limit.Limiter
-// (redislimit.Limiter in the server) and is one itself; it imports limit
-// for that contract and nothing else of floodgate's.
-//
-// # Why a cached denial is safe
-//
-// A denial of (Key, Spec, Cost c) with RetryAfter r at instant t0 says that
-// the counter, as the store holds it, admits no hit of cost >= c before
-// t0+r if nothing else happens. Other callers can only consume more, which
-// delays that instant; so until it, the store would deny again, and a call
-// it would deny consumes nothing. The only things that give budget back
-// are a refund (is_negative_hits), a change of the limit and an operator's
-// reset: a refund through this Cache drops the key's entry, a Spec that
-// differs from the cached one (a reload that raised the limit) never
-// matches, and Reset forgets the key; the server also flushes the Cache on
-// every reload. What this instance cannot
-// see, a refund sent to another instance or a store that lost its data (a
-// Redis restarted empty), makes it deny although the store would admit,
-// never the reverse; Options.MaxAge bounds how long: a denial is used for
-// at most MaxAge after the store returned it, even when its T is a day
-// away.
-//
-// An exhausted fixed window is the same knowledge learnt one call
-// earlier: Remaining 0 says that no hit of cost 1 fits until the window
-// ends (ResetAfter), and only the same refund, change of the limit or
-// reset gives budget back. Other algorithms give budget back before their
-// ResetAfter (a bucket refills, a sliding window's hits age out), so only
-// their denials are learnt.
-//
-// The instant t0 is read before the store is called, so the cached T is
-// never later than the store's own.
+// A denial of (Key, Spec, cost c) with RetryAfter r at instant t0 says that
+// no hit of cost >= c passes before t0+r if nothing else happens. Other
+// callers can only consume more, which delays that instant, and a denied
+// call consumes nothing: until then the store would deny again. A fixed
+// window left with Remaining 0 says the same for cost 1 until it ends.
+// Other algorithms give budget back before their ResetAfter, so only
+// their denials are kept. Budget comes back only through a refund (which
+// drops the key's denial), a changed limit (a Spec that differs never
+// matches) and a reset (Reset forgets the key; the server flushes the
+// Cache on every reload). What this instance cannot see, a refund sent to
+// another instance or a store that lost its data, makes it deny although
+// the store would admit, never the reverse, for at most Options.MaxAge.
+// The instant t0 is read before the store is called, so the cached
+// instant is never later than the store's. docs/operations.md (Deny cache)
+// says what users see.
 package denycache
 
 import (
@@ -68,10 +46,10 @@ const maxShards = 64
 
 // Options configure a Cache. The zero value is usable.
 type Options struct {
-	// MaxEntries bounds the number of denials held (about 150 bytes each
-	// plus the key); 0 means DefaultMaxEntries. When a part of the cache
-	// is full, expired denials go first, then arbitrary ones: forgetting
-	// a denial only sends the next call to the store.
+	// MaxEntries bounds the number of denials held; 0 means
+	// DefaultMaxEntries. A full part of the cache drops expired denials,
+	// then arbitrary ones: a forgotten denial only sends the next call to
+	// the store.
 	MaxEntries int
 	// MaxAge bounds how long a denial is used after the store returned
 	// it (it is never used past its RetryAfter either); 0 means
@@ -82,9 +60,8 @@ type Options struct {
 }
 
 // Cache is a limit.Limiter that answers calls the wrapped one would reject
-// from the denials it has seen. It is safe for concurrent use; calls on
-// different keys rarely share a lock, and a call answered from the cache
-// does not allocate.
+// from the denials it has seen. It is safe for concurrent use, and a call
+// answered from the cache does not allocate.
 type Cache struct {
 	inner  limit.Limiter
 	now    func() time.Time
@@ -147,30 +124,18 @@ func (c *Cache) shardOf(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)&uint64(len(c.shards)-1)]
 }
 
-// Evaluate implements limit.Limiter. When every hit of the call has a
-// cached denial for its Key and Spec at a cost no greater than its own,
-// and those denials block the call (limit.Blocked: one is enforced, or
-// every quota is over), the wrapped Limiter would reject the call: it is
-// answered
-// without it, each hit with Allowed false, Remaining 0, RetryAfter the time
-// left until the instant the store gave, ResetAfter the store's minus
-// the time elapsed and Debt 0, which the cache does not keep (a hit
-// costing more than its limit's capacity gets Never and RetryAfter 0, as
-// from the store), and nothing is consumed, as the
-// wrapped Limiter would consume nothing. When an enforced hit's cached
-// denial blocks the call but the cache does not know its other hits, and
-// those are fixed windows on keys of their own, the wrapped Limiter is
-// asked only to look at them (cost 0): the call is blocked, and each of
-// them gets the store's decision, which a look at a fixed window tells
-// exactly (see looked). A call with any other hit (a refund, a usage
-// hit, which the store charges whatever it decides, a key without a denial
-// in another algorithm) goes to the wrapped Limiter whole, so that every answer's other statuses are the store's. A call
-// answered here is blocked; one that went to the wrapped Limiter gets its
-// verdict.
-//
-// The wrapped Limiter's denials, and the fixed windows it left exhausted,
-// are remembered; a refund, or another allowed hit, drops its key's cached
-// denial.
+// Evaluate implements limit.Limiter. When every hit has a cached denial
+// for its Key and Spec at a cost no greater than its own, and those
+// denials block the call (limit.Blocked), the call is answered without
+// the wrapped Limiter: each hit denied with Remaining 0, Debt 0 (the
+// cache keeps none), and RetryAfter and ResetAfter those the store gave,
+// less the time elapsed; Never and RetryAfter 0 for a cost above the
+// capacity. When an enforced hit's denial blocks the call and its other
+// hits are fixed windows on keys of their own, the wrapped Limiter only
+// looks at those (see looked). Any other call (a refund, a usage hit, a
+// key without a denial in another algorithm) goes to the wrapped Limiter
+// whole. Its denials and exhausted fixed windows are remembered; a refund
+// or another allowed hit drops its key's denial.
 func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	now := c.now().UnixNano()
 	looks, ok := c.answer(now, hits, decisions)

@@ -16,11 +16,9 @@ import (
 // MemoryOptions.MaxEntries is 0.
 const defaultMaxEntries = 1 << 20
 
-// ErrFull reports that a Memory refused a call because a counter it needed
-// to create would not fit: the shard of its key holds its share of
-// MaxEntries in counters that have not expired. The call changed nothing.
-// Callers answer it as they answer a failed store (by the failure policy);
-// errors.Is tells it apart.
+// ErrFull reports that a Memory refused a call, changing nothing, because
+// a counter it needed to create would not fit (see Memory). Callers answer
+// it by the failure policy, as a failed store.
 var ErrFull = errors.New("memory store full")
 
 // refusalLogInterval is the least time between two warnings a Memory logs
@@ -30,15 +28,13 @@ const refusalLogInterval = 10 * time.Second
 // MemoryOptions configures a Memory. The zero value is usable.
 type MemoryOptions struct {
 	// MaxEntries bounds the number of counters held; 0 or less means
-	// defaultMaxEntries. See Memory for what happens when it is reached.
+	// 1<<20.
 	MaxEntries int
-	// Now is the clock; nil means time.Now. It is read once per Evaluate, at
-	// microsecond resolution. Tests inject a fake clock.
+	// Now is the clock, read once per Evaluate; nil means time.Now.
 	Now func() time.Time
-	// Logger, if not nil, gets a warning when a call is refused with
-	// ErrFull: at the first refusal, then at the first refusal at least
-	// refusalLogInterval after the previous warning, with the number of
-	// calls refused since it. Nothing is logged while no call is refused.
+	// Logger, if not nil, gets a warning when calls are refused with
+	// ErrFull: at the first refusal, then at most every 10 seconds, with
+	// the number refused since the last warning.
 	Logger *slog.Logger
 }
 
@@ -51,54 +47,34 @@ type MemoryStats struct {
 	// Refused counts the calls refused with ErrFull since NewMemory.
 	Refused int64
 	// Expired counts the counters dropped since NewMemory because their
-	// state had become equivalent to none. Dropping them changes no
-	// decision; it is what makes room for new counters.
+	// state had become equivalent to none.
 	Expired int64
 }
 
-// maxShards is the number of independently locked parts of a Memory (fewer
-// when MaxEntries is smaller). At most 64, so that the shards of one call fit
-// in a uint64 mask.
+// maxShards is the most locked parts of a Memory: the shards of one call
+// fit in a uint64 mask.
 const maxShards = 64
 
-// minShardEntries is the least share of MaxEntries per shard when there are
-// several. A shard refuses new counters when its share is live, even if
-// others have room; keys spread by a hash fill shards of a thousand or more
-// nearly evenly (measured: the first refusal comes at 93% of MaxEntries or
-// more with 64 shards of 1024, at 98% with the 16384 of defaultMaxEntries),
-// tiny shards not (at 10 to 20% with 64 shards of 1). Smaller stores get
-// fewer shards; one below 2048 entries, which is then an exact bound.
+// minShardEntries is the least share of MaxEntries per shard when there
+// are several. A shard refuses new counters when its share is live, even
+// if others have room, and keys spread by a hash fill large shards nearly
+// evenly but tiny ones not (docs/benchmarks.md, pkg/limit). Below 2048
+// entries there is one shard, and MaxEntries is an exact bound.
 const minShardEntries = 1024
 
-// Memory evaluates limits in process memory, with exactly the arithmetic of
-// the Redis scripts (see the step functions in algorithms.go): the store of
-// a server without Redis, and the oracle those scripts are tested against.
+// Memory is the Limiter that keeps its counters in process memory: the
+// store of a server without Redis, and the oracle the Redis scripts are
+// tested against. It is safe for concurrent use: a call locks only the
+// shards of its keys, in ascending order.
 //
-// Each counter expires at the instant its state becomes equivalent to no
-// state (the end of a fixed window, a full bucket, ...), so expiry never
-// changes a decision; expired counters are dropped whenever their shard is
-// used, and by Len.
-//
-// Memory holds at most MaxEntries counters, and never forgets one that has
-// not expired: forgetting a counter would start it again from no state and
-// admit more than its limit (a flood of new keys would free a blocked
-// user). The counters are spread over 64 shards by a hash of the key (fewer
-// if MaxEntries < 65536, so that each has at least 1024), each holding at
-// most its share of MaxEntries. A call that would create a counter in a
-// shard whose share is all live counters is refused with an error wrapping
-// ErrFull and changes nothing; calls on the counters held go on being
-// decided exactly. Since keys hash unevenly, a shard may refuse while the
-// Memory holds somewhat fewer than MaxEntries counters (from about 93% of
-// it). Each shard keeps its counters in a heap by expiry, so dropping
-// expired ones costs O(log n) each. Stats counts refusals and expired
-// counters.
-//
-// A sliding log's counter holds one entry per distinct µs of its admitted
-// hits in the window, and a call on it takes time proportional to that.
-//
-// Memory implements Limiter and is safe for concurrent use. Each Evaluate locks only the shards of
-// its hits, in ascending order, so calls on different keys rarely wait for
-// each other, and the hits of one call decide atomically.
+// A counter expires at the instant its state becomes equivalent to no
+// state (the end of a fixed window, a full bucket), so expiry never
+// changes a decision. Memory never forgets a counter that has not
+// expired, which would admit more than its limit: the counters are spread
+// over up to 64 shards by a hash of the key, each holding its share of
+// MaxEntries, and a call that would create a counter in a shard full of
+// live ones is refused with an error wrapping ErrFull. Since keys hash
+// unevenly, that may happen a little before MaxEntries counters are held.
 type Memory struct {
 	now       func() time.Time
 	shards    []shard

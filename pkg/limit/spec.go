@@ -61,11 +61,9 @@ func (a Algorithm) takes(p param) bool {
 	return false
 }
 
-// maxSlidingLog is the largest Limit of a valid SlidingLog Spec. A sliding
-// log stores up to one entry per admitted hit: about 236 KB per counter in
-// Redis at 2,000, and a call walks at most half of them, about a
-// millisecond of Redis's time (pkg/redislimit/lua/sliding_log.lua has the
-// figures). Above, one counter could hold Redis up for everyone.
+// maxSlidingLog is the largest Limit of a valid SlidingLog Spec: a sliding
+// log stores an entry per admitted hit, and above it one counter could
+// hold Redis up for everyone (docs/benchmarks.md, pkg/limit).
 const maxSlidingLog = 2000
 
 // SpecError is one problem of a Spec. Its message names what is wrong and
