@@ -164,12 +164,11 @@ func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 const maxLooks = 64
 
 // answer fills the decisions of the hits the cache denies and reports
-// whether the call can be answered without sending it whole: with ok and
-// looks 0, when every hit has a cached denial and those block the call
-// (limit.Blocked); with ok and bit i of looks set for each hit to look at
-// (see look), when every hit is enforced, not a refund and on a key no
-// other hit of the call has, each denied by the cache or a fixed window
-// within its capacity, at least one denied (which blocks the call).
+// whether the call can be answered without sending it whole: ok with no
+// looks when the cached denials block the call; ok with bit i of looks
+// set for each hit to look at (see look) when every hit is enforced, not
+// a refund, on a key of its own, and either denied by the cache or a
+// fixed window within its capacity, with at least one denied.
 func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) (looks uint64, ok bool) {
 	if len(decisions) != len(hits) {
 		return 0, false // the wrapped Limiter says what is wrong
@@ -243,14 +242,11 @@ func (c *Cache) look(ctx context.Context, gen uint64, now int64, hits []limit.Hi
 	return nil
 }
 
-// looked returns the decision of h, a fixed-window hit of a blocked call
-// on a key of its own, from a look at its counter (a decision of cost 0),
-// as the store decides it: the count n before the call is the same, the
-// look says Remaining max(0, L-n), and the hit is denied iff n + cost > L,
-// that is iff cost > Remaining (for n > L the look is denied, and so is
-// any cost); a denied fixed-window hit keeps that Remaining and is retried
-// when the window ends. An allowed hit of a blocked call reports what a
-// look does.
+// looked returns the store's decision for h, a fixed-window hit of a
+// blocked call on a key of its own, from a look at its counter: the look
+// says Remaining max(0, L-n) for the count n, and the store denies the
+// hit iff n + cost > L, that is iff cost > Remaining; a denied hit keeps
+// that Remaining and is retried when the window ends.
 func looked(h *limit.Hit, seen limit.Decision) limit.Decision {
 	if h.Cost == 0 || h.Cost <= seen.Remaining && seen.Allowed {
 		return seen
@@ -275,11 +271,10 @@ func (c *Cache) denied(now int64, h *limit.Hit, out *denial) bool {
 }
 
 // learn remembers the denials of a call the wrapped Limiter decided at
-// instant now (read before the call), and the fixed windows it left
-// exhausted, and forgets the denials of keys it allowed otherwise or
-// refunded. Nothing is learnt across a Flush. A key hit twice in one call
-// teaches nothing: the later hit's decision counts the earlier one's
-// consumption, which a blocked call did not keep.
+// instant now (read before the call) and the fixed windows it left
+// exhausted, and forgets the keys it allowed or refunded. Nothing is
+// learnt across a Flush, nor from a key hit twice in one call, whose
+// later decision counts the earlier hit's consumption.
 func (c *Cache) learn(gen uint64, now int64, hits []limit.Hit, decisions []limit.Decision) {
 	for i := range hits {
 		h, d := &hits[i], &decisions[i]
@@ -369,8 +364,7 @@ func (c *Cache) Flush() {
 	}
 }
 
-// resetter is what Reset needs of the wrapped Limiter: the stores' Reset
-// (limit.Memory, redislimit.Limiter and Split, memcachelimit.Limiter).
+// resetter is the stores' Reset.
 type resetter interface {
 	Reset(ctx context.Context, key string, spec limit.Spec) error
 }
@@ -379,14 +373,13 @@ type resetter interface {
 // has no Reset of its own.
 var ErrNoReset = errors.New("the wrapped limiter cannot reset counters")
 
-// Reset resets the counter key in the wrapped Limiter (its Reset: the
-// stores delete the counter), then forgets the key's cached denial, which
-// would otherwise go on denying for up to Options.MaxAge a client the
-// reset meant to let through. A denial that a call in flight learns from
-// the state before the reset is dropped too (as by Flush), so that none
-// outlives it. The key's denial is forgotten even when the wrapped Reset
-// fails, since the store may have deleted the counter all the same. A
-// wrapped Limiter without Reset is an error wrapping ErrNoReset.
+// Reset resets the counter in the wrapped Limiter, then forgets the key's
+// denial, which would otherwise deny for up to Options.MaxAge a client
+// the reset meant to let through, and drops what calls in flight learn
+// from the state before it (as Flush does). The denial is forgotten even
+// when the wrapped Reset fails, since the store may have deleted the
+// counter all the same. A wrapped Limiter without Reset is an error
+// wrapping ErrNoReset.
 func (c *Cache) Reset(ctx context.Context, key string, spec limit.Spec) error {
 	r, ok := c.inner.(resetter)
 	if !ok {

@@ -5,37 +5,28 @@ import (
 	"time"
 )
 
-// This file holds the six algorithms as pure step functions: one hit against
-// one counter's state at one instant. Memory runs them over its maps; the Lua
-// scripts of package redislimit are line-by-line translations of them, so
-// every float expression below is written in the order the scripts evaluate
-// it, and every product that is then added to or subtracted from goes through
-// mul (see there).
-//
-// Shared conventions of the step functions:
-//   - now is integer microseconds since the Unix epoch; windows are whole µs.
-//   - A step gets the stored state and ok (whether there is any). It returns
-//     the state after the hit and an outcome. The caller stores the returned
-//     state only when outcome.write is set, with outcome.ttl as its lifetime.
-//   - The cases handled once for every algorithm, before any step function
-//     runs (Limit 0, cost above the capacity) live in step, below.
+// The algorithms are pure step functions: one hit against one counter's
+// state at one instant (now, in µs since the Unix epoch). The Lua scripts
+// of package redislimit translate them line by line, so every float
+// expression is written in the order the scripts evaluate it, and every
+// product that is then added to goes through mul. A step gets the stored
+// state and ok (whether there is any) and returns the state after the hit
+// and an outcome; the caller stores the state only when outcome.write is
+// set.
 
-// MaxCount is the most usage charges (Hit.Usage) make a window algorithm
-// count past its limit (in a fixed window, in one sub-window of a sliding
-// window, in a sliding log), or twice the limit when that is more (a
-// calendar window's limit may exceed it): a charge beyond counts up to it.
-// It is twice the largest limit of a rule (2^32 − 1, requests_per_unit)
-// plus one, so that the Redis layout of a fixed window (a count below
-// 2^33) holds, and every count stays exact in a float64.
+// MaxCount is how far usage charges (Hit.Usage) make a window count past
+// its limit (a fixed window, a sub-window, a sliding log), or twice the
+// limit when that is more. It is twice the largest limit of a rule plus
+// one, so that a fixed window's count fits Redis's layout (below 2^33)
+// and every count stays exact in a float64.
 const MaxCount int64 = 1<<33 - 1
 
 // countCap is the most a window of limit counts (see MaxCount).
 func countCap(limit int64) int64 { return max(MaxCount, min(limit, math.MaxInt64/2)*2) }
 
 // MaxDebt is the longest a bucket (TokenBucket, LeakyBucket, GCRA) takes to
-// pay back the usage charges (Hit.Usage) that took it past its limit: a
-// charge that would take it further is counted up to it. No limit a rule
-// can declare comes near it, and every time it gives stays exact in µs.
+// pay back the usage charges that took it past its limit; a charge beyond
+// is counted up to it. Every time it gives stays exact in µs.
 const MaxDebt = 10 * 365 * 24 * time.Hour
 
 // maxDebtMicros is MaxDebt in µs, as the Lua scripts receive it.
@@ -79,26 +70,20 @@ type state struct {
 	runs   runs // SlidingWindow and SlidingLog
 }
 
-// step applies one hit to st, the state of hit.Key (ok reports whether there
-// is any), at now. It returns the hit's outcome; st holds the state after the
-// hit when outcome.write is set. Otherwise st is equivalent to what it was:
-// only st.runs may have been resliced past entries that no longer count, and
-// the memory it shares with the stored state is left untouched, so that a
-// call of a single hit may step on the stored state itself.
+// step applies one hit to st at now and returns its outcome; st holds the
+// state after the hit when outcome.write is set. Otherwise st is
+// equivalent to what it was: st.runs may be resliced past entries that no
+// longer count, but the memory it shares with the stored state is left
+// untouched, so that a call of one hit may step on the stored state.
 //
-// A usage hit (Hit.Usage) of cost > 0 that is not a refund is a charge: it
-// consumes whether it fits or not, taking the counter past its limit when
-// it does not (see chargeCap), and is allowed iff it fits. A charge that
-// does not fit has the RetryAfter of the same hit against the state after
-// it, or Never when its cost is above the capacity.
-//
-// Before the algorithm runs:
-//   - Limit 0: a hit of cost > 0 that is not a refund is denied with Never
-//     set and every other field zero; a peek or a refund is allowed with
-//     every other field zero. The state is neither read nor written.
-//   - Cost above Spec.Capacity (not a refund nor a charge): denied with
-//     Never set and RetryAfter 0; Remaining and ResetAfter are those of a
-//     peek (cost 0).
+// A usage hit of cost > 0 that is not a refund is a charge: it consumes
+// whether it fits or not, and is allowed iff it fits; one that does not
+// fit gets the RetryAfter of the same hit on the state after it, or Never
+// when its cost is above the capacity. Before the algorithm runs, a Limit
+// of 0 denies a hit of cost > 0 (Never, every other field zero) and allows
+// a look or a refund, without touching the state; a cost above
+// Spec.Capacity (not a refund nor a charge) is denied with Never and the
+// Remaining and ResetAfter of a look.
 func step(st *state, ok bool, sp *Spec, now, cost int64, refund, usage bool) outcome {
 	if sp.Limit == 0 {
 		return outcome{allowed: cost == 0 || refund, never: cost > 0 && !refund}
