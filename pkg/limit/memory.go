@@ -122,9 +122,11 @@ func NewMemory(opts MemoryOptions) *Memory {
 	return m
 }
 
+// Evaluate implements Limiter, deciding every hit at one reading of the
+// clock. Beyond Limiter's errors, it returns ctx's error, deciding
 // nothing, if ctx is done; and an error wrapping ErrFull, changing
-// nothing, if a counter the call would create does not fit (see Memory).
-// A blocked call creates no counter, so it is decided even when full.
+// nothing, if a counter the call would create does not fit. A blocked
+// call creates no counter, so it is decided even when full.
 func (m *Memory) Evaluate(ctx context.Context, hits []Hit, decisions []Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
 		return false, fmt.Errorf("limit: %d decisions for %d hits", len(decisions), len(hits))
@@ -246,10 +248,9 @@ func (m *Memory) refuse(now int64, i int) error {
 		ErrFull, i, len(m.shards), m.capacity, capacity)
 }
 
-// slotFor returns the slot of an earlier hit with the given key, or -1.
-// entries. It is what an operator asks to unblock a client at once; the
-// spec is not needed to find the counter and is taken only to match the
-// stores' Reset, whose keys may depend on it. It returns ctx's error,
+// Reset forgets the counter key, so that its next hit finds no state: what
+// an operator asks to unblock a client at once. The spec is not needed and
+// is taken to match the other stores' Reset. It returns ctx's error,
 // forgetting nothing, if ctx is done.
 func (m *Memory) Reset(ctx context.Context, key string, _ Spec) error {
 	if err := ctx.Err(); err != nil {

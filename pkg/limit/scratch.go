@@ -21,8 +21,6 @@ type slot struct {
 	ttl    int64 // of the last write
 }
 
-// Evaluate implements Limiter, deciding every hit at one reading of the
-// clock. Beyond Limiter's errors, it returns ctx's error, deciding
 // apply steps every hit of the call on the working copies of their
 // counters, in order, and sets its decision. With usageOnly, the call is
 // blocked: it steps the usage hits alone (see countUsage), and the other

@@ -48,9 +48,6 @@ func shardIndex(key string, shardBits int) int {
 	return int(h >> (64 - shardBits)) // a shift by 64 gives 0
 }
 
-// Reset forgets the counter key, whatever its spec, so that its next hit
-// finds no state: a fixed window empty, a bucket full, a log without
-
 // expire removes the entries that expire at or before now.
 func (s *shard) expire(now int64) {
 	for len(s.byExpiry) > 0 && s.byExpiry[0].expires <= now {
