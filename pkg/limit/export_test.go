@@ -21,4 +21,7 @@ func (a Algorithm) Takes(p string) bool {
 	return false
 }
 
-var ErrInvalidMode = errInvalidMode
+var (
+	ErrInvalidMode  = errInvalidMode
+	ErrNegativeCost = errNegativeCost
+)

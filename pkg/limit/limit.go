@@ -290,14 +290,13 @@ type Limiter interface {
 // Validate reports whether the hit can be evaluated: its Spec passes
 // Spec.Validate's checks, except the ones a store can do without (a
 // parameter the algorithm ignores, a costly sliding log), its Cost is not
-// negative and its Mode is known. The error wraps ErrInvalidSpec, and
-// ErrNegativeCost for a negative Cost.
+// negative and its Mode is known. The error wraps ErrInvalidSpec.
 func (h Hit) Validate() error {
 	if err := h.Spec.check(evaluating).err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	if h.Cost < 0 {
-		return fmt.Errorf("%w: %d", ErrNegativeCost, h.Cost)
+		return fmt.Errorf("%w: %d", errNegativeCost, h.Cost)
 	}
 	if h.Mode >= numModes {
 		return fmt.Errorf("%w: %v", errInvalidMode, h.Mode)
@@ -311,10 +310,9 @@ var (
 	// ErrInvalidSpec is wrapped by every error of Hit.Validate: a Spec it
 	// rejects, a negative Cost or an unknown Mode.
 	ErrInvalidSpec = errors.New("invalid limit spec")
-	// ErrNegativeCost reports a Hit with Cost < 0.
-	ErrNegativeCost error = &hitError{"negative cost"}
 
-	errInvalidMode = &hitError{"unknown hit mode"}
+	errNegativeCost = &hitError{"negative cost"}
+	errInvalidMode  = &hitError{"unknown hit mode"}
 )
 
 // hitError is a problem of a Hit other than its Spec's. It is an
