@@ -38,25 +38,15 @@ func levelAt(st bucketState, now int64, r float64) float64 {
 }
 
 // stepTokenBucket refills limit tokens per w continuously, up to b, and
-// takes cost tokens per hit. With r = float(limit)/float(w) (tokens per µs):
-//
-//	tokens, ts = stored, or b and now when there is no state
-//	t0 = b                                if now − ts >= ceil((b − tokens)/r)
-//	t0 = min(b, tokens + (now − ts)·r)    otherwise
-//
-// A hit is allowed iff t0 >= cost; if allowed with cost > 0, the state
-// becomes (t0 − cost, now) and is written. With ta the tokens after the hit
-// (t0 − cost if so consumed, else t0; min(b, t0 + cost) for a refund):
-// Remaining = max(0, floor(ta)), ResetAfter = ceil((b − ta)/r), ttl the same.
-// RetryAfter (denied) = the smallest d >= 1 µs at which t0, as computed
-// above for now + d on the same state, is >= cost: ceil((cost − t0)/r)
-// corrected by asking that very predicate (see firstPass), since the float
-// quotient can miss the first passing µs by one.
-// A refund sets (min(b, t0 + cost), now) and writes only if there is a
-// stored state and the new one differs from it. A charge (force) that does
-// not fit takes its tokens all the same, into debt, down to
-// max(t0 − cost, min(t0, −MaxDebt·r)), and writes, denied, with the
-// RetryAfter of the same hit on the state after it.
+// takes cost tokens per hit. With r = float(limit)/float(w) tokens per µs,
+// and tokens and ts stored (b and now when there is no state), the tokens
+// now are t0 = tokensAt(...): b once the bucket has settled, else
+// min(b, tokens + (now − ts)·r). A hit is allowed iff t0 >= cost. A denied
+// hit's RetryAfter is the first µs at which the same t0 reaches cost,
+// found by asking that very predicate (firstPass), since the float
+// quotient ceil((cost − t0)/r) can miss it by one. A refund writes only if
+// the state changes. A charge that does not fit takes its tokens into
+// debt, never below min(t0, −MaxDebt·r).
 func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)
@@ -91,24 +81,13 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 }
 
 // stepLeakyBucket is a meter draining limit per w continuously; a hit adds
-// cost and passes while the level stays <= b. With r = float(limit)/float(w):
-//
-//	level, ts = stored, or 0 and now when there is no state
-//	l0 = 0                                if now − ts >= ceil(level/r)
-//	l0 = max(0, level − (now − ts)·r)     otherwise
-//
-// A hit is allowed iff l0 + cost <= b; if allowed with cost > 0, the state
-// becomes (l0 + cost, now) and is written. With la the level after the hit
-// (l0 + cost if so consumed, else l0; max(0, l0 − cost) for a refund):
-// Remaining = max(0, floor(b − la)), ResetAfter = ceil(la/r), ttl the same.
-// RetryAfter (denied) = the smallest d >= 1 µs at which l0, as computed
-// above for now + d on the same state, satisfies l0 + cost <= b: found from
-// ceil(((l0 + cost) − b)/r) by asking that very predicate (see firstPass).
-// A refund sets (max(0, l0 − cost), now) and writes only if there is a
-// stored state and the new one differs from it. A charge (force) that does
-// not fit adds its cost all the same, past b, up to
-// min(l0 + cost, max(l0, b + MaxDebt·r)), and writes, denied, with the
-// RetryAfter of the same hit on the state after it.
+// cost and passes while the level stays <= b. With r as for the token
+// bucket, and level and ts stored (0 and now when there is no state), the
+// level now is l0 = levelAt(...): 0 once the bucket has settled, else
+// max(0, level − (now − ts)·r). A hit is allowed iff l0 + cost <= b; its
+// RetryAfter is found as the token bucket's. A refund writes only if the
+// state changes. A charge that does not fit adds its cost past b, up to
+// max(l0, b + MaxDebt·r).
 func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)

@@ -3,8 +3,7 @@ package limit
 import "time"
 
 // fixedWindowAt returns the fixed window [start, end) holding now, in µs:
-// Calendar.Window when the spec has a calendar, otherwise
-// start = floor(now/W)·W and end = start + W.
+// the calendar's, or start = floor(now/W)·W and end = start + W.
 func (s *Spec) fixedWindowAt(now int64) (start, end int64) {
 	if !s.Calendar.IsZero() {
 		from, to := s.Calendar.Window(time.UnixMicro(now))
@@ -16,10 +15,8 @@ func (s *Spec) fixedWindowAt(now int64) (start, end int64) {
 }
 
 // WindowAt returns the fixed window [start, end) that holds t: the calendar
-// window when the spec has a calendar, otherwise the window of length Window
-// that starts at a whole multiple of Window since the Unix epoch. It is what
-// a fixed window counts in, and what a limit that admits nothing (Limit 0)
-// reports as its reset.
+// window when the spec has a calendar, otherwise the one of length Window
+// that starts at a whole multiple of Window since the Unix epoch.
 func (s *Spec) WindowAt(t time.Time) (start, end time.Time) {
 	from, to := s.fixedWindowAt(t.UnixMicro())
 	return time.UnixMicro(from), time.UnixMicro(to)
@@ -29,17 +26,11 @@ func (s *Spec) WindowAt(t time.Time) (start, end time.Time) {
 // at start (µs).
 type fixedState struct{ start, count int64 }
 
-// stepFixedWindow counts hits in the window [start, end) that holds now.
-//
-// n is the stored count if the stored window is this one (st.start == start),
-// else 0. A hit is allowed iff n + cost <= limit; if allowed with cost > 0,
-// n += cost and (start, n) is written with ttl end − now.
-// Remaining = max(0, limit − n) with n after the hit; ResetAfter = end − now;
-// RetryAfter (denied) = end − now.
-// A refund sets n = max(0, n − cost) and writes (ttl end − now) only if the
-// stored window is this one and n changes. A charge (force) that does not
-// fit sets n = min(n + cost, MaxCount) and writes, denied, with RetryAfter
-// end − now: it counts up to countCap(limit).
+// stepFixedWindow counts hits in the window [start, end) that holds now: n,
+// the stored count if the stored window is this one, else 0. A hit is
+// allowed iff n + cost <= limit. Every answer resets, and a denied hit may
+// retry, when the window ends. A refund writes only if it changes a count
+// of this window. A charge that does not fit counts up to countCap(limit).
 func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64, refund, force bool) (fixedState, outcome) {
 	n := int64(0)
 	if ok && st.start == start {

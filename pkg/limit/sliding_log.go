@@ -3,22 +3,13 @@ package limit
 import "math"
 
 // stepSlidingLog keeps the time of every admitted hit of the last window;
-// rs holds (time µs, hits at that time) runs, ascending, counts > 0. It
-// returns the runs after the hit, having changed rs's elements only if it
-// writes.
-//
-// Entries with time <= now − w are dropped first; n is the number of
-// entries left. A hit is allowed iff n + cost <= limit; if allowed with
-// cost > 0, cost entries with time now are added and written.
-// Remaining = max(0, limit − n) with n after the hit.
-// ResetAfter = newest + w − now (newest: the latest entry's time), 0 when
-// the log is empty; ttl is the same.
-// RetryAfter (denied) = e + w − now where e is the time of the
-// (n + cost − limit)-th oldest entry: when it leaves, the hit fits.
-// A refund removes the min(cost, n) newest entries; it writes only if it
-// removed any. A charge (force) that does not fit adds its entries all the
-// same, up to countCap(limit) in the log, and writes, denied, with the
-// RetryAfter of the same hit on the log after it.
+// rs holds (time µs, hits at that time) runs, ascending, counts > 0, and
+// changes in place only if the step writes. Entries at or before now − w
+// no longer count; a hit is allowed iff the n left plus cost fit the
+// limit. The log resets when its newest entry leaves, and a denied hit
+// may retry when the (n + cost − limit)-th oldest leaves. A refund removes
+// the newest entries; a charge that does not fit adds its entries up to
+// countCap(limit).
 func stepSlidingLog(rs runs, limit, w, now, cost int64, refund, force bool) (runs, outcome) {
 	rs = rs.dropBefore(now - w + 1)
 	n := rs.total()

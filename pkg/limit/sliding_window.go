@@ -3,31 +3,20 @@ package limit
 import "math"
 
 // stepSlidingWindow estimates the hits of the last window from n sub-window
-// counters (n = Spec.SubWindows()); rs holds (sub-window index, count) runs,
-// ascending, counts > 0. It returns the runs after the hit, having changed
-// rs's elements only if it writes.
-//
-// With g = floor(w/n) (sub-window length), k = floor(now/g) (current index)
-// and x = now − k·g:
-//   - indices < k − n are dropped (they no longer count);
+// counters (n = Spec.SubWindows()); rs holds (sub-window index, count)
+// runs, ascending, counts > 0, and changes in place only if the step
+// writes. With g = floor(w/n) (sub-window length), k = floor(now/g) (the
+// current index) and x = now − k·g:
+//   - indices < k − n are dropped;
 //   - full = Σ cnt[i] for k − n < i <= k (indices above k, left by a clock
 //     that went back, are kept but not counted), old = cnt[k − n];
-//   - est = float(full) + float(old)·float(g − x)/float(g), evaluated as
-//     full + ((old·(g−x)) / g).
+//   - est = full + ((old·(g−x)) / g), in float64.
 //
-// A hit is allowed iff est + cost <= limit (float). If allowed with
-// cost > 0, cnt[k] += cost and the runs are written.
-// Remaining = max(0, floor(limit − (est + cost))) when allowed, else
-// max(0, floor(limit − est)); for a refund, est is recomputed on the state
-// after the refund and Remaining = max(0, floor(limit − est)).
-// ResetAfter = (m + n + 1)·g − now for the newest index m with a count (all
-// of them expired then), 0 when there is none; ttl is the same.
-// RetryAfter (denied): see slidingWindowRetryAfter.
-// A refund takes cost from cnt[k], then from the older counted sub-windows
-// (down to k − n) newest first, never below 0; it writes only if it took any.
-// A charge (force) that does not fit adds cost to cnt[k] all the same, up
-// to countCap(limit) there, and writes, denied, with the RetryAfter of the
-// same hit on the runs after it (Remaining as for an allowed hit: 0).
+// A hit is allowed iff est + cost <= limit. The counter resets when its
+// newest sub-window m with a count expires, at (m + n + 1)·g; a denied
+// hit's RetryAfter is slidingWindowRetryAfter's. A refund takes cost from
+// cnt[k], then from the older counted sub-windows, newest first; a charge
+// that does not fit adds to cnt[k] up to countCap(limit).
 func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool) (runs, outcome) {
 	g := w / n
 	k := floorDiv(now, g)
