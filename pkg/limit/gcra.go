@@ -2,31 +2,27 @@ package limit
 
 import "math"
 
-// GCRAEpoch is the instant GCRA's theoretical arrival times are measured from,
-// in microseconds since the Unix epoch: 2024-01-01T00:00:00Z. The Redis
-// script subtracts the same constant. Small times keep the arrival time, a
-// count of grid units of at most 1 µs (see gcraGrid), an exact integer in a
-// float64 for a century.
+// GCRAEpoch is the instant GCRA's arrival times are measured from, in µs
+// since the Unix epoch: 2024-01-01T00:00:00Z; the Redis script subtracts
+// the same constant. Small times keep an arrival time, a count of grid
+// units of at most 1 µs, an exact integer in a float64 for a century.
 const GCRAEpoch int64 = 1704067200000000
 
-// gcraState is GCRA's stored state: the theoretical arrival time tat, a
-// whole number of grid units since GCRAEpoch (see gcraGrid), and the Limit
-// it was written with, which fixes the size of those units. Keeping the
-// Limit lets a counter survive a change of Limit (a rule reload): its
-// outstanding time is carried over in µs instead of being misread in the
-// new units.
+// gcraState is GCRA's stored state: the theoretical arrival time tat, in
+// grid units since GCRAEpoch, and the Limit it was written with, which
+// fixes the size of those units, so that a counter whose Limit changes (a
+// reload) carries its outstanding time over instead of misreading it.
 type gcraState struct {
 	tat   float64
 	limit int64
 }
 
 // gcraGrid returns GCRA's emission interval T = float(w)/float(limit) µs
-// and s, the grid units per T: with T = f·2^e and f in [1/2, 1) (frexp),
-// s = 2^max(e, 0), a power of two above T. A grid unit, T/s µs, is then at most 1 µs (between 1/2
-// and 1 µs when T >= 1/2 µs), so the grid resolves every µs instant, and T
-// itself is exactly s units: integer costs move the arrival time by exact
-// integers. A limit of 0 (a state written before units existed, whose tat
-// was in µs) gives T = 1 µs and s = 1.
+// and s, the grid units per T: s = 2^max(e, 0) for T = f·2^e, f in
+// [1/2, 1). A unit, T/s µs, is then at most 1 µs, so the grid resolves
+// every µs, and T is exactly s units: integer costs move the arrival time
+// by exact integers. A limit of 0 (a state written before units existed,
+// in µs) gives T = 1 µs and s = 1.
 func gcraGrid(limit, w int64) (period, s float64) {
 	if limit == 0 {
 		return 1, 1
@@ -40,32 +36,22 @@ func gcraGrid(limit, w int64) (period, s float64) {
 // since GCRAEpoch. It is monotone in m.
 func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period) }
 
-// stepGCRA keeps one theoretical arrival time, on a grid that makes integer
-// costs exact: with T and s from gcraGrid, n = now − GCRAEpoch (µs, exact)
-// and u(m) = floor(m·s/T) (grid units at m µs, see gcraUnits):
+// stepGCRA keeps one theoretical arrival time on that grid. With
+// n = now − GCRAEpoch and u(m) = floor(m·s/T) the units at m µs:
 //
 //	nu = u(n)
-//	tat = stored, or nu when there is no state; a tat stored under another
-//	      limit L' is carried over: debt = tat − u'(n) in the old units; if
-//	      debt <= 0, tat = nu, else tat = nu + ceil(debt·T'/s'·s/T)
+//	tat = stored (carried over from another limit by gcraCarry), or nu
 //	t0 = max(tat, nu); nt = t0 + cost·s; tau = b·s
 //
-// All of these are integers (exact in a float64 while the tolerance b·T is
-// below 2^51 µs). A hit is allowed iff nt − tau <= nu; if allowed with
-// cost > 0, tat = nt is written with the limit. With after the tat after the
-// hit (nt if so consumed, else t0; max(nu, t0 − cost·s) for a refund):
-// Remaining = max(0, floor((tau − (after − nu))/s)).
-// ResetAfter = the smallest d >= 0 with u(n + d) >= after (0 when
-// after <= nu); ttl the same. RetryAfter (denied) = the smallest d >= 1
-// with u(n + d) >= nt − tau: the first µs at which the hit passes.
-// A refund writes only if there is a stored state and the new one differs
-// from it. A charge (force) that does not fit is consumed all the same, the
-// arrival time moving to min(nt, max(t0, nu + tau + u(MaxDebt))), and
-// writes, denied, with the RetryAfter of the same hit on the state after it.
+// All of these are integers, exact in a float64 while b·T is below 2^51
+// µs. A hit is allowed iff nt − tau <= nu. ResetAfter is the first µs at
+// which u reaches the arrival time after the hit, and a denied hit's
+// RetryAfter the first at which it reaches nt − tau. A refund writes only
+// if the state changes; a charge that does not fit moves the arrival time
+// to min(nt, max(t0, nu + tau + u(MaxDebt))).
 //
-// So B hits at one instant pass, exactly, whatever L and W: they add B·s to
-// the arrival time in exact integers. (Keeping the arrival time in µs
-// instead rounds each step of W/L µs to the float grid near now, and a
+// So B hits at one instant pass, exactly, whatever L and W. (An arrival
+// time in µs rounds each step of W/L µs to the float grid near now, and a
 // burst of B then sometimes admits only B − 1.)
 func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund, force bool) (gcraState, outcome) {
 	period, s := gcraGrid(limit, w)
