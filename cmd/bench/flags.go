@@ -248,7 +248,8 @@ func (o *options) checkScenarios(matrixConcurrency string) error {
 			return err
 		}
 	}
-	if _, err := limit.ParseAlgorithm(o.algorithm); err != nil {
+	var a limit.Algorithm
+	if err := a.UnmarshalText([]byte(o.algorithm)); err != nil {
 		return fmt.Errorf("-algorithm: %w", err)
 	}
 	return nil

@@ -1,43 +1,21 @@
-// Package denycache answers, without the store, the calls a store would
-// reject anyway: a counter known to deny a cost until an instant T (the
-// RetryAfter the store returned) denies it, and any larger cost, until T;
-// a fixed window the store left with nothing to give (an allowed hit or a
-// look with Remaining 0) denies any cost until the window ends. Under an
-// over-limit flood most calls are such repeats, so most are answered in
-// memory; a call such a denial blocks, whose other hits are fixed windows
-// the cache does not know, costs the store only a look at those.
+// Package denycache answers, without the store, the calls the store would
+// reject anyway. A Cache wraps a limit.Limiter and is one itself.
 //
-// It owns only that knowledge. A Cache wraps any limit.Limiter
-// (redislimit.Limiter in the server) and is one itself; it imports limit
-// for that contract and nothing else of floodgate's.
-//
-// # Why a cached denial is safe
-//
-// A denial of (Key, Spec, Cost c) with RetryAfter r at instant t0 says that
-// the counter, as the store holds it, admits no hit of cost >= c before
-// t0+r if nothing else happens. Other callers can only consume more, which
-// delays that instant; so until it, the store would deny again, and a call
-// it would deny consumes nothing. The only things that give budget back
-// are a refund (is_negative_hits), a change of the limit and an operator's
-// reset: a refund through this Cache drops the key's entry, a Spec that
-// differs from the cached one (a reload that raised the limit) never
-// matches, and Reset forgets the key; the server also flushes the Cache on
-// every reload. What this instance cannot
-// see, a refund sent to another instance or a store that lost its data (a
-// Redis restarted empty), makes it deny although the store would admit,
-// never the reverse; Options.MaxAge bounds how long: a denial is used for
-// at most MaxAge after the store returned it, even when its T is a day
-// away.
-//
-// An exhausted fixed window is the same knowledge learnt one call
-// earlier: Remaining 0 says that no hit of cost 1 fits until the window
-// ends (ResetAfter), and only the same refund, change of the limit or
-// reset gives budget back. Other algorithms give budget back before their
-// ResetAfter (a bucket refills, a sliding window's hits age out), so only
-// their denials are learnt.
-//
-// The instant t0 is read before the store is called, so the cached T is
-// never later than the store's own.
+// A denial of (Key, Spec, cost c) with RetryAfter r at instant t0 says that
+// no hit of cost >= c passes before t0+r if nothing else happens. Other
+// callers can only consume more, which delays that instant, and a denied
+// call consumes nothing: until then the store would deny again. A fixed
+// window left with Remaining 0 says the same for cost 1 until it ends.
+// Other algorithms give budget back before their ResetAfter, so only
+// their denials are kept. Budget comes back only through a refund (which
+// drops the key's denial), a changed limit (a Spec that differs never
+// matches) and a reset (Reset forgets the key; the server flushes the
+// Cache on every reload). What this instance cannot see, a refund sent to
+// another instance or a store that lost its data, makes it deny although
+// the store would admit, never the reverse, for at most Options.MaxAge.
+// The instant t0 is read before the store is called, so the cached
+// instant is never later than the store's. docs/operations.md (Deny cache)
+// says what users see.
 package denycache
 
 import (
@@ -68,10 +46,10 @@ const maxShards = 64
 
 // Options configure a Cache. The zero value is usable.
 type Options struct {
-	// MaxEntries bounds the number of denials held (about 150 bytes each
-	// plus the key); 0 means DefaultMaxEntries. When a part of the cache
-	// is full, expired denials go first, then arbitrary ones: forgetting
-	// a denial only sends the next call to the store.
+	// MaxEntries bounds the number of denials held; 0 means
+	// DefaultMaxEntries. A full part of the cache drops expired denials,
+	// then arbitrary ones: a forgotten denial only sends the next call to
+	// the store.
 	MaxEntries int
 	// MaxAge bounds how long a denial is used after the store returned
 	// it (it is never used past its RetryAfter either); 0 means
@@ -82,9 +60,8 @@ type Options struct {
 }
 
 // Cache is a limit.Limiter that answers calls the wrapped one would reject
-// from the denials it has seen. It is safe for concurrent use; calls on
-// different keys rarely share a lock, and a call answered from the cache
-// does not allocate.
+// from the denials it has seen. It is safe for concurrent use, and a call
+// answered from the cache does not allocate.
 type Cache struct {
 	inner  limit.Limiter
 	now    func() time.Time
@@ -147,30 +124,18 @@ func (c *Cache) shardOf(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)&uint64(len(c.shards)-1)]
 }
 
-// Evaluate implements limit.Limiter. When every hit of the call has a
-// cached denial for its Key and Spec at a cost no greater than its own,
-// and those denials block the call (limit.Blocked: one is enforced, or
-// every quota is over), the wrapped Limiter would reject the call: it is
-// answered
-// without it, each hit with Allowed false, Remaining 0, RetryAfter the time
-// left until the instant the store gave, ResetAfter the store's minus
-// the time elapsed and Debt 0, which the cache does not keep (a hit
-// costing more than its limit's capacity gets Never and RetryAfter 0, as
-// from the store), and nothing is consumed, as the
-// wrapped Limiter would consume nothing. When an enforced hit's cached
-// denial blocks the call but the cache does not know its other hits, and
-// those are fixed windows on keys of their own, the wrapped Limiter is
-// asked only to look at them (cost 0): the call is blocked, and each of
-// them gets the store's decision, which a look at a fixed window tells
-// exactly (see looked). A call with any other hit (a refund, a usage
-// hit, which the store charges whatever it decides, a key without a denial
-// in another algorithm) goes to the wrapped Limiter whole, so that every answer's other statuses are the store's. A call
-// answered here is blocked; one that went to the wrapped Limiter gets its
-// verdict.
-//
-// The wrapped Limiter's denials, and the fixed windows it left exhausted,
-// are remembered; a refund, or another allowed hit, drops its key's cached
-// denial.
+// Evaluate implements limit.Limiter. When every hit has a cached denial
+// for its Key and Spec at a cost no greater than its own, and those
+// denials block the call (limit.Blocked), the call is answered without
+// the wrapped Limiter: each hit denied with Remaining 0, Debt 0 (the
+// cache keeps none), and RetryAfter and ResetAfter those the store gave,
+// less the time elapsed; Never and RetryAfter 0 for a cost above the
+// capacity. When an enforced hit's denial blocks the call and its other
+// hits are fixed windows on keys of their own, the wrapped Limiter only
+// looks at those (see looked). Any other call (a refund, a usage hit, a
+// key without a denial in another algorithm) goes to the wrapped Limiter
+// whole. Its denials and exhausted fixed windows are remembered; a refund
+// or another allowed hit drops its key's denial.
 func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	now := c.now().UnixNano()
 	looks, ok := c.answer(now, hits, decisions)
@@ -199,12 +164,11 @@ func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 const maxLooks = 64
 
 // answer fills the decisions of the hits the cache denies and reports
-// whether the call can be answered without sending it whole: with ok and
-// looks 0, when every hit has a cached denial and those block the call
-// (limit.Blocked); with ok and bit i of looks set for each hit to look at
-// (see look), when every hit is enforced, not a refund and on a key no
-// other hit of the call has, each denied by the cache or a fixed window
-// within its capacity, at least one denied (which blocks the call).
+// whether the call can be answered without sending it whole: ok with no
+// looks when the cached denials block the call; ok with bit i of looks
+// set for each hit to look at (see look) when every hit is enforced, not
+// a refund, on a key of its own, and either denied by the cache or a
+// fixed window within its capacity, with at least one denied.
 func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) (looks uint64, ok bool) {
 	if len(decisions) != len(hits) {
 		return 0, false // the wrapped Limiter says what is wrong
@@ -278,14 +242,11 @@ func (c *Cache) look(ctx context.Context, gen uint64, now int64, hits []limit.Hi
 	return nil
 }
 
-// looked returns the decision of h, a fixed-window hit of a blocked call
-// on a key of its own, from a look at its counter (a decision of cost 0),
-// as the store decides it: the count n before the call is the same, the
-// look says Remaining max(0, L-n), and the hit is denied iff n + cost > L,
-// that is iff cost > Remaining (for n > L the look is denied, and so is
-// any cost); a denied fixed-window hit keeps that Remaining and is retried
-// when the window ends. An allowed hit of a blocked call reports what a
-// look does.
+// looked returns the store's decision for h, a fixed-window hit of a
+// blocked call on a key of its own, from a look at its counter: the look
+// says Remaining max(0, L-n) for the count n, and the store denies the
+// hit iff n + cost > L, that is iff cost > Remaining; a denied hit keeps
+// that Remaining and is retried when the window ends.
 func looked(h *limit.Hit, seen limit.Decision) limit.Decision {
 	if h.Cost == 0 || h.Cost <= seen.Remaining && seen.Allowed {
 		return seen
@@ -310,11 +271,10 @@ func (c *Cache) denied(now int64, h *limit.Hit, out *denial) bool {
 }
 
 // learn remembers the denials of a call the wrapped Limiter decided at
-// instant now (read before the call), and the fixed windows it left
-// exhausted, and forgets the denials of keys it allowed otherwise or
-// refunded. Nothing is learnt across a Flush. A key hit twice in one call
-// teaches nothing: the later hit's decision counts the earlier one's
-// consumption, which a blocked call did not keep.
+// instant now (read before the call) and the fixed windows it left
+// exhausted, and forgets the keys it allowed or refunded. Nothing is
+// learnt across a Flush, nor from a key hit twice in one call, whose
+// later decision counts the earlier hit's consumption.
 func (c *Cache) learn(gen uint64, now int64, hits []limit.Hit, decisions []limit.Decision) {
 	for i := range hits {
 		h, d := &hits[i], &decisions[i]
@@ -404,8 +364,7 @@ func (c *Cache) Flush() {
 	}
 }
 
-// resetter is what Reset needs of the wrapped Limiter: the stores' Reset
-// (limit.Memory, redislimit.Limiter and Split, memcachelimit.Limiter).
+// resetter is the stores' Reset.
 type resetter interface {
 	Reset(ctx context.Context, key string, spec limit.Spec) error
 }
@@ -414,14 +373,13 @@ type resetter interface {
 // has no Reset of its own.
 var ErrNoReset = errors.New("the wrapped limiter cannot reset counters")
 
-// Reset resets the counter key in the wrapped Limiter (its Reset: the
-// stores delete the counter), then forgets the key's cached denial, which
-// would otherwise go on denying for up to Options.MaxAge a client the
-// reset meant to let through. A denial that a call in flight learns from
-// the state before the reset is dropped too (as by Flush), so that none
-// outlives it. The key's denial is forgotten even when the wrapped Reset
-// fails, since the store may have deleted the counter all the same. A
-// wrapped Limiter without Reset is an error wrapping ErrNoReset.
+// Reset resets the counter in the wrapped Limiter, then forgets the key's
+// denial, which would otherwise deny for up to Options.MaxAge a client
+// the reset meant to let through, and drops what calls in flight learn
+// from the state before it (as Flush does). The denial is forgotten even
+// when the wrapped Reset fails, since the store may have deleted the
+// counter all the same. A wrapped Limiter without Reset is an error
+// wrapping ErrNoReset.
 func (c *Cache) Reset(ctx context.Context, key string, spec limit.Spec) error {
 	r, ok := c.inner.(resetter)
 	if !ok {

@@ -7,24 +7,13 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// call is the working memory of one Evaluate, reused across calls.
-//
-// A call runs in two steps. First, one command per hit that touches the
-// store, all in one round trip per server: a consuming hit creates its
-// counter if missing and increments it by its cost (cmdAddIncr), any other
-// hit reads its counter (incr by 0). decide then turns the replies into
-// decisions. Second, when needed, one more round trip gives back what the
-// call must not keep (decr): every increment of a call that blocks, the
-// increment of each denied hit (advisory or a quota's) of a call that does
-// not, and the refunds. Whether the call blocks is limit.Blocked, quotas
-// included, decided from the first step's replies alone.
-//
-// When a hit blocks before anything is asked (cost > 0, enforced, not a
-// refund nor usage, and Limit 0 or a cost above the limit), the call
-// cannot consume: every hit only reads, the consuming ones counting their
-// cost on top of what they read (virtual), but for its usage hits
-// (limit.Hit.Usage), which a blocked call applies all the same: they are
-// incremented whatever the decision, and never given back.
+// call is the working memory of one Evaluate, reused across calls. The
+// first step sends one command per hit (cmdAddIncr to consume, an incr by
+// 0 to read), decide turns the replies into decisions, and settle builds
+// the second step's decrs. When a hit blocks before anything is asked (an
+// enforced cost above the limit, or a limit of 0), the call is static: it
+// only reads, counting its consuming hits' costs on top of what it reads,
+// but for its usage hits, which are incremented all the same.
 type call struct {
 	hits  []hitState
 	slots []slot
@@ -130,14 +119,10 @@ func pointers(dst []*command, cmds []command) []*command {
 
 // decide sets decisions from the first step's replies, with the
 // arithmetic of limit's fixed window, and reports whether the call blocks.
-//
-// A consuming hit's reply n is the count after every increment of the
-// call so far on its counter, its own included, and after whatever other
-// calls did. The hit sees w = n - cost - (costs of the call's earlier
-// denied hits on the counter, which the in-process twin would not have
-// added) and is allowed when w + cost <= Limit. A read sees w = n -
-// (those denied costs). A static call adds its consuming hits' costs to
-// what it reads, as if it had sent them.
+// A consuming hit's reply is the count after the call's increments so far
+// on its counter, its own included, and whatever other calls did; the hit
+// sees it less its cost and less the costs of the call's earlier denied
+// hits there, which limit.Memory would not have added.
 func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (blocked bool) {
 	for i := range hits {
 		h, hs := &hits[i], &c.hits[i]

@@ -17,31 +17,26 @@ import (
 	"time"
 )
 
-// This file is a small client of Memcached's text protocol: the five
-// commands the limiter needs (incr, decr, add, delete, version), pipelined, over a
-// pool of connections per server, with the server of each key chosen by
-// rendezvous hashing.
+// This file is a small client of Memcached's text protocol: the commands
+// the limiter needs, pipelined over a pool of connections per server, the
+// server of each key chosen by rendezvous hashing.
 
 // Kinds of command.
 const (
 	// cmdIncr is "incr key delta": the value after, or not found. With
-	// delta 0 it reads a counter atomically, in order with the other
-	// commands on the connection.
+	// delta 0 it reads a counter, in order with the connection's other
+	// commands.
 	cmdIncr = iota
 	// cmdDecr is "decr key delta": the value after (never below 0), or
 	// not found.
 	cmdDecr
-	// cmdAddIncr is "add key 0 exp 1 / 0" then "incr key delta": the
-	// counter is created at 0 with its expiry when missing (add does
-	// nothing to an existing key), then incremented. Two commands in one
-	// write, so a counter is created and charged in one round trip, where
-	// incr, add on a miss, and incr again when a concurrent add won take
-	// up to three.
+	// cmdAddIncr is "add key 0 exp 1 / 0" then "incr key delta", in one
+	// write: the counter is created at 0 with its expiry when missing,
+	// then incremented, in one round trip.
 	cmdAddIncr
 	// cmdVersion is "version", a probe.
 	cmdVersion
-	// cmdDelete is "delete key": found when the key existed (an
-	// operator's reset, Limiter.Reset).
+	// cmdDelete is "delete key": found when the key existed.
 	cmdDelete
 )
 

@@ -21,11 +21,9 @@ import (
 // with errors.Is.
 var ErrStore = errors.New("memcached failed")
 
-// ErrUnsupported reports a hit whose algorithm Memcached cannot decide
-// atomically: every algorithm but limit.FixedWindow. It wraps
-// limit.ErrInvalidSpec, since rules that need one are refused when they
-// are loaded (Supports) and such a hit is floodgate's mistake, not a
-// failure of the store.
+// ErrUnsupported reports a hit whose algorithm is not limit.FixedWindow.
+// It wraps limit.ErrInvalidSpec: rules that need one are refused when they
+// load (Supports), so such a hit is floodgate's mistake, not the store's.
 var ErrUnsupported = fmt.Errorf("algorithm not supported by Memcached: %w", limit.ErrInvalidSpec)
 
 // DefaultMaxIdleConns is Options.MaxIdleConns when it is 0 or less.
@@ -250,12 +248,10 @@ func (l *Limiter) Probe(ctx context.Context) error {
 	return nil
 }
 
-// Evaluate implements limit.Limiter, except where the package
-// documentation says otherwise (it is not atomic: see there). Every hit
-// must be a fixed window: another algorithm is an error wrapping
-// ErrUnsupported, naming the hit's index, and Memcached is not called. A
-// failure of Memcached is an error wrapping ErrStore; then nothing was
-// consumed, except as the package documentation describes.
+// Evaluate implements limit.Limiter, but not atomically (see the package
+// doc). A hit of another algorithm than limit.FixedWindow is an error
+// wrapping ErrUnsupported, and Memcached is not called; a failure of
+// Memcached is an error wrapping ErrStore.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
 		return false, fmt.Errorf("memcachelimit: %d decisions for %d hits", len(decisions), len(hits))
@@ -298,10 +294,9 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 }
 
 // settle runs the commands that follow a call's decision (compensations
-// and refunds). They run even when the caller has given up, under a
-// deadline of their own (Options.Timeout), because a counter left charged
-// for a call that consumed nothing would deny others until its window
-// ends.
+// and refunds), even when the caller has given up, under a deadline of
+// their own: a counter left charged for a call that consumed nothing
+// would deny others until its window ends.
 func (l *Limiter) settle(ctx context.Context, cmds []*command) error {
 	if len(cmds) == 0 {
 		return nil
@@ -323,14 +318,11 @@ func (l *Limiter) failed(ctx context.Context, err error) {
 	}
 }
 
-// expiry returns the expiry of a counter whose window ends at end, from
-// now: in whole seconds, rounded up, plus one, because Memcached's clock
-// ticks in whole seconds and may be up to a second behind; as a Unix time
-// beyond 30 days, with a minute more for the two clocks' disagreement, and
-// at most 2^31-1 (January 2038), the largest Memcached reads. A counter
-// may outlive its window a little, never the reverse (but for windows
-// ending after 2038): its key names its window, so a late expiry only
-// holds memory.
+// expiry returns the expiry of a counter whose window ends at end: whole
+// seconds from now, rounded up, plus one for Memcached's coarse clock;
+// beyond 30 days, a Unix time with a minute more for the two clocks'
+// disagreement, at most 2^31-1 (January 2038), the largest Memcached
+// reads. A key names its window, so a late expiry only holds memory.
 func expiry(now, end time.Time) int64 {
 	secs := int64(math.Ceil(end.Sub(now).Seconds())) + 1
 	if secs <= maxRelativeExpiry {

@@ -500,7 +500,7 @@ func TestRefusedHits(t *testing.T) {
 			[]error{memcachelimit.ErrUnsupported, limit.ErrInvalidSpec}},
 		{"sliding window", limit.Hit{Key: "k", Spec: limit.Spec{Algorithm: limit.SlidingWindow, Limit: 5, Window: time.Second}, Cost: 1},
 			[]error{memcachelimit.ErrUnsupported, limit.ErrInvalidSpec}},
-		{"negative cost", limit.Hit{Key: "k", Spec: fixed(5, time.Second), Cost: -1}, []error{limit.ErrNegativeCost}},
+		{"negative cost", limit.Hit{Key: "k", Spec: fixed(5, time.Second), Cost: -1}, []error{limit.ErrInvalidSpec}},
 		{"no window", limit.Hit{Key: "k", Spec: fixed(5, 0), Cost: 1}, []error{limit.ErrInvalidSpec}},
 	}
 	for _, tt := range tests {
@@ -514,6 +514,9 @@ func TestRefusedHits(t *testing.T) {
 			}
 			if errors.Is(err, memcachelimit.ErrStore) || !strings.Contains(fmt.Sprint(err), "hit 1") {
 				t.Errorf("error %v: want the hit's index and no store failure", err)
+			}
+			if tt.name == "negative cost" && !strings.Contains(fmt.Sprint(err), "hit 1: negative cost: -1") {
+				t.Errorf("error %v: want it to name the negative cost", err)
 			}
 		})
 	}

@@ -8,20 +8,12 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// Reset deletes the counter key (a limit.Hit.Key) of a fixed window spec,
-// so that its next hit finds the window empty: what an operator asks to
-// unblock a client at once. A counter is one Memcached key per window
-// (AppendKey), so the key of the window holding this process's now is
-// deleted, and with it those of the window before and the window after:
-// other instances place hits in windows by their own clocks, and one a
-// little behind or ahead near a boundary would otherwise go on counting
-// in a window the reset left (see the package documentation, Time). The
-// keys go to their servers in one round trip each, concurrently.
-//
-// Another algorithm is an error wrapping ErrUnsupported, and Memcached is
-// not called. The call waits at most Options.Timeout, or ctx's sooner
-// deadline; a failure is an error wrapping ErrStore that names the
-// servers that failed (the keys of the others are deleted).
+// Reset deletes the counter key of a fixed window spec, so that its next
+// hit finds the window empty. It deletes the keys of the window holding
+// this process's now and of the windows just before and after it, which
+// instances whose clocks differ a little may still count in. Another
+// algorithm is an error wrapping ErrUnsupported; a failure is an error
+// wrapping ErrStore naming the servers that failed.
 func (l *Limiter) Reset(ctx context.Context, key string, spec limit.Spec) error {
 	if spec.Algorithm != limit.FixedWindow {
 		return fmt.Errorf("memcachelimit: reset: %w: %v", ErrUnsupported, spec.Algorithm)

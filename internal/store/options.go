@@ -32,7 +32,7 @@ type Options struct {
 	// KeyPrefix starts every key in Redis or Memcached.
 	KeyPrefix string
 	// MemoryMaxEntries bounds the counters the in-memory store holds; 0
-	// means limit.DefaultMaxEntries.
+	// means limit.MemoryOptions' default.
 	MemoryMaxEntries int
 	// DenyCache configures the deny cache in front of Redis.
 	DenyCache DenyCacheOptions

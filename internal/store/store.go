@@ -28,12 +28,11 @@ type Store struct {
 	limiter limit.Limiter // with the deny cache when it is on
 	clock   clock
 
-	mem        *limit.Memory // the in-memory store, else nil
-	maxEntries int           // of mem
-	redis      []*deployment // main, then per-second; nil without Redis
-	memcache   *memcachelimit.Limiter
-	watches    []*watch // one per Redis deployment, or Memcached's
-	cache      *denycache.Cache
+	mem      *limit.Memory // the in-memory store, else nil
+	redis    []*deployment // main, then per-second; nil without Redis
+	memcache *memcachelimit.Limiter
+	watches  []*watch // one per Redis deployment, or Memcached's
+	cache    *denycache.Cache
 
 	stop      context.CancelFunc // ends the watches
 	running   sync.WaitGroup     // the watches
@@ -92,10 +91,6 @@ func (s *Store) openMemory(opts Options) {
 	s.name = "memory"
 	s.mem = limit.NewMemory(limit.MemoryOptions{MaxEntries: opts.MemoryMaxEntries, Logger: opts.Logger})
 	s.limiter = s.mem
-	s.maxEntries = opts.MemoryMaxEntries
-	if s.maxEntries == 0 {
-		s.maxEntries = limit.DefaultMaxEntries
-	}
 }
 
 // Limiter returns the limiter that decides with the store's counters:
@@ -131,8 +126,9 @@ func (s *Store) Name() string { return s.name }
 func (s *Store) Health() health.Store {
 	switch {
 	case s.mem != nil:
+		st := s.mem.Stats()
 		return health.Store{Name: s.name, Healthy: true, Reached: true,
-			Detail: fmt.Sprintf("counters in this process only: not shared with other instances, lost on restart; %d of at most %d counters", s.mem.Len(), s.maxEntries)}
+			Detail: fmt.Sprintf("counters in this process only: not shared with other instances, lost on restart; %d of at most %d counters", st.Entries, st.Capacity)}
 	case s.memcache != nil:
 		return s.memcacheHealth()
 	}

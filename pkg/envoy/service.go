@@ -242,7 +242,7 @@ func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequ
 		// The caller went away; nobody reads the answer.
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	if errors.Is(err, limit.ErrInvalidSpec) || errors.Is(err, limit.ErrNegativeCost) || errors.Is(err, limit.ErrInvalidMode) {
+	if errors.Is(err, limit.ErrInvalidSpec) {
 		// Not the store: floodgate built a hit the limiter refuses. Say so
 		// rather than dress it up as an outage.
 		s.opts.Logger.Error("the limiter refused a hit", "err", err, "domain", req.GetDomain())

@@ -5,10 +5,10 @@ import "time"
 // CalendarUnit is the length of a calendar window.
 type CalendarUnit uint8
 
-// Calendar units. NoCalendar, the zero value, means windows aligned to the
+// Calendar units. noCalendar, the zero value, means windows aligned to the
 // Unix epoch.
 const (
-	NoCalendar CalendarUnit = iota
+	noCalendar CalendarUnit = iota
 	CalendarDay
 	CalendarWeek // starts on Monday
 	CalendarMonth
@@ -20,7 +20,7 @@ const (
 // monthly one on the 1st, a yearly one on January 1st. The zero value means
 // no calendar.
 type Calendar struct {
-	// Unit is the calendar period; NoCalendar (zero) means epoch-aligned
+	// Unit is the calendar period; noCalendar (zero) means epoch-aligned
 	// windows.
 	Unit CalendarUnit
 	// Location is the time zone; nil means UTC.
@@ -28,7 +28,7 @@ type Calendar struct {
 }
 
 // IsZero reports whether c is the zero Calendar (epoch-aligned windows).
-func (c Calendar) IsZero() bool { return c.Unit == NoCalendar }
+func (c Calendar) IsZero() bool { return c.Unit == noCalendar }
 
 // Window returns the calendar window holding t: start <= t < end. Daylight
 // saving changes make some days 23 or 25 hours long; the window follows the

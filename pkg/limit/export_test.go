@@ -5,3 +5,23 @@ func ShardOf(m *Memory, key string) int { return shardIndex(key, m.shardBits) }
 
 // Shards returns the number of shards of m.
 func Shards(m *Memory) int { return len(m.shards) }
+
+const (
+	MaxSlidingLog      = maxSlidingLog
+	RefusalLogInterval = refusalLogInterval
+)
+
+// Takes reports whether a takes the parameter named p.
+func (a Algorithm) Takes(p string) bool {
+	for i := range params {
+		if params[i].name == p {
+			return a.takes(param(i))
+		}
+	}
+	return false
+}
+
+var (
+	ErrInvalidMode  = errInvalidMode
+	ErrNegativeCost = errNegativeCost
+)

@@ -715,6 +715,9 @@ func TestEvaluateErrors(t *testing.T) {
 			if c.is != nil && !errors.Is(err, c.is) {
 				t.Fatalf("error %v does not wrap %v", err, c.is)
 			}
+			if c.is != nil && !errors.Is(c.is, context.Canceled) && !errors.Is(err, limit.ErrInvalidSpec) {
+				t.Fatalf("error %v, want it to wrap ErrInvalidSpec too", err)
+			}
 			if n := m.Len(); n != 0 {
 				t.Fatalf("a failed call stored %d counters", n)
 			}

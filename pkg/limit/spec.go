@@ -6,18 +6,18 @@ import (
 	"time"
 )
 
-// Param names a parameter of a Spec, for errors (SpecError) and for what
-// each algorithm takes (Algorithm.Takes).
-type Param uint8
+// param is a parameter of a Spec, for errors (SpecError.Param) and for
+// what each algorithm takes.
+type param uint8
 
 // The parameters, in the order of Spec's fields.
 const (
-	ParamAlgorithm Param = iota
-	ParamLimit
-	ParamWindow
-	ParamBurst
-	ParamPrecision
-	ParamCalendar
+	paramAlgorithm param = iota
+	paramLimit
+	paramWindow
+	paramBurst
+	paramPrecision
+	paramCalendar
 
 	numParams
 )
@@ -32,30 +32,21 @@ var params = [numParams]struct {
 	misplaced  string // format of the algorithm given it and those that take it
 	ignorable  bool
 }{
-	ParamAlgorithm: {name: "algorithm"},
-	ParamLimit:     {name: "limit"},
-	ParamWindow:    {name: "window"},
-	ParamBurst: {name: "burst", algorithms: []Algorithm{TokenBucket, LeakyBucket, GCRA},
+	paramAlgorithm: {name: "algorithm"},
+	paramLimit:     {name: "limit"},
+	paramWindow:    {name: "window"},
+	paramBurst: {name: "burst", algorithms: []Algorithm{TokenBucket, LeakyBucket, GCRA},
 		misplaced: "%[1]s has no burst (burst applies to %[2]s)", ignorable: true},
-	ParamPrecision: {name: "precision", algorithms: []Algorithm{SlidingWindow},
+	paramPrecision: {name: "precision", algorithms: []Algorithm{SlidingWindow},
 		misplaced: "%[1]s has no precision (precision applies to %[2]s)", ignorable: true},
-	ParamCalendar: {name: "calendar", algorithms: []Algorithm{FixedWindow},
+	paramCalendar: {name: "calendar", algorithms: []Algorithm{FixedWindow},
 		misplaced: "a calendar window needs algorithm %[2]s, not %[1]s"},
 }
 
-// String returns the parameter's name: "algorithm", "limit", "window",
-// "burst", "precision" or "calendar".
-func (p Param) String() string {
-	if p < numParams {
-		return params[p].name
-	}
-	return fmt.Sprintf("Param(%d)", uint8(p))
-}
-
-// Takes reports whether the algorithm uses the parameter: Burst only the
+// takes reports whether the algorithm uses the parameter: Burst only the
 // bucket algorithms, Precision only SlidingWindow, Calendar only
 // FixedWindow, the others every algorithm.
-func (a Algorithm) Takes(p Param) bool {
+func (a Algorithm) takes(p param) bool {
 	if p >= numParams {
 		return false
 	}
@@ -70,19 +61,18 @@ func (a Algorithm) Takes(p Param) bool {
 	return false
 }
 
-// MaxSlidingLog is the largest Limit of a valid SlidingLog Spec. A sliding
-// log stores up to one entry per admitted hit: about 236 KB per counter in
-// Redis at 2,000, and a call walks at most half of them, about a
-// millisecond of Redis's time (pkg/redislimit/lua/sliding_log.lua has the
-// figures). Above, one counter could hold Redis up for everyone.
-const MaxSlidingLog = 2000
+// maxSlidingLog is the largest Limit of a valid SlidingLog Spec: a sliding
+// log stores an entry per admitted hit, and above it one counter could
+// hold Redis up for everyone (docs/benchmarks.md, pkg/limit).
+const maxSlidingLog = 2000
 
 // SpecError is one problem of a Spec. Its message names what is wrong and
 // what would be valid, and reads on its own or after the name of the
 // field that set Param, such as a rule file's "rate_limit.burst".
 type SpecError struct {
-	// Param is the parameter at fault.
-	Param Param
+	// Param names the parameter at fault as rule files do: "algorithm",
+	// "limit", "window", "burst", "precision" or "calendar".
+	Param string
 	// Msg says what is wrong, e.g. "fixed_window has no burst (burst
 	// applies to token_bucket, leaky_bucket and gcra)".
 	Msg string
@@ -91,12 +81,12 @@ type SpecError struct {
 // Error returns Msg.
 func (e *SpecError) Error() string { return e.Msg }
 
-// SpecErrors is every problem of one Spec, in the order of Params. The
+// specErrors is every problem of one Spec, in the order of Spec's fields. The
 // error Spec.Validate returns is one.
-type SpecErrors []*SpecError
+type specErrors []*SpecError
 
 // Error returns the messages, separated by "; ".
-func (es SpecErrors) Error() string {
+func (es specErrors) Error() string {
 	msgs := make([]string, len(es))
 	for i, e := range es {
 		msgs[i] = e.Msg
@@ -105,7 +95,7 @@ func (es SpecErrors) Error() string {
 }
 
 // Unwrap returns the problems, for errors.As.
-func (es SpecErrors) Unwrap() []error {
+func (es specErrors) Unwrap() []error {
 	out := make([]error, len(es))
 	for i, e := range es {
 		out[i] = e
@@ -114,7 +104,7 @@ func (es SpecErrors) Unwrap() []error {
 }
 
 // err returns es as an error, or nil when there is no problem.
-func (es SpecErrors) err() error {
+func (es specErrors) err() error {
 	if len(es) == 0 {
 		return nil
 	}
@@ -124,9 +114,10 @@ func (es SpecErrors) err() error {
 // Validate reports whether a limit may be declared with the spec, as rule
 // files and Envoy's limit overrides declare limits: a known algorithm, a
 // window of at least 1ms, no negative limit or burst, no Burst, Precision
-// or Calendar for an algorithm that does not take it (Algorithm.Takes),
-// sub-windows of at least 1ms, and a SlidingLog of at most MaxSlidingLog.
-// It returns nil or a SpecErrors holding every problem.
+// or Calendar for an algorithm that does not take it, sub-windows of at
+// least 1ms, and a SlidingLog of at most 2,000 per window.
+// It returns nil, or an error whose Unwrap() []error holds a *SpecError per
+// problem.
 //
 // Stores evaluate more (Hit.Validate): a parameter the algorithm ignores
 // and a costly sliding log are not an error there.
@@ -142,50 +133,50 @@ const (
 
 // check returns the problems of s, as Validate documents; when evaluating,
 // only those a store cannot do without.
-func (s Spec) check(why purpose) SpecErrors {
-	var errs SpecErrors
-	add := func(p Param, format string, args ...any) {
-		errs = append(errs, &SpecError{Param: p, Msg: fmt.Sprintf(format, args...)})
+func (s Spec) check(why purpose) specErrors {
+	var errs specErrors
+	add := func(p param, format string, args ...any) {
+		errs = append(errs, &SpecError{Param: params[p].name, Msg: fmt.Sprintf(format, args...)})
 	}
 	if s.Algorithm >= numAlgorithms {
-		add(ParamAlgorithm, "unknown algorithm %d", uint8(s.Algorithm))
+		add(paramAlgorithm, "unknown algorithm %d", uint8(s.Algorithm))
 		return errs
 	}
 	switch {
 	case s.Limit < 0:
-		add(ParamLimit, "negative limit %d", s.Limit)
-	case why == declaring && s.Algorithm == SlidingLog && s.Limit > MaxSlidingLog:
-		add(ParamLimit, "sliding_log of %d per window: a sliding log keeps up to one entry per admitted hit, "+
+		add(paramLimit, "negative limit %d", s.Limit)
+	case why == declaring && s.Algorithm == SlidingLog && s.Limit > maxSlidingLog:
+		add(paramLimit, "sliding_log of %d per window: a sliding log keeps up to one entry per admitted hit, "+
 			"and above %d per window a counter's entries (about 130 B each) and the Redis time to walk them "+
 			"stall Redis for every request (use sliding_window with a precision: a few counters per counter, whatever the limit)",
-			s.Limit, MaxSlidingLog)
+			s.Limit, maxSlidingLog)
 	}
 	if s.Window < time.Millisecond {
-		add(ParamWindow, "window %v is shorter than 1ms", s.Window)
+		add(paramWindow, "window %v is shorter than 1ms", s.Window)
 	}
 	if s.Burst < 0 {
-		add(ParamBurst, "negative burst %d", s.Burst)
+		add(paramBurst, "negative burst %d", s.Burst)
 	}
-	for _, p := range [...]Param{ParamBurst, ParamPrecision, ParamCalendar} {
-		if s.sets(p) && !s.Algorithm.Takes(p) && (why == declaring || !params[p].ignorable) {
+	for _, p := range [...]param{paramBurst, paramPrecision, paramCalendar} {
+		if s.sets(p) && !s.Algorithm.takes(p) && (why == declaring || !params[p].ignorable) {
 			add(p, params[p].misplaced, s.Algorithm, andList(params[p].algorithms))
 		}
 	}
 	if s.Algorithm == SlidingWindow && s.Window >= time.Millisecond && s.SubWindows() > s.Window.Milliseconds() {
-		add(ParamPrecision, "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
+		add(paramPrecision, "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
 			s.SubWindows(), s.Window, s.Window.Milliseconds())
 	}
 	return errs
 }
 
 // sets reports whether s gives the optional parameter p a value.
-func (s Spec) sets(p Param) bool {
+func (s Spec) sets(p param) bool {
 	switch p {
-	case ParamBurst:
+	case paramBurst:
 		return s.Burst != 0
-	case ParamPrecision:
+	case paramPrecision:
 		return s.Precision != 0
-	case ParamCalendar:
+	case paramCalendar:
 		return !s.Calendar.IsZero()
 	}
 	return true

@@ -76,8 +76,8 @@ var calendarUnits = map[string]limit.CalendarUnit{
 
 func (g goldenSpec) spec(t *testing.T) limit.Spec {
 	t.Helper()
-	a, err := limit.ParseAlgorithm(g.Algorithm)
-	if err != nil {
+	var a limit.Algorithm
+	if err := a.UnmarshalText([]byte(g.Algorithm)); err != nil {
 		t.Fatal(err)
 	}
 	sp := limit.Spec{Algorithm: a, Limit: g.Limit, Window: time.Duration(g.Window) * time.Microsecond,

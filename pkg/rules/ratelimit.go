@@ -67,7 +67,7 @@ type rateLimitField struct {
 	name     string
 	kind     kind
 	min, max int64 // kindWhole's range
-	param    limit.Param
+	param    string
 	hasParam bool
 	paramAt  where // where a limit.SpecError of param points
 
@@ -91,11 +91,11 @@ type rateLimitField struct {
 // rateLimitTable declares the fields of a rate_limit, in the order error
 // messages list them. The parser reads a rate_limit through it.
 var rateLimitTable = []rateLimitField{
-	{name: "unit", kind: kindText, param: limit.ParamWindow, hasParam: true,
+	{name: "unit", kind: kindText, param: "window", hasParam: true,
 		unlimitedWhy: "an unlimited limit has no unit", unlimitedAt: atValue,
 		typ: "`second` `minute` `hour` `day` `week` `month` `year` (any case)", def: "required, unless `unlimited`",
 		set: setUnit},
-	{name: "requests_per_unit", kind: kindWhole, min: 0, max: math.MaxUint32, param: limit.ParamLimit, hasParam: true,
+	{name: "requests_per_unit", kind: kindWhole, min: 0, max: math.MaxUint32, param: "limit", hasParam: true,
 		unlimitedIgnored: true, typ: "0 to 4294967295", def: "0 (with a warning)",
 		set: func(d *draft, v value) error { d.lim.RequestsPerUnit = uint32(v.n); return nil }},
 	{name: "unlimited", kind: kindBool, typ: "bool", def: "false",
@@ -104,19 +104,19 @@ var rateLimitTable = []rateLimitField{
 		set: func(d *draft, v value) error { d.lim.Name = v.text; return nil }},
 	{name: "replaces", kind: kindReplaces, typ: "list of `{name: …}`", def: "none",
 		set: func(d *draft, v value) error { d.lim.Replaces = v.list; return nil }},
-	{name: "algorithm", kind: kindText, param: limit.ParamAlgorithm, hasParam: true,
+	{name: "algorithm", kind: kindText, param: "algorithm", hasParam: true,
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "see below", def: "`fixed_window`",
 		set: setAlgorithm},
-	{name: "burst", kind: kindWhole, min: 1, max: math.MaxUint32, param: limit.ParamBurst, hasParam: true,
+	{name: "burst", kind: kindWhole, min: 1, max: math.MaxUint32, param: "burst", hasParam: true,
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to 4294967295", def: "`requests_per_unit`",
 		set: func(d *draft, v value) error { d.spec.Burst = v.n; return nil }},
-	{name: "precision", kind: kindWhole, min: 1, max: math.MaxUint32, param: limit.ParamPrecision, hasParam: true,
+	{name: "precision", kind: kindWhole, min: 1, max: math.MaxUint32, param: "precision", hasParam: true,
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to the window in ms", def: "1",
 		set: func(d *draft, v value) error { d.spec.Precision = int(v.n); return nil }},
-	{name: "unit_multiplier", kind: kindWhole, min: 1, max: math.MaxUint32, param: limit.ParamWindow, hasParam: true,
+	{name: "unit_multiplier", kind: kindWhole, min: 1, max: math.MaxUint32, param: "window", hasParam: true,
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 or more", def: "1",
 		set: func(d *draft, v value) error { d.lim.UnitMultiplier = uint32(v.n); return nil }},
-	{name: "calendar", kind: kindBool, param: limit.ParamCalendar, hasParam: true, paramAt: atName,
+	{name: "calendar", kind: kindBool, param: "calendar", hasParam: true, paramAt: atName,
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "bool", def: "false"},
 	{name: "timezone", kind: kindText, unlimitedWhy: neverCounted, unlimitedAt: atName,
 		needs: "calendar", needsWhy: "a time zone only places calendar windows", typ: "IANA name", def: "`UTC`",
@@ -147,12 +147,7 @@ func setUnit(d *draft, v value) error {
 }
 
 func setAlgorithm(d *draft, v value) error {
-	a, err := limit.ParseAlgorithm(v.text)
-	if err != nil {
-		return err
-	}
-	d.spec.Algorithm = a
-	return nil
+	return d.spec.Algorithm.UnmarshalText([]byte(v.text))
 }
 
 func setTimezone(d *draft, v value) error {
@@ -427,14 +422,19 @@ func (p *parser) checkNeeds(d *draft) {
 // parameter at fault: the first of the table's fields for it that is
 // given, or the rate_limit itself.
 func (p *parser) reportSpec(d *draft, err error) {
-	var errs limit.SpecErrors
-	if !errors.As(err, &errs) {
+	multi, ok := err.(interface{ Unwrap() []error })
+	if !ok {
 		if err != nil {
 			p.errorf(p.pos(d.node), d.path, "%v", err)
 		}
 		return
 	}
-	for _, e := range errs {
+	for _, wrapped := range multi.Unwrap() {
+		var e *limit.SpecError
+		if !errors.As(wrapped, &e) {
+			p.errorf(p.pos(d.node), d.path, "%v", wrapped)
+			continue
+		}
 		pos, path := p.pos(d.node), d.path
 		for i := range rateLimitTable {
 			def := &rateLimitTable[i]

@@ -98,7 +98,7 @@ func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
 // The only error is an invalid override, naming its field as
 // "descriptors[i].limit...": a unit past Year, a multiplier of 0, a window
 // too long for a duration, or a spec limit.Spec.Validate refuses (a
-// sliding_log above limit.MaxSlidingLog). It allocates only one string
+// sliding_log of too high a limit). It allocates only one string
 // holding every counter key when dst has room from earlier requests.
 func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error {
 	dst.reset(len(descs))
@@ -225,7 +225,7 @@ func overrideLimit(o Override, r *Rule, index int) (Limit, error) {
 	}
 	// The checks of a rule's spec, the same as the rule files get: with a
 	// valid unit and multiplier and a valid rule's algorithm, what is left
-	// to refuse is a sliding_log above limit.MaxSlidingLog.
+	// to refuse is a sliding_log of too high a limit.
 	if err := spec.Validate(); err != nil {
 		return Limit{}, fmt.Errorf("%s.requests_per_unit: %w", overrideField(index), err)
 	}
