@@ -6,6 +6,7 @@ import (
 	"hash"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
@@ -106,6 +107,22 @@ func appendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec
 	dst = strconv.AppendInt(dst, spec.WindowMicros(), 10)
 	dst = append(dst, "|a"...)
 	return strconv.AppendUint(dst, uint64(spec.Algorithm), 10)
+}
+
+// DemandKey returns the key of the counter that adds up, over windows of
+// window rounded up to whole seconds, the demand a fleet sends for the
+// counter at counterKey (RLQS counts it there). It is the key an override
+// of one hit per window would have in the empty domain, on one entry with
+// an empty key holding counterKey: no request can name that domain or key,
+// so the key is never one of a rule or a request. It returns "" for a
+// window that rounds to 0 seconds.
+func DemandKey(counterKey string, window time.Duration) string {
+	secs := uint32((window + time.Second - 1) / time.Second)
+	if secs == 0 {
+		return ""
+	}
+	spec := limit.Spec{Limit: 1, Window: time.Duration(secs) * time.Second}
+	return string(appendOverrideKey(nil, "", nil, []Entry{{Value: counterKey}}, spec))
 }
 
 // appendKeyField appends s as 'v', its decimal length, ':' and its bytes,

@@ -103,72 +103,87 @@ func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
 func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error {
 	dst.reset(len(descs))
 	for i := range descs {
-		d := &descs[i]
-		rd := Resolved{Entries: d.Entries, Rule: s.Match(domain, d.Entries)}
-		from := len(dst.limits)
-		switch {
-		case d.Override.Unit != 0:
-			l, err := overrideLimit(d.Override, rd.Rule, i)
-			if err != nil {
-				return err
-			}
-			dst.overrides = append(dst.overrides, l)
-			dst.limits = append(dst.limits, ResolvedLimit{Limit: &dst.overrides[len(dst.overrides)-1]})
-			rd.Override = true
-		case rd.Rule != nil:
-			for _, l := range rd.Rule.Limits {
-				dst.limits = append(dst.limits, ResolvedLimit{Limit: l})
-			}
-			rd.Mode = ruleMode(rd.Rule)
+		if err := dst.add(s, domain, &descs[i], i); err != nil {
+			return err
 		}
-		// Only the length counts for now: the backing array may still
-		// move, so Limits is pointed at it below.
-		rd.Limits = dst.limits[from:]
-		dst.Descriptors = append(dst.Descriptors, rd)
 	}
+	dst.pinLimits()
+	// replaces needs every descriptor's rule, so the keys come second.
+	dst.setKeys(domain)
+	return nil
+}
+
+// add appends what applies to d, the request's descriptor index.
+func (r *Resolution) add(s *Set, domain string, d *Descriptor, index int) error {
+	rd := Resolved{Entries: d.Entries, Rule: s.Match(domain, d.Entries)}
+	from := len(r.limits)
+	switch {
+	case d.Override.Unit != 0:
+		l, err := overrideLimit(d.Override, rd.Rule, index)
+		if err != nil {
+			return err
+		}
+		r.overrides = append(r.overrides, l)
+		r.limits = append(r.limits, ResolvedLimit{Limit: &r.overrides[len(r.overrides)-1]})
+		rd.Override = true
+	case rd.Rule != nil:
+		for _, l := range rd.Rule.Limits {
+			r.limits = append(r.limits, ResolvedLimit{Limit: l})
+		}
+		rd.Mode = ruleMode(rd.Rule)
+	}
+	// Only the length counts here: pinLimits points Limits at the final
+	// backing array.
+	rd.Limits = r.limits[from:]
+	r.Descriptors = append(r.Descriptors, rd)
+	return nil
+}
+
+// pinLimits points each descriptor's Limits at its run of r.limits, which
+// appending may have moved.
+func (r *Resolution) pinLimits() {
 	at := 0
-	for i := range dst.Descriptors {
-		rd := &dst.Descriptors[i]
+	for i := range r.Descriptors {
+		rd := &r.Descriptors[i]
 		n := len(rd.Limits)
-		rd.Limits = dst.limits[at : at+n : at+n]
+		rd.Limits = r.limits[at : at+n : at+n]
 		at += n
 	}
-	// `replaces` needs every descriptor's rule, so it and the keys come
-	// second. The keys are written one after the other into dst.key and
-	// become substrings of one string: one allocation per request.
-	dst.key = dst.key[:0]
-	dst.keyEnds = dst.keyEnds[:0]
-	for i := range dst.Descriptors {
-		rd := &dst.Descriptors[i]
+}
+
+// setKeys marks the replaced limits and gives the counted ones their keys.
+// The keys are written back to back into r.key and become substrings of
+// one string: one allocation per request.
+func (r *Resolution) setKeys(domain string) {
+	r.key, r.keyEnds = r.key[:0], r.keyEnds[:0]
+	for i := range r.Descriptors {
+		rd := &r.Descriptors[i]
 		for j := range rd.Limits {
 			rl := &rd.Limits[j]
 			// An unlimited limit stays unlimited whoever replaces it:
 			// the reference settles it before replaces.
-			rl.Replaced = !rd.Override && !rl.Limit.Unlimited && replaced(rl.Limit, dst.Descriptors)
+			rl.Replaced = !rd.Override && !rl.Limit.Unlimited && replaced(rl.Limit, r.Descriptors)
 			if rl.Limit.Unlimited || rl.Replaced {
 				continue
 			}
-			dst.key = appendCounterKey(dst.key, domain, rd, rl.Limit)
-			dst.keyEnds = append(dst.keyEnds, len(dst.key))
+			r.key = appendCounterKey(r.key, domain, rd, rl.Limit)
+			r.keyEnds = append(r.keyEnds, len(r.key))
 		}
 	}
-	if len(dst.keyEnds) == 0 {
-		return nil
+	if len(r.keyEnds) == 0 {
+		return
 	}
-	keys, k, start := string(dst.key), 0, 0
-	for i := range dst.Descriptors {
-		rd := &dst.Descriptors[i]
+	keys, k, start := string(r.key), 0, 0
+	for i := range r.Descriptors {
+		rd := &r.Descriptors[i]
 		for j := range rd.Limits {
-			rl := &rd.Limits[j]
-			if rl.Limit.Unlimited || rl.Replaced {
-				continue
+			if rl := &rd.Limits[j]; !rl.Limit.Unlimited && !rl.Replaced {
+				rl.Key = keys[start:r.keyEnds[k]]
+				start = r.keyEnds[k]
+				k++
 			}
-			rl.Key = keys[start:dst.keyEnds[k]]
-			start = dst.keyEnds[k]
-			k++
 		}
 	}
-	return nil
 }
 
 // replaced reports whether l is dropped because a limit of a rule one of
