@@ -120,9 +120,9 @@ func compileFiles(files []ruleFile, opts Options, read *problems, slice int) (*S
 
 // sortByPos orders problems by file, line and column, keeping the order of
 // problems at the same place.
-func sortByPos[T FieldError | Warning](list []T) {
+func sortByPos(list []FieldError) {
 	sort.SliceStable(list, func(i, j int) bool {
-		a, b := FieldError(list[i]).Pos, FieldError(list[j]).Pos
+		a, b := list[i].Pos, list[j].Pos
 		if a.File != b.File {
 			return a.File < b.File
 		}

@@ -65,7 +65,7 @@ type limitDoc struct {
 // problems collects the errors and warnings of one load.
 type problems struct {
 	errs  []FieldError
-	warns []Warning
+	warns []FieldError
 }
 
 func (p *problems) errorf(pos Position, field, format string, args ...any) {
@@ -73,7 +73,7 @@ func (p *problems) errorf(pos Position, field, format string, args ...any) {
 }
 
 func (p *problems) warnf(pos Position, field, format string, args ...any) {
-	p.warns = append(p.warns, Warning{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+	p.warns = append(p.warns, FieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // parser walks the YAML trees of one file.

@@ -34,7 +34,7 @@ type Set struct {
 	domains  map[string]*node
 	names    []string // domain names, sorted
 	rules    []*Rule  // every rule, in file order
-	warnings []Warning
+	warnings []FieldError
 	version  uint64
 	loadedAt time.Time
 	digest   [32]byte // of the files' names and contents
@@ -134,5 +134,7 @@ func (s *Set) Version() uint64 { return s.version }
 // LoadedAt is when the set was compiled.
 func (s *Set) LoadedAt() time.Time { return s.loadedAt }
 
-// Warnings returns the warnings of the load, in file order.
-func (s *Set) Warnings() []Warning { return append([]Warning(nil), s.warnings...) }
+// Warnings returns the warnings of the load, in file order: rules that
+// are legal but probably not what was meant, or costly. They have the
+// shape of errors but did not stop the load.
+func (s *Set) Warnings() []FieldError { return append([]FieldError(nil), s.warnings...) }

@@ -259,10 +259,3 @@ func (e *LoadError) Error() string {
 	}
 	return b.String()
 }
-
-// Warning is a rule that is legal but probably not what was meant, or costly.
-// It has the shape of a FieldError and does not stop a load.
-type Warning FieldError
-
-// String returns "file:line:col: field: text".
-func (w Warning) String() string { return FieldError(w).Error() }

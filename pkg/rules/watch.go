@@ -89,11 +89,11 @@ func NewWatcher(path string, opts Options, logger *slog.Logger) (*Watcher, error
 	return w, nil
 }
 
-// ErrNoRules is the reload error for a rule path that no longer holds any
+// errNoRules is the reload error for a rule path that no longer holds any
 // rule file while the current set has rules. The Watcher keeps the current
 // set; to remove every limit on purpose, deploy a file with the domain and
 // no descriptors.
-var ErrNoRules = errors.New("no rule files left; keeping the last good rules")
+var errNoRules = errors.New("no rule files left; keeping the last good rules")
 
 // Run watches the files until ctx is done, reloading after changes settle
 // (about 100 ms after the last event of a burst, at most 400 ms after its
@@ -127,22 +127,18 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// Changes made between NewWatcher and now produced no events.
 	w.reload(true)
 	w.watching.Store(true)
+	return w.watch(ctx, ws, sc)
+}
 
+// watch reloads on the events of ws and on the periodic look until ctx
+// is done; sc is what ws watches now.
+func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 	recheck := time.NewTicker(w.recheck)
 	defer recheck.Stop()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	pending := false
-	var first time.Time
-	schedule := func() {
-		now := time.Now()
-		if !pending {
-			pending, first = true, now
-		}
-		timer.Reset(min(settleDelay, max(0, first.Add(maxDelay).Sub(now))))
-	}
-	// resync resolves the path again and watches what it resolves to now
-	// before reading the files, so that a write after the read is an event.
+	var b burst
+	defer b.stop()
+	// resync watches what the path resolves to now before reading the
+	// files, so that a write after the read is an event.
 	resync := func(next *scope) {
 		sc = next
 		if ws.sync(sc, w.logger) == 0 {
@@ -154,7 +150,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case ev, ok := <-fw.Events:
+		case ev, ok := <-ws.fw.Events:
 			if !ok {
 				return errors.New("rules: file watcher closed")
 			}
@@ -163,33 +159,69 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.seen(ev, relevant)
 			}
 			if relevant {
-				schedule()
+				b.add()
 			}
-		case err, ok := <-fw.Errors:
+		case err, ok := <-ws.fw.Errors:
 			if !ok {
 				return errors.New("rules: file watcher closed")
 			}
 			// An overflow loses events: reload to be sure.
 			w.logger.Warn("rules: file watcher error; reloading", "path", w.path, "error", err)
-			schedule()
-		case <-timer.C:
-			pending = false
+			b.add()
+		case <-b.done():
+			b.pending = false
 			resync(newScope(w.path, w.opts.IgnoreDotFiles))
 		case <-recheck.C:
 			// Events can be missed (a file system without them, a plain
 			// ancestor directory renamed, a watch the kernel could not
-			// place): a changed fingerprint of the resolved tree is a
-			// change all the same.
+			// place): a changed fingerprint is a change all the same.
 			next := newScope(w.path, w.opts.IgnoreDotFiles)
 			changed := next.fingerprint != sc.fingerprint
 			if w.seen != nil {
 				w.seen(fsnotify.Event{}, changed)
 			}
-			if changed && !pending {
+			if changed && !b.pending {
 				w.logger.Debug("rules: change seen without an event", "path", w.path)
 				resync(next)
 			}
 		}
+	}
+}
+
+// burst gathers the events of a burst into one reload: it is due settleDelay
+// after the last event, and at most maxDelay after the first.
+type burst struct {
+	timer   *time.Timer
+	pending bool
+	first   time.Time
+}
+
+// add counts an event.
+func (b *burst) add() {
+	now := time.Now()
+	if !b.pending {
+		b.pending, b.first = true, now
+	}
+	wait := min(settleDelay, max(0, b.first.Add(maxDelay).Sub(now)))
+	if b.timer == nil {
+		b.timer = time.NewTimer(wait)
+	} else {
+		b.timer.Reset(wait)
+	}
+}
+
+// done returns the channel that fires when the reload is due; nil, which
+// never fires, before the first event.
+func (b *burst) done() <-chan time.Time {
+	if b.timer == nil {
+		return nil
+	}
+	return b.timer.C
+}
+
+func (b *burst) stop() {
+	if b.timer != nil {
+		b.timer.Stop()
 	}
 }
 
@@ -220,7 +252,7 @@ func (w *Watcher) reload(atStart bool) {
 		// A directory that lost every rule file is a broken deployment (a
 		// bad ConfigMap, a half-finished copy), not an order to stop
 		// limiting: refuse it like a broken file.
-		err = fmt.Errorf("%s: %w", w.path, ErrNoRules)
+		err = fmt.Errorf("%s: %w", w.path, errNoRules)
 	}
 	w.offer(set, err, atStart, "")
 }
