@@ -249,7 +249,7 @@ func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
 
 // calendarUnits are the units a calendar window can have.
 var calendarUnits = map[Unit]limit.CalendarUnit{
-	Day: limit.CalendarDay, Week: limit.CalendarWeek, Month: limit.CalendarMonth, Year: limit.CalendarYear,
+	day: limit.CalendarDay, week: limit.CalendarWeek, month: limit.CalendarMonth, year: limit.CalendarYear,
 }
 
 // calendar returns the calendar of a limit with calendar: true, or the

@@ -96,7 +96,7 @@ func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
 // limit replaces, and builds the counter keys.
 //
 // The only error is an invalid override, naming its field as
-// "descriptors[i].limit...": a unit past Year, a multiplier of 0, a window
+// "descriptors[i].limit...": an unknown unit, a multiplier of 0, a window
 // too long for a duration, or a spec limit.Spec.Validate refuses (a
 // sliding_log above limit.MaxSlidingLog). It allocates only one string
 // holding every counter key when dst has room from earlier requests.
@@ -220,7 +220,7 @@ func overrideField(index int) string {
 // override of a sliding-window rule still slides; windows follow the epoch
 // (no calendar), as override units are fixed lengths.
 func overrideLimit(o Override, r *Rule, index int) (Limit, error) {
-	if o.Unit > Year {
+	if int(o.Unit) >= len(unitNames) {
 		return Limit{}, fmt.Errorf("%s.unit: %v is not a unit", overrideField(index), o.Unit)
 	}
 	if o.UnitMultiplier == 0 {

@@ -12,25 +12,27 @@ import (
 type Entry struct{ Key, Value string }
 
 // Unit is a rate-limit unit of rule files. The zero value is no unit, which
-// only unlimited limits have.
+// only unlimited limits have. Units are numbered as Envoy numbers them
+// (RateLimitResponse.RateLimit.Unit; envoy.type.v3.RateLimitUnit, the
+// unit of a request's override, has all but WEEK), so a conversion turns
+// one into the other.
 type Unit uint8
 
-// The units of envoyproxy/ratelimit, in its order.
 const (
-	Second Unit = iota + 1
-	Minute
-	Hour
-	Day
-	Week
-	Month
-	Year
+	second Unit = iota + 1
+	minute
+	hour
+	day
+	month
+	year
+	week
 )
 
-var unitNames = [...]string{"", "second", "minute", "hour", "day", "week", "month", "year"}
+var unitNames = [...]string{"", "second", "minute", "hour", "day", "month", "year", "week"}
 
 var unitDurations = [...]time.Duration{
 	0, time.Second, time.Minute, time.Hour, 24 * time.Hour,
-	7 * 24 * time.Hour, 30 * 24 * time.Hour, 365 * 24 * time.Hour,
+	30 * 24 * time.Hour, 365 * 24 * time.Hour, 7 * 24 * time.Hour,
 }
 
 // String returns the unit as written in rule files ("second" ...), or "" for
