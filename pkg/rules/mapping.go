@@ -103,6 +103,32 @@ type seenName struct {
 	at   int
 }
 
+// add adds name, kept at index at, unless it is there already; it returns
+// the index of the name seen first, or -1.
+func (s *keySet) add(name string, at int) int {
+	if s.many == nil {
+		for _, f := range s.few[:s.n] {
+			if f.name == name {
+				return f.at
+			}
+		}
+		if s.n < len(s.few) {
+			s.few[s.n] = seenName{name: name, at: at}
+			s.n++
+			return -1
+		}
+		s.many = make(map[string]int, 2*len(s.few))
+		for _, f := range s.few {
+			s.many[f.name] = f.at
+		}
+	}
+	if first, ok := s.many[name]; ok {
+		return first
+	}
+	s.many[name] = at
+	return -1
+}
+
 // mergeFields returns the fields a merge key brings in: a mapping, or a
 // sequence of mappings where earlier ones win.
 func (p *parser) mergeFields(v *yaml.Node, path, what string, allowed []string) []field {

@@ -12,8 +12,7 @@ import (
 )
 
 // The fields of each level of a rule file, in the order error messages list
-// them (a rate_limit's are in rateLimitTable). Unknown fields are errors, as
-// in the reference server.
+// them; a rate_limit's are in rateLimitTable.
 var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{
@@ -24,15 +23,11 @@ var (
 	replacesFields = []string{"name"}
 )
 
-// fileSink receives what parseFile finds in a file as it goes: the
-// domain, once, before any descriptor, and then each top-level descriptor
-// as soon as it is parsed, so that the parsed form of one need not outlive
-// its compilation. The compiler is one.
+// fileSink, the compiler, takes a file's domain ("" when invalid), then
+// each top-level descriptor as soon as it is parsed, so that the parsed
+// form of one need not outlive its compilation.
 type fileSink interface {
-	// domain starts a file of this domain ("" when missing or invalid),
-	// declared at pos.
 	domain(name string, pos Position)
-	// descriptor takes a top-level descriptor of the file.
 	descriptor(d *descDoc)
 }
 
@@ -53,7 +48,7 @@ type descDoc struct {
 	metadata      map[string]any
 }
 
-// limitDoc is one parsed rate limit with where it was written.
+// limitDoc is one parsed rate limit and its field path.
 type limitDoc struct {
 	lim   *Limit
 	field string
@@ -78,26 +73,21 @@ type parser struct {
 	*problems
 	file string
 	sink fileSink
-	// budget bounds the nodes visited, so aliases that expand a small file
-	// into a huge tree are refused instead of exhausting memory and time.
+	// budget bounds the nodes visited, so that aliases cannot expand a
+	// small file into a huge tree.
 	budget int
-	// line is added to the line of every node: the line before the slice
-	// of the file being parsed (stream.go), 0 when parsing from its start.
-	line int
-	// draft is the rate_limit being read (decodeRateLimit).
-	draft draft
+	line   int // added to every node's: the line before the slice parsed
+	draft  draft
 }
 
 func (p *parser) pos(n *yaml.Node) Position {
 	return Position{File: p.file, Line: n.Line + p.line, Column: n.Column}
 }
 
-// parseFile parses one rule file into sink. With slice > 0 the file is
-// parsed in slices of about slice bytes where its layout allows
-// (stream.go); then it returns false when a slice or the rest of the file
-// does not parse on its own, and what sink got is to be dropped and the
-// file parsed again whole (slice 0). Parsed whole, it always returns true;
-// an unusable file gives sink nothing (its errors are recorded).
+// parseFile parses one rule file into sink, in slices of about slice bytes
+// where its layout allows (stream.go). It returns false when a slice does
+// not parse alone: what sink got is then to be dropped and the file parsed
+// again with slice 0, whole, which always returns true.
 func parseFile(name string, data []byte, probs *problems, sink fileSink, slice int) bool {
 	p := &parser{problems: probs, file: name, sink: sink, budget: 100_000 + 20*len(data)}
 	if slice > 0 {
@@ -111,9 +101,8 @@ func parseFile(name string, data []byte, probs *problems, sink fileSink, slice i
 	return true
 }
 
-// sliced parses a file cut as lay says: the header, then each slice of
-// the descriptors' items. It returns false when one of them does not
-// parse alone, or the header's descriptors are not the items cut.
+// sliced parses the header, then each slice, as lay cut them. It returns
+// false when one does not parse alone as the cut expects.
 func (p *parser) sliced(data []byte, lay *layout) bool {
 	dec := yaml.NewDecoder(bytes.NewReader(lay.header))
 	var doc, extra yaml.Node
@@ -200,32 +189,6 @@ func (p *parser) deref(n *yaml.Node) *yaml.Node {
 		return nil
 	}
 	return n
-}
-
-// add adds name, kept at index at, unless it is there already; it returns
-// the index of the name seen first, or -1.
-func (s *keySet) add(name string, at int) int {
-	if s.many == nil {
-		for _, f := range s.few[:s.n] {
-			if f.name == name {
-				return f.at
-			}
-		}
-		if s.n < len(s.few) {
-			s.few[s.n] = seenName{name: name, at: at}
-			s.n++
-			return -1
-		}
-		s.many = make(map[string]int, 2*len(s.few))
-		for _, f := range s.few {
-			s.many[f.name] = f.at
-		}
-	}
-	if first, ok := s.many[name]; ok {
-		return first
-	}
-	s.many[name] = at
-	return -1
 }
 
 // root parses the top-level mapping into the sink: the domain first,
