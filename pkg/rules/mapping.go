@@ -18,11 +18,9 @@ type field struct {
 }
 
 // mapping returns the fields of a mapping node, resolving aliases and merge
-// keys (<<), and records unknown and non-string keys. A field given twice
-// is read as the reference server reads it: the last value wins, and when
-// both are mappings (a rate_limit twice) the later's fields overlay the
-// earlier's; a warning names both lines. ok is false when n is not a
-// mapping.
+// keys, and records unknown and non-string keys. A field given twice warns
+// and is read as the reference server reads it (see overlay). ok is false
+// when n is not a mapping.
 func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fields []field, ok bool) {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(p.pos(n), path, "want %s (a mapping), not %s", what, describe(n))
@@ -66,11 +64,9 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 	return fields, true
 }
 
-// overlay is what the reference server's YAML decoder makes of a field
-// given first as a and then as b: b, but for two mappings, which it
-// decodes one after the other into the same struct, so that b's fields
-// overlay a's. The result, a mapping of a's fields then b's, is read
-// again as a mapping: its repeated fields warn, and the last wins.
+// overlay is what the reference server makes of a field given as a then
+// as b: b, but for two mappings, whose fields it reads one after the
+// other, b's winning.
 func overlay(a, b *yaml.Node) *yaml.Node {
 	if a.Kind != yaml.MappingNode || b.Kind != yaml.MappingNode {
 		return b
@@ -88,10 +84,9 @@ func overlaid(a, b *yaml.Node) string {
 	return "the last is read"
 }
 
-// keySet is the names of a mapping's fields seen so far, each with its
-// index in the fields kept. Mappings of rule files have a few fields,
-// which an array finds faster than a map, and with no garbage; a mapping
-// of many fields (a hostile file) moves to a map.
+// keySet is the names of a mapping's fields seen so far, with their index.
+// An array serves the few fields of a rule file without garbage; many
+// fields (a hostile file) move to a map.
 type keySet struct {
 	n    int
 	few  [smallTable]seenName // while n <= smallTable
@@ -103,8 +98,8 @@ type seenName struct {
 	at   int
 }
 
-// add adds name, kept at index at, unless it is there already; it returns
-// the index of the name seen first, or -1.
+// add adds name at index at, or returns the index it was first seen at;
+// -1 when new.
 func (s *keySet) add(name string, at int) int {
 	if s.many == nil {
 		for _, f := range s.few[:s.n] {
@@ -160,18 +155,16 @@ var fieldHomes = []struct {
 	{rateLimitFields, "a rate_limit"},
 }
 
-// referenceKeys are the field names the reference server accepts: it
-// checks every name of a file against this one list, wherever it stands,
-// and its decoder then ignores a name where it means nothing.
+// referenceKeys are the field names the reference server accepts anywhere
+// in a file, ignoring them where they mean nothing.
 var referenceKeys = []string{
 	"domain", "key", "value", "descriptors", "rate_limit", "unit", "requests_per_unit", "unlimited",
 	"shadow_mode", "quota_mode", "name", "replaces", "detailed_metric", "value_to_metric", "share_threshold",
 }
 
-// unknownField records a field that is not allowed at path: a warning for
-// one of referenceKeys, which the reference server ignores there (a
-// RateLimitConfig's top-level name, as Envoy Gateway writes it), after
-// checking its value as the reference does; an error for any other.
+// unknownField records a field not allowed at path: an error, but for one
+// of referenceKeys, which the reference server ignores (Envoy Gateway
+// writes a top-level name): a warning, once its value is checked.
 func (p *parser) unknownField(k, v *yaml.Node, path, name string, allowed []string) {
 	for _, h := range fieldHomes {
 		if !contains(h.fields, name) {
@@ -192,9 +185,10 @@ func (p *parser) unknownField(k, v *yaml.Node, path, name string, allowed []stri
 	p.errorf(p.pos(k), join(path, name), "unknown field (want %s)", orList(allowed))
 }
 
-// ignoredValue checks the value of an ignored field as the reference server
-// checks every value of a file before it reads any: mappings whose names
-// are referenceKeys, lists of mappings, and scalars other than fractions.
+// ignoredValue checks an ignored field's value as the reference server
+// checks every value: mappings of referenceKeys, lists of mappings, and
+// scalars other than fractions.
+
 func (p *parser) ignoredValue(n *yaml.Node, path string) {
 	if n = p.deref(n); n == nil {
 		return
