@@ -115,9 +115,8 @@ func (p *parser) sliced(data []byte, lay *layout) bool {
 	return p.root(doc.Content[0], data, lay)
 }
 
-// slices parses the slices of data that lay lists, handing each item to
-// the sink. It returns false when a slice does not parse alone into the
-// items the cut found.
+// slices parses the slices lay lists into the sink. It returns false when
+// one does not parse alone into the items the cut found.
 func (p *parser) slices(data []byte, lay *layout) bool {
 	defer func() { p.line = 0 }()
 	next := 0
@@ -192,10 +191,8 @@ func (p *parser) deref(n *yaml.Node) *yaml.Node {
 }
 
 // root parses the top-level mapping into the sink: the domain first,
-// wherever it is written, then the descriptors. With lay, the descriptors
-// are the slices of data it lists, and root returns false when they cannot
-// be used (see slices), or when the descriptors of n, the header's root,
-// are not where the cut found them. Without lay it returns true.
+// wherever it is written, then the descriptors, which with lay are its
+// slices of data. It returns false when those cannot be used.
 func (p *parser) root(n *yaml.Node, data []byte, lay *layout) bool {
 	if n = p.deref(n); n == nil {
 		return lay == nil
@@ -245,9 +242,9 @@ func (p *parser) descriptors(n *yaml.Node, path string, emit func(*descDoc)) {
 	p.items(n.Content, path, 0, emit)
 }
 
-// items parses the descriptors of list, the elements first, first+1, ...
-// of the list at path, handing each to emit. It returns false when the
-// node budget is spent.
+// items parses list, the elements first, first+1, ... of the list at path,
+// handing each descriptor to emit. It returns false when the node budget
+// is spent.
 func (p *parser) items(list []*yaml.Node, path string, first int, emit func(*descDoc)) bool {
 	for i, item := range list {
 		if item = p.deref(item); item == nil {
@@ -260,8 +257,8 @@ func (p *parser) items(list []*yaml.Node, path string, first int, emit func(*des
 	return true
 }
 
-// descriptor parses one descriptor and its children. It returns nil when
-// n is not a mapping.
+// descriptor parses a descriptor and its children; nil when n is not a
+// mapping.
 func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 	fields, ok := p.mapping(n, path, "a descriptor", descriptorFields)
 	if !ok {
@@ -288,8 +285,8 @@ func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 	return d
 }
 
-// descriptorField reads one field of a descriptor into d; rate_limit and
-// rate_limits are read by descriptorLimits.
+// descriptorField reads a field of a descriptor into d, but for rate_limit
+// and rate_limits (descriptorLimits).
 func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 	switch fl.name {
 	case "key":
@@ -298,9 +295,8 @@ func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 			p.errorf(p.pos(fl.val), fp, "empty (want the descriptor key Envoy sends, such as remote_address)")
 		}
 		if strings.Contains(d.key, "*") {
-			// The reference server looks rules up by "key_value" and
-			// matches a * there against both: a rule migrated from it
-			// would otherwise stop matching without a word.
+			// The reference server matched a * in "key_value": a rule
+			// migrated from it would stop matching without a word.
 			p.warnf(p.pos(fl.val), fp, "%q matches only a key written so: wildcards are for values (the reference server matched this * against the whole \"key_value\")", d.key)
 		}
 	case "value":
@@ -411,13 +407,13 @@ func (p *parser) metadata(n *yaml.Node, path string) map[string]any {
 	return m
 }
 
-// maxMetadataDepth bounds how deep metadata nests, so that a hostile file
-// cannot make the answer's dynamic metadata, or this walk, unbounded.
+// maxMetadataDepth bounds how deep metadata nests.
 const maxMetadataDepth = 32
 
-// metadataValue turns a YAML value into what JSON and protobuf's Struct can
-// carry, as the reference server's YAML decoding does: mappings with string
-// keys, lists, strings, numbers (float64), booleans and null.
+// metadataValue turns a YAML value into what JSON carries, as the reference
+// server does: mappings with string keys, lists, strings, float64,
+// booleans and null.
+
 func (p *parser) metadataValue(n *yaml.Node, path string, depth int) any {
 	n = p.deref(n)
 	if n == nil {
