@@ -89,13 +89,13 @@ func appendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec
 	return strconv.AppendUint(dst, uint64(spec.Algorithm), 10)
 }
 
-// DemandKey returns the key of the counter that adds up, over windows of
-// window rounded up to whole seconds, the demand a fleet sends for the
-// counter at counterKey (RLQS counts it there). It is the key an override
-// of one hit per window would have in the empty domain, on one entry with
-// an empty key holding counterKey: no request can name that domain or key,
-// so the key is never one of a rule or a request. It returns "" for a
-// window that rounds to 0 seconds.
+// DemandKey returns the key of the counter where RLQS adds up the demand a
+// fleet sends for the counter at counterKey, over windows of window (which
+// is positive) rounded up to whole seconds; "" for a window of 0. It is the
+// key an override of one hit per window would have in the empty domain, on
+// one entry with an empty key holding counterKey: no request can name that
+// domain or key, so it is never the key of a rule or a request.
+
 func DemandKey(counterKey string, window time.Duration) string {
 	secs := uint32((window + time.Second - 1) / time.Second)
 	if secs == 0 {
