@@ -120,23 +120,25 @@ func explainNoKey(n *node, key string, i int) string {
 		}
 		return fmt.Sprintf("rule %s has no nested descriptors: a descriptor with more entries than a rule's depth matches nothing", n.rule.Path)
 	}
-	keys := n.children.keys()
+	keys := quotedKeys(&n.children)
+	return fmt.Sprintf("no rule for key %q at level %d (keys there: %s)", key, i+1, strings.Join(keys, ", "))
+}
+
+// quotedKeys returns t's keys quoted, in order.
+func quotedKeys[V any](t *table[V]) []string {
+	keys := t.keys()
 	for i, k := range keys {
 		keys[i] = strconv.Quote(k)
 	}
 	sort.Strings(keys)
-	return fmt.Sprintf("no rule for key %q at level %d (keys there: %s)", key, i+1, strings.Join(keys, ", "))
+	return keys
 }
 
 // summary lists a key group's rule values for messages.
 func (g *keyGroup) summary() string {
 	var parts []string
 	if g.exact.size() > 0 {
-		vals := g.exact.keys()
-		for i, v := range vals {
-			vals[i] = strconv.Quote(v)
-		}
-		sort.Strings(vals)
+		vals := quotedKeys(&g.exact)
 		if len(vals) > 10 {
 			vals = append(vals[:10], "...")
 		}

@@ -3,6 +3,7 @@ package rules
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -136,10 +137,7 @@ func digest(files []ruleFile) [32]byte {
 	var n [8]byte
 	for _, f := range files {
 		for _, part := range [][]byte{[]byte(f.name), f.data} {
-			l := uint64(len(part))
-			for i := range n {
-				n[i] = byte(l >> (8 * i))
-			}
+			binary.LittleEndian.PutUint64(n[:], uint64(len(part)))
 			h.Write(n[:])
 			h.Write(part)
 		}

@@ -43,7 +43,7 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 			merged = append(merged, p.mergeFields(v, path, what, allowed)...)
 			continue
 		}
-		if !contains(allowed, name) {
+		if !slices.Contains(allowed, name) {
 			p.unknownField(k, v, path, name, allowed)
 			continue
 		}
@@ -167,10 +167,10 @@ var referenceKeys = []string{
 // writes a top-level name): a warning, once its value is checked.
 func (p *parser) unknownField(k, v *yaml.Node, path, name string, allowed []string) {
 	for _, h := range fieldHomes {
-		if !contains(h.fields, name) {
+		if !slices.Contains(h.fields, name) {
 			continue
 		}
-		if contains(referenceKeys, name) {
+		if slices.Contains(referenceKeys, name) {
 			p.warnf(p.pos(k), join(path, name), "ignored here, as the reference server ignores it (%s belongs to %s)", name, h.home)
 			p.ignoredValue(v, join(path, name))
 			return
@@ -202,7 +202,7 @@ func (p *parser) ignoredValue(n *yaml.Node, path string) {
 				return
 			case k.Kind != yaml.ScalarNode:
 				p.errorf(p.pos(k), path, "a field name must be a string, not %s", describe(k))
-			case !contains(referenceKeys, k.Value):
+			case !slices.Contains(referenceKeys, k.Value):
 				p.errorf(p.pos(k), join(path, k.Value), "unknown field, in an ignored field (the reference server refuses it there too)")
 			default:
 				p.ignoredValue(n.Content[i+1], join(path, k.Value))
@@ -225,15 +225,6 @@ func (p *parser) ignoredValue(n *yaml.Node, path string) {
 			p.errorf(p.pos(n), path, "want a whole number, a string or a boolean, not %s (the reference server refuses it)", describe(n))
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // orList writes "a, b or c".

@@ -118,9 +118,7 @@ func describe(n *yaml.Node) string {
 		switch n.ShortTag() {
 		case "!!null":
 			return "null"
-		case "!!int":
-			return "the number " + v
-		case "!!float":
+		case "!!int", "!!float":
 			return "the number " + v
 		case "!!bool":
 			return "the boolean " + v
