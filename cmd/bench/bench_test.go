@@ -247,7 +247,7 @@ func TestGeneratedRules(t *testing.T) {
 						t.Fatalf("%s %v: matched %+v, want one rule with one limit", domain, entries, rule)
 					}
 					l := rule.Limits[0]
-					if l.Unit != rules.Second || l.RequestsPerUnit != tc.rpu || l.Spec.Algorithm != algo {
+					if l.Unit.String() != "second" || l.RequestsPerUnit != tc.rpu || l.Spec.Algorithm != algo {
 						t.Errorf("%s %s: %d per %s with %s, want %d per second with %s", domain, descriptorKey(i), l.RequestsPerUnit, l.Unit, l.Spec.Algorithm, tc.rpu, algo)
 					}
 				}

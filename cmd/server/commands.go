@@ -54,7 +54,8 @@ func explain(stdout io.Writer, out *logOutput, cfg *settings.Config) int {
 		}
 		entries = append(entries, rules.Entry{Key: k, Value: v})
 	}
-	fmt.Fprint(stdout, set.Explain(args[0], entries).String())
+	report, _ := set.Explain(args[0], entries)
+	fmt.Fprint(stdout, report)
 	return 0
 }
 

@@ -35,7 +35,7 @@ func (h *Handler) lookup(domain string, entries []rules.Entry) (*view, error) {
 	if err := set.Resolve(&res, domain, []rules.Descriptor{{Entries: entries}}); err != nil {
 		return nil, err
 	}
-	v.answer.Reason = set.Explain(domain, entries).Reason
+	_, v.answer.Reason = set.Explain(domain, entries)
 	rd := &res.Descriptors[0]
 	if rd.Rule == nil {
 		return v, nil

@@ -254,7 +254,7 @@ type resolver struct {
 	domain       string
 	demandWindow time.Duration
 	failure      rules.FailureMode
-	res, dres    rules.Resolution
+	res          rules.Resolution
 }
 
 // resolve sets b's counters, mode and demand key from set (nil: no rules,
@@ -288,19 +288,7 @@ func (r *resolver) resolve(b *bucket, set *rules.Set) {
 }
 
 // demandKey returns the key of the counter of the fleet's demand for the
-// counter at counterKey. pkg/rules alone builds counter keys, so it is one
-// of its keys: that of an override in the empty domain, which no RLS
-// request may name (an empty domain is refused), on a descriptor whose
-// one entry, with an empty key (refused too), holds counterKey. The
-// override's window is the demand window, so intervals that differ count
-// apart.
+// counter at counterKey (see rules.DemandKey).
 func (r *resolver) demandKey(set *rules.Set, counterKey string) string {
-	secs := uint32((r.demandWindow + time.Second - 1) / time.Second)
-	o := rules.Override{RequestsPerUnit: 1, Unit: rules.Second, UnitMultiplier: secs}
-	if err := set.Resolve(&r.dres, "", []rules.Descriptor{{Entries: []rules.Entry{{Value: counterKey}}, Override: o}}); err != nil {
-		return ""
-	}
-	k := r.dres.Descriptors[0].Limits[0].Key
-	r.dres.Reset()
-	return k
+	return rules.DemandKey(counterKey, r.demandWindow)
 }

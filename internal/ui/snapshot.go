@@ -279,7 +279,7 @@ func ruleStatus(st rules.Status, set *rules.Set) RuleStatus {
 		}
 	}
 	for _, w := range set.Warnings() {
-		rs.Warnings = append(rs.Warnings, w.String())
+		rs.Warnings = append(rs.Warnings, w.Error())
 	}
 	return rs
 }

@@ -71,7 +71,7 @@ func TestFilesCompile(t *testing.T) {
 		{"unlimited, without a unit", match("open", "x"), func(r *rules.Rule) bool { return r.Limits[0].Unlimited }},
 		{"flags, name and limit", match("k", "v"), func(r *rules.Rule) bool {
 			l := r.Limits[0]
-			return r.ShadowMode && r.DetailedMetric && l.Name == "hourly" && l.RequestsPerUnit == 7 && l.Unit == rules.Hour
+			return r.ShadowMode && r.DetailedMetric && l.Name == "hourly" && l.RequestsPerUnit == 7 && l.Unit.String() == "hour"
 		}},
 		{"nested, with replaces", match("outer", "a", "inner", "b"), func(r *rules.Rule) bool {
 			return len(r.Limits[0].Replaces) == 1 && r.Limits[0].Replaces[0] == "hourly"

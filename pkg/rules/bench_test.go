@@ -128,3 +128,22 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkResolve resolves a request of three descriptors, one matching a
+// rule, one with an override and one matching nothing, reusing its
+// Resolution as the service does.
+func BenchmarkResolve(b *testing.B) {
+	set := benchSet(b)
+	descs := []Descriptor{
+		{Entries: benchEntries},
+		{Entries: benchEntries[:1], Override: Override{RequestsPerUnit: 5, Unit: second, UnitMultiplier: 1}},
+		{Entries: []Entry{{Key: "none", Value: "x"}}},
+	}
+	var res Resolution
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := set.Resolve(&res, "bench", descs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -7,9 +7,8 @@ import (
 )
 
 // Check loads path as Load does and writes to w either a summary of the set
-// (files, domains, rule and limit counts, warnings) or every error, one per
-// line. It returns Load's error: nil when the rules are valid. It is the
-// whole of a -check command line flag.
+// (files, domains, rules, limits and warnings) or every error, one per line.
+// It returns Load's error. It is the whole of a check command.
 func Check(w io.Writer, path string, opts Options) error {
 	set, err := Load(path, opts)
 	if err != nil {
@@ -27,14 +26,13 @@ func Check(w io.Writer, path string, opts Options) error {
 	for _, wn := range set.warnings {
 		fmt.Fprintf(w, "warning: %s\n", wn)
 	}
-	rules, limits := 0, 0
-	perDomain := map[string][2]int{}
+	limits := 0
+	perDomain := map[string][2]int{} // rules, limits
 	for _, r := range set.rules {
 		c := perDomain[r.Domain]
 		c[0]++
 		c[1] += len(r.Limits)
 		perDomain[r.Domain] = c
-		rules++
 		limits += len(r.Limits)
 	}
 	for _, d := range set.names {
@@ -42,7 +40,7 @@ func Check(w io.Writer, path string, opts Options) error {
 		fmt.Fprintf(w, "domain %s: %s, %s\n", d, plural(c[0], "rule"), plural(c[1], "limit"))
 	}
 	fmt.Fprintf(w, "%s: OK: %s, %s, %s, %s, %s\n", path,
-		plural(set.files, "file"), plural(len(set.names), "domain"), plural(rules, "rule"),
+		plural(set.files, "file"), plural(len(set.names), "domain"), plural(len(set.rules), "rule"),
 		plural(limits, "limit"), plural(len(set.warnings), "warning"))
 	return nil
 }

@@ -10,29 +10,24 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// compiler builds a Set from parsed files, a descriptor at a time: it is
-// the fileSink of every file of a load, in order.
+// compiler builds a Set a descriptor at a time: it is the fileSink of
+// every file of a load, in order.
 type compiler struct {
 	*problems
 	opts     Options
 	set      *Set
 	domainAt map[string]Position // where each domain was first declared
 	names    map[string][]*Limit // named limits per domain, for replaces
-	// fields and paths hold the field path of the limits and rules that a
-	// warning of finish may name (limits that replace others, wildcard and
-	// key-only rules), and only theirs: with 100,000 exact rules the paths
-	// of all would be megabytes kept to the end of the load for nothing.
+	// fields and paths hold the field paths that a warning of finish may
+	// name (limits that replace, wildcard and key-only rules), and only
+	// those: every rule's would be megabytes in a large set.
 	fields map[*Limit]string
 	paths  map[*Rule]string
 
-	// The file being compiled: its domain, and the root its descriptors
-	// go under, nil when they are not compiled (no domain, or a repeated
-	// one).
-	cur  string
-	root *node
+	cur  string // the current file's domain
+	root *node  // where its descriptors go; nil when they are dropped
 }
 
-// newCompiler returns a compiler recording its problems in probs.
 func newCompiler(opts Options, probs *problems) *compiler {
 	return &compiler{
 		problems: probs,
@@ -45,7 +40,7 @@ func newCompiler(opts Options, probs *problems) *compiler {
 	}
 }
 
-// domain starts the next file, of domain name declared at pos (fileSink).
+// domain starts the next file (fileSink).
 func (c *compiler) domain(name string, pos Position) {
 	c.cur, c.root = name, nil
 	if name == "" {
@@ -66,16 +61,14 @@ func (c *compiler) domain(name string, pos Position) {
 	c.root = root
 }
 
-// descriptor compiles a top-level descriptor of the current file
-// (fileSink).
+// descriptor compiles a top-level descriptor (fileSink).
 func (c *compiler) descriptor(d *descDoc) {
 	if c.root != nil {
 		c.add(c.cur, c.root, nil, d)
 	}
 }
 
-// finish checks what needs every file (replaces, reachability) and
-// returns the set.
+// finish checks what needs every file and returns the set.
 func (c *compiler) finish() *Set {
 	sort.Strings(c.set.names)
 	c.checkReplaces()
@@ -122,8 +115,7 @@ func (c *compiler) checkGroup(g *keyGroup) {
 	}
 }
 
-// add adds descriptor d and its children under parent, whose path is
-// levels.
+// add adds d and its children under parent, whose path is levels.
 func (c *compiler) add(domain string, parent *node, levels []level, d *descDoc) {
 	if d.key == "" {
 		return // already reported
@@ -188,7 +180,7 @@ func describeLevel(lv level) string {
 	return fmt.Sprintf("key %q value %q", lv.key, lv.value)
 }
 
-// rule compiles one descriptor's rule, giving its limits their IDs.
+// rule compiles a descriptor's rule, giving its limits their IDs.
 func (c *compiler) rule(domain string, levels []level, d *descDoc) *Rule {
 	r := &Rule{
 		Domain:         domain,
@@ -246,8 +238,7 @@ func (c *compiler) checkReplaces() {
 	}
 }
 
-// rulePath names a rule in the reference server's style: the domain, then
-// each level's key or key_value, joined by ".".
+// rulePath is Rule.Path.
 func rulePath(domain string, levels []level) string {
 	var b strings.Builder
 	b.WriteString(domain)
@@ -262,13 +253,11 @@ func rulePath(domain string, levels []level) string {
 	return b.String()
 }
 
-// limitID encodes a limit's identity: the domain and each level's key and
-// rule value, length-prefixed ("4:demo/7:api_key=0:"), then the counting
-// parameters: "|a=" algorithm, "|w=" window (a Go duration, or "cal:" unit
-// "@" zone for calendar windows), and "|p=" precision for sliding windows.
-// Unlimited limits end in "|unlimited". The length prefixes make the path
-// unambiguous and each "|x=" part starts with its own letter, so the
-// encoding is injective; counter keys extend it with "|v" and "|h" parts.
+// limitID is Limit.ID: the domain and each level's key and value,
+// length-prefixed ("4:demo/7:api_key=0:"), then "|a=" algorithm, "|w="
+// window (a Go duration, or "cal:" unit "@" zone), and "|p=" precision for
+// sliding windows; "|unlimited" for unlimited limits. Length prefixes and
+// distinct markers make it injective.
 func limitID(domain string, levels []level, l *Limit) string {
 	var b []byte
 	b = appendLP(b, domain)
@@ -311,15 +300,10 @@ func appendLP(b []byte, s string) []byte {
 }
 
 func calendarUnitName(u limit.CalendarUnit) string {
-	switch u {
-	case limit.CalendarDay:
-		return "day"
-	case limit.CalendarWeek:
-		return "week"
-	case limit.CalendarMonth:
-		return "month"
-	case limit.CalendarYear:
-		return "year"
+	for unit, cu := range calendarUnits {
+		if cu == u {
+			return unit.String()
+		}
 	}
 	return "none"
 }

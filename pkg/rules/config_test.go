@@ -188,7 +188,7 @@ func TestExplain(t *testing.T) {
 		{"demo", nil, nil, "the descriptor has no entries", nil},
 	}
 	for _, tt := range tests {
-		e := set.Explain(tt.domain, tt.entries)
+		e := set.explain(tt.domain, tt.entries)
 		var hows []string
 		for _, st := range e.Steps {
 			hows = append(hows, st.How)
@@ -205,7 +205,7 @@ func TestExplain(t *testing.T) {
 		s := e.String()
 		for _, want := range tt.text {
 			if !strings.Contains(s, want) {
-				t.Errorf("Explain(%v).String() lacks %q:\n%s", tt.entries, want, s)
+				t.Errorf("Explain(%v) report lacks %q:\n%s", tt.entries, want, s)
 			}
 		}
 	}

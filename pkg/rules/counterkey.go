@@ -6,6 +6,7 @@ import (
 	"hash"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
@@ -14,19 +15,15 @@ import (
 // key; longer ones are replaced by their SHA-256.
 const maxKeyValue = 64
 
-// Counter keys (limit.Hit.Key, ResolvedLimit.Key) are built here and
-// nowhere else. There are three kinds, told apart by their first byte:
+// Counter keys are of three kinds, told apart by their first byte:
 //
-//	'r' a rule's limit: 'r' then the limit's identity (appendIdentity)
-//	'o' an override of a descriptor that matched a rule with limits: 'o'
-//	    then the identity of the rule's first limit, then the window and
-//	    algorithm
-//	'd' an override of any other descriptor: 'd' then the domain and every
-//	    entry, then the window and algorithm
+//	'r' a rule's limit: then the limit's identity (appendIdentity)
+//	'o' an override of a descriptor that matched a rule with limits: then
+//	    the identity of the rule's first limit, the window and algorithm
+//	'd' an override of any other descriptor: then the domain, every entry,
+//	    the window and algorithm
 //
-// Each kind's encoding is injective, so no two counters share a key. A
-// store may add its own namespace (redislimit's prefix and hash tag), but
-// which requests share a counter is decided here. The keys are part of the
+// Each encoding is injective, so no two counters share a key. Keys are
 // stored state: changing them resets every counter on upgrade, which
 // envoy's TestCounterKeysArePinned guards.
 const (
@@ -44,22 +41,17 @@ func appendCounterKey(dst []byte, domain string, rd *Resolved, l *Limit) []byte 
 	return appendRuleKey(dst, rd.Rule, l, rd.Entries)
 }
 
-// appendRuleKey appends the counter key of limit l of rule r for a request
-// descriptor with these entries: keyRule, then r.appendIdentity.
+// appendRuleKey appends the counter key of r's limit l for a request
+// descriptor with these entries.
 func appendRuleKey(dst []byte, r *Rule, l *Limit, entries []Entry) []byte {
 	dst = append(dst, keyRule)
 	return r.appendIdentity(dst, l, entries)
 }
 
-// appendIdentity appends to dst the identity of the counter that l (one of
-// r.Limits) uses for a request with these entries (those given to Match)
-// and returns the extended slice. The identity is l.ID followed, for each
-// level where the counter depends on the request's value (a key-only
-// descriptor, or a wildcard without share_threshold), by "|v" and the value
-// length-prefixed ("|v5:alice"), or, for values longer than 64 bytes, by
-// "|h" and the hex SHA-256 of the value. The encoding is injective: two
-// different (limit, relevant values) never give equal identities. It does
-// not allocate when dst has the capacity.
+// appendIdentity appends the identity of the counter of r's limit l for a
+// request with these entries: l.ID then, for each level where the counter
+// depends on the request's value (key-only, or a wildcard without
+// share_threshold), '|' and the value as appendKeyField writes it.
 func (r *Rule) appendIdentity(dst []byte, l *Limit, entries []Entry) []byte {
 	dst = append(dst, l.ID...)
 	for i := range r.levels {
@@ -72,24 +64,13 @@ func (r *Rule) appendIdentity(dst []byte, l *Limit, entries []Entry) []byte {
 	return dst
 }
 
-// appendOverrideKey appends to dst the counter key of a limit that a
-// request sent with a descriptor (an Override), counted with spec, and
-// returns the extended slice. r is the rule the descriptor matched, or nil;
-// a rule without limits counts as nil, since it has no limit identity to
-// extend.
-//
-// With a rule, the key is 'o' then appendIdentity of the rule's first
-// limit: an override counts apart from the rule's own counters and per
-// request value where the rule's counter is. Without one, it is 'd' then
-// the domain and every entry's key and value, each written as 'v', its
-// length, ':' and its bytes, or as 'h' and the hex SHA-256 when longer than
-// 64 bytes: one counter per distinct descriptor, as the reference server
-// counts. Both end with "|w", the window in microseconds, "|a" and the
-// algorithm number, which parse unambiguously from the end (two maximal
-// digit runs after fixed markers).
-//
-// The encoding is injective over (domain, r, entries, window, algorithm).
-// It does not allocate when dst has the capacity.
+// appendOverrideKey appends the counter key of an override counted with
+// spec. r is the rule the descriptor matched, or nil; a rule without
+// limits counts as nil. With a rule, an override counts apart from the
+// rule's counters, per request value where the rule's counter is; without
+// one, per distinct descriptor, as the reference server counts. Both end
+// with "|w" and the window in microseconds, "|a" and the algorithm number,
+// which parse one way only from the end.
 func appendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec limit.Spec) []byte {
 	if r != nil && len(r.Limits) > 0 {
 		dst = append(dst, overrideOfRule)
@@ -108,10 +89,25 @@ func appendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec
 	return strconv.AppendUint(dst, uint64(spec.Algorithm), 10)
 }
 
-// appendKeyField appends s as 'v', its decimal length, ':' and its bytes,
-// or, when longer than maxKeyValue, as 'h' and its hex SHA-256 (which bounds
-// key size). The first byte and the length make a sequence of fields parse
-// one way only.
+// DemandKey returns the key of the counter where RLQS adds up the demand a
+// fleet sends for the counter at counterKey, over windows of window (which
+// is positive) rounded up to whole seconds; "" for a window of 0. It is the
+// key an override of one hit per window would have in the empty domain, on
+// one entry with an empty key holding counterKey: no request can name that
+// domain or key, so it is never the key of a rule or a request.
+
+func DemandKey(counterKey string, window time.Duration) string {
+	secs := uint32((window + time.Second - 1) / time.Second)
+	if secs == 0 {
+		return ""
+	}
+	spec := limit.Spec{Limit: 1, Window: time.Duration(secs) * time.Second}
+	return string(appendOverrideKey(nil, "", nil, []Entry{{Value: counterKey}}, spec))
+}
+
+// appendKeyField appends s as 'v', its length, ':' and its bytes, or, past
+// maxKeyValue bytes, as 'h' and its hex SHA-256, which bounds key size. A
+// sequence of fields parses one way only.
 func appendKeyField(dst []byte, s string) []byte {
 	if len(s) > maxKeyValue {
 		dst = append(dst, 'h')
@@ -123,8 +119,9 @@ func appendKeyField(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-// hasher is a reusable SHA-256 state with room to copy a string into,
-// since hashing a string directly would convert (allocate) it.
+// hasher is a reusable SHA-256 state, with room to copy a string into
+// rather than convert (allocate) it.
+
 type hasher struct {
 	h     hash.Hash
 	chunk [512]byte

@@ -105,3 +105,46 @@ func FuzzOverrideKey(f *testing.F) {
 		}
 	})
 }
+
+// TestDemandKey checks DemandKey against the key an override of one hit
+// per window gets from Resolve in the empty domain, which is how the
+// demand counter's key was first built: the two must agree byte for byte.
+func TestDemandKey(t *testing.T) {
+	set, err := Parse(map[string][]byte{"test.yaml": []byte(keyTestRules)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaResolve := func(counterKey string, window time.Duration) string {
+		secs := uint32((window + time.Second - 1) / time.Second)
+		o := Override{RequestsPerUnit: 1, Unit: second, UnitMultiplier: secs}
+		var res Resolution
+		if err := set.Resolve(&res, "", []Descriptor{{Entries: []Entry{{Value: counterKey}}, Override: o}}); err != nil {
+			return ""
+		}
+		return res.Descriptors[0].Limits[0].Key
+	}
+	var res Resolution
+	if err := set.Resolve(&res, "test", []Descriptor{{Entries: []Entry{{Key: "user", Value: "alice"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	ruleKey := res.Descriptors[0].Limits[0].Key
+	keys := []string{ruleKey, "", "k", "a|w1000000|a0", strings.Repeat("x", 64), strings.Repeat("y", 65)}
+	windows := []time.Duration{
+		time.Second, 7 * time.Second, time.Minute, 1500 * time.Millisecond,
+		time.Millisecond, 59*time.Second + time.Nanosecond, 0, time.Hour,
+	}
+	for _, k := range keys {
+		for _, w := range windows {
+			want, got := viaResolve(k, w), DemandKey(k, w)
+			if got != want {
+				t.Errorf("DemandKey(%q, %v) = %q, want %q", k, w, got, want)
+			}
+			if w > 0 && got == "" {
+				t.Errorf("DemandKey(%q, %v) is empty", k, w)
+			}
+		}
+	}
+	if got, want := DemandKey("k", 1500*time.Millisecond), "dv0:v0:v1:k|w2000000|a0"; got != want {
+		t.Errorf("DemandKey rounds 1.5 s to %q, want %q", got, want)
+	}
+}

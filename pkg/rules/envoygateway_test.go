@@ -22,7 +22,7 @@ func TestEnvoyGatewayRuleFiles(t *testing.T) {
 				continue
 			}
 			want := name + ":1:1: name: ignored here, as the reference server ignores it (name belongs to a rate_limit)"
-			if w := set.Warnings(); len(w) != 1 || w[0].String() != want {
+			if w := set.Warnings(); len(w) != 1 || w[0].Error() != want {
 				t.Errorf("%s: warnings %v, want\n%s", name, w, want)
 			}
 			for _, r := range set.Rules() {

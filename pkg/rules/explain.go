@@ -7,44 +7,46 @@ import (
 	"strings"
 )
 
-// Explanation says which rule applies to a request descriptor and why,
-// level by level. It is for people (a -explain flag, debugging), not for the
-// request path.
-type Explanation struct {
+// explanation says which rule applies to a request descriptor and why,
+// level by level.
+type explanation struct {
 	Domain  string
 	Entries []Entry
-	// DomainFound reports whether the domain is declared.
-	DomainFound bool
-	// Steps has one element per entry that was looked up, in order; it
-	// stops after the first entry that matched nothing.
-	Steps []ExplainStep
-	// Rule is what Match returns: nil when nothing applies.
+	// Steps has one element per entry looked up; they stop at the first
+	// entry that matched nothing.
+	Steps []explainStep
+	// Rule is what Match returns.
 	Rule *Rule
-	// Reason says in words why Rule is nil, or what it does.
+	// Reason says in a sentence why Rule is nil, or what it does.
 	Reason string
 }
 
-// ExplainStep is the lookup of one request entry.
-type ExplainStep struct {
+// explainStep is the lookup of one request entry.
+type explainStep struct {
 	Entry Entry
-	// How is "exact", "wildcard", "key-only", or "none" when nothing matched.
+	// How is "exact", "wildcard", "key-only", or "none".
 	How string
-	// Pattern is the rule value that matched: the value for exact, the
-	// pattern for wildcard, "" for key-only and none.
+	// Pattern is the rule value that matched; "" for key-only and none.
 	Pattern string
-	// Rule is the descriptor matched at this level (nil when none).
+	// Rule is the descriptor matched at this level, nil for none.
 	Rule *Rule
-	// Note adds what else was considered or what the match means for the
-	// counter.
+	// Note says what else was considered, or what the match means for
+	// the counter.
 	Note string
 }
 
-// Explain looks up a request descriptor as Match does and reports each
-// level's choice. Its Rule is always the one Match returns.
-func (s *Set) Explain(domain string, entries []Entry) Explanation {
-	e := Explanation{Domain: domain, Entries: entries}
+// Explain looks up a request descriptor as Match does and says why it
+// finds what it finds, for people (an -explain flag, a debugging page).
+// report has one line per level, the conclusion and the limits that
+// apply; reason is the conclusion alone, in one sentence.
+func (s *Set) Explain(domain string, entries []Entry) (report, reason string) {
+	e := s.explain(domain, entries)
+	return e.String(), e.Reason
+}
+
+func (s *Set) explain(domain string, entries []Entry) explanation {
+	e := explanation{Domain: domain, Entries: entries}
 	n, ok := s.domains[domain]
-	e.DomainFound = ok
 	switch {
 	case !ok:
 		e.Reason = fmt.Sprintf("no rule file declares domain %q, so nothing is limited", domain)
@@ -54,7 +56,7 @@ func (s *Set) Explain(domain string, entries []Entry) Explanation {
 		return e
 	}
 	for i, ent := range entries {
-		st := ExplainStep{Entry: ent, How: "none"}
+		st := explainStep{Entry: ent, How: "none"}
 		g, _ := n.children.get(ent.Key)
 		if g == nil {
 			st.Note = explainNoKey(n, ent.Key, i)
@@ -69,40 +71,45 @@ func (s *Set) Explain(domain string, entries []Entry) Explanation {
 			e.Reason = fmt.Sprintf("entry %d (%s=%s) matches no rule, so nothing is limited", i+1, ent.Key, ent.Value)
 			return e
 		}
-		lv := next.rule.levels[len(next.rule.levels)-1]
-		st.How, st.Rule = kind.String(), next.rule
-		switch kind {
-		case matchExact:
-			st.Pattern = lv.value
-			st.Note = "exact value"
-		case matchWildcard:
-			st.Pattern = lv.value
-			if lv.dynamic {
-				st.Note = "wildcard; each distinct value has its own counter"
-			} else {
-				st.Note = "wildcard with share_threshold; all matching values share one counter"
-			}
-		default:
-			st.Note = "key-only rule: no exact value or wildcard matched; each distinct value has its own counter"
-		}
-		e.Steps = append(e.Steps, st)
+		e.Steps = append(e.Steps, matchedStep(ent, next.rule, kind))
 		n = next
 	}
 	e.Rule = n.rule
-	switch {
-	case len(n.rule.Limits) == 0:
-		e.Reason = fmt.Sprintf("rule %s matches but holds no limit, so the request is not limited", n.rule.Path)
-	default:
-		var parts []string
-		for _, l := range n.rule.Limits {
-			parts = append(parts, l.Describe())
-		}
-		e.Reason = fmt.Sprintf("rule %s applies: %s", n.rule.Path, strings.Join(parts, "; "))
-		if n.rule.ShadowMode {
-			e.Reason += " (shadow mode: counted, never denied)"
-		}
-	}
+	e.Reason = ruleReason(n.rule)
 	return e
+}
+
+// matchedStep explains an entry that matched r's last level as kind.
+func matchedStep(ent Entry, r *Rule, kind matchKind) explainStep {
+	lv := r.levels[len(r.levels)-1]
+	st := explainStep{Entry: ent, How: kind.String(), Rule: r, Pattern: lv.value}
+	switch {
+	case kind == matchExact:
+		st.Note = "exact value"
+	case kind == matchWildcard && lv.dynamic:
+		st.Note = "wildcard; each distinct value has its own counter"
+	case kind == matchWildcard:
+		st.Note = "wildcard with share_threshold; all matching values share one counter"
+	default:
+		st.Note = "key-only rule: no exact value or wildcard matched; each distinct value has its own counter"
+	}
+	return st
+}
+
+// ruleReason says what a matched rule does.
+func ruleReason(r *Rule) string {
+	if len(r.Limits) == 0 {
+		return fmt.Sprintf("rule %s matches but holds no limit, so the request is not limited", r.Path)
+	}
+	var parts []string
+	for _, l := range r.Limits {
+		parts = append(parts, l.Describe())
+	}
+	reason := fmt.Sprintf("rule %s applies: %s", r.Path, strings.Join(parts, "; "))
+	if r.ShadowMode {
+		reason += " (shadow mode: counted, never denied)"
+	}
+	return reason
 }
 
 // explainNoKey says why key found no rule below n at level i.
@@ -113,23 +120,25 @@ func explainNoKey(n *node, key string, i int) string {
 		}
 		return fmt.Sprintf("rule %s has no nested descriptors: a descriptor with more entries than a rule's depth matches nothing", n.rule.Path)
 	}
-	keys := n.children.keys()
+	keys := quotedKeys(&n.children)
+	return fmt.Sprintf("no rule for key %q at level %d (keys there: %s)", key, i+1, strings.Join(keys, ", "))
+}
+
+// quotedKeys returns t's keys quoted, in order.
+func quotedKeys[V any](t *table[V]) []string {
+	keys := t.keys()
 	for i, k := range keys {
 		keys[i] = strconv.Quote(k)
 	}
 	sort.Strings(keys)
-	return fmt.Sprintf("no rule for key %q at level %d (keys there: %s)", key, i+1, strings.Join(keys, ", "))
+	return keys
 }
 
 // summary lists a key group's rule values for messages.
 func (g *keyGroup) summary() string {
 	var parts []string
 	if g.exact.size() > 0 {
-		vals := g.exact.keys()
-		for i, v := range vals {
-			vals[i] = strconv.Quote(v)
-		}
-		sort.Strings(vals)
+		vals := quotedKeys(&g.exact)
 		if len(vals) > 10 {
 			vals = append(vals[:10], "...")
 		}
@@ -147,7 +156,7 @@ func (g *keyGroup) summary() string {
 }
 
 // String prints the explanation, one line per level and a conclusion.
-func (e Explanation) String() string {
+func (e explanation) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "domain %q, descriptor [", e.Domain)
 	for i, ent := range e.Entries {

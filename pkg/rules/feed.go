@@ -6,12 +6,11 @@ import (
 	"sync"
 )
 
-// Feed holds the rules that a remote source pushes whole, such as an xDS
-// management server: each push is a complete set of rule files, validated
-// and compiled as Load does, swapped in atomically when good and refused
-// when not, the current set staying. Its Current, Status and Changed mean
-// what a Watcher's do, so that the server, /rlconfig and the reload metrics
-// treat both sources alike. Its methods are safe for concurrent use.
+// Feed holds the rules a remote source, such as an xDS management server,
+// pushes whole: each push is compiled as Parse does and put in force
+// atomically when good; a bad one is refused and the current set stays.
+// Current, Status and Changed mean what a Watcher's do. Its methods are
+// safe for concurrent use.
 type Feed struct {
 	history
 	opts   Options
@@ -24,10 +23,9 @@ type Feed struct {
 	origin string            // and its origin
 }
 
-// NewFeed returns a Feed holding no rules yet: until the first good push,
-// Current is an empty Set (no domain, so every request is allowed) and
-// Status().Version is 0. attrs name the source in the logs (key, value
-// pairs, as slog takes them). A nil logger discards logs.
+// NewFeed returns a Feed whose Current, until the first good push, is an
+// empty Set, allowing every request, at Status().Version 0. attrs name the
+// source in the logs, as slog takes them. A nil logger discards logs.
 func NewFeed(opts Options, logger *slog.Logger, attrs ...any) *Feed {
 	f := &Feed{opts: opts, loaded: make(chan struct{})}
 	empty, err := Parse(nil, Options{})
@@ -38,13 +36,11 @@ func NewFeed(opts Options, logger *slog.Logger, attrs ...any) *Feed {
 	return f
 }
 
-// Push compiles files (name -> content, as Parse takes them) and puts the
-// result in force when it is good. origin is the source's name for this
-// push (an xDS version_info), kept in Status().Origin and logged. Unlike a
-// rule directory, a push with no domain is accepted: it is the source's
-// whole state, and a source that has no limits left says so that way. The
-// error, a *LoadError holding every problem found, is the refusal to report
-// back; the current set then stays.
+// Push compiles files as Parse does and puts the result in force when it
+// is good, or returns Parse's error. origin is the source's name for the
+// push (an xDS version_info), kept in Status().Origin. Unlike a rule
+// directory, a push with no domain is accepted: it is how a source says it
+// has no limits left.
 func (f *Feed) Push(origin string, files map[string][]byte) error {
 	f.mu.Lock()
 	f.pushed, f.origin = files, origin
@@ -57,17 +53,15 @@ func (f *Feed) Push(origin string, files map[string][]byte) error {
 	return err
 }
 
-// Refuse records a push that could not be turned into rule files (a
-// resource that does not decode), as Push records a bad one: counted as a
-// failure, kept in Status().LastError and logged, the current set staying.
+// Refuse records, as Push records a bad one, a push that could not be
+// turned into rule files.
 func (f *Feed) Refuse(origin string, err error) {
 	f.offer(nil, err, false, origin)
 }
 
-// Pushed returns the files of the last Push and its origin, whether they
-// were put in force or refused: the positions of Status().LastError, and
-// of the rules in force when it is nil, are in these files, which exist
-// nowhere else. The map must not be modified; Push keeps files as given.
+// Pushed returns the files of the last Push, in force or refused, and its
+// origin: the files that positions in Status().LastError refer to. The map
+// must not be modified.
 func (f *Feed) Pushed() (origin string, files map[string][]byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -77,9 +71,9 @@ func (f *Feed) Pushed() (origin string, files map[string][]byte) {
 // Loaded returns a channel closed once a first push has been put in force.
 func (f *Feed) Loaded() <-chan struct{} { return f.loaded }
 
-// SetSource records the state of the source's connection, shown as
-// Status().Source: the client that pushes tells there whether its server is
-// reached and why not, so that operators see it beside the rules.
+// SetSource records the state of the source's connection, as
+// Status().Source.
+
 func (f *Feed) SetSource(state string) {
 	f.mu.Lock()
 	f.source = state

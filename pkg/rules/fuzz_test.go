@@ -193,7 +193,7 @@ func FuzzMatch(f *testing.F) {
 		if got != want {
 			t.Fatalf("Match(%q) = %q, oracle says %q", e, got, want)
 		}
-		if ex := set.Explain("d", e); ex.Rule != r {
+		if ex := set.explain("d", e); ex.Rule != r {
 			t.Fatalf("Explain(%q) found %v, Match %v", e, ex.Rule, r)
 		}
 		if r == nil {

@@ -8,10 +8,8 @@ import (
 	"time"
 )
 
-// history is the sequence of rule sets one source (a Watcher's files, a
-// Feed's pushes) has offered: the set in force, the state of the loads and
-// their logs. It is shared so that every source counts, swaps, refuses and
-// logs alike, which /rlconfig and the reload metrics rely on.
+// history is what a Watcher and a Feed share: the set in force, the state
+// of the loads and their logs, so that both count, swap and log alike.
 type history struct {
 	logger  *slog.Logger
 	attrs   []any // name the source in every log line ("path", ...)
@@ -23,8 +21,7 @@ type history struct {
 	changed chan struct{} // closed when current is replaced
 }
 
-// init makes first the current set, as version version (0 for a
-// placeholder that no load produced).
+// init makes first the current set, as version (0 for a placeholder).
 func (h *history) init(first *Set, version uint64, logger *slog.Logger, attrs ...any) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -39,9 +36,8 @@ func (h *history) init(first *Set, version uint64, logger *slog.Logger, attrs ..
 	h.current.Store(first)
 }
 
-// Current returns the last good set. It is never nil. A request should call
-// it once and use that set throughout, so that it sees either the old rules
-// or the new ones, never a mix.
+// Current returns the last good set, never nil. A request should use one
+// Current throughout, so that it never sees a mix of old and new rules.
 func (h *history) Current() *Set { return h.current.Load() }
 
 // Status returns the state of the loads.
@@ -51,20 +47,19 @@ func (h *history) Status() Status {
 	return h.status
 }
 
-// Changed returns a channel that is closed when the current set is
-// replaced by a newer one. Take it before Current to miss no change.
+// Changed returns a channel closed when the current set is replaced. Take
+// it before Current to miss no change.
 func (h *history) Changed() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.changed
 }
 
-// offer counts one load attempt and swaps set in when err is nil and set
-// differs from the current one; with err it keeps the current set and
-// records err. quiet drops an attempt that found the rules unchanged, not
-// counting it (a Watcher's first look). origin is the source's own name of
-// what it offered (an xDS version), kept in Status and logged; "" for none.
-// It reports whether the rules changed.
+// offer counts a load attempt and puts set in force when err is nil and
+// set is new; with err it keeps the current set and records err. quiet
+// does not count an attempt that found nothing changed. origin is the
+// source's name of what it offered, "" for none. It reports whether the
+// rules changed.
 func (h *history) offer(set *Set, err error, quiet bool, origin string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -95,8 +90,8 @@ func (h *history) offer(set *Set, err error, quiet bool, origin string) bool {
 	h.status.LastError, h.status.LastErrorAt = nil, time.Time{}
 	unchanged := set.digest == h.current.Load().digest && h.status.Version > 0
 	if h.refused > 0 {
-		// Once, when the source is good again: the refusals logged at
-		// error level are over, whether by a fix or a restored copy.
+		// Say once that the refusals logged as errors are over.
+
 		version := h.status.Version
 		if !unchanged {
 			version++

@@ -3,6 +3,7 @@ package rules
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,18 +21,16 @@ import (
 // symbolic-link loops.
 const maxDirDepth = 16
 
-// Load reads a rule file, or the rule files of a directory tree (see
-// readDir), validates and compiles them. File names in errors are path
-// joined with the file's name inside it, as given. The error, if any, is a
-// *LoadError holding every problem found.
+// Load reads, validates and compiles a rule file, or the rule files of a
+// directory tree (see readDir). Errors name files under path as given. The
+// error is a *LoadError holding every problem found.
 func Load(path string, opts Options) (*Set, error) {
 	files, probs := readRules(path, opts.IgnoreDotFiles)
 	return build(files, opts, probs, sliceBytes)
 }
 
-// Parse validates and compiles in-memory rule files (name -> content), in
-// the order of their sorted names. The error, if any, is a *LoadError
-// holding every problem found.
+// Parse validates and compiles rule files given by name, in the order of
+// their names. The error is a *LoadError holding every problem found.
 func Parse(files map[string][]byte, opts Options) (*Set, error) {
 	list := make([]ruleFile, 0, len(files))
 	for name, data := range files {
@@ -46,10 +45,8 @@ type ruleFile struct {
 	data []byte
 }
 
-// build parses and compiles files after the problems of reading them,
-// with slices of about slice bytes of a file's descriptors (sliceBytes; 0
-// parses every file whole, which gives the same result with more memory,
-// as tests check).
+// build parses and compiles files after the problems of reading them, in
+// slices of about slice bytes (0 parses files whole, for tests).
 func build(files []ruleFile, opts Options, read *problems, slice int) (*Set, error) {
 	sortFiles(files)
 	set, probs := compileFiles(files, opts, read, slice)
@@ -68,8 +65,7 @@ func build(files []ruleFile, opts Options, read *problems, slice int) (*Set, err
 	return set, nil
 }
 
-// unsupported returns a problem for each limit of set that supports
-// refuses, at the limit's position.
+// unsupported returns a problem for each limit of set that supports refuses.
 func unsupported(set *Set, supports func(limit.Spec) error) []FieldError {
 	var errs []FieldError
 	for _, r := range set.rules {
@@ -85,13 +81,9 @@ func unsupported(set *Set, supports func(limit.Spec) error) []FieldError {
 	return errs
 }
 
-// compileFiles parses and compiles files, in order, after the problems of
-// reading them. Files are parsed in slices of about slice bytes where they
-// allow it (stream.go), each top-level descriptor compiled as soon as it is
-// parsed. When a file's slices do not parse alone, the compilation so far
-// is dropped and done again with that file and those after it parsed
-// whole: at most once, since the files before it were sliced without
-// trouble.
+// compileFiles parses and compiles files in order, in slices where they
+// allow it (stream.go). When a file's slices do not parse alone, it starts
+// again with that file and those after it parsed whole: at most once.
 func compileFiles(files []ruleFile, opts Options, read *problems, slice int) (*Set, *problems) {
 	wholeFrom := len(files)
 	if slice <= 0 {
@@ -120,9 +112,9 @@ func compileFiles(files []ruleFile, opts Options, read *problems, slice int) (*S
 
 // sortByPos orders problems by file, line and column, keeping the order of
 // problems at the same place.
-func sortByPos[T FieldError | Warning](list []T) {
+func sortByPos(list []FieldError) {
 	sort.SliceStable(list, func(i, j int) bool {
-		a, b := FieldError(list[i]).Pos, FieldError(list[j]).Pos
+		a, b := list[i].Pos, list[j].Pos
 		if a.File != b.File {
 			return a.File < b.File
 		}
@@ -133,23 +125,19 @@ func sortByPos[T FieldError | Warning](list []T) {
 	})
 }
 
-// sortFiles orders files by name: the order they are compiled and
-// digested in.
+// sortFiles orders files by name, as they are compiled and digested.
 func sortFiles(files []ruleFile) {
 	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
 }
 
-// digest identifies the content of a set of (sorted) files, so a reload
+// digest identifies sorted files' names and contents, so that a reload
 // that changes nothing is recognised.
 func digest(files []ruleFile) [32]byte {
 	h := sha256.New()
 	var n [8]byte
 	for _, f := range files {
 		for _, part := range [][]byte{[]byte(f.name), f.data} {
-			l := uint64(len(part))
-			for i := range n {
-				n[i] = byte(l >> (8 * i))
-			}
+			binary.LittleEndian.PutUint64(n[:], uint64(len(part)))
 			h.Write(n[:])
 			h.Write(part)
 		}
@@ -176,9 +164,8 @@ func readRules(path string, ignoreDot bool) ([]ruleFile, *problems) {
 		}
 		return []ruleFile{{name: path, data: data}}, probs
 	}
-	// Resolve the links above the tree once, so that a swap of one (a
-	// release's "current", a directory that is a link) during the read
-	// cannot mix the old target's files with the new one's.
+	// Resolved once, so that a link swapped during the read cannot mix
+	// the old target's files with the new one's.
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
@@ -200,15 +187,10 @@ type tree struct {
 }
 
 // readDir appends the rule files of dir and its subdirectories, following
-// symbolic links. Files are named under shown, the path dir was given as.
-//
-// As the reference server, every regular file is read whatever its name,
-// names starting with "." included unless ignoreDot
-// (RUNTIME_IGNOREDOTFILES=true): one named *.yaml or *.yml is a rule file;
-// another is one when it is YAML with a top-level domain (b.conf, a name
-// without extension, rules.json), and is skipped with a warning otherwise
-// (a README: the reference would refuse the whole load). The entries a
-// Kubernetes volume keeps for itself are left out (see outsideTree).
+// links, named under shown, the path dir was given as. As the reference
+// server, it reads every regular file: *.yaml and *.yml are rule files,
+// others are when they are YAML with a top-level domain, and are skipped
+// with a warning otherwise (a README, which the reference would refuse).
 func (t *tree) readDir(dir, shown string, depth int) {
 	if depth > maxDirDepth {
 		t.probs.errorf(Position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
@@ -257,15 +239,12 @@ func (t *tree) readDir(dir, shown string, depth int) {
 	}
 }
 
-// outsideTree returns the test of which names of a directory's entries are
-// not part of the rule tree: with ignoreDot, every name starting with "."
-// and what is below it, as the reference server skips them with
-// RUNTIME_IGNOREDOTFILES=true. Otherwise, in a directory where Kubernetes
-// projects a ConfigMap or Secret (it holds "..data"), the names starting
-// with "..": its "..data" link and the "..<timestamp>" directories behind
-// it, whose files the links beside them lead to, so that each file is read
-// once (the reference reads them twice, and fails on the repeated domain).
-// Kubernetes refuses such names for the files themselves.
+// outsideTree returns the test of which entries of a directory are not
+// part of the rule tree: with ignoreDot, the names starting with ".".
+// Otherwise, where Kubernetes projects a ConfigMap (the directory holds
+// "..data"), the names starting with "..": its own entries, whose files the
+// links beside them lead to, so each file is read once (the reference
+// reads them twice and fails on the repeated domain).
 func outsideTree(entries []os.DirEntry, ignoreDot bool) func(name string) bool {
 	kubernetes := slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == "..data" })
 	return func(name string) bool {
@@ -276,10 +255,8 @@ func outsideTree(entries []os.DirEntry, ignoreDot bool) func(name string) bool {
 // topLevelDomain finds a rule file's domain key written in block style.
 var topLevelDomain = regexp.MustCompile(`(?m)^domain\s*:`)
 
-// declaresDomain reports whether data, a file whose name does not say it
-// is YAML, is YAML whose first document is a mapping with a domain field,
-// as the reference server would read it: in block style, in flow style or
-// as JSON.
+// declaresDomain reports whether data is YAML (or JSON) whose first
+// document is a mapping with a domain field.
 func declaresDomain(data []byte) bool {
 	if topLevelDomain.Match(data) {
 		return true
@@ -303,8 +280,8 @@ func isRuleFile(name string) bool {
 	return ext == ".yaml" || ext == ".yml"
 }
 
-// unwrapPathError drops the path from an *fs.PathError, which messages
-// already name.
+// unwrapPathError drops the path, which messages already name.
+
 func unwrapPathError(err error) error {
 	if pe, ok := err.(*fs.PathError); ok {
 		return pe.Err

@@ -6,17 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
 
 // The fields of each level of a rule file, in the order error messages list
-// them (a rate_limit's are in rateLimitTable). Unknown fields are errors, as
-// in the reference server.
+// them; a rate_limit's are in rateLimitTable.
 var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{
@@ -27,15 +23,11 @@ var (
 	replacesFields = []string{"name"}
 )
 
-// fileSink receives what parseFile finds in a file as it goes: the
-// domain, once, before any descriptor, and then each top-level descriptor
-// as soon as it is parsed, so that the parsed form of one need not outlive
-// its compilation. The compiler is one.
+// fileSink, the compiler, takes a file's domain ("" when invalid), then
+// each top-level descriptor as soon as it is parsed, so that the parsed
+// form of one need not outlive its compilation.
 type fileSink interface {
-	// domain starts a file of this domain ("" when missing or invalid),
-	// declared at pos.
 	domain(name string, pos Position)
-	// descriptor takes a top-level descriptor of the file.
 	descriptor(d *descDoc)
 }
 
@@ -56,7 +48,7 @@ type descDoc struct {
 	metadata      map[string]any
 }
 
-// limitDoc is one parsed rate limit with where it was written.
+// limitDoc is one parsed rate limit and its field path.
 type limitDoc struct {
 	lim   *Limit
 	field string
@@ -65,7 +57,7 @@ type limitDoc struct {
 // problems collects the errors and warnings of one load.
 type problems struct {
 	errs  []FieldError
-	warns []Warning
+	warns []FieldError
 }
 
 func (p *problems) errorf(pos Position, field, format string, args ...any) {
@@ -73,7 +65,7 @@ func (p *problems) errorf(pos Position, field, format string, args ...any) {
 }
 
 func (p *problems) warnf(pos Position, field, format string, args ...any) {
-	p.warns = append(p.warns, Warning{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+	p.warns = append(p.warns, FieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // parser walks the YAML trees of one file.
@@ -81,26 +73,21 @@ type parser struct {
 	*problems
 	file string
 	sink fileSink
-	// budget bounds the nodes visited, so aliases that expand a small file
-	// into a huge tree are refused instead of exhausting memory and time.
+	// budget bounds the nodes visited, so that aliases cannot expand a
+	// small file into a huge tree.
 	budget int
-	// line is added to the line of every node: the line before the slice
-	// of the file being parsed (stream.go), 0 when parsing from its start.
-	line int
-	// draft is the rate_limit being read (decodeRateLimit).
-	draft draft
+	line   int // added to every node's: the line before the slice parsed
+	draft  draft
 }
 
 func (p *parser) pos(n *yaml.Node) Position {
 	return Position{File: p.file, Line: n.Line + p.line, Column: n.Column}
 }
 
-// parseFile parses one rule file into sink. With slice > 0 the file is
-// parsed in slices of about slice bytes where its layout allows
-// (stream.go); then it returns false when a slice or the rest of the file
-// does not parse on its own, and what sink got is to be dropped and the
-// file parsed again whole (slice 0). Parsed whole, it always returns true;
-// an unusable file gives sink nothing (its errors are recorded).
+// parseFile parses one rule file into sink, in slices of about slice bytes
+// where its layout allows (stream.go). It returns false when a slice does
+// not parse alone: what sink got is then to be dropped and the file parsed
+// again with slice 0, whole, which always returns true.
 func parseFile(name string, data []byte, probs *problems, sink fileSink, slice int) bool {
 	p := &parser{problems: probs, file: name, sink: sink, budget: 100_000 + 20*len(data)}
 	if slice > 0 {
@@ -114,9 +101,8 @@ func parseFile(name string, data []byte, probs *problems, sink fileSink, slice i
 	return true
 }
 
-// sliced parses a file cut as lay says: the header, then each slice of
-// the descriptors' items. It returns false when one of them does not
-// parse alone, or the header's descriptors are not the items cut.
+// sliced parses the header, then each slice, as lay cut them. It returns
+// false when one does not parse alone as the cut expects.
 func (p *parser) sliced(data []byte, lay *layout) bool {
 	dec := yaml.NewDecoder(bytes.NewReader(lay.header))
 	var doc, extra yaml.Node
@@ -129,9 +115,8 @@ func (p *parser) sliced(data []byte, lay *layout) bool {
 	return p.root(doc.Content[0], data, lay)
 }
 
-// slices parses the slices of data that lay lists, handing each item to
-// the sink. It returns false when a slice does not parse alone into the
-// items the cut found.
+// slices parses the slices lay lists into the sink. It returns false when
+// one does not parse alone into the items the cut found.
 func (p *parser) slices(data []byte, lay *layout) bool {
 	defer func() { p.line = 0 }()
 	next := 0
@@ -188,101 +173,6 @@ func (p *parser) document(data []byte) *yaml.Node {
 	return root
 }
 
-// yamlLine finds the line number in a yaml.v3 error message.
-func yamlLine(msg string) (line int, rest string, ok bool) {
-	const marker = "line "
-	i := strings.Index(msg, marker)
-	if i < 0 {
-		return 0, msg, false
-	}
-	j := i + len(marker)
-	k := j
-	for k < len(msg) && msg[k] >= '0' && msg[k] <= '9' {
-		k++
-	}
-	n, err := strconv.Atoi(msg[j:k])
-	if err != nil {
-		return 0, msg, false
-	}
-	return n, strings.TrimPrefix(strings.TrimSpace(msg[k:]), ": "), true
-}
-
-// syntaxError records a YAML syntax error. yaml.v3 reports the line where
-// the enclosing block starts; the first line at which a prefix of the file
-// stops parsing is where the problem is, and is reported instead.
-func (p *parser) syntaxError(data []byte, err error) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line, rest, ok := yamlLine(msg)
-	if !ok {
-		p.errorf(badBytePos(p.file, data), "", "YAML syntax: %s", msg)
-		return
-	}
-	if at := firstFailingLine(data, line); at > line {
-		rest += fmt.Sprintf(" (in the block from line %d)", line)
-		line = at
-	}
-	p.errorf(Position{File: p.file, Line: line, Column: indentOf(data, line) + 1}, "", "YAML syntax: %s", rest)
-}
-
-// firstFailingLine returns the smallest n >= from such that the first n
-// lines of data do not parse, by bisection, or from when none is found.
-func firstFailingLine(data []byte, from int) int {
-	lines := bytes.SplitAfter(data, []byte("\n"))
-	fails := func(n int) bool {
-		var v yaml.Node
-		return yaml.Unmarshal(bytes.Join(lines[:n], nil), &v) != nil
-	}
-	lo, hi := from, len(lines)
-	if lo < 1 || lo > hi || !fails(hi) {
-		return from
-	}
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if fails(mid) {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return lo
-}
-
-// indentOf returns the number of leading spaces of line n (from 1) of data.
-func indentOf(data []byte, n int) int {
-	lines := bytes.Split(data, []byte("\n"))
-	if n < 1 || n > len(lines) {
-		return 0
-	}
-	l := lines[n-1]
-	return len(l) - len(bytes.TrimLeft(l, " "))
-}
-
-// badBytePos returns the position of the first invalid UTF-8 sequence or
-// control character of data, or 1:1 when there is none.
-func badBytePos(file string, data []byte) Position {
-	line, col := 1, 1
-	for i := 0; i < len(data); {
-		r, size := utf8.DecodeRune(data[i:])
-		if (r == utf8.RuneError && size <= 1) || (r < 0x20 && r != '\n' && r != '\r' && r != '\t') || r == 0x7f {
-			return Position{File: file, Line: line, Column: col}
-		}
-		if r == '\n' {
-			line, col = line+1, 1
-		} else {
-			col++
-		}
-		i += size
-	}
-	return Position{File: file, Line: 1, Column: 1}
-}
-
-func isNull(n *yaml.Node) bool {
-	if n.Kind == yaml.DocumentNode {
-		return len(n.Content) == 0 || isNull(n.Content[0])
-	}
-	return n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
-}
-
 // deref follows aliases to the anchored node, charging the budget. It
 // returns nil when the budget is spent.
 func (p *parser) deref(n *yaml.Node) *yaml.Node {
@@ -300,233 +190,9 @@ func (p *parser) deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// field is one key: value pair of a mapping.
-type field struct {
-	name     string
-	key, val *yaml.Node
-}
-
-// mapping returns the fields of a mapping node, resolving aliases and merge
-// keys (<<), and records unknown and non-string keys. A field given twice
-// is read as the reference server reads it: the last value wins, and when
-// both are mappings (a rate_limit twice) the later's fields overlay the
-// earlier's; a warning names both lines. ok is false when n is not a
-// mapping.
-func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fields []field, ok bool) {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(p.pos(n), path, "want %s (a mapping), not %s", what, describe(n))
-		return nil, false
-	}
-	var seen keySet
-	var merged []field
-	fields = make([]field, 0, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := p.deref(n.Content[i]), p.deref(n.Content[i+1])
-		if k == nil || v == nil {
-			return fields, true
-		}
-		if k.Kind != yaml.ScalarNode {
-			p.errorf(p.pos(k), path, "a field name must be a string, not %s", describe(k))
-			continue
-		}
-		name := k.Value
-		if name == "<<" && k.ShortTag() == "!!merge" {
-			merged = append(merged, p.mergeFields(v, path, what, allowed)...)
-			continue
-		}
-		if !contains(allowed, name) {
-			p.unknownField(k, v, path, name, allowed)
-			continue
-		}
-		if at := seen.add(name, len(fields)); at >= 0 {
-			first := &fields[at]
-			p.warnf(p.pos(k), join(path, name), "given twice, at lines %d and %d: %s, as the reference server reads it",
-				p.pos(first.key).Line, p.pos(k).Line, overlaid(first.val, v))
-			*first = field{name: name, key: k, val: overlay(first.val, v)}
-			continue
-		}
-		fields = append(fields, field{name: name, key: k, val: v})
-	}
-	for _, f := range merged {
-		if seen.add(f.name, len(fields)) < 0 {
-			fields = append(fields, f)
-		}
-	}
-	return fields, true
-}
-
-// overlay is what the reference server's YAML decoder makes of a field
-// given first as a and then as b: b, but for two mappings, which it
-// decodes one after the other into the same struct, so that b's fields
-// overlay a's. The result, a mapping of a's fields then b's, is read
-// again as a mapping: its repeated fields warn, and the last wins.
-func overlay(a, b *yaml.Node) *yaml.Node {
-	if a.Kind != yaml.MappingNode || b.Kind != yaml.MappingNode {
-		return b
-	}
-	m := *b
-	m.Content = append(slices.Clip(a.Content), b.Content...)
-	return &m
-}
-
-// overlaid says what overlay made of a and b, for the warning.
-func overlaid(a, b *yaml.Node) string {
-	if a.Kind == yaml.MappingNode && b.Kind == yaml.MappingNode {
-		return "the fields of both are read, the later's winning"
-	}
-	return "the last is read"
-}
-
-// keySet is the names of a mapping's fields seen so far, each with its
-// index in the fields kept. Mappings of rule files have a few fields,
-// which an array finds faster than a map, and with no garbage; a mapping
-// of many fields (a hostile file) moves to a map.
-type keySet struct {
-	n    int
-	few  [smallTable]seenName // while n <= smallTable
-	many map[string]int
-}
-
-type seenName struct {
-	name string
-	at   int
-}
-
-// add adds name, kept at index at, unless it is there already; it returns
-// the index of the name seen first, or -1.
-func (s *keySet) add(name string, at int) int {
-	if s.many == nil {
-		for _, f := range s.few[:s.n] {
-			if f.name == name {
-				return f.at
-			}
-		}
-		if s.n < len(s.few) {
-			s.few[s.n] = seenName{name: name, at: at}
-			s.n++
-			return -1
-		}
-		s.many = make(map[string]int, 2*len(s.few))
-		for _, f := range s.few {
-			s.many[f.name] = f.at
-		}
-	}
-	if first, ok := s.many[name]; ok {
-		return first
-	}
-	s.many[name] = at
-	return -1
-}
-
-// mergeFields returns the fields a merge key brings in: a mapping, or a
-// sequence of mappings where earlier ones win.
-func (p *parser) mergeFields(v *yaml.Node, path, what string, allowed []string) []field {
-	switch v.Kind {
-	case yaml.MappingNode:
-		fs, _ := p.mapping(v, path, what, allowed)
-		return fs
-	case yaml.SequenceNode:
-		var out []field
-		for _, item := range v.Content {
-			if item = p.deref(item); item == nil {
-				break
-			}
-			out = append(out, p.mergeFields(item, path, what, allowed)...)
-		}
-		return out
-	}
-	p.errorf(p.pos(v), path, "a merge key (<<) wants a mapping or a list of mappings, not %s", describe(v))
-	return nil
-}
-
-// fieldHomes says, for fields misplaced at another level, where they belong.
-var fieldHomes = []struct {
-	fields []string
-	home   string
-}{
-	{rootFields, "the top level of the file"},
-	{descriptorFields, "a descriptor"},
-	{rateLimitFields, "a rate_limit"},
-}
-
-// referenceKeys are the field names the reference server accepts: it
-// checks every name of a file against this one list, wherever it stands,
-// and its decoder then ignores a name where it means nothing.
-var referenceKeys = []string{
-	"domain", "key", "value", "descriptors", "rate_limit", "unit", "requests_per_unit", "unlimited",
-	"shadow_mode", "quota_mode", "name", "replaces", "detailed_metric", "value_to_metric", "share_threshold",
-}
-
-// unknownField records a field that is not allowed at path: a warning for
-// one of referenceKeys, which the reference server ignores there (a
-// RateLimitConfig's top-level name, as Envoy Gateway writes it), after
-// checking its value as the reference does; an error for any other.
-func (p *parser) unknownField(k, v *yaml.Node, path, name string, allowed []string) {
-	for _, h := range fieldHomes {
-		if !contains(h.fields, name) {
-			continue
-		}
-		if contains(referenceKeys, name) {
-			p.warnf(p.pos(k), join(path, name), "ignored here, as the reference server ignores it (%s belongs to %s)", name, h.home)
-			p.ignoredValue(v, join(path, name))
-			return
-		}
-		p.errorf(p.pos(k), join(path, name), "unknown field here (%s belongs to %s)", name, h.home)
-		return
-	}
-	if s := suggest(name, allowed); s != "" {
-		p.errorf(p.pos(k), join(path, name), "unknown field (did you mean %q?)", s)
-		return
-	}
-	p.errorf(p.pos(k), join(path, name), "unknown field (want %s)", orList(allowed))
-}
-
-// ignoredValue checks the value of an ignored field as the reference server
-// checks every value of a file before it reads any: mappings whose names
-// are referenceKeys, lists of mappings, and scalars other than fractions.
-func (p *parser) ignoredValue(n *yaml.Node, path string) {
-	if n = p.deref(n); n == nil {
-		return
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := p.deref(n.Content[i])
-			switch {
-			case k == nil:
-				return
-			case k.Kind != yaml.ScalarNode:
-				p.errorf(p.pos(k), path, "a field name must be a string, not %s", describe(k))
-			case !contains(referenceKeys, k.Value):
-				p.errorf(p.pos(k), join(path, k.Value), "unknown field, in an ignored field (the reference server refuses it there too)")
-			default:
-				p.ignoredValue(n.Content[i+1], join(path, k.Value))
-			}
-		}
-	case yaml.SequenceNode:
-		for i, item := range n.Content {
-			fp := fmt.Sprintf("%s[%d]", path, i)
-			if item = p.deref(item); item == nil {
-				return
-			}
-			if item.Kind != yaml.MappingNode {
-				p.errorf(p.pos(item), fp, "want a mapping, not %s (the reference server refuses a list of anything else)", describe(item))
-				continue
-			}
-			p.ignoredValue(item, fp)
-		}
-	case yaml.ScalarNode:
-		if n.ShortTag() == "!!float" {
-			p.errorf(p.pos(n), path, "want a whole number, a string or a boolean, not %s (the reference server refuses it)", describe(n))
-		}
-	}
-}
-
 // root parses the top-level mapping into the sink: the domain first,
-// wherever it is written, then the descriptors. With lay, the descriptors
-// are the slices of data it lists, and root returns false when they cannot
-// be used (see slices), or when the descriptors of n, the header's root,
-// are not where the cut found them. Without lay it returns true.
+// wherever it is written, then the descriptors, which with lay are its
+// slices of data. It returns false when those cannot be used.
 func (p *parser) root(n *yaml.Node, data []byte, lay *layout) bool {
 	if n = p.deref(n); n == nil {
 		return lay == nil
@@ -576,9 +242,9 @@ func (p *parser) descriptors(n *yaml.Node, path string, emit func(*descDoc)) {
 	p.items(n.Content, path, 0, emit)
 }
 
-// items parses the descriptors of list, the elements first, first+1, ...
-// of the list at path, handing each to emit. It returns false when the
-// node budget is spent.
+// items parses list, the elements first, first+1, ... of the list at path,
+// handing each descriptor to emit. It returns false when the node budget
+// is spent.
 func (p *parser) items(list []*yaml.Node, path string, first int, emit func(*descDoc)) bool {
 	for i, item := range list {
 		if item = p.deref(item); item == nil {
@@ -591,8 +257,8 @@ func (p *parser) items(list []*yaml.Node, path string, first int, emit func(*des
 	return true
 }
 
-// descriptor parses one descriptor and its children. It returns nil when
-// n is not a mapping.
+// descriptor parses a descriptor and its children; nil when n is not a
+// mapping.
 func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 	fields, ok := p.mapping(n, path, "a descriptor", descriptorFields)
 	if !ok {
@@ -619,8 +285,8 @@ func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 	return d
 }
 
-// descriptorField reads one field of a descriptor into d; rate_limit and
-// rate_limits are read by descriptorLimits.
+// descriptorField reads a field of a descriptor into d, but for rate_limit
+// and rate_limits (descriptorLimits).
 func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 	switch fl.name {
 	case "key":
@@ -629,9 +295,8 @@ func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 			p.errorf(p.pos(fl.val), fp, "empty (want the descriptor key Envoy sends, such as remote_address)")
 		}
 		if strings.Contains(d.key, "*") {
-			// The reference server looks rules up by "key_value" and
-			// matches a * there against both: a rule migrated from it
-			// would otherwise stop matching without a word.
+			// The reference server matched a * in "key_value": a rule
+			// migrated from it would stop matching without a word.
 			p.warnf(p.pos(fl.val), fp, "%q matches only a key written so: wildcards are for values (the reference server matched this * against the whole \"key_value\")", d.key)
 		}
 	case "value":
@@ -742,13 +407,13 @@ func (p *parser) metadata(n *yaml.Node, path string) map[string]any {
 	return m
 }
 
-// maxMetadataDepth bounds how deep metadata nests, so that a hostile file
-// cannot make the answer's dynamic metadata, or this walk, unbounded.
+// maxMetadataDepth bounds how deep metadata nests.
 const maxMetadataDepth = 32
 
-// metadataValue turns a YAML value into what JSON and protobuf's Struct can
-// carry, as the reference server's YAML decoding does: mappings with string
-// keys, lists, strings, numbers (float64), booleans and null.
+// metadataValue turns a YAML value into what JSON carries, as the reference
+// server does: mappings with string keys, lists, strings, float64,
+// booleans and null.
+
 func (p *parser) metadataValue(n *yaml.Node, path string, depth int) any {
 	n = p.deref(n)
 	if n == nil {
@@ -813,177 +478,4 @@ func (p *parser) failureMode(n *yaml.Node, path string) FailureMode {
 	}
 	p.errorf(p.pos(n), path, "unknown failure mode %q (want allow, deny or unavailable)", s)
 	return FailureDefault
-}
-
-// str reads a scalar as text. Numbers and booleans are taken as written, as
-// the reference server does (value: 200 is the string "200"); null is "".
-func (p *parser) str(n *yaml.Node, path string) (string, bool) {
-	if n.Kind != yaml.ScalarNode {
-		p.errorf(p.pos(n), path, "want a string, not %s", describe(n))
-		return "", false
-	}
-	if n.ShortTag() == "!!null" {
-		return "", true
-	}
-	return n.Value, true
-}
-
-// yaml11Bools are the plain scalars YAML 1.1 (and so the reference server's
-// parser) reads as booleans.
-var yaml11Bools = map[string]bool{
-	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true,
-	"true": true, "True": true, "TRUE": true, "on": true, "On": true, "ON": true,
-	"n": false, "N": false, "no": false, "No": false, "NO": false,
-	"false": false, "False": false, "FALSE": false, "off": false, "Off": false, "OFF": false,
-}
-
-func (p *parser) boolean(n *yaml.Node, path string) bool {
-	if n.Kind == yaml.ScalarNode {
-		if n.ShortTag() == "!!null" {
-			return false
-		}
-		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
-			if b, ok := yaml11Bools[n.Value]; ok {
-				return b
-			}
-		}
-	}
-	p.errorf(p.pos(n), path, "want true or false, not %s", describe(n))
-	return false
-}
-
-// integer reads a whole number in [lo, hi]. Null is 0 and not checked
-// against lo (the field counts as not given).
-func (p *parser) integer(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
-		return 0, false
-	}
-	var u uint64
-	var err error
-	neg := false
-	switch {
-	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int":
-		s := strings.ReplaceAll(n.Value, "_", "")
-		neg = strings.HasPrefix(s, "-")
-		u, err = strconv.ParseUint(strings.TrimLeft(s, "+-"), 0, 64)
-	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && isDigits(n.Value):
-		// Digits that YAML took for a float: too long for an int64, or a
-		// leading zero that is not octal ("08").
-		neg = strings.HasPrefix(n.Value, "-")
-		u, err = strconv.ParseUint(strings.TrimPrefix(n.Value, "-"), 10, 64)
-	default:
-		p.errorf(p.pos(n), path, "want a whole number, not %s", describe(n))
-		return 0, false
-	}
-	switch {
-	case neg && (err != nil || u > 0):
-		p.errorf(p.pos(n), path, "%s is negative (want %d to %d)", n.Value, lo, hi)
-	case err != nil || u > uint64(hi):
-		p.errorf(p.pos(n), path, "%s is too large (want at most %d)", n.Value, hi)
-	case int64(u) < lo:
-		p.errorf(p.pos(n), path, "%s is too small (want at least %d)", n.Value, lo)
-	default:
-		return int64(u), true
-	}
-	return 0, false
-}
-
-func isDigits(s string) bool {
-	s = strings.TrimPrefix(s, "-")
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// describe names a node's type and, for scalars, its text, for messages.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		v := n.Value
-		if len(v) > 40 {
-			v = v[:40] + "..."
-		}
-		switch n.ShortTag() {
-		case "!!null":
-			return "null"
-		case "!!int":
-			return "the number " + v
-		case "!!float":
-			return "the number " + v
-		case "!!bool":
-			return "the boolean " + v
-		}
-		return strconv.Quote(v)
-	}
-	return "nothing"
-}
-
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// orList writes "a, b or c".
-func orList(list []string) string {
-	if len(list) == 1 {
-		return list[0]
-	}
-	return strings.Join(list[:len(list)-1], ", ") + " or " + list[len(list)-1]
-}
-
-// suggest returns the allowed name closest to a misspelt one, or "" when
-// none is close (at most a third of the letters differ).
-func suggest(name string, allowed []string) string {
-	best, bestD := "", len(name)/3+1
-	for _, a := range allowed {
-		if d := editDistance(strings.ToLower(name), a); d < bestD {
-			best, bestD = a, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance of a and b, in bytes.
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 64
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

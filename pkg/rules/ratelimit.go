@@ -1,8 +1,8 @@
 package rules
 
-// This file reads a rate_limit: its fields are declared once, in
-// rateLimitTable, and the parser reads them through it; the checks of the
-// resulting limit.Spec are limit.Spec.Validate's.
+// A rate_limit's fields are declared once, in rateLimitTable, and read
+// through it; the checks of the resulting limit.Spec are
+// limit.Spec.Validate's.
 
 import (
 	"errors"
@@ -28,8 +28,7 @@ const (
 	kindReplaces             // a list of {name: …}
 )
 
-// where says which node of a field a problem points at: problems of a
-// value point at it, problems of a field's presence at its name.
+// where says which node of a field a problem points at.
 type where uint8
 
 const (
@@ -37,16 +36,15 @@ const (
 	atName
 )
 
-// slidingLogWarnAbove is the limit per window above which a sliding_log is
-// legal but warned about: it stores up to one entry per admitted hit.
-const slidingLogWarnAbove = 1000
+// Above these, a sliding_log (one entry per admitted hit) and a
+// sliding_window's precision (sub-window counters per counter) are warned
+// about as costly.
+const (
+	slidingLogWarnAbove = 1000
+	precisionWarnAbove  = 100
+)
 
-// precisionWarnAbove is the precision above which a sliding_window is warned
-// about: each counter keeps that many sub-window counters.
-const precisionWarnAbove = 100
-
-// neverCounted is why most fields of a counted limit are refused with
-// unlimited: true.
+// neverCounted is why most fields are refused with unlimited: true.
 const neverCounted = "an unlimited limit is never counted"
 
 // value is a field's decoded value; which member is set follows its kind.
@@ -59,10 +57,8 @@ type value struct {
 }
 
 // rateLimitField declares one field of a rate_limit: its YAML kind and
-// range, the limit.Spec parameter it sets (whose algorithms, and the
-// checks of its values, pkg/limit declares), how it goes with unlimited,
-// which field it needs, and how its value is stored. Problems of the
-// parameter (limit.SpecError) point at the field.
+// range, the limit.Spec parameter it sets, how it goes with unlimited,
+// the field it needs, and how its value is stored.
 type rateLimitField struct {
 	name     string
 	kind     kind
@@ -71,25 +67,22 @@ type rateLimitField struct {
 	hasParam bool
 	paramAt  where // where a limit.SpecError of param points
 
-	// unlimitedWhy, when set, refuses the field with unlimited: true,
-	// pointing unlimitedAt; unlimitedIgnored warns that it is ignored then.
+	// unlimitedWhy refuses the field with unlimited: true, pointing
+	// unlimitedAt; unlimitedIgnored warns that it is ignored then.
 	unlimitedWhy     string
 	unlimitedAt      where
 	unlimitedIgnored bool
-	// needs is the boolean field it is meaningless without unless true,
-	// and needsWhy why.
+	// needs is the boolean field that must be true for this one to mean
+	// anything, needsWhy why.
 	needs, needsWhy string
 
-	// typ and def are its type and default as docs/rules.md lists them.
-	typ, def string
+	typ, def string // type and default as docs/rules.md lists them
 
-	// set stores the value in the draft; nil for a field only read
-	// from draft.values.
-	set func(*draft, value) error
+	set func(*draft, value) error // nil for a field read from draft.values
 }
 
 // rateLimitTable declares the fields of a rate_limit, in the order error
-// messages list them. The parser reads a rate_limit through it.
+// messages list them.
 var rateLimitTable = []rateLimitField{
 	{name: "unit", kind: kindText, param: "window", hasParam: true,
 		unlimitedWhy: "an unlimited limit has no unit", unlimitedAt: atValue,
@@ -162,10 +155,8 @@ func setTimezone(d *draft, v value) error {
 	return nil
 }
 
-// Window returns the length of mult units, the window of a limit of unit u
-// and unit_multiplier mult, or an error when u is the zero Unit or mult is
-// 0, or when the window would overflow a time.Duration (the error names the
-// largest multiplier).
+// Window returns the length of mult units, or an error for the zero Unit,
+// a mult of 0, or a window too long for a time.Duration.
 func (u Unit) Window(mult uint32) (time.Duration, error) {
 	d := u.Duration()
 	switch {
@@ -179,8 +170,7 @@ func (u Unit) Window(mult uint32) (time.Duration, error) {
 	return d * time.Duration(mult), nil
 }
 
-// loadLocation loads an IANA time zone, refusing "Local", whose meaning
-// depends on the machine.
+// loadLocation loads an IANA time zone, refusing the machine's "Local".
 func loadLocation(name string) (*time.Location, error) {
 	if name == "Local" {
 		return nil, errors.New("machine-dependent zone")
@@ -188,8 +178,7 @@ func loadLocation(name string) (*time.Location, error) {
 	return time.LoadLocation(name)
 }
 
-// rateLimit parses one rate limit and checks its fields against each other.
-// It returns nil when the limit cannot be built.
+// rateLimit parses and checks one rate limit, or returns nil.
 func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 	fields, ok := p.mapping(n, path, "a rate limit", rateLimitFields)
 	if !ok {
@@ -210,9 +199,8 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 	return d.lim
 }
 
-// countedSpec builds the spec of a counted limit from its draft and checks
-// it, recording its problems; without a window to build it on, it returns
-// the zero Spec (the problem is recorded).
+// countedSpec builds and checks the spec of a counted limit, recording
+// its problems.
 func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
 	l := d.lim
 	if l.Unit == 0 {
@@ -244,12 +232,11 @@ func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
 
 // calendarUnits are the units a calendar window can have.
 var calendarUnits = map[Unit]limit.CalendarUnit{
-	Day: limit.CalendarDay, Week: limit.CalendarWeek, Month: limit.CalendarMonth, Year: limit.CalendarYear,
+	day: limit.CalendarDay, week: limit.CalendarWeek, month: limit.CalendarMonth, year: limit.CalendarYear,
 }
 
 // calendar returns the calendar of a limit with calendar: true, or the
-// zero Calendar with the problem recorded. Its algorithm is checked with
-// the spec.
+// zero Calendar with the problem recorded.
 func (p *parser) calendar(d *draft) limit.Calendar {
 	at, fp := p.at(d, "calendar", atName), join(d.path, "calendar")
 	if m := d.lim.UnitMultiplier; m != 1 {
@@ -279,15 +266,14 @@ func (p *parser) costWarnings(d *draft) {
 	}
 }
 
-// draft is a rate_limit being parsed: where it was written, its fields as
-// given, and what they set. A parser reuses one for every rate_limit, so
-// that reading one allocates little beyond its Limit.
+// draft is a rate_limit being parsed. A parser reuses one for every
+// rate_limit, so that reading one allocates little beyond its Limit.
 type draft struct {
 	node     *yaml.Node
 	path     string
 	given    []field // by index in rateLimitTable; key nil when not given
 	lim      *Limit
-	values   []value    // by index in rateLimitTable, when decoded
+	values   []value    // by index in rateLimitTable
 	spec     limit.Spec // Algorithm, Burst and Precision, as given
 	location *time.Location
 }
@@ -309,8 +295,7 @@ func (d *draft) field(name string) (field, bool) {
 	return f, f.key != nil
 }
 
-// value returns the named field's decoded value; the zero value when it
-// was not given or not decoded.
+// value returns the named field's decoded value, zero when there is none.
 func (d *draft) value(name string) value { return d.values[fieldIndex(name)] }
 
 // isGiven reports whether the field is in the mapping with a value other
@@ -320,8 +305,7 @@ func (d *draft) isGiven(name string) bool {
 	return ok && !isNull(f.val) && !(f.val.Kind == yaml.ScalarNode && f.val.Value == "")
 }
 
-// decodeRateLimit reads each field of a rate_limit through its entry of
-// rateLimitTable, into the parser's draft.
+// decodeRateLimit reads a rate_limit's fields into the parser's draft.
 func (p *parser) decodeRateLimit(n *yaml.Node, path string, fields []field) *draft {
 	d := &p.draft
 	d.reset(n, path, p.pos(n))
@@ -355,8 +339,8 @@ func fieldIndex(name string) int {
 	panic("rules: no rate_limit field " + name) // mapping admits only the table's names
 }
 
-// decode reads a value of the field's kind, recording a wrong kind or range.
-// ok is false when there is nothing to set.
+// decode reads a value of the field's kind, recording a wrong kind or
+// range; ok is false when there is nothing to set.
 func (p *parser) decode(def *rateLimitField, n *yaml.Node, path string) (v value, ok bool) {
 	switch def.kind {
 	case kindText:
@@ -372,8 +356,8 @@ func (p *parser) decode(def *rateLimitField, n *yaml.Node, path string) (v value
 	return v, ok
 }
 
-// at returns where a problem of the named field points, or the rate_limit
-// itself when the field is not in it.
+// at returns where a problem of the named field points: the rate_limit
+// when the field is not given.
 func (p *parser) at(d *draft, name string, w where) Position {
 	f, ok := d.field(name)
 	switch {
@@ -394,8 +378,7 @@ func (p *parser) checkReplaces(d *draft) {
 	}
 }
 
-// checkUnlimited records the fields given with unlimited: true that it
-// refuses or ignores.
+// checkUnlimited records the fields unlimited: true refuses or ignores.
 func (p *parser) checkUnlimited(d *draft) {
 	for i := range rateLimitTable {
 		def := &rateLimitTable[i]
@@ -418,9 +401,9 @@ func (p *parser) checkNeeds(d *draft) {
 	}
 }
 
-// reportSpec records the problems of a spec at the field that set the
-// parameter at fault: the first of the table's fields for it that is
-// given, or the rate_limit itself.
+// reportSpec records a spec's problems at the first given field that sets
+// the parameter at fault, else at the rate_limit.
+
 func (p *parser) reportSpec(d *draft, err error) {
 	multi, ok := err.(interface{ Unwrap() []error })
 	if !ok {

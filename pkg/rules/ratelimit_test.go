@@ -91,10 +91,10 @@ func TestUnitWindow(t *testing.T) {
 		want    time.Duration
 		wantErr string
 	}{
-		{Second, 30, 30 * time.Second, ""},
-		{Year, 292, 292 * 365 * 24 * time.Hour, ""},
-		{Year, 293, 0, "293 years is too long a window (want at most 292)"},
-		{Minute, 0, 0, "0 minutes is no window (want at least 1)"},
+		{second, 30, 30 * time.Second, ""},
+		{year, 292, 292 * 365 * 24 * time.Hour, ""},
+		{year, 293, 0, "293 years is too long a window (want at most 292)"},
+		{minute, 0, 0, "0 minutes is no window (want at least 1)"},
 		{0, 1, 0, "no unit"},
 	}
 	for _, tt := range tests {

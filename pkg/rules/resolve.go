@@ -6,32 +6,28 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// Descriptor is one descriptor of a request, as Resolve reads it.
+// Descriptor is one descriptor of a request.
 type Descriptor struct {
-	// Entries are the descriptor's key/value pairs, in request order.
+	// Entries are the key/value pairs, in request order.
 	Entries []Entry
 	// Override, when its Unit is not zero, is the limit the request sent
-	// with the descriptor (Envoy's RateLimitDescriptor.limit); it replaces
-	// whatever the rules say.
+	// (Envoy's RateLimitDescriptor.limit); it replaces the rules'.
 	Override Override
 }
 
-// Override is a limit a request carries for one of its descriptors. An
-// Override whose Unit is zero, like the zero Override, is none.
+// Override is a limit a request sends with a descriptor; the zero
+// Override is none.
 type Override struct {
-	// RequestsPerUnit is the number of hits allowed per window.
 	RequestsPerUnit uint32
-	// Unit is the window's unit; zero means no override.
-	Unit Unit
+	Unit            Unit // zero: no override
 	// UnitMultiplier is the number of units in a window. Resolve refuses
-	// 0: a sender that leaves it out means 1 and must say so.
+	// 0: a sender that means 1 must say so.
 	UnitMultiplier uint32
 }
 
-// Resolution is what applies to a request, descriptor by descriptor, as
-// Resolve found it. Its zero value is ready for use; one Resolution reused
-// for request after request lets Resolve run without allocating beyond the
-// counter keys. It is not safe for concurrent use.
+// Resolution is what applies to a request, as Resolve found it. Its zero
+// value is ready for use; reused from request to request, it lets Resolve
+// allocate nothing but the counter keys. It is not safe for concurrent use.
 type Resolution struct {
 	// Descriptors has one element per request descriptor, in request order.
 	Descriptors []Resolved
@@ -46,135 +42,137 @@ type Resolution struct {
 type Resolved struct {
 	// Entries are the descriptor's, as given to Resolve.
 	Entries []Entry
-	// Rule is the rule the descriptor matched (Set.Match), nil for none.
-	// With an override it still lends its failure mode, and its first
-	// limit's algorithm and precision, to the override.
+	// Rule is the rule matched (Set.Match), nil for none. An override
+	// takes from it the failure mode, and its first limit's algorithm and
+	// precision.
 	Rule *Rule
-	// Override reports whether the request sent its own limit, which is
-	// then the descriptor's one limit, in Enforce mode: an override
-	// replaces whatever the rules say, shadow and quota mode included, as
-	// in the reference server.
+	// Override reports that the request sent its own limit: the
+	// descriptor's one limit, in Enforce mode whatever the rule's modes,
+	// as in the reference server.
 	Override bool
-	// Mode is the limit.Hit.Mode of the descriptor's counted limits:
-	// Advisory for a rule in shadow mode (which wins over quota mode, so
-	// that a rule in shadow mode changes no outcome), Quota for a rule in
-	// quota mode (the descriptor's limits are one quota), else Enforce.
+	// Mode is the limit.Hit.Mode of the counted limits: Advisory for a
+	// rule in shadow mode (which wins over quota mode), Quota for a rule
+	// in quota mode, else Enforce.
 	Mode limit.Mode
-	// Limits are the limits that apply, in the rule's order: none when
-	// the descriptor matched no rule or a rule without limits.
+	// Limits are the limits that apply, in the rule's order.
 	Limits []ResolvedLimit
 }
 
 // ResolvedLimit is one limit applying to a request descriptor.
 type ResolvedLimit struct {
-	// Limit is the rule's limit, or the override's, whose only fields are
-	// RequestsPerUnit, Unit, UnitMultiplier (>= 1) and Spec. It carries what
-	// a response reports: Name, RequestsPerUnit, Unit, UnitMultiplier. It
-	// is shared and read-only, valid until the Resolution is used again.
+	// Limit is the rule's limit, or the override's (only RequestsPerUnit,
+	// Unit, UnitMultiplier and Spec set). It is shared and read-only,
+	// valid until the Resolution is used again.
 	Limit *Limit
-	// Key is the counter's key (limit.Hit.Key), "" when the limit is not
-	// counted: when it is unlimited or replaced. A store may put it in its
-	// own namespace (a prefix, a hash tag), but the key is otherwise
-	// complete: package rules alone decides which requests share a
-	// counter.
+	// Key is the counter's key (limit.Hit.Key), "" when the limit is
+	// unlimited or replaced.
 	Key string
-	// Replaced reports that another limit matched by the same request
-	// lists this one's name in its replaces (as the reference server does,
-	// across the whole request): it is neither counted nor reported. An
-	// unlimited limit is never replaced, as in the reference.
+	// Replaced reports that a limit another descriptor of the request
+	// matched names this one in its replaces: it is neither counted nor
+	// reported. Unlimited limits are never replaced, as in the reference.
 	Replaced bool
 }
 
-// Counted reports whether the limit is evaluated by a store, which it is
-// unless unlimited or replaced.
+// Counted reports whether a store evaluates the limit: it is neither
+// unlimited nor replaced.
 func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
 
-// Resolve finds, for each of a request's descriptors, the limits that apply
-// and everything a store and an answer need of them, into dst, whose
-// earlier contents it replaces. It matches each descriptor (Set.Match),
-// turns an override into its limit, drops the limits that another matched
-// limit replaces, and builds the counter keys.
-//
-// The only error is an invalid override, naming its field as
-// "descriptors[i].limit...": a unit past Year, a multiplier of 0, a window
-// too long for a duration, or a spec limit.Spec.Validate refuses (a
-// sliding_log of too high a limit). It allocates only one string
-// holding every counter key when dst has room from earlier requests.
+// Resolve writes into dst, replacing its contents, what applies to each
+// of a request's descriptors: the rule matched, the override's limit, the
+// limits not replaced, and the counter keys. The only error is an invalid
+// override, naming its field ("descriptors[i].limit..."): an unknown unit,
+// a multiplier of 0, a window too long, or a spec limit.Spec.Validate
+// refuses. When dst has room from earlier requests, it allocates one
+// string, holding every key.
 func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error {
 	dst.reset(len(descs))
 	for i := range descs {
-		d := &descs[i]
-		rd := Resolved{Entries: d.Entries, Rule: s.Match(domain, d.Entries)}
-		from := len(dst.limits)
-		switch {
-		case d.Override.Unit != 0:
-			l, err := overrideLimit(d.Override, rd.Rule, i)
-			if err != nil {
-				return err
-			}
-			dst.overrides = append(dst.overrides, l)
-			dst.limits = append(dst.limits, ResolvedLimit{Limit: &dst.overrides[len(dst.overrides)-1]})
-			rd.Override = true
-		case rd.Rule != nil:
-			for _, l := range rd.Rule.Limits {
-				dst.limits = append(dst.limits, ResolvedLimit{Limit: l})
-			}
-			rd.Mode = ruleMode(rd.Rule)
+		if err := dst.add(s, domain, &descs[i], i); err != nil {
+			return err
 		}
-		// Only the length counts for now: the backing array may still
-		// move, so Limits is pointed at it below.
-		rd.Limits = dst.limits[from:]
-		dst.Descriptors = append(dst.Descriptors, rd)
 	}
+	dst.pinLimits()
+	// replaces needs every descriptor's rule, so the keys come second.
+	dst.setKeys(domain)
+	return nil
+}
+
+// add appends what applies to d, the request's descriptor index.
+func (r *Resolution) add(s *Set, domain string, d *Descriptor, index int) error {
+	rd := Resolved{Entries: d.Entries, Rule: s.Match(domain, d.Entries)}
+	from := len(r.limits)
+	switch {
+	case d.Override.Unit != 0:
+		l, err := overrideLimit(d.Override, rd.Rule, index)
+		if err != nil {
+			return err
+		}
+		r.overrides = append(r.overrides, l)
+		r.limits = append(r.limits, ResolvedLimit{Limit: &r.overrides[len(r.overrides)-1]})
+		rd.Override = true
+	case rd.Rule != nil:
+		for _, l := range rd.Rule.Limits {
+			r.limits = append(r.limits, ResolvedLimit{Limit: l})
+		}
+		rd.Mode = ruleMode(rd.Rule)
+	}
+	// Only the length counts here: pinLimits points Limits at the final
+	// backing array.
+	rd.Limits = r.limits[from:]
+	r.Descriptors = append(r.Descriptors, rd)
+	return nil
+}
+
+// pinLimits points each descriptor's Limits at its run of r.limits, which
+// appending may have moved.
+func (r *Resolution) pinLimits() {
 	at := 0
-	for i := range dst.Descriptors {
-		rd := &dst.Descriptors[i]
+	for i := range r.Descriptors {
+		rd := &r.Descriptors[i]
 		n := len(rd.Limits)
-		rd.Limits = dst.limits[at : at+n : at+n]
+		rd.Limits = r.limits[at : at+n : at+n]
 		at += n
 	}
-	// `replaces` needs every descriptor's rule, so it and the keys come
-	// second. The keys are written one after the other into dst.key and
-	// become substrings of one string: one allocation per request.
-	dst.key = dst.key[:0]
-	dst.keyEnds = dst.keyEnds[:0]
-	for i := range dst.Descriptors {
-		rd := &dst.Descriptors[i]
+}
+
+// setKeys marks the replaced limits and gives the counted ones their keys.
+// The keys are written back to back into r.key and become substrings of
+// one string: one allocation per request.
+func (r *Resolution) setKeys(domain string) {
+	r.key, r.keyEnds = r.key[:0], r.keyEnds[:0]
+	for i := range r.Descriptors {
+		rd := &r.Descriptors[i]
 		for j := range rd.Limits {
 			rl := &rd.Limits[j]
 			// An unlimited limit stays unlimited whoever replaces it:
 			// the reference settles it before replaces.
-			rl.Replaced = !rd.Override && !rl.Limit.Unlimited && replaced(rl.Limit, dst.Descriptors)
+			rl.Replaced = !rd.Override && !rl.Limit.Unlimited && replaced(rl.Limit, r.Descriptors)
 			if rl.Limit.Unlimited || rl.Replaced {
 				continue
 			}
-			dst.key = appendCounterKey(dst.key, domain, rd, rl.Limit)
-			dst.keyEnds = append(dst.keyEnds, len(dst.key))
+			r.key = appendCounterKey(r.key, domain, rd, rl.Limit)
+			r.keyEnds = append(r.keyEnds, len(r.key))
 		}
 	}
-	if len(dst.keyEnds) == 0 {
-		return nil
+	if len(r.keyEnds) == 0 {
+		return
 	}
-	keys, k, start := string(dst.key), 0, 0
-	for i := range dst.Descriptors {
-		rd := &dst.Descriptors[i]
+	keys, k, start := string(r.key), 0, 0
+	for i := range r.Descriptors {
+		rd := &r.Descriptors[i]
 		for j := range rd.Limits {
-			rl := &rd.Limits[j]
-			if rl.Limit.Unlimited || rl.Replaced {
-				continue
+			if rl := &rd.Limits[j]; !rl.Limit.Unlimited && !rl.Replaced {
+				rl.Key = keys[start:r.keyEnds[k]]
+				start = r.keyEnds[k]
+				k++
 			}
-			rl.Key = keys[start:dst.keyEnds[k]]
-			start = dst.keyEnds[k]
-			k++
 		}
 	}
-	return nil
 }
 
-// replaced reports whether l is dropped because a limit of a rule one of
-// descs matched without an override lists l's name in its replaces, as the
-// reference server does. Unnamed limits are never replaced; an override
-// neither replaces nor is replaced. It does not allocate.
+// replaced reports whether a limit of a rule that one of descs matched
+// without an override names l in its replaces. An override neither
+// replaces nor is replaced.
 func replaced(l *Limit, descs []Resolved) bool {
 	if l.Name == "" {
 		return false
@@ -194,18 +192,16 @@ func replaced(l *Limit, descs []Resolved) bool {
 	return false
 }
 
-// overrideField names descriptor index's override in error messages; it is
-// built only on the error path, never for a valid override.
+// overrideField names descriptor index's override in errors.
 func overrideField(index int) string {
 	return fmt.Sprintf("descriptors[%d].limit", index)
 }
 
 // overrideLimit builds the limit of descriptor index's override. A matched
-// rule lends its first limit's algorithm and sub-window precision, so an
-// override of a sliding-window rule still slides; windows follow the epoch
-// (no calendar), as override units are fixed lengths.
+// rule lends its first limit's algorithm and precision, so an override of
+// a sliding window still slides; override windows are never calendar ones.
 func overrideLimit(o Override, r *Rule, index int) (Limit, error) {
-	if o.Unit > Year {
+	if int(o.Unit) >= len(unitNames) {
 		return Limit{}, fmt.Errorf("%s.unit: %v is not a unit", overrideField(index), o.Unit)
 	}
 	if o.UnitMultiplier == 0 {
@@ -223,9 +219,7 @@ func overrideLimit(o Override, r *Rule, index int) (Limit, error) {
 			spec.Precision = base.Precision // else too fine for the override's window: 0 is one sub-window
 		}
 	}
-	// The checks of a rule's spec, the same as the rule files get: with a
-	// valid unit and multiplier and a valid rule's algorithm, what is left
-	// to refuse is a sliding_log of too high a limit.
+	// What is left to refuse is a sliding_log of too high a limit.
 	if err := spec.Validate(); err != nil {
 		return Limit{}, fmt.Errorf("%s.requests_per_unit: %w", overrideField(index), err)
 	}
@@ -243,9 +237,8 @@ func ruleMode(r *Rule) limit.Mode {
 	return limit.Enforce
 }
 
-// Reset empties r, keeping its room, and drops its references to rules, so
-// that a Resolution kept for later requests does not keep a replaced Set
-// alive.
+// Reset empties r, keeping its room, and drops its references to rules so
+// that a kept Resolution does not keep a replaced Set alive.
 func (r *Resolution) Reset() {
 	clear(r.Descriptors)
 	clear(r.limits)
@@ -256,9 +249,10 @@ func (r *Resolution) Reset() {
 // reset empties r for a request of n descriptors.
 func (r *Resolution) reset(n int) {
 	r.Reset()
-	// Limits point into overrides: it must never grow while they are
-	// built, and a request has at most one override per descriptor.
+	// Limits point into overrides, which must not move: room for one per
+	// descriptor.
 	if cap(r.overrides) < n {
+
 		r.overrides = make([]Limit, 0, n)
 	}
 }

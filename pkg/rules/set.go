@@ -6,35 +6,31 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// Options tune how rule files are combined.
+// Options tune how rule files are read and combined.
 type Options struct {
-	// MergeDomains lets several files declare the same domain, whose
-	// descriptors are then merged (the reference server's
-	// MERGE_DOMAIN_CONFIG). Without it a repeated domain is an error.
+	// MergeDomains merges the descriptors of files that declare the same
+	// domain (the reference server's MERGE_DOMAIN_CONFIG); without it a
+	// repeated domain is an error.
 	MergeDomains bool
-	// Supports, when not nil, says whether the store can serve a limit:
-	// it is called with the Spec of every limit but the unlimited ones,
-	// and an error makes that limit a problem of the load, at its position
-	// and naming its rule ("rule d.k: " and the error), with the load's
-	// other problems. Rules the store cannot serve are thus refused when
-	// they are loaded, and a reload bringing one keeps the rules in force,
-	// rather than every request they match failing.
+	// Supports, when not nil, says whether the store can serve a counted
+	// limit's Spec. An error is a problem of the load, at the limit and
+	// naming its rule, so that a rule the store cannot serve is refused
+	// when loaded rather than failing every request it matches.
 	Supports func(limit.Spec) error
-	// IgnoreDotFiles skips, in a rule directory, every name starting with
-	// "." and what is below it (the reference server's
-	// RUNTIME_IGNOREDOTFILES=true). Without it such a name is read as any
-	// other, as the reference reads it, but for the entries Kubernetes keeps
-	// for itself in a mounted ConfigMap ("..data" and what it points to),
-	// whose files are read once, through the links beside them.
+	// IgnoreDotFiles skips the names starting with "." in a rule directory
+	// (the reference server's RUNTIME_IGNOREDOTFILES=true). Without it they
+	// are read, but for Kubernetes' own entries in a mounted ConfigMap
+	// ("..data" and its targets), whose files are read once, through the
+	// links beside them.
 	IgnoreDotFiles bool
 }
 
-// Set is an immutable compiled rule set. It is safe for concurrent use.
+// Set is an immutable compiled rule set, safe for concurrent use.
 type Set struct {
 	domains  map[string]*node
 	names    []string // domain names, sorted
 	rules    []*Rule  // every rule, in file order
-	warnings []Warning
+	warnings []FieldError
 	version  uint64
 	loadedAt time.Time
 	digest   [32]byte // of the files' names and contents
@@ -61,10 +57,9 @@ type wildcard struct {
 }
 
 // Match returns the rule that applies to a request descriptor of domain:
-// the descriptor whose path matches every entry, level by level (an exact
-// value first, then wildcards in file order, then the key-only descriptor),
-// and whose depth equals len(entries). It returns nil for an unknown domain,
-// no match, or a depth mismatch. It does not allocate.
+// the one whose path matches every entry, level by level (an exact value
+// first, then wildcards in file order, then the key-only descriptor), and
+// whose depth is len(entries); nil for none. It does not allocate.
 func (s *Set) Match(domain string, entries []Entry) *Rule {
 	n := s.find(domain, entries, nil)
 	if n == nil {
@@ -116,23 +111,23 @@ func (s *Set) HasDomain(domain string) bool {
 	return ok
 }
 
-// Domains returns the declared domains, sorted. The caller may modify the
-// slice.
+// Domains returns the declared domains, sorted, in a slice of the caller's.
 func (s *Set) Domains() []string { return append([]string(nil), s.names...) }
 
-// Rules returns every rule (every descriptor of every file) for listings
-// such as /rlconfig: files in the order of their names, descriptors in file
-// order, each before its nested ones. The Rules are shared and read-only;
-// the slice is the caller's.
+// Rules returns every rule, for listings such as /rlconfig: files in the
+// order of their names, descriptors in file order, each before its nested
+// ones. The Rules are shared and read-only; the slice is the caller's.
 func (s *Set) Rules() []*Rule { return append([]*Rule(nil), s.rules...) }
 
-// Version is the set's number in its Watcher's sequence of rule sets (the
-// first load is 1, each good reload that changes the rules adds 1); 0 for a
-// Set not loaded by a Watcher.
+// Version is the set's Status.Version in its Watcher or Feed; 0 for a Set
+// from Load or Parse.
+
 func (s *Set) Version() uint64 { return s.version }
 
 // LoadedAt is when the set was compiled.
 func (s *Set) LoadedAt() time.Time { return s.loadedAt }
 
-// Warnings returns the warnings of the load, in file order.
-func (s *Set) Warnings() []Warning { return append([]Warning(nil), s.warnings...) }
+// Warnings returns the warnings of the load, in file order: rules that
+// are legal but probably not what was meant, or costly. They have the
+// shape of errors but did not stop the load.
+func (s *Set) Warnings() []FieldError { return append([]FieldError(nil), s.warnings...) }

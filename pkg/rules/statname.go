@@ -1,9 +1,8 @@
 package rules
 
-// NamedByValues reports whether the statistics of a request descriptor
-// that matched r are named by some of its values (AppendStatName depends
-// on them): r has detailed_metric, or a level of its path that does not
-// match one fixed value has value_to_metric.
+// NamedByValues reports whether AppendStatName depends on the request's
+// values: r has detailed_metric, or value_to_metric on a level that does
+// not match one fixed value.
 func (r *Rule) NamedByValues() bool {
 	if r.DetailedMetric {
 		return true
@@ -16,15 +15,13 @@ func (r *Rule) NamedByValues() bool {
 	return false
 }
 
-// AppendStatName appends to dst the name the reference server gives the
-// statistics of a request descriptor with these entries (those given to
-// Match) that matched r, after the domain, and returns the extended
-// slice. Without detailed_metric it is r.Path, but that a level with
-// value_to_metric shows the request's value there ("shop.client_web-1"),
-// unless the level is a share_threshold wildcard. With detailed_metric it
-// is every entry's "key_value", the "_" written even before an empty
-// value, but that a share_threshold wildcard's level shows the wildcard
-// ("files_*"): its values share one name, as they share one counter.
+// AppendStatName appends the name the reference server gives the
+// statistics of a request descriptor with these entries that matched r.
+// Without detailed_metric it is r.Path, but that a level with
+// value_to_metric shows the request's value ("shop.client_web-1"). With
+// detailed_metric it is the domain and every entry's "key_value", even
+// with an empty value. Either way a share_threshold wildcard's level shows
+// the wildcard ("files_*"), as its values share one counter.
 func (r *Rule) AppendStatName(dst []byte, entries []Entry) []byte {
 	dst = append(dst, r.Domain...)
 	shared := false
@@ -53,10 +50,10 @@ func (r *Rule) AppendStatName(dst []byte, entries []Entry) []byte {
 	return dst
 }
 
-// appendLevelValue appends "_" and what a level without detailed_metric
-// shows of value in a statistics name: the rule's value where it matched
-// one, the request's where value_to_metric asks for it, else nothing
-// (a key-only level).
+// appendLevelValue appends "_" and what a level shows of value without
+// detailed_metric: the rule's value, or the request's for value_to_metric;
+// nothing for a key-only level.
+
 func appendLevelValue(dst []byte, lv *level, value string) []byte {
 	show := lv.value
 	if lv.valueToMetric && lv.kind != matchExact {

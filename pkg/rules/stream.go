@@ -4,44 +4,33 @@ import "bytes"
 
 // A rule file is parsed a slice at a time where its layout allows: the
 // items of its top-level descriptors list are cut into runs of whole items,
-// each run parsed into a YAML tree of its own and compiled before the next
-// is parsed. yaml.v3 builds a tree of about 18 times the size of the text
-// it parses, so a file parsed whole (100,000 rules, 10 MB) would hold some
-// 190 MB of nodes at once; in slices it holds one slice's. The rest of the
-// file, the header, is parsed on its own with the items' lines left blank,
-// so that every position stays the file's.
+// each parsed into a YAML tree of its own and compiled before the next is
+// parsed, since yaml.v3's tree is many times the size of its text
+// (docs/benchmarks.md, pkg/rules). The rest of the file, the header, is
+// parsed with the items' lines left blank, so positions stay the file's.
 //
-// The cut follows YAML's block structure: items are the lines at the
-// list's indentation that start with "- ", and everything between two of
-// them is more indented, blank or a comment, so it belongs to the first.
-// A file whose layout leaves any doubt (a flow list, a tab or a lesser
-// indentation in the list, line breaks other than \n and \r\n) is parsed
-// whole. A slice that does not parse on its own, such as one using an
-// anchor defined in another, makes the load start again with the file
-// parsed whole (compileFiles), so that what a file means, and every
-// message about it, is always what the whole file gives.
+// Items are the lines at the list's indentation that start with "- ";
+// what lies between two is more indented, blank or a comment. A file whose
+// layout leaves doubt (a flow list, a tab or a lesser indentation, line
+// breaks other than \n and \r\n) is parsed whole, and so is one with a
+// slice that does not parse alone (an anchor defined in another slice):
+// a file always means what the whole file gives.
 
-// sliceBytes is about how much text of a file's items one slice holds: a
-// few hundred items, whose nodes (about a MB) die before the next slice.
+// sliceBytes is about how much text one slice holds.
 const sliceBytes = 64 << 10
 
-// layout is where a file's top-level descriptors list is, as cut into
-// slices.
+// layout is a file's top-level descriptors list, cut into slices.
 type layout struct {
-	// header is the file with every line of the list's items blank.
-	header []byte
-	// line is the line (from 1) of the "descriptors:" key the items are
-	// the value of.
-	line int
-	// slices are the runs of items, in file order.
+	header []byte // the file with the items' lines blank
+	line   int    // the line of the "descriptors:" key, from 1
 	slices []itemSlice
 }
 
-// itemSlice is a run of whole items of the descriptors list.
+// itemSlice is a run of whole items.
 type itemSlice struct {
 	start, end int // byte offsets in the file
-	line       int // the line (from 1) where it starts
-	items      int // how many items start in it
+	line       int // where it starts, from 1
+	items      int
 }
 
 // fileLine is one line of a file, without its "\n".
@@ -65,10 +54,9 @@ func lines(data []byte, f func(l fileLine) bool) {
 	}
 }
 
-// cutItems returns the layout of data's top-level descriptors list, cut
-// into slices of whole items of at least size bytes (but the last), or
-// false when the file is to be parsed whole: its layout leaves doubt, or
-// it has no such list with items in block style.
+// cutItems cuts data's top-level descriptors list into slices of at least
+// size bytes (but the last), or returns false when the file is to be
+// parsed whole.
 func cutItems(data []byte, size int) (*layout, bool) {
 	if hasOtherBreaks(data) {
 		return nil, false
@@ -118,9 +106,8 @@ func cutItems(data []byte, size int) (*layout, bool) {
 	for i := range lay.slices[:len(lay.slices)-1] {
 		lay.slices[i].end = lay.slices[i+1].start
 	}
-	// The blank and comment lines between the key and the first item go
-	// with it, so that every byte of the file is parsed in the header or a
-	// slice: a comment's bytes can be an error too (invalid UTF-8).
+	// The lines between the key and the first item go with it: every byte
+	// is parsed somewhere, since a comment can hold invalid UTF-8.
 	lay.slices[0].start, lay.slices[0].line = blockStart, lay.line+1
 	lay.header = blankLines(data, blockStart, blockEnd)
 	return lay, true
@@ -138,10 +125,9 @@ func blankLines(data []byte, from, to int) []byte {
 	return append(out, data[to:]...)
 }
 
-// hasOtherBreaks reports whether data holds a line break other than "\n"
-// and "\r\n": a lone "\r", or NEL, LS or PS, which YAML 1.1 parsers such
-// as yaml.v3 also count as breaks, so that lines would not be what they
-// count.
+// hasOtherBreaks reports whether data holds a line break yaml.v3 counts
+// other than "\n" and "\r\n": a lone "\r", NEL, LS or PS.
+
 func hasOtherBreaks(data []byte) bool {
 	return bytes.Count(data, []byte("\r")) != bytes.Count(data, []byte("\r\n")) ||
 		bytes.Contains(data, []byte("\u0085")) || bytes.Contains(data, []byte("\u2028")) ||

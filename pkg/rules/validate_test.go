@@ -480,8 +480,8 @@ func TestErrorFormat(t *testing.T) {
 	if got := le.Error(); got != want+"\nx.yaml: permission denied" {
 		t.Errorf("LoadError: %q", got)
 	}
-	if got := (Warning{Pos: Position{File: "f", Line: 1, Column: 2}, Field: "a", Msg: "b"}).String(); got != "f:1:2: a: b" {
-		t.Errorf("Warning: %q", got)
+	if got := (FieldError{Pos: Position{File: "f", Line: 1, Column: 2}, Field: "a", Msg: "b"}).Error(); got != "f:1:2: a: b" {
+		t.Errorf("warning: %q", got)
 	}
 }
 

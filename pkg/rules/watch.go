@@ -17,43 +17,36 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// Reload timing. Events come in bursts (an editor's write-rename, the
-// several steps of a ConfigMap swap): the reload waits until no event has
-// come for settleDelay, but never longer than maxDelay after the first event
-// of a burst, so a valid change is in effect well within a second.
+// Events come in bursts (an editor's write-rename, a ConfigMap swap): a
+// reload waits for settleDelay without events, at most maxDelay after the
+// burst's first. Every recheckEvery, Run also looks for a change no event
+// told of.
 const (
-	settleDelay = 100 * time.Millisecond
-	maxDelay    = 400 * time.Millisecond
-	// recheckEvery is how often Run resolves the rule path again to catch
-	// a change no event told of. It costs a stat of each rule file.
+	settleDelay  = 100 * time.Millisecond
+	maxDelay     = 400 * time.Millisecond
 	recheckEvery = 2 * time.Second
 )
 
 // Status describes a Watcher's loads, for a status endpoint.
 type Status struct {
-	// Version counts the good loads that changed the rules; the first load
-	// is 1. It is the Version of the current Set.
+	// Version is the current Set's: the number of good loads that
+	// changed the rules, the first load being 1.
 	Version uint64
 	// LoadedAt is when the current set was loaded.
 	LoadedAt time.Time
-	// LastError is the last refused reload (a *LoadError, or the error of
-	// watching), nil when the latest attempt was good.
-	LastError error
-	// LastErrorAt is when LastError happened; zero when LastError is nil.
+	// LastError is the last refused reload, nil when the latest attempt
+	// was good; LastErrorAt is when it happened.
+	LastError   error
 	LastErrorAt time.Time
-	// Origin is the source's own name for the rules in force, such as the
-	// version_info of the xDS response they came in (Feed); "" for rule
-	// files, whose Version says it all.
+	// Origin is a Feed's name for the rules in force (the xDS
+	// version_info); "" for rule files.
 	Origin string
-	// Source is the state of the connection of a remote source (a Feed's,
-	// as its client reports it with SetSource), such as whether the xDS
-	// server is reached and the last error; "" for rule files.
+	// Source is the state of a Feed's connection, as its client reports
+	// it with SetSource; "" for rule files.
 	Source string
-	// Reloads counts reload attempts after the first load, good or not,
-	// including those that found nothing changed; Failures counts the
-	// refused ones. Run's look at the files when it starts watching counts
-	// only when it finds them changed since NewWatcher (or broken), so a
-	// fresh start shows no reload.
+	// Reloads counts the reload attempts after the first load, good,
+	// refused or finding nothing changed; Failures counts the refused
+	// ones. Run's first look counts only when it finds a change.
 	Reloads, Failures uint64
 }
 
@@ -68,16 +61,15 @@ type Watcher struct {
 
 	// watching is set once Run watches the files and has looked at them.
 	watching atomic.Bool
-	// seen, when not nil, is told in order of each event Run takes from
-	// the file watcher and whether it may change the rules, and of each
-	// periodic look (as the zero Event) and whether it found the tree
-	// changed. Tests set it before Run, to learn what a change caused.
+	// seen, set by tests before Run, is told of each event and whether it
+	// may change the rules, and of each periodic look (the zero Event) and
+	// whether it found a change.
 	seen func(ev fsnotify.Event, relevant bool)
 }
 
-// NewWatcher loads path (as Load does) and returns a Watcher holding the
-// result as version 1. The initial load's error is returned, with a nil
-// Watcher. A nil logger discards logs. Call Run to follow changes.
+// NewWatcher loads path as Load does and returns a Watcher holding the
+// result as version 1, or Load's error. A nil logger discards logs. Run
+// follows changes.
 func NewWatcher(path string, opts Options, logger *slog.Logger) (*Watcher, error) {
 	s, err := Load(path, opts)
 	if err != nil {
@@ -89,25 +81,20 @@ func NewWatcher(path string, opts Options, logger *slog.Logger) (*Watcher, error
 	return w, nil
 }
 
-// ErrNoRules is the reload error for a rule path that no longer holds any
-// rule file while the current set has rules. The Watcher keeps the current
-// set; to remove every limit on purpose, deploy a file with the domain and
-// no descriptors.
-var ErrNoRules = errors.New("no rule files left; keeping the last good rules")
+// errNoRules refuses a reload that finds no rule file where the current set
+// has rules. To remove every limit, deploy a file with the domain and no
+// descriptors.
+var errNoRules = errors.New("no rule files left; keeping the last good rules")
 
-// Run watches the files until ctx is done, reloading after changes settle
-// (about 100 ms after the last event of a burst, at most 400 ms after its
-// first). It follows in-place writes, write-rename swaps, deletions, new
-// subdirectories, and symbolic links at any depth: the rule path or any
-// directory above it being a link that is swapped (a release's "current"
-// link, Kubernetes' ..data), files and directories in the tree that are
-// links. After a swap it watches the new target only, so edits there are
-// seen and edits of the old target are not. Every few seconds it also
-// resolves the path again and reloads when the resolved tree changed
-// without an event. A valid new set replaces the current one atomically; an
-// invalid or missing one is refused, logged and kept in Status while the
-// current set stays. Run returns ctx's error, or an error when watching
-// cannot start. It may be called once at a time.
+// Run watches the files until ctx is done and reloads once a burst of
+// changes settles. It follows in-place writes, write-rename swaps,
+// deletions, new subdirectories, and symbolic links at any depth (a
+// release's "current" link, Kubernetes' ..data); after a link swap it
+// watches the new target only. Every few seconds it also resolves the path
+// again, to catch a change no event told of. A valid new set replaces the
+// current one atomically; an invalid or missing one is logged and kept in
+// Status, and the current set stays. Run returns ctx's error, or an error
+// when watching cannot start. It may run once at a time.
 func (w *Watcher) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("rules: Watcher.Run is already running")
@@ -127,22 +114,18 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// Changes made between NewWatcher and now produced no events.
 	w.reload(true)
 	w.watching.Store(true)
+	return w.watch(ctx, ws, sc)
+}
 
+// watch reloads on the events of ws and on the periodic look until ctx
+// is done; sc is what ws watches now.
+func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 	recheck := time.NewTicker(w.recheck)
 	defer recheck.Stop()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	pending := false
-	var first time.Time
-	schedule := func() {
-		now := time.Now()
-		if !pending {
-			pending, first = true, now
-		}
-		timer.Reset(min(settleDelay, max(0, first.Add(maxDelay).Sub(now))))
-	}
-	// resync resolves the path again and watches what it resolves to now
-	// before reading the files, so that a write after the read is an event.
+	var b burst
+	defer b.stop()
+	// resync watches what the path resolves to now before reading the
+	// files, so that a write after the read is an event.
 	resync := func(next *scope) {
 		sc = next
 		if ws.sync(sc, w.logger) == 0 {
@@ -154,7 +137,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case ev, ok := <-fw.Events:
+		case ev, ok := <-ws.fw.Events:
 			if !ok {
 				return errors.New("rules: file watcher closed")
 			}
@@ -163,33 +146,69 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.seen(ev, relevant)
 			}
 			if relevant {
-				schedule()
+				b.add()
 			}
-		case err, ok := <-fw.Errors:
+		case err, ok := <-ws.fw.Errors:
 			if !ok {
 				return errors.New("rules: file watcher closed")
 			}
 			// An overflow loses events: reload to be sure.
 			w.logger.Warn("rules: file watcher error; reloading", "path", w.path, "error", err)
-			schedule()
-		case <-timer.C:
-			pending = false
+			b.add()
+		case <-b.done():
+			b.pending = false
 			resync(newScope(w.path, w.opts.IgnoreDotFiles))
 		case <-recheck.C:
 			// Events can be missed (a file system without them, a plain
 			// ancestor directory renamed, a watch the kernel could not
-			// place): a changed fingerprint of the resolved tree is a
-			// change all the same.
+			// place): a changed fingerprint is a change all the same.
 			next := newScope(w.path, w.opts.IgnoreDotFiles)
 			changed := next.fingerprint != sc.fingerprint
 			if w.seen != nil {
 				w.seen(fsnotify.Event{}, changed)
 			}
-			if changed && !pending {
+			if changed && !b.pending {
 				w.logger.Debug("rules: change seen without an event", "path", w.path)
 				resync(next)
 			}
 		}
+	}
+}
+
+// burst gathers the events of a burst into one reload: it is due settleDelay
+// after the last event, and at most maxDelay after the first.
+type burst struct {
+	timer   *time.Timer
+	pending bool
+	first   time.Time
+}
+
+// add counts an event.
+func (b *burst) add() {
+	now := time.Now()
+	if !b.pending {
+		b.pending, b.first = true, now
+	}
+	wait := min(settleDelay, max(0, b.first.Add(maxDelay).Sub(now)))
+	if b.timer == nil {
+		b.timer = time.NewTimer(wait)
+	} else {
+		b.timer.Reset(wait)
+	}
+}
+
+// done returns the channel that fires when the reload is due; nil, which
+// never fires, before the first event.
+func (b *burst) done() <-chan time.Time {
+	if b.timer == nil {
+		return nil
+	}
+	return b.timer.C
+}
+
+func (b *burst) stop() {
+	if b.timer != nil {
+		b.timer.Stop()
 	}
 }
 
@@ -198,13 +217,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 // seen. It is false before Run and after Run returns.
 func (w *Watcher) Watching() bool { return w.watching.Load() }
 
-// reload loads the files and swaps the result in when it is good and
-// different from the current set. atStart is Run's first look, which is
-// not counted as a reload when it finds the rules as NewWatcher loaded them.
-// Files whose names and contents are those of the current set are not
-// parsed again: they would give the same set, and a large one costs seconds
-// of CPU and a second set's memory (Run's first look, a touch, an event
-// that changed nothing).
+// reload loads the files and puts the result in force when it is good and
+// new. atStart is Run's first look, not counted unless it finds a change.
+// Files identical to the current set's are not parsed again: a large set
+// costs seconds of CPU and a second set's memory.
 func (w *Watcher) reload(atStart bool) {
 	cur := w.current.Load()
 	files, probs := readRules(w.path, w.opts.IgnoreDotFiles)
@@ -216,34 +232,28 @@ func (w *Watcher) reload(atStart bool) {
 	} else {
 		set, err = build(files, w.opts, probs, sliceBytes)
 	}
-	if err == nil && len(set.Domains()) == 0 && len(cur.Domains()) > 0 {
-		// A directory that lost every rule file is a broken deployment (a
-		// bad ConfigMap, a half-finished copy), not an order to stop
-		// limiting: refuse it like a broken file.
-		err = fmt.Errorf("%s: %w", w.path, ErrNoRules)
+	if err == nil && len(set.names) == 0 && len(cur.names) > 0 {
+		// Losing every rule file is a broken deployment (a bad ConfigMap,
+		// a half-finished copy), not an order to stop limiting.
+		err = fmt.Errorf("%s: %w", w.path, errNoRules)
 	}
 	w.offer(set, err, atStart, "")
 }
 
-// maxLinkHops bounds the symbolic links followed to resolve one path, as
-// the kernel does (ELOOP), so a link loop ends.
+// maxLinkHops bounds the links followed to resolve one path, as the kernel
+// does (ELOOP).
 const maxLinkHops = 40
 
-// scope is what to watch for a rule path, as the path resolves at one
-// moment: every directory the rule files are in (the rule tree, where every
-// entry matters), and the directory holding each symbolic link met on the
-// way to them, each missing component, and the rule path's own entry (where
-// only those names matter). A swap of a link anywhere along the path (the
-// rule directory itself, a parent such as RUNTIME_ROOT's current, a
-// ConfigMap's ..data, a file that is a link) is then an event in a watched
-// directory, and the directories of an old target are no longer watched.
+// scope is what to watch for a rule path as it resolves now: the
+// directories of the rule tree, where every entry matters, and the
+// directories holding each link met on the way, each missing component and
+// the rule path's own entry, where only those names matter. A link swapped
+// anywhere along the path is then an event in a watched directory.
 type scope struct {
-	dirs map[string]*watchDir // real (link-free) directory path -> what matters in it
-	// fingerprint identifies the resolved tree: the links and their
-	// targets, the directories, and each rule file's real path, size,
-	// modification time and inode (fileID: a replacing file may carry the
-	// same size and time). A periodic look compares it, to catch what no
-	// event told.
+	dirs map[string]*watchDir // by real (link-free) path
+	// fingerprint is a hash of the links and their targets, the
+	// directories, and each rule file's real path, size, modification time
+	// and inode (a replacing file may keep the size and time).
 	fingerprint [sha256.Size]byte
 }
 
@@ -254,9 +264,8 @@ type watchDir struct {
 	info  os.FileInfo     // the directory when resolved, to see it replaced
 }
 
-// newScope resolves path now, as Load reads it with ignoreDot
-// (Options.IgnoreDotFiles). It never fails: what is missing is watched for
-// in the nearest existing directory, and Load reports it.
+// newScope resolves path now, as Load reads it. It never fails: what is
+// missing is watched for in the nearest existing directory.
 func newScope(path string, ignoreDot bool) *scope {
 	r := &resolver{sc: &scope{dirs: map[string]*watchDir{}}, h: sha256.New(), ignoreDot: ignoreDot}
 	abs, err := filepath.Abs(path)
@@ -306,9 +315,8 @@ func (r *resolver) dir(dir string) *watchDir {
 func (r *resolver) entry(dir, name string) { r.dir(dir).names[name] = true }
 
 // follow resolves the absolute path p component by component, as opening
-// it does, marking each symbolic link met and the first missing component
-// in their directories. It returns the real path, and false when p does not
-// resolve (missing, a loop, unreadable).
+// it does, marking each link met and the first missing component. It
+// returns the real path, or false when p does not resolve.
 func (r *resolver) follow(p string) (string, bool) {
 	real := string(filepath.Separator)
 	rest := strings.Split(p, string(filepath.Separator))
@@ -348,8 +356,8 @@ func (r *resolver) follow(p string) (string, bool) {
 	return real, true
 }
 
-// target adds what the real path real holds: a rule file, or a tree of
-// directories whose every entry matters, following the links in it.
+// target adds what real holds: a rule file, or a tree of directories,
+// following the links in it.
 func (r *resolver) target(real string, depth int) {
 	fi, err := os.Stat(real)
 	switch {
@@ -407,17 +415,16 @@ func (sc *scope) relevant(ev fsnotify.Event) bool {
 	return ok && (d.all || d.names[filepath.Base(name)])
 }
 
-// watchSet is the directories an fsnotify.Watcher watches, with the
-// directory each watch was placed on.
+// watchSet is the directories an fsnotify.Watcher watches.
 type watchSet struct {
 	fw      *fsnotify.Watcher
 	watched map[string]os.FileInfo
 }
 
-// sync makes the watches exactly sc's directories: it removes those no
-// longer needed (an old link target is never watched again) and watches
-// anew a directory replaced at the same path. It returns how many of sc's
-// directories are watched.
+// sync makes the watches sc's directories, dropping an old link target's
+// and watching anew a directory replaced at the same path. It returns how
+// many are watched.
+
 func (ws *watchSet) sync(sc *scope, logger *slog.Logger) int {
 	for dir, info := range ws.watched {
 		d, ok := sc.dirs[dir]

@@ -248,8 +248,8 @@ func TestWatcherReloads(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		st := w.Status()
-		if !errors.Is(st.LastError, ErrNoRules) {
-			t.Fatalf("after removing every file: LastError = %v, want ErrNoRules", st.LastError)
+		if !errors.Is(st.LastError, errNoRules) {
+			t.Fatalf("after removing every file: LastError = %v, want errNoRules", st.LastError)
 		}
 		if !w.Current().HasDomain("a") || st.Version != 1 {
 			t.Fatalf("after removing every file: domain a kept = %v, version %d; want the last good set (version 1)", w.Current().HasDomain("a"), st.Version)

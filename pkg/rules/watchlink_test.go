@@ -239,7 +239,7 @@ func TestWatcherFollowsLinks(t *testing.T) {
 				{name: "edit the old target", do: write("store/v1.yaml", 9), want: 3, ignored: true},
 				{name: "a sibling of the target", do: write("store/v3.yaml", 8), want: 3, ignored: true},
 				{name: "break the target", do: breakFile("store/v2.yaml"), want: 3, refused: "rules/rules.yaml:1:"},
-				{name: "remove the target", do: remove("store/v2.yaml"), want: 3, refused: ErrNoRules.Error()},
+				{name: "remove the target", do: remove("store/v2.yaml"), want: 3, refused: errNoRules.Error()},
 				{name: "the target again", do: write("store/v2.yaml", 4), want: 4},
 			},
 		},
