@@ -7,76 +7,56 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // Defaults of BatchOptions.
 const (
-	DefaultBatchRequests   = 64
-	DefaultBatchInFlight   = 2
-	DefaultBatchBusyWindow = 150 * time.Microsecond
+	defaultBatchRequests   = 64
+	defaultBatchInFlight   = 2
+	defaultBatchBusyWindow = 150 * time.Microsecond
 )
 
 // maxBatchArgs bounds the arguments of one batched script call (64
-// requests of one hit take 320; at most about 130 hits), so that one call
-// keeps Redis, which runs scripts one at a time, busy for well under a
-// millisecond (64 one-hit requests took 0.3 to 0.5 ms on a loaded 2-core
-// machine). A single call bigger than that is still sent, alone.
+// one-hit requests take 320, about 130 hits at most), so that one call
+// keeps Redis, which runs one script at a time, busy for well under a
+// millisecond. A single call bigger than that is still sent, alone.
 const maxBatchArgs = 400
 
 // BatchOptions configures how a Limiter shares Redis round trips among
 // concurrent Evaluate calls on a single node or Sentinel (Cluster calls are
-// not batched). A call is sent at once, alone, while fewer than
-// MaxInFlight round trips are outstanding; otherwise it waits for one of
-// them to end and leaves with up to MaxRequests-1 other waiting calls in
-// one script call. Each call in a batch is decided all-or-nothing on its
-// own, exactly as if it were sent alone: one call's denial or error never
-// affects another's. The zero value enables batching with the defaults.
+// not batched). The zero value enables batching with the defaults.
 //
-// A call that finds a round trip free while another is outstanding does
-// not leave at once: it waits up to BusyWindow for others to join it, or
-// until MaxRequests calls wait, and they leave together. Under load, where
-// a round trip is nearly always outstanding, a call that took the free one
-// at once would mostly travel alone: half of all round trips carried one
-// request at 64 callers, each a script call of its own in Redis's CPU.
-// With no round trip outstanding a call leaves at once, so that an idle
-// server adds no latency; and once lonelyWindows windows in a row end
-// without company, calls leave at once until one finds every round trip
-// taken, so that a server at a few thousand calls a second, where company
-// seldom comes within the window, does not wait for it: at 1,000 calls a
-// second waiting cost about 35 µs of server CPU per call, and 0.1-0.2 ms
-// at p90 (docs/benchmarks.md). A Window makes every call that finds a round
-// trip free wait, outstanding or not. Calls that find every round trip
-// taken wait for one, and leave as soon as one ends.
+// A call is sent at once, alone, while no round trip is outstanding. A
+// call that finds a round trip free while another is outstanding waits up
+// to BusyWindow for company, and calls that find every round trip taken
+// wait for one to end; then up to MaxRequests waiting calls leave together
+// in one script call. Each is decided all-or-nothing on its own, exactly
+// as if sent alone: one call's denial or error never affects another's.
+// Once a few busy windows in a row draw no company, calls stop waiting for
+// it until one finds every round trip taken, so that a lightly loaded
+// server adds no latency.
 //
-// Every call ends within Options.Timeout of its start, or at its
-// context's deadline if that is sooner, queued or sent, whether or not its
-// context has a deadline: the batcher ends the calls it holds past theirs
-// with one timer of its own (see Limiter.Evaluate). A batch's round
-// trip has the latest of its calls' deadlines; each caller still returns
-// as soon as its own context ends or its deadline passes. Context values
-// of the callers do not reach go-redis hooks for a batch of several calls.
+// Every call ends within Options.Timeout of its start, or at its context's
+// sooner deadline, queued or sent. Context values of the callers do not
+// reach go-redis hooks for a batch of several calls.
 type BatchOptions struct {
 	// Disabled sends every call in a round trip of its own, at once.
 	Disabled bool
-	// MaxRequests bounds the calls in one round trip; 0 means
-	// DefaultBatchRequests.
+	// MaxRequests bounds the calls in one round trip; 0 means 64.
 	MaxRequests int
-	// MaxInFlight bounds the round trips a Limiter has outstanding at
-	// once; 0 means DefaultBatchInFlight. While they are all outstanding,
-	// calls wait for one to end.
+	// MaxInFlight bounds the round trips outstanding at once; 0 means 2.
 	MaxInFlight int
 	// Window is how long a call that finds a round trip free waits for
-	// other calls to share it, whether or not another is outstanding; 0
-	// leaves it to BusyWindow. It is the reference server's
-	// REDIS_PIPELINE_WINDOW.
+	// other calls to share it, outstanding or not (the reference server's
+	// REDIS_PIPELINE_WINDOW); 0 leaves it to BusyWindow.
 	Window time.Duration
 	// BusyWindow is how long a call that finds a round trip free while
-	// another is outstanding waits for other calls to share it, when Window
-	// is 0 and such waits draw company (see above); 0 means
-	// DefaultBatchBusyWindow, a negative value sends it at once.
+	// another is outstanding waits for company, when Window is 0; 0 means
+	// 150µs, a negative value sends it at once.
 	BusyWindow time.Duration
 }
 
@@ -144,9 +124,8 @@ type batcher struct {
 	timeout time.Duration
 	// watched lists the calls queued since the last expiry whose context
 	// ends later than their deadline, in the order they came; expiry fires
-	// at the first undecided one's deadline. One timer for the queue, not
-	// one per call: a timer and a context per request were 7 % of the
-	// server's CPU under load.
+	// at the first undecided one's deadline: one timer for the queue, not
+	// one per call, which cost more (docs/benchmarks.md).
 	watched []*call
 	expiry  *time.Timer
 	armed   bool // expiry is set
@@ -157,9 +136,8 @@ type batcher struct {
 const senderIdle = time.Second
 
 // lonelyWindows is how many busy windows in a row must end without company
-// before calls stop waiting for it: at a few thousand calls a second most
-// windows do, under load a few, and one alone would send calls off alone
-// until the next call that queues.
+// before calls stop waiting for it. One alone would send calls off alone,
+// under load, until the next call that queues.
 const lonelyWindows = 2
 
 func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
@@ -181,31 +159,28 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 	b.expiry.Stop()
 	switch {
 	case b.busyWindow == 0:
-		b.busyWindow = DefaultBatchBusyWindow
+		b.busyWindow = defaultBatchBusyWindow
 	case b.busyWindow < 0:
 		b.busyWindow = 0
 	}
 	if b.maxRequests == 0 {
-		b.maxRequests = DefaultBatchRequests
+		b.maxRequests = defaultBatchRequests
 	}
 	if b.maxInFlight == 0 {
-		b.maxInFlight = DefaultBatchInFlight
+		b.maxInFlight = defaultBatchInFlight
 	}
 	return b, nil
 }
 
 // evaluate decides hits, alone at once if a round trip is free (after the
-// window, with the calls that came meanwhile), else in a batch, and
-// returns the verdict.
+// window, with the calls that came meanwhile), else in a batch.
 func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight && b.windowNow() == 0 {
 		b.inFlight++
 		b.mu.Unlock()
 		blocked, err = b.l.run(ctx, clock, hits, decisions)
-		b.l.report(ctx, b.l.nodes.home, probe, err)
-		b.next()
-		return blocked, err
+		return b.sentAlone(ctx, probe, blocked, err)
 	}
 	// Read the clock only for a call that may wait: one sent at once has
 	// the deadline runArgs gives it.
@@ -214,19 +189,32 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		c.deadline = dl
 	}
 	b.mu.Unlock()
-	// Build the arguments outside the lock, then queue.
 	c.keys, c.args = b.l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
+	if b.place(c) {
+		blocked, err = b.l.runArgs(ctx, c.keys, c.args, decisions)
+		return b.sentAlone(ctx, probe, blocked, err)
+	}
+	return b.wait(c)
+}
+
+// sentAlone reports how a call sent alone ended and frees its round trip.
+func (b *batcher) sentAlone(ctx context.Context, probe, blocked bool, err error) (bool, error) {
+	b.l.report(ctx, b.l.nodes.home, probe, err)
+	b.next()
+	return blocked, err
+}
+
+// place queues c, or gathers a batch around it when a round trip is free
+// but worth waiting for. It reports true, the round trip taken, when one
+// ended meanwhile with nothing queued: c is then sent alone at once.
+func (b *batcher) place(c *call) (alone bool) {
 	b.mu.Lock()
 	window := b.windowNow()
 	switch {
 	case b.inFlight < b.maxInFlight && window == 0:
-		// A round trip ended meanwhile, with nothing queued.
 		b.inFlight++
 		b.mu.Unlock()
-		blocked, err = b.l.runArgs(ctx, c.keys, c.args, decisions)
-		b.l.report(ctx, b.l.nodes.home, probe, err)
-		b.next()
-		return blocked, err
+		return true
 	case b.inFlight < b.maxInFlight && !b.gathering:
 		b.inFlight++
 		b.gathering, b.joined = true, 0
@@ -241,15 +229,19 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 			b.full <- struct{}{}
 		}
 		b.mu.Unlock()
-		b.gather(ctx, window)
+		b.gather(c.ctx, window)
 	default:
 		b.enqueue(c)
 		b.mu.Unlock()
 	}
+	return false
+}
 
+// wait returns c's answer, or an error as soon as c's context ends.
+func (b *batcher) wait(c *call) (blocked bool, err error) {
 	select {
 	case <-c.done:
-	case <-ctx.Done():
+	case <-c.ctx.Done():
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
 			if c.probe {
 				// Never sent, the probe told nothing: let the next call
@@ -422,9 +414,8 @@ func (b *batcher) next() {
 }
 
 // sender sends batch and the batches after it, then waits up to senderIdle
-// for another from next. Reusing the goroutine saves more than its start:
-// a new one grows its stack to go-redis's depth on each round trip
-// (copystack was 3 % of the server's CPU under load).
+// for another from next. Reusing the goroutine spares a new one growing
+// its stack to go-redis's depth on each round trip.
 func (b *batcher) sender(batch []*call) {
 	idle := time.NewTimer(senderIdle)
 	defer idle.Stop()
@@ -496,9 +487,7 @@ func (b *batcher) flush(batch []*call) {
 		nKeys += len(c.keys)
 		nArgs += len(c.args)
 		probe = probe || c.probe
-		// The caller's store span, if it records, says how many calls
-		// shared this round trip.
-		tracing.RecordBatch(c.ctx, len(batch))
+		recordBatch(c.ctx, len(batch))
 	}
 	if latest.Before(deadline) {
 		deadline = latest
@@ -535,4 +524,14 @@ func (b *batcher) flush(batch []*call) {
 	}
 	// One round trip, one outcome, however many calls it carried.
 	b.l.nodes.home.breaker.done(probe, outcome)
+}
+
+// recordBatch sets, on the caller's span if it records, how many calls
+// shared the round trip (1: the call went alone). It allocates nothing
+// when the span does not record.
+func recordBatch(ctx context.Context, calls int) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.Bool("ratelimit.store.batched", calls > 1),
+			attribute.Int("ratelimit.store.batch_calls", calls))
+	}
 }

@@ -60,14 +60,11 @@ type ClientConfig struct {
 	DB int
 }
 
-// clusterStateReloadInterval bounds how long a Cluster client keeps routing
-// to a master that failed over.
-const clusterStateReloadInterval = time.Second
-
 // NewClient returns a go-redis client for cfg: a *redis.Client, a
-// *redis.Client in failover mode for Sentinel, or a *redis.ClusterClient.
-// It does not contact Redis; a wrong address shows at the first call. A
-// refused field is an *option.Error.
+// *redis.Client in failover mode for Sentinel, or a *redis.ClusterClient,
+// each honouring context deadlines and never retrying a command on its own
+// (see the package documentation). It does not contact Redis; a wrong
+// address shows at the first call. A refused field is an *option.Error.
 func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -78,108 +75,117 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	}
 	switch cfg.Type {
 	case "", "single":
-		o, err := singleOptions(cfg.URL)
-		if err != nil {
-			return nil, err
-		}
-		if cfg.Username != "" {
-			o.Username = cfg.Username
-		}
-		if cfg.Password != "" {
-			o.Password = cfg.Password
-		}
-		if cfg.DB != 0 {
-			o.DB = cfg.DB
-		}
-		if tc != nil {
-			if o.Network == "unix" {
-				return nil, &option.Error{Options: "redislimit.ClientConfig", Field: "TLS",
-					Want: "over a unix socket (%s): connect to a TCP address for TLS, or turn TLS off", With: []string{"URL"}}
-			}
-			if o.TLSConfig != nil {
-				// A rediss:// URL's ?skip_verify=true means what it says.
-				tc.InsecureSkipVerify = tc.InsecureSkipVerify || o.TLSConfig.InsecureSkipVerify
-			}
-			o.TLSConfig = tc
-		}
-		if cfg.PoolSize > 0 {
-			o.PoolSize = cfg.PoolSize
-		}
-		setDuration(&o.DialTimeout, cfg.DialTimeout)
-		setDuration(&o.ReadTimeout, cfg.ReadTimeout)
-		setDuration(&o.WriteTimeout, cfg.WriteTimeout)
-		o.ContextTimeoutEnabled = true
-		o.DialerRetries = dialAttempts
-		o.MaxRetries = noRetries
-		return redis.NewClient(o), nil
-
+		return singleClient(cfg, tc)
 	case "sentinel":
-		addrs := splitList(cfg.URL)
-		master := cfg.SentinelMaster
-		if master == "" {
-			master, addrs = addrs[0], addrs[1:]
-		}
-		if master == "" {
-			return nil, refusedConfig("URL", redactURL(cfg.URL), `no master name (want "master,host:port,...")`)
-		}
-		if err := checkAddrs(cfg.URL, addrs); err != nil {
-			return nil, err
-		}
-		o := &redis.FailoverOptions{
-			MasterName:            master,
-			SentinelAddrs:         addrs,
-			SentinelPassword:      cfg.SentinelPassword,
-			TLSConfig:             tc,
-			Username:              cfg.Username,
-			Password:              cfg.Password,
-			DB:                    cfg.DB,
-			PoolSize:              cfg.PoolSize,
-			DialTimeout:           cfg.DialTimeout,
-			ReadTimeout:           cfg.ReadTimeout,
-			WriteTimeout:          cfg.WriteTimeout,
-			ContextTimeoutEnabled: true,
-			DialerRetries:         dialAttempts,
-			MaxRetries:            noRetries,
-		}
-		return redis.NewFailoverClient(o), nil
-
+		return sentinelClient(cfg, tc)
 	case "cluster":
-		if cfg.DB != 0 {
-			return nil, refusedConfig("DB", cfg.DB, "a cluster has database 0 only")
-		}
-		addrs := splitList(cfg.URL)
-		if err := checkAddrs(cfg.URL, addrs); err != nil {
-			return nil, err
-		}
-		o := &redis.ClusterOptions{
-			Addrs:                 addrs,
-			Username:              cfg.Username,
-			Password:              cfg.Password,
-			PoolSize:              cfg.PoolSize,
-			DialTimeout:           cfg.DialTimeout,
-			ReadTimeout:           cfg.ReadTimeout,
-			WriteTimeout:          cfg.WriteTimeout,
-			ContextTimeoutEnabled: true,
-			DialerRetries:         dialAttempts,
-			MaxRetries:            noRetries,
-			TLSConfig:             tc,
-			// go-redis refreshes the slot map on MOVED replies, but a dead
-			// master answers nothing: without a periodic refresh its slots
-			// keep going to the dead address for a minute after a replica
-			// took over. A lazy refresh at most once a second bounds that.
-			ClusterStateReloadInterval: clusterStateReloadInterval,
-			// Routing policies send a command by its COMMAND INFO, which
-			// a new client fetches on its first commands from up to three
-			// random nodes in turn, under a lock every command waits on,
-			// bounded by ReadTimeout rather than the caller's deadline: a
-			// master that does not answer then holds every master's calls
-			// and opens their breakers. floodgate routes every call by its
-			// keys' slot, and sends what goes to every master itself.
-			DisableRoutingPolicies: true,
-		}
-		return redis.NewClusterClient(o), nil
+		return clusterClient(cfg, tc)
 	}
 	return nil, refusedConfig("Type", cfg.Type, "want single, sentinel or cluster")
+}
+
+// singleClient returns the client of a single node; tc is the TLS
+// configuration, nil for none.
+func singleClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, error) {
+	o, err := singleOptions(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Username != "" {
+		o.Username = cfg.Username
+	}
+	if cfg.Password != "" {
+		o.Password = cfg.Password
+	}
+	if cfg.DB != 0 {
+		o.DB = cfg.DB
+	}
+	if tc != nil {
+		if o.Network == "unix" {
+			return nil, &option.Error{Options: "redislimit.ClientConfig", Field: "TLS",
+				Want: "over a unix socket (%s): connect to a TCP address for TLS, or turn TLS off", With: []string{"URL"}}
+		}
+		if o.TLSConfig != nil {
+			// A rediss:// URL's ?skip_verify=true means what it says.
+			tc.InsecureSkipVerify = tc.InsecureSkipVerify || o.TLSConfig.InsecureSkipVerify
+		}
+		o.TLSConfig = tc
+	}
+	if cfg.PoolSize > 0 {
+		o.PoolSize = cfg.PoolSize
+	}
+	setDuration(&o.DialTimeout, cfg.DialTimeout)
+	setDuration(&o.ReadTimeout, cfg.ReadTimeout)
+	setDuration(&o.WriteTimeout, cfg.WriteTimeout)
+	o.ContextTimeoutEnabled = true
+	o.DialerRetries = dialAttempts
+	o.MaxRetries = noRetries
+	return redis.NewClient(o), nil
+}
+
+// sentinelClient returns the failover client of a Sentinel group.
+func sentinelClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, error) {
+	addrs := splitList(cfg.URL)
+	master := cfg.SentinelMaster
+	if master == "" {
+		master, addrs = addrs[0], addrs[1:]
+	}
+	if master == "" {
+		return nil, refusedConfig("URL", redactURL(cfg.URL), `no master name (want "master,host:port,...")`)
+	}
+	if err := checkAddrs(cfg.URL, addrs); err != nil {
+		return nil, err
+	}
+	return redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            master,
+		SentinelAddrs:         addrs,
+		SentinelPassword:      cfg.SentinelPassword,
+		TLSConfig:             tc,
+		Username:              cfg.Username,
+		Password:              cfg.Password,
+		DB:                    cfg.DB,
+		PoolSize:              cfg.PoolSize,
+		DialTimeout:           cfg.DialTimeout,
+		ReadTimeout:           cfg.ReadTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		DialerRetries:         dialAttempts,
+		MaxRetries:            noRetries,
+	}), nil
+}
+
+// clusterClient returns the client of a Redis Cluster.
+func clusterClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, error) {
+	if cfg.DB != 0 {
+		return nil, refusedConfig("DB", cfg.DB, "a cluster has database 0 only")
+	}
+	addrs := splitList(cfg.URL)
+	if err := checkAddrs(cfg.URL, addrs); err != nil {
+		return nil, err
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 addrs,
+		Username:              cfg.Username,
+		Password:              cfg.Password,
+		PoolSize:              cfg.PoolSize,
+		DialTimeout:           cfg.DialTimeout,
+		ReadTimeout:           cfg.ReadTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		DialerRetries:         dialAttempts,
+		MaxRetries:            noRetries,
+		TLSConfig:             tc,
+		// A dead master answers no MOVED: without a periodic refresh of
+		// the slot map its slots would keep going to it for a minute
+		// after a replica took over.
+		ClusterStateReloadInterval: time.Second,
+		// Routing policies need COMMAND INFO, which a new client fetches
+		// under a lock every command waits on, bounded by ReadTimeout
+		// rather than the caller's deadline: one master not answering
+		// would hold every master's calls. Every call here is routed by
+		// its keys' slot.
+		DisableRoutingPolicies: true,
+	}), nil
 }
 
 // validate refuses the fields of cfg that are wrong whatever the
@@ -205,16 +211,13 @@ func refusedConfig(field string, v any, want string) error {
 }
 
 // dialAttempts is how many times go-redis dials before a call fails: once.
-// Its default, 5 attempts 100 ms apart, outlasts the store deadline, so a
-// refused connection would be reported as a deadline, and a request would
-// wait for nothing; the circuit breaker and the probes do the retrying.
+// Its default, 5 attempts 100 ms apart, outlasts the store deadline; the
+// circuit breaker and the probes do the retrying.
 const dialAttempts = 1
 
-// noRetries turns off go-redis's retries of a failed command (3 by default,
-// with backoff): they too outlast the store deadline, and a script retried
-// after a lost reply may have run already, charging its hits twice. A
-// Cluster client retries in a loop of its own whatever it says; script
-// calls opt out of that one too (see onceCmd).
+// noRetries turns off go-redis's retries of a failed command: they too
+// outlast the store deadline, and a script retried after a lost reply may
+// have run already, charging its hits twice (see onceCmd for Cluster).
 const noRetries = -1
 
 // singleOptions parses the URL of a single node.

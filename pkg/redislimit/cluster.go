@@ -34,7 +34,7 @@ func (l *Limiter) runSlot(ctx context.Context, clock time.Time, hits []limit.Hit
 	}
 	ok, probe := n.breaker.admit()
 	if !ok {
-		return false, fmt.Errorf("redislimit: evaluate %d hits on node %s: %w", len(hits), n.addr, ErrCircuitOpen)
+		return false, fmt.Errorf("redislimit: evaluate %d hits on node %s: %w", len(hits), n.addr, errCircuitOpen)
 	}
 	blocked, err = l.run(ctx, clock, hits, decisions)
 	l.report(ctx, n, probe, err)
@@ -49,7 +49,7 @@ func (l *Limiter) masterOf(ctx context.Context, counter string) (*node, error) {
 	home := l.nodes.home
 	ok, probe := home.breaker.admit()
 	if !ok {
-		return nil, fmt.Errorf("the cluster's slot map: %w", ErrCircuitOpen)
+		return nil, fmt.Errorf("the cluster's slot map: %w", errCircuitOpen)
 	}
 	c, err := l.cluster.MasterForKey(ctx, Key(l.opts.KeyPrefix, counter))
 	l.report(ctx, home, probe, err)
@@ -65,7 +65,7 @@ func groupBySlot(prefix string, hits []limit.Hit) [][]int {
 	var groups [][]int
 	slots := make(map[uint16]int, len(hits))
 	for i := range hits {
-		s := Slot(prefix, hits[i].Key)
+		s := slot(prefix, hits[i].Key)
 		g, ok := slots[s]
 		if !ok {
 			g = len(groups)

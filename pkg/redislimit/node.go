@@ -34,7 +34,7 @@ type failure struct {
 // address, added as calls meet them and dropped by a Probe once they no
 // longer serve slots.
 type nodeSet struct {
-	opts BreakerOptions // valid: newNodeSet checked them
+	opts breakerOptions // valid: newNodeSet checked them
 	home *node
 
 	mu     sync.RWMutex
@@ -42,7 +42,7 @@ type nodeSet struct {
 	slots  map[string]string // master address → its slot ranges, from the latest Probe
 }
 
-func newNodeSet(o BreakerOptions) (*nodeSet, error) {
+func newNodeSet(o breakerOptions) (*nodeSet, error) {
 	b, err := newBreaker(o)
 	if err != nil {
 		return nil, err
@@ -94,43 +94,39 @@ func (s *nodeSet) all() []*node {
 	return append([]*node{s.home}, ns...)
 }
 
-// NodeHealth is the health of one Redis node a Limiter calls, as
-// Limiter.Nodes reports it.
+// NodeHealth is the health of one Redis node a Limiter calls.
 type NodeHealth struct {
 	// Addr is the host:port of a Cluster master, or "" for the Limiter's
-	// home node: the single node or Sentinel's master, or on a Cluster its
-	// slot map (the seed nodes), which fails when no node answers where a
-	// slot is served.
+	// home node: the single node, Sentinel's master, or a Cluster's slot
+	// map, which fails when no node says where a slot is served.
 	Addr string
 	// Slots are the hash slots a Cluster master serves as of the latest
-	// Probe, as ranges ("0-5460,10923"); empty for the home node, or when
-	// no Probe has listed them.
+	// Probe, as ranges ("0-5460,10923"); empty otherwise.
 	Slots string
-	// Breaker is the state of the node's circuit breaker: calls that need
-	// the node fail at once while it is not BreakerClosed.
-	Breaker BreakerState
+	// Breaker is the state of the node's circuit breaker: "closed",
+	// "open" or "probing". Calls that need the node fail at once unless it
+	// is closed.
+	Breaker string
 	// LastFailure is the latest failure of the node seen by a call or a
 	// Probe, and LastFailureAt when it happened; nil if none ever did. It
-	// stays after the node recovers (Breaker says whether it is current).
+	// stays after the node recovers.
 	LastFailure   error
 	LastFailureAt time.Time
 }
 
 // Healthy reports whether the node's breaker is closed.
-func (h NodeHealth) Healthy() bool { return h.Breaker == BreakerClosed }
+func (h NodeHealth) Healthy() bool { return h.Breaker == breakerClosed.String() }
 
 // Nodes returns the health of the Limiter's nodes: the home node first,
 // then, on a Cluster, each master met by a call or listed by the latest
-// Probe, by address. A Cluster master that fails makes only the calls on
-// its slots fail (and be answered by the caller's failure policy); the
-// others go on.
+// Probe, by address.
 func (l *Limiter) Nodes() []NodeHealth {
 	ns := l.nodes.all()
 	l.nodes.mu.RLock()
 	defer l.nodes.mu.RUnlock()
 	out := make([]NodeHealth, len(ns))
 	for i, n := range ns {
-		out[i] = NodeHealth{Addr: n.addr, Slots: l.nodes.slots[n.addr], Breaker: n.breaker.stateOf()}
+		out[i] = NodeHealth{Addr: n.addr, Slots: l.nodes.slots[n.addr], Breaker: n.breaker.stateOf().String()}
 		if f := n.lastFailure.Load(); f != nil {
 			out[i].LastFailure, out[i].LastFailureAt = f.err, f.at
 		}
@@ -138,33 +134,24 @@ func (l *Limiter) Nodes() []NodeHealth {
 	return out
 }
 
-// Healthy reports whether every node's circuit breaker is closed: every
-// call goes to Redis. It is false while any breaker is open or probing
-// (the calls that need that node fail at once with ErrCircuitOpen), for
-// health checks and metrics; Nodes says which. A Probe that fails opens
-// the breaker of the node it failed on, so a Redis that cannot be reached
-// at start is reported before any request meets it.
+// Healthy reports whether every node's circuit breaker is closed, so that
+// every call goes to Redis; Nodes says which node is not. A failed Probe
+// opens its node's breaker, so a Redis that cannot be reached at start is
+// reported before any request meets it.
 func (l *Limiter) Healthy() bool {
 	for _, n := range l.nodes.all() {
-		if n.breaker.stateOf() != BreakerClosed {
+		if n.breaker.stateOf() != breakerClosed {
 			return false
 		}
 	}
 	return true
 }
 
-// BreakerState returns the state of the home node's circuit breaker: the
-// single node's or Sentinel master's, or a Cluster's slot map's (see
-// Nodes for each master's). BreakerClosed when the breaker is disabled.
-func (l *Limiter) BreakerState() BreakerState { return l.nodes.home.breaker.stateOf() }
-
 // LastFailure returns the latest failure of Redis seen by a call or a
 // Probe on any node, and when it happened; nil if none ever did. It stays
-// after Redis recovers (Healthy says whether it is current), so that a
-// report can say why Redis was last unhealthy: "x509: certificate signed
-// by unknown authority" rather than only "unhealthy". Failures that are
-// the caller's (a canceled context) or a request's own (a script error)
-// are not recorded.
+// after Redis recovers, so that a report can say why Redis was last
+// unhealthy. A canceled call or a request's own script error is no
+// failure.
 func (l *Limiter) LastFailure() (at time.Time, err error) {
 	var last *failure
 	for _, n := range l.nodes.all() {
@@ -187,7 +174,7 @@ func (l *Limiter) report(ctx context.Context, n *node, probe bool, err error) {
 // noteFailure records err, met by a call to n under ctx, as n's latest
 // failure if it is one.
 func (l *Limiter) noteFailure(ctx context.Context, n *node, err error) {
-	if outcomeOf(ctx, err) == callFailed && !errors.Is(err, ErrCircuitOpen) {
+	if outcomeOf(ctx, err) == callFailed && !errors.Is(err, errCircuitOpen) {
 		n.lastFailure.Store(&failure{err: err, at: time.Now()})
 	}
 }
