@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -68,23 +69,23 @@ const (
 	callAbandoned              // the caller left (its context ended)
 )
 
-// call is an Evaluate call waiting for, or in, a batch. Its keys and args
-// are built by the caller before it is queued, so a batch never reads the
-// caller's hits, which the caller owns again once it returns.
+// call is an Evaluate call waiting for, or in, a batch. The caller builds
+// its keys and args before queueing it, so a batch never reads the
+// caller's hits, which are the caller's again once it returns.
 type call struct {
 	ctx       context.Context
 	keys      []string
 	args      []any
 	decisions []limit.Decision
-	probe     bool // the breaker's probe
-	// deadline is when the call ends at the latest: its start plus the
-	// Limiter's Timeout, or its context's deadline when sooner.
-	deadline time.Time
-	state    atomic.Int32
-	sent     bool  // set before done is closed: the call went to Redis
-	blocked  bool  // set before done is closed: the script's verdict
-	err      error // set before done is closed
-	done     chan struct{}
+	probe     bool      // the breaker's probe
+	deadline  time.Time // its start plus Options.Timeout, or its context's sooner deadline
+	state     atomic.Int32
+	// Set before done is closed: whether the call went to Redis, the
+	// script's verdict, the error.
+	sent    bool
+	blocked bool
+	err     error
+	done    chan struct{}
 }
 
 // batcher queues calls while MaxInFlight round trips are outstanding.
@@ -100,32 +101,21 @@ type batcher struct {
 	inFlight int
 	queue    []*call
 	// gathering is set while a call waits out the window in a round trip
-	// it holds (see gather); calls that come meanwhile queue for it, and
-	// joined counts them.
+	// it holds (see gather); joined counts the calls that came meanwhile.
 	gathering bool
 	joined    int
-	// lonely counts the windows in a row that ended without company; from
-	// lonelyWindows on, BusyWindow is not waited. A call that finds every
-	// round trip taken resets it.
+	// lonely counts the windows in a row that ended without company.
 	lonely int
-	// full wakes the gathering call before the window ends once
-	// maxRequests calls wait; one token at most.
-	full chan struct{}
-	// windowTimer times the window; only the gathering call uses it.
-	windowTimer *time.Timer
+	// full wakes the gathering call once a batch is full; one token at most.
+	full        chan struct{}
+	windowTimer *time.Timer // only the gathering call uses it
 
-	// senders hands a batch to a sender goroutine waiting for one (see
-	// sender).
-	senders chan []*call
+	senders chan []*call // to a sender goroutine waiting for a batch
 
-	// timeout is the Limiter's Options.Timeout: a call ends within it of
-	// its start, queued or sent, though its context set no deadline (see
-	// expire).
-	timeout time.Duration
-	// watched lists the calls queued since the last expiry whose context
-	// ends later than their deadline, in the order they came; expiry fires
-	// at the first undecided one's deadline: one timer for the queue, not
-	// one per call, which cost more (docs/benchmarks.md).
+	// watched lists the calls queued since the last expiry that their
+	// context will not end by their deadline, in the order they came;
+	// expiry fires at the first undecided one's deadline: one timer for
+	// the queue rather than one per call.
 	watched []*call
 	expiry  *time.Timer
 	armed   bool // expiry is set
@@ -152,28 +142,17 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 	case o.Window < 0:
 		return nil, refused("Batch.Window", o.Window, "must not be negative")
 	}
-	b := &batcher{l: l, maxRequests: o.MaxRequests, maxInFlight: o.MaxInFlight, window: o.Window, busyWindow: o.BusyWindow,
-		senders: make(chan []*call), full: make(chan struct{}, 1), windowTimer: time.NewTimer(time.Hour), timeout: l.opts.Timeout}
+	b := &batcher{l: l, window: o.Window, busyWindow: max(cmp.Or(o.BusyWindow, defaultBatchBusyWindow), 0),
+		maxRequests: cmp.Or(o.MaxRequests, defaultBatchRequests), maxInFlight: cmp.Or(o.MaxInFlight, defaultBatchInFlight),
+		senders: make(chan []*call), full: make(chan struct{}, 1), windowTimer: time.NewTimer(time.Hour)}
 	b.windowTimer.Stop()
 	b.expiry = time.AfterFunc(time.Hour, b.expire)
 	b.expiry.Stop()
-	switch {
-	case b.busyWindow == 0:
-		b.busyWindow = defaultBatchBusyWindow
-	case b.busyWindow < 0:
-		b.busyWindow = 0
-	}
-	if b.maxRequests == 0 {
-		b.maxRequests = defaultBatchRequests
-	}
-	if b.maxInFlight == 0 {
-		b.maxInFlight = defaultBatchInFlight
-	}
 	return b, nil
 }
 
-// evaluate decides hits, alone at once if a round trip is free (after the
-// window, with the calls that came meanwhile), else in a batch.
+// evaluate decides hits alone if a round trip is free and not worth
+// waiting in, else in a batch.
 func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight && b.windowNow() == 0 {
@@ -184,7 +163,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 	}
 	// Read the clock only for a call that may wait: one sent at once has
 	// the deadline runArgs gives it.
-	c := &call{ctx: ctx, decisions: decisions, probe: probe, deadline: time.Now().Add(b.timeout), done: make(chan struct{})}
+	c := &call{ctx: ctx, decisions: decisions, probe: probe, deadline: time.Now().Add(b.l.opts.Timeout), done: make(chan struct{})}
 	if dl, ok := ctx.Deadline(); ok && dl.Before(c.deadline) {
 		c.deadline = dl
 	}
@@ -204,9 +183,9 @@ func (b *batcher) sentAlone(ctx context.Context, probe, blocked bool, err error)
 	return blocked, err
 }
 
-// place queues c, or gathers a batch around it when a round trip is free
-// but worth waiting for. It reports true, the round trip taken, when one
-// ended meanwhile with nothing queued: c is then sent alone at once.
+// place queues c, or gathers a batch around it in a free round trip worth
+// waiting in. It reports true, the round trip taken, when c should rather
+// be sent alone at once.
 func (b *batcher) place(c *call) (alone bool) {
 	b.mu.Lock()
 	window := b.windowNow()
@@ -255,7 +234,10 @@ func (b *batcher) wait(c *call) (blocked bool, err error) {
 		}
 		<-c.done
 	}
-	return b.finish(c)
+	if c.probe && !c.sent {
+		b.l.nodes.home.breaker.done(true, callUnknown) // as above
+	}
+	return c.blocked, c.err
 }
 
 // enqueue queues c for a round trip to end, or for the window being
@@ -278,15 +260,14 @@ func (b *batcher) enqueue(c *call) {
 	}
 }
 
-// watch has expire end c at its deadline unless its context ends it
-// first: the context of a request from Envoy, with Envoy's deadline, does,
-// and one without a deadline (or a later one) does not. b.mu must be held.
+// watch has expire end c at its deadline unless its context ends it first.
+// b.mu must be held.
 func (b *batcher) watch(c *call) {
 	if dl, ok := c.ctx.Deadline(); ok && !dl.After(c.deadline) {
 		return
 	}
 	// Calls mostly end in the order they came: forget those ended at the
-	// front now, rather than hold their arguments until the next expiry.
+	// front rather than hold their arguments until the next expiry.
 	for len(b.watched) > 0 && b.watched[0].state.Load() >= callDone {
 		b.watched[0] = nil
 		b.watched = b.watched[1:]
@@ -298,14 +279,11 @@ func (b *batcher) watch(c *call) {
 	}
 }
 
-// expire ends the watched calls past their deadline, queued or sent, as
-// their context would have: with an error wrapping
-// context.DeadlineExceeded. A batch that still carries such a call answers
-// the others and drops its reply (as for a caller that left). It forgets
-// the calls that ended meanwhile, and sets the timer for the next deadline.
-// Deadlines come in the order calls were queued, but for the microseconds
-// between a call's start and its queueing: a call due a little before the
-// one ahead of it ends with that one.
+// expire ends the watched calls past their deadline, queued or sent, with
+// an error wrapping context.DeadlineExceeded, forgets those that ended,
+// and sets the timer for the next deadline. Deadlines come in the order
+// calls were queued but for the microseconds before queueing: a call due
+// a little before the one ahead of it ends with that one.
 func (b *batcher) expire() {
 	now := time.Now()
 	b.mu.Lock()
@@ -343,12 +321,9 @@ func (b *batcher) windowNow() time.Duration {
 }
 
 // gather waits out the window in the round trip the calling goroutine
-// holds, its own call queued: until the window ends, a batch is full, or
-// ctx ends (the calls that joined are then sent at once). It then hands
-// what waits to a sender, as a round trip's end does (next), so that the
-// caller waits for its answer as a queued call does, minding its own
-// context, rather than sending a batch whose deadline may be another's.
-// A window that drew no company counts towards lonelyWindows.
+// holds, its own call queued, until the window ends, a batch is full or
+// ctx ends. It then hands what waits to a sender, as a round trip's end
+// does, and its caller waits for the answer as a queued call does.
 func (b *batcher) gather(ctx context.Context, window time.Duration) {
 	b.windowTimer.Reset(window)
 	select {
@@ -366,9 +341,8 @@ func (b *batcher) gather(ctx context.Context, window time.Duration) {
 		b.lonely = 0
 	}
 	b.mu.Unlock()
-	// The other round trip, ending meanwhile, may have taken the queue:
-	// then next frees this one.
-	b.next()
+	b.next() // frees the round trip if another took the queue meanwhile
+
 }
 
 // batchFull reports whether the queued calls fill a batch: maxRequests of
@@ -390,19 +364,9 @@ func (b *batcher) abandoned(c *call) error {
 	return fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(c.decisions), ErrStore, c.ctx.Err())
 }
 
-// finish returns an answered call's verdict and error. A probe dropped
-// before it was sent told nothing about Redis: the breaker lets the next
-// call probe.
-func (b *batcher) finish(c *call) (blocked bool, err error) {
-	if c.probe && !c.sent {
-		b.l.nodes.home.breaker.done(true, callUnknown)
-	}
-	return c.blocked, c.err
-}
-
-// next starts a batch of the queued calls, if any, in the round trip that
-// just ended, or frees it. The batch goes to a sender goroutine waiting for
-// one, or to a new one.
+// next starts a batch of the queued calls in the round trip that just
+// ended, on a sender goroutine waiting for one or a new one; with nothing
+// queued it frees the round trip.
 func (b *batcher) next() {
 	if batch := b.take(); batch != nil {
 		select {
@@ -420,7 +384,9 @@ func (b *batcher) sender(batch []*call) {
 	idle := time.NewTimer(senderIdle)
 	defer idle.Stop()
 	for {
-		b.loop(batch)
+		for ; batch != nil; batch = b.take() {
+			b.flush(batch)
+		}
 		idle.Reset(senderIdle)
 		select {
 		case batch = <-b.senders:
@@ -430,17 +396,9 @@ func (b *batcher) sender(batch []*call) {
 	}
 }
 
-// loop sends batches until the queue is empty.
-func (b *batcher) loop(batch []*call) {
-	for batch != nil {
-		b.flush(batch)
-		batch = b.take()
-	}
-}
-
-// take removes from the queue the calls of the next batch and returns
-// them, marked sent; it answers the calls whose context already ended. With
-// nothing left to send it frees the round trip and returns nil.
+// take removes the calls of the next batch from the queue, marked sent,
+// answering those whose context ended; with none left it frees the round
+// trip and returns nil.
 func (b *batcher) take() []*call {
 	b.mu.Lock()
 	defer b.mu.Unlock()

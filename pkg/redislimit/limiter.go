@@ -42,8 +42,8 @@ type Options struct {
 	breaker breakerOptions
 }
 
-// Limiter evaluates limits in Redis: a limit.Limiter. It is safe for
-// concurrent use.
+// Limiter is a limit.Limiter that keeps its counters in Redis. It is safe
+// for concurrent use.
 type Limiter struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // non-nil when client is a Cluster client
@@ -51,7 +51,7 @@ type Limiter struct {
 	// nodes holds the circuit breakers: one for a single node or
 	// Sentinel, one per master of a Cluster.
 	nodes   *nodeSet
-	batcher *batcher // nil when disabled or on Cluster
+	batcher *batcher  // nil when disabled or on Cluster
 	fn      functions // how the Lua code runs: FCALL or EVALSHA
 	specs   specArgs
 	// now, set only by tests, replaces Redis TIME so that boundaries can
@@ -59,9 +59,9 @@ type Limiter struct {
 	now func() time.Time
 }
 
-// New returns a Limiter that keeps its counters in client: one script call
-// per Evaluate on a single node or Sentinel, one per hash slot involved on a
-// *redis.ClusterClient. It does not contact Redis.
+// New returns a Limiter that keeps its counters in client, a single node,
+// Sentinel or *redis.ClusterClient (NewClient makes one). It does not
+// contact Redis.
 func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redislimit: nil client")
@@ -113,11 +113,9 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 			return false, fmt.Errorf("redislimit: hit %d: %w", i, err)
 		}
 	}
-	var clock time.Time
+	clock := time.Now()
 	if l.now != nil {
 		clock = l.now()
-	} else {
-		clock = time.Now()
 	}
 	if l.cluster != nil {
 		ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
@@ -130,7 +128,6 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 		return false, fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), errCircuitOpen)
 	}
 	if l.batcher != nil {
-		// The batcher reports to the breaker once per round trip.
 		return l.batcher.evaluate(ctx, clock, probe, hits, decisions)
 	}
 	blocked, err = l.run(ctx, clock, hits, decisions)
@@ -168,9 +165,8 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		if sp.Calendar.IsZero() {
 			continue
 		}
-		// Four boundaries around the server's clock: Redis's clock picks
-		// among the previous, current and next window, so a skew of up to a
-		// window between the two clocks is harmless.
+		// Four boundaries around the server's clock, so that Redis's clock
+		// may pick the previous, current or next window.
 		start, end := sp.Calendar.Window(clock)
 		prev, _ := sp.Calendar.Window(start.Add(-time.Nanosecond))
 		_, after := sp.Calendar.Window(end)
@@ -273,9 +269,8 @@ func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests 
 	return reply, nil
 }
 
-// decode fills decisions from the script's reply to one request and
-// returns its verdict: fieldsPerDecision integers per hit, then 1 if the
-// request was blocked; or the error that request met.
+// decode fills decisions from the script's reply to one request (see
+// fieldsPerDecision) and returns its verdict, or the error it met.
 func decode(reply any, decisions []limit.Decision) (blocked bool, err error) {
 	var r []any
 	switch v := reply.(type) {
@@ -313,7 +308,7 @@ func decode(reply any, decisions []limit.Decision) (blocked bool, err error) {
 	return v == 1, nil
 }
 
-// refused is the error of an Options field refused for its value v.
+// refused is the error of an Options field refused for its value.
 func refused(field string, v any, want string) error {
 	return &option.Error{Options: "redislimit.Options", Field: field, Value: v, Want: want}
 }

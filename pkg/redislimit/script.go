@@ -39,9 +39,8 @@ const (
 
 // The script returns, per request, fieldsPerDecision integers per hit, at
 // these offsets: allowed (0/1), remaining, reset (µs), retry (µs), never
-// (0/1), debt; then the request's verdict, 1 when it is blocked (limit.Blocked),
-// which the script decided and applied: a reader takes it from there
-// rather than deciding again.
+// (0/1), debt; then 1 if the request is blocked, as the script decided and
+// applied it.
 const (
 	fieldAllowed = iota
 	fieldRemaining
@@ -59,11 +58,9 @@ type luaConstant struct {
 	value int64
 }
 
-// luaConstants returns the constants the script is written against, taken
-// from the Go constants themselves: the algorithm codes (ALG_ and the
-// algorithm's name in capitals), the argument layout, the flags, the
-// fields per decision and GCRA's epoch. They are the one source of the
-// numbers both sides share; the Lua files spell none of them out.
+// luaConstants returns the constants the script is written against, from
+// the Go constants themselves (an algorithm's code is ALG_ and its name in
+// capitals): the Lua files spell none of these numbers out.
 func luaConstants() []luaConstant {
 	var cs []luaConstant
 	for _, a := range limit.Algorithms() {
@@ -91,60 +88,46 @@ func luaConstants() []luaConstant {
 	)
 }
 
-// evaluateScript is the one script that decides a request: its SHA is what
-// EVALSHA sends.
-var evaluateScript = redis.NewScript(evaluateSource)
-
-// evaluateSource is the script's source, which EVAL sends.
-var evaluateSource = scriptSource()
+// The script EVAL and EVALSHA send, and the library FUNCTION LOAD sends:
+// the same code, the library registering evaluate under functionName.
+var (
+	evaluateSource  = scriptSource()
+	evaluateScript  = redis.NewScript(evaluateSource)
+	functionName    = "floodgate_" + evaluateScript.Hash()
+	evaluateLibrary = librarySource(functionName)
+)
 
 // ScriptSHA returns the SHA-1, in hex, of the script this build sends to
-// Redis (what EVALSHA names and SCRIPT EXISTS checks), so tools replaying
-// captured calls can tell whether they replay this build's script.
+// Redis (what EVALSHA names), so that tools replaying captured calls can
+// tell whether they replay this build's script.
 func ScriptSHA() string { return evaluateScript.Hash() }
 
-// FunctionName returns the name of the Redis function, and of the Redis
-// Functions library holding it, that this build calls with FCALL:
-// "floodgate_" and ScriptSHA. The name changes with any change of the Lua
-// code, so two floodgate versions sharing a Redis never call each other's
-// code; FUNCTION LIST LIBRARYNAME 'floodgate_*' lists the versions loaded.
+// FunctionName returns the name of the Redis function, and of the library
+// holding it, that this build calls with FCALL: "floodgate_" and
+// ScriptSHA. FUNCTION LIST LIBRARYNAME 'floodgate_*' lists the versions
+// loaded in a Redis.
 func FunctionName() string { return functionName }
 
-var functionName = "floodgate_" + evaluateScript.Hash()
-
-// evaluateLibrary is the FUNCTION LOAD payload: the same code as
-// evaluateScript, as a library registering evaluate under functionName.
-var evaluateLibrary = librarySource(functionName)
-
-// scriptSource assembles the script sent by EVALSHA: the definitions (see
-// definitions), then the call of evaluate with KEYS and ARGV. Redis runs
-// the definitions again at every call.
+// scriptSource assembles the script sent by EVALSHA, which runs the
+// definitions again at every call.
 func scriptSource() string {
 	return definitions() + "\nreturn evaluate(KEYS, ARGV)\n"
 }
 
-// librarySource assembles the Redis Functions library named name: the
-// definitions (see definitions), run once when the library is loaded, and
-// evaluate registered as the function name, which FCALL runs with the same
-// keys and arguments as the script's KEYS and ARGV.
+// librarySource assembles the library named name, whose definitions run
+// once, when it is loaded; FCALL name runs evaluate.
 func librarySource(name string) string {
 	return "#!lua name=" + name + "\n" + definitions() +
 		"\nredis.register_function('" + name + "', evaluate)\n"
 }
 
 // definitions assembles the code common to the script and the library.
-// Each file gets what it uses explicitly, and uses no other name than its
-// own, Lua's and Redis's:
-//
-//   - the constants block, generated from luaConstants: one local per
-//     constant, then K, a table of them all;
-//   - common.lua, the body of a function of no arguments returning its
-//     helpers: C;
-//   - each algorithm's file, the body of a loader function(C, K)
-//     registered in loaders under the algorithm's code; the file returns
-//     its table of functions, and its loader runs only when a hit needs it;
-//   - evaluate.lua, the driver, which uses the constants, C and loaders,
-//     and defines evaluate(keys, args).
+// Each file uses only its own names, Lua's, Redis's and what it is given:
+// the constants, one local each and K, a table of them all; common.lua,
+// the body of a function returning its helpers, C; each algorithm's file,
+// the body of a loader function(C, K) in loaders under the algorithm's
+// code, run when a hit first needs it; and evaluate.lua, which defines
+// evaluate(keys, args).
 func definitions() string {
 	var b strings.Builder
 	b.WriteString("-- The Go/Lua contract, generated from the Go constants (pkg/redislimit/script.go).\n")
