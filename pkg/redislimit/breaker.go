@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,8 +82,7 @@ type breaker struct {
 	state atomic.Int32 // a breakerState; read without mu on the fast path
 
 	// failures counts consecutive failed calls while closed; written
-	// under mu, read without it by calls that succeed (most of them),
-	// which then need not take mu.
+	// under mu, read without it by calls that succeed.
 	failures atomic.Int32
 
 	mu      sync.Mutex
@@ -100,18 +100,10 @@ func newBreaker(o breakerOptions) (*breaker, error) {
 	case o.MaxBackoff < 0:
 		return nil, refused("Breaker.MaxBackoff", o.MaxBackoff, "must not be negative")
 	}
-	b := &breaker{threshold: o.Failures, minBackoff: o.MinBackoff, maxBack: o.MaxBackoff, now: o.Now}
+	b := &breaker{threshold: cmp.Or(o.Failures, defaultBreakerFailures), now: o.Now,
+		minBackoff: cmp.Or(o.MinBackoff, defaultBreakerMinBackoff), maxBack: cmp.Or(o.MaxBackoff, defaultBreakerMaxBackoff)}
 	if b.now == nil {
 		b.now = time.Now
-	}
-	if b.threshold == 0 {
-		b.threshold = defaultBreakerFailures
-	}
-	if b.minBackoff == 0 {
-		b.minBackoff = defaultBreakerMinBackoff
-	}
-	if b.maxBack == 0 {
-		b.maxBack = defaultBreakerMaxBackoff
 	}
 	if b.maxBack < b.minBackoff {
 		return nil, &option.Error{Options: "redislimit.Options", Field: "Breaker.MaxBackoff", Value: b.maxBack,
@@ -166,9 +158,7 @@ func (b *breaker) done(probe bool, outcome int) {
 	case outcome == callOK:
 		// Any answer, the probe's or a call's admitted before the breaker
 		// opened, shows Redis is back.
-		b.state.Store(int32(breakerClosed))
-		b.failures.Store(0)
-		b.backoff = 0
+		b.close()
 	case probe && outcome == callFailed:
 		b.open(min(2*b.backoff, b.maxBack))
 	case probe:
@@ -182,7 +172,7 @@ func (b *breaker) done(probe bool, outcome int) {
 }
 
 // force opens the breaker (failed) or closes it, whatever the count of
-// failures: a probe's verdict. An open breaker stays open with its backoff.
+// failures: a probe's verdict. An open breaker keeps its backoff.
 func (b *breaker) force(failed bool) {
 	if b == nil {
 		return
@@ -191,18 +181,23 @@ func (b *breaker) force(failed bool) {
 	defer b.mu.Unlock()
 	switch {
 	case !failed:
-		b.state.Store(int32(breakerClosed))
-		b.failures.Store(0)
-		b.backoff = 0
+		b.close()
 	case breakerState(b.state.Load()) == breakerClosed:
 		b.open(b.minBackoff)
 	}
 }
 
+// open and close change the state; b.mu must be held.
 func (b *breaker) open(backoff time.Duration) {
 	b.backoff = backoff
 	b.retryAt = b.now().Add(backoff)
 	b.state.Store(int32(breakerOpen))
+}
+
+func (b *breaker) close() {
+	b.state.Store(int32(breakerClosed))
+	b.failures.Store(0)
+	b.backoff = 0
 }
 
 // stateOf returns the breaker's state; breakerClosed when disabled.

@@ -15,48 +15,39 @@ import (
 
 // ClientConfig describes how to reach Redis, in the terms of the reference
 // server's settings (REDIS_URL, REDIS_TYPE, REDIS_AUTH, REDIS_SENTINEL_AUTH,
-// REDIS_TLS, REDIS_POOL_SIZE, REDIS_TIMEOUT). Reading the certificate
-// files that REDIS_TLS_CACERT and its siblings name is the caller's: TLS
-// takes the tls.Config they make.
+// REDIS_TLS, REDIS_POOL_SIZE, REDIS_TIMEOUT).
 type ClientConfig struct {
 	// URL is where Redis is. For Type "single": redis://[user:pass@]host:port[/db],
-	// rediss://... (TLS), unix:///path/to/socket, a plain host:port, or a
-	// socket path starting with '/'. For "sentinel": "master,host:port,..."
-	// (the master name, then the sentinels), or only the sentinels when
-	// SentinelMaster is set. For "cluster": a comma-separated list of
-	// host:port seed nodes.
+	// rediss://... (TLS), unix:///path, host:port, or a socket path
+	// starting with '/'. For "sentinel": "master,host:port,..." (the master
+	// name, then the sentinels), or only the sentinels with SentinelMaster.
+	// For "cluster": a comma-separated list of seed nodes' host:port.
 	URL string
 	// Type is "single" (the default when empty), "sentinel" or "cluster".
 	Type string
 	// SentinelMaster is the master name for Type "sentinel" when URL lists
 	// only the sentinels.
 	SentinelMaster string
-	// Username and Password authenticate to the Redis servers (ACL; an empty
-	// Username means the default user). When set they override credentials
-	// in URL.
+	// Username and Password authenticate to Redis (ACL; an empty Username
+	// is the default user), overriding credentials in URL.
 	Username, Password string
-	// SentinelPassword authenticates to the Sentinels themselves (the
-	// reference server's REDIS_SENTINEL_AUTH); empty contacts them without
-	// credentials. Only for Type "sentinel".
+	// SentinelPassword authenticates to the Sentinels themselves; only for
+	// Type "sentinel".
 	SentinelPassword string
-	// TLS, when not nil, connects with TLS: to every node, and for Type
-	// "sentinel" to the Sentinels too. A rediss:// URL connects with TLS
-	// whatever TLS says, with this configuration when set and the
-	// system's roots otherwise. Leave its ServerName empty: each node's
-	// name is then taken from the address dialed, which a Cluster or a
-	// Sentinel group needs, every node having its own. NewClient does not
-	// modify it.
+	// TLS, when not nil, connects with TLS, to the Sentinels too; a
+	// rediss:// URL connects with TLS whatever it says. Leave its
+	// ServerName empty so that each node is checked against the address
+	// dialed. NewClient does not modify it.
 	TLS *tls.Config
 	// PoolSize is the number of connections per node; 0 means go-redis's
-	// default (10 per CPU).
+	// default.
 	PoolSize int
-	// DialTimeout, ReadTimeout and WriteTimeout bound connecting, reading and
-	// writing one command; 0 means go-redis's defaults (5 s, 3 s, 3 s). The
-	// Limiter's per-call deadline (Options.Timeout) applies in any case,
-	// because the client honours context deadlines.
+	// DialTimeout, ReadTimeout and WriteTimeout bound connecting, reading
+	// and writing one command; 0 means go-redis's defaults. Options.Timeout
+	// applies in any case.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	// DB is the database index for "single" and "sentinel"; 0 keeps the one
-	// in URL (itself 0 by default). A Cluster has database 0 only.
+	// in URL. A Cluster has database 0 only.
 	DB int
 }
 
@@ -188,8 +179,7 @@ func clusterClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, err
 	}), nil
 }
 
-// validate refuses the fields of cfg that are wrong whatever the
-// deployment.
+// validate refuses the fields that are wrong whatever the deployment.
 func (cfg ClientConfig) validate() error {
 	switch {
 	case cfg.PoolSize < 0:
@@ -205,7 +195,7 @@ func (cfg ClientConfig) validate() error {
 }
 
 // refusedConfig is the error of a ClientConfig field refused for its
-// value v.
+// value.
 func refusedConfig(field string, v any, want string) error {
 	return &option.Error{Options: "redislimit.ClientConfig", Field: field, Value: v, Want: want}
 }
@@ -245,8 +235,8 @@ func singleOptions(raw string) (*redis.Options, error) {
 	}
 }
 
-// redactURL hides the password of a URL so that errors can quote it, even
-// a URL that does not parse (the password is what precedes the last '@').
+// redactURL hides the password of a URL, even one that does not parse, so
+// that errors can quote it.
 func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return u.Redacted()
@@ -278,8 +268,8 @@ func splitList(s string) []string {
 	return parts
 }
 
-// checkAddrs refuses the addresses of raw, a ClientConfig.URL, when there
-// are none or one is not host:port.
+// checkAddrs refuses the addresses of URL raw when there are none or one
+// is not host:port.
 func checkAddrs(raw string, addrs []string) error {
 	if len(addrs) == 0 {
 		return refusedConfig("URL", redactURL(raw), "no host:port given")

@@ -13,36 +13,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// How a Limiter runs the Lua code, decided once per Limiter (see
-// Limiter.call).
+// How a Limiter runs the Lua code, decided once per Limiter.
 const (
 	modeUndecided int32 = iota // no FUNCTION LOAD has answered yet
 	modeFunction               // FCALL of the library evaluateLibrary
 	modeScript                 // EVALSHA: Redis has no FUNCTION, or the user may not use it
 )
 
-// call runs evaluate with keys and args and returns its reply, an error
-// for a Redis error or a failure.
+// call runs evaluate with keys and args and returns its reply.
 //
-// With Redis Functions (Redis 7) the library is loaded once per node and
-// each call is an FCALL, which runs only evaluate: the script sent by
-// EVALSHA instead runs all the definitions of the Lua files again at every
-// call, about 10 µs of Redis CPU (a quarter of a call of one request; see
-// docs/benchmarks.md). The first
-// call decides, by loading the library, whether Redis offers functions
-// (on a Cluster, where that takes every master, off its path); until one
-// has, calls use EVALSHA, which runs the same code. A Redis
-// without the FUNCTION command (before 7) or whose ACL denies FUNCTION
-// LOAD or FCALL keeps EVALSHA for the Limiter's life, and the logger says
-// so once. A node that lost the library (a restart without persistence,
-// FUNCTION FLUSH, a failover to a node that never had it, a Cluster node
-// added later) answers "Function not found": the library is loaded there
-// and the call sent again, once, as EVALSHA's NOSCRIPT is answered. Such a
-// call ran nothing, so sending it again cannot count a hit twice.
-//
-// Every call is sent at most once after it may have reached Redis (see
-// sendOnce): only replies that say Redis ran nothing lead to sending it
-// again.
+// The library is loaded once per node and called with FCALL, which runs
+// only evaluate, where EVALSHA runs every definition again at each call.
+// The first call decides, by loading the library, whether Redis offers
+// functions (on a Cluster off its path); until then calls use EVALSHA. A
+// Redis before 7, or whose ACL denies FUNCTION LOAD or FCALL, keeps
+// EVALSHA, and the logger says so once. A node that lost the library (a
+// restart, FUNCTION FLUSH, a failover, a new Cluster node) answers
+// "Function not found": it is loaded there and the call, which ran
+// nothing, sent again once.
 func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, error) {
 	switch l.fn.mode.Load() {
 	case modeFunction:
@@ -66,10 +54,8 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 	case modeUndecided:
 		if time.Now().UnixNano() >= l.fn.retryAt.Load() && l.fn.deciding.TryLock() {
 			if l.cluster != nil {
-				// A Cluster decides on every master: one that does not
-				// answer would hold this call, whose keys may live on
-				// another, for its whole deadline, and count the miss
-				// against that other master's breaker.
+				// Deciding loads every master: one that does not answer
+				// would hold this call, whose keys may live on another.
 				go l.decideAside()
 				break
 			}
@@ -82,9 +68,9 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 	return l.evalSHA(ctx, keys, args)
 }
 
-// decideOnce runs decide with l.fn.deciding held (and unlocks it): after
-// a failure, for want of Redis, calls use EVALSHA for decideRetry rather
-// than each sending the library to every node.
+// decideOnce runs decide with l.fn.deciding held, and unlocks it. After a
+// failure calls use EVALSHA for decideRetry, rather than each sending the
+// library to every node.
 func (l *Limiter) decideOnce(ctx context.Context) error {
 	defer l.fn.deciding.Unlock()
 	err := l.decide(ctx)
@@ -94,17 +80,15 @@ func (l *Limiter) decideOnce(ctx context.Context) error {
 	return err
 }
 
-// decideAside is decideOnce off the request path, for a Cluster: the
-// slot map it may have to fetch gets Options.Timeout, each master's load
-// the same (loadEach), and calls meanwhile use EVALSHA.
+// decideAside is decideOnce off the request path, for a Cluster.
 func (l *Limiter) decideAside() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.Timeout)
 	defer cancel()
 	_ = l.decideOnce(ctx)
 }
 
-// evalSHA runs the script with EVALSHA, and with EVAL if Redis answers
-// NOSCRIPT (it ran nothing then), which caches the script again.
+// evalSHA runs the script with EVALSHA, and with EVAL, which caches it
+// again, if Redis answers NOSCRIPT (it ran nothing then).
 func (l *Limiter) evalSHA(ctx context.Context, keys []string, args []any) (any, error) {
 	reply, err := l.sendOnce(ctx, scriptArgs("evalsha", evaluateScript.Hash(), keys, args))
 	if err != nil && isRedisError(err) && strings.HasPrefix(err.Error(), "NOSCRIPT") {
@@ -113,13 +97,12 @@ func (l *Limiter) evalSHA(ctx context.Context, keys []string, args []any) (any, 
 	return reply, err
 }
 
-// fcallArgs returns the command FCALL of the function with keys and args.
 func fcallArgs(keys []string, args []any) []any {
 	return scriptArgs("fcall", functionName, keys, args)
 }
 
-// scriptArgs returns the command name, then what (a function name, a SHA
-// or a script), the number of keys, the keys and args.
+// scriptArgs returns the command name, what (a function, a SHA or a
+// script), the number of keys, the keys and args.
 func scriptArgs(name, what string, keys []string, args []any) []any {
 	cmd := make([]any, 0, 3+len(keys)+len(args))
 	cmd = append(cmd, name, what, len(keys))
@@ -130,30 +113,25 @@ func scriptArgs(name, what string, keys []string, args []any) []any {
 }
 
 // onceCmd is a command go-redis must not send again once it may have
-// reached Redis: its retries after a lost connection or a timeout would run
-// a script twice, charging its hits (or refunding them) twice. The
-// redirects of a Cluster (MOVED, ASK), which Redis answers without running
-// anything, are still followed.
+// reached Redis, as a Cluster client's own loop would after a dropped
+// connection: the script would charge its hits twice. Redirects (MOVED,
+// ASK), which say Redis ran nothing, are still followed.
 type onceCmd struct{ *redis.Cmd }
 
 // NoRetry tells go-redis not to retry the command.
 func (onceCmd) NoRetry() bool { return true }
 
-// Redis answers these errors to a script call without running it, so the
-// call may be sent again after a pause: a slot being migrated whose keys
-// are split between two nodes (TRYAGAIN).
+// A TRYAGAIN reply (a slot being migrated) says the script did not run:
+// the call is sent again after a pause, a few times.
 const (
 	tryAgainPause = 5 * time.Millisecond
 	tryAgainMax   = 5
 )
 
-// sendOnce sends the command cmd (a script call, see scriptArgs) and returns its reply.
-// It is sent at most once after it may have reached Redis, on every
-// topology: single nodes and Sentinel clients have go-redis's retries off
-// (NewClient), and a Cluster client's own loop, which re-sends after a
-// dropped connection whatever MaxRetries says, is told not to (onceCmd).
-// A TRYAGAIN reply, which says the script did not run, is sent again a few
-// times while ctx allows.
+// sendOnce sends cmd (see scriptArgs) and returns its reply. It is sent at
+// most once after it may have reached Redis: NewClient turns go-redis's
+// retries off, and onceCmd a Cluster client's own; only TRYAGAIN is sent
+// again, while ctx allows.
 func (l *Limiter) sendOnce(ctx context.Context, cmd []any) (any, error) {
 	for try := 1; ; try++ {
 		c := redis.NewCmd(ctx, cmd...)
@@ -175,8 +153,8 @@ func (l *Limiter) sendOnce(ctx context.Context, cmd []any) (any, error) {
 	}
 }
 
-// decideRetry is how long calls wait, after loading the library failed for
-// want of Redis, before one of them tries again.
+// decideRetry is how long calls wait, after loading the library failed,
+// before one of them tries again.
 const decideRetry = time.Second
 
 // functions is a Limiter's state of Redis Functions.
@@ -188,10 +166,9 @@ type functions struct {
 }
 
 // decide loads the library on every node (every master of a Cluster) and
-// sets the mode from the outcome: functions when a node has it, EVALSHA
-// when Redis refuses FUNCTION. Otherwise, when no node could be reached,
-// the mode stays undecided, for the next call to try again, and the error
-// is returned.
+// sets the mode: functions when a node has it, EVALSHA when Redis refuses
+// FUNCTION. When no node could be reached it stays undecided, and the
+// error is returned.
 func (l *Limiter) decide(ctx context.Context) error {
 	if l.cluster != nil {
 		outcomes, err := l.loadEach(ctx, l.opts.Timeout)
@@ -224,7 +201,7 @@ func (l *Limiter) useFunctions() {
 }
 
 // fallBack switches the Limiter to EVALSHA for good if err says that
-// Redis refuses functions, and reports whether it did (or had already).
+// Redis refuses functions, and reports whether it is so.
 func (l *Limiter) fallBack(err error) bool {
 	if !refusesFunctions(err) {
 		return false
@@ -249,10 +226,9 @@ func (l *Limiter) loadOn(ctx context.Context, keys []string) error {
 	return loadLibrary(ctx, c)
 }
 
-// loadLibrary runs FUNCTION LOAD of the library on c. The library's name
-// holds the hash of its code, so a library of that name already loaded is
-// this one: Redis refuses to load it again ("already exists") before
-// compiling anything, which makes loading it again cheap.
+// loadLibrary runs FUNCTION LOAD of the library on c. Its name holds the
+// hash of its code, so a library of that name already loaded is this one,
+// and Redis refuses it ("already exists") before compiling anything.
 func loadLibrary(ctx context.Context, c redis.Cmdable) error {
 	err := c.FunctionLoad(ctx, evaluateLibrary).Err()
 	if err != nil && isRedisError(err) && strings.Contains(err.Error(), "already exists") {
@@ -265,9 +241,8 @@ func loadLibrary(ctx context.Context, c redis.Cmdable) error {
 }
 
 // refusesFunctions reports whether err is Redis refusing FUNCTION or
-// FCALL: an unknown command (Redis before 7) or a permission to run them
-// denied by ACL. A NOPERM for the call's keys is not one: EVALSHA would
-// be refused the same keys, and the keys the user may touch keep FCALL.
+// FCALL: an unknown command (before 7) or an ACL denying them. A NOPERM
+// for the call's keys is not: EVALSHA would be refused them too.
 func refusesFunctions(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {

@@ -135,6 +135,21 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	return blocked, err
 }
 
+// Reset deletes counter key (a limit.Hit.Key) from Redis, so that its
+// next hit finds no state, as an operator asks to unblock a client; spec
+// is not needed here (Split routes by it). It goes to Redis even while the
+// circuit breaker is open, and is not counted by it: an operator's reset
+// should say what Redis answers. It waits at most Options.Timeout. A
+// failure is an error wrapping ErrStore.
+func (l *Limiter) Reset(ctx context.Context, key string, _ limit.Spec) error {
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
+	defer cancel()
+	if err := l.client.Del(ctx, Key(l.opts.KeyPrefix, key)).Err(); err != nil {
+		return fmt.Errorf("redislimit: reset: %w: %w", ErrStore, err)
+	}
+	return nil
+}
+
 // appendRequest appends a request's KEYS and ARGV for hits (see
 // evaluate.lua); clock is the server's time, used only for calendar
 // boundaries (and, in tests, as the script's now).

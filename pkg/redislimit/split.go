@@ -90,3 +90,13 @@ func (s *Split) evaluate(ctx context.Context, g int, hits []limit.Hit, decisions
 	}
 	return blocked, nil
 }
+
+// Reset deletes counter key from the Redis its spec routes it to (see
+// Limiter.Reset). The error names that Redis.
+func (s *Split) Reset(ctx context.Context, key string, spec limit.Spec) error {
+	g := b2i(s.route(&spec))
+	if err := s.limiters[g].Reset(ctx, key, spec); err != nil {
+		return fmt.Errorf("%s: %w", splitNames[g], err)
+	}
+	return nil
+}
