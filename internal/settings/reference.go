@@ -213,7 +213,7 @@ var References = []Reference{
 	{Name: "REDIS_STARTUP_MAX_INTERVAL", Redis: true, Refuse: unlessDuration, Note: noteAlways(startupNote), In: "accepted, with a note", Doc: "as `REDIS_STARTUP_INITIAL_INTERVAL`"},
 	{Name: "REDIS_STARTUP_MAX_ELAPSED_TIME", Redis: true, Refuse: unlessDuration, Note: noteWhenPositive(startupNote + "; it never exits for Redis, where the reference exits after REDIS_STARTUP_MAX_ELAPSED_TIME"), In: "accepted, with a note when above 0", Doc: "the reference opens no port until Redis answers, and exits (code 2) after this much time when set; floodgate serves at once by the failure policy, probes Redis every second, holds readiness until it has answered (`-store-readiness`), and never exits for Redis"},
 	// The per-second Redis: with REDIS_PERSECOND=true, the limits whose
-	// window is shorter than a minute (redislimit.PerSecond) are kept in
+	// window is shorter than a minute (redislimit.NewSplit's default route) are kept in
 	// REDIS_PERSECOND_URL's Redis. Its other variables are read only then,
 	// as in the reference; its TLS files are REDIS_TLS_*'s.
 	{Name: "REDIS_PERSECOND", Flag: "redis-persecond", Value: perSecondURL, Refuse: perSecondNeedsURL, In: "honoured: `-redis-persecond`; `true` without `REDIS_PERSECOND_URL` refused", Doc: "`true`: the limits whose window is shorter than a minute are counted in `REDIS_PERSECOND_URL`'s Redis, the others in `REDIS_URL`'s (see below); needs `REDIS_URL`"},

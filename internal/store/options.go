@@ -20,7 +20,7 @@ type Options struct {
 	// Redis is the main Redis; an empty URL means no Redis.
 	Redis RedisOptions
 	// PerSecond is a second Redis for the limits whose window is shorter
-	// than a minute (redislimit.PerSecond), the others staying in Redis;
+	// than a minute (redislimit.NewSplit's default route), the others staying in Redis;
 	// an empty URL means none: Redis holds every limit.
 	PerSecond RedisOptions
 	// RedisTLSFiles say how the Redis deployments with TLS on verify their
@@ -79,8 +79,7 @@ type RedisOptions struct {
 	// call goes to its node at once.
 	PipelineWindow time.Duration
 	// PipelineLimit bounds the calls in one round trip
-	// (redislimit.BatchOptions.MaxRequests); 0 means
-	// redislimit.DefaultBatchRequests.
+	// (redislimit.BatchOptions.MaxRequests); 0 means its default.
 	PipelineLimit int
 }
 
