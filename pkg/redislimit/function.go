@@ -36,9 +36,9 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 	case modeFunction:
 		reply, err := l.sendOnce(ctx, fcallArgs(keys, args))
 		switch {
-		case err == nil || !isRedisError(err):
+		case err == nil || !replied(err, ""):
 			return reply, err
-		case strings.HasPrefix(err.Error(), "ERR Function not found"):
+		case replied(err, "ERR Function not found"):
 			if err := l.loadOn(ctx, keys); err != nil {
 				if !l.fallBack(err) {
 					return nil, err
@@ -91,7 +91,7 @@ func (l *Limiter) decideAside() {
 // again, if Redis answers NOSCRIPT (it ran nothing then).
 func (l *Limiter) evalSHA(ctx context.Context, keys []string, args []any) (any, error) {
 	reply, err := l.sendOnce(ctx, scriptArgs("evalsha", evaluateScript.Hash(), keys, args))
-	if err != nil && isRedisError(err) && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	if replied(err, "NOSCRIPT") {
 		return l.sendOnce(ctx, scriptArgs("eval", evaluateSource, keys, args))
 	}
 	return reply, err
@@ -140,7 +140,7 @@ func (l *Limiter) sendOnce(ctx context.Context, cmd []any) (any, error) {
 			c.SetFirstKeyPos(3)
 		}
 		err := l.client.Process(ctx, onceCmd{c})
-		if err == nil || try == tryAgainMax || !isRedisError(err) || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+		if err == nil || try == tryAgainMax || !replied(err, "TRYAGAIN") {
 			return c.Val(), err
 		}
 		t := time.NewTimer(tryAgainPause)
@@ -231,13 +231,10 @@ func (l *Limiter) loadOn(ctx context.Context, keys []string) error {
 // and Redis refuses it ("already exists") before compiling anything.
 func loadLibrary(ctx context.Context, c redis.Cmdable) error {
 	err := c.FunctionLoad(ctx, evaluateLibrary).Err()
-	if err != nil && isRedisError(err) && strings.Contains(err.Error(), "already exists") {
+	if err == nil || replied(err, "") && strings.Contains(err.Error(), "already exists") {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("FUNCTION LOAD %s: %w", functionName, err)
-	}
-	return nil
+	return fmt.Errorf("FUNCTION LOAD %s: %w", functionName, err)
 }
 
 // refusesFunctions reports whether err is Redis refusing FUNCTION or
@@ -256,9 +253,9 @@ func refusesFunctions(err error) bool {
 	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown subcommand")
 }
 
-// isRedisError reports whether err is an error reply of Redis, rather than
-// a failure to reach it.
-func isRedisError(err error) bool {
+// replied reports whether err is an error reply of Redis, rather than a
+// failure to reach it, that starts with prefix.
+func replied(err error, prefix string) bool {
 	var re redis.Error
-	return errors.As(err, &re)
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), prefix)
 }

@@ -1,7 +1,5 @@
 package redislimit
 
-import "strings"
-
 // Key returns the Redis key of counter (a limit.Hit.Key) under prefix
 // (Options.KeyPrefix): prefix, then a Cluster hash tag of 16 hex digits of
 // the counter's 64-bit FNV-1a hash in braces, then the counter itself.
@@ -21,12 +19,6 @@ func appendKey(dst []byte, prefix, counter string) []byte {
 	dst = appendHex64(dst, fnv1a64(counter))
 	dst = append(dst, '}')
 	return append(dst, counter...)
-}
-
-// validPrefix reports whether a key prefix keeps Key injective and the hash
-// tag where Key puts it.
-func validPrefix(prefix string) bool {
-	return !strings.ContainsAny(prefix, "{}")
 }
 
 // fnv1a64 is the 64-bit FNV-1a hash: deterministic across processes and

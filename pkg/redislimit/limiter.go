@@ -1,11 +1,13 @@
 package redislimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,24 +68,20 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redislimit: nil client")
 	}
-	if !validPrefix(opts.KeyPrefix) {
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		// The hash tag must be the key's first braces, and the key injective.
 		return nil, refused("KeyPrefix", opts.KeyPrefix, "must not contain '{' or '}'")
 	}
 	if opts.Timeout < 0 {
 		return nil, refused("Timeout", opts.Timeout, "must not be negative")
 	}
-	if opts.Timeout == 0 {
-		opts.Timeout = limit.DefaultDeadline
-	}
+	opts.Timeout = cmp.Or(opts.Timeout, limit.DefaultDeadline)
 	nodes, err := newNodeSet(opts.breaker)
 	if err != nil {
 		return nil, err
 	}
 	l := &Limiter{client: client, opts: opts, nodes: nodes}
-	l.fn.log = opts.Logger
-	if l.fn.log == nil {
-		l.fn.log = slog.New(slog.DiscardHandler)
-	}
+	l.fn.log = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	l.cluster, _ = client.(*redis.ClusterClient)
 	bt, err := newBatcher(l, opts.Batch)
 	if err != nil {
