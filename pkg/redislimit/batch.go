@@ -163,7 +163,8 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 	}
 	// Read the clock only for a call that may wait: one sent at once has
 	// the deadline runArgs gives it.
-	c := &call{ctx: ctx, decisions: decisions, probe: probe, deadline: time.Now().Add(b.l.opts.Timeout), done: make(chan struct{})}
+	c := &call{ctx: ctx, decisions: decisions, probe: probe, done: make(chan struct{}),
+		deadline: time.Now().Add(b.l.opts.Timeout)}
 	if dl, ok := ctx.Deadline(); ok && dl.Before(c.deadline) {
 		c.deadline = dl
 	}

@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -82,15 +83,10 @@ func singleClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, erro
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Username != "" {
-		o.Username = cfg.Username
-	}
-	if cfg.Password != "" {
-		o.Password = cfg.Password
-	}
-	if cfg.DB != 0 {
-		o.DB = cfg.DB
-	}
+	// What cfg sets overrides the URL.
+	o.Username = cmp.Or(cfg.Username, o.Username)
+	o.Password = cmp.Or(cfg.Password, o.Password)
+	o.DB = cmp.Or(cfg.DB, o.DB)
 	if tc != nil {
 		if o.Network == "unix" {
 			return nil, &option.Error{Options: "redislimit.ClientConfig", Field: "TLS",
@@ -102,12 +98,10 @@ func singleClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, erro
 		}
 		o.TLSConfig = tc
 	}
-	if cfg.PoolSize > 0 {
-		o.PoolSize = cfg.PoolSize
-	}
-	setDuration(&o.DialTimeout, cfg.DialTimeout)
-	setDuration(&o.ReadTimeout, cfg.ReadTimeout)
-	setDuration(&o.WriteTimeout, cfg.WriteTimeout)
+	o.PoolSize = cmp.Or(cfg.PoolSize, o.PoolSize)
+	o.DialTimeout = cmp.Or(cfg.DialTimeout, o.DialTimeout)
+	o.ReadTimeout = cmp.Or(cfg.ReadTimeout, o.ReadTimeout)
+	o.WriteTimeout = cmp.Or(cfg.WriteTimeout, o.WriteTimeout)
 	o.ContextTimeoutEnabled = true
 	o.DialerRetries = dialAttempts
 	o.MaxRetries = noRetries
@@ -251,12 +245,6 @@ func redactURL(raw string) string {
 	}
 	// A lone user information is a password to go-redis.
 	return scheme + "://xxxxx@" + rest[at+1:]
-}
-
-func setDuration(dst *time.Duration, d time.Duration) {
-	if d != 0 {
-		*dst = d
-	}
 }
 
 // splitList splits a comma-separated list, trimming blanks around items.

@@ -82,7 +82,8 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 // taken. Refund hits and usage hits (which every group applies whatever
 // the verdict) are not undone, and a group whose call failed may or may
 // not have consumed.
-func compensate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision, groups [][]int, results []groupResult, run runGroup) []error {
+func compensate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision, groups [][]int,
+	results []groupResult, run runGroup) []error {
 	// Worth finishing once the request is decided, whatever the caller.
 	ctx = context.WithoutCancel(ctx)
 	errs := make([]error, len(groups))
