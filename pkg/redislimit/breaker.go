@@ -230,9 +230,5 @@ func outcomeOf(ctx context.Context, err error) int {
 // found a key holding another type: Redis answered, about one request.
 func scriptError(err error) bool {
 	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	msg := re.Error()
-	return strings.Contains(msg, "floodgate:") || strings.HasPrefix(msg, "WRONGTYPE")
+	return errors.As(err, &re) && (strings.Contains(re.Error(), "floodgate:") || strings.HasPrefix(re.Error(), "WRONGTYPE"))
 }

@@ -70,18 +70,12 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 	return blocked, nil
 }
 
-// compensate gives back what the groups that committed consumed (every
-// group that answered without a denial wrote its hits), by a second call
-// to run per group that refunds its allowed hits and then peeks (cost 0)
-// at them, so that their decisions, like those of the denied groups,
-// describe the counters without the request. It returns the errors of
-// those calls.
-//
-// Between the two calls, for about one round trip, another request may see
-// those counters as consumed; a refund never gives back more than was
-// taken. Refund hits and usage hits (which every group applies whatever
-// the verdict) are not undone, and a group whose call failed may or may
-// not have consumed.
+// compensate gives back what the groups that committed consumed (those
+// that answered without a denial), by a second call per group that refunds
+// its allowed hits and then peeks at them, so that their decisions
+// describe the counters without the request; it returns those calls'
+// errors. Refund and usage hits are not undone, and a group whose call
+// failed may or may not have consumed.
 func compensate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision, groups [][]int,
 	results []groupResult, run runGroup) []error {
 	// Worth finishing once the request is decided, whatever the caller.
