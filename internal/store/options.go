@@ -19,7 +19,8 @@ type Options struct {
 	// Redis is the main Redis; an empty URL means no Redis.
 	Redis RedisOptions
 	// PerSecond is a second Redis for the limits whose window is shorter
-	// than a minute (redislimit.PerSecond); an empty URL means none.
+	// than a minute (redislimit.NewSplit's default route), the others staying in Redis;
+	// an empty URL means none: Redis holds every limit.
 	PerSecond RedisOptions
 	// RedisTLSFiles are the TLS files of whichever of Redis and PerSecond
 	// has TLS on.
@@ -72,8 +73,8 @@ type RedisOptions struct {
 	// PipelineWindow is redislimit.BatchOptions.Window; 0 leaves batching
 	// to its defaults. Single and Sentinel only.
 	PipelineWindow time.Duration
-	// PipelineLimit is redislimit.BatchOptions.MaxRequests; 0 means
-	// redislimit.DefaultBatchRequests.
+	// PipelineLimit bounds the calls in one round trip
+	// (redislimit.BatchOptions.MaxRequests); 0 means its default.
 	PipelineLimit int
 }
 

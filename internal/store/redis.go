@@ -29,7 +29,7 @@ type deployment struct {
 func (s *Store) openRedis(ctx context.Context, opts Options) error {
 	// go-redis logs each failed dial; the watch already reports store
 	// failures, so its lines go to debug.
-	redislimit.QuietLogs(opts.Logger)
+	quietRedisLogs(opts.Logger)
 	s.name = "redis"
 	for _, part := range []struct {
 		role string
@@ -49,7 +49,7 @@ func (s *Store) openRedis(ctx context.Context, opts Options) error {
 	}
 	s.limiter = s.redis[0].lim
 	if len(s.redis) == 2 {
-		split, err := redislimit.NewSplit(s.redis[0].lim, s.redis[1].lim, redislimit.PerSecond)
+		split, err := redislimit.NewSplit(s.redis[0].lim, s.redis[1].lim, nil)
 		if err != nil {
 			s.closeRedis()
 			return fmt.Errorf("redis: %w", err)
@@ -184,7 +184,7 @@ func redisDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
 	nodes := lim.Nodes()
 	var parts []string
 	for _, n := range nodes {
-		d := "breaker " + n.Breaker.String()
+		d := "breaker " + n.Breaker
 		if n.LastFailure != nil {
 			d += fmt.Sprintf("%slast failure %v ago: %v", sep, now.Sub(n.LastFailureAt).Round(time.Second), n.LastFailure)
 		}

@@ -1,82 +1,63 @@
 package redislimit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // Defaults of BatchOptions.
 const (
-	DefaultBatchRequests   = 64
-	DefaultBatchInFlight   = 2
-	DefaultBatchBusyWindow = 150 * time.Microsecond
+	defaultBatchRequests   = 64
+	defaultBatchInFlight   = 2
+	defaultBatchBusyWindow = 150 * time.Microsecond
 )
 
 // maxBatchArgs bounds the arguments of one batched script call (64
-// requests of one hit take 320; at most about 130 hits), so that one call
-// keeps Redis, which runs scripts one at a time, busy for well under a
-// millisecond (64 one-hit requests took 0.3 to 0.5 ms on a loaded 2-core
-// machine). A single call bigger than that is still sent, alone.
+// one-hit requests take 320, about 130 hits at most), so that one call
+// keeps Redis, which runs one script at a time, busy for well under a
+// millisecond. A single call bigger than that is still sent, alone.
 const maxBatchArgs = 400
 
 // BatchOptions configures how a Limiter shares Redis round trips among
 // concurrent Evaluate calls on a single node or Sentinel (Cluster calls are
-// not batched). A call is sent at once, alone, while fewer than
-// MaxInFlight round trips are outstanding; otherwise it waits for one of
-// them to end and leaves with up to MaxRequests-1 other waiting calls in
-// one script call. Each call in a batch is decided all-or-nothing on its
-// own, exactly as if it were sent alone: one call's denial or error never
-// affects another's. The zero value enables batching with the defaults.
+// not batched). The zero value enables batching with the defaults.
 //
-// A call that finds a round trip free while another is outstanding does
-// not leave at once: it waits up to BusyWindow for others to join it, or
-// until MaxRequests calls wait, and they leave together. Under load, where
-// a round trip is nearly always outstanding, a call that took the free one
-// at once would mostly travel alone: half of all round trips carried one
-// request at 64 callers, each a script call of its own in Redis's CPU.
-// With no round trip outstanding a call leaves at once, so that an idle
-// server adds no latency; and once lonelyWindows windows in a row end
-// without company, calls leave at once until one finds every round trip
-// taken, so that a server at a few thousand calls a second, where company
-// seldom comes within the window, does not wait for it: at 1,000 calls a
-// second waiting cost about 35 µs of server CPU per call, and 0.1-0.2 ms
-// at p90 (docs/benchmarks.md). A Window makes every call that finds a round
-// trip free wait, outstanding or not. Calls that find every round trip
-// taken wait for one, and leave as soon as one ends.
+// A call is sent at once, alone, while no round trip is outstanding. A
+// call that finds a round trip free while another is outstanding waits up
+// to BusyWindow for company, and calls that find every round trip taken
+// wait for one to end; then up to MaxRequests waiting calls leave together
+// in one script call. Each is decided all-or-nothing on its own, exactly
+// as if sent alone: one call's denial or error never affects another's.
+// Once a few busy windows in a row draw no company, calls stop waiting for
+// it until one finds every round trip taken, so that a lightly loaded
+// server adds no latency.
 //
-// Every call ends within Options.Timeout of its start, or at its
-// context's deadline if that is sooner, queued or sent, whether or not its
-// context has a deadline: the batcher ends the calls it holds past theirs
-// with one timer of its own (see Limiter.Evaluate). A batch's round
-// trip has the latest of its calls' deadlines; each caller still returns
-// as soon as its own context ends or its deadline passes. Context values
-// of the callers do not reach go-redis hooks for a batch of several calls.
+// Every call ends within Options.Timeout of its start, or at its context's
+// sooner deadline, queued or sent. Context values of the callers do not
+// reach go-redis hooks for a batch of several calls.
 type BatchOptions struct {
 	// Disabled sends every call in a round trip of its own, at once.
 	Disabled bool
-	// MaxRequests bounds the calls in one round trip; 0 means
-	// DefaultBatchRequests.
+	// MaxRequests bounds the calls in one round trip; 0 means 64.
 	MaxRequests int
-	// MaxInFlight bounds the round trips a Limiter has outstanding at
-	// once; 0 means DefaultBatchInFlight. While they are all outstanding,
-	// calls wait for one to end.
+	// MaxInFlight bounds the round trips outstanding at once; 0 means 2.
 	MaxInFlight int
 	// Window is how long a call that finds a round trip free waits for
-	// other calls to share it, whether or not another is outstanding; 0
-	// leaves it to BusyWindow. It is the reference server's
-	// REDIS_PIPELINE_WINDOW.
+	// other calls to share it, outstanding or not (the reference server's
+	// REDIS_PIPELINE_WINDOW); 0 leaves it to BusyWindow.
 	Window time.Duration
 	// BusyWindow is how long a call that finds a round trip free while
-	// another is outstanding waits for other calls to share it, when Window
-	// is 0 and such waits draw company (see above); 0 means
-	// DefaultBatchBusyWindow, a negative value sends it at once.
+	// another is outstanding waits for company, when Window is 0; 0 means
+	// 150µs, a negative value sends it at once.
 	BusyWindow time.Duration
 }
 
@@ -88,23 +69,23 @@ const (
 	callAbandoned              // the caller left (its context ended)
 )
 
-// call is an Evaluate call waiting for, or in, a batch. Its keys and args
-// are built by the caller before it is queued, so a batch never reads the
-// caller's hits, which the caller owns again once it returns.
+// call is an Evaluate call waiting for, or in, a batch. The caller builds
+// its keys and args before queueing it, so a batch never reads the
+// caller's hits, which are the caller's again once it returns.
 type call struct {
 	ctx       context.Context
 	keys      []string
 	args      []any
 	decisions []limit.Decision
-	probe     bool // the breaker's probe
-	// deadline is when the call ends at the latest: its start plus the
-	// Limiter's Timeout, or its context's deadline when sooner.
-	deadline time.Time
-	state    atomic.Int32
-	sent     bool  // set before done is closed: the call went to Redis
-	blocked  bool  // set before done is closed: the script's verdict
-	err      error // set before done is closed
-	done     chan struct{}
+	probe     bool      // the breaker's probe
+	deadline  time.Time // its start plus Options.Timeout, or its context's sooner deadline
+	state     atomic.Int32
+	// Set before done is closed: whether the call went to Redis, the
+	// script's verdict, the error.
+	sent    bool
+	blocked bool
+	err     error
+	done    chan struct{}
 }
 
 // batcher queues calls while MaxInFlight round trips are outstanding.
@@ -120,33 +101,21 @@ type batcher struct {
 	inFlight int
 	queue    []*call
 	// gathering is set while a call waits out the window in a round trip
-	// it holds (see gather); calls that come meanwhile queue for it, and
-	// joined counts them.
+	// it holds (see gather); joined counts the calls that came meanwhile.
 	gathering bool
 	joined    int
-	// lonely counts the windows in a row that ended without company; from
-	// lonelyWindows on, BusyWindow is not waited. A call that finds every
-	// round trip taken resets it.
+	// lonely counts the windows in a row that ended without company.
 	lonely int
-	// full wakes the gathering call before the window ends once
-	// maxRequests calls wait; one token at most.
-	full chan struct{}
-	// windowTimer times the window; only the gathering call uses it.
-	windowTimer *time.Timer
+	// full wakes the gathering call once a batch is full; one token at most.
+	full        chan struct{}
+	windowTimer *time.Timer // only the gathering call uses it
 
-	// senders hands a batch to a sender goroutine waiting for one (see
-	// sender).
-	senders chan []*call
+	senders chan []*call // to a sender goroutine waiting for a batch
 
-	// timeout is the Limiter's Options.Timeout: a call ends within it of
-	// its start, queued or sent, though its context set no deadline (see
-	// expire).
-	timeout time.Duration
-	// watched lists the calls queued since the last expiry whose context
-	// ends later than their deadline, in the order they came; expiry fires
-	// at the first undecided one's deadline. One timer for the queue, not
-	// one per call: a timer and a context per request were 7 % of the
-	// server's CPU under load.
+	// watched lists the calls queued since the last expiry that their
+	// context will not end by their deadline, in the order they came;
+	// expiry fires at the first undecided one's deadline: one timer for
+	// the queue rather than one per call.
 	watched []*call
 	expiry  *time.Timer
 	armed   bool // expiry is set
@@ -157,9 +126,8 @@ type batcher struct {
 const senderIdle = time.Second
 
 // lonelyWindows is how many busy windows in a row must end without company
-// before calls stop waiting for it: at a few thousand calls a second most
-// windows do, under load a few, and one alone would send calls off alone
-// until the next call that queues.
+// before calls stop waiting for it. One alone would send calls off alone,
+// under load, until the next call that queues.
 const lonelyWindows = 2
 
 func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
@@ -174,59 +142,59 @@ func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
 	case o.Window < 0:
 		return nil, refused("Batch.Window", o.Window, "must not be negative")
 	}
-	b := &batcher{l: l, maxRequests: o.MaxRequests, maxInFlight: o.MaxInFlight, window: o.Window, busyWindow: o.BusyWindow,
-		senders: make(chan []*call), full: make(chan struct{}, 1), windowTimer: time.NewTimer(time.Hour), timeout: l.opts.Timeout}
+	b := &batcher{l: l, window: o.Window, busyWindow: max(cmp.Or(o.BusyWindow, defaultBatchBusyWindow), 0),
+		maxRequests: cmp.Or(o.MaxRequests, defaultBatchRequests), maxInFlight: cmp.Or(o.MaxInFlight, defaultBatchInFlight),
+		senders: make(chan []*call), full: make(chan struct{}, 1), windowTimer: time.NewTimer(time.Hour)}
 	b.windowTimer.Stop()
 	b.expiry = time.AfterFunc(time.Hour, b.expire)
 	b.expiry.Stop()
-	switch {
-	case b.busyWindow == 0:
-		b.busyWindow = DefaultBatchBusyWindow
-	case b.busyWindow < 0:
-		b.busyWindow = 0
-	}
-	if b.maxRequests == 0 {
-		b.maxRequests = DefaultBatchRequests
-	}
-	if b.maxInFlight == 0 {
-		b.maxInFlight = DefaultBatchInFlight
-	}
 	return b, nil
 }
 
-// evaluate decides hits, alone at once if a round trip is free (after the
-// window, with the calls that came meanwhile), else in a batch, and
-// returns the verdict.
+// evaluate decides hits alone if a round trip is free and not worth
+// waiting in, else in a batch.
 func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight && b.windowNow() == 0 {
 		b.inFlight++
 		b.mu.Unlock()
 		blocked, err = b.l.run(ctx, clock, hits, decisions)
-		b.l.report(ctx, b.l.nodes.home, probe, err)
-		b.next()
-		return blocked, err
+		return b.sentAlone(ctx, probe, blocked, err)
 	}
 	// Read the clock only for a call that may wait: one sent at once has
 	// the deadline runArgs gives it.
-	c := &call{ctx: ctx, decisions: decisions, probe: probe, deadline: time.Now().Add(b.timeout), done: make(chan struct{})}
+	c := &call{ctx: ctx, decisions: decisions, probe: probe, done: make(chan struct{}),
+		deadline: time.Now().Add(b.l.opts.Timeout)}
 	if dl, ok := ctx.Deadline(); ok && dl.Before(c.deadline) {
 		c.deadline = dl
 	}
 	b.mu.Unlock()
-	// Build the arguments outside the lock, then queue.
 	c.keys, c.args = b.l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
+	if b.place(c) {
+		blocked, err = b.l.runArgs(ctx, c.keys, c.args, decisions)
+		return b.sentAlone(ctx, probe, blocked, err)
+	}
+	return b.wait(c)
+}
+
+// sentAlone reports how a call sent alone ended and frees its round trip.
+func (b *batcher) sentAlone(ctx context.Context, probe, blocked bool, err error) (bool, error) {
+	b.l.report(ctx, b.l.nodes.home, probe, err)
+	b.next()
+	return blocked, err
+}
+
+// place queues c, or gathers a batch around it in a free round trip worth
+// waiting in. It reports true, the round trip taken, when c should rather
+// be sent alone at once.
+func (b *batcher) place(c *call) (alone bool) {
 	b.mu.Lock()
 	window := b.windowNow()
 	switch {
 	case b.inFlight < b.maxInFlight && window == 0:
-		// A round trip ended meanwhile, with nothing queued.
 		b.inFlight++
 		b.mu.Unlock()
-		blocked, err = b.l.runArgs(ctx, c.keys, c.args, decisions)
-		b.l.report(ctx, b.l.nodes.home, probe, err)
-		b.next()
-		return blocked, err
+		return true
 	case b.inFlight < b.maxInFlight && !b.gathering:
 		b.inFlight++
 		b.gathering, b.joined = true, 0
@@ -241,15 +209,19 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 			b.full <- struct{}{}
 		}
 		b.mu.Unlock()
-		b.gather(ctx, window)
+		b.gather(c.ctx, window)
 	default:
 		b.enqueue(c)
 		b.mu.Unlock()
 	}
+	return false
+}
 
+// wait returns c's answer, or an error as soon as c's context ends.
+func (b *batcher) wait(c *call) (blocked bool, err error) {
 	select {
 	case <-c.done:
-	case <-ctx.Done():
+	case <-c.ctx.Done():
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
 			if c.probe {
 				// Never sent, the probe told nothing: let the next call
@@ -263,7 +235,10 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		}
 		<-c.done
 	}
-	return b.finish(c)
+	if c.probe && !c.sent {
+		b.l.nodes.home.breaker.done(true, callUnknown) // as above
+	}
+	return c.blocked, c.err
 }
 
 // enqueue queues c for a round trip to end, or for the window being
@@ -286,15 +261,14 @@ func (b *batcher) enqueue(c *call) {
 	}
 }
 
-// watch has expire end c at its deadline unless its context ends it
-// first: the context of a request from Envoy, with Envoy's deadline, does,
-// and one without a deadline (or a later one) does not. b.mu must be held.
+// watch has expire end c at its deadline unless its context ends it first.
+// b.mu must be held.
 func (b *batcher) watch(c *call) {
 	if dl, ok := c.ctx.Deadline(); ok && !dl.After(c.deadline) {
 		return
 	}
 	// Calls mostly end in the order they came: forget those ended at the
-	// front now, rather than hold their arguments until the next expiry.
+	// front rather than hold their arguments until the next expiry.
 	for len(b.watched) > 0 && b.watched[0].state.Load() >= callDone {
 		b.watched[0] = nil
 		b.watched = b.watched[1:]
@@ -306,14 +280,11 @@ func (b *batcher) watch(c *call) {
 	}
 }
 
-// expire ends the watched calls past their deadline, queued or sent, as
-// their context would have: with an error wrapping
-// context.DeadlineExceeded. A batch that still carries such a call answers
-// the others and drops its reply (as for a caller that left). It forgets
-// the calls that ended meanwhile, and sets the timer for the next deadline.
-// Deadlines come in the order calls were queued, but for the microseconds
-// between a call's start and its queueing: a call due a little before the
-// one ahead of it ends with that one.
+// expire ends the watched calls past their deadline, queued or sent, with
+// an error wrapping context.DeadlineExceeded, forgets those that ended,
+// and sets the timer for the next deadline. Deadlines come in the order
+// calls were queued but for the microseconds before queueing: a call due
+// a little before the one ahead of it ends with that one.
 func (b *batcher) expire() {
 	now := time.Now()
 	b.mu.Lock()
@@ -351,12 +322,9 @@ func (b *batcher) windowNow() time.Duration {
 }
 
 // gather waits out the window in the round trip the calling goroutine
-// holds, its own call queued: until the window ends, a batch is full, or
-// ctx ends (the calls that joined are then sent at once). It then hands
-// what waits to a sender, as a round trip's end does (next), so that the
-// caller waits for its answer as a queued call does, minding its own
-// context, rather than sending a batch whose deadline may be another's.
-// A window that drew no company counts towards lonelyWindows.
+// holds, its own call queued, until the window ends, a batch is full or
+// ctx ends. It then hands what waits to a sender, as a round trip's end
+// does, and its caller waits for the answer as a queued call does.
 func (b *batcher) gather(ctx context.Context, window time.Duration) {
 	b.windowTimer.Reset(window)
 	select {
@@ -374,9 +342,8 @@ func (b *batcher) gather(ctx context.Context, window time.Duration) {
 		b.lonely = 0
 	}
 	b.mu.Unlock()
-	// The other round trip, ending meanwhile, may have taken the queue:
-	// then next frees this one.
-	b.next()
+	b.next() // frees the round trip if another took the queue meanwhile
+
 }
 
 // batchFull reports whether the queued calls fill a batch: maxRequests of
@@ -398,19 +365,9 @@ func (b *batcher) abandoned(c *call) error {
 	return fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(c.decisions), ErrStore, c.ctx.Err())
 }
 
-// finish returns an answered call's verdict and error. A probe dropped
-// before it was sent told nothing about Redis: the breaker lets the next
-// call probe.
-func (b *batcher) finish(c *call) (blocked bool, err error) {
-	if c.probe && !c.sent {
-		b.l.nodes.home.breaker.done(true, callUnknown)
-	}
-	return c.blocked, c.err
-}
-
-// next starts a batch of the queued calls, if any, in the round trip that
-// just ended, or frees it. The batch goes to a sender goroutine waiting for
-// one, or to a new one.
+// next starts a batch of the queued calls in the round trip that just
+// ended, on a sender goroutine waiting for one or a new one; with nothing
+// queued it frees the round trip.
 func (b *batcher) next() {
 	if batch := b.take(); batch != nil {
 		select {
@@ -422,14 +379,15 @@ func (b *batcher) next() {
 }
 
 // sender sends batch and the batches after it, then waits up to senderIdle
-// for another from next. Reusing the goroutine saves more than its start:
-// a new one grows its stack to go-redis's depth on each round trip
-// (copystack was 3 % of the server's CPU under load).
+// for another from next. Reusing the goroutine spares a new one growing
+// its stack to go-redis's depth on each round trip.
 func (b *batcher) sender(batch []*call) {
 	idle := time.NewTimer(senderIdle)
 	defer idle.Stop()
 	for {
-		b.loop(batch)
+		for ; batch != nil; batch = b.take() {
+			b.flush(batch)
+		}
 		idle.Reset(senderIdle)
 		select {
 		case batch = <-b.senders:
@@ -439,17 +397,9 @@ func (b *batcher) sender(batch []*call) {
 	}
 }
 
-// loop sends batches until the queue is empty.
-func (b *batcher) loop(batch []*call) {
-	for batch != nil {
-		b.flush(batch)
-		batch = b.take()
-	}
-}
-
-// take removes from the queue the calls of the next batch and returns
-// them, marked sent; it answers the calls whose context already ended. With
-// nothing left to send it frees the round trip and returns nil.
+// take removes the calls of the next batch from the queue, marked sent,
+// answering those whose context ended; with none left it frees the round
+// trip and returns nil.
 func (b *batcher) take() []*call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -496,9 +446,7 @@ func (b *batcher) flush(batch []*call) {
 		nKeys += len(c.keys)
 		nArgs += len(c.args)
 		probe = probe || c.probe
-		// The caller's store span, if it records, says how many calls
-		// shared this round trip.
-		tracing.RecordBatch(c.ctx, len(batch))
+		recordBatch(c.ctx, len(batch))
 	}
 	if latest.Before(deadline) {
 		deadline = latest
@@ -535,4 +483,14 @@ func (b *batcher) flush(batch []*call) {
 	}
 	// One round trip, one outcome, however many calls it carried.
 	b.l.nodes.home.breaker.done(probe, outcome)
+}
+
+// recordBatch sets, on the caller's span if it records, how many calls
+// shared the round trip (1: the call went alone). It allocates nothing
+// when the span does not record.
+func recordBatch(ctx context.Context, calls int) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.Bool("ratelimit.store.batched", calls > 1),
+			attribute.Int("ratelimit.store.batch_calls", calls))
+	}
 }

@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,77 +16,60 @@ import (
 	"github.com/floodgate/floodgate/pkg/option"
 )
 
-// ErrCircuitOpen reports that Evaluate did not try Redis because its
+// errCircuitOpen is the error of a call not sent because its node's
 // circuit breaker is open: recent calls failed, and Redis is left alone
-// until a probe succeeds. It wraps ErrStore, so a caller's failure policy
-// applies to it as to any store failure; and limit.ErrCircuitOpen, so that
-// the service names the cause without knowing the store.
-var ErrCircuitOpen = fmt.Errorf("%w after repeated failures: %w", limit.ErrCircuitOpen, ErrStore)
+// until a probe succeeds. It wraps limit.ErrCircuitOpen, so that the
+// service names the cause, and ErrStore, so that the failure policy
+// applies.
+var errCircuitOpen = fmt.Errorf("%w after repeated failures: %w", limit.ErrCircuitOpen, ErrStore)
 
-// Defaults of BreakerOptions.
+// Defaults of breakerOptions.
 const (
-	DefaultBreakerFailures   = 5
-	DefaultBreakerMinBackoff = 100 * time.Millisecond
-	DefaultBreakerMaxBackoff = time.Second
+	defaultBreakerFailures   = 5
+	defaultBreakerMinBackoff = 100 * time.Millisecond
+	defaultBreakerMaxBackoff = time.Second
 )
 
-// BreakerOptions configures a Limiter's circuit breaker, which makes calls
-// fail fast while Redis is down instead of each waiting for its deadline.
-// After Failures consecutive failed calls it opens: Evaluate then returns
-// an error wrapping ErrCircuitOpen at once, without touching Redis. After a
-// backoff, one call is let through as a probe; if it succeeds the breaker
-// closes, otherwise it stays open for twice the backoff, up to MaxBackoff.
-// The zero value enables it with the defaults.
-//
-// Failures are errors of Redis or of the connection to it, timeouts
-// included, also when the deadline is the caller's context's; a call whose
-// context was canceled, an error the script reports about its input, and
-// a request finding a key of another type (WRONGTYPE) are not. With
-// batching (BatchOptions) the breaker counts round trips: a batch that
-// fails is one failure, however many calls it carried. On Cluster each
-// master has a breaker of its own, which counts the calls on its slots
-// (one per request and slot): a master that fails opens its breaker only,
-// and the calls on the other masters' slots go on (see Limiter.Nodes).
-type BreakerOptions struct {
-	// Failures is the number of consecutive failed calls that open the
-	// breaker; 0 means DefaultBreakerFailures, and a negative number
-	// disables the breaker.
+// breakerOptions tunes a circuit breaker, which fails calls at once while
+// Redis is down instead of each waiting for its deadline. After Failures
+// consecutive failed calls it opens; after a backoff one call goes through
+// as a probe, which closes it if it succeeds and otherwise doubles the
+// backoff, up to MaxBackoff. Failures are errors of Redis or of the
+// connection, timeouts included; a canceled context, an error the script
+// raises about its input, and WRONGTYPE are not. A failed batch is one
+// failure. The zero value is the defaults.
+type breakerOptions struct {
+	// Failures opens the breaker; 0 means the default, negative disables
+	// the breaker.
 	Failures int
-	// MinBackoff is how long the breaker stays open before its first probe;
-	// 0 means DefaultBreakerMinBackoff.
-	MinBackoff time.Duration
-	// MaxBackoff bounds the doubling of the backoff after failed probes; 0
-	// means DefaultBreakerMaxBackoff.
-	MaxBackoff time.Duration
-	// Now is the clock that times the backoff; nil means time.Now. It is
-	// not the clock of the limits (Redis keeps that one): tests move it to
-	// reach a probe without waiting for the backoff.
+	// MinBackoff is the wait before the first probe, MaxBackoff bounds its
+	// doubling; 0 means the defaults.
+	MinBackoff, MaxBackoff time.Duration
+	// Now times the backoff; nil means time.Now. Tests move it to reach a
+	// probe without waiting.
 	Now func() time.Time
 }
 
-// BreakerState is the state of a Limiter's circuit breaker.
-type BreakerState int32
+// breakerState is the state of a circuit breaker.
+type breakerState int32
 
 const (
-	// BreakerClosed: calls go to Redis (also when the breaker is disabled).
-	BreakerClosed BreakerState = iota
-	// BreakerOpen: calls fail at once with ErrCircuitOpen.
-	BreakerOpen
-	// BreakerProbing: one call is testing Redis; the others fail at once.
-	BreakerProbing
+	breakerClosed  breakerState = iota // calls go to Redis (also when disabled)
+	breakerOpen                        // calls fail at once
+	breakerProbing                     // one call tests Redis, the others fail at once
 )
 
 // String returns "closed", "open" or "probing".
-func (s BreakerState) String() string {
+func (s breakerState) String() string {
 	switch s {
-	case BreakerClosed:
+	case breakerClosed:
 		return "closed"
-	case BreakerOpen:
+	case breakerOpen:
 		return "open"
-	case BreakerProbing:
+	case breakerProbing:
 		return "probing"
 	}
-	return fmt.Sprintf("BreakerState(%d)", int32(s))
+	return fmt.Sprintf("breakerState(%d)", int32(s))
 }
 
 // breaker is a circuit breaker; a nil *breaker is disabled. Calls ask
@@ -95,11 +79,10 @@ type breaker struct {
 	minBackoff, maxBack time.Duration
 	now                 func() time.Time
 
-	state atomic.Int32 // a BreakerState; read without mu on the fast path
+	state atomic.Int32 // a breakerState; read without mu on the fast path
 
 	// failures counts consecutive failed calls while closed; written
-	// under mu, read without it by calls that succeed (most of them),
-	// which then need not take mu.
+	// under mu, read without it by calls that succeed.
 	failures atomic.Int32
 
 	mu      sync.Mutex
@@ -107,7 +90,7 @@ type breaker struct {
 	retryAt time.Time     // when open: the first instant a probe may go
 }
 
-func newBreaker(o BreakerOptions) (*breaker, error) {
+func newBreaker(o breakerOptions) (*breaker, error) {
 	if o.Failures < 0 {
 		return nil, nil
 	}
@@ -117,18 +100,10 @@ func newBreaker(o BreakerOptions) (*breaker, error) {
 	case o.MaxBackoff < 0:
 		return nil, refused("Breaker.MaxBackoff", o.MaxBackoff, "must not be negative")
 	}
-	b := &breaker{threshold: o.Failures, minBackoff: o.MinBackoff, maxBack: o.MaxBackoff, now: o.Now}
+	b := &breaker{threshold: cmp.Or(o.Failures, defaultBreakerFailures), now: o.Now,
+		minBackoff: cmp.Or(o.MinBackoff, defaultBreakerMinBackoff), maxBack: cmp.Or(o.MaxBackoff, defaultBreakerMaxBackoff)}
 	if b.now == nil {
 		b.now = time.Now
-	}
-	if b.threshold == 0 {
-		b.threshold = DefaultBreakerFailures
-	}
-	if b.minBackoff == 0 {
-		b.minBackoff = DefaultBreakerMinBackoff
-	}
-	if b.maxBack == 0 {
-		b.maxBack = DefaultBreakerMaxBackoff
 	}
 	if b.maxBack < b.minBackoff {
 		return nil, &option.Error{Options: "redislimit.Options", Field: "Breaker.MaxBackoff", Value: b.maxBack,
@@ -140,17 +115,17 @@ func newBreaker(o BreakerOptions) (*breaker, error) {
 // admit reports whether a call may go to Redis, and whether it is the
 // probe of an open breaker.
 func (b *breaker) admit() (ok, probe bool) {
-	if b == nil || BreakerState(b.state.Load()) == BreakerClosed {
+	if b == nil || breakerState(b.state.Load()) == breakerClosed {
 		return true, false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch BreakerState(b.state.Load()) {
-	case BreakerClosed:
+	switch breakerState(b.state.Load()) {
+	case breakerClosed:
 		return true, false
-	case BreakerOpen:
+	case breakerOpen:
 		if !b.now().Before(b.retryAt) {
-			b.state.Store(int32(BreakerProbing))
+			b.state.Store(int32(breakerProbing))
 			return true, true
 		}
 	}
@@ -169,7 +144,7 @@ func (b *breaker) done(probe bool, outcome int) {
 	if b == nil {
 		return
 	}
-	if outcome == callOK && !probe && BreakerState(b.state.Load()) == BreakerClosed {
+	if outcome == callOK && !probe && breakerState(b.state.Load()) == breakerClosed {
 		if b.failures.Load() != 0 {
 			b.mu.Lock()
 			b.failures.Store(0)
@@ -183,15 +158,13 @@ func (b *breaker) done(probe bool, outcome int) {
 	case outcome == callOK:
 		// Any answer, the probe's or a call's admitted before the breaker
 		// opened, shows Redis is back.
-		b.state.Store(int32(BreakerClosed))
-		b.failures.Store(0)
-		b.backoff = 0
+		b.close()
 	case probe && outcome == callFailed:
 		b.open(min(2*b.backoff, b.maxBack))
 	case probe:
 		// The probe told nothing: let the next call probe.
-		b.state.Store(int32(BreakerOpen))
-	case BreakerState(b.state.Load()) == BreakerClosed && outcome == callFailed:
+		b.state.Store(int32(breakerOpen))
+	case breakerState(b.state.Load()) == breakerClosed && outcome == callFailed:
 		if b.failures.Add(1) >= int32(b.threshold) {
 			b.open(b.minBackoff)
 		}
@@ -199,7 +172,7 @@ func (b *breaker) done(probe bool, outcome int) {
 }
 
 // force opens the breaker (failed) or closes it, whatever the count of
-// failures: a probe's verdict. An open breaker stays open with its backoff.
+// failures: a probe's verdict. An open breaker keeps its backoff.
 func (b *breaker) force(failed bool) {
 	if b == nil {
 		return
@@ -208,26 +181,31 @@ func (b *breaker) force(failed bool) {
 	defer b.mu.Unlock()
 	switch {
 	case !failed:
-		b.state.Store(int32(BreakerClosed))
-		b.failures.Store(0)
-		b.backoff = 0
-	case BreakerState(b.state.Load()) == BreakerClosed:
+		b.close()
+	case breakerState(b.state.Load()) == breakerClosed:
 		b.open(b.minBackoff)
 	}
 }
 
+// open and close change the state; b.mu must be held.
 func (b *breaker) open(backoff time.Duration) {
 	b.backoff = backoff
 	b.retryAt = b.now().Add(backoff)
-	b.state.Store(int32(BreakerOpen))
+	b.state.Store(int32(breakerOpen))
 }
 
-// stateOf returns the breaker's state; BreakerClosed when disabled.
-func (b *breaker) stateOf() BreakerState {
+func (b *breaker) close() {
+	b.state.Store(int32(breakerClosed))
+	b.failures.Store(0)
+	b.backoff = 0
+}
+
+// stateOf returns the breaker's state; breakerClosed when disabled.
+func (b *breaker) stateOf() breakerState {
 	if b == nil {
-		return BreakerClosed
+		return breakerClosed
 	}
-	return BreakerState(b.state.Load())
+	return breakerState(b.state.Load())
 }
 
 // outcomeOf classifies the result of a call made under ctx.
@@ -252,9 +230,5 @@ func outcomeOf(ctx context.Context, err error) int {
 // found a key holding another type: Redis answered, about one request.
 func scriptError(err error) bool {
 	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	msg := re.Error()
-	return strings.Contains(msg, "floodgate:") || strings.HasPrefix(msg, "WRONGTYPE")
+	return errors.As(err, &re) && (strings.Contains(re.Error(), "floodgate:") || strings.HasPrefix(re.Error(), "WRONGTYPE"))
 }

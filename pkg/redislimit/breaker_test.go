@@ -24,11 +24,10 @@ func TestBreaker(t *testing.T) {
 		maxBackoff = 600 * time.Millisecond
 	)
 	clk := newClock(time.Unix(1_700_000_000, 0))
-	l, err := redislimit.New(n.client, redislimit.Options{
+	l, err := redislimit.New(n.client, redislimit.WithBreaker(redislimit.Options{
 		KeyPrefix: "breaker:",
 		Timeout:   100 * time.Millisecond,
-		Breaker:   redislimit.BreakerOptions{Failures: failures, MinBackoff: minBackoff, MaxBackoff: maxBackoff, Now: clk.now},
-	})
+	}, redislimit.BreakerOptions{Failures: failures, MinBackoff: minBackoff, MaxBackoff: maxBackoff, Now: clk.now}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +116,7 @@ func TestBreaker(t *testing.T) {
 // TestBreakerDisabled: with a negative Failures every call tries Redis.
 func TestBreakerDisabled(t *testing.T) {
 	n := startNode(t)
-	l, err := redislimit.New(n.client, redislimit.Options{Timeout: 50 * time.Millisecond, Breaker: redislimit.BreakerOptions{Failures: -1}})
+	l, err := redislimit.New(n.client, redislimit.WithBreaker(redislimit.Options{Timeout: 50 * time.Millisecond}, redislimit.BreakerOptions{Failures: -1}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +138,7 @@ func TestBreakerDisabled(t *testing.T) {
 // failure; a canceled caller does not.
 func TestBreakerCallerDeadline(t *testing.T) {
 	n := startNode(t)
-	l, err := redislimit.New(n.client, redislimit.Options{Timeout: time.Second, Breaker: redislimit.BreakerOptions{Failures: 2, MinBackoff: time.Minute, MaxBackoff: time.Minute}})
+	l, err := redislimit.New(n.client, redislimit.WithBreaker(redislimit.Options{Timeout: time.Second}, redislimit.BreakerOptions{Failures: 2, MinBackoff: time.Minute, MaxBackoff: time.Minute}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -15,59 +16,47 @@ import (
 
 // ClientConfig describes how to reach Redis, in the terms of the reference
 // server's settings (REDIS_URL, REDIS_TYPE, REDIS_AUTH, REDIS_SENTINEL_AUTH,
-// REDIS_TLS, REDIS_POOL_SIZE, REDIS_TIMEOUT). Reading the certificate
-// files that REDIS_TLS_CACERT and its siblings name is the caller's: TLS
-// takes the tls.Config they make.
+// REDIS_TLS, REDIS_POOL_SIZE, REDIS_TIMEOUT).
 type ClientConfig struct {
 	// URL is where Redis is. For Type "single": redis://[user:pass@]host:port[/db],
-	// rediss://... (TLS), unix:///path/to/socket, a plain host:port, or a
-	// socket path starting with '/'. For "sentinel": "master,host:port,..."
-	// (the master name, then the sentinels), or only the sentinels when
-	// SentinelMaster is set. For "cluster": a comma-separated list of
-	// host:port seed nodes.
+	// rediss://... (TLS), unix:///path, host:port, or a socket path
+	// starting with '/'. For "sentinel": "master,host:port,..." (the master
+	// name, then the sentinels), or only the sentinels with SentinelMaster.
+	// For "cluster": a comma-separated list of seed nodes' host:port.
 	URL string
 	// Type is "single" (the default when empty), "sentinel" or "cluster".
 	Type string
 	// SentinelMaster is the master name for Type "sentinel" when URL lists
 	// only the sentinels.
 	SentinelMaster string
-	// Username and Password authenticate to the Redis servers (ACL; an empty
-	// Username means the default user). When set they override credentials
-	// in URL.
+	// Username and Password authenticate to Redis (ACL; an empty Username
+	// is the default user), overriding credentials in URL.
 	Username, Password string
-	// SentinelPassword authenticates to the Sentinels themselves (the
-	// reference server's REDIS_SENTINEL_AUTH); empty contacts them without
-	// credentials. Only for Type "sentinel".
+	// SentinelPassword authenticates to the Sentinels themselves; only for
+	// Type "sentinel".
 	SentinelPassword string
-	// TLS, when not nil, connects with TLS: to every node, and for Type
-	// "sentinel" to the Sentinels too. A rediss:// URL connects with TLS
-	// whatever TLS says, with this configuration when set and the
-	// system's roots otherwise. Leave its ServerName empty: each node's
-	// name is then taken from the address dialed, which a Cluster or a
-	// Sentinel group needs, every node having its own. NewClient does not
-	// modify it.
+	// TLS, when not nil, connects with TLS, to the Sentinels too; a
+	// rediss:// URL connects with TLS whatever it says. Leave its
+	// ServerName empty so that each node is checked against the address
+	// dialed. NewClient does not modify it.
 	TLS *tls.Config
 	// PoolSize is the number of connections per node; 0 means go-redis's
-	// default (10 per CPU).
+	// default.
 	PoolSize int
-	// DialTimeout, ReadTimeout and WriteTimeout bound connecting, reading and
-	// writing one command; 0 means go-redis's defaults (5 s, 3 s, 3 s). The
-	// Limiter's per-call deadline (Options.Timeout) applies in any case,
-	// because the client honours context deadlines.
+	// DialTimeout, ReadTimeout and WriteTimeout bound connecting, reading
+	// and writing one command; 0 means go-redis's defaults. Options.Timeout
+	// applies in any case.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	// DB is the database index for "single" and "sentinel"; 0 keeps the one
-	// in URL (itself 0 by default). A Cluster has database 0 only.
+	// in URL. A Cluster has database 0 only.
 	DB int
 }
 
-// clusterStateReloadInterval bounds how long a Cluster client keeps routing
-// to a master that failed over.
-const clusterStateReloadInterval = time.Second
-
 // NewClient returns a go-redis client for cfg: a *redis.Client, a
-// *redis.Client in failover mode for Sentinel, or a *redis.ClusterClient.
-// It does not contact Redis; a wrong address shows at the first call. A
-// refused field is an *option.Error.
+// *redis.Client in failover mode for Sentinel, or a *redis.ClusterClient,
+// each honouring context deadlines and never retrying a command on its own
+// (see the package documentation). It does not contact Redis; a wrong
+// address shows at the first call. A refused field is an *option.Error.
 func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -78,112 +67,113 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	}
 	switch cfg.Type {
 	case "", "single":
-		o, err := singleOptions(cfg.URL)
-		if err != nil {
-			return nil, err
-		}
-		if cfg.Username != "" {
-			o.Username = cfg.Username
-		}
-		if cfg.Password != "" {
-			o.Password = cfg.Password
-		}
-		if cfg.DB != 0 {
-			o.DB = cfg.DB
-		}
-		if tc != nil {
-			if o.Network == "unix" {
-				return nil, &option.Error{Options: "redislimit.ClientConfig", Field: "TLS",
-					Want: "over a unix socket (%s): connect to a TCP address for TLS, or turn TLS off", With: []string{"URL"}}
-			}
-			if o.TLSConfig != nil {
-				// A rediss:// URL's ?skip_verify=true means what it says.
-				tc.InsecureSkipVerify = tc.InsecureSkipVerify || o.TLSConfig.InsecureSkipVerify
-			}
-			o.TLSConfig = tc
-		}
-		if cfg.PoolSize > 0 {
-			o.PoolSize = cfg.PoolSize
-		}
-		setDuration(&o.DialTimeout, cfg.DialTimeout)
-		setDuration(&o.ReadTimeout, cfg.ReadTimeout)
-		setDuration(&o.WriteTimeout, cfg.WriteTimeout)
-		o.ContextTimeoutEnabled = true
-		o.DialerRetries = dialAttempts
-		o.MaxRetries = noRetries
-		return redis.NewClient(o), nil
-
+		return singleClient(cfg, tc)
 	case "sentinel":
-		addrs := splitList(cfg.URL)
-		master := cfg.SentinelMaster
-		if master == "" {
-			master, addrs = addrs[0], addrs[1:]
-		}
-		if master == "" {
-			return nil, refusedConfig("URL", redactURL(cfg.URL), `no master name (want "master,host:port,...")`)
-		}
-		if err := checkAddrs(cfg.URL, addrs); err != nil {
-			return nil, err
-		}
-		o := &redis.FailoverOptions{
-			MasterName:            master,
-			SentinelAddrs:         addrs,
-			SentinelPassword:      cfg.SentinelPassword,
-			TLSConfig:             tc,
-			Username:              cfg.Username,
-			Password:              cfg.Password,
-			DB:                    cfg.DB,
-			PoolSize:              cfg.PoolSize,
-			DialTimeout:           cfg.DialTimeout,
-			ReadTimeout:           cfg.ReadTimeout,
-			WriteTimeout:          cfg.WriteTimeout,
-			ContextTimeoutEnabled: true,
-			DialerRetries:         dialAttempts,
-			MaxRetries:            noRetries,
-		}
-		return redis.NewFailoverClient(o), nil
-
+		return sentinelClient(cfg, tc)
 	case "cluster":
-		if cfg.DB != 0 {
-			return nil, refusedConfig("DB", cfg.DB, "a cluster has database 0 only")
-		}
-		addrs := splitList(cfg.URL)
-		if err := checkAddrs(cfg.URL, addrs); err != nil {
-			return nil, err
-		}
-		o := &redis.ClusterOptions{
-			Addrs:                 addrs,
-			Username:              cfg.Username,
-			Password:              cfg.Password,
-			PoolSize:              cfg.PoolSize,
-			DialTimeout:           cfg.DialTimeout,
-			ReadTimeout:           cfg.ReadTimeout,
-			WriteTimeout:          cfg.WriteTimeout,
-			ContextTimeoutEnabled: true,
-			DialerRetries:         dialAttempts,
-			MaxRetries:            noRetries,
-			TLSConfig:             tc,
-			// go-redis refreshes the slot map on MOVED replies, but a dead
-			// master answers nothing: without a periodic refresh its slots
-			// keep going to the dead address for a minute after a replica
-			// took over. A lazy refresh at most once a second bounds that.
-			ClusterStateReloadInterval: clusterStateReloadInterval,
-			// Routing policies send a command by its COMMAND INFO, which
-			// a new client fetches on its first commands from up to three
-			// random nodes in turn, under a lock every command waits on,
-			// bounded by ReadTimeout rather than the caller's deadline: a
-			// master that does not answer then holds every master's calls
-			// and opens their breakers. floodgate routes every call by its
-			// keys' slot, and sends what goes to every master itself.
-			DisableRoutingPolicies: true,
-		}
-		return redis.NewClusterClient(o), nil
+		return clusterClient(cfg, tc)
 	}
 	return nil, refusedConfig("Type", cfg.Type, "want single, sentinel or cluster")
 }
 
-// validate refuses the fields of cfg that are wrong whatever the
-// deployment.
+// singleClient returns the client of a single node; tc is the TLS
+// configuration, nil for none.
+func singleClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, error) {
+	o, err := singleOptions(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	// What cfg sets overrides the URL.
+	o.Username = cmp.Or(cfg.Username, o.Username)
+	o.Password = cmp.Or(cfg.Password, o.Password)
+	o.DB = cmp.Or(cfg.DB, o.DB)
+	if tc != nil {
+		if o.Network == "unix" {
+			return nil, &option.Error{Options: "redislimit.ClientConfig", Field: "TLS",
+				Want: "over a unix socket (%s): connect to a TCP address for TLS, or turn TLS off", With: []string{"URL"}}
+		}
+		if o.TLSConfig != nil {
+			// A rediss:// URL's ?skip_verify=true means what it says.
+			tc.InsecureSkipVerify = tc.InsecureSkipVerify || o.TLSConfig.InsecureSkipVerify
+		}
+		o.TLSConfig = tc
+	}
+	o.PoolSize = cmp.Or(cfg.PoolSize, o.PoolSize)
+	o.DialTimeout = cmp.Or(cfg.DialTimeout, o.DialTimeout)
+	o.ReadTimeout = cmp.Or(cfg.ReadTimeout, o.ReadTimeout)
+	o.WriteTimeout = cmp.Or(cfg.WriteTimeout, o.WriteTimeout)
+	o.ContextTimeoutEnabled = true
+	o.DialerRetries = dialAttempts
+	o.MaxRetries = noRetries
+	return redis.NewClient(o), nil
+}
+
+// sentinelClient returns the failover client of a Sentinel group.
+func sentinelClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, error) {
+	addrs := splitList(cfg.URL)
+	master := cfg.SentinelMaster
+	if master == "" {
+		master, addrs = addrs[0], addrs[1:]
+	}
+	if master == "" {
+		return nil, refusedConfig("URL", redactURL(cfg.URL), `no master name (want "master,host:port,...")`)
+	}
+	if err := checkAddrs(cfg.URL, addrs); err != nil {
+		return nil, err
+	}
+	return redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            master,
+		SentinelAddrs:         addrs,
+		SentinelPassword:      cfg.SentinelPassword,
+		TLSConfig:             tc,
+		Username:              cfg.Username,
+		Password:              cfg.Password,
+		DB:                    cfg.DB,
+		PoolSize:              cfg.PoolSize,
+		DialTimeout:           cfg.DialTimeout,
+		ReadTimeout:           cfg.ReadTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		DialerRetries:         dialAttempts,
+		MaxRetries:            noRetries,
+	}), nil
+}
+
+// clusterClient returns the client of a Redis Cluster.
+func clusterClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, error) {
+	if cfg.DB != 0 {
+		return nil, refusedConfig("DB", cfg.DB, "a cluster has database 0 only")
+	}
+	addrs := splitList(cfg.URL)
+	if err := checkAddrs(cfg.URL, addrs); err != nil {
+		return nil, err
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 addrs,
+		Username:              cfg.Username,
+		Password:              cfg.Password,
+		PoolSize:              cfg.PoolSize,
+		DialTimeout:           cfg.DialTimeout,
+		ReadTimeout:           cfg.ReadTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		DialerRetries:         dialAttempts,
+		MaxRetries:            noRetries,
+		TLSConfig:             tc,
+		// A dead master answers no MOVED: without a periodic refresh of
+		// the slot map its slots would keep going to it for a minute
+		// after a replica took over.
+		ClusterStateReloadInterval: time.Second,
+		// Routing policies need COMMAND INFO, which a new client fetches
+		// under a lock every command waits on, bounded by ReadTimeout
+		// rather than the caller's deadline: one master not answering
+		// would hold every master's calls. Every call here is routed by
+		// its keys' slot.
+		DisableRoutingPolicies: true,
+	}), nil
+}
+
+// validate refuses the fields that are wrong whatever the deployment.
 func (cfg ClientConfig) validate() error {
 	switch {
 	case cfg.PoolSize < 0:
@@ -199,22 +189,19 @@ func (cfg ClientConfig) validate() error {
 }
 
 // refusedConfig is the error of a ClientConfig field refused for its
-// value v.
+// value.
 func refusedConfig(field string, v any, want string) error {
 	return &option.Error{Options: "redislimit.ClientConfig", Field: field, Value: v, Want: want}
 }
 
 // dialAttempts is how many times go-redis dials before a call fails: once.
-// Its default, 5 attempts 100 ms apart, outlasts the store deadline, so a
-// refused connection would be reported as a deadline, and a request would
-// wait for nothing; the circuit breaker and the probes do the retrying.
+// Its default, 5 attempts 100 ms apart, outlasts the store deadline; the
+// circuit breaker and the probes do the retrying.
 const dialAttempts = 1
 
-// noRetries turns off go-redis's retries of a failed command (3 by default,
-// with backoff): they too outlast the store deadline, and a script retried
-// after a lost reply may have run already, charging its hits twice. A
-// Cluster client retries in a loop of its own whatever it says; script
-// calls opt out of that one too (see onceCmd).
+// noRetries turns off go-redis's retries of a failed command: they too
+// outlast the store deadline, and a script retried after a lost reply may
+// have run already, charging its hits twice (see onceCmd for Cluster).
 const noRetries = -1
 
 // singleOptions parses the URL of a single node.
@@ -242,8 +229,8 @@ func singleOptions(raw string) (*redis.Options, error) {
 	}
 }
 
-// redactURL hides the password of a URL so that errors can quote it, even
-// a URL that does not parse (the password is what precedes the last '@').
+// redactURL hides the password of a URL, even one that does not parse, so
+// that errors can quote it.
 func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return u.Redacted()
@@ -260,12 +247,6 @@ func redactURL(raw string) string {
 	return scheme + "://xxxxx@" + rest[at+1:]
 }
 
-func setDuration(dst *time.Duration, d time.Duration) {
-	if d != 0 {
-		*dst = d
-	}
-}
-
 // splitList splits a comma-separated list, trimming blanks around items.
 func splitList(s string) []string {
 	parts := strings.Split(s, ",")
@@ -275,8 +256,8 @@ func splitList(s string) []string {
 	return parts
 }
 
-// checkAddrs refuses the addresses of raw, a ClientConfig.URL, when there
-// are none or one is not host:port.
+// checkAddrs refuses the addresses of URL raw when there are none or one
+// is not host:port.
 func checkAddrs(raw string, addrs []string) error {
 	if len(addrs) == 0 {
 		return refusedConfig("URL", redactURL(raw), "no host:port given")

@@ -8,10 +8,9 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// evaluateCluster decides hits whose keys may live in different slots. A
-// script can only touch keys of one slot, so hits are grouped by slot and
-// each group is one script call on the master serving it; evaluateGroups
-// makes the groups one all-or-nothing call.
+// evaluateCluster decides hits whose keys may live in different slots: a
+// script can only touch keys of one slot, so each slot's hits are one call
+// on its master, and evaluateGroups makes them one all-or-nothing call.
 func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	groups := groupBySlot(l.opts.KeyPrefix, hits)
 	if len(groups) == 1 {
@@ -22,11 +21,8 @@ func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []l
 	})
 }
 
-// runSlot decides hits, all in one slot, with a script call on the master
-// serving that slot, through that master's circuit breaker: a master that
-// fails fails only the calls that need it, and fails them at once once its
-// breaker is open. It returns the script's verdict; the error names the
-// master.
+// runSlot decides hits, all in one slot, with a script call on its master,
+// through that master's circuit breaker. The error names the master.
 func (l *Limiter) runSlot(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	n, err := l.masterOf(ctx, hits[0].Key)
 	if err != nil {
@@ -34,7 +30,7 @@ func (l *Limiter) runSlot(ctx context.Context, clock time.Time, hits []limit.Hit
 	}
 	ok, probe := n.breaker.admit()
 	if !ok {
-		return false, fmt.Errorf("redislimit: evaluate %d hits on node %s: %w", len(hits), n.addr, ErrCircuitOpen)
+		return false, fmt.Errorf("redislimit: evaluate %d hits on node %s: %w", len(hits), n.addr, errCircuitOpen)
 	}
 	blocked, err = l.run(ctx, clock, hits, decisions)
 	l.report(ctx, n, probe, err)
@@ -42,14 +38,13 @@ func (l *Limiter) runSlot(ctx context.Context, clock time.Time, hits []limit.Hit
 }
 
 // masterOf returns the node of the master serving counter's slot, as the
-// client's slot map has it. Finding it fails only while the client has no
-// slot map and no node gives it one; the home node's breaker then fails
-// calls at once.
+// client's slot map has it. It fails only while no node gives a slot map,
+// and at once while the home node's breaker is open.
 func (l *Limiter) masterOf(ctx context.Context, counter string) (*node, error) {
 	home := l.nodes.home
 	ok, probe := home.breaker.admit()
 	if !ok {
-		return nil, fmt.Errorf("the cluster's slot map: %w", ErrCircuitOpen)
+		return nil, fmt.Errorf("the cluster's slot map: %w", errCircuitOpen)
 	}
 	c, err := l.cluster.MasterForKey(ctx, Key(l.opts.KeyPrefix, counter))
 	l.report(ctx, home, probe, err)
@@ -65,7 +60,7 @@ func groupBySlot(prefix string, hits []limit.Hit) [][]int {
 	var groups [][]int
 	slots := make(map[uint16]int, len(hits))
 	for i := range hits {
-		s := Slot(prefix, hits[i].Key)
+		s := slot(prefix, hits[i].Key)
 		g, ok := slots[s]
 		if !ok {
 			g = len(groups)
@@ -75,4 +70,19 @@ func groupBySlot(prefix string, hits []limit.Hit) [][]int {
 		groups[g] = append(groups[g], i)
 	}
 	return groups
+}
+
+// Shard names the Redis Cluster master that holds counter, as the
+// client's slot map has it; "" on a single node or Sentinel, or when the
+// slot map cannot be had. A caller that sends many counters at once groups
+// its calls by it, so that a failing master fails only its own counters'.
+func (l *Limiter) Shard(ctx context.Context, counter string) string {
+	if l.cluster == nil {
+		return ""
+	}
+	c, err := l.cluster.MasterForKey(ctx, Key(l.opts.KeyPrefix, counter))
+	if err != nil {
+		return ""
+	}
+	return c.Options().Addr
 }

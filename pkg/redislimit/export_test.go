@@ -34,3 +34,33 @@ func (l *Limiter) InFlight() int {
 	defer b.mu.Unlock()
 	return b.inFlight
 }
+
+// The breaker and key internals, under the names the tests use.
+type (
+	BreakerOptions = breakerOptions
+	BreakerState   = breakerState
+)
+
+const (
+	BreakerClosed            = breakerClosed
+	BreakerOpen              = breakerOpen
+	DefaultBreakerFailures   = defaultBreakerFailures
+	DefaultBreakerMinBackoff = defaultBreakerMinBackoff
+	DefaultBreakerMaxBackoff = defaultBreakerMaxBackoff
+)
+
+var (
+	ErrCircuitOpen = errCircuitOpen
+	AppendKey      = appendKey
+	Slot           = slot
+	PerSecond      = perSecondRoute
+)
+
+// WithBreaker returns o with its circuit breaker tuned by b.
+func WithBreaker(o Options, b BreakerOptions) Options {
+	o.breaker = b
+	return o
+}
+
+// BreakerState returns the state of the home node's circuit breaker.
+func (l *Limiter) BreakerState() BreakerState { return l.nodes.home.breaker.stateOf() }

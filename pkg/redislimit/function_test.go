@@ -3,6 +3,8 @@ package redislimit_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -245,8 +247,8 @@ func b2i(b bool) int {
 func TestFunctionModeRedisDownAtStart(t *testing.T) {
 	n := startNode(t)
 	n.srv.Stop()
-	l, err := redislimit.New(n.client, redislimit.Options{KeyPrefix: "down:", Timeout: 200 * time.Millisecond,
-		Breaker: redislimit.BreakerOptions{Failures: -1}})
+	l, err := redislimit.New(n.client, redislimit.WithBreaker(redislimit.Options{KeyPrefix: "down:", Timeout: 200 * time.Millisecond},
+		redislimit.BreakerOptions{Failures: -1}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,5 +274,12 @@ func TestFunctionModeRedisDownAtStart(t *testing.T) {
 	}
 	if got := commandCalls(t, n.srv, "function|load"); got != "1" {
 		t.Errorf("FUNCTION LOAD ran %s times, want 1", got)
+	}
+}
+
+func TestScriptSHA(t *testing.T) {
+	sum := sha1.Sum([]byte(redislimit.ScriptSource()))
+	if got, want := redislimit.ScriptSHA(), hex.EncodeToString(sum[:]); got != want {
+		t.Fatalf("ScriptSHA() = %s, want %s", got, want)
 	}
 }

@@ -1,33 +1,24 @@
 package redislimit
 
-import "strings"
-
-// Key returns the Redis key of the counter identified by counter (a
-// limit.Hit.Key): prefix, then a Cluster hash tag of 16 hex digits of the
-// counter's 64-bit FNV-1a hash in braces, then the counter itself.
+// Key returns the Redis key of counter (a limit.Hit.Key) under prefix
+// (Options.KeyPrefix): prefix, then a Cluster hash tag of 16 hex digits of
+// the counter's 64-bit FNV-1a hash in braces, then the counter itself.
 //
-// For a fixed prefix without '{' or '}' the encoding is injective: the
-// counter is everything after the first len(prefix)+18 bytes, whatever bytes
-// it holds. The hash tag is the first braced part of the key, so Redis
-// Cluster places all of a counter's keys in one slot while different
-// counters spread over all slots.
+// For a prefix without '{' or '}' the encoding is injective: the counter
+// is everything after the first len(prefix)+18 bytes. The hash tag is the
+// first braced part of the key, so Redis Cluster keeps a counter in one
+// slot and spreads counters over all slots.
 func Key(prefix, counter string) string {
-	return string(AppendKey(make([]byte, 0, len(prefix)+18+len(counter)), prefix, counter))
+	return string(appendKey(make([]byte, 0, len(prefix)+18+len(counter)), prefix, counter))
 }
 
-// AppendKey appends Key(prefix, counter) to dst and returns the result.
-func AppendKey(dst []byte, prefix, counter string) []byte {
+// appendKey appends Key(prefix, counter) to dst.
+func appendKey(dst []byte, prefix, counter string) []byte {
 	dst = append(dst, prefix...)
 	dst = append(dst, '{')
 	dst = appendHex64(dst, fnv1a64(counter))
 	dst = append(dst, '}')
 	return append(dst, counter...)
-}
-
-// validPrefix reports whether a key prefix keeps Key injective and the hash
-// tag where Key puts it.
-func validPrefix(prefix string) bool {
-	return !strings.ContainsAny(prefix, "{}")
 }
 
 // fnv1a64 is the 64-bit FNV-1a hash: deterministic across processes and
@@ -53,9 +44,9 @@ func appendHex64(dst []byte, v uint64) []byte {
 	return dst
 }
 
-// Slot returns the Redis Cluster hash slot of Key(prefix, counter): CRC16
+// slot returns the Redis Cluster hash slot of Key(prefix, counter): CRC16
 // of the hash tag, modulo 16384.
-func Slot(prefix, counter string) uint16 {
+func slot(prefix, counter string) uint16 {
 	var tag [16]byte
 	appendHex64(tag[:0], fnv1a64(counter))
 	return crc16(tag[:]) % 16384

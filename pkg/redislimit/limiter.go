@@ -1,15 +1,15 @@
 package redislimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/floodgate/floodgate/pkg/tracing"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/option"
@@ -17,8 +17,8 @@ import (
 )
 
 // ErrStore reports that Redis could not decide: unreachable, too slow, or
-// answering with an error. Every error Evaluate returns because of Redis
-// wraps it, so the caller can apply its failure policy with errors.Is.
+// answering with an error. Every error a Limiter returns because of Redis
+// wraps it.
 var ErrStore = errors.New("redis failed")
 
 // Options configures a Limiter. The zero value is usable.
@@ -26,69 +26,62 @@ type Options struct {
 	// KeyPrefix is prepended to every key (the reference server's
 	// CACHE_KEY_PREFIX). It must not contain '{' or '}'.
 	KeyPrefix string
-	// Timeout bounds each Evaluate call, from its start to its answer,
-	// whatever its context says (a sooner deadline of the context wins);
-	// 0 means limit.DefaultDeadline.
-	// It bounds socket reads only if the client honours context deadlines,
-	// as clients from NewClient do (go-redis's ContextTimeoutEnabled).
+	// Timeout bounds each Evaluate call from its start to its answer
+	// (a sooner deadline of its context wins); 0 means
+	// limit.DefaultDeadline. It bounds socket reads only if the client
+	// honours context deadlines (go-redis's ContextTimeoutEnabled, set by
+	// NewClient).
 	Timeout time.Duration
-	// Breaker configures the circuit breaker that fails calls at once
-	// while Redis is down; the zero value enables it with its defaults.
-	Breaker BreakerOptions
 	// Batch configures how concurrent calls share round trips on a single
 	// node or Sentinel; the zero value enables batching with its defaults.
 	Batch BatchOptions
-	// Logger receives the line saying how the Lua code runs, once the first
-	// call or Probe has found out: as a Redis function (FCALL), or with
-	// EVALSHA because Redis has no functions or an ACL denies them. nil
-	// discards it.
+	// Logger receives the line saying whether the Lua code runs as a Redis
+	// function (FCALL) or with EVALSHA; nil discards it.
 	Logger *slog.Logger
+
+	// breaker tunes the circuit breaker (tests only); the zero value is
+	// the defaults.
+	breaker breakerOptions
 }
 
-// Limiter evaluates limits in Redis: a limit.Limiter. It is safe for
-// concurrent use.
+// Limiter is a limit.Limiter that keeps its counters in Redis. It is safe
+// for concurrent use.
 type Limiter struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // non-nil when client is a Cluster client
 	opts    Options
-	// nodes holds the circuit breakers and failures: one for a single node
-	// or Sentinel, one per master of a Cluster.
+	// nodes holds the circuit breakers: one for a single node or
+	// Sentinel, one per master of a Cluster.
 	nodes   *nodeSet
-	batcher *batcher // nil when disabled or on Cluster
-	// fn is how the Lua code runs: FCALL or EVALSHA (see call).
-	fn functions
-	// specs holds each spec's argument (see specArg).
-	specs specArgs
-	// now, set only by tests, replaces Redis TIME with an explicit instant
-	// so that boundaries can be reached exactly.
+	batcher *batcher  // nil when disabled or on Cluster
+	fn      functions // how the Lua code runs: FCALL or EVALSHA
+	specs   specArgs
+	// now, set only by tests, replaces Redis TIME so that boundaries can
+	// be reached exactly.
 	now func() time.Time
 }
 
-// New returns a Limiter that keeps its counters in client: one script call
-// per Evaluate on a single node or Sentinel, one per hash slot involved on a
-// *redis.ClusterClient. It does not contact Redis.
+// New returns a Limiter that keeps its counters in client, a single node,
+// Sentinel or *redis.ClusterClient (NewClient makes one). It does not
+// contact Redis.
 func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redislimit: nil client")
 	}
-	if !validPrefix(opts.KeyPrefix) {
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		// The hash tag must be the key's first braces, and the key injective.
 		return nil, refused("KeyPrefix", opts.KeyPrefix, "must not contain '{' or '}'")
 	}
 	if opts.Timeout < 0 {
 		return nil, refused("Timeout", opts.Timeout, "must not be negative")
 	}
-	if opts.Timeout == 0 {
-		opts.Timeout = limit.DefaultDeadline
-	}
-	nodes, err := newNodeSet(opts.Breaker)
+	opts.Timeout = cmp.Or(opts.Timeout, limit.DefaultDeadline)
+	nodes, err := newNodeSet(opts.breaker)
 	if err != nil {
 		return nil, err
 	}
 	l := &Limiter{client: client, opts: opts, nodes: nodes}
-	l.fn.log = opts.Logger
-	if l.fn.log == nil {
-		l.fn.log = slog.New(slog.DiscardHandler)
-	}
+	l.fn.log = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	l.cluster, _ = client.(*redis.ClusterClient)
 	bt, err := newBatcher(l, opts.Batch)
 	if err != nil {
@@ -100,16 +93,12 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// Evaluate implements limit.Limiter: one script call decides the request,
-// quotas included, atomically on a single node or Sentinel; on a Cluster,
-// one per hash slot involved, with the compensation the package
-// documentation describes. The call ends within Options.Timeout (a call
-// sent at once has a deadline of its own, one queued for a batch is ended
-// by the batcher, a Cluster's by one for the whole call; a compensation
-// then runs on, bounded alike). A failure of Redis is an error wrapping
-// ErrStore (and ErrCircuitOpen while the circuit breaker of a node it
-// needs is open, see BreakerOptions and Nodes); Redis is not called for an
-// invalid hit.
+// Evaluate implements limit.Limiter: one script call decides the request
+// on a single node or Sentinel, one per hash slot involved on a Cluster
+// (see the package documentation). It answers within Options.Timeout. A
+// failure of Redis is an error wrapping ErrStore, and also
+// limit.ErrCircuitOpen while the circuit breaker of a node it needs is
+// open; an invalid hit is refused without calling Redis.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
 		return false, fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
@@ -122,11 +111,9 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 			return false, fmt.Errorf("redislimit: hit %d: %w", i, err)
 		}
 	}
-	var clock time.Time
+	clock := time.Now()
 	if l.now != nil {
 		clock = l.now()
-	} else {
-		clock = time.Now()
 	}
 	if l.cluster != nil {
 		ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
@@ -136,10 +123,9 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	home := l.nodes.home
 	ok, probe := home.breaker.admit()
 	if !ok {
-		return false, fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), ErrCircuitOpen)
+		return false, fmt.Errorf("redislimit: evaluate %d hits: %w", len(hits), errCircuitOpen)
 	}
 	if l.batcher != nil {
-		// The batcher reports to the breaker once per round trip.
 		return l.batcher.evaluate(ctx, clock, probe, hits, decisions)
 	}
 	blocked, err = l.run(ctx, clock, hits, decisions)
@@ -147,9 +133,24 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	return blocked, err
 }
 
-// appendRequest appends a request's KEYS and ARGV for hits to keys and
-// args (see evaluate.lua); clock is the server's time, used only for
-// calendar boundaries (and, in tests, as the script's now).
+// Reset deletes counter key (a limit.Hit.Key) from Redis, so that its
+// next hit finds no state, as an operator asks to unblock a client; spec
+// is not needed here (Split routes by it). It goes to Redis even while the
+// circuit breaker is open, and is not counted by it: an operator's reset
+// should say what Redis answers. It waits at most Options.Timeout. A
+// failure is an error wrapping ErrStore.
+func (l *Limiter) Reset(ctx context.Context, key string, _ limit.Spec) error {
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
+	defer cancel()
+	if err := l.client.Del(ctx, Key(l.opts.KeyPrefix, key)).Err(); err != nil {
+		return fmt.Errorf("redislimit: reset: %w: %w", ErrStore, err)
+	}
+	return nil
+}
+
+// appendRequest appends a request's KEYS and ARGV for hits (see
+// evaluate.lua); clock is the server's time, used only for calendar
+// boundaries (and, in tests, as the script's now).
 func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits []limit.Hit) ([]string, []any) {
 	now := ""
 	if l.now != nil {
@@ -177,9 +178,8 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		if sp.Calendar.IsZero() {
 			continue
 		}
-		// Four boundaries around the server's clock: Redis's clock picks
-		// among the previous, current and next window, so a skew of up to a
-		// window between the two clocks is harmless.
+		// Four boundaries around the server's clock, so that Redis's clock
+		// may pick the previous, current or next window.
 		start, end := sp.Calendar.Window(clock)
 		prev, _ := sp.Calendar.Window(start.Add(-time.Nanosecond))
 		_, after := sp.Calendar.Window(end)
@@ -189,8 +189,7 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 }
 
 // specArg returns a hit's spec argument, "code:L:W:B:N" (see
-// evaluate.lua): one argument where five took five, parsed once per call
-// by the script however many hits share it.
+// evaluate.lua), which the script parses once however many hits share it.
 func specArg(sp *limit.Spec) string {
 	var buf [5 * 21]byte
 	b := strconv.AppendUint(buf[:0], uint64(sp.Algorithm), 10)
@@ -201,21 +200,18 @@ func specArg(sp *limit.Spec) string {
 	return string(b)
 }
 
-// specArgs keeps each spec's argument, as the interface value the
-// arguments hold, so that a hit costs neither formatting it nor boxing it:
-// both were 2-3 % of the server's CPU with three descriptors over Redis.
-// Specs are few (one per limit of the rules); past maxSpecArgs, as after
-// many reloads, it starts over so that it stays bounded. Safe for
-// concurrent use; the zero value is empty and ready.
+// specArgs caches each spec's argument, boxed, so that a hit costs
+// neither formatting nor boxing it (docs/benchmarks.md). Specs are few, one
+// per limit of the rules; past maxSpecArgs, as after many reloads, it
+// starts over. Safe for concurrent use; the zero value is ready.
 type specArgs struct {
 	mu sync.RWMutex
 	m  map[limit.Spec]any
 }
 
-// maxSpecArgs bounds the specs a specArgs holds.
 const maxSpecArgs = 4096
 
-// arg returns specArg(sp) as an interface value.
+// arg returns specArg(sp), boxed.
 func (c *specArgs) arg(sp *limit.Spec) any {
 	c.mu.RLock()
 	v, ok := c.m[*sp]
@@ -251,17 +247,15 @@ func b2i(b bool) int {
 	return 0
 }
 
-// run decides hits, all in one slot, with a script call of its own, fills
-// decisions from its reply and returns its verdict.
+// run decides hits, all in one slot, with a script call of its own.
 func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	keys, args := l.appendRequest(make([]string, 0, len(hits)), make([]any, 0, argsFor(hits)), clock, hits)
 	return l.runArgs(ctx, keys, args, decisions)
 }
 
-// runArgs sends one request's KEYS and ARGV alone, fills decisions and
-// returns the verdict.
+// runArgs sends one request's KEYS and ARGV alone.
 func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisions []limit.Decision) (blocked bool, err error) {
-	tracing.RecordBatch(ctx, 1)
+	recordBatch(ctx, 1)
 	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
 	defer cancel()
 	replies, err := l.send(ctx, keys, args, 1)
@@ -271,8 +265,8 @@ func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisi
 	return decode(replies[0], decisions)
 }
 
-// send runs the script for requests requests and returns its reply, one
-// element per request. The error wraps ErrStore.
+// send runs the script for a number of requests and returns its reply,
+// one element per request. The error wraps ErrStore.
 func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests int) ([]any, error) {
 	r, err := l.call(ctx, keys, args)
 	if err != nil {
@@ -288,9 +282,8 @@ func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests 
 	return reply, nil
 }
 
-// decode fills decisions from the script's reply to one request and
-// returns its verdict: fieldsPerDecision integers per hit, then 1 if the
-// request was blocked; or the error that request met.
+// decode fills decisions from the script's reply to one request (see
+// fieldsPerDecision) and returns its verdict, or the error it met.
 func decode(reply any, decisions []limit.Decision) (blocked bool, err error) {
 	var r []any
 	switch v := reply.(type) {
@@ -328,7 +321,7 @@ func decode(reply any, decisions []limit.Decision) (blocked bool, err error) {
 	return v == 1, nil
 }
 
-// refused is the error of an Options field refused for its value v.
+// refused is the error of an Options field refused for its value.
 func refused(field string, v any, want string) error {
 	return &option.Error{Options: "redislimit.Options", Field: field, Value: v, Want: want}
 }

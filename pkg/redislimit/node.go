@@ -10,14 +10,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // node is one Redis server as a Limiter's circuit breaker and health see
-// it. A single node, or Sentinel's master whatever address Sentinel names,
-// is the Limiter's home node. A Cluster has a node per master, so that one
-// master failing fails only the calls that need it, and its home node
-// stands for the cluster as a whole: it fails when no node can say which
-// master serves a slot.
+// it. A single node, or Sentinel's master, is the Limiter's home node. A
+// Cluster has a node per master, so that a master failing fails only the
+// calls that need it; its home node stands for the slot map.
 type node struct {
 	addr        string   // "" for the home node
 	breaker     *breaker // nil when disabled
@@ -31,10 +31,10 @@ type failure struct {
 }
 
 // nodeSet is a Limiter's nodes: the home node, and a Cluster's masters by
-// address, added as calls meet them and dropped by a Probe once they no
-// longer serve slots.
+// address, added as calls meet them and dropped by a Probe once they serve
+// no slot.
 type nodeSet struct {
-	opts BreakerOptions // valid: newNodeSet checked them
+	opts breakerOptions // valid: newNodeSet checked them
 	home *node
 
 	mu     sync.RWMutex
@@ -42,7 +42,7 @@ type nodeSet struct {
 	slots  map[string]string // master address → its slot ranges, from the latest Probe
 }
 
-func newNodeSet(o BreakerOptions) (*nodeSet, error) {
+func newNodeSet(o breakerOptions) (*nodeSet, error) {
 	b, err := newBreaker(o)
 	if err != nil {
 		return nil, err
@@ -69,8 +69,7 @@ func (s *nodeSet) get(addr string) *node {
 	return n
 }
 
-// keep drops the masters not in slots, which maps each master serving
-// slots to their ranges.
+// keep drops the masters not in slots (address → slot ranges).
 func (s *nodeSet) keep(slots map[string]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -94,43 +93,182 @@ func (s *nodeSet) all() []*node {
 	return append([]*node{s.home}, ns...)
 }
 
-// NodeHealth is the health of one Redis node a Limiter calls, as
-// Limiter.Nodes reports it.
+// Probe checks that Redis can run the Lua code, which needs the
+// connection, TLS, credentials and permissions to be right: it loads the
+// code on every node (every master of a Cluster). A node's failure opens
+// its circuit breaker at once, so that the calls that need it fail at
+// once, and its success closes it. A failure is an error wrapping ErrStore
+// that names the nodes that failed. Callers probe at start and while
+// Healthy is false, so that health follows Redis without waiting for
+// requests.
+func (l *Limiter) Probe(ctx context.Context) error {
+	if l.cluster != nil {
+		return l.probeCluster(ctx)
+	}
+	var err error
+	if l.fn.mode.Load() != modeScript {
+		err = l.decide(ctx)
+	}
+	if err == nil && l.fn.mode.Load() == modeScript {
+		err = loadScript(ctx, l.client)
+	}
+	l.force(ctx, l.nodes.home, err)
+	if err != nil {
+		return fmt.Errorf("redislimit: probe: %w: %w", ErrStore, err)
+	}
+	return nil
+}
+
+// probeCluster probes each master of a Cluster on its own. The slot map
+// and the loads share the probe's time (ctx's deadline, else Timeout),
+// each master its own part, so that a master that does not answer never
+// spends the live masters' time. The home node (the slot map) fails only
+// when no master answers, as the calls' slot lookups do.
+func (l *Limiter) probeCluster(ctx context.Context) error {
+	budget := l.opts.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl)
+	}
+	sctx, cancel := context.WithTimeout(ctx, budget/2)
+	slots, slotsErr := l.clusterSlots(sctx)
+	cancel()
+	outcomes, err := l.loadEach(ctx, budget/2)
+	if err != nil {
+		l.force(ctx, l.nodes.home, err)
+		return fmt.Errorf("redislimit: probe: %w: the cluster's slot map: %w", ErrStore, err)
+	}
+	var errs []error
+	answered := false
+	for _, o := range outcomes {
+		n := l.nodes.get(o.addr)
+		l.force(ctx, n, o.err)
+		if o.err != nil {
+			errs = append(errs, nodeError(n, o.err))
+		}
+		answered = answered || o.err == nil
+	}
+	switch {
+	case slotsErr == nil:
+		l.force(ctx, l.nodes.home, nil)
+		l.nodes.keep(slots)
+	case answered:
+		l.force(ctx, l.nodes.home, nil)
+	default:
+		l.force(ctx, l.nodes.home, slotsErr)
+		errs = append(errs, fmt.Errorf("the cluster's slot map: %w", slotsErr))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("redislimit: probe: %w: %w", ErrStore, errors.Join(errs...))
+	}
+	return nil
+}
+
+// clusterSlots returns each master's slot ranges by address.
+func (l *Limiter) clusterSlots(ctx context.Context) (map[string]string, error) {
+	slots, err := l.cluster.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	ranges := make(map[string][][2]int64)
+	for _, s := range slots {
+		if len(s.Nodes) > 0 {
+			addr := s.Nodes[0].Addr
+			ranges[addr] = append(ranges[addr], [2]int64{int64(s.Start), int64(s.End)})
+		}
+	}
+	out := make(map[string]string, len(ranges))
+	for addr, r := range ranges {
+		out[addr] = slotRanges(r)
+	}
+	return out, nil
+}
+
+// loadOutcome is how loading the Lua code went on one Cluster master.
+type loadOutcome struct {
+	addr string
+	err  error
+}
+
+// loadEach loads the Lua code on every master of a Cluster, as a library
+// unless the Limiter runs it as a script, each given perNode from its
+// start whatever ctx's deadline, and returns each master's outcome. It
+// decides the mode if undecided from the masters that answered: a refusal
+// anywhere means EVALSHA. The error is for want of a slot map.
+func (l *Limiter) loadEach(ctx context.Context, perNode time.Duration) ([]loadOutcome, error) {
+	script := l.fn.mode.Load() == modeScript
+	var mu sync.Mutex
+	var outcomes []loadOutcome
+	err := l.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), perNode)
+		defer cancel()
+		var err error
+		if script {
+			err = loadScript(ctx, c)
+		} else {
+			err = loadLibrary(ctx, c)
+		}
+		mu.Lock()
+		outcomes = append(outcomes, loadOutcome{addr: c.Options().Addr, err: err})
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if script {
+		return outcomes, nil
+	}
+	loaded := false
+	for _, o := range outcomes {
+		if o.err != nil && l.fallBack(o.err) {
+			return l.loadEach(ctx, perNode) // as scripts, this time
+		}
+		loaded = loaded || o.err == nil
+	}
+	if loaded {
+		l.useFunctions()
+	}
+	return outcomes, nil
+}
+
+// loadScript loads the script on c (SCRIPT LOAD), for EVALSHA.
+func loadScript(ctx context.Context, c redis.Scripter) error {
+	return evaluateScript.Load(ctx, c).Err()
+}
+
+// NodeHealth is the health of one Redis node a Limiter calls.
 type NodeHealth struct {
 	// Addr is the host:port of a Cluster master, or "" for the Limiter's
-	// home node: the single node or Sentinel's master, or on a Cluster its
-	// slot map (the seed nodes), which fails when no node answers where a
-	// slot is served.
+	// home node: the single node, Sentinel's master, or a Cluster's slot
+	// map, which fails when no node says where a slot is served.
 	Addr string
 	// Slots are the hash slots a Cluster master serves as of the latest
-	// Probe, as ranges ("0-5460,10923"); empty for the home node, or when
-	// no Probe has listed them.
+	// Probe, as ranges ("0-5460,10923"); empty otherwise.
 	Slots string
-	// Breaker is the state of the node's circuit breaker: calls that need
-	// the node fail at once while it is not BreakerClosed.
-	Breaker BreakerState
+	// Breaker is the state of the node's circuit breaker: "closed",
+	// "open" or "probing". Calls that need the node fail at once unless it
+	// is closed.
+	Breaker string
 	// LastFailure is the latest failure of the node seen by a call or a
 	// Probe, and LastFailureAt when it happened; nil if none ever did. It
-	// stays after the node recovers (Breaker says whether it is current).
+	// stays after the node recovers.
 	LastFailure   error
 	LastFailureAt time.Time
 }
 
 // Healthy reports whether the node's breaker is closed.
-func (h NodeHealth) Healthy() bool { return h.Breaker == BreakerClosed }
+func (h NodeHealth) Healthy() bool { return h.Breaker == breakerClosed.String() }
 
 // Nodes returns the health of the Limiter's nodes: the home node first,
 // then, on a Cluster, each master met by a call or listed by the latest
-// Probe, by address. A Cluster master that fails makes only the calls on
-// its slots fail (and be answered by the caller's failure policy); the
-// others go on.
+// Probe, by address.
 func (l *Limiter) Nodes() []NodeHealth {
 	ns := l.nodes.all()
 	l.nodes.mu.RLock()
 	defer l.nodes.mu.RUnlock()
 	out := make([]NodeHealth, len(ns))
 	for i, n := range ns {
-		out[i] = NodeHealth{Addr: n.addr, Slots: l.nodes.slots[n.addr], Breaker: n.breaker.stateOf()}
+		out[i] = NodeHealth{Addr: n.addr, Slots: l.nodes.slots[n.addr], Breaker: n.breaker.stateOf().String()}
 		if f := n.lastFailure.Load(); f != nil {
 			out[i].LastFailure, out[i].LastFailureAt = f.err, f.at
 		}
@@ -138,33 +276,24 @@ func (l *Limiter) Nodes() []NodeHealth {
 	return out
 }
 
-// Healthy reports whether every node's circuit breaker is closed: every
-// call goes to Redis. It is false while any breaker is open or probing
-// (the calls that need that node fail at once with ErrCircuitOpen), for
-// health checks and metrics; Nodes says which. A Probe that fails opens
-// the breaker of the node it failed on, so a Redis that cannot be reached
-// at start is reported before any request meets it.
+// Healthy reports whether every node's circuit breaker is closed, so that
+// every call goes to Redis; Nodes says which node is not. A failed Probe
+// opens its node's breaker, so a Redis that cannot be reached at start is
+// reported before any request meets it.
 func (l *Limiter) Healthy() bool {
 	for _, n := range l.nodes.all() {
-		if n.breaker.stateOf() != BreakerClosed {
+		if n.breaker.stateOf() != breakerClosed {
 			return false
 		}
 	}
 	return true
 }
 
-// BreakerState returns the state of the home node's circuit breaker: the
-// single node's or Sentinel master's, or a Cluster's slot map's (see
-// Nodes for each master's). BreakerClosed when the breaker is disabled.
-func (l *Limiter) BreakerState() BreakerState { return l.nodes.home.breaker.stateOf() }
-
 // LastFailure returns the latest failure of Redis seen by a call or a
 // Probe on any node, and when it happened; nil if none ever did. It stays
-// after Redis recovers (Healthy says whether it is current), so that a
-// report can say why Redis was last unhealthy: "x509: certificate signed
-// by unknown authority" rather than only "unhealthy". Failures that are
-// the caller's (a canceled context) or a request's own (a script error)
-// are not recorded.
+// after Redis recovers, so that a report can say why Redis was last
+// unhealthy. A canceled call or a request's own script error is no
+// failure.
 func (l *Limiter) LastFailure() (at time.Time, err error) {
 	var last *failure
 	for _, n := range l.nodes.all() {
@@ -187,7 +316,7 @@ func (l *Limiter) report(ctx context.Context, n *node, probe bool, err error) {
 // noteFailure records err, met by a call to n under ctx, as n's latest
 // failure if it is one.
 func (l *Limiter) noteFailure(ctx context.Context, n *node, err error) {
-	if outcomeOf(ctx, err) == callFailed && !errors.Is(err, ErrCircuitOpen) {
+	if outcomeOf(ctx, err) == callFailed && !errors.Is(err, errCircuitOpen) {
 		n.lastFailure.Store(&failure{err: err, at: time.Now()})
 	}
 }
@@ -196,11 +325,8 @@ func (l *Limiter) noteFailure(ctx context.Context, n *node, err error) {
 // once, a success closes it.
 func (l *Limiter) force(ctx context.Context, n *node, err error) {
 	l.noteFailure(ctx, n, err)
-	switch outcomeOf(ctx, err) {
-	case callOK:
-		n.breaker.force(false)
-	case callFailed:
-		n.breaker.force(true)
+	if o := outcomeOf(ctx, err); o != callUnknown {
+		n.breaker.force(o == callFailed)
 	}
 }
 

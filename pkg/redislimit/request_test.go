@@ -344,10 +344,10 @@ func TestNewRejects(t *testing.T) {
 		{"brace in prefix", client, redislimit.Options{KeyPrefix: "rl_{x}"}, `redislimit.Options.KeyPrefix "rl_{x}": must not contain '{' or '}'`},
 		{"closing brace in prefix", client, redislimit.Options{KeyPrefix: "}"}, "'{' or '}'"},
 		{"negative timeout", client, redislimit.Options{Timeout: -time.Second}, "redislimit.Options.Timeout -1s: must not be negative"},
-		{"negative backoff", client, redislimit.Options{Breaker: redislimit.BreakerOptions{MinBackoff: -time.Second}}, "redislimit.Options.Breaker.MinBackoff -1s: must not be negative"},
+		{"negative backoff", client, redislimit.WithBreaker(redislimit.Options{}, redislimit.BreakerOptions{MinBackoff: -time.Second}), "redislimit.Options.Breaker.MinBackoff -1s: must not be negative"},
 		{"negative batch size", client, redislimit.Options{Batch: redislimit.BatchOptions{MaxRequests: -1}}, "redislimit.Options.Batch.MaxRequests -1: must not be negative"},
 		{"negative batches in flight", client, redislimit.Options{Batch: redislimit.BatchOptions{MaxInFlight: -2}}, "redislimit.Options.Batch.MaxInFlight -2: must not be negative"},
-		{"backoffs reversed", client, redislimit.Options{Breaker: redislimit.BreakerOptions{MinBackoff: time.Second, MaxBackoff: time.Millisecond}}, "redislimit.Options.Breaker.MaxBackoff 1ms: want at least redislimit.Options.Breaker.MinBackoff (1s)"},
+		{"backoffs reversed", client, redislimit.WithBreaker(redislimit.Options{}, redislimit.BreakerOptions{MinBackoff: time.Second, MaxBackoff: time.Millisecond}), "redislimit.Options.Breaker.MaxBackoff 1ms: want at least redislimit.Options.Breaker.MinBackoff (1s)"},
 	}
 	for _, tc := range tests {
 		if _, err := redislimit.New(tc.client, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {

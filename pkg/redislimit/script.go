@@ -1,9 +1,14 @@
 package redislimit
 
 import (
+	"context"
 	"embed"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -39,9 +44,8 @@ const (
 
 // The script returns, per request, fieldsPerDecision integers per hit, at
 // these offsets: allowed (0/1), remaining, reset (µs), retry (µs), never
-// (0/1), debt; then the request's verdict, 1 when it is blocked (limit.Blocked),
-// which the script decided and applied: a reader takes it from there
-// rather than deciding again.
+// (0/1), debt; then 1 if the request is blocked, as the script decided and
+// applied it.
 const (
 	fieldAllowed = iota
 	fieldRemaining
@@ -59,11 +63,9 @@ type luaConstant struct {
 	value int64
 }
 
-// luaConstants returns the constants the script is written against, taken
-// from the Go constants themselves: the algorithm codes (ALG_ and the
-// algorithm's name in capitals), the argument layout, the flags, the
-// fields per decision and GCRA's epoch. They are the one source of the
-// numbers both sides share; the Lua files spell none of them out.
+// luaConstants returns the constants the script is written against, from
+// the Go constants themselves (an algorithm's code is ALG_ and its name in
+// capitals): the Lua files spell none of these numbers out.
 func luaConstants() []luaConstant {
 	var cs []luaConstant
 	for _, a := range limit.Algorithms() {
@@ -91,60 +93,46 @@ func luaConstants() []luaConstant {
 	)
 }
 
-// evaluateScript is the one script that decides a request: its SHA is what
-// EVALSHA sends.
-var evaluateScript = redis.NewScript(evaluateSource)
-
-// evaluateSource is the script's source, which EVAL sends.
-var evaluateSource = scriptSource()
+// The script EVAL and EVALSHA send, and the library FUNCTION LOAD sends:
+// the same code, the library registering evaluate under functionName.
+var (
+	evaluateSource  = scriptSource()
+	evaluateScript  = redis.NewScript(evaluateSource)
+	functionName    = "floodgate_" + evaluateScript.Hash()
+	evaluateLibrary = librarySource(functionName)
+)
 
 // ScriptSHA returns the SHA-1, in hex, of the script this build sends to
-// Redis (what EVALSHA names and SCRIPT EXISTS checks), so tools replaying
-// captured calls can tell whether they replay this build's script.
+// Redis (what EVALSHA names), so that tools replaying captured calls can
+// tell whether they replay this build's script.
 func ScriptSHA() string { return evaluateScript.Hash() }
 
-// FunctionName returns the name of the Redis function, and of the Redis
-// Functions library holding it, that this build calls with FCALL:
-// "floodgate_" and ScriptSHA. The name changes with any change of the Lua
-// code, so two floodgate versions sharing a Redis never call each other's
-// code; FUNCTION LIST LIBRARYNAME 'floodgate_*' lists the versions loaded.
+// FunctionName returns the name of the Redis function, and of the library
+// holding it, that this build calls with FCALL: "floodgate_" and
+// ScriptSHA. FUNCTION LIST LIBRARYNAME 'floodgate_*' lists the versions
+// loaded in a Redis.
 func FunctionName() string { return functionName }
 
-var functionName = "floodgate_" + evaluateScript.Hash()
-
-// evaluateLibrary is the FUNCTION LOAD payload: the same code as
-// evaluateScript, as a library registering evaluate under functionName.
-var evaluateLibrary = librarySource(functionName)
-
-// scriptSource assembles the script sent by EVALSHA: the definitions (see
-// definitions), then the call of evaluate with KEYS and ARGV. Redis runs
-// the definitions again at every call.
+// scriptSource assembles the script sent by EVALSHA, which runs the
+// definitions again at every call.
 func scriptSource() string {
 	return definitions() + "\nreturn evaluate(KEYS, ARGV)\n"
 }
 
-// librarySource assembles the Redis Functions library named name: the
-// definitions (see definitions), run once when the library is loaded, and
-// evaluate registered as the function name, which FCALL runs with the same
-// keys and arguments as the script's KEYS and ARGV.
+// librarySource assembles the library named name, whose definitions run
+// once, when it is loaded; FCALL name runs evaluate.
 func librarySource(name string) string {
 	return "#!lua name=" + name + "\n" + definitions() +
 		"\nredis.register_function('" + name + "', evaluate)\n"
 }
 
 // definitions assembles the code common to the script and the library.
-// Each file gets what it uses explicitly, and uses no other name than its
-// own, Lua's and Redis's:
-//
-//   - the constants block, generated from luaConstants: one local per
-//     constant, then K, a table of them all;
-//   - common.lua, the body of a function of no arguments returning its
-//     helpers: C;
-//   - each algorithm's file, the body of a loader function(C, K)
-//     registered in loaders under the algorithm's code; the file returns
-//     its table of functions, and its loader runs only when a hit needs it;
-//   - evaluate.lua, the driver, which uses the constants, C and loaders,
-//     and defines evaluate(keys, args).
+// Each file uses only its own names, Lua's, Redis's and what it is given:
+// the constants, one local each and K, a table of them all; common.lua,
+// the body of a function returning its helpers, C; each algorithm's file,
+// the body of a loader function(C, K) in loaders under the algorithm's
+// code, run when a hit first needs it; and evaluate.lua, which defines
+// evaluate(keys, args).
 func definitions() string {
 	var b strings.Builder
 	b.WriteString("-- The Go/Lua contract, generated from the Go constants (pkg/redislimit/script.go).\n")
@@ -176,4 +164,251 @@ func mustRead(name string) string {
 		panic("redislimit: missing embedded script " + name)
 	}
 	return string(src)
+}
+
+// How a Limiter runs the Lua code, decided once per Limiter.
+const (
+	modeUndecided int32 = iota // no FUNCTION LOAD has answered yet
+	modeFunction               // FCALL of the library evaluateLibrary
+	modeScript                 // EVALSHA: Redis has no FUNCTION, or the user may not use it
+)
+
+// call runs evaluate with keys and args and returns its reply.
+//
+// The library is loaded once per node and called with FCALL, which runs
+// only evaluate, where EVALSHA runs every definition again at each call.
+// The first call decides, by loading the library, whether Redis offers
+// functions (on a Cluster off its path); until then calls use EVALSHA. A
+// Redis before 7, or whose ACL denies FUNCTION LOAD or FCALL, keeps
+// EVALSHA, and the logger says so once. A node that lost the library (a
+// restart, FUNCTION FLUSH, a failover, a new Cluster node) answers
+// "Function not found": it is loaded there and the call, which ran
+// nothing, sent again once.
+func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, error) {
+	switch l.fn.mode.Load() {
+	case modeFunction:
+		reply, err := l.sendOnce(ctx, fcallArgs(keys, args))
+		switch {
+		case err == nil || !replied(err, ""):
+			return reply, err
+		case replied(err, "ERR Function not found"):
+			if err := l.loadOn(ctx, keys); err != nil {
+				if !l.fallBack(err) {
+					return nil, err
+				}
+				break
+			}
+			return l.sendOnce(ctx, fcallArgs(keys, args))
+		case l.fallBack(err):
+			// FCALL refused (ACL): EVALSHA from now on, this call first.
+		default:
+			return reply, err
+		}
+	case modeUndecided:
+		if time.Now().UnixNano() >= l.fn.retryAt.Load() && l.fn.deciding.TryLock() {
+			if l.cluster != nil {
+				// Deciding loads every master: one that does not answer
+				// would hold this call, whose keys may live on another.
+				go l.decideAside()
+				break
+			}
+			err := l.decideOnce(ctx)
+			if err == nil && l.fn.mode.Load() == modeFunction {
+				return l.call(ctx, keys, args)
+			}
+		}
+	}
+	return l.evalSHA(ctx, keys, args)
+}
+
+// decideOnce runs decide with l.fn.deciding held, and unlocks it. After a
+// failure calls use EVALSHA for decideRetry, rather than each sending the
+// library to every node.
+func (l *Limiter) decideOnce(ctx context.Context) error {
+	defer l.fn.deciding.Unlock()
+	err := l.decide(ctx)
+	if err != nil {
+		l.fn.retryAt.Store(time.Now().Add(decideRetry).UnixNano())
+	}
+	return err
+}
+
+// decideAside is decideOnce off the request path, for a Cluster.
+func (l *Limiter) decideAside() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.Timeout)
+	defer cancel()
+	_ = l.decideOnce(ctx)
+}
+
+// evalSHA runs the script with EVALSHA, and with EVAL, which caches it
+// again, if Redis answers NOSCRIPT (it ran nothing then).
+func (l *Limiter) evalSHA(ctx context.Context, keys []string, args []any) (any, error) {
+	reply, err := l.sendOnce(ctx, scriptArgs("evalsha", evaluateScript.Hash(), keys, args))
+	if replied(err, "NOSCRIPT") {
+		return l.sendOnce(ctx, scriptArgs("eval", evaluateSource, keys, args))
+	}
+	return reply, err
+}
+
+func fcallArgs(keys []string, args []any) []any {
+	return scriptArgs("fcall", functionName, keys, args)
+}
+
+// scriptArgs returns the command name, what (a function, a SHA or a
+// script), the number of keys, the keys and args.
+func scriptArgs(name, what string, keys []string, args []any) []any {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, name, what, len(keys))
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	return append(cmd, args...)
+}
+
+// onceCmd is a command go-redis must not send again once it may have
+// reached Redis, as a Cluster client's own loop would after a dropped
+// connection: the script would charge its hits twice. Redirects (MOVED,
+// ASK), which say Redis ran nothing, are still followed.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command.
+func (onceCmd) NoRetry() bool { return true }
+
+// A TRYAGAIN reply (a slot being migrated) says the script did not run:
+// the call is sent again after a pause, a few times.
+const (
+	tryAgainPause = 5 * time.Millisecond
+	tryAgainMax   = 5
+)
+
+// sendOnce sends cmd (see scriptArgs) and returns its reply. It is sent at
+// most once after it may have reached Redis: NewClient turns go-redis's
+// retries off, and onceCmd a Cluster client's own; only TRYAGAIN is sent
+// again, while ctx allows.
+func (l *Limiter) sendOnce(ctx context.Context, cmd []any) (any, error) {
+	for try := 1; ; try++ {
+		c := redis.NewCmd(ctx, cmd...)
+		if n, _ := cmd[2].(int); n > 0 {
+			// Where the keys start, for a Cluster client's routing.
+			c.SetFirstKeyPos(3)
+		}
+		err := l.client.Process(ctx, onceCmd{c})
+		if err == nil || try == tryAgainMax || !replied(err, "TRYAGAIN") {
+			return c.Val(), err
+		}
+		t := time.NewTimer(tryAgainPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// decideRetry is how long calls wait, after loading the library failed,
+// before one of them tries again.
+const decideRetry = time.Second
+
+// functions is a Limiter's state of Redis Functions.
+type functions struct {
+	mode     atomic.Int32
+	deciding sync.Mutex   // held by the one call deciding the mode
+	retryAt  atomic.Int64 // Unix ns before which calls do not try to decide
+	log      *slog.Logger
+}
+
+// decide loads the library on every node (every master of a Cluster) and
+// sets the mode: functions when a node has it, EVALSHA when Redis refuses
+// FUNCTION. When no node could be reached it stays undecided, and the
+// error is returned.
+func (l *Limiter) decide(ctx context.Context) error {
+	if l.cluster != nil {
+		outcomes, err := l.loadEach(ctx, l.opts.Timeout)
+		if err != nil || l.fn.mode.Load() != modeUndecided {
+			return err
+		}
+		errs := make([]error, len(outcomes))
+		for i, o := range outcomes {
+			errs[i] = fmt.Errorf("%s: %w", o.addr, o.err)
+		}
+		return errors.Join(errs...)
+	}
+	err := loadLibrary(ctx, l.client)
+	if err == nil {
+		l.useFunctions()
+		return nil
+	}
+	if l.fallBack(err) {
+		return nil
+	}
+	return err
+}
+
+// useFunctions switches an undecided Limiter to FCALL, and says so once.
+func (l *Limiter) useFunctions() {
+	if l.fn.mode.CompareAndSwap(modeUndecided, modeFunction) {
+		l.fn.log.Info("the Lua code runs as a Redis function (FCALL), loaded once per node",
+			"function", functionName)
+	}
+}
+
+// fallBack switches the Limiter to EVALSHA for good if err says that
+// Redis refuses functions, and reports whether it is so.
+func (l *Limiter) fallBack(err error) bool {
+	if !refusesFunctions(err) {
+		return false
+	}
+	if l.fn.mode.Swap(modeScript) != modeScript {
+		l.fn.log.Warn("Redis does not run functions for floodgate (before Redis 7, or an ACL denying FUNCTION or FCALL): the Lua code is sent with EVALSHA, which costs Redis more CPU per call",
+			"err", err, "script_sha", ScriptSHA())
+	}
+	return true
+}
+
+// loadOn loads the library on the node that holds keys: the client's, or
+// the master of their slot on a Cluster.
+func (l *Limiter) loadOn(ctx context.Context, keys []string) error {
+	if l.cluster == nil || len(keys) == 0 {
+		return loadLibrary(ctx, l.client)
+	}
+	c, err := l.cluster.MasterForKey(ctx, keys[0])
+	if err != nil {
+		return fmt.Errorf("find the master of %q: %w", keys[0], err)
+	}
+	return loadLibrary(ctx, c)
+}
+
+// loadLibrary runs FUNCTION LOAD of the library on c. Its name holds the
+// hash of its code, so a library of that name already loaded is this one,
+// and Redis refuses it ("already exists") before compiling anything.
+func loadLibrary(ctx context.Context, c redis.Cmdable) error {
+	err := c.FunctionLoad(ctx, evaluateLibrary).Err()
+	if err == nil || replied(err, "") && strings.Contains(err.Error(), "already exists") {
+		return nil
+	}
+	return fmt.Errorf("FUNCTION LOAD %s: %w", functionName, err)
+}
+
+// refusesFunctions reports whether err is Redis refusing FUNCTION or
+// FCALL: an unknown command (before 7) or an ACL denying them. A NOPERM
+// for the call's keys is not: EVALSHA would be refused them too.
+func refusesFunctions(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	if strings.HasPrefix(msg, "NOPERM") {
+		// "...to run the 'fcall' command", "...'function|load'...".
+		return strings.Contains(msg, "'fcall") || strings.Contains(msg, "'function")
+	}
+	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown subcommand")
+}
+
+// replied reports whether err is an error reply of Redis, rather than a
+// failure to reach it, that starts with prefix.
+func replied(err error, prefix string) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), prefix)
 }

@@ -8,31 +8,22 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// PerSecond reports whether a limit's counters belong in the per-second
-// Redis of a Split: whether its window is shorter than a minute.
-//
-// The reference server sends the limits whose unit is SECOND there, with
-// any unit_multiplier; a Spec keeps only the window's length. Every window
-// shorter than a minute is made of seconds (no other unit is that short),
-// so those go where the reference puts them. A window of 60 seconds or
-// more written in seconds cannot be told from the same window written in
-// minutes, and stays in the main Redis with them: counters of one length
-// live together. Routing only windows of exactly one second would instead
-// move every "unit: second, unit_multiplier: 5" limit away from where the
-// reference keeps it.
-func PerSecond(sp *limit.Spec) bool { return sp.Window < time.Minute }
+// perSecondRoute is a Split's default route: windows shorter than a minute go
+// to the per-second Redis. The reference server sends there the limits
+// whose unit is SECOND, with any unit_multiplier, and every window shorter
+// than a minute is made of seconds. A longer window written in seconds
+// cannot be told from the same window in minutes, and stays with them in
+// the main Redis.
+func perSecondRoute(sp *limit.Spec) bool { return sp.Window < time.Minute }
 
-// Split decides limits over two Redis deployments, a limit.Limiter: the hits whose Spec its
-// route selects in the per-second one, the others in the main one, as the
-// reference server's REDIS_PERSECOND does to keep its short, busy counters
-// off the Redis that holds the long ones. It is safe for concurrent use.
+// Split is a limit.Limiter over two Redis deployments, as the reference
+// server's REDIS_PERSECOND keeps short, busy counters off the Redis that
+// holds the long ones. It is safe for concurrent use.
 //
-// A call whose hits all go to one Redis is that Limiter's call: one round
-// trip, atomic, batched with concurrent calls. A call with hits on both is
-// decided by both at once and is all-or-nothing as a whole: if one side
-// denies or fails, what the other consumed is refunded, as the package
-// documentation describes for the slots of a Redis Cluster (including the
-// round trip during which another request may see it taken).
+// A call whose hits all go to one Redis is that Limiter's call. A call
+// with hits on both is all-or-nothing as a whole: if one side denies or
+// fails, what the other consumed is refunded, as for the slots of a Redis
+// Cluster (see the package documentation).
 type Split struct {
 	limiters [2]*Limiter // main, per-second
 	route    func(*limit.Spec) bool
@@ -41,12 +32,11 @@ type Split struct {
 // splitNames name the parts of a Split in its errors, by index.
 var splitNames = [2]string{"main redis", "per-second redis"}
 
-// NewSplit returns a Split over main and perSecond, two Limiters of
-// different Redis deployments (each may be a single node, Sentinel or a
-// Cluster). route selects the per-second hits; nil means PerSecond. route
-// must depend only on what a counter's Key identifies (its window, say,
-// not its limit, which a reload may change while the counter stays): the
-// hits on one counter must always go to the same Redis.
+// NewSplit returns a Split over the Limiters of two Redis deployments.
+// route selects the hits that go to perSecond; nil means windows shorter
+// than a minute. It must depend only on what identifies a counter (its
+// window, say, not its limit, which a reload may change): the hits on one
+// counter must always go to the same Redis.
 func NewSplit(main, perSecond *Limiter, route func(*limit.Spec) bool) (*Split, error) {
 	if main == nil || perSecond == nil {
 		return nil, fmt.Errorf("redislimit: split needs two limiters, got main %v and per-second %v", main != nil, perSecond != nil)
@@ -55,16 +45,13 @@ func NewSplit(main, perSecond *Limiter, route func(*limit.Spec) bool) (*Split, e
 		return nil, fmt.Errorf("redislimit: split over one limiter")
 	}
 	if route == nil {
-		route = PerSecond
+		route = perSecondRoute
 	}
 	return &Split{limiters: [2]*Limiter{main, perSecond}, route: route}, nil
 }
 
-// Evaluate implements limit.Limiter, with the compensation window
-// described on Split for calls with hits on both Redis. A failure of
-// either Redis is an error wrapping ErrStore (ErrCircuitOpen while its
-// breaker is open) that names it, and then what the other consumed is
-// given back.
+// Evaluate implements limit.Limiter. A failure of either Redis is an error
+// wrapping ErrStore that names it.
 func (s *Split) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
 		return false, fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
@@ -102,4 +89,14 @@ func (s *Split) evaluate(ctx context.Context, g int, hits []limit.Hit, decisions
 		return false, fmt.Errorf("%s: %w", splitNames[g], err)
 	}
 	return blocked, nil
+}
+
+// Reset deletes counter key from the Redis its spec routes it to (see
+// Limiter.Reset). The error names that Redis.
+func (s *Split) Reset(ctx context.Context, key string, spec limit.Spec) error {
+	g := b2i(s.route(&spec))
+	if err := s.limiters[g].Reset(ctx, key, spec); err != nil {
+		return fmt.Errorf("%s: %w", splitNames[g], err)
+	}
+	return nil
 }

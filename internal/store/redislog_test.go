@@ -1,9 +1,7 @@
-package redislimit_test
+package store
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -16,13 +14,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestQuietLogs: with QuietLogs, go-redis's line about a failed dial goes
+// TestQuietLogs: with quietRedisLogs, go-redis's line about a failed dial goes
 // to the given logger at debug level, and not at all above it.
 func TestQuietLogs(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo} {
 		buf := new(testlog.Buffer)
 		h := &countingHandler{Handler: slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level})}
-		redislimit.QuietLogs(slog.New(h))
+		quietRedisLogs(slog.New(h))
 		client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 		l, err := redislimit.New(client, redislimit.Options{})
 		if err != nil {
@@ -46,7 +44,7 @@ func TestQuietLogs(t *testing.T) {
 			t.Errorf("info logger: %q, want nothing", got)
 		}
 	}
-	redislimit.QuietLogs(nil)
+	quietRedisLogs(nil)
 }
 
 // countingHandler counts the records logged through it that are done
@@ -67,11 +65,4 @@ func (h *countingHandler) Enabled(ctx context.Context, level slog.Level) bool {
 func (h *countingHandler) Handle(ctx context.Context, r slog.Record) error {
 	defer h.done.Add(1)
 	return h.Handler.Handle(ctx, r)
-}
-
-func TestScriptSHA(t *testing.T) {
-	sum := sha1.Sum([]byte(redislimit.ScriptSource()))
-	if got, want := redislimit.ScriptSHA(), hex.EncodeToString(sum[:]); got != want {
-		t.Fatalf("ScriptSHA() = %s, want %s", got, want)
-	}
 }
