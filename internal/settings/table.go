@@ -10,11 +10,11 @@ import (
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/internal/tracing"
 	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
 // DefaultConfigPath is -config's default: ./config.

@@ -9,12 +9,12 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
 // RuleSource returns the rules in force; rules.Watcher satisfies it. Current
@@ -60,10 +60,11 @@ type Options struct {
 	// Metrics is told what each request did, to count it; nil counts
 	// nothing.
 	Metrics Metrics
-	// Tracer starts a span per request, continuing the caller's
-	// traceparent, and a child span per store call; nil traces nothing and
-	// costs nothing.
-	Tracer *tracing.Tracer
+	// TracerProvider, when not nil, gets a span per request, named
+	// "ShouldRateLimit Execution" and continuing the caller's traceparent
+	// or B3 headers, and a child span "ratelimit.store" per store call;
+	// nil traces nothing and costs nothing.
+	TracerProvider trace.TracerProvider
 	// Bounds limit what one request may carry.
 	Bounds RequestBounds
 	// QuotaMode is the reference server's global quota mode (QUOTA_MODE):
@@ -95,7 +96,8 @@ type Service struct {
 	limiter  limit.Limiter
 	opts     Options
 	failures *failureLog
-	scratch  sync.Pool // *scratch
+	tracer   trace.Tracer // nil with tracing off
+	scratch  sync.Pool    // *scratch
 }
 
 // New returns a Service that matches requests against rs and evaluates the
@@ -127,6 +129,9 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 	}
 	s := &Service{rules: rs, limiter: l, opts: opts,
 		failures: newFailureLog(opts.Logger, time.Second, opts.Now)}
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer(instrumentation)
+	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
@@ -142,9 +147,10 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (resp *pb.RateLimitResponse, err error) {
 	start := time.Now()
 	sc := s.scratch.Get().(*scratch)
-	var span tracing.Request
-	if s.opts.Tracer != nil {
-		ctx, span = s.opts.Tracer.Start(ctx, req.GetDomain(), len(req.GetDescriptors()))
+	var span trace.Span
+	var overHTTP bool
+	if s.tracer != nil {
+		ctx, span, overHTTP = s.startSpan(ctx, req)
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -160,8 +166,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		if s.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 			s.logDecision(ctx, d, req, sc, resp, err)
 		}
-		if s.opts.Tracer != nil {
-			endTrace(span, sc, resp, err)
+		if span != nil {
+			endSpan(span, overHTTP, sc, resp, err)
 		}
 		// Reused after a panic too: reset clears whatever it holds.
 		sc.reset()
@@ -219,16 +225,18 @@ func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	if len(hits) == 0 {
 		return false, nil
 	}
-	var span tracing.Store
-	if s.opts.Tracer != nil {
-		ctx, span = s.opts.Tracer.StartStore(ctx, len(hits))
+	var span trace.Span
+	if s.tracer != nil {
+		ctx, span = s.startStoreSpan(ctx, len(hits))
 	}
 	start := time.Now()
 	blocked, err = s.limiter.Evaluate(ctx, hits, decisions)
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.StoreCall(time.Since(start), err)
 	}
-	span.End(err)
+	if span != nil {
+		endStoreSpan(span, err)
+	}
 	return blocked, err
 }
 

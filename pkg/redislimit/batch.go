@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/tracing"
+	"github.com/floodgate/floodgate/internal/tracing"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )

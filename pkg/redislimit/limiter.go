@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/tracing"
+	"github.com/floodgate/floodgate/internal/tracing"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/option"

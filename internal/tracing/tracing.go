@@ -1,11 +1,7 @@
-// Package tracing exports OpenTelemetry traces of the rate-limit service
-// over OTLP, as envoyproxy/ratelimit does with TRACING_ENABLED: a server
-// span per ShouldRateLimit that continues the caller's W3C traceparent, and
-// a child span for the store round trip.
-//
-// A nil *Tracer is valid and does nothing, allocating nothing: the service
-// holds one whether tracing is on or not. The package is public because
-// envoy.Options takes a *Tracer.
+// Package tracing exports over OTLP the spans pkg/envoy starts (a server
+// span per ShouldRateLimit, a child span per store call), as
+// envoyproxy/ratelimit does with TRACING_ENABLED. A nil *Tracer is valid
+// and does nothing.
 //
 // The exporter's endpoint, headers, TLS files, timeout and compression come
 // from the standard OTEL_EXPORTER_OTLP_* (and OTEL_EXPORTER_OTLP_TRACES_*)
@@ -20,12 +16,10 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/contrib/propagators/b3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -47,10 +41,6 @@ const DefaultServiceName = "RateLimit"
 // DefaultSamplingRate samples every trace started here, as the
 // reference's TRACING_SAMPLING_RATE does by default.
 const DefaultSamplingRate = 1.0
-
-// instrumentation is the tracer's name, which backends show as the
-// instrumentation scope of the spans.
-const instrumentation = "github.com/floodgate/floodgate"
 
 // Options configure a Tracer. The zero value exports over OTLP/HTTP to the
 // endpoint the OTEL_EXPORTER_OTLP_* variables give (http://localhost:4318
@@ -93,8 +83,6 @@ func (o Options) Validate() error {
 // concurrent use. Its methods on a nil *Tracer do nothing.
 type Tracer struct {
 	provider *sdktrace.TracerProvider
-	tracer   trace.Tracer
-	store    attribute.KeyValue // db.system.name, or the zero value
 	resource *resource.Resource
 	// endpoint is where the spans go, endpointVar the variable that
 	// said so.
@@ -144,16 +132,16 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 	default:
 		sampler = sdktrace.TraceIDRatioBased(opts.SamplingRate)
 	}
-	provider := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exporter),
+	popts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sampler)),
-	)
-	t := &Tracer{provider: provider, tracer: provider.Tracer(instrumentation), resource: res}
-	t.endpoint, t.endpointVar = endpoint(protocol, os.Getenv)
-	if opts.Store != "" {
-		t.store = semconv.DBSystemNameKey.String(opts.Store)
 	}
+	if opts.Store != "" {
+		popts = append(popts, sdktrace.WithSpanProcessor(storeName{semconv.DBSystemNameKey.String(opts.Store)}))
+	}
+	popts = append(popts, sdktrace.WithBatcher(exporter))
+	t := &Tracer{provider: sdktrace.NewTracerProvider(popts...), resource: res}
+	t.endpoint, t.endpointVar = endpoint(protocol, os.Getenv)
 	return t, nil
 }
 
@@ -188,6 +176,15 @@ func newResource(opts Options) (*resource.Resource, error) {
 	return res, nil
 }
 
+// Provider returns the provider of the spans, for envoy.Options; nil for
+// a nil Tracer.
+func (t *Tracer) Provider() trace.TracerProvider {
+	if t == nil {
+		return nil
+	}
+	return t.provider
+}
+
 // Resource returns the attributes every span is exported with
 // (service.name and the others), for logging them at start.
 func (t *Tracer) Resource() *resource.Resource {
@@ -220,13 +217,3 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
-
-// propagator reads the W3C traceparent and tracestate, then Zipkin's B3
-// (the single b3 header, else the x-b3-* headers), then baggage, as the
-// reference server does: Envoy's OpenTelemetry tracer sends the first,
-// Istio meshes traced with Zipkin the second, and B3 wins when both come.
-var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, b3.New(), propagation.Baggage{})
-
-// traceHeaders are the headers that carry a caller's span context: a
-// request without any has none to continue, and nothing is extracted.
-var traceHeaders = [...]string{"traceparent", "b3", "x-b3-traceid"}
