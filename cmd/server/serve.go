@@ -211,7 +211,7 @@ func (a *app) openStatsd() error {
 func (a *app) service() (pb.RateLimitServiceServer, error) {
 	opts := a.cfg.Service
 	opts.Logger, opts.Metrics, opts.TracerProvider = a.logger, a.metrics, a.tracer.Provider()
-	svc, err := envoy.New(a.rules, a.store.Limiter(), opts)
+	svc, err := envoy.New(a.rules.Current, a.store.Limiter(), opts)
 	if err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}

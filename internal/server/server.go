@@ -328,7 +328,7 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	}
 	s := &Server{svc: svc, rules: rs, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
 
-	codec := envoy.NewCodec(opts.MaxMessageBytes)
+	codec := &envoy.Codec{MaxRequestBytes: opts.MaxMessageBytes}
 	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
 	codec.Register(s.grpc, inFlight{svc, &s.inflight}, opts.Refused)
 	s.healthNames = HealthServices

@@ -200,14 +200,14 @@ func newBenchService(tb testing.TB, store limit.Limiter, opts envoy.Options) *en
 	if err != nil {
 		tb.Fatal(err)
 	}
-	svc, err := envoy.New(setSource{set}, store, opts)
+	svc, err := envoy.New(setSource{set}.Current, store, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return svc
 }
 
-// setSource is a RuleSource that always returns one Set.
+// setSource serves one Set, through its Current method.
 type setSource struct{ set *rules.Set }
 
 func (s setSource) Current() *rules.Set { return s.set }

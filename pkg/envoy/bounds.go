@@ -7,14 +7,6 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
-// Defaults of RequestBounds' fields.
-const (
-	DefaultMaxDescriptors = 64
-	DefaultMaxEntries     = 16
-	DefaultMaxKeyBytes    = 1 << 10
-	DefaultMaxValueBytes  = 4 << 10
-)
-
 // maxCost bounds a hit's cost. A descriptor's hits_addend may be up to
 // 2^64-1; any cost above every limit's capacity (at most 2^32-1 from rule
 // files and overrides) is denied, charged up to limit.MaxCount or
@@ -27,7 +19,7 @@ const maxCost = 1 << 53
 // RequestBounds limit what one request may carry, so that no client can
 // make the server spend unbounded memory or time on one call. A request
 // beyond a bound gets InvalidArgument naming the field and the bound. Zero
-// fields mean their Default.
+// fields mean their value in DefaultOptions.
 type RequestBounds struct {
 	// MaxDescriptors bounds the descriptors of a request.
 	MaxDescriptors int
@@ -38,27 +30,6 @@ type RequestBounds struct {
 	MaxKeyBytes int
 	// MaxValueBytes bounds the length in bytes of an entry's value.
 	MaxValueBytes int
-}
-
-func (b RequestBounds) normalize() (RequestBounds, error) {
-	for _, f := range []struct {
-		p   *int
-		def int
-		n   string
-	}{
-		{&b.MaxDescriptors, DefaultMaxDescriptors, "MaxDescriptors"},
-		{&b.MaxEntries, DefaultMaxEntries, "MaxEntries"},
-		{&b.MaxKeyBytes, DefaultMaxKeyBytes, "MaxKeyBytes"},
-		{&b.MaxValueBytes, DefaultMaxValueBytes, "MaxValueBytes"},
-	} {
-		if *f.p < 0 {
-			return b, refused("Bounds."+f.n, *f.p, "must not be negative")
-		}
-		if *f.p == 0 {
-			*f.p = f.def
-		}
-	}
-	return b, nil
 }
 
 // check returns the first way req breaks the bounds or is malformed (an

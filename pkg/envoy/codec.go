@@ -3,7 +3,6 @@ package envoy
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -23,33 +22,27 @@ import (
 )
 
 // Codec is the gRPC codec of a server of the RateLimitService: a server
-// built with grpc.ForceServerCodecV2(c), on which c.Register registers
-// the service. It decodes ShouldRateLimit's request without reflection
-// into storage reused from call to call (one allocation per request),
-// and a request it cannot decode is answered InvalidArgument, naming what
-// is wrong, where gRPC alone would answer Internal and tell Envoy that the
-// server failed. Answers are encoded with go-control-plane's generated
-// code when the build has it. Every other message goes through gRPC's
-// proto codec. A Codec is safe for concurrent use.
+// built with grpc.ForceServerCodecV2(c), on which c.Register registers the
+// service. It decodes ShouldRateLimit's request without reflection into
+// storage reused from call to call (one allocation per request), and
+// answers InvalidArgument, naming what is wrong, to a request it cannot
+// decode, where gRPC alone would answer Internal and tell Envoy that the
+// server failed. Answers are encoded with go-control-plane's generated code
+// when the build has it; every other message goes through gRPC's proto
+// codec. The zero value is ready to use, and a Codec is safe for concurrent
+// use.
 type Codec struct {
-	proto encoding.CodecV2
-	// maxRequest bounds a RateLimitRequest, which gRPC's own bound
-	// (grpc.MaxRecvMsgSize) may not when other messages need more.
-	maxRequest int
+	// MaxRequestBytes bounds a RateLimitRequest (ResourceExhausted, as gRPC
+	// answers a message over its own bound), which grpc.MaxRecvMsgSize may
+	// not when other messages need more; 0 means no bound but gRPC's.
+	MaxRequestBytes int
 }
 
-// NewCodec returns a Codec that refuses a RateLimitRequest over
-// maxRequestBytes (ResourceExhausted, as gRPC refuses a message over its
-// own bound); 0 means no bound but gRPC's.
-func NewCodec(maxRequestBytes int) *Codec {
-	if maxRequestBytes <= 0 {
-		maxRequestBytes = math.MaxInt
-	}
-	return &Codec{proto: encoding.GetCodecV2("proto"), maxRequest: maxRequestBytes}
-}
+// protoCodec is gRPC's proto codec, registered by the import above.
+var protoCodec = encoding.GetCodecV2("proto")
 
 // Name is the codec's name: "proto", the one gRPC clients ask for.
-func (c *Codec) Name() string { return c.proto.Name() }
+func (c *Codec) Name() string { return protoCodec.Name() }
 
 // Marshal encodes a message that has go-control-plane's generated
 // encoder (vtMarshaler: the RateLimitResponse, in a build with the
@@ -61,7 +54,7 @@ func (c *Codec) Name() string { return c.proto.Name() }
 func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(vtMarshaler)
 	if !ok {
-		return c.proto.Marshal(v)
+		return protoCodec.Marshal(v)
 	}
 	b, err := m.MarshalVTStrict()
 	if err != nil {
@@ -89,9 +82,9 @@ type vtMarshaler interface {
 func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	w, ok := v.(*wireRequest)
 	if !ok {
-		return c.proto.Unmarshal(data, v)
+		return protoCodec.Unmarshal(data, v)
 	}
-	if n := data.Len(); n > c.maxRequest {
+	if n := data.Len(); c.MaxRequestBytes > 0 && n > c.MaxRequestBytes {
 		w.tooLarge = n
 		return nil
 	}
@@ -158,7 +151,7 @@ func (c *Codec) handler(refused func(string)) grpc.MethodHandler {
 		if in.tooLarge > 0 {
 			// As gRPC answers a message over its own bound.
 			refused(RefusedTooLarge)
-			return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", in.tooLarge, c.maxRequest)
+			return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", in.tooLarge, c.MaxRequestBytes)
 		}
 		if in.refusal != "" {
 			refused(RefusedMalformed)

@@ -37,8 +37,8 @@ func (h HeaderStyle) String() string {
 	return fmt.Sprintf("HeaderStyle(%d)", uint8(h))
 }
 
-// ParseHeaderStyle returns the style named s ("off", "reference", "ietf").
-func ParseHeaderStyle(s string) (HeaderStyle, error) {
+// parseHeaderStyle returns the style named s ("off", "reference", "ietf").
+func parseHeaderStyle(s string) (HeaderStyle, error) {
 	for i, n := range headerStyleNames {
 		if strings.EqualFold(s, n) {
 			return HeaderStyle(i), nil
@@ -47,9 +47,9 @@ func ParseHeaderStyle(s string) (HeaderStyle, error) {
 	return 0, fmt.Errorf("unknown response header style %q (want off, reference or ietf)", s)
 }
 
-// UnmarshalText reads a style's name, as ParseHeaderStyle.
+// UnmarshalText reads a style's name, as parseHeaderStyle.
 func (h *HeaderStyle) UnmarshalText(b []byte) error {
-	s, err := ParseHeaderStyle(string(b))
+	s, err := parseHeaderStyle(string(b))
 	if err == nil {
 		*h = s
 	}
@@ -59,39 +59,15 @@ func (h *HeaderStyle) UnmarshalText(b []byte) error {
 // MarshalText writes the style's name.
 func (h HeaderStyle) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
 
-// The reference server's default header names.
-const (
-	DefaultLimitHeader     = "RateLimit-Limit"
-	DefaultRemainingHeader = "RateLimit-Remaining"
-	DefaultResetHeader     = "RateLimit-Reset"
-)
-
 // Headers configures response headers. The zero value adds none.
 type Headers struct {
 	// Style picks the header set; the zero value, HeadersOff, adds none.
 	Style HeaderStyle
 	// LimitName, RemainingName and ResetName name the HeadersReference
 	// headers (the reference server's LIMIT_LIMIT_HEADER,
-	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty means the default.
+	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty means
+	// DefaultOptions'.
 	LimitName, RemainingName, ResetName string
-}
-
-// normalize fills defaults and checks the names are HTTP tokens.
-func (h Headers) normalize() (Headers, error) {
-	if h.Style > HeadersIETF {
-		return h, refused("Headers.Style", h.Style, "want off, reference or ietf")
-	}
-	defaults := [...]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader}
-	fields := [...]string{"LimitName", "RemainingName", "ResetName"}
-	for i, p := range [...]*string{&h.LimitName, &h.RemainingName, &h.ResetName} {
-		if *p == "" {
-			*p = defaults[i]
-		}
-		if !isToken(*p) {
-			return h, refused("Headers."+fields[i], *p, "not an HTTP token")
-		}
-	}
-	return h, nil
 }
 
 // build returns the headers for an answer, nil when headers are off. Values

@@ -17,82 +17,11 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// RuleSource returns the rules in force; rules.Watcher satisfies it. Current
-// must be cheap (it is called once per request) and may return a different
-// Set on each call.
-type RuleSource interface {
-	Current() *rules.Set
-}
-
-// DefaultNearLimitRatio is Options.NearLimitRatio when it is zero, the
-// reference server's NEAR_LIMIT_RATIO default.
-const DefaultNearLimitRatio = 0.8
-
-// Options tune a Service. The zero value is usable: no global shadow mode,
-// near-limit at 80 %, failing open, no headers.
-type Options struct {
-	// ShadowMode makes every answer's overall code OK while descriptors
-	// keep their real statuses and counters count as when enforcing (the
-	// reference server's SHADOW_MODE).
-	ShadowMode bool
-	// NearLimitRatio is the share of a limit's capacity above which an
-	// admitted hit counts as near the limit in the metrics; 0 means
-	// DefaultNearLimitRatio. It must be in [0, 1].
-	NearLimitRatio float64
-	// FailureMode is what to do when the Limiter fails, for rules that do
-	// not say (rules.Rule.FailureMode); rules.FailureDefault means
-	// rules.FailureAllow (fail open).
-	FailureMode rules.FailureMode
-	// Headers chooses the rate-limit headers added to responses.
-	Headers Headers
-	// OverLimitBody adds a JSON body (raw_body) to OVER_LIMIT answers, which
-	// Envoy sends as the 429 body.
-	OverLimitBody bool
-	// StoreFailureHeader, when not empty, names a response header added to
-	// every answer the failure policy gave (allow or deny) with the cause
-	// as its value: deadline, circuit_open or error. The answer's
-	// dynamic_metadata says so too, header or not (markFailure). It must
-	// be an HTTP token.
-	StoreFailureHeader string
-	// Logger receives failure logs (at most one line per second) and, at
-	// debug level, one line per answer (logDecision); nil discards them.
-	Logger *slog.Logger
-	// Metrics is told what each request did, to count it; nil counts
-	// nothing.
-	Metrics Metrics
-	// TracerProvider, when not nil, gets a span per request, named
-	// "ShouldRateLimit Execution" and continuing the caller's traceparent
-	// or B3 headers, and a child span "ratelimit.store" per store call;
-	// nil traces nothing and costs nothing.
-	TracerProvider trace.TracerProvider
-	// Bounds limit what one request may carry.
-	Bounds RequestBounds
-	// QuotaMode is the reference server's global quota mode (QUOTA_MODE):
-	// every descriptor is a quota, except those only unlimited limits
-	// apply to, and a request is refused only when every quota is over. A
-	// descriptor that matches no rule, or whose limits were replaced, is a
-	// quota that passes, and so is one in shadow mode: with one, the
-	// request is never refused. Each descriptor's own status still says
-	// OVER_LIMIT when it is over. False: only the descriptors of rules with
-	// quota_mode are quotas.
-	QuotaMode bool
-	// DynamicMetadata puts the request and the metadata of the rules it met
-	// into every answer's dynamic_metadata, as the reference server does with
-	// RESPONSE_DYNAMIC_METADATA (see requestMetadata). Envoy stores it under
-	// envoy.filters.http.ratelimit for later filters and access logs.
-	DynamicMetadata bool
-	// Now is the clock for the one answer no store decides: the reset of a
-	// limit of requests_per_unit 0, the time left in its window; it also
-	// paces the log of store failures (a line a second). nil means
-	// time.Now.
-	Now func() time.Time
-}
-
 // Service answers ShouldRateLimit. It is safe for concurrent use.
 type Service struct {
 	pb.UnimplementedRateLimitServiceServer
 
-	rules    RuleSource
+	rules    func() *rules.Set
 	limiter  limit.Limiter
 	opts     Options
 	failures *failureLog
@@ -100,34 +29,29 @@ type Service struct {
 	scratch  sync.Pool    // *scratch
 }
 
-// New returns a Service that matches requests against rs and evaluates the
+// New returns a Service that matches each request against the rules current
+// returns (rules.Watcher.Current: called once per request, so cheap and safe
+// for concurrent use; it may return another Set each time) and evaluates the
 // matched limits with l, one Evaluate call per request (shadow-mode limits
 // as limit.Advisory hits, quota-mode ones as limit.Quota hits, one quota
 // per descriptor), under the request's own context: l bounds its calls (a
 // store's deadline, see limit.DefaultDeadline). It returns an error for
 // invalid options.
-func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
-	if rs == nil || l == nil {
+func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, error) {
+	if current == nil || l == nil {
 		return nil, errors.New("envoy: nil rule source or limiter")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.NearLimitRatio == 0 {
-		opts.NearLimitRatio = DefaultNearLimitRatio
-	}
+	opts = opts.withDefaults()
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.FailureMode == rules.FailureDefault {
-		opts.FailureMode = rules.FailureAllow
-	}
-	opts.Headers, _ = opts.Headers.normalize() // checked by Validate
-	opts.Bounds, _ = opts.Bounds.normalize()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{rules: rs, limiter: l, opts: opts,
+	s := &Service{rules: current, limiter: l, opts: opts,
 		failures: newFailureLog(opts.Logger, time.Second, opts.Now)}
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(instrumentation)
@@ -182,7 +106,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	domain := req.GetDomain()
-	set := s.rules.Current()
+	set := s.rules()
 	if set == nil || !set.HasDomain(domain) {
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.DomainNotFound(domain, len(req.Descriptors))

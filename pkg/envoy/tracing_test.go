@@ -50,7 +50,7 @@ func TestTracing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{TracerProvider: tr.Provider()})
+	svc, err := New(fixedRules{set}.Current, limit.NewMemory(limit.MemoryOptions{}), Options{TracerProvider: tr.Provider()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func tracedCall(t *testing.T, ctx context.Context, rate float64, l limit.Limiter
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(fixedRules{set}, l, Options{TracerProvider: tr.Provider()})
+	svc, err := New(fixedRules{set}.Current, l, Options{TracerProvider: tr.Provider()})
 	if err != nil {
 		t.Fatal(err)
 	}
