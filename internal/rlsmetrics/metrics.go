@@ -191,53 +191,16 @@ func (m *Metrics) charge(s *ruleSeries, units int64) {
 	s.usage.reports.Inc()
 }
 
+// durationBuckets are the buckets of the duration histograms, in seconds.
+var durationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
 // New creates the request-path metrics and registers them on reg.
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: name, Help: help}, []string{"domain", "rule"})
-	}
-	storeLabel := prometheus.Labels{"store": opts.Store}
 	m := &Metrics{
-		hits: counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit, at most one more than "+
-			"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged."),
-		overLimit: counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included), "+
-			"at most one more than the largest limit per request."),
-		nearLimit: counter("near_limit_total", "Charged hits that left a limit at or above the near-limit ratio of its capacity."),
-		withinLimit: counter("within_limit_total", "Hits on descriptors within their limit, charged: "+
-			"never those of a request refused by another descriptor."),
-		shadowMode: counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted."),
-		charged: counter("usage_charged_total", "Usage reported after the fact (a descriptor's own hits_addend: "+
-			"tokens, bytes), charged whether within the limit or past it: what a budget spent."),
-		charges: counter("usage_reports_total", "Descriptors that reported usage (a descriptor's own hits_addend), charged."),
-		notCharged: counter("not_charged_total", "Hits on descriptors within their limit that were not charged, "+
-			"because another descriptor of the request was over its limit (a request is charged all or nothing)."),
-		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "global_shadow_mode_total",
-			Help: "Requests answered OK only because of the global shadow mode."}),
-		domainsNotFound: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "domain_not_found_total",
-			Help: "Requests for a domain no rule file declares (answered OK)."}),
-		decisions: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "floodgate", Name: "decision_duration_seconds",
-			Help:    "Time to answer ShouldRateLimit, by answer: ok, over_limit, or the gRPC error code.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"code"}),
-		storeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "floodgate", Name: "store_duration_seconds",
-			Help:        "Time of each call to the limit store, failures included.",
-			ConstLabels: storeLabel,
-			Buckets:     []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_errors_total",
-			Help: "Calls to the limit store that failed (timeouts, connection errors, error replies).", ConstLabels: storeLabel}),
-		failureAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_failure_answers_total",
-			Help: "Requests answered by the failure policy after a store failure, by policy (mode: allow, deny, unavailable) " +
-				"and cause (deadline: the store deadline passed; circuit_open: the breaker did not try the store; error: any other failure)."},
-			[]string{"mode", "cause"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "requests_refused_total",
-			Help: "Requests refused (InvalidArgument, ResourceExhausted, Unimplemented; 400, 405, 413 on /json) before any " +
-				"decision, by reason: " + strings.Join(RefusalReasons, ", ") + "."}, []string{"reason"}),
 		maxValues:     opts.MaxValueSeries,
 		keepHotValues: opts.KeepHotValues,
 		byLabel:       map[[2]string]*ruleSeries{},
 		labels:        sync.Pool{New: func() any { return new([]byte) }},
-	}
-	for _, r := range RefusalReasons {
-		m.refused.WithLabelValues(r) // present at 0 from the start
 	}
 	if m.maxValues == 0 {
 		m.maxValues = DefaultMaxValueSeries
@@ -245,8 +208,8 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	if opts.Statsd != nil {
 		m.sd = newStatsdStats(opts.Statsd, m.maxValues)
 	}
-	m.decisionOK = m.decisions.WithLabelValues("ok")
-	m.decisionOver = m.decisions.WithLabelValues("over_limit")
+	m.newHitCounters()
+	m.newRequestMetrics(prometheus.Labels{"store": opts.Store})
 	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged, m.charged, m.charges,
 		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers, m.refused} {
 		if err := reg.Register(c); err != nil {
@@ -254,6 +217,53 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// newHitCounters creates the counters of hits by domain and rule.
+func (m *Metrics) newHitCounters() {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: name, Help: help}, []string{"domain", "rule"})
+	}
+	m.hits = counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit, at most one more than "+
+		"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged.")
+	m.overLimit = counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included), "+
+		"at most one more than the largest limit per request.")
+	m.nearLimit = counter("near_limit_total", "Charged hits that left a limit at or above the near-limit ratio of its capacity.")
+	m.withinLimit = counter("within_limit_total", "Hits on descriptors within their limit, charged: "+
+		"never those of a request refused by another descriptor.")
+	m.shadowMode = counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted.")
+	m.charged = counter("usage_charged_total", "Usage reported after the fact (a descriptor's own hits_addend: "+
+		"tokens, bytes), charged whether within the limit or past it: what a budget spent.")
+	m.charges = counter("usage_reports_total", "Descriptors that reported usage (a descriptor's own hits_addend), charged.")
+	m.notCharged = counter("not_charged_total", "Hits on descriptors within their limit that were not charged, "+
+		"because another descriptor of the request was over its limit (a request is charged all or nothing).")
+}
+
+// newRequestMetrics creates the metrics of requests and store calls.
+func (m *Metrics) newRequestMetrics(storeLabel prometheus.Labels) {
+	m.globalShadowMode = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "global_shadow_mode_total",
+		Help: "Requests answered OK only because of the global shadow mode."})
+	m.domainsNotFound = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "domain_not_found_total",
+		Help: "Requests for a domain no rule file declares (answered OK)."})
+	m.decisions = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "floodgate", Name: "decision_duration_seconds",
+		Help:    "Time to answer ShouldRateLimit, by answer: ok, over_limit, or the gRPC error code.",
+		Buckets: durationBuckets}, []string{"code"})
+	m.decisionOK = m.decisions.WithLabelValues("ok")
+	m.decisionOver = m.decisions.WithLabelValues("over_limit")
+	m.storeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "floodgate", Name: "store_duration_seconds",
+		Help: "Time of each call to the limit store, failures included.", ConstLabels: storeLabel, Buckets: durationBuckets})
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_errors_total",
+		Help: "Calls to the limit store that failed (timeouts, connection errors, error replies).", ConstLabels: storeLabel})
+	m.failureAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_failure_answers_total",
+		Help: "Requests answered by the failure policy after a store failure, by policy (mode: allow, deny, unavailable) " +
+			"and cause (deadline: the store deadline passed; circuit_open: the breaker did not try the store; error: any other failure)."},
+		[]string{"mode", "cause"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "requests_refused_total",
+		Help: "Requests refused (InvalidArgument, ResourceExhausted, Unimplemented; 400, 405, 413 on /json) before any " +
+			"decision, by reason: " + strings.Join(RefusalReasons, ", ") + "."}, []string{"reason"})
+	for _, r := range RefusalReasons {
+		m.refused.WithLabelValues(r) // present at 0 from the start
+	}
 }
 
 // Decision counts an answer, or a failed call, and how long it took.
