@@ -9,48 +9,36 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// responseUnit returns the RLS unit of a rule unit. The two enums number
+// responseUnits maps a rule unit to the answer's: the two enums number
 // their units differently (WEEK came last to the proto).
+var responseUnits = [...]pb.RateLimitResponse_RateLimit_Unit{
+	rules.Second: pb.RateLimitResponse_RateLimit_SECOND, rules.Minute: pb.RateLimitResponse_RateLimit_MINUTE,
+	rules.Hour: pb.RateLimitResponse_RateLimit_HOUR, rules.Day: pb.RateLimitResponse_RateLimit_DAY,
+	rules.Week: pb.RateLimitResponse_RateLimit_WEEK, rules.Month: pb.RateLimitResponse_RateLimit_MONTH,
+	rules.Year: pb.RateLimitResponse_RateLimit_YEAR,
+}
+
+// responseUnit returns the answer's unit of a rule unit, UNKNOWN for none.
 func responseUnit(u rules.Unit) pb.RateLimitResponse_RateLimit_Unit {
-	switch u {
-	case rules.Second:
-		return pb.RateLimitResponse_RateLimit_SECOND
-	case rules.Minute:
-		return pb.RateLimitResponse_RateLimit_MINUTE
-	case rules.Hour:
-		return pb.RateLimitResponse_RateLimit_HOUR
-	case rules.Day:
-		return pb.RateLimitResponse_RateLimit_DAY
-	case rules.Week:
-		return pb.RateLimitResponse_RateLimit_WEEK
-	case rules.Month:
-		return pb.RateLimitResponse_RateLimit_MONTH
-	case rules.Year:
-		return pb.RateLimitResponse_RateLimit_YEAR
+	if int(u) < len(responseUnits) {
+		return responseUnits[u]
 	}
 	return pb.RateLimitResponse_RateLimit_UNKNOWN
 }
 
-// overrideUnit returns the rule unit and its length for the unit of a
-// descriptor's limit override (envoy.type.v3.RateLimitUnit, which has no
-// week), or an error naming the field for UNKNOWN and unknown numbers.
+// overrideUnits maps the unit of a descriptor's limit override, which has
+// no week, to the rule unit.
+var overrideUnits = map[typev3.RateLimitUnit]rules.Unit{
+	typev3.RateLimitUnit_SECOND: rules.Second, typev3.RateLimitUnit_MINUTE: rules.Minute,
+	typev3.RateLimitUnit_HOUR: rules.Hour, typev3.RateLimitUnit_DAY: rules.Day,
+	typev3.RateLimitUnit_MONTH: rules.Month, typev3.RateLimitUnit_YEAR: rules.Year,
+}
+
+// overrideUnit returns the rule unit of descriptor index's override unit,
+// or an error naming the field for UNKNOWN and unknown numbers.
 func overrideUnit(u typev3.RateLimitUnit, index int) (rules.Unit, error) {
-	var ru rules.Unit
-	switch u {
-	case typev3.RateLimitUnit_SECOND:
-		ru = rules.Second
-	case typev3.RateLimitUnit_MINUTE:
-		ru = rules.Minute
-	case typev3.RateLimitUnit_HOUR:
-		ru = rules.Hour
-	case typev3.RateLimitUnit_DAY:
-		ru = rules.Day
-	case typev3.RateLimitUnit_MONTH:
-		ru = rules.Month
-	case typev3.RateLimitUnit_YEAR:
-		ru = rules.Year
-	default:
-		return 0, fmt.Errorf("descriptors[%d].limit: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", index, u)
+	if ru, ok := overrideUnits[u]; ok {
+		return ru, nil
 	}
-	return ru, nil
+	return 0, fmt.Errorf("descriptors[%d].limit: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", index, u)
 }
