@@ -15,34 +15,28 @@ import (
 // value in DefaultOptions, and no shadow mode, headers, body, logs, metrics
 // or traces.
 type Options struct {
-	// ShadowMode makes every answer's overall code OK while descriptors
-	// keep their real statuses and counters count as when enforcing (the
-	// reference server's SHADOW_MODE).
+	// ShadowMode makes every overall code OK; statuses and counters stay
+	// real (the reference server's SHADOW_MODE).
 	ShadowMode bool
-	// NearLimitRatio is the share of a limit's capacity above which an
-	// admitted hit counts as near the limit in the metrics. It must be in
-	// [0, 1].
+	// NearLimitRatio is the share of a limit's capacity from which an
+	// admitted hit counts as near the limit, in [0, 1].
 	NearLimitRatio float64
 	// FailureMode is what to do when the Limiter fails, for rules that do
-	// not say (rules.Rule.FailureMode); rules.FailureDefault means
-	// rules.FailureAllow (fail open).
+	// not say (rules.Rule.FailureMode).
 	FailureMode rules.FailureMode
 	// Headers chooses the rate-limit headers added to responses.
 	Headers Headers
-	// OverLimitBody adds a JSON body (raw_body) to OVER_LIMIT answers, which
-	// Envoy sends as the 429 body.
+	// OverLimitBody adds a JSON body to OVER_LIMIT answers, Envoy's 429
+	// body.
 	OverLimitBody bool
-	// StoreFailureHeader, when not empty, names a response header added to
-	// every answer the failure policy gave (allow or deny) with the cause
-	// as its value: deadline, circuit_open or error. The answer's
-	// dynamic_metadata says so too, header or not (markFailure). It must
-	// be an HTTP token.
+	// StoreFailureHeader, when not empty, names a header added to every
+	// answer the failure policy gave, with the cause as value (deadline,
+	// circuit_open, store_full or error). It must be an HTTP token.
 	StoreFailureHeader string
-	// Logger receives failure logs (at most one line per second) and, at
-	// debug level, one line per answer (logDecision); nil discards them.
+	// Logger receives store failures (a line a second at most) and, at
+	// debug level, a line per answer; nil discards them.
 	Logger *slog.Logger
-	// Metrics is told what each request did, to count it; nil counts
-	// nothing.
+	// Metrics is told what each request did; nil counts nothing.
 	Metrics Metrics
 	// TracerProvider, when not nil, gets a span per request, named
 	// "ShouldRateLimit Execution" and continuing the caller's traceparent
@@ -51,24 +45,18 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// Bounds limit what one request may carry.
 	Bounds RequestBounds
-	// QuotaMode is the reference server's global quota mode (QUOTA_MODE):
-	// every descriptor is a quota, except those only unlimited limits
-	// apply to, and a request is refused only when every quota is over. A
-	// descriptor that matches no rule, or whose limits were replaced, is a
-	// quota that passes, and so is one in shadow mode: with one, the
-	// request is never refused. Each descriptor's own status still says
-	// OVER_LIMIT when it is over. False: only the descriptors of rules with
-	// quota_mode are quotas.
+	// QuotaMode is the reference server's QUOTA_MODE: every descriptor
+	// but those with only unlimited limits is a quota, and a request is
+	// refused only when every quota is over (one that matches no rule or
+	// is in shadow mode always passes). False: only rules with quota_mode
+	// make quotas. Each descriptor's status still says OVER_LIMIT.
 	QuotaMode bool
-	// DynamicMetadata puts the request and the metadata of the rules it met
-	// into every answer's dynamic_metadata, as the reference server does with
-	// RESPONSE_DYNAMIC_METADATA (see requestMetadata). Envoy stores it under
-	// envoy.filters.http.ratelimit for later filters and access logs.
+	// DynamicMetadata puts the request and its rules' metadata into every
+	// answer's dynamic_metadata, as the reference server's
+	// RESPONSE_DYNAMIC_METADATA.
 	DynamicMetadata bool
-	// Now is the clock for the one answer no store decides: the reset of a
-	// limit of requests_per_unit 0, the time left in its window; it also
-	// paces the log of store failures (a line a second). nil means
-	// time.Now.
+	// Now is the clock of the reset of a limit of requests_per_unit 0,
+	// which no store decides, and of the failure log; nil means time.Now.
 	Now func() time.Time
 }
 

@@ -29,14 +29,11 @@ type Service struct {
 	scratch  sync.Pool    // *scratch
 }
 
-// New returns a Service that matches each request against the rules current
-// returns (rules.Watcher.Current: called once per request, so cheap and safe
-// for concurrent use; it may return another Set each time) and evaluates the
-// matched limits with l, one Evaluate call per request (shadow-mode limits
-// as limit.Advisory hits, quota-mode ones as limit.Quota hits, one quota
-// per descriptor), under the request's own context: l bounds its calls (a
-// store's deadline, see limit.DefaultDeadline). It returns an error for
-// invalid options.
+// New returns a Service that matches each request against the rules
+// current returns (such as rules.Watcher.Current: called once per request,
+// it must be cheap and safe for concurrent use) and evaluates them with
+// one call to l per request, under the request's context: l bounds its
+// own calls. It returns an error for invalid options.
 func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, error) {
 	if current == nil || l == nil {
 		return nil, errors.New("envoy: nil rule source or limiter")
@@ -60,14 +57,12 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 	return s, nil
 }
 
-// ShouldRateLimit decides a request: one status per descriptor, in request
-// order, and the overall code, OVER_LIMIT when a descriptor that is neither
-// in shadow mode nor a quota is over its limit, or when every quota
-// descriptor is. It returns InvalidArgument, naming the field, for an empty
-// domain or key, no descriptors, a string that is not UTF-8, a request
-// beyond Options.Bounds or an invalid limit override; Unavailable when the
-// store failed and the failure policy says so; and Internal, logged with
-// its stack, if answering panicked. An unknown domain gets OK.
+// ShouldRateLimit decides a request (see the package doc). It returns
+// InvalidArgument, naming the field, for an empty domain or key, no
+// descriptors, a string that is not UTF-8, a request beyond Options.Bounds
+// or an invalid limit override; Unavailable when the store failed and the
+// failure policy says so; Internal, logged with its stack, if answering
+// panicked.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (resp *pb.RateLimitResponse, err error) {
 	start := time.Now()
 	sc := s.scratch.Get().(*scratch)
@@ -85,8 +80,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.Decision(d, resp, err)
 		}
-		// Checked first, so that with debug off a request pays for no
-		// attribute.
+		// Checked first: with debug off, no attribute is built.
 		if s.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 			s.logDecision(ctx, d, req, sc, resp, err)
 		}
@@ -129,8 +123,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	}
 	v := sc.judge(s.opts.NearLimitRatio, false)
 	if s.opts.Metrics != nil {
-		// A blocked call (the Limiter's verdict, quota rule included)
-		// charged no hit.
+		// A blocked call charged no hit.
 		s.opts.Metrics.Hits(set, domain, sc.hitsOf(v, !blocked))
 	}
 	return s.respond(sc, req, v), nil
@@ -143,8 +136,7 @@ func (s *Service) refused(reason string) {
 	}
 }
 
-// evaluate calls the Limiter and returns its verdict. A request without
-// hits is not blocked.
+// evaluate calls the Limiter, unless there are no hits.
 func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(hits) == 0 {
 		return false, nil
@@ -164,19 +156,15 @@ func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	return blocked, err
 }
 
-// failed applies the failure policy after the Limiter returned err: limits that deny make their descriptors
-// OVER_LIMIT; otherwise, if a limit asks for it, the call fails with
-// Unavailable so that Envoy's failure_mode_deny decides; otherwise the
-// request passes. An answer says it comes from the policy, and why
-// (markFailure); the error of Unavailable names the cause.
+// failed applies the failure policy after the Limiter returned err (see
+// the package doc); the error of Unavailable names the cause.
 func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequest, err error) (*pb.RateLimitResponse, error) {
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The caller went away; nobody reads the answer.
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	if errors.Is(err, limit.ErrInvalidSpec) || errors.Is(err, limit.ErrNegativeCost) || errors.Is(err, limit.ErrInvalidMode) {
-		// Not the store: floodgate built a hit the limiter refuses. Say so
-		// rather than dress it up as an outage.
+		// Not an outage: the limiter refuses a hit we built.
 		s.opts.Logger.Error("the limiter refused a hit", "err", err, "domain", req.GetDomain())
 		return nil, status.Errorf(codes.Internal, "invalid limit: %v", err)
 	}
