@@ -90,14 +90,10 @@ type Tracer struct {
 }
 
 // New returns a Tracer exporting in batches over OTLP as opts say. It does
-// not connect: an unreachable collector shows in the exports, which fail
-// (the SDK reports them through otel.Handle) without slowing requests. It
-// returns an error naming the option for an unknown protocol or a sampling
-// rate outside [0, 1], and naming the variable for an OTEL_EXPORTER_OTLP_*
-// value the exporter could not use (an endpoint without http:// or
-// https://, headers without '=', a timeout not in milliseconds, an
-// unreadable TLS file) or a malformed OTEL_RESOURCE_ATTRIBUTES: the
-// exporter would log those and fall back to its defaults.
+// not connect: failed exports go to otel.Handle without slowing requests.
+// Its error names the option refused, or the OTEL_EXPORTER_OTLP_* or
+// OTEL_RESOURCE_ATTRIBUTES variable the exporter could not use, which it
+// would only log before falling back to its defaults.
 func New(ctx context.Context, opts Options) (*Tracer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -145,9 +141,8 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 	return t, nil
 }
 
-// newResource describes the process as opts say, after the SDK's own
-// attributes and OTEL_RESOURCE_ATTRIBUTES, which the TRACING_SERVICE_*
-// values override.
+// newResource describes the process: the SDK's attributes and
+// OTEL_RESOURCE_ATTRIBUTES, overridden by opts.
 func newResource(opts Options) (*resource.Resource, error) {
 	name := opts.ServiceName
 	if name == "" {
@@ -162,9 +157,8 @@ func newResource(opts Options) (*resource.Resource, error) {
 		attrs = append(attrs, semconv.ServiceNamespace(opts.ServiceNamespace))
 	}
 	own := resource.NewWithAttributes(semconv.SchemaURL, attrs...)
-	// A malformed OTEL_RESOURCE_ATTRIBUTES is a partial resource to the
-	// SDK, which keeps the pairs it could read: refused here, as the
-	// attributes left out are the ones a trace query would look for.
+	// The SDK keeps what it could read of a malformed
+	// OTEL_RESOURCE_ATTRIBUTES; the pairs lost are those a query needs.
 	env, err := resource.New(context.Background(), resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES or OTEL_SERVICE_NAME: %w; want comma-separated key=value pairs, values percent-encoded", err)
@@ -185,8 +179,7 @@ func (t *Tracer) Provider() trace.TracerProvider {
 	return t.provider
 }
 
-// Resource returns the attributes every span is exported with
-// (service.name and the others), for logging them at start.
+// Resource returns the attributes every span is exported with.
 func (t *Tracer) Resource() *resource.Resource {
 	if t == nil {
 		return nil
@@ -194,11 +187,8 @@ func (t *Tracer) Resource() *resource.Resource {
 	return t.resource
 }
 
-// Endpoint returns where the spans are exported: the URL posted to over
-// OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT with /v1/traces appended, or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is), the URL dialled over
-// OTLP/gRPC; and the variable it came from, "" for the exporter's
-// default. The URL may hold credentials.
+// Endpoint returns the URL the spans are exported to, which may hold
+// credentials, and the variable it came from, "" for the default.
 func (t *Tracer) Endpoint() (url, variable string) {
 	if t == nil {
 		return "", ""
@@ -206,8 +196,7 @@ func (t *Tracer) Endpoint() (url, variable string) {
 	return t.endpoint, t.endpointVar
 }
 
-// Shutdown exports the spans still buffered and stops the exporter; ctx
-// bounds the wait. Spans started afterwards are dropped.
+// Shutdown exports the spans still buffered, within ctx, and stops.
 func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
