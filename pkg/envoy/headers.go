@@ -8,21 +8,20 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
-// HeaderStyle chooses the rate-limit headers a Service adds to answers
-// (response_headers_to_add, which Envoy puts on the downstream response).
+// HeaderStyle chooses the rate-limit headers a Service adds to answers,
+// which Envoy puts on the downstream response.
 type HeaderStyle uint8
 
 const (
 	// HeadersOff, the zero value, adds no header.
 	HeadersOff HeaderStyle = iota
-	// HeadersReference adds the reference server's three headers,
-	// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (seconds),
-	// under configurable names, plus Retry-After on OVER_LIMIT answers.
+	// HeadersReference adds the reference server's RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset (seconds), plus Retry-After
+	// on OVER_LIMIT answers.
 	HeadersReference
-	// HeadersIETF adds the structured fields of the IETF draft
-	// (draft-ietf-httpapi-ratelimit-headers): RateLimit-Policy
-	// (`"name";q=<limit>;w=<window seconds>`) and RateLimit
-	// (`"name";r=<remaining>;t=<seconds to reset>`), plus Retry-After on
+	// HeadersIETF adds draft-ietf-httpapi-ratelimit-headers' fields,
+	// RateLimit-Policy (`"name";q=<limit>;w=<window s>`) and RateLimit
+	// (`"name";r=<remaining>;t=<s to reset>`), plus Retry-After on
 	// OVER_LIMIT answers.
 	HeadersIETF
 )
@@ -37,7 +36,7 @@ func (h HeaderStyle) String() string {
 	return fmt.Sprintf("HeaderStyle(%d)", uint8(h))
 }
 
-// parseHeaderStyle returns the style named s ("off", "reference", "ietf").
+// parseHeaderStyle returns the style named s.
 func parseHeaderStyle(s string) (HeaderStyle, error) {
 	for i, n := range headerStyleNames {
 		if strings.EqualFold(s, n) {
@@ -47,7 +46,7 @@ func parseHeaderStyle(s string) (HeaderStyle, error) {
 	return 0, fmt.Errorf("unknown response header style %q (want off, reference or ietf)", s)
 }
 
-// UnmarshalText reads a style's name, as parseHeaderStyle.
+// UnmarshalText reads a style's name.
 func (h *HeaderStyle) UnmarshalText(b []byte) error {
 	s, err := parseHeaderStyle(string(b))
 	if err == nil {
@@ -61,7 +60,6 @@ func (h HeaderStyle) MarshalText() ([]byte, error) { return []byte(h.String()), 
 
 // Headers configures response headers. The zero value adds none.
 type Headers struct {
-	// Style picks the header set; the zero value, HeadersOff, adds none.
 	Style HeaderStyle
 	// LimitName, RemainingName and ResetName name the HeadersReference
 	// headers (the reference server's LIMIT_LIMIT_HEADER,
@@ -70,10 +68,8 @@ type Headers struct {
 	LimitName, RemainingName, ResetName string
 }
 
-// build returns the headers for an answer, nil when headers are off. Values
-// come from top, the most restrictive status that has a current_limit (an
-// over-limit one first, then the least remaining; none when its limit is
-// nil); Retry-After, on an over-limit answer, is retry seconds, at least 1.
+// build returns an answer's headers, describing top (none when its limit
+// is nil); Retry-After, when over, is retry seconds, at least 1.
 func (h Headers) build(top *report, over bool, retry int64) []*corev3.HeaderValue {
 	if h.Style == HeadersOff {
 		return nil
@@ -104,9 +100,8 @@ func (h Headers) build(top *report, over bool, retry int64) []*corev3.HeaderValu
 	return out
 }
 
-// sfString quotes a policy name as a structured-field string (RFC 8941):
-// printable ASCII with '"' and '\' escaped; other bytes become '_'. An empty
-// name becomes "default".
+// sfString quotes a policy name as an RFC 8941 string, other bytes than
+// printable ASCII as '_'; an empty name is "default".
 func sfString(name string) string {
 	if name == "" {
 		name = "default"
