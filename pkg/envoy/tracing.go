@@ -15,17 +15,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The request span has the reference server's name, so that the trace
-// queries and dashboards written for it find ours.
 const (
-	requestSpan = "ShouldRateLimit Execution"
-	storeSpan   = "ratelimit.store"
-	// instrumentation is the tracer's name: the spans' instrumentation
-	// scope.
-	instrumentation = "github.com/floodgate/floodgate"
+	requestSpan     = "ShouldRateLimit Execution" // the reference server's name, which its queries find
+	storeSpan       = "ratelimit.store"
+	instrumentation = "github.com/floodgate/floodgate" // the spans' instrumentation scope
 	rpcMethod       = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-	// noRule is the request span's ratelimit.rule when no rule decided.
-	noRule = "none"
+	noRule          = "none" // ratelimit.rule when no rule decided
 )
 
 // propagator reads the W3C traceparent and tracestate, then Zipkin's B3,
@@ -34,8 +29,7 @@ const (
 // when both come.
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, b3.New(), propagation.Baggage{})
 
-// traceHeaders carry a caller's span context: without any, nothing is
-// extracted.
+// traceHeaders carry a caller's span context.
 var traceHeaders = [...]string{"traceparent", "b3", "x-b3-traceid"}
 
 // WithHTTPRequest returns ctx marked as serving r, so that the request's
@@ -76,9 +70,8 @@ func (s *Service) startSpan(ctx context.Context, req *pb.RateLimitRequest) (cont
 	return ctx, span, isHTTP
 }
 
-// endSpan records what decided the request and ends its span. It reads sc,
-// so it runs before sc is reset; with the span not recording (a request
-// not sampled) it reads nothing.
+// endSpan records what decided the request, when the span records, and
+// ends it. It runs before sc is reset.
 func endSpan(span trace.Span, isHTTP bool, sc *scratch, resp *pb.RateLimitResponse, err error) {
 	if !span.IsRecording() {
 		span.End()
