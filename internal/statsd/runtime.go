@@ -4,13 +4,9 @@ import (
 	"runtime"
 )
 
-// RuntimeStats adds the Go runtime's stats under prefix, with the names and
-// kinds lyft/gostats gives them, which the reference server sends under
-// "ratelimit.go": gauges alloc, sys, heapAlloc, heapSys, heapIdle,
-// heapInuse, heapReleased, heapObjects, nextGC, lastGC, gcCPUPercent and
-// numGoroutine, sent at every flush; counters totalAlloc, mallocs, frees,
-// pauseTotalNs and numGC. They are read once per flush
-// (runtime.ReadMemStats stops the world for microseconds). Call it once.
+// RuntimeStats adds the Go runtime's stats under prefix, named and typed as
+// lyft/gostats does for the reference server ("ratelimit.go"), read once
+// per flush. Call it once.
 func (c *Client) RuntimeStats(prefix string) {
 	var ms runtime.MemStats
 	c.beforeFlush(func() { runtime.ReadMemStats(&ms) })
