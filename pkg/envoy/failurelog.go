@@ -6,10 +6,9 @@ import (
 	"time"
 )
 
-// failureLog logs store failures at most once per interval, with the number
-// of failures since the previous line, so that a Redis outage under load
-// writes a line a second instead of one per request. The exact count is in
-// the store_errors_total metric.
+// failureLog logs store failures at most once per interval, with their
+// number since the previous line: an outage under load writes a line a
+// second, not one per request.
 type failureLog struct {
 	logger   *slog.Logger
 	interval time.Duration
@@ -21,11 +20,8 @@ type failureLog struct {
 }
 
 // newFailureLog returns a failureLog writing to logger at most once per
-// interval as measured by now; a nil now means time.Now.
+// interval as measured by now.
 func newFailureLog(logger *slog.Logger, interval time.Duration, now func() time.Time) *failureLog {
-	if now == nil {
-		now = time.Now
-	}
 	return &failureLog{logger: logger, interval: interval, now: now}
 }
 
