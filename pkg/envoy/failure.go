@@ -3,7 +3,9 @@ package envoy
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -73,4 +75,39 @@ func markFailure(resp *pb.RateLimitResponse, f failureAnswer, header string) {
 	if header != "" {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: header, Value: f.cause.String()})
 	}
+}
+
+// failureLog logs store failures at most once per interval, with their
+// number since the previous line: an outage under load writes a line a
+// second, not one per request.
+type failureLog struct {
+	logger   *slog.Logger
+	interval time.Duration
+	now      func() time.Time
+
+	mu     sync.Mutex
+	last   time.Time
+	unseen int // failures since the last line
+}
+
+// newFailureLog returns a failureLog writing to logger at most once per
+// interval as measured by now.
+func newFailureLog(logger *slog.Logger, interval time.Duration, now func() time.Time) *failureLog {
+	return &failureLog{logger: logger, interval: interval, now: now}
+}
+
+// record counts a failure and logs it if the last line is old enough.
+func (f *failureLog) record(err error) {
+	now := f.now()
+	f.mu.Lock()
+	f.unseen++
+	if !f.last.IsZero() && now.Sub(f.last) < f.interval {
+		f.mu.Unlock()
+		return
+	}
+	n := f.unseen
+	f.unseen = 0
+	f.last = now
+	f.mu.Unlock()
+	f.logger.Warn("rate-limit store failed; applying the failure policy", "err", err, "failures", n)
 }
