@@ -119,18 +119,11 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var sampler sdktrace.Sampler
-	switch opts.SamplingRate {
-	case 1:
-		sampler = sdktrace.AlwaysSample()
-	case 0:
-		sampler = sdktrace.NeverSample()
-	default:
-		sampler = sdktrace.TraceIDRatioBased(opts.SamplingRate)
-	}
+	// The caller's sampled flag decides for its trace, so that a trace
+	// Envoy keeps is kept whole; the rate, for the traces started here.
 	popts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sampler)),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SamplingRate))),
 	}
 	if opts.Store != "" {
 		popts = append(popts, sdktrace.WithSpanProcessor(storeName{semconv.DBSystemNameKey.String(opts.Store)}))
