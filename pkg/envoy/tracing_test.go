@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,7 +188,7 @@ const (
 // tracedCall answers req from a service on l with the binary's tracer
 // (sampling rate, over OTLP/HTTP to a real receiver) under ctx, flushes,
 // and returns the spans exported.
-func tracedCall(t *testing.T, ctx context.Context, rate float64, l limit.Limiter, req *pb.RateLimitRequest) []otlptest.Span {
+func tracedCall(t *testing.T, ctx context.Context, rate float64, l limit.Limiter, opts Options, req *pb.RateLimitRequest) []otlptest.Span {
 	t.Helper()
 	rcv := otlptest.Start(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.HTTPEndpoint())
@@ -199,7 +200,8 @@ func tracedCall(t *testing.T, ctx context.Context, rate float64, l limit.Limiter
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(fixedRules{set}.Current, l, Options{TracerProvider: tr.Provider()})
+	opts.TracerProvider = tr.Provider()
+	svc, err := New(fixedRules{set}.Current, l, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +253,7 @@ func TestSpanParents(t *testing.T) {
 		{"B3 unsampled", 1, md("x-b3-traceid", b3Trace, "x-b3-spanid", b3Span, "x-b3-sampled", "0"), false, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spans := tracedCall(t, tc.ctx, tc.rate, limit.NewMemory(limit.MemoryOptions{}), request("other", desc("user", "u1")))
+			spans := tracedCall(t, tc.ctx, tc.rate, limit.NewMemory(limit.MemoryOptions{}), Options{}, request("other", desc("user", "u1")))
 			if !tc.sampled {
 				if len(spans) != 0 {
 					t.Fatalf("exported %v, want nothing", spans)
@@ -276,7 +278,7 @@ func TestSpanParents(t *testing.T) {
 // attributes.
 func TestSpanOverHTTP(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/json?x=1", nil)
-	spans := tracedCall(t, WithHTTPRequest(context.Background(), r), 1, limit.NewMemory(limit.MemoryOptions{}), request("other", desc("user", "u1")))
+	spans := tracedCall(t, WithHTTPRequest(context.Background(), r), 1, limit.NewMemory(limit.MemoryOptions{}), Options{}, request("other", desc("user", "u1")))
 	rs, ok := otlptest.Find(spans, requestSpan)
 	if !ok {
 		t.Fatal("no request span")
@@ -292,24 +294,44 @@ func TestSpanOverHTTP(t *testing.T) {
 }
 
 // TestSpanOfStoreFailure: a store failure shows on both spans, with what
-// the failure policy answered.
+// the failure policy answered: an answer (allow), or the gRPC error
+// Unavailable.
 func TestSpanOfStoreFailure(t *testing.T) {
-	spans := tracedCall(t, context.Background(), 1, failingStore{}, request("shop", desc("user", "u1")))
-	rs, _ := otlptest.Find(spans, requestSpan)
-	ss, ok := otlptest.Find(spans, storeSpan)
-	if !ok {
-		t.Fatalf("no store span in %v", spans)
-	}
-	if ss.StatusCode != tracepb.Status_STATUS_CODE_ERROR || ss.StatusMessage == "" {
-		t.Errorf("store span status %v %q", ss.StatusCode, ss.StatusMessage)
-	}
-	if rs.Kind != tracepb.Span_SPAN_KIND_SERVER || ss.Kind != tracepb.Span_SPAN_KIND_CLIENT {
-		t.Errorf("kinds %v and %v, want server and client", rs.Kind, ss.Kind)
-	}
-	for k, v := range map[string]any{"ratelimit.store_failure": "error", "ratelimit.failure_policy": "allow", "ratelimit.overall_code": "OK"} {
-		wantAttr(t, 0, rs.Attrs, k, v)
-	}
-	if _, ok := ss.Attrs["db.system.name"]; ok {
-		t.Errorf("db.system.name without tracing.Options.Store: %v", ss.Attrs)
+	for _, tc := range []struct {
+		mode  rules.FailureMode
+		attrs map[string]any
+	}{
+		{rules.FailureAllow, map[string]any{"ratelimit.store_failure": "error", "ratelimit.failure_policy": "allow",
+			"ratelimit.overall_code": "OK", "rpc.response.status_code": int64(codes.OK)}},
+		{rules.FailureUnavailable, map[string]any{"ratelimit.store_failure": "error", "ratelimit.failure_policy": "unavailable",
+			"rpc.response.status_code": int64(codes.Unavailable)}},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			spans := tracedCall(t, context.Background(), 1, failingStore{}, Options{FailureMode: tc.mode}, request("shop", desc("user", "u1")))
+			rs, _ := otlptest.Find(spans, requestSpan)
+			ss, ok := otlptest.Find(spans, storeSpan)
+			if !ok {
+				t.Fatalf("no store span in %v", spans)
+			}
+			if ss.StatusCode != tracepb.Status_STATUS_CODE_ERROR || ss.StatusMessage != "connection refused" {
+				t.Errorf("store span status %v %q", ss.StatusCode, ss.StatusMessage)
+			}
+			if rs.Kind != tracepb.Span_SPAN_KIND_SERVER || ss.Kind != tracepb.Span_SPAN_KIND_CLIENT {
+				t.Errorf("kinds %v and %v, want server and client", rs.Kind, ss.Kind)
+			}
+			for k, v := range tc.attrs {
+				wantAttr(t, 0, rs.Attrs, k, v)
+			}
+			failed := tc.mode == rules.FailureUnavailable
+			if failed != (rs.StatusCode == tracepb.Status_STATUS_CODE_ERROR) || (failed && !strings.Contains(rs.StatusMessage, "store failed")) {
+				t.Errorf("request span status %v %q", rs.StatusCode, rs.StatusMessage)
+			}
+			if _, ok := rs.Attrs["ratelimit.overall_code"]; ok && failed {
+				t.Errorf("an error answer has an overall code: %v", rs.Attrs)
+			}
+			if _, ok := ss.Attrs["db.system.name"]; ok {
+				t.Errorf("db.system.name without tracing.Options.Store: %v", ss.Attrs)
+			}
+		})
 	}
 }
