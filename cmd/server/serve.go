@@ -19,8 +19,8 @@ import (
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/internal/tracing"
 	"github.com/floodgate/floodgate/pkg/envoy"
-	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
 // app is the server being assembled: settings → rule source → store →
@@ -203,8 +203,8 @@ func (a *app) openStatsd() error {
 // service returns the RLS service, recording requests when -capture asks.
 func (a *app) service() (pb.RateLimitServiceServer, error) {
 	opts := a.cfg.Service
-	opts.Logger, opts.Metrics, opts.Tracer = a.logger, a.metrics, a.tracer
-	svc, err := envoy.New(a.rules, a.store.Limiter(), opts)
+	opts.Logger, opts.Metrics, opts.TracerProvider = a.logger, a.metrics, a.tracer.Provider()
+	svc, err := envoy.New(a.rules.Current, a.store.Limiter(), opts)
 	if err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}

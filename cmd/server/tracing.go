@@ -12,7 +12,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/store"
-	"github.com/floodgate/floodgate/pkg/tracing"
+	"github.com/floodgate/floodgate/internal/tracing"
 )
 
 // newTracer returns the tracer the configuration asks for, or nil with

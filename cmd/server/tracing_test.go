@@ -24,7 +24,7 @@ import (
 	"github.com/floodgate/floodgate/internal/otlptest"
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
-	"github.com/floodgate/floodgate/pkg/tracing"
+	"github.com/floodgate/floodgate/internal/tracing"
 )
 
 // running is the program started by startRun.
@@ -130,11 +130,11 @@ func TestTracingEndToEnd(t *testing.T) {
 			if code := r.stop(); code != 0 {
 				t.Fatalf("exit code %d:\n%s", code, r.logs)
 			}
-			spans := rcv.Wait(t, tracing.RequestSpan, 2, 5*time.Second)
+			spans := rcv.Wait(t, "ShouldRateLimit Execution", 2, 5*time.Second)
 			for _, want := range []struct{ parent, code string }{{grpcSpan, "OK"}, {httpSpan, "OVER_LIMIT"}} {
 				var found bool
 				for _, s := range spans {
-					if s.Name != tracing.RequestSpan || s.Parent != want.parent {
+					if s.Name != "ShouldRateLimit Execution" || s.Parent != want.parent {
 						continue
 					}
 					found = true
@@ -344,7 +344,7 @@ func TestTracingBehindEnvoy(t *testing.T) {
 			case "envoy":
 				envoys[s.SpanID] = s
 			case tracing.DefaultServiceName:
-				if s.Name == tracing.RequestSpan {
+				if s.Name == "ShouldRateLimit Execution" {
 					ours = s
 				}
 			}
@@ -381,9 +381,9 @@ func TestTracingStoreSpanOverRedis(t *testing.T) {
 	if code := r.stop(); code != 0 {
 		t.Fatalf("exit code %d:\n%s", code, r.logs)
 	}
-	spans := rcv.Wait(t, tracing.StoreSpan, 1, 5*time.Second)
+	spans := rcv.Wait(t, "ratelimit.store", 1, 5*time.Second)
 	for _, s := range spans {
-		if s.Name != tracing.StoreSpan {
+		if s.Name != "ratelimit.store" {
 			continue
 		}
 		if s.Attrs["ratelimit.store.batch_calls"] != int64(1) || s.Attrs["ratelimit.store.batched"] != false {

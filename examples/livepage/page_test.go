@@ -99,7 +99,7 @@ func startUIServer(t *testing.T, interval time.Duration) *uiServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	svc, err := envoy.New(w, st.Limiter(), envoy.Options{Metrics: metrics})
+	svc, err := envoy.New(w.Current, st.Limiter(), envoy.Options{Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func newFixture(t *testing.T, set *rules.Set, lim limit.Limiter, r counters.Rese
 	f.url = srv.URL
 	// A generous store deadline: a slow moment of a shared machine must
 	// not turn a request into the failure policy's answer.
-	if f.svc, err = envoy.New(static{set}, lim, envoy.Options{}); err != nil {
+	if f.svc, err = envoy.New(static{set}.Current, lim, envoy.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return f

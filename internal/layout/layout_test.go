@@ -27,12 +27,12 @@ var mayImport = map[string][]string{
 	"pkg/option":     nil,
 	"pkg/limit":      nil,
 	"pkg/rules":      {"pkg/limit"},
-	"pkg/tracing":    {"pkg/option"},
-	"pkg/redislimit": {"pkg/limit", "pkg/option", "pkg/tracing"},
-	"pkg/envoy":      {"pkg/limit", "pkg/option", "pkg/rules", "pkg/tracing"},
+	"pkg/redislimit": {"pkg/limit", "pkg/option"},
+	"pkg/envoy":      {"pkg/limit", "pkg/option", "pkg/rules"},
 
 	// The binary's parts.
 	"internal/statsd":        {"pkg/option"},
+	"internal/tracing":       {"pkg/option"},
 	"internal/denycache":     {"pkg/limit"},
 	"internal/memcachelimit": {"pkg/limit", "pkg/option"},
 	"internal/rlqs":          {"pkg/limit", "pkg/option", "pkg/rules"},
@@ -45,12 +45,12 @@ var mayImport = map[string][]string{
 	"internal/rlsmetrics":    {"internal/statsd", "pkg/envoy", "pkg/limit", "pkg/rules"},
 	"internal/store":         {"internal/denycache", "internal/health", "internal/memcachelimit", "internal/tlsclient", "pkg/limit", "pkg/option", "pkg/redislimit"},
 	"internal/ui":            {"internal/health", "internal/rlsmetrics", "pkg/option", "pkg/rules"},
-	"internal/server":        {"internal/health", "pkg/envoy", "pkg/option", "pkg/rules", "pkg/tracing"},
-	"internal/settings":      {"internal/denycache", "internal/promsink", "internal/replay", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/statsd", "internal/store", "internal/tlsclient", "internal/xds", "pkg/envoy", "pkg/limit", "pkg/option", "pkg/rules", "pkg/tracing"},
+	"internal/server":        {"internal/health", "pkg/envoy", "pkg/option", "pkg/rules"},
+	"internal/settings":      {"internal/denycache", "internal/promsink", "internal/replay", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/statsd", "internal/store", "internal/tlsclient", "internal/tracing", "internal/xds", "pkg/envoy", "pkg/limit", "pkg/option", "pkg/rules"},
 	"internal/layout":        nil,
 
 	// The binaries, on top.
-	"cmd/server": {"internal/counters", "internal/health", "internal/promsink", "internal/replay", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/settings", "internal/statsd", "internal/store", "internal/ui", "internal/xds", "pkg/envoy", "pkg/rules", "pkg/tracing"},
+	"cmd/server": {"internal/counters", "internal/health", "internal/promsink", "internal/replay", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/settings", "internal/statsd", "internal/store", "internal/tracing", "internal/ui", "internal/xds", "pkg/envoy", "pkg/rules"},
 	"cmd/bench":  {"internal/harness", "internal/harness/envoytest", "internal/harness/redistest", "internal/rlqs", "internal/server", "internal/testlog", "pkg/limit", "pkg/redislimit", "pkg/rules"},
 
 	// What tests use: real programs, certificates, logs, receivers.

@@ -43,7 +43,7 @@ descriptors:
 	}
 	clk := newClock(t0)
 	l := newLimiter(t, addrs, memcachelimit.Options{Now: clk.now, Timeout: 200 * time.Millisecond})
-	svc, err := envoy.New(ruleSet{set}, l, envoy.Options{Now: clk.now})
+	svc, err := envoy.New(ruleSet{set}.Current, l, envoy.Options{Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}

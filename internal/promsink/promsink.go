@@ -1,17 +1,10 @@
-// Package promsink serves the reference server's statsd stats as
-// Prometheus metrics, the way envoyproxy/ratelimit does with
-// USE_PROMETHEUS: each flush of a statsd.Client goes, as events, through
-// prometheus/statsd_exporter's mapper and exporter, at the version the
-// reference uses (v0.26.1; v0.31.0, the newest, refuses the timer_type
-// that Envoy Gateway's mapping and the reference's own use), with a
-// mapping file such as Envoy Gateway's or the reference's own mapping.
-// The metrics are served from a registry of their own, with the Go
-// runtime's, the process's and statsd_exporter's, as the reference serves
-// its default registry; floodgate's floodgate_* metrics are not among
-// them.
-//
-// It knows no stat names: package statsd delivers them (Sink), and the
-// mapping names the series.
+// Package promsink serves the statsd stats as Prometheus metrics, as the
+// reference server does with USE_PROMETHEUS: each flush of a
+// statsd.Client goes through prometheus/statsd_exporter's mapper and
+// exporter (v0.26.1, the reference's: newer ones refuse the timer_type of
+// Envoy Gateway's mapping), and the metrics are served from a registry of
+// their own with the Go runtime's, the process's and the exporter's, not
+// floodgate_*.
 package promsink
 
 import (
@@ -38,48 +31,36 @@ import (
 )
 
 // DefaultMapping is the reference server's own mapping, used when
-// Options.MapperFile is empty: its response time histogram is in seconds
-// (a scale of 0.001 on the milliseconds statsd measures).
+// Options.MapperFile is empty; its response time is in seconds.
 //
 //go:embed default_mapper.yaml
 var DefaultMapping string
 
-// millisScale is the line of DefaultMapping that turns the response time
-// into seconds, which Options.ResponseTimeMillis removes, as the reference
-// does.
+// millisScale is DefaultMapping's line that Options.ResponseTimeMillis
+// removes.
 const millisScale = "    scale: 0.001\n"
 
 // Options configure a Sink. The zero value maps with DefaultMapping.
 type Options struct {
 	// MapperFile is a statsd_exporter mapping file (the reference's
-	// PROMETHEUS_MAPPER_YAML, Envoy Gateway's /etc/statsd-exporter/conf.yaml);
-	// empty means DefaultMapping. A file that does not exist gives no
-	// mapping at all, as the reference then serves (every stat under its
-	// escaped name: ratelimit_service_rate_limit_…): Kubernetes mounts an
-	// optional ConfigMap that is missing as no file; New logs a warning
-	// naming it. A file that cannot be read or parsed is an error.
+	// PROMETHEUS_MAPPER_YAML); empty means DefaultMapping. A missing file
+	// (an optional ConfigMap not there) maps nothing, as in the reference,
+	// with a warning; one that cannot be read or parsed is an error.
 	MapperFile string
 	// ResponseTimeMillis keeps DefaultMapping's response time in
-	// milliseconds, as the reference's
-	// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS; it changes nothing with
-	// a MapperFile.
+	// milliseconds (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
 	ResponseTimeMillis bool
-	// Logger receives the warning of a missing MapperFile; nil discards
-	// it.
+	// Logger receives the warning of a missing MapperFile.
 	Logger *slog.Logger
 }
 
-// eventBuffer is how many batches of events wait for the exporter: a
-// flush is a few hundred stats, each a batch.
-const eventBuffer = 1024
-
-// maxBatch bounds the events of one batch: a timer observed a million
-// times in a flush goes as a thousand batches of the same event.
-const maxBatch = 1024
+const (
+	eventBuffer = 1024 // batches waiting for the exporter; a flush is a few hundred
+	maxBatch    = 1024 // events in one batch
+)
 
 // Sink is a statsd.Sink that feeds statsd_exporter and serves its metrics
-// (Handler). Its statsd methods are called by one flush at a time; Handler
-// may be called from any goroutine. Close it when done.
+// (Handler, safe for concurrent use). Close it when done.
 type Sink struct {
 	registry *prometheus.Registry
 	events   chan event.Events
@@ -106,8 +87,7 @@ func New(opts Options) (*Sink, error) {
 	own := newExporterMetrics()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		own.actions, own.unmapped, own.errors, own.events, own.conflicts, own.metrics)
-	// The exporter logs only at debug level, events it drops, which its
-	// own metrics count; the reference discards them too.
+	// The exporter logs only drops, which its metrics count.
 	exp := exporter.NewExporter(reg, m, log.NewNopLogger(), own.actions, own.unmapped, own.errors, own.events, own.conflicts, own.metrics)
 	go func() {
 		defer close(s.done)

@@ -110,7 +110,7 @@ func newSide(set *rules.Set, name string, diffs map[ruleKey]*RuleDiff, isNew boo
 	// Big enough never to refuse a counter: a replay judges the rules,
 	// not the production store's size.
 	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: s.clock.Now, MaxEntries: math.MaxInt32})}
-	svc, err := envoy.New(fixedSource{set}, s.store, envoy.Options{Now: s.clock.Now})
+	svc, err := envoy.New(fixedSource{set}.Current, s.store, envoy.Options{Now: s.clock.Now})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}

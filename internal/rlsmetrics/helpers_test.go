@@ -50,12 +50,12 @@ descriptors:
 // t0 is 10 s into a minute, so minute windows reset in 50 s.
 var t0 = time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
 
-// fixedRules is a RuleSource that always returns one Set.
+// fixedRules serves one Set, through its Current method.
 type fixedRules struct{ set *rules.Set }
 
 func (f fixedRules) Current() *rules.Set { return f.set }
 
-// switchingRules is a RuleSource whose Set a test replaces, as a reload does.
+// switchingRules serves, through its Current method, a Set a test replaces, as a reload does.
 type switchingRules struct{ set *rules.Set }
 
 func (s *switchingRules) Current() *rules.Set { return s.set }
@@ -105,7 +105,7 @@ func parse(t *testing.T, file string) *rules.Set {
 
 func newService(t *testing.T, set *rules.Set, l limit.Limiter, opts envoy.Options) *envoy.Service {
 	t.Helper()
-	svc, err := envoy.New(fixedRules{set}, l, opts)
+	svc, err := envoy.New(fixedRules{set}.Current, l, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

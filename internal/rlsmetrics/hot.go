@@ -13,17 +13,13 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// HotCapacity is how many counters each rule's hot-counter sketch tracks.
-// Memory per rule is bounded by it whatever the traffic: a counter that is
-// not tracked replaces the least hit one (the space-saving algorithm of
-// Metwally, Agrawal and El Abbadi), so a counter whose share of the rule's
-// hits is above 1/HotCapacity is always among those tracked.
+// HotCapacity is how many counters each rule's sketch tracks: a new one
+// replaces the least hit (Metwally et al.'s space-saving), so a counter
+// with more than 1/HotCapacity of the rule's hits is always tracked.
 const HotCapacity = 32
 
-// HotKeyBytes bounds the request values a hot counter keeps: a longer
-// detailed label is cut at a character boundary and ends with "…", so
-// that a rule's sketch holds at most HotCapacity*HotKeyBytes bytes of
-// values whatever the requests carry.
+// HotKeyBytes bounds the values a hot counter keeps; a longer label is
+// cut at a character boundary and ends with "…".
 const HotKeyBytes = 256
 
 // HotValues says whose request values Metrics.Hot shows. The zero value
@@ -35,18 +31,14 @@ const (
 	// keyed fingerprint.
 	HotFingerprints HotValues = iota
 	// HotOptedIn shows the values of rules with detailed_metric or
-	// value_to_metric, whose authors asked for metrics per value (the
-	// first Options.MaxValueSeries of them are in /metrics
-	// anyway), and fingerprints for the other rules.
+	// value_to_metric, which /metrics shows anyway.
 	HotOptedIn
-	// HotAll shows the values of every rule. Values of rules that did
-	// not opt in are kept only with Options.KeepHotValues; without
-	// it their keys stay fingerprints.
+	// HotAll shows the values of every rule, kept with
+	// Options.KeepHotValues.
 	HotAll
 )
 
-// String names v as the page's snapshot does: "fingerprints",
-// "opted_in" or "all".
+// String names v as the page's snapshot does.
 func (v HotValues) String() string {
 	switch v {
 	case HotFingerprints:
@@ -59,22 +51,16 @@ func (v HotValues) String() string {
 	return fmt.Sprintf("HotValues(%d)", uint8(v))
 }
 
-// HotCounter is one of a rule's most hit counters, as Metrics.Hot reports
-// it.
+// HotCounter is one of a rule's most hit counters.
 type HotCounter struct {
-	// Key names the counter. When its values are kept and shown (see
-	// HotValues), it is the request's values in the detailed_metric form
-	// "domain.key_value.key_value", at most HotKeyBytes long; otherwise
-	// it is the rule's path and a keyed fingerprint of the values,
-	// "demo.remote_address #3fa9c2e1", which tells counters apart without
-	// saying what they hold (the key of the fingerprint is random per
-	// process, so it cannot be brute-forced from guessed values).
+	// Key is the values in the detailed_metric form
+	// "domain.key_value.key_value" when shown, else the rule's path and a
+	// fingerprint keyed per process, "demo.remote_address #3fa9c2e1".
 	Key string `json:"key"`
 	// Hidden reports whether Key hides the values.
 	Hidden bool `json:"hidden"`
-	// Hits is an upper bound of the hits counted on the counter since it
-	// started being tracked, and Hits-Error a lower bound: with Hits 10
-	// and Error 4, the counter had between 6 and 10.
+	// Hits bounds from above the hits since the counter is tracked, and
+	// Hits-Error from below.
 	Hits  uint64 `json:"hits"`
 	Error uint64 `json:"error"`
 	// Over is how many of those hits were over a limit.
@@ -83,25 +69,20 @@ type HotCounter struct {
 
 // RuleHot is what Metrics knows of one rule label's counters.
 type RuleHot struct {
-	// Domain and Rule are the labels of the rule's Prometheus series: the
-	// rule's path, "(override)" for overrides that matched no rule.
+	// Domain and Rule are the labels of the rule's series.
 	Domain, Rule string
-	// ValueLabels are the rule labels of the series the rule's hits are
-	// counted under when it names them by values (detailed_metric,
-	// value_to_metric), "<rule>._other_" included once used; nil when the
-	// rule counts under Rule. Summing them gives the rule's totals.
+	// ValueLabels are the labels the rule counts under when named by
+	// values, "<rule>._other_" included; their sum is the rule's.
 	ValueLabels []string
 	// Hot are the most hit counters, most hit first.
 	Hot []HotCounter
-	// Skipped counts the hits the sketch did not see because another
-	// request was updating it at the same moment: the request path never
-	// waits for the hot counters, so under contention they are a sample.
+	// Skipped counts the hits the sketch missed while another request
+	// held it: the request path never waits for it.
 	Skipped uint64
 }
 
-// Hot returns, for every rule label that has counted hits since the start,
-// its value labels and its n most hit counters (at most HotCapacity),
-// showing the request values that values lets through. The result is
+// Hot returns, for every rule label that counted hits, its value labels
+// and n most hit counters, showing the values that values lets through,
 // sorted by domain and rule.
 func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
 	if m == nil {
@@ -135,25 +116,18 @@ func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
 	return out
 }
 
-// hotSketch is the space-saving sketch of one rule's counters. The zero
-// value is empty and ready. Counters are identified by a keyed hash of
-// their entries; values are kept only for rules that name metrics by
-// values, or for every rule with Options.KeepHotValues, so that
-// otherwise they never stay in memory.
+// hotSketch is the space-saving sketch of one rule's counters, known by a
+// keyed hash of their entries. The zero value is ready.
 type hotSketch struct {
-	// skipped counts the hits not counted because another request held
-	// mu: the request path never waits for the sketch.
-	skipped atomic.Uint64
+	skipped atomic.Uint64 // RuleHot.Skipped
 
 	mu       sync.Mutex
 	labelled bool // some slot holds a label
 	optedIn  bool // some slot is optedIn
 	seeded   bool // seed is set
 	seed     maphash.Seed
-	// hashes[i] is slots[i].hash, apart so that finding a counter, or
-	// the least hit one, scans 256 contiguous bytes: on traffic spread
-	// over many counters nearly every request replaces one, where a map
-	// from hash to slot cost a lookup, a delete and an insert.
+	// hashes[i] is slots[i].hash, apart so that a search scans 256
+	// contiguous bytes.
 	hashes []uint64
 	slots  []hotSlot
 }
@@ -165,9 +139,8 @@ type hotSlot struct {
 	hits, errors, over uint64
 }
 
-// add counts n hits of the counter of entries, over of them over a limit.
-// label is the detailed label, which it copies only when keep is set and
-// the counter is new to the sketch; optedIn says the rule names metrics by
+// add counts n hits of the counter of entries; it keeps label when keep
+// is set and the counter is new. optedIn says the rule names metrics by
 // values.
 func (h *hotSketch) add(entries []rules.Entry, keep, optedIn bool, label []byte, n uint64, over bool) {
 	if !h.mu.TryLock() {
@@ -176,8 +149,7 @@ func (h *hotSketch) add(entries []rules.Entry, keep, optedIn bool, label []byte,
 	}
 	defer h.mu.Unlock()
 	if (!keep && h.labelled) || (!optedIn && h.optedIn) {
-		// A reload turned the rule's values off: forget those kept, or
-		// that they were asked for.
+		// A reload turned the rule's values off: forget them.
 		for i := range h.slots {
 			h.slots[i].optedIn = false
 			if !keep {
@@ -192,8 +164,7 @@ func (h *hotSketch) add(entries []rules.Entry, keep, optedIn bool, label []byte,
 	}
 	sum := uint64(len(entries))
 	for _, e := range entries {
-		// Each part hashed apart, mixed in order by an invertible step,
-		// so that ("ab", "c") and ("a", "bc") differ.
+		// Parts mixed in order, so that ("ab", "c") and ("a", "bc") differ.
 		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Key)) * 0x9e3779b97f4a7c15
 		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Value)) * 0x9e3779b97f4a7c15
 	}
@@ -204,8 +175,7 @@ func (h *hotSketch) add(entries []rules.Entry, keep, optedIn bool, label []byte,
 			h.hashes = append(h.hashes, 0)
 			i = len(h.slots) - 1
 		} else {
-			// Replace the least hit counter; the newcomer inherits its
-			// count as its possible overestimate.
+			// The newcomer inherits the least hit's count as its error.
 			i = 0
 			for j := range h.slots {
 				if h.slots[j].hits < h.slots[i].hits {
@@ -230,8 +200,7 @@ func (h *hotSketch) add(entries []rules.Entry, keep, optedIn bool, label []byte,
 	}
 }
 
-// cutLabel returns label, cut to at most HotKeyBytes at a character
-// boundary with "…" when longer.
+// cutLabel cuts label to HotKeyBytes (see there).
 func cutLabel(label []byte) string {
 	if len(label) <= HotKeyBytes {
 		return string(label)

@@ -1,12 +1,8 @@
-// Package rlsmetrics counts what the rate-limit service's request path
-// does (envoy.Metrics): Prometheus metrics, and, when asked, statsd under
-// the reference server's names (statsd.go), whose series and names stay
-// bounded whatever values clients send; the most hit counters of each
-// rule, for the live page (hot.go); and the loads of the rules, in both
-// (rules.go).
-//
-// It is the binary's: pkg/envoy calls it through its Metrics interface
-// and knows nothing of Prometheus or statsd.
+// Package rlsmetrics counts what the request path does (envoy.Metrics) in
+// Prometheus and, when asked, in statsd under the reference server's
+// names, with series bounded whatever values clients send; it keeps each
+// rule's most hit counters for the live page (hot.go), and counts the
+// rule loads (rules.go).
 package rlsmetrics
 
 import (
@@ -33,9 +29,8 @@ var _ envoy.Metrics = (*Metrics)(nil)
 // DefaultMaxValueSeries is Options.MaxValueSeries when it is zero.
 const DefaultMaxValueSeries = 100
 
-// otherValues is the rule label of the hits of a detailed_metric or
-// value_to_metric rule beyond its MaxValueSeries distinct descriptors,
-// after the rule's path: "test.detailed._other_".
+// otherValues follows a rule's path in the label of its hits beyond
+// MaxValueSeries distinct values: "test.detailed._other_".
 const otherValues = "._other_"
 
 // Options configures Metrics. The zero value is usable.
@@ -43,32 +38,24 @@ type Options struct {
 	// Store names the Limiter in the store metrics' "store" label
 	// ("redis", "memory").
 	Store string
-	// MaxValueSeries bounds the distinct rule labels that one
-	// detailed_metric or value_to_metric rule creates from request values:
-	// past it, hits of new values count under the rule's path followed by
-	// "._other_", so clients cannot grow the metrics without bound. 0
-	// means DefaultMaxValueSeries; negative means no value labels at all
-	// (everything goes to "._other_"). It bounds the statsd names the
-	// same way, and the unknown domains named in statsd.
+	// MaxValueSeries bounds the labels one detailed_metric or
+	// value_to_metric rule makes of request values (and the statsd names,
+	// and the unknown domains named in statsd): past it, hits count under
+	// "<path>._other_". 0 means DefaultMaxValueSeries; negative, none.
 	MaxValueSeries int
-	// Statsd, when set, also sends the request path's counts to statsd
-	// under the reference server's names (statsd.go); nil sends none.
-	// The Prometheus metrics are kept either way.
+	// Statsd, when set, also sends the counts to statsd under the
+	// reference server's names.
 	Statsd *statsd.Client
 	// KeepHotValues keeps the request values of every rule's hot
-	// counters, not only those of detailed_metric and value_to_metric
-	// rules, so that Hot(n, HotAll) can show them: at most HotCapacity
-	// values of HotKeyBytes per rule. Without it, the values of rules
-	// that did not opt in never stay in memory.
+	// counters, for Hot(n, HotAll), not only those of rules that name
+	// metrics by values: at most HotCapacity values of HotKeyBytes a rule.
 	KeepHotValues bool
 }
 
-// Metrics records the request path (it implements envoy.Metrics) in
-// Prometheus metrics and, when Options.Statsd is set, in statsd. Hit
-// counters are labelled by domain and rule (the rule's path in its file, a bounded set), never by a
-// request's values unless the rule asks for detailed_metric or
-// value_to_metric, and then for at most MaxValueSeries distinct values per
-// rule. A nil *Metrics records nothing. It is safe for concurrent use.
+// Metrics implements envoy.Metrics. Hit counters are labelled by domain
+// and rule path, never by request values unless the rule asks
+// (detailed_metric, value_to_metric), and then for at most MaxValueSeries
+// values. A nil *Metrics records nothing. It is safe for concurrent use.
 type Metrics struct {
 	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
 	notCharged                                          *prometheus.CounterVec
@@ -85,15 +72,11 @@ type Metrics struct {
 	keepHotValues                                       bool
 	sd                                                  *statsdStats // nil without statsd
 
-	// labels are buffers for the names of descriptors' values, taken
-	// only by the requests that name a series by them.
-	labels sync.Pool // *[]byte
+	labels sync.Pool // *[]byte, to name series by values
 
-	// The counters of each rule label, looked up once per rule rather
-	// than hashed from label strings on every request: cache maps the
-	// *rules.Rule of the set in force (swapped with the set, so old rules
-	// are released), byLabel keeps each (domain, rule path) for good, so
-	// that a reload does not reset a rule's value budget.
+	// cache maps the rules of the set in force to their series, so that
+	// a request hashes no label; byLabel keeps each (domain, rule path)
+	// for good, so that a reload does not reset a rule's value budget.
 	cache   atomic.Pointer[seriesCache]
 	mu      sync.Mutex
 	byLabel map[[2]string]*ruleSeries
@@ -101,9 +84,7 @@ type Metrics struct {
 
 // seriesCache maps the rules of one Set to their series.
 type seriesCache struct {
-	// set is weak so that the cache does not keep a replaced set alive
-	// until the next request swaps it: with 100,000 rules that is tens of
-	// MiB an idle server would hold after every reload.
+	// set is weak: an idle server must not keep a replaced set alive.
 	set   weak.Pointer[rules.Set]
 	rules sync.Map // *rules.Rule, or the domain string for overrides without a rule -> *ruleSeries
 }
@@ -123,13 +104,9 @@ type hitOutcome struct {
 	charged bool // admitted and counted against every limit of the descriptor
 }
 
-// add counts n hits of a descriptor: all of them, then exactly one of: over
-// the limit (and shadow mode when its rule let them pass), within it (and,
-// of those, near: the hits that reached the near-limit ratio), or not
-// charged. Hits that a limit admitted but that were not charged, because
-// another descriptor of the request was over its limit and a request is
-// charged all or nothing, are not within the limit: they changed no
-// counter, and the request may have been refused.
+// add counts n hits, then exactly one of: over the limit (and shadow),
+// within it (and near), or not charged, when another descriptor refused
+// the request.
 func (c *hitCounters[C, N]) add(n, near N, o hitOutcome) {
 	c.hits.Add(n)
 	switch {
@@ -148,12 +125,10 @@ func (c *hitCounters[C, N]) add(n, near N, o hitOutcome) {
 	}
 }
 
-// counters are the Prometheus hit counters of one (domain, rule) label
-// pair.
+// counters are the Prometheus hit counters of one (domain, rule).
 type counters = hitCounters[prometheus.Counter, float64]
 
-// series are the counters of one name: Prometheus ones (nil when only
-// statsd uses the name) and statsd ones (nil without statsd).
+// series are the counters of one name, in either sink (nil when unused).
 type series struct {
 	prom counters
 	stat *statCounters
@@ -163,9 +138,7 @@ type series struct {
 type ruleSeries struct {
 	series
 	domain, path string
-	// ruleless is set for the series of overrides that matched no rule,
-	// labelled envoy's "(override)".
-	ruleless bool
+	ruleless     bool // an override's that matched no rule
 
 	mu     sync.Mutex
 	values map[string]*series // detailed labels; at most maxValues
@@ -176,10 +149,8 @@ type ruleSeries struct {
 	usage     usageCounters
 }
 
-// usageCounters count the usage a rule's descriptors reported with their
-// own hits_addend (limit.Hit.Usage): the units charged, within the limit
-// or past it, and the reports. A rule named by values counts under its
-// path alone.
+// usageCounters count the usage reported with a descriptor's own
+// hits_addend: units charged and reports, under the rule's path.
 type usageCounters struct{ units, reports prometheus.Counter }
 
 // charge counts a usage report of units against s.
@@ -191,53 +162,16 @@ func (m *Metrics) charge(s *ruleSeries, units int64) {
 	s.usage.reports.Inc()
 }
 
+// durationBuckets are the buckets of the duration histograms, in seconds.
+var durationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
 // New creates the request-path metrics and registers them on reg.
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: name, Help: help}, []string{"domain", "rule"})
-	}
-	storeLabel := prometheus.Labels{"store": opts.Store}
 	m := &Metrics{
-		hits: counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit, at most one more than "+
-			"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged."),
-		overLimit: counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included), "+
-			"at most one more than the largest limit per request."),
-		nearLimit: counter("near_limit_total", "Charged hits that left a limit at or above the near-limit ratio of its capacity."),
-		withinLimit: counter("within_limit_total", "Hits on descriptors within their limit, charged: "+
-			"never those of a request refused by another descriptor."),
-		shadowMode: counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted."),
-		charged: counter("usage_charged_total", "Usage reported after the fact (a descriptor's own hits_addend: "+
-			"tokens, bytes), charged whether within the limit or past it: what a budget spent."),
-		charges: counter("usage_reports_total", "Descriptors that reported usage (a descriptor's own hits_addend), charged."),
-		notCharged: counter("not_charged_total", "Hits on descriptors within their limit that were not charged, "+
-			"because another descriptor of the request was over its limit (a request is charged all or nothing)."),
-		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "global_shadow_mode_total",
-			Help: "Requests answered OK only because of the global shadow mode."}),
-		domainsNotFound: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "domain_not_found_total",
-			Help: "Requests for a domain no rule file declares (answered OK)."}),
-		decisions: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "floodgate", Name: "decision_duration_seconds",
-			Help:    "Time to answer ShouldRateLimit, by answer: ok, over_limit, or the gRPC error code.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"code"}),
-		storeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "floodgate", Name: "store_duration_seconds",
-			Help:        "Time of each call to the limit store, failures included.",
-			ConstLabels: storeLabel,
-			Buckets:     []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_errors_total",
-			Help: "Calls to the limit store that failed (timeouts, connection errors, error replies).", ConstLabels: storeLabel}),
-		failureAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_failure_answers_total",
-			Help: "Requests answered by the failure policy after a store failure, by policy (mode: allow, deny, unavailable) " +
-				"and cause (deadline: the store deadline passed; circuit_open: the breaker did not try the store; error: any other failure)."},
-			[]string{"mode", "cause"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "requests_refused_total",
-			Help: "Requests refused (InvalidArgument, ResourceExhausted, Unimplemented; 400, 405, 413 on /json) before any " +
-				"decision, by reason: " + strings.Join(RefusalReasons, ", ") + "."}, []string{"reason"}),
 		maxValues:     opts.MaxValueSeries,
 		keepHotValues: opts.KeepHotValues,
 		byLabel:       map[[2]string]*ruleSeries{},
 		labels:        sync.Pool{New: func() any { return new([]byte) }},
-	}
-	for _, r := range RefusalReasons {
-		m.refused.WithLabelValues(r) // present at 0 from the start
 	}
 	if m.maxValues == 0 {
 		m.maxValues = DefaultMaxValueSeries
@@ -245,8 +179,8 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	if opts.Statsd != nil {
 		m.sd = newStatsdStats(opts.Statsd, m.maxValues)
 	}
-	m.decisionOK = m.decisions.WithLabelValues("ok")
-	m.decisionOver = m.decisions.WithLabelValues("over_limit")
+	m.newHitCounters()
+	m.newRequestMetrics(prometheus.Labels{"store": opts.Store})
 	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged, m.charged, m.charges,
 		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers, m.refused} {
 		if err := reg.Register(c); err != nil {
@@ -254,6 +188,53 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// newHitCounters creates the counters of hits by domain and rule.
+func (m *Metrics) newHitCounters() {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: name, Help: help}, []string{"domain", "rule"})
+	}
+	m.hits = counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit, at most one more than "+
+		"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged.")
+	m.overLimit = counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included), "+
+		"at most one more than the largest limit per request.")
+	m.nearLimit = counter("near_limit_total", "Charged hits that left a limit at or above the near-limit ratio of its capacity.")
+	m.withinLimit = counter("within_limit_total", "Hits on descriptors within their limit, charged: "+
+		"never those of a request refused by another descriptor.")
+	m.shadowMode = counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted.")
+	m.charged = counter("usage_charged_total", "Usage reported after the fact (a descriptor's own hits_addend: "+
+		"tokens, bytes), charged whether within the limit or past it: what a budget spent.")
+	m.charges = counter("usage_reports_total", "Descriptors that reported usage (a descriptor's own hits_addend), charged.")
+	m.notCharged = counter("not_charged_total", "Hits on descriptors within their limit that were not charged, "+
+		"because another descriptor of the request was over its limit (a request is charged all or nothing).")
+}
+
+// newRequestMetrics creates the metrics of requests and store calls.
+func (m *Metrics) newRequestMetrics(storeLabel prometheus.Labels) {
+	m.globalShadowMode = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "global_shadow_mode_total",
+		Help: "Requests answered OK only because of the global shadow mode."})
+	m.domainsNotFound = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "domain_not_found_total",
+		Help: "Requests for a domain no rule file declares (answered OK)."})
+	m.decisions = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "floodgate", Name: "decision_duration_seconds",
+		Help:    "Time to answer ShouldRateLimit, by answer: ok, over_limit, or the gRPC error code.",
+		Buckets: durationBuckets}, []string{"code"})
+	m.decisionOK = m.decisions.WithLabelValues("ok")
+	m.decisionOver = m.decisions.WithLabelValues("over_limit")
+	m.storeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "floodgate", Name: "store_duration_seconds",
+		Help: "Time of each call to the limit store, failures included.", ConstLabels: storeLabel, Buckets: durationBuckets})
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_errors_total",
+		Help: "Calls to the limit store that failed (timeouts, connection errors, error replies).", ConstLabels: storeLabel})
+	m.failureAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "store_failure_answers_total",
+		Help: "Requests answered by the failure policy after a store failure, by policy (mode: allow, deny, unavailable) " +
+			"and cause (deadline: the store deadline passed; circuit_open: the breaker did not try the store; error: any other failure)."},
+		[]string{"mode", "cause"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: "requests_refused_total",
+		Help: "Requests refused (InvalidArgument, ResourceExhausted, Unimplemented; 400, 405, 413 on /json) before any " +
+			"decision, by reason: " + strings.Join(RefusalReasons, ", ") + "."}, []string{"reason"})
+	for _, r := range RefusalReasons {
+		m.refused.WithLabelValues(r) // present at 0 from the start
+	}
 }
 
 // Decision counts an answer, or a failed call, and how long it took.
@@ -272,8 +253,7 @@ func (m *Metrics) Decision(d time.Duration, resp *pb.RateLimitResponse, err erro
 	}
 }
 
-// RefusedOther is what Refused counts a reason it does not know under,
-// so that the label's values stay RefusalReasons.
+// RefusedOther is the reason Refused counts an unknown one under.
 const RefusedOther = "other"
 
 // RefusalReasons are the values of floodgate_requests_refused_total's
@@ -281,9 +261,7 @@ const RefusedOther = "other"
 var RefusalReasons = []string{envoy.RefusedMalformed, envoy.RefusedTooLarge, envoy.RefusedUnknownMethod,
 	envoy.RefusedBounds, envoy.RefusedInvalid, RefusedOther}
 
-// Refused counts a request refused for reason, one of RefusalReasons
-// (RefusedOther for any other). The listeners call it too, through their
-// Options.Refused.
+// Refused counts a request refused for reason. The listeners call it too.
 func (m *Metrics) Refused(reason string) {
 	if m == nil {
 		return
@@ -371,11 +349,8 @@ func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label str
 		s = &ruleSeries{domain: domain, path: label, ruleless: r == nil}
 		m.byLabel[[2]string{domain, label}] = s
 	}
-	// A rule labelled by values never uses its own series; creating it
-	// would show a zero series for nothing. A reload can turn
-	// detailed_metric off on a path, so this is checked for every new rule,
-	// not only for a new label. In statsd an override is always named by
-	// its values, so an override without a rule has no name of its own.
+	// A rule labelled by values has no series of its own (checked per
+	// rule: a reload can change it), nor, in statsd, an override.
 	if !byValue(r) {
 		statName := ""
 		if r != nil {
@@ -394,10 +369,9 @@ func byValue(r *rules.Rule) bool {
 	return r != nil && r.NamedByValues()
 }
 
-// fill creates the counters of v that are missing: Prometheus ones
-// labelled promLabel unless it is empty, statsd ones named statName unless
-// it is empty or statsd is off. Counters are only created, never replaced,
-// so that requests reading them race with nothing.
+// fill creates the missing counters of v, labelled promLabel and named
+// statName ("" for none). Counters are never replaced, so that requests
+// reading them race with nothing.
 func (m *Metrics) fill(v *series, domain, promLabel, statName string) {
 	if promLabel != "" && v.prom.hits == nil {
 		v.prom = m.counters(domain, promLabel)
@@ -407,10 +381,8 @@ func (m *Metrics) fill(v *series, domain, promLabel, statName string) {
 	}
 }
 
-// valueSeries returns the series of a descriptor's values (the detailed
-// label in buf) in rule series s, or its "_other_" series once s has max
-// distinct values, with Prometheus counters if prom and statsd ones if
-// statsd is on.
+// valueSeries returns the series of the values named buf in s, or its
+// "_other_" series once s is full, with Prometheus counters if prom.
 func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -435,8 +407,7 @@ func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 		s.values[label] = v
 	case v == s.other:
 		label, statName = s.path+otherValues, s.path+otherValues
-		// An override without a rule has no path to put first; its
-		// statsd name starts with the domain, as every other one does.
+		// An override without a rule is named from its domain.
 		if s.ruleless {
 			statName = s.domain + otherValues
 		}
@@ -460,15 +431,13 @@ func (m *Metrics) Hits(set *rules.Set, domain string, hits []envoy.DescriptorHit
 	b.release()
 }
 
-// count adds one descriptor's hits to the counters of its rule, or of its
-// values, and to its rule's hot counters.
+// count adds a descriptor's hits to its series and hot counters.
 func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, b *labelBuf) {
 	rd := h.Resolved
 	s := m.series(set, domain, rd.Rule, h.Rule)
 	bv := byValue(rd.Rule)
 	prom, stat := &s.prom, s.stat
-	// The reference server names an override's stats by the request's
-	// values, whatever rule it met.
+	// The reference server names an override's stats by its values.
 	if bv || (rd.Override && m.sd != nil) {
 		buf := b.get()
 		if bv {
@@ -485,8 +454,6 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	o := hitOutcome{over: h.Over, shadow: rd.Mode == limit.Advisory, charged: h.Charged}
 	n := countedHits(h.Cost, rd)
 	if h.Usage && h.Cost > 0 && maxCapacity(rd) > 0 {
-		// Charged whatever the answer, all of it (up to what a counter
-		// counts).
 		n, o.charged = min(h.Cost, limit.MaxCount), true
 		m.charge(s, n)
 	}
@@ -494,8 +461,7 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	var label []byte
 	keep := bv || m.keepHotValues
 	if keep {
-		// The hot values are named by the request's values, which a
-		// series name may not show (a share_threshold wildcard).
+		// Named by the values, which a series name may not show.
 		buf := b.get()
 		*buf = appendDetailedLabel((*buf)[:0], domain, rd.Entries)
 		label = *buf
@@ -507,9 +473,7 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	}
 }
 
-// labelBuf lends a request a pooled buffer to name descriptors by their
-// values, taken from the pool only once a descriptor needs it: most
-// requests name nothing.
+// labelBuf lends a request a pooled buffer, taken when first needed.
 type labelBuf struct {
 	pool *sync.Pool // of *[]byte
 	b    *[]byte
@@ -528,12 +492,9 @@ func (l *labelBuf) release() {
 	}
 }
 
-// countedHits is how many of a descriptor's hits the metrics count: its
-// cost, but at most one more than the largest capacity among its limits.
-// A cost above that is refused by every limit whatever its size, and one
-// request with a hits_addend of 2^64-1 must not put 10^16 into counters
-// that dashboards sum. Admitted hits are never cut: they fit in every
-// limit.
+// countedHits is a descriptor's cost, but at most one more than its
+// largest capacity: a larger cost is refused alike, and must not put 10^16
+// into counters that dashboards sum.
 func countedHits(cost int64, rd *rules.Resolved) int64 {
 	if capacity := maxCapacity(rd); cost > capacity {
 		return capacity + 1 // cost <= maxCost, so this cannot overflow

@@ -243,7 +243,7 @@ func TestMetricsReleaseReplacedRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &switchingRules{set: parse()}
-	svc, err := envoy.New(src, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m})
+	svc, err := envoy.New(src.Current, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,7 @@ import (
 )
 
 // RegisterRuleLoads registers on reg the metrics of the rule loads that
-// status reports (rules.Watcher.Status), read at each scrape:
-// floodgate_rules_reloads_total{result} (success, failure),
-// floodgate_rules_version and
-// floodgate_rules_last_success_timestamp_seconds.
+// status reports (rules.Watcher.Status), read at each scrape.
 func RegisterRuleLoads(reg prometheus.Registerer, status func() rules.Status) error {
 	reloads := prometheus.NewDesc("floodgate_rules_reloads_total",
 		"Reloads of the rules (rule files, or xDS pushes) after the first load, by result.", []string{"result"}, nil)
@@ -46,10 +43,9 @@ func (c *reloadCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Failures), "failure")
 }
 
-// StatsdRuleLoads sends the rule loads that status reports
-// (rules.Watcher.Status) as the reference server's config load counters:
-// ratelimit.service.config_load_success counts the first load and every
-// good reload, config_load_error every refused one.
+// StatsdRuleLoads sends the rule loads that status reports as the
+// reference server's config_load_success (the first load and good
+// reloads) and config_load_error.
 func StatsdRuleLoads(c *statsd.Client, status func() rules.Status) {
 	c.CounterFunc(statLoadSuccess, func() uint64 {
 		st := status()

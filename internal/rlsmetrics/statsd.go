@@ -12,11 +12,9 @@ import (
 	"github.com/floodgate/floodgate/internal/statsd"
 )
 
-// The reference server's statsd names (envoyproxy/ratelimit, which sends
-// them with lyft/gostats), which dashboards and alerts written for it read.
-// A rule's counters are statRateLimit, its name, then "." and total_hits,
-// over_limit, near_limit, within_limit or shadow_mode; an unknown domain's
-// are statRateLimit, the domain, then ".domain_not_found".
+// The reference server's statsd names, which its dashboards read: a
+// rule's counters are statRateLimit, its name, "." and total_hits,
+// over_limit, near_limit, within_limit or shadow_mode.
 const (
 	statRateLimit    = "ratelimit.service.rate_limit."
 	statNotFound     = ".domain_not_found"
@@ -32,15 +30,13 @@ const (
 // statCounters are the statsd hit counters of one name.
 type statCounters = hitCounters[*statsd.Counter, uint64]
 
-// statsdStats sends what the request path counts to statsd, under the
-// reference server's names. A nil *statsdStats sends nothing.
+// statsdStats counts the request path in statsd. A nil one sends nothing.
 type statsdStats struct {
 	client                                             *statsd.Client
 	requests, globalShadow, redisErrors, serviceErrors *statsd.Counter
 	responseTime                                       *statsd.Timer
 
-	// Clients choose the domain: at most maxDomains unknown ones get a
-	// name of their own, the rest count as domain "_other_".
+	// At most maxDomains unknown domains get a name, the rest "_other_".
 	maxDomains  int
 	mu          sync.RWMutex
 	notFound    map[string]*statsd.Counter
@@ -61,9 +57,8 @@ func newStatsdStats(c *statsd.Client, maxDomains int) *statsdStats {
 	}
 }
 
-// hits returns the counters of name: a rule's path ("domain.key_value…"),
-// or a descriptor's values for detailed_metric, value_to_metric and
-// overrides.
+// hits returns the counters of name: a rule's path, or a descriptor's
+// values.
 func (sd *statsdStats) hits(name string) *statCounters {
 	base := statRateLimit + statName(name) + "."
 	return &statCounters{
@@ -72,15 +67,13 @@ func (sd *statsdStats) hits(name string) *statCounters {
 		near:   sd.client.Counter(base + "near_limit"),
 		within: sd.client.Counter(base + "within_limit"),
 		shadow: sd.client.Counter(base + "shadow_mode"),
-		// Not a reference name: the reference charges every descriptor
-		// of a refused request and counts them within_limit.
+		// Ours: the reference charges a refused request's descriptors.
 		notCharged: sd.client.Counter(base + "not_charged"),
 	}
 }
 
-// decision counts an answer, as the reference server's gRPC interceptor
-// does, and an error that is not the store's as a service error (the
-// store's are counted by storeFailure).
+// decision counts an answer, as the reference's interceptor does, and an
+// error not the store's as a service error.
 func (sd *statsdStats) decision(d time.Duration, err error) {
 	if sd == nil {
 		return
@@ -93,8 +86,8 @@ func (sd *statsdStats) decision(d time.Duration, err error) {
 	}
 }
 
-// domainNotFound counts the descriptors of a request for a domain no rule
-// file declares: the reference server counts each descriptor it looks up.
+// domainNotFound counts the descriptors of a request for an unknown
+// domain, as the reference server does.
 func (sd *statsdStats) domainNotFound(domain string, descriptors int) {
 	if sd == nil {
 		return
@@ -117,31 +110,26 @@ func (sd *statsdStats) domainNotFound(domain string, descriptors int) {
 	c.Add(uint64(descriptors))
 }
 
-// globalShadowAnswer counts a request answered OK only because of the
-// global shadow mode.
+// globalShadowAnswer counts a request passed by the global shadow mode.
 func (sd *statsdStats) globalShadowAnswer() {
 	if sd != nil {
 		sd.globalShadow.Inc()
 	}
 }
 
-// storeFailure counts a request whose store call failed, which the
-// reference server counts as a Redis error whatever its store.
+// storeFailure counts a store failure, a Redis error to the reference.
 func (sd *statsdStats) storeFailure() {
 	if sd != nil {
 		sd.redisErrors.Inc()
 	}
 }
 
-// ipv4 is what the reference server's SanitizeStatName finds to replace
-// the dots of: an IPv4 address in a descriptor value would otherwise split
-// the name into levels ("remote_address_10.0.0.1" becomes
-// "remote_address_10_0_0_1").
+// ipv4 finds the addresses whose dots the reference server replaces, so
+// that they do not split a name into levels.
 var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 
-// statName is name as the reference server writes it in a stat: dots of
-// IPv4 addresses replaced by '_'; statsd.Client replaces its ':' and '|',
-// as the reference does too.
+// statName is name with the dots of IPv4 addresses made '_', as the
+// reference server writes it ("remote_address_10_0_0_1").
 func statName(name string) string {
 	return ipv4.ReplaceAllStringFunc(name, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 }

@@ -341,7 +341,7 @@ func TestDetailedMetricTurnedOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &switchingRules{parse(true)}
-	svc, err := envoy.New(src, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m})
+	svc, err := envoy.New(src.Current, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
 func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
@@ -170,7 +169,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	}
 	// A traceparent header makes the request's span (with tracing on) a
 	// child of the caller's, as gRPC metadata does.
-	resp, err := s.svc.ShouldRateLimit(tracing.WithHTTPRequest(r.Context(), r), req)
+	resp, err := s.svc.ShouldRateLimit(envoy.WithHTTPRequest(r.Context(), r), req)
 	if err != nil {
 		http.Error(w, status.Convert(err).Message(), httpStatus(err))
 		return

@@ -38,8 +38,8 @@ func TestBadRequestsOverGRPC(t *testing.T) {
 		}
 		return req
 	}
-	manyDescs := make([]string, 0, 2*(envoy.DefaultMaxDescriptors+1))
-	for range envoy.DefaultMaxDescriptors + 1 {
+	manyDescs := make([]string, 0, 2*(envoy.DefaultOptions().Bounds.MaxDescriptors+1))
+	for range envoy.DefaultOptions().Bounds.MaxDescriptors + 1 {
 		manyDescs = append(manyDescs, "user", "a")
 	}
 	tests := []struct {
@@ -115,7 +115,7 @@ func TestBadRequestsOverJSON(t *testing.T) {
 		{"not JSON", "POST", `{"domain":`, 400, "invalid RateLimitRequest", "malformed"},
 		{"unknown field", "POST", `{"domain":"srv","nope":1}`, 400, "invalid RateLimitRequest", "malformed"},
 		{"empty key", "POST", `{"domain":"srv","descriptors":[{"entries":[{"key":"","value":"a"}]}]}`, 400, "descriptors[0].entries[0].key: must not be empty", "malformed"},
-		{"beyond the bounds", "POST", `{"domain":"srv","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("x", envoy.DefaultMaxValueBytes+1) + `"}]}]}`, 400, "max value bytes", "bounds"},
+		{"beyond the bounds", "POST", `{"domain":"srv","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("x", envoy.DefaultOptions().Bounds.MaxValueBytes+1) + `"}]}]}`, 400, "max value bytes", "bounds"},
 		{"too large", "POST", `{"domain":"srv","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat("x", 9<<10) + `"}]}]}`, 413, "too large", "too_large"},
 		{"not POST", "GET", "", 405, "POST a RateLimitRequest", "unknown_method"},
 	}

@@ -112,7 +112,7 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	opts.Conns, _ = opts.Conns.normalize(fileLimit()) // checked by Validate
 	s := &Server{svc: svc, rules: rs, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
 
-	codec := envoy.NewCodec(opts.MaxMessageBytes)
+	codec := &envoy.Codec{MaxRequestBytes: opts.MaxMessageBytes}
 	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
 	codec.Register(s.grpc, inFlight{svc, &s.inflight}, opts.Refused)
 	s.healthNames = HealthServices

@@ -58,7 +58,7 @@ func runningWith(t testing.TB, opts Options, svcOpts envoy.Options, ruleFile str
 	if opts.Refused == nil {
 		opts.Refused = svcOpts.Metrics.Refused
 	}
-	svc, err := envoy.New(w, limit.NewMemory(limit.MemoryOptions{Now: svcOpts.Now}), svcOpts)
+	svc, err := envoy.New(w.Current, limit.NewMemory(limit.MemoryOptions{Now: svcOpts.Now}), svcOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestListenFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := envoy.New(w, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{})
+	svc, err := envoy.New(w.Current, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func TestHealthRequiresRules(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
-	svc, err := envoy.New(w, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{})
+	svc, err := envoy.New(w.Current, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

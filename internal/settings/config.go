@@ -12,10 +12,10 @@ import (
 	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/internal/tlsclient"
+	"github.com/floodgate/floodgate/internal/tracing"
 	"github.com/floodgate/floodgate/internal/xds"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
 // Config is the binary's whole configuration. Each setting lands in the

@@ -7,7 +7,7 @@ import (
 	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/statsd"
-	"github.com/floodgate/floodgate/pkg/tracing"
+	"github.com/floodgate/floodgate/internal/tracing"
 )
 
 var observeRows = section("Observability: logs, metrics, statsd", []Setting{

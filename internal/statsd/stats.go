@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -11,9 +12,8 @@ import (
 	"time"
 )
 
-// Counter counts events. Client.Counter makes one; a nil *Counter counts
-// nothing. It is safe for concurrent use, and adding is one atomic
-// operation: the network is the flush's business.
+// Counter counts events with one atomic add. Client.Counter makes one; a
+// nil *Counter counts nothing. It is safe for concurrent use.
 type Counter struct {
 	v atomic.Uint64
 	wire
@@ -38,22 +38,18 @@ func (c *Counter) appendTo(w *writer) {
 	}
 }
 
-// timerFastMillis is how many whole-millisecond values a Timer counts
-// without a lock: answers slower than a second are rare enough for a map.
+// timerFastMillis is how many millisecond values a Timer counts without a
+// lock; slower answers are rare enough for a map.
 const timerFastMillis = 1024
 
-// Timer records durations in whole milliseconds, truncated, as the
-// reference server's response-time timer does. Client.Timer makes one; a
-// nil *Timer records nothing. It is safe for concurrent use, and an
-// observation under a second is one atomic operation.
+// Timer records durations in whole milliseconds, as the reference server's
+// response-time timer. Client.Timer makes one; a nil *Timer records
+// nothing. It is safe for concurrent use.
 //
-// statsd wants one line per observation, which at thousands of requests a
-// second would be megabytes at each flush. A flush therefore writes, for
-// each millisecond value observed n times, one line per bit of n, each with
-// the sample rate that makes it count for that bit's power of two: 5
-// observations of 2 ms are "name:2|ms" and "name:2|ms|@0.25". Servers that
-// honour sample rates (statsd, statsd_exporter, the Datadog agent) count
-// exactly n, and the rates, powers of two, are exact in binary and decimal.
+// Rather than a line per observation, a flush writes for each value seen n
+// times a line per bit of n, with the sample rate of that bit's power of
+// two: 5 observations of 2 ms are "name:2|ms" and "name:2|ms|@0.25".
+// Servers that honour sample rates count exactly n.
 type Timer struct {
 	wire
 	fast [timerFastMillis]atomic.Uint64
@@ -119,9 +115,41 @@ func (f *funcStat) appendTo(w *writer) {
 	f.last = v
 }
 
-// sampleRates[j] is the sample rate of a timer line that stands for 2^j
-// observations, written in full: "0.5", "0.25", … Exponent notation would
-// be shorter but the Etsy statsd daemon reads only digits and dots.
+// RuntimeStats adds the Go runtime's stats under prefix, named and typed as
+// lyft/gostats does for the reference server ("ratelimit.go"), read once
+// per flush. Call it once.
+func (c *Client) RuntimeStats(prefix string) {
+	var ms runtime.MemStats
+	c.beforeFlush(func() { runtime.ReadMemStats(&ms) })
+	for _, s := range []struct {
+		name  string
+		gauge bool
+		read  func() uint64
+	}{
+		{"alloc", true, func() uint64 { return ms.Alloc }},
+		{"sys", true, func() uint64 { return ms.Sys }},
+		{"heapAlloc", true, func() uint64 { return ms.HeapAlloc }},
+		{"heapSys", true, func() uint64 { return ms.HeapSys }},
+		{"heapIdle", true, func() uint64 { return ms.HeapIdle }},
+		{"heapInuse", true, func() uint64 { return ms.HeapInuse }},
+		{"heapReleased", true, func() uint64 { return ms.HeapReleased }},
+		{"heapObjects", true, func() uint64 { return ms.HeapObjects }},
+		{"nextGC", true, func() uint64 { return ms.NextGC }},
+		{"lastGC", true, func() uint64 { return ms.LastGC }},
+		{"gcCPUPercent", true, func() uint64 { return uint64(ms.GCCPUFraction * 100) }},
+		{"numGoroutine", true, func() uint64 { return uint64(runtime.NumGoroutine()) }},
+		{"totalAlloc", false, func() uint64 { return ms.TotalAlloc }},
+		{"mallocs", false, func() uint64 { return ms.Mallocs }},
+		{"frees", false, func() uint64 { return ms.Frees }},
+		{"pauseTotalNs", false, func() uint64 { return ms.PauseTotalNs }},
+		{"numGC", false, func() uint64 { return uint64(ms.NumGC) }},
+	} {
+		c.funcStat(prefix+"."+s.name, s.read, s.gauge)
+	}
+}
+
+// sampleRates[j] is the rate of a line standing for 2^j observations, in
+// full ("0.25"): the Etsy daemon reads no exponents.
 var sampleRates = func() [64]string {
 	var r [64]string
 	for j := 1; j < len(r); j++ {
@@ -154,9 +182,8 @@ func (w *writer) samples(s wire, ms, n uint64) {
 	}
 }
 
-// line writes a line of s: its head, the value, "|" and typ, the sample
-// rate 2^-rateExp unless it is 0, and its tail; the client's sink gets it
-// too, a timer's line as 2^rateExp observations.
+// line writes a line of s, at sample rate 2^-rateExp, and hands it to the
+// sink.
 func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
 	if sink := w.client.sink; sink != nil {
 		switch typ {
@@ -188,9 +215,8 @@ func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
 	w.buf = append(w.buf, l...)
 }
 
-// send writes the packet. After a failed write the connection is closed,
-// to be dialled again, and the name resolved again, at the next flush; the
-// rest of this flush's lines are dropped.
+// send writes the packet. A failed write closes the connection, dialled
+// again at the next flush, and drops this flush's other lines.
 func (w *writer) send() {
 	c := w.client
 	packet := w.buf

@@ -1,15 +1,9 @@
-// Package statsd sends counters, timers and gauges to a statsd server, as
-// plain statsd or DogStatsD lines, the way lyft/gostats does for the
-// reference server (envoyproxy/ratelimit): counts are kept in memory and
-// flushed as deltas every FlushInterval, batched into packets, so that
-// counting costs an atomic add and never a network call. A Sink receives
-// the same flushes in the process, as gostats's sinks do (the reference's
-// Prometheus exporter is one).
-//
-// It owns the wire format, the batching and the connection, and knows no
-// stat names: package rlsmetrics names the request path's stats as the
-// reference server does, and cmd/server adds the rest. Of floodgate it
-// imports only option (its errors).
+// Package statsd sends counters, timers and gauges to a statsd server as
+// plain statsd or DogStatsD lines, as lyft/gostats does for the reference
+// server: counts are kept in memory and flushed as deltas every
+// FlushInterval, in packets, so that counting costs an atomic add. A Sink
+// receives the same flushes in the process, as gostats's sinks do. It
+// knows no stat names: rlsmetrics and cmd/server choose them.
 package statsd
 
 import (
@@ -26,26 +20,16 @@ import (
 	"github.com/floodgate/floodgate/pkg/option"
 )
 
-// DefaultAddr is Options.Addr when it is empty: the reference server's
-// STATSD_HOST and STATSD_PORT defaults.
-const DefaultAddr = "localhost:8125"
-
-// DefaultFlushInterval is Options.FlushInterval when it is zero: the
-// reference server's STATS_FLUSH_INTERVAL default.
-const DefaultFlushInterval = 10 * time.Second
-
-// DefaultUDPPacketSize is Options.MaxPacketSize over UDP when it is zero:
-// the largest payload that fits an Ethernet frame with IPv6 headers, as
-// DogStatsD clients use.
-const DefaultUDPPacketSize = 1432
-
-// DefaultTCPPacketSize is Options.MaxPacketSize over TCP when it is zero:
-// TCP has no datagram limit, so this only bounds one write.
-const DefaultTCPPacketSize = 8192
-
-// sendTimeout bounds a dial and a write, so that a stuck server delays a
-// flush, and Close, by seconds rather than forever.
-const sendTimeout = 5 * time.Second
+// Defaults of Options' zero fields: the reference server's STATSD_HOST,
+// STATSD_PORT and STATS_FLUSH_INTERVAL; over UDP the largest payload of
+// an Ethernet frame with IPv6 headers, over TCP a bound on one write.
+const (
+	DefaultAddr          = "localhost:8125"
+	DefaultFlushInterval = 10 * time.Second
+	DefaultUDPPacketSize = 1432
+	DefaultTCPPacketSize = 8192
+	sendTimeout          = 5 * time.Second // a dial or a write: a stuck server delays a flush, not forever
+)
 
 // ErrClosed is returned by Flush after Close.
 var ErrClosed = errors.New("statsd: client closed")
@@ -53,69 +37,49 @@ var ErrClosed = errors.New("statsd: client closed")
 // Options configure a Client. The zero value sends plain statsd over UDP to
 // DefaultAddr every DefaultFlushInterval.
 type Options struct {
-	// Addr is the statsd server, "host:port"; empty means DefaultAddr. The
-	// name is resolved when the client connects: at its first flush, and
-	// again after a TCP connection fails.
+	// Addr is the statsd server, "host:port", resolved at each connection.
 	Addr string
-	// Network is "udp" or "tcp"; empty means "udp". The reference server's
-	// plain statsd (lyft/gostats) uses TCP unless STATSD_PROTOCOL says
-	// otherwise; its DogStatsD uses UDP.
+	// Network is "udp" or "tcp"; empty means "udp".
 	Network string
-	// FlushInterval is how often counts are sent; 0 means
-	// DefaultFlushInterval. With ManualFlush counts are sent only on Flush and
-	// Close.
+	// FlushInterval is how often counts are sent.
 	FlushInterval time.Duration
-	// ManualFlush sends counts only on Flush and Close, never in the
-	// background.
+	// ManualFlush sends counts only on Flush and Close.
 	ManualFlush bool
-	// Tags are added to every stat: in plain statsd as lyft/gostats writes
-	// them into the name (".__key=value", by key), with DogStatsD as
-	// "|#key:value". Values have '.', ':' and '|' replaced by '_', as
-	// gostats does; tags with an empty key or value are dropped, and of two
-	// with one key the last wins. A key with ':', '|', ',', '=', '#' or a
-	// control character is an error, since it would corrupt the lines.
+	// Tags are added to every stat: in plain statsd into the name
+	// (".__key=value", as gostats), with DogStatsD as "|#key:value". '.',
+	// ':' and '|' in values become '_'; empty ones are dropped; of two with
+	// one key the last wins. A key that would corrupt the lines is refused.
 	Tags []Tag
-	// DogStatsD writes tags the DogStatsD way ("|#key:value") instead of
-	// into the names.
+	// DogStatsD writes DogStatsD lines.
 	DogStatsD bool
-	// Mogrifiers rename DogStatsD stats and tag them, as the reference
-	// server's USE_DOG_STATSD_MOGRIFIERS do: the first whose pattern
-	// matches a name applies. They need DogStatsD.
+	// Mogrifiers rename and tag DogStatsD stats, as the reference server's
+	// USE_DOG_STATSD_MOGRIFIERS: the first that matches applies.
 	Mogrifiers []Mogrifier
-	// MaxPacketSize bounds the bytes of one packet (one write over TCP);
-	// lines are never split, so a longer line goes alone. 0 means
-	// DefaultUDPPacketSize or DefaultTCPPacketSize.
+	// MaxPacketSize bounds a packet (a write over TCP); a longer line goes
+	// alone.
 	MaxPacketSize int
-	// Logger receives a warning when sending starts to fail and a note when
-	// it works again; nil discards them.
+	// Logger hears when sending starts failing and works again.
 	Logger *slog.Logger
-	// Sink, when set, receives every flush in this process besides the
-	// statsd server. A flush then reads the stats even when the server
-	// cannot be reached, so that the server loses those counts (as over
-	// UDP) while Sink gets them. It takes plain statsd names, so it is
-	// refused with DogStatsD.
+	// Sink, when set, receives every flush too, even when the server
+	// cannot be reached (which then loses those counts). It takes plain
+	// statsd names, not DogStatsD.
 	Sink Sink
-	// NoServer sends to no statsd server: every flush goes to Sink alone,
-	// which it needs.
+	// NoServer sends to Sink alone.
 	NoServer bool
 }
 
-// Sink receives the stats of each flush in the process, as lyft/gostats
-// hands them to its sinks: a counter's increase since the last flush
-// (never 0), a gauge's value (at every flush), and a timer's
-// observations, each value in whole milliseconds with the number of
-// times it was observed. Names are those plain statsd sends, tags
-// included (".__key=value"). Its methods are called by one flush at a
-// time, never concurrently.
+// Sink receives each flush, as gostats's sinks do: a counter's increase
+// (never 0), a gauge's value, a timer's observations in whole milliseconds
+// with their counts; names as plain statsd sends them, tags included. One
+// flush at a time calls it.
 type Sink interface {
 	Counter(name string, increase uint64)
 	Gauge(name string, value uint64)
 	Timer(name string, millis, count uint64)
 }
 
-// Client keeps stats and sends them to a statsd server. Stats are created
-// by name (Counter, Timer, CounterFunc, RuntimeStats) and live as long as
-// the Client: bound the names you create. It is safe for concurrent use.
+// Client keeps stats and sends them. A stat lives as long as the Client:
+// bound the names you create. It is safe for concurrent use.
 type Client struct {
 	network, addr string
 	maxPacket     int
@@ -152,10 +116,9 @@ type statKey struct {
 	name string
 }
 
-// New returns a Client for opts and, unless opts.ManualFlush, starts
-// flushing in the background until Close. It does not
-// connect: a server that is down delays nothing, and counts wait in memory
-// until it is reachable (over TCP; a UDP packet nobody receives is lost).
+// New returns a Client for opts and, unless opts.ManualFlush, flushes in
+// the background until Close. It does not connect: a server down delays
+// nothing, and counts wait until it is reachable.
 func New(opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -229,34 +192,27 @@ func refused(field string, v any, want string) error {
 	return &option.Error{Options: "statsd.Options", Field: field, Value: v, Want: want}
 }
 
-// Counter returns the counter of name, creating it at the first call: each
-// flush sends what it gained since the previous one ("name:3|c"), and
-// nothing when it gained nothing. ':', '|' and line breaks in name become
-// '_', as the reference server does for the ':' and '|' of its names.
+// Counter returns the counter of name: each flush sends what it gained
+// ("name:3|c"), if anything. ':', '|' and line breaks in names become '_'.
 func (c *Client) Counter(name string) *Counter {
 	return register(c, 'c', name, func(w wire) *Counter { return &Counter{wire: w} })
 }
 
-// Timer returns the timer of name, creating it at the first call. Each
-// flush sends the durations observed since the previous one, in whole
-// milliseconds ("name:3|ms"); see Timer for how many lines that makes.
+// Timer returns the timer of name: each flush sends the durations
+// observed, in whole milliseconds ("name:3|ms").
 func (c *Client) Timer(name string) *Timer {
 	return register(c, 't', name, func(w wire) *Timer { return &Timer{wire: w} })
 }
 
-// CounterFunc makes name a counter whose running total f returns: each
-// flush calls f and sends the increase since the previous flush (all of it
-// at the first), as a Counter would. A total lower than the last one sent
-// means its source started again, and is sent whole. f must be cheap and
-// safe to call from another goroutine. A second call for the same name
-// does nothing.
+// CounterFunc makes name a counter of the running total f returns: each
+// flush sends its increase, or all of it when it went down (its source
+// restarted). f must be cheap and safe for concurrent use.
 func (c *Client) CounterFunc(name string, f func() uint64) {
 	c.funcStat(name, f, false)
 }
 
-// funcStat makes name a counter whose total f returns or, if gauge, a gauge
-// of f's value sent at every flush ("name:7|g"), as lyft/gostats sends its
-// gauges.
+// funcStat makes name a counter of f's total or, if gauge, a gauge of its
+// value sent at every flush ("name:7|g").
 func (c *Client) funcStat(name string, f func() uint64, gauge bool) {
 	register(c, 'f', name, func(w wire) *funcStat { return &funcStat{wire: w, read: f, gauge: gauge} })
 }
@@ -278,8 +234,7 @@ func register[S stat](c *Client, kind byte, name string, create func(wire) S) S 
 	return s
 }
 
-// beforeFlush runs f at the start of every flush, before the stats are
-// read: for stats that are computed together (RuntimeStats).
+// beforeFlush runs f before every flush reads the stats.
 func (c *Client) beforeFlush(f func()) {
 	c.mu.Lock()
 	c.hooks = append(c.hooks, f)
@@ -288,9 +243,7 @@ func (c *Client) beforeFlush(f func()) {
 
 var nameReplacer = strings.NewReplacer(":", "_", "|", "_", "\n", "_", "\r", "_")
 
-// wire returns how the lines of name start and end: in plain statsd the
-// tags go into the name, with DogStatsD after the type, the extra tags
-// before those of the mogrifier that renames it.
+// wire returns how the lines of name start and end.
 func (c *Client) wire(name string) wire {
 	name = nameReplacer.Replace(name)
 	if !c.dog {
@@ -301,11 +254,8 @@ func (c *Client) wire(name string) wire {
 	return wire{head: nameReplacer.Replace(name) + ":", tail: dogTags(append(slices.Clip(c.tags), tags...))}
 }
 
-// Flush sends what the stats gathered since the last flush now. It returns
-// an error if it could not connect, in which case the counts are kept for
-// the next flush, or if a write failed, in which case the counts of the
-// lines not sent are lost, as with any statsd client; ErrClosed after
-// Close.
+// Flush sends what the stats gathered now. On a failed connection the
+// counts wait for the next flush; a failed write loses its lines' counts.
 func (c *Client) Flush() error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
@@ -315,9 +265,8 @@ func (c *Client) Flush() error {
 	return c.flush()
 }
 
-// flush sends every stat's lines, and hands them to the sink; the
-// caller holds flushMu. Without a sink, a server that cannot be reached
-// keeps the counts for the next flush.
+// flush sends every stat's lines to the server and the sink, under
+// flushMu.
 func (c *Client) flush() error {
 	var dialErr error
 	if c.conn == nil && !c.noServer {
@@ -345,9 +294,8 @@ func (c *Client) flush() error {
 	return cmp.Or(dialErr, c.w.err)
 }
 
-// run flushes every interval until Close, and logs when sending starts and
-// stops failing (not at every flush: a server that is down for an hour
-// would fill the log).
+// run flushes every interval until Close, logging when sending starts and
+// stops failing, not at every flush.
 func (c *Client) run(interval time.Duration) {
 	defer close(c.done)
 	t := time.NewTicker(interval)
@@ -369,10 +317,8 @@ func (c *Client) run(interval time.Duration) {
 	}
 }
 
-// Close stops the background flushing, sends what the stats gathered since
-// the last flush, so that a shutdown loses no counts, and closes the
-// connection. It returns the error of that last flush, and is safe to call
-// more than once.
+// Close stops flushing in the background, flushes a last time and closes
+// the connection, returning that flush's error. It may be called again.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		if c.stop != nil {

@@ -67,7 +67,7 @@ func newUnitPage(t *testing.T, st rules.Status, values rlsmetrics.HotValues) *un
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := envoy.New(rs, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m})
+	svc, err := envoy.New(rs.Current, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

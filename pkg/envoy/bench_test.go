@@ -19,10 +19,10 @@ import (
 	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/statsdtest"
+	"github.com/floodgate/floodgate/internal/tracing"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/tracing"
 )
 
 // The request path's cost, measured as the binary runs it: with its
@@ -200,14 +200,14 @@ func newBenchService(tb testing.TB, store limit.Limiter, opts envoy.Options) *en
 	if err != nil {
 		tb.Fatal(err)
 	}
-	svc, err := envoy.New(setSource{set}, store, opts)
+	svc, err := envoy.New(setSource{set}.Current, store, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return svc
 }
 
-// setSource is a RuleSource that always returns one Set.
+// setSource serves one Set, through its Current method.
 type setSource struct{ set *rules.Set }
 
 func (s setSource) Current() *rules.Set { return s.set }
@@ -232,7 +232,7 @@ func BenchmarkHandlerTraced(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer tr.Shutdown(context.Background())
-			svc := newBenchService(b, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{Tracer: tr})
+			svc := newBenchService(b, limit.NewMemory(limit.MemoryOptions{}), envoy.Options{TracerProvider: tr.Provider()})
 			req := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{
 				{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "key1", Value: "v"}}}}}
 			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", tc.traceparent))

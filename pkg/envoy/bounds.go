@@ -7,65 +7,28 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
-// Defaults of RequestBounds' fields.
-const (
-	DefaultMaxDescriptors = 64
-	DefaultMaxEntries     = 16
-	DefaultMaxKeyBytes    = 1 << 10
-	DefaultMaxValueBytes  = 4 << 10
-)
-
-// maxCost bounds a hit's cost. A descriptor's hits_addend may be up to
-// 2^64-1; any cost above every limit's capacity (at most 2^32-1 from rule
-// files and overrides) is denied, charged up to limit.MaxCount or
-// limit.MaxDebt, or refunds up to the capacity, whatever its value, so
-// clamping it changes no decision while keeping every cost exact in the
-// float64 arithmetic of the Lua scripts and far from int64 overflow in any
-// sum.
+// maxCost bounds a hit's cost, far above any capacity (2^32-1 at most), so
+// that clamping changes no decision, while costs stay exact in the Lua
+// scripts' float64 and far from int64 overflow.
 const maxCost = 1 << 53
 
-// RequestBounds limit what one request may carry, so that no client can
-// make the server spend unbounded memory or time on one call. A request
-// beyond a bound gets InvalidArgument naming the field and the bound. Zero
-// fields mean their Default.
+// RequestBounds limit what one request may carry; a request beyond one
+// gets InvalidArgument naming the field and the bound. Zero fields mean
+// their value in DefaultOptions.
 type RequestBounds struct {
 	// MaxDescriptors bounds the descriptors of a request.
 	MaxDescriptors int
 	// MaxEntries bounds the entries of one descriptor.
 	MaxEntries int
-	// MaxKeyBytes bounds the length in bytes of an entry's key and of the
-	// domain.
+	// MaxKeyBytes bounds the bytes of an entry's key and of the domain.
 	MaxKeyBytes int
-	// MaxValueBytes bounds the length in bytes of an entry's value.
+	// MaxValueBytes bounds the bytes of an entry's value.
 	MaxValueBytes int
 }
 
-func (b RequestBounds) normalize() (RequestBounds, error) {
-	for _, f := range []struct {
-		p   *int
-		def int
-		n   string
-	}{
-		{&b.MaxDescriptors, DefaultMaxDescriptors, "MaxDescriptors"},
-		{&b.MaxEntries, DefaultMaxEntries, "MaxEntries"},
-		{&b.MaxKeyBytes, DefaultMaxKeyBytes, "MaxKeyBytes"},
-		{&b.MaxValueBytes, DefaultMaxValueBytes, "MaxValueBytes"},
-	} {
-		if *f.p < 0 {
-			return b, refused("Bounds."+f.n, *f.p, "must not be negative")
-		}
-		if *f.p == 0 {
-			*f.p = f.def
-		}
-	}
-	return b, nil
-}
-
-// check returns the first way req breaks the bounds or is malformed (an
-// empty domain, key or descriptor list; a string that is not UTF-8),
-// naming the field, or nil; with the reason to count it under
-// (RefusedBounds or RefusedMalformed). It does not allocate for a valid
-// request.
+// check returns the first way req breaks the bounds or is malformed,
+// naming the field, with the reason to count it under. It does not
+// allocate for a valid request.
 func (b *RequestBounds) check(req *pb.RateLimitRequest) (string, error) {
 	err := b.checkFields(req)
 	if err == nil {
@@ -77,8 +40,7 @@ func (b *RequestBounds) check(req *pb.RateLimitRequest) (string, error) {
 	return RefusedMalformed, err
 }
 
-// boundError is checkFields' error for a request beyond a bound, as
-// opposed to a malformed one.
+// boundError is checkFields' error for a request beyond a bound.
 type boundError struct{ msg string }
 
 func (e boundError) Error() string { return e.msg }

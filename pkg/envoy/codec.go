@@ -3,7 +3,6 @@ package envoy
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -23,45 +22,35 @@ import (
 )
 
 // Codec is the gRPC codec of a server of the RateLimitService: a server
-// built with grpc.ForceServerCodecV2(c), on which c.Register registers
-// the service. It decodes ShouldRateLimit's request without reflection
-// into storage reused from call to call (one allocation per request),
-// and a request it cannot decode is answered InvalidArgument, naming what
-// is wrong, where gRPC alone would answer Internal and tell Envoy that the
-// server failed. Answers are encoded with go-control-plane's generated
-// code when the build has it. Every other message goes through gRPC's
-// proto codec. A Codec is safe for concurrent use.
+// built with grpc.ForceServerCodecV2(c), on which c.Register registers the
+// service. It decodes ShouldRateLimit's request without reflection into
+// storage reused from call to call (one allocation per request), and
+// answers InvalidArgument, naming what is wrong, to a request it cannot
+// decode, where gRPC alone would answer Internal and tell Envoy that the
+// server failed. Answers are encoded with go-control-plane's generated code
+// when the build has it; every other message goes through gRPC's proto
+// codec. The zero value is ready to use, and a Codec is safe for concurrent
+// use.
 type Codec struct {
-	proto encoding.CodecV2
-	// maxRequest bounds a RateLimitRequest, which gRPC's own bound
-	// (grpc.MaxRecvMsgSize) may not when other messages need more.
-	maxRequest int
+	// MaxRequestBytes bounds a RateLimitRequest (ResourceExhausted, as gRPC
+	// answers a message over its own bound), which grpc.MaxRecvMsgSize may
+	// not when other messages need more; 0 means no bound but gRPC's.
+	MaxRequestBytes int
 }
 
-// NewCodec returns a Codec that refuses a RateLimitRequest over
-// maxRequestBytes (ResourceExhausted, as gRPC refuses a message over its
-// own bound); 0 means no bound but gRPC's.
-func NewCodec(maxRequestBytes int) *Codec {
-	if maxRequestBytes <= 0 {
-		maxRequestBytes = math.MaxInt
-	}
-	return &Codec{proto: encoding.GetCodecV2("proto"), maxRequest: maxRequestBytes}
-}
+// protoCodec is gRPC's proto codec, registered by the import above.
+var protoCodec = encoding.GetCodecV2("proto")
 
-// Name is the codec's name: "proto", the one gRPC clients ask for.
-func (c *Codec) Name() string { return c.proto.Name() }
+// Name is "proto", the codec gRPC clients ask for.
+func (c *Codec) Name() string { return protoCodec.Name() }
 
-// Marshal encodes a message that has go-control-plane's generated
-// encoder (vtMarshaler: the RateLimitResponse, in a build with the
-// vtprotobuf tag) with it, and anything else as proto. Either way every
-// field of the message is written: the generated code is regenerated with
-// the messages. An answer is far below the size from which gRPC pools
-// buffers (mem.IsBelowBufferPoolingThreshold), so it gets a buffer of its
-// own, as from gRPC's proto codec.
+// Marshal encodes a message with go-control-plane's generated encoder when
+// the build has it (the vtprotobuf tag), else as proto. An answer is below
+// the size from which gRPC pools buffers, so it gets a buffer of its own.
 func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(vtMarshaler)
 	if !ok {
-		return c.proto.Marshal(v)
+		return protoCodec.Marshal(v)
 	}
 	b, err := m.MarshalVTStrict()
 	if err != nil {
@@ -70,28 +59,25 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 }
 
-// vtMarshaler is the encoder protoc-gen-go-vtproto generates, without
-// reflection, for go-control-plane's messages (RateLimitResponse and what
-// it holds). go-control-plane compiles it only with the vtprotobuf build
-// tag, which the Makefile, the Dockerfile and the tests' builds set: a
-// build without it (go run ./cmd/server) encodes answers as proto, the
-// same bytes but for the order of map entries, at about two and a half
-// times the cost (BenchmarkCodec). go-control-plane generates no decoder,
-// hence wireRequest.
+// vtMarshaler is the encoder, without reflection, that go-control-plane
+// compiles with the vtprotobuf build tag (set by the Makefile, the
+// Dockerfile and the tests). A build without it encodes answers as proto:
+// the same bytes, but for the order of map entries, at a higher cost
+// (docs/benchmarks.md). There is no generated decoder, hence wireRequest.
 type vtMarshaler interface {
 	MarshalVTStrict() ([]byte, error)
 }
 
-// Unmarshal decodes a ShouldRateLimit request (a *wireRequest, which only
-// Register's handler passes) and anything else as proto. A request that
-// is too large or does not decode is no error here: it is recorded in the
-// wireRequest, for the handler to answer and count.
+// Unmarshal decodes a ShouldRateLimit request into the *wireRequest
+// Register's handler passes, and anything else as proto. A request too
+// large or that does not decode is recorded in the wireRequest, for the
+// handler to answer and count, not returned as an error.
 func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	w, ok := v.(*wireRequest)
 	if !ok {
-		return c.proto.Unmarshal(data, v)
+		return protoCodec.Unmarshal(data, v)
 	}
-	if n := data.Len(); n > c.maxRequest {
+	if n := data.Len(); c.MaxRequestBytes > 0 && n > c.MaxRequestBytes {
 		w.tooLarge = n
 		return nil
 	}
@@ -117,15 +103,13 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // Register registers svc on s, a server built with
-// grpc.ForceServerCodecV2(c), as the generated
-// RegisterRateLimitServiceServer does, but with a ShouldRateLimit handler
-// that decodes with c into a pooled request and answers InvalidArgument
-// for a request that does not decode, ResourceExhausted for one over the
-// bound. refused, when not nil, is called once for each request refused
-// so, before svc sees it, with RefusedMalformed or RefusedTooLarge. The
-// handler calls no interceptor: gRPC decodes a request before any
-// interceptor runs and turns decoding failures into Internal or
-// ResourceExhausted on its own; only the handler sees both.
+// grpc.ForceServerCodecV2(c), as RegisterRateLimitServiceServer does, with
+// a ShouldRateLimit handler that decodes with c into a pooled request and
+// answers InvalidArgument to a request that does not decode,
+// ResourceExhausted to one over the bound. refused, when not nil, is
+// called for each request so refused, with RefusedMalformed or
+// RefusedTooLarge. The handler calls no interceptor: gRPC decodes before
+// interceptors run, so only the handler sees decoding failures.
 func (c *Codec) Register(s grpc.ServiceRegistrar, svc pb.RateLimitServiceServer, refused func(reason string)) {
 	if refused == nil {
 		refused = func(string) {}
@@ -140,14 +124,11 @@ func (c *Codec) Register(s grpc.ServiceRegistrar, svc pb.RateLimitServiceServer,
 	s.RegisterService(&desc, svc)
 }
 
-// handler is ShouldRateLimit's handler: it decodes as the generated one
-// does, without a closure per call, into a pooled wireRequest.
+// handler decodes as the generated handler does, without a closure per
+// call, into a pooled wireRequest.
 func (c *Codec) handler(refused func(string)) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 		in := getWireRequest()
-		// The service keeps no pointer into the request once it has
-		// answered (the contract of wireRequest), so its storage serves
-		// the next call.
 		defer in.release()
 		if err := dec(in); err != nil {
 			if status.Code(err) == codes.ResourceExhausted {
@@ -156,9 +137,8 @@ func (c *Codec) handler(refused func(string)) grpc.MethodHandler {
 			return nil, err
 		}
 		if in.tooLarge > 0 {
-			// As gRPC answers a message over its own bound.
 			refused(RefusedTooLarge)
-			return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", in.tooLarge, c.maxRequest)
+			return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", in.tooLarge, c.MaxRequestBytes)
 		}
 		if in.refusal != "" {
 			refused(RefusedMalformed)
@@ -169,9 +149,8 @@ func (c *Codec) handler(refused func(string)) grpc.MethodHandler {
 }
 
 // DecodeJSON decodes a RateLimitRequest written in protojson, as the
-// reference server's /json endpoint takes it. Its error says what is
-// wrong after "invalid RateLimitRequest: ", in the same words from every
-// build of the protobuf module.
+// reference server's /json endpoint takes it. Its error starts with
+// "invalid RateLimitRequest: ".
 func DecodeJSON(b []byte) (*pb.RateLimitRequest, error) {
 	req := new(pb.RateLimitRequest)
 	if err := protojson.Unmarshal(b, req); err != nil {
@@ -181,9 +160,8 @@ func DecodeJSON(b []byte) (*pb.RateLimitRequest, error) {
 }
 
 // protoErrorText is a protobuf error's message without its "proto: "
-// prefix, whose space the protobuf module makes a no-break space in some
-// builds (to keep callers from comparing messages), so that answers are
-// the same from every build.
+// prefix, whose space some builds make a no-break space: answers are the
+// same from every build.
 func protoErrorText(err error) string {
 	msg := err.Error()
 	for _, p := range []string{"proto: ", "proto:\u00a0"} {
@@ -217,10 +195,10 @@ func invalidUTF8Field(b []byte) string {
 	return field
 }
 
-// walkStrings calls found with the path of each length-delimited field of
-// the request's string fields that is not UTF-8 (field numbers, with the
-// index of repeated messages after theirs: [2, i, 1, j, 2] is
-// descriptors[i].entries[j].value) until found returns true.
+// walkStrings calls found with the path of each string field that is not
+// UTF-8, until found returns true. A path is field numbers, each repeated
+// message's followed by its index: [2, i, 1, j, 2] is
+// descriptors[i].entries[j].value.
 func walkStrings(b []byte, found func(path []int) bool, path []int) bool {
 	counts := map[protowire.Number]int{}
 	for len(b) > 0 {

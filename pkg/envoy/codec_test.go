@@ -73,7 +73,7 @@ func TestMarshal(t *testing.T) {
 			CurrentLimit: &pb.RateLimitResponse_RateLimit{RequestsPerUnit: rpu, Unit: pb.RateLimitResponse_RateLimit_MINUTE, Name: name}}
 	}
 	long := strings.Repeat("x", 300) // lengths past one varint byte
-	codec := NewCodec(0)
+	codec := new(Codec)
 	for _, tc := range []struct {
 		name string
 		resp *pb.RateLimitResponse
@@ -126,7 +126,7 @@ func TestMarshal(t *testing.T) {
 // allocations, as from gRPC's own codec: its bytes, and the BufferSlice
 // that hands them to gRPC.
 func TestMarshalAllocations(t *testing.T) {
-	codec := NewCodec(0)
+	codec := new(Codec)
 	resp := overLimitAnswer()
 	allocs := testing.AllocsPerRun(100, func() {
 		out, err := codec.Marshal(resp)
@@ -156,7 +156,7 @@ func overLimitAnswer() *pb.RateLimitResponse {
 // a ratio. The codec's encoding is go-control-plane's generated code with
 // -tags vtprotobuf, as the Makefile runs it, and proto's without.
 func BenchmarkCodec(b *testing.B) {
-	codec := NewCodec(0)
+	codec := new(Codec)
 	for _, n := range []int{1, 3} {
 		var kvs [][]string
 		for k := 1; k <= n; k++ {
@@ -167,7 +167,7 @@ func BenchmarkCodec(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var r pb.RateLimitRequest
-				if err := codec.proto.Unmarshal(req, &r); err != nil {
+				if err := protoCodec.Unmarshal(req, &r); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -187,7 +187,7 @@ func BenchmarkCodec(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		marshal func(any) (mem.BufferSlice, error)
-	}{{"encode_proto", codec.proto.Marshal}, {"encode_codec", codec.Marshal}} {
+	}{{"encode_proto", protoCodec.Marshal}, {"encode_codec", codec.Marshal}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -209,7 +209,7 @@ func BenchmarkCodec(b *testing.B) {
 // the server keeps serving.
 func TestCodecRefusals(t *testing.T) {
 	h := newHarness(t, Options{})
-	codec := NewCodec(4 << 10)
+	codec := &Codec{MaxRequestBytes: 4 << 10}
 	var mu sync.Mutex
 	var refused []string
 	conn := serveCodec(t, codec, h.svc, func(reason string) {

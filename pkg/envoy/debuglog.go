@@ -16,18 +16,14 @@ import (
 // hiddenValue stands for a descriptor value in debug lines.
 const hiddenValue = "(hidden)"
 
-// logDecision writes one debug line for an answer: the domain, the overall
-// code (or the gRPC error), the failure policy's cause when it answered,
-// each descriptor and the time taken. A descriptor reads
+// logDecision writes a debug line for an answer: domain, code or error,
+// the failure policy's cause, each descriptor, as
 //
 //	user=(hidden) OVER_LIMIT rule=shop.user remaining=0 limit=per_user
 //
-// Request values are hidden unless the descriptor's rule has
-// detailed_metric or value_to_metric: values are often API keys, user ids
-// or addresses, and those rules are where the operator already chose to
-// show them (in metric labels). The reference server logs everything at
-// debug level; this does not. The caller checks that debug is enabled, so
-// that a request pays nothing for it otherwise.
+// and the time taken. Values, often API keys or user ids, are hidden
+// unless the rule already shows them in metrics (detailed_metric,
+// value_to_metric), where the reference server logs them all.
 func (s *Service) logDecision(ctx context.Context, d time.Duration, req *pb.RateLimitRequest, sc *scratch, resp *pb.RateLimitResponse, err error) {
 	attrs := make([]slog.Attr, 0, 7)
 	attrs = append(attrs, slog.String("domain", req.GetDomain()))
@@ -43,8 +39,8 @@ func (s *Service) logDecision(ctx context.Context, d time.Duration, req *pb.Rate
 	if sc.failure.set {
 		attrs = append(attrs, slog.String("store_failure", sc.failure.cause.String()), slog.String("policy", sc.failure.policy.String()))
 	}
-	// An invalid request's descriptors are what made it invalid, maybe
-	// thousands of them: the error names the field.
+	// An invalid request's error names the field; its descriptors may
+	// be thousands.
 	if err == nil || sc.failure.set {
 		attrs = append(attrs, slog.Any("descriptors", sc.describe(req, resp)))
 	}
@@ -52,8 +48,7 @@ func (s *Service) logDecision(ctx context.Context, d time.Duration, req *pb.Rate
 	s.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "decision", attrs...)
 }
 
-// describe summarizes each descriptor of req for logDecision; resp may be
-// nil (the failure policy answered Unavailable).
+// describe summarizes each descriptor of req; resp may be nil.
 func (sc *scratch) describe(req *pb.RateLimitRequest, resp *pb.RateLimitResponse) []string {
 	out := make([]string, len(req.GetDescriptors()))
 	var b strings.Builder

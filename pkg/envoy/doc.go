@@ -1,34 +1,32 @@
 // Package envoy answers Envoy's rate-limit calls
-// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit).
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) from a set
+// of rules and a limit.Limiter.
 //
-// It owns the request path, from the request's bytes to the answer's, and
-// only that. Codec decodes a gRPC request without reflection into pooled
-// storage (codec.go, wire.go) and refuses, naming the problem, one that
-// does not decode; DecodeJSON reads /json's. Service.ShouldRateLimit then
-// validates the request against its bounds (bounds.go), asks the current
-// rules.Set what applies to it in one call (Set.Resolve: matching,
-// replaces, Envoy's limit overrides, counter keys and each descriptor's
-// mode), turns the counted limits into one []limit.Hit for the whole
-// request, and asks the Limiter once, which decides the request in that
-// one call, quota rule included (all or nothing: a rejected request
-// consumes nothing but its usage reports, the descriptors carrying their
-// own hits_addend, which are charged whatever the answer), and says
-// whether it blocked it. It applies the failure policy and builds the
-// response from the resolved limits: one status per descriptor, the
-// overall code, and the optional response headers and body; an answer of
-// the failure policy says so, with the cause, in its dynamic metadata
-// (failure.go). Codec encodes the answer. The service logs each answer at
-// debug level (debuglog.go), and tells Options.Metrics what each request
-// did (the Metrics interface; the binary counts it in Prometheus and
-// statsd, in internal/rlsmetrics).
+// What it promises:
 //
-// It imports rules (which limits apply), limit (the Limiter contract and
-// its Hit and Decision types), tracing (its spans) and option (the error
-// of an option it refuses), never a store: the limit.Limiter
-// (limit.Memory, redislimit.Limiter, ...) is chosen by the caller. The
-// listeners, the settings and the store's assembly are the binary's
-// (internal/server, internal/settings, internal/store, cmd/server); a
-// program embedding the service serves it with its own gRPC server, built
-// with grpc.ForceServerCodecV2(codec), on which codec.Register registers
-// it.
+//   - Request in, response out. Service.ShouldRateLimit checks the request
+//     (InvalidArgument naming the field when it is malformed or beyond
+//     Options.Bounds), finds what the current rules.Set applies to each
+//     descriptor, and asks the Limiter once for the whole request, which
+//     is charged all or nothing. The answer has one status per descriptor,
+//     in request order, and an overall code: OVER_LIMIT when a descriptor
+//     is over its limit (quota descriptors: when all of them are), OK
+//     otherwise, and OK for a domain no rule declares.
+//   - Headers and body on request: Options.Headers adds the reference
+//     server's RateLimit-* headers or the IETF draft's, with Retry-After
+//     on OVER_LIMIT; Options.OverLimitBody adds a JSON body.
+//   - A failing store never fails silently. The failure mode of the
+//     descriptor's rule, else Options.FailureMode, decides: allow (the
+//     default) lets the request pass, deny answers OVER_LIMIT, unavailable
+//     answers the gRPC error Unavailable so that Envoy's failure_mode_deny
+//     decides. An answer so given says it, with the cause, in its
+//     dynamic_metadata, and in Options.StoreFailureHeader when set.
+//
+// The package holds no store and starts no server: the caller chooses the
+// Limiter (limit.Memory, redislimit.Limiter, ...) and serves the Service
+// on its own gRPC server, built with grpc.ForceServerCodecV2(codec), on
+// which codec.Register registers it (see the Example). Codec decodes
+// requests without reflection and answers InvalidArgument to one that does
+// not decode. Options.Metrics, Options.Logger and Options.TracerProvider
+// receive what each request did.
 package envoy

@@ -3,8 +3,9 @@ package envoy
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -16,38 +17,20 @@ import (
 )
 
 // failureCause is why a store call failed, a bounded label value.
-type failureCause uint8
+type failureCause string
 
 const (
-	// causeError is any failure that is neither of the others: a refused
-	// connection, an error reply, a lost connection.
-	causeError failureCause = iota
-	// causeDeadline: the store's deadline (or the caller's when sooner)
-	// passed before the store answered.
-	causeDeadline
-	// causeCircuitOpen: the store was not tried, its circuit breaker being
-	// open (limit.ErrCircuitOpen).
-	causeCircuitOpen
-	// causeFull: the in-memory store had no room for a new counter
-	// (limit.ErrFull).
-	causeFull
+	causeError       failureCause = "error"        // any other failure
+	causeDeadline    failureCause = "deadline"     // the store's or the caller's deadline passed
+	causeCircuitOpen failureCause = "circuit_open" // not tried: limit.ErrCircuitOpen
+	causeFull        failureCause = "store_full"   // no room for a new counter: limit.ErrFull
 )
 
-var failureCauseNames = [...]string{"error", "deadline", "circuit_open", "store_full"}
-
-// String returns the cause's name: "error", "deadline", "circuit_open" or
-// "store_full".
-func (c failureCause) String() string {
-	if int(c) < len(failureCauseNames) {
-		return failureCauseNames[c]
-	}
-	return fmt.Sprintf("failureCause(%d)", uint8(c))
-}
+func (c failureCause) String() string { return string(c) }
 
 // failureCauseOf classifies err, returned by a store call made with ctx.
-// A deadline is recognised by the error or, since a store may report its
-// socket's timeout without wrapping the context's error, by ctx's deadline
-// having passed.
+// A deadline is known by the error or by ctx's deadline having passed: a
+// store may report its socket's timeout without the context's error.
 func failureCauseOf(ctx context.Context, err error) failureCause {
 	switch {
 	case errors.Is(err, limit.ErrCircuitOpen):
@@ -70,17 +53,15 @@ type failureAnswer struct {
 	policy rules.FailureMode // FailureAllow, FailureDeny or FailureUnavailable
 }
 
-// storeFailureKey is the name, in an answer's dynamic_metadata, of the
-// struct that says the answer comes from the failure policy. Envoy stores
-// it under envoy.filters.http.ratelimit, so an access log reads it with
+// storeFailureKey names, in dynamic_metadata, what says an answer comes
+// from the failure policy: an access log reads it with
 // %DYNAMIC_METADATA(envoy.filters.http.ratelimit:storeFailure:cause)%.
 const storeFailureKey = "storeFailure"
 
-// markFailure tells, in resp's dynamic_metadata and in the optional
-// header named header, that resp was decided by the failure policy, not by
-// the store: {"storeFailure": {"cause": "deadline", "policy": "allow"}}.
-// It is set whatever Options.DynamicMetadata says, so that such an answer
-// can never be taken for "no rule matched".
+// markFailure says in resp's dynamic_metadata, whatever
+// Options.DynamicMetadata, and in header when not empty, that the failure
+// policy decided resp: {"storeFailure": {"cause": "deadline", "policy":
+// "allow"}}. Such an answer is never taken for "no rule matched".
 func markFailure(resp *pb.RateLimitResponse, f failureAnswer, header string) {
 	md := resp.DynamicMetadata
 	if md == nil {
@@ -94,4 +75,39 @@ func markFailure(resp *pb.RateLimitResponse, f failureAnswer, header string) {
 	if header != "" {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: header, Value: f.cause.String()})
 	}
+}
+
+// failureLog logs store failures at most once per interval, with their
+// number since the previous line: an outage under load writes a line a
+// second, not one per request.
+type failureLog struct {
+	logger   *slog.Logger
+	interval time.Duration
+	now      func() time.Time
+
+	mu     sync.Mutex
+	last   time.Time
+	unseen int // failures since the last line
+}
+
+// newFailureLog returns a failureLog writing to logger at most once per
+// interval as measured by now.
+func newFailureLog(logger *slog.Logger, interval time.Duration, now func() time.Time) *failureLog {
+	return &failureLog{logger: logger, interval: interval, now: now}
+}
+
+// record counts a failure and logs it if the last line is old enough.
+func (f *failureLog) record(err error) {
+	now := f.now()
+	f.mu.Lock()
+	f.unseen++
+	if !f.last.IsZero() && now.Sub(f.last) < f.interval {
+		f.mu.Unlock()
+		return
+	}
+	n := f.unseen
+	f.unseen = 0
+	f.last = now
+	f.mu.Unlock()
+	f.logger.Warn("rate-limit store failed; applying the failure policy", "err", err, "failures", n)
 }

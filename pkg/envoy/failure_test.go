@@ -60,7 +60,7 @@ func TestStoreFailurePolicy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			svc, err := New(fixedRules{set}, store, Options{FailureMode: tc.global})
+			svc, err := New(fixedRules{set}.Current, store, Options{FailureMode: tc.global})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestCanceledRequestIsNotAStoreFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(fixedRules{set}, deadRedis(t), Options{FailureMode: rules.FailureDeny})
+	svc, err := New(fixedRules{set}.Current, deadRedis(t), Options{FailureMode: rules.FailureDeny})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestServiceFailureLogClock(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	now := time.Unix(1_700_000_000, 0)
-	svc, err := New(fixedRules{set}, deadRedis(t), Options{
+	svc, err := New(fixedRules{set}.Current, deadRedis(t), Options{
 		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
 		Now:    func() time.Time { return now },
 	})
@@ -231,7 +231,7 @@ func TestFailureAnswersSayWhy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			svc, err := New(fixedRules{set}, tc.store, Options{FailureMode: tc.global, StoreFailureHeader: tc.header})
+			svc, err := New(fixedRules{set}.Current, tc.store, Options{FailureMode: tc.global, StoreFailureHeader: tc.header})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -276,7 +276,7 @@ func TestFailureAnswersSayWhy(t *testing.T) {
 			t.Errorf("%s: a decided answer says the store failed: %q %v", req.Domain, got, headerMap(resp))
 		}
 	}
-	if _, err := New(fixedRules{set}, failingStore{}, Options{StoreFailureHeader: "bad header"}); err == nil || !strings.Contains(err.Error(), `"bad header"`) {
+	if _, err := New(fixedRules{set}.Current, failingStore{}, Options{StoreFailureHeader: "bad header"}); err == nil || !strings.Contains(err.Error(), `"bad header"`) {
 		t.Errorf("a header name with a space: err = %v, want one naming it", err)
 	}
 }
@@ -299,7 +299,7 @@ func TestFrozenRedisAnswerSaysDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(fixedRules{set}, store, Options{})
+	svc, err := New(fixedRules{set}.Current, store, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

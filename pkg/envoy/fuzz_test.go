@@ -48,7 +48,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	}
 	now := t0
 	mem := limit.NewMemory(limit.MemoryOptions{MaxEntries: 1 << 10, Now: func() time.Time { return now }})
-	svc, err := New(fixedRules{set}, mem, Options{Headers: Headers{Style: HeadersIETF}, OverLimitBody: true})
+	svc, err := New(fixedRules{set}.Current, mem, Options{Headers: Headers{Style: HeadersIETF}, OverLimitBody: true})
 	if err != nil {
 		f.Fatal(err)
 	}

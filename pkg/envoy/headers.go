@@ -8,21 +8,20 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
-// HeaderStyle chooses the rate-limit headers a Service adds to answers
-// (response_headers_to_add, which Envoy puts on the downstream response).
+// HeaderStyle chooses the rate-limit headers a Service adds to answers,
+// which Envoy puts on the downstream response.
 type HeaderStyle uint8
 
 const (
 	// HeadersOff, the zero value, adds no header.
 	HeadersOff HeaderStyle = iota
-	// HeadersReference adds the reference server's three headers,
-	// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (seconds),
-	// under configurable names, plus Retry-After on OVER_LIMIT answers.
+	// HeadersReference adds the reference server's RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset (seconds), plus Retry-After
+	// on OVER_LIMIT answers.
 	HeadersReference
-	// HeadersIETF adds the structured fields of the IETF draft
-	// (draft-ietf-httpapi-ratelimit-headers): RateLimit-Policy
-	// (`"name";q=<limit>;w=<window seconds>`) and RateLimit
-	// (`"name";r=<remaining>;t=<seconds to reset>`), plus Retry-After on
+	// HeadersIETF adds draft-ietf-httpapi-ratelimit-headers' fields,
+	// RateLimit-Policy (`"name";q=<limit>;w=<window s>`) and RateLimit
+	// (`"name";r=<remaining>;t=<s to reset>`), plus Retry-After on
 	// OVER_LIMIT answers.
 	HeadersIETF
 )
@@ -37,8 +36,8 @@ func (h HeaderStyle) String() string {
 	return fmt.Sprintf("HeaderStyle(%d)", uint8(h))
 }
 
-// ParseHeaderStyle returns the style named s ("off", "reference", "ietf").
-func ParseHeaderStyle(s string) (HeaderStyle, error) {
+// parseHeaderStyle returns the style named s.
+func parseHeaderStyle(s string) (HeaderStyle, error) {
 	for i, n := range headerStyleNames {
 		if strings.EqualFold(s, n) {
 			return HeaderStyle(i), nil
@@ -47,9 +46,9 @@ func ParseHeaderStyle(s string) (HeaderStyle, error) {
 	return 0, fmt.Errorf("unknown response header style %q (want off, reference or ietf)", s)
 }
 
-// UnmarshalText reads a style's name, as ParseHeaderStyle.
+// UnmarshalText reads a style's name.
 func (h *HeaderStyle) UnmarshalText(b []byte) error {
-	s, err := ParseHeaderStyle(string(b))
+	s, err := parseHeaderStyle(string(b))
 	if err == nil {
 		*h = s
 	}
@@ -59,45 +58,18 @@ func (h *HeaderStyle) UnmarshalText(b []byte) error {
 // MarshalText writes the style's name.
 func (h HeaderStyle) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
 
-// The reference server's default header names.
-const (
-	DefaultLimitHeader     = "RateLimit-Limit"
-	DefaultRemainingHeader = "RateLimit-Remaining"
-	DefaultResetHeader     = "RateLimit-Reset"
-)
-
 // Headers configures response headers. The zero value adds none.
 type Headers struct {
-	// Style picks the header set; the zero value, HeadersOff, adds none.
 	Style HeaderStyle
 	// LimitName, RemainingName and ResetName name the HeadersReference
 	// headers (the reference server's LIMIT_LIMIT_HEADER,
-	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty means the default.
+	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty means
+	// DefaultOptions'.
 	LimitName, RemainingName, ResetName string
 }
 
-// normalize fills defaults and checks the names are HTTP tokens.
-func (h Headers) normalize() (Headers, error) {
-	if h.Style > HeadersIETF {
-		return h, refused("Headers.Style", h.Style, "want off, reference or ietf")
-	}
-	defaults := [...]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader}
-	fields := [...]string{"LimitName", "RemainingName", "ResetName"}
-	for i, p := range [...]*string{&h.LimitName, &h.RemainingName, &h.ResetName} {
-		if *p == "" {
-			*p = defaults[i]
-		}
-		if !isToken(*p) {
-			return h, refused("Headers."+fields[i], *p, "not an HTTP token")
-		}
-	}
-	return h, nil
-}
-
-// build returns the headers for an answer, nil when headers are off. Values
-// come from top, the most restrictive status that has a current_limit (an
-// over-limit one first, then the least remaining; none when its limit is
-// nil); Retry-After, on an over-limit answer, is retry seconds, at least 1.
+// build returns an answer's headers, describing top (none when its limit
+// is nil); Retry-After, when over, is retry seconds, at least 1.
 func (h Headers) build(top *report, over bool, retry int64) []*corev3.HeaderValue {
 	if h.Style == HeadersOff {
 		return nil
@@ -128,9 +100,8 @@ func (h Headers) build(top *report, over bool, retry int64) []*corev3.HeaderValu
 	return out
 }
 
-// sfString quotes a policy name as a structured-field string (RFC 8941):
-// printable ASCII with '"' and '\' escaped; other bytes become '_'. An empty
-// name becomes "default".
+// sfString quotes a policy name as an RFC 8941 string, other bytes than
+// printable ASCII as '_'; an empty name is "default".
 func sfString(name string) string {
 	if name == "" {
 		name = "default"

@@ -73,7 +73,7 @@ func TestCounterKeysArePinned(t *testing.T) {
 	}
 	for _, tt := range tests {
 		rec := &keyRecorder{}
-		svc, err := New(fixedRules{set}, rec, Options{})
+		svc, err := New(fixedRules{set}.Current, rec, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

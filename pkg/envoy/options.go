@@ -1,11 +1,98 @@
 package envoy
 
 import (
+	"log/slog"
 	"math"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
+
+// Options tune a Service. The zero value is usable: a zero field means its
+// value in DefaultOptions, and no shadow mode, headers, body, logs, metrics
+// or traces.
+type Options struct {
+	// ShadowMode makes every overall code OK; statuses and counters stay
+	// real (the reference server's SHADOW_MODE).
+	ShadowMode bool
+	// NearLimitRatio is the share of a limit's capacity from which an
+	// admitted hit counts as near the limit, in [0, 1].
+	NearLimitRatio float64
+	// FailureMode is what to do when the Limiter fails, for rules that do
+	// not say (rules.Rule.FailureMode).
+	FailureMode rules.FailureMode
+	// Headers chooses the rate-limit headers added to responses.
+	Headers Headers
+	// OverLimitBody adds a JSON body to OVER_LIMIT answers, Envoy's 429
+	// body.
+	OverLimitBody bool
+	// StoreFailureHeader, when not empty, names a header added to every
+	// answer the failure policy gave, with the cause as value (deadline,
+	// circuit_open, store_full or error). It must be an HTTP token.
+	StoreFailureHeader string
+	// Logger receives store failures (a line a second at most) and, at
+	// debug level, a line per answer; nil discards them.
+	Logger *slog.Logger
+	// Metrics is told what each request did; nil counts nothing.
+	Metrics Metrics
+	// TracerProvider, when not nil, gets a span per request, named
+	// "ShouldRateLimit Execution" and continuing the caller's traceparent
+	// or B3 headers, and a child span "ratelimit.store" per store call;
+	// nil traces nothing and costs nothing.
+	TracerProvider trace.TracerProvider
+	// Bounds limit what one request may carry.
+	Bounds RequestBounds
+	// QuotaMode is the reference server's QUOTA_MODE: every descriptor
+	// but those with only unlimited limits is a quota, and a request is
+	// refused only when every quota is over (one that matches no rule or
+	// is in shadow mode always passes). False: only rules with quota_mode
+	// make quotas. Each descriptor's status still says OVER_LIMIT.
+	QuotaMode bool
+	// DynamicMetadata puts the request and its rules' metadata into every
+	// answer's dynamic_metadata, as the reference server's
+	// RESPONSE_DYNAMIC_METADATA.
+	DynamicMetadata bool
+	// Now is the clock of the reset of a limit of requests_per_unit 0,
+	// which no store decides, and of the failure log; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultOptions returns the values New gives the zero fields of Options:
+// the reference server's near-limit ratio and header names, failing open,
+// and the request bounds.
+func DefaultOptions() Options {
+	return Options{
+		NearLimitRatio: 0.8,
+		FailureMode:    rules.FailureAllow,
+		Headers:        Headers{LimitName: "RateLimit-Limit", RemainingName: "RateLimit-Remaining", ResetName: "RateLimit-Reset"},
+		Bounds:         RequestBounds{MaxDescriptors: 64, MaxEntries: 16, MaxKeyBytes: 1 << 10, MaxValueBytes: 4 << 10},
+	}
+}
+
+// withDefaults returns o with its zero fields set from DefaultOptions.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	setDefault(&o.NearLimitRatio, d.NearLimitRatio)
+	setDefault(&o.FailureMode, d.FailureMode)
+	setDefault(&o.Headers.LimitName, d.Headers.LimitName)
+	setDefault(&o.Headers.RemainingName, d.Headers.RemainingName)
+	setDefault(&o.Headers.ResetName, d.Headers.ResetName)
+	setDefault(&o.Bounds.MaxDescriptors, d.Bounds.MaxDescriptors)
+	setDefault(&o.Bounds.MaxEntries, d.Bounds.MaxEntries)
+	setDefault(&o.Bounds.MaxKeyBytes, d.Bounds.MaxKeyBytes)
+	setDefault(&o.Bounds.MaxValueBytes, d.Bounds.MaxValueBytes)
+	return o
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
 
 // Validate reports the first option New refuses as an *option.Error
 // ("envoy.Options.NearLimitRatio 2: want a number between 0 and 1"), or
@@ -18,12 +105,25 @@ func (o Options) Validate() error {
 		return refused("FailureMode", o.FailureMode, "want allow, deny or unavailable")
 	case o.StoreFailureHeader != "" && !isToken(o.StoreFailureHeader):
 		return refused("StoreFailureHeader", o.StoreFailureHeader, "not an HTTP token")
+	case o.Headers.Style > HeadersIETF:
+		return refused("Headers.Style", o.Headers.Style, "want off, reference or ietf")
 	}
-	if _, err := o.Headers.normalize(); err != nil {
-		return err
+	h := &o.Headers
+	for _, f := range []struct{ name, v string }{{"LimitName", h.LimitName}, {"RemainingName", h.RemainingName}, {"ResetName", h.ResetName}} {
+		if f.v != "" && !isToken(f.v) {
+			return refused("Headers."+f.name, f.v, "not an HTTP token")
+		}
 	}
-	_, err := o.Bounds.normalize()
-	return err
+	b := &o.Bounds
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxDescriptors", b.MaxDescriptors}, {"MaxEntries", b.MaxEntries}, {"MaxKeyBytes", b.MaxKeyBytes}, {"MaxValueBytes", b.MaxValueBytes}} {
+		if f.v < 0 {
+			return refused("Bounds."+f.name, f.v, "must not be negative")
+		}
+	}
+	return nil
 }
 
 // refused is the error of an option field refused for its value v.

@@ -27,27 +27,22 @@ type scratch struct {
 	failure failureAnswer // set when the failure policy answered
 }
 
-// hitAt is the limit a hit counts, by index: the request descriptor (in
-// scratch.descs and the resolution's Descriptors) and the limit in that
-// descriptor's resolved Limits. It stays in pkg/envoy, beside the hits
-// rather than in them: a store has no use for descriptors.
+// hitAt is the limit a hit counts: descriptor desc, its resolved limit
+// limit. It lies beside the hits, since a store has no use for it.
 type hitAt struct {
 	desc, limit int
 }
 
 // descPlan is what a request descriptor adds to its resolved limits.
 type descPlan struct {
-	cost    int64
-	refund  bool
-	usage   bool              // the descriptor carries its own hits_addend: a usage report (limit.Hit.Usage)
-	failure rules.FailureMode // resolved: never FailureDefault
-	metric  string            // the rule it counts against (metricLabel); "" when no limit applies
-	// counted reports that a limit of the descriptor is counted: it has
-	// hits. unlimited reports that only unlimited limits apply.
-	counted, unlimited bool
-	// quota reports that the descriptor is a quota (see quotaRule): the
-	// request is refused for quotas only when every quota is over.
-	quota bool
+	cost      int64
+	refund    bool
+	usage     bool              // the descriptor carries its own hits_addend: a usage report (limit.Hit.Usage)
+	failure   rules.FailureMode // resolved: never FailureDefault
+	metric    string            // the rule it counts against (metricLabel); "" when no limit applies
+	counted   bool              // a limit is counted: it has hits
+	unlimited bool              // only unlimited limits apply
+	quota     bool              // refused only when every quota is over (quotaRule)
 }
 
 func (sc *scratch) reset() {
@@ -63,17 +58,14 @@ func (sc *scratch) reset() {
 	sc.failure = failureAnswer{}
 }
 
-// plan resolves the request's descriptors (rules.Set.Resolve) and builds
-// one hit per counted limit (rules.ResolvedLimit.Counted), with where it
-// comes from (scratch.at). The only error is an invalid limit override,
-// naming its field.
+// plan resolves the request's descriptors and builds one hit per counted
+// limit. Its only error is an invalid limit override, naming the field.
 func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.FailureMode, quotaMode bool) error {
 	requestCost := int64(req.GetHitsAddend())
 	if requestCost == 0 {
 		requestCost = 1
 	}
-	// Entries are sliced as they are appended: room for all of them first
-	// keeps the slices valid.
+	// Room for every entry first: they are sliced as appended.
 	n := 0
 	for _, d := range req.GetDescriptors() {
 		n += len(d.GetEntries())
@@ -96,10 +88,8 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 		sc.in = append(sc.in, in)
 		ds := descPlan{cost: requestCost, refund: d.GetIsNegativeHits(), failure: global}
 		if h := d.GetHitsAddend(); h != nil {
-			// Envoy sets a descriptor's own hits_addend from a route's
-			// hits_addend (a number, or usage read from the response when
-			// the call is made at stream done): what was used, charged
-			// whatever the answer, as the reference server charges it.
+			// A descriptor's own hits_addend is usage, charged whatever
+			// the answer, as the reference server charges it.
 			ds.cost, ds.usage = int64(min(h.GetValue(), maxCost)), true
 		}
 		sc.descs = append(sc.descs, ds)
@@ -116,11 +106,8 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 }
 
 // quotaRule makes the quota hits advisory when a quota descriptor always
-// passes: one in shadow mode, or one no counted limit applies to (it
-// matched no rule, or its limits were replaced), which the reference
-// server counts as quotas that pass. Not every quota can then be over, so
-// the quotas can never refuse the request: their hits consume when
-// allowed and block nothing, as advisory hits do.
+// passes (in shadow mode, or with no counted limit, as the reference
+// server counts it): the quotas can then never refuse the request.
 func (sc *scratch) quotaRule() {
 	for i := range sc.descs {
 		ds := &sc.descs[i]
@@ -137,9 +124,7 @@ func (sc *scratch) quotaRule() {
 }
 
 // planHits completes descriptor i's plan from its resolution and appends
-// the hits of its counted limits. A descriptor is a quota when its rule is
-// in quota mode, or, in global quota mode (quotaMode, the reference's
-// QUOTA_MODE), unless only unlimited limits apply to it.
+// the hits of its counted limits.
 func (sc *scratch) planHits(i int, quotaMode bool) {
 	rd, ds := &sc.res.Descriptors[i], &sc.descs[i]
 	if rd.Rule != nil && rd.Rule.FailureMode != rules.FailureDefault {
@@ -147,8 +132,7 @@ func (sc *scratch) planHits(i int, quotaMode bool) {
 	}
 	ds.metric = metricLabel(rd)
 	ruleQuota := rd.Rule != nil && !rd.Override && rd.Rule.QuotaMode
-	// A quota descriptor's limits are one quota, named by the
-	// descriptor's index; the other hits have no group.
+	// A quota descriptor's limits are one quota, its index.
 	mode, group := rd.Mode, uint32(0)
 	if (ruleQuota || quotaMode) && mode != limit.Advisory {
 		mode, group = limit.Quota, uint32(i)
@@ -185,13 +169,11 @@ func override(o *rlv3.RateLimitDescriptor_RateLimitOverride, index int) (rules.O
 	return rules.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult}, nil
 }
 
-// overrideMetric names the rule of an override that matched none, in
-// metrics, traces and the debug log.
+// overrideMetric names the rule of an override that matched none.
 const overrideMetric = "(override)"
 
-// metricLabel names the rule a resolved descriptor counts against: its
-// rule's path, an override's "(override)" without a rule, "" when no
-// limit applies.
+// metricLabel names the rule a descriptor counts against: its path,
+// overrideMetric, or "" when no limit applies.
 func metricLabel(rd *rules.Resolved) string {
 	switch {
 	case rd.Override && rd.Rule == nil:
@@ -219,12 +201,10 @@ type descOutcome struct {
 	near      int64           // hits that reached a limit's near-limit ratio (nearHits), the most of any limit
 }
 
-// judge computes each descriptor's status and the overall code from the
-// decisions: a descriptor is over when one of its limits denied; its
-// reported limit is the most restrictive one. Each decision goes to the
-// descriptor and limit of its hit (scratch.at). After a store failure
-// (storeFailed), only the limits whose failure policy denies count, their
-// decisions being denials (applyFailure); the others are not known.
+// judge computes each descriptor's status and the overall code: a
+// descriptor is over when one of its limits denied, and reports its most
+// restrictive limit. After a store failure only the limits whose policy
+// denies count (applyFailure).
 func (sc *scratch) judge(nearRatio float64, storeFailed bool) verdict {
 	sc.outcomes = grow(sc.outcomes, len(sc.descs))
 	for di := range sc.descs {
@@ -261,9 +241,7 @@ func (sc *scratch) judge(nearRatio float64, storeFailed bool) verdict {
 	return v
 }
 
-// add counts the decision d of one of the descriptor's limits, l: a denial
-// makes it would-deny, an admission near l's capacity near, and the most
-// restrictive limit so far is the one reported.
+// add counts the decision d of the descriptor's limit l.
 func (o *descOutcome) add(l *rules.Limit, d *limit.Decision, nearRatio float64) {
 	if !d.Allowed {
 		o.wouldDeny = true
@@ -275,12 +253,9 @@ func (o *descOutcome) add(l *rules.Limit, d *limit.Decision, nearRatio float64) 
 	}
 }
 
-// nearHits is how many of the hits an admission just counted reached the
-// near-limit ratio of a limit of capacity that has remaining left: the
-// hits whose place in the window (the used count they brought it to) is
-// at or above nearRatio of the capacity. The caller bounds it by the
-// request's hits: as the reference server, a request of several hits that
-// crosses the ratio counts only those past it.
+// nearHits is how many hits of an admission landed at or above nearRatio
+// of capacity, remaining being left: as the reference server, a request
+// crossing the ratio counts only the hits past it.
 func nearHits(capacity, remaining int64, nearRatio float64) int64 {
 	if capacity <= 0 {
 		return 0
@@ -289,10 +264,8 @@ func nearHits(capacity, remaining int64, nearRatio float64) int64 {
 	return max(0, used-threshold+1)
 }
 
-// restrictive reports whether a limit in state a (over: denied; remaining:
-// what it has left) is more restrictive than one in state b: a denial
-// first, then the least remaining. It picks a descriptor's reported limit
-// and the status the headers report.
+// restrictive reports whether limit state a is more restrictive than b:
+// a denial first, then the least remaining.
 func restrictive(aOver bool, aRemaining int64, bOver bool, bRemaining int64) bool {
 	if aOver != bOver {
 		return aOver
@@ -300,10 +273,9 @@ func restrictive(aOver bool, aRemaining int64, bOver bool, bRemaining int64) boo
 	return aRemaining < bRemaining
 }
 
-// applyFailure turns every evaluated limit into its failure policy's
-// answer: a denial for FailureDeny, nothing known (no current_limit) for
-// the others (judge with storeFailed). It reports whether a limit asks for
-// FailureUnavailable.
+// applyFailure turns each limit's decision into its failure policy's: a
+// denial for FailureDeny, nothing known for the others. It reports whether
+// a limit asks for FailureUnavailable.
 func (sc *scratch) applyFailure() (unavailable bool) {
 	for i, at := range sc.at {
 		switch sc.descs[at.desc].failure {
@@ -316,9 +288,8 @@ func (sc *scratch) applyFailure() (unavailable bool) {
 	return unavailable
 }
 
-// hitsOf is what the decided request did to each descriptor a limit
-// decided, refunds excepted, for Options.Metrics; charged reports whether
-// the Limiter charged the admitted hits. It reuses sc's storage.
+// hitsOf is what the request did to each descriptor a limit decided,
+// refunds excepted, for Options.Metrics.
 func (sc *scratch) hitsOf(v verdict, charged bool) []DescriptorHits {
 	for di := range sc.descs {
 		ds, out := &sc.descs[di], &v.codes[di]

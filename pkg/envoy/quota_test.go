@@ -72,7 +72,7 @@ func redisInstances(t *testing.T, n int) (*redistest.Server, []*Service, []*hook
 			t.Fatal(err)
 		}
 		h := &hookLimiter{Limiter: store}
-		svc, err := New(fixedRules{set}, h, Options{})
+		svc, err := New(fixedRules{set}.Current, h, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

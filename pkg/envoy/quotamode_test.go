@@ -90,7 +90,7 @@ func quotaService(t *testing.T, global bool) *Service {
 		t.Fatal(err)
 	}
 	now := func() time.Time { return t0 }
-	svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{Now: now}), Options{QuotaMode: global, Now: now})
+	svc, err := New(fixedRules{set}.Current, limit.NewMemory(limit.MemoryOptions{Now: now}), Options{QuotaMode: global, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}

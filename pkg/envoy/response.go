@@ -15,19 +15,14 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// respond builds the answer from a verdict: statuses, headers and body
-// all come from the limits judge reported.
+// respond builds the answer from a verdict.
 func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.RateLimitResponse {
-	// One allocation for the response and its statuses' messages when
-	// there are few (Envoy's usual request), else one for each of the
-	// three: they live as long as the response, which gRPC owns once it
-	// is returned.
+	// One allocation for the response and its statuses when there are
+	// few, as in Envoy's usual request.
 	var resp *pb.RateLimitResponse
 	var parts []statusParts
 	switch n := len(sc.descs); {
 	case n == 1:
-		// Envoy's most usual request: a third of inlineAnswer's memory
-		// to take and clear.
 		a := new(singleAnswer)
 		resp, parts = &a.resp, a.parts[:]
 		resp.Statuses = a.statuses[:]
@@ -74,11 +69,10 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 	return resp
 }
 
-// headline returns the report the rate-limit headers describe once r,
-// a descriptor's with a limit, is seen after top: as the reference server
-// picks it, the last descriptor over a rate limit (not a quota), else the
-// first with the least remaining (a quota over its limit has none).
-// pinned reports that top is over a rate limit.
+// headline returns the report the headers describe once r is seen after
+// top, as the reference server picks it: the last descriptor over a rate
+// limit (not a quota), else the first with the least remaining. pinned
+// reports that top is over a rate limit.
 func headline(top report, pinned bool, r report, quota bool) (report, bool) {
 	switch {
 	case r.over && !quota:
@@ -98,9 +92,9 @@ type report struct {
 	reset     int64        // duration_until_reset, in seconds; with limit only
 }
 
-// newReport is the report of a descriptor's outcome. A descriptor with only
-// unlimited limits gets the reference server's answer: OK, no
-// current_limit, the largest limit_remaining.
+// newReport is the report of a descriptor's outcome; one with only
+// unlimited limits gets, as from the reference server, no current_limit
+// and the largest limit_remaining.
 func newReport(o *descOutcome, now func() time.Time) report {
 	r := report{code: o.code, over: o.code == pb.RateLimitResponse_OVER_LIMIT, limit: o.limit}
 	switch {
@@ -109,10 +103,8 @@ func newReport(o *descOutcome, now func() time.Time) report {
 			r.remaining = math.MaxUint32
 		}
 	case r.over:
-		// As the reference server: a refused request has nothing left, even
-		// when a smaller hits_addend would still pass. Envoy's
-		// X-RateLimit-Remaining then says 0 for it too, since Envoy takes
-		// the status with the least remaining.
+		// As the reference server: nothing left, even when a smaller
+		// hits_addend would still pass.
 		r.remaining = 0
 		r.reset = resetSeconds(&o.limit.Spec, o.decision, now)
 	default:
@@ -133,8 +125,7 @@ func (r *report) status(p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
 	p.limit.Name = r.limit.Name
 	p.limit.RequestsPerUnit = r.limit.RequestsPerUnit
 	p.limit.Unit = responseUnit(r.limit.Unit)
-	// The reference server never sets unit_multiplier (new in Envoy 1.40),
-	// and an absent one means 1.
+	// As the reference server, which never sets it: absent means 1.
 	if r.limit.UnitMultiplier > 1 {
 		p.multiplier.Value = r.limit.UnitMultiplier
 		p.limit.UnitMultiplier = &p.multiplier
@@ -145,17 +136,11 @@ func (r *report) status(p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
 	return st
 }
 
-// resetSeconds is a status's duration_until_reset in whole seconds, rounded
-// up. Envoy keeps only the seconds of it for X-RateLimit-Reset, so 0.4 s
-// left would tell a client "0" while a retry is still refused; rounding up
-// never tells a client to come back too early.
-//
-// For a denial it is when the same request could pass (for a bucket, long
-// before it is full again). A limit that admits nothing (requests_per_unit
-// 0) reports, as the reference server does, the time left in its window on
-// this server's clock (Options.Now), whether the hit was refused or only
-// looked (hits_addend 0): no store keeps a counter for it, and its
-// decision carries no time.
+// resetSeconds is a status's duration_until_reset, rounded up to whole
+// seconds so that a client is never told to come back too early. For a
+// denial it is when the same request could pass. A limit of
+// requests_per_unit 0 has no counter: as the reference server, it reports
+// the time left in its window on Options.Now.
 func resetSeconds(spec *limit.Spec, d *limit.Decision, now func() time.Time) int64 {
 	reset := d.ResetAfter
 	switch {
@@ -169,9 +154,7 @@ func resetSeconds(spec *limit.Spec, d *limit.Decision, now func() time.Time) int
 	return ceilSeconds(reset)
 }
 
-// statusParts are the messages of one DescriptorStatus, allocated together.
-// inlineAnswer is a response with room for the statuses of up to
-// inlineStatuses descriptors, allocated at once.
+// inlineAnswer is a response with room for inlineStatuses statuses.
 type inlineAnswer struct {
 	resp     pb.RateLimitResponse
 	statuses [inlineStatuses]*pb.RateLimitResponse_DescriptorStatus
@@ -185,11 +168,10 @@ type singleAnswer struct {
 	parts    [1]statusParts
 }
 
-// inlineStatuses is how many descriptors an answer holds inline: enough
-// for the requests Envoy usually sends, few enough that a one-descriptor
-// answer does not clear much unused memory.
+// inlineStatuses is how many statuses an answer holds inline.
 const inlineStatuses = 3
 
+// statusParts are the messages of one DescriptorStatus.
 type statusParts struct {
 	status     pb.RateLimitResponse_DescriptorStatus
 	limit      pb.RateLimitResponse_RateLimit
@@ -212,14 +194,11 @@ func overLimitBody(domain string, retry int64) []byte {
 	return b
 }
 
-// requestMetadata adds to md (a new Struct when nil) what the reference
-// server puts in dynamic_metadata with RESPONSE_DYNAMIC_METADATA: the
-// request (requestFields), and
-//
-//	metadata     the `metadata` of the rules of every descriptor that was not
-//	             over its limit and had a limit to count (not unlimited, not
-//	             replaced, not an override), merged in request order: the
-//	             first value of a name wins, mappings under one name merge
+// requestMetadata adds to md (new when nil) what the reference server puts
+// in dynamic_metadata with RESPONSE_DYNAMIC_METADATA: the request, and
+// under "metadata" the rules' metadata of the descriptors not over their
+// limit with a limit counted (not an override), merged in request order:
+// the first value of a name wins, mappings under one name merge.
 func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *structpb.Struct) *structpb.Struct {
 	md = requestFields(req, md)
 	var merged map[string]any
@@ -232,8 +211,7 @@ func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *struc
 		merged = mergeMetadata(merged, r.Metadata)
 	}
 	if len(merged) > 0 {
-		// The rules' values are JSON's kinds (rules.Rule.Metadata), which
-		// NewStruct always takes.
+		// Rule metadata is JSON's kinds, which NewStruct takes.
 		if s, err := structpb.NewStruct(merged); err == nil {
 			md.Fields["metadata"] = structpb.NewStructValue(s)
 		}
@@ -241,14 +219,10 @@ func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *struc
 	return md
 }
 
-// requestFields adds to md (a new Struct when nil) the request, as the
-// reference server puts it in dynamic_metadata, also for a domain that
-// has no rules:
-//
-//	domain       the request's domain
-//	descriptors  per descriptor: entries as "key=value" strings, limit (the
-//	             override in protobuf text form) and hitsAddend when set
-//	hitsAddend   the request's, when not 0
+// requestFields adds the request to md (new when nil) as the reference
+// server does: domain; descriptors, each with entries as "key=value",
+// limit (the override as protobuf text) and hitsAddend when set; and
+// hitsAddend when not 0.
 func requestFields(req *pb.RateLimitRequest, md *structpb.Struct) *structpb.Struct {
 	if md == nil {
 		md = &structpb.Struct{Fields: map[string]*structpb.Value{}}
@@ -276,9 +250,8 @@ func requestFields(req *pb.RateLimitRequest, md *structpb.Struct) *structpb.Stru
 	return md
 }
 
-// mergeMetadata adds src's names that dst lacks, merging mappings found
-// under the same name in both, and returns dst. It copies what it changes,
-// never writing to src or to the mappings dst shares with a rule.
+// mergeMetadata returns dst with src's names it lacks, merging mappings
+// under one name. It writes to neither: rules share them.
 func mergeMetadata(dst, src map[string]any) map[string]any {
 	if dst == nil {
 		return src

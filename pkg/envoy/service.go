@@ -9,142 +9,67 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
-	"github.com/floodgate/floodgate/pkg/tracing"
 )
-
-// RuleSource returns the rules in force; rules.Watcher satisfies it. Current
-// must be cheap (it is called once per request) and may return a different
-// Set on each call.
-type RuleSource interface {
-	Current() *rules.Set
-}
-
-// DefaultNearLimitRatio is Options.NearLimitRatio when it is zero, the
-// reference server's NEAR_LIMIT_RATIO default.
-const DefaultNearLimitRatio = 0.8
-
-// Options tune a Service. The zero value is usable: no global shadow mode,
-// near-limit at 80 %, failing open, no headers.
-type Options struct {
-	// ShadowMode makes every answer's overall code OK while descriptors
-	// keep their real statuses and counters count as when enforcing (the
-	// reference server's SHADOW_MODE).
-	ShadowMode bool
-	// NearLimitRatio is the share of a limit's capacity above which an
-	// admitted hit counts as near the limit in the metrics; 0 means
-	// DefaultNearLimitRatio. It must be in [0, 1].
-	NearLimitRatio float64
-	// FailureMode is what to do when the Limiter fails, for rules that do
-	// not say (rules.Rule.FailureMode); rules.FailureDefault means
-	// rules.FailureAllow (fail open).
-	FailureMode rules.FailureMode
-	// Headers chooses the rate-limit headers added to responses.
-	Headers Headers
-	// OverLimitBody adds a JSON body (raw_body) to OVER_LIMIT answers, which
-	// Envoy sends as the 429 body.
-	OverLimitBody bool
-	// StoreFailureHeader, when not empty, names a response header added to
-	// every answer the failure policy gave (allow or deny) with the cause
-	// as its value: deadline, circuit_open or error. The answer's
-	// dynamic_metadata says so too, header or not (markFailure). It must
-	// be an HTTP token.
-	StoreFailureHeader string
-	// Logger receives failure logs (at most one line per second) and, at
-	// debug level, one line per answer (logDecision); nil discards them.
-	Logger *slog.Logger
-	// Metrics is told what each request did, to count it; nil counts
-	// nothing.
-	Metrics Metrics
-	// Tracer starts a span per request, continuing the caller's
-	// traceparent, and a child span per store call; nil traces nothing and
-	// costs nothing.
-	Tracer *tracing.Tracer
-	// Bounds limit what one request may carry.
-	Bounds RequestBounds
-	// QuotaMode is the reference server's global quota mode (QUOTA_MODE):
-	// every descriptor is a quota, except those only unlimited limits
-	// apply to, and a request is refused only when every quota is over. A
-	// descriptor that matches no rule, or whose limits were replaced, is a
-	// quota that passes, and so is one in shadow mode: with one, the
-	// request is never refused. Each descriptor's own status still says
-	// OVER_LIMIT when it is over. False: only the descriptors of rules with
-	// quota_mode are quotas.
-	QuotaMode bool
-	// DynamicMetadata puts the request and the metadata of the rules it met
-	// into every answer's dynamic_metadata, as the reference server does with
-	// RESPONSE_DYNAMIC_METADATA (see requestMetadata). Envoy stores it under
-	// envoy.filters.http.ratelimit for later filters and access logs.
-	DynamicMetadata bool
-	// Now is the clock for the one answer no store decides: the reset of a
-	// limit of requests_per_unit 0, the time left in its window; it also
-	// paces the log of store failures (a line a second). nil means
-	// time.Now.
-	Now func() time.Time
-}
 
 // Service answers ShouldRateLimit. It is safe for concurrent use.
 type Service struct {
 	pb.UnimplementedRateLimitServiceServer
 
-	rules    RuleSource
+	rules    func() *rules.Set
 	limiter  limit.Limiter
 	opts     Options
 	failures *failureLog
-	scratch  sync.Pool // *scratch
+	tracer   trace.Tracer // nil with tracing off
+	scratch  sync.Pool    // *scratch
 }
 
-// New returns a Service that matches requests against rs and evaluates the
-// matched limits with l, one Evaluate call per request (shadow-mode limits
-// as limit.Advisory hits, quota-mode ones as limit.Quota hits, one quota
-// per descriptor), under the request's own context: l bounds its calls (a
-// store's deadline, see limit.DefaultDeadline). It returns an error for
-// invalid options.
-func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
-	if rs == nil || l == nil {
+// New returns a Service that matches each request against the rules
+// current returns (such as rules.Watcher.Current: called once per request,
+// it must be cheap and safe for concurrent use) and evaluates them with
+// one call to l per request, under the request's context: l bounds its
+// own calls. It returns an error for invalid options.
+func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, error) {
+	if current == nil || l == nil {
 		return nil, errors.New("envoy: nil rule source or limiter")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.NearLimitRatio == 0 {
-		opts.NearLimitRatio = DefaultNearLimitRatio
-	}
+	opts = opts.withDefaults()
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.FailureMode == rules.FailureDefault {
-		opts.FailureMode = rules.FailureAllow
-	}
-	opts.Headers, _ = opts.Headers.normalize() // checked by Validate
-	opts.Bounds, _ = opts.Bounds.normalize()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{rules: rs, limiter: l, opts: opts,
+	s := &Service{rules: current, limiter: l, opts: opts,
 		failures: newFailureLog(opts.Logger, time.Second, opts.Now)}
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer(instrumentation)
+	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
 
-// ShouldRateLimit decides a request: one status per descriptor, in request
-// order, and the overall code, OVER_LIMIT when a descriptor that is neither
-// in shadow mode nor a quota is over its limit, or when every quota
-// descriptor is. It returns InvalidArgument, naming the field, for an empty
-// domain or key, no descriptors, a string that is not UTF-8, a request
-// beyond Options.Bounds or an invalid limit override; Unavailable when the
-// store failed and the failure policy says so; and Internal, logged with
-// its stack, if answering panicked. An unknown domain gets OK.
+// ShouldRateLimit decides a request (see the package doc). It returns
+// InvalidArgument, naming the field, for an empty domain or key, no
+// descriptors, a string that is not UTF-8, a request beyond Options.Bounds
+// or an invalid limit override; Unavailable when the store failed and the
+// failure policy says so; Internal, logged with its stack, if answering
+// panicked.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (resp *pb.RateLimitResponse, err error) {
 	start := time.Now()
 	sc := s.scratch.Get().(*scratch)
-	var span tracing.Request
-	if s.opts.Tracer != nil {
-		ctx, span = s.opts.Tracer.Start(ctx, req.GetDomain(), len(req.GetDescriptors()))
+	var span trace.Span
+	var overHTTP bool
+	if s.tracer != nil {
+		ctx, span, overHTTP = s.startSpan(ctx, req)
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -155,13 +80,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.Decision(d, resp, err)
 		}
-		// Checked first, so that with debug off a request pays for no
-		// attribute.
+		// Checked first: with debug off, no attribute is built.
 		if s.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 			s.logDecision(ctx, d, req, sc, resp, err)
 		}
-		if s.opts.Tracer != nil {
-			endTrace(span, sc, resp, err)
+		if span != nil {
+			endSpan(span, overHTTP, sc, resp, err)
 		}
 		// Reused after a panic too: reset clears whatever it holds.
 		sc.reset()
@@ -176,7 +100,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	domain := req.GetDomain()
-	set := s.rules.Current()
+	set := s.rules()
 	if set == nil || !set.HasDomain(domain) {
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.DomainNotFound(domain, len(req.Descriptors))
@@ -199,8 +123,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	}
 	v := sc.judge(s.opts.NearLimitRatio, false)
 	if s.opts.Metrics != nil {
-		// A blocked call (the Limiter's verdict, quota rule included)
-		// charged no hit.
+		// A blocked call charged no hit.
 		s.opts.Metrics.Hits(set, domain, sc.hitsOf(v, !blocked))
 	}
 	return s.respond(sc, req, v), nil
@@ -213,38 +136,35 @@ func (s *Service) refused(reason string) {
 	}
 }
 
-// evaluate calls the Limiter and returns its verdict. A request without
-// hits is not blocked.
+// evaluate calls the Limiter, unless there are no hits.
 func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(hits) == 0 {
 		return false, nil
 	}
-	var span tracing.Store
-	if s.opts.Tracer != nil {
-		ctx, span = s.opts.Tracer.StartStore(ctx, len(hits))
+	var span trace.Span
+	if s.tracer != nil {
+		ctx, span = s.startStoreSpan(ctx, len(hits))
 	}
 	start := time.Now()
 	blocked, err = s.limiter.Evaluate(ctx, hits, decisions)
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.StoreCall(time.Since(start), err)
 	}
-	span.End(err)
+	if span != nil {
+		endStoreSpan(span, err)
+	}
 	return blocked, err
 }
 
-// failed applies the failure policy after the Limiter returned err: limits that deny make their descriptors
-// OVER_LIMIT; otherwise, if a limit asks for it, the call fails with
-// Unavailable so that Envoy's failure_mode_deny decides; otherwise the
-// request passes. An answer says it comes from the policy, and why
-// (markFailure); the error of Unavailable names the cause.
+// failed applies the failure policy after the Limiter returned err (see
+// the package doc); the error of Unavailable names the cause.
 func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequest, err error) (*pb.RateLimitResponse, error) {
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The caller went away; nobody reads the answer.
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	if errors.Is(err, limit.ErrInvalidSpec) {
-		// Not the store: floodgate built a hit the limiter refuses. Say so
-		// rather than dress it up as an outage.
+		// Not an outage: the limiter refuses a hit we built.
 		s.opts.Logger.Error("the limiter refused a hit", "err", err, "domain", req.GetDomain())
 		return nil, status.Errorf(codes.Internal, "invalid limit: %v", err)
 	}

@@ -91,7 +91,7 @@ descriptors:
 // t0 is 10 s into a minute, so minute windows reset in 50 s.
 var t0 = time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
 
-// fixedRules is a RuleSource that always returns one Set.
+// fixedRules serves one Set, through its Current method.
 type fixedRules struct{ set *rules.Set }
 
 func (f fixedRules) Current() *rules.Set { return f.set }
@@ -119,7 +119,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return h.now }
 	}
-	if h.svc, err = New(fixedRules{set}, h.mem, opts); err != nil {
+	if h.svc, err = New(fixedRules{set}.Current, h.mem, opts); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -374,8 +374,9 @@ func TestInvalidRequests(t *testing.T) {
 		return ds
 	}
 	long := func(n int) string { return strings.Repeat("x", n) }
+	bounds := DefaultOptions().Bounds
 	wide := desc()
-	for range DefaultMaxEntries + 1 {
+	for range bounds.MaxEntries + 1 {
 		wide.Entries = append(wide.Entries, &rlv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
 	}
 	tests = append(tests, []struct {
@@ -383,13 +384,13 @@ func TestInvalidRequests(t *testing.T) {
 		req  *pb.RateLimitRequest
 		want string
 	}{
-		{"too many descriptors", request("test", many(DefaultMaxDescriptors+1, func(int) *rlv3.RateLimitDescriptor { return desc("user", "a") })...),
+		{"too many descriptors", request("test", many(bounds.MaxDescriptors+1, func(int) *rlv3.RateLimitDescriptor { return desc("user", "a") })...),
 			"descriptors: 65 descriptors, more than the bound of 64 (max descriptors)"},
 		{"too many entries", request("test", desc("user", "a"), wide), "descriptors[1].entries: 17 entries, more than the bound of 16 (max entries)"},
 		{"empty key", request("test", desc("user", "a", "", "b")), "descriptors[0].entries[1].key: must not be empty"},
-		{"long key", request("test", desc(long(DefaultMaxKeyBytes+1), "a")), "descriptors[0].entries[0].key: 1025 bytes, more than the bound of 1024 (max key bytes)"},
-		{"long value", request("test", desc("user", long(DefaultMaxValueBytes+1))), "descriptors[0].entries[0].value: 4097 bytes, more than the bound of 4096 (max value bytes)"},
-		{"long domain", request(long(DefaultMaxKeyBytes+1), desc("user", "a")), "domain: 1025 bytes"},
+		{"long key", request("test", desc(long(bounds.MaxKeyBytes+1), "a")), "descriptors[0].entries[0].key: 1025 bytes, more than the bound of 1024 (max key bytes)"},
+		{"long value", request("test", desc("user", long(bounds.MaxValueBytes+1))), "descriptors[0].entries[0].value: 4097 bytes, more than the bound of 4096 (max value bytes)"},
+		{"long domain", request(long(bounds.MaxKeyBytes+1), desc("user", "a")), "domain: 1025 bytes"},
 		{"invalid UTF-8 value", request("test", desc("user", "a\xffb")), "descriptors[0].entries[0].value: not valid UTF-8"},
 		{"invalid UTF-8 key", request("test", desc("us\xc3er", "a")), "descriptors[0].entries[0].key: not valid UTF-8"},
 		{"invalid UTF-8 domain", request("te\xe2st", desc("user", "a")), "domain: not valid UTF-8"},
@@ -506,7 +507,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := New(fixedRules{set}, limit.NewMemory(limit.MemoryOptions{}), Options{})
+	svc, err := New(fixedRules{set}.Current, limit.NewMemory(limit.MemoryOptions{}), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -600,7 +601,7 @@ func TestPanicIsRecoveredAsInternal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(fixedRules{set}, panicking{}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	svc, err := New(fixedRules{set}.Current, panicking{}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -734,7 +735,7 @@ func TestStoreDeadline(t *testing.T) {
 	}
 	for _, caller := range []time.Duration{0, time.Second} {
 		l := &deadlineLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{})}
-		svc, err := New(fixedRules{set}, l, Options{})
+		svc, err := New(fixedRules{set}.Current, l, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

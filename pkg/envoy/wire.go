@@ -9,26 +9,20 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// wireRequest is a RateLimitRequest decoded into storage that is reused
-// from call to call: the request, its descriptors and their entries live in
-// slices kept by the wireRequest, and every string of the request is a
-// substring of one copy of the encoded message. A call then costs one
-// allocation for its request instead of one per message and string, with
-// no reflection.
+// wireRequest is a RateLimitRequest decoded without reflection into
+// storage reused from call to call: its messages live in the slices below
+// and its strings are substrings of one copy of the message, so a call
+// costs one allocation.
 //
-// decode takes only the shapes Envoy sends: domain, descriptors of
-// key/value entries, hits_addend and is_negative_hits. Anything else (a
-// per-descriptor limit override or hits_addend, unknown fields, invalid
-// UTF-8, malformed bytes) makes decode report false, and the caller decodes
-// with the proto package instead, whose result and errors are the
-// reference for both paths (FuzzWireRequest checks they agree). A field
-// that go-control-plane adds fails TestWireRequestKnowsEveryField until
-// decode takes it or says it leaves it to proto. Decoding is written by
-// hand because go-control-plane generates encoders only (vtMarshaler).
+// decode takes only what Envoy sends: domain, descriptors of key/value
+// entries, hits_addend and is_negative_hits. For anything else (an
+// override, a descriptor's hits_addend, unknown fields, bad bytes) it
+// reports false and the caller decodes with proto, the reference for both
+// paths (FuzzWireRequest). TestWireRequestKnowsEveryField fails on a field
+// go-control-plane adds until decode takes it or leaves it to proto.
 //
 // A wireRequest belongs to one call at a time; nothing may keep a pointer
-// into req once the call has returned (strings may be kept: they are
-// never reused).
+// into req after the call (its strings may be kept).
 type wireRequest struct {
 	req pb.RateLimitRequest
 
@@ -38,24 +32,19 @@ type wireRequest struct {
 	entryPtrs []*rlv3.RateLimitDescriptor_Entry
 	ends      []int // ends[i]: the end of descriptor i's entries in entries
 
-	// refusal is the InvalidArgument message for a request that decodes
-	// with neither path; empty for a good one.
-	refusal string
-	// tooLarge is the size of a request over the RLS bound, left
-	// undecoded; 0 for one within it.
-	tooLarge int
+	refusal  string // the InvalidArgument message when neither path decodes
+	tooLarge int    // the size of a request over the bound, left undecoded
 }
 
-// maxPooledParts bounds the descriptors and entries a pooled wireRequest
-// keeps room for, so that one huge request does not pin its storage.
+// maxPooledParts bounds the room a pooled wireRequest keeps, so that one
+// huge request does not pin its storage.
 const maxPooledParts = 64
 
 var wireRequests = sync.Pool{New: func() any { return new(wireRequest) }}
 
 func getWireRequest() *wireRequest { return wireRequests.Get().(*wireRequest) }
 
-// release clears w and returns it to the pool. The caller must not use w
-// or anything reached from w.req afterwards.
+// release clears w and returns it to the pool.
 func (w *wireRequest) release() {
 	w.reset()
 	if cap(w.descs) > maxPooledParts || cap(w.entries) > maxPooledParts {
@@ -76,19 +65,15 @@ func (w *wireRequest) reset() {
 	w.tooLarge = 0
 }
 
-// decode sets w.req from b without reflection, reporting false, with w.req
-// left in an unspecified state, for any message it does not take (see
-// wireRequest).
+// decode sets w.req from b, or reports false, w.req then unspecified.
 func (w *wireRequest) decode(b []byte) bool {
-	// One allocation holds every string of the request; b belongs to
-	// gRPC and is reused once the codec returns.
+	// One allocation for every string: b is gRPC's, reused after.
 	s := string(b)
 	domain, hits, ok := "", uint32(0), true
 	walk(b, func(num protowire.Number, typ protowire.Type, at, end int, v uint64) bool {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			// proto checks every occurrence, not only the last that
-			// counts.
+			// proto checks every occurrence, not only the last.
 			domain = s[at:end]
 			ok = utf8.ValidString(domain)
 		case num == 2 && typ == protowire.BytesType:
@@ -123,8 +108,7 @@ func (w *wireRequest) decode(b []byte) bool {
 	return true
 }
 
-// decodeDescriptor appends the descriptor encoded in b (s is b as a
-// string) to w.
+// decodeDescriptor appends the descriptor in b (s is b as a string).
 func (w *wireRequest) decodeDescriptor(b []byte, s string) bool {
 	w.descs = append(w.descs, rlv3.RateLimitDescriptor{})
 	d := &w.descs[len(w.descs)-1]
@@ -144,7 +128,7 @@ func (w *wireRequest) decodeDescriptor(b []byte, s string) bool {
 	return ok
 }
 
-// decodeEntry appends the entry encoded in b (s is b as a string) to w.
+// decodeEntry appends the entry in b (s is b as a string).
 func (w *wireRequest) decodeEntry(b []byte, s string) bool {
 	var key, value string
 	ok := true
@@ -168,10 +152,10 @@ func (w *wireRequest) decodeEntry(b []byte, s string) bool {
 	return true
 }
 
-// walk calls field for each field of the message encoded in b, in order,
-// until field returns false: a length-delimited field's contents are
-// b[at:end], a varint's value is v. It stops at malformed bytes and at any
-// other wire type (field is then called with typ so that it refuses).
+// walk calls field for each field of the message in b until it returns
+// false: a length-delimited field's contents are b[at:end], a varint's
+// value is v. At malformed bytes or another wire type it calls field with
+// that type (-1 for malformed), for it to refuse, and stops.
 func walk(b []byte, field func(num protowire.Number, typ protowire.Type, at, end int, v uint64) bool) {
 	pos := 0
 	for pos < len(b) {

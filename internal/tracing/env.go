@@ -9,20 +9,15 @@ import (
 	"strings"
 )
 
-// The OTLP exporters read their OTEL_EXPORTER_OTLP_* variables themselves
-// and, on a value they cannot use, log a line through OpenTelemetry's
-// internal logger and go on with their default: spans then go to
-// localhost, or nowhere, while the start looked fine. New checks the
-// values first, by the exporters' own rules, and refuses what they would
-// drop.
+// The OTLP exporters read OTEL_EXPORTER_OTLP_* themselves and, on a value
+// they cannot use, log it and go on with their default, sending spans
+// nowhere. New checks the values first, by the exporters' rules.
 
-// exportEnv is the part of the environment the exporter reads: the
-// generic variable and its per-signal _TRACES_ form, which wins.
+// exportEnv reads a variable and its _TRACES_ form, which wins.
 type exportEnv struct{ getenv func(string) string }
 
-// lookup returns the value the exporter uses for the OTEL_EXPORTER_OTLP_
-// suffix name, the _TRACES_ form first, and the variable it came from.
-// Both are trimmed, as the exporter trims them.
+// lookup returns the trimmed value the exporter uses for name, and its
+// variable.
 func (e exportEnv) lookup(name string) (value, variable string) {
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_" + name, "OTEL_EXPORTER_OTLP_" + name} {
 		if s := strings.TrimSpace(e.getenv(v)); s != "" {
@@ -32,9 +27,7 @@ func (e exportEnv) lookup(name string) (value, variable string) {
 	return "", ""
 }
 
-// each calls check with the value of both forms of name that are set: the
-// exporter parses both, and a bad generic one is logged and dropped even
-// when the _TRACES_ one wins.
+// each checks both forms of name that are set: the exporter parses both.
 func (e exportEnv) each(name string, check func(variable, value string) error) error {
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_" + name, "OTEL_EXPORTER_OTLP_TRACES_" + name} {
 		if s := strings.TrimSpace(e.getenv(v)); s != "" {
@@ -77,13 +70,9 @@ func checkEnv(protocol string, getenv func(string) string) error {
 	)
 }
 
-// checkEndpoint applies the exporter's rules: OTLP/HTTP posts to the URL,
-// so it must be absolute, http or https, with a host; OTLP/gRPC dials the
-// URL's host (plaintext for http, TLS for https) or a unix socket, and
-// the exporter cannot parse a bare host:port with an IP
-// ("127.0.0.1:4317") and takes a bare name ("collector:4317") for a URL
-// scheme, so both are refused for the URL form the OpenTelemetry
-// specification asks for.
+// checkEndpoint applies the exporter's rules: an absolute http or https
+// URL with a host, or for gRPC a unix socket too. A bare host:port is
+// refused: the exporter misreads it.
 func checkEndpoint(protocol, variable, value string) error {
 	want := "an absolute URL, http://host:port or https://host:port"
 	if protocol == ProtocolGRPC {
@@ -102,8 +91,8 @@ func checkEndpoint(protocol, variable, value string) error {
 	return fmt.Errorf("%s=%q is not %s", variable, value, want)
 }
 
-// checkHeaders applies the exporter's rules for key=value,key2=value2:
-// each pair has an '=', a token for a key and a percent-encoded value.
+// checkHeaders checks key=value,key2=value2: token keys, percent-encoded
+// values.
 func checkHeaders(variable, value string) error {
 	for pair := range strings.SplitSeq(value, ",") {
 		k, v, ok := strings.Cut(pair, "=")
@@ -131,8 +120,7 @@ func isToken(s string) bool {
 	return true
 }
 
-// checkFile refuses a TLS file the exporter could not read: it would log
-// and go on without it.
+// checkFile refuses a TLS file the exporter could not read.
 func checkFile(variable, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -142,14 +130,10 @@ func checkFile(variable, path string) error {
 	return nil
 }
 
-// endpoint returns where the exporter of protocol sends spans, with the
-// variable that said so ("" for the default): the URL posted to for
-// OTLP/HTTP (the generic variable's URL gets /v1/traces appended, the
-// per-signal one is used as is), the URL dialled for OTLP/gRPC. Its
-// scheme is what the exporter does: https (TLS) by default and for an
-// https URL, http (plaintext) for an http URL, and either as
-// OTEL_EXPORTER_OTLP_INSECURE (or its _TRACES_ form), read after the URL,
-// says. It assumes checkEnv passed.
+// endpoint returns where the exporter sends spans, as it computes it, and
+// the variable that said so ("" for the default): over HTTP the generic
+// variable's URL gets /v1/traces; the scheme is https unless the URL or
+// OTEL_EXPORTER_OTLP_INSECURE says http. It assumes checkEnv passed.
 func endpoint(protocol string, getenv func(string) string) (string, string) {
 	e := exportEnv{getenv}
 	value, variable := e.lookup("ENDPOINT")

@@ -1,11 +1,7 @@
-// Package tracing exports OpenTelemetry traces of the rate-limit service
-// over OTLP, as envoyproxy/ratelimit does with TRACING_ENABLED: a server
-// span per ShouldRateLimit that continues the caller's W3C traceparent, and
-// a child span for the store round trip.
-//
-// A nil *Tracer is valid and does nothing, allocating nothing: the service
-// holds one whether tracing is on or not. The package is public because
-// envoy.Options takes a *Tracer.
+// Package tracing exports over OTLP the spans pkg/envoy starts (a server
+// span per ShouldRateLimit, a child span per store call), as
+// envoyproxy/ratelimit does with TRACING_ENABLED. A nil *Tracer is valid
+// and does nothing.
 //
 // The exporter's endpoint, headers, TLS files, timeout and compression come
 // from the standard OTEL_EXPORTER_OTLP_* (and OTEL_EXPORTER_OTLP_TRACES_*)
@@ -20,12 +16,10 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/contrib/propagators/b3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -47,10 +41,6 @@ const DefaultServiceName = "RateLimit"
 // DefaultSamplingRate samples every trace started here, as the
 // reference's TRACING_SAMPLING_RATE does by default.
 const DefaultSamplingRate = 1.0
-
-// instrumentation is the tracer's name, which backends show as the
-// instrumentation scope of the spans.
-const instrumentation = "github.com/floodgate/floodgate"
 
 // Options configure a Tracer. The zero value exports over OTLP/HTTP to the
 // endpoint the OTEL_EXPORTER_OTLP_* variables give (http://localhost:4318
@@ -93,8 +83,6 @@ func (o Options) Validate() error {
 // concurrent use. Its methods on a nil *Tracer do nothing.
 type Tracer struct {
 	provider *sdktrace.TracerProvider
-	tracer   trace.Tracer
-	store    attribute.KeyValue // db.system.name, or the zero value
 	resource *resource.Resource
 	// endpoint is where the spans go, endpointVar the variable that
 	// said so.
@@ -102,14 +90,10 @@ type Tracer struct {
 }
 
 // New returns a Tracer exporting in batches over OTLP as opts say. It does
-// not connect: an unreachable collector shows in the exports, which fail
-// (the SDK reports them through otel.Handle) without slowing requests. It
-// returns an error naming the option for an unknown protocol or a sampling
-// rate outside [0, 1], and naming the variable for an OTEL_EXPORTER_OTLP_*
-// value the exporter could not use (an endpoint without http:// or
-// https://, headers without '=', a timeout not in milliseconds, an
-// unreadable TLS file) or a malformed OTEL_RESOURCE_ATTRIBUTES: the
-// exporter would log those and fall back to its defaults.
+// not connect: failed exports go to otel.Handle without slowing requests.
+// Its error names the option refused, or the OTEL_EXPORTER_OTLP_* or
+// OTEL_RESOURCE_ATTRIBUTES variable the exporter could not use, which it
+// would only log before falling back to its defaults.
 func New(ctx context.Context, opts Options) (*Tracer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -135,31 +119,23 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var sampler sdktrace.Sampler
-	switch opts.SamplingRate {
-	case 1:
-		sampler = sdktrace.AlwaysSample()
-	case 0:
-		sampler = sdktrace.NeverSample()
-	default:
-		sampler = sdktrace.TraceIDRatioBased(opts.SamplingRate)
-	}
-	provider := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exporter),
+	// The caller's sampled flag decides for its trace, so that a trace
+	// Envoy keeps is kept whole; the rate, for the traces started here.
+	popts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sampler)),
-	)
-	t := &Tracer{provider: provider, tracer: provider.Tracer(instrumentation), resource: res}
-	t.endpoint, t.endpointVar = endpoint(protocol, os.Getenv)
-	if opts.Store != "" {
-		t.store = semconv.DBSystemNameKey.String(opts.Store)
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SamplingRate))),
 	}
+	if opts.Store != "" {
+		popts = append(popts, sdktrace.WithSpanProcessor(storeName{semconv.DBSystemNameKey.String(opts.Store)}))
+	}
+	popts = append(popts, sdktrace.WithBatcher(exporter))
+	t := &Tracer{provider: sdktrace.NewTracerProvider(popts...), resource: res}
+	t.endpoint, t.endpointVar = endpoint(protocol, os.Getenv)
 	return t, nil
 }
 
-// newResource describes the process as opts say, after the SDK's own
-// attributes and OTEL_RESOURCE_ATTRIBUTES, which the TRACING_SERVICE_*
-// values override.
+// newResource describes the process: the SDK's attributes and
+// OTEL_RESOURCE_ATTRIBUTES, overridden by opts.
 func newResource(opts Options) (*resource.Resource, error) {
 	name := opts.ServiceName
 	if name == "" {
@@ -174,9 +150,8 @@ func newResource(opts Options) (*resource.Resource, error) {
 		attrs = append(attrs, semconv.ServiceNamespace(opts.ServiceNamespace))
 	}
 	own := resource.NewWithAttributes(semconv.SchemaURL, attrs...)
-	// A malformed OTEL_RESOURCE_ATTRIBUTES is a partial resource to the
-	// SDK, which keeps the pairs it could read: refused here, as the
-	// attributes left out are the ones a trace query would look for.
+	// The SDK keeps what it could read of a malformed
+	// OTEL_RESOURCE_ATTRIBUTES; the pairs lost are those a query needs.
 	env, err := resource.New(context.Background(), resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES or OTEL_SERVICE_NAME: %w; want comma-separated key=value pairs, values percent-encoded", err)
@@ -188,8 +163,16 @@ func newResource(opts Options) (*resource.Resource, error) {
 	return res, nil
 }
 
-// Resource returns the attributes every span is exported with
-// (service.name and the others), for logging them at start.
+// Provider returns the provider of the spans, for envoy.Options; nil for
+// a nil Tracer.
+func (t *Tracer) Provider() trace.TracerProvider {
+	if t == nil {
+		return nil
+	}
+	return t.provider
+}
+
+// Resource returns the attributes every span is exported with.
 func (t *Tracer) Resource() *resource.Resource {
 	if t == nil {
 		return nil
@@ -197,11 +180,8 @@ func (t *Tracer) Resource() *resource.Resource {
 	return t.resource
 }
 
-// Endpoint returns where the spans are exported: the URL posted to over
-// OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT with /v1/traces appended, or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is), the URL dialled over
-// OTLP/gRPC; and the variable it came from, "" for the exporter's
-// default. The URL may hold credentials.
+// Endpoint returns the URL the spans are exported to, which may hold
+// credentials, and the variable it came from, "" for the default.
 func (t *Tracer) Endpoint() (url, variable string) {
 	if t == nil {
 		return "", ""
@@ -209,8 +189,7 @@ func (t *Tracer) Endpoint() (url, variable string) {
 	return t.endpoint, t.endpointVar
 }
 
-// Shutdown exports the spans still buffered and stops the exporter; ctx
-// bounds the wait. Spans started afterwards are dropped.
+// Shutdown exports the spans still buffered, within ctx, and stops.
 func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
@@ -220,13 +199,3 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
-
-// propagator reads the W3C traceparent and tracestate, then Zipkin's B3
-// (the single b3 header, else the x-b3-* headers), then baggage, as the
-// reference server does: Envoy's OpenTelemetry tracer sends the first,
-// Istio meshes traced with Zipkin the second, and B3 wins when both come.
-var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, b3.New(), propagation.Baggage{})
-
-// traceHeaders are the headers that carry a caller's span context: a
-// request without any has none to continue, and nothing is extracted.
-var traceHeaders = [...]string{"traceparent", "b3", "x-b3-traceid"}
