@@ -221,19 +221,15 @@ func (f *commandFlags) write(rep *Report, stdout io.Writer) error {
 		defer file.Close()
 		w = file
 	}
-	var err error
-	switch f.format {
-	case "json":
-		err = rep.WriteJSON(w)
-	case "html":
-		err = rep.WriteHTML(w)
-	default:
-		err = rep.WriteText(w)
-	}
-	if err != nil {
+	if err := formats[f.format](rep, w); err != nil {
 		return fmt.Errorf("replay: writing the report: %w", err)
 	}
 	return nil
+}
+
+// formats are the report's writers, by -format.
+var formats = map[string]func(*Report, io.Writer) error{
+	"text": (*Report).WriteText, "json": (*Report).WriteJSON, "html": (*Report).WriteHTML,
 }
 
 // exitNothingReplayed is the exit code of a replay that read no request.
@@ -246,7 +242,7 @@ func (f *commandFlags) check(fs *flag.FlagSet) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	case f.oldDir == "" || f.newDir == "" || len(f.traffic) == 0:
 		return errors.New("-old, -new and -traffic are required")
-	case f.format != "text" && f.format != "json" && f.format != "html":
+	case formats[f.format] == nil:
 		return fmt.Errorf("-format %q: want text, json or html", f.format)
 	case f.examples < 0 || f.top < 0 || f.values < 0:
 		return errors.New("-examples, -values and -top must not be negative")

@@ -68,19 +68,11 @@ func (p *counter) add(t time.Time, a, b decision) {
 	if p.inSec > p.c.PeakPerSecond {
 		p.c.PeakPerSecond, p.c.PeakSecond = p.inSec, time.Unix(p.sec, 0).UTC()
 	}
-	if m := floorDiv(t.Unix(), 60); m != p.min {
+	if m := unixMinute(t); m != p.min {
 		p.min, p.inMin = m, 0
 	}
 	p.inMin++
 	p.c.PeakPerMinute = max(p.c.PeakPerMinute, p.inMin)
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
 }
 
 // Run replays traffic through old and new, each on its own in-memory store
@@ -177,7 +169,7 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 	d.Old.add(oa.code)
 	d.New.add(ob.code)
 	if oa.code == denied || ob.code == denied {
-		m := floorDiv(r.Time.Unix(), 60)
+		m := unixMinute(r.Time)
 		mc := rp.minutes[m]
 		if mc == nil {
 			mc = &MinuteCount{Minute: time.Unix(m*60, 0).UTC()}
@@ -354,6 +346,10 @@ func topCounters(counters map[string]*counter, top, values int) ([]CounterPeak, 
 	n := len(vals)
 	return peaks[:min(top, len(peaks))], vals[:min(values, len(vals))], n
 }
+
+// unixMinute is t's minute since the Unix epoch, rounded down (also
+// before 1970).
+func unixMinute(t time.Time) int64 { return t.Truncate(time.Minute).Unix() / 60 }
 
 func abs(n int64) int64 { return max(n, -n) }
 
