@@ -5,7 +5,8 @@
 // This package wires the parts together: the settings (internal/settings)
 // into the store (internal/store), the rule source (pkg/rules,
 // internal/xds), the service (pkg/envoy) and the listeners
-// (internal/server), then runs them (serve.go).
+// (internal/server), then runs them (serve.go). floodgate replay and
+// floodgate counters are internal/replay's and internal/counters' Command.
 package main
 
 import (

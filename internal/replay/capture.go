@@ -25,7 +25,7 @@ import (
 const (
 	DefaultCaptureMaxBytes = 100 << 20
 	DefaultCaptureSample   = 1.0 // every request
-	DefaultCaptureQueue    = 4096
+	defaultCaptureQueue    = 4096
 )
 
 // Validate reports the first option NewCapture refuses as an
@@ -56,9 +56,9 @@ type CaptureOptions struct {
 	// would pass it, capturing stops with a warning, and the lines not
 	// written are counted.
 	MaxBytes int64
-	// Queue is the number of lines waiting for the writer. A request
-	// finding it full is not captured and is counted: capturing never
-	// makes a request wait.
+	// Queue is the number of lines waiting for the writer (0: 4096). A
+	// request finding it full is not captured and is counted: capturing
+	// never makes a request wait.
 	Queue int
 	// Now is the clock of the lines' times; nil means time.Now.
 	Now func() time.Time
@@ -112,7 +112,7 @@ func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions
 	}
 	opts.Sample = cmp.Or(opts.Sample, DefaultCaptureSample)
 	opts.MaxBytes = cmp.Or(opts.MaxBytes, DefaultCaptureMaxBytes)
-	opts.Queue = cmp.Or(opts.Queue, DefaultCaptureQueue)
+	opts.Queue = cmp.Or(opts.Queue, defaultCaptureQueue)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

@@ -18,26 +18,26 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Defaults of the Options fields left zero.
+// The defaults of Options' fields.
 const (
-	DefaultExamples    = 5
-	DefaultTopCounters = 20
-	DefaultValues      = 20
+	defaultExamples    = 5
+	defaultTopCounters = 20
+	defaultValues      = 20
 )
 
 // maxCounters bounds the counters whose peak rate is tracked, so that
 // endless distinct values (client IPs) do not hold memory without bound.
 const maxCounters = 1 << 20
 
-// Options tune Run. Zero values take the defaults.
+// Options tune Run.
 type Options struct {
 	// Examples is the number of changed requests kept as examples, the
-	// first ones in traffic order; negative keeps none.
+	// first ones in traffic order; 0 keeps 5, negative none.
 	Examples int
-	// TopCounters is the number of counters listed by peak rate.
+	// TopCounters is the number of counters listed by peak rate (0: 20).
 	TopCounters int
 	// Values is the number of descriptor values listed by the change in
-	// their denials (Report.Values); negative lists none.
+	// their denials (Report.Values); 0 lists 20, negative none.
 	Values int
 	// OldName and NewName label the rule sets in the report; empty means
 	// "old" and "new".
@@ -127,9 +127,9 @@ type replayer struct {
 }
 
 func newReplayer(old, new *rules.Set, opts Options) (*replayer, error) {
-	opts.Examples = max(cmp.Or(opts.Examples, DefaultExamples), 0)
-	opts.TopCounters = cmp.Or(opts.TopCounters, DefaultTopCounters)
-	opts.Values = max(cmp.Or(opts.Values, DefaultValues), 0)
+	opts.Examples = max(cmp.Or(opts.Examples, defaultExamples), 0)
+	opts.TopCounters = cmp.Or(opts.TopCounters, defaultTopCounters)
+	opts.Values = max(cmp.Or(opts.Values, defaultValues), 0)
 	opts.OldName = cmp.Or(opts.OldName, "old")
 	opts.NewName = cmp.Or(opts.NewName, "new")
 	rp := &replayer{opts: opts, diffs: map[ruleKey]*RuleDiff{}, domains: map[string]*DomainCount{},
