@@ -244,18 +244,14 @@ func (c *Capture) Stats() CaptureStats {
 
 // encodeLine renders one line of the traffic format, newline included.
 func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
-	type entryOut struct {
-		Key   string `json:"key"`
-		Value string `json:"value"`
-	}
 	type limitOut struct {
 		RequestsPerUnit uint32 `json:"requests_per_unit"`
 		Unit            string `json:"unit"`
 	}
 	type descOut struct {
-		Entries    []entryOut `json:"entries"`
-		Limit      *limitOut  `json:"limit,omitempty"`
-		HitsAddend *uint64    `json:"hits_addend,omitempty"`
+		Entries    []entry   `json:"entries"`
+		Limit      *limitOut `json:"limit,omitempty"`
+		HitsAddend *uint64   `json:"hits_addend,omitempty"`
 	}
 	out := struct {
 		Time        string    `json:"time"`
@@ -266,9 +262,9 @@ func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
 	out.Descriptors = make([]descOut, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		do := &out.Descriptors[i]
-		do.Entries = make([]entryOut, len(d.GetEntries()))
+		do.Entries = make([]entry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
-			do.Entries[j] = entryOut{e.GetKey(), e.GetValue()}
+			do.Entries[j] = entry{e.GetKey(), e.GetValue()}
 		}
 		if l := d.GetLimit(); l != nil {
 			do.Limit = &limitOut{l.GetRequestsPerUnit(), strings.ToUpper(l.GetUnit().String())}

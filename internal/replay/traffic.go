@@ -142,7 +142,7 @@ type descriptor[E entry | string] struct {
 	HitsAddendCamel *uint64         `json:"hitsAddend"`
 }
 
-// entry is an entry as /json reads it.
+// entry is an entry as /json reads it and Capture writes it.
 type entry struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`
