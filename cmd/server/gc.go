@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -145,7 +146,7 @@ func cgroupMemoryLimit(root string) int64 {
 		switch {
 		case parts[0] == "0" && parts[1] == "":
 			l = smallestLimit(filepath.Join(root, "sys/fs/cgroup"), parts[2], "memory.max")
-		case hasController(parts[1], "memory"):
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
 			l = smallestLimit(filepath.Join(root, "sys/fs/cgroup/memory"), parts[2], "memory.limit_in_bytes")
 		}
 		if l > 0 && (limit == 0 || l < limit) {
@@ -185,17 +186,6 @@ func readLimit(path string) int64 {
 		return 0
 	}
 	return n
-}
-
-// hasController reports whether a cgroup v1 line's comma-separated
-// controllers include name.
-func hasController(list, name string) bool {
-	for c := range strings.SplitSeq(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
 }
 
 // gcInEffect returns the runtime's GC target in percent (-1: off) and its

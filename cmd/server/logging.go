@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/floodgate/floodgate/internal/settings"
 )
@@ -52,11 +51,6 @@ func (o *logOutput) replaceAttr(_ []string, a slog.Attr) slog.Attr {
 		switch x := v.Any().(type) {
 		case error:
 			s = x.Error()
-		case time.Duration:
-			if o.json {
-				return slog.String(a.Key, x.String())
-			}
-			return a
 		default:
 			s = fmt.Sprint(x)
 		}

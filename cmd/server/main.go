@@ -5,7 +5,8 @@
 // This package wires the parts together: the settings (internal/settings)
 // into the store (internal/store), the rule source (pkg/rules,
 // internal/xds), the service (pkg/envoy) and the listeners
-// (internal/server), then runs them (serve.go).
+// (internal/server), then runs them (serve.go). floodgate replay and
+// floodgate counters are internal/replay's and internal/counters' Command.
 package main
 
 import (
@@ -14,10 +15,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/floodgate/floodgate/internal/counters"
+	"github.com/floodgate/floodgate/internal/replay"
+	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/settings"
 )
 
@@ -37,10 +42,14 @@ func main() {
 // stdout gets only what a command prints.
 func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replay" {
-		return replayCommand(ctx, args[1:], stdout, stderr)
+		return packageCommand(stderr, func(logger *slog.Logger) (int, error) {
+			return replay.Command(ctx, args[1:], stdout, logger)
+		})
 	}
 	if len(args) > 0 && args[0] == "counters" {
-		return countersCommand(ctx, args[1:], env, stdout, stderr)
+		return packageCommand(stderr, func(*slog.Logger) (int, error) {
+			return counters.Command(ctx, args[1:], defaultDebugAddr(env), stdout)
+		})
 	}
 	args = commandArgs(args)
 	hide := newRedactor(args, env)
@@ -68,6 +77,38 @@ func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.W
 	logRulesOrigin(out.logger, cfg)
 	logGC(out.logger, env)
 	return serve(ctx, cfg, out)
+}
+
+// packageCommand runs a command its package holds whole, reporting the
+// error it returns as the server reports its own; it returns the exit code.
+func packageCommand(stderr io.Writer, cmd func(*slog.Logger) (int, error)) int {
+	out := newLogOutput(stderr, "text", slog.LevelInfo, &redactor{})
+	code, err := cmd(out.logger)
+	if err != nil {
+		out.fatal(err, "")
+	}
+	return code
+}
+
+// defaultDebugAddr is where the server's debug listener is with this
+// environment, as an address to dial (":6070" is loopback's); the
+// listener's default when the server would refuse the environment.
+func defaultDebugAddr(env lookupFunc) string {
+	addr := server.DefaultDebugAddr
+	if cfg, err := settings.Load(nil, env); err == nil {
+		addr = cfg.Server.DebugAddr
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	switch ip := net.ParseIP(host); {
+	case host == "" || ip != nil && ip.To4() != nil && ip.IsUnspecified():
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // logNotes logs, once each, the remarks about the configuration.

@@ -5,7 +5,7 @@
 // client is let through again at once. A counter is read with a hit of
 // cost 0, which every store answers without consuming. The binary mounts
 // the handler on the debug listener only, since a reset lifts a limit;
-// `floodgate counters` is its client.
+// Command, `floodgate counters`, is its client.
 package counters
 
 import (

@@ -112,17 +112,29 @@ func parseQuery(raw string) (domain string, entries []rules.Entry, err error) {
 	return domain, entries, nil
 }
 
+// query is the query parseQuery reads back as domain and entries.
+func query(domain string, entries []Entry) string {
+	parts := []string{"domain=" + url.QueryEscape(domain)}
+	for _, e := range entries {
+		parts = append(parts, url.QueryEscape(e.Key)+"="+url.QueryEscape(e.Value))
+	}
+	return strings.Join(parts, "&")
+}
+
 // writeJSON writes v as the answer, indented for people, with '&', '<' and
 // '>' as they are: the answer is not for a page.
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	write(w, code, v, "  ")
 }
 
+// errorAnswer is the body of an error answer.
+type errorAnswer struct {
+	Error string `json:"error"`
+}
+
 // writeError writes {"error": msg} with code.
 func writeError(w http.ResponseWriter, code int, msg string) {
-	write(w, code, struct {
-		Error string `json:"error"`
-	}{msg}, "")
+	write(w, code, errorAnswer{msg}, "")
 }
 
 func write(w http.ResponseWriter, code int, v any, indent string) {

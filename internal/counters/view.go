@@ -146,7 +146,7 @@ func (h *Handler) resetAll(ctx context.Context, v *view) (int, error) {
 // purpose, naming who asked; a failure at error level.
 func (h *Handler) logReset(r *http.Request, v *view, before []int64, done int, err error) {
 	attrs := []any{"peer", r.RemoteAddr, "user_agent", r.UserAgent(),
-		"domain", v.answer.Domain, "descriptor", descriptorText(v.answer.Descriptor), "rule", v.answer.Rule,
+		"domain", v.answer.Domain, "descriptor", descriptorText(v.answer.Descriptor, ","), "rule", v.answer.Rule,
 		"counters", done}
 	if before != nil {
 		attrs = append(attrs, "used_before", before)
@@ -161,11 +161,11 @@ func (h *Handler) logReset(r *http.Request, v *view, before []int64, done int, e
 	h.opts.Logger.Warn("counters reset", attrs...)
 }
 
-// descriptorText writes entries as "k=v,k2=v2".
-func descriptorText(entries []Entry) string {
+// descriptorText writes entries as "k=v", joined by sep.
+func descriptorText(entries []Entry, sep string) string {
 	parts := make([]string, len(entries))
 	for i, e := range entries {
 		parts[i] = e.Key + "=" + e.Value
 	}
-	return strings.Join(parts, ",")
+	return strings.Join(parts, sep)
 }

@@ -25,7 +25,7 @@ import (
 const (
 	DefaultCaptureMaxBytes = 100 << 20
 	DefaultCaptureSample   = 1.0 // every request
-	DefaultCaptureQueue    = 4096
+	defaultCaptureQueue    = 4096
 )
 
 // Validate reports the first option NewCapture refuses as an
@@ -56,9 +56,9 @@ type CaptureOptions struct {
 	// would pass it, capturing stops with a warning, and the lines not
 	// written are counted.
 	MaxBytes int64
-	// Queue is the number of lines waiting for the writer. A request
-	// finding it full is not captured and is counted: capturing never
-	// makes a request wait.
+	// Queue is the number of lines waiting for the writer (0: 4096). A
+	// request finding it full is not captured and is counted: capturing
+	// never makes a request wait.
 	Queue int
 	// Now is the clock of the lines' times; nil means time.Now.
 	Now func() time.Time
@@ -112,7 +112,7 @@ func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions
 	}
 	opts.Sample = cmp.Or(opts.Sample, DefaultCaptureSample)
 	opts.MaxBytes = cmp.Or(opts.MaxBytes, DefaultCaptureMaxBytes)
-	opts.Queue = cmp.Or(opts.Queue, DefaultCaptureQueue)
+	opts.Queue = cmp.Or(opts.Queue, defaultCaptureQueue)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -244,18 +244,14 @@ func (c *Capture) Stats() CaptureStats {
 
 // encodeLine renders one line of the traffic format, newline included.
 func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
-	type entryOut struct {
-		Key   string `json:"key"`
-		Value string `json:"value"`
-	}
 	type limitOut struct {
 		RequestsPerUnit uint32 `json:"requests_per_unit"`
 		Unit            string `json:"unit"`
 	}
 	type descOut struct {
-		Entries    []entryOut `json:"entries"`
-		Limit      *limitOut  `json:"limit,omitempty"`
-		HitsAddend *uint64    `json:"hits_addend,omitempty"`
+		Entries    []entry   `json:"entries"`
+		Limit      *limitOut `json:"limit,omitempty"`
+		HitsAddend *uint64   `json:"hits_addend,omitempty"`
 	}
 	out := struct {
 		Time        string    `json:"time"`
@@ -266,9 +262,9 @@ func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
 	out.Descriptors = make([]descOut, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		do := &out.Descriptors[i]
-		do.Entries = make([]entryOut, len(d.GetEntries()))
+		do.Entries = make([]entry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
-			do.Entries[j] = entryOut{e.GetKey(), e.GetValue()}
+			do.Entries[j] = entry{e.GetKey(), e.GetValue()}
 		}
 		if l := d.GetLimit(); l != nil {
 			do.Limit = &limitOut{l.GetRequestsPerUnit(), strings.ToUpper(l.GetUnit().String())}

@@ -8,5 +8,6 @@
 // the in-memory store behind the real service, one of each per rule set,
 // on a virtual clock set to each request's time: every algorithm decides
 // as in production, and a day of traffic replays in seconds. Report holds
-// the outcome and writes it as text, JSON or HTML.
+// the outcome and writes it as text, JSON or HTML. Command runs
+// `floodgate replay`.
 package replay

@@ -48,14 +48,14 @@ func newChart(rep *Report) chart {
 		c.Empty = true
 		return c
 	}
-	first := floorDiv(rep.From.Unix(), 60)
-	last := max(floorDiv(rep.To.Unix(), 60), first)
+	first := unixMinute(rep.From)
+	last := max(unixMinute(rep.To), first)
 	span := int(last-first) + 1
 	c.BinMinutes = (span + maxChartBins - 1) / maxChartBins
 	bins := (span + c.BinMinutes - 1) / c.BinMinutes
 	oldV, newV := make([]int, bins), make([]int, bins)
 	for _, m := range rep.Minutes {
-		i := int(floorDiv(m.Minute.Unix(), 60)-first) / c.BinMinutes
+		i := int(unixMinute(m.Minute)-first) / c.BinMinutes
 		if i < 0 || i >= bins {
 			continue // out of order before From cannot happen; be safe
 		}

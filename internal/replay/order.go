@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// DefaultReorder is Merge's reorder when it is 0: the requests read ahead
+// defaultReorder is Merge's reorder when it is 0: the requests read ahead
 // in each input to put it back in time order. An access log is out of
 // order by the requests still running when a later one ended (Envoy logs
 // a request's start time when it ends): at a thousand requests a second,
 // this covers requests of up to 16 s, for about 10 MB held.
-const DefaultReorder = 1 << 14
+const defaultReorder = 1 << 14
 
 // ErrOutOfOrder is wrapped by the error of Traffic.Next when an input is
 // out of time order by more than the reorder bound. Replaying such a
@@ -53,11 +53,11 @@ type Traffic struct {
 }
 
 // Merge returns the Traffic of inputs, each read ahead by reorder requests
-// (0 means DefaultReorder; 1 reads no more than the next request, and so
+// (0 means 1<<14, defaultReorder; 1 reads no more than the next request, and so
 // refuses any disorder).
 func Merge(reorder int, inputs ...Input) *Traffic {
 	if reorder <= 0 {
-		reorder = DefaultReorder
+		reorder = defaultReorder
 	}
 	t := &Traffic{}
 	for _, in := range inputs {

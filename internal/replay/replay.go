@@ -18,26 +18,26 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Defaults of the Options fields left zero.
+// The defaults of Options' fields.
 const (
-	DefaultExamples    = 5
-	DefaultTopCounters = 20
-	DefaultValues      = 20
+	defaultExamples    = 5
+	defaultTopCounters = 20
+	defaultValues      = 20
 )
 
 // maxCounters bounds the counters whose peak rate is tracked, so that
 // endless distinct values (client IPs) do not hold memory without bound.
 const maxCounters = 1 << 20
 
-// Options tune Run. Zero values take the defaults.
+// Options tune Run.
 type Options struct {
 	// Examples is the number of changed requests kept as examples, the
-	// first ones in traffic order; negative keeps none.
+	// first ones in traffic order; 0 keeps 5, negative none.
 	Examples int
-	// TopCounters is the number of counters listed by peak rate.
+	// TopCounters is the number of counters listed by peak rate (0: 20).
 	TopCounters int
 	// Values is the number of descriptor values listed by the change in
-	// their denials (Report.Values); negative lists none.
+	// their denials (Report.Values); 0 lists 20, negative none.
 	Values int
 	// OldName and NewName label the rule sets in the report; empty means
 	// "old" and "new".
@@ -68,19 +68,11 @@ func (p *counter) add(t time.Time, a, b decision) {
 	if p.inSec > p.c.PeakPerSecond {
 		p.c.PeakPerSecond, p.c.PeakSecond = p.inSec, time.Unix(p.sec, 0).UTC()
 	}
-	if m := floorDiv(t.Unix(), 60); m != p.min {
+	if m := unixMinute(t); m != p.min {
 		p.min, p.inMin = m, 0
 	}
 	p.inMin++
 	p.c.PeakPerMinute = max(p.c.PeakPerMinute, p.inMin)
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
 }
 
 // Run replays traffic through old and new, each on its own in-memory store
@@ -135,9 +127,9 @@ type replayer struct {
 }
 
 func newReplayer(old, new *rules.Set, opts Options) (*replayer, error) {
-	opts.Examples = max(cmp.Or(opts.Examples, DefaultExamples), 0)
-	opts.TopCounters = cmp.Or(opts.TopCounters, DefaultTopCounters)
-	opts.Values = max(cmp.Or(opts.Values, DefaultValues), 0)
+	opts.Examples = max(cmp.Or(opts.Examples, defaultExamples), 0)
+	opts.TopCounters = cmp.Or(opts.TopCounters, defaultTopCounters)
+	opts.Values = max(cmp.Or(opts.Values, defaultValues), 0)
 	opts.OldName = cmp.Or(opts.OldName, "old")
 	opts.NewName = cmp.Or(opts.NewName, "new")
 	rp := &replayer{opts: opts, diffs: map[ruleKey]*RuleDiff{}, domains: map[string]*DomainCount{},
@@ -177,7 +169,7 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 	d.Old.add(oa.code)
 	d.New.add(ob.code)
 	if oa.code == denied || ob.code == denied {
-		m := floorDiv(r.Time.Unix(), 60)
+		m := unixMinute(r.Time)
 		mc := rp.minutes[m]
 		if mc == nil {
 			mc = &MinuteCount{Minute: time.Unix(m*60, 0).UTC()}
@@ -354,6 +346,10 @@ func topCounters(counters map[string]*counter, top, values int) ([]CounterPeak, 
 	n := len(vals)
 	return peaks[:min(top, len(peaks))], vals[:min(values, len(vals))], n
 }
+
+// unixMinute is t's minute since the Unix epoch, rounded down (also
+// before 1970).
+func unixMinute(t time.Time) int64 { return t.Truncate(time.Minute).Unix() / 60 }
 
 func abs(n int64) int64 { return max(n, -n) }
 

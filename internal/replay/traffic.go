@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// MaxLineBytes is the longest line a Reader accepts.
-const MaxLineBytes = 1 << 20
+// maxLineBytes is the longest line a Reader accepts.
+const maxLineBytes = 1 << 20
 
 // Request is one recorded rate-limit request.
 type Request struct {
@@ -66,7 +66,7 @@ type Reader struct {
 // NewReader returns a Reader of r.
 func NewReader(r io.Reader) *Reader {
 	rd := &Reader{sc: bufio.NewScanner(r)}
-	rd.sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	rd.sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
 	rd.sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
 		advance, token, err := bufio.ScanLines(data, atEOF)
 		if atEOF && token != nil && advance == len(data) && !bytes.HasSuffix(data, []byte("\n")) {
@@ -110,7 +110,7 @@ func (r *Reader) Next() (Request, error) {
 	}
 	if err := r.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return Request{}, fmt.Errorf("line %d: longer than %d bytes", r.line+1, MaxLineBytes)
+			return Request{}, fmt.Errorf("line %d: longer than %d bytes", r.line+1, maxLineBytes)
 		}
 		return Request{}, fmt.Errorf("line %d: %w", r.line+1, err)
 	}
@@ -142,7 +142,7 @@ type descriptor[E entry | string] struct {
 	HitsAddendCamel *uint64         `json:"hitsAddend"`
 }
 
-// entry is an entry as /json reads it.
+// entry is an entry as /json reads it and Capture writes it.
 type entry struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`

@@ -76,7 +76,7 @@ func TestReaderErrors(t *testing.T) {
 		{"descriptors without domain", `{"start_time":"2026-01-01T00:00:00Z","descriptors":[{"entries":[]}]}`, `line 2: descriptors without a "domain"`},
 		{"entry without =", `{"start_time":"2026-01-01T00:00:00Z","ratelimit":{"domain":"d","descriptors":[{"entries":["a"]}]}}`, `line 2: descriptors[0]: entry "a": want key=value`},
 		{"bad unit", `{"time":"2026-01-01T00:00:00Z","domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"}],"limit":{"requests_per_unit":1,"unit":"fortnight"}}]}`, `line 2: descriptors[0].limit: unit "fortnight"`},
-		{"too long", `{"time":"` + strings.Repeat("x", MaxLineBytes) + `"}`, "line 2: longer than"},
+		{"too long", `{"time":"` + strings.Repeat("x", maxLineBytes) + `"}`, "line 2: longer than"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
