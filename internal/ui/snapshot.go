@@ -304,18 +304,8 @@ func tree(rs []*rules.Rule, figures func(*rules.Rule) (Totals, rlsmetrics.RuleHo
 			stack = stack[:len(stack)-1]
 		}
 		parent := stack[len(stack)-1]
-		rule := Rule{Path: r.Path, Name: strings.TrimPrefix(r.Path, parent+"."), Depth: len(stack) - 1, Pos: r.Pos.String()}
-		for _, f := range []struct {
-			on   bool
-			name string
-		}{{r.ShadowMode, "shadow_mode"}, {r.QuotaMode, "quota_mode"}, {r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"}} {
-			if f.on {
-				rule.Flags = append(rule.Flags, f.name)
-			}
-		}
-		if r.FailureMode != rules.FailureDefault {
-			rule.Flags = append(rule.Flags, "failure_mode "+r.FailureMode.String())
-		}
+		rule := Rule{Path: r.Path, Name: strings.TrimPrefix(r.Path, parent+"."), Depth: len(stack) - 1, Pos: r.Pos.String(),
+			Flags: r.Flags()}
 		for _, l := range r.Limits {
 			lim := Limit{Text: l.Describe(), Unlimit: l.Unlimited}
 			if !l.Unlimited {
