@@ -50,7 +50,7 @@ type fixture struct {
 func newFixture(t *testing.T, set *rules.Set, lim limit.Limiter, r counters.Resetter) *fixture {
 	t.Helper()
 	f := &fixture{reg: prometheus.NewRegistry(), logs: &testlog.Buffer{}}
-	h, err := counters.New(counters.Options{Rules: static{set}, Limiter: lim, Resetter: r,
+	h, err := counters.New(counters.Options{Rules: static{set}.Current, Limiter: lim, Resetter: r,
 		Logger: slog.New(slog.NewTextHandler(f.logs, nil)), Registerer: f.reg})
 	if err != nil {
 		t.Fatal(err)

@@ -113,7 +113,7 @@ descriptors:
 `)
 	g := &gatedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), gate: make(chan struct{})}
 	close(g.gate)
-	svc, err := New(staticRules{set}, g, Options{})
+	svc, err := New(staticRules{set}.Current, g, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

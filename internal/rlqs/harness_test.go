@@ -82,11 +82,11 @@ func (s *swapRules) Current() *rules.Set { return s.Load() }
 // clock; a nil mem a fresh Memory on it.
 func serve(t testing.TB, set *rules.Set, mem *limit.Memory, opts Options) *harness {
 	t.Helper()
-	return serveRules(t, staticRules{set}, mem, opts)
+	return serveRules(t, staticRules{set}.Current, mem, opts)
 }
 
 // serveRules is serve with the rules of rs.
-func serveRules(t testing.TB, rs RuleSource, mem *limit.Memory, opts Options) *harness {
+func serveRules(t testing.TB, rs func() *rules.Set, mem *limit.Memory, opts Options) *harness {
 	t.Helper()
 	h := &harness{clock: &clock{t: epoch}, reg: prometheus.NewRegistry()}
 	if opts.Now == nil {

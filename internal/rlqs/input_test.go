@@ -92,7 +92,7 @@ func FuzzReport(f *testing.F) {
 		if proto.Unmarshal(raw, &m) != nil {
 			return
 		}
-		svc, err := New(staticRules{set}, limit.NewMemory(limit.MemoryOptions{MaxEntries: 64}),
+		svc, err := New(staticRules{set}.Current, limit.NewMemory(limit.MemoryOptions{MaxEntries: 64}),
 			Options{MaxBuckets: bound, MaxStreamBuckets: bound, MaxBucketIDBytes: 64, MaxBucketEntries: 4})
 		if err != nil {
 			t.Fatal(err)

@@ -191,7 +191,7 @@ func (s *Service) testCounterKey(t *testing.T, domain string, id map[string]stri
 	t.Helper()
 	r := resolver{domain: domain, demandWindow: s.demand.Window}
 	b := &bucket{entries: sortedEntries(id)}
-	r.resolve(b, s.rules.Current())
+	r.resolve(b, s.rules())
 	if len(b.counters) == 0 {
 		t.Fatalf("bucket %v has no counter", id)
 	}

@@ -25,7 +25,7 @@ func TestCountersOnlyOnDebug(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := limit.NewMemory(limit.MemoryOptions{})
-	h, err := counters.New(counters.Options{Rules: staticRules{set}, Limiter: m, Resetter: m})
+	h, err := counters.New(counters.Options{Rules: staticRules{set}.Current, Limiter: m, Resetter: m})
 	if err != nil {
 		t.Fatal(err)
 	}

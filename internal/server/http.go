@@ -217,9 +217,9 @@ func marshalJSON(m proto.Message) ([]byte, error) {
 // the reason when it is NOT_SERVING, the store, the rules' warnings, then
 // one line per limit.
 func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
-	set := s.rules.Current()
+	set := s.current()
 	var b strings.Builder
-	writeLoads(&b, s.rules.Status())
+	writeLoads(&b, s.status())
 	if why := s.notServing(); why != "" {
 		fmt.Fprintf(&b, "health: NOT_SERVING: %s\n", why)
 	} else {

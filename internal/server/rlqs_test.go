@@ -34,7 +34,7 @@ func TestRLQSBesideRLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quota, err := rlqs.New(setSource{set}, limit.NewMemory(limit.MemoryOptions{}), rlqs.Options{})
+	quota, err := rlqs.New(setSource{set}.Current, limit.NewMemory(limit.MemoryOptions{}), rlqs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

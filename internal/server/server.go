@@ -42,13 +42,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Rules is what the server needs of the rules: the set in force, to list
-// it, and the state of the loads. rules.Watcher satisfies it.
-type Rules interface {
-	Current() *rules.Set
-	Status() rules.Status
-}
-
 // ErrRequestsCut is returned by Run when the shutdown timeout passed with
 // requests still in flight, which were cut without an answer.
 var ErrRequestsCut = errors.New("server: the shutdown timeout cut in-flight requests")
@@ -56,9 +49,12 @@ var ErrRequestsCut = errors.New("server: the shutdown timeout cut in-flight requ
 // Server is floodgate's set of listeners. Create it with New and start it
 // with Run, once.
 type Server struct {
-	svc    pb.RateLimitServiceServer
-	rules  Rules
-	opts   Options
+	svc pb.RateLimitServiceServer
+	// current and status are the rules in force and the state of their
+	// loads (rules.Watcher's Current and Status).
+	current func() *rules.Set
+	status  func() rules.Status
+	opts    Options
 	grpc   *grpc.Server
 	health *healthService
 	// healthNames are HealthServices, and RLQS's name when it is served.
@@ -88,10 +84,12 @@ type Addrs struct {
 	GRPC, HTTP, Debug, Prometheus net.Addr
 }
 
-// New returns a Server for svc. gatherer supplies /metrics (a
-// *prometheus.Registry); nil serves no metrics.
-func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, opts Options) (*Server, error) {
-	if svc == nil || rs == nil {
+// New returns a Server for svc, describing the rules current returns and
+// the loads status returns (rules.Watcher's Current and Status). gatherer
+// supplies /metrics (a *prometheus.Registry); nil serves no metrics.
+func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func() rules.Status,
+	gatherer prometheus.Gatherer, opts Options) (*Server, error) {
+	if svc == nil || current == nil || status == nil {
 		return nil, errors.New("server: nil service or rules")
 	}
 	if err := opts.Validate(); err != nil {
@@ -110,7 +108,7 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 		opts.Refused = func(string) {}
 	}
 	opts.Conns, _ = opts.Conns.normalize(fileLimit()) // checked by Validate
-	s := &Server{svc: svc, rules: rs, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
+	s := &Server{svc: svc, current: current, status: status, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
 
 	codec := &envoy.Codec{MaxRequestBytes: opts.MaxMessageBytes}
 	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)

@@ -176,13 +176,14 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 	snap := &Snapshot{Time: now, IntervalMillis: h.opts.Interval.Milliseconds(), Values: h.opts.Values.String(),
 		HistoryStepMillis: h.opts.HistoryStep.Milliseconds(), HistoryLength: h.opts.HistoryLength,
 		Decisions: map[string]float64{}, Refusing: []Refusal{}}
-	snap.Rules = ruleStatus(h.opts.Rules.Status(), h.opts.Rules.Current())
+	set := h.opts.Rules()
+	snap.Rules = ruleStatus(h.opts.RuleStatus(), set)
 	if h.opts.Store != nil {
 		st := h.opts.Store()
 		snap.Store = Store{Name: st.Name, Healthy: st.Healthy, Reached: st.Reached, Detail: st.Detail}
 	}
 	totals := snap.read(mfs)
-	snap.Domains = tree(h.opts.Rules.Current().Rules(), h.figures(totals))
+	snap.Domains = tree(set.Rules(), h.figures(totals))
 	return snap, gatherErr
 }
 

@@ -71,7 +71,7 @@ func newUnitPage(t *testing.T, st rules.Status, values rlsmetrics.HotValues) *un
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{Rules: rs, Gatherer: reg, Metrics: m, Values: values, HistoryStep: time.Second, HistoryLength: 4})
+	h, err := New(Options{Rules: rs.Current, RuleStatus: rs.Status, Gatherer: reg, Metrics: m, Values: values, HistoryStep: time.Second, HistoryLength: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
