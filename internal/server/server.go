@@ -55,8 +55,8 @@ type Server struct {
 	current func() *rules.Set
 	status  func() rules.Status
 	opts    Options
-	grpc   *grpc.Server
-	health *healthService
+	grpc    *grpc.Server
+	health  *healthService
 	// healthNames are HealthServices, and RLQS's name when it is served.
 	healthNames []string
 	serving     atomic.Bool
@@ -65,17 +65,28 @@ type Server struct {
 	metrics bool // whether /metrics is served
 	// healthMu serializes updates of the gRPC health statuses, so that a
 	// stale poll never overwrites the shutdown's NOT_SERVING.
-	healthMu          sync.Mutex
-	grpcState         healthpb.HealthCheckResponse_ServingStatus
-	http, debug, prom *http.Server // debug and prom nil when not asked for
+	healthMu  sync.Mutex
+	grpcState healthpb.HealthCheckResponse_ServingStatus
+	// listeners are gRPC's, HTTP's, then debug's and Prometheus's when
+	// asked for.
+	listeners []*listener
 	// inflight counts the requests being answered (ShouldRateLimit, /json),
 	// to tell whether a shutdown cut any.
 	inflight atomic.Int64
 
-	mu        sync.Mutex // guards addrs and listeners
-	addrs     Addrs
-	listeners struct{ grpc, http, debug, prom *connListener } // once Run opened them
-	ready     chan struct{}
+	mu    sync.Mutex // guards the listeners' conns
+	ready chan struct{}
+}
+
+// listener is one of the Server's listeners: what it serves and, once Run
+// has opened it, its socket.
+type listener struct {
+	title string // in errors: "gRPC listener: ..."
+	name  string // in logs and metrics, and Addrs' field
+	addr  string
+	max   int          // connections open at once; 0: no bound
+	http  *http.Server // nil for gRPC
+	conns *connListener
 }
 
 // Addrs are the addresses a running Server listens on; Debug and
@@ -127,15 +138,21 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 	reflection.Register(s.grpc)
 
 	c := opts.Conns
-	s.http = httpServer(s.httpHandler(gatherer), c, c.HTTPWriteTimeout)
+	s.listeners = []*listener{
+		{title: "gRPC", name: "grpc", addr: opts.GRPCAddr, max: c.GRPCMaxConns},
+		{title: "HTTP", name: "http", addr: opts.HTTPAddr, max: c.HTTPMaxConns,
+			http: httpServer(s.httpHandler(gatherer), c, c.HTTPWriteTimeout)},
+	}
 	if opts.DebugAddr != "" {
 		// No write timeout: profiles take 30 s.
-		s.debug = httpServer(s.debugHandler(), c, 0)
+		s.listeners = append(s.listeners, &listener{title: "debug", name: "debug", addr: opts.DebugAddr,
+			max: c.HTTPMaxConns, http: httpServer(s.debugHandler(), c, 0)})
 	}
 	if opts.PrometheusAddr != "" && opts.Prometheus != nil {
 		mux := http.NewServeMux()
 		mux.Handle(cmp.Or(opts.PrometheusPath, DefaultPrometheusPath), opts.Prometheus)
-		s.prom = httpServer(mux, c, c.HTTPWriteTimeout)
+		s.listeners = append(s.listeners, &listener{title: "Prometheus", name: "prometheus", addr: opts.PrometheusAddr,
+			max: c.HTTPMaxConns, http: httpServer(mux, c, c.HTTPWriteTimeout)})
 	}
 	return s, nil
 }
@@ -154,7 +171,23 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 func (s *Server) Addrs() Addrs {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.addrs
+	var a Addrs
+	for _, l := range s.listeners {
+		if l.conns == nil {
+			continue
+		}
+		switch at := l.conns.Addr(); l.name {
+		case "grpc":
+			a.GRPC = at
+		case "http":
+			a.HTTP = at
+		case "debug":
+			a.Debug = at
+		case "prometheus":
+			a.Prometheus = at
+		}
+	}
+	return a
 }
 
 // Run opens the listeners, serves until ctx is done or a server fails,
@@ -166,15 +199,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.listen(); err != nil {
 		return err
 	}
-	ls := &s.listeners
-	errc := make(chan error, 4)
-	go func() { errc <- s.grpc.Serve(ls.grpc) }()
-	go func() { errc <- serveHTTP(s.http, ls.http) }()
-	if s.debug != nil {
-		go func() { errc <- serveHTTP(s.debug, ls.debug) }()
-	}
-	if s.prom != nil {
-		go func() { errc <- serveHTTP(s.prom, ls.prom) }()
+	errc := make(chan error, len(s.listeners))
+	for _, l := range s.listeners {
+		go func() { errc <- s.serve(l) }()
 	}
 	s.setServing(true)
 	// Logged before Ready, so that whoever waits for it finds the line.
@@ -205,25 +232,8 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) listen() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ls, c := &s.listeners, s.opts.Conns
-	all := []struct {
-		on          bool
-		title, name string
-		addr        string
-		max         int
-		conns       **connListener
-		at          *net.Addr
-	}{
-		{true, "gRPC", "grpc", s.opts.GRPCAddr, c.GRPCMaxConns, &ls.grpc, &s.addrs.GRPC},
-		{true, "HTTP", "http", s.opts.HTTPAddr, c.HTTPMaxConns, &ls.http, &s.addrs.HTTP},
-		{s.debug != nil, "debug", "debug", s.opts.DebugAddr, c.HTTPMaxConns, &ls.debug, &s.addrs.Debug},
-		{s.prom != nil, "Prometheus", "prometheus", s.opts.PrometheusAddr, c.HTTPMaxConns, &ls.prom, &s.addrs.Prometheus},
-	}
-	opened := make([]net.Listener, len(all))
-	for i, l := range all {
-		if !l.on {
-			continue
-		}
+	opened := make([]net.Listener, len(s.listeners))
+	for i, l := range s.listeners {
 		listen := func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
 		if l.name == "grpc" {
 			listen = listenGRPC
@@ -231,17 +241,13 @@ func (s *Server) listen() error {
 		var err error
 		if opened[i], err = listen(l.addr); err != nil {
 			for _, o := range opened[:i] {
-				if o != nil {
-					o.Close()
-				}
+				o.Close()
 			}
 			return fmt.Errorf("server: %s listener: %w", l.title, err)
 		}
 	}
-	for i, l := range all {
-		if nl := opened[i]; nl != nil {
-			*l.conns, *l.at = newConnListener(nl, l.name, l.max, s.opts.Logger), nl.Addr()
-		}
+	for i, l := range s.listeners {
+		l.conns = newConnListener(opened[i], l.name, l.max, s.opts.Logger)
 	}
 	return nil
 }
@@ -284,8 +290,12 @@ func urlHost(addr net.Addr) string {
 	return net.JoinHostPort(host, port)
 }
 
-func serveHTTP(srv *http.Server, l net.Listener) error {
-	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+// serve serves l until its server stops; nil for an HTTP server shut down.
+func (s *Server) serve(l *listener) error {
+	if l.http == nil {
+		return s.grpc.Serve(l.conns)
+	}
+	if err := l.http.Serve(l.conns); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
