@@ -88,7 +88,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
 `)
 	clk := &clock{t: epoch}
-	svc, err := New(staticRules{set}.Current, limit.NewMemory(limit.MemoryOptions{Now: clk.Now}), Options{Now: clk.Now})
+	svc, err := New(func() *rules.Set { return set }, limit.NewMemory(limit.MemoryOptions{Now: clk.Now}), Options{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
