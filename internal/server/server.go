@@ -119,7 +119,8 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 		opts.Refused = func(string) {}
 	}
 	opts.Conns, _ = opts.Conns.normalize(fileLimit()) // checked by Validate
-	s := &Server{svc: svc, current: current, status: status, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
+	s := &Server{svc: svc, current: current, status: status, opts: opts, metrics: gatherer != nil,
+		ready: make(chan struct{})}
 
 	codec := &envoy.Codec{MaxRequestBytes: opts.MaxMessageBytes}
 	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)

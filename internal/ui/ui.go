@@ -87,7 +87,8 @@ type Handler struct {
 // refuses.
 func New(opts Options) (*Handler, error) {
 	if opts.Rules == nil || opts.RuleStatus == nil || opts.Gatherer == nil {
-		return nil, &option.Error{Options: "ui.Options", Field: "Rules", Also: []string{"RuleStatus", "Gatherer"}, Want: "are required"}
+		return nil, &option.Error{Options: "ui.Options", Field: "Rules", Also: []string{"RuleStatus", "Gatherer"},
+			Want: "are required"}
 	}
 	negative := func(field string, v any) error {
 		return &option.Error{Options: "ui.Options", Field: field, Value: v, Want: "must not be negative"}

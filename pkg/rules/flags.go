@@ -9,7 +9,10 @@ func (r *Rule) Flags() []string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{r.ShadowMode, "shadow_mode"}, {r.QuotaMode, "quota_mode"}, {r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"}} {
+	}{
+		{r.ShadowMode, "shadow_mode"}, {r.QuotaMode, "quota_mode"},
+		{r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"},
+	} {
 		if f.on {
 			flags = append(flags, f.name)
 		}
