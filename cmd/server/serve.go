@@ -236,7 +236,7 @@ func (a *app) quota() (*rlqs.Service, error) {
 	if opts.Metrics, err = rlqs.NewMetrics(a.reg); err != nil {
 		return nil, exit(1, fmt.Errorf("metrics: %w", err))
 	}
-	q, err := rlqs.New(a.rules, a.store.Limiter(), opts)
+	q, err := rlqs.New(a.rules.Current, a.store.Limiter(), opts)
 	if err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}
@@ -265,7 +265,7 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 		opts.RLQS = quota
 	}
 	// On the debug listener only; the HTTP listener refuses it.
-	if opts.Counters, err = counters.New(counters.Options{Rules: a.rules, Limiter: a.store.Limiter(), Resetter: a.store,
+	if opts.Counters, err = counters.New(counters.Options{Rules: a.rules.Current, Limiter: a.store.Limiter(), Resetter: a.store,
 		Logger: a.logger, Registerer: a.reg}); err != nil {
 		return nil, exit(1, err)
 	}
@@ -274,7 +274,7 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 			return nil, exit(2, err)
 		}
 	}
-	srv, err := server.New(svc, a.rules, a.reg, opts)
+	srv, err := server.New(svc, a.rules.Current, a.rules.Status, a.reg, opts)
 	if err == nil {
 		err = srv.RegisterMetrics(a.reg)
 	}

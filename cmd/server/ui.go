@@ -27,7 +27,8 @@ func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *rlsmetrics.Metric
 	if !on {
 		return uiPages{run: func(context.Context) {}}, nil
 	}
-	h, err := ui.New(ui.Options{Rules: w, Gatherer: reg, Metrics: m, Store: store, Values: rlsmetrics.HotOptedIn})
+	h, err := ui.New(ui.Options{Rules: w.Current, RuleStatus: w.Status, Gatherer: reg, Metrics: m, Store: store,
+		Values: rlsmetrics.HotOptedIn})
 	if err != nil {
 		return uiPages{}, fmt.Errorf("-ui: %w", err)
 	}

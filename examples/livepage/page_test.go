@@ -105,12 +105,12 @@ func startUIServer(t *testing.T, interval time.Duration) *uiServer {
 	}
 	// As cmd/server does: the HTTP listener's page shows the values of
 	// opted-in rules, the debug listener's every rule's.
-	page, err := ui.New(ui.Options{Rules: w, Gatherer: reg, Metrics: metrics, Store: st.Health, Values: rlsmetrics.HotOptedIn,
+	page, err := ui.New(ui.Options{Rules: w.Current, RuleStatus: w.Status, Gatherer: reg, Metrics: metrics, Store: st.Health, Values: rlsmetrics.HotOptedIn,
 		Interval: interval, HistoryStep: historyStep, HistoryLength: historyLength})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(svc, w, reg, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0",
+	srv, err := server.New(svc, w.Current, w.Status, reg, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0",
 		Store: st.Health, UI: page, DebugUI: page.WithValues(rlsmetrics.HotAll)})
 	if err != nil {
 		t.Fatal(err)
@@ -558,7 +558,7 @@ func TestPageShowsXDSOrigin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := ui.New(ui.Options{Rules: feed, Gatherer: reg, Metrics: m})
+	h, err := ui.New(ui.Options{Rules: feed.Current, RuleStatus: feed.Status, Gatherer: reg, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,11 +21,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Rules gives the rule set in force; rules.Watcher satisfies it.
-type Rules interface {
-	Current() *rules.Set
-}
-
 // Resetter deletes one counter of the store: after Reset, the next hit on
 // key finds no state (a fixed window empty, a bucket full). spec is the
 // limit the counter is kept for, which some stores need to find its keys.
@@ -35,9 +30,9 @@ type Resetter interface {
 
 // Options configure a Handler. Rules, Limiter and Resetter are required.
 type Options struct {
-	Rules    Rules
-	Limiter  limit.Limiter // read with hits of cost 0
-	Resetter Resetter      // the same store as Limiter
+	Rules    func() *rules.Set // the rules in force, as rules.Watcher.Current
+	Limiter  limit.Limiter     // read with hits of cost 0
+	Resetter Resetter          // the same store as Limiter
 	// Logger gets a line for every reset, naming who asked; nil discards
 	// them.
 	Logger *slog.Logger

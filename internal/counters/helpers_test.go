@@ -22,11 +22,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// static is a rule source that always gives one Set.
-type static struct{ set *rules.Set }
-
-func (s static) Current() *rules.Set { return s.set }
-
 // parseRules compiles one rule file, refusing what supports refuses.
 func parseRules(t *testing.T, yaml string, supports func(limit.Spec) error) *rules.Set {
 	t.Helper()
@@ -50,7 +45,7 @@ type fixture struct {
 func newFixture(t *testing.T, set *rules.Set, lim limit.Limiter, r counters.Resetter) *fixture {
 	t.Helper()
 	f := &fixture{reg: prometheus.NewRegistry(), logs: &testlog.Buffer{}}
-	h, err := counters.New(counters.Options{Rules: static{set}, Limiter: lim, Resetter: r,
+	h, err := counters.New(counters.Options{Rules: func() *rules.Set { return set }, Limiter: lim, Resetter: r,
 		Logger: slog.New(slog.NewTextHandler(f.logs, nil)), Registerer: f.reg})
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +55,7 @@ func newFixture(t *testing.T, set *rules.Set, lim limit.Limiter, r counters.Rese
 	f.url = srv.URL
 	// A generous store deadline: a slow moment of a shared machine must
 	// not turn a request into the failure policy's answer.
-	if f.svc, err = envoy.New(static{set}.Current, lim, envoy.Options{}); err != nil {
+	if f.svc, err = envoy.New(func() *rules.Set { return set }, lim, envoy.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -26,7 +26,7 @@ func (h *Handler) lookup(domain string, entries []rules.Entry) (*view, error) {
 	for i, e := range entries {
 		v.answer.Descriptor[i] = Entry{Key: e.Key, Value: e.Value}
 	}
-	set := h.opts.Rules.Current()
+	set := h.opts.Rules()
 	if set == nil {
 		v.answer.Reason = "no rules are loaded yet, so nothing is limited"
 		return v, nil

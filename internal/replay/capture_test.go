@@ -24,7 +24,7 @@ import (
 func liveService(t *testing.T, set *rules.Set, now *time.Time) pb.RateLimitServiceServer {
 	t.Helper()
 	clock := func() time.Time { return *now }
-	svc, err := envoy.New(fixedSource{set}.Current, limit.NewMemory(limit.MemoryOptions{Now: clock}), envoy.Options{Now: clock})
+	svc, err := envoy.New(func() *rules.Set { return set }, limit.NewMemory(limit.MemoryOptions{Now: clock}), envoy.Options{Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,11 +21,6 @@ type clock struct{ t time.Time }
 
 func (c *clock) Now() time.Time { return c.t }
 
-// fixedSource serves one rule set.
-type fixedSource struct{ set *rules.Set }
-
-func (f fixedSource) Current() *rules.Set { return f.set }
-
 // side is one rule set with its own store and service.
 type side struct {
 	set   *rules.Set
@@ -110,7 +105,7 @@ func newSide(set *rules.Set, name string, diffs map[ruleKey]*RuleDiff, isNew boo
 	// Big enough never to refuse a counter: a replay judges the rules,
 	// not the production store's size.
 	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: s.clock.Now, MaxEntries: math.MaxInt32})}
-	svc, err := envoy.New(fixedSource{set}.Current, s.store, envoy.Options{Now: s.clock.Now})
+	svc, err := envoy.New(func() *rules.Set { return set }, s.store, envoy.Options{Now: s.clock.Now})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 // gatedLimiter holds its first call until gate is closed, and counts the
@@ -113,7 +114,7 @@ descriptors:
 `)
 	g := &gatedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), gate: make(chan struct{})}
 	close(g.gate)
-	svc, err := New(staticRules{set}, g, Options{})
+	svc, err := New(func() *rules.Set { return set }, g, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

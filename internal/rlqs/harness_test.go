@@ -47,11 +47,6 @@ func (c *clock) Add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// staticRules serves one rule set.
-type staticRules struct{ set *rules.Set }
-
-func (s staticRules) Current() *rules.Set { return s.set }
-
 func parseRules(t testing.TB, yaml string) *rules.Set {
 	t.Helper()
 	set, err := rules.Parse(map[string][]byte{"rules.yaml": []byte(yaml)}, rules.Options{})
@@ -82,11 +77,11 @@ func (s *swapRules) Current() *rules.Set { return s.Load() }
 // clock; a nil mem a fresh Memory on it.
 func serve(t testing.TB, set *rules.Set, mem *limit.Memory, opts Options) *harness {
 	t.Helper()
-	return serveRules(t, staticRules{set}, mem, opts)
+	return serveRules(t, func() *rules.Set { return set }, mem, opts)
 }
 
 // serveRules is serve with the rules of rs.
-func serveRules(t testing.TB, rs RuleSource, mem *limit.Memory, opts Options) *harness {
+func serveRules(t testing.TB, rs func() *rules.Set, mem *limit.Memory, opts Options) *harness {
 	t.Helper()
 	h := &harness{clock: &clock{t: epoch}, reg: prometheus.NewRegistry()}
 	if opts.Now == nil {

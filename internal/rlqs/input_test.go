@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 // rawCodec sends bytes as they are, under the name of gRPC's proto
@@ -92,7 +93,7 @@ func FuzzReport(f *testing.F) {
 		if proto.Unmarshal(raw, &m) != nil {
 			return
 		}
-		svc, err := New(staticRules{set}, limit.NewMemory(limit.MemoryOptions{MaxEntries: 64}),
+		svc, err := New(func() *rules.Set { return set }, limit.NewMemory(limit.MemoryOptions{MaxEntries: 64}),
 			Options{MaxBuckets: bound, MaxStreamBuckets: bound, MaxBucketIDBytes: 64, MaxBucketEntries: 4})
 		if err != nil {
 			t.Fatal(err)

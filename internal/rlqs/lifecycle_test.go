@@ -59,7 +59,7 @@ descriptors:
 			}
 			src := &swapRules{}
 			src.Store(parseRules(t, c.before))
-			h := serveRules(t, src, mem, Options{Now: clk.Now, FailureMode: c.fail})
+			h := serveRules(t, src.Current, mem, Options{Now: clk.Now, FailureMode: c.fail})
 			q := h.open(t, "envoy-1")
 			q.report("quota", use{bucket: acme, allowed: c.busy})
 			if got := answers(q.next(wait)); len(got) != 1 || got[0].what != c.first {
@@ -88,7 +88,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
 `)
 	clk := &clock{t: epoch}
-	svc, err := New(staticRules{set}, limit.NewMemory(limit.MemoryOptions{Now: clk.Now}), Options{Now: clk.Now})
+	svc, err := New(func() *rules.Set { return set }, limit.NewMemory(limit.MemoryOptions{Now: clk.Now}), Options{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,12 +19,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// RuleSource returns the rules in force, nil for none yet (every bucket is
-// allowed); rules.Watcher satisfies it.
-type RuleSource interface {
-	Current() *rules.Set
-}
-
 // ClientMetadata is the gRPC metadata key naming a stream's Envoy in the
 // logs (the filter's rlqs_server.initial_metadata); without it, the
 // stream is named by its peer address.
@@ -34,7 +28,7 @@ const ClientMetadata = "x-rlqs-client"
 type Service struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 
-	rules   RuleSource
+	rules   func() *rules.Set
 	limiter limit.Limiter
 	opts    Options
 	demand  limit.Spec
@@ -48,10 +42,11 @@ type Service struct {
 	storeLogged      atomic.Int64 // unix ns
 }
 
-// New returns a Service assigning quotas from the rules of rs and the
-// counters of l, or the error of an option it refuses.
-func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
-	if rs == nil || l == nil {
+// New returns a Service assigning quotas from the rules current returns
+// (as rules.Watcher.Current; nil for none yet: every bucket is allowed)
+// and the counters of l, or the error of an option it refuses.
+func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, error) {
+	if current == nil || l == nil {
 		return nil, errors.New("rlqs: nil rule source or limiter")
 	}
 	if err := opts.Validate(); err != nil {
@@ -62,7 +57,7 @@ func New(rs RuleSource, l limit.Limiter, opts Options) (*Service, error) {
 		// Registered nowhere, so that recording needs no nil check.
 		opts.Metrics, _ = NewMetrics(prometheus.NewRegistry())
 	}
-	return &Service{rules: rs, limiter: l, opts: opts, demand: demandSpec(opts.ReportInterval),
+	return &Service{rules: current, limiter: l, opts: opts, demand: demandSpec(opts.ReportInterval),
 		store: newCoalescer(l, opts.ChargeInterval), bufs: newChargeBufs(), done: make(chan struct{})}, nil
 }
 

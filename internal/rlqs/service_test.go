@@ -46,7 +46,7 @@ func tenant(v string) map[string]string { return map[string]string{"tenant": v} 
 // Envoy calling ShouldRateLimit would.
 func (h *harness) rls(t *testing.T, set *rules.Set, domain string, entries ...string) *rlspb.RateLimitResponse {
 	t.Helper()
-	svc, err := envoy.New(staticRules{set}.Current, h.mem, envoy.Options{Now: h.clock.Now})
+	svc, err := envoy.New(func() *rules.Set { return set }, h.mem, envoy.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func (s *Service) testCounterKey(t *testing.T, domain string, id map[string]stri
 	t.Helper()
 	r := resolver{domain: domain, demandWindow: s.demand.Window}
 	b := &bucket{entries: sortedEntries(id)}
-	r.resolve(b, s.rules.Current())
+	r.resolve(b, s.rules())
 	if len(b.counters) == 0 {
 		t.Fatalf("bucket %v has no counter", id)
 	}

@@ -366,7 +366,7 @@ func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 // assignments that changed or are due a refresh, and an abandon action
 // for each of abandoned.
 func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []*bucket) {
-	set := st.s.rules.Current()
+	set := st.s.rules()
 	st.charged = st.charged[:0]
 	for _, b := range batch {
 		if b.set != set || set == nil {

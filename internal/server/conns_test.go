@@ -190,7 +190,7 @@ func TestShutdownIgnoresSilentConnections(t *testing.T) {
 				defer c.Close()
 				io.WriteString(c, first)
 			}
-			waitFor(t, func() bool { return s.listeners.grpc.open() == len(tc.sends) })
+			waitFor(t, func() bool { return s.listeners[0].conns.open() == len(tc.sends) })
 			// The shutdown reads the wall clock: wait until every
 			// connection is past the grace of new ones.
 			time.Sleep(silentGrace)

@@ -11,11 +11,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// staticRules is a rule source that always gives one Set.
-type staticRules struct{ set *rules.Set }
-
-func (s staticRules) Current() *rules.Set { return s.set }
-
 // /counters is served on the debug listener, listed in its index, and
 // refused on the public HTTP listener with 403 naming the debug one, for
 // a look and a reset alike; without the option neither serves it.
@@ -25,7 +20,7 @@ func TestCountersOnlyOnDebug(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := limit.NewMemory(limit.MemoryOptions{})
-	h, err := counters.New(counters.Options{Rules: staticRules{set}, Limiter: m, Resetter: m})
+	h, err := counters.New(counters.Options{Rules: func() *rules.Set { return set }, Limiter: m, Resetter: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func (s *Server) notServing() string {
 			return fmt.Sprintf("store %s is unhealthy; readiness requires it always", h.Name)
 		}
 	}
-	if s.opts.HealthRequiresRules && len(s.rules.Current().Domains()) == 0 {
+	if s.opts.HealthRequiresRules && len(s.current().Domains()) == 0 {
 		return "the rules declare no domain; readiness requires one"
 	}
 	return ""

@@ -217,9 +217,9 @@ func marshalJSON(m proto.Message) ([]byte, error) {
 // the reason when it is NOT_SERVING, the store, the rules' warnings, then
 // one line per limit.
 func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
-	set := s.rules.Current()
+	set := s.current()
 	var b strings.Builder
-	writeLoads(&b, s.rules.Status())
+	writeLoads(&b, s.status())
 	if why := s.notServing(); why != "" {
 		fmt.Fprintf(&b, "health: NOT_SERVING: %s\n", why)
 	} else {
@@ -269,16 +269,11 @@ func writeLimits(b *strings.Builder, rs []*rules.Rule) {
 	}
 	for _, r := range rs {
 		flags := ""
-		for _, f := range []struct {
-			on   bool
-			name string
-		}{{r.ShadowMode, "shadow_mode"}, {r.QuotaMode, "quota_mode"}, {r.DetailedMetric, "detailed_metric"}} {
-			if f.on {
-				flags += ", " + f.name
+		for _, f := range r.Flags() {
+			// /rlconfig has never listed value_to_metric, and scripts read it.
+			if f != "value_to_metric" {
+				flags += ", " + f
 			}
-		}
-		if r.FailureMode != 0 {
-			flags += ", failure_mode " + r.FailureMode.String()
 		}
 		if len(r.Limits) == 0 {
 			fmt.Fprintf(b, "%s: no limit%s (%v)\n", r.Path, flags, r.Pos)

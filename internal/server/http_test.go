@@ -18,7 +18,8 @@ import (
 )
 
 // stableRules has a limit of each kind /rlconfig describes: a plain one,
-// one that replaces another, flags, a rule without a limit, and a warning.
+// one that replaces another, flags (value_to_metric, which /rlconfig does
+// not list), a rule without a limit, and a warning.
 const stableRules = `domain: srv
 descriptors:
   - key: user
@@ -29,6 +30,7 @@ descriptors:
     value: gold
     shadow_mode: true
     failure_mode: deny
+    value_to_metric: true
     rate_limit: {unit: minute, requests_per_unit: 100, replaces: [{name: api_key_daily}]}
   - key: path
     descriptors:
@@ -109,14 +111,14 @@ failures: 0
 last_error: none
 health: SERVING
 store: memory healthy (counters in this process only)
-warning: srv.yaml:16:17: descriptors[4].rate_limit.requests_per_unit: missing, so 0: every request is denied (write requests_per_unit: 0 to say so)
+warning: srv.yaml:17:17: descriptors[4].rate_limit.requests_per_unit: missing, so 0: every request is denied (write requests_per_unit: 0 to say so)
 
 srv.user: 1 per day (fixed_window) (srv.yaml:4:17)
 srv.api_key: api_key_daily: 1000 per day (fixed_window) (srv.yaml:6:17)
-srv.api_key_gold: 100 per minute (fixed_window), replaces api_key_daily, shadow_mode, failure_mode deny (srv.yaml:11:17)
-srv.path: no limit (srv.yaml:12:5)
-srv.path.method: no limit (srv.yaml:14:9)
-srv.zero: 0 per second (fixed_window) (srv.yaml:16:17)
+srv.api_key_gold: 100 per minute (fixed_window), replaces api_key_daily, shadow_mode, failure_mode deny (srv.yaml:12:17)
+srv.path: no limit (srv.yaml:13:5)
+srv.path.method: no limit (srv.yaml:15:9)
+srv.zero: 0 per second (fixed_window) (srv.yaml:17:17)
 `
 	if code != 200 || body != want {
 		t.Errorf("/rlconfig: %d\n%s\nwant\n%s", code, body, want)

@@ -29,9 +29,9 @@ func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	c.s.mu.Lock()
-	ls := c.s.listeners
-	c.s.mu.Unlock()
-	for _, l := range []*connListener{ls.grpc, ls.http, ls.debug, ls.prom} {
+	defer c.s.mu.Unlock()
+	for _, sl := range c.s.listeners {
+		l := sl.conns
 		if l == nil {
 			continue
 		}

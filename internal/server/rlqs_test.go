@@ -21,10 +21,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-type setSource struct{ set *rules.Set }
-
-func (s setSource) Current() *rules.Set { return s.set }
-
 // TestRLQSBesideRLS: the RLQS service answers on the gRPC listener beside
 // RLS and is in gRPC health; raising gRPC's message bound for its reports
 // leaves RLS requests held to theirs; and shutdown ends its streams with
@@ -34,7 +30,7 @@ func TestRLQSBesideRLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quota, err := rlqs.New(setSource{set}, limit.NewMemory(limit.MemoryOptions{}), rlqs.Options{})
+	quota, err := rlqs.New(func() *rules.Set { return set }, limit.NewMemory(limit.MemoryOptions{}), rlqs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,13 +42,6 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Rules is what the server needs of the rules: the set in force, to list
-// it, and the state of the loads. rules.Watcher satisfies it.
-type Rules interface {
-	Current() *rules.Set
-	Status() rules.Status
-}
-
 // ErrRequestsCut is returned by Run when the shutdown timeout passed with
 // requests still in flight, which were cut without an answer.
 var ErrRequestsCut = errors.New("server: the shutdown timeout cut in-flight requests")
@@ -56,11 +49,14 @@ var ErrRequestsCut = errors.New("server: the shutdown timeout cut in-flight requ
 // Server is floodgate's set of listeners. Create it with New and start it
 // with Run, once.
 type Server struct {
-	svc    pb.RateLimitServiceServer
-	rules  Rules
-	opts   Options
-	grpc   *grpc.Server
-	health *healthService
+	svc pb.RateLimitServiceServer
+	// current and status are the rules in force and the state of their
+	// loads (rules.Watcher's Current and Status).
+	current func() *rules.Set
+	status  func() rules.Status
+	opts    Options
+	grpc    *grpc.Server
+	health  *healthService
 	// healthNames are HealthServices, and RLQS's name when it is served.
 	healthNames []string
 	serving     atomic.Bool
@@ -69,17 +65,28 @@ type Server struct {
 	metrics bool // whether /metrics is served
 	// healthMu serializes updates of the gRPC health statuses, so that a
 	// stale poll never overwrites the shutdown's NOT_SERVING.
-	healthMu          sync.Mutex
-	grpcState         healthpb.HealthCheckResponse_ServingStatus
-	http, debug, prom *http.Server // debug and prom nil when not asked for
+	healthMu  sync.Mutex
+	grpcState healthpb.HealthCheckResponse_ServingStatus
+	// listeners are gRPC's, HTTP's, then debug's and Prometheus's when
+	// asked for.
+	listeners []*listener
 	// inflight counts the requests being answered (ShouldRateLimit, /json),
 	// to tell whether a shutdown cut any.
 	inflight atomic.Int64
 
-	mu        sync.Mutex // guards addrs and listeners
-	addrs     Addrs
-	listeners struct{ grpc, http, debug, prom *connListener } // once Run opened them
-	ready     chan struct{}
+	mu    sync.Mutex // guards the listeners' conns
+	ready chan struct{}
+}
+
+// listener is one of the Server's listeners: what it serves and, once Run
+// has opened it, its socket.
+type listener struct {
+	title string // in errors: "gRPC listener: ..."
+	name  string // in logs and metrics, and Addrs' field
+	addr  string
+	max   int          // connections open at once; 0: no bound
+	http  *http.Server // nil for gRPC
+	conns *connListener
 }
 
 // Addrs are the addresses a running Server listens on; Debug and
@@ -88,10 +95,12 @@ type Addrs struct {
 	GRPC, HTTP, Debug, Prometheus net.Addr
 }
 
-// New returns a Server for svc. gatherer supplies /metrics (a
-// *prometheus.Registry); nil serves no metrics.
-func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, opts Options) (*Server, error) {
-	if svc == nil || rs == nil {
+// New returns a Server for svc, describing the rules current returns and
+// the loads status returns (rules.Watcher's Current and Status). gatherer
+// supplies /metrics (a *prometheus.Registry); nil serves no metrics.
+func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func() rules.Status,
+	gatherer prometheus.Gatherer, opts Options) (*Server, error) {
+	if svc == nil || current == nil || status == nil {
 		return nil, errors.New("server: nil service or rules")
 	}
 	if err := opts.Validate(); err != nil {
@@ -110,7 +119,8 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 		opts.Refused = func(string) {}
 	}
 	opts.Conns, _ = opts.Conns.normalize(fileLimit()) // checked by Validate
-	s := &Server{svc: svc, rules: rs, opts: opts, metrics: gatherer != nil, ready: make(chan struct{})}
+	s := &Server{svc: svc, current: current, status: status, opts: opts, metrics: gatherer != nil,
+		ready: make(chan struct{})}
 
 	codec := &envoy.Codec{MaxRequestBytes: opts.MaxMessageBytes}
 	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
@@ -129,15 +139,21 @@ func New(svc pb.RateLimitServiceServer, rs Rules, gatherer prometheus.Gatherer, 
 	reflection.Register(s.grpc)
 
 	c := opts.Conns
-	s.http = httpServer(s.httpHandler(gatherer), c, c.HTTPWriteTimeout)
+	s.listeners = []*listener{
+		{title: "gRPC", name: "grpc", addr: opts.GRPCAddr, max: c.GRPCMaxConns},
+		{title: "HTTP", name: "http", addr: opts.HTTPAddr, max: c.HTTPMaxConns,
+			http: httpServer(s.httpHandler(gatherer), c, c.HTTPWriteTimeout)},
+	}
 	if opts.DebugAddr != "" {
 		// No write timeout: profiles take 30 s.
-		s.debug = httpServer(s.debugHandler(), c, 0)
+		s.listeners = append(s.listeners, &listener{title: "debug", name: "debug", addr: opts.DebugAddr,
+			max: c.HTTPMaxConns, http: httpServer(s.debugHandler(), c, 0)})
 	}
 	if opts.PrometheusAddr != "" && opts.Prometheus != nil {
 		mux := http.NewServeMux()
 		mux.Handle(cmp.Or(opts.PrometheusPath, DefaultPrometheusPath), opts.Prometheus)
-		s.prom = httpServer(mux, c, c.HTTPWriteTimeout)
+		s.listeners = append(s.listeners, &listener{title: "Prometheus", name: "prometheus", addr: opts.PrometheusAddr,
+			max: c.HTTPMaxConns, http: httpServer(mux, c, c.HTTPWriteTimeout)})
 	}
 	return s, nil
 }
@@ -156,7 +172,23 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 func (s *Server) Addrs() Addrs {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.addrs
+	var a Addrs
+	for _, l := range s.listeners {
+		if l.conns == nil {
+			continue
+		}
+		switch at := l.conns.Addr(); l.name {
+		case "grpc":
+			a.GRPC = at
+		case "http":
+			a.HTTP = at
+		case "debug":
+			a.Debug = at
+		case "prometheus":
+			a.Prometheus = at
+		}
+	}
+	return a
 }
 
 // Run opens the listeners, serves until ctx is done or a server fails,
@@ -168,15 +200,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.listen(); err != nil {
 		return err
 	}
-	ls := &s.listeners
-	errc := make(chan error, 4)
-	go func() { errc <- s.grpc.Serve(ls.grpc) }()
-	go func() { errc <- serveHTTP(s.http, ls.http) }()
-	if s.debug != nil {
-		go func() { errc <- serveHTTP(s.debug, ls.debug) }()
-	}
-	if s.prom != nil {
-		go func() { errc <- serveHTTP(s.prom, ls.prom) }()
+	errc := make(chan error, len(s.listeners))
+	for _, l := range s.listeners {
+		go func() { errc <- s.serve(l) }()
 	}
 	s.setServing(true)
 	// Logged before Ready, so that whoever waits for it finds the line.
@@ -207,25 +233,8 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) listen() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ls, c := &s.listeners, s.opts.Conns
-	all := []struct {
-		on          bool
-		title, name string
-		addr        string
-		max         int
-		conns       **connListener
-		at          *net.Addr
-	}{
-		{true, "gRPC", "grpc", s.opts.GRPCAddr, c.GRPCMaxConns, &ls.grpc, &s.addrs.GRPC},
-		{true, "HTTP", "http", s.opts.HTTPAddr, c.HTTPMaxConns, &ls.http, &s.addrs.HTTP},
-		{s.debug != nil, "debug", "debug", s.opts.DebugAddr, c.HTTPMaxConns, &ls.debug, &s.addrs.Debug},
-		{s.prom != nil, "Prometheus", "prometheus", s.opts.PrometheusAddr, c.HTTPMaxConns, &ls.prom, &s.addrs.Prometheus},
-	}
-	opened := make([]net.Listener, len(all))
-	for i, l := range all {
-		if !l.on {
-			continue
-		}
+	opened := make([]net.Listener, len(s.listeners))
+	for i, l := range s.listeners {
 		listen := func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
 		if l.name == "grpc" {
 			listen = listenGRPC
@@ -233,17 +242,13 @@ func (s *Server) listen() error {
 		var err error
 		if opened[i], err = listen(l.addr); err != nil {
 			for _, o := range opened[:i] {
-				if o != nil {
-					o.Close()
-				}
+				o.Close()
 			}
 			return fmt.Errorf("server: %s listener: %w", l.title, err)
 		}
 	}
-	for i, l := range all {
-		if nl := opened[i]; nl != nil {
-			*l.conns, *l.at = newConnListener(nl, l.name, l.max, s.opts.Logger), nl.Addr()
-		}
+	for i, l := range s.listeners {
+		l.conns = newConnListener(opened[i], l.name, l.max, s.opts.Logger)
 	}
 	return nil
 }
@@ -286,8 +291,12 @@ func urlHost(addr net.Addr) string {
 	return net.JoinHostPort(host, port)
 }
 
-func serveHTTP(srv *http.Server, l net.Listener) error {
-	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+// serve serves l until its server stops; nil for an HTTP server shut down.
+func (s *Server) serve(l *listener) error {
+	if l.http == nil {
+		return s.grpc.Serve(l.conns)
+	}
+	if err := l.http.Serve(l.conns); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

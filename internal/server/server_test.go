@@ -68,7 +68,7 @@ func runningWith(t testing.TB, opts Options, svcOpts envoy.Options, ruleFile str
 	if opts.GRPCAddr == "" {
 		opts.GRPCAddr, opts.HTTPAddr, opts.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	}
-	s, err := New(svc, w, reg, opts)
+	s, err := New(svc, w.Current, w.Status, reg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestListenFailure(t *testing.T) {
 		{Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0",
 			PrometheusAddr: busy.Addr().String(), Prometheus: stats}, "Prometheus listener"},
 	} {
-		s, err := New(svc, w, nil, tc.opts)
+		s, err := New(svc, w.Current, w.Status, nil, tc.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,7 +382,7 @@ func TestStoreReadinessOptions(t *testing.T) {
 		{Options{StoreReadiness: -1}, "Options.StoreReadiness StoreReadiness(-1): unknown"},
 	} {
 		tc.opts.GRPCAddr, tc.opts.HTTPAddr = ":0", ":0"
-		if _, err := New(s.svc, s.rules, nil, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := New(s.svc, s.current, s.status, nil, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error containing %q", tc.opts, err, tc.want)
 		}
 	}
@@ -432,7 +432,7 @@ func TestHealthRequiresRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(svc, w, nil, Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", HealthRequiresRules: true})
+	s, err := New(svc, w.Current, w.Status, nil, Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", HealthRequiresRules: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,11 +38,11 @@ func (s *Server) shutdown() error {
 		return n
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { s.stopGRPC(ctx, noteCut) })
-	ls := []*connListener{s.listeners.http, s.listeners.debug, s.listeners.prom}
-	for i, srv := range []*http.Server{s.http, s.debug, s.prom} {
-		if srv != nil {
-			wg.Go(func() { s.stopHTTP(ctx, srv, ls[i], noteCut) })
+	for _, l := range s.listeners {
+		if l.http == nil {
+			wg.Go(func() { s.stopGRPC(ctx, l.conns, noteCut) })
+		} else {
+			wg.Go(func() { s.stopHTTP(ctx, l.http, l.conns, noteCut) })
 		}
 	}
 	wg.Wait()
@@ -61,8 +61,7 @@ func (s *Server) shutdown() error {
 // GracefulStop, waits for every handshake to end, which a silent client
 // makes last the whole connection timeout. Closing the socket from the
 // listener's side ends the handshake at once.
-func (s *Server) stopGRPC(ctx context.Context, noteCut func() int64) {
-	l := s.listeners.grpc
+func (s *Server) stopGRPC(ctx context.Context, l *connListener, noteCut func() int64) {
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()

@@ -176,13 +176,14 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 	snap := &Snapshot{Time: now, IntervalMillis: h.opts.Interval.Milliseconds(), Values: h.opts.Values.String(),
 		HistoryStepMillis: h.opts.HistoryStep.Milliseconds(), HistoryLength: h.opts.HistoryLength,
 		Decisions: map[string]float64{}, Refusing: []Refusal{}}
-	snap.Rules = ruleStatus(h.opts.Rules.Status(), h.opts.Rules.Current())
+	set := h.opts.Rules()
+	snap.Rules = ruleStatus(h.opts.RuleStatus(), set)
 	if h.opts.Store != nil {
 		st := h.opts.Store()
 		snap.Store = Store{Name: st.Name, Healthy: st.Healthy, Reached: st.Reached, Detail: st.Detail}
 	}
 	totals := snap.read(mfs)
-	snap.Domains = tree(h.opts.Rules.Current().Rules(), h.figures(totals))
+	snap.Domains = tree(set.Rules(), h.figures(totals))
 	return snap, gatherErr
 }
 
@@ -304,18 +305,8 @@ func tree(rs []*rules.Rule, figures func(*rules.Rule) (Totals, rlsmetrics.RuleHo
 			stack = stack[:len(stack)-1]
 		}
 		parent := stack[len(stack)-1]
-		rule := Rule{Path: r.Path, Name: strings.TrimPrefix(r.Path, parent+"."), Depth: len(stack) - 1, Pos: r.Pos.String()}
-		for _, f := range []struct {
-			on   bool
-			name string
-		}{{r.ShadowMode, "shadow_mode"}, {r.QuotaMode, "quota_mode"}, {r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"}} {
-			if f.on {
-				rule.Flags = append(rule.Flags, f.name)
-			}
-		}
-		if r.FailureMode != rules.FailureDefault {
-			rule.Flags = append(rule.Flags, "failure_mode "+r.FailureMode.String())
-		}
+		rule := Rule{Path: r.Path, Name: strings.TrimPrefix(r.Path, parent+"."), Depth: len(stack) - 1, Pos: r.Pos.String(),
+			Flags: r.Flags()}
 		for _, l := range r.Limits {
 			lim := Limit{Text: l.Describe(), Unlimit: l.Unlimited}
 			if !l.Unlimited {

@@ -44,17 +44,12 @@ const (
 // refusingSteps is how many history steps "refusing now" looks back.
 const refusingSteps = 3
 
-// Rules are the rules in force and the state of their loads;
-// rules.Watcher satisfies it.
-type Rules interface {
-	Current() *rules.Set
-	Status() rules.Status
-}
-
 // Options configures the page. Zero values take the defaults.
 type Options struct {
-	// Rules are the rules in force and the state of their loads.
-	Rules Rules
+	// Rules returns the rules in force and RuleStatus the state of their
+	// loads (rules.Watcher's Current and Status).
+	Rules      func() *rules.Set
+	RuleStatus func() rules.Status
 	// Gatherer is the registry /metrics serves; the page's figures are
 	// read from it.
 	Gatherer prometheus.Gatherer
@@ -91,8 +86,9 @@ type Handler struct {
 // New returns the page's handler, or an *option.Error naming an option it
 // refuses.
 func New(opts Options) (*Handler, error) {
-	if opts.Rules == nil || opts.Gatherer == nil {
-		return nil, &option.Error{Options: "ui.Options", Field: "Rules", Also: []string{"Gatherer"}, Want: "are required"}
+	if opts.Rules == nil || opts.RuleStatus == nil || opts.Gatherer == nil {
+		return nil, &option.Error{Options: "ui.Options", Field: "Rules", Also: []string{"RuleStatus", "Gatherer"},
+			Want: "are required"}
 	}
 	negative := func(field string, v any) error {
 		return &option.Error{Options: "ui.Options", Field: field, Value: v, Want: "must not be negative"}

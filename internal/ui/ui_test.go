@@ -71,7 +71,7 @@ func newUnitPage(t *testing.T, st rules.Status, values rlsmetrics.HotValues) *un
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{Rules: rs, Gatherer: reg, Metrics: m, Values: values, HistoryStep: time.Second, HistoryLength: 4})
+	h, err := New(Options{Rules: rs.Current, RuleStatus: rs.Status, Gatherer: reg, Metrics: m, Values: values, HistoryStep: time.Second, HistoryLength: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,12 +163,13 @@ func TestSnapshot(t *testing.T) {
 		path, name string
 		depth      int
 		limits     string
+		flags      string
 		hits       float64
 	}{
-		{"d.tenant", "tenant", 0, "gcra 2/60", 9},
-		{"d.tenant.path_/x", "path_/x", 1, "fixed_window 7/3600", 0},
-		{"d.tenant-b", "tenant-b", 0, "", 0},
-		{"d.user", "user", 0, "fixed_window 3/60", 14},
+		{"d.tenant", "tenant", 0, "gcra 2/60", "detailed_metric", 9},
+		{"d.tenant.path_/x", "path_/x", 1, "fixed_window 7/3600", "", 0},
+		{"d.tenant-b", "tenant-b", 0, "", "", 0},
+		{"d.user", "user", 0, "fixed_window 3/60", "", 14},
 	} {
 		r, ok := byPath[tc.path]
 		if !ok {
@@ -181,6 +182,9 @@ func TestSnapshot(t *testing.T) {
 		}
 		if r.Name != tc.name || r.Depth != tc.depth || strings.Join(lims, ",") != tc.limits {
 			t.Errorf("%s: name %q depth %d limits %q, want %q %d %q", tc.path, r.Name, r.Depth, lims, tc.name, tc.depth, tc.limits)
+		}
+		if got := strings.Join(r.Flags, ","); got != tc.flags {
+			t.Errorf("%s: flags %q, want %q", tc.path, got, tc.flags)
 		}
 		if r.Totals.Hits != tc.hits || r.Totals.Hits != sumSeries(t, p.reg, "floodgate_hits_total", tc.path) ||
 			r.Totals.Over != sumSeries(t, p.reg, "floodgate_over_limit_total", tc.path) ||
