@@ -60,8 +60,8 @@ func TestExampleConfig(t *testing.T) {
 			used["unit "+l.Unit.String()] = true
 			flags := map[string]bool{"blocked": l.RequestsPerUnit == 0, "burst": l.Spec.Burst > 0,
 				"precision": l.Spec.Precision > 1, "unit_multiplier": l.UnitMultiplier > 1,
-				"calendar": !l.Spec.Calendar.IsZero(), "name": l.Name != "", "replaces": len(l.Replaces) > 0,
-				"timezone": !l.Spec.Calendar.IsZero() && l.Spec.Calendar.Location.String() != "UTC"}
+				"calendar": l.Spec.Calendar != nil, "name": l.Name != "", "replaces": len(l.Replaces) > 0,
+				"timezone": l.Spec.Calendar != nil && l.Spec.Calendar.String() != "UTC"}
 			for name, on := range flags {
 				used[name] = used[name] || on
 			}
