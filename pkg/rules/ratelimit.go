@@ -398,7 +398,6 @@ func (p *parser) checkNeeds(d *draft) {
 
 // reportSpec records a spec's problems at the first given field that sets
 // the parameter at fault, else at the rate_limit.
-
 func (p *parser) reportSpec(d *draft, err error) {
 	multi, ok := err.(interface{ Unwrap() []error })
 	if !ok {

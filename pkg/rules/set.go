@@ -121,7 +121,6 @@ func (s *Set) Rules() []*Rule { return append([]*Rule(nil), s.rules...) }
 
 // Version is the set's Status.Version in its Watcher or Feed; 0 for a Set
 // from Load or Parse.
-
 func (s *Set) Version() uint64 { return s.version }
 
 // LoadedAt is when the set was compiled.
