@@ -108,7 +108,6 @@ func TestExampleConfigMatches(t *testing.T) {
 	}
 }
 
-
 func TestExplain(t *testing.T) {
 	set, err := Load(exampleConfig, Options{})
 	if err != nil {
