@@ -358,7 +358,7 @@ func TestCommonRules(t *testing.T) {
 				if d := eval(t, m, h)[0]; d != (limit.Decision{Allowed: true}) {
 					t.Fatalf("refund: %+v", d)
 				}
-				if n := m.Len(); n != 0 {
+				if n := m.Stats().Entries; n != 0 {
 					t.Fatalf("Len = %d, want 0", n)
 				}
 			})
@@ -368,7 +368,7 @@ func TestCommonRules(t *testing.T) {
 				if d := eval(t, m, refund(5))[0]; !d.Allowed || d.Remaining != capacity {
 					t.Fatalf("refund on no state: %+v", d)
 				}
-				if n := m.Len(); n != 0 {
+				if n := m.Stats().Entries; n != 0 {
 					t.Fatalf("a refund on no state stored something: Len = %d", n)
 				}
 				eval(t, m, hit(1))
@@ -408,14 +408,14 @@ func TestCommonRules(t *testing.T) {
 				m := limit.NewMemory(limit.MemoryOptions{Now: clk.Now})
 				reset := eval(t, m, hit(capacity))[0].ResetAfter
 				clk.Add(reset - us)
-				if d := eval(t, m, hit(0))[0]; d.Remaining >= capacity || m.Len() != 1 {
-					t.Fatalf("1µs before ResetAfter %v: %+v, Len %d", reset, d, m.Len())
+				if d := eval(t, m, hit(0))[0]; d.Remaining >= capacity || m.Stats().Entries != 1 {
+					t.Fatalf("1µs before ResetAfter %v: %+v, Entries %d", reset, d, m.Stats().Entries)
 				}
 				clk.Add(us)
 				if d := eval(t, m, hit(0))[0]; d.Remaining != capacity {
 					t.Fatalf("at ResetAfter %v: %+v", reset, d)
 				}
-				if n := m.Len(); n != 0 {
+				if n := m.Stats().Entries; n != 0 {
 					t.Fatalf("Len at ResetAfter = %d, want 0", n)
 				}
 			})
@@ -718,7 +718,7 @@ func TestEvaluateErrors(t *testing.T) {
 			if c.is != nil && !errors.Is(c.is, context.Canceled) && !errors.Is(err, limit.ErrInvalidSpec) {
 				t.Fatalf("error %v, want it to wrap ErrInvalidSpec too", err)
 			}
-			if n := m.Len(); n != 0 {
+			if n := m.Stats().Entries; n != 0 {
 				t.Fatalf("a failed call stored %d counters", n)
 			}
 		})
@@ -828,8 +828,8 @@ func TestMaxEntries(t *testing.T) {
 					t.Fatalf("%s (refused: %v): then Remaining %d, want %d", key, err != nil, d.Remaining, want)
 				}
 				if i%50 == 0 {
-					if n := m.Len(); n > max {
-						t.Fatalf("Len %d > MaxEntries %d", n, max)
+					if n := m.Stats().Entries; n > max {
+						t.Fatalf("Entries %d > MaxEntries %d", n, max)
 					}
 				}
 			}
@@ -879,16 +879,16 @@ func TestExpiredEntriesVanish(t *testing.T) {
 			eval(t, m, limit.Hit{Key: fmt.Sprint(spec.Algorithm, i), Spec: spec, Cost: 1})
 		}
 	}
-	if n := m.Len(); n != 600 {
+	if n := m.Stats().Entries; n != 600 {
 		t.Fatalf("Len = %d, want 600", n)
 	}
 	// Sliding windows live longest: (k + N + 1)·g = 5 · 2^18 µs.
 	clk.Set(start.Add(5*262144*us - us))
-	if n := m.Len(); n != 100 {
+	if n := m.Stats().Entries; n != 100 {
 		t.Fatalf("Len 1µs before the sliding windows expire = %d, want 100", n)
 	}
 	clk.Set(start.Add(5 * 262144 * us))
-	if n := m.Len(); n != 0 {
+	if n := m.Stats().Entries; n != 0 {
 		t.Fatalf("Len after every counter expired = %d, want 0", n)
 	}
 }
@@ -1073,7 +1073,7 @@ func TestMemoryHonoursDoneContext(t *testing.T) {
 	if _, err := mem.Evaluate(ctx, hits, make([]limit.Decision, 1)); err != context.Canceled {
 		t.Fatalf("Evaluate on a cancelled context: %v, want context.Canceled", err)
 	}
-	if n := mem.Len(); n != 0 {
+	if n := mem.Stats().Entries; n != 0 {
 		t.Fatalf("%d counters after a cancelled call, want 0", n)
 	}
 }
