@@ -11,10 +11,8 @@ const (
 	calendarYear  = 365 * calendarDay
 )
 
-// calendarWindow returns the window of s's calendar holding t: start <= t <
-// end, from local midnight of the day, the Monday, the 1st of the month or
-// January 1st. Daylight saving changes make some days 23 or 25 hours long;
-// the window follows the wall clock. s.Calendar is not nil.
+// calendarWindow returns the window of s's calendar (see Spec.Calendar)
+// holding t: start <= t < end. s.Calendar is not nil.
 func (s *Spec) calendarWindow(t time.Time) (start, end time.Time) {
 	loc := s.Calendar
 	lt := t.In(loc)
