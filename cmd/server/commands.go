@@ -27,7 +27,7 @@ func check(stdout io.Writer, out *logOutput, cfg *settings.Config) int {
 		out.fatal(err, "")
 		return 1
 	}
-	if rules.Check(stdout, cfg.Rules.Path, ruleOptions(cfg)) != nil {
+	if checkRules(stdout, cfg.Rules.Path, ruleOptions(cfg)) != nil {
 		return 1
 	}
 	return 0

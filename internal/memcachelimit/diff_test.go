@@ -31,7 +31,7 @@ func TestMatchesMemory(t *testing.T) {
 		{"a", fixed(5, time.Second)},
 		{"b", fixed(3, 5*time.Second)},
 		{"c", fixed(10, time.Minute)},
-		{"d", limit.Spec{Algorithm: limit.FixedWindow, Limit: 4, Window: 24 * time.Hour, Calendar: limit.Calendar{Unit: limit.CalendarDay, Location: paris}}},
+		{"d", limit.Spec{Algorithm: limit.FixedWindow, Limit: 4, Window: 24 * time.Hour, Calendar: paris}},
 		{"zero", fixed(0, time.Second)},
 	}
 	for _, seed := range []uint64{1, 2, 3} {

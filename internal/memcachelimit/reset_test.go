@@ -20,7 +20,7 @@ func TestReset(t *testing.T) {
 	servers, addrs := start(t, 3)
 	for _, spec := range []limit.Spec{
 		fixed(4, time.Minute),
-		{Algorithm: limit.FixedWindow, Limit: 4, Window: 24 * time.Hour, Calendar: limit.Calendar{Unit: limit.CalendarDay}},
+		{Algorithm: limit.FixedWindow, Limit: 4, Window: 24 * time.Hour, Calendar: time.UTC},
 	} {
 		t.Run(spec.Window.String(), func(t *testing.T) {
 			now := time.Date(2031, time.March, 9, 12, 30, 0, 0, time.UTC)

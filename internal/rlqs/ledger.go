@@ -160,7 +160,7 @@ func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 	}
 	var start time.Time
 	switch {
-	case c.spec.Calendar.IsZero():
+	case c.spec.Calendar == nil:
 		// Multiples of the length since the epoch, on the store's clock,
 		// which this one follows closely.
 		w := c.spec.WindowMicros()

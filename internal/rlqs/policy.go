@@ -179,7 +179,7 @@ func unseen(share float64, horizon, left, elapsed time.Duration) float64 {
 // elapsed returns how long c's window has run, or, for a calendar window,
 // whose length varies, the length of one report interval at least.
 func elapsed(c *counter, horizon time.Duration) time.Duration {
-	if !c.spec.Calendar.IsZero() {
+	if c.spec.Calendar != nil {
 		return horizon
 	}
 	return c.spec.Window - c.dec.ResetAfter

@@ -403,7 +403,7 @@ func TestInvalidRequests(t *testing.T) {
 			}
 		})
 	}
-	if n := h.mem.Len(); n != 0 {
+	if n := h.mem.Stats().Entries; n != 0 {
 		t.Errorf("invalid requests left %d counters", n)
 	}
 }
@@ -416,7 +416,7 @@ func TestUnlimitedNeverReachesTheStore(t *testing.T) {
 			t.Fatalf("resp %v, err %v", resp, err)
 		}
 	}
-	if n := h.mem.Len(); n != 0 {
+	if n := h.mem.Stats().Entries; n != 0 {
 		t.Errorf("the store holds %d counters, want 0", n)
 	}
 }

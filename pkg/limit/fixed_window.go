@@ -5,8 +5,8 @@ import "time"
 // fixedWindowAt returns the fixed window [start, end) holding now, in µs:
 // the calendar's, or start = floor(now/W)·W and end = start + W.
 func (s *Spec) fixedWindowAt(now int64) (start, end int64) {
-	if !s.Calendar.IsZero() {
-		from, to := s.Calendar.Window(time.UnixMicro(now))
+	if s.Calendar != nil {
+		from, to := s.calendarWindow(time.UnixMicro(now))
 		return from.UnixMicro(), to.UnixMicro()
 	}
 	w := s.WindowMicros()

@@ -14,8 +14,8 @@
 //   - Zero values: the zero Spec is not valid (its window is 0); a Limit of
 //     0 denies every hit of cost > 0; Cost 0 looks at a counter without
 //     changing it, and is allowed unless the limit is already exceeded;
-//     the zero Mode is Enforce; the zero Calendar aligns windows on the
-//     Unix epoch.
+//     the zero Mode is Enforce; a nil Calendar aligns windows on the Unix
+//     epoch.
 //   - A denied hit changes nothing. A cost above the limit's capacity
 //     (Spec.Capacity) can never pass: it is denied with Decision.Never.
 //   - A refund (Hit.Refund) gives its cost back, never beyond the
@@ -124,18 +124,21 @@ type Spec struct {
 	// Limit is the number of hits allowed per Window (a rule's
 	// requests_per_unit); for buckets, the rate: Limit per Window.
 	Limit int64
-	// Window is the window length, or the period of a bucket's rate. A
-	// calendar window's is nominal (30 days for a month): Calendar places
-	// its boundaries.
+	// Window is the window length, or the period of a bucket's rate. With
+	// a Calendar it is a day, a week, 30 days (a month) or 365 days (a
+	// year), and the calendar places its boundaries.
 	Window time.Duration
 	// Burst is a bucket's capacity (TokenBucket, LeakyBucket, GCRA): the
 	// most hits that may pass at once. Zero means Limit.
 	Burst int64
 	// Precision is a SlidingWindow's number of sub-windows. Zero means 1.
 	Precision int
-	// Calendar, when set, makes a FixedWindow follow the calendar of a time
-	// zone instead of starting at multiples of Window since the epoch.
-	Calendar Calendar
+	// Calendar, when not nil, makes a FixedWindow follow the calendar of
+	// that time zone instead of starting at multiples of Window since the
+	// epoch: a day starts at local midnight, a week on Monday at midnight,
+	// a month on the 1st, a year on January 1st. Daylight saving changes
+	// make some days 23 or 25 hours long; the window follows the wall clock.
+	Calendar *time.Location
 }
 
 // Capacity returns the most a single hit may cost and still pass: Burst (or

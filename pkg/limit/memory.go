@@ -265,9 +265,6 @@ func (m *Memory) Reset(ctx context.Context, key string, _ Spec) error {
 	return nil
 }
 
-// Len returns the number of counters held, after dropping expired ones.
-func (m *Memory) Len() int { return m.Stats().Entries }
-
 // Stats returns counts of m's use, after dropping expired counters. It
 // locks one shard at a time, so under concurrent calls the counts are not
 // of one instant.

@@ -234,8 +234,8 @@ func TestCalendarWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := func(u limit.CalendarUnit, loc *time.Location, nominal time.Duration) limit.Spec {
-		return limit.Spec{Algorithm: limit.FixedWindow, Limit: 2, Window: nominal, Calendar: limit.Calendar{Unit: u, Location: loc}}
+	spec := func(loc *time.Location, period time.Duration) limit.Spec {
+		return limit.Spec{Algorithm: limit.FixedWindow, Limit: 2, Window: period, Calendar: loc}
 	}
 	day, month := 24*time.Hour, 30*24*time.Hour
 	cases := []struct {
@@ -246,7 +246,7 @@ func TestCalendarWindows(t *testing.T) {
 	}{
 		// March 2026 in New York: from Mar 1 00:00 EST (05:00Z) to Apr 1
 		// 00:00 EDT (04:00Z), 31 days less the hour DST takes on Mar 8.
-		{"month/new_york/march", spec(limit.CalendarMonth, ny, month), time.Date(2026, 3, 1, 5, 0, 0, 0, time.UTC), []tick{
+		{"month/new_york/march", spec(ny, month), time.Date(2026, 3, 1, 5, 0, 0, 0, time.UTC), []tick{
 			{-us, 2, false, allow(0, us)},
 			{0, 1, false, allow(1, 743*time.Hour)},
 			// Mar 15 12:00 EDT is 16:00Z: 16 days 12 hours before Apr 1.
@@ -256,25 +256,25 @@ func TestCalendarWindows(t *testing.T) {
 			{743 * time.Hour, 1, false, allow(1, 720*time.Hour)},
 		}},
 		// November 2026 gets the hour back on Nov 1: 30 days + 1 hour.
-		{"month/new_york/november", spec(limit.CalendarMonth, ny, month), time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC), []tick{
+		{"month/new_york/november", spec(ny, month), time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC), []tick{
 			{0, 2, false, allow(0, 721*time.Hour)},
 			{721*time.Hour - us, 1, false, deny(0, us, us)},
 			{721 * time.Hour, 1, false, allow(1, 31*24*time.Hour)},
 		}},
 		// Mar 8 2026 in New York lasts 23 hours.
-		{"day/new_york/dst", spec(limit.CalendarDay, ny, day), time.Date(2026, 3, 8, 5, 0, 0, 0, time.UTC), []tick{
+		{"day/new_york/dst", spec(ny, day), time.Date(2026, 3, 8, 5, 0, 0, 0, time.UTC), []tick{
 			{0, 2, false, allow(0, 23*time.Hour)},
 			{23*time.Hour - us, 1, false, deny(0, us, us)},
 			{23 * time.Hour, 1, false, allow(1, 24*time.Hour)},
 		}},
 		// 2026-01-01 is a Thursday noon: the week ends Monday Jan 5 00:00.
-		{"week/starts_monday", spec(limit.CalendarWeek, nil, 7*day), base.Add(12 * time.Hour), []tick{
+		{"week/starts_monday", spec(time.UTC, 7*day), base.Add(12 * time.Hour), []tick{
 			{0, 2, false, allow(0, 84*time.Hour)},
 			{0, 1, false, deny(0, 84*time.Hour, 84*time.Hour)},
 			{84*time.Hour - us, 1, false, deny(0, us, us)},
 			{84 * time.Hour, 1, false, allow(1, 7*day)},
 		}},
-		{"year", spec(limit.CalendarYear, time.UTC, 365*day), base, []tick{
+		{"year", spec(time.UTC, 365*day), base, []tick{
 			{0, 2, false, allow(0, 365*day)},
 			{365*day - us, 1, false, deny(0, us, us)},
 			// 2027 is not a leap year either; 2028 is.
@@ -358,7 +358,7 @@ func TestCommonRules(t *testing.T) {
 				if d := eval(t, m, h)[0]; d != (limit.Decision{Allowed: true}) {
 					t.Fatalf("refund: %+v", d)
 				}
-				if n := m.Len(); n != 0 {
+				if n := m.Stats().Entries; n != 0 {
 					t.Fatalf("Len = %d, want 0", n)
 				}
 			})
@@ -368,7 +368,7 @@ func TestCommonRules(t *testing.T) {
 				if d := eval(t, m, refund(5))[0]; !d.Allowed || d.Remaining != capacity {
 					t.Fatalf("refund on no state: %+v", d)
 				}
-				if n := m.Len(); n != 0 {
+				if n := m.Stats().Entries; n != 0 {
 					t.Fatalf("a refund on no state stored something: Len = %d", n)
 				}
 				eval(t, m, hit(1))
@@ -408,14 +408,14 @@ func TestCommonRules(t *testing.T) {
 				m := limit.NewMemory(limit.MemoryOptions{Now: clk.Now})
 				reset := eval(t, m, hit(capacity))[0].ResetAfter
 				clk.Add(reset - us)
-				if d := eval(t, m, hit(0))[0]; d.Remaining >= capacity || m.Len() != 1 {
-					t.Fatalf("1µs before ResetAfter %v: %+v, Len %d", reset, d, m.Len())
+				if d := eval(t, m, hit(0))[0]; d.Remaining >= capacity || m.Stats().Entries != 1 {
+					t.Fatalf("1µs before ResetAfter %v: %+v, Entries %d", reset, d, m.Stats().Entries)
 				}
 				clk.Add(us)
 				if d := eval(t, m, hit(0))[0]; d.Remaining != capacity {
 					t.Fatalf("at ResetAfter %v: %+v", reset, d)
 				}
-				if n := m.Len(); n != 0 {
+				if n := m.Stats().Entries; n != 0 {
 					t.Fatalf("Len at ResetAfter = %d, want 0", n)
 				}
 			})
@@ -718,7 +718,7 @@ func TestEvaluateErrors(t *testing.T) {
 			if c.is != nil && !errors.Is(c.is, context.Canceled) && !errors.Is(err, limit.ErrInvalidSpec) {
 				t.Fatalf("error %v, want it to wrap ErrInvalidSpec too", err)
 			}
-			if n := m.Len(); n != 0 {
+			if n := m.Stats().Entries; n != 0 {
 				t.Fatalf("a failed call stored %d counters", n)
 			}
 		})
@@ -828,8 +828,8 @@ func TestMaxEntries(t *testing.T) {
 					t.Fatalf("%s (refused: %v): then Remaining %d, want %d", key, err != nil, d.Remaining, want)
 				}
 				if i%50 == 0 {
-					if n := m.Len(); n > max {
-						t.Fatalf("Len %d > MaxEntries %d", n, max)
+					if n := m.Stats().Entries; n > max {
+						t.Fatalf("Entries %d > MaxEntries %d", n, max)
 					}
 				}
 			}
@@ -879,16 +879,16 @@ func TestExpiredEntriesVanish(t *testing.T) {
 			eval(t, m, limit.Hit{Key: fmt.Sprint(spec.Algorithm, i), Spec: spec, Cost: 1})
 		}
 	}
-	if n := m.Len(); n != 600 {
+	if n := m.Stats().Entries; n != 600 {
 		t.Fatalf("Len = %d, want 600", n)
 	}
 	// Sliding windows live longest: (k + N + 1)·g = 5 · 2^18 µs.
 	clk.Set(start.Add(5*262144*us - us))
-	if n := m.Len(); n != 100 {
+	if n := m.Stats().Entries; n != 100 {
 		t.Fatalf("Len 1µs before the sliding windows expire = %d, want 100", n)
 	}
 	clk.Set(start.Add(5 * 262144 * us))
-	if n := m.Len(); n != 0 {
+	if n := m.Stats().Entries; n != 0 {
 		t.Fatalf("Len after every counter expired = %d, want 0", n)
 	}
 }
@@ -1073,7 +1073,7 @@ func TestMemoryHonoursDoneContext(t *testing.T) {
 	if _, err := mem.Evaluate(ctx, hits, make([]limit.Decision, 1)); err != context.Canceled {
 		t.Fatalf("Evaluate on a cancelled context: %v, want context.Canceled", err)
 	}
-	if n := mem.Len(); n != 0 {
+	if n := mem.Stats().Entries; n != 0 {
 		t.Fatalf("%d counters after a cancelled call, want 0", n)
 	}
 }

@@ -114,8 +114,9 @@ func (es specErrors) err() error {
 // Validate reports whether a limit may be declared with the spec, as rule
 // files and Envoy's limit overrides declare limits: a known algorithm, a
 // window of at least 1ms, no negative limit or burst, no Burst, Precision
-// or Calendar for an algorithm that does not take it, sub-windows of at
-// least 1ms, and a SlidingLog of at most 2,000 per window.
+// or Calendar for an algorithm that does not take it, a calendar window of
+// a day, a week, 30 or 365 days, sub-windows of at least 1ms, and a
+// SlidingLog of at most 2,000 per window.
 // It returns nil, or an error whose Unwrap() []error holds a *SpecError per
 // problem.
 //
@@ -162,6 +163,9 @@ func (s Spec) check(why purpose) specErrors {
 			add(p, params[p].misplaced, s.Algorithm, andList(params[p].algorithms))
 		}
 	}
+	if s.Calendar != nil && s.Algorithm == FixedWindow && !isCalendarPeriod(s.Window) {
+		add(paramCalendar, "a calendar window is a day, a week, 30 days (a month) or 365 days (a year), not %v", s.Window)
+	}
 	if s.Algorithm == SlidingWindow && s.Window >= time.Millisecond && s.SubWindows() > s.Window.Milliseconds() {
 		add(paramPrecision, "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
 			s.SubWindows(), s.Window, s.Window.Milliseconds())
@@ -177,7 +181,7 @@ func (s Spec) sets(p param) bool {
 	case paramPrecision:
 		return s.Precision != 0
 	case paramCalendar:
-		return !s.Calendar.IsZero()
+		return s.Calendar != nil
 	}
 	return true
 }

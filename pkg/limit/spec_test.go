@@ -14,7 +14,7 @@ import (
 // specs except those whose problem a store can do without.
 func TestSpecValidate(t *testing.T) {
 	sec := time.Second
-	day := limit.Calendar{Unit: limit.CalendarDay}
+	utc := time.UTC
 	type problem struct {
 		param string
 		msg   string
@@ -29,7 +29,7 @@ func TestSpecValidate(t *testing.T) {
 		{"zero limit", limit.Spec{Window: sec}, nil, true},
 		{"bucket with a burst", limit.Spec{Algorithm: limit.GCRA, Limit: 5, Window: sec, Burst: 9}, nil, true},
 		{"sliding window at 1ms sub-windows", limit.Spec{Algorithm: limit.SlidingWindow, Limit: 5, Window: sec, Precision: 1000}, nil, true},
-		{"calendar day", limit.Spec{Limit: 5, Window: 24 * time.Hour, Calendar: day}, nil, true},
+		{"calendar day", limit.Spec{Limit: 5, Window: 24 * time.Hour, Calendar: utc}, nil, true},
 		{"sliding log at the bound", limit.Spec{Algorithm: limit.SlidingLog, Limit: limit.MaxSlidingLog, Window: sec}, nil, true},
 
 		{"unknown algorithm", limit.Spec{Algorithm: 99, Limit: 5, Window: sec},
@@ -42,7 +42,9 @@ func TestSpecValidate(t *testing.T) {
 			[]problem{{"burst", "negative burst -2"}}, false},
 		{"sub-windows under 1ms", limit.Spec{Algorithm: limit.SlidingWindow, Limit: 5, Window: sec, Precision: 1001},
 			[]problem{{"precision", "1001 sub-windows of a 1s window are shorter than 1ms (want at most 1000)"}}, false},
-		{"calendar on a sliding window", limit.Spec{Algorithm: limit.SlidingWindow, Limit: 5, Window: 24 * time.Hour, Calendar: day},
+		{"calendar of 2 days", limit.Spec{Limit: 5, Window: 48 * time.Hour, Calendar: utc},
+			[]problem{{"calendar", "a calendar window is a day, a week, 30 days (a month) or 365 days (a year), not 48h0m0s"}}, false},
+		{"calendar on a sliding window", limit.Spec{Algorithm: limit.SlidingWindow, Limit: 5, Window: 24 * time.Hour, Calendar: utc},
 			[]problem{{"calendar", "a calendar window needs algorithm fixed_window, not sliding_window"}}, false},
 
 		{"burst on a fixed window", limit.Spec{Limit: 5, Window: sec, Burst: 3},
@@ -51,7 +53,7 @@ func TestSpecValidate(t *testing.T) {
 			[]problem{{"precision", "token_bucket has no precision (precision applies to sliding_window)"}}, true},
 		{"sliding log above the bound", limit.Spec{Algorithm: limit.SlidingLog, Limit: limit.MaxSlidingLog + 1, Window: sec},
 			[]problem{{"limit", "sliding_log of 2001 per window: a sliding log keeps up to one entry per admitted hit, and above 2000 per window"}}, true},
-		{"every problem at once", limit.Spec{Algorithm: limit.SlidingLog, Limit: 3000, Window: sec, Burst: 2, Precision: 2, Calendar: day},
+		{"every problem at once", limit.Spec{Algorithm: limit.SlidingLog, Limit: 3000, Window: sec, Burst: 2, Precision: 2, Calendar: utc},
 			[]problem{
 				{"limit", "sliding_log of 3000"},
 				{"burst", "sliding_log has no burst"},

@@ -165,9 +165,9 @@ func TestCalendarBoundaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	month := limit.Spec{Algorithm: limit.FixedWindow, Limit: 2, Window: 30 * 24 * time.Hour,
-		Calendar: limit.Calendar{Unit: limit.CalendarMonth, Location: paris}}
+		Calendar: paris}
 	day := limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: 24 * time.Hour,
-		Calendar: limit.Calendar{Unit: limit.CalendarDay, Location: ny}}
+		Calendar: ny}
 	endOfJanuary := time.Date(2031, time.February, 1, 0, 0, 0, 0, paris)
 	tests := []struct {
 		name string
@@ -191,7 +191,7 @@ func TestCalendarBoundaries(t *testing.T) {
 	mem := limit.NewMemory(limit.MemoryOptions{Now: clk.now})
 	for _, tc := range tests {
 		clk.set(tc.at)
-		hit := limit.Hit{Key: tc.spec.Calendar.Location.String(), Spec: tc.spec, Cost: tc.cost}
+		hit := limit.Hit{Key: tc.spec.Calendar.String(), Spec: tc.spec, Cost: tc.cost}
 		got := decide(t, l, hit)[0]
 		if got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)

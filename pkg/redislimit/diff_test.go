@@ -29,8 +29,8 @@ func diffSpecs(a limit.Algorithm) []limit.Spec {
 	switch a {
 	case limit.FixedWindow:
 		base = append(base,
-			limit.Spec{Limit: 10, Window: 24 * time.Hour, Calendar: limit.Calendar{Unit: limit.CalendarDay, Location: ny}},
-			limit.Spec{Limit: 4, Window: 30 * 24 * time.Hour, Calendar: limit.Calendar{Unit: limit.CalendarMonth}},
+			limit.Spec{Limit: 10, Window: 24 * time.Hour, Calendar: ny},
+			limit.Spec{Limit: 4, Window: 30 * 24 * time.Hour, Calendar: time.UTC},
 		)
 	case limit.SlidingWindow:
 		base = append(base,

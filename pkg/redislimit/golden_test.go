@@ -70,8 +70,8 @@ type goldenWant struct {
 	Debt      int64 `json:"debt,omitempty"`
 }
 
-var calendarUnits = map[string]limit.CalendarUnit{
-	"day": limit.CalendarDay, "week": limit.CalendarWeek, "month": limit.CalendarMonth, "year": limit.CalendarYear,
+var calendarPeriods = map[string]time.Duration{
+	"day": 24 * time.Hour, "week": 7 * 24 * time.Hour, "month": 30 * 24 * time.Hour, "year": 365 * 24 * time.Hour,
 }
 
 func (g goldenSpec) spec(t *testing.T) limit.Spec {
@@ -83,15 +83,14 @@ func (g goldenSpec) spec(t *testing.T) limit.Spec {
 	sp := limit.Spec{Algorithm: a, Limit: g.Limit, Window: time.Duration(g.Window) * time.Microsecond,
 		Burst: g.Burst, Precision: g.Precision}
 	if g.Calendar != "" {
-		u, ok := calendarUnits[g.Calendar]
-		if !ok {
-			t.Fatalf("unknown calendar %q", g.Calendar)
+		if calendarPeriods[g.Calendar] != sp.Window {
+			t.Fatalf("calendar %q with a window of %v", g.Calendar, sp.Window)
 		}
 		loc, err := time.LoadLocation(g.Location)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sp.Calendar = limit.Calendar{Unit: u, Location: loc}
+		sp.Calendar = loc
 	}
 	return sp
 }

@@ -168,21 +168,21 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		case limit.Quota:
 			flags += flagQuotaBase * (int64(h.Group) + 1)
 		}
-		if !sp.Calendar.IsZero() {
+		if sp.Calendar != nil {
 			flags += flagCalendar
 		}
 		if h.Usage {
 			flags += flagUsage
 		}
 		args = append(args, l.specs.arg(sp), h.Cost, flags)
-		if sp.Calendar.IsZero() {
+		if sp.Calendar == nil {
 			continue
 		}
 		// Four boundaries around the server's clock, so that Redis's clock
 		// may pick the previous, current or next window.
-		start, end := sp.Calendar.Window(clock)
-		prev, _ := sp.Calendar.Window(start.Add(-time.Nanosecond))
-		_, after := sp.Calendar.Window(end)
+		start, end := sp.WindowAt(clock)
+		prev, _ := sp.WindowAt(start.Add(-time.Nanosecond))
+		_, after := sp.WindowAt(end)
 		args = append(args, prev.UnixMicro(), start.UnixMicro(), end.UnixMicro(), after.UnixMicro())
 	}
 	return keys, args
@@ -233,7 +233,7 @@ func (c *specArgs) arg(sp *limit.Spec) any {
 func argsFor(hits []limit.Hit) int {
 	n := argsPerRequest + argsPerHit*len(hits)
 	for i := range hits {
-		if !hits[i].Spec.Calendar.IsZero() {
+		if hits[i].Spec.Calendar != nil {
 			n += argsPerCalendar
 		}
 	}

@@ -274,17 +274,13 @@ func limitID(domain string, levels []level, l *Limit) string {
 	b = append(b, "|a="...)
 	b = append(b, s.Algorithm.String()...)
 	b = append(b, "|w="...)
-	if s.Calendar.IsZero() {
+	if s.Calendar == nil {
 		b = append(b, s.Window.String()...)
 	} else {
-		loc := s.Calendar.Location
-		if loc == nil {
-			loc = time.UTC
-		}
 		b = append(b, "cal:"...)
-		b = append(b, calendarUnitName(s.Calendar.Unit)...)
+		b = append(b, l.Unit.String()...)
 		b = append(b, '@')
-		b = append(b, loc.String()...)
+		b = append(b, s.Calendar.String()...)
 	}
 	if s.Algorithm == limit.SlidingWindow {
 		b = append(b, "|p="...)
@@ -297,13 +293,4 @@ func appendLP(b []byte, s string) []byte {
 	b = strconv.AppendInt(b, int64(len(s)), 10)
 	b = append(b, ':')
 	return append(b, s...)
-}
-
-func calendarUnitName(u limit.CalendarUnit) string {
-	for unit, cu := range calendarUnits {
-		if cu == u {
-			return unit.String()
-		}
-	}
-	return "none"
 }

@@ -1,8 +1,6 @@
 package rules
 
 import (
-	"bytes"
-	"errors"
 	"strings"
 	"testing"
 
@@ -14,10 +12,6 @@ const exampleConfig = "../../config"
 // TestExampleConfig: the example rule set passes -check without warnings
 // and uses every feature of the format.
 func TestExampleConfig(t *testing.T) {
-	var out bytes.Buffer
-	if err := Check(&out, exampleConfig, Options{}); err != nil {
-		t.Fatalf("Check: %v\n%s", err, out.String())
-	}
 	set, err := Load(exampleConfig, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +54,8 @@ func TestExampleConfig(t *testing.T) {
 			used["unit "+l.Unit.String()] = true
 			flags := map[string]bool{"blocked": l.RequestsPerUnit == 0, "burst": l.Spec.Burst > 0,
 				"precision": l.Spec.Precision > 1, "unit_multiplier": l.UnitMultiplier > 1,
-				"calendar": !l.Spec.Calendar.IsZero(), "name": l.Name != "", "replaces": len(l.Replaces) > 0,
-				"timezone": !l.Spec.Calendar.IsZero() && l.Spec.Calendar.Location.String() != "UTC"}
+				"calendar": l.Spec.Calendar != nil, "name": l.Name != "", "replaces": len(l.Replaces) > 0,
+				"timezone": l.Spec.Calendar != nil && l.Spec.Calendar.String() != "UTC"}
 			for name, on := range flags {
 				used[name] = used[name] || on
 			}
@@ -111,47 +105,6 @@ func TestExampleConfigMatches(t *testing.T) {
 		if got := summary(set.Match("demo", tt.entries)); got != tt.want {
 			t.Errorf("Match(%v)\n got  %s\n want %s", tt.entries, got, tt.want)
 		}
-	}
-}
-
-func TestCheck(t *testing.T) {
-	var out bytes.Buffer
-	if err := Check(&out, exampleConfig, Options{}); err != nil {
-		t.Fatalf("Check: %v", err)
-	}
-	for _, want := range []string{"domain demo: 20 rules, 17 limits", "../../config: OK: 1 file, 1 domain, 20 rules, 17 limits, 0 warnings"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, out.String())
-		}
-	}
-
-	dir := t.TempDir()
-	writeFile(t, dir+"/a.yaml", limitFile("unit: secnd", "requests_per_unit: 1"))
-	writeFile(t, dir+"/b.yaml", limitFile("unit: second", "requests_per_unit: 2000", "algorithm: sliding_log"))
-	out.Reset()
-	err := Check(&out, dir, Options{})
-	var le *LoadError
-	if !errors.As(err, &le) || len(le.Errors) != 2 {
-		t.Fatalf("Check error = %v, want a LoadError with 2 errors (duplicate domain, unit)", err)
-	}
-	for _, want := range []string{dir + "/a.yaml:5:13: descriptors[0].rate_limit.unit: unknown unit", dir + "/b.yaml:1:9: domain: duplicate domain", "2 errors, rules refused"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
-
-	out.Reset()
-	if err := Check(&out, dir+"/b.yaml", Options{}); err != nil {
-		t.Fatalf("Check of a valid file with a warning: %v", err)
-	}
-	if !strings.Contains(out.String(), "warning: "+dir+"/b.yaml:5:7: descriptors[0].rate_limit: sliding_log keeps one entry") ||
-		!strings.Contains(out.String(), "1 warning\n") {
-		t.Errorf("warnings not printed:\n%s", out.String())
-	}
-
-	out.Reset()
-	if err := Check(&out, dir+"/missing", Options{}); err == nil || !strings.Contains(out.String(), dir+"/missing: no such file or directory") {
-		t.Errorf("missing path: err %v, output %q", err, out.String())
 	}
 }
 

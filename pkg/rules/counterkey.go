@@ -95,7 +95,6 @@ func appendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec
 // key an override of one hit per window would have in the empty domain, on
 // one entry with an empty key holding counterKey: no request can name that
 // domain or key, so it is never the key of a rule or a request.
-
 func DemandKey(counterKey string, window time.Duration) string {
 	secs := uint32((window + time.Second - 1) / time.Second)
 	if secs == 0 {
@@ -121,7 +120,6 @@ func appendKeyField(dst []byte, s string) []byte {
 
 // hasher is a reusable SHA-256 state, with room to copy a string into
 // rather than convert (allocate) it.
-
 type hasher struct {
 	h     hash.Hash
 	chunk [512]byte

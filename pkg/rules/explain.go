@@ -203,8 +203,8 @@ func (l *Limit) Describe() string {
 	}
 	fmt.Fprintf(&b, "%d per ", l.RequestsPerUnit)
 	switch {
-	case !l.Spec.Calendar.IsZero():
-		fmt.Fprintf(&b, "calendar %s in %v", l.Unit, l.Spec.Calendar.Location)
+	case l.Spec.Calendar != nil:
+		fmt.Fprintf(&b, "calendar %s in %v", l.Unit, l.Spec.Calendar)
 	case l.UnitMultiplier > 1:
 		fmt.Fprintf(&b, "%d %ss", l.UnitMultiplier, l.Unit)
 	default:

@@ -73,7 +73,6 @@ func (f *Feed) Loaded() <-chan struct{} { return f.loaded }
 
 // SetSource records the state of the source's connection, as
 // Status().Source.
-
 func (f *Feed) SetSource(state string) {
 	f.mu.Lock()
 	f.source = state

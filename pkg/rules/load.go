@@ -281,7 +281,6 @@ func isRuleFile(name string) bool {
 }
 
 // unwrapPathError drops the path, which messages already name.
-
 func unwrapPathError(err error) error {
 	if pe, ok := err.(*fs.PathError); ok {
 		return pe.Err

@@ -188,7 +188,6 @@ func (p *parser) unknownField(k, v *yaml.Node, path, name string, allowed []stri
 // ignoredValue checks an ignored field's value as the reference server
 // checks every value: mappings of referenceKeys, lists of mappings, and
 // scalars other than fractions.
-
 func (p *parser) ignoredValue(n *yaml.Node, path string) {
 	if n = p.deref(n); n == nil {
 		return

@@ -413,7 +413,6 @@ const maxMetadataDepth = 32
 // metadataValue turns a YAML value into what JSON carries, as the reference
 // server does: mappings with string keys, lists, strings, float64,
 // booleans and null.
-
 func (p *parser) metadataValue(n *yaml.Node, path string, depth int) any {
 	n = p.deref(n)
 	if n == nil {

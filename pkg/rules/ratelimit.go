@@ -230,29 +230,24 @@ func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
 	return spec
 }
 
-// calendarUnits are the units a calendar window can have.
-var calendarUnits = map[Unit]limit.CalendarUnit{
-	day: limit.CalendarDay, week: limit.CalendarWeek, month: limit.CalendarMonth, year: limit.CalendarYear,
-}
-
-// calendar returns the calendar of a limit with calendar: true, or the
-// zero Calendar with the problem recorded.
-func (p *parser) calendar(d *draft) limit.Calendar {
+// calendar returns the time zone of a limit with calendar: true, or nil
+// with the problem recorded. Its window (Spec.Window) is already one unit.
+func (p *parser) calendar(d *draft) *time.Location {
 	at, fp := p.at(d, "calendar", atName), join(d.path, "calendar")
 	if m := d.lim.UnitMultiplier; m != 1 {
 		p.errorf(at, fp, "needs unit_multiplier 1, not %d (a calendar window is one day, week, month or year)", m)
-		return limit.Calendar{}
+		return nil
 	}
-	cu, ok := calendarUnits[d.lim.Unit]
-	if !ok {
+	switch d.lim.Unit {
+	case day, week, month, year:
+	default:
 		p.errorf(at, fp, "needs unit day, week, month or year, not %s", d.lim.Unit)
-		return limit.Calendar{}
+		return nil
 	}
-	loc := time.UTC
 	if d.location != nil {
-		loc = d.location
+		return d.location
 	}
-	return limit.Calendar{Unit: cu, Location: loc}
+	return time.UTC
 }
 
 // costWarnings records the legal but costly choices of a limit.
@@ -403,7 +398,6 @@ func (p *parser) checkNeeds(d *draft) {
 
 // reportSpec records a spec's problems at the first given field that sets
 // the parameter at fault, else at the rate_limit.
-
 func (p *parser) reportSpec(d *draft, err error) {
 	multi, ok := err.(interface{ Unwrap() []error })
 	if !ok {

@@ -119,9 +119,11 @@ func (s *Set) Domains() []string { return append([]string(nil), s.names...) }
 // ones. The Rules are shared and read-only; the slice is the caller's.
 func (s *Set) Rules() []*Rule { return append([]*Rule(nil), s.rules...) }
 
+// Files returns the number of rule files the set was compiled from.
+func (s *Set) Files() int { return s.files }
+
 // Version is the set's Status.Version in its Watcher or Feed; 0 for a Set
 // from Load or Parse.
-
 func (s *Set) Version() uint64 { return s.version }
 
 // LoadedAt is when the set was compiled.

@@ -53,7 +53,6 @@ func (r *Rule) AppendStatName(dst []byte, entries []Entry) []byte {
 // appendLevelValue appends "_" and what a level shows of value without
 // detailed_metric: the rule's value, or the request's for value_to_metric;
 // nothing for a key-only level.
-
 func appendLevelValue(dst []byte, lv *level, value string) []byte {
 	show := lv.value
 	if lv.valueToMetric && lv.kind != matchExact {

@@ -127,7 +127,6 @@ func blankLines(data []byte, from, to int) []byte {
 
 // hasOtherBreaks reports whether data holds a line break yaml.v3 counts
 // other than "\n" and "\r\n": a lone "\r", NEL, LS or PS.
-
 func hasOtherBreaks(data []byte) bool {
 	return bytes.Count(data, []byte("\r")) != bytes.Count(data, []byte("\r\n")) ||
 		bytes.Contains(data, []byte("\u0085")) || bytes.Contains(data, []byte("\u2028")) ||

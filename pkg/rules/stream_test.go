@@ -35,12 +35,12 @@ func describeLoad(set *Set, err error) string {
 			r.Domain, r.Path, r.Pos, r.ShadowMode, r.DetailedMetric, r.QuotaMode, r.ValueToMetric, r.FailureMode, r.Metadata, r.levels)
 		for _, l := range r.Limits {
 			loc := ""
-			if l.Spec.Calendar.Location != nil {
-				loc = l.Spec.Calendar.Location.String()
+			if l.Spec.Calendar != nil {
+				loc = l.Spec.Calendar.String()
 			}
-			fmt.Fprintf(&b, "  limit %s name=%q %d per %d %s unlimited=%v replaces=%q spec=%v/%d/%v/%d/%d/%v@%s at %v\n",
+			fmt.Fprintf(&b, "  limit %s name=%q %d per %d %s unlimited=%v replaces=%q spec=%v/%d/%v/%d/%d@%s at %v\n",
 				l.ID, l.Name, l.RequestsPerUnit, l.UnitMultiplier, l.Unit, l.Unlimited, l.Replaces,
-				l.Spec.Algorithm, l.Spec.Limit, l.Spec.Window, l.Spec.Burst, l.Spec.Precision, l.Spec.Calendar.Unit, loc, l.Pos)
+				l.Spec.Algorithm, l.Spec.Limit, l.Spec.Window, l.Spec.Burst, l.Spec.Precision, loc, l.Pos)
 		}
 	}
 	return b.String()

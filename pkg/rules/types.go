@@ -212,7 +212,6 @@ func (e FieldError) Error() string {
 }
 
 // LoadError holds every problem of a refused load.
-
 type LoadError struct {
 	Errors []FieldError
 }

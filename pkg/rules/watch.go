@@ -424,7 +424,6 @@ type watchSet struct {
 // sync makes the watches sc's directories, dropping an old link target's
 // and watching anew a directory replaced at the same path. It returns how
 // many are watched.
-
 func (ws *watchSet) sync(sc *scope, logger *slog.Logger) int {
 	for dir, info := range ws.watched {
 		d, ok := sc.dirs[dir]
