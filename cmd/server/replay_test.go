@@ -250,3 +250,21 @@ func TestReplayCommandSeveralFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayHelp: `floodgate replay -h` prints the text users know, held in
+// testdata/replay-help.golden (taken from the binary before the command
+// moved into internal/replay).
+func TestReplayHelp(t *testing.T) {
+	want, err := os.ReadFile("testdata/replay-help.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "-h"}, envOf(), &stdout, &stderr); code != 0 {
+		t.Fatalf("replay -h: exit %d, stderr %q", code, stderr.String())
+	}
+	if got := stdout.String() + stderr.String(); got != string(want) {
+		os.WriteFile("testdata/replay-help.got", []byte(got), 0o644)
+		t.Errorf("replay -h differs from testdata/replay-help.golden (written to testdata/replay-help.got)")
+	}
+}

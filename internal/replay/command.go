@@ -32,7 +32,7 @@ Traffic is JSON lines: floodgate's format, as -capture writes it,
    "descriptors": [{"entries": [{"key": "api_key", "value": "alice"}]}]}
 or Envoy's JSON access log in the format of examples/envoy-access-log.yaml.
 An incomplete last line (no newline: a file copied while being written) is
-skipped with a warning; a bad line elsewhere stops the 
+skipped with a warning; a bad line elsewhere stops the replay.
 
 -traffic may be given several times, or as a glob ('captures/*.jsonl'):
 the files (one per replica, say) are merged by time. Each file is put back
