@@ -70,7 +70,9 @@ func (r *Reference) from() envSource {
 
 // redisBackend reports whether r is a REDIS_* variable, which the
 // reference ignores with BACKEND_TYPE=memcache, and so does floodgate.
-func (r *Reference) redisBackend() bool { return strings.HasPrefix(r.Name, "REDIS_") }
+func (r *Reference) redisBackend() bool {
+	return strings.HasPrefix(r.Name, "REDIS_")
+}
 
 // References is the table, in the order of the reference's settings.go.
 var References = []Reference{
