@@ -13,6 +13,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/floodgate/floodgate/internal/harness/rlstest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -58,17 +59,10 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 5}
 `
 
-func desc(kv ...string) *rlv3.RateLimitDescriptor {
-	d := &rlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-func request(domain string, ds ...*rlv3.RateLimitDescriptor) *pb.RateLimitRequest {
-	return &pb.RateLimitRequest{Domain: domain, Descriptors: ds}
-}
+var (
+	desc    = rlstest.Desc
+	request = rlstest.Request
+)
 
 // summary writes an answer as "OVERALL CODE:remaining ...", with "-" for a
 // status without current_limit and "max" for an unlimited one.

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate/internal/counters"
+	"github.com/floodgate/floodgate/internal/harness/rlstest"
 	"github.com/floodgate/floodgate/internal/testlog"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -72,14 +72,11 @@ func (f *fixture) decide(t *testing.T, domain string, kv ...string) pb.RateLimit
 // usage reported after the fact, as Envoy charges it at stream done.
 func (f *fixture) charge(t *testing.T, hits *uint64, domain string, kv ...string) pb.RateLimitResponse_Code {
 	t.Helper()
-	d := &rlv3.RateLimitDescriptor{}
+	d := rlstest.Desc(kv...)
 	if hits != nil {
 		d.HitsAddend = wrapperspb.UInt64(*hits)
 	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	resp, err := f.svc.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{d}})
+	resp, err := f.svc.ShouldRateLimit(context.Background(), rlstest.Request(domain, d))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,7 @@ var mayImport = map[string][]string{
 	"internal/harness/envoytest":     {"internal/harness"},
 	"internal/harness/memcachedtest": {"internal/harness"},
 	"internal/harness/redistest":     {"internal/harness", "internal/testcert"},
+	"internal/harness/rlstest":       {},
 	"internal/demo":                  {"internal/harness"},
 	"test":                           nil,
 	"test/dropin":                    nil,

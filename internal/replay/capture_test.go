@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate/floodgate/internal/harness/rlstest"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -32,11 +32,7 @@ func liveService(t *testing.T, set *rules.Set, now *time.Time) pb.RateLimitServi
 }
 
 func oneRequest(domain string, kv ...string) *pb.RateLimitRequest {
-	d := &rlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return &pb.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{d}}
+	return rlstest.Request(domain, rlstest.Desc(kv...))
 }
 
 // TestCaptureThenReplay: what a server captured, replayed against the same

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/internal/harness/rlstest"
 	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -112,18 +113,10 @@ func newService(t *testing.T, set *rules.Set, l limit.Limiter, opts envoy.Option
 	return svc
 }
 
-// desc builds a descriptor from key, value pairs.
-func desc(kv ...string) *rlv3.RateLimitDescriptor {
-	d := &rlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-func request(domain string, ds ...*rlv3.RateLimitDescriptor) *pb.RateLimitRequest {
-	return &pb.RateLimitRequest{Domain: domain, Descriptors: ds}
-}
+var (
+	desc    = rlstest.Desc
+	request = rlstest.Request
+)
 
 func withAddend(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
 	d.HitsAddend = wrapperspb.UInt64(n)

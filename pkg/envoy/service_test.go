@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/internal/harness/rlstest"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -125,18 +126,10 @@ func newHarness(t *testing.T, opts Options) *harness {
 	return h
 }
 
-// desc builds a descriptor from key, value pairs.
-func desc(kv ...string) *rlv3.RateLimitDescriptor {
-	d := &rlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-func request(domain string, ds ...*rlv3.RateLimitDescriptor) *pb.RateLimitRequest {
-	return &pb.RateLimitRequest{Domain: domain, Descriptors: ds}
-}
+var (
+	desc    = rlstest.Desc
+	request = rlstest.Request
+)
 
 func withAddend(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
 	d.HitsAddend = wrapperspb.UInt64(n)

@@ -20,23 +20,15 @@ var wireCases = []struct {
 }{
 	{"empty", &pb.RateLimitRequest{}, true},
 	{"domain only", &pb.RateLimitRequest{Domain: "d"}, true},
-	{"one entry", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{descOf("k", "v")}}, true},
+	{"one entry", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}}, true},
 	{"three descriptors", &pb.RateLimitRequest{Domain: "edge", HitsAddend: 7, Descriptors: []*rlv3.RateLimitDescriptor{
-		descOf("remote_address", "10.0.0.1"), descOf("path", "/login", "method", "POST"), descOf("ключ", "значение ☃")}}, true},
+		desc("remote_address", "10.0.0.1"), desc("path", "/login", "method", "POST"), desc("ключ", "значение ☃")}}, true},
 	{"empty descriptor and entry", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{}, {Entries: []*rlv3.RateLimitDescriptor_Entry{{}}}}}, true},
-	{"negative hits", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{IsNegativeHits: true, Entries: descOf("k", "v").Entries}}}, true},
-	{"limit override", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: descOf("k", "v").Entries,
+	{"negative hits", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{IsNegativeHits: true, Entries: desc("k", "v").Entries}}}, true},
+	{"limit override", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: desc("k", "v").Entries,
 		Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}}}}, false},
-	{"descriptor hits_addend", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: descOf("k", "v").Entries,
+	{"descriptor hits_addend", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: desc("k", "v").Entries,
 		HitsAddend: wrapperspb.UInt64(3)}}}, false},
-}
-
-func descOf(kv ...string) *rlv3.RateLimitDescriptor {
-	d := &rlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
 }
 
 func TestWireRequest(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/floodgate/floodgate/internal/harness/rlstest"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -710,18 +711,10 @@ func cat(parts ...any) []step {
 }
 
 // d is a descriptor of the entries key, value, key, value….
-func d(kv ...string) *rlv3.RateLimitDescriptor {
-	desc := &rlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return desc
-}
+var d = rlstest.Desc
 
 // req is a ShouldRateLimit of domain.
-func req(domain string, descs ...*rlv3.RateLimitDescriptor) *pb.RateLimitRequest {
-	return &pb.RateLimitRequest{Domain: domain, Descriptors: descs}
-}
+var req = rlstest.Request
 
 // rep is n steps of the same call, named name #1…#n.
 func rep(n int, name string, r *pb.RateLimitRequest) []step {
