@@ -166,7 +166,7 @@ func (f *commandFlags) run(ctx context.Context) (*Report, error) {
 
 // openTraffic opens the -traffic files, globs expanded, each once ("-" is
 // stdin), and returns them with a function that closes them.
-func openTraffic(args []string) ([]Input, func(), error) {
+func openTraffic(args []string) (_ []Input, _ func(), err error) {
 	var inputs []Input
 	var files []*os.File
 	closeAll := func() {
@@ -174,23 +174,24 @@ func openTraffic(args []string) ([]Input, func(), error) {
 			f.Close()
 		}
 	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
 	seen := map[string]bool{}
 	for _, arg := range args {
 		names := []string{arg}
 		if arg != "-" && strings.ContainsAny(arg, "*?[") {
-			m, err := filepath.Glob(arg)
-			if err == nil && len(m) == 0 {
+			if names, err = filepath.Glob(arg); err == nil && len(names) == 0 {
 				err = errors.New("matches no file")
 			}
 			if err != nil {
-				closeAll()
 				return nil, nil, fmt.Errorf("replay: -traffic %s: %w", arg, err)
 			}
-			names = m
 		}
 		for _, name := range names {
 			if seen[filepath.Clean(name)] {
-				closeAll()
 				return nil, nil, fmt.Errorf("replay: -traffic %s: given twice (its requests would be replayed twice)", name)
 			}
 			seen[filepath.Clean(name)] = true
@@ -200,7 +201,6 @@ func openTraffic(args []string) ([]Input, func(), error) {
 			}
 			file, err := os.Open(name)
 			if err != nil {
-				closeAll()
 				return nil, nil, fmt.Errorf("replay: -traffic: %w", err)
 			}
 			files = append(files, file)

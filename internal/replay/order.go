@@ -61,7 +61,7 @@ func Merge(reorder int, inputs ...Input) *Traffic {
 	}
 	t := &Traffic{}
 	for _, in := range inputs {
-		t.inputs = append(t.inputs, &input{name: in.Name, r: in.Reader, ahead: pendingHeap{bound: reorder}, stats: InputStats{Name: in.Name}})
+		t.inputs = append(t.inputs, &input{r: in.Reader, ahead: pendingHeap{bound: reorder}, stats: InputStats{Name: in.Name}})
 	}
 	return t
 }
@@ -89,7 +89,7 @@ func (t *Traffic) Next() (Request, error) {
 		return Request{}, io.EOF
 	}
 	r := heap.Pop(&next.ahead).(pending).Request
-	next.out, next.outSet = r, true
+	next.out = r
 	if err := next.fill(); err != nil {
 		return Request{}, err
 	}
@@ -108,14 +108,11 @@ func (t *Traffic) Stats() []InputStats {
 
 // input is one input and the requests read ahead of it.
 type input struct {
-	name   string
 	r      *Reader
 	ahead  pendingHeap
 	eof    bool
-	seq    uint64
 	newest time.Time // the latest time read
-	out    Request   // the last request taken out to be replayed (outSet)
-	outSet bool
+	out    Request   // the last request taken out to be replayed; Line 0 before
 	stats  InputStats
 }
 
@@ -128,11 +125,11 @@ func (in *input) fill() error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", in.name, err)
+			return fmt.Errorf("%s: %w", in.stats.Name, err)
 		}
-		if in.outSet && r.Time.Before(in.out.Time) {
+		if in.out.Line > 0 && r.Time.Before(in.out.Time) {
 			return fmt.Errorf("%s: line %d (%s) is older than line %d (%s), which had to be replayed first: %w by more than %s",
-				in.name, r.Line, r.Time.UTC().Format(TimeLayout), in.out.Line, in.out.Time.UTC().Format(TimeLayout), ErrOutOfOrder, plural(in.ahead.bound, "request"))
+				in.stats.Name, r.Line, r.Time.UTC().Format(TimeLayout), in.out.Line, in.out.Time.UTC().Format(TimeLayout), ErrOutOfOrder, plural(in.ahead.bound, "request"))
 		}
 		in.stats.Requests++
 		if r.Time.Before(in.newest) {
@@ -140,8 +137,7 @@ func (in *input) fill() error {
 		} else {
 			in.newest = r.Time
 		}
-		in.seq++
-		heap.Push(&in.ahead, pending{r, in.seq})
+		heap.Push(&in.ahead, pending{r, in.stats.Requests})
 	}
 	return nil
 }
@@ -149,7 +145,7 @@ func (in *input) fill() error {
 // pending is a request read ahead, with its rank in its input.
 type pending struct {
 	Request
-	seq uint64
+	seq int
 }
 
 func (p pending) before(q pending) bool {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -47,14 +46,14 @@ type Options struct {
 // counter is one descriptor value's traffic: its busiest second and
 // minute, and its requests denied under each set.
 type counter struct {
-	c                    *CounterPeak
+	CounterPeak
 	sec, min             int64 // the current second and minute (Unix)
 	inSec, inMin         int64
 	oldDenied, newDenied int64
 }
 
 func (p *counter) add(t time.Time, a, b decision) {
-	p.c.Requests++
+	p.Requests++
 	if a == denied {
 		p.oldDenied++
 	}
@@ -65,14 +64,14 @@ func (p *counter) add(t time.Time, a, b decision) {
 		p.sec, p.inSec = s, 0
 	}
 	p.inSec++
-	if p.inSec > p.c.PeakPerSecond {
-		p.c.PeakPerSecond, p.c.PeakSecond = p.inSec, time.Unix(p.sec, 0).UTC()
+	if p.inSec > p.PeakPerSecond {
+		p.PeakPerSecond, p.PeakSecond = p.inSec, time.Unix(p.sec, 0).UTC()
 	}
 	if m := unixMinute(t); m != p.min {
 		p.min, p.inMin = m, 0
 	}
 	p.inMin++
-	p.c.PeakPerMinute = max(p.c.PeakPerMinute, p.inMin)
+	p.PeakPerMinute = max(p.PeakPerMinute, p.inMin)
 }
 
 // Run replays traffic through old and new, each on its own in-memory store
@@ -121,7 +120,6 @@ type replayer struct {
 	rep      *Report
 	diffs    map[ruleKey]*RuleDiff
 	domains  map[string]*DomainCount
-	minutes  map[int64]*MinuteCount
 	counters map[string]*counter
 	key      []byte
 }
@@ -133,7 +131,7 @@ func newReplayer(old, new *rules.Set, opts Options) (*replayer, error) {
 	opts.OldName = cmp.Or(opts.OldName, "old")
 	opts.NewName = cmp.Or(opts.NewName, "new")
 	rp := &replayer{opts: opts, diffs: map[ruleKey]*RuleDiff{}, domains: map[string]*DomainCount{},
-		minutes: map[int64]*MinuteCount{}, counters: map[string]*counter{}}
+		counters: map[string]*counter{}}
 	var err error
 	if rp.a, err = newSide(old, opts.OldName, rp.diffs, false); err != nil {
 		return nil, err
@@ -169,12 +167,12 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 	d.Old.add(oa.code)
 	d.New.add(ob.code)
 	if oa.code == denied || ob.code == denied {
-		m := unixMinute(r.Time)
-		mc := rp.minutes[m]
-		if mc == nil {
-			mc = &MinuteCount{Minute: time.Unix(m*60, 0).UTC()}
-			rp.minutes[m] = mc
+		// Requests come in time order: a minute is the last one or new.
+		m := r.Time.Truncate(time.Minute).UTC()
+		if n := len(rep.Minutes); n == 0 || !rep.Minutes[n-1].Minute.Equal(m) {
+			rep.Minutes = append(rep.Minutes, MinuteCount{Minute: m})
 		}
+		mc := &rep.Minutes[len(rep.Minutes)-1]
 		if oa.code == denied {
 			mc.OldDenied++
 		}
@@ -193,10 +191,10 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 // the rules that refused it under the set that denied it (see RuleDiff),
 // so that taking a rule out of shadow mode shows on that rule alone.
 func (rp *replayer) changed(r Request, oa, ob outcome) {
-	rep := rp.rep
-	rep.Changed.add(oa, ob)
-	if len(rep.Changed.Examples) < rp.opts.Examples {
-		rep.Changed.Examples = append(rep.Changed.Examples, Example{
+	c := &rp.rep.Changed
+	c.Total++
+	if len(c.Examples) < rp.opts.Examples {
+		c.Examples = append(c.Examples, Example{
 			Time: r.Time, Domain: r.Req.Domain, Descriptors: describe(r.Req),
 			Old: oa.code.String(), New: ob.code.String(),
 			OldRule: oa.overBy, NewRule: ob.overBy, Error: oa.errText + ob.errText,
@@ -204,17 +202,21 @@ func (rp *replayer) changed(r Request, oa, ob outcome) {
 	}
 	switch {
 	case oa.code == allowed && ob.code == denied:
+		c.NowDenied++
 		for _, sr := range rp.b.seen {
 			if sr.over && !sr.t.count.Shadow {
 				sr.t.diff.NowDenied++
 			}
 		}
 	case oa.code == denied && ob.code == allowed:
+		c.NowAllowed++
 		for _, sr := range rp.a.seen {
 			if sr.over && !sr.t.count.Shadow {
 				sr.t.diff.NowAllowed++
 			}
 		}
+	default:
+		c.Other++
 	}
 }
 
@@ -229,12 +231,12 @@ func (rp *replayer) count(r Request, a, b decision) {
 				continue
 			}
 			entries := entriesOf(desc.GetEntries())
-			p = &counter{c: &CounterPeak{Domain: r.Req.Domain, Descriptor: describeEntries(desc.GetEntries())}, sec: math.MinInt64, min: math.MinInt64}
+			p = &counter{CounterPeak: CounterPeak{Domain: r.Req.Domain, Descriptor: describeEntries(desc.GetEntries())}}
 			if rr := rp.a.set.Match(r.Req.Domain, entries); rr != nil {
-				p.c.OldRule = rr.Path
+				p.OldRule = rr.Path
 			}
 			if rr := rp.b.set.Match(r.Req.Domain, entries); rr != nil {
-				p.c.NewRule = rr.Path
+				p.NewRule = rr.Path
 			}
 			rp.counters[string(rp.key)] = p
 		}
@@ -266,36 +268,33 @@ func readAhead(ctx context.Context, traffic *Traffic) (<-chan []Request, <-chan 
 	errc := make(chan error, 1)
 	go func() {
 		defer close(batches)
-		batch := make([]Request, 0, size)
-		for {
-			r, err := traffic.Next()
-			if err == nil {
-				batch = append(batch, r)
-				if len(batch) < size {
-					continue
+		var err error
+		for err == nil {
+			batch := make([]Request, 0, size)
+			for err == nil && len(batch) < size {
+				var r Request
+				if r, err = traffic.Next(); err == nil {
+					batch = append(batch, r)
 				}
 			}
-			if len(batch) > 0 {
-				if ctx.Err() != nil {
-					errc <- ctx.Err()
-					return
-				}
-				select {
-				case batches <- batch:
-				case <-ctx.Done():
-					errc <- ctx.Err()
-					return
-				}
-				batch = make([]Request, 0, size)
+			if len(batch) == 0 {
+				break
 			}
-			if errors.Is(err, io.EOF) {
-				errc <- nil
+			if ctx.Err() != nil {
+				errc <- ctx.Err()
 				return
 			}
-			if err != nil {
-				errc <- fmt.Errorf("replay: traffic %w", err)
+			select {
+			case batches <- batch:
+			case <-ctx.Done():
+				errc <- ctx.Err()
 				return
 			}
+		}
+		if errors.Is(err, io.EOF) {
+			errc <- nil
+		} else {
+			errc <- fmt.Errorf("replay: traffic %w", err)
 		}
 	}()
 	return batches, errc
@@ -314,10 +313,6 @@ func (rp *replayer) fill() {
 	slices.SortFunc(rep.Rules, func(x, y RuleDiff) int {
 		return cmp.Or(cmp.Compare(x.Domain, y.Domain), cmp.Compare(x.Rule, y.Rule))
 	})
-	for _, m := range rp.minutes {
-		rep.Minutes = append(rep.Minutes, *m)
-	}
-	slices.SortFunc(rep.Minutes, func(x, y MinuteCount) int { return x.Minute.Compare(y.Minute) })
 	rep.Counters = len(rp.counters)
 	rep.Peaks, rep.Values, rep.ValuesDenied = topCounters(rp.counters, rp.opts.TopCounters, rp.opts.Values)
 }
@@ -328,10 +323,10 @@ func topCounters(counters map[string]*counter, top, values int) ([]CounterPeak, 
 	peaks := make([]CounterPeak, 0, len(counters))
 	var vals []ValueChange
 	for _, p := range counters {
-		peaks = append(peaks, *p.c)
+		peaks = append(peaks, p.CounterPeak)
 		if p.oldDenied+p.newDenied > 0 {
-			vals = append(vals, ValueChange{Domain: p.c.Domain, Descriptor: p.c.Descriptor, Requests: p.c.Requests,
-				OldDenied: p.oldDenied, NewDenied: p.newDenied, Change: p.newDenied - p.oldDenied, OldRule: p.c.OldRule, NewRule: p.c.NewRule})
+			vals = append(vals, ValueChange{Domain: p.Domain, Descriptor: p.Descriptor, Requests: p.Requests,
+				OldDenied: p.oldDenied, NewDenied: p.newDenied, Change: p.newDenied - p.oldDenied, OldRule: p.OldRule, NewRule: p.NewRule})
 		}
 	}
 	// Most first; ties by name, so that the report is the same every run.
@@ -355,26 +350,18 @@ func abs(n int64) int64 { return max(n, -n) }
 
 // describe renders a request's descriptors as "(k=v, k=v) (k=v)".
 func describe(req *pb.RateLimitRequest) string {
-	var b strings.Builder
+	parts := make([]string, len(req.Descriptors))
 	for i, d := range req.Descriptors {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteByte('(')
-		b.WriteString(describeEntries(d.GetEntries()))
-		b.WriteByte(')')
+		parts[i] = "(" + describeEntries(d.GetEntries()) + ")"
 	}
-	return b.String()
+	return strings.Join(parts, " ")
 }
 
 // describeEntries renders a descriptor's entries as "k=v, k=v".
 func describeEntries(es []*rlv3.RateLimitDescriptor_Entry) string {
-	var b strings.Builder
-	for j, e := range es {
-		if j > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(e.GetKey() + "=" + e.GetValue())
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.GetKey() + "=" + e.GetValue()
 	}
-	return b.String()
+	return strings.Join(parts, ", ")
 }

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -143,22 +144,13 @@ type RuleDiff struct {
 // mode is how the report names the rule's mode: "" when enforced under
 // both sets, else "shadow" or its change, "shadow -> enforced".
 func (r *RuleDiff) mode() string {
-	word := func(c *RuleCount) string {
-		if c != nil && c.Shadow {
-			return "shadow"
-		}
-		return "enforced"
-	}
-	switch o, n := word(r.Old), word(r.New); {
-	case r.Old == nil || r.New == nil:
-		if r.Old != nil && r.Old.Shadow || r.New != nil && r.New.Shadow {
-			return "shadow"
-		}
-		return ""
-	case o != n:
-		return o + " -> " + n
-	case o == "shadow":
-		return o
+	shadow := func(c *RuleCount) bool { return c != nil && c.Shadow }
+	word := map[bool]string{false: "enforced", true: "shadow"}
+	switch o, n := shadow(r.Old), shadow(r.New); {
+	case r.Old != nil && r.New != nil && o != n:
+		return word[o] + " -> " + word[n]
+	case o || n:
+		return "shadow"
 	}
 	return ""
 }
@@ -189,18 +181,6 @@ type Changed struct {
 	NowAllowed int       `json:"now_allowed"`
 	Other      int       `json:"other,omitempty"` // to or from invalid
 	Examples   []Example `json:"examples"`
-}
-
-func (c *Changed) add(a, b outcome) {
-	c.Total++
-	switch {
-	case a.code == allowed && b.code == denied:
-		c.NowDenied++
-	case a.code == denied && b.code == allowed:
-		c.NowAllowed++
-	default:
-		c.Other++
-	}
 }
 
 // Example is one request whose decision changed.
@@ -283,14 +263,14 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 
 // WriteText writes the report as tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) error {
-	ew := &errWriter{w: w}
-	ew.printf("%s\n", rep.summary())
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "%s\n", rep.summary())
 	if len(rep.Traffic) > 1 {
-		ew.printf("traffic: %s\n", rep.inputs())
+		fmt.Fprintf(bw, "traffic: %s\n", rep.inputs())
 	}
-	ew.printf("old: %s\nnew: %s\n\n", rep.Old.Name, rep.New.Name)
+	fmt.Fprintf(bw, "old: %s\nnew: %s\n\n", rep.Old.Name, rep.New.Name)
 
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "DOMAIN\tOLD ALLOWED\tOLD DENIED\tNEW ALLOWED\tNEW DENIED\tCHANGE\t\n")
 	for _, d := range rep.Domains {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", d.Domain, d.Old.Allowed, d.Old.Denied, d.New.Allowed, d.New.Denied, delta(d.New.Denied-d.Old.Denied))
@@ -298,22 +278,22 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "(all)\t%d\t%d\t%d\t%d\t%s\t\n", rep.Old.Allowed, rep.Old.Denied, rep.New.Allowed, rep.New.Denied, delta(rep.New.Denied-rep.Old.Denied))
 	tw.Flush()
 	if rep.Old.Invalid+rep.New.Invalid > 0 {
-		ew.printf("refused as invalid: %d old, %d new\n", rep.Old.Invalid, rep.New.Invalid)
+		fmt.Fprintf(bw, "refused as invalid: %d old, %d new\n", rep.Old.Invalid, rep.New.Invalid)
 	}
-	rep.writeRules(ew)
+	rep.writeRules(bw)
 
-	ew.printf("\nDecisions changed: %d (%d now denied, %d now allowed", rep.Changed.Total, rep.Changed.NowDenied, rep.Changed.NowAllowed)
+	fmt.Fprintf(bw, "\nDecisions changed: %d (%d now denied, %d now allowed", rep.Changed.Total, rep.Changed.NowDenied, rep.Changed.NowAllowed)
 	if rep.Changed.Other > 0 {
-		ew.printf(", %d to or from invalid", rep.Changed.Other)
+		fmt.Fprintf(bw, ", %d to or from invalid", rep.Changed.Other)
 	}
-	ew.printf(")\n")
+	fmt.Fprintf(bw, ")\n")
 	for _, e := range rep.Changed.Examples {
-		ew.printf("  %s %s %s: %s -> %s%s\n", stamp(e.Time), e.Domain, e.Descriptors, e.Old, e.New, exampleWhy(e))
+		fmt.Fprintf(bw, "  %s %s %s: %s -> %s%s\n", stamp(e.Time), e.Domain, e.Descriptors, e.Old, e.New, exampleWhy(e))
 	}
-	rep.writeValues(ew)
+	rep.writeValues(bw)
 
-	ew.printf("\nBusiest counters (%d seen; requests offered):\n", rep.Counters)
-	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(bw, "\nBusiest counters (%d seen; requests offered):\n", rep.Counters)
+	tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "DOMAIN\tDESCRIPTOR\tREQUESTS\tPEAK/S\tAT\tPEAK/MIN\tOLD RULE\tNEW RULE\n")
 	for _, p := range rep.Peaks {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", p.Domain, p.Descriptor, p.Requests, p.PeakPerSecond, stamp(p.PeakSecond),
@@ -321,9 +301,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	tw.Flush()
 	if rep.UntrackedCounters > 0 {
-		ew.printf("(%d descriptors beyond the first %d counters not tracked)\n", rep.UntrackedCounters, maxCounters)
+		fmt.Fprintf(bw, "(%d descriptors beyond the first %d counters not tracked)\n", rep.UntrackedCounters, maxCounters)
 	}
-	return ew.err
+	return bw.Flush()
 }
 
 // Legends of the tables, the same in text and HTML.
@@ -337,10 +317,10 @@ of the value's requests).`
 )
 
 // writeRules writes the table per rule.
-func (rep *Report) writeRules(ew *errWriter) {
+func (rep *Report) writeRules(bw *bufio.Writer) {
 	active, idle := rep.activeRules()
-	ew.printf("\nPer rule: the requests with a descriptor that matched it, old -> new where they differ.\n%s\n", rulesLegend)
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(bw, "\nPer rule: the requests with a descriptor that matched it, old -> new where they differ.\n%s\n", rulesLegend)
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "RULE\tREQUESTS\tDENIED\tREFUSED\tNOW DENIED\tNOW ALLOWED\t\n")
 	for _, r := range active {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t\n", ruleName(r), r.cell(requestsCell), r.cell(deniedCell),
@@ -348,18 +328,18 @@ func (rep *Report) writeRules(ew *errWriter) {
 	}
 	tw.Flush()
 	if idle > 0 {
-		ew.printf("(%s without traffic not shown)\n", plural(idle, "rule"))
+		fmt.Fprintf(bw, "(%s without traffic not shown)\n", plural(idle, "rule"))
 	}
 }
 
 // writeValues writes the table of descriptor values by change.
-func (rep *Report) writeValues(ew *errWriter) {
+func (rep *Report) writeValues(bw *bufio.Writer) {
 	if rep.ValuesDenied == 0 {
-		ew.printf("\nNo descriptor value has a request denied under either rule set.\n")
+		fmt.Fprintf(bw, "\nNo descriptor value has a request denied under either rule set.\n")
 		return
 	}
-	ew.printf("\nDescriptor values by change in denials (%s with a request denied).\n%s\n", rep.valuesShown(), valuesLegend)
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(bw, "\nDescriptor values by change in denials (%s with a request denied).\n%s\n", rep.valuesShown(), valuesLegend)
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "DOMAIN\tDESCRIPTOR\tREQUESTS\tOLD DENIED\tNEW DENIED\tCHANGE\n")
 	for _, v := range rep.Values {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", v.Domain, v.Descriptor, v.Requests, v.oldShare(), v.newShare(), signed(v.Change))
@@ -478,20 +458,3 @@ func stamp(t time.Time) string {
 	}
 	return t.UTC().Format(time.RFC3339)
 }
-
-// errWriter keeps the first write error, so the writers check it once.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(p []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(p)
-	e.err = err
-	return n, err
-}
-
-func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }

@@ -16,15 +16,10 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// clock is a virtual clock: the time of the request being replayed.
-type clock struct{ t time.Time }
-
-func (c *clock) Now() time.Time { return c.t }
-
 // side is one rule set with its own store and service.
 type side struct {
 	set   *rules.Set
-	clock clock
+	now   time.Time // the virtual clock: the time of the request being decided
 	svc   *envoy.Service
 	store *recorder
 	stats *SetStats
@@ -49,7 +44,6 @@ type recorder struct {
 type hitSeen struct {
 	key     string
 	allowed bool
-	mode    limit.Mode
 }
 
 func (r *recorder) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
@@ -57,7 +51,7 @@ func (r *recorder) Evaluate(ctx context.Context, hits []limit.Hit, decisions []l
 	r.last = r.last[:0]
 	if err == nil {
 		for i := range hits {
-			r.last = append(r.last, hitSeen{hits[i].Key, decisions[i].Allowed, hits[i].Mode})
+			r.last = append(r.last, hitSeen{hits[i].Key, decisions[i].Allowed})
 		}
 	}
 	return blocked, err
@@ -102,10 +96,11 @@ func ofRule(key string, r *rules.Rule) bool {
 // diffs (by domain and path, filled in here for the rules diffs lacks).
 func newSide(set *rules.Set, name string, diffs map[ruleKey]*RuleDiff, isNew bool) (*side, error) {
 	s := &side{set: set, stats: &SetStats{Name: name}, rules: map[*rules.Rule]*ruleTally{}}
+	now := func() time.Time { return s.now }
 	// Big enough never to refuse a counter: a replay judges the rules,
 	// not the production store's size.
-	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: s.clock.Now, MaxEntries: math.MaxInt32})}
-	svc, err := envoy.New(func() *rules.Set { return set }, s.store, envoy.Options{Now: s.clock.Now})
+	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: now, MaxEntries: math.MaxInt32})}
+	svc, err := envoy.New(func() *rules.Set { return set }, s.store, envoy.Options{Now: now})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -153,7 +148,7 @@ func (d decision) String() string {
 // decide runs one request through the side's service at time t, which is
 // never before the last one's (Run hands requests in time order).
 func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest) outcome {
-	s.clock.t = t
+	s.now = t
 	s.store.last = s.store.last[:0]
 	s.seen = s.seen[:0]
 	resp, err := s.svc.ShouldRateLimit(ctx, req)
