@@ -208,16 +208,12 @@ func (c *Capture) write(f *os.File, size, limit int64, path string, logger *slog
 		case line := <-c.lines:
 			put(line)
 		case <-c.stop:
-			for {
-				select {
-				case line := <-c.lines:
-					put(line)
-				default:
-					flush()
-					c.closeErr = f.Close()
-					return
-				}
+			for len(c.lines) > 0 {
+				put(<-c.lines)
 			}
+			flush()
+			c.closeErr = f.Close()
+			return
 		case <-tick.C:
 			// A line is on disk within a second, for whoever reads the
 			// file while the server runs.
@@ -243,23 +239,10 @@ func (c *Capture) Stats() CaptureStats {
 }
 
 // encodeLine renders one line of the traffic format, newline included.
+// Its fields are those Reader reads, in snake_case, without the empty ones.
 func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
-	type limitOut struct {
-		RequestsPerUnit uint32 `json:"requests_per_unit"`
-		Unit            string `json:"unit"`
-	}
-	type descOut struct {
-		Entries    []entry   `json:"entries"`
-		Limit      *limitOut `json:"limit,omitempty"`
-		HitsAddend *uint64   `json:"hits_addend,omitempty"`
-	}
-	out := struct {
-		Time        string    `json:"time"`
-		Domain      string    `json:"domain"`
-		Descriptors []descOut `json:"descriptors"`
-		HitsAddend  uint32    `json:"hits_addend,omitempty"`
-	}{Time: t.UTC().Format(TimeLayout), Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
-	out.Descriptors = make([]descOut, len(req.GetDescriptors()))
+	out := line{Time: t.UTC().Format(TimeLayout), request: request[entry]{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}}
+	out.Descriptors = make([]descriptor[entry], len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		do := &out.Descriptors[i]
 		do.Entries = make([]entry, len(d.GetEntries()))
@@ -267,11 +250,10 @@ func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
 			do.Entries[j] = entry{e.GetKey(), e.GetValue()}
 		}
 		if l := d.GetLimit(); l != nil {
-			do.Limit = &limitOut{l.GetRequestsPerUnit(), strings.ToUpper(l.GetUnit().String())}
+			do.Limit, _ = json.Marshal(override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: strings.ToUpper(l.GetUnit().String())})
 		}
 		if h := d.GetHitsAddend(); h != nil {
-			v := h.GetValue()
-			do.HitsAddend = &v
+			do.HitsAddend = &h.Value
 		}
 	}
 	// Strings and numbers always encode (invalid UTF-8 is replaced).

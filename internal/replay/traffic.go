@@ -117,12 +117,12 @@ func (r *Reader) Next() (Request, error) {
 	return Request{}, io.EOF
 }
 
-// line is one line of traffic in either shape: floodgate's (Domain set) or
-// an access log's (RateLimit, decoded again as metadata).
+// line is one line of traffic in either shape: floodgate's (Domain set;
+// encodeLine writes it) or an access log's (RateLimit, decoded again).
 type line struct {
 	Time      string          `json:"time"`
-	StartTime string          `json:"start_time"`
-	RateLimit json.RawMessage `json:"ratelimit"`
+	StartTime string          `json:"start_time,omitempty"`
+	RateLimit json.RawMessage `json:"ratelimit,omitempty"`
 	request[entry]
 }
 
@@ -131,15 +131,15 @@ type line struct {
 type request[E entry | string] struct {
 	Domain          string          `json:"domain"`
 	Descriptors     []descriptor[E] `json:"descriptors"`
-	HitsAddend      uint32          `json:"hits_addend"`
-	HitsAddendCamel uint32          `json:"hitsAddend"`
+	HitsAddend      uint32          `json:"hits_addend,omitempty"`
+	HitsAddendCamel uint32          `json:"hitsAddend,omitempty"`
 }
 
 type descriptor[E entry | string] struct {
 	Entries         []E             `json:"entries"`
-	Limit           json.RawMessage `json:"limit"`
-	HitsAddend      *uint64         `json:"hits_addend"`
-	HitsAddendCamel *uint64         `json:"hitsAddend"`
+	Limit           json.RawMessage `json:"limit,omitempty"`
+	HitsAddend      *uint64         `json:"hits_addend,omitempty"`
+	HitsAddendCamel *uint64         `json:"hitsAddend,omitempty"`
 }
 
 // entry is an entry as /json reads it and Capture writes it.
@@ -167,7 +167,7 @@ func split[E entry | string](e E) (string, string, error) {
 // override is a descriptor's limit as /json reads it.
 type override struct {
 	RequestsPerUnit      uint32 `json:"requests_per_unit"`
-	RequestsPerUnitCamel uint32 `json:"requestsPerUnit"`
+	RequestsPerUnitCamel uint32 `json:"requestsPerUnit,omitempty"`
 	Unit                 string `json:"unit"`
 }
 
