@@ -12,7 +12,6 @@ import (
 	"math"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,8 +91,7 @@ type Capture struct {
 	lines     chan []byte
 	stop      chan struct{} // closed by Close
 	done      chan struct{} // closed by the writer when it is done
-	closed    atomic.Bool
-	closeOnce sync.Once
+	closed    atomic.Bool   // set by Close
 	closeErr  error
 
 	written, dropped, overSize atomic.Int64
@@ -225,10 +223,9 @@ func (c *Capture) write(f *os.File, size, limit int64, path string, logger *slog
 // Close writes the lines in the queue and closes the file, returning its
 // error. Requests after Close are passed on and not recorded.
 func (c *Capture) Close() error {
-	c.closeOnce.Do(func() {
-		c.closed.Store(true)
+	if c.closed.CompareAndSwap(false, true) {
 		close(c.stop)
-	})
+	}
 	<-c.done
 	return c.closeErr
 }

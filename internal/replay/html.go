@@ -53,15 +53,15 @@ func newChart(rep *Report) chart {
 	span := int(last-first) + 1
 	c.BinMinutes = (span + maxChartBins - 1) / maxChartBins
 	bins := (span + c.BinMinutes - 1) / c.BinMinutes
-	oldV, newV := make([]int, bins), make([]int, bins)
+	denied := make([][2]int, bins) // old and new
 	for _, m := range rep.Minutes {
 		i := int(unixMinute(m.Minute)-first) / c.BinMinutes
 		if i < 0 || i >= bins {
 			continue // out of order before From cannot happen; be safe
 		}
-		oldV[i] += m.OldDenied
-		newV[i] += m.NewDenied
-		c.Max = max(c.Max, oldV[i], newV[i])
+		denied[i][0] += m.OldDenied
+		denied[i][1] += m.NewDenied
+		c.Max = max(c.Max, denied[i][0], denied[i][1])
 	}
 	// Each bin is a slot of the width: old on the left, new on the right,
 	// centred, with at least a fifth of the slot between bins, and no
@@ -79,16 +79,14 @@ func newChart(rep *Report) chart {
 		if i%every == 0 {
 			c.Ticks = append(c.Ticks, tick{X: (float64(i) + 0.5) * slot, Text: start.Format("15:04")})
 		}
-		for j, v := range []struct {
-			class string
-			n     int
-		}{{"old", oldV[i]}, {"new", newV[i]}} {
-			if v.n == 0 {
+		for j, n := range denied[i] {
+			if n == 0 {
 				continue
 			}
-			h := float64(v.n) * float64(c.Height) / top
-			c.Bars = append(c.Bars, bar{Class: v.class, X: float64(i)*slot + pad + float64(j)*w, Y: float64(c.Height) - h, W: w, H: h,
-				Title: fmt.Sprintf("%s UTC: %s, %d denied", at, v.class, v.n)})
+			class := [2]string{"old", "new"}[j]
+			h := float64(n) * float64(c.Height) / top
+			c.Bars = append(c.Bars, bar{Class: class, X: float64(i)*slot + pad + float64(j)*w, Y: float64(c.Height) - h, W: w, H: h,
+				Title: fmt.Sprintf("%s UTC: %s, %d denied", at, class, n)})
 		}
 	}
 	return c

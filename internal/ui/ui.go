@@ -4,12 +4,10 @@
 // store's health and latency.
 //
 // The page is plain HTML, JavaScript and CSS embedded in the binary,
-// read-only, polling one JSON document (api/snapshot) built from the
+// read-only, polling one JSON document (api/snapshot) read from the
 // registry /metrics serves, so that its figures are /metrics' figures.
 // Handler.Run keeps the last minutes of samples, so that the page opens on
-// a chart rather than an empty one, and tells which rules refuse now.
-//
-// It decides nothing and never imports package server, which mounts it.
+// a chart and can tell which rules refuse now.
 package ui
 
 import (
