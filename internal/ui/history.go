@@ -20,21 +20,18 @@ type Sample struct {
 	StoreCalls   float64 `json:"store_calls"`
 	StoreSeconds float64 `json:"store_seconds"`
 	// Rules are, per rule path, its Totals' hits, within, over and
-	// shadow, in that order; a rule without any yet is left out (read
-	// zeros), so that a large rule set, mostly idle, costs the history
-	// only its rules with traffic.
+	// shadow, in that order; a rule with none yet is left out (read
+	// zeros), so that idle rules cost the history nothing.
 	Rules map[string][4]float64 `json:"rules"`
 }
 
-// history is the last samples, oldest first. Its size is bounded by keep
-// samples of the rules in force when each was taken.
+// history is the last keep samples, oldest first.
 type history struct {
 	keep    int
 	mu      sync.Mutex
 	samples []Sample
 }
 
-// add appends s, dropping the oldest sample past keep.
 func (h *history) add(s Sample) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -44,15 +41,14 @@ func (h *history) add(s Sample) {
 	h.samples = append(h.samples, s)
 }
 
-// all returns a copy of the samples, oldest first. The samples' maps are
-// shared: they are never written once added.
+// all returns a copy of the samples. Their maps are shared: they are never
+// written once added.
 func (h *history) all() []Sample {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.samples)
 }
 
-// sample takes the counters now and keeps them.
 func (h *Handler) sample(now time.Time) {
 	snap, _ := h.take(now) // a partial gathering still samples what it read
 	h.hist.add(sampleOf(snap))
@@ -73,8 +69,7 @@ func sampleOf(snap *Snapshot) Sample {
 	return s
 }
 
-// Refusal is one rule that refused hits lately, as the Refusing list
-// shows it.
+// Refusal is one rule that refused hits lately.
 type Refusal struct {
 	Domain string `json:"domain"`
 	Path   string `json:"path"`

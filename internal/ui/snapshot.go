@@ -17,8 +17,8 @@ import (
 )
 
 // Snapshot is the page's JSON document: cumulative figures, from which the
-// page computes rates between two snapshots. Counts are the values of the
-// /metrics series named in each field's comment.
+// page computes rates between two snapshots, read from the /metrics series
+// each field's comment names.
 type Snapshot struct {
 	Time time.Time `json:"time"`
 	// IntervalMillis is how often the page should poll.
@@ -130,7 +130,7 @@ type Totals struct {
 	Charged float64 `json:"charged"`
 }
 
-// hitFamilies map the hit counters' names to their Totals field.
+// hitFamilies are the hit counters' Totals fields, by name.
 var hitFamilies = map[string]func(*Totals) *float64{
 	"floodgate_hits_total":          func(t *Totals) *float64 { return &t.Hits },
 	"floodgate_within_limit_total":  func(t *Totals) *float64 { return &t.Within },
@@ -254,7 +254,7 @@ func (h *Handler) figures(totals map[[2]string]*Totals) func(*rules.Rule) (Total
 	}
 }
 
-// label returns the value of m's label name; "" without it.
+// label returns the value of m's label name, or "".
 func label(m *dto.Metric, name string) string {
 	for _, lp := range m.GetLabel() {
 		if lp.GetName() == name {
