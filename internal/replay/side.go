@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
+	"slices"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -16,15 +16,17 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// side is one rule set with its own store and service.
+// side is one rule set with its own store and service. It is the
+// service's Metrics, to learn which rules were over a limit in shadow mode,
+// where the answer says OK.
 type side struct {
 	set   *rules.Set
 	now   time.Time // the virtual clock: the time of the request being decided
 	svc   *envoy.Service
-	store *recorder
 	stats *SetStats
 	rules map[*rules.Rule]*ruleTally
-	seen  []seenRule // the rules the request being decided met
+	seen  []seenRule    // the rules the request being decided met
+	over  []*rules.Rule // those of its descriptors a limit denied, shadow mode included
 }
 
 // ruleTally is where a rule's requests are counted: its own counts in one
@@ -34,63 +36,22 @@ type ruleTally struct {
 	diff  *RuleDiff
 }
 
-// recorder is the store of a side: limit.Memory, remembering the hits of
-// the last call (overOf).
-type recorder struct {
-	limit.Limiter
-	last []hitSeen
-}
-
-type hitSeen struct {
-	key     string
-	allowed bool
-}
-
-func (r *recorder) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
-	blocked, err = r.Limiter.Evaluate(ctx, hits, decisions)
-	r.last = r.last[:0]
-	if err == nil {
-		for i := range hits {
-			r.last = append(r.last, hitSeen{hits[i].Key, decisions[i].Allowed})
+// Hits notes the rules of the descriptors a limit denied.
+func (s *side) Hits(_ *rules.Set, _ string, hits []envoy.DescriptorHits) {
+	for _, h := range hits {
+		if h.Over && h.Resolved.Rule != nil {
+			s.over = append(s.over, h.Resolved.Rule)
 		}
 	}
-	return blocked, err
 }
 
-// overOf reads the hits of a descriptor that met rule r (nil for none) in
-// the last call and reports whether one was denied. Hits come in
-// descriptor order: those from *next on are this descriptor's and later
-// ones'; *next moves past this one's. A descriptor with a limit override
-// has exactly one hit.
-func (r *recorder) overOf(rule *rules.Rule, override bool, next *int) bool {
-	over := false
-	for ; *next < len(r.last); *next++ {
-		h := &r.last[*next]
-		if !override && (rule == nil || !ofRule(h.key, rule)) {
-			break
-		}
-		over = over || !h.allowed
-		if override {
-			*next++
-			break
-		}
-	}
-	return over
-}
-
-// ofRule reports whether key is the counter of one of r's limits: 'r'
-// then the limit's ID (see package rules' counter keys).
-func ofRule(key string, r *rules.Rule) bool {
-	if len(key) == 0 || key[0] != 'r' {
-		return false
-	}
-	for _, l := range r.Limits {
-		if l.ID != "" && strings.HasPrefix(key[1:], l.ID) {
-			return true
-		}
-	}
-	return false
-}
+// The rest of envoy.Metrics: a replay counts in its report alone.
+func (*side) Decision(time.Duration, *pb.RateLimitResponse, error) {}
+func (*side) Refused(string)                                       {}
+func (*side) DomainNotFound(string, int)                           {}
+func (*side) StoreCall(time.Duration, error)                       {}
+func (*side) FailureAnswer(rules.FailureMode, string)              {}
+func (*side) GlobalShadow()                                        {}
 
 // newSide returns the side of set, whose rules count their changes in
 // diffs (by domain and path, filled in here for the rules diffs lacks).
@@ -99,8 +60,8 @@ func newSide(set *rules.Set, name string, diffs map[ruleKey]*RuleDiff, isNew boo
 	now := func() time.Time { return s.now }
 	// Big enough never to refuse a counter: a replay judges the rules,
 	// not the production store's size.
-	s.store = &recorder{Limiter: limit.NewMemory(limit.MemoryOptions{Now: now, MaxEntries: math.MaxInt32})}
-	svc, err := envoy.New(func() *rules.Set { return set }, s.store, envoy.Options{Now: now})
+	store := limit.NewMemory(limit.MemoryOptions{Now: now, MaxEntries: math.MaxInt32})
+	svc, err := envoy.New(func() *rules.Set { return set }, store, envoy.Options{Now: now, Metrics: s})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -149,29 +110,22 @@ func (d decision) String() string {
 // never before the last one's (Run hands requests in time order).
 func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest) outcome {
 	s.now = t
-	s.store.last = s.store.last[:0]
-	s.seen = s.seen[:0]
+	s.seen, s.over = s.seen[:0], s.over[:0]
 	resp, err := s.svc.ShouldRateLimit(ctx, req)
 	if err != nil {
 		s.stats.Invalid++
 		return outcome{code: invalid, errText: status.Convert(err).Message()}
 	}
 	var o outcome
-	next := 0
 	for i, st := range resp.GetStatuses() {
 		if i >= len(req.Descriptors) {
 			break
 		}
 		r := s.set.Match(req.Domain, entriesOf(req.Descriptors[i].GetEntries()))
-		over := st.GetCode() == pb.RateLimitResponse_OVER_LIMIT
-		// The answer says OK for a rule in shadow mode; its hits say
-		// whether it was over.
-		if s.store.overOf(r, req.Descriptors[i].GetLimit() != nil, &next) && r != nil && r.ShadowMode {
-			over = true
-		}
 		if r == nil {
 			continue
 		}
+		over := st.GetCode() == pb.RateLimitResponse_OVER_LIMIT || r.ShadowMode && slices.Contains(s.over, r)
 		s.see(r, over)
 		if over && o.overBy == "" && !r.ShadowMode {
 			o.overBy = r.Path
