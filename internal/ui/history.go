@@ -89,8 +89,8 @@ const topRefused = 3
 
 // refusing lists the rules of snap that refused hits since base, the
 // oldest sample no older than window (the newest when all are), most
-// refused first. hot are every rule's tracked counters by path.
-func refusing(snap *Snapshot, samples []Sample, window time.Duration, hot map[string][]rlsmetrics.HotCounter) []Refusal {
+// refused first.
+func refusing(snap *Snapshot, samples []Sample, window time.Duration) []Refusal {
 	var base *Sample
 	for i := range samples {
 		if snap.Time.Sub(samples[i].Time) <= window || i == len(samples)-1 {
@@ -112,7 +112,7 @@ func refusing(snap *Snapshot, samples []Sample, window time.Duration, hot map[st
 			if rf.Refused <= 0 {
 				continue
 			}
-			for _, c := range hot[r.Path] {
+			for _, c := range r.Hot {
 				if c.Over > 0 {
 					rf.Top = append(rf.Top, c)
 				}

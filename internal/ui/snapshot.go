@@ -158,15 +158,13 @@ func (h *Handler) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 // gathering error still returns what was gathered, with the error.
 func (h *Handler) Snapshot() (*Snapshot, error) {
 	snap, err := h.take(time.Now())
-	hot := map[string][]rlsmetrics.HotCounter{}
+	// From every tracked hot counter, before the page's share is cut.
+	snap.Refusing = refusing(snap, h.hist.all(), refusingSteps*h.opts.HistoryStep)
 	for _, d := range snap.Domains {
 		for i := range d.Rules {
-			r := &d.Rules[i]
-			hot[r.Path] = r.Hot
-			r.Hot = r.Hot[:min(len(r.Hot), h.opts.HotCounters)]
+			d.Rules[i].Hot = d.Rules[i].Hot[:min(len(d.Rules[i].Hot), h.opts.HotCounters)]
 		}
 	}
-	snap.Refusing = refusing(snap, h.hist.all(), refusingSteps*h.opts.HistoryStep, hot)
 	return snap, err
 }
 
@@ -175,7 +173,7 @@ func (h *Handler) take(now time.Time) (*Snapshot, error) {
 	mfs, gatherErr := h.opts.Gatherer.Gather()
 	snap := &Snapshot{Time: now, IntervalMillis: h.opts.Interval.Milliseconds(), Values: h.opts.Values.String(),
 		HistoryStepMillis: h.opts.HistoryStep.Milliseconds(), HistoryLength: h.opts.HistoryLength,
-		Decisions: map[string]float64{}, Refusing: []Refusal{}}
+		Decisions: map[string]float64{}}
 	set := h.opts.Rules()
 	snap.Rules = ruleStatus(h.opts.RuleStatus(), set)
 	if h.opts.Store != nil {
