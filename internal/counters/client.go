@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -75,12 +76,10 @@ func Command(ctx context.Context, args []string, addr string, stdout io.Writer) 
 	} else {
 		printAnswer(stdout, ans)
 	}
-	for _, l := range ans.Limits {
-		if l.Counted {
-			return 0, nil
-		}
+	if !slices.ContainsFunc(ans.Limits, func(l Counter) bool { return l.Counted }) {
+		return exitNoCounter, nil
 	}
-	return exitNoCounter, nil
+	return 0, nil
 }
 
 // parseCommand reads the verb, then flags (also accepted before the
