@@ -103,7 +103,7 @@ var htmlReport = template.Must(template.New("report.html").Funcs(template.FuncMa
 	"requests": func(r RuleDiff) string { return r.cell(requestsCell) },
 	"denied":   func(r RuleDiff) string { return r.cell(deniedCell) },
 	"refused":  func(r RuleDiff) string { return r.cell((*RuleCount).refusedCell) },
-	"oldShare": ValueChange.oldShare, "newShare": ValueChange.newShare, "signed": signed,
+	"share":    ValueChange.share, "signed": signed,
 	"sub":    func(a, b int) int { return a - b },
 	"plural": plural,
 	"add":    func(a, b int) int { return a + b },

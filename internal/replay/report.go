@@ -230,7 +230,7 @@ type ValueChange struct {
 }
 
 // share renders n of a value's requests: "385 (32%)".
-func (v *ValueChange) share(n int64) string {
+func (v ValueChange) share(n int64) string {
 	switch p := (n*100 + v.Requests/2) / max(v.Requests, 1); {
 	case n == 0:
 		return "0"
@@ -242,10 +242,6 @@ func (v *ValueChange) share(n int64) string {
 		return fmt.Sprintf("%d (%d%%)", n, p)
 	}
 }
-
-// oldShare and newShare are share of OldDenied and NewDenied.
-func (v ValueChange) oldShare() string { return v.share(v.OldDenied) }
-func (v ValueChange) newShare() string { return v.share(v.NewDenied) }
 
 // MinuteCount is the denials of one minute under each set.
 type MinuteCount struct {
@@ -342,7 +338,7 @@ func (rep *Report) writeValues(bw *bufio.Writer) {
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "DOMAIN\tDESCRIPTOR\tREQUESTS\tOLD DENIED\tNEW DENIED\tCHANGE\n")
 	for _, v := range rep.Values {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", v.Domain, v.Descriptor, v.Requests, v.oldShare(), v.newShare(), signed(v.Change))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", v.Domain, v.Descriptor, v.Requests, v.share(v.OldDenied), v.share(v.NewDenied), signed(v.Change))
 	}
 	tw.Flush()
 }

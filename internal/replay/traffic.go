@@ -3,6 +3,7 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,10 +184,7 @@ func parseLine(b []byte) (Request, bool, error) {
 		return Request{}, false, errors.New(`neither a request ("domain", "descriptors") nor an access-log line ("start_time", "ratelimit")`)
 	}
 	// An access-log line: the request is the filter's metadata.
-	ts := l.StartTime
-	if ts == "" {
-		ts = l.Time
-	}
+	ts := cmp.Or(l.StartTime, l.Time)
 	raw := bytes.TrimSpace(l.RateLimit)
 	if len(raw) == 0 || string(raw) == "null" || string(raw) == `"-"` || string(raw) == `""` {
 		if len(l.Descriptors) > 0 {
@@ -240,9 +238,7 @@ func (r *request[E]) proto() (*pb.RateLimitRequest, error) {
 			}
 			pd.Entries[j] = &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v}
 		}
-		if h := d.HitsAddend; h != nil {
-			pd.HitsAddend = wrapperspb.UInt64(*h)
-		} else if h := d.HitsAddendCamel; h != nil {
+		if h := cmp.Or(d.HitsAddend, d.HitsAddendCamel); h != nil {
 			pd.HitsAddend = wrapperspb.UInt64(*h)
 		}
 		if len(d.Limit) > 0 && string(d.Limit) != "null" {
