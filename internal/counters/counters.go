@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -126,6 +125,3 @@ type Counter struct {
 	// prefix; "" when not Counted.
 	Key string `json:"counter"`
 }
-
-// seconds is d in seconds, to the millisecond.
-func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }

@@ -85,7 +85,7 @@ func (h *Handler) peek(ctx context.Context, v *view) error {
 		c := &v.answer.Limits[v.at[i]]
 		c.Remaining, c.Over = d.Remaining, d.Debt
 		c.Used = max(0, c.Capacity-d.Remaining) + d.Debt
-		c.ResetSeconds = seconds(d.ResetAfter)
+		c.ResetSeconds = float64(d.ResetAfter.Milliseconds()) / 1000 // to the millisecond
 	}
 	return nil
 }
