@@ -48,8 +48,7 @@ type InputStats struct {
 // replay as the one stream the rules saw. Requests of the same time keep
 // the order of the inputs, then of their lines.
 type Traffic struct {
-	inputs  []*input
-	started bool
+	inputs []*input
 }
 
 // Merge returns the Traffic of inputs, each read ahead by reorder requests
@@ -70,12 +69,11 @@ func Merge(reorder int, inputs ...Input) *Traffic {
 // the first error of an input (its Reader's, or ErrOutOfOrder), prefixed
 // with the input's name.
 func (t *Traffic) Next() (Request, error) {
-	if !t.started {
-		t.started = true
-		for _, in := range t.inputs {
-			if err := in.fill(); err != nil {
-				return Request{}, err
-			}
+	// Each input read ahead by its bound, or to its end: only the one the
+	// last request came from is short of it.
+	for _, in := range t.inputs {
+		if err := in.fill(); err != nil {
+			return Request{}, err
 		}
 	}
 	// A linear scan: there are few inputs, one per replica.
@@ -88,12 +86,8 @@ func (t *Traffic) Next() (Request, error) {
 	if next == nil {
 		return Request{}, io.EOF
 	}
-	r := heap.Pop(&next.ahead).(pending).Request
-	next.out = r
-	if err := next.fill(); err != nil {
-		return Request{}, err
-	}
-	return r, nil
+	next.out = heap.Pop(&next.ahead).(pending).Request
+	return next.out, nil
 }
 
 // Stats returns the counts of each input, in the order given to Merge.
