@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"log/slog"
 	"math"
@@ -86,8 +85,8 @@ func releaseAfterLoads(ctx context.Context, src ruleSource) {
 	debug.FreeOSMemory()
 	for {
 		changed := src.Changed()
-		collected := make(chan struct{}, 1)
-		runtime.AddCleanup(src.Current(), notify, collected)
+		collected := make(chan struct{})
+		runtime.AddCleanup(src.Current(), func(ch chan struct{}) { close(ch) }, collected)
 		select {
 		case <-changed:
 		case <-ctx.Done():
@@ -117,28 +116,18 @@ func releaseCollected(ctx context.Context, collected <-chan struct{}) {
 	}
 }
 
-// notify sends on ch without waiting, when nothing is pending there.
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 // cgroupMemoryLimit returns the smallest memory limit, in bytes, of the
 // process's cgroup and those above it (v1 and v2), read from the files
 // under root; 0 when none is set or readable.
 func cgroupMemoryLimit(root string) int64 {
-	f, err := os.Open(filepath.Join(root, "proc/self/cgroup"))
+	data, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
 	var limit int64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for line := range strings.Lines(string(data)) {
 		// hierarchy-ID:controllers:path; v2 is "0::path".
-		parts := strings.SplitN(sc.Text(), ":", 3)
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
@@ -191,18 +180,14 @@ func readLimit(path string) int64 {
 // gcInEffect returns the runtime's GC target in percent (-1: off) and its
 // memory limit in bytes (-1: none), as in force whoever set them.
 func gcInEffect() (gogc, memLimit int64) {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(s)
-	gogc, memLimit = -1, -1
-	if s[0].Value.Kind() == metrics.KindUint64 {
-		if v := s[0].Value.Uint64(); v <= math.MaxInt32 {
-			gogc = int64(v)
-		}
+	gogc, memLimit = -1, debug.SetMemoryLimit(-1) // a negative limit only reads it
+	if v := s[0].Value.Uint64(); v <= math.MaxInt32 {
+		gogc = int64(v)
 	}
-	if s[1].Value.Kind() == metrics.KindUint64 {
-		if v := s[1].Value.Uint64(); v < math.MaxInt64 {
-			memLimit = int64(v)
-		}
+	if memLimit == math.MaxInt64 {
+		memLimit = -1
 	}
 	return gogc, memLimit
 }

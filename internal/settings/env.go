@@ -23,13 +23,8 @@ func envVar(name string) envSource {
 }
 
 // hostPort joins the reference server's HOST/PORT style pair; an unset
-// port keeps defPort, an unset host listens on every interface.
-func hostPort(hostVar, portVar, defPort string) envSource {
-	return hostPortOn(hostVar, portVar, "", defPort)
-}
-
-// hostPortOn is hostPort with defHost for an unset host.
-func hostPortOn(hostVar, portVar, defHost, defPort string) envSource {
+// port is defPort, an unset host defHost ("": every interface).
+func hostPort(hostVar, portVar, defHost, defPort string) envSource {
 	return func(env Lookup) (string, string, bool) {
 		host, hok := env(hostVar)
 		port, pok := env(portVar)
@@ -76,7 +71,8 @@ func (c *Config) noteRuntime(env Lookup) {
 	if c.From["config"] != runtimeFrom {
 		return
 	}
-	if sub, _ := env("RUNTIME_SUBDIRECTORY"); sub != "" || isFalse(env, "RUNTIME_WATCH_ROOT") {
+	watch, _ := env("RUNTIME_WATCH_ROOT")
+	if sub, _ := env("RUNTIME_SUBDIRECTORY"); sub != "" || isBool(watch, false) {
 		return
 	}
 	c.Notes = append(c.Notes, "RUNTIME_SUBDIRECTORY is empty and RUNTIME_WATCH_ROOT is not false: the reference server serves no rules then (its loader needs a subdirectory below RUNTIME_ROOT); floodgate loads "+c.Rules.Path)

@@ -117,42 +117,6 @@ type textValue interface {
 	encoding.TextMarshaler
 }
 
-// Field returns the path of the field s lands in, as Go spells it:
-// "Service.NearLimitRatio".
-func (s *Setting) Field() string {
-	if s.At == nil {
-		return ""
-	}
-	var c Config
-	path, _ := fieldPath(reflect.ValueOf(&c).Elem(), reflect.ValueOf(s.At(&c)).Pointer(), "")
-	return path
-}
-
-// fieldPath returns the path below v of the field at address addr.
-func fieldPath(v reflect.Value, addr uintptr, prefix string) (string, bool) {
-	if v.Kind() != reflect.Struct {
-		return "", false
-	}
-	t := v.Type()
-	for i := range t.NumField() {
-		f := v.Field(i)
-		if !t.Field(i).IsExported() {
-			continue
-		}
-		name := prefix + t.Field(i).Name
-		if f.Addr().Pointer() == addr && f.Kind() != reflect.Struct {
-			return name, true
-		}
-		if p, ok := fieldPath(f, addr, name+"."); ok {
-			return p, true
-		}
-		if f.Addr().Pointer() == addr {
-			return name, true
-		}
-	}
-	return "", false
-}
-
 // option returns the package, the Options type and the path within it
 // of the field s lands in: ("envoy", "Options", "NearLimitRatio") for
 // Service.NearLimitRatio; empty for a field of Config itself. A package's
@@ -161,20 +125,39 @@ func (s *Setting) option() (pkg, typ, field string) {
 	if s.At == nil {
 		return "", "", ""
 	}
-	t := reflect.TypeOf(Config{})
-	var path []string
-	for _, name := range strings.Split(s.Field(), ".") {
-		f, _ := t.FieldByName(name)
-		t = f.Type
-		path = append(path, name)
-		if pkg == "" && strings.HasSuffix(t.Name(), "Options") && t.PkgPath() != "" && !strings.HasSuffix(t.PkgPath(), "/settings") {
-			pkg, typ, path = t.PkgPath()[strings.LastIndex(t.PkgPath(), "/")+1:], t.Name(), nil
+	var c Config
+	path := fieldPath(reflect.ValueOf(&c).Elem(), reflect.ValueOf(s.At(&c)).Pointer())
+	for i, f := range path {
+		t := f.Type
+		if strings.HasSuffix(t.Name(), "Options") && t.PkgPath() != "" && !strings.HasSuffix(t.PkgPath(), "/settings") {
+			var names []string
+			for _, f := range path[i+1:] {
+				names = append(names, f.Name)
+			}
+			return t.PkgPath()[strings.LastIndex(t.PkgPath(), "/")+1:], t.Name(), strings.Join(names, ".")
 		}
 	}
-	if pkg == "" {
-		return "", "", ""
+	return "", "", ""
+}
+
+// fieldPath returns the exported fields from the struct v down to the
+// field at address addr, or nil.
+func fieldPath(v reflect.Value, addr uintptr) []reflect.StructField {
+	for i := range v.NumField() {
+		f, sf := v.Field(i), v.Type().Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		if f.Kind() == reflect.Struct {
+			if p := fieldPath(f, addr); p != nil {
+				return append([]reflect.StructField{sf}, p...)
+			}
+		}
+		if f.Addr().Pointer() == addr {
+			return []reflect.StructField{sf}
+		}
 	}
-	return pkg, typ, strings.Join(path, ".")
+	return nil
 }
 
 // convertDefault converts d to t: as it is when assignable, or, for an

@@ -78,15 +78,6 @@ func (t textFlag) String() string {
 	return string(b)
 }
 
-// errWant is an error saying what a value accepts: "want X", or, with a
-// format, "<format> (want X)".
-func errWant(want string, format ...any) error {
-	if len(format) == 0 {
-		return errors.New("want " + want)
-	}
-	return fmt.Errorf(format[0].(string)+" (want %s)", append(format[1:], want)...)
-}
-
 // boolFunc is a boolean flag that lands through set and reads back
 // through get: a field that holds its negation (inverted), or a value of
 // another type (-health-requires-store).

@@ -1,7 +1,7 @@
 // Package tracing exports over OTLP the spans pkg/envoy starts (a server
 // span per ShouldRateLimit, a child span per store call), as
-// envoyproxy/ratelimit does with TRACING_ENABLED. A nil *Tracer is valid
-// and does nothing.
+// envoyproxy/ratelimit does with TRACING_ENABLED. A nil *Tracer exports
+// nothing.
 //
 // The exporter's endpoint, headers, TLS files, timeout and compression come
 // from the standard OTEL_EXPORTER_OTLP_* (and OTEL_EXPORTER_OTLP_TRACES_*)
@@ -80,7 +80,7 @@ func (o Options) Validate() error {
 }
 
 // Tracer starts the spans of the service and exports them. It is safe for
-// concurrent use. Its methods on a nil *Tracer do nothing.
+// concurrent use. Provider and Shutdown work on a nil *Tracer.
 type Tracer struct {
 	provider *sdktrace.TracerProvider
 	resource *resource.Resource
@@ -174,18 +174,12 @@ func (t *Tracer) Provider() trace.TracerProvider {
 
 // Resource returns the attributes every span is exported with.
 func (t *Tracer) Resource() *resource.Resource {
-	if t == nil {
-		return nil
-	}
 	return t.resource
 }
 
 // Endpoint returns the URL the spans are exported to, which may hold
 // credentials, and the variable it came from, "" for the default.
 func (t *Tracer) Endpoint() (url, variable string) {
-	if t == nil {
-		return "", ""
-	}
 	return t.endpoint, t.endpointVar
 }
 
