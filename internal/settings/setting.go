@@ -1,7 +1,6 @@
 package settings
 
 import (
-	"encoding"
 	"flag"
 	"fmt"
 	"io"
@@ -101,20 +100,10 @@ func (s *Setting) value(c *Config, env Lookup) (flag.Value, error) {
 	if s.Value != nil {
 		return s.Value(c, env), nil
 	}
-	if v := scalarOf(p.Interface()); v != nil {
+	if v := fieldValue(p.Interface()); v != nil {
 		return v, nil
 	}
-	if t, ok := p.Interface().(textValue); ok {
-		return textFlag{t}, nil
-	}
 	return nil, fmt.Errorf("no flag for a field of type %s", p.Elem().Type())
-}
-
-// textValue is a field whose type reads and writes itself as text (an
-// enum of its package: rules.FailureMode, envoy.HeaderStyle, ...).
-type textValue interface {
-	encoding.TextUnmarshaler
-	encoding.TextMarshaler
 }
 
 // option returns the package, the Options type and the path within it
