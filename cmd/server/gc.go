@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/settings"
 )
 
 // defaultGOGC is the garbage collector's target (GOGC) when the
@@ -42,7 +44,7 @@ type gcSettings struct {
 
 // gcDefaults returns the settings floodgate applies for the environment
 // and the cgroup files under root (normally "/").
-func gcDefaults(env lookupFunc, root string) gcSettings {
+func gcDefaults(env settings.Lookup, root string) gcSettings {
 	var s gcSettings
 	if !isSet(env, "GOGC") {
 		s.gogc = defaultGOGC
@@ -57,7 +59,7 @@ func gcDefaults(env lookupFunc, root string) gcSettings {
 
 // isSet reports whether the environment sets name to a value, as the Go
 // runtime reads it: empty counts as unset.
-func isSet(env lookupFunc, name string) bool {
+func isSet(env settings.Lookup, name string) bool {
 	v, ok := env(name)
 	return ok && v != ""
 }
@@ -65,7 +67,7 @@ func isSet(env lookupFunc, name string) bool {
 // applyGCDefault applies gcDefaults, with the cgroup files under root, to
 // the process. It changes process-wide state, so only main calls it,
 // before anything allocates much.
-func applyGCDefault(env lookupFunc, root string) {
+func applyGCDefault(env settings.Lookup, root string) {
 	s := gcDefaults(env, root)
 	if s.gogc > 0 {
 		debug.SetGCPercent(s.gogc)
@@ -194,7 +196,7 @@ func gcInEffect() (gogc, memLimit int64) {
 
 // logGC logs the garbage collector's settings in force and where they came
 // from, once at start.
-func logGC(logger *slog.Logger, env lookupFunc) {
+func logGC(logger *slog.Logger, env settings.Lookup) {
 	gogc, memLimit := gcInEffect()
 	attrs := []any{"gogc", gogc, "gogc_from", "GOGC"}
 	if !isSet(env, "GOGC") {

@@ -93,7 +93,7 @@ const minSecret = 3
 
 // newRedactor returns a redactor hiding the credentials args and env
 // give: secret settings' values and the passwords of URL settings.
-func newRedactor(args []string, env lookupFunc) *redactor {
+func newRedactor(args []string, env settings.Lookup) *redactor {
 	r := &redactor{}
 	for i, a := range args {
 		if strings.Contains(a, "://") {

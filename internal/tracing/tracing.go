@@ -193,3 +193,17 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// storeName adds db.system.name to the store spans, the client spans
+// pkg/envoy starts around each store call: pkg/envoy knows no store.
+type storeName struct{ attr attribute.KeyValue }
+
+func (p storeName) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) {
+	if s.SpanKind() == trace.SpanKindClient {
+		s.SetAttributes(p.attr)
+	}
+}
+
+func (storeName) OnEnd(sdktrace.ReadOnlySpan)      {}
+func (storeName) Shutdown(context.Context) error   { return nil }
+func (storeName) ForceFlush(context.Context) error { return nil }
