@@ -54,7 +54,7 @@ func Load(args []string, env Lookup) (*Config, error) {
 	c.dogStatsdTags(env)
 	c.noteRuntime(env)
 	c.noteServerCA(env)
-	return c, c.Explain(c.check(fs, given))
+	return c, c.Explain(c.check(fs))
 }
 
 // checkArgument takes -check's one argument, the rule path, as -config.
