@@ -19,16 +19,16 @@ func PrintFlags(w io.Writer) {
 	}
 	for _, g := range groups() {
 		fmt.Fprintf(w, "\n%s:\n", g)
-		var names []string
+		var rows []*Setting
 		for i := range Table {
 			if Table[i].Group == g {
-				names = append(names, Table[i].Flag)
+				rows = append(rows, &Table[i])
 			}
 		}
-		slices.Sort(names)
-		for _, name := range names {
-			s, f := Find(name), fs.Lookup(name)
-			line := "  -" + name
+		slices.SortFunc(rows, func(a, b *Setting) int { return strings.Compare(a.Flag, b.Flag) })
+		for _, s := range rows {
+			f := fs.Lookup(s.Flag)
+			line := "  -" + s.Flag
 			if t := s.typeName(f.Value); t != "" {
 				line += " " + t
 			}

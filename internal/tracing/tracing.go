@@ -9,6 +9,7 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -105,11 +106,9 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 	if err := checkEnv(protocol, os.Getenv); err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	var client otlptrace.Client
+	client := otlptracehttp.NewClient()
 	if protocol == ProtocolGRPC {
 		client = otlptracegrpc.NewClient()
-	} else {
-		client = otlptracehttp.NewClient()
 	}
 	exporter, err := otlptrace.New(ctx, client)
 	if err != nil {
@@ -137,15 +136,10 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 // newResource describes the process: the SDK's attributes and
 // OTEL_RESOURCE_ATTRIBUTES, overridden by opts.
 func newResource(opts Options) (*resource.Resource, error) {
-	name := opts.ServiceName
-	if name == "" {
-		name = DefaultServiceName
+	attrs := []attribute.KeyValue{
+		semconv.ServiceName(cmp.Or(opts.ServiceName, DefaultServiceName)),
+		semconv.ServiceInstanceID(cmp.Or(opts.ServiceInstanceID, uuid.NewString())),
 	}
-	id := opts.ServiceInstanceID
-	if id == "" {
-		id = uuid.NewString()
-	}
-	attrs := []attribute.KeyValue{semconv.ServiceName(name), semconv.ServiceInstanceID(id)}
 	if opts.ServiceNamespace != "" {
 		attrs = append(attrs, semconv.ServiceNamespace(opts.ServiceNamespace))
 	}
