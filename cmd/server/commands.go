@@ -108,20 +108,16 @@ func checkRules(w io.Writer, path string, opts rules.Options) error {
 	for _, wn := range warnings {
 		fmt.Fprintf(w, "warning: %s\n", wn)
 	}
-	limits := 0
-	perDomain := map[string][2]int{} // rules, limits
+	limits, rulesIn, limitsIn := 0, map[string]int{}, map[string]int{}
 	all := set.Rules()
 	for _, r := range all {
-		c := perDomain[r.Domain]
-		c[0]++
-		c[1] += len(r.Limits)
-		perDomain[r.Domain] = c
+		rulesIn[r.Domain]++
+		limitsIn[r.Domain] += len(r.Limits)
 		limits += len(r.Limits)
 	}
 	domains := set.Domains()
 	for _, d := range domains {
-		c := perDomain[d]
-		fmt.Fprintf(w, "domain %s: %s, %s\n", d, plural(c[0], "rule"), plural(c[1], "limit"))
+		fmt.Fprintf(w, "domain %s: %s, %s\n", d, plural(rulesIn[d], "rule"), plural(limitsIn[d], "limit"))
 	}
 	fmt.Fprintf(w, "%s: OK: %s, %s, %s, %s, %s\n", path,
 		plural(set.Files(), "file"), plural(len(domains), "domain"), plural(len(all), "rule"),

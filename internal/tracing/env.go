@@ -3,6 +3,7 @@ package tracing
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"net/url"
 	"os"
 	"strconv"
@@ -13,24 +14,29 @@ import (
 // they cannot use, log it and go on with their default, sending spans
 // nowhere. New checks the values first, by the exporters' rules.
 
-// eachSet calls check with each form of name that getenv sets, the
-// generic one first: the exporter parses both, and the _TRACES_ form wins.
-func eachSet(getenv func(string) string, name string, check func(variable, value string) error) error {
-	for _, v := range []string{"OTEL_EXPORTER_OTLP_" + name, "OTEL_EXPORTER_OTLP_TRACES_" + name} {
-		if s := strings.TrimSpace(getenv(v)); s != "" {
-			if err := check(v, s); err != nil {
-				return err
+// otlpVars yields each form of the OTLP variable name that getenv sets,
+// with its trimmed value: the generic one first, then the _TRACES_ one,
+// which wins. The exporter parses both.
+func otlpVars(getenv func(string) string, name string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for _, v := range []string{"OTEL_EXPORTER_OTLP_" + name, "OTEL_EXPORTER_OTLP_TRACES_" + name} {
+			if s := strings.TrimSpace(getenv(v)); s != "" && !yield(v, s) {
+				return
 			}
 		}
 	}
-	return nil
 }
 
 // checkEnv returns an error naming the first variable the exporter of
 // protocol (ProtocolHTTP or ProtocolGRPC) would not use as given.
 func checkEnv(protocol string, getenv func(string) string) error {
 	each := func(name string, check func(variable, value string) error) error {
-		return eachSet(getenv, name, check)
+		for v, s := range otlpVars(getenv, name) {
+			if err := check(v, s); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return errors.Join(
 		each("ENDPOINT", func(v, s string) error { return checkEndpoint(protocol, v, s) }),
@@ -125,7 +131,9 @@ func checkFile(variable, path string) error {
 // OTEL_EXPORTER_OTLP_INSECURE says http. It assumes checkEnv passed.
 func endpoint(protocol string, getenv func(string) string) (string, string) {
 	var value, variable string
-	_ = eachSet(getenv, "ENDPOINT", func(v, s string) error { value, variable = s, v; return nil })
+	for v, s := range otlpVars(getenv, "ENDPOINT") {
+		variable, value = v, s
+	}
 	u := &url.URL{Scheme: "https", Host: "localhost:4318", Path: "/v1/traces"}
 	if protocol == ProtocolGRPC {
 		u = &url.URL{Scheme: "https", Host: "localhost:4317"}
@@ -149,7 +157,9 @@ func endpoint(protocol string, getenv func(string) string) (string, string) {
 		return u.String(), variable
 	}
 	insecure := strings.EqualFold(u.Scheme, "http")
-	_ = eachSet(getenv, "INSECURE", func(_, s string) error { insecure = strings.EqualFold(s, "true"); return nil })
+	for _, s := range otlpVars(getenv, "INSECURE") {
+		insecure = strings.EqualFold(s, "true")
+	}
 	u.Scheme = "https"
 	if insecure {
 		u.Scheme = "http"
