@@ -32,13 +32,11 @@ const defaultGOGC = 400
 // process; the rest is for memory the runtime does not manage.
 const memoryLimitShare = 0.9
 
-// gcSettings is what floodgate sets in the garbage collector at start.
+// gcSettings is what floodgate sets in the garbage collector at start:
+// the GC target and the soft memory limit. 0 leaves the runtime's own:
+// GOGC or GOMEMLIMIT set (even GOGC=off), or no cgroup limit found.
 type gcSettings struct {
-	// gogc is the GC target applied at start, 0 when the environment sets
-	// GOGC (even to "off"): the runtime has applied it and it wins.
-	gogc int
-	// memLimit is the soft memory limit applied from the cgroup, 0 for
-	// none: GOMEMLIMIT is set, or no cgroup limit was found.
+	gogc     int
 	memLimit int64
 }
 
