@@ -152,15 +152,11 @@ func pairs(m *map[string]string, sep string) flag.Value {
 // retired is a setting that no longer lands anywhere: a value given is
 // accepted, so that a deployment that set it still starts, and noted at
 // start with the setting that took its place.
-type retired struct {
-	c         *Config
-	flag, now string
+func retired(c *Config, name, now string) flag.Value {
+	parse := func(s string) (string, error) {
+		note := fmt.Sprintf("-%s (%s) is retired: %s is ignored, %s applies", name, (&Setting{Flag: name}).Var(), s, now)
+		c.Notes = append(c.Notes, note)
+		return s, nil
+	}
+	return &value[string]{p: new(string), parse: parse}
 }
-
-func (v retired) Set(s string) error {
-	v.c.Notes = append(v.c.Notes, fmt.Sprintf("-%s (%s) is retired: %s is ignored, %s applies", v.flag, (&Setting{Flag: v.flag}).Var(), s, v.now))
-	return nil
-}
-
-func (v retired) String() string { return "" }
-func (v retired) Get() any       { return nil }
