@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"cmp"
 	"net"
 	"os"
 	"path/filepath"
@@ -34,10 +35,7 @@ func hostPort(hostVar, portVar, defHost, defPort string) envSource {
 		if !hok {
 			host = defHost
 		}
-		if port == "" {
-			port = defPort
-		}
-		return net.JoinHostPort(host, port), hostVar + "/" + portVar, true
+		return net.JoinHostPort(host, cmp.Or(port, defPort)), hostVar + "/" + portVar, true
 	}
 }
 
@@ -52,13 +50,7 @@ func runtimePath(env Lookup) (string, string, bool) {
 	if !rok && !sok && !aok {
 		return "", "", false
 	}
-	if root == "" {
-		root = "/srv/runtime_data/current"
-	}
-	if app == "" {
-		app = "config"
-	}
-	return filepath.Join(root, sub, app), runtimeFrom, true
+	return filepath.Join(cmp.Or(root, "/srv/runtime_data/current"), sub, cmp.Or(app, "config")), runtimeFrom, true
 }
 
 // runtimeFrom names the RUNTIME_* variables as the origin of the rule path.

@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"slices"
@@ -41,9 +42,7 @@ func Load(args []string, env Lookup) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Rules.PathFrom == "" {
-		c.Rules.PathFrom = c.From["config"]
-	}
+	c.Rules.PathFrom = cmp.Or(c.Rules.PathFrom, c.From["config"])
 	c.Notes = append(c.Notes, overrides...)
 	notes, err := checkReference(env, c.Store.Redis.URL != "")
 	if err != nil {
