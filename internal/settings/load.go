@@ -24,10 +24,7 @@ var ErrHelp = flag.ErrHelp
 // accepted with a difference worth knowing.
 func Load(args []string, env Lookup) (*Config, error) {
 	c := &Config{}
-	fs, err := flagSet(Table, c, env)
-	if err != nil {
-		return nil, err
-	}
+	fs := flagSet(c, env)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

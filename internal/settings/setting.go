@@ -94,22 +94,24 @@ func (s *Setting) Var() string {
 // Lookup reads an environment variable, as os.LookupEnv does.
 type Lookup func(name string) (string, bool)
 
-// flagSet registers every setting of table on a flag set writing into c,
+// flagSet registers every setting of Table on a flag set writing into c,
 // each field set to its default first. It prints nothing: the binary
-// prints the usage and errors in the log format asked for.
-func flagSet(table []Setting, c *Config, env Lookup) (*flag.FlagSet, error) {
+// prints the usage and errors in the log format asked for. A row it
+// cannot register is a mistake in Table: it panics, naming the flag, and
+// every test that loads the settings fails.
+func flagSet(c *Config, env Lookup) *flag.FlagSet {
 	fs := flag.NewFlagSet("floodgate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	for i := range table {
-		s := &table[i]
+	for i := range Table {
+		s := &Table[i]
 		v, err := s.value(c, env)
 		if err != nil {
-			return nil, fmt.Errorf("settings: -%s: %w", s.Flag, err)
+			panic(fmt.Sprintf("settings: -%s: %v", s.Flag, err))
 		}
 		fs.Var(v, s.Flag, s.Usage)
 	}
-	return fs, nil
+	return fs
 }
 
 // value returns the flag.Value of s over c, its field set to the default.
