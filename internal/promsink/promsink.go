@@ -8,6 +8,7 @@
 package promsink
 
 import (
+	"cmp"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -74,10 +75,7 @@ var _ statsd.Sink = (*Sink)(nil)
 
 // New returns a Sink mapping with opts, its exporter running until Close.
 func New(opts Options) (*Sink, error) {
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	reg := prometheus.NewRegistry()
 	m := &mapper.MetricMapper{Registerer: reg}
 	if err := loadMapping(m, opts, logger); err != nil {
