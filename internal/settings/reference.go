@@ -50,18 +50,12 @@ type Reference struct {
 // reports false, nor for a Redis variable while BACKEND_TYPE=memcache
 // (see redisBackend).
 func (r *Reference) from() envSource {
-	src, while := r.Value, r.While
+	src := r.Value
 	if src == nil {
 		src = envVar(r.Name)
 	}
-	if on := while; r.redisBackend() {
-		while = func(env Lookup) bool { return !memcacheOn(env) && (on == nil || on(env)) }
-	}
-	if while == nil {
-		return src
-	}
 	return func(env Lookup) (string, string, bool) {
-		if !while(env) {
+		if r.While != nil && !r.While(env) || r.redisBackend() && memcacheOn(env) {
 			return "", "", false
 		}
 		return src(env)
