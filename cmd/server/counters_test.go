@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/counters"
 	"github.com/floodgate/floodgate/internal/harness/redistest"
+	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
 )
 
@@ -32,7 +33,7 @@ var countersServing = regexp.MustCompile(`msg=serving .*http=(\S+) debug=(\S+)`)
 // environment of the command, which gives that port as DEBUG_PORT (so
 // that the command finds the listener as it would the server's), the
 // HTTP listener's address and the server's logs.
-func countersServer(t *testing.T, env ...string) (lookupFunc, string, *testlog.Buffer) {
+func countersServer(t *testing.T, env ...string) (settings.Lookup, string, *testlog.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "t.yaml"), []byte(countersRules), 0o644); err != nil {
@@ -59,7 +60,7 @@ func countersServer(t *testing.T, env ...string) (lookupFunc, string, *testlog.B
 
 // runCounters runs `floodgate counters args...` and returns its exit
 // code, stdout and stderr.
-func runCounters(t *testing.T, env lookupFunc, args ...string) (int, string, string) {
+func runCounters(t *testing.T, env settings.Lookup, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr testlog.Buffer
 	code := run(context.Background(), append([]string{"counters"}, args...), env, &stdout, &stderr)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"log/slog"
 	"math"
@@ -14,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/settings"
 )
 
 // defaultGOGC is the garbage collector's target (GOGC) when the
@@ -31,19 +32,17 @@ const defaultGOGC = 400
 // process; the rest is for memory the runtime does not manage.
 const memoryLimitShare = 0.9
 
-// gcSettings is what floodgate sets in the garbage collector at start.
+// gcSettings is what floodgate sets in the garbage collector at start:
+// the GC target and the soft memory limit. 0 leaves the runtime's own:
+// GOGC or GOMEMLIMIT set (even GOGC=off), or no cgroup limit found.
 type gcSettings struct {
-	// gogc is the GC target applied at start, 0 when the environment sets
-	// GOGC (even to "off"): the runtime has applied it and it wins.
-	gogc int
-	// memLimit is the soft memory limit applied from the cgroup, 0 for
-	// none: GOMEMLIMIT is set, or no cgroup limit was found.
+	gogc     int
 	memLimit int64
 }
 
 // gcDefaults returns the settings floodgate applies for the environment
 // and the cgroup files under root (normally "/").
-func gcDefaults(env lookupFunc, root string) gcSettings {
+func gcDefaults(env settings.Lookup, root string) gcSettings {
 	var s gcSettings
 	if !isSet(env, "GOGC") {
 		s.gogc = defaultGOGC
@@ -58,7 +57,7 @@ func gcDefaults(env lookupFunc, root string) gcSettings {
 
 // isSet reports whether the environment sets name to a value, as the Go
 // runtime reads it: empty counts as unset.
-func isSet(env lookupFunc, name string) bool {
+func isSet(env settings.Lookup, name string) bool {
 	v, ok := env(name)
 	return ok && v != ""
 }
@@ -66,7 +65,7 @@ func isSet(env lookupFunc, name string) bool {
 // applyGCDefault applies gcDefaults, with the cgroup files under root, to
 // the process. It changes process-wide state, so only main calls it,
 // before anything allocates much.
-func applyGCDefault(env lookupFunc, root string) {
+func applyGCDefault(env settings.Lookup, root string) {
 	s := gcDefaults(env, root)
 	if s.gogc > 0 {
 		debug.SetGCPercent(s.gogc)
@@ -86,8 +85,8 @@ func releaseAfterLoads(ctx context.Context, src ruleSource) {
 	debug.FreeOSMemory()
 	for {
 		changed := src.Changed()
-		collected := make(chan struct{}, 1)
-		runtime.AddCleanup(src.Current(), notify, collected)
+		collected := make(chan struct{})
+		runtime.AddCleanup(src.Current(), func(ch chan struct{}) { close(ch) }, collected)
 		select {
 		case <-changed:
 		case <-ctx.Done():
@@ -117,28 +116,18 @@ func releaseCollected(ctx context.Context, collected <-chan struct{}) {
 	}
 }
 
-// notify sends on ch without waiting, when nothing is pending there.
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 // cgroupMemoryLimit returns the smallest memory limit, in bytes, of the
 // process's cgroup and those above it (v1 and v2), read from the files
 // under root; 0 when none is set or readable.
 func cgroupMemoryLimit(root string) int64 {
-	f, err := os.Open(filepath.Join(root, "proc/self/cgroup"))
+	data, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
 	var limit int64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for line := range strings.Lines(string(data)) {
 		// hierarchy-ID:controllers:path; v2 is "0::path".
-		parts := strings.SplitN(sc.Text(), ":", 3)
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
@@ -191,25 +180,21 @@ func readLimit(path string) int64 {
 // gcInEffect returns the runtime's GC target in percent (-1: off) and its
 // memory limit in bytes (-1: none), as in force whoever set them.
 func gcInEffect() (gogc, memLimit int64) {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(s)
-	gogc, memLimit = -1, -1
-	if s[0].Value.Kind() == metrics.KindUint64 {
-		if v := s[0].Value.Uint64(); v <= math.MaxInt32 {
-			gogc = int64(v)
-		}
+	gogc, memLimit = -1, debug.SetMemoryLimit(-1) // a negative limit only reads it
+	if v := s[0].Value.Uint64(); v <= math.MaxInt32 {
+		gogc = int64(v)
 	}
-	if s[1].Value.Kind() == metrics.KindUint64 {
-		if v := s[1].Value.Uint64(); v < math.MaxInt64 {
-			memLimit = int64(v)
-		}
+	if memLimit == math.MaxInt64 {
+		memLimit = -1
 	}
 	return gogc, memLimit
 }
 
 // logGC logs the garbage collector's settings in force and where they came
 // from, once at start.
-func logGC(logger *slog.Logger, env lookupFunc) {
+func logGC(logger *slog.Logger, env settings.Lookup) {
 	gogc, memLimit := gcInEffect()
 	attrs := []any{"gogc", gogc, "gogc_from", "GOGC"}
 	if !isSet(env, "GOGC") {

@@ -43,22 +43,17 @@ func (o *logOutput) replaceAttr(_ []string, a slog.Attr) slog.Attr {
 			return slog.String(a.Key, v.Duration().String())
 		}
 	case slog.KindString:
-		if s := v.String(); o.hide.changes(s) {
-			return slog.String(a.Key, o.hide.in(s))
+		if h := o.hide.in(v.String()); h != v.String() {
+			return slog.String(a.Key, h)
 		}
 	case slog.KindAny:
-		var s string
-		switch x := v.Any().(type) {
-		case error:
-			s = x.Error()
-		default:
-			s = fmt.Sprint(x)
+		err, isErr := v.Any().(error)
+		s := fmt.Sprint(v.Any())
+		if isErr {
+			s = err.Error()
 		}
-		if o.hide.changes(s) {
-			return slog.String(a.Key, o.hide.in(s))
-		}
-		if _, isErr := v.Any().(error); isErr {
-			return slog.String(a.Key, s)
+		if h := o.hide.in(s); h != s || isErr {
+			return slog.String(a.Key, h)
 		}
 	}
 	return a
@@ -98,7 +93,7 @@ const minSecret = 3
 
 // newRedactor returns a redactor hiding the credentials args and env
 // give: secret settings' values and the passwords of URL settings.
-func newRedactor(args []string, env lookupFunc) *redactor {
+func newRedactor(args []string, env settings.Lookup) *redactor {
 	r := &redactor{}
 	for i, a := range args {
 		if strings.Contains(a, "://") {
@@ -170,6 +165,3 @@ func (r *redactor) in(s string) string {
 	}
 	return s
 }
-
-// changes reports whether in changes s.
-func (r *redactor) changes(s string) bool { return r.in(s) != s }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/harness/redistest"
+	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
 )
 
@@ -114,7 +115,7 @@ var servingRE = regexp.MustCompile(`msg"?[=:]"?serving`)
 
 // runUntilServing runs the program until it exits or serves (then stops
 // it), and returns all it printed, stdout and stderr.
-func runUntilServing(t *testing.T, args []string, env lookupFunc) string {
+func runUntilServing(t *testing.T, args []string, env settings.Lookup) string {
 	t.Helper()
 	var out testlog.Buffer
 	ctx, cancel := context.WithCancel(context.Background())

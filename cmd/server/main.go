@@ -26,9 +26,6 @@ import (
 	"github.com/floodgate/floodgate/internal/settings"
 )
 
-// lookupFunc reads the environment: os.LookupEnv, injected for tests.
-type lookupFunc = settings.Lookup
-
 func main() {
 	applyGCDefault(os.LookupEnv, "/")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -40,7 +37,7 @@ func main() {
 // run is the whole program; it returns the exit code. ctx ends the server.
 // Reports go to stderr in the log format asked for, credentials hidden;
 // stdout gets only what a command prints.
-func run(ctx context.Context, args []string, env lookupFunc, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, env settings.Lookup, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replay" {
 		return packageCommand(stderr, func(logger *slog.Logger) (int, error) {
 			return replay.Command(ctx, args[1:], stdout, logger)
@@ -93,7 +90,7 @@ func packageCommand(stderr io.Writer, cmd func(*slog.Logger) (int, error)) int {
 // defaultDebugAddr is where the server's debug listener is with this
 // environment, as an address to dial (":6070" is loopback's); the
 // listener's default when the server would refuse the environment.
-func defaultDebugAddr(env lookupFunc) string {
+func defaultDebugAddr(env settings.Lookup) string {
 	addr := server.DefaultDebugAddr
 	if cfg, err := settings.Load(nil, env); err == nil {
 		addr = cfg.Server.DebugAddr

@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/floodgate/floodgate/internal/counters"
+	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/internal/promsink"
+	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
@@ -20,6 +23,7 @@ import (
 	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/internal/tracing"
+	"github.com/floodgate/floodgate/internal/ui"
 	"github.com/floodgate/floodgate/pkg/envoy"
 )
 
@@ -279,4 +283,63 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 		err = srv.RegisterMetrics(a.reg)
 	}
 	return srv, exit(2, a.cfg.Explain(err))
+}
+
+// withCapture wraps svc in a replay.Capture when -capture is set, with its
+// counts in reg, and returns what to serve and what stops the recording.
+func withCapture(svc pb.RateLimitServiceServer, cfg *settings.Capture, reg prometheus.Registerer, logger *slog.Logger) (pb.RateLimitServiceServer, func(), error) {
+	if cfg.Path == "" {
+		return svc, func() {}, nil
+	}
+	opts := cfg.Options
+	opts.Logger = logger
+	c, err := replay.NewCapture(svc, cfg.Path, opts)
+	if err != nil {
+		return nil, nil, settings.FlagError("capture", err)
+	}
+	for _, o := range []struct {
+		outcome string
+		count   func(replay.CaptureStats) int64
+	}{
+		{"written", func(s replay.CaptureStats) int64 { return s.Written }},
+		{"dropped", func(s replay.CaptureStats) int64 { return s.Dropped }},
+		{"over_size", func(s replay.CaptureStats) int64 { return s.OverSize }},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "floodgate", Name: "capture_lines_total",
+			Help:        "Requests recorded by -capture (written), not recorded because the writer was behind (dropped) or the file full (over_size).",
+			ConstLabels: prometheus.Labels{"outcome": o.outcome},
+		}, func() float64 { return float64(o.count(c.Stats())) }))
+	}
+	logger.Info("recording requests for floodgate replay", "capture", cfg.Path, "sample", opts.Sample, "max_bytes", opts.MaxBytes)
+	return c, func() {
+		if err := c.Close(); err != nil {
+			logger.Error("capture: closing the file", "capture", cfg.Path, "err", err)
+		}
+		st := c.Stats()
+		logger.Info("capture stopped", "capture", cfg.Path, "written", st.Written, "dropped", st.Dropped, "over_size", st.OverSize)
+	}, nil
+}
+
+// uiPages are the live page's handlers for the HTTP and the debug
+// listener, and run, which keeps their history; nil when -ui=false.
+type uiPages struct {
+	http, debug http.Handler
+	run         func(context.Context)
+}
+
+// newUI builds the live pages, which share one history. The HTTP
+// listener's shows the request values /metrics names (detailed_metric,
+// value_to_metric); the debug listener's, on loopback like pprof, every
+// rule's.
+func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *rlsmetrics.Metrics, store func() health.Store) (uiPages, error) {
+	if !on {
+		return uiPages{run: func(context.Context) {}}, nil
+	}
+	h, err := ui.New(ui.Options{Rules: w.Current, RuleStatus: w.Status, Gatherer: reg, Metrics: m, Store: store,
+		Values: rlsmetrics.HotOptedIn})
+	if err != nil {
+		return uiPages{}, fmt.Errorf("-ui: %w", err)
+	}
+	return uiPages{http: h, debug: h.WithValues(rlsmetrics.HotAll), run: h.Run}, nil
 }

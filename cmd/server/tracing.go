@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"os"
@@ -36,10 +37,8 @@ func newTracer(ctx context.Context, c settings.Tracing, storeName string, logger
 		return nil, err
 	}
 	endpoint, from := t.Endpoint()
-	if from == "" {
-		from = "default"
-	}
-	attrs := []any{"protocol", strings.ToLower(opts.Protocol), "endpoint", store.RedactURL(endpoint), "endpoint_from", from, "sampling_rate", opts.SamplingRate}
+	attrs := []any{"protocol", strings.ToLower(opts.Protocol), "endpoint", store.RedactURL(endpoint),
+		"endpoint_from", cmp.Or(from, "default"), "sampling_rate", opts.SamplingRate}
 	for _, kv := range t.Resource().Attributes() {
 		if strings.HasPrefix(string(kv.Key), "service.") {
 			attrs = append(attrs, string(kv.Key), kv.Value.Emit())

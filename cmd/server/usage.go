@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -66,12 +67,9 @@ var stampedVersion, stampedCommit string
 // build from a work tree) and the commit, with "+dirty" when the tree had
 // changes, as the Go toolchain recorded them or the link stamped them.
 func version() string {
-	v, commit, dirty, goVersion := "(devel)", "", false, ""
+	v, commit, dirty, goVersion := "(devel)", "unknown", false, ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		goVersion = bi.GoVersion
+		v, goVersion = cmp.Or(bi.Main.Version, v), bi.GoVersion
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
@@ -81,19 +79,13 @@ func version() string {
 			}
 		}
 	}
-	if stampedVersion != "" {
-		v = stampedVersion
-	}
 	if stampedCommit != "" {
 		commit, dirty = stampedCommit, false
-	}
-	if commit == "" {
-		commit = "unknown"
 	}
 	if dirty {
 		commit += "+dirty"
 	}
-	return fmt.Sprintf("floodgate %s commit %s %s", v, commit, goVersion)
+	return fmt.Sprintf("floodgate %s commit %s %s", cmp.Or(stampedVersion, v), commit, goVersion)
 }
 
 // flagHint follows an error in the command line or the environment.

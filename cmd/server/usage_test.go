@@ -15,7 +15,7 @@ import (
 
 // runOnce runs the program to its end with args and env, and returns its
 // exit code, stdout and stderr.
-func runOnce(t *testing.T, args []string, env lookupFunc) (int, string, string) {
+func runOnce(t *testing.T, args []string, env settings.Lookup) (int, string, string) {
 	t.Helper()
 	var stdout, stderr testlog.Buffer
 	code := run(context.Background(), args, env, &stdout, &stderr)
@@ -23,7 +23,7 @@ func runOnce(t *testing.T, args []string, env lookupFunc) (int, string, string) 
 }
 
 // envOf is an environment of the pairs kv.
-func envOf(kv ...string) lookupFunc {
+func envOf(kv ...string) settings.Lookup {
 	m := map[string]string{}
 	for i := 0; i+1 < len(kv); i += 2 {
 		m[kv[i]] = kv[i+1]
@@ -87,7 +87,7 @@ func TestCommandLineErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
-		env  lookupFunc
+		env  settings.Lookup
 		json bool
 		want []string
 	}{

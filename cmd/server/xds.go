@@ -46,10 +46,7 @@ func openRules(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (
 	done := make(chan error, 1)
 	go func() { done <- client.Run(runCtx) }()
 	follow := func(ctx context.Context) error {
-		select {
-		case <-ctx.Done():
-		case <-runCtx.Done():
-		}
+		<-ctx.Done() // ends with the server's, which ends runCtx too
 		stop()
 		return <-done
 	}

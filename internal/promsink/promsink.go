@@ -8,6 +8,7 @@
 package promsink
 
 import (
+	"cmp"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -74,21 +75,31 @@ var _ statsd.Sink = (*Sink)(nil)
 
 // New returns a Sink mapping with opts, its exporter running until Close.
 func New(opts Options) (*Sink, error) {
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	reg := prometheus.NewRegistry()
 	m := &mapper.MetricMapper{Registerer: reg}
 	if err := loadMapping(m, opts, logger); err != nil {
 		return nil, err
 	}
 	s := &Sink{registry: reg, events: make(chan event.Events, eventBuffer), done: make(chan struct{})}
-	own := newExporterMetrics()
+	// statsd_exporter's own metrics, named as the reference (and the
+	// exporter) names them.
+	actions := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_actions_total",
+		Help: "The total number of StatsD events by action."}, []string{"action"})
+	unmapped := prometheus.NewCounter(prometheus.CounterOpts{Name: "statsd_exporter_events_unmapped_total",
+		Help: "The total number of StatsD events no mapping was found for."})
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_error_total",
+		Help: "The total number of StatsD events discarded due to errors."}, []string{"reason"})
+	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_total",
+		Help: "The total number of StatsD events seen."}, []string{"type"})
+	conflicts := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_conflict_total",
+		Help: "The total number of StatsD events with conflicting names."}, []string{"type"})
+	metrics := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "statsd_exporter_metrics_total",
+		Help: "The total number of metrics."}, []string{"type"})
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		own.actions, own.unmapped, own.errors, own.events, own.conflicts, own.metrics)
+		actions, unmapped, errs, events, conflicts, metrics)
 	// The exporter logs only drops, which its metrics count.
-	exp := exporter.NewExporter(reg, m, log.NewNopLogger(), own.actions, own.unmapped, own.errors, own.events, own.conflicts, own.metrics)
+	exp := exporter.NewExporter(reg, m, log.NewNopLogger(), actions, unmapped, errs, events, conflicts, metrics)
 	go func() {
 		defer close(s.done)
 		exp.Listen(s.events)
@@ -120,31 +131,6 @@ func loadMapping(m *mapper.MetricMapper, opts Options, logger *slog.Logger) erro
 		return &option.Error{Options: "promsink.Options", Field: "MapperFile", Value: opts.MapperFile, Err: err}
 	}
 	return nil
-}
-
-// exporterMetrics are statsd_exporter's own metrics, which its exporter
-// counts into, named as the reference (and statsd_exporter) names them.
-type exporterMetrics struct {
-	actions, errors, events, conflicts *prometheus.CounterVec
-	unmapped                           prometheus.Counter
-	metrics                            *prometheus.GaugeVec
-}
-
-func newExporterMetrics() exporterMetrics {
-	return exporterMetrics{
-		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_actions_total",
-			Help: "The total number of StatsD events by action."}, []string{"action"}),
-		unmapped: prometheus.NewCounter(prometheus.CounterOpts{Name: "statsd_exporter_events_unmapped_total",
-			Help: "The total number of StatsD events no mapping was found for."}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_error_total",
-			Help: "The total number of StatsD events discarded due to errors."}, []string{"reason"}),
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_total",
-			Help: "The total number of StatsD events seen."}, []string{"type"}),
-		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "statsd_exporter_events_conflict_total",
-			Help: "The total number of StatsD events with conflicting names."}, []string{"type"}),
-		metrics: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "statsd_exporter_metrics_total",
-			Help: "The total number of metrics."}, []string{"type"}),
-	}
 }
 
 // Counter adds increase to the counter name maps to.

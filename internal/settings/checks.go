@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"slices"
@@ -9,22 +10,24 @@ import (
 	"github.com/floodgate/floodgate/internal/tlsclient"
 )
 
-// check refuses settings that need others, and what no package checks
-// because it concerns how the binary was called. The ranges of single
-// settings are their packages' (validate).
-func (c *Config) check(fs *flag.FlagSet, given map[string]bool) error {
-	for _, check := range []func() error{
-		func() error { return c.checkXDS(fs) },
-		c.checkGRPCTLS,
-		func() error { return c.checkPrometheus(fs) },
-		func() error { return c.checkCapture(fs) },
-		c.checkCommand,
-	} {
-		if err := check(); err != nil {
-			return err
-		}
+// check refuses settings that need others, and what concerns how the
+// binary was called; then each package that is on says whether it takes
+// its options, so that a bad value stops the start (and floodgate check)
+// before anything opens. The range checks are the packages'. Tracing is
+// always asked: its variables are refused whenever they are wrong.
+func (c *Config) check(fs *flag.FlagSet) error {
+	return cmp.Or(c.checkXDS(fs), c.checkGRPCTLS(), c.checkPrometheus(fs), c.checkCapture(fs), c.checkCommand(),
+		c.Store.Validate(), c.Service.Validate(), c.Server.Validate(), c.Tracing.Options.Validate(),
+		when(c.RLQS.On, c.RLQS.Options.Validate), when(bool(c.Rules.XDS), c.Rules.XDSOptions.Validate),
+		when(c.Statsd.On, c.Statsd.Options.Validate), when(c.Capture.Path != "", c.Capture.Options.Validate))
+}
+
+// when returns validate's error for a part that is on, nil for one off.
+func when(on bool, validate func() error) error {
+	if !on {
+		return nil
 	}
-	return c.validate()
+	return validate()
 }
 
 // refusal is an error naming the flags of the settings it refuses, so

@@ -1,6 +1,8 @@
 package settings
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 
@@ -128,7 +130,7 @@ func (t *ConfigType) UnmarshalText(b []byte) error {
 	case "grpc_xds_sotw":
 		*t = true
 	default:
-		return errWant("file or grpc_xds_sotw")
+		return errors.New("want file or grpc_xds_sotw")
 	}
 	return nil
 }
@@ -158,7 +160,7 @@ func (l *LogLevel) UnmarshalText(b []byte) error {
 	case "error", "fatal", "panic":
 		*l = LogLevel(slog.LevelError)
 	default:
-		return errWant("debug, info, warn or error", "unknown log level %q", string(b))
+		return fmt.Errorf("unknown log level %q (want debug, info, warn or error)", b)
 	}
 	return nil
 }
@@ -180,7 +182,7 @@ func (f *LogFormat) UnmarshalText(b []byte) error {
 		*f = LogFormat(v)
 		return nil
 	}
-	return errWant("text or json")
+	return errors.New("want text or json")
 }
 
 // MarshalText writes the format.

@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"cmp"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,13 +24,8 @@ func envVar(name string) envSource {
 }
 
 // hostPort joins the reference server's HOST/PORT style pair; an unset
-// port keeps defPort, an unset host listens on every interface.
-func hostPort(hostVar, portVar, defPort string) envSource {
-	return hostPortOn(hostVar, portVar, "", defPort)
-}
-
-// hostPortOn is hostPort with defHost for an unset host.
-func hostPortOn(hostVar, portVar, defHost, defPort string) envSource {
+// port is defPort, an unset host defHost ("": every interface).
+func hostPort(hostVar, portVar, defHost, defPort string) envSource {
 	return func(env Lookup) (string, string, bool) {
 		host, hok := env(hostVar)
 		port, pok := env(portVar)
@@ -39,10 +35,7 @@ func hostPortOn(hostVar, portVar, defHost, defPort string) envSource {
 		if !hok {
 			host = defHost
 		}
-		if port == "" {
-			port = defPort
-		}
-		return net.JoinHostPort(host, port), hostVar + "/" + portVar, true
+		return net.JoinHostPort(host, cmp.Or(port, defPort)), hostVar + "/" + portVar, true
 	}
 }
 
@@ -57,13 +50,7 @@ func runtimePath(env Lookup) (string, string, bool) {
 	if !rok && !sok && !aok {
 		return "", "", false
 	}
-	if root == "" {
-		root = "/srv/runtime_data/current"
-	}
-	if app == "" {
-		app = "config"
-	}
-	return filepath.Join(root, sub, app), runtimeFrom, true
+	return filepath.Join(cmp.Or(root, "/srv/runtime_data/current"), sub, cmp.Or(app, "config")), runtimeFrom, true
 }
 
 // runtimeFrom names the RUNTIME_* variables as the origin of the rule path.
@@ -76,7 +63,8 @@ func (c *Config) noteRuntime(env Lookup) {
 	if c.From["config"] != runtimeFrom {
 		return
 	}
-	if sub, _ := env("RUNTIME_SUBDIRECTORY"); sub != "" || isFalse(env, "RUNTIME_WATCH_ROOT") {
+	watch, _ := env("RUNTIME_WATCH_ROOT")
+	if sub, _ := env("RUNTIME_SUBDIRECTORY"); sub != "" || isBool(watch, false) {
 		return
 	}
 	c.Notes = append(c.Notes, "RUNTIME_SUBDIRECTORY is empty and RUNTIME_WATCH_ROOT is not false: the reference server serves no rules then (its loader needs a subdirectory below RUNTIME_ROOT); floodgate loads "+c.Rules.Path)

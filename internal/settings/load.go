@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"slices"
@@ -23,10 +24,7 @@ var ErrHelp = flag.ErrHelp
 // accepted with a difference worth knowing.
 func Load(args []string, env Lookup) (*Config, error) {
 	c := &Config{}
-	fs, err := flagSet(Table, c, env)
-	if err != nil {
-		return nil, err
-	}
+	fs := flagSet(c, env)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -41,9 +39,7 @@ func Load(args []string, env Lookup) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Rules.PathFrom == "" {
-		c.Rules.PathFrom = c.From["config"]
-	}
+	c.Rules.PathFrom = cmp.Or(c.Rules.PathFrom, c.From["config"])
 	c.Notes = append(c.Notes, overrides...)
 	notes, err := checkReference(env, c.Store.Redis.URL != "")
 	if err != nil {
@@ -54,7 +50,7 @@ func Load(args []string, env Lookup) (*Config, error) {
 	c.dogStatsdTags(env)
 	c.noteRuntime(env)
 	c.noteServerCA(env)
-	return c, c.Explain(c.check(fs, given))
+	return c, c.Explain(c.check(fs))
 }
 
 // checkArgument takes -check's one argument, the rule path, as -config.

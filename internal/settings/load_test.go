@@ -609,8 +609,8 @@ func TestEverySettingFoundByItsField(t *testing.T) {
 		if p == "" {
 			continue
 		}
-		got := settingOf(p+"."+typ, field)
-		if got == nil || got != s && got.Field() != s.Field() {
+		got, c := settingOf(p+"."+typ, field), &Config{}
+		if got == nil || got != s && got.At(c) != s.At(c) {
 			t.Errorf("-%s lands in %s.%s.%s; settingOf finds %v", s.Flag, p, typ, field, got)
 		}
 	}

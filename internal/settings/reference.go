@@ -50,18 +50,12 @@ type Reference struct {
 // reports false, nor for a Redis variable while BACKEND_TYPE=memcache
 // (see redisBackend).
 func (r *Reference) from() envSource {
-	src, while := r.Value, r.While
+	src := r.Value
 	if src == nil {
 		src = envVar(r.Name)
 	}
-	if on := while; r.redisBackend() {
-		while = func(env Lookup) bool { return !memcacheOn(env) && (on == nil || on(env)) }
-	}
-	if while == nil {
-		return src
-	}
 	return func(env Lookup) (string, string, bool) {
-		if !while(env) {
+		if r.While != nil && !r.While(env) || r.redisBackend() && memcacheOn(env) {
 			return "", "", false
 		}
 		return src(env)
@@ -76,14 +70,14 @@ func (r *Reference) redisBackend() bool {
 
 // References is the table, in the order of the reference's settings.go.
 var References = []Reference{
-	{Name: "HOST", Flag: "http-addr", Value: hostPort("HOST", "PORT", "8080"), Doc: "with `PORT`; the HTTP port (`/healthcheck`, `/json`, `/rlconfig`, `/metrics`)"},
-	{Name: "PORT", Flag: "http-addr", Value: hostPort("HOST", "PORT", "8080"), Doc: "8080 by default"},
-	{Name: "DEBUG_HOST", Flag: "debug-addr", Value: hostPortOn("DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070"), Doc: "default `127.0.0.1`, not `0.0.0.0`: see below"},
-	{Name: "DEBUG_PORT", Flag: "debug-addr", Value: hostPortOn("DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070"), Doc: "6070 by default; alone it stays on loopback"},
+	{Name: "HOST", Flag: "http-addr", Value: hostPort("HOST", "PORT", "", "8080"), Doc: "with `PORT`; the HTTP port (`/healthcheck`, `/json`, `/rlconfig`, `/metrics`)"},
+	{Name: "PORT", Flag: "http-addr", Value: hostPort("HOST", "PORT", "", "8080"), Doc: "8080 by default"},
+	{Name: "DEBUG_HOST", Flag: "debug-addr", Value: hostPort("DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070"), Doc: "default `127.0.0.1`, not `0.0.0.0`: see below"},
+	{Name: "DEBUG_PORT", Flag: "debug-addr", Value: hostPort("DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070"), Doc: "6070 by default; alone it stays on loopback"},
 	// GRPC_UDS comes first: in the reference it wins over GRPC_HOST/PORT.
 	{Name: "GRPC_UDS", Flag: "grpc-addr", Value: prefixed("GRPC_UDS", "unix:"), Doc: "`unix:PATH`: gRPC on a unix socket, winning over `GRPC_HOST`/`GRPC_PORT` as in the reference"},
-	{Name: "GRPC_HOST", Flag: "grpc-addr", Value: hostPort("GRPC_HOST", "GRPC_PORT", "8081"), Doc: "with `GRPC_PORT`"},
-	{Name: "GRPC_PORT", Flag: "grpc-addr", Value: hostPort("GRPC_HOST", "GRPC_PORT", "8081"), Doc: "8081 by default"},
+	{Name: "GRPC_HOST", Flag: "grpc-addr", Value: hostPort("GRPC_HOST", "GRPC_PORT", "", "8081"), Doc: "with `GRPC_PORT`"},
+	{Name: "GRPC_PORT", Flag: "grpc-addr", Value: hostPort("GRPC_HOST", "GRPC_PORT", "", "8081"), Doc: "8081 by default"},
 	{Name: "GRPC_MAX_CONNECTION_AGE", Flag: "grpc-max-connection-age", Doc: "unset, connections are never aged (the reference: 24h)"},
 	{Name: "GRPC_MAX_CONNECTION_AGE_GRACE", Flag: "grpc-max-connection-age-grace", Doc: "unset, no bound (the reference: 1h)"},
 	{Name: "GRPC_SERVER_USE_TLS", Flag: "grpc-tls", Doc: "TLS 1.2 or later"},
@@ -124,8 +118,8 @@ var References = []Reference{
 	{Name: "DD_VERSION", Source: "datadog-go", Tag: "version", In: "honoured with `USE_DOG_STATSD=true`", Doc: "a tag `version:<value>` on every stat"},
 	{Name: "DD_ENTITY_ID", Source: "datadog-go", Tag: "dd.internal.entity_id", In: "honoured with `USE_DOG_STATSD=true`", Doc: "a tag `dd.internal.entity_id:<value>` on every stat"},
 	{Name: "USE_STATSD", Flag: "statsd", Value: statsdOn, Doc: "the reference's stat names (see [operations](operations.md)) besides Prometheus. The reference defaults to `true`; floodgate sends statsd when `USE_STATSD=true`, or when it is unset and `STATSD_HOST` or `STATSD_PORT` is set; with nothing set it keeps to Prometheus"},
-	{Name: "STATSD_HOST", Flag: "statsd-addr", Value: hostPortOn("STATSD_HOST", "STATSD_PORT", "localhost", "8125"), Doc: "with `STATSD_PORT` (default `localhost:8125`)"},
-	{Name: "STATSD_PORT", Flag: "statsd-addr", Value: hostPortOn("STATSD_HOST", "STATSD_PORT", "localhost", "8125"), Doc: "likewise"},
+	{Name: "STATSD_HOST", Flag: "statsd-addr", Value: hostPort("STATSD_HOST", "STATSD_PORT", "localhost", "8125"), Doc: "with `STATSD_PORT` (default `localhost:8125`)"},
+	{Name: "STATSD_PORT", Flag: "statsd-addr", Value: hostPort("STATSD_HOST", "STATSD_PORT", "localhost", "8125"), Doc: "likewise"},
 	{Name: "STATSD_PROTOCOL", Flag: "statsd-protocol", Source: "gostats", Doc: "`tcp` by default for statsd and `udp` for DogStatsD, as the reference (its statsd library, lyft/gostats, reads it)"},
 	{Name: "EXTRA_TAGS", Flag: "statsd-tags", Doc: "in the names (`.__k=v`) for statsd, as `\\|#k:v` for DogStatsD, as the reference"},
 	{Name: "STATS_FLUSH_INTERVAL", Flag: "statsd-flush-interval", Doc: "Prometheus is read live at each scrape"},
@@ -255,11 +249,13 @@ var perSecondURL = socketURL("REDIS_PERSECOND_URL", "REDIS_PERSECOND_SOCKET_TYPE
 // perSecondNeedsURL refuses REDIS_PERSECOND=true without
 // REDIS_PERSECOND_URL, and what is not a boolean.
 func perSecondNeedsURL(v string, env Lookup) string {
-	why := "REDIS_PERSECOND_URL is not set: set it to the per-second Redis (host:port, redis://..., as REDIS_URL), or unset REDIS_PERSECOND to keep every counter in REDIS_URL's Redis"
-	if u, _ := env("REDIS_PERSECOND_URL"); u != "" {
-		why = "" // true is honoured
+	if why := unlessBool(v, env); why != "" {
+		return why
 	}
-	return whenTrue(why)(v, env)
+	if u, _ := env("REDIS_PERSECOND_URL"); u == "" && isBool(v, true) {
+		return "REDIS_PERSECOND_URL is not set: set it to the per-second Redis (host:port, redis://..., as REDIS_URL), or unset REDIS_PERSECOND to keep every counter in REDIS_URL's Redis"
+	}
+	return ""
 }
 
 // whenPerSecond applies f (a refusal or a note) only while
@@ -271,20 +267,6 @@ func whenPerSecond(f func(string, Lookup) string) func(string, Lookup) string {
 			return ""
 		}
 		return f(v, env)
-	}
-}
-
-// whenTrue refuses true, and what is not a boolean.
-func whenTrue(why string) func(string, Lookup) string {
-	return func(v string, _ Lookup) string {
-		b, err := strconv.ParseBool(v)
-		switch {
-		case err != nil:
-			return "want true or false"
-		case b:
-			return why
-		}
-		return ""
 	}
 }
 
@@ -356,15 +338,13 @@ func noteAlways(note string) func(string, Lookup) string {
 // isSetTrue reports whether the variable name is set to true.
 func isSetTrue(env Lookup, name string) bool {
 	v, _ := env(name)
-	b, err := strconv.ParseBool(v)
-	return err == nil && b
+	return isBool(v, true)
 }
 
-// isFalse reports whether the variable name is set to false.
-func isFalse(env Lookup, name string) bool {
-	v, _ := env(name)
+// isBool reports whether v reads as the boolean want.
+func isBool(v string, want bool) bool {
 	b, err := strconv.ParseBool(v)
-	return err == nil && !b
+	return err == nil && b == want
 }
 
 // checkReference refuses, all at once, the reference variables set to

@@ -1,13 +1,43 @@
 package settings
 
 import (
-	"encoding"
 	"flag"
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 )
+
+// DefaultConfigPath is -config's default: ./config.
+const DefaultConfigPath = "config"
+
+// Table declares every setting of the binary, section by section, in the
+// order of -h and docs/settings.md. Adding a setting is a row in its
+// section (table_*.go) and the field it lands in.
+var Table = slices.Concat(rulesRows, xdsRows,
+	redisRows, perSecondRows, redisTLSRows, memcacheRows,
+	listenerRows, grpcTLSRows, boundsRows, answerRows, rlqsRows,
+	observeRows, tracingRows, captureRows, commandRows)
+
+// section sets the section of -h, group, on each of rows.
+func section(group string, rows []Setting) []Setting {
+	for i := range rows {
+		rows[i].Group = group
+	}
+	return rows
+}
+
+// groups are the sections of -h, in Table's order.
+func groups() []string {
+	var gs []string
+	for _, s := range Table {
+		if !slices.Contains(gs, s.Group) {
+			gs = append(gs, s.Group)
+		}
+	}
+	return gs
+}
 
 // Setting declares one setting of the binary: its flag, its help, its
 // default and where its value lands. Its FLOODGATE_* variable derives
@@ -64,22 +94,24 @@ func (s *Setting) Var() string {
 // Lookup reads an environment variable, as os.LookupEnv does.
 type Lookup func(name string) (string, bool)
 
-// flagSet registers every setting of table on a flag set writing into c,
+// flagSet registers every setting of Table on a flag set writing into c,
 // each field set to its default first. It prints nothing: the binary
-// prints the usage and errors in the log format asked for.
-func flagSet(table []Setting, c *Config, env Lookup) (*flag.FlagSet, error) {
+// prints the usage and errors in the log format asked for. A row it
+// cannot register is a mistake in Table: it panics, naming the flag, and
+// every test that loads the settings fails.
+func flagSet(c *Config, env Lookup) *flag.FlagSet {
 	fs := flag.NewFlagSet("floodgate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	for i := range table {
-		s := &table[i]
+	for i := range Table {
+		s := &Table[i]
 		v, err := s.value(c, env)
 		if err != nil {
-			return nil, fmt.Errorf("settings: -%s: %w", s.Flag, err)
+			panic(fmt.Sprintf("settings: -%s: %v", s.Flag, err))
 		}
 		fs.Var(v, s.Flag, s.Usage)
 	}
-	return fs, nil
+	return fs
 }
 
 // value returns the flag.Value of s over c, its field set to the default.
@@ -101,56 +133,10 @@ func (s *Setting) value(c *Config, env Lookup) (flag.Value, error) {
 	if s.Value != nil {
 		return s.Value(c, env), nil
 	}
-	if v := scalarOf(p.Interface()); v != nil {
+	if v := fieldValue(p.Interface()); v != nil {
 		return v, nil
 	}
-	if t, ok := p.Interface().(textValue); ok {
-		return textFlag{t}, nil
-	}
 	return nil, fmt.Errorf("no flag for a field of type %s", p.Elem().Type())
-}
-
-// textValue is a field whose type reads and writes itself as text (an
-// enum of its package: rules.FailureMode, envoy.HeaderStyle, ...).
-type textValue interface {
-	encoding.TextUnmarshaler
-	encoding.TextMarshaler
-}
-
-// Field returns the path of the field s lands in, as Go spells it:
-// "Service.NearLimitRatio".
-func (s *Setting) Field() string {
-	if s.At == nil {
-		return ""
-	}
-	var c Config
-	path, _ := fieldPath(reflect.ValueOf(&c).Elem(), reflect.ValueOf(s.At(&c)).Pointer(), "")
-	return path
-}
-
-// fieldPath returns the path below v of the field at address addr.
-func fieldPath(v reflect.Value, addr uintptr, prefix string) (string, bool) {
-	if v.Kind() != reflect.Struct {
-		return "", false
-	}
-	t := v.Type()
-	for i := range t.NumField() {
-		f := v.Field(i)
-		if !t.Field(i).IsExported() {
-			continue
-		}
-		name := prefix + t.Field(i).Name
-		if f.Addr().Pointer() == addr && f.Kind() != reflect.Struct {
-			return name, true
-		}
-		if p, ok := fieldPath(f, addr, name+"."); ok {
-			return p, true
-		}
-		if f.Addr().Pointer() == addr {
-			return name, true
-		}
-	}
-	return "", false
 }
 
 // option returns the package, the Options type and the path within it
@@ -161,20 +147,39 @@ func (s *Setting) option() (pkg, typ, field string) {
 	if s.At == nil {
 		return "", "", ""
 	}
-	t := reflect.TypeOf(Config{})
-	var path []string
-	for _, name := range strings.Split(s.Field(), ".") {
-		f, _ := t.FieldByName(name)
-		t = f.Type
-		path = append(path, name)
-		if pkg == "" && strings.HasSuffix(t.Name(), "Options") && t.PkgPath() != "" && !strings.HasSuffix(t.PkgPath(), "/settings") {
-			pkg, typ, path = t.PkgPath()[strings.LastIndex(t.PkgPath(), "/")+1:], t.Name(), nil
+	var c Config
+	path := fieldPath(reflect.ValueOf(&c).Elem(), reflect.ValueOf(s.At(&c)).Pointer())
+	for i, f := range path {
+		t := f.Type
+		if strings.HasSuffix(t.Name(), "Options") && t.PkgPath() != "" && !strings.HasSuffix(t.PkgPath(), "/settings") {
+			var names []string
+			for _, f := range path[i+1:] {
+				names = append(names, f.Name)
+			}
+			return t.PkgPath()[strings.LastIndex(t.PkgPath(), "/")+1:], t.Name(), strings.Join(names, ".")
 		}
 	}
-	if pkg == "" {
-		return "", "", ""
+	return "", "", ""
+}
+
+// fieldPath returns the exported fields from the struct v down to the
+// field at address addr, or nil.
+func fieldPath(v reflect.Value, addr uintptr) []reflect.StructField {
+	for i := range v.NumField() {
+		f, sf := v.Field(i), v.Type().Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		if f.Kind() == reflect.Struct {
+			if p := fieldPath(f, addr); p != nil {
+				return append([]reflect.StructField{sf}, p...)
+			}
+		}
+		if f.Addr().Pointer() == addr {
+			return []reflect.StructField{sf}
+		}
 	}
-	return pkg, typ, strings.Join(path, ".")
+	return nil
 }
 
 // convertDefault converts d to t: as it is when assignable, or, for an

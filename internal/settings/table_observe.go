@@ -48,7 +48,7 @@ var observeRows = section("Observability: logs, metrics, statsd", []Setting{
 		Usage: "tags on every statsd stat, k1:v1,k2:v2 (the reference's EXTRA_TAGS)",
 		At:    func(c *Config) any { return &c.Statsd.Options.Tags },
 		Value: func(c *Config, _ Lookup) flag.Value {
-			return &parsed[[]statsd.Tag]{p: &c.Statsd.Options.Tags, parse: statsd.ParseTags}
+			return &value[[]statsd.Tag]{p: &c.Statsd.Options.Tags, parse: statsd.ParseTags}
 		}},
 	{Flag: "dogstatsd",
 		Usage: "send DogStatsD (tags as |#k:v) over UDP; implies -statsd",
@@ -58,7 +58,7 @@ var observeRows = section("Observability: logs, metrics, statsd", []Setting{
 		At:    func(c *Config) any { return &c.Statsd.Options.Mogrifiers },
 		Value: func(c *Config, env Lookup) flag.Value {
 			parse := func(s string) ([]statsd.Mogrifier, error) { return statsd.MogrifiersFromEnv(s, env) }
-			return &parsed[[]statsd.Mogrifier]{p: &c.Statsd.Options.Mogrifiers, parse: parse}
+			return &value[[]statsd.Mogrifier]{p: &c.Statsd.Options.Mogrifiers, parse: parse}
 		}},
 	{Flag: "prometheus-addr",
 		Usage:      "a listener of its own serving the reference server's stats as Prometheus metrics (ratelimit_service_*), mapped by statsd_exporter (-prometheus-mapper), at -prometheus-path; empty: none. floodgate's own metrics stay on the HTTP port's /metrics",

@@ -216,7 +216,7 @@ var rlqsRows = section("Rate Limit Quota Service (RLQS)", []Setting{
 		Default: rlqs.DefaultAssignmentTTL},
 	{Flag: "rlqs-store-deadline",
 		Usage: "retired: an RLQS report's store calls take the store's deadline (-redis-deadline) like every other; a value given is accepted, and noted at start",
-		Type:  "duration", Value: func(c *Config, _ Lookup) flag.Value { return retired{c, "rlqs-store-deadline", "-redis-deadline"} }},
+		Type:  "duration", Value: func(c *Config, _ Lookup) flag.Value { return retired(c, "rlqs-store-deadline", "-redis-deadline") }},
 	{Flag: "rlqs-charge-interval",
 		Usage: "least time between two store flushes of the RLQS reports (every stream's rounds that wait meanwhile are charged together, each counter once); 0 flushes as soon as the last one ended; longer spares Redis for a delay of each assignment (docs/capacity.md)",
 		At:    func(c *Config) any { return &c.RLQS.Options.ChargeInterval }},

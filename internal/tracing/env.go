@@ -3,6 +3,7 @@ package tracing
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"net/url"
 	"os"
 	"strconv"
@@ -13,60 +14,54 @@ import (
 // they cannot use, log it and go on with their default, sending spans
 // nowhere. New checks the values first, by the exporters' rules.
 
-// exportEnv reads a variable and its _TRACES_ form, which wins.
-type exportEnv struct{ getenv func(string) string }
-
-// lookup returns the trimmed value the exporter uses for name, and its
-// variable.
-func (e exportEnv) lookup(name string) (value, variable string) {
-	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_" + name, "OTEL_EXPORTER_OTLP_" + name} {
-		if s := strings.TrimSpace(e.getenv(v)); s != "" {
-			return s, v
-		}
-	}
-	return "", ""
-}
-
-// each checks both forms of name that are set: the exporter parses both.
-func (e exportEnv) each(name string, check func(variable, value string) error) error {
-	for _, v := range []string{"OTEL_EXPORTER_OTLP_" + name, "OTEL_EXPORTER_OTLP_TRACES_" + name} {
-		if s := strings.TrimSpace(e.getenv(v)); s != "" {
-			if err := check(v, s); err != nil {
-				return err
+// otlpVars yields each form of the OTLP variable name that getenv sets,
+// with its trimmed value: the generic one first, then the _TRACES_ one,
+// which wins. The exporter parses both.
+func otlpVars(getenv func(string) string, name string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for _, v := range []string{"OTEL_EXPORTER_OTLP_" + name, "OTEL_EXPORTER_OTLP_TRACES_" + name} {
+			if s := strings.TrimSpace(getenv(v)); s != "" && !yield(v, s) {
+				return
 			}
 		}
 	}
-	return nil
 }
 
 // checkEnv returns an error naming the first variable the exporter of
 // protocol (ProtocolHTTP or ProtocolGRPC) would not use as given.
 func checkEnv(protocol string, getenv func(string) string) error {
-	e := exportEnv{getenv}
+	each := func(name string, check func(variable, value string) error) error {
+		for v, s := range otlpVars(getenv, name) {
+			if err := check(v, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	return errors.Join(
-		e.each("ENDPOINT", func(v, s string) error { return checkEndpoint(protocol, v, s) }),
-		e.each("HEADERS", checkHeaders),
-		e.each("TIMEOUT", func(v, s string) error {
+		each("ENDPOINT", func(v, s string) error { return checkEndpoint(protocol, v, s) }),
+		each("HEADERS", checkHeaders),
+		each("TIMEOUT", func(v, s string) error {
 			if n, err := strconv.Atoi(s); err != nil || n < 0 {
 				return fmt.Errorf("%s=%q: want a whole number of milliseconds, like 10000", v, s)
 			}
 			return nil
 		}),
-		e.each("COMPRESSION", func(v, s string) error {
+		each("COMPRESSION", func(v, s string) error {
 			if s != "gzip" && s != "none" {
 				return fmt.Errorf("%s=%q: want gzip or none", v, s)
 			}
 			return nil
 		}),
-		e.each("INSECURE", func(v, s string) error {
+		each("INSECURE", func(v, s string) error {
 			if !strings.EqualFold(s, "true") && !strings.EqualFold(s, "false") {
 				return fmt.Errorf("%s=%q: want true or false", v, s)
 			}
 			return nil
 		}),
-		e.each("CERTIFICATE", checkFile),
-		e.each("CLIENT_CERTIFICATE", checkFile),
-		e.each("CLIENT_KEY", checkFile),
+		each("CERTIFICATE", checkFile),
+		each("CLIENT_CERTIFICATE", checkFile),
+		each("CLIENT_KEY", checkFile),
 	)
 }
 
@@ -135,8 +130,10 @@ func checkFile(variable, path string) error {
 // variable's URL gets /v1/traces; the scheme is https unless the URL or
 // OTEL_EXPORTER_OTLP_INSECURE says http. It assumes checkEnv passed.
 func endpoint(protocol string, getenv func(string) string) (string, string) {
-	e := exportEnv{getenv}
-	value, variable := e.lookup("ENDPOINT")
+	var value, variable string
+	for v, s := range otlpVars(getenv, "ENDPOINT") {
+		variable, value = v, s
+	}
 	u := &url.URL{Scheme: "https", Host: "localhost:4318", Path: "/v1/traces"}
 	if protocol == ProtocolGRPC {
 		u = &url.URL{Scheme: "https", Host: "localhost:4317"}
@@ -160,7 +157,9 @@ func endpoint(protocol string, getenv func(string) string) (string, string) {
 		return u.String(), variable
 	}
 	insecure := strings.EqualFold(u.Scheme, "http")
-	_ = e.each("INSECURE", func(_, s string) error { insecure = strings.EqualFold(s, "true"); return nil })
+	for _, s := range otlpVars(getenv, "INSECURE") {
+		insecure = strings.EqualFold(s, "true")
+	}
 	u.Scheme = "https"
 	if insecure {
 		u.Scheme = "http"

@@ -1,7 +1,7 @@
 // Package tracing exports over OTLP the spans pkg/envoy starts (a server
 // span per ShouldRateLimit, a child span per store call), as
-// envoyproxy/ratelimit does with TRACING_ENABLED. A nil *Tracer is valid
-// and does nothing.
+// envoyproxy/ratelimit does with TRACING_ENABLED. A nil *Tracer exports
+// nothing.
 //
 // The exporter's endpoint, headers, TLS files, timeout and compression come
 // from the standard OTEL_EXPORTER_OTLP_* (and OTEL_EXPORTER_OTLP_TRACES_*)
@@ -9,6 +9,7 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -80,7 +81,7 @@ func (o Options) Validate() error {
 }
 
 // Tracer starts the spans of the service and exports them. It is safe for
-// concurrent use. Its methods on a nil *Tracer do nothing.
+// concurrent use. Provider and Shutdown work on a nil *Tracer.
 type Tracer struct {
 	provider *sdktrace.TracerProvider
 	resource *resource.Resource
@@ -105,11 +106,9 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 	if err := checkEnv(protocol, os.Getenv); err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	var client otlptrace.Client
+	client := otlptracehttp.NewClient()
 	if protocol == ProtocolGRPC {
 		client = otlptracegrpc.NewClient()
-	} else {
-		client = otlptracehttp.NewClient()
 	}
 	exporter, err := otlptrace.New(ctx, client)
 	if err != nil {
@@ -137,15 +136,10 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 // newResource describes the process: the SDK's attributes and
 // OTEL_RESOURCE_ATTRIBUTES, overridden by opts.
 func newResource(opts Options) (*resource.Resource, error) {
-	name := opts.ServiceName
-	if name == "" {
-		name = DefaultServiceName
+	attrs := []attribute.KeyValue{
+		semconv.ServiceName(cmp.Or(opts.ServiceName, DefaultServiceName)),
+		semconv.ServiceInstanceID(cmp.Or(opts.ServiceInstanceID, uuid.NewString())),
 	}
-	id := opts.ServiceInstanceID
-	if id == "" {
-		id = uuid.NewString()
-	}
-	attrs := []attribute.KeyValue{semconv.ServiceName(name), semconv.ServiceInstanceID(id)}
 	if opts.ServiceNamespace != "" {
 		attrs = append(attrs, semconv.ServiceNamespace(opts.ServiceNamespace))
 	}
@@ -174,18 +168,12 @@ func (t *Tracer) Provider() trace.TracerProvider {
 
 // Resource returns the attributes every span is exported with.
 func (t *Tracer) Resource() *resource.Resource {
-	if t == nil {
-		return nil
-	}
 	return t.resource
 }
 
 // Endpoint returns the URL the spans are exported to, which may hold
 // credentials, and the variable it came from, "" for the default.
 func (t *Tracer) Endpoint() (url, variable string) {
-	if t == nil {
-		return "", ""
-	}
 	return t.endpoint, t.endpointVar
 }
 
@@ -199,3 +187,17 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// storeName adds db.system.name to the store spans, the client spans
+// pkg/envoy starts around each store call: pkg/envoy knows no store.
+type storeName struct{ attr attribute.KeyValue }
+
+func (p storeName) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) {
+	if s.SpanKind() == trace.SpanKindClient {
+		s.SetAttributes(p.attr)
+	}
+}
+
+func (storeName) OnEnd(sdktrace.ReadOnlySpan)      {}
+func (storeName) Shutdown(context.Context) error   { return nil }
+func (storeName) ForceFlush(context.Context) error { return nil }
