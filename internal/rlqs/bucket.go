@@ -32,7 +32,7 @@ type bucket struct {
 	// action repeats; nil otherwise.
 	id *rlqspb.BucketId
 
-	// What the rules make of it (resolver.resolve), from set: no counters
+	// What the rules make of it (stream.resolve), from set: no counters
 	// means allow-all; demandKey counts the fleet's demand for counters[0].
 	set       *rules.Set
 	counters  []counter
@@ -248,28 +248,19 @@ func nextPermutation(idx []int) bool {
 	return true
 }
 
-// resolver turns buckets into counters with the rules of one stream's
-// domain, reusing its Resolutions.
-type resolver struct {
-	domain       string
-	demandWindow time.Duration
-	failure      rules.FailureMode
-	res          rules.Resolution
-}
-
-// resolve sets b's counters, mode and demand key from set (nil: no rules,
-// allow-all).
-func (r *resolver) resolve(b *bucket, set *rules.Set) {
-	b.set, b.counters, b.shadow, b.failure = set, b.counters[:0], false, r.failure
-	if set == nil || !set.HasDomain(r.domain) {
+// resolve sets b's counters, mode and demand key from the rules of the
+// stream's domain in set (nil: no rules, allow-all).
+func (st *stream) resolve(b *bucket, set *rules.Set) {
+	b.set, b.counters, b.shadow, b.failure = set, b.counters[:0], false, st.s.opts.FailureMode
+	if set == nil || !set.HasDomain(st.domain) {
 		return
 	}
-	order := orderFor(set, r.domain, b.entries)
+	order := orderFor(set, st.domain, b.entries)
 	// Without an override, Resolve cannot fail.
-	if err := set.Resolve(&r.res, r.domain, []rules.Descriptor{{Entries: order}}); err != nil {
+	if err := set.Resolve(&st.res, st.domain, []rules.Descriptor{{Entries: order}}); err != nil {
 		return
 	}
-	d := &r.res.Descriptors[0]
+	d := &st.res.Descriptors[0]
 	if d.Rule != nil {
 		b.shadow = d.Mode == limit.Advisory
 		if d.Rule.FailureMode != rules.FailureDefault {
@@ -281,14 +272,8 @@ func (r *resolver) resolve(b *bucket, set *rules.Set) {
 			b.counters = append(b.counters, counter{key: unique.Make(l.Key), spec: l.Limit.Spec})
 		}
 	}
-	r.res.Reset()
+	st.res.Reset()
 	if len(b.counters) > 0 {
-		b.demandKey = unique.Make(r.demandKey(set, b.counters[0].key.Value()))
+		b.demandKey = unique.Make(rules.DemandKey(b.counters[0].key.Value(), st.s.demand.Window))
 	}
-}
-
-// demandKey returns the key of the counter of the fleet's demand for the
-// counter at counterKey (see rules.DemandKey).
-func (r *resolver) demandKey(set *rules.Set, counterKey string) string {
-	return rules.DemandKey(counterKey, r.demandWindow)
 }

@@ -72,10 +72,6 @@ type charge struct {
 	done   chan struct{}
 }
 
-func newCoalescer(l limit.Limiter, every time.Duration) *coalescer {
-	return &coalescer{limiter: l, every: every}
-}
-
 // charge charges hits with those of the other rounds that wait meanwhile,
 // fills decs with their counters' decisions and failed with whether each
 // hit's store call failed, and returns the first error. Once queued, the

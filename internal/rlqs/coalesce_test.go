@@ -42,7 +42,7 @@ func TestCoalescedCharges(t *testing.T) {
 	clk := &clock{t: epoch}
 	mem := limit.NewMemory(limit.MemoryOptions{Now: clk.Now})
 	g := &gatedLimiter{Limiter: mem, gate: make(chan struct{})}
-	c := newCoalescer(g, 0)
+	c := &coalescer{limiter: g}
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute}
 	other := limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Minute}
 	const streams = 50
@@ -91,7 +91,7 @@ func TestCoalescedCharges(t *testing.T) {
 func TestCoalescerDoneContext(t *testing.T) {
 	g := &gatedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), gate: make(chan struct{})}
 	close(g.gate)
-	c := newCoalescer(g, 0)
+	c := &coalescer{limiter: g}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	failed := make([]bool, 1)
@@ -164,7 +164,7 @@ func (s *shardedLimiter) Evaluate(ctx context.Context, hits []limit.Hit, decs []
 // the others are charged.
 func TestShardedFailure(t *testing.T) {
 	sl := &shardedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{})}
-	c := newCoalescer(sl, 0)
+	c := &coalescer{limiter: sl}
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute}
 	var hits []limit.Hit
 	for i := range 300 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -34,10 +33,13 @@ const chunkHits = 128
 // slot after next reads it.
 const demandSlots = 4
 
-// demandSpec is the spec of the demand counters: a sliding window of
-// demandSlots report intervals, in sub-windows of one interval.
-func demandSpec(reportInterval time.Duration) limit.Spec {
-	return limit.Spec{Algorithm: limit.SlidingWindow, Limit: demandCapacity, Window: demandSlots * reportInterval, Precision: demandSlots}
+// DemandSpec is the spec of the counters of the fleet's demand that a
+// Service with opts keeps beside the rules' own, which the store must
+// support: a sliding window of demandSlots report intervals, in
+// sub-windows of one interval.
+func DemandSpec(opts Options) limit.Spec {
+	window := demandSlots * opts.withDefaults().ReportInterval
+	return limit.Spec{Algorithm: limit.SlidingWindow, Limit: demandCapacity, Window: window, Precision: demandSlots}
 }
 
 func slotOf(t time.Time, reportInterval time.Duration) int64 {
@@ -48,26 +50,12 @@ func slotKey(demandKey string, slot int64) string {
 	return demandKey + ":" + strconv.FormatInt(slot, 10)
 }
 
-// ledger charges one stream's buckets through the Service's coalescer.
-type ledger struct {
-	store    *coalescer
-	demand   limit.Spec
-	interval time.Duration // the report interval, a demand slot's length
-	// bufs is shared by the Service's streams, so that the buffers follow
-	// the rounds running, not the streams times their buckets.
-	bufs *sync.Pool
-}
-
 // chargeBuf is one round's hits and what became of them.
 type chargeBuf struct {
 	hits   []limit.Hit
 	decs   []limit.Decision
 	failed []bool
 	owners []owner
-}
-
-func newChargeBufs() *sync.Pool {
-	return &sync.Pool{New: func() any { return &chargeBuf{} }}
 }
 
 // owner is where a hit's decision goes: bucket b's counter c, or its
@@ -79,20 +67,20 @@ const (
 	ownerDemandBefore = -2
 )
 
-// charge charges each bucket of bs (all with counters) and reads its
+// charge charges, through the coalescer, each bucket of one stream's bs (all with counters) and reads its
 // counters and the fleet's demand; it returns the first error and how
 // many buckets failed. A bucket whose counters' call failed keeps its
 // usage for the next round, which charges all its counters again: a
 // counter whose call had succeeded is charged twice, never less than
 // Envoy admitted. One whose demand alone failed keeps the demand it had.
-func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
-	cb := l.bufs.Get().(*chargeBuf)
-	defer l.bufs.Put(cb)
+func (s *Service) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
+	cb := s.bufs.Get().(*chargeBuf)
+	defer s.bufs.Put(cb)
 	defer clear(cb.hits) // their keys belong to the buckets
-	l.hitsOf(cb, now, bs)
+	s.hitsOf(cb, now, bs)
 	cb.decs = resize(cb.decs, len(cb.hits))
 	cb.failed = resize(cb.failed, len(cb.hits))
-	err = l.store.charge(ctx, cb.hits, cb.decs, cb.failed)
+	err = s.store.charge(ctx, cb.hits, cb.decs, cb.failed)
 	for _, b := range bs {
 		b.failed = false
 	}
@@ -103,7 +91,7 @@ func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (faile
 			}
 			continue
 		}
-		l.take(bs[o.b], o, cb.decs[k], now)
+		take(bs[o.b], o, cb.decs[k], now)
 	}
 	for _, b := range bs {
 		if b.failed {
@@ -121,9 +109,9 @@ func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (faile
 
 // hitsOf fills cb with the hits of bs: each counter's, then the demand of
 // the current slot and a look at the slot before's.
-func (l *ledger) hitsOf(cb *chargeBuf, now time.Time, bs []*bucket) {
+func (s *Service) hitsOf(cb *chargeBuf, now time.Time, bs []*bucket) {
 	cb.hits, cb.owners = cb.hits[:0], cb.owners[:0]
-	slot := slotOf(now, l.interval)
+	slot := slotOf(now, s.opts.ReportInterval)
 	for i, b := range bs {
 		for j := range b.counters {
 			c := &b.counters[j]
@@ -132,13 +120,13 @@ func (l *ledger) hitsOf(cb *chargeBuf, now time.Time, bs []*bucket) {
 			cb.owners = append(cb.owners, owner{i, j})
 		}
 		cb.hits = append(cb.hits,
-			limit.Hit{Key: slotKey(b.demandKey.Value(), slot), Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory},
-			limit.Hit{Key: slotKey(b.demandKey.Value(), slot-1), Spec: l.demand, Mode: limit.Advisory})
+			limit.Hit{Key: slotKey(b.demandKey.Value(), slot), Spec: s.demand, Cost: b.fresh, Mode: limit.Advisory},
+			limit.Hit{Key: slotKey(b.demandKey.Value(), slot-1), Spec: s.demand, Mode: limit.Advisory})
 		cb.owners = append(cb.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
 	}
 }
 
-func (l *ledger) take(b *bucket, o owner, d limit.Decision, now time.Time) {
+func take(b *bucket, o owner, d limit.Decision, now time.Time) {
 	switch o.c {
 	case ownerDemand:
 		b.fleet = demandCapacity - d.Remaining

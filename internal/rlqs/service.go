@@ -28,12 +28,13 @@ const ClientMetadata = "x-rlqs-client"
 type Service struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 
-	rules   func() *rules.Set
-	limiter limit.Limiter
-	opts    Options
-	demand  limit.Spec
-	store   *coalescer
-	bufs    *sync.Pool // of *chargeBuf, shared by the streams
+	rules  func() *rules.Set
+	opts   Options
+	demand limit.Spec // DemandSpec
+	store  *coalescer
+	// bufs holds *chargeBuf, shared by the streams so that the buffers
+	// follow the rounds running, not the streams times their buckets.
+	bufs sync.Pool
 
 	streams, buckets atomic.Int64
 	ids              atomic.Uint64
@@ -57,15 +58,10 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 		// Registered nowhere, so that recording needs no nil check.
 		opts.Metrics, _ = NewMetrics(prometheus.NewRegistry())
 	}
-	return &Service{rules: current, limiter: l, opts: opts, demand: demandSpec(opts.ReportInterval),
-		store: newCoalescer(l, opts.ChargeInterval), bufs: newChargeBufs(), done: make(chan struct{})}, nil
-}
-
-// DemandSpec is the spec of the counters of the fleet's demand that a
-// Service with opts keeps beside the rules' own: the store must support
-// it.
-func DemandSpec(opts Options) limit.Spec {
-	return demandSpec(opts.withDefaults().ReportInterval)
+	s := &Service{rules: current, opts: opts, demand: DemandSpec(opts),
+		store: &coalescer{limiter: l, every: opts.ChargeInterval}, done: make(chan struct{})}
+	s.bufs.New = func() any { return &chargeBuf{} }
+	return s, nil
 }
 
 // Shutdown ends every stream with Unavailable, so that each Envoy reopens

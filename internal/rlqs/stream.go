@@ -52,10 +52,9 @@ type stream struct {
 	client string
 	domain string
 
-	buckets  map[string]*bucket
-	resolver resolver
-	ledger   ledger
-	round    uint64
+	buckets map[string]*bucket
+	res     rules.Resolution // reused by resolve
+	round   uint64
 	// lastReport is when the last report arrived, or the stream opened.
 	lastReport time.Time
 	logged     map[string]bool // the refusal reasons logged already
@@ -74,8 +73,6 @@ func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 	return &stream{
 		s: s, gs: gs, id: s.ids.Add(1), client: client,
 		buckets:    map[string]*bucket{},
-		resolver:   resolver{demandWindow: s.demand.Window, failure: s.opts.FailureMode},
-		ledger:     ledger{store: s.store, demand: s.demand, interval: s.opts.ReportInterval, bufs: s.bufs},
 		lastReport: s.opts.Now(),
 		logged:     map[string]bool{},
 	}
@@ -171,7 +168,7 @@ func (st *stream) setDomain(d string) error {
 	case st.domain == "" && d == "":
 		return status.Error(codes.InvalidArgument, "rlqs: the stream's first report has no domain")
 	case st.domain == "":
-		st.domain, st.resolver.domain = d, d
+		st.domain = d
 	case d != "" && d != st.domain:
 		return status.Errorf(codes.InvalidArgument, "rlqs: domain %q on a stream of domain %q: open a stream per domain", d, st.domain)
 	}
@@ -370,7 +367,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 	st.charged = st.charged[:0]
 	for _, b := range batch {
 		if b.set != set || set == nil {
-			st.resolver.resolve(b, set)
+			st.resolve(b, set)
 		}
 		if len(b.counters) > 0 {
 			st.charged = append(st.charged, b)
@@ -379,7 +376,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 		}
 	}
 	if len(st.charged) > 0 {
-		if failed, err := st.ledger.charge(ctx, now, st.charged); err != nil {
+		if failed, err := st.s.charge(ctx, now, st.charged); err != nil {
 			st.s.storeFailed(err, failed)
 		}
 	}
