@@ -34,7 +34,10 @@ func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
 	if gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	}
-	mountUI(mux, s.opts.UI)
+	if s.opts.UI != nil {
+		mux.Handle("/ui", s.opts.UI)
+		mux.Handle("/ui/", s.opts.UI)
+	}
 	if s.opts.Counters != nil {
 		mux.HandleFunc("/counters", s.countersRefused)
 		mux.HandleFunc("/counters/", s.countersRefused)
@@ -108,14 +111,6 @@ func stats(w http.ResponseWriter, _ *http.Request) {
 	expvar.Do(func(kv expvar.KeyValue) {
 		fmt.Fprintf(w, "%s: %s\n", kv.Key, kv.Value)
 	})
-}
-
-// mountUI serves the live page h, if any, at /ui and under /ui/.
-func mountUI(mux *http.ServeMux, h http.Handler) {
-	if h != nil {
-		mux.Handle("/ui", h)
-		mux.Handle("/ui/", h)
-	}
 }
 
 // healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not;
@@ -255,11 +250,7 @@ func writeLoads(b *strings.Builder, st rules.Status) {
 		return
 	}
 	fmt.Fprintf(b, "last_error_at: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339Nano))
-	var lines []string
-	for _, l := range strings.Split(st.LastError.Error(), "\n") {
-		lines = append(lines, "  "+l)
-	}
-	fmt.Fprintf(b, "last_error: |\n%s\n", strings.Join(lines, "\n"))
+	fmt.Fprintf(b, "last_error: |\n  %s\n", strings.ReplaceAll(st.LastError.Error(), "\n", "\n  "))
 }
 
 // writeLimits writes one line per limit of rs, with the rule's flags.

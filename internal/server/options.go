@@ -140,24 +140,16 @@ func (r StoreReadiness) String() string {
 	return fmt.Sprintf("StoreReadiness(%d)", int(r))
 }
 
-// ParseStoreReadiness returns the mode named s, as String names it,
-// regardless of case.
-func ParseStoreReadiness(s string) (StoreReadiness, error) {
+// UnmarshalText reads a mode's name, as String names it, regardless of
+// case.
+func (r *StoreReadiness) UnmarshalText(b []byte) error {
 	for i, name := range storeReadinessNames {
-		if strings.EqualFold(s, name) {
-			return StoreReadiness(i), nil
+		if strings.EqualFold(string(b), name) {
+			*r = StoreReadiness(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("unknown store readiness %q (want reached-once, always or ignored)", s)
-}
-
-// UnmarshalText reads a mode's name, as ParseStoreReadiness.
-func (r *StoreReadiness) UnmarshalText(b []byte) error {
-	m, err := ParseStoreReadiness(string(b))
-	if err == nil {
-		*r = m
-	}
-	return err
+	return fmt.Errorf("unknown store readiness %q (want reached-once, always or ignored)", b)
 }
 
 // MarshalText writes the mode's name.

@@ -172,23 +172,13 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 func (s *Server) Addrs() Addrs {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var a Addrs
+	at := map[string]net.Addr{}
 	for _, l := range s.listeners {
-		if l.conns == nil {
-			continue
-		}
-		switch at := l.conns.Addr(); l.name {
-		case "grpc":
-			a.GRPC = at
-		case "http":
-			a.HTTP = at
-		case "debug":
-			a.Debug = at
-		case "prometheus":
-			a.Prometheus = at
+		if l.conns != nil {
+			at[l.name] = l.conns.Addr()
 		}
 	}
-	return a
+	return Addrs{GRPC: at["grpc"], HTTP: at["http"], Debug: at["debug"], Prometheus: at["prometheus"]}
 }
 
 // Run opens the listeners, serves until ctx is done or a server fails,
