@@ -40,11 +40,10 @@ import (
 
 // Client keeps a rules.Feed up to date from a management server.
 type Client struct {
-	feed  *rules.Feed
-	opts  Options
-	node  *core.Node
-	conn  *grpc.ClientConn
-	acked string // version_info of the last response ACKed, sent when subscribing again
+	feed *rules.Feed
+	opts Options
+	node *core.Node
+	conn *grpc.ClientConn
 
 	// The last response refused on the current stream (contentKey), and
 	// why. go-control-plane's snapshot cache answers a NACK by sending the
@@ -63,6 +62,9 @@ type Client struct {
 	receiving bool      // the current stream has delivered a response
 	since     time.Time // when receiving last became false
 	lastErr   string    // why the last stream ended or the connection failed
+	// lastACK is the version_info of the last response ACKed, sent when
+	// subscribing again; the stream's goroutine, its only writer, reads
+	// it without mu.
 	lastACK   string
 	lastACKAt time.Time
 
@@ -158,7 +160,7 @@ func (c *Client) Run(ctx context.Context) error {
 		// ±50 %, so that servers cut off together do not come back together.
 		wait := time.Duration(float64(c.opts.RetryInterval) * (0.5 + rand.Float64()))
 		c.opts.Logger.Warn("xds: stream to the management server ended; the rules in force stay, subscribing again",
-			"server", c.opts.ServerURL, "error", err.Error(), "in", wait.Round(time.Millisecond).String(), "version", c.acked)
+			"server", c.opts.ServerURL, "error", err.Error(), "in", wait.Round(time.Millisecond).String(), "version", c.lastACK)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -221,10 +223,10 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *
 	}
 	if err != nil {
 		c.refused, c.refusedErr = key, nackDetail(err.Error())
-		c.opts.Logger.Warn("xds: NACK", "version", version, "kept", c.acked)
+		c.opts.Logger.Warn("xds: NACK", "version", version, "kept", c.lastACK)
 		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr})
 	}
-	c.acked, c.refusedErr = version, ""
+	c.refusedErr = ""
 	c.note(func() { c.lastACK, c.lastACKAt = version, time.Now() })
 	c.opts.Logger.Debug("xds: ACK", "version", version, "resources", len(resp.GetResources()))
 	return c.request(resp.GetNonce(), nil)
@@ -393,7 +395,7 @@ func contentKey(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
 func (c *Client) request(nonce string, detail *rpcstatus.Status) *discovery.DiscoveryRequest {
 	return &discovery.DiscoveryRequest{
 		Node:          c.node,
-		VersionInfo:   c.acked,
+		VersionInfo:   c.lastACK,
 		TypeUrl:       TypeURL,
 		ResponseNonce: nonce,
 		ErrorDetail:   detail,
