@@ -15,12 +15,11 @@ import (
 )
 
 // A bucket_id is a map, while a rule is a path of keys. Its entries are
-// matched sorted by key; when no rule matches that order, every other
-// order is tried, in lexicographic order of the keys, for at most
-// maxPermuted entries. The order a rule matches is the descriptor, and
-// its counters are those an RLS request with the same entries in that
-// order counts on. A bucket no counted limit matches is assigned
-// allow-all, as RLS answers OK to a descriptor without a limit.
+// matched sorted by key, then, when no rule matches, in every other order
+// (lexicographic), for at most maxPermuted entries. The order a rule
+// matches is the descriptor whose counters an RLS request with those
+// entries counts on. A bucket without a counted limit is allow-all, as
+// RLS answers OK to a descriptor without a limit.
 const maxPermuted = 4
 
 // bucket is one bucket of a stream.
@@ -28,12 +27,12 @@ type bucket struct {
 	key     string        // bucketKey of the bucket_id
 	entries []rules.Entry // sorted by key
 	size    int           // bytes of the keys and values
-	// id is the bucket_id the current round's report carried, which the
-	// action repeats; nil otherwise.
+	// id is the bucket_id the current round's report carried, repeated in
+	// the action; nil otherwise.
 	id *rlqspb.BucketId
 
-	// What the rules make of it (stream.resolve), from set: no counters
-	// means allow-all; demandKey counts the fleet's demand for counters[0].
+	// What stream.resolve made of it with set: no counters is allow-all;
+	// demandKey counts the fleet's demand for counters[0].
 	set       *rules.Set
 	counters  []counter
 	shadow    bool
@@ -43,11 +42,10 @@ type bucket struct {
 	// pending is the allowed requests not yet charged (kept over a failed
 	// store call), fresh the demand of the current round.
 	pending, fresh int64
-	// recent are the stream's latest reports, newest first: enough for the
-	// current demand slot and the one before, with a few to spare.
+	// recent are the latest reports, newest first: enough for the current
+	// demand slot and the one before, with a few to spare.
 	recent [6]sample
-	// since is when the report charged last came (zero before the first).
-	since time.Time
+	since  time.Time // when the report charged last came
 	// fleet and fleetBefore are the fleet's demand in the current slot and
 	// the one before, as the last round read them.
 	fleet, fleetBefore int64
@@ -61,9 +59,7 @@ type bucket struct {
 	sent     strategy
 	sentAt   time.Time
 	assigned bool
-	// wakeAt, when not zero, is when the window that decided the
-	// assignment ends, and it is computed again.
-	wakeAt time.Time
+	wakeAt   time.Time // when not zero, the end of the window that decided it
 }
 
 // sample is one report's demand and the demand slot of the round that
@@ -84,8 +80,7 @@ func (b *bucket) note(now time.Time, allowed, denied uint64) {
 }
 
 // uncounted ends a round of a bucket no limit counts. What it admitted is
-// dropped rather than charged to a limit a later rule set gives it, which
-// would then start spent.
+// dropped, not charged to a limit a later rule set gives it.
 func (b *bucket) uncounted(now time.Time) {
 	b.pending, b.failed = 0, false
 	if b.reported {
@@ -93,8 +88,8 @@ func (b *bucket) uncounted(now time.Time) {
 	}
 }
 
-// record ends the bucket's part in a round: the demand of the report that
-// carried it, if any, joins the recent samples.
+// record ends the bucket's round: the demand of the report that carried
+// it, if any, joins the recent samples.
 func (b *bucket) record(now time.Time, interval time.Duration) {
 	if !b.reported {
 		return
@@ -107,11 +102,10 @@ func (b *bucket) record(now time.Time, interval time.Duration) {
 
 // demand returns the stream's demand and the fleet's that its share is
 // taken from: those of the slot before the current one, in which every
-// stream has reported once whatever the phase of its reports. Until that
-// slot holds the fleet's demand, or while this stream has not reported in
-// it (a new or reconnected Envoy), it takes those of the current slot so
-// far: the first stream to report has the fleet's demand to itself, and a
-// reconnected Envoy keeps its pace.
+// stream has reported once whatever its phase. Until that slot holds the
+// fleet's demand, or while this stream had not reported then (a new or
+// reconnected Envoy), those of the current slot so far: the first stream
+// to report has the fleet's demand to itself.
 func (b *bucket) demand(now time.Time, interval time.Duration) (own, fleet int64) {
 	slot := slotOf(now, interval)
 	if b.fleetBefore == 0 || b.newIn(slot) {
@@ -140,8 +134,8 @@ func (b *bucket) ownIn(slot int64) int64 {
 	return n
 }
 
-// maxCount bounds the counts of a bucket: far above any limit (uint32),
-// and exact in the Lua scripts' doubles.
+// maxCount bounds a bucket's counts: far above any limit (uint32), and
+// exact in the Lua scripts' doubles.
 const maxCount = 1 << 53
 
 func clampCount(n uint64) int64 {
@@ -174,7 +168,7 @@ func bucketID(id *rlqspb.BucketId, maxEntries, maxBytes int) (key string, entrie
 }
 
 // bucketKey writes sorted entries as each key and value's length, ':' and
-// bytes, so that two bucket_ids share a key only when equal.
+// bytes: two bucket_ids share a key only when equal.
 func bucketKey(entries []rules.Entry) string {
 	n := 0
 	for _, e := range entries {
@@ -192,9 +186,8 @@ func bucketKey(entries []rules.Entry) string {
 }
 
 // actionID returns the bucket_id of the bucket's action: the report's when
-// one carried it this round, else one built from its entries, since
-// building a map per action or keeping one per bucket costs much
-// (docs/benchmarks.md).
+// one carried it this round, else one built from its entries
+// (docs/benchmarks.md says why no map is kept per bucket).
 func (b *bucket) actionID() *rlqspb.BucketId {
 	if b.id != nil {
 		return b.id

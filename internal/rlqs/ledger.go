@@ -9,28 +9,24 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// What the fleet admitted and asked for lives in the store, per limit. A
-// round charges each bucket's allowed requests to the counters of its
-// limits, the ones RLS decides with, and adds its demand (allowed +
-// denied) to the demand counter of its first limit for the current slot,
-// a report interval of floodgate's clock numbered from the epoch, which
-// every instance adds to; it reads the slot before's too. Every stream
-// reports once per interval, so an ended slot holds the fleet's demand
-// over one interval. All of it goes through limit.Limiter, the store's
-// key encoding, time to live and deadline included.
+// What the fleet admitted and asked for lives in the store. A round
+// charges each bucket's allowed requests to its limits' counters, the ones
+// RLS decides with, and adds its demand (allowed + denied) to its first
+// limit's demand counter for the current slot, a report interval numbered
+// from the epoch, which every instance adds to; it reads the slot
+// before's too, which holds the fleet's demand over one interval.
 
 // demandCapacity is the demand counters' limit: never reached, and exact
 // in the Lua scripts' doubles, so that capacity − remaining is the count.
 const demandCapacity = 1 << 40
 
 // chunkHits bounds the hits of one store call: a Redis script holds Redis
-// for its whole length, and a flush may carry thousands of buckets.
+// for its whole length.
 const chunkHits = 128
 
 // demandSlots is how many report intervals a demand counter's window
-// spans: it holds every write of its slot, made within an interval of
-// floodgate's clock and at most an interval off on the store's, until the
-// slot after next reads it.
+// spans: it keeps its slot's writes, at most an interval off on the
+// store's clock, until the slot after next reads them.
 const demandSlots = 4
 
 // DemandSpec is the spec of the counters of the fleet's demand that a
@@ -59,7 +55,7 @@ type chargeBuf struct {
 }
 
 // owner is where a hit's decision goes: bucket b's counter c, or its
-// demand in the current slot or the slot before.
+// demand in the current slot or the one before.
 type owner struct{ b, c int }
 
 const (
@@ -67,12 +63,12 @@ const (
 	ownerDemandBefore = -2
 )
 
-// charge charges, through the coalescer, each bucket of one stream's bs (all with counters) and reads its
-// counters and the fleet's demand; it returns the first error and how
-// many buckets failed. A bucket whose counters' call failed keeps its
-// usage for the next round, which charges all its counters again: a
-// counter whose call had succeeded is charged twice, never less than
-// Envoy admitted. One whose demand alone failed keeps the demand it had.
+// charge charges each bucket of a stream's bs (all with counters) and
+// reads its counters and the fleet's demand; it returns the first error
+// and how many buckets failed. A bucket whose counters' call failed keeps
+// its usage for the next round, which charges all its counters again
+// (never less than Envoy admitted). One whose demand alone failed keeps
+// the demand it had.
 func (s *Service) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
 	cb := s.bufs.Get().(*chargeBuf)
 	defer s.bufs.Put(cb)
@@ -139,9 +135,8 @@ func take(b *bucket, o owner, d limit.Decision, now time.Time) {
 }
 
 // inWindow returns the part of usage, admitted evenly from since to now,
-// that falls in c's current fixed window: the rest belongs to a window
-// that is over, and would make the new one's pace too slow. Other
-// algorithms take all of it.
+// that falls in c's current fixed window: the rest belongs to one that is
+// over. Other algorithms take all of it.
 func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 	if c.spec.Algorithm != limit.FixedWindow || since.IsZero() || usage == 0 || !now.After(since) {
 		return usage
@@ -149,8 +144,7 @@ func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 	var start time.Time
 	switch {
 	case c.spec.Calendar == nil:
-		// Multiples of the length since the epoch, on the store's clock,
-		// which this one follows closely.
+		// Multiples of the length since the epoch.
 		w := c.spec.WindowMicros()
 		start = time.UnixMicro(now.UnixMicro() / w * w)
 	case !c.end.IsZero() && !c.end.After(now):

@@ -17,31 +17,26 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// A round takes the buckets a report carried, plus those whose window
-// ended or whose assignment is due a refresh; charges them (ledger.go);
-// computes each one's assignment (policy.go); and sends the assignments
-// that changed or are due a refresh, and an abandon action for each
-// bucket idle for IdleTimeout. A timer runs the rounds no report brings.
-// Everything but Recv runs on the stream's goroutine, so a stream needs
-// no lock.
+// A round charges the buckets a report carried, and those whose window
+// ended or whose assignment is due a refresh (ledger.go), decides their
+// assignments (policy.go), and sends those that changed or are due, with
+// an abandon action for each idle bucket. A timer runs the rounds no
+// report brings. All but Recv runs on the stream's goroutine: no lock.
 
-// maxActions bounds the actions of one response; more are sent in
-// several.
+// maxActions bounds the actions of one response.
 const maxActions = 1000
 
 // sweepEvery is how often a report looks at every bucket of its stream,
-// not only at those it carries: Envoy may split a report of many buckets
-// into many messages, and looking at every bucket at each would cost the
-// square of the buckets. The timer brings what is due in between.
+// not only those it carries: Envoy may split a report into many messages,
+// and a look at each would cost the square of the buckets.
 const sweepEvery = time.Second
 
 // reportsAhead is how many reports a stream reads ahead while a round
-// runs; the next round takes them together, so that a stream whose rounds
-// wait for the store catches up in a few rounds.
+// waits for the store; the next round takes them together.
 const reportsAhead = 8
 
-// wakeMargin is how long after a window's end its buckets are computed
-// again: the store's clock (Redis's) may run a little behind this one's.
+// wakeMargin delays the round at a window's end: the store's clock may
+// run a little behind this one's.
 const wakeMargin = 50 * time.Millisecond
 
 // stream is the state of one StreamRateLimitQuotas call.
@@ -52,18 +47,17 @@ type stream struct {
 	client string
 	domain string
 
-	buckets map[string]*bucket
-	res     rules.Resolution // reused by resolve
-	round   uint64
-	// lastReport is when the last report arrived, or the stream opened.
-	lastReport time.Time
+	buckets    map[string]*bucket
+	res        rules.Resolution // reused by resolve
+	round      uint64
+	lastReport time.Time       // or when the stream opened
 	logged     map[string]bool // the refusal reasons logged already
 	timer      *time.Timer
 	// nextWake is when the timer fires; sweptAt when a report last looked
 	// at every bucket.
 	nextWake, sweptAt time.Time
-	// The current round's buckets, those of them with counters, its
-	// actions, and the reports it takes together.
+	// The current round's buckets, those with counters, its actions, and
+	// its reports.
 	batch, charged []*bucket
 	actions        []*rlqspb.RateLimitQuotaResponse_BucketAction
 	queued         []*rlqspb.RateLimitQuotaUsageReports
@@ -83,10 +77,10 @@ func (st *stream) release() {
 	st.buckets = nil
 }
 
-// run serves the stream until it ends. Recv runs on a goroutine of its own
-// so that the timer and Shutdown are heard between reports; it always ends
-// by sending why on errc, since when gRPC ends a stream itself (a report
-// that does not decode) ctx is done before Recv returns the cause.
+// run serves the stream until it ends. Recv runs on its own goroutine, so
+// that the timer and Shutdown are heard between reports, and always sends
+// why it ended on errc: when gRPC ends a stream itself (a report that does
+// not decode) ctx is done before Recv returns the cause.
 func (st *stream) run(ctx context.Context) error {
 	reports := make(chan *rlqspb.RateLimitQuotaUsageReports, reportsAhead)
 	errc := make(chan error, 1)
@@ -133,9 +127,9 @@ func (st *stream) run(ctx context.Context) error {
 	}
 }
 
-// recvError is what the stream ends with when Recv fails: nothing when
-// Envoy closed it, else the error, counted when gRPC refused a report
-// (Internal: it does not decode; ResourceExhausted: over the size bound).
+// recvError is what the stream ends with when Recv fails: nil when Envoy
+// closed it, else the error, counted when gRPC refused a report (Internal:
+// it does not decode; ResourceExhausted: too large).
 func (st *stream) recvError(err error) error {
 	switch status.Code(err) {
 	case codes.OK:
@@ -162,7 +156,7 @@ func (st *stream) refuse(reason string, err error) {
 }
 
 // setDomain takes the first report's domain; a later report may repeat
-// it (Envoy 1.40 does) or leave it out, not change it.
+// it or leave it out, not change it.
 func (st *stream) setDomain(d string) error {
 	switch {
 	case st.domain == "" && d == "":
@@ -188,8 +182,7 @@ func drain(reports <-chan *rlqspb.RateLimitQuotaUsageReports, ms []*rlqspb.RateL
 	return ms
 }
 
-// report runs one round for reports that arrived together and for the
-// buckets due one.
+// report runs one round for reports that arrived together.
 func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageReports) error {
 	now := st.s.opts.Now()
 	st.lastReport = now
@@ -215,8 +208,8 @@ func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageR
 	return nil
 }
 
-// note notes the counts of a report's buckets, appending those new to
-// this round to batch.
+// note notes a report's counts, appending its buckets new to this round
+// to batch.
 func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, now time.Time) []*bucket {
 	var allowed, denied int64
 	for _, u := range m.GetBucketQuotaUsages() {
@@ -252,7 +245,7 @@ func (st *stream) wake(ctx context.Context) error {
 }
 
 // bucketFor returns the stream's bucket for id, creating it within the
-// bounds; nil, counted and logged, for a bucket_id it refuses.
+// bounds; nil, counted and logged, when it refuses id.
 func (st *stream) bucketFor(id *rlqspb.BucketId, now time.Time) *bucket {
 	o := &st.s.opts
 	key, entries, size, err := bucketID(id, o.MaxBucketEntries, o.MaxBucketIDBytes)
@@ -279,9 +272,8 @@ func (e errTooManyBuckets) Error() string {
 		"it gets no assignment until idle buckets are abandoned", e.stream, e.max, e.all)
 }
 
-// refreshAfter is how old an assignment may get before a round sends it
-// again: two report intervals before it runs out, so that a refresh comes
-// in time even when a report is late.
+// refreshAfter is the age at which a round sends an assignment again: two
+// report intervals before it runs out, in time even after a late report.
 func (st *stream) refreshAfter() time.Duration {
 	o := &st.s.opts
 	return max(o.AssignmentTTL-2*o.ReportInterval, o.ReportInterval/2)
@@ -318,11 +310,10 @@ func (st *stream) idle(now time.Time) []*bucket {
 	return out
 }
 
-// schedule sets the timer to the earliest time a bucket is due a round
-// (dueBefore) or the stream its idle timeout. With full false it looks at
-// the last round's buckets only, keeping the time set before: a bucket
-// whose time moved later may then wake the stream early, and that wake
-// schedules in full.
+// schedule sets the timer to the earliest time a bucket is due a round or
+// the stream its idle timeout. With full false it looks at the last
+// round's buckets only, keeping the time set before: a bucket whose time
+// moved later may wake the stream early, and that wake schedules in full.
 func (st *stream) schedule(full bool) {
 	o := &st.s.opts
 	now := o.Now()
@@ -345,9 +336,8 @@ func (st *stream) schedule(full bool) {
 
 // dueBefore returns the earlier of next and when b is due a round without
 // a report: its window's end, or a report interval before its assignment
-// runs out. A refresh already past is one a round let go by (the store
-// failed in failure mode unavailable): Envoy's reports retry it, where the
-// timer would retry at once, over and over.
+// runs out. A refresh already past was let go by a failed round (failure
+// mode unavailable): the reports retry it, not the timer, over and over.
 func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 	o := &st.s.opts
 	if !b.wakeAt.IsZero() && b.wakeAt.Before(next) {
@@ -359,9 +349,8 @@ func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 	return next
 }
 
-// assign runs a round for batch and leaves in st.actions, to send, the
-// assignments that changed or are due a refresh, and an abandon action
-// for each of abandoned.
+// assign runs a round for batch and leaves in st.actions the assignments
+// to send, and an abandon action for each of abandoned.
 func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []*bucket) {
 	set := st.s.rules()
 	st.charged = st.charged[:0]
@@ -385,19 +374,16 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 	for _, b := range batch {
 		b.record(now, st.s.opts.ReportInterval)
 		next, ok := st.decide(b, now)
-		if !ok || b.assigned && next == b.sent && now.Sub(b.sentAt) < refresh {
-			continue
+		if ok && (!b.assigned || next != b.sent || now.Sub(b.sentAt) >= refresh) {
+			b.sent, b.sentAt, b.assigned = next, now, true
+			st.logAssignment(b, next, now)
+			st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
+				BucketId: b.actionID(),
+				BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+					AssignmentTimeToLive: ttl, RateLimitStrategy: next.proto()}},
+			})
+			st.s.opts.Metrics.assigned(next.action())
 		}
-		b.sent, b.sentAt, b.assigned = next, now, true
-		st.logAssignment(b, next, now)
-		st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
-			BucketId: b.actionID(),
-			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: ttl, RateLimitStrategy: next.proto()}},
-		})
-		st.s.opts.Metrics.assigned(next.action())
-	}
-	for _, b := range batch {
 		b.id = nil // the report's, not to be kept
 	}
 	for _, b := range abandoned {
@@ -412,8 +398,8 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 // decide returns b's assignment after a round, or false for none to send.
 // A store failure keeps the assignment in force while it has more than a
 // report interval to live, so that one slow call does not open or close a
-// bucket for a whole interval; the failure mode decides after that, and
-// for unavailable sends nothing, so that Envoy's assignment runs out.
+// bucket for an interval; then the failure mode decides (unavailable
+// sends nothing, and Envoy's assignment runs out).
 func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	o := &st.s.opts
 	if b.failed && b.assigned && now.Sub(b.sentAt) < o.AssignmentTTL-o.ReportInterval && (b.wakeAt.IsZero() || now.Before(b.wakeAt)) {
