@@ -10,8 +10,7 @@ import (
 )
 
 // The defaults of Options' fields. Envoy 1.40 reports every 5 s whatever
-// the filter's reporting_interval says; an assignment lives three report
-// intervals, so it outlives two lost reports.
+// the filter says; an assignment outlives two lost reports.
 const (
 	DefaultReportInterval   = 5 * time.Second
 	DefaultAssignmentTTL    = 15 * time.Second
@@ -22,19 +21,17 @@ const (
 	DefaultMaxBucketIDBytes = 1024
 )
 
-// defaultMaxBucketEntries bounds a bucket_id's entries as the RLS service
-// bounds a descriptor's by default.
+// defaultMaxBucketEntries is the RLS service's default bound on a
+// descriptor's entries.
 const defaultMaxBucketEntries = 16
 
-// Options tune a Service. The zero value of every field means its
-// default.
+// Options tune a Service. A zero field means its default.
 type Options struct {
 	// ReportInterval is how often Envoy reports: the horizon an assignment
 	// is computed for, and the length of a demand slot. At least 1 s.
 	ReportInterval time.Duration
 	// AssignmentTTL is the time to live of every assignment: whole seconds
-	// (Envoy drops the fraction), more than two ReportIntervals so that a
-	// refresh at a report always comes before it runs out.
+	// (Envoy drops the fraction), more than two ReportIntervals.
 	AssignmentTTL time.Duration
 	// IdleTimeout is how long a bucket may report no demand before it is
 	// abandoned, and a stream send no report before it is closed. At least
@@ -44,8 +41,8 @@ type Options struct {
 	// ResourceExhausted.
 	MaxStreams int
 	// MaxBuckets bounds the buckets of all streams, MaxStreamBuckets those
-	// of one stream. A bucket over either gets no assignment (Envoy applies
-	// its no_assignment_behavior) until idle buckets are abandoned.
+	// of one. A bucket over either gets no assignment (Envoy applies its
+	// no_assignment_behavior) until idle buckets are abandoned.
 	MaxBuckets, MaxStreamBuckets int
 	// MaxBucketIDBytes bounds a bucket_id's keys and values together, and
 	// MaxBucketEntries (16 by default) its entries. A bucket_id beyond
@@ -53,21 +50,20 @@ type Options struct {
 	// over MaxBuckets.
 	MaxBucketIDBytes, MaxBucketEntries int
 	// ChargeInterval is the least time between the starts of two store
-	// flushes; the rounds of every stream that arrive meanwhile are charged
-	// together (coalesce.go). 0 starts a flush as soon as the last one has
-	// ended.
+	// flushes, which charge together the rounds of every stream (0: as
+	// soon as the last one has ended).
 	ChargeInterval time.Duration
 	// FailureMode is what a bucket is assigned when the store fails, for
-	// rules that do not say: allow-all (the default), deny-all, or for
-	// rules.FailureUnavailable nothing, so that the assignment runs out
-	// and Envoy applies its expired_assignment_behavior.
+	// rules that do not say: allow-all (the default), deny-all, or nothing
+	// (rules.FailureUnavailable: Envoy applies its
+	// expired_assignment_behavior once the assignment runs out).
 	FailureMode rules.FailureMode
 	// ShadowMode assigns allow-all to every bucket while the counters count
 	// as when enforcing.
 	ShadowMode bool
-	// Logger receives the streams' lifecycle at debug level, and refusals
-	// and store failures at warn level, at most once per stream or per
-	// second; nil discards them.
+	// Logger receives the streams' lifecycle at debug level, refusals and
+	// store failures at warn level (once per stream and reason, once a
+	// second); nil discards them.
 	Logger *slog.Logger
 	// Metrics records the streams; nil records nothing.
 	Metrics *Metrics
@@ -82,8 +78,7 @@ type field[T time.Duration | int] struct {
 	def  T
 }
 
-// fields returns o's durations and bounds, in the order Validate checks
-// them.
+// fields returns o's durations and bounds, with their defaults.
 func (o *Options) fields() ([]field[time.Duration], []field[int]) {
 	return []field[time.Duration]{
 			{"ReportInterval", &o.ReportInterval, DefaultReportInterval},

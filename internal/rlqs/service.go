@@ -20,8 +20,7 @@ import (
 )
 
 // ClientMetadata is the gRPC metadata key naming a stream's Envoy in the
-// logs (the filter's rlqs_server.initial_metadata); without it, the
-// stream is named by its peer address.
+// logs (the filter's rlqs_server.initial_metadata), else its peer address.
 const ClientMetadata = "x-rlqs-client"
 
 // Service serves StreamRateLimitQuotas. It is safe for concurrent use.
@@ -32,9 +31,7 @@ type Service struct {
 	opts   Options
 	demand limit.Spec // DemandSpec
 	store  *coalescer
-	// bufs holds *chargeBuf, shared by the streams so that the buffers
-	// follow the rounds running, not the streams times their buckets.
-	bufs sync.Pool
+	bufs   sync.Pool // of *chargeBuf, shared by the streams' rounds
 
 	streams, buckets atomic.Int64
 	ids              atomic.Uint64
@@ -55,7 +52,6 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 	}
 	opts = opts.withDefaults()
 	if opts.Metrics == nil {
-		// Registered nowhere, so that recording needs no nil check.
 		opts.Metrics, _ = NewMetrics(prometheus.NewRegistry())
 	}
 	s := &Service{rules: current, opts: opts, demand: DemandSpec(opts),

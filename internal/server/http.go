@@ -113,8 +113,7 @@ func stats(w http.ResponseWriter, _ *http.Request) {
 	})
 }
 
-// healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not;
-// /rlconfig says why.
+// healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not.
 func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if !s.Serving() {
@@ -137,8 +136,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessageBytes)))
 	if err != nil {
-		// A body cut short (the client left, or the read timeout passed)
-		// is no request to count: nobody reads the answer.
+		// A body cut short is no request to count: nobody reads the answer.
 		code := http.StatusBadRequest
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			code = http.StatusRequestEntityTooLarge
@@ -147,8 +145,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading the body: "+err.Error(), code)
 		return
 	}
-	// In flight from here: a body still coming is no request yet, and a
-	// shutdown that cuts it loses no answer.
+	// In flight from here: a body still coming is no request yet.
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	req, err := envoy.DecodeJSON(body)
@@ -162,8 +159,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("descriptors[%d].limit: limit overrides are refused on /json (-json-overrides, FLOODGATE_JSON_OVERRIDES, accepts them)", i), http.StatusBadRequest)
 		return
 	}
-	// A traceparent header makes the request's span (with tracing on) a
-	// child of the caller's, as gRPC metadata does.
+	// A traceparent header makes the request's span a child of the caller's.
 	resp, err := s.svc.ShouldRateLimit(envoy.WithHTTPRequest(r.Context(), r), req)
 	if err != nil {
 		http.Error(w, status.Convert(err).Message(), httpStatus(err))
@@ -194,8 +190,7 @@ func httpStatus(err error) int {
 }
 
 // marshalJSON encodes m as protojson, compacted: protojson varies its
-// spacing from build to build on purpose, and scripts compare /json's
-// answers byte for byte.
+// spacing on purpose, and scripts compare /json's answers byte for byte.
 func marshalJSON(m proto.Message) ([]byte, error) {
 	out, err := protojson.Marshal(m)
 	if err != nil {
@@ -233,8 +228,8 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 }
 
 // writeLoads writes /rlconfig's lines on the rule loads: version, load
-// time, counts, origin (the xDS version_info of rules pushed over xDS),
-// source and the last refused reload.
+// time, counts, origin (xDS's version_info), source and the last refused
+// reload.
 func writeLoads(b *strings.Builder, st rules.Status) {
 	fmt.Fprintf(b, "version: %d\n", st.Version)
 	fmt.Fprintf(b, "loaded_at: %s\n", st.LoadedAt.UTC().Format(time.RFC3339Nano))

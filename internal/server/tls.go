@@ -21,16 +21,14 @@ import (
 type TLSFiles struct {
 	// CertFile and KeyFile are the PEM certificate chain and private key
 	// the server presents; both are required. They are read again when
-	// what they hold changes (checked at most once a second, at a
-	// handshake); a pair that fails to load is logged, and the previous
-	// one stays in use.
+	// they change (looked at a handshake, at most once a second); a pair
+	// that fails to load is logged, and the previous one stays in use.
 	CertFile, KeyFile string
 	// ClientCAFile, when set, turns on mutual TLS: clients must present a
 	// certificate signed by one of its PEM certificates. It is read once.
 	ClientCAFile string
 	// ClientSAN, when set with ClientCAFile, also requires the client
-	// certificate to be valid for that DNS name or IP address, as in
-	// hostname verification.
+	// certificate to be valid for that DNS name or IP address.
 	ClientSAN string
 }
 
@@ -46,13 +44,11 @@ type certReloader struct {
 
 	mu        sync.Mutex // serializes checks
 	lastCheck time.Time
-	// pair holds the files as last loaded. A check compares what they
-	// hold: a rotated pair copied with its times kept can have the old
-	// files' size and time.
+	// pair holds the files as last loaded: a rotated pair copied with its
+	// times kept can have the old files' size and time.
 	pair [2][]byte
 }
 
-// readPair reads the certificate and key files.
 func (r *certReloader) readPair() ([2][]byte, error) {
 	var pair [2][]byte
 	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
@@ -117,8 +113,8 @@ func NewTLSConfig(files TLSFiles, logger *slog.Logger) (*tls.Config, error) {
 }
 
 // requireSAN returns a tls.Config.VerifyConnection that refuses a client
-// certificate not valid for name. It runs after the chain was verified,
-// and on resumed sessions too (VerifyPeerCertificate does not).
+// certificate not valid for name; unlike VerifyPeerCertificate, it runs
+// on resumed sessions too.
 func requireSAN(name string) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
@@ -148,7 +144,7 @@ func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 }
 
 // maybeReload reloads the pair when a file changed, at most once per
-// certCheckInterval. Handshakes meanwhile keep the current pair.
+// certCheckInterval; handshakes meanwhile keep the current pair.
 func (r *certReloader) maybeReload(now time.Time) {
 	if !r.mu.TryLock() {
 		return
