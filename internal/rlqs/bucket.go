@@ -26,7 +26,6 @@ const maxPermuted = 4
 type bucket struct {
 	key     string        // bucketKey of the bucket_id
 	entries []rules.Entry // sorted by key
-	size    int           // bytes of the keys and values
 	// id is the bucket_id the current round's report carried, repeated in
 	// the action; nil otherwise.
 	id *rlqspb.BucketId
@@ -142,29 +141,30 @@ func clampCount(n uint64) int64 {
 	return int64(min(n, maxCount))
 }
 
-// bucketID reads a bucket_id within the bounds: its entries sorted by key,
-// its bucketKey and its size, or which bound it breaks.
-func bucketID(id *rlqspb.BucketId, maxEntries, maxBytes int) (key string, entries []rules.Entry, size int, err error) {
+// bucketID reads a bucket_id within the bounds: its bucketKey and its
+// entries sorted by key, or which bound it breaks.
+func bucketID(id *rlqspb.BucketId, maxEntries, maxBytes int) (string, []rules.Entry, error) {
 	m := id.GetBucket()
 	switch {
 	case len(m) == 0:
-		return "", nil, 0, fmt.Errorf("empty bucket_id (a bucket_matchers action without bucket_id_builder): it cannot be assigned")
+		return "", nil, fmt.Errorf("empty bucket_id (a bucket_matchers action without bucket_id_builder): it cannot be assigned")
 	case len(m) > maxEntries:
-		return "", nil, 0, fmt.Errorf("bucket_id of %d entries, more than the bound of %d", len(m), maxEntries)
+		return "", nil, fmt.Errorf("bucket_id of %d entries, more than the bound of %d", len(m), maxEntries)
 	}
-	entries = make([]rules.Entry, 0, len(m))
+	entries := make([]rules.Entry, 0, len(m))
+	size := 0
 	for k, v := range m {
 		if k == "" {
-			return "", nil, 0, fmt.Errorf("bucket_id with an empty key")
+			return "", nil, fmt.Errorf("bucket_id with an empty key")
 		}
 		size += len(k) + len(v)
 		entries = append(entries, rules.Entry{Key: k, Value: v})
 	}
 	if size > maxBytes {
-		return "", nil, 0, fmt.Errorf("bucket_id of %d bytes, more than the bound of %d", size, maxBytes)
+		return "", nil, fmt.Errorf("bucket_id of %d bytes, more than the bound of %d", size, maxBytes)
 	}
 	slices.SortFunc(entries, func(a, b rules.Entry) int { return strings.Compare(a.Key, b.Key) })
-	return bucketKey(entries), entries, size, nil
+	return bucketKey(entries), entries, nil
 }
 
 // bucketKey writes sorted entries as each key and value's length, ':' and

@@ -106,7 +106,8 @@ func (st *stream) run(ctx context.Context) error {
 		full := false
 		select {
 		case m := <-reports:
-			err = st.report(ctx, drain(reports, append(st.queued[:0], m))...)
+			st.queued = drain(reports, append(st.queued[:0], m))
+			err = st.report(ctx, st.queued...)
 			clear(st.queued)
 		case err = <-errc:
 			return st.recvError(err)
@@ -248,7 +249,7 @@ func (st *stream) wake(ctx context.Context) error {
 // bounds; nil, counted and logged, when it refuses id.
 func (st *stream) bucketFor(id *rlqspb.BucketId, now time.Time) *bucket {
 	o := &st.s.opts
-	key, entries, size, err := bucketID(id, o.MaxBucketEntries, o.MaxBucketIDBytes)
+	key, entries, err := bucketID(id, o.MaxBucketEntries, o.MaxBucketIDBytes)
 	if err != nil {
 		st.refuse(refusedBucketID, err)
 		return nil
@@ -257,19 +258,14 @@ func (st *stream) bucketFor(id *rlqspb.BucketId, now time.Time) *bucket {
 		return b
 	}
 	if len(st.buckets) >= o.MaxStreamBuckets || !st.s.reserveBucket() {
-		st.refuse(refusedBuckets, errTooManyBuckets{stream: len(st.buckets), max: o.MaxStreamBuckets, all: o.MaxBuckets})
+		st.refuse(refusedBuckets, fmt.Errorf("no room for another bucket: %d on this stream (max stream buckets %d), "+
+			"or all streams hold max buckets (%d); it gets no assignment until idle buckets are abandoned",
+			len(st.buckets), o.MaxStreamBuckets, o.MaxBuckets))
 		return nil
 	}
-	b := &bucket{key: key, entries: entries, size: size, active: now}
+	b := &bucket{key: key, entries: entries, active: now}
 	st.buckets[key] = b
 	return b
-}
-
-type errTooManyBuckets struct{ stream, max, all int }
-
-func (e errTooManyBuckets) Error() string {
-	return fmt.Sprintf("no room for another bucket: %d on this stream (max stream buckets %d), or all streams hold max buckets (%d); "+
-		"it gets no assignment until idle buckets are abandoned", e.stream, e.max, e.all)
 }
 
 // refreshAfter is the age at which a round sends an assignment again: two

@@ -29,7 +29,7 @@ func (s *Server) notServing() string {
 	if !s.serving.Load() {
 		return "the server is not running or is shutting down"
 	}
-	if mode := s.opts.StoreReadiness; s.opts.Store != nil && mode != StoreIgnored && (mode == StoreAlways || !s.reached.Load()) {
+	if s.storeDecides() {
 		h := s.opts.Store()
 		if h.Reached {
 			s.reached.Store(true)
@@ -37,7 +37,7 @@ func (s *Server) notServing() string {
 		switch {
 		case !s.reached.Load():
 			return fmt.Sprintf("store %s has not answered since start; readiness waits until it has", h.Name)
-		case mode == StoreAlways && !h.Healthy:
+		case s.opts.StoreReadiness == StoreAlways && !h.Healthy:
 			return fmt.Sprintf("store %s is unhealthy; readiness requires it always", h.Name)
 		}
 	}
@@ -47,13 +47,15 @@ func (s *Server) notServing() string {
 	return ""
 }
 
+// storeDecides reports whether the store can still change readiness.
+func (s *Server) storeDecides() bool {
+	mode := s.opts.StoreReadiness
+	return s.opts.Store != nil && (mode == StoreAlways || mode == StoreReachedOnce && !s.reached.Load())
+}
+
 // followsHealth reports whether health can still change while the server
 // runs, so that gRPC health must be polled.
-func (s *Server) followsHealth() bool {
-	mode := s.opts.StoreReadiness
-	storeCan := s.opts.Store != nil && (mode == StoreAlways || mode == StoreReachedOnce && !s.reached.Load())
-	return storeCan || s.opts.HealthRequiresRules
-}
+func (s *Server) followsHealth() bool { return s.storeDecides() || s.opts.HealthRequiresRules }
 
 // setServing starts or stops serving; Run and shutdown log the change.
 func (s *Server) setServing(on bool) {
