@@ -52,10 +52,8 @@ func (s *Server) countersRefused(w http.ResponseWriter, _ *http.Request) {
 	if a := s.Addrs().Debug; a != nil {
 		where = "the debug listener is on " + a.String() + " (-debug-addr, DEBUG_HOST/DEBUG_PORT)"
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusForbidden)
-	fmt.Fprintf(w, "/counters is served on the debug listener only, not on this public HTTP listener: resetting a counter lifts a limit; %s\n", where)
+	http.Error(w, "/counters is served on the debug listener only, not on this public HTTP listener: resetting a counter lifts a limit; "+where,
+		http.StatusForbidden)
 }
 
 // debugEndpoint is an endpoint of the debug listener, listed with its help

@@ -96,25 +96,16 @@ func file(res *anypb.Any) (string, []byte, error) {
 // occurrence wins, as for any protobuf field that is not repeated.
 func ruleFile(unknown []byte) (data []byte, found bool, err error) {
 	for len(unknown) > 0 {
-		num, typ, n := protowire.ConsumeTag(unknown)
+		num, typ, n := protowire.ConsumeField(unknown)
 		if n < 0 {
 			return nil, false, fmt.Errorf("unknown fields: %w", protowire.ParseError(n))
 		}
-		unknown = unknown[n:]
 		if num == RuleFileField && typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(unknown)
-			if m < 0 {
-				return nil, false, fmt.Errorf("field %d: %w", RuleFileField, protowire.ParseError(m))
-			}
-			data, found = v, true
-			unknown = unknown[m:]
-			continue
+			_, _, tag := protowire.ConsumeTag(unknown)
+			data, _ = protowire.ConsumeBytes(unknown[tag:n])
+			found = true
 		}
-		m := protowire.ConsumeFieldValue(num, typ, unknown)
-		if m < 0 {
-			return nil, false, fmt.Errorf("unknown field %d: %w", num, protowire.ParseError(m))
-		}
-		unknown = unknown[m:]
+		unknown = unknown[n:]
 	}
 	return data, found, nil
 }
