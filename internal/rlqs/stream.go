@@ -188,30 +188,29 @@ func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageR
 	now := st.s.opts.Now()
 	st.lastReport = now
 	st.round++
-	batch := st.batch[:0]
+	st.batch = st.batch[:0]
 	for _, m := range ms {
 		if err := st.setDomain(m.GetDomain()); err != nil {
 			st.refuse(refusedDomain, err)
 			return err
 		}
-		batch = st.note(m, batch, now)
+		st.note(m, now)
 	}
 	var abandoned []*bucket
 	if now.Sub(st.sweptAt) >= sweepEvery {
 		st.sweptAt = now
 		if abandoned = st.idle(now); len(abandoned) > 0 {
-			batch = slices.DeleteFunc(batch, func(b *bucket) bool { return b.abandoned })
+			st.batch = slices.DeleteFunc(st.batch, func(b *bucket) bool { return b.abandoned })
 		}
-		batch = st.appendDue(batch, now)
+		st.addDue(now)
 	}
-	st.batch = batch
-	st.assign(ctx, now, st.batch, abandoned)
+	st.assign(ctx, now, abandoned)
 	return nil
 }
 
-// note notes a report's counts, appending its buckets new to this round
-// to batch.
-func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, now time.Time) []*bucket {
+// note notes a report's counts, adding its buckets new to this round to
+// the batch.
+func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) {
 	var allowed, denied int64
 	for _, u := range m.GetBucketQuotaUsages() {
 		b := st.bucketFor(u.GetBucketId(), now)
@@ -224,11 +223,10 @@ func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, no
 		allowed, denied = allowed+clampCount(a), denied+clampCount(d)
 		if b.round != st.round {
 			b.round = st.round
-			batch = append(batch, b)
+			st.batch = append(st.batch, b)
 		}
 	}
 	st.s.opts.Metrics.report(allowed, denied)
-	return batch
 }
 
 // wake runs a round for the buckets due one, or ends a stream silent for
@@ -240,8 +238,9 @@ func (st *stream) wake(ctx context.Context) error {
 		return status.Errorf(codes.DeadlineExceeded, "rlqs: no report for %v (idle timeout); Envoy reports every few seconds", st.s.opts.IdleTimeout)
 	}
 	st.round++
-	st.batch = st.appendDue(st.batch[:0], now)
-	st.assign(ctx, now, st.batch, nil)
+	st.batch = st.batch[:0]
+	st.addDue(now)
+	st.assign(ctx, now, nil)
 	return nil
 }
 
@@ -275,9 +274,9 @@ func (st *stream) refreshAfter() time.Duration {
 	return max(o.AssignmentTTL-2*o.ReportInterval, o.ReportInterval/2)
 }
 
-// appendDue appends the buckets not yet in this round whose window ended
-// or whose assignment is due a refresh.
-func (st *stream) appendDue(batch []*bucket, now time.Time) []*bucket {
+// addDue adds to the batch the buckets not yet in this round whose window
+// ended or whose assignment is due a refresh.
+func (st *stream) addDue(now time.Time) {
 	refresh := st.refreshAfter()
 	for _, b := range st.buckets {
 		if b.round == st.round {
@@ -285,10 +284,9 @@ func (st *stream) appendDue(batch []*bucket, now time.Time) []*bucket {
 		}
 		if !b.wakeAt.IsZero() && !now.Before(b.wakeAt) || b.assigned && now.Sub(b.sentAt) >= refresh {
 			b.round = st.round
-			batch = append(batch, b)
+			st.batch = append(st.batch, b)
 		}
 	}
-	return batch
 }
 
 // idle removes the buckets without demand for IdleTimeout and returns
@@ -345,12 +343,12 @@ func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 	return next
 }
 
-// assign runs a round for batch and leaves in st.actions the assignments
-// to send, and an abandon action for each of abandoned.
-func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []*bucket) {
+// assign runs a round for the batch and leaves in st.actions the
+// assignments to send, and an abandon action for each of abandoned.
+func (st *stream) assign(ctx context.Context, now time.Time, abandoned []*bucket) {
 	set := st.s.rules()
 	st.charged = st.charged[:0]
-	for _, b := range batch {
+	for _, b := range st.batch {
 		if b.set != set || set == nil {
 			st.resolve(b, set)
 		}
@@ -367,7 +365,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 	}
 	st.actions = st.actions[:0]
 	refresh, ttl := st.refreshAfter(), durationpb.New(st.s.opts.AssignmentTTL)
-	for _, b := range batch {
+	for _, b := range st.batch {
 		b.record(now, st.s.opts.ReportInterval)
 		next, ok := st.decide(b, now)
 		if ok && (!b.assigned || next != b.sent || now.Sub(b.sentAt) >= refresh) {
