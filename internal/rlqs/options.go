@@ -134,7 +134,6 @@ func negative[T time.Duration | int](fs []field[T]) error {
 	return nil
 }
 
-// withDefaults returns o with every zero field set to its default.
 func (o Options) withDefaults() Options {
 	durations, bounds := o.fields()
 	setDefaults(durations)

@@ -424,7 +424,6 @@ func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	return s, true
 }
 
-// send sends the round's actions, in responses of at most maxActions.
 func (st *stream) send() error {
 	for a := st.actions; len(a) > 0; {
 		n := min(len(a), maxActions)

@@ -100,8 +100,6 @@ func autoConns(n, share int) int {
 	return max(share, MinAutoConns)
 }
 
-// grpcConnOptions are the gRPC server options of o and of the maximum
-// connection age.
 func (o ConnOptions) grpcConnOptions(maxAge, maxAgeGrace time.Duration) []grpc.ServerOption {
 	params := keepalive.ServerParameters{
 		MaxConnectionIdle: o.GRPCMaxConnectionIdle,

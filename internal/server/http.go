@@ -285,8 +285,6 @@ func describeStore(h health.Store) string {
 	return line
 }
 
-// overrideAt returns the index of the first descriptor of req with a limit
-// override, or -1.
 func overrideAt(req *pb.RateLimitRequest) int {
 	for i, d := range req.GetDescriptors() {
 		if d.GetLimit() != nil {

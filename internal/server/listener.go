@@ -59,7 +59,6 @@ func (l *connListener) Accept() (net.Conn, error) {
 	}
 }
 
-// open returns the number of open connections.
 func (l *connListener) open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -149,7 +149,6 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 	return s, nil
 }
 
-// httpServer serves h with the timeouts of c and writeTimeout.
 func httpServer(h http.Handler, c ConnOptions, writeTimeout time.Duration) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: min(c.HTTPReadTimeout, 10*time.Second),
 		ReadTimeout: c.HTTPReadTimeout, WriteTimeout: writeTimeout, IdleTimeout: c.HTTPIdleTimeout}

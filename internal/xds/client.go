@@ -132,9 +132,8 @@ func (c *Client) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.since = time.Now()
 	c.mu.Unlock()
-	wg.Add(2)
-	go func() { defer wg.Done(); c.followState(watchCtx) }()
-	go func() { defer wg.Done(); c.warnStalls(watchCtx) }()
+	wg.Go(func() { c.followState(watchCtx) })
+	wg.Go(func() { c.warnStalls(watchCtx) })
 	c.opts.Logger.Info("xds: subscribing to rate-limit rules", "server", c.opts.ServerURL, "node", c.opts.NodeID, "type", TypeURL)
 	for {
 		err := c.subscribe(ctx)

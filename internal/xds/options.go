@@ -89,7 +89,6 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// withDefaults returns o with every zero field set to its default.
 func (o Options) withDefaults() Options {
 	o.NodeID = cmp.Or(o.NodeID, DefaultNodeID)
 	o.RetryInterval = cmp.Or(o.RetryInterval, DefaultRetryInterval)
