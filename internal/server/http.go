@@ -89,17 +89,16 @@ func (s *Server) debugHandler() http.Handler {
 	if s.opts.DebugUI != nil {
 		mux.Handle("/ui", s.opts.DebugUI) // and /ui/, an endpoint above
 	}
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { index(w, eps) })
-	return mux
-}
-
-// index writes each endpoint as "path: help", by path.
-func index(w http.ResponseWriter, eps []debugEndpoint) {
+	// The index, "path: help" a line, by path; sorted once, since
+	// requests share eps.
 	slices.SortFunc(eps, func(a, b debugEndpoint) int { return strings.Compare(a.path, b.path) })
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	for _, e := range eps {
-		fmt.Fprintf(w, "%s: %s\n", e.path, e.help)
-	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		for _, e := range eps {
+			fmt.Fprintf(w, "%s: %s\n", e.path, e.help)
+		}
+	})
+	return mux
 }
 
 // stats writes the process's expvar variables, "name: value" a line, as
