@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -151,7 +152,8 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if i := overrideAt(req); i >= 0 && !s.opts.JSONOverrides {
+	hasLimit := func(d *rlv3.RateLimitDescriptor) bool { return d.GetLimit() != nil }
+	if i := slices.IndexFunc(req.GetDescriptors(), hasLimit); i >= 0 && !s.opts.JSONOverrides {
 		s.opts.Refused(envoy.RefusedMalformed)
 		http.Error(w, fmt.Sprintf("descriptors[%d].limit: limit overrides are refused on /json (-json-overrides, FLOODGATE_JSON_OVERRIDES, accepts them)", i), http.StatusBadRequest)
 		return
@@ -282,13 +284,4 @@ func describeStore(h health.Store) string {
 		line += " (" + h.Detail + ")"
 	}
 	return line
-}
-
-func overrideAt(req *pb.RateLimitRequest) int {
-	for i, d := range req.GetDescriptors() {
-		if d.GetLimit() != nil {
-			return i
-		}
-	}
-	return -1
 }
