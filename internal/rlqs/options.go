@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -71,38 +72,27 @@ type Options struct {
 	Now func() time.Time
 }
 
-// field is one of Options' durations or bounds, with its default.
-type field[T time.Duration | int] struct {
-	name string
-	p    *T
-	def  T
-}
-
-// fields returns o's durations and bounds, with their defaults.
-func (o *Options) fields() ([]field[time.Duration], []field[int]) {
-	return []field[time.Duration]{
-			{"ReportInterval", &o.ReportInterval, DefaultReportInterval},
-			{"AssignmentTTL", &o.AssignmentTTL, DefaultAssignmentTTL},
-			{"IdleTimeout", &o.IdleTimeout, DefaultIdleTimeout},
-			{"ChargeInterval", &o.ChargeInterval, 0},
-		}, []field[int]{
-			{"MaxStreams", &o.MaxStreams, DefaultMaxStreams},
-			{"MaxBuckets", &o.MaxBuckets, DefaultMaxBuckets},
-			{"MaxStreamBuckets", &o.MaxStreamBuckets, DefaultMaxStreamBuckets},
-			{"MaxBucketIDBytes", &o.MaxBucketIDBytes, DefaultMaxBucketIDBytes},
-			{"MaxBucketEntries", &o.MaxBucketEntries, defaultMaxBucketEntries},
-		}
-}
-
 // Validate reports the first option New refuses as an *option.Error, or
 // nil.
 func (o Options) Validate() error {
-	durations, bounds := o.fields()
-	if err := negative(durations); err != nil {
-		return err
-	}
-	if err := negative(bounds); err != nil {
-		return err
+	for _, f := range []struct {
+		name     string
+		v        any
+		negative bool
+	}{
+		{"ReportInterval", o.ReportInterval, o.ReportInterval < 0},
+		{"AssignmentTTL", o.AssignmentTTL, o.AssignmentTTL < 0},
+		{"IdleTimeout", o.IdleTimeout, o.IdleTimeout < 0},
+		{"ChargeInterval", o.ChargeInterval, o.ChargeInterval < 0},
+		{"MaxStreams", o.MaxStreams, o.MaxStreams < 0},
+		{"MaxBuckets", o.MaxBuckets, o.MaxBuckets < 0},
+		{"MaxStreamBuckets", o.MaxStreamBuckets, o.MaxStreamBuckets < 0},
+		{"MaxBucketIDBytes", o.MaxBucketIDBytes, o.MaxBucketIDBytes < 0},
+		{"MaxBucketEntries", o.MaxBucketEntries, o.MaxBucketEntries < 0},
+	} {
+		if f.negative {
+			return refused(f.name, f.v, "must not be negative (0 is the default)")
+		}
 	}
 	n := o.withDefaults()
 	switch {
@@ -125,22 +115,16 @@ func refused(field string, v any, want string) error {
 	return &option.Error{Options: "rlqs.Options", Field: field, Value: v, Want: want}
 }
 
-func negative[T time.Duration | int](fs []field[T]) error {
-	for _, f := range fs {
-		if *f.p < 0 {
-			return refused(f.name, *f.p, "must not be negative (0 is the default)")
-		}
-	}
-	return nil
-}
-
 func (o Options) withDefaults() Options {
-	durations, bounds := o.fields()
-	setDefaults(durations)
-	setDefaults(bounds)
-	if o.FailureMode == rules.FailureDefault {
-		o.FailureMode = rules.FailureAllow
-	}
+	o.ReportInterval = cmp.Or(o.ReportInterval, DefaultReportInterval)
+	o.AssignmentTTL = cmp.Or(o.AssignmentTTL, DefaultAssignmentTTL)
+	o.IdleTimeout = cmp.Or(o.IdleTimeout, DefaultIdleTimeout)
+	o.MaxStreams = cmp.Or(o.MaxStreams, DefaultMaxStreams)
+	o.MaxBuckets = cmp.Or(o.MaxBuckets, DefaultMaxBuckets)
+	o.MaxStreamBuckets = cmp.Or(o.MaxStreamBuckets, DefaultMaxStreamBuckets)
+	o.MaxBucketIDBytes = cmp.Or(o.MaxBucketIDBytes, DefaultMaxBucketIDBytes)
+	o.MaxBucketEntries = cmp.Or(o.MaxBucketEntries, defaultMaxBucketEntries)
+	o.FailureMode = cmp.Or(o.FailureMode, rules.FailureAllow)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -148,12 +132,4 @@ func (o Options) withDefaults() Options {
 		o.Now = time.Now
 	}
 	return o
-}
-
-func setDefaults[T time.Duration | int](fs []field[T]) {
-	for _, f := range fs {
-		if *f.p == 0 {
-			*f.p = f.def
-		}
-	}
 }
