@@ -103,6 +103,7 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 	opts.ShutdownTimeout = cmp.Or(opts.ShutdownTimeout, DefaultShutdownTimeout)
 	opts.MaxMessageBytes = cmp.Or(opts.MaxMessageBytes, DefaultMaxMessageBytes)
 	opts.MaxReportBytes = cmp.Or(opts.MaxReportBytes, max(DefaultMaxReportBytes, opts.MaxMessageBytes))
+	opts.PrometheusPath = cmp.Or(opts.PrometheusPath, DefaultPrometheusPath)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -142,7 +143,7 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 	}
 	if opts.PrometheusAddr != "" && opts.Prometheus != nil {
 		mux := http.NewServeMux()
-		mux.Handle(cmp.Or(opts.PrometheusPath, DefaultPrometheusPath), opts.Prometheus)
+		mux.Handle(opts.PrometheusPath, opts.Prometheus)
 		s.listeners = append(s.listeners, &listener{title: "Prometheus", name: "prometheus", addr: opts.PrometheusAddr,
 			max: c.HTTPMaxConns, http: httpServer(mux, c, c.HTTPWriteTimeout)})
 	}
@@ -242,7 +243,7 @@ func (s *Server) servingAttrs() []any {
 		attrs = append(attrs, "debug", a.Debug.String())
 	}
 	if a.Prometheus != nil {
-		attrs = append(attrs, "prometheus", "http://"+urlHost(a.Prometheus)+cmp.Or(s.opts.PrometheusPath, DefaultPrometheusPath))
+		attrs = append(attrs, "prometheus", "http://"+urlHost(a.Prometheus)+s.opts.PrometheusPath)
 	}
 	base := "http://" + urlHost(a.HTTP)
 	paths := []string{"/healthcheck", "/rlconfig", "/json"}
