@@ -69,17 +69,14 @@ func (l *connListener) open() int {
 // sending a byte to be taken for silent: a real client sends at once.
 const silentGrace = time.Second
 
-// closeConns closes the open connections, or only the silent ones, which
-// carry no request, and returns how many.
-func (l *connListener) closeConns(silentOnly bool) int { return l.closeConnsAt(silentOnly, time.Now()) }
-
-// closeConnsAt is closeConns at time now.
-func (l *connListener) closeConnsAt(silentOnly bool, now time.Time) int {
+// closeSilent closes the connections that have sent nothing silentGrace
+// after they were accepted, as of now: they carry no request.
+func (l *connListener) closeSilent(now time.Time) int {
 	quietSince := now.Add(-silentGrace)
-	return l.closeWhere(func(c *trackedConn) bool {
-		return !silentOnly || !c.spoke.Load() && c.accepted.Before(quietSince)
-	})
+	return l.closeWhere(func(c *trackedConn) bool { return !c.spoke.Load() && c.accepted.Before(quietSince) })
 }
+
+func (l *connListener) closeAll() int { return l.closeWhere(func(*trackedConn) bool { return true }) }
 
 // closeHandshaking closes the connections still in gRPC's handshake
 // silentGrace after they were accepted: they carry no request.

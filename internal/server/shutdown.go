@@ -80,7 +80,7 @@ func (s *Server) stopGRPC(ctx context.Context, l *connListener, noteCut func() i
 	}
 	s.opts.Logger.Warn("shutdown timeout: cutting the remaining gRPC requests and connections",
 		"in_flight", noteCut(), "connections", l.open())
-	l.closeConns(false)
+	l.closeAll()
 	s.grpc.Stop()
 	// A handler that ignores its cancelled context must not hold the exit.
 	select {
@@ -92,13 +92,13 @@ func (s *Server) stopGRPC(ctx context.Context, l *connListener, noteCut func() i
 
 // stopHTTP shuts srv, serving l, down until ctx ends, then cuts it.
 func (s *Server) stopHTTP(ctx context.Context, srv *http.Server, l *connListener, noteCut func() int64) {
-	l.closeConns(true)
+	l.closeSilent(time.Now())
 	if err := srv.Shutdown(ctx); err != nil {
 		noteCut()
 		s.opts.Logger.Warn("shutdown timeout: cutting the remaining HTTP requests and connections",
 			"listener", l.name, "connections", l.open(), "err", err)
 		srv.Close()
 		// And those accepted that http.Server does not track yet.
-		l.closeConns(false)
+		l.closeAll()
 	}
 }
