@@ -49,18 +49,6 @@ type certReloader struct {
 	pair [2][]byte
 }
 
-func (r *certReloader) readPair() ([2][]byte, error) {
-	var pair [2][]byte
-	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return pair, fmt.Errorf("server: TLS: %w", err)
-		}
-		pair[i] = b
-	}
-	return pair, nil
-}
-
 // NewTLSConfig returns the gRPC listener's TLS configuration for files: TLS
 // 1.2 or later, and, with a client CA, client certificates required and
 // verified. It fails when the files cannot be read or do not hold a
@@ -81,11 +69,7 @@ func NewTLSConfig(files TLSFiles, logger *slog.Logger) (*tls.Config, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &certReloader{files: files, logger: logger}
-	pair, err := r.readPair()
-	if err == nil {
-		err = r.load(pair)
-	}
-	if err != nil {
+	if _, err := r.reload(); err != nil {
 		return nil, err
 	}
 	r.lastCheck = time.Now()
@@ -127,15 +111,27 @@ func requireSAN(name string) func(tls.ConnectionState) error {
 	}
 }
 
-// load serves the pair the files held (readPair) and keeps it.
-func (r *certReloader) load(pair [2][]byte) error {
+// reload reads the files and serves the pair they hold, unless it is the
+// one served already; it reports whether it loaded one.
+func (r *certReloader) reload() (bool, error) {
+	var pair [2][]byte
+	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return false, fmt.Errorf("server: TLS: %w", err)
+		}
+		pair[i] = b
+	}
+	if r.cert.Load() != nil && bytes.Equal(pair[0], r.pair[0]) && bytes.Equal(pair[1], r.pair[1]) {
+		return false, nil
+	}
 	cert, err := tls.X509KeyPair(pair[0], pair[1])
 	if err != nil {
-		return fmt.Errorf("server: TLS certificate %s and key %s: %w", r.files.CertFile, r.files.KeyFile, err)
+		return false, fmt.Errorf("server: TLS certificate %s and key %s: %w", r.files.CertFile, r.files.KeyFile, err)
 	}
 	r.cert.Store(&cert)
 	r.pair = pair
-	return nil
+	return true, nil
 }
 
 func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -154,16 +150,9 @@ func (r *certReloader) maybeReload(now time.Time) {
 		return
 	}
 	r.lastCheck = now
-	pair, err := r.readPair()
-	if err == nil && bytes.Equal(pair[0], r.pair[0]) && bytes.Equal(pair[1], r.pair[1]) {
-		return // unchanged
-	}
-	if err == nil {
-		err = r.load(pair)
-	}
-	if err != nil {
+	if loaded, err := r.reload(); err != nil {
 		r.logger.Error("TLS certificate changed but cannot be loaded; serving the previous one", "err", err)
-		return
+	} else if loaded {
+		r.logger.Info("TLS certificate reloaded", "cert", r.files.CertFile)
 	}
-	r.logger.Info("TLS certificate reloaded", "cert", r.files.CertFile)
 }
