@@ -54,12 +54,14 @@ type bucket struct {
 	reported           bool      // the current round's report carried it
 	abandoned          bool      // removed for idleness
 
-	// sent is the assignment Envoy holds, since sentAt, once assigned.
-	sent     strategy
-	sentAt   time.Time
-	assigned bool
-	wakeAt   time.Time // when not zero, the end of the window that decided it
+	// sent is the assignment Envoy holds, since sentAt; zero before the
+	// first.
+	sent   strategy
+	sentAt time.Time
+	wakeAt time.Time // when not zero, the end of the window that decided it
 }
+
+func (b *bucket) assigned() bool { return b.sent.kind != 0 }
 
 // sample is one report's demand and the demand slot of the round that
 // charged it (0 for none).

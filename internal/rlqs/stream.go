@@ -282,7 +282,7 @@ func (st *stream) addDue(now time.Time) {
 		if b.round == st.round {
 			continue
 		}
-		if !b.wakeAt.IsZero() && !now.Before(b.wakeAt) || b.assigned && now.Sub(b.sentAt) >= refresh {
+		if !b.wakeAt.IsZero() && !now.Before(b.wakeAt) || b.assigned() && now.Sub(b.sentAt) >= refresh {
 			b.round = st.round
 			st.batch = append(st.batch, b)
 		}
@@ -337,7 +337,7 @@ func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 	if !b.wakeAt.IsZero() && b.wakeAt.Before(next) {
 		next = b.wakeAt
 	}
-	if due := b.sentAt.Add(o.AssignmentTTL - o.ReportInterval); b.assigned && due.After(now) && due.Before(next) {
+	if due := b.sentAt.Add(o.AssignmentTTL - o.ReportInterval); b.assigned() && due.After(now) && due.Before(next) {
 		next = due
 	}
 	return next
@@ -368,8 +368,8 @@ func (st *stream) assign(ctx context.Context, now time.Time, abandoned []*bucket
 	for _, b := range st.batch {
 		b.record(now, st.s.opts.ReportInterval)
 		next, ok := st.decide(b, now)
-		if ok && (!b.assigned || next != b.sent || now.Sub(b.sentAt) >= refresh) {
-			b.sent, b.sentAt, b.assigned = next, now, true
+		if ok && (!b.assigned() || next != b.sent || now.Sub(b.sentAt) >= refresh) {
+			b.sent, b.sentAt = next, now
 			st.logAssignment(b, next, now)
 			st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
 				BucketId: b.actionID(),
@@ -396,7 +396,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, abandoned []*bucket
 // sends nothing, and Envoy's assignment runs out).
 func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	o := &st.s.opts
-	if b.failed && b.assigned && now.Sub(b.sentAt) < o.AssignmentTTL-o.ReportInterval && (b.wakeAt.IsZero() || now.Before(b.wakeAt)) {
+	if b.failed && b.assigned() && now.Sub(b.sentAt) < o.AssignmentTTL-o.ReportInterval && (b.wakeAt.IsZero() || now.Before(b.wakeAt)) {
 		return b.sent, false
 	}
 	b.wakeAt = time.Time{}
@@ -412,12 +412,8 @@ func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	case len(b.counters) == 0 || b.shadow || st.s.opts.ShadowMode:
 		return strategy{kind: allowAll}, true
 	}
-	prev := strategy{}
-	if b.assigned {
-		prev = b.sent
-	}
 	own, fleet := b.demand(now, o.ReportInterval)
-	s, wake := decide(b.counters, own, fleet, o.ReportInterval, prev)
+	s, wake := decide(b.counters, own, fleet, o.ReportInterval, b.sent)
 	if wake > 0 {
 		b.wakeAt = now.Add(wake + wakeMargin)
 	}
