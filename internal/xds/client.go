@@ -9,9 +9,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
-	"hash"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -353,27 +351,20 @@ func (c *Client) lookForStall() {
 // contentKey identifies a response by its version, type and resources in
 // any order, as the snapshot cache sends them in map order.
 func contentKey(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
-	field := func(h hash.Hash, b []byte) {
-		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
-		h.Write(b)
-	}
 	sums := make([][]byte, 0, len(resp.GetResources()))
 	for _, r := range resp.GetResources() {
 		h := sha256.New()
-		field(h, []byte(r.GetTypeUrl()))
-		field(h, r.GetValue())
+		fmt.Fprintf(h, "%q %d ", r.GetTypeUrl(), len(r.GetValue()))
+		h.Write(r.GetValue())
 		sums = append(sums, h.Sum(nil))
 	}
 	slices.SortFunc(sums, bytes.Compare)
 	h := sha256.New()
-	field(h, []byte(resp.GetVersionInfo()))
-	field(h, []byte(resp.GetTypeUrl()))
+	fmt.Fprintf(h, "%q %q ", resp.GetVersionInfo(), resp.GetTypeUrl())
 	for _, sum := range sums {
 		h.Write(sum)
 	}
-	var k [sha256.Size]byte
-	h.Sum(k[:0])
-	return k
+	return [sha256.Size]byte(h.Sum(nil))
 }
 
 // request is a DiscoveryRequest for every resource of TypeURL, carrying the
