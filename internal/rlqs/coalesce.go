@@ -59,28 +59,31 @@ type hitKey struct {
 }
 
 // charge is one round's call: its hits, where their decisions and
-// failures go, and at, the merged hit of each.
+// failures go, and at, the merged hit of each; owners says whose each hit
+// is (ledger.go).
 type charge struct {
 	hits   []limit.Hit
 	decs   []limit.Decision
 	failed []bool
+	owners []owner
 	at     []int
 	err    error
 	done   chan struct{}
 }
 
-// charge charges hits with those of the other rounds that wait meanwhile,
-// fills decs with their counters' decisions and failed with whether each
-// hit's store call failed, and returns the first error. Once queued, the
-// hits are charged whatever ctx says: the flush serves other streams too.
-func (c *coalescer) charge(ctx context.Context, hits []limit.Hit, decs []limit.Decision, failed []bool) error {
+// charge charges ch's hits with those of the other rounds that wait
+// meanwhile, fills its decs with their counters' decisions and failed with
+// whether each hit's store call failed, and returns the first error. Once
+// queued, the hits are charged whatever ctx says: the flush serves other
+// streams too.
+func (c *coalescer) charge(ctx context.Context, ch *charge) error {
 	if err := ctx.Err(); err != nil {
-		for i := range failed {
-			failed[i] = true
+		for i := range ch.failed {
+			ch.failed[i] = true
 		}
 		return err
 	}
-	ch := &charge{hits: hits, decs: decs, failed: failed, done: make(chan struct{})}
+	ch.err, ch.done = nil, make(chan struct{})
 	c.mu.Lock()
 	c.queue = append(c.queue, ch)
 	start := !c.flushing

@@ -49,7 +49,7 @@ func TestCoalescedCharges(t *testing.T) {
 	round := func(cost int64) ([]limit.Decision, []bool, error) {
 		hits := []limit.Hit{{Key: "hot", Spec: spec, Cost: cost, Mode: limit.Advisory}, {Key: "wide", Spec: other, Cost: cost, Mode: limit.Advisory}}
 		decs, failed := make([]limit.Decision, len(hits)), make([]bool, len(hits))
-		return decs, failed, c.charge(context.Background(), hits, decs, failed)
+		return decs, failed, c.charge(context.Background(), &charge{hits: hits, decs: decs, failed: failed})
 	}
 	// The first round holds the store while the others queue.
 	var wg sync.WaitGroup
@@ -95,7 +95,8 @@ func TestCoalescerDoneContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	failed := make([]bool, 1)
-	err := c.charge(ctx, []limit.Hit{{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1}}, make([]limit.Decision, 1), failed)
+	hits := []limit.Hit{{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1}}
+	err := c.charge(ctx, &charge{hits: hits, decs: make([]limit.Decision, 1), failed: failed})
 	if err == nil || !failed[0] || g.calls.Load() != 0 {
 		t.Errorf("charge with a done context: %v, failed %v, %d store calls; want an error, failed, none", err, failed, g.calls.Load())
 	}
@@ -171,7 +172,7 @@ func TestShardedFailure(t *testing.T) {
 		hits = append(hits, limit.Hit{Key: []string{"a", "b"}[i%2] + itoa(int64(i)), Spec: spec, Cost: 1, Mode: limit.Advisory})
 	}
 	decs, failed := make([]limit.Decision, len(hits)), make([]bool, len(hits))
-	if err := c.charge(context.Background(), hits, decs, failed); err == nil {
+	if err := c.charge(context.Background(), &charge{hits: hits, decs: decs, failed: failed}); err == nil {
 		t.Errorf("charge: no error, want master b's")
 	}
 	for i, h := range hits {

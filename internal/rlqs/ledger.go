@@ -46,14 +46,6 @@ func slotKey(demandKey string, slot int64) string {
 	return demandKey + ":" + strconv.FormatInt(slot, 10)
 }
 
-// chargeBuf is one round's hits and what became of them.
-type chargeBuf struct {
-	hits   []limit.Hit
-	decs   []limit.Decision
-	failed []bool
-	owners []owner
-}
-
 // owner is where a hit's decision goes: bucket b's counter c, or its
 // demand in the current slot or the one before.
 type owner struct{ b, c int }
@@ -70,24 +62,24 @@ const (
 // (never less than Envoy admitted). One whose demand alone failed keeps
 // the demand it had.
 func (s *Service) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
-	cb := s.bufs.Get().(*chargeBuf)
-	defer s.bufs.Put(cb)
-	defer clear(cb.hits) // their keys belong to the buckets
-	s.hitsOf(cb, now, bs)
-	cb.decs = resize(cb.decs, len(cb.hits))
-	cb.failed = resize(cb.failed, len(cb.hits))
-	err = s.store.charge(ctx, cb.hits, cb.decs, cb.failed)
+	ch := s.bufs.Get().(*charge)
+	defer s.bufs.Put(ch)
+	defer clear(ch.hits) // their keys belong to the buckets
+	s.hitsOf(ch, now, bs)
+	ch.decs = resize(ch.decs, len(ch.hits))
+	ch.failed = resize(ch.failed, len(ch.hits))
+	err = s.store.charge(ctx, ch)
 	for _, b := range bs {
 		b.failed = false
 	}
-	for k, o := range cb.owners {
-		if cb.failed[k] {
+	for k, o := range ch.owners {
+		if ch.failed[k] {
 			if o.c >= 0 {
 				bs[o.b].failed = true
 			}
 			continue
 		}
-		take(bs[o.b], o, cb.decs[k], now)
+		take(bs[o.b], o, ch.decs[k], now)
 	}
 	for _, b := range bs {
 		if b.failed {
@@ -103,22 +95,22 @@ func (s *Service) charge(ctx context.Context, now time.Time, bs []*bucket) (fail
 	return failed, err
 }
 
-// hitsOf fills cb with the hits of bs: each counter's, then the demand of
+// hitsOf fills ch with the hits of bs: each counter's, then the demand of
 // the current slot and a look at the slot before's.
-func (s *Service) hitsOf(cb *chargeBuf, now time.Time, bs []*bucket) {
-	cb.hits, cb.owners = cb.hits[:0], cb.owners[:0]
+func (s *Service) hitsOf(ch *charge, now time.Time, bs []*bucket) {
+	ch.hits, ch.owners = ch.hits[:0], ch.owners[:0]
 	slot := slotOf(now, s.opts.ReportInterval)
 	for i, b := range bs {
 		for j := range b.counters {
 			c := &b.counters[j]
 			cost := inWindow(c, b.pending, b.since, now)
-			cb.hits = append(cb.hits, limit.Hit{Key: c.key.Value(), Spec: c.spec, Cost: cost, Mode: limit.Advisory})
-			cb.owners = append(cb.owners, owner{i, j})
+			ch.hits = append(ch.hits, limit.Hit{Key: c.key.Value(), Spec: c.spec, Cost: cost, Mode: limit.Advisory})
+			ch.owners = append(ch.owners, owner{i, j})
 		}
-		cb.hits = append(cb.hits,
+		ch.hits = append(ch.hits,
 			limit.Hit{Key: slotKey(b.demandKey.Value(), slot), Spec: s.demand, Cost: b.fresh, Mode: limit.Advisory},
 			limit.Hit{Key: slotKey(b.demandKey.Value(), slot-1), Spec: s.demand, Mode: limit.Advisory})
-		cb.owners = append(cb.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
+		ch.owners = append(ch.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
 	}
 }
 

@@ -31,7 +31,7 @@ type Service struct {
 	opts   Options
 	demand limit.Spec // DemandSpec
 	store  *coalescer
-	bufs   sync.Pool // of *chargeBuf, shared by the streams' rounds
+	bufs   sync.Pool // of *charge, shared by the streams' rounds
 
 	streams, buckets atomic.Int64
 	ids              atomic.Uint64
@@ -56,7 +56,7 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 	}
 	s := &Service{rules: current, opts: opts, demand: DemandSpec(opts),
 		store: &coalescer{limiter: l, every: opts.ChargeInterval}, done: make(chan struct{})}
-	s.bufs.New = func() any { return &chargeBuf{} }
+	s.bufs.New = func() any { return &charge{} }
 	return s, nil
 }
 
