@@ -66,13 +66,7 @@ func (s strategy) proto() *typev3.RateLimitStrategy {
 
 // action names the strategy in metrics.
 func (s strategy) action() string {
-	switch s.kind {
-	case tokenBucket:
-		return "token_bucket"
-	case denyAll:
-		return "deny_all"
-	}
-	return "allow_all"
+	return [...]string{allowAll: "allow_all", denyAll: "deny_all", tokenBucket: "token_bucket"}[s.kind]
 }
 
 // counter is one counted limit of a bucket.
