@@ -183,7 +183,8 @@ func drain(reports <-chan *rlqspb.RateLimitQuotaUsageReports, ms []*rlqspb.RateL
 	return ms
 }
 
-// report runs one round for reports that arrived together.
+// report runs one round for reports that arrived together and the
+// buckets due one.
 func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageReports) error {
 	now := st.s.opts.Now()
 	st.lastReport = now
