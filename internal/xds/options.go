@@ -51,8 +51,10 @@ type Options struct {
 	BackoffInitial, BackoffMax time.Duration
 	BackoffRandomFactor        float64
 	NoJitter                   bool
-	MaxMessageBytes            int          // bounds a response; zero is gRPC's 4 MiB
-	Logger                     *slog.Logger // nil discards the connection's events
+	// MaxMessageBytes bounds a response; zero is gRPC's 4 MiB.
+	MaxMessageBytes int
+	// Logger receives the connection's events; nil discards them.
+	Logger *slog.Logger
 	// StallWarning is how often a warning is logged while no stream
 	// delivers rules: the server cannot be reached, or holds no snapshot
 	// for this node.
