@@ -54,7 +54,8 @@ type Options struct {
 	// ShutdownTimeout bounds the wait for in-flight requests once the
 	// listeners close; requests still running then are cut.
 	ShutdownTimeout time.Duration
-	Logger          *slog.Logger // nil discards the lifecycle logs
+	// Logger receives the lifecycle logs; nil discards them.
+	Logger *slog.Logger
 	// MaxMessageBytes bounds a request, over gRPC and as /json's body;
 	// larger ones are refused (ResourceExhausted, 413).
 	MaxMessageBytes int
@@ -62,7 +63,8 @@ type Options struct {
 	TLS *tls.Config
 	// Store describes the store's health for /rlconfig and readiness, from
 	// any goroutine. Nil: no store line, no store readiness.
-	Store          func() health.Store
+	Store func() health.Store
+	// StoreReadiness says how the store's health decides readiness.
 	StoreReadiness StoreReadiness
 	// HealthRequiresRules makes health NOT_SERVING while the rules declare
 	// no domain.
@@ -71,7 +73,8 @@ type Options struct {
 	// default (400): whoever reaches the HTTP port could raise its own
 	// limit, and Envoy never calls /json.
 	JSONOverrides bool
-	Conns         ConnOptions
+	// Conns bounds the listeners' clients.
+	Conns ConnOptions
 	// Refused, when set, is called once for each request refused before
 	// the service sees it, with envoy's reason (envoy.RefusedMalformed...).
 	Refused func(reason string)
