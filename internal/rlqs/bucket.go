@@ -15,25 +15,23 @@ import (
 )
 
 // A bucket_id is a map, while a rule is a path of keys. Its entries are
-// matched sorted by key; when no rule matches that order, every other
-// order is tried, in lexicographic order of the keys, for at most
-// maxPermuted entries. The order a rule matches is the descriptor, and
-// its counters are those an RLS request with the same entries in that
-// order counts on. A bucket no counted limit matches is assigned
-// allow-all, as RLS answers OK to a descriptor without a limit.
+// matched sorted by key, then, when no rule matches, in every other order
+// (lexicographic), for at most maxPermuted entries. The order a rule
+// matches is the descriptor whose counters an RLS request with those
+// entries counts on. A bucket without a counted limit is allow-all, as
+// RLS answers OK to a descriptor without a limit.
 const maxPermuted = 4
 
 // bucket is one bucket of a stream.
 type bucket struct {
 	key     string        // bucketKey of the bucket_id
 	entries []rules.Entry // sorted by key
-	size    int           // bytes of the keys and values
-	// id is the bucket_id the current round's report carried, which the
-	// action repeats; nil otherwise.
+	// id is the bucket_id the current round's report carried, repeated in
+	// the action; nil otherwise.
 	id *rlqspb.BucketId
 
-	// What the rules make of it (resolver.resolve), from set: no counters
-	// means allow-all; demandKey counts the fleet's demand for counters[0].
+	// What stream.resolve made of it with set: no counters is allow-all;
+	// demandKey counts the fleet's demand for counters[0].
 	set       *rules.Set
 	counters  []counter
 	shadow    bool
@@ -43,11 +41,10 @@ type bucket struct {
 	// pending is the allowed requests not yet charged (kept over a failed
 	// store call), fresh the demand of the current round.
 	pending, fresh int64
-	// recent are the stream's latest reports, newest first: enough for the
-	// current demand slot and the one before, with a few to spare.
+	// recent are the latest reports, newest first: enough for the current
+	// demand slot and the one before, with a few to spare.
 	recent [6]sample
-	// since is when the report charged last came (zero before the first).
-	since time.Time
+	since  time.Time // when the report charged last came
 	// fleet and fleetBefore are the fleet's demand in the current slot and
 	// the one before, as the last round read them.
 	fleet, fleetBefore int64
@@ -57,14 +54,14 @@ type bucket struct {
 	reported           bool      // the current round's report carried it
 	abandoned          bool      // removed for idleness
 
-	// sent is the assignment Envoy holds, since sentAt, once assigned.
-	sent     strategy
-	sentAt   time.Time
-	assigned bool
-	// wakeAt, when not zero, is when the window that decided the
-	// assignment ends, and it is computed again.
-	wakeAt time.Time
+	// sent is the assignment Envoy holds, since sentAt; zero before the
+	// first.
+	sent   strategy
+	sentAt time.Time
+	wakeAt time.Time // when not zero, the end of the window that decided it
 }
+
+func (b *bucket) assigned() bool { return b.sent.kind != 0 }
 
 // sample is one report's demand and the demand slot of the round that
 // charged it (0 for none).
@@ -84,8 +81,7 @@ func (b *bucket) note(now time.Time, allowed, denied uint64) {
 }
 
 // uncounted ends a round of a bucket no limit counts. What it admitted is
-// dropped rather than charged to a limit a later rule set gives it, which
-// would then start spent.
+// dropped, not charged to a limit a later rule set gives it.
 func (b *bucket) uncounted(now time.Time) {
 	b.pending, b.failed = 0, false
 	if b.reported {
@@ -93,8 +89,8 @@ func (b *bucket) uncounted(now time.Time) {
 	}
 }
 
-// record ends the bucket's part in a round: the demand of the report that
-// carried it, if any, joins the recent samples.
+// record ends the bucket's round: the demand of the report that carried
+// it, if any, joins the recent samples.
 func (b *bucket) record(now time.Time, interval time.Duration) {
 	if !b.reported {
 		return
@@ -107,11 +103,10 @@ func (b *bucket) record(now time.Time, interval time.Duration) {
 
 // demand returns the stream's demand and the fleet's that its share is
 // taken from: those of the slot before the current one, in which every
-// stream has reported once whatever the phase of its reports. Until that
-// slot holds the fleet's demand, or while this stream has not reported in
-// it (a new or reconnected Envoy), it takes those of the current slot so
-// far: the first stream to report has the fleet's demand to itself, and a
-// reconnected Envoy keeps its pace.
+// stream has reported once whatever its phase. Until that slot holds the
+// fleet's demand, or while this stream had not reported then (a new or
+// reconnected Envoy), those of the current slot so far: the first stream
+// to report has the fleet's demand to itself.
 func (b *bucket) demand(now time.Time, interval time.Duration) (own, fleet int64) {
 	slot := slotOf(now, interval)
 	if b.fleetBefore == 0 || b.newIn(slot) {
@@ -140,41 +135,42 @@ func (b *bucket) ownIn(slot int64) int64 {
 	return n
 }
 
-// maxCount bounds the counts of a bucket: far above any limit (uint32),
-// and exact in the Lua scripts' doubles.
+// maxCount bounds a bucket's counts: far above any limit (uint32), and
+// exact in the Lua scripts' doubles.
 const maxCount = 1 << 53
 
 func clampCount(n uint64) int64 {
 	return int64(min(n, maxCount))
 }
 
-// bucketID reads a bucket_id within the bounds: its entries sorted by key,
-// its bucketKey and its size, or which bound it breaks.
-func bucketID(id *rlqspb.BucketId, maxEntries, maxBytes int) (key string, entries []rules.Entry, size int, err error) {
+// bucketID reads a bucket_id within the bounds: its bucketKey and its
+// entries sorted by key, or which bound it breaks.
+func bucketID(id *rlqspb.BucketId, maxEntries, maxBytes int) (string, []rules.Entry, error) {
 	m := id.GetBucket()
 	switch {
 	case len(m) == 0:
-		return "", nil, 0, fmt.Errorf("empty bucket_id (a bucket_matchers action without bucket_id_builder): it cannot be assigned")
+		return "", nil, fmt.Errorf("empty bucket_id (a bucket_matchers action without bucket_id_builder): it cannot be assigned")
 	case len(m) > maxEntries:
-		return "", nil, 0, fmt.Errorf("bucket_id of %d entries, more than the bound of %d", len(m), maxEntries)
+		return "", nil, fmt.Errorf("bucket_id of %d entries, more than the bound of %d", len(m), maxEntries)
 	}
-	entries = make([]rules.Entry, 0, len(m))
+	entries := make([]rules.Entry, 0, len(m))
+	size := 0
 	for k, v := range m {
 		if k == "" {
-			return "", nil, 0, fmt.Errorf("bucket_id with an empty key")
+			return "", nil, fmt.Errorf("bucket_id with an empty key")
 		}
 		size += len(k) + len(v)
 		entries = append(entries, rules.Entry{Key: k, Value: v})
 	}
 	if size > maxBytes {
-		return "", nil, 0, fmt.Errorf("bucket_id of %d bytes, more than the bound of %d", size, maxBytes)
+		return "", nil, fmt.Errorf("bucket_id of %d bytes, more than the bound of %d", size, maxBytes)
 	}
 	slices.SortFunc(entries, func(a, b rules.Entry) int { return strings.Compare(a.Key, b.Key) })
-	return bucketKey(entries), entries, size, nil
+	return bucketKey(entries), entries, nil
 }
 
 // bucketKey writes sorted entries as each key and value's length, ':' and
-// bytes, so that two bucket_ids share a key only when equal.
+// bytes: two bucket_ids share a key only when equal.
 func bucketKey(entries []rules.Entry) string {
 	n := 0
 	for _, e := range entries {
@@ -192,9 +188,8 @@ func bucketKey(entries []rules.Entry) string {
 }
 
 // actionID returns the bucket_id of the bucket's action: the report's when
-// one carried it this round, else one built from its entries, since
-// building a map per action or keeping one per bucket costs much
-// (docs/benchmarks.md).
+// one carried it this round, else one built from its entries
+// (docs/benchmarks.md says why no map is kept per bucket).
 func (b *bucket) actionID() *rlqspb.BucketId {
 	if b.id != nil {
 		return b.id
@@ -248,28 +243,19 @@ func nextPermutation(idx []int) bool {
 	return true
 }
 
-// resolver turns buckets into counters with the rules of one stream's
-// domain, reusing its Resolutions.
-type resolver struct {
-	domain       string
-	demandWindow time.Duration
-	failure      rules.FailureMode
-	res          rules.Resolution
-}
-
-// resolve sets b's counters, mode and demand key from set (nil: no rules,
-// allow-all).
-func (r *resolver) resolve(b *bucket, set *rules.Set) {
-	b.set, b.counters, b.shadow, b.failure = set, b.counters[:0], false, r.failure
-	if set == nil || !set.HasDomain(r.domain) {
+// resolve sets b's counters, mode and demand key from the rules of the
+// stream's domain in set (nil: no rules, allow-all).
+func (st *stream) resolve(b *bucket, set *rules.Set) {
+	b.set, b.counters, b.shadow, b.failure = set, b.counters[:0], false, st.s.opts.FailureMode
+	if set == nil || !set.HasDomain(st.domain) {
 		return
 	}
-	order := orderFor(set, r.domain, b.entries)
+	order := orderFor(set, st.domain, b.entries)
 	// Without an override, Resolve cannot fail.
-	if err := set.Resolve(&r.res, r.domain, []rules.Descriptor{{Entries: order}}); err != nil {
+	if err := set.Resolve(&st.res, st.domain, []rules.Descriptor{{Entries: order}}); err != nil {
 		return
 	}
-	d := &r.res.Descriptors[0]
+	d := &st.res.Descriptors[0]
 	if d.Rule != nil {
 		b.shadow = d.Mode == limit.Advisory
 		if d.Rule.FailureMode != rules.FailureDefault {
@@ -281,14 +267,8 @@ func (r *resolver) resolve(b *bucket, set *rules.Set) {
 			b.counters = append(b.counters, counter{key: unique.Make(l.Key), spec: l.Limit.Spec})
 		}
 	}
-	r.res.Reset()
+	st.res.Reset()
 	if len(b.counters) > 0 {
-		b.demandKey = unique.Make(r.demandKey(set, b.counters[0].key.Value()))
+		b.demandKey = unique.Make(rules.DemandKey(b.counters[0].key.Value(), st.s.demand.Window))
 	}
-}
-
-// demandKey returns the key of the counter of the fleet's demand for the
-// counter at counterKey (see rules.DemandKey).
-func (r *resolver) demandKey(set *rules.Set, counterKey string) string {
-	return rules.DemandKey(counterKey, r.demandWindow)
 }

@@ -2,24 +2,23 @@ package rlqs
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// coalescer merges the store calls of a Service's streams. A fleet's
-// Envoys report the same buckets: charged stream by stream, the store's
-// work would grow with the Envoys times their buckets. Every round hands
-// its hits to the coalescer instead, which sends those that wait together
-// as one flush, each counter once with the sum of their costs, and gives
-// every hit its counter's decision. A flush starts as soon as the last one
-// has ended, at most once every Options.ChargeInterval.
+// coalescer merges the store calls of a Service's streams, whose Envoys
+// report the same buckets: the hits that wait together go as one flush,
+// each counter once with the sum of their costs, and every hit gets its
+// counter's decision. A flush starts as soon as the last one has ended, at
+// most once every Options.ChargeInterval.
 //
 // Every hit is Advisory: a merged hit the counter cannot take whole writes
-// nothing, and is then charged what the counter has left (clipRefused),
-// so that it reads spent, as its hits one after the other would have left
-// it. It is safe for concurrent use.
+// nothing, and is then charged what the counter has left (clipRefused), so
+// that it reads spent, as its hits one by one would have left it. It is
+// safe for concurrent use.
 type coalescer struct {
 	limiter limit.Limiter
 	every   time.Duration
@@ -29,20 +28,18 @@ type coalescer struct {
 	flushing bool
 	last     time.Time // when the last flush started
 
-	// The flusher's buffers, as large as the largest flush, reused until
-	// the queue empties.
+	// The flusher's buffers, reused until the queue empties.
 	flushBufs
 }
 
 type flushBufs struct {
-	index  map[hitKey]int
+	index map[hitKey]int
+	// The merged hits, then the clipped ones (clipRefused), with their
+	// decisions and errors.
 	hits   []limit.Hit
 	decs   []limit.Decision
 	errs   []error
-	clip   []limit.Hit
 	clipAt []int
-	cdecs  []limit.Decision
-	cerrs  []error
 	shards map[string][]int
 	call   []limit.Hit
 	cdec   []limit.Decision
@@ -62,33 +59,31 @@ type hitKey struct {
 }
 
 // charge is one round's call: its hits, where their decisions and
-// failures go, and at, the merged hit of each.
+// failures go, and at, the merged hit of each; owners says whose each hit
+// is (ledger.go).
 type charge struct {
 	hits   []limit.Hit
 	decs   []limit.Decision
 	failed []bool
+	owners []owner
 	at     []int
 	err    error
 	done   chan struct{}
 }
 
-func newCoalescer(l limit.Limiter, every time.Duration) *coalescer {
-	return &coalescer{limiter: l, every: every}
-}
-
-// charge charges hits with those of the other rounds that wait meanwhile,
-// fills decs with their counters' decisions and failed with whether each
-// hit's store call failed, and returns the first error. Once queued, the
-// hits are charged whatever ctx says, within the store's deadline, since
-// the flush serves other streams too.
-func (c *coalescer) charge(ctx context.Context, hits []limit.Hit, decs []limit.Decision, failed []bool) error {
+// charge charges ch's hits with those of the other rounds that wait
+// meanwhile, fills its decs with their counters' decisions and failed with
+// whether each hit's store call failed, and returns the first error. Once
+// queued, the hits are charged whatever ctx says: the flush serves other
+// streams too.
+func (c *coalescer) charge(ctx context.Context, ch *charge) error {
 	if err := ctx.Err(); err != nil {
-		for i := range failed {
-			failed[i] = true
+		for i := range ch.failed {
+			ch.failed[i] = true
 		}
 		return err
 	}
-	ch := &charge{hits: hits, decs: decs, failed: failed, done: make(chan struct{})}
+	ch.err, ch.done = nil, make(chan struct{})
 	c.mu.Lock()
 	c.queue = append(c.queue, ch)
 	start := !c.flushing
@@ -207,25 +202,24 @@ func (c *coalescer) byShard(ctx context.Context, hits []limit.Hit) map[string][]
 // left, and takes that decision instead. If that fails, the refusals
 // stand: the counters were nearly spent anyway.
 func (c *coalescer) clipRefused(ctx context.Context) {
-	c.clip, c.clipAt = c.clip[:0], c.clipAt[:0]
-	for k := range c.hits {
-		h, d := &c.hits[k], &c.decs[k]
-		if c.errs[k] == nil && h.Cost > 0 && !d.Allowed && d.Remaining > 0 {
-			cl := *h
-			cl.Cost = d.Remaining
-			c.clip = append(c.clip, cl)
+	n := len(c.hits)
+	c.clipAt = c.clipAt[:0]
+	for k := range n {
+		if h, d := c.hits[k], c.decs[k]; c.errs[k] == nil && h.Cost > 0 && !d.Allowed && d.Remaining > 0 {
+			h.Cost = d.Remaining
+			c.hits = append(c.hits, h)
 			c.clipAt = append(c.clipAt, k)
 		}
 	}
-	if len(c.clip) == 0 {
+	if len(c.clipAt) == 0 {
 		return
 	}
-	c.cdecs = resize(c.cdecs, len(c.clip))
-	c.cerrs = resize(c.cerrs, len(c.clip))
-	c.evaluate(ctx, c.clip, c.cdecs, c.cerrs)
+	c.decs = slices.Grow(c.decs, len(c.clipAt))[:len(c.hits)]
+	c.errs = slices.Grow(c.errs, len(c.clipAt))[:len(c.hits)]
+	c.evaluate(ctx, c.hits[n:], c.decs[n:], c.errs[n:])
 	for i, k := range c.clipAt {
-		if c.cerrs[i] == nil {
-			c.decs[k] = c.cdecs[i]
+		if c.errs[n+i] == nil {
+			c.decs[k] = c.decs[n+i]
 		}
 	}
 }

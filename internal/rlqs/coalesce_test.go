@@ -42,14 +42,14 @@ func TestCoalescedCharges(t *testing.T) {
 	clk := &clock{t: epoch}
 	mem := limit.NewMemory(limit.MemoryOptions{Now: clk.Now})
 	g := &gatedLimiter{Limiter: mem, gate: make(chan struct{})}
-	c := newCoalescer(g, 0)
+	c := &coalescer{limiter: g}
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute}
 	other := limit.Spec{Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Minute}
 	const streams = 50
 	round := func(cost int64) ([]limit.Decision, []bool, error) {
 		hits := []limit.Hit{{Key: "hot", Spec: spec, Cost: cost, Mode: limit.Advisory}, {Key: "wide", Spec: other, Cost: cost, Mode: limit.Advisory}}
 		decs, failed := make([]limit.Decision, len(hits)), make([]bool, len(hits))
-		return decs, failed, c.charge(context.Background(), hits, decs, failed)
+		return decs, failed, c.charge(context.Background(), &charge{hits: hits, decs: decs, failed: failed})
 	}
 	// The first round holds the store while the others queue.
 	var wg sync.WaitGroup
@@ -91,11 +91,12 @@ func TestCoalescedCharges(t *testing.T) {
 func TestCoalescerDoneContext(t *testing.T) {
 	g := &gatedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{}), gate: make(chan struct{})}
 	close(g.gate)
-	c := newCoalescer(g, 0)
+	c := &coalescer{limiter: g}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	failed := make([]bool, 1)
-	err := c.charge(ctx, []limit.Hit{{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1}}, make([]limit.Decision, 1), failed)
+	hits := []limit.Hit{{Key: "k", Spec: limit.Spec{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1}}
+	err := c.charge(ctx, &charge{hits: hits, decs: make([]limit.Decision, 1), failed: failed})
 	if err == nil || !failed[0] || g.calls.Load() != 0 {
 		t.Errorf("charge with a done context: %v, failed %v, %d store calls; want an error, failed, none", err, failed, g.calls.Load())
 	}
@@ -164,14 +165,14 @@ func (s *shardedLimiter) Evaluate(ctx context.Context, hits []limit.Hit, decs []
 // the others are charged.
 func TestShardedFailure(t *testing.T) {
 	sl := &shardedLimiter{Limiter: limit.NewMemory(limit.MemoryOptions{})}
-	c := newCoalescer(sl, 0)
+	c := &coalescer{limiter: sl}
 	spec := limit.Spec{Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute}
 	var hits []limit.Hit
 	for i := range 300 {
 		hits = append(hits, limit.Hit{Key: []string{"a", "b"}[i%2] + itoa(int64(i)), Spec: spec, Cost: 1, Mode: limit.Advisory})
 	}
 	decs, failed := make([]limit.Decision, len(hits)), make([]bool, len(hits))
-	if err := c.charge(context.Background(), hits, decs, failed); err == nil {
+	if err := c.charge(context.Background(), &charge{hits: hits, decs: decs, failed: failed}); err == nil {
 		t.Errorf("charge: no error, want master b's")
 	}
 	for i, h := range hits {

@@ -6,12 +6,9 @@
 //
 // It decides from the same rules and counters as the RLS service, so RLS
 // and RLQS traffic share one limit. A bucket_id is matched as a descriptor
-// of the stream's domain (bucket.go); a report's allowed requests are
-// charged to the counters of the bucket's limits, and its demand to a
-// per-limit demand counter that every instance sharing the store adds to
-// (ledger.go). A stream gets the share of what the limit has left that its
-// demand is of the fleet's, paced over the rest of the window (policy.go).
-// Assignments are pushed when they change and before they run out; idle
-// buckets are abandoned (stream.go). docs/rlqs.md says what Envoy 1.40
-// does and does not do with them.
+// of the stream's domain (bucket.go); reports are charged to the bucket's
+// counters and to the fleet's demand (ledger.go); a stream gets its
+// demand's share of what the limit has left (policy.go); assignments are
+// pushed when they change and before they run out, and idle buckets are
+// abandoned (stream.go). docs/rlqs.md says what Envoy 1.40 does with them.
 package rlqs

@@ -110,7 +110,7 @@ func FuzzReport(f *testing.F) {
 				t.Fatalf("%d buckets held, %d counted, bound %d", len(st.buckets), svc.buckets.Load(), bound)
 			}
 			for _, a := range st.actions {
-				key, _, _, err := bucketID(a.GetBucketId(), 4, 64)
+				key, _, err := bucketID(a.GetBucketId(), 4, 64)
 				if err != nil || st.buckets[key] == nil && a.GetAbandonAction() == nil {
 					t.Fatalf("action for bucket %v, which the stream does not hold (%v)", a.GetBucketId(), err)
 				}

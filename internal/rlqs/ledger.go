@@ -4,40 +4,38 @@ import (
 	"context"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// What the fleet admitted and asked for lives in the store, per limit. A
-// round charges each bucket's allowed requests to the counters of its
-// limits, the ones RLS decides with, and adds its demand (allowed +
-// denied) to the demand counter of its first limit for the current slot,
-// a report interval of floodgate's clock numbered from the epoch, which
-// every instance adds to; it reads the slot before's too. Every stream
-// reports once per interval, so an ended slot holds the fleet's demand
-// over one interval. All of it goes through limit.Limiter, the store's
-// key encoding, time to live and deadline included.
+// What the fleet admitted and asked for lives in the store. A round
+// charges each bucket's allowed requests to its limits' counters, the ones
+// RLS decides with, and adds its demand (allowed + denied) to its first
+// limit's demand counter for the current slot, a report interval numbered
+// from the epoch, which every instance adds to; it reads the slot
+// before's too, which holds the fleet's demand over one interval.
 
 // demandCapacity is the demand counters' limit: never reached, and exact
 // in the Lua scripts' doubles, so that capacity − remaining is the count.
 const demandCapacity = 1 << 40
 
 // chunkHits bounds the hits of one store call: a Redis script holds Redis
-// for its whole length, and a flush may carry thousands of buckets.
+// for its whole length.
 const chunkHits = 128
 
 // demandSlots is how many report intervals a demand counter's window
-// spans: it holds every write of its slot, made within an interval of
-// floodgate's clock and at most an interval off on the store's, until the
-// slot after next reads it.
+// spans: it keeps its slot's writes, at most an interval off on the
+// store's clock, until the slot after next reads them.
 const demandSlots = 4
 
-// demandSpec is the spec of the demand counters: a sliding window of
-// demandSlots report intervals, in sub-windows of one interval.
-func demandSpec(reportInterval time.Duration) limit.Spec {
-	return limit.Spec{Algorithm: limit.SlidingWindow, Limit: demandCapacity, Window: demandSlots * reportInterval, Precision: demandSlots}
+// DemandSpec is the spec of the counters of the fleet's demand that a
+// Service with opts keeps beside the rules' own, which the store must
+// support: a sliding window of demandSlots report intervals, in
+// sub-windows of one interval.
+func DemandSpec(opts Options) limit.Spec {
+	window := demandSlots * opts.withDefaults().ReportInterval
+	return limit.Spec{Algorithm: limit.SlidingWindow, Limit: demandCapacity, Window: window, Precision: demandSlots}
 }
 
 func slotOf(t time.Time, reportInterval time.Duration) int64 {
@@ -48,30 +46,8 @@ func slotKey(demandKey string, slot int64) string {
 	return demandKey + ":" + strconv.FormatInt(slot, 10)
 }
 
-// ledger charges one stream's buckets through the Service's coalescer.
-type ledger struct {
-	store    *coalescer
-	demand   limit.Spec
-	interval time.Duration // the report interval, a demand slot's length
-	// bufs is shared by the Service's streams, so that the buffers follow
-	// the rounds running, not the streams times their buckets.
-	bufs *sync.Pool
-}
-
-// chargeBuf is one round's hits and what became of them.
-type chargeBuf struct {
-	hits   []limit.Hit
-	decs   []limit.Decision
-	failed []bool
-	owners []owner
-}
-
-func newChargeBufs() *sync.Pool {
-	return &sync.Pool{New: func() any { return &chargeBuf{} }}
-}
-
 // owner is where a hit's decision goes: bucket b's counter c, or its
-// demand in the current slot or the slot before.
+// demand in the current slot or the one before.
 type owner struct{ b, c int }
 
 const (
@@ -79,31 +55,31 @@ const (
 	ownerDemandBefore = -2
 )
 
-// charge charges each bucket of bs (all with counters) and reads its
-// counters and the fleet's demand; it returns the first error and how
-// many buckets failed. A bucket whose counters' call failed keeps its
-// usage for the next round, which charges all its counters again: a
-// counter whose call had succeeded is charged twice, never less than
-// Envoy admitted. One whose demand alone failed keeps the demand it had.
-func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
-	cb := l.bufs.Get().(*chargeBuf)
-	defer l.bufs.Put(cb)
-	defer clear(cb.hits) // their keys belong to the buckets
-	l.hitsOf(cb, now, bs)
-	cb.decs = resize(cb.decs, len(cb.hits))
-	cb.failed = resize(cb.failed, len(cb.hits))
-	err = l.store.charge(ctx, cb.hits, cb.decs, cb.failed)
+// charge charges each bucket of a stream's bs (all with counters) and
+// reads its counters and the fleet's demand; it returns the first error
+// and how many buckets failed. A bucket whose counters' call failed keeps
+// its usage for the next round, which charges all its counters again
+// (never less than Envoy admitted). One whose demand alone failed keeps
+// the demand it had.
+func (s *Service) charge(ctx context.Context, now time.Time, bs []*bucket) (failed int, err error) {
+	ch := s.bufs.Get().(*charge)
+	defer s.bufs.Put(ch)
+	defer clear(ch.hits) // their keys belong to the buckets
+	s.hitsOf(ch, now, bs)
+	ch.decs = resize(ch.decs, len(ch.hits))
+	ch.failed = resize(ch.failed, len(ch.hits))
+	err = s.store.charge(ctx, ch)
 	for _, b := range bs {
 		b.failed = false
 	}
-	for k, o := range cb.owners {
-		if cb.failed[k] {
+	for k, o := range ch.owners {
+		if ch.failed[k] {
 			if o.c >= 0 {
 				bs[o.b].failed = true
 			}
 			continue
 		}
-		l.take(bs[o.b], o, cb.decs[k], now)
+		take(bs[o.b], o, ch.decs[k], now)
 	}
 	for _, b := range bs {
 		if b.failed {
@@ -119,26 +95,26 @@ func (l *ledger) charge(ctx context.Context, now time.Time, bs []*bucket) (faile
 	return failed, err
 }
 
-// hitsOf fills cb with the hits of bs: each counter's, then the demand of
+// hitsOf fills ch with the hits of bs: each counter's, then the demand of
 // the current slot and a look at the slot before's.
-func (l *ledger) hitsOf(cb *chargeBuf, now time.Time, bs []*bucket) {
-	cb.hits, cb.owners = cb.hits[:0], cb.owners[:0]
-	slot := slotOf(now, l.interval)
+func (s *Service) hitsOf(ch *charge, now time.Time, bs []*bucket) {
+	ch.hits, ch.owners = ch.hits[:0], ch.owners[:0]
+	slot := slotOf(now, s.opts.ReportInterval)
 	for i, b := range bs {
 		for j := range b.counters {
 			c := &b.counters[j]
 			cost := inWindow(c, b.pending, b.since, now)
-			cb.hits = append(cb.hits, limit.Hit{Key: c.key.Value(), Spec: c.spec, Cost: cost, Mode: limit.Advisory})
-			cb.owners = append(cb.owners, owner{i, j})
+			ch.hits = append(ch.hits, limit.Hit{Key: c.key.Value(), Spec: c.spec, Cost: cost, Mode: limit.Advisory})
+			ch.owners = append(ch.owners, owner{i, j})
 		}
-		cb.hits = append(cb.hits,
-			limit.Hit{Key: slotKey(b.demandKey.Value(), slot), Spec: l.demand, Cost: b.fresh, Mode: limit.Advisory},
-			limit.Hit{Key: slotKey(b.demandKey.Value(), slot-1), Spec: l.demand, Mode: limit.Advisory})
-		cb.owners = append(cb.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
+		ch.hits = append(ch.hits,
+			limit.Hit{Key: slotKey(b.demandKey.Value(), slot), Spec: s.demand, Cost: b.fresh, Mode: limit.Advisory},
+			limit.Hit{Key: slotKey(b.demandKey.Value(), slot-1), Spec: s.demand, Mode: limit.Advisory})
+		ch.owners = append(ch.owners, owner{i, ownerDemand}, owner{i, ownerDemandBefore})
 	}
 }
 
-func (l *ledger) take(b *bucket, o owner, d limit.Decision, now time.Time) {
+func take(b *bucket, o owner, d limit.Decision, now time.Time) {
 	switch o.c {
 	case ownerDemand:
 		b.fleet = demandCapacity - d.Remaining
@@ -151,9 +127,8 @@ func (l *ledger) take(b *bucket, o owner, d limit.Decision, now time.Time) {
 }
 
 // inWindow returns the part of usage, admitted evenly from since to now,
-// that falls in c's current fixed window: the rest belongs to a window
-// that is over, and would make the new one's pace too slow. Other
-// algorithms take all of it.
+// that falls in c's current fixed window: the rest belongs to one that is
+// over. Other algorithms take all of it.
 func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 	if c.spec.Algorithm != limit.FixedWindow || since.IsZero() || usage == 0 || !now.After(since) {
 		return usage
@@ -161,8 +136,7 @@ func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 	var start time.Time
 	switch {
 	case c.spec.Calendar == nil:
-		// Multiples of the length since the epoch, on the store's clock,
-		// which this one follows closely.
+		// Multiples of the length since the epoch.
 		w := c.spec.WindowMicros()
 		start = time.UnixMicro(now.UnixMicro() / w * w)
 	case !c.end.IsZero() && !c.end.After(now):

@@ -8,6 +8,7 @@ import (
 	"unique"
 
 	"github.com/floodgate/floodgate/pkg/limit"
+	"github.com/floodgate/floodgate/pkg/rules"
 )
 
 // TestShareIndependentOfPhase: two streams on two instances sharing a
@@ -24,11 +25,13 @@ func TestShareIndependentOfPhase(t *testing.T) {
 				t.Run(fmt.Sprintf("demand %v, first at +%v, second %v later", demand, offset, gap), func(t *testing.T) {
 					clk := &clock{t: epoch.Add(offset)}
 					mem := limit.NewMemory(limit.MemoryOptions{Now: clk.Now})
-					spec := demandSpec(interval)
-					var ls [2]*ledger
+					var ls [2]*Service
 					var bs [2]*bucket
 					for i := range ls {
-						ls[i] = &ledger{store: newCoalescer(mem, 0), demand: spec, interval: interval, bufs: newChargeBufs()}
+						var err error
+						if ls[i], err = New(func() *rules.Set { return nil }, mem, Options{ReportInterval: interval}); err != nil {
+							t.Fatal(err)
+						}
 						bs[i] = &bucket{demandKey: unique.Make("demand")}
 					}
 					at := [2]time.Duration{0, gap}

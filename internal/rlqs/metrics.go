@@ -52,14 +52,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	// Every series exists from the start, so that rates work before the
 	// first event.
-	for _, o := range []string{"allowed", "denied"} {
-		m.usage.WithLabelValues(o)
-	}
-	for _, a := range []string{"allow_all", "deny_all", "token_bucket", "abandon"} {
-		m.assignments.WithLabelValues(a)
-	}
-	for _, r := range []string{refusedStreams, refusedBuckets, refusedBucketID, refusedDomain, refusedMalformed, refusedTooLarge, refusedSilent} {
-		m.refused.WithLabelValues(r)
+	for vec, labels := range map[*prometheus.CounterVec][]string{
+		m.usage:       {"allowed", "denied"},
+		m.assignments: {"allow_all", "deny_all", "token_bucket", "abandon"},
+		m.refused:     {refusedStreams, refusedBuckets, refusedBucketID, refusedDomain, refusedMalformed, refusedTooLarge, refusedSilent},
+	} {
+		for _, l := range labels {
+			vec.WithLabelValues(l)
+		}
 	}
 	return m, nil
 }

@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,8 +11,7 @@ import (
 )
 
 // The defaults of Options' fields. Envoy 1.40 reports every 5 s whatever
-// the filter's reporting_interval says; an assignment lives three report
-// intervals, so it outlives two lost reports.
+// the filter says; an assignment outlives two lost reports.
 const (
 	DefaultReportInterval   = 5 * time.Second
 	DefaultAssignmentTTL    = 15 * time.Second
@@ -22,19 +22,17 @@ const (
 	DefaultMaxBucketIDBytes = 1024
 )
 
-// defaultMaxBucketEntries bounds a bucket_id's entries as the RLS service
-// bounds a descriptor's by default.
+// defaultMaxBucketEntries is the RLS service's default bound on a
+// descriptor's entries.
 const defaultMaxBucketEntries = 16
 
-// Options tune a Service. The zero value of every field means its
-// default.
+// Options tune a Service. A zero field means its default.
 type Options struct {
 	// ReportInterval is how often Envoy reports: the horizon an assignment
 	// is computed for, and the length of a demand slot. At least 1 s.
 	ReportInterval time.Duration
 	// AssignmentTTL is the time to live of every assignment: whole seconds
-	// (Envoy drops the fraction), more than two ReportIntervals so that a
-	// refresh at a report always comes before it runs out.
+	// (Envoy drops the fraction), more than two ReportIntervals.
 	AssignmentTTL time.Duration
 	// IdleTimeout is how long a bucket may report no demand before it is
 	// abandoned, and a stream send no report before it is closed. At least
@@ -44,8 +42,8 @@ type Options struct {
 	// ResourceExhausted.
 	MaxStreams int
 	// MaxBuckets bounds the buckets of all streams, MaxStreamBuckets those
-	// of one stream. A bucket over either gets no assignment (Envoy applies
-	// its no_assignment_behavior) until idle buckets are abandoned.
+	// of one. A bucket over either gets no assignment (Envoy applies its
+	// no_assignment_behavior) until idle buckets are abandoned.
 	MaxBuckets, MaxStreamBuckets int
 	// MaxBucketIDBytes bounds a bucket_id's keys and values together, and
 	// MaxBucketEntries (16 by default) its entries. A bucket_id beyond
@@ -53,21 +51,20 @@ type Options struct {
 	// over MaxBuckets.
 	MaxBucketIDBytes, MaxBucketEntries int
 	// ChargeInterval is the least time between the starts of two store
-	// flushes; the rounds of every stream that arrive meanwhile are charged
-	// together (coalesce.go). 0 starts a flush as soon as the last one has
-	// ended.
+	// flushes, which charge together the rounds of every stream (0: as
+	// soon as the last one has ended).
 	ChargeInterval time.Duration
 	// FailureMode is what a bucket is assigned when the store fails, for
-	// rules that do not say: allow-all (the default), deny-all, or for
-	// rules.FailureUnavailable nothing, so that the assignment runs out
-	// and Envoy applies its expired_assignment_behavior.
+	// rules that do not say: allow-all (the default), deny-all, or nothing
+	// (rules.FailureUnavailable: Envoy applies its
+	// expired_assignment_behavior once the assignment runs out).
 	FailureMode rules.FailureMode
 	// ShadowMode assigns allow-all to every bucket while the counters count
 	// as when enforcing.
 	ShadowMode bool
-	// Logger receives the streams' lifecycle at debug level, and refusals
-	// and store failures at warn level, at most once per stream or per
-	// second; nil discards them.
+	// Logger receives the streams' lifecycle at debug level, refusals and
+	// store failures at warn level (once per stream and reason, once a
+	// second); nil discards them.
 	Logger *slog.Logger
 	// Metrics records the streams; nil records nothing.
 	Metrics *Metrics
@@ -75,39 +72,27 @@ type Options struct {
 	Now func() time.Time
 }
 
-// field is one of Options' durations or bounds, with its default.
-type field[T time.Duration | int] struct {
-	name string
-	p    *T
-	def  T
-}
-
-// fields returns o's durations and bounds, in the order Validate checks
-// them.
-func (o *Options) fields() ([]field[time.Duration], []field[int]) {
-	return []field[time.Duration]{
-			{"ReportInterval", &o.ReportInterval, DefaultReportInterval},
-			{"AssignmentTTL", &o.AssignmentTTL, DefaultAssignmentTTL},
-			{"IdleTimeout", &o.IdleTimeout, DefaultIdleTimeout},
-			{"ChargeInterval", &o.ChargeInterval, 0},
-		}, []field[int]{
-			{"MaxStreams", &o.MaxStreams, DefaultMaxStreams},
-			{"MaxBuckets", &o.MaxBuckets, DefaultMaxBuckets},
-			{"MaxStreamBuckets", &o.MaxStreamBuckets, DefaultMaxStreamBuckets},
-			{"MaxBucketIDBytes", &o.MaxBucketIDBytes, DefaultMaxBucketIDBytes},
-			{"MaxBucketEntries", &o.MaxBucketEntries, defaultMaxBucketEntries},
-		}
-}
-
 // Validate reports the first option New refuses as an *option.Error, or
 // nil.
 func (o Options) Validate() error {
-	durations, bounds := o.fields()
-	if err := negative(durations); err != nil {
-		return err
-	}
-	if err := negative(bounds); err != nil {
-		return err
+	for _, f := range []struct {
+		name     string
+		v        any
+		negative bool
+	}{
+		{"ReportInterval", o.ReportInterval, o.ReportInterval < 0},
+		{"AssignmentTTL", o.AssignmentTTL, o.AssignmentTTL < 0},
+		{"IdleTimeout", o.IdleTimeout, o.IdleTimeout < 0},
+		{"ChargeInterval", o.ChargeInterval, o.ChargeInterval < 0},
+		{"MaxStreams", o.MaxStreams, o.MaxStreams < 0},
+		{"MaxBuckets", o.MaxBuckets, o.MaxBuckets < 0},
+		{"MaxStreamBuckets", o.MaxStreamBuckets, o.MaxStreamBuckets < 0},
+		{"MaxBucketIDBytes", o.MaxBucketIDBytes, o.MaxBucketIDBytes < 0},
+		{"MaxBucketEntries", o.MaxBucketEntries, o.MaxBucketEntries < 0},
+	} {
+		if f.negative {
+			return refused(f.name, f.v, "must not be negative (0 is the default)")
+		}
 	}
 	n := o.withDefaults()
 	switch {
@@ -130,23 +115,16 @@ func refused(field string, v any, want string) error {
 	return &option.Error{Options: "rlqs.Options", Field: field, Value: v, Want: want}
 }
 
-func negative[T time.Duration | int](fs []field[T]) error {
-	for _, f := range fs {
-		if *f.p < 0 {
-			return refused(f.name, *f.p, "must not be negative (0 is the default)")
-		}
-	}
-	return nil
-}
-
-// withDefaults returns o with every zero field set to its default.
 func (o Options) withDefaults() Options {
-	durations, bounds := o.fields()
-	setDefaults(durations)
-	setDefaults(bounds)
-	if o.FailureMode == rules.FailureDefault {
-		o.FailureMode = rules.FailureAllow
-	}
+	o.ReportInterval = cmp.Or(o.ReportInterval, DefaultReportInterval)
+	o.AssignmentTTL = cmp.Or(o.AssignmentTTL, DefaultAssignmentTTL)
+	o.IdleTimeout = cmp.Or(o.IdleTimeout, DefaultIdleTimeout)
+	o.MaxStreams = cmp.Or(o.MaxStreams, DefaultMaxStreams)
+	o.MaxBuckets = cmp.Or(o.MaxBuckets, DefaultMaxBuckets)
+	o.MaxStreamBuckets = cmp.Or(o.MaxStreamBuckets, DefaultMaxStreamBuckets)
+	o.MaxBucketIDBytes = cmp.Or(o.MaxBucketIDBytes, DefaultMaxBucketIDBytes)
+	o.MaxBucketEntries = cmp.Or(o.MaxBucketEntries, defaultMaxBucketEntries)
+	o.FailureMode = cmp.Or(o.FailureMode, rules.FailureAllow)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -154,12 +132,4 @@ func (o Options) withDefaults() Options {
 		o.Now = time.Now
 	}
 	return o
-}
-
-func setDefaults[T time.Duration | int](fs []field[T]) {
-	for _, f := range fs {
-		if *f.p == 0 {
-			*f.p = f.def
-		}
-	}
 }

@@ -13,12 +13,10 @@ import (
 )
 
 // The assignment policy is pure functions of what the store said. A stream
-// gets its share (share) of the rate the fleet may admit at under the
-// slowest of the bucket's limits (fleetRate), as a token bucket (tokens);
-// a fixed window with nothing left is deny-all until it resets. What Envoy
-// admits flows back into the counters at each report, so the pace
-// corrects itself: a fleet that admitted too much finds less left and gets
-// a slower pace for the rest of the window, and the reverse.
+// gets its share of the rate the fleet may admit at under the slowest of
+// the bucket's limits, as a token bucket; a spent fixed window is deny-all
+// until it resets. What Envoy admits is charged at each report, so the
+// pace corrects itself: a fleet that admitted too much finds less left.
 
 // kind is what an assignment does.
 type kind uint8
@@ -33,20 +31,18 @@ const (
 // as Envoy 1.40 reads them.
 const slowFill = 10 * time.Second
 
-// fastRate is the rate (per second) from which a token bucket refills
-// every second. Below it, one refilling every second would round the rate
-// to 1 or 0: a 10 s interval keeps a tenth of a token per second.
+// fastRate is the rate per second from which a token bucket refills every
+// second; below it, every slowFill, so that the rate is not rounded to 1
+// or 0 a second.
 const fastRate = 1.5
 
-// burstParts makes a fast token bucket hold a quarter second's tokens.
-// Envoy starts every new token bucket full, so each change admits up to
-// max_tokens over the pace: a quarter second's keeps that small and still
-// absorbs the jitter of steady traffic, since Envoy refills continuously.
+// burstParts makes a fast token bucket hold a quarter second's tokens:
+// Envoy starts every new bucket full, so each change admits max_tokens
+// over the pace, and a quarter second's still absorbs steady jitter.
 const burstParts = 4
 
 // strategy is an assignment, comparable: Envoy keeps a token bucket's
-// tokens when it is sent the same one again, and starts a new full bucket
-// otherwise.
+// tokens when sent the same one again, and starts a new full one otherwise.
 type strategy struct {
 	kind kind
 	// The token bucket's tokens_per_fill, max_tokens and fill_interval.
@@ -70,13 +66,7 @@ func (s strategy) proto() *typev3.RateLimitStrategy {
 
 // action names the strategy in metrics.
 func (s strategy) action() string {
-	switch s.kind {
-	case tokenBucket:
-		return "token_bucket"
-	case denyAll:
-		return "deny_all"
-	}
-	return "allow_all"
+	return [...]string{allowAll: "allow_all", denyAll: "deny_all", tokenBucket: "token_bucket"}[s.kind]
 }
 
 // counter is one counted limit of a bucket.
@@ -88,12 +78,10 @@ type counter struct {
 	end  time.Time      // when dec's fixed window ends
 }
 
-// share is a stream's part of the fleet's demand for a bucket's counter:
-// (own+1)/(fleet+1), at most 1. The +1 gives a stream whose bucket is idle
-// a trickle rather than nothing, so that its next request passes and its
-// demand is reported, and keeps the share of a lone stream at 1 when the
-// fleet's estimate, which weights its oldest sub-window, falls below the
-// stream's own count.
+// share is a stream's part of the fleet's demand: (own+1)/(fleet+1), at
+// most 1. The +1 gives an idle bucket a trickle, so that its next request
+// passes and is reported, and keeps a lone stream's share at 1 when the
+// fleet's estimate falls below the stream's own count.
 func share(own, fleet int64) float64 {
 	return min(1, float64(max(own, 0)+1)/float64(max(fleet, 0)+1))
 }
@@ -101,9 +89,8 @@ func share(own, fleet int64) float64 {
 // fleetRate returns the rate per second at which the whole fleet may admit
 // under c over the next horizon without passing the limit, or spent with
 // how long until c admits again (0 for unknown). A fixed window's remaining
-// count is spread over what is left of it, so that a fleet at that pace
-// ends the window on the limit; the other algorithms give their sustained
-// rate plus what c holds now spread over the horizon.
+// count is spread over what is left of it; the other algorithms give their
+// sustained rate plus what c holds now spread over the horizon.
 func fleetRate(c *counter, horizon time.Duration) (perSecond float64, spent bool, until time.Duration) {
 	r := float64(c.dec.Remaining)
 	l, w := float64(c.spec.Limit), c.spec.Window.Seconds()
@@ -117,10 +104,9 @@ func fleetRate(c *counter, horizon time.Duration) (perSecond float64, spent bool
 		// The counter holds r now and refills at l per w.
 		perSecond = l/w + r/horizon.Seconds()
 	default:
-		// Sliding windows: r now, and the hits of the window slide out
-		// at about the pace they came in. A window no longer than the
-		// horizon renews whole within it: its sustained rate (r/horizon
-		// would pace a 5 per second window at 1 per second).
+		// Sliding windows: r now, and the window's hits slide out at
+		// about the pace they came in. A window no longer than the
+		// horizon renews whole within it: its sustained rate.
 		if w <= horizon.Seconds() {
 			perSecond = l / w
 		} else {
@@ -133,9 +119,9 @@ func fleetRate(c *counter, horizon time.Duration) (perSecond float64, spent bool
 	return perSecond, false, 0
 }
 
-// decide returns a stream's assignment for a bucket with counters cs,
-// given its demand and the fleet's, and when a fixed window decides, how
-// long until it ends; prev is the assignment in force.
+// decide returns a stream's assignment for a bucket with counters cs, given
+// its demand and the fleet's and prev, the assignment in force, and how
+// long until the fixed window that decides, if any, ends.
 func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy) (strategy, time.Duration) {
 	if len(cs) == 0 {
 		return strategy{kind: allowAll}, 0
@@ -164,10 +150,9 @@ func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy
 }
 
 // unseen is the part of a fixed window's remaining count the fleet has not
-// already admitted unseen: the other streams report on average half an
-// interval after this one, so what they admitted since is not yet charged,
-// and the last round of a window, which no later one corrects, would
-// overshoot. Nothing was admitted before the window began (elapsed).
+// admitted unseen: the other streams report on average half an interval
+// after this one, and the last round of a window, which none corrects,
+// would overshoot. Nothing was admitted before the window began.
 func unseen(share float64, horizon, left, elapsed time.Duration) float64 {
 	if left <= 0 {
 		return share
@@ -176,8 +161,8 @@ func unseen(share float64, horizon, left, elapsed time.Duration) float64 {
 	return 1 - (1-share)*lag.Seconds()/left.Seconds()
 }
 
-// elapsed returns how long c's window has run, or, for a calendar window,
-// whose length varies, the length of one report interval at least.
+// elapsed returns how long c's window has run; for a calendar window,
+// whose length varies, one report interval.
 func elapsed(c *counter, horizon time.Duration) time.Duration {
 	if c.spec.Calendar != nil {
 		return horizon
@@ -185,13 +170,11 @@ func elapsed(c *counter, horizon time.Duration) time.Duration {
 	return c.spec.Window - c.dec.ResetAfter
 }
 
-// tokens returns the token bucket of rate perSecond, holding at most
-// budget tokens (at least 1), refilling every second from fastRate and
-// every slowFill below. prev's tokens_per_fill is kept when the new rate
-// is within rounding of it, so that a steady rate keeps Envoy's bucket and
-// its tokens. A bucket differing from prev only by its fill interval gets
-// one more token: Envoy 1.40 keeps its old bucket when only
-// fill_interval's seconds change.
+// tokens returns the token bucket of rate perSecond holding at most budget
+// tokens (at least 1). prev's tokens_per_fill is kept within rounding, so
+// that a steady rate keeps Envoy's bucket and its tokens. A bucket that
+// differs from prev only by its fill interval gets one more token: Envoy
+// 1.40 keeps its old bucket when only fill_interval's seconds change.
 func tokens(perSecond, budget float64, prev strategy) strategy {
 	fill, n := time.Second, perSecond
 	if perSecond < fastRate {

@@ -20,20 +20,18 @@ import (
 )
 
 // ClientMetadata is the gRPC metadata key naming a stream's Envoy in the
-// logs (the filter's rlqs_server.initial_metadata); without it, the
-// stream is named by its peer address.
+// logs (the filter's rlqs_server.initial_metadata), else its peer address.
 const ClientMetadata = "x-rlqs-client"
 
 // Service serves StreamRateLimitQuotas. It is safe for concurrent use.
 type Service struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 
-	rules   func() *rules.Set
-	limiter limit.Limiter
-	opts    Options
-	demand  limit.Spec
-	store   *coalescer
-	bufs    *sync.Pool // of *chargeBuf, shared by the streams
+	rules  func() *rules.Set
+	opts   Options
+	demand limit.Spec // DemandSpec
+	store  *coalescer
+	bufs   sync.Pool // of *charge, shared by the streams' rounds
 
 	streams, buckets atomic.Int64
 	ids              atomic.Uint64
@@ -54,18 +52,12 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 	}
 	opts = opts.withDefaults()
 	if opts.Metrics == nil {
-		// Registered nowhere, so that recording needs no nil check.
 		opts.Metrics, _ = NewMetrics(prometheus.NewRegistry())
 	}
-	return &Service{rules: current, limiter: l, opts: opts, demand: demandSpec(opts.ReportInterval),
-		store: newCoalescer(l, opts.ChargeInterval), bufs: newChargeBufs(), done: make(chan struct{})}, nil
-}
-
-// DemandSpec is the spec of the counters of the fleet's demand that a
-// Service with opts keeps beside the rules' own: the store must support
-// it.
-func DemandSpec(opts Options) limit.Spec {
-	return demandSpec(opts.withDefaults().ReportInterval)
+	s := &Service{rules: current, opts: opts, demand: DemandSpec(opts),
+		store: &coalescer{limiter: l, every: opts.ChargeInterval}, done: make(chan struct{})}
+	s.bufs.New = func() any { return &charge{} }
+	return s, nil
 }
 
 // Shutdown ends every stream with Unavailable, so that each Envoy reopens

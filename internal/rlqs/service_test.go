@@ -189,9 +189,10 @@ func TestSpentWindow(t *testing.T) {
 // stream resolves it.
 func (s *Service) testCounterKey(t *testing.T, domain string, id map[string]string) string {
 	t.Helper()
-	r := resolver{domain: domain, demandWindow: s.demand.Window}
+	st := s.newStream(nil, "test")
+	st.domain = domain
 	b := &bucket{entries: sortedEntries(id)}
-	r.resolve(b, s.rules())
+	st.resolve(b, s.rules())
 	if len(b.counters) == 0 {
 		t.Fatalf("bucket %v has no counter", id)
 	}

@@ -17,31 +17,26 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// A round takes the buckets a report carried, plus those whose window
-// ended or whose assignment is due a refresh; charges them (ledger.go);
-// computes each one's assignment (policy.go); and sends the assignments
-// that changed or are due a refresh, and an abandon action for each
-// bucket idle for IdleTimeout. A timer runs the rounds no report brings.
-// Everything but Recv runs on the stream's goroutine, so a stream needs
-// no lock.
+// A round charges the buckets a report carried, and those whose window
+// ended or whose assignment is due a refresh (ledger.go), decides their
+// assignments (policy.go), and sends those that changed or are due, with
+// an abandon action for each idle bucket. A timer runs the rounds no
+// report brings. All but Recv runs on the stream's goroutine: no lock.
 
-// maxActions bounds the actions of one response; more are sent in
-// several.
+// maxActions bounds the actions of one response.
 const maxActions = 1000
 
 // sweepEvery is how often a report looks at every bucket of its stream,
-// not only at those it carries: Envoy may split a report of many buckets
-// into many messages, and looking at every bucket at each would cost the
-// square of the buckets. The timer brings what is due in between.
+// not only those it carries: Envoy may split a report into many messages,
+// and a look at each would cost the square of the buckets.
 const sweepEvery = time.Second
 
 // reportsAhead is how many reports a stream reads ahead while a round
-// runs; the next round takes them together, so that a stream whose rounds
-// wait for the store catches up in a few rounds.
+// waits for the store; the next round takes them together.
 const reportsAhead = 8
 
-// wakeMargin is how long after a window's end its buckets are computed
-// again: the store's clock (Redis's) may run a little behind this one's.
+// wakeMargin delays the round at a window's end: the store's clock may
+// run a little behind this one's.
 const wakeMargin = 50 * time.Millisecond
 
 // stream is the state of one StreamRateLimitQuotas call.
@@ -52,19 +47,17 @@ type stream struct {
 	client string
 	domain string
 
-	buckets  map[string]*bucket
-	resolver resolver
-	ledger   ledger
-	round    uint64
-	// lastReport is when the last report arrived, or the stream opened.
-	lastReport time.Time
+	buckets    map[string]*bucket
+	res        rules.Resolution // reused by resolve
+	round      uint64
+	lastReport time.Time       // or when the stream opened
 	logged     map[string]bool // the refusal reasons logged already
 	timer      *time.Timer
 	// nextWake is when the timer fires; sweptAt when a report last looked
 	// at every bucket.
 	nextWake, sweptAt time.Time
-	// The current round's buckets, those of them with counters, its
-	// actions, and the reports it takes together.
+	// The current round's buckets, those with counters, its actions, and
+	// its reports.
 	batch, charged []*bucket
 	actions        []*rlqspb.RateLimitQuotaResponse_BucketAction
 	queued         []*rlqspb.RateLimitQuotaUsageReports
@@ -74,8 +67,6 @@ func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 	return &stream{
 		s: s, gs: gs, id: s.ids.Add(1), client: client,
 		buckets:    map[string]*bucket{},
-		resolver:   resolver{demandWindow: s.demand.Window, failure: s.opts.FailureMode},
-		ledger:     ledger{store: s.store, demand: s.demand, interval: s.opts.ReportInterval, bufs: s.bufs},
 		lastReport: s.opts.Now(),
 		logged:     map[string]bool{},
 	}
@@ -86,10 +77,10 @@ func (st *stream) release() {
 	st.buckets = nil
 }
 
-// run serves the stream until it ends. Recv runs on a goroutine of its own
-// so that the timer and Shutdown are heard between reports; it always ends
-// by sending why on errc, since when gRPC ends a stream itself (a report
-// that does not decode) ctx is done before Recv returns the cause.
+// run serves the stream until it ends. Recv runs on its own goroutine, so
+// that the timer and Shutdown are heard between reports, and always sends
+// why it ended on errc: when gRPC ends a stream itself (a report that does
+// not decode) ctx is done before Recv returns the cause.
 func (st *stream) run(ctx context.Context) error {
 	reports := make(chan *rlqspb.RateLimitQuotaUsageReports, reportsAhead)
 	errc := make(chan error, 1)
@@ -115,7 +106,8 @@ func (st *stream) run(ctx context.Context) error {
 		full := false
 		select {
 		case m := <-reports:
-			err = st.report(ctx, drain(reports, append(st.queued[:0], m))...)
+			st.queued = drain(reports, append(st.queued[:0], m))
+			err = st.report(ctx, st.queued...)
 			clear(st.queued)
 		case err = <-errc:
 			return st.recvError(err)
@@ -136,9 +128,9 @@ func (st *stream) run(ctx context.Context) error {
 	}
 }
 
-// recvError is what the stream ends with when Recv fails: nothing when
-// Envoy closed it, else the error, counted when gRPC refused a report
-// (Internal: it does not decode; ResourceExhausted: over the size bound).
+// recvError is what the stream ends with when Recv fails: nil when Envoy
+// closed it, else the error, counted when gRPC refused a report (Internal:
+// it does not decode; ResourceExhausted: too large).
 func (st *stream) recvError(err error) error {
 	switch status.Code(err) {
 	case codes.OK:
@@ -165,13 +157,13 @@ func (st *stream) refuse(reason string, err error) {
 }
 
 // setDomain takes the first report's domain; a later report may repeat
-// it (Envoy 1.40 does) or leave it out, not change it.
+// it or leave it out, not change it.
 func (st *stream) setDomain(d string) error {
 	switch {
 	case st.domain == "" && d == "":
 		return status.Error(codes.InvalidArgument, "rlqs: the stream's first report has no domain")
 	case st.domain == "":
-		st.domain, st.resolver.domain = d, d
+		st.domain = d
 	case d != "" && d != st.domain:
 		return status.Errorf(codes.InvalidArgument, "rlqs: domain %q on a stream of domain %q: open a stream per domain", d, st.domain)
 	}
@@ -191,36 +183,35 @@ func drain(reports <-chan *rlqspb.RateLimitQuotaUsageReports, ms []*rlqspb.RateL
 	return ms
 }
 
-// report runs one round for reports that arrived together and for the
+// report runs one round for reports that arrived together and the
 // buckets due one.
 func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageReports) error {
 	now := st.s.opts.Now()
 	st.lastReport = now
 	st.round++
-	batch := st.batch[:0]
+	st.batch = st.batch[:0]
 	for _, m := range ms {
 		if err := st.setDomain(m.GetDomain()); err != nil {
 			st.refuse(refusedDomain, err)
 			return err
 		}
-		batch = st.note(m, batch, now)
+		st.note(m, now)
 	}
 	var abandoned []*bucket
 	if now.Sub(st.sweptAt) >= sweepEvery {
 		st.sweptAt = now
 		if abandoned = st.idle(now); len(abandoned) > 0 {
-			batch = slices.DeleteFunc(batch, func(b *bucket) bool { return b.abandoned })
+			st.batch = slices.DeleteFunc(st.batch, func(b *bucket) bool { return b.abandoned })
 		}
-		batch = st.appendDue(batch, now)
+		st.addDue(now)
 	}
-	st.batch = batch
-	st.assign(ctx, now, st.batch, abandoned)
+	st.assign(ctx, now, abandoned)
 	return nil
 }
 
-// note notes the counts of a report's buckets, appending those new to
-// this round to batch.
-func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, now time.Time) []*bucket {
+// note notes a report's counts, adding its buckets new to this round to
+// the batch.
+func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) {
 	var allowed, denied int64
 	for _, u := range m.GetBucketQuotaUsages() {
 		b := st.bucketFor(u.GetBucketId(), now)
@@ -233,11 +224,10 @@ func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, batch []*bucket, no
 		allowed, denied = allowed+clampCount(a), denied+clampCount(d)
 		if b.round != st.round {
 			b.round = st.round
-			batch = append(batch, b)
+			st.batch = append(st.batch, b)
 		}
 	}
 	st.s.opts.Metrics.report(allowed, denied)
-	return batch
 }
 
 // wake runs a round for the buckets due one, or ends a stream silent for
@@ -249,16 +239,17 @@ func (st *stream) wake(ctx context.Context) error {
 		return status.Errorf(codes.DeadlineExceeded, "rlqs: no report for %v (idle timeout); Envoy reports every few seconds", st.s.opts.IdleTimeout)
 	}
 	st.round++
-	st.batch = st.appendDue(st.batch[:0], now)
-	st.assign(ctx, now, st.batch, nil)
+	st.batch = st.batch[:0]
+	st.addDue(now)
+	st.assign(ctx, now, nil)
 	return nil
 }
 
 // bucketFor returns the stream's bucket for id, creating it within the
-// bounds; nil, counted and logged, for a bucket_id it refuses.
+// bounds; nil, counted and logged, when it refuses id.
 func (st *stream) bucketFor(id *rlqspb.BucketId, now time.Time) *bucket {
 	o := &st.s.opts
-	key, entries, size, err := bucketID(id, o.MaxBucketEntries, o.MaxBucketIDBytes)
+	key, entries, err := bucketID(id, o.MaxBucketEntries, o.MaxBucketIDBytes)
 	if err != nil {
 		st.refuse(refusedBucketID, err)
 		return nil
@@ -267,43 +258,36 @@ func (st *stream) bucketFor(id *rlqspb.BucketId, now time.Time) *bucket {
 		return b
 	}
 	if len(st.buckets) >= o.MaxStreamBuckets || !st.s.reserveBucket() {
-		st.refuse(refusedBuckets, errTooManyBuckets{stream: len(st.buckets), max: o.MaxStreamBuckets, all: o.MaxBuckets})
+		st.refuse(refusedBuckets, fmt.Errorf("no room for another bucket: %d on this stream (max stream buckets %d), "+
+			"or all streams hold max buckets (%d); it gets no assignment until idle buckets are abandoned",
+			len(st.buckets), o.MaxStreamBuckets, o.MaxBuckets))
 		return nil
 	}
-	b := &bucket{key: key, entries: entries, size: size, active: now}
+	b := &bucket{key: key, entries: entries, active: now}
 	st.buckets[key] = b
 	return b
 }
 
-type errTooManyBuckets struct{ stream, max, all int }
-
-func (e errTooManyBuckets) Error() string {
-	return fmt.Sprintf("no room for another bucket: %d on this stream (max stream buckets %d), or all streams hold max buckets (%d); "+
-		"it gets no assignment until idle buckets are abandoned", e.stream, e.max, e.all)
-}
-
-// refreshAfter is how old an assignment may get before a round sends it
-// again: two report intervals before it runs out, so that a refresh comes
-// in time even when a report is late.
+// refreshAfter is the age at which a round sends an assignment again: two
+// report intervals before it runs out, in time even after a late report.
 func (st *stream) refreshAfter() time.Duration {
 	o := &st.s.opts
 	return max(o.AssignmentTTL-2*o.ReportInterval, o.ReportInterval/2)
 }
 
-// appendDue appends the buckets not yet in this round whose window ended
-// or whose assignment is due a refresh.
-func (st *stream) appendDue(batch []*bucket, now time.Time) []*bucket {
+// addDue adds to the batch the buckets not yet in this round whose window
+// ended or whose assignment is due a refresh.
+func (st *stream) addDue(now time.Time) {
 	refresh := st.refreshAfter()
 	for _, b := range st.buckets {
 		if b.round == st.round {
 			continue
 		}
-		if !b.wakeAt.IsZero() && !now.Before(b.wakeAt) || b.assigned && now.Sub(b.sentAt) >= refresh {
+		if !b.wakeAt.IsZero() && !now.Before(b.wakeAt) || b.assigned() && now.Sub(b.sentAt) >= refresh {
 			b.round = st.round
-			batch = append(batch, b)
+			st.batch = append(st.batch, b)
 		}
 	}
-	return batch
 }
 
 // idle removes the buckets without demand for IdleTimeout and returns
@@ -321,11 +305,10 @@ func (st *stream) idle(now time.Time) []*bucket {
 	return out
 }
 
-// schedule sets the timer to the earliest time a bucket is due a round
-// (dueBefore) or the stream its idle timeout. With full false it looks at
-// the last round's buckets only, keeping the time set before: a bucket
-// whose time moved later may then wake the stream early, and that wake
-// schedules in full.
+// schedule sets the timer to the earliest time a bucket is due a round or
+// the stream its idle timeout. With full false it looks at the last
+// round's buckets only, keeping the time set before: a bucket whose time
+// moved later may wake the stream early, and that wake schedules in full.
 func (st *stream) schedule(full bool) {
 	o := &st.s.opts
 	now := o.Now()
@@ -348,29 +331,27 @@ func (st *stream) schedule(full bool) {
 
 // dueBefore returns the earlier of next and when b is due a round without
 // a report: its window's end, or a report interval before its assignment
-// runs out. A refresh already past is one a round let go by (the store
-// failed in failure mode unavailable): Envoy's reports retry it, where the
-// timer would retry at once, over and over.
+// runs out. A refresh already past was let go by a failed round (failure
+// mode unavailable): the reports retry it, not the timer, over and over.
 func (st *stream) dueBefore(b *bucket, next, now time.Time) time.Time {
 	o := &st.s.opts
 	if !b.wakeAt.IsZero() && b.wakeAt.Before(next) {
 		next = b.wakeAt
 	}
-	if due := b.sentAt.Add(o.AssignmentTTL - o.ReportInterval); b.assigned && due.After(now) && due.Before(next) {
+	if due := b.sentAt.Add(o.AssignmentTTL - o.ReportInterval); b.assigned() && due.After(now) && due.Before(next) {
 		next = due
 	}
 	return next
 }
 
-// assign runs a round for batch and leaves in st.actions, to send, the
-// assignments that changed or are due a refresh, and an abandon action
-// for each of abandoned.
-func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []*bucket) {
+// assign runs a round for the batch and leaves in st.actions the
+// assignments to send, and an abandon action for each of abandoned.
+func (st *stream) assign(ctx context.Context, now time.Time, abandoned []*bucket) {
 	set := st.s.rules()
 	st.charged = st.charged[:0]
-	for _, b := range batch {
+	for _, b := range st.batch {
 		if b.set != set || set == nil {
-			st.resolver.resolve(b, set)
+			st.resolve(b, set)
 		}
 		if len(b.counters) > 0 {
 			st.charged = append(st.charged, b)
@@ -379,28 +360,25 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 		}
 	}
 	if len(st.charged) > 0 {
-		if failed, err := st.ledger.charge(ctx, now, st.charged); err != nil {
+		if failed, err := st.s.charge(ctx, now, st.charged); err != nil {
 			st.s.storeFailed(err, failed)
 		}
 	}
 	st.actions = st.actions[:0]
 	refresh, ttl := st.refreshAfter(), durationpb.New(st.s.opts.AssignmentTTL)
-	for _, b := range batch {
+	for _, b := range st.batch {
 		b.record(now, st.s.opts.ReportInterval)
 		next, ok := st.decide(b, now)
-		if !ok || b.assigned && next == b.sent && now.Sub(b.sentAt) < refresh {
-			continue
+		if ok && (!b.assigned() || next != b.sent || now.Sub(b.sentAt) >= refresh) {
+			b.sent, b.sentAt = next, now
+			st.logAssignment(b, next, now)
+			st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
+				BucketId: b.actionID(),
+				BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+					AssignmentTimeToLive: ttl, RateLimitStrategy: next.proto()}},
+			})
+			st.s.opts.Metrics.assigned(next.action())
 		}
-		b.sent, b.sentAt, b.assigned = next, now, true
-		st.logAssignment(b, next, now)
-		st.actions = append(st.actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
-			BucketId: b.actionID(),
-			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: ttl, RateLimitStrategy: next.proto()}},
-		})
-		st.s.opts.Metrics.assigned(next.action())
-	}
-	for _, b := range batch {
 		b.id = nil // the report's, not to be kept
 	}
 	for _, b := range abandoned {
@@ -415,11 +393,11 @@ func (st *stream) assign(ctx context.Context, now time.Time, batch, abandoned []
 // decide returns b's assignment after a round, or false for none to send.
 // A store failure keeps the assignment in force while it has more than a
 // report interval to live, so that one slow call does not open or close a
-// bucket for a whole interval; the failure mode decides after that, and
-// for unavailable sends nothing, so that Envoy's assignment runs out.
+// bucket for an interval; then the failure mode decides (unavailable
+// sends nothing, and Envoy's assignment runs out).
 func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	o := &st.s.opts
-	if b.failed && b.assigned && now.Sub(b.sentAt) < o.AssignmentTTL-o.ReportInterval && (b.wakeAt.IsZero() || now.Before(b.wakeAt)) {
+	if b.failed && b.assigned() && now.Sub(b.sentAt) < o.AssignmentTTL-o.ReportInterval && (b.wakeAt.IsZero() || now.Before(b.wakeAt)) {
 		return b.sent, false
 	}
 	b.wakeAt = time.Time{}
@@ -435,19 +413,14 @@ func (st *stream) decide(b *bucket, now time.Time) (strategy, bool) {
 	case len(b.counters) == 0 || b.shadow || st.s.opts.ShadowMode:
 		return strategy{kind: allowAll}, true
 	}
-	prev := strategy{}
-	if b.assigned {
-		prev = b.sent
-	}
 	own, fleet := b.demand(now, o.ReportInterval)
-	s, wake := decide(b.counters, own, fleet, o.ReportInterval, prev)
+	s, wake := decide(b.counters, own, fleet, o.ReportInterval, b.sent)
 	if wake > 0 {
 		b.wakeAt = now.Add(wake + wakeMargin)
 	}
 	return s, true
 }
 
-// send sends the round's actions, in responses of at most maxActions.
 func (st *stream) send() error {
 	for a := st.actions; len(a) > 0; {
 		n := min(len(a), maxActions)

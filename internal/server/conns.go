@@ -10,20 +10,18 @@ import (
 // Defaults of ConnOptions' fields.
 const (
 	// DefaultGRPCConnectionTimeout leaves time for TCP, TLS and HTTP/2's
-	// preface over a slow link; Envoy needs milliseconds.
+	// preface over a slow link.
 	DefaultGRPCConnectionTimeout = 10 * time.Second
 	// DefaultGRPCKeepaliveTime and DefaultGRPCKeepaliveTimeout find a dead
-	// client within a minute and a half; Envoy answers the pings.
+	// client within a minute and a half.
 	DefaultGRPCKeepaliveTime    = time.Minute
 	DefaultGRPCKeepaliveTimeout = 20 * time.Second
 	// DefaultGRPCMinPingInterval lets through any keepalive a client sets
-	// on purpose (Envoy's has no lower bound, and gRPC's own default of 5
-	// minutes would close an Envoy pinging every 30 s) and still ends a
-	// ping flood.
+	// on purpose (gRPC's default of 5 minutes would close an Envoy pinging
+	// every 30 s) and still ends a ping flood.
 	DefaultGRPCMinPingInterval = time.Second
 	DefaultHTTPReadTimeout     = 10 * time.Second
-	// DefaultHTTPWriteTimeout is well above a decision (at most the store
-	// deadline) and a /metrics scrape.
+	// DefaultHTTPWriteTimeout is well above a decision and a scrape.
 	DefaultHTTPWriteTimeout = 30 * time.Second
 	DefaultHTTPIdleTimeout  = time.Minute
 	// MinAutoConns is the least bound a file limit makes.
@@ -35,12 +33,10 @@ const (
 // take their defaults; negative durations are refused.
 type ConnOptions struct {
 	// GRPCMaxConns bounds the open connections of the gRPC listener,
-	// HTTPMaxConns those of the HTTP and, separately, of the debug
-	// listener, so that a flood on one port never takes what /healthcheck
-	// needs. A connection over the bound is closed once accepted, counted
-	// and logged (once per 10 s). 0 takes a share of the open-file limit:
-	// half for gRPC, an eighth for each HTTP listener (at least
-	// MinAutoConns), no bound when the limit is unknown. Negative: no bound.
+	// HTTPMaxConns those of each HTTP listener. A connection over the bound
+	// is closed once accepted, counted and logged. 0 takes a share of the
+	// open-file limit: half for gRPC, an eighth for each HTTP listener (at
+	// least MinAutoConns), no bound when it is unknown. Negative: no bound.
 	GRPCMaxConns, HTTPMaxConns int
 	// GRPCConnectionTimeout bounds a new gRPC connection's handshake (TLS,
 	// the HTTP/2 preface and settings).
@@ -51,12 +47,10 @@ type ConnOptions struct {
 	GRPCKeepaliveTime, GRPCKeepaliveTimeout time.Duration
 	// GRPCMaxConnectionIdle, when positive, closes with GOAWAY a gRPC
 	// connection without a call for that long. 0, the default, never does:
-	// a client that answers pings is alive, and Envoy would pay a new
-	// handshake on its next request.
+	// Envoy would pay a new handshake on its next request.
 	GRPCMaxConnectionIdle time.Duration
 	// GRPCMinPingInterval is the shortest interval between a client's
-	// pings the server accepts; a client pinging more often is closed
-	// with GOAWAY "too_many_pings".
+	// pings; one pinging more often is closed (GOAWAY "too_many_pings").
 	GRPCMinPingInterval time.Duration
 	// HTTPReadTimeout bounds reading an HTTP request; HTTPWriteTimeout the
 	// time from the end of its headers to the end of the answer (not on
@@ -65,8 +59,8 @@ type ConnOptions struct {
 	HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
 }
 
-// normalize fills the defaults in, with the connection bounds fileLimit
-// gives when they are 0.
+// normalize fills the defaults in, taking the connection bounds left 0
+// from fileLimit.
 func (o ConnOptions) normalize(fileLimit int) (ConnOptions, error) {
 	for _, d := range []struct {
 		p    *time.Duration
@@ -95,7 +89,7 @@ func (o ConnOptions) normalize(fileLimit int) (ConnOptions, error) {
 }
 
 // autoConns is a connection bound as ConnOptions says, share being the
-// listener's share of the file limit (0 when unknown); 0 means no bound.
+// listener's share of the file limit; 0 means no bound.
 func autoConns(n, share int) int {
 	switch {
 	case n > 0:
@@ -106,8 +100,6 @@ func autoConns(n, share int) int {
 	return max(share, MinAutoConns)
 }
 
-// grpcConnOptions are the gRPC server options of o and of the maximum
-// connection age.
 func (o ConnOptions) grpcConnOptions(maxAge, maxAgeGrace time.Duration) []grpc.ServerOption {
 	params := keepalive.ServerParameters{
 		MaxConnectionIdle: o.GRPCMaxConnectionIdle,

@@ -121,16 +121,16 @@ func TestConnListenerBoundsAndCloses(t *testing.T) {
 		}
 	}
 	l.mu.Unlock()
-	if n := l.closeConnsAt(true, first.Add(silentGrace)); n != 0 {
-		t.Errorf("closeConns(silent only) closed %d within the grace of new connections, want 0", n)
+	if n := l.closeSilent(first.Add(silentGrace)); n != 0 {
+		t.Errorf("closeSilent closed %d within the grace of new connections, want 0", n)
 	}
-	if n := l.closeConnsAt(true, last.Add(silentGrace+time.Nanosecond)); n != 1 {
-		t.Errorf("closeConns(silent only) closed %d past the grace, want 1", n)
+	if n := l.closeSilent(last.Add(silentGrace + time.Nanosecond)); n != 1 {
+		t.Errorf("closeSilent closed %d past the grace, want 1", n)
 	}
 	if !isClosed(silent, time.Second) {
 		t.Error("the silent connection is still open")
 	}
-	// closeConns closes before it returns: the one that spoke is the one
+	// closeAll closes before it returns: the one that spoke is the one
 	// still open.
 	l.mu.Lock()
 	for c := range l.conns {
@@ -142,8 +142,8 @@ func TestConnListenerBoundsAndCloses(t *testing.T) {
 	if n := l.open(); n != 1 {
 		t.Errorf("%d open after closing the silent one, want the one that spoke", n)
 	}
-	if n := l.closeConns(false); n != 1 || !isClosed(spoke, time.Second) {
-		t.Errorf("closeConns(all) closed %d, want 1", n)
+	if n := l.closeAll(); n != 1 || !isClosed(spoke, time.Second) {
+		t.Errorf("closeAll closed %d, want 1", n)
 	}
 	if n := l.open(); n != 0 {
 		t.Errorf("%d open after closing all", n)

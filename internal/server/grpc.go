@@ -16,23 +16,20 @@ import (
 	"github.com/floodgate/floodgate/pkg/envoy"
 )
 
-// streamWorkers is how many goroutines run calls. A call waits on the
-// store for most of its time, so the workers must cover the calls in
-// flight, not the CPUs: a call that finds every worker busy runs on a new
-// goroutine, whose stack then grows on the way down to the store.
+// streamWorkers is how many goroutines run calls: enough for the calls in
+// flight, which wait on the store, since a call that finds every worker
+// busy runs on a new goroutine, whose stack must grow.
 const streamWorkers = 64
 
 // FlowWindow is the fixed flow-control window of each gRPC stream and
-// connection the server accepts, in bytes (cmd/bench's gRPC floor uses it
-// too): decisions never wait for a window update, and a large RLQS report
-// waits for one per MiB.
+// connection the server accepts, in bytes: decisions never wait for a
+// window update, and a large RLQS report waits for one per MiB.
 const FlowWindow = 1 << 20
 
 // grpcOptions tune the gRPC server for many small unary calls on a few
-// long-lived connections (Envoy's). Flow-control windows are fixed because
+// long-lived connections (Envoy's). Flow-control windows are fixed, since
 // grpc-go's default, sized by bandwidth-delay estimates, sends a window
 // update and a PING for nearly every request at Envoy's usual rates.
-// Write buffers stay per connection: sharing them gained nothing.
 func (s *Server) grpcOptions(codec *envoy.Codec) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(max(streamWorkers, uint32(runtime.GOMAXPROCS(0)))),
@@ -49,8 +46,7 @@ func (s *Server) grpcOptions(codec *envoy.Codec) []grpc.ServerOption {
 }
 
 // maxRecv is gRPC's bound on every message received: RLQS reports' when
-// RLQS is served, RLS requests' otherwise (envoy.Codec holds RLS requests
-// to theirs).
+// RLQS is served (envoy.Codec holds RLS requests to theirs).
 func (s *Server) maxRecv() int {
 	if s.opts.RLQS != nil {
 		return s.opts.MaxReportBytes
@@ -66,8 +62,7 @@ func (s *Server) unknownMethod(_ any, stream grpc.ServerStream) error {
 	return status.Errorf(codes.Unimplemented, "unknown method %s", method)
 }
 
-// inFlight is the RLS service counting its calls in n while it answers
-// them, so that a shutdown knows what it cuts.
+// inFlight is the RLS service counting in n the calls it answers.
 type inFlight struct {
 	pb.RateLimitServiceServer
 	n *atomic.Int64

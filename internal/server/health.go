@@ -11,13 +11,12 @@ import (
 )
 
 // HealthServices are the gRPC health service names the server reports: ""
-// (the whole server), "ratelimit" (what the reference server reports) and
-// the RLS service's full name.
+// (the whole server), "ratelimit" (the reference server's) and the RLS
+// service's full name.
 var HealthServices = []string{"", "ratelimit", pb.RateLimitService_ServiceDesc.ServiceName}
 
 // HealthPollInterval is how often gRPC health follows the store and the
-// rules while they can change readiness (/healthcheck asks at each
-// request).
+// rules while they can change readiness (/healthcheck asks at each request).
 const HealthPollInterval = 250 * time.Millisecond
 
 // Serving reports whether health is SERVING: the server runs and is not
@@ -30,17 +29,15 @@ func (s *Server) notServing() string {
 	if !s.serving.Load() {
 		return "the server is not running or is shutting down"
 	}
-	if mode := s.opts.StoreReadiness; s.opts.Store != nil && mode != StoreIgnored && (mode == StoreAlways || !s.reached.Load()) {
+	if s.storeDecides() {
 		h := s.opts.Store()
 		if h.Reached {
-			// Latched: a store that answered once stays reached, whatever
-			// it says later.
 			s.reached.Store(true)
 		}
 		switch {
 		case !s.reached.Load():
 			return fmt.Sprintf("store %s has not answered since start; readiness waits until it has", h.Name)
-		case mode == StoreAlways && !h.Healthy:
+		case s.opts.StoreReadiness == StoreAlways && !h.Healthy:
 			return fmt.Sprintf("store %s is unhealthy; readiness requires it always", h.Name)
 		}
 	}
@@ -50,13 +47,15 @@ func (s *Server) notServing() string {
 	return ""
 }
 
+// storeDecides reports whether the store can still change readiness.
+func (s *Server) storeDecides() bool {
+	mode := s.opts.StoreReadiness
+	return s.opts.Store != nil && (mode == StoreAlways || mode == StoreReachedOnce && !s.reached.Load())
+}
+
 // followsHealth reports whether health can still change while the server
 // runs, so that gRPC health must be polled.
-func (s *Server) followsHealth() bool {
-	mode := s.opts.StoreReadiness
-	storeCan := s.opts.Store != nil && (mode == StoreAlways || mode == StoreReachedOnce && !s.reached.Load())
-	return storeCan || s.opts.HealthRequiresRules
-}
+func (s *Server) followsHealth() bool { return s.storeDecides() || s.opts.HealthRequiresRules }
 
 // setServing starts or stops serving; Run and shutdown log the change.
 func (s *Server) setServing(on bool) {
@@ -64,8 +63,8 @@ func (s *Server) setServing(on bool) {
 	s.updateHealth(false)
 }
 
-// updateHealth sets the gRPC health statuses from Serving, when they
-// change, logging the change with its reason if asked.
+// updateHealth sets the gRPC health statuses from Serving, logging a
+// change with its reason if asked.
 func (s *Server) updateHealth(logChange bool) {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
@@ -90,8 +89,7 @@ func (s *Server) updateHealth(logChange bool) {
 	}
 }
 
-// followHealth updates gRPC health from the store's and the rules' until
-// ctx ends or they can no longer change it.
+// followHealth updates gRPC health until ctx ends or nothing can change it.
 func (s *Server) followHealth(ctx context.Context) {
 	tick := time.NewTicker(HealthPollInterval)
 	defer tick.Stop()
@@ -110,8 +108,7 @@ func (s *Server) followHealth(ctx context.Context) {
 
 // healthService is gRPC's health service with watches that shutdown can
 // end: GracefulStop waits for every stream, and a watch lasts as long as
-// its client wants (grpc-go's client-side health checking keeps one per
-// connection).
+// its client wants.
 type healthService struct {
 	*health.Server
 	ending     context.Context // done once endWatches is called
@@ -125,8 +122,7 @@ func newHealthService() *healthService {
 }
 
 // Watch is health.Server's Watch on a stream whose context also ends with
-// endWatches. The client sees the stream end (Canceled) after the statuses
-// sent before, NOT_SERVING among them at shutdown.
+// endWatches: the client sees it end (Canceled) after the statuses sent.
 func (h *healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -34,7 +35,10 @@ func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
 	if gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	}
-	mountUI(mux, s.opts.UI)
+	if s.opts.UI != nil {
+		mux.Handle("/ui", s.opts.UI)
+		mux.Handle("/ui/", s.opts.UI)
+	}
 	if s.opts.Counters != nil {
 		mux.HandleFunc("/counters", s.countersRefused)
 		mux.HandleFunc("/counters/", s.countersRefused)
@@ -49,10 +53,8 @@ func (s *Server) countersRefused(w http.ResponseWriter, _ *http.Request) {
 	if a := s.Addrs().Debug; a != nil {
 		where = "the debug listener is on " + a.String() + " (-debug-addr, DEBUG_HOST/DEBUG_PORT)"
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusForbidden)
-	fmt.Fprintf(w, "/counters is served on the debug listener only, not on this public HTTP listener: resetting a counter lifts a limit; %s\n", where)
+	http.Error(w, "/counters is served on the debug listener only, not on this public HTTP listener: resetting a counter lifts a limit; "+where,
+		http.StatusForbidden)
 }
 
 // debugEndpoint is an endpoint of the debug listener, listed with its help
@@ -88,17 +90,16 @@ func (s *Server) debugHandler() http.Handler {
 	if s.opts.DebugUI != nil {
 		mux.Handle("/ui", s.opts.DebugUI) // and /ui/, an endpoint above
 	}
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { index(w, eps) })
-	return mux
-}
-
-// index writes each endpoint as "path: help", by path.
-func index(w http.ResponseWriter, eps []debugEndpoint) {
+	// The index, "path: help" a line, by path; sorted once, since
+	// requests share eps.
 	slices.SortFunc(eps, func(a, b debugEndpoint) int { return strings.Compare(a.path, b.path) })
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	for _, e := range eps {
-		fmt.Fprintf(w, "%s: %s\n", e.path, e.help)
-	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		for _, e := range eps {
+			fmt.Fprintf(w, "%s: %s\n", e.path, e.help)
+		}
+	})
+	return mux
 }
 
 // stats writes the process's expvar variables, "name: value" a line, as
@@ -110,16 +111,7 @@ func stats(w http.ResponseWriter, _ *http.Request) {
 	})
 }
 
-// mountUI serves the live page h, if any, at /ui and under /ui/.
-func mountUI(mux *http.ServeMux, h http.Handler) {
-	if h != nil {
-		mux.Handle("/ui", h)
-		mux.Handle("/ui/", h)
-	}
-}
-
-// healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not;
-// /rlconfig says why.
+// healthcheck answers 200 "OK" while serving, 500 "NOT_SERVING" when not.
 func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if !s.Serving() {
@@ -142,8 +134,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessageBytes)))
 	if err != nil {
-		// A body cut short (the client left, or the read timeout passed)
-		// is no request to count: nobody reads the answer.
+		// A body cut short is no request to count: nobody reads the answer.
 		code := http.StatusBadRequest
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			code = http.StatusRequestEntityTooLarge
@@ -152,8 +143,7 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading the body: "+err.Error(), code)
 		return
 	}
-	// In flight from here: a body still coming is no request yet, and a
-	// shutdown that cuts it loses no answer.
+	// In flight from here: a body still coming is no request yet.
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	req, err := envoy.DecodeJSON(body)
@@ -162,13 +152,13 @@ func (s *Server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if i := overrideAt(req); i >= 0 && !s.opts.JSONOverrides {
+	hasLimit := func(d *rlv3.RateLimitDescriptor) bool { return d.GetLimit() != nil }
+	if i := slices.IndexFunc(req.GetDescriptors(), hasLimit); i >= 0 && !s.opts.JSONOverrides {
 		s.opts.Refused(envoy.RefusedMalformed)
 		http.Error(w, fmt.Sprintf("descriptors[%d].limit: limit overrides are refused on /json (-json-overrides, FLOODGATE_JSON_OVERRIDES, accepts them)", i), http.StatusBadRequest)
 		return
 	}
-	// A traceparent header makes the request's span (with tracing on) a
-	// child of the caller's, as gRPC metadata does.
+	// A traceparent header makes the request's span a child of the caller's.
 	resp, err := s.svc.ShouldRateLimit(envoy.WithHTTPRequest(r.Context(), r), req)
 	if err != nil {
 		http.Error(w, status.Convert(err).Message(), httpStatus(err))
@@ -199,8 +189,7 @@ func httpStatus(err error) int {
 }
 
 // marshalJSON encodes m as protojson, compacted: protojson varies its
-// spacing from build to build on purpose, and scripts compare /json's
-// answers byte for byte.
+// spacing on purpose, and scripts compare /json's answers byte for byte.
 func marshalJSON(m proto.Message) ([]byte, error) {
 	out, err := protojson.Marshal(m)
 	if err != nil {
@@ -238,8 +227,8 @@ func (s *Server) rlconfig(w http.ResponseWriter, _ *http.Request) {
 }
 
 // writeLoads writes /rlconfig's lines on the rule loads: version, load
-// time, counts, origin (the xDS version_info of rules pushed over xDS),
-// source and the last refused reload.
+// time, counts, origin (xDS's version_info), source and the last refused
+// reload.
 func writeLoads(b *strings.Builder, st rules.Status) {
 	fmt.Fprintf(b, "version: %d\n", st.Version)
 	fmt.Fprintf(b, "loaded_at: %s\n", st.LoadedAt.UTC().Format(time.RFC3339Nano))
@@ -255,11 +244,7 @@ func writeLoads(b *strings.Builder, st rules.Status) {
 		return
 	}
 	fmt.Fprintf(b, "last_error_at: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339Nano))
-	var lines []string
-	for _, l := range strings.Split(st.LastError.Error(), "\n") {
-		lines = append(lines, "  "+l)
-	}
-	fmt.Fprintf(b, "last_error: |\n%s\n", strings.Join(lines, "\n"))
+	fmt.Fprintf(b, "last_error: |\n  %s\n", strings.ReplaceAll(st.LastError.Error(), "\n", "\n  "))
 }
 
 // writeLimits writes one line per limit of rs, with the rule's flags.
@@ -299,15 +284,4 @@ func describeStore(h health.Store) string {
 		line += " (" + h.Detail + ")"
 	}
 	return line
-}
-
-// overrideAt returns the index of the first descriptor of req with a limit
-// override, or -1.
-func overrideAt(req *pb.RateLimitRequest) int {
-	for i, d := range req.GetDescriptors() {
-		if d.GetLimit() != nil {
-			return i
-		}
-	}
-	return -1
 }

@@ -9,26 +9,22 @@ import (
 )
 
 // connListener is a listener that knows its open connections, so that a
-// shutdown can close them whatever state their protocol is in, and that
-// bounds how many are open at once. Over the bound, a new connection is
-// closed at once rather than left in the backlog: its client can try
-// another replica instead of waiting for a slot.
+// shutdown can close them whatever their protocol's state, and bounds how
+// many are open: one over the bound is closed at once rather than left in
+// the backlog, so that its client tries another replica.
 type connListener struct {
 	net.Listener
 	name   string
 	max    int // 0: no bound
 	logger *slog.Logger
 
-	mu    sync.Mutex
-	conns map[*trackedConn]struct{}
-	// refused counts the connections closed at accept for being over max.
-	refused atomic.Uint64
-	// lastLog is when a refusal was last logged (unix nanoseconds).
-	lastLog atomic.Int64
+	mu      sync.Mutex
+	conns   map[*trackedConn]struct{}
+	refused atomic.Uint64 // connections closed at accept, over max
+	lastLog atomic.Int64  // when a refusal was last logged (unix ns)
 }
 
-// refusalLogInterval is the least time between two logs of refused
-// connections on one listener.
+// refusalLogInterval spaces the logs of refused connections.
 const refusalLogInterval = 10 * time.Second
 
 func newConnListener(l net.Listener, name string, max int, logger *slog.Logger) *connListener {
@@ -46,8 +42,7 @@ func (l *connListener) Accept() (net.Conn, error) {
 		l.mu.Lock()
 		if l.max > 0 && len(l.conns) >= l.max {
 			l.mu.Unlock()
-			// Counted before the close, so that a client that sees its
-			// connection closed finds it counted.
+			// Counted before the close, which the client sees.
 			n := l.refused.Add(1)
 			c.Close()
 			now := time.Now().UnixNano()
@@ -64,7 +59,6 @@ func (l *connListener) Accept() (net.Conn, error) {
 	}
 }
 
-// open returns the number of open connections.
 func (l *connListener) open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -72,29 +66,20 @@ func (l *connListener) open() int {
 }
 
 // silentGrace is how long a connection must have been open without
-// sending a byte to be taken for silent: a real client sends at once, but
-// its first bytes may still be in flight when a shutdown begins.
+// sending a byte to be taken for silent: a real client sends at once.
 const silentGrace = time.Second
 
-// closeConns closes the open connections, or only the silent ones when
-// silentOnly: those carry no request, and a server waiting for their
-// handshake would wait as long as their client stays quiet. It returns
-// how many it closed.
-func (l *connListener) closeConns(silentOnly bool) int { return l.closeConnsAt(silentOnly, time.Now()) }
-
-// closeConnsAt is closeConns at time now: silent are the connections that
-// have sent nothing and were accepted more than silentGrace before now.
-func (l *connListener) closeConnsAt(silentOnly bool, now time.Time) int {
+// closeSilent closes the connections that have sent nothing silentGrace
+// after they were accepted, as of now: they carry no request.
+func (l *connListener) closeSilent(now time.Time) int {
 	quietSince := now.Add(-silentGrace)
-	return l.closeWhere(func(c *trackedConn) bool {
-		return !silentOnly || !c.spoke.Load() && c.accepted.Before(quietSince)
-	})
+	return l.closeWhere(func(c *trackedConn) bool { return !c.spoke.Load() && c.accepted.Before(quietSince) })
 }
 
+func (l *connListener) closeAll() int { return l.closeWhere(func(*trackedConn) bool { return true }) }
+
 // closeHandshaking closes the connections still in gRPC's handshake
-// silentGrace after they were accepted, silent or not: they carry no
-// request, and GracefulStop sends the others their GOAWAY only once every
-// handshake has ended.
+// silentGrace after they were accepted: they carry no request.
 func (l *connListener) closeHandshaking() int {
 	since := time.Now().Add(-silentGrace)
 	return l.closeWhere(func(c *trackedConn) bool {
@@ -102,8 +87,7 @@ func (l *connListener) closeHandshaking() int {
 	})
 }
 
-// closeWhere closes the open connections for which victim is true and
-// returns how many.
+// closeWhere closes the connections for which victim is true.
 func (l *connListener) closeWhere(victim func(*trackedConn) bool) int {
 	l.mu.Lock()
 	var victims []*trackedConn
@@ -119,23 +103,20 @@ func (l *connListener) closeWhere(victim func(*trackedConn) bool) int {
 	return len(victims)
 }
 
-// trackedConn is a connection of a connListener: it leaves the
-// listener's set when closed, and records whether its client sent
-// anything.
+// trackedConn is a connection of a connListener: it leaves the listener's
+// set when closed, and records whether its client sent anything.
 type trackedConn struct {
 	net.Conn
 	l        *connListener
 	accepted time.Time
 	spoke    atomic.Bool
-	// handshaken is set once gRPC has finished its handshake on the
-	// connection, which it marks by clearing the handshake's deadline
+	// handshaken is set once gRPC has cleared the handshake's deadline
 	// (SetDeadline with the zero time; see grpc.Server.handleRawConn).
 	handshaken atomic.Bool
 	once       sync.Once
 }
 
-// SetDeadline sets the connection's deadlines and notes the end of gRPC's
-// handshake (see handshaken).
+// SetDeadline sets the connection's deadlines and notes handshaken.
 func (c *trackedConn) SetDeadline(t time.Time) error {
 	if t.IsZero() {
 		c.handshaken.Store(true)

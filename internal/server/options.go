@@ -17,8 +17,8 @@ import (
 	"github.com/floodgate/floodgate/pkg/option"
 )
 
-// The listen addresses of the reference server, but for the debug
-// listener, which stays on loopback unless told otherwise.
+// The listen addresses of the reference server, but the debug listener's
+// on loopback.
 const (
 	DefaultGRPCAddr  = ":8081"
 	DefaultHTTPAddr  = ":8080"
@@ -40,14 +40,13 @@ const (
 // Options configures a Server. Zero values take the defaults.
 type Options struct {
 	// GRPCAddr, HTTPAddr and DebugAddr are the listen addresses
-	// (host:port; ":0" picks a free port). GRPCAddr may also be a unix
-	// socket, "unix:/path" (the reference server's GRPC_UDS). An empty
-	// DebugAddr disables the debug server; the other two are required.
+	// (host:port; ":0" picks a free port); GRPCAddr may be "unix:/path".
+	// An empty DebugAddr disables the debug server; the other two are
+	// required.
 	GRPCAddr, HTTPAddr, DebugAddr string
 	// MaxConnectionAge, when positive, closes a gRPC connection with
-	// GOAWAY after about that long (±10%), so that clients spread over
-	// replicas added since; MaxConnectionAgeGrace then bounds how long
-	// its calls may finish (0: no bound).
+	// GOAWAY after about that long (±10%), so that clients spread over new
+	// replicas; MaxConnectionAgeGrace then bounds its calls (0: no bound).
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// DrainDelay is how long the server keeps answering after health turns
 	// NOT_SERVING, so that load balancers stop sending first.
@@ -55,31 +54,29 @@ type Options struct {
 	// ShutdownTimeout bounds the wait for in-flight requests once the
 	// listeners close; requests still running then are cut.
 	ShutdownTimeout time.Duration
-	// Logger receives lifecycle logs; nil discards them.
+	// Logger receives the lifecycle logs; nil discards them.
 	Logger *slog.Logger
 	// MaxMessageBytes bounds a request, over gRPC and as /json's body;
 	// larger ones are refused (ResourceExhausted, 413).
 	MaxMessageBytes int
 	// TLS, when set, makes the gRPC listener speak TLS only (NewTLSConfig).
 	TLS *tls.Config
-	// Store describes the store's health for /rlconfig and readiness; it
-	// is called from any goroutine. Nil: no store line, no store readiness.
+	// Store describes the store's health for /rlconfig and readiness, from
+	// any goroutine. Nil: no store line, no store readiness.
 	Store func() health.Store
 	// StoreReadiness says how the store's health decides readiness.
 	StoreReadiness StoreReadiness
 	// HealthRequiresRules makes health NOT_SERVING while the rules declare
-	// no domain (the reference server's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	// no domain.
 	HealthRequiresRules bool
-	// JSONOverrides lets /json requests carry a limit override. Refused
-	// by default (400): whoever reaches the HTTP port could raise its own
-	// limit, and Envoy never calls /json. gRPC takes overrides always.
+	// JSONOverrides lets /json requests carry a limit override, refused by
+	// default (400): whoever reaches the HTTP port could raise its own
+	// limit, and Envoy never calls /json.
 	JSONOverrides bool
-	// Conns bounds the listeners' connections and reaps slow and silent
-	// clients.
+	// Conns bounds the listeners' clients.
 	Conns ConnOptions
 	// Refused, when set, is called once for each request refused before
-	// the service sees it, with envoy's reason: RefusedMalformed,
-	// RefusedTooLarge or RefusedUnknownMethod.
+	// the service sees it, with envoy's reason (envoy.RefusedMalformed...).
 	Refused func(reason string)
 	// UI and DebugUI, when set, serve the live page at /ui and under /ui/
 	// on the HTTP and the debug listener.
@@ -93,8 +90,7 @@ type Options struct {
 	// listener alike, so it must be at least MaxMessageBytes.
 	MaxReportBytes int
 	// PrometheusAddr, with Prometheus, is a listener of its own serving
-	// Prometheus at PrometheusPath and nothing else (the reference
-	// server's PROMETHEUS_ADDR and PROMETHEUS_PATH).
+	// Prometheus at PrometheusPath and nothing else.
 	PrometheusAddr, PrometheusPath string
 	Prometheus                     http.Handler
 	// Counters, when set, serves /counters and under it on the debug
@@ -112,19 +108,17 @@ type QuotaService interface {
 }
 
 // StoreReadiness says whether /healthcheck and gRPC health report
-// NOT_SERVING because of the store. Whatever it says, a request the store
-// cannot serve is answered by the failure policy.
+// NOT_SERVING because of the store. Requests are answered by the failure
+// policy whatever it says.
 type StoreReadiness int
 
 const (
 	// StoreReachedOnce, the zero value, reports NOT_SERVING until the
-	// store has answered once since start, then ignores it: a wrong store
-	// address stalls a rolling deploy, while an outage of a store that
-	// worked does not unroute every replica at once.
+	// store has answered once since start: a wrong store address stalls a
+	// rolling deploy, an outage later does not unroute every replica.
 	StoreReachedOnce StoreReadiness = iota
-	// StoreAlways reports NOT_SERVING whenever the store is unhealthy (the
-	// reference server's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION), SERVING
-	// again within HealthPollInterval of its recovery.
+	// StoreAlways reports NOT_SERVING whenever the store is unhealthy,
+	// SERVING again within HealthPollInterval of its recovery.
 	StoreAlways
 	// StoreIgnored never lets the store change readiness.
 	StoreIgnored
@@ -140,24 +134,16 @@ func (r StoreReadiness) String() string {
 	return fmt.Sprintf("StoreReadiness(%d)", int(r))
 }
 
-// ParseStoreReadiness returns the mode named s, as String names it,
-// regardless of case.
-func ParseStoreReadiness(s string) (StoreReadiness, error) {
+// UnmarshalText reads a mode's name, as String names it, regardless of
+// case.
+func (r *StoreReadiness) UnmarshalText(b []byte) error {
 	for i, name := range storeReadinessNames {
-		if strings.EqualFold(s, name) {
-			return StoreReadiness(i), nil
+		if strings.EqualFold(string(b), name) {
+			*r = StoreReadiness(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("unknown store readiness %q (want reached-once, always or ignored)", s)
-}
-
-// UnmarshalText reads a mode's name, as ParseStoreReadiness.
-func (r *StoreReadiness) UnmarshalText(b []byte) error {
-	m, err := ParseStoreReadiness(string(b))
-	if err == nil {
-		*r = m
-	}
-	return err
+	return fmt.Errorf("unknown store readiness %q (want reached-once, always or ignored)", b)
 }
 
 // MarshalText writes the mode's name.
@@ -208,9 +194,9 @@ func refused(field string, v any, want string) error {
 	return &option.Error{Options: "server.Options", Field: field, Value: v, Want: want}
 }
 
-// checkListenAddr returns what was wanted of an address that would fail
-// only when its listener opens, with an error that would not name the
-// setting (PORT=abc); "" when it will do. Empty and unix: addresses pass.
+// checkListenAddr returns what is wanted of an address that would fail
+// only when its listener opens, naming no setting (PORT=abc); "" when it
+// will do.
 func checkListenAddr(addr string) string {
 	if addr == "" || strings.HasPrefix(addr, "unix:") {
 		return ""

@@ -1,19 +1,15 @@
 // Package server runs floodgate's listeners around a rate-limit service:
 // gRPC (RLS, RLQS when given, grpc.health.v1 and reflection, optionally
-// TLS with certificates reloaded from their files), HTTP (/healthcheck,
-// /json, /rlconfig, /metrics, and a 403 at /counters), debug
-// (/debug/pprof/, /rlconfig, /stats, /counters) and Prometheus, with the
-// live page /ui/ when given.
+// TLS), HTTP (/healthcheck, /json, /rlconfig, /metrics, a 403 at
+// /counters), debug (/debug/pprof/, /rlconfig, /stats, /counters) and
+// Prometheus, with the live page /ui/ when given.
 //
 // It owns their lifecycle: health turns SERVING once every listener is
-// open and the store is ready (Options.StoreReadiness), NOT_SERVING when
-// shutdown begins; in-flight requests then finish within ShutdownTimeout,
-// whatever connections are open. It bounds connections and request sizes,
-// reaps slow and silent clients, and counts the requests it refuses.
-//
-// It decides nothing about rate limits: package envoy's Codec decodes the
-// requests and the service answers them. The rules are read only to be
-// described.
+// open and the store is ready, NOT_SERVING when shutdown begins; in-flight
+// requests then finish within ShutdownTimeout. It bounds connections and
+// request sizes, reaps slow and silent clients, and counts the requests it
+// refuses. It decides nothing about rate limits: package envoy's Codec
+// decodes the requests and the service answers them.
 package server
 
 import (
@@ -49,10 +45,8 @@ var ErrRequestsCut = errors.New("server: the shutdown timeout cut in-flight requ
 // Server is floodgate's set of listeners. Create it with New and start it
 // with Run, once.
 type Server struct {
-	svc pb.RateLimitServiceServer
-	// current and status are the rules in force and the state of their
-	// loads (rules.Watcher's Current and Status).
-	current func() *rules.Set
+	svc     pb.RateLimitServiceServer
+	current func() *rules.Set // rules.Watcher's Current and Status
 	status  func() rules.Status
 	opts    Options
 	grpc    *grpc.Server
@@ -60,16 +54,13 @@ type Server struct {
 	// healthNames are HealthServices, and RLQS's name when it is served.
 	healthNames []string
 	serving     atomic.Bool
-	// reached latches the store's health.Store.Reached.
-	reached atomic.Bool
-	metrics bool // whether /metrics is served
+	reached     atomic.Bool // latches the store's health.Store.Reached
+	metrics     bool        // whether /metrics is served
 	// healthMu serializes updates of the gRPC health statuses, so that a
 	// stale poll never overwrites the shutdown's NOT_SERVING.
 	healthMu  sync.Mutex
 	grpcState healthpb.HealthCheckResponse_ServingStatus
-	// listeners are gRPC's, HTTP's, then debug's and Prometheus's when
-	// asked for.
-	listeners []*listener
+	listeners []*listener // gRPC, HTTP, then debug and Prometheus
 	// inflight counts the requests being answered (ShouldRateLimit, /json),
 	// to tell whether a shutdown cut any.
 	inflight atomic.Int64
@@ -97,7 +88,7 @@ type Addrs struct {
 
 // New returns a Server for svc, describing the rules current returns and
 // the loads status returns (rules.Watcher's Current and Status). gatherer
-// supplies /metrics (a *prometheus.Registry); nil serves no metrics.
+// supplies /metrics; nil serves none.
 func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func() rules.Status,
 	gatherer prometheus.Gatherer, opts Options) (*Server, error) {
 	if svc == nil || current == nil || status == nil {
@@ -112,6 +103,7 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 	opts.ShutdownTimeout = cmp.Or(opts.ShutdownTimeout, DefaultShutdownTimeout)
 	opts.MaxMessageBytes = cmp.Or(opts.MaxMessageBytes, DefaultMaxMessageBytes)
 	opts.MaxReportBytes = cmp.Or(opts.MaxReportBytes, max(DefaultMaxReportBytes, opts.MaxMessageBytes))
+	opts.PrometheusPath = cmp.Or(opts.PrometheusPath, DefaultPrometheusPath)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,14 +143,13 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 	}
 	if opts.PrometheusAddr != "" && opts.Prometheus != nil {
 		mux := http.NewServeMux()
-		mux.Handle(cmp.Or(opts.PrometheusPath, DefaultPrometheusPath), opts.Prometheus)
+		mux.Handle(opts.PrometheusPath, opts.Prometheus)
 		s.listeners = append(s.listeners, &listener{title: "Prometheus", name: "prometheus", addr: opts.PrometheusAddr,
 			max: c.HTTPMaxConns, http: httpServer(mux, c, c.HTTPWriteTimeout)})
 	}
 	return s, nil
 }
 
-// httpServer serves h with the timeouts of c and writeTimeout.
 func httpServer(h http.Handler, c ConnOptions, writeTimeout time.Duration) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: min(c.HTTPReadTimeout, 10*time.Second),
 		ReadTimeout: c.HTTPReadTimeout, WriteTimeout: writeTimeout, IdleTimeout: c.HTTPIdleTimeout}
@@ -172,30 +163,20 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 func (s *Server) Addrs() Addrs {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var a Addrs
+	at := map[string]net.Addr{}
 	for _, l := range s.listeners {
-		if l.conns == nil {
-			continue
-		}
-		switch at := l.conns.Addr(); l.name {
-		case "grpc":
-			a.GRPC = at
-		case "http":
-			a.HTTP = at
-		case "debug":
-			a.Debug = at
-		case "prometheus":
-			a.Prometheus = at
+		if l.conns != nil {
+			at[l.name] = l.conns.Addr()
 		}
 	}
-	return a
+	return Addrs{GRPC: at["grpc"], HTTP: at["http"], Debug: at["debug"], Prometheus: at["prometheus"]}
 }
 
 // Run opens the listeners, serves until ctx is done or a server fails,
 // then shuts down: health turns NOT_SERVING, the server keeps answering for
-// DrainDelay, listeners close, and in-flight requests get up to
-// ShutdownTimeout to finish. It returns nil after a shutdown asked by ctx,
-// or the error that stopped a server.
+// DrainDelay, listeners close, and in-flight requests get ShutdownTimeout
+// to finish. It returns nil after a shutdown asked by ctx, or the error
+// that stopped a server.
 func (s *Server) Run(ctx context.Context) error {
 	if err := s.listen(); err != nil {
 		return err
@@ -262,7 +243,7 @@ func (s *Server) servingAttrs() []any {
 		attrs = append(attrs, "debug", a.Debug.String())
 	}
 	if a.Prometheus != nil {
-		attrs = append(attrs, "prometheus", "http://"+urlHost(a.Prometheus)+cmp.Or(s.opts.PrometheusPath, DefaultPrometheusPath))
+		attrs = append(attrs, "prometheus", "http://"+urlHost(a.Prometheus)+s.opts.PrometheusPath)
 	}
 	base := "http://" + urlHost(a.HTTP)
 	paths := []string{"/healthcheck", "/rlconfig", "/json"}

@@ -390,12 +390,14 @@ func TestStoreReadinessOptions(t *testing.T) {
 		if mode.String() != name {
 			t.Errorf("%d.String() = %q, want %q", int(mode), mode.String(), name)
 		}
-		if got, err := ParseStoreReadiness(strings.ToUpper(name)); got != mode || err != nil {
-			t.Errorf("ParseStoreReadiness(%q) = %v, %v; want %v", strings.ToUpper(name), got, err, mode)
+		var got StoreReadiness
+		if err := got.UnmarshalText([]byte(strings.ToUpper(name))); got != mode || err != nil {
+			t.Errorf("UnmarshalText(%q) = %v, %v; want %v", strings.ToUpper(name), got, err, mode)
 		}
 	}
-	if _, err := ParseStoreReadiness("sometimes"); err == nil || !strings.Contains(err.Error(), `"sometimes" (want reached-once, always or ignored)`) {
-		t.Errorf("ParseStoreReadiness(sometimes) = %v", err)
+	var r StoreReadiness
+	if err := r.UnmarshalText([]byte("sometimes")); err == nil || !strings.Contains(err.Error(), `"sometimes" (want reached-once, always or ignored)`) {
+		t.Errorf("UnmarshalText(sometimes) = %v", err)
 	}
 }
 

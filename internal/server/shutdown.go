@@ -11,9 +11,8 @@ import (
 
 // shutdown turns health NOT_SERVING, waits DrainDelay, then stops the
 // servers gracefully within ShutdownTimeout, after which it closes every
-// connection left, whatever its state: a client that opened a connection
-// and went silent must not hold a deployment. It returns ErrRequestsCut
-// (wrapped) when requests were in flight at the timeout.
+// connection left, whatever its state. It returns ErrRequestsCut (wrapped)
+// when requests were in flight at the timeout.
 func (s *Server) shutdown() error {
 	s.setServing(false)
 	s.opts.Logger.Info("shutting down: health is NOT_SERVING, finishing in-flight requests",
@@ -24,8 +23,7 @@ func (s *Server) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
 	if s.opts.RLQS != nil {
-		// RLQS streams last as long as their Envoy: GracefulStop would
-		// wait for them until the timeout.
+		// RLQS streams last as long as their Envoy.
 		s.opts.RLQS.Shutdown()
 	}
 
@@ -55,21 +53,17 @@ func (s *Server) shutdown() error {
 }
 
 // stopGRPC stops the gRPC server gracefully until ctx ends, then cuts it.
-//
-// gRPC's own Stop cannot end it alone: a connection still in its handshake
-// (TLS, HTTP/2 preface) is not yet among those it closes, and Stop, like
-// GracefulStop, waits for every handshake to end, which a silent client
-// makes last the whole connection timeout. Closing the socket from the
-// listener's side ends the handshake at once.
+// gRPC's Stop and GracefulStop wait for every handshake (TLS, HTTP/2
+// preface) to end, which a silent client makes last the whole connection
+// timeout: closing the socket on the listener's side ends it at once.
 func (s *Server) stopGRPC(ctx context.Context, l *connListener, noteCut func() int64) {
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
 		close(done)
 	}()
-	// GracefulStop sends the established connections their GOAWAY only
-	// once every handshake has ended; those stalled in theirs carry no
-	// request, so they are closed, now and as they pass silentGrace.
+	// GracefulStop sends the others their GOAWAY only once every handshake
+	// has ended: those stalled in theirs are closed as they pass silentGrace.
 	stalled := time.NewTicker(silentGrace / 4)
 	defer stalled.Stop()
 	for waiting := true; waiting; {
@@ -80,17 +74,15 @@ func (s *Server) stopGRPC(ctx context.Context, l *connListener, noteCut func() i
 		case <-ctx.Done():
 			waiting = false
 		case <-stalled.C:
-			// Health watches last as long as their clients want; by the
-			// first tick they have sent the NOT_SERVING.
+			// By the first tick health watches have sent NOT_SERVING.
 			s.health.endWatches()
 		}
 	}
 	s.opts.Logger.Warn("shutdown timeout: cutting the remaining gRPC requests and connections",
 		"in_flight", noteCut(), "connections", l.open())
-	l.closeConns(false)
+	l.closeAll()
 	s.grpc.Stop()
-	// GracefulStop still waits for the handlers, whose contexts Stop
-	// cancelled; one that ignores its context must not hold the exit.
+	// A handler that ignores its cancelled context must not hold the exit.
 	select {
 	case <-done:
 	case <-time.After(time.Second):
@@ -100,14 +92,13 @@ func (s *Server) stopGRPC(ctx context.Context, l *connListener, noteCut func() i
 
 // stopHTTP shuts srv, serving l, down until ctx ends, then cuts it.
 func (s *Server) stopHTTP(ctx context.Context, srv *http.Server, l *connListener, noteCut func() int64) {
-	l.closeConns(true)
+	l.closeSilent(time.Now())
 	if err := srv.Shutdown(ctx); err != nil {
 		noteCut()
 		s.opts.Logger.Warn("shutdown timeout: cutting the remaining HTTP requests and connections",
 			"listener", l.name, "connections", l.open(), "err", err)
 		srv.Close()
-		// Connections http.Server does not track yet (accepted, not yet
-		// served) close with the listener's.
-		l.closeConns(false)
+		// And those accepted that http.Server does not track yet.
+		l.closeAll()
 	}
 }

@@ -21,16 +21,14 @@ import (
 type TLSFiles struct {
 	// CertFile and KeyFile are the PEM certificate chain and private key
 	// the server presents; both are required. They are read again when
-	// what they hold changes (checked at most once a second, at a
-	// handshake); a pair that fails to load is logged, and the previous
-	// one stays in use.
+	// they change (looked at a handshake, at most once a second); a pair
+	// that fails to load is logged, and the previous one stays in use.
 	CertFile, KeyFile string
 	// ClientCAFile, when set, turns on mutual TLS: clients must present a
 	// certificate signed by one of its PEM certificates. It is read once.
 	ClientCAFile string
 	// ClientSAN, when set with ClientCAFile, also requires the client
-	// certificate to be valid for that DNS name or IP address, as in
-	// hostname verification.
+	// certificate to be valid for that DNS name or IP address.
 	ClientSAN string
 }
 
@@ -46,23 +44,9 @@ type certReloader struct {
 
 	mu        sync.Mutex // serializes checks
 	lastCheck time.Time
-	// pair holds the files as last loaded. A check compares what they
-	// hold: a rotated pair copied with its times kept can have the old
-	// files' size and time.
+	// pair holds the files as last loaded: a rotated pair copied with its
+	// times kept can have the old files' size and time.
 	pair [2][]byte
-}
-
-// readPair reads the certificate and key files.
-func (r *certReloader) readPair() ([2][]byte, error) {
-	var pair [2][]byte
-	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return pair, fmt.Errorf("server: TLS: %w", err)
-		}
-		pair[i] = b
-	}
-	return pair, nil
 }
 
 // NewTLSConfig returns the gRPC listener's TLS configuration for files: TLS
@@ -85,11 +69,7 @@ func NewTLSConfig(files TLSFiles, logger *slog.Logger) (*tls.Config, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &certReloader{files: files, logger: logger}
-	pair, err := r.readPair()
-	if err == nil {
-		err = r.load(pair)
-	}
-	if err != nil {
+	if _, err := r.reload(); err != nil {
 		return nil, err
 	}
 	r.lastCheck = time.Now()
@@ -117,8 +97,8 @@ func NewTLSConfig(files TLSFiles, logger *slog.Logger) (*tls.Config, error) {
 }
 
 // requireSAN returns a tls.Config.VerifyConnection that refuses a client
-// certificate not valid for name. It runs after the chain was verified,
-// and on resumed sessions too (VerifyPeerCertificate does not).
+// certificate not valid for name; unlike VerifyPeerCertificate, it runs
+// on resumed sessions too.
 func requireSAN(name string) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
@@ -131,15 +111,27 @@ func requireSAN(name string) func(tls.ConnectionState) error {
 	}
 }
 
-// load serves the pair the files held (readPair) and keeps it.
-func (r *certReloader) load(pair [2][]byte) error {
+// reload reads the files and serves the pair they hold, unless it is the
+// one served already; it reports whether it loaded one.
+func (r *certReloader) reload() (bool, error) {
+	var pair [2][]byte
+	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return false, fmt.Errorf("server: TLS: %w", err)
+		}
+		pair[i] = b
+	}
+	if r.cert.Load() != nil && bytes.Equal(pair[0], r.pair[0]) && bytes.Equal(pair[1], r.pair[1]) {
+		return false, nil
+	}
 	cert, err := tls.X509KeyPair(pair[0], pair[1])
 	if err != nil {
-		return fmt.Errorf("server: TLS certificate %s and key %s: %w", r.files.CertFile, r.files.KeyFile, err)
+		return false, fmt.Errorf("server: TLS certificate %s and key %s: %w", r.files.CertFile, r.files.KeyFile, err)
 	}
 	r.cert.Store(&cert)
 	r.pair = pair
-	return nil
+	return true, nil
 }
 
 func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -148,7 +140,7 @@ func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 }
 
 // maybeReload reloads the pair when a file changed, at most once per
-// certCheckInterval. Handshakes meanwhile keep the current pair.
+// certCheckInterval; handshakes meanwhile keep the current pair.
 func (r *certReloader) maybeReload(now time.Time) {
 	if !r.mu.TryLock() {
 		return
@@ -158,16 +150,9 @@ func (r *certReloader) maybeReload(now time.Time) {
 		return
 	}
 	r.lastCheck = now
-	pair, err := r.readPair()
-	if err == nil && bytes.Equal(pair[0], r.pair[0]) && bytes.Equal(pair[1], r.pair[1]) {
-		return // unchanged
-	}
-	if err == nil {
-		err = r.load(pair)
-	}
-	if err != nil {
+	if loaded, err := r.reload(); err != nil {
 		r.logger.Error("TLS certificate changed but cannot be loaded; serving the previous one", "err", err)
-		return
+	} else if loaded {
+		r.logger.Info("TLS certificate reloaded", "cert", r.files.CertFile)
 	}
-	r.logger.Info("TLS certificate reloaded", "cert", r.files.CertFile)
 }

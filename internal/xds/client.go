@@ -2,17 +2,14 @@
 // envoyproxy/ratelimit does with CONFIG_TYPE=GRPC_XDS_SOTW: it subscribes
 // over ADS, state of the world, to RateLimitConfig resources (TypeURL),
 // compiles each response into a rules.Feed and ACKs it, or NACKs it while
-// the last good rules keep serving. When the stream breaks it keeps the
-// rules and subscribes again.
+// the last good rules keep serving, as they do while the stream is down.
 package xds
 
 import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
-	"hash"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -40,38 +37,35 @@ import (
 
 // Client keeps a rules.Feed up to date from a management server.
 type Client struct {
-	feed  *rules.Feed
-	opts  Options
-	node  *core.Node
-	conn  *grpc.ClientConn
-	acked string // version_info of the last response ACKed, sent when subscribing again
+	feed *rules.Feed
+	opts Options
+	node *core.Node
+	conn *grpc.ClientConn
 
 	// The last response refused on the current stream (contentKey), and
 	// why. go-control-plane's snapshot cache answers a NACK by sending the
-	// refused snapshot again at once: its repeats are NACKed again without
-	// compiling or logging them, after nackRepeatDelay so that the two
-	// ends do not spin. Keyed on the content, not the version, and
-	// forgotten with the stream: a restarted management server may reuse
-	// a refused version_info (Envoy Gateway's counts from 1) for good rules.
+	// refused snapshot again at once: its repeats are NACKed after
+	// nackRepeatDelay without compiling or logging them. Keyed on the
+	// content and forgotten with the stream: a restarted management server
+	// may reuse a refused version_info (Envoy Gateway's count from 1).
 	refused    [sha256.Size]byte
 	refusedErr string
 
-	// The connection's state, for the stall warnings and the feed's
-	// Status().Source.
+	// The connection's state, for the stall warnings and Status().Source.
 	mu        sync.Mutex
 	state     connectivity.State
 	receiving bool      // the current stream has delivered a response
 	since     time.Time // when receiving last became false
 	lastErr   string    // why the last stream ended or the connection failed
+	// lastACK is the version_info last ACKed, sent when subscribing again;
+	// its writer, the stream's goroutine, reads it without mu.
 	lastACK   string
 	lastACKAt time.Time
 
-	// stallLooks counts warnStalls' looks, for a test to wait on.
-	stallLooks atomic.Uint64
+	stallLooks atomic.Uint64 // warnStalls' looks, for a test to wait on
 }
 
-// nackRepeatDelay spaces the NACKs of a refused response sent again; a good
-// version pushed meanwhile waits at most this long.
+// nackRepeatDelay spaces the NACKs of a refused response sent again.
 const nackRepeatDelay = 500 * time.Millisecond
 
 // New checks opts and returns a Client that feeds feed once Run runs. It
@@ -81,9 +75,6 @@ func New(feed *rules.Feed, opts Options) (*Client, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if opts.BackoffMax < opts.BackoffInitial {
-		return nil, backoffUpsideDown(opts)
-	}
 	conn, err := grpc.NewClient(opts.ServerURL, dialOptions(opts)...)
 	if err != nil {
 		return nil, fmt.Errorf("xds: management server %s: %w", opts.ServerURL, err)
@@ -128,9 +119,8 @@ func dialOptions(opts Options) []grpc.DialOption {
 }
 
 // Run subscribes and applies the responses until ctx is done, then closes
-// the connection and returns ctx's error. Whenever the stream ends it keeps
-// the rules in force and subscribes again after about RetryInterval. Run
-// may be called once.
+// the connection and returns ctx's error. Whenever the stream ends it
+// subscribes again after about RetryInterval. Run may be called once.
 func (c *Client) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -140,9 +130,8 @@ func (c *Client) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.since = time.Now()
 	c.mu.Unlock()
-	wg.Add(2)
-	go func() { defer wg.Done(); c.followState(watchCtx) }()
-	go func() { defer wg.Done(); c.warnStalls(watchCtx) }()
+	wg.Go(func() { c.followState(watchCtx) })
+	wg.Go(func() { c.warnStalls(watchCtx) })
 	c.opts.Logger.Info("xds: subscribing to rate-limit rules", "server", c.opts.ServerURL, "node", c.opts.NodeID, "type", TypeURL)
 	for {
 		err := c.subscribe(ctx)
@@ -158,7 +147,7 @@ func (c *Client) Run(ctx context.Context) error {
 		// ±50 %, so that servers cut off together do not come back together.
 		wait := time.Duration(float64(c.opts.RetryInterval) * (0.5 + rand.Float64()))
 		c.opts.Logger.Warn("xds: stream to the management server ended; the rules in force stay, subscribing again",
-			"server", c.opts.ServerURL, "error", err.Error(), "in", wait.Round(time.Millisecond).String(), "version", c.acked)
+			"server", c.opts.ServerURL, "error", err.Error(), "in", wait.Round(time.Millisecond).String(), "version", c.lastACK)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -174,8 +163,7 @@ func (c *Client) subscribe(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, metadata.New(c.opts.Headers)))
 	defer cancel()
 	c.refusedErr = "" // a refusal holds for its stream only
-	// WaitForReady: while the server cannot be reached the stream waits
-	// for grpc's connection backoff instead of failing at once.
+	// While the server cannot be reached, wait for grpc's backoff.
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		return err
@@ -221,19 +209,18 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *
 	}
 	if err != nil {
 		c.refused, c.refusedErr = key, nackDetail(err.Error())
-		c.opts.Logger.Warn("xds: NACK", "version", version, "kept", c.acked)
+		c.opts.Logger.Warn("xds: NACK", "version", version, "kept", c.lastACK)
 		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr})
 	}
-	c.acked, c.refusedErr = version, ""
+	c.refusedErr = ""
 	c.note(func() { c.lastACK, c.lastACKAt = version, time.Now() })
 	c.opts.Logger.Debug("xds: ACK", "version", version, "resources", len(resp.GetResources()))
 	return c.request(resp.GetNonce(), nil)
 }
 
 // maxNACKDetail bounds a NACK's error_detail, in bytes: a management
-// server ends a stream that sends more than 4 MiB, so a push with tens of
-// thousands of problems would never be NACKed. Every problem stays in the
-// feed's status (/rlconfig).
+// server ends a stream that sends more than 4 MiB. Every problem stays in
+// the feed's status (/rlconfig).
 const maxNACKDetail = 64 << 10
 
 // nackDetail cuts msg, one problem a line, to at most maxNACKDetail bytes
@@ -264,8 +251,8 @@ func (c *Client) note(change func()) {
 	c.feed.SetSource(s)
 }
 
-// describe is the state for Status().Source, with times rather than
-// durations since it is computed at each change only; c.mu is held.
+// describe is the state for Status().Source, with times since it is
+// computed at each change only; c.mu is held.
 func (c *Client) describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "xds %s node %s: ", c.opts.ServerURL, c.opts.NodeID)
@@ -288,9 +275,8 @@ func (c *Client) describe() string {
 	return b.String()
 }
 
-// followState records the connection's state changes until ctx is done.
-// grpc hides why a connection fails behind WaitForReady: a probe that does
-// not wait learns it.
+// followState records the connection's state changes until ctx is done;
+// a probe that does not wait learns why a connection fails.
 func (c *Client) followState(ctx context.Context) {
 	for {
 		state := c.conn.GetState()
@@ -326,7 +312,7 @@ func (c *Client) probe(ctx context.Context) string {
 }
 
 // warnStalls logs a warning every StallWarning while no stream delivers
-// rules, until ctx is done: one per attempt to connect would be too many.
+// rules, until ctx is done.
 func (c *Client) warnStalls(ctx context.Context) {
 	t := time.NewTicker(c.opts.StallWarning)
 	defer t.Stop()
@@ -365,27 +351,20 @@ func (c *Client) lookForStall() {
 // contentKey identifies a response by its version, type and resources in
 // any order, as the snapshot cache sends them in map order.
 func contentKey(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
-	field := func(h hash.Hash, b []byte) {
-		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
-		h.Write(b)
-	}
 	sums := make([][]byte, 0, len(resp.GetResources()))
 	for _, r := range resp.GetResources() {
 		h := sha256.New()
-		field(h, []byte(r.GetTypeUrl()))
-		field(h, r.GetValue())
+		fmt.Fprintf(h, "%q %d ", r.GetTypeUrl(), len(r.GetValue()))
+		h.Write(r.GetValue())
 		sums = append(sums, h.Sum(nil))
 	}
 	slices.SortFunc(sums, bytes.Compare)
 	h := sha256.New()
-	field(h, []byte(resp.GetVersionInfo()))
-	field(h, []byte(resp.GetTypeUrl()))
+	fmt.Fprintf(h, "%q %q ", resp.GetVersionInfo(), resp.GetTypeUrl())
 	for _, sum := range sums {
 		h.Write(sum)
 	}
-	var k [sha256.Size]byte
-	h.Sum(k[:0])
-	return k
+	return [sha256.Size]byte(h.Sum(nil))
 }
 
 // request is a DiscoveryRequest for every resource of TypeURL, carrying the
@@ -393,7 +372,7 @@ func contentKey(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
 func (c *Client) request(nonce string, detail *rpcstatus.Status) *discovery.DiscoveryRequest {
 	return &discovery.DiscoveryRequest{
 		Node:          c.node,
-		VersionInfo:   c.acked,
+		VersionInfo:   c.lastACK,
 		TypeUrl:       TypeURL,
 		ResponseNonce: nonce,
 		ErrorDetail:   detail,

@@ -26,39 +26,32 @@ const (
 	DefaultStallWarning        = 10 * time.Second
 )
 
-// Options configure a Client. The zero value of a field means its default;
-// the reference's setting each field stands for is in parentheses.
+// Options configure a Client. A zero field means its default.
 type Options struct {
 	// ServerURL is the management server as a gRPC target ("host:port",
 	// "dns:///host:port"). Required.
 	ServerURL string
 	// NodeID and NodeMetadata describe this server to the management
-	// server, which picks the snapshot by them (CONFIG_GRPC_XDS_NODE_ID,
-	// CONFIG_GRPC_XDS_NODE_METADATA).
+	// server, which picks the snapshot by them.
 	NodeID       string
 	NodeMetadata map[string]string
-	// Headers are sent as gRPC metadata on the stream, for an
-	// authorization token say (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
+	// Headers are sent as gRPC metadata on the stream (a token, say).
 	Headers map[string]string
 	// TLS, when not nil, secures the connection; its ServerName, when set,
-	// is the name the server's certificate must hold
-	// (CONFIG_GRPC_XDS_SERVER_TLS_SAN).
+	// is the name the server's certificate must hold.
 	TLS *tls.Config
 	// RetryInterval is the pause, ±50 %, before subscribing again after
-	// the stream ended (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL).
+	// the stream ended.
 	RetryInterval time.Duration
 	// BackoffInitial, BackoffMax and BackoffRandomFactor space the
 	// attempts to connect while the server cannot be reached: the first
 	// waits BackoffInitial, each next one 1.6 times longer up to
-	// BackoffMax, each randomised by ±BackoffRandomFactor unless NoJitter,
-	// since a zero factor means the default
-	// (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, _MAX_INTERVAL,
-	// _RANDOM_FACTOR, XDS_CLIENT_BACKOFF_JITTER=false).
+	// BackoffMax, each randomised by ±BackoffRandomFactor unless NoJitter
+	// (a zero factor means the default).
 	BackoffInitial, BackoffMax time.Duration
 	BackoffRandomFactor        float64
 	NoJitter                   bool
-	// MaxMessageBytes bounds a response; zero is gRPC's 4 MiB
-	// (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES).
+	// MaxMessageBytes bounds a response; zero is gRPC's 4 MiB.
 	MaxMessageBytes int
 	// Logger receives the connection's events; nil discards them.
 	Logger *slog.Logger
@@ -77,6 +70,7 @@ func (o Options) Validate() error {
 	if err := checkTarget(o.ServerURL); err != nil {
 		return err
 	}
+	n := o.withDefaults()
 	switch {
 	case o.RetryInterval < 0:
 		return refused("RetryInterval", o.RetryInterval, "must not be negative")
@@ -84,8 +78,9 @@ func (o Options) Validate() error {
 		return refused("BackoffInitial", o.BackoffInitial, "must not be negative")
 	case o.BackoffMax < 0:
 		return refused("BackoffMax", o.BackoffMax, "must not be negative")
-	case o.BackoffMax > 0 && o.BackoffInitial > o.BackoffMax:
-		return backoffUpsideDown(o)
+	case n.BackoffInitial > n.BackoffMax:
+		return &option.Error{Options: "xds.Options", Field: "BackoffInitial", Value: n.BackoffInitial,
+			Want: "want at most %s (" + n.BackoffMax.String() + ")", With: []string{"BackoffMax"}}
 	case o.BackoffRandomFactor < 0 || o.BackoffRandomFactor > 1:
 		return refused("BackoffRandomFactor", o.BackoffRandomFactor, "want a number from 0 to 1")
 	case o.StallWarning < 0:
@@ -96,7 +91,6 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// withDefaults returns o with every zero field set to its default.
 func (o Options) withDefaults() Options {
 	o.NodeID = cmp.Or(o.NodeID, DefaultNodeID)
 	o.RetryInterval = cmp.Or(o.RetryInterval, DefaultRetryInterval)
@@ -110,12 +104,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// checkTarget reports whether target is a gRPC target that names a
-// management server to dial: host:port, or with a resolver's scheme
-// (dns:///host:port, passthrough:///host:port, unix:path). grpc would
-// accept more and fail only when dialing, silently behind the retries:
-// an http:// URL resolves as a host named "http", and a host without a
-// port dials port 443. Its error refuses Options.ServerURL.
+// checkTarget refuses a ServerURL that is not host:port, or that with a
+// resolver's scheme (dns:///host:port, unix:path). grpc would accept more
+// and fail only when dialing, silently behind the retries: an http:// URL
+// resolves as a host named "http", and a host without a port dials 443.
 func checkTarget(target string) error {
 	endpoint := target
 	if scheme, rest, ok := strings.Cut(target, ":"); ok && resolver.Get(scheme) != nil {
@@ -146,10 +138,4 @@ func checkTarget(target string) error {
 
 func refused(field string, v any, want string) error {
 	return &option.Error{Options: "xds.Options", Field: field, Value: v, Want: want}
-}
-
-// backoffUpsideDown refuses a BackoffInitial longer than BackoffMax.
-func backoffUpsideDown(o Options) error {
-	return &option.Error{Options: "xds.Options", Field: "BackoffInitial", Value: o.BackoffInitial,
-		Want: "want at most %s (" + o.BackoffMax.String() + ")", With: []string{"BackoffMax"}}
 }

@@ -17,10 +17,9 @@ import (
 const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
 
 // RuleFileField is the field number of RateLimitConfig that carries a whole
-// floodgate rule file (YAML), with the extensions the proto has no fields
-// for. The proto does not declare it, so protobuf libraries and
-// go-control-plane's snapshot cache pass it on as an unknown field, and
-// envoyproxy/ratelimit ignores it: one resource can serve both servers.
+// floodgate rule file (YAML), with the extensions the proto lacks. The
+// proto does not declare it: protobuf libraries and snapshot caches pass
+// it on, envoyproxy/ratelimit ignores it, and one resource serves both.
 const RuleFileField protowire.Number = 15001
 
 // RuleFile returns a RateLimitConfig resource named name that carries the
@@ -35,12 +34,11 @@ func RuleFile(name string, yaml []byte) *rlsconf.RateLimitConfig {
 	return c
 }
 
-// Files turns the resources of one xDS response into rule files, one per
-// resource, named "xds/" and the resource's name: the rule file a resource
-// carries in RuleFileField, else the YAML of its domain and descriptors
-// with the reference server's meaning. Its errors name the resource: of
-// another type, not decoding, a name given twice, or a rule file whose
-// domain differs from its resource's.
+// Files turns the resources of one xDS response into rule files named
+// "xds/" and the resource's name: the rule file a resource carries in
+// RuleFileField, else the YAML of its domain and descriptors. Its errors
+// name the resource: of another type, not decoding, a name given twice, or
+// a rule file whose domain differs from its resource's.
 func Files(resources []*anypb.Any) (map[string][]byte, error) {
 	files := make(map[string][]byte, len(resources))
 	var errs []error
@@ -86,8 +84,7 @@ func file(res *anypb.Any) (string, []byte, error) {
 		var doc struct {
 			Domain string `yaml:"domain"`
 		}
-		// A rule file that does not parse is reported by the compiler,
-		// with its position.
+		// The compiler reports a rule file that does not parse.
 		if yaml.Unmarshal(data, &doc) == nil && doc.Domain != c.GetDomain() {
 			return c.GetName(), nil, fmt.Errorf("the rule file's domain %q differs from the resource's %q", doc.Domain, c.GetDomain())
 		}
@@ -99,31 +96,22 @@ func file(res *anypb.Any) (string, []byte, error) {
 // occurrence wins, as for any protobuf field that is not repeated.
 func ruleFile(unknown []byte) (data []byte, found bool, err error) {
 	for len(unknown) > 0 {
-		num, typ, n := protowire.ConsumeTag(unknown)
+		num, typ, n := protowire.ConsumeField(unknown)
 		if n < 0 {
 			return nil, false, fmt.Errorf("unknown fields: %w", protowire.ParseError(n))
 		}
-		unknown = unknown[n:]
 		if num == RuleFileField && typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(unknown)
-			if m < 0 {
-				return nil, false, fmt.Errorf("field %d: %w", RuleFileField, protowire.ParseError(m))
-			}
-			data, found = v, true
-			unknown = unknown[m:]
-			continue
+			_, _, tag := protowire.ConsumeTag(unknown)
+			data, _ = protowire.ConsumeBytes(unknown[tag:n])
+			found = true
 		}
-		m := protowire.ConsumeFieldValue(num, typ, unknown)
-		if m < 0 {
-			return nil, false, fmt.Errorf("unknown field %d: %w", num, protowire.ParseError(m))
-		}
-		unknown = unknown[m:]
+		unknown = unknown[n:]
 	}
 	return data, found, nil
 }
 
 // The YAML of a rule file, for what RateLimitConfig holds; zero fields are
-// omitted where the rule file's default means the same.
+// omitted where the default means the same.
 type (
 	yamlConfig struct {
 		Domain      string           `yaml:"domain"`
@@ -169,8 +157,7 @@ func descriptorsYAML(ds []*rlsconf.RateLimitDescriptor) []yamlDescriptor {
 			ShadowMode:     d.GetShadowMode(),
 			DetailedMetric: d.GetDetailedMetric(),
 			QuotaMode:      d.GetQuotaMode(),
-			// Struct's values are JSON's kinds, which the rule file's
-			// metadata takes (the reference reads it the same way).
+			// Struct's values are JSON's kinds, as the reference reads them.
 			Metadata: d.GetMetadata().AsMap(),
 		}
 	}
@@ -183,8 +170,7 @@ func policyYAML(p *rlsconf.RateLimitPolicy) *yamlPolicy {
 	}
 	y := &yamlPolicy{Unlimited: p.GetUnlimited(), Name: p.GetName()}
 	if u := p.GetUnit(); u != rlsconf.RateLimitUnit_UNKNOWN {
-		// An unlimited policy has no unit, as in the reference; an
-		// out-of-range number shows as itself and is refused as a unit.
+		// An out-of-range number shows as itself and is refused as a unit.
 		y.Unit = u.String()
 	}
 	if n := p.GetRequestsPerUnit(); n != 0 || !y.Unlimited {
