@@ -60,17 +60,7 @@ const (
 )
 
 // String returns "closed", "open" or "probing".
-func (s breakerState) String() string {
-	switch s {
-	case breakerClosed:
-		return "closed"
-	case breakerOpen:
-		return "open"
-	case breakerProbing:
-		return "probing"
-	}
-	return fmt.Sprintf("breakerState(%d)", int32(s))
-}
+func (s breakerState) String() string { return [...]string{"closed", "open", "probing"}[s] }
 
 // breaker is a circuit breaker; a nil *breaker is disabled. Calls ask
 // admit before going to Redis and report the outcome with done.

@@ -77,13 +77,12 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 }
 
 // singleClient returns the client of a single node; tc is the TLS
-// configuration, nil for none.
+// configuration, nil for none. What cfg sets overrides the URL.
 func singleClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, error) {
 	o, err := singleOptions(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	// What cfg sets overrides the URL.
 	o.Username = cmp.Or(cfg.Username, o.Username)
 	o.Password = cmp.Or(cfg.Password, o.Password)
 	o.DB = cmp.Or(cfg.DB, o.DB)
@@ -121,22 +120,9 @@ func sentinelClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, er
 	if err := checkAddrs(cfg.URL, addrs); err != nil {
 		return nil, err
 	}
-	return redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName:            master,
-		SentinelAddrs:         addrs,
-		SentinelPassword:      cfg.SentinelPassword,
-		TLSConfig:             tc,
-		Username:              cfg.Username,
-		Password:              cfg.Password,
-		DB:                    cfg.DB,
-		PoolSize:              cfg.PoolSize,
-		DialTimeout:           cfg.DialTimeout,
-		ReadTimeout:           cfg.ReadTimeout,
-		WriteTimeout:          cfg.WriteTimeout,
-		ContextTimeoutEnabled: true,
-		DialerRetries:         dialAttempts,
-		MaxRetries:            noRetries,
-	}), nil
+	u := common(cfg, tc)
+	u.Addrs, u.MasterName, u.SentinelPassword = addrs, master, cfg.SentinelPassword
+	return redis.NewFailoverClient(u.Failover()), nil
 }
 
 // clusterClient returns the client of a Redis Cluster.
@@ -148,29 +134,29 @@ func clusterClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, err
 	if err := checkAddrs(cfg.URL, addrs); err != nil {
 		return nil, err
 	}
-	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                 addrs,
-		Username:              cfg.Username,
-		Password:              cfg.Password,
-		PoolSize:              cfg.PoolSize,
-		DialTimeout:           cfg.DialTimeout,
-		ReadTimeout:           cfg.ReadTimeout,
-		WriteTimeout:          cfg.WriteTimeout,
-		ContextTimeoutEnabled: true,
-		DialerRetries:         dialAttempts,
-		MaxRetries:            noRetries,
-		TLSConfig:             tc,
-		// A dead master answers no MOVED: without a periodic refresh of
-		// the slot map its slots would keep going to it for a minute
-		// after a replica took over.
-		ClusterStateReloadInterval: time.Second,
-		// Routing policies need COMMAND INFO, which a new client fetches
-		// under a lock every command waits on, bounded by ReadTimeout
-		// rather than the caller's deadline: one master not answering
-		// would hold every master's calls. Every call here is routed by
-		// its keys' slot.
-		DisableRoutingPolicies: true,
-	}), nil
+	u := common(cfg, tc)
+	u.Addrs = addrs
+	o := u.Cluster()
+	// A dead master answers no MOVED: without a periodic refresh of the
+	// slot map its slots would keep going to it for a minute after a
+	// replica took over.
+	o.ClusterStateReloadInterval = time.Second
+	// Routing policies need COMMAND INFO, which a new client fetches under
+	// a lock every command waits on, bounded by ReadTimeout rather than the
+	// caller's deadline: one master not answering would hold every
+	// master's calls. Every call here is routed by its keys' slot.
+	o.DisableRoutingPolicies = true
+	return redis.NewClusterClient(o), nil
+}
+
+// common returns the options every deployment takes from cfg, with
+// context deadlines honoured and go-redis's own retries off.
+func common(cfg ClientConfig, tc *tls.Config) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Username: cfg.Username, Password: cfg.Password, DB: cfg.DB, PoolSize: cfg.PoolSize, TLSConfig: tc,
+		DialTimeout: cfg.DialTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
+		ContextTimeoutEnabled: true, DialerRetries: dialAttempts, MaxRetries: noRetries,
+	}
 }
 
 // validate refuses the fields that are wrong whatever the deployment.

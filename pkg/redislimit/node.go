@@ -163,22 +163,28 @@ func (l *Limiter) probeCluster(ctx context.Context) error {
 	return nil
 }
 
-// clusterSlots returns each master's slot ranges by address.
+// clusterSlots returns each master's slot ranges by address, as
+// "0-5460,10923".
 func (l *Limiter) clusterSlots(ctx context.Context) (map[string]string, error) {
 	slots, err := l.cluster.ClusterSlots(ctx).Result()
 	if err != nil {
 		return nil, err
 	}
-	ranges := make(map[string][][2]int64)
+	slices.SortFunc(slots, func(a, b redis.ClusterSlot) int { return a.Start - b.Start })
+	out := make(map[string]string)
 	for _, s := range slots {
-		if len(s.Nodes) > 0 {
-			addr := s.Nodes[0].Addr
-			ranges[addr] = append(ranges[addr], [2]int64{int64(s.Start), int64(s.End)})
+		if len(s.Nodes) == 0 {
+			continue
 		}
-	}
-	out := make(map[string]string, len(ranges))
-	for addr, r := range ranges {
-		out[addr] = slotRanges(r)
+		r := strconv.Itoa(s.Start)
+		if s.End != s.Start {
+			r += "-" + strconv.Itoa(s.End)
+		}
+		if addr := s.Nodes[0].Addr; out[addr] == "" {
+			out[addr] = r
+		} else {
+			out[addr] += "," + r
+		}
 	}
 	return out, nil
 }
@@ -328,23 +334,6 @@ func (l *Limiter) force(ctx context.Context, n *node, err error) {
 	if o := outcomeOf(ctx, err); o != callUnknown {
 		n.breaker.force(o == callFailed)
 	}
-}
-
-// slotRanges formats a master's slot ranges as "0-5460,10923".
-func slotRanges(ranges [][2]int64) string {
-	slices.SortFunc(ranges, func(a, b [2]int64) int { return int(a[0] - b[0]) })
-	var b strings.Builder
-	for i, r := range ranges {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(r[0], 10))
-		if r[1] != r[0] {
-			b.WriteByte('-')
-			b.WriteString(strconv.FormatInt(r[1], 10))
-		}
-	}
-	return b.String()
 }
 
 // nodeError names the Cluster master a call failed on.

@@ -93,13 +93,16 @@ func luaConstants() []luaConstant {
 	)
 }
 
-// The script EVAL and EVALSHA send, and the library FUNCTION LOAD sends:
-// the same code, the library registering evaluate under functionName.
+// The script EVAL and EVALSHA send, which runs the definitions again at
+// every call, and the library FUNCTION LOAD sends, whose definitions run
+// once, when it is loaded, and which registers evaluate for FCALL under
+// functionName.
 var (
-	evaluateSource  = scriptSource()
+	evaluateSource  = definitions() + "\nreturn evaluate(KEYS, ARGV)\n"
 	evaluateScript  = redis.NewScript(evaluateSource)
 	functionName    = "floodgate_" + evaluateScript.Hash()
-	evaluateLibrary = librarySource(functionName)
+	evaluateLibrary = "#!lua name=" + functionName + "\n" + definitions() +
+		"\nredis.register_function('" + functionName + "', evaluate)\n"
 )
 
 // ScriptSHA returns the SHA-1, in hex, of the script this build sends to
@@ -112,19 +115,6 @@ func ScriptSHA() string { return evaluateScript.Hash() }
 // ScriptSHA. FUNCTION LIST LIBRARYNAME 'floodgate_*' lists the versions
 // loaded in a Redis.
 func FunctionName() string { return functionName }
-
-// scriptSource assembles the script sent by EVALSHA, which runs the
-// definitions again at every call.
-func scriptSource() string {
-	return definitions() + "\nreturn evaluate(KEYS, ARGV)\n"
-}
-
-// librarySource assembles the library named name, whose definitions run
-// once, when it is loaded; FCALL name runs evaluate.
-func librarySource(name string) string {
-	return "#!lua name=" + name + "\n" + definitions() +
-		"\nredis.register_function('" + name + "', evaluate)\n"
-}
 
 // definitions assembles the code common to the script and the library.
 // Each file uses only its own names, Lua's, Redis's and what it is given:
