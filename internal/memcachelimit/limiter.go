@@ -178,9 +178,7 @@ func (l *Limiter) refreshLoop(ctx context.Context) {
 		addrs, err := resolveSRV(rctx, l.opts.Resolver, l.opts.SRV)
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				l.noteFailure(fmt.Errorf("%w: refresh: %w", ErrStore, err))
-			}
+			l.failed(ctx, fmt.Errorf("%w: refresh: %w", ErrStore, err))
 			continue
 		}
 		l.pool.setServers(addrs)
@@ -208,10 +206,6 @@ func (l *Limiter) LastFailure() (at time.Time, err error) {
 	return f.at, f.err
 }
 
-func (l *Limiter) noteFailure(err error) {
-	l.lastFailure.Store(&failure{err: err, at: time.Now()})
-}
-
 // Probe asks every server its version, concurrently. A failure is an
 // error wrapping ErrStore that names each server that failed.
 func (l *Limiter) Probe(ctx context.Context) error {
@@ -222,9 +216,7 @@ func (l *Limiter) Probe(ctx context.Context) error {
 	}
 	if err := l.pool.runAll(ctx, cmds); err != nil {
 		err = fmt.Errorf("memcachelimit: probe: %w: %w", ErrStore, err)
-		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			l.noteFailure(err)
-		}
+		l.failed(ctx, err)
 		return err
 	}
 	return nil
@@ -294,7 +286,7 @@ func (l *Limiter) settle(ctx context.Context, cmds []*command) error {
 // failed records err, met under ctx, unless the caller gave up.
 func (l *Limiter) failed(ctx context.Context, err error) {
 	if !errors.Is(ctx.Err(), context.Canceled) {
-		l.noteFailure(err)
+		l.lastFailure.Store(&failure{err: err, at: time.Now()})
 	}
 }
 

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,17 +103,9 @@ type DenyCacheOptions struct {
 // where operators set those. Settings that would do nothing (TLS files
 // without TLS) are refused too: whoever set them meant something else.
 func (o Options) Validate() error {
-	checks := []func() error{
-		func() error { return o.Redis.validate("Redis") },
-		func() error { return o.PerSecond.validate("PerSecond") },
-		o.Memcache.validate,
-		o.validateBounds,
-		o.validateRedis,
-	}
-	for _, check := range checks {
-		if err := check(); err != nil {
-			return err
-		}
+	if err := cmp.Or(o.Redis.validate("Redis"), o.PerSecond.validate("PerSecond"), o.Memcache.validate(),
+		o.validateBounds(), o.validateRedis()); err != nil {
+		return err
 	}
 	if m := o.Memcache; m.on() && o.Redis.URL != "" {
 		field := "Memcache.Servers" // not both: Memcache.validate refuses that
@@ -126,12 +120,9 @@ func (o Options) Validate() error {
 
 // validate checks one deployment's own settings; name is its field.
 func (r RedisOptions) validate(name string) error {
-	switch r.typ() {
-	case TypeSingle, "sentinel", "cluster":
-	default:
-		return refused(name+".Type", r.Type, "want single, sentinel or cluster")
-	}
 	switch {
+	case !slices.Contains([]string{TypeSingle, "sentinel", "cluster"}, r.typ()):
+		return refused(name+".Type", r.Type, "want single, sentinel or cluster")
 	case r.PoolSize < 0:
 		return refused(name+".PoolSize", r.PoolSize, "must not be negative")
 	case r.PipelineWindow < 0:

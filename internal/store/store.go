@@ -7,6 +7,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -49,12 +50,8 @@ func open(ctx context.Context, opts Options, clk clock) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Deadline == 0 {
-		opts.Deadline = limit.DefaultDeadline
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.Deadline = cmp.Or(opts.Deadline, limit.DefaultDeadline)
 	ctx, stop := context.WithCancel(ctx)
 	s := &Store{clock: clk, stop: stop}
 	switch {
