@@ -246,20 +246,17 @@ func (s *server) drain() {
 // exchange writes cmds and reads their replies: a *replyError is the
 // first error answered, any other error breaks the stream.
 func (c *conn) exchange(cmds []*command) error {
+	// A bufio.Writer keeps its first error, which Flush returns.
 	for _, cmd := range cmds {
-		var err error
 		switch cmd.kind {
 		case cmdIncr, cmdDecr:
-			_, err = fmt.Fprintf(c.w, "%s %s %d\r\n", [...]string{cmdIncr: "incr", cmdDecr: "decr"}[cmd.kind], cmd.key, cmd.delta)
+			fmt.Fprintf(c.w, "%s %s %d\r\n", [...]string{cmdIncr: "incr", cmdDecr: "decr"}[cmd.kind], cmd.key, cmd.delta)
 		case cmdAddIncr:
-			_, err = fmt.Fprintf(c.w, "add %s 0 %d 1\r\n0\r\nincr %s %d\r\n", cmd.key, cmd.exp, cmd.key, cmd.delta)
+			fmt.Fprintf(c.w, "add %s 0 %d 1\r\n0\r\nincr %s %d\r\n", cmd.key, cmd.exp, cmd.key, cmd.delta)
 		case cmdVersion:
-			_, err = c.w.WriteString("version\r\n")
+			fmt.Fprint(c.w, "version\r\n")
 		case cmdDelete:
-			_, err = fmt.Fprintf(c.w, "delete %s\r\n", cmd.key)
-		}
-		if err != nil {
-			return err
+			fmt.Fprintf(c.w, "delete %s\r\n", cmd.key)
 		}
 	}
 	if err := c.w.Flush(); err != nil {
@@ -302,14 +299,10 @@ func (c *conn) readReply(cmd *command) error {
 		if !strings.HasPrefix(line, "VERSION ") {
 			return unexpected("version", line)
 		}
-	case cmd.kind == cmdDelete:
-		switch line {
-		case "DELETED":
-			cmd.found = true
-		case "NOT_FOUND":
-		default:
-			return unexpected("delete", line)
-		}
+	case cmd.kind == cmdDelete && line == "DELETED":
+		cmd.found = true
+	case cmd.kind == cmdDelete && line != "NOT_FOUND":
+		return unexpected("delete", line)
 	case line == "NOT_FOUND" && cmd.kind == cmdAddIncr:
 		// Evicted between the add and the incr: nothing was charged.
 		return &replyError{line: "NOT_FOUND right after add"}
