@@ -417,21 +417,19 @@ func (b *batcher) take() []*call {
 
 // flush sends one batch and answers its calls.
 func (b *batcher) flush(batch []*call) {
-	deadline := time.Now().Add(b.l.opts.Timeout)
-	var latest time.Time
+	// Every call's deadline is within Options.Timeout of its start: the
+	// batch's is the latest of them.
+	deadline := batch[0].deadline
 	nKeys, nArgs := 0, 0
 	probe := false
 	for _, c := range batch {
-		if c.deadline.After(latest) {
-			latest = c.deadline
+		if c.deadline.After(deadline) {
+			deadline = c.deadline
 		}
 		nKeys += len(c.keys)
 		nArgs += len(c.args)
 		probe = probe || c.probe
 		recordBatch(c.ctx, len(batch))
-	}
-	if latest.Before(deadline) {
-		deadline = latest
 	}
 	var keys []string
 	var args []any
