@@ -180,22 +180,16 @@ func redisDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
 			d += fmt.Sprintf("%slast failure %v ago: %v", sep, now.Sub(n.LastFailureAt).Round(time.Second), n.LastFailure)
 		}
 		switch {
+		case n.Addr != "" && n.Slots != "":
+			d = "master " + n.Addr + " (slots " + n.Slots + "): " + d
 		case n.Addr != "":
-			d = "master " + n.Addr + slotsOf(n) + ": " + d
+			d = "master " + n.Addr + ": " + d
 		case len(nodes) > 1:
 			d = "slot map: " + d
 		}
 		parts = append(parts, d)
 	}
 	return strings.Join(parts, "; ")
-}
-
-// slotsOf is " (slots 0-5460)" for a Cluster master whose slots are known.
-func slotsOf(n redislimit.NodeHealth) string {
-	if n.Slots == "" {
-		return ""
-	}
-	return " (slots " + n.Slots + ")"
 }
 
 // RedactURL replaces the credentials of a URL, everything before its last

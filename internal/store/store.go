@@ -54,23 +54,22 @@ func open(ctx context.Context, opts Options, clk clock) (*Store, error) {
 	opts.Deadline = cmp.Or(opts.Deadline, limit.DefaultDeadline)
 	ctx, stop := context.WithCancel(ctx)
 	s := &Store{clock: clk, stop: stop}
+	var err error
 	switch {
 	case opts.Memcache.on():
-		if err := s.openMemcache(ctx, opts); err != nil {
-			stop()
-			return nil, err
-		}
+		err = s.openMemcache(ctx, opts)
 	case opts.Redis.URL != "":
-		if err := s.openRedis(ctx, opts); err != nil {
-			stop()
-			return nil, err
-		}
-		if !opts.DenyCache.Disabled {
-			s.cache = denycache.New(s.limiter, denycache.Options{MaxEntries: opts.DenyCache.MaxEntries, MaxAge: opts.DenyCache.MaxAge})
-			s.limiter = s.cache
-		}
+		err = s.openRedis(ctx, opts)
 	default:
 		s.openMemory(opts)
+	}
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	if s.redis != nil && !opts.DenyCache.Disabled {
+		s.cache = denycache.New(s.limiter, denycache.Options{MaxEntries: opts.DenyCache.MaxEntries, MaxAge: opts.DenyCache.MaxAge})
+		s.limiter = s.cache
 	}
 	for _, w := range s.watches {
 		s.running.Go(func() { w.run(ctx) })
@@ -94,16 +93,13 @@ func (s *Store) Limiter() limit.Limiter { return s.limiter }
 // the store and the deny cache. A failure of Redis or Memcached is an
 // error wrapping that store's ErrStore.
 func (s *Store) Reset(ctx context.Context, key string, spec limit.Spec) error {
-	r, ok := s.limiter.(resetter)
+	r, ok := s.limiter.(interface {
+		Reset(ctx context.Context, key string, spec limit.Spec) error
+	})
 	if !ok {
 		return fmt.Errorf("store %s: counters cannot be reset", s.name)
 	}
 	return r.Reset(ctx, key, spec)
-}
-
-// resetter is the Reset every limiter Open builds has.
-type resetter interface {
-	Reset(ctx context.Context, key string, spec limit.Spec) error
 }
 
 // Name returns the store's kind: "memory", "redis" or "memcache".
