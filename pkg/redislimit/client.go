@@ -144,8 +144,9 @@ func clusterClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, err
 	return redis.NewClusterClient(o), nil
 }
 
-// common returns the options every deployment takes from cfg, with
-// context deadlines honoured and go-redis's own retries off.
+// common returns the options Sentinel and Cluster clients take from cfg,
+// with context deadlines honoured and go-redis's own retries off, as
+// singleClient sets them.
 func common(cfg ClientConfig, tc *tls.Config) *redis.UniversalOptions {
 	return &redis.UniversalOptions{
 		Username: cfg.Username, Password: cfg.Password, DB: cfg.DB, PoolSize: cfg.PoolSize, TLSConfig: tc,
