@@ -142,9 +142,7 @@ func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.stop()
 		s.running.Wait()
-		for _, d := range s.redis {
-			d.client.Close()
-		}
+		s.closeRedis()
 		if s.memcache != nil {
 			s.memcache.Close()
 		}
