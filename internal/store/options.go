@@ -315,10 +315,7 @@ func (m MemcacheOptions) serverList() []string {
 
 // typ is Type in lower case, "single" when empty.
 func (r RedisOptions) typ() string {
-	if r.Type == "" {
-		return TypeSingle
-	}
-	return strings.ToLower(r.Type)
+	return strings.ToLower(cmp.Or(r.Type, TypeSingle))
 }
 
 // tlsOn reports whether the deployment is reached with TLS.

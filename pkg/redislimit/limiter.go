@@ -148,18 +148,12 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		h := &hits[i]
 		keys = append(keys, Key(l.opts.KeyPrefix, h.Key))
 		sp := &h.Spec
-		flags := int64(b2i(h.Refund) * flagRefund)
+		flags := int64(b2i(h.Refund)*flagRefund + b2i(h.Usage)*flagUsage + b2i(sp.Calendar != nil)*flagCalendar)
 		switch h.Mode {
 		case limit.Advisory:
 			flags += flagAdvisory
 		case limit.Quota:
 			flags += flagQuotaBase * (int64(h.Group) + 1)
-		}
-		if sp.Calendar != nil {
-			flags += flagCalendar
-		}
-		if h.Usage {
-			flags += flagUsage
 		}
 		args = append(args, l.specs.arg(sp), h.Cost, flags)
 		if sp.Calendar == nil {
@@ -271,13 +265,10 @@ func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests 
 // decode fills decisions from the script's reply to one request and
 // returns its verdict.
 func decode(reply any, decisions []limit.Decision) (blocked bool, err error) {
-	var r []any
-	switch v := reply.(type) {
-	case error:
-		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(decisions), ErrStore, v)
-	case []any:
-		r = v
+	if err, ok := reply.(error); ok {
+		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(decisions), ErrStore, err)
 	}
+	r, _ := reply.([]any)
 	size := fieldsPerDecision*len(decisions) + 1
 	if len(r) != size {
 		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: %d values in reply, want %d", len(decisions), ErrStore, len(r), size)
