@@ -274,12 +274,7 @@ func (l *Limiter) Nodes() []NodeHealth {
 // Healthy reports whether every node's circuit breaker is closed; Nodes
 // says which is not.
 func (l *Limiter) Healthy() bool {
-	for _, n := range l.nodes.all() {
-		if n.breaker.stateOf() != breakerClosed {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(l.nodes.all(), func(n *node) bool { return n.breaker.stateOf() != breakerClosed })
 }
 
 // LastFailure returns the latest failure of any node, seen by a call or a
