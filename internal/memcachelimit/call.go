@@ -7,21 +7,19 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// call is the working memory of one Evaluate, reused across calls. The
-// first step sends one command per hit (cmdAddIncr to consume, an incr by
-// 0 to read), decide turns the replies into decisions, and settle builds
-// the second step's decrs. When a hit blocks before anything is asked (an
-// enforced cost above the limit, or a limit of 0), the call is static: it
-// only reads, counting its consuming hits' costs on top of what it reads,
-// but for its usage hits, which are incremented all the same.
+// call is the working memory of one Evaluate, reused across calls: plan
+// builds one command per hit (cmdAddIncr to consume, incr by 0 to read),
+// decide turns the replies into decisions, settle builds the decrs. A call
+// with a hit that blocks whatever the store holds (an enforced cost above
+// the limit, or a limit of 0) is static: it only reads, adding its costs
+// to what it reads, but still increments for its usage hits.
 type call struct {
-	hits  []hitState
-	slots []slot
-	cmds  []command // the first step's commands
-	cmds2 []command // the second step's
-	ptrs  []*command
-	buf   []byte
-	// static reports that the call blocks whatever the store holds.
+	hits   []hitState
+	slots  []slot
+	cmds   []command // the first step's commands
+	cmds2  []command // the second step's
+	ptrs   []*command
+	buf    []byte
 	static bool
 }
 
@@ -30,13 +28,11 @@ type hitState struct {
 	slot int   // index in call.slots; -1 for a limit of 0, which needs no store
 	end  int64 // end of the hit's window, µs
 	cmd  int   // index of its command in call.cmds; -1 when none
-	// consume reports a hit that takes its cost from the counter (cost >
-	// 0, not a refund, not above the limit unless a charge); write, that
-	// the first step really incremented the counter for it (not static,
-	// or a charge); charge, a usage hit that consumes.
+	// consume: the hit takes its cost (cost > 0, no refund, not above the
+	// limit unless a charge); write: the first step incremented for it;
+	// charge: a usage hit that consumes.
 	consume, write, charge bool
-	// stored is the count before the call as seen at the hit's turn: what
-	// a hit of cost 0 sees when the call consumes nothing.
+	// stored is the count before the call, as seen at the hit's turn.
 	stored int64
 	refund int // index of its refund in call.cmds2; -1 when none
 }
@@ -45,13 +41,12 @@ type hitState struct {
 type slot struct {
 	key string
 	srv *server
-	// Sums over the hits of the call so far, in order: costs counted
-	// without being sent (static), costs of consuming hits, costs of
-	// denied consuming hits (but charges), costs the first step really
-	// added, and the part of those that charges added.
+	// Costs over the call's hits so far: counted but not sent (static),
+	// consumed, denied (but charges), added by the first step, and the part
+	// of those that charges added.
 	virtual, consumed, denied, charged, usage int64
-	// after is, in a call that blocks, the count its usage hits leave, as
-	// blocked replays them; -1 before its first hit.
+	// after is the count a blocked call's usage hits leave; -1 before its
+	// first hit.
 	after int64
 }
 
@@ -98,7 +93,6 @@ func (c *call) plan(l *Limiter, hits []limit.Hit, now time.Time) {
 }
 
 // slotFor returns the slot of the counter window key, adding it if new.
-// Calls have few hits, so a scan beats a map.
 func (c *call) slotFor(key []byte, servers []*server) int {
 	for i := range c.slots {
 		if c.slots[i].key == string(key) {
@@ -117,12 +111,11 @@ func pointers(dst []*command, cmds []command) []*command {
 	return dst
 }
 
-// decide sets decisions from the first step's replies, with the
-// arithmetic of limit's fixed window, and reports whether the call blocks.
-// A consuming hit's reply is the count after the call's increments so far
-// on its counter, its own included, and whatever other calls did; the hit
-// sees it less its cost and less the costs of the call's earlier denied
-// hits there, which limit.Memory would not have added.
+// decide sets decisions from the first step's replies, with limit's
+// fixed-window arithmetic, and reports whether the call blocks. A
+// consuming hit's reply counts its own cost and the call's earlier denied
+// hits', which limit.Memory would not have added: the hit sees it less
+// those.
 func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (blocked bool) {
 	for i := range hits {
 		h, hs := &hits[i], &c.hits[i]
@@ -181,10 +174,9 @@ func (c *call) decide(hits []limit.Hit, decisions []limit.Decision, now int64) (
 	return blocked
 }
 
-// blocked sets the decisions of a call that blocks: nothing is consumed
-// but its usage hits, replayed in order on the stored counts as if they
-// were the call's only hits, and the other allowed hits report the counts
-// they leave.
+// blocked sets the decisions of a call that blocks: only its usage hits
+// consume, replayed in order on the stored counts, and the other allowed
+// hits report the counts they leave.
 func (c *call) blocked(hits []limit.Hit, decisions []limit.Decision) {
 	for i := range c.slots {
 		c.slots[i].after = -1
@@ -220,8 +212,7 @@ func (c *call) blocked(hits []limit.Hit, decisions []limit.Decision) {
 }
 
 // charged is the decision of a charge of cost that took its counter past
-// lim, to count, as limit's fixed window gives it: nothing left, a retry
-// when the window ends, never for a cost above the limit.
+// lim, to count, as limit's fixed window gives it.
 func charged(lim, count, cost int64, reset time.Duration) limit.Decision {
 	if cost > lim {
 		return limit.Decision{ResetAfter: reset, Never: true, Debt: count - lim}
@@ -229,10 +220,9 @@ func charged(lim, count, cost int64, reset time.Duration) limit.Decision {
 	return limit.Decision{ResetAfter: reset, RetryAfter: reset, Debt: count - lim}
 }
 
-// settle returns the second step's commands: give back every increment of
-// a call that blocks but its charges'; otherwise the increments of denied
-// (advisory or quota) hits; then the refunds, in the order of the hits,
-// of a call that blocks only the usage refunds.
+// settle returns the second step's decrs: every increment but charges'
+// of a call that blocks, else the denied hits'; then the refunds in order
+// (of a call that blocks, only the usage refunds).
 func (c *call) settle(hits []limit.Hit, blocked bool) []*command {
 	c.cmds2 = c.cmds2[:0]
 	for i := range c.slots {

@@ -17,27 +17,16 @@ import (
 	"time"
 )
 
-// This file is a small client of Memcached's text protocol: the commands
-// the limiter needs, pipelined over a pool of connections per server, the
-// server of each key chosen by rendezvous hashing.
+// A small client of Memcached's text protocol: the commands the limiter
+// needs, pipelined over a pool of connections per server.
 
 // Kinds of command.
 const (
-	// cmdIncr is "incr key delta": the value after, or not found. With
-	// delta 0 it reads a counter, in order with the connection's other
-	// commands.
-	cmdIncr = iota
-	// cmdDecr is "decr key delta": the value after (never below 0), or
-	// not found.
-	cmdDecr
-	// cmdAddIncr is "add key 0 exp 1 / 0" then "incr key delta", in one
-	// write: the counter is created at 0 with its expiry when missing,
-	// then incremented, in one round trip.
-	cmdAddIncr
-	// cmdVersion is "version", a probe.
-	cmdVersion
-	// cmdDelete is "delete key": found when the key existed.
-	cmdDelete
+	cmdIncr    = iota // "incr key delta"; with delta 0, a read in order with the connection's other commands
+	cmdDecr           // "decr key delta" (never below 0)
+	cmdAddIncr        // "add key 0 exp 1 / 0" then "incr key delta": create at 0 with its expiry if missing, then add
+	cmdVersion        // "version", a probe
+	cmdDelete         // "delete key": found when the key existed
 )
 
 // command is one command and, once run, its reply.
@@ -48,8 +37,8 @@ type command struct {
 	exp   int64 // add's expiry (cmdAddIncr): seconds from now, or a Unix time beyond 30 days
 	srv   *server
 
-	// The reply: done once the server answered, value and found for
-	// incr and decr.
+	// The reply: done once the server answered; value and found for incr,
+	// decr and delete.
 	done  bool
 	found bool
 	value uint64
@@ -68,9 +57,7 @@ type server struct {
 	hash    uint32 // of addr, for rendezvous hashing
 	idle    chan *conn
 	removed atomic.Bool // no longer in the server list: connections are closed, not kept
-	// failing is set by a failure of the server and cleared by its next
-	// answer, for Limiter.Healthy.
-	failing atomic.Bool
+	failing atomic.Bool // since a failure, until the next answer (Limiter.Healthy)
 }
 
 // conn is one connection to a server.
@@ -117,10 +104,10 @@ func (p *pool) setServers(addrs []string) {
 // list returns the servers in force.
 func (p *pool) list() []*server { return *p.servers.Load() }
 
-// pick returns the server of key by rendezvous hashing: the one whose
-// score for the key is highest. Every process with the same server list
-// picks the same server, whatever the list's order, and a server joining
-// or leaving moves only the keys it wins or held.
+// pick returns the server of key by rendezvous hashing (highest score
+// wins): the same in every process with the same servers, whatever their
+// order, and a server joining or leaving moves only the keys it wins or
+// held.
 func pick(servers []*server, key string) *server {
 	kh := uint64(crc32.ChecksumIEEE([]byte(key))) << 32
 	var best *server
@@ -134,8 +121,7 @@ func pick(servers []*server, key string) *server {
 	return best
 }
 
-// mix64 is the finalizer of SplitMix64: a bijection that spreads every
-// input bit over the output, so that scores of one key on different
+// mix64 is SplitMix64's finalizer, so that one key's scores on different
 // servers are independent.
 func mix64(x uint64) uint64 {
 	x ^= x >> 30
@@ -150,9 +136,7 @@ func (p *pool) dial(ctx context.Context, s *server) (*conn, error) {
 	var nc net.Conn
 	var err error
 	if p.tls != nil {
-		// The dialer names the server after the host it dials when the
-		// config has no ServerName, so each server is verified for its own
-		// name.
+		// Without a ServerName, each server is verified for the host dialed.
 		d := tls.Dialer{NetDialer: &p.dialer, Config: p.tls}
 		nc, err = d.DialContext(ctx, "tcp", s.addr)
 	} else {
@@ -164,19 +148,16 @@ func (p *pool) dial(ctx context.Context, s *server) (*conn, error) {
 	return &conn{nc: nc, r: bufio.NewReader(nc), w: bufio.NewWriter(nc)}, nil
 }
 
-// run sends cmds, all for server s, in one write and reads their replies.
-// It returns an error when the server could not be reached or did not
-// answer every command in time (some may have been applied), or the first
-// error the server answered (the others were run). The deadline is ctx's.
+// run sends cmds, all for server s, in one write, by ctx's deadline, and
+// reads their replies. The error is the server's failure (some commands
+// may have been applied) or the first error it answered.
 func (p *pool) run(ctx context.Context, s *server, cmds []*command) error {
 	err := p.roundTrip(ctx, s, cmds)
-	var re *replyError
 	switch {
-	case err == nil || errors.As(err, &re):
+	case err == nil || isReplyError(err):
 		s.failing.Store(false)
 	case ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded):
-		// A caller that went away says nothing of the server; a deadline
-		// missed does.
+		// A missed deadline is the server's failure; a caller gone is not.
 		s.failing.Store(true)
 	}
 	if err != nil {
@@ -205,22 +186,19 @@ func (p *pool) roundTrip(ctx context.Context, s *server, cmds []*command) error 
 		s.put(c)
 		return err
 	}
-	// The connection's deadline may be in the past, or its stream broken:
-	// it is not used again.
+	// Its deadline may be past or its stream broken: not reused.
 	c.nc.Close()
 	if err != nil && ctx.Err() == nil {
-		// The server went away or broke the stream: its other idle
-		// connections are most likely dead too.
+		// The server went away: its other idle connections likely did too.
 		s.drain()
 	}
 	return withContext(ctx, err)
 }
 
-// withContext makes err, met under ctx, wrap ctx's error when ctx is done,
-// so that callers tell a caller that gave up (context.Canceled) from a
-// server that failed. A socket timeout at ctx's deadline is the deadline
-// too, even when ctx's own timer has not fired yet: the socket's deadline
-// is ctx's, and either may go off first.
+// withContext makes err, met under ctx, wrap ctx's error when ctx is
+// done, so that a caller who gave up is told from a server that failed. A
+// socket timeout at ctx's deadline is that deadline, even before ctx's own
+// timer fires.
 func withContext(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -265,23 +243,20 @@ func (s *server) drain() {
 	}
 }
 
-// exchange writes cmds and reads their replies. A *replyError is the first
-// error answered; any other error leaves the stream unusable.
+// exchange writes cmds and reads their replies: a *replyError is the
+// first error answered, any other error breaks the stream.
 func (c *conn) exchange(cmds []*command) error {
+	// A bufio.Writer keeps its first error, which Flush returns.
 	for _, cmd := range cmds {
-		var err error
 		switch cmd.kind {
 		case cmdIncr, cmdDecr:
-			_, err = fmt.Fprintf(c.w, "%s %s %d\r\n", [...]string{cmdIncr: "incr", cmdDecr: "decr"}[cmd.kind], cmd.key, cmd.delta)
+			fmt.Fprintf(c.w, "%s %s %d\r\n", [...]string{cmdIncr: "incr", cmdDecr: "decr"}[cmd.kind], cmd.key, cmd.delta)
 		case cmdAddIncr:
-			_, err = fmt.Fprintf(c.w, "add %s 0 %d 1\r\n0\r\nincr %s %d\r\n", cmd.key, cmd.exp, cmd.key, cmd.delta)
+			fmt.Fprintf(c.w, "add %s 0 %d 1\r\n0\r\nincr %s %d\r\n", cmd.key, cmd.exp, cmd.key, cmd.delta)
 		case cmdVersion:
-			_, err = c.w.WriteString("version\r\n")
+			fmt.Fprint(c.w, "version\r\n")
 		case cmdDelete:
-			_, err = fmt.Fprintf(c.w, "delete %s\r\n", cmd.key)
-		}
-		if err != nil {
-			return err
+			fmt.Fprintf(c.w, "delete %s\r\n", cmd.key)
 		}
 	}
 	if err := c.w.Flush(); err != nil {
@@ -324,17 +299,12 @@ func (c *conn) readReply(cmd *command) error {
 		if !strings.HasPrefix(line, "VERSION ") {
 			return unexpected("version", line)
 		}
-	case cmd.kind == cmdDelete:
-		switch line {
-		case "DELETED":
-			cmd.found = true
-		case "NOT_FOUND":
-		default:
-			return unexpected("delete", line)
-		}
+	case cmd.kind == cmdDelete && line == "DELETED":
+		cmd.found = true
+	case cmd.kind == cmdDelete && line != "NOT_FOUND":
+		return unexpected("delete", line)
 	case line == "NOT_FOUND" && cmd.kind == cmdAddIncr:
-		// Evicted or flushed between the add and the incr: nothing was
-		// charged, so the hit cannot be decided.
+		// Evicted between the add and the incr: nothing was charged.
 		return &replyError{line: "NOT_FOUND right after add"}
 	case line == "NOT_FOUND":
 	default:
@@ -366,8 +336,8 @@ func (c *conn) line() (string, error) {
 	return strings.TrimSuffix(string(b), "\r\n"), nil
 }
 
-// runAll runs cmds, grouped by server, one round trip per server, the
-// servers concurrently. The error names every server that failed.
+// runAll runs cmds in one round trip per server, the servers
+// concurrently. The error names every server that failed.
 func (p *pool) runAll(ctx context.Context, cmds []*command) error {
 	switch len(cmds) {
 	case 0:
@@ -397,8 +367,8 @@ func (p *pool) runAll(ctx context.Context, cmds []*command) error {
 	return errors.Join(errs...)
 }
 
-// resolveSRV returns the servers name's SRV records list, as host:port,
-// sorted. An answer without records is an error.
+// resolveSRV returns the host:port of name's SRV records; none is an
+// error.
 func resolveSRV(ctx context.Context, r *net.Resolver, name string) ([]string, error) {
 	_, records, err := r.LookupSRV(ctx, "", "", name)
 	if err != nil {

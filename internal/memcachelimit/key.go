@@ -10,23 +10,19 @@ import (
 // MaxKeyLen is the longest key Memcached accepts, in bytes.
 const MaxKeyLen = 250
 
-// MaxPrefixLen is the longest key prefix (Options.KeyPrefix) New accepts:
-// short enough that the hashed form of every key fits in MaxKeyLen.
+// MaxPrefixLen is the longest Options.KeyPrefix New accepts, so that
+// every key's hashed form fits in MaxKeyLen.
 const MaxPrefixLen = 128
 
-// AppendKey appends to dst the Memcached key of the fixed window that
-// starts at start (µs since the Unix epoch) of counter (a limit.Hit.Key)
-// and returns the extended slice.
+// AppendKey appends to dst the Memcached key of counter (a limit.Hit.Key)
+// in the fixed window that starts at start (µs since the Unix epoch).
 //
-// The key is prefix, start in decimal, then ':' and counter with every
-// byte that Memcached's text protocol cannot carry in a key (space and
-// control characters, bytes above 0x7e) and '%' written as '%' and two
-// upper-case hex digits. When that would be longer than MaxKeyLen, it is
-// prefix, start, '#' and the hex SHA-256 of counter instead. For a fixed
-// prefix the first form is injective (the first ':' or '#' after the
-// prefix ends the digits, and the escaping is undone byte by byte), and
-// the second collides only where SHA-256 does. The prefix must be valid
-// (see validPrefix).
+// The key is prefix, start in decimal, ':' and counter, with '%' and
+// every byte a key cannot carry (space, control characters, above 0x7e)
+// written as '%' and two upper-case hex digits; when that is longer than
+// MaxKeyLen, prefix, start, '#' and the hex SHA-256 of counter. For a
+// fixed valid prefix (validPrefix) the first form is injective, and the
+// second collides only where SHA-256 does.
 func AppendKey(dst []byte, prefix string, start int64, counter string) []byte {
 	from := len(dst)
 	dst = append(dst, prefix...)
@@ -64,9 +60,8 @@ func escapedLen(counter string) int {
 	return n
 }
 
-// validPrefix refuses, as Options.KeyPrefix, a prefix that is longer than
-// MaxPrefixLen bytes or not printable ASCII without spaces: what a
-// Memcached key may hold.
+// validPrefix refuses a KeyPrefix longer than MaxPrefixLen or not
+// printable ASCII without spaces.
 func validPrefix(prefix string) error {
 	if len(prefix) > MaxPrefixLen {
 		return refused("KeyPrefix", prefix, fmt.Sprintf("%d bytes, longer than %d", len(prefix), MaxPrefixLen))

@@ -1,6 +1,7 @@
 package memcachelimit
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -16,66 +17,56 @@ import (
 )
 
 // ErrStore reports that Memcached could not decide: a server unreachable,
-// too slow, or answering with an error. Every error Evaluate returns
-// because of Memcached wraps it, so the caller can apply its failure policy
-// with errors.Is.
+// too slow, or answering with an error. Every error a Limiter returns
+// because of Memcached wraps it.
 var ErrStore = errors.New("memcached failed")
 
 // ErrUnsupported reports a hit whose algorithm is not limit.FixedWindow.
-// It wraps limit.ErrInvalidSpec: rules that need one are refused when they
-// load (Supports), so such a hit is floodgate's mistake, not the store's.
+// It wraps limit.ErrInvalidSpec: Supports refuses such rules when they
+// load, so the hit is floodgate's mistake, not the store's.
 var ErrUnsupported = fmt.Errorf("algorithm not supported by Memcached: %w", limit.ErrInvalidSpec)
 
 // DefaultMaxIdleConns is Options.MaxIdleConns when it is 0 or less.
 const DefaultMaxIdleConns = 16
 
-// maxRelativeExpiry is the longest expiry Memcached takes as a number of
-// seconds from now; a larger number is a Unix time.
+// maxRelativeExpiry is the longest expiry Memcached reads as seconds from
+// now; a larger one is a Unix time.
 const maxRelativeExpiry = 30 * 24 * 60 * 60
 
 // Options configures a Limiter.
 type Options struct {
-	// Servers are the Memcached servers as host:port (the reference
-	// server's MEMCACHE_HOST_PORT, split at commas). Each counter's
-	// window lives on one of them, chosen by hashing its key.
+	// Servers are the Memcached servers as host:port (MEMCACHE_HOST_PORT).
 	Servers []string
-	// SRV is a DNS SRV name whose records list the servers (the reference
-	// server's MEMCACHE_SRV), resolved by New; give Servers or SRV, not
-	// both.
+	// SRV is a DNS SRV name listing the servers (MEMCACHE_SRV), resolved
+	// by New; give Servers or SRV, not both.
 	SRV string
-	// SRVRefresh, when positive, resolves SRV again at this interval and
-	// follows the new list (MEMCACHE_SRV_REFRESH). A failed refresh keeps
-	// the servers in force.
+	// SRVRefresh, when positive, resolves SRV again at this interval
+	// (MEMCACHE_SRV_REFRESH); a failed refresh keeps the servers in force.
 	SRVRefresh time.Duration
 	// Resolver resolves SRV; nil means net.DefaultResolver.
 	Resolver *net.Resolver
 	// MaxIdleConns is the number of idle connections kept per server
 	// (MEMCACHE_MAX_IDLE_CONNS); 0 or less means DefaultMaxIdleConns.
 	MaxIdleConns int
-	// TLS, when not nil, connects to every server with TLS under this
-	// configuration (MEMCACHE_TLS and its files, see internal/tlsclient).
-	// An empty ServerName verifies each server for the host it is dialed
-	// by.
+	// TLS, when not nil, connects to every server with TLS (MEMCACHE_TLS);
+	// an empty ServerName verifies each server for the host dialed.
 	TLS *tls.Config
 	// KeyPrefix starts every key (CACHE_KEY_PREFIX): at most MaxPrefixLen
 	// bytes of printable ASCII without spaces.
 	KeyPrefix string
-	// Timeout bounds each Evaluate when the caller's context has no sooner
-	// deadline, and each compensation (see the package documentation); 0
-	// means limit.DefaultDeadline.
+	// Timeout bounds each call, unless its context's deadline is sooner,
+	// and each compensation; 0 means limit.DefaultDeadline.
 	Timeout time.Duration
 	// Now is the clock that places hits in windows; nil means time.Now.
-	// Every instance sharing the servers should have the same time.
 	Now func() time.Time
 }
 
 // Limiter decides fixed-window limits in Memcached. It is safe for
 // concurrent use.
 type Limiter struct {
-	pool    pool
-	opts    Options
-	scratch sync.Pool // *call
-	// lastFailure is the latest failure of a server, for LastFailure.
+	pool        pool
+	opts        Options
+	scratch     sync.Pool // *call
 	lastFailure atomic.Pointer[failure]
 	stop        context.CancelFunc
 	refreshed   chan struct{} // closed when the SRV refresh loop ends
@@ -87,8 +78,7 @@ type failure struct {
 	at  time.Time
 }
 
-// validate returns the first field of o that New refuses, as an
-// *option.Error.
+// validate returns the first field of o New refuses.
 func (o Options) validate() error {
 	switch {
 	case len(o.Servers) > 0 && o.SRV != "":
@@ -116,24 +106,19 @@ func refused(field string, v any, want string) error {
 	return &option.Error{Options: "memcachelimit.Options", Field: field, Value: v, Want: want}
 }
 
-// New returns a Limiter that keeps its counters in the servers opts lists,
-// resolving opts.SRV under ctx. It does not contact the servers (see
-// Probe). Close releases it.
+// New returns a Limiter on the servers opts lists, resolving opts.SRV
+// under ctx, without contacting them (see Probe). Close releases it.
 func New(ctx context.Context, opts Options) (*Limiter, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if opts.Timeout == 0 {
-		opts.Timeout = limit.DefaultDeadline
-	}
+	opts.Timeout = cmp.Or(opts.Timeout, limit.DefaultDeadline)
+	opts.Resolver = cmp.Or(opts.Resolver, net.DefaultResolver)
 	if opts.MaxIdleConns <= 0 {
 		opts.MaxIdleConns = DefaultMaxIdleConns
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.Resolver == nil {
-		opts.Resolver = net.DefaultResolver
 	}
 	l := &Limiter{opts: opts, pool: pool{tls: opts.TLS, maxIdle: opts.MaxIdleConns}}
 	l.scratch.New = func() any { return new(call) }
@@ -193,17 +178,15 @@ func (l *Limiter) refreshLoop(ctx context.Context) {
 		addrs, err := resolveSRV(rctx, l.opts.Resolver, l.opts.SRV)
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				l.noteFailure(fmt.Errorf("%w: refresh: %w", ErrStore, err))
-			}
+			l.failed(ctx, fmt.Errorf("%w: refresh: %w", ErrStore, err))
 			continue
 		}
 		l.pool.setServers(addrs)
 	}
 }
 
-// Healthy reports whether the latest exchange with every server (a call's
-// or a Probe's) got an answer, for health checks and metrics.
+// Healthy reports whether the latest exchange with every server, a call's
+// or a Probe's, got an answer.
 func (l *Limiter) Healthy() bool {
 	for _, s := range l.pool.list() {
 		if s.failing.Load() {
@@ -213,9 +196,8 @@ func (l *Limiter) Healthy() bool {
 	return true
 }
 
-// LastFailure returns the latest failure of Memcached seen by a call, a
-// Probe or an SRV refresh, and when it happened; nil if none ever did. It
-// stays after the servers recover (Healthy says whether it is current).
+// LastFailure returns the latest failure seen by a call, a Probe or an SRV
+// refresh, and when; nil if none ever did. It stays after recovery.
 func (l *Limiter) LastFailure() (at time.Time, err error) {
 	f := l.lastFailure.Load()
 	if f == nil {
@@ -224,14 +206,8 @@ func (l *Limiter) LastFailure() (at time.Time, err error) {
 	return f.at, f.err
 }
 
-func (l *Limiter) noteFailure(err error) {
-	l.lastFailure.Store(&failure{err: err, at: time.Now()})
-}
-
-// Probe asks every server its version, concurrently, which needs the
-// address, the connection and TLS to be right. A failure is an error
-// wrapping ErrStore that names each server that failed; Healthy follows
-// the outcome.
+// Probe asks every server its version, concurrently. A failure is an
+// error wrapping ErrStore that names each server that failed.
 func (l *Limiter) Probe(ctx context.Context) error {
 	servers := l.pool.list()
 	cmds := make([]*command, len(servers))
@@ -240,18 +216,15 @@ func (l *Limiter) Probe(ctx context.Context) error {
 	}
 	if err := l.pool.runAll(ctx, cmds); err != nil {
 		err = fmt.Errorf("memcachelimit: probe: %w: %w", ErrStore, err)
-		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			l.noteFailure(err)
-		}
+		l.failed(ctx, err)
 		return err
 	}
 	return nil
 }
 
-// Evaluate implements limit.Limiter, but not atomically (see the package
-// doc). A hit of another algorithm than limit.FixedWindow is an error
-// wrapping ErrUnsupported, and Memcached is not called; a failure of
-// Memcached is an error wrapping ErrStore.
+// Evaluate implements limit.Limiter, not atomically (see the package
+// doc). A hit of another algorithm is an error wrapping ErrUnsupported,
+// without calling Memcached; a failure of Memcached wraps ErrStore.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
 		return false, fmt.Errorf("memcachelimit: %d decisions for %d hits", len(decisions), len(hits))
@@ -293,9 +266,8 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	return blocked, nil
 }
 
-// settle runs the commands that follow a call's decision (compensations
-// and refunds), even when the caller has given up, under a deadline of
-// their own: a counter left charged for a call that consumed nothing
+// settle runs a call's compensations and refunds under a deadline of
+// their own, even when the caller has given up: a counter left charged
 // would deny others until its window ends.
 func (l *Limiter) settle(ctx context.Context, cmds []*command) error {
 	if len(cmds) == 0 {
@@ -314,15 +286,14 @@ func (l *Limiter) settle(ctx context.Context, cmds []*command) error {
 // failed records err, met under ctx, unless the caller gave up.
 func (l *Limiter) failed(ctx context.Context, err error) {
 	if !errors.Is(ctx.Err(), context.Canceled) {
-		l.noteFailure(err)
+		l.lastFailure.Store(&failure{err: err, at: time.Now()})
 	}
 }
 
 // expiry returns the expiry of a counter whose window ends at end: whole
 // seconds from now, rounded up, plus one for Memcached's coarse clock;
-// beyond 30 days, a Unix time with a minute more for the two clocks'
-// disagreement, at most 2^31-1 (January 2038), the largest Memcached
-// reads. A key names its window, so a late expiry only holds memory.
+// beyond 30 days, a Unix time a minute later, at most 2^31-1, the largest
+// Memcached reads. A late expiry only holds memory: a key names its window.
 func expiry(now, end time.Time) int64 {
 	secs := int64(math.Ceil(end.Sub(now).Seconds())) + 1
 	if secs <= maxRelativeExpiry {

@@ -8,12 +8,11 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// Reset deletes the counter key of a fixed window spec, so that its next
-// hit finds the window empty. It deletes the keys of the window holding
-// this process's now and of the windows just before and after it, which
-// instances whose clocks differ a little may still count in. Another
-// algorithm is an error wrapping ErrUnsupported; a failure is an error
-// wrapping ErrStore naming the servers that failed.
+// Reset deletes counter key of the fixed window spec in the window holding
+// this process's now and in the windows just before and after it, which
+// instances with clocks a little apart may count in. Another algorithm is
+// an error wrapping ErrUnsupported; a failure wraps ErrStore and names the
+// servers that failed.
 func (l *Limiter) Reset(ctx context.Context, key string, spec limit.Spec) error {
 	if spec.Algorithm != limit.FixedWindow {
 		return fmt.Errorf("memcachelimit: reset: %w: %v", ErrUnsupported, spec.Algorithm)
@@ -39,8 +38,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, spec limit.Spec) error 
 	return nil
 }
 
-// resetWindows returns the starts of the window holding now and of the
-// windows just before and after it, calendar windows included.
+// resetWindows returns the starts of the windows before, at and after now.
 func resetWindows(spec limit.Spec, now time.Time) [3]time.Time {
 	start, end := spec.WindowAt(now)
 	prev, _ := spec.WindowAt(start.Add(-time.Microsecond))

@@ -6,12 +6,10 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// Supports reports whether a Limiter can decide limits of spec: nil for a
-// fixed window (calendar windows and blocking limits included), and
-// otherwise an error naming the algorithm and what to do instead. The rule
-// loader takes it (rules.Options.Supports) so that such rules are refused
-// when they are loaded, at their position, rather than every request they
-// match failing with ErrUnsupported.
+// Supports returns nil if a Limiter can decide limits of spec (any fixed
+// window), else an error naming the algorithm and what to do instead. The
+// rule loader (rules.Options.Supports) refuses such rules with it, at
+// their position, rather than each request failing with ErrUnsupported.
 func Supports(spec limit.Spec) error {
 	if spec.Algorithm == limit.FixedWindow {
 		return nil

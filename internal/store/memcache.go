@@ -11,9 +11,8 @@ import (
 	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
-// openMemcache makes s the Memcached store, probed once (a failure is
-// logged and reported unhealthy, and requests get the failure policy) and
-// then watched as Redis is.
+// openMemcache makes s the Memcached store, probed once and then watched
+// as Redis is.
 func (s *Store) openMemcache(ctx context.Context, opts Options) error {
 	m := opts.Memcache
 	var tc *tls.Config

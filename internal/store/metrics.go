@@ -47,8 +47,8 @@ func (s *Store) healthGauge() prometheus.Collector {
 		})
 }
 
-// nodeCollector is floodgate_store_node_healthy: one series per Redis
-// node, each Cluster master's, so that an alert names the one that fails.
+// nodeCollector is floodgate_store_node_healthy, one series per Redis
+// node, so that an alert names the one that fails.
 type nodeCollector struct {
 	s    *Store
 	desc *prometheus.Desc
@@ -57,8 +57,7 @@ type nodeCollector struct {
 // Describe sends the one family's description.
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
-// Collect sends one series per node, labelled with its deployment's role
-// and its address.
+// Collect sends one series per node.
 func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range c.s.redis {
 		for _, n := range d.lim.Nodes() {

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,16 +21,14 @@ type Options struct {
 	// Redis is the main Redis; an empty URL means no Redis.
 	Redis RedisOptions
 	// PerSecond is a second Redis for the limits whose window is shorter
-	// than a minute (redislimit.NewSplit's default route), the others staying in Redis;
-	// an empty URL means none: Redis holds every limit.
+	// than a minute; an empty URL means none.
 	PerSecond RedisOptions
-	// RedisTLSFiles are the TLS files of whichever of Redis and PerSecond
-	// has TLS on.
+	// RedisTLSFiles are the TLS files of Redis and PerSecond, if TLS is on.
 	RedisTLSFiles tlsclient.Files
 	// Memcache, when its Servers or SRV is set, makes Memcached the store.
 	Memcache MemcacheOptions
 	// Deadline bounds each request's whole call to Redis or Memcached; 0
-	// means limit.DefaultDeadline. Open passes it to the store's client.
+	// means limit.DefaultDeadline.
 	Deadline time.Duration
 	// KeyPrefix starts every key in Redis or Memcached.
 	KeyPrefix string
@@ -38,7 +38,7 @@ type Options struct {
 	// DenyCache configures the deny cache in front of Redis.
 	DenyCache DenyCacheOptions
 	// Logger receives where the counters are kept and each change of the
-	// store's health. Nil discards them.
+	// store's health; nil discards them.
 	Logger *slog.Logger
 }
 
@@ -47,88 +47,65 @@ const TypeSingle = "single"
 
 // RedisOptions describe one Redis deployment. Its zero value is no Redis.
 type RedisOptions struct {
-	// URL is where Redis is, as redislimit.ClientConfig.URL says; empty
-	// means no Redis.
+	// URL is where Redis is, as redislimit.ClientConfig.URL says.
 	URL string
 	// Type is TypeSingle (also when empty), "sentinel" or "cluster", in
 	// any case.
 	Type string
-	// SentinelMaster is the Sentinel master's name, when URL lists only
-	// the Sentinels.
+	// SentinelMaster is the master's name, when URL lists only Sentinels.
 	SentinelMaster string
-	// Auth is the credentials of the Redis servers: "password" or
-	// "user:password"; empty means those of URL, if any.
+	// Auth is "password" or "user:password"; empty means URL's, if any.
 	Auth string
-	// SentinelAuth is the password of the Sentinels themselves; only with
-	// Type "sentinel".
+	// SentinelAuth is the Sentinels' own password; Type "sentinel" only.
 	SentinelAuth string
 	// TLS connects to every node and Sentinel with TLS
 	// (Options.RedisTLSFiles); a rediss:// URL implies it.
 	TLS bool
 	// PoolSize is the number of connections per node; 0 means 10 per CPU.
 	PoolSize int
-	// DialTimeout bounds connecting to a node; 0 means 5 s. A call never
-	// waits longer than Options.Deadline.
+	// DialTimeout bounds connecting to a node; 0 means 5 s.
 	DialTimeout time.Duration
-	// PipelineWindow is redislimit.BatchOptions.Window; 0 leaves batching
-	// to its defaults. Single and Sentinel only.
+	// PipelineWindow and PipelineLimit are redislimit.BatchOptions.Window
+	// and MaxRequests; 0 means their defaults. Single and Sentinel only.
 	PipelineWindow time.Duration
-	// PipelineLimit bounds the calls in one round trip
-	// (redislimit.BatchOptions.MaxRequests); 0 means its default.
-	PipelineLimit int
+	PipelineLimit  int
 }
 
 // MemcacheOptions describe the Memcached servers. Its zero value is no
 // Memcached.
 type MemcacheOptions struct {
-	// Servers are the servers, "host:port[,host:port...]"; blanks around
-	// commas are dropped.
+	// Servers are "host:port[,host:port...]", blanks around commas dropped.
 	Servers string
 	// SRV is a DNS SRV name listing the servers, instead of Servers.
 	SRV string
-	// SRVRefresh, when positive, resolves SRV again at this interval; 0
-	// resolves it only at start. Only with SRV.
+	// SRVRefresh, when positive, resolves SRV again at this interval.
 	SRVRefresh time.Duration
 	// MaxIdleConns is the number of idle connections kept per server; 0 or
 	// less means memcachelimit.DefaultMaxIdleConns.
 	MaxIdleConns int
 	// TLS connects to every server with TLS, verified as TLSFiles says.
-	TLS bool
-	// TLSFiles say how servers are verified and which certificate is
-	// presented; only with TLS.
+	TLS      bool
 	TLSFiles tlsclient.Files
 }
 
 // DenyCacheOptions configure the deny cache in front of Redis (package
 // denycache): on with Redis unless Disabled, never with another store.
+// MaxEntries bounds the denials held and MaxAge how long one is reused; 0
+// means denycache's defaults.
 type DenyCacheOptions struct {
-	// Disabled sends every call to Redis.
-	Disabled bool
-	// MaxEntries bounds the denials held; 0 means
-	// denycache.DefaultMaxEntries.
+	Disabled   bool
 	MaxEntries int
-	// MaxAge bounds how long a denial is reused; 0 means
-	// denycache.DefaultMaxAge.
-	MaxAge time.Duration
+	MaxAge     time.Duration
 }
 
 // Validate reports the first setting of o that Open would refuse, as an
-// *option.Error naming its field. Settings that would do nothing (TLS
-// files without TLS) are refused too: whoever set them meant something
-// else. Messages name the reference server's variables where operators
-// set those: "needs store.Options.Redis.URL (REDIS_URL)".
+// *option.Error naming its field, and the reference server's variable
+// where operators set those. Settings that would do nothing (TLS files
+// without TLS) are refused too: whoever set them meant something else.
 func (o Options) Validate() error {
-	checks := []func() error{
-		func() error { return o.Redis.validate("Redis") },
-		func() error { return o.PerSecond.validate("PerSecond") },
-		o.Memcache.validate,
-		o.validateBounds,
-		o.validateRedis,
-	}
-	for _, check := range checks {
-		if err := check(); err != nil {
-			return err
-		}
+	if err := cmp.Or(o.Redis.validate("Redis"), o.PerSecond.validate("PerSecond"), o.Memcache.validate(),
+		o.validateBounds(), o.validateRedis()); err != nil {
+		return err
 	}
 	if m := o.Memcache; m.on() && o.Redis.URL != "" {
 		field := "Memcache.Servers" // not both: Memcache.validate refuses that
@@ -143,12 +120,9 @@ func (o Options) Validate() error {
 
 // validate checks one deployment's own settings; name is its field.
 func (r RedisOptions) validate(name string) error {
-	switch r.typ() {
-	case TypeSingle, "sentinel", "cluster":
-	default:
-		return refused(name+".Type", r.Type, "want single, sentinel or cluster")
-	}
 	switch {
+	case !slices.Contains([]string{TypeSingle, "sentinel", "cluster"}, r.typ()):
+		return refused(name+".Type", r.Type, "want single, sentinel or cluster")
 	case r.PoolSize < 0:
 		return refused(name+".PoolSize", r.PoolSize, "must not be negative")
 	case r.PipelineWindow < 0:
@@ -233,10 +207,10 @@ func refused(field string, v any, want string) error {
 	return &option.Error{Options: "store.Options", Field: field, Value: v, Want: want}
 }
 
-// asOwn returns a client's refusal of its options' fields as the same
-// refusal of the Options fields that set them, so that it names the
-// settings; own maps "redislimit.Options.KeyPrefix" to "KeyPrefix". Other
-// errors, and refusals of fields own lacks, are returned as they are.
+// asOwn returns a client's refusal of its options' fields as the refusal
+// of the Options fields that set them, which own maps
+// ("redislimit.Options.KeyPrefix" to "KeyPrefix"); other errors as they
+// are.
 func asOwn(err error, own map[string]string) error {
 	oe, ok := err.(*option.Error)
 	if !ok {
@@ -285,8 +259,8 @@ func (fs setFields) names() []string {
 	return out
 }
 
-// need is the error saying that the fields named need what, which names
-// the fields with by a %s each; nil when there are none.
+// need is the error saying that fields need what, in which each %s names
+// one of with; nil without fields.
 func need(fields []string, what string, with ...string) error {
 	if len(fields) == 0 {
 		return nil
@@ -298,8 +272,7 @@ func need(fields []string, what string, with ...string) error {
 	return &option.Error{Options: "store.Options", Field: fields[0], Also: fields[1:], Want: verb + what, With: with}
 }
 
-// fields are the deployment's settings but its URL, under prefix; Type
-// counts as set when it is not TypeSingle.
+// fields are the deployment's settings but its URL, under prefix.
 func (r RedisOptions) fields(prefix string) setFields {
 	return setFields{
 		{prefix + ".Type", r.typ() != TypeSingle}, {prefix + ".SentinelMaster", r.SentinelMaster != ""},
@@ -318,8 +291,7 @@ func tlsFields(prefix string, f tlsclient.Files) setFields {
 }
 
 // Supports reports why the store o opens cannot serve limits of spec, or
-// nil: Memcached serves fixed windows only. It needs no open store, so
-// that the rule loader (rules.Options.Supports) uses it in -check too.
+// nil. It needs no open store, so that the rule loader uses it in -check.
 func (o Options) Supports(spec limit.Spec) error {
 	if o.Memcache.on() {
 		return memcachelimit.Supports(spec)
@@ -343,10 +315,7 @@ func (m MemcacheOptions) serverList() []string {
 
 // typ is Type in lower case, "single" when empty.
 func (r RedisOptions) typ() string {
-	if r.Type == "" {
-		return TypeSingle
-	}
-	return strings.ToLower(r.Type)
+	return strings.ToLower(cmp.Or(r.Type, TypeSingle))
 }
 
 // tlsOn reports whether the deployment is reached with TLS.

@@ -24,11 +24,9 @@ type deployment struct {
 }
 
 // openRedis makes s the Redis store: the main deployment and, when
-// PerSecond is set, the per-second one behind a redislimit.Split. Both
-// are probed together, so that the start waits one probe's timeout.
+// PerSecond is set, the per-second one behind a redislimit.Split, probed
+// together so that the start waits one probe's timeout.
 func (s *Store) openRedis(ctx context.Context, opts Options) error {
-	// go-redis logs each failed dial; the watch already reports store
-	// failures, so its lines go to debug.
 	quietRedisLogs(opts.Logger)
 	s.name = "redis"
 	for _, part := range []struct {
@@ -76,9 +74,8 @@ func (s *Store) closeRedis() {
 	}
 }
 
-// openDeployment returns the client, Limiter and watch of one Redis
-// deployment, without contacting it; its errors name the role, or the
-// field of Options they refuse.
+// openDeployment returns one Redis deployment, without contacting it; its
+// errors name the role, or the field of Options they refuse.
 func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*deployment, error) {
 	what, name := "redis", "Redis"
 	if role != "main" {
@@ -86,8 +83,7 @@ func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*depl
 	}
 	var tc *tls.Config
 	if r.tlsOn() {
-		// The files are shared with the other Redis, which may be the one
-		// with TLS: they are read only for a deployment with TLS on.
+		// The files are shared: read them only for a deployment with TLS.
 		var err error
 		if tc, err = opts.RedisTLSFiles.Config("redis"); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
@@ -130,8 +126,6 @@ func (d *deployment) logOpened(opts Options, r RedisOptions) {
 		msg = "the counters of windows shorter than a minute are kept in the per-second Redis"
 	}
 	attrs := []any{"type", r.typ(), "tls", r.tlsOn(), "deadline", opts.Deadline}
-	// The pipeline settings only when set, as the reference's variables
-	// set them.
 	if r.PipelineWindow > 0 {
 		attrs = append(attrs, "pipeline_window", r.PipelineWindow)
 	}
@@ -141,23 +135,20 @@ func (d *deployment) logOpened(opts Options, r RedisOptions) {
 	attrs = append(attrs, "script_sha", redislimit.ScriptSHA(), "function", redislimit.FunctionName())
 	opts.Logger.Info(msg, d.logAttrs(attrs...)...)
 	if r.typ() == "cluster" && (r.PipelineWindow > 0 || r.PipelineLimit > 0) {
-		// Each Cluster call goes to its node at once, unbatched. The
-		// reference requires a window or limit with Cluster, so migrated
-		// settings have them: worth a line, not a warning.
+		// The reference requires them with Cluster, so migrated settings
+		// have them: worth a line, not a warning.
 		opts.Logger.Info("the pipeline window and limit have no effect on Redis Cluster: each request goes to its node at once", d.logAttrs(
 			"window", r.PipelineWindow, "limit", r.PipelineLimit)...)
 	}
 }
 
-// logAttrs returns the attributes that name the deployment in a log line,
-// followed by more.
+// logAttrs returns the attributes naming the deployment, then more.
 func (d *deployment) logAttrs(more ...any) []any {
 	return append([]any{"redis", d.role, "addr", d.addr}, more...)
 }
 
 // redisHealth is the health of the Redis deployments: healthy while every
-// one is, since a call may need any; with several, the detail names each
-// by its role and address, so that /rlconfig says which one fails.
+// one is; with two, the detail names each by role and address.
 func (s *Store) redisHealth() health.Store {
 	now := s.clock.Now()
 	h := health.Store{Name: s.name, Healthy: true, Reached: true}
@@ -177,9 +168,9 @@ func (s *Store) redisHealth() health.Store {
 	return h
 }
 
-// redisDetail describes a limiter's health for /rlconfig: the breaker's
-// state and the latest failure after sep; on a Cluster, for the slot map
-// and each master with its slots.
+// redisDetail describes a limiter's health for /rlconfig: each node's
+// breaker and, after sep, its latest failure; on a Cluster, the slot map's
+// and each master's with its slots.
 func redisDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
 	nodes := lim.Nodes()
 	var parts []string
@@ -189,8 +180,10 @@ func redisDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
 			d += fmt.Sprintf("%slast failure %v ago: %v", sep, now.Sub(n.LastFailureAt).Round(time.Second), n.LastFailure)
 		}
 		switch {
+		case n.Addr != "" && n.Slots != "":
+			d = "master " + n.Addr + " (slots " + n.Slots + "): " + d
 		case n.Addr != "":
-			d = "master " + n.Addr + slotsOf(n) + ": " + d
+			d = "master " + n.Addr + ": " + d
 		case len(nodes) > 1:
 			d = "slot map: " + d
 		}
@@ -199,17 +192,8 @@ func redisDetail(lim *redislimit.Limiter, now time.Time, sep string) string {
 	return strings.Join(parts, "; ")
 }
 
-// slotsOf is " (slots 0-5460)" for a Cluster master whose slots are known.
-func slotsOf(n redislimit.NodeHealth) string {
-	if n.Slots == "" {
-		return ""
-	}
-	return " (slots " + n.Slots + ")"
-}
-
 // RedactURL replaces the credentials of a URL, everything before its last
-// '@', with "***": "redis://user:pass@h:1" is "redis://***@h:1". A URL
-// without credentials is returned as is.
+// '@', with "***": "redis://user:pass@h:1" is "redis://***@h:1".
 func RedactURL(u string) string {
 	if i := strings.LastIndex(u, "@"); i >= 0 {
 		if j := strings.Index(u, "://"); j >= 0 && j < i {

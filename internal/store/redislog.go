@@ -8,11 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// quietRedisLogs routes go-redis's own log lines to l at debug level; a
-// nil l discards them. go-redis writes one to stderr for every failed
-// dial, so while Redis is down it would log once per request; the store
-// reports failures itself. go-redis's logger is one per process: this is
-// called once per opening, before making clients.
+// quietRedisLogs routes go-redis's own log lines, one per failed dial, to
+// l at debug level (nil discards them): the watch reports failures.
+// go-redis has one logger per process; call this before making clients.
 func quietRedisLogs(l *slog.Logger) {
 	redis.SetLogger(debugLog{l})
 }

@@ -1,16 +1,13 @@
 // Package store opens the store the server keeps its counters in: this
 // process's memory, Redis (single, Sentinel or Cluster, with an optional
 // second Redis for windows shorter than a minute), or Memcached. Around
-// the limiter it owns the validation of its settings, the probes and the
-// health watch, the health /rlconfig and readiness read, the metrics, the
-// deny cache in front of Redis, and the reset of a counter.
-//
-// The limiters themselves (pkg/limit, pkg/redislimit,
-// internal/memcachelimit, internal/denycache) do not import it, and it
-// does not import internal/server, which takes the health as a function.
+// the limiter it owns the validation of its settings, the health watch and
+// what /rlconfig, readiness and the metrics read of it, the deny cache in
+// front of Redis, and the reset of a counter.
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -39,11 +36,11 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-// Open opens the store opts describe, after Validate. Redis and Memcached
-// are probed before it returns, then watched until ctx ends or Close is
-// called; one that does not answer is logged and reported unhealthy, not
-// refused. Its errors are Validate's and those of settings the clients
-// refuse (a URL that does not parse, TLS files that do not load).
+// Open opens the store opts describe. Redis and Memcached are probed
+// before it returns, then watched until ctx ends or Close; one that does
+// not answer is logged and reported unhealthy, not refused. Its errors are
+// Validate's and the clients' (a URL that does not parse, TLS files that
+// do not load).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	return open(ctx, opts, systemClock{})
 }
@@ -53,31 +50,26 @@ func open(ctx context.Context, opts Options, clk clock) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Deadline == 0 {
-		opts.Deadline = limit.DefaultDeadline
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.Deadline = cmp.Or(opts.Deadline, limit.DefaultDeadline)
 	ctx, stop := context.WithCancel(ctx)
 	s := &Store{clock: clk, stop: stop}
+	var err error
 	switch {
 	case opts.Memcache.on():
-		if err := s.openMemcache(ctx, opts); err != nil {
-			stop()
-			return nil, err
-		}
+		err = s.openMemcache(ctx, opts)
 	case opts.Redis.URL != "":
-		if err := s.openRedis(ctx, opts); err != nil {
-			stop()
-			return nil, err
-		}
-		if !opts.DenyCache.Disabled {
-			s.cache = denycache.New(s.limiter, denycache.Options{MaxEntries: opts.DenyCache.MaxEntries, MaxAge: opts.DenyCache.MaxAge})
-			s.limiter = s.cache
-		}
+		err = s.openRedis(ctx, opts)
 	default:
 		s.openMemory(opts)
+	}
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	if s.redis != nil && !opts.DenyCache.Disabled {
+		s.cache = denycache.New(s.limiter, denycache.Options{MaxEntries: opts.DenyCache.MaxEntries, MaxAge: opts.DenyCache.MaxAge})
+		s.limiter = s.cache
 	}
 	for _, w := range s.watches {
 		s.running.Go(func() { w.run(ctx) })
@@ -93,36 +85,29 @@ func (s *Store) openMemory(opts Options) {
 	s.limiter = s.mem
 }
 
-// Limiter returns the limiter that decides with the store's counters:
-// behind the deny cache when it is on.
+// Limiter returns the limiter on the store's counters, behind the deny
+// cache when it is on.
 func (s *Store) Limiter() limit.Limiter { return s.limiter }
 
-// Reset forgets the counter key of a limit of spec, so that its next hit
-// finds no state (behind /counters/reset), in whichever store holds it;
-// the deny cache forgets the key's denial too. A failure of Redis or
-// Memcached is an error wrapping that store's ErrStore.
+// Reset forgets the counter key of a limit of spec (/counters/reset), in
+// the store and the deny cache. A failure of Redis or Memcached is an
+// error wrapping that store's ErrStore.
 func (s *Store) Reset(ctx context.Context, key string, spec limit.Spec) error {
-	r, ok := s.limiter.(resetter)
+	r, ok := s.limiter.(interface {
+		Reset(ctx context.Context, key string, spec limit.Spec) error
+	})
 	if !ok {
-		// Every limiter Open builds has one; a new store must add it.
 		return fmt.Errorf("store %s: counters cannot be reset", s.name)
 	}
 	return r.Reset(ctx, key, spec)
 }
 
-// resetter is the Reset every limiter Open builds has.
-type resetter interface {
-	Reset(ctx context.Context, key string, spec limit.Spec) error
-}
-
-// Name returns the store's kind: "memory", "redis" or "memcache", as
-// metrics and traces label it.
+// Name returns the store's kind: "memory", "redis" or "memcache".
 func (s *Store) Name() string { return s.name }
 
-// Health returns the store's health for /rlconfig and readiness. Memory
-// is always healthy and reached; Redis and Memcached are healthy while
-// every deployment and Cluster master is, and reached once each has
-// answered a probe. Detail names the breakers' states and latest failures.
+// Health returns the store's health for /rlconfig and readiness. Redis and
+// Memcached are healthy while every deployment and Cluster master is, and
+// reached once each answered a probe; memory always is both.
 func (s *Store) Health() health.Store {
 	switch {
 	case s.mem != nil:
@@ -136,8 +121,7 @@ func (s *Store) Health() health.Store {
 }
 
 // FollowRules flushes the deny cache each time changed's channel is
-// closed (rules.Watcher.Changed), until ctx ends; it returns at once when
-// there is no deny cache.
+// closed (rules.Watcher.Changed), until ctx ends.
 func (s *Store) FollowRules(ctx context.Context, changed func() <-chan struct{}) {
 	if s.cache == nil {
 		return
@@ -152,15 +136,13 @@ func (s *Store) FollowRules(ctx context.Context, changed func() <-chan struct{})
 	}
 }
 
-// Close ends the health watches, waits for them, and closes the clients.
-// Calls after the first do nothing.
+// Close ends the health watches and closes the clients; calls after the
+// first do nothing.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.stop()
 		s.running.Wait()
-		for _, d := range s.redis {
-			d.client.Close()
-		}
+		s.closeRedis()
 		if s.memcache != nil {
 			s.memcache.Close()
 		}

@@ -9,10 +9,9 @@ import (
 	"github.com/floodgate/floodgate/pkg/redislimit"
 )
 
-// The watch probes the store itself, so that health follows it without
-// traffic: every sickProbeInterval while unhealthy (each probe bounded by
-// it), every idleProbeInterval while healthy. The probe at start is
-// bounded by startProbeTimeout.
+// The watch probes the store every sickProbeInterval while unhealthy (each
+// probe bounded by it), every idleProbeInterval while healthy, so that
+// health follows it without traffic.
 const (
 	startProbeTimeout = 2 * time.Second
 	sickProbeInterval = time.Second
@@ -32,8 +31,7 @@ type systemClock struct{}
 func (systemClock) Now() time.Time                         { return time.Now() }
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// probed is a limiter whose health a watch follows (Redis, Memcached):
-// a Probe's outcome sets its health at once.
+// probed is a limiter whose health a watch follows; a Probe sets it.
 type probed interface {
 	Healthy() bool
 	Probe(ctx context.Context) error
@@ -41,17 +39,14 @@ type probed interface {
 }
 
 // watch follows the health of one store and logs each change, with attrs
-// naming the store: an error with the cause when it fails, info when it
-// answers again.
+// naming the store.
 type watch struct {
-	store  probed
-	name   string // "Redis" or "Memcached", in its log lines
-	attrs  []any
-	logger *slog.Logger
-	clock  clock
-	// nodes returns a Redis Cluster's masters, each logged by name; nil
-	// otherwise.
-	nodes   func() []redislimit.NodeHealth
+	store   probed
+	name    string // "Redis" or "Memcached", in its log lines
+	attrs   []any
+	logger  *slog.Logger
+	clock   clock
+	nodes   func() []redislimit.NodeHealth // a Redis Cluster's, each master logged; else nil
 	reached atomic.Bool
 }
 
@@ -77,8 +72,7 @@ func (w *watch) run(ctx context.Context) {
 	sinceProbe := time.Duration(0)
 	tick := w.clock.Now()
 	for {
-		// On a fixed beat, as a ticker: a slow probe does not delay the
-		// next one, which comes at once if its time has passed.
+		// On a fixed beat: a slow probe does not delay the next.
 		tick = tick.Add(sickProbeInterval)
 		now := w.clock.Now()
 		if tick.Before(now) {
@@ -115,7 +109,7 @@ func (w *watch) logChange(was bool) bool {
 	return now
 }
 
-// logNodes logs each Cluster master that starts failing or answers again
+// logNodes logs each Cluster master that started failing or answers again
 // since the last call, which failing holds.
 func (w *watch) logNodes(failing map[string]bool) {
 	if w.nodes == nil {

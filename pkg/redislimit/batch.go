@@ -21,29 +21,26 @@ const (
 	defaultBatchBusyWindow = 150 * time.Microsecond
 )
 
-// maxBatchArgs bounds the arguments of one batched script call (64
-// one-hit requests take 320, about 130 hits at most), so that one call
-// keeps Redis, which runs one script at a time, busy for well under a
-// millisecond. A single call bigger than that is still sent, alone.
+// maxBatchArgs bounds the arguments of one batched script call (about 130
+// hits), so that it keeps Redis, which runs one script at a time, busy
+// well under a millisecond. A bigger single call is still sent, alone.
 const maxBatchArgs = 400
 
 // BatchOptions configures how a Limiter shares Redis round trips among
 // concurrent Evaluate calls on a single node or Sentinel (Cluster calls are
 // not batched). The zero value enables batching with the defaults.
 //
-// A call is sent at once, alone, while no round trip is outstanding. A
-// call that finds a round trip free while another is outstanding waits up
-// to BusyWindow for company, and calls that find every round trip taken
-// wait for one to end; then up to MaxRequests waiting calls leave together
-// in one script call. Each is decided all-or-nothing on its own, exactly
-// as if sent alone: one call's denial or error never affects another's.
-// Once a few busy windows in a row draw no company, calls stop waiting for
-// it until one finds every round trip taken, so that a lightly loaded
-// server adds no latency.
+// A call is sent at once, alone, while no round trip is outstanding. One
+// that finds a round trip free while another is outstanding waits up to
+// BusyWindow for company; calls that find every round trip taken wait for
+// one to end. Then up to MaxRequests waiting calls leave in one script
+// call, each decided on its own as if sent alone. Once a few busy windows
+// in a row draw no company, calls stop waiting until one finds every round
+// trip taken, so that a lightly loaded server adds no latency.
 //
-// Every call ends within Options.Timeout of its start, or at its context's
-// sooner deadline, queued or sent. Context values of the callers do not
-// reach go-redis hooks for a batch of several calls.
+// Every call ends within Options.Timeout of its start, or its context's
+// sooner deadline. The callers' context values do not reach go-redis hooks
+// for a batch of several calls.
 type BatchOptions struct {
 	// Disabled sends every call in a round trip of its own, at once.
 	Disabled bool
@@ -52,12 +49,11 @@ type BatchOptions struct {
 	// MaxInFlight bounds the round trips outstanding at once; 0 means 2.
 	MaxInFlight int
 	// Window is how long a call that finds a round trip free waits for
-	// other calls to share it, outstanding or not (the reference server's
-	// REDIS_PIPELINE_WINDOW); 0 leaves it to BusyWindow.
+	// company, whatever is outstanding (REDIS_PIPELINE_WINDOW); 0 leaves it
+	// to BusyWindow.
 	Window time.Duration
-	// BusyWindow is how long a call that finds a round trip free while
-	// another is outstanding waits for company, when Window is 0; 0 means
-	// 150µs, a negative value sends it at once.
+	// BusyWindow is that wait while another round trip is outstanding,
+	// when Window is 0; 0 means 150µs, negative sends at once.
 	BusyWindow time.Duration
 }
 
@@ -69,9 +65,8 @@ const (
 	callAbandoned              // the caller left (its context ended)
 )
 
-// call is an Evaluate call waiting for, or in, a batch. The caller builds
-// its keys and args before queueing it, so a batch never reads the
-// caller's hits, which are the caller's again once it returns.
+// call is an Evaluate call waiting for, or in, a batch. Its keys and args
+// are built before it queues: a batch never reads the caller's hits.
 type call struct {
 	ctx       context.Context
 	keys      []string
@@ -80,9 +75,8 @@ type call struct {
 	probe     bool      // the breaker's probe
 	deadline  time.Time // its start plus Options.Timeout, or its context's sooner deadline
 	state     atomic.Int32
-	// Set before done is closed: whether the call went to Redis, the
-	// script's verdict, the error.
-	sent    bool
+	// Set before done is closed.
+	sent    bool // it went to Redis
 	blocked bool
 	err     error
 	done    chan struct{}
@@ -100,22 +94,19 @@ type batcher struct {
 	mu       sync.Mutex
 	inFlight int
 	queue    []*call
-	// gathering is set while a call waits out the window in a round trip
-	// it holds (see gather); joined counts the calls that came meanwhile.
-	gathering bool
-	joined    int
-	// lonely counts the windows in a row that ended without company.
-	lonely int
-	// full wakes the gathering call once a batch is full; one token at most.
-	full        chan struct{}
-	windowTimer *time.Timer // only the gathering call uses it
+	// gathering: a call waits out the window in a round trip it holds (see
+	// gather); joined counts the calls that came meanwhile.
+	gathering   bool
+	joined      int
+	lonely      int           // windows in a row that ended without company
+	full        chan struct{} // wakes the gathering call once a batch is full
+	windowTimer *time.Timer   // the gathering call's
 
 	senders chan []*call // to a sender goroutine waiting for a batch
 
-	// watched lists the calls queued since the last expiry that their
-	// context will not end by their deadline, in the order they came;
-	// expiry fires at the first undecided one's deadline: one timer for
-	// the queue rather than one per call.
+	// watched are the calls queued since the last expiry whose context
+	// will not end by their deadline, in order; expiry fires at the first
+	// undecided one's: one timer for the queue, not one per call.
 	watched []*call
 	expiry  *time.Timer
 	armed   bool // expiry is set
@@ -126,8 +117,8 @@ type batcher struct {
 const senderIdle = time.Second
 
 // lonelyWindows is how many busy windows in a row must end without company
-// before calls stop waiting for it. One alone would send calls off alone,
-// under load, until the next call that queues.
+// before calls stop waiting for it; one would send calls off alone under
+// load.
 const lonelyWindows = 2
 
 func newBatcher(l *Limiter, o BatchOptions) (*batcher, error) {
@@ -161,8 +152,7 @@ func (b *batcher) evaluate(ctx context.Context, clock time.Time, probe bool, hit
 		blocked, err = b.l.run(ctx, clock, hits, decisions)
 		return b.sentAlone(ctx, probe, blocked, err)
 	}
-	// Read the clock only for a call that may wait: one sent at once has
-	// the deadline runArgs gives it.
+	// Only a call that may wait reads the clock.
 	c := &call{ctx: ctx, decisions: decisions, probe: probe, done: make(chan struct{}),
 		deadline: time.Now().Add(b.l.opts.Timeout)}
 	if dl, ok := ctx.Deadline(); ok && dl.Before(c.deadline) {
@@ -185,8 +175,8 @@ func (b *batcher) sentAlone(ctx context.Context, probe, blocked bool, err error)
 }
 
 // place queues c, or gathers a batch around it in a free round trip worth
-// waiting in. It reports true, the round trip taken, when c should rather
-// be sent alone at once.
+// waiting in. It reports true, the round trip taken, when c should be sent
+// alone at once.
 func (b *batcher) place(c *call) (alone bool) {
 	b.mu.Lock()
 	window := b.windowNow()
@@ -224,8 +214,7 @@ func (b *batcher) wait(c *call) (blocked bool, err error) {
 	case <-c.ctx.Done():
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
 			if c.probe {
-				// Never sent, the probe told nothing: let the next call
-				// probe.
+				// Never sent: let the next call probe.
 				b.l.nodes.home.breaker.done(true, callUnknown)
 			}
 			return false, b.abandoned(c)
@@ -267,8 +256,7 @@ func (b *batcher) watch(c *call) {
 	if dl, ok := c.ctx.Deadline(); ok && !dl.After(c.deadline) {
 		return
 	}
-	// Calls mostly end in the order they came: forget those ended at the
-	// front rather than hold their arguments until the next expiry.
+	// Calls mostly end in order: drop those ended at the front now.
 	for len(b.watched) > 0 && b.watched[0].state.Load() >= callDone {
 		b.watched[0] = nil
 		b.watched = b.watched[1:]
@@ -281,10 +269,9 @@ func (b *batcher) watch(c *call) {
 }
 
 // expire ends the watched calls past their deadline, queued or sent, with
-// an error wrapping context.DeadlineExceeded, forgets those that ended,
-// and sets the timer for the next deadline. Deadlines come in the order
-// calls were queued but for the microseconds before queueing: a call due
-// a little before the one ahead of it ends with that one.
+// an error wrapping context.DeadlineExceeded, and sets the timer for the
+// next. Deadlines come nearly in queue order: a call due a little before
+// the one ahead of it ends with that one.
 func (b *batcher) expire() {
 	now := time.Now()
 	b.mu.Lock()
@@ -321,10 +308,9 @@ func (b *batcher) windowNow() time.Duration {
 	return b.busyWindow
 }
 
-// gather waits out the window in the round trip the calling goroutine
-// holds, its own call queued, until the window ends, a batch is full or
-// ctx ends. It then hands what waits to a sender, as a round trip's end
-// does, and its caller waits for the answer as a queued call does.
+// gather holds the round trip, its own call queued, until the window
+// ends, a batch is full or ctx ends, then hands what waits to a sender as
+// a round trip's end does.
 func (b *batcher) gather(ctx context.Context, window time.Duration) {
 	b.windowTimer.Reset(window)
 	select {
@@ -343,7 +329,6 @@ func (b *batcher) gather(ctx context.Context, window time.Duration) {
 	}
 	b.mu.Unlock()
 	b.next() // frees the round trip if another took the queue meanwhile
-
 }
 
 // batchFull reports whether the queued calls fill a batch: maxRequests of
@@ -359,15 +344,14 @@ func (b *batcher) batchFull() bool {
 	return args >= maxBatchArgs
 }
 
-// abandoned returns the error of a call whose context ended before Redis
-// answered it.
+// abandoned is the error of a call whose context ended first.
 func (b *batcher) abandoned(c *call) error {
 	return fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(c.decisions), ErrStore, c.ctx.Err())
 }
 
-// next starts a batch of the queued calls in the round trip that just
-// ended, on a sender goroutine waiting for one or a new one; with nothing
-// queued it frees the round trip.
+// next sends the queued calls in the round trip that just ended, on an
+// idle sender goroutine or a new one; with nothing queued it frees the
+// round trip.
 func (b *batcher) next() {
 	if batch := b.take(); batch != nil {
 		select {
@@ -378,9 +362,8 @@ func (b *batcher) next() {
 	}
 }
 
-// sender sends batch and the batches after it, then waits up to senderIdle
-// for another from next. Reusing the goroutine spares a new one growing
-// its stack to go-redis's depth on each round trip.
+// sender sends batch and those after it, then waits up to senderIdle for
+// another: a reused goroutine spares growing a stack to go-redis's depth.
 func (b *batcher) sender(batch []*call) {
 	idle := time.NewTimer(senderIdle)
 	defer idle.Stop()
@@ -397,9 +380,8 @@ func (b *batcher) sender(batch []*call) {
 	}
 }
 
-// take removes the calls of the next batch from the queue, marked sent,
-// answering those whose context ended; with none left it frees the round
-// trip and returns nil.
+// take removes the next batch from the queue, answering the calls whose
+// context ended; with none left it frees the round trip and returns nil.
 func (b *batcher) take() []*call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -435,21 +417,19 @@ func (b *batcher) take() []*call {
 
 // flush sends one batch and answers its calls.
 func (b *batcher) flush(batch []*call) {
-	deadline := time.Now().Add(b.l.opts.Timeout)
-	var latest time.Time
+	// Every call's deadline is within Options.Timeout of its start: the
+	// batch's is the latest of them.
+	deadline := batch[0].deadline
 	nKeys, nArgs := 0, 0
 	probe := false
 	for _, c := range batch {
-		if c.deadline.After(latest) {
-			latest = c.deadline
+		if c.deadline.After(deadline) {
+			deadline = c.deadline
 		}
 		nKeys += len(c.keys)
 		nArgs += len(c.args)
 		probe = probe || c.probe
 		recordBatch(c.ctx, len(batch))
-	}
-	if latest.Before(deadline) {
-		deadline = latest
 	}
 	var keys []string
 	var args []any
@@ -485,9 +465,8 @@ func (b *batcher) flush(batch []*call) {
 	b.l.nodes.home.breaker.done(probe, outcome)
 }
 
-// recordBatch sets, on the caller's span if it records, how many calls
-// shared the round trip (1: the call went alone). It allocates nothing
-// when the span does not record.
+// recordBatch sets on the caller's span, if it records, how many calls
+// shared the round trip.
 func recordBatch(ctx context.Context, calls int) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.Bool("ratelimit.store.batched", calls > 1),

@@ -17,10 +17,8 @@ import (
 )
 
 // errCircuitOpen is the error of a call not sent because its node's
-// circuit breaker is open: recent calls failed, and Redis is left alone
-// until a probe succeeds. It wraps limit.ErrCircuitOpen, so that the
-// service names the cause, and ErrStore, so that the failure policy
-// applies.
+// circuit breaker is open. It wraps limit.ErrCircuitOpen, which the
+// service names, and ErrStore, so that the failure policy applies.
 var errCircuitOpen = fmt.Errorf("%w after repeated failures: %w", limit.ErrCircuitOpen, ErrStore)
 
 // Defaults of breakerOptions.
@@ -32,21 +30,18 @@ const (
 
 // breakerOptions tunes a circuit breaker, which fails calls at once while
 // Redis is down instead of each waiting for its deadline. After Failures
-// consecutive failed calls it opens; after a backoff one call goes through
-// as a probe, which closes it if it succeeds and otherwise doubles the
-// backoff, up to MaxBackoff. Failures are errors of Redis or of the
-// connection, timeouts included; a canceled context, an error the script
-// raises about its input, and WRONGTYPE are not. A failed batch is one
-// failure. The zero value is the defaults.
+// consecutive failed calls (outcomeOf) it opens; after a backoff one call
+// goes through as a probe, which closes it if it succeeds and otherwise
+// doubles the backoff, up to MaxBackoff. A failed batch is one failure.
+// The zero value is the defaults.
 type breakerOptions struct {
 	// Failures opens the breaker; 0 means the default, negative disables
-	// the breaker.
+	// it.
 	Failures int
 	// MinBackoff is the wait before the first probe, MaxBackoff bounds its
 	// doubling; 0 means the defaults.
 	MinBackoff, MaxBackoff time.Duration
-	// Now times the backoff; nil means time.Now. Tests move it to reach a
-	// probe without waiting.
+	// Now times the backoff; nil means time.Now.
 	Now func() time.Time
 }
 
@@ -60,17 +55,7 @@ const (
 )
 
 // String returns "closed", "open" or "probing".
-func (s breakerState) String() string {
-	switch s {
-	case breakerClosed:
-		return "closed"
-	case breakerOpen:
-		return "open"
-	case breakerProbing:
-		return "probing"
-	}
-	return fmt.Sprintf("breakerState(%d)", int32(s))
-}
+func (s breakerState) String() string { return [...]string{"closed", "open", "probing"}[s] }
 
 // breaker is a circuit breaker; a nil *breaker is disabled. Calls ask
 // admit before going to Redis and report the outcome with done.
@@ -80,9 +65,8 @@ type breaker struct {
 	now                 func() time.Time
 
 	state atomic.Int32 // a breakerState; read without mu on the fast path
-
-	// failures counts consecutive failed calls while closed; written
-	// under mu, read without it by calls that succeed.
+	// failures counts consecutive failed calls while closed; written under
+	// mu.
 	failures atomic.Int32
 
 	mu      sync.Mutex
@@ -156,8 +140,7 @@ func (b *breaker) done(probe bool, outcome int) {
 	defer b.mu.Unlock()
 	switch {
 	case outcome == callOK:
-		// Any answer, the probe's or a call's admitted before the breaker
-		// opened, shows Redis is back.
+		// Any answer, the probe's or an earlier call's, shows Redis is back.
 		b.close()
 	case probe && outcome == callFailed:
 		b.open(min(2*b.backoff, b.maxBack))
@@ -208,15 +191,15 @@ func (b *breaker) stateOf() breakerState {
 	return breakerState(b.state.Load())
 }
 
-// outcomeOf classifies the result of a call made under ctx.
+// outcomeOf classifies the result of a call made under ctx: errors of
+// Redis or the connection, timeouts included, are failures.
 func outcomeOf(ctx context.Context, err error) int {
 	switch {
 	case err == nil:
 		return callOK
 	case errors.Is(ctx.Err(), context.Canceled):
-		// The caller went away. A caller's deadline, by contrast, is
-		// often the store deadline itself (the gRPC layer sets one per
-		// request): Redis missing it is a failure.
+		// The caller went away. A deadline, by contrast, is often the
+		// store's own: Redis missing it is a failure.
 		return callUnknown
 	case scriptError(err):
 		// Redis answered; the request was at fault.
@@ -225,9 +208,8 @@ func outcomeOf(ctx context.Context, err error) int {
 	return callFailed
 }
 
-// scriptError reports whether err is an error the script raised about its
-// input (they all start with "floodgate:") or a command of the script
-// found a key holding another type: Redis answered, about one request.
+// scriptError reports whether err is the script's refusal of its input
+// ("floodgate:...") or WRONGTYPE: Redis answered, about one request.
 func scriptError(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && (strings.Contains(re.Error(), "floodgate:") || strings.HasPrefix(re.Error(), "WRONGTYPE"))

@@ -15,8 +15,7 @@ import (
 )
 
 // ClientConfig describes how to reach Redis, in the terms of the reference
-// server's settings (REDIS_URL, REDIS_TYPE, REDIS_AUTH, REDIS_SENTINEL_AUTH,
-// REDIS_TLS, REDIS_POOL_SIZE, REDIS_TIMEOUT).
+// server's REDIS_* settings.
 type ClientConfig struct {
 	// URL is where Redis is. For Type "single": redis://[user:pass@]host:port[/db],
 	// rediss://... (TLS), unix:///path, host:port, or a socket path
@@ -35,28 +34,24 @@ type ClientConfig struct {
 	// SentinelPassword authenticates to the Sentinels themselves; only for
 	// Type "sentinel".
 	SentinelPassword string
-	// TLS, when not nil, connects with TLS, to the Sentinels too; a
-	// rediss:// URL connects with TLS whatever it says. Leave its
-	// ServerName empty so that each node is checked against the address
-	// dialed. NewClient does not modify it.
+	// TLS, when not nil, connects with TLS, to the Sentinels too; so does
+	// a rediss:// URL. An empty ServerName checks each node against the
+	// address dialed.
 	TLS *tls.Config
 	// PoolSize is the number of connections per node; 0 means go-redis's
 	// default.
 	PoolSize int
 	// DialTimeout, ReadTimeout and WriteTimeout bound connecting, reading
-	// and writing one command; 0 means go-redis's defaults. Options.Timeout
-	// applies in any case.
+	// and writing one command; 0 means go-redis's defaults.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	// DB is the database index for "single" and "sentinel"; 0 keeps the one
 	// in URL. A Cluster has database 0 only.
 	DB int
 }
 
-// NewClient returns a go-redis client for cfg: a *redis.Client, a
-// *redis.Client in failover mode for Sentinel, or a *redis.ClusterClient,
-// each honouring context deadlines and never retrying a command on its own
-// (see the package documentation). It does not contact Redis; a wrong
-// address shows at the first call. A refused field is an *option.Error.
+// NewClient returns a go-redis client for cfg (a *redis.ClusterClient for
+// a Cluster) that honours context deadlines and never retries a command on
+// its own. It does not contact Redis. A refused field is an *option.Error.
 func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -77,13 +72,12 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 }
 
 // singleClient returns the client of a single node; tc is the TLS
-// configuration, nil for none.
+// configuration, nil for none. What cfg sets overrides the URL.
 func singleClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, error) {
 	o, err := singleOptions(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	// What cfg sets overrides the URL.
 	o.Username = cmp.Or(cfg.Username, o.Username)
 	o.Password = cmp.Or(cfg.Password, o.Password)
 	o.DB = cmp.Or(cfg.DB, o.DB)
@@ -121,22 +115,9 @@ func sentinelClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, er
 	if err := checkAddrs(cfg.URL, addrs); err != nil {
 		return nil, err
 	}
-	return redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName:            master,
-		SentinelAddrs:         addrs,
-		SentinelPassword:      cfg.SentinelPassword,
-		TLSConfig:             tc,
-		Username:              cfg.Username,
-		Password:              cfg.Password,
-		DB:                    cfg.DB,
-		PoolSize:              cfg.PoolSize,
-		DialTimeout:           cfg.DialTimeout,
-		ReadTimeout:           cfg.ReadTimeout,
-		WriteTimeout:          cfg.WriteTimeout,
-		ContextTimeoutEnabled: true,
-		DialerRetries:         dialAttempts,
-		MaxRetries:            noRetries,
-	}), nil
+	u := common(cfg, tc)
+	u.Addrs, u.MasterName, u.SentinelPassword = addrs, master, cfg.SentinelPassword
+	return redis.NewFailoverClient(u.Failover()), nil
 }
 
 // clusterClient returns the client of a Redis Cluster.
@@ -148,29 +129,30 @@ func clusterClient(cfg ClientConfig, tc *tls.Config) (redis.UniversalClient, err
 	if err := checkAddrs(cfg.URL, addrs); err != nil {
 		return nil, err
 	}
-	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                 addrs,
-		Username:              cfg.Username,
-		Password:              cfg.Password,
-		PoolSize:              cfg.PoolSize,
-		DialTimeout:           cfg.DialTimeout,
-		ReadTimeout:           cfg.ReadTimeout,
-		WriteTimeout:          cfg.WriteTimeout,
-		ContextTimeoutEnabled: true,
-		DialerRetries:         dialAttempts,
-		MaxRetries:            noRetries,
-		TLSConfig:             tc,
-		// A dead master answers no MOVED: without a periodic refresh of
-		// the slot map its slots would keep going to it for a minute
-		// after a replica took over.
-		ClusterStateReloadInterval: time.Second,
-		// Routing policies need COMMAND INFO, which a new client fetches
-		// under a lock every command waits on, bounded by ReadTimeout
-		// rather than the caller's deadline: one master not answering
-		// would hold every master's calls. Every call here is routed by
-		// its keys' slot.
-		DisableRoutingPolicies: true,
-	}), nil
+	u := common(cfg, tc)
+	u.Addrs = addrs
+	o := u.Cluster()
+	// A dead master answers no MOVED: without a periodic refresh of the
+	// slot map its slots would keep going to it for a minute after a
+	// replica took over.
+	o.ClusterStateReloadInterval = time.Second
+	// Routing policies need COMMAND INFO, which a new client fetches under
+	// a lock every command waits on, bounded by ReadTimeout rather than the
+	// caller's deadline: one master not answering would hold every
+	// master's calls. Every call here is routed by its keys' slot.
+	o.DisableRoutingPolicies = true
+	return redis.NewClusterClient(o), nil
+}
+
+// common returns the options Sentinel and Cluster clients take from cfg,
+// with context deadlines honoured and go-redis's own retries off, as
+// singleClient sets them.
+func common(cfg ClientConfig, tc *tls.Config) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Username: cfg.Username, Password: cfg.Password, DB: cfg.DB, PoolSize: cfg.PoolSize, TLSConfig: tc,
+		DialTimeout: cfg.DialTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
+		ContextTimeoutEnabled: true, DialerRetries: dialAttempts, MaxRetries: noRetries,
+	}
 }
 
 // validate refuses the fields that are wrong whatever the deployment.
@@ -194,14 +176,12 @@ func refusedConfig(field string, v any, want string) error {
 	return &option.Error{Options: "redislimit.ClientConfig", Field: field, Value: v, Want: want}
 }
 
-// dialAttempts is how many times go-redis dials before a call fails: once.
-// Its default, 5 attempts 100 ms apart, outlasts the store deadline; the
-// circuit breaker and the probes do the retrying.
+// dialAttempts is how many times go-redis dials before a call fails: its
+// default, 5, outlasts the store deadline; the breaker and probes retry.
 const dialAttempts = 1
 
 // noRetries turns off go-redis's retries of a failed command: they too
-// outlast the store deadline, and a script retried after a lost reply may
-// have run already, charging its hits twice (see onceCmd for Cluster).
+// outlast the deadline, and may charge a script's hits twice.
 const noRetries = -1
 
 // singleOptions parses the URL of a single node.
@@ -210,8 +190,7 @@ func singleOptions(raw string) (*redis.Options, error) {
 	case strings.Contains(raw, "://"):
 		o, err := redis.ParseURL(raw)
 		if err != nil {
-			// A *url.Error quotes the whole URL, password included: keep
-			// only its reason.
+			// A *url.Error quotes the password: keep only its reason.
 			var ue *url.Error
 			if errors.As(err, &ue) {
 				err = ue.Err
@@ -229,8 +208,7 @@ func singleOptions(raw string) (*redis.Options, error) {
 	}
 }
 
-// redactURL hides the password of a URL, even one that does not parse, so
-// that errors can quote it.
+// redactURL hides the password of a URL, even one that does not parse.
 func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return u.Redacted()
@@ -256,8 +234,7 @@ func splitList(s string) []string {
 	return parts
 }
 
-// checkAddrs refuses the addresses of URL raw when there are none or one
-// is not host:port.
+// checkAddrs refuses addrs, of URL raw, if none or one is not host:port.
 func checkAddrs(raw string, addrs []string) error {
 	if len(addrs) == 0 {
 		return refusedConfig("URL", redactURL(raw), "no host:port given")

@@ -8,9 +8,8 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// evaluateCluster decides hits whose keys may live in different slots: a
-// script can only touch keys of one slot, so each slot's hits are one call
-// on its master, and evaluateGroups makes them one all-or-nothing call.
+// evaluateCluster decides hits whose keys may live in different slots, a
+// call per slot, all-or-nothing (evaluateGroups).
 func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	groups := groupBySlot(l.opts.KeyPrefix, hits)
 	if len(groups) == 1 {
@@ -21,8 +20,8 @@ func (l *Limiter) evaluateCluster(ctx context.Context, clock time.Time, hits []l
 	})
 }
 
-// runSlot decides hits, all in one slot, with a script call on its master,
-// through that master's circuit breaker. The error names the master.
+// runSlot decides hits, all in one slot, on its master, through its
+// circuit breaker. The error names the master.
 func (l *Limiter) runSlot(ctx context.Context, clock time.Time, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	n, err := l.masterOf(ctx, hits[0].Key)
 	if err != nil {
@@ -37,9 +36,9 @@ func (l *Limiter) runSlot(ctx context.Context, clock time.Time, hits []limit.Hit
 	return blocked, nodeError(n, err)
 }
 
-// masterOf returns the node of the master serving counter's slot, as the
-// client's slot map has it. It fails only while no node gives a slot map,
-// and at once while the home node's breaker is open.
+// masterOf returns the node of the master serving counter's slot. It
+// fails while no node gives a slot map, at once while the home node's
+// breaker is open.
 func (l *Limiter) masterOf(ctx context.Context, counter string) (*node, error) {
 	home := l.nodes.home
 	ok, probe := home.breaker.admit()
@@ -54,8 +53,7 @@ func (l *Limiter) masterOf(ctx context.Context, counter string) (*node, error) {
 	return l.nodes.get(c.Options().Addr), nil
 }
 
-// groupBySlot returns the indices of hits grouped by the Cluster slot of
-// their keys, groups in order of first appearance, indices ascending.
+// groupBySlot returns the indices of hits grouped by their keys' slot.
 func groupBySlot(prefix string, hits []limit.Hit) [][]int {
 	var groups [][]int
 	slots := make(map[uint16]int, len(hits))
@@ -72,10 +70,10 @@ func groupBySlot(prefix string, hits []limit.Hit) [][]int {
 	return groups
 }
 
-// Shard names the Redis Cluster master that holds counter, as the
-// client's slot map has it; "" on a single node or Sentinel, or when the
-// slot map cannot be had. A caller that sends many counters at once groups
-// its calls by it, so that a failing master fails only its own counters'.
+// Shard names the Redis Cluster master that holds counter; "" on a single
+// node or Sentinel, or without a slot map. A caller that sends many
+// counters at once groups its calls by it, so that a failing master fails
+// only its own counters'.
 func (l *Limiter) Shard(ctx context.Context, counter string) string {
 	if l.cluster == nil {
 		return ""

@@ -27,15 +27,9 @@
 //     most once after it may have reached Redis: a lost reply is an
 //     error, never a second charge.
 //
-// The Lua code is loaded once per node as a Redis Functions library
-// (FUNCTION LOAD, then FCALL); its name, "floodgate_" and the SHA-1 of the
-// code (FunctionName), changes with the code, so two versions sharing a
-// Redis each call their own. A Redis without functions (before 7) or whose
-// ACL denies them gets the same code with EVALSHA. A node that lost the
-// code is sent it again, once.
-//
-// On a single node or Sentinel, concurrent calls share round trips
-// (BatchOptions); each request in a batch is still decided on its own,
-// exactly as if sent alone, and a later one sees what an earlier one
-// wrote. Measured costs are in docs/benchmarks.md.
+// The Lua code runs as a Redis Functions library named after its hash
+// (FunctionName), so two versions sharing a Redis each call their own; a
+// Redis without functions (before 7), or whose ACL denies them, gets the
+// same code with EVALSHA. On a single node or Sentinel, concurrent calls
+// share round trips (BatchOptions), each still decided as if sent alone.
 package redislimit

@@ -7,7 +7,7 @@ import "time"
 func (l *Limiter) SetNow(now func() time.Time) { l.now = now }
 
 // ScriptSource is the assembled script, for tests that load it themselves.
-var ScriptSource = scriptSource
+func ScriptSource() string { return evaluateSource }
 
 // CRC16 is the Cluster slot checksum, for its test vectors.
 var CRC16 = crc16

@@ -8,13 +8,11 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// runGroup decides hits, all of group g, in one atomic call and returns
-// that call's verdict. The hits may be a compensation: refunds and peeks
-// of hits the group admitted.
+// runGroup decides hits, all of group g, in one atomic call: the request's
+// or a compensation.
 type runGroup func(ctx context.Context, g int, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error)
 
-// groupResult is one group's call: its hits, their decisions, and its own
-// verdict (blocked: it consumed nothing) or error.
+// groupResult is one group's call; blocked means it consumed nothing.
 type groupResult struct {
 	hits      []limit.Hit
 	decisions []limit.Decision
@@ -22,15 +20,13 @@ type groupResult struct {
 	err       error
 }
 
-// evaluateGroups decides hits as one all-or-nothing call although no single
-// atomic call can hold them all: the slots of a Redis Cluster, or the two
-// Redis of a Split. groups partitions the indices of hits (ascending within
-// each group); run decides one group, and the groups run concurrently. A
-// group sees only some of the request's quotas, so its Quota hits go to it
-// as Advisory ones, and the verdict is decided once every group answered.
-// If the request is blocked or a group failed, the groups that consumed
-// get it back (see compensate). The error joins those of every failed
-// call, compensations included.
+// evaluateGroups decides hits all-or-nothing although no atomic call holds
+// them all (a Cluster's slots, a Split's two Redis). groups partitions the
+// indices of hits, ascending; run decides one group, the groups
+// concurrently. Quota hits go as Advisory, since a group sees only part of
+// a quota, and the verdict is decided once every group answered. If the
+// request is blocked or a group failed, the groups that consumed get it
+// back (compensate). The error joins every failed call's.
 func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Decision, groups [][]int, run runGroup) (blocked bool, err error) {
 	results := make([]groupResult, len(groups))
 	var wg sync.WaitGroup
@@ -70,12 +66,11 @@ func evaluateGroups(ctx context.Context, hits []limit.Hit, decisions []limit.Dec
 	return blocked, nil
 }
 
-// compensate gives back what the groups that committed consumed (those
-// that answered without a denial), by a second call per group that refunds
-// its allowed hits and then peeks at them, so that their decisions
-// describe the counters without the request; it returns those calls'
-// errors. Refund and usage hits are not undone, and a group whose call
-// failed may or may not have consumed.
+// compensate gives back what the groups that answered without a denial
+// consumed, by a second call per group that refunds its allowed hits and
+// peeks at them, so that their decisions describe the counters without
+// the request; it returns those calls' errors. Refund and usage hits are
+// not undone, nor a failed group's call, which may have consumed.
 func compensate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision, groups [][]int,
 	results []groupResult, run runGroup) []error {
 	// Worth finishing once the request is decided, whatever the caller.
@@ -107,9 +102,9 @@ func compensate(ctx context.Context, hits []limit.Hit, decisions []limit.Decisio
 	return errs
 }
 
-// compensation returns the hits that give back what group r, of the hits
-// at idx, consumed: a refund per allowed consuming hit, then a peek per
-// allowed hit; how many refunds lead, and the index in hits of each peek.
+// compensation returns the hits that give back what group r (hits at idx)
+// consumed: a refund per allowed consuming hit, then a peek per allowed
+// hit; how many refunds lead, and the index in hits of each peek.
 func compensation(hits []limit.Hit, idx []int, r *groupResult) (comp []limit.Hit, refunds int, peeked []int) {
 	for j := range r.hits {
 		if h := &r.hits[j]; h.Cost > 0 && !h.Refund && !h.Usage && r.decisions[j].Allowed {

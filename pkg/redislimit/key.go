@@ -2,12 +2,8 @@ package redislimit
 
 // Key returns the Redis key of counter (a limit.Hit.Key) under prefix
 // (Options.KeyPrefix): prefix, then a Cluster hash tag of 16 hex digits of
-// the counter's 64-bit FNV-1a hash in braces, then the counter itself.
-//
-// For a prefix without '{' or '}' the encoding is injective: the counter
-// is everything after the first len(prefix)+18 bytes. The hash tag is the
-// first braced part of the key, so Redis Cluster keeps a counter in one
-// slot and spreads counters over all slots.
+// the counter's 64-bit FNV-1a hash in braces, then the counter. For a
+// prefix without '{' or '}' it is injective.
 func Key(prefix, counter string) string {
 	return string(appendKey(make([]byte, 0, len(prefix)+18+len(counter)), prefix, counter))
 }
@@ -21,8 +17,8 @@ func appendKey(dst []byte, prefix, counter string) []byte {
 	return append(dst, counter...)
 }
 
-// fnv1a64 is the 64-bit FNV-1a hash: deterministic across processes and
-// releases, unlike hash/maphash, so every instance computes the same tag.
+// fnv1a64 is the 64-bit FNV-1a hash, the same in every process, unlike
+// hash/maphash.
 func fnv1a64(s string) uint64 {
 	const (
 		offset = 14695981039346656037
@@ -44,16 +40,14 @@ func appendHex64(dst []byte, v uint64) []byte {
 	return dst
 }
 
-// slot returns the Redis Cluster hash slot of Key(prefix, counter): CRC16
-// of the hash tag, modulo 16384.
+// slot returns the Redis Cluster hash slot of Key(prefix, counter).
 func slot(prefix, counter string) uint16 {
 	var tag [16]byte
 	appendHex64(tag[:0], fnv1a64(counter))
 	return crc16(tag[:]) % 16384
 }
 
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the checksum
-// Redis Cluster maps keys to slots with.
+// crc16 is CRC-16/XMODEM, the checksum of Redis Cluster's slots.
 func crc16(b []byte) uint16 {
 	var crc uint16
 	for _, c := range b {

@@ -26,22 +26,18 @@ type Options struct {
 	// KeyPrefix is prepended to every key (the reference server's
 	// CACHE_KEY_PREFIX). It must not contain '{' or '}'.
 	KeyPrefix string
-	// Timeout bounds each Evaluate call from its start to its answer
-	// (a sooner deadline of its context wins); 0 means
-	// limit.DefaultDeadline. It bounds socket reads only if the client
-	// honours context deadlines (go-redis's ContextTimeoutEnabled, set by
-	// NewClient).
+	// Timeout bounds each Evaluate call, unless its context's deadline is
+	// sooner; 0 means limit.DefaultDeadline. It bounds socket reads only
+	// if the client honours context deadlines (NewClient's do).
 	Timeout time.Duration
 	// Batch configures how concurrent calls share round trips on a single
-	// node or Sentinel; the zero value enables batching with its defaults.
+	// node or Sentinel.
 	Batch BatchOptions
-	// Logger receives the line saying whether the Lua code runs as a Redis
-	// function (FCALL) or with EVALSHA; nil discards it.
+	// Logger receives whether the Lua code runs with FCALL or EVALSHA; nil
+	// discards it.
 	Logger *slog.Logger
 
-	// breaker tunes the circuit breaker (tests only); the zero value is
-	// the defaults.
-	breaker breakerOptions
+	breaker breakerOptions // tests tune the circuit breaker
 }
 
 // Limiter is a limit.Limiter that keeps its counters in Redis. It is safe
@@ -50,20 +46,15 @@ type Limiter struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // non-nil when client is a Cluster client
 	opts    Options
-	// nodes holds the circuit breakers: one for a single node or
-	// Sentinel, one per master of a Cluster.
-	nodes   *nodeSet
+	nodes   *nodeSet  // the circuit breakers
 	batcher *batcher  // nil when disabled or on Cluster
 	fn      functions // how the Lua code runs: FCALL or EVALSHA
 	specs   specArgs
-	// now, set only by tests, replaces Redis TIME so that boundaries can
-	// be reached exactly.
-	now func() time.Time
+	now     func() time.Time // tests only: replaces Redis TIME
 }
 
-// New returns a Limiter that keeps its counters in client, a single node,
-// Sentinel or *redis.ClusterClient (NewClient makes one). It does not
-// contact Redis.
+// New returns a Limiter that keeps its counters in client (NewClient
+// makes one), without contacting Redis.
 func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redislimit: nil client")
@@ -93,12 +84,11 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// Evaluate implements limit.Limiter: one script call decides the request
-// on a single node or Sentinel, one per hash slot involved on a Cluster
-// (see the package documentation). It answers within Options.Timeout. A
-// failure of Redis is an error wrapping ErrStore, and also
-// limit.ErrCircuitOpen while the circuit breaker of a node it needs is
-// open; an invalid hit is refused without calling Redis.
+// Evaluate implements limit.Limiter within Options.Timeout: one script
+// call, or one per hash slot on a Cluster. A failure of Redis is an error
+// wrapping ErrStore, and limit.ErrCircuitOpen too while the circuit
+// breaker of a node it needs is open; an invalid hit is refused without
+// calling Redis.
 func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(decisions) != len(hits) {
 		return false, fmt.Errorf("redislimit: %d decisions for %d hits", len(decisions), len(hits))
@@ -133,12 +123,10 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	return blocked, err
 }
 
-// Reset deletes counter key (a limit.Hit.Key) from Redis, so that its
-// next hit finds no state, as an operator asks to unblock a client; spec
-// is not needed here (Split routes by it). It goes to Redis even while the
-// circuit breaker is open, and is not counted by it: an operator's reset
-// should say what Redis answers. It waits at most Options.Timeout. A
-// failure is an error wrapping ErrStore.
+// Reset deletes counter key (a limit.Hit.Key) from Redis, within
+// Options.Timeout; spec is for Split. It goes to Redis whatever the
+// circuit breaker says, and is not counted by it. A failure is an error
+// wrapping ErrStore.
 func (l *Limiter) Reset(ctx context.Context, key string, _ limit.Spec) error {
 	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
 	defer cancel()
@@ -149,8 +137,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, _ limit.Spec) error {
 }
 
 // appendRequest appends a request's KEYS and ARGV for hits (see
-// evaluate.lua); clock is the server's time, used only for calendar
-// boundaries (and, in tests, as the script's now).
+// evaluate.lua); clock places calendar boundaries.
 func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits []limit.Hit) ([]string, []any) {
 	now := ""
 	if l.now != nil {
@@ -161,25 +148,19 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 		h := &hits[i]
 		keys = append(keys, Key(l.opts.KeyPrefix, h.Key))
 		sp := &h.Spec
-		flags := int64(b2i(h.Refund) * flagRefund)
+		flags := int64(b2i(h.Refund)*flagRefund + b2i(h.Usage)*flagUsage + b2i(sp.Calendar != nil)*flagCalendar)
 		switch h.Mode {
 		case limit.Advisory:
 			flags += flagAdvisory
 		case limit.Quota:
 			flags += flagQuotaBase * (int64(h.Group) + 1)
 		}
-		if sp.Calendar != nil {
-			flags += flagCalendar
-		}
-		if h.Usage {
-			flags += flagUsage
-		}
 		args = append(args, l.specs.arg(sp), h.Cost, flags)
 		if sp.Calendar == nil {
 			continue
 		}
-		// Four boundaries around the server's clock, so that Redis's clock
-		// may pick the previous, current or next window.
+		// Four boundaries, so that Redis's clock may pick the previous,
+		// current or next window.
 		start, end := sp.WindowAt(clock)
 		prev, _ := sp.WindowAt(start.Add(-time.Nanosecond))
 		_, after := sp.WindowAt(end)
@@ -189,7 +170,7 @@ func (l *Limiter) appendRequest(keys []string, args []any, clock time.Time, hits
 }
 
 // specArg returns a hit's spec argument, "code:L:W:B:N" (see
-// evaluate.lua), which the script parses once however many hits share it.
+// evaluate.lua).
 func specArg(sp *limit.Spec) string {
 	var buf [5 * 21]byte
 	b := strconv.AppendUint(buf[:0], uint64(sp.Algorithm), 10)
@@ -201,9 +182,8 @@ func specArg(sp *limit.Spec) string {
 }
 
 // specArgs caches each spec's argument, boxed, so that a hit costs
-// neither formatting nor boxing it (docs/benchmarks.md). Specs are few, one
-// per limit of the rules; past maxSpecArgs, as after many reloads, it
-// starts over. Safe for concurrent use; the zero value is ready.
+// neither formatting nor boxing it. Past maxSpecArgs specs, as after many
+// reloads, it starts over. The zero value is ready.
 type specArgs struct {
 	mu sync.RWMutex
 	m  map[limit.Spec]any
@@ -265,8 +245,8 @@ func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisi
 	return decode(replies[0], decisions)
 }
 
-// send runs the script for a number of requests and returns its reply,
-// one element per request. The error wraps ErrStore.
+// send runs the script for requests and returns one reply per request.
+// The error wraps ErrStore.
 func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests int) ([]any, error) {
 	r, err := l.call(ctx, keys, args)
 	if err != nil {
@@ -282,16 +262,13 @@ func (l *Limiter) send(ctx context.Context, keys []string, args []any, requests 
 	return reply, nil
 }
 
-// decode fills decisions from the script's reply to one request (see
-// fieldsPerDecision) and returns its verdict, or the error it met.
+// decode fills decisions from the script's reply to one request and
+// returns its verdict.
 func decode(reply any, decisions []limit.Decision) (blocked bool, err error) {
-	var r []any
-	switch v := reply.(type) {
-	case error:
-		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(decisions), ErrStore, v)
-	case []any:
-		r = v
+	if err, ok := reply.(error); ok {
+		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: %w", len(decisions), ErrStore, err)
 	}
+	r, _ := reply.([]any)
 	size := fieldsPerDecision*len(decisions) + 1
 	if len(r) != size {
 		return false, fmt.Errorf("redislimit: evaluate %d hits: %w: %d values in reply, want %d", len(decisions), ErrStore, len(r), size)

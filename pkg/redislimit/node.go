@@ -14,10 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// node is one Redis server as a Limiter's circuit breaker and health see
-// it. A single node, or Sentinel's master, is the Limiter's home node. A
-// Cluster has a node per master, so that a master failing fails only the
-// calls that need it; its home node stands for the slot map.
+// node is one Redis server with its circuit breaker: the home node (a
+// single node, Sentinel's master, or a Cluster's slot map), or a Cluster
+// master, so that a master failing fails only the calls that need it.
 type node struct {
 	addr        string   // "" for the home node
 	breaker     *breaker // nil when disabled
@@ -30,9 +29,8 @@ type failure struct {
 	at  time.Time
 }
 
-// nodeSet is a Limiter's nodes: the home node, and a Cluster's masters by
-// address, added as calls meet them and dropped by a Probe once they serve
-// no slot.
+// nodeSet is a Limiter's nodes: the home node, and a Cluster's masters,
+// added as calls meet them and dropped by a Probe once they serve no slot.
 type nodeSet struct {
 	opts breakerOptions // valid: newNodeSet checked them
 	home *node
@@ -50,8 +48,7 @@ func newNodeSet(o breakerOptions) (*nodeSet, error) {
 	return &nodeSet{opts: o, home: &node{breaker: b}, byAddr: make(map[string]*node)}, nil
 }
 
-// get returns the node of the master at addr, with a closed breaker if it
-// is new.
+// get returns the node of the master at addr, adding it if new.
 func (s *nodeSet) get(addr string) *node {
 	s.mu.RLock()
 	n := s.byAddr[addr]
@@ -93,14 +90,11 @@ func (s *nodeSet) all() []*node {
 	return append([]*node{s.home}, ns...)
 }
 
-// Probe checks that Redis can run the Lua code, which needs the
-// connection, TLS, credentials and permissions to be right: it loads the
-// code on every node (every master of a Cluster). A node's failure opens
-// its circuit breaker at once, so that the calls that need it fail at
-// once, and its success closes it. A failure is an error wrapping ErrStore
-// that names the nodes that failed. Callers probe at start and while
-// Healthy is false, so that health follows Redis without waiting for
-// requests.
+// Probe loads the Lua code on every node (every master of a Cluster),
+// which needs the connection, TLS, credentials and permissions right. A
+// node's failure opens its circuit breaker at once, its success closes it.
+// A failure is an error wrapping ErrStore naming the nodes that failed.
+// Callers probe at start and while Healthy is false.
 func (l *Limiter) Probe(ctx context.Context) error {
 	if l.cluster != nil {
 		return l.probeCluster(ctx)
@@ -119,11 +113,10 @@ func (l *Limiter) Probe(ctx context.Context) error {
 	return nil
 }
 
-// probeCluster probes each master of a Cluster on its own. The slot map
-// and the loads share the probe's time (ctx's deadline, else Timeout),
-// each master its own part, so that a master that does not answer never
-// spends the live masters' time. The home node (the slot map) fails only
-// when no master answers, as the calls' slot lookups do.
+// probeCluster probes each master of a Cluster on its own: the slot map
+// and the loads share the probe's time, each master its own part, so that
+// one that does not answer never spends the others'. The home node (the
+// slot map) fails only when no master answers.
 func (l *Limiter) probeCluster(ctx context.Context) error {
 	budget := l.opts.Timeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -163,22 +156,28 @@ func (l *Limiter) probeCluster(ctx context.Context) error {
 	return nil
 }
 
-// clusterSlots returns each master's slot ranges by address.
+// clusterSlots returns each master's slot ranges by address, as
+// "0-5460,10923".
 func (l *Limiter) clusterSlots(ctx context.Context) (map[string]string, error) {
 	slots, err := l.cluster.ClusterSlots(ctx).Result()
 	if err != nil {
 		return nil, err
 	}
-	ranges := make(map[string][][2]int64)
+	slices.SortFunc(slots, func(a, b redis.ClusterSlot) int { return a.Start - b.Start })
+	out := make(map[string]string)
 	for _, s := range slots {
-		if len(s.Nodes) > 0 {
-			addr := s.Nodes[0].Addr
-			ranges[addr] = append(ranges[addr], [2]int64{int64(s.Start), int64(s.End)})
+		if len(s.Nodes) == 0 {
+			continue
 		}
-	}
-	out := make(map[string]string, len(ranges))
-	for addr, r := range ranges {
-		out[addr] = slotRanges(r)
+		r := strconv.Itoa(s.Start)
+		if s.End != s.Start {
+			r += "-" + strconv.Itoa(s.End)
+		}
+		if addr := s.Nodes[0].Addr; out[addr] == "" {
+			out[addr] = r
+		} else {
+			out[addr] += "," + r
+		}
 	}
 	return out, nil
 }
@@ -190,10 +189,10 @@ type loadOutcome struct {
 }
 
 // loadEach loads the Lua code on every master of a Cluster, as a library
-// unless the Limiter runs it as a script, each given perNode from its
-// start whatever ctx's deadline, and returns each master's outcome. It
-// decides the mode if undecided from the masters that answered: a refusal
-// anywhere means EVALSHA. The error is for want of a slot map.
+// unless the Limiter runs it as a script, each within perNode whatever
+// ctx's deadline, and returns each master's outcome. An undecided mode is
+// decided by the masters that answered: a refusal anywhere means EVALSHA.
+// The error is for want of a slot map.
 func (l *Limiter) loadEach(ctx context.Context, perNode time.Duration) ([]loadOutcome, error) {
 	script := l.fn.mode.Load() == modeScript
 	var mu sync.Mutex
@@ -238,20 +237,17 @@ func loadScript(ctx context.Context, c redis.Scripter) error {
 
 // NodeHealth is the health of one Redis node a Limiter calls.
 type NodeHealth struct {
-	// Addr is the host:port of a Cluster master, or "" for the Limiter's
-	// home node: the single node, Sentinel's master, or a Cluster's slot
-	// map, which fails when no node says where a slot is served.
+	// Addr is the host:port of a Cluster master, or "" for the home node:
+	// the single node, Sentinel's master, or a Cluster's slot map.
 	Addr string
-	// Slots are the hash slots a Cluster master serves as of the latest
-	// Probe, as ranges ("0-5460,10923"); empty otherwise.
+	// Slots are a Cluster master's hash slots as of the latest Probe
+	// ("0-5460,10923").
 	Slots string
 	// Breaker is the state of the node's circuit breaker: "closed",
-	// "open" or "probing". Calls that need the node fail at once unless it
-	// is closed.
+	// "open" or "probing"; calls that need it fail at once unless closed.
 	Breaker string
-	// LastFailure is the latest failure of the node seen by a call or a
-	// Probe, and LastFailureAt when it happened; nil if none ever did. It
-	// stays after the node recovers.
+	// LastFailure is the node's latest failure, seen by a call or a Probe,
+	// and LastFailureAt when; nil if none ever did. It stays after recovery.
 	LastFailure   error
 	LastFailureAt time.Time
 }
@@ -259,9 +255,8 @@ type NodeHealth struct {
 // Healthy reports whether the node's breaker is closed.
 func (h NodeHealth) Healthy() bool { return h.Breaker == breakerClosed.String() }
 
-// Nodes returns the health of the Limiter's nodes: the home node first,
-// then, on a Cluster, each master met by a call or listed by the latest
-// Probe, by address.
+// Nodes returns the health of the home node, then of each Cluster master
+// met by a call or the latest Probe, by address.
 func (l *Limiter) Nodes() []NodeHealth {
 	ns := l.nodes.all()
 	l.nodes.mu.RLock()
@@ -276,24 +271,15 @@ func (l *Limiter) Nodes() []NodeHealth {
 	return out
 }
 
-// Healthy reports whether every node's circuit breaker is closed, so that
-// every call goes to Redis; Nodes says which node is not. A failed Probe
-// opens its node's breaker, so a Redis that cannot be reached at start is
-// reported before any request meets it.
+// Healthy reports whether every node's circuit breaker is closed; Nodes
+// says which is not.
 func (l *Limiter) Healthy() bool {
-	for _, n := range l.nodes.all() {
-		if n.breaker.stateOf() != breakerClosed {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(l.nodes.all(), func(n *node) bool { return n.breaker.stateOf() != breakerClosed })
 }
 
-// LastFailure returns the latest failure of Redis seen by a call or a
-// Probe on any node, and when it happened; nil if none ever did. It stays
-// after Redis recovers, so that a report can say why Redis was last
-// unhealthy. A canceled call or a request's own script error is no
-// failure.
+// LastFailure returns the latest failure of any node, seen by a call or a
+// Probe, and when; nil if none ever did. It stays after recovery. A
+// canceled call or a request's own script error is no failure.
 func (l *Limiter) LastFailure() (at time.Time, err error) {
 	var last *failure
 	for _, n := range l.nodes.all() {
@@ -313,38 +299,20 @@ func (l *Limiter) report(ctx context.Context, n *node, probe bool, err error) {
 	n.breaker.done(probe, outcomeOf(ctx, err))
 }
 
-// noteFailure records err, met by a call to n under ctx, as n's latest
-// failure if it is one.
+// noteFailure records err, met under ctx, as n's latest failure if it is
+// one.
 func (l *Limiter) noteFailure(ctx context.Context, n *node, err error) {
 	if outcomeOf(ctx, err) == callFailed && !errors.Is(err, errCircuitOpen) {
 		n.lastFailure.Store(&failure{err: err, at: time.Now()})
 	}
 }
 
-// force records a probe's verdict on n: a failure opens its breaker at
-// once, a success closes it.
+// force records a probe's verdict on n (see breaker.force).
 func (l *Limiter) force(ctx context.Context, n *node, err error) {
 	l.noteFailure(ctx, n, err)
 	if o := outcomeOf(ctx, err); o != callUnknown {
 		n.breaker.force(o == callFailed)
 	}
-}
-
-// slotRanges formats a master's slot ranges as "0-5460,10923".
-func slotRanges(ranges [][2]int64) string {
-	slices.SortFunc(ranges, func(a, b [2]int64) int { return int(a[0] - b[0]) })
-	var b strings.Builder
-	for i, r := range ranges {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(r[0], 10))
-		if r[1] != r[0] {
-			b.WriteByte('-')
-			b.WriteString(strconv.FormatInt(r[1], 10))
-		}
-	}
-	return b.String()
 }
 
 // nodeError names the Cluster master a call failed on.

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The Lua sources: common.lua (helpers), one file per algorithm named after
-// it (fixed_window.lua, ...), and evaluate.lua, the driver.
+// The Lua sources: common.lua, one file per algorithm (fixed_window.lua,
+// ...), and evaluate.lua, the driver.
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS
@@ -30,10 +30,8 @@ const (
 	argsPerCalendar = 4
 )
 
-// Flags of a hit (its third argument): the sum of the flags that apply,
-// plus flagQuotaBase times (Group + 1) for a limit.Quota hit. The flags are
-// bits below flagQuotaBase, so that the script reads the quota as
-// floor(flags / flagQuotaBase).
+// Flags of a hit (its third argument): the sum of those that apply, plus
+// flagQuotaBase times (Group + 1) for a limit.Quota hit.
 const (
 	flagRefund    = 1
 	flagAdvisory  = 2
@@ -42,10 +40,8 @@ const (
 	flagQuotaBase = 16
 )
 
-// The script returns, per request, fieldsPerDecision integers per hit, at
-// these offsets: allowed (0/1), remaining, reset (µs), retry (µs), never
-// (0/1), debt; then 1 if the request is blocked, as the script decided and
-// applied it.
+// The script returns, per request, fieldsPerDecision integers per hit at
+// these offsets (reset and retry in µs), then 1 if the request is blocked.
 const (
 	fieldAllowed = iota
 	fieldRemaining
@@ -56,16 +52,15 @@ const (
 	fieldsPerDecision
 )
 
-// luaConstant is one constant of the contract between Go and the script,
-// under its Lua name.
+// luaConstant is a constant of the Go/Lua contract, by its Lua name.
 type luaConstant struct {
 	name  string
 	value int64
 }
 
 // luaConstants returns the constants the script is written against, from
-// the Go constants themselves (an algorithm's code is ALG_ and its name in
-// capitals): the Lua files spell none of these numbers out.
+// the Go ones (an algorithm's is ALG_ and its name in capitals), so that
+// the Lua files spell none out.
 func luaConstants() []luaConstant {
 	var cs []luaConstant
 	for _, a := range limit.Algorithms() {
@@ -93,46 +88,31 @@ func luaConstants() []luaConstant {
 	)
 }
 
-// The script EVAL and EVALSHA send, and the library FUNCTION LOAD sends:
-// the same code, the library registering evaluate under functionName.
+// The script EVAL and EVALSHA send, which runs the definitions again at
+// every call, and the library FUNCTION LOAD sends, whose definitions run
+// once, when it is loaded, and which registers evaluate for FCALL under
+// functionName.
 var (
-	evaluateSource  = scriptSource()
+	evaluateSource  = definitions() + "\nreturn evaluate(KEYS, ARGV)\n"
 	evaluateScript  = redis.NewScript(evaluateSource)
 	functionName    = "floodgate_" + evaluateScript.Hash()
-	evaluateLibrary = librarySource(functionName)
+	evaluateLibrary = "#!lua name=" + functionName + "\n" + definitions() +
+		"\nredis.register_function('" + functionName + "', evaluate)\n"
 )
 
 // ScriptSHA returns the SHA-1, in hex, of the script this build sends to
-// Redis (what EVALSHA names), so that tools replaying captured calls can
-// tell whether they replay this build's script.
+// Redis with EVALSHA.
 func ScriptSHA() string { return evaluateScript.Hash() }
 
-// FunctionName returns the name of the Redis function, and of the library
-// holding it, that this build calls with FCALL: "floodgate_" and
-// ScriptSHA. FUNCTION LIST LIBRARYNAME 'floodgate_*' lists the versions
-// loaded in a Redis.
+// FunctionName returns the name of the Redis function, and of its
+// library, that this build calls with FCALL: "floodgate_" and ScriptSHA.
 func FunctionName() string { return functionName }
 
-// scriptSource assembles the script sent by EVALSHA, which runs the
-// definitions again at every call.
-func scriptSource() string {
-	return definitions() + "\nreturn evaluate(KEYS, ARGV)\n"
-}
-
-// librarySource assembles the library named name, whose definitions run
-// once, when it is loaded; FCALL name runs evaluate.
-func librarySource(name string) string {
-	return "#!lua name=" + name + "\n" + definitions() +
-		"\nredis.register_function('" + name + "', evaluate)\n"
-}
-
-// definitions assembles the code common to the script and the library.
-// Each file uses only its own names, Lua's, Redis's and what it is given:
-// the constants, one local each and K, a table of them all; common.lua,
-// the body of a function returning its helpers, C; each algorithm's file,
-// the body of a loader function(C, K) in loaders under the algorithm's
-// code, run when a hit first needs it; and evaluate.lua, which defines
-// evaluate(keys, args).
+// definitions assembles the code common to the script and the library:
+// the constants, as locals and in a table K; common.lua as the body of a
+// function returning its helpers, C; each algorithm's file as the body of
+// a loader function(C, K), run when a hit first needs it; and
+// evaluate.lua, which defines evaluate(keys, args).
 func definitions() string {
 	var b strings.Builder
 	b.WriteString("-- The Go/Lua contract, generated from the Go constants (pkg/redislimit/script.go).\n")
@@ -175,15 +155,12 @@ const (
 
 // call runs evaluate with keys and args and returns its reply.
 //
-// The library is loaded once per node and called with FCALL, which runs
-// only evaluate, where EVALSHA runs every definition again at each call.
-// The first call decides, by loading the library, whether Redis offers
-// functions (on a Cluster off its path); until then calls use EVALSHA. A
-// Redis before 7, or whose ACL denies FUNCTION LOAD or FCALL, keeps
-// EVALSHA, and the logger says so once. A node that lost the library (a
-// restart, FUNCTION FLUSH, a failover, a new Cluster node) answers
-// "Function not found": it is loaded there and the call, which ran
-// nothing, sent again once.
+// FCALL runs only evaluate, where EVALSHA runs every definition again. The
+// first call decides, by loading the library, whether Redis offers
+// functions (on a Cluster, off its path); until then, and for good on a
+// Redis that refuses them, calls use EVALSHA. A node that lost the library
+// (a restart, FUNCTION FLUSH, a failover) answers "Function not found": it
+// is loaded there and the call, which ran nothing, sent again once.
 func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, error) {
 	switch l.fn.mode.Load() {
 	case modeFunction:
@@ -222,8 +199,7 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 }
 
 // decideOnce runs decide with l.fn.deciding held, and unlocks it. After a
-// failure calls use EVALSHA for decideRetry, rather than each sending the
-// library to every node.
+// failure calls use EVALSHA for decideRetry.
 func (l *Limiter) decideOnce(ctx context.Context) error {
 	defer l.fn.deciding.Unlock()
 	err := l.decide(ctx)
@@ -240,8 +216,7 @@ func (l *Limiter) decideAside() {
 	_ = l.decideOnce(ctx)
 }
 
-// evalSHA runs the script with EVALSHA, and with EVAL, which caches it
-// again, if Redis answers NOSCRIPT (it ran nothing then).
+// evalSHA runs the script with EVALSHA, or EVAL if Redis answers NOSCRIPT.
 func (l *Limiter) evalSHA(ctx context.Context, keys []string, args []any) (any, error) {
 	reply, err := l.sendOnce(ctx, scriptArgs("evalsha", evaluateScript.Hash(), keys, args))
 	if replied(err, "NOSCRIPT") {
@@ -265,9 +240,8 @@ func scriptArgs(name, what string, keys []string, args []any) []any {
 	return append(cmd, args...)
 }
 
-// onceCmd is a command go-redis must not send again once it may have
-// reached Redis, as a Cluster client's own loop would after a dropped
-// connection: the script would charge its hits twice. Redirects (MOVED,
+// onceCmd is a command a Cluster client must not send again after a
+// dropped connection, which would charge its hits twice. Redirects (MOVED,
 // ASK), which say Redis ran nothing, are still followed.
 type onceCmd struct{ *redis.Cmd }
 
@@ -281,10 +255,8 @@ const (
 	tryAgainMax   = 5
 )
 
-// sendOnce sends cmd (see scriptArgs) and returns its reply. It is sent at
-// most once after it may have reached Redis: NewClient turns go-redis's
-// retries off, and onceCmd a Cluster client's own; only TRYAGAIN is sent
-// again, while ctx allows.
+// sendOnce sends cmd (see scriptArgs) and returns its reply. Only after
+// TRYAGAIN is it sent again, while ctx allows.
 func (l *Limiter) sendOnce(ctx context.Context, cmd []any) (any, error) {
 	for try := 1; ; try++ {
 		c := redis.NewCmd(ctx, cmd...)
@@ -306,8 +278,8 @@ func (l *Limiter) sendOnce(ctx context.Context, cmd []any) (any, error) {
 	}
 }
 
-// decideRetry is how long calls wait, after loading the library failed,
-// before one of them tries again.
+// decideRetry is how long after loading the library failed calls wait to
+// try again.
 const decideRetry = time.Second
 
 // functions is a Limiter's state of Redis Functions.
@@ -320,8 +292,7 @@ type functions struct {
 
 // decide loads the library on every node (every master of a Cluster) and
 // sets the mode: functions when a node has it, EVALSHA when Redis refuses
-// FUNCTION. When no node could be reached it stays undecided, and the
-// error is returned.
+// FUNCTION, undecided, with the error, when no node answered.
 func (l *Limiter) decide(ctx context.Context) error {
 	if l.cluster != nil {
 		outcomes, err := l.loadEach(ctx, l.opts.Timeout)
@@ -353,8 +324,8 @@ func (l *Limiter) useFunctions() {
 	}
 }
 
-// fallBack switches the Limiter to EVALSHA for good if err says that
-// Redis refuses functions, and reports whether it is so.
+// fallBack switches the Limiter to EVALSHA for good if err is Redis
+// refusing functions, and reports whether it is.
 func (l *Limiter) fallBack(err error) bool {
 	if !refusesFunctions(err) {
 		return false
@@ -380,8 +351,7 @@ func (l *Limiter) loadOn(ctx context.Context, keys []string) error {
 }
 
 // loadLibrary runs FUNCTION LOAD of the library on c. Its name holds the
-// hash of its code, so a library of that name already loaded is this one,
-// and Redis refuses it ("already exists") before compiling anything.
+// hash of its code: one "already exists" is this one.
 func loadLibrary(ctx context.Context, c redis.Cmdable) error {
 	err := c.FunctionLoad(ctx, evaluateLibrary).Err()
 	if err == nil || replied(err, "") && strings.Contains(err.Error(), "already exists") {
@@ -391,8 +361,8 @@ func loadLibrary(ctx context.Context, c redis.Cmdable) error {
 }
 
 // refusesFunctions reports whether err is Redis refusing FUNCTION or
-// FCALL: an unknown command (before 7) or an ACL denying them. A NOPERM
-// for the call's keys is not: EVALSHA would be refused them too.
+// FCALL: an unknown command (before 7) or an ACL denying them, not the
+// call's keys.
 func refusesFunctions(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
@@ -406,8 +376,8 @@ func refusesFunctions(err error) bool {
 	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown subcommand")
 }
 
-// replied reports whether err is an error reply of Redis, rather than a
-// failure to reach it, that starts with prefix.
+// replied reports whether err is an error reply of Redis starting with
+// prefix.
 func replied(err error, prefix string) bool {
 	var re redis.Error
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), prefix)

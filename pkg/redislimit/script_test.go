@@ -241,7 +241,7 @@ func TestLuaFilesSpellNoConstant(t *testing.T) {
 // script, states every constant with its Go value, and the flags are
 // distinct bits below flagQuotaBase, as the script's decoding needs.
 func TestScriptStartsWithConstants(t *testing.T) {
-	src := scriptSource()
+	src := evaluateSource
 	lines := strings.Split(src, "\n")
 	if !strings.HasPrefix(lines[0], "-- ") {
 		t.Fatalf("script starts with %q, want the constants block's comment", lines[0])

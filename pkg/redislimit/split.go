@@ -8,22 +8,16 @@ import (
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
-// perSecondRoute is a Split's default route: windows shorter than a minute go
-// to the per-second Redis. The reference server sends there the limits
-// whose unit is SECOND, with any unit_multiplier, and every window shorter
-// than a minute is made of seconds. A longer window written in seconds
-// cannot be told from the same window in minutes, and stays with them in
-// the main Redis.
+// perSecondRoute is a Split's default route: windows shorter than a minute
+// go to the per-second Redis, as the reference's unit SECOND does. A
+// longer window in seconds cannot be told from one in minutes, and stays
+// in the main Redis.
 func perSecondRoute(sp *limit.Spec) bool { return sp.Window < time.Minute }
 
 // Split is a limit.Limiter over two Redis deployments, as the reference
-// server's REDIS_PERSECOND keeps short, busy counters off the Redis that
-// holds the long ones. It is safe for concurrent use.
-//
-// A call whose hits all go to one Redis is that Limiter's call. A call
-// with hits on both is all-or-nothing as a whole: if one side denies or
-// fails, what the other consumed is refunded, as for the slots of a Redis
-// Cluster (see the package documentation).
+// server's REDIS_PERSECOND keeps short, busy counters apart. A call with
+// hits on both is all-or-nothing, as for the slots of a Cluster (see the
+// package documentation). It is safe for concurrent use.
 type Split struct {
 	limiters [2]*Limiter // main, per-second
 	route    func(*limit.Spec) bool
@@ -34,9 +28,8 @@ var splitNames = [2]string{"main redis", "per-second redis"}
 
 // NewSplit returns a Split over the Limiters of two Redis deployments.
 // route selects the hits that go to perSecond; nil means windows shorter
-// than a minute. It must depend only on what identifies a counter (its
-// window, say, not its limit, which a reload may change): the hits on one
-// counter must always go to the same Redis.
+// than a minute. It must send a counter always to the same Redis: depend
+// on its window, say, not its limit, which a reload may change.
 func NewSplit(main, perSecond *Limiter, route func(*limit.Spec) bool) (*Split, error) {
 	if main == nil || perSecond == nil {
 		return nil, fmt.Errorf("redislimit: split needs two limiters, got main %v and per-second %v", main != nil, perSecond != nil)
@@ -67,8 +60,7 @@ func (s *Split) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 	// Both calls, and a compensation, within the main Redis's deadline.
 	ctx, cancel := limit.Bound(ctx, s.limiters[0].opts.Timeout)
 	defer cancel()
-	// Refused before either Redis is called, rather than by one side after
-	// the other has consumed.
+	// Refused before either side consumes.
 	for i := range hits {
 		if err := hits[i].Validate(); err != nil {
 			return false, fmt.Errorf("redislimit: hit %d: %w", i, err)
@@ -91,8 +83,8 @@ func (s *Split) evaluate(ctx context.Context, g int, hits []limit.Hit, decisions
 	return blocked, nil
 }
 
-// Reset deletes counter key from the Redis its spec routes it to (see
-// Limiter.Reset). The error names that Redis.
+// Reset deletes counter key from the Redis its spec routes it to; the
+// error names that Redis.
 func (s *Split) Reset(ctx context.Context, key string, spec limit.Spec) error {
 	g := b2i(s.route(&spec))
 	if err := s.limiters[g].Reset(ctx, key, spec); err != nil {
