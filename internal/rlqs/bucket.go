@@ -277,18 +277,13 @@ func (r *resolver) resolve(b *bucket, set *rules.Set) {
 		}
 	}
 	for _, l := range d.Limits {
-		if l.Counted() {
-			b.counters = append(b.counters, counter{key: unique.Make(l.Key), spec: l.Limit.Spec})
+		if !l.Counted() {
+			continue
 		}
+		if len(b.counters) == 0 {
+			b.demandKey = unique.Make(l.DemandKey(r.demandWindow))
+		}
+		b.counters = append(b.counters, counter{key: unique.Make(l.Key), spec: l.Limit.Spec})
 	}
 	r.res.Reset()
-	if len(b.counters) > 0 {
-		b.demandKey = unique.Make(r.demandKey(set, b.counters[0].key.Value()))
-	}
-}
-
-// demandKey returns the key of the counter of the fleet's demand for the
-// counter at counterKey (see rules.DemandKey).
-func (r *resolver) demandKey(set *rules.Set, counterKey string) string {
-	return rules.DemandKey(counterKey, r.demandWindow)
 }

@@ -90,18 +90,18 @@ func appendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec
 }
 
 // DemandKey returns the key of the counter where RLQS adds up the demand a
-// fleet sends for the counter at counterKey, over windows of window (which
-// is positive) rounded up to whole seconds; "" for a window of 0. It is the
-// key an override of one hit per window would have in the empty domain, on
-// one entry with an empty key holding counterKey: no request can name that
-// domain or key, so it is never the key of a rule or a request.
-func DemandKey(counterKey string, window time.Duration) string {
+// fleet sends for the counter at l.Key, over windows of window rounded up
+// to whole seconds; "" for a window of 0. It is the key an override of one
+// hit per window would have in the empty domain, on one entry with an
+// empty key holding l.Key: no request can name that domain or key, so it
+// is never the key of a rule or a request.
+func (l *resolvedLimit) DemandKey(window time.Duration) string {
 	secs := uint32((window + time.Second - 1) / time.Second)
 	if secs == 0 {
 		return ""
 	}
 	spec := limit.Spec{Limit: 1, Window: time.Duration(secs) * time.Second}
-	return string(appendOverrideKey(nil, "", nil, []Entry{{Value: counterKey}}, spec))
+	return string(appendOverrideKey(nil, "", nil, []Entry{{Value: l.Key}}, spec))
 }
 
 // appendKeyField appends s as 'v', its length, ':' and its bytes, or, past

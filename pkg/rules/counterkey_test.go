@@ -116,7 +116,7 @@ func TestDemandKey(t *testing.T) {
 	}
 	viaResolve := func(counterKey string, window time.Duration) string {
 		secs := uint32((window + time.Second - 1) / time.Second)
-		o := Override{RequestsPerUnit: 1, Unit: second, UnitMultiplier: secs}
+		o := Limit{RequestsPerUnit: 1, Unit: second, UnitMultiplier: secs}
 		var res Resolution
 		if err := set.Resolve(&res, "", []Descriptor{{Entries: []Entry{{Value: counterKey}}, Override: o}}); err != nil {
 			return ""
@@ -135,7 +135,7 @@ func TestDemandKey(t *testing.T) {
 	}
 	for _, k := range keys {
 		for _, w := range windows {
-			want, got := viaResolve(k, w), DemandKey(k, w)
+			want, got := viaResolve(k, w), (&resolvedLimit{Key: k}).DemandKey(w)
 			if got != want {
 				t.Errorf("DemandKey(%q, %v) = %q, want %q", k, w, got, want)
 			}
@@ -144,7 +144,7 @@ func TestDemandKey(t *testing.T) {
 			}
 		}
 	}
-	if got, want := DemandKey("k", 1500*time.Millisecond), "dv0:v0:v1:k|w2000000|a0"; got != want {
+	if got, want := (&resolvedLimit{Key: "k"}).DemandKey(1500*time.Millisecond), "dv0:v0:v1:k|w2000000|a0"; got != want {
 		t.Errorf("DemandKey rounds 1.5 s to %q, want %q", got, want)
 	}
 }

@@ -66,15 +66,15 @@ func build(files []ruleFile, opts Options, read *problems, slice int) (*Set, err
 }
 
 // unsupported returns a problem for each limit of set that supports refuses.
-func unsupported(set *Set, supports func(limit.Spec) error) []FieldError {
-	var errs []FieldError
+func unsupported(set *Set, supports func(limit.Spec) error) []fieldError {
+	var errs []fieldError
 	for _, r := range set.rules {
 		for _, l := range r.Limits {
 			if l.Unlimited {
 				continue
 			}
 			if err := supports(l.Spec); err != nil {
-				errs = append(errs, FieldError{Pos: l.Pos, Msg: "rule " + r.Path + ": " + err.Error()})
+				errs = append(errs, fieldError{Pos: l.Pos, Msg: "rule " + r.Path + ": " + err.Error()})
 			}
 		}
 	}
@@ -112,7 +112,7 @@ func compileFiles(files []ruleFile, opts Options, read *problems, slice int) (*S
 
 // sortByPos orders problems by file, line and column, keeping the order of
 // problems at the same place.
-func sortByPos(list []FieldError) {
+func sortByPos(list []fieldError) {
 	sort.SliceStable(list, func(i, j int) bool {
 		a, b := list[i].Pos, list[j].Pos
 		if a.File != b.File {
@@ -153,13 +153,13 @@ func readRules(path string, ignoreDot bool) ([]ruleFile, *problems) {
 	probs := &problems{}
 	fi, err := os.Stat(path)
 	if err != nil {
-		probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
+		probs.errorf(position{File: path}, "", "%v", unwrapPathError(err))
 		return nil, probs
 	}
 	if !fi.IsDir() {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
+			probs.errorf(position{File: path}, "", "%v", unwrapPathError(err))
 			return nil, probs
 		}
 		return []ruleFile{{name: path, data: data}}, probs
@@ -168,13 +168,13 @@ func readRules(path string, ignoreDot bool) ([]ruleFile, *problems) {
 	// the old target's files with the new one's.
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
+		probs.errorf(position{File: path}, "", "%v", unwrapPathError(err))
 		return nil, probs
 	}
 	t := &tree{ignoreDot: ignoreDot, probs: probs}
 	t.readDir(real, path, 0)
 	if len(t.files) == 0 && len(probs.errs) == 0 {
-		probs.warnf(Position{File: path}, "", "no rule files: every request is allowed")
+		probs.warnf(position{File: path}, "", "no rule files: every request is allowed")
 	}
 	return t.files, probs
 }
@@ -193,12 +193,12 @@ type tree struct {
 // with a warning otherwise (a README, which the reference would refuse).
 func (t *tree) readDir(dir, shown string, depth int) {
 	if depth > maxDirDepth {
-		t.probs.errorf(Position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
+		t.probs.errorf(position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
 		return
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		t.probs.errorf(Position{File: shown}, "", "%v", unwrapPathError(err))
+		t.probs.errorf(position{File: shown}, "", "%v", unwrapPathError(err))
 		return
 	}
 	outside := outsideTree(entries, t.ignoreDot)
@@ -213,7 +213,7 @@ func (t *tree) readDir(dir, shown string, depth int) {
 			if e.Type()&fs.ModeSymlink != 0 && os.IsNotExist(err) {
 				continue // a dangling link, such as one caught mid-swap
 			}
-			t.probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
+			t.probs.errorf(position{File: named}, "", "%v", unwrapPathError(err))
 			continue
 		}
 		if fi.IsDir() {
@@ -228,11 +228,11 @@ func (t *tree) readDir(dir, shown string, depth int) {
 			if os.IsNotExist(err) {
 				continue // removed since listed: the next reload sees the result
 			}
-			t.probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
+			t.probs.errorf(position{File: named}, "", "%v", unwrapPathError(err))
 			continue
 		}
 		if !isRuleFile(name) && !declaresDomain(data) {
-			t.probs.warnf(Position{File: named}, "", "skipped: not a rule file (no top-level domain); the reference server would refuse the whole load")
+			t.probs.warnf(position{File: named}, "", "skipped: not a rule file (no top-level domain); the reference server would refuse the whole load")
 			continue
 		}
 		t.files = append(t.files, ruleFile{name: named, data: data})

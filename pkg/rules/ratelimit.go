@@ -274,7 +274,7 @@ type draft struct {
 }
 
 // reset readies d for the rate_limit n at path.
-func (d *draft) reset(n *yaml.Node, path string, pos Position) {
+func (d *draft) reset(n *yaml.Node, path string, pos position) {
 	given, values := d.given, d.values
 	if given == nil {
 		given, values = make([]field, len(rateLimitTable)), make([]value, len(rateLimitTable))
@@ -353,7 +353,7 @@ func (p *parser) decode(def *rateLimitField, n *yaml.Node, path string) (v value
 
 // at returns where a problem of the named field points: the rate_limit
 // when the field is not given.
-func (p *parser) at(d *draft, name string, w where) Position {
+func (p *parser) at(d *draft, name string, w where) position {
 	f, ok := d.field(name)
 	switch {
 	case !ok:

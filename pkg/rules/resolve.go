@@ -11,18 +11,10 @@ type Descriptor struct {
 	// Entries are the key/value pairs, in request order.
 	Entries []Entry
 	// Override, when its Unit is not zero, is the limit the request sent
-	// (Envoy's RateLimitDescriptor.limit); it replaces the rules'.
-	Override Override
-}
-
-// Override is a limit a request sends with a descriptor; the zero
-// Override is none.
-type Override struct {
-	RequestsPerUnit uint32
-	Unit            Unit // zero: no override
-	// UnitMultiplier is the number of units in a window. Resolve refuses
-	// 0: a sender that means 1 must say so.
-	UnitMultiplier uint32
+	// (Envoy's RateLimitDescriptor.limit); it replaces the rules'. Only
+	// its RequestsPerUnit, Unit and UnitMultiplier are read; Resolve
+	// refuses a UnitMultiplier of 0: a sender that means 1 must say so.
+	Override Limit
 }
 
 // Resolution is what applies to a request, as Resolve found it. Its zero
@@ -32,7 +24,7 @@ type Resolution struct {
 	// Descriptors has one element per request descriptor, in request order.
 	Descriptors []Resolved
 
-	limits    []ResolvedLimit // every descriptor's, back to back
+	limits    []resolvedLimit // every descriptor's, back to back
 	overrides []Limit         // the overrides' limits, which limits point into
 	key       []byte          // the request's counter keys, back to back
 	keyEnds   []int           // where each key ends in key
@@ -54,12 +46,13 @@ type Resolved struct {
 	// rule in shadow mode (which wins over quota mode), Quota for a rule
 	// in quota mode, else Enforce.
 	Mode limit.Mode
-	// Limits are the limits that apply, in the rule's order.
-	Limits []ResolvedLimit
+	// Limits are the limits that apply, in the rule's order, each with
+	// its counter Key and whether it was Replaced (see resolvedLimit).
+	Limits []resolvedLimit
 }
 
-// ResolvedLimit is one limit applying to a request descriptor.
-type ResolvedLimit struct {
+// resolvedLimit is one limit applying to a request descriptor.
+type resolvedLimit struct {
 	// Limit is the rule's limit, or the override's (only RequestsPerUnit,
 	// Unit, UnitMultiplier and Spec set). It is shared and read-only,
 	// valid until the Resolution is used again.
@@ -75,7 +68,7 @@ type ResolvedLimit struct {
 
 // Counted reports whether a store evaluates the limit: it is neither
 // unlimited nor replaced.
-func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
+func (l *resolvedLimit) Counted() bool { return l.Key != "" }
 
 // Resolve writes into dst, replacing its contents, what applies to each
 // of a request's descriptors: the rule matched, the override's limit, the
@@ -103,16 +96,16 @@ func (r *Resolution) add(s *Set, domain string, d *Descriptor, index int) error 
 	from := len(r.limits)
 	switch {
 	case d.Override.Unit != 0:
-		l, err := overrideLimit(d.Override, rd.Rule, index)
+		l, err := overrideLimit(&d.Override, rd.Rule, index)
 		if err != nil {
 			return err
 		}
 		r.overrides = append(r.overrides, l)
-		r.limits = append(r.limits, ResolvedLimit{Limit: &r.overrides[len(r.overrides)-1]})
+		r.limits = append(r.limits, resolvedLimit{Limit: &r.overrides[len(r.overrides)-1]})
 		rd.Override = true
 	case rd.Rule != nil:
 		for _, l := range rd.Rule.Limits {
-			r.limits = append(r.limits, ResolvedLimit{Limit: l})
+			r.limits = append(r.limits, resolvedLimit{Limit: l})
 		}
 		rd.Mode = ruleMode(rd.Rule)
 	}
@@ -200,7 +193,7 @@ func overrideField(index int) string {
 // overrideLimit builds the limit of descriptor index's override. A matched
 // rule lends its first limit's algorithm and precision, so an override of
 // a sliding window still slides; override windows are never calendar ones.
-func overrideLimit(o Override, r *Rule, index int) (Limit, error) {
+func overrideLimit(o *Limit, r *Rule, index int) (Limit, error) {
 	if int(o.Unit) >= len(unitNames) {
 		return Limit{}, fmt.Errorf("%s.unit: %v is not a unit", overrideField(index), o.Unit)
 	}

@@ -46,7 +46,7 @@ func (p *parser) syntaxError(data []byte, err error) {
 		rest += fmt.Sprintf(" (in the block from line %d)", line)
 		line = at
 	}
-	p.errorf(Position{File: p.file, Line: line, Column: indentOf(data, line) + 1}, "", "YAML syntax: %s", rest)
+	p.errorf(position{File: p.file, Line: line, Column: indentOf(data, line) + 1}, "", "YAML syntax: %s", rest)
 }
 
 // firstFailingLine returns the smallest n >= from such that the first n
@@ -84,12 +84,12 @@ func indentOf(data []byte, n int) int {
 
 // badBytePos returns the position of the first invalid UTF-8 sequence or
 // control character of data, or 1:1 when there is none.
-func badBytePos(file string, data []byte) Position {
+func badBytePos(file string, data []byte) position {
 	line, col := 1, 1
 	for i := 0; i < len(data); {
 		r, size := utf8.DecodeRune(data[i:])
 		if (r == utf8.RuneError && size <= 1) || (r < 0x20 && r != '\n' && r != '\r' && r != '\t') || r == 0x7f {
-			return Position{File: file, Line: line, Column: col}
+			return position{File: file, Line: line, Column: col}
 		}
 		if r == '\n' {
 			line, col = line+1, 1
@@ -98,5 +98,5 @@ func badBytePos(file string, data []byte) Position {
 		}
 		i += size
 	}
-	return Position{File: file, Line: 1, Column: 1}
+	return position{File: file, Line: 1, Column: 1}
 }

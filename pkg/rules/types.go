@@ -122,7 +122,7 @@ type Limit struct {
 	Unlimited       bool   // never counted, always allows
 	Replaces        []string
 	Spec            limit.Spec // what a limiter evaluates; zero when Unlimited
-	Pos             Position
+	Pos             position
 }
 
 // Rule is a compiled descriptor of a rule file, matched by a request
@@ -144,7 +144,7 @@ type Rule struct {
 	// holding what JSON carries (map[string]any, []any, string, float64,
 	// bool, nil).
 	Metadata map[string]any
-	Pos      Position
+	Pos      position
 
 	levels []level // from the domain down
 }
@@ -179,24 +179,24 @@ func (k matchKind) String() string {
 	}
 }
 
-// Position is a place in a rule file. Line and Column count from 1, and are
+// position is a place in a rule file. Line and Column count from 1, and are
 // 0 for the whole file.
-type Position struct {
+type position struct {
 	File         string
 	Line, Column int
 }
 
 // String returns "file:line:col", or "file" without a line.
-func (p Position) String() string {
+func (p position) String() string {
 	if p.Line == 0 {
 		return p.File
 	}
 	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column)
 }
 
-// FieldError is one problem of a rule file.
-type FieldError struct {
-	Pos Position
+// fieldError is one problem of a rule file.
+type fieldError struct {
+	Pos position
 	// Field is the field's path, such as "descriptors[2].rate_limit.unit";
 	// "" for the whole document.
 	Field string
@@ -204,7 +204,7 @@ type FieldError struct {
 }
 
 // Error returns "file:line:col: field: msg".
-func (e FieldError) Error() string {
+func (e fieldError) Error() string {
 	if e.Field == "" {
 		return e.Pos.String() + ": " + e.Msg
 	}
@@ -213,7 +213,7 @@ func (e FieldError) Error() string {
 
 // LoadError holds every problem of a refused load.
 type LoadError struct {
-	Errors []FieldError
+	Errors []fieldError
 }
 
 // Error returns one line per problem.
