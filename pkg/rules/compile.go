@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,36 +82,30 @@ func (c *compiler) finish() *Set {
 // checkReachable warns about descriptors that can never match because a
 // wildcard of only stars, earlier at the same level, matches every value.
 func (c *compiler) checkReachable(n *node) {
-	for _, e := range n.children.small {
-		c.checkGroup(e.val)
-	}
-	for _, g := range n.children.large {
+	for _, g := range n.children.all() {
 		c.checkGroup(g)
 	}
 }
 
 func (c *compiler) checkGroup(g *keyGroup) {
 	var all *Rule
-	for _, w := range g.wildcards {
+	shadowed := func(n *node) {
 		if all != nil {
-			c.warnf(w.node.rule.Pos, c.paths[w.node.rule], "never matched: the wildcard %q at %v matches every value first",
+			c.warnf(n.rule.Pos, c.paths[n.rule], "never matched: the wildcard %q at %v matches every value first",
 				all.levels[len(all.levels)-1].value, all.Pos)
-		} else if strings.Join(w.segs, "") == "" {
+		}
+		c.checkReachable(n)
+	}
+	for _, w := range g.wildcards {
+		shadowed(w.node)
+		if all == nil && strings.Join(w.segs, "") == "" {
 			all = w.node.rule
 		}
-		c.checkReachable(w.node)
 	}
 	if g.keyOnly != nil {
-		if all != nil {
-			c.warnf(g.keyOnly.rule.Pos, c.paths[g.keyOnly.rule], "never matched: the wildcard %q at %v matches every value first",
-				all.levels[len(all.levels)-1].value, all.Pos)
-		}
-		c.checkReachable(g.keyOnly)
+		shadowed(g.keyOnly)
 	}
-	for _, e := range g.exact.small {
-		c.checkReachable(e.val)
-	}
-	for _, n := range g.exact.large {
+	for _, n := range g.exact.all() {
 		c.checkReachable(n)
 	}
 }
@@ -223,14 +218,7 @@ func (c *compiler) checkReplaces() {
 	for _, r := range c.set.rules {
 		for _, l := range r.Limits {
 			for _, name := range l.Replaces {
-				found := false
-				for _, other := range c.names[r.Domain] {
-					if other.Name == name {
-						found = true
-						break
-					}
-				}
-				if !found {
+				if !slices.ContainsFunc(c.names[r.Domain], func(o *Limit) bool { return o.Name == name }) {
 					c.warnf(l.Pos, join(c.fields[l], "replaces"), "no limit of domain %q is named %q, so this replaces nothing", r.Domain, name)
 				}
 			}

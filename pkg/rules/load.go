@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"io/fs"
@@ -9,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -113,21 +113,14 @@ func compileFiles(files []ruleFile, opts Options, read *problems, slice int) (*S
 // sortByPos orders problems by file, line and column, keeping the order of
 // problems at the same place.
 func sortByPos(list []fieldError) {
-	sort.SliceStable(list, func(i, j int) bool {
-		a, b := list[i].Pos, list[j].Pos
-		if a.File != b.File {
-			return a.File < b.File
-		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		return a.Column < b.Column
+	slices.SortStableFunc(list, func(a, b fieldError) int {
+		return cmp.Or(strings.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Column, b.Pos.Column))
 	})
 }
 
 // sortFiles orders files by name, as they are compiled and digested.
 func sortFiles(files []ruleFile) {
-	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+	slices.SortFunc(files, func(a, b ruleFile) int { return strings.Compare(a.name, b.name) })
 }
 
 // digest identifies sorted files' names and contents, so that a reload

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
@@ -175,10 +176,8 @@ func replaced(l *Limit, descs []Resolved) bool {
 			continue
 		}
 		for _, other := range descs[i].Rule.Limits {
-			for _, name := range other.Replaces {
-				if name == l.Name {
-					return true
-				}
+			if slices.Contains(other.Replaces, l.Name) {
+				return true
 			}
 		}
 	}

@@ -154,18 +154,9 @@ func isItemStart(text []byte) bool {
 // isBlankOrComment reports whether a line holds only spaces and tabs, or
 // a comment after them.
 func isBlankOrComment(line []byte) bool {
-	i := 0
-	for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
-		i++
-	}
-	return i == len(line) || line[i] == '#' || string(line[i:]) == "\r"
+	rest := bytes.TrimLeft(line, " \t")
+	return len(rest) == 0 || rest[0] == '#' || string(rest) == "\r"
 }
 
 // leadingSpaces returns the number of spaces a line starts with.
-func leadingSpaces(line []byte) int {
-	n := 0
-	for n < len(line) && line[n] == ' ' {
-		n++
-	}
-	return n
-}
+func leadingSpaces(line []byte) int { return len(line) - len(bytes.TrimLeft(line, " ")) }

@@ -78,8 +78,7 @@ func indentOf(data []byte, n int) int {
 	if n < 1 || n > len(lines) {
 		return 0
 	}
-	l := lines[n-1]
-	return len(l) - len(bytes.TrimLeft(l, " "))
+	return leadingSpaces(lines[n-1])
 }
 
 // badBytePos returns the position of the first invalid UTF-8 sequence or
