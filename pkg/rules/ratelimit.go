@@ -62,10 +62,9 @@ type value struct {
 type rateLimitField struct {
 	name     string
 	kind     kind
-	min, max int64 // kindWhole's range
-	param    string
-	hasParam bool
-	paramAt  where // where a limit.SpecError of param points
+	min, max int64  // kindWhole's range
+	param    string // the limit.Spec parameter it sets; "" for none
+	paramAt  where  // where a limit.SpecError of param points
 
 	// unlimitedWhy refuses the field with unlimited: true, pointing
 	// unlimitedAt; unlimitedIgnored warns that it is ignored then.
@@ -84,11 +83,11 @@ type rateLimitField struct {
 // rateLimitTable declares the fields of a rate_limit, in the order error
 // messages list them.
 var rateLimitTable = []rateLimitField{
-	{name: "unit", kind: kindText, param: "window", hasParam: true,
+	{name: "unit", kind: kindText, param: "window",
 		unlimitedWhy: "an unlimited limit has no unit", unlimitedAt: atValue,
 		typ: "`second` `minute` `hour` `day` `week` `month` `year` (any case)", def: "required, unless `unlimited`",
 		set: setUnit},
-	{name: "requests_per_unit", kind: kindWhole, min: 0, max: math.MaxUint32, param: "limit", hasParam: true,
+	{name: "requests_per_unit", kind: kindWhole, min: 0, max: math.MaxUint32, param: "limit",
 		unlimitedIgnored: true, typ: "0 to 4294967295", def: "0 (with a warning)",
 		set: func(d *draft, v value) error { d.lim.RequestsPerUnit = uint32(v.n); return nil }},
 	{name: "unlimited", kind: kindBool, typ: "bool", def: "false",
@@ -97,19 +96,19 @@ var rateLimitTable = []rateLimitField{
 		set: func(d *draft, v value) error { d.lim.Name = v.text; return nil }},
 	{name: "replaces", kind: kindReplaces, typ: "list of `{name: …}`", def: "none",
 		set: func(d *draft, v value) error { d.lim.Replaces = v.list; return nil }},
-	{name: "algorithm", kind: kindText, param: "algorithm", hasParam: true,
+	{name: "algorithm", kind: kindText, param: "algorithm",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "see below", def: "`fixed_window`",
 		set: setAlgorithm},
-	{name: "burst", kind: kindWhole, min: 1, max: math.MaxUint32, param: "burst", hasParam: true,
+	{name: "burst", kind: kindWhole, min: 1, max: math.MaxUint32, param: "burst",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to 4294967295", def: "`requests_per_unit`",
 		set: func(d *draft, v value) error { d.spec.Burst = v.n; return nil }},
-	{name: "precision", kind: kindWhole, min: 1, max: math.MaxUint32, param: "precision", hasParam: true,
+	{name: "precision", kind: kindWhole, min: 1, max: math.MaxUint32, param: "precision",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to the window in ms", def: "1",
 		set: func(d *draft, v value) error { d.spec.Precision = int(v.n); return nil }},
-	{name: "unit_multiplier", kind: kindWhole, min: 1, max: math.MaxUint32, param: "window", hasParam: true,
+	{name: "unit_multiplier", kind: kindWhole, min: 1, max: math.MaxUint32, param: "window",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 or more", def: "1",
 		set: func(d *draft, v value) error { d.lim.UnitMultiplier = uint32(v.n); return nil }},
-	{name: "calendar", kind: kindBool, param: "calendar", hasParam: true, paramAt: atName,
+	{name: "calendar", kind: kindBool, param: "calendar", paramAt: atName,
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "bool", def: "false"},
 	{name: "timezone", kind: kindText, unlimitedWhy: neverCounted, unlimitedAt: atName,
 		needs: "calendar", needsWhy: "a time zone only places calendar windows", typ: "IANA name", def: "`UTC`",
@@ -415,7 +414,7 @@ func (p *parser) reportSpec(d *draft, err error) {
 		pos, path := p.pos(d.node), d.path
 		for i := range rateLimitTable {
 			def := &rateLimitTable[i]
-			if d.given[i].key != nil && def.hasParam && def.param == e.Param {
+			if d.given[i].key != nil && def.param != "" && def.param == e.Param {
 				pos, path = p.at(d, def.name, def.paramAt), join(d.path, def.name)
 				break
 			}
