@@ -120,7 +120,7 @@ func (c *compiler) add(domain string, parent *node, levels []level, d *descDoc) 
 		g = &keyGroup{}
 		parent.children.put(d.key, g)
 	}
-	lv := level{key: d.key, value: d.value, share: d.share, valueToMetric: d.valueToMetric}
+	lv := level{key: d.key, value: d.value, share: d.share, valueToMetric: d.rule.ValueToMetric}
 	switch {
 	case d.value == "":
 		lv.kind = matchKeyOnly
@@ -132,7 +132,7 @@ func (c *compiler) add(domain string, parent *node, levels []level, d *descDoc) 
 		lv.kind = matchExact
 	}
 	if first := g.existing(lv); first != nil {
-		c.errorf(d.pos, d.field, "duplicate descriptor %s at this level, first at %v (merge the two)",
+		c.errorf(d.rule.Pos, d.field, "duplicate descriptor %s at this level, first at %v (merge the two)",
 			describeLevel(lv), first.rule.Pos)
 		return
 	}
@@ -177,18 +177,9 @@ func describeLevel(lv level) string {
 
 // rule compiles a descriptor's rule, giving its limits their IDs.
 func (c *compiler) rule(domain string, levels []level, d *descDoc) *Rule {
-	r := &Rule{
-		Domain:         domain,
-		Path:           rulePath(domain, levels),
-		ShadowMode:     d.shadowMode,
-		DetailedMetric: d.detailed,
-		QuotaMode:      d.quotaMode,
-		ValueToMetric:  d.valueToMetric,
-		FailureMode:    d.failureMode,
-		Metadata:       d.metadata,
-		Pos:            d.pos,
-		levels:         levels,
-	}
+	r := new(Rule) // a copy, so that the set does not keep d
+	*r = d.rule
+	r.Domain, r.Path, r.levels = domain, rulePath(domain, levels), levels
 	if levels[len(levels)-1].kind != matchExact {
 		c.paths[r] = d.field
 	}

@@ -33,19 +33,15 @@ type fileSink interface {
 
 // descDoc is one parsed descriptor, before compilation.
 type descDoc struct {
-	key, value    string
-	field         string   // e.g. "descriptors[2].descriptors[0]"
-	pos           position // of the descriptor's mapping
-	limits        []limitDoc
-	children      []*descDoc
-	shadowMode    bool
-	detailed      bool
-	quotaMode     bool
-	share         bool
-	sharePos      position
-	valueToMetric bool
-	failureMode   FailureMode
-	metadata      map[string]any
+	key, value string
+	field      string // e.g. "descriptors[2].descriptors[0]"
+	// rule holds the fields a Rule takes as written: the modes, the
+	// failure mode, the metadata, and Pos, the descriptor's mapping.
+	rule     Rule
+	limits   []limitDoc
+	children []*descDoc
+	share    bool
+	sharePos position
 }
 
 // limitDoc is one parsed rate limit and its field path.
@@ -264,7 +260,7 @@ func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 	if !ok {
 		return nil
 	}
-	d := &descDoc{field: path, pos: p.pos(n)}
+	d := &descDoc{field: path, rule: Rule{Pos: p.pos(n)}}
 	given := map[string]*field{}
 	for i := range fields {
 		fl := &fields[i]
@@ -304,19 +300,19 @@ func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 	case "descriptors":
 		p.descriptors(fl.val, fp, func(c *descDoc) { d.children = append(d.children, c) })
 	case "shadow_mode":
-		d.shadowMode = p.boolean(fl.val, fp)
+		d.rule.ShadowMode = p.boolean(fl.val, fp)
 	case "detailed_metric":
-		d.detailed = p.boolean(fl.val, fp)
+		d.rule.DetailedMetric = p.boolean(fl.val, fp)
 	case "quota_mode":
-		d.quotaMode = p.boolean(fl.val, fp)
+		d.rule.QuotaMode = p.boolean(fl.val, fp)
 	case "share_threshold":
 		d.share, d.sharePos = p.boolean(fl.val, fp), p.pos(fl.val)
 	case "value_to_metric":
-		d.valueToMetric = p.boolean(fl.val, fp)
+		d.rule.ValueToMetric = p.boolean(fl.val, fp)
 	case "metadata":
-		d.metadata = p.metadata(fl.val, fp)
+		d.rule.Metadata = p.metadata(fl.val, fp)
 	case "failure_mode":
-		d.failureMode = p.failureMode(fl.val, fp)
+		d.rule.FailureMode = p.failureMode(fl.val, fp)
 	}
 }
 
