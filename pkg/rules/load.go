@@ -146,13 +146,13 @@ func readRules(path string, ignoreDot bool) ([]ruleFile, *problems) {
 	probs := &problems{}
 	fi, err := os.Stat(path)
 	if err != nil {
-		probs.errorf(position{File: path}, "", "%v", unwrapPathError(err))
+		probs.readError(path, err)
 		return nil, probs
 	}
 	if !fi.IsDir() {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			probs.errorf(position{File: path}, "", "%v", unwrapPathError(err))
+			probs.readError(path, err)
 			return nil, probs
 		}
 		return []ruleFile{{name: path, data: data}}, probs
@@ -161,7 +161,7 @@ func readRules(path string, ignoreDot bool) ([]ruleFile, *problems) {
 	// the old target's files with the new one's.
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		probs.errorf(position{File: path}, "", "%v", unwrapPathError(err))
+		probs.readError(path, err)
 		return nil, probs
 	}
 	t := &tree{ignoreDot: ignoreDot, probs: probs}
@@ -191,7 +191,7 @@ func (t *tree) readDir(dir, shown string, depth int) {
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		t.probs.errorf(position{File: shown}, "", "%v", unwrapPathError(err))
+		t.probs.readError(shown, err)
 		return
 	}
 	outside := outsideTree(entries, t.ignoreDot)
@@ -206,7 +206,7 @@ func (t *tree) readDir(dir, shown string, depth int) {
 			if e.Type()&fs.ModeSymlink != 0 && os.IsNotExist(err) {
 				continue // a dangling link, such as one caught mid-swap
 			}
-			t.probs.errorf(position{File: named}, "", "%v", unwrapPathError(err))
+			t.probs.readError(named, err)
 			continue
 		}
 		if fi.IsDir() {
@@ -221,7 +221,7 @@ func (t *tree) readDir(dir, shown string, depth int) {
 			if os.IsNotExist(err) {
 				continue // removed since listed: the next reload sees the result
 			}
-			t.probs.errorf(position{File: named}, "", "%v", unwrapPathError(err))
+			t.probs.readError(named, err)
 			continue
 		}
 		if !isRuleFile(name) && !declaresDomain(data) {
@@ -273,10 +273,11 @@ func isRuleFile(name string) bool {
 	return ext == ".yaml" || ext == ".yml"
 }
 
-// unwrapPathError drops the path, which messages already name.
-func unwrapPathError(err error) error {
+// readError records err, a failure to read file, without the path that
+// the position already names.
+func (p *problems) readError(file string, err error) {
 	if pe, ok := err.(*fs.PathError); ok {
-		return pe.Err
+		err = pe.Err
 	}
-	return err
+	p.errorf(position{File: file}, "", "%v", err)
 }

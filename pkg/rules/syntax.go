@@ -15,21 +15,13 @@ import (
 
 // yamlLine finds the line number in a yaml.v3 error message.
 func yamlLine(msg string) (line int, rest string, ok bool) {
-	const marker = "line "
-	i := strings.Index(msg, marker)
-	if i < 0 {
-		return 0, msg, false
-	}
-	j := i + len(marker)
-	k := j
-	for k < len(msg) && msg[k] >= '0' && msg[k] <= '9' {
-		k++
-	}
-	n, err := strconv.Atoi(msg[j:k])
+	_, after, _ := strings.Cut(msg, "line ")
+	rest = strings.TrimLeft(after, "0123456789")
+	n, err := strconv.Atoi(after[:len(after)-len(rest)])
 	if err != nil {
 		return 0, msg, false
 	}
-	return n, strings.TrimPrefix(strings.TrimSpace(msg[k:]), ": "), true
+	return n, strings.TrimPrefix(strings.TrimSpace(rest), ": "), true
 }
 
 // syntaxError records a YAML syntax error. yaml.v3 reports the line where
