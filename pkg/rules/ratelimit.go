@@ -101,10 +101,10 @@ var rateLimitTable = []rateLimitField{
 		set: setAlgorithm},
 	{name: "burst", kind: kindWhole, min: 1, max: math.MaxUint32, param: "burst",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to 4294967295", def: "`requests_per_unit`",
-		set: func(d *draft, v value) error { d.spec.Burst = v.n; return nil }},
+		set: func(d *draft, v value) error { d.lim.Spec.Burst = v.n; return nil }},
 	{name: "precision", kind: kindWhole, min: 1, max: math.MaxUint32, param: "precision",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to the window in ms", def: "1",
-		set: func(d *draft, v value) error { d.spec.Precision = int(v.n); return nil }},
+		set: func(d *draft, v value) error { d.lim.Spec.Precision = int(v.n); return nil }},
 	{name: "unit_multiplier", kind: kindWhole, min: 1, max: math.MaxUint32, param: "window",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 or more", def: "1",
 		set: func(d *draft, v value) error { d.lim.UnitMultiplier = uint32(v.n); return nil }},
@@ -139,7 +139,7 @@ func setUnit(d *draft, v value) error {
 }
 
 func setAlgorithm(d *draft, v value) error {
-	return d.spec.Algorithm.UnmarshalText([]byte(v.text))
+	return d.lim.Spec.Algorithm.UnmarshalText([]byte(v.text))
 }
 
 func setTimezone(d *draft, v value) error {
@@ -189,7 +189,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 	if d.lim.Unlimited {
 		p.checkUnlimited(d)
 	} else {
-		d.lim.Spec = p.countedSpec(d)
+		p.countedSpec(d)
 	}
 	if len(p.errs) > nerr {
 		return nil
@@ -198,15 +198,15 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 	return d.lim
 }
 
-// countedSpec builds and checks the spec of a counted limit, recording
+// countedSpec completes and checks the spec of a counted limit, recording
 // its problems.
-func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
+func (p *parser) countedSpec(d *draft) {
 	l := d.lim
 	if l.Unit == 0 {
 		if f, ok := d.field("unit"); !ok || isNull(f.val) {
 			p.errorf(p.pos(d.node), join(d.path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
 		}
-		return spec
+		return
 	}
 	if _, ok := d.field("requests_per_unit"); !ok {
 		p.warnf(p.pos(d.node), join(d.path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
@@ -214,19 +214,17 @@ func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
 	w, err := l.Unit.Window(l.UnitMultiplier)
 	if err != nil {
 		p.errorf(p.at(d, "unit_multiplier", atName), join(d.path, "unit_multiplier"), "%v", err)
-		return spec
+		return
 	}
-	spec = d.spec
-	spec.Limit, spec.Window = int64(l.RequestsPerUnit), w
-	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
-		spec.Precision = 1
+	l.Spec.Limit, l.Spec.Window = int64(l.RequestsPerUnit), w
+	if l.Spec.Algorithm == limit.SlidingWindow && l.Spec.Precision == 0 {
+		l.Spec.Precision = 1
 	}
 	p.checkNeeds(d)
 	if d.value("calendar").b {
-		spec.Calendar = p.calendar(d)
+		l.Spec.Calendar = p.calendar(d)
 	}
-	p.reportSpec(d, spec.Validate())
-	return spec
+	p.reportSpec(d, l.Spec.Validate())
 }
 
 // calendar returns the time zone of a limit with calendar: true, or nil
@@ -267,8 +265,7 @@ type draft struct {
 	path     string
 	given    []field // by index in rateLimitTable; key nil when not given
 	lim      *Limit
-	values   []value    // by index in rateLimitTable
-	spec     limit.Spec // Algorithm, Burst and Precision, as given
+	values   []value // by index in rateLimitTable
 	location *time.Location
 }
 

@@ -79,7 +79,12 @@ func (l *resolvedLimit) Counted() bool { return l.Key != "" }
 // refuses. When dst has room from earlier requests, it allocates one
 // string, holding every key.
 func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error {
-	dst.reset(len(descs))
+	dst.Reset()
+	if cap(dst.overrides) < len(descs) {
+		// Limits point into overrides, which must not move: room for one
+		// per descriptor.
+		dst.overrides = make([]Limit, 0, len(descs))
+	}
 	for i := range descs {
 		if err := dst.add(s, domain, &descs[i], i); err != nil {
 			return err
@@ -236,15 +241,4 @@ func (r *Resolution) Reset() {
 	clear(r.limits)
 	clear(r.overrides)
 	r.Descriptors, r.limits, r.overrides, r.key = r.Descriptors[:0], r.limits[:0], r.overrides[:0], r.key[:0]
-}
-
-// reset empties r for a request of n descriptors.
-func (r *Resolution) reset(n int) {
-	r.Reset()
-	// Limits point into overrides, which must not move: room for one per
-	// descriptor.
-	if cap(r.overrides) < n {
-
-		r.overrides = make([]Limit, 0, n)
-	}
 }

@@ -122,8 +122,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 	recheck := time.NewTicker(w.recheck)
 	defer recheck.Stop()
-	var b burst
-	defer b.stop()
+	b := newBurst()
+	defer b.timer.Stop()
 	// resync watches what the path resolves to now before reading the
 	// files, so that a write after the read is an event.
 	resync := func(next *scope) {
@@ -155,7 +155,7 @@ func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 			// An overflow loses events: reload to be sure.
 			w.logger.Warn("rules: file watcher error; reloading", "path", w.path, "error", err)
 			b.add()
-		case <-b.done():
+		case <-b.timer.C:
 			b.pending = false
 			resync(newScope(w.path, w.opts.IgnoreDotFiles))
 		case <-recheck.C:
@@ -178,9 +178,15 @@ func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 // burst gathers the events of a burst into one reload: it is due settleDelay
 // after the last event, and at most maxDelay after the first.
 type burst struct {
-	timer   *time.Timer
+	timer   *time.Timer // fires when the reload is due; stopped until an event
 	pending bool
 	first   time.Time
+}
+
+func newBurst() *burst {
+	b := &burst{timer: time.NewTimer(time.Hour)}
+	b.timer.Stop()
+	return b
 }
 
 // add counts an event.
@@ -189,27 +195,7 @@ func (b *burst) add() {
 	if !b.pending {
 		b.pending, b.first = true, now
 	}
-	wait := min(settleDelay, max(0, b.first.Add(maxDelay).Sub(now)))
-	if b.timer == nil {
-		b.timer = time.NewTimer(wait)
-	} else {
-		b.timer.Reset(wait)
-	}
-}
-
-// done returns the channel that fires when the reload is due; nil, which
-// never fires, before the first event.
-func (b *burst) done() <-chan time.Time {
-	if b.timer == nil {
-		return nil
-	}
-	return b.timer.C
-}
-
-func (b *burst) stop() {
-	if b.timer != nil {
-		b.timer.Stop()
-	}
+	b.timer.Reset(min(settleDelay, max(0, b.first.Add(maxDelay).Sub(now))))
 }
 
 // Watching reports whether Run is watching the files: it has started and
