@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -174,17 +173,13 @@ func (p *parser) ignoredValue(n *yaml.Node, path string) {
 			}
 		}
 	case yaml.SequenceNode:
-		for i, item := range n.Content {
-			fp := fmt.Sprintf("%s[%d]", path, i)
-			if item = p.deref(item); item == nil {
-				return
-			}
+		p.each(n.Content, path, 0, func(item *yaml.Node, fp string) {
 			if item.Kind != yaml.MappingNode {
 				p.errorf(p.pos(item), fp, "want a mapping, not %s (the reference server refuses a list of anything else)", describe(item))
-				continue
+				return
 			}
 			p.ignoredValue(item, fp)
-		}
+		})
 	case yaml.ScalarNode:
 		if n.ShortTag() == "!!float" {
 			p.errorf(p.pos(n), path, "want a whole number, a string or a boolean, not %s (the reference server refuses it)", describe(n))

@@ -242,13 +242,22 @@ func (p *parser) descriptors(n *yaml.Node, path string, emit func(*descDoc)) {
 // handing each descriptor to emit. It returns false when the node budget
 // is spent.
 func (p *parser) items(list []*yaml.Node, path string, first int, emit func(*descDoc)) bool {
+	return p.each(list, path, first, func(item *yaml.Node, fp string) {
+		if d := p.descriptor(item, fp); d != nil {
+			emit(d)
+		}
+	})
+}
+
+// each calls f with each element of list, aliases resolved, and its path:
+// path indexed from first. It returns false when the node budget is
+// spent.
+func (p *parser) each(list []*yaml.Node, path string, first int, f func(item *yaml.Node, path string)) bool {
 	for i, item := range list {
 		if item = p.deref(item); item == nil {
 			return false
 		}
-		if d := p.descriptor(item, fmt.Sprintf("%s[%d]", path, first+i)); d != nil {
-			emit(d)
-		}
+		f(item, fmt.Sprintf("%s[%d]", path, first+i))
 	}
 	return true
 }
@@ -344,16 +353,12 @@ func (p *parser) rateLimits(n *yaml.Node, path string) []limitDoc {
 	}
 	var out []limitDoc
 	unlimited := false
-	for i, item := range n.Content {
-		if item = p.deref(item); item == nil {
-			break
-		}
-		fp := fmt.Sprintf("%s[%d]", path, i)
+	p.each(n.Content, path, 0, func(item *yaml.Node, fp string) {
 		if l := p.rateLimit(item, fp); l != nil {
 			out = append(out, limitDoc{lim: l, field: fp})
 			unlimited = unlimited || l.Unlimited
 		}
-	}
+	})
 	if unlimited && len(n.Content) > 1 {
 		p.errorf(p.pos(n), path, "unlimited: true together with other limits (an unlimited descriptor wants a single rate_limit)")
 	}
@@ -369,14 +374,10 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 		return nil
 	}
 	var out []string
-	for i, item := range n.Content {
-		if item = p.deref(item); item == nil {
-			break
-		}
-		fp := fmt.Sprintf("%s[%d]", path, i)
+	p.each(n.Content, path, 0, func(item *yaml.Node, fp string) {
 		fields, ok := p.mapping(item, fp, "a replaced limit such as {name: other_limit}", replacesFields)
 		if !ok {
-			continue
+			return
 		}
 		name := ""
 		for _, fl := range fields {
@@ -384,10 +385,10 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 		}
 		if name == "" {
 			p.errorf(p.pos(item), join(fp, "name"), "empty (want the name of the limit to replace)")
-			continue
+			return
 		}
 		out = append(out, name)
-	}
+	})
 	return out
 }
 
