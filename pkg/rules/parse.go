@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -467,10 +468,8 @@ func (p *parser) failureMode(n *yaml.Node, path string) FailureMode {
 	if !ok || s == "" {
 		return FailureDefault
 	}
-	for i, name := range failureModeNames[1:] {
-		if name == s {
-			return FailureMode(i + 1)
-		}
+	if i := slices.Index(failureModeNames[1:], s); i >= 0 {
+		return FailureMode(i + 1)
 	}
 	p.errorf(p.pos(n), path, "unknown failure mode %q (want allow, deny or unavailable)", s)
 	return FailureDefault

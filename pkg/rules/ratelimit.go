@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	// Time zones resolve even on minimal images without /usr/share/zoneinfo.
@@ -130,11 +132,11 @@ func setUnit(d *draft, v value) error {
 	if v.null {
 		return nil
 	}
-	u, ok := parseUnit(v.text)
-	if !ok {
+	i := slices.IndexFunc(unitNames[1:], func(n string) bool { return strings.EqualFold(n, v.text) })
+	if i < 0 {
 		return fmt.Errorf("unknown unit %q (want second, minute, hour, day, week, month or year)", v.text)
 	}
-	d.lim.Unit = u
+	d.lim.Unit = Unit(i + 1)
 	return nil
 }
 

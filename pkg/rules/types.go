@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,16 +53,6 @@ func (u Unit) Duration() time.Duration {
 	return 0
 }
 
-// parseUnit returns the unit named s, case-insensitively.
-func parseUnit(s string) (Unit, bool) {
-	for i, n := range unitNames[1:] {
-		if strings.EqualFold(n, s) {
-			return Unit(i + 1), true
-		}
-	}
-	return 0, false
-}
-
 // FailureMode is what to do with a limit when its store fails: a
 // descriptor's failure_mode, or the server's.
 type FailureMode uint8
@@ -87,11 +78,9 @@ func (m FailureMode) String() string {
 // UnmarshalText reads the server's failure mode: allow, deny or
 // unavailable, in any case.
 func (m *FailureMode) UnmarshalText(b []byte) error {
-	for _, f := range []FailureMode{FailureAllow, FailureDeny, FailureUnavailable} {
-		if strings.EqualFold(string(b), f.String()) {
-			*m = f
-			return nil
-		}
+	if i := slices.IndexFunc(failureModeNames[1:], func(n string) bool { return strings.EqualFold(n, string(b)) }); i >= 0 {
+		*m = FailureMode(i + 1)
+		return nil
 	}
 	return fmt.Errorf("unknown failure mode %q (want allow, deny or unavailable)", b)
 }
