@@ -128,7 +128,6 @@ type hasher struct {
 
 var hashers = sync.Pool{New: func() any { return &hasher{h: sha256.New()} }}
 
-// appendSHA256Hex appends the hex SHA-256 of s to dst.
 func appendSHA256Hex(dst []byte, s string) []byte {
 	x := hashers.Get().(*hasher)
 	x.h.Reset()

@@ -82,7 +82,6 @@ func matchedStep(at string, r *Rule, kind matchKind) explainStep {
 	return explainStep{kind.String(), fmt.Sprintf("%s%s %q %s (%v): %s", at, kind, lv.value, r.Path, r.Pos, note)}
 }
 
-// ruleReason says what a matched rule does.
 func ruleReason(r *Rule) string {
 	if len(r.Limits) == 0 {
 		return fmt.Sprintf("rule %s matches but holds no limit, so the request is not limited", r.Path)

@@ -113,7 +113,6 @@ func (h *history) offer(set *Set, err error, quiet bool, origin string) {
 	h.logLoaded(set, attrs)
 }
 
-// logLoaded logs a set put in force, and its warnings.
 func (h *history) logLoaded(s *Set, attrs []any) {
 	for _, wn := range s.warnings {
 		a := []any{"at", wn.Pos.String()}

@@ -271,7 +271,6 @@ type draft struct {
 	location *time.Location
 }
 
-// reset readies d for the rate_limit n at path.
 func (d *draft) reset(n *yaml.Node, path string, pos position) {
 	given, values := d.given, d.values
 	if given == nil {
@@ -282,7 +281,6 @@ func (d *draft) reset(n *yaml.Node, path string, pos position) {
 	*d = draft{node: n, path: path, given: given, values: values, lim: &Limit{Pos: pos, UnitMultiplier: 1}}
 }
 
-// field returns the named field as given, and whether it was.
 func (d *draft) field(name string) (field, bool) {
 	f := d.given[fieldIndex(name)]
 	return f, f.key != nil
@@ -322,7 +320,6 @@ func (p *parser) decodeRateLimit(n *yaml.Node, path string, fields []field) *dra
 	return d
 }
 
-// fieldIndex returns the index of a field in rateLimitTable.
 func fieldIndex(name string) int {
 	for i := range rateLimitTable {
 		if rateLimitTable[i].name == name {

@@ -22,7 +22,6 @@ type tableEntry[V any] struct {
 	val V
 }
 
-// get returns the value for k.
 func (t *table[V]) get(k string) (V, bool) {
 	if t.large != nil {
 		v, ok := t.large[k]
@@ -53,7 +52,6 @@ func (t *table[V]) put(k string, v V) {
 	}
 }
 
-// size returns the number of keys.
 func (t *table[V]) size() int {
 	if t.large != nil {
 		return len(t.large)

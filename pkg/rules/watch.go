@@ -189,7 +189,6 @@ func newBurst() *burst {
 	return b
 }
 
-// add counts an event.
 func (b *burst) add() {
 	now := time.Now()
 	if !b.pending {
