@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -238,38 +237,21 @@ func rulePath(domain string, levels []level) string {
 // sliding windows; "|unlimited" for unlimited limits. Length prefixes and
 // distinct markers make it injective.
 func limitID(domain string, levels []level, l *Limit) string {
-	var b []byte
-	b = appendLP(b, domain)
+	b := fmt.Appendf(nil, "%d:%s", len(domain), domain)
 	for _, lv := range levels {
-		b = append(b, '/')
-		b = appendLP(b, lv.key)
-		b = append(b, '=')
-		b = appendLP(b, lv.value)
+		b = fmt.Appendf(b, "/%d:%s=%d:%s", len(lv.key), lv.key, len(lv.value), lv.value)
 	}
 	if l.Unlimited {
-		return string(append(b, "|unlimited"...))
+		return string(b) + "|unlimited"
 	}
 	s := l.Spec
-	b = append(b, "|a="...)
-	b = append(b, s.Algorithm.String()...)
-	b = append(b, "|w="...)
 	if s.Calendar == nil {
-		b = append(b, s.Window.String()...)
+		b = fmt.Appendf(b, "|a=%s|w=%s", s.Algorithm, s.Window)
 	} else {
-		b = append(b, "cal:"...)
-		b = append(b, l.Unit.String()...)
-		b = append(b, '@')
-		b = append(b, s.Calendar.String()...)
+		b = fmt.Appendf(b, "|a=%s|w=cal:%s@%s", s.Algorithm, l.Unit, s.Calendar)
 	}
 	if s.Algorithm == limit.SlidingWindow {
-		b = append(b, "|p="...)
-		b = strconv.AppendInt(b, s.SubWindows(), 10)
+		b = fmt.Appendf(b, "|p=%d", s.SubWindows())
 	}
 	return string(b)
-}
-
-func appendLP(b []byte, s string) []byte {
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, ':')
-	return append(b, s...)
 }
