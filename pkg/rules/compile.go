@@ -218,17 +218,14 @@ func (c *compiler) checkReplaces() {
 
 // rulePath is Rule.Path.
 func rulePath(domain string, levels []level) string {
-	var b strings.Builder
-	b.WriteString(domain)
+	path := domain
 	for _, lv := range levels {
-		b.WriteByte('.')
-		b.WriteString(lv.key)
+		path += "." + lv.key
 		if lv.value != "" {
-			b.WriteByte('_')
-			b.WriteString(lv.value)
+			path += "_" + lv.value
 		}
 	}
-	return b.String()
+	return path
 }
 
 // limitID is Limit.ID: the domain and each level's key and value,
