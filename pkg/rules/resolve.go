@@ -47,8 +47,9 @@ type Resolved struct {
 	// rule in shadow mode (which wins over quota mode), Quota for a rule
 	// in quota mode, else Enforce.
 	Mode limit.Mode
-	// Limits are the limits that apply, in the rule's order, each with
-	// its counter Key and whether it was Replaced (see resolvedLimit).
+	// Limits are the limits that apply, in the rule's order: each its
+	// Limit, its counter Key ("" when not counted), whether it was
+	// Replaced, and the methods Counted and DemandKey.
 	Limits []resolvedLimit
 }
 

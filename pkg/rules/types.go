@@ -111,7 +111,7 @@ type Limit struct {
 	Unlimited       bool   // never counted, always allows
 	Replaces        []string
 	Spec            limit.Spec // what a limiter evaluates; zero when Unlimited
-	Pos             position
+	Pos             position   // where it is written; prints as "file:line:col"
 }
 
 // Rule is a compiled descriptor of a rule file, matched by a request
@@ -133,7 +133,7 @@ type Rule struct {
 	// holding what JSON carries (map[string]any, []any, string, float64,
 	// bool, nil).
 	Metadata map[string]any
-	Pos      position
+	Pos      position // where it is written; prints as "file:line:col"
 
 	levels []level // from the domain down
 }
@@ -202,7 +202,7 @@ func (e fieldError) Error() string {
 
 // LoadError holds every problem of a refused load.
 type LoadError struct {
-	Errors []fieldError
+	Errors []fieldError // in file order; each an error "file:line:col: field: what is wrong"
 }
 
 // Error returns one line per problem.
