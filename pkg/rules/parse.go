@@ -271,13 +271,10 @@ func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 		return nil
 	}
 	d := &descDoc{field: path, rule: Rule{Pos: p.pos(n)}}
-	given := map[string]*field{}
 	for i := range fields {
-		fl := &fields[i]
-		given[fl.name] = fl
-		p.descriptorField(d, fl, join(path, fl.name))
+		p.descriptorField(d, &fields[i], join(path, fields[i].name))
 	}
-	if given["key"] == nil {
+	if fieldAt(fields, "key") < 0 {
 		p.errorf(p.pos(n), join(path, "key"), "missing (want the descriptor key Envoy sends, such as remote_address)")
 	}
 	if d.share && !strings.Contains(d.value, "*") {
@@ -287,7 +284,7 @@ func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 		}
 		p.errorf(d.sharePos, join(path, "share_threshold"), "needs a wildcard value containing * (%s)", what)
 	}
-	d.limits = p.descriptorLimits(given["rate_limit"], given["rate_limits"], path)
+	d.limits = p.descriptorLimits(fields, path)
 	return d
 }
 
@@ -326,19 +323,20 @@ func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 	}
 }
 
-// descriptorLimits parses a descriptor's rate_limit or rate_limits (nil
-// when not given), refusing both at once.
-func (p *parser) descriptorLimits(rateLimit, rateLimits *field, path string) []limitDoc {
+// descriptorLimits parses a descriptor's rate_limit or rate_limits, of its
+// fields, refusing both at once.
+func (p *parser) descriptorLimits(fields []field, path string) []limitDoc {
+	one, many := fieldAt(fields, "rate_limit"), fieldAt(fields, "rate_limits")
 	switch {
-	case rateLimit != nil && rateLimits != nil:
-		p.errorf(p.pos(rateLimits.key), join(path, "rate_limits"), "given together with rate_limit (want one of them: rate_limit for one limit, rate_limits for several)")
-	case rateLimit != nil && !isNull(rateLimit.val):
+	case one >= 0 && many >= 0:
+		p.errorf(p.pos(fields[many].key), join(path, "rate_limits"), "given together with rate_limit (want one of them: rate_limit for one limit, rate_limits for several)")
+	case one >= 0 && !isNull(fields[one].val):
 		fp := join(path, "rate_limit")
-		if l := p.rateLimit(rateLimit.val, fp); l != nil {
+		if l := p.rateLimit(fields[one].val, fp); l != nil {
 			return []limitDoc{{lim: l, field: fp}}
 		}
-	case rateLimits != nil:
-		return p.rateLimits(rateLimits.val, join(path, "rate_limits"))
+	case many >= 0:
+		return p.rateLimits(fields[many].val, join(path, "rate_limits"))
 	}
 	return nil
 }
