@@ -156,17 +156,7 @@ const (
 	matchKeyOnly
 )
 
-// String returns "exact", "wildcard" or "key-only".
-func (k matchKind) String() string {
-	switch k {
-	case matchExact:
-		return "exact"
-	case matchWildcard:
-		return "wildcard"
-	default:
-		return "key-only"
-	}
-}
+func (k matchKind) String() string { return [...]string{"exact", "wildcard", "key-only"}[k] }
 
 // position is a place in a rule file. Line and Column count from 1, and are
 // 0 for the whole file.
@@ -207,12 +197,9 @@ type LoadError struct {
 
 // Error returns one line per problem.
 func (e *LoadError) Error() string {
-	var b strings.Builder
+	lines := make([]string, len(e.Errors))
 	for i, fe := range e.Errors {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(fe.Error())
+		lines[i] = fe.Error()
 	}
-	return b.String()
+	return strings.Join(lines, "\n")
 }
