@@ -209,12 +209,9 @@ func (w *Watcher) Watching() bool { return w.watching.Load() }
 func (w *Watcher) reload(atStart bool) {
 	cur := w.current.Load()
 	files, probs := readRules(w.path, w.opts.IgnoreDotFiles)
-	var set *Set
-	var err error
 	sortFiles(files)
-	if len(probs.errs) == 0 && digest(files) == cur.digest {
-		set = cur
-	} else {
+	set, err := cur, error(nil)
+	if len(probs.errs) > 0 || digest(files) != cur.digest {
 		set, err = build(files, w.opts, probs, sliceBytes)
 	}
 	if err == nil && len(set.names) == 0 && len(cur.names) > 0 {
