@@ -27,7 +27,8 @@ const (
 	recheckEvery = 2 * time.Second
 )
 
-// Status describes a Watcher's loads, for a status endpoint.
+// Status describes the loads of a Watcher or the pushes of a Feed, for a
+// status endpoint.
 type Status struct {
 	// Version is the current Set's: the number of good loads that
 	// changed the rules, the first load being 1.
