@@ -38,14 +38,7 @@ func appendCounterKey(dst []byte, domain string, rd *Resolved, l *Limit) []byte 
 	if rd.Override {
 		return appendOverrideKey(dst, domain, rd.Rule, rd.Entries, l.Spec)
 	}
-	return appendRuleKey(dst, rd.Rule, l, rd.Entries)
-}
-
-// appendRuleKey appends the counter key of r's limit l for a request
-// descriptor with these entries.
-func appendRuleKey(dst []byte, r *Rule, l *Limit, entries []Entry) []byte {
-	dst = append(dst, keyRule)
-	return r.appendIdentity(dst, l, entries)
+	return rd.Rule.appendIdentity(append(dst, keyRule), l, rd.Entries)
 }
 
 // appendIdentity appends the identity of the counter of r's limit l for a

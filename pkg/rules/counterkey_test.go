@@ -31,8 +31,8 @@ func TestCounterKeysAreDistinct(t *testing.T) {
 	gcra := limit.Spec{Algorithm: limit.GCRA, Limit: 1, Window: time.Minute}
 	long := strings.Repeat("x", 100)
 	keys := map[string]string{
-		"rule":                        string(appendRuleKey(nil, r, r.Limits[0], user)),
-		"rule other value":            string(appendRuleKey(nil, r, r.Limits[0], []Entry{{Key: "user", Value: "bob"}})),
+		"rule":                        string(appendCounterKey(nil, "test", &Resolved{Rule: r, Entries: user}, r.Limits[0])),
+		"rule other value":            string(appendCounterKey(nil, "test", &Resolved{Rule: r, Entries: []Entry{{Key: "user", Value: "bob"}}}, r.Limits[0])),
 		"override of the rule":        string(appendOverrideKey(nil, "test", r, user, minute)),
 		"override, other window":      string(appendOverrideKey(nil, "test", r, user, hour)),
 		"override, other algorithm":   string(appendOverrideKey(nil, "test", r, user, gcra)),
@@ -78,7 +78,7 @@ func FuzzOverrideKey(f *testing.F) {
 			override = string(appendOverrideKey(nil, d, r, entries, spec))
 			if r != nil && len(r.Limits) > 0 {
 				counter = string(r.appendIdentity(nil, r.Limits[0], entries))
-				if override == counter || override == string(appendRuleKey(nil, r, r.Limits[0], entries)) {
+				if override == counter || override == string(appendCounterKey(nil, "test", &Resolved{Rule: r, Entries: entries}, r.Limits[0])) {
 					t.Fatalf("override key %q is also a counter key", override)
 				}
 			}
