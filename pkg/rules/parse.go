@@ -198,19 +198,16 @@ func (p *parser) root(n *yaml.Node, data []byte, lay *layout) bool {
 	if !ok {
 		return lay == nil
 	}
-	domain, pos, hasDomain := "", p.pos(n), false
-	for _, fl := range fields {
-		if fl.name == "domain" {
-			hasDomain = true
-			domain, _ = p.str(fl.val, "domain")
-			pos = p.pos(fl.val)
-			if domain == "" && fl.val.Kind == yaml.ScalarNode {
-				p.errorf(p.pos(fl.val), "domain", "empty (want the domain name Envoy sends)")
-			}
+	domain, pos := "", p.pos(n)
+	if i := fieldAt(fields, "domain"); i >= 0 {
+		fl := fields[i]
+		domain, _ = p.str(fl.val, "domain")
+		pos = p.pos(fl.val)
+		if domain == "" && fl.val.Kind == yaml.ScalarNode {
+			p.errorf(pos, "domain", "empty (want the domain name Envoy sends)")
 		}
-	}
-	if !hasDomain {
-		p.errorf(p.pos(n), "domain", "missing (want the domain name Envoy sends)")
+	} else {
+		p.errorf(pos, "domain", "missing (want the domain name Envoy sends)")
 	}
 	p.sink.domain(domain, pos)
 	for _, fl := range fields {
