@@ -62,7 +62,7 @@ type Watcher struct {
 
 	// watching is set once Run watches the files and has looked at them.
 	watching atomic.Bool
-	// seen, set by tests before Run, is told of each event and whether it
+	// seen, replaced by tests before Run, is told of each event and whether it
 	// may change the rules, and of each periodic look (the zero Event) and
 	// whether it found a change.
 	seen func(ev fsnotify.Event, relevant bool)
@@ -76,7 +76,7 @@ func NewWatcher(path string, opts Options, logger *slog.Logger) (*Watcher, error
 	if err != nil {
 		return nil, err
 	}
-	w := &Watcher{path: path, opts: opts, recheck: recheckEvery}
+	w := &Watcher{path: path, opts: opts, recheck: recheckEvery, seen: func(fsnotify.Event, bool) {}}
 	w.init(s, 1, logger, "path", path)
 	w.logLoaded(s, w.attrs)
 	return w, nil
@@ -143,9 +143,7 @@ func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 				return errors.New("rules: file watcher closed")
 			}
 			relevant := sc.relevant(ev)
-			if w.seen != nil {
-				w.seen(ev, relevant)
-			}
+			w.seen(ev, relevant)
 			if relevant {
 				b.add()
 			}
@@ -165,9 +163,7 @@ func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 			// place): a changed fingerprint is a change all the same.
 			next := newScope(w.path, w.opts.IgnoreDotFiles)
 			changed := next.fingerprint != sc.fingerprint
-			if w.seen != nil {
-				w.seen(fsnotify.Event{}, changed)
-			}
+			w.seen(fsnotify.Event{}, changed)
 			if changed && !b.pending {
 				w.logger.Debug("rules: change seen without an event", "path", w.path)
 				resync(next)
