@@ -89,24 +89,21 @@ func compileFiles(files []ruleFile, opts Options, read *problems, slice int) (*S
 	if slice <= 0 {
 		wholeFrom = 0
 	}
+attempt:
 	for {
 		probs := &problems{errs: slices.Clone(read.errs), warns: slices.Clone(read.warns)}
 		c := newCompiler(opts, probs)
-		redo := -1
 		for i, f := range files {
 			s := slice
 			if i >= wholeFrom {
 				s = 0
 			}
 			if !parseFile(f.name, f.data, probs, c, s) {
-				redo = i
-				break
+				wholeFrom = i
+				continue attempt
 			}
 		}
-		if redo < 0 {
-			return c.finish(), probs
-		}
-		wholeFrom = redo
+		return c.finish(), probs
 	}
 }
 
