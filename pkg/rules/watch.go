@@ -364,9 +364,7 @@ func (r *resolver) target(real string, depth int) {
 				if t, ok := r.follow(full); ok && (isRuleFile(e.Name()) || isDir(t)) {
 					r.target(t, depth+1)
 				}
-			case e.IsDir():
-				r.target(full, depth+1)
-			case isRuleFile(e.Name()):
+			case e.IsDir() || isRuleFile(e.Name()):
 				r.target(full, depth+1)
 			}
 		}
