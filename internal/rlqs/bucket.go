@@ -263,12 +263,13 @@ func (st *stream) resolve(b *bucket, set *rules.Set) {
 		}
 	}
 	for _, l := range d.Limits {
-		if l.Counted() {
-			b.counters = append(b.counters, counter{key: unique.Make(l.Key), spec: l.Limit.Spec})
+		if !l.Counted() {
+			continue
 		}
+		if len(b.counters) == 0 {
+			b.demandKey = unique.Make(l.DemandKey(st.s.demand.Window))
+		}
+		b.counters = append(b.counters, counter{key: unique.Make(l.Key), spec: l.Limit.Spec})
 	}
 	st.res.Reset()
-	if len(b.counters) > 0 {
-		b.demandKey = unique.Make(rules.DemandKey(b.counters[0].key.Value(), st.s.demand.Window))
-	}
 }

@@ -139,10 +139,11 @@ func TestRoutes(t *testing.T) {
 // line.
 func TestSnapshot(t *testing.T) {
 	refusedAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	st := rules.Status{Version: 4, Reloads: 5, Failures: 1, Origin: "7", Source: "xds eg:18001 node n: receiving rules", LastErrorAt: refusedAt, LastError: &rules.LoadError{Errors: []rules.FieldError{
-		{Pos: rules.Position{File: "d.yaml", Line: 4, Column: 19}, Field: "descriptors[0].rate_limit.unit", Msg: "unknown unit"},
-		{Pos: rules.Position{File: "e.yaml", Line: 1, Column: 1}, Msg: "no domain"},
-	}}}
+	_, refused := rules.Parse(map[string][]byte{
+		"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"),
+		"e.yaml": []byte("descriptors: []\n"),
+	}, rules.Options{})
+	st := rules.Status{Version: 4, Reloads: 5, Failures: 1, Origin: "7", Source: "xds eg:18001 node n: receiving rules", LastErrorAt: refusedAt, LastError: refused}
 	p := newUnitPage(t, st, rlsmetrics.HotFingerprints)
 	for i := range 9 {
 		p.send(t, "tenant", fmt.Sprintf("t%d", i%5))
@@ -205,7 +206,8 @@ func TestSnapshot(t *testing.T) {
 		}
 	}
 	want := RuleStatus{Version: 4, Reloads: 5, Failures: 1, Origin: "7", Source: "xds eg:18001 node n: receiving rules", LastErrorAt: &refusedAt, Errors: []string{
-		"d.yaml:4:19: descriptors[0].rate_limit.unit: unknown unit", "e.yaml:1:1: no domain"}}
+		`d.yaml:4:24: descriptors[0].rate_limit.unit: unknown unit "fortnight" (want second, minute, hour, day, week, month or year)`,
+		"e.yaml:1:1: domain: missing (want the domain name Envoy sends)"}}
 	gotJSON, _ := json.Marshal(snap.Rules)
 	wantJSON, _ := json.Marshal(want)
 	if string(gotJSON) != string(wantJSON) {

@@ -155,18 +155,18 @@ func (sc *scratch) planHits(i int, quotaMode bool) {
 	ds.quota = (ruleQuota && ds.counted) || (quotaMode && !ds.unlimited)
 }
 
-// override returns the rules.Override of descriptor index's limit
-// override, or an error naming the field for a unit that is not one.
-func override(o *rlv3.RateLimitDescriptor_RateLimitOverride, index int) (rules.Override, error) {
+// override returns the rules.Descriptor.Override of descriptor index's
+// limit override, or an error naming the field for a unit that is not one.
+func override(o *rlv3.RateLimitDescriptor_RateLimitOverride, index int) (rules.Limit, error) {
 	unit, err := overrideUnit(o.GetUnit(), index)
 	if err != nil {
-		return rules.Override{}, err
+		return rules.Limit{}, err
 	}
 	mult := uint32(1)
 	if m := o.GetUnitMultiplier(); m != nil {
 		mult = m.GetValue() // 0 is refused by Resolve, naming the field
 	}
-	return rules.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult}, nil
+	return rules.Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult}, nil
 }
 
 // overrideMetric names the rule of an override that matched none.

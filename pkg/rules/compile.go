@@ -2,8 +2,8 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +16,7 @@ type compiler struct {
 	*problems
 	opts     Options
 	set      *Set
-	domainAt map[string]Position // where each domain was first declared
+	domainAt map[string]position // where each domain was first declared
 	names    map[string][]*Limit // named limits per domain, for replaces
 	// fields and paths hold the field paths that a warning of finish may
 	// name (limits that replace, wildcard and key-only rules), and only
@@ -33,7 +33,7 @@ func newCompiler(opts Options, probs *problems) *compiler {
 		problems: probs,
 		opts:     opts,
 		set:      &Set{domains: map[string]*node{}, loadedAt: time.Now()},
-		domainAt: map[string]Position{},
+		domainAt: map[string]position{},
 		names:    map[string][]*Limit{},
 		fields:   map[*Limit]string{},
 		paths:    map[*Rule]string{},
@@ -41,7 +41,7 @@ func newCompiler(opts Options, probs *problems) *compiler {
 }
 
 // domain starts the next file (fileSink).
-func (c *compiler) domain(name string, pos Position) {
+func (c *compiler) domain(name string, pos position) {
 	c.cur, c.root = name, nil
 	if name == "" {
 		return // already reported
@@ -81,36 +81,30 @@ func (c *compiler) finish() *Set {
 // checkReachable warns about descriptors that can never match because a
 // wildcard of only stars, earlier at the same level, matches every value.
 func (c *compiler) checkReachable(n *node) {
-	for _, e := range n.children.small {
-		c.checkGroup(e.val)
-	}
-	for _, g := range n.children.large {
+	for _, g := range n.children.all() {
 		c.checkGroup(g)
 	}
 }
 
 func (c *compiler) checkGroup(g *keyGroup) {
 	var all *Rule
-	for _, w := range g.wildcards {
+	shadowed := func(n *node) {
 		if all != nil {
-			c.warnf(w.node.rule.Pos, c.paths[w.node.rule], "never matched: the wildcard %q at %v matches every value first",
+			c.warnf(n.rule.Pos, c.paths[n.rule], "never matched: the wildcard %q at %v matches every value first",
 				all.levels[len(all.levels)-1].value, all.Pos)
-		} else if strings.Join(w.segs, "") == "" {
+		}
+		c.checkReachable(n)
+	}
+	for _, w := range g.wildcards {
+		shadowed(w.node)
+		if all == nil && strings.Join(w.segs, "") == "" {
 			all = w.node.rule
 		}
-		c.checkReachable(w.node)
 	}
 	if g.keyOnly != nil {
-		if all != nil {
-			c.warnf(g.keyOnly.rule.Pos, c.paths[g.keyOnly.rule], "never matched: the wildcard %q at %v matches every value first",
-				all.levels[len(all.levels)-1].value, all.Pos)
-		}
-		c.checkReachable(g.keyOnly)
+		shadowed(g.keyOnly)
 	}
-	for _, e := range g.exact.small {
-		c.checkReachable(e.val)
-	}
-	for _, n := range g.exact.large {
+	for _, n := range g.exact.all() {
 		c.checkReachable(n)
 	}
 }
@@ -125,7 +119,7 @@ func (c *compiler) add(domain string, parent *node, levels []level, d *descDoc) 
 		g = &keyGroup{}
 		parent.children.put(d.key, g)
 	}
-	lv := level{key: d.key, value: d.value, share: d.share, valueToMetric: d.valueToMetric}
+	lv := level{key: d.key, value: d.value, share: d.share, valueToMetric: d.rule.ValueToMetric}
 	switch {
 	case d.value == "":
 		lv.kind = matchKeyOnly
@@ -137,7 +131,7 @@ func (c *compiler) add(domain string, parent *node, levels []level, d *descDoc) 
 		lv.kind = matchExact
 	}
 	if first := g.existing(lv); first != nil {
-		c.errorf(d.pos, d.field, "duplicate descriptor %s at this level, first at %v (merge the two)",
+		c.errorf(d.rule.Pos, d.field, "duplicate descriptor %s at this level, first at %v (merge the two)",
 			describeLevel(lv), first.rule.Pos)
 		return
 	}
@@ -182,18 +176,9 @@ func describeLevel(lv level) string {
 
 // rule compiles a descriptor's rule, giving its limits their IDs.
 func (c *compiler) rule(domain string, levels []level, d *descDoc) *Rule {
-	r := &Rule{
-		Domain:         domain,
-		Path:           rulePath(domain, levels),
-		ShadowMode:     d.shadowMode,
-		DetailedMetric: d.detailed,
-		QuotaMode:      d.quotaMode,
-		ValueToMetric:  d.valueToMetric,
-		FailureMode:    d.failureMode,
-		Metadata:       d.metadata,
-		Pos:            d.pos,
-		levels:         levels,
-	}
+	r := new(Rule) // a copy, so that the set does not keep d
+	*r = d.rule
+	r.Domain, r.Path, r.levels = domain, rulePath(domain, levels), levels
 	if levels[len(levels)-1].kind != matchExact {
 		c.paths[r] = d.field
 	}
@@ -223,14 +208,7 @@ func (c *compiler) checkReplaces() {
 	for _, r := range c.set.rules {
 		for _, l := range r.Limits {
 			for _, name := range l.Replaces {
-				found := false
-				for _, other := range c.names[r.Domain] {
-					if other.Name == name {
-						found = true
-						break
-					}
-				}
-				if !found {
+				if !slices.ContainsFunc(c.names[r.Domain], func(o *Limit) bool { return o.Name == name }) {
 					c.warnf(l.Pos, join(c.fields[l], "replaces"), "no limit of domain %q is named %q, so this replaces nothing", r.Domain, name)
 				}
 			}
@@ -240,17 +218,14 @@ func (c *compiler) checkReplaces() {
 
 // rulePath is Rule.Path.
 func rulePath(domain string, levels []level) string {
-	var b strings.Builder
-	b.WriteString(domain)
+	path := domain
 	for _, lv := range levels {
-		b.WriteByte('.')
-		b.WriteString(lv.key)
+		path += "." + lv.key
 		if lv.value != "" {
-			b.WriteByte('_')
-			b.WriteString(lv.value)
+			path += "_" + lv.value
 		}
 	}
-	return b.String()
+	return path
 }
 
 // limitID is Limit.ID: the domain and each level's key and value,
@@ -259,38 +234,21 @@ func rulePath(domain string, levels []level) string {
 // sliding windows; "|unlimited" for unlimited limits. Length prefixes and
 // distinct markers make it injective.
 func limitID(domain string, levels []level, l *Limit) string {
-	var b []byte
-	b = appendLP(b, domain)
+	b := fmt.Appendf(nil, "%d:%s", len(domain), domain)
 	for _, lv := range levels {
-		b = append(b, '/')
-		b = appendLP(b, lv.key)
-		b = append(b, '=')
-		b = appendLP(b, lv.value)
+		b = fmt.Appendf(b, "/%d:%s=%d:%s", len(lv.key), lv.key, len(lv.value), lv.value)
 	}
 	if l.Unlimited {
-		return string(append(b, "|unlimited"...))
+		return string(b) + "|unlimited"
 	}
 	s := l.Spec
-	b = append(b, "|a="...)
-	b = append(b, s.Algorithm.String()...)
-	b = append(b, "|w="...)
 	if s.Calendar == nil {
-		b = append(b, s.Window.String()...)
+		b = fmt.Appendf(b, "|a=%s|w=%s", s.Algorithm, s.Window)
 	} else {
-		b = append(b, "cal:"...)
-		b = append(b, l.Unit.String()...)
-		b = append(b, '@')
-		b = append(b, s.Calendar.String()...)
+		b = fmt.Appendf(b, "|a=%s|w=cal:%s@%s", s.Algorithm, l.Unit, s.Calendar)
 	}
 	if s.Algorithm == limit.SlidingWindow {
-		b = append(b, "|p="...)
-		b = strconv.AppendInt(b, s.SubWindows(), 10)
+		b = fmt.Appendf(b, "|p=%d", s.SubWindows())
 	}
 	return string(b)
-}
-
-func appendLP(b []byte, s string) []byte {
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, ':')
-	return append(b, s...)
 }

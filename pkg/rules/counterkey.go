@@ -38,14 +38,7 @@ func appendCounterKey(dst []byte, domain string, rd *Resolved, l *Limit) []byte 
 	if rd.Override {
 		return appendOverrideKey(dst, domain, rd.Rule, rd.Entries, l.Spec)
 	}
-	return appendRuleKey(dst, rd.Rule, l, rd.Entries)
-}
-
-// appendRuleKey appends the counter key of r's limit l for a request
-// descriptor with these entries.
-func appendRuleKey(dst []byte, r *Rule, l *Limit, entries []Entry) []byte {
-	dst = append(dst, keyRule)
-	return r.appendIdentity(dst, l, entries)
+	return rd.Rule.appendIdentity(append(dst, keyRule), l, rd.Entries)
 }
 
 // appendIdentity appends the identity of the counter of r's limit l for a
@@ -90,18 +83,18 @@ func appendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec
 }
 
 // DemandKey returns the key of the counter where RLQS adds up the demand a
-// fleet sends for the counter at counterKey, over windows of window (which
-// is positive) rounded up to whole seconds; "" for a window of 0. It is the
-// key an override of one hit per window would have in the empty domain, on
-// one entry with an empty key holding counterKey: no request can name that
-// domain or key, so it is never the key of a rule or a request.
-func DemandKey(counterKey string, window time.Duration) string {
+// fleet sends for the counter at l.Key, over windows of window rounded up
+// to whole seconds; "" for a window of 0. It is the key an override of one
+// hit per window would have in the empty domain, on one entry with an
+// empty key holding l.Key: no request can name that domain or key, so it
+// is never the key of a rule or a request.
+func (l *resolvedLimit) DemandKey(window time.Duration) string {
 	secs := uint32((window + time.Second - 1) / time.Second)
 	if secs == 0 {
 		return ""
 	}
 	spec := limit.Spec{Limit: 1, Window: time.Duration(secs) * time.Second}
-	return string(appendOverrideKey(nil, "", nil, []Entry{{Value: counterKey}}, spec))
+	return string(appendOverrideKey(nil, "", nil, []Entry{{Value: l.Key}}, spec))
 }
 
 // appendKeyField appends s as 'v', its length, ':' and its bytes, or, past
@@ -128,7 +121,6 @@ type hasher struct {
 
 var hashers = sync.Pool{New: func() any { return &hasher{h: sha256.New()} }}
 
-// appendSHA256Hex appends the hex SHA-256 of s to dst.
 func appendSHA256Hex(dst []byte, s string) []byte {
 	x := hashers.Get().(*hasher)
 	x.h.Reset()

@@ -31,8 +31,8 @@ func TestCounterKeysAreDistinct(t *testing.T) {
 	gcra := limit.Spec{Algorithm: limit.GCRA, Limit: 1, Window: time.Minute}
 	long := strings.Repeat("x", 100)
 	keys := map[string]string{
-		"rule":                        string(appendRuleKey(nil, r, r.Limits[0], user)),
-		"rule other value":            string(appendRuleKey(nil, r, r.Limits[0], []Entry{{Key: "user", Value: "bob"}})),
+		"rule":                        string(appendCounterKey(nil, "test", &Resolved{Rule: r, Entries: user}, r.Limits[0])),
+		"rule other value":            string(appendCounterKey(nil, "test", &Resolved{Rule: r, Entries: []Entry{{Key: "user", Value: "bob"}}}, r.Limits[0])),
 		"override of the rule":        string(appendOverrideKey(nil, "test", r, user, minute)),
 		"override, other window":      string(appendOverrideKey(nil, "test", r, user, hour)),
 		"override, other algorithm":   string(appendOverrideKey(nil, "test", r, user, gcra)),
@@ -78,7 +78,7 @@ func FuzzOverrideKey(f *testing.F) {
 			override = string(appendOverrideKey(nil, d, r, entries, spec))
 			if r != nil && len(r.Limits) > 0 {
 				counter = string(r.appendIdentity(nil, r.Limits[0], entries))
-				if override == counter || override == string(appendRuleKey(nil, r, r.Limits[0], entries)) {
+				if override == counter || override == string(appendCounterKey(nil, "test", &Resolved{Rule: r, Entries: entries}, r.Limits[0])) {
 					t.Fatalf("override key %q is also a counter key", override)
 				}
 			}
@@ -116,7 +116,7 @@ func TestDemandKey(t *testing.T) {
 	}
 	viaResolve := func(counterKey string, window time.Duration) string {
 		secs := uint32((window + time.Second - 1) / time.Second)
-		o := Override{RequestsPerUnit: 1, Unit: second, UnitMultiplier: secs}
+		o := Limit{RequestsPerUnit: 1, Unit: second, UnitMultiplier: secs}
 		var res Resolution
 		if err := set.Resolve(&res, "", []Descriptor{{Entries: []Entry{{Value: counterKey}}, Override: o}}); err != nil {
 			return ""
@@ -135,7 +135,7 @@ func TestDemandKey(t *testing.T) {
 	}
 	for _, k := range keys {
 		for _, w := range windows {
-			want, got := viaResolve(k, w), DemandKey(k, w)
+			want, got := viaResolve(k, w), (&resolvedLimit{Key: k}).DemandKey(w)
 			if got != want {
 				t.Errorf("DemandKey(%q, %v) = %q, want %q", k, w, got, want)
 			}
@@ -144,7 +144,7 @@ func TestDemandKey(t *testing.T) {
 			}
 		}
 	}
-	if got, want := DemandKey("k", 1500*time.Millisecond), "dv0:v0:v1:k|w2000000|a0"; got != want {
+	if got, want := (&resolvedLimit{Key: "k"}).DemandKey(1500*time.Millisecond), "dv0:v0:v1:k|w2000000|a0"; got != want {
 		t.Errorf("DemandKey rounds 1.5 s to %q, want %q", got, want)
 	}
 }

@@ -12,28 +12,14 @@ import (
 type explanation struct {
 	Domain  string
 	Entries []Entry
-	// Steps has one element per entry looked up; they stop at the first
-	// entry that matched nothing.
-	Steps []explainStep
-	// Rule is what Match returns.
-	Rule *Rule
-	// Reason says in a sentence why Rule is nil, or what it does.
-	Reason string
+	Steps   []explainStep // one per entry looked up, up to the first that matched nothing
+	Rule    *Rule         // what Match returns
+	Reason  string        // why Rule is nil, or what it does, in a sentence
 }
 
-// explainStep is the lookup of one request entry.
-type explainStep struct {
-	Entry Entry
-	// How is "exact", "wildcard", "key-only", or "none".
-	How string
-	// Pattern is the rule value that matched; "" for key-only and none.
-	Pattern string
-	// Rule is the descriptor matched at this level, nil for none.
-	Rule *Rule
-	// Note says what else was considered, or what the match means for
-	// the counter.
-	Note string
-}
+// explainStep is the lookup of one request entry: how it matched
+// ("exact", "wildcard", "key-only" or "none") and the report's line on it.
+type explainStep struct{ How, Line string }
 
 // Explain looks up a request descriptor as Match does and says why it
 // finds what it finds, for people (an -explain flag, a debugging page).
@@ -56,22 +42,21 @@ func (s *Set) explain(domain string, entries []Entry) explanation {
 		return e
 	}
 	for i, ent := range entries {
-		st := explainStep{Entry: ent, How: "none"}
+		at := fmt.Sprintf("  %d. %s=%s: ", i+1, ent.Key, ent.Value)
 		g, _ := n.children.get(ent.Key)
 		if g == nil {
-			st.Note = explainNoKey(n, ent.Key, i)
-			e.Steps = append(e.Steps, st)
+			e.Steps = append(e.Steps, explainStep{"none", at + "no match: " + explainNoKey(n, ent.Key, i)})
 			e.Reason = fmt.Sprintf("entry %d (%s) matches no rule, so nothing is limited", i+1, ent.Key)
 			return e
 		}
 		next, kind := g.lookup(ent.Value)
 		if next == nil {
-			st.Note = fmt.Sprintf("key %q has no rule for value %q (%s)", ent.Key, ent.Value, g.summary())
-			e.Steps = append(e.Steps, st)
+			note := fmt.Sprintf("key %q has no rule for value %q (%s)", ent.Key, ent.Value, g.summary())
+			e.Steps = append(e.Steps, explainStep{"none", at + "no match: " + note})
 			e.Reason = fmt.Sprintf("entry %d (%s=%s) matches no rule, so nothing is limited", i+1, ent.Key, ent.Value)
 			return e
 		}
-		e.Steps = append(e.Steps, matchedStep(ent, next.rule, kind))
+		e.Steps = append(e.Steps, matchedStep(at, next.rule, kind))
 		n = next
 	}
 	e.Rule = n.rule
@@ -79,24 +64,24 @@ func (s *Set) explain(domain string, entries []Entry) explanation {
 	return e
 }
 
-// matchedStep explains an entry that matched r's last level as kind.
-func matchedStep(ent Entry, r *Rule, kind matchKind) explainStep {
+// matchedStep explains an entry that matched r's last level as kind; at
+// begins the line.
+func matchedStep(at string, r *Rule, kind matchKind) explainStep {
 	lv := r.levels[len(r.levels)-1]
-	st := explainStep{Entry: ent, How: kind.String(), Rule: r, Pattern: lv.value}
+	var note string
 	switch {
 	case kind == matchExact:
-		st.Note = "exact value"
+		note = "exact value"
 	case kind == matchWildcard && lv.dynamic:
-		st.Note = "wildcard; each distinct value has its own counter"
+		note = "wildcard; each distinct value has its own counter"
 	case kind == matchWildcard:
-		st.Note = "wildcard with share_threshold; all matching values share one counter"
+		note = "wildcard with share_threshold; all matching values share one counter"
 	default:
-		st.Note = "key-only rule: no exact value or wildcard matched; each distinct value has its own counter"
+		return explainStep{kind.String(), fmt.Sprintf("%skey-only %s (%v): key-only rule: no exact value or wildcard matched; each distinct value has its own counter", at, r.Path, r.Pos)}
 	}
-	return st
+	return explainStep{kind.String(), fmt.Sprintf("%s%s %q %s (%v): %s", at, kind, lv.value, r.Path, r.Pos, note)}
 }
 
-// ruleReason says what a matched rule does.
 func ruleReason(r *Rule) string {
 	if len(r.Limits) == 0 {
 		return fmt.Sprintf("rule %s matches but holds no limit, so the request is not limited", r.Path)
@@ -166,22 +151,10 @@ func (e explanation) String() string {
 		fmt.Fprintf(&b, "%s=%s", ent.Key, ent.Value)
 	}
 	b.WriteString("]\n")
-	for i, st := range e.Steps {
-		fmt.Fprintf(&b, "  %d. %s=%s: ", i+1, st.Entry.Key, st.Entry.Value)
-		switch st.How {
-		case "none":
-			b.WriteString("no match: ")
-		case "key-only":
-			fmt.Fprintf(&b, "key-only %s (%v): ", st.Rule.Path, st.Rule.Pos)
-		default:
-			fmt.Fprintf(&b, "%s %q %s (%v): ", st.How, st.Pattern, st.Rule.Path, st.Rule.Pos)
-		}
-		b.WriteString(st.Note)
-		b.WriteByte('\n')
+	for _, st := range e.Steps {
+		b.WriteString(st.Line + "\n")
 	}
-	b.WriteString("  => ")
-	b.WriteString(e.Reason)
-	b.WriteByte('\n')
+	fmt.Fprintf(&b, "  => %s\n", e.Reason)
 	if e.Rule != nil {
 		for _, l := range e.Rule.Limits {
 			fmt.Fprintf(&b, "     limit %s (%v) id %s\n", l.Describe(), l.Pos, l.ID)

@@ -16,10 +16,7 @@ type Feed struct {
 	opts   Options
 	once   sync.Once
 	loaded chan struct{}
-
-	mu     sync.Mutex
-	source string
-	pushed map[string][]byte // the files of the last Push, good or refused
+	pushed map[string][]byte // the files of the last Push, good or refused, under mu
 	origin string            // and its origin
 }
 
@@ -75,15 +72,6 @@ func (f *Feed) Loaded() <-chan struct{} { return f.loaded }
 // Status().Source.
 func (f *Feed) SetSource(state string) {
 	f.mu.Lock()
-	f.source = state
+	f.status.Source = state
 	f.mu.Unlock()
-}
-
-// Status returns the state of the pushes and of the source's connection.
-func (f *Feed) Status() Status {
-	st := f.history.Status()
-	f.mu.Lock()
-	st.Source = f.source
-	f.mu.Unlock()
-	return st
 }

@@ -58,9 +58,8 @@ func (h *history) Changed() <-chan struct{} {
 // offer counts a load attempt and puts set in force when err is nil and
 // set is new; with err it keeps the current set and records err. quiet
 // does not count an attempt that found nothing changed. origin is the
-// source's name of what it offered, "" for none. It reports whether the
-// rules changed.
-func (h *history) offer(set *Set, err error, quiet bool, origin string) bool {
+// source's name of what it offered, "" for none.
+func (h *history) offer(set *Set, err error, quiet bool, origin string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	attrs := h.attrs[:len(h.attrs):len(h.attrs)] // appends below copy
@@ -68,7 +67,7 @@ func (h *history) offer(set *Set, err error, quiet bool, origin string) bool {
 		attrs = append(attrs, "origin", origin)
 	}
 	if quiet && err == nil && set.digest == h.current.Load().digest {
-		return false
+		return
 	}
 	if err != nil || h.status.Version > 0 {
 		// A Feed's first good push is its first load, not a reload.
@@ -85,13 +84,12 @@ func (h *history) offer(set *Set, err error, quiet bool, origin string) bool {
 		}
 		h.logger.Error("rules: reload refused, the current rules stay",
 			append(attrs, "version", h.status.Version, "errors", n, "error", err.Error())...)
-		return false
+		return
 	}
 	h.status.LastError, h.status.LastErrorAt = nil, time.Time{}
 	unchanged := set.digest == h.current.Load().digest && h.status.Version > 0
 	if h.refused > 0 {
 		// Say once that the refusals logged as errors are over.
-
 		version := h.status.Version
 		if !unchanged {
 			version++
@@ -104,7 +102,7 @@ func (h *history) offer(set *Set, err error, quiet bool, origin string) bool {
 		h.status.Origin = origin
 	}
 	if unchanged {
-		return false
+		return
 	}
 	h.status.Version++
 	set.version = h.status.Version
@@ -113,10 +111,8 @@ func (h *history) offer(set *Set, err error, quiet bool, origin string) bool {
 	close(h.changed)
 	h.changed = make(chan struct{})
 	h.logLoaded(set, attrs)
-	return true
 }
 
-// logLoaded logs a set put in force, and its warnings.
 func (h *history) logLoaded(s *Set, attrs []any) {
 	for _, wn := range s.warnings {
 		a := []any{"at", wn.Pos.String()}

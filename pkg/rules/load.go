@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"io/fs"
@@ -9,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -66,15 +66,15 @@ func build(files []ruleFile, opts Options, read *problems, slice int) (*Set, err
 }
 
 // unsupported returns a problem for each limit of set that supports refuses.
-func unsupported(set *Set, supports func(limit.Spec) error) []FieldError {
-	var errs []FieldError
+func unsupported(set *Set, supports func(limit.Spec) error) []fieldError {
+	var errs []fieldError
 	for _, r := range set.rules {
 		for _, l := range r.Limits {
 			if l.Unlimited {
 				continue
 			}
 			if err := supports(l.Spec); err != nil {
-				errs = append(errs, FieldError{Pos: l.Pos, Msg: "rule " + r.Path + ": " + err.Error()})
+				errs = append(errs, fieldError{Pos: l.Pos, Msg: "rule " + r.Path + ": " + err.Error()})
 			}
 		}
 	}
@@ -89,45 +89,35 @@ func compileFiles(files []ruleFile, opts Options, read *problems, slice int) (*S
 	if slice <= 0 {
 		wholeFrom = 0
 	}
+attempt:
 	for {
 		probs := &problems{errs: slices.Clone(read.errs), warns: slices.Clone(read.warns)}
 		c := newCompiler(opts, probs)
-		redo := -1
 		for i, f := range files {
 			s := slice
 			if i >= wholeFrom {
 				s = 0
 			}
 			if !parseFile(f.name, f.data, probs, c, s) {
-				redo = i
-				break
+				wholeFrom = i
+				continue attempt
 			}
 		}
-		if redo < 0 {
-			return c.finish(), probs
-		}
-		wholeFrom = redo
+		return c.finish(), probs
 	}
 }
 
 // sortByPos orders problems by file, line and column, keeping the order of
 // problems at the same place.
-func sortByPos(list []FieldError) {
-	sort.SliceStable(list, func(i, j int) bool {
-		a, b := list[i].Pos, list[j].Pos
-		if a.File != b.File {
-			return a.File < b.File
-		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		return a.Column < b.Column
+func sortByPos(list []fieldError) {
+	slices.SortStableFunc(list, func(a, b fieldError) int {
+		return cmp.Or(strings.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Column, b.Pos.Column))
 	})
 }
 
 // sortFiles orders files by name, as they are compiled and digested.
 func sortFiles(files []ruleFile) {
-	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+	slices.SortFunc(files, func(a, b ruleFile) int { return strings.Compare(a.name, b.name) })
 }
 
 // digest identifies sorted files' names and contents, so that a reload
@@ -153,13 +143,13 @@ func readRules(path string, ignoreDot bool) ([]ruleFile, *problems) {
 	probs := &problems{}
 	fi, err := os.Stat(path)
 	if err != nil {
-		probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
+		probs.readError(path, err)
 		return nil, probs
 	}
 	if !fi.IsDir() {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
+			probs.readError(path, err)
 			return nil, probs
 		}
 		return []ruleFile{{name: path, data: data}}, probs
@@ -168,13 +158,13 @@ func readRules(path string, ignoreDot bool) ([]ruleFile, *problems) {
 	// the old target's files with the new one's.
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		probs.errorf(Position{File: path}, "", "%v", unwrapPathError(err))
+		probs.readError(path, err)
 		return nil, probs
 	}
 	t := &tree{ignoreDot: ignoreDot, probs: probs}
 	t.readDir(real, path, 0)
 	if len(t.files) == 0 && len(probs.errs) == 0 {
-		probs.warnf(Position{File: path}, "", "no rule files: every request is allowed")
+		probs.warnf(position{File: path}, "", "no rule files: every request is allowed")
 	}
 	return t.files, probs
 }
@@ -193,12 +183,12 @@ type tree struct {
 // with a warning otherwise (a README, which the reference would refuse).
 func (t *tree) readDir(dir, shown string, depth int) {
 	if depth > maxDirDepth {
-		t.probs.errorf(Position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
+		t.probs.errorf(position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
 		return
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		t.probs.errorf(Position{File: shown}, "", "%v", unwrapPathError(err))
+		t.probs.readError(shown, err)
 		return
 	}
 	outside := outsideTree(entries, t.ignoreDot)
@@ -213,7 +203,7 @@ func (t *tree) readDir(dir, shown string, depth int) {
 			if e.Type()&fs.ModeSymlink != 0 && os.IsNotExist(err) {
 				continue // a dangling link, such as one caught mid-swap
 			}
-			t.probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
+			t.probs.readError(named, err)
 			continue
 		}
 		if fi.IsDir() {
@@ -228,11 +218,11 @@ func (t *tree) readDir(dir, shown string, depth int) {
 			if os.IsNotExist(err) {
 				continue // removed since listed: the next reload sees the result
 			}
-			t.probs.errorf(Position{File: named}, "", "%v", unwrapPathError(err))
+			t.probs.readError(named, err)
 			continue
 		}
 		if !isRuleFile(name) && !declaresDomain(data) {
-			t.probs.warnf(Position{File: named}, "", "skipped: not a rule file (no top-level domain); the reference server would refuse the whole load")
+			t.probs.warnf(position{File: named}, "", "skipped: not a rule file (no top-level domain); the reference server would refuse the whole load")
 			continue
 		}
 		t.files = append(t.files, ruleFile{name: named, data: data})
@@ -280,10 +270,11 @@ func isRuleFile(name string) bool {
 	return ext == ".yaml" || ext == ".yml"
 }
 
-// unwrapPathError drops the path, which messages already name.
-func unwrapPathError(err error) error {
+// readError records err, a failure to read file, without the path that
+// the position already names.
+func (p *problems) readError(file string, err error) {
 	if pe, ok := err.(*fs.PathError); ok {
-		return pe.Err
+		err = pe.Err
 	}
-	return err
+	p.errorf(position{File: file}, "", "%v", err)
 }

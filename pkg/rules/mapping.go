@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -26,7 +25,6 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 		p.errorf(p.pos(n), path, "want %s (a mapping), not %s", what, describe(n))
 		return nil, false
 	}
-	var seen keySet
 	var merged []field
 	fields = make([]field, 0, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -47,7 +45,7 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 			p.unknownField(k, v, path, name, allowed)
 			continue
 		}
-		if at := seen.add(name, len(fields)); at >= 0 {
+		if at := fieldAt(fields, name); at >= 0 {
 			first := &fields[at]
 			p.warnf(p.pos(k), join(path, name), "given twice, at lines %d and %d: %s, as the reference server reads it",
 				p.pos(first.key).Line, p.pos(k).Line, overlaid(first.val, v))
@@ -57,11 +55,18 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 		fields = append(fields, field{name: name, key: k, val: v})
 	}
 	for _, f := range merged {
-		if seen.add(f.name, len(fields)) < 0 {
+		if fieldAt(fields, f.name) < 0 {
 			fields = append(fields, f)
 		}
 	}
 	return fields, true
+}
+
+// fieldAt returns the index of the field named name, or -1. fields holds
+// at most one field per allowed name, so the scan stays short however
+// many keys a file repeats.
+func fieldAt(fields []field, name string) int {
+	return slices.IndexFunc(fields, func(f field) bool { return f.name == name })
 }
 
 // overlay is what the reference server makes of a field given as a then
@@ -82,46 +87,6 @@ func overlaid(a, b *yaml.Node) string {
 		return "the fields of both are read, the later's winning"
 	}
 	return "the last is read"
-}
-
-// keySet is the names of a mapping's fields seen so far, with their index.
-// An array serves the few fields of a rule file without garbage; many
-// fields (a hostile file) move to a map.
-type keySet struct {
-	n    int
-	few  [smallTable]seenName // while n <= smallTable
-	many map[string]int
-}
-
-type seenName struct {
-	name string
-	at   int
-}
-
-// add adds name at index at, or returns the index it was first seen at;
-// -1 when new.
-func (s *keySet) add(name string, at int) int {
-	if s.many == nil {
-		for _, f := range s.few[:s.n] {
-			if f.name == name {
-				return f.at
-			}
-		}
-		if s.n < len(s.few) {
-			s.few[s.n] = seenName{name: name, at: at}
-			s.n++
-			return -1
-		}
-		s.many = make(map[string]int, 2*len(s.few))
-		for _, f := range s.few {
-			s.many[f.name] = f.at
-		}
-	}
-	if first, ok := s.many[name]; ok {
-		return first
-	}
-	s.many[name] = at
-	return -1
 }
 
 // mergeFields returns the fields a merge key brings in: a mapping, or a
@@ -208,17 +173,13 @@ func (p *parser) ignoredValue(n *yaml.Node, path string) {
 			}
 		}
 	case yaml.SequenceNode:
-		for i, item := range n.Content {
-			fp := fmt.Sprintf("%s[%d]", path, i)
-			if item = p.deref(item); item == nil {
-				return
-			}
+		p.each(n.Content, path, 0, func(item *yaml.Node, fp string) {
 			if item.Kind != yaml.MappingNode {
 				p.errorf(p.pos(item), fp, "want a mapping, not %s (the reference server refuses a list of anything else)", describe(item))
-				continue
+				return
 			}
 			p.ignoredValue(item, fp)
-		}
+		})
 	case yaml.ScalarNode:
 		if n.ShortTag() == "!!float" {
 			p.errorf(p.pos(n), path, "want a whole number, a string or a boolean, not %s (the reference server refuses it)", describe(n))

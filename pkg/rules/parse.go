@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -27,25 +28,21 @@ var (
 // each top-level descriptor as soon as it is parsed, so that the parsed
 // form of one need not outlive its compilation.
 type fileSink interface {
-	domain(name string, pos Position)
+	domain(name string, pos position)
 	descriptor(d *descDoc)
 }
 
 // descDoc is one parsed descriptor, before compilation.
 type descDoc struct {
-	key, value    string
-	field         string   // e.g. "descriptors[2].descriptors[0]"
-	pos           Position // of the descriptor's mapping
-	limits        []limitDoc
-	children      []*descDoc
-	shadowMode    bool
-	detailed      bool
-	quotaMode     bool
-	share         bool
-	sharePos      Position
-	valueToMetric bool
-	failureMode   FailureMode
-	metadata      map[string]any
+	key, value string
+	field      string // e.g. "descriptors[2].descriptors[0]"
+	// rule holds the fields a Rule takes as written: the modes, the
+	// failure mode, the metadata, and Pos, the descriptor's mapping.
+	rule     Rule
+	limits   []limitDoc
+	children []*descDoc
+	share    bool
+	sharePos position
 }
 
 // limitDoc is one parsed rate limit and its field path.
@@ -56,16 +53,16 @@ type limitDoc struct {
 
 // problems collects the errors and warnings of one load.
 type problems struct {
-	errs  []FieldError
-	warns []FieldError
+	errs  []fieldError
+	warns []fieldError
 }
 
-func (p *problems) errorf(pos Position, field, format string, args ...any) {
-	p.errs = append(p.errs, FieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+func (p *problems) errorf(pos position, field, format string, args ...any) {
+	p.errs = append(p.errs, fieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-func (p *problems) warnf(pos Position, field, format string, args ...any) {
-	p.warns = append(p.warns, FieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+func (p *problems) warnf(pos position, field, format string, args ...any) {
+	p.warns = append(p.warns, fieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // parser walks the YAML trees of one file.
@@ -80,8 +77,8 @@ type parser struct {
 	draft  draft
 }
 
-func (p *parser) pos(n *yaml.Node) Position {
-	return Position{File: p.file, Line: n.Line + p.line, Column: n.Column}
+func (p *parser) pos(n *yaml.Node) position {
+	return position{File: p.file, Line: n.Line + p.line, Column: n.Column}
 }
 
 // parseFile parses one rule file into sink, in slices of about slice bytes
@@ -146,7 +143,7 @@ func (p *parser) document(data []byte) *yaml.Node {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			p.errorf(Position{File: name, Line: 1, Column: 1}, "domain", "missing: the file is empty (want a domain and descriptors)")
+			p.errorf(position{File: name, Line: 1, Column: 1}, "domain", "missing: the file is empty (want a domain and descriptors)")
 			return nil
 		}
 		p.syntaxError(data, err)
@@ -201,19 +198,16 @@ func (p *parser) root(n *yaml.Node, data []byte, lay *layout) bool {
 	if !ok {
 		return lay == nil
 	}
-	domain, pos, hasDomain := "", p.pos(n), false
-	for _, fl := range fields {
-		if fl.name == "domain" {
-			hasDomain = true
-			domain, _ = p.str(fl.val, "domain")
-			pos = p.pos(fl.val)
-			if domain == "" && fl.val.Kind == yaml.ScalarNode {
-				p.errorf(p.pos(fl.val), "domain", "empty (want the domain name Envoy sends)")
-			}
+	domain, pos := "", p.pos(n)
+	if i := fieldAt(fields, "domain"); i >= 0 {
+		fl := fields[i]
+		domain, _ = p.str(fl.val, "domain")
+		pos = p.pos(fl.val)
+		if domain == "" && fl.val.Kind == yaml.ScalarNode {
+			p.errorf(pos, "domain", "empty (want the domain name Envoy sends)")
 		}
-	}
-	if !hasDomain {
-		p.errorf(p.pos(n), "domain", "missing (want the domain name Envoy sends)")
+	} else {
+		p.errorf(pos, "domain", "missing (want the domain name Envoy sends)")
 	}
 	p.sink.domain(domain, pos)
 	for _, fl := range fields {
@@ -246,13 +240,22 @@ func (p *parser) descriptors(n *yaml.Node, path string, emit func(*descDoc)) {
 // handing each descriptor to emit. It returns false when the node budget
 // is spent.
 func (p *parser) items(list []*yaml.Node, path string, first int, emit func(*descDoc)) bool {
+	return p.each(list, path, first, func(item *yaml.Node, fp string) {
+		if d := p.descriptor(item, fp); d != nil {
+			emit(d)
+		}
+	})
+}
+
+// each calls f with each element of list, aliases resolved, and its path:
+// path indexed from first. It returns false when the node budget is
+// spent.
+func (p *parser) each(list []*yaml.Node, path string, first int, f func(item *yaml.Node, path string)) bool {
 	for i, item := range list {
 		if item = p.deref(item); item == nil {
 			return false
 		}
-		if d := p.descriptor(item, fmt.Sprintf("%s[%d]", path, first+i)); d != nil {
-			emit(d)
-		}
+		f(item, fmt.Sprintf("%s[%d]", path, first+i))
 	}
 	return true
 }
@@ -264,14 +267,11 @@ func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 	if !ok {
 		return nil
 	}
-	d := &descDoc{field: path, pos: p.pos(n)}
-	given := map[string]*field{}
+	d := &descDoc{field: path, rule: Rule{Pos: p.pos(n)}}
 	for i := range fields {
-		fl := &fields[i]
-		given[fl.name] = fl
-		p.descriptorField(d, fl, join(path, fl.name))
+		p.descriptorField(d, &fields[i], join(path, fields[i].name))
 	}
-	if given["key"] == nil {
+	if fieldAt(fields, "key") < 0 {
 		p.errorf(p.pos(n), join(path, "key"), "missing (want the descriptor key Envoy sends, such as remote_address)")
 	}
 	if d.share && !strings.Contains(d.value, "*") {
@@ -281,7 +281,7 @@ func (p *parser) descriptor(n *yaml.Node, path string) *descDoc {
 		}
 		p.errorf(d.sharePos, join(path, "share_threshold"), "needs a wildcard value containing * (%s)", what)
 	}
-	d.limits = p.descriptorLimits(given["rate_limit"], given["rate_limits"], path)
+	d.limits = p.descriptorLimits(fields, path)
 	return d
 }
 
@@ -304,35 +304,36 @@ func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 	case "descriptors":
 		p.descriptors(fl.val, fp, func(c *descDoc) { d.children = append(d.children, c) })
 	case "shadow_mode":
-		d.shadowMode = p.boolean(fl.val, fp)
+		d.rule.ShadowMode = p.boolean(fl.val, fp)
 	case "detailed_metric":
-		d.detailed = p.boolean(fl.val, fp)
+		d.rule.DetailedMetric = p.boolean(fl.val, fp)
 	case "quota_mode":
-		d.quotaMode = p.boolean(fl.val, fp)
+		d.rule.QuotaMode = p.boolean(fl.val, fp)
 	case "share_threshold":
 		d.share, d.sharePos = p.boolean(fl.val, fp), p.pos(fl.val)
 	case "value_to_metric":
-		d.valueToMetric = p.boolean(fl.val, fp)
+		d.rule.ValueToMetric = p.boolean(fl.val, fp)
 	case "metadata":
-		d.metadata = p.metadata(fl.val, fp)
+		d.rule.Metadata = p.metadata(fl.val, fp)
 	case "failure_mode":
-		d.failureMode = p.failureMode(fl.val, fp)
+		d.rule.FailureMode = p.failureMode(fl.val, fp)
 	}
 }
 
-// descriptorLimits parses a descriptor's rate_limit or rate_limits (nil
-// when not given), refusing both at once.
-func (p *parser) descriptorLimits(rateLimit, rateLimits *field, path string) []limitDoc {
+// descriptorLimits parses a descriptor's rate_limit or rate_limits, of its
+// fields, refusing both at once.
+func (p *parser) descriptorLimits(fields []field, path string) []limitDoc {
+	one, many := fieldAt(fields, "rate_limit"), fieldAt(fields, "rate_limits")
 	switch {
-	case rateLimit != nil && rateLimits != nil:
-		p.errorf(p.pos(rateLimits.key), join(path, "rate_limits"), "given together with rate_limit (want one of them: rate_limit for one limit, rate_limits for several)")
-	case rateLimit != nil && !isNull(rateLimit.val):
+	case one >= 0 && many >= 0:
+		p.errorf(p.pos(fields[many].key), join(path, "rate_limits"), "given together with rate_limit (want one of them: rate_limit for one limit, rate_limits for several)")
+	case one >= 0 && !isNull(fields[one].val):
 		fp := join(path, "rate_limit")
-		if l := p.rateLimit(rateLimit.val, fp); l != nil {
+		if l := p.rateLimit(fields[one].val, fp); l != nil {
 			return []limitDoc{{lim: l, field: fp}}
 		}
-	case rateLimits != nil:
-		return p.rateLimits(rateLimits.val, join(path, "rate_limits"))
+	case many >= 0:
+		return p.rateLimits(fields[many].val, join(path, "rate_limits"))
 	}
 	return nil
 }
@@ -348,16 +349,12 @@ func (p *parser) rateLimits(n *yaml.Node, path string) []limitDoc {
 	}
 	var out []limitDoc
 	unlimited := false
-	for i, item := range n.Content {
-		if item = p.deref(item); item == nil {
-			break
-		}
-		fp := fmt.Sprintf("%s[%d]", path, i)
+	p.each(n.Content, path, 0, func(item *yaml.Node, fp string) {
 		if l := p.rateLimit(item, fp); l != nil {
 			out = append(out, limitDoc{lim: l, field: fp})
 			unlimited = unlimited || l.Unlimited
 		}
-	}
+	})
 	if unlimited && len(n.Content) > 1 {
 		p.errorf(p.pos(n), path, "unlimited: true together with other limits (an unlimited descriptor wants a single rate_limit)")
 	}
@@ -373,14 +370,10 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 		return nil
 	}
 	var out []string
-	for i, item := range n.Content {
-		if item = p.deref(item); item == nil {
-			break
-		}
-		fp := fmt.Sprintf("%s[%d]", path, i)
+	p.each(n.Content, path, 0, func(item *yaml.Node, fp string) {
 		fields, ok := p.mapping(item, fp, "a replaced limit such as {name: other_limit}", replacesFields)
 		if !ok {
-			continue
+			return
 		}
 		name := ""
 		for _, fl := range fields {
@@ -388,10 +381,10 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 		}
 		if name == "" {
 			p.errorf(p.pos(item), join(fp, "name"), "empty (want the name of the limit to replace)")
-			continue
+			return
 		}
 		out = append(out, name)
-	}
+	})
 	return out
 }
 
@@ -470,10 +463,8 @@ func (p *parser) failureMode(n *yaml.Node, path string) FailureMode {
 	if !ok || s == "" {
 		return FailureDefault
 	}
-	for i, name := range failureModeNames[1:] {
-		if name == s {
-			return FailureMode(i + 1)
-		}
+	if i := slices.Index(failureModeNames[1:], s); i >= 0 {
+		return FailureMode(i + 1)
 	}
 	p.errorf(p.pos(n), path, "unknown failure mode %q (want allow, deny or unavailable)", s)
 	return FailureDefault

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	// Time zones resolve even on minimal images without /usr/share/zoneinfo.
@@ -62,10 +64,9 @@ type value struct {
 type rateLimitField struct {
 	name     string
 	kind     kind
-	min, max int64 // kindWhole's range
-	param    string
-	hasParam bool
-	paramAt  where // where a limit.SpecError of param points
+	min, max int64  // kindWhole's range
+	param    string // the limit.Spec parameter it sets; "" for none
+	paramAt  where  // where a limit.SpecError of param points
 
 	// unlimitedWhy refuses the field with unlimited: true, pointing
 	// unlimitedAt; unlimitedIgnored warns that it is ignored then.
@@ -84,11 +85,11 @@ type rateLimitField struct {
 // rateLimitTable declares the fields of a rate_limit, in the order error
 // messages list them.
 var rateLimitTable = []rateLimitField{
-	{name: "unit", kind: kindText, param: "window", hasParam: true,
+	{name: "unit", kind: kindText, param: "window",
 		unlimitedWhy: "an unlimited limit has no unit", unlimitedAt: atValue,
 		typ: "`second` `minute` `hour` `day` `week` `month` `year` (any case)", def: "required, unless `unlimited`",
 		set: setUnit},
-	{name: "requests_per_unit", kind: kindWhole, min: 0, max: math.MaxUint32, param: "limit", hasParam: true,
+	{name: "requests_per_unit", kind: kindWhole, min: 0, max: math.MaxUint32, param: "limit",
 		unlimitedIgnored: true, typ: "0 to 4294967295", def: "0 (with a warning)",
 		set: func(d *draft, v value) error { d.lim.RequestsPerUnit = uint32(v.n); return nil }},
 	{name: "unlimited", kind: kindBool, typ: "bool", def: "false",
@@ -97,19 +98,19 @@ var rateLimitTable = []rateLimitField{
 		set: func(d *draft, v value) error { d.lim.Name = v.text; return nil }},
 	{name: "replaces", kind: kindReplaces, typ: "list of `{name: …}`", def: "none",
 		set: func(d *draft, v value) error { d.lim.Replaces = v.list; return nil }},
-	{name: "algorithm", kind: kindText, param: "algorithm", hasParam: true,
+	{name: "algorithm", kind: kindText, param: "algorithm",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "see below", def: "`fixed_window`",
 		set: setAlgorithm},
-	{name: "burst", kind: kindWhole, min: 1, max: math.MaxUint32, param: "burst", hasParam: true,
+	{name: "burst", kind: kindWhole, min: 1, max: math.MaxUint32, param: "burst",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to 4294967295", def: "`requests_per_unit`",
-		set: func(d *draft, v value) error { d.spec.Burst = v.n; return nil }},
-	{name: "precision", kind: kindWhole, min: 1, max: math.MaxUint32, param: "precision", hasParam: true,
+		set: func(d *draft, v value) error { d.lim.Spec.Burst = v.n; return nil }},
+	{name: "precision", kind: kindWhole, min: 1, max: math.MaxUint32, param: "precision",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to the window in ms", def: "1",
-		set: func(d *draft, v value) error { d.spec.Precision = int(v.n); return nil }},
-	{name: "unit_multiplier", kind: kindWhole, min: 1, max: math.MaxUint32, param: "window", hasParam: true,
+		set: func(d *draft, v value) error { d.lim.Spec.Precision = int(v.n); return nil }},
+	{name: "unit_multiplier", kind: kindWhole, min: 1, max: math.MaxUint32, param: "window",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 or more", def: "1",
 		set: func(d *draft, v value) error { d.lim.UnitMultiplier = uint32(v.n); return nil }},
-	{name: "calendar", kind: kindBool, param: "calendar", hasParam: true, paramAt: atName,
+	{name: "calendar", kind: kindBool, param: "calendar", paramAt: atName,
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "bool", def: "false"},
 	{name: "timezone", kind: kindText, unlimitedWhy: neverCounted, unlimitedAt: atName,
 		needs: "calendar", needsWhy: "a time zone only places calendar windows", typ: "IANA name", def: "`UTC`",
@@ -131,16 +132,16 @@ func setUnit(d *draft, v value) error {
 	if v.null {
 		return nil
 	}
-	u, ok := parseUnit(v.text)
-	if !ok {
+	i := slices.IndexFunc(unitNames[1:], func(n string) bool { return strings.EqualFold(n, v.text) })
+	if i < 0 {
 		return fmt.Errorf("unknown unit %q (want second, minute, hour, day, week, month or year)", v.text)
 	}
-	d.lim.Unit = u
+	d.lim.Unit = Unit(i + 1)
 	return nil
 }
 
 func setAlgorithm(d *draft, v value) error {
-	return d.spec.Algorithm.UnmarshalText([]byte(v.text))
+	return d.lim.Spec.Algorithm.UnmarshalText([]byte(v.text))
 }
 
 func setTimezone(d *draft, v value) error {
@@ -190,7 +191,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 	if d.lim.Unlimited {
 		p.checkUnlimited(d)
 	} else {
-		d.lim.Spec = p.countedSpec(d)
+		p.countedSpec(d)
 	}
 	if len(p.errs) > nerr {
 		return nil
@@ -199,15 +200,15 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *Limit {
 	return d.lim
 }
 
-// countedSpec builds and checks the spec of a counted limit, recording
+// countedSpec completes and checks the spec of a counted limit, recording
 // its problems.
-func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
+func (p *parser) countedSpec(d *draft) {
 	l := d.lim
 	if l.Unit == 0 {
 		if f, ok := d.field("unit"); !ok || isNull(f.val) {
 			p.errorf(p.pos(d.node), join(d.path, "unit"), "missing (want second, minute, hour, day, week, month or year, or unlimited: true)")
 		}
-		return spec
+		return
 	}
 	if _, ok := d.field("requests_per_unit"); !ok {
 		p.warnf(p.pos(d.node), join(d.path, "requests_per_unit"), "missing, so 0: every request is denied (write requests_per_unit: 0 to say so)")
@@ -215,19 +216,17 @@ func (p *parser) countedSpec(d *draft) (spec limit.Spec) {
 	w, err := l.Unit.Window(l.UnitMultiplier)
 	if err != nil {
 		p.errorf(p.at(d, "unit_multiplier", atName), join(d.path, "unit_multiplier"), "%v", err)
-		return spec
+		return
 	}
-	spec = d.spec
-	spec.Limit, spec.Window = int64(l.RequestsPerUnit), w
-	if spec.Algorithm == limit.SlidingWindow && spec.Precision == 0 {
-		spec.Precision = 1
+	l.Spec.Limit, l.Spec.Window = int64(l.RequestsPerUnit), w
+	if l.Spec.Algorithm == limit.SlidingWindow && l.Spec.Precision == 0 {
+		l.Spec.Precision = 1
 	}
 	p.checkNeeds(d)
 	if d.value("calendar").b {
-		spec.Calendar = p.calendar(d)
+		l.Spec.Calendar = p.calendar(d)
 	}
-	p.reportSpec(d, spec.Validate())
-	return spec
+	p.reportSpec(d, l.Spec.Validate())
 }
 
 // calendar returns the time zone of a limit with calendar: true, or nil
@@ -268,13 +267,11 @@ type draft struct {
 	path     string
 	given    []field // by index in rateLimitTable; key nil when not given
 	lim      *Limit
-	values   []value    // by index in rateLimitTable
-	spec     limit.Spec // Algorithm, Burst and Precision, as given
+	values   []value // by index in rateLimitTable
 	location *time.Location
 }
 
-// reset readies d for the rate_limit n at path.
-func (d *draft) reset(n *yaml.Node, path string, pos Position) {
+func (d *draft) reset(n *yaml.Node, path string, pos position) {
 	given, values := d.given, d.values
 	if given == nil {
 		given, values = make([]field, len(rateLimitTable)), make([]value, len(rateLimitTable))
@@ -284,7 +281,6 @@ func (d *draft) reset(n *yaml.Node, path string, pos Position) {
 	*d = draft{node: n, path: path, given: given, values: values, lim: &Limit{Pos: pos, UnitMultiplier: 1}}
 }
 
-// field returns the named field as given, and whether it was.
 func (d *draft) field(name string) (field, bool) {
 	f := d.given[fieldIndex(name)]
 	return f, f.key != nil
@@ -324,7 +320,6 @@ func (p *parser) decodeRateLimit(n *yaml.Node, path string, fields []field) *dra
 	return d
 }
 
-// fieldIndex returns the index of a field in rateLimitTable.
 func fieldIndex(name string) int {
 	for i := range rateLimitTable {
 		if rateLimitTable[i].name == name {
@@ -353,7 +348,7 @@ func (p *parser) decode(def *rateLimitField, n *yaml.Node, path string) (v value
 
 // at returns where a problem of the named field points: the rate_limit
 // when the field is not given.
-func (p *parser) at(d *draft, name string, w where) Position {
+func (p *parser) at(d *draft, name string, w where) position {
 	f, ok := d.field(name)
 	switch {
 	case !ok:
@@ -415,7 +410,7 @@ func (p *parser) reportSpec(d *draft, err error) {
 		pos, path := p.pos(d.node), d.path
 		for i := range rateLimitTable {
 			def := &rateLimitTable[i]
-			if d.given[i].key != nil && def.hasParam && def.param == e.Param {
+			if d.given[i].key != nil && def.param != "" && def.param == e.Param {
 				pos, path = p.at(d, def.name, def.paramAt), join(d.path, def.name)
 				break
 			}

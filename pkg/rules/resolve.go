@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
@@ -11,18 +12,10 @@ type Descriptor struct {
 	// Entries are the key/value pairs, in request order.
 	Entries []Entry
 	// Override, when its Unit is not zero, is the limit the request sent
-	// (Envoy's RateLimitDescriptor.limit); it replaces the rules'.
-	Override Override
-}
-
-// Override is a limit a request sends with a descriptor; the zero
-// Override is none.
-type Override struct {
-	RequestsPerUnit uint32
-	Unit            Unit // zero: no override
-	// UnitMultiplier is the number of units in a window. Resolve refuses
-	// 0: a sender that means 1 must say so.
-	UnitMultiplier uint32
+	// (Envoy's RateLimitDescriptor.limit); it replaces the rules'. Only
+	// its RequestsPerUnit, Unit and UnitMultiplier are read; Resolve
+	// refuses a UnitMultiplier of 0: a sender that means 1 must say so.
+	Override Limit
 }
 
 // Resolution is what applies to a request, as Resolve found it. Its zero
@@ -32,7 +25,7 @@ type Resolution struct {
 	// Descriptors has one element per request descriptor, in request order.
 	Descriptors []Resolved
 
-	limits    []ResolvedLimit // every descriptor's, back to back
+	limits    []resolvedLimit // every descriptor's, back to back
 	overrides []Limit         // the overrides' limits, which limits point into
 	key       []byte          // the request's counter keys, back to back
 	keyEnds   []int           // where each key ends in key
@@ -54,12 +47,14 @@ type Resolved struct {
 	// rule in shadow mode (which wins over quota mode), Quota for a rule
 	// in quota mode, else Enforce.
 	Mode limit.Mode
-	// Limits are the limits that apply, in the rule's order.
-	Limits []ResolvedLimit
+	// Limits are the limits that apply, in the rule's order: each its
+	// Limit, its counter Key ("" when not counted), whether it was
+	// Replaced, and the methods Counted and DemandKey.
+	Limits []resolvedLimit
 }
 
-// ResolvedLimit is one limit applying to a request descriptor.
-type ResolvedLimit struct {
+// resolvedLimit is one limit applying to a request descriptor.
+type resolvedLimit struct {
 	// Limit is the rule's limit, or the override's (only RequestsPerUnit,
 	// Unit, UnitMultiplier and Spec set). It is shared and read-only,
 	// valid until the Resolution is used again.
@@ -75,7 +70,7 @@ type ResolvedLimit struct {
 
 // Counted reports whether a store evaluates the limit: it is neither
 // unlimited nor replaced.
-func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
+func (l *resolvedLimit) Counted() bool { return l.Key != "" }
 
 // Resolve writes into dst, replacing its contents, what applies to each
 // of a request's descriptors: the rule matched, the override's limit, the
@@ -85,7 +80,12 @@ func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
 // refuses. When dst has room from earlier requests, it allocates one
 // string, holding every key.
 func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error {
-	dst.reset(len(descs))
+	dst.Reset()
+	if cap(dst.overrides) < len(descs) {
+		// Limits point into overrides, which must not move: room for one
+		// per descriptor.
+		dst.overrides = make([]Limit, 0, len(descs))
+	}
 	for i := range descs {
 		if err := dst.add(s, domain, &descs[i], i); err != nil {
 			return err
@@ -103,16 +103,16 @@ func (r *Resolution) add(s *Set, domain string, d *Descriptor, index int) error 
 	from := len(r.limits)
 	switch {
 	case d.Override.Unit != 0:
-		l, err := overrideLimit(d.Override, rd.Rule, index)
+		l, err := overrideLimit(&d.Override, rd.Rule, index)
 		if err != nil {
 			return err
 		}
 		r.overrides = append(r.overrides, l)
-		r.limits = append(r.limits, ResolvedLimit{Limit: &r.overrides[len(r.overrides)-1]})
+		r.limits = append(r.limits, resolvedLimit{Limit: &r.overrides[len(r.overrides)-1]})
 		rd.Override = true
 	case rd.Rule != nil:
 		for _, l := range rd.Rule.Limits {
-			r.limits = append(r.limits, ResolvedLimit{Limit: l})
+			r.limits = append(r.limits, resolvedLimit{Limit: l})
 		}
 		rd.Mode = ruleMode(rd.Rule)
 	}
@@ -182,10 +182,8 @@ func replaced(l *Limit, descs []Resolved) bool {
 			continue
 		}
 		for _, other := range descs[i].Rule.Limits {
-			for _, name := range other.Replaces {
-				if name == l.Name {
-					return true
-				}
+			if slices.Contains(other.Replaces, l.Name) {
+				return true
 			}
 		}
 	}
@@ -200,7 +198,7 @@ func overrideField(index int) string {
 // overrideLimit builds the limit of descriptor index's override. A matched
 // rule lends its first limit's algorithm and precision, so an override of
 // a sliding window still slides; override windows are never calendar ones.
-func overrideLimit(o Override, r *Rule, index int) (Limit, error) {
+func overrideLimit(o *Limit, r *Rule, index int) (Limit, error) {
 	if int(o.Unit) >= len(unitNames) {
 		return Limit{}, fmt.Errorf("%s.unit: %v is not a unit", overrideField(index), o.Unit)
 	}
@@ -244,15 +242,4 @@ func (r *Resolution) Reset() {
 	clear(r.limits)
 	clear(r.overrides)
 	r.Descriptors, r.limits, r.overrides, r.key = r.Descriptors[:0], r.limits[:0], r.overrides[:0], r.key[:0]
-}
-
-// reset empties r for a request of n descriptors.
-func (r *Resolution) reset(n int) {
-	r.Reset()
-	// Limits point into overrides, which must not move: room for one per
-	// descriptor.
-	if cap(r.overrides) < n {
-
-		r.overrides = make([]Limit, 0, n)
-	}
 }

@@ -92,15 +92,7 @@ func (p *parser) integer(n *yaml.Node, path string, lo, hi int64) (int64, bool) 
 
 func isDigits(s string) bool {
 	s = strings.TrimPrefix(s, "-")
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // describe names a node's type and, for scalars, its text, for messages.

@@ -30,7 +30,7 @@ type Set struct {
 	domains  map[string]*node
 	names    []string // domain names, sorted
 	rules    []*Rule  // every rule, in file order
-	warnings []FieldError
+	warnings []fieldError
 	version  uint64
 	loadedAt time.Time
 	digest   [32]byte // of the files' names and contents
@@ -61,15 +61,6 @@ type wildcard struct {
 // first, then wildcards in file order, then the key-only descriptor), and
 // whose depth is len(entries); nil for none. It does not allocate.
 func (s *Set) Match(domain string, entries []Entry) *Rule {
-	n := s.find(domain, entries, nil)
-	if n == nil {
-		return nil
-	}
-	return n.rule
-}
-
-// find walks the tree; visit, when not nil, sees each level's choice.
-func (s *Set) find(domain string, entries []Entry, visit func(i int, n *node, kind matchKind)) *node {
 	if s == nil || len(entries) == 0 {
 		return nil
 	}
@@ -82,13 +73,12 @@ func (s *Set) find(domain string, entries []Entry, visit func(i int, n *node, ki
 		if g == nil {
 			return nil
 		}
-		next, kind := g.lookup(entries[i].Value)
-		if visit != nil {
-			visit(i, next, kind)
-		}
-		n = next
+		n, _ = g.lookup(entries[i].Value)
 	}
-	return n
+	if n == nil {
+		return nil
+	}
+	return n.rule
 }
 
 // lookup picks the child for value: exact, else the first matching
@@ -132,4 +122,4 @@ func (s *Set) LoadedAt() time.Time { return s.loadedAt }
 // Warnings returns the warnings of the load, in file order: rules that
 // are legal but probably not what was meant, or costly. They have the
 // shape of errors but did not stop the load.
-func (s *Set) Warnings() []FieldError { return append([]FieldError(nil), s.warnings...) }
+func (s *Set) Warnings() []fieldError { return append([]fieldError(nil), s.warnings...) }

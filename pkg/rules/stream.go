@@ -33,27 +33,6 @@ type itemSlice struct {
 	items      int
 }
 
-// fileLine is one line of a file, without its "\n".
-type fileLine struct {
-	text  []byte
-	start int // byte offset in the file
-	num   int // from 1
-}
-
-// lines calls f with each line of data, in order, until f returns false.
-func lines(data []byte, f func(l fileLine) bool) {
-	for start, num := 0, 1; start < len(data); num++ {
-		end := bytes.IndexByte(data[start:], '\n')
-		if end < 0 {
-			end = len(data) - start
-		}
-		if !f(fileLine{text: data[start : start+end], start: start, num: num}) {
-			return
-		}
-		start += end + 1
-	}
-}
-
 // cutItems cuts data's top-level descriptors list into slices of at least
 // size bytes (but the last), or returns false when the file is to be
 // parsed whole.
@@ -63,42 +42,44 @@ func cutItems(data []byte, size int) (*layout, bool) {
 	}
 	lay := &layout{}
 	blockStart, blockEnd := -1, len(data)
-	indent, ok := -1, true
+	indent := -1
 	var cur *itemSlice
-	lines(data, func(l fileLine) bool {
+lines:
+	for start, num := 0, 1; start < len(data); num++ {
+		text, _, _ := bytes.Cut(data[start:], []byte("\n"))
+		lineStart := start
+		start += len(text) + 1
 		if blockStart < 0 {
-			if isDescriptorsKey(l.text) {
-				lay.line, blockStart = l.num, l.start+len(l.text)+1
+			if isDescriptorsKey(text) {
+				lay.line, blockStart = num, start
 			}
-			return true
+			continue
 		}
-		if isBlankOrComment(l.text) {
-			return true
+		if isBlankOrComment(text) {
+			continue
 		}
-		n := leadingSpaces(l.text)
+		n := leadingSpaces(text)
 		if indent < 0 {
 			indent = n // the first item sets the list's indentation
 		}
 		switch {
-		case n == indent && isItemStart(l.text[n:]):
+		case n == indent && isItemStart(text[n:]):
 			if cur == nil || cur.end-cur.start >= size {
-				lay.slices = append(lay.slices, itemSlice{start: l.start, line: l.num})
+				lay.slices = append(lay.slices, itemSlice{start: lineStart, line: num})
 				cur = &lay.slices[len(lay.slices)-1]
 			}
 			cur.items++
 		case n > indent && cur != nil:
 			// Inside the current item.
 		case n == 0 && cur != nil:
-			blockEnd = l.start // the next top-level line ends the list
-			return false
+			blockEnd = lineStart // the next top-level line ends the list
+			break lines
 		default:
-			ok = false // a tab, a lesser indentation, no item first
-			return false
+			return nil, false // a tab, a lesser indentation, no item first
 		}
-		cur.end = l.start + len(l.text) + 1
-		return true
-	})
-	if !ok || len(lay.slices) == 0 {
+		cur.end = start
+	}
+	if len(lay.slices) == 0 {
 		return nil, false
 	}
 	last := &lay.slices[len(lay.slices)-1]
@@ -154,18 +135,9 @@ func isItemStart(text []byte) bool {
 // isBlankOrComment reports whether a line holds only spaces and tabs, or
 // a comment after them.
 func isBlankOrComment(line []byte) bool {
-	i := 0
-	for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
-		i++
-	}
-	return i == len(line) || line[i] == '#' || string(line[i:]) == "\r"
+	rest := bytes.TrimLeft(line, " \t")
+	return len(rest) == 0 || rest[0] == '#' || string(rest) == "\r"
 }
 
 // leadingSpaces returns the number of spaces a line starts with.
-func leadingSpaces(line []byte) int {
-	n := 0
-	for n < len(line) && line[n] == ' ' {
-		n++
-	}
-	return n
-}
+func leadingSpaces(line []byte) int { return len(line) - len(bytes.TrimLeft(line, " ")) }

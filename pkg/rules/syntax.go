@@ -15,21 +15,13 @@ import (
 
 // yamlLine finds the line number in a yaml.v3 error message.
 func yamlLine(msg string) (line int, rest string, ok bool) {
-	const marker = "line "
-	i := strings.Index(msg, marker)
-	if i < 0 {
-		return 0, msg, false
-	}
-	j := i + len(marker)
-	k := j
-	for k < len(msg) && msg[k] >= '0' && msg[k] <= '9' {
-		k++
-	}
-	n, err := strconv.Atoi(msg[j:k])
+	_, after, _ := strings.Cut(msg, "line ")
+	rest = strings.TrimLeft(after, "0123456789")
+	n, err := strconv.Atoi(after[:len(after)-len(rest)])
 	if err != nil {
 		return 0, msg, false
 	}
-	return n, strings.TrimPrefix(strings.TrimSpace(msg[k:]), ": "), true
+	return n, strings.TrimPrefix(strings.TrimSpace(rest), ": "), true
 }
 
 // syntaxError records a YAML syntax error. yaml.v3 reports the line where
@@ -46,7 +38,7 @@ func (p *parser) syntaxError(data []byte, err error) {
 		rest += fmt.Sprintf(" (in the block from line %d)", line)
 		line = at
 	}
-	p.errorf(Position{File: p.file, Line: line, Column: indentOf(data, line) + 1}, "", "YAML syntax: %s", rest)
+	p.errorf(position{File: p.file, Line: line, Column: indentOf(data, line) + 1}, "", "YAML syntax: %s", rest)
 }
 
 // firstFailingLine returns the smallest n >= from such that the first n
@@ -78,18 +70,17 @@ func indentOf(data []byte, n int) int {
 	if n < 1 || n > len(lines) {
 		return 0
 	}
-	l := lines[n-1]
-	return len(l) - len(bytes.TrimLeft(l, " "))
+	return leadingSpaces(lines[n-1])
 }
 
 // badBytePos returns the position of the first invalid UTF-8 sequence or
 // control character of data, or 1:1 when there is none.
-func badBytePos(file string, data []byte) Position {
+func badBytePos(file string, data []byte) position {
 	line, col := 1, 1
 	for i := 0; i < len(data); {
 		r, size := utf8.DecodeRune(data[i:])
 		if (r == utf8.RuneError && size <= 1) || (r < 0x20 && r != '\n' && r != '\r' && r != '\t') || r == 0x7f {
-			return Position{File: file, Line: line, Column: col}
+			return position{File: file, Line: line, Column: col}
 		}
 		if r == '\n' {
 			line, col = line+1, 1
@@ -98,5 +89,5 @@ func badBytePos(file string, data []byte) Position {
 		}
 		i += size
 	}
-	return Position{File: file, Line: 1, Column: 1}
+	return position{File: file, Line: 1, Column: 1}
 }

@@ -1,5 +1,10 @@
 package rules
 
+import (
+	"iter"
+	"maps"
+)
+
 // smallTable is the size up to which a table scans a slice instead of
 // hashing: comparing a few strings is cheaper than hashing one, and most
 // rule levels have few keys and values.
@@ -17,7 +22,6 @@ type tableEntry[V any] struct {
 	val V
 }
 
-// get returns the value for k.
 func (t *table[V]) get(k string) (V, bool) {
 	if t.large != nil {
 		v, ok := t.large[k]
@@ -48,7 +52,6 @@ func (t *table[V]) put(k string, v V) {
 	}
 }
 
-// size returns the number of keys.
 func (t *table[V]) size() int {
 	if t.large != nil {
 		return len(t.large)
@@ -56,17 +59,25 @@ func (t *table[V]) size() int {
 	return len(t.small)
 }
 
+// all yields every key and value, in no particular order.
+func (t *table[V]) all() iter.Seq2[string, V] {
+	if t.large != nil {
+		return maps.All(t.large)
+	}
+	return func(yield func(string, V) bool) {
+		for _, e := range t.small {
+			if !yield(e.key, e.val) {
+				return
+			}
+		}
+	}
+}
+
 // keys returns the keys, in no particular order.
 func (t *table[V]) keys() []string {
 	out := make([]string, 0, t.size())
-	if t.large != nil {
-		for k := range t.large {
-			out = append(out, k)
-		}
-		return out
-	}
-	for _, e := range t.small {
-		out = append(out, e.key)
+	for k := range t.all() {
+		out = append(out, k)
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,16 +53,6 @@ func (u Unit) Duration() time.Duration {
 	return 0
 }
 
-// parseUnit returns the unit named s, case-insensitively.
-func parseUnit(s string) (Unit, bool) {
-	for i, n := range unitNames[1:] {
-		if strings.EqualFold(n, s) {
-			return Unit(i + 1), true
-		}
-	}
-	return 0, false
-}
-
 // FailureMode is what to do with a limit when its store fails: a
 // descriptor's failure_mode, or the server's.
 type FailureMode uint8
@@ -87,11 +78,9 @@ func (m FailureMode) String() string {
 // UnmarshalText reads the server's failure mode: allow, deny or
 // unavailable, in any case.
 func (m *FailureMode) UnmarshalText(b []byte) error {
-	for _, f := range []FailureMode{FailureAllow, FailureDeny, FailureUnavailable} {
-		if strings.EqualFold(string(b), f.String()) {
-			*m = f
-			return nil
-		}
+	if i := slices.IndexFunc(failureModeNames[1:], func(n string) bool { return strings.EqualFold(n, string(b)) }); i >= 0 {
+		*m = FailureMode(i + 1)
+		return nil
 	}
 	return fmt.Errorf("unknown failure mode %q (want allow, deny or unavailable)", b)
 }
@@ -122,7 +111,7 @@ type Limit struct {
 	Unlimited       bool   // never counted, always allows
 	Replaces        []string
 	Spec            limit.Spec // what a limiter evaluates; zero when Unlimited
-	Pos             Position
+	Pos             position   // where it is written; prints as "file:line:col"
 }
 
 // Rule is a compiled descriptor of a rule file, matched by a request
@@ -144,7 +133,7 @@ type Rule struct {
 	// holding what JSON carries (map[string]any, []any, string, float64,
 	// bool, nil).
 	Metadata map[string]any
-	Pos      Position
+	Pos      position // where it is written; prints as "file:line:col"
 
 	levels []level // from the domain down
 }
@@ -167,36 +156,26 @@ const (
 	matchKeyOnly
 )
 
-// String returns "exact", "wildcard" or "key-only".
-func (k matchKind) String() string {
-	switch k {
-	case matchExact:
-		return "exact"
-	case matchWildcard:
-		return "wildcard"
-	default:
-		return "key-only"
-	}
-}
+func (k matchKind) String() string { return [...]string{"exact", "wildcard", "key-only"}[k] }
 
-// Position is a place in a rule file. Line and Column count from 1, and are
+// position is a place in a rule file. Line and Column count from 1, and are
 // 0 for the whole file.
-type Position struct {
+type position struct {
 	File         string
 	Line, Column int
 }
 
 // String returns "file:line:col", or "file" without a line.
-func (p Position) String() string {
+func (p position) String() string {
 	if p.Line == 0 {
 		return p.File
 	}
 	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column)
 }
 
-// FieldError is one problem of a rule file.
-type FieldError struct {
-	Pos Position
+// fieldError is one problem of a rule file.
+type fieldError struct {
+	Pos position
 	// Field is the field's path, such as "descriptors[2].rate_limit.unit";
 	// "" for the whole document.
 	Field string
@@ -204,7 +183,7 @@ type FieldError struct {
 }
 
 // Error returns "file:line:col: field: msg".
-func (e FieldError) Error() string {
+func (e fieldError) Error() string {
 	if e.Field == "" {
 		return e.Pos.String() + ": " + e.Msg
 	}
@@ -213,17 +192,14 @@ func (e FieldError) Error() string {
 
 // LoadError holds every problem of a refused load.
 type LoadError struct {
-	Errors []FieldError
+	Errors []fieldError // in file order; each an error "file:line:col: field: what is wrong"
 }
 
 // Error returns one line per problem.
 func (e *LoadError) Error() string {
-	var b strings.Builder
+	lines := make([]string, len(e.Errors))
 	for i, fe := range e.Errors {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(fe.Error())
+		lines[i] = fe.Error()
 	}
-	return b.String()
+	return strings.Join(lines, "\n")
 }

@@ -27,7 +27,8 @@ const (
 	recheckEvery = 2 * time.Second
 )
 
-// Status describes a Watcher's loads, for a status endpoint.
+// Status describes the loads of a Watcher or the pushes of a Feed, for a
+// status endpoint.
 type Status struct {
 	// Version is the current Set's: the number of good loads that
 	// changed the rules, the first load being 1.
@@ -61,7 +62,7 @@ type Watcher struct {
 
 	// watching is set once Run watches the files and has looked at them.
 	watching atomic.Bool
-	// seen, set by tests before Run, is told of each event and whether it
+	// seen, replaced by tests before Run, is told of each event and whether it
 	// may change the rules, and of each periodic look (the zero Event) and
 	// whether it found a change.
 	seen func(ev fsnotify.Event, relevant bool)
@@ -75,7 +76,7 @@ func NewWatcher(path string, opts Options, logger *slog.Logger) (*Watcher, error
 	if err != nil {
 		return nil, err
 	}
-	w := &Watcher{path: path, opts: opts, recheck: recheckEvery}
+	w := &Watcher{path: path, opts: opts, recheck: recheckEvery, seen: func(fsnotify.Event, bool) {}}
 	w.init(s, 1, logger, "path", path)
 	w.logLoaded(s, w.attrs)
 	return w, nil
@@ -122,8 +123,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 	recheck := time.NewTicker(w.recheck)
 	defer recheck.Stop()
-	var b burst
-	defer b.stop()
+	b := newBurst()
+	defer b.timer.Stop()
 	// resync watches what the path resolves to now before reading the
 	// files, so that a write after the read is an event.
 	resync := func(next *scope) {
@@ -142,9 +143,7 @@ func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 				return errors.New("rules: file watcher closed")
 			}
 			relevant := sc.relevant(ev)
-			if w.seen != nil {
-				w.seen(ev, relevant)
-			}
+			w.seen(ev, relevant)
 			if relevant {
 				b.add()
 			}
@@ -155,7 +154,7 @@ func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 			// An overflow loses events: reload to be sure.
 			w.logger.Warn("rules: file watcher error; reloading", "path", w.path, "error", err)
 			b.add()
-		case <-b.done():
+		case <-b.timer.C:
 			b.pending = false
 			resync(newScope(w.path, w.opts.IgnoreDotFiles))
 		case <-recheck.C:
@@ -164,9 +163,7 @@ func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 			// place): a changed fingerprint is a change all the same.
 			next := newScope(w.path, w.opts.IgnoreDotFiles)
 			changed := next.fingerprint != sc.fingerprint
-			if w.seen != nil {
-				w.seen(fsnotify.Event{}, changed)
-			}
+			w.seen(fsnotify.Event{}, changed)
 			if changed && !b.pending {
 				w.logger.Debug("rules: change seen without an event", "path", w.path)
 				resync(next)
@@ -178,38 +175,23 @@ func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 // burst gathers the events of a burst into one reload: it is due settleDelay
 // after the last event, and at most maxDelay after the first.
 type burst struct {
-	timer   *time.Timer
+	timer   *time.Timer // fires when the reload is due; stopped until an event
 	pending bool
 	first   time.Time
 }
 
-// add counts an event.
+func newBurst() *burst {
+	b := &burst{timer: time.NewTimer(time.Hour)}
+	b.timer.Stop()
+	return b
+}
+
 func (b *burst) add() {
 	now := time.Now()
 	if !b.pending {
 		b.pending, b.first = true, now
 	}
-	wait := min(settleDelay, max(0, b.first.Add(maxDelay).Sub(now)))
-	if b.timer == nil {
-		b.timer = time.NewTimer(wait)
-	} else {
-		b.timer.Reset(wait)
-	}
-}
-
-// done returns the channel that fires when the reload is due; nil, which
-// never fires, before the first event.
-func (b *burst) done() <-chan time.Time {
-	if b.timer == nil {
-		return nil
-	}
-	return b.timer.C
-}
-
-func (b *burst) stop() {
-	if b.timer != nil {
-		b.timer.Stop()
-	}
+	b.timer.Reset(min(settleDelay, max(0, b.first.Add(maxDelay).Sub(now))))
 }
 
 // Watching reports whether Run is watching the files: it has started and
@@ -224,12 +206,9 @@ func (w *Watcher) Watching() bool { return w.watching.Load() }
 func (w *Watcher) reload(atStart bool) {
 	cur := w.current.Load()
 	files, probs := readRules(w.path, w.opts.IgnoreDotFiles)
-	var set *Set
-	var err error
 	sortFiles(files)
-	if len(probs.errs) == 0 && digest(files) == cur.digest {
-		set = cur
-	} else {
+	set, err := cur, error(nil)
+	if len(probs.errs) > 0 || digest(files) != cur.digest {
 		set, err = build(files, w.opts, probs, sliceBytes)
 	}
 	if err == nil && len(set.names) == 0 && len(cur.names) > 0 {
@@ -385,9 +364,7 @@ func (r *resolver) target(real string, depth int) {
 				if t, ok := r.follow(full); ok && (isRuleFile(e.Name()) || isDir(t)) {
 					r.target(t, depth+1)
 				}
-			case e.IsDir():
-				r.target(full, depth+1)
-			case isRuleFile(e.Name()):
+			case e.IsDir() || isRuleFile(e.Name()):
 				r.target(full, depth+1)
 			}
 		}
