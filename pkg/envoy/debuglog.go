@@ -36,12 +36,12 @@ func (s *Service) logDecision(ctx context.Context, d time.Duration, req *pb.Rate
 			attrs = append(attrs, slog.Bool("domain_known", false))
 		}
 	}
-	if sc.failure.set {
-		attrs = append(attrs, slog.String("store_failure", sc.failure.cause.String()), slog.String("policy", sc.failure.policy.String()))
+	if sc.failure.cause != "" {
+		attrs = append(attrs, slog.String("store_failure", sc.failure.cause), slog.String("policy", sc.failure.policy.String()))
 	}
 	// An invalid request's error names the field; its descriptors may
 	// be thousands.
-	if err == nil || sc.failure.set {
+	if err == nil || sc.failure.cause != "" {
 		attrs = append(attrs, slog.Any("descriptors", sc.describe(req, resp)))
 	}
 	attrs = append(attrs, slog.Duration("duration", d))

@@ -1,10 +1,12 @@
 package envoy
 
 import (
+	"fmt"
 	"math"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -20,9 +22,8 @@ type scratch struct {
 	hits      []limit.Hit        // the counted limits, in resolution order
 	at        []hitAt            // where each hit comes from: at[i] is hits[i]'s
 	decisions []limit.Decision   // the store's answer, one per hit
-	outcomes  []descOutcome
-	quota     []int
-	reported  []DescriptorHits // what Options.Metrics is told (hitsOf)
+	outcomes  []descOutcome      // per descriptor, from the decisions (judge)
+	reported  []DescriptorHits   // what Options.Metrics is told (hitsOf)
 
 	failure failureAnswer // set when the failure policy answered
 }
@@ -156,17 +157,18 @@ func (sc *scratch) planHits(i int, quotaMode bool) {
 }
 
 // override returns the rules.Override of descriptor index's limit
-// override, or an error naming the field for a unit that is not one.
+// override, or an error naming the field for a unit that is not one
+// (envoy.type.v3.RateLimitUnit numbers units as rules.Unit, without week).
 func override(o *rlv3.RateLimitDescriptor_RateLimitOverride, index int) (rules.Override, error) {
-	unit, err := overrideUnit(o.GetUnit(), index)
-	if err != nil {
-		return rules.Override{}, err
+	u := o.GetUnit()
+	if u < typev3.RateLimitUnit_SECOND || u > typev3.RateLimitUnit_YEAR {
+		return rules.Override{}, fmt.Errorf("descriptors[%d].limit: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", index, u)
 	}
 	mult := uint32(1)
 	if m := o.GetUnitMultiplier(); m != nil {
 		mult = m.GetValue() // 0 is refused by Resolve, naming the field
 	}
-	return rules.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult}, nil
+	return rules.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: rules.Unit(u), UnitMultiplier: mult}, nil
 }
 
 // overrideMetric names the rule of an override that matched none.
@@ -184,13 +186,6 @@ func metricLabel(rd *rules.Resolved) string {
 	return ""
 }
 
-// verdict is the outcome of a request, from the decisions.
-type verdict struct {
-	over  bool          // the request is rejected (before global shadow mode)
-	codes []descOutcome // per descriptor
-	quota []int         // indices of quota descriptors over their limit
-}
-
 // descOutcome is one descriptor's outcome.
 type descOutcome struct {
 	code      pb.RateLimitResponse_Code
@@ -201,11 +196,13 @@ type descOutcome struct {
 	near      int64           // hits that reached a limit's near-limit ratio (nearHits), the most of any limit
 }
 
-// judge computes each descriptor's status and the overall code: a
-// descriptor is over when one of its limits denied, and reports its most
-// restrictive limit. After a store failure only the limits whose policy
-// denies count (applyFailure).
-func (sc *scratch) judge(nearRatio float64, storeFailed bool) verdict {
+// judge computes each descriptor's outcome into sc.outcomes and reports
+// whether the request is rejected (before global shadow mode): when an
+// enforced descriptor is over, or every quota descriptor is. A descriptor
+// is over when one of its limits denied, and reports its most restrictive
+// limit. After a store failure only the limits whose policy denies count
+// (applyFailure).
+func (sc *scratch) judge(nearRatio float64, storeFailed bool) (over bool) {
 	sc.outcomes = grow(sc.outcomes, len(sc.descs))
 	for di := range sc.descs {
 		sc.outcomes[di] = descOutcome{code: pb.RateLimitResponse_OK, unlimited: sc.descs[di].unlimited}
@@ -217,28 +214,24 @@ func (sc *scratch) judge(nearRatio float64, storeFailed bool) verdict {
 		l := sc.res.Descriptors[at.desc].Limits[at.limit].Limit
 		sc.outcomes[at.desc].add(l, &sc.decisions[i], nearRatio)
 	}
-	v := verdict{codes: sc.outcomes, quota: sc.quota[:0]}
-	quotas := 0
-	enforcedOver := false
+	quotas, quotasOver := 0, 0
 	for di := range sc.descs {
-		mode, out := sc.res.Descriptors[di].Mode, &v.codes[di]
-		if out.wouldDeny && mode != limit.Advisory {
+		out := &sc.outcomes[di]
+		if out.wouldDeny && sc.res.Descriptors[di].Mode != limit.Advisory {
 			out.code = pb.RateLimitResponse_OVER_LIMIT
 		}
-		over := out.code == pb.RateLimitResponse_OVER_LIMIT
+		isOver := out.code == pb.RateLimitResponse_OVER_LIMIT
 		switch {
 		case sc.descs[di].quota:
 			quotas++
-			if over {
-				v.quota = append(v.quota, di)
+			if isOver {
+				quotasOver++
 			}
-		case over:
-			enforcedOver = true
+		case isOver:
+			over = true
 		}
 	}
-	sc.quota = v.quota
-	v.over = enforcedOver || (quotas > 0 && len(v.quota) == quotas)
-	return v
+	return over || (quotas > 0 && quotasOver == quotas)
 }
 
 // add counts the decision d of the descriptor's limit l.
@@ -290,9 +283,9 @@ func (sc *scratch) applyFailure() (unavailable bool) {
 
 // hitsOf is what the request did to each descriptor a limit decided,
 // refunds excepted, for Options.Metrics.
-func (sc *scratch) hitsOf(v verdict, charged bool) []DescriptorHits {
+func (sc *scratch) hitsOf(charged bool) []DescriptorHits {
 	for di := range sc.descs {
-		ds, out := &sc.descs[di], &v.codes[di]
+		ds, out := &sc.descs[di], &sc.outcomes[di]
 		if ds.metric == "" || out.limit == nil || ds.refund {
 			continue
 		}

@@ -15,8 +15,9 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// respond builds the answer from a verdict.
-func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.RateLimitResponse {
+// respond builds the answer from sc's outcomes; over says the request is
+// rejected (judge).
+func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.RateLimitResponse {
 	// One allocation for the response and its statuses when there are
 	// few, as in Envoy's usual request.
 	var resp *pb.RateLimitResponse
@@ -39,7 +40,7 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 	var pinned bool // top is over a rate limit
 	var retry int64 // seconds until every over-limit descriptor could pass
 	for di := range sc.descs {
-		r := newReport(&v.codes[di], s.opts.Now)
+		r := newReport(&sc.outcomes[di], s.opts.Now)
 		resp.Statuses[di] = r.status(&parts[di])
 		if r.limit != nil {
 			top, pinned = headline(top, pinned, r, sc.descs[di].quota)
@@ -48,15 +49,15 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 			retry = max(retry, r.reset)
 		}
 	}
-	if v.over {
-		switch {
-		case !s.opts.ShadowMode:
-			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
-		case s.opts.Metrics != nil:
+	if over && s.opts.ShadowMode {
+		over = false
+		if s.opts.Metrics != nil {
 			s.opts.Metrics.GlobalShadow()
 		}
 	}
-	over := resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT
+	if over {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
 	resp.ResponseHeadersToAdd = s.opts.Headers.build(&top, over, retry)
 	if over && s.opts.OverLimitBody {
 		resp.RawBody = overLimitBody(req.GetDomain(), retry)
@@ -64,7 +65,7 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 			&corev3.HeaderValue{Key: "content-type", Value: "application/json"})
 	}
 	if s.opts.DynamicMetadata {
-		resp.DynamicMetadata = requestMetadata(sc, req, v, resp.DynamicMetadata)
+		resp.DynamicMetadata = requestMetadata(sc, req, resp.DynamicMetadata)
 	}
 	return resp
 }
@@ -124,7 +125,7 @@ func (r *report) status(p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
 	}
 	p.limit.Name = r.limit.Name
 	p.limit.RequestsPerUnit = r.limit.RequestsPerUnit
-	p.limit.Unit = responseUnit(r.limit.Unit)
+	p.limit.Unit = pb.RateLimitResponse_RateLimit_Unit(r.limit.Unit) // numbered alike
 	// As the reference server, which never sets it: absent means 1.
 	if r.limit.UnitMultiplier > 1 {
 		p.multiplier.Value = r.limit.UnitMultiplier
@@ -199,13 +200,13 @@ func overLimitBody(domain string, retry int64) []byte {
 // under "metadata" the rules' metadata of the descriptors not over their
 // limit with a limit counted (not an override), merged in request order:
 // the first value of a name wins, mappings under one name merge.
-func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *structpb.Struct) *structpb.Struct {
+func requestMetadata(sc *scratch, req *pb.RateLimitRequest, md *structpb.Struct) *structpb.Struct {
 	md = requestFields(req, md)
 	var merged map[string]any
 	for di := range sc.res.Descriptors {
 		rd := &sc.res.Descriptors[di]
 		r := rd.Rule
-		if r == nil || r.Metadata == nil || rd.Override || v.codes[di].code == pb.RateLimitResponse_OVER_LIMIT || !sc.descs[di].counted {
+		if r == nil || r.Metadata == nil || rd.Override || sc.outcomes[di].code == pb.RateLimitResponse_OVER_LIMIT || !sc.descs[di].counted {
 			continue
 		}
 		merged = mergeMetadata(merged, r.Metadata)

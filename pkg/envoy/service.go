@@ -49,7 +49,7 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{rules: current, limiter: l, opts: opts,
-		failures: newFailureLog(opts.Logger, time.Second, opts.Now)}
+		failures: &failureLog{logger: opts.Logger, interval: time.Second, now: opts.Now}}
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(instrumentation)
 	}
@@ -121,12 +121,12 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	if err != nil {
 		return s.failed(ctx, sc, req, err)
 	}
-	v := sc.judge(s.opts.NearLimitRatio, false)
+	over := sc.judge(s.opts.NearLimitRatio, false)
 	if s.opts.Metrics != nil {
 		// A blocked call charged no hit.
-		s.opts.Metrics.Hits(set, domain, sc.hitsOf(v, !blocked))
+		s.opts.Metrics.Hits(set, domain, sc.hitsOf(!blocked))
 	}
-	return s.respond(sc, req, v), nil
+	return s.respond(sc, req, over), nil
 }
 
 // refused tells Options.Metrics of a request refused for reason.
@@ -170,22 +170,22 @@ func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequ
 	}
 	s.failures.record(err)
 	unavailable := sc.applyFailure()
-	v := sc.judge(s.opts.NearLimitRatio, true)
-	f := failureAnswer{set: true, cause: failureCauseOf(ctx, err), policy: rules.FailureAllow}
+	over := sc.judge(s.opts.NearLimitRatio, true)
+	f := failureAnswer{cause: failureCauseOf(ctx, err), policy: rules.FailureAllow}
 	switch {
-	case v.over:
+	case over:
 		f.policy = rules.FailureDeny
 	case unavailable:
 		f.policy = rules.FailureUnavailable
 	}
 	sc.failure = f
 	if s.opts.Metrics != nil {
-		s.opts.Metrics.FailureAnswer(f.policy, f.cause.String())
+		s.opts.Metrics.FailureAnswer(f.policy, f.cause)
 	}
 	if f.policy == rules.FailureUnavailable {
 		return nil, status.Errorf(codes.Unavailable, "rate-limit store failed (%s): %v", f.cause, err)
 	}
-	resp := s.respond(sc, req, v)
+	resp := s.respond(sc, req, over)
 	markFailure(resp, f, s.opts.StoreFailureHeader)
 	return resp, nil
 }

@@ -95,8 +95,8 @@ func endSpan(span trace.Span, isHTTP bool, sc *scratch, resp *pb.RateLimitRespon
 		}
 	}
 	attrs = append(attrs, rule)
-	if sc.failure.set {
-		attrs = append(attrs, attribute.String("ratelimit.store_failure", sc.failure.cause.String()),
+	if sc.failure.cause != "" {
+		attrs = append(attrs, attribute.String("ratelimit.store_failure", sc.failure.cause),
 			attribute.String("ratelimit.failure_policy", sc.failure.policy.String()))
 	}
 	span.SetAttributes(attrs...)
