@@ -199,39 +199,23 @@ func invalidUTF8Field(b []byte) string {
 // UTF-8, until found returns true. A path is field numbers, each repeated
 // message's followed by its index: [2, i, 1, j, 2] is
 // descriptors[i].entries[j].value.
-func walkStrings(b []byte, found func(path []int) bool, path []int) bool {
+func walkStrings(b []byte, found func(path []int) bool, path []int) (done bool) {
 	counts := map[protowire.Number]int{}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	walk(b, func(num protowire.Number, typ protowire.Type, at, end int, _ uint64) bool {
 		if typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
-			continue
+			return true
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		here := append(path[:len(path):len(path)], int(num))
+		v, here := b[at:end], append(path[:len(path):len(path)], int(num))
 		switch {
 		case len(path) == 0 && num == 2, len(path) == 2 && num == 1:
 			// descriptors, entries: repeated messages
 			i := counts[num]
 			counts[num]++
-			if walkStrings(v, found, append(here, i)) {
-				return true
-			}
-		case !utf8.Valid(v) && found(here):
-			return true
+			done = walkStrings(v, found, append(here, i))
+		case !utf8.Valid(v):
+			done = found(here)
 		}
-	}
-	return false
+		return !done
+	})
+	return done
 }

@@ -36,23 +36,15 @@ func (h HeaderStyle) String() string {
 	return fmt.Sprintf("HeaderStyle(%d)", uint8(h))
 }
 
-// parseHeaderStyle returns the style named s.
-func parseHeaderStyle(s string) (HeaderStyle, error) {
+// UnmarshalText reads a style's name, in any case.
+func (h *HeaderStyle) UnmarshalText(b []byte) error {
 	for i, n := range headerStyleNames {
-		if strings.EqualFold(s, n) {
-			return HeaderStyle(i), nil
+		if strings.EqualFold(string(b), n) {
+			*h = HeaderStyle(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("unknown response header style %q (want off, reference or ietf)", s)
-}
-
-// UnmarshalText reads a style's name.
-func (h *HeaderStyle) UnmarshalText(b []byte) error {
-	s, err := parseHeaderStyle(string(b))
-	if err == nil {
-		*h = s
-	}
-	return err
+	return fmt.Errorf("unknown response header style %q (want off, reference or ietf)", b)
 }
 
 // MarshalText writes the style's name.
@@ -122,21 +114,4 @@ func sfString(name string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
-}
-
-// isToken reports whether s is an HTTP field name (RFC 9110 token).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -103,14 +104,14 @@ func (o Options) Validate() error {
 		return refused("NearLimitRatio", o.NearLimitRatio, "want a number between 0 and 1")
 	case o.FailureMode > rules.FailureUnavailable:
 		return refused("FailureMode", o.FailureMode, "want allow, deny or unavailable")
-	case o.StoreFailureHeader != "" && !isToken(o.StoreFailureHeader):
+	case o.StoreFailureHeader != "" && !httpguts.ValidHeaderFieldName(o.StoreFailureHeader):
 		return refused("StoreFailureHeader", o.StoreFailureHeader, "not an HTTP token")
 	case o.Headers.Style > HeadersIETF:
 		return refused("Headers.Style", o.Headers.Style, "want off, reference or ietf")
 	}
 	h := &o.Headers
 	for _, f := range []struct{ name, v string }{{"LimitName", h.LimitName}, {"RemainingName", h.RemainingName}, {"ResetName", h.ResetName}} {
-		if f.v != "" && !isToken(f.v) {
+		if f.v != "" && !httpguts.ValidHeaderFieldName(f.v) {
 			return refused("Headers."+f.name, f.v, "not an HTTP token")
 		}
 	}

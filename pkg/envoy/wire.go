@@ -154,41 +154,32 @@ func (w *wireRequest) decodeEntry(b []byte, s string) bool {
 
 // walk calls field for each field of the message in b until it returns
 // false: a length-delimited field's contents are b[at:end], a varint's
-// value is v. At malformed bytes or another wire type it calls field with
-// that type (-1 for malformed), for it to refuse, and stops.
+// value is v. At malformed bytes it calls field with type -1 and stops.
 func walk(b []byte, field func(num protowire.Number, typ protowire.Type, at, end int, v uint64) bool) {
-	pos := 0
-	for pos < len(b) {
+	for pos := 0; pos < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[pos:])
 		if n < 0 {
 			field(0, -1, 0, 0, 0)
 			return
 		}
 		pos += n
+		at, v := pos, uint64(0)
 		switch typ {
 		case protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b[pos:])
-			if n < 0 {
-				field(0, -1, 0, 0, 0)
-				return
-			}
-			at := pos + n - len(v)
-			pos += n
-			if !field(num, typ, at, pos, 0) {
-				return
-			}
+			var s []byte
+			s, n = protowire.ConsumeBytes(b[pos:])
+			at = pos + n - len(s)
 		case protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b[pos:])
-			if n < 0 {
-				field(0, -1, 0, 0, 0)
-				return
-			}
-			pos += n
-			if !field(num, typ, 0, 0, v) {
-				return
-			}
+			v, n = protowire.ConsumeVarint(b[pos:])
 		default:
-			field(num, typ, 0, 0, 0)
+			n = protowire.ConsumeFieldValue(num, typ, b[pos:])
+		}
+		if n < 0 {
+			field(0, -1, 0, 0, 0)
+			return
+		}
+		pos += n
+		if !field(num, typ, at, pos, v) {
 			return
 		}
 	}
