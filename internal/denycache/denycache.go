@@ -181,8 +181,7 @@ func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) 
 			return 0, false // the store charges it whatever it decides
 		}
 		lookable = lookable && !h.Refund && h.Mode == limit.Enforce && once(hits, i)
-		var d denial
-		if h.Cost > 0 && !h.Refund && c.denied(now, h, &d) {
+		if d, ok := c.denied(now, h); ok {
 			decisions[i] = d.decision(now, h)
 			denied = true
 			continue
@@ -254,20 +253,17 @@ func looked(h *limit.Hit, seen limit.Decision) limit.Decision {
 	return limit.Decision{Remaining: seen.Remaining, Debt: seen.Debt, ResetAfter: seen.ResetAfter, RetryAfter: seen.ResetAfter}
 }
 
-// denied reports whether h has a cached denial still in force, and copies
-// it to out when out is not nil.
-func (c *Cache) denied(now int64, h *limit.Hit, out *denial) bool {
+// denied returns h's cached denial, if one is in force; a refund or a
+// look has none.
+func (c *Cache) denied(now int64, h *limit.Hit) (denial, bool) {
+	if h.Cost <= 0 || h.Refund {
+		return denial{}, false
+	}
 	s := c.shardOf(h.Key)
 	s.mu.Lock()
 	d, ok := s.entries[h.Key]
 	s.mu.Unlock()
-	if !ok || now >= d.expires || h.Cost < d.cost || d.spec != h.Spec {
-		return false
-	}
-	if out != nil {
-		*out = d
-	}
-	return true
+	return d, ok && now < d.expires && h.Cost >= d.cost && d.spec == h.Spec
 }
 
 // learn remembers the denials of a call the wrapped Limiter decided at

@@ -38,15 +38,12 @@ const (
 	HotAll
 )
 
+var hotValuesNames = [...]string{"fingerprints", "opted_in", "all"}
+
 // String names v as the page's snapshot does.
 func (v HotValues) String() string {
-	switch v {
-	case HotFingerprints:
-		return "fingerprints"
-	case HotOptedIn:
-		return "opted_in"
-	case HotAll:
-		return "all"
+	if int(v) < len(hotValuesNames) {
+		return hotValuesNames[v]
 	}
 	return fmt.Sprintf("HotValues(%d)", uint8(v))
 }

@@ -70,7 +70,7 @@ type Metrics struct {
 	refused                                             *prometheus.CounterVec
 	maxValues                                           int
 	keepHotValues                                       bool
-	sd                                                  *statsdStats // nil without statsd
+	sd                                                  *statsdStats
 
 	labels sync.Pool // *[]byte, to name series by values
 
@@ -176,9 +176,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	if m.maxValues == 0 {
 		m.maxValues = DefaultMaxValueSeries
 	}
-	if opts.Statsd != nil {
-		m.sd = newStatsdStats(opts.Statsd, m.maxValues)
-	}
+	m.sd = newStatsdStats(opts.Statsd, m.maxValues)
 	m.newHitCounters()
 	m.newRequestMetrics(prometheus.Labels{"store": opts.Store})
 	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged, m.charged, m.charges,
@@ -296,7 +294,7 @@ func (m *Metrics) DomainNotFound(domain string, descriptors int) {
 func (m *Metrics) GlobalShadow() {
 	if m != nil {
 		m.globalShadowMode.Inc()
-		m.sd.globalShadowAnswer()
+		m.sd.globalShadow.Inc()
 	}
 }
 
@@ -305,7 +303,7 @@ func (m *Metrics) GlobalShadow() {
 func (m *Metrics) FailureAnswer(mode rules.FailureMode, cause string) {
 	if m != nil {
 		m.failureAnswers.WithLabelValues(mode.String(), cause).Inc()
-		m.sd.storeFailure()
+		m.sd.redisErrors.Inc() // a Redis error to the reference server
 	}
 }
 
@@ -334,11 +332,9 @@ func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label str
 			c = fresh // a concurrent request has another set; don't fight over the cache
 		}
 	}
-	var key any
+	key := any(domain)
 	if r != nil {
 		key = r
-	} else {
-		key = domain
 	}
 	if s, ok := c.rules.Load(key); ok {
 		return s.(*ruleSeries)
@@ -376,7 +372,7 @@ func (m *Metrics) fill(v *series, domain, promLabel, statName string) {
 	if promLabel != "" && v.prom.hits == nil {
 		v.prom = m.counters(domain, promLabel)
 	}
-	if statName != "" && m.sd != nil && v.stat == nil {
+	if statName != "" && m.sd.client != nil && v.stat == nil {
 		v.stat = m.sd.hits(statName)
 	}
 }
@@ -394,7 +390,7 @@ func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 		}
 		v = s.other
 	}
-	if v != nil && (v.prom.hits != nil || !prom) && (v.stat != nil || m.sd == nil) {
+	if v != nil && (v.prom.hits != nil || !prom) && (v.stat != nil || m.sd.client == nil) {
 		return v // the usual case, without building a name
 	}
 	label, statName := string(buf), string(buf)
@@ -424,22 +420,21 @@ func (m *Metrics) Hits(set *rules.Set, domain string, hits []envoy.DescriptorHit
 	if m == nil {
 		return
 	}
-	b := labelBuf{pool: &m.labels}
+	buf := m.labels.Get().(*[]byte)
 	for i := range hits {
-		m.count(set, domain, &hits[i], &b)
+		m.count(set, domain, &hits[i], buf)
 	}
-	b.release()
+	m.labels.Put(buf)
 }
 
 // count adds a descriptor's hits to its series and hot counters.
-func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, b *labelBuf) {
+func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, buf *[]byte) {
 	rd := h.Resolved
 	s := m.series(set, domain, rd.Rule, h.Rule)
 	bv := byValue(rd.Rule)
 	prom, stat := &s.prom, s.stat
 	// The reference server names an override's stats by its values.
-	if bv || (rd.Override && m.sd != nil) {
-		buf := b.get()
+	if bv || (rd.Override && m.sd.client != nil) {
 		if bv {
 			*buf = rd.Rule.AppendStatName((*buf)[:0], rd.Entries)
 		} else {
@@ -462,7 +457,6 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	keep := bv || m.keepHotValues
 	if keep {
 		// Named by the values, which a series name may not show.
-		buf := b.get()
 		*buf = appendDetailedLabel((*buf)[:0], domain, rd.Entries)
 		label = *buf
 	}
@@ -470,25 +464,6 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	prom.add(float64(n), float64(near), o)
 	if stat != nil {
 		stat.add(uint64(n), uint64(near), o)
-	}
-}
-
-// labelBuf lends a request a pooled buffer, taken when first needed.
-type labelBuf struct {
-	pool *sync.Pool // of *[]byte
-	b    *[]byte
-}
-
-func (l *labelBuf) get() *[]byte {
-	if l.b == nil {
-		l.b = l.pool.Get().(*[]byte)
-	}
-	return l.b
-}
-
-func (l *labelBuf) release() {
-	if l.b != nil {
-		l.pool.Put(l.b)
 	}
 }
 

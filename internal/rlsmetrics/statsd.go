@@ -30,9 +30,10 @@ const (
 // statCounters are the statsd hit counters of one name.
 type statCounters = hitCounters[*statsd.Counter, uint64]
 
-// statsdStats counts the request path in statsd. A nil one sends nothing.
+// statsdStats counts the request path in statsd. Without a client its
+// counters are nil and send nothing.
 type statsdStats struct {
-	client                                             *statsd.Client
+	client                                             *statsd.Client // nil without statsd
 	requests, globalShadow, redisErrors, serviceErrors *statsd.Counter
 	responseTime                                       *statsd.Timer
 
@@ -44,6 +45,9 @@ type statsdStats struct {
 }
 
 func newStatsdStats(c *statsd.Client, maxDomains int) *statsdStats {
+	if c == nil {
+		return &statsdStats{}
+	}
 	return &statsdStats{
 		client:        c,
 		requests:      c.Counter(statRequests),
@@ -75,9 +79,6 @@ func (sd *statsdStats) hits(name string) *statCounters {
 // decision counts an answer, as the reference's interceptor does, and an
 // error not the store's as a service error.
 func (sd *statsdStats) decision(d time.Duration, err error) {
-	if sd == nil {
-		return
-	}
 	sd.requests.Inc()
 	sd.responseTime.Observe(d)
 	switch status.Code(err) {
@@ -89,7 +90,7 @@ func (sd *statsdStats) decision(d time.Duration, err error) {
 // domainNotFound counts the descriptors of a request for an unknown
 // domain, as the reference server does.
 func (sd *statsdStats) domainNotFound(domain string, descriptors int) {
-	if sd == nil {
+	if sd.client == nil {
 		return
 	}
 	sd.mu.RLock()
@@ -108,20 +109,6 @@ func (sd *statsdStats) domainNotFound(domain string, descriptors int) {
 		c = sd.notFoundEtc
 	}
 	c.Add(uint64(descriptors))
-}
-
-// globalShadowAnswer counts a request passed by the global shadow mode.
-func (sd *statsdStats) globalShadowAnswer() {
-	if sd != nil {
-		sd.globalShadow.Inc()
-	}
-}
-
-// storeFailure counts a store failure, a Redis error to the reference.
-func (sd *statsdStats) storeFailure() {
-	if sd != nil {
-		sd.redisErrors.Inc()
-	}
 }
 
 // ipv4 finds the addresses whose dots the reference server replaces, so

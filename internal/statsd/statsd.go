@@ -123,12 +123,17 @@ func New(opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{network: opts.Network, addr: opts.Addr, maxPacket: opts.MaxPacketSize, logger: opts.Logger, byKey: map[statKey]stat{}}
-	if c.network == "" {
-		c.network = "udp"
-	}
-	if c.addr == "" {
-		c.addr = DefaultAddr
+	c := &Client{
+		network:    cmp.Or(opts.Network, "udp"),
+		addr:       cmp.Or(opts.Addr, DefaultAddr),
+		maxPacket:  opts.MaxPacketSize,
+		logger:     cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
+		tags:       normalizeTags(opts.Tags),
+		dog:        opts.DogStatsD,
+		mogrifiers: opts.Mogrifiers,
+		sink:       opts.Sink,
+		noServer:   opts.NoServer,
+		byKey:      map[statKey]stat{},
 	}
 	if c.maxPacket == 0 {
 		c.maxPacket = DefaultUDPPacketSize
@@ -136,16 +141,7 @@ func New(opts Options) (*Client, error) {
 			c.maxPacket = DefaultTCPPacketSize
 		}
 	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
-	}
-	c.tags = normalizeTags(opts.Tags)
-	c.dog, c.mogrifiers = opts.DogStatsD, opts.Mogrifiers
-	c.sink, c.noServer = opts.Sink, opts.NoServer
-	interval := opts.FlushInterval
-	if interval == 0 {
-		interval = DefaultFlushInterval
-	}
+	interval := cmp.Or(opts.FlushInterval, DefaultFlushInterval)
 	if !opts.ManualFlush {
 		c.stop, c.done = make(chan struct{}), make(chan struct{})
 		go c.run(interval)

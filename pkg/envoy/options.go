@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"cmp"
 	"log/slog"
 	"math"
 	"time"
@@ -76,23 +77,17 @@ func DefaultOptions() Options {
 // withDefaults returns o with its zero fields set from DefaultOptions.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	setDefault(&o.NearLimitRatio, d.NearLimitRatio)
-	setDefault(&o.FailureMode, d.FailureMode)
-	setDefault(&o.Headers.LimitName, d.Headers.LimitName)
-	setDefault(&o.Headers.RemainingName, d.Headers.RemainingName)
-	setDefault(&o.Headers.ResetName, d.Headers.ResetName)
-	setDefault(&o.Bounds.MaxDescriptors, d.Bounds.MaxDescriptors)
-	setDefault(&o.Bounds.MaxEntries, d.Bounds.MaxEntries)
-	setDefault(&o.Bounds.MaxKeyBytes, d.Bounds.MaxKeyBytes)
-	setDefault(&o.Bounds.MaxValueBytes, d.Bounds.MaxValueBytes)
+	o.NearLimitRatio = cmp.Or(o.NearLimitRatio, d.NearLimitRatio)
+	o.FailureMode = cmp.Or(o.FailureMode, d.FailureMode)
+	h, b := &o.Headers, &o.Bounds
+	h.LimitName = cmp.Or(h.LimitName, d.Headers.LimitName)
+	h.RemainingName = cmp.Or(h.RemainingName, d.Headers.RemainingName)
+	h.ResetName = cmp.Or(h.ResetName, d.Headers.ResetName)
+	b.MaxDescriptors = cmp.Or(b.MaxDescriptors, d.Bounds.MaxDescriptors)
+	b.MaxEntries = cmp.Or(b.MaxEntries, d.Bounds.MaxEntries)
+	b.MaxKeyBytes = cmp.Or(b.MaxKeyBytes, d.Bounds.MaxKeyBytes)
+	b.MaxValueBytes = cmp.Or(b.MaxValueBytes, d.Bounds.MaxValueBytes)
 	return o
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // Validate reports the first option New refuses as an *option.Error
