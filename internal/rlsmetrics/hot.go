@@ -96,11 +96,11 @@ func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
 		rh := RuleHot{Domain: s.domain, Rule: s.path, Hot: s.hot.top(n, s.path, values), Skipped: s.hot.skipped.Load()}
 		s.mu.Lock()
 		for l, v := range s.values {
-			if v.prom.hits != nil {
+			if v.prom[hitsTotal] != nil {
 				rh.ValueLabels = append(rh.ValueLabels, l)
 			}
 		}
-		if s.other != nil && s.other.prom.hits != nil {
+		if s.other != nil && s.other.prom[hitsTotal] != nil {
 			rh.ValueLabels = append(rh.ValueLabels, s.path+otherValues)
 		}
 		s.mu.Unlock()

@@ -57,20 +57,19 @@ type Options struct {
 // (detailed_metric, value_to_metric), and then for at most MaxValueSeries
 // values. A nil *Metrics records nothing. It is safe for concurrent use.
 type Metrics struct {
-	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
-	notCharged                                          *prometheus.CounterVec
-	charged, charges                                    *prometheus.CounterVec // usage (usageCounters)
-	globalShadowMode                                    prometheus.Counter
-	domainsNotFound                                     prometheus.Counter
-	decisions                                           *prometheus.HistogramVec
-	decisionOK, decisionOver                            prometheus.Observer
-	storeSeconds                                        prometheus.Histogram
-	storeErrors                                         prometheus.Counter
-	failureAnswers                                      *prometheus.CounterVec
-	refused                                             *prometheus.CounterVec
-	maxValues                                           int
-	keepHotValues                                       bool
-	sd                                                  *statsdStats
+	hitVecs                  [hitKindCount]*prometheus.CounterVec
+	charged, charges         *prometheus.CounterVec // usage (usageCounters)
+	globalShadowMode         prometheus.Counter
+	domainsNotFound          prometheus.Counter
+	decisions                *prometheus.HistogramVec
+	decisionOK, decisionOver prometheus.Observer
+	storeSeconds             prometheus.Histogram
+	storeErrors              prometheus.Counter
+	failureAnswers           *prometheus.CounterVec
+	refused                  *prometheus.CounterVec
+	maxValues                int
+	keepHotValues            bool
+	sd                       *statsdStats
 
 	labels sync.Pool // *[]byte, to name series by values
 
@@ -92,10 +91,36 @@ type seriesCache struct {
 // adder is a counter of one sink: prometheus.Counter, *statsd.Counter.
 type adder[N any] interface{ Add(N) }
 
-// hitCounters are the six hit counters of one name in one sink.
-type hitCounters[C adder[N], N float64 | uint64] struct {
-	hits, over, near, within, shadow, notCharged C
+// The hit counters of one name, indices of hitKinds and hitCounters.
+const (
+	hitsTotal = iota
+	overLimit
+	nearLimit
+	withinLimit
+	shadowMode
+	notCharged
+	hitKindCount
+)
+
+// hitKinds name the hit counters: floodgate_<prom> in Prometheus, with
+// its help, and <name>.<stat> in statsd, as the reference server but for
+// not_charged, ours (the reference charges a refused request's
+// descriptors).
+var hitKinds = [hitKindCount]struct{ prom, stat, help string }{
+	hitsTotal: {"hits_total", "total_hits", "Hits (hits_addend) on descriptors that matched a limit, at most one more than " +
+		"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged."},
+	overLimit: {"over_limit_total", "over_limit", "Hits on descriptors over their limit (shadow-mode ones included), " +
+		"at most one more than the largest limit per request."},
+	nearLimit: {"near_limit_total", "near_limit", "Charged hits that left a limit at or above the near-limit ratio of its capacity."},
+	withinLimit: {"within_limit_total", "within_limit", "Hits on descriptors within their limit, charged: " +
+		"never those of a request refused by another descriptor."},
+	shadowMode: {"shadow_mode_total", "shadow_mode", "Hits over a limit in shadow mode, admitted."},
+	notCharged: {"not_charged_total", "not_charged", "Hits on descriptors within their limit that were not charged, " +
+		"because another descriptor of the request was over its limit (a request is charged all or nothing)."},
 }
+
+// hitCounters are the hit counters of one name in one sink.
+type hitCounters[C adder[N], N float64 | uint64] [hitKindCount]C
 
 // hitOutcome is what happened to one descriptor's hits.
 type hitOutcome struct {
@@ -108,20 +133,20 @@ type hitOutcome struct {
 // within it (and near), or not charged, when another descriptor refused
 // the request.
 func (c *hitCounters[C, N]) add(n, near N, o hitOutcome) {
-	c.hits.Add(n)
+	c[hitsTotal].Add(n)
 	switch {
 	case o.over:
-		c.over.Add(n)
+		c[overLimit].Add(n)
 		if o.shadow {
-			c.shadow.Add(n)
+			c[shadowMode].Add(n)
 		}
 	case o.charged:
-		c.within.Add(n)
+		c[withinLimit].Add(n)
 		if near > 0 {
-			c.near.Add(near)
+			c[nearLimit].Add(near)
 		}
 	default:
-		c.notCharged.Add(n)
+		c[notCharged].Add(n)
 	}
 }
 
@@ -179,8 +204,12 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	m.sd = newStatsdStats(opts.Statsd, m.maxValues)
 	m.newHitCounters()
 	m.newRequestMetrics(prometheus.Labels{"store": opts.Store})
-	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged, m.charged, m.charges,
-		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers, m.refused} {
+	cs := []prometheus.Collector{m.charged, m.charges, m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds,
+		m.storeErrors, m.failureAnswers, m.refused}
+	for _, v := range m.hitVecs {
+		cs = append(cs, v)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -193,19 +222,12 @@ func (m *Metrics) newHitCounters() {
 	counter := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: name, Help: help}, []string{"domain", "rule"})
 	}
-	m.hits = counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit, at most one more than "+
-		"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged.")
-	m.overLimit = counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included), "+
-		"at most one more than the largest limit per request.")
-	m.nearLimit = counter("near_limit_total", "Charged hits that left a limit at or above the near-limit ratio of its capacity.")
-	m.withinLimit = counter("within_limit_total", "Hits on descriptors within their limit, charged: "+
-		"never those of a request refused by another descriptor.")
-	m.shadowMode = counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted.")
+	for k, h := range hitKinds {
+		m.hitVecs[k] = counter(h.prom, h.help)
+	}
 	m.charged = counter("usage_charged_total", "Usage reported after the fact (a descriptor's own hits_addend: "+
 		"tokens, bytes), charged whether within the limit or past it: what a budget spent.")
 	m.charges = counter("usage_reports_total", "Descriptors that reported usage (a descriptor's own hits_addend), charged.")
-	m.notCharged = counter("not_charged_total", "Hits on descriptors within their limit that were not charged, "+
-		"because another descriptor of the request was over its limit (a request is charged all or nothing).")
 }
 
 // newRequestMetrics creates the metrics of requests and store calls.
@@ -308,16 +330,11 @@ func (m *Metrics) FailureAnswer(mode rules.FailureMode, cause string) {
 }
 
 // counters returns the counters of one (domain, rule) label pair.
-func (m *Metrics) counters(domain, rule string) counters {
-	return counters{
-		hits:   m.hits.WithLabelValues(domain, rule),
-		over:   m.overLimit.WithLabelValues(domain, rule),
-		near:   m.nearLimit.WithLabelValues(domain, rule),
-		within: m.withinLimit.WithLabelValues(domain, rule),
-		shadow: m.shadowMode.WithLabelValues(domain, rule),
-
-		notCharged: m.notCharged.WithLabelValues(domain, rule),
+func (m *Metrics) counters(domain, rule string) (c counters) {
+	for k, v := range m.hitVecs {
+		c[k] = v.WithLabelValues(domain, rule)
 	}
+	return c
 }
 
 // series returns the series of a descriptor's rule r (nil for an override
@@ -369,7 +386,7 @@ func byValue(r *rules.Rule) bool {
 // statName ("" for none). Counters are never replaced, so that requests
 // reading them race with nothing.
 func (m *Metrics) fill(v *series, domain, promLabel, statName string) {
-	if promLabel != "" && v.prom.hits == nil {
+	if promLabel != "" && v.prom[hitsTotal] == nil {
 		v.prom = m.counters(domain, promLabel)
 	}
 	if statName != "" && m.sd.client != nil && v.stat == nil {
@@ -390,7 +407,7 @@ func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 		}
 		v = s.other
 	}
-	if v != nil && (v.prom.hits != nil || !prom) && (v.stat != nil || m.sd.client == nil) {
+	if v != nil && (v.prom[hitsTotal] != nil || !prom) && (v.stat != nil || m.sd.client == nil) {
 		return v // the usual case, without building a name
 	}
 	label, statName := string(buf), string(buf)

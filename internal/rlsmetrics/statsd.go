@@ -12,9 +12,8 @@ import (
 	"github.com/floodgate/floodgate/internal/statsd"
 )
 
-// The reference server's statsd names, which its dashboards read: a
-// rule's counters are statRateLimit, its name, "." and total_hits,
-// over_limit, near_limit, within_limit or shadow_mode.
+// The reference server's statsd names, which its dashboards read; a
+// rule's counters are statRateLimit, its name, "." and a hitKinds stat.
 const (
 	statRateLimit    = "ratelimit.service.rate_limit."
 	statNotFound     = ".domain_not_found"
@@ -65,15 +64,11 @@ func newStatsdStats(c *statsd.Client, maxDomains int) *statsdStats {
 // values.
 func (sd *statsdStats) hits(name string) *statCounters {
 	base := statRateLimit + statName(name) + "."
-	return &statCounters{
-		hits:   sd.client.Counter(base + "total_hits"),
-		over:   sd.client.Counter(base + "over_limit"),
-		near:   sd.client.Counter(base + "near_limit"),
-		within: sd.client.Counter(base + "within_limit"),
-		shadow: sd.client.Counter(base + "shadow_mode"),
-		// Ours: the reference charges a refused request's descriptors.
-		notCharged: sd.client.Counter(base + "not_charged"),
+	c := new(statCounters)
+	for k, h := range hitKinds {
+		c[k] = sd.client.Counter(base + h.stat)
 	}
+	return c
 }
 
 // decision counts an answer, as the reference's interceptor does, and an
