@@ -113,6 +113,9 @@ func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
 	return out
 }
 
+// hotSeed keys the fingerprints of hot counters, per process.
+var hotSeed = maphash.MakeSeed()
+
 // hotSketch is the space-saving sketch of one rule's counters, known by a
 // keyed hash of their entries. The zero value is ready.
 type hotSketch struct {
@@ -121,8 +124,6 @@ type hotSketch struct {
 	mu       sync.Mutex
 	labelled bool // some slot holds a label
 	optedIn  bool // some slot is optedIn
-	seeded   bool // seed is set
-	seed     maphash.Seed
 	// hashes[i] is slots[i].hash, apart so that a search scans 256
 	// contiguous bytes.
 	hashes []uint64
@@ -156,14 +157,11 @@ func (h *hotSketch) add(entries []rules.Entry, keep, optedIn bool, label []byte,
 		h.labelled = h.labelled && keep
 		h.optedIn = false
 	}
-	if !h.seeded {
-		h.seed, h.seeded = maphash.MakeSeed(), true
-	}
 	sum := uint64(len(entries))
 	for _, e := range entries {
 		// Parts mixed in order, so that ("ab", "c") and ("a", "bc") differ.
-		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Key)) * 0x9e3779b97f4a7c15
-		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Value)) * 0x9e3779b97f4a7c15
+		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(hotSeed, e.Key)) * 0x9e3779b97f4a7c15
+		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(hotSeed, e.Value)) * 0x9e3779b97f4a7c15
 	}
 	i := slices.Index(h.hashes, sum)
 	if i < 0 {

@@ -349,9 +349,12 @@ func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label str
 			c = fresh // a concurrent request has another set; don't fight over the cache
 		}
 	}
-	key := any(domain)
+	// The domain only without a rule: a string converted to any allocates.
+	var key any
 	if r != nil {
 		key = r
+	} else {
+		key = domain
 	}
 	if s, ok := c.rules.Load(key); ok {
 		return s.(*ruleSeries)

@@ -13,9 +13,8 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Options tune a Service. The zero value is usable: a zero field means its
-// value in DefaultOptions, and no shadow mode, headers, body, logs, metrics
-// or traces.
+// Options tune a Service. A zero field means its value in DefaultOptions,
+// or none of what it adds.
 type Options struct {
 	// ShadowMode makes every overall code OK; statuses and counters stay
 	// real (the reference server's SHADOW_MODE).
@@ -40,25 +39,24 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics is told what each request did; nil counts nothing.
 	Metrics Metrics
-	// TracerProvider, when not nil, gets a span per request, named
-	// "ShouldRateLimit Execution" and continuing the caller's traceparent
-	// or B3 headers, and a child span "ratelimit.store" per store call;
-	// nil traces nothing and costs nothing.
+	// TracerProvider, when not nil, gets a span per request, "ShouldRateLimit
+	// Execution", continuing the caller's traceparent or B3 headers, and a
+	// child span "ratelimit.store" per store call.
 	TracerProvider trace.TracerProvider
 	// Bounds limit what one request may carry.
 	Bounds RequestBounds
-	// QuotaMode is the reference server's QUOTA_MODE: every descriptor
-	// but those with only unlimited limits is a quota, and a request is
-	// refused only when every quota is over (one that matches no rule or
-	// is in shadow mode always passes). False: only rules with quota_mode
-	// make quotas. Each descriptor's status still says OVER_LIMIT.
+	// QuotaMode is the reference server's QUOTA_MODE: every descriptor but
+	// those with only unlimited limits is a quota, else only those of rules
+	// with quota_mode. A request is refused only when every quota is over
+	// (one that matches no rule or is in shadow mode always passes); each
+	// descriptor's status still says OVER_LIMIT.
 	QuotaMode bool
 	// DynamicMetadata puts the request and its rules' metadata into every
 	// answer's dynamic_metadata, as the reference server's
 	// RESPONSE_DYNAMIC_METADATA.
 	DynamicMetadata bool
-	// Now is the clock of the reset of a limit of requests_per_unit 0,
-	// which no store decides, and of the failure log; nil means time.Now.
+	// Now is the clock of the failure log and of the reset of a limit of
+	// requests_per_unit 0, which no store decides; nil means time.Now.
 	Now func() time.Time
 }
 
@@ -92,7 +90,7 @@ func (o Options) withDefaults() Options {
 
 // Validate reports the first option New refuses as an *option.Error
 // ("envoy.Options.NearLimitRatio 2: want a number between 0 and 1"), or
-// nil. Zero values are valid: they mean the defaults.
+// nil. Zero values mean the defaults.
 func (o Options) Validate() error {
 	switch {
 	case o.NearLimitRatio < 0 || o.NearLimitRatio > 1 || math.IsNaN(o.NearLimitRatio):

@@ -29,7 +29,7 @@ type scratch struct {
 }
 
 // hitAt is the limit a hit counts: descriptor desc, its resolved limit
-// limit. It lies beside the hits, since a store has no use for it.
+// limit.
 type hitAt struct {
 	desc, limit int
 }
@@ -66,7 +66,7 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 	if requestCost == 0 {
 		requestCost = 1
 	}
-	// Room for every entry first: they are sliced as appended.
+	// Room for every entry first: descriptors slice them as appended.
 	n := 0
 	for _, d := range req.GetDescriptors() {
 		n += len(d.GetEntries())
@@ -108,7 +108,7 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 
 // quotaRule makes the quota hits advisory when a quota descriptor always
 // passes (in shadow mode, or with no counted limit, as the reference
-// server counts it): the quotas can then never refuse the request.
+// server has it): the quotas can then never refuse the request.
 func (sc *scratch) quotaRule() {
 	for i := range sc.descs {
 		ds := &sc.descs[i]
@@ -246,9 +246,9 @@ func (o *descOutcome) add(l *rules.Limit, d *limit.Decision, nearRatio float64) 
 	}
 }
 
-// nearHits is how many hits of an admission landed at or above nearRatio
-// of capacity, remaining being left: as the reference server, a request
-// crossing the ratio counts only the hits past it.
+// nearHits is how many hits of an admission that left remaining landed at
+// or above nearRatio of capacity: as the reference server, only the hits
+// past the ratio.
 func nearHits(capacity, remaining int64, nearRatio float64) int64 {
 	if capacity <= 0 {
 		return 0

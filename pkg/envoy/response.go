@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"time"
 
@@ -18,8 +19,7 @@ import (
 // respond builds the answer from sc's outcomes; over says the request is
 // rejected (judge).
 func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.RateLimitResponse {
-	// One allocation for the response and its statuses when there are
-	// few, as in Envoy's usual request.
+	// One allocation for the response and a few statuses.
 	var resp *pb.RateLimitResponse
 	var parts []statusParts
 	switch n := len(sc.descs); {
@@ -65,7 +65,7 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.
 			&corev3.HeaderValue{Key: "content-type", Value: "application/json"})
 	}
 	if s.opts.DynamicMetadata {
-		resp.DynamicMetadata = requestMetadata(sc, req, resp.DynamicMetadata)
+		resp.DynamicMetadata = requestMetadata(sc, req)
 	}
 	return resp
 }
@@ -138,10 +138,10 @@ func (r *report) status(p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
 }
 
 // resetSeconds is a status's duration_until_reset, rounded up to whole
-// seconds so that a client is never told to come back too early. For a
-// denial it is when the same request could pass. A limit of
-// requests_per_unit 0 has no counter: as the reference server, it reports
-// the time left in its window on Options.Now.
+// seconds so that a client never comes back too early; for a denial, when
+// the same request could pass. A limit of requests_per_unit 0 has no
+// counter: as the reference server, it reports the time left in its
+// window on Options.Now.
 func resetSeconds(spec *limit.Spec, d *limit.Decision, now func() time.Time) int64 {
 	reset := d.ResetAfter
 	switch {
@@ -155,14 +155,14 @@ func resetSeconds(spec *limit.Spec, d *limit.Decision, now func() time.Time) int
 	return ceilSeconds(reset)
 }
 
-// inlineAnswer is a response with room for inlineStatuses statuses.
+// inlineAnswer and singleAnswer are a response and its statuses, in one
+// allocation.
 type inlineAnswer struct {
 	resp     pb.RateLimitResponse
 	statuses [inlineStatuses]*pb.RateLimitResponse_DescriptorStatus
 	parts    [inlineStatuses]statusParts
 }
 
-// singleAnswer is the answer of one descriptor, allocated at once.
 type singleAnswer struct {
 	resp     pb.RateLimitResponse
 	statuses [1]*pb.RateLimitResponse_DescriptorStatus
@@ -195,13 +195,13 @@ func overLimitBody(domain string, retry int64) []byte {
 	return b
 }
 
-// requestMetadata adds to md (new when nil) what the reference server puts
+// requestMetadata is what the reference server puts
 // in dynamic_metadata with RESPONSE_DYNAMIC_METADATA: the request, and
 // under "metadata" the rules' metadata of the descriptors not over their
 // limit with a limit counted (not an override), merged in request order:
 // the first value of a name wins, mappings under one name merge.
-func requestMetadata(sc *scratch, req *pb.RateLimitRequest, md *structpb.Struct) *structpb.Struct {
-	md = requestFields(req, md)
+func requestMetadata(sc *scratch, req *pb.RateLimitRequest) *structpb.Struct {
+	md := requestFields(req)
 	var merged map[string]any
 	for di := range sc.res.Descriptors {
 		rd := &sc.res.Descriptors[di]
@@ -220,14 +220,11 @@ func requestMetadata(sc *scratch, req *pb.RateLimitRequest, md *structpb.Struct)
 	return md
 }
 
-// requestFields adds the request to md (new when nil) as the reference
-// server does: domain; descriptors, each with entries as "key=value",
-// limit (the override as protobuf text) and hitsAddend when set; and
-// hitsAddend when not 0.
-func requestFields(req *pb.RateLimitRequest, md *structpb.Struct) *structpb.Struct {
-	if md == nil {
-		md = &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	}
+// requestFields is the request as the reference server puts it in
+// dynamic_metadata: domain; descriptors, each with entries ("key=value"),
+// limit (protobuf text) and hitsAddend when set; hitsAddend when not 0.
+func requestFields(req *pb.RateLimitRequest) *structpb.Struct {
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	md.Fields["domain"] = structpb.NewStringValue(req.GetDomain())
 	descs := make([]*structpb.Value, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
@@ -257,10 +254,7 @@ func mergeMetadata(dst, src map[string]any) map[string]any {
 	if dst == nil {
 		return src
 	}
-	out := make(map[string]any, len(dst)+len(src))
-	for k, v := range dst {
-		out[k] = v
-	}
+	out := maps.Clone(dst)
 	for k, v := range src {
 		have, ok := out[k]
 		if !ok {

@@ -32,8 +32,7 @@ type Service struct {
 // New returns a Service that matches each request against the rules
 // current returns (such as rules.Watcher.Current: called once per request,
 // it must be cheap and safe for concurrent use) and evaluates them with
-// one call to l per request, under the request's context: l bounds its
-// own calls. It returns an error for invalid options.
+// one call to l under the request's context; l bounds its own calls.
 func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, error) {
 	if current == nil || l == nil {
 		return nil, errors.New("envoy: nil rule source or limiter")
@@ -80,14 +79,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.Decision(d, resp, err)
 		}
-		// Checked first: with debug off, no attribute is built.
 		if s.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 			s.logDecision(ctx, d, req, sc, resp, err)
 		}
 		if span != nil {
 			endSpan(span, overHTTP, sc, resp, err)
 		}
-		// Reused after a panic too: reset clears whatever it holds.
+		// Reused after a panic too: reset clears it all.
 		sc.reset()
 		s.scratch.Put(sc)
 	}()
@@ -107,7 +105,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		}
 		resp := allOK(len(req.Descriptors))
 		if s.opts.DynamicMetadata {
-			resp.DynamicMetadata = requestFields(req, nil)
+			resp.DynamicMetadata = requestFields(req)
 		}
 		return resp, nil
 	}

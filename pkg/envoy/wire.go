@@ -10,18 +10,15 @@ import (
 )
 
 // wireRequest is a RateLimitRequest decoded without reflection into
-// storage reused from call to call: its messages live in the slices below
-// and its strings are substrings of one copy of the message, so a call
-// costs one allocation.
+// reused storage: its messages live in the slices below and its strings
+// are substrings of one copy of the message, one allocation a call.
 //
 // decode takes only what Envoy sends: domain, descriptors of key/value
-// entries, hits_addend and is_negative_hits. For anything else (an
-// override, a descriptor's hits_addend, unknown fields, bad bytes) it
-// reports false and the caller decodes with proto, the reference for both
-// paths (FuzzWireRequest). TestWireRequestKnowsEveryField fails on a field
-// go-control-plane adds until decode takes it or leaves it to proto.
+// entries, hits_addend and is_negative_hits. For anything else it reports
+// false and the caller decodes with proto, the reference of both paths
+// (FuzzWireRequest, TestWireRequestKnowsEveryField).
 //
-// A wireRequest belongs to one call at a time; nothing may keep a pointer
+// A wireRequest serves one call at a time; nothing may keep a pointer
 // into req after the call (its strings may be kept).
 type wireRequest struct {
 	req pb.RateLimitRequest
@@ -36,8 +33,7 @@ type wireRequest struct {
 	tooLarge int    // the size of a request over the bound, left undecoded
 }
 
-// maxPooledParts bounds the room a pooled wireRequest keeps, so that one
-// huge request does not pin its storage.
+// maxPooledParts bounds the room a pooled wireRequest keeps.
 const maxPooledParts = 64
 
 var wireRequests = sync.Pool{New: func() any { return new(wireRequest) }}
