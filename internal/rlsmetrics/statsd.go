@@ -38,7 +38,7 @@ type statsdStats struct {
 
 	// At most maxDomains unknown domains get a name, the rest "_other_".
 	maxDomains  int
-	mu          sync.RWMutex
+	mu          sync.Mutex
 	notFound    map[string]*statsd.Counter
 	notFoundEtc *statsd.Counter
 }
@@ -88,18 +88,13 @@ func (sd *statsdStats) domainNotFound(domain string, descriptors int) {
 	if sd.client == nil {
 		return
 	}
-	sd.mu.RLock()
+	sd.mu.Lock()
 	c := sd.notFound[domain]
-	full := len(sd.notFound) >= sd.maxDomains
-	sd.mu.RUnlock()
-	if c == nil && !full {
-		sd.mu.Lock()
-		if c = sd.notFound[domain]; c == nil && len(sd.notFound) < sd.maxDomains {
-			c = sd.client.Counter(statRateLimit + statName(domain) + statNotFound)
-			sd.notFound[domain] = c
-		}
-		sd.mu.Unlock()
+	if c == nil && len(sd.notFound) < sd.maxDomains {
+		c = sd.client.Counter(statRateLimit + statName(domain) + statNotFound)
+		sd.notFound[domain] = c
 	}
+	sd.mu.Unlock()
 	if c == nil {
 		c = sd.notFoundEtc
 	}

@@ -241,7 +241,9 @@ func (o *descOutcome) add(l *rules.Limit, d *limit.Decision, nearRatio float64) 
 	} else {
 		o.near = max(o.near, nearHits(l.Spec.Capacity(), d.Remaining, nearRatio))
 	}
-	if o.limit == nil || restrictive(!d.Allowed, d.Remaining, !o.decision.Allowed, o.decision.Remaining) {
+	// The most restrictive limit: a denial first, then the least remaining.
+	if o.limit == nil || (!d.Allowed && o.decision.Allowed) ||
+		(d.Allowed == o.decision.Allowed && d.Remaining < o.decision.Remaining) {
 		o.limit, o.decision = l, d
 	}
 }
@@ -255,15 +257,6 @@ func nearHits(capacity, remaining int64, nearRatio float64) int64 {
 	}
 	used, threshold := capacity-remaining, int64(math.Ceil(nearRatio*float64(capacity)))
 	return max(0, used-threshold+1)
-}
-
-// restrictive reports whether limit state a is more restrictive than b:
-// a denial first, then the least remaining.
-func restrictive(aOver bool, aRemaining int64, bOver bool, bRemaining int64) bool {
-	if aOver != bOver {
-		return aOver
-	}
-	return aRemaining < bRemaining
 }
 
 // applyFailure turns each limit's decision into its failure policy's: a
