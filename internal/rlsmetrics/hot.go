@@ -82,9 +82,6 @@ type RuleHot struct {
 // and n most hit counters, showing the values that values lets through,
 // sorted by domain and rule.
 func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
-	if m == nil {
-		return nil
-	}
 	m.mu.Lock()
 	all := make([]*ruleSeries, 0, len(m.byLabel))
 	for _, s := range m.byLabel {

@@ -55,7 +55,7 @@ type Options struct {
 // Metrics implements envoy.Metrics. Hit counters are labelled by domain
 // and rule path, never by request values unless the rule asks
 // (detailed_metric, value_to_metric), and then for at most MaxValueSeries
-// values. A nil *Metrics records nothing. It is safe for concurrent use.
+// values. It is safe for concurrent use.
 type Metrics struct {
 	hitVecs                  [hitKindCount]*prometheus.CounterVec
 	charged, charges         *prometheus.CounterVec // usage (usageCounters)
@@ -259,9 +259,6 @@ func (m *Metrics) newRequestMetrics(storeLabel prometheus.Labels) {
 
 // Decision counts an answer, or a failed call, and how long it took.
 func (m *Metrics) Decision(d time.Duration, resp *pb.RateLimitResponse, err error) {
-	if m == nil {
-		return
-	}
 	m.sd.decision(d, err)
 	switch {
 	case err != nil:
@@ -283,9 +280,6 @@ var RefusalReasons = []string{envoy.RefusedMalformed, envoy.RefusedTooLarge, env
 
 // Refused counts a request refused for reason. The listeners call it too.
 func (m *Metrics) Refused(reason string) {
-	if m == nil {
-		return
-	}
 	if !slices.Contains(RefusalReasons, reason) {
 		reason = RefusedOther
 	}
@@ -294,9 +288,6 @@ func (m *Metrics) Refused(reason string) {
 
 // StoreCall counts a call to the limit store, and its failure.
 func (m *Metrics) StoreCall(d time.Duration, err error) {
-	if m == nil {
-		return
-	}
 	m.storeSeconds.Observe(d.Seconds())
 	if err != nil {
 		m.storeErrors.Inc()
@@ -305,28 +296,22 @@ func (m *Metrics) StoreCall(d time.Duration, err error) {
 
 // DomainNotFound counts a request for a domain no rule file declares.
 func (m *Metrics) DomainNotFound(domain string, descriptors int) {
-	if m != nil {
-		m.domainsNotFound.Inc()
-		m.sd.domainNotFound(domain, descriptors)
-	}
+	m.domainsNotFound.Inc()
+	m.sd.domainNotFound(domain, descriptors)
 }
 
 // GlobalShadow counts a request answered OK only because of the global
 // shadow mode.
 func (m *Metrics) GlobalShadow() {
-	if m != nil {
-		m.globalShadowMode.Inc()
-		m.sd.globalShadow.Inc()
-	}
+	m.globalShadowMode.Inc()
+	m.sd.globalShadow.Inc()
 }
 
 // FailureAnswer counts a request answered by the failure policy, by
 // policy and cause.
 func (m *Metrics) FailureAnswer(mode rules.FailureMode, cause string) {
-	if m != nil {
-		m.failureAnswers.WithLabelValues(mode.String(), cause).Inc()
-		m.sd.redisErrors.Inc() // a Redis error to the reference server
-	}
+	m.failureAnswers.WithLabelValues(mode.String(), cause).Inc()
+	m.sd.redisErrors.Inc() // a Redis error to the reference server
 }
 
 // counters returns the counters of one (domain, rule) label pair.
@@ -437,9 +422,6 @@ func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 
 // Hits adds each decided descriptor's hits to its counters.
 func (m *Metrics) Hits(set *rules.Set, domain string, hits []envoy.DescriptorHits) {
-	if m == nil {
-		return
-	}
 	buf := m.labels.Get().(*[]byte)
 	for i := range hits {
 		m.count(set, domain, &hits[i], buf)

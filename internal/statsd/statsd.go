@@ -1,9 +1,8 @@
 // Package statsd sends counters, timers and gauges to a statsd server as
 // plain statsd or DogStatsD lines, as lyft/gostats does for the reference
-// server: counts are kept in memory and flushed as deltas every
-// FlushInterval, in packets, so that counting costs an atomic add. A Sink
-// receives the same flushes in the process, as gostats's sinks do. It
-// knows no stat names: rlsmetrics and cmd/server choose them.
+// server: counts are kept in memory, so that counting costs an atomic add,
+// and flushed as deltas every FlushInterval, in packets, and to a Sink in
+// the process. Its users choose the stat names.
 package statsd
 
 import (
@@ -21,14 +20,14 @@ import (
 )
 
 // Defaults of Options' zero fields: the reference server's STATSD_HOST,
-// STATSD_PORT and STATS_FLUSH_INTERVAL; over UDP the largest payload of
-// an Ethernet frame with IPv6 headers, over TCP a bound on one write.
+// STATSD_PORT and STATS_FLUSH_INTERVAL; over UDP the payload of an
+// Ethernet frame with IPv6 headers.
 const (
 	DefaultAddr          = "localhost:8125"
 	DefaultFlushInterval = 10 * time.Second
 	DefaultUDPPacketSize = 1432
 	DefaultTCPPacketSize = 8192
-	sendTimeout          = 5 * time.Second // a dial or a write: a stuck server delays a flush, not forever
+	sendTimeout          = 5 * time.Second // bounds a dial or a write
 )
 
 // ErrClosed is returned by Flush after Close.
@@ -46,9 +45,9 @@ type Options struct {
 	// ManualFlush sends counts only on Flush and Close.
 	ManualFlush bool
 	// Tags are added to every stat: in plain statsd into the name
-	// (".__key=value", as gostats), with DogStatsD as "|#key:value". '.',
-	// ':' and '|' in values become '_'; empty ones are dropped; of two with
-	// one key the last wins. A key that would corrupt the lines is refused.
+	// (".__key=value", as gostats), with DogStatsD as "|#key:value".
+	// Punctuation in values becomes '_'; empty ones are dropped; of two
+	// with one key the last wins. A key that would corrupt lines is refused.
 	Tags []Tag
 	// DogStatsD writes DogStatsD lines.
 	DogStatsD bool
@@ -61,8 +60,7 @@ type Options struct {
 	// Logger hears when sending starts failing and works again.
 	Logger *slog.Logger
 	// Sink, when set, receives every flush too, even when the server
-	// cannot be reached (which then loses those counts). It takes plain
-	// statsd names, not DogStatsD.
+	// cannot be reached. It takes plain statsd names, not DogStatsD.
 	Sink Sink
 	// NoServer sends to Sink alone.
 	NoServer bool
@@ -70,8 +68,8 @@ type Options struct {
 
 // Sink receives each flush, as gostats's sinks do: a counter's increase
 // (never 0), a gauge's value, a timer's observations in whole milliseconds
-// with their counts; names as plain statsd sends them, tags included. One
-// flush at a time calls it.
+// with their count; names as plain statsd sends them. One flush at a time
+// calls it.
 type Sink interface {
 	Counter(name string, increase uint64)
 	Gauge(name string, value uint64)
@@ -117,8 +115,8 @@ type statKey struct {
 }
 
 // New returns a Client for opts and, unless opts.ManualFlush, flushes in
-// the background until Close. It does not connect: a server down delays
-// nothing, and counts wait until it is reachable.
+// the background until Close. It does not connect: counts wait until the
+// server is reachable.
 func New(opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -151,7 +149,7 @@ func New(opts Options) (*Client, error) {
 
 // Validate reports the first option New refuses as an *option.Error
 // ("statsd.Options.Network \"unix\": want udp or tcp"), or nil. Zero
-// values are valid: they mean the defaults.
+// values mean the defaults.
 func (o Options) Validate() error {
 	switch {
 	case o.Network != "" && o.Network != "udp" && o.Network != "tcp":
@@ -250,8 +248,8 @@ func (c *Client) wire(name string) wire {
 	return wire{head: nameReplacer.Replace(name) + ":", tail: dogTags(append(slices.Clip(c.tags), tags...))}
 }
 
-// Flush sends what the stats gathered now. On a failed connection the
-// counts wait for the next flush; a failed write loses its lines' counts.
+// Flush sends what the stats gathered now. After a failed dial the counts
+// wait for the next flush; a failed write loses its lines.
 func (c *Client) Flush() error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
@@ -261,8 +259,7 @@ func (c *Client) Flush() error {
 	return c.flush()
 }
 
-// flush sends every stat's lines to the server and the sink, under
-// flushMu.
+// flush sends every stat's lines, under flushMu.
 func (c *Client) flush() error {
 	var dialErr error
 	if c.conn == nil && !c.noServer {
