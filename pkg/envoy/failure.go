@@ -26,8 +26,8 @@ const (
 )
 
 // failureCauseOf classifies err, returned by a store call made with ctx.
-// A deadline is known by the error or by ctx's deadline having passed: a
-// store may report its socket's timeout without the context's error.
+// A deadline is known by the error or by ctx's deadline having passed, as
+// a store may report its socket's timeout without the context's error.
 func failureCauseOf(ctx context.Context, err error) string {
 	switch {
 	case errors.Is(err, limit.ErrCircuitOpen):
@@ -50,15 +50,15 @@ type failureAnswer struct {
 	policy rules.FailureMode // FailureAllow, FailureDeny or FailureUnavailable
 }
 
-// storeFailureKey names, in dynamic_metadata, what says an answer comes
-// from the failure policy: an access log reads it with
+// storeFailureKey marks in dynamic_metadata an answer of the failure
+// policy; an access log reads it with
 // %DYNAMIC_METADATA(envoy.filters.http.ratelimit:storeFailure:cause)%.
 const storeFailureKey = "storeFailure"
 
 // markFailure says in resp's dynamic_metadata, whatever
 // Options.DynamicMetadata, and in header when not empty, that the failure
 // policy decided resp: {"storeFailure": {"cause": "deadline", "policy":
-// "allow"}}. Such an answer is never taken for "no rule matched".
+// "allow"}}, never to be taken for "no rule matched".
 func markFailure(resp *pb.RateLimitResponse, f failureAnswer, header string) {
 	md := resp.DynamicMetadata
 	if md == nil {
@@ -75,8 +75,7 @@ func markFailure(resp *pb.RateLimitResponse, f failureAnswer, header string) {
 }
 
 // failureLog logs store failures at most once per interval, with their
-// number since the previous line: an outage under load writes a line a
-// second, not one per request.
+// number since the previous line.
 type failureLog struct {
 	logger   *slog.Logger
 	interval time.Duration

@@ -8,8 +8,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
-// HeaderStyle chooses the rate-limit headers a Service adds to answers,
-// which Envoy puts on the downstream response.
+// HeaderStyle chooses the rate-limit headers a Service adds to answers, for
+// Envoy to put on the downstream response.
 type HeaderStyle uint8
 
 const (
@@ -54,9 +54,8 @@ func (h HeaderStyle) MarshalText() ([]byte, error) { return []byte(h.String()), 
 type Headers struct {
 	Style HeaderStyle
 	// LimitName, RemainingName and ResetName name the HeadersReference
-	// headers (the reference server's LIMIT_LIMIT_HEADER,
-	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty means
-	// DefaultOptions'.
+	// headers (the reference's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER,
+	// LIMIT_RESET_HEADER); empty means DefaultOptions'.
 	LimitName, RemainingName, ResetName string
 }
 

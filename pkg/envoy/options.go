@@ -72,7 +72,8 @@ func DefaultOptions() Options {
 	}
 }
 
-// withDefaults returns o with its zero fields set from DefaultOptions.
+// withDefaults returns o with its zero fields set from DefaultOptions, and
+// a nil Logger discarding.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
 	o.NearLimitRatio = cmp.Or(o.NearLimitRatio, d.NearLimitRatio)
@@ -85,6 +86,7 @@ func (o Options) withDefaults() Options {
 	b.MaxEntries = cmp.Or(b.MaxEntries, d.Bounds.MaxEntries)
 	b.MaxKeyBytes = cmp.Or(b.MaxKeyBytes, d.Bounds.MaxKeyBytes)
 	b.MaxValueBytes = cmp.Or(b.MaxValueBytes, d.Bounds.MaxValueBytes)
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	return o
 }
 

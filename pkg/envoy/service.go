@@ -44,9 +44,6 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
 	s := &Service{rules: current, limiter: l, opts: opts,
 		failures: &failureLog{logger: opts.Logger, interval: time.Second, now: opts.Now}}
 	if opts.TracerProvider != nil {
