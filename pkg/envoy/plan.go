@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 
@@ -62,18 +63,7 @@ func (sc *scratch) reset() {
 // plan resolves the request's descriptors and builds one hit per counted
 // limit. Its only error is an invalid limit override, naming the field.
 func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.FailureMode, quotaMode bool) error {
-	requestCost := int64(req.GetHitsAddend())
-	if requestCost == 0 {
-		requestCost = 1
-	}
-	// Room for every entry first: descriptors slice them as appended.
-	n := 0
-	for _, d := range req.GetDescriptors() {
-		n += len(d.GetEntries())
-	}
-	if cap(sc.entries) < n {
-		sc.entries = make([]rules.Entry, 0, n)
-	}
+	requestCost := cmp.Or(int64(req.GetHitsAddend()), 1)
 	for i, d := range req.GetDescriptors() {
 		from := len(sc.entries)
 		for _, e := range d.GetEntries() {
