@@ -23,7 +23,6 @@ type scratch struct {
 	hits      []limit.Hit        // the counted limits, in resolution order
 	at        []hitAt            // where each hit comes from: at[i] is hits[i]'s
 	decisions []limit.Decision   // the store's answer, one per hit
-	outcomes  []descOutcome      // per descriptor, from the decisions (judge)
 	reported  []DescriptorHits   // what Options.Metrics is told (hitsOf)
 
 	failure failureAnswer // set when the failure policy answered
@@ -45,6 +44,7 @@ type descPlan struct {
 	counted   bool              // a limit is counted: it has hits
 	unlimited bool              // only unlimited limits apply
 	quota     bool              // refused only when every quota is over (quotaRule)
+	out       descOutcome       // from the decisions (judge)
 }
 
 func (sc *scratch) reset() {
@@ -52,7 +52,6 @@ func (sc *scratch) reset() {
 	clear(sc.entries)
 	clear(sc.descs)
 	clear(sc.hits)
-	clear(sc.outcomes)
 	sc.res.Reset()
 	sc.in, sc.entries, sc.descs, sc.hits, sc.at, sc.decisions = sc.in[:0], sc.entries[:0], sc.descs[:0], sc.hits[:0], sc.at[:0], sc.decisions[:0]
 	clear(sc.reported)
@@ -181,32 +180,30 @@ type descOutcome struct {
 	code      pb.RateLimitResponse_Code
 	limit     *rules.Limit    // reported as current_limit; nil for none
 	decision  *limit.Decision // limit's
-	unlimited bool            // only unlimited limits apply
 	wouldDeny bool            // a limit denied (even if shadow mode turned it OK)
 	near      int64           // hits that reached a limit's near-limit ratio (nearHits), the most of any limit
 }
 
-// judge computes each descriptor's outcome into sc.outcomes and reports
+// judge computes each descriptor's outcome (descPlan.out) and reports
 // whether the request is rejected (before global shadow mode): when an
 // enforced descriptor is over, or every quota descriptor is. A descriptor
 // is over when one of its limits denied, and reports its most restrictive
 // limit. After a store failure only the limits whose policy denies count
 // (applyFailure).
 func (sc *scratch) judge(nearRatio float64, storeFailed bool) (over bool) {
-	sc.outcomes = grow(sc.outcomes, len(sc.descs))
 	for di := range sc.descs {
-		sc.outcomes[di] = descOutcome{code: pb.RateLimitResponse_OK, unlimited: sc.descs[di].unlimited}
+		sc.descs[di].out = descOutcome{code: pb.RateLimitResponse_OK}
 	}
 	for i, at := range sc.at {
 		if storeFailed && sc.descs[at.desc].failure != rules.FailureDeny {
 			continue
 		}
 		l := sc.res.Descriptors[at.desc].Limits[at.limit].Limit
-		sc.outcomes[at.desc].add(l, &sc.decisions[i], nearRatio)
+		sc.descs[at.desc].out.add(l, &sc.decisions[i], nearRatio)
 	}
 	quotas, quotasOver := 0, 0
 	for di := range sc.descs {
-		out := &sc.outcomes[di]
+		out := &sc.descs[di].out
 		if out.wouldDeny && sc.res.Descriptors[di].Mode != limit.Advisory {
 			out.code = pb.RateLimitResponse_OVER_LIMIT
 		}
@@ -268,7 +265,7 @@ func (sc *scratch) applyFailure() (unavailable bool) {
 // refunds excepted, for Options.Metrics.
 func (sc *scratch) hitsOf(charged bool) []DescriptorHits {
 	for di := range sc.descs {
-		ds, out := &sc.descs[di], &sc.outcomes[di]
+		ds, out := &sc.descs[di], &sc.descs[di].out
 		if ds.metric == "" || out.limit == nil || ds.refund {
 			continue
 		}

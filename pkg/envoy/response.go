@@ -16,7 +16,7 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// respond builds the answer from sc's outcomes; over says the request is
+// respond builds the answer from the descriptors' outcomes; over says the request is
 // rejected (judge).
 func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.RateLimitResponse {
 	// One allocation for the response and a few statuses.
@@ -40,7 +40,7 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.
 	var pinned bool // top is over a rate limit
 	var retry int64 // seconds until every over-limit descriptor could pass
 	for di := range sc.descs {
-		r := newReport(&sc.outcomes[di], s.opts.Now)
+		r := newReport(&sc.descs[di], s.opts.Now)
 		resp.Statuses[di] = r.status(&parts[di])
 		if r.limit != nil {
 			top, pinned = headline(top, pinned, r, sc.descs[di].quota)
@@ -96,11 +96,12 @@ type report struct {
 // newReport is the report of a descriptor's outcome; one with only
 // unlimited limits gets, as from the reference server, no current_limit
 // and the largest limit_remaining.
-func newReport(o *descOutcome, now func() time.Time) report {
+func newReport(ds *descPlan, now func() time.Time) report {
+	o := &ds.out
 	r := report{code: o.code, over: o.code == pb.RateLimitResponse_OVER_LIMIT, limit: o.limit}
 	switch {
 	case o.limit == nil:
-		if o.unlimited {
+		if ds.unlimited {
 			r.remaining = math.MaxUint32
 		}
 	case r.over:
@@ -206,7 +207,7 @@ func requestMetadata(sc *scratch, req *pb.RateLimitRequest) *structpb.Struct {
 	for di := range sc.res.Descriptors {
 		rd := &sc.res.Descriptors[di]
 		r := rd.Rule
-		if r == nil || r.Metadata == nil || rd.Override || sc.outcomes[di].code == pb.RateLimitResponse_OVER_LIMIT || !sc.descs[di].counted {
+		if r == nil || r.Metadata == nil || rd.Override || sc.descs[di].out.code == pb.RateLimitResponse_OVER_LIMIT || !sc.descs[di].counted {
 			continue
 		}
 		merged = mergeMetadata(merged, r.Metadata)
