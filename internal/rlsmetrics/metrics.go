@@ -449,8 +449,11 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 		stat = v.stat
 	}
 	o := hitOutcome{over: h.Over, shadow: rd.Mode == limit.Advisory, charged: h.Charged}
-	n := countedHits(h.Cost, rd)
-	if h.Usage && h.Cost > 0 && maxCapacity(rd) > 0 {
+	// At most one more than the largest capacity: a larger cost is refused
+	// alike, and must not put 10^16 into counters that dashboards sum.
+	capacity := maxCapacity(rd)
+	n := min(h.Cost, capacity+1) // cost <= 2^53: no overflow
+	if h.Usage && h.Cost > 0 && capacity > 0 {
 		n, o.charged = min(h.Cost, limit.MaxCount), true
 		m.charge(s, n)
 	}
@@ -467,16 +470,6 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	if stat != nil {
 		stat.add(uint64(n), uint64(near), o)
 	}
-}
-
-// countedHits is a descriptor's cost, but at most one more than its
-// largest capacity: a larger cost is refused alike, and must not put 10^16
-// into counters that dashboards sum.
-func countedHits(cost int64, rd *rules.Resolved) int64 {
-	if capacity := maxCapacity(rd); cost > capacity {
-		return capacity + 1 // cost <= maxCost, so this cannot overflow
-	}
-	return cost
 }
 
 // maxCapacity is the largest capacity among rd's counted limits.
