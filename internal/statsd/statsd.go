@@ -264,13 +264,13 @@ func (c *Client) flush() error {
 	var dialErr error
 	if c.conn == nil && !c.noServer {
 		conn, err := net.DialTimeout(c.network, c.addr, sendTimeout)
-		switch {
-		case err == nil:
-			c.conn = conn
-		case c.sink == nil:
-			return fmt.Errorf("statsd: connect to %s over %s: %w", c.addr, c.network, err)
-		default:
+		if err != nil {
 			dialErr = fmt.Errorf("statsd: connect to %s over %s: %w", c.addr, c.network, err)
+			if c.sink == nil {
+				return dialErr // nowhere to send
+			}
+		} else {
+			c.conn = conn
 		}
 	}
 	c.mu.Lock()
