@@ -16,8 +16,8 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// respond builds the answer from the descriptors' outcomes; over says the request is
-// rejected (judge).
+// respond builds the answer from the descriptors' outcomes; over says the
+// request is rejected (judge).
 func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.RateLimitResponse {
 	// One allocation for the response and a few statuses.
 	var resp *pb.RateLimitResponse
