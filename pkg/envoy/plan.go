@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"slices"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -91,7 +92,8 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 		sc.planHits(i, quotaMode)
 	}
 	sc.quotaRule()
-	sc.decisions = grow(sc.decisions, len(sc.hits))
+	sc.decisions = slices.Grow(sc.decisions[:0], len(sc.hits))[:len(sc.hits)]
+	clear(sc.decisions)
 	return nil
 }
 

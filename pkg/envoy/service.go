@@ -196,12 +196,3 @@ func allOK(n int) *pb.RateLimitResponse {
 	}
 	return resp
 }
-
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	s = s[:n]
-	clear(s)
-	return s
-}
