@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math/bits"
 	"slices"
 	"sync"
@@ -83,10 +84,7 @@ type RuleHot struct {
 // sorted by domain and rule.
 func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
 	m.mu.Lock()
-	all := make([]*ruleSeries, 0, len(m.byLabel))
-	for _, s := range m.byLabel {
-		all = append(all, s)
-	}
+	all := slices.Collect(maps.Values(m.byLabel))
 	m.mu.Unlock()
 	out := make([]RuleHot, 0, len(all))
 	for _, s := range all {
