@@ -314,14 +314,6 @@ func (m *Metrics) FailureAnswer(mode rules.FailureMode, cause string) {
 	m.sd.redisErrors.Inc() // a Redis error to the reference server
 }
 
-// counters returns the counters of one (domain, rule) label pair.
-func (m *Metrics) counters(domain, rule string) (c counters) {
-	for k, v := range m.hitVecs {
-		c[k] = v.WithLabelValues(domain, rule)
-	}
-	return c
-}
-
 // series returns the series of a descriptor's rule r (nil for an override
 // without a rule, then labelled "(override)") in set.
 func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label string) *ruleSeries {
@@ -375,7 +367,9 @@ func byValue(r *rules.Rule) bool {
 // reading them race with nothing.
 func (m *Metrics) fill(v *series, domain, promLabel, statName string) {
 	if promLabel != "" && v.prom[hitsTotal] == nil {
-		v.prom = m.counters(domain, promLabel)
+		for k, vec := range m.hitVecs {
+			v.prom[k] = vec.WithLabelValues(domain, promLabel)
+		}
 	}
 	if statName != "" && m.sd.client != nil && v.stat == nil {
 		v.stat = m.sd.hits(statName)
