@@ -138,10 +138,8 @@ func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 	gen := c.gen.Load()
 	c.evaluated.Add(1)
 	if ok {
-		if err := c.look(ctx, gen, now, hits, decisions, looks); err != nil {
-			return false, err
-		}
-		return true, nil
+		err = c.look(ctx, gen, now, hits, decisions, looks)
+		return err == nil, err
 	}
 	blocked, err = c.inner.Evaluate(ctx, hits, decisions)
 	if err != nil {
