@@ -182,7 +182,7 @@ func (w *writer) samples(s wire, ms, n uint64) {
 // line writes a line of s, at sample rate 2^-rateExp, and hands it to the
 // sink.
 func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
-	if sink := w.client.sink; sink != nil {
+	if sink := w.client.opts.Sink; sink != nil {
 		switch typ {
 		case "c":
 			sink.Counter(s.name, value)
@@ -192,7 +192,7 @@ func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
 			sink.Timer(s.name, value, 1<<rateExp)
 		}
 	}
-	if w.client.noServer {
+	if w.client.opts.NoServer {
 		return
 	}
 	l := append(w.scratch[:0], s.head...)
@@ -206,7 +206,7 @@ func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
 	l = append(l, s.tail...)
 	l = append(l, '\n')
 	w.scratch = l
-	if len(w.buf) > 0 && len(w.buf)+len(l) > w.client.maxPacket {
+	if len(w.buf) > 0 && len(w.buf)+len(l) > w.client.opts.MaxPacketSize {
 		w.send()
 	}
 	w.buf = append(w.buf, l...)
@@ -229,7 +229,7 @@ func (w *writer) send() {
 		return
 	}
 	if w.err == nil {
-		w.err = fmt.Errorf("statsd: send to %s over %s: %w", c.addr, c.network, err)
+		w.err = fmt.Errorf("statsd: send to %s over %s: %w", c.opts.Addr, c.opts.Network, err)
 	}
 	c.conn.Close()
 	c.conn = nil

@@ -79,14 +79,7 @@ type Sink interface {
 // Client keeps stats and sends them. A stat lives as long as the Client:
 // bound the names you create. It is safe for concurrent use.
 type Client struct {
-	network, addr string
-	maxPacket     int
-	logger        *slog.Logger
-	tags          []Tag // Options.Tags, normalized
-	dog           bool
-	mogrifiers    []Mogrifier
-	sink          Sink
-	noServer      bool
+	opts Options // defaults set, Tags normalized
 
 	mu    sync.Mutex // guards byKey, stats and hooks
 	byKey map[statKey]stat
@@ -121,28 +114,21 @@ func New(opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{
-		network:    cmp.Or(opts.Network, "udp"),
-		addr:       cmp.Or(opts.Addr, DefaultAddr),
-		maxPacket:  opts.MaxPacketSize,
-		logger:     cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
-		tags:       normalizeTags(opts.Tags),
-		dog:        opts.DogStatsD,
-		mogrifiers: opts.Mogrifiers,
-		sink:       opts.Sink,
-		noServer:   opts.NoServer,
-		byKey:      map[statKey]stat{},
-	}
-	if c.maxPacket == 0 {
-		c.maxPacket = DefaultUDPPacketSize
-		if c.network == "tcp" {
-			c.maxPacket = DefaultTCPPacketSize
+	opts.Network = cmp.Or(opts.Network, "udp")
+	opts.Addr = cmp.Or(opts.Addr, DefaultAddr)
+	opts.FlushInterval = cmp.Or(opts.FlushInterval, DefaultFlushInterval)
+	if opts.MaxPacketSize == 0 {
+		opts.MaxPacketSize = DefaultUDPPacketSize
+		if opts.Network == "tcp" {
+			opts.MaxPacketSize = DefaultTCPPacketSize
 		}
 	}
-	interval := cmp.Or(opts.FlushInterval, DefaultFlushInterval)
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.Tags = normalizeTags(opts.Tags)
+	c := &Client{opts: opts, byKey: map[statKey]stat{}}
 	if !opts.ManualFlush {
 		c.stop, c.done = make(chan struct{}), make(chan struct{})
-		go c.run(interval)
+		go c.run(opts.FlushInterval)
 	}
 	return c, nil
 }
@@ -240,12 +226,12 @@ var nameReplacer = strings.NewReplacer(":", "_", "|", "_", "\n", "_", "\r", "_")
 // wire returns how the lines of name start and end.
 func (c *Client) wire(name string) wire {
 	name = nameReplacer.Replace(name)
-	if !c.dog {
-		full := name + nameTags(c.tags)
+	if !c.opts.DogStatsD {
+		full := name + nameTags(c.opts.Tags)
 		return wire{head: full + ":", name: full}
 	}
-	name, tags := mogrify(c.mogrifiers, name)
-	return wire{head: nameReplacer.Replace(name) + ":", tail: dogTags(append(slices.Clip(c.tags), tags...))}
+	name, tags := mogrify(c.opts.Mogrifiers, name)
+	return wire{head: nameReplacer.Replace(name) + ":", tail: dogTags(append(slices.Clip(c.opts.Tags), tags...))}
 }
 
 // Flush sends what the stats gathered now. After a failed dial the counts
@@ -262,11 +248,11 @@ func (c *Client) Flush() error {
 // flush sends every stat's lines, under flushMu.
 func (c *Client) flush() error {
 	var dialErr error
-	if c.conn == nil && !c.noServer {
-		conn, err := net.DialTimeout(c.network, c.addr, sendTimeout)
+	if c.conn == nil && !c.opts.NoServer {
+		conn, err := net.DialTimeout(c.opts.Network, c.opts.Addr, sendTimeout)
 		if err != nil {
-			dialErr = fmt.Errorf("statsd: connect to %s over %s: %w", c.addr, c.network, err)
-			if c.sink == nil {
+			dialErr = fmt.Errorf("statsd: connect to %s over %s: %w", c.opts.Addr, c.opts.Network, err)
+			if c.opts.Sink == nil {
 				return dialErr // nowhere to send
 			}
 		} else {
@@ -301,9 +287,9 @@ func (c *Client) run(interval time.Duration) {
 			err := c.Flush()
 			switch {
 			case err != nil && !c.failing:
-				c.logger.Warn("statsd: sending stats failed; retrying at every flush", "err", err)
+				c.opts.Logger.Warn("statsd: sending stats failed; retrying at every flush", "err", err)
 			case err == nil && c.failing:
-				c.logger.Info("statsd: sending stats again", "addr", c.addr)
+				c.opts.Logger.Info("statsd: sending stats again", "addr", c.opts.Addr)
 			}
 			c.failing = err != nil
 		}
