@@ -6,6 +6,7 @@
 package rlsmetrics
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -67,9 +68,8 @@ type Metrics struct {
 	storeErrors              prometheus.Counter
 	failureAnswers           *prometheus.CounterVec
 	refused                  *prometheus.CounterVec
-	maxValues                int
-	keepHotValues            bool
 	sd                       *statsdStats
+	opts                     Options // MaxValueSeries set
 
 	labels sync.Pool // *[]byte, to name series by values
 
@@ -166,7 +166,7 @@ type ruleSeries struct {
 	ruleless     bool // an override's that matched no rule
 
 	mu     sync.Mutex
-	values map[string]*series // detailed labels; at most maxValues
+	values map[string]*series // detailed labels; at most MaxValueSeries
 	other  *series
 	hot    hotSketch // the most hit counters (hot.go)
 
@@ -192,16 +192,13 @@ var durationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .0
 
 // New creates the request-path metrics and registers them on reg.
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
+	opts.MaxValueSeries = cmp.Or(opts.MaxValueSeries, DefaultMaxValueSeries)
 	m := &Metrics{
-		maxValues:     opts.MaxValueSeries,
-		keepHotValues: opts.KeepHotValues,
-		byLabel:       map[[2]string]*ruleSeries{},
-		labels:        sync.Pool{New: func() any { return new([]byte) }},
+		opts:    opts,
+		byLabel: map[[2]string]*ruleSeries{},
+		labels:  sync.Pool{New: func() any { return new([]byte) }},
+		sd:      newStatsdStats(opts.Statsd, opts.MaxValueSeries),
 	}
-	if m.maxValues == 0 {
-		m.maxValues = DefaultMaxValueSeries
-	}
-	m.sd = newStatsdStats(opts.Statsd, m.maxValues)
 	m.newHitCounters()
 	m.newRequestMetrics(prometheus.Labels{"store": opts.Store})
 	cs := []prometheus.Collector{m.charged, m.charges, m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds,
@@ -383,7 +380,7 @@ func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 	defer s.mu.Unlock()
 	v := s.values[string(buf)]
 	// Prometheus refuses label values that are not UTF-8.
-	if v == nil && (len(s.values) >= m.maxValues || !utf8.Valid(buf)) {
+	if v == nil && (len(s.values) >= m.opts.MaxValueSeries || !utf8.Valid(buf)) {
 		if s.other == nil {
 			s.other = &series{}
 		}
@@ -453,7 +450,7 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	}
 	near := min(n, h.Near)
 	var label []byte
-	keep := bv || m.keepHotValues
+	keep := bv || m.opts.KeepHotValues
 	if keep {
 		// Named by the values, which a series name may not show.
 		*buf = appendDetailedLabel((*buf)[:0], domain, rd.Entries)
