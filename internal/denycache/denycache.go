@@ -1,21 +1,19 @@
 // Package denycache answers, without the store, the calls the store would
-// reject anyway. A Cache wraps a limit.Limiter and is one itself.
+// deny anyway. A Cache wraps a limit.Limiter and is one itself.
 //
-// A denial of (Key, Spec, cost c) with RetryAfter r at instant t0 says that
-// no hit of cost >= c passes before t0+r if nothing else happens. Other
-// callers can only consume more, which delays that instant, and a denied
-// call consumes nothing: until then the store would deny again. A fixed
-// window left with Remaining 0 says the same for cost 1 until it ends.
-// Other algorithms give budget back before their ResetAfter, so only
-// their denials are kept. Budget comes back only through a refund (which
-// drops the key's denial), a changed limit (a Spec that differs never
-// matches) and a reset (Reset forgets the key; the server flushes the
-// Cache on every reload). What this instance cannot see, a refund sent to
-// another instance or a store that lost its data, makes it deny although
-// the store would admit, never the reverse, for at most Options.MaxAge.
-// The instant t0 is read before the store is called, so the cached
-// instant is never later than the store's. docs/operations.md (Deny cache)
-// says what users see.
+// A denial of a hit (Key, Spec, cost c) at instant t0 with RetryAfter r
+// means no hit of cost c or more passes before t0+r: other callers can
+// only consume more, and a denied call consumes nothing. A fixed window
+// left at Remaining 0 means the same for cost 1 until it ends; other
+// algorithms give budget back earlier, so only their denials are kept.
+// Budget comes back early only through a refund (which drops the key's
+// denial), a changed Spec (which never matches) or a reset (Reset, and
+// Flush on every rule reload). What this instance cannot see, such as a
+// refund sent to another instance or a store that lost its data, makes it
+// deny where the store would admit, never the reverse, for at most
+// Options.MaxAge. t0 is read before the store is called, so it is never
+// later than the store's. docs/operations.md (Deny cache) says what users
+// see.
 package denycache
 
 import (
@@ -35,32 +33,28 @@ import (
 // DefaultMaxEntries is Options.MaxEntries when it is zero.
 const DefaultMaxEntries = 1 << 16
 
-// DefaultMaxAge is Options.MaxAge when it is zero: under a flood, one
-// store call per second per denied key, and at most a second of stale
-// denials after the store lost its data.
+// DefaultMaxAge is Options.MaxAge when it is zero.
 const DefaultMaxAge = time.Second
 
-// maxShards is the number of independently locked parts of a Cache (fewer
-// when MaxEntries is smaller, so that the bound is exact).
+// maxShards bounds the separately locked parts of a Cache; there are fewer
+// when MaxEntries is smaller, so that the bound is exact.
 const maxShards = 64
 
 // Options configure a Cache. The zero value is usable.
 type Options struct {
-	// MaxEntries bounds the number of denials held; 0 means
-	// DefaultMaxEntries. A full part of the cache drops expired denials,
-	// then arbitrary ones: a forgotten denial only sends the next call to
-	// the store.
+	// MaxEntries bounds the denials held; 0 means DefaultMaxEntries. When
+	// full, expired denials go first, then arbitrary ones: a forgotten
+	// denial only sends the next call to the store.
 	MaxEntries int
-	// MaxAge bounds how long a denial is used after the store returned
-	// it (it is never used past its RetryAfter either); 0 means
-	// DefaultMaxAge.
+	// MaxAge bounds how long a denial is used, never past its RetryAfter;
+	// 0 means DefaultMaxAge.
 	MaxAge time.Duration
-	// Now is the clock; nil means time.Now. Tests inject a fake one.
+	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
-// Cache is a limit.Limiter that answers calls the wrapped one would reject
-// from the denials it has seen. It is safe for concurrent use, and a call
+// Cache is a limit.Limiter that answers from the denials it has seen the
+// calls the wrapped one would deny. It is safe for concurrent use; a call
 // answered from the cache does not allocate.
 type Cache struct {
 	inner  limit.Limiter
@@ -85,14 +79,14 @@ type shardState struct {
 	lastSweep int64 // ns since the epoch
 }
 
-// denial says that a hit of Cost or more on the counter Key under spec is
-// denied until until.
+// denial says that a hit of cost or more under spec is denied until until.
+// Instants are ns since the Unix epoch.
 type denial struct {
 	spec    limit.Spec
 	cost    int64
-	until   int64 // ns since the Unix epoch: the denied Decision's RetryAfter, made absolute
-	resetAt int64 // ns since the Unix epoch: the denied Decision's ResetAfter, made absolute
-	expires int64 // ns since the Unix epoch; the denial is used while now < expires (<= until)
+	until   int64 // the denied Decision's RetryAfter, made absolute
+	resetAt int64 // its ResetAfter, made absolute
+	expires int64 // used while now < expires (<= until)
 }
 
 // New returns a Cache in front of inner.
@@ -124,18 +118,16 @@ func (c *Cache) shardOf(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)&uint64(len(c.shards)-1)]
 }
 
-// Evaluate implements limit.Limiter. When every hit has a cached denial
-// for its Key and Spec at a cost no greater than its own, and those
-// denials block the call (limit.Blocked), the call is answered without
-// the wrapped Limiter: each hit denied with Remaining 0, Debt 0 (the
-// cache keeps none), and RetryAfter and ResetAfter those the store gave,
-// less the time elapsed; Never and RetryAfter 0 for a cost above the
-// capacity. When an enforced hit's denial blocks the call and its other
-// hits are fixed windows on keys of their own, the wrapped Limiter only
-// looks at those (see looked). Any other call (a refund, a usage hit, a
-// key without a denial in another algorithm) goes to the wrapped Limiter
-// whole. Its denials and exhausted fixed windows are remembered; a refund
-// or another allowed hit drops its key's denial.
+// Evaluate implements limit.Limiter. A call whose every hit has a cached
+// denial (same Key and Spec, a cost no greater) that blocks it
+// (limit.Blocked) is answered without the wrapped Limiter: each hit denied
+// with Remaining 0, Debt 0, and the store's RetryAfter and ResetAfter less
+// the time elapsed (Never and RetryAfter 0 for a cost above capacity).
+// When a cached denial blocks the call and its other hits are enforced
+// fixed windows on keys of their own, the wrapped Limiter only looks at
+// those (see looked). Any other call goes to the wrapped Limiter whole;
+// its denials and exhausted fixed windows are remembered, and a refund or
+// an allowed hit drops its key's denial.
 func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	now := c.now().UnixNano()
 	looks, ok := c.answer(now, hits, decisions)
@@ -146,10 +138,8 @@ func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 	gen := c.gen.Load()
 	c.evaluated.Add(1)
 	if ok {
-		if err := c.look(ctx, gen, now, hits, decisions, looks); err != nil {
-			return false, err
-		}
-		return true, nil
+		err = c.look(ctx, gen, now, hits, decisions, looks)
+		return err == nil, err
 	}
 	blocked, err = c.inner.Evaluate(ctx, hits, decisions)
 	if err != nil {
@@ -159,16 +149,14 @@ func (c *Cache) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 	return blocked, nil
 }
 
-// maxLooks bounds the hits of a call answered with looks (a bit each in
-// answer's mask).
+// maxLooks bounds the hits of a call answered with looks: a bit each.
 const maxLooks = 64
 
-// answer fills the decisions of the hits the cache denies and reports
-// whether the call can be answered without sending it whole: ok with no
-// looks when the cached denials block the call; ok with bit i of looks
-// set for each hit to look at (see look) when every hit is enforced, not
-// a refund, on a key of its own, and either denied by the cache or a
-// fixed window within its capacity, with at least one denied.
+// answer fills the decisions of the hits the cache denies. ok with no
+// looks: the cached denials block the call. ok with looks: every hit is
+// enforced, not a refund, on a key of its own, either denied by the cache
+// (one at least) or a fixed window within its capacity, and bit i of
+// looks marks hit i to look at (look). Otherwise the call goes whole.
 func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) (looks uint64, ok bool) {
 	if len(decisions) != len(hits) {
 		return 0, false // the wrapped Limiter says what is wrong
@@ -178,17 +166,14 @@ func (c *Cache) answer(now int64, hits []limit.Hit, decisions []limit.Decision) 
 	for i := range hits {
 		h := &hits[i]
 		if h.Usage && h.Cost > 0 {
-			return 0, false // the store charges it whatever it decides
+			return 0, false // charged whatever the store decides
 		}
 		lookable = lookable && !h.Refund && h.Mode == limit.Enforce && once(hits, i)
-		var d denial
-		if h.Cost > 0 && !h.Refund && c.denied(now, h, &d) {
+		if d, ok := c.denied(now, h); ok {
 			decisions[i] = d.decision(now, h)
 			denied = true
 			continue
 		}
-		// A refund must reach the store; a look, or a hit the cache knows
-		// nothing of, gets its real state from it: whole, or by a look.
 		if !lookable || h.Spec.Algorithm != limit.FixedWindow || h.Spec.Limit == 0 || h.Cost > h.Spec.Capacity() {
 			return 0, false
 		}
@@ -212,10 +197,9 @@ func (d *denial) decision(now int64, h *limit.Hit) limit.Decision {
 	return dec
 }
 
-// look asks the wrapped Limiter to look (cost 0) at the hits of mask and
-// fills their decisions from what it sees, then learns from those as from
-// the store's own answer (not from the cached denials: relearning them
-// would keep them past Options.MaxAge).
+// look asks the wrapped Limiter to look (cost 0) at the hits of mask,
+// fills their decisions from what it sees and learns from those alone:
+// relearning the cached denials would keep them past Options.MaxAge.
 func (c *Cache) look(ctx context.Context, gen uint64, now int64, hits []limit.Hit, decisions []limit.Decision, mask uint64) error {
 	n := bits.OnesCount64(mask)
 	looks, seen := make([]limit.Hit, 0, n), make([]limit.Decision, n)
@@ -242,11 +226,10 @@ func (c *Cache) look(ctx context.Context, gen uint64, now int64, hits []limit.Hi
 	return nil
 }
 
-// looked returns the store's decision for h, a fixed-window hit of a
-// blocked call on a key of its own, from a look at its counter: the look
-// says Remaining max(0, L-n) for the count n, and the store denies the
-// hit iff n + cost > L, that is iff cost > Remaining; a denied hit keeps
-// that Remaining and is retried when the window ends.
+// looked returns the store's decision for h, a fixed-window hit on a key
+// of its own, from a look at its counter: the store denies h iff its cost
+// is over the Remaining seen, and a denied hit keeps that Remaining and
+// may retry when the window ends.
 func looked(h *limit.Hit, seen limit.Decision) limit.Decision {
 	if h.Cost == 0 || h.Cost <= seen.Remaining && seen.Allowed {
 		return seen
@@ -254,27 +237,23 @@ func looked(h *limit.Hit, seen limit.Decision) limit.Decision {
 	return limit.Decision{Remaining: seen.Remaining, Debt: seen.Debt, ResetAfter: seen.ResetAfter, RetryAfter: seen.ResetAfter}
 }
 
-// denied reports whether h has a cached denial still in force, and copies
-// it to out when out is not nil.
-func (c *Cache) denied(now int64, h *limit.Hit, out *denial) bool {
+// denied returns h's cached denial, if one is in force; a refund or a
+// look has none.
+func (c *Cache) denied(now int64, h *limit.Hit) (denial, bool) {
+	if h.Cost <= 0 || h.Refund {
+		return denial{}, false
+	}
 	s := c.shardOf(h.Key)
 	s.mu.Lock()
 	d, ok := s.entries[h.Key]
 	s.mu.Unlock()
-	if !ok || now >= d.expires || h.Cost < d.cost || d.spec != h.Spec {
-		return false
-	}
-	if out != nil {
-		*out = d
-	}
-	return true
+	return d, ok && now < d.expires && h.Cost >= d.cost && d.spec == h.Spec
 }
 
-// learn remembers the denials of a call the wrapped Limiter decided at
-// instant now (read before the call) and the fixed windows it left
-// exhausted, and forgets the keys it allowed or refunded. Nothing is
-// learnt across a Flush, nor from a key hit twice in one call, whose
-// later decision counts the earlier hit's consumption.
+// learn remembers the denials and exhausted fixed windows of a call the
+// wrapped Limiter decided at now (read before the call), and forgets the
+// keys it allowed or refunded. Nothing is learnt across a Flush, nor from
+// a key hit twice in one call, whose second decision counts the first.
 func (c *Cache) learn(gen uint64, now int64, hits []limit.Hit, decisions []limit.Decision) {
 	for i := range hits {
 		h, d := &hits[i], &decisions[i]
@@ -283,8 +262,7 @@ func (c *Cache) learn(gen uint64, now int64, hits []limit.Hit, decisions []limit
 		case h.Refund:
 			s.forget(h.Key)
 		case exhausted(h, d) && once(hits, i):
-			// The next hit of cost 1 or more is denied until the window
-			// ends, as the store would say on that hit.
+			// Any hit is denied until the window ends.
 			s.store(c, gen, now, h.Key, c.denial(now, h.Spec, 1, d.ResetAfter, d.ResetAfter))
 		case d.Allowed && h.Cost > 0:
 			s.forget(h.Key)
@@ -295,17 +273,14 @@ func (c *Cache) learn(gen uint64, now int64, hits []limit.Hit, decisions []limit
 }
 
 // exhausted reports whether d, the store's decision on h, leaves a fixed
-// window with nothing to give until it ends (ResetAfter); the package doc
-// says why that is as safe to cache as a denial, and only for fixed
-// windows.
+// window empty until it ends (see the package doc).
 func exhausted(h *limit.Hit, d *limit.Decision) bool {
 	return d.Allowed && !h.Refund && h.Spec.Algorithm == limit.FixedWindow && h.Spec.Limit > 0 &&
 		d.Remaining == 0 && d.ResetAfter > 0
 }
 
-// denial returns what a store's answer at instant now teaches: hits of
-// cost or more on a counter under spec are denied for retry, and the
-// counter is whole again after reset.
+// denial returns the denial of hits of cost or more under spec for retry,
+// from a store answer at now; the counter is whole again after reset.
 func (c *Cache) denial(now int64, spec limit.Spec, cost int64, retry, reset time.Duration) denial {
 	until := now + int64(retry)
 	return denial{
@@ -323,8 +298,8 @@ func (s *shard) forget(key string) {
 	s.mu.Unlock()
 }
 
-// sweepInterval is how often a full shard looks for expired denials; in
-// between, it makes room by dropping arbitrary ones.
+// sweepInterval is how often a full shard drops expired denials; in
+// between it drops arbitrary ones.
 const sweepInterval = int64(100 * time.Millisecond)
 
 func (s *shard) store(c *Cache, gen uint64, now int64, key string, d denial) {
@@ -352,7 +327,7 @@ func (s *shard) store(c *Cache, gen uint64, now int64, key string, d denial) {
 	s.entries[key] = d
 }
 
-// Flush forgets every denial, those being learnt by calls in flight
+// Flush forgets every denial, those calls in flight are learning
 // included. The server calls it when the rules change.
 func (c *Cache) Flush() {
 	c.gen.Add(1)
@@ -374,20 +349,18 @@ type resetter interface {
 var ErrNoReset = errors.New("the wrapped limiter cannot reset counters")
 
 // Reset resets the counter in the wrapped Limiter, then forgets the key's
-// denial, which would otherwise deny for up to Options.MaxAge a client
-// the reset meant to let through, and drops what calls in flight learn
-// from the state before it (as Flush does). The denial is forgotten even
-// when the wrapped Reset fails, since the store may have deleted the
-// counter all the same. A wrapped Limiter without Reset is an error
-// wrapping ErrNoReset.
+// denial and what calls in flight learn from the state before it, even
+// when the wrapped Reset fails: the store may have deleted the counter all
+// the same. A wrapped Limiter without Reset is an error wrapping
+// ErrNoReset.
 func (c *Cache) Reset(ctx context.Context, key string, spec limit.Spec) error {
 	r, ok := c.inner.(resetter)
 	if !ok {
 		return fmt.Errorf("denycache: reset: %w (%T)", ErrNoReset, c.inner)
 	}
 	err := r.Reset(ctx, key, spec)
-	// After the store's reset, so that a call that learns from the old
-	// state has loaded the old generation and stores nothing.
+	// After the store's reset: a call learning from the old state has
+	// loaded the old generation and stores nothing.
 	c.gen.Add(1)
 	c.shardOf(key).forget(key)
 	if err != nil {
@@ -396,8 +369,7 @@ func (c *Cache) Reset(ctx context.Context, key string, spec limit.Spec) error {
 	return nil
 }
 
-// Len returns the number of denials held, expired ones included until
-// they are swept.
+// Len returns the denials held, expired ones included until swept.
 func (c *Cache) Len() int {
 	n := 0
 	for i := range c.shards {

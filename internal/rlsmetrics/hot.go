@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math/bits"
 	"slices"
 	"sync"
@@ -38,15 +39,12 @@ const (
 	HotAll
 )
 
+var hotValuesNames = [...]string{"fingerprints", "opted_in", "all"}
+
 // String names v as the page's snapshot does.
 func (v HotValues) String() string {
-	switch v {
-	case HotFingerprints:
-		return "fingerprints"
-	case HotOptedIn:
-		return "opted_in"
-	case HotAll:
-		return "all"
+	if int(v) < len(hotValuesNames) {
+		return hotValuesNames[v]
 	}
 	return fmt.Sprintf("HotValues(%d)", uint8(v))
 }
@@ -85,25 +83,19 @@ type RuleHot struct {
 // and n most hit counters, showing the values that values lets through,
 // sorted by domain and rule.
 func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
-	if m == nil {
-		return nil
-	}
 	m.mu.Lock()
-	all := make([]*ruleSeries, 0, len(m.byLabel))
-	for _, s := range m.byLabel {
-		all = append(all, s)
-	}
+	all := slices.Collect(maps.Values(m.byLabel))
 	m.mu.Unlock()
 	out := make([]RuleHot, 0, len(all))
 	for _, s := range all {
 		rh := RuleHot{Domain: s.domain, Rule: s.path, Hot: s.hot.top(n, s.path, values), Skipped: s.hot.skipped.Load()}
 		s.mu.Lock()
 		for l, v := range s.values {
-			if v.prom.hits != nil {
+			if v.prom[hitsTotal] != nil {
 				rh.ValueLabels = append(rh.ValueLabels, l)
 			}
 		}
-		if s.other != nil && s.other.prom.hits != nil {
+		if s.other != nil && s.other.prom[hitsTotal] != nil {
 			rh.ValueLabels = append(rh.ValueLabels, s.path+otherValues)
 		}
 		s.mu.Unlock()
@@ -116,6 +108,9 @@ func (m *Metrics) Hot(n int, values HotValues) []RuleHot {
 	return out
 }
 
+// hotSeed keys the fingerprints of hot counters, per process.
+var hotSeed = maphash.MakeSeed()
+
 // hotSketch is the space-saving sketch of one rule's counters, known by a
 // keyed hash of their entries. The zero value is ready.
 type hotSketch struct {
@@ -124,8 +119,6 @@ type hotSketch struct {
 	mu       sync.Mutex
 	labelled bool // some slot holds a label
 	optedIn  bool // some slot is optedIn
-	seeded   bool // seed is set
-	seed     maphash.Seed
 	// hashes[i] is slots[i].hash, apart so that a search scans 256
 	// contiguous bytes.
 	hashes []uint64
@@ -159,14 +152,11 @@ func (h *hotSketch) add(entries []rules.Entry, keep, optedIn bool, label []byte,
 		h.labelled = h.labelled && keep
 		h.optedIn = false
 	}
-	if !h.seeded {
-		h.seed, h.seeded = maphash.MakeSeed(), true
-	}
 	sum := uint64(len(entries))
 	for _, e := range entries {
 		// Parts mixed in order, so that ("ab", "c") and ("a", "bc") differ.
-		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Key)) * 0x9e3779b97f4a7c15
-		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(h.seed, e.Value)) * 0x9e3779b97f4a7c15
+		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(hotSeed, e.Key)) * 0x9e3779b97f4a7c15
+		sum = (bits.RotateLeft64(sum, 23) ^ maphash.String(hotSeed, e.Value)) * 0x9e3779b97f4a7c15
 	}
 	i := slices.Index(h.hashes, sum)
 	if i < 0 {

@@ -6,6 +6,7 @@
 package rlsmetrics
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -55,22 +56,20 @@ type Options struct {
 // Metrics implements envoy.Metrics. Hit counters are labelled by domain
 // and rule path, never by request values unless the rule asks
 // (detailed_metric, value_to_metric), and then for at most MaxValueSeries
-// values. A nil *Metrics records nothing. It is safe for concurrent use.
+// values. It is safe for concurrent use.
 type Metrics struct {
-	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
-	notCharged                                          *prometheus.CounterVec
-	charged, charges                                    *prometheus.CounterVec // usage (usageCounters)
-	globalShadowMode                                    prometheus.Counter
-	domainsNotFound                                     prometheus.Counter
-	decisions                                           *prometheus.HistogramVec
-	decisionOK, decisionOver                            prometheus.Observer
-	storeSeconds                                        prometheus.Histogram
-	storeErrors                                         prometheus.Counter
-	failureAnswers                                      *prometheus.CounterVec
-	refused                                             *prometheus.CounterVec
-	maxValues                                           int
-	keepHotValues                                       bool
-	sd                                                  *statsdStats // nil without statsd
+	hitVecs                  [hitKindCount]*prometheus.CounterVec
+	charged, charges         *prometheus.CounterVec // usage (usageCounters)
+	globalShadowMode         prometheus.Counter
+	domainsNotFound          prometheus.Counter
+	decisions                *prometheus.HistogramVec
+	decisionOK, decisionOver prometheus.Observer
+	storeSeconds             prometheus.Histogram
+	storeErrors              prometheus.Counter
+	failureAnswers           *prometheus.CounterVec
+	refused                  *prometheus.CounterVec
+	sd                       *statsdStats
+	opts                     Options // MaxValueSeries set
 
 	labels sync.Pool // *[]byte, to name series by values
 
@@ -92,10 +91,36 @@ type seriesCache struct {
 // adder is a counter of one sink: prometheus.Counter, *statsd.Counter.
 type adder[N any] interface{ Add(N) }
 
-// hitCounters are the six hit counters of one name in one sink.
-type hitCounters[C adder[N], N float64 | uint64] struct {
-	hits, over, near, within, shadow, notCharged C
+// The hit counters of one name, indices of hitKinds and hitCounters.
+const (
+	hitsTotal = iota
+	overLimit
+	nearLimit
+	withinLimit
+	shadowMode
+	notCharged
+	hitKindCount
+)
+
+// hitKinds name the hit counters: floodgate_<prom> in Prometheus, with
+// its help, and <name>.<stat> in statsd, as the reference server but for
+// not_charged, ours (the reference charges a refused request's
+// descriptors).
+var hitKinds = [hitKindCount]struct{ prom, stat, help string }{
+	hitsTotal: {"hits_total", "total_hits", "Hits (hits_addend) on descriptors that matched a limit, at most one more than " +
+		"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged."},
+	overLimit: {"over_limit_total", "over_limit", "Hits on descriptors over their limit (shadow-mode ones included), " +
+		"at most one more than the largest limit per request."},
+	nearLimit: {"near_limit_total", "near_limit", "Charged hits that left a limit at or above the near-limit ratio of its capacity."},
+	withinLimit: {"within_limit_total", "within_limit", "Hits on descriptors within their limit, charged: " +
+		"never those of a request refused by another descriptor."},
+	shadowMode: {"shadow_mode_total", "shadow_mode", "Hits over a limit in shadow mode, admitted."},
+	notCharged: {"not_charged_total", "not_charged", "Hits on descriptors within their limit that were not charged, " +
+		"because another descriptor of the request was over its limit (a request is charged all or nothing)."},
 }
+
+// hitCounters are the hit counters of one name in one sink.
+type hitCounters[C adder[N], N float64 | uint64] [hitKindCount]C
 
 // hitOutcome is what happened to one descriptor's hits.
 type hitOutcome struct {
@@ -108,20 +133,20 @@ type hitOutcome struct {
 // within it (and near), or not charged, when another descriptor refused
 // the request.
 func (c *hitCounters[C, N]) add(n, near N, o hitOutcome) {
-	c.hits.Add(n)
+	c[hitsTotal].Add(n)
 	switch {
 	case o.over:
-		c.over.Add(n)
+		c[overLimit].Add(n)
 		if o.shadow {
-			c.shadow.Add(n)
+			c[shadowMode].Add(n)
 		}
 	case o.charged:
-		c.within.Add(n)
+		c[withinLimit].Add(n)
 		if near > 0 {
-			c.near.Add(near)
+			c[nearLimit].Add(near)
 		}
 	default:
-		c.notCharged.Add(n)
+		c[notCharged].Add(n)
 	}
 }
 
@@ -141,7 +166,7 @@ type ruleSeries struct {
 	ruleless     bool // an override's that matched no rule
 
 	mu     sync.Mutex
-	values map[string]*series // detailed labels; at most maxValues
+	values map[string]*series // detailed labels; at most MaxValueSeries
 	other  *series
 	hot    hotSketch // the most hit counters (hot.go)
 
@@ -167,22 +192,21 @@ var durationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .0
 
 // New creates the request-path metrics and registers them on reg.
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
+	opts.MaxValueSeries = cmp.Or(opts.MaxValueSeries, DefaultMaxValueSeries)
 	m := &Metrics{
-		maxValues:     opts.MaxValueSeries,
-		keepHotValues: opts.KeepHotValues,
-		byLabel:       map[[2]string]*ruleSeries{},
-		labels:        sync.Pool{New: func() any { return new([]byte) }},
-	}
-	if m.maxValues == 0 {
-		m.maxValues = DefaultMaxValueSeries
-	}
-	if opts.Statsd != nil {
-		m.sd = newStatsdStats(opts.Statsd, m.maxValues)
+		opts:    opts,
+		byLabel: map[[2]string]*ruleSeries{},
+		labels:  sync.Pool{New: func() any { return new([]byte) }},
+		sd:      newStatsdStats(opts.Statsd, opts.MaxValueSeries),
 	}
 	m.newHitCounters()
 	m.newRequestMetrics(prometheus.Labels{"store": opts.Store})
-	for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.notCharged, m.charged, m.charges,
-		m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds, m.storeErrors, m.failureAnswers, m.refused} {
+	cs := []prometheus.Collector{m.charged, m.charges, m.globalShadowMode, m.domainsNotFound, m.decisions, m.storeSeconds,
+		m.storeErrors, m.failureAnswers, m.refused}
+	for _, v := range m.hitVecs {
+		cs = append(cs, v)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -195,19 +219,12 @@ func (m *Metrics) newHitCounters() {
 	counter := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "floodgate", Name: name, Help: help}, []string{"domain", "rule"})
 	}
-	m.hits = counter("hits_total", "Hits (hits_addend) on descriptors that matched a limit, at most one more than "+
-		"the descriptor's largest limit per request; the sum of over_limit, within_limit and not_charged.")
-	m.overLimit = counter("over_limit_total", "Hits on descriptors over their limit (shadow-mode ones included), "+
-		"at most one more than the largest limit per request.")
-	m.nearLimit = counter("near_limit_total", "Charged hits that left a limit at or above the near-limit ratio of its capacity.")
-	m.withinLimit = counter("within_limit_total", "Hits on descriptors within their limit, charged: "+
-		"never those of a request refused by another descriptor.")
-	m.shadowMode = counter("shadow_mode_total", "Hits over a limit in shadow mode, admitted.")
+	for k, h := range hitKinds {
+		m.hitVecs[k] = counter(h.prom, h.help)
+	}
 	m.charged = counter("usage_charged_total", "Usage reported after the fact (a descriptor's own hits_addend: "+
 		"tokens, bytes), charged whether within the limit or past it: what a budget spent.")
 	m.charges = counter("usage_reports_total", "Descriptors that reported usage (a descriptor's own hits_addend), charged.")
-	m.notCharged = counter("not_charged_total", "Hits on descriptors within their limit that were not charged, "+
-		"because another descriptor of the request was over its limit (a request is charged all or nothing).")
 }
 
 // newRequestMetrics creates the metrics of requests and store calls.
@@ -239,9 +256,6 @@ func (m *Metrics) newRequestMetrics(storeLabel prometheus.Labels) {
 
 // Decision counts an answer, or a failed call, and how long it took.
 func (m *Metrics) Decision(d time.Duration, resp *pb.RateLimitResponse, err error) {
-	if m == nil {
-		return
-	}
 	m.sd.decision(d, err)
 	switch {
 	case err != nil:
@@ -263,9 +277,6 @@ var RefusalReasons = []string{envoy.RefusedMalformed, envoy.RefusedTooLarge, env
 
 // Refused counts a request refused for reason. The listeners call it too.
 func (m *Metrics) Refused(reason string) {
-	if m == nil {
-		return
-	}
 	if !slices.Contains(RefusalReasons, reason) {
 		reason = RefusedOther
 	}
@@ -274,9 +285,6 @@ func (m *Metrics) Refused(reason string) {
 
 // StoreCall counts a call to the limit store, and its failure.
 func (m *Metrics) StoreCall(d time.Duration, err error) {
-	if m == nil {
-		return
-	}
 	m.storeSeconds.Observe(d.Seconds())
 	if err != nil {
 		m.storeErrors.Inc()
@@ -285,41 +293,22 @@ func (m *Metrics) StoreCall(d time.Duration, err error) {
 
 // DomainNotFound counts a request for a domain no rule file declares.
 func (m *Metrics) DomainNotFound(domain string, descriptors int) {
-	if m != nil {
-		m.domainsNotFound.Inc()
-		m.sd.domainNotFound(domain, descriptors)
-	}
+	m.domainsNotFound.Inc()
+	m.sd.domainNotFound(domain, descriptors)
 }
 
 // GlobalShadow counts a request answered OK only because of the global
 // shadow mode.
 func (m *Metrics) GlobalShadow() {
-	if m != nil {
-		m.globalShadowMode.Inc()
-		m.sd.globalShadowAnswer()
-	}
+	m.globalShadowMode.Inc()
+	m.sd.globalShadow.Inc()
 }
 
 // FailureAnswer counts a request answered by the failure policy, by
 // policy and cause.
 func (m *Metrics) FailureAnswer(mode rules.FailureMode, cause string) {
-	if m != nil {
-		m.failureAnswers.WithLabelValues(mode.String(), cause).Inc()
-		m.sd.storeFailure()
-	}
-}
-
-// counters returns the counters of one (domain, rule) label pair.
-func (m *Metrics) counters(domain, rule string) counters {
-	return counters{
-		hits:   m.hits.WithLabelValues(domain, rule),
-		over:   m.overLimit.WithLabelValues(domain, rule),
-		near:   m.nearLimit.WithLabelValues(domain, rule),
-		within: m.withinLimit.WithLabelValues(domain, rule),
-		shadow: m.shadowMode.WithLabelValues(domain, rule),
-
-		notCharged: m.notCharged.WithLabelValues(domain, rule),
-	}
+	m.failureAnswers.WithLabelValues(mode.String(), cause).Inc()
+	m.sd.redisErrors.Inc() // a Redis error to the reference server
 }
 
 // series returns the series of a descriptor's rule r (nil for an override
@@ -334,6 +323,7 @@ func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label str
 			c = fresh // a concurrent request has another set; don't fight over the cache
 		}
 	}
+	// The domain only without a rule: a string converted to any allocates.
 	var key any
 	if r != nil {
 		key = r
@@ -373,10 +363,12 @@ func byValue(r *rules.Rule) bool {
 // statName ("" for none). Counters are never replaced, so that requests
 // reading them race with nothing.
 func (m *Metrics) fill(v *series, domain, promLabel, statName string) {
-	if promLabel != "" && v.prom.hits == nil {
-		v.prom = m.counters(domain, promLabel)
+	if promLabel != "" && v.prom[hitsTotal] == nil {
+		for k, vec := range m.hitVecs {
+			v.prom[k] = vec.WithLabelValues(domain, promLabel)
+		}
 	}
-	if statName != "" && m.sd != nil && v.stat == nil {
+	if statName != "" && m.sd.client != nil && v.stat == nil {
 		v.stat = m.sd.hits(statName)
 	}
 }
@@ -388,13 +380,13 @@ func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 	defer s.mu.Unlock()
 	v := s.values[string(buf)]
 	// Prometheus refuses label values that are not UTF-8.
-	if v == nil && (len(s.values) >= m.maxValues || !utf8.Valid(buf)) {
+	if v == nil && (len(s.values) >= m.opts.MaxValueSeries || !utf8.Valid(buf)) {
 		if s.other == nil {
 			s.other = &series{}
 		}
 		v = s.other
 	}
-	if v != nil && (v.prom.hits != nil || !prom) && (v.stat != nil || m.sd == nil) {
+	if v != nil && (v.prom[hitsTotal] != nil || !prom) && (v.stat != nil || m.sd.client == nil) {
 		return v // the usual case, without building a name
 	}
 	label, statName := string(buf), string(buf)
@@ -421,25 +413,21 @@ func (s *ruleSeries) valueSeries(m *Metrics, buf []byte, prom bool) *series {
 
 // Hits adds each decided descriptor's hits to its counters.
 func (m *Metrics) Hits(set *rules.Set, domain string, hits []envoy.DescriptorHits) {
-	if m == nil {
-		return
-	}
-	b := labelBuf{pool: &m.labels}
+	buf := m.labels.Get().(*[]byte)
 	for i := range hits {
-		m.count(set, domain, &hits[i], &b)
+		m.count(set, domain, &hits[i], buf)
 	}
-	b.release()
+	m.labels.Put(buf)
 }
 
 // count adds a descriptor's hits to its series and hot counters.
-func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, b *labelBuf) {
+func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, buf *[]byte) {
 	rd := h.Resolved
 	s := m.series(set, domain, rd.Rule, h.Rule)
 	bv := byValue(rd.Rule)
 	prom, stat := &s.prom, s.stat
 	// The reference server names an override's stats by its values.
-	if bv || (rd.Override && m.sd != nil) {
-		buf := b.get()
+	if bv || (rd.Override && m.sd.client != nil) {
 		if bv {
 			*buf = rd.Rule.AppendStatName((*buf)[:0], rd.Entries)
 		} else {
@@ -452,17 +440,19 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 		stat = v.stat
 	}
 	o := hitOutcome{over: h.Over, shadow: rd.Mode == limit.Advisory, charged: h.Charged}
-	n := countedHits(h.Cost, rd)
-	if h.Usage && h.Cost > 0 && maxCapacity(rd) > 0 {
+	// At most one more than the largest capacity: a larger cost is refused
+	// alike, and must not put 10^16 into counters that dashboards sum.
+	capacity := maxCapacity(rd)
+	n := min(h.Cost, capacity+1) // cost <= 2^53: no overflow
+	if h.Usage && h.Cost > 0 && capacity > 0 {
 		n, o.charged = min(h.Cost, limit.MaxCount), true
 		m.charge(s, n)
 	}
 	near := min(n, h.Near)
 	var label []byte
-	keep := bv || m.keepHotValues
+	keep := bv || m.opts.KeepHotValues
 	if keep {
 		// Named by the values, which a series name may not show.
-		buf := b.get()
 		*buf = appendDetailedLabel((*buf)[:0], domain, rd.Entries)
 		label = *buf
 	}
@@ -471,35 +461,6 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	if stat != nil {
 		stat.add(uint64(n), uint64(near), o)
 	}
-}
-
-// labelBuf lends a request a pooled buffer, taken when first needed.
-type labelBuf struct {
-	pool *sync.Pool // of *[]byte
-	b    *[]byte
-}
-
-func (l *labelBuf) get() *[]byte {
-	if l.b == nil {
-		l.b = l.pool.Get().(*[]byte)
-	}
-	return l.b
-}
-
-func (l *labelBuf) release() {
-	if l.b != nil {
-		l.pool.Put(l.b)
-	}
-}
-
-// countedHits is a descriptor's cost, but at most one more than its
-// largest capacity: a larger cost is refused alike, and must not put 10^16
-// into counters that dashboards sum.
-func countedHits(cost int64, rd *rules.Resolved) int64 {
-	if capacity := maxCapacity(rd); cost > capacity {
-		return capacity + 1 // cost <= maxCost, so this cannot overflow
-	}
-	return cost
 }
 
 // maxCapacity is the largest capacity among rd's counted limits.

@@ -10,10 +10,14 @@ import (
 // RegisterRuleLoads registers on reg the metrics of the rule loads that
 // status reports (rules.Watcher.Status), read at each scrape.
 func RegisterRuleLoads(reg prometheus.Registerer, status func() rules.Status) error {
-	reloads := prometheus.NewDesc("floodgate_rules_reloads_total",
-		"Reloads of the rules (rule files, or xDS pushes) after the first load, by result.", []string{"result"}, nil)
+	reloads := func(result string, n func(rules.Status) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "floodgate_rules_reloads_total",
+			Help:        "Reloads of the rules (rule files, or xDS pushes) after the first load, by result.",
+			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(n(status())) })
+	}
 	cs := []prometheus.Collector{
-		&reloadCollector{status: status, desc: reloads},
+		reloads("success", func(st rules.Status) uint64 { return st.Reloads - st.Failures }),
+		reloads("failure", func(st rules.Status) uint64 { return st.Failures }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_rules_version",
 			Help: "Version of the rules in force: the number of good loads that changed them."},
 			func() float64 { return float64(status().Version) }),
@@ -27,20 +31,6 @@ func RegisterRuleLoads(reg prometheus.Registerer, status func() rules.Status) er
 		}
 	}
 	return nil
-}
-
-// reloadCollector exposes the loads' counts as one counter vector.
-type reloadCollector struct {
-	status func() rules.Status
-	desc   *prometheus.Desc
-}
-
-func (c *reloadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *reloadCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.status()
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Reloads-st.Failures), "success")
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Failures), "failure")
 }
 
 // StatsdRuleLoads sends the rule loads that status reports as the

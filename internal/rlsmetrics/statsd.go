@@ -12,9 +12,8 @@ import (
 	"github.com/floodgate/floodgate/internal/statsd"
 )
 
-// The reference server's statsd names, which its dashboards read: a
-// rule's counters are statRateLimit, its name, "." and total_hits,
-// over_limit, near_limit, within_limit or shadow_mode.
+// The reference server's statsd names, which its dashboards read; a
+// rule's counters are statRateLimit, its name, "." and a hitKinds stat.
 const (
 	statRateLimit    = "ratelimit.service.rate_limit."
 	statNotFound     = ".domain_not_found"
@@ -30,20 +29,24 @@ const (
 // statCounters are the statsd hit counters of one name.
 type statCounters = hitCounters[*statsd.Counter, uint64]
 
-// statsdStats counts the request path in statsd. A nil one sends nothing.
+// statsdStats counts the request path in statsd. Without a client its
+// counters are nil and send nothing.
 type statsdStats struct {
-	client                                             *statsd.Client
+	client                                             *statsd.Client // nil without statsd
 	requests, globalShadow, redisErrors, serviceErrors *statsd.Counter
 	responseTime                                       *statsd.Timer
 
 	// At most maxDomains unknown domains get a name, the rest "_other_".
 	maxDomains  int
-	mu          sync.RWMutex
+	mu          sync.Mutex
 	notFound    map[string]*statsd.Counter
 	notFoundEtc *statsd.Counter
 }
 
 func newStatsdStats(c *statsd.Client, maxDomains int) *statsdStats {
+	if c == nil {
+		return &statsdStats{}
+	}
 	return &statsdStats{
 		client:        c,
 		requests:      c.Counter(statRequests),
@@ -61,23 +64,16 @@ func newStatsdStats(c *statsd.Client, maxDomains int) *statsdStats {
 // values.
 func (sd *statsdStats) hits(name string) *statCounters {
 	base := statRateLimit + statName(name) + "."
-	return &statCounters{
-		hits:   sd.client.Counter(base + "total_hits"),
-		over:   sd.client.Counter(base + "over_limit"),
-		near:   sd.client.Counter(base + "near_limit"),
-		within: sd.client.Counter(base + "within_limit"),
-		shadow: sd.client.Counter(base + "shadow_mode"),
-		// Ours: the reference charges a refused request's descriptors.
-		notCharged: sd.client.Counter(base + "not_charged"),
+	c := new(statCounters)
+	for k, h := range hitKinds {
+		c[k] = sd.client.Counter(base + h.stat)
 	}
+	return c
 }
 
 // decision counts an answer, as the reference's interceptor does, and an
 // error not the store's as a service error.
 func (sd *statsdStats) decision(d time.Duration, err error) {
-	if sd == nil {
-		return
-	}
 	sd.requests.Inc()
 	sd.responseTime.Observe(d)
 	switch status.Code(err) {
@@ -89,39 +85,20 @@ func (sd *statsdStats) decision(d time.Duration, err error) {
 // domainNotFound counts the descriptors of a request for an unknown
 // domain, as the reference server does.
 func (sd *statsdStats) domainNotFound(domain string, descriptors int) {
-	if sd == nil {
+	if sd.client == nil {
 		return
 	}
-	sd.mu.RLock()
+	sd.mu.Lock()
 	c := sd.notFound[domain]
-	full := len(sd.notFound) >= sd.maxDomains
-	sd.mu.RUnlock()
-	if c == nil && !full {
-		sd.mu.Lock()
-		if c = sd.notFound[domain]; c == nil && len(sd.notFound) < sd.maxDomains {
-			c = sd.client.Counter(statRateLimit + statName(domain) + statNotFound)
-			sd.notFound[domain] = c
-		}
-		sd.mu.Unlock()
+	if c == nil && len(sd.notFound) < sd.maxDomains {
+		c = sd.client.Counter(statRateLimit + statName(domain) + statNotFound)
+		sd.notFound[domain] = c
 	}
+	sd.mu.Unlock()
 	if c == nil {
 		c = sd.notFoundEtc
 	}
 	c.Add(uint64(descriptors))
-}
-
-// globalShadowAnswer counts a request passed by the global shadow mode.
-func (sd *statsdStats) globalShadowAnswer() {
-	if sd != nil {
-		sd.globalShadow.Inc()
-	}
-}
-
-// storeFailure counts a store failure, a Redis error to the reference.
-func (sd *statsdStats) storeFailure() {
-	if sd != nil {
-		sd.redisErrors.Inc()
-	}
 }
 
 // ipv4 finds the addresses whose dots the reference server replaces, so

@@ -44,12 +44,9 @@ const timerFastMillis = 1024
 
 // Timer records durations in whole milliseconds, as the reference server's
 // response-time timer. Client.Timer makes one; a nil *Timer records
-// nothing. It is safe for concurrent use.
-//
-// Rather than a line per observation, a flush writes for each value seen n
-// times a line per bit of n, with the sample rate of that bit's power of
-// two: 5 observations of 2 ms are "name:2|ms" and "name:2|ms|@0.25".
-// Servers that honour sample rates count exactly n.
+// nothing. It is safe for concurrent use. A flush writes a value seen n
+// times as a line per bit of n, at that bit's sample rate: 5 observations
+// of 2 ms are "name:2|ms" and "name:2|ms|@0.25".
 type Timer struct {
 	wire
 	fast [timerFastMillis]atomic.Uint64
@@ -116,7 +113,7 @@ func (f *funcStat) appendTo(w *writer) {
 }
 
 // RuntimeStats adds the Go runtime's stats under prefix, named and typed as
-// lyft/gostats does for the reference server ("ratelimit.go"), read once
+// lyft/gostats does ("ratelimit.go" for the reference server), read once
 // per flush. Call it once.
 func (c *Client) RuntimeStats(prefix string) {
 	var ms runtime.MemStats
@@ -185,7 +182,7 @@ func (w *writer) samples(s wire, ms, n uint64) {
 // line writes a line of s, at sample rate 2^-rateExp, and hands it to the
 // sink.
 func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
-	if sink := w.client.sink; sink != nil {
+	if sink := w.client.opts.Sink; sink != nil {
 		switch typ {
 		case "c":
 			sink.Counter(s.name, value)
@@ -195,7 +192,7 @@ func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
 			sink.Timer(s.name, value, 1<<rateExp)
 		}
 	}
-	if w.client.noServer {
+	if w.client.opts.NoServer {
 		return
 	}
 	l := append(w.scratch[:0], s.head...)
@@ -209,14 +206,14 @@ func (w *writer) line(s wire, value uint64, typ string, rateExp int) {
 	l = append(l, s.tail...)
 	l = append(l, '\n')
 	w.scratch = l
-	if len(w.buf) > 0 && len(w.buf)+len(l) > w.client.maxPacket {
+	if len(w.buf) > 0 && len(w.buf)+len(l) > w.client.opts.MaxPacketSize {
 		w.send()
 	}
 	w.buf = append(w.buf, l...)
 }
 
 // send writes the packet. A failed write closes the connection, dialled
-// again at the next flush, and drops this flush's other lines.
+// again at the next flush.
 func (w *writer) send() {
 	c := w.client
 	packet := w.buf
@@ -232,7 +229,7 @@ func (w *writer) send() {
 		return
 	}
 	if w.err == nil {
-		w.err = fmt.Errorf("statsd: send to %s over %s: %w", c.addr, c.network, err)
+		w.err = fmt.Errorf("statsd: send to %s over %s: %w", c.opts.Addr, c.opts.Network, err)
 	}
 	c.conn.Close()
 	c.conn = nil

@@ -1,9 +1,8 @@
 // Package statsd sends counters, timers and gauges to a statsd server as
 // plain statsd or DogStatsD lines, as lyft/gostats does for the reference
-// server: counts are kept in memory and flushed as deltas every
-// FlushInterval, in packets, so that counting costs an atomic add. A Sink
-// receives the same flushes in the process, as gostats's sinks do. It
-// knows no stat names: rlsmetrics and cmd/server choose them.
+// server: counts are kept in memory, so that counting costs an atomic add,
+// and flushed as deltas every FlushInterval, in packets, and to a Sink in
+// the process. Its users choose the stat names.
 package statsd
 
 import (
@@ -21,14 +20,14 @@ import (
 )
 
 // Defaults of Options' zero fields: the reference server's STATSD_HOST,
-// STATSD_PORT and STATS_FLUSH_INTERVAL; over UDP the largest payload of
-// an Ethernet frame with IPv6 headers, over TCP a bound on one write.
+// STATSD_PORT and STATS_FLUSH_INTERVAL; over UDP the payload of an
+// Ethernet frame with IPv6 headers.
 const (
 	DefaultAddr          = "localhost:8125"
 	DefaultFlushInterval = 10 * time.Second
 	DefaultUDPPacketSize = 1432
 	DefaultTCPPacketSize = 8192
-	sendTimeout          = 5 * time.Second // a dial or a write: a stuck server delays a flush, not forever
+	sendTimeout          = 5 * time.Second // bounds a dial or a write
 )
 
 // ErrClosed is returned by Flush after Close.
@@ -46,9 +45,9 @@ type Options struct {
 	// ManualFlush sends counts only on Flush and Close.
 	ManualFlush bool
 	// Tags are added to every stat: in plain statsd into the name
-	// (".__key=value", as gostats), with DogStatsD as "|#key:value". '.',
-	// ':' and '|' in values become '_'; empty ones are dropped; of two with
-	// one key the last wins. A key that would corrupt the lines is refused.
+	// (".__key=value", as gostats), with DogStatsD as "|#key:value".
+	// Punctuation in values becomes '_'; empty ones are dropped; of two
+	// with one key the last wins. A key that would corrupt lines is refused.
 	Tags []Tag
 	// DogStatsD writes DogStatsD lines.
 	DogStatsD bool
@@ -61,8 +60,7 @@ type Options struct {
 	// Logger hears when sending starts failing and works again.
 	Logger *slog.Logger
 	// Sink, when set, receives every flush too, even when the server
-	// cannot be reached (which then loses those counts). It takes plain
-	// statsd names, not DogStatsD.
+	// cannot be reached. It takes plain statsd names, not DogStatsD.
 	Sink Sink
 	// NoServer sends to Sink alone.
 	NoServer bool
@@ -70,8 +68,8 @@ type Options struct {
 
 // Sink receives each flush, as gostats's sinks do: a counter's increase
 // (never 0), a gauge's value, a timer's observations in whole milliseconds
-// with their counts; names as plain statsd sends them, tags included. One
-// flush at a time calls it.
+// with their count; names as plain statsd sends them. One flush at a time
+// calls it.
 type Sink interface {
 	Counter(name string, increase uint64)
 	Gauge(name string, value uint64)
@@ -81,14 +79,7 @@ type Sink interface {
 // Client keeps stats and sends them. A stat lives as long as the Client:
 // bound the names you create. It is safe for concurrent use.
 type Client struct {
-	network, addr string
-	maxPacket     int
-	logger        *slog.Logger
-	tags          []Tag // Options.Tags, normalized
-	dog           bool
-	mogrifiers    []Mogrifier
-	sink          Sink
-	noServer      bool
+	opts Options // defaults set, Tags normalized
 
 	mu    sync.Mutex // guards byKey, stats and hooks
 	byKey map[statKey]stat
@@ -117,45 +108,34 @@ type statKey struct {
 }
 
 // New returns a Client for opts and, unless opts.ManualFlush, flushes in
-// the background until Close. It does not connect: a server down delays
-// nothing, and counts wait until it is reachable.
+// the background until Close. It does not connect: counts wait until the
+// server is reachable.
 func New(opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{network: opts.Network, addr: opts.Addr, maxPacket: opts.MaxPacketSize, logger: opts.Logger, byKey: map[statKey]stat{}}
-	if c.network == "" {
-		c.network = "udp"
-	}
-	if c.addr == "" {
-		c.addr = DefaultAddr
-	}
-	if c.maxPacket == 0 {
-		c.maxPacket = DefaultUDPPacketSize
-		if c.network == "tcp" {
-			c.maxPacket = DefaultTCPPacketSize
+	opts.Network = cmp.Or(opts.Network, "udp")
+	opts.Addr = cmp.Or(opts.Addr, DefaultAddr)
+	opts.FlushInterval = cmp.Or(opts.FlushInterval, DefaultFlushInterval)
+	if opts.MaxPacketSize == 0 {
+		opts.MaxPacketSize = DefaultUDPPacketSize
+		if opts.Network == "tcp" {
+			opts.MaxPacketSize = DefaultTCPPacketSize
 		}
 	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
-	}
-	c.tags = normalizeTags(opts.Tags)
-	c.dog, c.mogrifiers = opts.DogStatsD, opts.Mogrifiers
-	c.sink, c.noServer = opts.Sink, opts.NoServer
-	interval := opts.FlushInterval
-	if interval == 0 {
-		interval = DefaultFlushInterval
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.Tags = normalizeTags(opts.Tags)
+	c := &Client{opts: opts, byKey: map[statKey]stat{}}
 	if !opts.ManualFlush {
 		c.stop, c.done = make(chan struct{}), make(chan struct{})
-		go c.run(interval)
+		go c.run(opts.FlushInterval)
 	}
 	return c, nil
 }
 
 // Validate reports the first option New refuses as an *option.Error
 // ("statsd.Options.Network \"unix\": want udp or tcp"), or nil. Zero
-// values are valid: they mean the defaults.
+// values mean the defaults.
 func (o Options) Validate() error {
 	switch {
 	case o.Network != "" && o.Network != "udp" && o.Network != "tcp":
@@ -246,16 +226,16 @@ var nameReplacer = strings.NewReplacer(":", "_", "|", "_", "\n", "_", "\r", "_")
 // wire returns how the lines of name start and end.
 func (c *Client) wire(name string) wire {
 	name = nameReplacer.Replace(name)
-	if !c.dog {
-		full := name + nameTags(c.tags)
+	if !c.opts.DogStatsD {
+		full := name + nameTags(c.opts.Tags)
 		return wire{head: full + ":", name: full}
 	}
-	name, tags := mogrify(c.mogrifiers, name)
-	return wire{head: nameReplacer.Replace(name) + ":", tail: dogTags(append(slices.Clip(c.tags), tags...))}
+	name, tags := mogrify(c.opts.Mogrifiers, name)
+	return wire{head: nameReplacer.Replace(name) + ":", tail: dogTags(append(slices.Clip(c.opts.Tags), tags...))}
 }
 
-// Flush sends what the stats gathered now. On a failed connection the
-// counts wait for the next flush; a failed write loses its lines' counts.
+// Flush sends what the stats gathered now. After a failed dial the counts
+// wait for the next flush; a failed write loses its lines.
 func (c *Client) Flush() error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
@@ -265,19 +245,18 @@ func (c *Client) Flush() error {
 	return c.flush()
 }
 
-// flush sends every stat's lines to the server and the sink, under
-// flushMu.
+// flush sends every stat's lines, under flushMu.
 func (c *Client) flush() error {
 	var dialErr error
-	if c.conn == nil && !c.noServer {
-		conn, err := net.DialTimeout(c.network, c.addr, sendTimeout)
-		switch {
-		case err == nil:
+	if c.conn == nil && !c.opts.NoServer {
+		conn, err := net.DialTimeout(c.opts.Network, c.opts.Addr, sendTimeout)
+		if err != nil {
+			dialErr = fmt.Errorf("statsd: connect to %s over %s: %w", c.opts.Addr, c.opts.Network, err)
+			if c.opts.Sink == nil {
+				return dialErr // nowhere to send
+			}
+		} else {
 			c.conn = conn
-		case c.sink == nil:
-			return fmt.Errorf("statsd: connect to %s over %s: %w", c.addr, c.network, err)
-		default:
-			dialErr = fmt.Errorf("statsd: connect to %s over %s: %w", c.addr, c.network, err)
 		}
 	}
 	c.mu.Lock()
@@ -308,9 +287,9 @@ func (c *Client) run(interval time.Duration) {
 			err := c.Flush()
 			switch {
 			case err != nil && !c.failing:
-				c.logger.Warn("statsd: sending stats failed; retrying at every flush", "err", err)
+				c.opts.Logger.Warn("statsd: sending stats failed; retrying at every flush", "err", err)
 			case err == nil && c.failing:
-				c.logger.Info("statsd: sending stats again", "addr", c.addr)
+				c.opts.Logger.Info("statsd: sending stats again", "addr", c.opts.Addr)
 			}
 			c.failing = err != nil
 		}

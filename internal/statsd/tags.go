@@ -1,8 +1,8 @@
 package statsd
 
 import (
-	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -44,10 +44,9 @@ func normalizeTags(tags []Tag) []Tag {
 		}
 	}
 	out := make([]Tag, 0, len(byKey))
-	for k, v := range byKey {
-		out = append(out, Tag{k, v})
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
+		out = append(out, Tag{k, byKey[k]})
 	}
-	slices.SortFunc(out, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
 	return out
 }
 
@@ -72,14 +71,11 @@ func badKeyRune(r rune) bool {
 // nameTags writes tags into a plain statsd name, as lyft/gostats does:
 // ".__env=prod.__zone=a".
 func nameTags(tags []Tag) string {
-	var b strings.Builder
+	s := ""
 	for _, t := range tags {
-		b.WriteString(".__")
-		b.WriteString(t.Key)
-		b.WriteByte('=')
-		b.WriteString(t.Value)
+		s += ".__" + t.Key + "=" + t.Value
 	}
-	return b.String()
+	return s
 }
 
 // dogTags writes tags at the end of a DogStatsD line: "|#env:prod,zone:a".
@@ -87,15 +83,9 @@ func dogTags(tags []Tag) string {
 	if len(tags) == 0 {
 		return ""
 	}
-	var b strings.Builder
-	b.WriteString("|#")
+	kv := make([]string, len(tags))
 	for i, t := range tags {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(t.Key)
-		b.WriteByte(':')
-		b.WriteString(t.Value)
+		kv[i] = t.Key + ":" + t.Value
 	}
-	return b.String()
+	return "|#" + strings.Join(kv, ",")
 }

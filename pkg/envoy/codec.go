@@ -21,20 +21,17 @@ import (
 	_ "google.golang.org/grpc/encoding/proto"
 )
 
-// Codec is the gRPC codec of a server of the RateLimitService: a server
-// built with grpc.ForceServerCodecV2(c), on which c.Register registers the
-// service. It decodes ShouldRateLimit's request without reflection into
-// storage reused from call to call (one allocation per request), and
-// answers InvalidArgument, naming what is wrong, to a request it cannot
-// decode, where gRPC alone would answer Internal and tell Envoy that the
-// server failed. Answers are encoded with go-control-plane's generated code
-// when the build has it; every other message goes through gRPC's proto
-// codec. The zero value is ready to use, and a Codec is safe for concurrent
-// use.
+// Codec is the gRPC codec of a RateLimitService server built with
+// grpc.ForceServerCodecV2(c), on which c.Register registers the service.
+// It decodes ShouldRateLimit's request without reflection into reused
+// storage, and answers InvalidArgument, naming what is wrong, to a request
+// it cannot decode, where gRPC would answer Internal (a server failure to
+// Envoy). Other messages go through gRPC's proto codec. The zero value is
+// ready to use; a Codec is safe for concurrent use.
 type Codec struct {
-	// MaxRequestBytes bounds a RateLimitRequest (ResourceExhausted, as gRPC
-	// answers a message over its own bound), which grpc.MaxRecvMsgSize may
-	// not when other messages need more; 0 means no bound but gRPC's.
+	// MaxRequestBytes bounds a RateLimitRequest, answering
+	// ResourceExhausted as gRPC does over grpc.MaxRecvMsgSize, which other
+	// messages may need larger; 0 means no bound but gRPC's.
 	MaxRequestBytes int
 }
 
@@ -45,8 +42,8 @@ var protoCodec = encoding.GetCodecV2("proto")
 func (c *Codec) Name() string { return protoCodec.Name() }
 
 // Marshal encodes a message with go-control-plane's generated encoder when
-// the build has it (the vtprotobuf tag), else as proto. An answer is below
-// the size from which gRPC pools buffers, so it gets a buffer of its own.
+// the build has it (vtMarshaler), else as proto. An answer is below the
+// size from which gRPC pools buffers, so it gets a buffer of its own.
 func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(vtMarshaler)
 	if !ok {
@@ -59,19 +56,19 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 }
 
-// vtMarshaler is the encoder, without reflection, that go-control-plane
+// vtMarshaler is the encoder without reflection that go-control-plane
 // compiles with the vtprotobuf build tag (set by the Makefile, the
-// Dockerfile and the tests). A build without it encodes answers as proto:
-// the same bytes, but for the order of map entries, at a higher cost
-// (docs/benchmarks.md). There is no generated decoder, hence wireRequest.
+// Dockerfile and the tests). Without it answers are encoded as proto, the
+// same bytes but for the order of map entries. There is no generated
+// decoder, hence wireRequest.
 type vtMarshaler interface {
 	MarshalVTStrict() ([]byte, error)
 }
 
 // Unmarshal decodes a ShouldRateLimit request into the *wireRequest
 // Register's handler passes, and anything else as proto. A request too
-// large or that does not decode is recorded in the wireRequest, for the
-// handler to answer and count, not returned as an error.
+// large or that does not decode is recorded there for the handler to
+// answer and count, not returned as an error.
 func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	w, ok := v.(*wireRequest)
 	if !ok {
@@ -104,12 +101,10 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // Register registers svc on s, a server built with
 // grpc.ForceServerCodecV2(c), as RegisterRateLimitServiceServer does, with
-// a ShouldRateLimit handler that decodes with c into a pooled request and
-// answers InvalidArgument to a request that does not decode,
-// ResourceExhausted to one over the bound. refused, when not nil, is
-// called for each request so refused, with RefusedMalformed or
-// RefusedTooLarge. The handler calls no interceptor: gRPC decodes before
-// interceptors run, so only the handler sees decoding failures.
+// a ShouldRateLimit handler that decodes with c into a pooled request.
+// refused, when not nil, is called with RefusedMalformed or
+// RefusedTooLarge for each request the handler refuses. The handler calls
+// no interceptor: gRPC decodes before interceptors run.
 func (c *Codec) Register(s grpc.ServiceRegistrar, svc pb.RateLimitServiceServer, refused func(reason string)) {
 	if refused == nil {
 		refused = func(string) {}
@@ -124,8 +119,7 @@ func (c *Codec) Register(s grpc.ServiceRegistrar, svc pb.RateLimitServiceServer,
 	s.RegisterService(&desc, svc)
 }
 
-// handler decodes as the generated handler does, without a closure per
-// call, into a pooled wireRequest.
+// handler is the generated handler, without a closure per call.
 func (c *Codec) handler(refused func(string)) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 		in := getWireRequest()
@@ -160,8 +154,7 @@ func DecodeJSON(b []byte) (*pb.RateLimitRequest, error) {
 }
 
 // protoErrorText is a protobuf error's message without its "proto: "
-// prefix, whose space some builds make a no-break space: answers are the
-// same from every build.
+// prefix, whose space some builds make a no-break space.
 func protoErrorText(err error) string {
 	msg := err.Error()
 	for _, p := range []string{"proto: ", "proto:\u00a0"} {
@@ -199,39 +192,23 @@ func invalidUTF8Field(b []byte) string {
 // UTF-8, until found returns true. A path is field numbers, each repeated
 // message's followed by its index: [2, i, 1, j, 2] is
 // descriptors[i].entries[j].value.
-func walkStrings(b []byte, found func(path []int) bool, path []int) bool {
+func walkStrings(b []byte, found func(path []int) bool, path []int) (done bool) {
 	counts := map[protowire.Number]int{}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	walk(b, func(num protowire.Number, typ protowire.Type, at, end int, _ uint64) bool {
 		if typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
-			continue
+			return true
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		here := append(path[:len(path):len(path)], int(num))
+		v, here := b[at:end], append(path[:len(path):len(path)], int(num))
 		switch {
 		case len(path) == 0 && num == 2, len(path) == 2 && num == 1:
 			// descriptors, entries: repeated messages
 			i := counts[num]
 			counts[num]++
-			if walkStrings(v, found, append(here, i)) {
-				return true
-			}
-		case !utf8.Valid(v) && found(here):
-			return true
+			done = walkStrings(v, found, append(here, i))
+		case !utf8.Valid(v):
+			done = found(here)
 		}
-	}
-	return false
+		return !done
+	})
+	return done
 }

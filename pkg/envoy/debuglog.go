@@ -36,12 +36,12 @@ func (s *Service) logDecision(ctx context.Context, d time.Duration, req *pb.Rate
 			attrs = append(attrs, slog.Bool("domain_known", false))
 		}
 	}
-	if sc.failure.set {
-		attrs = append(attrs, slog.String("store_failure", sc.failure.cause.String()), slog.String("policy", sc.failure.policy.String()))
+	if sc.failure.cause != "" {
+		attrs = append(attrs, slog.String("store_failure", sc.failure.cause), slog.String("policy", sc.failure.policy.String()))
 	}
 	// An invalid request's error names the field; its descriptors may
 	// be thousands.
-	if err == nil || sc.failure.set {
+	if err == nil || sc.failure.cause != "" {
 		attrs = append(attrs, slog.Any("descriptors", sc.describe(req, resp)))
 	}
 	attrs = append(attrs, slog.Duration("duration", d))
@@ -51,6 +51,7 @@ func (s *Service) logDecision(ctx context.Context, d time.Duration, req *pb.Rate
 // describe summarizes each descriptor of req; resp may be nil.
 func (sc *scratch) describe(req *pb.RateLimitRequest, resp *pb.RateLimitResponse) []string {
 	out := make([]string, len(req.GetDescriptors()))
+	sts := resp.GetStatuses()
 	var b strings.Builder
 	for i, d := range req.GetDescriptors() {
 		b.Reset()
@@ -63,17 +64,14 @@ func (sc *scratch) describe(req *pb.RateLimitRequest, resp *pb.RateLimitResponse
 			if j > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(e.GetKey())
-			b.WriteByte('=')
+			value := hiddenValue
 			if show {
-				b.WriteString(e.GetValue())
-			} else {
-				b.WriteString(hiddenValue)
+				value = e.GetValue()
 			}
+			b.WriteString(e.GetKey() + "=" + value)
 		}
-		if sts := resp.GetStatuses(); i < len(sts) {
-			b.WriteByte(' ')
-			b.WriteString(sts[i].GetCode().String())
+		if i < len(sts) {
+			b.WriteString(" " + sts[i].GetCode().String())
 		}
 		switch {
 		case rd == nil:
@@ -87,7 +85,7 @@ func (sc *scratch) describe(req *pb.RateLimitRequest, resp *pb.RateLimitResponse
 		default:
 			b.WriteString(" no rule")
 		}
-		if sts := resp.GetStatuses(); i < len(sts) && sts[i].GetCurrentLimit() != nil {
+		if i < len(sts) && sts[i].GetCurrentLimit() != nil {
 			b.WriteString(" remaining=" + strconv.FormatUint(uint64(sts[i].GetLimitRemaining()), 10))
 			if name := sts[i].GetCurrentLimit().GetName(); name != "" {
 				b.WriteString(" limit=" + name)

@@ -16,22 +16,19 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// failureCause is why a store call failed, a bounded label value.
-type failureCause string
-
+// The causes of a store failure, a bounded label value: the answer's
+// dynamic metadata and header, Metrics.FailureAnswer, logs and spans.
 const (
-	causeError       failureCause = "error"        // any other failure
-	causeDeadline    failureCause = "deadline"     // the store's or the caller's deadline passed
-	causeCircuitOpen failureCause = "circuit_open" // not tried: limit.ErrCircuitOpen
-	causeFull        failureCause = "store_full"   // no room for a new counter: limit.ErrFull
+	causeError       = "error"        // any other failure
+	causeDeadline    = "deadline"     // the store's or the caller's deadline passed
+	causeCircuitOpen = "circuit_open" // not tried: limit.ErrCircuitOpen
+	causeFull        = "store_full"   // no room for a new counter: limit.ErrFull
 )
 
-func (c failureCause) String() string { return string(c) }
-
 // failureCauseOf classifies err, returned by a store call made with ctx.
-// A deadline is known by the error or by ctx's deadline having passed: a
-// store may report its socket's timeout without the context's error.
-func failureCauseOf(ctx context.Context, err error) failureCause {
+// A deadline is known by the error or by ctx's deadline having passed, as
+// a store may report its socket's timeout without the context's error.
+func failureCauseOf(ctx context.Context, err error) string {
 	switch {
 	case errors.Is(err, limit.ErrCircuitOpen):
 		return causeCircuitOpen
@@ -46,22 +43,22 @@ func failureCauseOf(ctx context.Context, err error) failureCause {
 	return causeError
 }
 
-// failureAnswer records that a request was answered by the failure policy.
+// failureAnswer records that a request was answered by the failure
+// policy; its zero value, that it was not.
 type failureAnswer struct {
-	set    bool
-	cause  failureCause
+	cause  string            // never "" when set
 	policy rules.FailureMode // FailureAllow, FailureDeny or FailureUnavailable
 }
 
-// storeFailureKey names, in dynamic_metadata, what says an answer comes
-// from the failure policy: an access log reads it with
+// storeFailureKey marks in dynamic_metadata an answer of the failure
+// policy; an access log reads it with
 // %DYNAMIC_METADATA(envoy.filters.http.ratelimit:storeFailure:cause)%.
 const storeFailureKey = "storeFailure"
 
 // markFailure says in resp's dynamic_metadata, whatever
 // Options.DynamicMetadata, and in header when not empty, that the failure
 // policy decided resp: {"storeFailure": {"cause": "deadline", "policy":
-// "allow"}}. Such an answer is never taken for "no rule matched".
+// "allow"}}, never to be taken for "no rule matched".
 func markFailure(resp *pb.RateLimitResponse, f failureAnswer, header string) {
 	md := resp.DynamicMetadata
 	if md == nil {
@@ -69,17 +66,16 @@ func markFailure(resp *pb.RateLimitResponse, f failureAnswer, header string) {
 		resp.DynamicMetadata = md
 	}
 	md.Fields[storeFailureKey] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-		"cause":  structpb.NewStringValue(f.cause.String()),
+		"cause":  structpb.NewStringValue(f.cause),
 		"policy": structpb.NewStringValue(f.policy.String()),
 	}})
 	if header != "" {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: header, Value: f.cause.String()})
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: header, Value: f.cause})
 	}
 }
 
 // failureLog logs store failures at most once per interval, with their
-// number since the previous line: an outage under load writes a line a
-// second, not one per request.
+// number since the previous line.
 type failureLog struct {
 	logger   *slog.Logger
 	interval time.Duration
@@ -88,12 +84,6 @@ type failureLog struct {
 	mu     sync.Mutex
 	last   time.Time
 	unseen int // failures since the last line
-}
-
-// newFailureLog returns a failureLog writing to logger at most once per
-// interval as measured by now.
-func newFailureLog(logger *slog.Logger, interval time.Duration, now func() time.Time) *failureLog {
-	return &failureLog{logger: logger, interval: interval, now: now}
 }
 
 // record counts a failure and logs it if the last line is old enough.

@@ -105,7 +105,7 @@ func TestFailureLogIsRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	t0 := time.Unix(1_700_000_000, 0)
 	now := t0
-	f := newFailureLog(slog.New(slog.NewTextHandler(&buf, nil)), time.Second, func() time.Time { return now })
+	f := &failureLog{logger: slog.New(slog.NewTextHandler(&buf, nil)), interval: time.Second, now: func() time.Time { return now }}
 	boom := errors.New("boom")
 	for i := range 100 {
 		if i == 99 {

@@ -8,8 +8,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
-// HeaderStyle chooses the rate-limit headers a Service adds to answers,
-// which Envoy puts on the downstream response.
+// HeaderStyle chooses the rate-limit headers a Service adds to answers, for
+// Envoy to put on the downstream response.
 type HeaderStyle uint8
 
 const (
@@ -36,23 +36,15 @@ func (h HeaderStyle) String() string {
 	return fmt.Sprintf("HeaderStyle(%d)", uint8(h))
 }
 
-// parseHeaderStyle returns the style named s.
-func parseHeaderStyle(s string) (HeaderStyle, error) {
+// UnmarshalText reads a style's name, in any case.
+func (h *HeaderStyle) UnmarshalText(b []byte) error {
 	for i, n := range headerStyleNames {
-		if strings.EqualFold(s, n) {
-			return HeaderStyle(i), nil
+		if strings.EqualFold(string(b), n) {
+			*h = HeaderStyle(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("unknown response header style %q (want off, reference or ietf)", s)
-}
-
-// UnmarshalText reads a style's name.
-func (h *HeaderStyle) UnmarshalText(b []byte) error {
-	s, err := parseHeaderStyle(string(b))
-	if err == nil {
-		*h = s
-	}
-	return err
+	return fmt.Errorf("unknown response header style %q (want off, reference or ietf)", b)
 }
 
 // MarshalText writes the style's name.
@@ -62,9 +54,8 @@ func (h HeaderStyle) MarshalText() ([]byte, error) { return []byte(h.String()), 
 type Headers struct {
 	Style HeaderStyle
 	// LimitName, RemainingName and ResetName name the HeadersReference
-	// headers (the reference server's LIMIT_LIMIT_HEADER,
-	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty means
-	// DefaultOptions'.
+	// headers (the reference's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER,
+	// LIMIT_RESET_HEADER); empty means DefaultOptions'.
 	LimitName, RemainingName, ResetName string
 }
 
@@ -122,21 +113,4 @@ func sfString(name string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
-}
-
-// isToken reports whether s is an HTTP field name (RFC 9110 token).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -8,10 +8,9 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Metrics is told what each request did, to count it (Options.Metrics).
-// It is called on every request, concurrently: an implementation must be
-// safe for concurrent use, must not block, and must not keep what Hits is
-// given, which the next request reuses.
+// Metrics is told what each request did (Options.Metrics), concurrently:
+// an implementation must be safe for concurrent use, must not block, and
+// must not keep what Hits is given, which the next request reuses.
 type Metrics interface {
 	// Decision records an answer, or the call's gRPC error, and its time.
 	Decision(d time.Duration, resp *pb.RateLimitResponse, err error)
@@ -26,10 +25,9 @@ type Metrics interface {
 	Hits(set *rules.Set, domain string, hits []DescriptorHits)
 	// StoreCall records a call to the Limiter, its time and error.
 	StoreCall(d time.Duration, err error)
-	// FailureAnswer records a request answered by the failure policy
-	// (allow, deny or unavailable) after the Limiter failed, and the
-	// cause: "deadline", "circuit_open", "store_full" or "error", as in
-	// the answer's dynamic metadata.
+	// FailureAnswer records a request answered by the failure policy after
+	// the Limiter failed, and the cause: "deadline", "circuit_open",
+	// "store_full" or "error", as in the answer's dynamic metadata.
 	FailureAnswer(policy rules.FailureMode, cause string)
 	// GlobalShadow records a request answered OK only because of
 	// Options.ShadowMode.
@@ -46,7 +44,7 @@ type DescriptorHits struct {
 	// Cost is the hits asked for: the request's hits_addend, or the
 	// descriptor's own (Usage), at most 2^53.
 	Cost int64
-	// Usage reports that Cost is the descriptor's own hits_addend, usage
+	// Usage reports that Cost is the descriptor's own hits_addend,
 	// charged whatever the answer.
 	Usage bool
 	// Over reports that a limit denied the hits, in shadow mode too.
@@ -54,8 +52,8 @@ type DescriptorHits struct {
 	// Near is how many hits reached Options.NearLimitRatio of a limit's
 	// capacity, the most of any of its limits.
 	Near int64
-	// Charged reports that the Limiter charged the admitted hits: false
-	// when any descriptor refused the request.
+	// Charged reports that the admitted hits were charged: not when any
+	// descriptor refused the request.
 	Charged bool
 }
 

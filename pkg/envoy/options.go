@@ -1,19 +1,20 @@
 package envoy
 
 import (
+	"cmp"
 	"log/slog"
 	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// Options tune a Service. The zero value is usable: a zero field means its
-// value in DefaultOptions, and no shadow mode, headers, body, logs, metrics
-// or traces.
+// Options tune a Service. A zero field means its value in DefaultOptions,
+// or none of what it adds.
 type Options struct {
 	// ShadowMode makes every overall code OK; statuses and counters stay
 	// real (the reference server's SHADOW_MODE).
@@ -38,25 +39,24 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics is told what each request did; nil counts nothing.
 	Metrics Metrics
-	// TracerProvider, when not nil, gets a span per request, named
-	// "ShouldRateLimit Execution" and continuing the caller's traceparent
-	// or B3 headers, and a child span "ratelimit.store" per store call;
-	// nil traces nothing and costs nothing.
+	// TracerProvider, when not nil, gets a span per request, "ShouldRateLimit
+	// Execution", continuing the caller's traceparent or B3 headers, and a
+	// child span "ratelimit.store" per store call.
 	TracerProvider trace.TracerProvider
 	// Bounds limit what one request may carry.
 	Bounds RequestBounds
-	// QuotaMode is the reference server's QUOTA_MODE: every descriptor
-	// but those with only unlimited limits is a quota, and a request is
-	// refused only when every quota is over (one that matches no rule or
-	// is in shadow mode always passes). False: only rules with quota_mode
-	// make quotas. Each descriptor's status still says OVER_LIMIT.
+	// QuotaMode is the reference server's QUOTA_MODE: every descriptor but
+	// those with only unlimited limits is a quota, else only those of rules
+	// with quota_mode. A request is refused only when every quota is over
+	// (one that matches no rule or is in shadow mode always passes); each
+	// descriptor's status still says OVER_LIMIT.
 	QuotaMode bool
 	// DynamicMetadata puts the request and its rules' metadata into every
 	// answer's dynamic_metadata, as the reference server's
 	// RESPONSE_DYNAMIC_METADATA.
 	DynamicMetadata bool
-	// Now is the clock of the reset of a limit of requests_per_unit 0,
-	// which no store decides, and of the failure log; nil means time.Now.
+	// Now is the clock of the failure log and of the reset of a limit of
+	// requests_per_unit 0, which no store decides; nil means time.Now.
 	Now func() time.Time
 }
 
@@ -72,45 +72,41 @@ func DefaultOptions() Options {
 	}
 }
 
-// withDefaults returns o with its zero fields set from DefaultOptions.
+// withDefaults returns o with its zero fields set from DefaultOptions, and
+// a nil Logger discarding.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	setDefault(&o.NearLimitRatio, d.NearLimitRatio)
-	setDefault(&o.FailureMode, d.FailureMode)
-	setDefault(&o.Headers.LimitName, d.Headers.LimitName)
-	setDefault(&o.Headers.RemainingName, d.Headers.RemainingName)
-	setDefault(&o.Headers.ResetName, d.Headers.ResetName)
-	setDefault(&o.Bounds.MaxDescriptors, d.Bounds.MaxDescriptors)
-	setDefault(&o.Bounds.MaxEntries, d.Bounds.MaxEntries)
-	setDefault(&o.Bounds.MaxKeyBytes, d.Bounds.MaxKeyBytes)
-	setDefault(&o.Bounds.MaxValueBytes, d.Bounds.MaxValueBytes)
+	o.NearLimitRatio = cmp.Or(o.NearLimitRatio, d.NearLimitRatio)
+	o.FailureMode = cmp.Or(o.FailureMode, d.FailureMode)
+	h, b := &o.Headers, &o.Bounds
+	h.LimitName = cmp.Or(h.LimitName, d.Headers.LimitName)
+	h.RemainingName = cmp.Or(h.RemainingName, d.Headers.RemainingName)
+	h.ResetName = cmp.Or(h.ResetName, d.Headers.ResetName)
+	b.MaxDescriptors = cmp.Or(b.MaxDescriptors, d.Bounds.MaxDescriptors)
+	b.MaxEntries = cmp.Or(b.MaxEntries, d.Bounds.MaxEntries)
+	b.MaxKeyBytes = cmp.Or(b.MaxKeyBytes, d.Bounds.MaxKeyBytes)
+	b.MaxValueBytes = cmp.Or(b.MaxValueBytes, d.Bounds.MaxValueBytes)
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	return o
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // Validate reports the first option New refuses as an *option.Error
 // ("envoy.Options.NearLimitRatio 2: want a number between 0 and 1"), or
-// nil. Zero values are valid: they mean the defaults.
+// nil. Zero values mean the defaults.
 func (o Options) Validate() error {
 	switch {
 	case o.NearLimitRatio < 0 || o.NearLimitRatio > 1 || math.IsNaN(o.NearLimitRatio):
 		return refused("NearLimitRatio", o.NearLimitRatio, "want a number between 0 and 1")
 	case o.FailureMode > rules.FailureUnavailable:
 		return refused("FailureMode", o.FailureMode, "want allow, deny or unavailable")
-	case o.StoreFailureHeader != "" && !isToken(o.StoreFailureHeader):
+	case o.StoreFailureHeader != "" && !httpguts.ValidHeaderFieldName(o.StoreFailureHeader):
 		return refused("StoreFailureHeader", o.StoreFailureHeader, "not an HTTP token")
 	case o.Headers.Style > HeadersIETF:
 		return refused("Headers.Style", o.Headers.Style, "want off, reference or ietf")
 	}
 	h := &o.Headers
 	for _, f := range []struct{ name, v string }{{"LimitName", h.LimitName}, {"RemainingName", h.RemainingName}, {"ResetName", h.ResetName}} {
-		if f.v != "" && !isToken(f.v) {
+		if f.v != "" && !httpguts.ValidHeaderFieldName(f.v) {
 			return refused("Headers."+f.name, f.v, "not an HTTP token")
 		}
 	}

@@ -1,10 +1,14 @@
 package envoy
 
 import (
+	"cmp"
+	"fmt"
 	"math"
+	"slices"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
@@ -20,15 +24,13 @@ type scratch struct {
 	hits      []limit.Hit        // the counted limits, in resolution order
 	at        []hitAt            // where each hit comes from: at[i] is hits[i]'s
 	decisions []limit.Decision   // the store's answer, one per hit
-	outcomes  []descOutcome
-	quota     []int
-	reported  []DescriptorHits // what Options.Metrics is told (hitsOf)
+	reported  []DescriptorHits   // what Options.Metrics is told (hitsOf)
 
 	failure failureAnswer // set when the failure policy answered
 }
 
 // hitAt is the limit a hit counts: descriptor desc, its resolved limit
-// limit. It lies beside the hits, since a store has no use for it.
+// limit.
 type hitAt struct {
 	desc, limit int
 }
@@ -43,6 +45,7 @@ type descPlan struct {
 	counted   bool              // a limit is counted: it has hits
 	unlimited bool              // only unlimited limits apply
 	quota     bool              // refused only when every quota is over (quotaRule)
+	out       descOutcome       // from the decisions (judge)
 }
 
 func (sc *scratch) reset() {
@@ -50,7 +53,6 @@ func (sc *scratch) reset() {
 	clear(sc.entries)
 	clear(sc.descs)
 	clear(sc.hits)
-	clear(sc.outcomes)
 	sc.res.Reset()
 	sc.in, sc.entries, sc.descs, sc.hits, sc.at, sc.decisions = sc.in[:0], sc.entries[:0], sc.descs[:0], sc.hits[:0], sc.at[:0], sc.decisions[:0]
 	clear(sc.reported)
@@ -61,18 +63,7 @@ func (sc *scratch) reset() {
 // plan resolves the request's descriptors and builds one hit per counted
 // limit. Its only error is an invalid limit override, naming the field.
 func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.FailureMode, quotaMode bool) error {
-	requestCost := int64(req.GetHitsAddend())
-	if requestCost == 0 {
-		requestCost = 1
-	}
-	// Room for every entry first: they are sliced as appended.
-	n := 0
-	for _, d := range req.GetDescriptors() {
-		n += len(d.GetEntries())
-	}
-	if cap(sc.entries) < n {
-		sc.entries = make([]rules.Entry, 0, n)
-	}
+	requestCost := cmp.Or(int64(req.GetHitsAddend()), 1)
 	for i, d := range req.GetDescriptors() {
 		from := len(sc.entries)
 		for _, e := range d.GetEntries() {
@@ -101,13 +92,14 @@ func (sc *scratch) plan(set *rules.Set, req *pb.RateLimitRequest, global rules.F
 		sc.planHits(i, quotaMode)
 	}
 	sc.quotaRule()
-	sc.decisions = grow(sc.decisions, len(sc.hits))
+	sc.decisions = slices.Grow(sc.decisions[:0], len(sc.hits))[:len(sc.hits)]
+	clear(sc.decisions)
 	return nil
 }
 
 // quotaRule makes the quota hits advisory when a quota descriptor always
 // passes (in shadow mode, or with no counted limit, as the reference
-// server counts it): the quotas can then never refuse the request.
+// server has it): the quotas can then never refuse the request.
 func (sc *scratch) quotaRule() {
 	for i := range sc.descs {
 		ds := &sc.descs[i]
@@ -155,18 +147,19 @@ func (sc *scratch) planHits(i int, quotaMode bool) {
 	ds.quota = (ruleQuota && ds.counted) || (quotaMode && !ds.unlimited)
 }
 
-// override returns the rules.Descriptor.Override of descriptor index's
-// limit override, or an error naming the field for a unit that is not one.
+// override returns the rules.Descriptor.Override of descriptor index's limit
+// override, or an error naming the field for a unit that is not one
+// (envoy.type.v3.RateLimitUnit numbers units as rules.Unit, without week).
 func override(o *rlv3.RateLimitDescriptor_RateLimitOverride, index int) (rules.Limit, error) {
-	unit, err := overrideUnit(o.GetUnit(), index)
-	if err != nil {
-		return rules.Limit{}, err
+	u := o.GetUnit()
+	if u < typev3.RateLimitUnit_SECOND || u > typev3.RateLimitUnit_YEAR {
+		return rules.Limit{}, fmt.Errorf("descriptors[%d].limit: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", index, u)
 	}
 	mult := uint32(1)
 	if m := o.GetUnitMultiplier(); m != nil {
 		mult = m.GetValue() // 0 is refused by Resolve, naming the field
 	}
-	return rules.Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult}, nil
+	return rules.Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: rules.Unit(u), UnitMultiplier: mult}, nil
 }
 
 // overrideMetric names the rule of an override that matched none.
@@ -184,61 +177,50 @@ func metricLabel(rd *rules.Resolved) string {
 	return ""
 }
 
-// verdict is the outcome of a request, from the decisions.
-type verdict struct {
-	over  bool          // the request is rejected (before global shadow mode)
-	codes []descOutcome // per descriptor
-	quota []int         // indices of quota descriptors over their limit
-}
-
 // descOutcome is one descriptor's outcome.
 type descOutcome struct {
 	code      pb.RateLimitResponse_Code
 	limit     *rules.Limit    // reported as current_limit; nil for none
 	decision  *limit.Decision // limit's
-	unlimited bool            // only unlimited limits apply
 	wouldDeny bool            // a limit denied (even if shadow mode turned it OK)
 	near      int64           // hits that reached a limit's near-limit ratio (nearHits), the most of any limit
 }
 
-// judge computes each descriptor's status and the overall code: a
-// descriptor is over when one of its limits denied, and reports its most
-// restrictive limit. After a store failure only the limits whose policy
-// denies count (applyFailure).
-func (sc *scratch) judge(nearRatio float64, storeFailed bool) verdict {
-	sc.outcomes = grow(sc.outcomes, len(sc.descs))
+// judge computes each descriptor's outcome (descPlan.out) and reports
+// whether the request is rejected (before global shadow mode): when an
+// enforced descriptor is over, or every quota descriptor is. A descriptor
+// is over when one of its limits denied, and reports its most restrictive
+// limit. After a store failure only the limits whose policy denies count
+// (applyFailure).
+func (sc *scratch) judge(nearRatio float64, storeFailed bool) (over bool) {
 	for di := range sc.descs {
-		sc.outcomes[di] = descOutcome{code: pb.RateLimitResponse_OK, unlimited: sc.descs[di].unlimited}
+		sc.descs[di].out = descOutcome{code: pb.RateLimitResponse_OK}
 	}
 	for i, at := range sc.at {
 		if storeFailed && sc.descs[at.desc].failure != rules.FailureDeny {
 			continue
 		}
 		l := sc.res.Descriptors[at.desc].Limits[at.limit].Limit
-		sc.outcomes[at.desc].add(l, &sc.decisions[i], nearRatio)
+		sc.descs[at.desc].out.add(l, &sc.decisions[i], nearRatio)
 	}
-	v := verdict{codes: sc.outcomes, quota: sc.quota[:0]}
-	quotas := 0
-	enforcedOver := false
+	quotas, quotasOver := 0, 0
 	for di := range sc.descs {
-		mode, out := sc.res.Descriptors[di].Mode, &v.codes[di]
-		if out.wouldDeny && mode != limit.Advisory {
+		out := &sc.descs[di].out
+		if out.wouldDeny && sc.res.Descriptors[di].Mode != limit.Advisory {
 			out.code = pb.RateLimitResponse_OVER_LIMIT
 		}
-		over := out.code == pb.RateLimitResponse_OVER_LIMIT
+		isOver := out.code == pb.RateLimitResponse_OVER_LIMIT
 		switch {
 		case sc.descs[di].quota:
 			quotas++
-			if over {
-				v.quota = append(v.quota, di)
+			if isOver {
+				quotasOver++
 			}
-		case over:
-			enforcedOver = true
+		case isOver:
+			over = true
 		}
 	}
-	sc.quota = v.quota
-	v.over = enforcedOver || (quotas > 0 && len(v.quota) == quotas)
-	return v
+	return over || (quotas > 0 && quotasOver == quotas)
 }
 
 // add counts the decision d of the descriptor's limit l.
@@ -248,29 +230,22 @@ func (o *descOutcome) add(l *rules.Limit, d *limit.Decision, nearRatio float64) 
 	} else {
 		o.near = max(o.near, nearHits(l.Spec.Capacity(), d.Remaining, nearRatio))
 	}
-	if o.limit == nil || restrictive(!d.Allowed, d.Remaining, !o.decision.Allowed, o.decision.Remaining) {
+	// The most restrictive limit: a denial first, then the least remaining.
+	if o.limit == nil || (!d.Allowed && o.decision.Allowed) ||
+		(d.Allowed == o.decision.Allowed && d.Remaining < o.decision.Remaining) {
 		o.limit, o.decision = l, d
 	}
 }
 
-// nearHits is how many hits of an admission landed at or above nearRatio
-// of capacity, remaining being left: as the reference server, a request
-// crossing the ratio counts only the hits past it.
+// nearHits is how many hits of an admission that left remaining landed at
+// or above nearRatio of capacity: as the reference server, only the hits
+// past the ratio.
 func nearHits(capacity, remaining int64, nearRatio float64) int64 {
 	if capacity <= 0 {
 		return 0
 	}
 	used, threshold := capacity-remaining, int64(math.Ceil(nearRatio*float64(capacity)))
 	return max(0, used-threshold+1)
-}
-
-// restrictive reports whether limit state a is more restrictive than b:
-// a denial first, then the least remaining.
-func restrictive(aOver bool, aRemaining int64, bOver bool, bRemaining int64) bool {
-	if aOver != bOver {
-		return aOver
-	}
-	return aRemaining < bRemaining
 }
 
 // applyFailure turns each limit's decision into its failure policy's: a
@@ -290,9 +265,9 @@ func (sc *scratch) applyFailure() (unavailable bool) {
 
 // hitsOf is what the request did to each descriptor a limit decided,
 // refunds excepted, for Options.Metrics.
-func (sc *scratch) hitsOf(v verdict, charged bool) []DescriptorHits {
+func (sc *scratch) hitsOf(charged bool) []DescriptorHits {
 	for di := range sc.descs {
-		ds, out := &sc.descs[di], &v.codes[di]
+		ds, out := &sc.descs[di], &sc.descs[di].out
 		if ds.metric == "" || out.limit == nil || ds.refund {
 			continue
 		}

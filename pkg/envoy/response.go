@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"time"
 
@@ -15,10 +16,10 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// respond builds the answer from a verdict.
-func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.RateLimitResponse {
-	// One allocation for the response and its statuses when there are
-	// few, as in Envoy's usual request.
+// respond builds the answer from the descriptors' outcomes; over says the
+// request is rejected (judge).
+func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.RateLimitResponse {
+	// One allocation for the response and a few statuses.
 	var resp *pb.RateLimitResponse
 	var parts []statusParts
 	switch n := len(sc.descs); {
@@ -39,7 +40,7 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 	var pinned bool // top is over a rate limit
 	var retry int64 // seconds until every over-limit descriptor could pass
 	for di := range sc.descs {
-		r := newReport(&v.codes[di], s.opts.Now)
+		r := newReport(&sc.descs[di], s.opts.Now)
 		resp.Statuses[di] = r.status(&parts[di])
 		if r.limit != nil {
 			top, pinned = headline(top, pinned, r, sc.descs[di].quota)
@@ -48,15 +49,15 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 			retry = max(retry, r.reset)
 		}
 	}
-	if v.over {
-		switch {
-		case !s.opts.ShadowMode:
-			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
-		case s.opts.Metrics != nil:
+	if over && s.opts.ShadowMode {
+		over = false
+		if s.opts.Metrics != nil {
 			s.opts.Metrics.GlobalShadow()
 		}
 	}
-	over := resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT
+	if over {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
 	resp.ResponseHeadersToAdd = s.opts.Headers.build(&top, over, retry)
 	if over && s.opts.OverLimitBody {
 		resp.RawBody = overLimitBody(req.GetDomain(), retry)
@@ -64,7 +65,7 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, v verdict) *pb.
 			&corev3.HeaderValue{Key: "content-type", Value: "application/json"})
 	}
 	if s.opts.DynamicMetadata {
-		resp.DynamicMetadata = requestMetadata(sc, req, v, resp.DynamicMetadata)
+		resp.DynamicMetadata = requestMetadata(sc, req)
 	}
 	return resp
 }
@@ -95,11 +96,12 @@ type report struct {
 // newReport is the report of a descriptor's outcome; one with only
 // unlimited limits gets, as from the reference server, no current_limit
 // and the largest limit_remaining.
-func newReport(o *descOutcome, now func() time.Time) report {
+func newReport(ds *descPlan, now func() time.Time) report {
+	o := &ds.out
 	r := report{code: o.code, over: o.code == pb.RateLimitResponse_OVER_LIMIT, limit: o.limit}
 	switch {
 	case o.limit == nil:
-		if o.unlimited {
+		if ds.unlimited {
 			r.remaining = math.MaxUint32
 		}
 	case r.over:
@@ -124,7 +126,7 @@ func (r *report) status(p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
 	}
 	p.limit.Name = r.limit.Name
 	p.limit.RequestsPerUnit = r.limit.RequestsPerUnit
-	p.limit.Unit = responseUnit(r.limit.Unit)
+	p.limit.Unit = pb.RateLimitResponse_RateLimit_Unit(r.limit.Unit) // numbered alike
 	// As the reference server, which never sets it: absent means 1.
 	if r.limit.UnitMultiplier > 1 {
 		p.multiplier.Value = r.limit.UnitMultiplier
@@ -137,10 +139,10 @@ func (r *report) status(p *statusParts) *pb.RateLimitResponse_DescriptorStatus {
 }
 
 // resetSeconds is a status's duration_until_reset, rounded up to whole
-// seconds so that a client is never told to come back too early. For a
-// denial it is when the same request could pass. A limit of
-// requests_per_unit 0 has no counter: as the reference server, it reports
-// the time left in its window on Options.Now.
+// seconds so that a client never comes back too early; for a denial, when
+// the same request could pass. A limit of requests_per_unit 0 has no
+// counter: as the reference server, it reports the time left in its
+// window on Options.Now.
 func resetSeconds(spec *limit.Spec, d *limit.Decision, now func() time.Time) int64 {
 	reset := d.ResetAfter
 	switch {
@@ -154,14 +156,14 @@ func resetSeconds(spec *limit.Spec, d *limit.Decision, now func() time.Time) int
 	return ceilSeconds(reset)
 }
 
-// inlineAnswer is a response with room for inlineStatuses statuses.
+// inlineAnswer and singleAnswer are a response and its statuses, in one
+// allocation.
 type inlineAnswer struct {
 	resp     pb.RateLimitResponse
 	statuses [inlineStatuses]*pb.RateLimitResponse_DescriptorStatus
 	parts    [inlineStatuses]statusParts
 }
 
-// singleAnswer is the answer of one descriptor, allocated at once.
 type singleAnswer struct {
 	resp     pb.RateLimitResponse
 	statuses [1]*pb.RateLimitResponse_DescriptorStatus
@@ -194,18 +196,18 @@ func overLimitBody(domain string, retry int64) []byte {
 	return b
 }
 
-// requestMetadata adds to md (new when nil) what the reference server puts
+// requestMetadata is what the reference server puts
 // in dynamic_metadata with RESPONSE_DYNAMIC_METADATA: the request, and
 // under "metadata" the rules' metadata of the descriptors not over their
 // limit with a limit counted (not an override), merged in request order:
 // the first value of a name wins, mappings under one name merge.
-func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *structpb.Struct) *structpb.Struct {
-	md = requestFields(req, md)
+func requestMetadata(sc *scratch, req *pb.RateLimitRequest) *structpb.Struct {
+	md := requestFields(req)
 	var merged map[string]any
 	for di := range sc.res.Descriptors {
 		rd := &sc.res.Descriptors[di]
 		r := rd.Rule
-		if r == nil || r.Metadata == nil || rd.Override || v.codes[di].code == pb.RateLimitResponse_OVER_LIMIT || !sc.descs[di].counted {
+		if r == nil || r.Metadata == nil || rd.Override || sc.descs[di].out.code == pb.RateLimitResponse_OVER_LIMIT || !sc.descs[di].counted {
 			continue
 		}
 		merged = mergeMetadata(merged, r.Metadata)
@@ -219,14 +221,11 @@ func requestMetadata(sc *scratch, req *pb.RateLimitRequest, v verdict, md *struc
 	return md
 }
 
-// requestFields adds the request to md (new when nil) as the reference
-// server does: domain; descriptors, each with entries as "key=value",
-// limit (the override as protobuf text) and hitsAddend when set; and
-// hitsAddend when not 0.
-func requestFields(req *pb.RateLimitRequest, md *structpb.Struct) *structpb.Struct {
-	if md == nil {
-		md = &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	}
+// requestFields is the request as the reference server puts it in
+// dynamic_metadata: domain; descriptors, each with entries ("key=value"),
+// limit (protobuf text) and hitsAddend when set; hitsAddend when not 0.
+func requestFields(req *pb.RateLimitRequest) *structpb.Struct {
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	md.Fields["domain"] = structpb.NewStringValue(req.GetDomain())
 	descs := make([]*structpb.Value, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
@@ -256,10 +255,7 @@ func mergeMetadata(dst, src map[string]any) map[string]any {
 	if dst == nil {
 		return src
 	}
-	out := make(map[string]any, len(dst)+len(src))
-	for k, v := range dst {
-		out[k] = v
-	}
+	out := maps.Clone(dst)
 	for k, v := range src {
 		have, ok := out[k]
 		if !ok {

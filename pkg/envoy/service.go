@@ -32,8 +32,7 @@ type Service struct {
 // New returns a Service that matches each request against the rules
 // current returns (such as rules.Watcher.Current: called once per request,
 // it must be cheap and safe for concurrent use) and evaluates them with
-// one call to l per request, under the request's context: l bounds its
-// own calls. It returns an error for invalid options.
+// one call to l under the request's context; l bounds its own calls.
 func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, error) {
 	if current == nil || l == nil {
 		return nil, errors.New("envoy: nil rule source or limiter")
@@ -45,11 +44,8 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
 	s := &Service{rules: current, limiter: l, opts: opts,
-		failures: newFailureLog(opts.Logger, time.Second, opts.Now)}
+		failures: &failureLog{logger: opts.Logger, interval: time.Second, now: opts.Now}}
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(instrumentation)
 	}
@@ -80,14 +76,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.Decision(d, resp, err)
 		}
-		// Checked first: with debug off, no attribute is built.
 		if s.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 			s.logDecision(ctx, d, req, sc, resp, err)
 		}
 		if span != nil {
 			endSpan(span, overHTTP, sc, resp, err)
 		}
-		// Reused after a panic too: reset clears whatever it holds.
+		// Reused after a panic too: reset clears it all.
 		sc.reset()
 		s.scratch.Put(sc)
 	}()
@@ -107,7 +102,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		}
 		resp := allOK(len(req.Descriptors))
 		if s.opts.DynamicMetadata {
-			resp.DynamicMetadata = requestFields(req, nil)
+			resp.DynamicMetadata = requestFields(req)
 		}
 		return resp, nil
 	}
@@ -121,12 +116,12 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	if err != nil {
 		return s.failed(ctx, sc, req, err)
 	}
-	v := sc.judge(s.opts.NearLimitRatio, false)
+	over := sc.judge(s.opts.NearLimitRatio, false)
 	if s.opts.Metrics != nil {
 		// A blocked call charged no hit.
-		s.opts.Metrics.Hits(set, domain, sc.hitsOf(v, !blocked))
+		s.opts.Metrics.Hits(set, domain, sc.hitsOf(!blocked))
 	}
-	return s.respond(sc, req, v), nil
+	return s.respond(sc, req, over), nil
 }
 
 // refused tells Options.Metrics of a request refused for reason.
@@ -170,22 +165,22 @@ func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequ
 	}
 	s.failures.record(err)
 	unavailable := sc.applyFailure()
-	v := sc.judge(s.opts.NearLimitRatio, true)
-	f := failureAnswer{set: true, cause: failureCauseOf(ctx, err), policy: rules.FailureAllow}
+	over := sc.judge(s.opts.NearLimitRatio, true)
+	f := failureAnswer{cause: failureCauseOf(ctx, err), policy: rules.FailureAllow}
 	switch {
-	case v.over:
+	case over:
 		f.policy = rules.FailureDeny
 	case unavailable:
 		f.policy = rules.FailureUnavailable
 	}
 	sc.failure = f
 	if s.opts.Metrics != nil {
-		s.opts.Metrics.FailureAnswer(f.policy, f.cause.String())
+		s.opts.Metrics.FailureAnswer(f.policy, f.cause)
 	}
 	if f.policy == rules.FailureUnavailable {
 		return nil, status.Errorf(codes.Unavailable, "rate-limit store failed (%s): %v", f.cause, err)
 	}
-	resp := s.respond(sc, req, v)
+	resp := s.respond(sc, req, over)
 	markFailure(resp, f, s.opts.StoreFailureHeader)
 	return resp, nil
 }
@@ -200,13 +195,4 @@ func allOK(n int) *pb.RateLimitResponse {
 		resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
 	}
 	return resp
-}
-
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	s = s[:n]
-	clear(s)
-	return s
 }

@@ -23,19 +23,18 @@ const (
 	noRule          = "none" // ratelimit.rule when no rule decided
 )
 
-// propagator reads the W3C traceparent and tracestate, then Zipkin's B3,
-// then baggage, as the reference server does: Envoy's OpenTelemetry tracer
-// sends the first, Istio meshes traced with Zipkin the second, and B3 wins
-// when both come.
+// propagator reads the W3C traceparent and tracestate (Envoy's
+// OpenTelemetry tracer), then Zipkin's B3 (Istio), which wins when both
+// come, then baggage, as the reference server does.
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, b3.New(), propagation.Baggage{})
 
 // traceHeaders carry a caller's span context.
 var traceHeaders = [...]string{"traceparent", "b3", "x-b3-traceid"}
 
-// WithHTTPRequest returns ctx marked as serving r, so that the request's
-// span describes an HTTP request (http.request.method, url.path) instead of
-// the gRPC call, and holding the caller's span context from r's headers.
-// An HTTP handler calls it before ShouldRateLimit.
+// WithHTTPRequest returns ctx marked as serving r, for the request's span
+// to describe an HTTP request (http.request.method, url.path), and holding
+// the caller's span context from r's headers. An HTTP handler calls it
+// before ShouldRateLimit.
 func WithHTTPRequest(ctx context.Context, r *http.Request) context.Context {
 	ctx = context.WithValue(ctx, httpRequestKey{}, httpRequest{r.Method, r.URL.Path})
 	if !hasTraceContext(func(k string) bool { return r.Header.Get(k) != "" }) {
@@ -48,9 +47,9 @@ type httpRequestKey struct{}
 
 type httpRequest struct{ method, path string }
 
-// startSpan starts the request's span, a child of the caller's span found
-// in the incoming gRPC metadata, else in ctx (WithHTTPRequest); it reports
-// whether the request came over HTTP.
+// startSpan starts the request's span, a child of the caller's span in the
+// incoming gRPC metadata, else in ctx; it reports whether the request came
+// over HTTP (WithHTTPRequest).
 func (s *Service) startSpan(ctx context.Context, req *pb.RateLimitRequest) (context.Context, trace.Span, bool) {
 	if hasTraceContext(func(h string) bool { return metadata.ValueFromIncomingContext(ctx, h) != nil }) {
 		ctx = propagator.Extract(ctx, mdCarrier{ctx})
@@ -70,8 +69,8 @@ func (s *Service) startSpan(ctx context.Context, req *pb.RateLimitRequest) (cont
 	return ctx, span, isHTTP
 }
 
-// endSpan records what decided the request, when the span records, and
-// ends it. It runs before sc is reset.
+// endSpan records what decided the request, if the span records, and ends
+// it, before sc is reset.
 func endSpan(span trace.Span, isHTTP bool, sc *scratch, resp *pb.RateLimitResponse, err error) {
 	if !span.IsRecording() {
 		span.End()
@@ -84,8 +83,7 @@ func endSpan(span trace.Span, isHTTP bool, sc *scratch, resp *pb.RateLimitRespon
 	if err == nil {
 		attrs = append(attrs, attribute.String("ratelimit.overall_code", resp.GetOverallCode().String()))
 	}
-	// The deciding rule is the first descriptor's over its limit; in
-	// shadow mode the answer may still be OK.
+	// The deciding rule is the first over its limit, in shadow mode too.
 	rule := attribute.String("ratelimit.rule", noRule)
 	for i, st := range resp.GetStatuses() {
 		if st.GetCode() == pb.RateLimitResponse_OVER_LIMIT && i < len(sc.descs) {
@@ -95,8 +93,8 @@ func endSpan(span trace.Span, isHTTP bool, sc *scratch, resp *pb.RateLimitRespon
 		}
 	}
 	attrs = append(attrs, rule)
-	if sc.failure.set {
-		attrs = append(attrs, attribute.String("ratelimit.store_failure", sc.failure.cause.String()),
+	if sc.failure.cause != "" {
+		attrs = append(attrs, attribute.String("ratelimit.store_failure", sc.failure.cause),
 			attribute.String("ratelimit.failure_policy", sc.failure.policy.String()))
 	}
 	span.SetAttributes(attrs...)
@@ -106,8 +104,7 @@ func endSpan(span trace.Span, isHTTP bool, sc *scratch, resp *pb.RateLimitRespon
 	span.End()
 }
 
-// startStoreSpan starts the span of the store call evaluating n counters,
-// a child of the request's span in ctx.
+// startStoreSpan starts the span of a store call evaluating n counters.
 func (s *Service) startStoreSpan(ctx context.Context, n int) (context.Context, trace.Span) {
 	return s.tracer.Start(ctx, storeSpan, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.Int("ratelimit.store.counters", n)))

@@ -10,18 +10,15 @@ import (
 )
 
 // wireRequest is a RateLimitRequest decoded without reflection into
-// storage reused from call to call: its messages live in the slices below
-// and its strings are substrings of one copy of the message, so a call
-// costs one allocation.
+// reused storage: its messages live in the slices below and its strings
+// are substrings of one copy of the message, one allocation a call.
 //
 // decode takes only what Envoy sends: domain, descriptors of key/value
-// entries, hits_addend and is_negative_hits. For anything else (an
-// override, a descriptor's hits_addend, unknown fields, bad bytes) it
-// reports false and the caller decodes with proto, the reference for both
-// paths (FuzzWireRequest). TestWireRequestKnowsEveryField fails on a field
-// go-control-plane adds until decode takes it or leaves it to proto.
+// entries, hits_addend and is_negative_hits. For anything else it reports
+// false and the caller decodes with proto, the reference of both paths
+// (FuzzWireRequest, TestWireRequestKnowsEveryField).
 //
-// A wireRequest belongs to one call at a time; nothing may keep a pointer
+// A wireRequest serves one call at a time; nothing may keep a pointer
 // into req after the call (its strings may be kept).
 type wireRequest struct {
 	req pb.RateLimitRequest
@@ -36,8 +33,7 @@ type wireRequest struct {
 	tooLarge int    // the size of a request over the bound, left undecoded
 }
 
-// maxPooledParts bounds the room a pooled wireRequest keeps, so that one
-// huge request does not pin its storage.
+// maxPooledParts bounds the room a pooled wireRequest keeps.
 const maxPooledParts = 64
 
 var wireRequests = sync.Pool{New: func() any { return new(wireRequest) }}
@@ -154,41 +150,32 @@ func (w *wireRequest) decodeEntry(b []byte, s string) bool {
 
 // walk calls field for each field of the message in b until it returns
 // false: a length-delimited field's contents are b[at:end], a varint's
-// value is v. At malformed bytes or another wire type it calls field with
-// that type (-1 for malformed), for it to refuse, and stops.
+// value is v. At malformed bytes it calls field with type -1 and stops.
 func walk(b []byte, field func(num protowire.Number, typ protowire.Type, at, end int, v uint64) bool) {
-	pos := 0
-	for pos < len(b) {
+	for pos := 0; pos < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[pos:])
 		if n < 0 {
 			field(0, -1, 0, 0, 0)
 			return
 		}
 		pos += n
+		at, v := pos, uint64(0)
 		switch typ {
 		case protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b[pos:])
-			if n < 0 {
-				field(0, -1, 0, 0, 0)
-				return
-			}
-			at := pos + n - len(v)
-			pos += n
-			if !field(num, typ, at, pos, 0) {
-				return
-			}
+			var s []byte
+			s, n = protowire.ConsumeBytes(b[pos:])
+			at = pos + n - len(s)
 		case protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b[pos:])
-			if n < 0 {
-				field(0, -1, 0, 0, 0)
-				return
-			}
-			pos += n
-			if !field(num, typ, 0, 0, v) {
-				return
-			}
+			v, n = protowire.ConsumeVarint(b[pos:])
 		default:
-			field(num, typ, 0, 0, 0)
+			n = protowire.ConsumeFieldValue(num, typ, b[pos:])
+		}
+		if n < 0 {
+			field(0, -1, 0, 0, 0)
+			return
+		}
+		pos += n
+		if !field(num, typ, at, pos, v) {
 			return
 		}
 	}
