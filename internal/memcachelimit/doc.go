@@ -20,7 +20,8 @@
 // added; otherwise it gives back only the denied hits' increments and
 // applies the refunds. Usage hits are incremented whatever the replies
 // say and never given back; unlike limit.Memory, a counter is not capped
-// at limit.MaxCount. Most calls take one round trip, a denied one two.
+// at limit.Constants().MaxCount. Most calls take one round trip, a denied
+// one two.
 //
 // # What is exact
 //

@@ -454,7 +454,7 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	o := hitOutcome{over: h.Over, shadow: rd.Mode == limit.Advisory, charged: h.Charged}
 	n := countedHits(h.Cost, rd)
 	if h.Usage && h.Cost > 0 && maxCapacity(rd) > 0 {
-		n, o.charged = min(h.Cost, limit.MaxCount), true
+		n, o.charged = min(h.Cost, limit.Constants().MaxCount), true
 		m.charge(s, n)
 	}
 	near := min(n, h.Near)

@@ -14,23 +14,41 @@ import (
 // and an outcome; the caller stores the state only when outcome.write is
 // set.
 
-// MaxCount is how far usage charges (Hit.Usage) make a window count past
-// its limit (a fixed window, a sub-window, a sliding log), or twice the
-// limit when that is more. It is twice the largest limit of a rule plus
-// one, so that a fixed window's count fits Redis's layout (below 2^33)
-// and every count stays exact in a float64.
-const MaxCount int64 = 1<<33 - 1
+// maxCount is how far usage charges (Hit.Usage) make a window count past
+// its limit, or twice the limit when that is more (countCap). It is twice
+// the largest limit of a rule plus one, so that a fixed window's count
+// fits Redis's layout (below 2^33) and every count stays exact in a
+// float64.
+const maxCount int64 = 1<<33 - 1
 
-// countCap is the most a window of limit counts (see MaxCount).
-func countCap(limit int64) int64 { return max(MaxCount, min(limit, math.MaxInt64/2)*2) }
+// countCap is the most a window of limit counts.
+func countCap(limit int64) int64 { return max(maxCount, min(limit, math.MaxInt64/2)*2) }
 
-// MaxDebt is the longest a bucket (TokenBucket, LeakyBucket, GCRA) takes to
-// pay back the usage charges that took it past its limit; a charge beyond
-// is counted up to it. Every time it gives stays exact in µs.
-const MaxDebt = 10 * 365 * 24 * time.Hour
+// maxDebt is the longest a bucket takes to pay back the usage charges that
+// took it past its limit; a charge beyond is counted up to it. Every time
+// it gives stays exact in µs.
+const (
+	maxDebt       = 10 * 365 * 24 * time.Hour
+	maxDebtMicros = int64(maxDebt / time.Microsecond)
+)
 
-// maxDebtMicros is MaxDebt in µs, as the Lua scripts receive it.
-const maxDebtMicros = int64(MaxDebt / time.Microsecond)
+// Constants returns the numbers the algorithms' arithmetic is written
+// against, which a store evaluating them elsewhere (the Lua scripts of
+// package redislimit) must share to decide as Memory does.
+func Constants() (c struct {
+	// GCRAEpoch is the instant GCRA's arrival times count from, in µs
+	// since the Unix epoch (2024-01-01T00:00:00Z).
+	GCRAEpoch int64
+	// MaxCount is how far usage charges make a window count past its
+	// limit, when that is more than twice the limit.
+	MaxCount int64
+	// MaxDebt is the longest a bucket takes to pay back the usage charges
+	// that took it past its limit.
+	MaxDebt time.Duration
+}) {
+	c.GCRAEpoch, c.MaxCount, c.MaxDebt = gcraEpoch, maxCount, maxDebt
+	return c
+}
 
 // outcome is what one step decided and what it did to the state, in the
 // units the Lua scripts return: µs and whole hits.

@@ -46,7 +46,7 @@ func levelAt(st bucketState, now int64, r float64) float64 {
 // found by asking that very predicate (firstPass), since the float
 // quotient ceil((cost − t0)/r) can miss it by one. A refund writes only if
 // the state changes. A charge that does not fit takes its tokens into
-// debt, never below min(t0, −MaxDebt·r).
+// debt, never below min(t0, −maxDebt·r).
 func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)
@@ -87,7 +87,7 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 // max(0, level − (now − ts)·r). A hit is allowed iff l0 + cost <= b; its
 // RetryAfter is found as the token bucket's. A refund writes only if the
 // state changes. A charge that does not fit adds its cost past b, up to
-// max(l0, b + MaxDebt·r).
+// max(l0, b + maxDebt·r).
 func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)

@@ -38,19 +38,6 @@ type MemoryOptions struct {
 	Logger *slog.Logger
 }
 
-// MemoryStats describes a Memory's use, for metrics and logs.
-type MemoryStats struct {
-	// Entries is the number of counters held, expired ones dropped.
-	Entries int
-	// Capacity is MaxEntries: the most counters held.
-	Capacity int
-	// Refused counts the calls refused with ErrFull since NewMemory.
-	Refused int64
-	// Expired counts the counters dropped since NewMemory because their
-	// state had become equivalent to none.
-	Expired int64
-}
-
 // maxShards is the most locked parts of a Memory: the shards of one call
 // fit in a uint64 mask.
 const maxShards = 64
@@ -265,19 +252,33 @@ func (m *Memory) Reset(ctx context.Context, key string, _ Spec) error {
 	return nil
 }
 
-// Stats returns counts of m's use, after dropping expired counters. It
-// locks one shard at a time, so under concurrent calls the counts are not
-// of one instant.
-func (m *Memory) Stats() MemoryStats {
+// Len returns the number of counters m holds, after dropping expired
+// ones. It locks one shard at a time, so under concurrent calls the count
+// is not of one instant.
+func (m *Memory) Len() int {
+	n, _ := m.count()
+	return n
+}
+
+// Cap returns the most counters m holds: MemoryOptions.MaxEntries, or its
+// default.
+func (m *Memory) Cap() int { return m.capacity }
+
+// Refused returns the number of calls refused with ErrFull since
+// NewMemory.
+func (m *Memory) Refused() int64 { return m.refused.Load() }
+
+// count drops the expired counters, and returns the number held and the
+// number dropped since NewMemory.
+func (m *Memory) count() (entries int, expired int64) {
 	now := m.now().UnixMicro()
-	st := MemoryStats{Capacity: m.capacity, Refused: m.refused.Load()}
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
 		s.expire(now)
-		st.Entries += len(s.entries)
-		st.Expired += s.expired
+		entries += len(s.entries)
+		expired += s.expired
 		s.mu.Unlock()
 	}
-	return st
+	return entries, expired
 }
