@@ -1,5 +1,7 @@
 package limit
 
+import "container/heap"
+
 // scratch is the working memory of one Evaluate call, reused across calls.
 type scratch struct {
 	// slots holds one working copy of state per distinct key of the call.
@@ -205,8 +207,8 @@ func (sl *slot) store(now int64) {
 	e.expires = now + sl.ttl
 	if e.index < 0 {
 		s.entries[e.key] = e
-		s.push(e)
+		heap.Push(&s.byExpiry, e)
 	} else {
-		s.fix(e.index)
+		heap.Fix(&s.byExpiry, e.index)
 	}
 }

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -43,22 +44,9 @@ var params = [numParams]struct {
 		misplaced: "a calendar window needs algorithm %[2]s, not %[1]s"},
 }
 
-// takes reports whether the algorithm uses the parameter: Burst only the
-// bucket algorithms, Precision only SlidingWindow, Calendar only
-// FixedWindow, the others every algorithm.
+// takes reports whether the algorithm uses the parameter.
 func (a Algorithm) takes(p param) bool {
-	if p >= numParams {
-		return false
-	}
-	if params[p].algorithms == nil {
-		return true
-	}
-	for _, x := range params[p].algorithms {
-		if x == a {
-			return true
-		}
-	}
-	return false
+	return params[p].algorithms == nil || slices.Contains(params[p].algorithms, a)
 }
 
 // maxSlidingLog is the largest Limit of a valid SlidingLog Spec: a sliding
@@ -81,27 +69,21 @@ type SpecError struct {
 // Error returns Msg.
 func (e *SpecError) Error() string { return e.Msg }
 
-// specErrors is every problem of one Spec, in the order of Spec's fields. The
-// error Spec.Validate returns is one.
-type specErrors []*SpecError
+// specErrors is every problem of one Spec, each a *SpecError, in the
+// order of Spec's fields. The error Spec.Validate returns is one.
+type specErrors []error
 
 // Error returns the messages, separated by "; ".
 func (es specErrors) Error() string {
 	msgs := make([]string, len(es))
 	for i, e := range es {
-		msgs[i] = e.Msg
+		msgs[i] = e.Error()
 	}
 	return strings.Join(msgs, "; ")
 }
 
 // Unwrap returns the problems, for errors.As.
-func (es specErrors) Unwrap() []error {
-	out := make([]error, len(es))
-	for i, e := range es {
-		out[i] = e
-	}
-	return out
-}
+func (es specErrors) Unwrap() []error { return es }
 
 // err returns es as an error, or nil when there is no problem.
 func (es specErrors) err() error {
@@ -188,16 +170,12 @@ func (s Spec) sets(p param) bool {
 
 // andList writes the algorithms as "a, b and c".
 func andList(as []Algorithm) string {
-	var b strings.Builder
+	names := make([]string, len(as))
 	for i, a := range as {
-		switch {
-		case i == 0:
-		case i == len(as)-1:
-			b.WriteString(" and ")
-		default:
-			b.WriteString(", ")
-		}
-		b.WriteString(a.String())
+		names[i] = a.String()
 	}
-	return b.String()
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
