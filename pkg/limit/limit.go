@@ -26,9 +26,9 @@
 //     already used, and is consumed even when it does not fit, taking its
 //     counter past the limit; Decision.Debt says by how much. A window
 //     counts the excess (up to Constants().MaxCount) until those hits
-//     leave it; a bucket pays it back at its rate (for at most 10 years,
-//     Constants().MaxDebt). A debt lets
-//     no later hit pass sooner than it would have without the charge.
+//     leave it; a bucket pays it back at its rate (for at most
+//     Constants().MaxDebt, 10 years). A debt lets no later hit pass
+//     sooner than it would have without the charge.
 //   - Concurrency: every Limiter is safe for concurrent use, and a call is
 //     atomic: no other call sees its counters half changed.
 //
@@ -180,8 +180,8 @@ type Hit struct {
 	Group uint32
 }
 
-// Mode says how a hit's denial bears on the rest of its Evaluate call
-// (see Blocked). The zero value is Enforce.
+// Mode says how a hit's denial bears on the rest of its Evaluate call.
+// The zero value is Enforce.
 type Mode uint8
 
 const (
@@ -189,14 +189,13 @@ const (
 	// refund).
 	Enforce Mode = iota
 	// Advisory: the hit is decided and counted like any other, but its
-	// denial blocks nothing: limits that report and never reject (shadow
-	// mode).
+	// denial blocks nothing (shadow mode).
 	Advisory
-	// Quota: the hit belongs to a quota, the Quota hits of its call with
-	// the same Group, which is over when any of them is denied (a look,
-	// cost 0, is denied when the limit is already exceeded). The call is
-	// blocked when every quota of the call is over; otherwise it consumes
-	// its allowed hits, and the denied ones write nothing.
+	// Quota: the hit belongs to the quota of the Quota hits of its call
+	// with the same Group, which is over when any of them is denied (a
+	// look, cost 0, is denied when the limit is already exceeded). The
+	// call is blocked when every quota is over; otherwise it consumes its
+	// allowed hits, and the denied ones write nothing.
 	Quota
 
 	numModes
@@ -213,10 +212,9 @@ func (m Mode) String() string {
 }
 
 // Blocked reports whether decisions, the decisions for hits, block their
-// Evaluate call: an Enforce hit of cost > 0, not a refund, is denied; or
-// the call has Quota hits and every quota has a denied hit. Every Limiter
-// applies this rule once, before it writes anything, and returns the
-// verdict from Evaluate. len(decisions) must be at least len(hits).
+// Evaluate call, as the Modes say. Every Limiter applies this rule once,
+// before it writes anything, and returns the verdict from Evaluate.
+// len(decisions) must be at least len(hits).
 func Blocked(hits []Hit, decisions []Decision) bool {
 	quota := false
 	for i := range hits {
@@ -253,32 +251,28 @@ func Blocked(hits []Hit, decisions []Decision) bool {
 	return true
 }
 
-// Limiter decides the hits of one request together. Its implementations
-// (Memory, redislimit.Limiter, the Memcached store, the deny cache) say
-// only where they differ from this contract.
+// Limiter decides the hits of one request together, as the package doc
+// says. Its implementations (Memory, redislimit.Limiter, the Memcached
+// store, the deny cache) say only where they differ.
 //
 // Evaluate sets decisions[i] to the decision for hits[i], deciding every
-// hit at one instant of the store's clock, and reports whether the call
-// was blocked (Blocked):
+// hit at one instant of the store's clock and in order, so that a later
+// hit on a Key sees an earlier one's consumption, and reports whether the
+// call was blocked (Blocked). A call that is not blocked consumes every
+// allowed hit and applies every refund. A blocked call applies only its
+// usage hits, in order, as if they were its only hits; its other allowed
+// hits then report what a look (cost 0) sees after them.
 //
-//   - Hits apply in order, so a later hit on a Key sees an earlier one's
-//     consumption.
-//   - A call that is not blocked consumes every allowed hit and applies
-//     every refund. A blocked call changes nothing but by its usage hits,
-//     applied in order as if they were the call's only hits; its other
-//     allowed hits then report what a look (cost 0) sees after them.
-//   - The call is atomic: no other call sees a counter in between.
-//   - An error means nothing was decided nor consumed (a store spread over
-//     several servers that cannot promise this says so), and blocked is
-//     false. An invalid hit is an error naming its index and wrapping
-//     ErrInvalidSpec (Hit.Validate), as is len(decisions) != len(hits); a
-//     store's failure wraps its package's sentinel (such as
-//     redislimit.ErrStore), and ErrCircuitOpen when the store was not
-//     asked because it failed recently.
+// An error means nothing was decided nor consumed (a store spread over
+// several servers that cannot promise this says so), and blocked is
+// false. An invalid hit is an error naming its index and wrapping
+// ErrInvalidSpec (Hit.Validate), as is len(decisions) != len(hits); a
+// store's failure wraps its package's sentinel (such as
+// redislimit.ErrStore), and ErrCircuitOpen when the store was not asked
+// because it failed recently.
 //
-// Implementations are safe for concurrent use. The stores also have
-// Reset(ctx, key, spec), which forgets a counter so that an operator can
-// unblock a client; it is not part of this contract.
+// The stores also have Reset(ctx, key, spec), which forgets a counter so
+// that an operator can unblock a client; it is not part of this contract.
 type Limiter interface {
 	Evaluate(ctx context.Context, hits []Hit, decisions []Decision) (blocked bool, err error)
 }

@@ -69,25 +69,21 @@ type Memory struct {
 	pool      sync.Pool // of *scratch
 	capacity  int       // MaxEntries
 	refused   atomic.Int64
-	log       refusalLog
-}
 
-// refusalLog rate-limits the warnings about refused calls.
-type refusalLog struct {
-	logger *slog.Logger
-	next   atomic.Int64 // µs: no warning before then
-	mu     sync.Mutex
-	logged int64 // refusals counted by the warnings so far
+	// The warnings about refused calls.
+	logger  *slog.Logger
+	logMu   sync.Mutex   // held to write logNext and logged
+	logNext atomic.Int64 // µs: no warning before then
+	logged  int64        // refusals counted by the warnings so far
 }
 
 // NewMemory returns an empty Memory.
 func NewMemory(opts MemoryOptions) *Memory {
-	m := &Memory{now: opts.Now}
+	m := &Memory{now: opts.Now, logger: opts.Logger}
 	if m.now == nil {
 		m.now = time.Now
 	}
-	m.log.logger = opts.Logger
-	m.log.next.Store(math.MinInt64) // the first refusal is logged
+	m.logNext.Store(math.MinInt64) // the first refusal is logged
 	maxEntries := opts.MaxEntries
 	if maxEntries <= 0 {
 		maxEntries = defaultMaxEntries
@@ -217,16 +213,17 @@ func (m *Memory) unlock(sc *scratch, locked uint64) {
 func (m *Memory) refuse(now int64, i int) error {
 	total := m.refused.Add(1)
 	capacity := m.shards[i].capacity // constant: readable without the lock
-	if l := &m.log; l.logger != nil && now >= l.next.Load() {
-		l.mu.Lock()
+	if m.logger != nil && now >= m.logNext.Load() {
+		m.logMu.Lock()
 		since := int64(0)
-		if now >= l.next.Load() {
-			l.next.Store(now + refusalLogInterval.Microseconds())
-			since, l.logged = max(total, l.logged)-l.logged, max(total, l.logged)
+		if now >= m.logNext.Load() {
+			m.logNext.Store(now + refusalLogInterval.Microseconds())
+			since = max(total, m.logged) - m.logged
+			m.logged += since
 		}
-		l.mu.Unlock()
+		m.logMu.Unlock()
 		if since > 0 {
-			l.logger.Warn("in-memory store full: refusing calls that need a new counter; the failure policy answers them",
+			m.logger.Warn("in-memory store full: refusing calls that need a new counter; the failure policy answers them",
 				"refused", since, "refused_total", total, "shard", i, "shard_capacity", capacity,
 				"max_entries", m.capacity)
 		}
