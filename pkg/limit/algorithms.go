@@ -14,23 +14,19 @@ import (
 // and an outcome; the caller stores the state only when outcome.write is
 // set.
 
-// maxCount is how far usage charges (Hit.Usage) make a window count past
-// its limit, or twice the limit when that is more (countCap). It is twice
-// the largest limit of a rule plus one, so that a fixed window's count
-// fits Redis's layout (below 2^33) and every count stays exact in a
-// float64.
-const maxCount int64 = 1<<33 - 1
-
-// countCap is the most a window of limit counts.
-func countCap(limit int64) int64 { return max(maxCount, min(limit, math.MaxInt64/2)*2) }
-
-// maxDebt is the longest a bucket takes to pay back the usage charges that
-// took it past its limit; a charge beyond is counted up to it. Every time
-// it gives stays exact in µs.
+// The bounds of a debt, which Constants describes. maxCount is twice the
+// largest limit of a rule plus one, so that a fixed window's count fits
+// Redis's layout (below 2^33) and every count stays exact in a float64;
+// every time maxDebt gives stays exact in µs.
 const (
-	maxDebt       = 10 * 365 * 24 * time.Hour
-	maxDebtMicros = int64(maxDebt / time.Microsecond)
+	maxCount      int64 = 1<<33 - 1
+	maxDebt             = 10 * 365 * 24 * time.Hour
+	maxDebtMicros       = int64(maxDebt / time.Microsecond)
 )
+
+// countCap is the most a window of limit counts: maxCount, or twice the
+// limit when that is more.
+func countCap(limit int64) int64 { return max(maxCount, min(limit, math.MaxInt64/2)*2) }
 
 // Constants returns the numbers the algorithms' arithmetic is written
 // against, which a store evaluating them elsewhere (the Lua scripts of
@@ -157,26 +153,14 @@ func firstPass(guess int64, pass func(int64) bool) int64 {
 	guess = max(guess, 1)
 	var lo, hi int64 // !pass(lo) (lo == 0 stands for pass(0), false), pass(hi)
 	if pass(guess) {
-		hi = guess
-		for step := int64(1); ; step *= 2 {
-			lo = guess - step
-			if lo < 1 {
-				lo = 0
-				break
-			}
-			if !pass(lo) {
-				break
-			}
-			hi = lo
+		lo, hi = guess-1, guess
+		for step := int64(1); lo > 0 && pass(lo); step *= 2 {
+			lo, hi = max(0, lo-step), lo
 		}
 	} else {
-		lo = guess
-		for step := int64(1); ; step *= 2 {
-			hi = guess + step
-			if pass(hi) {
-				break
-			}
-			lo = hi
+		lo, hi = guess, guess+1
+		for step := int64(2); !pass(hi); step *= 2 {
+			lo, hi = hi, hi+step
 		}
 	}
 	for hi-lo > 1 {
