@@ -10,9 +10,8 @@ import (
 // of package redislimit translate them line by line, so every float
 // expression is written in the order the scripts evaluate it, and every
 // product that is then added to goes through mul. A step gets the stored
-// state and ok (whether there is any) and returns the state after the hit
-// and an outcome; the caller stores the state only when outcome.write is
-// set.
+// state and ok (whether there is any), returns an outcome, and writes the
+// state after the hit only when outcome.write is set.
 
 // The bounds of a debt, which Constants describes. maxCount is twice the
 // largest limit of a rule plus one, so that a fixed window's count fits
@@ -113,29 +112,17 @@ func step(st *state, ok bool, sp *Spec, now, cost int64, refund, usage bool) out
 	switch sp.Algorithm {
 	case FixedWindow:
 		start, end := sp.fixedWindowAt(now)
-		var fixed fixedState
-		if fixed, o = stepFixedWindow(st.fixed, ok, start, end, sp.Limit, now, cost, refund, force); o.write {
-			st.fixed = fixed
-		}
+		o = stepFixedWindow(&st.fixed, ok, start, end, sp.Limit, now, cost, refund, force)
 	case SlidingWindow:
 		st.runs, o = stepSlidingWindow(st.runs, sp.Limit, w, sp.SubWindows(), now, cost, refund, force)
 	case SlidingLog:
 		st.runs, o = stepSlidingLog(st.runs, sp.Limit, w, now, cost, refund, force)
 	case TokenBucket:
-		var b bucketState
-		if b, o = stepTokenBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force); o.write {
-			st.bucket = b
-		}
+		o = stepTokenBucket(&st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force)
 	case LeakyBucket:
-		var b bucketState
-		if b, o = stepLeakyBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force); o.write {
-			st.bucket = b
-		}
+		o = stepLeakyBucket(&st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force)
 	case GCRA:
-		var g gcraState
-		if g, o = stepGCRA(st.gcra, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force); o.write {
-			st.gcra = g
-		}
+		o = stepGCRA(&st.gcra, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force)
 	}
 	if force && !o.allowed && cost > sp.Capacity() {
 		o.never, o.retryAfter = true, 0

@@ -42,9 +42,10 @@ func levelAt(st bucketState, now int64, r float64) float64 {
 // (firstPass), since ceil((cost − t0)/r) can miss it by one. A refund
 // writes only if the state changes. A charge that does not fit takes its
 // tokens into debt, never below min(t0, −maxDebt·r).
-func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
+func stepTokenBucket(stored *bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)
+	st := *stored
 	if !ok {
 		st = bucketState{value: fb, ts: now}
 	}
@@ -72,7 +73,10 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 	o.remaining, o.debt = max(0, int64(math.Floor(ta))), max(0, int64(math.Ceil(-ta)))
 	o.resetAfter = settleMicros(fb-ta, r)
 	o.ttl = o.resetAfter
-	return bucketState{value: ta, ts: now}, o
+	if o.write {
+		*stored = bucketState{value: ta, ts: now}
+	}
+	return o
 }
 
 // stepLeakyBucket is a meter draining limit per w continuously; a hit adds
@@ -82,9 +86,10 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 // found as the token bucket's. A refund writes only if the state changes.
 // A charge that does not fit adds its cost past b, up to
 // max(l0, b + maxDebt·r).
-func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
+func stepLeakyBucket(stored *bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)
+	st := *stored
 	if !ok {
 		st = bucketState{value: 0, ts: now}
 	}
@@ -112,5 +117,8 @@ func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 	o.remaining, o.debt = max(0, int64(math.Floor(fb-la))), max(0, int64(math.Ceil(la-fb)))
 	o.resetAfter = settleMicros(la, r)
 	o.ttl = o.resetAfter
-	return bucketState{value: la, ts: now}, o
+	if o.write {
+		*stored = bucketState{value: la, ts: now}
+	}
+	return o
 }

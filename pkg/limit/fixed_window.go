@@ -31,7 +31,7 @@ type fixedState struct{ start, count int64 }
 // allowed iff n + cost <= limit. Every answer resets, and a denied hit may
 // retry, when the window ends. A refund writes only if it changes a count
 // of this window. A charge that does not fit counts up to countCap(limit).
-func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64, refund, force bool) (fixedState, outcome) {
+func stepFixedWindow(st *fixedState, ok bool, start, end, limit, now, cost int64, refund, force bool) outcome {
 	n := int64(0)
 	if ok && st.start == start {
 		n = st.count
@@ -57,7 +57,10 @@ func stepFixedWindow(st fixedState, ok bool, start, end, limit, now, cost int64,
 		o.retryAfter = end - now
 	}
 	o.remaining, o.debt = max(0, limit-n), max(0, n-limit)
-	return fixedState{start: start, count: n}, o
+	if o.write {
+		*st = fixedState{start: start, count: n}
+	}
+	return o
 }
 
 // The windows a calendar can follow (Spec.Calendar), by their nominal

@@ -53,7 +53,7 @@ func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period)
 // So B hits at one instant pass, exactly, whatever L and W. (An arrival
 // time in µs rounds each step of W/L µs to the float grid near now, and a
 // burst of B then sometimes admits only B − 1.)
-func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund, force bool) (gcraState, outcome) {
+func stepGCRA(st *gcraState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	period, s := gcraGrid(limit, w)
 	n := float64(now - gcraEpoch)
 	nu := gcraUnits(n, period, s)
@@ -61,7 +61,7 @@ func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund, force
 	if ok {
 		tat = st.tat
 		if st.limit != limit {
-			tat = gcraCarry(st, w, n, nu, period, s)
+			tat = gcraCarry(*st, w, n, nu, period, s)
 		}
 	}
 	t0 := math.Max(tat, nu)
@@ -93,7 +93,10 @@ func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund, force
 		o.resetAfter = gcraReach(after, n, period, s)
 	}
 	o.ttl = o.resetAfter
-	return gcraState{tat: after, limit: limit}, o
+	if o.write {
+		*st = gcraState{tat: after, limit: limit}
+	}
+	return o
 }
 
 // gcraCarry converts a tat stored under another limit to this limit's

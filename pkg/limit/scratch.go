@@ -146,13 +146,11 @@ func (sc *scratch) slotFor(earlier []Hit, key string) int {
 // growSlot appends a slot to slots, reusing the runs buffer a previous call
 // left in that position.
 func growSlot(slots []slot) []slot {
-	if len(slots) < cap(slots) {
-		slots = slots[:len(slots)+1]
-		buf := slots[len(slots)-1].st.runs[:0]
-		slots[len(slots)-1] = slot{st: state{runs: buf}}
-		return slots
+	var buf runs
+	if n := len(slots); n < cap(slots) {
+		buf = slots[:n+1][n].st.runs[:0]
 	}
-	return append(slots, slot{})
+	return append(slots, slot{st: state{runs: buf}})
 }
 
 // load makes the stored state the working one: a copy, or, if shared, the
