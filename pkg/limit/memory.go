@@ -17,8 +17,7 @@ import (
 const defaultMaxEntries = 1 << 20
 
 // ErrFull reports that a Memory refused a call, changing nothing, because
-// a counter it needed to create would not fit (see Memory). Callers answer
-// it by the failure policy, as a failed store.
+// a counter it needed to create would not fit (see Memory).
 var ErrFull = errors.New("memory store full")
 
 // refusalLogInterval is the least time between two warnings a Memory logs
@@ -38,30 +37,29 @@ type MemoryOptions struct {
 	Logger *slog.Logger
 }
 
-// maxShards is the most locked parts of a Memory: the shards of one call
-// fit in a uint64 mask.
-const maxShards = 64
-
-// minShardEntries is the least share of MaxEntries per shard when there
-// are several. A shard refuses new counters when its share is live, even
-// if others have room, and keys spread by a hash fill large shards nearly
-// evenly but tiny ones not (docs/benchmarks.md, pkg/limit). Below 2048
-// entries there is one shard, and MaxEntries is an exact bound.
-const minShardEntries = 1024
+// A Memory has up to maxShards shards, so that the shards of one call fit
+// in a uint64 mask, each of at least minShardEntries counters: a shard
+// refuses new counters when its share is live, even if others have room,
+// and a hash fills large shards nearly evenly but tiny ones not
+// (docs/benchmarks.md, pkg/limit). Below 2048 entries there is one shard,
+// and MaxEntries is an exact bound.
+const (
+	maxShards       = 64
+	minShardEntries = 1024
+)
 
 // Memory is the Limiter that keeps its counters in process memory: the
 // store of a server without Redis, and the oracle the Redis scripts are
-// tested against. It is safe for concurrent use: a call locks only the
-// shards of its keys, in ascending order.
+// tested against. A call locks only the shards of its keys.
 //
 // A counter expires at the instant its state becomes equivalent to no
 // state (the end of a fixed window, a full bucket), so expiry never
-// changes a decision. Memory never forgets a counter that has not
-// expired, which would admit more than its limit: the counters are spread
-// over up to 64 shards by a hash of the key, each holding its share of
-// MaxEntries, and a call that would create a counter in a shard full of
-// live ones is refused with an error wrapping ErrFull. Since keys hash
-// unevenly, that may happen a little before MaxEntries counters are held.
+// changes a decision. Memory never forgets a live counter, which would
+// admit more than its limit: the counters are spread over up to 64 shards
+// by a hash of the key, each holding its share of MaxEntries, and a call
+// that would create a counter in a full shard is refused with an error
+// wrapping ErrFull, which may happen a little before MaxEntries counters
+// are held.
 type Memory struct {
 	now       func() time.Time
 	shards    []shard
@@ -89,12 +87,10 @@ func NewMemory(opts MemoryOptions) *Memory {
 		maxEntries = defaultMaxEntries
 	}
 	m.capacity = maxEntries
-	// As many shards as possible (a power of 2), each holding at least
-	// minShardEntries counters.
+	// As many shards as possible (a power of 2), MaxEntries spread exactly.
 	m.shardBits = bits.Len(uint(max(1, min(maxEntries/minShardEntries, maxShards)))) - 1
 	m.shards = make([]shard, 1<<m.shardBits)
 	for i := range m.shards {
-		// Spread MaxEntries exactly.
 		m.shards[i].capacity = maxEntries / len(m.shards)
 		if i < maxEntries%len(m.shards) {
 			m.shards[i].capacity++
@@ -138,17 +134,15 @@ func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int6
 	locked := m.lock(sc, hits)
 	defer m.unlock(sc, locked)
 
-	// Expired counters go first, so that a shard is full only of live
-	// ones.
+	// Expired counters go first: a shard is full only of live ones.
 	now = m.now().UnixMicro()
 	for set := locked; set != 0; set &= set - 1 {
 		m.shards[bits.TrailingZeros64(set)].expire(now)
 	}
-	// A call of one hit needs no working copy: a denied or peeking step
-	// leaves the stored state as it was (see step), and an allowed one is
-	// committed. This spares copying a long sliding log twice per call.
-	// Such a shared state is an existing counter's, which never lacks room,
-	// so a refused call leaves it as it was too.
+	// A call of one hit needs no working copy, which spares copying a long
+	// sliding log twice: a denied or peeking step leaves the stored state
+	// as it was (see step), an allowed one is committed, and an existing
+	// counter never lacks room.
 	single := len(hits) == 1
 	for i := range sc.slots {
 		sc.slots[i].load(single)
