@@ -282,7 +282,7 @@ type Limiter interface {
 // parameter the algorithm ignores, a costly sliding log), its Cost is not
 // negative and its Mode is known. The error wraps ErrInvalidSpec.
 func (h Hit) Validate() error {
-	if err := h.Spec.check(evaluating).err(); err != nil {
+	if err := h.Spec.check(evaluating); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	if h.Cost < 0 {

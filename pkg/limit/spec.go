@@ -85,26 +85,17 @@ func (es specErrors) Error() string {
 // Unwrap returns the problems, for errors.As.
 func (es specErrors) Unwrap() []error { return es }
 
-// err returns es as an error, or nil when there is no problem.
-func (es specErrors) err() error {
-	if len(es) == 0 {
-		return nil
-	}
-	return es
-}
-
 // Validate reports whether a limit may be declared with the spec, as rule
 // files and Envoy's limit overrides declare limits: a known algorithm, a
 // window of at least 1ms, no negative limit or burst, no Burst, Precision
 // or Calendar for an algorithm that does not take it, a calendar window of
 // a day, a week, 30 or 365 days, sub-windows of at least 1ms, and a
-// SlidingLog of at most 2,000 per window.
-// It returns nil, or an error whose Unwrap() []error holds a *SpecError per
-// problem.
+// SlidingLog of at most 2,000 per window. It returns nil, or an error
+// whose Unwrap() []error holds a *SpecError per problem.
 //
 // Stores evaluate more (Hit.Validate): a parameter the algorithm ignores
 // and a costly sliding log are not an error there.
-func (s Spec) Validate() error { return s.check(declaring).err() }
+func (s Spec) Validate() error { return s.check(declaring) }
 
 // purpose is what a Spec is checked for.
 type purpose bool
@@ -116,7 +107,7 @@ const (
 
 // check returns the problems of s, as Validate documents; when evaluating,
 // only those a store cannot do without.
-func (s Spec) check(why purpose) specErrors {
+func (s Spec) check(why purpose) error {
 	var errs specErrors
 	add := func(p param, format string, args ...any) {
 		errs = append(errs, &SpecError{Param: params[p].name, Msg: fmt.Sprintf(format, args...)})
@@ -151,6 +142,9 @@ func (s Spec) check(why purpose) specErrors {
 	if s.Algorithm == SlidingWindow && s.Window >= time.Millisecond && s.SubWindows() > s.Window.Milliseconds() {
 		add(paramPrecision, "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
 			s.SubWindows(), s.Window, s.Window.Milliseconds())
+	}
+	if len(errs) == 0 {
+		return nil
 	}
 	return errs
 }
