@@ -20,8 +20,6 @@
 //     (Spec.Capacity) can never pass: it is denied with Decision.Never.
 //   - A refund (Hit.Refund) gives its cost back, never beyond the
 //     capacity, and is always allowed.
-//   - The hits of one call decide together, all or nothing: if the call is
-//     blocked (Blocked), no counter changes but by its usage hits.
 //   - Debt after a charge: a usage hit (Hit.Usage) reports what was
 //     already used, and is consumed even when it does not fit, taking its
 //     counter past the limit; Decision.Debt says by how much. A window
@@ -29,8 +27,9 @@
 //     leave it; a bucket pays it back at its rate (for at most
 //     Constants().MaxDebt, 10 years). A debt lets no later hit pass
 //     sooner than it would have without the charge.
-//   - Concurrency: every Limiter is safe for concurrent use, and a call is
-//     atomic: no other call sees its counters half changed.
+//   - The hits of one call decide together (Limiter), all or nothing: no
+//     other call sees its counters half changed. Every Limiter is safe for
+//     concurrent use.
 //
 // Every algorithm works on integer microseconds since the Unix epoch and
 // computes fractions in float64 in the order the Lua scripts of package
@@ -218,15 +217,11 @@ func (m Mode) String() string {
 func Blocked(hits []Hit, decisions []Decision) bool {
 	quota := false
 	for i := range hits {
-		h, d := &hits[i], &decisions[i]
-		switch h.Mode {
-		case Enforce:
-			if !d.Allowed && h.Cost > 0 && !h.Refund {
-				return true
-			}
-		case Quota:
-			quota = true
+		h := &hits[i]
+		if h.Mode == Enforce && !decisions[i].Allowed && h.Cost > 0 && !h.Refund {
+			return true
 		}
+		quota = quota || h.Mode == Quota
 	}
 	if !quota {
 		return false
@@ -234,21 +229,21 @@ func Blocked(hits []Hit, decisions []Decision) bool {
 	// Every quota is over when each allowed Quota hit has a denied one in
 	// its group. Calls have few hits: a scan beats a map.
 	for i := range hits {
-		if hits[i].Mode != Quota || !decisions[i].Allowed {
-			continue
-		}
-		over := false
-		for j := range hits {
-			if hits[j].Mode == Quota && hits[j].Group == hits[i].Group && !decisions[j].Allowed {
-				over = true
-				break
-			}
-		}
-		if !over {
+		if hits[i].Mode == Quota && decisions[i].Allowed && !quotaOver(hits, decisions, hits[i].Group) {
 			return false
 		}
 	}
 	return true
+}
+
+// quotaOver reports whether a Quota hit of group is denied.
+func quotaOver(hits []Hit, decisions []Decision, group uint32) bool {
+	for i := range hits {
+		if hits[i].Mode == Quota && hits[i].Group == group && !decisions[i].Allowed {
+			return true
+		}
+	}
+	return false
 }
 
 // Limiter decides the hits of one request together, as the package doc

@@ -82,17 +82,16 @@ func NewMemory(opts MemoryOptions) *Memory {
 		m.now = time.Now
 	}
 	m.logNext.Store(math.MinInt64) // the first refusal is logged
-	maxEntries := opts.MaxEntries
-	if maxEntries <= 0 {
-		maxEntries = defaultMaxEntries
+	m.capacity = opts.MaxEntries
+	if m.capacity <= 0 {
+		m.capacity = defaultMaxEntries
 	}
-	m.capacity = maxEntries
 	// As many shards as possible (a power of 2), MaxEntries spread exactly.
-	m.shardBits = bits.Len(uint(max(1, min(maxEntries/minShardEntries, maxShards)))) - 1
+	m.shardBits = bits.Len(uint(max(1, min(m.capacity/minShardEntries, maxShards)))) - 1
 	m.shards = make([]shard, 1<<m.shardBits)
 	for i := range m.shards {
-		m.shards[i].capacity = maxEntries / len(m.shards)
-		if i < maxEntries%len(m.shards) {
+		m.shards[i].capacity = m.capacity / len(m.shards)
+		if i < m.capacity%len(m.shards) {
 			m.shards[i].capacity++
 		}
 		m.shards[i].entries = make(map[string]*entry)
