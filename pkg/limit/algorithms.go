@@ -54,12 +54,11 @@ type outcome struct {
 	debt       int64 // hits past the limit, after the hit
 	resetAfter int64 // µs
 	retryAfter int64 // µs
-	// write reports that the state changed and the returned state must be
+	// write reports that the step changed the state, which must be
 	// stored. Denials and peeks never write.
 	write bool
-	// ttl is, when write is set, the µs until the returned state becomes
-	// equivalent to no state; <= 0 means it already is, and the counter is
-	// deleted instead of stored.
+	// ttl is, when write is set, the µs until the state becomes equivalent
+	// to none; <= 0 deletes the counter.
 	ttl int64
 }
 
@@ -83,11 +82,10 @@ type state struct {
 	runs   runs // SlidingWindow and SlidingLog
 }
 
-// step applies one hit to st at now and returns its outcome; st holds the
-// state after the hit when outcome.write is set. Otherwise st is
-// equivalent to what it was: st.runs may be resliced past entries that no
-// longer count, but the memory it shares with the stored state is left
-// untouched, so that a call of one hit may step on the stored state.
+// step applies one hit to st at now and returns its outcome. When it does
+// not write, st.runs may be resliced past entries that no longer count,
+// but the memory it shares with the stored state is untouched, so that a
+// call of one hit may step on the stored state.
 //
 // A usage hit of cost > 0 that is not a refund is a charge: it consumes
 // whether it fits or not, and is allowed iff it fits; one that does not
