@@ -125,11 +125,11 @@ type Spec struct {
 	Burst int64
 	// Precision is a SlidingWindow's number of sub-windows. Zero means 1.
 	Precision int
-	// Calendar, when not nil, makes a FixedWindow follow the calendar of
+	// Calendar, when not nil, makes a FixedWindow follow the wall clock of
 	// that time zone instead of starting at multiples of Window since the
-	// epoch: a day starts at local midnight, a week on Monday at midnight,
-	// a month on the 1st, a year on January 1st. Daylight saving changes
-	// make some days 23 or 25 hours long; the window follows the wall clock.
+	// epoch: a day starts at local midnight (and lasts 23 or 25 hours when
+	// daylight saving changes), a week on Monday, a month on the 1st, a
+	// year on January 1st.
 	Calendar *time.Location
 }
 
@@ -289,24 +289,22 @@ func (h Hit) Validate() error {
 	return nil
 }
 
-// Errors of Hit.Validate, so that callers tell bad input from a store
-// failure (errors.Is).
-var (
-	// ErrInvalidSpec is wrapped by every error of Hit.Validate: a Spec it
-	// rejects, a negative Cost or an unknown Mode.
-	ErrInvalidSpec = errors.New("invalid limit spec")
+// ErrInvalidSpec is wrapped by every error of Hit.Validate (a Spec it
+// rejects, a negative Cost or an unknown Mode), so that callers tell bad
+// input from a store failure.
+var ErrInvalidSpec = errors.New("invalid limit spec")
 
-	errNegativeCost = &hitError{"negative cost"}
-	errInvalidMode  = &hitError{"unknown hit mode"}
+// hitError is a problem of a Hit other than its Spec's, and an
+// ErrInvalidSpec too.
+type hitError string
+
+const (
+	errNegativeCost hitError = "negative cost"
+	errInvalidMode  hitError = "unknown hit mode"
 )
 
-// hitError is a problem of a Hit other than its Spec's. It is an
-// ErrInvalidSpec too, so that one errors.Is tells any bad input from a
-// store failure.
-type hitError struct{ msg string }
-
-func (e *hitError) Error() string        { return e.msg }
-func (e *hitError) Is(target error) bool { return target == ErrInvalidSpec }
+func (e hitError) Error() string        { return string(e) }
+func (e hitError) Is(target error) bool { return target == ErrInvalidSpec }
 
 // DefaultDeadline is how long a store's Evaluate may take when its options
 // set none; past it, the caller's failure policy answers. A store bounds
