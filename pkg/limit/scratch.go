@@ -4,10 +4,8 @@ import "container/heap"
 
 // scratch is the working memory of one Evaluate call, reused across calls.
 type scratch struct {
-	// slots holds one working copy of state per distinct key of the call.
-	slots []slot
-	// slotOf[i] is the index in slots of hits[i]'s key.
-	slotOf []int
+	slots  []slot // a working copy of state per distinct key of the call
+	slotOf []int  // slotOf[i] is the index in slots of hits[i]'s key
 }
 
 // slot is the working copy of one counter during a call.
@@ -19,7 +17,7 @@ type slot struct {
 	st    state
 	// shared reports that st.runs is the entry's own, not a copy.
 	shared bool
-	dirty  bool  // whether a hit wrote the working state
+	dirty  bool  // a hit wrote the working state
 	ttl    int64 // of the last write
 }
 
@@ -51,10 +49,9 @@ func (sc *scratch) apply(hits []Hit, decisions []Decision, now int64, usageOnly 
 }
 
 // block applies a blocked call's usage hits, which change their counters
-// whatever the verdict, and nothing else. When the call has none, every
-// allowed hit reports a look at the stored state, and block returns false:
-// there is nothing to store. When it has others too, the usage hits are
-// applied again, alone, from the stored state.
+// whatever the verdict, and nothing else, again from the stored state when
+// the call has other hits too. When it has none, every allowed hit reports
+// a look at the stored state, and block returns false: nothing to store.
 func (sc *scratch) block(hits []Hit, decisions []Decision, now int64) (write bool) {
 	switch usage := countUsage(hits); {
 	case usage == 0:
@@ -91,8 +88,7 @@ func countUsage(hits []Hit) int {
 	return n
 }
 
-// reload makes every slot's working state the stored one again, as before
-// the call's first hit.
+// reload makes every slot's working state the stored one again.
 func (sc *scratch) reload() {
 	for i := range sc.slots {
 		sl := &sc.slots[i]
@@ -170,10 +166,9 @@ func (sl *slot) load(shared bool) {
 	}
 }
 
-// peek returns the decision of an allowed hit in a blocked call: a hit of
-// cost 0 against st (ok: whether there is any), allowed: the stored state,
-// or the working one after the call's usage hits. The shard is locked; st
-// is a copy, and the memory it shares is left as it is (see step).
+// peek returns the decision of an allowed hit in a blocked call: a look
+// (cost 0) at st, the stored state or the working one after the call's
+// usage hits, which it leaves as it is (see step).
 func peek(st state, ok bool, sp *Spec, now int64) Decision {
 	o := step(&st, ok, sp, now, 0, false, false)
 	o.allowed, o.retryAfter, o.never = true, 0, false
