@@ -30,14 +30,13 @@ func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool
 		rs, taken = rs.takeNewest(cost, k)
 		o.write = taken > 0
 		est = slidingEstimate(rs, k, n, g, now)
-		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
 	case est+float64(cost) <= float64(limit):
 		o.allowed = true
 		if cost > 0 {
 			rs = rs.add(k, cost)
 			o.write = true
 		}
-		o.remaining = max(0, int64(math.Floor(float64(limit)-(est+float64(cost)))))
+		est += float64(cost)
 	case force:
 		rs, o.write = rs.addUpTo(k, cost, countCap(limit))
 		est = slidingEstimate(rs, k, n, g, now)
@@ -45,9 +44,9 @@ func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool
 			o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
 		}
 	default:
-		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
 		o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
 	}
+	o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
 	o.debt = max(0, int64(math.Ceil(est-float64(limit))))
 	if len(rs) > 0 {
 		o.resetAfter = (rs.newest()+n+1)*g - now
