@@ -12,17 +12,9 @@ import (
 	"time"
 )
 
-// defaultMaxEntries is the number of counters a Memory holds when
-// MemoryOptions.MaxEntries is 0.
-const defaultMaxEntries = 1 << 20
-
 // ErrFull reports that a Memory refused a call, changing nothing, because
 // a counter it needed to create would not fit (see Memory).
 var ErrFull = errors.New("memory store full")
-
-// refusalLogInterval is the least time between two warnings a Memory logs
-// about refused calls (see MemoryOptions.Logger), on its clock.
-const refusalLogInterval = 10 * time.Second
 
 // MemoryOptions configures a Memory. The zero value is usable.
 type MemoryOptions struct {
@@ -44,8 +36,10 @@ type MemoryOptions struct {
 // (docs/benchmarks.md, pkg/limit). Below 2048 entries there is one shard,
 // and MaxEntries is an exact bound.
 const (
-	maxShards       = 64
-	minShardEntries = 1024
+	maxShards          = 64
+	minShardEntries    = 1024
+	defaultMaxEntries  = 1 << 20          // when MemoryOptions.MaxEntries is 0
+	refusalLogInterval = 10 * time.Second // see MemoryOptions.Logger
 )
 
 // Memory is the Limiter that keeps its counters in process memory: the
