@@ -2,7 +2,6 @@ package limit
 
 import (
 	"container/heap"
-	"hash/maphash"
 	"sync"
 	"unsafe"
 )
@@ -30,14 +29,24 @@ type entry struct {
 	st      state
 }
 
-// shardSeed seeds the hash that spreads keys over shards, the same in
-// every Memory of the process.
-var shardSeed = maphash.MakeSeed()
-
 // shardIndex returns the shard of a key among 1<<shardBits: the top bits of
-// its hash.
+// its 64-bit FNV-1a hash after a multiplicative mix. FNV-1a alone spreads
+// the last bytes of a key only into the low and middle bits, so keys that
+// differ only at the end (descriptor values, counters) would share shards.
 func shardIndex(key string, shardBits int) int {
-	return int(maphash.String(shardSeed, key) >> (64 - shardBits)) // a shift by 64 gives 0
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+		golden = 0x9e3779b97f4a7c15 // 2^64 / φ
+	)
+	h := uint64(offset)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= prime
+	}
+	h ^= h >> 32
+	h *= golden
+	return int(h >> (64 - shardBits)) // a shift by 64 gives 0
 }
 
 // expire removes the entries that expire at or before now.
