@@ -41,6 +41,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -106,7 +107,8 @@ func (a *Algorithm) UnmarshalText(name []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra)", name)
+	last := len(algorithmNames) - 1
+	return fmt.Errorf("unknown algorithm %q (want %s or %s)", name, strings.Join(algorithmNames[:last], ", "), algorithmNames[last])
 }
 
 // Spec is one limit's parameters. Specs compare with ==. The zero value is
