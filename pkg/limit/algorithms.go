@@ -34,8 +34,8 @@ func Constants() (c struct {
 	// GCRAEpoch is the instant GCRA's arrival times count from, in µs
 	// since the Unix epoch (2024-01-01T00:00:00Z).
 	GCRAEpoch int64
-	// MaxCount is how far usage charges make a window count past its
-	// limit, when that is more than twice the limit.
+	// MaxCount is the most a window counts, usage charges past its limit
+	// included, unless twice its limit is more.
 	MaxCount int64
 	// MaxDebt is the longest a bucket takes to pay back the usage charges
 	// that took it past its limit.
