@@ -190,13 +190,12 @@ func (sl *slot) store(now int64) {
 		// overflow made sure it fits.
 		e = &entry{key: sl.key, index: -1}
 	}
-	if sl.shared {
-		e.st = sl.st
-	} else {
-		runs := append(e.st.runs[:0], sl.st.runs...)
-		e.st = sl.st
-		e.st.runs = runs
+	runs := sl.st.runs
+	if !sl.shared {
+		runs = append(e.st.runs[:0], runs...)
 	}
+	e.st = sl.st
+	e.st.runs = runs
 	e.expires = now + sl.ttl
 	if e.index < 0 {
 		s.entries[e.key] = e
