@@ -148,12 +148,7 @@ func (s Spec) Capacity() int64 {
 func (s Spec) WindowMicros() int64 { return s.Window.Microseconds() }
 
 // SubWindows returns the number of sub-windows, treating zero as 1.
-func (s Spec) SubWindows() int64 {
-	if s.Precision < 1 {
-		return 1
-	}
-	return int64(s.Precision)
-}
+func (s Spec) SubWindows() int64 { return int64(max(s.Precision, 1)) }
 
 // Hit asks a limit to admit one request of a given cost against one
 // counter.
