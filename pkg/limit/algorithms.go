@@ -5,13 +5,11 @@ import (
 	"time"
 )
 
-// The algorithms are pure step functions: one hit against one counter's
-// state at one instant (now, in µs since the Unix epoch). The Lua scripts
-// of package redislimit translate them line by line, so every float
-// expression is written in the order the scripts evaluate it, and every
-// product that is then added to goes through mul. A step gets the stored
-// state and ok (whether there is any), returns an outcome, and writes the
-// state after the hit only when outcome.write is set.
+// The algorithms are pure step functions, which the Lua scripts translate
+// line by line (see the package doc): every product that is then added to
+// goes through mul. A step gets one counter's state and ok (whether there
+// is any), and writes the state after the hit only when outcome.write is
+// set.
 
 // The bounds of a debt, which Constants describes. maxCount is twice the
 // largest limit of a rule plus one, so that a fixed window's count fits

@@ -108,7 +108,8 @@ func (a *Algorithm) UnmarshalText(name []byte) error {
 		}
 	}
 	last := len(algorithmNames) - 1
-	return fmt.Errorf("unknown algorithm %q (want %s or %s)", name, strings.Join(algorithmNames[:last], ", "), algorithmNames[last])
+	want := strings.Join(algorithmNames[:last], ", ") + " or " + algorithmNames[last]
+	return fmt.Errorf("unknown algorithm %q (want %s)", name, want)
 }
 
 // Spec is one limit's parameters. Specs compare with ==. The zero value is
@@ -150,8 +151,7 @@ func (s Spec) WindowMicros() int64 { return s.Window.Microseconds() }
 // SubWindows returns the number of sub-windows, treating zero as 1.
 func (s Spec) SubWindows() int64 { return int64(max(s.Precision, 1)) }
 
-// Hit asks a limit to admit one request of a given cost against one
-// counter.
+// Hit asks a limit to admit one request of a given cost against one counter.
 type Hit struct {
 	// Key names the counter: hits with equal Keys share it. A counter
 	// whose Spec changes needs a new Key, since its state is read as the
@@ -164,11 +164,11 @@ type Hit struct {
 	// Refund gives Cost back instead of taking it (Envoy's
 	// is_negative_hits).
 	Refund bool
-	// Usage marks a report of what was used (tokens, bytes), made when a
-	// response ends: it is decided like any hit, and applied whatever the
-	// decision and the call's verdict (see the package doc on debt). A
-	// charge that does not fit is denied, with the RetryAfter of the same
-	// hit on the state it left.
+	// Usage marks a report of what was used (tokens, bytes) when a
+	// response ends: it is decided like any hit and applied whatever the
+	// decision and the call's verdict (see the package doc on debt); one
+	// that does not fit is denied, with the RetryAfter of the same hit on
+	// the state it left.
 	Usage bool
 	// Mode says what the hit's denial does to its call.
 	Mode Mode
