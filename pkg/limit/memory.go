@@ -136,10 +136,7 @@ func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int6
 	// sliding log twice: a denied or peeking step leaves the stored state
 	// as it was (see step), an allowed one is committed, and an existing
 	// counter never lacks room.
-	single := len(hits) == 1
-	for i := range sc.slots {
-		sc.slots[i].load(single)
-	}
+	sc.load(len(hits) == 1)
 
 	sc.apply(hits, decisions, now, false)
 	blocked = Blocked(hits, decisions)

@@ -67,7 +67,7 @@ func (sc *scratch) block(hits []Hit, decisions []Decision, now int64) (write boo
 		}
 		return false
 	case usage < len(hits):
-		sc.reload()
+		sc.load(false)
 		sc.apply(hits, decisions, now, true)
 	}
 	return true
@@ -88,12 +88,10 @@ func countUsage(hits []Hit) int {
 	return n
 }
 
-// reload makes every slot's working state the stored one again.
-func (sc *scratch) reload() {
+// load makes every slot's working state the stored one (slot.load).
+func (sc *scratch) load(shared bool) {
 	for i := range sc.slots {
-		sl := &sc.slots[i]
-		sl.load(false)
-		sl.dirty, sl.ttl = false, 0
+		sc.slots[i].load(shared)
 	}
 }
 
@@ -149,12 +147,13 @@ func growSlot(slots []slot) []slot {
 	return append(slots, slot{st: state{runs: buf}})
 }
 
-// load makes the stored state the working one: a copy, or, if shared, the
-// stored state itself. The shard is locked.
+// load makes the stored state the working one, unwritten: a copy, or, if
+// shared, the stored state itself. The shard is locked.
 func (sl *slot) load(shared bool) {
 	buf := sl.st.runs[:0]
 	e := sl.shard.entries[sl.key]
 	sl.entry, sl.ok, sl.shared = e, e != nil, shared && e != nil
+	sl.dirty, sl.ttl = false, 0
 	switch {
 	case e == nil:
 		sl.st = state{runs: buf}
