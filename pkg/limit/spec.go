@@ -24,14 +24,12 @@ const (
 )
 
 // params declares each parameter once: its name, the algorithms that take
-// it (nil: every one), whether a Spec sets it (for those only some take),
-// what is said when another algorithm is given it, and whether a store may
-// evaluate such a Spec by ignoring the parameter, as Spec's field docs
-// promise for Burst and Precision.
+// it (nil: every one), what is said when another algorithm is given it,
+// and whether a store may evaluate such a Spec by ignoring the parameter,
+// as Spec's field docs promise for Burst and Precision.
 var params = [numParams]struct {
 	name       string
 	algorithms []Algorithm
-	set        func(Spec) bool
 	misplaced  string // format of the algorithm given it and those that take it
 	ignorable  bool
 }{
@@ -39,13 +37,10 @@ var params = [numParams]struct {
 	paramLimit:     {name: "limit"},
 	paramWindow:    {name: "window"},
 	paramBurst: {name: "burst", algorithms: []Algorithm{TokenBucket, LeakyBucket, GCRA},
-		set:       func(s Spec) bool { return s.Burst != 0 },
 		misplaced: "%[1]s has no burst (burst applies to %[2]s)", ignorable: true},
 	paramPrecision: {name: "precision", algorithms: []Algorithm{SlidingWindow},
-		set:       func(s Spec) bool { return s.Precision != 0 },
 		misplaced: "%[1]s has no precision (precision applies to %[2]s)", ignorable: true},
 	paramCalendar: {name: "calendar", algorithms: []Algorithm{FixedWindow},
-		set:       func(s Spec) bool { return s.Calendar != nil },
 		misplaced: "a calendar window needs algorithm %[2]s, not %[1]s"},
 }
 
@@ -136,8 +131,8 @@ func (s Spec) check(why purpose) error {
 	if s.Burst < 0 {
 		add(paramBurst, "negative burst %d", s.Burst)
 	}
-	for p := range numParams {
-		if params[p].set != nil && params[p].set(s) && !s.Algorithm.takes(p) && (why == declaring || !params[p].ignorable) {
+	for _, p := range [...]param{paramBurst, paramPrecision, paramCalendar} {
+		if s.sets(p) && !s.Algorithm.takes(p) && (why == declaring || !params[p].ignorable) {
 			add(p, params[p].misplaced, s.Algorithm, andList(params[p].algorithms))
 		}
 	}
@@ -152,6 +147,19 @@ func (s Spec) check(why purpose) error {
 		return nil
 	}
 	return errs
+}
+
+// sets reports whether s gives the optional parameter p a value.
+func (s Spec) sets(p param) bool {
+	switch p {
+	case paramBurst:
+		return s.Burst != 0
+	case paramPrecision:
+		return s.Precision != 0
+	case paramCalendar:
+		return s.Calendar != nil
+	}
+	return true
 }
 
 // andList writes the algorithms as "a, b and c".
