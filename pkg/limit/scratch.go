@@ -1,7 +1,5 @@
 package limit
 
-import "container/heap"
-
 // scratch is the working memory of one Evaluate call, reused across calls.
 type scratch struct {
 	slots  []slot // a working copy of state per distinct key of the call
@@ -198,8 +196,8 @@ func (sl *slot) store(now int64) {
 	e.expires = now + sl.ttl
 	if e.index < 0 {
 		s.entries[e.key] = e
-		heap.Push(&s.byExpiry, e)
+		s.push(e)
 	} else {
-		heap.Fix(&s.byExpiry, e.index)
+		s.fix(e.index)
 	}
 }
