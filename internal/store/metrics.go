@@ -79,10 +79,10 @@ func (s *Store) memoryMetrics() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "floodgate", Name: "memory_entries",
 			Help: "Counters held by the in-memory store (expired ones dropped), at most -memory-max-entries."},
-			func() float64 { return float64(s.mem.Stats().Entries) }),
+			func() float64 { return float64(s.mem.Len()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "floodgate", Name: "memory_refused_total",
 			Help: "Requests refused because a shard of the in-memory store was full of live counters; answered by the failure policy."},
-			func() float64 { return float64(s.mem.Stats().Refused) }),
+			func() float64 { return float64(s.mem.Refused()) }),
 	}
 }
 

@@ -111,9 +111,8 @@ func (s *Store) Name() string { return s.name }
 func (s *Store) Health() health.Store {
 	switch {
 	case s.mem != nil:
-		st := s.mem.Stats()
 		return health.Store{Name: s.name, Healthy: true, Reached: true,
-			Detail: fmt.Sprintf("counters in this process only: not shared with other instances, lost on restart; %d of at most %d counters", st.Entries, st.Capacity)}
+			Detail: fmt.Sprintf("counters in this process only: not shared with other instances, lost on restart; %d of at most %d counters", s.mem.Len(), s.mem.Cap())}
 	case s.memcache != nil:
 		return s.memcacheHealth()
 	}

@@ -396,7 +396,7 @@ func TestInvalidRequests(t *testing.T) {
 			}
 		})
 	}
-	if n := h.mem.Stats().Entries; n != 0 {
+	if n := h.mem.Len(); n != 0 {
 		t.Errorf("invalid requests left %d counters", n)
 	}
 }
@@ -409,7 +409,7 @@ func TestUnlimitedNeverReachesTheStore(t *testing.T) {
 			t.Fatalf("resp %v, err %v", resp, err)
 		}
 	}
-	if n := h.mem.Stats().Entries; n != 0 {
+	if n := h.mem.Len(); n != 0 {
 		t.Errorf("the store holds %d counters, want 0", n)
 	}
 }
@@ -547,8 +547,8 @@ func TestShadowModeTakesOneStoreCall(t *testing.T) {
 
 // A descriptor's hits_addend can be up to 2^64-1: it reports usage, which
 // is charged though it is beyond the limit (the counter counts up to
-// limit.MaxCount), never wraps into a negative or small cost, and refunds
-// of any size never raise a counter above its limit.
+// limit.Constants().MaxCount), never wraps into a negative or small cost,
+// and refunds of any size never raise a counter above its limit.
 func TestHugeAddendsAndRefunds(t *testing.T) {
 	h := newHarness(t, Options{})
 	call := func(d *rlv3.RateLimitDescriptor) string {

@@ -5,32 +5,43 @@ import (
 	"time"
 )
 
-// The algorithms are pure step functions: one hit against one counter's
-// state at one instant (now, in µs since the Unix epoch). The Lua scripts
-// of package redislimit translate them line by line, so every float
-// expression is written in the order the scripts evaluate it, and every
-// product that is then added to goes through mul. A step gets the stored
-// state and ok (whether there is any) and returns the state after the hit
-// and an outcome; the caller stores the state only when outcome.write is
+// The algorithms are pure step functions, which the Lua scripts translate
+// line by line (see the package doc): every product that is then added to
+// goes through mul. A step gets one counter's state and ok (whether there
+// is any), and writes the state after the hit only when outcome.write is
 // set.
 
-// MaxCount is how far usage charges (Hit.Usage) make a window count past
-// its limit (a fixed window, a sub-window, a sliding log), or twice the
-// limit when that is more. It is twice the largest limit of a rule plus
-// one, so that a fixed window's count fits Redis's layout (below 2^33)
-// and every count stays exact in a float64.
-const MaxCount int64 = 1<<33 - 1
+// The bounds of a debt, which Constants describes. maxCount is twice the
+// largest limit of a rule plus one, so that a fixed window's count fits
+// Redis's layout (below 2^33) and every count stays exact in a float64;
+// every time maxDebt gives stays exact in µs.
+const (
+	maxCount      int64 = 1<<33 - 1
+	maxDebt             = 10 * 365 * 24 * time.Hour
+	maxDebtMicros       = int64(maxDebt / time.Microsecond)
+)
 
-// countCap is the most a window of limit counts (see MaxCount).
-func countCap(limit int64) int64 { return max(MaxCount, min(limit, math.MaxInt64/2)*2) }
+// countCap is the most a window of limit counts: maxCount, or twice the
+// limit when that is more.
+func countCap(limit int64) int64 { return max(maxCount, min(limit, math.MaxInt64/2)*2) }
 
-// MaxDebt is the longest a bucket (TokenBucket, LeakyBucket, GCRA) takes to
-// pay back the usage charges that took it past its limit; a charge beyond
-// is counted up to it. Every time it gives stays exact in µs.
-const MaxDebt = 10 * 365 * 24 * time.Hour
-
-// maxDebtMicros is MaxDebt in µs, as the Lua scripts receive it.
-const maxDebtMicros = int64(MaxDebt / time.Microsecond)
+// Constants returns the numbers the algorithms' arithmetic is written
+// against, which a store evaluating them elsewhere (the Lua scripts of
+// package redislimit) must share to decide as Memory does.
+func Constants() (c struct {
+	// GCRAEpoch is the instant GCRA's arrival times count from, in µs
+	// since the Unix epoch (2024-01-01T00:00:00Z).
+	GCRAEpoch int64
+	// MaxCount is the most a window counts, usage charges past its limit
+	// included, unless twice its limit is more.
+	MaxCount int64
+	// MaxDebt is the longest a bucket takes to pay back the usage charges
+	// that took it past its limit.
+	MaxDebt time.Duration
+}) {
+	c.GCRAEpoch, c.MaxCount, c.MaxDebt = gcraEpoch, maxCount, maxDebt
+	return c
+}
 
 // outcome is what one step decided and what it did to the state, in the
 // units the Lua scripts return: µs and whole hits.
@@ -41,12 +52,11 @@ type outcome struct {
 	debt       int64 // hits past the limit, after the hit
 	resetAfter int64 // µs
 	retryAfter int64 // µs
-	// write reports that the state changed and the returned state must be
+	// write reports that the step changed the state, which must be
 	// stored. Denials and peeks never write.
 	write bool
-	// ttl is, when write is set, the µs until the returned state becomes
-	// equivalent to no state; <= 0 means it already is, and the counter is
-	// deleted instead of stored.
+	// ttl is, when write is set, the µs until the state becomes equivalent
+	// to none; <= 0 deletes the counter.
 	ttl int64
 }
 
@@ -70,11 +80,10 @@ type state struct {
 	runs   runs // SlidingWindow and SlidingLog
 }
 
-// step applies one hit to st at now and returns its outcome; st holds the
-// state after the hit when outcome.write is set. Otherwise st is
-// equivalent to what it was: st.runs may be resliced past entries that no
-// longer count, but the memory it shares with the stored state is left
-// untouched, so that a call of one hit may step on the stored state.
+// step applies one hit to st at now and returns its outcome. When it does
+// not write, st.runs may be resliced past entries that no longer count,
+// but the memory it shares with the stored state is untouched, so that a
+// call of one hit may step on the stored state.
 //
 // A usage hit of cost > 0 that is not a refund is a charge: it consumes
 // whether it fits or not, and is allowed iff it fits; one that does not
@@ -99,29 +108,17 @@ func step(st *state, ok bool, sp *Spec, now, cost int64, refund, usage bool) out
 	switch sp.Algorithm {
 	case FixedWindow:
 		start, end := sp.fixedWindowAt(now)
-		var fixed fixedState
-		if fixed, o = stepFixedWindow(st.fixed, ok, start, end, sp.Limit, now, cost, refund, force); o.write {
-			st.fixed = fixed
-		}
+		o = stepFixedWindow(&st.fixed, ok, start, end, sp.Limit, now, cost, refund, force)
 	case SlidingWindow:
 		st.runs, o = stepSlidingWindow(st.runs, sp.Limit, w, sp.SubWindows(), now, cost, refund, force)
 	case SlidingLog:
 		st.runs, o = stepSlidingLog(st.runs, sp.Limit, w, now, cost, refund, force)
 	case TokenBucket:
-		var b bucketState
-		if b, o = stepTokenBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force); o.write {
-			st.bucket = b
-		}
+		o = stepTokenBucket(&st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force)
 	case LeakyBucket:
-		var b bucketState
-		if b, o = stepLeakyBucket(st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force); o.write {
-			st.bucket = b
-		}
+		o = stepLeakyBucket(&st.bucket, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force)
 	case GCRA:
-		var g gcraState
-		if g, o = stepGCRA(st.gcra, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force); o.write {
-			st.gcra = g
-		}
+		o = stepGCRA(&st.gcra, ok, sp.Limit, w, sp.Capacity(), now, cost, refund, force)
 	}
 	if force && !o.allowed && cost > sp.Capacity() {
 		o.never, o.retryAfter = true, 0
@@ -139,26 +136,14 @@ func firstPass(guess int64, pass func(int64) bool) int64 {
 	guess = max(guess, 1)
 	var lo, hi int64 // !pass(lo) (lo == 0 stands for pass(0), false), pass(hi)
 	if pass(guess) {
-		hi = guess
-		for step := int64(1); ; step *= 2 {
-			lo = guess - step
-			if lo < 1 {
-				lo = 0
-				break
-			}
-			if !pass(lo) {
-				break
-			}
-			hi = lo
+		lo, hi = guess-1, guess
+		for step := int64(1); lo > 0 && pass(lo); step *= 2 {
+			lo, hi = max(0, lo-step), lo
 		}
 	} else {
-		lo = guess
-		for step := int64(1); ; step *= 2 {
-			hi = guess + step
-			if pass(hi) {
-				break
-			}
-			lo = hi
+		lo, hi = guess, guess+1
+		for step := int64(2); !pass(hi); step *= 2 {
+			lo, hi = hi, hi+step
 		}
 	}
 	for hi-lo > 1 {

@@ -10,16 +10,14 @@ type bucketState struct {
 }
 
 // settleMicros returns ceil(gap/r): the µs a bucket drifting at r per µs
-// needs to cross gap, to fill up (token bucket) or to drain (leaky bucket).
-// It is the bucket's ResetAfter and TTL, and a stored bucket is read as
-// settled (full, or empty) once that long has passed since ts, whatever the
-// float sum would give: otherwise rounding can leave it one ulp short of
-// settled at the instant its key expires, and expiry would change a decision.
+// needs to fill up (token bucket) or drain (leaky bucket). It is the
+// bucket's ResetAfter and TTL, and a bucket is read as settled once that
+// long has passed since ts, whatever the float sum gives, so that rounding
+// cannot leave it an ulp short of settled when its key expires.
 func settleMicros(gap, r float64) int64 { return ceilMicros(gap / r) }
 
-// tokensAt returns a token bucket's tokens at now: b if the bucket has
-// settled (full) since st.ts, else min(b, tokens + (now − ts)·r). It is
-// monotone in now.
+// tokensAt returns a token bucket's tokens at now: b once settled, else
+// min(b, tokens + (now − ts)·r). It is monotone in now.
 func tokensAt(st bucketState, now int64, r, fb float64) float64 {
 	if elapsed := now - st.ts; elapsed < settleMicros(fb-st.value, r) {
 		return math.Min(fb, st.value+mul(float64(elapsed), r))
@@ -27,9 +25,8 @@ func tokensAt(st bucketState, now int64, r, fb float64) float64 {
 	return fb
 }
 
-// levelAt returns a leaky bucket's level at now: 0 if the bucket has
-// settled (empty) since st.ts, else max(0, level − (now − ts)·r). It is
-// monotone in now.
+// levelAt returns a leaky bucket's level at now: 0 once settled, else
+// max(0, level − (now − ts)·r). It is monotone in now.
 func levelAt(st bucketState, now int64, r float64) float64 {
 	if elapsed := now - st.ts; elapsed < settleMicros(st.value, r) {
 		return math.Max(0, st.value-mul(float64(elapsed), r))
@@ -38,18 +35,17 @@ func levelAt(st bucketState, now int64, r float64) float64 {
 }
 
 // stepTokenBucket refills limit tokens per w continuously, up to b, and
-// takes cost tokens per hit. With r = float(limit)/float(w) tokens per µs,
-// and tokens and ts stored (b and now when there is no state), the tokens
-// now are t0 = tokensAt(...): b once the bucket has settled, else
-// min(b, tokens + (now − ts)·r). A hit is allowed iff t0 >= cost. A denied
-// hit's RetryAfter is the first µs at which the same t0 reaches cost,
-// found by asking that very predicate (firstPass), since the float
-// quotient ceil((cost − t0)/r) can miss it by one. A refund writes only if
-// the state changes. A charge that does not fit takes its tokens into
-// debt, never below min(t0, −MaxDebt·r).
-func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
+// takes cost tokens per hit. With r = float(limit)/float(w) tokens per µs
+// and tokens and ts stored (b and now when there is no state), a hit is
+// allowed iff t0 = tokensAt(now) >= cost. A denied hit's RetryAfter is the
+// first µs at which t0 reaches cost, found by asking that very predicate
+// (firstPass), since ceil((cost − t0)/r) can miss it by one. A refund
+// writes only if the state changes. A charge that does not fit takes its
+// tokens into debt, never below min(t0, −maxDebt·r).
+func stepTokenBucket(stored *bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)
+	st := *stored
 	if !ok {
 		st = bucketState{value: fb, ts: now}
 	}
@@ -77,20 +73,23 @@ func stepTokenBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 	o.remaining, o.debt = max(0, int64(math.Floor(ta))), max(0, int64(math.Ceil(-ta)))
 	o.resetAfter = settleMicros(fb-ta, r)
 	o.ttl = o.resetAfter
-	return bucketState{value: ta, ts: now}, o
+	if o.write {
+		*stored = bucketState{value: ta, ts: now}
+	}
+	return o
 }
 
 // stepLeakyBucket is a meter draining limit per w continuously; a hit adds
 // cost and passes while the level stays <= b. With r as for the token
-// bucket, and level and ts stored (0 and now when there is no state), the
-// level now is l0 = levelAt(...): 0 once the bucket has settled, else
-// max(0, level − (now − ts)·r). A hit is allowed iff l0 + cost <= b; its
-// RetryAfter is found as the token bucket's. A refund writes only if the
-// state changes. A charge that does not fit adds its cost past b, up to
-// max(l0, b + MaxDebt·r).
-func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) (bucketState, outcome) {
+// bucket and level and ts stored (0 and now when there is no state), a hit
+// is allowed iff l0 + cost <= b, l0 = levelAt(now); its RetryAfter is
+// found as the token bucket's. A refund writes only if the state changes.
+// A charge that does not fit adds its cost past b, up to
+// max(l0, b + maxDebt·r).
+func stepLeakyBucket(stored *bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)
+	st := *stored
 	if !ok {
 		st = bucketState{value: 0, ts: now}
 	}
@@ -118,5 +117,8 @@ func stepLeakyBucket(st bucketState, ok bool, limit, w, b, now, cost int64, refu
 	o.remaining, o.debt = max(0, int64(math.Floor(fb-la))), max(0, int64(math.Ceil(la-fb)))
 	o.resetAfter = settleMicros(la, r)
 	o.ttl = o.resetAfter
-	return bucketState{value: la, ts: now}, o
+	if o.write {
+		*stored = bucketState{value: la, ts: now}
+	}
+	return o
 }

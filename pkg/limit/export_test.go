@@ -25,3 +25,14 @@ var (
 	ErrInvalidMode  = errInvalidMode
 	ErrNegativeCost = errNegativeCost
 )
+
+// MemoryStats is what the tests check of a Memory's use.
+type MemoryStats struct {
+	Entries, Capacity int
+	Refused, Expired  int64
+}
+
+func (m *Memory) Stats() MemoryStats {
+	entries, expired := m.count()
+	return MemoryStats{Entries: entries, Capacity: m.Cap(), Refused: m.Refused(), Expired: expired}
+}

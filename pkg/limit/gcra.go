@@ -2,16 +2,14 @@ package limit
 
 import "math"
 
-// GCRAEpoch is the instant GCRA's arrival times are measured from, in µs
-// since the Unix epoch: 2024-01-01T00:00:00Z; the Redis script subtracts
-// the same constant. Small times keep an arrival time, a count of grid
-// units of at most 1 µs, an exact integer in a float64 for a century.
-const GCRAEpoch int64 = 1704067200000000
+// gcraEpoch is the instant GCRA's arrival times count from, in µs since
+// the Unix epoch (2024-01-01T00:00:00Z): from it, an arrival time in grid
+// units of at most 1 µs stays an exact integer in a float64 for a century.
+const gcraEpoch int64 = 1704067200000000
 
 // gcraState is GCRA's stored state: the theoretical arrival time tat, in
-// grid units since GCRAEpoch, and the Limit it was written with, which
-// fixes the size of those units, so that a counter whose Limit changes (a
-// reload) carries its outstanding time over instead of misreading it.
+// grid units since gcraEpoch, and the Limit that fixed the size of those
+// units, so that a counter whose Limit changes carries its time over.
 type gcraState struct {
 	tat   float64
 	limit int64
@@ -32,12 +30,12 @@ func gcraGrid(limit, w int64) (period, s float64) {
 	return period, math.Ldexp(1, max(e, 0))
 }
 
-// gcraUnits returns floor(m·s/T): the grid units since GCRAEpoch at m µs
-// since GCRAEpoch. It is monotone in m.
+// gcraUnits returns floor(m·s/T), the grid units at m µs since gcraEpoch.
+// It is monotone in m.
 func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period) }
 
 // stepGCRA keeps one theoretical arrival time on that grid. With
-// n = now − GCRAEpoch and u(m) = floor(m·s/T) the units at m µs:
+// n = now − gcraEpoch and u(m) = floor(m·s/T) the units at m µs:
 //
 //	nu = u(n)
 //	tat = stored (carried over from another limit by gcraCarry), or nu
@@ -48,20 +46,19 @@ func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period)
 // which u reaches the arrival time after the hit, and a denied hit's
 // RetryAfter the first at which it reaches nt − tau. A refund writes only
 // if the state changes; a charge that does not fit moves the arrival time
-// to min(nt, max(t0, nu + tau + u(MaxDebt))).
-//
-// So B hits at one instant pass, exactly, whatever L and W. (An arrival
-// time in µs rounds each step of W/L µs to the float grid near now, and a
-// burst of B then sometimes admits only B − 1.)
-func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund, force bool) (gcraState, outcome) {
+// to min(nt, max(t0, nu + tau + u(maxDebt))).
+// So B hits at one instant pass, exactly, whatever L and W, where an
+// arrival time in µs would round each step of W/L µs and sometimes admit
+// only B − 1.
+func stepGCRA(st *gcraState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	period, s := gcraGrid(limit, w)
-	n := float64(now - GCRAEpoch)
+	n := float64(now - gcraEpoch)
 	nu := gcraUnits(n, period, s)
 	tat := nu
 	if ok {
 		tat = st.tat
 		if st.limit != limit {
-			tat = gcraCarry(st, w, n, nu, period, s)
+			tat = gcraCarry(*st, w, n, nu, period, s)
 		}
 	}
 	t0 := math.Max(tat, nu)
@@ -93,7 +90,10 @@ func stepGCRA(st gcraState, ok bool, limit, w, b, now, cost int64, refund, force
 		o.resetAfter = gcraReach(after, n, period, s)
 	}
 	o.ttl = o.resetAfter
-	return gcraState{tat: after, limit: limit}, o
+	if o.write {
+		*st = gcraState{tat: after, limit: limit}
+	}
+	return o
 }
 
 // gcraCarry converts a tat stored under another limit to this limit's

@@ -20,16 +20,16 @@
 //     (Spec.Capacity) can never pass: it is denied with Decision.Never.
 //   - A refund (Hit.Refund) gives its cost back, never beyond the
 //     capacity, and is always allowed.
-//   - The hits of one call decide together, all or nothing: if the call is
-//     blocked (Blocked), no counter changes but by its usage hits.
 //   - Debt after a charge: a usage hit (Hit.Usage) reports what was
 //     already used, and is consumed even when it does not fit, taking its
 //     counter past the limit; Decision.Debt says by how much. A window
-//     counts the excess (up to MaxCount) until those hits leave it; a
-//     bucket pays it back at its rate (for at most MaxDebt). A debt lets
-//     no later hit pass sooner than it would have without the charge.
-//   - Concurrency: every Limiter is safe for concurrent use, and a call is
-//     atomic: no other call sees its counters half changed.
+//     counts the excess (up to Constants().MaxCount) until those hits
+//     leave it; a bucket pays it back at its rate (for at most
+//     Constants().MaxDebt, 10 years). A debt lets no later hit pass
+//     sooner than it would have without the charge.
+//   - The hits of one call decide together (Limiter), all or nothing: no
+//     other call sees its counters half changed. Every Limiter is safe for
+//     concurrent use.
 //
 // Every algorithm works on integer microseconds since the Unix epoch and
 // computes fractions in float64 in the order the Lua scripts of package
@@ -41,6 +41,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -48,8 +49,9 @@ import (
 // FixedWindow, the behaviour of envoyproxy/ratelimit.
 type Algorithm uint8
 
-// The algorithms. Each one's exact arithmetic is documented on its step
-// function (stepFixedWindow, ...), which the Lua scripts mirror.
+// The algorithms, numbered from 0 to GCRA: for a := range GCRA + 1 visits
+// each. Their exact arithmetic is documented on their step functions
+// (stepFixedWindow, ...), which the Lua scripts mirror.
 const (
 	// FixedWindow counts hits in [k·W, (k+1)·W) (or a calendar window) and
 	// allows a hit when count + cost <= Limit.
@@ -95,15 +97,6 @@ func (a Algorithm) String() string {
 // HasBurst reports whether the algorithm takes a Burst (a bucket capacity).
 func (a Algorithm) HasBurst() bool { return a.takes(paramBurst) }
 
-// Algorithms returns every algorithm, in the order of their constants.
-func Algorithms() []Algorithm {
-	out := make([]Algorithm, numAlgorithms)
-	for i := range out {
-		out[i] = Algorithm(i)
-	}
-	return out
-}
-
 // UnmarshalText sets a to the algorithm with the given rule-file name, such
 // as "token_bucket". It returns an error naming the valid names, and
 // leaves a as it was, when there is none.
@@ -114,7 +107,9 @@ func (a *Algorithm) UnmarshalText(name []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra)", name)
+	last := len(algorithmNames) - 1
+	want := strings.Join(algorithmNames[:last], ", ") + " or " + algorithmNames[last]
+	return fmt.Errorf("unknown algorithm %q (want %s)", name, want)
 }
 
 // Spec is one limit's parameters. Specs compare with ==. The zero value is
@@ -133,11 +128,11 @@ type Spec struct {
 	Burst int64
 	// Precision is a SlidingWindow's number of sub-windows. Zero means 1.
 	Precision int
-	// Calendar, when not nil, makes a FixedWindow follow the calendar of
+	// Calendar, when not nil, makes a FixedWindow follow the wall clock of
 	// that time zone instead of starting at multiples of Window since the
-	// epoch: a day starts at local midnight, a week on Monday at midnight,
-	// a month on the 1st, a year on January 1st. Daylight saving changes
-	// make some days 23 or 25 hours long; the window follows the wall clock.
+	// epoch: a day starts at local midnight (and lasts 23 or 25 hours when
+	// daylight saving changes), a week on Monday, a month on the 1st, a
+	// year on January 1st.
 	Calendar *time.Location
 }
 
@@ -154,15 +149,9 @@ func (s Spec) Capacity() int64 {
 func (s Spec) WindowMicros() int64 { return s.Window.Microseconds() }
 
 // SubWindows returns the number of sub-windows, treating zero as 1.
-func (s Spec) SubWindows() int64 {
-	if s.Precision < 1 {
-		return 1
-	}
-	return int64(s.Precision)
-}
+func (s Spec) SubWindows() int64 { return int64(max(s.Precision, 1)) }
 
-// Hit asks a limit to admit one request of a given cost against one
-// counter.
+// Hit asks a limit to admit one request of a given cost against one counter.
 type Hit struct {
 	// Key names the counter: hits with equal Keys share it. A counter
 	// whose Spec changes needs a new Key, since its state is read as the
@@ -175,11 +164,11 @@ type Hit struct {
 	// Refund gives Cost back instead of taking it (Envoy's
 	// is_negative_hits).
 	Refund bool
-	// Usage marks a report of what was used (tokens, bytes), made when a
-	// response ends: it is decided like any hit, and applied whatever the
-	// decision and the call's verdict (see the package doc on debt). A
-	// charge that does not fit is denied, with the RetryAfter of the same
-	// hit on the state it left.
+	// Usage marks a report of what was used (tokens, bytes) when a
+	// response ends: it is decided like any hit and applied whatever the
+	// decision and the call's verdict (see the package doc on debt); one
+	// that does not fit is denied, with the RetryAfter of the same hit on
+	// the state it left.
 	Usage bool
 	// Mode says what the hit's denial does to its call.
 	Mode Mode
@@ -187,8 +176,8 @@ type Hit struct {
 	Group uint32
 }
 
-// Mode says how a hit's denial bears on the rest of its Evaluate call
-// (see Blocked). The zero value is Enforce.
+// Mode says how a hit's denial bears on the rest of its Evaluate call.
+// The zero value is Enforce.
 type Mode uint8
 
 const (
@@ -196,14 +185,13 @@ const (
 	// refund).
 	Enforce Mode = iota
 	// Advisory: the hit is decided and counted like any other, but its
-	// denial blocks nothing: limits that report and never reject (shadow
-	// mode).
+	// denial blocks nothing (shadow mode).
 	Advisory
-	// Quota: the hit belongs to a quota, the Quota hits of its call with
-	// the same Group, which is over when any of them is denied (a look,
-	// cost 0, is denied when the limit is already exceeded). The call is
-	// blocked when every quota of the call is over; otherwise it consumes
-	// its allowed hits, and the denied ones write nothing.
+	// Quota: the hit belongs to the quota of the Quota hits of its call
+	// with the same Group, which is over when any of them is denied (a
+	// look, cost 0, is denied when the limit is already exceeded). The
+	// call is blocked when every quota is over; otherwise it consumes its
+	// allowed hits, and the denied ones write nothing.
 	Quota
 
 	numModes
@@ -220,22 +208,17 @@ func (m Mode) String() string {
 }
 
 // Blocked reports whether decisions, the decisions for hits, block their
-// Evaluate call: an Enforce hit of cost > 0, not a refund, is denied; or
-// the call has Quota hits and every quota has a denied hit. Every Limiter
-// applies this rule once, before it writes anything, and returns the
-// verdict from Evaluate. len(decisions) must be at least len(hits).
+// Evaluate call, as the Modes say. Every Limiter applies this rule once,
+// before it writes anything, and returns the verdict from Evaluate.
+// len(decisions) must be at least len(hits).
 func Blocked(hits []Hit, decisions []Decision) bool {
 	quota := false
 	for i := range hits {
-		h, d := &hits[i], &decisions[i]
-		switch h.Mode {
-		case Enforce:
-			if !d.Allowed && h.Cost > 0 && !h.Refund {
-				return true
-			}
-		case Quota:
-			quota = true
+		h := &hits[i]
+		if h.Mode == Enforce && !decisions[i].Allowed && h.Cost > 0 && !h.Refund {
+			return true
 		}
+		quota = quota || h.Mode == Quota
 	}
 	if !quota {
 		return false
@@ -243,49 +226,45 @@ func Blocked(hits []Hit, decisions []Decision) bool {
 	// Every quota is over when each allowed Quota hit has a denied one in
 	// its group. Calls have few hits: a scan beats a map.
 	for i := range hits {
-		if hits[i].Mode != Quota || !decisions[i].Allowed {
-			continue
-		}
-		over := false
-		for j := range hits {
-			if hits[j].Mode == Quota && hits[j].Group == hits[i].Group && !decisions[j].Allowed {
-				over = true
-				break
-			}
-		}
-		if !over {
+		if hits[i].Mode == Quota && decisions[i].Allowed && !quotaOver(hits, decisions, hits[i].Group) {
 			return false
 		}
 	}
 	return true
 }
 
-// Limiter decides the hits of one request together. Its implementations
-// (Memory, redislimit.Limiter, the Memcached store, the deny cache) say
-// only where they differ from this contract.
+// quotaOver reports whether a Quota hit of group is denied.
+func quotaOver(hits []Hit, decisions []Decision, group uint32) bool {
+	for i := range hits {
+		if hits[i].Mode == Quota && hits[i].Group == group && !decisions[i].Allowed {
+			return true
+		}
+	}
+	return false
+}
+
+// Limiter decides the hits of one request together, as the package doc
+// says. Its implementations (Memory, redislimit.Limiter, the Memcached
+// store, the deny cache) say only where they differ.
 //
 // Evaluate sets decisions[i] to the decision for hits[i], deciding every
-// hit at one instant of the store's clock, and reports whether the call
-// was blocked (Blocked):
+// hit at one instant of the store's clock and in order, so that a later
+// hit on a Key sees an earlier one's consumption, and reports whether the
+// call was blocked (Blocked). A call that is not blocked consumes every
+// allowed hit and applies every refund. A blocked call applies only its
+// usage hits, in order, as if they were its only hits; its other allowed
+// hits then report what a look (cost 0) sees after them.
 //
-//   - Hits apply in order, so a later hit on a Key sees an earlier one's
-//     consumption.
-//   - A call that is not blocked consumes every allowed hit and applies
-//     every refund. A blocked call changes nothing but by its usage hits,
-//     applied in order as if they were the call's only hits; its other
-//     allowed hits then report what a look (cost 0) sees after them.
-//   - The call is atomic: no other call sees a counter in between.
-//   - An error means nothing was decided nor consumed (a store spread over
-//     several servers that cannot promise this says so), and blocked is
-//     false. An invalid hit is an error naming its index and wrapping
-//     ErrInvalidSpec (Hit.Validate), as is len(decisions) != len(hits); a
-//     store's failure wraps its package's sentinel (such as
-//     redislimit.ErrStore), and ErrCircuitOpen when the store was not
-//     asked because it failed recently.
+// An error means nothing was decided nor consumed (a store spread over
+// several servers that cannot promise this says so), and blocked is
+// false. An invalid hit is an error naming its index and wrapping
+// ErrInvalidSpec (Hit.Validate), as is len(decisions) != len(hits); a
+// store's failure wraps its package's sentinel (such as
+// redislimit.ErrStore), and ErrCircuitOpen when the store was not asked
+// because it failed recently.
 //
-// Implementations are safe for concurrent use. The stores also have
-// Reset(ctx, key, spec), which forgets a counter so that an operator can
-// unblock a client; it is not part of this contract.
+// The stores also have Reset(ctx, key, spec), which forgets a counter so
+// that an operator can unblock a client; it is not part of this contract.
 type Limiter interface {
 	Evaluate(ctx context.Context, hits []Hit, decisions []Decision) (blocked bool, err error)
 }
@@ -295,7 +274,7 @@ type Limiter interface {
 // parameter the algorithm ignores, a costly sliding log), its Cost is not
 // negative and its Mode is known. The error wraps ErrInvalidSpec.
 func (h Hit) Validate() error {
-	if err := h.Spec.check(evaluating).err(); err != nil {
+	if err := h.Spec.check(evaluating); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	if h.Cost < 0 {
@@ -307,38 +286,27 @@ func (h Hit) Validate() error {
 	return nil
 }
 
-// Errors of Hit.Validate, so that callers tell bad input from a store
-// failure (errors.Is).
-var (
-	// ErrInvalidSpec is wrapped by every error of Hit.Validate: a Spec it
-	// rejects, a negative Cost or an unknown Mode.
-	ErrInvalidSpec = errors.New("invalid limit spec")
+// ErrInvalidSpec is wrapped by every error of Hit.Validate (a Spec it
+// rejects, a negative Cost or an unknown Mode), so that callers tell bad
+// input from a store failure.
+var ErrInvalidSpec = errors.New("invalid limit spec")
 
-	errNegativeCost = &hitError{"negative cost"}
-	errInvalidMode  = &hitError{"unknown hit mode"}
+// hitError is a problem of a Hit other than its Spec's, and an
+// ErrInvalidSpec too.
+type hitError string
+
+const (
+	errNegativeCost hitError = "negative cost"
+	errInvalidMode  hitError = "unknown hit mode"
 )
 
-// hitError is a problem of a Hit other than its Spec's. It is an
-// ErrInvalidSpec too, so that one errors.Is tells any bad input from a
-// store failure.
-type hitError struct{ msg string }
-
-func (e *hitError) Error() string        { return e.msg }
-func (e *hitError) Is(target error) bool { return target == ErrInvalidSpec }
+func (e hitError) Error() string        { return string(e) }
+func (e hitError) Is(target error) bool { return target == ErrInvalidSpec }
 
 // DefaultDeadline is how long a store's Evaluate may take when its options
 // set none; past it, the caller's failure policy answers. A store bounds
 // its own calls: its callers set no timer.
 const DefaultDeadline = 50 * time.Millisecond
-
-// Bound returns ctx cut d from now, unless ctx ends sooner: then ctx
-// itself, without a timer. The CancelFunc must be called.
-func Bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
-}
 
 // ErrCircuitOpen is wrapped by the error of a call that did not ask its
 // store because a circuit breaker is open after recent failures, so that

@@ -12,18 +12,9 @@ import (
 	"time"
 )
 
-// defaultMaxEntries is the number of counters a Memory holds when
-// MemoryOptions.MaxEntries is 0.
-const defaultMaxEntries = 1 << 20
-
 // ErrFull reports that a Memory refused a call, changing nothing, because
-// a counter it needed to create would not fit (see Memory). Callers answer
-// it by the failure policy, as a failed store.
+// a counter it needed to create would not fit (see Memory).
 var ErrFull = errors.New("memory store full")
-
-// refusalLogInterval is the least time between two warnings a Memory logs
-// about refused calls (see MemoryOptions.Logger), on its clock.
-const refusalLogInterval = 10 * time.Second
 
 // MemoryOptions configures a Memory. The zero value is usable.
 type MemoryOptions struct {
@@ -38,43 +29,31 @@ type MemoryOptions struct {
 	Logger *slog.Logger
 }
 
-// MemoryStats describes a Memory's use, for metrics and logs.
-type MemoryStats struct {
-	// Entries is the number of counters held, expired ones dropped.
-	Entries int
-	// Capacity is MaxEntries: the most counters held.
-	Capacity int
-	// Refused counts the calls refused with ErrFull since NewMemory.
-	Refused int64
-	// Expired counts the counters dropped since NewMemory because their
-	// state had become equivalent to none.
-	Expired int64
-}
-
-// maxShards is the most locked parts of a Memory: the shards of one call
-// fit in a uint64 mask.
-const maxShards = 64
-
-// minShardEntries is the least share of MaxEntries per shard when there
-// are several. A shard refuses new counters when its share is live, even
-// if others have room, and keys spread by a hash fill large shards nearly
-// evenly but tiny ones not (docs/benchmarks.md, pkg/limit). Below 2048
-// entries there is one shard, and MaxEntries is an exact bound.
-const minShardEntries = 1024
+// A Memory has up to maxShards shards, so that the shards of one call fit
+// in a uint64 mask, each of at least minShardEntries counters: a shard
+// refuses new counters when its share is live, even if others have room,
+// and a hash fills large shards nearly evenly but tiny ones not
+// (docs/benchmarks.md, pkg/limit). Below 2048 entries there is one shard,
+// and MaxEntries is an exact bound.
+const (
+	maxShards          = 64
+	minShardEntries    = 1024
+	defaultMaxEntries  = 1 << 20          // when MemoryOptions.MaxEntries is 0
+	refusalLogInterval = 10 * time.Second // see MemoryOptions.Logger
+)
 
 // Memory is the Limiter that keeps its counters in process memory: the
 // store of a server without Redis, and the oracle the Redis scripts are
-// tested against. It is safe for concurrent use: a call locks only the
-// shards of its keys, in ascending order.
+// tested against. A call locks only the shards of its keys.
 //
 // A counter expires at the instant its state becomes equivalent to no
 // state (the end of a fixed window, a full bucket), so expiry never
-// changes a decision. Memory never forgets a counter that has not
-// expired, which would admit more than its limit: the counters are spread
-// over up to 64 shards by a hash of the key, each holding its share of
-// MaxEntries, and a call that would create a counter in a shard full of
-// live ones is refused with an error wrapping ErrFull. Since keys hash
-// unevenly, that may happen a little before MaxEntries counters are held.
+// changes a decision. Memory never forgets a live counter, which would
+// admit more than its limit: the counters are spread over up to 64 shards
+// by a hash of the key, each holding its share of MaxEntries, and a call
+// that would create a counter in a full shard is refused with an error
+// wrapping ErrFull, which may happen a little before MaxEntries counters
+// are held.
 type Memory struct {
 	now       func() time.Time
 	shards    []shard
@@ -82,38 +61,31 @@ type Memory struct {
 	pool      sync.Pool // of *scratch
 	capacity  int       // MaxEntries
 	refused   atomic.Int64
-	log       refusalLog
-}
 
-// refusalLog rate-limits the warnings about refused calls.
-type refusalLog struct {
-	logger *slog.Logger
-	next   atomic.Int64 // µs: no warning before then
-	mu     sync.Mutex
-	logged int64 // refusals counted by the warnings so far
+	// The warnings about refused calls.
+	logger  *slog.Logger
+	logMu   sync.Mutex   // held to write logNext and logged
+	logNext atomic.Int64 // µs: no warning before then
+	logged  int64        // refusals counted by the warnings so far
 }
 
 // NewMemory returns an empty Memory.
 func NewMemory(opts MemoryOptions) *Memory {
-	m := &Memory{now: opts.Now}
+	m := &Memory{now: opts.Now, logger: opts.Logger}
 	if m.now == nil {
 		m.now = time.Now
 	}
-	m.log.logger = opts.Logger
-	m.log.next.Store(math.MinInt64) // the first refusal is logged
-	maxEntries := opts.MaxEntries
-	if maxEntries <= 0 {
-		maxEntries = defaultMaxEntries
+	m.logNext.Store(math.MinInt64) // the first refusal is logged
+	m.capacity = opts.MaxEntries
+	if m.capacity <= 0 {
+		m.capacity = defaultMaxEntries
 	}
-	m.capacity = maxEntries
-	// As many shards as possible (a power of 2), each holding at least
-	// minShardEntries counters.
-	m.shardBits = bits.Len(uint(max(1, min(maxEntries/minShardEntries, maxShards)))) - 1
+	// As many shards as possible (a power of 2), MaxEntries spread exactly.
+	m.shardBits = bits.Len(uint(max(1, min(m.capacity/minShardEntries, maxShards)))) - 1
 	m.shards = make([]shard, 1<<m.shardBits)
 	for i := range m.shards {
-		// Spread MaxEntries exactly.
-		m.shards[i].capacity = maxEntries / len(m.shards)
-		if i < maxEntries%len(m.shards) {
+		m.shards[i].capacity = m.capacity / len(m.shards)
+		if i < m.capacity%len(m.shards) {
 			m.shards[i].capacity++
 		}
 		m.shards[i].entries = make(map[string]*entry)
@@ -155,21 +127,16 @@ func (m *Memory) decide(sc *scratch, hits []Hit, decisions []Decision) (now int6
 	locked := m.lock(sc, hits)
 	defer m.unlock(sc, locked)
 
-	// Expired counters go first, so that a shard is full only of live
-	// ones.
+	// Expired counters go first: a shard is full only of live ones.
 	now = m.now().UnixMicro()
 	for set := locked; set != 0; set &= set - 1 {
 		m.shards[bits.TrailingZeros64(set)].expire(now)
 	}
-	// A call of one hit needs no working copy: a denied or peeking step
-	// leaves the stored state as it was (see step), and an allowed one is
-	// committed. This spares copying a long sliding log twice per call.
-	// Such a shared state is an existing counter's, which never lacks room,
-	// so a refused call leaves it as it was too.
-	single := len(hits) == 1
-	for i := range sc.slots {
-		sc.slots[i].load(single)
-	}
+	// A call of one hit needs no working copy, which spares copying a long
+	// sliding log twice: a denied or peeking step leaves the stored state
+	// as it was (see step), an allowed one is committed, and an existing
+	// counter never lacks room.
+	sc.load(len(hits) == 1)
 
 	sc.apply(hits, decisions, now, false)
 	blocked = Blocked(hits, decisions)
@@ -230,16 +197,17 @@ func (m *Memory) unlock(sc *scratch, locked uint64) {
 func (m *Memory) refuse(now int64, i int) error {
 	total := m.refused.Add(1)
 	capacity := m.shards[i].capacity // constant: readable without the lock
-	if l := &m.log; l.logger != nil && now >= l.next.Load() {
-		l.mu.Lock()
+	if m.logger != nil && now >= m.logNext.Load() {
+		m.logMu.Lock()
 		since := int64(0)
-		if now >= l.next.Load() {
-			l.next.Store(now + refusalLogInterval.Microseconds())
-			since, l.logged = max(total, l.logged)-l.logged, max(total, l.logged)
+		if now >= m.logNext.Load() {
+			m.logNext.Store(now + refusalLogInterval.Microseconds())
+			since = max(total, m.logged) - m.logged
+			m.logged += since
 		}
-		l.mu.Unlock()
+		m.logMu.Unlock()
 		if since > 0 {
-			l.logger.Warn("in-memory store full: refusing calls that need a new counter; the failure policy answers them",
+			m.logger.Warn("in-memory store full: refusing calls that need a new counter; the failure policy answers them",
 				"refused", since, "refused_total", total, "shard", i, "shard_capacity", capacity,
 				"max_entries", m.capacity)
 		}
@@ -265,19 +233,33 @@ func (m *Memory) Reset(ctx context.Context, key string, _ Spec) error {
 	return nil
 }
 
-// Stats returns counts of m's use, after dropping expired counters. It
-// locks one shard at a time, so under concurrent calls the counts are not
-// of one instant.
-func (m *Memory) Stats() MemoryStats {
+// Len returns the number of counters m holds, after dropping expired
+// ones. It locks one shard at a time, so under concurrent calls the count
+// is not of one instant.
+func (m *Memory) Len() int {
+	n, _ := m.count()
+	return n
+}
+
+// Cap returns the most counters m holds: MemoryOptions.MaxEntries, or its
+// default.
+func (m *Memory) Cap() int { return m.capacity }
+
+// Refused returns the number of calls refused with ErrFull since
+// NewMemory.
+func (m *Memory) Refused() int64 { return m.refused.Load() }
+
+// count drops the expired counters, and returns the number held and the
+// number dropped since NewMemory.
+func (m *Memory) count() (entries int, expired int64) {
 	now := m.now().UnixMicro()
-	st := MemoryStats{Capacity: m.capacity, Refused: m.refused.Load()}
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
 		s.expire(now)
-		st.Entries += len(s.entries)
-		st.Expired += s.expired
+		entries += len(s.entries)
+		expired += s.expired
 		s.mu.Unlock()
 	}
-	return st
+	return entries, expired
 }

@@ -1,5 +1,7 @@
 package limit
 
+import "slices"
+
 // run is n hits recorded at one position: a sub-window index for
 // SlidingWindow, a time in µs for SlidingLog.
 type run struct{ at, n int64 }
@@ -34,10 +36,7 @@ func (rs runs) add(at, n int64) runs {
 		rs[i-1].n += n
 		return rs
 	}
-	rs = append(rs, run{})
-	copy(rs[i+1:], rs[i:])
-	rs[i] = run{at: at, n: n}
-	return rs
+	return slices.Insert(rs, i, run{at: at, n: n})
 }
 
 // addUpTo records up to n more hits at position at, leaving at most most

@@ -2,10 +2,8 @@ package limit
 
 // scratch is the working memory of one Evaluate call, reused across calls.
 type scratch struct {
-	// slots holds one working copy of state per distinct key of the call.
-	slots []slot
-	// slotOf[i] is the index in slots of hits[i]'s key.
-	slotOf []int
+	slots  []slot // a working copy of state per distinct key of the call
+	slotOf []int  // slotOf[i] is the index in slots of hits[i]'s key
 }
 
 // slot is the working copy of one counter during a call.
@@ -17,7 +15,7 @@ type slot struct {
 	st    state
 	// shared reports that st.runs is the entry's own, not a copy.
 	shared bool
-	dirty  bool  // whether a hit wrote the working state
+	dirty  bool  // a hit wrote the working state
 	ttl    int64 // of the last write
 }
 
@@ -49,10 +47,9 @@ func (sc *scratch) apply(hits []Hit, decisions []Decision, now int64, usageOnly 
 }
 
 // block applies a blocked call's usage hits, which change their counters
-// whatever the verdict, and nothing else. When the call has none, every
-// allowed hit reports a look at the stored state, and block returns false:
-// there is nothing to store. When it has others too, the usage hits are
-// applied again, alone, from the stored state.
+// whatever the verdict, and nothing else, again from the stored state when
+// the call has other hits too. When it has none, every allowed hit reports
+// a look at the stored state, and block returns false: nothing to store.
 func (sc *scratch) block(hits []Hit, decisions []Decision, now int64) (write bool) {
 	switch usage := countUsage(hits); {
 	case usage == 0:
@@ -68,7 +65,7 @@ func (sc *scratch) block(hits []Hit, decisions []Decision, now int64) (write boo
 		}
 		return false
 	case usage < len(hits):
-		sc.reload()
+		sc.load(false)
 		sc.apply(hits, decisions, now, true)
 	}
 	return true
@@ -89,13 +86,10 @@ func countUsage(hits []Hit) int {
 	return n
 }
 
-// reload makes every slot's working state the stored one again, as before
-// the call's first hit.
-func (sc *scratch) reload() {
+// load makes every slot's working state the stored one (slot.load).
+func (sc *scratch) load(shared bool) {
 	for i := range sc.slots {
-		sl := &sc.slots[i]
-		sl.load(false)
-		sl.dirty, sl.ttl = false, 0
+		sc.slots[i].load(shared)
 	}
 }
 
@@ -144,21 +138,20 @@ func (sc *scratch) slotFor(earlier []Hit, key string) int {
 // growSlot appends a slot to slots, reusing the runs buffer a previous call
 // left in that position.
 func growSlot(slots []slot) []slot {
-	if len(slots) < cap(slots) {
-		slots = slots[:len(slots)+1]
-		buf := slots[len(slots)-1].st.runs[:0]
-		slots[len(slots)-1] = slot{st: state{runs: buf}}
-		return slots
+	var buf runs
+	if n := len(slots); n < cap(slots) {
+		buf = slots[:n+1][n].st.runs[:0]
 	}
-	return append(slots, slot{})
+	return append(slots, slot{st: state{runs: buf}})
 }
 
-// load makes the stored state the working one: a copy, or, if shared, the
-// stored state itself. The shard is locked.
+// load makes the stored state the working one, unwritten: a copy, or, if
+// shared, the stored state itself. The shard is locked.
 func (sl *slot) load(shared bool) {
 	buf := sl.st.runs[:0]
 	e := sl.shard.entries[sl.key]
 	sl.entry, sl.ok, sl.shared = e, e != nil, shared && e != nil
+	sl.dirty, sl.ttl = false, 0
 	switch {
 	case e == nil:
 		sl.st = state{runs: buf}
@@ -170,10 +163,9 @@ func (sl *slot) load(shared bool) {
 	}
 }
 
-// peek returns the decision of an allowed hit in a blocked call: a hit of
-// cost 0 against st (ok: whether there is any), allowed: the stored state,
-// or the working one after the call's usage hits. The shard is locked; st
-// is a copy, and the memory it shares is left as it is (see step).
+// peek returns the decision of an allowed hit in a blocked call: a look
+// (cost 0) at st, the stored state or the working one after the call's
+// usage hits, which it leaves as it is (see step).
 func peek(st state, ok bool, sp *Spec, now int64) Decision {
 	o := step(&st, ok, sp, now, 0, false, false)
 	o.allowed, o.retryAfter, o.never = true, 0, false
@@ -195,13 +187,12 @@ func (sl *slot) store(now int64) {
 		// overflow made sure it fits.
 		e = &entry{key: sl.key, index: -1}
 	}
-	if sl.shared {
-		e.st = sl.st
-	} else {
-		runs := append(e.st.runs[:0], sl.st.runs...)
-		e.st = sl.st
-		e.st.runs = runs
+	runs := sl.st.runs
+	if !sl.shared {
+		runs = append(e.st.runs[:0], runs...)
 	}
+	e.st = sl.st
+	e.st.runs = runs
 	e.expires = now + sl.ttl
 	if e.index < 0 {
 		s.entries[e.key] = e

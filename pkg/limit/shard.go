@@ -72,7 +72,8 @@ func (s *shard) remove(e *entry) {
 }
 
 // The expiry heap: byExpiry[0] expires first. Written out rather than
-// through container/heap, whose interface boxing would allocate per call.
+// through container/heap, whose calls through an interface measured
+// slower on Evaluate's path.
 
 func (s *shard) push(e *entry) {
 	e.index = len(s.byExpiry)

@@ -30,14 +30,13 @@ func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool
 		rs, taken = rs.takeNewest(cost, k)
 		o.write = taken > 0
 		est = slidingEstimate(rs, k, n, g, now)
-		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
 	case est+float64(cost) <= float64(limit):
 		o.allowed = true
 		if cost > 0 {
 			rs = rs.add(k, cost)
 			o.write = true
 		}
-		o.remaining = max(0, int64(math.Floor(float64(limit)-(est+float64(cost)))))
+		est += float64(cost)
 	case force:
 		rs, o.write = rs.addUpTo(k, cost, countCap(limit))
 		est = slidingEstimate(rs, k, n, g, now)
@@ -45,9 +44,9 @@ func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool
 			o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
 		}
 	default:
-		o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
 		o.retryAfter = slidingWindowRetryAfter(rs, k, n, g, limit, cost, now)
 	}
+	o.remaining = max(0, int64(math.Floor(float64(limit)-est)))
 	o.debt = max(0, int64(math.Ceil(est-float64(limit))))
 	if len(rs) > 0 {
 		o.resetAfter = (rs.newest()+n+1)*g - now
@@ -73,21 +72,17 @@ func slidingEstimate(rs runs, k, n, g, now int64) float64 {
 }
 
 // slidingWindowRetryAfter returns the smallest d >= 1 µs such that, with no
-// further hits, the estimate at now + d plus cost is <= limit, for a hit that
-// is denied now with cost <= limit. rs holds no index below k − n.
+// further hits, the estimate at now + d plus cost is <= limit, for a hit
+// denied now with cost <= limit. rs holds no index below k − n.
 //
 // For sub-windows j >= k, full_j = Σ cnt[i] for j − n < i <= k and
-// old_j = cnt[j − n]. Going through j in increasing order: if
-// full_j + cost > limit, j cannot admit the hit; otherwise, if old_j == 0 or
-// full_j + old_j + cost <= limit, the answer is t = max(now + 1, j·g);
-// otherwise the estimate falls to limit − cost within sub-window j, at
-// t = j·g + ceil(g − (limit − cost − full_j)·g/old_j), evaluated as
-// ceil(g − (((limit − cost) − full_j)·g)/old_j). d = max(1, t − now).
-//
-// full_j and old_j change only when j − n reaches a stored index, so only
-// j = k and j = i + n for stored indices i > k − n are visited: O(len(rs))
-// whatever n is. The last stored index m gives full = 0 at j = m + n, so the
-// walk ends there at the latest.
+// old_j = cnt[j − n]. The first j with full_j + cost <= limit admits the
+// hit: at t = max(now + 1, j·g) if old_j == 0 or full_j + old_j + cost <=
+// limit, else when the estimate falls to limit − cost, at
+// t = j·g + ceil(g − (((limit − cost) − full_j)·g)/old_j); d = max(1, t − now).
+// Only j = k and j = i + n for stored i > k − n change full_j or old_j, so
+// the walk is O(len(rs)), and ends at the last stored index m, where
+// full = 0 at j = m + n.
 func slidingWindowRetryAfter(rs runs, k, n, g, limit, cost, now int64) int64 {
 	// Only indices up to k count (see stepSlidingWindow).
 	counted := rs[:rs.upTo(k)]

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -43,22 +44,9 @@ var params = [numParams]struct {
 		misplaced: "a calendar window needs algorithm %[2]s, not %[1]s"},
 }
 
-// takes reports whether the algorithm uses the parameter: Burst only the
-// bucket algorithms, Precision only SlidingWindow, Calendar only
-// FixedWindow, the others every algorithm.
+// takes reports whether the algorithm uses the parameter.
 func (a Algorithm) takes(p param) bool {
-	if p >= numParams {
-		return false
-	}
-	if params[p].algorithms == nil {
-		return true
-	}
-	for _, x := range params[p].algorithms {
-		if x == a {
-			return true
-		}
-	}
-	return false
+	return params[p].algorithms == nil || slices.Contains(params[p].algorithms, a)
 }
 
 // maxSlidingLog is the largest Limit of a valid SlidingLog Spec: a sliding
@@ -81,48 +69,33 @@ type SpecError struct {
 // Error returns Msg.
 func (e *SpecError) Error() string { return e.Msg }
 
-// specErrors is every problem of one Spec, in the order of Spec's fields. The
-// error Spec.Validate returns is one.
-type specErrors []*SpecError
+// specErrors is every problem of one Spec, each a *SpecError, in the
+// order of Spec's fields. The error Spec.Validate returns is one.
+type specErrors []error
 
 // Error returns the messages, separated by "; ".
 func (es specErrors) Error() string {
 	msgs := make([]string, len(es))
 	for i, e := range es {
-		msgs[i] = e.Msg
+		msgs[i] = e.Error()
 	}
 	return strings.Join(msgs, "; ")
 }
 
 // Unwrap returns the problems, for errors.As.
-func (es specErrors) Unwrap() []error {
-	out := make([]error, len(es))
-	for i, e := range es {
-		out[i] = e
-	}
-	return out
-}
-
-// err returns es as an error, or nil when there is no problem.
-func (es specErrors) err() error {
-	if len(es) == 0 {
-		return nil
-	}
-	return es
-}
+func (es specErrors) Unwrap() []error { return es }
 
 // Validate reports whether a limit may be declared with the spec, as rule
 // files and Envoy's limit overrides declare limits: a known algorithm, a
 // window of at least 1ms, no negative limit or burst, no Burst, Precision
 // or Calendar for an algorithm that does not take it, a calendar window of
 // a day, a week, 30 or 365 days, sub-windows of at least 1ms, and a
-// SlidingLog of at most 2,000 per window.
-// It returns nil, or an error whose Unwrap() []error holds a *SpecError per
-// problem.
+// SlidingLog of at most 2,000 per window. It returns nil, or an error
+// whose Unwrap() []error holds a *SpecError per problem.
 //
 // Stores evaluate more (Hit.Validate): a parameter the algorithm ignores
 // and a costly sliding log are not an error there.
-func (s Spec) Validate() error { return s.check(declaring).err() }
+func (s Spec) Validate() error { return s.check(declaring) }
 
 // purpose is what a Spec is checked for.
 type purpose bool
@@ -134,7 +107,7 @@ const (
 
 // check returns the problems of s, as Validate documents; when evaluating,
 // only those a store cannot do without.
-func (s Spec) check(why purpose) specErrors {
+func (s Spec) check(why purpose) error {
 	var errs specErrors
 	add := func(p param, format string, args ...any) {
 		errs = append(errs, &SpecError{Param: params[p].name, Msg: fmt.Sprintf(format, args...)})
@@ -170,6 +143,9 @@ func (s Spec) check(why purpose) specErrors {
 		add(paramPrecision, "%d sub-windows of a %v window are shorter than 1ms (want at most %d)",
 			s.SubWindows(), s.Window, s.Window.Milliseconds())
 	}
+	if len(errs) == 0 {
+		return nil
+	}
 	return errs
 }
 
@@ -188,16 +164,12 @@ func (s Spec) sets(p param) bool {
 
 // andList writes the algorithms as "a, b and c".
 func andList(as []Algorithm) string {
-	var b strings.Builder
+	names := make([]string, len(as))
 	for i, a := range as {
-		switch {
-		case i == 0:
-		case i == len(as)-1:
-			b.WriteString(" and ")
-		default:
-			b.WriteString(", ")
-		}
-		b.WriteString(a.String())
+		names[i] = a.String()
 	}
-	return b.String()
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }

@@ -1,10 +1,8 @@
-// Package option is the error a package returns for options it refuses.
-//
-// Every package whose constructor takes an options struct reports a
-// refused value as an *Error naming the field by its path in that struct,
-// so that a program which sets the fields from flags or variables of its
-// own can name those instead, by looking the field up (Error.Message),
-// without reading the message. It imports nothing of floodgate's.
+// Package option is the error a package returns for options it refuses:
+// an *Error naming the field by its path in the options struct, so that a
+// program which sets the fields from flags or variables of its own can
+// name those instead (Error.Message) without reading the message. It
+// imports nothing of floodgate's.
 package option
 
 import (
@@ -25,18 +23,16 @@ type Error struct {
 	// Field is the path of the refused field in Options:
 	// "NearLimitRatio", "Redis.PoolSize".
 	Field string
-	// Also are other fields refused with Field, for the same reason:
-	// the message names them after it ("A, B and C need D").
+	// Also are other fields refused with Field, for the same reason
+	// ("A, B and C need D").
 	Also []string
 	// Value is the value Field was given, shown after it and followed by a
 	// colon; nil shows none, for a field refused for being set at all.
 	Value any
-	// Want is what was wanted: after the value ("want a number between 0
-	// and 1", "must not be negative"), or right after the field when
-	// Value is nil ("needs %s"). It holds a %s for each of With.
+	// Want is what was wanted: "want a number between 0 and 1", "must not
+	// be negative", or "needs %s", with a %s for each of With.
 	Want string
-	// With are the other fields of Options that Want names, by path, in
-	// the order of its %s.
+	// With are the other fields of Options that Want names, by path.
 	With []string
 	// Err is what refused the value when another function did (an
 	// address parser), or nil; its message ends the Error's.

@@ -51,7 +51,7 @@ func TestBatchIndependent(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := range callers {
 		wg.Go(func() {
-			a := limit.Algorithms()[g%len(limit.Algorithms())]
+			a := limit.Algorithm(g % int(limit.GCRA+1))
 			own := limit.Hit{Key: fmt.Sprint("own/", g), Spec: limit.Spec{Algorithm: a, Limit: 12, Window: time.Hour}, Cost: 1}
 			other := limit.Hit{Key: fmt.Sprint("other/", g), Spec: limit.Spec{Algorithm: a, Limit: 5, Window: time.Hour}, Cost: 1}
 			never := limit.Hit{Key: "never", Spec: limit.Spec{Algorithm: a, Limit: 0, Window: time.Hour}, Cost: 1}

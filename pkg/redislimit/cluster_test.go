@@ -47,7 +47,7 @@ func TestCluster(t *testing.T) {
 		var hits []limit.Hit
 		masters := make(map[string]bool)
 		for i := range 12 {
-			a := limit.Algorithms()[i%6]
+			a := limit.Algorithm(i % 6)
 			h := limit.Hit{Key: fmt.Sprint("counter-", i), Spec: limit.Spec{Algorithm: a, Limit: 5, Window: time.Minute}, Cost: 1}
 			hits = append(hits, h)
 			addr, err := ownerOf(ctx, client, redislimit.Key("spread:", h.Key))
@@ -77,7 +77,7 @@ func TestCluster(t *testing.T) {
 		clk := newClock(future)
 		l := newLimiter(t, client, clk, "aon:")
 		keyOf := func(a limit.Algorithm, i int) string { return fmt.Sprintf("%v/%d", a, i) }
-		for _, a := range limit.Algorithms() {
+		for a := range limit.GCRA + 1 {
 			slots := make(map[uint16]bool)
 			for i := range 5 {
 				slots[redislimit.Slot("aon:", keyOf(a, i))] = true
@@ -90,7 +90,7 @@ func TestCluster(t *testing.T) {
 		usageKept(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("usage/%v/%d", a, i) })
 		advisoryDoesNotBlock(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("adv/%v/%d", a, i) })
 		quotaKey := func(a limit.Algorithm, i int) string { return fmt.Sprintf("quota/%v/%d", a, i) }
-		for _, a := range limit.Algorithms() {
+		for a := range limit.GCRA + 1 {
 			if redislimit.Slot("aon:", quotaKey(a, 4)) == redislimit.Slot("aon:", quotaKey(a, 5)) {
 				t.Fatalf("%v: the two quotas share one slot; pick other keys", a)
 			}

@@ -419,12 +419,12 @@ func TestFixedLimitBound(t *testing.T) {
 }
 
 // TestChargeCappedAtMaxCount: a charge (a usage hit) counts past the limit
-// up to limit.MaxCount, and one that would take a plain window's counter
-// further is counted only up to it. The fast path adds a charge's whole
-// cost with INCRBY, so it must hand such a charge to the general path,
-// which caps it, having taken its own addition back: in a request of one
-// hit and of several, both paths give the same replies and leave the same
-// counters, which end at MaxCount.
+// up to limit.Constants().MaxCount, and one that would take a plain
+// window's counter further is counted only up to it. The fast path adds a
+// charge's whole cost with INCRBY, so it must hand such a charge to the
+// general path, which caps it, having taken its own addition back: in a
+// request of one hit and of several, both paths give the same replies and
+// leave the same counters, which end at MaxCount.
 func TestChargeCappedAtMaxCount(t *testing.T) {
 	n := startNode(t)
 	ctx := context.Background()
@@ -460,7 +460,7 @@ func TestChargeCappedAtMaxCount(t *testing.T) {
 		if got[0] != got[1] {
 			t.Errorf("%v:\nfast path %s\ngeneral   %s", keys, got[0], got[1])
 		}
-		debt := fmt.Sprint(limit.MaxCount - most)
+		debt := fmt.Sprint(limit.Constants().MaxCount - most)
 		if !strings.Contains(got[0], " "+debt+" 1]") {
 			t.Errorf("%v: %s, want the last charge denied with a debt of %s (MaxCount - limit)", keys, got[0], debt)
 		}
