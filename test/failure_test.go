@@ -431,7 +431,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 // algorithms returns every algorithm's name as rule files write it.
 func algorithms() []string {
 	var names []string
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		names = append(names, a.String())
 	}
 	return names

@@ -25,7 +25,7 @@ import (
 func algorithmRules(only func(limit.Algorithm) bool) (yaml string, algs []limit.Algorithm) {
 	var b strings.Builder
 	b.WriteString("domain: t\ndescriptors:\n")
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		if only != nil && !only(a) {
 			continue
 		}

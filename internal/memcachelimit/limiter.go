@@ -240,7 +240,7 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 	if len(hits) == 0 {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
 	defer cancel()
 	c := l.scratch.Get().(*call)
 	defer func() {

@@ -20,7 +20,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, spec limit.Spec) error 
 	if err := (limit.Hit{Key: key, Spec: spec}).Validate(); err != nil {
 		return fmt.Errorf("memcachelimit: reset: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
 	defer cancel()
 	servers := l.pool.list()
 	var buf []byte

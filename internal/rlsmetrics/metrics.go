@@ -445,7 +445,7 @@ func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, 
 	capacity := maxCapacity(rd)
 	n := min(h.Cost, capacity+1) // cost <= 2^53: no overflow
 	if h.Usage && h.Cost > 0 && capacity > 0 {
-		n, o.charged = min(h.Cost, limit.Constants().MaxCount), true
+		n, o.charged = min(h.Cost, limit.MaxCount), true
 		m.charge(s, n)
 	}
 	near := min(n, h.Near)

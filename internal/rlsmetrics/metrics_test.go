@@ -50,10 +50,10 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		want    want
 	}{
 		{
-			name:    "a usage report (a descriptor's hits_addend) of 2^64-1 is charged, counted up to limit.Constants().MaxCount",
+			name:    "a usage report (a descriptor's hits_addend) of 2^64-1 is charged, counted up to limit.MaxCount",
 			req:     request("test", withAddend(desc("user", "a"), math.MaxUint64)),
 			overall: pb.RateLimitResponse_OVER_LIMIT,
-			want:    want{"test.user": {float64(limit.Constants().MaxCount), 0, 0, float64(limit.Constants().MaxCount), 0, 0}},
+			want:    want{"test.user": {float64(limit.MaxCount), 0, 0, float64(limit.MaxCount), 0, 0}},
 		},
 		{
 			name:    "the request's hits_addend of 2^32-1 too",

@@ -547,7 +547,7 @@ func TestShadowModeTakesOneStoreCall(t *testing.T) {
 
 // A descriptor's hits_addend can be up to 2^64-1: it reports usage, which
 // is charged though it is beyond the limit (the counter counts up to
-// limit.Constants().MaxCount), never wraps into a negative or small cost,
+// limit.MaxCount), never wraps into a negative or small cost,
 // and refunds of any size never raise a counter above its limit.
 func TestHugeAddendsAndRefunds(t *testing.T) {
 	h := newHarness(t, Options{})

@@ -11,37 +11,25 @@ import (
 // is any), and writes the state after the hit only when outcome.write is
 // set.
 
-// The bounds of a debt, which Constants describes. maxCount is twice the
-// largest limit of a rule plus one, so that a fixed window's count fits
-// Redis's layout (below 2^33) and every count stays exact in a float64;
-// every time maxDebt gives stays exact in µs.
-const (
-	maxCount      int64 = 1<<33 - 1
-	maxDebt             = 10 * 365 * 24 * time.Hour
-	maxDebtMicros       = int64(maxDebt / time.Microsecond)
-)
+// MaxCount is the most a window (a fixed window, a sub-window, a sliding
+// log) counts, usage charges (Hit.Usage) past its limit included, unless
+// twice its limit is more. It is twice the largest limit of a rule plus
+// one, so that a fixed window's count fits Redis's layout (below 2^33) and
+// every count stays exact in a float64. The Lua scripts share it.
+const MaxCount int64 = 1<<33 - 1
 
-// countCap is the most a window of limit counts: maxCount, or twice the
+// MaxDebt is the longest a bucket (TokenBucket, LeakyBucket, GCRA) takes to
+// pay back the usage charges that took it past its limit; a charge beyond
+// is counted up to it. Every time it gives stays exact in µs. The Lua
+// scripts share it.
+const MaxDebt = 10 * 365 * 24 * time.Hour
+
+// maxDebtMicros is MaxDebt in µs, the unit of the steps.
+const maxDebtMicros = int64(MaxDebt / time.Microsecond)
+
+// countCap is the most a window of limit counts: MaxCount, or twice the
 // limit when that is more.
-func countCap(limit int64) int64 { return max(maxCount, min(limit, math.MaxInt64/2)*2) }
-
-// Constants returns the numbers the algorithms' arithmetic is written
-// against, which a store evaluating them elsewhere (the Lua scripts of
-// package redislimit) must share to decide as Memory does.
-func Constants() (c struct {
-	// GCRAEpoch is the instant GCRA's arrival times count from, in µs
-	// since the Unix epoch (2024-01-01T00:00:00Z).
-	GCRAEpoch int64
-	// MaxCount is the most a window counts, usage charges past its limit
-	// included, unless twice its limit is more.
-	MaxCount int64
-	// MaxDebt is the longest a bucket takes to pay back the usage charges
-	// that took it past its limit.
-	MaxDebt time.Duration
-}) {
-	c.GCRAEpoch, c.MaxCount, c.MaxDebt = gcraEpoch, maxCount, maxDebt
-	return c
-}
+func countCap(limit int64) int64 { return max(MaxCount, min(limit, math.MaxInt64/2)*2) }
 
 // outcome is what one step decided and what it did to the state, in the
 // units the Lua scripts return: µs and whole hits.

@@ -91,25 +91,25 @@ func TestDebtIsPaidAtTheRate(t *testing.T) {
 }
 
 // TestDebtIsBounded charges far more than any limit: windows count up to
-// maxCount, buckets owe up to maxDebt, and every figure stays a valid
+// MaxCount, buckets owe up to MaxDebt, and every figure stays a valid
 // duration.
 func TestDebtIsBounded(t *testing.T) {
 	huge := int64(1 << 53)
-	for a := range GCRA + 1 {
+	for _, a := range Algorithms() {
 		spec := Spec{Algorithm: a, Limit: 10, Window: time.Hour}
 		h := &history{spec: spec, now: 1767225600000000}
 		for range 3 {
 			o := h.charge(huge)
 			d := o.decision()
-			if d.Allowed || d.ResetAfter <= 0 || d.ResetAfter > maxDebt+time.Hour {
-				t.Fatalf("%v: a charge of 2^53: %+v, want denied and a reset within maxDebt", a, d)
+			if d.Allowed || d.ResetAfter <= 0 || d.ResetAfter > MaxDebt+time.Hour {
+				t.Fatalf("%v: a charge of 2^53: %+v, want denied and a reset within MaxDebt", a, d)
 			}
 		}
 		paid := time.Duration(firstAllowed(h, h.now, 0)-h.now) * time.Microsecond
 		switch a {
 		case TokenBucket, LeakyBucket, GCRA:
-			if paid < maxDebt-time.Second || paid > maxDebt+time.Second {
-				t.Errorf("%v: three charges of 2^53 are paid in %v, want maxDebt (%v)", a, paid, maxDebt)
+			if paid < MaxDebt-time.Second || paid > MaxDebt+time.Second {
+				t.Errorf("%v: three charges of 2^53 are paid in %v, want MaxDebt (%v)", a, paid, MaxDebt)
 			}
 		default:
 			// A sliding window counts a sub-window's hits until it has
@@ -118,8 +118,8 @@ func TestDebtIsBounded(t *testing.T) {
 				t.Errorf("%v: three charges of 2^53 last %v, longer than the window", a, paid)
 			}
 		}
-		if a == FixedWindow && h.st.fixed.count != maxCount {
-			t.Errorf("fixed window counts %d after three charges of 2^53, want maxCount", h.st.fixed.count)
+		if a == FixedWindow && h.st.fixed.count != MaxCount {
+			t.Errorf("fixed window counts %d after three charges of 2^53, want MaxCount", h.st.fixed.count)
 		}
 	}
 }
@@ -130,7 +130,7 @@ func TestDebtIsBounded(t *testing.T) {
 // finds the budget spent, as the reference server answers, and it stays
 // spent until its window ends (windows) or its debt is paid (buckets).
 func TestUsageBudget(t *testing.T) {
-	for a := range GCRA + 1 {
+	for _, a := range Algorithms() {
 		spec := Spec{Algorithm: a, Limit: 1000, Window: time.Hour}
 		h := &history{spec: spec, now: 1767225600000000}
 		var got []bool

@@ -2,13 +2,14 @@ package limit
 
 import "math"
 
-// gcraEpoch is the instant GCRA's arrival times count from, in µs since
+// GCRAEpoch is the instant GCRA's arrival times count from, in µs since
 // the Unix epoch (2024-01-01T00:00:00Z): from it, an arrival time in grid
 // units of at most 1 µs stays an exact integer in a float64 for a century.
-const gcraEpoch int64 = 1704067200000000
+// The Lua scripts share it.
+const GCRAEpoch int64 = 1704067200000000
 
 // gcraState is GCRA's stored state: the theoretical arrival time tat, in
-// grid units since gcraEpoch, and the Limit that fixed the size of those
+// grid units since GCRAEpoch, and the Limit that fixed the size of those
 // units, so that a counter whose Limit changes carries its time over.
 type gcraState struct {
 	tat   float64
@@ -30,12 +31,12 @@ func gcraGrid(limit, w int64) (period, s float64) {
 	return period, math.Ldexp(1, max(e, 0))
 }
 
-// gcraUnits returns floor(m·s/T), the grid units at m µs since gcraEpoch.
+// gcraUnits returns floor(m·s/T), the grid units at m µs since GCRAEpoch.
 // It is monotone in m.
 func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period) }
 
 // stepGCRA keeps one theoretical arrival time on that grid. With
-// n = now − gcraEpoch and u(m) = floor(m·s/T) the units at m µs:
+// n = now − GCRAEpoch and u(m) = floor(m·s/T) the units at m µs:
 //
 //	nu = u(n)
 //	tat = stored (carried over from another limit by gcraCarry), or nu
@@ -46,13 +47,13 @@ func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period)
 // which u reaches the arrival time after the hit, and a denied hit's
 // RetryAfter the first at which it reaches nt − tau. A refund writes only
 // if the state changes; a charge that does not fit moves the arrival time
-// to min(nt, max(t0, nu + tau + u(maxDebt))).
+// to min(nt, max(t0, nu + tau + u(MaxDebt))).
 // So B hits at one instant pass, exactly, whatever L and W, where an
 // arrival time in µs would round each step of W/L µs and sometimes admit
 // only B − 1.
 func stepGCRA(st *gcraState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	period, s := gcraGrid(limit, w)
-	n := float64(now - gcraEpoch)
+	n := float64(now - GCRAEpoch)
 	nu := gcraUnits(n, period, s)
 	tat := nu
 	if ok {

@@ -23,9 +23,9 @@
 //   - Debt after a charge: a usage hit (Hit.Usage) reports what was
 //     already used, and is consumed even when it does not fit, taking its
 //     counter past the limit; Decision.Debt says by how much. A window
-//     counts the excess (up to Constants().MaxCount) until those hits
+//     counts the excess (up to MaxCount) until those hits
 //     leave it; a bucket pays it back at its rate (for at most
-//     Constants().MaxDebt, 10 years). A debt lets no later hit pass
+//     MaxDebt, 10 years). A debt lets no later hit pass
 //     sooner than it would have without the charge.
 //   - The hits of one call decide together (Limiter), all or nothing: no
 //     other call sees its counters half changed. Every Limiter is safe for
@@ -49,8 +49,7 @@ import (
 // FixedWindow, the behaviour of envoyproxy/ratelimit.
 type Algorithm uint8
 
-// The algorithms, numbered from 0 to GCRA: for a := range GCRA + 1 visits
-// each. Their exact arithmetic is documented on their step functions
+// The algorithms, in the order Algorithms returns them. Their exact arithmetic is documented on their step functions
 // (stepFixedWindow, ...), which the Lua scripts mirror.
 const (
 	// FixedWindow counts hits in [k·W, (k+1)·W) (or a calendar window) and
@@ -96,6 +95,15 @@ func (a Algorithm) String() string {
 
 // HasBurst reports whether the algorithm takes a Burst (a bucket capacity).
 func (a Algorithm) HasBurst() bool { return a.takes(paramBurst) }
+
+// Algorithms returns every algorithm, in the order of their constants.
+func Algorithms() []Algorithm {
+	out := make([]Algorithm, numAlgorithms)
+	for i := range out {
+		out[i] = Algorithm(i)
+	}
+	return out
+}
 
 // UnmarshalText sets a to the algorithm with the given rule-file name, such
 // as "token_bucket". It returns an error naming the valid names, and
@@ -307,6 +315,17 @@ func (e hitError) Is(target error) bool { return target == ErrInvalidSpec }
 // set none; past it, the caller's failure policy answers. A store bounds
 // its own calls: its callers set no timer.
 const DefaultDeadline = 50 * time.Millisecond
+
+// Bound returns ctx cut d from now, unless ctx ends sooner: then ctx
+// itself, without a timer, which spares a store's call behind Envoy (whose
+// own deadline is usually the sooner) a timer per request. The CancelFunc
+// must be called.
+func Bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
 
 // ErrCircuitOpen is wrapped by the error of a call that did not ask its
 // store because a circuit breaker is open after recent failures, so that

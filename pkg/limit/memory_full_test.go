@@ -59,7 +59,7 @@ const twoShards, shardSize = 2048, 1024
 // are over, new values are admitted again.
 func TestFullStoreKeepsBlockedUser(t *testing.T) {
 	const maxEntries = 4096 // 4 shards
-	for alg := range limit.GCRA + 1 {
+	for _, alg := range limit.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
 			spec := limit.Spec{Algorithm: alg, Limit: 10, Window: time.Hour}
 			start := base.Add(28 * time.Minute)

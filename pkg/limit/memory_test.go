@@ -291,7 +291,7 @@ func TestCalendarWindows(t *testing.T) {
 // window, so that every algorithm's arithmetic is exact, and capacity 4.
 func exactSpecs() []limit.Spec {
 	var out []limit.Spec
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		s := limit.Spec{Algorithm: a, Limit: 4, Window: dyadic}
 		if a == limit.SlidingWindow {
 			s.Precision = 4

@@ -12,7 +12,7 @@ import (
 // 4, Burst 0 meaning Limit, for the buckets).
 func resetSpecs() []limit.Spec {
 	var specs []limit.Spec
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		specs = append(specs, limit.Spec{Algorithm: a, Limit: 4, Window: time.Minute})
 	}
 	return specs

@@ -105,7 +105,7 @@ func TestAlgorithmTakes(t *testing.T) {
 		"calendar":  {limit.FixedWindow},
 	}
 	for _, p := range []string{"algorithm", "limit", "window", "burst", "precision", "calendar"} {
-		for a := range limit.GCRA + 1 {
+		for _, a := range limit.Algorithms() {
 			want := takes[p] == nil
 			for _, x := range takes[p] {
 				want = want || x == a

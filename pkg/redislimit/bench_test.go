@@ -21,7 +21,7 @@ import (
 func BenchmarkEvaluate(b *testing.B) {
 	n := startNode(b)
 	l := newLimiter(b, n.client, nil, "bench:")
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		sp := limit.Spec{Algorithm: a, Limit: 1_000_000, Window: time.Minute, Precision: 10}
 		for _, size := range []int{1, 3} {
 			b.Run(fmt.Sprintf("%v/hits=%d", a, size), func(b *testing.B) {
@@ -149,7 +149,7 @@ func TestMemoryUsage(t *testing.T) {
 	clk := newClock(future)
 	l := newLimiter(t, n.client, clk, "mem:")
 	ctx := context.Background()
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		sp := limit.Spec{Algorithm: a, Limit: 1000, Window: time.Minute}
 		if a == limit.SlidingWindow {
 			sp.Precision = 1

@@ -277,7 +277,7 @@ func TestGCRALegacyState(t *testing.T) {
 	l := newLimiter(t, n.client, clk, "gcralegacy:")
 	sp := limit.Spec{Algorithm: limit.GCRA, Limit: 10, Window: time.Second}
 	// Half a second ahead of now: 5 of 10 intervals used.
-	tat := clk.micros() - limit.Constants().GCRAEpoch + 500000
+	tat := clk.micros() - limit.GCRAEpoch + 500000
 	if err := n.client.Set(context.Background(), redislimit.Key("gcralegacy:", "k"), tat, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}

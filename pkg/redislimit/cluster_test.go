@@ -77,7 +77,7 @@ func TestCluster(t *testing.T) {
 		clk := newClock(future)
 		l := newLimiter(t, client, clk, "aon:")
 		keyOf := func(a limit.Algorithm, i int) string { return fmt.Sprintf("%v/%d", a, i) }
-		for a := range limit.GCRA + 1 {
+		for _, a := range limit.Algorithms() {
 			slots := make(map[uint16]bool)
 			for i := range 5 {
 				slots[redislimit.Slot("aon:", keyOf(a, i))] = true
@@ -90,7 +90,7 @@ func TestCluster(t *testing.T) {
 		usageKept(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("usage/%v/%d", a, i) })
 		advisoryDoesNotBlock(t, l, func(a limit.Algorithm, i int) string { return fmt.Sprintf("adv/%v/%d", a, i) })
 		quotaKey := func(a limit.Algorithm, i int) string { return fmt.Sprintf("quota/%v/%d", a, i) }
-		for a := range limit.GCRA + 1 {
+		for _, a := range limit.Algorithms() {
 			if redislimit.Slot("aon:", quotaKey(a, 4)) == redislimit.Slot("aon:", quotaKey(a, 5)) {
 				t.Fatalf("%v: the two quotas share one slot; pick other keys", a)
 			}

@@ -63,7 +63,7 @@ func diffSpecs(a limit.Algorithm) []limit.Spec {
 func TestMatchesMemory(t *testing.T) {
 	n := startNode(t)
 	var algorithms []limit.Algorithm
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		algorithms = append(algorithms, a)
 	}
 	for _, a := range append(algorithms, 255) { // 255: every algorithm mixed
@@ -74,7 +74,7 @@ func TestMatchesMemory(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var specs []limit.Spec
 			if a == 255 {
-				for b := range limit.GCRA + 1 {
+				for _, b := range limit.Algorithms() {
 					specs = append(specs, diffSpecs(b)[:2]...)
 				}
 			} else {

@@ -15,7 +15,7 @@ import (
 func TestExpiryInstant(t *testing.T) {
 	n := startNode(t)
 	ctx := context.Background()
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			clk := newClock(future.Add(123456789 * time.Microsecond))
 			l := newLimiter(t, n.client, clk, "expiry:")
@@ -44,7 +44,7 @@ func TestKeysExpire(t *testing.T) {
 	ctx := context.Background()
 	l := newLimiter(t, n.client, nil, "idle:")
 	const w = 50 * time.Millisecond
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		sp := limit.Spec{Algorithm: a, Limit: 1, Window: w}
 		decide(t, l, limit.Hit{Key: a.String(), Spec: sp, Cost: 1})
 		ttl, err := n.client.PTTL(ctx, redislimit.Key("idle:", a.String())).Result()

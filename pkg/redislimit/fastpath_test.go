@@ -419,7 +419,7 @@ func TestFixedLimitBound(t *testing.T) {
 }
 
 // TestChargeCappedAtMaxCount: a charge (a usage hit) counts past the limit
-// up to limit.Constants().MaxCount, and one that would take a plain
+// up to limit.MaxCount, and one that would take a plain
 // window's counter further is counted only up to it. The fast path adds a
 // charge's whole cost with INCRBY, so it must hand such a charge to the
 // general path, which caps it, having taken its own addition back: in a
@@ -460,7 +460,7 @@ func TestChargeCappedAtMaxCount(t *testing.T) {
 		if got[0] != got[1] {
 			t.Errorf("%v:\nfast path %s\ngeneral   %s", keys, got[0], got[1])
 		}
-		debt := fmt.Sprint(limit.Constants().MaxCount - most)
+		debt := fmt.Sprint(limit.MaxCount - most)
 		if !strings.Contains(got[0], " "+debt+" 1]") {
 			t.Errorf("%v: %s, want the last charge denied with a debt of %s (MaxCount - limit)", keys, got[0], debt)
 		}

@@ -227,7 +227,7 @@ func goldenCases() []goldenCase {
 		}}
 	}
 	// bound charges far past any limit: windows count up to
-	// limit.Constants().MaxCount, buckets owe up to limit.Constants().MaxDebt.
+	// limit.MaxCount, buckets owe up to limit.MaxDebt.
 	bound := func(alg string) goldenCase {
 		const huge = 1 << 53
 		return goldenCase{Name: "debt bound " + alg, Spec: goldenSpec{Algorithm: alg, Limit: 10, Window: 3600 * s}, Steps: []goldenStep{
@@ -235,7 +235,7 @@ func goldenCases() []goldenCase {
 		}}
 	}
 	var bounds []goldenCase
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		bounds = append(bounds, bound(a.String()))
 	}
 	return append(bounds,

@@ -106,7 +106,7 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 		clock = l.now()
 	}
 	if l.cluster != nil {
-		ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
+		ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
 		defer cancel()
 		return l.evaluateCluster(ctx, clock, hits, decisions)
 	}
@@ -128,7 +128,7 @@ func (l *Limiter) Evaluate(ctx context.Context, hits []limit.Hit, decisions []li
 // circuit breaker says, and is not counted by it. A failure is an error
 // wrapping ErrStore.
 func (l *Limiter) Reset(ctx context.Context, key string, _ limit.Spec) error {
-	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
 	defer cancel()
 	if err := l.client.Del(ctx, Key(l.opts.KeyPrefix, key)).Err(); err != nil {
 		return fmt.Errorf("redislimit: reset: %w: %w", ErrStore, err)
@@ -236,7 +236,7 @@ func (l *Limiter) run(ctx context.Context, clock time.Time, hits []limit.Hit, de
 // runArgs sends one request's KEYS and ARGV alone.
 func (l *Limiter) runArgs(ctx context.Context, keys []string, args []any, decisions []limit.Decision) (blocked bool, err error) {
 	recordBatch(ctx, 1)
-	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := limit.Bound(ctx, l.opts.Timeout)
 	defer cancel()
 	replies, err := l.send(ctx, keys, args, 1)
 	if err != nil {

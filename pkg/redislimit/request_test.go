@@ -21,7 +21,7 @@ import (
 // them over Cluster slots.
 func allOrNothing(t *testing.T, e limit.Limiter, clk *clock, keyOf func(a limit.Algorithm, i int) string) {
 	t.Helper()
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			roomy := limit.Spec{Algorithm: a, Limit: 10, Window: time.Hour}
 			tight := limit.Spec{Algorithm: a, Limit: 1, Window: time.Hour}
@@ -81,7 +81,7 @@ func allOrNothing(t *testing.T, e limit.Limiter, clk *clock, keyOf func(a limit.
 // hit lets the rest of its request consume, and writes nothing itself.
 func advisoryDoesNotBlock(t *testing.T, e limit.Limiter, keyOf func(a limit.Algorithm, i int) string) {
 	t.Helper()
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		roomy := limit.Spec{Algorithm: a, Limit: 10, Window: time.Hour}
 		tight := limit.Spec{Algorithm: a, Limit: 2, Window: time.Hour}
 		decide(t, e, limit.Hit{Key: keyOf(a, 1), Spec: tight, Cost: 1})
@@ -105,7 +105,7 @@ func advisoryDoesNotBlock(t *testing.T, e limit.Limiter, keyOf func(a limit.Algo
 // is the tight one, as in allOrNothing.
 func quotasDecideTogether(t *testing.T, e limit.Limiter, keyOf func(a limit.Algorithm, i int) string) {
 	t.Helper()
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		roomy := limit.Spec{Algorithm: a, Limit: 10, Window: time.Hour}
 		tight := limit.Spec{Algorithm: a, Limit: 1, Window: time.Hour}
 		request := []limit.Hit{
@@ -136,7 +136,7 @@ func quotasDecideTogether(t *testing.T, e limit.Limiter, keyOf func(a limit.Algo
 // it in debt.
 func usageKept(t *testing.T, e limit.Limiter, keyOf func(a limit.Algorithm, i int) string) {
 	t.Helper()
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		t.Run("usage kept/"+a.String(), func(t *testing.T) {
 			roomy := limit.Spec{Algorithm: a, Limit: 10, Window: time.Hour}
 			tight := limit.Spec{Algorithm: a, Limit: 1, Window: time.Hour}
@@ -178,7 +178,7 @@ func TestOneRoundTrip(t *testing.T) {
 	n := startNode(t)
 	l := newLimiter(t, n.client, nil, "rt:")
 	var hits []limit.Hit
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		hits = append(hits, limit.Hit{Key: a.String(), Spec: limit.Spec{Algorithm: a, Limit: 100, Window: time.Minute}, Cost: 1})
 	}
 	decide(t, l, hits...) // loads the script
@@ -197,7 +197,7 @@ func TestSameKeyTwice(t *testing.T) {
 	n := startNode(t)
 	clk := newClock(future)
 	l := newLimiter(t, n.client, clk, "twice:")
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		sp := limit.Spec{Algorithm: a, Limit: 3, Window: time.Hour}
 		d := decide(t, l, limit.Hit{Key: a.String(), Spec: sp, Cost: 2}, limit.Hit{Key: a.String(), Spec: sp, Cost: 2})
 		if !d[0].Allowed || d[1].Allowed {

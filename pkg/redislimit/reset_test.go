@@ -56,7 +56,7 @@ func TestReset(t *testing.T) {
 			t.Cleanup(func() { client.Close() })
 			lim := newLimiter(t, client, newClock(future), "reset:")
 			held := map[string]bool{}
-			for a := range limit.GCRA + 1 {
+			for _, a := range limit.Algorithms() {
 				t.Run(a.String(), func(t *testing.T) {
 					spec := limit.Spec{Algorithm: a, Limit: 4, Window: time.Minute}
 					held[checkReset(t, lim, nodes, "reset:", a.String(), spec)] = true

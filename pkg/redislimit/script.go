@@ -63,7 +63,7 @@ type luaConstant struct {
 // the Lua files spell none out.
 func luaConstants() []luaConstant {
 	var cs []luaConstant
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		cs = append(cs, luaConstant{"ALG_" + strings.ToUpper(a.String()), int64(a)})
 	}
 	return append(cs,
@@ -82,9 +82,9 @@ func luaConstants() []luaConstant {
 		luaConstant{"FIELD_NEVER", fieldNever},
 		luaConstant{"FIELD_DEBT", fieldDebt},
 		luaConstant{"FIELDS_PER_DECISION", fieldsPerDecision},
-		luaConstant{"GCRA_EPOCH", limit.Constants().GCRAEpoch},
-		luaConstant{"MAX_COUNT", limit.Constants().MaxCount},
-		luaConstant{"MAX_DEBT", int64(limit.Constants().MaxDebt / time.Microsecond)},
+		luaConstant{"GCRA_EPOCH", limit.GCRAEpoch},
+		luaConstant{"MAX_COUNT", limit.MaxCount},
+		luaConstant{"MAX_DEBT", int64(limit.MaxDebt / time.Microsecond)},
 	)
 }
 
@@ -130,7 +130,7 @@ func definitions() string {
 	b.WriteString("}\n\n-- common.lua\nlocal C = (function()\n")
 	b.WriteString(mustRead("common.lua"))
 	b.WriteString("end)()\n\nlocal loaders = {}\n")
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		fmt.Fprintf(&b, "\n-- %s.lua\nloaders[ALG_%s] = function(C, K)\n%s\nend\n", a, strings.ToUpper(a.String()), mustRead(a.String()+".lua"))
 	}
 	b.WriteString("\n-- evaluate.lua\n")

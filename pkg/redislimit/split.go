@@ -58,7 +58,7 @@ func (s *Split) Evaluate(ctx context.Context, hits []limit.Hit, decisions []limi
 		return s.evaluate(ctx, b2i(first), hits, decisions)
 	}
 	// Both calls, and a compensation, within the main Redis's deadline.
-	ctx, cancel := context.WithTimeout(ctx, s.limiters[0].opts.Timeout)
+	ctx, cancel := limit.Bound(ctx, s.limiters[0].opts.Timeout)
 	defer cancel()
 	// Refused before either side consumes.
 	for i := range hits {

@@ -319,7 +319,7 @@ func TestSplitConcurrentExact(t *testing.T) {
 	p := startPair(t)
 	clk := newClock(future) // no window or refill ends during the test
 	const tightN, roomyN, workers, perWorker = 20, 1000, 8, 16
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			s, _, _ := p.split(t, clk, "conc:"+a.String()+":", nil)
 			tight := limit.Hit{Key: "tight", Spec: limit.Spec{Algorithm: a, Limit: tightN, Window: 30 * time.Second}, Cost: 1}

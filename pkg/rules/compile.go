@@ -16,7 +16,7 @@ type compiler struct {
 	*problems
 	opts     Options
 	set      *Set
-	domainAt map[string]position // where each domain was first declared
+	domainAt map[string]Position // where each domain was first declared
 	names    map[string][]*Limit // named limits per domain, for replaces
 	// fields and paths hold the field paths that a warning of finish may
 	// name (limits that replace, wildcard and key-only rules), and only
@@ -33,7 +33,7 @@ func newCompiler(opts Options, probs *problems) *compiler {
 		problems: probs,
 		opts:     opts,
 		set:      &Set{domains: map[string]*node{}, loadedAt: time.Now()},
-		domainAt: map[string]position{},
+		domainAt: map[string]Position{},
 		names:    map[string][]*Limit{},
 		fields:   map[*Limit]string{},
 		paths:    map[*Rule]string{},
@@ -41,7 +41,7 @@ func newCompiler(opts Options, probs *problems) *compiler {
 }
 
 // domain starts the next file (fileSink).
-func (c *compiler) domain(name string, pos position) {
+func (c *compiler) domain(name string, pos Position) {
 	c.cur, c.root = name, nil
 	if name == "" {
 		return // already reported

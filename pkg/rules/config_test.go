@@ -65,7 +65,7 @@ func TestExampleConfig(t *testing.T) {
 		"several stars", "no limit", "rate_limits", "shadow_mode", "detailed_metric", "quota_mode", "value_to_metric",
 		"metadata", "failure_mode allow", "failure_mode deny", "unlimited", "blocked", "burst", "precision",
 		"unit_multiplier", "calendar", "timezone", "name", "replaces", "unit second", "unit minute", "unit day", "unit month"}
-	for a := range limit.GCRA + 1 {
+	for _, a := range limit.Algorithms() {
 		want = append(want, a.String())
 	}
 	for _, w := range want {

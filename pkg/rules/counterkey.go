@@ -88,7 +88,7 @@ func appendOverrideKey(dst []byte, domain string, r *Rule, entries []Entry, spec
 // hit per window would have in the empty domain, on one entry with an
 // empty key holding l.Key: no request can name that domain or key, so it
 // is never the key of a rule or a request.
-func (l *resolvedLimit) DemandKey(window time.Duration) string {
+func (l *ResolvedLimit) DemandKey(window time.Duration) string {
 	secs := uint32((window + time.Second - 1) / time.Second)
 	if secs == 0 {
 		return ""

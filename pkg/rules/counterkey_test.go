@@ -135,7 +135,7 @@ func TestDemandKey(t *testing.T) {
 	}
 	for _, k := range keys {
 		for _, w := range windows {
-			want, got := viaResolve(k, w), (&resolvedLimit{Key: k}).DemandKey(w)
+			want, got := viaResolve(k, w), (&ResolvedLimit{Key: k}).DemandKey(w)
 			if got != want {
 				t.Errorf("DemandKey(%q, %v) = %q, want %q", k, w, got, want)
 			}
@@ -144,7 +144,7 @@ func TestDemandKey(t *testing.T) {
 			}
 		}
 	}
-	if got, want := (&resolvedLimit{Key: "k"}).DemandKey(1500*time.Millisecond), "dv0:v0:v1:k|w2000000|a0"; got != want {
+	if got, want := (&ResolvedLimit{Key: "k"}).DemandKey(1500*time.Millisecond), "dv0:v0:v1:k|w2000000|a0"; got != want {
 		t.Errorf("DemandKey rounds 1.5 s to %q, want %q", got, want)
 	}
 }

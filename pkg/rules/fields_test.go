@@ -119,7 +119,7 @@ func TestRateLimitFields(t *testing.T) {
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
-			if l.Pos != (position{File: "f.yaml", Line: 4, Column: 17}) {
+			if l.Pos != (Position{File: "f.yaml", Line: 4, Column: 17}) {
 				t.Errorf("Pos = %v, want f.yaml:4:17", l.Pos)
 			}
 			if !l.Unlimited {
@@ -179,7 +179,7 @@ descriptors:
 			if r.Path != "shop.a_1" || r.Domain != "shop" {
 				t.Errorf("Path = %q, Domain = %q", r.Path, r.Domain)
 			}
-			if r.Pos != (position{File: "f.yaml", Line: 3, Column: 5}) {
+			if r.Pos != (Position{File: "f.yaml", Line: 3, Column: 5}) {
 				t.Errorf("Pos = %v", r.Pos)
 			}
 			if len(r.Limits) != 0 {

@@ -66,15 +66,15 @@ func build(files []ruleFile, opts Options, read *problems, slice int) (*Set, err
 }
 
 // unsupported returns a problem for each limit of set that supports refuses.
-func unsupported(set *Set, supports func(limit.Spec) error) []fieldError {
-	var errs []fieldError
+func unsupported(set *Set, supports func(limit.Spec) error) []FieldError {
+	var errs []FieldError
 	for _, r := range set.rules {
 		for _, l := range r.Limits {
 			if l.Unlimited {
 				continue
 			}
 			if err := supports(l.Spec); err != nil {
-				errs = append(errs, fieldError{Pos: l.Pos, Msg: "rule " + r.Path + ": " + err.Error()})
+				errs = append(errs, FieldError{Pos: l.Pos, Msg: "rule " + r.Path + ": " + err.Error()})
 			}
 		}
 	}
@@ -109,8 +109,8 @@ attempt:
 
 // sortByPos orders problems by file, line and column, keeping the order of
 // problems at the same place.
-func sortByPos(list []fieldError) {
-	slices.SortStableFunc(list, func(a, b fieldError) int {
+func sortByPos(list []FieldError) {
+	slices.SortStableFunc(list, func(a, b FieldError) int {
 		return cmp.Or(strings.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Column, b.Pos.Column))
 	})
 }
@@ -164,7 +164,7 @@ func readRules(path string, ignoreDot bool) ([]ruleFile, *problems) {
 	t := &tree{ignoreDot: ignoreDot, probs: probs}
 	t.readDir(real, path, 0)
 	if len(t.files) == 0 && len(probs.errs) == 0 {
-		probs.warnf(position{File: path}, "", "no rule files: every request is allowed")
+		probs.warnf(Position{File: path}, "", "no rule files: every request is allowed")
 	}
 	return t.files, probs
 }
@@ -183,7 +183,7 @@ type tree struct {
 // with a warning otherwise (a README, which the reference would refuse).
 func (t *tree) readDir(dir, shown string, depth int) {
 	if depth > maxDirDepth {
-		t.probs.errorf(position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
+		t.probs.errorf(Position{File: shown}, "", "directories nested deeper than %d (a symbolic link loop?)", maxDirDepth)
 		return
 	}
 	entries, err := os.ReadDir(dir)
@@ -222,7 +222,7 @@ func (t *tree) readDir(dir, shown string, depth int) {
 			continue
 		}
 		if !isRuleFile(name) && !declaresDomain(data) {
-			t.probs.warnf(position{File: named}, "", "skipped: not a rule file (no top-level domain); the reference server would refuse the whole load")
+			t.probs.warnf(Position{File: named}, "", "skipped: not a rule file (no top-level domain); the reference server would refuse the whole load")
 			continue
 		}
 		t.files = append(t.files, ruleFile{name: named, data: data})
@@ -276,5 +276,5 @@ func (p *problems) readError(file string, err error) {
 	if pe, ok := err.(*fs.PathError); ok {
 		err = pe.Err
 	}
-	p.errorf(position{File: file}, "", "%v", err)
+	p.errorf(Position{File: file}, "", "%v", err)
 }

@@ -28,7 +28,7 @@ var (
 // each top-level descriptor as soon as it is parsed, so that the parsed
 // form of one need not outlive its compilation.
 type fileSink interface {
-	domain(name string, pos position)
+	domain(name string, pos Position)
 	descriptor(d *descDoc)
 }
 
@@ -42,7 +42,7 @@ type descDoc struct {
 	limits   []limitDoc
 	children []*descDoc
 	share    bool
-	sharePos position
+	sharePos Position
 }
 
 // limitDoc is one parsed rate limit and its field path.
@@ -53,16 +53,16 @@ type limitDoc struct {
 
 // problems collects the errors and warnings of one load.
 type problems struct {
-	errs  []fieldError
-	warns []fieldError
+	errs  []FieldError
+	warns []FieldError
 }
 
-func (p *problems) errorf(pos position, field, format string, args ...any) {
-	p.errs = append(p.errs, fieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+func (p *problems) errorf(pos Position, field, format string, args ...any) {
+	p.errs = append(p.errs, FieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-func (p *problems) warnf(pos position, field, format string, args ...any) {
-	p.warns = append(p.warns, fieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+func (p *problems) warnf(pos Position, field, format string, args ...any) {
+	p.warns = append(p.warns, FieldError{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // parser walks the YAML trees of one file.
@@ -77,8 +77,8 @@ type parser struct {
 	draft  draft
 }
 
-func (p *parser) pos(n *yaml.Node) position {
-	return position{File: p.file, Line: n.Line + p.line, Column: n.Column}
+func (p *parser) pos(n *yaml.Node) Position {
+	return Position{File: p.file, Line: n.Line + p.line, Column: n.Column}
 }
 
 // parseFile parses one rule file into sink, in slices of about slice bytes
@@ -143,7 +143,7 @@ func (p *parser) document(data []byte) *yaml.Node {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			p.errorf(position{File: name, Line: 1, Column: 1}, "domain", "missing: the file is empty (want a domain and descriptors)")
+			p.errorf(Position{File: name, Line: 1, Column: 1}, "domain", "missing: the file is empty (want a domain and descriptors)")
 			return nil
 		}
 		p.syntaxError(data, err)

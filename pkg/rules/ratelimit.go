@@ -271,7 +271,7 @@ type draft struct {
 	location *time.Location
 }
 
-func (d *draft) reset(n *yaml.Node, path string, pos position) {
+func (d *draft) reset(n *yaml.Node, path string, pos Position) {
 	given, values := d.given, d.values
 	if given == nil {
 		given, values = make([]field, len(rateLimitTable)), make([]value, len(rateLimitTable))
@@ -348,7 +348,7 @@ func (p *parser) decode(def *rateLimitField, n *yaml.Node, path string) (v value
 
 // at returns where a problem of the named field points: the rate_limit
 // when the field is not given.
-func (p *parser) at(d *draft, name string, w where) position {
+func (p *parser) at(d *draft, name string, w where) Position {
 	f, ok := d.field(name)
 	switch {
 	case !ok:

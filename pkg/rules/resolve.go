@@ -25,7 +25,7 @@ type Resolution struct {
 	// Descriptors has one element per request descriptor, in request order.
 	Descriptors []Resolved
 
-	limits    []resolvedLimit // every descriptor's, back to back
+	limits    []ResolvedLimit // every descriptor's, back to back
 	overrides []Limit         // the overrides' limits, which limits point into
 	key       []byte          // the request's counter keys, back to back
 	keyEnds   []int           // where each key ends in key
@@ -47,14 +47,12 @@ type Resolved struct {
 	// rule in shadow mode (which wins over quota mode), Quota for a rule
 	// in quota mode, else Enforce.
 	Mode limit.Mode
-	// Limits are the limits that apply, in the rule's order: each its
-	// Limit, its counter Key ("" when not counted), whether it was
-	// Replaced, and the methods Counted and DemandKey.
-	Limits []resolvedLimit
+	// Limits are the limits that apply, in the rule's order.
+	Limits []ResolvedLimit
 }
 
-// resolvedLimit is one limit applying to a request descriptor.
-type resolvedLimit struct {
+// ResolvedLimit is one limit applying to a request descriptor.
+type ResolvedLimit struct {
 	// Limit is the rule's limit, or the override's (only RequestsPerUnit,
 	// Unit, UnitMultiplier and Spec set). It is shared and read-only,
 	// valid until the Resolution is used again.
@@ -70,7 +68,7 @@ type resolvedLimit struct {
 
 // Counted reports whether a store evaluates the limit: it is neither
 // unlimited nor replaced.
-func (l *resolvedLimit) Counted() bool { return l.Key != "" }
+func (l *ResolvedLimit) Counted() bool { return l.Key != "" }
 
 // Resolve writes into dst, replacing its contents, what applies to each
 // of a request's descriptors: the rule matched, the override's limit, the
@@ -108,11 +106,11 @@ func (r *Resolution) add(s *Set, domain string, d *Descriptor, index int) error 
 			return err
 		}
 		r.overrides = append(r.overrides, l)
-		r.limits = append(r.limits, resolvedLimit{Limit: &r.overrides[len(r.overrides)-1]})
+		r.limits = append(r.limits, ResolvedLimit{Limit: &r.overrides[len(r.overrides)-1]})
 		rd.Override = true
 	case rd.Rule != nil:
 		for _, l := range rd.Rule.Limits {
-			r.limits = append(r.limits, resolvedLimit{Limit: l})
+			r.limits = append(r.limits, ResolvedLimit{Limit: l})
 		}
 		rd.Mode = ruleMode(rd.Rule)
 	}

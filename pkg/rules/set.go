@@ -30,7 +30,7 @@ type Set struct {
 	domains  map[string]*node
 	names    []string // domain names, sorted
 	rules    []*Rule  // every rule, in file order
-	warnings []fieldError
+	warnings []FieldError
 	version  uint64
 	loadedAt time.Time
 	digest   [32]byte // of the files' names and contents
@@ -122,4 +122,4 @@ func (s *Set) LoadedAt() time.Time { return s.loadedAt }
 // Warnings returns the warnings of the load, in file order: rules that
 // are legal but probably not what was meant, or costly. They have the
 // shape of errors but did not stop the load.
-func (s *Set) Warnings() []fieldError { return append([]fieldError(nil), s.warnings...) }
+func (s *Set) Warnings() []FieldError { return append([]FieldError(nil), s.warnings...) }

@@ -15,7 +15,7 @@ type parsed struct {
 	descs   []*descDoc
 }
 
-func (p *parsed) domain(name string, _ position) { p.domains = append(p.domains, name) }
+func (p *parsed) domain(name string, _ Position) { p.domains = append(p.domains, name) }
 func (p *parsed) descriptor(d *descDoc)          { p.descs = append(p.descs, d) }
 
 // describeLoad writes down everything a load gives: the error, or the

@@ -38,7 +38,7 @@ func (p *parser) syntaxError(data []byte, err error) {
 		rest += fmt.Sprintf(" (in the block from line %d)", line)
 		line = at
 	}
-	p.errorf(position{File: p.file, Line: line, Column: indentOf(data, line) + 1}, "", "YAML syntax: %s", rest)
+	p.errorf(Position{File: p.file, Line: line, Column: indentOf(data, line) + 1}, "", "YAML syntax: %s", rest)
 }
 
 // firstFailingLine returns the smallest n >= from such that the first n
@@ -75,12 +75,12 @@ func indentOf(data []byte, n int) int {
 
 // badBytePos returns the position of the first invalid UTF-8 sequence or
 // control character of data, or 1:1 when there is none.
-func badBytePos(file string, data []byte) position {
+func badBytePos(file string, data []byte) Position {
 	line, col := 1, 1
 	for i := 0; i < len(data); {
 		r, size := utf8.DecodeRune(data[i:])
 		if (r == utf8.RuneError && size <= 1) || (r < 0x20 && r != '\n' && r != '\r' && r != '\t') || r == 0x7f {
-			return position{File: file, Line: line, Column: col}
+			return Position{File: file, Line: line, Column: col}
 		}
 		if r == '\n' {
 			line, col = line+1, 1
@@ -89,5 +89,5 @@ func badBytePos(file string, data []byte) position {
 		}
 		i += size
 	}
-	return position{File: file, Line: 1, Column: 1}
+	return Position{File: file, Line: 1, Column: 1}
 }

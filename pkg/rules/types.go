@@ -111,7 +111,7 @@ type Limit struct {
 	Unlimited       bool   // never counted, always allows
 	Replaces        []string
 	Spec            limit.Spec // what a limiter evaluates; zero when Unlimited
-	Pos             position   // where it is written; prints as "file:line:col"
+	Pos             Position   // where it is written
 }
 
 // Rule is a compiled descriptor of a rule file, matched by a request
@@ -133,7 +133,7 @@ type Rule struct {
 	// holding what JSON carries (map[string]any, []any, string, float64,
 	// bool, nil).
 	Metadata map[string]any
-	Pos      position // where it is written; prints as "file:line:col"
+	Pos      Position // where it is written
 
 	levels []level // from the domain down
 }
@@ -158,24 +158,24 @@ const (
 
 func (k matchKind) String() string { return [...]string{"exact", "wildcard", "key-only"}[k] }
 
-// position is a place in a rule file. Line and Column count from 1, and are
+// Position is a place in a rule file. Line and Column count from 1, and are
 // 0 for the whole file.
-type position struct {
+type Position struct {
 	File         string
 	Line, Column int
 }
 
 // String returns "file:line:col", or "file" without a line.
-func (p position) String() string {
+func (p Position) String() string {
 	if p.Line == 0 {
 		return p.File
 	}
 	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column)
 }
 
-// fieldError is one problem of a rule file.
-type fieldError struct {
-	Pos position
+// FieldError is one problem of a rule file.
+type FieldError struct {
+	Pos Position
 	// Field is the field's path, such as "descriptors[2].rate_limit.unit";
 	// "" for the whole document.
 	Field string
@@ -183,7 +183,7 @@ type fieldError struct {
 }
 
 // Error returns "file:line:col: field: msg".
-func (e fieldError) Error() string {
+func (e FieldError) Error() string {
 	if e.Field == "" {
 		return e.Pos.String() + ": " + e.Msg
 	}
@@ -192,7 +192,7 @@ func (e fieldError) Error() string {
 
 // LoadError holds every problem of a refused load.
 type LoadError struct {
-	Errors []fieldError // in file order; each an error "file:line:col: field: what is wrong"
+	Errors []FieldError // in file order
 }
 
 // Error returns one line per problem.

@@ -26,7 +26,7 @@ type wantErr struct {
 
 // loadErrors parses files and returns the load's errors, failing the test
 // when the load succeeds or fails with another type.
-func loadErrors(t *testing.T, files map[string]string, opts Options) []fieldError {
+func loadErrors(t *testing.T, files map[string]string, opts Options) []FieldError {
 	t.Helper()
 	in := map[string][]byte{}
 	for name, src := range files {
@@ -48,7 +48,7 @@ func loadErrors(t *testing.T, files map[string]string, opts Options) []fieldErro
 
 // hasError reports whether errs holds w in file, by the error's text. An
 // empty w.at matches any position and field.
-func hasError(errs []fieldError, file string, w wantErr) bool {
+func hasError(errs []FieldError, file string, w wantErr) bool {
 	prefix := file + ":"
 	if w.at != "" {
 		prefix += w.at + ": "
@@ -458,9 +458,9 @@ func TestWarnings(t *testing.T) {
 				t.Fatalf("a warning must not fail the load: %v", err)
 			}
 			warns := set.Warnings()
-			var got []fieldError
+			var got []FieldError
 			for _, w := range warns {
-				got = append(got, fieldError(w))
+				got = append(got, FieldError(w))
 			}
 			if !hasError(got, "w.yaml", tt.want) {
 				t.Errorf("no warning %+v; got %v", tt.want, warns)
@@ -470,17 +470,17 @@ func TestWarnings(t *testing.T) {
 }
 
 func TestErrorFormat(t *testing.T) {
-	e := fieldError{Pos: position{File: "rules/api.yaml", Line: 14, Column: 7}, Field: "descriptors[2].rate_limit.unit",
+	e := FieldError{Pos: Position{File: "rules/api.yaml", Line: 14, Column: 7}, Field: "descriptors[2].rate_limit.unit",
 		Msg: `unknown unit "secnd" (want second, minute, hour, day, week, month or year)`}
 	want := `rules/api.yaml:14:7: descriptors[2].rate_limit.unit: unknown unit "secnd" (want second, minute, hour, day, week, month or year)`
 	if e.Error() != want {
 		t.Errorf("got  %s\nwant %s", e.Error(), want)
 	}
-	le := &LoadError{Errors: []fieldError{e, {Pos: position{File: "x.yaml"}, Msg: "permission denied"}}}
+	le := &LoadError{Errors: []FieldError{e, {Pos: Position{File: "x.yaml"}, Msg: "permission denied"}}}
 	if got := le.Error(); got != want+"\nx.yaml: permission denied" {
 		t.Errorf("LoadError: %q", got)
 	}
-	if got := (fieldError{Pos: position{File: "f", Line: 1, Column: 2}, Field: "a", Msg: "b"}).Error(); got != "f:1:2: a: b" {
+	if got := (FieldError{Pos: Position{File: "f", Line: 1, Column: 2}, Field: "a", Msg: "b"}).Error(); got != "f:1:2: a: b" {
 		t.Errorf("warning: %q", got)
 	}
 }
