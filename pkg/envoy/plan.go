@@ -147,19 +147,19 @@ func (sc *scratch) planHits(i int, quotaMode bool) {
 	ds.quota = (ruleQuota && ds.counted) || (quotaMode && !ds.unlimited)
 }
 
-// override returns the rules.Descriptor.Override of descriptor index's limit
+// override returns the rules.Override of descriptor index's limit
 // override, or an error naming the field for a unit that is not one
 // (envoy.type.v3.RateLimitUnit numbers units as rules.Unit, without week).
-func override(o *rlv3.RateLimitDescriptor_RateLimitOverride, index int) (rules.Limit, error) {
+func override(o *rlv3.RateLimitDescriptor_RateLimitOverride, index int) (rules.Override, error) {
 	u := o.GetUnit()
 	if u < typev3.RateLimitUnit_SECOND || u > typev3.RateLimitUnit_YEAR {
-		return rules.Limit{}, fmt.Errorf("descriptors[%d].limit: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", index, u)
+		return rules.Override{}, fmt.Errorf("descriptors[%d].limit: unit %v is not a rate-limit unit (want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", index, u)
 	}
 	mult := uint32(1)
 	if m := o.GetUnitMultiplier(); m != nil {
 		mult = m.GetValue() // 0 is refused by Resolve, naming the field
 	}
-	return rules.Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: rules.Unit(u), UnitMultiplier: mult}, nil
+	return rules.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: rules.Unit(u), UnitMultiplier: mult}, nil
 }
 
 // overrideMetric names the rule of an override that matched none.

@@ -136,7 +136,7 @@ func BenchmarkResolve(b *testing.B) {
 	set := benchSet(b)
 	descs := []Descriptor{
 		{Entries: benchEntries},
-		{Entries: benchEntries[:1], Override: Limit{RequestsPerUnit: 5, Unit: second, UnitMultiplier: 1}},
+		{Entries: benchEntries[:1], Override: Override{RequestsPerUnit: 5, Unit: second, UnitMultiplier: 1}},
 		{Entries: []Entry{{Key: "none", Value: "x"}}},
 	}
 	var res Resolution

@@ -116,7 +116,7 @@ func TestDemandKey(t *testing.T) {
 	}
 	viaResolve := func(counterKey string, window time.Duration) string {
 		secs := uint32((window + time.Second - 1) / time.Second)
-		o := Limit{RequestsPerUnit: 1, Unit: second, UnitMultiplier: secs}
+		o := Override{RequestsPerUnit: 1, Unit: second, UnitMultiplier: secs}
 		var res Resolution
 		if err := set.Resolve(&res, "", []Descriptor{{Entries: []Entry{{Value: counterKey}}, Override: o}}); err != nil {
 			return ""

@@ -12,10 +12,18 @@ type Descriptor struct {
 	// Entries are the key/value pairs, in request order.
 	Entries []Entry
 	// Override, when its Unit is not zero, is the limit the request sent
-	// (Envoy's RateLimitDescriptor.limit); it replaces the rules'. Only
-	// its RequestsPerUnit, Unit and UnitMultiplier are read; Resolve
-	// refuses a UnitMultiplier of 0: a sender that means 1 must say so.
-	Override Limit
+	// (Envoy's RateLimitDescriptor.limit); it replaces the rules'.
+	Override Override
+}
+
+// Override is a limit a request sends with a descriptor; the zero
+// Override is none.
+type Override struct {
+	RequestsPerUnit uint32
+	Unit            Unit // zero: no override
+	// UnitMultiplier is the number of units in a window. Resolve refuses
+	// 0: a sender that means 1 must say so.
+	UnitMultiplier uint32
 }
 
 // Resolution is what applies to a request, as Resolve found it. Its zero
@@ -101,7 +109,7 @@ func (r *Resolution) add(s *Set, domain string, d *Descriptor, index int) error 
 	from := len(r.limits)
 	switch {
 	case d.Override.Unit != 0:
-		l, err := overrideLimit(&d.Override, rd.Rule, index)
+		l, err := overrideLimit(d.Override, rd.Rule, index)
 		if err != nil {
 			return err
 		}
@@ -196,7 +204,7 @@ func overrideField(index int) string {
 // overrideLimit builds the limit of descriptor index's override. A matched
 // rule lends its first limit's algorithm and precision, so an override of
 // a sliding window still slides; override windows are never calendar ones.
-func overrideLimit(o *Limit, r *Rule, index int) (Limit, error) {
+func overrideLimit(o Override, r *Rule, index int) (Limit, error) {
 	if int(o.Unit) >= len(unitNames) {
 		return Limit{}, fmt.Errorf("%s.unit: %v is not a unit", overrideField(index), o.Unit)
 	}

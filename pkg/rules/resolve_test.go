@@ -89,11 +89,11 @@ func TestResolve(t *testing.T) {
 			[]string{"test.trial enforce false trial:0//1:-", "test.paid enforce false :5/minute/1:r4:test/4:paid=0:|a=fixed_window|w=1m0s|v1:p"}},
 		{"an unlimited limit replaces", []Descriptor{{Entries: one("standard", "s")}, {Entries: one("staff", "x")}},
 			[]string{"test.standard enforce false standard:1/minute/1:replaced", "test.staff enforce false :0//1:-"}},
-		{"an override does not replace", []Descriptor{{Entries: one("standard", "s")}, {Entries: one("premium", "p"), Override: Limit{RequestsPerUnit: 4, Unit: hour, UnitMultiplier: 2}}},
+		{"an override does not replace", []Descriptor{{Entries: one("standard", "s")}, {Entries: one("premium", "p"), Override: Override{RequestsPerUnit: 4, Unit: hour, UnitMultiplier: 2}}},
 			[]string{"test.standard enforce false standard:1/minute/1:r4:test/8:standard=0:|a=fixed_window|w=1m0s|v1:s", "test.premium enforce true :4/hour/2:o4:test/7:premium=0:|a=fixed_window|w=1m0s|v1:p|w7200000000|a0"}},
-		{"an override of a shadow rule enforces", []Descriptor{{Entries: one("shadow", "x"), Override: Limit{RequestsPerUnit: 1, Unit: second, UnitMultiplier: 1}}},
+		{"an override of a shadow rule enforces", []Descriptor{{Entries: one("shadow", "x"), Override: Override{RequestsPerUnit: 1, Unit: second, UnitMultiplier: 1}}},
 			[]string{"test.shadow enforce true :1/second/1:o4:test/6:shadow=0:|a=fixed_window|w=1m0s|v1:x|w1000000|a0"}},
-		{"an override without a rule", []Descriptor{{Entries: one("nobody", "x"), Override: Limit{RequestsPerUnit: 1, Unit: second, UnitMultiplier: 1}}},
+		{"an override without a rule", []Descriptor{{Entries: one("nobody", "x"), Override: Override{RequestsPerUnit: 1, Unit: second, UnitMultiplier: 1}}},
 			[]string{"- enforce true :1/second/1:dv4:testv6:nobodyv1:x|w1000000|a0"}},
 	}
 	var res Resolution // reused, as a server does
@@ -130,11 +130,11 @@ func TestResolveOverrideSpec(t *testing.T) {
 		desc Descriptor
 		want limit.Spec
 	}{
-		{"sliding rule", Descriptor{Entries: one("slide", "x"), Override: Limit{RequestsPerUnit: 7, Unit: minute, UnitMultiplier: 1}},
+		{"sliding rule", Descriptor{Entries: one("slide", "x"), Override: Override{RequestsPerUnit: 7, Unit: minute, UnitMultiplier: 1}},
 			limit.Spec{Algorithm: limit.SlidingWindow, Limit: 7, Window: time.Minute, Precision: 6}},
-		{"a shorter window keeps the precision", Descriptor{Entries: one("slide", "x"), Override: Limit{RequestsPerUnit: 7, Unit: second, UnitMultiplier: 1}},
+		{"a shorter window keeps the precision", Descriptor{Entries: one("slide", "x"), Override: Override{RequestsPerUnit: 7, Unit: second, UnitMultiplier: 1}},
 			limit.Spec{Algorithm: limit.SlidingWindow, Limit: 7, Window: time.Second, Precision: 6}},
-		{"no rule", Descriptor{Entries: one("nobody", "x"), Override: Limit{RequestsPerUnit: 7, Unit: day, UnitMultiplier: 3}},
+		{"no rule", Descriptor{Entries: one("nobody", "x"), Override: Override{RequestsPerUnit: 7, Unit: day, UnitMultiplier: 3}},
 			limit.Spec{Limit: 7, Window: 72 * time.Hour}},
 	}
 	var res Resolution
@@ -161,13 +161,13 @@ func TestResolveOverrideErrors(t *testing.T) {
 		descs []Descriptor
 		want  string
 	}{
-		{"multiplier 0", []Descriptor{ok, {Entries: one("user", "a"), Override: Limit{RequestsPerUnit: 1, Unit: minute}}},
+		{"multiplier 0", []Descriptor{ok, {Entries: one("user", "a"), Override: Override{RequestsPerUnit: 1, Unit: minute}}},
 			"descriptors[1].limit.unit_multiplier: must be at least 1 when set"},
-		{"a window too long", []Descriptor{{Entries: one("user", "a"), Override: Limit{RequestsPerUnit: 1, Unit: year, UnitMultiplier: 1000}}},
+		{"a window too long", []Descriptor{{Entries: one("user", "a"), Override: Override{RequestsPerUnit: 1, Unit: year, UnitMultiplier: 1000}}},
 			"descriptors[0].limit.unit_multiplier: 1000 years is longer than a window can be"},
-		{"past a rule's bounds", []Descriptor{{Entries: one("slidelog", "a"), Override: Limit{RequestsPerUnit: 5000, Unit: minute, UnitMultiplier: 1}}},
+		{"past a rule's bounds", []Descriptor{{Entries: one("slidelog", "a"), Override: Override{RequestsPerUnit: 5000, Unit: minute, UnitMultiplier: 1}}},
 			"descriptors[0].limit.requests_per_unit: sliding_log of 5000 per window"},
-		{"not a unit", []Descriptor{{Entries: one("user", "a"), Override: Limit{RequestsPerUnit: 1, Unit: week + 1, UnitMultiplier: 1}}},
+		{"not a unit", []Descriptor{{Entries: one("user", "a"), Override: Override{RequestsPerUnit: 1, Unit: week + 1, UnitMultiplier: 1}}},
 			"descriptors[0].limit.unit: Unit(8) is not a unit"},
 	}
 	var res Resolution
@@ -189,7 +189,7 @@ func TestResolveAllocations(t *testing.T) {
 	descs := []Descriptor{
 		{Entries: one("tenant", "t")}, // two keys
 		{Entries: one("free", "f")},   // none
-		{Entries: one("user", "u"), Override: Limit{RequestsPerUnit: 1, Unit: second, UnitMultiplier: 1}}, // one
+		{Entries: one("user", "u"), Override: Override{RequestsPerUnit: 1, Unit: second, UnitMultiplier: 1}}, // one
 	}
 	var res Resolution
 	allocs := testing.AllocsPerRun(100, func() {
