@@ -43,7 +43,7 @@ func (h *Handler) lookup(domain string, entries []rules.Entry) (*view, error) {
 	v.answer.Rule = rd.Rule.Path
 	for i := range rd.Limits {
 		rl := &rd.Limits[i]
-		c := counterOf(rd, i)
+		c := counterOf(rd, rl)
 		if rl.Counted() {
 			// Advisory: a look never blocks, whatever the rule's mode.
 			v.hits = append(v.hits, limit.Hit{Key: rl.Key, Spec: rl.Limit.Spec, Mode: limit.Advisory})
@@ -54,9 +54,8 @@ func (h *Handler) lookup(domain string, entries []rules.Entry) (*view, error) {
 	return v, nil
 }
 
-// counterOf describes rd's limit i before its state is read.
-func counterOf(rd *rules.Resolved, i int) Counter {
-	rl := &rd.Limits[i]
+// counterOf describes rl, one of rd's limits, before its state is read.
+func counterOf(rd *rules.Resolved, rl *rules.ResolvedLimit) Counter {
 	l := rl.Limit
 	c := Counter{Rule: rd.Rule.Path, Name: l.Name, Limit: l.Describe(), Mode: modeName(rd.Mode), Counted: rl.Counted(), Key: rl.Key}
 	switch {
