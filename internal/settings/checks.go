@@ -1,7 +1,6 @@
 package settings
 
 import (
-	"cmp"
 	"flag"
 	"fmt"
 	"slices"
@@ -14,20 +13,31 @@ import (
 // binary was called; then each package that is on says whether it takes
 // its options, so that a bad value stops the start (and floodgate check)
 // before anything opens. The range checks are the packages'. Tracing is
-// always asked: its variables are refused whenever they are wrong.
+// always asked: its variables are refused whenever they are wrong. The
+// first refusal stops the rest (some read files); no check changes c, so
+// the list may take the Options' values before any runs.
 func (c *Config) check(fs *flag.FlagSet) error {
-	return cmp.Or(c.checkXDS(fs), c.checkGRPCTLS(), c.checkPrometheus(fs), c.checkCapture(fs), c.checkCommand(),
-		c.Store.Validate(), c.Service.Validate(), c.Server.Validate(), c.Tracing.Options.Validate(),
+	for _, check := range []func() error{
+		func() error { return c.checkXDS(fs) }, c.checkGRPCTLS,
+		func() error { return c.checkPrometheus(fs) }, func() error { return c.checkCapture(fs) }, c.checkCommand,
+		c.Store.Validate, c.Service.Validate, c.Server.Validate, c.Tracing.Options.Validate,
 		when(c.RLQS.On, c.RLQS.Options.Validate), when(bool(c.Rules.XDS), c.Rules.XDSOptions.Validate),
-		when(c.Statsd.On, c.Statsd.Options.Validate), when(c.Capture.Path != "", c.Capture.Options.Validate))
+		when(c.Statsd.On, c.Statsd.Options.Validate), when(c.Capture.Path != "", c.Capture.Options.Validate),
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// when returns validate's error for a part that is on, nil for one off.
-func when(on bool, validate func() error) error {
+// when returns validate for a part that is on, and a check that passes
+// for one off.
+func when(on bool, validate func() error) func() error {
 	if !on {
-		return nil
+		return func() error { return nil }
 	}
-	return validate()
+	return validate
 }
 
 // refusal is an error naming the flags of the settings it refuses, so
