@@ -5,7 +5,6 @@ package rules
 // limit.Spec.Validate's.
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -59,8 +58,8 @@ type value struct {
 }
 
 // rateLimitField declares one field of a rate_limit: its YAML kind and
-// range, the limit.Spec parameter it sets, how it goes with unlimited,
-// the field it needs, and how its value is stored.
+// range, the limit.Spec parameter it sets, how it goes with unlimited, and
+// how its value is stored.
 type rateLimitField struct {
 	name     string
 	kind     kind
@@ -73,13 +72,10 @@ type rateLimitField struct {
 	unlimitedWhy     string
 	unlimitedAt      where
 	unlimitedIgnored bool
-	// needs is the boolean field that must be true for this one to mean
-	// anything, needsWhy why.
-	needs, needsWhy string
 
 	typ, def string // type and default as docs/rules.md lists them
 
-	set func(*draft, value) error // nil for a field read from draft.values
+	set func(*draft, value) error
 }
 
 // rateLimitTable declares the fields of a rate_limit, in the order error
@@ -111,10 +107,10 @@ var rateLimitTable = []rateLimitField{
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 or more", def: "1",
 		set: func(d *draft, v value) error { d.lim.UnitMultiplier = uint32(v.n); return nil }},
 	{name: "calendar", kind: kindBool, param: "calendar", paramAt: atName,
-		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "bool", def: "false"},
+		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "bool", def: "false",
+		set: func(d *draft, v value) error { d.calendar = v.b; return nil }},
 	{name: "timezone", kind: kindText, unlimitedWhy: neverCounted, unlimitedAt: atName,
-		needs: "calendar", needsWhy: "a time zone only places calendar windows", typ: "IANA name", def: "`UTC`",
-		set: setTimezone},
+		typ: "IANA name", def: "`UTC`", set: setTimezone},
 }
 
 // rateLimitFields names the fields of a rate_limit, in the table's order.
@@ -148,8 +144,10 @@ func setTimezone(d *draft, v value) error {
 	if v.text == "" {
 		return nil
 	}
-	loc, err := loadLocation(v.text)
-	if err != nil {
+	// "Local" is the machine's zone: the same rule would count differently
+	// from host to host.
+	loc, err := time.LoadLocation(v.text)
+	if err != nil || v.text == "Local" {
 		return fmt.Errorf("unknown time zone %q (want an IANA name such as America/New_York, or UTC)", v.text)
 	}
 	d.location = loc
@@ -169,14 +167,6 @@ func (u Unit) Window(mult uint32) (time.Duration, error) {
 		return 0, fmt.Errorf("%d %ss is too long a window (want at most %d)", mult, u, math.MaxInt64/int64(d))
 	}
 	return d * time.Duration(mult), nil
-}
-
-// loadLocation loads an IANA time zone, refusing the machine's "Local".
-func loadLocation(name string) (*time.Location, error) {
-	if name == "Local" {
-		return nil, errors.New("machine-dependent zone")
-	}
-	return time.LoadLocation(name)
 }
 
 // rateLimit parses and checks one rate limit, or returns nil.
@@ -222,8 +212,11 @@ func (p *parser) countedSpec(d *draft) {
 	if l.Spec.Algorithm == limit.SlidingWindow && l.Spec.Precision == 0 {
 		l.Spec.Precision = 1
 	}
-	p.checkNeeds(d)
-	if d.value("calendar").b {
+	if d.isGiven("timezone") && !d.calendar {
+		p.errorf(p.at(d, "timezone", atName), join(d.path, "timezone"),
+			"given without calendar: true (a time zone only places calendar windows)")
+	}
+	if d.calendar {
 		l.Spec.Calendar = p.calendar(d)
 	}
 	p.reportSpec(d, l.Spec.Validate())
@@ -267,27 +260,23 @@ type draft struct {
 	path     string
 	given    []field // by index in rateLimitTable; key nil when not given
 	lim      *Limit
-	values   []value // by index in rateLimitTable
+	calendar bool
 	location *time.Location
 }
 
 func (d *draft) reset(n *yaml.Node, path string, pos Position) {
-	given, values := d.given, d.values
+	given := d.given
 	if given == nil {
-		given, values = make([]field, len(rateLimitTable)), make([]value, len(rateLimitTable))
+		given = make([]field, len(rateLimitTable))
 	}
 	clear(given)
-	clear(values)
-	*d = draft{node: n, path: path, given: given, values: values, lim: &Limit{Pos: pos, UnitMultiplier: 1}}
+	*d = draft{node: n, path: path, given: given, lim: &Limit{Pos: pos, UnitMultiplier: 1}}
 }
 
 func (d *draft) field(name string) (field, bool) {
 	f := d.given[fieldIndex(name)]
 	return f, f.key != nil
 }
-
-// value returns the named field's decoded value, zero when there is none.
-func (d *draft) value(name string) value { return d.values[fieldIndex(name)] }
 
 // isGiven reports whether the field is in the mapping with a value other
 // than null or "".
@@ -307,10 +296,6 @@ func (p *parser) decodeRateLimit(n *yaml.Node, path string, fields []field) *dra
 		fp := join(path, fl.name)
 		v, ok := p.decode(def, fl.val, fp)
 		if !ok {
-			continue
-		}
-		d.values[i] = v
-		if def.set == nil {
 			continue
 		}
 		if err := def.set(d, v); err != nil {
@@ -381,32 +366,15 @@ func (p *parser) checkUnlimited(d *draft) {
 	}
 }
 
-// checkNeeds records the fields given without the field they need.
-func (p *parser) checkNeeds(d *draft) {
-	for i := range rateLimitTable {
-		def := &rateLimitTable[i]
-		if def.needs != "" && d.isGiven(def.name) && !d.value(def.needs).b {
-			p.errorf(p.at(d, def.name, atName), join(d.path, def.name), "given without %s: true (%s)", def.needs, def.needsWhy)
-		}
-	}
-}
-
-// reportSpec records a spec's problems at the first given field that sets
-// the parameter at fault, else at the rate_limit.
+// reportSpec records the problems of limit.Spec.Validate, each a
+// *limit.SpecError, at the first given field that sets the parameter at
+// fault, else at the rate_limit.
 func (p *parser) reportSpec(d *draft, err error) {
-	multi, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		if err != nil {
-			p.errorf(p.pos(d.node), d.path, "%v", err)
-		}
+	if err == nil {
 		return
 	}
-	for _, wrapped := range multi.Unwrap() {
-		var e *limit.SpecError
-		if !errors.As(wrapped, &e) {
-			p.errorf(p.pos(d.node), d.path, "%v", wrapped)
-			continue
-		}
+	for _, wrapped := range err.(interface{ Unwrap() []error }).Unwrap() {
+		e := wrapped.(*limit.SpecError)
 		pos, path := p.pos(d.node), d.path
 		for i := range rateLimitTable {
 			def := &rateLimitTable[i]
