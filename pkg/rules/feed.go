@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"fmt"
 	"log/slog"
 	"sync"
 )
@@ -25,11 +24,7 @@ type Feed struct {
 // source in the logs, as slog takes them. A nil logger discards logs.
 func NewFeed(opts Options, logger *slog.Logger, attrs ...any) *Feed {
 	f := &Feed{opts: opts, loaded: make(chan struct{})}
-	empty, err := Parse(nil, Options{})
-	if err != nil {
-		panic(fmt.Sprintf("rules: an empty set does not compile: %v", err)) // cannot happen
-	}
-	f.init(empty, 0, logger, attrs...)
+	f.init(newCompiler(Options{}, &problems{}).finish(), 0, logger, attrs...)
 	return f
 }
 

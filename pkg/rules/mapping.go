@@ -47,9 +47,10 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (fie
 		}
 		if at := fieldAt(fields, name); at >= 0 {
 			first := &fields[at]
+			val, how := overlay(first.val, v)
 			p.warnf(p.pos(k), join(path, name), "given twice, at lines %d and %d: %s, as the reference server reads it",
-				p.pos(first.key).Line, p.pos(k).Line, overlaid(first.val, v))
-			*first = field{name: name, key: k, val: overlay(first.val, v)}
+				p.pos(first.key).Line, p.pos(k).Line, how)
+			*first = field{name: name, key: k, val: val}
 			continue
 		}
 		fields = append(fields, field{name: name, key: k, val: v})
@@ -71,22 +72,14 @@ func fieldAt(fields []field, name string) int {
 
 // overlay is what the reference server makes of a field given as a then
 // as b: b, but for two mappings, whose fields it reads one after the
-// other, b's winning.
-func overlay(a, b *yaml.Node) *yaml.Node {
+// other, b's winning. how says so, for the warning.
+func overlay(a, b *yaml.Node) (val *yaml.Node, how string) {
 	if a.Kind != yaml.MappingNode || b.Kind != yaml.MappingNode {
-		return b
+		return b, "the last is read"
 	}
 	m := *b
 	m.Content = append(slices.Clip(a.Content), b.Content...)
-	return &m
-}
-
-// overlaid says what overlay made of a and b, for the warning.
-func overlaid(a, b *yaml.Node) string {
-	if a.Kind == yaml.MappingNode && b.Kind == yaml.MappingNode {
-		return "the fields of both are read, the later's winning"
-	}
-	return "the last is read"
+	return &m, "the fields of both are read, the later's winning"
 }
 
 // mergeFields returns the fields a merge key brings in: a mapping, or a
