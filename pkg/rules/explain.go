@@ -7,66 +7,60 @@ import (
 	"strings"
 )
 
-// explanation says which rule applies to a request descriptor and why,
-// level by level.
-type explanation struct {
-	Domain  string
-	Entries []Entry
-	Steps   []explainStep // one per entry looked up, up to the first that matched nothing
-	Rule    *Rule         // what Match returns
-	Reason  string        // why Rule is nil, or what it does, in a sentence
-}
-
-// explainStep is the lookup of one request entry: how it matched
-// ("exact", "wildcard", "key-only" or "none") and the report's line on it.
-type explainStep struct{ How, Line string }
-
 // Explain looks up a request descriptor as Match does and says why it
 // finds what it finds, for people (an -explain flag, a debugging page).
 // report has one line per level, the conclusion and the limits that
 // apply; reason is the conclusion alone, in one sentence.
 func (s *Set) Explain(domain string, entries []Entry) (report, reason string) {
-	e := s.explain(domain, entries)
-	return e.String(), e.Reason
+	var b strings.Builder
+	fmt.Fprintf(&b, "domain %q, descriptor [", domain)
+	for i, ent := range entries {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s=%s", ent.Key, ent.Value)
+	}
+	b.WriteString("]\n")
+	r, reason := s.explain(&b, domain, entries)
+	fmt.Fprintf(&b, "  => %s\n", reason)
+	if r != nil {
+		for _, l := range r.Limits {
+			fmt.Fprintf(&b, "     limit %s (%v) id %s\n", l.Describe(), l.Pos, l.ID)
+		}
+	}
+	return b.String(), reason
 }
 
-func (s *Set) explain(domain string, entries []Entry) explanation {
-	e := explanation{Domain: domain, Entries: entries}
+// explain writes a line per entry looked up, up to the first that matches
+// nothing, and returns the rule Match returns and the reason for it.
+func (s *Set) explain(b *strings.Builder, domain string, entries []Entry) (*Rule, string) {
 	n, ok := s.domains[domain]
 	switch {
 	case !ok:
-		e.Reason = fmt.Sprintf("no rule file declares domain %q, so nothing is limited", domain)
-		return e
+		return nil, fmt.Sprintf("no rule file declares domain %q, so nothing is limited", domain)
 	case len(entries) == 0:
-		e.Reason = "the descriptor has no entries, so nothing is limited"
-		return e
+		return nil, "the descriptor has no entries, so nothing is limited"
 	}
 	for i, ent := range entries {
-		at := fmt.Sprintf("  %d. %s=%s: ", i+1, ent.Key, ent.Value)
+		fmt.Fprintf(b, "  %d. %s=%s: ", i+1, ent.Key, ent.Value)
 		g, _ := n.children.get(ent.Key)
 		if g == nil {
-			e.Steps = append(e.Steps, explainStep{"none", at + "no match: " + explainNoKey(n, ent.Key, i)})
-			e.Reason = fmt.Sprintf("entry %d (%s) matches no rule, so nothing is limited", i+1, ent.Key)
-			return e
+			b.WriteString("no match: " + explainNoKey(n, ent.Key, i) + "\n")
+			return nil, fmt.Sprintf("entry %d (%s) matches no rule, so nothing is limited", i+1, ent.Key)
 		}
 		next, kind := g.lookup(ent.Value)
 		if next == nil {
-			note := fmt.Sprintf("key %q has no rule for value %q (%s)", ent.Key, ent.Value, g.summary())
-			e.Steps = append(e.Steps, explainStep{"none", at + "no match: " + note})
-			e.Reason = fmt.Sprintf("entry %d (%s=%s) matches no rule, so nothing is limited", i+1, ent.Key, ent.Value)
-			return e
+			fmt.Fprintf(b, "no match: key %q has no rule for value %q (%s)\n", ent.Key, ent.Value, g.summary())
+			return nil, fmt.Sprintf("entry %d (%s=%s) matches no rule, so nothing is limited", i+1, ent.Key, ent.Value)
 		}
-		e.Steps = append(e.Steps, matchedStep(at, next.rule, kind))
+		b.WriteString(matchedStep(next.rule, kind) + "\n")
 		n = next
 	}
-	e.Rule = n.rule
-	e.Reason = ruleReason(n.rule)
-	return e
+	return n.rule, ruleReason(n.rule)
 }
 
-// matchedStep explains an entry that matched r's last level as kind; at
-// begins the line.
-func matchedStep(at string, r *Rule, kind matchKind) explainStep {
+// matchedStep explains an entry that matched r's last level as kind.
+func matchedStep(r *Rule, kind matchKind) string {
 	lv := r.levels[len(r.levels)-1]
 	var note string
 	switch {
@@ -77,9 +71,9 @@ func matchedStep(at string, r *Rule, kind matchKind) explainStep {
 	case kind == matchWildcard:
 		note = "wildcard with share_threshold; all matching values share one counter"
 	default:
-		return explainStep{kind.String(), fmt.Sprintf("%skey-only %s (%v): key-only rule: no exact value or wildcard matched; each distinct value has its own counter", at, r.Path, r.Pos)}
+		return fmt.Sprintf("key-only %s (%v): key-only rule: no exact value or wildcard matched; each distinct value has its own counter", r.Path, r.Pos)
 	}
-	return explainStep{kind.String(), fmt.Sprintf("%s%s %q %s (%v): %s", at, kind, lv.value, r.Path, r.Pos, note)}
+	return fmt.Sprintf("%s %q %s (%v): %s", kind, lv.value, r.Path, r.Pos, note)
 }
 
 func ruleReason(r *Rule) string {
@@ -138,29 +132,6 @@ func (g *keyGroup) summary() string {
 	}
 	parts = append(parts, "no key-only rule")
 	return strings.Join(parts, "; ")
-}
-
-// String prints the explanation, one line per level and a conclusion.
-func (e explanation) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "domain %q, descriptor [", e.Domain)
-	for i, ent := range e.Entries {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s=%s", ent.Key, ent.Value)
-	}
-	b.WriteString("]\n")
-	for _, st := range e.Steps {
-		b.WriteString(st.Line + "\n")
-	}
-	fmt.Fprintf(&b, "  => %s\n", e.Reason)
-	if e.Rule != nil {
-		for _, l := range e.Rule.Limits {
-			fmt.Fprintf(&b, "     limit %s (%v) id %s\n", l.Describe(), l.Pos, l.ID)
-		}
-	}
-	return b.String()
 }
 
 // Describe says what a limit allows in words, such as "10 per second
