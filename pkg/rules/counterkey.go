@@ -3,10 +3,9 @@ package rules
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"hash"
 	"strconv"
-	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate/floodgate/pkg/limit"
 )
@@ -111,25 +110,9 @@ func appendKeyField(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-// hasher is a reusable SHA-256 state, with room to copy a string into
-// rather than convert (allocate) it.
-type hasher struct {
-	h     hash.Hash
-	chunk [512]byte
-	sum   [sha256.Size]byte
-}
-
-var hashers = sync.Pool{New: func() any { return &hasher{h: sha256.New()} }}
-
+// appendSHA256Hex appends the hex SHA-256 of s, hashing the string's bytes
+// in place: Sum256 only reads them, and a conversion would allocate.
 func appendSHA256Hex(dst []byte, s string) []byte {
-	x := hashers.Get().(*hasher)
-	x.h.Reset()
-	for len(s) > 0 {
-		n := copy(x.chunk[:], s)
-		x.h.Write(x.chunk[:n])
-		s = s[n:]
-	}
-	dst = hex.AppendEncode(dst, x.h.Sum(x.sum[:0]))
-	hashers.Put(x)
-	return dst
+	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
+	return hex.AppendEncode(dst, sum[:])
 }
