@@ -89,27 +89,16 @@ func parseFile(name string, data []byte, probs *problems, sink fileSink, slice i
 	p := &parser{problems: probs, file: name, sink: sink, budget: 100_000 + 20*len(data)}
 	if slice > 0 {
 		if lay, ok := cutItems(data, slice); ok {
-			return p.sliced(data, lay)
+			// What the header records when it does not parse alone is
+			// dropped with the rest.
+			root := p.document(lay.header)
+			return root != nil && p.root(root, data, lay)
 		}
 	}
 	if root := p.document(data); root != nil {
 		p.root(root, nil, nil)
 	}
 	return true
-}
-
-// sliced parses the header, then each slice, as lay cut them. It returns
-// false when one does not parse alone as the cut expects.
-func (p *parser) sliced(data []byte, lay *layout) bool {
-	dec := yaml.NewDecoder(bytes.NewReader(lay.header))
-	var doc, extra yaml.Node
-	if dec.Decode(&doc) != nil || !errors.Is(dec.Decode(&extra), io.EOF) {
-		return false // parsed whole, the file tells what is wrong
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
-		return false
-	}
-	return p.root(doc.Content[0], data, lay)
 }
 
 // slices parses the slices lay lists into the sink. It returns false when
