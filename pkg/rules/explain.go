@@ -105,9 +105,9 @@ func explainNoKey(n *node, key string, i int) string {
 
 // quotedKeys returns t's keys quoted, in order.
 func quotedKeys[V any](t *table[V]) []string {
-	keys := t.keys()
-	for i, k := range keys {
-		keys[i] = strconv.Quote(k)
+	var keys []string
+	for k := range t.all() {
+		keys = append(keys, strconv.Quote(k))
 	}
 	sort.Strings(keys)
 	return keys

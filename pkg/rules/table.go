@@ -72,12 +72,3 @@ func (t *table[V]) all() iter.Seq2[string, V] {
 		}
 	}
 }
-
-// keys returns the keys, in no particular order.
-func (t *table[V]) keys() []string {
-	out := make([]string, 0, t.size())
-	for k := range t.all() {
-		out = append(out, k)
-	}
-	return out
-}
