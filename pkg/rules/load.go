@@ -86,9 +86,6 @@ func unsupported(set *Set, supports func(limit.Spec) error) []FieldError {
 // again with that file and those after it parsed whole: at most once.
 func compileFiles(files []ruleFile, opts Options, read *problems, slice int) (*Set, *problems) {
 	wholeFrom := len(files)
-	if slice <= 0 {
-		wholeFrom = 0
-	}
 attempt:
 	for {
 		probs := &problems{errs: slices.Clone(read.errs), warns: slices.Clone(read.warns)}

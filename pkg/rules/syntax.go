@@ -34,17 +34,21 @@ func (p *parser) syntaxError(data []byte, err error) {
 		p.errorf(badBytePos(p.file, data), "", "YAML syntax: %s", msg)
 		return
 	}
-	if at := firstFailingLine(data, line); at > line {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if at := firstFailingLine(lines, line); at > line {
 		rest += fmt.Sprintf(" (in the block from line %d)", line)
 		line = at
 	}
-	p.errorf(Position{File: p.file, Line: line, Column: indentOf(data, line) + 1}, "", "YAML syntax: %s", rest)
+	col := 1
+	if line >= 1 && line <= len(lines) {
+		col += leadingSpaces(lines[line-1])
+	}
+	p.errorf(Position{File: p.file, Line: line, Column: col}, "", "YAML syntax: %s", rest)
 }
 
 // firstFailingLine returns the smallest n >= from such that the first n
-// lines of data do not parse, by bisection, or from when none is found.
-func firstFailingLine(data []byte, from int) int {
-	lines := bytes.SplitAfter(data, []byte("\n"))
+// lines do not parse, by bisection, or from when none is found.
+func firstFailingLine(lines [][]byte, from int) int {
 	fails := func(n int) bool {
 		var v yaml.Node
 		return yaml.Unmarshal(bytes.Join(lines[:n], nil), &v) != nil
@@ -62,15 +66,6 @@ func firstFailingLine(data []byte, from int) int {
 		}
 	}
 	return lo
-}
-
-// indentOf returns the number of leading spaces of line n (from 1) of data.
-func indentOf(data []byte, n int) int {
-	lines := bytes.Split(data, []byte("\n"))
-	if n < 1 || n > len(lines) {
-		return 0
-	}
-	return leadingSpaces(lines[n-1])
 }
 
 // badBytePos returns the position of the first invalid UTF-8 sequence or
