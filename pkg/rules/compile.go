@@ -191,6 +191,12 @@ func (c *compiler) rule(domain string, levels []level, d *descDoc) *Rule {
 			continue
 		}
 		seen[l.ID] = ld
+		if c.opts.Supports != nil && !l.Unlimited {
+			// Whatever the other problems: every problem is told at once.
+			if err := c.opts.Supports(l.Spec); err != nil {
+				c.errs = append(c.errs, FieldError{Pos: l.Pos, Msg: "rule " + r.Path + ": " + err.Error()})
+			}
+		}
 		if len(l.Replaces) > 0 {
 			c.fields[l] = ld.field
 		}

@@ -13,8 +13,6 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // maxDirDepth bounds the directory tree Load descends, which also stops
@@ -50,10 +48,6 @@ type ruleFile struct {
 func build(files []ruleFile, opts Options, read *problems, slice int) (*Set, error) {
 	sortFiles(files)
 	set, probs := compileFiles(files, opts, read, slice)
-	if opts.Supports != nil {
-		// Also when there are other problems: every problem is told at once.
-		probs.errs = append(probs.errs, unsupported(set, opts.Supports)...)
-	}
 	if len(probs.errs) > 0 {
 		sortByPos(probs.errs)
 		return nil, &LoadError{Errors: probs.errs}
@@ -63,22 +57,6 @@ func build(files []ruleFile, opts Options, read *problems, slice int) (*Set, err
 	set.digest = digest(files)
 	set.files = len(files)
 	return set, nil
-}
-
-// unsupported returns a problem for each limit of set that supports refuses.
-func unsupported(set *Set, supports func(limit.Spec) error) []FieldError {
-	var errs []FieldError
-	for _, r := range set.rules {
-		for _, l := range r.Limits {
-			if l.Unlimited {
-				continue
-			}
-			if err := supports(l.Spec); err != nil {
-				errs = append(errs, FieldError{Pos: l.Pos, Msg: "rule " + r.Path + ": " + err.Error()})
-			}
-		}
-	}
-	return errs
 }
 
 // compileFiles parses and compiles files in order, in slices where they
