@@ -3,7 +3,6 @@ package rules
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -56,7 +55,6 @@ func (c *compiler) domain(name string, pos Position) {
 		root = &node{}
 		c.set.domains[name] = root
 		c.domainAt[name] = pos
-		c.set.names = append(c.set.names, name)
 	}
 	c.root = root
 }
@@ -70,10 +68,9 @@ func (c *compiler) descriptor(d *descDoc) {
 
 // finish checks what needs every file and returns the set.
 func (c *compiler) finish() *Set {
-	sort.Strings(c.set.names)
 	c.checkReplaces()
-	for _, d := range c.set.names {
-		c.checkReachable(c.set.domains[d])
+	for _, root := range c.set.domains {
+		c.checkReachable(root)
 	}
 	return c.set
 }

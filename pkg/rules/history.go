@@ -122,5 +122,5 @@ func (h *history) logLoaded(s *Set, attrs []any) {
 		h.logger.Warn("rules: "+wn.Msg, a...)
 	}
 	h.logger.Info("rules: loaded", append(attrs, "version", s.version,
-		"files", s.files, "domains", len(s.names), "rules", len(s.rules))...)
+		"files", s.files, "domains", len(s.domains), "rules", len(s.rules))...)
 }

@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/floodgate/floodgate/pkg/limit"
@@ -28,8 +30,7 @@ type Options struct {
 // Set is an immutable compiled rule set, safe for concurrent use.
 type Set struct {
 	domains  map[string]*node
-	names    []string // domain names, sorted
-	rules    []*Rule  // every rule, in file order
+	rules    []*Rule // every rule, in file order
 	warnings []FieldError
 	version  uint64
 	loadedAt time.Time
@@ -102,7 +103,7 @@ func (s *Set) HasDomain(domain string) bool {
 }
 
 // Domains returns the declared domains, sorted, in a slice of the caller's.
-func (s *Set) Domains() []string { return append([]string(nil), s.names...) }
+func (s *Set) Domains() []string { return slices.Sorted(maps.Keys(s.domains)) }
 
 // Rules returns every rule, for listings such as /rlconfig: files in the
 // order of their names, descriptors in file order, each before its nested

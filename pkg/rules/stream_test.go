@@ -29,7 +29,7 @@ func describeLoad(set *Set, err error) string {
 	for _, w := range set.warnings {
 		fmt.Fprintf(&b, "warning %s\n", w)
 	}
-	fmt.Fprintf(&b, "domains %q, %d files, digest %x\n", set.names, set.files, set.digest)
+	fmt.Fprintf(&b, "domains %q, %d files, digest %x\n", set.Domains(), set.files, set.digest)
 	for _, r := range set.rules {
 		fmt.Fprintf(&b, "rule %s %s at %v shadow=%v detailed=%v quota=%v v2m=%v failure=%v metadata=%v levels=%v\n",
 			r.Domain, r.Path, r.Pos, r.ShadowMode, r.DetailedMetric, r.QuotaMode, r.ValueToMetric, r.FailureMode, r.Metadata, r.levels)

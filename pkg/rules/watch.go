@@ -211,7 +211,7 @@ func (w *Watcher) reload(atStart bool) {
 	if len(probs.errs) > 0 || digest(files) != cur.digest {
 		set, err = build(files, w.opts, probs, sliceBytes)
 	}
-	if err == nil && len(set.names) == 0 && len(cur.names) > 0 {
+	if err == nil && len(set.domains) == 0 && len(cur.domains) > 0 {
 		// Losing every rule file is a broken deployment (a bad ConfigMap,
 		// a half-finished copy), not an order to stop limiting.
 		err = fmt.Errorf("%s: %w", w.path, errNoRules)
