@@ -116,7 +116,7 @@ func (p *parser) slices(data []byte, lay *layout) bool {
 			return false
 		}
 		p.line = s.line - 1
-		if !p.items(list.Content, "descriptors", next, p.sink.descriptor) {
+		if !p.descriptors(list, "descriptors", next, p.sink.descriptor) {
 			break // the node budget is spent, as it would be parsed whole
 		}
 		next += s.items
@@ -203,7 +203,7 @@ func (p *parser) root(n *yaml.Node, data []byte, lay *layout) bool {
 		switch {
 		case fl.name != "descriptors":
 		case lay == nil:
-			p.descriptors(fl.val, "descriptors", p.sink.descriptor)
+			p.descriptors(fl.val, "descriptors", 0, p.sink.descriptor)
 		case p.pos(fl.key).Line != lay.line || fl.key.Column != 1 || !isNull(fl.val):
 			return false // the cut misread the file
 		default:
@@ -213,23 +213,18 @@ func (p *parser) root(n *yaml.Node, data []byte, lay *layout) bool {
 	return lay == nil
 }
 
-// descriptors parses a list of descriptors, handing each to emit.
-func (p *parser) descriptors(n *yaml.Node, path string, emit func(*descDoc)) {
+// descriptors parses a list of descriptors, the elements first, first+1,
+// ... of the list at path, handing each to emit. It returns false when the
+// node budget is spent.
+func (p *parser) descriptors(n *yaml.Node, path string, first int, emit func(*descDoc)) bool {
 	if isNull(n) {
-		return
+		return true
 	}
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(p.pos(n), path, "want a list of descriptors, not %s", describe(n))
-		return
+		return true
 	}
-	p.items(n.Content, path, 0, emit)
-}
-
-// items parses list, the elements first, first+1, ... of the list at path,
-// handing each descriptor to emit. It returns false when the node budget
-// is spent.
-func (p *parser) items(list []*yaml.Node, path string, first int, emit func(*descDoc)) bool {
-	return p.each(list, path, first, func(item *yaml.Node, fp string) {
+	return p.each(n.Content, path, first, func(item *yaml.Node, fp string) {
 		if d := p.descriptor(item, fp); d != nil {
 			emit(d)
 		}
@@ -291,7 +286,7 @@ func (p *parser) descriptorField(d *descDoc, fl *field, fp string) {
 	case "value":
 		d.value, _ = p.str(fl.val, fp)
 	case "descriptors":
-		p.descriptors(fl.val, fp, func(c *descDoc) { d.children = append(d.children, c) })
+		p.descriptors(fl.val, fp, 0, func(c *descDoc) { d.children = append(d.children, c) })
 	case "shadow_mode":
 		d.rule.ShadowMode = p.boolean(fl.val, fp)
 	case "detailed_metric":
