@@ -97,7 +97,6 @@ func (s *Set) Resolve(dst *Resolution, domain string, descs []Descriptor) error 
 			return err
 		}
 	}
-	dst.pinLimits()
 	// replaces needs every descriptor's rule, so the keys come second.
 	dst.setKeys(domain)
 	return nil
@@ -122,32 +121,25 @@ func (r *Resolution) add(s *Set, domain string, d *Descriptor, index int) error 
 		}
 		rd.Mode = ruleMode(rd.Rule)
 	}
-	// Only the length counts here: pinLimits points Limits at the final
+	// Only the length counts here: setKeys points Limits at the final
 	// backing array.
 	rd.Limits = r.limits[from:]
 	r.Descriptors = append(r.Descriptors, rd)
 	return nil
 }
 
-// pinLimits points each descriptor's Limits at its run of r.limits, which
-// appending may have moved.
-func (r *Resolution) pinLimits() {
+// setKeys points each descriptor's Limits at its run of r.limits, which
+// appending may have moved, marks the replaced limits and gives the counted
+// ones their keys. The keys are written back to back into r.key and become
+// substrings of one string: one allocation per request.
+func (r *Resolution) setKeys(domain string) {
+	r.key, r.keyEnds = r.key[:0], r.keyEnds[:0]
 	at := 0
 	for i := range r.Descriptors {
 		rd := &r.Descriptors[i]
 		n := len(rd.Limits)
 		rd.Limits = r.limits[at : at+n : at+n]
 		at += n
-	}
-}
-
-// setKeys marks the replaced limits and gives the counted ones their keys.
-// The keys are written back to back into r.key and become substrings of
-// one string: one allocation per request.
-func (r *Resolution) setKeys(domain string) {
-	r.key, r.keyEnds = r.key[:0], r.keyEnds[:0]
-	for i := range r.Descriptors {
-		rd := &r.Descriptors[i]
 		for j := range rd.Limits {
 			rl := &rd.Limits[j]
 			// An unlimited limit stays unlimited whoever replaces it:
@@ -163,15 +155,13 @@ func (r *Resolution) setKeys(domain string) {
 	if len(r.keyEnds) == 0 {
 		return
 	}
+	// Every descriptor's Limits are now runs of r.limits.
 	keys, k, start := string(r.key), 0, 0
-	for i := range r.Descriptors {
-		rd := &r.Descriptors[i]
-		for j := range rd.Limits {
-			if rl := &rd.Limits[j]; !rl.Limit.Unlimited && !rl.Replaced {
-				rl.Key = keys[start:r.keyEnds[k]]
-				start = r.keyEnds[k]
-				k++
-			}
+	for i := range r.limits {
+		if rl := &r.limits[i]; !rl.Limit.Unlimited && !rl.Replaced {
+			rl.Key = keys[start:r.keyEnds[k]]
+			start = r.keyEnds[k]
+			k++
 		}
 	}
 }
