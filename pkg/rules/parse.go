@@ -127,12 +127,11 @@ func (p *parser) slices(data []byte, lay *layout) bool {
 // document decodes data, which must hold one YAML document, and returns
 // its root node, or nil with the problem recorded.
 func (p *parser) document(data []byte) *yaml.Node {
-	name := p.file
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
+	var doc yaml.Node // a DocumentNode
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			p.errorf(Position{File: name, Line: 1, Column: 1}, "domain", "missing: the file is empty (want a domain and descriptors)")
+			p.errorf(Position{File: p.file, Line: 1, Column: 1}, "domain", "missing: the file is empty (want a domain and descriptors)")
 			return nil
 		}
 		p.syntaxError(data, err)
@@ -148,15 +147,11 @@ func (p *parser) document(data []byte) *yaml.Node {
 		p.errorf(p.pos(&extra), "", "a rule file holds one YAML document, this is a second one (move it to a file of its own)")
 		return nil
 	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode {
-		if len(root.Content) == 0 {
-			p.errorf(p.pos(root), "domain", "missing: the file is empty (want a domain and descriptors)")
-			return nil
-		}
-		root = root.Content[0]
+	if len(doc.Content) == 0 {
+		p.errorf(p.pos(&doc), "domain", "missing: the file is empty (want a domain and descriptors)")
+		return nil
 	}
-	return root
+	return doc.Content[0]
 }
 
 // deref follows aliases to the anchored node, charging the budget. It
