@@ -96,7 +96,7 @@ var rateLimitTable = []rateLimitField{
 		set: func(d *draft, v value) error { d.lim.Replaces = v.list; return nil }},
 	{name: "algorithm", kind: kindText, param: "algorithm",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "see below", def: "`fixed_window`",
-		set: setAlgorithm},
+		set: func(d *draft, v value) error { return d.lim.Spec.Algorithm.UnmarshalText([]byte(v.text)) }},
 	{name: "burst", kind: kindWhole, min: 1, max: math.MaxUint32, param: "burst",
 		unlimitedWhy: neverCounted, unlimitedAt: atName, typ: "1 to 4294967295", def: "`requests_per_unit`",
 		set: func(d *draft, v value) error { d.lim.Spec.Burst = v.n; return nil }},
@@ -134,10 +134,6 @@ func setUnit(d *draft, v value) error {
 	}
 	d.lim.Unit = Unit(i + 1)
 	return nil
-}
-
-func setAlgorithm(d *draft, v value) error {
-	return d.lim.Spec.Algorithm.UnmarshalText([]byte(v.text))
 }
 
 func setTimezone(d *draft, v value) error {

@@ -123,7 +123,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 func (w *Watcher) watch(ctx context.Context, ws *watchSet, sc *scope) error {
 	recheck := time.NewTicker(w.recheck)
 	defer recheck.Stop()
-	b := newBurst()
+	b := &burst{timer: time.NewTimer(time.Hour)}
+	b.timer.Stop() // until an event
 	defer b.timer.Stop()
 	// resync watches what the path resolves to now before reading the
 	// files, so that a write after the read is an event.
@@ -178,12 +179,6 @@ type burst struct {
 	timer   *time.Timer // fires when the reload is due; stopped until an event
 	pending bool
 	first   time.Time
-}
-
-func newBurst() *burst {
-	b := &burst{timer: time.NewTimer(time.Hour)}
-	b.timer.Stop()
-	return b
 }
 
 func (b *burst) add() {
