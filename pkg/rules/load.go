@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
-	"encoding/binary"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -96,20 +96,14 @@ func sortFiles(files []ruleFile) {
 }
 
 // digest identifies sorted files' names and contents, so that a reload
-// that changes nothing is recognised.
+// that changes nothing is recognised. Lengths first make it injective.
 func digest(files []ruleFile) [32]byte {
 	h := sha256.New()
-	var n [8]byte
 	for _, f := range files {
-		for _, part := range [][]byte{[]byte(f.name), f.data} {
-			binary.LittleEndian.PutUint64(n[:], uint64(len(part)))
-			h.Write(n[:])
-			h.Write(part)
-		}
+		fmt.Fprintf(h, "%d:%s%d:", len(f.name), f.name, len(f.data))
+		h.Write(f.data)
 	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	return [32]byte(h.Sum(nil))
 }
 
 // readRules reads the rule files at path, skipping the names starting
