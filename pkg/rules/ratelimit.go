@@ -302,12 +302,11 @@ func (p *parser) decodeRateLimit(n *yaml.Node, path string, fields []field) *dra
 }
 
 func fieldIndex(name string) int {
-	for i := range rateLimitTable {
-		if rateLimitTable[i].name == name {
-			return i
-		}
+	i := slices.Index(rateLimitFields, name)
+	if i < 0 {
+		panic("rules: no rate_limit field " + name) // mapping admits only the table's names
 	}
-	panic("rules: no rate_limit field " + name) // mapping admits only the table's names
+	return i
 }
 
 // decode reads a value of the field's kind, recording a wrong kind or
