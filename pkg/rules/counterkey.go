@@ -101,18 +101,13 @@ func (l *ResolvedLimit) DemandKey(window time.Duration) string {
 // sequence of fields parses one way only.
 func appendKeyField(dst []byte, s string) []byte {
 	if len(s) > maxKeyValue {
-		dst = append(dst, 'h')
-		return appendSHA256Hex(dst, s)
+		// Sum256 only reads the string's bytes: hashing them in place
+		// spares the allocation of a conversion.
+		sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
+		return hex.AppendEncode(append(dst, 'h'), sum[:])
 	}
 	dst = append(dst, 'v')
 	dst = strconv.AppendInt(dst, int64(len(s)), 10)
 	dst = append(dst, ':')
 	return append(dst, s...)
-}
-
-// appendSHA256Hex appends the hex SHA-256 of s, hashing the string's bytes
-// in place: Sum256 only reads them, and a conversion would allocate.
-func appendSHA256Hex(dst []byte, s string) []byte {
-	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
-	return hex.AppendEncode(dst, sum[:])
 }
