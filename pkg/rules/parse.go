@@ -104,11 +104,10 @@ func parseFile(name string, data []byte, probs *problems, sink fileSink, slice i
 // slices parses the slices lay lists into the sink. It returns false when
 // one does not parse alone into the items the cut found.
 func (p *parser) slices(data []byte, lay *layout) bool {
-	defer func() { p.line = 0 }()
 	next := 0
 	for _, s := range lay.slices {
 		var doc yaml.Node
-		if yaml.Unmarshal(data[s.start:s.end], &doc) != nil || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		if yaml.Unmarshal(data[s.start:s.end], &doc) != nil || len(doc.Content) != 1 {
 			return false
 		}
 		list := doc.Content[0]
