@@ -1,6 +1,9 @@
 package rules
 
-import "bytes"
+import (
+	"bytes"
+	"slices"
+)
 
 // A rule file is parsed a slice at a time where its layout allows: the
 // items of its top-level descriptors list are cut into runs of whole items,
@@ -98,12 +101,8 @@ lines:
 // empty, so that the lines after them keep their numbers.
 func blankLines(data []byte, from, to int) []byte {
 	from, to = min(from, len(data)), min(to, len(data))
-	out := make([]byte, 0, from+bytes.Count(data[from:to], []byte{'\n'})+len(data)-to)
-	out = append(out, data[:from]...)
-	for range bytes.Count(data[from:to], []byte{'\n'}) {
-		out = append(out, '\n')
-	}
-	return append(out, data[to:]...)
+	blank := bytes.Repeat([]byte{'\n'}, bytes.Count(data[from:to], []byte{'\n'}))
+	return slices.Concat(data[:from], blank, data[to:])
 }
 
 // hasOtherBreaks reports whether data holds a line break yaml.v3 counts
