@@ -212,9 +212,9 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 	if err != nil {
 		return nil, exit(2, a.cfg.Explain(err))
 	}
-	rls, stopCapture, err := withCapture(svc, &a.cfg.Capture, a.reg, a.logger)
+	rls, stopCapture, err := a.withCapture(svc)
 	if err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
+		return nil, exit(2, a.cfg.FlagError("capture", err))
 	}
 	// After the server has stopped, so the last requests are recorded.
 	a.closers = append(a.closers, stopCapture)
@@ -286,8 +286,10 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 }
 
 // withCapture wraps svc in a replay.Capture when -capture is set, with its
-// counts in reg, and returns what to serve and what stops the recording.
-func withCapture(svc pb.RateLimitServiceServer, cfg *settings.Capture, reg prometheus.Registerer, logger *slog.Logger) (pb.RateLimitServiceServer, func(), error) {
+// counts in the registry, and returns what to serve and what stops the
+// recording.
+func (a *app) withCapture(svc pb.RateLimitServiceServer) (pb.RateLimitServiceServer, func(), error) {
+	cfg, logger := &a.cfg.Capture, a.logger
 	if cfg.Path == "" {
 		return svc, func() {}, nil
 	}
@@ -295,7 +297,7 @@ func withCapture(svc pb.RateLimitServiceServer, cfg *settings.Capture, reg prome
 	opts.Logger = logger
 	c, err := replay.NewCapture(svc, cfg.Path, opts)
 	if err != nil {
-		return nil, nil, settings.FlagError("capture", err)
+		return nil, nil, err
 	}
 	for _, o := range []struct {
 		outcome string
@@ -305,7 +307,7 @@ func withCapture(svc pb.RateLimitServiceServer, cfg *settings.Capture, reg prome
 		{"dropped", func(s replay.CaptureStats) int64 { return s.Dropped }},
 		{"over_size", func(s replay.CaptureStats) int64 { return s.OverSize }},
 	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		a.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "floodgate", Name: "capture_lines_total",
 			Help:        "Requests recorded by -capture (written), not recorded because the writer was behind (dropped) or the file full (over_size).",
 			ConstLabels: prometheus.Labels{"outcome": o.outcome},

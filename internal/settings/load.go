@@ -170,24 +170,28 @@ func Find(flag string) *Setting {
 // field by the flag that lands in it. Errors that name no setting are
 // returned as they are; others are wrapped.
 func (c *Config) Explain(err error) error {
-	var msg string
-	var flags []string
-	switch e := err.(type) {
-	case *option.Error:
-		msg = e.Message(func(field string) string {
-			s := settingOf(e.Options, field)
-			if s == nil {
-				return e.Options + "." + field
-			}
-			flags = append(flags, s.Flag)
-			return "-" + s.Flag
-		})
-	case *refusal:
-		msg, flags = e.Error(), e.flags
+	e, ok := err.(*option.Error)
+	if !ok {
+		return err
 	}
+	var flags []string
+	msg := e.Message(func(field string) string {
+		s := settingOf(e.Options, field)
+		if s == nil {
+			return e.Options + "." + field
+		}
+		flags = append(flags, s.Flag)
+		return "-" + s.Flag
+	})
 	if len(flags) == 0 {
 		return err
 	}
+	return c.settingError(msg, flags, err)
+}
+
+// settingError returns msg, followed by the variables that set flags, as
+// an error wrapping err.
+func (c *Config) settingError(msg string, flags []string, err error) error {
 	var vars []string
 	for _, f := range flags {
 		if v, ok := c.From[f]; ok && !slices.Contains(vars, v) {
@@ -200,7 +204,8 @@ func (c *Config) Explain(err error) error {
 	return &settingError{msg: msg, err: err}
 }
 
-// settingError is an error as Explain words it, wrapping the original.
+// settingError is an error worded with the flags and variables behind it,
+// wrapping the original.
 type settingError struct {
 	msg string
 	err error

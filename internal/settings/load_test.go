@@ -582,7 +582,7 @@ func TestExplain(t *testing.T) {
 			"-dogstatsd-mogrifiers rename DogStatsD stats; they need -dogstatsd (set by USE_DOG_STATSD_MOGRIFIERS)"},
 		{&option.Error{Options: "server.Options", Field: "MaxReportBytes", Value: 5, Want: "want at least %s", With: []string{"MaxMessageBytes"}},
 			"-rlqs-max-report-bytes 5: want at least -max-message-bytes"},
-		{FlagError("capture", fs.ErrPermission), "-capture: permission denied (set by FLOODGATE_CAPTURE)"},
+		{c.FlagError("capture", fs.ErrPermission), "-capture: permission denied (set by FLOODGATE_CAPTURE)"},
 		{noSink, noSink.Error()},
 		{plain, plain.Error()},
 	} {
