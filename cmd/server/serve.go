@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/floodgate/floodgate/internal/counters"
-	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/internal/promsink"
 	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/internal/rlqs"
@@ -249,15 +248,22 @@ func (a *app) quota() (*rlqs.Service, error) {
 
 // listeners returns the gRPC, HTTP and debug listeners of svc.
 func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*server.Server, error) {
-	health := a.store.Health
-	pages, err := newUI(a.cfg.UI, a.rules, a.reg, a.metrics, health)
-	if err != nil {
-		return nil, exit(1, err)
-	}
-	go pages.run(ctx)
 	opts := a.cfg.Server
-	opts.Logger, opts.Store, opts.Refused = a.logger, health, a.metrics.Refused
-	opts.UI, opts.DebugUI = pages.http, withPushedFiles(pages.debug, a.rules)
+	opts.Logger, opts.Store, opts.Refused = a.logger, a.store.Health, a.metrics.Refused
+	var debugUI http.Handler
+	if a.cfg.UI {
+		// One history for both pages. The HTTP listener's shows the request
+		// values /metrics names (detailed_metric, value_to_metric); the
+		// debug listener's, on loopback like pprof, every rule's.
+		page, err := ui.New(ui.Options{Rules: a.rules.Current, RuleStatus: a.rules.Status, Gatherer: a.reg,
+			Metrics: a.metrics, Store: a.store.Health, Values: rlsmetrics.HotOptedIn})
+		if err != nil {
+			return nil, exit(1, fmt.Errorf("-ui: %w", err))
+		}
+		go page.Run(ctx)
+		opts.UI, debugUI = page, page.WithValues(rlsmetrics.HotAll)
+	}
+	opts.DebugUI = withPushedFiles(debugUI, a.rules)
 	if a.prom != nil {
 		opts.Prometheus = a.prom.Handler()
 	}
@@ -321,27 +327,4 @@ func (a *app) withCapture(svc pb.RateLimitServiceServer) (pb.RateLimitServiceSer
 		st := c.Stats()
 		logger.Info("capture stopped", "capture", cfg.Path, "written", st.Written, "dropped", st.Dropped, "over_size", st.OverSize)
 	}, nil
-}
-
-// uiPages are the live page's handlers for the HTTP and the debug
-// listener, and run, which keeps their history; nil when -ui=false.
-type uiPages struct {
-	http, debug http.Handler
-	run         func(context.Context)
-}
-
-// newUI builds the live pages, which share one history. The HTTP
-// listener's shows the request values /metrics names (detailed_metric,
-// value_to_metric); the debug listener's, on loopback like pprof, every
-// rule's.
-func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *rlsmetrics.Metrics, store func() health.Store) (uiPages, error) {
-	if !on {
-		return uiPages{run: func(context.Context) {}}, nil
-	}
-	h, err := ui.New(ui.Options{Rules: w.Current, RuleStatus: w.Status, Gatherer: reg, Metrics: m, Store: store,
-		Values: rlsmetrics.HotOptedIn})
-	if err != nil {
-		return uiPages{}, fmt.Errorf("-ui: %w", err)
-	}
-	return uiPages{http: h, debug: h.WithValues(rlsmetrics.HotAll), run: h.Run}, nil
 }

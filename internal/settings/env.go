@@ -193,10 +193,6 @@ func imageDefault(refDir string) envSource {
 	}
 }
 
-// fallbacks are the variables read for a flag when neither floodgateVar nor
-// a reference variable sets it.
-var fallbacks = map[string]envSource{"config": imageDefault(ReferenceDefaultDir)}
-
 // xdsOn reports whether CONFIG_TYPE=GRPC_XDS_SOTW: the reference reads its
 // xDS variables only then.
 func xdsOn(env Lookup) bool {

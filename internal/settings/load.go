@@ -63,8 +63,8 @@ func (c *Config) checkArgument(fs *flag.FlagSet, given map[string]bool) {
 }
 
 // fromEnv sets each flag not given on the command line from the first
-// variable that sets it (Setting.sources), else its fallback, recording
-// it in c.From. It returns a note for each variable set but overridden.
+// variable that sets it (Setting.sources), and -config, when nothing did,
+// from FLOODGATE_DEFAULT_CONFIG, recording it in c.From. It returns a note for each variable set but overridden.
 func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (overrides []string, err error) {
 	c.From = map[string]string{}
 	for i := range Table {
@@ -92,13 +92,11 @@ func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (o
 			}
 			winner, c.From[s.Flag] = name, name
 		}
-		if fb, ok := fallbacks[s.Flag]; ok && winner == "" {
-			if v, name, ok := fb(env); ok {
-				if e := fs.Set(s.Flag, v); e != nil {
-					return nil, fmt.Errorf("%s=%q (for -%s): %w", name, v, s.Flag, e)
-				}
-				c.From[s.Flag] = name
-			}
+	}
+	if !given["config"] && c.From["config"] == "" {
+		if v, name, ok := imageDefault(ReferenceDefaultDir)(env); ok {
+			fs.Set("config", v) // a string: it cannot fail
+			c.From["config"] = name
 		}
 	}
 	return overrides, nil
