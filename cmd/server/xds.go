@@ -27,7 +27,7 @@ type ruleSource interface {
 func openRules(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (ruleSource, func(context.Context) error, error) {
 	r := &cfg.Rules
 	if !r.XDS {
-		w, err := rules.NewWatcher(r.Path, ruleOptions(cfg), logger)
+		w, err := rules.NewWatcher(r.Path, r.Options, logger)
 		if err != nil {
 			return nil, nil, fmt.Errorf("refusing to start, cannot load the rules in %s:\n%w", r.Path, err)
 		}
@@ -37,7 +37,7 @@ func openRules(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, nil, cfg.Explain(err)
 	}
-	feed := rules.NewFeed(ruleOptions(cfg), logger, "source", "xds", "server", xo.ServerURL)
+	feed := rules.NewFeed(r.Options, logger, "source", "xds", "server", xo.ServerURL)
 	client, err := xds.New(feed, xo)
 	if err != nil {
 		return nil, nil, cfg.Explain(err)

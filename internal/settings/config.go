@@ -57,7 +57,7 @@ type Rules struct {
 	// it: "-config", the variable(s), or "" for the default.
 	Path     string
 	PathFrom string
-	// Options are the loader's.
+	// Options are the loader's; Supports is the store's.
 	Options rules.Options
 	// XDS takes the rules from an xDS management server instead of Path
 	// (-config-type grpc_xds_sotw), with XDSOptions and XDSTLS.

@@ -125,8 +125,10 @@ func (s *Setting) shown(v string) string {
 
 // resolve turns settings as the reference spells them into what the
 // packages take: DogStatsD implies statsd over UDP (plain statsd: TCP); an
-// xDS backoff random factor of 0 means no jitter.
+// xDS backoff random factor of 0 means no jitter. The rule loader asks the
+// store which limits it serves, so that others are refused at load.
 func (c *Config) resolve() {
+	c.Rules.Options.Supports = c.Store.Supports
 	st := &c.Statsd
 	st.On = st.On || st.Options.DogStatsD
 	if st.Options.Network == "" {
