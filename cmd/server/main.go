@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,7 +52,7 @@ func run(ctx context.Context, args []string, env settings.Lookup, stdout, stderr
 	args = commandArgs(args)
 	hide := newRedactor(args, env)
 	cfg, err := settings.Load(args, env)
-	if errors.Is(err, settings.ErrHelp) {
+	if errors.Is(err, flag.ErrHelp) {
 		printUsage(stdout)
 		return 0
 	}

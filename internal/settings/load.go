@@ -12,16 +12,14 @@ import (
 	"github.com/floodgate/floodgate/pkg/option"
 )
 
-// ErrHelp is returned by Load for -h and -help.
-var ErrHelp = flag.ErrHelp
-
 // Load reads the command line args and the environment env into a Config:
 // each setting from its flag, else its FLOODGATE_* variable, else the
 // first reference variable that sets it, else its fallback, else its
 // default. It refuses the reference variables floodgate cannot honour, all
 // at once, and settings that need others; its errors name the flag and
 // the variable that set it. Config.Notes say what was overridden or
-// accepted with a difference worth knowing.
+// accepted with a difference worth knowing. For -h and -help it returns
+// flag.ErrHelp.
 func Load(args []string, env Lookup) (*Config, error) {
 	c := &Config{}
 	fs := flagSet(c, env)
@@ -41,11 +39,9 @@ func Load(args []string, env Lookup) (*Config, error) {
 	}
 	c.Rules.PathFrom = cmp.Or(c.Rules.PathFrom, c.From["config"])
 	c.Notes = append(c.Notes, overrides...)
-	notes, err := checkReference(env, c.Store.Redis.URL != "")
-	if err != nil {
+	if err := c.checkReference(env); err != nil {
 		return nil, err
 	}
-	c.Notes = append(c.Notes, notes...)
 	c.resolve()
 	c.dogStatsdTags(env)
 	c.noteRuntime(env)

@@ -9,9 +9,6 @@ import (
 	"strings"
 )
 
-// DefaultConfigPath is -config's default: ./config.
-const DefaultConfigPath = "config"
-
 // sections are the sections of -h and docs/settings.md, in order. Adding
 // a setting is a row in its section (table_*.go) and the field it lands in.
 var sections = [][]Setting{rulesRows, xdsRows,
