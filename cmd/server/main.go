@@ -53,7 +53,8 @@ func run(ctx context.Context, args []string, env settings.Lookup, stdout, stderr
 	hide := newRedactor(args, env)
 	cfg, err := settings.Load(args, env)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(stdout)
+		fmt.Fprint(stdout, usageHead)
+		settings.PrintFlags(stdout)
 		return 0
 	}
 	if err != nil {

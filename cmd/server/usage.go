@@ -3,13 +3,10 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"io"
 	"runtime/debug"
-
-	"github.com/floodgate/floodgate/internal/settings"
 )
 
-// usageHead is the top of -h.
+// usageHead is the top of -h, above settings.PrintFlags.
 const usageHead = `Usage: floodgate [serve] [flags]          serve the rules (the default command)
        floodgate check [flags] [FILE_OR_DIR]
                                           validate the rules (FILE_OR_DIR, else
@@ -30,13 +27,6 @@ Each flag is also set by the environment variables listed under it: FLOODGATE_*
 first, then the envoyproxy/ratelimit variable(s) (see docs/migrating.md). A flag
 given on the command line wins over both.
 `
-
-// printUsage writes -h: the commands, then every flag by section, sorted,
-// with its default and the variables that set it.
-func printUsage(w io.Writer) {
-	fmt.Fprint(w, usageHead)
-	settings.PrintFlags(w)
-}
 
 // subcommands maps the commands to the flags that do the same.
 var subcommands = map[string]string{"serve": "", "check": "-check", "explain": "-explain", "version": "-version", "help": "-h"}
