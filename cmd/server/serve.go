@@ -43,21 +43,18 @@ type app struct {
 	closers []func()
 }
 
-// exitError is an error that ends the program with code.
-type exitError struct {
-	code int
-	err  error
-}
+// refusedError is an error of a setting a part refused, worded with the
+// flags and variables behind it: the program exits with code 2, not 1.
+type refusedError struct{ error }
 
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
+func (e refusedError) Unwrap() error { return e.error }
 
-// exit tags err with the exit code it ends the program with.
-func exit(code int, err error) error {
+// refused returns err, from a part's constructor, as a refusedError.
+func (a *app) refused(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &exitError{code: code, err: err}
+	return refusedError{a.cfg.Explain(err)}
 }
 
 // serve runs the server until ctx ends and returns the exit code: 0 after
@@ -70,9 +67,8 @@ func serve(ctx context.Context, cfg *settings.Config, out *logOutput) int {
 	srv, err := a.assemble(ctx)
 	if err != nil {
 		out.fatal(err, "")
-		var ee *exitError
-		if errors.As(err, &ee) {
-			return ee.code
+		if errors.As(err, new(refusedError)) {
+			return 2
 		}
 		return 1
 	}
@@ -104,7 +100,7 @@ func (a *app) close() {
 func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 	var err error
 	if a.rules, a.follow, err = openRules(ctx, a.cfg, a.logger); err != nil {
-		return nil, exit(1, err)
+		return nil, err
 	}
 	go releaseAfterLoads(ctx, a.rules)
 	if err := a.openStore(ctx); err != nil {
@@ -114,7 +110,7 @@ func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 		return nil, err
 	}
 	if a.tracer, err = newTracer(ctx, a.cfg.Tracing, a.store.Name(), a.logger); err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
+		return nil, a.refused(err)
 	}
 	// Closed before the store: the last spans go out once the server has
 	// stopped answering.
@@ -132,13 +128,13 @@ func (a *app) openStore(ctx context.Context) error {
 	opts.Logger = a.logger
 	st, err := store.Open(ctx, opts)
 	if err != nil {
-		return exit(2, a.cfg.Explain(err))
+		return a.refused(err)
 	}
 	a.store = st
 	a.closers = append(a.closers, st.Close)
 	go st.FollowRules(ctx, a.rules.Changed)
 	if err := st.Register(a.reg); err != nil {
-		return exit(1, fmt.Errorf("metrics: %w", err))
+		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
 }
@@ -147,7 +143,7 @@ func (a *app) openStore(ctx context.Context) error {
 // Prometheus metrics.
 func (a *app) openMetrics() error {
 	if err := a.openStatsd(); err != nil {
-		return exit(2, a.cfg.Explain(err))
+		return a.refused(err)
 	}
 	mo := a.cfg.Metrics
 	mo.Store, mo.Statsd = a.store.Name(), a.statsd
@@ -158,7 +154,7 @@ func (a *app) openMetrics() error {
 		err = rlsmetrics.RegisterRuleLoads(a.reg, a.rules.Status)
 	}
 	if err != nil {
-		return exit(1, fmt.Errorf("metrics: %w", err))
+		return fmt.Errorf("metrics: %w", err)
 	}
 	a.metrics = m
 	return nil
@@ -209,11 +205,11 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 	opts.Logger, opts.Metrics, opts.TracerProvider = a.logger, a.metrics, a.tracer.Provider()
 	svc, err := envoy.New(a.rules.Current, a.store.Limiter(), opts)
 	if err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
+		return nil, a.refused(err)
 	}
 	rls, stopCapture, err := a.withCapture(svc)
 	if err != nil {
-		return nil, exit(2, a.cfg.FlagError("capture", err))
+		return nil, a.refused(a.cfg.FlagError("capture", err))
 	}
 	// After the server has stopped, so the last requests are recorded.
 	a.closers = append(a.closers, stopCapture)
@@ -237,11 +233,11 @@ func (a *app) quota() (*rlqs.Service, error) {
 	opts.Logger = a.logger
 	var err error
 	if opts.Metrics, err = rlqs.NewMetrics(a.reg); err != nil {
-		return nil, exit(1, fmt.Errorf("metrics: %w", err))
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	q, err := rlqs.New(a.rules.Current, a.store.Limiter(), opts)
 	if err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
+		return nil, a.refused(err)
 	}
 	return q, nil
 }
@@ -258,7 +254,7 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 		page, err := ui.New(ui.Options{Rules: a.rules.Current, RuleStatus: a.rules.Status, Gatherer: a.reg,
 			Metrics: a.metrics, Store: a.store.Health, Values: rlsmetrics.HotOptedIn})
 		if err != nil {
-			return nil, exit(1, fmt.Errorf("-ui: %w", err))
+			return nil, fmt.Errorf("-ui: %w", err)
 		}
 		go page.Run(ctx)
 		opts.UI, debugUI = page, page.WithValues(rlsmetrics.HotAll)
@@ -277,18 +273,18 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 	// On the debug listener only; the HTTP listener refuses it.
 	if opts.Counters, err = counters.New(counters.Options{Rules: a.rules.Current, Limiter: a.store.Limiter(), Resetter: a.store,
 		Logger: a.logger, Registerer: a.reg}); err != nil {
-		return nil, exit(1, err)
+		return nil, err
 	}
 	if t := a.cfg.GRPCTLS; t.On {
 		if opts.TLS, err = server.NewTLSConfig(t.Files, a.logger); err != nil {
-			return nil, exit(2, err)
+			return nil, a.refused(err)
 		}
 	}
 	srv, err := server.New(svc, a.rules.Current, a.rules.Status, a.reg, opts)
 	if err == nil {
 		err = srv.RegisterMetrics(a.reg)
 	}
-	return srv, exit(2, a.cfg.Explain(err))
+	return srv, a.refused(err)
 }
 
 // withCapture wraps svc in a replay.Capture when -capture is set, with its
