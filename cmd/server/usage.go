@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"runtime/debug"
+	"slices"
 )
 
 // usageHead is the top of -h, above settings.PrintFlags.
@@ -29,7 +30,7 @@ given on the command line wins over both.
 `
 
 // subcommands maps the commands to the flags that do the same.
-var subcommands = map[string]string{"serve": "", "check": "-check", "explain": "-explain", "version": "-version", "help": "-h"}
+var subcommands = map[string][]string{"serve": nil, "check": {"-check"}, "explain": {"-explain"}, "version": {"-version"}, "help": {"-h"}}
 
 // commandArgs turns a leading command (floodgate check ...) into its flag
 // (floodgate -check ...); other arguments are returned as they are.
@@ -37,14 +38,10 @@ func commandArgs(args []string) []string {
 	if len(args) == 0 {
 		return args
 	}
-	f, ok := subcommands[args[0]]
-	if !ok {
-		return args
+	if f, ok := subcommands[args[0]]; ok {
+		return slices.Concat(f, args[1:])
 	}
-	if f == "" {
-		return args[1:]
-	}
-	return append([]string{f}, args[1:]...)
+	return args
 }
 
 // stampedVersion and stampedCommit are set at link time by builds without
