@@ -101,7 +101,7 @@ func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (o
 // sources are the variables that set s, in precedence order: its own,
 // then the reference server's.
 func (s *Setting) sources() []envSource {
-	srcs := []envSource{envVar(s.Var())}
+	srcs := []envSource{envVar(floodgateVar(s.Flag))}
 	for i := range References {
 		if References[i].Flag == s.Flag {
 			srcs = append(srcs, References[i].from())

@@ -69,14 +69,10 @@ type Setting struct {
 	Command bool
 }
 
-// Var returns the setting's own variable: FLOODGATE_ and the flag in upper
-// case, '-' as '_' (FLOODGATE_REDIS_DEADLINE for -redis-deadline); "" for
-// a command.
-func (s *Setting) Var() string {
-	if s.Command {
-		return ""
-	}
-	return "FLOODGATE_" + strings.ToUpper(strings.ReplaceAll(s.Flag, "-", "_"))
+// floodgateVar returns a setting's own variable: FLOODGATE_ and its flag in
+// upper case, '-' as '_' (FLOODGATE_REDIS_DEADLINE for -redis-deadline).
+func floodgateVar(flag string) string {
+	return "FLOODGATE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
 // Lookup reads an environment variable, as os.LookupEnv does.

@@ -77,7 +77,7 @@ func (s *Setting) Vars() []string {
 	if s.Command {
 		return nil
 	}
-	vars := []string{s.Var()}
+	vars := []string{floodgateVar(s.Flag)}
 	for _, r := range References {
 		if r.Flag == s.Flag {
 			vars = append(vars, r.Name)
