@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/option"
 )
@@ -43,7 +42,6 @@ func Load(args []string, env Lookup) (*Config, error) {
 		return nil, err
 	}
 	c.resolve()
-	c.dogStatsdTags(env)
 	c.noteRuntime(env)
 	c.noteServerCA(env)
 	return c, c.Explain(c.check(fs))
@@ -135,19 +133,6 @@ func (c *Config) resolve() {
 	}
 	if c.Rules.XDSOptions.BackoffRandomFactor == 0 {
 		c.Rules.XDSOptions.NoJitter = true
-	}
-}
-
-// dogStatsdTags adds to DogStatsD's tags those of the variables the
-// reference's DogStatsD client reads (References' Tag: DD_ENV, ...).
-func (c *Config) dogStatsdTags(env Lookup) {
-	if !c.Statsd.Options.DogStatsD {
-		return
-	}
-	for _, r := range References {
-		if v, ok := env(r.Name); ok && v != "" && r.Tag != "" {
-			c.Statsd.Options.Tags = append(c.Statsd.Options.Tags, statsd.Tag{Key: r.Tag, Value: v})
-		}
 	}
 }
 

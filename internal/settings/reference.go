@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // Reference is one environment variable of envoyproxy/ratelimit and what
@@ -349,7 +351,7 @@ func isBool(v string, want bool) bool {
 
 // checkReference refuses, all at once, the reference variables set to
 // values floodgate cannot honour, and notes what is worth knowing of the
-// others.
+// others. With DogStatsD, those with a Tag tag every stat.
 func (c *Config) checkReference(env Lookup) error {
 	var refused, ignored []string
 	for i := range References {
@@ -361,6 +363,9 @@ func (c *Config) checkReference(env Lookup) error {
 		if r.redisBackend() && memcacheOn(env) {
 			ignored = append(ignored, r.Name)
 			continue
+		}
+		if r.Tag != "" && c.Statsd.Options.DogStatsD {
+			c.Statsd.Options.Tags = append(c.Statsd.Options.Tags, statsd.Tag{Key: r.Tag, Value: v})
 		}
 		if r.Refuse != nil {
 			if why := r.Refuse(v, env); why != "" {
