@@ -30,7 +30,9 @@ given on the command line wins over both.
 `
 
 // subcommands maps the commands to the flags that do the same.
-var subcommands = map[string][]string{"serve": nil, "check": {"-check"}, "explain": {"-explain"}, "version": {"-version"}, "help": {"-h"}}
+var subcommands = map[string][]string{
+	"serve": nil, "check": {"-check"}, "explain": {"-explain"}, "version": {"-version"}, "help": {"-h"},
+}
 
 // commandArgs turns a leading command (floodgate check ...) into its flag
 // (floodgate -check ...); other arguments are returned as they are.

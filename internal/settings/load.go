@@ -13,12 +13,12 @@ import (
 
 // Load reads the command line args and the environment env into a Config:
 // each setting from its flag, else its FLOODGATE_* variable, else the
-// first reference variable that sets it, else its fallback, else its
-// default. It refuses the reference variables floodgate cannot honour, all
-// at once, and settings that need others; its errors name the flag and
-// the variable that set it. Config.Notes say what was overridden or
-// accepted with a difference worth knowing. For -h and -help it returns
-// flag.ErrHelp.
+// first reference variable that sets it, else (-config) the image's
+// default, else its default. It refuses the reference variables floodgate
+// cannot honour, all at once, and settings that need others; its errors
+// name the flag and the variable that set it. Config.Notes say what was
+// overridden or accepted with a difference worth knowing. For -h and -help
+// it returns flag.ErrHelp.
 func Load(args []string, env Lookup) (*Config, error) {
 	c := &Config{}
 	fs := flagSet(c, env)
@@ -58,7 +58,8 @@ func (c *Config) checkArgument(fs *flag.FlagSet, given map[string]bool) {
 
 // fromEnv sets each flag not given on the command line from the first
 // variable that sets it (Setting.sources), and -config, when nothing did,
-// from FLOODGATE_DEFAULT_CONFIG, recording it in c.From. It returns a note for each variable set but overridden.
+// from FLOODGATE_DEFAULT_CONFIG, recording it in c.From. It returns a note
+// for each variable set but overridden.
 func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (overrides []string, err error) {
 	c.From = map[string]string{}
 	for i := range Table {
