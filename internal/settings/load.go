@@ -1,7 +1,6 @@
 package settings
 
 import (
-	"cmp"
 	"flag"
 	"fmt"
 	"slices"
@@ -29,14 +28,14 @@ func Load(args []string, env Lookup) (*Config, error) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	c.checkArgument(fs, given)
-	if given["config"] {
-		c.Rules.PathFrom = "-config"
-	}
 	overrides, err := c.fromEnv(fs, env, given)
 	if err != nil {
 		return nil, err
 	}
-	c.Rules.PathFrom = cmp.Or(c.Rules.PathFrom, c.From["config"])
+	c.Rules.PathFrom = c.From["config"]
+	if given["config"] {
+		c.Rules.PathFrom = "-config"
+	}
 	c.Notes = append(c.Notes, overrides...)
 	if err := c.checkReference(env); err != nil {
 		return nil, err
