@@ -219,7 +219,7 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 // quota returns the Rate Limit Quota Service over RLS's rules, store,
 // failure mode, shadow mode and entry bound; nil when -rlqs is off or the
 // store cannot keep the fleet's demand (Memcached).
-func (a *app) quota() (*rlqs.Service, error) {
+func (a *app) quota() (server.QuotaService, error) {
 	if !a.cfg.RLQS.On {
 		return nil, nil
 	}
@@ -263,12 +263,9 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 	if a.prom != nil {
 		opts.Prometheus = a.prom.Handler()
 	}
-	quota, err := a.quota()
-	if err != nil {
+	var err error
+	if opts.RLQS, err = a.quota(); err != nil {
 		return nil, err
-	}
-	if quota != nil {
-		opts.RLQS = quota
 	}
 	// On the debug listener only; the HTTP listener refuses it.
 	if opts.Counters, err = counters.New(counters.Options{Rules: a.rules.Current, Limiter: a.store.Limiter(), Resetter: a.store,
