@@ -207,13 +207,7 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 	if err != nil {
 		return nil, a.refused(err)
 	}
-	rls, stopCapture, err := a.withCapture(svc)
-	if err != nil {
-		return nil, a.refused(a.cfg.FlagError("capture", err))
-	}
-	// After the server has stopped, so the last requests are recorded.
-	a.closers = append(a.closers, stopCapture)
-	return rls, nil
+	return a.withCapture(svc)
 }
 
 // quota returns the Rate Limit Quota Service over RLS's rules, store,
@@ -284,19 +278,18 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 	return srv, a.refused(err)
 }
 
-// withCapture wraps svc in a replay.Capture when -capture is set, with its
-// counts in the registry, and returns what to serve and what stops the
-// recording.
-func (a *app) withCapture(svc pb.RateLimitServiceServer) (pb.RateLimitServiceServer, func(), error) {
+// withCapture returns svc wrapped in a replay.Capture when -capture is
+// set, with its counts in the registry; the recording stops at close.
+func (a *app) withCapture(svc pb.RateLimitServiceServer) (pb.RateLimitServiceServer, error) {
 	cfg, logger := &a.cfg.Capture, a.logger
 	if cfg.Path == "" {
-		return svc, func() {}, nil
+		return svc, nil
 	}
 	opts := cfg.Options
 	opts.Logger = logger
 	c, err := replay.NewCapture(svc, cfg.Path, opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, a.refused(a.cfg.FlagError("capture", err))
 	}
 	for _, o := range []struct {
 		outcome string
@@ -313,11 +306,13 @@ func (a *app) withCapture(svc pb.RateLimitServiceServer) (pb.RateLimitServiceSer
 		}, func() float64 { return float64(o.count(c.Stats())) }))
 	}
 	logger.Info("recording requests for floodgate replay", "capture", cfg.Path, "sample", opts.Sample, "max_bytes", opts.MaxBytes)
-	return c, func() {
+	// Closed after the server has stopped, so the last requests are recorded.
+	a.closers = append(a.closers, func() {
 		if err := c.Close(); err != nil {
 			logger.Error("capture: closing the file", "capture", cfg.Path, "err", err)
 		}
 		st := c.Stats()
 		logger.Info("capture stopped", "capture", cfg.Path, "written", st.Written, "dropped", st.Dropped, "over_size", st.OverSize)
-	}, nil
+	})
+	return c, nil
 }
