@@ -145,11 +145,11 @@ func Find(flag string) *Setting {
 	return &Table[i]
 }
 
-// Explain words err, from Load or a package's constructor, with the flags
-// and variables behind it: "-near-limit-ratio 2: want a number between 0
-// and 1 (set by NEAR_LIMIT_RATIO)". A package's *option.Error names each
-// field by the flag that lands in it. Errors that name no setting are
-// returned as they are; others are wrapped.
+// Explain words err, a package's *option.Error, with the flags that land
+// in its fields and the variables that set them: "-near-limit-ratio 2:
+// want a number between 0 and 1 (set by NEAR_LIMIT_RATIO)", wrapping err.
+// Other errors, and those that name no setting, are returned as they are
+// (Load's already name theirs).
 func (c *Config) Explain(err error) error {
 	e, ok := err.(*option.Error)
 	if !ok {
