@@ -88,7 +88,7 @@ func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (o
 		}
 	}
 	if !given["config"] && c.From["config"] == "" {
-		if v, name, ok := imageDefault(ReferenceDefaultDir)(env); ok {
+		if v, name, ok := imageDefault(env, ReferenceDefaultDir); ok {
 			fs.Set("config", v) // a string: it cannot fail
 			c.From["config"] = name
 		}

@@ -430,7 +430,7 @@ func TestImageDefault(t *testing.T) {
 				}
 				return "", false
 			}
-			got, from, ok := imageDefault(tc.refDir)(env)
+			got, from, ok := imageDefault(env, tc.refDir)
 			if got != tc.want || from != tc.wantFrom || ok != tc.wantOK {
 				t.Errorf("imageDefault = %q, %q, %v; want %q, %q, %v", got, from, ok, tc.want, tc.wantFrom, tc.wantOK)
 			}
