@@ -13,21 +13,13 @@ import (
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-// ruleOptions are the rule loader's options, with the store's word on
-// which limits it serves, so that others are refused at load.
-func ruleOptions(cfg *settings.Config) rules.Options {
-	opts := cfg.Rules.Options
-	opts.Supports = cfg.Store.Supports
-	return opts
-}
-
 // check validates the rules (-check) and exits 0 or 1.
 func check(stdout io.Writer, out *logOutput, cfg *settings.Config) int {
 	if err := unreadableRules(cfg, "floodgate check FILE_OR_DIR"); err != nil {
 		out.fatal(err, "")
 		return 1
 	}
-	if checkRules(stdout, cfg.Rules.Path, ruleOptions(cfg)) != nil {
+	if checkRules(stdout, cfg.Rules.Path, cfg.Rules.Options) != nil {
 		return 1
 	}
 	return 0
@@ -39,7 +31,7 @@ func explain(stdout io.Writer, out *logOutput, cfg *settings.Config) int {
 		out.fatal(err, "")
 		return 1
 	}
-	set, err := rules.Load(cfg.Rules.Path, ruleOptions(cfg))
+	set, err := rules.Load(cfg.Rules.Path, cfg.Rules.Options)
 	if err != nil {
 		out.fatal(fmt.Errorf("cannot load the rules in %s:\n%w", cfg.Rules.Path, err), "")
 		return 1

@@ -131,25 +131,21 @@ func cgroupMemoryLimit(root string) int64 {
 		if len(parts) != 3 {
 			continue
 		}
-		var l int64
 		switch {
 		case parts[0] == "0" && parts[1] == "":
-			l = smallestLimit(filepath.Join(root, "sys/fs/cgroup"), parts[2], "memory.max")
+			limit = smallestLimit(limit, filepath.Join(root, "sys/fs/cgroup"), parts[2], "memory.max")
 		case slices.Contains(strings.Split(parts[1], ","), "memory"):
-			l = smallestLimit(filepath.Join(root, "sys/fs/cgroup/memory"), parts[2], "memory.limit_in_bytes")
-		}
-		if l > 0 && (limit == 0 || l < limit) {
-			limit = l
+			limit = smallestLimit(limit, filepath.Join(root, "sys/fs/cgroup/memory"), parts[2], "memory.limit_in_bytes")
 		}
 	}
 	return limit
 }
 
-// smallestLimit returns the smallest limit in file of the cgroup path
-// under mount and of each directory above it, or 0. Directories that do
-// not exist (a cgroup namespace shows the cgroup as the mount) are skipped.
-func smallestLimit(mount, path, file string) int64 {
-	var limit int64
+// smallestLimit returns the smallest of limit (0: none) and the limits in
+// file of the cgroup path under mount and of each directory above it.
+// Directories that do not exist (a cgroup namespace shows the cgroup as
+// the mount) are skipped.
+func smallestLimit(limit int64, mount, path, file string) int64 {
 	dir := filepath.Join(mount, filepath.Clean("/"+path))
 	for {
 		if l := readLimit(filepath.Join(dir, file)); l > 0 && (limit == 0 || l < limit) {

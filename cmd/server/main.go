@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,8 +52,9 @@ func run(ctx context.Context, args []string, env settings.Lookup, stdout, stderr
 	args = commandArgs(args)
 	hide := newRedactor(args, env)
 	cfg, err := settings.Load(args, env)
-	if errors.Is(err, settings.ErrHelp) {
-		printUsage(stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usageHead)
+		settings.PrintFlags(stdout)
 		return 0
 	}
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/floodgate/floodgate/internal/counters"
-	"github.com/floodgate/floodgate/internal/health"
 	"github.com/floodgate/floodgate/internal/promsink"
 	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/internal/rlqs"
@@ -44,21 +43,18 @@ type app struct {
 	closers []func()
 }
 
-// exitError is an error that ends the program with code.
-type exitError struct {
-	code int
-	err  error
-}
+// refusedError is an error of a setting a part refused, worded with the
+// flags and variables behind it: the program exits with code 2, not 1.
+type refusedError struct{ error }
 
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
+func (e refusedError) Unwrap() error { return e.error }
 
-// exit tags err with the exit code it ends the program with.
-func exit(code int, err error) error {
+// refused returns err, from a part's constructor, as a refusedError.
+func (a *app) refused(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &exitError{code: code, err: err}
+	return refusedError{a.cfg.Explain(err)}
 }
 
 // serve runs the server until ctx ends and returns the exit code: 0 after
@@ -71,9 +67,8 @@ func serve(ctx context.Context, cfg *settings.Config, out *logOutput) int {
 	srv, err := a.assemble(ctx)
 	if err != nil {
 		out.fatal(err, "")
-		var ee *exitError
-		if errors.As(err, &ee) {
-			return ee.code
+		if errors.As(err, new(refusedError)) {
+			return 2
 		}
 		return 1
 	}
@@ -105,7 +100,7 @@ func (a *app) close() {
 func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 	var err error
 	if a.rules, a.follow, err = openRules(ctx, a.cfg, a.logger); err != nil {
-		return nil, exit(1, err)
+		return nil, err
 	}
 	go releaseAfterLoads(ctx, a.rules)
 	if err := a.openStore(ctx); err != nil {
@@ -115,7 +110,7 @@ func (a *app) assemble(ctx context.Context) (*server.Server, error) {
 		return nil, err
 	}
 	if a.tracer, err = newTracer(ctx, a.cfg.Tracing, a.store.Name(), a.logger); err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
+		return nil, a.refused(err)
 	}
 	// Closed before the store: the last spans go out once the server has
 	// stopped answering.
@@ -133,13 +128,13 @@ func (a *app) openStore(ctx context.Context) error {
 	opts.Logger = a.logger
 	st, err := store.Open(ctx, opts)
 	if err != nil {
-		return exit(2, a.cfg.Explain(err))
+		return a.refused(err)
 	}
 	a.store = st
 	a.closers = append(a.closers, st.Close)
 	go st.FollowRules(ctx, a.rules.Changed)
 	if err := st.Register(a.reg); err != nil {
-		return exit(1, fmt.Errorf("metrics: %w", err))
+		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
 }
@@ -148,7 +143,7 @@ func (a *app) openStore(ctx context.Context) error {
 // Prometheus metrics.
 func (a *app) openMetrics() error {
 	if err := a.openStatsd(); err != nil {
-		return exit(2, a.cfg.Explain(err))
+		return a.refused(err)
 	}
 	mo := a.cfg.Metrics
 	mo.Store, mo.Statsd = a.store.Name(), a.statsd
@@ -159,7 +154,7 @@ func (a *app) openMetrics() error {
 		err = rlsmetrics.RegisterRuleLoads(a.reg, a.rules.Status)
 	}
 	if err != nil {
-		return exit(1, fmt.Errorf("metrics: %w", err))
+		return fmt.Errorf("metrics: %w", err)
 	}
 	a.metrics = m
 	return nil
@@ -210,21 +205,15 @@ func (a *app) service() (pb.RateLimitServiceServer, error) {
 	opts.Logger, opts.Metrics, opts.TracerProvider = a.logger, a.metrics, a.tracer.Provider()
 	svc, err := envoy.New(a.rules.Current, a.store.Limiter(), opts)
 	if err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
+		return nil, a.refused(err)
 	}
-	rls, stopCapture, err := withCapture(svc, &a.cfg.Capture, a.reg, a.logger)
-	if err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
-	}
-	// After the server has stopped, so the last requests are recorded.
-	a.closers = append(a.closers, stopCapture)
-	return rls, nil
+	return a.withCapture(svc)
 }
 
 // quota returns the Rate Limit Quota Service over RLS's rules, store,
 // failure mode, shadow mode and entry bound; nil when -rlqs is off or the
 // store cannot keep the fleet's demand (Memcached).
-func (a *app) quota() (*rlqs.Service, error) {
+func (a *app) quota() (server.QuotaService, error) {
 	if !a.cfg.RLQS.On {
 		return nil, nil
 	}
@@ -238,64 +227,69 @@ func (a *app) quota() (*rlqs.Service, error) {
 	opts.Logger = a.logger
 	var err error
 	if opts.Metrics, err = rlqs.NewMetrics(a.reg); err != nil {
-		return nil, exit(1, fmt.Errorf("metrics: %w", err))
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	q, err := rlqs.New(a.rules.Current, a.store.Limiter(), opts)
 	if err != nil {
-		return nil, exit(2, a.cfg.Explain(err))
+		return nil, a.refused(err)
 	}
 	return q, nil
 }
 
 // listeners returns the gRPC, HTTP and debug listeners of svc.
 func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*server.Server, error) {
-	health := a.store.Health
-	pages, err := newUI(a.cfg.UI, a.rules, a.reg, a.metrics, health)
-	if err != nil {
-		return nil, exit(1, err)
-	}
-	go pages.run(ctx)
 	opts := a.cfg.Server
-	opts.Logger, opts.Store, opts.Refused = a.logger, health, a.metrics.Refused
-	opts.UI, opts.DebugUI = pages.http, withPushedFiles(pages.debug, a.rules)
+	opts.Logger, opts.Store, opts.Refused = a.logger, a.store.Health, a.metrics.Refused
+	var debugUI http.Handler
+	if a.cfg.UI {
+		// One history for both pages. The HTTP listener's shows the request
+		// values /metrics names (detailed_metric, value_to_metric); the
+		// debug listener's, on loopback like pprof, every rule's.
+		page, err := ui.New(ui.Options{Rules: a.rules.Current, RuleStatus: a.rules.Status, Gatherer: a.reg,
+			Metrics: a.metrics, Store: a.store.Health, Values: rlsmetrics.HotOptedIn})
+		if err != nil {
+			return nil, fmt.Errorf("-ui: %w", err)
+		}
+		go page.Run(ctx)
+		opts.UI, debugUI = page, page.WithValues(rlsmetrics.HotAll)
+	}
+	opts.DebugUI = withPushedFiles(debugUI, a.rules)
 	if a.prom != nil {
 		opts.Prometheus = a.prom.Handler()
 	}
-	quota, err := a.quota()
-	if err != nil {
+	var err error
+	if opts.RLQS, err = a.quota(); err != nil {
 		return nil, err
-	}
-	if quota != nil {
-		opts.RLQS = quota
 	}
 	// On the debug listener only; the HTTP listener refuses it.
 	if opts.Counters, err = counters.New(counters.Options{Rules: a.rules.Current, Limiter: a.store.Limiter(), Resetter: a.store,
 		Logger: a.logger, Registerer: a.reg}); err != nil {
-		return nil, exit(1, err)
+		return nil, err
 	}
 	if t := a.cfg.GRPCTLS; t.On {
 		if opts.TLS, err = server.NewTLSConfig(t.Files, a.logger); err != nil {
-			return nil, exit(2, err)
+			return nil, a.refused(err)
 		}
 	}
 	srv, err := server.New(svc, a.rules.Current, a.rules.Status, a.reg, opts)
 	if err == nil {
 		err = srv.RegisterMetrics(a.reg)
 	}
-	return srv, exit(2, a.cfg.Explain(err))
+	return srv, a.refused(err)
 }
 
-// withCapture wraps svc in a replay.Capture when -capture is set, with its
-// counts in reg, and returns what to serve and what stops the recording.
-func withCapture(svc pb.RateLimitServiceServer, cfg *settings.Capture, reg prometheus.Registerer, logger *slog.Logger) (pb.RateLimitServiceServer, func(), error) {
+// withCapture returns svc wrapped in a replay.Capture when -capture is
+// set, with its counts in the registry; the recording stops at close.
+func (a *app) withCapture(svc pb.RateLimitServiceServer) (pb.RateLimitServiceServer, error) {
+	cfg, logger := &a.cfg.Capture, a.logger
 	if cfg.Path == "" {
-		return svc, func() {}, nil
+		return svc, nil
 	}
 	opts := cfg.Options
 	opts.Logger = logger
 	c, err := replay.NewCapture(svc, cfg.Path, opts)
 	if err != nil {
-		return nil, nil, settings.FlagError("capture", err)
+		return nil, a.refused(a.cfg.FlagError("capture", err))
 	}
 	for _, o := range []struct {
 		outcome string
@@ -305,41 +299,20 @@ func withCapture(svc pb.RateLimitServiceServer, cfg *settings.Capture, reg prome
 		{"dropped", func(s replay.CaptureStats) int64 { return s.Dropped }},
 		{"over_size", func(s replay.CaptureStats) int64 { return s.OverSize }},
 	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		a.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "floodgate", Name: "capture_lines_total",
 			Help:        "Requests recorded by -capture (written), not recorded because the writer was behind (dropped) or the file full (over_size).",
 			ConstLabels: prometheus.Labels{"outcome": o.outcome},
 		}, func() float64 { return float64(o.count(c.Stats())) }))
 	}
 	logger.Info("recording requests for floodgate replay", "capture", cfg.Path, "sample", opts.Sample, "max_bytes", opts.MaxBytes)
-	return c, func() {
+	// Closed after the server has stopped, so the last requests are recorded.
+	a.closers = append(a.closers, func() {
 		if err := c.Close(); err != nil {
 			logger.Error("capture: closing the file", "capture", cfg.Path, "err", err)
 		}
 		st := c.Stats()
 		logger.Info("capture stopped", "capture", cfg.Path, "written", st.Written, "dropped", st.Dropped, "over_size", st.OverSize)
-	}, nil
-}
-
-// uiPages are the live page's handlers for the HTTP and the debug
-// listener, and run, which keeps their history; nil when -ui=false.
-type uiPages struct {
-	http, debug http.Handler
-	run         func(context.Context)
-}
-
-// newUI builds the live pages, which share one history. The HTTP
-// listener's shows the request values /metrics names (detailed_metric,
-// value_to_metric); the debug listener's, on loopback like pprof, every
-// rule's.
-func newUI(on bool, w ruleSource, reg *prometheus.Registry, m *rlsmetrics.Metrics, store func() health.Store) (uiPages, error) {
-	if !on {
-		return uiPages{run: func(context.Context) {}}, nil
-	}
-	h, err := ui.New(ui.Options{Rules: w.Current, RuleStatus: w.Status, Gatherer: reg, Metrics: m, Store: store,
-		Values: rlsmetrics.HotOptedIn})
-	if err != nil {
-		return uiPages{}, fmt.Errorf("-ui: %w", err)
-	}
-	return uiPages{http: h, debug: h.WithValues(rlsmetrics.HotAll), run: h.Run}, nil
+	})
+	return c, nil
 }

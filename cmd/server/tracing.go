@@ -19,7 +19,7 @@ import (
 // newTracer returns the tracer the configuration asks for, or nil with
 // tracing off. It sets OpenTelemetry's process-wide logger and error
 // handler, so that what they say goes out as the server's log lines.
-func newTracer(ctx context.Context, c settings.Tracing, storeName string, logger *slog.Logger) (*tracing.Tracer, error) {
+func newTracer(ctx context.Context, c settings.Part[tracing.Options], storeName string, logger *slog.Logger) (*tracing.Tracer, error) {
 	if !c.On {
 		return nil, nil
 	}

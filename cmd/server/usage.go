@@ -3,13 +3,11 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"io"
 	"runtime/debug"
-
-	"github.com/floodgate/floodgate/internal/settings"
+	"slices"
 )
 
-// usageHead is the top of -h.
+// usageHead is the top of -h, above settings.PrintFlags.
 const usageHead = `Usage: floodgate [serve] [flags]          serve the rules (the default command)
        floodgate check [flags] [FILE_OR_DIR]
                                           validate the rules (FILE_OR_DIR, else
@@ -31,15 +29,10 @@ first, then the envoyproxy/ratelimit variable(s) (see docs/migrating.md). A flag
 given on the command line wins over both.
 `
 
-// printUsage writes -h: the commands, then every flag by section, sorted,
-// with its default and the variables that set it.
-func printUsage(w io.Writer) {
-	fmt.Fprint(w, usageHead)
-	settings.PrintFlags(w)
-}
-
 // subcommands maps the commands to the flags that do the same.
-var subcommands = map[string]string{"serve": "", "check": "-check", "explain": "-explain", "version": "-version", "help": "-h"}
+var subcommands = map[string][]string{
+	"serve": nil, "check": {"-check"}, "explain": {"-explain"}, "version": {"-version"}, "help": {"-h"},
+}
 
 // commandArgs turns a leading command (floodgate check ...) into its flag
 // (floodgate -check ...); other arguments are returned as they are.
@@ -47,14 +40,10 @@ func commandArgs(args []string) []string {
 	if len(args) == 0 {
 		return args
 	}
-	f, ok := subcommands[args[0]]
-	if !ok {
-		return args
+	if f, ok := subcommands[args[0]]; ok {
+		return slices.Concat(f, args[1:])
 	}
-	if f == "" {
-		return args[1:]
-	}
-	return append([]string{f}, args[1:]...)
+	return args
 }
 
 // stampedVersion and stampedCommit are set at link time by builds without

@@ -27,17 +27,23 @@ type ruleSource interface {
 func openRules(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (ruleSource, func(context.Context) error, error) {
 	r := &cfg.Rules
 	if !r.XDS {
-		w, err := rules.NewWatcher(r.Path, ruleOptions(cfg), logger)
+		w, err := rules.NewWatcher(r.Path, r.Options, logger)
 		if err != nil {
 			return nil, nil, fmt.Errorf("refusing to start, cannot load the rules in %s:\n%w", r.Path, err)
 		}
 		return w, w.Run, nil
 	}
-	xo, err := xdsOptions(r, logger)
-	if err != nil {
-		return nil, nil, cfg.Explain(err)
+	xo := r.XDSOptions
+	xo.Logger = logger
+	if r.XDSTLS.On {
+		tc, err := r.XDSTLS.Files.Config("xds")
+		if err != nil {
+			return nil, nil, cfg.Explain(err)
+		}
+		tc.ServerName = r.XDSTLS.SAN
+		xo.TLS = tc
 	}
-	feed := rules.NewFeed(ruleOptions(cfg), logger, "source", "xds", "server", xo.ServerURL)
+	feed := rules.NewFeed(r.Options, logger, "source", "xds", "server", xo.ServerURL)
 	client, err := xds.New(feed, xo)
 	if err != nil {
 		return nil, nil, cfg.Explain(err)
@@ -63,22 +69,6 @@ func openRules(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (
 		<-done
 		return nil, nil, fmt.Errorf("stopped before the first rules arrived from the xDS server %s", xo.ServerURL)
 	}
-}
-
-// xdsOptions are the xDS client's options, with its TLS configuration
-// read from the files.
-func xdsOptions(r *settings.Rules, logger *slog.Logger) (xds.Options, error) {
-	o := r.XDSOptions
-	o.Logger = logger
-	if r.XDSTLS.On {
-		tc, err := r.XDSTLS.Files.Config("xds")
-		if err != nil {
-			return o, err
-		}
-		tc.ServerName = r.XDSTLS.SAN
-		o.TLS = tc
-	}
-	return o, nil
 }
 
 // withPushedFiles adds to the debug listener's live page (page, nil when

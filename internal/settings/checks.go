@@ -40,39 +40,21 @@ func when(on bool, validate func() error) func() error {
 	return validate
 }
 
-// refusal is an error naming the flags of the settings it refuses, so
-// that Explain can name the variables that set them.
-type refusal struct {
-	format string   // with a %s for each flag
-	flags  []string // without the dash
-	err    error    // ends the message when not nil
-}
-
 // refuse returns the refusal whose message is format with a %s for each of
-// flags, written -flag.
-func refuse(format string, flags ...string) error {
-	return &refusal{format: format, flags: flags}
+// flags, written -flag, and the variables that set them (see Explain).
+func (c *Config) refuse(format string, flags ...string) error {
+	names := make([]any, len(flags))
+	for i, f := range flags {
+		names[i] = "-" + f
+	}
+	return c.settingError(fmt.Sprintf(format, names...), flags, nil)
 }
 
 // FlagError returns err as an error of the setting of flag (without the
-// dash): "-flag: err", wrapping err, for Config.Explain.
-func FlagError(flag string, err error) error {
-	return &refusal{format: "%s", flags: []string{flag}, err: err}
+// dash): "-flag: err" and the variables that set it, wrapping err.
+func (c *Config) FlagError(flag string, err error) error {
+	return c.settingError("-"+flag+": "+err.Error(), []string{flag}, err)
 }
-
-func (r *refusal) Error() string {
-	names := make([]any, len(r.flags))
-	for i, f := range r.flags {
-		names[i] = "-" + f
-	}
-	msg := fmt.Sprintf(r.format, names...)
-	if r.err != nil {
-		msg += ": " + r.err.Error()
-	}
-	return msg
-}
-
-func (r *refusal) Unwrap() error { return r.err }
 
 // listOf is the format of a list of n flags: "%s, %s, %s".
 func listOf(n int) string {
@@ -100,7 +82,7 @@ func (c *Config) checkXDS(fs *flag.FlagSet) error {
 		if set := changed(fs, "xds-"); len(set) > 0 {
 			// The flags first: Explain then names their variables
 			// (FLOODGATE_XDS_SERVER) before CONFIG_TYPE's.
-			return refuse(listOf(len(set))+" set, but the rules come from files: xDS settings need %s grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW)",
+			return c.refuse(listOf(len(set))+" set, but the rules come from files: xDS settings need %s grpc_xds_sotw (CONFIG_TYPE=GRPC_XDS_SOTW)",
 				append(set, "config-type")...)
 		}
 		return nil
@@ -108,7 +90,7 @@ func (c *Config) checkXDS(fs *flag.FlagSet) error {
 	if !r.XDSTLS.On && (r.XDSTLS.Files != tlsclient.Files{} || r.XDSTLS.SAN != "") {
 		// The reference reads them only with TLS on; a user who set them
 		// meant TLS, and would silently get none.
-		return refuse("%s, %s, %s and %s (CONFIG_GRPC_XDS_*_TLS_*) need %s (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)",
+		return c.refuse("%s, %s, %s and %s (CONFIG_GRPC_XDS_*_TLS_*) need %s (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)",
 			"xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-san", "xds-tls")
 	}
 	if from := r.PathFrom; from != "" && from != DefaultConfigVar && from != ReferenceDefaultFrom {
@@ -123,13 +105,13 @@ func (c *Config) checkGRPCTLS() error {
 	t := &c.GRPCTLS
 	switch {
 	case t.On && (t.Files.CertFile == "" || t.Files.KeyFile == ""):
-		return refuse("%s needs %s and %s (GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY)", "grpc-tls", "grpc-tls-cert", "grpc-tls-key")
+		return c.refuse("%s needs %s and %s (GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY)", "grpc-tls", "grpc-tls-cert", "grpc-tls-key")
 	case !t.On && t.Files.ClientCAFile != "":
-		return refuse("%s (GRPC_CLIENT_TLS_CACERT) needs %s (GRPC_SERVER_USE_TLS=true)", "grpc-client-ca", "grpc-tls")
+		return c.refuse("%s (GRPC_CLIENT_TLS_CACERT) needs %s (GRPC_SERVER_USE_TLS=true)", "grpc-client-ca", "grpc-tls")
 	case !t.On && (t.Files.CertFile != "" || t.Files.KeyFile != ""):
 		c.Notes = append(c.Notes, "a gRPC TLS certificate or key is set but -grpc-tls (GRPC_SERVER_USE_TLS) is off: gRPC is served without TLS")
 	case t.Files.ClientSAN != "" && t.Files.ClientCAFile == "":
-		return refuse("%s (GRPC_CLIENT_TLS_SAN) needs %s (GRPC_CLIENT_TLS_CACERT): without mutual TLS no client certificate is checked", "grpc-client-san", "grpc-client-ca")
+		return c.refuse("%s (GRPC_CLIENT_TLS_SAN) needs %s (GRPC_CLIENT_TLS_CACERT): without mutual TLS no client certificate is checked", "grpc-client-san", "grpc-client-ca")
 	}
 	return nil
 }
@@ -139,12 +121,12 @@ func (c *Config) checkGRPCTLS() error {
 func (c *Config) checkPrometheus(fs *flag.FlagSet) error {
 	if c.Server.PrometheusAddr == "" {
 		if set := slices.DeleteFunc(changed(fs, "prometheus-"), func(f string) bool { return f == "prometheus-addr" }); len(set) > 0 {
-			return refuse(listOf(len(set))+" set, but %s (USE_PROMETHEUS=true) is not", append(set, "prometheus-addr")...)
+			return c.refuse(listOf(len(set))+" set, but %s (USE_PROMETHEUS=true) is not", append(set, "prometheus-addr")...)
 		}
 		return nil
 	}
 	if c.Statsd.Options.DogStatsD {
-		return refuse("%s and %s: the Prometheus metrics map plain statsd names, not DogStatsD's; keep one", "dogstatsd", "prometheus-addr")
+		return c.refuse("%s and %s: the Prometheus metrics map plain statsd names, not DogStatsD's; keep one", "dogstatsd", "prometheus-addr")
 	}
 	return nil
 }
@@ -152,7 +134,7 @@ func (c *Config) checkPrometheus(fs *flag.FlagSet) error {
 // checkCapture refuses the capture's settings without a capture file.
 func (c *Config) checkCapture(fs *flag.FlagSet) error {
 	if c.Capture.Path == "" && len(changed(fs, "capture-")) > 0 {
-		return refuse("%s and %s need %s", "capture-sample", "capture-max-bytes", "capture")
+		return c.refuse("%s and %s need %s", "capture-sample", "capture-max-bytes", "capture")
 	}
 	return nil
 }
@@ -162,7 +144,7 @@ func (c *Config) checkCapture(fs *flag.FlagSet) error {
 func (c *Config) checkCommand() error {
 	cmd := &c.Command
 	if cmd.Explain && len(cmd.Args) < 2 {
-		return refuse("%s needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice", "explain")
+		return c.refuse("%s needs a domain and at least one key=value entry, e.g. floodgate -explain rl api_key=alice", "explain")
 	}
 	if cmd.Check && len(cmd.Args) > 0 {
 		return fmt.Errorf("unexpected arguments %q: check reads one rule file or directory, named after the flags (floodgate check [flags] FILE_OR_DIR) or with -config", cmd.Args)

@@ -31,15 +31,18 @@ type Config struct {
 	Server  server.Options
 	GRPCTLS GRPCTLS
 	// UI serves the live page (-ui).
-	UI     bool
-	RLQS   RLQS
-	Statsd Statsd
+	UI bool
+	// RLQS is the Rate Limit Quota Service, served beside RLS.
+	RLQS Part[rlqs.Options]
+	// Statsd is the reference server's statsd stats.
+	Statsd Part[statsd.Options]
 	// Prometheus maps the statsd stats for -prometheus-addr.
 	Prometheus promsink.Options
-	Tracing    Tracing
-	Capture    Capture
-	Log        Log
-	Command    Command
+	// Tracing is the OpenTelemetry export.
+	Tracing Part[tracing.Options]
+	Capture Capture
+	Log     Log
+	Command Command
 
 	// From says, for each flag set by the environment, the variable(s)
 	// that set it: "NEAR_LIMIT_RATIO".
@@ -54,7 +57,7 @@ type Rules struct {
 	// it: "-config", the variable(s), or "" for the default.
 	Path     string
 	PathFrom string
-	// Options are the loader's.
+	// Options are the loader's; Supports is the store's.
 	Options rules.Options
 	// XDS takes the rules from an xDS management server instead of Path
 	// (-config-type grpc_xds_sotw), with XDSOptions and XDSTLS.
@@ -81,22 +84,11 @@ type GRPCTLS struct {
 	Files server.TLSFiles
 }
 
-// RLQS is the Rate Limit Quota Service: served beside RLS when On.
-type RLQS struct {
+// Part is a part of the server that runs, with its package's Options,
+// only when On.
+type Part[O any] struct {
 	On      bool
-	Options rlqs.Options
-}
-
-// Statsd is the reference server's statsd stats: sent when On.
-type Statsd struct {
-	On      bool
-	Options statsd.Options
-}
-
-// Tracing is the OpenTelemetry export: on when On.
-type Tracing struct {
-	On      bool
-	Options tracing.Options
+	Options O
 }
 
 // Capture records the requests served to Path, when set, for replay.

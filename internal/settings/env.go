@@ -180,22 +180,16 @@ const ReferenceDefaultFrom = "the reference server's default directory"
 // imageDefault reads FLOODGATE_DEFAULT_CONFIG, unless the reference's
 // default directory refDir exists: a manifest that mounts its rules there
 // must get them, not the image's demo rules.
-func imageDefault(refDir string) envSource {
-	return func(env Lookup) (string, string, bool) {
-		v, ok := env(DefaultConfigVar)
-		if !ok || v == "" {
-			return "", "", false
-		}
-		if fi, err := os.Stat(refDir); err == nil && fi.IsDir() {
-			return refDir, ReferenceDefaultFrom, true
-		}
-		return v, DefaultConfigVar, true
+func imageDefault(env Lookup, refDir string) (path, from string, ok bool) {
+	v, ok := env(DefaultConfigVar)
+	if !ok || v == "" {
+		return "", "", false
 	}
+	if fi, err := os.Stat(refDir); err == nil && fi.IsDir() {
+		return refDir, ReferenceDefaultFrom, true
+	}
+	return v, DefaultConfigVar, true
 }
-
-// fallbacks are the variables read for a flag when neither floodgateVar nor
-// a reference variable sets it.
-var fallbacks = map[string]envSource{"config": imageDefault(ReferenceDefaultDir)}
 
 // xdsOn reports whether CONFIG_TYPE=GRPC_XDS_SOTW: the reference reads its
 // xDS variables only then.

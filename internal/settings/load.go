@@ -1,27 +1,23 @@
 package settings
 
 import (
-	"cmp"
 	"flag"
 	"fmt"
 	"slices"
 	"strings"
 
-	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/pkg/option"
 )
 
-// ErrHelp is returned by Load for -h and -help.
-var ErrHelp = flag.ErrHelp
-
 // Load reads the command line args and the environment env into a Config:
 // each setting from its flag, else its FLOODGATE_* variable, else the
-// first reference variable that sets it, else its fallback, else its
-// default. It refuses the reference variables floodgate cannot honour, all
-// at once, and settings that need others; its errors name the flag and
-// the variable that set it. Config.Notes say what was overridden or
-// accepted with a difference worth knowing.
+// first reference variable that sets it, else (-config) the image's
+// default, else its default. It refuses the reference variables floodgate
+// cannot honour, all at once, and settings that need others; its errors
+// name the flag and the variable that set it. Config.Notes say what was
+// overridden or accepted with a difference worth knowing. For -h and -help
+// it returns flag.ErrHelp.
 func Load(args []string, env Lookup) (*Config, error) {
 	c := &Config{}
 	fs := flagSet(c, env)
@@ -32,22 +28,19 @@ func Load(args []string, env Lookup) (*Config, error) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	c.checkArgument(fs, given)
-	if given["config"] {
-		c.Rules.PathFrom = "-config"
-	}
 	overrides, err := c.fromEnv(fs, env, given)
 	if err != nil {
 		return nil, err
 	}
-	c.Rules.PathFrom = cmp.Or(c.Rules.PathFrom, c.From["config"])
+	c.Rules.PathFrom = c.From["config"]
+	if given["config"] {
+		c.Rules.PathFrom = "-config"
+	}
 	c.Notes = append(c.Notes, overrides...)
-	notes, err := checkReference(env, c.Store.Redis.URL != "")
-	if err != nil {
+	if err := c.checkReference(env); err != nil {
 		return nil, err
 	}
-	c.Notes = append(c.Notes, notes...)
 	c.resolve()
-	c.dogStatsdTags(env)
 	c.noteRuntime(env)
 	c.noteServerCA(env)
 	return c, c.Explain(c.check(fs))
@@ -63,8 +56,9 @@ func (c *Config) checkArgument(fs *flag.FlagSet, given map[string]bool) {
 }
 
 // fromEnv sets each flag not given on the command line from the first
-// variable that sets it (Setting.sources), else its fallback, recording
-// it in c.From. It returns a note for each variable set but overridden.
+// variable that sets it (Setting.sources), and -config, when nothing did,
+// from FLOODGATE_DEFAULT_CONFIG, recording it in c.From. It returns a note
+// for each variable set but overridden.
 func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (overrides []string, err error) {
 	c.From = map[string]string{}
 	for i := range Table {
@@ -92,13 +86,11 @@ func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (o
 			}
 			winner, c.From[s.Flag] = name, name
 		}
-		if fb, ok := fallbacks[s.Flag]; ok && winner == "" {
-			if v, name, ok := fb(env); ok {
-				if e := fs.Set(s.Flag, v); e != nil {
-					return nil, fmt.Errorf("%s=%q (for -%s): %w", name, v, s.Flag, e)
-				}
-				c.From[s.Flag] = name
-			}
+	}
+	if !given["config"] && c.From["config"] == "" {
+		if v, name, ok := imageDefault(env, ReferenceDefaultDir); ok {
+			fs.Set("config", v) // a string: it cannot fail
+			c.From["config"] = name
 		}
 	}
 	return overrides, nil
@@ -107,7 +99,7 @@ func (c *Config) fromEnv(fs *flag.FlagSet, env Lookup, given map[string]bool) (o
 // sources are the variables that set s, in precedence order: its own,
 // then the reference server's.
 func (s *Setting) sources() []envSource {
-	srcs := []envSource{envVar(s.Var())}
+	srcs := []envSource{envVar(floodgateVar(s.Flag))}
 	for i := range References {
 		if References[i].Flag == s.Flag {
 			srcs = append(srcs, References[i].from())
@@ -127,8 +119,10 @@ func (s *Setting) shown(v string) string {
 
 // resolve turns settings as the reference spells them into what the
 // packages take: DogStatsD implies statsd over UDP (plain statsd: TCP); an
-// xDS backoff random factor of 0 means no jitter.
+// xDS backoff random factor of 0 means no jitter. The rule loader asks the
+// store which limits it serves, so that others are refused at load.
 func (c *Config) resolve() {
+	c.Rules.Options.Supports = c.Store.Supports
 	st := &c.Statsd
 	st.On = st.On || st.Options.DogStatsD
 	if st.Options.Network == "" {
@@ -142,19 +136,6 @@ func (c *Config) resolve() {
 	}
 }
 
-// dogStatsdTags adds to DogStatsD's tags those of the variables the
-// reference's DogStatsD client reads (References' Tag: DD_ENV, ...).
-func (c *Config) dogStatsdTags(env Lookup) {
-	if !c.Statsd.Options.DogStatsD {
-		return
-	}
-	for _, r := range References {
-		if v, ok := env(r.Name); ok && v != "" && r.Tag != "" {
-			c.Statsd.Options.Tags = append(c.Statsd.Options.Tags, statsd.Tag{Key: r.Tag, Value: v})
-		}
-	}
-}
-
 // Find returns the setting of flag (without the dash), or nil.
 func Find(flag string) *Setting {
 	i := slices.IndexFunc(Table, func(s Setting) bool { return s.Flag == flag })
@@ -164,30 +145,34 @@ func Find(flag string) *Setting {
 	return &Table[i]
 }
 
-// Explain words err, from Load or a package's constructor, with the flags
-// and variables behind it: "-near-limit-ratio 2: want a number between 0
-// and 1 (set by NEAR_LIMIT_RATIO)". A package's *option.Error names each
-// field by the flag that lands in it. Errors that name no setting are
-// returned as they are; others are wrapped.
+// Explain words err, a package's *option.Error, with the flags that land
+// in its fields and the variables that set them: "-near-limit-ratio 2:
+// want a number between 0 and 1 (set by NEAR_LIMIT_RATIO)", wrapping err.
+// Other errors, and those that name no setting, are returned as they are
+// (Load's already name theirs).
 func (c *Config) Explain(err error) error {
-	var msg string
-	var flags []string
-	switch e := err.(type) {
-	case *option.Error:
-		msg = e.Message(func(field string) string {
-			s := settingOf(e.Options, field)
-			if s == nil {
-				return e.Options + "." + field
-			}
-			flags = append(flags, s.Flag)
-			return "-" + s.Flag
-		})
-	case *refusal:
-		msg, flags = e.Error(), e.flags
+	e, ok := err.(*option.Error)
+	if !ok {
+		return err
 	}
+	var flags []string
+	msg := e.Message(func(field string) string {
+		s := settingOf(e.Options, field)
+		if s == nil {
+			return e.Options + "." + field
+		}
+		flags = append(flags, s.Flag)
+		return "-" + s.Flag
+	})
 	if len(flags) == 0 {
 		return err
 	}
+	return c.settingError(msg, flags, err)
+}
+
+// settingError returns msg, followed by the variables that set flags, as
+// an error wrapping err.
+func (c *Config) settingError(msg string, flags []string, err error) error {
 	var vars []string
 	for _, f := range flags {
 		if v, ok := c.From[f]; ok && !slices.Contains(vars, v) {
@@ -200,7 +185,8 @@ func (c *Config) Explain(err error) error {
 	return &settingError{msg: msg, err: err}
 }
 
-// settingError is an error as Explain words it, wrapping the original.
+// settingError is an error worded with the flags and variables behind it,
+// wrapping the original.
 type settingError struct {
 	msg string
 	err error

@@ -430,7 +430,7 @@ func TestImageDefault(t *testing.T) {
 				}
 				return "", false
 			}
-			got, from, ok := imageDefault(tc.refDir)(env)
+			got, from, ok := imageDefault(env, tc.refDir)
 			if got != tc.want || from != tc.wantFrom || ok != tc.wantOK {
 				t.Errorf("imageDefault = %q, %q, %v; want %q, %q, %v", got, from, ok, tc.want, tc.wantFrom, tc.wantOK)
 			}
@@ -582,7 +582,7 @@ func TestExplain(t *testing.T) {
 			"-dogstatsd-mogrifiers rename DogStatsD stats; they need -dogstatsd (set by USE_DOG_STATSD_MOGRIFIERS)"},
 		{&option.Error{Options: "server.Options", Field: "MaxReportBytes", Value: 5, Want: "want at least %s", With: []string{"MaxMessageBytes"}},
 			"-rlqs-max-report-bytes 5: want at least -max-message-bytes"},
-		{FlagError("capture", fs.ErrPermission), "-capture: permission denied (set by FLOODGATE_CAPTURE)"},
+		{c.FlagError("capture", fs.ErrPermission), "-capture: permission denied (set by FLOODGATE_CAPTURE)"},
 		{noSink, noSink.Error()},
 		{plain, plain.Error()},
 	} {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/statsd"
 )
 
 // Reference is one environment variable of envoyproxy/ratelimit and what
@@ -348,8 +350,9 @@ func isBool(v string, want bool) bool {
 }
 
 // checkReference refuses, all at once, the reference variables set to
-// values floodgate cannot honour, and returns the notes about the others.
-func checkReference(env Lookup, withRedis bool) (notes []string, err error) {
+// values floodgate cannot honour, and notes what is worth knowing of the
+// others. With DogStatsD, those with a Tag tag every stat.
+func (c *Config) checkReference(env Lookup) error {
 	var refused, ignored []string
 	for i := range References {
 		r := &References[i]
@@ -361,32 +364,35 @@ func checkReference(env Lookup, withRedis bool) (notes []string, err error) {
 			ignored = append(ignored, r.Name)
 			continue
 		}
+		if r.Tag != "" && c.Statsd.Options.DogStatsD {
+			c.Statsd.Options.Tags = append(c.Statsd.Options.Tags, statsd.Tag{Key: r.Tag, Value: v})
+		}
 		if r.Refuse != nil {
 			if why := r.Refuse(v, env); why != "" {
 				refused = append(refused, fmt.Sprintf("%s=%s: %s", r.Name, v, why))
 				continue
 			}
 		}
-		if r.Redis && !withRedis {
+		if r.Redis && c.Store.Redis.URL == "" {
 			refused = append(refused, fmt.Sprintf("%s is set but REDIS_URL is not: the reference server would use its default socket, /var/run/nutcracker/ratelimit.sock, and floodgate would keep the counters in memory; set REDIS_URL", r.Name))
 			continue
 		}
 		if r.Note != nil {
 			if n := r.Note(v, env); n != "" {
-				notes = append(notes, n)
+				c.Notes = append(c.Notes, n)
 			}
 		}
 	}
 	if len(ignored) > 0 {
-		notes = append(notes, "BACKEND_TYPE=memcache: "+strings.Join(ignored, ", ")+" ignored, as the reference ignores every REDIS_* variable with Memcached")
+		c.Notes = append(c.Notes, "BACKEND_TYPE=memcache: "+strings.Join(ignored, ", ")+" ignored, as the reference ignores every REDIS_* variable with Memcached")
 	}
 	if len(refused) == 1 {
-		return nil, fmt.Errorf("this envoyproxy/ratelimit setting cannot be honoured (see docs/migrating.md): %s", refused[0])
+		return fmt.Errorf("this envoyproxy/ratelimit setting cannot be honoured (see docs/migrating.md): %s", refused[0])
 	}
 	if len(refused) > 0 {
-		return nil, fmt.Errorf("refusing to start: these envoyproxy/ratelimit settings cannot be honoured (see docs/migrating.md):\n  %s", strings.Join(refused, "\n  "))
+		return fmt.Errorf("refusing to start: these envoyproxy/ratelimit settings cannot be honoured (see docs/migrating.md):\n  %s", strings.Join(refused, "\n  "))
 	}
-	return notes, nil
+	return nil
 }
 
 // startupNote is the note of the REDIS_STARTUP_* variables.

@@ -154,6 +154,8 @@ func TestReferenceTable(t *testing.T) {
 	same := func(a, b *Config) bool {
 		x, y := *a, *b
 		x.Notes, y.Notes, x.From, y.From = nil, nil, nil, nil
+		// A func is never equal; it is the store's, compared in Store.
+		x.Rules.Options.Supports, y.Rules.Options.Supports = nil, nil
 		return reflect.DeepEqual(x, y)
 	}
 	seen := map[string]bool{}

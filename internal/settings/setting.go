@@ -9,16 +9,15 @@ import (
 	"strings"
 )
 
-// DefaultConfigPath is -config's default: ./config.
-const DefaultConfigPath = "config"
-
-// Table declares every setting of the binary, section by section, in the
-// order of -h and docs/settings.md. Adding a setting is a row in its
-// section (table_*.go) and the field it lands in.
-var Table = slices.Concat(rulesRows, xdsRows,
+// sections are the sections of -h and docs/settings.md, in order. Adding
+// a setting is a row in its section (table_*.go) and the field it lands in.
+var sections = [][]Setting{rulesRows, xdsRows,
 	redisRows, perSecondRows, redisTLSRows, memcacheRows,
 	listenerRows, grpcTLSRows, boundsRows, answerRows, rlqsRows,
-	observeRows, tracingRows, captureRows, commandRows)
+	observeRows, tracingRows, captureRows, commandRows}
+
+// Table declares every setting of the binary, section by section.
+var Table = slices.Concat(sections...)
 
 // section sets the section of -h, group, on each of rows.
 func section(group string, rows []Setting) []Setting {
@@ -26,17 +25,6 @@ func section(group string, rows []Setting) []Setting {
 		rows[i].Group = group
 	}
 	return rows
-}
-
-// groups are the sections of -h, in Table's order.
-func groups() []string {
-	var gs []string
-	for _, s := range Table {
-		if !slices.Contains(gs, s.Group) {
-			gs = append(gs, s.Group)
-		}
-	}
-	return gs
 }
 
 // Setting declares one setting of the binary: its flag, its help, its
@@ -81,14 +69,10 @@ type Setting struct {
 	Command bool
 }
 
-// Var returns the setting's own variable: FLOODGATE_ and the flag in upper
-// case, '-' as '_' (FLOODGATE_REDIS_DEADLINE for -redis-deadline); "" for
-// a command.
-func (s *Setting) Var() string {
-	if s.Command {
-		return ""
-	}
-	return "FLOODGATE_" + strings.ToUpper(strings.ReplaceAll(s.Flag, "-", "_"))
+// floodgateVar returns a setting's own variable: FLOODGATE_ and its flag in
+// upper case, '-' as '_' (FLOODGATE_REDIS_DEADLINE for -redis-deadline).
+func floodgateVar(flag string) string {
+	return "FLOODGATE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
 // Lookup reads an environment variable, as os.LookupEnv does.

@@ -11,7 +11,7 @@ var rulesRows = section("Rules", []Setting{
 		Usage:   "rule file or directory",
 		Doc:     "rule file or directory; the reference layout is `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY` (root default `/srv/runtime_data/current`, app directory default `config`)",
 		At:      func(c *Config) any { return &c.Rules.Path },
-		Default: DefaultConfigPath},
+		Default: "config"},
 	{Flag: "config-type",
 		Usage: "where the rules come from: file (-config) or grpc_xds_sotw (an xDS management server, -xds-server; see docs/xds.md)",
 		Doc:   "`file`, or `grpc_xds_sotw` to take the rules from an xDS management server (Envoy Gateway's way) instead of `-config`, with the `-xds-*` flags and the reference's `CONFIG_GRPC_XDS_*`/`XDS_CLIENT_*` variables listed in [docs/xds.md](docs/xds.md)",

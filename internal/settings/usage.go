@@ -14,16 +14,11 @@ import (
 func PrintFlags(w io.Writer) {
 	var c Config
 	fs := flagSet(&c, func(string) (string, bool) { return "", false })
-	for _, g := range groups() {
-		fmt.Fprintf(w, "\n%s:\n", g)
-		var rows []*Setting
-		for i := range Table {
-			if Table[i].Group == g {
-				rows = append(rows, &Table[i])
-			}
-		}
-		slices.SortFunc(rows, func(a, b *Setting) int { return strings.Compare(a.Flag, b.Flag) })
-		for _, s := range rows {
+	for _, rows := range sections {
+		fmt.Fprintf(w, "\n%s:\n", rows[0].Group)
+		rows = slices.SortedFunc(slices.Values(rows), func(a, b Setting) int { return strings.Compare(a.Flag, b.Flag) })
+		for i := range rows {
+			s := &rows[i]
 			f := fs.Lookup(s.Flag)
 			line := "  -" + s.Flag
 			if t := s.typeName(f.Value); t != "" {
@@ -82,13 +77,13 @@ func (s *Setting) Vars() []string {
 	if s.Command {
 		return nil
 	}
-	vars := []string{s.Var()}
+	vars := []string{floodgateVar(s.Flag)}
 	for _, r := range References {
-		if r.Flag == s.Flag && !slices.Contains(vars, r.Name) {
+		if r.Flag == s.Flag {
 			vars = append(vars, r.Name)
 		}
 	}
-	if _, ok := fallbacks[s.Flag]; ok {
+	if s.Flag == "config" {
 		vars = append(vars, DefaultConfigVar+" (lowest)")
 	}
 	return vars

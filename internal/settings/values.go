@@ -154,7 +154,7 @@ func pairs(m *map[string]string, sep string) flag.Value {
 // start with the setting that took its place.
 func retired(c *Config, name, now string) flag.Value {
 	parse := func(s string) (string, error) {
-		note := fmt.Sprintf("-%s (%s) is retired: %s is ignored, %s applies", name, (&Setting{Flag: name}).Var(), s, now)
+		note := fmt.Sprintf("-%s (%s) is retired: %s is ignored, %s applies", name, floodgateVar(name), s, now)
 		c.Notes = append(c.Notes, note)
 		return s, nil
 	}
