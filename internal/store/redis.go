@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +66,22 @@ func (s *Store) openRedis(ctx context.Context, opts Options) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// quietRedisLogs routes go-redis's own log lines, one per failed dial, to
+// l at debug level: the watch reports failures. go-redis has one logger
+// per process; call this before making clients.
+func quietRedisLogs(l *slog.Logger) {
+	redis.SetLogger(debugLog{l})
+}
+
+// debugLog is a go-redis logger writing to slog at debug level.
+type debugLog struct{ l *slog.Logger }
+
+func (d debugLog) Printf(ctx context.Context, format string, v ...any) {
+	if d.l.Enabled(ctx, slog.LevelDebug) {
+		d.l.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+	}
 }
 
 // closeRedis closes the clients opened so far.
