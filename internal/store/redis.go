@@ -129,10 +129,7 @@ func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*depl
 		return nil, wrapUnlessOwn(what, asOwn(err, own))
 	}
 	d := &deployment{role: role, addr: RedactURL(r.URL), client: client, lim: lim}
-	d.watch = &watch{store: lim, name: "Redis", attrs: d.logAttrs(), logger: opts.Logger, clock: clk}
-	if r.typ() == "cluster" {
-		d.watch.nodes = lim.Nodes
-	}
+	d.watch = &watch{store: lim, name: "Redis", attrs: d.logAttrs(), logger: opts.Logger, clock: clk, nodes: lim.Nodes}
 	return d, nil
 }
 
