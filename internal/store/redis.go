@@ -119,14 +119,14 @@ func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*depl
 		"redislimit.Options.Timeout": "Deadline", "redislimit.Options.Batch.Window": name + ".PipelineWindow",
 		"redislimit.Options.Batch.MaxRequests": name + ".PipelineLimit"}
 	if err != nil {
-		return nil, wrapUnlessOwn(what, asOwn(err, own))
+		return nil, asOwn(what, err, own)
 	}
 	lopts := redislimit.Options{KeyPrefix: opts.KeyPrefix, Timeout: opts.Deadline, Logger: opts.Logger,
 		Batch: redislimit.BatchOptions{Window: r.PipelineWindow, MaxRequests: r.PipelineLimit}}
 	lim, err := redislimit.New(client, lopts)
 	if err != nil {
 		client.Close()
-		return nil, wrapUnlessOwn(what, asOwn(err, own))
+		return nil, asOwn(what, err, own)
 	}
 	d := &deployment{role: role, addr: RedactURL(r.URL), client: client, lim: lim}
 	d.watch = &watch{store: lim, name: "Redis", attrs: d.logAttrs(), logger: opts.Logger, clock: clk, nodes: lim.Nodes}
