@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,17 @@ var ErrStore = errors.New("memcached failed")
 // It wraps limit.ErrInvalidSpec: Supports refuses such rules when they
 // load, so the hit is floodgate's mistake, not the store's.
 var ErrUnsupported = fmt.Errorf("algorithm not supported by Memcached: %w", limit.ErrInvalidSpec)
+
+// Supports returns nil if a Limiter can decide limits of spec (any fixed
+// window), else an error naming the algorithm and what to do instead. The
+// rule loader (rules.Options.Supports) refuses such rules with it, at
+// their position, rather than each request failing with ErrUnsupported.
+func Supports(spec limit.Spec) error {
+	if spec.Algorithm == limit.FixedWindow {
+		return nil
+	}
+	return fmt.Errorf("algorithm %v cannot be served by Memcached, which has no atomic read-modify-write but increments: use fixed_window, or keep the counters in Redis", spec.Algorithm)
+}
 
 // DefaultMaxIdleConns is Options.MaxIdleConns when it is 0 or less.
 const DefaultMaxIdleConns = 16
@@ -188,12 +200,7 @@ func (l *Limiter) refreshLoop(ctx context.Context) {
 // Healthy reports whether the latest exchange with every server, a call's
 // or a Probe's, got an answer.
 func (l *Limiter) Healthy() bool {
-	for _, s := range l.pool.list() {
-		if s.failing.Load() {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(l.pool.list(), func(s *server) bool { return s.failing.Load() })
 }
 
 // LastFailure returns the latest failure seen by a call, a Probe or an SRV

@@ -27,10 +27,10 @@ func (s *Store) openMemcache(ctx context.Context, opts Options) error {
 		TLS: tc, KeyPrefix: opts.KeyPrefix, Timeout: opts.Deadline,
 	})
 	if err != nil {
-		return wrapUnlessOwn("memcache", asOwn(err, map[string]string{"memcachelimit.Options.Servers": "Memcache.Servers",
+		return asOwn("memcache", err, map[string]string{"memcachelimit.Options.Servers": "Memcache.Servers",
 			"memcachelimit.Options.SRV": "Memcache.SRV", "memcachelimit.Options.SRVRefresh": "Memcache.SRVRefresh",
 			"memcachelimit.Options.MaxIdleConns": "Memcache.MaxIdleConns", "memcachelimit.Options.KeyPrefix": "KeyPrefix",
-			"memcachelimit.Options.Timeout": "Deadline"}))
+			"memcachelimit.Options.Timeout": "Deadline"})
 	}
 	opts.Logger.Info("counters are kept in Memcached (fixed windows only)", "servers", lim.Servers(), "srv", m.SRV, "tls", m.TLS,
 		"deadline", opts.Deadline)

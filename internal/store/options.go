@@ -209,14 +209,13 @@ func refused(field string, v any, want string) error {
 
 // asOwn returns a client's refusal of its options' fields as the refusal
 // of the Options fields that set them, which own maps
-// ("redislimit.Options.KeyPrefix" to "KeyPrefix"); other errors as they
-// are.
-func asOwn(err error, own map[string]string) error {
-	oe, ok := err.(*option.Error)
-	if !ok {
-		return err
+// ("redislimit.Options.KeyPrefix" to "KeyPrefix"); any other error
+// prefixed with what failed.
+func asOwn(what string, err error, own map[string]string) error {
+	oe, mapped := err.(*option.Error)
+	if !mapped {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	mapped := true
 	paths := func(fields []string) []string {
 		out := make([]string, len(fields))
 		for i, f := range fields {
@@ -228,18 +227,9 @@ func asOwn(err error, own map[string]string) error {
 	e := &option.Error{Options: "store.Options", Field: paths([]string{oe.Field})[0], Also: paths(oe.Also),
 		Value: oe.Value, Want: oe.Want, With: paths(oe.With), Err: oe.Err}
 	if !mapped {
-		return err
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return e
-}
-
-// wrapUnlessOwn returns err prefixed with what failed, unless it refuses
-// a field of Options, which names it already.
-func wrapUnlessOwn(what string, err error) error {
-	if oe, ok := err.(*option.Error); ok && oe.Options == "store.Options" {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }
 
 // setFields are fields by name, each with whether it is set.

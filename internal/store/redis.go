@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +68,22 @@ func (s *Store) openRedis(ctx context.Context, opts Options) error {
 	return nil
 }
 
+// quietRedisLogs routes go-redis's own log lines, one per failed dial, to
+// l at debug level: the watch reports failures. go-redis has one logger
+// per process; call this before making clients.
+func quietRedisLogs(l *slog.Logger) {
+	redis.SetLogger(debugLog{l})
+}
+
+// debugLog is a go-redis logger writing to slog at debug level.
+type debugLog struct{ l *slog.Logger }
+
+func (d debugLog) Printf(ctx context.Context, format string, v ...any) {
+	if d.l.Enabled(ctx, slog.LevelDebug) {
+		d.l.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+	}
+}
+
 // closeRedis closes the clients opened so far.
 func (s *Store) closeRedis() {
 	for _, d := range s.redis {
@@ -102,20 +119,17 @@ func openDeployment(opts Options, role string, r RedisOptions, clk clock) (*depl
 		"redislimit.Options.Timeout": "Deadline", "redislimit.Options.Batch.Window": name + ".PipelineWindow",
 		"redislimit.Options.Batch.MaxRequests": name + ".PipelineLimit"}
 	if err != nil {
-		return nil, wrapUnlessOwn(what, asOwn(err, own))
+		return nil, asOwn(what, err, own)
 	}
 	lopts := redislimit.Options{KeyPrefix: opts.KeyPrefix, Timeout: opts.Deadline, Logger: opts.Logger,
 		Batch: redislimit.BatchOptions{Window: r.PipelineWindow, MaxRequests: r.PipelineLimit}}
 	lim, err := redislimit.New(client, lopts)
 	if err != nil {
 		client.Close()
-		return nil, wrapUnlessOwn(what, asOwn(err, own))
+		return nil, asOwn(what, err, own)
 	}
 	d := &deployment{role: role, addr: RedactURL(r.URL), client: client, lim: lim}
-	d.watch = &watch{store: lim, name: "Redis", attrs: d.logAttrs(), logger: opts.Logger, clock: clk}
-	if r.typ() == "cluster" {
-		d.watch.nodes = lim.Nodes
-	}
+	d.watch = &watch{store: lim, name: "Redis", attrs: d.logAttrs(), logger: opts.Logger, clock: clk, nodes: lim.Nodes}
 	return d, nil
 }
 

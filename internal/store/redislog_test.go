@@ -44,7 +44,7 @@ func TestQuietLogs(t *testing.T) {
 			t.Errorf("info logger: %q, want nothing", got)
 		}
 	}
-	quietRedisLogs(nil)
+	quietRedisLogs(slog.New(slog.DiscardHandler))
 }
 
 // countingHandler counts the records logged through it that are done

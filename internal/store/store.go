@@ -22,7 +22,7 @@ import (
 // Store is an open limit store. Its methods are safe for concurrent use.
 type Store struct {
 	name    string
-	limiter limit.Limiter // with the deny cache when it is on
+	limiter resetter // with the deny cache when it is on
 	clock   clock
 
 	mem      *limit.Memory // the in-memory store, else nil
@@ -89,17 +89,18 @@ func (s *Store) openMemory(opts Options) {
 // cache when it is on.
 func (s *Store) Limiter() limit.Limiter { return s.limiter }
 
+// resetter is a limiter whose counters an operator can reset: every
+// store's, and the deny cache.
+type resetter interface {
+	limit.Limiter
+	Reset(ctx context.Context, key string, spec limit.Spec) error
+}
+
 // Reset forgets the counter key of a limit of spec (/counters/reset), in
 // the store and the deny cache. A failure of Redis or Memcached is an
 // error wrapping that store's ErrStore.
 func (s *Store) Reset(ctx context.Context, key string, spec limit.Spec) error {
-	r, ok := s.limiter.(interface {
-		Reset(ctx context.Context, key string, spec limit.Spec) error
-	})
-	if !ok {
-		return fmt.Errorf("store %s: counters cannot be reset", s.name)
-	}
-	return r.Reset(ctx, key, spec)
+	return s.limiter.Reset(ctx, key, spec)
 }
 
 // Name returns the store's kind: "memory", "redis" or "memcache".

@@ -46,7 +46,7 @@ type watch struct {
 	attrs   []any
 	logger  *slog.Logger
 	clock   clock
-	nodes   func() []redislimit.NodeHealth // a Redis Cluster's, each master logged; else nil
+	nodes   func() []redislimit.NodeHealth // Redis's, each Cluster master logged; nil for Memcached
 	reached atomic.Bool
 }
 

@@ -164,7 +164,7 @@ const (
 func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, error) {
 	switch l.fn.mode.Load() {
 	case modeFunction:
-		reply, err := l.sendOnce(ctx, fcallArgs(keys, args))
+		reply, err := l.sendOnce(ctx, scriptArgs("fcall", functionName, keys, args))
 		switch {
 		case err == nil || !replied(err, ""):
 			return reply, err
@@ -175,7 +175,7 @@ func (l *Limiter) call(ctx context.Context, keys []string, args []any) (any, err
 				}
 				break
 			}
-			return l.sendOnce(ctx, fcallArgs(keys, args))
+			return l.sendOnce(ctx, scriptArgs("fcall", functionName, keys, args))
 		case l.fallBack(err):
 			// FCALL refused (ACL): EVALSHA from now on, this call first.
 		default:
@@ -223,10 +223,6 @@ func (l *Limiter) evalSHA(ctx context.Context, keys []string, args []any) (any, 
 		return l.sendOnce(ctx, scriptArgs("eval", evaluateSource, keys, args))
 	}
 	return reply, err
-}
-
-func fcallArgs(keys []string, args []any) []any {
-	return scriptArgs("fcall", functionName, keys, args)
 }
 
 // scriptArgs returns the command name, what (a function, a SHA or a
