@@ -56,9 +56,6 @@ func newChart(rep *Report) chart {
 	denied := make([][2]int, bins) // old and new
 	for _, m := range rep.Minutes {
 		i := int(unixMinute(m.Minute)-first) / c.BinMinutes
-		if i < 0 || i >= bins {
-			continue // out of order before From cannot happen; be safe
-		}
 		denied[i][0] += m.OldDenied
 		denied[i][1] += m.NewDenied
 		c.Max = max(c.Max, denied[i][0], denied[i][1])

@@ -152,17 +152,15 @@ type entry struct {
 // split returns an entry's key and value: a "key=value" string is cut at
 // its first '='.
 func split[E entry | string](e E) (string, string, error) {
-	switch e := any(e).(type) {
-	case entry:
+	if e, ok := any(e).(entry); ok {
 		return e.Key, e.Value, nil
-	case string:
-		k, v, ok := strings.Cut(e, "=")
-		if !ok {
-			return "", "", fmt.Errorf("entry %q: want key=value", e)
-		}
-		return k, v, nil
 	}
-	return "", "", fmt.Errorf("entry of type %T", e) // E is one of the two: never
+	s := any(e).(string)
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return "", "", fmt.Errorf("entry %q: want key=value", s)
+	}
+	return k, v, nil
 }
 
 // override is a descriptor's limit as /json reads it.
