@@ -339,11 +339,6 @@ func (c *Cache) Flush() {
 	}
 }
 
-// resetter is the stores' Reset.
-type resetter interface {
-	Reset(ctx context.Context, key string, spec limit.Spec) error
-}
-
 // ErrNoReset is wrapped by the error of Reset when the wrapped Limiter
 // has no Reset of its own.
 var ErrNoReset = errors.New("the wrapped limiter cannot reset counters")
@@ -354,7 +349,9 @@ var ErrNoReset = errors.New("the wrapped limiter cannot reset counters")
 // the same. A wrapped Limiter without Reset is an error wrapping
 // ErrNoReset.
 func (c *Cache) Reset(ctx context.Context, key string, spec limit.Spec) error {
-	r, ok := c.inner.(resetter)
+	r, ok := c.inner.(interface {
+		Reset(ctx context.Context, key string, spec limit.Spec) error
+	})
 	if !ok {
 		return fmt.Errorf("denycache: reset: %w (%T)", ErrNoReset, c.inner)
 	}

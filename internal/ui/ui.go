@@ -34,10 +34,12 @@ var assets embed.FS
 // Defaults of the Options fields left zero: history of 5 minutes at 5 s.
 const (
 	DefaultInterval      = time.Second
-	DefaultHotCounters   = 5
 	DefaultHistoryStep   = 5 * time.Second
 	DefaultHistoryLength = 60
 )
+
+// hotCounters is how many hot counters the page shows per rule.
+const hotCounters = 5
 
 // refusingSteps is how many history steps "refusing now" looks back.
 const refusingSteps = 3
@@ -62,9 +64,6 @@ type Options struct {
 	Values rlsmetrics.HotValues
 	// Interval is how often the page asks for a new snapshot.
 	Interval time.Duration
-	// HotCounters is how many hot counters the page shows per rule, at
-	// most rlsmetrics.HotCapacity.
-	HotCounters int
 	// HistoryStep is how often Run samples the counters, and
 	// HistoryLength how many samples it keeps.
 	HistoryStep   time.Duration
@@ -94,15 +93,12 @@ func New(opts Options) (*Handler, error) {
 	switch {
 	case opts.Interval < 0:
 		return nil, negative("Interval", opts.Interval)
-	case opts.HotCounters < 0:
-		return nil, negative("HotCounters", opts.HotCounters)
 	case opts.HistoryStep < 0:
 		return nil, negative("HistoryStep", opts.HistoryStep)
 	case opts.HistoryLength < 0:
 		return nil, negative("HistoryLength", opts.HistoryLength)
 	}
 	opts.Interval = cmp.Or(opts.Interval, DefaultInterval)
-	opts.HotCounters = min(cmp.Or(opts.HotCounters, DefaultHotCounters), rlsmetrics.HotCapacity)
 	opts.HistoryStep = cmp.Or(opts.HistoryStep, DefaultHistoryStep)
 	opts.HistoryLength = cmp.Or(opts.HistoryLength, DefaultHistoryLength)
 	sub, err := fs.Sub(assets, "assets")
