@@ -117,10 +117,7 @@ func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest
 		return outcome{code: invalid, errText: status.Convert(err).Message()}
 	}
 	var o outcome
-	for i, st := range resp.GetStatuses() {
-		if i >= len(req.Descriptors) {
-			break
-		}
+	for i, st := range resp.GetStatuses() { // one per descriptor
 		r := s.set.Match(req.Domain, entriesOf(req.Descriptors[i].GetEntries()))
 		if r == nil {
 			continue
