@@ -22,7 +22,6 @@ type chart struct {
 	Max           int
 	BinMinutes    int
 	From, To      string
-	Empty         bool
 }
 
 // maxTicks bounds the time labels under the chart.
@@ -45,8 +44,7 @@ type bar struct {
 func newChart(rep *Report) chart {
 	c := chart{Width: 800, Height: 200, BinMinutes: 1, From: stamp(rep.From), To: stamp(rep.To)}
 	if rep.Requests == 0 {
-		c.Empty = true
-		return c
+		return c // the page says "No traffic."
 	}
 	first := unixMinute(rep.From)
 	last := max(unixMinute(rep.To), first)
