@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -100,9 +99,6 @@ type Capture struct {
 // hold descriptor values, as sensitive as an access log. A file that
 // exists keeps its mode, with a warning when others may read it.
 func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions) (*Capture, error) {
-	if next == nil {
-		return nil, errors.New("capture: nil server")
-	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
