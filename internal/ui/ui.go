@@ -14,7 +14,6 @@ import (
 	"cmp"
 	"context"
 	"embed"
-	"io/fs"
 	"net/http"
 	"path"
 	"strings"
@@ -75,9 +74,8 @@ type Options struct {
 // keeps). /ui redirects to /ui/. It answers GET and HEAD only, and is
 // safe for concurrent use.
 type Handler struct {
-	opts   Options
-	static http.Handler
-	hist   *history // shared with the handlers WithValues returns
+	opts Options
+	hist *history // shared with the handlers WithValues returns
 }
 
 // New returns the page's handler, or an *option.Error naming an option it
@@ -101,11 +99,7 @@ func New(opts Options) (*Handler, error) {
 	opts.Interval = cmp.Or(opts.Interval, DefaultInterval)
 	opts.HistoryStep = cmp.Or(opts.HistoryStep, DefaultHistoryStep)
 	opts.HistoryLength = cmp.Or(opts.HistoryLength, DefaultHistoryLength)
-	sub, err := fs.Sub(assets, "assets")
-	if err != nil {
-		return nil, err
-	}
-	return &Handler{opts: opts, static: http.FileServerFS(sub), hist: &history{keep: opts.HistoryLength}}, nil
+	return &Handler{opts: opts, hist: &history{keep: opts.HistoryLength}}, nil
 }
 
 // WithValues returns a handler like h that shows the request values v
@@ -156,15 +150,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "ui/", http.StatusMovedPermanently)
 	case p == "/ui/api/snapshot":
 		h.serveSnapshot(w, r)
-	case p == "/ui" || p == "/ui/index.html":
-		// FileServer redirects index.html to ./, and /ui/ must not loop.
+	case p == "/ui":
 		http.ServeFileFS(w, r, assets, "assets/index.html")
 	case strings.HasPrefix(p, "/ui/"):
-		r2 := *r
-		u := *r.URL
-		u.Path = strings.TrimPrefix(p, "/ui")
-		r2.URL = &u
-		h.static.ServeHTTP(w, &r2)
+		// ServeFileFS redirects /ui/index.html to ./, which is /ui/.
+		http.ServeFileFS(w, r, assets, "assets"+strings.TrimPrefix(p, "/ui"))
 	default:
 		http.NotFound(w, r)
 	}
