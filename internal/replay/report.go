@@ -103,7 +103,7 @@ type RuleCount struct {
 	WouldRefuse int    `json:"would_refuse"`
 }
 
-func (c *RuleCount) add(denied, over, shadow bool) {
+func (c *RuleCount) add(denied, over bool) {
 	c.Requests++
 	if denied {
 		c.Denied++
@@ -111,7 +111,7 @@ func (c *RuleCount) add(denied, over, shadow bool) {
 		c.Allowed++
 	}
 	switch {
-	case over && shadow:
+	case over && c.Shadow:
 		c.WouldRefuse++
 	case over && denied:
 		c.Refused++

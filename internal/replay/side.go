@@ -135,7 +135,7 @@ func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest
 		s.stats.Allowed++
 	}
 	for _, sr := range s.seen {
-		sr.t.count.add(o.code == denied, sr.over, sr.t.count.Shadow)
+		sr.t.count.add(o.code == denied, sr.over)
 	}
 	return o
 }
