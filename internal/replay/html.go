@@ -93,15 +93,10 @@ func newChart(rep *Report) chart {
 var reportHTML embed.FS
 
 var htmlReport = template.Must(template.New("report.html").Funcs(template.FuncMap{
-	"stamp": stamp, "delta": delta, "orNone": orNone, "why": exampleWhy,
-	"ruleName": ruleName,
-	"requests": func(r RuleDiff) string { return r.cell(requestsCell) },
-	"denied":   func(r RuleDiff) string { return r.cell(deniedCell) },
-	"refused":  func(r RuleDiff) string { return r.cell((*RuleCount).refusedCell) },
-	"share":    ValueChange.share, "signed": signed,
-	"sub":    func(a, b int) int { return a - b },
-	"plural": plural,
-	"add":    func(a, b int) int { return a + b },
+	"stamp": stamp, "delta": delta, "orNone": orNone, "why": exampleWhy, "plural": plural,
+	"ruleName": ruleName, "cells": RuleDiff.cells, "share": ValueChange.share, "signed": signed,
+	"sub": func(a, b int) int { return a - b },
+	"add": func(a, b int) int { return a + b },
 }).ParseFS(reportHTML, "report.html"))
 
 // WriteHTML writes the report as one HTML page with no external assets:

@@ -118,15 +118,6 @@ func (c *RuleCount) add(denied, over bool) {
 	}
 }
 
-// refusedCell is a rule's REFUSED: "would 60" for a rule in shadow mode
-// that was over its limit.
-func (c *RuleCount) refusedCell() string {
-	if c.Shadow && c.WouldRefuse > 0 {
-		return fmt.Sprintf("would %d", c.WouldRefuse)
-	}
-	return fmt.Sprint(c.Refused)
-}
-
 // RuleDiff is one rule under each set, and the requests whose answer this
 // rule changed: NowDenied were allowed under the old set and are denied
 // under the new one with this rule over its limit; NowAllowed the other
@@ -155,24 +146,28 @@ func (r *RuleDiff) mode() string {
 	return ""
 }
 
-// cell renders a figure under each set: "31 -> 91", or one number when
-// they are equal; "-" stands for a set without the rule.
-func (r *RuleDiff) cell(f func(*RuleCount) string) string {
-	o, n := "-", "-"
-	if r.Old != nil {
-		o = f(r.Old)
+// cells are the rule's REQUESTS, DENIED and REFUSED under each set, as
+// "31 -> 91", or one figure when they are equal. "-" stands for a set
+// without the rule, "would 60" for a rule in shadow mode over its limit.
+func (r RuleDiff) cells() []string {
+	figures := func(c *RuleCount) []string {
+		if c == nil {
+			return []string{"-", "-", "-"}
+		}
+		refused := fmt.Sprint(c.Refused)
+		if c.Shadow && c.WouldRefuse > 0 {
+			refused = fmt.Sprintf("would %d", c.WouldRefuse)
+		}
+		return []string{fmt.Sprint(c.Requests), fmt.Sprint(c.Denied), refused}
 	}
-	if r.New != nil {
-		n = f(r.New)
+	o, n := figures(r.Old), figures(r.New)
+	for i := range o {
+		if o[i] != n[i] {
+			o[i] += " -> " + n[i]
+		}
 	}
-	if o == n {
-		return o
-	}
-	return o + " -> " + n
+	return o
 }
-
-func requestsCell(c *RuleCount) string { return fmt.Sprint(c.Requests) }
-func deniedCell(c *RuleCount) string   { return fmt.Sprint(c.Denied) }
 
 // Changed counts the requests whose decision differs, with the first few.
 type Changed struct {
@@ -319,8 +314,8 @@ func (rep *Report) writeRules(bw *bufio.Writer) {
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "RULE\tREQUESTS\tDENIED\tREFUSED\tNOW DENIED\tNOW ALLOWED\t\n")
 	for _, r := range active {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t\n", ruleName(r), r.cell(requestsCell), r.cell(deniedCell),
-			r.cell((*RuleCount).refusedCell), r.NowDenied, r.NowAllowed)
+		c := r.cells()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t\n", ruleName(r), c[0], c[1], c[2], r.NowDenied, r.NowAllowed)
 	}
 	tw.Flush()
 	if idle > 0 {
