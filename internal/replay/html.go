@@ -95,7 +95,6 @@ var reportHTML embed.FS
 var htmlReport = template.Must(template.New("report.html").Funcs(template.FuncMap{
 	"stamp": stamp, "delta": delta, "orNone": orNone, "why": exampleWhy, "plural": plural,
 	"ruleName": ruleName, "cells": RuleDiff.cells, "share": ValueChange.share, "signed": signed,
-	"sub": func(a, b int) int { return a - b },
 	"add": func(a, b int) int { return a + b },
 }).ParseFS(reportHTML, "report.html"))
 

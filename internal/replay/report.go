@@ -264,9 +264,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "DOMAIN\tOLD ALLOWED\tOLD DENIED\tNEW ALLOWED\tNEW DENIED\tCHANGE\t\n")
 	for _, d := range rep.Domains {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", d.Domain, d.Old.Allowed, d.Old.Denied, d.New.Allowed, d.New.Denied, delta(d.New.Denied-d.Old.Denied))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", d.Domain, d.Old.Allowed, d.Old.Denied, d.New.Allowed, d.New.Denied, delta(d.Old.Denied, d.New.Denied))
 	}
-	fmt.Fprintf(tw, "(all)\t%d\t%d\t%d\t%d\t%s\t\n", rep.Old.Allowed, rep.Old.Denied, rep.New.Allowed, rep.New.Denied, delta(rep.New.Denied-rep.Old.Denied))
+	fmt.Fprintf(tw, "(all)\t%d\t%d\t%d\t%d\t%s\t\n", rep.Old.Allowed, rep.Old.Denied, rep.New.Allowed, rep.New.Denied, delta(rep.Old.Denied, rep.New.Denied))
 	tw.Flush()
 	if rep.Old.Invalid+rep.New.Invalid > 0 {
 		fmt.Fprintf(bw, "refused as invalid: %d old, %d new\n", rep.Old.Invalid, rep.New.Invalid)
@@ -421,11 +421,12 @@ func exampleWhy(e Example) string {
 	return ""
 }
 
-func delta(n int) string {
-	if n == 0 {
+// delta renders the change from old to new denials: "+60 denied", or "=".
+func delta(old, new int) string {
+	if old == new {
 		return "="
 	}
-	return fmt.Sprintf("%+d denied", n)
+	return fmt.Sprintf("%+d denied", new-old)
 }
 
 // signed renders a change: "+60", "-6", or "=".
