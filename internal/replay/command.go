@@ -142,11 +142,13 @@ func (f *commandFlags) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: cannot load the rules in %s (-new):\n%w", f.newDir, err)
 	}
-	inputs, closeAll, err := openTraffic(f.traffic)
+	inputs, files, err := openTraffic(f.traffic)
+	for _, file := range files {
+		defer file.Close()
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer closeAll()
 	// 0 would be the package's default: -examples 0 and -values 0 mean none.
 	return Run(ctx, oldSet, newSet, Merge(f.reorder, inputs...), Options{
 		Examples: cmp.Or(f.examples, -1), Values: cmp.Or(f.values, -1), TopCounters: f.top, OldName: f.oldDir, NewName: f.newDir,
@@ -154,34 +156,25 @@ func (f *commandFlags) run(ctx context.Context) (*Report, error) {
 }
 
 // openTraffic opens the -traffic files, globs expanded, each once ("-" is
-// stdin), and returns them with a function that closes them.
-func openTraffic(args []string) (_ []Input, _ func(), err error) {
+// stdin), and returns them with the files to close, also on an error.
+func openTraffic(args []string) ([]Input, []*os.File, error) {
 	var inputs []Input
 	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	defer func() {
-		if err != nil {
-			closeAll()
-		}
-	}()
 	seen := map[string]bool{}
 	for _, arg := range args {
 		names := []string{arg}
 		if arg != "-" && strings.ContainsAny(arg, "*?[") {
+			var err error
 			if names, err = filepath.Glob(arg); err == nil && len(names) == 0 {
 				err = errors.New("matches no file")
 			}
 			if err != nil {
-				return nil, nil, fmt.Errorf("replay: -traffic %s: %w", arg, err)
+				return nil, files, fmt.Errorf("replay: -traffic %s: %w", arg, err)
 			}
 		}
 		for _, name := range names {
 			if seen[filepath.Clean(name)] {
-				return nil, nil, fmt.Errorf("replay: -traffic %s: given twice (its requests would be replayed twice)", name)
+				return nil, files, fmt.Errorf("replay: -traffic %s: given twice (its requests would be replayed twice)", name)
 			}
 			seen[filepath.Clean(name)] = true
 			if name == "-" {
@@ -190,13 +183,13 @@ func openTraffic(args []string) (_ []Input, _ func(), err error) {
 			}
 			file, err := os.Open(name)
 			if err != nil {
-				return nil, nil, fmt.Errorf("replay: -traffic: %w", err)
+				return nil, files, fmt.Errorf("replay: -traffic: %w", err)
 			}
 			files = append(files, file)
 			inputs = append(inputs, Input{Name: name, Reader: NewReader(file)})
 		}
 	}
-	return inputs, closeAll, nil
+	return inputs, files, nil
 }
 
 // write writes the report in -format to -o, or to stdout.
