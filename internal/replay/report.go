@@ -132,18 +132,18 @@ type RuleDiff struct {
 	NowAllowed int        `json:"now_allowed"`
 }
 
-// mode is how the report names the rule's mode: "" when enforced under
-// both sets, else "shadow" or its change, "shadow -> enforced".
-func (r *RuleDiff) mode() string {
+// ruleName is a rule's path with its mode when not enforced under both
+// sets: "(shadow)", or its change, "(shadow -> enforced)".
+func ruleName(r RuleDiff) string {
 	shadow := func(c *RuleCount) bool { return c != nil && c.Shadow }
 	word := map[bool]string{false: "enforced", true: "shadow"}
 	switch o, n := shadow(r.Old), shadow(r.New); {
 	case r.Old != nil && r.New != nil && o != n:
-		return word[o] + " -> " + word[n]
+		return r.Rule + " (" + word[o] + " -> " + word[n] + ")"
 	case o || n:
-		return "shadow"
+		return r.Rule + " (shadow)"
 	}
-	return ""
+	return r.Rule
 }
 
 // cells are the rule's REQUESTS, DENIED and REFUSED under each set, as
@@ -345,15 +345,6 @@ func (rep *Report) valuesShown() string {
 		return fmt.Sprintf("the top %d of %d values", len(rep.Values), rep.ValuesDenied)
 	}
 	return "the " + plural(rep.ValuesDenied, "value")
-}
-
-// ruleName is a rule's path with its mode, when not enforced under both
-// sets.
-func ruleName(r RuleDiff) string {
-	if m := r.mode(); m != "" {
-		return r.Rule + " (" + m + ")"
-	}
-	return r.Rule
 }
 
 // inputs lists the inputs with their requests.
