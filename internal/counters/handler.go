@@ -1,7 +1,6 @@
 package counters
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -138,18 +137,13 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 }
 
 func write(w http.ResponseWriter, code int, v any, indent string) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", indent)
-	if err := enc.Encode(v); err != nil {
-		writeError(w, http.StatusInternalServerError, "encoding the answer: "+err.Error())
-		return
-	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	w.Write(b.Bytes())
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", indent)
+	enc.Encode(v) // an Answer holds no NaN or infinity, the only values that fail
 }
 
 // modeName is a hit mode as a rule file says it.

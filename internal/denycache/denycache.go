@@ -17,6 +17,7 @@
 package denycache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,7 +41,7 @@ const DefaultMaxAge = time.Second
 // when MaxEntries is smaller, so that the bound is exact.
 const maxShards = 64
 
-// Options configure a Cache. The zero value is usable.
+// Options configure a Cache. The zero value is usable; no bound is negative.
 type Options struct {
 	// MaxEntries bounds the denials held; 0 means DefaultMaxEntries. When
 	// full, expired denials go first, then arbitrary ones: a forgotten
@@ -91,17 +92,11 @@ type denial struct {
 
 // New returns a Cache in front of inner.
 func New(inner limit.Limiter, opts Options) *Cache {
-	c := &Cache{inner: inner, now: opts.Now, seed: maphash.MakeSeed(), maxAge: int64(opts.MaxAge)}
+	c := &Cache{inner: inner, now: opts.Now, seed: maphash.MakeSeed(), maxAge: int64(cmp.Or(opts.MaxAge, DefaultMaxAge))}
 	if c.now == nil {
 		c.now = time.Now
 	}
-	if c.maxAge <= 0 {
-		c.maxAge = int64(DefaultMaxAge)
-	}
-	maxEntries := opts.MaxEntries
-	if maxEntries <= 0 {
-		maxEntries = DefaultMaxEntries
-	}
+	maxEntries := cmp.Or(opts.MaxEntries, DefaultMaxEntries)
 	c.shards = make([]shard, 1<<(bits.Len(uint(min(maxEntries, maxShards)))-1))
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -339,11 +334,6 @@ func (c *Cache) Flush() {
 	}
 }
 
-// resetter is the stores' Reset.
-type resetter interface {
-	Reset(ctx context.Context, key string, spec limit.Spec) error
-}
-
 // ErrNoReset is wrapped by the error of Reset when the wrapped Limiter
 // has no Reset of its own.
 var ErrNoReset = errors.New("the wrapped limiter cannot reset counters")
@@ -354,7 +344,9 @@ var ErrNoReset = errors.New("the wrapped limiter cannot reset counters")
 // the same. A wrapped Limiter without Reset is an error wrapping
 // ErrNoReset.
 func (c *Cache) Reset(ctx context.Context, key string, spec limit.Spec) error {
-	r, ok := c.inner.(resetter)
+	r, ok := c.inner.(interface {
+		Reset(ctx context.Context, key string, spec limit.Spec) error
+	})
 	if !ok {
 		return fmt.Errorf("denycache: reset: %w (%T)", ErrNoReset, c.inner)
 	}

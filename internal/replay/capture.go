@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -24,8 +23,12 @@ import (
 const (
 	DefaultCaptureMaxBytes = 100 << 20
 	DefaultCaptureSample   = 1.0 // every request
-	defaultCaptureQueue    = 4096
 )
+
+// captureQueue is the number of lines waiting for the writer. A request
+// finding it full is not captured and is counted: capturing never makes a
+// request wait.
+const captureQueue = 4096
 
 // Validate reports the first option NewCapture refuses as an
 // *option.Error ("replay.CaptureOptions.Sample 2: want a share in
@@ -39,8 +42,6 @@ func (o CaptureOptions) Validate() error {
 		return refused("Sample", o.Sample, "want a share in (0, 1]")
 	case o.MaxBytes < 0:
 		return refused("MaxBytes", o.MaxBytes, "must not be negative")
-	case o.Queue < 0:
-		return refused("Queue", o.Queue, "must not be negative")
 	}
 	return nil
 }
@@ -55,10 +56,6 @@ type CaptureOptions struct {
 	// would pass it, capturing stops with a warning, and the lines not
 	// written are counted.
 	MaxBytes int64
-	// Queue is the number of lines waiting for the writer (0: 4096). A
-	// request finding it full is not captured and is counted: capturing
-	// never makes a request wait.
-	Queue int
 	// Now is the clock of the lines' times; nil means time.Now.
 	Now func() time.Time
 	// Logger gets a warning when the file reaches MaxBytes or a write
@@ -102,15 +99,11 @@ type Capture struct {
 // hold descriptor values, as sensitive as an access log. A file that
 // exists keeps its mode, with a warning when others may read it.
 func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions) (*Capture, error) {
-	if next == nil {
-		return nil, errors.New("capture: nil server")
-	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts.Sample = cmp.Or(opts.Sample, DefaultCaptureSample)
 	opts.MaxBytes = cmp.Or(opts.MaxBytes, DefaultCaptureMaxBytes)
-	opts.Queue = cmp.Or(opts.Queue, defaultCaptureQueue)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -133,7 +126,7 @@ func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions
 	c := &Capture{
 		next: next, seed: maphash.MakeSeed(), now: opts.Now,
 		threshold: math.MaxUint64,
-		lines:     make(chan []byte, opts.Queue), stop: make(chan struct{}), done: make(chan struct{}),
+		lines:     make(chan []byte, captureQueue), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	if opts.Sample < 1 {
 		c.threshold = uint64(opts.Sample * (1 << 64))

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -52,22 +53,9 @@ Flags:
 // commandFlags are floodgate replay's command line.
 type commandFlags struct {
 	oldDir, newDir, format, output string
-	traffic                        trafficFlag
+	traffic                        []string // -traffic, which may be given several times
 	examples, top, values, reorder int
 	merge                          bool
-}
-
-// trafficFlag is -traffic, which may be given several times.
-type trafficFlag []string
-
-func (t *trafficFlag) String() string { return strings.Join(*t, " ") }
-
-func (t *trafficFlag) Set(s string) error {
-	if s == "" {
-		return errors.New("empty file name")
-	}
-	*t = append(*t, s)
-	return nil
 }
 
 // parseFlags reads floodgate replay's command line; flag.ErrHelp for
@@ -78,7 +66,14 @@ func parseFlags(args []string, stdout io.Writer) (*commandFlags, error) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&f.oldDir, "old", "", "the rules in force: a rule file or directory")
 	fs.StringVar(&f.newDir, "new", "", "the edited rules: a rule file or directory")
-	fs.Var(&f.traffic, "traffic", "the recorded traffic: a JSON-lines `file` (- for stdin); several times, or a glob, for several files merged by time")
+	fs.Func("traffic", "the recorded traffic: a JSON-lines `file` (- for stdin); several times, or a glob, for several files merged by time",
+		func(s string) error {
+			if s == "" {
+				return errors.New("empty file name")
+			}
+			f.traffic = append(f.traffic, s)
+			return nil
+		})
 	fs.StringVar(&f.format, "format", "text", "report format: text, json or html")
 	fs.StringVar(&f.output, "o", "", "write the report to this file instead of stdout")
 	fs.IntVar(&f.examples, "examples", defaultExamples, "changed requests shown as examples")
@@ -128,7 +123,7 @@ func Command(ctx context.Context, args []string, stdout io.Writer, logger *slog.
 		}
 	}
 	if rep.Requests == 0 {
-		logger.Warn("no request replayed: the traffic holds none, so the report compares nothing", "traffic", f.traffic.String(),
+		logger.Warn("no request replayed: the traffic holds none, so the report compares nothing", "traffic", strings.Join(f.traffic, " "),
 			"skipped", rep.Skipped, "exit_code", exitNothingReplayed)
 		return exitNothingReplayed, nil
 	}
@@ -147,52 +142,39 @@ func (f *commandFlags) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: cannot load the rules in %s (-new):\n%w", f.newDir, err)
 	}
-	inputs, closeAll, err := openTraffic(f.traffic)
+	inputs, files, err := openTraffic(f.traffic)
+	for _, file := range files {
+		defer file.Close()
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer closeAll()
 	// 0 would be the package's default: -examples 0 and -values 0 mean none.
-	none := func(n int) int {
-		if n == 0 {
-			return -1
-		}
-		return n
-	}
 	return Run(ctx, oldSet, newSet, Merge(f.reorder, inputs...), Options{
-		Examples: none(f.examples), Values: none(f.values), TopCounters: f.top, OldName: f.oldDir, NewName: f.newDir,
+		Examples: cmp.Or(f.examples, -1), Values: cmp.Or(f.values, -1), TopCounters: f.top, OldName: f.oldDir, NewName: f.newDir,
 	})
 }
 
 // openTraffic opens the -traffic files, globs expanded, each once ("-" is
-// stdin), and returns them with a function that closes them.
-func openTraffic(args []string) (_ []Input, _ func(), err error) {
+// stdin), and returns them with the files to close, also on an error.
+func openTraffic(args []string) ([]Input, []*os.File, error) {
 	var inputs []Input
 	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	defer func() {
-		if err != nil {
-			closeAll()
-		}
-	}()
 	seen := map[string]bool{}
 	for _, arg := range args {
 		names := []string{arg}
 		if arg != "-" && strings.ContainsAny(arg, "*?[") {
+			var err error
 			if names, err = filepath.Glob(arg); err == nil && len(names) == 0 {
 				err = errors.New("matches no file")
 			}
 			if err != nil {
-				return nil, nil, fmt.Errorf("replay: -traffic %s: %w", arg, err)
+				return nil, files, fmt.Errorf("replay: -traffic %s: %w", arg, err)
 			}
 		}
 		for _, name := range names {
 			if seen[filepath.Clean(name)] {
-				return nil, nil, fmt.Errorf("replay: -traffic %s: given twice (its requests would be replayed twice)", name)
+				return nil, files, fmt.Errorf("replay: -traffic %s: given twice (its requests would be replayed twice)", name)
 			}
 			seen[filepath.Clean(name)] = true
 			if name == "-" {
@@ -201,13 +183,13 @@ func openTraffic(args []string) (_ []Input, _ func(), err error) {
 			}
 			file, err := os.Open(name)
 			if err != nil {
-				return nil, nil, fmt.Errorf("replay: -traffic: %w", err)
+				return nil, files, fmt.Errorf("replay: -traffic: %w", err)
 			}
 			files = append(files, file)
 			inputs = append(inputs, Input{Name: name, Reader: NewReader(file)})
 		}
 	}
-	return inputs, closeAll, nil
+	return inputs, files, nil
 }
 
 // write writes the report in -format to -o, or to stdout.

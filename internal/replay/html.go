@@ -22,7 +22,6 @@ type chart struct {
 	Max           int
 	BinMinutes    int
 	From, To      string
-	Empty         bool
 }
 
 // maxTicks bounds the time labels under the chart.
@@ -45,8 +44,7 @@ type bar struct {
 func newChart(rep *Report) chart {
 	c := chart{Width: 800, Height: 200, BinMinutes: 1, From: stamp(rep.From), To: stamp(rep.To)}
 	if rep.Requests == 0 {
-		c.Empty = true
-		return c
+		return c // the page says "No traffic."
 	}
 	first := unixMinute(rep.From)
 	last := max(unixMinute(rep.To), first)
@@ -56,9 +54,6 @@ func newChart(rep *Report) chart {
 	denied := make([][2]int, bins) // old and new
 	for _, m := range rep.Minutes {
 		i := int(unixMinute(m.Minute)-first) / c.BinMinutes
-		if i < 0 || i >= bins {
-			continue // out of order before From cannot happen; be safe
-		}
 		denied[i][0] += m.OldDenied
 		denied[i][1] += m.NewDenied
 		c.Max = max(c.Max, denied[i][0], denied[i][1])
@@ -98,15 +93,9 @@ func newChart(rep *Report) chart {
 var reportHTML embed.FS
 
 var htmlReport = template.Must(template.New("report.html").Funcs(template.FuncMap{
-	"stamp": stamp, "delta": delta, "orNone": orNone, "why": exampleWhy,
-	"ruleName": ruleName,
-	"requests": func(r RuleDiff) string { return r.cell(requestsCell) },
-	"denied":   func(r RuleDiff) string { return r.cell(deniedCell) },
-	"refused":  func(r RuleDiff) string { return r.cell((*RuleCount).refusedCell) },
-	"share":    ValueChange.share, "signed": signed,
-	"sub":    func(a, b int) int { return a - b },
-	"plural": plural,
-	"add":    func(a, b int) int { return a + b },
+	"stamp": stamp, "delta": delta, "orNone": orNone, "why": exampleWhy, "plural": plural,
+	"ruleName": ruleName, "cells": RuleDiff.cells, "share": ValueChange.share, "signed": signed,
+	"add": func(a, b int) int { return a + b },
 }).ParseFS(reportHTML, "report.html"))
 
 // WriteHTML writes the report as one HTML page with no external assets:

@@ -95,7 +95,7 @@ func (t *Traffic) Stats() []InputStats {
 	out := make([]InputStats, len(t.inputs))
 	for i, in := range t.inputs {
 		out[i] = in.stats
-		out[i].Skipped, out[i].Truncated = in.r.Skipped(), in.r.Truncated()
+		out[i].Skipped, out[i].Truncated = in.r.skipped, in.r.truncated
 	}
 	return out
 }

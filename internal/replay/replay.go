@@ -79,9 +79,6 @@ func (p *counter) add(t time.Time, a, b decision) {
 // It stops at the end of the traffic, at its first error (naming the input
 // and line) or when ctx ends.
 func Run(ctx context.Context, old, new *rules.Set, traffic *Traffic, opts Options) (*Report, error) {
-	if old == nil || new == nil || traffic == nil {
-		return nil, errors.New("replay: nil rule set or traffic")
-	}
 	rp, err := newReplayer(old, new, opts)
 	if err != nil {
 		return nil, err

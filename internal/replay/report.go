@@ -103,7 +103,7 @@ type RuleCount struct {
 	WouldRefuse int    `json:"would_refuse"`
 }
 
-func (c *RuleCount) add(denied, over, shadow bool) {
+func (c *RuleCount) add(denied, over bool) {
 	c.Requests++
 	if denied {
 		c.Denied++
@@ -111,20 +111,11 @@ func (c *RuleCount) add(denied, over, shadow bool) {
 		c.Allowed++
 	}
 	switch {
-	case over && shadow:
+	case over && c.Shadow:
 		c.WouldRefuse++
 	case over && denied:
 		c.Refused++
 	}
-}
-
-// refusedCell is a rule's REFUSED: "would 60" for a rule in shadow mode
-// that was over its limit.
-func (c *RuleCount) refusedCell() string {
-	if c.Shadow && c.WouldRefuse > 0 {
-		return fmt.Sprintf("would %d", c.WouldRefuse)
-	}
-	return fmt.Sprint(c.Refused)
 }
 
 // RuleDiff is one rule under each set, and the requests whose answer this
@@ -141,38 +132,42 @@ type RuleDiff struct {
 	NowAllowed int        `json:"now_allowed"`
 }
 
-// mode is how the report names the rule's mode: "" when enforced under
-// both sets, else "shadow" or its change, "shadow -> enforced".
-func (r *RuleDiff) mode() string {
+// ruleName is a rule's path with its mode when not enforced under both
+// sets: "(shadow)", or its change, "(shadow -> enforced)".
+func ruleName(r RuleDiff) string {
 	shadow := func(c *RuleCount) bool { return c != nil && c.Shadow }
 	word := map[bool]string{false: "enforced", true: "shadow"}
 	switch o, n := shadow(r.Old), shadow(r.New); {
 	case r.Old != nil && r.New != nil && o != n:
-		return word[o] + " -> " + word[n]
+		return r.Rule + " (" + word[o] + " -> " + word[n] + ")"
 	case o || n:
-		return "shadow"
+		return r.Rule + " (shadow)"
 	}
-	return ""
+	return r.Rule
 }
 
-// cell renders a figure under each set: "31 -> 91", or one number when
-// they are equal; "-" stands for a set without the rule.
-func (r *RuleDiff) cell(f func(*RuleCount) string) string {
-	o, n := "-", "-"
-	if r.Old != nil {
-		o = f(r.Old)
+// cells are the rule's REQUESTS, DENIED and REFUSED under each set, as
+// "31 -> 91", or one figure when they are equal. "-" stands for a set
+// without the rule, "would 60" for a rule in shadow mode over its limit.
+func (r RuleDiff) cells() []string {
+	figures := func(c *RuleCount) []string {
+		if c == nil {
+			return []string{"-", "-", "-"}
+		}
+		refused := fmt.Sprint(c.Refused)
+		if c.Shadow && c.WouldRefuse > 0 {
+			refused = fmt.Sprintf("would %d", c.WouldRefuse)
+		}
+		return []string{fmt.Sprint(c.Requests), fmt.Sprint(c.Denied), refused}
 	}
-	if r.New != nil {
-		n = f(r.New)
+	o, n := figures(r.Old), figures(r.New)
+	for i := range o {
+		if o[i] != n[i] {
+			o[i] += " -> " + n[i]
+		}
 	}
-	if o == n {
-		return o
-	}
-	return o + " -> " + n
+	return o
 }
-
-func requestsCell(c *RuleCount) string { return fmt.Sprint(c.Requests) }
-func deniedCell(c *RuleCount) string   { return fmt.Sprint(c.Denied) }
 
 // Changed counts the requests whose decision differs, with the first few.
 type Changed struct {
@@ -269,9 +264,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "DOMAIN\tOLD ALLOWED\tOLD DENIED\tNEW ALLOWED\tNEW DENIED\tCHANGE\t\n")
 	for _, d := range rep.Domains {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", d.Domain, d.Old.Allowed, d.Old.Denied, d.New.Allowed, d.New.Denied, delta(d.New.Denied-d.Old.Denied))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", d.Domain, d.Old.Allowed, d.Old.Denied, d.New.Allowed, d.New.Denied, delta(d.Old.Denied, d.New.Denied))
 	}
-	fmt.Fprintf(tw, "(all)\t%d\t%d\t%d\t%d\t%s\t\n", rep.Old.Allowed, rep.Old.Denied, rep.New.Allowed, rep.New.Denied, delta(rep.New.Denied-rep.Old.Denied))
+	fmt.Fprintf(tw, "(all)\t%d\t%d\t%d\t%d\t%s\t\n", rep.Old.Allowed, rep.Old.Denied, rep.New.Allowed, rep.New.Denied, delta(rep.Old.Denied, rep.New.Denied))
 	tw.Flush()
 	if rep.Old.Invalid+rep.New.Invalid > 0 {
 		fmt.Fprintf(bw, "refused as invalid: %d old, %d new\n", rep.Old.Invalid, rep.New.Invalid)
@@ -319,8 +314,8 @@ func (rep *Report) writeRules(bw *bufio.Writer) {
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "RULE\tREQUESTS\tDENIED\tREFUSED\tNOW DENIED\tNOW ALLOWED\t\n")
 	for _, r := range active {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t\n", ruleName(r), r.cell(requestsCell), r.cell(deniedCell),
-			r.cell((*RuleCount).refusedCell), r.NowDenied, r.NowAllowed)
+		c := r.cells()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t\n", ruleName(r), c[0], c[1], c[2], r.NowDenied, r.NowAllowed)
 	}
 	tw.Flush()
 	if idle > 0 {
@@ -350,15 +345,6 @@ func (rep *Report) valuesShown() string {
 		return fmt.Sprintf("the top %d of %d values", len(rep.Values), rep.ValuesDenied)
 	}
 	return "the " + plural(rep.ValuesDenied, "value")
-}
-
-// ruleName is a rule's path with its mode, when not enforced under both
-// sets.
-func ruleName(r RuleDiff) string {
-	if m := r.mode(); m != "" {
-		return r.Rule + " (" + m + ")"
-	}
-	return r.Rule
 }
 
 // inputs lists the inputs with their requests.
@@ -426,11 +412,12 @@ func exampleWhy(e Example) string {
 	return ""
 }
 
-func delta(n int) string {
-	if n == 0 {
+// delta renders the change from old to new denials: "+60 denied", or "=".
+func delta(old, new int) string {
+	if old == new {
 		return "="
 	}
-	return fmt.Sprintf("%+d denied", n)
+	return fmt.Sprintf("%+d denied", new-old)
 }
 
 // signed renders a change: "+60", "-6", or "=".

@@ -117,10 +117,7 @@ func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest
 		return outcome{code: invalid, errText: status.Convert(err).Message()}
 	}
 	var o outcome
-	for i, st := range resp.GetStatuses() {
-		if i >= len(req.Descriptors) {
-			break
-		}
+	for i, st := range resp.GetStatuses() { // one per descriptor
 		r := s.set.Match(req.Domain, entriesOf(req.Descriptors[i].GetEntries()))
 		if r == nil {
 			continue
@@ -138,7 +135,7 @@ func (s *side) decide(ctx context.Context, t time.Time, req *pb.RateLimitRequest
 		s.stats.Allowed++
 	}
 	for _, sr := range s.seen {
-		sr.t.count.add(o.code == denied, sr.over, sr.t.count.Shadow)
+		sr.t.count.add(o.code == denied, sr.over)
 	}
 	return o
 }

@@ -48,17 +48,16 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 //     (examples/envoy-access-log.yaml, -response-dynamic-metadata). Its
 //     entries are "key=value" strings, cut at the first '='. A line
 //     without "ratelimit" (null, "-" or missing) was not asked about: it
-//     is skipped and counted (Skipped).
+//     is skipped and counted (InputStats.Skipped).
 //
 // Blank lines are ignored; any other line is an error naming its number,
 // but for a last line cut short (not JSON, no newline after it: a file
-// copied while being written), skipped and counted (Truncated). Requests
-// come in the order of the lines.
+// copied while being written), skipped and counted (InputStats.Truncated).
+// Requests come in the order of the lines.
 type Reader struct {
-	sc        *bufio.Scanner
-	line      int
-	skipped   int
-	truncated int
+	sc                 *bufio.Scanner
+	line               int
+	skipped, truncated int // InputStats' counts
 	// unended is set when the scanner returned a last line with no
 	// newline after it.
 	unended bool
@@ -77,13 +76,6 @@ func NewReader(r io.Reader) *Reader {
 	})
 	return rd
 }
-
-// Skipped is the number of access-log lines without rate-limit metadata
-// read so far.
-func (r *Reader) Skipped() int { return r.skipped }
-
-// Truncated is the number of incomplete last lines skipped: 0 or 1.
-func (r *Reader) Truncated() int { return r.truncated }
 
 // Next returns the next request, or io.EOF after the last one. An error
 // names the line and what is wrong with it.
@@ -152,17 +144,15 @@ type entry struct {
 // split returns an entry's key and value: a "key=value" string is cut at
 // its first '='.
 func split[E entry | string](e E) (string, string, error) {
-	switch e := any(e).(type) {
-	case entry:
+	if e, ok := any(e).(entry); ok {
 		return e.Key, e.Value, nil
-	case string:
-		k, v, ok := strings.Cut(e, "=")
-		if !ok {
-			return "", "", fmt.Errorf("entry %q: want key=value", e)
-		}
-		return k, v, nil
 	}
-	return "", "", fmt.Errorf("entry of type %T", e) // E is one of the two: never
+	s := any(e).(string)
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return "", "", fmt.Errorf("entry %q: want key=value", s)
+	}
+	return k, v, nil
 }
 
 // override is a descriptor's limit as /json reads it.

@@ -30,8 +30,8 @@ func TestReaderShapes(t *testing.T) {
 			r := NewReader(strings.NewReader("\n" + tt.line + "\n"))
 			req, err := r.Next()
 			if tt.want == "skip" {
-				if !errors.Is(err, io.EOF) || r.Skipped() != 1 {
-					t.Fatalf("got %v, %v, %d skipped; want EOF after one skipped line", req, err, r.Skipped())
+				if !errors.Is(err, io.EOF) || r.skipped != 1 {
+					t.Fatalf("got %v, %v, %d skipped; want EOF after one skipped line", req, err, r.skipped)
 				}
 				return
 			}
@@ -123,8 +123,8 @@ func TestReaderIncompleteLastLine(t *testing.T) {
 			if tc.err == "" && !errors.Is(err, io.EOF) || tc.err != "" && !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("error %v, want %q", err, tc.err)
 			}
-			if n != tc.requests || r.Truncated() != tc.trunc {
-				t.Errorf("%d requests, %d truncated; want %d, %d", n, r.Truncated(), tc.requests, tc.trunc)
+			if n != tc.requests || r.truncated != tc.trunc {
+				t.Errorf("%d requests, %d truncated; want %d, %d", n, r.truncated, tc.requests, tc.trunc)
 			}
 		})
 	}

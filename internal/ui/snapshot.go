@@ -162,7 +162,7 @@ func (h *Handler) Snapshot() (*Snapshot, error) {
 	snap.Refusing = refusing(snap, h.hist.all(), refusingSteps*h.opts.HistoryStep)
 	for _, d := range snap.Domains {
 		for i := range d.Rules {
-			d.Rules[i].Hot = d.Rules[i].Hot[:min(len(d.Rules[i].Hot), h.opts.HotCounters)]
+			d.Rules[i].Hot = d.Rules[i].Hot[:min(len(d.Rules[i].Hot), hotCounters)]
 		}
 	}
 	return snap, err

@@ -14,7 +14,6 @@ import (
 	"cmp"
 	"context"
 	"embed"
-	"io/fs"
 	"net/http"
 	"path"
 	"strings"
@@ -34,10 +33,12 @@ var assets embed.FS
 // Defaults of the Options fields left zero: history of 5 minutes at 5 s.
 const (
 	DefaultInterval      = time.Second
-	DefaultHotCounters   = 5
 	DefaultHistoryStep   = 5 * time.Second
 	DefaultHistoryLength = 60
 )
+
+// hotCounters is how many hot counters the page shows per rule.
+const hotCounters = 5
 
 // refusingSteps is how many history steps "refusing now" looks back.
 const refusingSteps = 3
@@ -62,9 +63,6 @@ type Options struct {
 	Values rlsmetrics.HotValues
 	// Interval is how often the page asks for a new snapshot.
 	Interval time.Duration
-	// HotCounters is how many hot counters the page shows per rule, at
-	// most rlsmetrics.HotCapacity.
-	HotCounters int
 	// HistoryStep is how often Run samples the counters, and
 	// HistoryLength how many samples it keeps.
 	HistoryStep   time.Duration
@@ -76,9 +74,8 @@ type Options struct {
 // keeps). /ui redirects to /ui/. It answers GET and HEAD only, and is
 // safe for concurrent use.
 type Handler struct {
-	opts   Options
-	static http.Handler
-	hist   *history // shared with the handlers WithValues returns
+	opts Options
+	hist *history // shared with the handlers WithValues returns
 }
 
 // New returns the page's handler, or an *option.Error naming an option it
@@ -94,22 +91,15 @@ func New(opts Options) (*Handler, error) {
 	switch {
 	case opts.Interval < 0:
 		return nil, negative("Interval", opts.Interval)
-	case opts.HotCounters < 0:
-		return nil, negative("HotCounters", opts.HotCounters)
 	case opts.HistoryStep < 0:
 		return nil, negative("HistoryStep", opts.HistoryStep)
 	case opts.HistoryLength < 0:
 		return nil, negative("HistoryLength", opts.HistoryLength)
 	}
 	opts.Interval = cmp.Or(opts.Interval, DefaultInterval)
-	opts.HotCounters = min(cmp.Or(opts.HotCounters, DefaultHotCounters), rlsmetrics.HotCapacity)
 	opts.HistoryStep = cmp.Or(opts.HistoryStep, DefaultHistoryStep)
 	opts.HistoryLength = cmp.Or(opts.HistoryLength, DefaultHistoryLength)
-	sub, err := fs.Sub(assets, "assets")
-	if err != nil {
-		return nil, err
-	}
-	return &Handler{opts: opts, static: http.FileServerFS(sub), hist: &history{keep: opts.HistoryLength}}, nil
+	return &Handler{opts: opts, hist: &history{keep: opts.HistoryLength}}, nil
 }
 
 // WithValues returns a handler like h that shows the request values v
@@ -160,15 +150,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "ui/", http.StatusMovedPermanently)
 	case p == "/ui/api/snapshot":
 		h.serveSnapshot(w, r)
-	case p == "/ui" || p == "/ui/index.html":
-		// FileServer redirects index.html to ./, and /ui/ must not loop.
+	case p == "/ui":
 		http.ServeFileFS(w, r, assets, "assets/index.html")
 	case strings.HasPrefix(p, "/ui/"):
-		r2 := *r
-		u := *r.URL
-		u.Path = strings.TrimPrefix(p, "/ui")
-		r2.URL = &u
-		h.static.ServeHTTP(w, &r2)
+		// ServeFileFS redirects /ui/index.html to ./, which is /ui/.
+		http.ServeFileFS(w, r, assets, "assets"+strings.TrimPrefix(p, "/ui"))
 	default:
 		http.NotFound(w, r)
 	}

@@ -197,8 +197,8 @@ func TestSnapshot(t *testing.T) {
 	if got := byPath["d.user"].Totals.Charged; got != 5 {
 		t.Errorf("d.user charged %v, want the 5 reported past its limit", got)
 	}
-	if got := len(byPath["d.tenant"].Hot); got != DefaultHotCounters {
-		t.Errorf("d.tenant has %d hot counters, want %d", got, DefaultHotCounters)
+	if got := len(byPath["d.tenant"].Hot); got != hotCounters {
+		t.Errorf("d.tenant has %d hot counters, want %d", got, hotCounters)
 	}
 	for _, h := range byPath["d.tenant"].Hot {
 		if !h.Hidden || strings.Contains(h.Key, "_t") {
