@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The OTLP exporters read OTEL_EXPORTER_OTLP_* themselves and, on a value
@@ -92,7 +94,7 @@ func checkHeaders(variable, value string) error {
 	for pair := range strings.SplitSeq(value, ",") {
 		k, v, ok := strings.Cut(pair, "=")
 		k = strings.TrimSpace(k)
-		if !ok || !isToken(k) {
+		if !ok || !httpguts.ValidHeaderFieldName(k) {
 			return fmt.Errorf("%s: %q is not key=value; want comma-separated key=value pairs, values percent-encoded", variable, pair)
 		}
 		if _, err := url.PathUnescape(v); err != nil {
@@ -100,19 +102,6 @@ func checkHeaders(variable, value string) error {
 		}
 	}
 	return nil
-}
-
-// isToken reports whether s is an HTTP header name (RFC 9110 token).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // checkFile refuses a TLS file the exporter could not read.
