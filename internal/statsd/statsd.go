@@ -42,8 +42,6 @@ type Options struct {
 	Network string
 	// FlushInterval is how often counts are sent.
 	FlushInterval time.Duration
-	// ManualFlush sends counts only on Flush and Close.
-	ManualFlush bool
 	// Tags are added to every stat: in plain statsd into the name
 	// (".__key=value", as gostats), with DogStatsD as "|#key:value".
 	// Punctuation in values becomes '_'; empty ones are dropped; of two
@@ -91,7 +89,7 @@ type Client struct {
 	w       writer
 	closed  bool
 
-	stop, done chan struct{} // nil without background flushing
+	stop, done chan struct{} // stop ends run, which then closes done
 	failing    bool          // the last background flush failed; run's own
 	closeOnce  sync.Once
 	closeErr   error
@@ -107,9 +105,8 @@ type statKey struct {
 	name string
 }
 
-// New returns a Client for opts and, unless opts.ManualFlush, flushes in
-// the background until Close. It does not connect: counts wait until the
-// server is reachable.
+// New returns a Client for opts, which flushes in the background until
+// Close. It does not connect: counts wait until the server is reachable.
 func New(opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -125,11 +122,8 @@ func New(opts Options) (*Client, error) {
 	}
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.Tags = normalizeTags(opts.Tags)
-	c := &Client{opts: opts, byKey: map[statKey]stat{}}
-	if !opts.ManualFlush {
-		c.stop, c.done = make(chan struct{}), make(chan struct{})
-		go c.run(opts.FlushInterval)
-	}
+	c := &Client{opts: opts, byKey: map[statKey]stat{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go c.run(opts.FlushInterval)
 	return c, nil
 }
 
@@ -300,10 +294,8 @@ func (c *Client) run(interval time.Duration) {
 // the connection, returning that flush's error. It may be called again.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		if c.stop != nil {
-			close(c.stop)
-			<-c.done
-		}
+		close(c.stop)
+		<-c.done
 		c.flushMu.Lock()
 		defer c.flushMu.Unlock()
 		c.closeErr = c.flush()
