@@ -198,9 +198,7 @@ func register[S stat](c *Client, kind byte, name string, create func(wire) S) S 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s, ok := c.byKey[key]; ok {
-		if typed, ok := s.(S); ok {
-			return typed
-		}
+		return s.(S) // kind is S's: one kind, one type
 	}
 	s := create(c.wire(name))
 	c.byKey[key] = s
