@@ -26,7 +26,7 @@ type Service struct {
 	rules    func() *rules.Set
 	limiter  limit.Limiter
 	opts     Options
-	failures *failureLog
+	failures failureLog
 	tracer   trace.Tracer // nil with tracing off
 	scratch  sync.Pool    // *scratch
 }
@@ -46,8 +46,7 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Service{rules: current, limiter: l, opts: opts,
-		failures: &failureLog{logger: opts.Logger, interval: time.Second, now: opts.Now}}
+	s := &Service{rules: current, limiter: l, opts: opts}
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(instrumentation)
 	}
@@ -156,7 +155,7 @@ func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequ
 		s.opts.Logger.Error("the limiter refused a hit", "err", err, "domain", req.GetDomain())
 		return nil, status.Errorf(codes.Internal, "invalid limit: %v", err)
 	}
-	s.failures.record(err)
+	s.logFailure(err)
 	unavailable := sc.applyFailure()
 	over := sc.judge(s.opts.NearLimitRatio, true)
 	f := failureAnswer{cause: failureCauseOf(ctx, err), policy: rules.FailureAllow}
