@@ -43,9 +43,6 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
 	s := &Service{rules: current, limiter: l, opts: opts}
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(instrumentation)
