@@ -12,10 +12,6 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// The OTLP exporters read OTEL_EXPORTER_OTLP_* themselves and, on a value
-// they cannot use, log it and go on with their default, sending spans
-// nowhere. New checks the values first, by the exporters' rules.
-
 // otlpVars yields each form of the OTLP variable name that getenv sets,
 // with its trimmed value: the generic one first, then the _TRACES_ one,
 // which wins. The exporter parses both.
