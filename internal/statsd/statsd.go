@@ -182,13 +182,7 @@ func (c *Client) Timer(name string) *Timer {
 // flush sends its increase, or all of it when it went down (its source
 // restarted). f must be cheap and safe for concurrent use.
 func (c *Client) CounterFunc(name string, f func() uint64) {
-	c.funcStat(name, f, false)
-}
-
-// funcStat makes name a counter of f's total or, if gauge, a gauge of its
-// value sent at every flush ("name:7|g").
-func (c *Client) funcStat(name string, f func() uint64, gauge bool) {
-	register(c, 'f', name, func(w wire) *funcStat { return &funcStat{wire: w, read: f, gauge: gauge} })
+	register(c, 'f', name, func(w wire) *funcStat { return &funcStat{wire: w, read: f} })
 }
 
 // register returns the stat of kind and name, made by create from its
