@@ -124,10 +124,7 @@ func endpoint(protocol string, getenv func(string) string) (string, string) {
 		u = &url.URL{Scheme: "https", Host: "localhost:4317"}
 	}
 	if value != "" {
-		var err error
-		if u, err = url.Parse(value); err != nil {
-			return value, variable
-		}
+		u, _ = url.Parse(value) // checkEnv parsed it
 		switch {
 		case protocol == ProtocolGRPC && u.Scheme != "unix":
 			u.Path, u.RawPath, u.RawQuery = "", "", ""
