@@ -37,7 +37,7 @@ func feed(t *testing.T, opts promsink.Options) map[string]string {
 		t.Fatal(err)
 	}
 	defer sink.Close()
-	c, err := statsd.New(statsd.Options{Sink: sink, NoServer: true, ManualFlush: true})
+	c, err := statsd.New(statsd.Options{Sink: sink, NoServer: true, FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

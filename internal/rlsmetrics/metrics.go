@@ -341,7 +341,7 @@ func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label str
 	}
 	// A rule labelled by values has no series of its own (checked per
 	// rule: a reload can change it), nor, in statsd, an override.
-	if !byValue(r) {
+	if r == nil || !r.NamedByValues() {
 		statName := ""
 		if r != nil {
 			statName = label
@@ -351,12 +351,6 @@ func (m *Metrics) series(set *rules.Set, domain string, r *rules.Rule, label str
 	m.mu.Unlock()
 	c.rules.Store(key, s)
 	return s
-}
-
-// byValue reports whether rule r's metrics are named by the request's
-// values (rules.Rule.AppendStatName).
-func byValue(r *rules.Rule) bool {
-	return r != nil && r.NamedByValues()
 }
 
 // fill creates the missing counters of v, labelled promLabel and named
@@ -424,7 +418,7 @@ func (m *Metrics) Hits(set *rules.Set, domain string, hits []envoy.DescriptorHit
 func (m *Metrics) count(set *rules.Set, domain string, h *envoy.DescriptorHits, buf *[]byte) {
 	rd := h.Resolved
 	s := m.series(set, domain, rd.Rule, h.Rule)
-	bv := byValue(rd.Rule)
+	bv := rd.Rule != nil && rd.Rule.NamedByValues() // named by values (rules.Rule.AppendStatName)
 	prom, stat := &s.prom, s.stat
 	// The reference server names an override's stats by its values.
 	if bv || (rd.Override && m.sd.client != nil) {

@@ -97,7 +97,7 @@ func TestStatsdReferenceNames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := statsdtest.Listen(t)
-			tc.opts.Addr, tc.opts.ManualFlush = srv.Addr(), true
+			tc.opts.Addr, tc.opts.FlushInterval = srv.Addr(), time.Hour
 			client, err := statsd.New(tc.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -371,7 +371,7 @@ func TestDetailedMetricTurnedOff(t *testing.T) {
 // the test asks, closed when the test ends.
 func newStatsdClient(t *testing.T, addr string) *statsd.Client {
 	t.Helper()
-	client, err := statsd.New(statsd.Options{Addr: addr, ManualFlush: true})
+	client, err := statsd.New(statsd.Options{Addr: addr, FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

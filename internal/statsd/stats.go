@@ -92,7 +92,7 @@ func (t *Timer) appendTo(w *writer) {
 type funcStat struct {
 	wire
 	read  func() uint64
-	gauge bool
+	gauge bool   // sent as its value at every flush ("name:7|g")
 	last  uint64 // counters: the total at the last flush
 }
 
@@ -141,7 +141,8 @@ func (c *Client) RuntimeStats(prefix string) {
 		{"pauseTotalNs", false, func() uint64 { return ms.PauseTotalNs }},
 		{"numGC", false, func() uint64 { return uint64(ms.NumGC) }},
 	} {
-		c.funcStat(prefix+"."+s.name, s.read, s.gauge)
+		name := prefix + "." + s.name
+		register(c, 'f', name, func(w wire) *funcStat { return &funcStat{wire: w, read: s.read, gauge: s.gauge} })
 	}
 }
 

@@ -42,8 +42,6 @@ type Options struct {
 	Network string
 	// FlushInterval is how often counts are sent.
 	FlushInterval time.Duration
-	// ManualFlush sends counts only on Flush and Close.
-	ManualFlush bool
 	// Tags are added to every stat: in plain statsd into the name
 	// (".__key=value", as gostats), with DogStatsD as "|#key:value".
 	// Punctuation in values becomes '_'; empty ones are dropped; of two
@@ -91,7 +89,7 @@ type Client struct {
 	w       writer
 	closed  bool
 
-	stop, done chan struct{} // nil without background flushing
+	stop, done chan struct{} // stop ends run, which then closes done
 	failing    bool          // the last background flush failed; run's own
 	closeOnce  sync.Once
 	closeErr   error
@@ -107,9 +105,8 @@ type statKey struct {
 	name string
 }
 
-// New returns a Client for opts and, unless opts.ManualFlush, flushes in
-// the background until Close. It does not connect: counts wait until the
-// server is reachable.
+// New returns a Client for opts, which flushes in the background until
+// Close. It does not connect: counts wait until the server is reachable.
 func New(opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -125,11 +122,8 @@ func New(opts Options) (*Client, error) {
 	}
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.Tags = normalizeTags(opts.Tags)
-	c := &Client{opts: opts, byKey: map[statKey]stat{}}
-	if !opts.ManualFlush {
-		c.stop, c.done = make(chan struct{}), make(chan struct{})
-		go c.run(opts.FlushInterval)
-	}
+	c := &Client{opts: opts, byKey: map[statKey]stat{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go c.run(opts.FlushInterval)
 	return c, nil
 }
 
@@ -188,13 +182,7 @@ func (c *Client) Timer(name string) *Timer {
 // flush sends its increase, or all of it when it went down (its source
 // restarted). f must be cheap and safe for concurrent use.
 func (c *Client) CounterFunc(name string, f func() uint64) {
-	c.funcStat(name, f, false)
-}
-
-// funcStat makes name a counter of f's total or, if gauge, a gauge of its
-// value sent at every flush ("name:7|g").
-func (c *Client) funcStat(name string, f func() uint64, gauge bool) {
-	register(c, 'f', name, func(w wire) *funcStat { return &funcStat{wire: w, read: f, gauge: gauge} })
+	register(c, 'f', name, func(w wire) *funcStat { return &funcStat{wire: w, read: f} })
 }
 
 // register returns the stat of kind and name, made by create from its
@@ -204,9 +192,7 @@ func register[S stat](c *Client, kind byte, name string, create func(wire) S) S 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s, ok := c.byKey[key]; ok {
-		if typed, ok := s.(S); ok {
-			return typed
-		}
+		return s.(S) // kind is S's: one kind, one type
 	}
 	s := create(c.wire(name))
 	c.byKey[key] = s
@@ -300,10 +286,8 @@ func (c *Client) run(interval time.Duration) {
 // the connection, returning that flush's error. It may be called again.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		if c.stop != nil {
-			close(c.stop)
-			<-c.done
-		}
+		close(c.stop)
+		<-c.done
 		c.flushMu.Lock()
 		defer c.flushMu.Unlock()
 		c.closeErr = c.flush()

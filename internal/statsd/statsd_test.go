@@ -20,7 +20,7 @@ func newClient(t *testing.T, srv *statsdtest.Server, opts statsd.Options) *stats
 	t.Helper()
 	opts.Addr = srv.Addr()
 	if opts.FlushInterval == 0 {
-		opts.ManualFlush = true
+		opts.FlushInterval = time.Hour
 	}
 	c, err := statsd.New(opts)
 	if err != nil {
@@ -246,7 +246,7 @@ func TestTCP(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c, err := statsd.New(statsd.Options{Addr: addr, Network: "tcp", ManualFlush: true})
+	c, err := statsd.New(statsd.Options{Addr: addr, Network: "tcp", FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func (r *recordingSink) take() []string {
 // tags; with NoServer it alone gets them.
 func TestSink(t *testing.T) {
 	sink := &recordingSink{}
-	c, err := statsd.New(statsd.Options{Sink: sink, NoServer: true, ManualFlush: true, Tags: []statsd.Tag{{Key: "env", Value: "prod"}}})
+	c, err := statsd.New(statsd.Options{Sink: sink, NoServer: true, FlushInterval: time.Hour, Tags: []statsd.Tag{{Key: "env", Value: "prod"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestSinkBesideAServerDown(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	sink := &recordingSink{}
-	c, err := statsd.New(statsd.Options{Addr: addr, Network: "tcp", Sink: sink, ManualFlush: true})
+	c, err := statsd.New(statsd.Options{Addr: addr, Network: "tcp", Sink: sink, FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +531,7 @@ func TestConcurrentCounting(t *testing.T) {
 // BenchmarkCount measures what a request pays per stat, from all cores at
 // once: a counter's increment and a timer's observation.
 func BenchmarkCount(b *testing.B) {
-	c, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(b).Addr(), ManualFlush: true})
+	c, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(b).Addr(), FlushInterval: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}

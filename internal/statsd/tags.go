@@ -33,9 +33,8 @@ func ParseTags(s string) ([]Tag, error) {
 	return tags, nil
 }
 
-// normalizeTags returns tags as lyft/gostats serializes them: without empty
-// keys or values, one per key (the last), sorted by key, values with '.',
-// ':' and '|' replaced by '_'.
+// normalizeTags returns tags as Options.Tags says they are sent, sorted
+// by key as lyft/gostats sorts them.
 func normalizeTags(tags []Tag) []Tag {
 	byKey := map[string]string{}
 	for _, t := range tags {

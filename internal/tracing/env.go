@@ -8,11 +8,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-)
 
-// The OTLP exporters read OTEL_EXPORTER_OTLP_* themselves and, on a value
-// they cannot use, log it and go on with their default, sending spans
-// nowhere. New checks the values first, by the exporters' rules.
+	"golang.org/x/net/http/httpguts"
+)
 
 // otlpVars yields each form of the OTLP variable name that getenv sets,
 // with its trimmed value: the generic one first, then the _TRACES_ one,
@@ -92,7 +90,7 @@ func checkHeaders(variable, value string) error {
 	for pair := range strings.SplitSeq(value, ",") {
 		k, v, ok := strings.Cut(pair, "=")
 		k = strings.TrimSpace(k)
-		if !ok || !isToken(k) {
+		if !ok || !httpguts.ValidHeaderFieldName(k) {
 			return fmt.Errorf("%s: %q is not key=value; want comma-separated key=value pairs, values percent-encoded", variable, pair)
 		}
 		if _, err := url.PathUnescape(v); err != nil {
@@ -100,19 +98,6 @@ func checkHeaders(variable, value string) error {
 		}
 	}
 	return nil
-}
-
-// isToken reports whether s is an HTTP header name (RFC 9110 token).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // checkFile refuses a TLS file the exporter could not read.
@@ -139,10 +124,7 @@ func endpoint(protocol string, getenv func(string) string) (string, string) {
 		u = &url.URL{Scheme: "https", Host: "localhost:4317"}
 	}
 	if value != "" {
-		var err error
-		if u, err = url.Parse(value); err != nil {
-			return value, variable
-		}
+		u, _ = url.Parse(value) // checkEnv parsed it
 		switch {
 		case protocol == ProtocolGRPC && u.Scheme != "unix":
 			u.Path, u.RawPath, u.RawQuery = "", "", ""

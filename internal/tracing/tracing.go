@@ -118,16 +118,14 @@ func New(ctx context.Context, opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The caller's sampled flag decides for its trace, so that a trace
-	// Envoy keeps is kept whole; the rate, for the traces started here.
 	popts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SamplingRate))),
+		sdktrace.WithBatcher(exporter),
 	}
 	if opts.Store != "" {
 		popts = append(popts, sdktrace.WithSpanProcessor(storeName{semconv.DBSystemNameKey.String(opts.Store)}))
 	}
-	popts = append(popts, sdktrace.WithBatcher(exporter))
 	t := &Tracer{provider: sdktrace.NewTracerProvider(popts...), resource: res}
 	t.endpoint, t.endpointVar = endpoint(protocol, os.Getenv)
 	return t, nil

@@ -166,7 +166,7 @@ func benchService(tb testing.TB, n int, withStatsd bool, level slog.Level, store
 	tb.Helper()
 	opts := rlsmetrics.Options{Store: "memory"}
 	if withStatsd {
-		client, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(tb).Addr(), ManualFlush: true})
+		client, err := statsd.New(statsd.Options{Addr: statsdtest.Listen(tb).Addr(), FlushInterval: time.Hour})
 		if err != nil {
 			tb.Fatal(err)
 		}

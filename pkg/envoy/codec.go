@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -169,46 +170,40 @@ func protoErrorText(err error) string {
 // that is not UTF-8, as envoy names fields: "domain",
 // "descriptors[1].entries[0].value".
 func invalidUTF8Field(b []byte) string {
-	field := "a string field"
-	walkStrings(b, func(path []int) bool {
+	field, descriptor := "", 0
+	walk(b, func(num protowire.Number, typ protowire.Type, at, end int, _ uint64) bool {
 		switch {
-		case len(path) == 1 && path[0] == 1:
+		case typ != protowire.BytesType:
+		case num == 1 && !utf8.Valid(b[at:end]):
 			field = "domain"
-		case len(path) == 5 && path[0] == 2 && path[2] == 1:
-			name := "key"
-			if path[4] == 2 {
-				name = "value"
+		case num == 2:
+			if f := invalidUTF8Entry(b[at:end]); f != "" {
+				field = fmt.Sprintf("descriptors[%d].%s", descriptor, f)
 			}
-			field = fmt.Sprintf("descriptors[%d].entries[%d].%s", path[1], path[3], name)
-		default:
-			return false
+			descriptor++
 		}
-		return true
-	}, nil)
-	return field
+		return field == ""
+	})
+	return cmp.Or(field, "a string field")
 }
 
-// walkStrings calls found with the path of each string field that is not
-// UTF-8, until found returns true. A path is field numbers, each repeated
-// message's followed by its index: [2, i, 1, j, 2] is
-// descriptors[i].entries[j].value.
-func walkStrings(b []byte, found func(path []int) bool, path []int) (done bool) {
-	counts := map[protowire.Number]int{}
+// invalidUTF8Entry names the first string of an encoded descriptor's
+// entries that is not UTF-8, "entries[0].value", or returns "".
+func invalidUTF8Entry(b []byte) string {
+	field, entry := "", 0
 	walk(b, func(num protowire.Number, typ protowire.Type, at, end int, _ uint64) bool {
-		if typ != protowire.BytesType {
+		if num != 1 || typ != protowire.BytesType {
 			return true
 		}
-		v, here := b[at:end], append(path[:len(path):len(path)], int(num))
-		switch {
-		case len(path) == 0 && num == 2, len(path) == 2 && num == 1:
-			// descriptors, entries: repeated messages
-			i := counts[num]
-			counts[num]++
-			done = walkStrings(v, found, append(here, i))
-		case !utf8.Valid(v):
-			done = found(here)
-		}
-		return !done
+		e := b[at:end]
+		walk(e, func(num protowire.Number, typ protowire.Type, at, end int, _ uint64) bool {
+			if typ == protowire.BytesType && (num == 1 || num == 2) && !utf8.Valid(e[at:end]) {
+				field = fmt.Sprintf("entries[%d].%s", entry, [...]string{1: "key", 2: "value"}[num])
+			}
+			return field == ""
+		})
+		entry++
+		return field == ""
 	})
-	return done
+	return field
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -229,6 +230,10 @@ func TestCodecRefusals(t *testing.T) {
 		{"invalid UTF-8 value", encode("test", []string{"user", "a"}, []string{"user", "ok", "k", "\xff"}), codes.InvalidArgument, "descriptors[1].entries[1].value: not valid UTF-8", RefusedMalformed},
 		{"invalid UTF-8 key", encode("test", []string{"us\xc3er", "a"}), codes.InvalidArgument, "descriptors[0].entries[0].key: not valid UTF-8", RefusedMalformed},
 		{"invalid UTF-8 domain", encode("t\xe2t", []string{"user", "a"}), codes.InvalidArgument, "domain: not valid UTF-8", RefusedMalformed},
+		// descriptors[1] has its own hits_addend, which only proto decodes.
+		{"invalid UTF-8 after proto's fields", slices.Concat(encode("test", []string{"user", "a"}),
+			[]byte{0x12, 0x04, 0x1a, 0x02, 0x08, 0x01}, encode("", []string{"k", "\xff"})[2:]),
+			codes.InvalidArgument, "descriptors[2].entries[0].value: not valid UTF-8", RefusedMalformed},
 		{"not protobuf", []byte{0x0a, 0x7f, 't', 'e', 's', 't'}, codes.InvalidArgument, "invalid RateLimitRequest: ", RefusedMalformed},
 		{"truncated", []byte{0x0a, 0x03, 's', 0x12, 0x05, 0x0a}, codes.InvalidArgument, "invalid RateLimitRequest: ", RefusedMalformed},
 		{"too large", encode("test", []string{"user", strings.Repeat("x", 5<<10)}), codes.ResourceExhausted, "larger than max (5", RefusedTooLarge},

@@ -3,7 +3,6 @@ package envoy
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -74,24 +73,21 @@ func markFailure(resp *pb.RateLimitResponse, f failureAnswer, header string) {
 	}
 }
 
-// failureLog logs store failures at most once per interval, with their
-// number since the previous line.
+// failureLog counts the store failures between two log lines.
 type failureLog struct {
-	logger   *slog.Logger
-	interval time.Duration
-	now      func() time.Time
-
 	mu     sync.Mutex
-	last   time.Time
-	unseen int // failures since the last line
+	last   time.Time // of the last line, on Options.Now
+	unseen int       // failures since the last line
 }
 
-// record counts a failure and logs it if the last line is old enough.
-func (f *failureLog) record(err error) {
-	now := f.now()
+// logFailure counts a store failure and logs it, with the failures since
+// the previous line, unless that line is less than a second old.
+func (s *Service) logFailure(err error) {
+	now := s.opts.Now()
+	f := &s.failures
 	f.mu.Lock()
 	f.unseen++
-	if !f.last.IsZero() && now.Sub(f.last) < f.interval {
+	if !f.last.IsZero() && now.Sub(f.last) < time.Second {
 		f.mu.Unlock()
 		return
 	}
@@ -99,5 +95,5 @@ func (f *failureLog) record(err error) {
 	f.unseen = 0
 	f.last = now
 	f.mu.Unlock()
-	f.logger.Warn("rate-limit store failed; applying the failure policy", "err", err, "failures", n)
+	s.opts.Logger.Warn("rate-limit store failed; applying the failure policy", "err", err, "failures", n)
 }

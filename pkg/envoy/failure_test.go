@@ -105,19 +105,19 @@ func TestFailureLogIsRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	t0 := time.Unix(1_700_000_000, 0)
 	now := t0
-	f := &failureLog{logger: slog.New(slog.NewTextHandler(&buf, nil)), interval: time.Second, now: func() time.Time { return now }}
+	svc := &Service{opts: Options{Logger: slog.New(slog.NewTextHandler(&buf, nil)), Now: func() time.Time { return now }}}
 	boom := errors.New("boom")
 	for i := range 100 {
 		if i == 99 {
 			now = t0.Add(time.Second - time.Nanosecond)
 		}
-		f.record(boom)
+		svc.logFailure(boom)
 	}
 	if n := strings.Count(buf.String(), "\n"); n != 1 {
 		t.Fatalf("%d lines for a burst of 100 failures, want 1:\n%s", n, buf.String())
 	}
 	now = t0.Add(time.Second)
-	f.record(boom)
+	svc.logFailure(boom)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "failures=1") || !strings.Contains(lines[1], "failures=100") {
 		t.Fatalf("want a first line with failures=1 and a second counting the 99 unlogged and the new one:\n%s", buf.String())

@@ -34,6 +34,17 @@ type Metrics interface {
 	GlobalShadow()
 }
 
+// noMetrics counts nothing: Options.Metrics when nil.
+type noMetrics struct{}
+
+func (noMetrics) Decision(time.Duration, *pb.RateLimitResponse, error) {}
+func (noMetrics) Refused(string)                                       {}
+func (noMetrics) DomainNotFound(string, int)                           {}
+func (noMetrics) Hits(*rules.Set, string, []DescriptorHits)            {}
+func (noMetrics) StoreCall(time.Duration, error)                       {}
+func (noMetrics) FailureAnswer(rules.FailureMode, string)              {}
+func (noMetrics) GlobalShadow()                                        {}
+
 // DescriptorHits is what a decided request did to one descriptor.
 type DescriptorHits struct {
 	// Resolved is the descriptor as the rules resolved it.

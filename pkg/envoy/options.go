@@ -72,8 +72,9 @@ func DefaultOptions() Options {
 	}
 }
 
-// withDefaults returns o with its zero fields set from DefaultOptions, and
-// a nil Logger discarding.
+// withDefaults returns o with its zero fields set from DefaultOptions, a
+// nil Logger discarding, nil Metrics counting nothing and a nil Now
+// time.Now.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
 	o.NearLimitRatio = cmp.Or(o.NearLimitRatio, d.NearLimitRatio)
@@ -87,6 +88,10 @@ func (o Options) withDefaults() Options {
 	b.MaxKeyBytes = cmp.Or(b.MaxKeyBytes, d.Bounds.MaxKeyBytes)
 	b.MaxValueBytes = cmp.Or(b.MaxValueBytes, d.Bounds.MaxValueBytes)
 	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
+	o.Metrics = cmp.Or(o.Metrics, Metrics(noMetrics{}))
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	return o
 }
 

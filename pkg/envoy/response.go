@@ -51,9 +51,7 @@ func (s *Service) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.
 	}
 	if over && s.opts.ShadowMode {
 		over = false
-		if s.opts.Metrics != nil {
-			s.opts.Metrics.GlobalShadow()
-		}
+		s.opts.Metrics.GlobalShadow()
 	}
 	if over {
 		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,7 +26,7 @@ type Service struct {
 	rules    func() *rules.Set
 	limiter  limit.Limiter
 	opts     Options
-	failures *failureLog
+	failures failureLog
 	tracer   trace.Tracer // nil with tracing off
 	scratch  sync.Pool    // *scratch
 }
@@ -41,11 +43,7 @@ func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, er
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	s := &Service{rules: current, limiter: l, opts: opts,
-		failures: &failureLog{logger: opts.Logger, interval: time.Second, now: opts.Now}}
+	s := &Service{rules: current, limiter: l, opts: opts}
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(instrumentation)
 	}
@@ -73,9 +71,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			resp, err = nil, status.Error(codes.Internal, "internal error")
 		}
 		d := time.Since(start)
-		if s.opts.Metrics != nil {
-			s.opts.Metrics.Decision(d, resp, err)
-		}
+		s.opts.Metrics.Decision(d, resp, err)
 		if s.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 			s.logDecision(ctx, d, req, sc, resp, err)
 		}
@@ -91,15 +87,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 
 func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scratch) (*pb.RateLimitResponse, error) {
 	if reason, err := s.opts.Bounds.check(req); err != nil {
-		s.refused(reason)
+		s.opts.Metrics.Refused(reason)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	domain := req.GetDomain()
 	set := s.rules()
 	if set == nil || !set.HasDomain(domain) {
-		if s.opts.Metrics != nil {
-			s.opts.Metrics.DomainNotFound(domain, len(req.Descriptors))
-		}
+		s.opts.Metrics.DomainNotFound(domain, len(req.Descriptors))
 		resp := allOK(len(req.Descriptors))
 		if s.opts.DynamicMetadata {
 			resp.DynamicMetadata = requestFields(req)
@@ -108,7 +102,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	}
 
 	if err := sc.plan(set, req, s.opts.FailureMode, s.opts.QuotaMode); err != nil {
-		s.refused(RefusedInvalid)
+		s.opts.Metrics.Refused(RefusedInvalid)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
@@ -117,36 +111,31 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 		return s.failed(ctx, sc, req, err)
 	}
 	over := sc.judge(s.opts.NearLimitRatio, false)
-	if s.opts.Metrics != nil {
-		// A blocked call charged no hit.
-		s.opts.Metrics.Hits(set, domain, sc.hitsOf(!blocked))
-	}
+	// A blocked call charged no hit.
+	s.opts.Metrics.Hits(set, domain, sc.hitsOf(!blocked))
 	return s.respond(sc, req, over), nil
 }
 
-// refused tells Options.Metrics of a request refused for reason.
-func (s *Service) refused(reason string) {
-	if s.opts.Metrics != nil {
-		s.opts.Metrics.Refused(reason)
-	}
-}
-
-// evaluate calls the Limiter, unless there are no hits.
+// evaluate calls the Limiter, unless there are no hits, in a client span
+// of its own when tracing.
 func (s *Service) evaluate(ctx context.Context, hits []limit.Hit, decisions []limit.Decision) (blocked bool, err error) {
 	if len(hits) == 0 {
 		return false, nil
 	}
 	var span trace.Span
 	if s.tracer != nil {
-		ctx, span = s.startStoreSpan(ctx, len(hits))
+		ctx, span = s.tracer.Start(ctx, storeSpan, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.Int("ratelimit.store.counters", len(hits))))
 	}
 	start := time.Now()
 	blocked, err = s.limiter.Evaluate(ctx, hits, decisions)
-	if s.opts.Metrics != nil {
-		s.opts.Metrics.StoreCall(time.Since(start), err)
-	}
+	s.opts.Metrics.StoreCall(time.Since(start), err)
 	if span != nil {
-		endStoreSpan(span, err)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(otelcodes.Error, err.Error())
+		}
+		span.End()
 	}
 	return blocked, err
 }
@@ -163,7 +152,7 @@ func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequ
 		s.opts.Logger.Error("the limiter refused a hit", "err", err, "domain", req.GetDomain())
 		return nil, status.Errorf(codes.Internal, "invalid limit: %v", err)
 	}
-	s.failures.record(err)
+	s.logFailure(err)
 	unavailable := sc.applyFailure()
 	over := sc.judge(s.opts.NearLimitRatio, true)
 	f := failureAnswer{cause: failureCauseOf(ctx, err), policy: rules.FailureAllow}
@@ -174,9 +163,7 @@ func (s *Service) failed(ctx context.Context, sc *scratch, req *pb.RateLimitRequ
 		f.policy = rules.FailureUnavailable
 	}
 	sc.failure = f
-	if s.opts.Metrics != nil {
-		s.opts.Metrics.FailureAnswer(f.policy, f.cause)
-	}
+	s.opts.Metrics.FailureAnswer(f.policy, f.cause)
 	if f.policy == rules.FailureUnavailable {
 		return nil, status.Errorf(codes.Unavailable, "rate-limit store failed (%s): %v", f.cause, err)
 	}

@@ -104,21 +104,6 @@ func endSpan(span trace.Span, isHTTP bool, sc *scratch, resp *pb.RateLimitRespon
 	span.End()
 }
 
-// startStoreSpan starts the span of a store call evaluating n counters.
-func (s *Service) startStoreSpan(ctx context.Context, n int) (context.Context, trace.Span) {
-	return s.tracer.Start(ctx, storeSpan, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.Int("ratelimit.store.counters", n)))
-}
-
-// endStoreSpan records the store call's error and ends its span.
-func endStoreSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(otelcodes.Error, err.Error())
-	}
-	span.End()
-}
-
 func hasTraceContext(has func(header string) bool) bool {
 	for _, h := range traceHeaders {
 		if has(h) {
