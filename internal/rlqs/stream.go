@@ -218,10 +218,9 @@ func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) {
 		if b == nil {
 			continue
 		}
-		a, d := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
-		b.note(now, a, d)
-		b.id = u.GetBucketId()
-		allowed, denied = allowed+clampCount(a), denied+clampCount(d)
+		b.note(now, u)
+		allowed += clampCount(u.GetNumRequestsAllowed())
+		denied += clampCount(u.GetNumRequestsDenied())
 		if b.round != st.round {
 			b.round = st.round
 			st.batch = append(st.batch, b)
@@ -356,7 +355,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, abandoned []*bucket
 		if len(b.counters) > 0 {
 			st.charged = append(st.charged, b)
 		} else {
-			b.uncounted(now)
+			b.settle(now)
 		}
 	}
 	if len(st.charged) > 0 {
