@@ -148,12 +148,10 @@ func (c *Client) Run(ctx context.Context) error {
 		wait := time.Duration(float64(c.opts.RetryInterval) * (0.5 + rand.Float64()))
 		c.opts.Logger.Warn("xds: stream to the management server ended; the rules in force stay, subscribing again",
 			"server", c.opts.ServerURL, "error", err.Error(), "in", wait.Round(time.Millisecond).String(), "version", c.lastACK)
-		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return ctx.Err()
-		case <-t.C:
+		case <-time.After(wait):
 		}
 	}
 }
@@ -188,21 +186,21 @@ func (c *Client) subscribe(ctx context.Context) error {
 func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *discovery.DiscoveryRequest {
 	version := resp.GetVersionInfo()
 	key := contentKey(resp)
-	if c.refusedErr != "" && key == c.refused {
-		t := time.NewTimer(nackRepeatDelay)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+	nack := func() *discovery.DiscoveryRequest {
 		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr})
 	}
-	var err error
+	if c.refusedErr != "" && key == c.refused {
+		select {
+		case <-ctx.Done():
+		case <-time.After(nackRepeatDelay):
+		}
+		return nack()
+	}
+	files, err := Files(resp.GetResources())
 	if resp.GetTypeUrl() != TypeURL {
 		err = fmt.Errorf("response of type %q, want %s", resp.GetTypeUrl(), TypeURL)
-		c.feed.Refuse(version, err)
-	} else if files, ferr := Files(resp.GetResources()); ferr != nil {
-		err = ferr
+	}
+	if err != nil {
 		c.feed.Refuse(version, err)
 	} else {
 		err = c.feed.Push(version, files)
@@ -210,7 +208,7 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *
 	if err != nil {
 		c.refused, c.refusedErr = key, nackDetail(err.Error())
 		c.opts.Logger.Warn("xds: NACK", "version", version, "kept", c.lastACK)
-		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr})
+		return nack()
 	}
 	c.refusedErr = ""
 	c.note(func() { c.lastACK, c.lastACKAt = version, time.Now() })
