@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -61,8 +60,6 @@ type Client struct {
 	// its writer, the stream's goroutine, reads it without mu.
 	lastACK   string
 	lastACKAt time.Time
-
-	stallLooks atomic.Uint64 // warnStalls' looks, for a test to wait on
 }
 
 // nackRepeatDelay spaces the NACKs of a refused response sent again.
@@ -321,7 +318,6 @@ func (c *Client) warnStalls(ctx context.Context) {
 		case <-t.C:
 		}
 		c.lookForStall()
-		c.stallLooks.Add(1)
 	}
 }
 
