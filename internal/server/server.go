@@ -97,6 +97,8 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	// Not in Validate: a program validates its options before it has a
+	// Store to give.
 	if opts.Store == nil && opts.StoreReadiness == StoreAlways {
 		return nil, &option.Error{Options: "server.Options", Field: "StoreReadiness", Value: opts.StoreReadiness, Want: "needs %s", With: []string{"Store"}}
 	}
