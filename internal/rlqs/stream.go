@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -200,9 +201,8 @@ func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageR
 	var abandoned []*bucket
 	if now.Sub(st.sweptAt) >= sweepEvery {
 		st.sweptAt = now
-		if abandoned = st.idle(now); len(abandoned) > 0 {
-			st.batch = slices.DeleteFunc(st.batch, func(b *bucket) bool { return b.abandoned })
-		}
+		abandoned = st.idle(now)
+		st.batch = slices.DeleteFunc(st.batch, func(b *bucket) bool { return b.abandoned })
 		st.addDue(now)
 	}
 	st.assign(ctx, now, abandoned)
@@ -439,13 +439,12 @@ func (st *stream) logAssignment(b *bucket, s strategy, now time.Time) {
 	if !l.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	var remaining int64
-	var resetAfter time.Duration
-	own, fleet := b.demand(now, st.s.opts.ReportInterval)
+	var first limit.Decision
 	if len(b.counters) > 0 {
-		remaining, resetAfter = b.counters[0].dec.Remaining, b.counters[0].dec.ResetAfter
+		first = b.counters[0].dec
 	}
+	own, fleet := b.demand(now, st.s.opts.ReportInterval)
 	l.Debug("rlqs: assignment", "stream", st.id, "client", st.client, "bucket", b.key, "action", s.action(),
 		"tokens_per_fill", s.perFill, "max_tokens", s.maxTokens, "fill_interval", s.fill,
-		"own_demand", own, "fleet_demand", fleet, "remaining", remaining, "reset_after", resetAfter)
+		"own_demand", own, "fleet_demand", fleet, "remaining", first.Remaining, "reset_after", first.ResetAfter)
 }
