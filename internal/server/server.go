@@ -91,9 +91,6 @@ type Addrs struct {
 // supplies /metrics; nil serves none.
 func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func() rules.Status,
 	gatherer prometheus.Gatherer, opts Options) (*Server, error) {
-	if svc == nil || current == nil || status == nil {
-		return nil, errors.New("server: nil service or rules")
-	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
