@@ -124,9 +124,7 @@ func (c *Client) Run(ctx context.Context) error {
 	defer c.conn.Close()
 	defer wg.Wait()
 	defer stopWatch()
-	c.mu.Lock()
-	c.since = time.Now()
-	c.mu.Unlock()
+	c.since = time.Now() // before the goroutines that read it start
 	wg.Go(func() { c.followState(watchCtx) })
 	wg.Go(func() { c.warnStalls(watchCtx) })
 	c.opts.Logger.Info("xds: subscribing to rate-limit rules", "server", c.opts.ServerURL, "node", c.opts.NodeID, "type", TypeURL)
