@@ -90,7 +90,7 @@ func (s *Service) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRa
 	s.opts.Metrics.streams.Inc()
 	st := s.newStream(gs, clientName(gs))
 	defer func() {
-		st.release()
+		s.releaseBuckets(len(st.buckets))
 		s.streams.Add(-1)
 		s.opts.Metrics.streams.Dec()
 	}()

@@ -73,11 +73,6 @@ func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 	}
 }
 
-func (st *stream) release() {
-	st.s.releaseBuckets(len(st.buckets))
-	st.buckets = nil
-}
-
 // run serves the stream until it ends. Recv runs on its own goroutine, so
 // that the timer and Shutdown are heard between reports, and always sends
 // why it ended on errc: when gRPC ends a stream itself (a report that does
