@@ -51,7 +51,6 @@ type bucket struct {
 	active             time.Time // last demand, or creation
 	round              uint64    // the last round the bucket was in
 	failed             bool      // the last round's store call failed
-	reported           bool      // the current round's report carried it
 	abandoned          bool      // removed for idleness
 
 	// sent is the assignment Envoy holds, since sentAt; zero before the
@@ -70,21 +69,22 @@ type sample struct {
 }
 
 // note adds a report's counts to the bucket, saturating.
-func (b *bucket) note(now time.Time, allowed, denied uint64) {
-	a, d := clampCount(allowed), clampCount(denied)
+func (b *bucket) note(now time.Time, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) {
+	a, d := clampCount(u.GetNumRequestsAllowed()), clampCount(u.GetNumRequestsDenied())
 	b.pending = min(b.pending+a, maxCount)
 	b.fresh = min(b.fresh+a+d, maxCount)
-	b.reported = true
+	b.id = u.GetBucketId()
 	if a+d > 0 {
 		b.active = now
 	}
 }
 
-// uncounted ends a round of a bucket no limit counts. What it admitted is
-// dropped, not charged to a limit a later rule set gives it.
-func (b *bucket) uncounted(now time.Time) {
+// settle ends a round in which the bucket's usage was charged, or dropped
+// when no limit counts it (not charged to a limit a later rule set gives
+// it). A round the timer ran charged up to the last report, not up to now.
+func (b *bucket) settle(now time.Time) {
 	b.pending, b.failed = 0, false
-	if b.reported {
+	if b.id != nil {
 		b.since = now
 	}
 }
@@ -92,10 +92,9 @@ func (b *bucket) uncounted(now time.Time) {
 // record ends the bucket's round: the demand of the report that carried
 // it, if any, joins the recent samples.
 func (b *bucket) record(now time.Time, interval time.Duration) {
-	if !b.reported {
+	if b.id == nil {
 		return
 	}
-	b.reported = false
 	copy(b.recent[1:], b.recent[:len(b.recent)-1])
 	b.recent[0] = sample{slot: slotOf(now, interval), demand: b.fresh}
 	b.fresh = 0

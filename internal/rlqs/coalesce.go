@@ -98,9 +98,7 @@ func (c *coalescer) charge(ctx context.Context, ch *charge) error {
 
 func (c *coalescer) flushLoop(ctx context.Context) {
 	for {
-		if wait := c.every - time.Since(c.last); wait > 0 {
-			time.Sleep(wait)
-		}
+		time.Sleep(c.every - time.Since(c.last)) // at once when the interval has passed
 		c.mu.Lock()
 		batch := c.queue
 		c.queue = nil

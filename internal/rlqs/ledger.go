@@ -84,12 +84,8 @@ func (s *Service) charge(ctx context.Context, now time.Time, bs []*bucket) (fail
 	for _, b := range bs {
 		if b.failed {
 			failed++
-			continue
-		}
-		b.pending = 0
-		if b.reported {
-			// Charged up to its report, not up to a round the timer ran.
-			b.since = now
+		} else {
+			b.settle(now)
 		}
 	}
 	return failed, err
@@ -136,9 +132,7 @@ func inWindow(c *counter, usage int64, since, now time.Time) int64 {
 	var start time.Time
 	switch {
 	case c.spec.Calendar == nil:
-		// Multiples of the length since the epoch.
-		w := c.spec.WindowMicros()
-		start = time.UnixMicro(now.UnixMicro() / w * w)
+		start, _ = c.spec.WindowAt(now)
 	case !c.end.IsZero() && !c.end.After(now):
 		// A calendar window: the one the last round saw has ended.
 		start = c.end

@@ -7,6 +7,8 @@ import (
 	"time"
 	"unique"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -41,7 +43,8 @@ func TestShareIndependentOfPhase(t *testing.T) {
 								clk.Add(at[1])
 							}
 							now := clk.Now()
-							bs[i].note(now, 0, uint64(demand[i]))
+							bs[i].note(now, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+								BucketId: &rlqspb.BucketId{}, NumRequestsDenied: uint64(demand[i])})
 							if _, err := ls[i].charge(context.Background(), now, bs[i:i+1]); err != nil {
 								t.Fatal(err)
 							}

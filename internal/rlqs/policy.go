@@ -137,14 +137,12 @@ func decide(cs []counter, own, fleet int64, horizon time.Duration, prev strategy
 		}
 		if c.spec.Algorithm == limit.FixedWindow {
 			r *= unseen(sh, horizon, c.dec.ResetAfter, elapsed(c, horizon))
-		}
-		rate = min(rate, r)
-		if c.spec.Algorithm == limit.FixedWindow {
 			budget = min(budget, float64(c.dec.Remaining))
 			if wake == 0 || c.dec.ResetAfter < wake {
 				wake = c.dec.ResetAfter
 			}
 		}
+		rate = min(rate, r)
 	}
 	return tokens(rate*sh, budget*sh, prev), wake
 }

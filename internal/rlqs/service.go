@@ -1,7 +1,6 @@
 package rlqs
 
 import (
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -44,9 +43,6 @@ type Service struct {
 // (as rules.Watcher.Current; nil for none yet: every bucket is allowed)
 // and the counters of l, or the error of an option it refuses.
 func New(current func() *rules.Set, l limit.Limiter, opts Options) (*Service, error) {
-	if current == nil || l == nil {
-		return nil, errors.New("rlqs: nil rule source or limiter")
-	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -94,7 +90,7 @@ func (s *Service) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRa
 	s.opts.Metrics.streams.Inc()
 	st := s.newStream(gs, clientName(gs))
 	defer func() {
-		st.release()
+		s.releaseBuckets(len(st.buckets))
 		s.streams.Add(-1)
 		s.opts.Metrics.streams.Dec()
 	}()

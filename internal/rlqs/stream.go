@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -70,11 +71,6 @@ func (s *Service) newStream(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 		lastReport: s.opts.Now(),
 		logged:     map[string]bool{},
 	}
-}
-
-func (st *stream) release() {
-	st.s.releaseBuckets(len(st.buckets))
-	st.buckets = nil
 }
 
 // run serves the stream until it ends. Recv runs on its own goroutine, so
@@ -200,9 +196,8 @@ func (st *stream) report(ctx context.Context, ms ...*rlqspb.RateLimitQuotaUsageR
 	var abandoned []*bucket
 	if now.Sub(st.sweptAt) >= sweepEvery {
 		st.sweptAt = now
-		if abandoned = st.idle(now); len(abandoned) > 0 {
-			st.batch = slices.DeleteFunc(st.batch, func(b *bucket) bool { return b.abandoned })
-		}
+		abandoned = st.idle(now)
+		st.batch = slices.DeleteFunc(st.batch, func(b *bucket) bool { return b.abandoned })
 		st.addDue(now)
 	}
 	st.assign(ctx, now, abandoned)
@@ -218,10 +213,9 @@ func (st *stream) note(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) {
 		if b == nil {
 			continue
 		}
-		a, d := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
-		b.note(now, a, d)
-		b.id = u.GetBucketId()
-		allowed, denied = allowed+clampCount(a), denied+clampCount(d)
+		b.note(now, u)
+		allowed += clampCount(u.GetNumRequestsAllowed())
+		denied += clampCount(u.GetNumRequestsDenied())
 		if b.round != st.round {
 			b.round = st.round
 			st.batch = append(st.batch, b)
@@ -356,7 +350,7 @@ func (st *stream) assign(ctx context.Context, now time.Time, abandoned []*bucket
 		if len(b.counters) > 0 {
 			st.charged = append(st.charged, b)
 		} else {
-			b.uncounted(now)
+			b.settle(now)
 		}
 	}
 	if len(st.charged) > 0 {
@@ -440,13 +434,12 @@ func (st *stream) logAssignment(b *bucket, s strategy, now time.Time) {
 	if !l.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	var remaining int64
-	var resetAfter time.Duration
-	own, fleet := b.demand(now, st.s.opts.ReportInterval)
+	var first limit.Decision
 	if len(b.counters) > 0 {
-		remaining, resetAfter = b.counters[0].dec.Remaining, b.counters[0].dec.ResetAfter
+		first = b.counters[0].dec
 	}
+	own, fleet := b.demand(now, st.s.opts.ReportInterval)
 	l.Debug("rlqs: assignment", "stream", st.id, "client", st.client, "bucket", b.key, "action", s.action(),
 		"tokens_per_fill", s.perFill, "max_tokens", s.maxTokens, "fill_interval", s.fill,
-		"own_demand", own, "fleet_demand", fleet, "remaining", remaining, "reset_after", resetAfter)
+		"own_demand", own, "fleet_demand", fleet, "remaining", first.Remaining, "reset_after", first.ResetAfter)
 }

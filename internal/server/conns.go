@@ -101,17 +101,16 @@ func autoConns(n, share int) int {
 }
 
 func (o ConnOptions) grpcConnOptions(maxAge, maxAgeGrace time.Duration) []grpc.ServerOption {
-	params := keepalive.ServerParameters{
-		MaxConnectionIdle: o.GRPCMaxConnectionIdle,
-		Time:              o.GRPCKeepaliveTime,
-		Timeout:           o.GRPCKeepaliveTimeout,
-	}
-	if maxAge > 0 {
-		params.MaxConnectionAge, params.MaxConnectionAgeGrace = maxAge, maxAgeGrace
-	}
 	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(o.GRPCConnectionTimeout),
-		grpc.KeepaliveParams(params),
+		// gRPC reads a zero age or grace as no bound.
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     o.GRPCMaxConnectionIdle,
+			MaxConnectionAge:      maxAge,
+			MaxConnectionAgeGrace: maxAgeGrace,
+			Time:                  o.GRPCKeepaliveTime,
+			Timeout:               o.GRPCKeepaliveTimeout,
+		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime: o.GRPCMinPingInterval,
 			// Envoy pings whether calls are in flight or not.

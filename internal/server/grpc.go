@@ -31,9 +31,15 @@ const FlowWindow = 1 << 20
 // grpc-go's default, sized by bandwidth-delay estimates, sends a window
 // update and a PING for nearly every request at Envoy's usual rates.
 func (s *Server) grpcOptions(codec *envoy.Codec) []grpc.ServerOption {
+	// gRPC bounds every message alike: to RLQS reports' bound when RLQS is
+	// served (envoy.Codec holds RLS requests to theirs).
+	maxRecv := s.opts.MaxMessageBytes
+	if s.opts.RLQS != nil {
+		maxRecv = s.opts.MaxReportBytes
+	}
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(max(streamWorkers, uint32(runtime.GOMAXPROCS(0)))),
-		grpc.MaxRecvMsgSize(s.maxRecv()),
+		grpc.MaxRecvMsgSize(maxRecv),
 		grpc.ForceServerCodecV2(codec),
 		grpc.UnknownServiceHandler(s.unknownMethod),
 		grpc.StaticStreamWindowSize(FlowWindow),
@@ -43,15 +49,6 @@ func (s *Server) grpcOptions(codec *envoy.Codec) []grpc.ServerOption {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
 	}
 	return append(opts, s.opts.Conns.grpcConnOptions(s.opts.MaxConnectionAge, s.opts.MaxConnectionAgeGrace)...)
-}
-
-// maxRecv is gRPC's bound on every message received: RLQS reports' when
-// RLQS is served (envoy.Codec holds RLS requests to theirs).
-func (s *Server) maxRecv() int {
-	if s.opts.RLQS != nil {
-		return s.opts.MaxReportBytes
-	}
-	return s.opts.MaxMessageBytes
 }
 
 // unknownMethod answers a call of a method the server does not serve, as

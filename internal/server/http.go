@@ -65,7 +65,10 @@ type debugEndpoint struct {
 }
 
 func (s *Server) debugHandler() http.Handler {
-	eps := []debugEndpoint{
+	// By path, as the index lists them; those Options leave nil drop out.
+	eps := slices.DeleteFunc([]debugEndpoint{
+		{"/counters", "GET ?domain=d&key=value...: every limit of a descriptor with its counter's used, remaining and reset (JSON)", s.opts.Counters},
+		{"/counters/reset", "POST ?domain=d&key=value...: reset those counters (logged with the peer, counted in floodgate_counter_resets_total)", s.opts.Counters},
 		{"/debug/pprof/", "root of various pprof endpoints. hit for help.", http.HandlerFunc(pprof.Index)},
 		{"/debug/pprof/cmdline", "the command line", http.HandlerFunc(pprof.Cmdline)},
 		{"/debug/pprof/profile", "CPU profiling endpoint", http.HandlerFunc(pprof.Profile)},
@@ -74,15 +77,8 @@ func (s *Server) debugHandler() http.Handler {
 		// The reference server lists its rules on the debug port.
 		{"/rlconfig", "print out the currently loaded configuration for debugging", http.HandlerFunc(s.rlconfig)},
 		{"/stats", "print out stats", http.HandlerFunc(stats)},
-	}
-	if s.opts.DebugUI != nil {
-		eps = append(eps, debugEndpoint{"/ui/", "the live page, with the values of detailed_metric and value_to_metric rules", s.opts.DebugUI})
-	}
-	if s.opts.Counters != nil {
-		eps = append(eps,
-			debugEndpoint{"/counters", "GET ?domain=d&key=value...: every limit of a descriptor with its counter's used, remaining and reset (JSON)", s.opts.Counters},
-			debugEndpoint{"/counters/reset", "POST ?domain=d&key=value...: reset those counters (logged with the peer, counted in floodgate_counter_resets_total)", s.opts.Counters})
-	}
+		{"/ui/", "the live page, with the values of detailed_metric and value_to_metric rules", s.opts.DebugUI},
+	}, func(e debugEndpoint) bool { return e.handler == nil })
 	mux := http.NewServeMux()
 	for _, e := range eps {
 		mux.Handle(e.path, e.handler)
@@ -90,9 +86,6 @@ func (s *Server) debugHandler() http.Handler {
 	if s.opts.DebugUI != nil {
 		mux.Handle("/ui", s.opts.DebugUI) // and /ui/, an endpoint above
 	}
-	// The index, "path: help" a line, by path; sorted once, since
-	// requests share eps.
-	slices.SortFunc(eps, func(a, b debugEndpoint) int { return strings.Compare(a.path, b.path) })
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		for _, e := range eps {

@@ -91,12 +91,11 @@ type Addrs struct {
 // supplies /metrics; nil serves none.
 func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func() rules.Status,
 	gatherer prometheus.Gatherer, opts Options) (*Server, error) {
-	if svc == nil || current == nil || status == nil {
-		return nil, errors.New("server: nil service or rules")
-	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	// Not in Validate: a program validates its options before it has a
+	// Store to give.
 	if opts.Store == nil && opts.StoreReadiness == StoreAlways {
 		return nil, &option.Error{Options: "server.Options", Field: "StoreReadiness", Value: opts.StoreReadiness, Want: "needs %s", With: []string{"Store"}}
 	}

@@ -17,9 +17,7 @@ func (s *Server) shutdown() error {
 	s.setServing(false)
 	s.opts.Logger.Info("shutting down: health is NOT_SERVING, finishing in-flight requests",
 		"drain_delay", s.opts.DrainDelay, "timeout", s.opts.ShutdownTimeout)
-	if s.opts.DrainDelay > 0 {
-		time.Sleep(s.opts.DrainDelay)
-	}
+	time.Sleep(s.opts.DrainDelay)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
 	if s.opts.RLQS != nil {

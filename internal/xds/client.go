@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -61,8 +60,6 @@ type Client struct {
 	// its writer, the stream's goroutine, reads it without mu.
 	lastACK   string
 	lastACKAt time.Time
-
-	stallLooks atomic.Uint64 // warnStalls' looks, for a test to wait on
 }
 
 // nackRepeatDelay spaces the NACKs of a refused response sent again.
@@ -127,9 +124,7 @@ func (c *Client) Run(ctx context.Context) error {
 	defer c.conn.Close()
 	defer wg.Wait()
 	defer stopWatch()
-	c.mu.Lock()
-	c.since = time.Now()
-	c.mu.Unlock()
+	c.since = time.Now() // before the goroutines that read it start
 	wg.Go(func() { c.followState(watchCtx) })
 	wg.Go(func() { c.warnStalls(watchCtx) })
 	c.opts.Logger.Info("xds: subscribing to rate-limit rules", "server", c.opts.ServerURL, "node", c.opts.NodeID, "type", TypeURL)
@@ -148,12 +143,10 @@ func (c *Client) Run(ctx context.Context) error {
 		wait := time.Duration(float64(c.opts.RetryInterval) * (0.5 + rand.Float64()))
 		c.opts.Logger.Warn("xds: stream to the management server ended; the rules in force stay, subscribing again",
 			"server", c.opts.ServerURL, "error", err.Error(), "in", wait.Round(time.Millisecond).String(), "version", c.lastACK)
-		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return ctx.Err()
-		case <-t.C:
+		case <-time.After(wait):
 		}
 	}
 }
@@ -188,21 +181,21 @@ func (c *Client) subscribe(ctx context.Context) error {
 func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *discovery.DiscoveryRequest {
 	version := resp.GetVersionInfo()
 	key := contentKey(resp)
-	if c.refusedErr != "" && key == c.refused {
-		t := time.NewTimer(nackRepeatDelay)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+	nack := func() *discovery.DiscoveryRequest {
 		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr})
 	}
-	var err error
+	if c.refusedErr != "" && key == c.refused {
+		select {
+		case <-ctx.Done():
+		case <-time.After(nackRepeatDelay):
+		}
+		return nack()
+	}
+	files, err := Files(resp.GetResources())
 	if resp.GetTypeUrl() != TypeURL {
 		err = fmt.Errorf("response of type %q, want %s", resp.GetTypeUrl(), TypeURL)
-		c.feed.Refuse(version, err)
-	} else if files, ferr := Files(resp.GetResources()); ferr != nil {
-		err = ferr
+	}
+	if err != nil {
 		c.feed.Refuse(version, err)
 	} else {
 		err = c.feed.Push(version, files)
@@ -210,7 +203,7 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DiscoveryResponse) *
 	if err != nil {
 		c.refused, c.refusedErr = key, nackDetail(err.Error())
 		c.opts.Logger.Warn("xds: NACK", "version", version, "kept", c.lastACK)
-		return c.request(resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr})
+		return nack()
 	}
 	c.refusedErr = ""
 	c.note(func() { c.lastACK, c.lastACKAt = version, time.Now() })
@@ -323,7 +316,6 @@ func (c *Client) warnStalls(ctx context.Context) {
 		case <-t.C:
 		}
 		c.lookForStall()
-		c.stallLooks.Add(1)
 	}
 }
 

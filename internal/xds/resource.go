@@ -77,7 +77,7 @@ func file(res *anypb.Any) (string, []byte, error) {
 	case err != nil:
 		return c.GetName(), nil, err
 	case !found:
-		data, err = yaml.Marshal(configYAML(&c))
+		data, err = yaml.Marshal(yamlConfig{Domain: c.GetDomain(), Descriptors: descriptorsYAML(c.GetDescriptors())})
 		return c.GetName(), data, err
 	}
 	if c.GetDomain() != "" {
@@ -138,10 +138,6 @@ type (
 		Name string `yaml:"name"`
 	}
 )
-
-func configYAML(c *rlsconf.RateLimitConfig) yamlConfig {
-	return yamlConfig{Domain: c.GetDomain(), Descriptors: descriptorsYAML(c.GetDescriptors())}
-}
 
 func descriptorsYAML(ds []*rlsconf.RateLimitDescriptor) []yamlDescriptor {
 	if len(ds) == 0 {

@@ -34,18 +34,17 @@ func countCap(limit int64) int64 { return max(MaxCount, min(limit, math.MaxInt64
 // outcome is what one step decided and what it did to the state, in the
 // units the Lua scripts return: µs and whole hits.
 type outcome struct {
-	allowed    bool
-	never      bool
-	remaining  int64
-	debt       int64 // hits past the limit, after the hit
-	resetAfter int64 // µs
+	allowed   bool
+	never     bool
+	remaining int64
+	debt      int64 // hits past the limit, after the hit
+	// resetAfter, in µs, is also the state's time to live: until it becomes
+	// equivalent to none; <= 0 deletes the counter.
+	resetAfter int64
 	retryAfter int64 // µs
 	// write reports that the step changed the state, which must be
 	// stored. Denials and peeks never write.
 	write bool
-	// ttl is, when write is set, the µs until the state becomes equivalent
-	// to none; <= 0 deletes the counter.
-	ttl int64
 }
 
 // decision returns the Decision the outcome stands for.

@@ -58,13 +58,13 @@ func (h *history) charge(cost int64) outcome { return h.applyHit(cost, false, tr
 func (h *history) applyHit(cost int64, refund, usage bool) outcome {
 	o := step(&h.st, h.ok, &h.spec, h.now, cost, refund, usage)
 	if o.write {
-		h.ok = o.ttl > 0
+		h.ok = o.resetAfter > 0
 	}
 	return o
 }
 
 func decisionOf(o outcome) outcome {
-	o.write, o.ttl = false, 0
+	o.write = false
 	return o
 }
 
@@ -86,11 +86,11 @@ func TestExpiryNeverChangesADecision(t *testing.T) {
 			} else {
 				o = h.apply(rng.Int63n(capacity)+1, rng.Intn(8) == 0)
 			}
-			if !o.write || o.ttl <= 0 {
+			if !o.write || o.resetAfter <= 0 {
 				continue
 			}
 			for _, later := range []int64{0, 1, rng.Int63n(w + 1)} {
-				at := h.now + o.ttl + later
+				at := h.now + o.resetAfter + later
 				for _, p := range []struct {
 					cost   int64
 					refund bool
@@ -104,7 +104,7 @@ func TestExpiryNeverChangesADecision(t *testing.T) {
 					}
 					if got != want {
 						t.Fatalf("%+v: state %+v written at %d with ttl %d; at +%d, hit %+v:\nstate   %+v\nnothing %+v",
-							h.spec, h.st, h.now, o.ttl, later, p, got, want)
+							h.spec, h.st, h.now, o.resetAfter, later, p, got, want)
 					}
 				}
 			}
@@ -329,7 +329,7 @@ func (m model) run(hits []Hit, now int64, applies func(*Hit) bool) ([]Decision, 
 		}
 		o := step(&w.st, w.ok, &h.Spec, now, h.Cost, h.Refund, h.Usage)
 		if o.write {
-			w.dirty, w.ok, w.expire = true, o.ttl > 0, now+o.ttl
+			w.dirty, w.ok, w.expire = true, o.resetAfter > 0, now+o.resetAfter
 		}
 		out[i] = o.decision()
 	}

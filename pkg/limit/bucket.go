@@ -72,7 +72,6 @@ func stepTokenBucket(stored *bucketState, ok bool, limit, w, b, now, cost int64,
 	}
 	o.remaining, o.debt = max(0, int64(math.Floor(ta))), max(0, int64(math.Ceil(-ta)))
 	o.resetAfter = settleMicros(fb-ta, r)
-	o.ttl = o.resetAfter
 	if o.write {
 		*stored = bucketState{value: ta, ts: now}
 	}
@@ -116,7 +115,6 @@ func stepLeakyBucket(stored *bucketState, ok bool, limit, w, b, now, cost int64,
 	}
 	o.remaining, o.debt = max(0, int64(math.Floor(fb-la))), max(0, int64(math.Ceil(la-fb)))
 	o.resetAfter = settleMicros(la, r)
-	o.ttl = o.resetAfter
 	if o.write {
 		*stored = bucketState{value: la, ts: now}
 	}

@@ -36,7 +36,7 @@ func stepFixedWindow(st *fixedState, ok bool, start, end, limit, now, cost int64
 	if ok && st.start == start {
 		n = st.count
 	}
-	o := outcome{resetAfter: end - now, ttl: end - now}
+	o := outcome{resetAfter: end - now}
 	switch fits := n+cost <= limit; {
 	case refund:
 		o.allowed = true

@@ -90,7 +90,6 @@ func stepGCRA(st *gcraState, ok bool, limit, w, b, now, cost int64, refund, forc
 	if after > nu {
 		o.resetAfter = gcraReach(after, n, period, s)
 	}
-	o.ttl = o.resetAfter
 	if o.write {
 		*st = gcraState{tat: after, limit: limit}
 	}

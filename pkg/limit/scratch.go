@@ -32,7 +32,7 @@ func (sc *scratch) apply(hits []Hit, decisions []Decision, now int64, usageOnly 
 		}
 		o := step(&sl.st, sl.ok, &h.Spec, now, h.Cost, h.Refund, h.Usage)
 		if o.write {
-			sl.dirty, sl.ok, sl.ttl = true, o.ttl > 0, o.ttl
+			sl.dirty, sl.ok, sl.ttl = true, o.resetAfter > 0, o.resetAfter
 		}
 		decisions[i] = o.decision()
 	}

@@ -44,6 +44,5 @@ func stepSlidingLog(rs runs, limit, w, now, cost int64, refund, force bool) (run
 	if len(rs) > 0 {
 		o.resetAfter = rs.newest() + w - now
 	}
-	o.ttl = o.resetAfter
 	return rs, o
 }

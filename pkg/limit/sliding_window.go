@@ -51,7 +51,6 @@ func stepSlidingWindow(rs runs, limit, w, n, now, cost int64, refund, force bool
 	if len(rs) > 0 {
 		o.resetAfter = (rs.newest()+n+1)*g - now
 	}
-	o.ttl = o.resetAfter
 	return rs, o
 }
 
