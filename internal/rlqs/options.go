@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/option"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -22,6 +21,10 @@ const (
 	DefaultMaxStreamBuckets = 10_000
 	DefaultMaxBucketIDBytes = 1024
 )
+
+// defaultMaxBucketEntries is the RLS service's default bound on a
+// descriptor's entries.
+const defaultMaxBucketEntries = 16
 
 // Options tune a Service. A zero field means its default.
 type Options struct {
@@ -43,8 +46,7 @@ type Options struct {
 	// no_assignment_behavior) until idle buckets are abandoned.
 	MaxBuckets, MaxStreamBuckets int
 	// MaxBucketIDBytes bounds a bucket_id's keys and values together, and
-	// MaxBucketEntries (by default the RLS service's bound on a
-	// descriptor's entries) its entries. A bucket_id beyond
+	// MaxBucketEntries (16 by default) its entries. A bucket_id beyond
 	// either, or with an empty key or no entry, is refused like a bucket
 	// over MaxBuckets.
 	MaxBucketIDBytes, MaxBucketEntries int
@@ -121,7 +123,7 @@ func (o Options) withDefaults() Options {
 	o.MaxBuckets = cmp.Or(o.MaxBuckets, DefaultMaxBuckets)
 	o.MaxStreamBuckets = cmp.Or(o.MaxStreamBuckets, DefaultMaxStreamBuckets)
 	o.MaxBucketIDBytes = cmp.Or(o.MaxBucketIDBytes, DefaultMaxBucketIDBytes)
-	o.MaxBucketEntries = cmp.Or(o.MaxBucketEntries, envoy.DefaultOptions().Bounds.MaxEntries)
+	o.MaxBucketEntries = cmp.Or(o.MaxBucketEntries, defaultMaxBucketEntries)
 	o.FailureMode = cmp.Or(o.FailureMode, rules.FailureAllow)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
