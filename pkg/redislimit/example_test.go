@@ -43,7 +43,12 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	limiter, err := redislimit.New(client, redislimit.Options{KeyPrefix: "example:"})
+	limiter, err := redislimit.New(client, redislimit.Options{
+		KeyPrefix: "example:",
+		// How long a decision may take; 50 ms by default, under Envoy's
+		// own timeout. A second here, for a machine too busy to keep that.
+		Timeout: time.Second,
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
