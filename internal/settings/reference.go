@@ -224,7 +224,7 @@ var References = []Reference{
 
 	{Name: "SHADOW_MODE", Flag: "shadow-mode", Doc: "a request answered OK only because of it is charged to none of its limits, as every refused request (the reference charges those within their limit): counts, metrics and the `limit_remaining` of those limits differ while it is on, answers' codes do not"},
 	{Name: "QUOTA_MODE", Flag: "quota-mode", Doc: "every descriptor is a quota but the unlimited ones: a request is refused only when every quota is over, and never when one matches no rule or is in shadow mode; each descriptor's own status still says `OVER_LIMIT`; see [rules](rules.md#quota-mode)"},
-	{Name: "RESPONSE_DYNAMIC_METADATA", Flag: "response-dynamic-metadata", Doc: "`domain`, `descriptors`, `hitsAddend` and the merged `metadata` of the rules that passed, as the reference (which leaves out that of `detailed_metric` and `value_to_metric` rules; floodgate does not); without it an answer carries none (but the failure policy's cause, see [operations](operations.md#failure-policy))"},
+	{Name: "RESPONSE_DYNAMIC_METADATA", Flag: "response-dynamic-metadata", Doc: "`domain`, `descriptors`, `hitsAddend` and the merged `metadata` of the rules that passed, as the reference (which leaves out that of `detailed_metric` and `value_to_metric` rules; floodgate does not), a descriptor's `limit` override as protobuf text with one space between fields (the reference's spacing changes from one build to another, as protobuf-go changes it on purpose); without it an answer carries none (but the failure policy's cause, see [operations](operations.md#failure-policy))"},
 	{Name: "MERGE_DOMAIN_CONFIG", Flag: "merge-domains"},
 
 	// The reference reads the TRACING_* variables only with

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"maps"
 	"math"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -233,7 +235,7 @@ func requestFields(req *pb.RateLimitRequest) *structpb.Struct {
 		}
 		fields := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
 		if l := d.GetLimit(); l != nil {
-			fields["limit"] = structpb.NewStringValue(l.String())
+			fields["limit"] = structpb.NewStringValue(overrideText(l))
 		}
 		if h := d.GetHitsAddend(); h != nil {
 			fields["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
@@ -245,6 +247,15 @@ func requestFields(req *pb.RateLimitRequest) *structpb.Struct {
 		md.Fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
 	}
 	return md
+}
+
+// overrideText is an override in protobuf text, as the reference writes
+// it, with one space between fields whatever the build: protobuf-go adds a
+// second one in some builds and not in others, on purpose, and access logs
+// and filters that read the metadata should not see it change with an
+// upgrade.
+func overrideText(l *rlv3.RateLimitDescriptor_RateLimitOverride) string {
+	return strings.ReplaceAll(l.String(), "  ", " ")
 }
 
 // mergeMetadata returns dst with src's names it lacks, merging mappings

@@ -687,6 +687,10 @@ func TestDynamicMetadata(t *testing.T) {
 			`{"descriptors":[{"entries":["meta_replaced=1"]},{"entries":["meta_replacer=2"]}],"domain":"test","metadata":{"other":{"a":1},"team":"replacer"}}`},
 		{"a domain without rules: the request", true, request("nowhere", desc("user", "a")),
 			`{"descriptors":[{"entries":["user=a"]}],"domain":"nowhere"}`},
+		// One space between the override's fields, whatever the build
+		// (protobuf-go varies its text's spacing from one to another).
+		{"an override, in protobuf text", true, request("nowhere", withOverride(desc("user", "a"), 5, typev3.RateLimitUnit_MINUTE, 30)),
+			`{"descriptors":[{"entries":["user=a"],"limit":"requests_per_unit:5 unit:MINUTE unit_multiplier:{value:30}"}],"domain":"nowhere"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, Options{DynamicMetadata: tc.on})
