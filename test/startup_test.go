@@ -108,6 +108,7 @@ func TestStartMisconfigured(t *testing.T) {
 		{"the per-second Redis without its URL", []string{"REDIS_URL=127.0.0.1:1", "REDIS_PERSECOND=true"}, "REDIS_PERSECOND=true: REDIS_PERSECOND_URL is not set"},
 		{"the per-second Redis without the main one", []string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=127.0.0.1:2"}, "needs -redis (REDIS_URL)"},
 		{"a Redis setting without REDIS_URL", []string{"REDIS_TLS=true"}, "REDIS_TLS is set but REDIS_URL is not"},
+		{"an unreadable xDS CA", []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/nonexistent/xds-ca.pem"}, "/nonexistent/xds-ca.pem"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

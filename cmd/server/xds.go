@@ -38,7 +38,7 @@ func openRules(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (
 	if r.XDSTLS.On {
 		tc, err := r.XDSTLS.Files.Config("xds")
 		if err != nil {
-			return nil, nil, cfg.Explain(err)
+			return nil, nil, refusedError{cfg.Explain(err)}
 		}
 		tc.ServerName = r.XDSTLS.SAN
 		xo.TLS = tc
@@ -46,7 +46,7 @@ func openRules(ctx context.Context, cfg *settings.Config, logger *slog.Logger) (
 	feed := rules.NewFeed(r.Options, logger, "source", "xds", "server", xo.ServerURL)
 	client, err := xds.New(feed, xo)
 	if err != nil {
-		return nil, nil, cfg.Explain(err)
+		return nil, nil, refusedError{cfg.Explain(err)}
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
