@@ -368,8 +368,17 @@ func (p *parser) reportSpec(d *draft, err error) {
 	if err == nil {
 		return
 	}
-	for _, wrapped := range err.(interface{ Unwrap() []error }).Unwrap() {
-		e := wrapped.(*limit.SpecError)
+	errs := []error{err}
+	if multi, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = multi.Unwrap()
+	}
+	for _, wrapped := range errs {
+		// Should Validate's errors change shape, a rule file still gets
+		// them, at the rate_limit, rather than bringing the server down.
+		e, ok := wrapped.(*limit.SpecError)
+		if !ok {
+			e = &limit.SpecError{Msg: wrapped.Error()}
+		}
 		pos, path := p.pos(d.node), d.path
 		for i := range rateLimitTable {
 			def := &rateLimitTable[i]

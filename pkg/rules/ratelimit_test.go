@@ -1,10 +1,16 @@
 package rules
 
 import (
+	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate/floodgate/pkg/limit"
 )
 
 // TestRateLimitTableIsDocumented: docs/rules.md lists each rate_limit field
@@ -102,5 +108,36 @@ func TestUnitWindow(t *testing.T) {
 		if got != tt.want || (err == nil) != (tt.wantErr == "") || err != nil && err.Error() != tt.wantErr {
 			t.Errorf("%v.Window(%d) = %v, %v; want %v, %q", tt.unit, tt.mult, got, err, tt.want, tt.wantErr)
 		}
+	}
+}
+
+// TestReportSpecOfAnyShape: whatever shape Spec.Validate's error takes, a
+// rule file gets each problem, at its field when a SpecError names one,
+// else at the rate_limit; none is dropped and none panics.
+func TestReportSpecOfAnyShape(t *testing.T) {
+	node := &yaml.Node{Line: 3, Column: 5}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want []string
+	}{
+		{"SpecErrors", errors.Join(&limit.SpecError{Param: "limit", Msg: "negative limit -1"}, &limit.SpecError{Msg: "other"}),
+			[]string{"f.yaml:3:5: rl: negative limit -1", "f.yaml:3:5: rl: other"}},
+		{"a plain error", errors.New("plain"), []string{"f.yaml:3:5: rl: plain"}},
+		{"a joined plain error", errors.Join(errors.New("joined")), []string{"f.yaml:3:5: rl: joined"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &parser{problems: &problems{}, file: "f.yaml"}
+			var d draft
+			d.reset(node, "rl", p.pos(node))
+			p.reportSpec(&d, tc.err)
+			var got []string
+			for _, e := range p.errs {
+				got = append(got, e.Error())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
