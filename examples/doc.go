@@ -7,9 +7,10 @@
 // tests are in package examples_test:
 //
 //   - envoy_test.go has the real Envoy validate every Envoy configuration
-//     the repository ships (and refuse a broken copy of each), and runs the
-//     examples in front of floodgate: the descriptors each route sends, the
-//     headers and bodies clients get, TCP connections limited per address.
+//     the repository ships (and refuse a broken copy of each), and
+//     envoy_examples_test.go runs the examples in front of floodgate: the
+//     descriptors each route sends, the headers and bodies clients get, TCP
+//     connections limited per address.
 //   - istio_test.go builds the Istio gateway's Envoy configuration with the
 //     EnvoyFilters' patches, for envoy_test.go, and checks the manifests'
 //     names, ports and labels.
@@ -20,10 +21,12 @@
 //   - Docker, Compose, Kubernetes and Helm cannot run here, so their files
 //     are read by the tools' own Go code and checked against each other and
 //     against the binary: docker_test.go parses the Dockerfile with
-//     BuildKit and matches .dockerignore with moby/patternmatcher;
+//     BuildKit, docker_context_test.go matches .dockerignore with
+//     moby/patternmatcher;
 //     compose_test.go loads docker-compose.yml with compose-go;
 //     kubernetes_test.go decodes each manifest strictly into its
-//     k8s.io/api type and matches selectors with apimachinery;
+//     k8s.io/api type and matches selectors with apimachinery (helpers in
+//     kubernetes_manifests_test.go);
 //     helm_test.go renders and lints examples/helm/floodgate with Helm's
 //     own code and compares it with examples/kubernetes. Each also shows
 //     that the tool refuses broken copies of the files.
