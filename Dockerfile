@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 
-# floodgate's image: a static binary on a distroless base, running as an
-# unprivileged user. Build: docker build -t floodgate:dev .
+# floodgate's image: a static binary (and floodgate replay's) on a
+# distroless base, running as an unprivileged user. Build: docker build -t floodgate:dev .
 # examples/docker_test.go runs this file's build command and checks the rest.
 
 FROM golang:1.26 AS build
@@ -18,11 +18,15 @@ COPY . .
 # --build-arg VERSION=v1.2.3 --build-arg COMMIT=$(git rev-parse HEAD) .
 ARG TARGETOS TARGETARCH VERSION=(devel) COMMIT=unknown
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w -X main.stampedVersion=$VERSION -X main.stampedCommit=$COMMIT" -tags timetzdata,vtprotobuf -o /out/floodgate ./cmd/server
+# floodgate replay runs this program, found next to floodgate: the replay
+# of recorded traffic is an offline tool, kept out of the server's binary.
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w" -tags timetzdata,vtprotobuf -o /out/floodgate-replay ./cmd/replay
 
 # No shell, no package manager: the binary, CA certificates and a passwd
 # entry for the nonroot user (uid 65532).
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/floodgate /usr/local/bin/floodgate
+COPY --from=build /out/floodgate-replay /usr/local/bin/floodgate-replay
 # Manifests written for envoyproxy/ratelimit run /bin/ratelimit. A copy
 # rather than a link: the final stage has no shell to make one, and a copied
 # link would be followed or not depending on the builder.

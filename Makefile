@@ -122,6 +122,7 @@ reference:
 
 build:
 	$(GO) build -tags '$(TAGS)' -o bin/floodgate ./cmd/server
+	$(GO) build -tags '$(TAGS)' -o bin/floodgate-replay ./cmd/replay
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -74,10 +74,10 @@ func checkBuildContext(df *dockerfile, dockerignore []byte) error {
 			}
 		}
 	}
-	// Every Go and embedded file the server is built from.
+	// Every Go and embedded file the image's programs are built from.
 	list := exec.Command("go", "list", "-deps", "-f", `{{if not .Standard}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}
 {{end}}{{range .EmbedFiles}}{{$d}}/{{.}}
-{{end}}{{end}}`, "./cmd/server")
+{{end}}{{end}}`, "./cmd/server", "./cmd/replay")
 	list.Dir = repoRoot
 	out, err := list.Output()
 	if err != nil {

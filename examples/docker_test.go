@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -115,14 +116,14 @@ func line(c instructions.Command) int {
 	return 0
 }
 
-// goBuild returns the RUN command that builds the server and the output
-// path it names.
-func (df *dockerfile) goBuild() (cmd, out string, err error) {
+// goBuild returns the RUN command that builds the command in pkg
+// ("./cmd/server") and the output path it names.
+func (df *dockerfile) goBuild(pkg string) (cmd, out string, err error) {
 	outRE := regexp.MustCompile(`-o\s+(\S+)`)
 	for _, st := range df.stages {
 		for _, run := range commands[*instructions.RunCommand](st) {
 			script := strings.Join(run.CmdLine, " ")
-			if !run.PrependShell || !strings.Contains(script, "go build") || !strings.Contains(script, "./cmd/server") {
+			if !run.PrependShell || !strings.Contains(script, "go build") || !strings.HasSuffix(script, " "+pkg) {
 				continue
 			}
 			m := outRE.FindStringSubmatch(script)
@@ -132,7 +133,7 @@ func (df *dockerfile) goBuild() (cmd, out string, err error) {
 			return script, m[1], nil
 		}
 	}
-	return "", "", fmt.Errorf("Dockerfile: no RUN go build ... ./cmd/server")
+	return "", "", fmt.Errorf("Dockerfile: no RUN go build ... %s", pkg)
 }
 
 // buildWords returns the Dockerfile's build command as the shell runs it:
@@ -150,11 +151,11 @@ func buildWords(script string) (env, words []string, err error) {
 	return env, all, nil
 }
 
-// sameBuild reports how the Dockerfile's build command differs from the
-// harness's, which builds the binary every test runs (harness.Build): the
-// same variables and flags, link flags and output aside; nil when they
-// agree.
-func sameBuild(script string) error {
+// sameBuild reports how the Dockerfile's build command of pkg differs
+// from the harness's, which builds the binaries every test runs
+// (harness.Build): the same variables and flags, link flags and output
+// aside; nil when they agree.
+func sameBuild(script, pkg string) error {
 	env, words, err := buildWords(script)
 	if err != nil {
 		return err
@@ -170,7 +171,7 @@ func sameBuild(script string) error {
 			flags = append(flags, w)
 		}
 	}
-	want := append(append([]string{"go", "build"}, harness.BuildFlags()...), "./cmd/server")
+	want := append(append([]string{"go", "build"}, harness.BuildFlags()...), pkg)
 	var errs []error
 	if !slices.Equal(flags, want) {
 		errs = append(errs, fmt.Errorf("the Dockerfile builds with %q, the tests' binary with %q (internal/harness.BuildFlags): the tests would check another binary than the image's", flags, want))
@@ -239,11 +240,11 @@ func TestDockerfile(t *testing.T) {
 	})
 
 	t.Run("the tests run the binary the image ships", func(t *testing.T) {
-		cmd, _, err := df.goBuild()
+		cmd, _, err := df.goBuild("./cmd/server")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := sameBuild(cmd); err != nil {
+		if err := sameBuild(cmd, "./cmd/server"); err != nil {
 			t.Error(err)
 		}
 		// And a changed flag is seen.
@@ -252,7 +253,7 @@ func TestDockerfile(t *testing.T) {
 			strings.Replace(cmd, "-tags timetzdata,vtprotobuf", "-tags timetzdata", 1),
 			strings.Replace(cmd, "-trimpath ", "-race ", 1),
 		} {
-			if broken == cmd || sameBuild(broken) == nil {
+			if broken == cmd || sameBuild(broken, "./cmd/server") == nil {
 				t.Errorf("a changed build command passes, or the Dockerfile's changed: %s", broken)
 			}
 		}
@@ -359,14 +360,18 @@ func TestDockerfile(t *testing.T) {
 
 	// The binary's paths in the image, the context's copies by
 	// destination, and the image's environment.
-	_, out, _ := df.goBuild()
-	var binDests []string
+	_, out, _ := df.goBuild("./cmd/server")
+	replayCmd, replayOut, replayErr := df.goBuild("./cmd/replay")
+	var binDests, replayDests []string
 	copies := map[string]string{} // destination -> source in the context
 	for _, c := range commands[*instructions.CopyCommand](final) {
 		for _, src := range c.SourcePaths {
 			if c.From != "" {
-				if src == out {
+				switch src {
+				case out:
 					binDests = append(binDests, c.DestPath)
+				case replayOut:
+					replayDests = append(replayDests, c.DestPath)
 				}
 				continue
 			}
@@ -434,6 +439,25 @@ func TestDockerfile(t *testing.T) {
 		text, code := imageRun(t, []string{"-check"})
 		if code != 0 || !strings.Contains(text, "domain demo") {
 			t.Errorf("the image's command line with -check exits %d, want 0 and the demo rules:\n%s", code, text)
+		}
+	})
+
+	t.Run("floodgate replay finds its program", func(t *testing.T) {
+		// `floodgate replay` runs floodgate-replay from the directory of
+		// the binary it was started as, or from PATH.
+		if replayErr != nil {
+			t.Fatal(replayErr)
+		}
+		if err := sameBuild(replayCmd, "./cmd/replay"); err != nil {
+			t.Error(err)
+		}
+		ep, ok := last[*instructions.EntrypointCommand](final)
+		if !ok {
+			t.Fatal("no ENTRYPOINT")
+		}
+		want := path.Join(path.Dir(execForm(t, ep, ep.ShellDependantCmdLine)[0]), harness.ReplayProgram)
+		if !slices.Contains(replayDests, want) {
+			t.Errorf("the final stage copies the build's %s to %v, not to %s, next to the ENTRYPOINT", replayOut, replayDests, want)
 		}
 	})
 

@@ -117,6 +117,11 @@ func joinContinued(lines []string, i int) (string, int) {
 // the Dockerfile builds instead.
 const goRunServer = "go run ./cmd/server"
 
+// goRunReplay is how the README runs floodgate replay's program
+// (cmd/replay); the tests run the binary harness.Binary builds next to
+// the server's.
+const goRunReplay = "go run ./cmd/replay"
+
 // serverCommands are the ways the README runs floodgate: go run, or the
 // binary that make build writes, on the PATH as floodgate.
 var serverCommands = []string{goRunServer, "floodgate"}

@@ -182,13 +182,13 @@ func TestReadmeReplayExample(t *testing.T) {
 				want = append(want, l)
 			}
 		}
-		if len(cmds) == 2 && strings.Contains(cmds[1], goRunServer+" replay ") {
+		if len(cmds) == 2 && strings.Contains(cmds[1], goRunReplay+" ") {
 			break
 		}
 		cmds = nil
 	}
 	if len(cmds) != 2 {
-		t.Fatal("README.md has no text block with the edit and a `go run ./cmd/server replay` command")
+		t.Fatal("README.md has no text block with the edit and a `" + goRunReplay + "` command")
 	}
 	bash := harness.Require(t, "bash")
 	const shown = "/tmp/edited"
@@ -200,7 +200,7 @@ func TestReadmeReplayExample(t *testing.T) {
 	run := func(cmd string) string {
 		t.Helper()
 		cmd = strings.ReplaceAll(cmd, shown, edited)
-		cmd = strings.Replace(cmd, goRunServer, floodgateBinary(t), 1)
+		cmd = strings.Replace(cmd, goRunReplay, filepath.Join(filepath.Dir(floodgateBinary(t)), harness.ReplayProgram), 1)
 		c := exec.Command(bash, "-c", cmd)
 		c.Dir = root
 		var stderr strings.Builder

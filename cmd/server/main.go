@@ -5,8 +5,9 @@
 // This package wires the parts together: the settings (internal/settings)
 // into the store (internal/store), the rule source (pkg/rules,
 // internal/xds), the service (pkg/envoy) and the listeners
-// (internal/server), then runs them (serve.go). floodgate replay and
-// floodgate counters are internal/replay's and internal/counters' Command.
+// (internal/server), then runs them (serve.go). floodgate counters is
+// internal/counters' Command; floodgate replay runs the floodgate-replay
+// program (cmd/replay).
 package main
 
 import (
@@ -22,7 +23,6 @@ import (
 	"syscall"
 
 	"github.com/floodgate/floodgate/internal/counters"
-	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/settings"
 )
@@ -40,9 +40,7 @@ func main() {
 // stdout gets only what a command prints.
 func run(ctx context.Context, args []string, env settings.Lookup, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replay" {
-		return packageCommand(stderr, func(logger *slog.Logger) (int, error) {
-			return replay.Command(ctx, args[1:], stdout, logger)
-		})
+		return runReplay(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "counters" {
 		return packageCommand(stderr, func(*slog.Logger) (int, error) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/harness"
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
 )
@@ -79,6 +79,7 @@ func TestCaptureThenReplayCommand(t *testing.T) {
 		t.Errorf("the server does not log the 5 lines written:\n%s", logs)
 	}
 
+	replayOnPath(t)
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"replay", "-old", oldDir, "-new", newDir, "-traffic", traffic, "-format", "json"},
 		envOf(), &stdout, &stderr); code != 0 {
@@ -101,30 +102,6 @@ func TestCaptureThenReplayCommand(t *testing.T) {
 	}
 }
 
-func TestReplayCommandErrors(t *testing.T) {
-	good := writeRules(t, userRules3)
-	traffic := filepath.Join(t.TempDir(), "t.jsonl")
-	os.WriteFile(traffic, []byte(`{"time":"2026-01-01T00:00:00Z","domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`+"\n"+"oops\n"), 0o644)
-	for _, tt := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{[]string{"-old", good}, 2, "-old, -new and -traffic are required"},
-		{[]string{"-old", good, "-new", good, "-traffic", traffic, "-format", "pdf"}, 2, `-format "pdf": want text, json or html`},
-		{[]string{"-old", good, "-new", good, "-traffic", traffic, "extra"}, 2, "unexpected arguments"},
-		{[]string{"-old", good, "-new", writeRules(t, "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight}\n"), "-traffic", traffic}, 1, "(-new)"},
-		{[]string{"-old", good, "-new", good, "-traffic", traffic + ".missing"}, 1, "-traffic: open"},
-		{[]string{"-old", good, "-new", good, "-traffic", traffic}, 1, "line 2: not a JSON object of traffic"},
-	} {
-		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), append([]string{"replay"}, tt.args...), envOf(), &stdout, &stderr)
-		if code != tt.code || !strings.Contains(stderr.String(), tt.want) {
-			t.Errorf("replay %q: exit %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
-		}
-	}
-}
-
 func TestCaptureFlagErrors(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
@@ -140,131 +117,54 @@ func TestCaptureFlagErrors(t *testing.T) {
 	}
 }
 
-// TestReplayCommandNothingOrTruncated: traffic with no request is a
-// warning and exit code 3 (the report still written, saying so), never a
-// silent "no change"; an incomplete last line is skipped with a warning
-// and the rest replayed.
-func TestReplayCommandNothingOrTruncated(t *testing.T) {
-	rules := writeRules(t, userRules3)
-	const line = `{"time":"2026-01-01T00:00:00Z","domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`
-	for _, tt := range []struct {
-		name, traffic string
-		code          int
-		stdout        []string
-		stderr        []string
-	}{
-		{"empty", "", 3, []string{"No request replayed: the traffic holds none"}, []string{"no request replayed", "exit_code=3"}},
-		{"only skipped lines", `{"start_time":"2026-01-01T00:00:00Z","ratelimit":null}` + "\n", 3,
-			[]string{"No request replayed", "1 access-log line without rate-limit metadata skipped"}, []string{"no request replayed"}},
-		{"truncated last line", line + "\n" + line[:30], 0,
-			[]string{"Replayed 1 request from 2026-01-01T00:00:00Z to 2026-01-01T00:00:00Z", "an incomplete last line skipped", "Busiest counters (1 seen;"},
-			[]string{"has no newline and is not JSON", "requests=1"}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			traffic := filepath.Join(t.TempDir(), "t.jsonl")
-			if err := os.WriteFile(traffic, []byte(tt.traffic), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			var stdout, stderr bytes.Buffer
-			code := run(context.Background(), []string{"replay", "-old", rules, "-new", rules, "-traffic", traffic}, envOf(), &stdout, &stderr)
-			if code != tt.code {
-				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.code, stderr.String())
-			}
-			for _, w := range tt.stdout {
-				if !strings.Contains(stdout.String(), w) {
-					t.Errorf("report lacks %q:\n%s", w, stdout.String())
-				}
-			}
-			for _, w := range tt.stderr {
-				if !strings.Contains(stderr.String(), w) {
-					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
-				}
-			}
-		})
-	}
-}
-
-// TestReplayCommandSeveralFiles: -traffic given several times, or as a
-// glob, replays the files merged by time, as one file sorted; a file out
-// of order beyond -reorder stops the replay with exit code 1, naming the
-// file and line and saying what to do; a file given twice or a glob
-// matching nothing is refused.
-func TestReplayCommandSeveralFiles(t *testing.T) {
-	oldDir, newDir := writeRules(t, userRules3), writeRules(t, userRules1)
+// replayOnPath builds cmd/replay as replayProgram into a directory that
+// PATH then starts with, for the test's `floodgate replay`.
+func replayOnPath(t *testing.T) {
+	t.Helper()
 	dir := t.TempDir()
-	line := func(sec int, user string) string {
-		return `{"time":"2026-01-01T00:00:` + fmt.Sprintf("%02d", sec) + `.000000Z","domain":"rl","descriptors":[{"entries":[{"key":"user","value":"` + user + `"}]}]}` + "\n"
+	if err := harness.BuildCommand(context.Background(), "./cmd/replay", filepath.Join(dir, replayProgram)); err != nil {
+		t.Fatal(err)
 	}
-	write := func(name string, lines ...string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(strings.Join(lines, "")), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	// Replica a saw alice at 0 s and 2 s, replica b at 1 s and 3 s; one
-	// file holds both, out of order.
-	a := write("a.jsonl", line(0, "alice"), line(2, "alice"))
-	b := write("b.jsonl", line(1, "alice"), line(3, "alice"))
-	sorted := write("sorted.txt", line(0, "alice"), line(1, "alice"), line(2, "alice"), line(3, "alice"))
-	both := write("both.txt", line(0, "alice"), line(2, "alice"), line(1, "alice"), line(3, "alice"))
-	replay := func(args ...string) (string, string, int) {
-		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), append([]string{"replay", "-old", oldDir, "-new", newDir, "-format", "json"}, args...), envOf(), &stdout, &stderr)
-		return stdout.String(), stderr.String(), code
-	}
-	want, stderr, code := replay("-traffic", sorted)
-	if code != 0 {
-		t.Fatalf("exit %d:\n%s", code, stderr)
-	}
-	// What differs is where the requests came from: the files, and how
-	// many were put back in order.
-	strip := regexp.MustCompile(`(?s)"reordered": \d+,\n\s*"traffic": \[.*?\],\n\s*`)
-	for _, args := range [][]string{
-		{"-traffic", a, "-traffic", b},
-		{"-traffic", filepath.Join(dir, "*.jsonl")},
-		{"-traffic", both},
-	} {
-		got, stderr, code := replay(args...)
-		if code != 0 || strip.ReplaceAllString(got, "") != strip.ReplaceAllString(want, "") {
-			t.Errorf("replay %q: exit %d, report\n%s\nwant as the sorted file's\n%s\n%s", args, code, got, want, stderr)
-		}
-	}
-	for _, tt := range []struct {
-		args []string
-		code int
-		want []string
-	}{
-		{[]string{"-traffic", both, "-reorder", "1"}, 1, []string{
-			"both.txt: line 3 (2026-01-01T00:00:01.000000Z) is older than line 2 (2026-01-01T00:00:02.000000Z)",
-			"give each capture as its own -traffic, since they are merged by time", "LC_ALL=C sort -o FILE FILE", "raise -reorder"}},
-		{[]string{"-traffic", a, "-traffic", a}, 1, []string{"a.jsonl: given twice"}},
-		{[]string{"-traffic", filepath.Join(dir, "*.none")}, 1, []string{"*.none: matches no file"}},
-		{[]string{"-traffic", a, "-reorder", "0"}, 2, []string{"-reorder 0: want at least 1"}},
-	} {
-		_, stderr, code := replay(tt.args...)
-		for _, w := range tt.want {
-			if code != tt.code || !strings.Contains(stderr, w) {
-				t.Errorf("replay %q: exit %d, stderr %q; want %d and %q", tt.args, code, stderr, tt.code, w)
-			}
-		}
-	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
-// TestReplayHelp: `floodgate replay -h` prints the text users know, held in
-// testdata/replay-help.golden (taken from the binary before the command
-// moved into internal/replay).
-func TestReplayHelp(t *testing.T) {
-	want, err := os.ReadFile("testdata/replay-help.golden")
+// TestReplayRunsItsProgram: `floodgate replay` runs floodgate-replay with
+// its arguments, standard input and output, and exits with its code; with
+// no such program it says how to get one.
+func TestReplayRunsItsProgram(t *testing.T) {
+	path := os.Getenv("PATH")
+	t.Setenv("PATH", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "-h"}, envOf(), &stdout, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "replay is the floodgate-replay program, found neither next to floodgate nor on PATH") ||
+		!strings.Contains(stderr.String(), "go run ./cmd/replay") {
+		t.Errorf("without the program: exit %d, stderr %q; want 1 and how to build it", code, stderr.String())
+	}
+
+	t.Setenv("PATH", path)
+	replayOnPath(t)
+	rules := writeRules(t, userRules3)
+	stdin, err := os.CreateTemp(t.TempDir(), "traffic")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"replay", "-h"}, envOf(), &stdout, &stderr); code != 0 {
-		t.Fatalf("replay -h: exit %d, stderr %q", code, stderr.String())
-	}
-	if got := stdout.String() + stderr.String(); got != string(want) {
-		os.WriteFile("testdata/replay-help.got", []byte(got), 0o644)
-		t.Errorf("replay -h differs from testdata/replay-help.golden (written to testdata/replay-help.got)")
+	stdin.WriteString(`{"time":"2026-01-01T00:00:00Z","domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}` + "\n")
+	stdin.Seek(0, 0)
+	defer func(saved *os.File) { os.Stdin = saved }(os.Stdin)
+	os.Stdin = stdin
+	for _, tt := range []struct {
+		args         []string
+		code         int
+		stdout, errs string
+	}{
+		{[]string{"-old", rules, "-new", rules, "-traffic", "-"}, 0, "Replayed 1 request", ""},
+		{[]string{"-old", rules}, 2, "", "-old, -new and -traffic are required"},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		code := run(context.Background(), append([]string{"replay"}, tt.args...), envOf(), &stdout, &stderr)
+		if code != tt.code || !strings.Contains(stdout.String(), tt.stdout) || !strings.Contains(stderr.String(), tt.errs) {
+			t.Errorf("replay %q: exit %d, stdout %q, stderr %q; want %d, %q and %q", tt.args, code, stdout.String(), stderr.String(), tt.code, tt.stdout, tt.errs)
+		}
 	}
 }

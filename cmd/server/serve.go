@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/floodgate/floodgate/internal/capture"
 	"github.com/floodgate/floodgate/internal/counters"
 	"github.com/floodgate/floodgate/internal/promsink"
-	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
@@ -278,7 +278,7 @@ func (a *app) listeners(ctx context.Context, svc pb.RateLimitServiceServer) (*se
 	return srv, a.refused(err)
 }
 
-// withCapture returns svc wrapped in a replay.Capture when -capture is
+// withCapture returns svc wrapped in a capture.Recorder when -capture is
 // set, with its counts in the registry; the recording stops at close.
 func (a *app) withCapture(svc pb.RateLimitServiceServer) (pb.RateLimitServiceServer, error) {
 	cfg, logger := &a.cfg.Capture, a.logger
@@ -287,17 +287,17 @@ func (a *app) withCapture(svc pb.RateLimitServiceServer) (pb.RateLimitServiceSer
 	}
 	opts := cfg.Options
 	opts.Logger = logger
-	c, err := replay.NewCapture(svc, cfg.Path, opts)
+	c, err := capture.New(svc, cfg.Path, opts)
 	if err != nil {
 		return nil, a.refused(a.cfg.FlagError("capture", err))
 	}
 	for _, o := range []struct {
 		outcome string
-		count   func(replay.CaptureStats) int64
+		count   func(capture.Stats) int64
 	}{
-		{"written", func(s replay.CaptureStats) int64 { return s.Written }},
-		{"dropped", func(s replay.CaptureStats) int64 { return s.Dropped }},
-		{"over_size", func(s replay.CaptureStats) int64 { return s.OverSize }},
+		{"written", func(s capture.Stats) int64 { return s.Written }},
+		{"dropped", func(s capture.Stats) int64 { return s.Dropped }},
+		{"over_size", func(s capture.Stats) int64 { return s.OverSize }},
 	} {
 		a.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "floodgate", Name: "capture_lines_total",

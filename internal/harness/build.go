@@ -73,11 +73,21 @@ func declares(gomod []byte, path string) bool {
 // -race: the binary is the subject, not the test, and a race build runs
 // several times slower.
 func Build(ctx context.Context, out string) error {
+	return BuildCommand(ctx, "./cmd/server", out)
+}
+
+// ReplayProgram is the name `floodgate replay` looks for, next to floodgate
+// or on PATH: cmd/replay's binary.
+const ReplayProgram = "floodgate-replay"
+
+// BuildCommand builds the command in pkg, a directory of the module
+// ("./cmd/replay"), into out, as Build builds the server.
+func BuildCommand(ctx context.Context, pkg, out string) error {
 	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
-	args := append(append([]string{"build"}, BuildFlags()...), "-o", out, "./cmd/server")
+	args := append(append([]string{"build"}, BuildFlags()...), "-o", out, pkg)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), BuildEnv()...)
@@ -113,7 +123,8 @@ func Main(m *testing.M) int {
 }
 
 // Binary returns the floodgate binary, built by Build on the first call
-// of the test binary into a temporary directory, which Main removes. It
+// of the test binary into a temporary directory, which Main removes, with
+// ReplayProgram next to it for `floodgate replay`. It
 // requires the processes tier and the go command (see Require), and fails
 // t when the build fails or when TestMain does not call Main.
 func Binary(t testing.TB) string {
@@ -128,7 +139,9 @@ func Binary(t testing.TB) string {
 			return
 		}
 		built.path = filepath.Join(built.dir, "floodgate")
-		built.err = Build(context.Background(), built.path)
+		if built.err = Build(context.Background(), built.path); built.err == nil {
+			built.err = BuildCommand(context.Background(), "./cmd/replay", filepath.Join(built.dir, ReplayProgram))
+		}
 	})
 	if built.err != nil {
 		t.Fatal(built.err)

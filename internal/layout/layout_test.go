@@ -41,16 +41,18 @@ var mayImport = map[string][]string{
 	"internal/promsink":      {"internal/statsd", "pkg/option"},
 	"internal/counters":      {"pkg/limit", "pkg/option", "pkg/rules"},
 	"internal/xds":           {"pkg/option", "pkg/rules"},
-	"internal/replay":        {"pkg/envoy", "pkg/limit", "pkg/option", "pkg/rules"},
+	"internal/capture":       {"pkg/option"},
+	"internal/replay":        {"internal/capture", "pkg/envoy", "pkg/limit", "pkg/option", "pkg/rules"},
 	"internal/rlsmetrics":    {"internal/statsd", "pkg/envoy", "pkg/limit", "pkg/rules"},
 	"internal/store":         {"internal/denycache", "internal/health", "internal/memcachelimit", "internal/tlsclient", "pkg/limit", "pkg/option", "pkg/redislimit"},
 	"internal/ui":            {"internal/health", "internal/rlsmetrics", "pkg/option", "pkg/rules"},
 	"internal/server":        {"internal/health", "pkg/envoy", "pkg/option", "pkg/rules"},
-	"internal/settings":      {"internal/denycache", "internal/promsink", "internal/replay", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/statsd", "internal/store", "internal/tlsclient", "internal/tracing", "internal/xds", "pkg/envoy", "pkg/limit", "pkg/option", "pkg/rules"},
+	"internal/settings":      {"internal/capture", "internal/denycache", "internal/promsink", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/statsd", "internal/store", "internal/tlsclient", "internal/tracing", "internal/xds", "pkg/envoy", "pkg/limit", "pkg/option", "pkg/rules"},
 	"internal/layout":        nil,
 
 	// The binaries, on top.
-	"cmd/server": {"internal/counters", "internal/health", "internal/promsink", "internal/replay", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/settings", "internal/statsd", "internal/store", "internal/tracing", "internal/ui", "internal/xds", "pkg/envoy", "pkg/rules"},
+	"cmd/server": {"internal/capture", "internal/counters", "internal/health", "internal/promsink", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/settings", "internal/statsd", "internal/store", "internal/tracing", "internal/ui", "internal/xds", "pkg/envoy", "pkg/rules"},
+	"cmd/replay": {"internal/replay"},
 	"cmd/bench":  {"internal/harness", "internal/harness/envoytest", "internal/harness/redistest", "internal/rlqs", "internal/server", "internal/testlog", "pkg/limit", "pkg/redislimit", "pkg/rules"},
 
 	// What tests use: real programs, certificates, logs, receivers.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/capture"
 )
 
 // defaultReorder is Merge's reorder when it is 0: the requests read ahead
@@ -123,7 +125,7 @@ func (in *input) fill() error {
 		}
 		if in.out.Line > 0 && r.Time.Before(in.out.Time) {
 			return fmt.Errorf("%s: line %d (%s) is older than line %d (%s), which had to be replayed first: %w by more than %s",
-				in.stats.Name, r.Line, r.Time.UTC().Format(TimeLayout), in.out.Line, in.out.Time.UTC().Format(TimeLayout), ErrOutOfOrder, plural(in.ahead.bound, "request"))
+				in.stats.Name, r.Line, r.Time.UTC().Format(capture.TimeLayout), in.out.Line, in.out.Time.UTC().Format(capture.TimeLayout), ErrOutOfOrder, plural(in.ahead.bound, "request"))
 		}
 		in.stats.Requests++
 		if r.Time.Before(in.newest) {

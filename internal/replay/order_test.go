@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/capture"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -117,7 +118,7 @@ func replicaTraffic() (a, b, sorted string) {
 		for range 3000 {
 			at += time.Duration(rng.IntN(80)) * time.Millisecond
 			l := line{at, fmt.Sprintf(`{"time":%q,"domain":"d","descriptors":[{"entries":[{"key":"k","value":"c%d"}]}]}`+"\n",
-				t0.Add(at).Format(TimeLayout), rng.IntN(5))}
+				t0.Add(at).Format(capture.TimeLayout), rng.IntN(5))}
 			*r = append(*r, l)
 			all = append(all, l)
 		}

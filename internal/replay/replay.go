@@ -14,6 +14,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate/floodgate/internal/capture"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -146,7 +147,7 @@ func (rp *replayer) request(ctx context.Context, r Request) error {
 	rep := rp.rep
 	if r.Time.Before(rep.To) {
 		// Traffic never hands one; deciding it would distort the report.
-		return fmt.Errorf("replay: %w: a request at %s after one at %s", ErrOutOfOrder, r.Time.Format(TimeLayout), rep.To.Format(TimeLayout))
+		return fmt.Errorf("replay: %w: a request at %s after one at %s", ErrOutOfOrder, r.Time.Format(capture.TimeLayout), rep.To.Format(capture.TimeLayout))
 	}
 	rep.Requests++
 	if rep.Requests == 1 {

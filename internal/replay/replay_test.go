@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/capture"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
@@ -481,7 +482,7 @@ func TestReplayValues(t *testing.T) {
 			extra = `,{"entries":[{"key":"path","value":"/x"}]}`
 		}
 		fmt.Fprintf(&traffic, `{"time":%q,"domain":"v","descriptors":[{"entries":[{"key":"client","value":%q}]}%s]}`+"\n",
-			t0.Add(time.Duration(i)*10*time.Millisecond).Format(TimeLayout), c, extra)
+			t0.Add(time.Duration(i)*10*time.Millisecond).Format(capture.TimeLayout), c, extra)
 		i++
 	}
 	want := []ValueChange{

@@ -31,15 +31,10 @@ type Request struct {
 	Line int
 }
 
-// TimeLayout is the layout of the times Capture writes: RFC 3339 in UTC
-// with always six digits of microseconds, so that captured lines sort as
-// text in time order (LC_ALL=C sort). A Reader accepts any RFC 3339 time.
-const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
-
 // Reader reads recorded traffic, one JSON object a line, in either of two
 // shapes, told apart line by line:
 //
-//   - floodgate's, as Capture writes it: the body of a /json request plus
+//   - floodgate's, as capture.Recorder writes it (any RFC 3339 time): the body of a /json request plus
 //     "time", in snake_case or lowerCamelCase:
 //     {"time": "2026-01-02T15:04:05.123000Z", "domain": "demo", "descriptors":
 //     [{"entries": [{"key": "api_key", "value": "alice"}]}]}
@@ -111,7 +106,7 @@ func (r *Reader) Next() (Request, error) {
 }
 
 // line is one line of traffic in either shape: floodgate's (Domain set;
-// encodeLine writes it) or an access log's (RateLimit, decoded again).
+// capture.Recorder writes it) or an access log's (RateLimit, decoded again).
 type line struct {
 	Time      string          `json:"time"`
 	StartTime string          `json:"start_time,omitempty"`
@@ -135,7 +130,7 @@ type descriptor[E entry | string] struct {
 	HitsAddendCamel *uint64         `json:"hitsAddend,omitempty"`
 }
 
-// entry is an entry as /json reads it and Capture writes it.
+// entry is an entry as /json reads it and capture.Recorder writes it.
 type entry struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/floodgate/floodgate/internal/capture"
 	"github.com/floodgate/floodgate/internal/promsink"
-	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/internal/rlqs"
 	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
@@ -94,7 +94,7 @@ type Part[O any] struct {
 // Capture records the requests served to Path, when set, for replay.
 type Capture struct {
 	Path    string
-	Options replay.CaptureOptions
+	Options capture.Options
 }
 
 // Log is the format and level of the logs.

@@ -3,7 +3,7 @@ package settings
 import (
 	"flag"
 
-	"github.com/floodgate/floodgate/internal/replay"
+	"github.com/floodgate/floodgate/internal/capture"
 	"github.com/floodgate/floodgate/internal/rlsmetrics"
 	"github.com/floodgate/floodgate/internal/server"
 	"github.com/floodgate/floodgate/internal/statsd"
@@ -114,12 +114,12 @@ var captureRows = section("Traffic capture (for floodgate replay)", []Setting{
 		Usage:   "with -capture, the share of requests recorded, in (0, 1], chosen by descriptor: a kept descriptor keeps all its requests",
 		Doc:     "share of requests recorded, chosen by a hash of the domain and descriptors: a kept descriptor keeps all its requests",
 		At:      func(c *Config) any { return &c.Capture.Options.Sample },
-		Default: replay.DefaultCaptureSample},
+		Default: capture.DefaultSample},
 	{Flag: "capture-max-bytes",
 		Usage:   "with -capture, the largest the file may grow, in bytes; then recording stops",
 		Doc:     "the largest the file may grow (what it held before counts); then recording stops, with a warning",
 		At:      func(c *Config) any { return &c.Capture.Options.MaxBytes },
-		Default: replay.DefaultCaptureMaxBytes},
+		Default: capture.DefaultMaxBytes},
 })
 
 var commandRows = section("Commands", []Setting{

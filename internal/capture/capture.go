@@ -1,4 +1,4 @@
-package replay
+package capture
 
 import (
 	"bufio"
@@ -19,23 +19,27 @@ import (
 	"github.com/floodgate/floodgate/pkg/option"
 )
 
-// Defaults of the CaptureOptions fields left zero.
+// Defaults of the Options fields left zero.
 const (
-	DefaultCaptureMaxBytes = 100 << 20
-	DefaultCaptureSample   = 1.0 // every request
+	DefaultMaxBytes = 100 << 20
+	DefaultSample   = 1.0 // every request
 )
+
+// TimeLayout is the layout of the times a Recorder writes: RFC 3339 in UTC
+// with always six digits of microseconds, so that captured lines sort as
+// text in time order (LC_ALL=C sort).
+const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
 // captureQueue is the number of lines waiting for the writer. A request
 // finding it full is not captured and is counted: capturing never makes a
 // request wait.
 const captureQueue = 4096
 
-// Validate reports the first option NewCapture refuses as an
-// *option.Error ("replay.CaptureOptions.Sample 2: want a share in
-// (0, 1]"), or nil.
-func (o CaptureOptions) Validate() error {
+// Validate reports the first option New refuses as an *option.Error
+// ("capture.Options.Sample 2: want a share in (0, 1]"), or nil.
+func (o Options) Validate() error {
 	refused := func(field string, v any, want string) error {
-		return &option.Error{Options: "replay.CaptureOptions", Field: field, Value: v, Want: want}
+		return &option.Error{Options: "capture.Options", Field: field, Value: v, Want: want}
 	}
 	switch {
 	case o.Sample < 0 || o.Sample > 1 || math.IsNaN(o.Sample):
@@ -46,8 +50,8 @@ func (o CaptureOptions) Validate() error {
 	return nil
 }
 
-// CaptureOptions configure a Capture. Zero values take the defaults.
-type CaptureOptions struct {
+// Options configure a Recorder. Zero values take the defaults.
+type Options struct {
 	// Sample is the share of requests kept, in (0, 1]. A request is kept
 	// or not by a hash of its domain and descriptors, so that a per-client
 	// limit sees the whole of a kept client's traffic in a replay.
@@ -63,8 +67,8 @@ type CaptureOptions struct {
 	Logger *slog.Logger
 }
 
-// CaptureStats count a Capture's lines.
-type CaptureStats struct {
+// Stats count a Recorder's lines.
+type Stats struct {
 	// Written lines are in the file (once Close returned).
 	Written int64
 	// Dropped lines found the queue full.
@@ -74,11 +78,11 @@ type CaptureStats struct {
 	OverSize int64
 }
 
-// Capture is a pb.RateLimitServiceServer that records the requests it
-// passes to another one, as lines Reader reads, and answers as that one
-// does. A goroutine of its own writes the lines. It is safe for concurrent
+// Recorder is a pb.RateLimitServiceServer that records the requests it
+// passes to another one, one JSON line each (the body of a /json request
+// plus its "time"), and answers as that one does. A goroutine of its own writes the lines. It is safe for concurrent
 // use.
-type Capture struct {
+type Recorder struct {
 	pb.UnimplementedRateLimitServiceServer
 
 	next      pb.RateLimitServiceServer
@@ -94,16 +98,16 @@ type Capture struct {
 	written, dropped, overSize atomic.Int64
 }
 
-// NewCapture returns a Capture passing requests to next and appending
+// New returns a Recorder passing requests to next and appending
 // lines to the file at path, created if needed with mode 0600: the lines
 // hold descriptor values, as sensitive as an access log. A file that
 // exists keeps its mode, with a warning when others may read it.
-func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions) (*Capture, error) {
+func New(next pb.RateLimitServiceServer, path string, opts Options) (*Recorder, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.Sample = cmp.Or(opts.Sample, DefaultCaptureSample)
-	opts.MaxBytes = cmp.Or(opts.MaxBytes, DefaultCaptureMaxBytes)
+	opts.Sample = cmp.Or(opts.Sample, DefaultSample)
+	opts.MaxBytes = cmp.Or(opts.MaxBytes, DefaultMaxBytes)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -123,7 +127,7 @@ func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions
 		opts.Logger.Warn("capture: the file may be read by others than its owner, and it holds the requests' descriptor values (API keys, addresses, user ids)",
 			"capture", path, "mode", fmt.Sprintf("%04o", perm))
 	}
-	c := &Capture{
+	c := &Recorder{
 		next: next, seed: maphash.MakeSeed(), now: opts.Now,
 		threshold: math.MaxUint64,
 		lines:     make(chan []byte, captureQueue), stop: make(chan struct{}), done: make(chan struct{}),
@@ -136,7 +140,7 @@ func NewCapture(next pb.RateLimitServiceServer, path string, opts CaptureOptions
 }
 
 // ShouldRateLimit records req when sampled and returns next's answer.
-func (c *Capture) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+func (c *Recorder) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	if !c.closed.Load() && c.kept(req) {
 		line := encodeLine(c.now(), req)
 		select {
@@ -149,7 +153,7 @@ func (c *Capture) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 }
 
 // kept reports whether req is in the sample.
-func (c *Capture) kept(req *pb.RateLimitRequest) bool {
+func (c *Recorder) kept(req *pb.RateLimitRequest) bool {
 	if c.threshold == math.MaxUint64 {
 		return true
 	}
@@ -169,7 +173,7 @@ func (c *Capture) kept(req *pb.RateLimitRequest) bool {
 }
 
 // write appends lines to f until Close, within max bytes in all.
-func (c *Capture) write(f *os.File, size, limit int64, path string, logger *slog.Logger) {
+func (c *Recorder) write(f *os.File, size, limit int64, path string, logger *slog.Logger) {
 	defer close(c.done)
 	w := bufio.NewWriterSize(f, 64<<10)
 	full := false
@@ -215,7 +219,7 @@ func (c *Capture) write(f *os.File, size, limit int64, path string, logger *slog
 
 // Close writes the lines in the queue and closes the file, returning its
 // error. Requests after Close are passed on and not recorded.
-func (c *Capture) Close() error {
+func (c *Recorder) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		close(c.stop)
 	}
@@ -224,15 +228,40 @@ func (c *Capture) Close() error {
 }
 
 // Stats returns the counts so far.
-func (c *Capture) Stats() CaptureStats {
-	return CaptureStats{Written: c.written.Load(), Dropped: c.dropped.Load(), OverSize: c.overSize.Load()}
+func (c *Recorder) Stats() Stats {
+	return Stats{Written: c.written.Load(), Dropped: c.dropped.Load(), OverSize: c.overSize.Load()}
 }
 
-// encodeLine renders one line of the traffic format, newline included.
-// Its fields are those Reader reads, in snake_case, without the empty ones.
+// line is one line as a Recorder writes it: the body of a /json request,
+// in snake_case and without the empty fields, plus its time. floodgate
+// replay reads it (and more shapes besides).
+type line struct {
+	Time        string       `json:"time"`
+	Domain      string       `json:"domain"`
+	Descriptors []descriptor `json:"descriptors"`
+	HitsAddend  uint32       `json:"hits_addend,omitempty"`
+}
+
+type descriptor struct {
+	Entries    []entry   `json:"entries"`
+	Limit      *override `json:"limit,omitempty"`
+	HitsAddend *uint64   `json:"hits_addend,omitempty"`
+}
+
+type entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+type override struct {
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	Unit            string `json:"unit"`
+}
+
+// encodeLine renders one line, newline included.
 func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
-	out := line{Time: t.UTC().Format(TimeLayout), request: request[entry]{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}}
-	out.Descriptors = make([]descriptor[entry], len(req.GetDescriptors()))
+	out := line{Time: t.UTC().Format(TimeLayout), Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
+	out.Descriptors = make([]descriptor, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		do := &out.Descriptors[i]
 		do.Entries = make([]entry, len(d.GetEntries()))
@@ -240,7 +269,7 @@ func encodeLine(t time.Time, req *pb.RateLimitRequest) []byte {
 			do.Entries[j] = entry{e.GetKey(), e.GetValue()}
 		}
 		if l := d.GetLimit(); l != nil {
-			do.Limit, _ = json.Marshal(override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: strings.ToUpper(l.GetUnit().String())})
+			do.Limit = &override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: strings.ToUpper(l.GetUnit().String())}
 		}
 		if h := d.GetHitsAddend(); h != nil {
 			do.HitsAddend = &h.Value
