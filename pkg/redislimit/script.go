@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate/floodgate/pkg/internal/twin"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/redis/go-redis/v9"
 )
@@ -82,9 +83,9 @@ func luaConstants() []luaConstant {
 		luaConstant{"FIELD_NEVER", fieldNever},
 		luaConstant{"FIELD_DEBT", fieldDebt},
 		luaConstant{"FIELDS_PER_DECISION", fieldsPerDecision},
-		luaConstant{"GCRA_EPOCH", limit.GCRAEpoch},
+		luaConstant{"GCRA_EPOCH", twin.GCRAEpoch},
 		luaConstant{"MAX_COUNT", limit.MaxCount},
-		luaConstant{"MAX_DEBT", int64(limit.MaxDebt / time.Microsecond)},
+		luaConstant{"MAX_DEBT", int64(twin.MaxDebt / time.Microsecond)},
 	)
 }
 
