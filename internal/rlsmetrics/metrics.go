@@ -271,9 +271,9 @@ func (m *Metrics) Decision(d time.Duration, resp *pb.RateLimitResponse, err erro
 const RefusedOther = "other"
 
 // RefusalReasons are the values of floodgate_requests_refused_total's
-// reason label: envoy's Refused reasons, then RefusedOther.
-var RefusalReasons = []string{envoy.RefusedMalformed, envoy.RefusedTooLarge, envoy.RefusedUnknownMethod,
-	envoy.RefusedBounds, envoy.RefusedInvalid, RefusedOther}
+// reason label: the reasons envoy.Metrics.Refused documents, then
+// RefusedOther.
+var RefusalReasons = []string{"malformed", "too_large", "unknown_method", "bounds", "invalid", RefusedOther}
 
 // Refused counts a request refused for reason. The listeners call it too.
 func (m *Metrics) Refused(reason string) {

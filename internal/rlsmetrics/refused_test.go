@@ -42,16 +42,16 @@ func TestRefusedRequestsAreCounted(t *testing.T) {
 		reason string
 	}{
 		{"valid", request("test", desc("user", "a")), "", ""},
-		{"empty domain", request("", desc("user", "a")), "domain: must not be empty", envoy.RefusedMalformed},
-		{"no descriptor", request("test"), "descriptors: must not be empty", envoy.RefusedMalformed},
-		{"value not UTF-8", request("test", desc("user", "\xff")), "not valid UTF-8", envoy.RefusedMalformed},
-		{"beyond the bounds", request("test", desc("user", "a"), desc("user", "b"), desc("user", "c")), "more than the bound of 2 (max descriptors)", envoy.RefusedBounds},
-		{"bad override", request("test", withOverride(desc("user", "a"), 5, typev3.RateLimitUnit_UNKNOWN)), "descriptors[0].limit", envoy.RefusedInvalid},
+		{"empty domain", request("", desc("user", "a")), "domain: must not be empty", "malformed"},
+		{"no descriptor", request("test"), "descriptors: must not be empty", "malformed"},
+		{"value not UTF-8", request("test", desc("user", "\xff")), "not valid UTF-8", "malformed"},
+		{"beyond the bounds", request("test", desc("user", "a"), desc("user", "b"), desc("user", "c")), "more than the bound of 2 (max descriptors)", "bounds"},
+		{"bad override", request("test", withOverride(desc("user", "a"), 5, typev3.RateLimitUnit_UNKNOWN)), "descriptors[0].limit", "invalid"},
 		{"zero multiplier", request("test", func() *rlv3.RateLimitDescriptor {
 			d := withOverride(desc("user", "a"), 5, typev3.RateLimitUnit_MINUTE)
 			d.Limit.UnitMultiplier = wrapperspb.UInt32(0)
 			return d
-		}()), "unit_multiplier: must be at least 1", envoy.RefusedInvalid},
+		}()), "unit_multiplier: must be at least 1", "invalid"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refused()

@@ -51,10 +51,14 @@ func (s *Server) grpcOptions(codec *envoy.Codec) []grpc.ServerOption {
 	return append(opts, s.opts.Conns.grpcConnOptions(s.opts.MaxConnectionAge, s.opts.MaxConnectionAgeGrace)...)
 }
 
+// refusedUnknownMethod is the reason envoy.Metrics.Refused documents for a
+// method not served, which a listener gives too.
+const refusedUnknownMethod = "unknown_method"
+
 // unknownMethod answers a call of a method the server does not serve, as
 // gRPC would (Unimplemented), and counts it.
 func (s *Server) unknownMethod(_ any, stream grpc.ServerStream) error {
-	s.opts.Refused(envoy.RefusedUnknownMethod)
+	s.opts.Refused(refusedUnknownMethod)
 	method, _ := grpc.MethodFromServerStream(stream)
 	return status.Errorf(codes.Unimplemented, "unknown method %s", method)
 }

@@ -1,9 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"expvar"
 	"fmt"
 	"io"
@@ -17,20 +14,17 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/internal/health"
-	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
 
-func (s *Server) httpHandler(gatherer prometheus.Gatherer) http.Handler {
+// httpHandler serves the HTTP listener: json answers /json
+// (envoy.Codec.JSONHandler).
+func (s *Server) httpHandler(gatherer prometheus.Gatherer, json http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", s.healthcheck)
-	mux.HandleFunc("/json", s.json)
+	mux.Handle("/json", json)
 	mux.HandleFunc("/rlconfig", s.rlconfig)
 	if gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -115,84 +109,14 @@ func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	io.WriteString(w, "OK")
 }
 
-// json decides a RateLimitRequest given as protojson: 200 with the
-// response when OK, 429 when OVER_LIMIT, 400 with the reason for a bad
-// request, 503 when the store failed and the policy says unavailable.
-func (s *Server) json(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		s.opts.Refused(envoy.RefusedUnknownMethod)
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "POST a RateLimitRequest as JSON", http.StatusMethodNotAllowed)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessageBytes)))
-	if err != nil {
-		// A body cut short is no request to count: nobody reads the answer.
-		code := http.StatusBadRequest
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			code = http.StatusRequestEntityTooLarge
-			s.opts.Refused(envoy.RefusedTooLarge)
-		}
-		http.Error(w, "reading the body: "+err.Error(), code)
-		return
-	}
-	// In flight from here: a body still coming is no request yet.
-	s.inflight.Add(1)
-	defer s.inflight.Add(-1)
-	req, err := envoy.DecodeJSON(body)
-	if err != nil {
-		s.opts.Refused(envoy.RefusedMalformed)
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
+// refuseOverrides refuses a /json request carrying a limit override
+// (Options.JSONOverrides).
+func refuseOverrides(req *pb.RateLimitRequest) error {
 	hasLimit := func(d *rlv3.RateLimitDescriptor) bool { return d.GetLimit() != nil }
-	if i := slices.IndexFunc(req.GetDescriptors(), hasLimit); i >= 0 && !s.opts.JSONOverrides {
-		s.opts.Refused(envoy.RefusedMalformed)
-		http.Error(w, fmt.Sprintf("descriptors[%d].limit: limit overrides are refused on /json (-json-overrides, FLOODGATE_JSON_OVERRIDES, accepts them)", i), http.StatusBadRequest)
-		return
+	if i := slices.IndexFunc(req.GetDescriptors(), hasLimit); i >= 0 {
+		return fmt.Errorf("descriptors[%d].limit: limit overrides are refused on /json (-json-overrides, FLOODGATE_JSON_OVERRIDES, accepts them)", i)
 	}
-	// A traceparent header makes the request's span a child of the caller's.
-	resp, err := s.svc.ShouldRateLimit(envoy.WithHTTPRequest(r.Context(), r), req)
-	if err != nil {
-		http.Error(w, status.Convert(err).Message(), httpStatus(err))
-		return
-	}
-	out, err := marshalJSON(resp)
-	if err != nil {
-		http.Error(w, "encoding the response: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	w.Write(out)
-}
-
-// httpStatus is /json's status for the service's error: 400 for a bad
-// request, 503 when the store failed and the policy says unavailable.
-func httpStatus(err error) int {
-	switch status.Code(err) {
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
-// marshalJSON encodes m as protojson, compacted: protojson varies its
-// spacing on purpose, and scripts compare /json's answers byte for byte.
-func marshalJSON(m proto.Message) ([]byte, error) {
-	out, err := protojson.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, out); err != nil {
-		return nil, fmt.Errorf("compacting protojson: %w", err)
-	}
-	return b.Bytes(), nil
+	return nil
 }
 
 // rlconfig describes the server: the state of the rule loads, health with

@@ -76,7 +76,7 @@ type Options struct {
 	// Conns bounds the listeners' clients.
 	Conns ConnOptions
 	// Refused, when set, is called once for each request refused before
-	// the service sees it, with envoy's reason (envoy.RefusedMalformed...).
+	// the service sees it, with a reason envoy.Metrics.Refused documents.
 	Refused func(reason string)
 	// UI and DebugUI, when set, serve the live page at /ui and under /ui/
 	// on the HTTP and the debug listener.

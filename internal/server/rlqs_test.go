@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/rlqs"
-	"github.com/floodgate/floodgate/pkg/envoy"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/rules"
 )
@@ -55,7 +54,7 @@ func TestRLQSBesideRLS(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("an RLS request over its bound, below the RLQS one: %v, want ResourceExhausted", err)
 	}
-	checkRefused(t, before, refusedCounts(t, s), envoy.RefusedTooLarge)
+	checkRefused(t, before, refusedCounts(t, s), "too_large")
 
 	stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(context.Background())
 	if err != nil {

@@ -114,8 +114,12 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 		ready: make(chan struct{})}
 
 	codec := &envoy.Codec{MaxRequestBytes: opts.MaxMessageBytes}
+	if !opts.JSONOverrides {
+		codec.VetJSON = refuseOverrides
+	}
 	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
 	codec.Register(s.grpc, inFlight{svc, &s.inflight}, opts.Refused)
+	json := codec.JSONHandler(inFlight{svc, &s.inflight}, opts.Refused)
 	s.healthNames = HealthServices
 	if opts.RLQS != nil {
 		rlqspb.RegisterRateLimitQuotaServiceServer(s.grpc, opts.RLQS)
@@ -133,7 +137,7 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 	s.listeners = []*listener{
 		{title: "gRPC", name: "grpc", addr: opts.GRPCAddr, max: c.GRPCMaxConns},
 		{title: "HTTP", name: "http", addr: opts.HTTPAddr, max: c.HTTPMaxConns,
-			http: httpServer(s.httpHandler(gatherer), c, c.HTTPWriteTimeout)},
+			http: httpServer(s.httpHandler(gatherer, json), c, c.HTTPWriteTimeout)},
 	}
 	if opts.DebugAddr != "" {
 		// No write timeout: profiles take 30 s.

@@ -146,7 +146,8 @@ func (d *deployment) logOpened(opts Options, r RedisOptions) {
 	if r.PipelineLimit > 0 {
 		attrs = append(attrs, "pipeline_limit", r.PipelineLimit)
 	}
-	attrs = append(attrs, "script_sha", redislimit.ScriptSHA(), "function", redislimit.FunctionName())
+	sha, function := redislimit.Script()
+	attrs = append(attrs, "script_sha", sha, "function", function)
 	opts.Logger.Info(msg, d.logAttrs(attrs...)...)
 	if r.typ() == "cluster" && (r.PipelineWindow > 0 || r.PipelineLimit > 0) {
 		// The reference requires them with Cluster, so migrated settings

@@ -27,11 +27,11 @@ type RequestBounds struct {
 }
 
 // check returns the first way req breaks the bounds or is malformed,
-// naming the field, with the reason to count it under (RefusedBounds or
-// RefusedMalformed). It does not allocate for a valid request.
+// naming the field, with the reason to count it under (refusedBounds or
+// refusedMalformed). It does not allocate for a valid request.
 func (b *RequestBounds) check(req *pb.RateLimitRequest) (reason string, err error) {
-	bound := func(format string, args ...any) (string, error) { return RefusedBounds, fmt.Errorf(format, args...) }
-	malformed := func(format string, args ...any) (string, error) { return RefusedMalformed, fmt.Errorf(format, args...) }
+	bound := func(format string, args ...any) (string, error) { return refusedBounds, fmt.Errorf(format, args...) }
+	malformed := func(format string, args ...any) (string, error) { return refusedMalformed, fmt.Errorf(format, args...) }
 	switch domain := req.GetDomain(); {
 	case domain == "":
 		return malformed("domain: must not be empty")

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -27,13 +26,20 @@ import (
 // It decodes ShouldRateLimit's request without reflection into reused
 // storage, and answers InvalidArgument, naming what is wrong, to a request
 // it cannot decode, where gRPC would answer Internal (a server failure to
-// Envoy). Other messages go through gRPC's proto codec. The zero value is
-// ready to use; a Codec is safe for concurrent use.
+// Envoy). Other messages go through gRPC's proto codec. c.JSONHandler
+// decodes the same request written in JSON. The zero value is ready to
+// use; a Codec is safe for concurrent use.
 type Codec struct {
 	// MaxRequestBytes bounds a RateLimitRequest, answering
 	// ResourceExhausted as gRPC does over grpc.MaxRecvMsgSize, which other
-	// messages may need larger; 0 means no bound but gRPC's.
+	// messages may need larger, and 413 on /json; 0 means no bound but
+	// gRPC's, and none on /json.
 	MaxRequestBytes int
+	// VetJSON, when set, is asked about each request JSONHandler decodes,
+	// before the service sees it: an error refuses the request, 400 with
+	// the error's text, counted as malformed. A server that lets anyone
+	// reach /json refuses limit overrides there so.
+	VetJSON func(*pb.RateLimitRequest) error
 }
 
 // protoCodec is gRPC's proto codec, registered by the import above.
@@ -103,8 +109,8 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 // Register registers svc on s, a server built with
 // grpc.ForceServerCodecV2(c), as RegisterRateLimitServiceServer does, with
 // a ShouldRateLimit handler that decodes with c into a pooled request.
-// refused, when not nil, is called with RefusedMalformed or
-// RefusedTooLarge for each request the handler refuses. The handler calls
+// refused, when not nil, is called with the reason, "malformed" or
+// "too_large", for each request the handler refuses (Metrics.Refused). The handler calls
 // no interceptor: gRPC decodes before interceptors run.
 func (c *Codec) Register(s grpc.ServiceRegistrar, svc pb.RateLimitServiceServer, refused func(reason string)) {
 	if refused == nil {
@@ -127,31 +133,20 @@ func (c *Codec) handler(refused func(string)) grpc.MethodHandler {
 		defer in.release()
 		if err := dec(in); err != nil {
 			if status.Code(err) == codes.ResourceExhausted {
-				refused(RefusedTooLarge)
+				refused(refusedTooLarge)
 			}
 			return nil, err
 		}
 		if in.tooLarge > 0 {
-			refused(RefusedTooLarge)
+			refused(refusedTooLarge)
 			return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", in.tooLarge, c.MaxRequestBytes)
 		}
 		if in.refusal != "" {
-			refused(RefusedMalformed)
+			refused(refusedMalformed)
 			return nil, status.Error(codes.InvalidArgument, in.refusal)
 		}
 		return srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, &in.req)
 	}
-}
-
-// DecodeJSON decodes a RateLimitRequest written in protojson, as the
-// reference server's /json endpoint takes it. Its error starts with
-// "invalid RateLimitRequest: ".
-func DecodeJSON(b []byte) (*pb.RateLimitRequest, error) {
-	req := new(pb.RateLimitRequest)
-	if err := protojson.Unmarshal(b, req); err != nil {
-		return nil, fmt.Errorf("invalid RateLimitRequest: %s", protoErrorText(err))
-	}
-	return req, nil
 }
 
 // protoErrorText is a protobuf error's message without its "proto: "

@@ -3,7 +3,9 @@ package envoy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -227,16 +229,16 @@ func TestCodecRefusals(t *testing.T) {
 		reason string // the codec's refusal, "" for none
 	}{
 		{"valid", encode("test", []string{"user", "a"}), codes.OK, "", ""},
-		{"invalid UTF-8 value", encode("test", []string{"user", "a"}, []string{"user", "ok", "k", "\xff"}), codes.InvalidArgument, "descriptors[1].entries[1].value: not valid UTF-8", RefusedMalformed},
-		{"invalid UTF-8 key", encode("test", []string{"us\xc3er", "a"}), codes.InvalidArgument, "descriptors[0].entries[0].key: not valid UTF-8", RefusedMalformed},
-		{"invalid UTF-8 domain", encode("t\xe2t", []string{"user", "a"}), codes.InvalidArgument, "domain: not valid UTF-8", RefusedMalformed},
+		{"invalid UTF-8 value", encode("test", []string{"user", "a"}, []string{"user", "ok", "k", "\xff"}), codes.InvalidArgument, "descriptors[1].entries[1].value: not valid UTF-8", refusedMalformed},
+		{"invalid UTF-8 key", encode("test", []string{"us\xc3er", "a"}), codes.InvalidArgument, "descriptors[0].entries[0].key: not valid UTF-8", refusedMalformed},
+		{"invalid UTF-8 domain", encode("t\xe2t", []string{"user", "a"}), codes.InvalidArgument, "domain: not valid UTF-8", refusedMalformed},
 		// descriptors[1] has its own hits_addend, which only proto decodes.
 		{"invalid UTF-8 after proto's fields", slices.Concat(encode("test", []string{"user", "a"}),
 			[]byte{0x12, 0x04, 0x1a, 0x02, 0x08, 0x01}, encode("", []string{"k", "\xff"})[2:]),
-			codes.InvalidArgument, "descriptors[2].entries[0].value: not valid UTF-8", RefusedMalformed},
-		{"not protobuf", []byte{0x0a, 0x7f, 't', 'e', 's', 't'}, codes.InvalidArgument, "invalid RateLimitRequest: ", RefusedMalformed},
-		{"truncated", []byte{0x0a, 0x03, 's', 0x12, 0x05, 0x0a}, codes.InvalidArgument, "invalid RateLimitRequest: ", RefusedMalformed},
-		{"too large", encode("test", []string{"user", strings.Repeat("x", 5<<10)}), codes.ResourceExhausted, "larger than max (5", RefusedTooLarge},
+			codes.InvalidArgument, "descriptors[2].entries[0].value: not valid UTF-8", refusedMalformed},
+		{"not protobuf", []byte{0x0a, 0x7f, 't', 'e', 's', 't'}, codes.InvalidArgument, "invalid RateLimitRequest: ", refusedMalformed},
+		{"truncated", []byte{0x0a, 0x03, 's', 0x12, 0x05, 0x0a}, codes.InvalidArgument, "invalid RateLimitRequest: ", refusedMalformed},
+		{"too large", encode("test", []string{"user", strings.Repeat("x", 5<<10)}), codes.ResourceExhausted, "larger than max (5", refusedTooLarge},
 		{"empty key: the service's", encode("test", []string{"", "a"}), codes.InvalidArgument, "descriptors[0].entries[0].key: must not be empty", ""},
 		{"still serving after all that", encode("test", []string{"user", "b"}), codes.OK, "", ""},
 	} {
@@ -278,18 +280,46 @@ func serveCodec(t *testing.T, codec *Codec, svc pb.RateLimitServiceServer, refus
 	return conn
 }
 
-// TestDecodeJSON: a request in protojson decodes; a bad one is refused
-// naming what is wrong, after "invalid RateLimitRequest: " and without
-// the protobuf module's "proto:" prefix.
-func TestDecodeJSON(t *testing.T) {
-	req, err := DecodeJSON([]byte(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}],"hitsAddend":2}`))
-	if err != nil || req.Domain != "d" || req.HitsAddend != 2 || req.Descriptors[0].Entries[0].Value != "v" {
-		t.Fatalf("DecodeJSON: %v, %v", req, err)
-	}
-	for _, body := range []string{`{"domain":`, `{"domain":"d","nope":1}`, "{\"domain\":\"\xff\"}"} {
-		_, err := DecodeJSON([]byte(body))
-		if err == nil || !strings.HasPrefix(err.Error(), "invalid RateLimitRequest: ") || strings.Contains(err.Error(), "proto:") {
-			t.Errorf("DecodeJSON(%q): %v, want an error after \"invalid RateLimitRequest: \"", body, err)
+// TestJSONHandler: /json decodes a request in protojson and answers in
+// it; a request refused is answered with its status, naming what is
+// wrong after "invalid RateLimitRequest: " and without the protobuf
+// module's "proto:" prefix, and counted once under its reason; VetJSON
+// refuses what it refuses; the service's own refusals are not counted by
+// the handler.
+func TestJSONHandler(t *testing.T) {
+	h := newHarness(t, Options{})
+	codec := &Codec{MaxRequestBytes: 200, VetJSON: func(req *pb.RateLimitRequest) error {
+		if req.HitsAddend > 5 {
+			return fmt.Errorf("hits_addend: %d is too many here", req.HitsAddend)
 		}
+		return nil
+	}}
+	var refused []string
+	handler := codec.JSONHandler(h.svc, func(reason string) { refused = append(refused, reason) })
+	for _, tc := range []struct {
+		name, method, body string
+		code               int
+		want, reason       string // reason: the handler's refusal, "" for none
+	}{
+		{"valid", "POST", `{"domain":"test","descriptors":[{"entries":[{"key":"user","value":"v"}]}],"hitsAddend":2}`, 200, `{"overallCode":"OK"`, ""},
+		{"not a POST", "GET", "", 405, "POST a RateLimitRequest as JSON\n", refusedUnknownMethod},
+		{"too large", "POST", `{"domain":"` + strings.Repeat("x", 200) + `"}`, 413, "reading the body: http: request body too large\n", refusedTooLarge},
+		{"cut short", "POST", `{"domain":`, 400, "invalid RateLimitRequest: unexpected EOF\n", refusedMalformed},
+		{"unknown field", "POST", `{"domain":"d","nope":1}`, 400, "invalid RateLimitRequest: (line 1:15): unknown field \"nope\"\n", refusedMalformed},
+		{"not UTF-8", "POST", "{\"domain\":\"\xff\"}", 400, "invalid RateLimitRequest: ", refusedMalformed},
+		{"vetted", "POST", `{"domain":"test","descriptors":[{"entries":[{"key":"user","value":"v"}]}],"hitsAddend":6}`, 400, "hits_addend: 6 is too many here\n", refusedMalformed},
+		{"empty key: the service's", "POST", `{"domain":"test","descriptors":[{"entries":[{"value":"v"}]}]}`, 400, "descriptors[0].entries[0].key: must not be empty\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			refused = nil
+			w := httptest.NewRecorder()
+			handler.ServeHTTP(w, httptest.NewRequest(tc.method, "/json", strings.NewReader(tc.body)))
+			if body := w.Body.String(); w.Code != tc.code || !strings.HasPrefix(body, tc.want) || strings.Contains(body, "proto:") {
+				t.Errorf("got %d %q, want %d starting with %q", w.Code, body, tc.code, tc.want)
+			}
+			if tc.reason == "" && len(refused) > 0 || tc.reason != "" && !slices.Equal(refused, []string{tc.reason}) {
+				t.Errorf("refused %q, want %q", refused, tc.reason)
+			}
+		})
 	}
 }

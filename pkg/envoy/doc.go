@@ -27,6 +27,7 @@
 // on its own gRPC server, built with grpc.ForceServerCodecV2(codec), on
 // which codec.Register registers it (see the Example). Codec decodes
 // requests without reflection and answers InvalidArgument to one that does
-// not decode. Options.Metrics, Options.Logger and Options.TracerProvider
+// not decode; codec.JSONHandler serves the reference server's /json
+// endpoint on an HTTP server of the caller's. Options.Metrics, Options.Logger and Options.TracerProvider
 // receive what each request did.
 package envoy

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net/http"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -33,8 +34,11 @@ descriptors:
 	codec := &envoy.Codec{}
 	server := grpc.NewServer(grpc.ForceServerCodecV2(codec))
 	codec.Register(server, svc, nil)
-	// server.Serve(listener) answers Envoy; the service answers a call
-	// made directly too.
+	mux := http.NewServeMux()
+	mux.Handle("/json", codec.JSONHandler(svc, nil))
+	// server.Serve(listener) answers Envoy, http.Serve(listener, mux) the
+	// reference server's /json; the service answers a call made directly
+	// too.
 	req := &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{
 		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}}}
 	for range 2 {

@@ -14,8 +14,13 @@ import (
 type Metrics interface {
 	// Decision records an answer, or the call's gRPC error, and its time.
 	Decision(d time.Duration, resp *pb.RateLimitResponse, err error)
-	// Refused records a request refused before any decision, for one of
-	// the Refused reasons.
+	// Refused records a request refused before any decision, for its
+	// reason: "malformed" (it does not decode, a string is not UTF-8, the
+	// domain, a key or the descriptors are empty, or Codec.VetJSON refused
+	// it), "too_large" (beyond Codec.MaxRequestBytes), "bounds" (beyond
+	// Options.Bounds), "invalid" (a limit override the rules refuse), or
+	// "unknown_method" (JSONHandler's, for a method other than POST; a
+	// server's own listeners may give it too).
 	Refused(reason string)
 	// DomainNotFound records a request, answered OK, for a domain no rule
 	// declares.
@@ -68,12 +73,11 @@ type DescriptorHits struct {
 	Charged bool
 }
 
-// Reasons for Metrics.Refused. RefusedUnknownMethod is a listener's, for
-// a method it does not serve.
+// The reasons given to Metrics.Refused, which documents them.
 const (
-	RefusedMalformed     = "malformed"
-	RefusedTooLarge      = "too_large"
-	RefusedUnknownMethod = "unknown_method"
-	RefusedBounds        = "bounds"
-	RefusedInvalid       = "invalid"
+	refusedMalformed     = "malformed"
+	refusedTooLarge      = "too_large"
+	refusedUnknownMethod = "unknown_method"
+	refusedBounds        = "bounds"
+	refusedInvalid       = "invalid"
 )

@@ -102,7 +102,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, sc *scra
 	}
 
 	if err := sc.plan(set, req, s.opts.FailureMode, s.opts.QuotaMode); err != nil {
-		s.opts.Metrics.Refused(RefusedInvalid)
+		s.opts.Metrics.Refused(refusedInvalid)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 

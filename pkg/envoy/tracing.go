@@ -31,11 +31,10 @@ var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 // traceHeaders carry a caller's span context.
 var traceHeaders = [...]string{"traceparent", "b3", "x-b3-traceid"}
 
-// WithHTTPRequest returns ctx marked as serving r, for the request's span
+// withHTTPRequest returns ctx marked as serving r, for the request's span
 // to describe an HTTP request (http.request.method, url.path), and holding
-// the caller's span context from r's headers. An HTTP handler calls it
-// before ShouldRateLimit.
-func WithHTTPRequest(ctx context.Context, r *http.Request) context.Context {
+// the caller's span context from r's headers.
+func withHTTPRequest(ctx context.Context, r *http.Request) context.Context {
 	ctx = context.WithValue(ctx, httpRequestKey{}, httpRequest{r.Method, r.URL.Path})
 	if !hasTraceContext(func(k string) bool { return r.Header.Get(k) != "" }) {
 		return ctx
@@ -49,7 +48,7 @@ type httpRequest struct{ method, path string }
 
 // startSpan starts the request's span, a child of the caller's span in the
 // incoming gRPC metadata, else in ctx; it reports whether the request came
-// over HTTP (WithHTTPRequest).
+// over HTTP (JSONHandler).
 func (s *Service) startSpan(ctx context.Context, req *pb.RateLimitRequest) (context.Context, trace.Span, bool) {
 	if hasTraceContext(func(h string) bool { return metadata.ValueFromIncomingContext(ctx, h) != nil }) {
 		ctx = propagator.Extract(ctx, mdCarrier{ctx})

@@ -223,7 +223,7 @@ func TestSpanParents(t *testing.T) {
 		for i := 0; i+1 < len(kv); i += 2 {
 			r.Header.Set(kv[i], kv[i+1])
 		}
-		return WithHTTPRequest(context.Background(), r)
+		return withHTTPRequest(context.Background(), r)
 	}
 	const (
 		b3Trace = "463ac35c9f6413ad48485a3953bb6124"
@@ -278,7 +278,7 @@ func TestSpanParents(t *testing.T) {
 // attributes.
 func TestSpanOverHTTP(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/json?x=1", nil)
-	spans := tracedCall(t, WithHTTPRequest(context.Background(), r), 1, limit.NewMemory(limit.MemoryOptions{}), Options{}, request("other", desc("user", "u1")))
+	spans := tracedCall(t, withHTTPRequest(context.Background(), r), 1, limit.NewMemory(limit.MemoryOptions{}), Options{}, request("other", desc("user", "u1")))
 	rs, ok := otlptest.Find(spans, requestSpan)
 	if !ok {
 		t.Fatal("no request span")

@@ -3,6 +3,8 @@ package limit
 import (
 	"math"
 	"time"
+
+	"github.com/floodgate/floodgate/pkg/internal/twin"
 )
 
 // The algorithms are pure step functions, which the Lua scripts translate
@@ -18,14 +20,9 @@ import (
 // every count stays exact in a float64. The Lua scripts share it.
 const MaxCount int64 = 1<<33 - 1
 
-// MaxDebt is the longest a bucket (TokenBucket, LeakyBucket, GCRA) takes to
-// pay back the usage charges that took it past its limit; a charge beyond
-// is counted up to it. Every time it gives stays exact in µs. The Lua
-// scripts share it.
-const MaxDebt = 10 * 365 * 24 * time.Hour
-
-// maxDebtMicros is MaxDebt in µs, the unit of the steps.
-const maxDebtMicros = int64(MaxDebt / time.Microsecond)
+// maxDebtMicros is twin.MaxDebt, the most a bucket owes, in µs, the unit
+// of the steps.
+const maxDebtMicros = int64(twin.MaxDebt / time.Microsecond)
 
 // countCap is the most a window of limit counts: MaxCount, or twice the
 // limit when that is more.

@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/pkg/internal/twin"
 )
 
 // passes reports whether a hit of cost passes at instant at on a copy of
@@ -91,7 +93,7 @@ func TestDebtIsPaidAtTheRate(t *testing.T) {
 }
 
 // TestDebtIsBounded charges far more than any limit: windows count up to
-// MaxCount, buckets owe up to MaxDebt, and every figure stays a valid
+// MaxCount, buckets owe up to twin.MaxDebt, and every figure stays a valid
 // duration.
 func TestDebtIsBounded(t *testing.T) {
 	huge := int64(1 << 53)
@@ -101,15 +103,15 @@ func TestDebtIsBounded(t *testing.T) {
 		for range 3 {
 			o := h.charge(huge)
 			d := o.decision()
-			if d.Allowed || d.ResetAfter <= 0 || d.ResetAfter > MaxDebt+time.Hour {
-				t.Fatalf("%v: a charge of 2^53: %+v, want denied and a reset within MaxDebt", a, d)
+			if d.Allowed || d.ResetAfter <= 0 || d.ResetAfter > twin.MaxDebt+time.Hour {
+				t.Fatalf("%v: a charge of 2^53: %+v, want denied and a reset within twin.MaxDebt", a, d)
 			}
 		}
 		paid := time.Duration(firstAllowed(h, h.now, 0)-h.now) * time.Microsecond
 		switch a {
 		case TokenBucket, LeakyBucket, GCRA:
-			if paid < MaxDebt-time.Second || paid > MaxDebt+time.Second {
-				t.Errorf("%v: three charges of 2^53 are paid in %v, want MaxDebt (%v)", a, paid, MaxDebt)
+			if paid < twin.MaxDebt-time.Second || paid > twin.MaxDebt+time.Second {
+				t.Errorf("%v: three charges of 2^53 are paid in %v, want twin.MaxDebt (%v)", a, paid, twin.MaxDebt)
 			}
 		default:
 			// A sliding window counts a sub-window's hits until it has

@@ -1,15 +1,13 @@
 package limit
 
-import "math"
+import (
+	"math"
 
-// GCRAEpoch is the instant GCRA's arrival times count from, in µs since
-// the Unix epoch (2024-01-01T00:00:00Z): from it, an arrival time in grid
-// units of at most 1 µs stays an exact integer in a float64 for a century.
-// The Lua scripts share it.
-const GCRAEpoch int64 = 1704067200000000
+	"github.com/floodgate/floodgate/pkg/internal/twin"
+)
 
 // gcraState is GCRA's stored state: the theoretical arrival time tat, in
-// grid units since GCRAEpoch, and the Limit that fixed the size of those
+// grid units since twin.GCRAEpoch, and the Limit that fixed the size of those
 // units, so that a counter whose Limit changes carries its time over.
 type gcraState struct {
 	tat   float64
@@ -31,12 +29,12 @@ func gcraGrid(limit, w int64) (period, s float64) {
 	return period, math.Ldexp(1, max(e, 0))
 }
 
-// gcraUnits returns floor(m·s/T), the grid units at m µs since GCRAEpoch.
+// gcraUnits returns floor(m·s/T), the grid units at m µs since twin.GCRAEpoch.
 // It is monotone in m.
 func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period) }
 
 // stepGCRA keeps one theoretical arrival time on that grid. With
-// n = now − GCRAEpoch and u(m) = floor(m·s/T) the units at m µs:
+// n = now − twin.GCRAEpoch and u(m) = floor(m·s/T) the units at m µs:
 //
 //	nu = u(n)
 //	tat = stored (carried over from another limit by gcraCarry), or nu
@@ -53,7 +51,7 @@ func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period)
 // only B − 1.
 func stepGCRA(st *gcraState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	period, s := gcraGrid(limit, w)
-	n := float64(now - GCRAEpoch)
+	n := float64(now - twin.GCRAEpoch)
 	nu := gcraUnits(n, period, s)
 	tat := nu
 	if ok {

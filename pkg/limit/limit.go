@@ -25,7 +25,7 @@
 //     counter past the limit; Decision.Debt says by how much. A window
 //     counts the excess (up to MaxCount) until those hits
 //     leave it; a bucket pays it back at its rate (for at most
-//     MaxDebt, 10 years). A debt lets no later hit pass
+//     10 years). A debt lets no later hit pass
 //     sooner than it would have without the charge.
 //   - The hits of one call decide together (Limiter), all or nothing: no
 //     other call sees its counters half changed. Every Limiter is safe for

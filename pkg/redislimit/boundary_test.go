@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/pkg/internal/twin"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/floodgate/floodgate/pkg/redislimit"
-	"github.com/redis/go-redis/v9"
 )
 
 // A boundary step: at offset from the test's start, a hit of cost on the
@@ -277,7 +279,7 @@ func TestGCRALegacyState(t *testing.T) {
 	l := newLimiter(t, n.client, clk, "gcralegacy:")
 	sp := limit.Spec{Algorithm: limit.GCRA, Limit: 10, Window: time.Second}
 	// Half a second ahead of now: 5 of 10 intervals used.
-	tat := clk.micros() - limit.GCRAEpoch + 500000
+	tat := clk.micros() - twin.GCRAEpoch + 500000
 	if err := n.client.Set(context.Background(), redislimit.Key("gcralegacy:", "k"), tat, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@
 //     error, never a second charge.
 //
 // The Lua code runs as a Redis Functions library named after its hash
-// (FunctionName), so two versions sharing a Redis each call their own; a
+// (Script), so two versions sharing a Redis each call their own; a
 // Redis without functions (before 7), or whose ACL denies them, gets the
 // same code with EVALSHA. On a single node or Sentinel, concurrent calls
 // share round trips (BatchOptions), each still decided as if sent alone.

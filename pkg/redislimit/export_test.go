@@ -12,6 +12,9 @@ func ScriptSource() string { return evaluateSource }
 // CRC16 is the Cluster slot checksum, for its test vectors.
 var CRC16 = crc16
 
+// FunctionName is Script's function, for tests that call it with FCALL.
+func FunctionName() string { return functionName }
+
 // LibrarySource is the assembled Redis Functions library, for tests that
 // load it themselves.
 var LibrarySource = func() string { return evaluateLibrary }

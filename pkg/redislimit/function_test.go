@@ -34,10 +34,11 @@ func hasLibrary(ctx context.Context, c *redis.Client) error {
 // of the Lua code, so that two versions sharing a Redis never call each
 // other's code.
 func TestFunctionName(t *testing.T) {
-	if want := "floodgate_" + redislimit.ScriptSHA(); redislimit.FunctionName() != want {
-		t.Errorf("FunctionName() = %q, want %q", redislimit.FunctionName(), want)
+	sha, function := redislimit.Script()
+	if want := "floodgate_" + sha; function != want || redislimit.FunctionName() != want {
+		t.Errorf("Script() function = %q, FunctionName() = %q, want %q", function, redislimit.FunctionName(), want)
 	}
-	if want := "#!lua name=" + redislimit.FunctionName() + "\n"; !strings.HasPrefix(redislimit.LibrarySource(), want) {
+	if want := "#!lua name=" + function + "\n"; !strings.HasPrefix(redislimit.LibrarySource(), want) {
 		t.Errorf("library starts with %.60q, want %q", redislimit.LibrarySource(), want)
 	}
 }
@@ -279,7 +280,7 @@ func TestFunctionModeRedisDownAtStart(t *testing.T) {
 
 func TestScriptSHA(t *testing.T) {
 	sum := sha1.Sum([]byte(redislimit.ScriptSource()))
-	if got, want := redislimit.ScriptSHA(), hex.EncodeToString(sum[:]); got != want {
-		t.Fatalf("ScriptSHA() = %s, want %s", got, want)
+	if got, _ := redislimit.Script(); got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("Script() sha = %s, want %s", got, hex.EncodeToString(sum[:]))
 	}
 }

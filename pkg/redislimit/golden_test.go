@@ -227,7 +227,7 @@ func goldenCases() []goldenCase {
 		}}
 	}
 	// bound charges far past any limit: windows count up to
-	// limit.MaxCount, buckets owe up to limit.MaxDebt.
+	// limit.MaxCount, buckets owe up to twin.MaxDebt.
 	bound := func(alg string) goldenCase {
 		const huge = 1 << 53
 		return goldenCase{Name: "debt bound " + alg, Spec: goldenSpec{Algorithm: alg, Limit: 10, Window: 3600 * s}, Steps: []goldenStep{

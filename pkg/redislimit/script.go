@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate/floodgate/pkg/internal/twin"
 	"github.com/floodgate/floodgate/pkg/limit"
 	"github.com/redis/go-redis/v9"
 )
@@ -82,9 +83,9 @@ func luaConstants() []luaConstant {
 		luaConstant{"FIELD_NEVER", fieldNever},
 		luaConstant{"FIELD_DEBT", fieldDebt},
 		luaConstant{"FIELDS_PER_DECISION", fieldsPerDecision},
-		luaConstant{"GCRA_EPOCH", limit.GCRAEpoch},
+		luaConstant{"GCRA_EPOCH", twin.GCRAEpoch},
 		luaConstant{"MAX_COUNT", limit.MaxCount},
-		luaConstant{"MAX_DEBT", int64(limit.MaxDebt / time.Microsecond)},
+		luaConstant{"MAX_DEBT", int64(twin.MaxDebt / time.Microsecond)},
 	)
 }
 
@@ -100,13 +101,11 @@ var (
 		"\nredis.register_function('" + functionName + "', evaluate)\n"
 )
 
-// ScriptSHA returns the SHA-1, in hex, of the script this build sends to
-// Redis with EVALSHA.
-func ScriptSHA() string { return evaluateScript.Hash() }
-
-// FunctionName returns the name of the Redis function, and of its
-// library, that this build calls with FCALL: "floodgate_" and ScriptSHA.
-func FunctionName() string { return functionName }
+// Script names this build's Lua code as Redis knows it, to find it in
+// SCRIPT and FUNCTION listings and in logs: sha is the SHA-1, in hex, of
+// the script sent with EVALSHA; function is the name of the Redis
+// function, and of its library, called with FCALL: "floodgate_" and sha.
+func Script() (sha, function string) { return evaluateScript.Hash(), functionName }
 
 // definitions assembles the code common to the script and the library:
 // the constants, as locals and in a table K; common.lua as the body of a
@@ -328,7 +327,7 @@ func (l *Limiter) fallBack(err error) bool {
 	}
 	if l.fn.mode.Swap(modeScript) != modeScript {
 		l.fn.log.Warn("Redis does not run functions for floodgate (before Redis 7, or an ACL denying FUNCTION or FCALL): the Lua code is sent with EVALSHA, which costs Redis more CPU per call",
-			"err", err, "script_sha", ScriptSHA())
+			"err", err, "script_sha", evaluateScript.Hash())
 	}
 	return true
 }

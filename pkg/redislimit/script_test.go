@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/floodgate/floodgate/pkg/internal/twin"
 	"github.com/floodgate/floodgate/pkg/limit"
 )
 
@@ -254,7 +255,7 @@ func TestScriptStartsWithConstants(t *testing.T) {
 	}
 	want := map[string]int64{
 		"ALG_FIXED_WINDOW": 0, "ALG_SLIDING_WINDOW": 1, "ALG_SLIDING_LOG": 2, "ALG_TOKEN_BUCKET": 3,
-		"ALG_LEAKY_BUCKET": 4, "ALG_GCRA": 5, "GCRA_EPOCH": limit.GCRAEpoch, "FIELDS_PER_DECISION": 6,
+		"ALG_LEAKY_BUCKET": 4, "ALG_GCRA": 5, "GCRA_EPOCH": twin.GCRAEpoch, "FIELDS_PER_DECISION": 6,
 	}
 	for _, c := range cs {
 		if v, ok := want[c.name]; ok && v != c.value {
