@@ -2,7 +2,7 @@
 -- gives the token bucket's decisions in a single number.
 --
 -- Per hit: KEYS: the counter's key, a string "<tat>:<L>": TAT as a whole
--- number of grid units since 2024-01-01T00:00:00Z (limit.GCRAEpoch), and
+-- number of grid units since 2024-01-01T00:00:00Z (twin.GCRAEpoch), and
 -- the limit L it was written with, which fixes the unit. A plain number
 -- (written before units existed) is a TAT in µs. ARGV group (see
 -- evaluate.lua), whose spec "code:L:W:B:N" gives limit L, window W µs,
