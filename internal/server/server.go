@@ -113,26 +113,7 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 	s := &Server{svc: svc, current: current, status: status, opts: opts, metrics: gatherer != nil,
 		ready: make(chan struct{})}
 
-	codec := &envoy.Codec{MaxRequestBytes: opts.MaxMessageBytes}
-	if !opts.JSONOverrides {
-		codec.VetJSON = refuseOverrides
-	}
-	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
-	codec.Register(s.grpc, inFlight{svc, &s.inflight}, opts.Refused)
-	json := codec.JSONHandler(inFlight{svc, &s.inflight}, opts.Refused)
-	s.healthNames = HealthServices
-	if opts.RLQS != nil {
-		rlqspb.RegisterRateLimitQuotaServiceServer(s.grpc, opts.RLQS)
-		s.healthNames = append(slices.Clip(HealthServices), rlqspb.RateLimitQuotaService_ServiceDesc.ServiceName)
-	}
-	s.health = newHealthService()
-	s.grpcState = healthpb.HealthCheckResponse_NOT_SERVING
-	for _, name := range s.healthNames {
-		s.health.SetServingStatus(name, s.grpcState)
-	}
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
-
+	json := s.registerServices(svc)
 	c := opts.Conns
 	s.listeners = []*listener{
 		{title: "gRPC", name: "grpc", addr: opts.GRPCAddr, max: c.GRPCMaxConns},
@@ -151,6 +132,32 @@ func New(svc pb.RateLimitServiceServer, current func() *rules.Set, status func()
 			max: c.HTTPMaxConns, http: httpServer(mux, c, c.HTTPWriteTimeout)})
 	}
 	return s, nil
+}
+
+// registerServices builds the gRPC server with svc (and RLQS when set),
+// health and reflection, and returns /json's handler for svc, which
+// decodes within the same bound as the gRPC codec.
+func (s *Server) registerServices(svc pb.RateLimitServiceServer) http.Handler {
+	opts := s.opts
+	codec := &envoy.Codec{MaxRequestBytes: opts.MaxMessageBytes}
+	if !opts.JSONOverrides {
+		codec.VetJSON = refuseOverrides
+	}
+	s.grpc = grpc.NewServer(s.grpcOptions(codec)...)
+	codec.Register(s.grpc, inFlight{svc, &s.inflight}, opts.Refused)
+	s.healthNames = HealthServices
+	if opts.RLQS != nil {
+		rlqspb.RegisterRateLimitQuotaServiceServer(s.grpc, opts.RLQS)
+		s.healthNames = append(slices.Clip(HealthServices), rlqspb.RateLimitQuotaService_ServiceDesc.ServiceName)
+	}
+	s.health = newHealthService()
+	s.grpcState = healthpb.HealthCheckResponse_NOT_SERVING
+	for _, name := range s.healthNames {
+		s.health.SetServingStatus(name, s.grpcState)
+	}
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	return codec.JSONHandler(inFlight{svc, &s.inflight}, opts.Refused)
 }
 
 func httpServer(h http.Handler, c ConnOptions, writeTimeout time.Duration) *http.Server {
