@@ -133,9 +133,18 @@ func addrVars(prefix, addr string) []string {
 }
 
 // healthy is WaitReady's check of /healthcheck: 200 "OK", or any answer
-// when anyAnswer is set.
+// when anyAnswer is set, from a process that holds both its gRPC and HTTP
+// ports. A port another program took between FreeAddr and the listen
+// stops the process (it logs "address already in use", and
+// StartFloodgate tries other ports); until it does, that program's
+// answers must not pass for the process's.
 func (f *Floodgate) healthy(anyAnswer bool) func(context.Context) error {
 	return func(ctx context.Context) error {
+		for _, addr := range []string{f.GRPCAddr, f.HTTPAddr} {
+			if ok, err := f.Process.ListensOn(addr); err != nil || !ok {
+				return fmt.Errorf("%s: not listening on %s (%v)", f.Process.Name(), addr, err)
+			}
+		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.HTTPAddr+"/healthcheck", nil)
 		if err != nil {
 			return err
