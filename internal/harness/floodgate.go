@@ -68,6 +68,8 @@ type Floodgate struct {
 	// what it needs.
 	Conn *grpc.ClientConn
 	RLS  pb.RateLimitServiceClient
+
+	listens []string // what readiness checks it holds (listenAddrs)
 }
 
 // StartFloodgate runs floodgate as o says on free loopback ports and
@@ -109,6 +111,7 @@ func launch(ctx context.Context, o Options) (*Floodgate, error) {
 	} else {
 		args = append([]string{"-grpc-addr", f.GRPCAddr, "-http-addr", f.HTTPAddr, "-debug-addr", f.DebugAddr}, args...)
 	}
+	f.listens = listenAddrs(args, f.GRPCAddr, f.HTTPAddr)
 	cmd := exec.Command(o.Bin, args...)
 	cmd.Env, cmd.Dir = env, o.Dir
 	cmd.Stdout, cmd.Stderr = f.Logs, f.Logs
@@ -123,6 +126,30 @@ func launch(ctx context.Context, o Options) (*Floodgate, error) {
 		return f, fmt.Errorf("floodgate %s: %w\n%s", strings.Join(args, " "), err, f.Logs)
 	}
 	return f, nil
+}
+
+// listenAddrs returns the gRPC and HTTP addresses floodgate listens on
+// with args: those given, unless args give others (the last of a flag
+// wins), leaving out a port the system picks (":0") and a listener turned
+// off ("").
+func listenAddrs(args []string, grpcAddr, httpAddr string) []string {
+	var addrs []string
+	for flag, addr := range map[string]string{"grpc-addr": grpcAddr, "http-addr": httpAddr} {
+		for i, a := range args {
+			name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			switch {
+			case !strings.HasPrefix(a, "-") || name != flag:
+			case hasValue:
+				addr = value
+			case i+1 < len(args):
+				addr = args[i+1]
+			}
+		}
+		if _, port, err := net.SplitHostPort(addr); err == nil && port != "0" {
+			addrs = append(addrs, addr)
+		}
+	}
+	return addrs
 }
 
 // addrVars returns the reference server's variables for a listen address:
@@ -140,7 +167,7 @@ func addrVars(prefix, addr string) []string {
 // answers must not pass for the process's.
 func (f *Floodgate) healthy(anyAnswer bool) func(context.Context) error {
 	return func(ctx context.Context) error {
-		for _, addr := range []string{f.GRPCAddr, f.HTTPAddr} {
+		for _, addr := range f.listens {
 			if ok, err := f.Process.ListensOn(addr); err != nil || !ok {
 				return fmt.Errorf("%s: not listening on %s (%v)", f.Process.Name(), addr, err)
 			}

@@ -3,6 +3,7 @@ package harness
 import (
 	"net"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 )
@@ -40,5 +41,24 @@ func TestListensOn(t *testing.T) {
 	}
 	if ok, err := p.ListensOn(own.Addr().String()); ok || err != nil {
 		t.Errorf("ListensOn(%s), the test's own listener: %v, %v; want false", own.Addr(), ok, err)
+	}
+}
+
+func TestListenAddrs(t *testing.T) {
+	const g, h = "127.0.0.1:1", "127.0.0.1:2"
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{g, h}},
+		{[]string{"-grpc-addr", g, "-http-addr", h, "-grpc-addr", "127.0.0.1:3"}, []string{h, "127.0.0.1:3"}},
+		{[]string{"--http-addr=127.0.0.1:4", "-grpc-addr", "127.0.0.1:0"}, []string{"127.0.0.1:4"}},
+		{[]string{"-grpc-addr", "", "-http-addr"}, []string{h}},
+	} {
+		got := listenAddrs(tt.args, g, h)
+		slices.Sort(got)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%q: %q, want %q", tt.args, got, tt.want)
+		}
 	}
 }

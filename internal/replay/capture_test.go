@@ -114,3 +114,45 @@ func TestReadCapturedTimes(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayRefusedRequests: requests the server refused (no descriptors,
+// an empty domain, an empty key) are in the capture as it served them; the
+// replay has the service refuse them again, counts them invalid, and goes
+// on, as production did.
+func TestReplayRefusedRequests(t *testing.T) {
+	set := handRules(t, false)
+	now := t0
+	path := filepath.Join(t.TempDir(), "traffic.jsonl")
+	c, err := capture.New(liveService(t, set, &now), path, capture.Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for _, req := range []*pb.RateLimitRequest{
+		oneRequest("hand", "k", "gcra"),
+		{Domain: "hand"},
+		oneRequest("", "k", "gcra"),
+		oneRequest("hand", "", "gcra"),
+		oneRequest("hand", "k", "gcra"),
+	} {
+		now = now.Add(time.Millisecond)
+		if _, err := c.ShouldRateLimit(context.Background(), req); err != nil {
+			refused++
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := Run(context.Background(), set, set, one(f), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refused != 3 || rep.Requests != 5 || rep.Old.Invalid != refused || rep.Old.Allowed != 2 || rep.Changed.Total != 0 {
+		t.Errorf("the server refused %d of 5; the replay: %d requests, old %+v, %d changed", refused, rep.Requests, rep.Old, rep.Changed.Total)
+	}
+}

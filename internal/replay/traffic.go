@@ -105,12 +105,17 @@ func (r *Reader) Next() (Request, error) {
 	return Request{}, io.EOF
 }
 
-// line is one line of traffic in either shape: floodgate's (Domain set;
-// capture.Recorder writes it) or an access log's (RateLimit, decoded again).
+// line is one line of traffic in either shape: floodgate's ("domain"
+// present, even empty; capture.Recorder writes it) or an access log's
+// (RateLimit, decoded again).
 type line struct {
 	Time      string          `json:"time"`
 	StartTime string          `json:"start_time,omitempty"`
 	RateLimit json.RawMessage `json:"ratelimit,omitempty"`
+	// Domain is the request's, nil when the line has none: it hides the
+	// request's own so that an empty one (a request the server refused,
+	// captured all the same) still says the shape.
+	Domain *string `json:"domain"`
 	request[entry]
 }
 
@@ -162,7 +167,8 @@ func parseLine(b []byte) (Request, bool, error) {
 	if err := json.Unmarshal(b, &l); err != nil {
 		return Request{}, false, fmt.Errorf("not a JSON object of traffic: %w", err)
 	}
-	if l.Domain != "" {
+	if l.Domain != nil {
+		l.request.Domain = *l.Domain
 		return build(l.Time, &l.request)
 	}
 	if len(l.RateLimit) == 0 && l.StartTime == "" {
@@ -206,11 +212,10 @@ func build[E entry | string](ts string, body *request[E]) (Request, bool, error)
 }
 
 // proto converts a decoded body. It checks only what the conversion
-// needs: the service judges the rest as it would in production.
+// needs: the service judges the rest as it did in production, refusing
+// what it refused (an empty domain, no descriptors), which the replay
+// counts as invalid.
 func (r *request[E]) proto() (*pb.RateLimitRequest, error) {
-	if len(r.Descriptors) == 0 {
-		return nil, errors.New("no descriptors")
-	}
 	req := &pb.RateLimitRequest{Domain: r.Domain, HitsAddend: max(r.HitsAddend, r.HitsAddendCamel)}
 	req.Descriptors = make([]*rlv3.RateLimitDescriptor, len(r.Descriptors))
 	for i := range r.Descriptors {

@@ -72,7 +72,6 @@ func TestReaderErrors(t *testing.T) {
 		{"bad time", `{"time":"yesterday","domain":"d","descriptors":[{"entries":[]}]}`, `line 2: time "yesterday": want RFC 3339`},
 		{"no time", `{"domain":"d","descriptors":[{"entries":[]}]}`, `line 2: no "time"`},
 		{"neither shape", `{"time":"2026-01-01T00:00:00Z","domian":"d"}`, `line 2: neither a request`},
-		{"no descriptors", `{"time":"2026-01-01T00:00:00Z","domain":"d"}`, "line 2: no descriptors"},
 		{"descriptors without domain", `{"start_time":"2026-01-01T00:00:00Z","descriptors":[{"entries":[]}]}`, `line 2: descriptors without a "domain"`},
 		{"entry without =", `{"start_time":"2026-01-01T00:00:00Z","ratelimit":{"domain":"d","descriptors":[{"entries":["a"]}]}}`, `line 2: descriptors[0]: entry "a": want key=value`},
 		{"bad unit", `{"time":"2026-01-01T00:00:00Z","domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"}],"limit":{"requests_per_unit":1,"unit":"fortnight"}}]}`, `line 2: descriptors[0].limit: unit "fortnight"`},

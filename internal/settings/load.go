@@ -43,7 +43,10 @@ func Load(args []string, env Lookup) (*Config, error) {
 	c.resolve()
 	c.noteRuntime(env)
 	c.noteServerCA(env)
-	return c, c.Explain(c.check(fs))
+	if err := c.check(fs); err != nil {
+		return c, c.Explain(err)
+	}
+	return c, checkKinds(env)
 }
 
 // checkArgument takes -check's one argument, the rule path, as -config.

@@ -206,7 +206,11 @@ func TestReferenceTable(t *testing.T) {
 				}
 			default:
 				accepted++
-				for _, v := range []string{"true", "x"} {
+				values := []string{"true", "x"}
+				if r.Kind != "" {
+					values = kindSamples[r.Kind]
+				}
+				for _, v := range values {
 					kv := []string{r.Name, v}
 					if r.Redis {
 						kv = append(kv, "REDIS_URL", "h:1")
@@ -293,5 +297,29 @@ func TestDogStatsdTags(t *testing.T) {
 	}
 	if got := fmt.Sprint(c.Statsd.Options.Tags); got != "[{team core}]" {
 		t.Errorf("without DogStatsD: tags %s, want only EXTRA_TAGS'", got)
+	}
+}
+
+// kindSamples are values that parse as each kind.
+var kindSamples = map[kind][]string{
+	kindBool: {"true", "false"}, kindInt: {"7", "0x10"}, kindFloat: {"0.5"}, kindDuration: {"3s"}, kindMap: {"a:b,c:d"},
+}
+
+// TestReferenceKinds: a value that does not parse as the reference parses
+// its variable (a bool, number, duration or map) is refused naming it,
+// whatever the mode, as the reference refuses to start with it: with
+// Memcached off, per-second Redis off, xDS off, and for a REDIS_* variable
+// with Memcached on, which the reference ignores but parses all the same.
+func TestReferenceKinds(t *testing.T) {
+	for _, r := range References {
+		if r.Kind == "" {
+			continue
+		}
+		for _, with := range [][]string{{"REDIS_URL", "h:1"}, {"BACKEND_TYPE", "memcache", "MEMCACHE_HOST_PORT", "h:1"}} {
+			_, err := Load(nil, envOf(append([]string{r.Name, "x y"}, with...)...))
+			if err == nil || !strings.Contains(err.Error(), r.Name) {
+				t.Errorf("%s=x y with %q: %v, want a refusal naming it", r.Name, with, err)
+			}
+		}
 	}
 }
