@@ -90,8 +90,10 @@ type failure struct {
 	at  time.Time
 }
 
-// validate returns the first field of o New refuses.
-func (o Options) validate() error {
+// Validate returns the first field of o New refuses, as an
+// *option.Error, or nil. It resolves nothing: New finds an SRV name that
+// does not resolve.
+func (o Options) Validate() error {
 	switch {
 	case len(o.Servers) > 0 && o.SRV != "":
 		return &option.Error{Options: "memcachelimit.Options", Field: "Servers", Want: "and %s: give one, not both", With: []string{"SRV"}}
@@ -121,7 +123,7 @@ func refused(field string, v any, want string) error {
 // New returns a Limiter on the servers opts lists, resolving opts.SRV
 // under ctx, without contacting them (see Probe). Close releases it.
 func New(ctx context.Context, opts Options) (*Limiter, error) {
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts.Timeout = cmp.Or(opts.Timeout, limit.DefaultDeadline)

@@ -11,6 +11,21 @@ import (
 	"github.com/floodgate/floodgate/internal/memcachelimit"
 )
 
+// memcacheOptions are the options of the Memcached limiter o opens, with
+// the TLS configuration tc (nil without TLS).
+func (o Options) memcacheOptions(tc *tls.Config) memcachelimit.Options {
+	m := o.Memcache
+	return memcachelimit.Options{Servers: m.serverList(), SRV: m.SRV, SRVRefresh: m.SRVRefresh, MaxIdleConns: m.MaxIdleConns,
+		TLS: tc, KeyPrefix: o.KeyPrefix, Timeout: o.Deadline}
+}
+
+// memcacheFields are the fields of Options that memcachelimit.Options'
+// come from, for asOwn.
+var memcacheFields = map[string]string{"memcachelimit.Options.Servers": "Memcache.Servers",
+	"memcachelimit.Options.SRV": "Memcache.SRV", "memcachelimit.Options.SRVRefresh": "Memcache.SRVRefresh",
+	"memcachelimit.Options.MaxIdleConns": "Memcache.MaxIdleConns", "memcachelimit.Options.KeyPrefix": "KeyPrefix",
+	"memcachelimit.Options.Timeout": "Deadline"}
+
 // openMemcache makes s the Memcached store, probed once and then watched
 // as Redis is.
 func (s *Store) openMemcache(ctx context.Context, opts Options) error {
@@ -22,15 +37,9 @@ func (s *Store) openMemcache(ctx context.Context, opts Options) error {
 			return fmt.Errorf("memcache: %w", err)
 		}
 	}
-	lim, err := memcachelimit.New(ctx, memcachelimit.Options{
-		Servers: m.serverList(), SRV: m.SRV, SRVRefresh: m.SRVRefresh, MaxIdleConns: m.MaxIdleConns,
-		TLS: tc, KeyPrefix: opts.KeyPrefix, Timeout: opts.Deadline,
-	})
+	lim, err := memcachelimit.New(ctx, opts.memcacheOptions(tc))
 	if err != nil {
-		return asOwn("memcache", err, map[string]string{"memcachelimit.Options.Servers": "Memcache.Servers",
-			"memcachelimit.Options.SRV": "Memcache.SRV", "memcachelimit.Options.SRVRefresh": "Memcache.SRVRefresh",
-			"memcachelimit.Options.MaxIdleConns": "Memcache.MaxIdleConns", "memcachelimit.Options.KeyPrefix": "KeyPrefix",
-			"memcachelimit.Options.Timeout": "Deadline"})
+		return asOwn("memcache", err, memcacheFields)
 	}
 	opts.Logger.Info("counters are kept in Memcached (fixed windows only)", "servers", lim.Servers(), "srv", m.SRV, "tls", m.TLS,
 		"deadline", opts.Deadline)

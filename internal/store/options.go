@@ -107,6 +107,13 @@ func (o Options) Validate() error {
 		o.validateBounds(), o.validateRedis()); err != nil {
 		return err
 	}
+	if o.Memcache.on() {
+		// What the limiter would refuse at the start, refused here, so
+		// that floodgate check sees it too.
+		if err := o.memcacheOptions(nil).Validate(); err != nil {
+			return asOwn("memcache", err, memcacheFields)
+		}
+	}
 	if m := o.Memcache; m.on() && o.Redis.URL != "" {
 		field := "Memcache.Servers" // not both: Memcache.validate refuses that
 		if m.SRV != "" {

@@ -48,6 +48,8 @@ func TestValidate(t *testing.T) {
 		{"Memcached servers and SRV", Options{Memcache: MemcacheOptions{Servers: "h:1", SRV: "_mc._tcp"}}, "store.Options.Memcache.Servers (MEMCACHE_HOST_PORT) and store.Options.Memcache.SRV (MEMCACHE_SRV): give one"},
 		{"Memcached files without TLS", Options{Memcache: MemcacheOptions{Servers: "h:1", TLSFiles: tlsclient.Files{CAFile: "ca.pem"}}}, "store.Options.Memcache.TLSFiles.CAFile needs store.Options.Memcache.TLS (MEMCACHE_TLS=true)"},
 		{"Memcached refresh without SRV", Options{Memcache: MemcacheOptions{Servers: "h:1", SRVRefresh: time.Minute}}, "store.Options.Memcache.SRVRefresh (MEMCACHE_SRV_REFRESH) needs store.Options.Memcache.SRV (MEMCACHE_SRV)"},
+		{"Memcached refresh negative", Options{Memcache: MemcacheOptions{SRV: "_mc._tcp", SRVRefresh: -time.Minute}}, "store.Options.Memcache.SRVRefresh -1m0s: must not be negative"},
+		{"Memcached server without port", Options{Memcache: MemcacheOptions{Servers: "h"}}, `store.Options.Memcache.Servers "h": want host:port: address h: missing port in address`},
 		{"Memcached and Redis", Options{Redis: redis, Memcache: MemcacheOptions{SRV: "_mc._tcp"}}, "store.Options.Memcache.SRV and store.Options.Redis.URL (BACKEND_TYPE=memcache and REDIS_URL): counters are kept in one store; unset one"},
 		{"deadline", Options{Deadline: -time.Millisecond}, "store.Options.Deadline -1ms: must not be negative"},
 		{"memory", Options{MemoryMaxEntries: -1}, "store.Options.MemoryMaxEntries -1: must not be negative"},
