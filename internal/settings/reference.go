@@ -407,15 +407,18 @@ func refusal(refused []string) error {
 }
 
 // checkKinds refuses the reference variables whose value does not parse as
-// the reference parses it (Reference.Kind), whatever the mode: those
+// the reference parses it (Reference.Kind), whatever the mode, an empty
+// one included: the reference parses a variable set empty too. Those
 // floodgate reads were judged by the checks before, naming their flag.
 func checkKinds(env Lookup) error {
 	var refused []string
 	for _, r := range References {
-		if v, _ := env(r.Name); v != "" {
-			if why := r.Kind.refuses(v); why != "" {
-				refused = append(refused, fmt.Sprintf("%s=%s: %s, and the reference refuses to start with it too, whatever the mode", r.Name, v, why))
+		v, set := env(r.Name)
+		if why := r.Kind.refuses(v); set && why != "" {
+			if v == "" {
+				why += " (it is set, empty: unset it)"
 			}
+			refused = append(refused, fmt.Sprintf("%s=%s: %s, and the reference refuses to start with it too, whatever the mode", r.Name, v, why))
 		}
 	}
 	return refusal(refused)
@@ -446,6 +449,9 @@ func (k kind) refuses(v string) string {
 	case kindDuration:
 		_, err = time.ParseDuration(v)
 	case kindMap:
+		if strings.TrimSpace(v) == "" {
+			return "" // an empty map
+		}
 		for pair := range strings.SplitSeq(v, ",") {
 			if len(strings.Split(pair, ":")) != 2 {
 				return "want key:value pairs, comma-separated"

@@ -308,8 +308,9 @@ var kindSamples = map[kind][]string{
 // TestReferenceKinds: a value that does not parse as the reference parses
 // its variable (a bool, number, duration or map) is refused naming it,
 // whatever the mode, as the reference refuses to start with it: with
-// Memcached off, per-second Redis off, xDS off, and for a REDIS_* variable
-// with Memcached on, which the reference ignores but parses all the same.
+// Memcached off, per-second Redis off, xDS off, for a REDIS_* variable
+// with Memcached on, which the reference ignores but parses all the same,
+// and set empty.
 func TestReferenceKinds(t *testing.T) {
 	for _, r := range References {
 		if r.Kind == "" {
@@ -320,6 +321,11 @@ func TestReferenceKinds(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), r.Name) {
 				t.Errorf("%s=x y with %q: %v, want a refusal naming it", r.Name, with, err)
 			}
+		}
+		// Set empty, it is parsed all the same; an empty map is a map.
+		_, err := Load(nil, envOf(r.Name, "", "REDIS_URL", "h:1"))
+		if refused := err != nil && strings.Contains(err.Error(), r.Name+"=: "); refused != (r.Kind != kindMap) {
+			t.Errorf("%s set empty: %v", r.Name, err)
 		}
 	}
 }

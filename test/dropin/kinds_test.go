@@ -47,6 +47,14 @@ func TestVariableKinds(t *testing.T) {
 				t.Errorf("%q: floodgate %v, where the reference refuses to start", env, err)
 			}
 		}
+		// Set, but empty: the reference parses that too, and an empty
+		// map is the one empty value it takes.
+		out, _ = harness.Run(t, harness.Options{Bin: ref, Env: []string{r.Name + "=", kindSentinel + "=" + bad}})
+		refusesEmpty := strings.Contains(out, "assigning "+r.Name+" to ")
+		_, err := settings.Load(nil, lookup([]string{r.Name + "=", "REDIS_URL=127.0.0.1:6379"}))
+		if floodgate := err != nil && strings.Contains(err.Error(), r.Name); floodgate != refusesEmpty {
+			t.Errorf("%s set empty: the reference refuses to start: %v; floodgate: %v", r.Name, refusesEmpty, err)
+		}
 	}
 }
 
