@@ -40,7 +40,7 @@ func main() {
 // stdout gets only what a command prints.
 func run(ctx context.Context, args []string, env settings.Lookup, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replay" {
-		return runReplay(ctx, args[1:], stdout, stderr)
+		return runReplay(args[1:], env, stderr)
 	}
 	if len(args) > 0 && args[0] == "counters" {
 		return packageCommand(stderr, func(*slog.Logger) (int, error) {

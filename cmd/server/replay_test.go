@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -79,19 +82,17 @@ func TestCaptureThenReplayCommand(t *testing.T) {
 		t.Errorf("the server does not log the 5 lines written:\n%s", logs)
 	}
 
-	replayOnPath(t)
-	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"replay", "-old", oldDir, "-new", newDir, "-traffic", traffic, "-format", "json"},
-		envOf(), &stdout, &stderr); code != 0 {
-		t.Fatalf("replay exit %d:\n%s", code, stderr.String())
+	stdout, stderr, code := runBinary(t, harness.Binary(t), nil, "replay", "-old", oldDir, "-new", newDir, "-traffic", traffic, "-format", "json")
+	if code != 0 {
+		t.Fatalf("replay exit %d:\n%s", code, stderr)
 	}
 	var rep struct {
 		Requests int
 		Old, New struct{ Allowed, Denied int }
 		Changed  struct{ Total int }
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("%v:\n%s", err, stdout.String())
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, stdout)
 	}
 	if rep.Requests != 5 || rep.Old.Denied != liveDenied || rep.Old.Allowed != 5-liveDenied {
 		t.Errorf("replay of the old rules: %+v; the server denied %d of 5", rep, liveDenied)
@@ -117,54 +118,98 @@ func TestCaptureFlagErrors(t *testing.T) {
 	}
 }
 
-// replayOnPath builds cmd/replay as replayProgram into a directory that
-// PATH then starts with, for the test's `floodgate replay`.
-func replayOnPath(t *testing.T) {
-	t.Helper()
-	dir := t.TempDir()
-	if err := harness.BuildCommand(context.Background(), "./cmd/replay", filepath.Join(dir, replayProgram)); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+// TestMain removes the binaries harness.Binary builds.
+func TestMain(m *testing.M) {
+	os.Exit(harness.Main(m))
 }
 
-// TestReplayRunsItsProgram: `floodgate replay` runs floodgate-replay with
-// its arguments, standard input and output, and exits with its code; with
-// no such program it says how to get one.
-func TestReplayRunsItsProgram(t *testing.T) {
-	path := os.Getenv("PATH")
-	t.Setenv("PATH", t.TempDir())
+// runBinary runs bin with args and stdin (nil: none), with this test's
+// environment, and returns its stdout, stderr and exit code.
+func runBinary(t *testing.T, bin string, stdin io.Reader, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"replay", "-h"}, envOf(), &stdout, &stderr); code != 1 ||
-		!strings.Contains(stderr.String(), "replay is the floodgate-replay program, found neither next to floodgate nor on PATH") ||
-		!strings.Contains(stderr.String(), "go run ./cmd/replay") {
-		t.Errorf("without the program: exit %d, stderr %q; want 1 and how to build it", code, stderr.String())
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
+	err := cmd.Run()
+	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
+		return stdout.String(), stderr.String(), exit.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("%s %q: %v", bin, args, err)
+	}
+	return stdout.String(), stderr.String(), 0
+}
+
+// TestReplayRunsItsProgram: `floodgate replay` becomes floodgate-replay,
+// found next to floodgate or on PATH: the same process (its signals and
+// exit status the replay's), its arguments, streams, and the garbage
+// collector's settings of the server; with no such program it says how to
+// get one.
+func TestReplayRunsItsProgram(t *testing.T) {
+	bin := harness.Binary(t)
+	rules := writeRules(t, userRules3)
+	line := `{"time":"2026-01-01T00:00:00Z","domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}` + "\n"
+	stdout, stderr, code := runBinary(t, bin, strings.NewReader(line), "replay", "-old", rules, "-new", rules, "-traffic", "-")
+	if code != 0 || !strings.Contains(stdout, "Replayed 1 request") {
+		t.Errorf("replay of stdin: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if _, stderr, code := runBinary(t, bin, nil, "replay", "-old", rules); code != 2 || !strings.Contains(stderr, "-old, -new and -traffic are required") {
+		t.Errorf("replay -old alone: exit %d, stderr %q; want 2 and the replay's message", code, stderr)
 	}
 
-	t.Setenv("PATH", path)
-	replayOnPath(t)
-	rules := writeRules(t, userRules3)
-	stdin, err := os.CreateTemp(t.TempDir(), "traffic")
+	// The process becomes the replay (so signals reach it, and its exit
+	// status is this process's), with the server's GOGC.
+	cmd := exec.Command(bin, "replay", "-old", rules, "-new", rules, "-traffic", "-")
+	in, err := cmd.StdinPipe() // held open: the replay waits for its input
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdin.WriteString(`{"time":"2026-01-01T00:00:00Z","domain":"rl","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}` + "\n")
-	stdin.Seek(0, 0)
-	defer func(saved *os.File) { os.Stdin = saved }(os.Stdin)
-	os.Stdin = stdin
-	for _, tt := range []struct {
-		args         []string
-		code         int
-		stdout, errs string
-	}{
-		{[]string{"-old", rules, "-new", rules, "-traffic", "-"}, 0, "Replayed 1 request", ""},
-		{[]string{"-old", rules}, 2, "", "-old, -new and -traffic are required"},
-	} {
-		stdout.Reset()
-		stderr.Reset()
-		code := run(context.Background(), append([]string{"replay"}, tt.args...), envOf(), &stdout, &stderr)
-		if code != tt.code || !strings.Contains(stdout.String(), tt.stdout) || !strings.Contains(stderr.String(), tt.errs) {
-			t.Errorf("replay %q: exit %d, stdout %q, stderr %q; want %d, %q and %q", tt.args, code, stdout.String(), stderr.String(), tt.code, tt.stdout, tt.errs)
+	defer in.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exe := fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if target, _ := os.Readlink(exe); filepath.Base(target) == replayProgram {
+			break
 		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("process %d never became %s", cmd.Process.Pid, replayProgram)
+		}
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid))
+	if want := fmt.Sprintf("GOGC=%d\x00", defaultGOGC); err != nil || os.Getenv("GOGC") == "" && !bytes.Contains(environ, []byte(want)) {
+		t.Errorf("the replay's environment lacks the server's %q (%v)", want, err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	// No program next to floodgate nor on PATH; then one on PATH, past a
+	// file next to floodgate that cannot run.
+	alone := t.TempDir()
+	copyFile(t, bin, filepath.Join(alone, "floodgate"), 0o755)
+	t.Setenv("PATH", t.TempDir())
+	if _, stderr, code := runBinary(t, filepath.Join(alone, "floodgate"), nil, "replay", "-h"); code != 1 ||
+		!strings.Contains(stderr, "replay is the floodgate-replay program, found neither next to floodgate nor on PATH") ||
+		!strings.Contains(stderr, "go build -o "+filepath.Join(alone, replayProgram)) {
+		t.Errorf("without the program: exit %d, stderr %q; want 1 and how to build it", code, stderr)
+	}
+	copyFile(t, filepath.Join(filepath.Dir(bin), replayProgram), filepath.Join(alone, replayProgram), 0o644)
+	t.Setenv("PATH", filepath.Dir(bin))
+	if stdout, stderr, code := runBinary(t, filepath.Join(alone, "floodgate"), nil, "replay", "-h"); code != 0 || !strings.Contains(stdout, "Usage: floodgate replay") {
+		t.Errorf("with a program on PATH and one next to floodgate that cannot run: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// copyFile copies src to dst with mode perm.
+func copyFile(t *testing.T, src, dst string, perm os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, perm); err != nil {
+		t.Fatal(err)
 	}
 }
