@@ -66,6 +66,8 @@ func TestReplayCommandNothingOrTruncated(t *testing.T) {
 		{"empty", "", 3, []string{"No request replayed: the traffic holds none"}, []string{"no request replayed", "exit_code=3"}},
 		{"only skipped lines", `{"start_time":"2026-01-01T00:00:00Z","ratelimit":null}` + "\n", 3,
 			[]string{"No request replayed", "1 access-log line without rate-limit metadata skipped"}, []string{"no request replayed"}},
+		{"only refused requests", `{"time":"2026-01-01T00:00:00Z","domain":"","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}` + "\n" + `{"time":"2026-01-01T00:00:01Z","domain":"rl","descriptors":[]}` + "\n", 3,
+			[]string{"Replayed 2 requests", "refused as invalid: 2 old, 2 new"}, []string{"no request decided", "exit_code=3"}},
 		{"truncated last line", line + "\n" + line[:30], 0,
 			[]string{"Replayed 1 request from 2026-01-01T00:00:00Z to 2026-01-01T00:00:00Z", "an incomplete last line skipped", "Busiest counters (1 seen;"},
 			[]string{"has no newline and is not JSON", "requests=1"}},

@@ -45,7 +45,8 @@ fixed width, so their lines also sort as text: LC_ALL=C sort -o FILE FILE.
 Exit codes: 0 the report was written; 1 the rules or the traffic cannot be
 read, or the traffic is out of order; 2 a bad command line; 3 the report
 was written but no request was replayed (an empty traffic file, or one with
-only skipped lines), so its "no change" means nothing.
+only skipped lines) or decided (every one refused as invalid), so its "no
+change" means nothing.
 
 Flags:
 `
@@ -125,6 +126,11 @@ func Command(ctx context.Context, args []string, stdout io.Writer, logger *slog.
 	if rep.Requests == 0 {
 		logger.Warn("no request replayed: the traffic holds none, so the report compares nothing", "traffic", strings.Join(f.traffic, " "),
 			"skipped", rep.Skipped, "exit_code", exitNothingReplayed)
+		return exitNothingReplayed, nil
+	}
+	if rep.Old.Invalid == rep.Requests && rep.New.Invalid == rep.Requests {
+		logger.Warn("no request decided: every one was refused as invalid, under both rule sets, so the report compares nothing", "traffic", strings.Join(f.traffic, " "),
+			"invalid", rep.Requests, "exit_code", exitNothingReplayed)
 		return exitNothingReplayed, nil
 	}
 	logger.Info("replayed", "requests", rep.Requests, "took", time.Since(start).Round(time.Millisecond).String())
