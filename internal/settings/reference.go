@@ -172,7 +172,7 @@ var References = []Reference{
 		}
 		return "unknown backend: want redis or memcache"
 	}},
-	{Name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", Kind: kindBool, In: "accepted", Doc: "floodgate never charges a rejected request, whatever its value"}, // a rejected request never charges a counter
+	{Name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", Kind: kindBool, In: "accepted", Doc: "floodgate never charges a rejected request, whether it is `true` or `false`"}, // a rejected request never charges a counter
 
 	{Name: "LIMIT_RESPONSE_HEADERS_ENABLED", Kind: kindBool, Flag: "response-headers", Value: headersEnabled, Doc: "`true` is `-response-headers reference`: the same three headers, of the same descriptor, and `Retry-After` on over-limit answers, which the reference does not add"},
 	{Name: "LIMIT_LIMIT_HEADER", Flag: "limit-header"},
@@ -418,7 +418,11 @@ func checkKinds(env Lookup) error {
 			if v == "" {
 				why += " (it is set, empty: unset it)"
 			}
-			refused = append(refused, fmt.Sprintf("%s=%s: %s, and the reference refuses to start with it too, whatever the mode", r.Name, v, why))
+			shown := fmt.Sprintf("%s=%q", r.Name, v)
+			if r.Kind == kindMap {
+				shown = r.Name + " (its value not shown: it may hold a credential)"
+			}
+			refused = append(refused, fmt.Sprintf("%s: %s, and the reference refuses to start with it too, whatever the mode", shown, why))
 		}
 	}
 	return refusal(refused)
@@ -454,7 +458,7 @@ func (k kind) refuses(v string) string {
 		}
 		for pair := range strings.SplitSeq(v, ",") {
 			if len(strings.Split(pair, ":")) != 2 {
-				return "want key:value pairs, comma-separated"
+				return "want key:value pairs, comma-separated, each with one ':'"
 			}
 		}
 	}

@@ -324,7 +324,7 @@ func TestReferenceKinds(t *testing.T) {
 		}
 		// Set empty, it is parsed all the same; an empty map is a map.
 		_, err := Load(nil, envOf(r.Name, "", "REDIS_URL", "h:1"))
-		if refused := err != nil && strings.Contains(err.Error(), r.Name+"=: "); refused != (r.Kind != kindMap) {
+		if refused := err != nil && strings.Contains(err.Error(), r.Name+`="": `); refused != (r.Kind != kindMap) {
 			t.Errorf("%s set empty: %v", r.Name, err)
 		}
 	}

@@ -41,7 +41,7 @@ func levelAt(st bucketState, now int64, r float64) float64 {
 // first µs at which t0 reaches cost, found by asking that very predicate
 // (firstPass), since ceil((cost − t0)/r) can miss it by one. A refund
 // writes only if the state changes. A charge that does not fit takes its
-// tokens into debt, never below min(t0, −MaxDebt·r).
+// tokens into debt, never below min(t0, −twin.MaxDebt·r).
 func stepTokenBucket(stored *bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)
@@ -84,7 +84,7 @@ func stepTokenBucket(stored *bucketState, ok bool, limit, w, b, now, cost int64,
 // is allowed iff l0 + cost <= b, l0 = levelAt(now); its RetryAfter is
 // found as the token bucket's. A refund writes only if the state changes.
 // A charge that does not fit adds its cost past b, up to
-// max(l0, b + MaxDebt·r).
+// max(l0, b + twin.MaxDebt·r).
 func stepLeakyBucket(stored *bucketState, ok bool, limit, w, b, now, cost int64, refund, force bool) outcome {
 	r := float64(limit) / float64(w)
 	fb, fc := float64(b), float64(cost)

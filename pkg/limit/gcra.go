@@ -45,7 +45,7 @@ func gcraUnits(m, period, s float64) float64 { return math.Floor(m * s / period)
 // which u reaches the arrival time after the hit, and a denied hit's
 // RetryAfter the first at which it reaches nt − tau. A refund writes only
 // if the state changes; a charge that does not fit moves the arrival time
-// to min(nt, max(t0, nu + tau + u(MaxDebt))).
+// to min(nt, max(t0, nu + tau + u(twin.MaxDebt))).
 // So B hits at one instant pass, exactly, whatever L and W, where an
 // arrival time in µs would round each step of W/L µs and sometimes admit
 // only B − 1.
