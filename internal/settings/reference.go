@@ -278,12 +278,7 @@ func whenPerSecond(f func(string, Lookup) string) func(string, Lookup) string {
 }
 
 // unlessBool refuses what is not a boolean, as the reference does at start.
-func unlessBool(v string, _ Lookup) string {
-	if _, err := strconv.ParseBool(v); err != nil {
-		return "want true or false"
-	}
-	return ""
-}
+func unlessBool(v string, _ Lookup) string { return kindBool.refuses(v) }
 
 // unlessIn refuses values other than those listed (in any case).
 func unlessIn(why string, ok ...string) func(string, Lookup) string {
@@ -442,28 +437,32 @@ const (
 // refuses returns what a value of k must be when v does not parse as the
 // reference's envconfig parses it, or "".
 func (k kind) refuses(v string) string {
-	var err error
 	switch k {
 	case kindBool:
-		_, err = strconv.ParseBool(v)
+		if _, err := strconv.ParseBool(v); err != nil {
+			return wantBool
+		}
 	case kindInt:
-		_, err = strconv.ParseInt(v, 0, 64)
+		if _, err := strconv.ParseInt(v, 0, 64); err != nil {
+			return "want an integer"
+		}
 	case kindFloat:
-		_, err = strconv.ParseFloat(v, 64)
+		if _, err := strconv.ParseFloat(v, 64); err != nil {
+			return "want a number"
+		}
 	case kindDuration:
-		_, err = time.ParseDuration(v)
+		if _, err := time.ParseDuration(v); err != nil {
+			return "want a duration such as 1s or 30s"
+		}
 	case kindMap:
 		if strings.TrimSpace(v) == "" {
 			return "" // an empty map
 		}
 		for pair := range strings.SplitSeq(v, ",") {
-			if len(strings.Split(pair, ":")) != 2 {
+			if strings.Count(pair, ":") != 1 {
 				return "want key:value pairs, comma-separated, each with one ':'"
 			}
 		}
-	}
-	if err != nil {
-		return "want " + map[kind]string{kindBool: "true or false", kindInt: "an integer", kindFloat: "a number", kindDuration: "a duration such as 1s or 30s"}[k]
 	}
 	return ""
 }
@@ -480,12 +479,7 @@ func unlessWhole(v string, _ Lookup) string {
 }
 
 // unlessDuration refuses what is not a duration.
-func unlessDuration(v string, _ Lookup) string {
-	if _, err := time.ParseDuration(v); err != nil {
-		return "want a duration such as 1s or 30s"
-	}
-	return ""
-}
+func unlessDuration(v string, _ Lookup) string { return kindDuration.refuses(v) }
 
 // noteWhenPositive notes a duration above 0.
 func noteWhenPositive(note string) func(string, Lookup) string {
