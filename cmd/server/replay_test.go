@@ -165,25 +165,24 @@ func TestReplayRunsItsProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	if err := cmd.Start(); err != nil {
+	p, err := harness.StartProcess("floodgate replay", cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	exe := fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if target, _ := os.Readlink(exe); filepath.Base(target) == replayProgram {
-			break
+	defer p.Stop(0)
+	became := func(context.Context) error {
+		if target, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.Pid())); filepath.Base(target) != replayProgram {
+			return fmt.Errorf("process %d runs %q, not %s", p.Pid(), target, replayProgram)
 		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("process %d never became %s", cmd.Process.Pid, replayProgram)
-		}
+		return nil
 	}
-	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid))
+	if err := harness.WaitReady(context.Background(), p, 30*time.Second, became); err != nil {
+		t.Fatal(err)
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid()))
 	if want := fmt.Sprintf("GOGC=%d\x00", defaultGOGC); err != nil || os.Getenv("GOGC") == "" && !bytes.Contains(environ, []byte(want)) {
 		t.Errorf("the replay's environment lacks the server's %q (%v)", want, err)
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
 
 	// No program next to floodgate nor on PATH; then one on PATH, past a
 	// file next to floodgate that cannot run.

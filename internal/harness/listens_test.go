@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"os/exec"
 	"slices"
@@ -27,17 +29,14 @@ func TestListensOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Stop(0)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ok, err := p.ListensOn(addr)
-		if err != nil {
-			t.Fatal(err)
+	listening := func(context.Context) error {
+		if ok, err := p.ListensOn(addr); err != nil || !ok {
+			return fmt.Errorf("not listening on %s (%v)", addr, err)
 		}
-		if ok {
-			break
-		}
-		if p.Exited() || time.Now().After(deadline) {
-			t.Fatalf("redis-server never listened on %s", addr)
-		}
+		return nil
+	}
+	if err := WaitReady(context.Background(), p, 30*time.Second, listening); err != nil {
+		t.Fatal(err)
 	}
 	if ok, err := p.ListensOn(own.Addr().String()); ok || err != nil {
 		t.Errorf("ListensOn(%s), the test's own listener: %v, %v; want false", own.Addr(), ok, err)
