@@ -35,6 +35,9 @@ func hostPort(hostVar, portVar, defHost, defPort string) envSource {
 		if !hok {
 			host = defHost
 		}
+		if n, err := strconv.ParseInt(port, 0, 64); err == nil {
+			port = strconv.FormatInt(n, 10) // as the reference reads it: 0x1f90, 010 (octal), 1_000
+		}
 		return net.JoinHostPort(host, cmp.Or(port, defPort)), hostVar + "/" + portVar, true
 	}
 }

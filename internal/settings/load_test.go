@@ -94,6 +94,16 @@ func TestLoad(t *testing.T) {
 				}
 			}
 		}},
+		{"ports read as the reference reads them: hexadecimal, octal, underscores", nil,
+			envOf("PORT", "0x1f90", "GRPC_PORT", "010", "DEBUG_PORT", "6_071"), func(t *testing.T, c *Config) {
+				for _, ch := range []struct{ name, got, want string }{
+					{"http", c.Server.HTTPAddr, ":8080"}, {"grpc", c.Server.GRPCAddr, ":8"}, {"debug", c.Server.DebugAddr, "127.0.0.1:6071"},
+				} {
+					if ch.got != ch.want {
+						t.Errorf("%s = %q, want %q", ch.name, ch.got, ch.want)
+					}
+				}
+			}},
 		{"flags win over variables, FLOODGATE_ variables over the reference's",
 			[]string{"-config", "rules.yaml", "-grpc-addr", "127.0.0.1:1"},
 			envOf("FLOODGATE_CONFIG", "x", "RUNTIME_ROOT", "/y", "GRPC_PORT", "2", "FLOODGATE_HTTP_ADDR", ":3", "PORT", "4",

@@ -145,7 +145,7 @@ var References = []Reference{
 
 	{Name: "EXPIRATION_JITTER_MAX_SECONDS", Kind: kindInt, Note: noteAlways("EXPIRATION_JITTER_MAX_SECONDS has no effect: each counter expires when its state no longer matters"), In: "accepted, with a note", Doc: "each counter expires when its state no longer matters"},
 	{Name: "LOCAL_CACHE_SIZE_IN_BYTES", Kind: kindInt, In: "accepted, with a note when above 0", Doc: "the deny cache plays its part, on by default with Redis, sized by `-deny-cache-size` (in denials)", Note: func(v string, _ Lookup) string {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		if n, err := strconv.ParseInt(v, 0, 64); err == nil && n > 0 {
 			return "LOCAL_CACHE_SIZE_IN_BYTES: the deny cache (-deny-cache, on by default with Redis) answers over-limit requests without Redis; its size is -deny-cache-size, in denials"
 		}
 		return ""
