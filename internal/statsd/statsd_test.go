@@ -428,6 +428,7 @@ func TestParseTags(t *testing.T) {
 		err  string
 	}{
 		{"", nil, ""},
+		{" \t", nil, ""},
 		{"env:prod", []statsd.Tag{{Key: "env", Value: "prod"}}, ""},
 		{"env:prod,zone:eu-1", []statsd.Tag{{Key: "env", Value: "prod"}, {Key: "zone", Value: "eu-1"}}, ""},
 		{"env:", []statsd.Tag{{Key: "env", Value: ""}}, ""},

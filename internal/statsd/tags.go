@@ -16,10 +16,10 @@ type Tag struct {
 
 // ParseTags reads tags written as the reference server's EXTRA_TAGS:
 // "key:value" items separated by commas, such as "env:prod,zone:a". An
-// empty string has no tags; an item without exactly one ':' is an error
-// naming it.
+// empty or blank string has no tags, as the reference reads it; an item
+// without exactly one ':' is an error naming it.
 func ParseTags(s string) ([]Tag, error) {
-	if s == "" {
+	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
 	var tags []Tag

@@ -47,13 +47,15 @@ func TestVariableKinds(t *testing.T) {
 				t.Errorf("%q: floodgate %v, where the reference refuses to start", env, err)
 			}
 		}
-		// Set, but empty: the reference parses that too, and an empty
-		// map is the one empty value it takes.
-		out, _ = harness.Run(t, harness.Options{Bin: ref, Env: []string{r.Name + "=", kindSentinel + "=" + bad}})
-		refusesEmpty := strings.Contains(out, "assigning "+r.Name+" to ")
-		_, err := settings.Load(nil, lookup([]string{r.Name + "=", "REDIS_URL=127.0.0.1:6379"}))
-		if floodgate := err != nil && strings.Contains(err.Error(), r.Name); floodgate != refusesEmpty {
-			t.Errorf("%s set empty: the reference refuses to start: %v; floodgate: %v", r.Name, refusesEmpty, err)
+		// Set, but empty or blank: the reference parses that too, and
+		// an empty map is the one such value it takes.
+		for _, v := range []string{"", " "} {
+			out, _ = harness.Run(t, harness.Options{Bin: ref, Env: []string{r.Name + "=" + v, kindSentinel + "=" + bad}})
+			refuses := strings.Contains(out, "assigning "+r.Name+" to ")
+			_, err := settings.Load(nil, lookup([]string{r.Name + "=" + v, "REDIS_URL=127.0.0.1:6379"}))
+			if floodgate := err != nil && strings.Contains(err.Error(), r.Name); floodgate != refuses {
+				t.Errorf("%s=%q: the reference refuses to start: %v; floodgate: %v", r.Name, v, refuses, err)
+			}
 		}
 	}
 }
