@@ -158,13 +158,16 @@ func TestReplayRunsItsProgram(t *testing.T) {
 	}
 
 	// The process becomes the replay (so signals reach it, and its exit
-	// status is this process's), with the server's GOGC.
+	// status is this process's), with the server's GOGC; Ctrl-C ends it
+	// though its input is held open.
 	cmd := exec.Command(bin, "replay", "-old", rules, "-new", rules, "-traffic", "-")
 	in, err := cmd.StdinPipe() // held open: the replay waits for its input
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
+	replayErr := &testlog.Buffer{}
+	cmd.Stderr = replayErr
 	p, err := harness.StartProcess("floodgate replay", cmd)
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +186,16 @@ func TestReplayRunsItsProgram(t *testing.T) {
 	if want := fmt.Sprintf("GOGC=%d\x00", defaultGOGC); err != nil || os.Getenv("GOGC") == "" && !bytes.Contains(environ, []byte(want)) {
 		t.Errorf("the replay's environment lacks the server's %q (%v)", want, err)
 	}
+	// Signalled once it reads stdin, past main's signal handling.
+	if err := harness.WaitReady(context.Background(), p, 30*time.Second, readsStdin(p.Pid())); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(30 * time.Second); err != nil || code != 1 || !strings.Contains(replayErr.String(), "interrupted before the end of the traffic") {
+		t.Errorf("Ctrl-C while stdin is open: exit %d (%v), stderr %q; want 1 and the interruption named", code, err, replayErr)
+	}
 
 	// No program next to floodgate nor on PATH; then one on PATH, past a
 	// file next to floodgate that cannot run.
@@ -198,6 +211,20 @@ func TestReplayRunsItsProgram(t *testing.T) {
 	t.Setenv("PATH", filepath.Dir(bin))
 	if stdout, stderr, code := runBinary(t, filepath.Join(alone, "floodgate"), nil, "replay", "-h"); code != 0 || !strings.Contains(stdout, "Usage: floodgate replay") {
 		t.Errorf("with a program on PATH and one next to floodgate that cannot run: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// readsStdin reports, as WaitReady's check, whether a thread of process
+// pid waits in read(2) on file descriptor 0 (Linux's /proc).
+func readsStdin(pid int) func(context.Context) error {
+	return func(context.Context) error {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
+		for _, task := range tasks {
+			if b, err := os.ReadFile(task); err == nil && strings.HasPrefix(string(b), "0 0x0 ") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no thread of process %d reads stdin", pid)
 	}
 }
 

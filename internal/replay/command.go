@@ -111,6 +111,9 @@ func Command(ctx context.Context, args []string, stdout io.Writer, logger *slog.
 	if err == nil {
 		err = f.write(rep, stdout)
 	}
+	if errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("replay: interrupted before the end of the traffic, no report: %w", err)
+	}
 	if errors.Is(err, ErrOutOfOrder) {
 		err = fmt.Errorf("%w (give each capture as its own -traffic, since they are merged by time; "+
 			"sort the file: a capture's lines sort as text, LC_ALL=C sort -o FILE FILE; or raise -reorder)", err)

@@ -88,13 +88,22 @@ func Run(ctx context.Context, old, new *rules.Set, traffic *Traffic, opts Option
 	readCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	batches, errc := readAhead(readCtx, traffic)
-	for batch := range batches {
+	for {
+		var batch []Request
+		var more bool
+		select {
+		case batch, more = <-batches:
+		case <-ctx.Done():
+			// The reader may wait on input that only its end releases
+			// (stdin held open): it is left to the process's exit.
+			return nil, ctx.Err()
+		}
+		if !more {
+			break
+		}
 		for _, r := range batch {
 			if err := rp.request(callCtx, r); err != nil {
-				stop()
-				for range batches {
-				}
-				return nil, err
+				return nil, err // the deferred stop ends the reader
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -563,5 +564,30 @@ func TestReplayUsageCharges(t *testing.T) {
 		if at := e.Time.Sub(t0); at != time.Duration(3+i)*time.Second || e.Old != "denied" || e.New != "allowed" {
 			t.Errorf("change %d: %+v, want the request at %ds denied, now allowed", i, e, 3+i)
 		}
+	}
+}
+
+// TestReplayStopsOnCancel: Ctrl-C while the traffic's input is held open
+// (stdin from a pipe nothing writes to any more) ends the replay at once,
+// not at the input's end.
+func TestReplayStopsOnCancel(t *testing.T) {
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go fmt.Fprintln(pw, strings.SplitN(handTraffic(), "\n", 2)[0])
+	old, new := handRules(t, false), handRules(t, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, old, new, one(pr), Options{})
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run still waits for the end of its input after ctx ended")
 	}
 }
