@@ -56,16 +56,7 @@ func startCluster(t testing.TB, masters, replicasPerMaster int, tls *TLS, extra 
 		t.Fatalf("redistest: StartCluster(%d masters, %d replicas each): a cluster needs at least 3 masters", masters, replicasPerMaster)
 	}
 	cli := harness.Require(t, "redis-cli")
-	node := func(args []string) (*Server, error) {
-		// The bus port is given, not left at port+10000: with TLS the
-		// bus would sit at the TLS port+10000, which nothing checked was
-		// free, and one node's bus could take another's TLS port.
-		args = append([]string{
-			"--cluster-port", strconv.Itoa(harness.FreePort(t)),
-			"--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf"),
-		}, args...)
-		return startNode(t, tls, args), nil
-	}
+	node := func(args []string) (*Server, error) { return startNode(t, tls, args), nil }
 	c, err := createCluster(cli, masters, replicasPerMaster, node, extra)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,14 +76,22 @@ func Run(dir string, extra ...string) (*Server, error) {
 }
 
 // startNode starts a redis-server on a free port, with TLS when tls is
-// not nil, stopped when the test ends. A port another process takes
-// before the server listens gets it new ports, up to three times.
+// not nil, stopped when the test ends; with cluster mode in extra, its
+// cluster bus on a free port too. A port another process takes before the
+// server listens gets it new ports, up to three times.
 func startNode(t testing.TB, tls *TLS, extra []string) *Server {
 	t.Helper()
 	bin := harness.Require(t, "redis-server")
 	for attempt := 1; ; attempt++ {
 		s := newServer(bin, t.TempDir(), net.JoinHostPort("127.0.0.1", strconv.Itoa(harness.FreePort(t))))
 		s.t = t
+		if slices.Contains(extra, "--cluster-enabled") {
+			// The bus port is given, not left at port+10000: with TLS the
+			// bus would sit at the TLS port+10000, which nothing checked
+			// was free, and one node's bus could take another's TLS port.
+			s.args = append(s.args, "--cluster-port", strconv.Itoa(harness.FreePort(t)),
+				"--cluster-config-file", filepath.Join(s.Dir, "nodes.conf"))
+		}
 		if tls != nil {
 			tlsPort := harness.FreePort(t)
 			s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
