@@ -35,27 +35,36 @@ func TestPortSpellings(t *testing.T) {
 		{"DEBUG_", func(p int) string { s := strconv.Itoa(p); return s[:1] + "_" + s[1:] }},
 	}
 	for _, bin := range []string{ref, fg} {
-		env := harness.ReferenceVars(root, r.Addr)
-		var addrs []string
-		for _, s := range spellings {
-			port := harness.FreePort(t)
-			env = append(env, s.prefix+"HOST=127.0.0.1", s.prefix+"PORT="+s.spell(port))
-			addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		for attempt := 1; ; attempt++ {
+			env := harness.ReferenceVars(root, r.Addr)
+			var addrs []string
+			for _, s := range spellings {
+				port := harness.FreePort(t)
+				env = append(env, s.prefix+"HOST=127.0.0.1", s.prefix+"PORT="+s.spell(port))
+				addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			}
+			logs, err := listenOn(bin, env, addrs)
+			// A port another process took first: try other ports.
+			if err != nil && attempt < 3 && strings.Contains(strings.ToLower(logs), "address already in use") {
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s with %s: %v\n%s", bin, strings.Join(env[len(env)-6:], " "), err, logs)
+			}
+			break
 		}
-		listenOn(t, bin, env, addrs)
 	}
 }
 
-// listenOn runs bin with env and waits until it holds a listening socket
-// on each of addrs.
-func listenOn(t *testing.T, bin string, env, addrs []string) {
-	t.Helper()
+// listenOn runs bin with env until it holds a listening socket on each of
+// addrs, and returns what it wrote.
+func listenOn(bin string, env, addrs []string) (string, error) {
 	logs := &testlog.Buffer{}
 	cmd := exec.Command(bin)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, logs, logs
 	p, err := harness.StartProcess(bin, cmd)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer p.Stop(5 * time.Second)
 	err = harness.WaitReady(context.Background(), p, 30*time.Second, func(context.Context) error {
@@ -66,7 +75,5 @@ func listenOn(t *testing.T, bin string, env, addrs []string) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Errorf("%s with %s: %v\n%s", bin, strings.Join(env[len(env)-6:], " "), err, logs)
-	}
+	return logs.String(), err
 }

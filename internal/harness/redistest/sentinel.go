@@ -155,16 +155,29 @@ func (g *Sentinel) start(sp sentinelParts, replicas, sentinels int, downAfter ti
 		g.Data = append(g.Data, r)
 	}
 	for range sentinels {
-		s, lines, err := sp.sentinel(masterPort)
+		s, err := startSentinelOn(sp, masterPort, sentinels/2+1, downAfter)
 		if err != nil {
-			return err
-		}
-		if err := startSentinelProcess(s, masterPort, sentinels/2+1, downAfter, lines); err != nil {
 			return err
 		}
 		g.Sentinels = append(g.Sentinels, s)
 	}
 	return g.waitSettled(replicas, sentinels, 30*time.Second)
+}
+
+// startSentinelOn starts one Sentinel of sp's on a free port: a port
+// another process takes before it listens gets it new ports, up to three
+// times, as startNode does for the data nodes.
+func startSentinelOn(sp sentinelParts, masterPort string, quorum int, downAfter time.Duration) (*Server, error) {
+	for attempt := 1; ; attempt++ {
+		s, lines, err := sp.sentinel(masterPort)
+		if err != nil {
+			return nil, err
+		}
+		err = startSentinelProcess(s, masterPort, quorum, downAfter, lines)
+		if err == nil || attempt == 3 || !strings.Contains(s.Log(), "Address already in use") {
+			return s, err
+		}
+	}
 }
 
 // startSentinelProcess writes s's configuration, monitoring the master on
