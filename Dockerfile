@@ -17,10 +17,10 @@ COPY . .
 # `floodgate version` prints are stamped: docker build
 # --build-arg VERSION=v1.2.3 --build-arg COMMIT=$(git rev-parse HEAD) .
 ARG TARGETOS TARGETARCH VERSION=(devel) COMMIT=unknown
-RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w -X main.stampedVersion=$VERSION -X main.stampedCommit=$COMMIT" -tags timetzdata,vtprotobuf -o /out/floodgate ./cmd/server
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w -X github.com/floodgate/floodgate/internal/buildinfo.stampedVersion=$VERSION -X github.com/floodgate/floodgate/internal/buildinfo.stampedCommit=$COMMIT" -tags timetzdata,vtprotobuf -o /out/floodgate ./cmd/server
 # floodgate replay runs this program, found next to floodgate: the replay
 # of recorded traffic is an offline tool, kept out of the server's binary.
-RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w" -tags timetzdata,vtprotobuf -o /out/floodgate-replay ./cmd/replay
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w -X github.com/floodgate/floodgate/internal/buildinfo.stampedVersion=$VERSION -X github.com/floodgate/floodgate/internal/buildinfo.stampedCommit=$COMMIT" -tags timetzdata,vtprotobuf -o /out/floodgate-replay ./cmd/replay
 
 # No shell, no package manager: the binary, CA certificates and a passwd
 # entry for the nonroot user (uid 65532).

@@ -184,6 +184,24 @@ func sameBuild(script, pkg string) error {
 	return errors.Join(errs...)
 }
 
+// linkFlags returns the -ldflags value of the build command script.
+func linkFlags(t *testing.T, script string) string {
+	t.Helper()
+	_, words, err := buildWords(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range words {
+		if v, ok := strings.CutPrefix(w, "-ldflags="); ok {
+			return v
+		}
+		if w == "-ldflags" && i+1 < len(words) {
+			return words[i+1]
+		}
+	}
+	return ""
+}
+
 // execForm returns the arguments of an ENTRYPOINT or CMD in the exec form
 // ["a", "b"], and fails the test on the shell form, which runs the
 // process under sh, where signals do not reach it.
@@ -360,7 +378,7 @@ func TestDockerfile(t *testing.T) {
 
 	// The binary's paths in the image, the context's copies by
 	// destination, and the image's environment.
-	_, out, _ := df.goBuild("./cmd/server")
+	serverCmd, out, _ := df.goBuild("./cmd/server")
 	replayCmd, replayOut, replayErr := df.goBuild("./cmd/replay")
 	var binDests, replayDests []string
 	copies := map[string]string{} // destination -> source in the context
@@ -450,6 +468,12 @@ func TestDockerfile(t *testing.T) {
 		}
 		if err := sameBuild(replayCmd, "./cmd/replay"); err != nil {
 			t.Error(err)
+		}
+		// Stamped alike, so that the replay knows floodgate's build for
+		// its own (internal/buildinfo).
+		const stamp = "-X github.com/floodgate/floodgate/internal/buildinfo.stampedCommit="
+		if a, b := linkFlags(t, serverCmd), linkFlags(t, replayCmd); a != b || !strings.Contains(a, stamp) {
+			t.Errorf("floodgate is linked with %q, floodgate-replay with %q: want the same, stamping %s", a, b, stamp)
 		}
 		ep, ok := last[*instructions.EntrypointCommand](final)
 		if !ok {

@@ -12,10 +12,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/floodgate/floodgate/internal/buildinfo"
 	"github.com/floodgate/floodgate/internal/replay"
 )
+
+// parentBuild is the variable in which floodgate, running this program for
+// `floodgate replay`, tells its build (internal/buildinfo).
+const parentBuild = "FLOODGATE_PARENT_BUILD"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -28,9 +34,23 @@ func main() {
 // stderr as the server's text log, an error that ends the run as
 // "floodgate: ...", as the server reports its own.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	code, err := replay.Command(ctx, args, stdout, slog.New(slog.NewTextHandler(stderr, nil)))
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	if parent, own := os.Getenv(parentBuild), buildinfo.String(); otherBuild(parent, own) {
+		logger.Warn("this floodgate-replay is another build than the floodgate that runs it, and may read rules or decide otherwise: put the floodgate-replay built with floodgate next to it",
+			"floodgate", parent, "floodgate_replay", own)
+	}
+	code, err := replay.Command(ctx, args, stdout, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)
 	}
 	return code
+}
+
+// otherBuild reports whether floodgate's build parent and this program's
+// own (buildinfo.String) are known to differ: both name their commits.
+func otherBuild(parent, own string) bool {
+	known := func(s string) bool {
+		return strings.Contains(s, " commit ") && !strings.Contains(s, " commit unknown ")
+	}
+	return parent != own && known(parent) && known(own)
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -178,5 +180,52 @@ func TestReplayHelp(t *testing.T) {
 	if got := stdout.String() + stderr.String(); got != string(want) {
 		os.WriteFile("testdata/replay-help.got", []byte(got), 0o644)
 		t.Errorf("replay -h differs from testdata/replay-help.golden (written to testdata/replay-help.got)")
+	}
+}
+
+func TestOtherBuild(t *testing.T) {
+	const a, b = "v1.2.3 commit 0123abc go1.26.8", "v1.2.4 commit 4567def go1.26.8"
+	for _, tc := range []struct {
+		parent, own string
+		want        bool
+	}{
+		{a, a, false},
+		{a, b, true},
+		{"(devel) commit 0123abc+dirty go1.26.8", a, true},
+		{"", a, false}, // not run by floodgate
+		{"(devel) commit unknown go1.26.8", a, false},
+		{a, "(devel) commit unknown go1.26.8", false},
+	} {
+		if got := otherBuild(tc.parent, tc.own); got != tc.want {
+			t.Errorf("otherBuild(%q, %q) = %v, want %v", tc.parent, tc.own, got, tc.want)
+		}
+	}
+}
+
+// TestWarnsOfAnotherBuild: built with a stamped version, as the image
+// builds it, the program warns when floodgate's build, in its environment,
+// is another one, and not when it is its own.
+func TestWarnsOfAnotherBuild(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "floodgate-replay")
+	const pkg = "github.com/floodgate/floodgate/internal/buildinfo"
+	build := exec.Command("go", "build", "-ldflags", "-X "+pkg+".stampedVersion=v9.9.9 -X "+pkg+".stampedCommit=0123abc", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	own := "v9.9.9 commit 0123abc " + runtime.Version()
+	for _, tc := range []struct {
+		parent string
+		warns  bool
+	}{
+		{"v9.9.8 commit 4567def go1.0", true},
+		{own, false},
+		{"", false},
+	} {
+		cmd := exec.Command(bin, "-h")
+		cmd.Env = append(os.Environ(), parentBuild+"="+tc.parent)
+		out, err := cmd.CombinedOutput()
+		if warned := strings.Contains(string(out), "another build than the floodgate that runs it"); err != nil || warned != tc.warns {
+			t.Errorf("run by floodgate %q: warned %v (%v), want %v:\n%s", tc.parent, warned, err, tc.warns, out)
+		}
 	}
 }

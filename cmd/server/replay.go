@@ -8,12 +8,16 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/floodgate/floodgate/internal/buildinfo"
 	"github.com/floodgate/floodgate/internal/settings"
 )
 
 // replayProgram is the program `floodgate replay` runs (cmd/replay): an
 // offline tool, kept out of the server's binary.
 const replayProgram = "floodgate-replay"
+
+// buildEnv is the variable that tells the replay floodgate's build.
+const buildEnv = "FLOODGATE_PARENT_BUILD"
 
 // runReplay runs replayProgram, next to this binary or else on PATH, with
 // args. Where the system allows it (Unix), the program takes this process
@@ -54,9 +58,10 @@ func selfDir() string {
 
 // replayEnv is the environment of the replay: this one, with the garbage
 // collector's settings the server takes (applyGCDefault), which the
-// replay had when it ran in this binary.
+// replay had when it ran in this binary, and this build (buildEnv), which
+// the replay warns of when it is not its own.
 func replayEnv(env settings.Lookup) []string {
-	environ := os.Environ()
+	environ := append(os.Environ(), buildEnv+"="+buildinfo.String())
 	s := gcDefaults(env, "/")
 	if s.gogc > 0 {
 		environ = append(environ, "GOGC="+strconv.Itoa(s.gogc))

@@ -186,6 +186,11 @@ func TestReplayRunsItsProgram(t *testing.T) {
 	if want := fmt.Sprintf("GOGC=%d\x00", defaultGOGC); err != nil || os.Getenv("GOGC") == "" && !bytes.Contains(environ, []byte(want)) {
 		t.Errorf("the replay's environment lacks the server's %q (%v)", want, err)
 	}
+	build, _, _ := runBinary(t, bin, nil, "-version")
+	build = strings.TrimPrefix(strings.TrimSpace(build), "floodgate ")
+	if want := buildEnv + "=" + build + "\x00"; !bytes.Contains(environ, []byte(want)) {
+		t.Errorf("the replay's environment lacks floodgate's build %q", want)
+	}
 	// Signalled once it reads stdin, past main's signal handling.
 	if err := harness.WaitReady(context.Background(), p, 30*time.Second, readsStdin(p.Pid())); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"cmp"
-	"fmt"
-	"runtime/debug"
 	"slices"
+
+	"github.com/floodgate/floodgate/internal/buildinfo"
 )
 
 // usageHead is the top of -h, above settings.PrintFlags.
@@ -46,36 +45,8 @@ func commandArgs(args []string) []string {
 	return args
 }
 
-// stampedVersion and stampedCommit are set at link time by builds without
-// the repository's history, as the image's:
-// -ldflags "-X main.stampedVersion=v1.2.3 -X main.stampedCommit=abc123".
-// They win over what the toolchain recorded.
-var stampedVersion, stampedCommit string
-
-// version describes the build: the module's version ("(devel)" for a
-// build from a work tree) and the commit, with "+dirty" when the tree had
-// changes, as the Go toolchain recorded them or the link stamped them.
-func version() string {
-	v, commit, dirty, goVersion := "(devel)", "unknown", false, ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		v, goVersion = cmp.Or(bi.Main.Version, v), bi.GoVersion
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-	}
-	if stampedCommit != "" {
-		commit, dirty = stampedCommit, false
-	}
-	if dirty {
-		commit += "+dirty"
-	}
-	return fmt.Sprintf("floodgate %s commit %s %s", cmp.Or(stampedVersion, v), commit, goVersion)
-}
+// version describes the build (internal/buildinfo).
+func version() string { return "floodgate " + buildinfo.String() }
 
 // flagHint follows an error in the command line or the environment.
 const flagHint = "run floodgate -h for the flags"

@@ -145,12 +145,6 @@ func TestVersion(t *testing.T) {
 		}
 	}
 
-	// A build without the repository's history (the image's) stamps both.
-	stampedVersion, stampedCommit = "v1.2.3", "0123abc"
-	defer func() { stampedVersion, stampedCommit = "", "" }()
-	if got := version(); !strings.HasPrefix(got, "floodgate v1.2.3 commit 0123abc ") {
-		t.Errorf("stamped version() = %q, want floodgate v1.2.3 commit 0123abc go...", got)
-	}
 }
 
 // The commands do what their flags do; serve is the default.

@@ -42,6 +42,7 @@ var mayImport = map[string][]string{
 	"internal/promsink":      {"internal/statsd", "pkg/option"},
 	"internal/counters":      {"pkg/limit", "pkg/option", "pkg/rules"},
 	"internal/xds":           {"pkg/option", "pkg/rules"},
+	"internal/buildinfo":     nil,
 	"internal/capture":       {"pkg/option"},
 	"internal/replay":        {"internal/capture", "pkg/envoy", "pkg/limit", "pkg/option", "pkg/rules"},
 	"internal/rlsmetrics":    {"internal/statsd", "pkg/envoy", "pkg/limit", "pkg/rules"},
@@ -52,8 +53,8 @@ var mayImport = map[string][]string{
 	"internal/layout":        nil,
 
 	// The binaries, on top.
-	"cmd/server": {"internal/capture", "internal/counters", "internal/health", "internal/promsink", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/settings", "internal/statsd", "internal/store", "internal/tracing", "internal/ui", "internal/xds", "pkg/envoy", "pkg/rules"},
-	"cmd/replay": {"internal/replay"},
+	"cmd/server": {"internal/buildinfo", "internal/capture", "internal/counters", "internal/health", "internal/promsink", "internal/rlqs", "internal/rlsmetrics", "internal/server", "internal/settings", "internal/statsd", "internal/store", "internal/tracing", "internal/ui", "internal/xds", "pkg/envoy", "pkg/rules"},
+	"cmd/replay": {"internal/buildinfo", "internal/replay"},
 	"cmd/bench":  {"internal/harness", "internal/harness/envoytest", "internal/harness/redistest", "internal/rlqs", "internal/server", "internal/testlog", "pkg/limit", "pkg/redislimit", "pkg/rules"},
 
 	// What tests use: real programs, certificates, logs, receivers.
