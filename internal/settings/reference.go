@@ -472,7 +472,7 @@ const startupNote = "REDIS_STARTUP_*: floodgate does not hold its start for Redi
 
 // unlessWhole refuses what is not a whole number, 0 or more.
 func unlessWhole(v string, _ Lookup) string {
-	if n, err := strconv.Atoi(v); err != nil || n < 0 {
+	if n, err := strconv.ParseInt(v, 0, 64); err != nil || n < 0 {
 		return "want a whole number, 0 or more"
 	}
 	return ""

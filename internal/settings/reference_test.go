@@ -329,3 +329,14 @@ func TestReferenceKinds(t *testing.T) {
 		}
 	}
 }
+
+// unlessWhole takes the integers the reference's envconfig reads (base 0:
+// hexadecimal, octal, underscores), 0 or more.
+func TestUnlessWhole(t *testing.T) {
+	for v, refused := range map[string]bool{"0": false, "4": false, "0x10": false, "010": false, "1_000": false, "+2": false,
+		"-1": true, "abc": true, "1.5": true, " 4": true} {
+		if got := unlessWhole(v, nil) != ""; got != refused {
+			t.Errorf("unlessWhole(%q) refuses: %v, want %v", v, got, refused)
+		}
+	}
+}
