@@ -139,9 +139,9 @@ func (df *dockerfile) goBuild(pkg string) (cmd, out string, err error) {
 // buildWords returns the Dockerfile's build command as the shell runs it:
 // the variables it sets ("CGO_ENABLED=0") and the go command's words, with
 // the build arguments expanded as Docker passes them outside buildx
-// (empty: the host's platform).
-func buildWords(script string) (env, words []string, err error) {
-	all, err := shell.NewLex('\\').ProcessWords(script, shell.EnvsFromSlice([]string{"TARGETOS=", "TARGETARCH="}))
+// (empty: the host's platform), and args ("VERSION=v1.2.3") as given.
+func buildWords(script string, args ...string) (env, words []string, err error) {
+	all, err := shell.NewLex('\\').ProcessWords(script, shell.EnvsFromSlice(append([]string{"TARGETOS=", "TARGETARCH="}, args...)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("Dockerfile: the build command %q: %w", script, err)
 	}
@@ -184,10 +184,32 @@ func sameBuild(script, pkg string) error {
 	return errors.Join(errs...)
 }
 
-// linkFlags returns the -ldflags value of the build command script.
-func linkFlags(t *testing.T, script string) string {
+// stampedVersion builds floodgate with the link flags ldflags and returns
+// what its -version prints.
+func stampedVersion(t *testing.T, ldflags string) string {
 	t.Helper()
-	_, words, err := buildWords(script)
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "floodgate")
+	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, "./cmd/server")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -ldflags %q: %v\n%s", ldflags, err, out)
+	}
+	out, err := exec.Command(bin, "-version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// linkFlags returns the -ldflags value of the build command script, with
+// the build arguments args.
+func linkFlags(t *testing.T, script string, args ...string) string {
+	t.Helper()
+	_, words, err := buildWords(script, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,10 +492,15 @@ func TestDockerfile(t *testing.T) {
 			t.Error(err)
 		}
 		// Stamped alike, so that the replay knows floodgate's build for
-		// its own (internal/buildinfo).
-		const stamp = "-X github.com/floodgate/floodgate/internal/buildinfo.stampedCommit="
-		if a, b := linkFlags(t, serverCmd), linkFlags(t, replayCmd); a != b || !strings.Contains(a, stamp) {
-			t.Errorf("floodgate is linked with %q, floodgate-replay with %q: want the same, stamping %s", a, b, stamp)
+		// its own (internal/buildinfo), and the stamp takes: linked with
+		// those flags, floodgate prints the version and commit given.
+		stamp := []string{"VERSION=v1.2.3-stamp", "COMMIT=0123abc"}
+		a, b := linkFlags(t, serverCmd, stamp...), linkFlags(t, replayCmd, stamp...)
+		if a != b {
+			t.Errorf("floodgate is linked with %q, floodgate-replay with %q: want the same", a, b)
+		}
+		if got := stampedVersion(t, a); !strings.HasPrefix(got, "floodgate v1.2.3-stamp commit 0123abc ") {
+			t.Errorf("linked with the Dockerfile's %q, floodgate -version prints %q: the stamp does not take", a, got)
 		}
 		ep, ok := last[*instructions.EntrypointCommand](final)
 		if !ok {

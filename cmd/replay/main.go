@@ -25,6 +25,9 @@ const parentBuild = "FLOODGATE_PARENT_BUILD"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// The first signal stops the replay; a second, while the report is
+	// still being written (to a slow pipe, say), ends the process.
+	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -47,10 +50,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // otherBuild reports whether floodgate's build parent and this program's
-// own (buildinfo.String) are known to differ: both name their commits.
+// own (buildinfo.String) are known to be of other commits.
 func otherBuild(parent, own string) bool {
-	known := func(s string) bool {
-		return strings.Contains(s, " commit ") && !strings.Contains(s, " commit unknown ")
+	a, b := cleanCommit(parent), cleanCommit(own)
+	return a != "" && b != "" && a != b
+}
+
+// cleanCommit is the commit a build names, or "" when it names none or
+// its tree had changes (an untracked file is one): such builds cannot be
+// told apart.
+func cleanCommit(build string) string {
+	_, rest, ok := strings.Cut(build, " commit ")
+	commit, _, _ := strings.Cut(rest, " ")
+	if !ok || commit == "unknown" || strings.HasSuffix(commit, "+dirty") {
+		return ""
 	}
-	return parent != own && known(parent) && known(own)
+	return commit
 }

@@ -191,7 +191,9 @@ func TestOtherBuild(t *testing.T) {
 	}{
 		{a, a, false},
 		{a, b, true},
-		{"(devel) commit 0123abc+dirty go1.26.8", a, true},
+		{"v1.2.3 commit 0123abc go1.25.0", a, false}, // another toolchain, the same source
+		{"(devel) commit 4567def+dirty go1.26.8", a, false},
+		{a, "(devel) commit 4567def+dirty go1.26.8", false},
 		{"", a, false}, // not run by floodgate
 		{"(devel) commit unknown go1.26.8", a, false},
 		{a, "(devel) commit unknown go1.26.8", false},
@@ -219,6 +221,7 @@ func TestWarnsOfAnotherBuild(t *testing.T) {
 	}{
 		{"v9.9.8 commit 4567def go1.0", true},
 		{own, false},
+		{"v9.9.9 commit 0123abc go1.0", false},
 		{"", false},
 	} {
 		cmd := exec.Command(bin, "-h")

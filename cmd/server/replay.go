@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/floodgate/floodgate/internal/buildinfo"
 	"github.com/floodgate/floodgate/internal/settings"
@@ -61,7 +63,8 @@ func selfDir() string {
 // replay had when it ran in this binary, and this build (buildEnv), which
 // the replay warns of when it is not its own.
 func replayEnv(env settings.Lookup) []string {
-	environ := append(os.Environ(), buildEnv+"="+buildinfo.String())
+	environ := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, buildEnv+"=") })
+	environ = append(environ, buildEnv+"="+buildinfo.String())
 	s := gcDefaults(env, "/")
 	if s.gogc > 0 {
 		environ = append(environ, "GOGC="+strconv.Itoa(s.gogc))

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,6 +162,7 @@ func TestReplayRunsItsProgram(t *testing.T) {
 	// status is this process's), with the server's GOGC; Ctrl-C ends it
 	// though its input is held open.
 	cmd := exec.Command(bin, "replay", "-old", rules, "-new", rules, "-traffic", "-")
+	cmd.Env = append(os.Environ(), buildEnv+"=v0.0.1 commit stale go1.0") // replaced, not kept
 	in, err := cmd.StdinPipe() // held open: the replay waits for its input
 	if err != nil {
 		t.Fatal(err)
@@ -188,8 +190,8 @@ func TestReplayRunsItsProgram(t *testing.T) {
 	}
 	build, _, _ := runBinary(t, bin, nil, "-version")
 	build = strings.TrimPrefix(strings.TrimSpace(build), "floodgate ")
-	if want := buildEnv + "=" + build + "\x00"; !bytes.Contains(environ, []byte(want)) {
-		t.Errorf("the replay's environment lacks floodgate's build %q", want)
+	if want := buildEnv + "=" + build + "\x00"; !bytes.Contains(environ, []byte(want)) || bytes.Contains(environ, []byte("commit stale")) {
+		t.Errorf("the replay's environment lacks floodgate's build %q, or keeps the one floodgate was given", want)
 	}
 	// Signalled once it reads stdin, past main's signal handling.
 	if err := harness.WaitReady(context.Background(), p, 30*time.Second, readsStdin(p.Pid())); err != nil {
@@ -225,7 +227,7 @@ func readsStdin(pid int) func(context.Context) error {
 	return func(context.Context) error {
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
 		for _, task := range tasks {
-			if b, err := os.ReadFile(task); err == nil && strings.HasPrefix(string(b), "0 0x0 ") {
+			if b, err := os.ReadFile(task); err == nil && strings.HasPrefix(string(b), fmt.Sprintf("%d 0x0 ", syscall.SYS_READ)) {
 				return nil
 			}
 		}

@@ -16,9 +16,9 @@ import (
 var stampedVersion, stampedCommit string
 
 // String describes the build as "VERSION commit COMMIT GOVERSION": the
-// module's version ("(devel)" for a build from a work tree), the commit
-// ("unknown" when neither recorded nor stamped, with "+dirty" when the
-// tree had changes) and the Go toolchain.
+// module's version (a pseudo-version from a stamped checkout, else
+// "(devel)"), the commit ("unknown" when neither recorded nor stamped,
+// "+dirty" when the tree had changes) and the Go toolchain.
 func String() string {
 	v, commit, suffix, goVersion := "(devel)", "unknown", "", ""
 	if bi, ok := debug.ReadBuildInfo(); ok {

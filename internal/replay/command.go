@@ -43,10 +43,11 @@ is never decided at another time than its own). Captures' times have a
 fixed width, so their lines also sort as text: LC_ALL=C sort -o FILE FILE.
 
 Exit codes: 0 the report was written; 1 the rules or the traffic cannot be
-read, or the traffic is out of order; 2 a bad command line; 3 the report
-was written but no request was replayed (an empty traffic file, or one with
-only skipped lines) or decided (every one refused as invalid), so its "no
-change" means nothing.
+read, the traffic is out of order, or the replay was interrupted (SIGINT or
+SIGTERM) before its end; 2 a bad command line; 3 the report was written but
+no request was replayed (an empty traffic file, or one with only skipped
+lines) or decided (every one refused as invalid), so its "no change" means
+nothing.
 
 Flags:
 `
