@@ -10,7 +10,9 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // writeRules writes one rule file into a new directory and returns it.
@@ -208,12 +210,7 @@ func TestOtherBuild(t *testing.T) {
 // builds it, the program warns when floodgate's build, in its environment,
 // is another one, and not when it is its own.
 func TestWarnsOfAnotherBuild(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "floodgate-replay")
-	const pkg = "github.com/floodgate/floodgate/internal/buildinfo"
-	build := exec.Command("go", "build", "-ldflags", "-X "+pkg+".stampedVersion=v9.9.9 -X "+pkg+".stampedCommit=0123abc", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildProgram(t)
 	own := "v9.9.9 commit 0123abc " + runtime.Version()
 	for _, tc := range []struct {
 		parent string
@@ -229,6 +226,65 @@ func TestWarnsOfAnotherBuild(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if warned := strings.Contains(string(out), "another build than the floodgate that runs it"); err != nil || warned != tc.warns {
 			t.Errorf("run by floodgate %q: warned %v (%v), want %v:\n%s", tc.parent, warned, err, tc.warns, out)
+		}
+	}
+}
+
+// buildProgram builds this program with the version v9.9.9 and the
+// commit 0123abc stamped, as the image stamps it, and returns its path.
+func buildProgram(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "floodgate-replay")
+	const pkg = "github.com/floodgate/floodgate/internal/buildinfo"
+	build := exec.Command("go", "build", "-ldflags", "-X "+pkg+".stampedVersion=v9.9.9 -X "+pkg+".stampedCommit=0123abc", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestSecondSignalEndsTheReport: while the report is being written (here
+// to a pipe nobody reads any more), the first SIGINT cannot stop it; the
+// next one ends the process.
+func TestSecondSignalEndsTheReport(t *testing.T) {
+	bin := buildProgram(t)
+	var traffic strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&traffic, `{"time":"2026-01-01T00:00:%02d.%06dZ","domain":"rl","descriptors":[{"entries":[{"key":"user","value":"u%d"}]}]}`+"\n", i/100%60, i, i)
+	}
+	path := filepath.Join(t.TempDir(), "t.jsonl")
+	if err := os.WriteFile(path, []byte(traffic.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rules := writeRules(t, userRules1)
+	cmd := exec.Command(bin, "-old", rules, "-new", rules, "-traffic", path, "-format", "html", "-top", "5000") // a report of about 800 KB
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if _, err := out.Read(make([]byte, 1)); err != nil { // the report has begun
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-exited:
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+				t.Errorf("the replay ended with %v, want killed by SIGINT", err)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("SIGINT after SIGINT, the replay still writes its report")
 		}
 	}
 }

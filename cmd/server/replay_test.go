@@ -163,7 +163,7 @@ func TestReplayRunsItsProgram(t *testing.T) {
 	// though its input is held open.
 	cmd := exec.Command(bin, "replay", "-old", rules, "-new", rules, "-traffic", "-")
 	cmd.Env = append(os.Environ(), buildEnv+"=v0.0.1 commit stale go1.0") // replaced, not kept
-	in, err := cmd.StdinPipe() // held open: the replay waits for its input
+	in, err := cmd.StdinPipe()                                            // held open: the replay waits for its input
 	if err != nil {
 		t.Fatal(err)
 	}
