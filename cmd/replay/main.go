@@ -19,10 +19,6 @@ import (
 	"github.com/floodgate/floodgate/internal/replay"
 )
 
-// parentBuild is the variable in which floodgate, running this program for
-// `floodgate replay`, tells its build (internal/buildinfo).
-const parentBuild = "FLOODGATE_PARENT_BUILD"
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	// The first signal stops the replay; a second, while the report is
@@ -38,7 +34,7 @@ func main() {
 // "floodgate: ...", as the server reports its own.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	if parent, own := os.Getenv(parentBuild), buildinfo.String(); otherBuild(parent, own) {
+	if parent, own := os.Getenv(buildinfo.ParentEnv), buildinfo.String(); otherBuild(parent, own) {
 		logger.Warn("this floodgate-replay is another build than the floodgate that runs it, and may read rules or decide otherwise: put the floodgate-replay built with floodgate next to it",
 			"floodgate", parent, "floodgate_replay", own)
 	}

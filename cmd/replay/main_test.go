@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/buildinfo"
 )
 
 // writeRules writes one rule file into a new directory and returns it.
@@ -222,7 +224,7 @@ func TestWarnsOfAnotherBuild(t *testing.T) {
 		{"", false},
 	} {
 		cmd := exec.Command(bin, "-h")
-		cmd.Env = append(os.Environ(), parentBuild+"="+tc.parent)
+		cmd.Env = append(os.Environ(), buildinfo.ParentEnv+"="+tc.parent)
 		out, err := cmd.CombinedOutput()
 		if warned := strings.Contains(string(out), "another build than the floodgate that runs it"); err != nil || warned != tc.warns {
 			t.Errorf("run by floodgate %q: warned %v (%v), want %v:\n%s", tc.parent, warned, err, tc.warns, out)

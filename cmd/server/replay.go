@@ -18,9 +18,6 @@ import (
 // offline tool, kept out of the server's binary.
 const replayProgram = "floodgate-replay"
 
-// buildEnv is the variable that tells the replay floodgate's build.
-const buildEnv = "FLOODGATE_PARENT_BUILD"
-
 // runReplay runs replayProgram, next to this binary or else on PATH, with
 // args. Where the system allows it (Unix), the program takes this process
 // over: its streams, signals and exit status are this process's, as when
@@ -60,11 +57,11 @@ func selfDir() string {
 
 // replayEnv is the environment of the replay: this one, with the garbage
 // collector's settings the server takes (applyGCDefault), which the
-// replay had when it ran in this binary, and this build (buildEnv), which
-// the replay warns of when it is not its own.
+// replay had when it ran in this binary, and this build
+// (buildinfo.ParentEnv).
 func replayEnv(env settings.Lookup) []string {
-	environ := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, buildEnv+"=") })
-	environ = append(environ, buildEnv+"="+buildinfo.String())
+	environ := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, buildinfo.ParentEnv+"=") })
+	environ = append(environ, buildinfo.ParentEnv+"="+buildinfo.String())
 	s := gcDefaults(env, "/")
 	if s.gogc > 0 {
 		environ = append(environ, "GOGC="+strconv.Itoa(s.gogc))

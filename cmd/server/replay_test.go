@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/buildinfo"
 	"github.com/floodgate/floodgate/internal/harness"
 	"github.com/floodgate/floodgate/internal/settings"
 	"github.com/floodgate/floodgate/internal/testlog"
@@ -162,8 +163,8 @@ func TestReplayRunsItsProgram(t *testing.T) {
 	// status is this process's), with the server's GOGC; Ctrl-C ends it
 	// though its input is held open.
 	cmd := exec.Command(bin, "replay", "-old", rules, "-new", rules, "-traffic", "-")
-	cmd.Env = append(os.Environ(), buildEnv+"=v0.0.1 commit stale go1.0") // replaced, not kept
-	in, err := cmd.StdinPipe()                                            // held open: the replay waits for its input
+	cmd.Env = append(os.Environ(), buildinfo.ParentEnv+"=v0.0.1 commit stale go1.0") // replaced, not kept
+	in, err := cmd.StdinPipe()                                                       // held open: the replay waits for its input
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestReplayRunsItsProgram(t *testing.T) {
 	}
 	build, _, _ := runBinary(t, bin, nil, "-version")
 	build = strings.TrimPrefix(strings.TrimSpace(build), "floodgate ")
-	if want := buildEnv + "=" + build + "\x00"; !bytes.Contains(environ, []byte(want)) || bytes.Contains(environ, []byte("commit stale")) {
+	if want := buildinfo.ParentEnv + "=" + build + "\x00"; !bytes.Contains(environ, []byte(want)) || bytes.Contains(environ, []byte("commit stale")) {
 		t.Errorf("the replay's environment lacks floodgate's build %q, or keeps the one floodgate was given", want)
 	}
 	// Signalled once it reads stdin, past main's signal handling.

@@ -11,6 +11,9 @@ import (
 	"runtime/debug"
 )
 
+// ParentEnv is where floodgate tells the floodgate-replay it runs its build.
+const ParentEnv = "FLOODGATE_PARENT_BUILD"
+
 // stampedVersion and stampedCommit, when set, win over what the toolchain
 // recorded.
 var stampedVersion, stampedCommit string
