@@ -158,7 +158,7 @@ func (w *egWorld) start(t *testing.T, e *egContainer) (*egRun, error) {
 func (w *egWorld) run(t *testing.T, e *egContainer, o harness.Options) (*egRun, error) {
 	for attempt := 1; ; attempt++ {
 		r, err := w.runOnce(t, e, o)
-		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+		if err == nil || attempt == harness.PortAttempts || !harness.PortTaken(err.Error()) {
 			return r, err
 		}
 	}

@@ -86,7 +86,7 @@ func StartFloodgate(ctx context.Context, o Options) (*Floodgate, error) {
 		if err == nil {
 			return f, nil
 		}
-		if f == nil || attempt == 3 || !strings.Contains(f.Logs.String(), "address already in use") {
+		if f == nil || attempt == PortAttempts || !PortTaken(f.Logs.String()) {
 			return nil, err
 		}
 	}

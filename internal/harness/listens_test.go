@@ -61,3 +61,18 @@ func TestListenAddrs(t *testing.T) {
 		}
 	}
 }
+
+// PortTaken knows each program's words for a taken port.
+func TestPortTaken(t *testing.T) {
+	for out, want := range map[string]bool{
+		"listen tcp 127.0.0.1:8081: bind: address already in use":                                              true, // Go
+		"# Warning: Could not create server TCP listening socket 127.0.0.1:6379: bind: Address already in use": true, // Redis
+		"failed to listen on TCP port 11211: Address already in use":                                           true, // memcached
+		"connection refused": false,
+		"":                   false,
+	} {
+		if got := PortTaken(out); got != want {
+			t.Errorf("PortTaken(%q) = %v, want %v", out, got, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -126,6 +127,17 @@ func WaitReady(ctx context.Context, p *Process, timeout time.Duration, ready fun
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// PortAttempts is how many times the starters here try free ports: a port
+// another process takes between FreeAddr and the listen gets new ones.
+const PortAttempts = 3
+
+// PortTaken reports whether a process's output, or an error, says that a
+// port it was given was taken: Go's "address already in use", Redis's and
+// memcached's "Address already in use".
+func PortTaken(output string) bool {
+	return strings.Contains(strings.ToLower(output), "address already in use")
 }
 
 // FreeAddr returns a host:port of 127.0.0.1 that was free a moment ago.

@@ -78,7 +78,7 @@ func start(t testing.TB, files *TLSFiles, extra []string) *Server {
 			return s
 		}
 		// Another process took a port between FreePort and the listen.
-		if attempt == 3 || !strings.Contains(s.Log(), "Address already in use") {
+		if attempt == harness.PortAttempts || !harness.PortTaken(s.Log()) {
 			t.Fatalf("memcachedtest: %v", err)
 		}
 	}

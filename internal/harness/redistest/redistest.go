@@ -103,7 +103,7 @@ func startNode(t testing.TB, tls *TLS, extra []string) *Server {
 			t.Cleanup(s.Stop)
 			return s
 		}
-		if attempt == 3 || !strings.Contains(s.Log(), "Address already in use") {
+		if attempt == harness.PortAttempts || !harness.PortTaken(s.Log()) {
 			t.Fatalf("redistest: %v", err)
 		}
 	}

@@ -164,9 +164,8 @@ func (g *Sentinel) start(sp sentinelParts, replicas, sentinels int, downAfter ti
 	return g.waitSettled(replicas, sentinels, 30*time.Second)
 }
 
-// startSentinelOn starts one Sentinel of sp's on a free port: a port
-// another process takes before it listens gets it new ports, up to three
-// times, as startNode does for the data nodes.
+// startSentinelOn starts one Sentinel of sp's on a free port, trying new
+// ports when one was taken (harness.PortTaken), as startNode does.
 func startSentinelOn(sp sentinelParts, masterPort string, quorum int, downAfter time.Duration) (*Server, error) {
 	for attempt := 1; ; attempt++ {
 		s, lines, err := sp.sentinel(masterPort)
@@ -174,7 +173,7 @@ func startSentinelOn(sp sentinelParts, masterPort string, quorum int, downAfter 
 			return nil, err
 		}
 		err = startSentinelProcess(s, masterPort, quorum, downAfter, lines)
-		if err == nil || attempt == 3 || !strings.Contains(s.Log(), "Address already in use") {
+		if err == nil || attempt == harness.PortAttempts || !harness.PortTaken(s.Log()) {
 			return s, err
 		}
 	}
