@@ -184,8 +184,8 @@ func sameBuild(script, pkg string) error {
 	return errors.Join(errs...)
 }
 
-// stampedVersion builds floodgate with the link flags ldflags and returns
-// what its -version prints.
+// stampedVersion builds floodgate as the harness does (and so the image),
+// with the link flags ldflags, and returns what its -version prints.
 func stampedVersion(t *testing.T, ldflags string) string {
 	t.Helper()
 	root, err := harness.ModuleRoot()
@@ -193,8 +193,9 @@ func stampedVersion(t *testing.T, ldflags string) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "floodgate")
-	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, "./cmd/server")
-	build.Dir = root
+	args := append(append([]string{"build"}, harness.BuildFlags()...), "-ldflags", ldflags, "-o", bin, "./cmd/server")
+	build := exec.Command("go", args...)
+	build.Dir, build.Env = root, append(os.Environ(), harness.BuildEnv()...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -ldflags %q: %v\n%s", ldflags, err, out)
 	}
