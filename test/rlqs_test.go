@@ -327,17 +327,15 @@ func TestRLQSTwoEnvoys(t *testing.T) {
 	if len(evenWindows) < 2 {
 		t.Fatalf("only %d whole windows of equal demand measured", len(evenWindows))
 	}
-	if s := evenAll[0]; math.IsNaN(s) || math.Abs(s-0.5) > 0.12 {
-		t.Errorf("equal demand: A admitted a share of %.2f over %v, want 0.5 ± 0.12", s, change.Sub(firstWindow))
-	}
-	for i, s := range evenWindows {
-		if math.IsNaN(s) || math.Abs(s-0.5) > 0.2 {
-			t.Errorf("equal demand, window %d: A admitted a share of %.2f, want 0.5 ± 0.2", i, s)
-		}
-	}
-	for i, s := range evenSplit {
-		if math.IsNaN(s) || math.Abs(s-0.5) > 0.3 {
-			t.Errorf("equal demand, report interval %d: A admitted a share of %.2f, want 0.5 ± 0.3", i, s)
+	for _, c := range []struct {
+		over   string
+		shares []float64
+		within float64
+	}{{"the whole phase", evenAll, 0.12}, {"window", evenWindows, 0.2}, {"report interval", evenSplit, 0.3}} {
+		for i, s := range c.shares {
+			if math.IsNaN(s) || math.Abs(s-0.5) > c.within {
+				t.Errorf("equal demand, %s %d: A admitted a share of %.2f, want 0.5 ± %.2f", c.over, i, s, c.within)
+			}
 		}
 	}
 	// The split follows: from some interval on, A's share stays above
